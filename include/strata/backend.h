@@ -1,0 +1,96 @@
+/* backend.h - the compute interface every backend implements (CPU today, CUDA later).
+ *
+ * A backend is a small vtable plus a context, as in ggml. Pointers passed to the ops
+ * live in the backend's memory (host RAM for cpu, device memory for cuda). All float
+ * tensors are row-major and contiguous. Names: B batch, T time, C channels,
+ * OC output channels, V vocabulary, NH heads, hs = C/NH head size. N = B*T rows.
+ *
+ * Backward functions ACCUMULATE (+=) into parameter gradients (dw, db, dwte, ...),
+ * and into input gradients unless the comment says "writes". The caller zeroes.
+ *
+ * Memory contract for the two big ops:
+ *   - attention keeps only out and lse (B, NH, T) between forward and backward; the
+ *     backward recomputes the scores (FlashAttention-style). Scratch inside an op is
+ *     transient.
+ *   - the classifier's logits buffer (N, V) is overwritten in place by dlogits.
+ */
+#ifndef STRATA_BACKEND_H
+#define STRATA_BACKEND_H
+
+#include "strata/core.h"
+
+/* Layout of a matmul weight. HF GPT-2 Conv1D stores (C, OC): out = inp @ w.
+ * nn.Linear and the tied lm head store (OC, C): out = inp @ w^T. */
+typedef enum st_wlayout { ST_W_IN_OUT = 0, ST_W_OUT_IN = 1 } st_wlayout;
+
+typedef struct st_backend st_backend;
+
+typedef struct st_backend_ops {
+    const char *name;
+    void (*free)(st_backend *be);
+
+    /* memory (in the backend's address space) */
+    void *(*alloc)(st_backend *be, size_t bytes);   /* zeroed; NULL on failure */
+    void (*dealloc)(st_backend *be, void *p);
+    void (*memset0)(st_backend *be, void *p, size_t bytes);
+    void (*copy_to_device)(st_backend *be, void *dst, const void *host_src, size_t bytes);
+    void (*copy_to_host)(st_backend *be, void *host_dst, const void *src, size_t bytes);
+    void (*synchronize)(st_backend *be);
+
+    /* out (B,T,C) = wte[inp] + wpe[t];  inp (B,T) token ids */
+    void (*encoder_forward)(st_backend *be, float *out, const int32_t *inp, const float *wte,
+                            const float *wpe, int B, int T, int C);
+    /* dwte, dwpe += */
+    void (*encoder_backward)(st_backend *be, float *dwte, float *dwpe, const float *dout,
+                             const int32_t *inp, int B, int T, int C);
+
+    /* out (N,C), mean and rstd (N) saved for backward */
+    void (*layernorm_forward)(st_backend *be, float *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *b, int N, int C);
+    /* dinp, dw, db += */
+    void (*layernorm_backward)(st_backend *be, float *dinp, float *dw, float *db, const float *dout,
+                               const float *inp, const float *w, const float *mean, const float *rstd,
+                               int N, int C);
+
+    /* out (N,OC) = inp (N,C) x w (+ bias (OC), may be NULL). writes out. */
+    void (*matmul_forward)(st_backend *be, float *out, const float *inp, const float *w,
+                           const float *bias, int N, int C, int OC, st_wlayout layout);
+    /* dinp (N,C) +=, dw +=, dbias (OC) += ; any of dinp, dw, dbias may be NULL */
+    void (*matmul_backward)(st_backend *be, float *dinp, float *dw, float *dbias, const float *dout,
+                            const float *inp, const float *w, int N, int C, int OC, st_wlayout layout);
+
+    /* Causal self-attention. qkv (B,T,3C) packed [q | k | v], each head hs wide.
+     * writes out (B,T,C) and lse (B,NH,T) = log-sum-exp of each row of scaled scores. */
+    void (*attention_forward)(st_backend *be, float *out, float *lse, const float *qkv, int B, int T,
+                              int C, int NH);
+    /* dqkv (B,T,3C) +=, recomputing the scores from qkv and lse. */
+    void (*attention_backward)(st_backend *be, float *dqkv, const float *dout, const float *qkv,
+                               const float *out, const float *lse, int B, int T, int C, int NH);
+
+    /* GELU, tanh approximation. out writes; dinp += */
+    void (*gelu_forward)(st_backend *be, float *out, const float *inp, int n);
+    void (*gelu_backward)(st_backend *be, float *dinp, const float *inp, const float *dout, int n);
+
+    /* out = a + b (writes); backward: da += dout, db += dout */
+    void (*residual_forward)(st_backend *be, float *out, const float *a, const float *b, int n);
+    void (*residual_backward)(st_backend *be, float *da, float *db, const float *dout, int n);
+
+    /* Fused softmax + cross-entropy over logits (N,V). Writes losses (N) (per-row loss,
+     * 0 where target < 0, i.e. masked). If dloss != 0, overwrites logits IN PLACE with
+     * dlogits = (softmax - onehot(target)) * dloss for unmasked rows, 0 for masked rows. */
+    void (*crossentropy_forward_backward)(st_backend *be, float *logits, float *losses,
+                                          const int32_t *targets, int N, int V, float dloss);
+} st_backend_ops;
+
+struct st_backend {
+    const st_backend_ops *ops;
+    void *ctx;
+};
+
+/* The CPU backend: OpenBLAS sgemm, OpenMP elsewhere. threads <= 0: OpenMP default. */
+st_status st_backend_cpu_create(st_backend **out, int threads, st_err *err);
+/* The plain single-threaded reference, in float, for differential tests of the vtable. */
+st_status st_backend_ref_create(st_backend **out, st_err *err);
+void st_backend_free(st_backend *be);
+
+#endif

@@ -1,0 +1,78 @@
+/* core.h - status codes, error messages, aligned allocation, clocks, logging.
+ *
+ * Every fallible call in libstrata returns an st_status and, on failure, fills the
+ * caller's st_err with a message that names what was wrong (file, offset, key), and
+ * what to do. The library never calls exit() or abort() on bad input.
+ *
+ *     st_err err = {0};
+ *     if (gpt2_load(&model, "ckpt/model.safetensors", &err) != ST_OK) {
+ *         fprintf(stderr, "strata: %s\n", err.msg);
+ *         return 1;
+ *     }
+ */
+#ifndef STRATA_CORE_H
+#define STRATA_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdarg.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Append-only: values are stable across versions. */
+typedef enum st_status {
+    ST_OK = 0,
+    ST_ERR_INVALID = 1,   /* an argument or configuration value is wrong */
+    ST_ERR_IO = 2,        /* a system call on a file failed (errno in the message) */
+    ST_ERR_FORMAT = 3,    /* a file's contents are malformed: magic, version, header */
+    ST_ERR_TRUNCATED = 4, /* a file ends before its header says it should */
+    ST_ERR_SHAPE = 5,     /* a tensor's shape or size disagrees with the model */
+    ST_ERR_NOMEM = 6,     /* an allocation or a memory budget failed */
+    ST_ERR_CHECKSUM = 7,  /* stored data does not match its checksum */
+    ST_ERR_UNSUPPORTED = 8, /* a feature this build or machine does not have */
+    ST_ERR_NOSPACE = 9,   /* a disk path is full or short of the bytes a plan needs */
+    ST_ERR_NONFINITE = 10 /* a NaN or Inf where a finite value is required */
+} st_status;
+
+#define ST_ERR_MSG_MAX 1024
+
+typedef struct st_err {
+    st_status code;
+    char msg[ST_ERR_MSG_MAX];
+} st_err;
+
+/* Fill err (if not NULL) with a formatted message and return code. */
+st_status st_errf(st_err *err, st_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Prefix an existing message with context ("loading ckpt: <old message>"). */
+st_status st_err_prefix(st_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+const char *st_status_name(st_status s);
+
+/* 64-byte aligned allocation (cache line, AVX-512 register); zeroed. NULL on failure. */
+void *st_alloc(size_t bytes);
+void st_free(void *p);
+
+/* Monotonic seconds. */
+double st_now(void);
+
+/* Logging to stderr; level 0 = quiet, 1 = info (default), 2 = debug. */
+void st_log_set_level(int level);
+int st_log_level(void);
+void st_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* CRC-32C (Castagnoli) of a byte range, continuing from crc (start with 0). */
+uint32_t st_crc32c(uint32_t crc, const void *data, size_t n);
+
+/* Deterministic random numbers (xorshift64*), state is one integer so it checkpoints. */
+typedef struct st_rng { uint64_t s; } st_rng;
+void st_rng_seed(st_rng *r, uint64_t seed);
+uint64_t st_rng_u64(st_rng *r);
+float st_rng_uniform(st_rng *r);           /* [0, 1) */
+float st_rng_normal(st_rng *r);            /* N(0, 1), Box-Muller */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

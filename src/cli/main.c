@@ -1,0 +1,78 @@
+/* main.c - the strata program: one binary, subcommands. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static const char *usage =
+    "strata - train transformer language models whose state exceeds the memory that computes them\n"
+    "\n"
+    "usage: strata <command> [options]    (strata <command> --help for each)\n"
+    "\n"
+    "commands:\n"
+    "  train     train a model (no arguments: a small GPT-2 on the embedded corpus)\n"
+    "  data      pack text into token datasets and inspect them\n"
+    "  bench     measure a component and print its figures (--json for one JSON object)\n"
+    "  inspect   describe a checkpoint or model directory\n";
+
+int cmd_bench(int argc, char **argv) {
+    static const char *bench_usage =
+        "usage: strata bench <what> [options] [--json]\n"
+        "  step    one training step of a model: tokens/s, achieved GFLOP/s vs sgemm\n"
+        "  optim   the AdamW engine over N parameters: bandwidth vs a copy ceiling\n"
+        "  data    the data pipeline over a synthetic mix: first batch, tokens/s, memory\n";
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        fputs(bench_usage, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "step")) return bench_step(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "optim")) return bench_optim(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "data")) return bench_data(argc - 1, argv + 1);
+    fprintf(stderr, "strata bench: unknown benchmark '%s'\n%s", argv[1], bench_usage);
+    return 2;
+}
+
+double cli_parse_count(const char *s) {
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || v < 0) return -1;
+    switch (*end) {
+    case 'K': case 'k': v *= 1e3; end++; break;
+    case 'M': case 'm': v *= 1e6; end++; break;
+    case 'B': case 'G': case 'g': v *= 1e9; end++; break;
+    default: break;
+    }
+    return *end ? -1 : v;
+}
+
+double cli_parse_bytes(const char *s) {
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || v < 0) return -1;
+    static const struct { const char *suf; double mul; } sufs[] = {
+        {"", 1}, {"B", 1}, {"K", 1e3}, {"KB", 1e3}, {"KiB", 1024.0}, {"M", 1e6}, {"MB", 1e6},
+        {"MiB", 1048576.0}, {"G", 1e9}, {"GB", 1e9}, {"GiB", 1073741824.0}, {"T", 1e12},
+        {"TB", 1e12}, {"TiB", 1099511627776.0}};
+    for (size_t i = 0; i < sizeof sufs / sizeof sufs[0]; i++)
+        if (!strcmp(end, sufs[i].suf)) return v * sufs[i].mul;
+    return -1;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fputs(usage, stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        fputs(usage, stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "train")) return cmd_train(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "data")) return cmd_data(argc - 1, argv + 1);
+    if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 1, argv + 1);
+    fprintf(stderr, "strata: unknown command '%s'\n\n%s", cmd, usage);
+    return 2;
+}

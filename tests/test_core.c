@@ -1,0 +1,45 @@
+/* test_core.c - errors, CRC-32C against published check values, bf16/f16 rounding. */
+#include <math.h>
+#include <string.h>
+
+#include "strata/core.h"
+#include "strata/tensor.h"
+#include "testutil.h"
+
+int main(void) {
+    /* CRC-32C check value from RFC 3720 / iSCSI: "123456789" -> 0xE3069283 */
+    CHECK(st_crc32c(0, "123456789", 9) == 0xE3069283u, "crc32c check value %08x", st_crc32c(0, "123456789", 9));
+    /* incremental equals one-shot */
+    CHECK(st_crc32c(st_crc32c(0, "1234", 4), "56789", 5) == 0xE3069283u, "crc32c incremental");
+
+    st_err err = {0};
+    CHECK(st_errf(&err, ST_ERR_FORMAT, "file %s offset %d", "x.bin", 12) == ST_ERR_FORMAT, "errf code");
+    CHECK(strcmp(err.msg, "file x.bin offset 12") == 0, "errf msg '%s'", err.msg);
+    st_err_prefix(&err, "loading");
+    CHECK(strcmp(err.msg, "loading: file x.bin offset 12") == 0, "prefix '%s'", err.msg);
+
+    /* bf16: exact values survive, halfway rounds to even, NaN stays NaN */
+    CHECK(st_bf16_to_f32(st_f32_to_bf16(1.5f)) == 1.5f, "bf16 exact");
+    float halfway = 1.0f + 1.0f / 256.0f; /* exactly between 1 and 1+2^-7: rounds to even (1.0) */
+    CHECK(st_bf16_to_f32(st_f32_to_bf16(halfway)) == 1.0f, "bf16 ties to even");
+    CHECK(isnan(st_bf16_to_f32(st_f32_to_bf16(NAN))), "bf16 nan");
+
+    /* f16 round trip of every f16 bit pattern that is finite */
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = st_f16_to_f32((uint16_t)h);
+        if (isnan(f)) continue;
+        if (st_f32_to_f16(f) != h) bad++;
+    }
+    CHECK(bad == 0, "f16 round trip mismatches: %d", bad);
+    CHECK(st_f32_to_f16(65520.0f) == 0x7c00, "f16 overflow to inf");
+    CHECK(st_f16_to_f32(st_f32_to_f16(1e-7f)) == st_f16_to_f32(2), "f16 subnormal rounding");
+
+    st_rng r1, r2;
+    st_rng_seed(&r1, 42);
+    st_rng_seed(&r2, 42);
+    int same = 1;
+    for (int i = 0; i < 100; i++) same &= st_rng_u64(&r1) == st_rng_u64(&r2);
+    CHECK(same, "rng deterministic");
+    return test_finish("core");
+}

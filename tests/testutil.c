@@ -1,0 +1,65 @@
+/* testutil.c - shared helpers for the C tests. */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+int test_failures = 0;
+int test_checks = 0;
+static char tmpdir[256];
+
+static int close_report(const char *what, size_t n, size_t worst_i, double worst_excess, double a,
+                        double b, double atol, double rtol) {
+    test_checks++;
+    if (worst_excess > 0) {
+        test_failures++;
+        fprintf(stderr, "FAIL %s: %zu elements, worst [%zu]: got %.9g want %.9g (atol %g rtol %g)\n", what,
+                n, worst_i, a, b, atol, rtol);
+        return 0;
+    }
+    return 1;
+}
+
+#define CLOSE_BODY                                                                 \
+    size_t worst_i = 0;                                                            \
+    double worst = -1;                                                             \
+    for (size_t i = 0; i < n; i++) {                                               \
+        double d = fabs((double)a[i] - (double)b[i]), lim = atol + rtol * fabs((double)b[i]); \
+        double ex = (d != d) ? INFINITY : d - lim;                                 \
+        if (ex > worst) { worst = ex; worst_i = i; }                               \
+    }                                                                              \
+    return close_report(what, n, worst_i, worst, n ? a[worst_i] : 0, n ? b[worst_i] : 0, atol, rtol);
+
+int check_close_f32(const char *what, const float *a, const float *b, size_t n, double atol, double rtol) {
+    CLOSE_BODY
+}
+int check_close_f64(const char *what, const double *a, const double *b, size_t n, double atol, double rtol) {
+    CLOSE_BODY
+}
+
+const char *test_source_path(const char *rel) {
+    static char buf[4096];
+    const char *root = getenv("STRATA_SOURCE_DIR");
+    snprintf(buf, sizeof buf, "%s/%s", root ? root : ".", rel);
+    return buf;
+}
+
+const char *test_tmpdir(void) {
+    if (!tmpdir[0]) {
+        strcpy(tmpdir, "/tmp/strata-test-XXXXXX");
+        if (!mkdtemp(tmpdir)) { perror("mkdtemp"); exit(1); }
+    }
+    return tmpdir;
+}
+
+int test_finish(const char *name) {
+    if (tmpdir[0] && test_failures == 0) {
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+        if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", tmpdir);
+    }
+    printf("%s: %d checks, %d passed, %d failed\n", name, test_checks, test_checks - test_failures,
+           test_failures);
+    return test_failures ? 1 : 0;
+}

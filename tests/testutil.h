@@ -1,0 +1,32 @@
+/* testutil.h - checks that count failures; a test's main returns test_finish(). */
+#ifndef STRATA_TESTUTIL_H
+#define STRATA_TESTUTIL_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+extern int test_failures;
+extern int test_checks;
+
+#define CHECK(cond, ...)                                                     \
+    do {                                                                     \
+        test_checks++;                                                       \
+        if (!(cond)) {                                                       \
+            test_failures++;                                                 \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);  \
+            fprintf(stderr, __VA_ARGS__);                                    \
+            fputc('\n', stderr);                                             \
+        }                                                                    \
+    } while (0)
+
+/* Compare arrays: |a-b| <= atol + rtol*|b| element-wise; reports the worst element. */
+int check_close_f32(const char *what, const float *a, const float *b, size_t n, double atol, double rtol);
+int check_close_f64(const char *what, const double *a, const double *b, size_t n, double atol, double rtol);
+/* Path under the source tree (STRATA_SOURCE_DIR), in a static buffer. */
+const char *test_source_path(const char *rel);
+/* A fresh empty temporary directory (mkdtemp); removed by test_finish unless the test failed. */
+const char *test_tmpdir(void);
+/* Print the summary line and return the exit code (0 pass, 1 fail). */
+int test_finish(const char *name);
+
+#endif
