@@ -1,0 +1,105 @@
+/* model.h - GPT-2 as a list of blocks on a backend.
+ *
+ * Parameters live in one allocation, laid out as
+ *     wte (V, C) | wpe (maxT, C) | block 0 | block 1 | ... | ln_f.weight (C) | ln_f.bias (C)
+ * and each block is one contiguous slab (so a block moves with one copy):
+ *     ln_1.w, ln_1.b (C) | c_attn.w (C, 3C), c_attn.b (3C) | attn.c_proj.w (C, C), .b (C) |
+ *     ln_2.w, ln_2.b (C) | c_fc.w (C, 4C), c_fc.b (4C) | mlp.c_proj.w (4C, C), .b (C)
+ * Matmul weights are (in, out), as Hugging Face's GPT-2 Conv1D stores them. The
+ * gradients share this layout exactly, so zeroing them is one memset and the optimizer
+ * is one flat pass. Every tensor has its Hugging Face name and a role derived from it.
+ */
+#ifndef STRATA_MODEL_H
+#define STRATA_MODEL_H
+
+#include "strata/backend.h"
+#include "strata/core.h"
+
+typedef struct gpt2_config {
+    int vocab_size; /* V */
+    int max_seq;    /* maxT, rows of wpe */
+    int n_layer;    /* L */
+    int n_head;     /* NH */
+    int n_embd;     /* C */
+} gpt2_config;
+
+/* Named shapes: "gpt2-124m" (the original), "gpt2-mini" (the default for strata
+ * train: trains visibly in two minutes on two cores), "gpt2-tiny" (tests). */
+st_status gpt2_config_preset(const char *name, gpt2_config *cfg, st_err *err);
+const char *gpt2_preset_names(void);
+st_status gpt2_config_validate(const gpt2_config *cfg, st_err *err);
+
+typedef enum st_role {
+    ST_ROLE_EMBEDDING = 0,
+    ST_ROLE_MATMUL_WEIGHT = 1,
+    ST_ROLE_BIAS = 2,
+    ST_ROLE_NORM_WEIGHT = 3,
+    ST_ROLE_NORM_BIAS = 4
+} st_role;
+
+/* The role of a tensor, from its (Hugging Face) name alone. */
+st_role st_role_from_name(const char *name);
+const char *st_role_name(st_role r);
+
+typedef struct st_param_info {
+    char name[96];
+    size_t offset; /* elements from the start of the parameter vector */
+    size_t numel;
+    int ndim;
+    int shape[2];
+    st_role role;
+} st_param_info;
+
+typedef struct gpt2_acts gpt2_acts;
+
+typedef struct gpt2_model {
+    gpt2_config cfg;
+    st_backend *be;
+    size_t n_params;
+    float *params; /* backend memory, n_params */
+    float *grads;  /* backend memory, n_params, same layout */
+    int n_tensors;
+    st_param_info *tensors;
+    size_t block_offset0; /* element offset of block 0 */
+    size_t block_numel;   /* elements per block slab */
+    gpt2_acts *acts;      /* sized for (B, T) by gpt2_alloc_acts */
+    int B, T;
+    float mean_loss;
+} gpt2_model;
+
+st_status gpt2_create(gpt2_model *m, const gpt2_config *cfg, st_backend *be, st_err *err);
+void gpt2_free(gpt2_model *m);
+
+/* GPT-2's initialisation: weights N(0, 0.02), residual projections scaled by
+ * 1/sqrt(2L), biases 0, LayerNorm weight 1 and bias 0. Deterministic in seed. */
+void gpt2_init_random(gpt2_model *m, uint64_t seed);
+
+const st_param_info *gpt2_find_tensor(const gpt2_model *m, const char *name);
+
+/* Activations for batches of B sequences of T tokens (T <= max_seq). */
+st_status gpt2_alloc_acts(gpt2_model *m, int B, int T, st_err *err);
+size_t gpt2_act_bytes(const gpt2_config *cfg, int B, int T);
+
+/* Forward over inputs (B,T); with targets, returns the mean loss over positions whose
+ * target is >= 0. If dloss != 0 the logits are replaced by their gradient scaled by
+ * dloss (call gpt2_backward next). Host pointers to int32 token ids. */
+float gpt2_forward(gpt2_model *m, const int32_t *inputs, const int32_t *targets, float dloss);
+/* Accumulate parameter gradients (+=) for the last forward. */
+void gpt2_backward(gpt2_model *m);
+void gpt2_zero_grad(gpt2_model *m);
+/* Logits (B,T,V) of the last forward made with dloss == 0 (backend memory). */
+const float *gpt2_logits(const gpt2_model *m);
+
+/* Model FLOPs for one training step (forward + backward) per token at sequence length T:
+ *   6 * (L*12*C^2 + V*C)   matmul weights, including the tied classifier
+ * + 6 * L * T * C          causal attention (QK^T and PV, forward 2*2*T*C/2, x3 for backward)
+ * Norms, biases, GELU, softmax and the attention recompute are not counted. */
+double gpt2_flops_per_token(const gpt2_config *cfg, int T);
+
+
+/* Hugging Face-compatible weights: every tensor under its GPT-2 name, F32, tied head
+ * omitted (as save_pretrained writes it). Load accepts names with or without the
+ * "transformer." prefix, and F32/BF16/F16 data; shapes must match the configuration. */
+st_status gpt2_save_safetensors(const gpt2_model *m, const char *path, st_err *err);
+st_status gpt2_load_safetensors(gpt2_model *m, const char *path, st_err *err);
+#endif

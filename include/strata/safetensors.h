@@ -1,0 +1,61 @@
+/* safetensors.h - read and write the safetensors format (Hugging Face).
+ *
+ * Layout: u64 little-endian header length H, then H bytes of JSON
+ *   {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...,
+ *    "__metadata__": {"key": "value"}}
+ * then the data; offsets are relative to the end of the header.
+ *
+ * The reader maps the file and validates every entry before returning: a header
+ * that lies (offsets out of range, overlapping tensors, a shape that disagrees with
+ * its byte length, an unknown dtype) is an error naming the file, tensor and offset.
+ * The writer writes to a temporary file, fsyncs, and renames: the target is either
+ * the old file or the complete new one.
+ */
+#ifndef STRATA_SAFETENSORS_H
+#define STRATA_SAFETENSORS_H
+
+#include "strata/core.h"
+#include "strata/tensor.h"
+
+#define ST_MAX_DIMS 8
+
+typedef struct st_tensor_entry {
+    char *name;
+    st_dtype dtype;
+    int ndim;
+    int64_t shape[ST_MAX_DIMS];
+    size_t numel;
+    size_t begin, end; /* byte offsets into the data section */
+} st_tensor_entry;
+
+typedef struct st_safetensors st_safetensors;
+
+st_status safetensors_open(st_safetensors **out, const char *path, st_err *err);
+void safetensors_close(st_safetensors *st);
+int safetensors_count(const st_safetensors *st);
+const st_tensor_entry *safetensors_entry(const st_safetensors *st, int i);
+const st_tensor_entry *safetensors_find(const st_safetensors *st, const char *name);
+const void *safetensors_data(const st_safetensors *st, const st_tensor_entry *e);
+const char *safetensors_path(const st_safetensors *st);
+/* A __metadata__ value, or NULL. */
+const char *safetensors_meta(const st_safetensors *st, const char *key);
+
+/* Read tensor `name` into dst as f32, checking that it has exactly numel elements
+ * (and, if shape != NULL, exactly that shape). Converts from F32, BF16, F16, F64. */
+st_status safetensors_read_f32(const st_safetensors *st, const char *name, float *dst, size_t numel,
+                               const int64_t *shape, int ndim, st_err *err);
+
+typedef struct st_tensor_out {
+    const char *name;
+    st_dtype dtype;
+    int ndim;
+    int64_t shape[ST_MAX_DIMS];
+    const void *data; /* host memory, numel * dtype size bytes */
+} st_tensor_out;
+
+/* Write tensors (sorted by name in the header) and metadata pairs meta[2i] = key,
+ * meta[2i+1] = value, atomically (temporary file + fsync + rename). */
+st_status safetensors_write(const char *path, const st_tensor_out *tensors, int n, const char *const *meta,
+                            int n_meta, st_err *err);
+
+#endif

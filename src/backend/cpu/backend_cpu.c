@@ -1,0 +1,429 @@
+/* backend_cpu.c - the CPU backend: matrix products through OpenBLAS sgemm, everything
+ * else in OpenMP loops the compiler vectorises.
+ *
+ * Determinism: every reduction over rows (parameter gradients of layernorm, bias,
+ * embeddings) is parallelised over columns, so each output element is summed by one
+ * thread in a fixed order; results do not depend on thread timing. That is what makes
+ * resume bit-exact.
+ *
+ * Hot elementwise loops are compiled for AVX-512, AVX2 and baseline x86-64 with
+ * target_clones; the loader picks the best for the machine.
+ */
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/fastmath.h"
+#include "strata/backend.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define ST_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define ST_CLONES
+#endif
+
+typedef struct cpu_ctx {
+    int threads;
+} cpu_ctx;
+
+/* ---------------------------------------------------------------- memory */
+
+static void *cpu_alloc(st_backend *be, size_t bytes) { (void)be; return st_alloc(bytes); }
+static void cpu_dealloc(st_backend *be, void *p) { (void)be; st_free(p); }
+static void cpu_memset0(st_backend *be, void *p, size_t bytes) { (void)be; memset(p, 0, bytes); }
+static void cpu_copy(st_backend *be, void *dst, const void *src, size_t bytes) {
+    (void)be;
+    memcpy(dst, src, bytes);
+}
+static void cpu_sync(st_backend *be) { (void)be; }
+
+/* ---------------------------------------------------------------- encoder */
+
+static void cpu_encoder_forward(st_backend *be, float *out, const int32_t *inp, const float *wte,
+                                const float *wpe, int B, int T, int C) {
+    (void)be;
+#pragma omp parallel for schedule(static)
+    for (int bt = 0; bt < B * T; bt++) {
+        const float *te = wte + (size_t)inp[bt] * C, *pe = wpe + (size_t)(bt % T) * C;
+        float *o = out + (size_t)bt * C;
+        for (int c = 0; c < C; c++) o[c] = te[c] + pe[c];
+    }
+}
+
+static void cpu_encoder_backward(st_backend *be, float *dwte, float *dwpe, const float *dout,
+                                 const int32_t *inp, int B, int T, int C) {
+    (void)be;
+    /* Columns are split across threads: a token id repeated in the batch is then summed
+     * by one thread in row order, with no race and no timing dependence. */
+#pragma omp parallel
+    {
+        int nth = omp_get_num_threads(), th = omp_get_thread_num();
+        int c0 = (int)((long)C * th / nth), c1 = (int)((long)C * (th + 1) / nth);
+        for (int bt = 0; bt < B * T; bt++) {
+            const float *d = dout + (size_t)bt * C;
+            float *te = dwte + (size_t)inp[bt] * C, *pe = dwpe + (size_t)(bt % T) * C;
+            for (int c = c0; c < c1; c++) {
+                te[c] += d[c];
+                pe[c] += d[c];
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- layernorm */
+
+ST_CLONES
+static void cpu_layernorm_forward(st_backend *be, float *out, float *mean, float *rstd, const float *inp,
+                                  const float *w, const float *b, int N, int C) {
+    (void)be;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float *x = inp + (size_t)i * C;
+        float m = 0;
+        for (int c = 0; c < C; c++) m += x[c];
+        m /= C;
+        float v = 0;
+        for (int c = 0; c < C; c++) { float d = x[c] - m; v += d * d; }
+        v /= C;
+        float s = 1.0f / sqrtf(v + 1e-5f);
+        float *o = out + (size_t)i * C;
+        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * w[c] + b[c];
+        mean[i] = m;
+        rstd[i] = s;
+    }
+}
+
+ST_CLONES
+static void cpu_layernorm_backward(st_backend *be, float *dinp, float *dw, float *db, const float *dout,
+                                   const float *inp, const float *w, const float *mean, const float *rstd,
+                                   int N, int C) {
+    (void)be;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float *d = dout + (size_t)i * C, *x = inp + (size_t)i * C;
+        float m = mean[i], s = rstd[i];
+        float dnorm_mean = 0, dnorm_norm_mean = 0;
+        for (int c = 0; c < C; c++) {
+            float norm = (x[c] - m) * s, dn = w[c] * d[c];
+            dnorm_mean += dn;
+            dnorm_norm_mean += dn * norm;
+        }
+        dnorm_mean /= C;
+        dnorm_norm_mean /= C;
+        float *di = dinp + (size_t)i * C;
+        for (int c = 0; c < C; c++) {
+            float norm = (x[c] - m) * s, dn = w[c] * d[c];
+            di[c] += (dn - dnorm_mean - norm * dnorm_norm_mean) * s;
+        }
+    }
+    /* parameter gradients: columns per thread, rows summed in order */
+#pragma omp parallel
+    {
+        int nth = omp_get_num_threads(), th = omp_get_thread_num();
+        int c0 = (int)((long)C * th / nth), c1 = (int)((long)C * (th + 1) / nth);
+        for (int i = 0; i < N; i++) {
+            const float *d = dout + (size_t)i * C, *x = inp + (size_t)i * C;
+            float m = mean[i], s = rstd[i];
+            for (int c = c0; c < c1; c++) {
+                dw[c] += (x[c] - m) * s * d[c];
+                db[c] += d[c];
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- matmul */
+
+static void cpu_matmul_forward(st_backend *be, float *out, const float *inp, const float *w, const float *bias,
+                               int N, int C, int OC, st_wlayout layout) {
+    (void)be;
+    float beta = 0.0f;
+    if (bias) {
+#pragma omp parallel for schedule(static)
+        for (int i = 0; i < N; i++) memcpy(out + (size_t)i * OC, bias, sizeof(float) * OC);
+        beta = 1.0f;
+    }
+    if (layout == ST_W_IN_OUT)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, OC, C, 1.0f, inp, C, w, OC, beta, out, OC);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, beta, out, OC);
+}
+
+static void cpu_matmul_backward(st_backend *be, float *dinp, float *dw, float *dbias, const float *dout,
+                                const float *inp, const float *w, int N, int C, int OC, st_wlayout layout) {
+    (void)be;
+    if (layout == ST_W_IN_OUT) {
+        if (dinp) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, C, OC, 1.0f, dout, OC, w, OC, 1.0f, dinp, C);
+        if (dw) cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, C, OC, N, 1.0f, inp, C, dout, OC, 1.0f, dw, OC);
+    } else {
+        if (dinp) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 1.0f, dinp, C);
+        if (dw) cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
+    }
+    if (dbias) {
+#pragma omp parallel
+        {
+            int nth = omp_get_num_threads(), th = omp_get_thread_num();
+            int o0 = (int)((long)OC * th / nth), o1 = (int)((long)OC * (th + 1) / nth);
+            for (int i = 0; i < N; i++) {
+                const float *d = dout + (size_t)i * OC;
+                for (int o = o0; o < o1; o++) dbias[o] += d[o];
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- attention
+ * Per (batch, head), queries are taken in blocks of ATT_BQ rows; a block only meets
+ * the keys at or before its last row (causal), so the work is close to half of the
+ * full T x T product. Scores for one block live in per-thread scratch (ATT_BQ x T)
+ * and are gone when the block is done: nothing T x T survives between forward and
+ * backward; backward recomputes the probabilities from q, k and the saved lse. */
+
+#define ATT_BQ 64
+
+ST_CLONES
+static void att_softmax_block(float *S, float *lse_out, int r0, int nr, int nk, int ld) {
+    for (int r = 0; r < nr; r++) {
+        int t = r0 + r, valid = t + 1; /* keys 0..t */
+        float *s = S + (size_t)r * ld;
+        float mx = -INFINITY;
+        for (int j = 0; j < valid; j++) mx = s[j] > mx ? s[j] : mx;
+        float sum = 0;
+        for (int j = 0; j < valid; j++) { s[j] = st_fast_expf(s[j] - mx); sum += s[j]; }
+        float inv = 1.0f / sum;
+        for (int j = 0; j < valid; j++) s[j] *= inv;
+        for (int j = valid; j < nk; j++) s[j] = 0.0f;
+        if (lse_out) lse_out[t] = mx + logf(sum);
+    }
+}
+
+static void cpu_attention_forward(st_backend *be, float *out, float *lse, const float *qkv, int B, int T,
+                                  int C, int NH) {
+    (void)be;
+    int hs = C / NH, C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel
+    {
+        float *S = malloc(sizeof(float) * ATT_BQ * (size_t)T);
+#pragma omp for schedule(dynamic, 1)
+        for (int bh = 0; bh < B * NH; bh++) {
+            int b = bh / NH, h = bh % NH;
+            const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
+            float *o = out + (size_t)b * T * C + h * hs;
+            float *l = lse + (size_t)bh * T;
+            for (int r0 = 0; r0 < T; r0 += ATT_BQ) {
+                int nr = T - r0 < ATT_BQ ? T - r0 : ATT_BQ, nk = r0 + nr;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, hs, scale, q + (size_t)r0 * C3, C3,
+                            k, C3, 0.0f, S, nk);
+                att_softmax_block(S, l, r0, nr, nk, nk);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hs, nk, 1.0f, S, nk, v, C3, 0.0f,
+                            o + (size_t)r0 * C, C);
+            }
+        }
+        free(S);
+    }
+}
+
+ST_CLONES
+static void att_dscores_block(float *P, const float *dP, const float *delta, const float *S_lse, int r0, int nr,
+                              int nk, float scale) {
+    /* P holds scaled scores on entry; becomes dS = P * (dP - delta) * scale */
+    for (int r = 0; r < nr; r++) {
+        int t = r0 + r;
+        float *p = P + (size_t)r * nk;
+        const float *dp = dP + (size_t)r * nk;
+        float l = S_lse[t], dl = delta[r];
+        for (int j = 0; j <= t; j++) {
+            float pj = st_fast_expf(p[j] - l);
+            p[j] = pj * (dp[j] - dl) * scale;
+        }
+        for (int j = t + 1; j < nk; j++) p[j] = 0.0f;
+    }
+}
+
+ST_CLONES
+static void att_probs_block(float *S, const float *lse, int r0, int nr, int nk) {
+    for (int r = 0; r < nr; r++) {
+        int t = r0 + r;
+        float *s = S + (size_t)r * nk;
+        float l = lse[t];
+        for (int j = 0; j <= t; j++) s[j] = st_fast_expf(s[j] - l);
+        for (int j = t + 1; j < nk; j++) s[j] = 0.0f;
+    }
+}
+
+static void cpu_attention_backward(st_backend *be, float *dqkv, const float *dout, const float *qkv,
+                                   const float *out, const float *lse, int B, int T, int C, int NH) {
+    (void)be;
+    int hs = C / NH, C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel
+    {
+        float *S = malloc(sizeof(float) * ATT_BQ * (size_t)T);  /* scores -> probabilities */
+        float *G = malloc(sizeof(float) * ATT_BQ * (size_t)T);  /* scores again -> dS */
+        float *dP = malloc(sizeof(float) * ATT_BQ * (size_t)T);
+        float delta[ATT_BQ];
+#pragma omp for schedule(dynamic, 1)
+        for (int bh = 0; bh < B * NH; bh++) {
+            int b = bh / NH, h = bh % NH;
+            size_t base = (size_t)b * T * C3 + h * hs;
+            const float *q = qkv + base, *k = q + C, *v = q + 2 * C;
+            float *dq = dqkv + base, *dk = dq + C, *dv = dq + 2 * C;
+            const float *o = out + (size_t)b * T * C + h * hs, *dO = dout + (size_t)b * T * C + h * hs;
+            const float *l = lse + (size_t)bh * T;
+            for (int r0 = 0; r0 < T; r0 += ATT_BQ) {
+                int nr = T - r0 < ATT_BQ ? T - r0 : ATT_BQ, nk = r0 + nr;
+                /* recompute scaled scores, once into S (-> P) and reuse for dS */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, hs, scale, q + (size_t)r0 * C3, C3, k,
+                            C3, 0.0f, S, nk);
+                memcpy(G, S, sizeof(float) * (size_t)nr * nk);
+                att_probs_block(S, l, r0, nr, nk);
+                /* dV[0:nk] += P^T dO */
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nr, 1.0f, S, nk, dO + (size_t)r0 * C, C,
+                            1.0f, dv, C3);
+                /* dP = dO V^T */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, hs, 1.0f, dO + (size_t)r0 * C, C, v, C3,
+                            0.0f, dP, nk);
+                for (int r = 0; r < nr; r++) {
+                    const float *a = dO + (size_t)(r0 + r) * C, *bb = o + (size_t)(r0 + r) * C;
+                    float s = 0;
+                    for (int d = 0; d < hs; d++) s += a[d] * bb[d];
+                    delta[r] = s;
+                }
+                att_dscores_block(G, dP, delta, l, r0, nr, nk, scale);
+                /* dQ[r0:r0+nr] += dS K ; dK[0:nk] += dS^T Q */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hs, nk, 1.0f, G, nk, k, C3, 1.0f,
+                            dq + (size_t)r0 * C3, C3);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nr, 1.0f, G, nk, q + (size_t)r0 * C3, C3,
+                            1.0f, dk, C3);
+            }
+        }
+        free(S);
+        free(G);
+        free(dP);
+    }
+}
+
+/* ---------------------------------------------------------------- gelu, residual */
+
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+
+/* gelu_tanh(x) = 0.5 x (1 + tanh(u)) = x * sigmoid(2u), u = k (x + 0.044715 x^3) */
+ST_CLONES
+static void cpu_gelu_forward(st_backend *be, float *out, const float *inp, int n) {
+    (void)be;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < n; i++) {
+        float x = inp[i], u = GELU_K * (x + 0.044715f * x * x * x);
+        out[i] = x / (1.0f + st_fast_expf(-2.0f * u));
+    }
+}
+
+ST_CLONES
+static void cpu_gelu_backward(st_backend *be, float *dinp, const float *inp, const float *dout, int n) {
+    (void)be;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < n; i++) {
+        float x = inp[i], u = GELU_K * (x + 0.044715f * x * x * x);
+        float s = 1.0f / (1.0f + st_fast_expf(-2.0f * u)); /* = 0.5 (1 + tanh u) */
+        float du = GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] += dout[i] * (s + x * 2.0f * s * (1.0f - s) * du);
+    }
+}
+
+static void cpu_residual_forward(st_backend *be, float *out, const float *a, const float *b, int n) {
+    (void)be;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+static void cpu_residual_backward(st_backend *be, float *da, float *db, const float *dout, int n) {
+    (void)be;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < n; i++) {
+        da[i] += dout[i];
+        db[i] += dout[i];
+    }
+}
+
+/* ---------------------------------------------------------------- softmax + cross-entropy */
+
+ST_CLONES
+static void cpu_crossentropy(st_backend *be, float *logits, float *losses, const int32_t *targets, int N, int V,
+                             float dloss) {
+    (void)be;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        float *l = logits + (size_t)i * V;
+        int tgt = targets[i];
+        if (tgt < 0) {
+            losses[i] = 0.0f;
+            if (dloss != 0.0f) memset(l, 0, sizeof(float) * V);
+            continue;
+        }
+        float mx = -INFINITY;
+        for (int j = 0; j < V; j++) mx = l[j] > mx ? l[j] : mx;
+        float lt = l[tgt];
+        double sum = 0; /* V can be 150k: sum in double so the loss keeps its digits */
+        if (dloss != 0.0f) {
+            for (int j = 0; j < V; j++) { l[j] = st_fast_expf(l[j] - mx); sum += l[j]; }
+            float sc = (float)(dloss / sum);
+            for (int j = 0; j < V; j++) l[j] *= sc;
+            l[tgt] -= dloss;
+        } else {
+            for (int j = 0; j < V; j++) sum += st_fast_expf(l[j] - mx);
+        }
+        losses[i] = (float)(mx + log(sum) - lt);
+    }
+}
+
+/* ---------------------------------------------------------------- vtable */
+
+static void cpu_free(st_backend *be) {
+    if (!be) return;
+    free(be->ctx);
+    free(be);
+}
+
+static const st_backend_ops cpu_ops = {
+    .name = "cpu",
+    .free = cpu_free,
+    .alloc = cpu_alloc,
+    .dealloc = cpu_dealloc,
+    .memset0 = cpu_memset0,
+    .copy_to_device = cpu_copy,
+    .copy_to_host = cpu_copy,
+    .synchronize = cpu_sync,
+    .encoder_forward = cpu_encoder_forward,
+    .encoder_backward = cpu_encoder_backward,
+    .layernorm_forward = cpu_layernorm_forward,
+    .layernorm_backward = cpu_layernorm_backward,
+    .matmul_forward = cpu_matmul_forward,
+    .matmul_backward = cpu_matmul_backward,
+    .attention_forward = cpu_attention_forward,
+    .attention_backward = cpu_attention_backward,
+    .gelu_forward = cpu_gelu_forward,
+    .gelu_backward = cpu_gelu_backward,
+    .residual_forward = cpu_residual_forward,
+    .residual_backward = cpu_residual_backward,
+    .crossentropy_forward_backward = cpu_crossentropy,
+};
+
+st_status st_backend_cpu_create(st_backend **out, int threads, st_err *err) {
+    *out = NULL;
+    st_backend *be = calloc(1, sizeof *be);
+    cpu_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!be || !ctx) {
+        free(be);
+        free(ctx);
+        return st_errf(err, ST_ERR_NOMEM, "cpu backend: out of memory");
+    }
+    if (threads > 0) omp_set_num_threads(threads);
+    ctx->threads = threads > 0 ? threads : omp_get_max_threads();
+    be->ops = &cpu_ops;
+    be->ctx = ctx;
+    *out = be;
+    return ST_OK;
+}

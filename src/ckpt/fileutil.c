@@ -1,0 +1,80 @@
+/* fileutil.c - crash-safe writes (temporary + fsync + rename) and directory helpers. */
+#include "ckpt/fileutil.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+st_status st_file_writer_open(st_file_writer *w, const char *path, st_err *err) {
+    memset(w, 0, sizeof *w);
+    if (strlen(path) >= sizeof w->path) return st_errf(err, ST_ERR_INVALID, "path too long: %s", path);
+    snprintf(w->path, sizeof w->path, "%s", path);
+    snprintf(w->tmp, sizeof w->tmp, "%s.tmp.%d", path, (int)getpid());
+    w->f = fopen(w->tmp, "wb");
+    if (!w->f) return st_errf(err, ST_ERR_IO, "%s: cannot create: %s", w->tmp, strerror(errno));
+    return ST_OK;
+}
+
+st_status st_file_writer_put(st_file_writer *w, const void *data, size_t n, st_err *err) {
+    if (n && fwrite(data, 1, n, w->f) != n) {
+        int e = errno;
+        return st_errf(err, e == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "%s: write failed at offset %zu: %s%s", w->tmp,
+                       w->bytes, strerror(e), e == ENOSPC ? "; free space on that disk (the previous file is intact)" : "");
+    }
+    w->crc = st_crc32c(w->crc, data, n);
+    w->bytes += n;
+    return ST_OK;
+}
+
+st_status st_fsync_dir(const char *dir, st_err *err) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return st_errf(err, ST_ERR_IO, "%s: cannot open directory: %s", dir, strerror(errno));
+    int r = fsync(fd);
+    close(fd);
+    return r == 0 ? ST_OK : st_errf(err, ST_ERR_IO, "%s: fsync failed: %s", dir, strerror(errno));
+}
+
+st_status st_file_writer_close(st_file_writer *w, st_status status, st_err *err) {
+    if (!w->f) return status;
+    if (status == ST_OK) {
+        if (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0) {
+            int e = errno;
+            status = st_errf(err, e == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "%s: flush failed: %s", w->tmp, strerror(e));
+        }
+    }
+    if (fclose(w->f) != 0 && status == ST_OK)
+        status = st_errf(err, ST_ERR_IO, "%s: close failed: %s", w->tmp, strerror(errno));
+    w->f = NULL;
+    if (status != ST_OK) {
+        unlink(w->tmp);
+        return status;
+    }
+    if (rename(w->tmp, w->path) != 0) {
+        status = st_errf(err, ST_ERR_IO, "%s: cannot rename into place: %s", w->path, strerror(errno));
+        unlink(w->tmp);
+        return status;
+    }
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", w->path);
+    return st_fsync_dir(dirname(dir), err);
+}
+
+st_status st_mkdirs(const char *path, st_err *err) {
+    char buf[4096];
+    if (strlen(path) >= sizeof buf) return st_errf(err, ST_ERR_INVALID, "path too long: %s", path);
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; ; p++) {
+        if (*p == '/' || *p == 0) {
+            char c = *p;
+            *p = 0;
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+                return st_errf(err, ST_ERR_IO, "%s: cannot create directory: %s", buf, strerror(errno));
+            *p = c;
+            if (!c) break;
+        }
+    }
+    return ST_OK;
+}

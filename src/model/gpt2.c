@@ -1,0 +1,382 @@
+/* gpt2.c - GPT-2 forward and backward as a sequence of backend ops.
+ *
+ * Shapes: B batch, T time, C channels, NH heads, V vocabulary, L layers, N = B*T.
+ * Per layer the forward keeps what backward needs: ln1, qkv, atty, lse, residual2,
+ * ln2, fch, fch_gelu, residual3 (and LayerNorm statistics). The attention keeps only
+ * its output and lse (B,NH,T); the classifier has one (N,V) buffer that holds logits
+ * and then, in place, their gradient.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "strata/model.h"
+
+/* ------------------------------------------------------------------ configs */
+
+static const struct { const char *name; gpt2_config cfg; } presets[] = {
+    {"gpt2-124m", {50257, 1024, 12, 12, 768}},
+    {"gpt2-350m", {50257, 1024, 24, 16, 1024}},
+    {"gpt2-mini", {256, 256, 4, 4, 128}},
+    {"gpt2-tiny", {64, 16, 2, 4, 32}},
+};
+
+st_status gpt2_config_preset(const char *name, gpt2_config *cfg, st_err *err) {
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+        if (!strcmp(name, presets[i].name)) { *cfg = presets[i].cfg; return ST_OK; }
+    return st_errf(err, ST_ERR_INVALID, "unknown model '%s'; known models: %s", name, gpt2_preset_names());
+}
+
+const char *gpt2_preset_names(void) { return "gpt2-124m, gpt2-350m, gpt2-mini, gpt2-tiny"; }
+
+st_status gpt2_config_validate(const gpt2_config *c, st_err *err) {
+    if (c->vocab_size < 2 || c->vocab_size > (1 << 24))
+        return st_errf(err, ST_ERR_INVALID, "vocab_size %d is out of range [2, 16777216]", c->vocab_size);
+    if (c->max_seq < 1 || c->max_seq > (1 << 20))
+        return st_errf(err, ST_ERR_INVALID, "max_seq %d is out of range [1, 1048576]", c->max_seq);
+    if (c->n_layer < 1 || c->n_layer > 4096)
+        return st_errf(err, ST_ERR_INVALID, "n_layer %d is out of range [1, 4096]", c->n_layer);
+    if (c->n_embd < 1 || c->n_embd > 65536)
+        return st_errf(err, ST_ERR_INVALID, "n_embd %d is out of range [1, 65536]", c->n_embd);
+    if (c->n_head < 1 || c->n_embd % c->n_head != 0)
+        return st_errf(err, ST_ERR_INVALID, "n_head %d must be >= 1 and divide n_embd %d", c->n_head, c->n_embd);
+    return ST_OK;
+}
+
+/* ------------------------------------------------------------------ roles */
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t ls = strlen(s), lx = strlen(suffix);
+    return ls >= lx && !strcmp(s + ls - lx, suffix);
+}
+
+st_role st_role_from_name(const char *name) {
+    int is_norm = strstr(name, "ln_") || strstr(name, "norm");
+    if (is_norm) return ends_with(name, ".bias") ? ST_ROLE_NORM_BIAS : ST_ROLE_NORM_WEIGHT;
+    if (ends_with(name, ".bias")) return ST_ROLE_BIAS;
+    if (strstr(name, "wte") || strstr(name, "wpe") || strstr(name, "embed_tokens")) return ST_ROLE_EMBEDDING;
+    return ST_ROLE_MATMUL_WEIGHT;
+}
+
+const char *st_role_name(st_role r) {
+    static const char *names[] = {"embedding", "matmul_weight", "bias", "norm_weight", "norm_bias"};
+    return (unsigned)r < 5 ? names[r] : "?";
+}
+
+/* ------------------------------------------------------------------ layout */
+
+/* Block slab entries, in order, as (suffix, rows, cols) with dims in units of C. */
+enum { BLK_LN1W, BLK_LN1B, BLK_QKVW, BLK_QKVB, BLK_PROJW, BLK_PROJB, BLK_LN2W, BLK_LN2B,
+       BLK_FCW, BLK_FCB, BLK_FCPW, BLK_FCPB, BLK_COUNT };
+static const struct { const char *suffix; int rows_c, cols_c; } blk_layout[BLK_COUNT] = {
+    {"ln_1.weight", 0, 1},        {"ln_1.bias", 0, 1},        {"attn.c_attn.weight", 1, 3},
+    {"attn.c_attn.bias", 0, 3},   {"attn.c_proj.weight", 1, 1}, {"attn.c_proj.bias", 0, 1},
+    {"ln_2.weight", 0, 1},        {"ln_2.bias", 0, 1},        {"mlp.c_fc.weight", 1, 4},
+    {"mlp.c_fc.bias", 0, 4},      {"mlp.c_proj.weight", 4, 1}, {"mlp.c_proj.bias", 0, 1},
+};
+
+typedef struct block_ptrs {
+    float *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcpw, *fcpb;
+} block_ptrs;
+
+static block_ptrs block_at(const gpt2_model *m, float *base, int l) {
+    size_t C = (size_t)m->cfg.n_embd;
+    float *p = base + m->block_offset0 + (size_t)l * m->block_numel;
+    block_ptrs b;
+    float **slots[BLK_COUNT] = {&b.ln1w, &b.ln1b, &b.qkvw, &b.qkvb, &b.projw, &b.projb,
+                                &b.ln2w, &b.ln2b, &b.fcw,  &b.fcb,  &b.fcpw, &b.fcpb};
+    for (int i = 0; i < BLK_COUNT; i++) {
+        *slots[i] = p;
+        size_t rows = blk_layout[i].rows_c ? blk_layout[i].rows_c * C : 1;
+        p += rows * blk_layout[i].cols_c * C;
+    }
+    return b;
+}
+
+static void add_tensor(gpt2_model *m, const char *name, size_t *off, int ndim, int d0, int d1) {
+    st_param_info *t = &m->tensors[m->n_tensors++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->offset = *off;
+    t->ndim = ndim;
+    t->shape[0] = d0;
+    t->shape[1] = ndim > 1 ? d1 : 1;
+    t->numel = (size_t)d0 * (ndim > 1 ? (size_t)d1 : 1);
+    t->role = st_role_from_name(name);
+    *off += t->numel;
+}
+
+/* ------------------------------------------------------------------ activations */
+
+struct gpt2_acts {
+    int32_t *inputs, *targets; /* backend copies (N) */
+    float *encoded;            /* (N,C) */
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *lse, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fchg, *res3;
+    float *lnf, *lnf_mean, *lnf_rstd;
+    float *logits, *losses;    /* (N,V), (N) */
+    float *scratch;            /* (N,C): projection outputs in forward */
+    /* backward scratch */
+    float *dres, *dC, *dC4a, *dC4b, *dC3;
+    float *losses_host;
+    void *block;               /* the single allocation */
+};
+
+size_t gpt2_act_bytes(const gpt2_config *cfg, int B, int T) {
+    size_t N = (size_t)B * T, C = cfg->n_embd, L = cfg->n_layer, NH = cfg->n_head, V = cfg->vocab_size;
+    size_t per_layer = N * C * 8 + N * 4 * C * 2 + N * 4 + NH * N; /* ln1 qkv(3) atty res2 ln2 res3 + fch fchg + stats + lse */
+    size_t total = 2 * N /* tokens */ + N * C + L * per_layer + N * C + 2 * N + N * V + N + N * C /* scratch */
+                   + N * C * 2 + N * 4 * C * 2 + N * 3 * C;
+    return total * 4;
+}
+
+st_status gpt2_alloc_acts(gpt2_model *m, int B, int T, st_err *err) {
+    if (B < 1 || T < 1) return st_errf(err, ST_ERR_INVALID, "batch %d and seq %d must be >= 1", B, T);
+    if (T > m->cfg.max_seq)
+        return st_errf(err, ST_ERR_INVALID, "seq %d exceeds the model's max_seq %d (rows of wpe)", T, m->cfg.max_seq);
+    if (m->acts) {
+        m->be->ops->dealloc(m->be, m->acts->block);
+        free(m->acts->losses_host);
+        free(m->acts);
+        m->acts = NULL;
+    }
+    size_t bytes = gpt2_act_bytes(&m->cfg, B, T);
+    gpt2_acts *a = calloc(1, sizeof *a);
+    if (!a) return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    a->block = m->be->ops->alloc(m->be, bytes);
+    a->losses_host = malloc(sizeof(float) * (size_t)B * T);
+    if (!a->block || !a->losses_host) {
+        if (a->block) m->be->ops->dealloc(m->be, a->block);
+        free(a->losses_host);
+        free(a);
+        return st_errf(err, ST_ERR_NOMEM, "cannot allocate %.1f MiB of activations for batch %d x seq %d; "
+                       "lower batch or seq", bytes / 1048576.0, B, T);
+    }
+    size_t N = (size_t)B * T, C = m->cfg.n_embd, L = m->cfg.n_layer, NH = m->cfg.n_head, V = m->cfg.vocab_size;
+    float *p = a->block;
+#define TAKE(ptr, n) do { ptr = (void *)p; p += (n); } while (0)
+    TAKE(a->inputs, N);
+    TAKE(a->targets, N);
+    TAKE(a->encoded, N * C);
+    TAKE(a->ln1, L * N * C);
+    TAKE(a->qkv, L * N * 3 * C);
+    TAKE(a->atty, L * N * C);
+    TAKE(a->res2, L * N * C);
+    TAKE(a->ln2, L * N * C);
+    TAKE(a->res3, L * N * C);
+    TAKE(a->fch, L * N * 4 * C);
+    TAKE(a->fchg, L * N * 4 * C);
+    TAKE(a->ln1_mean, L * N);
+    TAKE(a->ln1_rstd, L * N);
+    TAKE(a->ln2_mean, L * N);
+    TAKE(a->ln2_rstd, L * N);
+    TAKE(a->lse, L * NH * N);
+    TAKE(a->lnf, N * C);
+    TAKE(a->lnf_mean, N);
+    TAKE(a->lnf_rstd, N);
+    TAKE(a->logits, N * V);
+    TAKE(a->losses, N);
+    TAKE(a->scratch, N * C);
+    TAKE(a->dres, N * C);
+    TAKE(a->dC, N * C);
+    TAKE(a->dC4a, N * 4 * C);
+    TAKE(a->dC4b, N * 4 * C);
+    TAKE(a->dC3, N * 3 * C);
+#undef TAKE
+    if ((size_t)((char *)p - (char *)a->block) > bytes) {
+        m->be->ops->dealloc(m->be, a->block);
+        free(a->losses_host);
+        free(a);
+        return st_errf(err, ST_ERR_INVALID, "internal: activation layout exceeds its size");
+    }
+    m->acts = a;
+    m->B = B;
+    m->T = T;
+    return ST_OK;
+}
+
+/* ------------------------------------------------------------------ lifetime */
+
+st_status gpt2_create(gpt2_model *m, const gpt2_config *cfg, st_backend *be, st_err *err) {
+    memset(m, 0, sizeof *m);
+    st_status s = gpt2_config_validate(cfg, err);
+    if (s) return s;
+    m->cfg = *cfg;
+    m->be = be;
+    int L = cfg->n_layer, C = cfg->n_embd;
+    m->tensors = calloc((size_t)(2 + L * BLK_COUNT + 2), sizeof *m->tensors);
+    if (!m->tensors) return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    size_t off = 0;
+    add_tensor(m, "transformer.wte.weight", &off, 2, cfg->vocab_size, C);
+    add_tensor(m, "transformer.wpe.weight", &off, 2, cfg->max_seq, C);
+    m->block_offset0 = off;
+    for (int l = 0; l < L; l++) {
+        for (int i = 0; i < BLK_COUNT; i++) {
+            char name[96];
+            snprintf(name, sizeof name, "transformer.h.%d.%s", l, blk_layout[i].suffix);
+            if (blk_layout[i].rows_c) add_tensor(m, name, &off, 2, blk_layout[i].rows_c * C, blk_layout[i].cols_c * C);
+            else add_tensor(m, name, &off, 1, blk_layout[i].cols_c * C, 1);
+        }
+        if (l == 0) m->block_numel = off - m->block_offset0;
+    }
+    add_tensor(m, "transformer.ln_f.weight", &off, 1, C, 1);
+    add_tensor(m, "transformer.ln_f.bias", &off, 1, C, 1);
+    m->n_params = off;
+    m->params = be->ops->alloc(be, off * sizeof(float));
+    m->grads = be->ops->alloc(be, off * sizeof(float));
+    if (!m->params || !m->grads) {
+        gpt2_free(m);
+        return st_errf(err, ST_ERR_NOMEM, "cannot allocate %.1f MiB for parameters and gradients",
+                       2.0 * off * sizeof(float) / 1048576.0);
+    }
+    return ST_OK;
+}
+
+void gpt2_free(gpt2_model *m) {
+    if (!m->be) return;
+    if (m->acts) {
+        m->be->ops->dealloc(m->be, m->acts->block);
+        free(m->acts->losses_host);
+        free(m->acts);
+    }
+    if (m->params) m->be->ops->dealloc(m->be, m->params);
+    if (m->grads) m->be->ops->dealloc(m->be, m->grads);
+    free(m->tensors);
+    memset(m, 0, sizeof *m);
+}
+
+const st_param_info *gpt2_find_tensor(const gpt2_model *m, const char *name) {
+    for (int i = 0; i < m->n_tensors; i++)
+        if (!strcmp(m->tensors[i].name, name)) return &m->tensors[i];
+    return NULL;
+}
+
+void gpt2_init_random(gpt2_model *m, uint64_t seed) {
+    float *host = malloc(m->n_params * sizeof(float));
+    if (!host) return;
+    st_rng rng;
+    st_rng_seed(&rng, seed);
+    float resid_scale = 1.0f / sqrtf(2.0f * m->cfg.n_layer);
+    for (int i = 0; i < m->n_tensors; i++) {
+        const st_param_info *t = &m->tensors[i];
+        float *p = host + t->offset;
+        switch (t->role) {
+        case ST_ROLE_NORM_WEIGHT:
+            for (size_t j = 0; j < t->numel; j++) p[j] = 1.0f;
+            break;
+        case ST_ROLE_BIAS:
+        case ST_ROLE_NORM_BIAS:
+            memset(p, 0, t->numel * sizeof(float));
+            break;
+        default: {
+            float std = 0.02f;
+            if (ends_with(t->name, "c_proj.weight")) std *= resid_scale;
+            for (size_t j = 0; j < t->numel; j++) p[j] = std * st_rng_normal(&rng);
+        }
+        }
+    }
+    m->be->ops->copy_to_device(m->be, m->params, host, m->n_params * sizeof(float));
+    free(host);
+}
+
+/* ------------------------------------------------------------------ forward / backward */
+
+#define OPS (m->be->ops)
+
+float gpt2_forward(gpt2_model *m, const int32_t *inputs, const int32_t *targets, float dloss) {
+    gpt2_acts *a = m->acts;
+    st_backend *be = m->be;
+    int B = m->B, T = m->T, C = m->cfg.n_embd, NH = m->cfg.n_head, L = m->cfg.n_layer, V = m->cfg.vocab_size;
+    int N = B * T;
+    size_t NC = (size_t)N * C;
+    OPS->copy_to_device(be, a->inputs, inputs, sizeof(int32_t) * N);
+    if (targets) OPS->copy_to_device(be, a->targets, targets, sizeof(int32_t) * N);
+    const float *wte = m->params, *wpe = m->params + (size_t)V * C;
+    OPS->encoder_forward(be, a->encoded, a->inputs, wte, wpe, B, T, C);
+    for (int l = 0; l < L; l++) {
+        block_ptrs w = block_at(m, m->params, l);
+        const float *in = l == 0 ? a->encoded : a->res3 + (l - 1) * NC;
+        float *ln1 = a->ln1 + l * NC, *qkv = a->qkv + l * NC * 3, *atty = a->atty + l * NC;
+        float *res2 = a->res2 + l * NC, *ln2 = a->ln2 + l * NC, *res3 = a->res3 + l * NC;
+        float *fch = a->fch + l * NC * 4, *fchg = a->fchg + l * NC * 4;
+        float *lse = a->lse + (size_t)l * NH * N;
+        OPS->layernorm_forward(be, ln1, a->ln1_mean + l * N, a->ln1_rstd + l * N, in, w.ln1w, w.ln1b, N, C);
+        OPS->matmul_forward(be, qkv, ln1, w.qkvw, w.qkvb, N, C, 3 * C, ST_W_IN_OUT);
+        OPS->attention_forward(be, atty, lse, qkv, B, T, C, NH);
+        OPS->matmul_forward(be, a->scratch, atty, w.projw, w.projb, N, C, C, ST_W_IN_OUT);
+        OPS->residual_forward(be, res2, in, a->scratch, (int)NC);
+        OPS->layernorm_forward(be, ln2, a->ln2_mean + l * N, a->ln2_rstd + l * N, res2, w.ln2w, w.ln2b, N, C);
+        OPS->matmul_forward(be, fch, ln2, w.fcw, w.fcb, N, C, 4 * C, ST_W_IN_OUT);
+        OPS->gelu_forward(be, fchg, fch, (int)(NC * 4));
+        OPS->matmul_forward(be, a->scratch, fchg, w.fcpw, w.fcpb, N, 4 * C, C, ST_W_IN_OUT);
+        OPS->residual_forward(be, res3, res2, a->scratch, (int)NC);
+    }
+    const float *lnfw = m->params + m->n_params - 2 * C, *lnfb = lnfw + C;
+    OPS->layernorm_forward(be, a->lnf, a->lnf_mean, a->lnf_rstd, a->res3 + (L - 1) * NC, lnfw, lnfb, N, C);
+    OPS->matmul_forward(be, a->logits, a->lnf, wte, NULL, N, C, V, ST_W_OUT_IN);
+    if (!targets) { m->mean_loss = NAN; return NAN; }
+    OPS->crossentropy_forward_backward(be, a->logits, a->losses, a->targets, N, V, dloss);
+    OPS->copy_to_host(be, a->losses_host, a->losses, sizeof(float) * N);
+    double sum = 0;
+    int counted = 0;
+    for (int i = 0; i < N; i++)
+        if (targets[i] >= 0) { sum += a->losses_host[i]; counted++; }
+    m->mean_loss = counted ? (float)(sum / counted) : 0.0f;
+    return m->mean_loss;
+}
+
+void gpt2_backward(gpt2_model *m) {
+    gpt2_acts *a = m->acts;
+    st_backend *be = m->be;
+    int B = m->B, T = m->T, C = m->cfg.n_embd, NH = m->cfg.n_head, L = m->cfg.n_layer, V = m->cfg.vocab_size;
+    int N = B * T;
+    size_t NC = (size_t)N * C;
+    const float *wte = m->params;
+    float *dwte = m->grads, *dwpe = m->grads + (size_t)V * C;
+    float *dlnfw = m->grads + m->n_params - 2 * C, *dlnfb = dlnfw + C;
+    const float *lnfw = m->params + m->n_params - 2 * C;
+
+    /* classifier: logits already hold dlogits */
+    OPS->memset0(be, a->dC, NC * sizeof(float));
+    OPS->matmul_backward(be, a->dC, dwte, NULL, a->logits, a->lnf, wte, N, C, V, ST_W_OUT_IN);
+    OPS->memset0(be, a->dres, NC * sizeof(float));
+    OPS->layernorm_backward(be, a->dres, dlnfw, dlnfb, a->dC, a->res3 + (L - 1) * NC, lnfw, a->lnf_mean,
+                            a->lnf_rstd, N, C);
+    /* dres is the gradient of the residual stream; it flows through each block's
+     * identity path unchanged and the branches add into it. */
+    for (int l = L - 1; l >= 0; l--) {
+        block_ptrs w = block_at(m, m->params, l), g = block_at(m, m->grads, l);
+        const float *in = l == 0 ? a->encoded : a->res3 + (l - 1) * NC;
+        float *ln1 = a->ln1 + l * NC, *qkv = a->qkv + l * NC * 3, *atty = a->atty + l * NC;
+        float *res2 = a->res2 + l * NC, *ln2 = a->ln2 + l * NC;
+        float *fch = a->fch + l * NC * 4, *fchg = a->fchg + l * NC * 4;
+        float *lse = a->lse + (size_t)l * NH * N;
+        /* MLP branch */
+        OPS->memset0(be, a->dC4a, NC * 4 * sizeof(float));
+        OPS->matmul_backward(be, a->dC4a, g.fcpw, g.fcpb, a->dres, fchg, w.fcpw, N, 4 * C, C, ST_W_IN_OUT);
+        OPS->memset0(be, a->dC4b, NC * 4 * sizeof(float));
+        OPS->gelu_backward(be, a->dC4b, fch, a->dC4a, (int)(NC * 4));
+        OPS->memset0(be, a->dC, NC * sizeof(float));
+        OPS->matmul_backward(be, a->dC, g.fcw, g.fcb, a->dC4b, ln2, w.fcw, N, C, 4 * C, ST_W_IN_OUT);
+        OPS->layernorm_backward(be, a->dres, g.ln2w, g.ln2b, a->dC, res2, w.ln2w, a->ln2_mean + l * N,
+                                a->ln2_rstd + l * N, N, C);
+        /* attention branch */
+        OPS->memset0(be, a->dC, NC * sizeof(float));
+        OPS->matmul_backward(be, a->dC, g.projw, g.projb, a->dres, atty, w.projw, N, C, C, ST_W_IN_OUT);
+        OPS->memset0(be, a->dC3, NC * 3 * sizeof(float));
+        OPS->attention_backward(be, a->dC3, a->dC, qkv, atty, lse, B, T, C, NH);
+        OPS->memset0(be, a->dC, NC * sizeof(float));
+        OPS->matmul_backward(be, a->dC, g.qkvw, g.qkvb, a->dC3, ln1, w.qkvw, N, C, 3 * C, ST_W_IN_OUT);
+        OPS->layernorm_backward(be, a->dres, g.ln1w, g.ln1b, a->dC, in, w.ln1w, a->ln1_mean + l * N,
+                                a->ln1_rstd + l * N, N, C);
+    }
+    OPS->encoder_backward(be, dwte, dwpe, a->dres, a->inputs, B, T, C);
+}
+
+void gpt2_zero_grad(gpt2_model *m) { OPS->memset0(m->be, m->grads, m->n_params * sizeof(float)); }
+
+const float *gpt2_logits(const gpt2_model *m) { return m->acts ? m->acts->logits : NULL; }
+
+double gpt2_flops_per_token(const gpt2_config *c, int T) {
+    double C = c->n_embd, L = c->n_layer, V = c->vocab_size;
+    return 6.0 * (L * 12.0 * C * C + V * C) + 6.0 * L * T * C;
+}
