@@ -89,8 +89,16 @@ struct st_backend {
 
 /* The CPU backend: OpenBLAS sgemm, OpenMP elsewhere. threads <= 0: OpenMP default. */
 st_status st_backend_cpu_create(st_backend **out, int threads, st_err *err);
-/* The plain single-threaded reference, in float, for differential tests of the vtable. */
+/* The plain single-threaded reference: float in and out, computed in double; the
+ * oracle of the differential tests. */
 st_status st_backend_ref_create(st_backend **out, st_err *err);
 void st_backend_free(st_backend *be);
 
+/* OpenBLAS releases older than the machine fall back to their slowest kernels
+ * (Prescott, SSE3) on CPUs they do not recognise: a 4x loss in every matmul. OpenBLAS
+ * reads OPENBLAS_CORETYPE only when it is loaded, so a program calls this first thing
+ * in main(): if the detected core is weaker than what the CPU supports and the user
+ * has not set OPENBLAS_CORETYPE, it sets it (SkylakeX for AVX-512, Haswell for AVX2)
+ * and re-executes the program; otherwise it returns. Returns the core name in use. */
+const char *st_blas_fix_coretype(char **argv);
 #endif

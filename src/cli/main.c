@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "strata/backend.h"
 
 static const char *usage =
     "strata - train transformer language models whose state exceeds the memory that computes them\n"
@@ -60,6 +61,7 @@ double cli_parse_bytes(const char *s) {
 }
 
 int main(int argc, char **argv) {
+    st_blas_fix_coretype(argv);
     if (argc < 2) {
         fputs(usage, stderr);
         return 2;

@@ -327,9 +327,10 @@ static void cpu_gelu_backward(st_backend *be, float *dinp, const float *inp, con
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < n; i++) {
         float x = inp[i], u = GELU_K * (x + 0.044715f * x * x * x);
-        float s = 1.0f / (1.0f + st_fast_expf(-2.0f * u)); /* = 0.5 (1 + tanh u) */
+        float e = st_fast_expf(-2.0f * u), s = 1.0f / (1.0f + e); /* s = 0.5 (1 + tanh u) */
+        float one_minus_s = e * s; /* = e / (1 + e), without the cancellation of 1 - s */
         float du = GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] += dout[i] * (s + x * 2.0f * s * (1.0f - s) * du);
+        dinp[i] += dout[i] * (s + x * 2.0f * s * one_minus_s * du);
     }
 }
 

@@ -1,0 +1,64 @@
+/* train.h - the training run: configuration, checkpoints, the loop.
+ *
+ *     train_config cfg;
+ *     train_config_defaults(&cfg);
+ *     train_config_set(&cfg, "steps", "100", &err);      // any key, as text
+ *     train_run(&cfg, &err);                             // writes cfg.run_dir
+ *
+ * A run directory holds config.json (the resolved configuration), metrics.jsonl (one
+ * JSON object per step) and checkpoints/step_NNNNNNNN/{model.safetensors,
+ * train_state.bin}, with checkpoints/latest naming the newest complete one.
+ */
+#ifndef STRATA_TRAIN_H
+#define STRATA_TRAIN_H
+
+#include <stdio.h>
+
+#include "strata/core.h"
+#include "strata/model.h"
+#include "strata/optim.h"
+
+typedef struct train_config {
+    char model[64];       /* preset name; the shape keys below override it when > 0 */
+    int vocab_size, max_seq, n_layer, n_head, n_embd;
+    int batch, seq, grad_accum;
+    long steps, warmup_steps, stop_at, ckpt_every, log_every;
+    double lr, min_lr_frac, weight_decay, beta1, beta2, eps, grad_clip;
+    uint64_t seed;
+    char data[1024];      /* "embedded" or a token file */
+    char run_dir[1024];
+    char resume[1024];    /* run directory or checkpoint directory to resume from */
+    char optim_state[16]; /* "f32" or "8bit" */
+    int threads;
+    int quiet;            /* no per-step lines on stdout */
+    volatile int *stop_flag; /* set to nonzero (e.g. by SIGINT) to checkpoint and stop */
+} train_config;
+
+void train_config_defaults(train_config *c);
+/* Set one key from text, with the key's type and range checked. */
+st_status train_config_set(train_config *c, const char *key, const char *value, st_err *err);
+/* Read a JSON object of keys; every key must be known. */
+st_status train_config_load_json(train_config *c, const char *path, st_err *err);
+st_status train_config_save_json(const train_config *c, const char *path, st_err *err);
+/* The known keys, comma-separated, for help text. */
+const char *train_config_keys(void);
+/* One line per key with its meaning, for --help. */
+void train_config_print_help(FILE *f);
+/* Resolve the model shape (preset + overrides) and check the whole configuration. */
+st_status train_config_resolve(const train_config *c, gpt2_config *model_cfg, st_err *err);
+
+typedef struct train_result {
+    long steps_done;
+    float final_loss;
+    double tokens_per_s;
+} train_result;
+
+st_status train_run(const train_config *c, train_result *res, st_err *err);
+
+/* Learning rate at step (1-based): linear warmup, then cosine to min_lr_frac * lr. */
+double train_lr_at(const train_config *c, long step);
+
+/* The embedded default corpus: deterministic English-like text (byte tokens, 0..255). */
+size_t corpus_embedded_generate(uint8_t *buf, size_t cap, uint64_t seed);
+
+#endif

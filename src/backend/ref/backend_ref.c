@@ -1,0 +1,360 @@
+/* backend_ref.c - the "ref" backend: the float vtable over the double reference ops.
+ *
+ * Each op widens its float inputs to double, calls the ref_ function from ops_ref.c and
+ * narrows the results back. Outputs the vtable accumulates into (+=) are widened too,
+ * so the accumulation happens in double and is rounded to float once. Memory is plain
+ * host memory. Used as the oracle in differential tests of the fast backends.
+ *
+ * The ops return void, so a failed scratch allocation cannot be reported as a status:
+ * the op logs it and fills its outputs with NaN, so no test can pass on stale data.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/ref/ops_ref.h"
+#include "strata/backend.h"
+
+typedef struct ref_ctx {
+    size_t failed_ops; /* ops that could not get scratch memory; reported at free */
+} ref_ctx;
+
+/* One malloc per op holds every double copy; take() hands out consecutive slices. */
+typedef struct ref_arena {
+    double *base;
+    size_t used;
+} ref_arena;
+
+static int arena_init(ref_arena *a, size_t n_doubles) {
+    a->used = 0;
+    /* calloc, not malloc: a zero-size op then hands the ref_ functions defined memory */
+    a->base = calloc(n_doubles ? n_doubles : 1, sizeof(double));
+    return a->base != NULL;
+}
+
+static double *take(ref_arena *a, size_t n) {
+    double *p = a->base + a->used;
+    a->used += n;
+    return p;
+}
+
+/* A double copy of n floats (NULL stays NULL, for the optional matmul arguments). */
+static double *take_f64(ref_arena *a, const float *src, size_t n) {
+    if (!src) return NULL;
+    double *p = take(a, n);
+    for (size_t i = 0; i < n; i++) p[i] = src[i];
+    return p;
+}
+
+static void store_f32(float *dst, const double *src, size_t n) {
+    if (!dst) return;
+    for (size_t i = 0; i < n; i++) dst[i] = (float)src[i];
+}
+
+static void fill_nan(float *dst, size_t n) {
+    if (!dst) return;
+    for (size_t i = 0; i < n; i++) dst[i] = NAN;
+}
+
+static void op_failed(st_backend *be, const char *op) {
+    ((ref_ctx *)be->ctx)->failed_ops++;
+    st_log(0, "ref backend: out of memory for scratch in %s; outputs set to NaN\n", op);
+}
+
+/* ---- memory: host RAM ---- */
+
+static void ref_free(st_backend *be) {
+    if (!be) return;
+    ref_ctx *ctx = be->ctx;
+    if (ctx && ctx->failed_ops)
+        st_log(0, "ref backend: %zu ops failed for lack of memory\n", ctx->failed_ops);
+    free(ctx);
+    free(be);
+}
+
+static void *ref_alloc(st_backend *be, size_t bytes) {
+    (void)be;
+    return calloc(1, bytes ? bytes : 1);
+}
+
+static void ref_dealloc(st_backend *be, void *p) {
+    (void)be;
+    free(p);
+}
+
+static void ref_memset0(st_backend *be, void *p, size_t bytes) {
+    (void)be;
+    memset(p, 0, bytes);
+}
+
+static void ref_copy(st_backend *be, void *dst, const void *src, size_t bytes) {
+    (void)be;
+    memcpy(dst, src, bytes);
+}
+
+static void ref_synchronize(st_backend *be) { (void)be; }
+
+/* ---- ops ---- */
+
+/* The encoder is not told V; the rows of wte it touches are those up to the largest id. */
+static size_t rows_used(const int32_t *inp, size_t n) {
+    int32_t m = -1;
+    for (size_t i = 0; i < n; i++)
+        if (inp[i] > m) m = inp[i];
+    return (size_t)(m + 1);
+}
+
+static void ref_encoder_forward_f32(st_backend *be, float *out, const int32_t *inp, const float *wte,
+                                    const float *wpe, int B, int T, int C) {
+    size_t n = (size_t)B * T * C, v = rows_used(inp, (size_t)B * T);
+    ref_arena a;
+    if (!arena_init(&a, n + v * C + (size_t)T * C)) {
+        op_failed(be, "encoder_forward");
+        fill_nan(out, n);
+        return;
+    }
+    double *o = take(&a, n), *te = take_f64(&a, wte, v * C), *pe = take_f64(&a, wpe, (size_t)T * C);
+    ref_encoder_forward(o, inp, te, pe, B, T, C);
+    store_f32(out, o, n);
+    free(a.base);
+}
+
+static void ref_encoder_backward_f32(st_backend *be, float *dwte, float *dwpe, const float *dout,
+                                     const int32_t *inp, int B, int T, int C) {
+    size_t n = (size_t)B * T * C, v = rows_used(inp, (size_t)B * T);
+    ref_arena a;
+    if (!arena_init(&a, n + v * C + (size_t)T * C)) {
+        op_failed(be, "encoder_backward");
+        fill_nan(dwte, v * C);
+        fill_nan(dwpe, (size_t)T * C);
+        return;
+    }
+    double *d = take_f64(&a, dout, n), *dte = take_f64(&a, dwte, v * C), *dpe = take_f64(&a, dwpe, (size_t)T * C);
+    ref_encoder_backward(dte, dpe, d, inp, B, T, C);
+    store_f32(dwte, dte, v * C);
+    store_f32(dwpe, dpe, (size_t)T * C);
+    free(a.base);
+}
+
+static void ref_layernorm_forward_f32(st_backend *be, float *out, float *mean, float *rstd, const float *inp,
+                                      const float *w, const float *b, int N, int C) {
+    size_t n = (size_t)N * C;
+    ref_arena a;
+    if (!arena_init(&a, 2 * n + 2 * (size_t)N + 2 * (size_t)C)) {
+        op_failed(be, "layernorm_forward");
+        fill_nan(out, n);
+        fill_nan(mean, N);
+        fill_nan(rstd, N);
+        return;
+    }
+    double *o = take(&a, n), *m = take(&a, N), *r = take(&a, N);
+    double *x = take_f64(&a, inp, n), *wd = take_f64(&a, w, C), *bd = take_f64(&a, b, C);
+    ref_layernorm_forward(o, m, r, x, wd, bd, N, C);
+    store_f32(out, o, n);
+    store_f32(mean, m, N);
+    store_f32(rstd, r, N);
+    free(a.base);
+}
+
+static void ref_layernorm_backward_f32(st_backend *be, float *dinp, float *dw, float *db, const float *dout,
+                                       const float *inp, const float *w, const float *mean, const float *rstd,
+                                       int N, int C) {
+    size_t n = (size_t)N * C;
+    ref_arena a;
+    if (!arena_init(&a, 3 * n + 3 * (size_t)C + 2 * (size_t)N)) {
+        op_failed(be, "layernorm_backward");
+        fill_nan(dinp, n);
+        fill_nan(dw, C);
+        fill_nan(db, C);
+        return;
+    }
+    double *dx = take_f64(&a, dinp, n), *dwd = take_f64(&a, dw, C), *dbd = take_f64(&a, db, C);
+    double *d = take_f64(&a, dout, n), *x = take_f64(&a, inp, n), *wd = take_f64(&a, w, C);
+    double *m = take_f64(&a, mean, N), *r = take_f64(&a, rstd, N);
+    ref_layernorm_backward(dx, dwd, dbd, d, x, wd, m, r, N, C);
+    store_f32(dinp, dx, n);
+    store_f32(dw, dwd, C);
+    store_f32(db, dbd, C);
+    free(a.base);
+}
+
+static void ref_matmul_forward_f32(st_backend *be, float *out, const float *inp, const float *w,
+                                   const float *bias, int N, int C, int OC, st_wlayout layout) {
+    size_t no = (size_t)N * OC, ni = (size_t)N * C, nw = (size_t)C * OC;
+    ref_arena a;
+    if (!arena_init(&a, no + ni + nw + (size_t)OC)) {
+        op_failed(be, "matmul_forward");
+        fill_nan(out, no);
+        return;
+    }
+    double *o = take(&a, no), *x = take_f64(&a, inp, ni), *wd = take_f64(&a, w, nw);
+    double *bd = take_f64(&a, bias, OC);
+    ref_matmul_forward(o, x, wd, bd, N, C, OC, layout);
+    store_f32(out, o, no);
+    free(a.base);
+}
+
+static void ref_matmul_backward_f32(st_backend *be, float *dinp, float *dw, float *dbias, const float *dout,
+                                    const float *inp, const float *w, int N, int C, int OC,
+                                    st_wlayout layout) {
+    size_t no = (size_t)N * OC, ni = (size_t)N * C, nw = (size_t)C * OC;
+    ref_arena a;
+    if (!arena_init(&a, 2 * ni + 2 * nw + (size_t)OC + no)) {
+        op_failed(be, "matmul_backward");
+        fill_nan(dinp, ni);
+        fill_nan(dw, nw);
+        fill_nan(dbias, OC);
+        return;
+    }
+    double *dx = take_f64(&a, dinp, ni), *dwd = take_f64(&a, dw, nw), *dbd = take_f64(&a, dbias, OC);
+    double *d = take_f64(&a, dout, no), *x = take_f64(&a, inp, ni), *wd = take_f64(&a, w, nw);
+    ref_matmul_backward(dx, dwd, dbd, d, x, wd, N, C, OC, layout);
+    store_f32(dinp, dx, ni);
+    store_f32(dw, dwd, nw);
+    store_f32(dbias, dbd, OC);
+    free(a.base);
+}
+
+static void ref_attention_forward_f32(st_backend *be, float *out, float *lse, const float *qkv, int B, int T,
+                                      int C, int NH) {
+    size_t no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    ref_arena a;
+    if (!arena_init(&a, no + nl + 3 * no)) {
+        op_failed(be, "attention_forward");
+        fill_nan(out, no);
+        fill_nan(lse, nl);
+        return;
+    }
+    double *o = take(&a, no), *l = take(&a, nl), *q = take_f64(&a, qkv, 3 * no);
+    ref_attention_forward(o, l, q, B, T, C, NH);
+    store_f32(out, o, no);
+    store_f32(lse, l, nl);
+    free(a.base);
+}
+
+static void ref_attention_backward_f32(st_backend *be, float *dqkv, const float *dout, const float *qkv,
+                                       const float *out, const float *lse, int B, int T, int C, int NH) {
+    size_t no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    ref_arena a;
+    if (!arena_init(&a, 3 * no + no + 3 * no + no + nl)) {
+        op_failed(be, "attention_backward");
+        fill_nan(dqkv, 3 * no);
+        return;
+    }
+    double *dq = take_f64(&a, dqkv, 3 * no), *d = take_f64(&a, dout, no), *q = take_f64(&a, qkv, 3 * no);
+    double *o = take_f64(&a, out, no), *l = take_f64(&a, lse, nl);
+    ref_attention_backward(dq, d, q, o, l, B, T, C, NH);
+    store_f32(dqkv, dq, 3 * no);
+    free(a.base);
+}
+
+static void ref_gelu_forward_f32(st_backend *be, float *out, const float *inp, int n) {
+    ref_arena a;
+    if (!arena_init(&a, 2 * (size_t)n)) {
+        op_failed(be, "gelu_forward");
+        fill_nan(out, n);
+        return;
+    }
+    double *o = take(&a, n), *x = take_f64(&a, inp, n);
+    ref_gelu_forward(o, x, n);
+    store_f32(out, o, n);
+    free(a.base);
+}
+
+static void ref_gelu_backward_f32(st_backend *be, float *dinp, const float *inp, const float *dout, int n) {
+    ref_arena a;
+    if (!arena_init(&a, 3 * (size_t)n)) {
+        op_failed(be, "gelu_backward");
+        fill_nan(dinp, n);
+        return;
+    }
+    double *dx = take_f64(&a, dinp, n), *x = take_f64(&a, inp, n), *d = take_f64(&a, dout, n);
+    ref_gelu_backward(dx, x, d, n);
+    store_f32(dinp, dx, n);
+    free(a.base);
+}
+
+static void ref_residual_forward_f32(st_backend *be, float *out, const float *x, const float *y, int n) {
+    ref_arena a;
+    if (!arena_init(&a, 3 * (size_t)n)) {
+        op_failed(be, "residual_forward");
+        fill_nan(out, n);
+        return;
+    }
+    double *o = take(&a, n), *xd = take_f64(&a, x, n), *yd = take_f64(&a, y, n);
+    ref_residual_forward(o, xd, yd, n);
+    store_f32(out, o, n);
+    free(a.base);
+}
+
+static void ref_residual_backward_f32(st_backend *be, float *da, float *db, const float *dout, int n) {
+    ref_arena a;
+    if (!arena_init(&a, 3 * (size_t)n)) {
+        op_failed(be, "residual_backward");
+        fill_nan(da, n);
+        fill_nan(db, n);
+        return;
+    }
+    double *dad = take_f64(&a, da, n), *dbd = take_f64(&a, db, n), *d = take_f64(&a, dout, n);
+    ref_residual_backward(dad, dbd, d, n);
+    store_f32(da, dad, n);
+    store_f32(db, dbd, n);
+    free(a.base);
+}
+
+static void ref_crossentropy_f32(st_backend *be, float *logits, float *losses, const int32_t *targets, int N,
+                                 int V, float dloss) {
+    size_t nl = (size_t)N * V;
+    ref_arena a;
+    if (!arena_init(&a, nl + (size_t)N)) {
+        op_failed(be, "crossentropy_forward_backward");
+        fill_nan(losses, N);
+        if (dloss != 0) fill_nan(logits, nl);
+        return;
+    }
+    double *l = take_f64(&a, logits, nl), *loss = take(&a, N);
+    ref_crossentropy_forward_backward(l, loss, targets, N, V, dloss);
+    store_f32(losses, loss, N);
+    if (dloss != 0) store_f32(logits, l, nl);
+    free(a.base);
+}
+
+static const st_backend_ops ref_ops = {
+    .name = "ref",
+    .free = ref_free,
+    .alloc = ref_alloc,
+    .dealloc = ref_dealloc,
+    .memset0 = ref_memset0,
+    .copy_to_device = ref_copy,
+    .copy_to_host = ref_copy,
+    .synchronize = ref_synchronize,
+    .encoder_forward = ref_encoder_forward_f32,
+    .encoder_backward = ref_encoder_backward_f32,
+    .layernorm_forward = ref_layernorm_forward_f32,
+    .layernorm_backward = ref_layernorm_backward_f32,
+    .matmul_forward = ref_matmul_forward_f32,
+    .matmul_backward = ref_matmul_backward_f32,
+    .attention_forward = ref_attention_forward_f32,
+    .attention_backward = ref_attention_backward_f32,
+    .gelu_forward = ref_gelu_forward_f32,
+    .gelu_backward = ref_gelu_backward_f32,
+    .residual_forward = ref_residual_forward_f32,
+    .residual_backward = ref_residual_backward_f32,
+    .crossentropy_forward_backward = ref_crossentropy_f32,
+};
+
+st_status st_backend_ref_create(st_backend **out, st_err *err) {
+    if (!out) return st_errf(err, ST_ERR_INVALID, "st_backend_ref_create: out is NULL");
+    *out = NULL;
+    st_backend *be = calloc(1, sizeof *be);
+    ref_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!be || !ctx) {
+        free(be);
+        free(ctx);
+        return st_errf(err, ST_ERR_NOMEM, "st_backend_ref_create: out of host memory for the backend struct");
+    }
+    be->ops = &ref_ops;
+    be->ctx = ctx;
+    *out = be;
+    return ST_OK;
+}

@@ -1,0 +1,62 @@
+/* ops_ref.h - plain double-precision reference of every backend op (the test oracle).
+ *
+ * Each function mirrors one entry of st_backend_ops (include/strata/backend.h) with the
+ * same argument order and the same write vs accumulate (+=) semantics, but in double
+ * and in the simplest loops that could be right. The finite-difference test checks the
+ * backward functions against the forward ones; the differential test checks the fast
+ * backends against these. Names: B batch, T time, C channels, OC output channels,
+ * V vocabulary, NH heads, hs = C/NH, N = B*T rows.
+ */
+#ifndef STRATA_OPS_REF_H
+#define STRATA_OPS_REF_H
+
+#include <stdint.h>
+
+#include "strata/backend.h"
+
+#define REF_LAYERNORM_EPS 1e-5
+
+/* out (B,T,C) = wte[inp] + wpe[t]; inp (B,T) token ids in [0, V). writes out. */
+void ref_encoder_forward(double *out, const int32_t *inp, const double *wte, const double *wpe, int B,
+                         int T, int C);
+/* dwte (V,C) +=, dwpe (T,C) += */
+void ref_encoder_backward(double *dwte, double *dwpe, const double *dout, const int32_t *inp, int B,
+                          int T, int C);
+
+/* out (N,C), mean (N), rstd (N): all written. */
+void ref_layernorm_forward(double *out, double *mean, double *rstd, const double *inp, const double *w,
+                           const double *b, int N, int C);
+/* dinp (N,C) +=, dw (C) +=, db (C) += */
+void ref_layernorm_backward(double *dinp, double *dw, double *db, const double *dout, const double *inp,
+                            const double *w, const double *mean, const double *rstd, int N, int C);
+
+/* out (N,OC) = inp (N,C) x w [+ bias (OC), may be NULL]; w is (C,OC) for ST_W_IN_OUT,
+ * (OC,C) for ST_W_OUT_IN. writes out. */
+void ref_matmul_forward(double *out, const double *inp, const double *w, const double *bias, int N, int C,
+                        int OC, st_wlayout layout);
+/* dinp (N,C) +=, dw (layout of w) +=, dbias (OC) +=; any of them may be NULL. */
+void ref_matmul_backward(double *dinp, double *dw, double *dbias, const double *dout, const double *inp,
+                         const double *w, int N, int C, int OC, st_wlayout layout);
+
+/* qkv (B,T,3C) packed [q | k | v] per token, head h at [h*hs, (h+1)*hs) of each part.
+ * writes out (B,T,C) and lse (B,NH,T). Causal, scale 1/sqrt(hs). */
+void ref_attention_forward(double *out, double *lse, const double *qkv, int B, int T, int C, int NH);
+/* dqkv (B,T,3C) +=. Uses only qkv, out, lse, dout, as the fast backends must. */
+void ref_attention_backward(double *dqkv, const double *dout, const double *qkv, const double *out,
+                            const double *lse, int B, int T, int C, int NH);
+
+/* out (n) = gelu_tanh(inp), writes. dinp (n) += gelu'(inp) * dout. */
+void ref_gelu_forward(double *out, const double *inp, int n);
+void ref_gelu_backward(double *dinp, const double *inp, const double *dout, int n);
+
+/* out (n) = a + b, writes. da += dout, db += dout. */
+void ref_residual_forward(double *out, const double *a, const double *b, int n);
+void ref_residual_backward(double *da, double *db, const double *dout, int n);
+
+/* logits (N,V), losses (N) written, targets (N) in [0,V) or < 0 for masked rows (loss 0).
+ * If dloss != 0, logits are overwritten with (softmax - onehot(target)) * dloss, and
+ * with 0 on masked rows. */
+void ref_crossentropy_forward_backward(double *logits, double *losses, const int32_t *targets, int N, int V,
+                                       double dloss);
+
+#endif

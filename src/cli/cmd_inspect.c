@@ -1,0 +1,93 @@
+/* cmd_inspect.c - strata inspect PATH: describe a safetensors file, a checkpoint
+ * directory (weights + training state) or a run directory (its latest checkpoint). */
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli/cli.h"
+#include "strata/ckpt.h"
+#include "strata/safetensors.h"
+
+static int inspect_safetensors(const char *path) {
+    st_err err = {0};
+    st_safetensors *st;
+    if (safetensors_open(&st, path, &err)) {
+        fprintf(stderr, "strata inspect: %s\n", err.msg);
+        return 1;
+    }
+    size_t total = 0, bytes = 0;
+    int n = safetensors_count(st);
+    printf("%s: %d tensors\n", path, n);
+    for (int i = 0; i < n; i++) {
+        const st_tensor_entry *e = safetensors_entry(st, i);
+        char shape[128] = "";
+        for (int d = 0; d < e->ndim; d++)
+            snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%lld", d ? ", " : "", (long long)e->shape[d]);
+        printf("  %-48s %-5s [%s]\n", e->name, st_dtype_name(e->dtype), shape);
+        total += e->numel;
+        bytes += e->end - e->begin;
+    }
+    const char *keys[] = {"model", "vocab_size", "n_positions", "n_layer", "n_head", "n_embd"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        const char *v = safetensors_meta(st, keys[i]);
+        if (v) printf("  metadata %s = %s\n", keys[i], v);
+    }
+    printf("  %zu elements, %.2f MiB of data\n", total, bytes / 1048576.0);
+    safetensors_close(st);
+    return 0;
+}
+
+static int inspect_state(const char *path) {
+    FILE *f = fopen(path, "rb");
+    unsigned char h[64];
+    if (!f || fread(h, 1, 64, f) != 64) {
+        if (f) fclose(f);
+        fprintf(stderr, "strata inspect: %s: cannot read the 64-byte header\n", path);
+        return 1;
+    }
+    fclose(f);
+    uint64_t v[5];
+    uint32_t version, fmt;
+    memcpy(&version, h + 8, 4);
+    memcpy(&fmt, h + 12, 4);
+    memcpy(v, h + 16, sizeof v);
+    if (memcmp(h, "STRATAts", 8)) {
+        fprintf(stderr, "strata inspect: %s: not a strata training state (wrong magic at offset 0)\n", path);
+        return 1;
+    }
+    printf("%s: version %u, step %llu, adam step %llu, data cursor %llu, %llu parameters, optimizer state %s\n", path,
+           version, (unsigned long long)v[0], (unsigned long long)v[1], (unsigned long long)v[3],
+           (unsigned long long)v[4], fmt == 0 ? "f32" : "8bit");
+    return 0;
+}
+
+int cmd_inspect(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        fputs("usage: strata inspect PATH\n"
+              "  PATH: a .safetensors file, a checkpoint directory, or a run directory\n",
+              argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const char *p = argv[1];
+    struct stat sb;
+    if (stat(p, &sb) != 0) {
+        fprintf(stderr, "strata inspect: %s: no such file or directory\n", p);
+        return 1;
+    }
+    if (!S_ISDIR(sb.st_mode)) return inspect_safetensors(p);
+    char path[8300], dir[4200];
+    snprintf(dir, sizeof dir, "%s", p);
+    snprintf(path, sizeof path, "%s/checkpoints/latest", p);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        char name[256] = "";
+        if (fgets(name, sizeof name, f)) name[strcspn(name, "\n")] = 0;
+        fclose(f);
+        snprintf(dir, sizeof dir, "%s/checkpoints/%s", p, name);
+        printf("run %s: latest checkpoint %s\n", p, name);
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    int rc = inspect_safetensors(path);
+    snprintf(path, sizeof path, "%s/train_state.bin", dir);
+    return rc | inspect_state(path);
+}

@@ -1,0 +1,259 @@
+/* train.c - the training loop: data -> forward/backward -> clip -> AdamW -> checkpoint.
+ *
+ * Determinism: for a fixed configuration and thread count every step is bit-for-bit
+ * reproducible (the backend's reductions have a fixed order), and a checkpoint holds
+ * everything a step depends on (weights, moments, step counters, RNG, data cursor),
+ * so stopping and resuming continues exactly as if nothing had stopped.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt/fileutil.h"
+#include "strata/ckpt.h"
+#include "strata/train.h"
+
+/* ------------------------------------------------------------------ token stream
+ * The sequence of training tokens and a cursor into it. A micro-batch takes B windows
+ * of T+1 consecutive tokens starting at cursor, cursor + T, ...; then cursor += B*T,
+ * wrapping to 0 when the next batch would run past the end (a new epoch). */
+
+typedef struct token_stream {
+    int32_t *tokens;
+    size_t n;
+    uint64_t cursor;
+} token_stream;
+
+static st_status stream_open(token_stream *s, const train_config *c, int vocab, st_err *err) {
+    memset(s, 0, sizeof *s);
+    if (strcmp(c->data, "embedded") != 0)
+        return st_errf(err, ST_ERR_UNSUPPORTED, "key 'data': '%s': only \"embedded\" is built into this loop so far",
+                       c->data);
+    size_t cap = 4u << 20; /* 4 MiB of text: ~500 epochs of the default run would be needed to repeat */
+    uint8_t *text = malloc(cap);
+    s->tokens = malloc(cap * sizeof(int32_t));
+    if (!text || !s->tokens) {
+        free(text);
+        free(s->tokens);
+        return st_errf(err, ST_ERR_NOMEM, "out of memory for the embedded corpus");
+    }
+    s->n = corpus_embedded_generate(text, cap, 20261129);
+    for (size_t i = 0; i < s->n; i++) s->tokens[i] = text[i];
+    free(text);
+    (void)vocab;
+    return ST_OK;
+}
+
+static st_status stream_next(token_stream *s, int B, int T, int32_t *inputs, int32_t *targets, st_err *err) {
+    size_t need = (size_t)B * T + 1;
+    if (need > s->n)
+        return st_errf(err, ST_ERR_INVALID, "a batch of %zu tokens is larger than the corpus (%zu tokens)", need, s->n);
+    if (s->cursor + need > s->n) s->cursor = 0;
+    for (int b = 0; b < B; b++) {
+        const int32_t *w = s->tokens + s->cursor + (size_t)b * T;
+        memcpy(inputs + (size_t)b * T, w, sizeof(int32_t) * T);
+        memcpy(targets + (size_t)b * T, w + 1, sizeof(int32_t) * T);
+    }
+    s->cursor += (size_t)B * T;
+    return ST_OK;
+}
+
+/* ------------------------------------------------------------------ checkpoints */
+
+static st_status resolve_resume(const char *path, char *ckpt_dir, size_t cap, st_err *err) {
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s/checkpoints/latest", path);
+    FILE *f = fopen(buf, "r");
+    if (f) {
+        char name[256] = "";
+        if (!fgets(name, sizeof name, f)) name[0] = 0;
+        fclose(f);
+        name[strcspn(name, "\n")] = 0;
+        if (!name[0]) return st_errf(err, ST_ERR_FORMAT, "%s is empty; name a checkpoint directory instead", buf);
+        snprintf(ckpt_dir, cap, "%s/checkpoints/%s", path, name);
+        return ST_OK;
+    }
+    snprintf(buf, sizeof buf, "%s/train_state.bin", path);
+    if (access(buf, R_OK) == 0) {
+        snprintf(ckpt_dir, cap, "%s", path);
+        return ST_OK;
+    }
+    return st_errf(err, ST_ERR_IO, "key 'resume': %s has neither checkpoints/latest nor train_state.bin; give a run "
+                   "directory or a checkpoint directory", path);
+}
+
+static st_status save_checkpoint(const train_config *c, gpt2_model *m, optim *o, const train_state_header *h,
+                                 st_err *err) {
+    char dir[2048], tmp[2100], path[2200], old[2100];
+    snprintf(dir, sizeof dir, "%s/checkpoints/step_%08llu", c->run_dir, (unsigned long long)h->step);
+    snprintf(tmp, sizeof tmp, "%s.partial", dir);
+    snprintf(old, sizeof old, "%s.old", dir);
+    /* leftovers of an interrupted save are incomplete by construction */
+    char cmd[4400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", tmp, old);
+    if (system(cmd) != 0) return st_errf(err, ST_ERR_IO, "cannot remove %s", tmp);
+    st_status s = st_mkdirs(tmp, err);
+    if (s) return s;
+    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+    if ((s = gpt2_save_safetensors(m, path, err))) return s;
+    snprintf(path, sizeof path, "%s/train_state.bin", tmp);
+    if ((s = train_state_save(path, h, o, err))) return s;
+    snprintf(path, sizeof path, "%s/config.json", tmp);
+    if ((s = train_config_save_json(c, path, err))) return s;
+    struct stat sb;
+    if (stat(dir, &sb) == 0 && rename(dir, old) != 0)
+        return st_errf(err, ST_ERR_IO, "cannot move aside %s: %s", dir, strerror(errno));
+    if (rename(tmp, dir) != 0) return st_errf(err, ST_ERR_IO, "cannot rename %s into place: %s", tmp, strerror(errno));
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", old);
+    if (system(cmd) != 0) st_log(1, "warning: could not remove %s\n", old);
+    char ckdir[2100];
+    snprintf(ckdir, sizeof ckdir, "%s/checkpoints", c->run_dir);
+    if ((s = st_fsync_dir(ckdir, err))) return s;
+    snprintf(path, sizeof path, "%s/checkpoints/latest", c->run_dir);
+    st_file_writer w;
+    if ((s = st_file_writer_open(&w, path, err))) return s;
+    char name[64];
+    int n = snprintf(name, sizeof name, "step_%08llu\n", (unsigned long long)h->step);
+    s = st_file_writer_put(&w, name, (size_t)n, err);
+    return st_file_writer_close(&w, s, err);
+}
+
+/* ------------------------------------------------------------------ the loop */
+
+st_status train_run(const train_config *c, train_result *res, st_err *err) {
+    gpt2_config mc;
+    st_status s = train_config_resolve(c, &mc, err);
+    if (s) return s;
+    if (!c->run_dir[0]) return st_errf(err, ST_ERR_INVALID, "key 'run_dir' is empty; name a directory for the run");
+    if ((s = st_mkdirs(c->run_dir, err))) return s;
+    char path[2200];
+    snprintf(path, sizeof path, "%s/config.json", c->run_dir);
+    if ((s = train_config_save_json(c, path, err))) return s;
+
+    st_backend *be = NULL;
+    gpt2_model m = {0};
+    optim *opt = NULL;
+    optim_segment *segs = NULL;
+    int32_t *inputs = NULL, *targets = NULL;
+    FILE *metrics = NULL;
+    token_stream ts = {0};
+    int B = c->batch, T = c->seq;
+
+    if ((s = st_backend_cpu_create(&be, c->threads, err))) goto done;
+    if ((s = gpt2_create(&m, &mc, be, err))) goto done;
+    if ((s = gpt2_alloc_acts(&m, B, T, err))) goto done;
+    gpt2_init_random(&m, c->seed);
+
+    /* weight decay by role, which comes from each tensor's name */
+    segs = calloc((size_t)m.n_tensors, sizeof *segs);
+    if (!segs) { s = st_errf(err, ST_ERR_NOMEM, "out of memory"); goto done; }
+    for (int i = 0; i < m.n_tensors; i++) {
+        st_role r = m.tensors[i].role;
+        segs[i] = (optim_segment){m.tensors[i].offset, m.tensors[i].numel,
+                                  (r == ST_ROLE_MATMUL_WEIGHT || r == ST_ROLE_EMBEDDING) ? (float)c->weight_decay : 0.0f};
+    }
+    optim_state_format fmt = strcmp(c->optim_state, "8bit") ? OPTIM_STATE_F32 : OPTIM_STATE_8BIT;
+    if ((s = optim_create(&opt, segs, m.n_tensors, fmt, err))) goto done;
+    if ((s = stream_open(&ts, c, mc.vocab_size, err))) goto done;
+
+    train_state_header h = {0, 0, 0, 0, m.n_params};
+    if (c->resume[0]) {
+        char ck[2048];
+        if ((s = resolve_resume(c->resume, ck, sizeof ck, err))) goto done;
+        snprintf(path, sizeof path, "%s/model.safetensors", ck);
+        if ((s = gpt2_load_safetensors(&m, path, err))) goto done;
+        snprintf(path, sizeof path, "%s/train_state.bin", ck);
+        if ((s = train_state_load(path, &h, opt, err))) goto done;
+        ts.cursor = h.data_cursor;
+        st_log(1, "resumed from %s at step %llu\n", ck, (unsigned long long)h.step);
+    }
+
+    inputs = malloc(sizeof(int32_t) * (size_t)B * T);
+    targets = malloc(sizeof(int32_t) * (size_t)B * T);
+    snprintf(path, sizeof path, "%s/metrics.jsonl", c->run_dir);
+    metrics = fopen(path, "a");
+    if (!inputs || !targets || !metrics) {
+        s = !metrics ? st_errf(err, ST_ERR_IO, "%s: cannot open: %s", path, strerror(errno))
+                     : st_errf(err, ST_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    if (!c->quiet)
+        printf("model %s: %zu parameters (L=%d C=%d NH=%d V=%d), batch %d x seq %d x accum %d, %ld steps, run dir %s\n",
+               c->model, m.n_params, mc.n_layer, mc.n_embd, mc.n_head, mc.vocab_size, B, T, c->grad_accum, c->steps,
+               c->run_dir);
+
+    double flops_per_step = gpt2_flops_per_token(&mc, T) * (double)B * T * c->grad_accum;
+    long end = c->stop_at > 0 && c->stop_at < c->steps ? c->stop_at : c->steps;
+    double tok_s_sum = 0;
+    long timed = 0;
+    float last_loss = NAN;
+    int saved_at_end = 0;
+    while ((long)h.step < end) {
+        double t0 = st_now();
+        long step = (long)h.step + 1;
+        gpt2_zero_grad(&m);
+        double loss = 0;
+        float dloss = 1.0f / ((float)B * T * c->grad_accum);
+        for (int micro = 0; micro < c->grad_accum; micro++) {
+            if ((s = stream_next(&ts, B, T, inputs, targets, err))) goto done;
+            loss += gpt2_forward(&m, inputs, targets, dloss) / c->grad_accum;
+            gpt2_backward(&m);
+        }
+        double norm = sqrt(optim_grad_sumsq_f32(m.grads, m.n_params));
+        double lr = train_lr_at(c, step);
+        int skipped = !isfinite(norm);
+        if (skipped) {
+            st_log(1, "step %ld: non-finite gradient norm; update skipped, no state changed\n", step);
+        } else {
+            float scale = (c->grad_clip > 0 && norm > c->grad_clip) ? (float)(c->grad_clip / norm) : 1.0f;
+            h.adam_step++;
+            adamw_params hp = {(float)lr, (float)c->beta1, (float)c->beta2, (float)c->eps, (long)h.adam_step, scale};
+            optim_step(opt, m.params, m.grads, &hp);
+        }
+        h.step = (uint64_t)step;
+        h.data_cursor = ts.cursor;
+        double dt = st_now() - t0;
+        double tok_s = (double)B * T * c->grad_accum / dt, gflops = flops_per_step / dt / 1e9;
+        last_loss = (float)loss;
+        if (step > 1) { tok_s_sum += tok_s; timed++; }
+        if (!c->quiet && (step % c->log_every == 0 || step == end))
+            printf("step %6ld/%ld | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %8.0f tok/s | %6.1f GFLOP/s%s\n", step,
+                   c->steps, loss, lr, norm, dt * 1e3, tok_s, gflops, skipped ? " | SKIPPED" : "");
+        fprintf(metrics,
+                "{\"step\":%ld,\"loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f,\"step_ms\":%.3f,\"tokens_per_s\":%.1f,"
+                "\"achieved_gflops\":%.3f,\"tokens\":%llu,\"skipped\":%s}\n",
+                step, loss, lr, norm, dt * 1e3, tok_s, gflops,
+                (unsigned long long)step * (unsigned long long)B * T * c->grad_accum, skipped ? "true" : "false");
+        fflush(metrics);
+        int stop = c->stop_flag && *c->stop_flag;
+        if ((c->ckpt_every > 0 && step % c->ckpt_every == 0) || step == end || stop) {
+            if ((s = save_checkpoint(c, &m, opt, &h, err))) goto done;
+            saved_at_end = step == end || stop;
+        }
+        if (stop) {
+            st_log(1, "stopped at step %ld; resume with: strata train --resume %s\n", step, c->run_dir);
+            break;
+        }
+    }
+    if (!saved_at_end && h.step > 0 && c->resume[0] == 0 && (long)h.step == end)
+        s = save_checkpoint(c, &m, opt, &h, err);
+    if (res) {
+        res->steps_done = (long)h.step;
+        res->final_loss = last_loss;
+        res->tokens_per_s = timed ? tok_s_sum / timed : 0;
+    }
+done:
+    if (metrics) fclose(metrics);
+    free(inputs);
+    free(targets);
+    free(ts.tokens);
+    free(segs);
+    optim_free(opt);
+    gpt2_free(&m);
+    st_backend_free(be);
+    return s;
+}

@@ -1,0 +1,233 @@
+/* train_config.c - the training configuration: one table of keys drives defaults,
+ * parsing from text (--key value), JSON files, validation and saving. */
+#include <errno.h>
+#include <json-c/json.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/fileutil.h"
+#include "strata/train.h"
+
+typedef enum { K_INT, K_LONG, K_U64, K_DOUBLE, K_STR } key_type;
+
+typedef struct key_def {
+    const char *name;
+    key_type type;
+    size_t offset, size; /* size: string capacity */
+    double lo, hi;       /* numeric range, inclusive */
+    const char *help;
+} key_def;
+
+#define OFF(f) offsetof(train_config, f)
+#define STR(f) OFF(f), sizeof(((train_config *)0)->f)
+static const key_def keys[] = {
+    {"model", K_STR, STR(model), 0, 0, "model shape preset (gpt2-mini, gpt2-tiny, gpt2-124m, gpt2-350m)"},
+    {"vocab_size", K_INT, OFF(vocab_size), 0, 0, 0, "override the preset's vocabulary size (0: keep)"},
+    {"max_seq", K_INT, OFF(max_seq), 0, 0, 0, "override the preset's maximum sequence length (0: keep)"},
+    {"n_layer", K_INT, OFF(n_layer), 0, 0, 4096, "override the preset's layer count (0: keep)"},
+    {"n_head", K_INT, OFF(n_head), 0, 0, 65536, "override the preset's head count (0: keep)"},
+    {"n_embd", K_INT, OFF(n_embd), 0, 0, 65536, "override the preset's width (0: keep)"},
+    {"batch", K_INT, OFF(batch), 0, 1, 1 << 20, "sequences per micro-batch"},
+    {"seq", K_INT, OFF(seq), 0, 1, 1 << 20, "tokens per sequence"},
+    {"grad_accum", K_INT, OFF(grad_accum), 0, 1, 1 << 20, "micro-batches per optimizer step"},
+    {"steps", K_LONG, OFF(steps), 0, 0, 1e15, "optimizer steps in the whole run"},
+    {"warmup_steps", K_LONG, OFF(warmup_steps), 0, 0, 1e15, "linear learning-rate warmup steps"},
+    {"stop_at", K_LONG, OFF(stop_at), 0, 0, 1e15, "stop (with a checkpoint) after this step (0: run to steps)"},
+    {"ckpt_every", K_LONG, OFF(ckpt_every), 0, 0, 1e15, "checkpoint every N steps (0: only at the end)"},
+    {"log_every", K_LONG, OFF(log_every), 0, 1, 1e15, "print a line every N steps"},
+    {"lr", K_DOUBLE, OFF(lr), 0, 0, 10, "peak learning rate"},
+    {"min_lr_frac", K_DOUBLE, OFF(min_lr_frac), 0, 0, 1, "final learning rate as a fraction of lr (cosine)"},
+    {"weight_decay", K_DOUBLE, OFF(weight_decay), 0, 0, 10, "decoupled weight decay (matmul weights, embeddings)"},
+    {"beta1", K_DOUBLE, OFF(beta1), 0, 0, 0.999999, "AdamW beta1"},
+    {"beta2", K_DOUBLE, OFF(beta2), 0, 0, 0.99999999, "AdamW beta2"},
+    {"eps", K_DOUBLE, OFF(eps), 0, 1e-30, 1, "AdamW epsilon"},
+    {"grad_clip", K_DOUBLE, OFF(grad_clip), 0, 0, 1e30, "clip the global gradient norm to this (0: off)"},
+    {"seed", K_U64, OFF(seed), 0, 0, 0, "seed for initialisation and data order"},
+    {"data", K_STR, STR(data), 0, 0, "\"embedded\" or a token file"},
+    {"run_dir", K_STR, STR(run_dir), 0, 0, "where metrics.jsonl and checkpoints go"},
+    {"resume", K_STR, STR(resume), 0, 0, "run or checkpoint directory to resume from"},
+    {"optim_state", K_STR, STR(optim_state), 0, 0, "optimizer state format: f32 or 8bit"},
+    {"threads", K_INT, OFF(threads), 0, 0, 4096, "compute threads (0: all cores)"},
+    {"quiet", K_INT, OFF(quiet), 0, 0, 1, "1: no per-step lines"},
+};
+#define N_KEYS (sizeof keys / sizeof keys[0])
+
+void train_config_defaults(train_config *c) {
+    memset(c, 0, sizeof *c);
+    snprintf(c->model, sizeof c->model, "gpt2-mini");
+    c->batch = 16;
+    c->seq = 128;
+    c->grad_accum = 1;
+    c->steps = 400;
+    c->warmup_steps = 20;
+    c->log_every = 1;
+    c->lr = 3e-3;
+    c->min_lr_frac = 0.1;
+    c->weight_decay = 0.1;
+    c->beta1 = 0.9;
+    c->beta2 = 0.95;
+    c->eps = 1e-8;
+    c->grad_clip = 1.0;
+    c->seed = 1337;
+    snprintf(c->data, sizeof c->data, "embedded");
+    snprintf(c->optim_state, sizeof c->optim_state, "f32");
+}
+
+const char *train_config_keys(void) {
+    static char buf[2048];
+    if (!buf[0])
+        for (size_t i = 0; i < N_KEYS; i++)
+            snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%s%s", i ? ", " : "", keys[i].name);
+    return buf;
+}
+
+void train_config_print_help(FILE *f) {
+    for (size_t i = 0; i < N_KEYS; i++) fprintf(f, "  --%-14s %s\n", keys[i].name, keys[i].help);
+}
+
+static const key_def *find_key(const char *name) {
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (!strcmp(keys[i].name, name)) return &keys[i];
+    return NULL;
+}
+
+st_status train_config_set(train_config *c, const char *key, const char *value, st_err *err) {
+    const key_def *k = find_key(key);
+    if (!k) return st_errf(err, ST_ERR_INVALID, "unknown configuration key '%s'; known keys: %s", key, train_config_keys());
+    char *p = (char *)c + k->offset;
+    if (k->type == K_STR) {
+        if (strlen(value) >= k->size)
+            return st_errf(err, ST_ERR_INVALID, "key '%s': value is longer than %zu characters", key, k->size - 1);
+        snprintf(p, k->size, "%s", value);
+        return ST_OK;
+    }
+    char *end;
+    errno = 0;
+    if (k->type == K_DOUBLE) {
+        double v = strtod(value, &end);
+        if (end == value || *end || errno || !isfinite(v))
+            return st_errf(err, ST_ERR_INVALID, "key '%s': '%s' is not a number", key, value);
+        if (v < k->lo || v > k->hi)
+            return st_errf(err, ST_ERR_INVALID, "key '%s': %g is outside [%g, %g]", key, v, k->lo, k->hi);
+        *(double *)p = v;
+        return ST_OK;
+    }
+    if (k->type == K_U64) {
+        if (value[0] == '-') return st_errf(err, ST_ERR_INVALID, "key '%s': '%s' must be a non-negative integer", key, value);
+        unsigned long long v = strtoull(value, &end, 10);
+        if (end == value || *end || errno)
+            return st_errf(err, ST_ERR_INVALID, "key '%s': '%s' is not a non-negative integer", key, value);
+        *(uint64_t *)p = v;
+        return ST_OK;
+    }
+    long long v = strtoll(value, &end, 10);
+    if (end == value || *end || errno) return st_errf(err, ST_ERR_INVALID, "key '%s': '%s' is not an integer", key, value);
+    double hi = k->hi > 0 ? k->hi : 1e18;
+    if ((double)v < k->lo || (double)v > hi)
+        return st_errf(err, ST_ERR_INVALID, "key '%s': %lld is outside [%g, %g]", key, v, k->lo, hi);
+    if (k->type == K_INT) *(int *)p = (int)v;
+    else *(long *)p = (long)v;
+    return ST_OK;
+}
+
+st_status train_config_load_json(train_config *c, const char *path, st_err *err) {
+    json_object *root = json_object_from_file(path);
+    if (!root) return st_errf(err, ST_ERR_FORMAT, "%s: cannot read as JSON: %s", path, json_util_get_last_err());
+    if (!json_object_is_type(root, json_type_object)) {
+        json_object_put(root);
+        return st_errf(err, ST_ERR_FORMAT, "%s: the configuration must be a JSON object of keys", path);
+    }
+    st_status s = ST_OK;
+    json_object_object_foreach(root, key, val) {
+        const key_def *k = find_key(key);
+        if (!k) {
+            s = st_errf(err, ST_ERR_INVALID, "%s: unknown key '%s'; known keys: %s", path, key, train_config_keys());
+            break;
+        }
+        json_type t = json_object_get_type(val);
+        int ok = k->type == K_STR ? t == json_type_string
+                 : k->type == K_DOUBLE ? (t == json_type_double || t == json_type_int)
+                                       : t == json_type_int;
+        if (!ok) {
+            s = st_errf(err, ST_ERR_INVALID, "%s: key '%s' must be %s, got %s", path, key,
+                        k->type == K_STR ? "a string" : k->type == K_DOUBLE ? "a number" : "an integer",
+                        json_type_to_name(t));
+            break;
+        }
+        s = train_config_set(c, key, json_object_get_string(val), err);
+        if (s) { st_err_prefix(err, "%s", path); break; }
+    }
+    json_object_put(root);
+    return s;
+}
+
+st_status train_config_save_json(const train_config *c, const char *path, st_err *err) {
+    json_object *root = json_object_new_object();
+    for (size_t i = 0; i < N_KEYS; i++) {
+        const key_def *k = &keys[i];
+        const char *p = (const char *)c + k->offset;
+        json_object *v = NULL;
+        switch (k->type) {
+        case K_INT: v = json_object_new_int(*(const int *)p); break;
+        case K_LONG: v = json_object_new_int64(*(const long *)p); break;
+        case K_U64: v = json_object_new_int64((int64_t) * (const uint64_t *)p); break;
+        case K_DOUBLE: v = json_object_new_double(*(const double *)p); break;
+        case K_STR: v = json_object_new_string(p); break;
+        }
+        json_object_object_add(root, k->name, v);
+    }
+    const char *text = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY);
+    st_file_writer w;
+    st_status s = st_file_writer_open(&w, path, err);
+    if (!s) {
+        s = st_file_writer_put(&w, text, strlen(text), err);
+        if (!s) s = st_file_writer_put(&w, "\n", 1, err);
+        s = st_file_writer_close(&w, s, err);
+    }
+    json_object_put(root);
+    return s;
+}
+
+st_status train_config_resolve(const train_config *c, gpt2_config *mc, st_err *err) {
+    st_status s = gpt2_config_preset(c->model, mc, err);
+    if (s) return st_err_prefix(err, "key 'model'");
+    if (c->vocab_size > 0) mc->vocab_size = c->vocab_size;
+    if (c->max_seq > 0) mc->max_seq = c->max_seq;
+    if (c->n_layer > 0) mc->n_layer = c->n_layer;
+    if (c->n_head > 0) mc->n_head = c->n_head;
+    if (c->n_embd > 0) mc->n_embd = c->n_embd;
+    s = gpt2_config_validate(mc, err);
+    if (s) return st_err_prefix(err, "model shape");
+    if (c->seq > mc->max_seq)
+        return st_errf(err, ST_ERR_INVALID, "key 'seq': %d exceeds the model's max_seq %d; lower seq or raise max_seq",
+                       c->seq, mc->max_seq);
+    if (strcmp(c->optim_state, "f32") && strcmp(c->optim_state, "8bit"))
+        return st_errf(err, ST_ERR_INVALID, "key 'optim_state': '%s' is not f32 or 8bit", c->optim_state);
+    if (c->warmup_steps > c->steps && c->steps > 0)
+        return st_errf(err, ST_ERR_INVALID, "key 'warmup_steps': %ld exceeds steps %ld", c->warmup_steps, c->steps);
+    if (!strcmp(c->data, "embedded") && mc->vocab_size < 256)
+        return st_errf(err, ST_ERR_INVALID, "the embedded corpus has byte tokens (0..255); vocab_size %d is too small",
+                       mc->vocab_size);
+    /* An absurd configuration is refused before anything is allocated. */
+    double C = mc->n_embd, N = (double)c->batch * c->seq;
+    double params = mc->n_layer * 12.0 * C * C + (double)(mc->vocab_size + mc->max_seq) * C;
+    double acts = 4.0 * N * (mc->n_layer * (16.0 * C + mc->n_head + 4) + mc->vocab_size + 12.0 * C);
+    double bytes = 16.0 * params + acts;
+    if (bytes > 1e15)
+        return st_errf(err, ST_ERR_INVALID, "this configuration needs about %.3g bytes; check batch, seq and the model "
+                       "shape", bytes);
+    return ST_OK;
+}
+
+double train_lr_at(const train_config *c, long step) {
+    if (c->warmup_steps > 0 && step <= c->warmup_steps) return c->lr * (double)step / (double)c->warmup_steps;
+    long decay = c->steps - c->warmup_steps;
+    if (decay <= 0) return c->lr;
+    double progress = (double)(step - c->warmup_steps) / (double)decay;
+    if (progress > 1) progress = 1;
+    double min_lr = c->lr * c->min_lr_frac;
+    return min_lr + 0.5 * (c->lr - min_lr) * (1.0 + cos(M_PI * progress));
+}

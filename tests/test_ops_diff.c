@@ -1,0 +1,433 @@
+/* test_ops_diff.c - the fast CPU backend against the double reference backend ("ref"),
+ * op by op, forward and backward, on the same random float inputs.
+ *
+ * Each op runs on each backend through the vtable (alloc, copy_to_device, op,
+ * copy_to_host), so the test would run unchanged against a device backend. Outputs an
+ * op writes are pre-filled with NaN (an element the fast op forgets to write fails);
+ * outputs it accumulates into are pre-filled with the same random values on both
+ * backends (an op that overwrites instead of adding fails). So that agreement cannot
+ * come from both backends overwriting, every backward also runs a third time, on ref
+ * with zeroed gradients, and ref(prefill) = prefill + ref(zeros) is checked. Backward
+ * ops get the forward results of their own backend (mean/rstd, out/lse), as in training.
+ *
+ * Tolerances, per element: |fast - ref| <= atol * max|ref| + rtol * |ref|, where the
+ * absolute part is scaled by the array's largest magnitude so it means "relative to
+ * the size of this tensor" (gradients are small numbers). ref is computed in double
+ * from the float inputs and rounded once, so the difference is the fast backend's own
+ * float rounding: ~eps_f32 = 6e-8 per operation, growing like sqrt(K) for K-term sums.
+ *   elementwise (encoder, residual, gelu):   atol 1e-6, rtol 1e-5
+ *   gelu backward:                           atol 1e-5, rtol 1e-5: in float the
+ *       derivative's 1 - sigmoid(2u) cancels for x ~ 5, leaving ~2e-6 absolute error
+ *       on a derivative of ~1 (measured: x = 4.96, fast 1.0000039 vs ref 1.0000020)
+ *   layernorm, cross-entropy:                atol 1e-5, rtol 1e-4
+ *   matmul, every sum length K <= 256:       atol 1e-5, rtol 1e-4
+ *   matmul with some K > 256 (C for out, OC for dinp, N for dw; up to 1024):
+ *                                            atol 3e-5, rtol 1e-4
+ *   attention (T up to 128, exp/softmax):    atol 3e-5, rtol 3e-4
+ * Set STRATA_TEST_VERBOSE=1 to print each comparison's worst error as a fraction of
+ * its tolerance (the margin; a healthy backend sits well below 1).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "strata/backend.h"
+#include "strata/core.h"
+#include "testutil.h"
+
+#define TOL_EW_ATOL 1e-6
+#define TOL_EW_RTOL 1e-5
+#define TOL_GELU_BWD_ATOL 1e-5
+#define TOL_GELU_BWD_RTOL 1e-5
+#define TOL_LN_ATOL 1e-5
+#define TOL_LN_RTOL 1e-4
+#define TOL_MM_ATOL 1e-5
+#define TOL_MM_RTOL 1e-4
+#define TOL_MMK_ATOL 3e-5
+#define TOL_MMK_RTOL 1e-4
+#define TOL_ATT_ATOL 3e-5
+#define TOL_ATT_RTOL 3e-4
+
+/* Runs: FAST and REF on the same prefilled gradients, REF0 = ref with zeroed ones. */
+enum { FAST = 0, REF = 1, REF0 = 2, RUNS = 3 };
+static st_backend *bes[2];
+static float *zero_buf; /* ZERO_N zeros on the host */
+#define ZERO_N ((size_t)1 << 20)
+static st_rng rng;
+static int verbose;
+
+static void *xmalloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "test_ops_diff: out of host memory\n");
+        exit(1); /* a test program, not library code */
+    }
+    return p;
+}
+
+static float *host_randn(size_t n, float scale, float offset) {
+    float *p = xmalloc(n * sizeof *p);
+    for (size_t i = 0; i < n; i++) p[i] = offset + scale * st_rng_normal(&rng);
+    return p;
+}
+
+static float *host_nan(size_t n) {
+    float *p = xmalloc(n * sizeof *p);
+    for (size_t i = 0; i < n; i++) p[i] = NAN;
+    return p;
+}
+
+/* A copy of n host floats (or int32s) in be's memory. */
+static void *up(st_backend *be, const void *host, size_t bytes) {
+    void *d = be->ops->alloc(be, bytes);
+    if (!d) {
+        fprintf(stderr, "test_ops_diff: %s alloc of %zu bytes failed\n", be->ops->name, bytes);
+        exit(1);
+    }
+    be->ops->copy_to_device(be, d, host, bytes);
+    return d;
+}
+#define UPF(be, host, n) ((float *)up((be), (host), (n) * sizeof(float)))
+#define UPI(be, host, n) ((int32_t *)up((be), (host), (n) * sizeof(int32_t)))
+
+/* A new host copy of n floats from be's memory; frees the device buffer. */
+static float *down(st_backend *be, float *dev, size_t n) {
+    float *h = xmalloc(n * sizeof *h);
+    be->ops->synchronize(be);
+    be->ops->copy_to_host(be, h, dev, n * sizeof *h);
+    be->ops->dealloc(be, dev);
+    return h;
+}
+
+/* The comparison described atop the file; what is printed on failure names the op. */
+static void compare(const char *what, const float *fast, const float *ref, size_t n, double atol, double rtol) {
+    double maxabs = 0;
+    for (size_t i = 0; i < n; i++) maxabs = fmax(maxabs, fabs((double)ref[i]));
+    double atol_eff = atol * (maxabs > 0 ? maxabs : 1.0);
+    if (verbose) {
+        double worst = 0;
+        for (size_t i = 0; i < n; i++) {
+            double d = fabs((double)fast[i] - ref[i]), lim = atol_eff + rtol * fabs((double)ref[i]);
+            worst = fmax(worst, d != d ? INFINITY : d / lim);
+        }
+        fprintf(stderr, "  %-52s n=%-7zu max|ref| %-10.3g err/tol %.3g\n", what, n, maxabs, worst);
+    }
+    check_close_f32(what, fast, ref, n, atol_eff, rtol);
+}
+
+static void free_runs(float *r[RUNS]) {
+    for (int k = 0; k < RUNS; k++) free(r[k]);
+}
+
+static st_backend *be_of(int run) { return bes[run == FAST ? FAST : REF]; }
+
+/* The host values an accumulated (+=) output starts from in this run. */
+static const float *prefill(int run, const float *g, size_t n) {
+    if (run != REF0) return g;
+    if (n > ZERO_N) {
+        fprintf(stderr, "test_ops_diff: zero buffer too small for %zu\n", n);
+        exit(1);
+    }
+    return zero_buf;
+}
+
+/* ref honours +=: the run from prefill g equals g + the run from zeros, to float rounding. */
+static void check_accum(const char *what, const float *from_g, const float *g, const float *from_0, size_t n) {
+    float *sum = xmalloc(n * sizeof *sum);
+    for (size_t i = 0; i < n; i++) sum[i] = g[i] + from_0[i];
+    char w[192];
+    snprintf(w, sizeof w, "ref accumulates: %s", what);
+    compare(w, from_g, sum, n, 1e-6, 1e-6);
+    free(sum);
+}
+
+/* ---------------------------------------------------------------- encoder */
+
+static void test_encoder(int B, int T, int C, int V) {
+    int maxT = T + 3; /* wpe has more rows (block size) than the batch uses */
+    size_t n = (size_t)B * T * C, nte = (size_t)V * C, npe = (size_t)maxT * C;
+    int32_t *tok = xmalloc((size_t)B * T * sizeof *tok);
+    for (int i = 0; i < B * T; i++) tok[i] = (int32_t)(st_rng_u64(&rng) % (uint64_t)V);
+    for (int i = 0; i < B * T; i += 5) tok[i] = 3; /* many positions share one row of dwte */
+    tok[B * T - 1] = V - 1;                        /* the last row is reachable */
+    float *wte = host_randn(nte, 0.1f, 0), *wpe = host_randn(npe, 0.02f, 0), *dout = host_randn(n, 1, 0);
+    float *g_te = host_randn(nte, 1, 0), *g_pe = host_randn(npe, 1, 0), *nan_out = host_nan(n);
+    float *out[RUNS], *dwte[RUNS], *dwpe[RUNS];
+    for (int k = 0; k < RUNS; k++) {
+        st_backend *be = be_of(k);
+        int32_t *d_tok = UPI(be, tok, (size_t)B * T);
+        float *d_out = UPF(be, nan_out, n), *d_wte = UPF(be, wte, nte), *d_wpe = UPF(be, wpe, npe);
+        be->ops->encoder_forward(be, d_out, d_tok, d_wte, d_wpe, B, T, C);
+        float *d_dout = UPF(be, dout, n), *d_gte = UPF(be, prefill(k, g_te, nte), nte);
+        float *d_gpe = UPF(be, prefill(k, g_pe, npe), npe);
+        be->ops->encoder_backward(be, d_gte, d_gpe, d_dout, d_tok, B, T, C);
+        out[k] = down(be, d_out, n);
+        dwte[k] = down(be, d_gte, nte);
+        dwpe[k] = down(be, d_gpe, npe);
+        be->ops->dealloc(be, d_tok), be->ops->dealloc(be, d_wte), be->ops->dealloc(be, d_wpe);
+        be->ops->dealloc(be, d_dout);
+    }
+    char what[128];
+    snprintf(what, sizeof what, "encoder_forward out B=%d T=%d C=%d", B, T, C);
+    compare(what, out[FAST], out[REF], n, TOL_EW_ATOL, TOL_EW_RTOL);
+    snprintf(what, sizeof what, "encoder_backward dwte (+=) V=%d", V);
+    compare(what, dwte[FAST], dwte[REF], nte, TOL_EW_ATOL, TOL_EW_RTOL);
+    compare("encoder_backward dwpe (+=, rows >= T untouched)", dwpe[FAST], dwpe[REF], npe, TOL_EW_ATOL,
+            TOL_EW_RTOL);
+    /* rows of wpe past T must keep their prefill exactly */
+    CHECK(memcmp(dwpe[FAST] + (size_t)T * C, g_pe + (size_t)T * C, (size_t)(maxT - T) * C * sizeof(float)) == 0,
+          "encoder_backward wrote dwpe rows past T");
+    check_accum("encoder dwte", dwte[REF], g_te, dwte[REF0], nte);
+    check_accum("encoder dwpe", dwpe[REF], g_pe, dwpe[REF0], npe);
+    free_runs(out), free_runs(dwte), free_runs(dwpe);
+    free(tok), free(wte), free(wpe), free(dout), free(g_te), free(g_pe), free(nan_out);
+}
+
+/* ---------------------------------------------------------------- layernorm */
+
+static void test_layernorm(int N, int C) {
+    size_t n = (size_t)N * C;
+    float *x = host_randn(n, 1.5f, 0.3f), *w = host_randn(C, 0.2f, 1.0f), *b = host_randn(C, 0.2f, 0);
+    float *dout = host_randn(n, 1, 0), *g_x = host_randn(n, 1, 0), *g_w = host_randn(C, 1, 0);
+    float *g_b = host_randn(C, 1, 0), *nan_n = host_nan(n), *nan_N = host_nan(N);
+    float *out[RUNS], *mean[RUNS], *rstd[RUNS], *dx[RUNS], *dw[RUNS], *db[RUNS];
+    for (int k = 0; k < RUNS; k++) {
+        st_backend *be = be_of(k);
+        float *d_x = UPF(be, x, n), *d_w = UPF(be, w, C), *d_b = UPF(be, b, C);
+        float *d_out = UPF(be, nan_n, n), *d_mean = UPF(be, nan_N, N), *d_rstd = UPF(be, nan_N, N);
+        be->ops->layernorm_forward(be, d_out, d_mean, d_rstd, d_x, d_w, d_b, N, C);
+        float *d_dout = UPF(be, dout, n), *d_gx = UPF(be, prefill(k, g_x, n), n);
+        float *d_gw = UPF(be, prefill(k, g_w, C), C), *d_gb = UPF(be, prefill(k, g_b, C), C);
+        be->ops->layernorm_backward(be, d_gx, d_gw, d_gb, d_dout, d_x, d_w, d_mean, d_rstd, N, C);
+        out[k] = down(be, d_out, n), mean[k] = down(be, d_mean, N), rstd[k] = down(be, d_rstd, N);
+        dx[k] = down(be, d_gx, n), dw[k] = down(be, d_gw, C), db[k] = down(be, d_gb, C);
+        be->ops->dealloc(be, d_x), be->ops->dealloc(be, d_w), be->ops->dealloc(be, d_b);
+        be->ops->dealloc(be, d_dout);
+    }
+    char what[128];
+    snprintf(what, sizeof what, "layernorm_forward out N=%d C=%d", N, C);
+    compare(what, out[FAST], out[REF], n, TOL_LN_ATOL, TOL_LN_RTOL);
+    compare("layernorm_forward mean", mean[FAST], mean[REF], N, TOL_LN_ATOL, TOL_LN_RTOL);
+    compare("layernorm_forward rstd", rstd[FAST], rstd[REF], N, TOL_LN_ATOL, TOL_LN_RTOL);
+    compare("layernorm_backward dinp (+=)", dx[FAST], dx[REF], n, TOL_LN_ATOL, TOL_LN_RTOL);
+    compare("layernorm_backward dw (+=)", dw[FAST], dw[REF], C, TOL_LN_ATOL, TOL_LN_RTOL);
+    compare("layernorm_backward db (+=)", db[FAST], db[REF], C, TOL_LN_ATOL, TOL_LN_RTOL);
+    check_accum("layernorm dinp", dx[REF], g_x, dx[REF0], n);
+    check_accum("layernorm dw", dw[REF], g_w, dw[REF0], C);
+    check_accum("layernorm db", db[REF], g_b, db[REF0], C);
+    free_runs(out), free_runs(mean), free_runs(rstd), free_runs(dx), free_runs(dw), free_runs(db);
+    free(x), free(w), free(b), free(dout), free(g_x), free(g_w), free(g_b), free(nan_n), free(nan_N);
+}
+
+/* ---------------------------------------------------------------- matmul */
+
+/* grads: bit 0 dinp, bit 1 dw, bit 2 dbias (the others are passed as NULL). */
+static void test_matmul(int N, int C, int OC, st_wlayout layout, int with_bias, int grads) {
+    size_t ni = (size_t)N * C, nw = (size_t)C * OC, no = (size_t)N * OC;
+    int large_k = C > 256 || OC > 256 || N > 256;
+    double atol = large_k ? TOL_MMK_ATOL : TOL_MM_ATOL, rtol = large_k ? TOL_MMK_RTOL : TOL_MM_RTOL;
+    float *x = host_randn(ni, 1, 0), *w = host_randn(nw, 0.05f, 0), *bias = host_randn(OC, 0.5f, 0);
+    float *dout = host_randn(no, 1, 0), *g_x = host_randn(ni, 1, 0), *g_w = host_randn(nw, 1, 0);
+    float *g_b = host_randn(OC, 1, 0), *nan_o = host_nan(no);
+    float *out[RUNS], *dx[RUNS] = {0}, *dw[RUNS] = {0}, *db[RUNS] = {0};
+    for (int k = 0; k < RUNS; k++) {
+        st_backend *be = be_of(k);
+        float *d_x = UPF(be, x, ni), *d_w = UPF(be, w, nw), *d_bias = with_bias ? UPF(be, bias, OC) : NULL;
+        float *d_out = UPF(be, nan_o, no);
+        be->ops->matmul_forward(be, d_out, d_x, d_w, d_bias, N, C, OC, layout);
+        float *d_dout = UPF(be, dout, no);
+        float *d_gx = grads & 1 ? UPF(be, prefill(k, g_x, ni), ni) : NULL;
+        float *d_gw = grads & 2 ? UPF(be, prefill(k, g_w, nw), nw) : NULL;
+        float *d_gb = grads & 4 ? UPF(be, prefill(k, g_b, OC), OC) : NULL;
+        be->ops->matmul_backward(be, d_gx, d_gw, d_gb, d_dout, d_x, d_w, N, C, OC, layout);
+        out[k] = down(be, d_out, no);
+        if (d_gx) dx[k] = down(be, d_gx, ni);
+        if (d_gw) dw[k] = down(be, d_gw, nw);
+        if (d_gb) db[k] = down(be, d_gb, OC);
+        be->ops->dealloc(be, d_x), be->ops->dealloc(be, d_w), be->ops->dealloc(be, d_dout);
+        if (d_bias) be->ops->dealloc(be, d_bias);
+    }
+    char what[160], tag[96];
+    snprintf(tag, sizeof tag, "matmul %s N=%d C=%d OC=%d bias=%d grads=%d",
+             layout == ST_W_IN_OUT ? "in_out" : "out_in", N, C, OC, with_bias, grads);
+    snprintf(what, sizeof what, "%s out", tag);
+    compare(what, out[FAST], out[REF], no, atol, rtol);
+    if (grads & 1) {
+        snprintf(what, sizeof what, "%s dinp (+=)", tag);
+        compare(what, dx[FAST], dx[REF], ni, atol, rtol);
+        check_accum(what, dx[REF], g_x, dx[REF0], ni);
+    }
+    if (grads & 2) {
+        snprintf(what, sizeof what, "%s dw (+=)", tag);
+        compare(what, dw[FAST], dw[REF], nw, atol, rtol);
+        check_accum(what, dw[REF], g_w, dw[REF0], nw);
+    }
+    if (grads & 4) {
+        snprintf(what, sizeof what, "%s dbias (+=)", tag);
+        compare(what, db[FAST], db[REF], OC, atol, rtol);
+        check_accum(what, db[REF], g_b, db[REF0], OC);
+    }
+    free_runs(out), free_runs(dx), free_runs(dw), free_runs(db);
+    free(x), free(w), free(bias), free(dout), free(g_x), free(g_w), free(g_b), free(nan_o);
+}
+
+/* ---------------------------------------------------------------- attention */
+
+static void test_attention(int B, int T, int C, int NH, float qk_scale) {
+    size_t n = (size_t)B * T * C, nq = 3 * n, nl = (size_t)B * NH * T;
+    float *qkv = host_randn(nq, 1, 0);
+    /* q and k larger than v, so some softmax rows are peaked and others flat */
+    for (size_t r = 0; r < (size_t)B * T; r++)
+        for (int c = 0; c < 2 * C; c++) qkv[r * 3 * C + c] *= qk_scale;
+    float *dout = host_randn(n, 1, 0), *g_q = host_randn(nq, 1, 0), *nan_o = host_nan(n), *nan_l = host_nan(nl);
+    float *out[RUNS], *lse[RUNS], *dq[RUNS];
+    for (int k = 0; k < RUNS; k++) {
+        st_backend *be = be_of(k);
+        float *d_qkv = UPF(be, qkv, nq), *d_out = UPF(be, nan_o, n), *d_lse = UPF(be, nan_l, nl);
+        be->ops->attention_forward(be, d_out, d_lse, d_qkv, B, T, C, NH);
+        float *d_dout = UPF(be, dout, n), *d_gq = UPF(be, prefill(k, g_q, nq), nq);
+        be->ops->attention_backward(be, d_gq, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
+        out[k] = down(be, d_out, n), lse[k] = down(be, d_lse, nl), dq[k] = down(be, d_gq, nq);
+        be->ops->dealloc(be, d_qkv), be->ops->dealloc(be, d_dout);
+    }
+    char what[128];
+    snprintf(what, sizeof what, "attention_forward out B=%d T=%d C=%d NH=%d qk*%.1f", B, T, C, NH, qk_scale);
+    compare(what, out[FAST], out[REF], n, TOL_ATT_ATOL, TOL_ATT_RTOL);
+    compare("attention_forward lse", lse[FAST], lse[REF], nl, TOL_ATT_ATOL, TOL_ATT_RTOL);
+    compare("attention_backward dqkv (+=)", dq[FAST], dq[REF], nq, TOL_ATT_ATOL, TOL_ATT_RTOL);
+    check_accum("attention dqkv", dq[REF], g_q, dq[REF0], nq);
+    free_runs(out), free_runs(lse), free_runs(dq);
+    free(qkv), free(dout), free(g_q), free(nan_o), free(nan_l);
+}
+
+/* ---------------------------------------------------------------- gelu, residual */
+
+static void test_elementwise(int n) {
+    float *x = host_randn(n, 2.5f, 0), *y = host_randn(n, 1, 0), *dout = host_randn(n, 1, 0);
+    float *g_x = host_randn(n, 1, 0), *g_y = host_randn(n, 1, 0), *nan_n = host_nan(n);
+    x[0] = 0, x[1] = -12, x[2] = 12, x[3] = -3, x[4] = 1e-4f; /* saturated tails, the middle */
+    float *gout[RUNS], *gdx[RUNS], *rout[RUNS], *rda[RUNS], *rdb[RUNS];
+    for (int k = 0; k < RUNS; k++) {
+        st_backend *be = be_of(k);
+        float *d_x = UPF(be, x, n), *d_y = UPF(be, y, n), *d_dout = UPF(be, dout, n);
+        float *d_gout = UPF(be, nan_n, n), *d_gdx = UPF(be, prefill(k, g_x, n), n);
+        be->ops->gelu_forward(be, d_gout, d_x, n);
+        be->ops->gelu_backward(be, d_gdx, d_x, d_dout, n);
+        float *d_rout = UPF(be, nan_n, n), *d_ra = UPF(be, prefill(k, g_x, n), n);
+        float *d_rb = UPF(be, prefill(k, g_y, n), n);
+        be->ops->residual_forward(be, d_rout, d_x, d_y, n);
+        be->ops->residual_backward(be, d_ra, d_rb, d_dout, n);
+        gout[k] = down(be, d_gout, n), gdx[k] = down(be, d_gdx, n);
+        rout[k] = down(be, d_rout, n), rda[k] = down(be, d_ra, n), rdb[k] = down(be, d_rb, n);
+        be->ops->dealloc(be, d_x), be->ops->dealloc(be, d_y), be->ops->dealloc(be, d_dout);
+    }
+    char what[96];
+    snprintf(what, sizeof what, "gelu_forward out n=%d", n);
+    compare(what, gout[FAST], gout[REF], n, TOL_EW_ATOL, TOL_EW_RTOL);
+    compare("gelu_backward dinp (+=)", gdx[FAST], gdx[REF], n, TOL_GELU_BWD_ATOL, TOL_GELU_BWD_RTOL);
+    compare("residual_forward out", rout[FAST], rout[REF], n, TOL_EW_ATOL, TOL_EW_RTOL);
+    compare("residual_backward da (+=)", rda[FAST], rda[REF], n, TOL_EW_ATOL, TOL_EW_RTOL);
+    compare("residual_backward db (+=)", rdb[FAST], rdb[REF], n, TOL_EW_ATOL, TOL_EW_RTOL);
+    check_accum("gelu dinp", gdx[REF], g_x, gdx[REF0], n);
+    check_accum("residual da", rda[REF], g_x, rda[REF0], n);
+    check_accum("residual db", rdb[REF], g_y, rdb[REF0], n);
+    free_runs(gout), free_runs(gdx), free_runs(rout), free_runs(rda), free_runs(rdb);
+    free(x), free(y), free(dout), free(g_x), free(g_y), free(nan_n);
+}
+
+/* ---------------------------------------------------------------- cross-entropy */
+
+static void test_crossentropy(int N, int V, float logit_scale) {
+    size_t nl = (size_t)N * V;
+    float *logits = host_randn(nl, logit_scale, 0), *nan_N = host_nan(N);
+    int32_t *tg = xmalloc((size_t)N * sizeof *tg);
+    int unmasked = 0;
+    for (int i = 0; i < N; i++) {
+        tg[i] = (int32_t)(st_rng_u64(&rng) % (uint64_t)V);
+        if (N > 2 && i % 7 == 2) tg[i] = -1; /* masked positions (e.g. padding) */
+        unmasked += tg[i] >= 0;
+    }
+    tg[0] = V - 1;
+    float dloss = 1.0f / (float)(unmasked > 0 ? unmasked : 1); /* the mean over unmasked tokens */
+    float *loss[RUNS], *dl[RUNS], *loss0[RUNS], *l0[RUNS];
+    for (int k = 0; k < RUNS; k++) {
+        st_backend *be = be_of(k);
+        int32_t *d_tg = UPI(be, tg, N);
+        /* dloss = 0: losses only, logits must stay as they were */
+        float *d_l0 = UPF(be, logits, nl), *d_loss0 = UPF(be, nan_N, N);
+        be->ops->crossentropy_forward_backward(be, d_l0, d_loss0, d_tg, N, V, 0.0f);
+        float *d_l = UPF(be, logits, nl), *d_loss = UPF(be, nan_N, N);
+        be->ops->crossentropy_forward_backward(be, d_l, d_loss, d_tg, N, V, dloss);
+        loss0[k] = down(be, d_loss0, N), l0[k] = down(be, d_l0, nl);
+        loss[k] = down(be, d_loss, N), dl[k] = down(be, d_l, nl);
+        be->ops->dealloc(be, d_tg);
+    }
+    char what[128];
+    snprintf(what, sizeof what, "crossentropy losses N=%d V=%d scale %.0f", N, V, logit_scale);
+    compare(what, loss[FAST], loss[REF], N, TOL_LN_ATOL, TOL_LN_RTOL);
+    compare("crossentropy dlogits (in place)", dl[FAST], dl[REF], nl, TOL_LN_ATOL, TOL_LN_RTOL);
+    compare("crossentropy losses (dloss 0)", loss0[FAST], loss0[REF], N, TOL_LN_ATOL, TOL_LN_RTOL);
+    CHECK(memcmp(l0[FAST], logits, nl * sizeof(float)) == 0, "crossentropy with dloss 0 changed the logits");
+    int masked_ok = 1;
+    for (int i = 0; i < N; i++)
+        if (tg[i] < 0) {
+            masked_ok &= loss[FAST][i] == 0;
+            for (int v = 0; v < V; v++) masked_ok &= dl[FAST][(size_t)i * V + v] == 0;
+        }
+    CHECK(masked_ok, "crossentropy: a masked row has nonzero loss or dlogits");
+    free_runs(loss), free_runs(dl), free_runs(loss0), free_runs(l0);
+    free(logits), free(nan_N), free(tg);
+}
+
+int main(void) {
+    verbose = getenv("STRATA_TEST_VERBOSE") != NULL;
+    st_err err = {0};
+    if (st_backend_cpu_create(&bes[FAST], 2, &err) != ST_OK) {
+        fprintf(stderr, "ops_diff: cpu backend: %s\n", err.msg);
+        return err.code == ST_ERR_UNSUPPORTED ? 77 : 1;
+    }
+    if (st_backend_ref_create(&bes[REF], &err) != ST_OK) {
+        fprintf(stderr, "ops_diff: ref backend: %s\n", err.msg);
+        return 1;
+    }
+    CHECK(strcmp(bes[REF]->ops->name, "ref") == 0, "ref backend name '%s'", bes[REF]->ops->name);
+    if (verbose) fprintf(stderr, "ops_diff: %s vs %s\n", bes[FAST]->ops->name, bes[REF]->ops->name);
+    zero_buf = calloc(ZERO_N, sizeof *zero_buf);
+    if (!zero_buf) return 1;
+    st_rng_seed(&rng, 777);
+
+    const int B = 2, T = 33, C = 64, NH = 4, V = 97;
+    test_encoder(B, T, C, V);
+    test_layernorm(B * T, C);
+    test_layernorm(7, 768); /* GPT-2 width: longer row sums */
+
+    for (int layout = 0; layout < 2; layout++) {
+        st_wlayout lay = (st_wlayout)layout;
+        for (int bias = 0; bias < 2; bias++) test_matmul(B * T, C, 3 * C, lay, bias, 7);
+        test_matmul(B * T, C, V, lay, 0, 1 | 2);   /* lm-head shape, no bias */
+        test_matmul(B * T, C, 4 * C, lay, 1, 2 | 4); /* dinp NULL */
+        test_matmul(B * T, C, 4 * C, lay, 1, 1);     /* dw, dbias NULL */
+        test_matmul(B * T, 768, 64, lay, 1, 7);      /* large K forward and dinp... */
+        test_matmul(B * T, 64, 1024, lay, 1, 7);     /* ...and K = OC in the dinp product */
+        test_matmul(333, 48, 40, lay, 1, 7);         /* dw sums over N = 333 rows */
+        test_matmul(1, 3, 5, lay, 1, 7);             /* degenerate sizes */
+    }
+
+    test_attention(B, T, C, NH, 1.0f);
+    test_attention(B, T, C, NH, 2.5f);
+    test_attention(1, 128, 64, 2, 1.5f);  /* hs 32, long rows */
+    test_attention(1, 128, 128, 2, 1.0f); /* hs 64, the GPT-2 head size */
+    test_attention(3, 1, 16, 2, 1.0f);    /* T = 1: each row sees only itself */
+
+    test_elementwise(B * T * 4 * C);
+    test_elementwise(17); /* shorter than any vector width */
+
+    test_crossentropy(B * T, V, 3.0f);
+    test_crossentropy(4, 50257, 10.0f); /* GPT-2 vocabulary, large logits: must not overflow */
+    test_crossentropy(2, 2, 1.0f);
+
+    st_backend_free(bes[FAST]);
+    st_backend_free(bes[REF]);
+    free(zero_buf);
+    return test_finish("ops_diff");
+}
