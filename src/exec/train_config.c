@@ -206,8 +206,6 @@ st_status train_config_resolve(const train_config *c, gpt2_config *mc, st_err *e
                        c->seq, mc->max_seq);
     if (strcmp(c->optim_state, "f32") && strcmp(c->optim_state, "8bit"))
         return st_errf(err, ST_ERR_INVALID, "key 'optim_state': '%s' is not f32 or 8bit", c->optim_state);
-    if (c->warmup_steps > c->steps && c->steps > 0)
-        return st_errf(err, ST_ERR_INVALID, "key 'warmup_steps': %ld exceeds steps %ld", c->warmup_steps, c->steps);
     if (!strcmp(c->data, "embedded") && mc->vocab_size < 256)
         return st_errf(err, ST_ERR_INVALID, "the embedded corpus has byte tokens (0..255); vocab_size %d is too small",
                        mc->vocab_size);

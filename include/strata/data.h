@@ -1,0 +1,219 @@
+/* data.h - the data pipeline: token sources, mixing, packing, per-rank slices,
+ * a prefetch ring, and a resume cursor of a few integers.
+ *
+ *     data_loader_config cfg;
+ *     data_loader_config_init(&cfg);
+ *     cfg.n_sources = 2;
+ *     cfg.sources[0] = (data_source_config){.path = "web_text_document", .weight = 0.7};
+ *     cfg.sources[1] = (data_source_config){.path = "code_text_document", .weight = 0.3};
+ *     cfg.T = 2048; cfg.B = 8; cfg.rank = rank; cfg.world = world;
+ *     cfg.vocab_size = 50257; cfg.eod_token = 50256; cfg.mask_eod = 1;
+ *     data_loader *dl;
+ *     if (data_loader_open(&dl, &cfg, &err) != ST_OK) { ... err.msg ... }
+ *     for (step = 0; step < n; step++) {
+ *         data_batch b;
+ *         if (data_loader_next(dl, &b, &err) != ST_OK) { ... }
+ *         // inputs: b.tokens[r*(T+1) + t], t in [0,T); targets: t in [1,T]
+ *     }
+ *     data_loader_state st;                 // save with the checkpoint (plain integers)
+ *     data_loader_get_state(dl, &st);
+ *     ...                                   // later, possibly with another world size:
+ *     data_loader_set_state(dl2, &st, &err);  // continues with the identical token stream
+ *     data_loader_close(dl);
+ *
+ * The order: per source and epoch a seeded Feistel permutation of the documents
+ * (O(1) memory, nothing built or cached); documents are concatenated in that order
+ * and cut into samples of T+1 tokens that overlap by one token (sample k starts at
+ * token k*T of the source's stream). Sources without a document index (llm.c
+ * shards, raw token files, memory) are cut into windows of T+1 tokens starting at
+ * multiples of T, and the windows are permuted instead. Global sample g picks its
+ * source by a hash of (seed, g) against the weights in force at its step, so the
+ * global stream depends on the global sample index only: rank r of world W takes
+ * rows [r*B, (r+1)*B) of each global batch of W*B rows.
+ *
+ * Megatron "sequences" are taken as the documents (preprocess_data.py without sentence
+ * splitting writes one sequence per document; so does data_pack).
+ */
+#ifndef STRATA_DATA_H
+#define STRATA_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "strata/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DATA_MAX_SOURCES 16
+#define DATA_STATE_MAGIC 0x53544454u /* "STDT" */
+#define DATA_STATE_VERSION 1u
+
+/* The built-in byte-level tokenizer: token = byte value, end of document = 256. */
+#define DATA_BYTE_VOCAB 257
+#define DATA_BYTE_EOD 256
+
+/* Append-only. */
+typedef enum data_format {
+    DATA_FORMAT_AUTO = 0,     /* by content: MMIDIDX .idx beside it, llm.c magic, else raw uint16 (.u32: uint32) */
+    DATA_FORMAT_MEGATRON = 1, /* Megatron-LM indexed dataset: PREFIX.bin + PREFIX.idx */
+    DATA_FORMAT_LLMC = 2,     /* llm.c shard: 256 int32 header, uint16 (v1) or uint32 (v7) tokens */
+    DATA_FORMAT_RAW_U16 = 3,  /* headerless little-endian uint16 tokens */
+    DATA_FORMAT_RAW_U32 = 4,  /* headerless little-endian uint32 tokens */
+    DATA_FORMAT_MEMORY = 5    /* tokens already in memory (mem, mem_tokens, mem_itemsize) */
+} data_format;
+
+/* Megatron dtype codes, as stored in byte 17 of the .idx. */
+enum {
+    DATA_DTYPE_U8 = 1, DATA_DTYPE_I8 = 2, DATA_DTYPE_I16 = 3, DATA_DTYPE_I32 = 4,
+    DATA_DTYPE_I64 = 5, DATA_DTYPE_F64 = 6, DATA_DTYPE_F32 = 7, DATA_DTYPE_U16 = 8,
+    DATA_DTYPE_U32 = 100 /* not a Megatron code: llm.c v7 shards and raw uint32 files */
+};
+const char *data_dtype_name(int code);   /* "uint16", ...; "?" if unknown */
+int data_dtype_size(int code);           /* bytes per token; 0 if unknown */
+
+typedef struct data_source_config {
+    const char *path;     /* Megatron prefix (or its .bin/.idx), llm.c shard, raw token file */
+    double weight;        /* relative; need not sum to 1 */
+    data_format format;   /* DATA_FORMAT_AUTO unless the file cannot say */
+    const void *mem;      /* DATA_FORMAT_MEMORY: the tokens (must outlive the loader) */
+    size_t mem_tokens;    /* DATA_FORMAT_MEMORY: how many */
+    int mem_itemsize;     /* DATA_FORMAT_MEMORY: 2 (uint16) or 4 (uint32) */
+} data_source_config;
+
+/* From global step start_step on (until the next entry), the weights are these. */
+typedef struct data_schedule_entry {
+    uint64_t start_step;
+    double weights[DATA_MAX_SOURCES];
+} data_schedule_entry;
+
+typedef struct data_loader_config {
+    int n_sources;
+    data_source_config sources[DATA_MAX_SOURCES];
+    const data_schedule_entry *schedule; /* optional, sorted by start_step; copied at open */
+    int n_schedule;
+    uint32_t schedule_version; /* bump when the mix is changed by hand; saved in the state */
+    int T;                /* sequence length: a row holds T+1 tokens */
+    int B;                /* rows per rank per step */
+    int rank, world;      /* this rank takes rows [rank*B, (rank+1)*B) of each global batch */
+    uint64_t seed;
+    int64_t vocab_size;   /* tokens must be in [0, vocab_size); 0 = no check */
+    int64_t eod_token;    /* end-of-document id; -1 = none (init default) */
+    int mask_eod;         /* loss_mask = 0 where the target starts a new document */
+    int prefetch;         /* ring depth (init default 4); 0 = produce on the caller's thread */
+    int no_shuffle;       /* 1 = documents / windows in file order (tests, debugging) */
+} data_loader_config;
+
+/* Defaults: weights 1, eod_token -1, prefetch 4, B 1, world 1; the caller sets the rest. */
+void data_loader_config_init(data_loader_config *cfg);
+
+/* One rank's batch. Pointers are owned by the loader and valid until the next call
+ * to data_loader_next (or close). Inputs are tokens[r*(T+1) + t] for t in [0,T),
+ * targets the same row at t+1. */
+typedef struct data_batch {
+    int B, T;
+    const int32_t *tokens;     /* [B][T+1] */
+    const int32_t *positions;  /* [B][T] position of each input in its segment, from 0 */
+    const uint8_t *loss_mask;  /* [B][T] 1 = count this target; all ones unless mask_eod */
+    const int32_t *cu_seqlens; /* [n_seqs+1] segment starts in the flattened B*T inputs; a
+                                  segment ends at a document start or at the row's end */
+    int n_seqs;
+    int max_seqlen;            /* longest segment, in tokens */
+    const uint8_t *source;     /* [B] which source each row came from */
+    uint64_t step;             /* global batch index */
+    uint64_t first_sample;     /* global sample index of this rank's row 0 */
+} data_batch;
+
+/* Per source: where its stream stands. Indexed sources: document `doc` of the
+ * permutation of epoch `epoch`, token `offset` inside it. Windowed: window `doc`. */
+typedef struct data_cursor {
+    uint64_t epoch, doc, offset;
+} data_cursor;
+
+/* The whole loader state: plain integers, fixed size, saved with the checkpoint.
+ * It describes the global stream, so it is the same on every rank and restores
+ * under any world size. */
+typedef struct data_loader_state {
+    uint32_t magic, version;    /* DATA_STATE_MAGIC, DATA_STATE_VERSION */
+    uint64_t seed;
+    uint64_t step;              /* global batches delivered */
+    uint64_t sample;            /* global samples delivered */
+    uint32_t schedule_version;
+    uint32_t n_sources;
+    uint32_t seq_len;           /* T when saved: windowed sources (no index) need the same T */
+    uint32_t reserved;
+    uint64_t fingerprint[DATA_MAX_SOURCES]; /* per source: its size, to refuse a swapped dataset */
+    data_cursor cursor[DATA_MAX_SOURCES];
+} data_loader_state;
+
+/* Loader counters for the benchmark. Bytes are what the loader itself reads (token
+ * bytes from the sources, index entries) and writes (the batch arrays). */
+typedef struct data_loader_stats {
+    uint64_t batches, tokens;       /* delivered to this rank; tokens = B*T per batch */
+    uint64_t bytes_read, bytes_written;
+    double wait_s;                  /* time data_loader_next spent waiting on the producer */
+    size_t ring_bytes;              /* memory of the prefetch ring */
+} data_loader_stats;
+
+typedef struct data_loader data_loader;
+
+st_status data_loader_open(data_loader **out, const data_loader_config *cfg, st_err *err);
+st_status data_loader_next(data_loader *dl, data_batch *b, st_err *err);
+/* The state after the last batch returned by next (the producer may be ahead). */
+void data_loader_get_state(const data_loader *dl, data_loader_state *st);
+/* Continue from st: same seed and sources required; schedule and world may differ. */
+st_status data_loader_set_state(data_loader *dl, const data_loader_state *st, st_err *err);
+void data_loader_get_stats(const data_loader *dl, data_loader_stats *s);
+void data_loader_close(data_loader *dl);
+
+/* One source opened on its own (inspection, tests). */
+typedef struct data_source data_source;
+typedef struct data_source_info {
+    data_format format;
+    int dtype;            /* Megatron dtype code */
+    uint64_t n_docs;      /* documents in the index; 0 for sources without one */
+    uint64_t n_tokens;
+    const char *bin_path; /* the file holding the tokens */
+} data_source_info;
+st_status data_source_open(data_source **out, const data_source_config *cfg, st_err *err);
+void data_source_get_info(const data_source *s, data_source_info *info);
+/* Length of document d in tokens (indexed sources only). */
+st_status data_source_doc_len(data_source *s, uint64_t d, uint64_t *len, st_err *err);
+/* Read n tokens from token index `start` of document d (or of the file when it has no
+ * index: d = 0) into out as int32, checking 0 <= t < vocab_size when vocab_size > 0. */
+st_status data_source_read(data_source *s, uint64_t d, uint64_t start, uint64_t n, int32_t *out,
+                           int64_t vocab_size, st_err *err);
+void data_source_close(data_source *s);
+
+/* Writing a Megatron .bin/.idx pair, a document at a time. */
+typedef struct data_pack_writer data_pack_writer;
+st_status data_pack_open(data_pack_writer **out, const char *prefix, int dtype, st_err *err);
+st_status data_pack_add(data_pack_writer *w, const int32_t *tokens, size_t n, st_err *err);
+st_status data_pack_close(data_pack_writer *w, st_err *err); /* writes the .idx; frees w */
+void data_pack_abort(data_pack_writer *w);                    /* frees w, removes both files */
+
+/* The byte-level tokenizer: writes n tokens (one per byte) to out. */
+void data_tokenize_bytes(const void *text, size_t n, int32_t *out);
+
+/* The shared data plane: one producer process feeds n_local training processes of
+ * one machine through a ring in shared memory (/dev/shm/<name>). The producer runs
+ * a loader whose ranks are the local ranks [first_rank, first_rank + n_local) of
+ * cfg->world, all with cfg->B rows; consumer i receives exactly what a loader with
+ * rank first_rank + i would give. cfg->rank is ignored. */
+typedef struct data_plane data_plane;
+st_status data_plane_serve(data_plane **out, const char *name, const data_loader_config *cfg,
+                           int first_rank, int n_local, st_err *err);
+/* Waits up to timeout_s for the producer to create the ring. */
+st_status data_plane_attach(data_plane **out, const char *name, int local_index, double timeout_s,
+                            st_err *err);
+st_status data_plane_next(data_plane *p, data_batch *b, st_err *err);
+void data_plane_get_state(const data_plane *p, data_loader_state *st);
+/* Consumer: detaches. Producer: stops after the consumers detach or after it is told
+ * to; removes the shared memory. */
+void data_plane_close(data_plane *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
