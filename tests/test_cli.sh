@@ -33,6 +33,18 @@ check '[ $rc -eq 2 ] && grep -q "none.json" "$T/e3.txt"' "missing config file is
 "$S" inspect "$T/none" >"$T/e4.txt" 2>&1; rc=$?
 check '[ $rc -ne 0 ] && grep -q "no such file" "$T/e4.txt"' "inspect of a missing path"
 
+# train on packed datasets, mixed by weight
+for i in $(seq 1 200); do echo "line $i of the first corpus, with some words in it."; done > "$T/a.txt"
+for i in $(seq 1 200); do echo "second corpus line $i: numbers $((i*7)) and $((i*13))."; done > "$T/b.txt"
+"$S" data pack -o "$T/a" --split line "$T/a.txt" >/dev/null 2>&1 && "$S" data pack -o "$T/b" --split line "$T/b.txt" >/dev/null 2>&1
+check '[ -f "$T/a.idx" ] && [ -f "$T/b.bin" ]' "data pack writes .bin/.idx"
+"$S" train $small --vocab_size 257 --steps 3 --data "$T/a:0.7,$T/b:0.3" --run_dir "$T/mix" >"$T/mix.txt" 2>&1
+check '[ $? -eq 0 ] && [ $(wc -l < "$T/mix/metrics.jsonl") -eq 3 ]' "training on a weighted mix of packed datasets"
+"$S" train $small --steps 1 --data "$T/a" --run_dir "$T/mixbad" >"$T/e5.txt" 2>&1; rc=$?
+check '[ $rc -ne 0 ] && grep -q "a.bin" "$T/e5.txt" && grep -q "256" "$T/e5.txt"' "a token outside the vocabulary names the file"
+"$S" train $small --steps 1 --data "$T/missing" --run_dir "$T/mixbad2" >"$T/e6.txt" 2>&1; rc=$?
+check '[ $rc -ne 0 ] && grep -q "missing" "$T/e6.txt"' "a missing data file is named"
+
 # Ctrl-C: the step finishes, a checkpoint is written, resume continues to the end
 "$S" train $small --steps 400 --run_dir "$T/int" >"$T/int.txt" 2>&1 &
 pid=$!

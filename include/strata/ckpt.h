@@ -8,11 +8,12 @@
  *   16  u64      step (optimizer steps completed)
  *   24  u64      adam step (updates applied; a skipped non-finite step does not count)
  *   32  u64      rng state
- *   40  u64      data cursor
+ *   40  u64      D: bytes of the data loader's state
  *   48  u64      number of parameters
  *   56  u32      number of optimizer buffers K
  *   60  u32      reserved (0)
  *   64  u64[K]   byte size of each buffer
+ *   ..  bytes    the data loader's state (D bytes, data_loader_state)
  *   ..  bytes    the K buffers, in order
  *   end u32      CRC-32C of every byte before it
  */
@@ -24,8 +25,12 @@
 
 #define ST_TRAIN_STATE_VERSION 1u
 
+#define ST_DATA_STATE_MAX 4096
+
 typedef struct train_state_header {
-    uint64_t step, adam_step, rng, data_cursor, n_params;
+    uint64_t step, adam_step, rng, n_params;
+    uint64_t data_state_bytes;                 /* <= ST_DATA_STATE_MAX */
+    unsigned char data_state[ST_DATA_STATE_MAX]; /* opaque to this layer */
 } train_state_header;
 
 st_status train_state_save(const char *path, const train_state_header *h, optim *o, st_err *err);

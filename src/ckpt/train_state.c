@@ -23,7 +23,10 @@ st_status train_state_save(const char *path, const train_state_header *h, optim 
     memcpy(head + 8, &u32, 4);
     u32 = (uint32_t)optim_format(o);
     memcpy(head + 12, &u32, 4);
-    uint64_t f[5] = {h->step, h->adam_step, h->rng, h->data_cursor, h->n_params};
+    if (h->data_state_bytes > ST_DATA_STATE_MAX)
+        return st_errf(err, ST_ERR_INVALID, "data state of %llu bytes exceeds %d", (unsigned long long)h->data_state_bytes,
+                       ST_DATA_STATE_MAX);
+    uint64_t f[5] = {h->step, h->adam_step, h->rng, h->data_state_bytes, h->n_params};
     memcpy(head + 16, f, sizeof f);
     u32 = (uint32_t)k;
     memcpy(head + 56, &u32, 4);
@@ -38,6 +41,7 @@ st_status train_state_save(const char *path, const train_state_header *h, optim 
     if (s) return s;
     s = st_file_writer_put(&w, head, sizeof head, err);
     if (!s) s = st_file_writer_put(&w, sizes, sizeof(uint64_t) * (size_t)k, err);
+    if (!s) s = st_file_writer_put(&w, h->data_state, h->data_state_bytes, err);
     for (int i = 0; i < k && !s; i++) {
         size_t b;
         void *p = optim_state_buffer(o, i, &b);
@@ -86,8 +90,15 @@ st_status train_state_load(const char *path, train_state_header *h, optim *o, st
                     "corrupt", path, k, len);
         goto out;
     }
-    uint64_t sizes[MAX_BUFS], total = 64 + 8ull * k + 4;
+    uint64_t sizes[MAX_BUFS], total = 64 + 8ull * k + 4, dbytes;
     memcpy(sizes, map + 64, 8ull * k);
+    memcpy(&dbytes, map + 40, 8);
+    if (dbytes > ST_DATA_STATE_MAX) {
+        s = st_errf(err, ST_ERR_FORMAT, "%s: offset 40: data state of %llu bytes exceeds %d; the file is corrupt", path,
+                    (unsigned long long)dbytes, ST_DATA_STATE_MAX);
+        goto out;
+    }
+    total += dbytes;
     for (uint32_t i = 0; i < k; i++) total += sizes[i];
     if (total != len) {
         s = st_errf(err, total > len ? ST_ERR_TRUNCATED : ST_ERR_FORMAT,
@@ -110,7 +121,7 @@ st_status train_state_load(const char *path, train_state_header *h, optim *o, st
                     path, fmt, k, (unsigned long long)f[4], optim_format(o), optim_state_count(o), optim_numel(o));
         goto out;
     }
-    size_t off = 64 + 8ull * k;
+    size_t off = 64 + 8ull * k + dbytes;
     for (uint32_t i = 0; i < k; i++) {
         size_t b;
         optim_state_buffer(o, (int)i, &b);
@@ -129,7 +140,8 @@ st_status train_state_load(const char *path, train_state_header *h, optim *o, st
     h->step = f[0];
     h->adam_step = f[1];
     h->rng = f[2];
-    h->data_cursor = f[3];
+    h->data_state_bytes = dbytes;
+    memcpy(h->data_state, map + 64 + 8ull * k, dbytes);
     h->n_params = f[4];
 out:
     munmap(map, len);

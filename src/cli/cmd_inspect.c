@@ -55,7 +55,7 @@ static int inspect_state(const char *path) {
         fprintf(stderr, "strata inspect: %s: not a strata training state (wrong magic at offset 0)\n", path);
         return 1;
     }
-    printf("%s: version %u, step %llu, adam step %llu, data cursor %llu, %llu parameters, optimizer state %s\n", path,
+    printf("%s: version %u, step %llu, adam step %llu, data state %llu bytes, %llu parameters, optimizer state %s\n", path,
            version, (unsigned long long)v[0], (unsigned long long)v[1], (unsigned long long)v[3],
            (unsigned long long)v[4], fmt == 0 ? "f32" : "8bit");
     return 0;

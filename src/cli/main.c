@@ -62,6 +62,7 @@ double cli_parse_bytes(const char *s) {
 
 int main(int argc, char **argv) {
     st_blas_fix_coretype(argv);
+    setvbuf(stdout, NULL, _IOLBF, 0); /* progress lines appear as they happen, also through a pipe */
     if (argc < 2) {
         fputs(usage, stderr);
         return 2;

@@ -15,51 +15,101 @@
 
 #include "ckpt/fileutil.h"
 #include "strata/ckpt.h"
+#include "strata/data.h"
 #include "strata/train.h"
 
-/* ------------------------------------------------------------------ token stream
- * The sequence of training tokens and a cursor into it. A micro-batch takes B windows
- * of T+1 consecutive tokens starting at cursor, cursor + T, ...; then cursor += B*T,
- * wrapping to 0 when the next batch would run past the end (a new epoch). */
+/* ------------------------------------------------------------------ data
+ * The data pipeline (strata/data.h) feeds the loop: the embedded corpus as an
+ * in-memory source, or token files given as "path[:weight],path[:weight],...". Its
+ * state (a few integers) goes into every checkpoint. */
 
-typedef struct token_stream {
-    int32_t *tokens;
-    size_t n;
-    uint64_t cursor;
-} token_stream;
+typedef struct train_data {
+    data_loader *dl;
+    uint16_t *corpus; /* the embedded corpus, when used; outlives the loader */
+    char *spec;       /* copy of the data key, cut into paths */
+} train_data;
 
-static st_status stream_open(token_stream *s, const train_config *c, int vocab, st_err *err) {
-    memset(s, 0, sizeof *s);
-    if (strcmp(c->data, "embedded") != 0)
-        return st_errf(err, ST_ERR_UNSUPPORTED, "key 'data': '%s': only \"embedded\" is built into this loop so far",
-                       c->data);
-    size_t cap = 4u << 20; /* 4 MiB of text: ~500 epochs of the default run would be needed to repeat */
-    uint8_t *text = malloc(cap);
-    s->tokens = malloc(cap * sizeof(int32_t));
-    if (!text || !s->tokens) {
+static void data_close(train_data *d) {
+    if (d->dl) data_loader_close(d->dl);
+    free(d->corpus);
+    free(d->spec);
+    memset(d, 0, sizeof *d);
+}
+
+static st_status data_open(train_data *d, const train_config *c, int vocab, st_err *err) {
+    memset(d, 0, sizeof *d);
+    data_loader_config dc;
+    data_loader_config_init(&dc);
+    dc.T = c->seq;
+    dc.B = c->batch;
+    dc.seed = c->seed;
+    dc.vocab_size = vocab;
+    if (!strcmp(c->data, "embedded")) {
+        size_t cap = 4u << 20; /* 4 MiB of text; the default run reads a fifth of it */
+        uint8_t *text = malloc(cap);
+        d->corpus = malloc(cap * sizeof(uint16_t));
+        if (!text || !d->corpus) {
+            free(text);
+            return st_errf(err, ST_ERR_NOMEM, "out of memory for the embedded corpus");
+        }
+        size_t n = corpus_embedded_generate(text, cap, 20261129);
+        for (size_t i = 0; i < n; i++) d->corpus[i] = text[i];
         free(text);
-        free(s->tokens);
-        return st_errf(err, ST_ERR_NOMEM, "out of memory for the embedded corpus");
+        dc.n_sources = 1;
+        dc.sources[0] = (data_source_config){.path = "embedded", .weight = 1.0, .format = DATA_FORMAT_MEMORY,
+                                             .mem = d->corpus, .mem_tokens = n, .mem_itemsize = 2};
+    } else {
+        d->spec = strdup(c->data);
+        if (!d->spec) return st_errf(err, ST_ERR_NOMEM, "out of memory");
+        char *save = NULL;
+        for (char *tok = strtok_r(d->spec, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            if (dc.n_sources == DATA_MAX_SOURCES)
+                return st_errf(err, ST_ERR_INVALID, "key 'data': more than %d sources", DATA_MAX_SOURCES);
+            double w = 1.0;
+            char *colon = strrchr(tok, ':');
+            if (colon) {
+                char *end;
+                w = strtod(colon + 1, &end);
+                if (end == colon + 1 || *end || !(w > 0))
+                    return st_errf(err, ST_ERR_INVALID, "key 'data': weight '%s' of source '%.*s' must be a positive "
+                                   "number", colon + 1, (int)(colon - tok), tok);
+                *colon = 0;
+            }
+            dc.sources[dc.n_sources++] = (data_source_config){.path = tok, .weight = w};
+        }
+        if (!dc.n_sources) return st_errf(err, ST_ERR_INVALID, "key 'data' is empty; give \"embedded\" or token files");
     }
-    s->n = corpus_embedded_generate(text, cap, 20261129);
-    for (size_t i = 0; i < s->n; i++) s->tokens[i] = text[i];
-    free(text);
-    (void)vocab;
+    st_status s = data_loader_open(&d->dl, &dc, err);
+    return s ? st_err_prefix(err, "key 'data'") : ST_OK;
+}
+
+static st_status data_next(train_data *d, int B, int T, int32_t *inputs, int32_t *targets, st_err *err) {
+    data_batch b;
+    st_status s = data_loader_next(d->dl, &b, err);
+    if (s) return s;
+    for (int r = 0; r < B; r++) {
+        const int32_t *row = b.tokens + (size_t)r * (T + 1);
+        memcpy(inputs + (size_t)r * T, row, sizeof(int32_t) * T);
+        memcpy(targets + (size_t)r * T, row + 1, sizeof(int32_t) * T);
+    }
     return ST_OK;
 }
 
-static st_status stream_next(token_stream *s, int B, int T, int32_t *inputs, int32_t *targets, st_err *err) {
-    size_t need = (size_t)B * T + 1;
-    if (need > s->n)
-        return st_errf(err, ST_ERR_INVALID, "a batch of %zu tokens is larger than the corpus (%zu tokens)", need, s->n);
-    if (s->cursor + need > s->n) s->cursor = 0;
-    for (int b = 0; b < B; b++) {
-        const int32_t *w = s->tokens + s->cursor + (size_t)b * T;
-        memcpy(inputs + (size_t)b * T, w, sizeof(int32_t) * T);
-        memcpy(targets + (size_t)b * T, w + 1, sizeof(int32_t) * T);
-    }
-    s->cursor += (size_t)B * T;
-    return ST_OK;
+static void data_save_state(const train_data *d, train_state_header *h) {
+    data_loader_state st;
+    data_loader_get_state(d->dl, &st);
+    h->data_state_bytes = sizeof st;
+    memcpy(h->data_state, &st, sizeof st);
+}
+
+static st_status data_restore_state(train_data *d, const train_state_header *h, const char *path, st_err *err) {
+    data_loader_state st;
+    if (h->data_state_bytes != sizeof st)
+        return st_errf(err, ST_ERR_FORMAT, "%s: data state has %llu bytes, this strata's has %zu", path,
+                       (unsigned long long)h->data_state_bytes, sizeof st);
+    memcpy(&st, h->data_state, sizeof st);
+    st_status s = data_loader_set_state(d->dl, &st, err);
+    return s ? st_err_prefix(err, "%s", path) : ST_OK;
 }
 
 /* ------------------------------------------------------------------ checkpoints */
@@ -140,7 +190,8 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     optim_segment *segs = NULL;
     int32_t *inputs = NULL, *targets = NULL;
     FILE *metrics = NULL;
-    token_stream ts = {0};
+    train_data td = {0};
+    train_state_header *hs = NULL;
     int B = c->batch, T = c->seq;
 
     if ((s = st_backend_cpu_create(&be, c->threads, err))) goto done;
@@ -158,18 +209,20 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     }
     optim_state_format fmt = strcmp(c->optim_state, "8bit") ? OPTIM_STATE_F32 : OPTIM_STATE_8BIT;
     if ((s = optim_create(&opt, segs, m.n_tensors, fmt, err))) goto done;
-    if ((s = stream_open(&ts, c, mc.vocab_size, err))) goto done;
+    if ((s = data_open(&td, c, mc.vocab_size, err))) goto done;
 
-    train_state_header h = {0, 0, 0, 0, m.n_params};
+    hs = calloc(1, sizeof *hs); /* 4 KiB of data state: not on the stack */
+    if (!hs) { s = st_errf(err, ST_ERR_NOMEM, "out of memory"); goto done; }
+    hs->n_params = m.n_params;
     if (c->resume[0]) {
         char ck[2048];
         if ((s = resolve_resume(c->resume, ck, sizeof ck, err))) goto done;
         snprintf(path, sizeof path, "%s/model.safetensors", ck);
         if ((s = gpt2_load_safetensors(&m, path, err))) goto done;
         snprintf(path, sizeof path, "%s/train_state.bin", ck);
-        if ((s = train_state_load(path, &h, opt, err))) goto done;
-        ts.cursor = h.data_cursor;
-        st_log(1, "resumed from %s at step %llu\n", ck, (unsigned long long)h.step);
+        if ((s = train_state_load(path, hs, opt, err))) goto done;
+        if ((s = data_restore_state(&td, hs, path, err))) goto done;
+        st_log(1, "resumed from %s at step %llu\n", ck, (unsigned long long)hs->step);
     }
 
     inputs = malloc(sizeof(int32_t) * (size_t)B * T);
@@ -192,14 +245,14 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     long timed = 0;
     float last_loss = NAN;
     int saved_at_end = 0;
-    while ((long)h.step < end) {
+    while ((long)hs->step < end) {
         double t0 = st_now();
-        long step = (long)h.step + 1;
+        long step = (long)hs->step + 1;
         gpt2_zero_grad(&m);
         double loss = 0;
         float dloss = 1.0f / ((float)B * T * c->grad_accum);
         for (int micro = 0; micro < c->grad_accum; micro++) {
-            if ((s = stream_next(&ts, B, T, inputs, targets, err))) goto done;
+            if ((s = data_next(&td, B, T, inputs, targets, err))) goto done;
             loss += gpt2_forward(&m, inputs, targets, dloss) / c->grad_accum;
             gpt2_backward(&m);
         }
@@ -210,12 +263,12 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
             st_log(1, "step %ld: non-finite gradient norm; update skipped, no state changed\n", step);
         } else {
             float scale = (c->grad_clip > 0 && norm > c->grad_clip) ? (float)(c->grad_clip / norm) : 1.0f;
-            h.adam_step++;
-            adamw_params hp = {(float)lr, (float)c->beta1, (float)c->beta2, (float)c->eps, (long)h.adam_step, scale};
+            hs->adam_step++;
+            adamw_params hp = {(float)lr, (float)c->beta1, (float)c->beta2, (float)c->eps, (long)hs->adam_step, scale};
             optim_step(opt, m.params, m.grads, &hp);
         }
-        h.step = (uint64_t)step;
-        h.data_cursor = ts.cursor;
+        hs->step = (uint64_t)step;
+        data_save_state(&td, hs);
         double dt = st_now() - t0;
         double tok_s = (double)B * T * c->grad_accum / dt, gflops = flops_per_step / dt / 1e9;
         last_loss = (float)loss;
@@ -231,7 +284,7 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
         fflush(metrics);
         int stop = c->stop_flag && *c->stop_flag;
         if ((c->ckpt_every > 0 && step % c->ckpt_every == 0) || step == end || stop) {
-            if ((s = save_checkpoint(c, &m, opt, &h, err))) goto done;
+            if ((s = save_checkpoint(c, &m, opt, hs, err))) goto done;
             saved_at_end = step == end || stop;
         }
         if (stop) {
@@ -239,18 +292,19 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
             break;
         }
     }
-    if (!saved_at_end && h.step > 0 && c->resume[0] == 0 && (long)h.step == end)
-        s = save_checkpoint(c, &m, opt, &h, err);
+    if (!saved_at_end && hs->step > 0 && c->resume[0] == 0 && (long)hs->step == end)
+        s = save_checkpoint(c, &m, opt, hs, err);
     if (res) {
-        res->steps_done = (long)h.step;
+        res->steps_done = (long)hs->step;
         res->final_loss = last_loss;
         res->tokens_per_s = timed ? tok_s_sum / timed : 0;
     }
 done:
+    free(hs);
     if (metrics) fclose(metrics);
     free(inputs);
     free(targets);
-    free(ts.tokens);
+    data_close(&td);
     free(segs);
     optim_free(opt);
     gpt2_free(&m);
