@@ -27,9 +27,16 @@ static double median(double *v, int n) {
  * `count` times per step. */
 typedef struct gemm_shape { int M, N, K, ta, tb, count; } gemm_shape;
 
-/* Times every matmul a step makes (forward, and both backward products), with the
- * same transposes, and returns total FLOPs / total seconds, median of `reps`. */
-static double measure_sgemm(const gpt2_config *c, int B, int T, int reps, double *matmul_flops) {
+/* The matmuls of one training step (forward, and both backward products) with the
+ * same shapes and transposes as the model makes them. */
+typedef struct gemm_bench {
+    gemm_shape shapes[16];
+    int ns;
+    float *A, *B, *C;
+    double flops; /* per step */
+} gemm_bench;
+
+static void gemm_bench_init(gemm_bench *g, const gpt2_config *c, int B, int T) {
     int N = B * T, C = c->n_embd, V = c->vocab_size, L = c->n_layer;
     gemm_shape shapes[] = {
         /* forward: out(N,OC) = inp(N,C) w(C,OC) */
@@ -42,45 +49,49 @@ static double measure_sgemm(const gpt2_config *c, int B, int T, int reps, double
         {C, 3 * C, N, 1, 0, L}, {C, C, N, 1, 0, L}, {C, 4 * C, N, 1, 0, L}, {4 * C, C, N, 1, 0, L},
         {V, C, N, 1, 0, 1},
     };
-    int ns = sizeof shapes / sizeof shapes[0];
+    g->ns = (int)(sizeof shapes / sizeof shapes[0]);
+    memcpy(g->shapes, shapes, sizeof shapes);
     size_t maxa = 0, maxb = 0, maxc = 0;
-    for (int i = 0; i < ns; i++) {
-        size_t a = (size_t)shapes[i].M * shapes[i].K, b = (size_t)shapes[i].K * shapes[i].N,
-               cc = (size_t)shapes[i].M * shapes[i].N;
+    g->flops = 0;
+    for (int i = 0; i < g->ns; i++) {
+        gemm_shape s = g->shapes[i];
+        size_t a = (size_t)s.M * s.K, b = (size_t)s.K * s.N, cc = (size_t)s.M * s.N;
         maxa = a > maxa ? a : maxa;
         maxb = b > maxb ? b : maxb;
         maxc = cc > maxc ? cc : maxc;
+        g->flops += 2.0 * s.M * s.N * s.K * s.count;
     }
-    float *A = st_alloc(maxa * 4), *Bm = st_alloc(maxb * 4), *Cm = st_alloc(maxc * 4);
-    for (size_t i = 0; i < maxa; i++) A[i] = (float)((i * 7919) % 1000) * 1e-3f;
-    for (size_t i = 0; i < maxb; i++) Bm[i] = (float)((i * 104729) % 1000) * 1e-3f;
-    double flops = 0;
-    for (int i = 0; i < ns; i++) flops += 2.0 * shapes[i].M * shapes[i].N * shapes[i].K * shapes[i].count;
-    *matmul_flops = flops;
-    double *t = malloc(sizeof(double) * (size_t)reps);
-    for (int r = -1; r < reps; r++) { /* r = -1 warms up */
-        double total = 0;
-        for (int i = 0; i < ns; i++) {
-            gemm_shape g = shapes[i];
-            double t0 = st_now();
-            cblas_sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans, g.tb ? CblasTrans : CblasNoTrans, g.M, g.N,
-                        g.K, 1.0f, A, g.ta ? g.M : g.K, Bm, g.tb ? g.K : g.N, 1.0f, Cm, g.N);
-            total += (st_now() - t0) * g.count;
-        }
-        if (r >= 0) t[r] = total;
+    g->A = st_alloc(maxa * 4);
+    g->B = st_alloc(maxb * 4);
+    g->C = st_alloc(maxc * 4);
+    for (size_t i = 0; i < maxa; i++) g->A[i] = (float)((i * 7919) % 1000) * 1e-3f;
+    for (size_t i = 0; i < maxb; i++) g->B[i] = (float)((i * 104729) % 1000) * 1e-3f;
+}
+
+/* Seconds for one step's worth of sgemm (each shape once, weighted by its count). */
+static double gemm_bench_pass(gemm_bench *g) {
+    double total = 0;
+    for (int i = 0; i < g->ns; i++) {
+        gemm_shape s = g->shapes[i];
+        double t0 = st_now();
+        cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans, s.M, s.N, s.K,
+                    1.0f, g->A, s.ta ? s.M : s.K, g->B, s.tb ? s.K : s.N, 1.0f, g->C, s.N);
+        total += (st_now() - t0) * s.count;
     }
-    double med = median(t, reps);
-    free(t);
-    st_free(A);
-    st_free(Bm);
-    st_free(Cm);
-    return flops / med / 1e9;
+    return total;
+}
+
+static void gemm_bench_free(gemm_bench *g) {
+    st_free(g->A);
+    st_free(g->B);
+    st_free(g->C);
 }
 
 static void usage(FILE *f) {
     fprintf(f, "usage: strata bench step [--model NAME] [--batch B] [--seq T] [--steps N] [--threads N] [--json]\n"
                "  Times N training steps (median; one warm-up first) of a randomly initialised model and\n"
-               "  OpenBLAS sgemm at the same matmul shapes. FLOPs per token: %s\n"
+               "  OpenBLAS sgemm at the same matmul shapes, one sgemm pass right after each step;\n"
+               "  ratio is the median over steps of achieved/sgemm. FLOPs per token: %s\n"
                "  defaults: --model gpt2-124m --batch 4 --seq 256 --steps 5\n",
             "6*(L*12*C^2 + V*C) + 6*L*T*C");
 }
@@ -124,7 +135,12 @@ int bench_step(int argc, char **argv) {
     for (int i = 0; i < N; i++) { inp[i] = (int32_t)(st_rng_u64(&rng) % (uint64_t)cfg.vocab_size); }
     for (int i = 0; i < N; i++) { tgt[i] = (int32_t)(st_rng_u64(&rng) % (uint64_t)cfg.vocab_size); }
     double *ts = malloc(sizeof(double) * (size_t)steps), *tf = malloc(sizeof(double) * (size_t)steps),
-           *tb = malloc(sizeof(double) * (size_t)steps), *to = malloc(sizeof(double) * (size_t)steps);
+           *tb = malloc(sizeof(double) * (size_t)steps), *to = malloc(sizeof(double) * (size_t)steps),
+           *tg = malloc(sizeof(double) * (size_t)steps), *rr = malloc(sizeof(double) * (size_t)steps);
+    double flops = gpt2_flops_per_token(&cfg, T) * N;
+    gemm_bench gb;
+    gemm_bench_init(&gb, &cfg, B, T);
+    gemm_bench_pass(&gb); /* warm up */
     float loss = 0;
     for (int s = -1; s < steps; s++) {
         double t0 = st_now();
@@ -137,14 +153,19 @@ int bench_step(int argc, char **argv) {
         adamw_params hp = {1e-4f, 0.9f, 0.95f, 1e-8f, s + 2, norm > 1.0 ? (float)(1.0 / norm) : 1.0f};
         optim_step(opt, m.params, m.grads, &hp);
         double t3 = st_now();
-        if (s >= 0) { ts[s] = t3 - t0; tf[s] = t1 - t0; tb[s] = t2 - t1; to[s] = t3 - t2; }
-        if (!json) fprintf(stderr, "  step %d: %.3f s (loss %.4f)\n", s + 1, t3 - t0, loss);
+        /* sgemm right after each step: the machine is shared, so the ratio is taken
+         * pair by pair and the median of the pairs is reported */
+        double g = gemm_bench_pass(&gb);
+        if (s >= 0) {
+            ts[s] = t3 - t0; tf[s] = t1 - t0; tb[s] = t2 - t1; to[s] = t3 - t2; tg[s] = g;
+            rr[s] = (flops / ts[s]) / (gb.flops / g);
+        }
+        if (!json) fprintf(stderr, "  step %d: %.3f s (loss %.4f), sgemm pass %.3f s\n", s + 1, t3 - t0, loss, g);
     }
     double step_s = median(ts, steps), fwd_s = median(tf, steps), bwd_s = median(tb, steps), opt_s = median(to, steps);
-    double flops = gpt2_flops_per_token(&cfg, T) * N;
-    double achieved = flops / step_s / 1e9, matmul_flops;
-    double sgemm = measure_sgemm(&cfg, B, T, 3, &matmul_flops);
-    double ratio = achieved / sgemm;
+    double achieved = flops / step_s / 1e9, matmul_flops = gb.flops;
+    double sgemm = gb.flops / median(tg, steps) / 1e9;
+    double ratio = median(rr, steps);
     if (json) {
         printf("{\"bench\":\"step\",\"model\":\"%s\",\"batch\":%d,\"seq\":%d,\"params\":%zu,\"threads\":%d,"
                "\"steps\":%d,\"step_s\":%.4f,\"forward_s\":%.4f,\"backward_s\":%.4f,\"optimizer_s\":%.4f,"
@@ -157,7 +178,8 @@ int bench_step(int argc, char **argv) {
                "%.0f tokens/s\nachieved %.1f GFLOP/s, sgemm at the model's shapes %.1f GFLOP/s, ratio %.3f\n",
                model, m.n_params, B, T, step_s, fwd_s, bwd_s, opt_s, N / step_s, achieved, sgemm, ratio);
     }
-    free(ts); free(tf); free(tb); free(to);
+    free(ts); free(tf); free(tb); free(to); free(tg); free(rr);
+    gemm_bench_free(&gb);
     free(inp); free(tgt); free(segs);
     optim_free(opt);
     gpt2_free(&m);
