@@ -102,4 +102,57 @@ double gpt2_flops_per_token(const gpt2_config *cfg, int T);
  * "transformer." prefix, and F32/BF16/F16 data; shapes must match the configuration. */
 st_status gpt2_save_safetensors(const gpt2_model *m, const char *path, st_err *err);
 st_status gpt2_load_safetensors(gpt2_model *m, const char *path, st_err *err);
+
+/* ------------------------------------------------------------------ any architecture
+ * The training loop, benchmarks and checkpoints see a model through this interface:
+ * a flat parameter vector (with its tensor table and a gradient of the same layout)
+ * and a few operations. GPT-2 implements it today; other decoders plug in the same way.
+ *
+ *     st_model *m;
+ *     st_model_create(&m, "gpt2-mini", NULL, be, &err);
+ *     st_model_alloc_acts(m, B, T, &err);
+ *     float loss = m->ops->forward(m, inputs, targets, 1.0f / (B * T));
+ *     m->ops->backward(m);
+ */
+typedef struct st_model st_model;
+
+typedef struct st_model_ops {
+    const char *arch; /* "gpt2" */
+    st_status (*alloc_acts)(st_model *m, int B, int T, st_err *err);
+    float (*forward)(st_model *m, const int32_t *inputs, const int32_t *targets, float dloss);
+    void (*backward)(st_model *m);
+    void (*init_random)(st_model *m, uint64_t seed);
+    st_status (*save)(const st_model *m, const char *path, st_err *err);
+    st_status (*load)(st_model *m, const char *path, st_err *err);
+    double (*flops_per_token)(const st_model *m, int T);
+    /* one line: "L=12 C=768 NH=12 V=50257" */
+    void (*describe)(const st_model *m, char *buf, size_t cap);
+    void (*destroy)(st_model *m);
+} st_model_ops;
+
+struct st_model {
+    const st_model_ops *ops;
+    st_backend *be;
+    size_t n_params;
+    float *params, *grads; /* backend memory, same layout */
+    int n_tensors;
+    const st_param_info *tensors;
+    int max_seq, vocab_size;
+    void *impl;
+};
+
+/* Shape overrides for a preset; 0 keeps the preset's value. */
+typedef struct st_model_overrides {
+    int vocab_size, max_seq, n_layer, n_head, n_embd;
+} st_model_overrides;
+
+/* A model by preset name (see st_model_preset_names) with optional overrides. */
+st_status st_model_create(st_model **out, const char *preset, const st_model_overrides *ov, st_backend *be,
+                          st_err *err);
+const char *st_model_preset_names(void);
+void st_model_free(st_model *m);
+void st_model_zero_grad(st_model *m);
+/* Wrap an existing GPT-2 (the st_model does not own it). */
+void st_model_wrap_gpt2(st_model *out, gpt2_model *g);
+
 #endif

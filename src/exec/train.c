@@ -136,7 +136,7 @@ static st_status resolve_resume(const char *path, char *ckpt_dir, size_t cap, st
                    "directory or a checkpoint directory", path);
 }
 
-static st_status save_checkpoint(const train_config *c, gpt2_model *m, optim *o, const train_state_header *h,
+static st_status save_checkpoint(const train_config *c, st_model *m, optim *o, const train_state_header *h,
                                  st_err *err) {
     char dir[2048], tmp[2100], path[2200], old[2100];
     snprintf(dir, sizeof dir, "%s/checkpoints/step_%08llu", c->run_dir, (unsigned long long)h->step);
@@ -149,7 +149,7 @@ static st_status save_checkpoint(const train_config *c, gpt2_model *m, optim *o,
     st_status s = st_mkdirs(tmp, err);
     if (s) return s;
     snprintf(path, sizeof path, "%s/model.safetensors", tmp);
-    if ((s = gpt2_save_safetensors(m, path, err))) return s;
+    if ((s = m->ops->save(m, path, err))) return s;
     snprintf(path, sizeof path, "%s/train_state.bin", tmp);
     if ((s = train_state_save(path, h, o, err))) return s;
     snprintf(path, sizeof path, "%s/config.json", tmp);
@@ -185,7 +185,7 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     if ((s = train_config_save_json(c, path, err))) return s;
 
     st_backend *be = NULL;
-    gpt2_model m = {0};
+    st_model *m = NULL;
     optim *opt = NULL;
     optim_segment *segs = NULL;
     int32_t *inputs = NULL, *targets = NULL;
@@ -195,30 +195,31 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     int B = c->batch, T = c->seq;
 
     if ((s = st_backend_cpu_create(&be, c->threads, err))) goto done;
-    if ((s = gpt2_create(&m, &mc, be, err))) goto done;
-    if ((s = gpt2_alloc_acts(&m, B, T, err))) goto done;
-    gpt2_init_random(&m, c->seed);
+    st_model_overrides ov = {c->vocab_size, c->max_seq, c->n_layer, c->n_head, c->n_embd};
+    if ((s = st_model_create(&m, c->model, &ov, be, err))) goto done;
+    if ((s = m->ops->alloc_acts(m, B, T, err))) goto done;
+    m->ops->init_random(m, c->seed);
 
     /* weight decay by role, which comes from each tensor's name */
-    segs = calloc((size_t)m.n_tensors, sizeof *segs);
+    segs = calloc((size_t)m->n_tensors, sizeof *segs);
     if (!segs) { s = st_errf(err, ST_ERR_NOMEM, "out of memory"); goto done; }
-    for (int i = 0; i < m.n_tensors; i++) {
-        st_role r = m.tensors[i].role;
-        segs[i] = (optim_segment){m.tensors[i].offset, m.tensors[i].numel,
+    for (int i = 0; i < m->n_tensors; i++) {
+        st_role r = m->tensors[i].role;
+        segs[i] = (optim_segment){m->tensors[i].offset, m->tensors[i].numel,
                                   (r == ST_ROLE_MATMUL_WEIGHT || r == ST_ROLE_EMBEDDING) ? (float)c->weight_decay : 0.0f};
     }
     optim_state_format fmt = strcmp(c->optim_state, "8bit") ? OPTIM_STATE_F32 : OPTIM_STATE_8BIT;
-    if ((s = optim_create(&opt, segs, m.n_tensors, fmt, err))) goto done;
-    if ((s = data_open(&td, c, mc.vocab_size, err))) goto done;
+    if ((s = optim_create(&opt, segs, m->n_tensors, fmt, err))) goto done;
+    if ((s = data_open(&td, c, m->vocab_size, err))) goto done;
 
     hs = calloc(1, sizeof *hs); /* 4 KiB of data state: not on the stack */
     if (!hs) { s = st_errf(err, ST_ERR_NOMEM, "out of memory"); goto done; }
-    hs->n_params = m.n_params;
+    hs->n_params = m->n_params;
     if (c->resume[0]) {
         char ck[2048];
         if ((s = resolve_resume(c->resume, ck, sizeof ck, err))) goto done;
         snprintf(path, sizeof path, "%s/model.safetensors", ck);
-        if ((s = gpt2_load_safetensors(&m, path, err))) goto done;
+        if ((s = m->ops->load(m, path, err))) goto done;
         snprintf(path, sizeof path, "%s/train_state.bin", ck);
         if ((s = train_state_load(path, hs, opt, err))) goto done;
         if ((s = data_restore_state(&td, hs, path, err))) goto done;
@@ -234,12 +235,14 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
                      : st_errf(err, ST_ERR_NOMEM, "out of memory");
         goto done;
     }
-    if (!c->quiet)
-        printf("model %s: %zu parameters (L=%d C=%d NH=%d V=%d), batch %d x seq %d x accum %d, %ld steps, run dir %s\n",
-               c->model, m.n_params, mc.n_layer, mc.n_embd, mc.n_head, mc.vocab_size, B, T, c->grad_accum, c->steps,
-               c->run_dir);
+    if (!c->quiet) {
+        char desc[256];
+        m->ops->describe(m, desc, sizeof desc);
+        printf("model %s: %zu parameters (%s), batch %d x seq %d x accum %d, %ld steps, run dir %s\n", c->model,
+               m->n_params, desc, B, T, c->grad_accum, c->steps, c->run_dir);
+    }
 
-    double flops_per_step = gpt2_flops_per_token(&mc, T) * (double)B * T * c->grad_accum;
+    double flops_per_step = m->ops->flops_per_token(m, T) * (double)B * T * c->grad_accum;
     long end = c->stop_at > 0 && c->stop_at < c->steps ? c->stop_at : c->steps;
     double tok_s_sum = 0;
     long timed = 0;
@@ -248,15 +251,15 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     while ((long)hs->step < end) {
         double t0 = st_now();
         long step = (long)hs->step + 1;
-        gpt2_zero_grad(&m);
+        st_model_zero_grad(m);
         double loss = 0;
         float dloss = 1.0f / ((float)B * T * c->grad_accum);
         for (int micro = 0; micro < c->grad_accum; micro++) {
             if ((s = data_next(&td, B, T, inputs, targets, err))) goto done;
-            loss += gpt2_forward(&m, inputs, targets, dloss) / c->grad_accum;
-            gpt2_backward(&m);
+            loss += m->ops->forward(m, inputs, targets, dloss) / c->grad_accum;
+            m->ops->backward(m);
         }
-        double norm = sqrt(optim_grad_sumsq_f32(m.grads, m.n_params));
+        double norm = sqrt(optim_grad_sumsq_f32(m->grads, m->n_params));
         double lr = train_lr_at(c, step);
         int skipped = !isfinite(norm);
         if (skipped) {
@@ -265,7 +268,7 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
             float scale = (c->grad_clip > 0 && norm > c->grad_clip) ? (float)(c->grad_clip / norm) : 1.0f;
             hs->adam_step++;
             adamw_params hp = {(float)lr, (float)c->beta1, (float)c->beta2, (float)c->eps, (long)hs->adam_step, scale};
-            optim_step(opt, m.params, m.grads, &hp);
+            optim_step(opt, m->params, m->grads, &hp);
         }
         hs->step = (uint64_t)step;
         data_save_state(&td, hs);
@@ -284,7 +287,7 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
         fflush(metrics);
         int stop = c->stop_flag && *c->stop_flag;
         if ((c->ckpt_every > 0 && step % c->ckpt_every == 0) || step == end || stop) {
-            if ((s = save_checkpoint(c, &m, opt, hs, err))) goto done;
+            if ((s = save_checkpoint(c, m, opt, hs, err))) goto done;
             saved_at_end = step == end || stop;
         }
         if (stop) {
@@ -293,7 +296,7 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
         }
     }
     if (!saved_at_end && hs->step > 0 && c->resume[0] == 0 && (long)hs->step == end)
-        s = save_checkpoint(c, &m, opt, hs, err);
+        s = save_checkpoint(c, m, opt, hs, err);
     if (res) {
         res->steps_done = (long)hs->step;
         res->final_loss = last_loss;
@@ -307,7 +310,7 @@ done:
     data_close(&td);
     free(segs);
     optim_free(opt);
-    gpt2_free(&m);
+    st_model_free(m);
     st_backend_free(be);
     return s;
 }

@@ -1,0 +1,84 @@
+/* model.c - the architecture-independent model interface, and GPT-2 behind it. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "strata/model.h"
+
+static gpt2_model *as_gpt2(const st_model *m) { return (gpt2_model *)m->impl; }
+
+static st_status g_alloc_acts(st_model *m, int B, int T, st_err *err) { return gpt2_alloc_acts(as_gpt2(m), B, T, err); }
+static float g_forward(st_model *m, const int32_t *in, const int32_t *tg, float dloss) {
+    return gpt2_forward(as_gpt2(m), in, tg, dloss);
+}
+static void g_backward(st_model *m) { gpt2_backward(as_gpt2(m)); }
+static void g_init_random(st_model *m, uint64_t seed) { gpt2_init_random(as_gpt2(m), seed); }
+static st_status g_save(const st_model *m, const char *path, st_err *err) {
+    return gpt2_save_safetensors(as_gpt2(m), path, err);
+}
+static st_status g_load(st_model *m, const char *path, st_err *err) { return gpt2_load_safetensors(as_gpt2(m), path, err); }
+static double g_flops(const st_model *m, int T) { return gpt2_flops_per_token(&as_gpt2(m)->cfg, T); }
+static void g_describe(const st_model *m, char *buf, size_t cap) {
+    const gpt2_config *c = &as_gpt2(m)->cfg;
+    snprintf(buf, cap, "gpt2 L=%d C=%d NH=%d V=%d maxT=%d", c->n_layer, c->n_embd, c->n_head, c->vocab_size, c->max_seq);
+}
+static void g_destroy(st_model *m) {
+    gpt2_free(as_gpt2(m));
+    free(m->impl);
+    free(m);
+}
+
+static const st_model_ops gpt2_ops = {"gpt2", g_alloc_acts, g_forward, g_backward, g_init_random, g_save,
+                                      g_load, g_flops, g_describe, g_destroy};
+
+void st_model_wrap_gpt2(st_model *out, gpt2_model *g) {
+    memset(out, 0, sizeof *out);
+    out->ops = &gpt2_ops;
+    out->be = g->be;
+    out->n_params = g->n_params;
+    out->params = g->params;
+    out->grads = g->grads;
+    out->n_tensors = g->n_tensors;
+    out->tensors = g->tensors;
+    out->max_seq = g->cfg.max_seq;
+    out->vocab_size = g->cfg.vocab_size;
+    out->impl = g;
+}
+
+const char *st_model_preset_names(void) { return gpt2_preset_names(); }
+
+st_status st_model_create(st_model **out, const char *preset, const st_model_overrides *ov, st_backend *be,
+                          st_err *err) {
+    *out = NULL;
+    gpt2_config cfg;
+    st_status s = gpt2_config_preset(preset, &cfg, err);
+    if (s) return s;
+    if (ov) {
+        if (ov->vocab_size > 0) cfg.vocab_size = ov->vocab_size;
+        if (ov->max_seq > 0) cfg.max_seq = ov->max_seq;
+        if (ov->n_layer > 0) cfg.n_layer = ov->n_layer;
+        if (ov->n_head > 0) cfg.n_head = ov->n_head;
+        if (ov->n_embd > 0) cfg.n_embd = ov->n_embd;
+    }
+    gpt2_model *g = calloc(1, sizeof *g);
+    st_model *m = calloc(1, sizeof *m);
+    if (!g || !m) {
+        free(g);
+        free(m);
+        return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    }
+    if ((s = gpt2_create(g, &cfg, be, err))) {
+        free(g);
+        free(m);
+        return s;
+    }
+    st_model_wrap_gpt2(m, g);
+    *out = m;
+    return ST_OK;
+}
+
+void st_model_free(st_model *m) {
+    if (m && m->ops) m->ops->destroy(m);
+}
+
+void st_model_zero_grad(st_model *m) { m->be->ops->memset0(m->be, m->grads, m->n_params * sizeof(float)); }
