@@ -97,6 +97,32 @@ const float *gpt2_logits(const gpt2_model *m);
 double gpt2_flops_per_token(const gpt2_config *cfg, int T);
 
 
+/* The step in pieces, for executors that place blocks themselves (layer streaming,
+ * activation checkpointing). A block reads its weights from a slab of block_numel
+ * floats (laid out as above) wherever it lives, its input from `in`, and writes its
+ * activations into a gpt2_block_acts; gpt2_forward/backward are these pieces run
+ * over the model's own parameters and per-layer activations.
+ *   forward:  embed_forward -> block_forward x L -> head_forward
+ *   backward: head_backward -> block_backward x L (reverse) -> embed_backward
+ * dres (N, C) carries the gradient of the residual stream between them. */
+typedef struct gpt2_block_acts {
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *lse, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fchg;
+    float *out; /* the block's output (N, C): the next block's input */
+} gpt2_block_acts;
+
+gpt2_block_acts gpt2_layer_acts(const gpt2_model *m, int l);
+/* Block l's input (l == n_layer: the final LayerNorm's input). */
+const float *gpt2_layer_input(const gpt2_model *m, int l);
+void gpt2_embed_forward(gpt2_model *m, const int32_t *inputs, const int32_t *targets);
+void gpt2_block_forward(gpt2_model *m, const float *wslab, const float *in, const gpt2_block_acts *a);
+float gpt2_head_forward(gpt2_model *m, const float *x, const int32_t *targets, float dloss);
+void gpt2_head_backward(gpt2_model *m, const float *x, float *dres);
+/* gslab += gradients; dres: in, d(block output); out, d(block input) */
+void gpt2_block_backward(gpt2_model *m, const float *wslab, float *gslab, const float *in, const gpt2_block_acts *a,
+                         float *dres);
+void gpt2_embed_backward(gpt2_model *m, const float *dres);
+float *gpt2_dresidual(gpt2_model *m);
+
 /* Hugging Face-compatible weights: every tensor under its GPT-2 name, F32, tied head
  * omitted (as save_pretrained writes it). Load accepts names with or without the
  * "transformer." prefix, and F32/BF16/F16 data; shapes must match the configuration. */

@@ -80,9 +80,10 @@ typedef struct block_ptrs {
     float *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcpw, *fcpb;
 } block_ptrs;
 
-static block_ptrs block_at(const gpt2_model *m, float *base, int l) {
+/* Pointers into one block's slab (weights or gradients share the layout). */
+static block_ptrs slab_ptrs(const gpt2_model *m, float *slab) {
     size_t C = (size_t)m->cfg.n_embd;
-    float *p = base + m->block_offset0 + (size_t)l * m->block_numel;
+    float *p = slab;
     block_ptrs b;
     float **slots[BLK_COUNT] = {&b.ln1w, &b.ln1b, &b.qkvw, &b.qkvb, &b.projw, &b.projb,
                                 &b.ln2w, &b.ln2b, &b.fcw,  &b.fcb,  &b.fcpw, &b.fcpb};
@@ -93,6 +94,7 @@ static block_ptrs block_at(const gpt2_model *m, float *base, int l) {
     }
     return b;
 }
+
 
 static void add_tensor(gpt2_model *m, const char *name, size_t *off, int ndim, int d0, int d1) {
     st_param_info *t = &m->tensors[m->n_tensors++];
@@ -282,37 +284,81 @@ void gpt2_init_random(gpt2_model *m, uint64_t seed) {
 
 #define OPS (m->be->ops)
 
-float gpt2_forward(gpt2_model *m, const int32_t *inputs, const int32_t *targets, float dloss) {
+gpt2_block_acts gpt2_layer_acts(const gpt2_model *m, int l) {
+    gpt2_acts *a = m->acts;
+    size_t N = (size_t)m->B * m->T, NC = N * (size_t)m->cfg.n_embd;
+    gpt2_block_acts b = {
+        .ln1 = a->ln1 + l * NC,           .ln1_mean = a->ln1_mean + l * N, .ln1_rstd = a->ln1_rstd + l * N,
+        .qkv = a->qkv + l * NC * 3,       .atty = a->atty + l * NC,        .lse = a->lse + (size_t)l * m->cfg.n_head * N,
+        .res2 = a->res2 + l * NC,         .ln2 = a->ln2 + l * NC,          .ln2_mean = a->ln2_mean + l * N,
+        .ln2_rstd = a->ln2_rstd + l * N,  .fch = a->fch + l * NC * 4,      .fchg = a->fchg + l * NC * 4,
+        .out = a->res3 + l * NC,
+    };
+    return b;
+}
+
+const float *gpt2_layer_input(const gpt2_model *m, int l) {
+    return l == 0 ? m->acts->encoded : m->acts->res3 + (size_t)(l - 1) * m->B * m->T * m->cfg.n_embd;
+}
+
+void gpt2_block_forward(gpt2_model *m, const float *wslab, const float *in, const gpt2_block_acts *a) {
+    st_backend *be = m->be;
+    int B = m->B, T = m->T, C = m->cfg.n_embd, NH = m->cfg.n_head, N = B * T;
+    size_t NC = (size_t)N * C;
+    float *scratch = m->acts->scratch;
+    block_ptrs w = slab_ptrs(m, (float *)wslab);
+    OPS->layernorm_forward(be, a->ln1, a->ln1_mean, a->ln1_rstd, in, w.ln1w, w.ln1b, N, C);
+    OPS->matmul_forward(be, a->qkv, a->ln1, w.qkvw, w.qkvb, N, C, 3 * C, ST_W_IN_OUT);
+    OPS->attention_forward(be, a->atty, a->lse, a->qkv, B, T, C, NH);
+    OPS->matmul_forward(be, scratch, a->atty, w.projw, w.projb, N, C, C, ST_W_IN_OUT);
+    OPS->residual_forward(be, a->res2, in, scratch, (int)NC);
+    OPS->layernorm_forward(be, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2w, w.ln2b, N, C);
+    OPS->matmul_forward(be, a->fch, a->ln2, w.fcw, w.fcb, N, C, 4 * C, ST_W_IN_OUT);
+    OPS->gelu_forward(be, a->fchg, a->fch, (int)(NC * 4));
+    OPS->matmul_forward(be, scratch, a->fchg, w.fcpw, w.fcpb, N, 4 * C, C, ST_W_IN_OUT);
+    OPS->residual_forward(be, a->out, a->res2, scratch, (int)NC);
+}
+
+void gpt2_block_backward(gpt2_model *m, const float *wslab, float *gslab, const float *in, const gpt2_block_acts *a,
+                         float *dres) {
+    gpt2_acts *s = m->acts;
+    st_backend *be = m->be;
+    int B = m->B, T = m->T, C = m->cfg.n_embd, NH = m->cfg.n_head, N = B * T;
+    size_t NC = (size_t)N * C;
+    block_ptrs w = slab_ptrs(m, (float *)wslab), g = slab_ptrs(m, gslab);
+    /* dres is the gradient of the residual stream; it flows through the block's
+     * identity path unchanged and the two branches add into it. */
+    OPS->memset0(be, s->dC4a, NC * 4 * sizeof(float));
+    OPS->matmul_backward(be, s->dC4a, g.fcpw, g.fcpb, dres, a->fchg, w.fcpw, N, 4 * C, C, ST_W_IN_OUT);
+    OPS->memset0(be, s->dC4b, NC * 4 * sizeof(float));
+    OPS->gelu_backward(be, s->dC4b, a->fch, s->dC4a, (int)(NC * 4));
+    OPS->memset0(be, s->dC, NC * sizeof(float));
+    OPS->matmul_backward(be, s->dC, g.fcw, g.fcb, s->dC4b, a->ln2, w.fcw, N, C, 4 * C, ST_W_IN_OUT);
+    OPS->layernorm_backward(be, dres, g.ln2w, g.ln2b, s->dC, a->res2, w.ln2w, a->ln2_mean, a->ln2_rstd, N, C);
+    OPS->memset0(be, s->dC, NC * sizeof(float));
+    OPS->matmul_backward(be, s->dC, g.projw, g.projb, dres, a->atty, w.projw, N, C, C, ST_W_IN_OUT);
+    OPS->memset0(be, s->dC3, NC * 3 * sizeof(float));
+    OPS->attention_backward(be, s->dC3, s->dC, a->qkv, a->atty, a->lse, B, T, C, NH);
+    OPS->memset0(be, s->dC, NC * sizeof(float));
+    OPS->matmul_backward(be, s->dC, g.qkvw, g.qkvb, s->dC3, a->ln1, w.qkvw, N, C, 3 * C, ST_W_IN_OUT);
+    OPS->layernorm_backward(be, dres, g.ln1w, g.ln1b, s->dC, in, w.ln1w, a->ln1_mean, a->ln1_rstd, N, C);
+}
+
+void gpt2_embed_forward(gpt2_model *m, const int32_t *inputs, const int32_t *targets) {
+    gpt2_acts *a = m->acts;
+    int B = m->B, T = m->T, C = m->cfg.n_embd, V = m->cfg.vocab_size, N = B * T;
+    OPS->copy_to_device(m->be, a->inputs, inputs, sizeof(int32_t) * N);
+    if (targets) OPS->copy_to_device(m->be, a->targets, targets, sizeof(int32_t) * N);
+    OPS->encoder_forward(m->be, a->encoded, a->inputs, m->params, m->params + (size_t)V * C, B, T, C);
+}
+
+float gpt2_head_forward(gpt2_model *m, const float *x, const int32_t *targets, float dloss) {
     gpt2_acts *a = m->acts;
     st_backend *be = m->be;
-    int B = m->B, T = m->T, C = m->cfg.n_embd, NH = m->cfg.n_head, L = m->cfg.n_layer, V = m->cfg.vocab_size;
-    int N = B * T;
-    size_t NC = (size_t)N * C;
-    OPS->copy_to_device(be, a->inputs, inputs, sizeof(int32_t) * N);
-    if (targets) OPS->copy_to_device(be, a->targets, targets, sizeof(int32_t) * N);
-    const float *wte = m->params, *wpe = m->params + (size_t)V * C;
-    OPS->encoder_forward(be, a->encoded, a->inputs, wte, wpe, B, T, C);
-    for (int l = 0; l < L; l++) {
-        block_ptrs w = block_at(m, m->params, l);
-        const float *in = l == 0 ? a->encoded : a->res3 + (l - 1) * NC;
-        float *ln1 = a->ln1 + l * NC, *qkv = a->qkv + l * NC * 3, *atty = a->atty + l * NC;
-        float *res2 = a->res2 + l * NC, *ln2 = a->ln2 + l * NC, *res3 = a->res3 + l * NC;
-        float *fch = a->fch + l * NC * 4, *fchg = a->fchg + l * NC * 4;
-        float *lse = a->lse + (size_t)l * NH * N;
-        OPS->layernorm_forward(be, ln1, a->ln1_mean + l * N, a->ln1_rstd + l * N, in, w.ln1w, w.ln1b, N, C);
-        OPS->matmul_forward(be, qkv, ln1, w.qkvw, w.qkvb, N, C, 3 * C, ST_W_IN_OUT);
-        OPS->attention_forward(be, atty, lse, qkv, B, T, C, NH);
-        OPS->matmul_forward(be, a->scratch, atty, w.projw, w.projb, N, C, C, ST_W_IN_OUT);
-        OPS->residual_forward(be, res2, in, a->scratch, (int)NC);
-        OPS->layernorm_forward(be, ln2, a->ln2_mean + l * N, a->ln2_rstd + l * N, res2, w.ln2w, w.ln2b, N, C);
-        OPS->matmul_forward(be, fch, ln2, w.fcw, w.fcb, N, C, 4 * C, ST_W_IN_OUT);
-        OPS->gelu_forward(be, fchg, fch, (int)(NC * 4));
-        OPS->matmul_forward(be, a->scratch, fchg, w.fcpw, w.fcpb, N, 4 * C, C, ST_W_IN_OUT);
-        OPS->residual_forward(be, res3, res2, a->scratch, (int)NC);
-    }
+    int C = m->cfg.n_embd, V = m->cfg.vocab_size, N = m->B * m->T;
     const float *lnfw = m->params + m->n_params - 2 * C, *lnfb = lnfw + C;
-    OPS->layernorm_forward(be, a->lnf, a->lnf_mean, a->lnf_rstd, a->res3 + (L - 1) * NC, lnfw, lnfb, N, C);
-    OPS->matmul_forward(be, a->logits, a->lnf, wte, NULL, N, C, V, ST_W_OUT_IN);
+    OPS->layernorm_forward(be, a->lnf, a->lnf_mean, a->lnf_rstd, x, lnfw, lnfb, N, C);
+    OPS->matmul_forward(be, a->logits, a->lnf, m->params, NULL, N, C, V, ST_W_OUT_IN);
     if (!targets) { m->mean_loss = NAN; return NAN; }
     OPS->crossentropy_forward_backward(be, a->logits, a->losses, a->targets, N, V, dloss);
     OPS->copy_to_host(be, a->losses_host, a->losses, sizeof(float) * N);
@@ -324,52 +370,45 @@ float gpt2_forward(gpt2_model *m, const int32_t *inputs, const int32_t *targets,
     return m->mean_loss;
 }
 
-void gpt2_backward(gpt2_model *m) {
+void gpt2_head_backward(gpt2_model *m, const float *x, float *dres) {
     gpt2_acts *a = m->acts;
     st_backend *be = m->be;
-    int B = m->B, T = m->T, C = m->cfg.n_embd, NH = m->cfg.n_head, L = m->cfg.n_layer, V = m->cfg.vocab_size;
-    int N = B * T;
+    int C = m->cfg.n_embd, V = m->cfg.vocab_size, N = m->B * m->T;
     size_t NC = (size_t)N * C;
-    const float *wte = m->params;
-    float *dwte = m->grads, *dwpe = m->grads + (size_t)V * C;
     float *dlnfw = m->grads + m->n_params - 2 * C, *dlnfb = dlnfw + C;
     const float *lnfw = m->params + m->n_params - 2 * C;
-
-    /* classifier: logits already hold dlogits */
+    /* the logits buffer already holds dlogits */
     OPS->memset0(be, a->dC, NC * sizeof(float));
-    OPS->matmul_backward(be, a->dC, dwte, NULL, a->logits, a->lnf, wte, N, C, V, ST_W_OUT_IN);
-    OPS->memset0(be, a->dres, NC * sizeof(float));
-    OPS->layernorm_backward(be, a->dres, dlnfw, dlnfb, a->dC, a->res3 + (L - 1) * NC, lnfw, a->lnf_mean,
-                            a->lnf_rstd, N, C);
-    /* dres is the gradient of the residual stream; it flows through each block's
-     * identity path unchanged and the branches add into it. */
-    for (int l = L - 1; l >= 0; l--) {
-        block_ptrs w = block_at(m, m->params, l), g = block_at(m, m->grads, l);
-        const float *in = l == 0 ? a->encoded : a->res3 + (l - 1) * NC;
-        float *ln1 = a->ln1 + l * NC, *qkv = a->qkv + l * NC * 3, *atty = a->atty + l * NC;
-        float *res2 = a->res2 + l * NC, *ln2 = a->ln2 + l * NC;
-        float *fch = a->fch + l * NC * 4, *fchg = a->fchg + l * NC * 4;
-        float *lse = a->lse + (size_t)l * NH * N;
-        /* MLP branch */
-        OPS->memset0(be, a->dC4a, NC * 4 * sizeof(float));
-        OPS->matmul_backward(be, a->dC4a, g.fcpw, g.fcpb, a->dres, fchg, w.fcpw, N, 4 * C, C, ST_W_IN_OUT);
-        OPS->memset0(be, a->dC4b, NC * 4 * sizeof(float));
-        OPS->gelu_backward(be, a->dC4b, fch, a->dC4a, (int)(NC * 4));
-        OPS->memset0(be, a->dC, NC * sizeof(float));
-        OPS->matmul_backward(be, a->dC, g.fcw, g.fcb, a->dC4b, ln2, w.fcw, N, C, 4 * C, ST_W_IN_OUT);
-        OPS->layernorm_backward(be, a->dres, g.ln2w, g.ln2b, a->dC, res2, w.ln2w, a->ln2_mean + l * N,
-                                a->ln2_rstd + l * N, N, C);
-        /* attention branch */
-        OPS->memset0(be, a->dC, NC * sizeof(float));
-        OPS->matmul_backward(be, a->dC, g.projw, g.projb, a->dres, atty, w.projw, N, C, C, ST_W_IN_OUT);
-        OPS->memset0(be, a->dC3, NC * 3 * sizeof(float));
-        OPS->attention_backward(be, a->dC3, a->dC, qkv, atty, lse, B, T, C, NH);
-        OPS->memset0(be, a->dC, NC * sizeof(float));
-        OPS->matmul_backward(be, a->dC, g.qkvw, g.qkvb, a->dC3, ln1, w.qkvw, N, C, 3 * C, ST_W_IN_OUT);
-        OPS->layernorm_backward(be, a->dres, g.ln1w, g.ln1b, a->dC, in, w.ln1w, a->ln1_mean + l * N,
-                                a->ln1_rstd + l * N, N, C);
+    OPS->matmul_backward(be, a->dC, m->grads, NULL, a->logits, a->lnf, m->params, N, C, V, ST_W_OUT_IN);
+    OPS->memset0(be, dres, NC * sizeof(float));
+    OPS->layernorm_backward(be, dres, dlnfw, dlnfb, a->dC, x, lnfw, a->lnf_mean, a->lnf_rstd, N, C);
+}
+
+void gpt2_embed_backward(gpt2_model *m, const float *dres) {
+    int C = m->cfg.n_embd, V = m->cfg.vocab_size;
+    OPS->encoder_backward(m->be, m->grads, m->grads + (size_t)V * C, dres, m->acts->inputs, m->B, m->T, C);
+}
+
+float *gpt2_dresidual(gpt2_model *m) { return m->acts->dres; }
+
+float gpt2_forward(gpt2_model *m, const int32_t *inputs, const int32_t *targets, float dloss) {
+    gpt2_embed_forward(m, inputs, targets);
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        gpt2_block_acts a = gpt2_layer_acts(m, l);
+        gpt2_block_forward(m, m->params + m->block_offset0 + (size_t)l * m->block_numel, gpt2_layer_input(m, l), &a);
     }
-    OPS->encoder_backward(be, dwte, dwpe, a->dres, a->inputs, B, T, C);
+    return gpt2_head_forward(m, gpt2_layer_input(m, m->cfg.n_layer), targets, dloss);
+}
+
+void gpt2_backward(gpt2_model *m) {
+    float *dres = m->acts->dres;
+    gpt2_head_backward(m, gpt2_layer_input(m, m->cfg.n_layer), dres);
+    for (int l = m->cfg.n_layer - 1; l >= 0; l--) {
+        gpt2_block_acts a = gpt2_layer_acts(m, l);
+        size_t off = m->block_offset0 + (size_t)l * m->block_numel;
+        gpt2_block_backward(m, m->params + off, m->grads + off, gpt2_layer_input(m, l), &a, dres);
+    }
+    gpt2_embed_backward(m, dres);
 }
 
 void gpt2_zero_grad(gpt2_model *m) { OPS->memset0(m->be, m->grads, m->n_params * sizeof(float)); }
