@@ -1,0 +1,60 @@
+/* tier.h - the memory hierarchy's moving parts: a device arena with a hard byte
+ * budget, and a copy engine that moves bytes between host and device on its own
+ * thread.
+ *
+ *     st_backend *dev;                        // every alloc comes from a 256 MiB arena
+ *     st_backend_with_budget(&dev, cpu, 256u << 20, &err);
+ *     float *w = dev->ops->alloc(dev, bytes); // NULL once the budget is spent
+ *
+ *     st_copy_engine *ce;
+ *     st_copy_engine_create(&ce, dev, &err);
+ *     uint64_t t = st_copy_h2d(ce, w, host_w, bytes);   // returns at once
+ *     ...compute on something else...
+ *     st_copy_wait(ce, t);                               // w is ready
+ */
+#ifndef STRATA_TIER_H
+#define STRATA_TIER_H
+
+#include "strata/backend.h"
+#include "strata/core.h"
+
+/* ------------------------------------------------------------------ arena
+ * First-fit allocator over one region, 256-byte aligned blocks, neighbours
+ * coalesced on free. Thread-safe. */
+typedef struct st_arena st_arena;
+
+st_status st_arena_create(st_arena **out, void *base, size_t bytes, st_err *err);
+void st_arena_destroy(st_arena *a);
+void *st_arena_alloc(st_arena *a, size_t bytes); /* NULL when no free block fits */
+void st_arena_free(st_arena *a, void *p);
+size_t st_arena_used(const st_arena *a);
+size_t st_arena_peak(const st_arena *a);
+size_t st_arena_budget(const st_arena *a);
+void st_arena_reset_peak(st_arena *a);
+
+/* A backend whose memory is one region of `budget` bytes taken from `inner`, handed
+ * out by an arena: exceeding the budget is a failed allocation (NULL), never a silent
+ * malloc. The ops are inner's. `inner` must outlive it (free this one first). */
+st_status st_backend_with_budget(st_backend **out, st_backend *inner, size_t budget, st_err *err);
+/* The arena behind a budgeted backend, or NULL for any other backend. */
+st_arena *st_backend_arena(st_backend *be);
+
+/* ------------------------------------------------------------------ copy engine
+ * One worker thread executes copies in submission order. Each copy returns a ticket;
+ * tickets complete in order, so waiting for ticket t waits for every earlier copy. */
+typedef struct st_copy_engine st_copy_engine;
+
+typedef struct st_copy_stats {
+    uint64_t h2d_bytes, d2h_bytes, copies;
+    double busy_s; /* time the worker spent copying */
+} st_copy_stats;
+
+st_status st_copy_engine_create(st_copy_engine **out, st_backend *dev, st_err *err);
+void st_copy_engine_destroy(st_copy_engine *ce); /* waits for outstanding copies */
+uint64_t st_copy_h2d(st_copy_engine *ce, void *dev_dst, const void *host_src, size_t bytes);
+uint64_t st_copy_d2h(st_copy_engine *ce, void *host_dst, const void *dev_src, size_t bytes);
+void st_copy_wait(st_copy_engine *ce, uint64_t ticket);
+int st_copy_done(st_copy_engine *ce, uint64_t ticket);
+void st_copy_get_stats(st_copy_engine *ce, st_copy_stats *s);
+
+#endif
