@@ -305,6 +305,7 @@ static int32_t *reference_samples(int i, int n) {
         int ns;
         CHECK(data_stream_take(&ds, &cur, out + (size_t)k * (T_ + 1), starts, &ns, &err) == ST_OK, "%s", err.msg);
     }
+    data_stream_free(&ds);
     data_source_close(s);
     return out;
 }
@@ -401,11 +402,104 @@ static void test_epoch_coverage(void) {
     }
     CHECK(h_stream == h_file, "one shuffled epoch is not a permutation of the documents' tokens");
     free(all);
+    data_stream_free(&ds);
     data_source_close(s);
+}
+
+/* The index lookahead (windows of entries read together, the next window read a step
+ * at a time) against one lookup per document (cap 0, the reference): the same samples,
+ * document starts and cursors, for window sizes from 1 to more than the source, with
+ * and without shuffling, across epochs and after jumps of the cursor (resume). */
+static void test_lookahead(void) {
+    st_err err = {0};
+    char path[600];
+    snprintf(path, sizeof path, "%s/many", test_tmpdir());
+    data_pack_writer *w;
+    CHECK(data_pack_open(&w, path, DATA_DTYPE_U16, &err) == ST_OK, "%s", err.msg);
+    st_rng r;
+    st_rng_seed(&r, 11);
+    int32_t doc[64];
+    enum { NDOC = 3000 };
+    for (int d = 0; d < NDOC; d++) {
+        int n = (int)(st_rng_u64(&r) % 40);
+        if (d % 53 == 7) n = 0;
+        for (int i = 0; i < n; i++) doc[i] = 1 + (int32_t)((d * 7 + i) % 50000);
+        CHECK(data_pack_add(w, doc, (size_t)n, &err) == ST_OK, "%s", err.msg);
+    }
+    CHECK(data_pack_close(w, &err) == ST_OK, "%s", err.msg);
+    data_source_config sc = {.path = path};
+    data_source *ref_src, *src;
+    CHECK(data_source_open(&ref_src, &sc, &err) == ST_OK, "%s", err.msg);
+    CHECK(data_source_open(&src, &sc, &err) == ST_OK, "%s", err.msg);
+    /* Entries read together are the entries read one by one. */
+    {
+        enum { K = 500 };
+        uint64_t keys[K];
+        int32_t len[K];
+        int64_t ptr[K];
+        for (int k = 0; k < K; k++) keys[k] = (uint64_t)(k * 6 + k % 5) << DATA_KEY_POS_BITS | (uint64_t)k;
+        CHECK(data_source_doc_batch(src, keys, K, len, ptr, &err) == ST_OK, "%s", err.msg);
+        int bad = 0;
+        for (int k = 0; k < K; k++) {
+            uint64_t p, l;
+            CHECK(data_source_doc(ref_src, (uint64_t)(k * 6 + k % 5), &p, &l, &err) == ST_OK, "%s", err.msg);
+            bad += p != (uint64_t)ptr[k] || l != (uint64_t)len[k];
+        }
+        CHECK(!bad, "%d batched index entries differ from single lookups", bad);
+    }
+    enum { TT = 48, N = 2800 }; /* about 2.3 epochs of ~58k tokens */
+    const uint32_t caps[] = {1, 2, 7, 64, 1000, 2999, 5000, DATA_LOOKAHEAD_DEFAULT};
+    for (int shuffle = 0; shuffle < 2; shuffle++) {
+        data_stream ref;
+        CHECK(data_stream_init(&ref, ref_src, 0, 99, TT, shuffle, VOCAB, -1, &err) == ST_OK, "%s", err.msg);
+        CHECK(data_stream_set_lookahead(&ref, 0, &err) == ST_OK, "%s", err.msg);
+        int32_t *rows = malloc((size_t)N * (TT + 1) * 4), *st = malloc((size_t)N * (TT + 1) * 4);
+        int nst[N];
+        data_cursor curs[N + 1], c = {0, 0, 0};
+        for (int k = 0; k < N; k++) {
+            curs[k] = c;
+            CHECK(data_stream_take(&ref, &c, rows + (size_t)k * (TT + 1), st + (size_t)k * (TT + 1), &nst[k], &err) ==
+                      ST_OK, "%s", err.msg);
+        }
+        curs[N] = c;
+        CHECK(c.epoch >= 2, "the reference covers %llu epochs", (unsigned long long)c.epoch);
+        for (size_t ci = 0; ci < sizeof caps / sizeof caps[0]; ci++) {
+            data_stream ds;
+            CHECK(data_stream_init(&ds, src, 0, 99, TT, shuffle, VOCAB, -1, &err) == ST_OK, "%s", err.msg);
+            CHECK(data_stream_set_lookahead(&ds, caps[ci], &err) == ST_OK, "%s", err.msg);
+            int32_t row[TT + 1], starts[TT + 1];
+            int bad = 0, ns;
+            /* straight through, then resumed at a few cursors (forward and back) */
+            const int from[] = {0, 1913, 17, 1250, 2799};
+            for (size_t f = 0; f < sizeof from / sizeof from[0]; f++) {
+                data_cursor d = curs[from[f]];
+                for (int k = from[f]; k < N && k < from[f] + (f ? 120 : N); k++) {
+                    CHECK(data_stream_take(&ds, &d, row, starts, &ns, &err) == ST_OK, "%s", err.msg);
+                    bad += memcmp(row, rows + (size_t)k * (TT + 1), sizeof row) != 0 || ns != nst[k] ||
+                           memcmp(starts, st + (size_t)k * (TT + 1), (size_t)ns * 4) != 0 ||
+                           memcmp(&d, &curs[k + 1], sizeof d) != 0;
+                    if (k % 3 == 0) { /* rows of other ranks: stepped over without reading */
+                        data_cursor e = curs[k];
+                        CHECK(data_stream_take(&ds, &e, NULL, starts, &ns, &err) == ST_OK, "%s", err.msg);
+                        bad += memcmp(&e, &curs[k + 1], sizeof e) != 0;
+                    }
+                }
+            }
+            CHECK(!bad, "lookahead %u, shuffle %d: %d samples differ from one lookup per document", caps[ci], shuffle,
+                  bad);
+            data_stream_free(&ds);
+        }
+        data_stream_free(&ref);
+        free(rows);
+        free(st);
+    }
+    data_source_close(ref_src);
+    data_source_close(src);
 }
 
 int main(void) {
     make_sources();
+    test_lookahead();
     test_perm();
     test_packing();
     test_determinism_ranks_resume();

@@ -278,6 +278,22 @@ static void test_bad_megatron(void) {
     CHECK(data_source_read(s, 1, 0, 2, out, 0, &err) == ST_ERR_FORMAT && strstr(err.msg, want),
           "bad pointer: %s", err.msg);
     data_source_close(s);
+    {
+        /* the same through a loader, whose stream reads index entries a window at a time */
+        data_loader_config lc;
+        data_loader_config_init(&lc);
+        lc.n_sources = 1;
+        lc.sources[0].path = prefix;
+        lc.T = 2;
+        lc.no_shuffle = 1;
+        data_loader *ld;
+        data_batch lb;
+        CHECK(data_loader_open(&ld, &lc, &err) == ST_OK, "%s", err.msg);
+        st_status lrc = ST_OK;
+        for (int i = 0; i < 4 && !lrc; i++) lrc = data_loader_next(ld, &lb, &err);
+        CHECK(lrc == ST_ERR_FORMAT && strstr(err.msg, want), "bad pointer through the loader: %s", err.msg);
+        data_loader_close(ld);
+    }
     /* empty source: zero sequences */
     n = build_idx(b2, DATA_DTYPE_U16, sizes, 0, 1);
     write_file(ip, b2, n);

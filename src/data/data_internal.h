@@ -10,6 +10,13 @@
 
 #define DATA_PATH_MAX 4096
 
+/* Per-token loops of every batch, also compiled for AVX2 (chosen at load time). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define DATA_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define DATA_CLONES
+#endif
+
 /* Megatron .idx: 9-byte magic, u64 version, u8 dtype, u64 sequence count, u64
  * document-index count = 34 bytes, after which the int32 sizes and the int64
  * pointers follow unaligned. */
@@ -32,9 +39,9 @@ struct data_source {
     /* Megatron index, memory-mapped */
     const uint8_t *idx_map;
     size_t idx_bytes;
-    int idx_fd;              /* per-document lookups use pread on this (see source.c) */
+    int idx_fd;              /* index lookups (one entry, or a window's) pread this (source.c) */
     uint64_t n_docs, n_doc_idx;
-    /* staging for token conversion: holds file bytes before widening to int32 */
+    /* staging: file bytes of tokens before widening to int32, and of index runs */
     uint8_t *stage;
     size_t stage_bytes;
     /* counters (bytes the loader moves because of this source) */
@@ -44,6 +51,22 @@ struct data_source {
 /* Document d of an indexed source: byte pointer into the .bin and length in tokens,
  * checked against the .bin size. */
 st_status data_source_doc(data_source *s, uint64_t d, uint64_t *ptr, uint64_t *len, st_err *err);
+/* Index entries of many documents at once (a stream's lookahead window; the stream
+ * itself reads them in steps with data_source_doc_runs). keys are
+ * (document << DATA_KEY_POS_BITS | slot), sorted ascending; the raw entries of the
+ * document in each key land in len[slot] and ptr[slot], unchecked (use
+ * data_source_doc_entry). Neighbouring entries share one pread. */
+#define DATA_KEY_POS_BITS 24
+st_status data_source_doc_batch(data_source *s, const uint64_t *keys, size_t n, int32_t *len, int64_t *ptr,
+                                st_err *err);
+/* One step of that: from keys[*i] on, the entries of one index array (which = 0: sizes
+ * into len, 1: pointers into ptr), in preads of neighbouring entries, until max_preads
+ * preads or max_bytes bytes are done (at least one pread); advances *i past them. */
+st_status data_source_doc_runs(data_source *s, const uint64_t *keys, size_t n, size_t *i, int which,
+                               int max_preads, size_t max_bytes, int32_t *len, int64_t *ptr, st_err *err);
+/* Check a raw entry of document d as data_source_doc does, and return it. */
+st_status data_source_doc_entry(const data_source *s, uint64_t d, int32_t n, int64_t p, uint64_t *ptr,
+                                uint64_t *len, st_err *err);
 /* Read n tokens starting at byte offset `base` of the token file (no index lookup;
  * the caller has checked the range against the document it came from). */
 st_status data_source_read_at(data_source *s, uint64_t base, uint64_t n, int32_t *out, int64_t vocab_size,
@@ -59,6 +82,17 @@ uint64_t data_mix64(uint64_t x);
 size_t data_convert(const void *src, int dtype, size_t n, int32_t *dst, int64_t vocab_size,
                     int64_t *bad_value);
 
+/* A window of the lookahead: positions [first, first + n) of the permutation of epoch
+ * `epoch`, read in stages (see stream.c); its arrays are valid once stage is ready. */
+typedef struct data_window {
+    uint64_t epoch, first, key;
+    uint32_t n, at;       /* positions; progress inside the stage */
+    int stage, pass, passes;
+    uint64_t *doc;        /* [la_cap] document at each position */
+    int32_t *len;         /* [la_cap] its raw size entry */
+    int64_t *ptr;         /* [la_cap] its raw pointer entry */
+} data_window;
+
 /* The stream of one source within a loader: T+1-token samples overlapping by one. */
 typedef struct data_stream {
     data_source *src;
@@ -73,10 +107,32 @@ typedef struct data_stream {
      * the previous sample of this source ended */
     uint64_t last_doc, last_ptr, last_len;
     int last_valid;
+    /* Lookahead (indexed sources; stream.c says why): the index entries of windows of
+     * upcoming permutation positions, read together. While the current window serves
+     * lookups, the next one is read a bounded step at a time, so no single lookup
+     * waits for a whole window. Windows start small (the first batch comes quickly)
+     * and grow to la_cap. */
+    uint32_t la_cap;      /* most positions a window holds; 0 = one lookup per document */
+    uint32_t la_size;     /* size of the next window to start */
+    uint32_t la_lookups;  /* lookups since the last step of the next window */
+    int la_cur;           /* which of win[] serves lookups */
+    data_window win[2];
+    uint64_t *la_keys, *la_tmp; /* [la_cap] sort scratch of the window being read */
 } data_stream;
+
+/* Positions per lookahead window: per source by default, at most TOTAL over all of a
+ * loader's sources (56 bytes a position: two windows of 20 and 16 of sort scratch, so
+ * 14.7 MB at the total), and FIRST for the first window after an open or a jump. */
+#define DATA_LOOKAHEAD_DEFAULT (1u << 16)
+#define DATA_LOOKAHEAD_TOTAL (1u << 18)
+#define DATA_LOOKAHEAD_FIRST 16u
 
 st_status data_stream_init(data_stream *s, data_source *src, int index, uint64_t seed, int T,
                            int shuffle, int64_t vocab_size, int64_t eod_token, st_err *err);
+/* Set the lookahead window (positions; 0 = off, look up each document on its own).
+ * The stream's samples do not depend on it. Call before the first take. */
+st_status data_stream_set_lookahead(data_stream *s, uint32_t cap, st_err *err);
+void data_stream_free(data_stream *s);
 /* Take the sample at cursor c into row (T+1 tokens) or, with row NULL, only step over
  * it; starts receives the indices in [1, T] where a new document begins (n_starts of
  * them, at most T). Advances c by T tokens. */

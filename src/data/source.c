@@ -3,10 +3,13 @@
  * Opening validates every size and header field that can be checked in O(1), so a
  * source of 10^7 documents opens in about a millisecond; per-document entries are
  * checked when a document is read. The .idx is memory-mapped for those header checks,
- * but the loader's per-document lookups and all token bytes go through pread into
- * small buffers: documents are visited in random order, where page faults cost more
- * than syscalls, the resident set would grow with the bytes visited, and a file
- * truncated under a mapping raises SIGBUS instead of returning an error.
+ * but the loader's index lookups and all token bytes go through pread into small
+ * buffers: documents are visited in random order, where page faults cost more than
+ * syscalls, the resident set would grow with the bytes visited, and a file truncated
+ * under a mapping raises SIGBUS instead of returning an error. A lookup is either one
+ * document's entry (data_source_doc: two small preads) or the entries of many documents
+ * sorted by index, neighbours sharing a pread (data_source_doc_runs, for a stream's
+ * lookahead windows, stream.c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -16,6 +19,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "data/data_internal.h"
@@ -52,6 +56,17 @@ static uint64_t rd_u64(const uint8_t *p) {
     uint64_t v;
     memcpy(&v, p, 8); /* the .idx arrays are unaligned: never dereference a cast */
     return v;
+}
+
+/* pread for the per-batch reads, without glibc's cancellation-point bookkeeping (it
+ * flips the thread's cancel state with two atomic operations around every call: 5% of
+ * the producer's time in strata bench data). Nothing cancels the loader's threads. */
+static ssize_t pread_hot(int fd, void *buf, size_t n, off_t off) {
+#if defined(__linux__) && defined(SYS_pread64) && (defined(__x86_64__) || defined(__aarch64__))
+    return syscall(SYS_pread64, fd, buf, n, off);
+#else
+    return pread(fd, buf, n, off);
+#endif
 }
 
 static int ends_with(const char *s, const char *suf) {
@@ -366,6 +381,21 @@ uint64_t data_source_fingerprint(const data_source *s) {
     return data_mix64(s->n_tokens * 0x100000001b3ull ^ data_mix64(s->n_docs + 1) ^ (uint64_t)s->dtype);
 }
 
+/* The checks every index entry gets before it is used: sequence d says n tokens at
+ * byte p of the .bin (the message names the .idx offsets of its size and pointer). */
+static st_status check_entry(const data_source *s, uint64_t d, int32_t n, uint64_t p, st_err *err) {
+    if (n < 0 || p % s->itemsize || p > s->bin_bytes || (uint64_t)n > (s->bin_bytes - p) / s->itemsize) {
+        uint64_t so = DATA_IDX_HEADER_BYTES + 4 * d, po = DATA_IDX_HEADER_BYTES + 4 * s->n_docs + 8 * d;
+        return st_errf(err, ST_ERR_FORMAT,
+                       "%s: sequence %llu (size at offset %llu, pointer at offset %llu) says %d tokens "
+                       "at byte %llu, outside %s (%llu bytes); the .idx disagrees with the .bin",
+                       s->idx_path, (unsigned long long)d, (unsigned long long)so,
+                       (unsigned long long)po, n, (unsigned long long)p, s->bin_path,
+                       (unsigned long long)s->bin_bytes);
+    }
+    return ST_OK;
+}
+
 st_status data_source_doc(data_source *s, uint64_t d, uint64_t *ptr, uint64_t *len, st_err *err) {
     if (!s->idx_map) return st_errf(err, ST_ERR_INVALID, "%s: has no document index", s->bin_path);
     if (d >= s->n_docs)
@@ -377,28 +407,105 @@ st_status data_source_doc(data_source *s, uint64_t d, uint64_t *ptr, uint64_t *l
     /* Documents are visited in random order, so every lookup through the mapping would
      * be a page fault (mapping 16 pages by fault-around, and growing the resident set
      * unless released); two small preads cost less (measured: 2.4e8 vs 1.1e8 tokens/s
-     * in strata bench data) and keep nothing mapped. */
+     * in strata bench data) and keep nothing mapped. The loader's streams read many
+     * entries at once instead (data_source_doc_runs). */
     if (pread(s->idx_fd, &n, 4, (off_t)so) != 4 || pread(s->idx_fd, &p, 8, (off_t)po) != 8)
         return st_errf(err, ST_ERR_IO, "%s: reading the entry of sequence %llu at offset %llu: %s",
                        s->idx_path, (unsigned long long)d, (unsigned long long)so,
                        errno ? strerror(errno) : "short read (the file shrank after it was opened)");
     s->idx_lookups++;
     s->bytes_read += 12;
-    if (n < 0 || p % s->itemsize || p > s->bin_bytes || (uint64_t)n > (s->bin_bytes - p) / s->itemsize)
-        return st_errf(err, ST_ERR_FORMAT,
-                       "%s: sequence %llu (size at offset %llu, pointer at offset %llu) says %d tokens "
-                       "at byte %llu, outside %s (%llu bytes); the .idx disagrees with the .bin",
-                       s->idx_path, (unsigned long long)d, (unsigned long long)so,
-                       (unsigned long long)po, n, (unsigned long long)p, s->bin_path,
-                       (unsigned long long)s->bin_bytes);
+    st_status rc = check_entry(s, d, n, p, err);
+    if (rc) return rc;
     *ptr = p;
     *len = (uint64_t)n;
     return ST_OK;
 }
 
+st_status data_source_doc_entry(const data_source *s, uint64_t d, int32_t n, int64_t p, uint64_t *ptr,
+                                uint64_t *len, st_err *err) {
+    st_status rc = check_entry(s, d, n, (uint64_t)p, err);
+    if (rc) return rc;
+    *ptr = (uint64_t)p;
+    *len = (uint64_t)n;
+    return ST_OK;
+}
+
+/* Largest hole between two wanted entries that one pread reads through rather than
+ * splitting. On the 2-core VM of docs/BENCHMARKS.md a separate small pread of a random
+ * index entry costs about 0.6 us, the time pread copies 2.7 KiB of page cache (4.5
+ * GB/s); reading on also spares the next call its page lookup, so a page. */
+#define BATCH_GAP_BYTES 4096u
+
+st_status data_source_doc_runs(data_source *s, const uint64_t *keys, size_t n, size_t *i, int which,
+                               int max_preads, size_t max_bytes, int32_t *len, int64_t *ptr, st_err *err) {
+    const size_t cap = s->stage_bytes;
+    const unsigned elem = which ? 8 : 4;
+    const uint64_t base = DATA_IDX_HEADER_BYTES + (which ? 4 * s->n_docs : 0);
+    uint8_t *out = which ? (uint8_t *)ptr : (uint8_t *)len;
+    if (!s->idx_map) return st_errf(err, ST_ERR_INVALID, "%s: has no document index", s->bin_path);
+    if (n && (keys[n - 1] >> DATA_KEY_POS_BITS) >= s->n_docs)
+        return st_errf(err, ST_ERR_INVALID, "%s: document %llu out of range (%llu documents)", s->idx_path,
+                       (unsigned long long)(keys[n - 1] >> DATA_KEY_POS_BITS), (unsigned long long)s->n_docs);
+    size_t done_bytes = 0;
+    for (int reads = 0; *i < n && reads < max_preads && done_bytes < max_bytes; reads++) {
+        size_t a = *i, b = a + 1;
+        uint64_t start = base + elem * (keys[a] >> DATA_KEY_POS_BITS), end = start + elem;
+        for (; b < n; b++) {
+            uint64_t o = base + elem * (keys[b] >> DATA_KEY_POS_BITS);
+            if (o + elem - start > cap || o > end + BATCH_GAP_BYTES) break;
+            if (o + elem > end) end = o + elem;
+        }
+        size_t bytes = (size_t)(end - start), got = 0;
+        while (got < bytes) {
+            ssize_t r = pread_hot(s->idx_fd, s->stage + got, bytes - got, (off_t)(start + got));
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0)
+                return st_errf(err, r == 0 ? ST_ERR_TRUNCATED : ST_ERR_IO,
+                               "%s: reading %zu bytes of index entries at offset %llu: %s", s->idx_path,
+                               bytes - got, (unsigned long long)(start + got),
+                               r == 0 ? "end of file (the file shrank after it was opened)" : strerror(errno));
+            got += (size_t)r;
+        }
+        s->bytes_read += bytes;    /* the kernel's copy reads the page cache... */
+        s->bytes_written += bytes; /* ...and writes the staging buffer */
+        done_bytes += bytes;
+        for (size_t k = a; k < b; k++) {
+            uint64_t o = base + elem * (keys[k] >> DATA_KEY_POS_BITS) - start;
+            size_t slot = (size_t)(keys[k] & ((1u << DATA_KEY_POS_BITS) - 1));
+            memcpy(out + (size_t)elem * slot, s->stage + o, elem); /* unaligned in the file */
+        }
+        s->bytes_read += (uint64_t)elem * (b - a);    /* picked out of the buffer... */
+        s->bytes_written += (uint64_t)elem * (b - a); /* ...into the window */
+        if (which) s->idx_lookups += b - a;
+        *i = b;
+    }
+    return ST_OK;
+}
+
+st_status data_source_doc_batch(data_source *s, const uint64_t *keys, size_t n, int32_t *len, int64_t *ptr,
+                                st_err *err) {
+    st_status rc = ST_OK;
+    for (int which = 0; which < 2 && !rc; which++)
+        for (size_t i = 0; i < n && !rc;) rc = data_source_doc_runs(s, keys, n, &i, which, INT32_MAX, SIZE_MAX, len, ptr, err);
+    return rc;
+}
+
 st_status data_source_doc_len(data_source *s, uint64_t d, uint64_t *len, st_err *err) {
     uint64_t p;
     return data_source_doc(s, d, &p, len, err);
+}
+
+/* uint16 -> int32, returning the largest token: the common case of every batch, so
+ * it is built for AVX2 too (one widening load per 8 tokens; the max taken on the
+ * 16-bit values, which baseline SSE2 has no instruction for on 32-bit lanes). */
+DATA_CLONES static uint16_t widen_u16(const uint16_t *restrict p, size_t n, int32_t *restrict dst) {
+    uint16_t mx = 0;
+    for (size_t i = 0; i < n; i++) {
+        dst[i] = p[i];
+        mx = p[i] > mx ? p[i] : mx;
+    }
+    return mx;
 }
 
 size_t data_convert(const void *src, int dtype, size_t n, int32_t *dst, int64_t vocab_size,
@@ -408,16 +515,9 @@ size_t data_convert(const void *src, int dtype, size_t n, int32_t *dst, int64_t 
     int64_t lim = vocab_size > 0 ? vocab_size : (int64_t)INT32_MAX + 1;
     size_t i;
     switch (dtype) {
-    case DATA_DTYPE_U16: {
-        const uint16_t *p = src;
-        uint32_t mx = 0;
-        for (i = 0; i < n; i++) {
-            dst[i] = p[i];
-            mx = p[i] > mx ? p[i] : mx;
-        }
-        if ((int64_t)mx < lim) return n;
+    case DATA_DTYPE_U16:
+        if ((int64_t)widen_u16(src, n, dst) < lim) return n;
         break;
-    }
     case DATA_DTYPE_U32: {
         const uint32_t *p = src;
         uint32_t mx = 0;
@@ -513,7 +613,7 @@ st_status data_source_read_at(data_source *s, uint64_t base, uint64_t n, int32_t
             void *dst = s->itemsize == 4 ? (void *)(out + done) : (void *)s->stage;
             size_t got = 0;
             while (got < bytes) {
-                ssize_t r = pread(s->fd, (uint8_t *)dst + got, bytes - got, (off_t)(off + got));
+                ssize_t r = pread_hot(s->fd, (uint8_t *)dst + got, bytes - got, (off_t)(off + got));
                 if (r < 0 && errno == EINTR) continue;
                 if (r <= 0)
                     return st_errf(err, r == 0 ? ST_ERR_TRUNCATED : ST_ERR_IO,
