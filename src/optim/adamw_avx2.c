@@ -1,0 +1,176 @@
+/* adamw_avx2.c - the optimizer kernels for AVX2 + FMA + F16C, 8 lanes.
+ *
+ * Compiled with a target pragma (the build has no -march) and chosen at run time by
+ * optim_isa_best(); the kernel bodies are adamw_simd_body.h. Masks are vectors of
+ * all-ones lanes, as AVX2 compares produce them.
+ */
+#pragma GCC target("avx2,fma,f16c,prfchw")
+#include <immintrin.h>
+
+#include "optim/adamw_kernels.h"
+
+#define W 8
+#define SUMSQ_GROUP 1 /* parts streamed side by side (accumulators must fit the registers) */
+#define WD 4
+typedef __m256 V;
+typedef __m256i VI;
+typedef __m256 M;
+typedef __m256i VB;
+typedef __m256d VD;
+#define KERNELS_NAME adamw_kernels_avx2
+
+#define HELPER static inline __attribute__((always_inline))
+HELPER V v_set1(float x) { return _mm256_set1_ps(x); }
+HELPER V v_load(const float *p) { return _mm256_loadu_ps(p); }
+HELPER void v_store(float *p, V x) { _mm256_storeu_ps(p, x); }
+HELPER V v_mul(V a, V b) { return _mm256_mul_ps(a, b); }
+HELPER V v_div(V a, V b) { return _mm256_div_ps(a, b); }
+HELPER V v_fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+HELPER V v_sqrt(V a) { return _mm256_sqrt_ps(a); }
+HELPER V v_abs(V a) { return _mm256_and_ps(a, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff))); }
+HELPER V v_min(V a, V b) { return _mm256_min_ps(a, b); }
+HELPER V v_max(V a, V b) { return _mm256_max_ps(a, b); }
+HELPER VI v_bits(V a) { return _mm256_castps_si256(a); }
+HELPER V v_from_bits(VI a) { return _mm256_castsi256_ps(a); }
+HELPER M v_cmp_lt(V a, V b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
+HELPER float v_reduce_max(V a) {
+    __m128 x = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_max_ss(x, _mm_shuffle_ps(x, x, 1));
+    return _mm_cvtss_f32(x);
+}
+HELPER VI vi_set1(int x) { return _mm256_set1_epi32(x); }
+HELPER VI vi_add(VI a, VI b) { return _mm256_add_epi32(a, b); }
+HELPER VI vi_sub(VI a, VI b) { return _mm256_sub_epi32(a, b); }
+HELPER VI vi_min(VI a, VI b) { return _mm256_min_epi32(a, b); }
+HELPER VI vi_sllv(VI a, VI b) { return _mm256_sllv_epi32(a, b); }
+HELPER VI vi_and(VI a, VI b) { return _mm256_and_si256(a, b); }
+HELPER VI vi_xor(VI a, VI b) { return _mm256_xor_si256(a, b); }
+HELPER VI vi_blend(M m, VI a, VI b) {
+    return _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b), m));
+}
+HELPER VI vi_load_u8(const uint8_t *p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)); }
+HELPER void vi_store_u8(uint8_t *p, VI x) { /* low 8 bits of each lane, as vpmovdb (packs saturate) */
+    x = _mm256_and_si256(x, _mm256_set1_epi32(255));
+    __m128i h = _mm_packus_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
+    _mm_storel_epi64((__m128i *)p, _mm_packus_epi16(h, h));
+}
+
+HELPER V v_load_grad(const void *g, int dt, size_t i) {
+    if (dt == ST_BF16) {
+        __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)g + i));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+    if (dt == ST_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)g + i)));
+    return _mm256_loadu_ps((const float *)g + i);
+}
+
+/* st_f32_to_bf16 on 8 lanes: round to nearest even, NaN kept quiet. */
+HELPER void v_store_work(void *w, int dt, size_t i, V x) {
+    if (dt == ST_BF16) {
+        __m256i u = _mm256_castps_si256(x);
+        __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff),
+                                                         _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1))));
+        r = _mm256_srli_epi32(r, 16);
+        __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+        r = _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40)), nan);
+        _mm_storeu_si128((__m128i *)((uint16_t *)w + i),
+                         _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1)));
+    } else if (dt == ST_F16) {
+        /* NaN becomes the canonical quiet NaN with its sign, as st_f32_to_f16 does */
+        __m256 canon = _mm256_or_ps(_mm256_and_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u))),
+                                    _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)));
+        x = _mm256_blendv_ps(x, canon, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+        _mm_storeu_si128((__m128i *)((uint16_t *)w + i), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    } else if (dt == ST_F32) {
+        _mm256_storeu_ps((float *)w + i, x);
+    }
+}
+
+HELPER VD vd_load(const double *p) { return _mm256_loadu_pd(p); }
+HELPER void vd_store(double *p, VD x) { _mm256_storeu_pd(p, x); }
+HELPER VD vd_fma(VD a, VD b, VD c) { return _mm256_fmadd_pd(a, b, c); }
+HELPER VD vd_load_grad(const void *g, int dt, size_t i) {
+    if (dt == ST_BF16) {
+        __m128i h = _mm_loadl_epi64((const __m128i *)((const uint16_t *)g + i));
+        return _mm256_cvtps_pd(_mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(h), 16)));
+    }
+    if (dt == ST_F16) return _mm256_cvtps_pd(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)((const uint16_t *)g + i))));
+    return _mm256_cvtps_pd(_mm_loadu_ps((const float *)g + i));
+}
+
+/* W elements of esize bytes; a narrower load is repeated to fill the vector. */
+HELPER VB vb_load(const void *p, size_t esize) {
+    if (esize == 4) return _mm256_loadu_si256((const __m256i *)p);
+    if (esize == 2) return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_broadcastq_epi64(_mm_loadl_epi64((const __m128i *)p));
+}
+HELPER void vb_store(void *p, size_t esize, VB x) {
+    if (esize == 4) _mm256_storeu_si256((__m256i *)p, x);
+    else if (esize == 2) _mm_storeu_si128((__m128i *)p, _mm256_castsi256_si128(x));
+    else _mm_storel_epi64((__m128i *)p, _mm256_castsi256_si128(x));
+}
+HELPER void vb_keep(VB x) { __asm__ volatile("" : : "x"(x)); }
+
+/* A 16-entry table (index k & 15) as two 8-entry halves. */
+typedef struct tab16 { V lo, hi; } tab16;
+typedef struct itab16 { VI lo, hi; } itab16;
+HELPER tab16 tab16_load(const float *t) { tab16 r = {_mm256_loadu_ps(t), _mm256_loadu_ps(t + 8)}; return r; }
+HELPER itab16 itab16_load(const int32_t *t) {
+    itab16 r = {_mm256_loadu_si256((const __m256i *)t), _mm256_loadu_si256((const __m256i *)(t + 8))};
+    return r;
+}
+HELPER V tab16_get(tab16 t, VI k) {
+    __m256 hi = _mm256_castsi256_ps(_mm256_slli_epi32(k, 28)); /* bit 3 of k into the sign */
+    return _mm256_blendv_ps(_mm256_permutevar8x32_ps(t.lo, k), _mm256_permutevar8x32_ps(t.hi, k), hi);
+}
+HELPER VI itab16_get(itab16 t, VI k) {
+    __m256 hi = _mm256_castsi256_ps(_mm256_slli_epi32(k, 28));
+    return _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(_mm256_permutevar8x32_epi32(t.lo, k)),
+                                                _mm256_castsi256_ps(_mm256_permutevar8x32_epi32(t.hi, k)), hi));
+}
+#define v_perm16(t, k) tab16_get(t, k)
+#define vi_perm16(t, k) itab16_get(t, k)
+HELPER VI v_cvt_rn(V a) { return _mm256_cvtps_epi32(a); } /* current rounding mode, as nearbyintf */
+HELPER VI vi_abs(VI a) { return _mm256_abs_epi32(a); }
+/* A map's tables in registers: the decode tables' first 8 entries (decades 0..7; the two
+ * levels outside are patched), the 16-entry quantiser tables, the decade boundaries. */
+typedef struct simd_map {
+    V t1, t2, thr[8];
+    tab16 ia, ib;
+    itab16 lmax;
+    VI koff;
+} simd_map;
+
+HELPER simd_map simd_map_make(const q8_map *q) {
+    simd_map s;
+    s.t1 = _mm256_loadu_ps(q->t1);
+    s.t2 = _mm256_loadu_ps(q->t2);
+    s.ia = tab16_load(q->ia);
+    s.ib = tab16_load(q->ib);
+    for (int t = 0; t < 8; t++) s.thr[t] = _mm256_set1_ps(q->thr[t]);
+    s.koff = _mm256_set1_epi32(q->koff);
+    s.lmax = itab16_load(q->lmax);
+    return s;
+}
+
+/* decade k = #{boundaries <= a} - koff: the same k as the scalar exponent table */
+HELPER VI simd_decade(V a, const simd_map *q) {
+    VI cnt = _mm256_setzero_si256();
+    for (int t = 0; t < 8; t++) cnt = _mm256_sub_epi32(cnt, _mm256_castps_si256(_mm256_cmp_ps(a, q->thr[t], _CMP_GE_OQ)));
+    return _mm256_sub_epi32(cnt, q->koff);
+}
+
+
+/* code of a level: k from the float exponent (no vector lzcnt); level 0 (signed zero,
+ * unsigned byte 0 = one) falls outside the 8 entries and is patched */
+HELPER V simd_code(VI level, const simd_map *q, int is_signed) {
+    VI k = _mm256_sub_epi32(_mm256_srli_epi32(_mm256_castps_si256(_mm256_cvtepi32_ps(level)), 23), _mm256_set1_epi32(127));
+    VI j = _mm256_sub_epi32(level, _mm256_sllv_epi32(_mm256_set1_epi32(1), k)); /* k < 0: shift gives 0 */
+    V val = _mm256_fmadd_ps(_mm256_cvtepi32_ps(j), _mm256_permutevar8x32_ps(q->t2, k), _mm256_permutevar8x32_ps(q->t1, k));
+    if (is_signed)
+        return _mm256_blendv_ps(val, _mm256_setzero_ps(), _mm256_castsi256_ps(_mm256_cmpeq_epi32(level, _mm256_setzero_si256())));
+    return _mm256_blendv_ps(val, _mm256_set1_ps(1.0f), _mm256_castsi256_ps(_mm256_cmpeq_epi32(level, _mm256_setzero_si256())));
+}
+
+#include "optim/adamw_simd_body.h"

@@ -1,0 +1,131 @@
+/* optim_q8.c - the 8-bit blockwise state format: the dynamic quantisation maps and the
+ * public per-block quantise/dequantise the tests use to check the format's error bound.
+ *
+ * The value set is bitsandbytes' dynamic map with 7 exponent "decades" (Dettmers, "8-bit
+ * approximations for parallelism in deep learning"): decade i in 0..6 holds codes
+ * 10^(i-6) * (0.1 + 0.9 (j + 0.5) / n_i), the midpoints of n_i equal steps of [0.1, 1];
+ * n_i = 2^i for the signed map (mirrored for negatives), 2^(i+1) for the unsigned map;
+ * plus 0 and 1. We number the levels so that decade k holds levels [2^k, 2^(k+1)), which
+ * makes a level an integer monotone in value whose decade is its bit length (see
+ * adamw_kernels.h for how the kernels decode and encode with register tables).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "optim/adamw_kernels.h"
+
+/* Decade k's table entries: signed codes in k = 0..6 (scale 10^(k-6)), unsigned in
+ * k = 1..7 (scale 10^(k-7)); both code(2^k + j) = P (0.1 + 0.9 (j + 0.5) / 2^k), computed as
+ * fma(j, t2, t1) with both terms positive, within ~1.5e-7 relative of the exact value. The
+ * zero and one levels are table entries too (t2 = 0). */
+static void decade_entries(int is_signed, int k, float *t1, float *t2) {
+    int kmin = is_signed ? 0 : 1, kmax = is_signed ? 6 : 7;
+    *t1 = *t2 = 0.0f;
+    if (k == kmax + 1) *t1 = 1.0f;
+    if (k < kmin || k > kmax) return;
+    double p = pow(10.0, k - (is_signed ? 6 : 7)), n = (double)(1 << k);
+    *t2 = (float)(p * 0.9 / n);
+    *t1 = (float)(p * 0.1 + p * 0.45 / n);
+}
+
+static float level_code(int is_signed, int level) {
+    int k = level ? 31 - __builtin_clz((unsigned)level) : -1;
+    float t1, t2;
+    decade_entries(is_signed, k, &t1, &t2);
+    return fmaf((float)(level - (level ? 1 << k : 0)), t2, t1);
+}
+
+static void map_init(q8_map *q, int is_signed) {
+    memset(q, 0, sizeof *q);
+    int kmin = is_signed ? 0 : 1, kmax = is_signed ? 6 : 7;
+    for (int k = -1; k <= kmax + 1; k++) {
+        decade_entries(is_signed, k, &q->t1[k & 15], &q->t2[k & 15]);
+        int lz = k < 0 || (!is_signed && k == kmax + 1) ? 32 : 31 - k; /* unsigned one is byte 0 */
+        q->t1z[lz & 15] = q->t1[k & 15];
+        q->t2z[lz & 15] = q->t2[k & 15];
+    }
+    for (int k = -1; k <= kmax + 1; k++) { /* zero and one decades: level = ib = 2^k (or 0) */
+        double p2 = k < 0 ? 0.0 : (double)(1 << k);
+        int code = k >= kmin && k <= kmax;
+        q->ia[k & 15] = code ? (float)(1.0 / (double)q->t2[k]) : 0.0f;
+        q->ib[k & 15] = (float)(p2 - (code ? (double)q->t1[k] / (double)q->t2[k] : 0.0));
+        q->lmax[k & 15] = code ? (2 << k) - 1 : (int)p2;
+    }
+    /* decade boundaries: midpoints between the zero level and the first code, between each
+     * decade's last code and the next decade's first, and between the last code and one */
+    int t = 0;
+    for (int k = kmin; k <= kmax + 1; k++)
+        q->thr[t++] = (float)(((double)level_code(is_signed, (1 << k) - 1) + (double)level_code(is_signed, 1 << k)) / 2);
+    q->koff = is_signed ? 1 : 0;
+    for (int e = 96; e < 128; e++) {
+        uint32_t bits = (uint32_t)e << 23;
+        float lower;
+        memcpy(&lower, &bits, 4);
+        int c0 = 0;
+        float inside = INFINITY;
+        for (int i = 0; i < 8; i++) {
+            if (q->thr[i] <= lower) c0++;
+            else if (q->thr[i] < 2 * lower) inside = q->thr[i]; /* at most one: they are >2x apart */
+        }
+        q->klo[e & 31] = c0 - q->koff;
+        q->kthr[e & 31] = inside;
+    }
+    q->off = is_signed ? -127 : 0;
+    for (int byte = 0; byte < 256; byte++) {
+        int level = is_signed || byte ? byte + q->off : 256;
+        float c = level_code(is_signed, level < 0 ? -level : level);
+        q->dec[byte] = level < 0 ? -c : c;
+    }
+}
+
+void q8_tables_init(q8_tables *t) {
+    map_init(&t->s, 1);
+    map_init(&t->u, 0);
+}
+
+void optim_q8_map(int is_signed, float code[256]) {
+    q8_map q;
+    map_init(&q, is_signed);
+    memcpy(code, q.dec, sizeof q.dec);
+}
+
+/* Nearest rounding errs by at most half the gap between neighbouring codes; negatives
+ * near -1 round to the largest negative code (the map has +1 only), a whole gap. */
+double optim_q8_max_error(int is_signed) {
+    int zero_level = is_signed ? 0 : 1, top_level = is_signed ? 128 : 256;
+    double worst = 0;
+    for (int b = zero_level; b < top_level; b++) {
+        double gap = (double)level_code(is_signed, b + 1) - (double)level_code(is_signed, b);
+        if (gap / 2 > worst) worst = gap / 2;
+    }
+    if (is_signed) {
+        double below_one = 1.0 - (double)level_code(is_signed, 127);
+        if (below_one > worst) worst = below_one;
+    }
+    return worst;
+}
+
+static const adamw_kernels *best_kernels(void) {
+    switch (optim_isa_best()) {
+    case OPTIM_ISA_AVX512_BF16: return &adamw_kernels_avx512bf16;
+    case OPTIM_ISA_AVX512: return &adamw_kernels_avx512;
+    case OPTIM_ISA_AVX2: return &adamw_kernels_avx2;
+    default: return &adamw_kernels_portable;
+    }
+}
+
+float optim_q8_quantize_block(const float *x, size_t n, int is_signed, uint8_t *q) {
+    q8_tables t;
+    q8_tables_init(&t);
+    float amax = 0;
+    for (size_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(x[i]));
+    float inv = amax > 0 ? 1.0f / amax : 0.0f;
+    best_kernels()->quant(x, n, inv, is_signed ? &t.s : &t.u, is_signed, q);
+    return amax;
+}
+
+void optim_q8_dequantize_block(const uint8_t *q, size_t n, float absmax, int is_signed, float *x) {
+    float code[256];
+    optim_q8_map(is_signed, code);
+    for (size_t i = 0; i < n; i++) x[i] = code[q[i]] * absmax;
+}
