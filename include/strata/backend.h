@@ -80,6 +80,57 @@ typedef struct st_backend_ops {
      * dlogits = (softmax - onehot(target)) * dloss for unmasked rows, 0 for masked rows. */
     void (*crossentropy_forward_backward)(st_backend *be, float *logits, float *losses,
                                           const int32_t *targets, int N, int V, float dloss);
+
+    /* ---- Llama family (appended; the entries above are unchanged). Names: NKV key/value
+     * heads (NH % NKV == 0; NKV == 1 is multi-query), hs head size, F MLP (feed-forward) width.
+     * Several ops read rows of a wider packed buffer: ld is the row stride in floats. */
+
+    /* out (B,T,C) = wte[inp], no position table; inp (B,T). writes out. */
+    void (*embedding_forward)(st_backend *be, float *out, const int32_t *inp, const float *wte, int B, int T,
+                              int C);
+    /* dwte (V,C) += */
+    void (*embedding_backward)(st_backend *be, float *dwte, const float *dout, const int32_t *inp, int B, int T,
+                               int C);
+
+    /* RMSNorm over groups of hs: for row n < N and group h < H, x = inp + n*ld + h*hs (hs
+     * floats), out at the same offset = x / sqrt(mean(x^2) + eps) * w (hs, shared by the
+     * groups). H = 1, hs = ld = C is the per-token norm; H = NH, hs = head size is Qwen3's
+     * per-head q/k norm. writes out (only the normed elements) and rstd (N,H). */
+    void (*rmsnorm_forward)(st_backend *be, float *out, float *rstd, const float *inp, const float *w, int N,
+                            int H, int hs, int ld, float eps);
+    /* dinp (same layout as inp) +=, dw (hs) += */
+    void (*rmsnorm_backward)(st_backend *be, float *dinp, float *dw, const float *dout, const float *inp,
+                             const float *w, const float *rstd, int N, int H, int hs, int ld);
+
+    /* Rotary embedding, IN PLACE, Hugging Face's rotate_half convention: for head h of
+     * token (b,t) at x + (b*T+t)*ld + h*hs and i < hs/2, with c = cos[t*hs/2+i], s = sin[..]:
+     *   x[i] <- x[i] c - x[i+hs/2] s,   x[i+hs/2] <- x[i+hs/2] c + x[i] s.
+     * cos, sin (>=T, hs/2) are computed once on the host (theta, Llama-3 scaling). */
+    void (*rope_forward)(st_backend *be, float *x, const float *cos, const float *sin, int B, int T, int H,
+                         int hs, int ld);
+    /* IN PLACE on dx: the gradient w.r.t. the rotated values becomes the gradient w.r.t.
+     * the inputs (the inverse rotation). Neither writes nor accumulates elsewhere. */
+    void (*rope_backward)(st_backend *be, float *dx, const float *cos, const float *sin, int B, int T, int H,
+                          int hs, int ld);
+
+    /* SwiGLU: inp (N,2F) packed [gate | up] per row; out (N,F) = silu(gate) * up. writes out. */
+    void (*swiglu_forward)(st_backend *be, float *out, const float *inp, int N, int F);
+    /* dinp (N,2F) += */
+    void (*swiglu_backward)(st_backend *be, float *dinp, const float *inp, const float *dout, int N, int F);
+
+    /* Causal grouped-query attention. q rows (B,T) of NH heads, k and v rows of NKV heads,
+     * each row ld floats apart (q, k, v usually point into one packed [q | k | v] buffer);
+     * query head h reads key/value head h / (NH/NKV). Scale 1/sqrt(hs).
+     * writes out (B,T,NH*hs) and lse (B,NH,T). Same memory contract as attention_forward. */
+    void (*attention_gqa_forward)(st_backend *be, float *out, float *lse, const float *q, const float *k,
+                                  const float *v, int ld, int B, int T, int NH, int NKV, int hs);
+    /* dq, dk, dv (same layout and ld as q, k, v) +=, recomputing scores from q, k and lse.
+     * When query heads share a kv head, the CPU backend sums their dk, dv in a fixed head
+     * order, through transient scratch of 2 x (B,NH,T,hs) floats when B*NKV work units are
+     * too few to spread over the threads. */
+    void (*attention_gqa_backward)(st_backend *be, float *dq, float *dk, float *dv, const float *dout,
+                                   const float *q, const float *k, const float *v, const float *out,
+                                   const float *lse, int ld, int B, int T, int NH, int NKV, int hs);
 } st_backend_ops;
 
 struct st_backend {

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/backend_cpu_llama.h"
 #include "backend/cpu/fastmath.h"
 #include "strata/backend.h"
 
@@ -410,6 +411,17 @@ static const st_backend_ops cpu_ops = {
     .residual_forward = cpu_residual_forward,
     .residual_backward = cpu_residual_backward,
     .crossentropy_forward_backward = cpu_crossentropy,
+    /* Llama family: backend_cpu_llama.c */
+    .embedding_forward = cpu_embedding_forward,
+    .embedding_backward = cpu_embedding_backward,
+    .rmsnorm_forward = cpu_rmsnorm_forward,
+    .rmsnorm_backward = cpu_rmsnorm_backward,
+    .rope_forward = cpu_rope_forward,
+    .rope_backward = cpu_rope_backward,
+    .swiglu_forward = cpu_swiglu_forward,
+    .swiglu_backward = cpu_swiglu_backward,
+    .attention_gqa_forward = cpu_attention_gqa_forward,
+    .attention_gqa_backward = cpu_attention_gqa_backward,
 };
 
 st_status st_backend_cpu_create(st_backend **out, int threads, st_err *err) {

@@ -319,6 +319,207 @@ static void ref_crossentropy_f32(st_backend *be, float *logits, float *losses, c
     free(a.base);
 }
 
+/* ---- Llama-family ops. Strided operands (rows ld floats apart, several operands possibly
+ * in one packed buffer) are gathered into dense double arrays and scattered back
+ * element by element, so an op touches exactly the elements it owns. */
+
+static double *take_rows(ref_arena *a, const float *src, size_t rows, int width, int ld) {
+    double *p = take(a, rows * (size_t)width);
+    for (size_t r = 0; r < rows; r++)
+        for (int i = 0; i < width; i++) p[r * width + i] = src[r * (size_t)ld + i];
+    return p;
+}
+
+static void store_rows(float *dst, const double *src, size_t rows, int width, int ld) {
+    for (size_t r = 0; r < rows; r++)
+        for (int i = 0; i < width; i++) dst[r * (size_t)ld + i] = (float)src[r * width + i];
+}
+
+static void fill_nan_rows(float *dst, size_t rows, int width, int ld) {
+    for (size_t r = 0; r < rows; r++)
+        for (int i = 0; i < width; i++) dst[r * (size_t)ld + i] = NAN;
+}
+
+static void ref_embedding_forward_f32(st_backend *be, float *out, const int32_t *inp, const float *wte, int B,
+                                      int T, int C) {
+    size_t n = (size_t)B * T * C, v = rows_used(inp, (size_t)B * T);
+    ref_arena a;
+    if (!arena_init(&a, n + v * C)) {
+        op_failed(be, "embedding_forward");
+        fill_nan(out, n);
+        return;
+    }
+    double *o = take(&a, n), *te = take_f64(&a, wte, v * C);
+    ref_embedding_forward(o, inp, te, B, T, C);
+    store_f32(out, o, n);
+    free(a.base);
+}
+
+static void ref_embedding_backward_f32(st_backend *be, float *dwte, const float *dout, const int32_t *inp, int B,
+                                       int T, int C) {
+    size_t n = (size_t)B * T * C, v = rows_used(inp, (size_t)B * T);
+    ref_arena a;
+    if (!arena_init(&a, n + v * C)) {
+        op_failed(be, "embedding_backward");
+        fill_nan(dwte, v * C);
+        return;
+    }
+    double *d = take_f64(&a, dout, n), *dte = take_f64(&a, dwte, v * C);
+    ref_embedding_backward(dte, d, inp, B, T, C);
+    store_f32(dwte, dte, v * C);
+    free(a.base);
+}
+
+static void ref_rmsnorm_forward_f32(st_backend *be, float *out, float *rstd, const float *inp, const float *w,
+                                    int N, int H, int hs, int ld, float eps) {
+    int width = H * hs;
+    size_t n = (size_t)N * width;
+    ref_arena a;
+    if (!arena_init(&a, 2 * n + (size_t)N * H + (size_t)hs)) {
+        op_failed(be, "rmsnorm_forward");
+        fill_nan_rows(out, N, width, ld);
+        fill_nan(rstd, (size_t)N * H);
+        return;
+    }
+    double *o = take(&a, n), *r = take(&a, (size_t)N * H), *x = take_rows(&a, inp, N, width, ld);
+    double *wd = take_f64(&a, w, hs);
+    ref_rmsnorm_forward(o, r, x, wd, N, H, hs, width, eps);
+    store_rows(out, o, N, width, ld);
+    store_f32(rstd, r, (size_t)N * H);
+    free(a.base);
+}
+
+static void ref_rmsnorm_backward_f32(st_backend *be, float *dinp, float *dw, const float *dout, const float *inp,
+                                     const float *w, const float *rstd, int N, int H, int hs, int ld) {
+    int width = H * hs;
+    size_t n = (size_t)N * width;
+    ref_arena a;
+    if (!arena_init(&a, 3 * n + 2 * (size_t)hs + (size_t)N * H)) {
+        op_failed(be, "rmsnorm_backward");
+        fill_nan_rows(dinp, N, width, ld);
+        fill_nan(dw, hs);
+        return;
+    }
+    double *dx = take_rows(&a, dinp, N, width, ld), *dwd = take_f64(&a, dw, hs);
+    double *d = take_rows(&a, dout, N, width, ld), *x = take_rows(&a, inp, N, width, ld);
+    double *wd = take_f64(&a, w, hs), *r = take_f64(&a, rstd, (size_t)N * H);
+    ref_rmsnorm_backward(dx, dwd, d, x, wd, r, N, H, hs, width);
+    store_rows(dinp, dx, N, width, ld);
+    store_f32(dw, dwd, hs);
+    free(a.base);
+}
+
+static void ref_rope_f32(st_backend *be, float *x, const float *cos, const float *sin, int B, int T, int H,
+                         int hs, int ld, int backward) {
+    int width = H * hs;
+    size_t rows = (size_t)B * T, nt = (size_t)T * (hs / 2);
+    ref_arena a;
+    if (!arena_init(&a, rows * width + 2 * nt)) {
+        op_failed(be, backward ? "rope_backward" : "rope_forward");
+        fill_nan_rows(x, rows, width, ld);
+        return;
+    }
+    double *xd = take_rows(&a, x, rows, width, ld), *c = take_f64(&a, cos, nt), *s = take_f64(&a, sin, nt);
+    if (backward) ref_rope_backward(xd, c, s, B, T, H, hs, width);
+    else ref_rope_forward(xd, c, s, B, T, H, hs, width);
+    store_rows(x, xd, rows, width, ld);
+    free(a.base);
+}
+
+static void ref_rope_forward_f32(st_backend *be, float *x, const float *cos, const float *sin, int B, int T, int H,
+                                 int hs, int ld) {
+    ref_rope_f32(be, x, cos, sin, B, T, H, hs, ld, 0);
+}
+
+static void ref_rope_backward_f32(st_backend *be, float *dx, const float *cos, const float *sin, int B, int T,
+                                  int H, int hs, int ld) {
+    ref_rope_f32(be, dx, cos, sin, B, T, H, hs, ld, 1);
+}
+
+static void ref_swiglu_forward_f32(st_backend *be, float *out, const float *inp, int N, int F) {
+    size_t no = (size_t)N * F;
+    ref_arena a;
+    if (!arena_init(&a, 3 * no)) {
+        op_failed(be, "swiglu_forward");
+        fill_nan(out, no);
+        return;
+    }
+    double *o = take(&a, no), *x = take_f64(&a, inp, 2 * no);
+    ref_swiglu_forward(o, x, N, F);
+    store_f32(out, o, no);
+    free(a.base);
+}
+
+static void ref_swiglu_backward_f32(st_backend *be, float *dinp, const float *inp, const float *dout, int N, int F) {
+    size_t no = (size_t)N * F;
+    ref_arena a;
+    if (!arena_init(&a, 5 * no)) {
+        op_failed(be, "swiglu_backward");
+        fill_nan(dinp, 2 * no);
+        return;
+    }
+    double *dx = take_f64(&a, dinp, 2 * no), *x = take_f64(&a, inp, 2 * no), *d = take_f64(&a, dout, no);
+    ref_swiglu_backward(dx, x, d, N, F);
+    store_f32(dinp, dx, 2 * no);
+    free(a.base);
+}
+
+/* q, k, v gathered into one dense [q | k | v] row of W = (NH + 2 NKV) hs doubles. */
+static double *take_qkv(ref_arena *a, const float *q, const float *k, const float *v, size_t rows, int ld,
+                        int NH, int NKV, int hs) {
+    int W = (NH + 2 * NKV) * hs, wq = NH * hs, wk = NKV * hs;
+    double *p = take(a, rows * W);
+    for (size_t r = 0; r < rows; r++) {
+        for (int i = 0; i < wq; i++) p[r * W + i] = q[r * ld + i];
+        for (int i = 0; i < wk; i++) p[r * W + wq + i] = k[r * ld + i];
+        for (int i = 0; i < wk; i++) p[r * W + wq + wk + i] = v[r * ld + i];
+    }
+    return p;
+}
+
+static void ref_attention_gqa_forward_f32(st_backend *be, float *out, float *lse, const float *q, const float *k,
+                                          const float *v, int ld, int B, int T, int NH, int NKV, int hs) {
+    size_t rows = (size_t)B * T, no = rows * NH * hs, nl = (size_t)B * NH * T;
+    int W = (NH + 2 * NKV) * hs;
+    ref_arena a;
+    if (!arena_init(&a, no + nl + rows * W)) {
+        op_failed(be, "attention_gqa_forward");
+        fill_nan(out, no);
+        fill_nan(lse, nl);
+        return;
+    }
+    double *o = take(&a, no), *l = take(&a, nl), *x = take_qkv(&a, q, k, v, rows, ld, NH, NKV, hs);
+    ref_attention_gqa_forward(o, l, x, x + NH * hs, x + (NH + NKV) * hs, W, B, T, NH, NKV, hs);
+    store_f32(out, o, no);
+    store_f32(lse, l, nl);
+    free(a.base);
+}
+
+static void ref_attention_gqa_backward_f32(st_backend *be, float *dq, float *dk, float *dv, const float *dout,
+                                           const float *q, const float *k, const float *v, const float *out,
+                                           const float *lse, int ld, int B, int T, int NH, int NKV, int hs) {
+    size_t rows = (size_t)B * T, no = rows * NH * hs, nl = (size_t)B * NH * T;
+    int W = (NH + 2 * NKV) * hs, wq = NH * hs, wk = NKV * hs;
+    ref_arena a;
+    if (!arena_init(&a, 2 * rows * W + 2 * no + nl)) {
+        op_failed(be, "attention_gqa_backward");
+        fill_nan_rows(dq, rows, wq, ld);
+        fill_nan_rows(dk, rows, wk, ld);
+        fill_nan_rows(dv, rows, wk, ld);
+        return;
+    }
+    double *g = take_qkv(&a, dq, dk, dv, rows, ld, NH, NKV, hs), *x = take_qkv(&a, q, k, v, rows, ld, NH, NKV, hs);
+    double *d = take_f64(&a, dout, no), *o = take_f64(&a, out, no), *l = take_f64(&a, lse, nl);
+    ref_attention_gqa_backward(g, g + wq, g + wq + wk, d, x, x + wq, x + wq + wk, o, l, W, B, T, NH, NKV, hs);
+    /* scatter back: three disjoint column ranges of the dense rows */
+    for (size_t r = 0; r < rows; r++) {
+        for (int i = 0; i < wq; i++) dq[r * ld + i] = (float)g[r * W + i];
+        for (int i = 0; i < wk; i++) dk[r * ld + i] = (float)g[r * W + wq + i];
+        for (int i = 0; i < wk; i++) dv[r * ld + i] = (float)g[r * W + wq + wk + i];
+    }
+    free(a.base);
+}
+
 static const st_backend_ops ref_ops = {
     .name = "ref",
     .free = ref_free,
@@ -341,6 +542,16 @@ static const st_backend_ops ref_ops = {
     .residual_forward = ref_residual_forward_f32,
     .residual_backward = ref_residual_backward_f32,
     .crossentropy_forward_backward = ref_crossentropy_f32,
+    .embedding_forward = ref_embedding_forward_f32,
+    .embedding_backward = ref_embedding_backward_f32,
+    .rmsnorm_forward = ref_rmsnorm_forward_f32,
+    .rmsnorm_backward = ref_rmsnorm_backward_f32,
+    .rope_forward = ref_rope_forward_f32,
+    .rope_backward = ref_rope_backward_f32,
+    .swiglu_forward = ref_swiglu_forward_f32,
+    .swiglu_backward = ref_swiglu_backward_f32,
+    .attention_gqa_forward = ref_attention_gqa_forward_f32,
+    .attention_gqa_backward = ref_attention_gqa_backward_f32,
 };
 
 st_status st_backend_ref_create(st_backend **out, st_err *err) {

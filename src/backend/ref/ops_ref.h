@@ -59,4 +59,41 @@ void ref_residual_backward(double *da, double *db, const double *dout, int n);
 void ref_crossentropy_forward_backward(double *logits, double *losses, const int32_t *targets, int N, int V,
                                        double dloss);
 
+/* ---- Llama family (ops_ref_llama.c). NKV key/value heads, hs head size, F MLP (feed-forward) width,
+ * ld the row stride of a packed buffer. Same semantics as the vtable entries. */
+
+/* out (B,T,C) = wte[inp], writes. dwte (V,C) +=. */
+void ref_embedding_forward(double *out, const int32_t *inp, const double *wte, int B, int T, int C);
+void ref_embedding_backward(double *dwte, const double *dout, const int32_t *inp, int B, int T, int C);
+
+/* Groups of hs at inp + n*ld + h*hs (n < N, h < H): out = x / sqrt(mean(x^2) + eps) * w.
+ * writes out (those elements only) and rstd (N,H). dinp (inp's layout) +=, dw (hs) +=. */
+void ref_rmsnorm_forward(double *out, double *rstd, const double *inp, const double *w, int N, int H, int hs,
+                         int ld, double eps);
+void ref_rmsnorm_backward(double *dinp, double *dw, const double *dout, const double *inp, const double *w,
+                          const double *rstd, int N, int H, int hs, int ld);
+
+/* Rotary embedding in place on H heads of hs per row (rows (B,T), stride ld), rotate_half
+ * convention, cos/sin (>=T, hs/2). Backward rotates dx in place by the inverse angle. */
+void ref_rope_forward(double *x, const double *cos, const double *sin, int B, int T, int H, int hs, int ld);
+void ref_rope_backward(double *dx, const double *cos, const double *sin, int B, int T, int H, int hs, int ld);
+
+/* The rotary tables for positions 0..T-1: cos, sin (T, hs/2) of t * inv_freq[i], with
+ * inv_freq[i] = theta^(-2i/hs), optionally rescaled as Llama 3 does (llama3 != 0:
+ * factor, low_freq_factor, high_freq_factor, original_max_position_embeddings). */
+void ref_rope_tables(double *cos, double *sin, int T, int hs, double theta, int llama3, double factor,
+                     double low_freq_factor, double high_freq_factor, double original_max_pos);
+
+/* inp (N,2F) = [gate | up]; out (N,F) = silu(gate) * up, writes. dinp (N,2F) +=. */
+void ref_swiglu_forward(double *out, const double *inp, int N, int F);
+void ref_swiglu_backward(double *dinp, const double *inp, const double *dout, int N, int F);
+
+/* Causal GQA: q (B,T,NH heads), k, v (B,T,NKV heads), rows ld apart; head h uses kv head
+ * h / (NH/NKV). writes out (B,T,NH*hs), lse (B,NH,T). Backward: dq, dk, dv +=. */
+void ref_attention_gqa_forward(double *out, double *lse, const double *q, const double *k, const double *v,
+                               int ld, int B, int T, int NH, int NKV, int hs);
+void ref_attention_gqa_backward(double *dq, double *dk, double *dv, const double *dout, const double *q,
+                                const double *k, const double *v, const double *out, const double *lse,
+                                int ld, int B, int T, int NH, int NKV, int hs);
+
 #endif

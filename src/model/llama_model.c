@@ -1,0 +1,90 @@
+/* llama_model.c - the Llama family behind the architecture-independent st_model
+ * interface (include/strata/model.h), so the training loop, benchmarks and checkpoints
+ * can drive it as they drive GPT-2. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "strata/llama.h"
+
+static llama_model *as_llama(const st_model *m) { return (llama_model *)m->impl; }
+
+static int is_file_path(const char *path) {
+    size_t n = strlen(path), k = strlen(".safetensors");
+    return n >= k && !strcmp(path + n - k, ".safetensors");
+}
+
+static st_status l_alloc_acts(st_model *m, int B, int T, st_err *err) { return llama_alloc_acts(as_llama(m), B, T, err); }
+static float l_forward(st_model *m, const int32_t *in, const int32_t *tg, float dloss) {
+    return llama_forward(as_llama(m), in, tg, dloss);
+}
+static void l_backward(st_model *m) { llama_backward(as_llama(m)); }
+static void l_init_random(st_model *m, uint64_t seed) { llama_init_random(as_llama(m), seed); }
+static st_status l_save(const st_model *m, const char *path, st_err *err) {
+    return is_file_path(path) ? llama_save_safetensors(as_llama(m), path, err)
+                              : llama_save_hf(as_llama(m), path, ST_F32, 0, err);
+}
+static st_status l_load(st_model *m, const char *path, st_err *err) {
+    return is_file_path(path) ? llama_load_safetensors(as_llama(m), path, err) : llama_load_hf(as_llama(m), path, err);
+}
+static double l_flops(const st_model *m, int T) { return llama_flops_per_token(&as_llama(m)->cfg, T); }
+static void l_describe(const st_model *m, char *buf, size_t cap) {
+    const llama_config *c = &as_llama(m)->cfg;
+    snprintf(buf, cap, "%s L=%d C=%d NH=%d NKV=%d hs=%d F=%d V=%d maxT=%d%s%s%s", c->model_type, c->n_layer,
+             c->hidden_size, c->n_head, c->n_kv_head, c->head_dim, c->intermediate_size, c->vocab_size, c->max_seq,
+             c->qkv_bias ? " qkv-bias" : "", c->qk_norm ? " qk-norm" : "", c->tie_word_embeddings ? " tied" : "");
+}
+static void l_destroy(st_model *m) {
+    llama_free(as_llama(m));
+    free(m->impl);
+    free(m);
+}
+
+static const st_model_ops llama_ops = {"llama", l_alloc_acts, l_forward, l_backward, l_init_random, l_save,
+                                       l_load, l_flops, l_describe, l_destroy};
+
+llama_model *st_model_llama(const st_model *m) { return m && m->ops == &llama_ops ? as_llama(m) : NULL; }
+
+st_status st_model_create_llama(st_model **out, const llama_config *cfg, st_backend *be, st_err *err) {
+    *out = NULL;
+    llama_model *l = calloc(1, sizeof *l);
+    st_model *m = calloc(1, sizeof *m);
+    if (!l || !m) {
+        free(l);
+        free(m);
+        return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    }
+    st_status s = llama_create(l, cfg, be, err);
+    if (s) {
+        free(l);
+        free(m);
+        return s;
+    }
+    m->ops = &llama_ops;
+    m->be = be;
+    m->n_params = l->n_params;
+    m->params = l->params;
+    m->grads = l->grads;
+    m->n_tensors = l->n_tensors;
+    m->tensors = l->tensors;
+    m->max_seq = cfg->max_seq;
+    m->vocab_size = cfg->vocab_size;
+    m->impl = l;
+    *out = m;
+    return ST_OK;
+}
+
+st_status st_model_create_hf(st_model **out, const char *dir, st_backend *be, st_err *err) {
+    *out = NULL;
+    llama_config cfg;
+    st_status s = hf_config_read(dir, &cfg, err);
+    if (s) return s;
+    st_model *m;
+    if ((s = st_model_create_llama(&m, &cfg, be, err))) return s;
+    if ((s = llama_load_hf(as_llama(m), dir, err))) {
+        st_model_free(m);
+        return s;
+    }
+    *out = m;
+    return ST_OK;
+}
