@@ -65,9 +65,19 @@ typedef struct gpt2_model {
     gpt2_acts *acts;      /* sized for (B, T) by gpt2_alloc_acts */
     int B, T;
     float mean_loss;
+    /* Where the embedding and the head find their parameters: emb_w is wte (V, C)
+     * followed by wpe (maxT, C), lnf_w is ln_f weight then bias (2C); *_g the same for
+     * gradients. gpt2_create points them into params/grads; a layer-streaming executor
+     * points them at its device copies (see gpt2_create_shell). */
+    float *emb_w, *lnf_w, *emb_g, *lnf_g;
 } gpt2_model;
 
 st_status gpt2_create(gpt2_model *m, const gpt2_config *cfg, st_backend *be, st_err *err);
+/* The tensor table and layout of gpt2_create without the parameter and gradient
+ * vectors: params, grads and the emb/lnf pointers are NULL until the caller sets the
+ * emb/lnf pointers (a streaming executor keeps the full vectors on the host and runs
+ * the block functions on device slabs). gpt2_free releases it. */
+st_status gpt2_create_shell(gpt2_model *m, const gpt2_config *cfg, st_backend *be, st_err *err);
 void gpt2_free(gpt2_model *m);
 
 /* GPT-2's initialisation: weights N(0, 0.02), residual projections scaled by
@@ -79,6 +89,11 @@ const st_param_info *gpt2_find_tensor(const gpt2_model *m, const char *name);
 /* Activations for batches of B sequences of T tokens (T <= max_seq). */
 st_status gpt2_alloc_acts(gpt2_model *m, int B, int T, st_err *err);
 size_t gpt2_act_bytes(const gpt2_config *cfg, int B, int T);
+/* The same with per-layer activations for only the first n_layers layers (0..n_layer):
+ * the shared buffers (tokens, embedding output, head, backward scratch) and n_layers
+ * gpt2_layer_acts sets. An executor that places block activations itself passes 0. */
+st_status gpt2_alloc_acts_layers(gpt2_model *m, int B, int T, int n_layers, st_err *err);
+size_t gpt2_act_bytes_layers(const gpt2_config *cfg, int B, int T, int n_layers);
 
 /* Forward over inputs (B,T); with targets, returns the mean loss over positions whose
  * target is >= 0. If dloss != 0 the logits are replaced by their gradient scaled by
@@ -111,6 +126,10 @@ typedef struct gpt2_block_acts {
 } gpt2_block_acts;
 
 gpt2_block_acts gpt2_layer_acts(const gpt2_model *m, int l);
+/* One block's activations carved from buf (gpt2_block_act_floats(m) floats, for the
+ * model's current B and T) with the output at out (N, C), which lies outside buf. */
+size_t gpt2_block_act_floats(const gpt2_model *m);
+gpt2_block_acts gpt2_block_acts_at(const gpt2_model *m, float *buf, float *out);
 /* Block l's input (l == n_layer: the final LayerNorm's input). */
 const float *gpt2_layer_input(const gpt2_model *m, int l);
 void gpt2_embed_forward(gpt2_model *m, const int32_t *inputs, const int32_t *targets);
@@ -142,6 +161,9 @@ st_status gpt2_load_safetensors(gpt2_model *m, const char *path, st_err *err);
  */
 typedef struct st_model st_model;
 
+/* C(M,N) = op(A) op(B), inner size K, `count` times per step; ta/tb: transposed. */
+typedef struct st_gemm_shape { int M, N, K, ta, tb, count; } st_gemm_shape;
+
 typedef struct st_model_ops {
     const char *arch; /* "gpt2" */
     st_status (*alloc_acts)(st_model *m, int B, int T, st_err *err);
@@ -154,6 +176,9 @@ typedef struct st_model_ops {
     /* one line: "L=12 C=768 NH=12 V=50257" */
     void (*describe)(const st_model *m, char *buf, size_t cap);
     void (*destroy)(st_model *m);
+    /* The sgemm shapes one training step makes (for the step benchmark's ceiling):
+     * writes at most max, returns how many. */
+    int (*step_gemms)(const st_model *m, int B, int T, st_gemm_shape *out, int max);
 } st_model_ops;
 
 struct st_model {

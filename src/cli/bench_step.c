@@ -23,38 +23,22 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* One sgemm shape of a training step: C(M,N) = op(A) op(B) with K the inner size,
- * `count` times per step. */
-typedef struct gemm_shape { int M, N, K, ta, tb, count; } gemm_shape;
 
 /* The matmuls of one training step (forward, and both backward products) with the
  * same shapes and transposes as the model makes them. */
 typedef struct gemm_bench {
-    gemm_shape shapes[16];
+    st_gemm_shape shapes[32];
     int ns;
     float *A, *B, *C;
     double flops; /* per step */
 } gemm_bench;
 
-static void gemm_bench_init(gemm_bench *g, const gpt2_config *c, int B, int T) {
-    int N = B * T, C = c->n_embd, V = c->vocab_size, L = c->n_layer;
-    gemm_shape shapes[] = {
-        /* forward: out(N,OC) = inp(N,C) w(C,OC) */
-        {N, 3 * C, C, 0, 0, L}, {N, C, C, 0, 0, L}, {N, 4 * C, C, 0, 0, L}, {N, C, 4 * C, 0, 0, L},
-        {N, V, C, 0, 1, 1},
-        /* backward dinp(N,C) = dout(N,OC) w^T */
-        {N, C, 3 * C, 0, 1, L}, {N, C, C, 0, 1, L}, {N, C, 4 * C, 0, 1, L}, {N, 4 * C, C, 0, 1, L},
-        {N, C, V, 0, 0, 1},
-        /* backward dw(C,OC) = inp^T dout */
-        {C, 3 * C, N, 1, 0, L}, {C, C, N, 1, 0, L}, {C, 4 * C, N, 1, 0, L}, {4 * C, C, N, 1, 0, L},
-        {V, C, N, 1, 0, 1},
-    };
-    g->ns = (int)(sizeof shapes / sizeof shapes[0]);
-    memcpy(g->shapes, shapes, sizeof shapes);
+static void gemm_bench_init(gemm_bench *g, const st_model *m, int B, int T) {
+    g->ns = m->ops->step_gemms(m, B, T, g->shapes, 32);
     size_t maxa = 0, maxb = 0, maxc = 0;
     g->flops = 0;
     for (int i = 0; i < g->ns; i++) {
-        gemm_shape s = g->shapes[i];
+        st_gemm_shape s = g->shapes[i];
         size_t a = (size_t)s.M * s.K, b = (size_t)s.K * s.N, cc = (size_t)s.M * s.N;
         maxa = a > maxa ? a : maxa;
         maxb = b > maxb ? b : maxb;
@@ -72,7 +56,7 @@ static void gemm_bench_init(gemm_bench *g, const gpt2_config *c, int B, int T) {
 static double gemm_bench_pass(gemm_bench *g) {
     double total = 0;
     for (int i = 0; i < g->ns; i++) {
-        gemm_shape s = g->shapes[i];
+        st_gemm_shape s = g->shapes[i];
         double t0 = st_now();
         cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans, s.M, s.N, s.K,
                     1.0f, g->A, s.ta ? s.M : s.K, g->B, s.tb ? s.K : s.N, 1.0f, g->C, s.N);
@@ -89,11 +73,12 @@ static void gemm_bench_free(gemm_bench *g) {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: strata bench step [--model NAME] [--batch B] [--seq T] [--steps N] [--threads N] [--json]\n"
+               "  NAME: %s\n"
                "  Times N training steps (median; one warm-up first) of a randomly initialised model and\n"
                "  OpenBLAS sgemm at the same matmul shapes, one sgemm pass right after each step;\n"
                "  ratio is the median over steps of achieved/sgemm. FLOPs per token: %s\n"
                "  defaults: --model gpt2-124m --batch 4 --seq 256 --steps 5\n",
-            "6*(L*12*C^2 + V*C) + 6*L*T*C");
+            st_model_preset_names(), "6 x (matmul weights incl. the head) + 6 x L x T x NH*head_dim (causal attention)");
 }
 
 int bench_step(int argc, char **argv) {
@@ -112,19 +97,18 @@ int bench_step(int argc, char **argv) {
     }
     if (B < 1 || T < 1 || steps < 1) { fprintf(stderr, "strata bench step: --batch, --seq, --steps must be >= 1\n"); return 2; }
     st_err err = {0};
-    gpt2_config cfg;
     st_backend *be = NULL;
-    gpt2_model m = {0};
+    st_model *m = NULL;
     optim *opt = NULL;
-    if (gpt2_config_preset(model, &cfg, &err) || st_backend_cpu_create(&be, threads, &err) ||
-        gpt2_create(&m, &cfg, be, &err) || gpt2_alloc_acts(&m, B, T, &err)) {
+    if (st_backend_cpu_create(&be, threads, &err) || st_model_create(&m, model, NULL, be, &err) ||
+        m->ops->alloc_acts(m, B, T, &err)) {
         fprintf(stderr, "strata bench step: %s\n", err.msg);
         return 1;
     }
-    gpt2_init_random(&m, 1);
-    optim_segment *segs = calloc((size_t)m.n_tensors, sizeof *segs);
-    for (int i = 0; i < m.n_tensors; i++) segs[i] = (optim_segment){m.tensors[i].offset, m.tensors[i].numel, 0.1f};
-    if (optim_create(&opt, segs, m.n_tensors, OPTIM_STATE_F32, &err)) {
+    m->ops->init_random(m, 1);
+    optim_segment *segs = calloc((size_t)m->n_tensors, sizeof *segs);
+    for (int i = 0; i < m->n_tensors; i++) segs[i] = (optim_segment){m->tensors[i].offset, m->tensors[i].numel, 0.1f};
+    if (optim_create(&opt, segs, m->n_tensors, OPTIM_STATE_F32, &err)) {
         fprintf(stderr, "strata bench step: %s\n", err.msg);
         return 1;
     }
@@ -132,26 +116,27 @@ int bench_step(int argc, char **argv) {
     int32_t *inp = malloc(sizeof(int32_t) * (size_t)N), *tgt = malloc(sizeof(int32_t) * (size_t)N);
     st_rng rng;
     st_rng_seed(&rng, 7);
-    for (int i = 0; i < N; i++) { inp[i] = (int32_t)(st_rng_u64(&rng) % (uint64_t)cfg.vocab_size); }
-    for (int i = 0; i < N; i++) { tgt[i] = (int32_t)(st_rng_u64(&rng) % (uint64_t)cfg.vocab_size); }
+    for (int i = 0; i < N; i++) inp[i] = (int32_t)(st_rng_u64(&rng) % (uint64_t)m->vocab_size);
+    for (int i = 0; i < N; i++) tgt[i] = (int32_t)(st_rng_u64(&rng) % (uint64_t)m->vocab_size);
     double *ts = malloc(sizeof(double) * (size_t)steps), *tf = malloc(sizeof(double) * (size_t)steps),
            *tb = malloc(sizeof(double) * (size_t)steps), *to = malloc(sizeof(double) * (size_t)steps),
            *tg = malloc(sizeof(double) * (size_t)steps), *rr = malloc(sizeof(double) * (size_t)steps);
-    double flops = gpt2_flops_per_token(&cfg, T) * N;
+    double flops = m->ops->flops_per_token(m, T) * N;
     gemm_bench gb;
-    gemm_bench_init(&gb, &cfg, B, T);
+    gemm_bench_init(&gb, m, B, T);
     gemm_bench_pass(&gb); /* warm up */
     float loss = 0;
     for (int s = -1; s < steps; s++) {
         double t0 = st_now();
-        gpt2_zero_grad(&m);
-        loss = gpt2_forward(&m, inp, tgt, 1.0f / N);
+        st_model_zero_grad(m);
+        loss = m->ops->forward(m, inp, tgt, 1.0f / N);
         double t1 = st_now();
-        gpt2_backward(&m);
+        m->ops->backward(m);
         double t2 = st_now();
-        double norm = sqrt(optim_grad_sumsq_f32(m.grads, m.n_params));
-        adamw_params hp = {1e-4f, 0.9f, 0.95f, 1e-8f, s + 2, norm > 1.0 ? (float)(1.0 / norm) : 1.0f};
-        optim_step(opt, m.params, m.grads, &hp);
+        double sumsq = optim_grad_sumsq_f32(m->grads, m->n_params);
+        adamw_params hp = {1e-4f, 0.9f, 0.95f, 1e-8f, s + 2, optim_clip_scale(sumsq, 1.0f, 1.0f)};
+        optim_step_args oa = {.params = m->params, .grads = m->grads, .grad_dtype = ST_F32, .grad_sumsq = sumsq};
+        optim_step_ex(opt, &oa, &hp, NULL);
         double t3 = st_now();
         /* sgemm right after each step: the machine is shared, so the ratio is taken
          * pair by pair and the median of the pairs is reported */
@@ -171,18 +156,18 @@ int bench_step(int argc, char **argv) {
                "\"steps\":%d,\"step_s\":%.4f,\"forward_s\":%.4f,\"backward_s\":%.4f,\"optimizer_s\":%.4f,"
                "\"tokens_per_s\":%.1f,\"flops_per_step\":%.4e,\"matmul_flops_per_step\":%.4e,"
                "\"achieved_gflops\":%.2f,\"sgemm_gflops\":%.2f,\"ratio\":%.3f,\"loss\":%.4f}\n",
-               model, B, T, m.n_params, omp_get_max_threads(), steps, step_s, fwd_s, bwd_s, opt_s, N / step_s,
+               model, B, T, m->n_params, omp_get_max_threads(), steps, step_s, fwd_s, bwd_s, opt_s, N / step_s,
                flops, matmul_flops, achieved, sgemm, ratio, loss);
     } else {
         printf("model %s (%zu params), batch %d x seq %d: step %.3f s (forward %.3f, backward %.3f, optimizer %.3f), "
                "%.0f tokens/s\nachieved %.1f GFLOP/s, sgemm at the model's shapes %.1f GFLOP/s, ratio %.3f\n",
-               model, m.n_params, B, T, step_s, fwd_s, bwd_s, opt_s, N / step_s, achieved, sgemm, ratio);
+               model, m->n_params, B, T, step_s, fwd_s, bwd_s, opt_s, N / step_s, achieved, sgemm, ratio);
     }
     free(ts); free(tf); free(tb); free(to); free(tg); free(rr);
     gemm_bench_free(&gb);
     free(inp); free(tgt); free(segs);
     optim_free(opt);
-    gpt2_free(&m);
+    st_model_free(m);
     st_backend_free(be);
     return 0;
 }

@@ -1,11 +1,14 @@
 /* cmd_inspect.c - strata inspect PATH: describe a safetensors file, a checkpoint
  * directory (weights + training state) or a run directory (its latest checkpoint). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "strata/ckpt.h"
+#include "strata/llama.h"
 #include "strata/safetensors.h"
 
 static int inspect_safetensors(const char *path) {
@@ -63,8 +66,10 @@ static int inspect_state(const char *path) {
 
 int cmd_inspect(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        fputs("usage: strata inspect PATH\n"
-              "  PATH: a .safetensors file, a checkpoint directory, or a run directory\n",
+        fputs("usage: strata inspect PATH [--batch B] [--seq T] [--optim-state f32|8bit]\n"
+              "  PATH: a .safetensors file, a checkpoint directory, a run directory, or a Hugging Face\n"
+              "  model directory (config.json + safetensors: architecture, parameters, and the memory a\n"
+              "  training run at batch B x seq T would need per class of state)\n",
               argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
@@ -76,6 +81,26 @@ int cmd_inspect(int argc, char **argv) {
     }
     if (!S_ISDIR(sb.st_mode)) return inspect_safetensors(p);
     char path[8300], dir[4200];
+    char probe1[4300], probe2[4300];
+    snprintf(probe1, sizeof probe1, "%s/checkpoints/latest", p);
+    snprintf(probe2, sizeof probe2, "%s/train_state.bin", p);
+    snprintf(path, sizeof path, "%s/config.json", p);
+    /* a run or checkpoint directory has a config.json too (strata's own), so those first */
+    if (access(probe1, R_OK) != 0 && access(probe2, R_OK) != 0 && access(path, R_OK) == 0) {
+        int B = 1, T = 2048;
+        double state = 8.0; /* AdamW fp32 moments per parameter; --optim-state 8bit: ~2.03 */
+        for (int i = 2; i + 1 < argc; i++) {
+            if (!strcmp(argv[i], "--batch")) B = atoi(argv[++i]);
+            else if (!strcmp(argv[i], "--seq")) T = atoi(argv[++i]);
+            else if (!strcmp(argv[i], "--optim-state") && !strcmp(argv[++i], "8bit")) state = 2.03;
+        }
+        st_err err = {0};
+        if (hf_inspect(p, B, T, state, stdout, &err)) {
+            fprintf(stderr, "strata inspect: %s\n", err.msg);
+            return 1;
+        }
+        return 0;
+    }
     snprintf(dir, sizeof dir, "%s", p);
     snprintf(path, sizeof path, "%s/checkpoints/latest", p);
     FILE *f = fopen(path, "r");

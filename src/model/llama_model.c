@@ -40,8 +40,16 @@ static void l_destroy(st_model *m) {
     free(m);
 }
 
+static int l_step_gemms(const st_model *m, int B, int T, st_gemm_shape *out, int max) {
+    llama_gemm g[LLAMA_STEP_GEMMS];
+    llama_step_gemms(&st_model_llama(m)->cfg, B, T, g);
+    int n = LLAMA_STEP_GEMMS < max ? LLAMA_STEP_GEMMS : max;
+    for (int i = 0; i < n; i++) out[i] = (st_gemm_shape){g[i].M, g[i].N, g[i].K, g[i].ta, g[i].tb, g[i].count};
+    return n;
+}
+
 static const st_model_ops llama_ops = {"llama", l_alloc_acts, l_forward, l_backward, l_init_random, l_save,
-                                       l_load, l_flops, l_describe, l_destroy};
+                                       l_load, l_flops, l_describe, l_destroy, l_step_gemms};
 
 llama_model *st_model_llama(const st_model *m) { return m && m->ops == &llama_ops ? as_llama(m) : NULL; }
 

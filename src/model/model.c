@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "strata/llama.h"
 #include "strata/model.h"
 
 static gpt2_model *as_gpt2(const st_model *m) { return (gpt2_model *)m->impl; }
@@ -28,8 +29,28 @@ static void g_destroy(st_model *m) {
     free(m);
 }
 
+static int g_step_gemms(const st_model *m, int B, int T, st_gemm_shape *out, int max) {
+    const gpt2_config *c = &as_gpt2(m)->cfg;
+    int N = B * T, C = c->n_embd, V = c->vocab_size, L = c->n_layer;
+    st_gemm_shape shapes[] = {
+        /* forward: out(N,OC) = inp(N,C) w(C,OC) */
+        {N, 3 * C, C, 0, 0, L}, {N, C, C, 0, 0, L}, {N, 4 * C, C, 0, 0, L}, {N, C, 4 * C, 0, 0, L},
+        {N, V, C, 0, 1, 1},
+        /* backward dinp(N,C) = dout(N,OC) w^T */
+        {N, C, 3 * C, 0, 1, L}, {N, C, C, 0, 1, L}, {N, C, 4 * C, 0, 1, L}, {N, 4 * C, C, 0, 1, L},
+        {N, C, V, 0, 0, 1},
+        /* backward dw(C,OC) = inp^T dout */
+        {C, 3 * C, N, 1, 0, L}, {C, C, N, 1, 0, L}, {C, 4 * C, N, 1, 0, L}, {4 * C, C, N, 1, 0, L},
+        {V, C, N, 1, 0, 1},
+    };
+    int n = (int)(sizeof shapes / sizeof shapes[0]);
+    if (n > max) n = max;
+    memcpy(out, shapes, sizeof(st_gemm_shape) * (size_t)n);
+    return n;
+}
+
 static const st_model_ops gpt2_ops = {"gpt2", g_alloc_acts, g_forward, g_backward, g_init_random, g_save,
-                                      g_load, g_flops, g_describe, g_destroy};
+                                      g_load, g_flops, g_describe, g_destroy, g_step_gemms};
 
 void st_model_wrap_gpt2(st_model *out, gpt2_model *g) {
     memset(out, 0, sizeof *out);
@@ -45,14 +66,24 @@ void st_model_wrap_gpt2(st_model *out, gpt2_model *g) {
     out->impl = g;
 }
 
-const char *st_model_preset_names(void) { return gpt2_preset_names(); }
+const char *st_model_preset_names(void) {
+    static char buf[512];
+    if (!buf[0]) snprintf(buf, sizeof buf, "%s, %s", gpt2_preset_names(), llama_preset_names());
+    return buf;
+}
 
 st_status st_model_create(st_model **out, const char *preset, const st_model_overrides *ov, st_backend *be,
                           st_err *err) {
     *out = NULL;
+    llama_config lc;
+    if (llama_config_preset(preset, &lc, NULL) == ST_OK) {
+        st_status s = llama_config_apply_overrides(&lc, ov, err);
+        return s ? s : st_model_create_llama(out, &lc, be, err);
+    }
     gpt2_config cfg;
-    st_status s = gpt2_config_preset(preset, &cfg, err);
-    if (s) return s;
+    if (gpt2_config_preset(preset, &cfg, NULL) != ST_OK)
+        return st_errf(err, ST_ERR_INVALID, "unknown model '%s'; known models: %s", preset, st_model_preset_names());
+    st_status s;
     if (ov) {
         if (ov->vocab_size > 0) cfg.vocab_size = ov->vocab_size;
         if (ov->max_seq > 0) cfg.max_seq = ov->max_seq;
