@@ -31,6 +31,8 @@ typedef struct train_config {
     char optim_state[16]; /* "f32" or "8bit" */
     int threads;
     int quiet;            /* no per-step lines on stdout */
+    int trace;            /* 1: write run_dir/trace.json (Chrome trace JSON, Perfetto); 2: odd steps only */
+    double host_budget;   /* bytes of host memory the run must fit (0: MemAvailable) */
     volatile int *stop_flag; /* set to nonzero (e.g. by SIGINT) to checkpoint and stop */
 } train_config;
 

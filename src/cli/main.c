@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/cli_prof.h"
 #include "strata/backend.h"
 
 static const char *usage =
@@ -15,14 +16,17 @@ static const char *usage =
     "  train     train a model (no arguments: a small GPT-2 on the embedded corpus)\n"
     "  data      pack text into token datasets and inspect them\n"
     "  bench     measure a component and print its figures (--json for one JSON object)\n"
-    "  inspect   describe a checkpoint or model directory\n";
+    "  inspect   describe a checkpoint or model directory\n"
+    "  plan      the memory each class of training state needs, and whether it fits\n"
+    "  report    an HTML report (charts) and a summary of a run directory\n";
 
 int cmd_bench(int argc, char **argv) {
     static const char *bench_usage =
         "usage: strata bench <what> [options] [--json]\n"
         "  step    one training step of a model: tokens/s, achieved GFLOP/s vs sgemm\n"
         "  optim   the AdamW engine over N parameters: bandwidth vs a copy ceiling\n"
-        "  data    the data pipeline over a synthetic mix: first batch, tokens/s, memory\n";
+        "  data    the data pipeline over a synthetic mix: first batch, tokens/s, memory\n"
+        "  trace   the profiler's overhead: the same short training traced and untraced\n";
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         fputs(bench_usage, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
@@ -30,6 +34,7 @@ int cmd_bench(int argc, char **argv) {
     if (!strcmp(argv[1], "step")) return bench_step(argc - 1, argv + 1);
     if (!strcmp(argv[1], "optim")) return bench_optim(argc - 1, argv + 1);
     if (!strcmp(argv[1], "data")) return bench_data(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "trace")) return bench_trace(argc - 1, argv + 1);
     fprintf(stderr, "strata bench: unknown benchmark '%s'\n%s", argv[1], bench_usage);
     return 2;
 }
@@ -76,6 +81,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "data")) return cmd_data(argc - 1, argv + 1);
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 1, argv + 1);
+    if (!strcmp(cmd, "report")) return cmd_report(argc - 1, argv + 1);
+    if (!strcmp(cmd, "plan")) return cmd_plan(argc - 1, argv + 1);
     fprintf(stderr, "strata: unknown command '%s'\n\n%s", cmd, usage);
     return 2;
 }

@@ -16,6 +16,7 @@
 #include "ckpt/fileutil.h"
 #include "strata/ckpt.h"
 #include "strata/data.h"
+#include "strata/prof.h"
 #include "strata/train.h"
 
 /* ------------------------------------------------------------------ data
@@ -178,6 +179,11 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     gpt2_config mc;
     st_status s = train_config_resolve(c, &mc, err);
     if (s) return s;
+    /* the memory plan, checked before anything is allocated or written */
+    prof_mem_estimate mem;
+    prof_mem_estimate_gpt2(&mc, c->batch, c->seq, !strcmp(c->optim_state, "8bit"), &mem);
+    double budgets[PROF_TIER_COUNT] = {0, c->host_budget, 0};
+    if ((s = prof_mem_check(&mem, budgets, err))) return s;
     if (!c->run_dir[0]) return st_errf(err, ST_ERR_INVALID, "key 'run_dir' is empty; name a directory for the run");
     if ((s = st_mkdirs(c->run_dir, err))) return s;
     char path[2200];
@@ -192,6 +198,7 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     FILE *metrics = NULL;
     train_data td = {0};
     train_state_header *hs = NULL;
+    prof_run *pr = NULL;
     int B = c->batch, T = c->seq;
 
     if ((s = st_backend_cpu_create(&be, c->threads, err))) goto done;
@@ -244,6 +251,12 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
 
     double flops_per_step = m->ops->flops_per_token(m, T) * (double)B * T * c->grad_accum;
     long end = c->stop_at > 0 && c->stop_at < c->steps ? c->stop_at : c->steps;
+    char label[128];
+    snprintf(label, sizeof label, "strata train %s", c->model);
+    prof_run_config pc = {.run_dir = c->run_dir, .trace = c->trace, .label = label, .flops_per_step = flops_per_step,
+                          .tokens_per_step = (double)B * T * c->grad_accum, .last_step = end,
+                          .host_plan_bytes = mem.tier_need[PROF_TIER_HOST], .progress = !c->quiet};
+    if ((s = prof_run_open(&pr, &pc, err))) goto done;
     double tok_s_sum = 0;
     long timed = 0;
     float last_loss = NAN;
@@ -251,15 +264,21 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     while ((long)hs->step < end) {
         double t0 = st_now();
         long step = (long)hs->step + 1;
+        prof_step_begin(pr, step);
         st_model_zero_grad(m);
         double loss = 0;
         float dloss = 1.0f / ((float)B * T * c->grad_accum);
         for (int micro = 0; micro < c->grad_accum; micro++) {
-            if ((s = data_next(&td, B, T, inputs, targets, err))) goto done;
+            prof_span pd = prof_begin(PROF_CAT_DATA, "data wait", -1);
+            s = data_next(&td, B, T, inputs, targets, err);
+            prof_end(&pd);
+            if (s) goto done;
             loss += m->ops->forward(m, inputs, targets, dloss) / c->grad_accum;
             m->ops->backward(m);
         }
+        prof_span pn = prof_begin(PROF_CAT_OPTIM, "grad norm", -1);
         double norm = sqrt(optim_grad_sumsq_f32(m->grads, m->n_params));
+        prof_end(&pn);
         double lr = train_lr_at(c, step);
         int skipped = !isfinite(norm);
         if (skipped) {
@@ -268,26 +287,35 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
             float scale = (c->grad_clip > 0 && norm > c->grad_clip) ? (float)(c->grad_clip / norm) : 1.0f;
             hs->adam_step++;
             adamw_params hp = {(float)lr, (float)c->beta1, (float)c->beta2, (float)c->eps, (long)hs->adam_step, scale};
+            prof_span po = prof_begin(PROF_CAT_OPTIM, "optimizer", -1);
             optim_step(opt, m->params, m->grads, &hp);
+            prof_end(&po);
         }
         hs->step = (uint64_t)step;
         data_save_state(&td, hs);
         double dt = st_now() - t0;
+        prof_step_end(pr);
         double tok_s = (double)B * T * c->grad_accum / dt, gflops = flops_per_step / dt / 1e9;
         last_loss = (float)loss;
         if (step > 1) { tok_s_sum += tok_s; timed++; }
+        prof_progress_clear(pr);
         if (!c->quiet && (step % c->log_every == 0 || step == end))
             printf("step %6ld/%ld | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %8.0f tok/s | %6.1f GFLOP/s%s\n", step,
                    c->steps, loss, lr, norm, dt * 1e3, tok_s, gflops, skipped ? " | SKIPPED" : "");
         fprintf(metrics,
                 "{\"step\":%ld,\"loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f,\"step_ms\":%.3f,\"tokens_per_s\":%.1f,"
-                "\"achieved_gflops\":%.3f,\"tokens\":%llu,\"skipped\":%s}\n",
+                "\"achieved_gflops\":%.3f,\"tokens\":%llu,\"skipped\":%s%s}\n",
                 step, loss, lr, norm, dt * 1e3, tok_s, gflops,
-                (unsigned long long)step * (unsigned long long)B * T * c->grad_accum, skipped ? "true" : "false");
+                (unsigned long long)step * (unsigned long long)B * T * c->grad_accum, skipped ? "true" : "false",
+                prof_step_json(pr));
         fflush(metrics);
+        prof_progress(pr, step, loss);
         int stop = c->stop_flag && *c->stop_flag;
         if ((c->ckpt_every > 0 && step % c->ckpt_every == 0) || step == end || stop) {
+            prof_span pw = prof_begin(PROF_CAT_IO, "checkpoint write", -1);
             if ((s = save_checkpoint(c, m, opt, hs, err))) goto done;
+            snprintf(path, sizeof path, "%s/checkpoints/step_%08ld", c->run_dir, step);
+            prof_end_bytes(&pw, prof_dir_bytes(path));
             saved_at_end = step == end || stop;
         }
         if (stop) {
@@ -303,6 +331,11 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
         res->tokens_per_s = timed ? tok_s_sum / timed : 0;
     }
 done:
+    if (pr) { /* a trace that cannot be finished fails the run only if nothing else did */
+        st_err perr = {0};
+        st_status ps = prof_run_close(pr, &perr);
+        if (ps && !s) s = st_errf(err, ps, "%s", perr.msg);
+    }
     free(hs);
     if (metrics) fclose(metrics);
     free(inputs);

@@ -52,6 +52,8 @@ static const key_def keys[] = {
     {"optim_state", K_STR, STR(optim_state), 0, 0, "optimizer state format: f32 or 8bit"},
     {"threads", K_INT, OFF(threads), 0, 0, 4096, "compute threads (0: all cores)"},
     {"quiet", K_INT, OFF(quiet), 0, 0, 1, "1: no per-step lines"},
+    {"trace", K_INT, OFF(trace), 0, 0, 2, "1: trace every phase to run_dir/trace.json (Perfetto); 2: odd steps only"},
+    {"host_budget", K_DOUBLE, OFF(host_budget), 0, 0, 1e18, "host memory in bytes the run must fit (0: MemAvailable)"},
 };
 #define N_KEYS (sizeof keys / sizeof keys[0])
 

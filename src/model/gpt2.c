@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "strata/model.h"
+#include "strata/prof.h"
 
 /* ------------------------------------------------------------------ configs */
 
@@ -123,8 +124,10 @@ struct gpt2_acts {
     void *block;               /* the single allocation */
 };
 
-size_t gpt2_act_bytes(const gpt2_config *cfg, int B, int T) {
-    size_t N = (size_t)B * T, C = cfg->n_embd, L = cfg->n_layer, NH = cfg->n_head, V = cfg->vocab_size;
+size_t gpt2_act_bytes(const gpt2_config *cfg, int B, int T) { return gpt2_act_bytes_layers(cfg, B, T, cfg->n_layer); }
+
+size_t gpt2_act_bytes_layers(const gpt2_config *cfg, int B, int T, int n_layers) {
+    size_t N = (size_t)B * T, C = cfg->n_embd, L = (size_t)n_layers, NH = cfg->n_head, V = cfg->vocab_size;
     size_t per_layer = N * C * 8 + N * 4 * C * 2 + N * 4 + NH * N; /* ln1 qkv(3) atty res2 ln2 res3 + fch fchg + stats + lse */
     size_t total = 2 * N /* tokens */ + N * C + L * per_layer + N * C + 2 * N + N * V + N + N * C /* scratch */
                    + N * C * 2 + N * 4 * C * 2 + N * 3 * C;
@@ -132,7 +135,13 @@ size_t gpt2_act_bytes(const gpt2_config *cfg, int B, int T) {
 }
 
 st_status gpt2_alloc_acts(gpt2_model *m, int B, int T, st_err *err) {
+    return gpt2_alloc_acts_layers(m, B, T, m->cfg.n_layer, err);
+}
+
+st_status gpt2_alloc_acts_layers(gpt2_model *m, int B, int T, int n_layers, st_err *err) {
     if (B < 1 || T < 1) return st_errf(err, ST_ERR_INVALID, "batch %d and seq %d must be >= 1", B, T);
+    if (n_layers < 0 || n_layers > m->cfg.n_layer)
+        return st_errf(err, ST_ERR_INVALID, "activation layers %d out of range [0, %d]", n_layers, m->cfg.n_layer);
     if (T > m->cfg.max_seq)
         return st_errf(err, ST_ERR_INVALID, "seq %d exceeds the model's max_seq %d (rows of wpe)", T, m->cfg.max_seq);
     if (m->acts) {
@@ -141,7 +150,7 @@ st_status gpt2_alloc_acts(gpt2_model *m, int B, int T, st_err *err) {
         free(m->acts);
         m->acts = NULL;
     }
-    size_t bytes = gpt2_act_bytes(&m->cfg, B, T);
+    size_t bytes = gpt2_act_bytes_layers(&m->cfg, B, T, n_layers);
     gpt2_acts *a = calloc(1, sizeof *a);
     if (!a) return st_errf(err, ST_ERR_NOMEM, "out of memory");
     a->block = m->be->ops->alloc(m->be, bytes);
@@ -153,7 +162,7 @@ st_status gpt2_alloc_acts(gpt2_model *m, int B, int T, st_err *err) {
         return st_errf(err, ST_ERR_NOMEM, "cannot allocate %.1f MiB of activations for batch %d x seq %d; "
                        "lower batch or seq", bytes / 1048576.0, B, T);
     }
-    size_t N = (size_t)B * T, C = m->cfg.n_embd, L = m->cfg.n_layer, NH = m->cfg.n_head, V = m->cfg.vocab_size;
+    size_t N = (size_t)B * T, C = m->cfg.n_embd, L = (size_t)n_layers, NH = m->cfg.n_head, V = m->cfg.vocab_size;
     float *p = a->block;
 #define TAKE(ptr, n) do { ptr = (void *)p; p += (n); } while (0)
     TAKE(a->inputs, N);
@@ -199,6 +208,25 @@ st_status gpt2_alloc_acts(gpt2_model *m, int B, int T, st_err *err) {
 /* ------------------------------------------------------------------ lifetime */
 
 st_status gpt2_create(gpt2_model *m, const gpt2_config *cfg, st_backend *be, st_err *err) {
+    st_status s = gpt2_create_shell(m, cfg, be, err);
+    if (s) return s;
+    size_t off = m->n_params;
+    m->params = be->ops->alloc(be, off * sizeof(float));
+    m->grads = be->ops->alloc(be, off * sizeof(float));
+    if (!m->params || !m->grads) {
+        gpt2_free(m);
+        return st_errf(err, ST_ERR_NOMEM, "cannot allocate %.1f MiB for parameters and gradients",
+                       2.0 * off * sizeof(float) / 1048576.0);
+    }
+    size_t lnf_off = off - 2 * (size_t)cfg->n_embd;
+    m->emb_w = m->params;
+    m->emb_g = m->grads;
+    m->lnf_w = m->params + lnf_off;
+    m->lnf_g = m->grads + lnf_off;
+    return ST_OK;
+}
+
+st_status gpt2_create_shell(gpt2_model *m, const gpt2_config *cfg, st_backend *be, st_err *err) {
     memset(m, 0, sizeof *m);
     st_status s = gpt2_config_validate(cfg, err);
     if (s) return s;
@@ -223,13 +251,6 @@ st_status gpt2_create(gpt2_model *m, const gpt2_config *cfg, st_backend *be, st_
     add_tensor(m, "transformer.ln_f.weight", &off, 1, C, 1);
     add_tensor(m, "transformer.ln_f.bias", &off, 1, C, 1);
     m->n_params = off;
-    m->params = be->ops->alloc(be, off * sizeof(float));
-    m->grads = be->ops->alloc(be, off * sizeof(float));
-    if (!m->params || !m->grads) {
-        gpt2_free(m);
-        return st_errf(err, ST_ERR_NOMEM, "cannot allocate %.1f MiB for parameters and gradients",
-                       2.0 * off * sizeof(float) / 1048576.0);
-    }
     return ST_OK;
 }
 
@@ -297,6 +318,31 @@ gpt2_block_acts gpt2_layer_acts(const gpt2_model *m, int l) {
     return b;
 }
 
+size_t gpt2_block_act_floats(const gpt2_model *m) {
+    size_t N = (size_t)m->B * m->T, C = (size_t)m->cfg.n_embd, NH = (size_t)m->cfg.n_head;
+    return N * C * 7 + N * C * 8 + N * 4 + NH * N; /* ln1 qkv(3) atty res2 ln2 | fch fchg | stats | lse */
+}
+
+gpt2_block_acts gpt2_block_acts_at(const gpt2_model *m, float *buf, float *out) {
+    size_t N = (size_t)m->B * m->T, NC = N * (size_t)m->cfg.n_embd;
+    gpt2_block_acts b;
+    float *p = buf;
+    b.ln1 = p; p += NC;
+    b.qkv = p; p += 3 * NC;
+    b.atty = p; p += NC;
+    b.res2 = p; p += NC;
+    b.ln2 = p; p += NC;
+    b.fch = p; p += 4 * NC;
+    b.fchg = p; p += 4 * NC;
+    b.ln1_mean = p; p += N;
+    b.ln1_rstd = p; p += N;
+    b.ln2_mean = p; p += N;
+    b.ln2_rstd = p; p += N;
+    b.lse = p;
+    b.out = out;
+    return b;
+}
+
 const float *gpt2_layer_input(const gpt2_model *m, int l) {
     return l == 0 ? m->acts->encoded : m->acts->res3 + (size_t)(l - 1) * m->B * m->T * m->cfg.n_embd;
 }
@@ -347,21 +393,29 @@ void gpt2_block_backward(gpt2_model *m, const float *wslab, float *gslab, const 
 void gpt2_embed_forward(gpt2_model *m, const int32_t *inputs, const int32_t *targets) {
     gpt2_acts *a = m->acts;
     int B = m->B, T = m->T, C = m->cfg.n_embd, V = m->cfg.vocab_size, N = B * T;
+    prof_span pc = prof_begin(PROF_CAT_COPY, "copy h2d tokens", -1);
     OPS->copy_to_device(m->be, a->inputs, inputs, sizeof(int32_t) * N);
     if (targets) OPS->copy_to_device(m->be, a->targets, targets, sizeof(int32_t) * N);
-    OPS->encoder_forward(m->be, a->encoded, a->inputs, m->params, m->params + (size_t)V * C, B, T, C);
+    prof_end_bytes(&pc, (int64_t)sizeof(int32_t) * N * (targets ? 2 : 1));
+    prof_span pe = prof_begin(PROF_CAT_COMPUTE, "embedding", -1);
+    OPS->encoder_forward(m->be, a->encoded, a->inputs, m->emb_w, m->emb_w + (size_t)V * C, B, T, C);
+    prof_end(&pe);
 }
 
 float gpt2_head_forward(gpt2_model *m, const float *x, const int32_t *targets, float dloss) {
     gpt2_acts *a = m->acts;
     st_backend *be = m->be;
     int C = m->cfg.n_embd, V = m->cfg.vocab_size, N = m->B * m->T;
-    const float *lnfw = m->params + m->n_params - 2 * C, *lnfb = lnfw + C;
+    const float *lnfw = m->lnf_w, *lnfb = lnfw + C;
+    prof_span pk = prof_begin(PROF_CAT_COMPUTE, "classifier", -1);
     OPS->layernorm_forward(be, a->lnf, a->lnf_mean, a->lnf_rstd, x, lnfw, lnfb, N, C);
-    OPS->matmul_forward(be, a->logits, a->lnf, m->params, NULL, N, C, V, ST_W_OUT_IN);
-    if (!targets) { m->mean_loss = NAN; return NAN; }
+    OPS->matmul_forward(be, a->logits, a->lnf, m->emb_w, NULL, N, C, V, ST_W_OUT_IN);
+    if (!targets) { prof_end(&pk); m->mean_loss = NAN; return NAN; }
     OPS->crossentropy_forward_backward(be, a->logits, a->losses, a->targets, N, V, dloss);
+    prof_end(&pk);
+    prof_span pc = prof_begin(PROF_CAT_COPY, "copy d2h losses", -1);
     OPS->copy_to_host(be, a->losses_host, a->losses, sizeof(float) * N);
+    prof_end_bytes(&pc, (int64_t)sizeof(float) * N);
     double sum = 0;
     int counted = 0;
     for (int i = 0; i < N; i++)
@@ -375,40 +429,53 @@ void gpt2_head_backward(gpt2_model *m, const float *x, float *dres) {
     st_backend *be = m->be;
     int C = m->cfg.n_embd, V = m->cfg.vocab_size, N = m->B * m->T;
     size_t NC = (size_t)N * C;
-    float *dlnfw = m->grads + m->n_params - 2 * C, *dlnfb = dlnfw + C;
-    const float *lnfw = m->params + m->n_params - 2 * C;
+    float *dlnfw = m->lnf_g, *dlnfb = dlnfw + C;
+    const float *lnfw = m->lnf_w;
     /* the logits buffer already holds dlogits */
+    prof_span pk = prof_begin(PROF_CAT_COMPUTE, "classifier backward", -1);
     OPS->memset0(be, a->dC, NC * sizeof(float));
-    OPS->matmul_backward(be, a->dC, m->grads, NULL, a->logits, a->lnf, m->params, N, C, V, ST_W_OUT_IN);
+    OPS->matmul_backward(be, a->dC, m->emb_g, NULL, a->logits, a->lnf, m->emb_w, N, C, V, ST_W_OUT_IN);
     OPS->memset0(be, dres, NC * sizeof(float));
     OPS->layernorm_backward(be, dres, dlnfw, dlnfb, a->dC, x, lnfw, a->lnf_mean, a->lnf_rstd, N, C);
+    prof_end(&pk);
 }
 
 void gpt2_embed_backward(gpt2_model *m, const float *dres) {
     int C = m->cfg.n_embd, V = m->cfg.vocab_size;
-    OPS->encoder_backward(m->be, m->grads, m->grads + (size_t)V * C, dres, m->acts->inputs, m->B, m->T, C);
+    prof_span pe = prof_begin(PROF_CAT_COMPUTE, "embedding backward", -1);
+    OPS->encoder_backward(m->be, m->emb_g, m->emb_g + (size_t)V * C, dres, m->acts->inputs, m->B, m->T, C);
+    prof_end(&pe);
 }
 
 float *gpt2_dresidual(gpt2_model *m) { return m->acts->dres; }
 
 float gpt2_forward(gpt2_model *m, const int32_t *inputs, const int32_t *targets, float dloss) {
+    prof_span pf = prof_begin(PROF_CAT_COMPUTE, "forward", -1);
     gpt2_embed_forward(m, inputs, targets);
     for (int l = 0; l < m->cfg.n_layer; l++) {
+        prof_span pb = prof_begin(PROF_CAT_COMPUTE, "forward block", l);
         gpt2_block_acts a = gpt2_layer_acts(m, l);
         gpt2_block_forward(m, m->params + m->block_offset0 + (size_t)l * m->block_numel, gpt2_layer_input(m, l), &a);
+        prof_end(&pb);
     }
-    return gpt2_head_forward(m, gpt2_layer_input(m, m->cfg.n_layer), targets, dloss);
+    float loss = gpt2_head_forward(m, gpt2_layer_input(m, m->cfg.n_layer), targets, dloss);
+    prof_end(&pf);
+    return loss;
 }
 
 void gpt2_backward(gpt2_model *m) {
+    prof_span pbw = prof_begin(PROF_CAT_COMPUTE, "backward", -1);
     float *dres = m->acts->dres;
     gpt2_head_backward(m, gpt2_layer_input(m, m->cfg.n_layer), dres);
     for (int l = m->cfg.n_layer - 1; l >= 0; l--) {
+        prof_span pb = prof_begin(PROF_CAT_COMPUTE, "backward block", l);
         gpt2_block_acts a = gpt2_layer_acts(m, l);
         size_t off = m->block_offset0 + (size_t)l * m->block_numel;
         gpt2_block_backward(m, m->params + off, m->grads + off, gpt2_layer_input(m, l), &a, dres);
+        prof_end(&pb);
     }
     gpt2_embed_backward(m, dres);
+    prof_end(&pbw);
 }
 
 void gpt2_zero_grad(gpt2_model *m) { OPS->memset0(m->be, m->grads, m->n_params * sizeof(float)); }

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# test_prof_mem.sh - the memory estimate against the measured peak: `strata plan` predicts
+# the host bytes of a run before anything is allocated; `strata train` then measures its
+# own VmHWM each step (metrics.jsonl host_peak_bytes). They must agree within 10% for an
+# activation-heavy run, a weight-heavy run, and the same with 8-bit optimizer state. With
+# checkpoints every step, the last step's peak includes the checkpoint's staging buffer,
+# which the estimate counts. Then the refusal: a run whose plan does not fit its host
+# budget is refused before anything is written, naming the tier and the bytes missing.
+set -u
+S=${STRATA_BIN:?}
+T=$(mktemp -d /tmp/strata-mem-XXXXXX)
+fail=0; checks=0
+check() { checks=$((checks+1)); if ! eval "$1"; then echo "FAIL: $2"; fail=$((fail+1)); fi; }
+command -v jq >/dev/null || { echo "no jq: skipped"; exit 77; }
+
+run_case() { # name, then train keys
+  local name=$1; shift
+  local est measured
+  est=$("$S" plan "$@" | awk '$1=="host" && $2 ~ /^[0-9]+$/ {print $2}')
+  "$S" train "$@" --steps 3 --ckpt_every 1 --quiet 1 --run_dir "$T/$name" >"$T/$name.txt" 2>&1
+  check '[ $? -eq 0 ]' "$name: run succeeds"
+  measured=$(tail -n 1 "$T/$name/metrics.jsonl" | jq .host_peak_bytes)
+  local ratio
+  ratio=$(awk -v e="$est" -v m="$measured" 'BEGIN { printf "%.4f", e / m }')
+  echo "  $name: estimate $est bytes, measured peak $measured bytes, ratio $ratio"
+  check 'awk -v r="$ratio" "BEGIN { exit !(r >= 0.9 && r <= 1.1) }"' "$name: estimate within 10% of the measured peak (ratio $ratio)"
+}
+
+run_case acts  --model gpt2-mini --batch 32 --seq 256
+run_case weights --model gpt2-mini --n_embd 512 --n_head 8 --batch 2 --seq 64
+run_case weights8 --model gpt2-mini --n_embd 512 --n_head 8 --batch 2 --seq 64 --optim_state 8bit
+
+# the plan's table has every class
+"$S" plan --model gpt2-124m --batch 8 --seq 1024 >"$T/plan.txt"
+check '[ $? -eq 0 ]' "plan of gpt2-124m exits 0 (fits in this machine's memory)"
+for cls in "weights (fp32)" "gradients (fp32)" "master copy" "moments, fp32" "moments, 8-bit" "activations, all stored" "activations, checkpointed"; do
+  check 'grep -qF "$cls" "$T/plan.txt"' "plan lists '$cls'"
+done
+check 'grep -q "^parameters: 124439808$" "$T/plan.txt"' "gpt2-124m has 124,439,808 parameters (Hugging Face's count, with wpe)"
+
+# refusal: 64 MB of host budget for a run that needs about 350 MB
+"$S" plan --model gpt2-mini --batch 32 --seq 256 --host_budget 64MB >"$T/plan_small.txt"; rc=$?
+check '[ $rc -eq 3 ] && grep -q "DOES NOT FIT" "$T/plan_small.txt"' "plan says it does not fit (exit 3)"
+"$S" train --model gpt2-mini --batch 32 --seq 256 --steps 2 --host_budget 64000000 --run_dir "$T/refused" >"$T/refused.txt" 2>&1; rc=$?
+check '[ $rc -ne 0 ]' "train refuses the run"
+check 'grep -q "host needs [0-9]* bytes" "$T/refused.txt" && grep -q "missing" "$T/refused.txt"' "the refusal names the tier and the bytes missing"
+need=$(awk '$1=="host" && $2 ~ /^[0-9]+$/ {print $2}' "$T/plan_small.txt")
+check 'grep -q "$((need - 64000000)) bytes" "$T/refused.txt"' "missing = plan's need $need - 64000000"
+check '[ ! -e "$T/refused/metrics.jsonl" ]' "nothing was trained"
+
+echo "prof_mem: $checks checks, $((checks-fail)) passed, $fail failed"
+[ $fail -eq 0 ] && rm -rf "$T"
+[ $fail -eq 0 ]
