@@ -45,6 +45,19 @@ check '[ $rc -ne 0 ] && grep -q "a.bin" "$T/e5.txt" && grep -q "256" "$T/e5.txt"
 "$S" train $small --steps 1 --data "$T/missing" --run_dir "$T/mixbad2" >"$T/e6.txt" 2>&1; rc=$?
 check '[ $rc -ne 0 ] && grep -q "missing" "$T/e6.txt"' "a missing data file is named"
 
+# Llama family: train from a preset, write a Hugging Face directory, fine-tune from it
+"$S" train --model llama-tiny --vocab_size 256 --max_seq 64 --seq 32 --batch 4 --steps 3 --run_dir "$T/ll" \
+  --save_hf "$T/hf" >"$T/ll.txt" 2>&1
+check '[ $? -eq 0 ] && [ -f "$T/hf/config.json" ] && [ -f "$T/hf/model.safetensors" ]' "--save_hf writes an HF directory"
+check 'grep -q LlamaForCausalLM "$T/hf/config.json"' "the HF config names the architecture"
+"$S" train --init-from "$T/hf" --seq 32 --batch 4 --steps 2 --run_dir "$T/ft" --save_hf "$T/hf16" --save_hf_dtype bf16 >"$T/ft.txt" 2>&1
+check '[ $? -eq 0 ] && grep -q "BF16" <("$S" inspect "$T/hf16")' "--init-from fine-tunes and bf16 save works"
+check '"$S" inspect "$T/hf" | grep -q "kv heads 2"' "inspect describes an HF directory"
+"$S" train --init-from "$T/nothing" --steps 1 --run_dir "$T/bad" >"$T/e7.txt" 2>&1; rc=$?
+check '[ $rc -ne 0 ] && grep -q "init_from" "$T/e7.txt"' "a missing HF directory names the key"
+"$S" train --model gpt2-mini --n_layer 1 --n_embd 64 --n_head 2 --batch 2 --seq 16 --steps 1 --run_dir "$T/g" --save_hf "$T/hfg" >/dev/null 2>&1
+check 'grep -q GPT2LMHeadModel "$T/hfg/config.json" && "$S" inspect "$T/hfg/model.safetensors" | grep -q transformer.wte.weight' "GPT-2 --save_hf"
+
 # Ctrl-C: the step finishes, a checkpoint is written, resume continues to the end
 "$S" train $small --steps 400 --run_dir "$T/int" >"$T/int.txt" 2>&1 &
 pid=$!

@@ -147,6 +147,8 @@ float *gpt2_dresidual(gpt2_model *m);
  * "transformer." prefix, and F32/BF16/F16 data; shapes must match the configuration. */
 st_status gpt2_save_safetensors(const gpt2_model *m, const char *path, st_err *err);
 st_status gpt2_load_safetensors(gpt2_model *m, const char *path, st_err *err);
+/* A Hugging Face directory: config.json (GPT2LMHeadModel) + model.safetensors (F32). */
+st_status gpt2_save_hf(const gpt2_model *m, const char *dir, st_err *err);
 
 /* ------------------------------------------------------------------ any architecture
  * The training loop, benchmarks and checkpoints see a model through this interface:

@@ -175,6 +175,8 @@ typedef struct prof_mem_estimate {
 } prof_mem_estimate;
 
 void prof_mem_estimate_gpt2(const gpt2_config *mc, int B, int T, int optim_8bit, prof_mem_estimate *out);
+/* Any architecture, from its parameter count and stored activation bytes. */
+void prof_mem_estimate_generic(double n_params, double act_bytes, int B, int T, int optim_8bit, prof_mem_estimate *out);
 /* Refuse a plan that does not fit: budgets in bytes per tier (host <= 0: MemAvailable now;
  * device and disk <= 0: none). ST_ERR_NOMEM names each tier short and the bytes missing. */
 st_status prof_mem_check(const prof_mem_estimate *e, const double budget[PROF_TIER_COUNT], st_err *err);

@@ -15,6 +15,7 @@
 #include <stdio.h>
 
 #include "strata/core.h"
+#include "strata/llama.h"
 #include "strata/model.h"
 #include "strata/optim.h"
 
@@ -33,6 +34,9 @@ typedef struct train_config {
     int quiet;            /* no per-step lines on stdout */
     int trace;            /* 1: write run_dir/trace.json (Chrome trace JSON, Perfetto); 2: odd steps only */
     double host_budget;   /* bytes of host memory the run must fit (0: MemAvailable) */
+    char init_from[1024]; /* a Hugging Face model directory to fine-tune (its config.json sets the shape) */
+    char save_hf[1024];   /* at the end, write the model as a Hugging Face directory here */
+    char save_hf_dtype[8]; /* f32 or bf16 */
     volatile int *stop_flag; /* set to nonzero (e.g. by SIGINT) to checkpoint and stop */
 } train_config;
 
@@ -48,6 +52,9 @@ const char *train_config_keys(void);
 void train_config_print_help(FILE *f);
 /* Resolve the model shape (preset + overrides) and check the whole configuration. */
 st_status train_config_resolve(const train_config *c, gpt2_config *model_cfg, st_err *err);
+/* For the Llama family (a llama/qwen preset, or init_from a Hugging Face directory):
+ * *is_llama = 1 and lc filled and checked; otherwise *is_llama = 0 (use the GPT-2 resolve). */
+st_status train_config_resolve_llama(const train_config *c, llama_config *lc, int *is_llama, st_err *err);
 
 typedef struct train_result {
     long steps_done;

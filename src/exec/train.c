@@ -177,11 +177,18 @@ static st_status save_checkpoint(const train_config *c, st_model *m, optim *o, c
 
 st_status train_run(const train_config *c, train_result *res, st_err *err) {
     gpt2_config mc;
-    st_status s = train_config_resolve(c, &mc, err);
+    llama_config lc;
+    int is_llama;
+    st_status s = train_config_resolve_llama(c, &lc, &is_llama, err);
+    if (!s && !is_llama) s = train_config_resolve(c, &mc, err);
     if (s) return s;
     /* the memory plan, checked before anything is allocated or written */
     prof_mem_estimate mem;
-    prof_mem_estimate_gpt2(&mc, c->batch, c->seq, !strcmp(c->optim_state, "8bit"), &mem);
+    if (is_llama)
+        prof_mem_estimate_generic((double)llama_param_count(&lc), (double)llama_act_bytes(&lc, c->batch, c->seq),
+                                  c->batch, c->seq, !strcmp(c->optim_state, "8bit"), &mem);
+    else
+        prof_mem_estimate_gpt2(&mc, c->batch, c->seq, !strcmp(c->optim_state, "8bit"), &mem);
     double budgets[PROF_TIER_COUNT] = {0, c->host_budget, 0};
     if ((s = prof_mem_check(&mem, budgets, err))) return s;
     if (!c->run_dir[0]) return st_errf(err, ST_ERR_INVALID, "key 'run_dir' is empty; name a directory for the run");
@@ -203,9 +210,12 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
 
     if ((s = st_backend_cpu_create(&be, c->threads, err))) goto done;
     st_model_overrides ov = {c->vocab_size, c->max_seq, c->n_layer, c->n_head, c->n_embd};
-    if ((s = st_model_create(&m, c->model, &ov, be, err))) goto done;
+    if (c->init_from[0]) s = st_model_create_hf(&m, c->init_from, be, err); /* shape and weights */
+    else if (is_llama) s = st_model_create_llama(&m, &lc, be, err);
+    else s = st_model_create(&m, c->model, &ov, be, err);
+    if (s) goto done;
     if ((s = m->ops->alloc_acts(m, B, T, err))) goto done;
-    m->ops->init_random(m, c->seed);
+    if (!c->init_from[0]) m->ops->init_random(m, c->seed);
 
     /* weight decay by role, which comes from each tensor's name */
     segs = calloc((size_t)m->n_tensors, sizeof *segs);
@@ -277,19 +287,22 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
             m->ops->backward(m);
         }
         prof_span pn = prof_begin(PROF_CAT_OPTIM, "grad norm", -1);
-        double norm = sqrt(optim_grad_sumsq_f32(m->grads, m->n_params));
+        double sumsq = optim_grad_sumsq_f32(m->grads, m->n_params), norm = sqrt(sumsq);
         prof_end(&pn);
         double lr = train_lr_at(c, step);
         int skipped = !isfinite(norm);
         if (skipped) {
             st_log(1, "step %ld: non-finite gradient norm; update skipped, no state changed\n", step);
         } else {
-            float scale = (c->grad_clip > 0 && norm > c->grad_clip) ? (float)(c->grad_clip / norm) : 1.0f;
+            float scale = optim_clip_scale(sumsq, 1.0f, (float)c->grad_clip);
             hs->adam_step++;
             adamw_params hp = {(float)lr, (float)c->beta1, (float)c->beta2, (float)c->eps, (long)hs->adam_step, scale};
+            /* the sum of squares is already known: the engine need not read the gradients twice */
+            optim_step_args oa = {.params = m->params, .grads = m->grads, .grad_dtype = ST_F32, .grad_sumsq = sumsq};
             prof_span po = prof_begin(PROF_CAT_OPTIM, "optimizer", -1);
-            optim_step(opt, m->params, m->grads, &hp);
+            s = optim_step_ex(opt, &oa, &hp, err);
             prof_end(&po);
+            if (s) goto done;
         }
         hs->step = (uint64_t)step;
         data_save_state(&td, hs);
@@ -325,6 +338,15 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     }
     if (!saved_at_end && hs->step > 0 && c->resume[0] == 0 && (long)hs->step == end)
         s = save_checkpoint(c, m, opt, hs, err);
+    if (!s && c->save_hf[0]) {
+        if (is_llama)
+            s = llama_save_hf(st_model_llama(m), c->save_hf, strcmp(c->save_hf_dtype, "bf16") ? ST_F32 : ST_BF16, 0,
+                              err);
+        else
+            s = gpt2_save_hf((gpt2_model *)m->impl, c->save_hf, err);
+        if (s) goto done;
+        if (!c->quiet) printf("wrote a Hugging Face model directory: %s\n", c->save_hf);
+    }
     if (res) {
         res->steps_done = (long)hs->step;
         res->final_loss = last_loss;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ckpt/fileutil.h"
+#include "strata/llama.h"
 #include "strata/train.h"
 
 typedef enum { K_INT, K_LONG, K_U64, K_DOUBLE, K_STR } key_type;
@@ -24,7 +25,10 @@ typedef struct key_def {
 #define OFF(f) offsetof(train_config, f)
 #define STR(f) OFF(f), sizeof(((train_config *)0)->f)
 static const key_def keys[] = {
-    {"model", K_STR, STR(model), 0, 0, "model shape preset (gpt2-mini, gpt2-tiny, gpt2-124m, gpt2-350m)"},
+    {"model", K_STR, STR(model), 0, 0, "model preset (gpt2-mini, gpt2-124m, llama-tiny, qwen2.5-0.5b, ...: see strata bench step --help)"},
+    {"init_from", K_STR, STR(init_from), 0, 0, "fine-tune a Hugging Face model directory (Llama, Qwen2, Qwen3, Mistral)"},
+    {"save_hf", K_STR, STR(save_hf), 0, 0, "write the final model as a Hugging Face directory here"},
+    {"save_hf_dtype", K_STR, STR(save_hf_dtype), 0, 0, "dtype of --save_hf weights: f32 or bf16"},
     {"vocab_size", K_INT, OFF(vocab_size), 0, 0, 0, "override the preset's vocabulary size (0: keep)"},
     {"max_seq", K_INT, OFF(max_seq), 0, 0, 0, "override the preset's maximum sequence length (0: keep)"},
     {"n_layer", K_INT, OFF(n_layer), 0, 0, 4096, "override the preset's layer count (0: keep)"},
@@ -76,6 +80,7 @@ void train_config_defaults(train_config *c) {
     c->seed = 1337;
     snprintf(c->data, sizeof c->data, "embedded");
     snprintf(c->optim_state, sizeof c->optim_state, "f32");
+    snprintf(c->save_hf_dtype, sizeof c->save_hf_dtype, "f32");
 }
 
 const char *train_config_keys(void) {
@@ -219,6 +224,31 @@ st_status train_config_resolve(const train_config *c, gpt2_config *mc, st_err *e
     if (bytes > 1e15)
         return st_errf(err, ST_ERR_INVALID, "this configuration needs about %.3g bytes; check batch, seq and the model "
                        "shape", bytes);
+    return ST_OK;
+}
+
+st_status train_config_resolve_llama(const train_config *c, llama_config *lc, int *is_llama, st_err *err) {
+    *is_llama = 0;
+    st_status s;
+    if (c->init_from[0]) {
+        if ((s = hf_config_read(c->init_from, lc, err))) return st_err_prefix(err, "key 'init_from'");
+    } else if (llama_config_preset(c->model, lc, NULL) == ST_OK) {
+        st_model_overrides ov = {c->vocab_size, c->max_seq, c->n_layer, c->n_head, c->n_embd};
+        if ((s = llama_config_apply_overrides(lc, &ov, err))) return st_err_prefix(err, "model shape");
+    } else {
+        return ST_OK; /* GPT-2: train_config_resolve */
+    }
+    *is_llama = 1;
+    if (c->seq > lc->max_seq)
+        return st_errf(err, ST_ERR_INVALID, "key 'seq': %d exceeds the model's max_position_embeddings %d", c->seq,
+                       lc->max_seq);
+    if (strcmp(c->optim_state, "f32") && strcmp(c->optim_state, "8bit"))
+        return st_errf(err, ST_ERR_INVALID, "key 'optim_state': '%s' is not f32 or 8bit", c->optim_state);
+    if (strcmp(c->save_hf_dtype, "f32") && strcmp(c->save_hf_dtype, "bf16"))
+        return st_errf(err, ST_ERR_INVALID, "key 'save_hf_dtype': '%s' is not f32 or bf16", c->save_hf_dtype);
+    if (!strcmp(c->data, "embedded") && lc->vocab_size < 256)
+        return st_errf(err, ST_ERR_INVALID, "the embedded corpus has byte tokens (0..255); vocab_size %d is too small",
+                       lc->vocab_size);
     return ST_OK;
 }
 

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/fileutil.h"
 #include "strata/model.h"
 #include "strata/safetensors.h"
 
@@ -60,4 +61,25 @@ st_status gpt2_load_safetensors(gpt2_model *m, const char *path, st_err *err) {
     free(host);
     safetensors_close(st);
     return s;
+}
+
+st_status gpt2_save_hf(const gpt2_model *m, const char *dir, st_err *err) {
+    st_status s = st_mkdirs(dir, err);
+    if (s) return s;
+    char path[4200], json[1024];
+    const gpt2_config *c = &m->cfg;
+    int n = snprintf(json, sizeof json,
+                     "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
+                     "  \"vocab_size\": %d,\n  \"n_positions\": %d,\n  \"n_ctx\": %d,\n  \"n_embd\": %d,\n"
+                     "  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"layer_norm_epsilon\": 1e-05,\n"
+                     "  \"activation_function\": \"gelu_new\",\n  \"tie_word_embeddings\": true,\n"
+                     "  \"torch_dtype\": \"float32\"\n}\n",
+                     c->vocab_size, c->max_seq, c->max_seq, c->n_embd, c->n_layer, c->n_head);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    st_file_writer w;
+    if ((s = st_file_writer_open(&w, path, err))) return s;
+    s = st_file_writer_put(&w, json, (size_t)n, err);
+    if ((s = st_file_writer_close(&w, s, err))) return s;
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    return gpt2_save_safetensors(m, path, err);
 }

@@ -67,6 +67,26 @@ void prof_mem_estimate_gpt2(const gpt2_config *mc, int B, int T, int optim_8bit,
                                    e->init_scratch;
 }
 
+void prof_mem_estimate_generic(double n_params, double act_bytes, int B, int T, int optim_8bit, prof_mem_estimate *e) {
+    memset(e, 0, sizeof *e);
+    double N = (double)B * T;
+    e->n_params = n_params;
+    e->weights = 4.0 * n_params;
+    e->grads = 4.0 * n_params;
+    e->master_if_bf16 = 4.0 * n_params;
+    e->moments_f32 = 8.0 * n_params;
+    /* 8-bit: one byte per moment element plus an fp32 absmax per 256 (padding per tensor
+     * is ignored: under 0.1% for real models) */
+    e->moments_8bit = 2.0 * n_params + 8.0 * n_params / 256.0;
+    e->moments_8bit_used = optim_8bit;
+    e->acts_stored = act_bytes + 4.0 * N;
+    e->acts_ckpt = e->acts_stored; /* no checkpointing estimate for this architecture yet */
+    e->init_scratch = 4.0 * n_params;
+    e->runtime = RUNTIME_BYTES + 8.0 * N;
+    double moments = optim_8bit ? e->moments_8bit : e->moments_f32;
+    e->tier_need[PROF_TIER_HOST] = e->runtime + e->weights + e->grads + moments + e->acts_stored + e->init_scratch;
+}
+
 static void fmt_bytes(char *buf, size_t cap, double b) {
     if (b >= 1073741824.0) snprintf(buf, cap, "%.2f GiB", b / 1073741824.0);
     else if (b >= 1048576.0) snprintf(buf, cap, "%.1f MiB", b / 1048576.0);
