@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install the Debian 12 packages strata builds with, if any are missing (idempotent).
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libopenblas-dev libopenblas-openmp-dev libjson-c-dev liburing-dev python3)
+pkgs=(build-essential cmake pkg-config libopenblas-dev libopenblas-openmp-dev libjson-c-dev liburing-dev python3 jq)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

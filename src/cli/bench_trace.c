@@ -186,7 +186,7 @@ int bench_trace(int argc, char **argv) {
         double cpu_overhead = (ev_per_step * span_ns * 1e-9 + writer_per_step) / off;
         if (json)
             printf("{\"model\":\"%s\",\"batch\":%d,\"seq\":%d,\"steps_per_run\":%d,\"runs\":%d,"
-                   "\"steps_traced\":%d,\"steps_untraced\":%d,\"step_s_traced\":%.6f,\"step_s_untraced\":%.6f,"
+                   "\"steps_traced\":%d,\"steps_untraced\":%d,\"step_s_traced\":%.9g,\"step_s_untraced\":%.9g,"
                    "\"overhead\":%.5f,\"overhead_per_run_median\":%.5f,\"overhead_per_run_min\":%.5f,"
                    "\"overhead_per_run_max\":%.5f,\"trace_bytes_per_run\":%ld,\"events_per_traced_step\":%.1f,"
                    "\"span_ns\":%.1f,\"writer_cpu_s_per_traced_step\":%.3g,\"overhead_cpu_estimate\":%.3g}\n",

@@ -5,6 +5,7 @@
 
 #include "cli/cli.h"
 #include "cli/cli_prof.h"
+#include "cli/cli_stream.h"
 #include "strata/backend.h"
 
 static const char *usage =
@@ -26,7 +27,8 @@ int cmd_bench(int argc, char **argv) {
         "  step    one training step of a model: tokens/s, achieved GFLOP/s vs sgemm\n"
         "  optim   the AdamW engine over N parameters: bandwidth vs a copy ceiling\n"
         "  data    the data pipeline over a synthetic mix: first batch, tokens/s, memory\n"
-        "  trace   the profiler's overhead: the same short training traced and untraced\n";
+        "  trace   the profiler's overhead: the same short training traced and untraced\n"
+        "  stream  layer streaming under a device budget vs the in-memory step\n";
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         fputs(bench_usage, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
@@ -35,6 +37,7 @@ int cmd_bench(int argc, char **argv) {
     if (!strcmp(argv[1], "optim")) return bench_optim(argc - 1, argv + 1);
     if (!strcmp(argv[1], "data")) return bench_data(argc - 1, argv + 1);
     if (!strcmp(argv[1], "trace")) return bench_trace(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "stream")) return bench_stream(argc - 1, argv + 1);
     fprintf(stderr, "strata bench: unknown benchmark '%s'\n%s", argv[1], bench_usage);
     return 2;
 }

@@ -199,7 +199,8 @@ static void take_chunks(stream_exec *x, size_t lo, size_t hi) {
             for (size_t u = a; u < b;) {
                 int blk = u >= x->b0 && u < e;
                 size_t w = blk ? (b < e ? b : e) : (u < x->b0 ? (b < x->b0 ? b : x->b0) : b);
-                part += blk ? optim_grad_sumsq(x->hg16 + u, ST_BF16, w - u) : optim_grad_sumsq(x->hg + u, ST_F32, w - u);
+                part += blk ? optim_grad_sumsq(x->hg16 + u, ST_BF16, w - u)
+                            : optim_grad_sumsq(x->hg + u, ST_F32, w - u);
                 u = w;
             }
             x->chunk_part[c] = part;
@@ -268,7 +269,8 @@ static void run_job(stream_exec *x, const opt_job *j) {
         if (l >= 0) {
             size_t lo = x->b0 + (size_t)l * x->bn;
             backup_range(x, lo, lo + x->bn);
-            st = update_segs(x, 2 + l * (nt - 4) / x->L, 2 + (l + 1) * (nt - 4) / x->L, &x->job_hp, 0.0, &x->worker_err);
+            int per = (nt - 4) / x->L; /* tensors per block */
+            st = update_segs(x, 2 + l * per, 2 + (l + 1) * per, &x->job_hp, 0.0, &x->worker_err);
         } else {
             backup_range(x, 0, x->b0);
             backup_range(x, x->lnf_off, x->n);
@@ -326,7 +328,8 @@ st_status stream_exec_create(stream_exec **out, const stream_config *c, const st
     if (p->prefetch_depth < 1 || p->prefetch_depth > 64)
         return st_errf(err, ST_ERR_INVALID, "stream plan: prefetch depth %d out of range [1, 64]", p->prefetch_depth);
     if (p->grad_dtype != ST_F32 && p->grad_dtype != ST_BF16)
-        return st_errf(err, ST_ERR_UNSUPPORTED, "stream plan: gradient drain dtype %s is not supported (use F32 or BF16)",
+        return st_errf(err, ST_ERR_UNSUPPORTED,
+                       "stream plan: gradient drain dtype %s is not supported (use F32 or BF16)",
                        st_dtype_name(p->grad_dtype));
     for (int l = 0; l < L; l++)
         if (p->act[l] > STREAM_ACT_OFFLOAD)
@@ -470,7 +473,8 @@ st_status stream_exec_create(stream_exec **out, const stream_config *c, const st
     x->tbe.base.ctx = dev->ctx;
     if ((s = st_copy_engine_create(&x->ce, &x->tbe.base, err))) goto fail;
     if (p->overlap_optim) {
-        if (pthread_create(&x->th, NULL, opt_worker, x) != 0) FAIL(ST_ERR_NOMEM, "stream: cannot start the optimizer thread");
+        if (pthread_create(&x->th, NULL, opt_worker, x) != 0)
+            FAIL(ST_ERR_NOMEM, "stream: cannot start the optimizer thread");
         x->th_started = 1;
     }
 #undef FAIL
@@ -788,7 +792,8 @@ st_status stream_step(stream_exec *x, const int32_t *inputs, const int32_t *targ
         loss = chunked_head_forward(x, block_out(x, L - 1), targets, &compute_s);
         chunked_head_backward(x, block_out(x, L - 1), dres, 1.0f / N, &compute_s);
     } else {
-        COMPUTE_(PROF_CAT_COMPUTE, "forward head", -1, loss = gpt2_head_forward(m, block_out(x, L - 1), targets, 1.0f / N));
+        COMPUTE_(PROF_CAT_COMPUTE, "forward head", -1,
+                 loss = gpt2_head_forward(m, block_out(x, L - 1), targets, 1.0f / N));
         COMPUTE_(PROF_CAT_COMPUTE, "backward head", -1, gpt2_head_backward(m, block_out(x, L - 1), dres));
     }
 
@@ -823,7 +828,8 @@ st_status stream_step(stream_exec *x, const int32_t *inputs, const int32_t *targ
         if (l - D - 1 >= 0) x->w_ticket[l - D - 1] = fetch_block(x, l - D - 1);
         if (act == STREAM_ACT_OFFLOAD && k - 2 >= 0) {
             x->h2d_act_bytes += x->setf * 4;
-            x->act_ticket[k - 2] = h2d(x, x->d_off + (size_t)(k % 2) * x->setf, x->host_acts + (size_t)(k - 2) * x->setf,
+            x->act_ticket[k - 2] = h2d(x, x->d_off + (size_t)(k % 2) * x->setf,
+                                       x->host_acts + (size_t)(k - 2) * x->setf,
                                        x->setf * 4);
         }
     }

@@ -1,0 +1,172 @@
+/* stream.h - the layer-streaming executor: one GPT-2 training step with only the blocks
+ * being computed on the device.
+ *
+ * The host tier holds the whole training state in fp32: parameters, gradients and the
+ * optimizer's moments. The device (a backend with a hard byte budget, see tier.h) holds
+ * ln_f and, unless the vocabulary is chunked (below), wte and wpe, with their gradients;
+ * prefetch_depth + 1 weight
+ * slots, two gradient slots, the block outputs (every block's input is kept: they are the
+ * checkpoints) and block activations as the plan says. The copy engine does every block
+ * transfer on its own thread:
+ *
+ *   forward   block l computes in slot l % (depth+1) while blocks l+1..l+depth arrive;
+ *             after it, block l+depth+1 is fetched into its slot.
+ *   backward  the last depth+1 blocks are still resident from the forward (not fetched
+ *             again); after block l, block l-depth-1 is fetched into its slot, and block
+ *             l's gradient slot is drained to host while block l-1 computes.
+ *   optimizer with overlap on, a host thread updates block l's parameters as soon as its
+ *             gradient has landed, while the device is in backward on earlier blocks.
+ * So each block's weights cross to the device at most twice per step (exactly
+ * 2L - depth - 1 block fetches) and the embedding/head weights once (after their
+ * update), and each gradient crosses back once. The token ids go to the device and the
+ * per-row losses come back through the backend's own (synchronous) copies: N ints and N
+ * floats per step, not counted in the step's h2d/d2h bytes.
+ *
+ *     st_backend *cpu, *dev;
+ *     st_backend_cpu_create(&cpu, 0, &err);
+ *     st_backend_with_budget(&dev, cpu, 64u << 20, &err);
+ *     stream_plan plan;
+ *     stream_plan_default(&plan, cfg.n_layer);
+ *     stream_config sc = {.model = cfg, .B = 4, .T = 64, .weight_decay = 0.1f};
+ *     stream_exec *x;
+ *     stream_exec_create(&x, &sc, &plan, dev, &err);   // fails, naming the bytes missing,
+ *     stream_init_random(x, 1);                         // when the plan does not fit
+ *     adamw_params hp = {.lr = 3e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 1};
+ *     stream_step_stats st;
+ *     stream_step(x, inputs, targets, &hp, 1.0f, &st, &err);  // st.loss, st.overlap_efficiency
+ *
+ * Gradient clipping with the optimizer overlapped (the global norm is known only after
+ * the last gradient lands). Two exact approaches, chosen by plan.clip:
+ *   STREAM_CLIP_SPECULATE (default): each block is updated as its gradient lands with
+ *     clip scale 1 (what the step uses whenever the norm is within max_norm), after
+ *     saving that block's parameters and moments to a host backup. The norm's partial
+ *     sums are taken as gradients land, per fixed 65536-element chunk of the flat vector
+ *     and added in chunk order at the end, so the total is bit-identical to
+ *     optim_grad_sumsq over the whole gradient. If the norm exceeds max_norm (or is not
+ *     finite), every updated block is restored from the backup and the step is redone
+ *     with the clip scale (or skipped): the result equals the non-overlapped step
+ *     bit for bit, at the cost of a 12-byte-per-parameter backup copy each step and a
+ *     non-overlapped redo on clipped steps. Needs fp32 optimizer state.
+ *   STREAM_CLIP_DEFER: gradients land and partial norms are summed during backward, and
+ *     the update runs after backward with the known scale (no speculation, no overlap
+ *     of the update itself).
+ * With overlap off the whole update runs after backward, as the in-memory loop does.
+ *
+ * Activations per block (plan.act[l]):
+ *   STREAM_ACT_KEEP       the block's activations stay on the device until its backward.
+ *   STREAM_ACT_RECOMPUTE  only its input is kept; the forward is run again right before
+ *                         its backward, with the weights fetched for the backward.
+ *   STREAM_ACT_OFFLOAD    its activations are drained to host after its forward and
+ *                         fetched back (prefetched one offloaded block ahead) for its
+ *                         backward; the last two offloaded blocks stay resident.
+ * The recompute blocks share one activation set on the device, so the last of them
+ * (normally the last block) still holds its forward at its backward and is not run
+ * again. The default recomputes every block.
+ *
+ * Chunked vocabulary (plan.vocab_chunk > 0), for a wte that does not fit the device
+ * (gpt2-124m: 154 MB, against a budget of 249 MB for one eighth of its state): the
+ * embedding (a gather) and its backward (a scatter-add) run on the host, whose wte and
+ * wpe are the master copies; the input embedding crosses to the device, the residual
+ * gradient back. The classifier runs two passes over wte chunks of vocab_chunk rows:
+ * the first computes each row's running max and sum of exponentials (online softmax)
+ * and the target logit, the second (over the chunks in reverse, so the last two are
+ * still resident) recomputes the chunk's logits, forms dlogits and accumulates the
+ * input gradient and the chunk's wte gradient, which is drained to host behind the
+ * next chunk. The loss and gradients equal the unchunked ones to float rounding (the
+ * order of the sums differs), not bit for bit.
+ *
+ * Why every block's input is a checkpoint (checkpoint every k = 1): recomputing a
+ * segment of k blocks before its backward needs all k blocks' weights resident at once
+ * (or fetched a third time) and k full activation sets (15 N C floats each), to save
+ * (k-1) block inputs (N C floats each); under the two-moves rule that only pays when a
+ * model has far more blocks than 15 k. A planner can still mix keep and offload.
+ *
+ * Not yet: multi-block checkpoint segments, gradient accumulation over micro-batches,
+ * 8-bit optimizer state with speculative clipping (the executor uses fp32 moments).
+ */
+#ifndef STRATA_STREAM_H
+#define STRATA_STREAM_H
+
+#include "strata/backend.h"
+#include "strata/core.h"
+#include "strata/model.h"
+#include "strata/optim.h"
+#include "strata/tensor.h"
+
+#define STREAM_MAX_LAYERS 4096
+
+typedef enum stream_act { STREAM_ACT_KEEP = 0, STREAM_ACT_RECOMPUTE = 1, STREAM_ACT_OFFLOAD = 2 } stream_act;
+typedef enum stream_clip { STREAM_CLIP_SPECULATE = 0, STREAM_CLIP_DEFER = 1 } stream_clip;
+
+typedef struct stream_plan {
+    int prefetch_depth;   /* >= 1: blocks fetched ahead of the one computing */
+    int overlap_optim;    /* 1: update each block on the host as its gradient lands */
+    stream_clip clip;     /* how overlap meets global-norm clipping (above) */
+    st_dtype grad_dtype;  /* drained block gradient dtype: ST_F32, or ST_BF16 (rounded on the
+                             device, half the bytes; the optimizer reads bf16 natively) */
+    int optim_threads;    /* OpenMP threads of the overlapped optimizer (<= 0: 1) */
+    int vocab_chunk;      /* > 0: the classifier streams wte in chunks of this many rows
+                             (two passes, online softmax); 0: wte lives on the device */
+    int n_layer;          /* entries of act used */
+    unsigned char act[STREAM_MAX_LAYERS]; /* stream_act per block */
+} stream_plan;
+
+/* depth 1, overlap on, speculative clipping, f32 drain, recompute every block. */
+void stream_plan_default(stream_plan *p, int n_layer);
+/* Every block the same policy. */
+void stream_plan_set_all(stream_plan *p, stream_act a);
+
+typedef struct stream_config {
+    gpt2_config model;
+    int B, T;                 /* batch and sequence length of every step */
+    float weight_decay;       /* matmul weights and embeddings; 0 for biases and norms */
+    st_backend *host_be;      /* runs the chunked classifier's host side (the embedding);
+                                 NULL: the device backend (right for the CPU backend) */
+} stream_config;
+
+typedef struct stream_exec stream_exec;
+
+/* Device bytes the plan needs (every allocation rounded as the arena rounds it);
+ * stream_exec_create fails with ST_ERR_NOMEM, naming the bytes missing, above the
+ * budget's free bytes. */
+size_t stream_device_bytes(const stream_config *c, const stream_plan *p);
+/* dev: the device backend (a budgeted one reports its arena; any backend works). */
+st_status stream_exec_create(stream_exec **out, const stream_config *c, const stream_plan *p, st_backend *dev,
+                             st_err *err);
+void stream_exec_free(stream_exec *x);
+
+/* The host tier's fp32 vectors (gpt2 layout, n_params elements) and the model layout
+ * (tensor table, block offsets; its params/grads are NULL). With a bf16 drain the block
+ * ranges of stream_grads are not written (the bf16 copies are internal). */
+float *stream_params(stream_exec *x);
+float *stream_grads(stream_exec *x);
+const gpt2_model *stream_model(const stream_exec *x);
+optim *stream_optim(stream_exec *x);
+/* GPT-2's initialisation (as gpt2_init_random, same seed, same values), or a copy
+ * (host_params may be stream_params(x) itself after editing it in place). Either sends
+ * the device-resident parameters again. */
+void stream_init_random(stream_exec *x, uint64_t seed);
+void stream_set_params(stream_exec *x, const float *host_params);
+
+typedef struct stream_step_stats {
+    float loss;
+    double grad_norm;
+    int clipped, skipped, rolled_back; /* rolled_back: a speculative update was undone */
+    uint64_t h2d_bytes, d2h_bytes;     /* submitted to the copy engine during the step */
+    uint64_t h2d_act_bytes, d2h_act_bytes; /* of those, offloaded activations (the rest:
+                                              weights, gradients, embeddings, targets) */
+    size_t device_peak_bytes, device_budget_bytes; /* arena high-water mark (0: no arena) */
+    double compute_s;  /* device compute on the step thread (forward, recompute, backward) */
+    double wall_s;     /* the whole step, optimizer included */
+    double overlap_efficiency; /* compute_s / wall_s */
+    double wait_s;     /* the step thread waiting on copies */
+    double optim_tail_s; /* after backward: waiting for or running the optimizer */
+} stream_step_stats;
+
+/* One training step: forward (mean loss over targets >= 0, dloss 1/(B*T)), backward,
+ * global-norm clip to max_norm (<= 0: none), AdamW with hp (hp->grad_scale ignored; the
+ * clip scale is used). A non-finite gradient skips the update (stats->skipped). */
+st_status stream_step(stream_exec *x, const int32_t *inputs, const int32_t *targets, const adamw_params *hp,
+                      float max_norm, stream_step_stats *stats, st_err *err);
+
+#endif

@@ -1,0 +1,241 @@
+/* bench_stream.c - strata bench stream: a training step with layer streaming under a
+ * device budget, against the same model trained in memory, step for step in one run.
+ *
+ * Both executors live side by side and alternate steps (the machine is shared: a pair of
+ * neighbouring steps sees the same load), each after one warm-up step. step_s and
+ * unstreamed_step_s are medians; ratio is the median over pairs of streamed/unstreamed.
+ * overlap_efficiency = device compute time on the step thread / step wall time (median). */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/cli_stream.h"
+#include "strata/model.h"
+#include "strata/optim.h"
+#include "strata/stream.h"
+#include "strata/tier.h"
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: strata bench stream [--model NAME] [--device-budget BYTES] [--batch B] [--seq T] [--steps N]\n"
+            "                           [--depth D] [--acts auto|recompute|keep|offload] [--no-overlap]\n"
+            "                           [--clip speculate|defer] [--max-norm X] [--vocab-chunk ROWS]\n"
+            "                           [--grad-dtype f32|bf16]\n"
+            "                           [--layers L] [--embd C]\n"
+            "                           [--heads NH] [--vocab V] [--max-seq T] [--threads N] [--json]\n"
+            "  Trains N steps (median; one warm-up each) with only the blocks being computed on a device\n"
+            "  of BYTES (default: one eighth of the training state, 16 bytes per parameter), alternating\n"
+            "  with the same model trained in memory. Prints overlap_efficiency, h2d_bytes, d2h_bytes\n"
+            "  (per step), weight_bytes, device_peak_bytes, device_budget_bytes, step_s, unstreamed_step_s.\n"
+            "  --vocab-chunk: rows of wte per classifier chunk (0: wte on the device); default: 0 when the\n"
+            "  plan fits the budget that way, else 2048. --acts auto: offload every block's activations\n"
+            "  when that fits the budget, else recompute them. The default batch is 2: at batch 4 no plan\n"
+            "  fits one eighth of gpt2-124m's training state.\n"
+            "  defaults: --model gpt2-124m --batch 2 --seq 256 --steps 3 --depth 1 --acts auto\n"
+            "            --max-norm 1.0\n");
+}
+
+int bench_stream(int argc, char **argv) {
+    const char *model = "gpt2-124m", *acts = "auto", *clip = "speculate", *gdt = "f32";
+    int B = 2, T = 256, steps = 3, depth = 1, overlap = 1, threads = 0, json = 0, vchunk = -1;
+    double budget_arg = 0, max_norm = 1.0;
+    gpt2_config ov = {0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
+        else if (!strcmp(a, "--json")) json = 1;
+        else if (!strcmp(a, "--no-overlap")) overlap = 0;
+        else if (v && !strcmp(a, "--model")) { model = v; i++; }
+        else if (v && !strcmp(a, "--device-budget")) {
+            budget_arg = cli_parse_bytes(v);
+            i++;
+            if (budget_arg <= 0) { fprintf(stderr, "strata bench stream: bad --device-budget '%s'\n", v); return 2; }
+        }
+        else if (v && !strcmp(a, "--batch")) { B = atoi(v); i++; }
+        else if (v && !strcmp(a, "--seq")) { T = atoi(v); i++; }
+        else if (v && !strcmp(a, "--steps")) { steps = atoi(v); i++; }
+        else if (v && !strcmp(a, "--depth")) { depth = atoi(v); i++; }
+        else if (v && !strcmp(a, "--acts")) { acts = v; i++; }
+        else if (v && !strcmp(a, "--vocab-chunk")) { vchunk = atoi(v); i++; }
+        else if (v && !strcmp(a, "--grad-dtype")) { gdt = v; i++; }
+        else if (v && !strcmp(a, "--clip")) { clip = v; i++; }
+        else if (v && !strcmp(a, "--max-norm")) { max_norm = atof(v); i++; }
+        else if (v && !strcmp(a, "--threads")) { threads = atoi(v); i++; }
+        else if (v && !strcmp(a, "--layers")) { ov.n_layer = atoi(v); i++; }
+        else if (v && !strcmp(a, "--embd")) { ov.n_embd = atoi(v); i++; }
+        else if (v && !strcmp(a, "--heads")) { ov.n_head = atoi(v); i++; }
+        else if (v && !strcmp(a, "--vocab")) { ov.vocab_size = atoi(v); i++; }
+        else if (v && !strcmp(a, "--max-seq")) { ov.max_seq = atoi(v); i++; }
+        else { fprintf(stderr, "strata bench stream: unknown or incomplete option '%s'\n", a); usage(stderr); return 2; }
+    }
+    if (B < 1 || T < 1 || steps < 1) {
+        fprintf(stderr, "strata bench stream: --batch, --seq, --steps must be >= 1\n");
+        return 2;
+    }
+    int act_auto = !strcmp(acts, "auto");
+    stream_act act = !strcmp(acts, "keep") ? STREAM_ACT_KEEP : !strcmp(acts, "offload") || act_auto ? STREAM_ACT_OFFLOAD
+                   : !strcmp(acts, "recompute") ? STREAM_ACT_RECOMPUTE : (stream_act)-1;
+    if ((int)act < 0) {
+        fprintf(stderr, "strata bench stream: --acts '%s': use auto, recompute, keep or offload\n", acts);
+        return 2;
+    }
+    if (strcmp(gdt, "f32") && strcmp(gdt, "bf16")) {
+        fprintf(stderr, "strata bench stream: --grad-dtype '%s': use f32 or bf16\n", gdt);
+        return 2;
+    }
+    if (strcmp(clip, "speculate") && strcmp(clip, "defer")) {
+        fprintf(stderr, "strata bench stream: --clip '%s': use speculate or defer\n", clip);
+        return 2;
+    }
+
+    st_err err = {0};
+    gpt2_config cfg;
+    if (gpt2_config_preset(model, &cfg, &err)) { fprintf(stderr, "strata bench stream: %s\n", err.msg); return 2; }
+    if (ov.n_layer) cfg.n_layer = ov.n_layer;
+    if (ov.n_embd) cfg.n_embd = ov.n_embd;
+    if (ov.n_head) cfg.n_head = ov.n_head;
+    if (ov.vocab_size) cfg.vocab_size = ov.vocab_size;
+    if (ov.max_seq) cfg.max_seq = ov.max_seq;
+    if (gpt2_config_validate(&cfg, &err)) { fprintf(stderr, "strata bench stream: %s\n", err.msg); return 2; }
+
+    st_backend *cpu = NULL, *dev = NULL;
+    gpt2_model m = {0};
+    stream_exec *x = NULL;
+    optim *opt = NULL;
+    optim_segment *segs = NULL;
+    int32_t *inp = NULL, *tgt = NULL;
+    double *ts = NULL, *tu = NULL, *te = NULL, *rr = NULL, *tc = NULL, *tt = NULL;
+    int rc = 1;
+    if (st_backend_cpu_create(&cpu, threads, &err) || gpt2_create(&m, &cfg, cpu, &err) ||
+        gpt2_alloc_acts(&m, B, T, &err))
+        goto fail;
+    size_t n = m.n_params, state = n * 16, weight_bytes = n * 4;
+    size_t budget = budget_arg > 0 ? (size_t)budget_arg : state / 8;
+    stream_plan plan;
+    stream_plan_default(&plan, cfg.n_layer);
+    plan.prefetch_depth = depth;
+    plan.overlap_optim = overlap;
+    plan.clip = strcmp(clip, "defer") ? STREAM_CLIP_SPECULATE : STREAM_CLIP_DEFER;
+    plan.grad_dtype = strcmp(gdt, "bf16") ? ST_F32 : ST_BF16;
+    stream_plan_set_all(&plan, act);
+    stream_config sc = {.model = cfg, .B = B, .T = T, .weight_decay = 0.1f};
+    /* a small planner: the cheapest plan that fits (offload saves the recompute; a
+     * resident wte saves the second pass over it) */
+    plan.vocab_chunk = vchunk >= 0 ? vchunk : 0;
+    if (vchunk < 0 && stream_device_bytes(&sc, &plan) > budget) plan.vocab_chunk = 2048;
+    if (act_auto && stream_device_bytes(&sc, &plan) > budget) {
+        stream_plan_set_all(&plan, STREAM_ACT_RECOMPUTE);
+        if (vchunk < 0) {
+            plan.vocab_chunk = 0;
+            if (stream_device_bytes(&sc, &plan) > budget) plan.vocab_chunk = 2048;
+        }
+    }
+    if (act_auto) acts = plan.act[0] == STREAM_ACT_OFFLOAD ? "offload" : "recompute";
+    if (st_backend_with_budget(&dev, cpu, budget, &err) || stream_exec_create(&x, &sc, &plan, dev, &err)) goto fail;
+
+    gpt2_init_random(&m, 1);
+    stream_set_params(x, m.params);
+    segs = calloc((size_t)m.n_tensors, sizeof *segs);
+    if (!segs) { st_errf(&err, ST_ERR_NOMEM, "out of memory"); goto fail; }
+    for (int i = 0; i < m.n_tensors; i++) {
+        st_role r = m.tensors[i].role;
+        segs[i] = (optim_segment){m.tensors[i].offset, m.tensors[i].numel,
+                                  (r == ST_ROLE_MATMUL_WEIGHT || r == ST_ROLE_EMBEDDING) ? 0.1f : 0.0f};
+    }
+    if (optim_create(&opt, segs, m.n_tensors, OPTIM_STATE_F32, &err)) goto fail;
+
+    int N = B * T;
+    inp = malloc(sizeof(int32_t) * (size_t)N);
+    tgt = malloc(sizeof(int32_t) * (size_t)N);
+    ts = calloc((size_t)steps, sizeof(double)), tu = calloc((size_t)steps, sizeof(double));
+    te = calloc((size_t)steps, sizeof(double)), rr = calloc((size_t)steps, sizeof(double));
+    tc = calloc((size_t)steps, sizeof(double)), tt = calloc((size_t)steps, sizeof(double));
+    if (!inp || !tgt || !ts || !tu || !te || !rr || !tc || !tt) { st_errf(&err, ST_ERR_NOMEM, "out of memory"); goto fail; }
+    st_rng rng;
+    st_rng_seed(&rng, 7);
+    for (int i = 0; i < N; i++) inp[i] = (int32_t)(st_rng_u64(&rng) % (uint64_t)cfg.vocab_size);
+    for (int i = 0; i < N; i++) tgt[i] = (int32_t)(st_rng_u64(&rng) % (uint64_t)cfg.vocab_size);
+    stream_step_stats st = {0};
+    uint64_t h2d_max = 0, d2h_max = 0, h2d_act = 0, d2h_act = 0;
+    size_t peak = 0;
+    float loss_s = 0, loss_u = 0;
+    for (int s = -1; s < steps; s++) {
+        adamw_params hp = {1e-4f, 0.9f, 0.95f, 1e-8f, s + 2, 1.0f};
+        /* unstreamed: train.c's step */
+        double t0 = st_now();
+        gpt2_zero_grad(&m);
+        loss_u = gpt2_forward(&m, inp, tgt, 1.0f / N);
+        gpt2_backward(&m);
+        double norm = sqrt(optim_grad_sumsq_f32(m.grads, m.n_params));
+        hp.grad_scale = max_norm > 0 && norm > max_norm ? (float)(max_norm / norm) : 1.0f;
+        optim_step(opt, m.params, m.grads, &hp);
+        double tun = st_now() - t0;
+        /* streamed */
+        if (stream_step(x, inp, tgt, &hp, (float)max_norm, &st, &err)) goto fail;
+        loss_s = st.loss;
+        if (!json)
+            fprintf(stderr, "  step %d: streamed %.3f s (loss %.4f, compute %.3f, waits %.3f, optimizer tail %.3f, "
+                            "efficiency %.3f), unstreamed %.3f s (loss %.4f)\n",
+                    s + 1, st.wall_s, st.loss, st.compute_s, st.wait_s, st.optim_tail_s, st.overlap_efficiency, tun,
+                    loss_u);
+        if (s >= 0) {
+            ts[s] = st.wall_s; tu[s] = tun; te[s] = st.overlap_efficiency; rr[s] = st.wall_s / tun;
+            tc[s] = st.compute_s; tt[s] = st.optim_tail_s;
+            if (st.h2d_bytes > h2d_max) h2d_max = st.h2d_bytes;
+            if (st.h2d_act_bytes > h2d_act) h2d_act = st.h2d_act_bytes;
+            if (st.d2h_act_bytes > d2h_act) d2h_act = st.d2h_act_bytes;
+            if (st.d2h_bytes > d2h_max) d2h_max = st.d2h_bytes;
+            if (st.device_peak_bytes > peak) peak = st.device_peak_bytes;
+        }
+    }
+    double step_s = median(ts, steps), un_s = median(tu, steps), eff = median(te, steps), ratio = median(rr, steps);
+    double comp_s = median(tc, steps), tail_s = median(tt, steps);
+    if (json) {
+        printf("{\"bench\":\"stream\",\"model\":\"%s\",\"n_layer\":%d,\"n_embd\":%d,\"vocab_size\":%d,"
+               "\"batch\":%d,\"seq\":%d,\"params\":%zu,\"threads\":%d,\"steps\":%d,\"prefetch_depth\":%d,"
+               "\"acts\":\"%s\",\"overlap_optim\":%s,\"clip\":\"%s\",\"grad_dtype\":\"%s\",\"vocab_chunk\":%d,"
+               "\"training_state_bytes\":%zu,\"weight_bytes\":%zu,\"device_budget_bytes\":%zu,"
+               "\"device_peak_bytes\":%zu,\"h2d_bytes\":%llu,\"d2h_bytes\":%llu,\"h2d_act_bytes\":%llu,"
+               "\"d2h_act_bytes\":%llu,\"h2d_weight_per_weight\":%.3f,\"overlap_efficiency\":%.3f,"
+               "\"compute_s\":%.4f,\"optim_tail_s\":%.4f,\"step_s\":%.4f,\"unstreamed_step_s\":%.4f,"
+               "\"ratio\":%.3f,\"loss\":%.5f,\"unstreamed_loss\":%.5f}\n",
+               model, cfg.n_layer, cfg.n_embd, cfg.vocab_size, B, T, n, omp_get_max_threads(), steps, depth, acts,
+               overlap ? "true" : "false", clip, gdt, plan.vocab_chunk, state, weight_bytes, st.device_budget_bytes, peak,
+               (unsigned long long)h2d_max, (unsigned long long)d2h_max, (unsigned long long)h2d_act,
+               (unsigned long long)d2h_act, (double)(h2d_max - h2d_act) / weight_bytes, eff, comp_s, tail_s, step_s,
+               un_s, ratio, loss_s, loss_u);
+    } else {
+        printf("model %s (%zu params, state %.1f MB), device budget %.1f MB (peak %.1f MB), batch %d x seq %d\n"
+               "streamed %.3f s/step vs unstreamed %.3f s (ratio %.3f), overlap efficiency %.3f\n"
+               "h2d %.1f MB/step (weights and embeddings %.2f x weights, offloaded activations %.1f MB), "
+               "d2h %.1f MB/step\n",
+               model, n, state / 1e6, st.device_budget_bytes / 1e6, peak / 1e6, B, T, step_s, un_s, ratio, eff,
+               h2d_max / 1e6, (double)(h2d_max - h2d_act) / weight_bytes, h2d_act / 1e6, d2h_max / 1e6);
+    }
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "strata bench stream: %s\n", err.msg);
+done:
+    free(inp); free(tgt); free(ts); free(tu); free(te); free(rr); free(tc); free(tt);
+    free(segs);
+    optim_free(opt);
+    stream_exec_free(x);
+    if (dev) st_backend_free(dev);
+    gpt2_free(&m);
+    if (cpu) st_backend_free(cpu);
+    return rc;
+}

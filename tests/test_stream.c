@@ -1,0 +1,405 @@
+/* test_stream.c - the layer-streaming executor against the plain in-memory step.
+ *
+ * The in-memory loop here is train.c's (zero, forward, backward, global norm, clip,
+ * AdamW over the whole vector). The streamed step runs the same float operations on
+ * the same values (the blocks on device slabs, the update per block on the host), so
+ * the losses and the final parameters are expected bit for bit, with and without the
+ * optimizer overlap, with recompute, keep and offload, and on steps where clipping
+ * applies (the speculative update is rolled back) and where it does not. A model whose
+ * training state is 8x the device budget trains under that budget. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "strata/model.h"
+#include "strata/optim.h"
+#include "strata/prof.h"
+#include "strata/stream.h"
+#include "strata/tensor.h"
+#include "strata/tier.h"
+#include "testutil.h"
+
+#define STEPS 20
+
+static const float LR = 1e-3f, WD = 0.1f;
+
+static void batch(int step, int B, int T, int V, int32_t *in, int32_t *tg) {
+    /* a learnable pattern with noise: next token mostly (3 * token + 1) mod V */
+    st_rng r;
+    st_rng_seed(&r, 1000 + (uint64_t)step);
+    for (int b = 0; b < B; b++) {
+        int32_t t = (int32_t)(st_rng_u64(&r) % (uint64_t)V);
+        for (int i = 0; i < T; i++) {
+            in[b * T + i] = t;
+            t = st_rng_uniform(&r) < 0.8f ? (3 * t + 1) % V : (int32_t)(st_rng_u64(&r) % (uint64_t)V);
+            tg[b * T + i] = t;
+        }
+    }
+}
+
+static adamw_params hparams(long step) { return (adamw_params){LR, 0.9f, 0.95f, 1e-8f, step, 1.0f}; }
+
+/* train.c's step, on the plain CPU backend; bf16_blocks: the blocks' gradients rounded
+ * to bf16 first (what a bf16 drain delivers to the optimizer). */
+static void ref_train_ex(st_backend *cpu, const gpt2_config *cfg, int B, int T, float max_norm, float *losses,
+                         double *norms, float *final_params, int bf16_blocks) {
+    st_err err = {0};
+    gpt2_model m;
+    CHECK(gpt2_create(&m, cfg, cpu, &err) == ST_OK && gpt2_alloc_acts(&m, B, T, &err) == ST_OK, "ref: %s", err.msg);
+    gpt2_init_random(&m, 5);
+    optim_segment *segs = calloc((size_t)m.n_tensors, sizeof *segs);
+    for (int i = 0; i < m.n_tensors; i++) {
+        st_role r = m.tensors[i].role;
+        segs[i] = (optim_segment){m.tensors[i].offset, m.tensors[i].numel,
+                                  (r == ST_ROLE_MATMUL_WEIGHT || r == ST_ROLE_EMBEDDING) ? WD : 0.0f};
+    }
+    optim *o;
+    CHECK(optim_create(&o, segs, m.n_tensors, OPTIM_STATE_F32, &err) == ST_OK, "optim: %s", err.msg);
+    int N = B * T;
+    int32_t *in = malloc(sizeof(int32_t) * N), *tg = malloc(sizeof(int32_t) * N);
+    for (int s = 0; s < STEPS; s++) {
+        batch(s, B, T, cfg->vocab_size, in, tg);
+        gpt2_zero_grad(&m);
+        losses[s] = gpt2_forward(&m, in, tg, 1.0f / N);
+        gpt2_backward(&m);
+        if (bf16_blocks) {
+            size_t nb = (size_t)cfg->n_layer * m.block_numel;
+            uint16_t *tmp = malloc(nb * 2);
+            st_convert(tmp, ST_BF16, m.grads + m.block_offset0, ST_F32, nb);
+            st_convert(m.grads + m.block_offset0, ST_F32, tmp, ST_BF16, nb);
+            free(tmp);
+        }
+        double norm = sqrt(optim_grad_sumsq_f32(m.grads, m.n_params));
+        norms[s] = norm;
+        adamw_params hp = hparams(s + 1);
+        hp.grad_scale = (max_norm > 0 && norm > max_norm) ? (float)(max_norm / norm) : 1.0f;
+        optim_step(o, m.params, m.grads, &hp);
+    }
+    memcpy(final_params, m.params, m.n_params * sizeof(float));
+    free(in);
+    free(tg);
+    free(segs);
+    optim_free(o);
+    gpt2_free(&m);
+}
+
+static void ref_train(st_backend *cpu, const gpt2_config *cfg, int B, int T, float max_norm, float *losses,
+                      double *norms, float *final_params) {
+    ref_train_ex(cpu, cfg, B, T, max_norm, losses, norms, final_params, 0);
+}
+
+typedef struct run_result {
+    float losses[STEPS];
+    int clipped, rolled_back;
+    size_t peak, budget, need;
+    uint64_t h2d_max, d2h_max, h2d_act, d2h_act;
+    double eff;
+} run_result;
+
+static int stream_train(st_backend *cpu, const gpt2_config *cfg, int B, int T, float max_norm, const stream_plan *plan,
+                        size_t budget, run_result *res, float *final_params) {
+    st_err err = {0};
+    memset(res, 0, sizeof *res);
+    st_backend *dev;
+    CHECK(st_backend_with_budget(&dev, cpu, budget, &err) == ST_OK, "budget: %s", err.msg);
+    stream_config sc = {.model = *cfg, .B = B, .T = T, .weight_decay = WD};
+    res->need = stream_device_bytes(&sc, plan);
+    stream_exec *x;
+    if (stream_exec_create(&x, &sc, plan, dev, &err) != ST_OK) {
+        CHECK(0, "stream_exec_create: %s", err.msg);
+        st_backend_free(dev);
+        return 1;
+    }
+    stream_init_random(x, 5);
+    int N = B * T;
+    int32_t *in = malloc(sizeof(int32_t) * N), *tg = malloc(sizeof(int32_t) * N);
+    for (int s = 0; s < STEPS; s++) {
+        batch(s, B, T, cfg->vocab_size, in, tg);
+        stream_step_stats st;
+        adamw_params hp = hparams(s + 1);
+        CHECK(stream_step(x, in, tg, &hp, max_norm, &st, &err) == ST_OK, "step %d: %s", s, err.msg);
+        res->losses[s] = st.loss;
+        res->clipped += st.clipped;
+        res->rolled_back += st.rolled_back;
+        if (st.device_peak_bytes > res->peak) res->peak = st.device_peak_bytes;
+        res->budget = st.device_budget_bytes;
+        if (st.h2d_bytes > res->h2d_max) res->h2d_max = st.h2d_bytes;
+        if (st.d2h_bytes > res->d2h_max) res->d2h_max = st.d2h_bytes;
+        if (st.h2d_act_bytes > res->h2d_act) res->h2d_act = st.h2d_act_bytes;
+        if (st.d2h_act_bytes > res->d2h_act) res->d2h_act = st.d2h_act_bytes;
+        res->eff = st.overlap_efficiency;
+    }
+    memcpy(final_params, stream_params(x), stream_model(x)->n_params * sizeof(float));
+    free(in);
+    free(tg);
+    stream_exec_free(x);
+    st_backend_free(dev);
+    return 0;
+}
+
+/* exact: bit-identical losses and parameters expected (the same float operations);
+ * otherwise losses within 1e-5 relative and parameters close. */
+static void compare(const char *what, const float *ref_losses, const float *ref_params, const run_result *r,
+                    const float *params, size_t n, int exact) {
+    int same_loss = 0;
+    double worst = 0;
+    for (int s = 0; s < STEPS; s++) {
+        same_loss += memcmp(&ref_losses[s], &r->losses[s], sizeof(float)) == 0;
+        double rel = fabs((double)r->losses[s] - ref_losses[s]) / fabs((double)ref_losses[s]);
+        if (rel > worst) worst = rel;
+    }
+    CHECK(worst <= 1e-5, "%s: loss differs from the in-memory run by %.3g relative", what, worst);
+    if (exact) {
+        CHECK(same_loss == STEPS, "%s: %d of %d losses bit-identical to the in-memory run", what, same_loss, STEPS);
+        size_t diff = 0;
+        for (size_t i = 0; i < n; i++) diff += memcmp(&ref_params[i], &params[i], sizeof(float)) != 0;
+        CHECK(diff == 0, "%s: %zu of %zu final parameters differ from the in-memory run", what, diff, n);
+    } else {
+        /* Adam divides by the gradient's running RMS, so rounding-level gradient
+         * differences move near-zero-gradient weights by up to ~lr per step */
+        check_close_f32(what, params, ref_params, n, 20 * STEPS * LR * 1e-2, 1e-3);
+    }
+    printf("  %-34s losses %.6f -> %.6f, worst rel %.2g, clipped %d, rolled back %d, overlap eff %.2f\n", what,
+           r->losses[0], r->losses[STEPS - 1], worst, r->clipped, r->rolled_back, r->eff);
+}
+
+static void plan_mixed(stream_plan *p) {
+    for (int l = 0; l < p->n_layer; l++) p->act[l] = (unsigned char)(l % 3); /* keep, recompute, offload, ... */
+}
+
+/* Every transfer, compute phase and optimizer update is a span in the trace, transfers
+ * with their bytes. */
+static void test_trace(st_backend *cpu) {
+    st_err err = {0};
+    gpt2_config cfg = {64, 16, 3, 4, 32};
+    int B = 2, T = 16, N = B * T;
+    st_backend *dev;
+    CHECK(st_backend_with_budget(&dev, cpu, 16u << 20, &err) == ST_OK, "budget: %s", err.msg);
+    stream_plan plan;
+    stream_plan_default(&plan, cfg.n_layer);
+    plan.vocab_chunk = 16;
+    stream_config sc = {.model = cfg, .B = B, .T = T, .weight_decay = WD};
+    stream_exec *x;
+    CHECK(stream_exec_create(&x, &sc, &plan, dev, &err) == ST_OK, "create: %s", err.msg);
+    stream_init_random(x, 1);
+    char path[1100];
+    snprintf(path, sizeof path, "%s/stream.trace.json", test_tmpdir());
+    CHECK(prof_trace_start(path, "test_stream", &err) == ST_OK, "trace: %s", err.msg);
+    int32_t in[32], tg[32];
+    batch(0, B, T, cfg.vocab_size, in, tg);
+    (void)N;
+    stream_step_stats st;
+    adamw_params hp = hparams(1);
+    CHECK(stream_step(x, in, tg, &hp, 0, &st, &err) == ST_OK, "step: %s", err.msg);
+    stream_exec_free(x); /* joins the worker threads: their rings are complete */
+    CHECK(prof_trace_stop(&err) == ST_OK, "trace stop: %s", err.msg);
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL, "trace file %s", path);
+    if (f) {
+        static char buf[1 << 20];
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        buf[n] = 0;
+        fclose(f);
+        const char *want[] = {"\"h2d\"", "\"d2h\"", "forward block", "recompute block", "backward block",
+                              "forward head chunk", "backward head chunk", "optim block", "optim embed+head",
+                              "\"bytes\":", "copy engine", "optimizer"};
+        for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+            CHECK(strstr(buf, want[i]) != NULL, "trace lacks %s", want[i]);
+    }
+    st_backend_free(dev);
+}
+
+/* A non-finite gradient skips the step, as in memory: the speculative updates already
+ * made are rolled back and nothing changes. */
+static void test_nonfinite(st_backend *cpu) {
+    st_err err = {0};
+    gpt2_config cfg = {64, 16, 4, 4, 32};
+    int B = 2, T = 16;
+    st_backend *dev;
+    CHECK(st_backend_with_budget(&dev, cpu, 16u << 20, &err) == ST_OK, "budget: %s", err.msg);
+    stream_plan plan;
+    stream_plan_default(&plan, cfg.n_layer);
+    stream_config sc = {.model = cfg, .B = B, .T = T, .weight_decay = WD};
+    stream_exec *x;
+    CHECK(stream_exec_create(&x, &sc, &plan, dev, &err) == ST_OK, "create: %s", err.msg);
+    stream_init_random(x, 1);
+    size_t n = stream_model(x)->n_params, b0 = stream_model(x)->block_offset0;
+    float *p = stream_params(x);
+    p[b0 + 3] = NAN; /* block 0's ln_1 weight: everything downstream is NaN */
+    stream_set_params(x, p);
+    float *before = malloc(n * 4);
+    memcpy(before, p, n * 4);
+    int32_t in[32], tg[32];
+    batch(0, B, T, cfg.vocab_size, in, tg);
+    stream_step_stats st;
+    adamw_params hp = hparams(1);
+    CHECK(stream_step(x, in, tg, &hp, 1.0f, &st, &err) == ST_OK, "step: %s", err.msg);
+    CHECK(st.skipped == 1 && st.rolled_back == 1, "non-finite step: skipped %d, rolled back %d", st.skipped,
+          st.rolled_back);
+    CHECK(memcmp(before, stream_params(x), n * 4) == 0, "a skipped step changed the parameters");
+    size_t bytes;
+    float *m = optim_state_buffer(stream_optim(x), 0, &bytes), *v = optim_state_buffer(stream_optim(x), 1, &bytes);
+    size_t nz = 0;
+    for (size_t i = 0; i < n; i++) nz += m[i] != 0.0f || v[i] != 0.0f;
+    CHECK(nz == 0, "a skipped step left %zu non-zero moments", nz);
+    free(before);
+    stream_exec_free(x);
+    st_backend_free(dev);
+}
+
+int main(void) {
+    st_err err = {0};
+    st_backend *cpu;
+    CHECK(st_backend_cpu_create(&cpu, 0, &err) == ST_OK, "cpu: %s", err.msg);
+
+    /* ---- the budget: training state >= 8x the device budget */
+    {
+        gpt2_config cfg = {256, 32, 24, 4, 128};
+        int B = 2, T = 32;
+        gpt2_model shell;
+        CHECK(gpt2_create_shell(&shell, &cfg, cpu, &err) == ST_OK, "shell: %s", err.msg);
+        size_t n = shell.n_params;
+        gpt2_free(&shell);
+        size_t state = n * 16; /* fp32 params, grads, two moments */
+        size_t budget = state / 8;
+        stream_plan plan;
+        stream_plan_default(&plan, cfg.n_layer);
+        stream_config sc = {.model = cfg, .B = B, .T = T, .weight_decay = WD};
+        size_t need = stream_device_bytes(&sc, &plan);
+        printf("deep model: %zu params, training state %zu bytes, budget %zu (1/8), plan needs %zu\n", n, state, budget,
+               need);
+        CHECK(need <= budget, "the default plan needs %zu > budget %zu", need, budget);
+
+        /* a plan that does not fit is an error that names the bytes missing */
+        st_backend *small;
+        CHECK(st_backend_with_budget(&small, cpu, need - 4096, &err) == ST_OK, "small budget");
+        stream_exec *x = NULL;
+        st_status s = stream_exec_create(&x, &sc, &plan, small, &err);
+        CHECK(s == ST_ERR_NOMEM && strstr(err.msg, "bytes missing"), "a plan over budget: %d '%s'", s, err.msg);
+        stream_exec_free(x);
+        st_backend_free(small);
+
+        float ref_losses[STEPS];
+        double norms[STEPS];
+        float *ref_p = malloc(n * 4), *p = malloc(n * 4);
+        ref_train(cpu, &cfg, B, T, 0, ref_losses, norms, ref_p);
+        run_result r;
+        stream_train(cpu, &cfg, B, T, 0, &plan, budget, &r, p);
+        CHECK(r.peak <= budget, "device peak %zu exceeds the budget %zu", r.peak, budget);
+        CHECK(r.budget == budget / 256 * 256, "budget reported %zu", r.budget);
+        CHECK(state >= 8 * r.budget, "state %zu < 8 x budget %zu", state, r.budget);
+        size_t weight_bytes = n * 4;
+        CHECK(r.h2d_max <= 2 * weight_bytes, "h2d %llu bytes per step > 2 x weights %zu", (unsigned long long)r.h2d_max,
+              weight_bytes);
+        CHECK(r.d2h_max == weight_bytes, "d2h %llu bytes per step != one gradient %zu", (unsigned long long)r.d2h_max,
+              weight_bytes);
+        printf("  peak %zu of budget %zu, h2d %.2f x weights, d2h %.2f x weights\n", r.peak, r.budget,
+               (double)r.h2d_max / weight_bytes, (double)r.d2h_max / weight_bytes);
+        compare("24 blocks, state = 8 x budget", ref_losses, ref_p, &r, p, n, 1);
+        free(ref_p);
+        free(p);
+    }
+
+    /* ---- plans, overlap and clipping on a small model */
+    {
+        gpt2_config cfg = {128, 32, 6, 4, 64};
+        int B = 2, T = 32;
+        gpt2_model shell;
+        CHECK(gpt2_create_shell(&shell, &cfg, cpu, &err) == ST_OK, "shell: %s", err.msg);
+        size_t n = shell.n_params, bn = shell.block_numel;
+        gpt2_free(&shell);
+        float ref_losses[STEPS], ref0_losses[STEPS];
+        double norms[STEPS];
+        float *ref_p = malloc(n * 4), *p = malloc(n * 4);
+        /* a clip threshold that some steps exceed and others do not */
+        ref_train(cpu, &cfg, B, T, 0, ref0_losses, norms, ref_p);
+        double sorted[STEPS];
+        memcpy(sorted, norms, sizeof sorted);
+        for (int i = 0; i < STEPS; i++)
+            for (int j = i + 1; j < STEPS; j++)
+                if (sorted[j] < sorted[i]) { double t = sorted[i]; sorted[i] = sorted[j]; sorted[j] = t; }
+        float max_norm = (float)(0.5 * (sorted[STEPS / 2 - 1] + sorted[STEPS / 2]));
+        ref_train(cpu, &cfg, B, T, max_norm, ref_losses, norms, ref_p);
+        size_t budget = 64u << 20;
+
+        float *ref16_losses = malloc(sizeof(float) * STEPS), *ref16_p = malloc(n * 4);
+        ref_train_ex(cpu, &cfg, B, T, max_norm, ref16_losses, norms, ref16_p, 1);
+        struct { const char *name; int depth, overlap, clip, acts, vchunk, bf16; } v[] = {
+            {"recompute, overlap, speculative", 1, 1, STREAM_CLIP_SPECULATE, STREAM_ACT_RECOMPUTE, 0, 0},
+            {"recompute, no overlap", 1, 0, STREAM_CLIP_SPECULATE, STREAM_ACT_RECOMPUTE, 0, 0},
+            {"recompute, overlap, deferred", 1, 1, STREAM_CLIP_DEFER, STREAM_ACT_RECOMPUTE, 0, 0},
+            {"keep, depth 2, overlap", 2, 1, STREAM_CLIP_SPECULATE, STREAM_ACT_KEEP, 0, 0},
+            {"offload, overlap", 1, 1, STREAM_CLIP_SPECULATE, STREAM_ACT_OFFLOAD, 0, 0},
+            {"offload, no overlap", 1, 0, STREAM_CLIP_SPECULATE, STREAM_ACT_OFFLOAD, 0, 0},
+            {"keep/recompute/offload, depth 3", 3, 1, STREAM_CLIP_SPECULATE, -1, 0, 0},
+            {"vocab chunks of 48, overlap", 1, 1, STREAM_CLIP_SPECULATE, STREAM_ACT_RECOMPUTE, 48, 0},
+            {"vocab chunks of 48, no overlap", 1, 0, STREAM_CLIP_SPECULATE, STREAM_ACT_RECOMPUTE, 48, 0},
+            {"vocab in one chunk, offload", 1, 1, STREAM_CLIP_SPECULATE, STREAM_ACT_OFFLOAD, 128, 0},
+            {"bf16 drain, overlap", 1, 1, STREAM_CLIP_SPECULATE, STREAM_ACT_RECOMPUTE, 0, 1},
+            {"bf16 drain, no overlap, chunks of 48", 1, 0, STREAM_CLIP_SPECULATE, STREAM_ACT_RECOMPUTE, 48, 1},
+        };
+        for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+            stream_plan plan;
+            stream_plan_default(&plan, cfg.n_layer);
+            plan.prefetch_depth = v[i].depth;
+            plan.overlap_optim = v[i].overlap;
+            plan.clip = (stream_clip)v[i].clip;
+            plan.vocab_chunk = v[i].vchunk;
+            plan.grad_dtype = v[i].bf16 ? ST_BF16 : ST_F32;
+            if (v[i].acts >= 0) stream_plan_set_all(&plan, (stream_act)v[i].acts);
+            else plan_mixed(&plan);
+            run_result r;
+            if (stream_train(cpu, &cfg, B, T, max_norm, &plan, budget, &r, p)) continue;
+            /* bf16: against the in-memory run with the same rounding; the norm's partial
+             * sums split where bf16 blocks meet fp32 embeddings, so not bit for bit */
+            compare(v[i].name, v[i].bf16 ? ref16_losses : ref_losses, v[i].bf16 ? ref16_p : ref_p, &r, p, n,
+                    v[i].vchunk == 0 && !v[i].bf16);
+            CHECK(r.clipped > 0 && r.clipped < STEPS, "%s: clipping applied on %d of %d steps", v[i].name, r.clipped,
+                  STEPS);
+            if (v[i].overlap && v[i].clip == STREAM_CLIP_SPECULATE)
+                CHECK(r.rolled_back == r.clipped, "%s: %d rollbacks for %d clipped steps", v[i].name, r.rolled_back,
+                      r.clipped);
+            /* weights move 2L - depth - 1 times per step, the embedding and head once */
+            int resident = v[i].depth + 1 < cfg.n_layer ? v[i].depth + 1 : cfg.n_layer;
+            size_t offl = 0;
+            if (v[i].acts == STREAM_ACT_OFFLOAD) {
+                gpt2_model sh;
+                gpt2_create_shell(&sh, &cfg, cpu, &err);
+                sh.B = B;
+                sh.T = T;
+                offl = (size_t)(cfg.n_layer - 2) * gpt2_block_act_floats(&sh) * 4; /* each way */
+                gpt2_free(&sh);
+            }
+            uint64_t want = (uint64_t)(2 * cfg.n_layer - resident) * bn * 4 + (n - (size_t)cfg.n_layer * bn) * 4 + offl;
+            uint64_t want_d2h = n * 4 + offl;
+            if (v[i].vchunk) {
+                /* wte twice less the two chunks still resident, not wte/wpe after the update;
+                 * the embedding and targets in, the residual gradient out instead of wpe's */
+                size_t V = (size_t)cfg.vocab_size, C = (size_t)cfg.n_embd, vc = (size_t)v[i].vchunk;
+                size_t nvc = (V + vc - 1) / vc, Nn = (size_t)B * T;
+                size_t wte2 = 2 * V * C - (nvc >= 2 ? vc + (V - (nvc - 1) * vc) : V) * C;
+                want = want - (V + (size_t)cfg.max_seq) * C * 4 + wte2 * 4 + Nn * C * 4 + Nn * 4;
+                want_d2h = want_d2h - (size_t)cfg.max_seq * C * 4 + Nn * C * 4;
+            }
+            if (v[i].bf16) want_d2h -= (size_t)cfg.n_layer * bn * 2;
+            CHECK(r.h2d_max == want, "%s: h2d %llu bytes per step, expected %llu", v[i].name,
+                  (unsigned long long)r.h2d_max, (unsigned long long)want);
+            CHECK(r.h2d_act == offl && r.d2h_act == offl, "%s: activation bytes %llu in, %llu out, expected %zu",
+                  v[i].name, (unsigned long long)r.h2d_act, (unsigned long long)r.d2h_act, offl);
+            CHECK(r.h2d_max - offl <= 2 * n * 4, "%s: h2d %llu bytes of weights per step > 2 x weights", v[i].name,
+                  (unsigned long long)(r.h2d_max - offl));
+            CHECK(r.d2h_max == want_d2h, "%s: d2h %llu bytes per step, expected %llu", v[i].name,
+                  (unsigned long long)r.d2h_max, (unsigned long long)want_d2h);
+            CHECK(r.peak <= r.budget, "%s: peak %zu over budget %zu", v[i].name, r.peak, r.budget);
+        }
+        (void)ref0_losses;
+        free(ref16_losses);
+        free(ref16_p);
+        free(ref_p);
+        free(p);
+    }
+    test_trace(cpu);
+    test_nonfinite(cpu);
+    st_backend_free(cpu);
+    return test_finish("stream");
+}
