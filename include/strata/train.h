@@ -37,6 +37,7 @@ typedef struct train_config {
     char init_from[1024]; /* a Hugging Face model directory to fine-tune (its config.json sets the shape) */
     char save_hf[1024];   /* at the end, write the model as a Hugging Face directory here */
     char save_hf_dtype[8]; /* f32 or bf16 */
+    double device_budget; /* > 0: layer streaming with this many device bytes (GPT-2) */
     volatile int *stop_flag; /* set to nonzero (e.g. by SIGINT) to checkpoint and stop */
 } train_config;
 

@@ -15,6 +15,8 @@
 
 #include "ckpt/fileutil.h"
 #include "strata/ckpt.h"
+#include "strata/stream.h"
+#include "strata/tier.h"
 #include "strata/data.h"
 #include "strata/prof.h"
 #include "strata/train.h"
@@ -173,6 +175,60 @@ static st_status save_checkpoint(const train_config *c, st_model *m, optim *o, c
     return st_file_writer_close(&w, s, err);
 }
 
+/* ------------------------------------------------------------------ layer streaming */
+
+/* The plan strata train gives the streaming executor: the whole vocabulary on the
+ * device if it fits, else 2048-row chunks; activations kept if they fit, else
+ * offloaded, else recomputed (the cheapest first, on this backend). */
+static st_status open_streamed(const train_config *c, const gpt2_config *mc, int is_llama, st_backend *be,
+                               st_backend **dev, stream_exec **sx, st_err *err) {
+    if (is_llama) return st_errf(err, ST_ERR_UNSUPPORTED, "key 'device_budget': layer streaming runs GPT-2 models so far");
+    if (c->grad_accum != 1)
+        return st_errf(err, ST_ERR_UNSUPPORTED, "key 'device_budget': layer streaming does not accumulate gradients "
+                       "yet; use grad_accum 1");
+    if (strcmp(c->optim_state, "f32"))
+        return st_errf(err, ST_ERR_UNSUPPORTED, "key 'device_budget': layer streaming keeps fp32 optimizer states");
+    stream_config sc = {.model = *mc, .B = c->batch, .T = c->seq, .weight_decay = (float)c->weight_decay};
+    stream_plan plan;
+    stream_plan_default(&plan, mc->n_layer);
+    size_t budget = (size_t)c->device_budget;
+    static const stream_act order[] = {STREAM_ACT_KEEP, STREAM_ACT_OFFLOAD, STREAM_ACT_RECOMPUTE};
+    int found = 0;
+    for (int chunk = 0; chunk < 2 && !found; chunk++) {
+        plan.vocab_chunk = chunk ? 2048 : 0;
+        for (int a = 0; a < 3 && !found; a++) {
+            stream_plan_set_all(&plan, order[a]);
+            found = stream_device_bytes(&sc, &plan) <= budget;
+        }
+    }
+    if (!found) plan.vocab_chunk = 2048; /* recompute + chunks: create reports the bytes missing */
+    st_status s = st_backend_with_budget(dev, be, budget, err);
+    if (s) return st_err_prefix(err, "key 'device_budget'");
+    if ((s = stream_exec_create(sx, &sc, &plan, *dev, err))) return st_err_prefix(err, "key 'device_budget'");
+    st_log(1, "layer streaming: device budget %.1f MiB, activations %s, vocabulary %s\n", budget / 1048576.0,
+           plan.act[0] == STREAM_ACT_KEEP ? "kept" : plan.act[0] == STREAM_ACT_OFFLOAD ? "offloaded" : "recomputed",
+           plan.vocab_chunk ? "in 2048-row chunks" : "resident");
+    return ST_OK;
+}
+
+static st_status streamed_step(const train_config *c, stream_exec *sx, train_data *td, train_state_header *hs,
+                               long step, int32_t *inputs, int32_t *targets, double *loss, double *norm,
+                               int *skipped, st_err *err) {
+    prof_span pd = prof_begin(PROF_CAT_DATA, "data wait", -1);
+    st_status s = data_next(td, c->batch, c->seq, inputs, targets, err);
+    prof_end(&pd);
+    if (s) return s;
+    adamw_params hp = {(float)train_lr_at(c, step), (float)c->beta1, (float)c->beta2, (float)c->eps,
+                       (long)hs->adam_step + 1, 1.0f};
+    stream_step_stats st;
+    if ((s = stream_step(sx, inputs, targets, &hp, (float)c->grad_clip, &st, err))) return s;
+    *loss = st.loss;
+    *norm = st.grad_norm;
+    *skipped = st.skipped;
+    if (!st.skipped) hs->adam_step++;
+    return ST_OK;
+}
+
 /* ------------------------------------------------------------------ the loop */
 
 st_status train_run(const train_config *c, train_result *res, st_err *err) {
@@ -207,15 +263,33 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     train_state_header *hs = NULL;
     prof_run *pr = NULL;
     int B = c->batch, T = c->seq;
+    /* layer streaming (device_budget > 0): the executor owns the host vectors and the
+     * optimizer; the loop sees them through a GPT-2 view for checkpoints */
+    st_backend *dev = NULL;
+    stream_exec *sx = NULL;
+    gpt2_model sview;
+    st_model swrap;
 
     if ((s = st_backend_cpu_create(&be, c->threads, err))) goto done;
-    st_model_overrides ov = {c->vocab_size, c->max_seq, c->n_layer, c->n_head, c->n_embd};
-    if (c->init_from[0]) s = st_model_create_hf(&m, c->init_from, be, err); /* shape and weights */
-    else if (is_llama) s = st_model_create_llama(&m, &lc, be, err);
-    else s = st_model_create(&m, c->model, &ov, be, err);
-    if (s) goto done;
-    if ((s = m->ops->alloc_acts(m, B, T, err))) goto done;
-    if (!c->init_from[0]) m->ops->init_random(m, c->seed);
+    if (c->device_budget > 0) {
+        if ((s = open_streamed(c, &mc, is_llama, be, &dev, &sx, err))) goto done;
+        sview = *stream_model(sx);
+        sview.params = stream_params(sx);
+        sview.grads = stream_grads(sx);
+        sview.be = be;
+        st_model_wrap_gpt2(&swrap, &sview);
+        m = &swrap;
+        opt = stream_optim(sx);
+        stream_init_random(sx, c->seed);
+    } else {
+        st_model_overrides ov = {c->vocab_size, c->max_seq, c->n_layer, c->n_head, c->n_embd};
+        if (c->init_from[0]) s = st_model_create_hf(&m, c->init_from, be, err); /* shape and weights */
+        else if (is_llama) s = st_model_create_llama(&m, &lc, be, err);
+        else s = st_model_create(&m, c->model, &ov, be, err);
+        if (s) goto done;
+        if ((s = m->ops->alloc_acts(m, B, T, err))) goto done;
+        if (!c->init_from[0]) m->ops->init_random(m, c->seed);
+    }
 
     /* weight decay by role, which comes from each tensor's name */
     segs = calloc((size_t)m->n_tensors, sizeof *segs);
@@ -226,7 +300,7 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
                                   (r == ST_ROLE_MATMUL_WEIGHT || r == ST_ROLE_EMBEDDING) ? (float)c->weight_decay : 0.0f};
     }
     optim_state_format fmt = strcmp(c->optim_state, "8bit") ? OPTIM_STATE_F32 : OPTIM_STATE_8BIT;
-    if ((s = optim_create(&opt, segs, m->n_tensors, fmt, err))) goto done;
+    if (!sx && (s = optim_create(&opt, segs, m->n_tensors, fmt, err))) goto done;
     if ((s = data_open(&td, c, m->vocab_size, err))) goto done;
 
     hs = calloc(1, sizeof *hs); /* 4 KiB of data state: not on the stack */
@@ -240,6 +314,7 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
         snprintf(path, sizeof path, "%s/train_state.bin", ck);
         if ((s = train_state_load(path, hs, opt, err))) goto done;
         if ((s = data_restore_state(&td, hs, path, err))) goto done;
+        if (sx) stream_set_params(sx, stream_params(sx)); /* the device copies follow the host */
         st_log(1, "resumed from %s at step %llu\n", ck, (unsigned long long)hs->step);
     }
 
@@ -270,13 +345,19 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     double tok_s_sum = 0;
     long timed = 0;
     float last_loss = NAN;
-    int saved_at_end = 0;
+    int saved_at_end = 0, last_skipped = 0;
+    double last_norm = 0;
     while ((long)hs->step < end) {
         double t0 = st_now();
         long step = (long)hs->step + 1;
         prof_step_begin(pr, step);
-        st_model_zero_grad(m);
         double loss = 0;
+        if (sx) {
+            if ((s = streamed_step(c, sx, &td, hs, step, inputs, targets, &loss, &last_norm, &last_skipped, err)))
+                goto done;
+            goto step_done;
+        }
+        st_model_zero_grad(m);
         float dloss = 1.0f / ((float)B * T * c->grad_accum);
         for (int micro = 0; micro < c->grad_accum; micro++) {
             prof_span pd = prof_begin(PROF_CAT_DATA, "data wait", -1);
@@ -287,16 +368,17 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
             m->ops->backward(m);
         }
         prof_span pn = prof_begin(PROF_CAT_OPTIM, "grad norm", -1);
-        double sumsq = optim_grad_sumsq_f32(m->grads, m->n_params), norm = sqrt(sumsq);
+        double sumsq = optim_grad_sumsq_f32(m->grads, m->n_params);
+        last_norm = sqrt(sumsq);
         prof_end(&pn);
-        double lr = train_lr_at(c, step);
-        int skipped = !isfinite(norm);
-        if (skipped) {
+        last_skipped = !isfinite(last_norm);
+        if (last_skipped) {
             st_log(1, "step %ld: non-finite gradient norm; update skipped, no state changed\n", step);
         } else {
             float scale = optim_clip_scale(sumsq, 1.0f, (float)c->grad_clip);
             hs->adam_step++;
-            adamw_params hp = {(float)lr, (float)c->beta1, (float)c->beta2, (float)c->eps, (long)hs->adam_step, scale};
+            adamw_params hp = {(float)train_lr_at(c, step), (float)c->beta1, (float)c->beta2, (float)c->eps,
+                               (long)hs->adam_step, scale};
             /* the sum of squares is already known: the engine need not read the gradients twice */
             optim_step_args oa = {.params = m->params, .grads = m->grads, .grad_dtype = ST_F32, .grad_sumsq = sumsq};
             prof_span po = prof_begin(PROF_CAT_OPTIM, "optimizer", -1);
@@ -304,6 +386,9 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
             prof_end(&po);
             if (s) goto done;
         }
+    step_done:;
+        double norm = last_norm, lr = train_lr_at(c, step);
+        int skipped = last_skipped;
         hs->step = (uint64_t)step;
         data_save_state(&td, hs);
         double dt = st_now() - t0;
@@ -364,8 +449,13 @@ done:
     free(targets);
     data_close(&td);
     free(segs);
-    optim_free(opt);
-    st_model_free(m);
+    if (sx) {
+        stream_exec_free(sx); /* owns the optimizer and the host vectors the view used */
+        st_backend_free(dev);
+    } else {
+        optim_free(opt);
+        st_model_free(m);
+    }
     st_backend_free(be);
     return s;
 }

@@ -29,6 +29,7 @@ static const key_def keys[] = {
     {"init_from", K_STR, STR(init_from), 0, 0, "fine-tune a Hugging Face model directory (Llama, Qwen2, Qwen3, Mistral)"},
     {"save_hf", K_STR, STR(save_hf), 0, 0, "write the final model as a Hugging Face directory here"},
     {"save_hf_dtype", K_STR, STR(save_hf_dtype), 0, 0, "dtype of --save_hf weights: f32 or bf16"},
+    {"device_budget", K_DOUBLE, OFF(device_budget), 0, 0, 1e18, "bytes of device memory: > 0 streams the layers (GPT-2)"},
     {"vocab_size", K_INT, OFF(vocab_size), 0, 0, 0, "override the preset's vocabulary size (0: keep)"},
     {"max_seq", K_INT, OFF(max_seq), 0, 0, 0, "override the preset's maximum sequence length (0: keep)"},
     {"n_layer", K_INT, OFF(n_layer), 0, 0, 4096, "override the preset's layer count (0: keep)"},
