@@ -50,6 +50,15 @@ typedef struct st_param_info {
     st_role role;
 } st_param_info;
 
+/* The tensor called name in a table of n, or NULL. */
+const st_param_info *st_params_find(const st_param_info *t, int n, const char *name);
+/* Initialise a flat host vector by role (deterministic in seed, tensors in table order):
+ * norm weights 1, biases and norm biases 0, everything else N(0, 0.02), scaled by
+ * resid_scale for tensors whose name ends with resid_suffix (the projections into the
+ * residual stream; NULL: none). */
+void st_params_init_by_role(const st_param_info *t, int n, float *host, uint64_t seed, const char *resid_suffix,
+                            float resid_scale);
+
 typedef struct gpt2_acts gpt2_acts;
 
 typedef struct gpt2_model {

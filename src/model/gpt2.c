@@ -268,35 +268,13 @@ void gpt2_free(gpt2_model *m) {
 }
 
 const st_param_info *gpt2_find_tensor(const gpt2_model *m, const char *name) {
-    for (int i = 0; i < m->n_tensors; i++)
-        if (!strcmp(m->tensors[i].name, name)) return &m->tensors[i];
-    return NULL;
+    return st_params_find(m->tensors, m->n_tensors, name);
 }
 
 void gpt2_init_random(gpt2_model *m, uint64_t seed) {
     float *host = malloc(m->n_params * sizeof(float));
     if (!host) return;
-    st_rng rng;
-    st_rng_seed(&rng, seed);
-    float resid_scale = 1.0f / sqrtf(2.0f * m->cfg.n_layer);
-    for (int i = 0; i < m->n_tensors; i++) {
-        const st_param_info *t = &m->tensors[i];
-        float *p = host + t->offset;
-        switch (t->role) {
-        case ST_ROLE_NORM_WEIGHT:
-            for (size_t j = 0; j < t->numel; j++) p[j] = 1.0f;
-            break;
-        case ST_ROLE_BIAS:
-        case ST_ROLE_NORM_BIAS:
-            memset(p, 0, t->numel * sizeof(float));
-            break;
-        default: {
-            float std = 0.02f;
-            if (ends_with(t->name, "c_proj.weight")) std *= resid_scale;
-            for (size_t j = 0; j < t->numel; j++) p[j] = std * st_rng_normal(&rng);
-        }
-        }
-    }
+    st_params_init_by_role(m->tensors, m->n_tensors, host, seed, "c_proj.weight", 1.0f / sqrtf(2.0f * m->cfg.n_layer));
     m->be->ops->copy_to_device(m->be, m->params, host, m->n_params * sizeof(float));
     free(host);
 }

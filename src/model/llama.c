@@ -363,27 +363,13 @@ void llama_free(llama_model *m) {
 }
 
 const st_param_info *llama_find_tensor(const llama_model *m, const char *name) {
-    for (int i = 0; i < m->n_tensors; i++)
-        if (!strcmp(m->tensors[i].name, name)) return &m->tensors[i];
-    return NULL;
+    return st_params_find(m->tensors, m->n_tensors, name);
 }
 
 void llama_init_random(llama_model *m, uint64_t seed) {
     float *host = malloc(m->n_params * sizeof(float));
     if (!host) return;
-    st_rng rng;
-    st_rng_seed(&rng, seed);
-    for (int i = 0; i < m->n_tensors; i++) {
-        const st_param_info *t = &m->tensors[i];
-        float *p = host + t->offset;
-        if (t->role == ST_ROLE_NORM_WEIGHT) {
-            for (size_t j = 0; j < t->numel; j++) p[j] = 1.0f;
-        } else if (t->role == ST_ROLE_BIAS || t->role == ST_ROLE_NORM_BIAS) {
-            memset(p, 0, t->numel * sizeof(float));
-        } else {
-            for (size_t j = 0; j < t->numel; j++) p[j] = 0.02f * st_rng_normal(&rng);
-        }
-    }
+    st_params_init_by_role(m->tensors, m->n_tensors, host, seed, NULL, 1.0f);
     m->be->ops->copy_to_device(m->be, m->params, host, m->n_params * sizeof(float));
     free(host);
 }

@@ -113,3 +113,34 @@ void st_model_free(st_model *m) {
 }
 
 void st_model_zero_grad(st_model *m) { m->be->ops->memset0(m->be, m->grads, m->n_params * sizeof(float)); }
+
+const st_param_info *st_params_find(const st_param_info *t, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(t[i].name, name)) return &t[i];
+    return NULL;
+}
+
+void st_params_init_by_role(const st_param_info *t, int n, float *host, uint64_t seed, const char *resid_suffix,
+                            float resid_scale) {
+    st_rng rng;
+    st_rng_seed(&rng, seed);
+    size_t ls = resid_suffix ? strlen(resid_suffix) : 0;
+    for (int i = 0; i < n; i++) {
+        float *p = host + t[i].offset;
+        switch (t[i].role) {
+        case ST_ROLE_NORM_WEIGHT:
+            for (size_t j = 0; j < t[i].numel; j++) p[j] = 1.0f;
+            break;
+        case ST_ROLE_BIAS:
+        case ST_ROLE_NORM_BIAS:
+            memset(p, 0, t[i].numel * sizeof(float));
+            break;
+        default: {
+            size_t ln = strlen(t[i].name);
+            float std = 0.02f;
+            if (ls && ln >= ls && !strcmp(t[i].name + ln - ls, resid_suffix)) std *= resid_scale;
+            for (size_t j = 0; j < t[i].numel; j++) p[j] = std * st_rng_normal(&rng);
+        }
+        }
+    }
+}
