@@ -9,6 +9,7 @@
 #include "cli/cli.h"
 #include "cli/cli_prof.h"
 #include "strata/prof.h"
+#include "strata/llama.h"
 #include "strata/train.h"
 
 static void plan_usage(FILE *f) {
@@ -72,14 +73,24 @@ int cmd_plan(int argc, char **argv) {
         }
     }
     gpt2_config mc;
-    if (train_config_resolve(&cfg, &mc, &err)) {
+    llama_config lc;
+    int is_llama;
+    prof_mem_estimate e;
+    if (train_config_resolve_llama(&cfg, &lc, &is_llama, &err) || (!is_llama && train_config_resolve(&cfg, &mc, &err))) {
         fprintf(stderr, "strata plan: %s\n", err.msg);
         return 2;
     }
-    prof_mem_estimate e;
-    prof_mem_estimate_gpt2(&mc, cfg.batch, cfg.seq, !strcmp(cfg.optim_state, "8bit"), &e);
-    printf("plan for %s (L=%d C=%d NH=%d V=%d maxT=%d), batch %d x seq %d, optim_state %s\n", cfg.model, mc.n_layer,
-           mc.n_embd, mc.n_head, mc.vocab_size, mc.max_seq, cfg.batch, cfg.seq, cfg.optim_state);
+    if (is_llama) { /* the Llama family: parameters and stored activations from the model's own counts */
+        prof_mem_estimate_generic((double)llama_param_count(&lc), (double)llama_act_bytes(&lc, cfg.batch, cfg.seq),
+                                  cfg.batch, cfg.seq, !strcmp(cfg.optim_state, "8bit"), &e);
+        printf("plan for %s (L=%d C=%d NH=%d NKV=%d V=%d maxT=%d), batch %d x seq %d, optim_state %s\n",
+               cfg.init_from[0] ? cfg.init_from : cfg.model, lc.n_layer, lc.hidden_size, lc.n_head, lc.n_kv_head,
+               lc.vocab_size, lc.max_seq, cfg.batch, cfg.seq, cfg.optim_state);
+    } else {
+        prof_mem_estimate_gpt2(&mc, cfg.batch, cfg.seq, !strcmp(cfg.optim_state, "8bit"), &e);
+        printf("plan for %s (L=%d C=%d NH=%d V=%d maxT=%d), batch %d x seq %d, optim_state %s\n", cfg.model,
+               mc.n_layer, mc.n_embd, mc.n_head, mc.vocab_size, mc.max_seq, cfg.batch, cfg.seq, cfg.optim_state);
+    }
     prof_mem_print(stdout, &e, budget);
     if (prof_mem_check(&e, budget, &err)) {
         printf("\n%s\n", err.msg);
