@@ -451,11 +451,11 @@ done:
     free(segs);
     if (sx) {
         stream_exec_free(sx); /* owns the optimizer and the host vectors the view used */
-        st_backend_free(dev);
     } else {
         optim_free(opt);
         st_model_free(m);
     }
+    st_backend_free(dev); /* also when the executor could not be created on it */
     st_backend_free(be);
     return s;
 }
