@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/cli_probe.h"
 #include "cli/cli_prof.h"
 #include "cli/cli_stream.h"
 #include "strata/backend.h"
@@ -19,6 +20,7 @@ static const char *usage =
     "  bench     measure a component and print its figures (--json for one JSON object)\n"
     "  inspect   describe a checkpoint or model directory\n"
     "  plan      the memory each class of training state needs, and whether it fits\n"
+    "  probe     measure each disk path's read and write bandwidth (a hardware profile)\n"
     "  report    an HTML report (charts) and a summary of a run directory\n";
 
 int cmd_bench(int argc, char **argv) {
@@ -86,6 +88,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 1, argv + 1);
     if (!strcmp(cmd, "report")) return cmd_report(argc - 1, argv + 1);
     if (!strcmp(cmd, "plan")) return cmd_plan(argc - 1, argv + 1);
+    if (!strcmp(cmd, "probe")) return cmd_probe(argc - 1, argv + 1);
     fprintf(stderr, "strata: unknown command '%s'\n\n%s", cmd, usage);
     return 2;
 }
