@@ -17,22 +17,6 @@
 #include "strata/safetensors.h"
 #include "testutil.h"
 
-static int meta_int(st_safetensors *st, const char *k) {
-    const char *v = safetensors_meta(st, k);
-    return v ? atoi(v) : -1;
-}
-
-static float *read_all(st_safetensors *st, const char *name, size_t n) {
-    float *buf = malloc(n * sizeof(float));
-    st_err err = {0};
-    if (safetensors_read_f32(st, name, buf, n, NULL, 0, &err) != ST_OK) {
-        fprintf(stderr, "%s\n", err.msg);
-        free(buf);
-        return NULL;
-    }
-    return buf;
-}
-
 int main(void) {
     st_err err = {0};
     st_safetensors *fx;
@@ -40,9 +24,9 @@ int main(void) {
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }
-    gpt2_config cfg = {meta_int(fx, "vocab_size"), meta_int(fx, "n_positions"), meta_int(fx, "n_layer"),
-                       meta_int(fx, "n_head"), meta_int(fx, "n_embd")};
-    int B = meta_int(fx, "B"), T = meta_int(fx, "T"), V = cfg.vocab_size, N = B * T;
+    gpt2_config cfg = {test_meta_int(fx, "vocab_size"), test_meta_int(fx, "n_positions"), test_meta_int(fx, "n_layer"),
+                       test_meta_int(fx, "n_head"), test_meta_int(fx, "n_embd")};
+    int B = test_meta_int(fx, "B"), T = test_meta_int(fx, "T"), V = cfg.vocab_size, N = B * T;
     st_backend *be;
     gpt2_model m;
     if (st_backend_cpu_create(&be, 0, &err) || gpt2_create(&m, &cfg, be, &err) || gpt2_alloc_acts(&m, B, T, &err) ||
@@ -56,7 +40,7 @@ int main(void) {
 
     /* forward without gradient: logits and loss */
     float loss = gpt2_forward(&m, inputs, targets, 0.0f);
-    float *ref_logits = read_all(fx, "logits", (size_t)N * V), *ref_loss = read_all(fx, "loss", 1);
+    float *ref_logits = test_read_f32(fx, "logits", (size_t)N * V), *ref_loss = test_read_f32(fx, "loss", 1);
     check_close_f32("logits", gpt2_logits(&m), ref_logits, (size_t)N * V, 1e-5, 1e-4);
     CHECK(fabsf(loss - ref_loss[0]) <= 1e-5f * ref_loss[0], "loss %.7f vs reference %.7f", loss, ref_loss[0]);
 
@@ -68,7 +52,7 @@ int main(void) {
         const st_param_info *t = &m.tensors[i];
         char name[128];
         snprintf(name, sizeof name, "grad.%s", t->name);
-        float *ref = read_all(fx, name, t->numel);
+        float *ref = test_read_f32(fx, name, t->numel);
         CHECK(ref != NULL, "%s present", name);
         if (ref) check_close_f32(name, m.grads + t->offset, ref, t->numel, 1e-6, 1e-3);
         free(ref);
@@ -84,7 +68,7 @@ int main(void) {
     }
     optim *opt;
     CHECK(optim_create(&opt, segs, m.n_tensors, OPTIM_STATE_F32, &err) == ST_OK, "optim_create: %s", err.msg);
-    float *ref_losses = read_all(fx, "adamw_losses", 3);
+    float *ref_losses = test_read_f32(fx, "adamw_losses", 3);
     for (int step = 1; step <= 3; step++) {
         gpt2_zero_grad(&m);
         float l = gpt2_forward(&m, inputs, targets, 1.0f / N);
@@ -98,7 +82,7 @@ int main(void) {
         const st_param_info *t = &m.tensors[i];
         char name[128];
         snprintf(name, sizeof name, "after3.%s", t->name);
-        float *ref = read_all(fx, name, t->numel);
+        float *ref = test_read_f32(fx, name, t->numel);
         if (ref && strstr(t->name, "c_attn.bias")) {
             /* The key bias adds q.b_k to every score of a row, which softmax ignores: its
              * true gradient is exactly 0 and both sides hold only rounding noise (~1e-9 here,
@@ -109,7 +93,7 @@ int main(void) {
             check_close_f32(name, m.params + t->offset + 2 * C, ref + 2 * C, (size_t)C, 1e-5, 1e-4);
             char gname[128];
             snprintf(gname, sizeof gname, "grad.%s", t->name);
-            float *g = read_all(fx, gname, t->numel);
+            float *g = test_read_f32(fx, gname, t->numel);
             double worst = 0;
             for (int j = C; j < 2 * C; j++) worst = fmax(worst, fabs(g[j]));
             CHECK(worst < 1e-7, "reference key-bias gradient is not ~0 (%g)", worst);

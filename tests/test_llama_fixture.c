@@ -26,25 +26,9 @@
 #include "strata/safetensors.h"
 #include "testutil.h"
 
-static int meta_int(st_safetensors *st, const char *k) {
-    const char *v = safetensors_meta(st, k);
-    return v ? atoi(v) : -1;
-}
-
 static double meta_double(st_safetensors *st, const char *k) {
     const char *v = safetensors_meta(st, k);
     return v ? atof(v) : NAN;
-}
-
-static float *read_all(st_safetensors *st, const char *name, size_t n) {
-    float *buf = malloc(n * sizeof(float));
-    st_err err = {0};
-    if (safetensors_read_f32(st, name, buf, n, NULL, 0, &err) != ST_OK) {
-        fprintf(stderr, "%s\n", err.msg);
-        free(buf);
-        return NULL;
-    }
-    return buf;
 }
 
 /* Load every parameter from the fixture under its own name (it is an HF state dict). */
@@ -79,18 +63,18 @@ static void run_fixture(const char *file) {
         return;
     }
     /* the fixture's configuration is the preset's */
-    CHECK(meta_int(fx, "vocab_size") == cfg.vocab_size && meta_int(fx, "hidden_size") == cfg.hidden_size &&
-              meta_int(fx, "intermediate_size") == cfg.intermediate_size &&
-              meta_int(fx, "num_hidden_layers") == cfg.n_layer && meta_int(fx, "num_attention_heads") == cfg.n_head &&
-              meta_int(fx, "num_key_value_heads") == cfg.n_kv_head && meta_int(fx, "head_dim") == cfg.head_dim &&
-              meta_int(fx, "qkv_bias") == cfg.qkv_bias && meta_int(fx, "qk_norm") == cfg.qk_norm &&
-              meta_int(fx, "o_bias") == cfg.o_bias &&
-              meta_int(fx, "tie_word_embeddings") == cfg.tie_word_embeddings &&
+    CHECK(test_meta_int(fx, "vocab_size") == cfg.vocab_size && test_meta_int(fx, "hidden_size") == cfg.hidden_size &&
+              test_meta_int(fx, "intermediate_size") == cfg.intermediate_size &&
+              test_meta_int(fx, "num_hidden_layers") == cfg.n_layer && test_meta_int(fx, "num_attention_heads") == cfg.n_head &&
+              test_meta_int(fx, "num_key_value_heads") == cfg.n_kv_head && test_meta_int(fx, "head_dim") == cfg.head_dim &&
+              test_meta_int(fx, "qkv_bias") == cfg.qkv_bias && test_meta_int(fx, "qk_norm") == cfg.qk_norm &&
+              test_meta_int(fx, "o_bias") == cfg.o_bias &&
+              test_meta_int(fx, "tie_word_embeddings") == cfg.tie_word_embeddings &&
               meta_double(fx, "rope_theta") == cfg.rope_theta &&
               meta_double(fx, "rms_norm_eps") == cfg.rms_norm_eps &&
               (strcmp(safetensors_meta(fx, "rope_scaling"), "null") != 0) == cfg.rope_llama3,
           "%s: fixture configuration differs from preset %s", file, preset);
-    int B = meta_int(fx, "B"), T = meta_int(fx, "T"), V = cfg.vocab_size, N = B * T;
+    int B = test_meta_int(fx, "B"), T = test_meta_int(fx, "T"), V = cfg.vocab_size, N = B * T;
     st_backend *be;
     llama_model m;
     if (st_backend_cpu_create(&be, 0, &err) || llama_create(&m, &cfg, be, &err) || llama_alloc_acts(&m, B, T, &err) ||
@@ -104,7 +88,7 @@ static void run_fixture(const char *file) {
     char what[160];
 
     float loss = llama_forward(&m, inputs, targets, 0.0f);
-    float *ref_logits = read_all(fx, "logits", (size_t)N * V), *ref_loss = read_all(fx, "loss", 1);
+    float *ref_logits = test_read_f32(fx, "logits", (size_t)N * V), *ref_loss = test_read_f32(fx, "loss", 1);
     snprintf(what, sizeof what, "%s logits", file);
     check_close_f32(what, llama_logits(&m), ref_logits, (size_t)N * V, 1e-5, 1e-4);
     CHECK(fabsf(loss - ref_loss[0]) <= 1e-5f * ref_loss[0], "%s loss %.7f vs reference %.7f", file, loss, ref_loss[0]);
@@ -117,7 +101,7 @@ static void run_fixture(const char *file) {
         const st_param_info *t = &m.tensors[i];
         char name[128];
         snprintf(name, sizeof name, "grad.%s", t->name);
-        float *ref = read_all(fx, name, t->numel);
+        float *ref = test_read_f32(fx, name, t->numel);
         CHECK(ref != NULL, "%s: %s present", file, name);
         if (ref) {
             snprintf(what, sizeof what, "%s %s", file, name);
@@ -151,7 +135,7 @@ static void run_fixture(const char *file) {
                 const st_param_info *t = &rm.tensors[i];
                 char name[128];
                 snprintf(name, sizeof name, "grad.%s", t->name);
-                float *ref = read_all(fx, name, t->numel);
+                float *ref = test_read_f32(fx, name, t->numel);
                 snprintf(what, sizeof what, "%s ref backend %s", file, name);
                 if (ref) check_close_f32(what, rm.grads + t->offset, ref, t->numel, 1e-6, 1e-3);
                 free(ref);
@@ -173,7 +157,7 @@ static void run_fixture(const char *file) {
     }
     optim *opt;
     CHECK(optim_create(&opt, segs, m.n_tensors, OPTIM_STATE_F32, &err) == ST_OK, "optim_create: %s", err.msg);
-    float *ref_losses = read_all(fx, "adamw_losses", 3);
+    float *ref_losses = test_read_f32(fx, "adamw_losses", 3);
     for (int step = 1; step <= 3; step++) {
         llama_zero_grad(&m);
         float l = llama_forward(&m, inputs, targets, 1.0f / N);
@@ -187,7 +171,7 @@ static void run_fixture(const char *file) {
         const st_param_info *t = &m.tensors[i];
         char name[128];
         snprintf(name, sizeof name, "after3.%s", t->name);
-        float *ref = read_all(fx, name, t->numel);
+        float *ref = test_read_f32(fx, name, t->numel);
         snprintf(what, sizeof what, "%s %s", file, name);
         if (ref && strstr(t->name, "k_proj.bias")) {
             /* Rotary pairs whose angle barely moves over the T positions (theta 1e6: pair 3
@@ -198,7 +182,7 @@ static void run_fixture(const char *file) {
              * elements of pairs turning less than 1e-2 rad whose reference gradient is
              * below 1e-3 of the tensor's largest; compare all the others. */
             snprintf(name, sizeof name, "grad.%s", t->name);
-            float *g = read_all(fx, name, t->numel);
+            float *g = test_read_f32(fx, name, t->numel);
             int hs = cfg.head_dim, half = hs / 2, n_cmp = 0;
             double gmax = 0;
             for (size_t j = 0; j < t->numel; j++) gmax = fmax(gmax, fabs(g[j]));

@@ -1,6 +1,8 @@
 /* testutil.c - shared helpers for the C tests. */
 #include "testutil.h"
 
+#include "strata/safetensors.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,4 +64,20 @@ int test_finish(const char *name) {
     printf("%s: %d checks, %d passed, %d failed\n", name, test_checks, test_checks - test_failures,
            test_failures);
     return test_failures ? 1 : 0;
+}
+
+int test_meta_int(struct st_safetensors *st, const char *key) {
+    const char *v = safetensors_meta(st, key);
+    return v ? atoi(v) : -1;
+}
+
+float *test_read_f32(struct st_safetensors *st, const char *name, size_t n) {
+    float *buf = malloc(n * sizeof(float));
+    st_err err = {0};
+    if (!buf || safetensors_read_f32(st, name, buf, n, NULL, 0, &err) != ST_OK) {
+        fprintf(stderr, "%s\n", buf ? err.msg : "out of memory");
+        free(buf);
+        return NULL;
+    }
+    return buf;
 }

@@ -26,6 +26,13 @@ int check_close_f64(const char *what, const double *a, const double *b, size_t n
 const char *test_source_path(const char *rel);
 /* A fresh empty temporary directory (mkdtemp); removed by test_finish unless the test failed. */
 const char *test_tmpdir(void);
+/* Fixture files (safetensors written by tools/gen_fixtures.py): a __metadata__ value as
+ * an integer (-1 when absent), and a whole tensor as f32 (malloc'd; NULL and a message
+ * when missing or of another size). */
+struct st_safetensors;
+int test_meta_int(struct st_safetensors *st, const char *key);
+float *test_read_f32(struct st_safetensors *st, const char *name, size_t n);
+
 /* Print the summary line and return the exit code (0 pass, 1 fail). */
 int test_finish(const char *name);
 
