@@ -48,78 +48,11 @@
 #define TOL_ATT_ATOL 3e-5
 #define TOL_ATT_RTOL 3e-4
 
-/* Runs: FAST and REF on the same prefilled gradients, REF0 = ref with zeroed ones. */
-enum { FAST = 0, REF = 1, REF0 = 2, RUNS = 3 };
-static st_backend *bes[2];
+#define OPS_DIFF_NAME "test_ops_diff"
+#include "ops_diff_common.h"
+
 static float *zero_buf; /* ZERO_N zeros on the host */
 #define ZERO_N ((size_t)1 << 20)
-static st_rng rng;
-static int verbose;
-
-static void *xmalloc(size_t bytes) {
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) {
-        fprintf(stderr, "test_ops_diff: out of host memory\n");
-        exit(1); /* a test program, not library code */
-    }
-    return p;
-}
-
-static float *host_randn(size_t n, float scale, float offset) {
-    float *p = xmalloc(n * sizeof *p);
-    for (size_t i = 0; i < n; i++) p[i] = offset + scale * st_rng_normal(&rng);
-    return p;
-}
-
-static float *host_nan(size_t n) {
-    float *p = xmalloc(n * sizeof *p);
-    for (size_t i = 0; i < n; i++) p[i] = NAN;
-    return p;
-}
-
-/* A copy of n host floats (or int32s) in be's memory. */
-static void *up(st_backend *be, const void *host, size_t bytes) {
-    void *d = be->ops->alloc(be, bytes);
-    if (!d) {
-        fprintf(stderr, "test_ops_diff: %s alloc of %zu bytes failed\n", be->ops->name, bytes);
-        exit(1);
-    }
-    be->ops->copy_to_device(be, d, host, bytes);
-    return d;
-}
-#define UPF(be, host, n) ((float *)up((be), (host), (n) * sizeof(float)))
-#define UPI(be, host, n) ((int32_t *)up((be), (host), (n) * sizeof(int32_t)))
-
-/* A new host copy of n floats from be's memory; frees the device buffer. */
-static float *down(st_backend *be, float *dev, size_t n) {
-    float *h = xmalloc(n * sizeof *h);
-    be->ops->synchronize(be);
-    be->ops->copy_to_host(be, h, dev, n * sizeof *h);
-    be->ops->dealloc(be, dev);
-    return h;
-}
-
-/* The comparison described atop the file; what is printed on failure names the op. */
-static void compare(const char *what, const float *fast, const float *ref, size_t n, double atol, double rtol) {
-    double maxabs = 0;
-    for (size_t i = 0; i < n; i++) maxabs = fmax(maxabs, fabs((double)ref[i]));
-    double atol_eff = atol * (maxabs > 0 ? maxabs : 1.0);
-    if (verbose) {
-        double worst = 0;
-        for (size_t i = 0; i < n; i++) {
-            double d = fabs((double)fast[i] - ref[i]), lim = atol_eff + rtol * fabs((double)ref[i]);
-            worst = fmax(worst, d != d ? INFINITY : d / lim);
-        }
-        fprintf(stderr, "  %-52s n=%-7zu max|ref| %-10.3g err/tol %.3g\n", what, n, maxabs, worst);
-    }
-    check_close_f32(what, fast, ref, n, atol_eff, rtol);
-}
-
-static void free_runs(float *r[RUNS]) {
-    for (int k = 0; k < RUNS; k++) free(r[k]);
-}
-
-static st_backend *be_of(int run) { return bes[run == FAST ? FAST : REF]; }
 
 /* The host values an accumulated (+=) output starts from in this run. */
 static const float *prefill(int run, const float *g, size_t n) {
@@ -129,16 +62,6 @@ static const float *prefill(int run, const float *g, size_t n) {
         exit(1);
     }
     return zero_buf;
-}
-
-/* ref honours +=: the run from prefill g equals g + the run from zeros, to float rounding. */
-static void check_accum(const char *what, const float *from_g, const float *g, const float *from_0, size_t n) {
-    float *sum = xmalloc(n * sizeof *sum);
-    for (size_t i = 0; i < n; i++) sum[i] = g[i] + from_0[i];
-    char w[192];
-    snprintf(w, sizeof w, "ref accumulates: %s", what);
-    compare(w, from_g, sum, n, 1e-6, 1e-6);
-    free(sum);
 }
 
 /* ---------------------------------------------------------------- encoder */

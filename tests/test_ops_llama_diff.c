@@ -35,31 +35,8 @@
 #define TOL_ATT_ATOL 3e-5
 #define TOL_ATT_RTOL 3e-4
 
-enum { FAST = 0, REF = 1, REF0 = 2, RUNS = 3 };
-static st_backend *bes[2];
-static st_rng rng;
-static int verbose;
-
-static void *xmalloc(size_t bytes) {
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) {
-        fprintf(stderr, "test_ops_llama_diff: out of host memory\n");
-        exit(1); /* a test program, not library code */
-    }
-    return p;
-}
-
-static float *host_randn(size_t n, float scale, float offset) {
-    float *p = xmalloc(n * sizeof *p);
-    for (size_t i = 0; i < n; i++) p[i] = offset + scale * st_rng_normal(&rng);
-    return p;
-}
-
-static float *host_nan(size_t n) {
-    float *p = xmalloc(n * sizeof *p);
-    for (size_t i = 0; i < n; i++) p[i] = NAN;
-    return p;
-}
+#define OPS_DIFF_NAME "test_ops_llama_diff"
+#include "ops_diff_common.h"
 
 static float *host_zeros(size_t n) {
     float *p = xmalloc(n * sizeof *p);
@@ -67,58 +44,8 @@ static float *host_zeros(size_t n) {
     return p;
 }
 
-static void *up(st_backend *be, const void *host, size_t bytes) {
-    void *d = be->ops->alloc(be, bytes);
-    if (!d) {
-        fprintf(stderr, "test_ops_llama_diff: %s alloc of %zu bytes failed\n", be->ops->name, bytes);
-        exit(1);
-    }
-    be->ops->copy_to_device(be, d, host, bytes);
-    return d;
-}
-#define UPF(be, host, n) ((float *)up((be), (host), (n) * sizeof(float)))
-#define UPI(be, host, n) ((int32_t *)up((be), (host), (n) * sizeof(int32_t)))
-
-static float *down(st_backend *be, float *dev, size_t n) {
-    float *h = xmalloc(n * sizeof *h);
-    be->ops->synchronize(be);
-    be->ops->copy_to_host(be, h, dev, n * sizeof *h);
-    be->ops->dealloc(be, dev);
-    return h;
-}
-
-static void compare(const char *what, const float *fast, const float *ref, size_t n, double atol, double rtol) {
-    double maxabs = 0;
-    for (size_t i = 0; i < n; i++) maxabs = fmax(maxabs, fabs((double)ref[i]));
-    double atol_eff = atol * (maxabs > 0 ? maxabs : 1.0);
-    if (verbose) {
-        double worst = 0;
-        for (size_t i = 0; i < n; i++) {
-            double d = fabs((double)fast[i] - ref[i]), lim = atol_eff + rtol * fabs((double)ref[i]);
-            worst = fmax(worst, d != d ? INFINITY : d / lim);
-        }
-        fprintf(stderr, "  %-60s n=%-7zu max|ref| %-10.3g err/tol %.3g\n", what, n, maxabs, worst);
-    }
-    check_close_f32(what, fast, ref, n, atol_eff, rtol);
-}
-
-static void free_runs(float *r[RUNS]) {
-    for (int k = 0; k < RUNS; k++) free(r[k]);
-}
-
-static st_backend *be_of(int run) { return bes[run == FAST ? FAST : REF]; }
-
 /* The prefill of an accumulated output in this run: g, or zeros for REF0. */
 static const float *prefill(int run, const float *g, const float *zeros) { return run == REF0 ? zeros : g; }
-
-static void check_accum(const char *what, const float *from_g, const float *g, const float *from_0, size_t n) {
-    float *sum = xmalloc(n * sizeof *sum);
-    for (size_t i = 0; i < n; i++) sum[i] = g[i] + from_0[i];
-    char w[192];
-    snprintf(w, sizeof w, "ref accumulates: %s", what);
-    compare(w, from_g, sum, n, 1e-6, 1e-6);
-    free(sum);
-}
 
 /* Every element outside columns [c0, c1) of rows ld wide equals the original. */
 static int outside_intact(const float *got, const float *orig, size_t rows, int c0, int c1, int ld) {
