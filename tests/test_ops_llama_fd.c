@@ -20,76 +20,10 @@
 #include "strata/core.h"
 #include "testutil.h"
 
-#define FD_H 1e-6
-#define FD_RTOL 1e-6
-#define FD_ATOL 1e-8
+#define OPS_FD_NAME "test_ops_llama_fd"
+#include "ops_fd_common.h"
+
 #define SENTINEL 12345.0
-
-static st_rng rng;
-
-static double *alloc_f64(size_t n) {
-    double *p = calloc(n ? n : 1, sizeof *p);
-    if (!p) {
-        fprintf(stderr, "test_ops_llama_fd: out of memory\n");
-        exit(1); /* a test program, not library code */
-    }
-    return p;
-}
-
-static double *randn(size_t n, double scale, double offset) {
-    double *p = alloc_f64(n);
-    for (size_t i = 0; i < n; i++) p[i] = offset + scale * st_rng_normal(&rng);
-    return p;
-}
-
-static double *dup(const double *src, size_t n) {
-    double *p = alloc_f64(n);
-    memcpy(p, src, n * sizeof *p);
-    return p;
-}
-
-static double dot_f64(const double *a, const double *b, size_t n) {
-    double s = 0;
-    for (size_t i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
-/* How far the worst element lies beyond the tolerance (> 0: fails); not counted as a
- * check, so the mutation checks can call it for failures they expect. */
-static double grad_excess(const double *ana, const double *num, size_t n, size_t *wi) {
-    double maxabs = 0;
-    for (size_t i = 0; i < n; i++) maxabs = fmax(maxabs, fabs(num[i]));
-    double tol = FD_RTOL * maxabs + FD_ATOL, worst = -INFINITY;
-    *wi = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs(ana[i] - num[i]), ex = d != d ? INFINITY : d - tol;
-        if (ex > worst) worst = ex, *wi = i;
-    }
-    return worst;
-}
-
-static void check_grad(const char *what, const double *ana, const double *num, size_t n) {
-    size_t wi;
-    double worst = grad_excess(ana, num, n, &wi);
-    CHECK(worst <= 0, "%s: %zu elements, worst [%zu] analytic %.12g numeric %.12g", what, n, wi, ana[wi], num[wi]);
-}
-
-typedef double (*loss_fn)(void *ctx);
-static void numeric_grad(double *num, double *x, size_t n, loss_fn loss, void *ctx) {
-    for (size_t i = 0; i < n; i++) {
-        double x0 = x[i];
-        x[i] = x0 + FD_H;
-        double lp = loss(ctx);
-        x[i] = x0 - FD_H;
-        double lm = loss(ctx);
-        x[i] = x0;
-        num[i] = (lp - lm) / (2 * FD_H);
-    }
-}
-
-static void subtract(double *g, const double *prefill, size_t n) {
-    for (size_t i = 0; i < n; i++) g[i] -= prefill[i];
-}
 
 /* Set the columns [w, ld) of each row to SENTINEL (the gaps a strided op must not touch). */
 static void fill_gaps(double *p, size_t rows, int col0, int col1, int ld) {
@@ -222,8 +156,8 @@ static void test_rmsnorm(int N, int H, int hs, int ld, int col0) {
     fill_gaps(dx, N, col0, col1, ld);
     ref_rmsnorm_backward(dx + col0, dw, cs.R, cs.inp, c.w, c.rstd, N, H, hs, ld);
     CHECK(gaps_intact(dx, N, col0, col1, ld), "rmsnorm backward wrote outside its groups");
-    subtract(dx, pre, n);
-    subtract(dw, prew, hs);
+    subtract_prefill(dx, pre, n);
+    subtract_prefill(dw, prew, hs);
     double *num = alloc_f64(n);
     numeric_grad(num, c.inp, n, rms_loss, &cs); /* gaps get 0 numerically and 0 analytically */
     char what[96];
@@ -303,7 +237,7 @@ static void test_swiglu(int N, int F) {
     c.inp[0] = 0, c.inp[1] = -8, c.inp[2] = 8; /* the middle and both tails of silu */
     double *pre = randn(2 * n, 1, 0), *dx = dup(pre, 2 * n), *num = alloc_f64(2 * n);
     ref_swiglu_backward(dx, c.inp, c.R, N, F);
-    subtract(dx, pre, 2 * n);
+    subtract_prefill(dx, pre, 2 * n);
     numeric_grad(num, c.inp, 2 * n, sw_loss, &c);
     check_grad("swiglu dinp", dx, num, 2 * n);
     free(pre), free(dx), free(num), free(c.inp), free(c.R), free(c.out);
@@ -330,7 +264,7 @@ static void test_embedding(int B, int T, int C, int V) {
     c.inp[B * T - 1] = c.inp[0];
     double *pre = randn(nv, 1, 0), *dw = dup(pre, nv), *num = alloc_f64(nv);
     ref_embedding_backward(dw, c.R, c.inp, B, T, C);
-    subtract(dw, pre, nv);
+    subtract_prefill(dw, pre, nv);
     numeric_grad(num, c.wte, nv, emb_loss, &c);
     check_grad("embedding dwte", dw, num, nv);
     free(pre), free(dw), free(num), free(c.inp), free(c.wte), free(c.R), free(c.out);
@@ -365,7 +299,7 @@ static void test_gqa(int B, int T, int NH, int NKV, int hs) {
     const double *q = c.buf + GQA_COL0, *k = q + NH * hs, *v = k + NKV * hs;
     ref_attention_gqa_backward(dq, dk, dv, c.R, q, k, v, c.out, c.lse, ld, B, T, NH, NKV, hs);
     CHECK(gaps_intact(g, rows, GQA_COL0, GQA_COL0 + W, ld), "gqa backward wrote outside q, k, v");
-    subtract(g, pre, n);
+    subtract_prefill(g, pre, n);
     double *num = alloc_f64(n);
     numeric_grad(num, c.buf, n, gqa_loss, &c);
     char what[96];
