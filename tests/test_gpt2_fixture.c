@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "strata/model.h"
+#include "strata/train.h"
 #include "strata/optim.h"
 #include "strata/safetensors.h"
 #include "testutil.h"
@@ -61,11 +62,7 @@ int main(void) {
     /* three AdamW steps on the same batch: weight decay on 2-D tensors, by role */
     gpt2_load_safetensors(&m, test_source_path("tests/fixtures/gpt2_tiny.safetensors"), &err);
     optim_segment *segs = calloc((size_t)m.n_tensors, sizeof *segs);
-    for (int i = 0; i < m.n_tensors; i++) {
-        st_role r = m.tensors[i].role;
-        segs[i] = (optim_segment){m.tensors[i].offset, m.tensors[i].numel,
-                                  (r == ST_ROLE_MATMUL_WEIGHT || r == ST_ROLE_EMBEDDING) ? 0.1f : 0.0f};
-    }
+    train_decay_segments(m.tensors, m.n_tensors, 0.1f, segs); /* the fixture decays every 2-D tensor */
     optim *opt;
     CHECK(optim_create(&opt, segs, m.n_tensors, OPTIM_STATE_F32, &err) == ST_OK, "optim_create: %s", err.msg);
     float *ref_losses = test_read_f32(fx, "adamw_losses", 3);

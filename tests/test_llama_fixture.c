@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "strata/llama.h"
+#include "strata/train.h"
 #include "strata/optim.h"
 #include "strata/safetensors.h"
 #include "testutil.h"
@@ -152,9 +153,8 @@ static void run_fixture(const char *file) {
         st_role r = m.tensors[i].role;
         CHECK((r == ST_ROLE_MATMUL_WEIGHT || r == ST_ROLE_EMBEDDING) == (m.tensors[i].ndim == 2),
               "%s: role %s of %s disagrees with its rank", file, st_role_name(r), m.tensors[i].name);
-        segs[i] = (optim_segment){m.tensors[i].offset, m.tensors[i].numel,
-                                  (r == ST_ROLE_MATMUL_WEIGHT || r == ST_ROLE_EMBEDDING) ? 0.1f : 0.0f};
     }
+    train_decay_segments(m.tensors, m.n_tensors, 0.1f, segs); /* the fixture decays every 2-D tensor */
     optim *opt;
     CHECK(optim_create(&opt, segs, m.n_tensors, OPTIM_STATE_F32, &err) == ST_OK, "optim_create: %s", err.msg);
     float *ref_losses = test_read_f32(fx, "adamw_losses", 3);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "strata/model.h"
+#include "strata/train.h"
 #include "strata/optim.h"
 #include "strata/prof.h"
 #include "strata/stream.h"
@@ -48,11 +49,7 @@ static void ref_train_ex(st_backend *cpu, const gpt2_config *cfg, int B, int T, 
     CHECK(gpt2_create(&m, cfg, cpu, &err) == ST_OK && gpt2_alloc_acts(&m, B, T, &err) == ST_OK, "ref: %s", err.msg);
     gpt2_init_random(&m, 5);
     optim_segment *segs = calloc((size_t)m.n_tensors, sizeof *segs);
-    for (int i = 0; i < m.n_tensors; i++) {
-        st_role r = m.tensors[i].role;
-        segs[i] = (optim_segment){m.tensors[i].offset, m.tensors[i].numel,
-                                  (r == ST_ROLE_MATMUL_WEIGHT || r == ST_ROLE_EMBEDDING) ? WD : 0.0f};
-    }
+    train_decay_segments(m.tensors, m.n_tensors, WD, segs);
     optim *o;
     CHECK(optim_create(&o, segs, m.n_tensors, OPTIM_STATE_F32, &err) == ST_OK, "optim: %s", err.msg);
     int N = B * T;

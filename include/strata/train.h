@@ -65,6 +65,10 @@ typedef struct train_result {
 
 st_status train_run(const train_config *c, train_result *res, st_err *err);
 
+/* One optimizer segment per tensor of a table: decoupled weight decay on matmul weights
+ * and embeddings (chosen by role, which comes from the name), none on biases and norms. */
+void train_decay_segments(const st_param_info *t, int n, float weight_decay, optim_segment *out);
+
 /* Learning rate at step (1-based): linear warmup, then cosine to min_lr_frac * lr. */
 double train_lr_at(const train_config *c, long step);
 

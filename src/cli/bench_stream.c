@@ -14,6 +14,7 @@
 #include "cli/cli.h"
 #include "cli/cli_stream.h"
 #include "strata/model.h"
+#include "strata/train.h"
 #include "strata/optim.h"
 #include "strata/stream.h"
 #include "strata/tier.h"
@@ -150,11 +151,7 @@ int bench_stream(int argc, char **argv) {
     stream_set_params(x, m.params);
     segs = calloc((size_t)m.n_tensors, sizeof *segs);
     if (!segs) { st_errf(&err, ST_ERR_NOMEM, "out of memory"); goto fail; }
-    for (int i = 0; i < m.n_tensors; i++) {
-        st_role r = m.tensors[i].role;
-        segs[i] = (optim_segment){m.tensors[i].offset, m.tensors[i].numel,
-                                  (r == ST_ROLE_MATMUL_WEIGHT || r == ST_ROLE_EMBEDDING) ? 0.1f : 0.0f};
-    }
+    train_decay_segments(m.tensors, m.n_tensors, 0.1f, segs);
     if (optim_create(&opt, segs, m.n_tensors, OPTIM_STATE_F32, &err)) goto fail;
 
     int N = B * T;

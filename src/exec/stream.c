@@ -18,6 +18,7 @@
 
 #include "optim/adamw_kernels.h" /* SUMSQ_CHUNK: partial norms in the engine's own order */
 #include "strata/prof.h"
+#include "strata/train.h"
 #include "strata/stream.h"
 #include "strata/tier.h"
 
@@ -446,11 +447,7 @@ st_status stream_exec_create(stream_exec **out, const stream_config *c, const st
     }
     x->segs = calloc((size_t)x->lay.n_tensors, sizeof *x->segs);
     if (!x->segs) FAIL(ST_ERR_NOMEM, "stream: out of memory");
-    for (int i = 0; i < x->lay.n_tensors; i++) {
-        st_role r = x->lay.tensors[i].role;
-        x->segs[i] = (optim_segment){x->lay.tensors[i].offset, x->lay.tensors[i].numel,
-                                     (r == ST_ROLE_MATMUL_WEIGHT || r == ST_ROLE_EMBEDDING) ? c->weight_decay : 0.0f};
-    }
+    train_decay_segments(x->lay.tensors, x->lay.n_tensors, c->weight_decay, x->segs);
     if ((s = optim_create(&x->opt, x->segs, x->lay.n_tensors, OPTIM_STATE_F32, err))) goto fail;
     if (p->overlap_optim && p->clip == STREAM_CLIP_SPECULATE) {
         x->bk_p = st_alloc(x->n * 4);

@@ -175,6 +175,14 @@ static st_status save_checkpoint(const train_config *c, st_model *m, optim *o, c
     return st_file_writer_close(&w, s, err);
 }
 
+void train_decay_segments(const st_param_info *t, int n, float weight_decay, optim_segment *out) {
+    for (int i = 0; i < n; i++) {
+        st_role r = t[i].role;
+        out[i] = (optim_segment){t[i].offset, t[i].numel,
+                                 (r == ST_ROLE_MATMUL_WEIGHT || r == ST_ROLE_EMBEDDING) ? weight_decay : 0.0f};
+    }
+}
+
 /* ------------------------------------------------------------------ layer streaming */
 
 /* The plan strata train gives the streaming executor: the whole vocabulary on the
@@ -294,11 +302,7 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     /* weight decay by role, which comes from each tensor's name */
     segs = calloc((size_t)m->n_tensors, sizeof *segs);
     if (!segs) { s = st_errf(err, ST_ERR_NOMEM, "out of memory"); goto done; }
-    for (int i = 0; i < m->n_tensors; i++) {
-        st_role r = m->tensors[i].role;
-        segs[i] = (optim_segment){m->tensors[i].offset, m->tensors[i].numel,
-                                  (r == ST_ROLE_MATMUL_WEIGHT || r == ST_ROLE_EMBEDDING) ? (float)c->weight_decay : 0.0f};
-    }
+    train_decay_segments(m->tensors, m->n_tensors, (float)c->weight_decay, segs);
     optim_state_format fmt = strcmp(c->optim_state, "8bit") ? OPTIM_STATE_F32 : OPTIM_STATE_8BIT;
     if (!sx && (s = optim_create(&opt, segs, m->n_tensors, fmt, err))) goto done;
     if ((s = data_open(&td, c, m->vocab_size, err))) goto done;
