@@ -64,6 +64,8 @@ void st_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)
 
 /* CRC-32C (Castagnoli) of a byte range, continuing from crc (start with 0). */
 uint32_t st_crc32c(uint32_t crc, const void *data, size_t n);
+/* Tests: on = use the byte table even where SSE4.2 is present (off = detect again). */
+void st_crc32c_force_table(int on);
 
 /* Deterministic random numbers (xorshift64*), state is one integer so it checkpoints. */
 typedef struct st_rng { uint64_t s; } st_rng;

@@ -45,6 +45,10 @@ typedef struct st_io_config {
     int depth;                /* pieces in flight per path, >= 32; 0: 32 */
     st_io_kind kind;          /* ST_IO_AUTO: io_uring when it works, else threads */
     int keep_files;           /* nonzero: leave the files on disk at destroy */
+    const uint64_t *path_file_bytes; /* optional: each path's own file size (overrides
+                                        file_bytes; 0 entries use file_bytes) */
+    int open_existing;        /* nonzero: the files must already exist with at least their
+                                 size (reopening a store); they are never created or cut */
 } st_io_config;
 
 typedef struct st_io_path_stats {
@@ -85,6 +89,9 @@ st_status st_io_write(st_io_engine *e, int path, uint64_t offset, const void *bu
 st_status st_io_wait(st_io_engine *e, uint64_t ticket, st_err *err);
 
 void st_io_get_stats(st_io_engine *e, int path, st_io_path_stats *s);
+/* fdatasync one path's file: every completed write is on stable storage after this. */
+st_status st_io_sync(st_io_engine *e, int path, st_err *err);
+uint64_t st_io_engine_path_bytes(const st_io_engine *e, int path); /* that path's file size */
 
 #ifdef __cplusplus
 }

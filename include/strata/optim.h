@@ -127,6 +127,15 @@ void *optim_state_buffer(optim *o, int i, size_t *bytes);
  * fp32 master weights add 4 more. */
 double optim_state_bytes_per_param(const optim *o);
 
+/* State held by the caller (the disk tier streams it through a few buffers): an optimizer
+ * with no state of its own; before each step bind optim_state_count buffers of
+ * optim_state_buffer_bytes each, laid out as optim_state_buffer describes. A fresh state
+ * is all zero bytes, as optim_create's is (8-bit: absmax 0 decodes every code to 0). */
+st_status optim_create_unbound(optim **out, const optim_segment *segs, int n_segs, optim_state_format fmt,
+                               st_err *err);
+size_t optim_state_buffer_bytes(const optim *o, int i);
+void optim_bind_state(optim *o, void *const bufs[]);
+
 /* Sum of squares of a gradient, accumulated in double. NaN/Inf propagate, so a
  * non-finite result means the gradient had a non-finite element. Deterministic: fixed
  * chunks and lanes summed in a fixed order, identical on every kernel and thread count.

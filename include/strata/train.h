@@ -38,6 +38,10 @@ typedef struct train_config {
     char save_hf[1024];   /* at the end, write the model as a Hugging Face directory here */
     char save_hf_dtype[8]; /* f32 or bf16 */
     double device_budget; /* > 0: layer streaming with this many device bytes (GPT-2) */
+    char state_paths[2048]; /* comma-separated directories: keep the master weights and optimizer
+                               moments there (the disk tier, strata/store.h), committed every step */
+    double state_budget;  /* host bytes for the state store's buffers (0: 256 MiB) */
+    int state_in_place;   /* 1: one copy of the state on disk, not crash-safe (half the disk) */
     volatile int *stop_flag; /* set to nonzero (e.g. by SIGINT) to checkpoint and stop */
 } train_config;
 

@@ -84,12 +84,42 @@ static void crc_init(void) {
     crc_ready = 1;
 }
 
-uint32_t st_crc32c(uint32_t crc, const void *data, size_t n) {
+static uint32_t crc32c_table_run(uint32_t crc, const uint8_t *p, size_t n) {
     if (!crc_ready) crc_init();
-    const uint8_t *p = data;
-    crc = ~crc;
     for (size_t i = 0; i < n; i++) crc = crc_table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
-    return ~crc;
+    return crc;
+}
+
+#if defined(__x86_64__)
+/* SSE4.2's crc32 instruction computes the same Castagnoli CRC, 8 bytes at a time (about
+ * 8 GB/s on one core against 0.5 GB/s for the table): the disk tier checksums every byte
+ * it reads and writes. */
+__attribute__((target("sse4.2"))) static uint32_t crc32c_hw_run(uint32_t crc, const uint8_t *p, size_t n) {
+    uint64_t c = crc;
+    while (n && ((uintptr_t)p & 7)) {
+        c = __builtin_ia32_crc32qi((uint32_t)c, *p++);
+        n--;
+    }
+    for (; n >= 8; n -= 8, p += 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        c = __builtin_ia32_crc32di(c, w);
+    }
+    while (n--) c = __builtin_ia32_crc32qi((uint32_t)c, *p++);
+    return (uint32_t)c;
+}
+#endif
+
+static int crc_hw = -1;
+void st_crc32c_force_table(int on) { crc_hw = on ? 0 : -1; }
+
+uint32_t st_crc32c(uint32_t crc, const void *data, size_t n) {
+    crc = ~crc;
+#if defined(__x86_64__)
+    if (crc_hw < 0) crc_hw = __builtin_cpu_supports("sse4.2") ? 1 : 0;
+    if (crc_hw) return ~crc32c_hw_run(crc, data, n);
+#endif
+    return ~crc32c_table_run(crc, data, n);
 }
 
 void st_rng_seed(st_rng *r, uint64_t seed) {

@@ -19,6 +19,7 @@
 #include "strata/tier.h"
 #include "strata/data.h"
 #include "strata/prof.h"
+#include "strata/store.h"
 #include "strata/train.h"
 
 /* ------------------------------------------------------------------ data
@@ -237,6 +238,66 @@ static st_status streamed_step(const train_config *c, stream_exec *sx, train_dat
     return ST_OK;
 }
 
+/* ------------------------------------------------------------------ state on disk
+ * With state_paths, the fp32 master weights and the moments live in the state store
+ * (strata/store.h); the model's fp32 weights are the working copy it writes each step.
+ * The store commits every step with the loop's state (step, data position) as its blob,
+ * so it is the checkpoint: a run killed at any instant resumes from the last commit. */
+
+static const void *store_grads_at(void *ctx, size_t first, size_t n) {
+    (void)n;
+    return ((st_model *)ctx)->grads + first;
+}
+static void *store_work_at(void *ctx, size_t first, size_t n) {
+    (void)n;
+    return ((st_model *)ctx)->params + first;
+}
+static void store_init_from(void *ctx, size_t first, size_t n, float *dst) {
+    memcpy(dst, ((st_model *)ctx)->params + first, n * sizeof(float));
+}
+
+static st_status open_store(const train_config *c, st_model *m, const optim_segment *segs, optim_state_format fmt,
+                            train_data *td, train_state_header *hs, st_store **out, st_err *err) {
+    char buf[sizeof c->state_paths];
+    snprintf(buf, sizeof buf, "%s", c->state_paths);
+    const char *paths[ST_STORE_MAX_PATHS];
+    int n = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (n == ST_STORE_MAX_PATHS)
+            return st_errf(err, ST_ERR_INVALID, "key 'state_paths': more than %d paths", ST_STORE_MAX_PATHS);
+        paths[n++] = tok;
+    }
+    if (!n) return st_errf(err, ST_ERR_INVALID, "key 'state_paths' is empty");
+    st_store_config sc = {.paths = paths, .n_paths = n, .segs = segs, .n_segs = m->n_tensors, .fmt = fmt,
+                          .host_budget = c->state_budget > 0 ? (uint64_t)c->state_budget : 256ull << 20,
+                          .in_place = c->state_in_place};
+    st_status s;
+    if (!c->resume[0]) {
+        if (st_store_exists(&sc))
+            return st_errf(err, ST_ERR_INVALID, "key 'state_paths': %s/strata-state.manifest already holds a run's "
+                           "state; continue it with --resume %s, or remove the store to start over", paths[0],
+                           c->run_dir);
+        s = st_store_create(out, &sc, store_init_from, m, err);
+        return s ? st_err_prefix(err, "key 'state_paths'") : ST_OK;
+    }
+    if ((s = st_store_open(out, &sc, err))) return st_err_prefix(err, "key 'state_paths' (resume)");
+    size_t bb;
+    const void *blob = st_store_blob(*out, &bb);
+    if (!blob || bb != sizeof *hs)
+        return st_errf(err, ST_ERR_FORMAT, "%s: the store's loop state has %zu bytes, this strata's %zu: resume with "
+                       "the strata that wrote it", st_store_manifest_path(*out), bb, sizeof *hs);
+    memcpy(hs, blob, sizeof *hs);
+    if (hs->n_params != m->n_params)
+        return st_errf(err, ST_ERR_SHAPE, "%s: the store was written for %llu parameters, the model has %zu",
+                       st_store_manifest_path(*out), (unsigned long long)hs->n_params, m->n_params);
+    if ((s = st_store_read_master(*out, m->params, err))) return s;
+    if ((s = data_restore_state(td, hs, st_store_manifest_path(*out), err))) return s;
+    st_log(1, "resumed from the state store %s at step %llu\n", st_store_manifest_path(*out),
+           (unsigned long long)hs->step);
+    return ST_OK;
+}
+
 /* ------------------------------------------------------------------ the loop */
 
 st_status train_run(const train_config *c, train_result *res, st_err *err) {
@@ -253,6 +314,11 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
                                   c->batch, c->seq, !strcmp(c->optim_state, "8bit"), &mem);
     else
         prof_mem_estimate_gpt2(&mc, c->batch, c->seq, !strcmp(c->optim_state, "8bit"), &mem);
+    if (c->state_paths[0]) { /* the moments go to disk; the store's buffers stay */
+        double mom = !strcmp(c->optim_state, "8bit") ? mem.moments_8bit : mem.moments_f32;
+        double buffers = c->state_budget > 0 ? c->state_budget : 256.0 * 1048576.0;
+        mem.tier_need[PROF_TIER_HOST] += buffers - mom; /* the store checks its disk space itself */
+    }
     double budgets[PROF_TIER_COUNT] = {0, c->host_budget, 0};
     if ((s = prof_mem_check(&mem, budgets, err))) return s;
     if (!c->run_dir[0]) return st_errf(err, ST_ERR_INVALID, "key 'run_dir' is empty; name a directory for the run");
@@ -270,6 +336,7 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     train_data td = {0};
     train_state_header *hs = NULL;
     prof_run *pr = NULL;
+    st_store *store = NULL;
     int B = c->batch, T = c->seq;
     /* layer streaming (device_budget > 0): the executor owns the host vectors and the
      * optimizer; the loop sees them through a GPT-2 view for checkpoints */
@@ -279,6 +346,11 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     st_model swrap;
 
     if ((s = st_backend_cpu_create(&be, c->threads, err))) goto done;
+    if (c->state_paths[0] && c->device_budget > 0) {
+        s = st_errf(err, ST_ERR_UNSUPPORTED, "keys 'state_paths' and 'device_budget': the disk state does not run "
+                    "with layer streaming yet; choose one");
+        goto done;
+    }
     if (c->device_budget > 0) {
         if ((s = open_streamed(c, &mc, is_llama, be, &dev, &sx, err))) goto done;
         sview = *stream_model(sx);
@@ -304,13 +376,15 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     if (!segs) { s = st_errf(err, ST_ERR_NOMEM, "out of memory"); goto done; }
     train_decay_segments(m->tensors, m->n_tensors, (float)c->weight_decay, segs);
     optim_state_format fmt = strcmp(c->optim_state, "8bit") ? OPTIM_STATE_F32 : OPTIM_STATE_8BIT;
-    if (!sx && (s = optim_create(&opt, segs, m->n_tensors, fmt, err))) goto done;
+    if (!sx && !c->state_paths[0] && (s = optim_create(&opt, segs, m->n_tensors, fmt, err))) goto done;
     if ((s = data_open(&td, c, m->vocab_size, err))) goto done;
 
     hs = calloc(1, sizeof *hs); /* 4 KiB of data state: not on the stack */
     if (!hs) { s = st_errf(err, ST_ERR_NOMEM, "out of memory"); goto done; }
     hs->n_params = m->n_params;
-    if (c->resume[0]) {
+    if (c->state_paths[0]) {
+        if ((s = open_store(c, m, segs, fmt, &td, hs, &store, err))) goto done;
+    } else if (c->resume[0]) {
         char ck[2048];
         if ((s = resolve_resume(c->resume, ck, sizeof ck, err))) goto done;
         snprintf(path, sizeof path, "%s/model.safetensors", ck);
@@ -376,8 +450,25 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
         last_norm = sqrt(sumsq);
         prof_end(&pn);
         last_skipped = !isfinite(last_norm);
+        if (store) { /* the loop's state after this step: committed with it */
+            hs->step = (uint64_t)step;
+            data_save_state(&td, hs);
+        }
         if (last_skipped) {
             st_log(1, "step %ld: non-finite gradient norm; update skipped, no state changed\n", step);
+            if (store && (s = st_store_commit_blob(store, hs, sizeof *hs, err))) goto done;
+        } else if (store) {
+            float scale = optim_clip_scale(sumsq, 1.0f, (float)c->grad_clip);
+            hs->adam_step++;
+            adamw_params hp = {(float)train_lr_at(c, step), (float)c->beta1, (float)c->beta2, (float)c->eps,
+                               (long)hs->adam_step, scale};
+            st_store_step_args sa = {.grads = store_grads_at, .grad_dtype = ST_F32, .work = store_work_at,
+                                     .work_dtype = ST_F32, .ctx = m, .grad_sumsq = sumsq, .blob = hs,
+                                     .blob_bytes = sizeof *hs};
+            prof_span po = prof_begin(PROF_CAT_OPTIM, "optimizer (disk state)", -1);
+            s = st_store_step(store, &sa, &hp, err);
+            prof_end(&po);
+            if (s) goto done;
         } else {
             float scale = optim_clip_scale(sumsq, 1.0f, (float)c->grad_clip);
             hs->adam_step++;
@@ -413,7 +504,7 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
         fflush(metrics);
         prof_progress(pr, step, loss);
         int stop = c->stop_flag && *c->stop_flag;
-        if ((c->ckpt_every > 0 && step % c->ckpt_every == 0) || step == end || stop) {
+        if (!store && ((c->ckpt_every > 0 && step % c->ckpt_every == 0) || step == end || stop)) {
             prof_span pw = prof_begin(PROF_CAT_IO, "checkpoint write", -1);
             if ((s = save_checkpoint(c, m, opt, hs, err))) goto done;
             snprintf(path, sizeof path, "%s/checkpoints/step_%08ld", c->run_dir, step);
@@ -425,8 +516,12 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
             break;
         }
     }
-    if (!saved_at_end && hs->step > 0 && c->resume[0] == 0 && (long)hs->step == end)
+    if (!store && !saved_at_end && hs->step > 0 && c->resume[0] == 0 && (long)hs->step == end)
         s = save_checkpoint(c, m, opt, hs, err);
+    if (store && !s) { /* the store is the checkpoint; the weights go beside it for users */
+        snprintf(path, sizeof path, "%s/model.safetensors", c->run_dir);
+        s = m->ops->save(m, path, err);
+    }
     if (!s && c->save_hf[0]) {
         if (is_llama)
             s = llama_save_hf(st_model_llama(m), c->save_hf, strcmp(c->save_hf_dtype, "bf16") ? ST_F32 : ST_BF16, 0,
@@ -447,6 +542,7 @@ done:
         st_status ps = prof_run_close(pr, &perr);
         if (ps && !s) s = st_errf(err, ps, "%s", perr.msg);
     }
+    st_store_close(store);
     free(hs);
     if (metrics) fclose(metrics);
     free(inputs);

@@ -37,6 +37,7 @@ struct optim {
     optim_isa isa;
     q8_tables q8;
     long skipped;
+    int unbound;             /* the state lives in caller buffers (optim_bind_state) */
 };
 
 /* ---- dispatch ---- */
@@ -92,8 +93,21 @@ static int seg_cmp(const void *a, const void *b) {
     return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
+static st_status create_impl(optim **out, const optim_segment *segs, int n_segs, optim_state_format fmt, int unbound,
+                             st_err *err);
+
 st_status optim_create(optim **out, const optim_segment *segs, int n_segs, optim_state_format fmt,
                        st_err *err) {
+    return create_impl(out, segs, n_segs, fmt, 0, err);
+}
+
+st_status optim_create_unbound(optim **out, const optim_segment *segs, int n_segs, optim_state_format fmt,
+                               st_err *err) {
+    return create_impl(out, segs, n_segs, fmt, 1, err);
+}
+
+static st_status create_impl(optim **out, const optim_segment *segs, int n_segs, optim_state_format fmt, int unbound,
+                             st_err *err) {
     *out = NULL;
     if (n_segs <= 0) return st_errf(err, ST_ERR_INVALID, "optimizer: no parameter segments");
     if (fmt != OPTIM_STATE_F32 && fmt != OPTIM_STATE_8BIT)
@@ -148,14 +162,17 @@ st_status optim_create(optim **out, const optim_segment *segs, int n_segs, optim
             o->chunks[c] = (optim_chunk){i, s, segs[i].n - s < CHUNK_ELEMS ? segs[i].n - s : CHUNK_ELEMS};
 
     size_t want;
-    if (fmt == OPTIM_STATE_F32) {
+    o->unbound = unbound;
+    o->nblocks = o->seg_blk[n_segs];
+    o->qbytes = o->seg_q[n_segs];
+    if (unbound) {
+        /* no state of its own: optim_bind_state points it at the caller's buffers */
+    } else if (fmt == OPTIM_STATE_F32) {
         want = 2 * o->numel * sizeof(float);
         o->m = st_alloc(o->numel * sizeof(float) + 64);
         o->v = st_alloc(o->numel * sizeof(float) + 64);
         if (!o->m || !o->v) goto nomem;
     } else {
-        o->nblocks = o->seg_blk[n_segs];
-        o->qbytes = o->seg_q[n_segs];
         want = 2 * o->qbytes + 2 * o->nblocks * sizeof(float);
         o->qm = st_alloc(o->qbytes + 64);
         o->qv = st_alloc(o->qbytes + 64);
@@ -175,12 +192,14 @@ nomem:
 
 void optim_free(optim *o) {
     if (!o) return;
-    st_free(o->m);
-    st_free(o->v);
-    st_free(o->qm);
-    st_free(o->qv);
-    st_free(o->am);
-    st_free(o->av);
+    if (!o->unbound) {
+        st_free(o->m);
+        st_free(o->v);
+        st_free(o->qm);
+        st_free(o->qv);
+        st_free(o->am);
+        st_free(o->av);
+    }
     free(o->segs);
     free(o->seg_q);
     free(o->seg_blk);
@@ -275,6 +294,8 @@ st_status optim_step_ex(optim *o, const optim_step_args *a, const adamw_params *
     int s0, s1;
     st_status st = check_args(o, a, &s0, &s1, err);
     if (st != ST_OK) return st;
+    if (o->unbound && !(o->m || o->qm))
+        return st_errf(err, ST_ERR_INVALID, "optimizer: no state buffers bound (optim_bind_state)");
     if (hp->step < 1)
         return st_errf(err, ST_ERR_INVALID, "optimizer: step number %ld; steps count from 1", hp->step);
     size_t gs = st_dtype_size(a->grad_dtype), ws = a->work ? st_dtype_size(a->work_dtype) : 0;
@@ -335,6 +356,25 @@ float optim_clip_scale(double sumsq, float loss_scale, float max_norm) {
 /* ---- state buffers ---- */
 
 int optim_state_count(const optim *o) { return o->fmt == OPTIM_STATE_F32 ? 2 : 4; }
+
+size_t optim_state_buffer_bytes(const optim *o, int i) {
+    if (i < 0 || i >= optim_state_count(o)) return 0;
+    if (o->fmt == OPTIM_STATE_F32) return o->numel * sizeof(float);
+    return i < 2 ? o->qbytes : o->nblocks * sizeof(float);
+}
+
+void optim_bind_state(optim *o, void *const bufs[]) {
+    if (!o->unbound) return;
+    if (o->fmt == OPTIM_STATE_F32) {
+        o->m = bufs[0];
+        o->v = bufs[1];
+    } else {
+        o->qm = bufs[0];
+        o->qv = bufs[1];
+        o->am = bufs[2];
+        o->av = bufs[3];
+    }
+}
 
 void *optim_state_buffer(optim *o, int i, size_t *bytes) {
     *bytes = 0;

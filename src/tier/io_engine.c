@@ -45,6 +45,7 @@ typedef struct io_path {
     st_io_engine *e;
     char *file;
     int fd, direct;
+    uint64_t size;            /* the file's usable bytes */
     pthread_mutex_t mu;
     pthread_cond_t cv;        /* uring: a slot in the ring freed; threads: work queued */
     io_piece *head, *tail;    /* thread pool queue */
@@ -62,7 +63,7 @@ typedef struct io_path {
 struct st_io_engine {
     st_io_kind kind;
     size_t request_bytes;
-    int depth, n_paths, keep_files;
+    int depth, n_paths, keep_files, existing;
     uint64_t file_bytes;
     io_path *paths;
     pthread_mutex_t mu;       /* slots and tickets */
@@ -85,6 +86,17 @@ int st_io_engine_direct(const st_io_engine *e, int path) {
 size_t st_io_engine_request_bytes(const st_io_engine *e) { return e->request_bytes; }
 int st_io_engine_depth(const st_io_engine *e) { return e->depth; }
 uint64_t st_io_engine_file_bytes(const st_io_engine *e) { return e->file_bytes; }
+uint64_t st_io_engine_path_bytes(const st_io_engine *e, int path) {
+    return path >= 0 && path < e->n_paths ? e->paths[path].size : 0;
+}
+
+st_status st_io_sync(st_io_engine *e, int path, st_err *err) {
+    if (path < 0 || path >= e->n_paths) return st_errf(err, ST_ERR_INVALID, "io: no path %d", path);
+    if (fdatasync(e->paths[path].fd) != 0)
+        return st_errf(err, errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "%s: fdatasync: %s", e->paths[path].file,
+                       strerror(errno));
+    return ST_OK;
+}
 const char *st_io_engine_file(const st_io_engine *e, int path) {
     return path >= 0 && path < e->n_paths ? e->paths[path].file : NULL;
 }
@@ -273,9 +285,9 @@ static st_status submit(st_io_engine *e, int path, int write, uint64_t off, void
         return st_errf(err, ST_ERR_INVALID,
                        "%s: %s of %zu bytes at offset %llu: offset, size and buffer must be non-zero multiples of 4096",
                        p->file, what, bytes, (unsigned long long)off);
-    if (off > e->file_bytes || bytes > e->file_bytes - off)
+    if (off > p->size || bytes > p->size - off)
         return st_errf(err, ST_ERR_INVALID, "%s: %s of %zu bytes at offset %llu is past the end of the file (%llu bytes)",
-                       p->file, what, bytes, (unsigned long long)off, (unsigned long long)e->file_bytes);
+                       p->file, what, bytes, (unsigned long long)off, (unsigned long long)p->size);
     size_t npieces = (bytes + e->request_bytes - 1) / e->request_bytes;
 
     pthread_mutex_lock(&e->mu);
@@ -392,17 +404,35 @@ void st_io_get_stats(st_io_engine *e, int path, st_io_path_stats *s) {
 
 /* Open (creating) the path's file, O_DIRECT when the filesystem takes it, and
  * preallocate file_bytes so a full disk is found now, not in the middle of a step. */
-static st_status path_open(io_path *p, uint64_t bytes, st_err *err) {
-    p->fd = open(p->file, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0644);
+static st_status path_open(io_path *p, uint64_t bytes, int existing, st_err *err) {
+    int cr = existing ? 0 : O_CREAT;
+    p->fd = open(p->file, O_RDWR | cr | O_DIRECT | O_CLOEXEC, 0644);
     p->direct = 1;
     if (p->fd < 0 && errno == EINVAL) {
-        p->fd = open(p->file, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        p->fd = open(p->file, O_RDWR | cr | O_CLOEXEC, 0644);
         p->direct = 0;
         st_log(1, "io: %s: the filesystem does not take O_DIRECT; buffered I/O (page cache in the timings)\n", p->file);
     }
+    if (p->fd < 0 && existing)
+        return st_errf(err, ST_ERR_IO, "%s: cannot open the state file: %s (was the store moved or removed?)", p->file,
+                       strerror(errno));
     if (p->fd < 0)
         return st_errf(err, ST_ERR_IO, "%s: cannot create the io file: %s (does the directory exist and is it writable?)",
                        p->file, strerror(errno));
+    if (existing) {
+        struct stat st;
+        if (fstat(p->fd, &st) != 0 || (uint64_t)st.st_size < bytes) {
+            unsigned long long have = fstat(p->fd, &st) == 0 ? (unsigned long long)st.st_size : 0;
+            close(p->fd);
+            p->fd = -1;
+            return st_errf(err, ST_ERR_TRUNCATED, "%s: the state file has %llu bytes, the store needs %llu: it was "
+                           "truncated; restore it from a copy or start a new store", p->file, have,
+                           (unsigned long long)bytes);
+        }
+        p->size = bytes;
+        return ST_OK;
+    }
+    p->size = bytes;
     int rc = fallocate(p->fd, 0, 0, (off_t)bytes);
     if (rc != 0 && (errno == EOPNOTSUPP || errno == ENOSYS)) {
         /* No fallocate (some network filesystems): size the file; space is not reserved. */
@@ -468,7 +498,7 @@ void st_io_engine_destroy(st_io_engine *e) {
         if (p->n_threads) path_stop_threads(p); /* workers drain the queue before they stop */
         free(p->threads);
         if (p->fd >= 0) close(p->fd);
-        if (p->file && !e->keep_files && p->fd >= 0) unlink(p->file);
+        if (p->file && !e->keep_files && !e->existing && p->fd >= 0) unlink(p->file);
         free(p->file);
         pthread_mutex_destroy(&p->mu);
         pthread_cond_destroy(&p->cv);
@@ -486,7 +516,7 @@ st_status st_io_engine_create(st_io_engine **out, const st_io_config *cfg, st_er
     *out = NULL;
     if (!cfg || !cfg->paths || cfg->n_paths < 1)
         return st_errf(err, ST_ERR_INVALID, "io engine: give at least one path");
-    if (cfg->file_bytes == 0) return st_errf(err, ST_ERR_INVALID, "io engine: file_bytes must be positive");
+    if (cfg->file_bytes == 0 && !cfg->path_file_bytes) return st_errf(err, ST_ERR_INVALID, "io engine: file_bytes must be positive");
     size_t req = cfg->request_bytes ? cfg->request_bytes : ST_IO_MIN_REQUEST;
     if (req < ST_IO_MIN_REQUEST || req > ST_IO_MAX_REQUEST || req % ST_IO_ALIGN)
         return st_errf(err, ST_ERR_INVALID, "io engine: request size %zu bytes: use 1-4 MiB, a multiple of 4096", req);
@@ -510,6 +540,7 @@ st_status st_io_engine_create(st_io_engine **out, const st_io_config *cfg, st_er
     e->request_bytes = req;
     e->depth = depth;
     e->keep_files = cfg->keep_files;
+    e->existing = cfg->open_existing;
     e->file_bytes = (cfg->file_bytes + ST_IO_ALIGN - 1) / ST_IO_ALIGN * ST_IO_ALIGN;
     e->paths = calloc((size_t)cfg->n_paths, sizeof *e->paths);
     if (!e->paths) {
@@ -533,7 +564,9 @@ st_status st_io_engine_create(st_io_engine **out, const st_io_config *cfg, st_er
         if (!p->file) s = st_errf(err, ST_ERR_NOMEM, "io engine: out of memory");
         else {
             snprintf(p->file, n, "%s/%s", cfg->paths[i], name);
-            s = path_open(p, e->file_bytes, err);
+            uint64_t fb = cfg->path_file_bytes && cfg->path_file_bytes[i] ? cfg->path_file_bytes[i] : cfg->file_bytes;
+            fb = (fb + ST_IO_ALIGN - 1) / ST_IO_ALIGN * ST_IO_ALIGN;
+            s = path_open(p, fb, cfg->open_existing, err);
         }
     }
     if (s != ST_OK) {

@@ -1,0 +1,136 @@
+/* store.h - the tiered state store: fp32 master weights and optimizer moments on one or
+ * more disk paths, streamed through a few host buffers and updated by the optimizer
+ * engine, one consistent step at a time.
+ *
+ *     const char *paths[] = {"/nvme0/run", "/nvme1/run"};
+ *     double gbps[] = {3.1, 1.6};                       // from strata probe
+ *     st_store_config sc = {.paths = paths, .n_paths = 2, .path_weight = gbps,
+ *                           .segs = segs, .n_segs = n, .fmt = OPTIM_STATE_F32,
+ *                           .host_budget = 2ull << 30};
+ *     st_store *st;
+ *     st_store_create(&st, &sc, init_fn, model, &err);     // or st_store_open to resume
+ *     st_store_step_args a = {.grads = grads_at, .grad_dtype = ST_BF16, .work = work_at,
+ *                             .work_dtype = ST_BF16, .ctx = model, .grad_sumsq = ss,
+ *                             .blob = &loader_state, .blob_bytes = sizeof loader_state};
+ *     st_store_step(st, &a, &hp, &err);                  // committed when it returns ST_OK
+ *
+ * Layout. The flat parameter vector is cut into subgroups of whole 16384-element chunks
+ * of its segments (so the 8-bit blocks and the optimizer's chunks are those of the
+ * in-memory optimizer, and results are bit-identical to it). A subgroup's region on disk
+ * is its fp32 master weights, then its moment buffers (optim_state_buffer's layout),
+ * each padded to 4096 bytes. Subgroups go to paths in proportion to path_weight (the
+ * probed bandwidth), so every path finishes its share of a step at the same time.
+ *
+ * A step never tears. Each subgroup has two regions (A and B); a step reads the current
+ * one and writes the other, then, once every write is on stable storage (fdatasync on
+ * each path), replaces NAME.manifest in paths[0] atomically (temporary, fsync, rename,
+ * fsync of the directory). The manifest holds the step, which region is current for each
+ * subgroup, a CRC-32C of every MiB of every current region, and the caller's blob (the
+ * data loader's position): a crash at any instant leaves the last committed step, whole.
+ * Reads check every MiB against its CRC; a mismatch is an error naming the file and the
+ * byte range. in_place = 1 keeps one region per subgroup (half the disk): the manifest
+ * is marked dirty while a step writes, and a store found dirty is refused (torn), never
+ * silently used.
+ *
+ * Pipeline. The step visits subgroups in an order that alternates every step (up, then
+ * down), reading ahead while the optimizer updates the current one and earlier ones are
+ * written. Buffers not needed for staging form a cache: the subgroups updated last in one
+ * step stay resident and are the first ones of the next, so they are not read again
+ * (the hit rate is in the stats). Host memory: n_buffers x region_bytes, within
+ * host_budget.
+ */
+#ifndef STRATA_STORE_H
+#define STRATA_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "strata/core.h"
+#include "strata/io.h"
+#include "strata/optim.h"
+
+#define ST_STORE_MAX_PATHS 16
+#define ST_STORE_MAX_BLOB (64u << 10)
+#define ST_STORE_CRC_BLOCK (1u << 20) /* one CRC-32C per MiB of a region */
+
+typedef struct st_store_config {
+    const char *const *paths; /* directories, which must exist */
+    int n_paths;
+    const double *path_weight; /* relative speed of each path (probed GB/s); NULL: equal */
+    const optim_segment *segs;
+    int n_segs;
+    optim_state_format fmt;
+    uint64_t host_budget;    /* bytes of host memory for the store's buffers; 0: 1 GiB */
+    uint64_t region_bytes;   /* target disk bytes per subgroup; 0: from host_budget */
+    int in_place;            /* 1: one region per subgroup (not crash-safe; see above) */
+    const char *name;        /* NAME.bin in every path, NAME.manifest in paths[0];
+                                NULL: "strata-state" */
+    st_io_kind io_kind;
+} st_store_config;
+
+/* Fill dst[0..n) with the initial master weights of flat elements [first, first+n). */
+typedef void (*st_store_init_fn)(void *ctx, size_t first, size_t n, float *dst);
+
+typedef struct st_store_step_args {
+    /* The gradient of flat elements [first, first+n) (grad_dtype): the pointer is read
+     * during this subgroup's update only, so one reused buffer will do. */
+    const void *(*grads)(void *ctx, size_t first, size_t n);
+    st_dtype grad_dtype;
+    /* Optional: where the working copy of [first, first+n) goes (work_dtype). */
+    void *(*work)(void *ctx, size_t first, size_t n);
+    st_dtype work_dtype;
+    void *ctx;
+    double grad_sumsq; /* the whole step's, as optim_step_args.grad_sumsq; must be known */
+    const void *blob;  /* committed with the step (<= ST_STORE_MAX_BLOB bytes) */
+    size_t blob_bytes;
+} st_store_step_args;
+
+typedef struct st_store_stats {
+    uint64_t step;          /* updates committed */
+    int n_subgroups, n_buffers, cache_buffers;
+    uint64_t region_bytes;  /* the largest subgroup region */
+    uint64_t disk_bytes;    /* all paths' files together */
+    uint64_t host_bytes;    /* the buffers */
+    /* the last step */
+    double step_s, update_s, crc_s, read_wait_s, write_wait_s, commit_s;
+    uint64_t read_bytes, write_bytes;
+    int hits, misses;
+} st_store_stats;
+
+typedef struct st_store st_store;
+
+/* The disk bytes a store of this configuration needs on each path (path_bytes[n_paths]),
+ * without creating anything: the plan's capacity check. */
+st_status st_store_plan(const st_store_config *cfg, uint64_t *path_bytes, uint64_t *host_bytes, st_err *err);
+/* 1 if NAME.manifest exists in paths[0]. */
+int st_store_exists(const st_store_config *cfg);
+/* A new store: checks every path's free space against the plan first (ST_ERR_NOSPACE
+ * with the bytes missing), preallocates, writes step 0 (master from init, or zeros when
+ * init is NULL; moments zero). Refuses to replace an existing manifest. */
+st_status st_store_create(st_store **out, const st_store_config *cfg, st_store_init_fn init, void *ctx,
+                          st_err *err);
+/* An existing store; the segments and format must match the manifest's. */
+st_status st_store_open(st_store **out, const st_store_config *cfg, st_err *err);
+void st_store_close(st_store *s);
+
+/* One AdamW step over every subgroup, committed before it returns. ST_ERR_NONFINITE
+ * when grad_sumsq is not finite (nothing is read or written). After any other error the
+ * store's buffers may hold uncommitted data: close it and open it again (the disk holds
+ * the last committed step). */
+st_status st_store_step(st_store *s, const st_store_step_args *a, const adamw_params *hp, st_err *err);
+/* Commit a new blob without an update (a skipped step still moves the data on). */
+st_status st_store_commit_blob(st_store *s, const void *blob, size_t bytes, st_err *err);
+/* The blob of the last commit (NULL, 0 if none). */
+const void *st_store_blob(const st_store *s, size_t *bytes);
+/* The master weights of every element into dst[numel] (resume), checked against the CRCs. */
+st_status st_store_read_master(st_store *s, float *dst, st_err *err);
+
+void st_store_get_stats(const st_store *s, st_store_stats *out);
+size_t st_store_numel(const st_store *s);
+int st_store_n_paths(const st_store *s);
+/* Bytes of state (both regions) assigned to path p, and the io engine (its per-path stats). */
+uint64_t st_store_path_bytes(const st_store *s, int p);
+st_io_engine *st_store_io(st_store *s);
+const char *st_store_manifest_path(const st_store *s);
+
+#endif

@@ -1,0 +1,927 @@
+/* state_store.c - the tiered state store (strata/store.h): subgroups of the flat
+ * optimizer state on disk paths, a read / update / write pipeline through the optimizer
+ * engine, a host cache, and an atomic step switch with a CRC-32C per MiB.
+ *
+ * NAME.manifest (little-endian, replaced atomically at every commit):
+ *   0   char[8] "STRATAsm"        8  u32 version (1)       12 u32 format
+ *   16  u64 numel                 24 u32 n_segs            28 u32 n_paths
+ *   32  u32 n_subgroups           36 u32 in_place          40 u64 step (updates)
+ *   48  u32 dirty                 52 u32 blob bytes        56 u64 commits
+ *   64  n_segs x {u64 offset, u64 n}
+ *   ..  n_paths x u64 file bytes
+ *   ..  n_subgroups x {u64 first, u64 end, u32 path, u32 current region, u64 offset[2],
+ *                      u64 region bytes, u32 n_crc, u32 crc[n_crc]}
+ *   ..  blob
+ *   end u32 CRC-32C of every byte before it
+ */
+#include "strata/store.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "ckpt/fileutil.h"
+#include "strata/prof.h"
+
+#define SG_CHUNK 16384u /* the optimizer's chunk: cuts on this grid keep results bit-identical */
+#define MAX_STATE_BUFS 4
+#define READ_AHEAD 2
+#define MANIFEST_MAGIC "STRATAsm"
+#define MANIFEST_VERSION 1u
+
+typedef struct subgroup {
+    size_t first, end;  /* flat element range (gaps between segments included) */
+    int path, cur;      /* path index; current region (0 or 1) */
+    uint64_t off[2];    /* the regions' offsets in the path's file */
+    uint64_t bytes;     /* region bytes */
+    uint64_t part[1 + MAX_STATE_BUFS]; /* master, then the moment buffers, inside a region */
+    int n_crc;
+    uint32_t *crc, *crc_new;
+    optim *o;
+    int buf;            /* the buffer holding it, or -1 */
+    long done;          /* the step id in which it was last updated */
+} subgroup;
+
+typedef struct sbuf {
+    char *data;
+    int sg;             /* -1: empty */
+    uint64_t rt, wt;    /* read / write ticket in flight (0: none) */
+    long last_use;
+} sbuf;
+
+struct st_store {
+    st_store_config cfg;
+    char *paths[ST_STORE_MAX_PATHS];
+    double weight[ST_STORE_MAX_PATHS];
+    uint64_t path_bytes[ST_STORE_MAX_PATHS];
+    char name[256], manifest[4400];
+    optim_segment *segs;
+    int n_segs;
+    size_t numel;
+    subgroup *sg;
+    int n_sg;
+    uint64_t max_region;
+    sbuf *buf;
+    int n_buf;
+    st_io_engine *io;
+    uint64_t step, commits;
+    unsigned char *blob;
+    size_t blob_bytes;
+    long step_id, use_clock;
+    int failed;
+    st_store_stats stats;
+};
+
+static uint64_t round4k(uint64_t x) { return (x + 4095) / 4096 * 4096; }
+
+static int seg_cmp(const void *a, const void *b) {
+    const optim_segment *x = a, *y = b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* ------------------------------------------------------------------ layout */
+
+/* The subgroup's optimizer (its pieces of the segments, offsets relative to first) and the
+ * region layout. */
+static st_status sg_build(subgroup *g, const optim_segment *segs, int n_segs, optim_state_format fmt, st_err *err) {
+    optim_segment *pc = malloc(sizeof *pc * (size_t)n_segs);
+    if (!pc) return st_errf(err, ST_ERR_NOMEM, "state store: out of memory");
+    int n = 0;
+    for (int i = 0; i < n_segs; i++) {
+        size_t lo = segs[i].offset > g->first ? segs[i].offset : g->first;
+        size_t hi = segs[i].offset + segs[i].n < g->end ? segs[i].offset + segs[i].n : g->end;
+        if (lo >= hi) continue;
+        if ((lo - segs[i].offset) % SG_CHUNK) {
+            free(pc);
+            return st_errf(err, ST_ERR_FORMAT, "state store: subgroup [%zu, %zu) cuts segment %d off its %u-element grid",
+                           g->first, g->end, i, SG_CHUNK);
+        }
+        pc[n++] = (optim_segment){lo - g->first, hi - lo, segs[i].weight_decay};
+    }
+    st_status s = n ? optim_create_unbound(&g->o, pc, n, fmt, err)
+                    : st_errf(err, ST_ERR_FORMAT, "state store: subgroup [%zu, %zu) holds no parameters", g->first, g->end);
+    free(pc);
+    if (s) return s;
+    uint64_t at = round4k((uint64_t)(g->end - g->first) * sizeof(float));
+    g->part[0] = 0;
+    for (int i = 0; i < optim_state_count(g->o); i++) {
+        g->part[1 + i] = at;
+        at += round4k(optim_state_buffer_bytes(g->o, i));
+    }
+    g->bytes = at;
+    g->n_crc = (int)((at + ST_STORE_CRC_BLOCK - 1) / ST_STORE_CRC_BLOCK);
+    g->crc = calloc((size_t)g->n_crc, sizeof *g->crc);
+    g->crc_new = calloc((size_t)g->n_crc, sizeof *g->crc_new);
+    g->buf = -1;
+    g->done = -1;
+    if (!g->crc || !g->crc_new) return st_errf(err, ST_ERR_NOMEM, "state store: out of memory");
+    return ST_OK;
+}
+
+static void sg_free_all(subgroup *sg, int n) {
+    for (int i = 0; i < n && sg; i++) {
+        optim_free(sg[i].o);
+        free(sg[i].crc);
+        free(sg[i].crc_new);
+    }
+    free(sg);
+}
+
+static uint64_t target_region(const st_store_config *c) {
+    if (c->region_bytes) return c->region_bytes;
+    uint64_t b = (c->host_budget ? c->host_budget : 1ull << 30) / 8;
+    if (b < (1u << 20)) b = 1u << 20;
+    if (b > (256u << 20)) b = 256u << 20;
+    return b;
+}
+
+/* Cut the segments into subgroup ranges of about `target` region bytes. */
+static st_status plan_cuts(const optim_segment *segs, int n_segs, optim_state_format fmt, uint64_t target,
+                           size_t **cuts_out, int *n_out, st_err *err) {
+    double bpe = fmt == OPTIM_STATE_F32 ? 12.0 : 4.0 + 2.0 + 8.0 / OPTIM_Q8_BLOCK;
+    size_t E = (size_t)((double)target / bpe) / SG_CHUNK * SG_CHUNK;
+    if (E < SG_CHUNK) E = SG_CHUNK;
+    size_t cap = 16, n = 0, *cuts = malloc(sizeof *cuts * cap * 2);
+    if (!cuts) return st_errf(err, ST_ERR_NOMEM, "state store: out of memory");
+    size_t cur_first = 0, cur_count = 0, last_end = 0;
+#define CLOSE()                                                                                     \
+    do {                                                                                            \
+        if (n == cap) {                                                                             \
+            size_t *nc = realloc(cuts, sizeof *cuts * cap * 4);                                     \
+            if (!nc) { free(cuts); return st_errf(err, ST_ERR_NOMEM, "state store: out of memory"); } \
+            cuts = nc;                                                                              \
+            cap *= 2;                                                                               \
+        }                                                                                           \
+        cuts[2 * n] = cur_first;                                                                    \
+        cuts[2 * n + 1] = last_end;                                                                 \
+        n++;                                                                                        \
+        cur_count = 0;                                                                              \
+    } while (0)
+    for (int i = 0; i < n_segs; i++) {
+        size_t o = segs[i].offset, len = segs[i].n, pos = 0;
+        while (pos < len) {
+            if (cur_count == 0) cur_first = o + pos;
+            size_t space = E - cur_count, rem = len - pos;
+            if (rem <= space) {
+                cur_count += rem;
+                pos = len;
+                last_end = o + len;
+                if (cur_count == E) CLOSE();
+            } else {
+                size_t take = space / SG_CHUNK * SG_CHUNK;
+                if (take == 0) {
+                    CLOSE();
+                    continue;
+                }
+                cur_count += take;
+                pos += take;
+                last_end = o + pos;
+                CLOSE();
+            }
+        }
+    }
+    if (cur_count) CLOSE();
+#undef CLOSE
+    *cuts_out = cuts;
+    *n_out = (int)n;
+    return ST_OK;
+}
+
+static st_status check_config(const st_store_config *c, st_err *err) {
+    if (!c || !c->paths || c->n_paths < 1 || c->n_paths > ST_STORE_MAX_PATHS)
+        return st_errf(err, ST_ERR_INVALID, "state store: give 1 to %d disk paths", ST_STORE_MAX_PATHS);
+    if (!c->segs || c->n_segs < 1) return st_errf(err, ST_ERR_INVALID, "state store: no parameter segments");
+    if (c->fmt != OPTIM_STATE_F32 && c->fmt != OPTIM_STATE_8BIT)
+        return st_errf(err, ST_ERR_INVALID, "state store: unknown state format %d", (int)c->fmt);
+    for (int p = 0; p < c->n_paths; p++) {
+        struct stat sb;
+        if (!c->paths[p] || stat(c->paths[p], &sb) != 0 || !S_ISDIR(sb.st_mode))
+            return st_errf(err, ST_ERR_IO, "state store: path '%s' is not a directory; create it first",
+                           c->paths[p] ? c->paths[p] : "(null)");
+        if (c->path_weight && !(c->path_weight[p] > 0))
+            return st_errf(err, ST_ERR_INVALID, "state store: path '%s' has weight %g; weights are measured "
+                           "bandwidths and must be positive", c->paths[p], c->path_weight[p]);
+    }
+    return ST_OK;
+}
+
+/* Build the store object's layout (segments, subgroups, path assignment) without I/O. */
+static st_status store_layout(st_store *s, st_err *err) {
+    const st_store_config *c = &s->cfg;
+    size_t *cuts = NULL;
+    int n = 0;
+    st_status st = plan_cuts(s->segs, s->n_segs, c->fmt, target_region(c), &cuts, &n, err);
+    if (st) return st;
+    s->sg = calloc((size_t)n, sizeof *s->sg);
+    if (!s->sg) {
+        free(cuts);
+        return st_errf(err, ST_ERR_NOMEM, "state store: out of memory");
+    }
+    s->n_sg = n;
+    double load[ST_STORE_MAX_PATHS] = {0};
+    int copies = c->in_place ? 1 : 2;
+    for (int i = 0; i < n && !st; i++) {
+        subgroup *g = &s->sg[i];
+        g->first = cuts[2 * i];
+        g->end = cuts[2 * i + 1];
+        if ((st = sg_build(g, s->segs, s->n_segs, c->fmt, err))) break;
+        /* the path that would finish its share soonest with this subgroup added */
+        int best = 0;
+        double bt = 0;
+        for (int p = 0; p < c->n_paths; p++) {
+            double t = (load[p] + (double)g->bytes) / s->weight[p];
+            if (p == 0 || t < bt) { best = p; bt = t; }
+        }
+        g->path = best;
+        load[best] += (double)g->bytes;
+        g->off[0] = s->path_bytes[best];
+        g->off[1] = c->in_place ? g->off[0] : g->off[0] + g->bytes;
+        s->path_bytes[best] += (uint64_t)copies * g->bytes;
+        if (g->bytes > s->max_region) s->max_region = g->bytes;
+    }
+    free(cuts);
+    return st;
+}
+
+static st_status store_alloc(st_store **out, const st_store_config *cfg, st_err *err) {
+    *out = NULL;
+    st_status st = check_config(cfg, err);
+    if (st) return st;
+    st_store *s = calloc(1, sizeof *s);
+    if (!s) return st_errf(err, ST_ERR_NOMEM, "state store: out of memory");
+    s->cfg = *cfg;
+    snprintf(s->name, sizeof s->name, "%s", cfg->name ? cfg->name : "strata-state");
+    for (int p = 0; p < cfg->n_paths; p++) {
+        s->paths[p] = strdup(cfg->paths[p]);
+        s->weight[p] = cfg->path_weight ? cfg->path_weight[p] : 1.0;
+        if (!s->paths[p]) { st_store_close(s); return st_errf(err, ST_ERR_NOMEM, "state store: out of memory"); }
+    }
+    s->cfg.paths = NULL; /* owned copies in s->paths */
+    s->cfg.path_weight = NULL;
+    snprintf(s->manifest, sizeof s->manifest, "%s/%s.manifest", s->paths[0], s->name);
+    s->segs = malloc(sizeof *s->segs * (size_t)cfg->n_segs);
+    if (!s->segs) { st_store_close(s); return st_errf(err, ST_ERR_NOMEM, "state store: out of memory"); }
+    memcpy(s->segs, cfg->segs, sizeof *s->segs * (size_t)cfg->n_segs);
+    s->n_segs = cfg->n_segs;
+    qsort(s->segs, (size_t)s->n_segs, sizeof *s->segs, seg_cmp);
+    for (int i = 0; i < s->n_segs; i++) {
+        if (i && s->segs[i - 1].offset + s->segs[i - 1].n > s->segs[i].offset) {
+            st_store_close(s);
+            return st_errf(err, ST_ERR_INVALID, "state store: parameter segments overlap at element %zu",
+                           s->segs[i].offset);
+        }
+        if (s->segs[i].offset + s->segs[i].n > s->numel) s->numel = s->segs[i].offset + s->segs[i].n;
+    }
+    s->cfg.segs = s->segs;
+    *out = s;
+    return ST_OK;
+}
+
+st_status st_store_plan(const st_store_config *cfg, uint64_t *path_bytes, uint64_t *host_bytes, st_err *err) {
+    st_store *s;
+    st_status st = store_alloc(&s, cfg, err);
+    if (st) return st;
+    if (!(st = store_layout(s, err))) {
+        for (int p = 0; p < cfg->n_paths; p++) path_bytes[p] = s->path_bytes[p];
+        if (host_bytes) {
+            uint64_t budget = cfg->host_budget ? cfg->host_budget : 1ull << 30;
+            uint64_t nb = budget / s->max_region;
+            if (nb > (uint64_t)s->n_sg) nb = (uint64_t)s->n_sg;
+            *host_bytes = nb * s->max_region;
+        }
+    }
+    st_store_close(s);
+    return st;
+}
+
+int st_store_exists(const st_store_config *cfg) {
+    if (!cfg || !cfg->paths || cfg->n_paths < 1) return 0;
+    char m[4400];
+    snprintf(m, sizeof m, "%s/%s.manifest", cfg->paths[0], cfg->name ? cfg->name : "strata-state");
+    return access(m, F_OK) == 0;
+}
+
+/* ------------------------------------------------------------------ buffers and io */
+
+static st_status buffers_create(st_store *s, st_err *err) {
+    uint64_t budget = s->cfg.host_budget ? s->cfg.host_budget : 1ull << 30;
+    uint64_t nb = budget / s->max_region;
+    int need = s->n_sg < 3 ? s->n_sg : 3;
+    if (nb < (uint64_t)need)
+        return st_errf(err, ST_ERR_NOMEM,
+                       "state store: host budget %llu bytes holds %llu subgroup buffers of %llu bytes; the pipeline "
+                       "needs %d: raise the host budget to at least %llu bytes or use smaller subgroups",
+                       (unsigned long long)budget, (unsigned long long)nb, (unsigned long long)s->max_region, need,
+                       (unsigned long long)(need * s->max_region));
+    if (nb > (uint64_t)s->n_sg) nb = (uint64_t)s->n_sg;
+    if (nb > 64) nb = 64; /* the io engine registers up to 64 buffers */
+    s->buf = calloc(nb, sizeof *s->buf);
+    if (!s->buf) return st_errf(err, ST_ERR_NOMEM, "state store: out of memory");
+    s->n_buf = (int)nb;
+    for (int b = 0; b < s->n_buf; b++) {
+        s->buf[b].sg = -1;
+        s->buf[b].data = st_io_alloc(s->max_region);
+        if (!s->buf[b].data)
+            return st_errf(err, ST_ERR_NOMEM, "state store: cannot allocate %d buffers of %llu bytes", s->n_buf,
+                           (unsigned long long)s->max_region);
+        st_err e2 = {0};
+        if (st_io_register_buffer(s->io, s->buf[b].data, s->max_region, &e2) != ST_OK)
+            st_log(2, "state store: buffer %d not registered: %s\n", b, e2.msg);
+    }
+    return ST_OK;
+}
+
+static st_status io_open(st_store *s, int existing, st_err *err) {
+    st_io_config ic = {.paths = (const char *const *)s->paths, .n_paths = s->cfg.n_paths,
+                       .file_bytes = 4096, .path_file_bytes = s->path_bytes, .keep_files = 1,
+                       .open_existing = existing, .kind = s->cfg.io_kind, .request_bytes = 1u << 20};
+    char fname[300];
+    snprintf(fname, sizeof fname, "%s.bin", s->name);
+    ic.file_name = fname;
+    uint64_t pb[ST_STORE_MAX_PATHS];
+    for (int p = 0; p < s->cfg.n_paths; p++) pb[p] = s->path_bytes[p] ? s->path_bytes[p] : 4096;
+    ic.path_file_bytes = pb;
+    return st_io_engine_create(&s->io, &ic, err);
+}
+
+static st_status wait_ticket(st_store *s, uint64_t *t, double *acc, st_err *err) {
+    if (!*t) return ST_OK;
+    double t0 = st_now();
+    st_status st = st_io_wait(s->io, *t, err);
+    *t = 0;
+    if (acc) *acc += st_now() - t0;
+    return st;
+}
+
+static void crc_region(const subgroup *g, const char *data, uint32_t *out) {
+#pragma omp parallel for schedule(static) if (g->n_crc > 1)
+    for (int k = 0; k < g->n_crc; k++) {
+        uint64_t lo = (uint64_t)k * ST_STORE_CRC_BLOCK;
+        uint64_t hi = lo + ST_STORE_CRC_BLOCK < g->bytes ? lo + ST_STORE_CRC_BLOCK : g->bytes;
+        out[k] = st_crc32c(0, data + lo, hi - lo);
+    }
+}
+
+static st_status verify_region(st_store *s, const subgroup *g, const char *data, st_err *err) {
+    uint32_t stackc[64], *c = g->n_crc <= 64 ? stackc : malloc(sizeof *c * (size_t)g->n_crc);
+    if (!c) return st_errf(err, ST_ERR_NOMEM, "state store: out of memory");
+    crc_region(g, data, c);
+    st_status st = ST_OK;
+    for (int k = 0; k < g->n_crc; k++)
+        if (c[k] != g->crc[k]) {
+            uint64_t lo = g->off[g->cur] + (uint64_t)k * ST_STORE_CRC_BLOCK;
+            uint64_t len = g->bytes - (uint64_t)k * ST_STORE_CRC_BLOCK;
+            if (len > ST_STORE_CRC_BLOCK) len = ST_STORE_CRC_BLOCK;
+            st = st_errf(err, ST_ERR_CHECKSUM,
+                         "%s: bytes [%llu, %llu) do not match their checksum (subgroup %d, elements [%zu, %zu), "
+                         "step %llu): the state file was changed or the disk returned bad data; restore the run "
+                         "from a checkpoint",
+                         st_io_engine_file(s->io, g->path), (unsigned long long)lo, (unsigned long long)(lo + len),
+                         (int)(g - s->sg), g->first, g->end, (unsigned long long)s->step);
+            break;
+        }
+    if (c != stackc) free(c);
+    return st;
+}
+
+/* ------------------------------------------------------------------ manifest */
+
+typedef struct mbuf {
+    unsigned char *p;
+    size_t n, cap;
+} mbuf;
+
+static int mput(mbuf *m, const void *d, size_t n) {
+    if (m->n + n > m->cap) {
+        size_t c = m->cap ? m->cap * 2 : 4096;
+        while (c < m->n + n) c *= 2;
+        unsigned char *q = realloc(m->p, c);
+        if (!q) return -1;
+        m->p = q;
+        m->cap = c;
+    }
+    memcpy(m->p + m->n, d, n);
+    m->n += n;
+    return 0;
+}
+#define PUT(m, v) mput((m), &(v), sizeof(v))
+
+/* The manifest for the current in-memory state (cur and crc of every subgroup). */
+static st_status manifest_write(st_store *s, int dirty, st_err *err) {
+    mbuf m = {0};
+    uint32_t ver = MANIFEST_VERSION, fmt = (uint32_t)s->cfg.fmt, nseg = (uint32_t)s->n_segs,
+             np = (uint32_t)s->cfg.n_paths, nsg = (uint32_t)s->n_sg, inpl = (uint32_t)!!s->cfg.in_place,
+             dty = (uint32_t)dirty, bb = (uint32_t)s->blob_bytes;
+    uint64_t numel = s->numel, commits = s->commits + 1;
+    int bad = mput(&m, MANIFEST_MAGIC, 8) | PUT(&m, ver) | PUT(&m, fmt) | PUT(&m, numel) | PUT(&m, nseg) |
+              PUT(&m, np) | PUT(&m, nsg) | PUT(&m, inpl) | PUT(&m, s->step) | PUT(&m, dty) | PUT(&m, bb) |
+              PUT(&m, commits);
+    for (int i = 0; i < s->n_segs; i++) {
+        uint64_t o = s->segs[i].offset, n = s->segs[i].n;
+        bad |= PUT(&m, o) | PUT(&m, n);
+    }
+    for (int p = 0; p < s->cfg.n_paths; p++) bad |= PUT(&m, s->path_bytes[p]);
+    for (int i = 0; i < s->n_sg; i++) {
+        subgroup *g = &s->sg[i];
+        uint64_t f = g->first, e = g->end;
+        uint32_t path = (uint32_t)g->path, cur = (uint32_t)g->cur, nc = (uint32_t)g->n_crc;
+        bad |= PUT(&m, f) | PUT(&m, e) | PUT(&m, path) | PUT(&m, cur) | PUT(&m, g->off[0]) | PUT(&m, g->off[1]) |
+               PUT(&m, g->bytes) | PUT(&m, nc) | mput(&m, g->crc, sizeof *g->crc * (size_t)g->n_crc);
+    }
+    if (s->blob_bytes) bad |= mput(&m, s->blob, s->blob_bytes);
+    uint32_t crc = st_crc32c(0, m.p, m.n);
+    bad |= PUT(&m, crc);
+    if (bad) {
+        free(m.p);
+        return st_errf(err, ST_ERR_NOMEM, "state store: out of memory for the manifest");
+    }
+    st_file_writer w;
+    st_status st = st_file_writer_open(&w, s->manifest, err);
+    if (!st) {
+        st = st_file_writer_put(&w, m.p, m.n, err);
+        st = st_file_writer_close(&w, st, err);
+    }
+    free(m.p);
+    if (st) return st_err_prefix(err, "state store: committing step %llu", (unsigned long long)s->step);
+    s->commits++;
+    return ST_OK;
+}
+
+typedef struct mread {
+    const unsigned char *p;
+    size_t n, at;
+    const char *file;
+} mread;
+
+static int mget(mread *r, void *d, size_t n) {
+    if (r->at + n > r->n) return -1;
+    memcpy(d, r->p + r->at, n);
+    r->at += n;
+    return 0;
+}
+#define GET(r, v) mget((r), &(v), sizeof(v))
+
+static st_status manifest_read(st_store *s, st_err *err) {
+    FILE *f = fopen(s->manifest, "rb");
+    if (!f) return st_errf(err, ST_ERR_IO, "%s: cannot open the state manifest: %s", s->manifest, strerror(errno));
+    unsigned char *p = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n == cap) {
+            cap = cap ? cap * 2 : 65536;
+            unsigned char *q = realloc(p, cap);
+            if (!q) { free(p); fclose(f); return st_errf(err, ST_ERR_NOMEM, "state store: out of memory"); }
+            p = q;
+        }
+        size_t got = fread(p + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) break;
+    }
+    fclose(f);
+    st_status st = ST_OK;
+    mread r = {p, n, 0, s->manifest};
+    char magic[8];
+    uint32_t ver, fmt, nseg, np, nsg, inpl, dty, bb, crc;
+    uint64_t numel;
+    if (n < 72 || memcmp(p, MANIFEST_MAGIC, 8)) {
+        st = st_errf(err, ST_ERR_FORMAT, "%s: not a strata state manifest (%zu bytes, bad magic)", s->manifest, n);
+        goto out;
+    }
+    memcpy(&crc, p + n - 4, 4);
+    if (st_crc32c(0, p, n - 4) != crc) {
+        st = st_errf(err, ST_ERR_CHECKSUM, "%s: the manifest does not match its checksum (%zu bytes): it was changed "
+                     "after it was written; restore the run from a checkpoint", s->manifest, n);
+        goto out;
+    }
+    r.n = n - 4;
+    mget(&r, magic, 8);
+    if (GET(&r, ver) || ver != MANIFEST_VERSION) {
+        st = st_errf(err, ST_ERR_FORMAT, "%s: manifest version %u, this strata reads %u", s->manifest, ver,
+                     MANIFEST_VERSION);
+        goto out;
+    }
+    if (GET(&r, fmt) || GET(&r, numel) || GET(&r, nseg) || GET(&r, np) || GET(&r, nsg) || GET(&r, inpl) ||
+        GET(&r, s->step) || GET(&r, dty) || GET(&r, bb) || GET(&r, s->commits))
+        goto trunc;
+    if (fmt != (uint32_t)s->cfg.fmt || numel != s->numel || nseg != (uint32_t)s->n_segs)
+        { st = st_errf(err, ST_ERR_SHAPE, "%s: the store holds %s states of %llu parameters in %u tensors; this run has "
+                       "%s states of %zu in %d: resume with the same model and optim_state, or start a new store",
+                       s->manifest, fmt ? "8bit" : "f32", (unsigned long long)numel, nseg,
+                       s->cfg.fmt ? "8bit" : "f32", s->numel, s->n_segs); goto out; }
+    if (np != (uint32_t)s->cfg.n_paths)
+        { st = st_errf(err, ST_ERR_INVALID, "%s: the store spans %u paths; this run names %d: give the same paths",
+                       s->manifest, np, s->cfg.n_paths); goto out; }
+    if (dty)
+        { st = st_errf(err, ST_ERR_FORMAT, "%s: the store was being updated in place (step %llu) when its process "
+                       "stopped: the state is torn and cannot be used; restore the run from a checkpoint (the default "
+                       "two-region mode survives crashes)", s->manifest, (unsigned long long)s->step + 1); goto out; }
+    if (bb > ST_STORE_MAX_BLOB) goto trunc;
+    s->cfg.in_place = (int)inpl;
+    for (uint32_t i = 0; i < nseg; i++) {
+        uint64_t o, len;
+        if (GET(&r, o) || GET(&r, len)) goto trunc;
+        if (o != s->segs[i].offset || len != s->segs[i].n)
+            { st = st_errf(err, ST_ERR_SHAPE, "%s: tensor %u is elements [%llu, +%llu) in the store, [%zu, +%zu) in this "
+                           "run: resume with the same model", s->manifest, i, (unsigned long long)o,
+                           (unsigned long long)len, s->segs[i].offset, s->segs[i].n); goto out; }
+    }
+    for (uint32_t p2 = 0; p2 < np; p2++)
+        if (GET(&r, s->path_bytes[p2])) goto trunc;
+    s->sg = calloc(nsg ? nsg : 1, sizeof *s->sg);
+    if (!s->sg) { st = st_errf(err, ST_ERR_NOMEM, "state store: out of memory"); goto out; }
+    for (uint32_t i = 0; i < nsg; i++) {
+        subgroup *g = &s->sg[i];
+        uint64_t fst, end, bytes;
+        uint32_t path, cur, nc;
+        if (GET(&r, fst) || GET(&r, end) || GET(&r, path) || GET(&r, cur) || GET(&r, g->off[0]) ||
+            GET(&r, g->off[1]) || GET(&r, bytes) || GET(&r, nc))
+            goto trunc;
+        if (path >= np || cur > 1 || fst >= end || end > numel)
+            { st = st_errf(err, ST_ERR_FORMAT, "%s: subgroup %u is malformed (path %u, region %u, elements [%llu, %llu))",
+                           s->manifest, i, path, cur, (unsigned long long)fst, (unsigned long long)end); goto out; }
+        g->first = (size_t)fst;
+        g->end = (size_t)end;
+        s->n_sg = (int)i + 1;
+        if ((st = sg_build(g, s->segs, s->n_segs, s->cfg.fmt, err))) goto out;
+        if (g->bytes != bytes || (uint32_t)g->n_crc != nc)
+            { st = st_errf(err, ST_ERR_FORMAT, "%s: subgroup %u has %llu bytes on disk; this strata lays it out in "
+                           "%llu", s->manifest, i, (unsigned long long)bytes, (unsigned long long)g->bytes); goto out; }
+        g->path = (int)path;
+        g->cur = (int)cur;
+        if (mget(&r, g->crc, sizeof *g->crc * nc)) goto trunc;
+        if (g->off[1] + bytes > s->path_bytes[path] || g->off[0] + bytes > s->path_bytes[path])
+            { st = st_errf(err, ST_ERR_FORMAT, "%s: subgroup %u lies past the end of its file", s->manifest, i); goto out; }
+        if (g->bytes > s->max_region) s->max_region = g->bytes;
+    }
+    s->blob = malloc(bb ? bb : 1);
+    if (!s->blob || mget(&r, s->blob, bb)) goto trunc;
+    s->blob_bytes = bb;
+    if (r.at != r.n) goto trunc;
+    goto out;
+trunc:
+    st = st_errf(err, ST_ERR_TRUNCATED, "%s: the manifest ends early or has trailing bytes (offset %zu of %zu)",
+                 s->manifest, r.at, n);
+out:
+    free(p);
+    return st;
+}
+
+/* ------------------------------------------------------------------ create / open */
+
+static st_status check_space(st_store *s, st_err *err) {
+    /* paths on one filesystem share its free space */
+    unsigned long fsid[ST_STORE_MAX_PATHS];
+    uint64_t need[ST_STORE_MAX_PATHS] = {0}, avail[ST_STORE_MAX_PATHS] = {0};
+    int first_path[ST_STORE_MAX_PATHS], nfs = 0;
+    for (int p = 0; p < s->cfg.n_paths; p++) {
+        struct statvfs vs;
+        if (statvfs(s->paths[p], &vs) != 0)
+            return st_errf(err, ST_ERR_IO, "state store: %s: statvfs: %s", s->paths[p], strerror(errno));
+        /* a leftover file of an interrupted create already holds its blocks */
+        char f[4400];
+        struct stat sb;
+        uint64_t have = 0;
+        snprintf(f, sizeof f, "%s/%s.bin", s->paths[p], s->name);
+        if (stat(f, &sb) == 0) have = (uint64_t)sb.st_blocks * 512u;
+        int k = 0;
+        while (k < nfs && fsid[k] != vs.f_fsid) k++;
+        if (k == nfs) {
+            fsid[nfs] = vs.f_fsid;
+            avail[nfs] = (uint64_t)vs.f_bavail * vs.f_frsize;
+            first_path[nfs++] = p;
+        }
+        avail[k] += have;
+        need[k] += s->path_bytes[p];
+    }
+    for (int k = 0; k < nfs; k++)
+        if (need[k] > avail[k])
+            return st_errf(err, ST_ERR_NOSPACE,
+                           "state store: %s needs %llu bytes for the optimizer state (%s) but its filesystem has %llu "
+                           "free: %llu bytes missing; free space, add a path, use 8-bit states%s",
+                           s->paths[first_path[k]], (unsigned long long)need[k],
+                           s->cfg.in_place ? "one region per subgroup" : "two regions per subgroup, for crash safety",
+                           (unsigned long long)avail[k], (unsigned long long)(need[k] - avail[k]),
+                           s->cfg.in_place ? "" : ", or update in place (half the disk, not crash-safe)");
+    return ST_OK;
+}
+
+st_status st_store_create(st_store **out, const st_store_config *cfg, st_store_init_fn init, void *ctx,
+                          st_err *err) {
+    *out = NULL;
+    st_store *s;
+    st_status st = store_alloc(&s, cfg, err);
+    if (st) return st;
+    if (access(s->manifest, F_OK) == 0) {
+        st = st_errf(err, ST_ERR_INVALID, "%s: a state store already exists here; resume it, or remove %s and the "
+                     "%s.bin files to start over", s->manifest, s->manifest, s->name);
+        goto fail;
+    }
+    if ((st = store_layout(s, err)) || (st = check_space(s, err)) || (st = io_open(s, 0, err)) ||
+        (st = buffers_create(s, err)))
+        goto fail;
+    /* step 0: master from init, moments zero, region 0 of every subgroup; last to first,
+     * so the buffers end holding the first subgroups, which the first step visits first */
+    for (int j = 0; j < s->n_sg && !st; j++) {
+        int i = s->n_sg - 1 - j;
+        subgroup *g = &s->sg[i];
+        sbuf *b = &s->buf[j % s->n_buf];
+        if ((st = wait_ticket(s, &b->wt, NULL, err))) break;
+        if (b->sg >= 0) s->sg[b->sg].buf = -1;
+        memset(b->data, 0, g->bytes);
+        if (init) init(ctx, g->first, g->end - g->first, (float *)b->data);
+        crc_region(g, b->data, g->crc);
+        g->cur = 0;
+        st = st_io_write(s->io, g->path, g->off[0], b->data, g->bytes, &b->wt, err);
+        b->sg = i;
+        g->buf = (int)(b - s->buf);
+        b->last_use = ++s->use_clock;
+    }
+    for (int b = 0; b < s->n_buf; b++) {
+        st_err e2 = {0};
+        st_status s2 = wait_ticket(s, &s->buf[b].wt, NULL, &e2);
+        if (s2 && !st) { st = s2; *err = e2; }
+    }
+    for (int p = 0; p < s->cfg.n_paths && !st; p++) st = st_io_sync(s->io, p, err);
+    if (st || (st = manifest_write(s, 0, err))) goto fail;
+    st_log(1, "state store: %d subgroups of up to %.1f MiB on %d path(s), %d host buffers (%.1f MiB), %s%s\n", s->n_sg,
+           (double)s->max_region / 1048576.0, s->cfg.n_paths, s->n_buf,
+           (double)s->n_buf * (double)s->max_region / 1048576.0, s->cfg.fmt ? "8-bit" : "fp32",
+           s->cfg.in_place ? ", in place" : "");
+    *out = s;
+    return ST_OK;
+fail:
+    if (s->io) { /* no manifest: the files hold nothing anyone can use */
+        for (int p = 0; p < s->cfg.n_paths; p++) {
+            const char *f = st_io_engine_file(s->io, p);
+            if (f && access(s->manifest, F_OK) != 0) unlink(f);
+        }
+    }
+    st_store_close(s);
+    return st;
+}
+
+st_status st_store_open(st_store **out, const st_store_config *cfg, st_err *err) {
+    *out = NULL;
+    st_store *s;
+    st_status st = store_alloc(&s, cfg, err);
+    if (st) return st;
+    if ((st = manifest_read(s, err)) || (st = io_open(s, 1, err)) || (st = buffers_create(s, err))) {
+        st_store_close(s);
+        return st;
+    }
+    st_log(1, "state store: opened %s at step %llu (%d subgroups on %d path(s))\n", s->manifest,
+           (unsigned long long)s->step, s->n_sg, s->cfg.n_paths);
+    *out = s;
+    return ST_OK;
+}
+
+void st_store_close(st_store *s) {
+    if (!s) return;
+    if (s->buf) {
+        for (int b = 0; b < s->n_buf; b++) {
+            if (s->buf[b].rt) st_io_wait(s->io, s->buf[b].rt, NULL);
+            if (s->buf[b].wt) st_io_wait(s->io, s->buf[b].wt, NULL);
+        }
+    }
+    st_io_engine_destroy(s->io);
+    if (s->buf)
+        for (int b = 0; b < s->n_buf; b++) st_io_free(s->buf[b].data);
+    free(s->buf);
+    sg_free_all(s->sg, s->n_sg);
+    for (int p = 0; p < ST_STORE_MAX_PATHS; p++) free(s->paths[p]);
+    free(s->segs);
+    free(s->blob);
+    free(s);
+}
+
+/* ------------------------------------------------------------------ the step */
+
+static int order_at(const st_store *s, int i) { return (s->step % 2 == 0) ? i : s->n_sg - 1 - i; }
+static int pos_of(const st_store *s, int g) { return (s->step % 2 == 0) ? g : s->n_sg - 1 - g; }
+
+/* A buffer to read into, not holding any subgroup of the window [lo, hi) of the order:
+ * an empty one; else the least recently used of those updated this step; else the
+ * resident one needed last. -1 if none. */
+static int pick_buffer(const st_store *s, int lo, int hi) {
+    int best = -1, best_done = 0;
+    long best_key = 0;
+    for (int b = 0; b < s->n_buf; b++) {
+        const sbuf *x = &s->buf[b];
+        if (x->sg < 0) return b;
+        int pos = pos_of(s, x->sg);
+        if (pos >= lo && pos < hi) continue;
+        int done = s->sg[x->sg].done == s->step_id;
+        long key = done ? -x->last_use : pos; /* larger is better */
+        if (best < 0 || done > best_done || (done == best_done && key > best_key)) {
+            best = b;
+            best_done = done;
+            best_key = key;
+        }
+    }
+    return best;
+}
+
+static st_status stage(st_store *s, int g, int b, st_err *err) {
+    sbuf *x = &s->buf[b];
+    st_status st = wait_ticket(s, &x->wt, &s->stats.write_wait_s, err);
+    if (st) return st;
+    if (x->sg >= 0) s->sg[x->sg].buf = -1;
+    subgroup *sg = &s->sg[g];
+    x->sg = g;
+    sg->buf = b;
+    s->stats.misses++;
+    s->stats.read_bytes += sg->bytes;
+    return st_io_read(s->io, sg->path, sg->off[sg->cur], x->data, sg->bytes, &x->rt, err);
+}
+
+static st_status ensure_loaded(st_store *s, int g, st_err *err) {
+    sbuf *x = &s->buf[s->sg[g].buf];
+    if (!x->rt) return ST_OK;
+    prof_span pr = prof_begin(PROF_CAT_IO, "state read", g);
+    st_status st = wait_ticket(s, &x->rt, &s->stats.read_wait_s, err);
+    prof_end_bytes(&pr, s->sg[g].bytes);
+    if (st) return st;
+    double t0 = st_now();
+    st = verify_region(s, &s->sg[g], x->data, err);
+    s->stats.crc_s += st_now() - t0;
+    return st;
+}
+
+static st_status finish_writes(st_store *s, st_err *err) {
+    st_status st = ST_OK;
+    for (int b = 0; b < s->n_buf; b++) {
+        st_err e2 = {0};
+        st_status s2 = wait_ticket(s, &s->buf[b].wt, &s->stats.write_wait_s, &e2);
+        if (s2 && !st) { st = s2; if (err) *err = e2; }
+    }
+    return st;
+}
+
+st_status st_store_step(st_store *s, const st_store_step_args *a, const adamw_params *hp, st_err *err) {
+    if (s->failed)
+        return st_errf(err, ST_ERR_INVALID, "state store %s: an earlier step failed; close and open the store again "
+                       "(the disk holds step %llu)", s->manifest, (unsigned long long)s->step);
+    if (!a || !a->grads)
+        return st_errf(err, ST_ERR_INVALID, "state store: the step needs a gradient source");
+    if (a->blob_bytes > ST_STORE_MAX_BLOB)
+        return st_errf(err, ST_ERR_INVALID, "state store: blob of %zu bytes; at most %u", a->blob_bytes,
+                       ST_STORE_MAX_BLOB);
+    if (!isfinite(a->grad_sumsq) || a->grad_sumsq < 0)
+        return st_errf(err, ST_ERR_NONFINITE, "state store: gradient sum of squares %g; step skipped, nothing read "
+                       "or written", a->grad_sumsq);
+    double t0 = st_now();
+    st_store_stats keep = s->stats;
+    memset(&s->stats, 0, sizeof s->stats);
+    s->stats.step = keep.step;
+    s->step_id++;
+    st_status st = ST_OK;
+    if (s->cfg.in_place && (st = manifest_write(s, 1, err))) return st; /* nothing written yet: not failed */
+    int n = s->n_sg, next = 0;
+    for (int i = 0; i < n && !st; i++) {
+        /* read ahead: the window [i, next) is staged or resident */
+        while (next < n && next <= i + READ_AHEAD) {
+            int g = order_at(s, next);
+            if (s->sg[g].buf >= 0) {
+                if (s->sg[g].done != s->step_id) s->stats.hits++;
+                next++;
+                continue;
+            }
+            int b = pick_buffer(s, i, next);
+            if (b < 0) break;
+            if ((st = stage(s, g, b, err))) break;
+            next++;
+        }
+        if (st) break;
+        int g = order_at(s, i);
+        subgroup *sg = &s->sg[g];
+        if (sg->buf < 0) { /* cannot happen with >= 1 buffer: the window starts at i */
+            st = st_errf(err, ST_ERR_INVALID, "state store: internal error: subgroup %d not staged", g);
+            break;
+        }
+        sbuf *x = &s->buf[sg->buf];
+        if ((st = ensure_loaded(s, g, err))) break;
+        if ((st = wait_ticket(s, &x->wt, &s->stats.write_wait_s, err))) break;
+        void *bufs[MAX_STATE_BUFS];
+        for (int k = 0; k < optim_state_count(sg->o); k++) bufs[k] = x->data + sg->part[1 + k];
+        optim_bind_state(sg->o, bufs);
+        size_t cnt = sg->end - sg->first;
+        optim_step_args oa = {.params = (float *)x->data, .grads = a->grads(a->ctx, sg->first, cnt),
+                              .grad_dtype = a->grad_dtype, .work = a->work ? a->work(a->ctx, sg->first, cnt) : NULL,
+                              .work_dtype = a->work_dtype, .grad_sumsq = a->grad_sumsq};
+        double tu = st_now();
+        prof_span pu = prof_begin(PROF_CAT_OPTIM, "state update", g);
+        st = optim_step_ex(sg->o, &oa, hp, err);
+        prof_end(&pu);
+        double tc = st_now();
+        s->stats.update_s += tc - tu;
+        if (st) break;
+        crc_region(sg, x->data, sg->crc_new);
+        s->stats.crc_s += st_now() - tc;
+        int dst = s->cfg.in_place ? sg->cur : sg->cur ^ 1;
+        if ((st = st_io_write(s->io, sg->path, sg->off[dst], x->data, sg->bytes, &x->wt, err))) break;
+        s->stats.write_bytes += sg->bytes;
+        x->last_use = ++s->use_clock;
+        sg->done = s->step_id;
+    }
+    double tw = st_now();
+    st_err e2 = {0};
+    st_status s2 = finish_writes(s, &e2);
+    if (s2 && !st) { st = s2; *err = e2; }
+    for (int p = 0; p < s->cfg.n_paths && !st; p++) st = st_io_sync(s->io, p, err);
+    double tcm = st_now();
+    s->stats.write_wait_s += tcm - tw;
+    if (!st) {
+        /* the switch: new regions and checksums become current in one manifest rename */
+        for (int i = 0; i < n; i++) {
+            subgroup *g = &s->sg[i];
+            if (!s->cfg.in_place) g->cur ^= 1;
+            uint32_t *t = g->crc;
+            g->crc = g->crc_new;
+            g->crc_new = t;
+        }
+        s->step++;
+        if (a->blob_bytes) {
+            unsigned char *nb = realloc(s->blob, a->blob_bytes);
+            if (!nb) st = st_errf(err, ST_ERR_NOMEM, "state store: out of memory");
+            else {
+                s->blob = nb;
+                memcpy(s->blob, a->blob, a->blob_bytes);
+            }
+        }
+        s->blob_bytes = a->blob_bytes;
+        if (!st) st = manifest_write(s, 0, err);
+    }
+    if (st) {
+        s->failed = 1; /* buffers (and maybe cur) are ahead of the disk */
+        return st;
+    }
+    s->stats.commit_s = st_now() - tcm;
+    s->stats.step_s = st_now() - t0;
+    s->stats.step = s->step;
+    return ST_OK;
+}
+
+st_status st_store_commit_blob(st_store *s, const void *blob, size_t bytes, st_err *err) {
+    if (s->failed) return st_errf(err, ST_ERR_INVALID, "state store %s: an earlier step failed; reopen it", s->manifest);
+    if (bytes > ST_STORE_MAX_BLOB) return st_errf(err, ST_ERR_INVALID, "state store: blob of %zu bytes", bytes);
+    unsigned char *nb = realloc(s->blob, bytes ? bytes : 1);
+    if (!nb) return st_errf(err, ST_ERR_NOMEM, "state store: out of memory");
+    s->blob = nb;
+    if (bytes) memcpy(s->blob, blob, bytes);
+    s->blob_bytes = bytes;
+    st_status st = manifest_write(s, 0, err);
+    if (st) s->failed = 1;
+    return st;
+}
+
+const void *st_store_blob(const st_store *s, size_t *bytes) {
+    *bytes = s->blob_bytes;
+    return s->blob_bytes ? s->blob : NULL;
+}
+
+st_status st_store_read_master(st_store *s, float *dst, st_err *err) {
+    if (s->failed) return st_errf(err, ST_ERR_INVALID, "state store %s: an earlier step failed; reopen it", s->manifest);
+    st_status st = ST_OK;
+    for (int g = 0; g < s->n_sg && !st; g++) {
+        subgroup *sg = &s->sg[g];
+        if (sg->buf < 0) {
+            int b = pick_buffer(s, 0, 0);
+            if ((st = stage(s, g, b, err))) break;
+        }
+        if ((st = ensure_loaded(s, g, err))) break;
+        const float *m = (const float *)s->buf[sg->buf].data;
+        for (int k = 0; k < s->n_segs; k++) {
+            size_t lo = s->segs[k].offset > sg->first ? s->segs[k].offset : sg->first;
+            size_t hi = s->segs[k].offset + s->segs[k].n < sg->end ? s->segs[k].offset + s->segs[k].n : sg->end;
+            if (lo < hi) memcpy(dst + lo, m + (lo - sg->first), (hi - lo) * sizeof(float));
+        }
+    }
+    s->stats.misses = 0;
+    s->stats.read_bytes = 0;
+    return st;
+}
+
+void st_store_get_stats(const st_store *s, st_store_stats *out) {
+    *out = s->stats;
+    out->step = s->step;
+    out->n_subgroups = s->n_sg;
+    out->n_buffers = s->n_buf;
+    out->cache_buffers = s->n_buf > READ_AHEAD + 1 ? s->n_buf - (READ_AHEAD + 1) : 0;
+    out->region_bytes = s->max_region;
+    out->host_bytes = (uint64_t)s->n_buf * s->max_region;
+    out->disk_bytes = 0;
+    for (int p = 0; p < s->cfg.n_paths; p++) out->disk_bytes += s->path_bytes[p];
+}
+
+size_t st_store_numel(const st_store *s) { return s->numel; }
+int st_store_n_paths(const st_store *s) { return s->cfg.n_paths; }
+uint64_t st_store_path_bytes(const st_store *s, int p) {
+    return p >= 0 && p < s->cfg.n_paths ? s->path_bytes[p] : 0;
+}
+st_io_engine *st_store_io(st_store *s) { return s->io; }
+const char *st_store_manifest_path(const st_store *s) { return s->manifest; }
