@@ -39,25 +39,6 @@ static int parse_dtype(const char *s, int *out, int allow_none) {
 
 static const char *dtype_arg(int d) { return d == ST_F32 ? "f32" : d == ST_BF16 ? "bf16" : d == ST_F16 ? "f16" : "none"; }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/* Cheap deterministic fill (a hash per index), parallel: 100M normal draws would dominate. */
-static float hash_unit(uint64_t i) {
-    i ^= i >> 33;
-    i *= 0xff51afd7ed558ccdULL;
-    i ^= i >> 33;
-    i *= 0xc4ceb9fe1a85ec53ULL;
-    i ^= i >> 33;
-    return (float)(i >> 40) / (float)(1 << 24) - 0.5f; /* [-0.5, 0.5) */
-}
 
 int bench_optim(int argc, char **argv) {
     double nparams = 100e6;
@@ -128,8 +109,8 @@ int bench_optim(int argc, char **argv) {
     long nn = (long)n;
 #pragma omp parallel for schedule(static)
     for (long i = 0; i < nn; i++) {
-        p[i] = hash_unit((uint64_t)i);
-        float x = 1e-3f * hash_unit((uint64_t)i + 0x9e3779b97f4a7c15ULL);
+        p[i] = cli_hash_unit((uint64_t)i);
+        float x = 1e-3f * cli_hash_unit((uint64_t)i + 0x9e3779b97f4a7c15ULL);
         if (gdt == ST_BF16) ((uint16_t *)g)[i] = st_f32_to_bf16(x);
         else if (gdt == ST_F16) ((uint16_t *)g)[i] = st_f32_to_f16(x);
         else ((float *)g)[i] = x;
@@ -158,7 +139,7 @@ int bench_optim(int argc, char **argv) {
         tc[s] = t2 - t1;
         tn[s] = t3 - t2;
     }
-    double t_step = median(ts, steps), t_ceil = median(tc, steps), t_norm = median(tn, steps);
+    double t_step = cli_median(ts, steps), t_ceil = cli_median(tc, steps), t_norm = cli_median(tn, steps);
     double bpp = optim_step_bytes_per_param(o, (st_dtype)gdt, ws ? wdt : -1);
     double pps = (double)n / t_step, gbps = pps * bpp / 1e9, ceil_gbps = (double)n * bpp / t_ceil / 1e9;
     double state_bpp = 4.0 + optim_state_bytes_per_param(o), norm_gbps = (double)n * (double)gs / t_norm / 1e9;

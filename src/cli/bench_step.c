@@ -13,15 +13,6 @@
 #include "strata/model.h"
 #include "strata/optim.h"
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 
 /* The matmuls of one training step (forward, and both backward products) with the
@@ -147,10 +138,10 @@ int bench_step(int argc, char **argv) {
         }
         if (!json) fprintf(stderr, "  step %d: %.3f s (loss %.4f), sgemm pass %.3f s\n", s + 1, t3 - t0, loss, g);
     }
-    double step_s = median(ts, steps), fwd_s = median(tf, steps), bwd_s = median(tb, steps), opt_s = median(to, steps);
+    double step_s = cli_median(ts, steps), fwd_s = cli_median(tf, steps), bwd_s = cli_median(tb, steps), opt_s = cli_median(to, steps);
     double achieved = flops / step_s / 1e9, matmul_flops = gb.flops;
-    double sgemm = gb.flops / median(tg, steps) / 1e9;
-    double ratio = median(rr, steps);
+    double sgemm = gb.flops / cli_median(tg, steps) / 1e9;
+    double ratio = cli_median(rr, steps);
     if (json) {
         printf("{\"bench\":\"step\",\"model\":\"%s\",\"batch\":%d,\"seq\":%d,\"params\":%zu,\"threads\":%d,"
                "\"steps\":%d,\"step_s\":%.4f,\"forward_s\":%.4f,\"backward_s\":%.4f,\"optimizer_s\":%.4f,"

@@ -19,15 +19,6 @@
 #include "strata/stream.h"
 #include "strata/tier.h"
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -198,8 +189,8 @@ int bench_stream(int argc, char **argv) {
             if (st.device_peak_bytes > peak) peak = st.device_peak_bytes;
         }
     }
-    double step_s = median(ts, steps), un_s = median(tu, steps), eff = median(te, steps), ratio = median(rr, steps);
-    double comp_s = median(tc, steps), tail_s = median(tt, steps);
+    double step_s = cli_median(ts, steps), un_s = cli_median(tu, steps), eff = cli_median(te, steps), ratio = cli_median(rr, steps);
+    double comp_s = cli_median(tc, steps), tail_s = cli_median(tt, steps);
     if (json) {
         printf("{\"bench\":\"stream\",\"model\":\"%s\",\"n_layer\":%d,\"n_embd\":%d,\"vocab_size\":%d,"
                "\"batch\":%d,\"seq\":%d,\"params\":%zu,\"threads\":%d,\"steps\":%d,\"prefetch_depth\":%d,"

@@ -17,4 +17,12 @@ double cli_parse_count(const char *s);
 /* Parse "512MiB", "2GiB", "1000" (bytes) ; -1 on error. */
 double cli_parse_bytes(const char *s);
 
+/* Benchmarks' helpers: the median of v[n] (sorts v); a cheap deterministic value in
+ * [-0.5, 0.5) per index (fills of 10^8 elements, in parallel); a /proc/self/status
+ * field such as "VmHWM:" in bytes (-1 when absent). */
+#include <stdint.h>
+double cli_median(double *v, int n);
+float cli_hash_unit(uint64_t i);
+double cli_proc_status_bytes(const char *field);
+
 #endif

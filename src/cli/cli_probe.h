@@ -6,4 +6,13 @@
 /* argv[0] == "probe"; returns a process exit code. */
 int cmd_probe(int argc, char **argv);
 
+#include <stdint.h>
+#include "strata/core.h"
+/* One path's sequential read and write bandwidth (GB/s) through the io engine, as
+ * strata probe measures it, with a test file of `bytes`; *memory = 1 for tmpfs. */
+/* strata bench offload (src/cli/bench_offload.c). */
+int bench_offload(int argc, char **argv);
+st_status cli_probe_measure(const char *path, uint64_t bytes, double *read_gbps, double *write_gbps, int *memory,
+                            st_err *err);
+
 #endif

@@ -405,16 +405,9 @@ static const char *bench_usage =
     "                     accelerator step (sleeping) of twice the loader's per-batch time,\n"
     "                     at least 1 ms\n";
 
-static double rss_field(const char *field) {
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f) return -1;
-    char line[256];
-    double v = -1;
-    size_t n = strlen(field);
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, field, n)) v = atof(line + n + 1) / 1024.0; /* kB -> MiB */
-    fclose(f);
-    return v;
+static double rss_field(const char *field) { /* MiB */
+    double b = cli_proc_status_bytes(field);
+    return b < 0 ? -1 : b / 1048576.0;
 }
 
 static double cpu_seconds(void) {

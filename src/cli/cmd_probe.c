@@ -111,6 +111,27 @@ static st_status probe_path(probe_result *r, const char *path, uint64_t bytes, s
     return s;
 }
 
+st_status cli_probe_measure(const char *path, uint64_t bytes, double *read_gbps, double *write_gbps, int *memory,
+                            st_err *err) {
+    void *buf = st_io_alloc(PROBE_BUF_BYTES);
+    if (!buf) return st_errf(err, ST_ERR_NOMEM, "probe: out of memory");
+    st_rng rng;
+    st_rng_seed(&rng, 1);
+    for (size_t i = 0; i < PROBE_BUF_BYTES; i += 8) {
+        uint64_t x = st_rng_u64(&rng);
+        memcpy((char *)buf + i, &x, 8);
+    }
+    probe_result r = {0};
+    st_status s = probe_path(&r, path, bytes, 0, 0, buf, err);
+    st_io_free(buf);
+    if (s == ST_OK) {
+        *read_gbps = r.read_gbps;
+        *write_gbps = r.write_gbps;
+        if (memory) *memory = r.memory;
+    }
+    return s;
+}
+
 static void json_str(FILE *f, const char *s) {
     fputc('"', f);
     for (; *s; s++) {

@@ -30,7 +30,8 @@ int cmd_bench(int argc, char **argv) {
         "  optim   the AdamW engine over N parameters: bandwidth vs a copy ceiling\n"
         "  data    the data pipeline over a synthetic mix: first batch, tokens/s, memory\n"
         "  trace   the profiler's overhead: the same short training traced and untraced\n"
-        "  stream  layer streaming under a device budget vs the in-memory step\n";
+        "  stream  layer streaming under a device budget vs the in-memory step\n"
+        "  offload the optimizer step with its state on disk paths vs their probed bandwidth\n";
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         fputs(bench_usage, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
@@ -40,8 +41,40 @@ int cmd_bench(int argc, char **argv) {
     if (!strcmp(argv[1], "data")) return bench_data(argc - 1, argv + 1);
     if (!strcmp(argv[1], "trace")) return bench_trace(argc - 1, argv + 1);
     if (!strcmp(argv[1], "stream")) return bench_stream(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "offload")) return bench_offload(argc - 1, argv + 1);
     fprintf(stderr, "strata bench: unknown benchmark '%s'\n%s", argv[1], bench_usage);
     return 2;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+double cli_median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+float cli_hash_unit(uint64_t i) {
+    i ^= i >> 33;
+    i *= 0xff51afd7ed558ccdULL;
+    i ^= i >> 33;
+    i *= 0xc4ceb9fe1a85ec53ULL;
+    i ^= i >> 33;
+    return (float)(i >> 40) / (float)(1 << 24) - 0.5f;
+}
+
+double cli_proc_status_bytes(const char *field) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return -1;
+    char line[256];
+    double v = -1;
+    size_t n = strlen(field);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, field, n)) v = atof(line + n + 1) * 1024.0; /* kB */
+    fclose(f);
+    return v;
 }
 
 double cli_parse_count(const char *s) {
