@@ -20,9 +20,9 @@ mkdir -p "$P2"
 rc=$?
 check '[ $rc -eq 0 ]' "bench offload failed: $(tail -3 "$T/err.txt")"
 J="$T/out.json"
-check 'jq -e ".bench == \"offload\" and .paths == 2 and .subgroups >= 100 and .step_s > 0 and .read_bytes > 0 and .write_bytes > 0 and .read_gbps > 0 and .write_gbps > 0 and .compute_s > 0 and .io_time_s > 0 and .io_ratio > 0 and .overlap_ratio > 0 and (.cache_hit_rate >= 0)" "$J" >/dev/null' \
+check 'jq -e ".bench == \"offload\" and .paths == 2 and .subgroups >= 100 and .step_s > 0 and .read_bytes > 0 and .write_bytes > 0 and .read_gbps > 0 and .write_gbps > 0 and .compute_s > 0 and .io_time_s > 0 and .io_time_serial_s >= .io_time_overlapped_s and .io_ratio > 0 and .overlap_ratio > 0 and (.cache_hit_rate >= 0)" "$J" >/dev/null' \
   "the figures: $(cat "$J")"
-check 'jq -e "all(.path[]; .probe_read_gbps > 0 and .probe_write_gbps > 0 and .split_weight > 0)" "$J" >/dev/null' \
+check 'jq -e "all(.path[]; .probe_read_gbps > 0 and .probe_write_gbps > 0 and .probe_mixed_gbps > 0 and .split_weight > 0)" "$J" >/dev/null' \
   "per-path probe figures: $(cat "$J")"
 # the split follows the weights (the probe's bandwidth) within 10%
 check 'jq -e "(.path | map(.split_weight) | add) as \$w | all(.path[]; (.share / (.split_weight / \$w)) as \$r | \$r > 0.9 and \$r < 1.1)" "$J" >/dev/null' \

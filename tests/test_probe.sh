@@ -14,7 +14,7 @@ mkdir -p "$T/a" "$T/b"
 rc=$?
 check '[ $rc -eq 0 ]' "probe failed: $(cat "$T/err.txt")"
 check 'jq -e ".paths | length == 2" "$T/out.json" >/dev/null' "two paths: $(cat "$T/out.json")"
-check 'jq -e "all(.paths[]; .read_gbps > 0 and .write_gbps > 0 and .request_bytes >= 1048576 and .depth >= 32 and .bytes == 67108864)" "$T/out.json" >/dev/null' \
+check 'jq -e "all(.paths[]; .read_gbps > 0 and .write_gbps > 0 and .mixed_gbps > 0 and .request_bytes >= 1048576 and .depth >= 32 and .bytes == 67108864)" "$T/out.json" >/dev/null' \
   "positive bandwidths, engine request size and depth: $(cat "$T/out.json")"
 check 'jq -e ".paths[0].path == \"$T/a\" and (.paths[0].engine | test(\"io_uring|threads\")) and (.paths[0].direct | type == \"boolean\")" "$T/out.json" >/dev/null' \
   "path, engine and direct fields: $(cat "$T/out.json")"

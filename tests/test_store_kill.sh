@@ -22,7 +22,7 @@ last_step() { # the last step logged in a run's metrics.jsonl (0 if none)
 
 mkdir -p "$T/st"
 RANDOM=20261130
-kills=0 tries=0 finished=0
+kills=0 tries=0 finished=0 at_k=0 at_k1=0
 while [ $kills -lt 20 ] && [ $tries -lt 60 ]; do
   tries=$((tries + 1))
   R=""
@@ -36,6 +36,7 @@ while [ $kills -lt 20 ] && [ $tries -lt 60 ]; do
   if [ -n "$R" ]; then
     got=$(sed -n 's/.*resumed from the state store .* at step \([0-9]*\).*/\1/p' "$T/out.$tries")
     if [ -n "$got" ]; then
+      if [ "$got" -eq "$before" ]; then at_k=$((at_k + 1)); else at_k1=$((at_k1 + 1)); fi
       check '[ "$got" -eq "$before" ] || [ "$got" -eq $((before + 1)) ]' \
         "try $tries resumed at step $got; the last logged step was $before (must be it or the next)"
     fi
@@ -44,7 +45,8 @@ while [ $kills -lt 20 ] && [ $tries -lt 60 ]; do
   if grep -q '"step":300,' "$T/run/metrics.jsonl" 2>/dev/null; then finished=1; break; fi
 done
 check '[ $kills -ge 20 ] || [ $finished -eq 1 ]' "only $kills kills in $tries tries"
-echo "killed $kills times in $tries tries; last logged step $(last_step "$T/run")"
+echo "killed $kills times in $tries tries; resumed $at_k times at the last logged step k, $at_k1 at k+1" \
+  "(committed, killed before its log line); last logged step $(last_step "$T/run")"
 if [ ! -s "$T/run/model.safetensors" ]; then # not finished, or killed before the weights were saved
   "$S" train $ARGS --run_dir "$T/run" --state_paths "$T/st" --resume "$T/run" >"$T/final.out" 2>&1
   check '[ $? -eq 0 ]' "the final resume failed: $(tail -3 "$T/final.out")"

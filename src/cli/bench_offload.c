@@ -5,8 +5,10 @@
  * The gradient and the working copy stand for what the device sends down and takes
  * back: one subgroup-sized buffer each, reused for every subgroup, so host memory is the
  * store's buffers plus these two, and the budget can be far below the state. Figures:
- *   io_time_s     the step's reads and writes at the probed bandwidth of each path
- *                 (paths in parallel: the slowest path's time)
+ *   io_time_s     the step's reads + writes at each path's mixed-probe bandwidth (reads
+ *                 and writes in flight together, as in the step); paths in parallel:
+ *                 the slowest path's time. Also io_time_serial_s (read time + write
+ *                 time at the pure probes) and io_time_overlapped_s (their max)
  *   compute_s     optimizer update + checksums, measured in the step
  *   io_ratio      io_time_s / step_s: 1.0 when the step moves its bytes at probe speed
  *   overlap_ratio step_s / max(io_time_s, compute_s): 1.0 when I/O and compute overlap
@@ -144,19 +146,20 @@ int bench_offload(int argc, char **argv) {
     double ss = optim_grad_sumsq(bc.grad, (st_dtype)gdt, elems) * (double)n / (double)elems;
     /* the probe, three times per path (once now, for the split, twice after the steps):
      * the disks of shared machines vary by 2x from one minute to the next */
-    double pr3[MAX_PATHS][3] = {{0}}, pw3[MAX_PATHS][3] = {{0}}, weight[MAX_PATHS];
+    double pr3[MAX_PATHS][3] = {{0}}, pw3[MAX_PATHS][3] = {{0}}, pm3[MAX_PATHS][3] = {{0}}, weight[MAX_PATHS];
     int mem[MAX_PATHS] = {0};
     for (int p = 0; p < n_paths; p++) {
         weight[p] = 1.0;
-        if (probe && cli_probe_measure(paths[p], (uint64_t)probe_bytes, &pr3[p][0], &pw3[p][0], &mem[p], &err) != ST_OK) {
+        if (probe && cli_probe_measure(paths[p], (uint64_t)probe_bytes, &pr3[p][0], &pw3[p][0], &pm3[p][0], &mem[p],
+                                    &err) != ST_OK) {
             fprintf(stderr, "strata bench offload: probe of %s: %s\n", paths[p], err.msg);
             st_io_free(bc.grad);
             st_io_free(bc.work);
             free(segs);
             return 1;
         }
-        /* every byte is read once and written once per step: time per byte 1/r + 1/w */
-        if (probe) weight[p] = 1.0 / (1.0 / pr3[p][0] + 1.0 / pw3[p][0]);
+        /* every byte is read once and written once per step, both in flight together */
+        if (probe) weight[p] = pm3[p][0];
     }
     sc.path_weight = weight;
     /* the probe's own 64 MiB buffer is gone: restart the peak-RSS count (Linux >= 4.0) */
@@ -225,27 +228,30 @@ int bench_offload(int argc, char **argv) {
     unlink(manifest);
     if (rc) goto out;
 
-    double pr[MAX_PATHS] = {0}, pw[MAX_PATHS] = {0};
+    double pr[MAX_PATHS] = {0}, pw[MAX_PATHS] = {0}, pm[MAX_PATHS] = {0};
     for (int p = 0; p < np && probe; p++) {
         for (int k = 1; k < 3; k++)
-            if (cli_probe_measure(paths[p], (uint64_t)probe_bytes, &pr3[p][k], &pw3[p][k], &mem[p], &err) != ST_OK) {
+            if (cli_probe_measure(paths[p], (uint64_t)probe_bytes, &pr3[p][k], &pw3[p][k], &pm3[p][k], &mem[p],
+                                  &err) != ST_OK) {
                 fprintf(stderr, "strata bench offload: probe of %s: %s\n", paths[p], err.msg);
                 rc = 1;
                 goto out;
             }
         pr[p] = cli_median(pr3[p], 3);
         pw[p] = cli_median(pw3[p], 3);
+        pm[p] = cli_median(pm3[p], 3);
     }
     /* the last timed step's bytes per path. The I/O time at probe speed is the slowest
-     * path's, and within a path max(read time, write time): reads and writes overlap on
-     * a device with parallel queues, so this is the smallest I/O time the probe figures
-     * allow (the strictest base for the ratios); the serial sum is printed beside it. */
-    double io_time = 0, io_serial = 0, rd_tot = 0, wr_tot = 0, busy_max = 0;
+     * path's; within a path, the step's reads and writes at the mixed probe's bandwidth
+     * (reads and writes in flight together, as in the step). Beside it: the serial sum of
+     * read time and write time at the pure probes, and their max (full overlap). */
+    double io_time = 0, io_serial = 0, io_par = 0, rd_tot = 0, wr_tot = 0, busy_max = 0;
     for (int p = 0; p < np; p++) {
         double tr = probe ? rd_b[p] / (pr[p] * 1e9) : 0, tw = probe ? wr_b[p] / (pw[p] * 1e9) : 0;
-        double t = tr > tw ? tr : tw;
+        double tm = probe ? (rd_b[p] + wr_b[p]) / (pm[p] * 1e9) : 0;
         if (tr + tw > io_serial) io_serial = tr + tw;
-        if (t > io_time) io_time = t;
+        if ((tr > tw ? tr : tw) > io_par) io_par = tr > tw ? tr : tw;
+        if (tm > io_time) io_time = tm;
         if (busy[p] > busy_max) busy_max = busy[p];
         rd_tot += rd_b[p];
         wr_tot += wr_b[p];
@@ -262,19 +268,19 @@ int bench_offload(int argc, char **argv) {
                "\"state_bytes\": %.0f, \"disk_bytes\": %llu, \"machine_ram_bytes\": %.0f, \"state_over_ram\": %.3f, "
                "\"create_s\": %.3f, \"steps\": %d, \"step_s\": %.4f, \"read_bytes\": %.0f, \"write_bytes\": %.0f, "
                "\"read_gbps\": %.3f, \"write_gbps\": %.3f, \"compute_s\": %.4f, \"io_time_s\": %.4f, "
-               "\"io_time_serial_s\": %.4f, \"io_busy_s\": %.4f, \"io_ratio\": %.4f, \"overlap_ratio\": %.4f, \"bound\": \"%s\", "
+               "\"io_time_serial_s\": %.4f, \"io_time_overlapped_s\": %.4f, \"io_busy_s\": %.4f, \"io_ratio\": %.4f, \"overlap_ratio\": %.4f, \"bound\": \"%s\", "
                "\"cache_hit_rate\": %.4f, \"host_budget_bytes\": %.0f, \"rss_peak_bytes\": %.0f, "
                "\"rss_over_budget\": %.4f, \"path\": [",
                n, states ? "8bit" : "f32", gdt == ST_BF16 ? "bf16" : "f32", in_place ? "true" : "false", np,
                fin.n_subgroups, (unsigned long long)fin.region_bytes, fin.n_buffers, state_bytes,
                (unsigned long long)disk_bytes, ram, state_bytes / ram, create_s, steps, step_s, rd_tot, wr_tot,
-               rd_tot / step_s / 1e9, wr_tot / step_s / 1e9, comp_s, io_time, io_serial, busy_max, io_ratio, overlap,
+               rd_tot / step_s / 1e9, wr_tot / step_s / 1e9, comp_s, io_time, io_serial, io_par, busy_max, io_ratio, overlap,
                io_time > comp_s ? "io" : "compute", hits, budget, rss_peak, rss_peak / budget);
         for (int p = 0; p < np; p++)
             printf("%s{\"dir\": \"%s\", \"share\": %.4f, \"read_bytes\": %.0f, \"write_bytes\": %.0f, "
-                   "\"probe_read_gbps\": %.3f, \"probe_write_gbps\": %.3f, \"split_weight\": %.4f, "
-                   "\"memory\": %s}",
-                   p ? ", " : "", paths[p], path_share[p], rd_b[p], wr_b[p], pr[p], pw[p], weight[p],
+                   "\"probe_read_gbps\": %.3f, \"probe_write_gbps\": %.3f, \"probe_mixed_gbps\": %.3f, "
+                   "\"split_weight\": %.4f, \"memory\": %s}",
+                   p ? ", " : "", paths[p], path_share[p], rd_b[p], wr_b[p], pr[p], pw[p], pm[p], weight[p],
                    mem[p] ? "true" : "false");
         printf("]}\n");
     } else {
@@ -283,10 +289,10 @@ int bench_offload(int argc, char **argv) {
         printf("  step      %.3f s (median of %d)  read %.2f GB/s  write %.2f GB/s  cache hits %.0f%%\n", step_s,
                steps, rd_tot / step_s / 1e9, wr_tot / step_s / 1e9, hits * 100);
         for (int p = 0; p < np; p++)
-            printf("  path %-24s share %.3f  probe read %.2f GB/s write %.2f GB/s%s\n", paths[p], path_share[p], pr[p],
-                   pw[p], mem[p] ? " [tmpfs]" : "");
-        printf("  io at probe speed %.3f s (serial %.3f s), compute %.3f s -> io_ratio %.3f, overlap_ratio %.3f "
-               "(%s-bound)\n", io_time, io_serial, comp_s, io_ratio, overlap, io_time > comp_s ? "io" : "compute");
+            printf("  path %-24s share %.3f  probe read %.2f write %.2f mixed %.2f GB/s%s\n", paths[p], path_share[p],
+                   pr[p], pw[p], pm[p], mem[p] ? " [tmpfs]" : "");
+        printf("  io at probe speed %.3f s (serial %.3f s, overlapped %.3f s), compute %.3f s -> io_ratio %.3f, "
+               "overlap_ratio %.3f (%s-bound)\n", io_time, io_serial, io_par, comp_s, io_ratio, overlap, io_time > comp_s ? "io" : "compute");
         printf("  memory    peak RSS %.1f MiB for a host budget of %.1f MiB (%.3f)\n", rss_peak / 1048576.0,
                budget / 1048576.0, rss_peak / budget);
     }

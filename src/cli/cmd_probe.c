@@ -27,7 +27,7 @@ typedef struct probe_result {
     const char *path;
     const char *engine;
     int direct, memory;
-    double read_gbps, write_gbps;
+    double read_gbps, write_gbps, mixed_gbps;
     size_t request_bytes;
     int depth;
     uint64_t bytes;
@@ -38,17 +38,20 @@ static void probe_usage(FILE *f) {
           "                    [--depth 32] [--json] [-o profile.json]\n"
           "\n"
           "Writes a test file of --bytes in each path through the io engine (io_uring, or the\n"
-          "thread pool with STRATA_IO=threads), times a sequential write (with fdatasync) and\n"
-          "a sequential read (page cache dropped), removes the file, and prints each path's\n"
-          "bandwidth in GB/s (1e9 bytes/s). A tmpfs path is reported as memory. --json prints\n"
-          "the profile, -o writes it to a file:\n"
+          "thread pool with STRATA_IO=threads), times a sequential write (with fdatasync), a\n"
+          "sequential read (page cache dropped) and a mixed pass (alternate requests read and\n"
+          "write, as the optimizer streaming its state does), removes the file, and prints each\n"
+          "path's bandwidth in GB/s (1e9 bytes/s). A tmpfs path is reported as memory. --json\n"
+          "prints the profile, -o writes it to a file:\n"
           "  {\"paths\":[{\"path\",\"engine\",\"direct\",\"memory\",\"read_gbps\",\"write_gbps\",\n"
-          "              \"request_bytes\",\"depth\",\"bytes\"}]}\n",
+          "              \"mixed_gbps\",\"request_bytes\",\"depth\",\"bytes\"}]}\n",
           f);
 }
 
 /* Submit [0, bytes) as buffer-sized requests, all at once (the engine keeps `depth`
  * pieces in flight and blocks the submitter beyond that), then wait for every one. */
+/* write: 0 read, 1 write, 2 mixed (even requests read, odd ones write: what an
+ * optimizer step streaming its state does) */
 static st_status probe_pass(st_io_engine *io, int write, void *buf, uint64_t bytes, st_err *err) {
     size_t n = (size_t)((bytes + PROBE_BUF_BYTES - 1) / PROBE_BUF_BYTES);
     uint64_t *t = calloc(n, sizeof *t);
@@ -58,7 +61,8 @@ static st_status probe_pass(st_io_engine *io, int write, void *buf, uint64_t byt
     for (; issued < n; issued++) {
         uint64_t off = (uint64_t)issued * PROBE_BUF_BYTES;
         size_t len = bytes - off < PROBE_BUF_BYTES ? (size_t)(bytes - off) : PROBE_BUF_BYTES;
-        s = write ? st_io_write(io, 0, off, buf, len, &t[issued], err) : st_io_read(io, 0, off, buf, len, &t[issued], err);
+        int w = write == 2 ? (int)(issued & 1) : write;
+        s = w ? st_io_write(io, 0, off, buf, len, &t[issued], err) : st_io_read(io, 0, off, buf, len, &t[issued], err);
         if (s != ST_OK) break;
     }
     for (size_t i = 0; i < issued; i++) {
@@ -106,13 +110,20 @@ static st_status probe_path(probe_result *r, const char *path, uint64_t bytes, s
         r->write_gbps = (double)r->bytes / tw / 1e9;
         r->read_gbps = (double)r->bytes / tr / 1e9;
     }
+    if (s == ST_OK) {
+        t0 = st_now();
+        s = probe_pass(io, 2, buf, r->bytes, err);
+        if (s == ST_OK && fd >= 0 && fdatasync(fd) != 0)
+            s = st_errf(err, ST_ERR_IO, "%s: fdatasync failed", st_io_engine_file(io, 0));
+        r->mixed_gbps = (double)r->bytes / (st_now() - t0) / 1e9;
+    }
     if (fd >= 0) close(fd);
     st_io_engine_destroy(io); /* removes the test file */
     return s;
 }
 
-st_status cli_probe_measure(const char *path, uint64_t bytes, double *read_gbps, double *write_gbps, int *memory,
-                            st_err *err) {
+st_status cli_probe_measure(const char *path, uint64_t bytes, double *read_gbps, double *write_gbps,
+                            double *mixed_gbps, int *memory, st_err *err) {
     void *buf = st_io_alloc(PROBE_BUF_BYTES);
     if (!buf) return st_errf(err, ST_ERR_NOMEM, "probe: out of memory");
     st_rng rng;
@@ -127,6 +138,7 @@ st_status cli_probe_measure(const char *path, uint64_t bytes, double *read_gbps,
     if (s == ST_OK) {
         *read_gbps = r.read_gbps;
         *write_gbps = r.write_gbps;
+        *mixed_gbps = r.mixed_gbps;
         if (memory) *memory = r.memory;
     }
     return s;
@@ -150,9 +162,9 @@ static void write_json(FILE *f, const probe_result *r, int n) {
         json_str(f, r[i].path);
         fprintf(f,
                 ", \"engine\": \"%s\", \"direct\": %s, \"memory\": %s, \"read_gbps\": %.3f, \"write_gbps\": %.3f, "
-                "\"request_bytes\": %zu, \"depth\": %d, \"bytes\": %llu}",
+                "\"mixed_gbps\": %.3f, \"request_bytes\": %zu, \"depth\": %d, \"bytes\": %llu}",
                 r[i].engine, r[i].direct ? "true" : "false", r[i].memory ? "true" : "false", r[i].read_gbps,
-                r[i].write_gbps, r[i].request_bytes, r[i].depth, (unsigned long long)r[i].bytes);
+                r[i].write_gbps, r[i].mixed_gbps, r[i].request_bytes, r[i].depth, (unsigned long long)r[i].bytes);
     }
     fputs("\n]}\n", f);
 }
@@ -228,8 +240,9 @@ int cmd_probe(int argc, char **argv) {
             break;
         }
         if (!json)
-            printf("%-24s %-8s %-8s write %7.3f GB/s  read %7.3f GB/s  (%llu MiB, %zu KiB x %d)%s\n", paths[i],
-                   res[i].engine, res[i].direct ? "direct" : "buffered", res[i].write_gbps, res[i].read_gbps,
+            printf("%-24s %-8s %-8s write %7.3f GB/s  read %7.3f GB/s  mixed %7.3f GB/s  (%llu MiB, %zu KiB x %d)%s\n",
+                   paths[i], res[i].engine, res[i].direct ? "direct" : "buffered", res[i].write_gbps, res[i].read_gbps,
+                   res[i].mixed_gbps,
                    (unsigned long long)(res[i].bytes >> 20), res[i].request_bytes >> 10, res[i].depth,
                    res[i].memory ? "  [tmpfs: memory, not a disk]" : "");
     }
