@@ -325,6 +325,7 @@ int main(void) {
             {"recompute, overlap, speculative", 1, 1, STREAM_CLIP_SPECULATE, STREAM_ACT_RECOMPUTE, 0, 0},
             {"recompute, no overlap", 1, 0, STREAM_CLIP_SPECULATE, STREAM_ACT_RECOMPUTE, 0, 0},
             {"recompute, overlap, deferred", 1, 1, STREAM_CLIP_DEFER, STREAM_ACT_RECOMPUTE, 0, 0},
+            {"recompute, overlap, auto", 1, 1, STREAM_CLIP_AUTO, STREAM_ACT_RECOMPUTE, 0, 0},
             {"keep, depth 2, overlap", 2, 1, STREAM_CLIP_SPECULATE, STREAM_ACT_KEEP, 0, 0},
             {"offload, overlap", 1, 1, STREAM_CLIP_SPECULATE, STREAM_ACT_OFFLOAD, 0, 0},
             {"offload, no overlap", 1, 0, STREAM_CLIP_SPECULATE, STREAM_ACT_OFFLOAD, 0, 0},
@@ -353,6 +354,9 @@ int main(void) {
                     v[i].vchunk == 0 && !v[i].bf16);
             CHECK(r.clipped > 0 && r.clipped < STEPS, "%s: clipping applied on %d of %d steps", v[i].name, r.clipped,
                   STEPS);
+            if (v[i].overlap && v[i].clip == STREAM_CLIP_AUTO) /* only a clipped step after an unclipped one */
+                CHECK(r.rolled_back <= r.clipped && (r.clipped == 0 || r.rolled_back >= 1),
+                      "%s: %d rollbacks for %d clipped steps", v[i].name, r.rolled_back, r.clipped);
             if (v[i].overlap && v[i].clip == STREAM_CLIP_SPECULATE)
                 CHECK(r.rolled_back == r.clipped, "%s: %d rollbacks for %d clipped steps", v[i].name, r.rolled_back,
                       r.clipped);
@@ -366,6 +370,10 @@ int main(void) {
                 sh.T = T;
                 offl = (size_t)(cfg.n_layer - 2) * gpt2_block_act_floats(&sh) * 4; /* each way */
                 gpt2_free(&sh);
+            }
+            if (v[i].vchunk) { /* the classifier's logits, every chunk but the last, each way */
+                size_t V = (size_t)cfg.vocab_size, vc = (size_t)v[i].vchunk, nvc = (V + vc - 1) / vc;
+                offl += (size_t)B * T * (V - (V - (nvc - 1) * vc)) * 4;
             }
             uint64_t want = (uint64_t)(2 * cfg.n_layer - resident) * bn * 4 + (n - (size_t)cfg.n_layer * bn) * 4 + offl;
             uint64_t want_d2h = n * 4 + offl;

@@ -37,7 +37,7 @@
  *
  * Gradient clipping with the optimizer overlapped (the global norm is known only after
  * the last gradient lands). Two exact approaches, chosen by plan.clip:
- *   STREAM_CLIP_SPECULATE (default): each block is updated as its gradient lands with
+ *   STREAM_CLIP_SPECULATE: each block is updated as its gradient lands with
  *     clip scale 1 (what the step uses whenever the norm is within max_norm), after
  *     saving that block's parameters and moments to a host backup. The norm's partial
  *     sums are taken as gradients land, per fixed 65536-element chunk of the flat vector
@@ -50,6 +50,11 @@
  *   STREAM_CLIP_DEFER: gradients land and partial norms are summed during backward, and
  *     the update runs after backward with the known scale (no speculation, no overlap
  *     of the update itself).
+ *   STREAM_CLIP_AUTO (default): speculate, except after a step that clipped or skipped,
+ *     when the next is likely to clip too (early training clips every step) and a
+ *     deferred update is cheaper than a rollback and a redo. Both are exact, so the
+ *     choice changes only the time. In either speculative mode the embedding and ln_f,
+ *     whose gradients land last, are updated after the norm is known, with every core.
  * With overlap off the whole update runs after backward, as the in-memory loop does.
  *
  * Activations per block (plan.act[l]):
@@ -69,10 +74,11 @@
  * wpe are the master copies; the input embedding crosses to the device, the residual
  * gradient back. The classifier runs two passes over wte chunks of vocab_chunk rows:
  * the first computes each row's running max and sum of exponentials (online softmax)
- * and the target logit, the second (over the chunks in reverse, so the last two are
- * still resident) recomputes the chunk's logits, forms dlogits and accumulates the
- * input gradient and the chunk's wte gradient, which is drained to host behind the
- * next chunk. The loss and gradients equal the unchunked ones to float rounding (the
+ * and the target logit, and sends the chunk's logits to the host (N x V floats of host
+ * memory: a copy each way costs less than the GEMM that would recompute them); the
+ * second (over the chunks in reverse, so the last two are still resident) fetches the
+ * chunk's logits back, forms dlogits and accumulates the input gradient and the chunk's
+ * wte gradient, which is drained to host behind the next chunk. The loss and gradients equal the unchunked ones to float rounding (the
  * order of the sums differs), not bit for bit.
  *
  * Why every block's input is a checkpoint (checkpoint every k = 1): recomputing a
@@ -96,7 +102,7 @@
 #define STREAM_MAX_LAYERS 4096
 
 typedef enum stream_act { STREAM_ACT_KEEP = 0, STREAM_ACT_RECOMPUTE = 1, STREAM_ACT_OFFLOAD = 2 } stream_act;
-typedef enum stream_clip { STREAM_CLIP_SPECULATE = 0, STREAM_CLIP_DEFER = 1 } stream_clip;
+typedef enum stream_clip { STREAM_CLIP_SPECULATE = 0, STREAM_CLIP_DEFER = 1, STREAM_CLIP_AUTO = 2 } stream_clip;
 
 typedef struct stream_plan {
     int prefetch_depth;   /* >= 1: blocks fetched ahead of the one computing */
@@ -153,7 +159,8 @@ typedef struct stream_step_stats {
     double grad_norm;
     int clipped, skipped, rolled_back; /* rolled_back: a speculative update was undone */
     uint64_t h2d_bytes, d2h_bytes;     /* submitted to the copy engine during the step */
-    uint64_t h2d_act_bytes, d2h_act_bytes; /* of those, offloaded activations (the rest:
+    uint64_t h2d_act_bytes, d2h_act_bytes; /* of those, offloaded activations and the
+                                              chunked classifier's logits (the rest:
                                               weights, gradients, embeddings, targets) */
     size_t device_peak_bytes, device_budget_bytes; /* arena high-water mark (0: no arena) */
     double compute_s;  /* device compute on the step thread (forward, recompute, backward) */

@@ -24,7 +24,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: strata bench stream [--model NAME] [--device-budget BYTES] [--batch B] [--seq T] [--steps N]\n"
             "                           [--depth D] [--acts auto|recompute|keep|offload] [--no-overlap]\n"
-            "                           [--clip speculate|defer] [--max-norm X] [--vocab-chunk ROWS]\n"
+            "                           [--clip auto|speculate|defer] [--max-norm X] [--vocab-chunk ROWS]\n"
             "                           [--grad-dtype f32|bf16]\n"
             "                           [--layers L] [--embd C]\n"
             "                           [--heads NH] [--vocab V] [--max-seq T] [--threads N] [--json]\n"
@@ -41,7 +41,7 @@ static void usage(FILE *f) {
 }
 
 int bench_stream(int argc, char **argv) {
-    const char *model = "gpt2-124m", *acts = "auto", *clip = "speculate", *gdt = "f32";
+    const char *model = "gpt2-124m", *acts = "auto", *clip = "auto", *gdt = "f32";
     int B = 2, T = 256, steps = 3, depth = 1, overlap = 1, threads = 0, json = 0, vchunk = -1;
     double budget_arg = 0, max_norm = 1.0;
     gpt2_config ov = {0};
@@ -88,8 +88,8 @@ int bench_stream(int argc, char **argv) {
         fprintf(stderr, "strata bench stream: --grad-dtype '%s': use f32 or bf16\n", gdt);
         return 2;
     }
-    if (strcmp(clip, "speculate") && strcmp(clip, "defer")) {
-        fprintf(stderr, "strata bench stream: --clip '%s': use speculate or defer\n", clip);
+    if (strcmp(clip, "speculate") && strcmp(clip, "defer") && strcmp(clip, "auto")) {
+        fprintf(stderr, "strata bench stream: --clip '%s': use auto, speculate or defer\n", clip);
         return 2;
     }
 
@@ -120,7 +120,7 @@ int bench_stream(int argc, char **argv) {
     stream_plan_default(&plan, cfg.n_layer);
     plan.prefetch_depth = depth;
     plan.overlap_optim = overlap;
-    plan.clip = strcmp(clip, "defer") ? STREAM_CLIP_SPECULATE : STREAM_CLIP_DEFER;
+    plan.clip = !strcmp(clip, "defer") ? STREAM_CLIP_DEFER : !strcmp(clip, "auto") ? STREAM_CLIP_AUTO : STREAM_CLIP_SPECULATE;
     plan.grad_dtype = strcmp(gdt, "bf16") ? ST_F32 : ST_BF16;
     stream_plan_set_all(&plan, act);
     stream_config sc = {.model = cfg, .B = B, .T = T, .weight_decay = 0.1f};

@@ -30,7 +30,7 @@ void stream_plan_default(stream_plan *p, int n_layer) {
     memset(p, 0, sizeof *p);
     p->prefetch_depth = 1;
     p->overlap_optim = 1;
-    p->clip = STREAM_CLIP_SPECULATE;
+    p->clip = STREAM_CLIP_AUTO;
     p->grad_dtype = ST_F32;
     p->optim_threads = 1;
     p->n_layer = n_layer;
@@ -89,6 +89,8 @@ struct stream_exec {
     double *d_rsum;
     int32_t *d_tgt, *h_inp;
     float *h_enc, *h_dres;
+    float *h_logits;          /* chunked classifier: every chunk's forward logits (N x V), so
+                                 backward fetches them instead of recomputing the GEMM */
     uint64_t *vw_ticket, vg_ticket[2];
     int L, depth, nslots, n_keep, n_off, has_rc;
     size_t n, bn, b0, emb_n, lnf_off, NC, setf;
@@ -120,6 +122,7 @@ struct stream_exec {
     opt_job *jobs;
     int n_jobs, jobs_done, stop;
     int speculate; /* this step's jobs update (1) or only sum norms (0) */
+    int last_clipped; /* the previous step clipped or skipped (STREAM_CLIP_AUTO defers) */
     adamw_params job_hp;
     size_t nchunks, landed_lo;
     double *chunk_part;
@@ -224,12 +227,19 @@ static void backup_range(stream_exec *x, size_t lo, size_t hi) {
     memcpy(x->bk_v + lo, v + lo, (hi - lo) * sizeof(float));
 }
 
+/* On the step thread after backward, when the device is idle: every core copies. */
 static void restore_range(stream_exec *x, size_t lo, size_t hi) {
     size_t b;
     float *m = optim_state_buffer(x->opt, 0, &b), *v = optim_state_buffer(x->opt, 1, &b);
-    memcpy(x->hp + lo, x->bk_p + lo, (hi - lo) * sizeof(float));
-    memcpy(m + lo, x->bk_m + lo, (hi - lo) * sizeof(float));
-    memcpy(v + lo, x->bk_v + lo, (hi - lo) * sizeof(float));
+    const size_t piece = 1u << 18;
+    long np = (long)((hi - lo + piece - 1) / piece);
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < np; i++) {
+        size_t a = lo + (size_t)i * piece, e = a + piece < hi ? a + piece : hi;
+        memcpy(x->hp + a, x->bk_p + a, (e - a) * sizeof(float));
+        memcpy(m + a, x->bk_m + a, (e - a) * sizeof(float));
+        memcpy(v + a, x->bk_v + a, (e - a) * sizeof(float));
+    }
 }
 
 static st_status update_range(stream_exec *x, int s0, int s1, const adamw_params *hp, double sumsq, int blocks,
@@ -264,20 +274,14 @@ static void run_job(stream_exec *x, const opt_job *j) {
     } else {
         take_chunks(x, 0, x->n);
     }
-    if (x->speculate) {
-        /* clip scale 1 and a finite sum (the real one is checked after the last block) */
-        st_status st;
-        if (l >= 0) {
-            size_t lo = x->b0 + (size_t)l * x->bn;
-            backup_range(x, lo, lo + x->bn);
-            int per = (nt - 4) / x->L; /* tensors per block */
-            st = update_segs(x, 2 + l * per, 2 + (l + 1) * per, &x->job_hp, 0.0, &x->worker_err);
-        } else {
-            backup_range(x, 0, x->b0);
-            backup_range(x, x->lnf_off, x->n);
-            st = update_segs(x, 0, 2, &x->job_hp, 0.0, &x->worker_err);
-            if (!st) st = update_segs(x, nt - 2, nt, &x->job_hp, 0.0, &x->worker_err);
-        }
+    if (x->speculate && l >= 0) {
+        /* clip scale 1 and a finite sum (the real one is checked after the last block).
+         * The embedding and ln_f (the last job) are not speculated: once they land the
+         * whole norm is known, and the step thread updates them with every core. */
+        size_t lo = x->b0 + (size_t)l * x->bn;
+        backup_range(x, lo, lo + x->bn);
+        int per = (nt - 4) / x->L; /* tensors per block */
+        st_status st = update_segs(x, 2 + l * per, 2 + (l + 1) * per, &x->job_hp, 0.0, &x->worker_err);
         if (st && !x->worker_status) x->worker_status = st;
     }
     prof_end(&s);
@@ -288,6 +292,7 @@ static void *opt_worker(void *arg) {
     /* the step thread's compute keeps its own OpenMP team; this one is small on purpose */
     omp_set_num_threads(x->plan.optim_threads > 0 ? x->plan.optim_threads : 1);
     prof_thread_name("optimizer");
+
     pthread_mutex_lock(&x->mu);
     for (;;) {
         while (x->jobs_done == x->n_jobs && !x->stop) pthread_cond_wait(&x->cv_job, &x->mu);
@@ -408,8 +413,10 @@ st_status stream_exec_create(stream_exec **out, const stream_config *c, const st
         x->h_inp = malloc(N * 4);
         x->h_enc = st_alloc(N * C * 4);
         x->h_dres = st_alloc(N * C * 4);
+        x->h_logits = st_alloc(N * (size_t)x->nvc * (size_t)x->vc * 4);
         x->vw_ticket = calloc((size_t)x->nvc, sizeof *x->vw_ticket);
-        if (!x->h_inp || !x->h_enc || !x->h_dres || !x->vw_ticket) FAIL(ST_ERR_NOMEM, "stream: out of memory");
+        if (!x->h_inp || !x->h_enc || !x->h_dres || !x->h_logits || !x->vw_ticket)
+            FAIL(ST_ERR_NOMEM, "stream: out of memory");
     } else {
         x->d_emb_w = o->alloc(dev, x->emb_n * 4);
         x->d_emb_g = o->alloc(dev, x->emb_n * 4);
@@ -449,7 +456,7 @@ st_status stream_exec_create(stream_exec **out, const stream_config *c, const st
     if (!x->segs) FAIL(ST_ERR_NOMEM, "stream: out of memory");
     train_decay_segments(x->lay.tensors, x->lay.n_tensors, c->weight_decay, x->segs);
     if ((s = optim_create(&x->opt, x->segs, x->lay.n_tensors, OPTIM_STATE_F32, err))) goto fail;
-    if (p->overlap_optim && p->clip == STREAM_CLIP_SPECULATE) {
+    if (p->overlap_optim && p->clip != STREAM_CLIP_DEFER) {
         x->bk_p = st_alloc(x->n * 4);
         x->bk_m = st_alloc(x->n * 4);
         x->bk_v = st_alloc(x->n * 4);
@@ -510,6 +517,7 @@ void stream_exec_free(stream_exec *x) {
     free(x->h_inp);
     st_free(x->h_enc);
     st_free(x->h_dres);
+    st_free(x->h_logits);
     free(x->vw_ticket);
     optim_free(x->opt);
     free(x->segs);
@@ -628,13 +636,20 @@ static float chunked_head_forward(stream_exec *x, const float *xin, const int32_
     for (int i = 0; i < N; i++) { x->d_rmax[i] = -INFINITY; x->d_rsum[i] = 0; x->d_tlogit[i] = 0; }
     prof_end(&sp);
     *compute_s += st_now() - t0;
+    uint64_t lg = 0; /* the previous chunk's logits on their way to the host */
     for (int c = 0; c < x->nvc; c++) {
         wait_ticket(x, x->vw_ticket[c], "wait wte chunk", c);
+        wait_ticket(x, lg, "wait logits slot", c);
         int nr = vchunk_rows(x, c);
         t0 = st_now();
         sp = prof_begin(PROF_CAT_COMPUTE, "forward head chunk", c);
         dev->ops->matmul_forward(dev, x->d_logits, x->d_lnfo, x->d_vw + (size_t)(c % 2) * x->vc * C, NULL, N, C, nr,
                                  ST_W_OUT_IN);
+        /* kept for backward (the last chunk stays in its slot); the stats only read them */
+        if (c + 1 < x->nvc) {
+            x->d2h_act_bytes += (size_t)N * nr * 4; /* activations, not weights */
+            lg = d2h(x, x->h_logits + (size_t)c * N * x->vc, x->d_logits, (size_t)N * nr * 4);
+        }
         ce_chunk_stats(x, c * x->vc, nr);
         prof_end(&sp);
         *compute_s += st_now() - t0;
@@ -662,9 +677,13 @@ static void chunked_head_backward(stream_exec *x, const float *xin, float *dres,
         wait_ticket(x, x->vg_ticket[c % 2], "wait wte grad slot", c);
         int nr = vchunk_rows(x, c);
         float *w = x->d_vw + (size_t)(c % 2) * vcC, *g = x->d_vg + (size_t)(c % 2) * vcC;
+        if (c + 1 < x->nvc) { /* the forward's logits (the last chunk's never left the slot) */
+            x->h2d_act_bytes += (size_t)N * nr * 4;
+            wait_ticket(x, h2d(x, x->d_logits, x->h_logits + (size_t)c * N * x->vc, (size_t)N * nr * 4),
+                        "wait logits", c);
+        }
         double t0 = st_now();
         prof_span sp = prof_begin(PROF_CAT_COMPUTE, "backward head chunk", c);
-        dev->ops->matmul_forward(dev, x->d_logits, x->d_lnfo, w, NULL, N, C, nr, ST_W_OUT_IN);
         ce_chunk_grad(x, c * x->vc, nr, dloss);
         dev->ops->memset0(dev, g, (size_t)nr * C * 4);
         dev->ops->matmul_backward(dev, x->d_dlnf, g, NULL, x->d_logits, x->d_lnfo, w, N, C, nr, ST_W_OUT_IN);
@@ -726,7 +745,8 @@ st_status stream_step(stream_exec *x, const int32_t *inputs, const int32_t *targ
 
     /* this step's optimizer jobs */
     int overlap = x->plan.overlap_optim;
-    int speculate = overlap && x->plan.clip == STREAM_CLIP_SPECULATE;
+    int speculate = overlap && (x->plan.clip == STREAM_CLIP_SPECULATE ||
+                                (x->plan.clip == STREAM_CLIP_AUTO && !x->last_clipped));
     pthread_mutex_lock(&x->mu);
     x->n_jobs = x->jobs_done = 0;
     x->speculate = speculate;
@@ -867,13 +887,25 @@ st_status stream_step(stream_exec *x, const int32_t *inputs, const int32_t *targ
     stats->grad_norm = norm;
     stats->skipped = !isfinite(norm);
     stats->clipped = !stats->skipped && max_norm > 0 && norm > max_norm;
+    x->last_clipped = stats->clipped || stats->skipped;
     int need_update = !speculate;
     if (speculate && (stats->skipped || stats->clipped)) {
+        /* only the blocks were updated speculatively */
         prof_span r = prof_begin(PROF_CAT_OPTIM, "rollback", -1);
-        restore_range(x, 0, x->n);
+        restore_range(x, x->b0, x->lnf_off);
         prof_end(&r);
         stats->rolled_back = 1;
         need_update = 1;
+    } else if (speculate && !stats->skipped) {
+        /* not clipped: the blocks are done; the embedding and ln_f, with the true sum */
+        adamw_params h = *hp;
+        h.grad_scale = 1.0f;
+        int nt = x->lay.n_tensors;
+        prof_span u = prof_begin(PROF_CAT_OPTIM, "optim embed+head", -1);
+        s = update_segs(x, 0, 2, &h, ss, err);
+        if (!s) s = update_segs(x, nt - 2, nt, &h, ss, err);
+        prof_end(&u);
+        if (s) goto out;
     }
     if (need_update && !stats->skipped) {
         adamw_params h = *hp;
