@@ -373,7 +373,8 @@ int main(void) {
             }
             if (v[i].vchunk) { /* the classifier's logits, every chunk but the last, each way */
                 size_t V = (size_t)cfg.vocab_size, vc = (size_t)v[i].vchunk, nvc = (V + vc - 1) / vc;
-                offl += (size_t)B * T * (V - (V - (nvc - 1) * vc)) * 4;
+                size_t last2 = nvc >= 2 ? vc + (V - (nvc - 1) * vc) : V; /* stay on the device */
+                offl += (size_t)B * T * (V - last2) * 4;
             }
             uint64_t want = (uint64_t)(2 * cfg.n_layer - resident) * bn * 4 + (n - (size_t)cfg.n_layer * bn) * 4 + offl;
             uint64_t want_d2h = n * 4 + offl;

@@ -170,7 +170,7 @@ size_t stream_device_bytes(const stream_config *c, const stream_plan *p) {
         size_t vc = (size_t)p->vocab_chunk < V ? (size_t)p->vocab_chunk : V;
         dg.vocab_size = 2;
         b += 4 * rnd(vc * C * 4);                               /* wte chunk slots, weights and grads */
-        b += rnd(N * vc * 4) + 2 * rnd(NC * 4);                 /* logits chunk, ln_f output and its grad */
+        b += 2 * rnd(N * vc * 4) + 2 * rnd(NC * 4);             /* two logits chunks, ln_f output and its grad */
         b += 5 * rnd(N * 4) + rnd(N * 8);                       /* row statistics, targets */
     } else {
         b += 2 * rnd(emb * 4);                                  /* embedding weights and grads */
@@ -398,7 +398,7 @@ st_status stream_exec_create(stream_exec **out, const stream_config *c, const st
     if (x->vc) {
         x->d_vw = o->alloc(dev, 2 * (size_t)x->vc * C * 4);
         x->d_vg = o->alloc(dev, 2 * (size_t)x->vc * C * 4);
-        x->d_logits = o->alloc(dev, N * (size_t)x->vc * 4);
+        x->d_logits = o->alloc(dev, 2 * N * (size_t)x->vc * 4); /* two slots: one fills while one is used */
         x->d_lnfo = o->alloc(dev, N * C * 4);
         x->d_dlnf = o->alloc(dev, N * C * 4);
         x->d_lmean = o->alloc(dev, N * 4);
@@ -589,14 +589,18 @@ static int vchunk_rows(const stream_exec *x, int c) {
 
 /* Pass 1 on one chunk of logits (N, nr) for vocabulary rows [r0, r0 + nr): running
  * max and sum of exponentials per row (online softmax), and the target's logit. */
-static void ce_chunk_stats(stream_exec *x, int r0, int nr) {
+static float *logits_slot(stream_exec *x, int c) {
+    return x->d_logits + (size_t)(c % 2) * (size_t)x->cfg.B * x->cfg.T * x->vc;
+}
+
+static void ce_chunk_stats(stream_exec *x, const float *logits, int r0, int nr) {
     int N = x->cfg.B * x->cfg.T;
     const int32_t *tgt = x->d_tgt;
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
         int t = tgt[i];
         if (t < 0) continue;
-        const float *l = x->d_logits + (size_t)i * nr;
+        const float *l = logits + (size_t)i * nr;
         float mx = -INFINITY;
         for (int j = 0; j < nr; j++) mx = l[j] > mx ? l[j] : mx;
         if (mx > x->d_rmax[i]) {
@@ -613,12 +617,12 @@ static void ce_chunk_stats(stream_exec *x, int r0, int nr) {
 
 /* Pass 2: the chunk's logits become dlogits = (softmax - onehot) * dloss in place (0 for
  * masked rows), as the unchunked fused cross-entropy writes them. */
-static void ce_chunk_grad(stream_exec *x, int r0, int nr, float dloss) {
+static void ce_chunk_grad(stream_exec *x, float *logits, int r0, int nr, float dloss) {
     int N = x->cfg.B * x->cfg.T;
     const int32_t *tgt = x->d_tgt;
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
-        float *l = x->d_logits + (size_t)i * nr;
+        float *l = logits + (size_t)i * nr;
         int t = tgt[i];
         if (t < 0) { memset(l, 0, sizeof(float) * (size_t)nr); continue; }
         float m = x->d_rmax[i], sc = (float)(dloss / x->d_rsum[i]);
@@ -636,21 +640,23 @@ static float chunked_head_forward(stream_exec *x, const float *xin, const int32_
     for (int i = 0; i < N; i++) { x->d_rmax[i] = -INFINITY; x->d_rsum[i] = 0; x->d_tlogit[i] = 0; }
     prof_end(&sp);
     *compute_s += st_now() - t0;
-    uint64_t lg = 0; /* the previous chunk's logits on their way to the host */
+    uint64_t lg[2] = {0, 0}; /* each slot's logits on their way to the host */
     for (int c = 0; c < x->nvc; c++) {
         wait_ticket(x, x->vw_ticket[c], "wait wte chunk", c);
-        wait_ticket(x, lg, "wait logits slot", c);
+        wait_ticket(x, lg[c % 2], "wait logits slot", c);
         int nr = vchunk_rows(x, c);
+        float *lo = logits_slot(x, c);
         t0 = st_now();
         sp = prof_begin(PROF_CAT_COMPUTE, "forward head chunk", c);
-        dev->ops->matmul_forward(dev, x->d_logits, x->d_lnfo, x->d_vw + (size_t)(c % 2) * x->vc * C, NULL, N, C, nr,
+        dev->ops->matmul_forward(dev, lo, x->d_lnfo, x->d_vw + (size_t)(c % 2) * x->vc * C, NULL, N, C, nr,
                                  ST_W_OUT_IN);
-        /* kept for backward (the last chunk stays in its slot); the stats only read them */
-        if (c + 1 < x->nvc) {
+        /* kept for backward (the last two chunks stay in their slots); the stats only read */
+        lg[c % 2] = 0;
+        if (c + 2 < x->nvc) {
             x->d2h_act_bytes += (size_t)N * nr * 4; /* activations, not weights */
-            lg = d2h(x, x->h_logits + (size_t)c * N * x->vc, x->d_logits, (size_t)N * nr * 4);
+            lg[c % 2] = d2h(x, x->h_logits + (size_t)c * N * x->vc, lo, (size_t)N * nr * 4);
         }
-        ce_chunk_stats(x, c * x->vc, nr);
+        ce_chunk_stats(x, lo, c * x->vc, nr);
         prof_end(&sp);
         *compute_s += st_now() - t0;
         if (c + 2 < x->nvc) fetch_vchunk(x, c + 2);
@@ -671,22 +677,27 @@ static void chunked_head_backward(stream_exec *x, const float *xin, float *dres,
     size_t NC = (size_t)N * C, vcC = (size_t)x->vc * C;
     dev->ops->memset0(dev, x->d_dlnf, NC * 4);
     x->vg_ticket[0] = x->vg_ticket[1] = 0;
+    uint64_t lgt[2] = {0, 0};
     /* in reverse: the last two chunks of the first pass are still in their slots */
     for (int c = x->nvc - 1; c >= 0; c--) {
         wait_ticket(x, x->vw_ticket[c], "wait wte chunk", c);
         wait_ticket(x, x->vg_ticket[c % 2], "wait wte grad slot", c);
         int nr = vchunk_rows(x, c);
         float *w = x->d_vw + (size_t)(c % 2) * vcC, *g = x->d_vg + (size_t)(c % 2) * vcC;
-        if (c + 1 < x->nvc) { /* the forward's logits (the last chunk's never left the slot) */
-            x->h2d_act_bytes += (size_t)N * nr * 4;
-            wait_ticket(x, h2d(x, x->d_logits, x->h_logits + (size_t)c * N * x->vc, (size_t)N * nr * 4),
-                        "wait logits", c);
+        /* the forward's logits: the last two chunks never left their slots; the one after
+         * this one comes back into the other slot while this one computes */
+        if (c - 1 >= 0 && c - 1 + 2 < x->nvc) {
+            x->h2d_act_bytes += (size_t)N * vchunk_rows(x, c - 1) * 4;
+            lgt[(c - 1) % 2] = h2d(x, logits_slot(x, c - 1), x->h_logits + (size_t)(c - 1) * N * x->vc,
+                                   (size_t)N * vchunk_rows(x, c - 1) * 4);
         }
+        wait_ticket(x, lgt[c % 2], "wait logits", c);
+        float *lo = logits_slot(x, c);
         double t0 = st_now();
         prof_span sp = prof_begin(PROF_CAT_COMPUTE, "backward head chunk", c);
-        ce_chunk_grad(x, c * x->vc, nr, dloss);
+        ce_chunk_grad(x, lo, c * x->vc, nr, dloss);
         dev->ops->memset0(dev, g, (size_t)nr * C * 4);
-        dev->ops->matmul_backward(dev, x->d_dlnf, g, NULL, x->d_logits, x->d_lnfo, w, N, C, nr, ST_W_OUT_IN);
+        dev->ops->matmul_backward(dev, x->d_dlnf, g, NULL, lo, x->d_lnfo, w, N, C, nr, ST_W_OUT_IN);
         prof_end(&sp);
         *compute_s += st_now() - t0;
         x->vg_ticket[c % 2] = d2h(x, x->hg + (size_t)c * vcC, g, (size_t)nr * C * 4);
