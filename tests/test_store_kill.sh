@@ -66,9 +66,17 @@ check 'cmp -s "$T/ref/checkpoints/step_00000300/model.safetensors" "$T/run/model
 
 # two paths, the thread-pool engine, 8 buffers: bit-identical as well
 mkdir -p "$T/p1" "$T/p2"
-STRATA_IO=threads "$S" train $ARGS --steps 20 --run_dir "$T/two" --state_paths "$T/p1,$T/p2" >"$T/two.out" 2>&1
+# (a probe profile saying the second path is 3x faster: it gets the larger share)
+printf '{"paths": [{"path": "%s", "mixed_gbps": 1.0}, {"path": "%s", "mixed_gbps": 3.0}]}\n' "$T/p1" "$T/p2" >"$T/hw.json"
+STRATA_IO=threads "$S" train $ARGS --steps 20 --run_dir "$T/two" --state_paths "$T/p1,$T/p2" --state_profile "$T/hw.json" \
+  >"$T/two.out" 2>&1
 check '[ $? -eq 0 ]' "two-path run failed: $(tail -3 "$T/two.out")"
 check '[ -s "$T/p1/strata-state.bin" ] && [ -s "$T/p2/strata-state.bin" ]' "both paths hold state"
+s1=$(stat -c %s "$T/p1/strata-state.bin"); s2=$(stat -c %s "$T/p2/strata-state.bin")
+check '[ $((s2)) -gt $((2 * s1)) ]' "the 3x faster path holds $s2 bytes, the other $s1"
+"$S" train $ARGS --steps 2 --run_dir "$T/bad" --state_paths "$T/p1,$T/st" --state_profile "$T/hw.json" >"$T/bad.out" 2>&1
+rc=$?
+check '[ $rc -ne 0 ] && grep -q "no bandwidth for path" "$T/bad.out"' "a path missing from the profile: $(tail -2 "$T/bad.out")"
 "$S" train $ARGS --steps 20 --run_dir "$T/ref20" >/dev/null 2>&1
 check 'cmp -s <(awk -F"[:,]" "{print \$2, \$4}" "$T/ref20/metrics.jsonl") <(awk -F"[:,]" "{print \$2, \$4}" "$T/two/metrics.jsonl")' \
   "two paths + threads: losses differ from the RAM run"

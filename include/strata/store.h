@@ -125,6 +125,11 @@ const void *st_store_blob(const st_store *s, size_t *bytes);
 /* The master weights of every element into dst[numel] (resume), checked against the CRCs. */
 st_status st_store_read_master(st_store *s, float *dst, st_err *err);
 
+/* Per-path weights from a `strata probe -o FILE` profile (mixed_gbps, else read and write
+ * combined), matched by the path as written; an error names a path it lacks. */
+st_status st_store_weights_from_profile(const char *profile, const char *const *paths, int n_paths, double *weights,
+                                        st_err *err);
+
 void st_store_get_stats(const st_store *s, st_store_stats *out);
 size_t st_store_numel(const st_store *s);
 int st_store_n_paths(const st_store *s);

@@ -41,6 +41,7 @@ typedef struct train_config {
     char state_paths[2048]; /* comma-separated directories: keep the master weights and optimizer
                                moments there (the disk tier, strata/store.h), committed every step */
     double state_budget;  /* host bytes for the state store's buffers (0: 256 MiB) */
+    char state_profile[1024]; /* strata probe -o profile: split the state by the paths' bandwidth */
     int state_in_place;   /* 1: one copy of the state on disk, not crash-safe (half the disk) */
     volatile int *stop_flag; /* set to nonzero (e.g. by SIGINT) to checkpoint and stop */
 } train_config;

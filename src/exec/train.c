@@ -269,7 +269,13 @@ static st_status open_store(const train_config *c, st_model *m, const optim_segm
         paths[n++] = tok;
     }
     if (!n) return st_errf(err, ST_ERR_INVALID, "key 'state_paths' is empty");
-    st_store_config sc = {.paths = paths, .n_paths = n, .segs = segs, .n_segs = m->n_tensors, .fmt = fmt,
+    double weights[ST_STORE_MAX_PATHS];
+    if (c->state_profile[0]) {
+        st_status s = st_store_weights_from_profile(c->state_profile, paths, n, weights, err);
+        if (s) return st_err_prefix(err, "key 'state_profile'");
+    }
+    st_store_config sc = {.paths = paths, .n_paths = n, .path_weight = c->state_profile[0] ? weights : NULL,
+                          .segs = segs, .n_segs = m->n_tensors, .fmt = fmt,
                           .host_budget = c->state_budget > 0 ? (uint64_t)c->state_budget : 256ull << 20,
                           .in_place = c->state_in_place};
     st_status s;

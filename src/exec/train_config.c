@@ -32,6 +32,7 @@ static const key_def keys[] = {
     {"device_budget", K_DOUBLE, OFF(device_budget), 0, 0, 1e18, "bytes of device memory: > 0 streams the layers (GPT-2)"},
     {"state_paths", K_STR, STR(state_paths), 0, 0, "dir[,dir...]: optimizer state and fp32 master weights on disk, committed every step; resume with --resume RUN_DIR"},
     {"state_budget", K_DOUBLE, OFF(state_budget), 0, 0, 1e18, "host bytes for the disk state's buffers and cache (0: 256 MiB)"},
+    {"state_profile", K_STR, STR(state_profile), 0, 0, "a strata probe -o profile: split the disk state across state_paths by their measured bandwidth (default: equal)"},
     {"state_in_place", K_INT, OFF(state_in_place), 0, 0, 1, "1: update the disk state in place (half the disk; a crash mid-step loses it)"},
     {"vocab_size", K_INT, OFF(vocab_size), 0, 0, 0, "override the preset's vocabulary size (0: keep)"},
     {"max_seq", K_INT, OFF(max_seq), 0, 0, 0, "override the preset's maximum sequence length (0: keep)"},
