@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 st_status st_errf(st_err *err, st_status code, const char *fmt, ...) {
@@ -42,10 +43,26 @@ const char *st_status_name(st_status s) {
     return (unsigned)s < sizeof names / sizeof names[0] ? names[s] : "unknown";
 }
 
+/* Buffers of 4 MiB and more (weights, gradients, moments, activations, the device arena)
+ * are 2 MiB aligned and asked to be backed by transparent huge pages, which kernels set to
+ * "madvise" mode only give to those who ask: a GEMM or an optimizer pass over gigabytes
+ * otherwise misses the TLB every 4 KiB. */
+#define ST_HUGE_MIN (4u << 20)
+#define ST_HUGE_ALIGN (2u << 20)
+
 void *st_alloc(size_t bytes) {
     void *p = NULL;
     size_t rounded = (bytes + 63) & ~(size_t)63;
     if (rounded == 0) rounded = 64;
+    if (rounded >= ST_HUGE_MIN) {
+        size_t r2 = (rounded + ST_HUGE_ALIGN - 1) & ~(size_t)(ST_HUGE_ALIGN - 1);
+        if (posix_memalign(&p, ST_HUGE_ALIGN, r2) != 0) return NULL;
+#ifdef MADV_HUGEPAGE
+        madvise(p, r2, MADV_HUGEPAGE); /* advice only: no error if THP is off */
+#endif
+        memset(p, 0, r2);
+        return p;
+    }
     if (posix_memalign(&p, 64, rounded) != 0) return NULL;
     memset(p, 0, rounded);
     return p;
