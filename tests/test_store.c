@@ -217,13 +217,13 @@ static void test_corruption(void) {
     char bin[4200], man[4200];
     snprintf(bin, sizeof bin, "%s/strata-state.bin", p0);
     snprintf(man, sizeof man, "%s/strata-state.manifest", p0);
-    flip_byte(bin, 5000); /* inside subgroup 0's region A, which is current at step 0 */
+    flip_byte(bin, 5000); /* inside subgroup 0's region A (after the 4 KiB header), current at step 0 */
     CHECK(st_store_open(&st, &sc, &err) == ST_OK, "open: %s", err.msg);
     if (st) {
         float *mm = malloc(numel * 4);
         st_status s = st_store_read_master(st, mm, &err);
         CHECK(s == ST_ERR_CHECKSUM, "a flipped byte was not detected (status %d)", (int)s);
-        CHECK(strstr(err.msg, bin) && strstr(err.msg, "bytes [0, "), "the error names neither file nor offset: %s",
+        CHECK(strstr(err.msg, bin) && strstr(err.msg, "bytes [4096, "), "the error names neither file nor offset: %s",
               err.msg);
         free(mm);
         st_store_close(st);
@@ -242,6 +242,40 @@ static void test_corruption(void) {
     CHECK(truncate(bin, 8192) == 0, "truncate");
     s = st_store_open(&st, &sc, &err);
     CHECK(s == ST_ERR_TRUNCATED && strstr(err.msg, bin), "a truncated file: %d %s", (int)s, err.msg);
+    if (s == ST_OK) st_store_close(st);
+}
+
+/* The same directory twice is refused; two paths given in the other order are named. */
+static void test_paths(void) {
+    char a[4000], b[4000], a2[4100];
+    snprintf(a, sizeof a, "%s/pa", test_tmpdir());
+    snprintf(b, sizeof b, "%s/pb", test_tmpdir());
+    snprintf(a2, sizeof a2, "%s/", a);
+    mkdir(a, 0755);
+    mkdir(b, 0755);
+    optim_segment segs[NSEG];
+    size_t numel;
+    make_segs(segs, &numel);
+    const char *dup[2] = {a, a2};
+    st_store_config sc = {.paths = dup, .n_paths = 2, .segs = segs, .n_segs = NSEG, .fmt = OPTIM_STATE_F32,
+                          .region_bytes = 400000, .host_budget = 64u << 20};
+    st_err err = {0};
+    st_store *st;
+    st_status s = st_store_create(&st, &sc, NULL, NULL, &err);
+    CHECK(s == ST_ERR_INVALID && strstr(err.msg, "same directory"), "one directory twice: %d %s", (int)s, err.msg);
+    if (s == ST_OK) st_store_close(st);
+    const char *ab[2] = {a, b}, *ba[2] = {b, a};
+    sc.paths = ab;
+    CHECK(st_store_create(&st, &sc, NULL, NULL, &err) == ST_OK, "create: %s", err.msg);
+    if (s == ST_OK || !st) return;
+    st_store_close(st);
+    /* the manifest lives in paths[0]: copy it over so the swapped order finds one */
+    char cmd[8600];
+    snprintf(cmd, sizeof cmd, "cp %s/strata-state.manifest %s/", a, b);
+    CHECK(system(cmd) == 0, "cp");
+    sc.paths = ba;
+    s = st_store_open(&st, &sc, &err);
+    CHECK(s == ST_ERR_INVALID && strstr(err.msg, "in the order"), "swapped paths: %d %s", (int)s, err.msg);
     if (s == ST_OK) st_store_close(st);
 }
 
@@ -330,6 +364,7 @@ int main(void) {
     run_identity(OPTIM_STATE_8BIT, ST_BF16, 0);
     run_identity(OPTIM_STATE_8BIT, ST_F32, 1);
     test_corruption();
+    test_paths();
     test_capacity();
     if (!test_full_disk()) fprintf(stderr, "note: not root; the full-disk case is covered only when run as root\n");
     return test_finish("store");

@@ -42,7 +42,6 @@ typedef struct train_config {
                                moments there (the disk tier, strata/store.h), committed every step */
     double state_budget;  /* host bytes for the state store's buffers (0: 256 MiB) */
     char state_profile[1024]; /* strata probe -o profile: split the state by the paths' bandwidth */
-    int state_in_place;   /* 1: one copy of the state on disk, not crash-safe (half the disk) */
     volatile int *stop_flag; /* set to nonzero (e.g. by SIGINT) to checkpoint and stop */
 } train_config;
 

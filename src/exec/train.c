@@ -276,8 +276,7 @@ static st_status open_store(const train_config *c, st_model *m, const optim_segm
     }
     st_store_config sc = {.paths = paths, .n_paths = n, .path_weight = c->state_profile[0] ? weights : NULL,
                           .segs = segs, .n_segs = m->n_tensors, .fmt = fmt,
-                          .host_budget = c->state_budget > 0 ? (uint64_t)c->state_budget : 256ull << 20,
-                          .in_place = c->state_in_place};
+                          .host_budget = c->state_budget > 0 ? (uint64_t)c->state_budget : 256ull << 20};
     st_status s;
     if (!c->resume[0]) {
         if (st_store_exists(&sc))
@@ -285,7 +284,10 @@ static st_status open_store(const train_config *c, st_model *m, const optim_segm
                            "state; continue it with --resume %s, or remove the store to start over", paths[0],
                            c->run_dir);
         s = st_store_create(out, &sc, store_init_from, m, err);
-        return s ? st_err_prefix(err, "key 'state_paths'") : ST_OK;
+        if (s) return st_err_prefix(err, "key 'state_paths'");
+        /* step 0 with the loop's state, so a run killed before its first step resumes */
+        data_save_state(td, hs);
+        return st_store_commit_blob(*out, hs, sizeof *hs, err);
     }
     if ((s = st_store_open(out, &sc, err))) return st_err_prefix(err, "key 'state_paths' (resume)");
     size_t bb;

@@ -28,7 +28,9 @@ st_status st_store_weights_from_profile(const char *profile, const char *const *
         size_t len = json_object_array_length(arr);
         for (size_t i = 0; i < len; i++) {
             json_object *e = json_object_array_get_idx(arr, i), *pv;
-            if (!json_object_object_get_ex(e, "path", &pv) || strcmp(json_object_get_string(pv), paths[p])) continue;
+            if (!json_object_object_get_ex(e, "path", &pv) || !json_object_is_type(pv, json_type_string) ||
+                strcmp(json_object_get_string(pv), paths[p]))
+                continue;
             /* the mixed pass is what a step does; older profiles: read and write in turn */
             double m = num(e, "mixed_gbps"), r = num(e, "read_gbps"), w = num(e, "write_gbps");
             weights[p] = m > 0 ? m : (r > 0 && w > 0 ? 1.0 / (1.0 / r + 1.0 / w) : 0.0);

@@ -3,26 +3,34 @@
  * engine, a host cache, and an atomic step switch with a CRC-32C per MiB.
  *
  * NAME.manifest (little-endian, replaced atomically at every commit):
- *   0   char[8] "STRATAsm"        8  u32 version (1)       12 u32 format
+ *   0   char[8] "STRATAsm"        8  u32 version (2)       12 u32 format
  *   16  u64 numel                 24 u32 n_segs            28 u32 n_paths
  *   32  u32 n_subgroups           36 u32 in_place          40 u64 step (updates)
  *   48  u32 dirty                 52 u32 blob bytes        56 u64 commits
- *   64  n_segs x {u64 offset, u64 n}
+ *   64  u64 store id
+ *   72  n_segs x {u64 offset, u64 n}
  *   ..  n_paths x u64 file bytes
  *   ..  n_subgroups x {u64 first, u64 end, u32 path, u32 current region, u64 offset[2],
  *                      u64 region bytes, u32 n_crc, u32 crc[n_crc]}
  *   ..  blob
  *   end u32 CRC-32C of every byte before it
+ *
+ * NAME.bin starts with one 4096-byte block: "STRATAsb", u32 version (1), u32 path index,
+ * u64 store id, u32 n_paths; regions follow. A file given for the wrong path, or from
+ * another store, is named as such rather than failing its checksums.
  */
 #include "strata/store.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ckpt/fileutil.h"
@@ -32,7 +40,9 @@
 #define MAX_STATE_BUFS 4
 #define READ_AHEAD 2
 #define MANIFEST_MAGIC "STRATAsm"
-#define MANIFEST_VERSION 1u
+#define MANIFEST_VERSION 2u
+#define FILE_MAGIC "STRATAsb"
+#define FILE_HEADER 4096u
 
 typedef struct subgroup {
     size_t first, end;  /* flat element range (gaps between segments included) */
@@ -69,7 +79,7 @@ struct st_store {
     sbuf *buf;
     int n_buf;
     st_io_engine *io;
-    uint64_t step, commits;
+    uint64_t step, commits, id;
     unsigned char *blob;
     size_t blob_bytes;
     long step_id, use_clock;
@@ -206,6 +216,13 @@ static st_status check_config(const st_store_config *c, st_err *err) {
         if (c->path_weight && !(c->path_weight[p] > 0))
             return st_errf(err, ST_ERR_INVALID, "state store: path '%s' has weight %g; weights are measured "
                            "bandwidths and must be positive", c->paths[p], c->path_weight[p]);
+        /* one directory named twice (or through a link) would put two paths' regions in one file */
+        for (int q = 0; q < p; q++) {
+            struct stat sq;
+            if (stat(c->paths[q], &sq) == 0 && sq.st_dev == sb.st_dev && sq.st_ino == sb.st_ino)
+                return st_errf(err, ST_ERR_INVALID, "state store: paths '%s' and '%s' are the same directory; give "
+                               "each directory once", c->paths[q], c->paths[p]);
+        }
     }
     return ST_OK;
 }
@@ -225,6 +242,7 @@ static st_status store_layout(st_store *s, st_err *err) {
     s->n_sg = n;
     double load[ST_STORE_MAX_PATHS] = {0};
     int copies = c->in_place ? 1 : 2;
+    for (int p = 0; p < c->n_paths; p++) s->path_bytes[p] = FILE_HEADER;
     for (int i = 0; i < n && !st; i++) {
         subgroup *g = &s->sg[i];
         g->first = cuts[2 * i];
@@ -292,6 +310,7 @@ st_status st_store_plan(const st_store_config *cfg, uint64_t *path_bytes, uint64
             uint64_t budget = cfg->host_budget ? cfg->host_budget : 1ull << 30;
             uint64_t nb = budget / s->max_region;
             if (nb > (uint64_t)s->n_sg) nb = (uint64_t)s->n_sg;
+            if (nb > 64) nb = 64; /* as buffers_create */
             *host_bytes = nb * s->max_region;
         }
     }
@@ -420,7 +439,7 @@ static st_status manifest_write(st_store *s, int dirty, st_err *err) {
     uint64_t numel = s->numel, commits = s->commits + 1;
     int bad = mput(&m, MANIFEST_MAGIC, 8) | PUT(&m, ver) | PUT(&m, fmt) | PUT(&m, numel) | PUT(&m, nseg) |
               PUT(&m, np) | PUT(&m, nsg) | PUT(&m, inpl) | PUT(&m, s->step) | PUT(&m, dty) | PUT(&m, bb) |
-              PUT(&m, commits);
+              PUT(&m, commits) | PUT(&m, s->id);
     for (int i = 0; i < s->n_segs; i++) {
         uint64_t o = s->segs[i].offset, n = s->segs[i].n;
         bad |= PUT(&m, o) | PUT(&m, n);
@@ -482,13 +501,20 @@ static st_status manifest_read(st_store *s, st_err *err) {
         n += got;
         if (got == 0) break;
     }
+    if (ferror(f)) {
+        int en = errno;
+        fclose(f);
+        free(p);
+        return st_errf(err, ST_ERR_IO, "%s: reading the state manifest failed at byte %zu: %s", s->manifest, n,
+                       strerror(en));
+    }
     fclose(f);
     st_status st = ST_OK;
     mread r = {p, n, 0, s->manifest};
     char magic[8];
     uint32_t ver, fmt, nseg, np, nsg, inpl, dty, bb, crc;
     uint64_t numel;
-    if (n < 72 || memcmp(p, MANIFEST_MAGIC, 8)) {
+    if (n < 80 || memcmp(p, MANIFEST_MAGIC, 8)) {
         st = st_errf(err, ST_ERR_FORMAT, "%s: not a strata state manifest (%zu bytes, bad magic)", s->manifest, n);
         goto out;
     }
@@ -506,7 +532,7 @@ static st_status manifest_read(st_store *s, st_err *err) {
         goto out;
     }
     if (GET(&r, fmt) || GET(&r, numel) || GET(&r, nseg) || GET(&r, np) || GET(&r, nsg) || GET(&r, inpl) ||
-        GET(&r, s->step) || GET(&r, dty) || GET(&r, bb) || GET(&r, s->commits))
+        GET(&r, s->step) || GET(&r, dty) || GET(&r, bb) || GET(&r, s->commits) || GET(&r, s->id))
         goto trunc;
     if (fmt != (uint32_t)s->cfg.fmt || numel != s->numel || nseg != (uint32_t)s->n_segs)
         { st = st_errf(err, ST_ERR_SHAPE, "%s: the store holds %s states of %llu parameters in %u tensors; this run has "
@@ -520,7 +546,9 @@ static st_status manifest_read(st_store *s, st_err *err) {
         { st = st_errf(err, ST_ERR_FORMAT, "%s: the store was being updated in place (step %llu) when its process "
                        "stopped: the state is torn and cannot be used; restore the run from a checkpoint (the default "
                        "two-region mode survives crashes)", s->manifest, (unsigned long long)s->step + 1); goto out; }
-    if (bb > ST_STORE_MAX_BLOB) goto trunc;
+    if (bb > ST_STORE_MAX_BLOB)
+        { st = st_errf(err, ST_ERR_FORMAT, "%s: a caller blob of %u bytes; at most %u", s->manifest, bb,
+                       ST_STORE_MAX_BLOB); goto out; }
     s->cfg.in_place = (int)inpl;
     for (uint32_t i = 0; i < nseg; i++) {
         uint64_t o, len;
@@ -610,6 +638,73 @@ static st_status check_space(st_store *s, st_err *err) {
     return ST_OK;
 }
 
+/* The header block of every path's file: written at create, checked at open. */
+static st_status file_headers(st_store *s, int write, st_err *err) {
+    unsigned char *h = st_io_alloc(FILE_HEADER);
+    if (!h) return st_errf(err, ST_ERR_NOMEM, "state store: out of memory");
+    st_status st = ST_OK;
+    for (int p = 0; p < s->cfg.n_paths && !st; p++) {
+        uint32_t ver = 1, idx = (uint32_t)p, np = (uint32_t)s->cfg.n_paths;
+        if (write) {
+            memset(h, 0, FILE_HEADER);
+            memcpy(h, FILE_MAGIC, 8);
+            memcpy(h + 8, &ver, 4);
+            memcpy(h + 12, &idx, 4);
+            memcpy(h + 16, &s->id, 8);
+            memcpy(h + 24, &np, 4);
+            uint64_t t;
+            if (!(st = st_io_write(s->io, p, 0, h, FILE_HEADER, &t, err))) st = st_io_wait(s->io, t, err);
+            continue;
+        }
+        /* before the io engine opens them (its size check would blame the wrong file) */
+        char fn[4400];
+        snprintf(fn, sizeof fn, "%s/%s.bin", s->paths[p], s->name);
+        int fd = open(fn, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+            st = st_errf(err, ST_ERR_IO, "%s: cannot open the state file: %s (was the store moved or removed?)", fn,
+                         strerror(errno));
+            break;
+        }
+        ssize_t got = pread(fd, h, FILE_HEADER, 0);
+        close(fd);
+        if (got != (ssize_t)FILE_HEADER) {
+            st = st_errf(err, ST_ERR_TRUNCATED, "%s: the state file ends at %zd bytes, inside its header", fn, got);
+            break;
+        }
+        uint64_t id;
+        memcpy(&ver, h + 8, 4);
+        memcpy(&idx, h + 12, 4);
+        memcpy(&id, h + 16, 8);
+        if (memcmp(h, FILE_MAGIC, 8) || ver != 1)
+            st = st_errf(err, ST_ERR_FORMAT, "%s: not a strata state file (bad magic at offset 0)", fn);
+        else if (id != s->id || idx != (uint32_t)p)
+            st = st_errf(err, ST_ERR_INVALID, "%s: this file is path %u of store %016llx; the manifest %s wants "
+                         "path %d of store %016llx here: give the paths in the order the store was created with",
+                         fn, idx, (unsigned long long)id, s->manifest, p, (unsigned long long)s->id);
+    }
+    st_io_free(h);
+    return st;
+}
+
+/* Temporaries of manifest commits a killed process left behind. */
+static void remove_stale_tmp(const st_store *s) {
+    char pat[4500];
+    snprintf(pat, sizeof pat, "%s.tmp.*", s->manifest);
+    glob_t g;
+    if (glob(pat, GLOB_NOSORT, NULL, &g) == 0) {
+        for (size_t i = 0; i < g.gl_pathc; i++) unlink(g.gl_pathv[i]);
+        globfree(&g);
+    }
+}
+
+static uint64_t new_store_id(void) {
+    st_rng r;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    st_rng_seed(&r, (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^ ((uint64_t)getpid() << 16));
+    return st_rng_u64(&r);
+}
+
 st_status st_store_create(st_store **out, const st_store_config *cfg, st_store_init_fn init, void *ctx,
                           st_err *err) {
     *out = NULL;
@@ -621,8 +716,10 @@ st_status st_store_create(st_store **out, const st_store_config *cfg, st_store_i
                      "%s.bin files to start over", s->manifest, s->manifest, s->name);
         goto fail;
     }
+    s->id = new_store_id();
+    remove_stale_tmp(s);
     if ((st = store_layout(s, err)) || (st = check_space(s, err)) || (st = io_open(s, 0, err)) ||
-        (st = buffers_create(s, err)))
+        (st = buffers_create(s, err)) || (st = file_headers(s, 1, err)))
         goto fail;
     /* step 0: master from init, moments zero, region 0 of every subgroup; last to first,
      * so the buffers end holding the first subgroups, which the first step visits first */
@@ -647,6 +744,8 @@ st_status st_store_create(st_store **out, const st_store_config *cfg, st_store_i
         if (s2 && !st) { st = s2; *err = e2; }
     }
     for (int p = 0; p < s->cfg.n_paths && !st; p++) st = st_io_sync(s->io, p, err);
+    /* the files' directory entries are durable before the manifest names them */
+    for (int p = 0; p < s->cfg.n_paths && !st; p++) st = st_fsync_dir(s->paths[p], err);
     if (st || (st = manifest_write(s, 0, err))) goto fail;
     st_log(1, "state store: %d subgroups of up to %.1f MiB on %d path(s), %d host buffers (%.1f MiB), %s%s\n", s->n_sg,
            (double)s->max_region / 1048576.0, s->cfg.n_paths, s->n_buf,
@@ -670,12 +769,15 @@ st_status st_store_open(st_store **out, const st_store_config *cfg, st_err *err)
     st_store *s;
     st_status st = store_alloc(&s, cfg, err);
     if (st) return st;
-    if ((st = manifest_read(s, err)) || (st = io_open(s, 1, err)) || (st = buffers_create(s, err))) {
+    remove_stale_tmp(s);
+    if ((st = manifest_read(s, err)) || (st = file_headers(s, 0, err)) || (st = io_open(s, 1, err)) ||
+        (st = buffers_create(s, err))) {
         st_store_close(s);
         return st;
     }
-    st_log(1, "state store: opened %s at step %llu (%d subgroups on %d path(s))\n", s->manifest,
-           (unsigned long long)s->step, s->n_sg, s->cfg.n_paths);
+    st_log(1, "state store: opened %s at step %llu (%d subgroups on %d path(s)%s)\n", s->manifest,
+           (unsigned long long)s->step, s->n_sg, s->cfg.n_paths,
+           s->cfg.in_place ? ", updated in place as it was created: not crash-safe" : "");
     *out = s;
     return ST_OK;
 }
@@ -891,9 +993,15 @@ st_status st_store_read_master(st_store *s, float *dst, st_err *err) {
         subgroup *sg = &s->sg[g];
         if (sg->buf < 0) {
             int b = pick_buffer(s, 0, 0);
-            if ((st = stage(s, g, b, err))) break;
+            if ((st = stage(s, g, b, err))) {
+                s->failed = 1;
+                break;
+            }
         }
-        if ((st = ensure_loaded(s, g, err))) break;
+        if ((st = ensure_loaded(s, g, err))) {
+            s->failed = 1; /* the buffer claims a subgroup whose read failed */
+            break;
+        }
         const float *m = (const float *)s->buf[sg->buf].data;
         for (int k = 0; k < s->n_segs; k++) {
             size_t lo = s->segs[k].offset > sg->first ? s->segs[k].offset : sg->first;
@@ -901,7 +1009,7 @@ st_status st_store_read_master(st_store *s, float *dst, st_err *err) {
             if (lo < hi) memcpy(dst + lo, m + (lo - sg->first), (hi - lo) * sizeof(float));
         }
     }
-    s->stats.misses = 0;
+    s->stats.hits = s->stats.misses = 0;
     s->stats.read_bytes = 0;
     return st;
 }
