@@ -503,11 +503,22 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
         if (!c->quiet && (step % c->log_every == 0 || step == end))
             printf("step %6ld/%ld | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %8.0f tok/s | %6.1f GFLOP/s%s\n", step,
                    c->steps, loss, lr, norm, dt * 1e3, tok_s, gflops, skipped ? " | SKIPPED" : "");
+        char disk[256] = "";
+        if (store && !skipped) { /* the disk state's share of the step */
+            st_store_stats ss;
+            st_store_get_stats(store, &ss);
+            snprintf(disk, sizeof disk,
+                     ",\"state_ms\":%.3f,\"state_read_bytes\":%llu,\"state_write_bytes\":%llu,"
+                     "\"state_hit_rate\":%.3f,\"state_wait_ms\":%.3f",
+                     ss.step_s * 1e3, (unsigned long long)ss.read_bytes, (unsigned long long)ss.write_bytes,
+                     ss.n_subgroups ? (double)ss.hits / ss.n_subgroups : 0.0,
+                     (ss.read_wait_s + ss.write_wait_s) * 1e3);
+        }
         fprintf(metrics,
                 "{\"step\":%ld,\"loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f,\"step_ms\":%.3f,\"tokens_per_s\":%.1f,"
-                "\"achieved_gflops\":%.3f,\"tokens\":%llu,\"skipped\":%s%s}\n",
+                "\"achieved_gflops\":%.3f,\"tokens\":%llu,\"skipped\":%s%s%s}\n",
                 step, loss, lr, norm, dt * 1e3, tok_s, gflops,
-                (unsigned long long)step * (unsigned long long)B * T * c->grad_accum, skipped ? "true" : "false",
+                (unsigned long long)step * (unsigned long long)B * T * c->grad_accum, skipped ? "true" : "false", disk,
                 prof_step_json(pr));
         fflush(metrics);
         prof_progress(pr, step, loss);
