@@ -55,7 +55,9 @@ fi
 # every logged loss equals the reference's for that step; at most one step per kill unlogged
 awk -F'[:,]' '{print $2, $4}' "$T/ref/metrics.jsonl" | sort -n >"$T/ref.loss"
 awk -F'[:,]' '{print $2, $4}' "$T/run/metrics.jsonl" | sort -n -u >"$T/run.loss"
-bad=$(join "$T/ref.loss" "$T/run.loss" | awk '$2 != $3' | head -3)
+# (awk, not join: join needs lexical order and says nothing useful about numeric order)
+differ() { awk 'NR == FNR { ref[$1] = $2; next } ($1 in ref) && ref[$1] != $2 { print $1, ref[$1], $2 }' "$1" "$2"; }
+bad=$(differ "$T/ref.loss" "$T/run.loss" | head -3)
 check '[ -z "$bad" ]' "losses differ from the uninterrupted run (step ref run): $bad"
 dups=$(awk '{print $1}' "$T/run.loss" | uniq -d | head -3)
 check '[ -z "$dups" ]' "a step logged twice with different losses: $dups"
@@ -63,6 +65,32 @@ missing=$(($(wc -l <"$T/ref.loss") - $(wc -l <"$T/run.loss")))
 check '[ $missing -le $kills ]' "$missing steps never logged after $kills kills"
 check 'cmp -s "$T/ref/checkpoints/step_00000300/model.safetensors" "$T/run/model.safetensors"' \
   "the final weights are not bit-identical to the uninterrupted run"
+
+# crashes at chosen instants (STRATA_FAILPOINT): right after the store is created (before
+# step 0's loop state is committed), after step 3's writes but before its manifest
+# switch (resume at 2), and after step 3's commit but before its log line (resume at 3)
+for fp in train_store_created store_writes_done:3 train_step_committed:3; do
+  d="$T/fp-${fp%%:*}"
+  mkdir -p "$d/st"
+  { STRATA_FAILPOINT=$fp "$S" train $ARGS --stop_at 6 --run_dir "$d/run" --state_paths "$d/st" >"$d/1.out" 2>&1; } 2>/dev/null
+  rc=$?
+  check '[ $rc -eq 137 ]' "failpoint $fp: the process was not killed (rc $rc): $(tail -2 "$d/1.out")"
+  "$S" train $ARGS --stop_at 6 --run_dir "$d/run" --state_paths "$d/st" --resume "$d/run" >"$d/2.out" 2>&1
+  check '[ $? -eq 0 ]' "failpoint $fp: resume failed: $(tail -2 "$d/2.out")"
+  case $fp in
+    train_store_created) want=0; grep -q "never stepped" "$d/2.out" || { echo "FAIL: $fp: no fresh start"; fail=1; } ;;
+    store_writes_done:3) want=2 ;;
+    train_step_committed:3) want=3 ;;
+  esac
+  if [ $want -gt 0 ]; then
+    got=$(sed -n 's/.*resumed from the state store .* at step \([0-9]*\).*/\1/p' "$d/2.out")
+    check '[ "$got" = "$want" ]' "failpoint $fp: resumed at step '$got', expected $want"
+  fi
+  awk -F'[:,]' '{print $2, $4}' "$d/run/metrics.jsonl" | sort -n -u >"$d/run.loss"
+  bad=$(differ "$T/ref.loss" "$d/run.loss" | head -2)
+  n=$(awk -F'[:,]' '{print $2}' "$d/run/metrics.jsonl" | sort -n -u | wc -l)
+  check '[ -z "$bad" ] && [ $n -ge 5 ]' "failpoint $fp: losses differ from the uninterrupted run or steps missing ($n): $bad"
+done
 
 # two paths, the thread-pool engine, 8 buffers: bit-identical as well
 mkdir -p "$T/p1" "$T/p2"

@@ -67,6 +67,11 @@ uint32_t st_crc32c(uint32_t crc, const void *data, size_t n);
 /* Tests: on = use the byte table even where SSE4.2 is present (off = detect again). */
 void st_crc32c_force_table(int on);
 
+/* Crash injection for tests: when the environment variable STRATA_FAILPOINT is NAME or
+ * NAME:N, the N-th call (default the first) with that name kills the process with
+ * SIGKILL, a crash at a chosen instant. Otherwise it does nothing. */
+void st_failpoint(const char *name);
+
 /* Deterministic random numbers (xorshift64*), state is one integer so it checkpoints. */
 typedef struct st_rng { uint64_t s; } st_rng;
 void st_rng_seed(st_rng *r, uint64_t seed);

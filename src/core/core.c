@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,6 +138,16 @@ uint32_t st_crc32c(uint32_t crc, const void *data, size_t n) {
     if (crc_hw) return ~crc32c_hw_run(crc, data, n);
 #endif
     return ~crc32c_table_run(crc, data, n);
+}
+
+void st_failpoint(const char *name) {
+    static int hits;
+    const char *e = getenv("STRATA_FAILPOINT");
+    if (!e || !*e) return;
+    size_t n = strlen(name);
+    if (strncmp(e, name, n) || (e[n] && e[n] != ':')) return;
+    int want = e[n] == ':' ? atoi(e + n + 1) : 1;
+    if (++hits >= want) raise(SIGKILL);
 }
 
 void st_rng_seed(st_rng *r, uint64_t seed) {

@@ -285,6 +285,7 @@ static st_status open_store(const train_config *c, st_model *m, const optim_segm
                            c->run_dir);
         s = st_store_create(out, &sc, store_init_from, m, err);
         if (s) return st_err_prefix(err, "key 'state_paths'");
+        st_failpoint("train_store_created");
         /* step 0 with the loop's state, so a run killed before its first step resumes */
         data_save_state(td, hs);
         return st_store_commit_blob(*out, hs, sizeof *hs, err);
@@ -292,6 +293,17 @@ static st_status open_store(const train_config *c, st_model *m, const optim_segm
     if ((s = st_store_open(out, &sc, err))) return st_err_prefix(err, "key 'state_paths' (resume)");
     size_t bb;
     const void *blob = st_store_blob(*out, &bb);
+    st_store_stats ss;
+    st_store_get_stats(*out, &ss);
+    if (!blob && ss.step == 0) {
+        /* killed between creating the store and committing step 0's loop state: the store
+         * holds the initial weights, and the data starts from the beginning */
+        if ((s = st_store_read_master(*out, m->params, err))) return s;
+        data_save_state(td, hs);
+        st_log(1, "the state store %s was created but never stepped; starting at step 0\n",
+               st_store_manifest_path(*out));
+        return st_store_commit_blob(*out, hs, sizeof *hs, err);
+    }
     if (!blob || bb != sizeof *hs)
         return st_errf(err, ST_ERR_FORMAT, "%s: the store's loop state has %zu bytes, this strata's %zu: resume with "
                        "the strata that wrote it", st_store_manifest_path(*out), bb, sizeof *hs);
@@ -477,6 +489,7 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
             s = st_store_step(store, &sa, &hp, err);
             prof_end(&po);
             if (s) goto done;
+            st_failpoint("train_step_committed"); /* committed, not yet logged */
         } else {
             float scale = optim_clip_scale(sumsq, 1.0f, (float)c->grad_clip);
             hs->adam_step++;

@@ -937,6 +937,7 @@ st_status st_store_step(st_store *s, const st_store_step_args *a, const adamw_pa
     for (int p = 0; p < s->cfg.n_paths && !st; p++) st = st_io_sync(s->io, p, err);
     double tcm = st_now();
     s->stats.write_wait_s += tcm - tw;
+    st_failpoint("store_writes_done"); /* new regions written, manifest not yet switched */
     if (!st) {
         /* the switch: new regions and checksums become current in one manifest rename */
         for (int i = 0; i < n; i++) {
