@@ -66,6 +66,11 @@ check '[ $missing -le $kills ]' "$missing steps never logged after $kills kills"
 check 'cmp -s "$T/ref/checkpoints/step_00000300/model.safetensors" "$T/run/model.safetensors"' \
   "the final weights are not bit-identical to the uninterrupted run"
 
+# strata inspect describes the store from its manifest
+"$S" inspect "$T/st" >"$T/insp.out" 2>&1
+check '[ $? -eq 0 ] && grep -q "step 300 " "$T/insp.out" && grep -q "crash-safe" "$T/insp.out"' \
+  "strata inspect of the store: $(cat "$T/insp.out")"
+
 # crashes at chosen instants (STRATA_FAILPOINT): right after the store is created (before
 # step 0's loop state is committed), after step 3's writes but before its manifest
 # switch (resume at 2), and after step 3's commit but before its log line (resume at 3)

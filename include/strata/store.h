@@ -44,6 +44,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "strata/core.h"
 #include "strata/io.h"
@@ -129,6 +130,9 @@ st_status st_store_read_master(st_store *s, float *dst, st_err *err);
  * combined), matched by the path as written; an error names a path it lacks. */
 st_status st_store_weights_from_profile(const char *profile, const char *const *paths, int n_paths, double *weights,
                                         st_err *err);
+
+/* Describe a store from its manifest alone (strata inspect): id, step, format, layout. */
+st_status st_store_inspect(const char *manifest, FILE *out, st_err *err);
 
 void st_store_get_stats(const st_store *s, st_store_stats *out);
 size_t st_store_numel(const st_store *s);

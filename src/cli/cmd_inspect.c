@@ -10,6 +10,7 @@
 #include "strata/ckpt.h"
 #include "strata/llama.h"
 #include "strata/safetensors.h"
+#include "strata/store.h"
 
 static int inspect_safetensors(const char *path) {
     st_err err = {0};
@@ -67,9 +68,10 @@ static int inspect_state(const char *path) {
 int cmd_inspect(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         fputs("usage: strata inspect PATH [--batch B] [--seq T] [--optim-state f32|8bit]\n"
-              "  PATH: a .safetensors file, a checkpoint directory, a run directory, or a Hugging Face\n"
+              "  PATH: a .safetensors file, a checkpoint directory, a run directory, a Hugging Face\n"
               "  model directory (config.json + safetensors: architecture, parameters, and the memory a\n"
-              "  training run at batch B x seq T would need per class of state)\n",
+              "  training run at batch B x seq T would need per class of state), or a disk state store\n"
+              "  (its .manifest, or the first of its state_paths)\n",
               argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
@@ -78,6 +80,20 @@ int cmd_inspect(int argc, char **argv) {
     if (stat(p, &sb) != 0) {
         fprintf(stderr, "strata inspect: %s: no such file or directory\n", p);
         return 1;
+    }
+    {   /* a disk state store: its manifest, or the directory that holds it */
+        char man[4200];
+        size_t pl = strlen(p);
+        if (pl > 9 && !strcmp(p + pl - 9, ".manifest")) snprintf(man, sizeof man, "%s", p);
+        else snprintf(man, sizeof man, "%s/strata-state.manifest", p);
+        if (access(man, R_OK) == 0) {
+            st_err err = {0};
+            if (st_store_inspect(man, stdout, &err)) {
+                fprintf(stderr, "strata inspect: %s\n", err.msg);
+                return 1;
+            }
+            return 0;
+        }
     }
     if (!S_ISDIR(sb.st_mode)) return inspect_safetensors(p);
     char path[8300], dir[4200];

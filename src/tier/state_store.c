@@ -599,6 +599,76 @@ out:
     return st;
 }
 
+st_status st_store_inspect(const char *manifest, FILE *out, st_err *err) {
+    FILE *f = fopen(manifest, "rb");
+    if (!f) return st_errf(err, ST_ERR_IO, "%s: cannot open: %s", manifest, strerror(errno));
+    unsigned char *p = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n == cap) {
+            cap = cap ? cap * 2 : 65536;
+            unsigned char *q = realloc(p, cap);
+            if (!q) { free(p); fclose(f); return st_errf(err, ST_ERR_NOMEM, "out of memory"); }
+            p = q;
+        }
+        size_t got = fread(p + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) break;
+    }
+    fclose(f);
+    st_status st = ST_OK;
+    uint32_t crc, ver, fmt, nseg, np, nsg, inpl, dty, bb;
+    uint64_t numel, step, commits, id;
+    mread r = {p, n >= 4 ? n - 4 : 0, 8, manifest};
+    if (n < 80 || memcmp(p, MANIFEST_MAGIC, 8)) {
+        st = st_errf(err, ST_ERR_FORMAT, "%s: not a strata state manifest", manifest);
+        goto out;
+    }
+    memcpy(&crc, p + n - 4, 4);
+    if (st_crc32c(0, p, n - 4) != crc) {
+        st = st_errf(err, ST_ERR_CHECKSUM, "%s: the manifest does not match its checksum", manifest);
+        goto out;
+    }
+    if (GET(&r, ver) || ver != MANIFEST_VERSION || GET(&r, fmt) || GET(&r, numel) || GET(&r, nseg) || GET(&r, np) ||
+        GET(&r, nsg) || GET(&r, inpl) || GET(&r, step) || GET(&r, dty) || GET(&r, bb) || GET(&r, commits) ||
+        GET(&r, id) || np > ST_STORE_MAX_PATHS) {
+        st = st_errf(err, ST_ERR_FORMAT, "%s: manifest version %u or header not readable by this strata", manifest, ver);
+        goto out;
+    }
+    r.at += (size_t)nseg * 16;
+    uint64_t fb[ST_STORE_MAX_PATHS] = {0}, used[ST_STORE_MAX_PATHS] = {0}, maxr = 0;
+    int per[ST_STORE_MAX_PATHS] = {0};
+    for (uint32_t q = 0; q < np; q++)
+        if (GET(&r, fb[q])) goto trunc;
+    for (uint32_t i = 0; i < nsg; i++) {
+        uint64_t fst, end, o0, o1, bytes;
+        uint32_t path, cur, nc;
+        if (GET(&r, fst) || GET(&r, end) || GET(&r, path) || GET(&r, cur) || GET(&r, o0) || GET(&r, o1) ||
+            GET(&r, bytes) || GET(&r, nc) || path >= np)
+            goto trunc;
+        r.at += (size_t)nc * 4;
+        per[path]++;
+        used[path] += bytes;
+        if (bytes > maxr) maxr = bytes;
+    }
+    fprintf(out, "%s: strata state store %016llx, step %llu (%llu commits)%s\n", manifest, (unsigned long long)id,
+            (unsigned long long)step, (unsigned long long)commits, dty ? ", TORN: an in-place update was interrupted" : "");
+    fprintf(out, "  %llu parameters in %u tensors, %s states (fp32 master weights + moments), %s\n",
+            (unsigned long long)numel, nseg, fmt ? "8-bit" : "fp32",
+            inpl ? "one region per subgroup (in place, not crash-safe)" : "two regions per subgroup (crash-safe)");
+    fprintf(out, "  %u subgroups of up to %.1f MiB, a CRC-32C per MiB; caller state %u bytes\n", nsg,
+            (double)maxr / 1048576.0, bb);
+    for (uint32_t q = 0; q < np; q++)
+        fprintf(out, "  path %u: %d subgroups, %.3f GB of state, file %.3f GB\n", q, per[q], (double)used[q] / 1e9,
+                (double)fb[q] / 1e9);
+    goto out;
+trunc:
+    st = st_errf(err, ST_ERR_TRUNCATED, "%s: the manifest ends early (offset %zu)", manifest, r.at);
+out:
+    free(p);
+    return st;
+}
+
 /* ------------------------------------------------------------------ create / open */
 
 static st_status check_space(st_store *s, st_err *err) {
