@@ -71,6 +71,14 @@ check 'cmp -s "$T/ref/checkpoints/step_00000300/model.safetensors" "$T/run/model
 check '[ $? -eq 0 ] && grep -q "step 300 " "$T/insp.out" && grep -q "crash-safe" "$T/insp.out"' \
   "strata inspect of the store: $(cat "$T/insp.out")"
 
+# strata plan shows each path's share of the disk state and refuses one that does not fit
+"$S" plan $ARGS --state_paths "$T/st" >"$T/plan.out" 2>&1
+rc=$?
+check '[ $rc -eq 0 ] && grep -q "disk state" "$T/plan.out" && grep -q "fits" "$T/plan.out"' "plan with state_paths: rc $rc $(tail -3 "$T/plan.out")"
+"$S" plan --model gpt2-124m --n_layer 4000 --n_embd 1536 --n_head 12 --batch 1 --seq 64 --host_budget 1e15 --state_paths "$T/st" >"$T/plan2.out" 2>&1
+rc=$?
+check '[ $rc -eq 3 ] && grep -q "bytes missing" "$T/plan2.out"' "a 2.7 TB disk state on this disk: rc $rc $(tail -3 "$T/plan2.out")"
+
 # crashes at chosen instants (STRATA_FAILPOINT): right after the store is created (before
 # step 0's loop state is committed), after step 3's writes but before its manifest
 # switch (resume at 2), and after step 3's commit but before its log line (resume at 3)

@@ -61,6 +61,10 @@ st_status train_config_resolve(const train_config *c, gpt2_config *model_cfg, st
  * *is_llama = 1 and lc filled and checked; otherwise *is_llama = 0 (use the GPT-2 resolve). */
 st_status train_config_resolve_llama(const train_config *c, llama_config *lc, int *is_llama, st_err *err);
 
+struct prof_mem_estimate;
+/* With state_paths: the moments leave the host's plan and the store's buffers join it. */
+void train_mem_state_on_disk(const train_config *c, struct prof_mem_estimate *e);
+
 typedef struct train_result {
     long steps_done;
     float final_loss;

@@ -5,11 +5,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 
 #include "cli/cli.h"
 #include "cli/cli_prof.h"
 #include "strata/prof.h"
 #include "strata/llama.h"
+#include "strata/store.h"
 #include "strata/train.h"
 
 static void plan_usage(FILE *f) {
@@ -24,6 +26,57 @@ static void plan_usage(FILE *f) {
             "Exit status: 0 fits, 3 does not fit, 2 bad options.\n"
             "\n"
             "Keys (as for strata train): %s\n", train_config_keys());
+}
+
+/* The disk state (state_paths): each path's share of two regions of master weights and
+ * moments, against its free space now. 1 if some path is short. */
+static int plan_disk(const train_config *c, double n_params) {
+    char buf[sizeof c->state_paths];
+    snprintf(buf, sizeof buf, "%s", c->state_paths);
+    const char *paths[ST_STORE_MAX_PATHS];
+    int n = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t && n < ST_STORE_MAX_PATHS; t = strtok_r(NULL, ",", &save)) paths[n++] = t;
+    double w[ST_STORE_MAX_PATHS];
+    st_err err = {0};
+    if (c->state_profile[0] && st_store_weights_from_profile(c->state_profile, paths, n, w, &err)) {
+        printf("\ndisk state: %s\n", err.msg);
+        return 1;
+    }
+    optim_segment seg = {0, (size_t)n_params, 0.0f}; /* one tensor: the layout within a few KiB */
+    st_store_config sc = {.paths = paths, .n_paths = n, .path_weight = c->state_profile[0] ? w : NULL, .segs = &seg,
+                          .n_segs = 1, .fmt = strcmp(c->optim_state, "8bit") ? OPTIM_STATE_F32 : OPTIM_STATE_8BIT,
+                          .host_budget = c->state_budget > 0 ? (uint64_t)c->state_budget : 256ull << 20};
+    uint64_t need[ST_STORE_MAX_PATHS], host = 0;
+    if (st_store_plan(&sc, need, &host, &err)) {
+        printf("\ndisk state: %s\n", err.msg);
+        return 1;
+    }
+    printf("\ndisk state (state_paths, two regions per subgroup for crash safety; host buffers %.1f MiB):\n",
+           (double)host / 1048576.0);
+    /* paths on one filesystem share its free space: each is judged by its filesystem's sum */
+    unsigned long fsid[ST_STORE_MAX_PATHS];
+    double fr[ST_STORE_MAX_PATHS], fs_need[ST_STORE_MAX_PATHS] = {0};
+    for (int p = 0; p < n; p++) {
+        struct statvfs vs;
+        int ok = statvfs(paths[p], &vs) == 0;
+        fsid[p] = ok ? vs.f_fsid : (unsigned long)p;
+        fr[p] = ok ? (double)vs.f_bavail * (double)vs.f_frsize : 0;
+        for (int q = 0; q <= p; q++)
+            if (fsid[q] == fsid[p]) { fs_need[q] += (double)need[p]; break; }
+    }
+    int short_ = 0;
+    for (int p = 0; p < n; p++) {
+        int q = 0;
+        while (fsid[q] != fsid[p]) q++;
+        int ok = fr[p] >= fs_need[q];
+        short_ |= !ok;
+        printf("  %-32s needs %10.3f GB, free %10.3f GB%s  %s\n", paths[p], (double)need[p] / 1e9, fr[p] / 1e9,
+               fs_need[q] > (double)need[p] ? " (shared filesystem)" : "", ok ? "fits" : "SHORT");
+        if (!ok)
+            printf("    %.0f bytes missing: free space, add a path, or use optim_state 8bit\n", fs_need[q] - fr[p]);
+    }
+    return short_;
 }
 
 int cmd_plan(int argc, char **argv) {
@@ -91,10 +144,13 @@ int cmd_plan(int argc, char **argv) {
         printf("plan for %s (L=%d C=%d NH=%d V=%d maxT=%d), batch %d x seq %d, optim_state %s\n", cfg.model,
                mc.n_layer, mc.n_embd, mc.n_head, mc.vocab_size, mc.max_seq, cfg.batch, cfg.seq, cfg.optim_state);
     }
+    train_mem_state_on_disk(&cfg, &e);
     prof_mem_print(stdout, &e, budget);
+    int rc = 0;
     if (prof_mem_check(&e, budget, &err)) {
         printf("\n%s\n", err.msg);
-        return 3;
+        rc = 3;
     }
-    return 0;
+    if (cfg.state_paths[0] && plan_disk(&cfg, e.n_params) && !rc) rc = 3;
+    return rc;
 }

@@ -334,11 +334,7 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
                                   c->batch, c->seq, !strcmp(c->optim_state, "8bit"), &mem);
     else
         prof_mem_estimate_gpt2(&mc, c->batch, c->seq, !strcmp(c->optim_state, "8bit"), &mem);
-    if (c->state_paths[0]) { /* the moments go to disk; the store's buffers stay */
-        double mom = !strcmp(c->optim_state, "8bit") ? mem.moments_8bit : mem.moments_f32;
-        double buffers = c->state_budget > 0 ? c->state_budget : 256.0 * 1048576.0;
-        mem.tier_need[PROF_TIER_HOST] += buffers - mom; /* the store checks its disk space itself */
-    }
+    train_mem_state_on_disk(c, &mem);
     double budgets[PROF_TIER_COUNT] = {0, c->host_budget, 0};
     if ((s = prof_mem_check(&mem, budgets, err))) return s;
     if (!c->run_dir[0]) return st_errf(err, ST_ERR_INVALID, "key 'run_dir' is empty; name a directory for the run");

@@ -10,6 +10,7 @@
 
 #include "ckpt/fileutil.h"
 #include "strata/llama.h"
+#include "strata/prof.h"
 #include "strata/train.h"
 
 typedef enum { K_INT, K_LONG, K_U64, K_DOUBLE, K_STR } key_type;
@@ -264,4 +265,12 @@ double train_lr_at(const train_config *c, long step) {
     if (progress > 1) progress = 1;
     double min_lr = c->lr * c->min_lr_frac;
     return min_lr + 0.5 * (c->lr - min_lr) * (1.0 + cos(M_PI * progress));
+}
+
+void train_mem_state_on_disk(const train_config *c, prof_mem_estimate *e) {
+    if (!c->state_paths[0]) return;
+    /* the moments go to disk; the store's buffers stay (its disk space it checks itself) */
+    double mom = !strcmp(c->optim_state, "8bit") ? e->moments_8bit : e->moments_f32;
+    double buffers = c->state_budget > 0 ? c->state_budget : 256.0 * 1048576.0;
+    e->tier_need[PROF_TIER_HOST] += buffers - mom;
 }
