@@ -171,6 +171,8 @@ typedef struct prof_mem_estimate {
     double init_scratch;   /* transient host buffer of gpt2_init_random, freed before the optimizer */
     double runtime;        /* code, libraries, data pipeline, BLAS buffers: measured once, a constant */
     int moments_8bit_used;
+    int moments_on_disk;   /* state_paths: master copy and moments in the disk state store */
+    double state_buffers;  /* ...and its host buffers */
     double tier_need[PROF_TIER_COUNT]; /* peak bytes each tier must hold */
 } prof_mem_estimate;
 

@@ -273,4 +273,6 @@ void train_mem_state_on_disk(const train_config *c, prof_mem_estimate *e) {
     double mom = !strcmp(c->optim_state, "8bit") ? e->moments_8bit : e->moments_f32;
     double buffers = c->state_budget > 0 ? c->state_budget : 256.0 * 1048576.0;
     e->tier_need[PROF_TIER_HOST] += buffers - mom;
+    e->moments_on_disk = 1;
+    e->state_buffers = buffers;
 }

@@ -133,10 +133,13 @@ void prof_mem_print(FILE *f, const prof_mem_estimate *e, const double budget[PRO
     ROW("gradients (fp32)", e->grads, h, "");
     ROW("master copy (fp32)", e->master, "-", "the fp32 weights are the master copy");
     ROW("  master copy with bf16 weights", e->master_if_bf16, "-", "(not used: weights are fp32)");
-    ROW("moments, fp32 (m, v)", e->moments_f32, e->moments_8bit_used ? "-" : h,
+    const char *mh = e->moments_on_disk ? "disk" : h;
+    ROW("moments, fp32 (m, v)", e->moments_f32, e->moments_8bit_used ? "-" : mh,
         e->moments_8bit_used ? "(not used: optim_state 8bit)" : "optim_state f32");
-    ROW("moments, 8-bit blockwise (m, v)", e->moments_8bit, e->moments_8bit_used ? h : "-",
+    ROW("moments, 8-bit blockwise (m, v)", e->moments_8bit, e->moments_8bit_used ? mh : "-",
         e->moments_8bit_used ? "optim_state 8bit" : "(not used: optim_state f32)");
+    if (e->moments_on_disk)
+        ROW("disk state's host buffers", e->state_buffers, h, "state_budget (see the disk state below)");
     ROW("activations, all stored", e->acts_stored, h, "what the executor does");
     ROW("activations, checkpointed", e->acts_ckpt, "-", "(per-block recompute: not implemented yet)");
     ROW("staging (init, checkpoint save)", e->init_scratch, h, "transient, at the end-of-run checkpoint");
