@@ -332,6 +332,7 @@ int main(void) {
             {"keep/recompute/offload, depth 3", 3, 1, STREAM_CLIP_SPECULATE, -1, 0, 0},
             {"vocab chunks of 48, overlap", 1, 1, STREAM_CLIP_SPECULATE, STREAM_ACT_RECOMPUTE, 48, 0},
             {"vocab chunks of 48, no overlap", 1, 0, STREAM_CLIP_SPECULATE, STREAM_ACT_RECOMPUTE, 48, 0},
+            {"vocab in two chunks, overlap, auto", 1, 1, STREAM_CLIP_AUTO, STREAM_ACT_RECOMPUTE, 100, 0},
             {"vocab in one chunk, offload", 1, 1, STREAM_CLIP_SPECULATE, STREAM_ACT_OFFLOAD, 128, 0},
             {"bf16 drain, overlap", 1, 1, STREAM_CLIP_SPECULATE, STREAM_ACT_RECOMPUTE, 0, 1},
             {"bf16 drain, no overlap, chunks of 48", 1, 0, STREAM_CLIP_SPECULATE, STREAM_ACT_RECOMPUTE, 48, 1},

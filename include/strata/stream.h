@@ -75,7 +75,8 @@
  * gradient back. The classifier runs two passes over wte chunks of vocab_chunk rows:
  * the first computes each row's running max and sum of exponentials (online softmax)
  * and the target logit, and sends the chunk's logits to the host (N x V floats of host
- * memory: a copy each way costs less than the GEMM that would recompute them); the
+ * memory; on the CPU backend a copy each way costs less than the GEMM that would
+ * recompute them; over PCIe the GEMM may be cheaper, a choice to revisit with CUDA); the
  * second (over the chunks in reverse, so the last two are still resident) fetches the
  * chunk's logits back, forms dlogits and accumulates the input gradient and the chunk's
  * wte gradient, which is drained to host behind the next chunk. The loss and gradients equal the unchunked ones to float rounding (the

@@ -170,7 +170,8 @@ size_t stream_device_bytes(const stream_config *c, const stream_plan *p) {
         size_t vc = (size_t)p->vocab_chunk < V ? (size_t)p->vocab_chunk : V;
         dg.vocab_size = 2;
         b += 4 * rnd(vc * C * 4);                               /* wte chunk slots, weights and grads */
-        b += 2 * rnd(N * vc * 4) + 2 * rnd(NC * 4);             /* two logits chunks, ln_f output and its grad */
+        size_t nvc = (V + vc - 1) / vc, slots = nvc < 2 ? 1 : 2;
+        b += rnd(slots * N * vc * 4) + 2 * rnd(NC * 4);          /* logits chunk slots, ln_f output and its grad */
         b += 5 * rnd(N * 4) + rnd(N * 8);                       /* row statistics, targets */
     } else {
         b += 2 * rnd(emb * 4);                                  /* embedding weights and grads */
@@ -222,9 +223,10 @@ static double chunks_total(const stream_exec *x) {
 static void backup_range(stream_exec *x, size_t lo, size_t hi) {
     size_t b;
     float *m = optim_state_buffer(x->opt, 0, &b), *v = optim_state_buffer(x->opt, 1, &b);
-    memcpy(x->bk_p + lo, x->hp + lo, (hi - lo) * sizeof(float));
-    memcpy(x->bk_m + lo, m + lo, (hi - lo) * sizeof(float));
-    memcpy(x->bk_v + lo, v + lo, (hi - lo) * sizeof(float));
+    size_t o = lo - x->b0; /* backups hold [b0, lnf_off) */
+    memcpy(x->bk_p + o, x->hp + lo, (hi - lo) * sizeof(float));
+    memcpy(x->bk_m + o, m + lo, (hi - lo) * sizeof(float));
+    memcpy(x->bk_v + o, v + lo, (hi - lo) * sizeof(float));
 }
 
 /* On the step thread after backward, when the device is idle: every core copies. */
@@ -236,9 +238,9 @@ static void restore_range(stream_exec *x, size_t lo, size_t hi) {
 #pragma omp parallel for schedule(static)
     for (long i = 0; i < np; i++) {
         size_t a = lo + (size_t)i * piece, e = a + piece < hi ? a + piece : hi;
-        memcpy(x->hp + a, x->bk_p + a, (e - a) * sizeof(float));
-        memcpy(m + a, x->bk_m + a, (e - a) * sizeof(float));
-        memcpy(v + a, x->bk_v + a, (e - a) * sizeof(float));
+        memcpy(x->hp + a, x->bk_p + (a - x->b0), (e - a) * sizeof(float));
+        memcpy(m + a, x->bk_m + (a - x->b0), (e - a) * sizeof(float));
+        memcpy(v + a, x->bk_v + (a - x->b0), (e - a) * sizeof(float));
     }
 }
 
@@ -331,6 +333,8 @@ st_status stream_exec_create(stream_exec **out, const stream_config *c, const st
     int L = c->model.n_layer;
     if (p->n_layer != L)
         return st_errf(err, ST_ERR_INVALID, "stream plan is for %d blocks, the model has %d", p->n_layer, L);
+    if ((int)p->clip < STREAM_CLIP_SPECULATE || p->clip > STREAM_CLIP_AUTO)
+        return st_errf(err, ST_ERR_INVALID, "stream plan: clip mode %d unknown (speculate, defer or auto)", (int)p->clip);
     if (p->prefetch_depth < 1 || p->prefetch_depth > 64)
         return st_errf(err, ST_ERR_INVALID, "stream plan: prefetch depth %d out of range [1, 64]", p->prefetch_depth);
     if (p->grad_dtype != ST_F32 && p->grad_dtype != ST_BF16)
@@ -398,7 +402,8 @@ st_status stream_exec_create(stream_exec **out, const stream_config *c, const st
     if (x->vc) {
         x->d_vw = o->alloc(dev, 2 * (size_t)x->vc * C * 4);
         x->d_vg = o->alloc(dev, 2 * (size_t)x->vc * C * 4);
-        x->d_logits = o->alloc(dev, 2 * N * (size_t)x->vc * 4); /* two slots: one fills while one is used */
+        /* two slots (one fills while one is used), one when the vocabulary is one chunk */
+        x->d_logits = o->alloc(dev, (x->nvc < 2 ? 1 : 2) * N * (size_t)x->vc * 4);
         x->d_lnfo = o->alloc(dev, N * C * 4);
         x->d_dlnf = o->alloc(dev, N * C * 4);
         x->d_lmean = o->alloc(dev, N * 4);
@@ -413,9 +418,10 @@ st_status stream_exec_create(stream_exec **out, const stream_config *c, const st
         x->h_inp = malloc(N * 4);
         x->h_enc = st_alloc(N * C * 4);
         x->h_dres = st_alloc(N * C * 4);
-        x->h_logits = st_alloc(N * (size_t)x->nvc * (size_t)x->vc * 4);
+        /* only chunks 0..nvc-3 leave the device (the last two stay in their slots) */
+        x->h_logits = x->nvc > 2 ? st_alloc(N * (size_t)(x->nvc - 2) * (size_t)x->vc * 4) : NULL;
         x->vw_ticket = calloc((size_t)x->nvc, sizeof *x->vw_ticket);
-        if (!x->h_inp || !x->h_enc || !x->h_dres || !x->h_logits || !x->vw_ticket)
+        if (!x->h_inp || !x->h_enc || !x->h_dres || (x->nvc > 2 && !x->h_logits) || !x->vw_ticket)
             FAIL(ST_ERR_NOMEM, "stream: out of memory");
     } else {
         x->d_emb_w = o->alloc(dev, x->emb_n * 4);
@@ -457,9 +463,11 @@ st_status stream_exec_create(stream_exec **out, const stream_config *c, const st
     train_decay_segments(x->lay.tensors, x->lay.n_tensors, c->weight_decay, x->segs);
     if ((s = optim_create(&x->opt, x->segs, x->lay.n_tensors, OPTIM_STATE_F32, err))) goto fail;
     if (p->overlap_optim && p->clip != STREAM_CLIP_DEFER) {
-        x->bk_p = st_alloc(x->n * 4);
-        x->bk_m = st_alloc(x->n * 4);
-        x->bk_v = st_alloc(x->n * 4);
+        /* only the blocks are updated speculatively: backups of [b0, lnf_off), indexed from b0 */
+        size_t nb = x->lnf_off - x->b0;
+        x->bk_p = st_alloc(nb * 4);
+        x->bk_m = st_alloc(nb * 4);
+        x->bk_v = st_alloc(nb * 4);
         if (!x->bk_p || !x->bk_m || !x->bk_v)
             FAIL(ST_ERR_NOMEM, "stream: cannot allocate %zu host bytes of speculative-update backups", x->n * 12);
     }
@@ -916,7 +924,10 @@ st_status stream_step(stream_exec *x, const int32_t *inputs, const int32_t *targ
         s = update_segs(x, 0, 2, &h, ss, err);
         if (!s) s = update_segs(x, nt - 2, nt, &h, ss, err);
         prof_end(&u);
-        if (s) goto out;
+        if (s) { /* never half a step: the blocks' speculative updates go too */
+            restore_range(x, x->b0, x->lnf_off);
+            goto out;
+        }
     }
     if (need_update && !stats->skipped) {
         adamw_params h = *hp;
@@ -928,6 +939,7 @@ st_status stream_step(stream_exec *x, const int32_t *inputs, const int32_t *targ
     }
     if (!stats->skipped) send_nonblock(x);
 out:
+    if (s) x->last_clipped = 1; /* after a failure, the next step does not speculate */
     stats->optim_tail_s = st_now() - t_tail;
     prof_end(&step_span);
     stats->loss = loss;
