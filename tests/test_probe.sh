@@ -22,7 +22,8 @@ check 'cmp -s "$T/out.json" "$T/profile.json"' "-o writes the printed profile"
 check '[ -z "$(find "$T/a" "$T/b" -type f)" ]' "test files removed: $(find "$T/a" "$T/b" -type f)"
 
 STRATA_IO=threads "$S" probe --path "$T/a" --bytes 16MiB --json >"$T/thr.json" 2>"$T/thr.err"
-check '[ $? -eq 0 ] && jq -e ".paths[0].engine == \"threads\" and .paths[0].read_gbps > 0" "$T/thr.json" >/dev/null' \
+rc=$?
+check '[ $rc -eq 0 ] && jq -e ".paths[0].engine == \"threads\" and .paths[0].read_gbps > 0" "$T/thr.json" >/dev/null' \
   "STRATA_IO=threads probe: $(cat "$T/thr.json" "$T/thr.err")"
 check 'grep -q "threads" "$T/thr.err"' "the log says which engine: $(cat "$T/thr.err")"
 

@@ -14,7 +14,8 @@ export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
 
 ARGS="--model gpt2-mini --steps 300 --batch 2 --seq 32 --quiet 1 --state_budget 4000000"
 "$S" train $ARGS --run_dir "$T/ref" >"$T/ref.out" 2>&1
-check '[ $? -eq 0 ]' "reference run failed: $(tail -3 "$T/ref.out")"
+rc=$?
+check '[ $rc -eq 0 ]' "reference run failed: $(tail -3 "$T/ref.out")"
 
 last_step() { # the last step logged in a run's metrics.jsonl (0 if none)
   if [ -s "$1/metrics.jsonl" ]; then tail -n 1 "$1/metrics.jsonl" | sed 's/^{"step":\([0-9]*\),.*/\1/'; else echo 0; fi
@@ -49,7 +50,8 @@ echo "killed $kills times in $tries tries; resumed $at_k times at the last logge
   "(committed, killed before its log line); last logged step $(last_step "$T/run")"
 if [ ! -s "$T/run/model.safetensors" ]; then # not finished, or killed before the weights were saved
   "$S" train $ARGS --run_dir "$T/run" --state_paths "$T/st" --resume "$T/run" >"$T/final.out" 2>&1
-  check '[ $? -eq 0 ]' "the final resume failed: $(tail -3 "$T/final.out")"
+  rc=$?
+  check '[ $rc -eq 0 ]' "the final resume failed: $(tail -3 "$T/final.out")"
 fi
 
 # every logged loss equals the reference's for that step; at most one step per kill unlogged
@@ -68,7 +70,8 @@ check 'cmp -s "$T/ref/checkpoints/step_00000300/model.safetensors" "$T/run/model
 
 # strata inspect describes the store from its manifest
 "$S" inspect "$T/st" >"$T/insp.out" 2>&1
-check '[ $? -eq 0 ] && grep -q "step 300 " "$T/insp.out" && grep -q "crash-safe" "$T/insp.out"' \
+rc=$?
+check '[ $rc -eq 0 ] && grep -q "step 300 " "$T/insp.out" && grep -q "crash-safe" "$T/insp.out"' \
   "strata inspect of the store: $(cat "$T/insp.out")"
 
 # strata plan shows each path's share of the disk state and refuses one that does not fit
@@ -89,7 +92,8 @@ for fp in train_store_created store_writes_done:3 train_step_committed:3; do
   rc=$?
   check '[ $rc -eq 137 ]' "failpoint $fp: the process was not killed (rc $rc): $(tail -2 "$d/1.out")"
   "$S" train $ARGS --stop_at 6 --run_dir "$d/run" --state_paths "$d/st" --resume "$d/run" >"$d/2.out" 2>&1
-  check '[ $? -eq 0 ]' "failpoint $fp: resume failed: $(tail -2 "$d/2.out")"
+  rc=$?
+  check '[ $rc -eq 0 ]' "failpoint $fp: resume failed: $(tail -2 "$d/2.out")"
   case $fp in
     train_store_created) want=0; grep -q "never stepped" "$d/2.out" || { echo "FAIL: $fp: no fresh start"; fail=1; } ;;
     store_writes_done:3) want=2 ;;
@@ -105,13 +109,35 @@ for fp in train_store_created store_writes_done:3 train_step_committed:3; do
   check '[ -z "$bad" ] && [ $n -ge 5 ]' "failpoint $fp: losses differ from the uninterrupted run or steps missing ($n): $bad"
 done
 
+# layer streaming with the disk state (device_budget + state_paths): the executor updates
+# through the store after backward; losses and final weights equal the streamed run with
+# its state in RAM, also across a crash between a step's writes and its switch
+SA="--model gpt2-mini --steps 20 --batch 2 --seq 32 --quiet 1 --device_budget 6000000 --state_budget 4000000"
+"$S" train $SA --run_dir "$T/sram" >"$T/sram.out" 2>&1
+rc=$?
+check '[ $rc -eq 0 ]' "streamed run failed: $(tail -2 "$T/sram.out")"
+mkdir -p "$T/sst"
+{ STRATA_FAILPOINT=store_writes_done:7 "$S" train $SA --run_dir "$T/sdisk" --state_paths "$T/sst" >"$T/sdisk1.out" 2>&1; } 2>/dev/null
+rc=$?
+check '[ $rc -eq 137 ]' "streamed failpoint run was not killed (rc $rc): $(tail -2 "$T/sdisk1.out")"
+"$S" train $SA --run_dir "$T/sdisk" --state_paths "$T/sst" --resume "$T/sdisk" >"$T/sdisk2.out" 2>&1
+rc=$?
+check '[ $rc -eq 0 ] && grep -q "at step 6" "$T/sdisk2.out"' "streamed resume (rc $rc): $(tail -2 "$T/sdisk2.out")"
+awk -F'[:,]' '{print $2, $4}' "$T/sram/metrics.jsonl" | sort -n >"$T/sram.loss"
+awk -F'[:,]' '{print $2, $4}' "$T/sdisk/metrics.jsonl" | sort -n -u >"$T/sdisk.loss"
+bad=$(differ "$T/sram.loss" "$T/sdisk.loss" | head -2)
+check '[ -z "$bad" ] && [ $(wc -l <"$T/sdisk.loss") -eq 20 ]' "streamed + disk state: losses differ or steps missing: $bad"
+check 'cmp -s "$T/sram/checkpoints/step_00000020/model.safetensors" "$T/sdisk/model.safetensors"' \
+  "streamed + disk state: final weights differ from the streamed run in RAM"
+
 # two paths, the thread-pool engine, 8 buffers: bit-identical as well
 mkdir -p "$T/p1" "$T/p2"
 # (a probe profile saying the second path is 3x faster: it gets the larger share)
 printf '{"paths": [{"path": "%s", "mixed_gbps": 1.0}, {"path": "%s", "mixed_gbps": 3.0}]}\n' "$T/p1" "$T/p2" >"$T/hw.json"
 STRATA_IO=threads "$S" train $ARGS --steps 20 --run_dir "$T/two" --state_paths "$T/p1,$T/p2" --state_profile "$T/hw.json" \
   >"$T/two.out" 2>&1
-check '[ $? -eq 0 ]' "two-path run failed: $(tail -3 "$T/two.out")"
+rc=$?
+check '[ $rc -eq 0 ]' "two-path run failed: $(tail -3 "$T/two.out")"
 check '[ -s "$T/p1/strata-state.bin" ] && [ -s "$T/p2/strata-state.bin" ]' "both paths hold state"
 s1=$(stat -c %s "$T/p1/strata-state.bin"); s2=$(stat -c %s "$T/p2/strata-state.bin")
 check '[ $((s2)) -gt $((2 * s1)) ]' "the 3x faster path holds $s2 bytes, the other $s1"

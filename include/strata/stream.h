@@ -129,6 +129,9 @@ typedef struct stream_config {
     float weight_decay;       /* matmul weights and embeddings; 0 for biases and norms */
     st_backend *host_be;      /* runs the chunked classifier's host side (the embedding);
                                  NULL: the device backend (right for the CPU backend) */
+    int external_optimizer;   /* 1: the master weights and moments live in a state store
+                                 (stream_attach_store); no moments in host memory, no
+                                 speculation: the update runs after backward, through the store */
 } stream_config;
 
 typedef struct stream_exec stream_exec;
@@ -148,7 +151,15 @@ void stream_exec_free(stream_exec *x);
 float *stream_params(stream_exec *x);
 float *stream_grads(stream_exec *x);
 const gpt2_model *stream_model(const stream_exec *x);
-optim *stream_optim(stream_exec *x);
+optim *stream_optim(stream_exec *x); /* NULL with an external optimizer */
+
+/* The disk tier under streaming (external_optimizer = 1, fp32 drain): each step's update
+ * is st_store_step over the host gradients, writing the fp32 host weights as its working
+ * copy, committed with `blob` (read at every step: the caller updates it in place before
+ * stream_step). A skipped step commits nothing: the caller commits its blob. */
+struct st_store;
+st_status stream_attach_store(stream_exec *x, struct st_store *store, const void *blob, size_t blob_bytes,
+                              st_err *err);
 /* GPT-2's initialisation (as gpt2_init_random, same seed, same values), or a copy
  * (host_params may be stream_params(x) itself after editing it in place). Either sends
  * the device-resident parameters again. */

@@ -19,6 +19,7 @@
 #include "optim/adamw_kernels.h" /* SUMSQ_CHUNK: partial norms in the engine's own order */
 #include "strata/prof.h"
 #include "strata/train.h"
+#include "strata/store.h"
 #include "strata/stream.h"
 #include "strata/tier.h"
 
@@ -122,6 +123,10 @@ struct stream_exec {
     opt_job *jobs;
     int n_jobs, jobs_done, stop;
     int speculate; /* this step's jobs update (1) or only sum norms (0) */
+    st_store *store; /* external optimizer: the disk state store */
+    const void *store_blob;
+    size_t store_blob_bytes;
+    int external;
     int last_clipped; /* the previous step clipped or skipped (STREAM_CLIP_AUTO defers) */
     adamw_params job_hp;
     size_t nchunks, landed_lo;
@@ -461,8 +466,9 @@ st_status stream_exec_create(stream_exec **out, const stream_config *c, const st
     x->segs = calloc((size_t)x->lay.n_tensors, sizeof *x->segs);
     if (!x->segs) FAIL(ST_ERR_NOMEM, "stream: out of memory");
     train_decay_segments(x->lay.tensors, x->lay.n_tensors, c->weight_decay, x->segs);
-    if ((s = optim_create(&x->opt, x->segs, x->lay.n_tensors, OPTIM_STATE_F32, err))) goto fail;
-    if (p->overlap_optim && p->clip != STREAM_CLIP_DEFER) {
+    x->external = c->external_optimizer;
+    if (!x->external && (s = optim_create(&x->opt, x->segs, x->lay.n_tensors, OPTIM_STATE_F32, err))) goto fail;
+    if (!x->external && p->overlap_optim && p->clip != STREAM_CLIP_DEFER) {
         /* only the blocks are updated speculatively: backups of [b0, lnf_off), indexed from b0 */
         size_t nb = x->lnf_off - x->b0;
         x->bk_p = st_alloc(nb * 4);
@@ -545,6 +551,29 @@ float *stream_params(stream_exec *x) { return x->hp; }
 float *stream_grads(stream_exec *x) { return x->hg; }
 const gpt2_model *stream_model(const stream_exec *x) { return &x->lay; }
 optim *stream_optim(stream_exec *x) { return x->opt; }
+
+st_status stream_attach_store(stream_exec *x, st_store *store, const void *blob, size_t blob_bytes, st_err *err) {
+    if (!x->external)
+        return st_errf(err, ST_ERR_INVALID, "stream: a state store needs stream_config.external_optimizer = 1");
+    if (x->bf16)
+        return st_errf(err, ST_ERR_UNSUPPORTED, "stream: the disk state takes fp32 gradients; drain them as fp32");
+    if (st_store_numel(store) != x->n)
+        return st_errf(err, ST_ERR_SHAPE, "stream: the state store holds %zu parameters, the model %zu",
+                       st_store_numel(store), x->n);
+    x->store = store;
+    x->store_blob = blob;
+    x->store_blob_bytes = blob_bytes;
+    return ST_OK;
+}
+
+static const void *ext_grads_at(void *ctx, size_t first, size_t n) {
+    (void)n;
+    return ((stream_exec *)ctx)->hg + first;
+}
+static void *ext_work_at(void *ctx, size_t first, size_t n) {
+    (void)n;
+    return ((stream_exec *)ctx)->hp + first;
+}
 
 /* The embedding and head weights live on the device between steps: send them after
  * every change of the host copy. */
@@ -764,8 +793,10 @@ st_status stream_step(stream_exec *x, const int32_t *inputs, const int32_t *targ
 
     /* this step's optimizer jobs */
     int overlap = x->plan.overlap_optim;
-    int speculate = overlap && (x->plan.clip == STREAM_CLIP_SPECULATE ||
-                                (x->plan.clip == STREAM_CLIP_AUTO && !x->last_clipped));
+    int speculate = overlap && !x->external &&
+                    (x->plan.clip == STREAM_CLIP_SPECULATE || (x->plan.clip == STREAM_CLIP_AUTO && !x->last_clipped));
+    if (x->external && !x->store)
+        return st_errf(err, ST_ERR_INVALID, "stream: external optimizer but no state store attached");
     pthread_mutex_lock(&x->mu);
     x->n_jobs = x->jobs_done = 0;
     x->speculate = speculate;
@@ -907,6 +938,20 @@ st_status stream_step(stream_exec *x, const int32_t *inputs, const int32_t *targ
     stats->skipped = !isfinite(norm);
     stats->clipped = !stats->skipped && max_norm > 0 && norm > max_norm;
     x->last_clipped = stats->clipped || stats->skipped;
+    if (x->store) { /* the disk tier: the update and its commit, through the store */
+        if (!stats->skipped) {
+            adamw_params h = *hp;
+            h.grad_scale = stats->clipped ? (float)(max_norm / norm) : 1.0f;
+            st_store_step_args sa = {.grads = ext_grads_at, .grad_dtype = ST_F32, .work = ext_work_at,
+                                     .work_dtype = ST_F32, .ctx = x, .grad_sumsq = ss, .blob = x->store_blob,
+                                     .blob_bytes = x->store_blob_bytes};
+            prof_span u = prof_begin(PROF_CAT_OPTIM, "optim step (disk state)", -1);
+            s = st_store_step(x->store, &sa, &h, err);
+            prof_end(&u);
+            if (!s) send_nonblock(x);
+        }
+        goto out;
+    }
     int need_update = !speculate;
     if (speculate && (stats->skipped || stats->clipped)) {
         /* only the blocks were updated speculatively */

@@ -191,13 +191,15 @@ void train_decay_segments(const st_param_info *t, int n, float weight_decay, opt
  * offloaded, else recomputed (the cheapest first, on this backend). */
 static st_status open_streamed(const train_config *c, const gpt2_config *mc, int is_llama, st_backend *be,
                                st_backend **dev, stream_exec **sx, st_err *err) {
+    int external = c->state_paths[0] != 0; /* the moments live in the disk state store */
     if (is_llama) return st_errf(err, ST_ERR_UNSUPPORTED, "key 'device_budget': layer streaming runs GPT-2 models so far");
     if (c->grad_accum != 1)
         return st_errf(err, ST_ERR_UNSUPPORTED, "key 'device_budget': layer streaming does not accumulate gradients "
                        "yet; use grad_accum 1");
     if (strcmp(c->optim_state, "f32"))
         return st_errf(err, ST_ERR_UNSUPPORTED, "key 'device_budget': layer streaming keeps fp32 optimizer states");
-    stream_config sc = {.model = *mc, .B = c->batch, .T = c->seq, .weight_decay = (float)c->weight_decay};
+    stream_config sc = {.model = *mc, .B = c->batch, .T = c->seq, .weight_decay = (float)c->weight_decay,
+                        .external_optimizer = external};
     stream_plan plan;
     stream_plan_default(&plan, mc->n_layer);
     size_t budget = (size_t)c->device_budget;
@@ -220,21 +222,30 @@ static st_status open_streamed(const train_config *c, const gpt2_config *mc, int
     return ST_OK;
 }
 
-static st_status streamed_step(const train_config *c, stream_exec *sx, train_data *td, train_state_header *hs,
-                               long step, int32_t *inputs, int32_t *targets, double *loss, double *norm,
-                               int *skipped, st_err *err) {
+static st_status streamed_step(const train_config *c, stream_exec *sx, st_store *store, train_data *td,
+                               train_state_header *hs, long step, int32_t *inputs, int32_t *targets, double *loss,
+                               double *norm, int *skipped, st_err *err) {
     prof_span pd = prof_begin(PROF_CAT_DATA, "data wait", -1);
     st_status s = data_next(td, c->batch, c->seq, inputs, targets, err);
     prof_end(&pd);
     if (s) return s;
     adamw_params hp = {(float)train_lr_at(c, step), (float)c->beta1, (float)c->beta2, (float)c->eps,
                        (long)hs->adam_step + 1, 1.0f};
+    if (store) { /* the state after this step: the executor commits it with the update */
+        hs->step = (uint64_t)step;
+        data_save_state(td, hs);
+        hs->adam_step++;
+    }
     stream_step_stats st;
     if ((s = stream_step(sx, inputs, targets, &hp, (float)c->grad_clip, &st, err))) return s;
     *loss = st.loss;
     *norm = st.grad_norm;
     *skipped = st.skipped;
-    if (!st.skipped) hs->adam_step++;
+    if (!store && !st.skipped) hs->adam_step++;
+    if (store && st.skipped) { /* no update: only the loop's state moves on */
+        hs->adam_step--;
+        if ((s = st_store_commit_blob(store, hs, sizeof *hs, err))) return s;
+    }
     return ST_OK;
 }
 
@@ -362,11 +373,6 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     st_model swrap;
 
     if ((s = st_backend_cpu_create(&be, c->threads, err))) goto done;
-    if (c->state_paths[0] && c->device_budget > 0) {
-        s = st_errf(err, ST_ERR_UNSUPPORTED, "keys 'state_paths' and 'device_budget': the disk state does not run "
-                    "with layer streaming yet; choose one");
-        goto done;
-    }
     if (c->device_budget > 0) {
         if ((s = open_streamed(c, &mc, is_llama, be, &dev, &sx, err))) goto done;
         sview = *stream_model(sx);
@@ -400,6 +406,10 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     hs->n_params = m->n_params;
     if (c->state_paths[0]) {
         if ((s = open_store(c, m, segs, fmt, &td, hs, &store, err))) goto done;
+        if (sx) { /* the executor updates through the store; its device copies follow the host */
+            if ((s = stream_attach_store(sx, store, hs, sizeof *hs, err))) goto done;
+            stream_set_params(sx, stream_params(sx));
+        }
     } else if (c->resume[0]) {
         char ck[2048];
         if ((s = resolve_resume(c->resume, ck, sizeof ck, err))) goto done;
@@ -447,7 +457,8 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
         prof_step_begin(pr, step);
         double loss = 0;
         if (sx) {
-            if ((s = streamed_step(c, sx, &td, hs, step, inputs, targets, &loss, &last_norm, &last_skipped, err)))
+            if ((s = streamed_step(c, sx, store, &td, hs, step, inputs, targets, &loss, &last_norm, &last_skipped,
+                                   err)))
                 goto done;
             goto step_done;
         }
