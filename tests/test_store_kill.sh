@@ -130,6 +130,17 @@ check '[ -z "$bad" ] && [ $(wc -l <"$T/sdisk.loss") -eq 20 ]' "streamed + disk s
 check 'cmp -s "$T/sram/checkpoints/step_00000020/model.safetensors" "$T/sdisk/model.safetensors"' \
   "streamed + disk state: final weights differ from the streamed run in RAM"
 
+# 8-bit states under streaming live only in the store; the losses equal the in-memory 8-bit run's
+"$S" train $SA --optim_state 8bit --device_budget 0 --run_dir "$T/q8ram" >"$T/q8ram.out" 2>&1
+rc=$?
+check '[ $rc -eq 0 ]' "8-bit in-memory run failed: $(tail -2 "$T/q8ram.out")"
+mkdir -p "$T/q8st"
+"$S" train $SA --optim_state 8bit --run_dir "$T/q8disk" --state_paths "$T/q8st" >"$T/q8disk.out" 2>&1
+rc=$?
+check '[ $rc -eq 0 ]' "8-bit streamed + disk run failed: $(tail -2 "$T/q8disk.out")"
+check 'cmp -s <(awk -F"[:,]" "{print \$2, \$4}" "$T/q8ram/metrics.jsonl") <(awk -F"[:,]" "{print \$2, \$4}" "$T/q8disk/metrics.jsonl")' \
+  "8-bit streamed + disk state: losses differ from the in-memory 8-bit run"
+
 # two paths, the thread-pool engine, 8 buffers: bit-identical as well
 mkdir -p "$T/p1" "$T/p2"
 # (a probe profile saying the second path is 3x faster: it gets the larger share)

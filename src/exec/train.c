@@ -196,8 +196,9 @@ static st_status open_streamed(const train_config *c, const gpt2_config *mc, int
     if (c->grad_accum != 1)
         return st_errf(err, ST_ERR_UNSUPPORTED, "key 'device_budget': layer streaming does not accumulate gradients "
                        "yet; use grad_accum 1");
-    if (strcmp(c->optim_state, "f32"))
-        return st_errf(err, ST_ERR_UNSUPPORTED, "key 'device_budget': layer streaming keeps fp32 optimizer states");
+    if (strcmp(c->optim_state, "f32") && !external)
+        return st_errf(err, ST_ERR_UNSUPPORTED, "key 'device_budget': layer streaming keeps fp32 optimizer states in "
+                       "host memory; 8-bit states need the disk state (state_paths)");
     stream_config sc = {.model = *mc, .B = c->batch, .T = c->seq, .weight_decay = (float)c->weight_decay,
                         .external_optimizer = external};
     stream_plan plan;
