@@ -485,30 +485,26 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
         if (last_skipped) {
             st_log(1, "step %ld: non-finite gradient norm; update skipped, no state changed\n", step);
             if (store && (s = st_store_commit_blob(store, hs, sizeof *hs, err))) goto done;
-        } else if (store) {
-            float scale = optim_clip_scale(sumsq, 1.0f, (float)c->grad_clip);
-            hs->adam_step++;
-            adamw_params hp = {(float)train_lr_at(c, step), (float)c->beta1, (float)c->beta2, (float)c->eps,
-                               (long)hs->adam_step, scale};
-            st_store_step_args sa = {.grads = store_grads_at, .grad_dtype = ST_F32, .work = store_work_at,
-                                     .work_dtype = ST_F32, .ctx = m, .grad_sumsq = sumsq, .blob = hs,
-                                     .blob_bytes = sizeof *hs};
-            prof_span po = prof_begin(PROF_CAT_OPTIM, "optimizer (disk state)", -1);
-            s = st_store_step(store, &sa, &hp, err);
-            prof_end(&po);
-            if (s) goto done;
-            st_failpoint("train_step_committed"); /* committed, not yet logged */
         } else {
             float scale = optim_clip_scale(sumsq, 1.0f, (float)c->grad_clip);
             hs->adam_step++;
             adamw_params hp = {(float)train_lr_at(c, step), (float)c->beta1, (float)c->beta2, (float)c->eps,
                                (long)hs->adam_step, scale};
-            /* the sum of squares is already known: the engine need not read the gradients twice */
-            optim_step_args oa = {.params = m->params, .grads = m->grads, .grad_dtype = ST_F32, .grad_sumsq = sumsq};
-            prof_span po = prof_begin(PROF_CAT_OPTIM, "optimizer", -1);
-            s = optim_step_ex(opt, &oa, &hp, err);
+            prof_span po = prof_begin(PROF_CAT_OPTIM, store ? "optimizer (disk state)" : "optimizer", -1);
+            if (store) { /* through the disk state, committed with the loop's state */
+                st_store_step_args sa = {.grads = store_grads_at, .grad_dtype = ST_F32, .work = store_work_at,
+                                         .work_dtype = ST_F32, .ctx = m, .grad_sumsq = sumsq, .blob = hs,
+                                         .blob_bytes = sizeof *hs};
+                s = st_store_step(store, &sa, &hp, err);
+            } else {
+                /* the sum of squares is already known: the engine need not read the gradients twice */
+                optim_step_args oa = {.params = m->params, .grads = m->grads, .grad_dtype = ST_F32,
+                                      .grad_sumsq = sumsq};
+                s = optim_step_ex(opt, &oa, &hp, err);
+            }
             prof_end(&po);
             if (s) goto done;
+            if (store) st_failpoint("train_step_committed"); /* committed, not yet logged */
         }
     step_done:;
         double norm = last_norm, lr = train_lr_at(c, step);
