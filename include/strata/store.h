@@ -103,6 +103,14 @@ typedef struct st_store st_store;
 /* The disk bytes a store of this configuration needs on each path (path_bytes[n_paths]),
  * without creating anything: the plan's capacity check. */
 st_status st_store_plan(const st_store_config *cfg, uint64_t *path_bytes, uint64_t *host_bytes, st_err *err);
+/* Disk bytes per parameter of the state: fp32 master weights plus the moments (fp32: 12;
+ * 8-bit: 6.03 with one fp32 absmax per 256), before padding and the second region. */
+double st_store_bytes_per_param(optim_state_format fmt);
+/* Free space for need[p] bytes on each path: avail[p] is the free bytes of the path's
+ * filesystem (plus the blocks a leftover NAME.bin there already holds), fs_need[p] what
+ * all the paths on that filesystem need together; short when fs_need[p] > avail[p]. */
+st_status st_store_space(const st_store_config *cfg, const uint64_t *need, uint64_t *avail, uint64_t *fs_need,
+                         st_err *err);
 /* 1 if NAME.manifest exists in paths[0]. */
 int st_store_exists(const st_store_config *cfg);
 /* A new store: checks every path's free space against the plan first (ST_ERR_NOSPACE

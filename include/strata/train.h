@@ -61,6 +61,11 @@ st_status train_config_resolve(const train_config *c, gpt2_config *model_cfg, st
  * *is_llama = 1 and lc filled and checked; otherwise *is_llama = 0 (use the GPT-2 resolve). */
 st_status train_config_resolve_llama(const train_config *c, llama_config *lc, int *is_llama, st_err *err);
 
+/* The state_paths key cut into directories (kept in buf, at most ST_STORE_MAX_PATHS), and
+ * their relative bandwidths from state_profile when it is set (*weighted = 1). */
+st_status train_state_paths(const train_config *c, char *buf, size_t cap, const char **paths, int *n,
+                            double *weights, int *weighted, st_err *err);
+
 struct prof_mem_estimate;
 /* With state_paths: the moments leave the host's plan and the store's buffers join it. */
 void train_mem_state_on_disk(const train_config *c, struct prof_mem_estimate *e);

@@ -117,7 +117,7 @@ int bench_offload(int argc, char **argv) {
     /* the budget: regions of 1/8 of it (at most 256 MiB), then the gradient and working-copy
      * buffers of one subgroup and the process itself (its resident size now + 8 MiB); the
      * rest is the store's */
-    double bpe = states == OPTIM_STATE_F32 ? 12.0 : 4.0 + 2.0 + 8.0 / 256;
+    double bpe = st_store_bytes_per_param((optim_state_format)states);
     double gs = gdt == ST_BF16 ? 2.0 : 4.0, ws = 2.0;
     uint64_t region = (uint64_t)(budget / (8.0 + (gs + ws) / bpe));
     if (region > (256u << 20)) region = 256u << 20;
@@ -260,7 +260,7 @@ int bench_offload(int argc, char **argv) {
     double io_ratio = probe ? io_time / step_s : NAN;
     double bound = io_time > comp_s ? io_time : comp_s;
     double overlap = probe ? step_s / bound : NAN;
-    double state_bytes = (double)n * (states == OPTIM_STATE_F32 ? 12.0 : 4.0 + 2.0 + 8.0 / 256);
+    double state_bytes = (double)n * bpe;
     double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     if (json) {
         printf("{\"bench\": \"offload\", \"params\": %zu, \"states\": \"%s\", \"grad\": \"%s\", \"in_place\": %s, "

@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/statvfs.h>
 
 #include "cli/cli.h"
 #include "cli/cli_prof.h"
@@ -32,49 +31,34 @@ static void plan_usage(FILE *f) {
  * moments, against its free space now. 1 if some path is short. */
 static int plan_disk(const train_config *c, double n_params) {
     char buf[sizeof c->state_paths];
-    snprintf(buf, sizeof buf, "%s", c->state_paths);
     const char *paths[ST_STORE_MAX_PATHS];
-    int n = 0;
-    char *save = NULL;
-    for (char *t = strtok_r(buf, ",", &save); t && n < ST_STORE_MAX_PATHS; t = strtok_r(NULL, ",", &save)) paths[n++] = t;
     double w[ST_STORE_MAX_PATHS];
+    int n, weighted;
     st_err err = {0};
-    if (c->state_profile[0] && st_store_weights_from_profile(c->state_profile, paths, n, w, &err)) {
+    if (train_state_paths(c, buf, sizeof buf, paths, &n, w, &weighted, &err)) {
         printf("\ndisk state: %s\n", err.msg);
         return 1;
     }
     optim_segment seg = {0, (size_t)n_params, 0.0f}; /* one tensor: the layout within a few KiB */
-    st_store_config sc = {.paths = paths, .n_paths = n, .path_weight = c->state_profile[0] ? w : NULL, .segs = &seg,
+    st_store_config sc = {.paths = paths, .n_paths = n, .path_weight = weighted ? w : NULL, .segs = &seg,
                           .n_segs = 1, .fmt = strcmp(c->optim_state, "8bit") ? OPTIM_STATE_F32 : OPTIM_STATE_8BIT,
                           .host_budget = c->state_budget > 0 ? (uint64_t)c->state_budget : 256ull << 20};
-    uint64_t need[ST_STORE_MAX_PATHS], host = 0;
-    if (st_store_plan(&sc, need, &host, &err)) {
+    uint64_t need[ST_STORE_MAX_PATHS], avail[ST_STORE_MAX_PATHS], fs_need[ST_STORE_MAX_PATHS], host = 0;
+    if (st_store_plan(&sc, need, &host, &err) || st_store_space(&sc, need, avail, fs_need, &err)) {
         printf("\ndisk state: %s\n", err.msg);
         return 1;
     }
     printf("\ndisk state (state_paths, two regions per subgroup for crash safety; host buffers %.1f MiB):\n",
            (double)host / 1048576.0);
-    /* paths on one filesystem share its free space: each is judged by its filesystem's sum */
-    unsigned long fsid[ST_STORE_MAX_PATHS];
-    double fr[ST_STORE_MAX_PATHS], fs_need[ST_STORE_MAX_PATHS] = {0};
-    for (int p = 0; p < n; p++) {
-        struct statvfs vs;
-        int ok = statvfs(paths[p], &vs) == 0;
-        fsid[p] = ok ? vs.f_fsid : (unsigned long)p;
-        fr[p] = ok ? (double)vs.f_bavail * (double)vs.f_frsize : 0;
-        for (int q = 0; q <= p; q++)
-            if (fsid[q] == fsid[p]) { fs_need[q] += (double)need[p]; break; }
-    }
     int short_ = 0;
-    for (int p = 0; p < n; p++) {
-        int q = 0;
-        while (fsid[q] != fsid[p]) q++;
-        int ok = fr[p] >= fs_need[q];
+    for (int p = 0; p < n; p++) { /* paths on one filesystem are judged by what they need together */
+        int ok = avail[p] >= fs_need[p];
         short_ |= !ok;
-        printf("  %-32s needs %10.3f GB, free %10.3f GB%s  %s\n", paths[p], (double)need[p] / 1e9, fr[p] / 1e9,
-               fs_need[q] > (double)need[p] ? " (shared filesystem)" : "", ok ? "fits" : "SHORT");
+        printf("  %-32s needs %10.3f GB, free %10.3f GB%s  %s\n", paths[p], (double)need[p] / 1e9,
+               (double)avail[p] / 1e9, fs_need[p] > need[p] ? " (shared filesystem)" : "", ok ? "fits" : "SHORT");
         if (!ok)
-            printf("    %.0f bytes missing: free space, add a path, or use optim_state 8bit\n", fs_need[q] - fr[p]);
+            printf("    %llu bytes missing: free space, add a path, or use optim_state 8bit\n",
+                   (unsigned long long)(fs_need[p] - avail[p]));
     }
     return short_;
 }

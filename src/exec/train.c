@@ -271,25 +271,14 @@ static void store_init_from(void *ctx, size_t first, size_t n, float *dst) {
 static st_status open_store(const train_config *c, st_model *m, const optim_segment *segs, optim_state_format fmt,
                             train_data *td, train_state_header *hs, st_store **out, st_err *err) {
     char buf[sizeof c->state_paths];
-    snprintf(buf, sizeof buf, "%s", c->state_paths);
     const char *paths[ST_STORE_MAX_PATHS];
-    int n = 0;
-    char *save = NULL;
-    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (n == ST_STORE_MAX_PATHS)
-            return st_errf(err, ST_ERR_INVALID, "key 'state_paths': more than %d paths", ST_STORE_MAX_PATHS);
-        paths[n++] = tok;
-    }
-    if (!n) return st_errf(err, ST_ERR_INVALID, "key 'state_paths' is empty");
     double weights[ST_STORE_MAX_PATHS];
-    if (c->state_profile[0]) {
-        st_status s = st_store_weights_from_profile(c->state_profile, paths, n, weights, err);
-        if (s) return st_err_prefix(err, "key 'state_profile'");
-    }
-    st_store_config sc = {.paths = paths, .n_paths = n, .path_weight = c->state_profile[0] ? weights : NULL,
+    int n, weighted;
+    st_status s = train_state_paths(c, buf, sizeof buf, paths, &n, weights, &weighted, err);
+    if (s) return s;
+    st_store_config sc = {.paths = paths, .n_paths = n, .path_weight = weighted ? weights : NULL,
                           .segs = segs, .n_segs = m->n_tensors, .fmt = fmt,
                           .host_budget = c->state_budget > 0 ? (uint64_t)c->state_budget : 256ull << 20};
-    st_status s;
     if (!c->resume[0]) {
         if (st_store_exists(&sc))
             return st_errf(err, ST_ERR_INVALID, "key 'state_paths': %s/strata-state.manifest already holds a run's "

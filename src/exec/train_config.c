@@ -11,6 +11,7 @@
 #include "ckpt/fileutil.h"
 #include "strata/llama.h"
 #include "strata/prof.h"
+#include "strata/store.h"
 #include "strata/train.h"
 
 typedef enum { K_INT, K_LONG, K_U64, K_DOUBLE, K_STR } key_type;
@@ -275,4 +276,23 @@ void train_mem_state_on_disk(const train_config *c, prof_mem_estimate *e) {
     e->tier_need[PROF_TIER_HOST] += buffers - mom;
     e->moments_on_disk = 1;
     e->state_buffers = buffers;
+}
+
+st_status train_state_paths(const train_config *c, char *buf, size_t cap, const char **paths, int *n,
+                            double *weights, int *weighted, st_err *err) {
+    snprintf(buf, cap, "%s", c->state_paths);
+    *n = 0;
+    *weighted = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (*n == ST_STORE_MAX_PATHS)
+            return st_errf(err, ST_ERR_INVALID, "key 'state_paths': more than %d paths", ST_STORE_MAX_PATHS);
+        paths[(*n)++] = tok;
+    }
+    if (!*n) return st_errf(err, ST_ERR_INVALID, "key 'state_paths' is empty");
+    if (!c->state_profile[0]) return ST_OK;
+    if (st_store_weights_from_profile(c->state_profile, paths, *n, weights, err))
+        return st_err_prefix(err, "key 'state_profile'");
+    *weighted = 1;
+    return ST_OK;
 }

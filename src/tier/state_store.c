@@ -153,8 +153,7 @@ static uint64_t target_region(const st_store_config *c) {
 /* Cut the segments into subgroup ranges of about `target` region bytes. */
 static st_status plan_cuts(const optim_segment *segs, int n_segs, optim_state_format fmt, uint64_t target,
                            size_t **cuts_out, int *n_out, st_err *err) {
-    double bpe = fmt == OPTIM_STATE_F32 ? 12.0 : 4.0 + 2.0 + 8.0 / OPTIM_Q8_BLOCK;
-    size_t E = (size_t)((double)target / bpe) / SG_CHUNK * SG_CHUNK;
+    size_t E = (size_t)((double)target / st_store_bytes_per_param(fmt)) / SG_CHUNK * SG_CHUNK;
     if (E < SG_CHUNK) E = SG_CHUNK;
     size_t cap = 16, n = 0, *cuts = malloc(sizeof *cuts * cap * 2);
     if (!cuts) return st_errf(err, ST_ERR_NOMEM, "state store: out of memory");
@@ -671,39 +670,57 @@ out:
 
 /* ------------------------------------------------------------------ create / open */
 
-static st_status check_space(st_store *s, st_err *err) {
-    /* paths on one filesystem share its free space */
+double st_store_bytes_per_param(optim_state_format fmt) {
+    return fmt == OPTIM_STATE_F32 ? 12.0 : 4.0 + 2.0 + 8.0 / OPTIM_Q8_BLOCK;
+}
+
+st_status st_store_space(const st_store_config *cfg, const uint64_t *need, uint64_t *avail, uint64_t *fs_need,
+                         st_err *err) {
     unsigned long fsid[ST_STORE_MAX_PATHS];
-    uint64_t need[ST_STORE_MAX_PATHS] = {0}, avail[ST_STORE_MAX_PATHS] = {0};
-    int first_path[ST_STORE_MAX_PATHS], nfs = 0;
-    for (int p = 0; p < s->cfg.n_paths; p++) {
+    int group[ST_STORE_MAX_PATHS], nfs = 0;
+    uint64_t g_avail[ST_STORE_MAX_PATHS] = {0}, g_need[ST_STORE_MAX_PATHS] = {0};
+    const char *name = cfg->name ? cfg->name : "strata-state";
+    for (int p = 0; p < cfg->n_paths; p++) {
         struct statvfs vs;
-        if (statvfs(s->paths[p], &vs) != 0)
-            return st_errf(err, ST_ERR_IO, "state store: %s: statvfs: %s", s->paths[p], strerror(errno));
+        if (statvfs(cfg->paths[p], &vs) != 0)
+            return st_errf(err, ST_ERR_IO, "state store: %s: statvfs: %s", cfg->paths[p], strerror(errno));
         /* a leftover file of an interrupted create already holds its blocks */
         char f[4400];
         struct stat sb;
-        uint64_t have = 0;
-        snprintf(f, sizeof f, "%s/%s.bin", s->paths[p], s->name);
-        if (stat(f, &sb) == 0) have = (uint64_t)sb.st_blocks * 512u;
+        snprintf(f, sizeof f, "%s/%s.bin", cfg->paths[p], name);
+        uint64_t have = stat(f, &sb) == 0 ? (uint64_t)sb.st_blocks * 512u : 0;
         int k = 0;
         while (k < nfs && fsid[k] != vs.f_fsid) k++;
         if (k == nfs) {
-            fsid[nfs] = vs.f_fsid;
-            avail[nfs] = (uint64_t)vs.f_bavail * vs.f_frsize;
-            first_path[nfs++] = p;
+            fsid[nfs++] = vs.f_fsid;
+            g_avail[k] = (uint64_t)vs.f_bavail * vs.f_frsize;
         }
-        avail[k] += have;
-        need[k] += s->path_bytes[p];
+        group[p] = k;
+        g_avail[k] += have;
+        g_need[k] += need[p];
     }
-    for (int k = 0; k < nfs; k++)
-        if (need[k] > avail[k])
+    for (int p = 0; p < cfg->n_paths; p++) {
+        avail[p] = g_avail[group[p]];
+        fs_need[p] = g_need[group[p]];
+    }
+    return ST_OK;
+}
+
+static st_status check_space(st_store *s, st_err *err) {
+    uint64_t avail[ST_STORE_MAX_PATHS], need[ST_STORE_MAX_PATHS];
+    st_store_config c = s->cfg;
+    c.paths = (const char *const *)s->paths;
+    c.name = s->name;
+    st_status st = st_store_space(&c, s->path_bytes, avail, need, err);
+    if (st) return st;
+    for (int p = 0; p < s->cfg.n_paths; p++) /* the first path of a filesystem that is short */
+        if (need[p] > avail[p])
             return st_errf(err, ST_ERR_NOSPACE,
                            "state store: %s needs %llu bytes for the optimizer state (%s) but its filesystem has %llu "
                            "free: %llu bytes missing; free space, add a path, use 8-bit states%s",
-                           s->paths[first_path[k]], (unsigned long long)need[k],
+                           s->paths[p], (unsigned long long)need[p],
                            s->cfg.in_place ? "one region per subgroup" : "two regions per subgroup, for crash safety",
-                           (unsigned long long)avail[k], (unsigned long long)(need[k] - avail[k]),
+                           (unsigned long long)avail[p], (unsigned long long)(need[p] - avail[p]),
                            s->cfg.in_place ? "" : ", or update in place (half the disk, not crash-safe)");
     return ST_OK;
 }
