@@ -355,15 +355,12 @@ static st_status buffers_create(st_store *s, st_err *err) {
 }
 
 static st_status io_open(st_store *s, int existing, st_err *err) {
-    st_io_config ic = {.paths = (const char *const *)s->paths, .n_paths = s->cfg.n_paths,
-                       .file_bytes = 4096, .path_file_bytes = s->path_bytes, .keep_files = 1,
-                       .open_existing = existing, .kind = s->cfg.io_kind, .request_bytes = 1u << 20};
     char fname[300];
     snprintf(fname, sizeof fname, "%s.bin", s->name);
-    ic.file_name = fname;
-    uint64_t pb[ST_STORE_MAX_PATHS];
-    for (int p = 0; p < s->cfg.n_paths; p++) pb[p] = s->path_bytes[p] ? s->path_bytes[p] : 4096;
-    ic.path_file_bytes = pb;
+    /* every path's size starts with its header block, so none is zero */
+    st_io_config ic = {.paths = (const char *const *)s->paths, .n_paths = s->cfg.n_paths, .file_name = fname,
+                       .path_file_bytes = s->path_bytes, .keep_files = 1, .open_existing = existing,
+                       .kind = s->cfg.io_kind, .request_bytes = 1u << 20};
     return st_io_engine_create(&s->io, &ic, err);
 }
 
@@ -484,9 +481,17 @@ static int mget(mread *r, void *d, size_t n) {
 }
 #define GET(r, v) mget((r), &(v), sizeof(v))
 
-static st_status manifest_read(st_store *s, st_err *err) {
-    FILE *f = fopen(s->manifest, "rb");
-    if (!f) return st_errf(err, ST_ERR_IO, "%s: cannot open the state manifest: %s", s->manifest, strerror(errno));
+typedef struct manifest_head {
+    uint32_t fmt, nseg, np, nsg, inpl, dty, bb;
+    uint64_t numel, step, commits, id;
+} manifest_head;
+
+/* Read a manifest whole, check its magic, checksum and version, and parse its header;
+ * *r is left at the segment table, over *buf (the caller frees it). */
+static st_status manifest_load(const char *path, unsigned char **buf, mread *r, manifest_head *h, st_err *err) {
+    *buf = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return st_errf(err, ST_ERR_IO, "%s: cannot open the state manifest: %s", path, strerror(errno));
     unsigned char *p = NULL;
     size_t n = 0, cap = 0;
     for (;;) {
@@ -504,35 +509,40 @@ static st_status manifest_read(st_store *s, st_err *err) {
         int en = errno;
         fclose(f);
         free(p);
-        return st_errf(err, ST_ERR_IO, "%s: reading the state manifest failed at byte %zu: %s", s->manifest, n,
-                       strerror(en));
+        return st_errf(err, ST_ERR_IO, "%s: reading the state manifest failed at byte %zu: %s", path, n, strerror(en));
     }
     fclose(f);
-    st_status st = ST_OK;
-    mread r = {p, n, 0, s->manifest};
-    char magic[8];
-    uint32_t ver, fmt, nseg, np, nsg, inpl, dty, bb, crc;
-    uint64_t numel;
-    if (n < 80 || memcmp(p, MANIFEST_MAGIC, 8)) {
-        st = st_errf(err, ST_ERR_FORMAT, "%s: not a strata state manifest (%zu bytes, bad magic)", s->manifest, n);
-        goto out;
-    }
+    *buf = p;
+    uint32_t crc, ver;
+    if (n < 80 || memcmp(p, MANIFEST_MAGIC, 8))
+        return st_errf(err, ST_ERR_FORMAT, "%s: not a strata state manifest (%zu bytes, bad magic)", path, n);
     memcpy(&crc, p + n - 4, 4);
-    if (st_crc32c(0, p, n - 4) != crc) {
-        st = st_errf(err, ST_ERR_CHECKSUM, "%s: the manifest does not match its checksum (%zu bytes): it was changed "
-                     "after it was written; restore the run from a checkpoint", s->manifest, n);
-        goto out;
-    }
-    r.n = n - 4;
-    mget(&r, magic, 8);
-    if (GET(&r, ver) || ver != MANIFEST_VERSION) {
-        st = st_errf(err, ST_ERR_FORMAT, "%s: manifest version %u, this strata reads %u", s->manifest, ver,
-                     MANIFEST_VERSION);
-        goto out;
-    }
-    if (GET(&r, fmt) || GET(&r, numel) || GET(&r, nseg) || GET(&r, np) || GET(&r, nsg) || GET(&r, inpl) ||
-        GET(&r, s->step) || GET(&r, dty) || GET(&r, bb) || GET(&r, s->commits) || GET(&r, s->id))
-        goto trunc;
+    if (st_crc32c(0, p, n - 4) != crc)
+        return st_errf(err, ST_ERR_CHECKSUM, "%s: the manifest does not match its checksum (%zu bytes): it was changed "
+                       "after it was written; restore the run from a checkpoint", path, n);
+    *r = (mread){p, n - 4, 8, path};
+    if (GET(r, ver) || ver != MANIFEST_VERSION)
+        return st_errf(err, ST_ERR_FORMAT, "%s: manifest version %u, this strata reads %u", path, ver, MANIFEST_VERSION);
+    if (GET(r, h->fmt) || GET(r, h->numel) || GET(r, h->nseg) || GET(r, h->np) || GET(r, h->nsg) || GET(r, h->inpl) ||
+        GET(r, h->step) || GET(r, h->dty) || GET(r, h->bb) || GET(r, h->commits) || GET(r, h->id))
+        return st_errf(err, ST_ERR_TRUNCATED, "%s: the manifest ends inside its header", path);
+    if (h->np > ST_STORE_MAX_PATHS)
+        return st_errf(err, ST_ERR_FORMAT, "%s: the manifest names %u paths; at most %d", path, h->np,
+                       ST_STORE_MAX_PATHS);
+    return ST_OK;
+}
+
+static st_status manifest_read(st_store *s, st_err *err) {
+    unsigned char *p;
+    mread r;
+    manifest_head h;
+    st_status st = manifest_load(s->manifest, &p, &r, &h, err);
+    if (st) goto out;
+    uint32_t fmt = h.fmt, nseg = h.nseg, np = h.np, nsg = h.nsg, inpl = h.inpl, dty = h.dty, bb = h.bb;
+    uint64_t numel = h.numel;
+    s->step = h.step;
+    s->commits = h.commits;
+    s->id = h.id;
     if (fmt != (uint32_t)s->cfg.fmt || numel != s->numel || nseg != (uint32_t)s->n_segs)
         { st = st_errf(err, ST_ERR_SHAPE, "%s: the store holds %s states of %llu parameters in %u tensors; this run has "
                        "%s states of %zu in %d: resume with the same model and optim_state, or start a new store",
@@ -592,72 +602,42 @@ static st_status manifest_read(st_store *s, st_err *err) {
     goto out;
 trunc:
     st = st_errf(err, ST_ERR_TRUNCATED, "%s: the manifest ends early or has trailing bytes (offset %zu of %zu)",
-                 s->manifest, r.at, n);
+                 s->manifest, r.at, r.n);
 out:
     free(p);
     return st;
 }
 
 st_status st_store_inspect(const char *manifest, FILE *out, st_err *err) {
-    FILE *f = fopen(manifest, "rb");
-    if (!f) return st_errf(err, ST_ERR_IO, "%s: cannot open: %s", manifest, strerror(errno));
-    unsigned char *p = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n == cap) {
-            cap = cap ? cap * 2 : 65536;
-            unsigned char *q = realloc(p, cap);
-            if (!q) { free(p); fclose(f); return st_errf(err, ST_ERR_NOMEM, "out of memory"); }
-            p = q;
-        }
-        size_t got = fread(p + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) break;
-    }
-    fclose(f);
-    st_status st = ST_OK;
-    uint32_t crc, ver, fmt, nseg, np, nsg, inpl, dty, bb;
-    uint64_t numel, step, commits, id;
-    mread r = {p, n >= 4 ? n - 4 : 0, 8, manifest};
-    if (n < 80 || memcmp(p, MANIFEST_MAGIC, 8)) {
-        st = st_errf(err, ST_ERR_FORMAT, "%s: not a strata state manifest", manifest);
-        goto out;
-    }
-    memcpy(&crc, p + n - 4, 4);
-    if (st_crc32c(0, p, n - 4) != crc) {
-        st = st_errf(err, ST_ERR_CHECKSUM, "%s: the manifest does not match its checksum", manifest);
-        goto out;
-    }
-    if (GET(&r, ver) || ver != MANIFEST_VERSION || GET(&r, fmt) || GET(&r, numel) || GET(&r, nseg) || GET(&r, np) ||
-        GET(&r, nsg) || GET(&r, inpl) || GET(&r, step) || GET(&r, dty) || GET(&r, bb) || GET(&r, commits) ||
-        GET(&r, id) || np > ST_STORE_MAX_PATHS) {
-        st = st_errf(err, ST_ERR_FORMAT, "%s: manifest version %u or header not readable by this strata", manifest, ver);
-        goto out;
-    }
-    r.at += (size_t)nseg * 16;
+    unsigned char *p;
+    mread r;
+    manifest_head h;
+    st_status st = manifest_load(manifest, &p, &r, &h, err);
+    if (st) goto out;
+    r.at += (size_t)h.nseg * 16;
     uint64_t fb[ST_STORE_MAX_PATHS] = {0}, used[ST_STORE_MAX_PATHS] = {0}, maxr = 0;
     int per[ST_STORE_MAX_PATHS] = {0};
-    for (uint32_t q = 0; q < np; q++)
+    for (uint32_t q = 0; q < h.np; q++)
         if (GET(&r, fb[q])) goto trunc;
-    for (uint32_t i = 0; i < nsg; i++) {
+    for (uint32_t i = 0; i < h.nsg; i++) {
         uint64_t fst, end, o0, o1, bytes;
         uint32_t path, cur, nc;
         if (GET(&r, fst) || GET(&r, end) || GET(&r, path) || GET(&r, cur) || GET(&r, o0) || GET(&r, o1) ||
-            GET(&r, bytes) || GET(&r, nc) || path >= np)
+            GET(&r, bytes) || GET(&r, nc) || path >= h.np)
             goto trunc;
         r.at += (size_t)nc * 4;
         per[path]++;
         used[path] += bytes;
         if (bytes > maxr) maxr = bytes;
     }
-    fprintf(out, "%s: strata state store %016llx, step %llu (%llu commits)%s\n", manifest, (unsigned long long)id,
-            (unsigned long long)step, (unsigned long long)commits, dty ? ", TORN: an in-place update was interrupted" : "");
+    fprintf(out, "%s: strata state store %016llx, step %llu (%llu commits)%s\n", manifest, (unsigned long long)h.id,
+            (unsigned long long)h.step, (unsigned long long)h.commits, h.dty ? ", TORN: an in-place update was interrupted" : "");
     fprintf(out, "  %llu parameters in %u tensors, %s states (fp32 master weights + moments), %s\n",
-            (unsigned long long)numel, nseg, fmt ? "8-bit" : "fp32",
-            inpl ? "one region per subgroup (in place, not crash-safe)" : "two regions per subgroup (crash-safe)");
-    fprintf(out, "  %u subgroups of up to %.1f MiB, a CRC-32C per MiB; caller state %u bytes\n", nsg,
-            (double)maxr / 1048576.0, bb);
-    for (uint32_t q = 0; q < np; q++)
+            (unsigned long long)h.numel, h.nseg, h.fmt ? "8-bit" : "fp32",
+            h.inpl ? "one region per subgroup (in place, not crash-safe)" : "two regions per subgroup (crash-safe)");
+    fprintf(out, "  %u subgroups of up to %.1f MiB, a CRC-32C per MiB; caller state %u bytes\n", h.nsg,
+            (double)maxr / 1048576.0, h.bb);
+    for (uint32_t q = 0; q < h.np; q++)
         fprintf(out, "  path %u: %d subgroups, %.3f GB of state, file %.3f GB\n", q, per[q], (double)used[q] / 1e9,
                 (double)fb[q] / 1e9);
     goto out;
