@@ -190,6 +190,37 @@ static void errors(const char *dir) {
     cfg.request_bytes = 0;
     cfg.depth = 8;
     CHECK(st_io_engine_create(&io, &cfg, &err) == ST_ERR_INVALID, "depth 8 accepted");
+    cfg.depth = 0;
+
+    /* per-path sizes: each file its own; a path with no size at all is refused */
+    char d1[4096], d2[4096];
+    snprintf(d1, sizeof d1, "%s/sz1", dir);
+    snprintf(d2, sizeof d2, "%s/sz2", dir);
+    mkdir(d1, 0755);
+    mkdir(d2, 0755);
+    const char *two[2] = {d1, d2};
+    uint64_t sizes[2] = {8u << 20, 0};
+    st_io_config pc = {.paths = two, .n_paths = 2, .path_file_bytes = sizes};
+    s = st_io_engine_create(&io, &pc, &err);
+    CHECK(s == ST_ERR_INVALID && strstr(err.msg, "no file size") && strstr(err.msg, d2) && !io,
+          "a path without a size: %d %s", s, err.msg);
+    sizes[1] = 4u << 20;
+    CHECK(st_io_engine_create(&io, &pc, &err) == ST_OK, "per-path sizes: %s", err.msg);
+    if (io) {
+        CHECK(st_io_engine_path_bytes(io, 0) == (8u << 20) && st_io_engine_path_bytes(io, 1) == (4u << 20) &&
+                  st_io_engine_file_bytes(io) == (8u << 20),
+              "sizes %llu %llu, largest %llu", (unsigned long long)st_io_engine_path_bytes(io, 0),
+              (unsigned long long)st_io_engine_path_bytes(io, 1), (unsigned long long)st_io_engine_file_bytes(io));
+        void *b = st_io_alloc(1u << 20);
+        uint64_t t;
+        CHECK(st_io_write(io, 1, 4u << 20, b, 1u << 20, &t, &err) == ST_ERR_INVALID && strstr(err.msg, "past the end"),
+              "a write past path 1's 4 MiB: %s", err.msg);
+        CHECK(st_io_write(io, 0, 4u << 20, b, 1u << 20, &t, &err) == ST_OK && st_io_wait(io, t, &err) == ST_OK,
+              "a write inside path 0's 8 MiB: %s", err.msg);
+        st_io_free(b);
+        st_io_engine_destroy(io);
+        io = NULL;
+    }
 
     /* A full disk: a 1 MiB tmpfs asked for 4 MiB. Needs mount rights; skip otherwise. */
     char small[4096];

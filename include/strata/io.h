@@ -68,7 +68,7 @@ const char *st_io_kind_name(st_io_kind k);  /* "io_uring", "threads" */
 int st_io_engine_direct(const st_io_engine *e, int path); /* 1 if O_DIRECT, 0 if buffered */
 size_t st_io_engine_request_bytes(const st_io_engine *e);
 int st_io_engine_depth(const st_io_engine *e);
-uint64_t st_io_engine_file_bytes(const st_io_engine *e);
+uint64_t st_io_engine_file_bytes(const st_io_engine *e); /* the largest path's file */
 const char *st_io_engine_file(const st_io_engine *e, int path); /* full file name */
 
 /* 4096-aligned, zeroed allocation for I/O buffers; free with st_io_free. */

@@ -566,7 +566,12 @@ st_status st_io_engine_create(st_io_engine **out, const st_io_config *cfg, st_er
             snprintf(p->file, n, "%s/%s", cfg->paths[i], name);
             uint64_t fb = cfg->path_file_bytes && cfg->path_file_bytes[i] ? cfg->path_file_bytes[i] : cfg->file_bytes;
             fb = (fb + ST_IO_ALIGN - 1) / ST_IO_ALIGN * ST_IO_ALIGN;
-            s = path_open(p, fb, cfg->open_existing, err);
+            if (fb == 0)
+                s = st_errf(err, ST_ERR_INVALID, "io engine: path %d (%s) has no file size: give file_bytes or its "
+                            "path_file_bytes entry", i, cfg->paths[i]);
+            else
+                s = path_open(p, fb, cfg->open_existing, err);
+            if (fb > e->file_bytes) e->file_bytes = fb; /* the largest, where sizes differ */
         }
     }
     if (s != ST_OK) {
