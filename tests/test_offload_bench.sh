@@ -38,6 +38,11 @@ check '[ $rc -eq 1 ] && grep -q "$T/missing" "$T/e2"' "a missing directory is na
 "$S" bench offload --path "$T/disk" --params 10 >"$T/e3" 2>&1; rc=$?
 check '[ $rc -eq 2 ]' "absurd --params accepted: rc $rc"
 
+for bad in "--states 4bit" "--grad f16" "--steps 0" "--host-budget 1MiB" "--frobnicate 1"; do
+  "$S" bench offload --path "$T/disk" --params 1M --no-probe $bad >"$T/e4" 2>&1; rc=$?
+  check '[ $rc -eq 2 ] && grep -q -- "${bad%% *}" "$T/e4"' "bad option '$bad': rc $rc $(cat "$T/e4")"
+done
+
 [ -n "$SHM" ] && rm -rf "$SHM"
 if [ $fail -eq 0 ]; then rm -rf "$T"; echo "offload_bench: pass"; else echo "offload_bench: FAILED (kept $T)"; fi
 exit $fail

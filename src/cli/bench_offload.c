@@ -27,6 +27,7 @@
 #include "strata/store.h"
 
 #define MAX_PATHS ST_STORE_MAX_PATHS
+#define MAX_STEPS 100
 
 static const char *usage =
     "usage: strata bench offload --path DIR [--path DIR2 ...] [options] [--json]\n"
@@ -97,7 +98,10 @@ int bench_offload(int argc, char **argv) {
             if (probe_bytes < 4096) { fprintf(stderr, "strata bench offload: --probe-bytes '%s' is not a size\n", v); return 2; }
         } else if (!strcmp(a, "--steps")) {
             steps = atoi(v);
-            if (steps < 1 || steps > 100) { fprintf(stderr, "strata bench offload: --steps '%s': use 1..100\n", v); return 2; }
+            if (steps < 1 || steps > MAX_STEPS) {
+                fprintf(stderr, "strata bench offload: --steps '%s': use 1..%d\n", v, MAX_STEPS);
+                return 2;
+            }
         } else {
             fprintf(stderr, "strata bench offload: unknown option '%s'\n%s", a, usage);
             return 2;
@@ -179,8 +183,7 @@ int bench_offload(int argc, char **argv) {
     double create_s = st_now() - tc0;
     st_io_engine *io = st_store_io(st);
     int np = n_paths, rc = 0;
-    double *t_step = calloc((size_t)steps, sizeof(double)), *t_io = calloc((size_t)steps, sizeof(double)),
-           *t_cmp = calloc((size_t)steps, sizeof(double)), *hit = calloc((size_t)steps, sizeof(double));
+    double t_step[MAX_STEPS], t_cmp[MAX_STEPS], hit[MAX_STEPS]; /* --steps is at most MAX_STEPS */
     double rd_b[MAX_PATHS] = {0}, wr_b[MAX_PATHS] = {0}, busy[MAX_PATHS] = {0};
     st_store_stats s0 = {0};
     adamw_params hp = {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 1, .grad_scale = 1.0f};
@@ -297,10 +300,6 @@ int bench_offload(int argc, char **argv) {
                budget / 1048576.0, rss_peak / budget);
     }
 out:
-    free(t_step);
-    free(t_io);
-    free(t_cmp);
-    free(hit);
     st_io_free(bc.grad);
     st_io_free(bc.work);
     free(segs);
