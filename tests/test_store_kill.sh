@@ -74,6 +74,23 @@ rc=$?
 check '[ $rc -eq 0 ] && grep -q "step 300 " "$T/insp.out" && grep -q "crash-safe" "$T/insp.out"' \
   "strata inspect of the store: $(cat "$T/insp.out")"
 
+# bad disk-state keys are named, with what to do
+mkdir -p "$T/bad-st"
+for case in "state_paths ,|is empty" "state_paths $T/nope|not a directory" \
+            "state_budget 1000|raise the host budget" "state_profile $T/none.json|hardware profile (.*); write one with strata probe"; do
+  kv=${case%%|*} want=${case#*|}
+  extra="--state_paths $T/bad-st --${kv% *} ${kv#* }"
+  "$S" train $ARGS --steps 2 --run_dir "$T/bad-run" $extra >"$T/bad-key.out" 2>&1
+  rc=$?
+  # the whole message on the one error line
+  check '[ $rc -ne 0 ] && grep "strata train:" "$T/bad-key.out" | grep -q -- "$want"' \
+    "bad key '$kv': rc $rc $(cat "$T/bad-key.out")"
+done
+printf 'junk' >"$T/bad-st/x.manifest"
+"$S" inspect "$T/bad-st/x.manifest" >"$T/bad-insp.out" 2>&1
+rc=$?
+check '[ $rc -eq 1 ] && grep -q "not a strata state manifest" "$T/bad-insp.out"' "inspect of a bad manifest: $(cat "$T/bad-insp.out")"
+
 # strata plan shows each path's share of the disk state and refuses one that does not fit
 "$S" plan $ARGS --state_paths "$T/st" >"$T/plan.out" 2>&1
 rc=$?

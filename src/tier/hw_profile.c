@@ -15,9 +15,14 @@ st_status st_store_weights_from_profile(const char *profile, const char *const *
                                         st_err *err) {
     json_object *root = json_object_from_file(profile);
     json_object *arr;
-    if (!root)
+    if (!root) {
+        char why[512];
+        const char *je = json_util_get_last_err();
+        snprintf(why, sizeof why, "%s", je ? je : "unknown error");
+        why[strcspn(why, "\n")] = 0; /* json-c ends its message with a newline */
         return st_errf(err, ST_ERR_FORMAT, "%s: not a readable JSON hardware profile (%s); write one with strata "
-                       "probe --path DIR ... -o %s", profile, json_util_get_last_err(), profile);
+                       "probe --path DIR ... -o %s", profile, why, profile);
+    }
     if (!json_object_object_get_ex(root, "paths", &arr) || !json_object_is_type(arr, json_type_array)) {
         json_object_put(root);
         return st_errf(err, ST_ERR_FORMAT, "%s: no \"paths\" array; is it a strata probe profile?", profile);
