@@ -903,8 +903,6 @@ static st_status stage(st_store *s, int g, int b, st_err *err) {
     subgroup *sg = &s->sg[g];
     x->sg = g;
     sg->buf = b;
-    s->stats.misses++;
-    s->stats.read_bytes += sg->bytes;
     return st_io_read(s->io, sg->path, sg->off[sg->cur], x->data, sg->bytes, &x->rt, err);
 }
 
@@ -944,9 +942,7 @@ st_status st_store_step(st_store *s, const st_store_step_args *a, const adamw_pa
         return st_errf(err, ST_ERR_NONFINITE, "state store: gradient sum of squares %g; step skipped, nothing read "
                        "or written", a->grad_sumsq);
     double t0 = st_now();
-    st_store_stats keep = s->stats;
-    memset(&s->stats, 0, sizeof s->stats);
-    s->stats.step = keep.step;
+    memset(&s->stats, 0, sizeof s->stats); /* this step's figures */
     s->step_id++;
     st_status st = ST_OK;
     if (s->cfg.in_place && (st = manifest_write(s, 1, err))) return st; /* nothing written yet: not failed */
@@ -963,6 +959,8 @@ st_status st_store_step(st_store *s, const st_store_step_args *a, const adamw_pa
             int b = pick_buffer(s, i, next);
             if (b < 0) break;
             if ((st = stage(s, g, b, err))) break;
+            s->stats.misses++;
+            s->stats.read_bytes += s->sg[g].bytes;
             next++;
         }
         if (st) break;
@@ -1032,7 +1030,6 @@ st_status st_store_step(st_store *s, const st_store_step_args *a, const adamw_pa
     }
     s->stats.commit_s = st_now() - tcm;
     s->stats.step_s = st_now() - t0;
-    s->stats.step = s->step;
     return ST_OK;
 }
 
@@ -1077,8 +1074,6 @@ st_status st_store_read_master(st_store *s, float *dst, st_err *err) {
             if (lo < hi) memcpy(dst + lo, m + (lo - sg->first), (hi - lo) * sizeof(float));
         }
     }
-    s->stats.hits = s->stats.misses = 0;
-    s->stats.read_bytes = 0;
     return st;
 }
 
