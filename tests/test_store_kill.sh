@@ -10,7 +10,6 @@ S=${STRATA_BIN:?STRATA_BIN not set}
 T=$(mktemp -d /tmp/strata-test-kill-XXXXXX)
 fail=0
 check() { if ! eval "$1"; then echo "FAIL: $2"; fail=1; fi; }
-export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
 
 ARGS="--model gpt2-mini --steps 300 --batch 2 --seq 32 --quiet 1 --state_budget 4000000"
 "$S" train $ARGS --run_dir "$T/ref" >"$T/ref.out" 2>&1
