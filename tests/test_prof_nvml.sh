@@ -33,7 +33,7 @@ check '[ -f "$T/libfake-nvml.so" ]' "fake NVML builds"
 small="--model gpt2-mini --n_layer 2 --n_embd 64 --n_head 2 --batch 8 --seq 64 --quiet 1"
 STRATA_NVML_LIB="$T/libfake-nvml.so" "$S" train $small --steps 6 --trace 1 --run_dir "$T/gpu" >"$T/gpu.txt" 2>&1
 check '[ $? -eq 0 ]' "a traced run with the fake GPU succeeds"
-check '! grep -q "no GPU telemetry" "$T/gpu.txt"' "no complaint when NVML is there"
+check '! grep -q "GPU telemetry: none" "$T/gpu.txt"' "no complaint when NVML is there"
 tr="$T/gpu/trace.json"
 check 'jq -e . "$tr" >/dev/null' "trace is valid JSON"
 check '[ "$(jq "[.traceEvents[] | select(.ph==\"C\" and .pid==2 and .name==\"gpu0 SM clock (MHz)\" and .args.value==1500)] | length" "$tr")" -ge 1 ]' \
@@ -57,7 +57,8 @@ check 'jq -s -e "[.[] | select(.gpu_freq_lost != null) | select(.gpu_freq_lost !
 # no NVML at all: the run works and says so once
 STRATA_NVML_LIB="$T/none.so" "$S" train $small --steps 2 --run_dir "$T/nogpu" >"$T/nogpu.txt" 2>&1
 check '[ $? -eq 0 ]' "a run without NVML succeeds"
-check '[ "$(grep -c "no GPU telemetry" "$T/nogpu.txt")" -eq 1 ]' "without NVML it says so once"
+check '[ "$(grep -c "GPU telemetry" "$T/nogpu.txt")" -eq 1 ] && grep -qx "GPU telemetry: none, no NVIDIA driver" "$T/nogpu.txt"' \
+  "without NVML it says so once, in one plain line"
 check 'jq -s -e "[.[] | select(.gpu_freq_lost != null)] | length == 0" "$T/nogpu/metrics.jsonl" >/dev/null' "no GPU fields without a GPU"
 
 echo "prof_nvml: $checks checks, $((checks-fail)) passed, $fail failed"

@@ -1,7 +1,8 @@
 /* nvml.c - GPU telemetry: NVML loaded at run time, sampled on a side thread.
  *
  * NVML is opened with dlopen so that one binary runs on machines with and without an
- * NVIDIA driver; where it is missing we say so once per process and carry on. The
+ * NVIDIA driver; where it is missing we say so once per process, in one plain line
+ * ("GPU telemetry: none, no NVIDIA driver"), and carry on. The
  * sampler reads SM and memory clocks, power, temperature and the clock-event (throttle)
  * reasons of every device at 10-100 Hz and records them as counters of the trace's GPU
  * process, on the spans' clock (prof_now_ns). It also keeps, for device 0, the sums a
@@ -62,11 +63,17 @@ struct prof_gpu {
 
 static int g_said_no_gpu;
 
-static st_status no_gpu(st_err *err, const char *fmt, const char *detail) {
-    st_errf(err, ST_ERR_UNSUPPORTED, fmt, detail);
+/* Said once per process, as one plain line: a machine without a GPU is normal, not an
+ * error. NOTE is the short reason ("no NVIDIA driver"); the full one (the loader's
+ * message) goes to err and, at log level 2, to stderr. */
+static st_status no_gpu(st_err *err, const char *note, const char *fmt, const char *detail) {
+    char full[512];
+    snprintf(full, sizeof full, fmt, detail);
+    st_errf(err, ST_ERR_UNSUPPORTED, "%s", full);
     if (!g_said_no_gpu) {
         g_said_no_gpu = 1;
-        st_log(1, "strata: no GPU telemetry: %s\n", err ? err->msg : detail);
+        st_log(1, "GPU telemetry: none, %s\n", note);
+        st_log(2, "strata: GPU telemetry: %s\n", full);
     }
     return ST_ERR_UNSUPPORTED;
 }
@@ -132,7 +139,7 @@ st_status prof_gpu_open(prof_gpu **out, double hz, st_err *err) {
     if (!g->lib) {
         const char *why = dlerror();
         free(g);
-        return no_gpu(err, "cannot load NVML (%s); GPU counters are off", why ? why : path);
+        return no_gpu(err, "no NVIDIA driver", "cannot load NVML (%s); GPU counters are off", why ? why : path);
     }
     const char *missing = NULL;
     SYM(init, "nvmlInit_v2", 1);
@@ -150,7 +157,7 @@ st_status prof_gpu_open(prof_gpu **out, double hz, st_err *err) {
     if (missing) {
         dlclose(g->lib);
         free(g);
-        return no_gpu(err, "NVML lacks %s (driver too old?); GPU counters are off", missing);
+        return no_gpu(err, "the NVIDIA driver is too old", "NVML lacks %s (driver too old?); GPU counters are off", missing);
     }
     nvml_ret r = g->api.init();
     if (r != 0) {
@@ -158,14 +165,14 @@ st_status prof_gpu_open(prof_gpu **out, double hz, st_err *err) {
         snprintf(why, sizeof why, "%s (code %d)", g->api.error_string(r), r);
         dlclose(g->lib);
         free(g);
-        return no_gpu(err, "NVML cannot start: %s; GPU counters are off", why);
+        return no_gpu(err, "the NVIDIA driver cannot start", "NVML cannot start: %s; GPU counters are off", why);
     }
     unsigned n = 0;
     if (g->api.count(&n) != 0 || n == 0) {
         g->api.shutdown();
         dlclose(g->lib);
         free(g);
-        return no_gpu(err, "%s", "NVML sees no GPU; GPU counters are off");
+        return no_gpu(err, "no NVIDIA GPU", "%s", "NVML sees no GPU; GPU counters are off");
     }
     g->n = n > MAX_GPUS ? MAX_GPUS : (int)n;
     for (int i = 0; i < g->n; i++) {
@@ -188,7 +195,7 @@ st_status prof_gpu_open(prof_gpu **out, double hz, st_err *err) {
         g->api.shutdown();
         dlclose(g->lib);
         free(g);
-        return no_gpu(err, "%s", "NVML gives no device handle; GPU counters are off");
+        return no_gpu(err, "no NVIDIA GPU", "%s", "NVML gives no device handle; GPU counters are off");
     }
     g->period_s = 1.0 / hz;
     pthread_mutex_init(&g->mu, NULL);
