@@ -35,9 +35,9 @@ static void make_sources(void) {
     }
     CHECK(data_pack_close(w, &err) == ST_OK, "%s", err.msg);
     /* Source B: raw uint16 with EODs sprinkled; source C: an llm.c shard. */
-    snprintf(path_b, sizeof path_b, "%s/b.u16", dir);
+    snprintf(path_b, sizeof path_b, "raw16@%s/b.u16", dir); /* headerless: the format is said */
     snprintf(path_c, sizeof path_c, "%s/c.bin", dir);
-    FILE *f = fopen(path_b, "wb");
+    FILE *f = fopen(path_b + strlen("raw16@"), "wb");
     for (int i = 0; i < 20000; i++) {
         uint16_t t = (uint16_t)(i % 97 == 3 ? EOD : 20001 + i % 19000);
         fwrite(&t, 2, 1, f);
@@ -436,14 +436,15 @@ static void test_lookahead(void) {
         enum { K = 500 };
         uint64_t keys[K];
         int32_t len[K];
-        int64_t ptr[K];
+        int64_t ptr[K], prev_end[K];
         for (int k = 0; k < K; k++) keys[k] = (uint64_t)(k * 6 + k % 5) << DATA_KEY_POS_BITS | (uint64_t)k;
-        CHECK(data_source_doc_batch(src, keys, K, len, ptr, &err) == ST_OK, "%s", err.msg);
+        CHECK(data_source_doc_batch(src, keys, K, len, ptr, prev_end, &err) == ST_OK, "%s", err.msg);
         int bad = 0;
         for (int k = 0; k < K; k++) {
-            uint64_t p, l;
-            CHECK(data_source_doc(ref_src, (uint64_t)(k * 6 + k % 5), &p, &l, &err) == ST_OK, "%s", err.msg);
-            bad += p != (uint64_t)ptr[k] || l != (uint64_t)len[k];
+            uint64_t p, l, pp = 0, pl = 0, d = (uint64_t)(k * 6 + k % 5);
+            CHECK(data_source_doc(ref_src, d, &p, &l, &err) == ST_OK, "%s", err.msg);
+            if (d) CHECK(data_source_doc(ref_src, d - 1, &pp, &pl, &err) == ST_OK, "%s", err.msg);
+            bad += p != (uint64_t)ptr[k] || l != (uint64_t)len[k] || (uint64_t)prev_end[k] != pp + 2 * pl;
         }
         CHECK(!bad, "%d batched index entries differ from single lookups", bad);
     }

@@ -196,19 +196,19 @@ static void test_llmc_raw_memory(void) {
     write_file(tmp_path("short.bin"), buf, 1030);
     CHECK(open_path(tmp_path("short.bin"), DATA_FORMAT_AUTO, &s, &err) == ST_ERR_TRUNCATED &&
               strstr(err.msg, "short.bin") && strstr(err.msg, "1030"), "llm.c truncated: %s", err.msg);
-    /* raw uint16, raw uint32 by suffix, odd size */
+    /* raw uint16 (said so: no header tells), raw uint32 by its documented .u32 suffix, odd size */
     write_file(tmp_path("raw.u16"), t16, 8);
-    CHECK(open_path(tmp_path("raw.u16"), DATA_FORMAT_AUTO, &s, &err) == ST_OK && s->n_tokens == 4, "%s", err.msg);
+    CHECK(open_path(tmp_path("raw.u16"), DATA_FORMAT_RAW_U16, &s, &err) == ST_OK && s->n_tokens == 4, "%s", err.msg);
     data_source_close(s);
     write_file(tmp_path("raw.u32"), t32, 12);
     CHECK(open_path(tmp_path("raw.u32"), DATA_FORMAT_AUTO, &s, &err) == ST_OK && s->n_tokens == 3, "%s", err.msg);
     CHECK(data_source_read(s, 0, 2, 1, out, 0, &err) == ST_OK && out[0] == 128255, "raw u32 read");
     data_source_close(s);
     write_file(tmp_path("odd.u16"), t16, 7);
-    CHECK(open_path(tmp_path("odd.u16"), DATA_FORMAT_AUTO, &s, &err) == ST_ERR_TRUNCATED &&
+    CHECK(open_path(tmp_path("odd.u16"), DATA_FORMAT_RAW_U16, &s, &err) == ST_ERR_TRUNCATED &&
               strstr(err.msg, "odd.u16") && strstr(err.msg, "offset 6"), "raw odd size: %s", err.msg);
     write_file(tmp_path("empty.u16"), t16, 0);
-    CHECK(open_path(tmp_path("empty.u16"), DATA_FORMAT_AUTO, &s, &err) == ST_ERR_INVALID &&
+    CHECK(open_path(tmp_path("empty.u16"), DATA_FORMAT_RAW_U16, &s, &err) == ST_ERR_INVALID &&
               strstr(err.msg, "empty source") && strstr(err.msg, "empty.u16"), "empty raw: %s", err.msg);
     /* memory */
     data_source_config mc = {.format = DATA_FORMAT_MEMORY, .mem = t16, .mem_tokens = 4, .mem_itemsize = 2};
@@ -324,10 +324,217 @@ static void test_bad_megatron(void) {
     data_loader_close(dl);
 }
 
+/* No silent guess: a file's format comes from its header (a Megatron .idx beside it,
+ * the llm.c magic) or from the data list (FORMAT@PATH); anything else is refused with
+ * the bytes found at offset 0 and the two ways to say what the file is. */
+static void test_no_guess(void) {
+    st_err err = {0};
+    data_source *s = NULL;
+    uint16_t t16[4] = {5, 6, 50256, 7};
+    write_file(tmp_path("plain.u16"), t16, 8);
+    CHECK(open_path(tmp_path("plain.u16"), DATA_FORMAT_AUTO, &s, &err) == ST_ERR_FORMAT && strstr(err.msg, "plain.u16") &&
+              strstr(err.msg, "offset 0") && strstr(err.msg, "05 00 06 00 50 c4 07 00") && strstr(err.msg, "raw16@") &&
+              strstr(err.msg, ".idx"),
+          "a headerless file read as uint16 without a word: %s", err.msg);
+    data_source_close(s), s = NULL;
+    /* the same file, said to be raw uint16 in the list syntax or the config */
+    char spec[700];
+    snprintf(spec, sizeof spec, "raw16@%s", tmp_path("plain.u16"));
+    CHECK(open_path(spec, DATA_FORMAT_AUTO, &s, &err) == ST_OK && s->n_tokens == 4 && s->format == DATA_FORMAT_RAW_U16,
+          "raw16@: %s", err.msg);
+    data_source_close(s), s = NULL;
+    CHECK(open_path(tmp_path("plain.u16"), DATA_FORMAT_RAW_U16, &s, &err) == ST_OK, "%s", err.msg);
+    data_source_close(s), s = NULL;
+    snprintf(spec, sizeof spec, "raw32@%s", tmp_path("plain.u16"));
+    CHECK(open_path(spec, DATA_FORMAT_AUTO, &s, &err) == ST_OK && s->n_tokens == 2 && s->dtype == DATA_DTYPE_U32,
+          "raw32@: %s", err.msg);
+    data_source_close(s), s = NULL;
+    snprintf(spec, sizeof spec, "bogus@%s", tmp_path("plain.u16"));
+    CHECK(open_path(spec, DATA_FORMAT_AUTO, &s, &err) != ST_OK && strstr(err.msg, "bogus") && strstr(err.msg, "raw16"),
+          "unknown format name: %s", err.msg);
+    data_source_close(s), s = NULL;
+    /* PREFIX.bin whose .idx is missing: an int32 Megatron dataset must not train as uint16 */
+    int32_t t32[4] = {1, 2, 3, 4};
+    write_file(tmp_path("orphan.bin"), t32, 16);
+    CHECK(open_path(tmp_path("orphan.bin"), DATA_FORMAT_AUTO, &s, &err) == ST_ERR_FORMAT &&
+              strstr(err.msg, "orphan.bin") && strstr(err.msg, "orphan.idx") && strstr(err.msg, "01 00 00 00 02 00") &&
+              strstr(err.msg, "raw16@"),
+          "a .bin without its .idx read as raw tokens: %s", err.msg);
+    data_source_close(s), s = NULL;
+    /* an llm.c shard whose magic is zeroed or wrong is refused, not read with its header */
+    uint8_t buf[1024 + 8];
+    int32_t hdr[256] = {0, 1, 4};
+    memcpy(buf, hdr, 1024);
+    memcpy(buf + 1024, t16, 8);
+    write_file(tmp_path("zeromagic.bin"), buf, sizeof buf);
+    CHECK(open_path(tmp_path("zeromagic.bin"), DATA_FORMAT_AUTO, &s, &err) == ST_ERR_FORMAT &&
+              strstr(err.msg, "zeromagic.bin") && strstr(err.msg, "00 00 00 00 01 00 00 00") &&
+              strstr(err.msg, "20240520"),
+          "an llm.c shard with a zeroed magic read as raw tokens: %s", err.msg);
+    data_source_close(s), s = NULL;
+    hdr[0] = 20240519;
+    memcpy(buf, hdr, 1024);
+    write_file(tmp_path("offmagic.bin"), buf, sizeof buf);
+    CHECK(open_path(tmp_path("offmagic.bin"), DATA_FORMAT_AUTO, &s, &err) == ST_ERR_FORMAT &&
+              strstr(err.msg, "offmagic.bin") && strstr(err.msg, "offset 0"),
+          "an llm.c shard with a wrong magic read as raw tokens: %s", err.msg);
+    data_source_close(s), s = NULL;
+    /* a loader refuses it at open too, and takes the explicit form */
+    data_loader_config c;
+    data_loader_config_init(&c);
+    c.n_sources = 1;
+    c.T = 2;
+    c.sources[0].path = tmp_path("zeromagic.bin");
+    data_loader *dl = NULL;
+    CHECK(data_loader_open(&dl, &c, &err) == ST_ERR_FORMAT && strstr(err.msg, "zeromagic.bin"), "loader: %s", err.msg);
+    data_loader_close(dl), dl = NULL;
+    snprintf(spec, sizeof spec, "raw16@%s", tmp_path("plain.u16"));
+    c.sources[0].path = spec;
+    CHECK(data_loader_open(&dl, &c, &err) == ST_OK, "loader with raw16@: %s", err.msg);
+    data_loader_close(dl);
+    /* explicit llmc@ and megatron@ name what the header says */
+    hdr[0] = 20240520;
+    memcpy(buf, hdr, 1024);
+    write_file(tmp_path("good16.bin"), buf, sizeof buf);
+    snprintf(spec, sizeof spec, "llmc@%s", tmp_path("good16.bin"));
+    CHECK(open_path(spec, DATA_FORMAT_AUTO, &s, &err) == ST_OK && s->format == DATA_FORMAT_LLMC, "llmc@: %s", err.msg);
+    data_source_close(s), s = NULL;
+    snprintf(spec, sizeof spec, "llmc@%s", tmp_path("zeromagic.bin"));
+    CHECK(open_path(spec, DATA_FORMAT_AUTO, &s, &err) == ST_ERR_FORMAT && strstr(err.msg, "offset 0") &&
+              strstr(err.msg, "raw16@"),
+          "llmc@ on a damaged shard: %s", err.msg);
+    data_source_close(s), s = NULL;
+    /* a missing file is named as missing, not as an unknown format */
+    CHECK(open_path(tmp_path("nowhere.bin"), DATA_FORMAT_AUTO, &s, &err) == ST_ERR_IO && strstr(err.msg, "nowhere.bin"),
+          "missing file: %s", err.msg);
+    data_source_close(s);
+}
+
+/* Megatron writes sequences back to back: sequence d starts where d-1 ends. */
+static void test_consecutive(void) {
+    st_err err = {0};
+    data_source *s = NULL;
+    int32_t sizes[4] = {2, 2, 2, 2};
+    uint16_t toks[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    uint8_t idx[256];
+    char prefix[600], ip[700], bp[700];
+    snprintf(prefix, sizeof prefix, "%s", tmp_path("order"));
+    snprintf(ip, sizeof ip, "%s.idx", prefix);
+    snprintf(bp, sizeof bp, "%s.bin", prefix);
+    write_file(bp, toks, 16);
+    size_t n = build_idx(idx, DATA_DTYPE_U16, sizes, 4, 1);
+    const size_t po = 34 + 4 * 4; /* pointers */
+    int64_t p;
+    /* swapped: sequence 1 at byte 8 and 2 at byte 4 (each inside the file) */
+    p = 8, memcpy(idx + po + 8, &p, 8);
+    p = 4, memcpy(idx + po + 16, &p, 8);
+    write_file(ip, idx, n);
+    int32_t out[2];
+    CHECK(open_path(prefix, DATA_FORMAT_AUTO, &s, &err) == ST_OK, "%s", err.msg);
+    if (s) {
+        CHECK(data_source_read(s, 1, 0, 2, out, 0, &err) == ST_ERR_FORMAT && strstr(err.msg, "order.idx") &&
+                  strstr(err.msg, "sequence 1") && strstr(err.msg, "byte 8") && strstr(err.msg, "byte 4") &&
+                  strstr(err.msg, "offset 58"),
+              "swapped sequences accepted: %s", err.msg);
+        CHECK(data_source_read(s, 2, 0, 2, out, 0, &err) == ST_ERR_FORMAT && strstr(err.msg, "sequence 2"),
+              "a sequence pointing back accepted: %s", err.msg);
+        CHECK(data_source_read(s, 0, 0, 2, out, 0, &err) == ST_OK && out[1] == 2, "sequence 0 is fine: %s", err.msg);
+    }
+    data_source_close(s), s = NULL;
+    /* the same through a loader (index entries read in windows) */
+    data_loader_config c;
+    data_loader_config_init(&c);
+    c.n_sources = 1;
+    c.sources[0].path = prefix;
+    c.T = 1;
+    c.no_shuffle = 1;
+    data_loader *dl = NULL;
+    data_batch b;
+    CHECK(data_loader_open(&dl, &c, &err) == ST_OK, "%s", err.msg);
+    st_status rc = ST_OK;
+    for (int i = 0; i < 6 && !rc && dl; i++) rc = data_loader_next(dl, &b, &err);
+    CHECK(rc == ST_ERR_FORMAT && strstr(err.msg, "order.idx") && strstr(err.msg, "sequence 1"),
+          "swapped sequences through the loader: %s", err.msg);
+    data_loader_close(dl), dl = NULL;
+    /* overlapping: sequence 1 starts inside sequence 0 (and the gap is left after it) */
+    n = build_idx(idx, DATA_DTYPE_U16, sizes, 4, 1);
+    p = 2, memcpy(idx + po + 8, &p, 8);
+    write_file(ip, idx, n);
+    CHECK(open_path(prefix, DATA_FORMAT_AUTO, &s, &err) == ST_OK, "%s", err.msg);
+    if (s)
+        CHECK(data_source_read(s, 1, 0, 2, out, 0, &err) == ST_ERR_FORMAT && strstr(err.msg, "sequence 1") &&
+                  strstr(err.msg, "overlap"),
+              "an overlapping sequence accepted: %s", err.msg);
+    data_source_close(s), s = NULL;
+    /* ...unless the source says its sequences are not in order */
+    data_source_config sc = {.path = prefix, .unordered = 1};
+    CHECK(data_source_open(&s, &sc, &err) == ST_OK, "%s", err.msg);
+    if (s) CHECK(data_source_read(s, 1, 0, 2, out, 0, &err) == ST_OK && out[0] == 2 && out[1] == 3, "unordered: %s", err.msg);
+    data_source_close(s), s = NULL;
+    char spec[700];
+    snprintf(spec, sizeof spec, "megatron-unordered@%s", prefix);
+    CHECK(open_path(spec, DATA_FORMAT_AUTO, &s, &err) == ST_OK, "%s", err.msg);
+    if (s) CHECK(data_source_read(s, 1, 0, 2, out, 0, &err) == ST_OK && out[0] == 2, "megatron-unordered@: %s", err.msg);
+    data_source_close(s), s = NULL;
+    /* a misaligned pointer inside the file is reported as misaligned, with the token size */
+    n = build_idx(idx, DATA_DTYPE_U16, sizes, 4, 1);
+    p = 5, memcpy(idx + po + 8, &p, 8);
+    write_file(ip, idx, n);
+    CHECK(open_path(prefix, DATA_FORMAT_AUTO, &s, &err) == ST_OK, "%s", err.msg);
+    if (s)
+        CHECK(data_source_read(s, 1, 0, 1, out, 0, &err) == ST_ERR_FORMAT && strstr(err.msg, "misaligned") &&
+                  strstr(err.msg, "2-byte") && !strstr(err.msg, "outside"),
+              "misaligned pointer: %s", err.msg);
+    data_source_close(s);
+}
+
+/* Token values: a float that is not a whole number, an id past the vocabulary. */
+static void test_token_messages(void) {
+    st_err err = {0};
+    data_source *s = NULL;
+    int32_t sz1[2] = {1, 1};
+    uint8_t idx[128];
+    char prefix[600], path[700];
+    size_t n = build_idx(idx, DATA_DTYPE_F32, sz1, 2, 1);
+    snprintf(prefix, sizeof prefix, "%s", tmp_path("f32"));
+    snprintf(path, sizeof path, "%s.idx", prefix);
+    write_file(path, idx, n);
+    float fv[2] = {1.5f, 70000.0f};
+    snprintf(path, sizeof path, "%s.bin", prefix);
+    write_file(path, fv, 8);
+    int32_t o;
+    CHECK(open_path(prefix, DATA_FORMAT_AUTO, &s, &err) == ST_OK, "%s", err.msg);
+    if (s) {
+        CHECK(data_source_read(s, 0, 0, 1, &o, 0, &err) == ST_ERR_FORMAT && strstr(err.msg, "1.5") &&
+                  strstr(err.msg, "not an integer token id") && !strstr(err.msg, "2147483648"),
+              "float 1.5: %s", err.msg);
+        CHECK(data_source_read(s, 0, 0, 1, &o, 50257, &err) == ST_ERR_FORMAT && strstr(err.msg, "not an integer token id"),
+              "float 1.5 with a vocabulary: %s", err.msg);
+        CHECK(data_source_read(s, 1, 0, 1, &o, 50257, &err) == ST_ERR_FORMAT && strstr(err.msg, "70000") &&
+                  strstr(err.msg, "50257") && strstr(err.msg, "byte offset 4"),
+              "float id past the vocabulary: %s", err.msg);
+        CHECK(data_source_read(s, 1, 0, 1, &o, 0, &err) == ST_OK && o == 70000, "whole float read: %s", err.msg);
+    }
+    data_source_close(s), s = NULL;
+    /* with no vocabulary given, an id that int32 cannot hold says so, not "vocabulary [0, 2^31)" */
+    uint32_t big[2] = {3, 3000000000u};
+    write_file(tmp_path("big.u32"), big, 8);
+    CHECK(open_path(tmp_path("big.u32"), DATA_FORMAT_RAW_U32, &s, &err) == ST_OK, "%s", err.msg);
+    int32_t o2[2];
+    if (s)
+        CHECK(data_source_read(s, 0, 0, 2, o2, 0, &err) == ST_ERR_FORMAT && strstr(err.msg, "3000000000") &&
+                  !strstr(err.msg, "vocabulary") && strstr(err.msg, "int32"),
+              "id past int32: %s", err.msg);
+    data_source_close(s);
+}
+
 int main(void) {
     test_pack_layout();
     test_all_dtypes();
     test_llmc_raw_memory();
     test_bad_megatron();
+    test_no_guess();
+    test_consecutive();
+    test_token_messages();
     return test_finish("data_formats");
 }

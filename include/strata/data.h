@@ -56,7 +56,8 @@ extern "C" {
 
 /* Append-only. */
 typedef enum data_format {
-    DATA_FORMAT_AUTO = 0,     /* by content: MMIDIDX .idx beside it, llm.c magic, else raw uint16 (.u32: uint32) */
+    DATA_FORMAT_AUTO = 0,     /* by header: MMIDIDX .idx beside it, llm.c magic (or the .u32 name: raw
+                                 uint32), or said in the path as FORMAT@PATH; anything else is refused */
     DATA_FORMAT_MEGATRON = 1, /* Megatron-LM indexed dataset: PREFIX.bin + PREFIX.idx */
     DATA_FORMAT_LLMC = 2,     /* llm.c shard: 256 int32 header, uint16 (v1) or uint32 (v7) tokens */
     DATA_FORMAT_RAW_U16 = 3,  /* headerless little-endian uint16 tokens */
@@ -74,12 +75,14 @@ const char *data_dtype_name(int code);   /* "uint16", ...; "?" if unknown */
 int data_dtype_size(int code);           /* bytes per token; 0 if unknown */
 
 typedef struct data_source_config {
-    const char *path;     /* Megatron prefix (or its .bin/.idx), llm.c shard, raw token file */
+    const char *path;     /* Megatron prefix (or its .bin/.idx), llm.c shard, raw token file; may
+                             begin FORMAT@ (megatron, megatron-unordered, llmc, raw16, raw32) */
     double weight;        /* relative; need not sum to 1 */
     data_format format;   /* DATA_FORMAT_AUTO unless the file cannot say */
     const void *mem;      /* DATA_FORMAT_MEMORY: the tokens (must outlive the loader) */
     size_t mem_tokens;    /* DATA_FORMAT_MEMORY: how many */
     int mem_itemsize;     /* DATA_FORMAT_MEMORY: 2 (uint16) or 4 (uint32) */
+    int unordered;        /* Megatron: accept sequences not stored back to back (else refused) */
 } data_source_config;
 
 /* From global step start_step on (until the next entry), the weights are these. */

@@ -31,6 +31,7 @@
 struct data_source {
     data_format format;
     int dtype, itemsize;
+    int unordered;           /* Megatron: sequences need not be stored back to back */
     char bin_path[DATA_PATH_MAX + 8], idx_path[DATA_PATH_MAX + 8];
     int fd;                  /* token file; -1 for memory sources */
     const uint8_t *mem;      /* memory sources */
@@ -49,24 +50,30 @@ struct data_source {
 };
 
 /* Document d of an indexed source: byte pointer into the .bin and length in tokens,
- * checked against the .bin size. */
+ * checked against the .bin size and (unless the source is unordered) against the end of
+ * document d-1: sequences are stored back to back. */
 st_status data_source_doc(data_source *s, uint64_t d, uint64_t *ptr, uint64_t *len, st_err *err);
 /* Index entries of many documents at once (a stream's lookahead window; the stream
  * itself reads them in steps with data_source_doc_runs). keys are
  * (document << DATA_KEY_POS_BITS | slot), sorted ascending; the raw entries of the
  * document in each key land in len[slot] and ptr[slot], unchecked (use
- * data_source_doc_entry). Neighbouring entries share one pread. */
+ * data_source_doc_entry), and, when prev_end is not NULL and the source is not
+ * unordered, the byte where the document before it ends in prev_end[slot] (0 for
+ * document 0). Neighbouring entries share one pread. */
 #define DATA_KEY_POS_BITS 24
 st_status data_source_doc_batch(data_source *s, const uint64_t *keys, size_t n, int32_t *len, int64_t *ptr,
-                                st_err *err);
+                                int64_t *prev_end, st_err *err);
 /* One step of that: from keys[*i] on, the entries of one index array (which = 0: sizes
- * into len, 1: pointers into ptr), in preads of neighbouring entries, until max_preads
- * preads or max_bytes bytes are done (at least one pread); advances *i past them. */
+ * into len, 1: pointers into ptr; the sizes of a set of keys before their pointers, as
+ * prev_end needs both), in preads of neighbouring entries, until max_preads preads or
+ * max_bytes bytes are done (at least one pread); advances *i past them. */
 st_status data_source_doc_runs(data_source *s, const uint64_t *keys, size_t n, size_t *i, int which,
-                               int max_preads, size_t max_bytes, int32_t *len, int64_t *ptr, st_err *err);
-/* Check a raw entry of document d as data_source_doc does, and return it. */
-st_status data_source_doc_entry(const data_source *s, uint64_t d, int32_t n, int64_t p, uint64_t *ptr,
-                                uint64_t *len, st_err *err);
+                               int max_preads, size_t max_bytes, int32_t *len, int64_t *ptr, int64_t *prev_end,
+                               st_err *err);
+/* Check a raw entry of document d as data_source_doc does (prev_end: where document d-1
+ * ends, from data_source_doc_runs), and return it. */
+st_status data_source_doc_entry(const data_source *s, uint64_t d, int32_t n, int64_t p, int64_t prev_end,
+                                uint64_t *ptr, uint64_t *len, st_err *err);
 /* Read n tokens starting at byte offset `base` of the token file (no index lookup;
  * the caller has checked the range against the document it came from). */
 st_status data_source_read_at(data_source *s, uint64_t base, uint64_t n, int32_t *out, int64_t vocab_size,
@@ -91,6 +98,7 @@ typedef struct data_window {
     uint64_t *doc;        /* [la_cap] document at each position */
     int32_t *len;         /* [la_cap] its raw size entry */
     int64_t *ptr;         /* [la_cap] its raw pointer entry */
+    int64_t *prev_end;    /* [la_cap] where the document before it ends (NULL: unordered source) */
 } data_window;
 
 /* The stream of one source within a loader: T+1-token samples overlapping by one. */
@@ -121,8 +129,8 @@ typedef struct data_stream {
 } data_stream;
 
 /* Positions per lookahead window: per source by default, at most TOTAL over all of a
- * loader's sources (56 bytes a position: two windows of 20 and 16 of sort scratch, so
- * 14.7 MB at the total), and FIRST for the first window after an open or a jump. */
+ * loader's sources (72 bytes a position: two windows of 28 and 16 of sort scratch, so
+ * 18.9 MB at the total), and FIRST for the first window after an open or a jump. */
 #define DATA_LOOKAHEAD_DEFAULT (1u << 16)
 #define DATA_LOOKAHEAD_TOTAL (1u << 18)
 #define DATA_LOOKAHEAD_FIRST 16u

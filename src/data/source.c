@@ -231,9 +231,10 @@ static st_status open_llmc(data_source *s, st_err *err) {
         s->dtype = DATA_DTYPE_U32;
     } else {
         return st_errf(err, ST_ERR_FORMAT,
-                       "%s: offset 0: magic %d is not an llm.c shard's (20240520 or 20240801); give "
-                       "the format explicitly if this is a raw token file",
-                       s->bin_path, hdr[0]);
+                       "%s: offset 0: magic %d is not an llm.c shard's (20240520 or 20240801); if "
+                       "the file is headerless tokens, say so in the data list: raw16@%s (uint16) or "
+                       "raw32@%s (uint32)",
+                       s->bin_path, hdr[0], s->bin_path, s->bin_path);
     }
     s->itemsize = s->dtype == DATA_DTYPE_U16 ? 2 : 4;
     s->data_off = DATA_LLMC_HEADER_BYTES;
@@ -272,30 +273,139 @@ static st_status open_raw(data_source *s, st_err *err) {
     return ST_OK;
 }
 
-/* Decide the format of an AUTO source from names and the first bytes. */
-static data_format detect(const char *path, char *prefix, size_t cap) {
+/* The format names of the data list ("FORMAT@PATH"), as `strata data inspect --format`
+ * spells them. */
+static const struct {
+    const char *name;
+    data_format format;
+    int unordered;
+} spec_names[] = {
+    {"megatron", DATA_FORMAT_MEGATRON, 0}, {"megatron-unordered", DATA_FORMAT_MEGATRON, 1},
+    {"llmc", DATA_FORMAT_LLMC, 0},         {"raw16", DATA_FORMAT_RAW_U16, 0},
+    {"raw32", DATA_FORMAT_RAW_U32, 0},
+};
+#define SPEC_NAMES "megatron, megatron-unordered, llmc, raw16 or raw32"
+
+/* Split "FORMAT@PATH" into its format and path. A path whose text before the first '@'
+ * holds a '/' or is an existing file's whole name is a plain path. */
+static st_status parse_spec(const char *spec, data_format *fmt, int *unordered, const char **path, st_err *err) {
+    *path = spec;
+    const char *at = strchr(spec, '@');
+    if (!at || at == spec || memchr(spec, '/', (size_t)(at - spec))) return ST_OK;
+    size_t n = (size_t)(at - spec);
+    for (size_t i = 0; i < sizeof spec_names / sizeof spec_names[0]; i++)
+        if (strlen(spec_names[i].name) == n && !memcmp(spec, spec_names[i].name, n)) {
+            *fmt = spec_names[i].format;
+            *unordered = spec_names[i].unordered;
+            *path = at + 1;
+            return ST_OK;
+        }
+    if (file_exists(spec)) return ST_OK;
+    return st_errf(err, ST_ERR_INVALID,
+                   "data source '%s': unknown format '%.*s' before the '@'; the formats are " SPEC_NAMES
+                   " (FORMAT@PATH[:WEIGHT])",
+                   spec, (int)n, spec);
+}
+
+/* The first bytes of a file, as "05 00 06 00 ..." for a message. */
+static void hex_bytes(const uint8_t *b, size_t n, char *out, size_t cap) {
+    size_t o = 0;
+    out[0] = 0;
+    for (size_t i = 0; i < n && o + 4 < cap; i++) o += (size_t)snprintf(out + o, cap - o, i ? " %02x" : "%02x", b[i]);
+}
+
+/* The format of an AUTO source, from its header: a Megatron .idx beside it (PREFIX,
+ * PREFIX.bin or PREFIX.idx), the llm.c magic at offset 0, or the documented .u32 name of
+ * raw uint32 tokens. Anything else is refused: a headerless file cannot say whether it
+ * holds uint16 or uint32 tokens, or whether a header was damaged (an llm.c shard with a
+ * zeroed magic read as uint16 trains on its own header). */
+static st_status detect(const char *path, char *prefix, size_t cap, data_format *fmt, st_err *err) {
+    char idx[DATA_PATH_MAX + 8];
     snprintf(prefix, cap, "%s", path);
     size_t n = strlen(prefix);
-    if (ends_with(prefix, ".idx") || ends_with(prefix, ".bin")) {
+    if (ends_with(prefix, ".idx")) {
         prefix[n - 4] = 0;
-        char idx[DATA_PATH_MAX + 8];
-        snprintf(idx, sizeof idx, "%s.idx", prefix);
-        if (ends_with(path, ".idx") || file_exists(idx)) return DATA_FORMAT_MEGATRON;
-        snprintf(prefix, cap, "%s", path);
+        *fmt = DATA_FORMAT_MEGATRON;
+        return ST_OK;
+    }
+    if (ends_with(prefix, ".bin")) prefix[n - 4] = 0;
+    snprintf(idx, sizeof idx, "%s.idx", prefix);
+    if (file_exists(idx)) {
+        *fmt = DATA_FORMAT_MEGATRON;
+        return ST_OK;
+    }
+    snprintf(prefix, cap, "%s", path);
+    int fd;
+    uint64_t bytes;
+    st_status rc = open_file(path, &fd, &bytes, err);
+    if (rc) return rc;
+    uint8_t head[16];
+    ssize_t r = pread(fd, head, sizeof head, 0);
+    close(fd);
+    if (r < 0) return st_errf(err, ST_ERR_IO, "%s: reading its first bytes failed: %s", path, strerror(errno));
+    int32_t w[3] = {0, 0, 0};
+    memcpy(w, head, r >= 12 ? 12 : (size_t)r);
+    if (r >= 4 && (w[0] == DATA_LLMC_MAGIC_U16 || w[0] == DATA_LLMC_MAGIC_U32)) {
+        *fmt = DATA_FORMAT_LLMC;
+        return ST_OK;
+    }
+    if (ends_with(path, ".u32")) {
+        *fmt = DATA_FORMAT_RAW_U32;
+        return ST_OK;
+    }
+    char hex[64], found[128];
+    hex_bytes(head, r > 0 ? (size_t)r : 0, hex, sizeof hex);
+    if (r <= 0) snprintf(found, sizeof found, "the file is empty");
+    else snprintf(found, sizeof found, "offset 0 holds %s%s", hex, r == (ssize_t)sizeof head ? " ..." : " (the whole file)");
+    /* A damaged llm.c magic in front of an intact header: say so. */
+    int llmc_like = r >= 12 && (w[1] == DATA_LLMC_VERSION_U16 || w[1] == DATA_LLMC_VERSION_U32) && w[2] > 0 &&
+                    bytes == DATA_LLMC_HEADER_BYTES + (uint64_t)w[2] * (w[1] == DATA_LLMC_VERSION_U16 ? 2u : 4u);
+    return st_errf(err, ST_ERR_FORMAT,
+                   "%s: cannot tell the token format: there is no Megatron index %s beside it, and %s, not an "
+                   "llm.c shard's magic (int32 20240520 or 20240801)%s. Say what it is: give the format before "
+                   "the path in the data list (raw16@%s for headerless uint16 tokens; or raw32@, llmc@, "
+                   "megatron@), or put the matching .idx beside it",
+                   path, idx, found,
+                   llmc_like ? "; the words after it look like an llm.c header (version, token count), so "
+                               "the magic may be damaged"
+                             : "",
+                   path);
+}
+
+/* A file source: the format said in the path (FORMAT@PATH) or the config, else read
+ * from the header; then that format's checks. */
+static st_status open_path(data_source *s, const data_source_config *cfg, st_err *err) {
+    char prefix[DATA_PATH_MAX];
+    const char *path = cfg->path;
+    data_format said = DATA_FORMAT_AUTO;
+    st_status rc = parse_spec(cfg->path, &said, &s->unordered, &path, err);
+    if (rc) return rc;
+    if (said != DATA_FORMAT_AUTO && s->format != DATA_FORMAT_AUTO && said != s->format)
+        return st_errf(err, ST_ERR_INVALID,
+                       "data source '%s': the format before the '@' disagrees with the configured format %d; "
+                       "give one of them", cfg->path, (int)s->format);
+    if (said != DATA_FORMAT_AUTO) s->format = said;
+    s->unordered |= cfg->unordered;
+    snprintf(s->bin_path, sizeof s->bin_path, "%s", path);
+    if (s->format == DATA_FORMAT_AUTO) {
+        rc = detect(path, prefix, sizeof prefix, &s->format, err);
+        if (rc) return rc;
     } else {
-        char idx[DATA_PATH_MAX + 8];
-        snprintf(idx, sizeof idx, "%s.idx", prefix);
-        if (file_exists(idx)) return DATA_FORMAT_MEGATRON;
+        snprintf(prefix, sizeof prefix, "%s", path);
+        if (s->format == DATA_FORMAT_MEGATRON && (ends_with(prefix, ".idx") || ends_with(prefix, ".bin")))
+            prefix[strlen(prefix) - 4] = 0;
     }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-        int32_t magic = 0;
-        ssize_t r = pread(fd, &magic, 4, 0);
-        close(fd);
-        if (r == 4 && (magic == DATA_LLMC_MAGIC_U16 || magic == DATA_LLMC_MAGIC_U32))
-            return DATA_FORMAT_LLMC;
+    switch (s->format) {
+    case DATA_FORMAT_MEGATRON: return open_megatron(s, prefix, err);
+    case DATA_FORMAT_LLMC: return open_llmc(s, err);
+    case DATA_FORMAT_RAW_U16:
+        s->dtype = DATA_DTYPE_U16, s->itemsize = 2;
+        return open_raw(s, err);
+    case DATA_FORMAT_RAW_U32:
+        s->dtype = DATA_DTYPE_U32, s->itemsize = 4;
+        return open_raw(s, err);
+    default: return st_errf(err, ST_ERR_INVALID, "%s: unknown data format %d", cfg->path, (int)s->format);
     }
-    return ends_with(path, ".u32") ? DATA_FORMAT_RAW_U32 : DATA_FORMAT_RAW_U16;
 }
 
 st_status data_source_open(data_source **out, const data_source_config *cfg, st_err *err) {
@@ -329,28 +439,7 @@ st_status data_source_open(data_source **out, const data_source_config *cfg, st_
     } else if (!cfg->path || !cfg->path[0]) {
         rc = st_errf(err, ST_ERR_INVALID, "data source: no path given");
     } else {
-        char prefix[DATA_PATH_MAX];
-        if (s->format == DATA_FORMAT_AUTO) {
-            s->format = detect(cfg->path, prefix, sizeof prefix);
-        } else {
-            snprintf(prefix, sizeof prefix, "%s", cfg->path);
-            if (s->format == DATA_FORMAT_MEGATRON && (ends_with(prefix, ".idx") || ends_with(prefix, ".bin")))
-                prefix[strlen(prefix) - 4] = 0;
-        }
-        snprintf(s->bin_path, sizeof s->bin_path, "%s", cfg->path);
-        switch (s->format) {
-        case DATA_FORMAT_MEGATRON: rc = open_megatron(s, prefix, err); break;
-        case DATA_FORMAT_LLMC: rc = open_llmc(s, err); break;
-        case DATA_FORMAT_RAW_U16:
-            s->dtype = DATA_DTYPE_U16, s->itemsize = 2;
-            rc = open_raw(s, err);
-            break;
-        case DATA_FORMAT_RAW_U32:
-            s->dtype = DATA_DTYPE_U32, s->itemsize = 4;
-            rc = open_raw(s, err);
-            break;
-        default: rc = st_errf(err, ST_ERR_INVALID, "%s: unknown data format %d", cfg->path, (int)s->format);
-        }
+        rc = open_path(s, cfg, err);
     }
     if (rc) {
         data_source_close(s);
@@ -382,17 +471,37 @@ uint64_t data_source_fingerprint(const data_source *s) {
 }
 
 /* The checks every index entry gets before it is used: sequence d says n tokens at
- * byte p of the .bin (the message names the .idx offsets of its size and pointer). */
-static st_status check_entry(const data_source *s, uint64_t d, int32_t n, uint64_t p, st_err *err) {
-    if (n < 0 || p % s->itemsize || p > s->bin_bytes || (uint64_t)n > (s->bin_bytes - p) / s->itemsize) {
-        uint64_t so = DATA_IDX_HEADER_BYTES + 4 * d, po = DATA_IDX_HEADER_BYTES + 4 * s->n_docs + 8 * d;
+ * byte p of the .bin (the message names the .idx offsets of its size and pointer), and,
+ * unless the source is unordered, p is where sequence d-1 ends (prev_end; 0 for d = 0):
+ * Megatron writes sequences back to back, so a pointer that goes back (sequences swapped,
+ * one pointing into another's bytes) or skips bytes means the index is corrupt. */
+static st_status check_entry(const data_source *s, uint64_t d, int32_t n, uint64_t p, uint64_t prev_end, st_err *err) {
+    uint64_t so = DATA_IDX_HEADER_BYTES + 4 * d, po = DATA_IDX_HEADER_BYTES + 4 * s->n_docs + 8 * d;
+    if (n < 0)
+        return st_errf(err, ST_ERR_FORMAT, "%s: sequence %llu (size at offset %llu) has a negative size %d; the index "
+                       "is corrupt", s->idx_path, (unsigned long long)d, (unsigned long long)so, n);
+    if (p % s->itemsize)
+        return st_errf(err, ST_ERR_FORMAT,
+                       "%s: sequence %llu (pointer at offset %llu) points at byte %llu of %s, misaligned: not a "
+                       "multiple of the %d-byte %s token; the index is corrupt or its dtype is wrong",
+                       s->idx_path, (unsigned long long)d, (unsigned long long)po, (unsigned long long)p, s->bin_path,
+                       s->itemsize, data_dtype_name(s->dtype));
+    if (p > s->bin_bytes || (uint64_t)n > (s->bin_bytes - p) / s->itemsize)
         return st_errf(err, ST_ERR_FORMAT,
                        "%s: sequence %llu (size at offset %llu, pointer at offset %llu) says %d tokens "
                        "at byte %llu, outside %s (%llu bytes); the .idx disagrees with the .bin",
-                       s->idx_path, (unsigned long long)d, (unsigned long long)so,
-                       (unsigned long long)po, n, (unsigned long long)p, s->bin_path,
-                       (unsigned long long)s->bin_bytes);
-    }
+                       s->idx_path, (unsigned long long)d, (unsigned long long)so, (unsigned long long)po, n,
+                       (unsigned long long)p, s->bin_path, (unsigned long long)s->bin_bytes);
+    if (!s->unordered && p != prev_end)
+        return st_errf(err, ST_ERR_FORMAT,
+                       "%s: sequence %llu (pointer at offset %llu) starts at byte %llu, but sequence %llu (size at "
+                       "offset %llu, pointer at offset %llu) ends at byte %llu: %s. Megatron writes sequences back "
+                       "to back, so the index is corrupt (re-run the preprocessing); if the sequences are meant to "
+                       "be out of order, give the source as megatron-unordered@PREFIX",
+                       s->idx_path, (unsigned long long)d, (unsigned long long)po, (unsigned long long)p,
+                       (unsigned long long)(d - 1), (unsigned long long)(so - 4), (unsigned long long)(po - 8),
+                       (unsigned long long)prev_end,
+                       p < prev_end ? "it overlaps the bytes of an earlier sequence" : "it leaves a gap after it");
     return ST_OK;
 }
 
@@ -402,29 +511,33 @@ st_status data_source_doc(data_source *s, uint64_t d, uint64_t *ptr, uint64_t *l
         return st_errf(err, ST_ERR_INVALID, "%s: document %llu out of range (%llu documents)",
                        s->idx_path, (unsigned long long)d, (unsigned long long)s->n_docs);
     uint64_t so = DATA_IDX_HEADER_BYTES + 4 * d, po = DATA_IDX_HEADER_BYTES + 4 * s->n_docs + 8 * d;
-    int32_t n;
-    uint64_t p;
+    /* The entry of d and, to check that d starts where d-1 ends, of d-1 before it. */
+    const int prev = d > 0 && !s->unordered;
+    int32_t n[2] = {0, 0};
+    uint64_t p[2] = {0, 0};
     /* Documents are visited in random order, so every lookup through the mapping would
      * be a page fault (mapping 16 pages by fault-around, and growing the resident set
      * unless released); two small preads cost less (measured: 2.4e8 vs 1.1e8 tokens/s
      * in strata bench data) and keep nothing mapped. The loader's streams read many
      * entries at once instead (data_source_doc_runs). */
-    if (pread(s->idx_fd, &n, 4, (off_t)so) != 4 || pread(s->idx_fd, &p, 8, (off_t)po) != 8)
+    size_t sb = prev ? 8 : 4, pb = prev ? 16 : 8;
+    if (pread(s->idx_fd, n + !prev, sb, (off_t)(so - (prev ? 4 : 0))) != (ssize_t)sb ||
+        pread(s->idx_fd, p + !prev, pb, (off_t)(po - (prev ? 8 : 0))) != (ssize_t)pb)
         return st_errf(err, ST_ERR_IO, "%s: reading the entry of sequence %llu at offset %llu: %s",
                        s->idx_path, (unsigned long long)d, (unsigned long long)so,
                        errno ? strerror(errno) : "short read (the file shrank after it was opened)");
     s->idx_lookups++;
-    s->bytes_read += 12;
-    st_status rc = check_entry(s, d, n, p, err);
+    s->bytes_read += sb + pb;
+    st_status rc = check_entry(s, d, n[1], p[1], p[0] + (uint64_t)(int64_t)n[0] * s->itemsize, err);
     if (rc) return rc;
-    *ptr = p;
-    *len = (uint64_t)n;
+    *ptr = p[1];
+    *len = (uint64_t)n[1];
     return ST_OK;
 }
 
-st_status data_source_doc_entry(const data_source *s, uint64_t d, int32_t n, int64_t p, uint64_t *ptr,
-                                uint64_t *len, st_err *err) {
-    st_status rc = check_entry(s, d, n, (uint64_t)p, err);
+st_status data_source_doc_entry(const data_source *s, uint64_t d, int32_t n, int64_t p, int64_t prev_end,
+                                uint64_t *ptr, uint64_t *len, st_err *err) {
+    st_status rc = check_entry(s, d, n, (uint64_t)p, (uint64_t)prev_end, err);
     if (rc) return rc;
     *ptr = (uint64_t)p;
     *len = (uint64_t)n;
@@ -438,23 +551,28 @@ st_status data_source_doc_entry(const data_source *s, uint64_t d, int32_t n, int
 #define BATCH_GAP_BYTES 4096u
 
 st_status data_source_doc_runs(data_source *s, const uint64_t *keys, size_t n, size_t *i, int which,
-                               int max_preads, size_t max_bytes, int32_t *len, int64_t *ptr, st_err *err) {
+                               int max_preads, size_t max_bytes, int32_t *len, int64_t *ptr, int64_t *prev_end,
+                               st_err *err) {
     const size_t cap = s->stage_bytes;
     const unsigned elem = which ? 8 : 4;
     const uint64_t base = DATA_IDX_HEADER_BYTES + (which ? 4 * s->n_docs : 0);
     uint8_t *out = which ? (uint8_t *)ptr : (uint8_t *)len;
+    if (s->unordered) prev_end = NULL; /* nothing to check against the previous sequence */
     if (!s->idx_map) return st_errf(err, ST_ERR_INVALID, "%s: has no document index", s->bin_path);
     if (n && (keys[n - 1] >> DATA_KEY_POS_BITS) >= s->n_docs)
         return st_errf(err, ST_ERR_INVALID, "%s: document %llu out of range (%llu documents)", s->idx_path,
                        (unsigned long long)(keys[n - 1] >> DATA_KEY_POS_BITS), (unsigned long long)s->n_docs);
+    /* With prev_end, each key's span is the entries of d-1 and d. */
+#define SPAN_START(doc) (base + elem * ((doc) - (prev_end && (doc) > 0)))
     size_t done_bytes = 0;
     for (int reads = 0; *i < n && reads < max_preads && done_bytes < max_bytes; reads++) {
         size_t a = *i, b = a + 1;
-        uint64_t start = base + elem * (keys[a] >> DATA_KEY_POS_BITS), end = start + elem;
+        uint64_t start = SPAN_START(keys[a] >> DATA_KEY_POS_BITS);
+        uint64_t end = base + elem * ((keys[a] >> DATA_KEY_POS_BITS) + 1);
         for (; b < n; b++) {
-            uint64_t o = base + elem * (keys[b] >> DATA_KEY_POS_BITS);
-            if (o + elem - start > cap || o > end + BATCH_GAP_BYTES) break;
-            if (o + elem > end) end = o + elem;
+            uint64_t d = keys[b] >> DATA_KEY_POS_BITS, o = SPAN_START(d), e = base + elem * (d + 1);
+            if (e - start > cap || o > end + BATCH_GAP_BYTES) break;
+            if (e > end) end = e;
         }
         size_t bytes = (size_t)(end - start), got = 0;
         while (got < bytes) {
@@ -471,23 +589,39 @@ st_status data_source_doc_runs(data_source *s, const uint64_t *keys, size_t n, s
         s->bytes_written += bytes; /* ...and writes the staging buffer */
         done_bytes += bytes;
         for (size_t k = a; k < b; k++) {
-            uint64_t o = base + elem * (keys[k] >> DATA_KEY_POS_BITS) - start;
+            uint64_t d = keys[k] >> DATA_KEY_POS_BITS, o = base + elem * d - start;
             size_t slot = (size_t)(keys[k] & ((1u << DATA_KEY_POS_BITS) - 1));
             memcpy(out + (size_t)elem * slot, s->stage + o, elem); /* unaligned in the file */
+            if (!prev_end) continue;
+            /* The size pass leaves d-1's size in prev_end[slot], the pointer pass turns
+             * it into the byte where d-1 ends. */
+            if (d == 0) {
+                prev_end[slot] = 0;
+            } else if (!which) {
+                int32_t pn;
+                memcpy(&pn, s->stage + o - 4, 4);
+                prev_end[slot] = pn;
+            } else {
+                int64_t pp;
+                memcpy(&pp, s->stage + o - 8, 8);
+                prev_end[slot] = (int64_t)((uint64_t)pp + (uint64_t)prev_end[slot] * s->itemsize);
+            }
         }
-        s->bytes_read += (uint64_t)elem * (b - a);    /* picked out of the buffer... */
-        s->bytes_written += (uint64_t)elem * (b - a); /* ...into the window */
+        s->bytes_read += (uint64_t)elem * (b - a) * (prev_end ? 2 : 1);    /* picked out of the buffer... */
+        s->bytes_written += (uint64_t)elem * (b - a) * (prev_end ? 2 : 1); /* ...into the window */
         if (which) s->idx_lookups += b - a;
         *i = b;
     }
+#undef SPAN_START
     return ST_OK;
 }
 
 st_status data_source_doc_batch(data_source *s, const uint64_t *keys, size_t n, int32_t *len, int64_t *ptr,
-                                st_err *err) {
+                                int64_t *prev_end, st_err *err) {
     st_status rc = ST_OK;
     for (int which = 0; which < 2 && !rc; which++)
-        for (size_t i = 0; i < n && !rc;) rc = data_source_doc_runs(s, keys, n, &i, which, INT32_MAX, SIZE_MAX, len, ptr, err);
+        for (size_t i = 0; i < n && !rc;)
+            rc = data_source_doc_runs(s, keys, n, &i, which, INT32_MAX, SIZE_MAX, len, ptr, prev_end, err);
     return rc;
 }
 
@@ -506,6 +640,24 @@ DATA_CLONES static uint16_t widen_u16(const uint16_t *restrict p, size_t n, int3
         mx = p[i] > mx ? p[i] : mx;
     }
     return mx;
+}
+
+/* One token of a Megatron dtype at b: its value in *v, or, for float dtypes (returns 1),
+ * in *f. */
+static int token_at(const uint8_t *b, int dtype, int64_t *v, double *f) {
+    *v = 0, *f = 0;
+    switch (dtype) {
+    case DATA_DTYPE_U8: *v = *b; return 0;
+    case DATA_DTYPE_I8: *v = (int8_t)*b; return 0;
+    case DATA_DTYPE_I16: { int16_t x; memcpy(&x, b, 2); *v = x; return 0; }
+    case DATA_DTYPE_U16: { uint16_t x; memcpy(&x, b, 2); *v = x; return 0; }
+    case DATA_DTYPE_I32: { int32_t x; memcpy(&x, b, 4); *v = x; return 0; }
+    case DATA_DTYPE_U32: { uint32_t x; memcpy(&x, b, 4); *v = x; return 0; }
+    case DATA_DTYPE_I64: { int64_t x; memcpy(&x, b, 8); *v = x; return 0; }
+    case DATA_DTYPE_F32: { float x; memcpy(&x, b, 4); *f = x; return 1; }
+    case DATA_DTYPE_F64: memcpy(f, b, 8); return 1;
+    default: *v = -1; return 0;
+    }
 }
 
 size_t data_convert(const void *src, int dtype, size_t n, int32_t *dst, int64_t vocab_size,
@@ -543,21 +695,8 @@ size_t data_convert(const void *src, int dtype, size_t n, int32_t *dst, int64_t 
     /* General path (and locating the bad token). */
     for (i = 0; i < n; i++) {
         int64_t v;
-        double f = 0;
-        int is_float = 0;
-        const uint8_t *b = (const uint8_t *)src + i * (size_t)data_dtype_size(dtype);
-        switch (dtype) {
-        case DATA_DTYPE_U8: v = *b; break;
-        case DATA_DTYPE_I8: v = (int8_t)*b; break;
-        case DATA_DTYPE_I16: { int16_t x; memcpy(&x, b, 2); v = x; break; }
-        case DATA_DTYPE_U16: { uint16_t x; memcpy(&x, b, 2); v = x; break; }
-        case DATA_DTYPE_I32: { int32_t x; memcpy(&x, b, 4); v = x; break; }
-        case DATA_DTYPE_U32: { uint32_t x; memcpy(&x, b, 4); v = x; break; }
-        case DATA_DTYPE_I64: { int64_t x; memcpy(&x, b, 8); v = x; break; }
-        case DATA_DTYPE_F32: { float x; memcpy(&x, b, 4); f = x; is_float = 1; v = 0; break; }
-        case DATA_DTYPE_F64: { memcpy(&f, b, 8); is_float = 1; v = 0; break; }
-        default: v = -1;
-        }
+        double f;
+        int is_float = token_at((const uint8_t *)src + i * (size_t)data_dtype_size(dtype), dtype, &v, &f);
         if (is_float) {
             /* Token ids stored as floats must be exact integers. */
             if (!(f >= 0 && f < (double)lim && f == floor(f))) {
@@ -573,6 +712,33 @@ size_t data_convert(const void *src, int dtype, size_t n, int32_t *dst, int64_t 
         dst[i] = (int32_t)v;
     }
     return n;
+}
+
+/* The error for the token at p (byte offset `at` of the token file) that data_convert
+ * refused: a float that is not a whole number, an id past the vocabulary, or, with no
+ * vocabulary given (vocab_size 0), one that no int32 token id can hold. */
+static st_status bad_token(const data_source *s, const uint8_t *p, uint64_t at, int64_t vocab_size, st_err *err) {
+    double f;
+    int64_t v;
+    if (token_at(p, s->dtype, &v, &f)) {
+        if (!(f == floor(f)) || fabs(f) > 9.2e18) /* NaN and infinities too */
+            return st_errf(err, ST_ERR_FORMAT,
+                           "%s: token value %.9g at byte offset %llu is not an integer token id (the .idx says "
+                           "%s, whose values must be whole numbers); the file holds something other than token "
+                           "ids, or the .idx names the wrong dtype",
+                           s->bin_path, f, (unsigned long long)at, data_dtype_name(s->dtype));
+        v = (int64_t)f;
+    }
+    if (vocab_size > 0)
+        return st_errf(err, ST_ERR_FORMAT,
+                       "%s: token %lld at byte offset %llu is outside the vocabulary [0, %lld) (vocab_size %lld); "
+                       "the data was tokenized for another vocabulary, or vocab_size is too small",
+                       s->bin_path, (long long)v, (unsigned long long)at, (long long)vocab_size,
+                       (long long)vocab_size);
+    return st_errf(err, ST_ERR_FORMAT,
+                   "%s: token %lld at byte offset %llu is not a token id: ids are 0 to %d (int32); the file is "
+                   "not token ids of this dtype (%s)",
+                   s->bin_path, (long long)v, (unsigned long long)at, INT32_MAX, data_dtype_name(s->dtype));
 }
 
 st_status data_source_read(data_source *s, uint64_t d, uint64_t start, uint64_t n, int32_t *out,
@@ -630,14 +796,8 @@ st_status data_source_read_at(data_source *s, uint64_t base, uint64_t n, int32_t
         int64_t bad = 0;
         size_t ok = data_convert(src, s->dtype, k, out + done, vocab_size, &bad);
         s->bytes_written += 4 * k;
-        if (ok != k) {
-            unsigned long long at = (unsigned long long)(off + ok * s->itemsize);
-            return st_errf(err, ST_ERR_FORMAT,
-                           "%s: token %lld at byte offset %llu is outside the vocabulary [0, %lld); "
-                           "the data was tokenized for another vocabulary, or vocab_size is too small",
-                           s->bin_path, (long long)bad, at,
-                           (long long)(vocab_size > 0 ? vocab_size : (int64_t)INT32_MAX + 1));
-        }
+        if (ok != k)
+            return bad_token(s, (const uint8_t *)src + ok * s->itemsize, off + ok * s->itemsize, vocab_size, err);
         done += k;
     }
     return ST_OK;

@@ -15,10 +15,12 @@
  * window bytes per document (915 for the largest source of strata bench data, about
  * 0.2 us) instead of two system calls. While one window serves lookups the next is
  * read a bounded step at a time, paced to be ready well before it is needed, so no
- * batch waits for a whole window. Memory is two windows and the sort scratch (56 bytes
- * a position, 3.7 MB per source at 65536 positions), whatever the dataset's size; the
+ * batch waits for a whole window. Memory is two windows and the sort scratch (72 bytes
+ * a position, 4.7 MB per source at 65536 positions), whatever the dataset's size; the
  * samples are the same with or without the lookahead (tests/test_data.c checks). An
- * entry that disagrees with the .bin is reported when its document is used, as before;
+ * entry that disagrees with the .bin, or a document that does not start where the one
+ * before it in the file ends (the window reads that entry too, 8 bytes more a position),
+ * is reported when its document is used;
  * a failed read of the index is reported by the lookup whose step made it, which can
  * come before the documents it was for.
  */
@@ -93,6 +95,7 @@ void data_stream_free(data_stream *s) {
         free(s->win[w].doc);
         free(s->win[w].len);
         free(s->win[w].ptr);
+        free(s->win[w].prev_end);
     }
     free(s->la_keys);
     free(s->la_tmp);
@@ -112,7 +115,8 @@ st_status data_stream_set_lookahead(data_stream *s, uint32_t cap, st_err *err) {
         s->win[w].doc = malloc(n * sizeof *s->win[w].doc);
         s->win[w].len = malloc(n * sizeof *s->win[w].len);
         s->win[w].ptr = malloc(n * sizeof *s->win[w].ptr);
-        ok = ok && s->win[w].doc && s->win[w].len && s->win[w].ptr;
+        s->win[w].prev_end = s->src->unordered ? NULL : malloc(n * sizeof *s->win[w].prev_end);
+        ok = ok && s->win[w].doc && s->win[w].len && s->win[w].ptr && (s->src->unordered || s->win[w].prev_end);
     }
     s->la_keys = malloc(n * sizeof *s->la_keys);
     s->la_tmp = malloc(n * sizeof *s->la_tmp);
@@ -205,7 +209,7 @@ static st_status window_step(data_stream *s, data_window *w, st_err *err) {
     case WIN_PTRS: {
         size_t i = w->at;
         st_status rc = data_source_doc_runs(src, keys, n, &i, w->stage == WIN_PTRS, WIN_PREADS_STEP, WIN_BYTES_STEP,
-                                            w->len, w->ptr, err);
+                                            w->len, w->ptr, w->prev_end, err);
         if (rc) {
             w->stage = WIN_EMPTY;
             return rc;
@@ -288,8 +292,8 @@ static st_status doc_at(data_stream *s, const data_cursor *cur, uint64_t *d, uin
             *ptr = s->last_ptr, *len = s->last_len;
             return ST_OK;
         }
-        s->src->bytes_read += 20; /* document, size and pointer from the window */
-        rc = data_source_doc_entry(s->src, *d, w->len[k], w->ptr[k], ptr, len, err);
+        s->src->bytes_read += w->prev_end ? 28 : 20; /* document, size, pointer (and prev_end) from the window */
+        rc = data_source_doc_entry(s->src, *d, w->len[k], w->ptr[k], w->prev_end ? w->prev_end[k] : 0, ptr, len, err);
     }
     if (rc) return rc;
     s->last_doc = *d, s->last_ptr = *ptr, s->last_len = *len, s->last_valid = 1;
