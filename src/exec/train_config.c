@@ -56,7 +56,7 @@ static const key_def keys[] = {
     {"eps", K_DOUBLE, OFF(eps), 0, 1e-30, 1, "AdamW epsilon"},
     {"grad_clip", K_DOUBLE, OFF(grad_clip), 0, 0, 1e30, "clip the global gradient norm to this (0: off)"},
     {"seed", K_U64, OFF(seed), 0, 0, 0, "seed for initialisation and data order"},
-    {"data", K_STR, STR(data), 0, 0, "\"embedded\" or a token file"},
+    {"data", K_STR, STR(data), 0, 0, "\"embedded\" or token sources [FORMAT@]PATH[:WEIGHT],... (FORMAT megatron, llmc, raw16 or raw32, needed where no header says it)"},
     {"run_dir", K_STR, STR(run_dir), 0, 0, "where metrics.jsonl and checkpoints go"},
     {"resume", K_STR, STR(resume), 0, 0, "run or checkpoint directory to resume from"},
     {"optim_state", K_STR, STR(optim_state), 0, 0, "optimizer state format: f32 or 8bit"},
