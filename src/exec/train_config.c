@@ -2,11 +2,13 @@
  * parsing from text (--key value), JSON files, validation and saving. */
 #include <errno.h>
 #include <json-c/json.h>
+#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "ckpt/fileutil.h"
 #include "strata/llama.h"
@@ -128,52 +130,241 @@ st_status train_config_set(train_config *c, const char *key, const char *value, 
         *(double *)p = v;
         return ST_OK;
     }
+    /* Integers: digits only (an optional leading '-'), compared as integers against the
+     * key's range, which is never wider than its C type: nothing is truncated. */
+    const char *d = value + (value[0] == '-');
+    int digits = *d >= '0' && *d <= '9';
+    for (const char *q = d; *q && digits; q++) digits = *q >= '0' && *q <= '9';
     if (k->type == K_U64) {
-        if (value[0] == '-') return st_errf(err, ST_ERR_INVALID, "key '%s': '%s' must be a non-negative integer", key, value);
+        if (!digits || value[0] == '-')
+            return st_errf(err, ST_ERR_INVALID, "key '%s': '%s' is not a non-negative integer in [0, %llu]", key, value,
+                           (unsigned long long)UINT64_MAX);
         unsigned long long v = strtoull(value, &end, 10);
-        if (end == value || *end || errno)
-            return st_errf(err, ST_ERR_INVALID, "key '%s': '%s' is not a non-negative integer", key, value);
+        if (errno == ERANGE)
+            return st_errf(err, ST_ERR_INVALID, "key '%s': %s is above 2^64-1 (%llu); use a value in [0, %llu]", key,
+                           value, (unsigned long long)UINT64_MAX, (unsigned long long)UINT64_MAX);
         *(uint64_t *)p = v;
         return ST_OK;
     }
+    long long lo = (long long)k->lo;
+    long long hi = k->hi > 0 ? (long long)k->hi : k->type == K_INT ? INT_MAX : LONG_MAX;
+    if (k->type == K_INT && hi > INT_MAX) hi = INT_MAX;
+    if (!digits) return st_errf(err, ST_ERR_INVALID, "key '%s': '%s' is not an integer in [%lld, %lld]", key, value, lo, hi);
     long long v = strtoll(value, &end, 10);
-    if (end == value || *end || errno) return st_errf(err, ST_ERR_INVALID, "key '%s': '%s' is not an integer", key, value);
-    double hi = k->hi > 0 ? k->hi : 1e18;
-    if ((double)v < k->lo || (double)v > hi)
-        return st_errf(err, ST_ERR_INVALID, "key '%s': %lld is outside [%g, %g]", key, v, k->lo, hi);
+    if (errno == ERANGE || v < lo || v > hi)
+        return st_errf(err, ST_ERR_INVALID, "key '%s': %s is outside [%lld, %lld]", key, value, lo, hi);
     if (k->type == K_INT) *(int *)p = (int)v;
     else *(long *)p = (long)v;
     return ST_OK;
 }
 
+/* A run configuration is a few hundred bytes; the cap keeps a wrong file (or a 100 MB
+ * value) from being read into memory whole before it is refused. */
+#define CONFIG_MAX_BYTES (1u << 20)
+
+static st_status read_config_text(const char *path, char **out, size_t *len, st_err *err) {
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return st_errf(err, ST_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) && (uint64_t)sb.st_size > CONFIG_MAX_BYTES) {
+        fclose(f);
+        return st_errf(err, ST_ERR_FORMAT, "%s: %llu bytes; a run configuration is at most %u bytes (1 MiB): is it the "
+                       "right file?", path, (unsigned long long)sb.st_size, CONFIG_MAX_BYTES);
+    }
+    size_t cap = S_ISREG(sb.st_mode) && sb.st_size > 0 ? (size_t)sb.st_size + 1 : 4096, n = 0;
+    char *buf = NULL;
+    for (;;) {
+        if (n + 1 >= cap || !buf) {
+            if (buf) cap *= 2;
+            if (cap > CONFIG_MAX_BYTES + 2) cap = CONFIG_MAX_BYTES + 2;
+            char *nb = realloc(buf, cap);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return st_errf(err, ST_ERR_NOMEM, "%s: out of memory reading the configuration", path);
+            }
+            buf = nb;
+        }
+        size_t got = fread(buf + n, 1, cap - 1 - n, f);
+        n += got;
+        if (n > CONFIG_MAX_BYTES) {
+            free(buf);
+            fclose(f);
+            return st_errf(err, ST_ERR_FORMAT, "%s: more than %u bytes; a run configuration is at most 1 MiB: is it "
+                           "the right file?", path, CONFIG_MAX_BYTES);
+        }
+        if (got == 0) break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        return st_errf(err, ST_ERR_IO, "%s: read error after %zu bytes", path, n);
+    }
+    buf[n] = 0;
+    *out = buf;
+    *len = n;
+    return ST_OK;
+}
+
+static int is_json_ws(char ch) { return ch == ' ' || ch == '\t' || ch == '\r' || ch == '\n'; }
+
+/* Skip one JSON value starting at text[*at] (already checked by json-c; bounds are
+ * checked again all the same). Returns 0, or -1 if the text ends inside it. */
+static int skip_json_value(const char *t, size_t n, size_t *at) {
+    int depth = 0;
+    do {
+        if (*at >= n) return -1;
+        char ch = t[*at];
+        if (ch == '"') {
+            for (++*at; *at < n && t[*at] != '"'; *at += t[*at] == '\\' ? 2 : 1) {}
+            if (*at >= n) return -1;
+            ++*at;
+        } else if (ch == '{' || ch == '[') {
+            depth++, ++*at;
+        } else if (ch == '}' || ch == ']') {
+            depth--, ++*at;
+        } else if (depth == 0) {
+            while (*at < n && t[*at] && !is_json_ws(t[*at]) && !strchr(",}]", t[*at])) ++*at;
+        } else {
+            ++*at;
+        }
+    } while (depth > 0);
+    return 0;
+}
+
+/* The JSON type of a value from its first character and text (numbers: int unless
+ * they have a fraction or an exponent), named as json-c names it. */
+static json_type json_type_of_text(const char *v, size_t len) {
+    switch (v[0]) {
+    case '"': return json_type_string;
+    case '{': return json_type_object;
+    case '[': return json_type_array;
+    case 't': case 'f': return json_type_boolean;
+    case 'n': return json_type_null;
+    default:
+        for (size_t i = 0; i < len; i++)
+            if (!(v[i] >= '0' && v[i] <= '9') && v[i] != '-') return json_type_double; /* 1.5, 1e3, NaN */
+        return json_type_int;
+    }
+}
+
+/* One member of the configuration: key and value as written. json-c's objects keep only
+ * the last of duplicate keys and clamp integers that do not fit in 64 bits, so the
+ * members are taken from the text, which json-c has validated, and strings are decoded
+ * by json-c one at a time. */
+static st_status config_member(train_config *c, const char *path, json_tokener *tok, const char *t, size_t kpos,
+                               size_t klen, size_t vpos, size_t vlen, unsigned char *seen, st_err *err) {
+    json_tokener_reset(tok);
+    json_object *ko = json_tokener_parse_ex(tok, t + kpos, (int)klen);
+    if (!ko || !json_object_is_type(ko, json_type_string)) {
+        if (ko) json_object_put(ko);
+        return st_errf(err, ST_ERR_FORMAT, "%s: offset %zu: a key must be a string", path, kpos);
+    }
+    char key[64];
+    const char *kstr = json_object_get_string(ko);
+    int klen_ok = (size_t)json_object_get_string_len(ko) == strlen(kstr) && strlen(kstr) < sizeof key;
+    snprintf(key, sizeof key, "%s", kstr);
+    const key_def *k = klen_ok ? find_key(key) : NULL;
+    if (!k) {
+        st_status s = st_errf(err, ST_ERR_INVALID, "%s: offset %zu: unknown key '%.80s'; known keys: %s", path, kpos,
+                              kstr, train_config_keys());
+        json_object_put(ko);
+        return s;
+    }
+    json_object_put(ko);
+    size_t ki = (size_t)(k - keys);
+    if (seen[ki])
+        return st_errf(err, ST_ERR_INVALID, "%s: offset %zu: key '%s' is given twice; keep one", path, kpos, key);
+    seen[ki] = 1;
+    const char *v = t + vpos;
+    json_type jt = json_type_of_text(v, vlen);
+    int ok = k->type == K_STR ? jt == json_type_string
+             : k->type == K_DOUBLE ? (jt == json_type_double || jt == json_type_int)
+                                   : jt == json_type_int;
+    if (!ok)
+        return st_errf(err, ST_ERR_INVALID, "%s: key '%s' must be %s, got %s", path, key,
+                       k->type == K_STR ? "a string" : k->type == K_DOUBLE ? "a number" : "an integer",
+                       json_type_to_name(jt));
+    st_status s;
+    if (jt == json_type_string) {
+        json_tokener_reset(tok);
+        json_object *vo = json_tokener_parse_ex(tok, v, (int)vlen);
+        const char *str = vo ? json_object_get_string(vo) : NULL;
+        if (!str || (size_t)json_object_get_string_len(vo) != strlen(str))
+            s = st_errf(err, ST_ERR_INVALID, "key '%s': the string at offset %zu holds a NUL character", key, vpos);
+        else
+            s = train_config_set(c, key, str, err);
+        if (vo) json_object_put(vo);
+    } else {
+        char num[128];
+        if (vlen >= sizeof num)
+            return st_errf(err, ST_ERR_INVALID, "%s: key '%s': the number at offset %zu has %zu digits", path, key, vpos,
+                           vlen);
+        memcpy(num, v, vlen);
+        num[vlen] = 0;
+        s = train_config_set(c, key, num, err);
+    }
+    return s ? st_err_prefix(err, "%s", path) : ST_OK;
+}
+
 st_status train_config_load_json(train_config *c, const char *path, st_err *err) {
-    json_object *root = json_object_from_file(path);
-    if (!root) return st_errf(err, ST_ERR_FORMAT, "%s: cannot read as JSON: %s", path, json_util_get_last_err());
+    char *t = NULL;
+    size_t n = 0;
+    st_status s = read_config_text(path, &t, &n, err);
+    if (s) return s;
+    size_t at = 0;
+    while (at < n && is_json_ws(t[at])) at++;
+    if (at == n) {
+        free(t);
+        return st_errf(err, ST_ERR_FORMAT, "%s: the file is empty; a run configuration is a JSON object of keys, "
+                       "such as {\"steps\": 100}", path);
+    }
+    json_tokener *tok = json_tokener_new();
+    if (!tok) {
+        free(t);
+        return st_errf(err, ST_ERR_NOMEM, "%s: out of memory", path);
+    }
+    json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_ALLOW_TRAILING_CHARS);
+    json_object *root = json_tokener_parse_ex(tok, t, (int)n);
+    enum json_tokener_error jerr = json_tokener_get_error(tok);
+    size_t end = json_tokener_get_parse_end(tok);
+    if (!root || jerr != json_tokener_success) {
+        s = st_errf(err, ST_ERR_FORMAT, "%s: not valid JSON: %s at offset %zu", path,
+                    jerr == json_tokener_continue ? "the text ends early" : json_tokener_error_desc(jerr), end);
+        goto out;
+    }
     if (!json_object_is_type(root, json_type_object)) {
-        json_object_put(root);
-        return st_errf(err, ST_ERR_FORMAT, "%s: the configuration must be a JSON object of keys", path);
+        s = st_errf(err, ST_ERR_FORMAT, "%s: the configuration must be a JSON object of keys, not %s", path,
+                    json_type_to_name(json_object_get_type(root)));
+        goto out;
     }
-    st_status s = ST_OK;
-    json_object_object_foreach(root, key, val) {
-        const key_def *k = find_key(key);
-        if (!k) {
-            s = st_errf(err, ST_ERR_INVALID, "%s: unknown key '%s'; known keys: %s", path, key, train_config_keys());
-            break;
+    for (size_t i = end; i < n; i++)
+        if (!is_json_ws(t[i])) {
+            s = st_errf(err, ST_ERR_FORMAT, "%s: offset %zu: trailing bytes after the configuration's closing '}'",
+                        path, i);
+            goto out;
         }
-        json_type t = json_object_get_type(val);
-        int ok = k->type == K_STR ? t == json_type_string
-                 : k->type == K_DOUBLE ? (t == json_type_double || t == json_type_int)
-                                       : t == json_type_int;
-        if (!ok) {
-            s = st_errf(err, ST_ERR_INVALID, "%s: key '%s' must be %s, got %s", path, key,
-                        k->type == K_STR ? "a string" : k->type == K_DOUBLE ? "a number" : "an integer",
-                        json_type_to_name(t));
-            break;
-        }
-        s = train_config_set(c, key, json_object_get_string(val), err);
-        if (s) { st_err_prefix(err, "%s", path); break; }
+    unsigned char seen[N_KEYS] = {0};
+    at++; /* past '{' */
+    for (;;) {
+        while (at < end && is_json_ws(t[at])) at++;
+        if (at >= end || t[at] == '}') break;
+        size_t kpos = at;
+        if (skip_json_value(t, end, &at)) break;
+        size_t klen = at - kpos;
+        while (at < end && (is_json_ws(t[at]) || t[at] == ':')) at++;
+        size_t vpos = at;
+        if (skip_json_value(t, end, &at)) break;
+        if ((s = config_member(c, path, tok, t, kpos, klen, vpos, at - vpos, seen, err))) break;
+        while (at < end && is_json_ws(t[at])) at++;
+        if (at < end && t[at] == ',') at++;
     }
-    json_object_put(root);
+out:
+    if (root) json_object_put(root);
+    json_tokener_free(tok);
+    free(t);
     return s;
 }
 
@@ -186,7 +377,7 @@ st_status train_config_save_json(const train_config *c, const char *path, st_err
         switch (k->type) {
         case K_INT: v = json_object_new_int(*(const int *)p); break;
         case K_LONG: v = json_object_new_int64(*(const long *)p); break;
-        case K_U64: v = json_object_new_int64((int64_t) * (const uint64_t *)p); break;
+        case K_U64: v = json_object_new_uint64(*(const uint64_t *)p); break; /* 2^63 and above stay positive */
         case K_DOUBLE: v = json_object_new_double(*(const double *)p); break;
         case K_STR: v = json_object_new_string(p); break;
         }

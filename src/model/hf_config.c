@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <json-c/json.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,7 +69,13 @@ static st_status get_double(json_object *o, const char *origin, const char *key,
     if (!json_object_is_type(v, json_type_double) && !json_object_is_type(v, json_type_int))
         return st_errf(err, ST_ERR_FORMAT, "%s: field '%s' must be a number, not %s", origin, key,
                        json_object_to_json_string(v));
-    *out = json_object_get_double(v);
+    double d = json_object_get_double(v);
+    /* json-c reads Infinity, NaN and 1e999; none of them is a model (and JSON has no way
+     * to write them back) */
+    if (!isfinite(d))
+        return st_errf(err, ST_ERR_FORMAT, "%s: field '%s' is %s; it must be a finite number", origin, key,
+                       json_object_to_json_string(v));
+    *out = d;
     return ST_OK;
 }
 
@@ -116,6 +123,9 @@ static st_status parse_rope_scaling(json_object *root, const char *origin, llama
     if (isnan(c->rope_factor) || isnan(c->rope_low_freq_factor) || isnan(c->rope_high_freq_factor) || isnan(orig))
         return st_errf(err, ST_ERR_FORMAT, "%s: field 'rope_scaling' (llama3) needs factor, low_freq_factor, "
                        "high_freq_factor and original_max_position_embeddings", origin);
+    if (!(orig >= 1 && orig <= INT_MAX) || orig != floor(orig))
+        return st_errf(err, ST_ERR_FORMAT, "%s: field 'rope_scaling.original_max_position_embeddings' is %g; it must be "
+                       "a whole number in [1, %d]", origin, orig, INT_MAX);
     c->rope_original_max_pos = (int)orig;
     return ST_OK;
 }
@@ -299,6 +309,12 @@ static const char *arch_of(const llama_config *c) {
 }
 
 char *hf_config_to_json(const llama_config *c, const char *torch_dtype) {
+    /* JSON has no Infinity or NaN: such a configuration is not written at all (no reader
+     * could load it back) */
+    if (!isfinite(c->rms_norm_eps) || !isfinite(c->rope_theta) ||
+        (c->rope_llama3 && (!isfinite(c->rope_factor) || !isfinite(c->rope_low_freq_factor) ||
+                            !isfinite(c->rope_high_freq_factor))))
+        return NULL;
     json_object *o = json_object_new_object();
     json_object *a = json_object_new_array();
     json_object_array_add(a, json_object_new_string(arch_of(c)));

@@ -255,7 +255,10 @@ st_status llama_save_hf(const llama_model *m, const char *dir, st_dtype dtype, s
     if (!s) {
         char *cfg = hf_config_to_json(&m->cfg, torch_dtype_name(dtype));
         snprintf(path, sizeof path, "%s/config.json", dir);
-        s = cfg ? write_text(path, cfg, err) : st_errf(err, ST_ERR_NOMEM, "out of memory writing %s", path);
+        /* NULL: a non-finite number (JSON cannot hold one), or out of memory */
+        s = cfg ? write_text(path, cfg, err)
+                : st_errf(err, ST_ERR_INVALID, "%s not written: the model configuration holds a non-finite number "
+                          "(rms_norm_eps, rope_theta or rope_scaling), which JSON cannot hold; or memory ran out", path);
         free(cfg);
     }
 done:
@@ -272,7 +275,9 @@ st_status llama_save_safetensors(const llama_model *m, const char *path, st_err 
     char *cfg = hf_config_to_json(&m->cfg, "float32");
     st_status s;
     if (!host || !outs || !cfg) {
-        s = st_errf(err, ST_ERR_NOMEM, "out of memory saving %s", path);
+        s = !cfg && host && outs ? st_errf(err, ST_ERR_INVALID, "%s not written: the model configuration holds a "
+                                           "non-finite number, which JSON cannot hold", path)
+                                 : st_errf(err, ST_ERR_NOMEM, "out of memory saving %s", path);
     } else {
         m->be->ops->copy_to_host(m->be, host, m->params, m->n_params * sizeof(float));
         for (int i = 0; i < m->n_tensors; i++) {
