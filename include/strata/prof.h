@@ -227,6 +227,32 @@ st_status prof_run_close(prof_run *r, st_err *err);
 /* Bytes of the regular files directly in dir (a checkpoint's size); -1 if unreadable. */
 int64_t prof_dir_bytes(const char *dir);
 
+/* ------------------------------------------------------------------ TensorBoard events */
+
+/* A TensorBoard event file in a run directory, so `tensorboard --logdir runs` shows every
+ * run: run_dir/events.out.tfevents.<unix seconds>.<hostname>, TFRecord framing (length,
+ * masked CRC-32C of it, a tensorflow Event protobuf, masked CRC-32C of that), the first
+ * record giving file_version "brain.Event:2", then one Event per call with the step's
+ * scalars (stored as float32, as TensorBoard does). A tag's last '/' component is the
+ * metrics.jsonl key it mirrors ("train/loss" is "loss"), so the two can be compared.
+ *
+ *     prof_tb *tb;  prof_tb_open(&tb, run_dir, &err);
+ *     prof_tb_scalars(tb, step, tags, values, n, &err);   // one step's scalars, flushed
+ *     prof_tb_scalar(tb, "val/loss", step, vloss, &err);  // one more, flushed
+ *     prof_tb_close(tb, &err);
+ *
+ * Write errors come back as ST_ERR_IO naming the file. The functions after prof_tb_open
+ * accept a NULL writer and then do nothing. Tags are at most PROF_TB_TAG_MAX bytes. */
+#define PROF_TB_TAG_MAX 256
+typedef struct prof_tb prof_tb;
+st_status prof_tb_open(prof_tb **out, const char *run_dir, st_err *err);
+/* n scalars of one step in one Event, written and flushed. */
+st_status prof_tb_scalars(prof_tb *w, long step, const char *const *tags, const double *values, int n, st_err *err);
+st_status prof_tb_scalar(prof_tb *w, const char *tag, long step, double value, st_err *err);
+const char *prof_tb_path(const prof_tb *w);
+/* Flush and close; an error names the file. w is freed either way. */
+st_status prof_tb_close(prof_tb *w, st_err *err);
+
 #ifdef __cplusplus
 }
 #endif

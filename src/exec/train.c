@@ -350,6 +350,7 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     optim_segment *segs = NULL;
     int32_t *inputs = NULL, *targets = NULL;
     FILE *metrics = NULL;
+    prof_tb *tb = NULL; /* TensorBoard events: the scalars of metrics.jsonl */
     train_data td = {0};
     train_state_header *hs = NULL;
     prof_run *pr = NULL;
@@ -421,6 +422,7 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
                      : st_errf(err, ST_ERR_NOMEM, "out of memory");
         goto done;
     }
+    if ((s = prof_tb_open(&tb, c->run_dir, err))) goto done;
     if (!c->quiet) {
         char desc[256];
         m->ops->describe(m, desc, sizeof desc);
@@ -527,6 +529,15 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
                 (unsigned long long)step * (unsigned long long)B * T * c->grad_accum, skipped ? "true" : "false", disk,
                 prof_step_json(pr));
         fflush(metrics);
+        {
+            const prof_step_stats *ps = prof_step_last(pr);
+            const char *tags[] = {"train/loss", "train/lr", "train/grad_norm", "perf/step_ms", "perf/tokens_per_s",
+                                  "perf/achieved_gflops", "memory/host_rss_bytes", "memory/host_peak_bytes",
+                                  "memory/host_plan_bytes"};
+            double vals[] = {loss, lr, norm, dt * 1e3, tok_s, gflops, ps ? ps->host_rss_bytes : 0,
+                             ps ? ps->host_peak_bytes : 0, mem.tier_need[PROF_TIER_HOST]};
+            if ((s = prof_tb_scalars(tb, step, tags, vals, (int)(sizeof vals / sizeof vals[0]), err))) goto done;
+        }
         prof_progress(pr, step, loss);
         int stop = c->stop_flag && *c->stop_flag;
         if (!store && ((c->ckpt_every > 0 && step % c->ckpt_every == 0) || step == end || stop)) {
@@ -570,6 +581,11 @@ done:
     st_store_close(store);
     free(hs);
     if (metrics) fclose(metrics);
+    if (tb) { /* an event file that cannot be finished fails the run only if nothing else did */
+        st_err terr = {0};
+        st_status ts = prof_tb_close(tb, &terr);
+        if (ts && !s) s = st_errf(err, ts, "%s", terr.msg);
+    }
     free(inputs);
     free(targets);
     data_close(&td);
