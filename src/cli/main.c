@@ -9,6 +9,9 @@
 #include "cli/cli_stream.h"
 #include "strata/backend.h"
 
+int cmd_sample(int argc, char **argv);   /* cmd_sample.c: strata sample */
+int bench_sample(int argc, char **argv); /* cmd_sample.c: strata bench sample */
+
 static const char *usage =
     "strata - train transformer language models whose state exceeds the memory that computes them\n"
     "\n"
@@ -21,7 +24,8 @@ static const char *usage =
     "  inspect   describe a checkpoint or model directory\n"
     "  plan      the memory each class of training state needs, and whether it fits\n"
     "  probe     measure each disk path's read and write bandwidth (a hardware profile)\n"
-    "  report    an HTML report (charts) and a summary of a run directory\n";
+    "  report    an HTML report (charts) and a summary of a run directory\n"
+    "  sample    generate text from a run, a checkpoint or a Hugging Face model (KV cache)\n";
 
 int cmd_bench(int argc, char **argv) {
     static const char *bench_usage =
@@ -31,7 +35,8 @@ int cmd_bench(int argc, char **argv) {
         "  data    the data pipeline over a synthetic mix: first batch, tokens/s, memory\n"
         "  trace   the profiler's overhead: the same short training traced and untraced\n"
         "  stream  layer streaming under a device budget vs the in-memory step\n"
-        "  offload the optimizer step with its state on disk paths vs their probed bandwidth\n";
+        "  offload the optimizer step with its state on disk paths vs their probed bandwidth\n"
+        "  sample  generation with the KV cache vs recomputing the prefix: tokens/s of each\n";
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         fputs(bench_usage, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
@@ -42,6 +47,7 @@ int cmd_bench(int argc, char **argv) {
     if (!strcmp(argv[1], "trace")) return bench_trace(argc - 1, argv + 1);
     if (!strcmp(argv[1], "stream")) return bench_stream(argc - 1, argv + 1);
     if (!strcmp(argv[1], "offload")) return bench_offload(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "sample")) return bench_sample(argc - 1, argv + 1);
     fprintf(stderr, "strata bench: unknown benchmark '%s'\n%s", argv[1], bench_usage);
     return 2;
 }
@@ -122,6 +128,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "report")) return cmd_report(argc - 1, argv + 1);
     if (!strcmp(cmd, "plan")) return cmd_plan(argc - 1, argv + 1);
     if (!strcmp(cmd, "probe")) return cmd_probe(argc - 1, argv + 1);
+    if (!strcmp(cmd, "sample")) return cmd_sample(argc - 1, argv + 1);
     fprintf(stderr, "strata: unknown command '%s'\n\n%s", cmd, usage);
     return 2;
 }

@@ -270,6 +270,10 @@ static void rope_tables(const llama_config *c, int T, float *cos_t, float *sin_t
     }
 }
 
+/* The same tables for other users of the forward (the KV-cached decoder, strata/generate.h). */
+void llama_rope_tables(const llama_config *c, int T, float *cos_t, float *sin_t);
+void llama_rope_tables(const llama_config *c, int T, float *cos_t, float *sin_t) { rope_tables(c, T, cos_t, sin_t); }
+
 static void acts_free(llama_model *m) {
     if (!m->acts) return;
     m->be->ops->dealloc(m->be, m->acts->block);

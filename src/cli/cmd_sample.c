@@ -1,0 +1,310 @@
+/* cmd_sample.c - strata sample: text from a trained model, streamed as it is drawn; and
+ * strata bench sample: the KV-cached decoder against recomputing the whole prefix, in
+ * the same run, with the same weights and prompt (greedy, so both must give the same
+ * tokens). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "strata/backend.h"
+#include "strata/generate.h"
+
+int cmd_sample(int argc, char **argv);
+int bench_sample(int argc, char **argv);
+
+static const char *sample_usage =
+    "usage: strata sample (--from DIR | --model PRESET) [--prompt TEXT] [options]\n"
+    "\n"
+    "Generates text after a prompt, one token at a time with a KV cache (the prompt is\n"
+    "one forward, then each new token one more row), and streams it to stdout as it is\n"
+    "drawn; tokens/s on stderr at the end.\n"
+    "\n"
+    "  --from DIR          a run directory (its newest checkpoint), a checkpoint directory\n"
+    "                      (RUN/checkpoints/step_N) or a Hugging Face model directory\n"
+    "                      (GPT2LMHeadModel, Llama, Qwen2, Qwen3, Mistral)\n"
+    "  --model PRESET      random weights of a preset instead (to measure speed)\n"
+    "  --prompt TEXT       byte-level models (vocabulary 256 or 257: the embedded corpus,\n"
+    "                      strata data pack): the text itself. Other vocabularies have no\n"
+    "                      tokenizer in strata yet: token ids separated by spaces or commas,\n"
+    "                      and the output is token ids. Default: a newline (bytes), else\n"
+    "                      token 0\n"
+    "  --max_new N         tokens to generate (default 256; prompt + N must fit the model)\n"
+    "  --temperature T     softmax temperature (default 1; 0: greedy)\n"
+    "  --top_k K           draw from the K most likely tokens only (default 0: all)\n"
+    "  --top_p P           draw from the smallest set holding P of the probability (default 1: all)\n"
+    "  --seed S            sampling seed (default 1337; the same seed draws the same text)\n"
+    "  --no-cache          recompute the whole prefix for every token (the reference; slow)\n"
+    "  --threads N         compute threads (default: all cores)\n"
+    "  --json              no streamed text: one JSON object with the tokens, text and speed\n";
+
+static const char *bench_usage =
+    "usage: strata bench sample [--model PRESET | --from DIR] [--prompt_len N] [--max_new N]\n"
+    "                           [--threads N] [--json]\n"
+    "\n"
+    "Greedy generation of max_new tokens (default 256) after a prompt of prompt_len\n"
+    "tokens (default 16, fixed pseudo-random ids), first with the KV cache, then\n"
+    "recomputing the whole prefix for every token (strata sample --no-cache), in the same\n"
+    "run on the same weights (--model: random, default gpt2-124m). Prints tokens/s of\n"
+    "each, the speedup per token, and whether both produced the same tokens (exit 1 if not).\n";
+
+typedef struct cli_opts {
+    const char *from, *preset, *prompt;
+    int max_new, prompt_len, threads, json, no_cache;
+    st_sampler sampler;
+    unsigned long long seed;
+} cli_opts;
+
+static int parse_int(const char *opt, const char *v, int lo, int hi, int *out) {
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (end == v || *end || x < lo || x > hi) {
+        fprintf(stderr, "strata: %s '%s' must be an integer in [%d, %d]\n", opt, v, lo, hi);
+        return 1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+static int parse_float(const char *opt, const char *v, float *out) {
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v || *end) {
+        fprintf(stderr, "strata: %s '%s' is not a number\n", opt, v);
+        return 1;
+    }
+    *out = (float)x;
+    return 0;
+}
+
+/* 0: parsed; 1: bad option (message printed); 2: --help printed. */
+static int parse_opts(int argc, char **argv, cli_opts *o, const char *usage, int bench) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(usage, stdout); return 2; }
+        if (!strcmp(a, "--json")) { o->json = 1; continue; }
+        if (!bench && (!strcmp(a, "--no-cache") || !strcmp(a, "--no_cache"))) { o->no_cache = 1; continue; }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "strata: option '%s' needs a value (or is unknown)\n%s", a, usage);
+            return 1;
+        }
+        const char *v = argv[++i];
+        int bad = 0;
+        if (!strcmp(a, "--from")) o->from = v;
+        else if (!strcmp(a, "--model")) o->preset = v;
+        else if (!bench && !strcmp(a, "--prompt")) o->prompt = v;
+        else if (!strcmp(a, "--max_new")) bad = parse_int(a, v, 0, 1 << 24, &o->max_new);
+        else if (bench && !strcmp(a, "--prompt_len")) bad = parse_int(a, v, 1, 1 << 24, &o->prompt_len);
+        else if (!strcmp(a, "--threads")) bad = parse_int(a, v, 0, 4096, &o->threads);
+        else if (!bench && !strcmp(a, "--temperature")) bad = parse_float(a, v, &o->sampler.temperature);
+        else if (!bench && !strcmp(a, "--top_k")) bad = parse_int(a, v, 0, 1 << 24, &o->sampler.top_k);
+        else if (!bench && !strcmp(a, "--top_p")) bad = parse_float(a, v, &o->sampler.top_p);
+        else if (!bench && !strcmp(a, "--seed")) {
+            char *end;
+            o->seed = strtoull(v, &end, 10);
+            bad = end == v || *end || v[0] == '-';
+            if (bad) fprintf(stderr, "strata: --seed '%s' must be a non-negative integer\n", v);
+        } else {
+            fprintf(stderr, "strata: unknown option '%s'\n%s", a, usage);
+            return 1;
+        }
+        if (bad) return 1;
+    }
+    if (!o->from == !o->preset) {
+        fprintf(stderr, "strata: give --from DIR or --model PRESET (one of them)\n%s", usage);
+        return 1;
+    }
+    st_err err = {0};
+    if (st_sampler_validate(&o->sampler, &err)) {
+        fprintf(stderr, "strata: %s\n", err.msg);
+        return 1;
+    }
+    return 0;
+}
+
+/* The model to sample: a directory's weights, or a preset with random weights. */
+static st_status open_model(const cli_opts *o, st_backend *be, st_model **m, char *desc, size_t cap, st_err *err) {
+    if (o->from) return st_gen_open_model(m, o->from, be, desc, cap, err);
+    st_status s = st_model_create(m, o->preset, NULL, be, err);
+    if (s) return s;
+    (*m)->ops->init_random(*m, 1337);
+    char d[200];
+    (*m)->ops->describe(*m, d, sizeof d);
+    snprintf(desc, cap, "random weights (seed 1337): %s", d);
+    return ST_OK;
+}
+
+typedef struct stream_sink { const st_text *text; } stream_sink;
+
+static int print_token(void *ctx, int32_t tok) {
+    stream_sink *k = ctx;
+    char buf[32];
+    size_t n = st_text_decode(k->text, tok, buf, sizeof buf);
+    fwrite(buf, 1, n, stdout);
+    fflush(stdout); /* the text appears as it is drawn, also through a pipe */
+    return 0;
+}
+
+static void json_string(FILE *f, const char *s, size_t n) {
+    fputc('"', f);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
+        else if (ch < 32 || ch >= 127) fprintf(f, "\\u%04x", ch); /* bytes as code points: valid JSON for any byte */
+        else fputc(ch, f);
+    }
+    fputc('"', f);
+}
+
+int cmd_sample(int argc, char **argv) {
+    cli_opts o = {.max_new = 256, .sampler = {1.0f, 0, 1.0f}, .seed = 1337};
+    int r = parse_opts(argc, argv, &o, sample_usage, 0);
+    if (r) return r == 2 ? 0 : 2;
+    st_err err = {0};
+    st_backend *be = NULL;
+    st_model *m = NULL;
+    int32_t *prompt = NULL, *out = NULL;
+    int n_prompt = 0, rc = 1;
+    char desc[4800];
+    if (st_backend_cpu_create(&be, o.threads, &err) || open_model(&o, be, &m, desc, sizeof desc, &err)) goto fail;
+    st_text text;
+    if (st_text_open(&text, m->vocab_size, o.from, &err)) goto fail;
+    if (o.prompt && o.prompt[0]) {
+        if (st_text_encode(&text, o.prompt, &prompt, &n_prompt, &err)) goto fail;
+    }
+    if (!n_prompt) { /* a model needs one token to start from */
+        free(prompt);
+        prompt = malloc(sizeof(int32_t));
+        if (!prompt) goto fail;
+        prompt[0] = text.kind == ST_TEXT_BYTES ? (text.eod >= 0 ? text.eod : '\n') : 0;
+        n_prompt = 1;
+    }
+    if (n_prompt >= m->max_seq) {
+        fprintf(stderr, "strata sample: the prompt has %d tokens; the model has %d positions\n", n_prompt, m->max_seq);
+        rc = 2;
+        goto done;
+    }
+    if (n_prompt + o.max_new > m->max_seq) {
+        fprintf(stderr, "strata sample: %d new tokens after %d of prompt pass the model's %d positions; generating %d\n",
+                o.max_new, n_prompt, m->max_seq, m->max_seq - n_prompt);
+        o.max_new = m->max_seq - n_prompt;
+    }
+    out = malloc(sizeof(int32_t) * (size_t)(o.max_new + 1));
+    if (!out) goto fail;
+    fprintf(stderr, "strata sample: %s; text as %s; %s\n", desc, st_text_kind_name(&text),
+            o.no_cache ? "no cache (the whole prefix every token)" : "KV cache");
+    st_generate_config gc = {.max_new = o.max_new, .sampler = o.sampler, .seed = o.seed, .no_cache = o.no_cache,
+                             .stop_token = text.eod};
+    stream_sink sink = {&text};
+    char buf[32];
+    if (!o.json) {
+        for (int i = 0; i < n_prompt; i++) {
+            size_t n = st_text_decode(&text, prompt[i], buf, sizeof buf);
+            fwrite(buf, 1, n, stdout);
+        }
+        fflush(stdout);
+    }
+    st_generate_result res;
+    if (st_generate(m, prompt, n_prompt, &gc, o.json ? NULL : print_token, &sink, out, &res, &err)) goto fail;
+    if (!o.json) {
+        printf("\n");
+        fprintf(stderr, "strata sample: %d tokens in %.3f s: %.2f tokens/s (prompt of %d tokens %.1f ms, then %.2f "
+                "tokens/s)%s\n", res.n_new, res.prefill_s + res.decode_s, res.tokens_per_s, res.n_prompt,
+                res.prefill_s * 1e3, res.decode_s > 0 && res.n_new > 1 ? (res.n_new - 1) / res.decode_s : 0.0,
+                res.stopped ? "; stopped at the end-of-document token" : "");
+    } else {
+        printf("{\"from\":");
+        json_string(stdout, desc, strlen(desc));
+        printf(",\"cache\":%s,\"prompt_tokens\":%d,\"new_tokens\":%d,\"prefill_s\":%.6f,\"decode_s\":%.6f,"
+               "\"tokens_per_s\":%.3f,\"stopped\":%s,\"tokens\":[",
+               o.no_cache ? "false" : "true", res.n_prompt, res.n_new, res.prefill_s, res.decode_s, res.tokens_per_s,
+               res.stopped ? "true" : "false");
+        for (int i = 0; i < res.n_new; i++) printf("%s%d", i ? "," : "", out[i]);
+        printf("],\"text\":");
+        char *txt = malloc((size_t)res.n_new * 16 + 1);
+        size_t len = 0;
+        if (txt)
+            for (int i = 0; i < res.n_new; i++) len += st_text_decode(&text, out[i], txt + len, 16);
+        json_string(stdout, txt ? txt : "", len);
+        free(txt);
+        printf("}\n");
+    }
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "strata sample: %s\n", err.msg[0] ? err.msg : "out of memory");
+done:
+    free(prompt);
+    free(out);
+    st_model_free(m);
+    st_backend_free(be);
+    return rc;
+}
+
+int bench_sample(int argc, char **argv) {
+    cli_opts o = {.max_new = 256, .prompt_len = 16, .sampler = {0.0f, 0, 1.0f}};
+    const char *preset_default = "gpt2-124m";
+    int has_model = 0;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--model") || !strcmp(argv[i], "--from")) has_model = 1;
+    if (!has_model) o.preset = preset_default;
+    int r = parse_opts(argc, argv, &o, bench_usage, 1);
+    if (r) return r == 2 ? 0 : 2;
+    st_err err = {0};
+    st_backend *be = NULL;
+    st_model *m = NULL;
+    int32_t *prompt = NULL, *out[2] = {NULL, NULL};
+    int rc = 1;
+    char desc[4800];
+    if (st_backend_cpu_create(&be, o.threads, &err) || open_model(&o, be, &m, desc, sizeof desc, &err)) goto fail;
+    if (o.prompt_len + o.max_new > m->max_seq) {
+        fprintf(stderr, "strata bench sample: prompt_len %d + max_new %d pass the model's %d positions\n", o.prompt_len,
+                o.max_new, m->max_seq);
+        rc = 2;
+        goto done;
+    }
+    prompt = malloc(sizeof(int32_t) * (size_t)o.prompt_len);
+    out[0] = malloc(sizeof(int32_t) * (size_t)(o.max_new + 1));
+    out[1] = malloc(sizeof(int32_t) * (size_t)(o.max_new + 1));
+    if (!prompt || !out[0] || !out[1]) goto fail;
+    st_rng rng;
+    st_rng_seed(&rng, 42);
+    for (int i = 0; i < o.prompt_len; i++) prompt[i] = (int32_t)(st_rng_u64(&rng) % (uint64_t)m->vocab_size);
+    st_generate_result res[2];
+    for (int pass = 0; pass < 2; pass++) {
+        st_generate_config gc = {.max_new = o.max_new, .sampler = o.sampler, .seed = 1, .no_cache = pass,
+                                 .stop_token = -1};
+        if (!o.json)
+            fprintf(stderr, "strata bench sample: %s, %d tokens after %d...\n", pass ? "no cache" : "KV cache",
+                    o.max_new, o.prompt_len);
+        if (st_generate(m, prompt, o.prompt_len, &gc, NULL, NULL, out[pass], &res[pass], &err)) goto fail;
+    }
+    int same = res[0].n_new == res[1].n_new && !memcmp(out[0], out[1], sizeof(int32_t) * (size_t)res[0].n_new);
+    double speedup = res[0].tokens_per_s > 0 && res[1].tokens_per_s > 0 ? res[0].tokens_per_s / res[1].tokens_per_s : 0;
+    if (o.json) {
+        printf("{\"bench\":\"sample\",\"model\":");
+        json_string(stdout, desc, strlen(desc));
+        printf(",\"threads\":%d,\"prompt_tokens\":%d,\"new_tokens\":%d,\"cache_tokens_per_s\":%.3f,"
+               "\"cache_prefill_s\":%.6f,\"cache_decode_s\":%.6f,\"nocache_tokens_per_s\":%.4f,\"nocache_s\":%.3f,"
+               "\"speedup\":%.2f,\"same_tokens\":%s}\n",
+               o.threads, o.prompt_len, res[0].n_new, res[0].tokens_per_s, res[0].prefill_s, res[0].decode_s,
+               res[1].tokens_per_s, res[1].prefill_s + res[1].decode_s, speedup, same ? "true" : "false");
+    } else {
+        printf("model: %s\n", desc);
+        printf("greedy, %d tokens after a prompt of %d:\n", res[0].n_new, o.prompt_len);
+        printf("  KV cache     %10.2f tokens/s  (%.3f s; prompt %.1f ms)\n", res[0].tokens_per_s,
+               res[0].prefill_s + res[0].decode_s, res[0].prefill_s * 1e3);
+        printf("  no cache     %10.2f tokens/s  (%.3f s)\n", res[1].tokens_per_s, res[1].prefill_s + res[1].decode_s);
+        printf("  speedup per token: %.1fx; same tokens: %s\n", speedup, same ? "yes" : "NO");
+    }
+    rc = same ? 0 : 1;
+    goto done;
+fail:
+    fprintf(stderr, "strata bench sample: %s\n", err.msg[0] ? err.msg : "out of memory");
+done:
+    free(prompt);
+    free(out[0]);
+    free(out[1]);
+    st_model_free(m);
+    st_backend_free(be);
+    return rc;
+}

@@ -1,0 +1,113 @@
+/* gen_open.c - the model strata sample reads (strata/generate.h, st_gen_open_model): a
+ * run directory, a checkpoint directory or a Hugging Face model directory, told apart
+ * by their config.json (a training configuration, or a Hugging Face one). */
+#include <json-c/json.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "strata/generate.h"
+#include "strata/train.h"
+
+static int readable(const char *path) { return access(path, R_OK) == 0; }
+
+/* JSON integer field, or -1. */
+static int json_int(json_object *o, const char *key) {
+    json_object *v;
+    return json_object_object_get_ex(o, key, &v) && json_object_is_type(v, json_type_int) ? json_object_get_int(v) : -1;
+}
+
+/* A Hugging Face GPT-2 directory (GPT2LMHeadModel, as gpt2_save_hf and the hub write it). */
+static st_status open_hf_gpt2(st_model **out, const char *dir, json_object *cfg, st_backend *be, char *weights,
+                              size_t cap, st_err *err) {
+    const char *names[] = {"vocab_size", "n_positions", "n_layer", "n_head", "n_embd"};
+    int v[5];
+    for (int i = 0; i < 5; i++)
+        if ((v[i] = json_int(cfg, names[i])) < 1)
+            return st_errf(err, ST_ERR_FORMAT, "%s/config.json: GPT-2 field '%s' is missing or not a positive "
+                           "integer", dir, names[i]);
+    st_model_overrides ov = {v[0], v[1], v[2], v[3], v[4]};
+    st_status s = st_model_create(out, "gpt2-124m", &ov, be, err);
+    if (s) return st_err_prefix(err, "%s/config.json", dir);
+    snprintf(weights, cap, "%s/model.safetensors", dir);
+    if ((s = (*out)->ops->load(*out, weights, err))) {
+        st_model_free(*out);
+        *out = NULL;
+    }
+    return s;
+}
+
+/* A run directory (config.json of strata train; checkpoints/latest or, after a disk-state
+ * run, model.safetensors) or one of its checkpoint directories. */
+static st_status open_run(st_model **out, const char *dir, const char *cfg_path, st_backend *be, char *weights,
+                          size_t cap, st_err *err) {
+    train_config c;
+    train_config_defaults(&c);
+    st_status s = train_config_load_json(&c, cfg_path, err);
+    if (s) return s;
+    char latest[4200];
+    snprintf(latest, sizeof latest, "%s/checkpoints/latest", dir);
+    FILE *f = fopen(latest, "r");
+    if (f) {
+        char name[256] = "";
+        if (!fgets(name, sizeof name, f)) name[0] = 0;
+        fclose(f);
+        name[strcspn(name, "\n")] = 0;
+        if (!name[0]) return st_errf(err, ST_ERR_FORMAT, "%s is empty; give a checkpoint directory instead", latest);
+        snprintf(weights, cap, "%s/checkpoints/%s/model.safetensors", dir, name);
+    } else {
+        snprintf(weights, cap, "%s/model.safetensors", dir);
+    }
+    if (!readable(weights))
+        return st_errf(err, ST_ERR_IO, "%s: no weights (%s); a run has weights after its first checkpoint", dir,
+                       weights);
+    llama_config lc;
+    int is_llama;
+    if ((s = train_config_resolve_llama(&c, &lc, &is_llama, err))) return st_err_prefix(err, "%s", cfg_path);
+    if (is_llama) {
+        s = st_model_create_llama(out, &lc, be, err);
+    } else {
+        gpt2_config mc;
+        if ((s = train_config_resolve(&c, &mc, err))) return st_err_prefix(err, "%s", cfg_path);
+        st_model_overrides ov = {mc.vocab_size, mc.max_seq, mc.n_layer, mc.n_head, mc.n_embd};
+        s = st_model_create(out, c.model, &ov, be, err);
+    }
+    if (s) return st_err_prefix(err, "%s", cfg_path);
+    if ((s = (*out)->ops->load(*out, weights, err))) {
+        st_model_free(*out);
+        *out = NULL;
+    }
+    return s;
+}
+
+st_status st_gen_open_model(st_model **out, const char *from, st_backend *be, char *desc, size_t desc_cap,
+                            st_err *err) {
+    *out = NULL;
+    char cfg_path[4200], weights[4400] = "";
+    snprintf(cfg_path, sizeof cfg_path, "%s/config.json", from);
+    json_object *root = json_object_from_file(cfg_path);
+    if (!root)
+        return st_errf(err, ST_ERR_IO, "%s: cannot read config.json (%s); give a run directory, a checkpoint "
+                       "directory or a Hugging Face model directory", from, json_util_get_last_err());
+    json_object *v;
+    int is_hf = json_object_object_get_ex(root, "architectures", &v) ||
+                json_object_object_get_ex(root, "model_type", &v);
+    const char *type = json_object_object_get_ex(root, "model_type", &v) ? json_object_get_string(v) : "";
+    st_status s;
+    if (is_hf && type && !strcmp(type, "gpt2")) {
+        s = open_hf_gpt2(out, from, root, be, weights, sizeof weights, err);
+    } else if (is_hf) {
+        s = st_model_create_hf(out, from, be, err); /* the Llama family: config.json, then the weights */
+        snprintf(weights, sizeof weights, "%s (Hugging Face directory)", from);
+    } else {
+        s = open_run(out, from, cfg_path, be, weights, sizeof weights, err);
+    }
+    json_object_put(root);
+    if (s) return s;
+    if (desc) {
+        char d[256];
+        (*out)->ops->describe(*out, d, sizeof d);
+        snprintf(desc, desc_cap, "%s: %s", weights, d);
+    }
+    return ST_OK;
+}
