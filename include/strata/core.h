@@ -33,7 +33,8 @@ typedef enum st_status {
     ST_ERR_CHECKSUM = 7,  /* stored data does not match its checksum */
     ST_ERR_UNSUPPORTED = 8, /* a feature this build or machine does not have */
     ST_ERR_NOSPACE = 9,   /* a disk path is full or short of the bytes a plan needs */
-    ST_ERR_NONFINITE = 10 /* a NaN or Inf where a finite value is required */
+    ST_ERR_NONFINITE = 10, /* a NaN or Inf where a finite value is required */
+    ST_ERR_BUSY = 11      /* another process holds the run directory or state store */
 } st_status;
 
 #define ST_ERR_MSG_MAX 1024

@@ -3,9 +3,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <libgen.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 st_status st_file_writer_open(st_file_writer *w, const char *path, st_err *err) {
@@ -77,4 +80,63 @@ st_status st_mkdirs(const char *path, st_err *err) {
         }
     }
     return ST_OK;
+}
+
+static int rm_entry(const char *p, const struct stat *sb, int type, struct FTW *ftw) {
+    (void)sb;
+    (void)ftw;
+    return (type == FTW_DP ? rmdir(p) : unlink(p)) != 0 && errno != ENOENT ? -1 : 0;
+}
+
+st_status st_rmtree(const char *path, st_err *err) {
+    struct stat sb;
+    if (lstat(path, &sb) != 0) {
+        if (errno == ENOENT) return ST_OK;
+        return st_errf(err, ST_ERR_IO, "%s: cannot remove: %s", path, strerror(errno));
+    }
+    if (!S_ISDIR(sb.st_mode)) {
+        if (unlink(path) != 0 && errno != ENOENT)
+            return st_errf(err, ST_ERR_IO, "%s: cannot remove: %s", path, strerror(errno));
+        return ST_OK;
+    }
+    /* depth first, never crossing a symbolic link or into another file system */
+    if (nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) != 0)
+        return st_errf(err, ST_ERR_IO, "%s: cannot remove everything below it: %s", path, strerror(errno));
+    return ST_OK;
+}
+
+st_status st_lock_acquire(st_lock *l, const char *path, const char *what, st_err *err) {
+    l->fd = -1;
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return st_errf(err, ST_ERR_IO, "%s: cannot open the %s's lock file: %s", path, what, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char holder[256] = "";
+        ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
+        close(fd);
+        holder[n > 0 ? n : 0] = 0;
+        holder[strcspn(holder, "\n")] = 0;
+        if (e != EWOULDBLOCK)
+            return st_errf(err, ST_ERR_IO, "%s: cannot lock the %s: %s", path, what, strerror(e));
+        return st_errf(err, ST_ERR_BUSY,
+                       "the %s is in use by another strata process (%s; lock file %s); wait for it to end or stop "
+                       "it, or use another directory",
+                       what, holder[0] ? holder : "holder unknown", path);
+    }
+    char host[128] = "?", line[256];
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = 0;
+    int n = snprintf(line, sizeof line, "pid %d on %s since %ld\n", (int)getpid(), host, (long)time(NULL));
+    /* the holder's description is information only; the flock is the lock */
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, line, (size_t)n, 0) != n)
+        st_log(1, "warning: %s: cannot record the lock's holder: %s\n", path, strerror(errno));
+    l->fd = fd;
+    return ST_OK;
+}
+
+void st_lock_release(st_lock *l) {
+    if (l && l->fd >= 0) {
+        close(l->fd); /* closing the descriptor drops the flock */
+        l->fd = -1;
+    }
 }

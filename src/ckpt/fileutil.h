@@ -26,4 +26,20 @@ st_status st_fsync_dir(const char *dir, st_err *err);
 /* mkdir -p */
 st_status st_mkdirs(const char *path, st_err *err);
 
+/* Remove PATH and everything below it, without a shell and without following symbolic
+ * links (a link is removed, never its target). A PATH that does not exist is not an
+ * error. The first failure names the entry that could not be removed. */
+st_status st_rmtree(const char *path, st_err *err);
+
+/* An exclusive advisory lock (flock) on the file PATH, created if absent, held until
+ * st_lock_release or the process ends (also by a crash or SIGKILL: the kernel drops it,
+ * so a stale lock never blocks a resume). The file records the holder (pid, host,
+ * command line's start time); a second process is refused with ST_ERR_BUSY naming the
+ * holder and WHAT (for the message: "run directory", "state store"). */
+typedef struct st_lock {
+    int fd;
+} st_lock;
+st_status st_lock_acquire(st_lock *l, const char *path, const char *what, st_err *err);
+void st_lock_release(st_lock *l);
+
 #endif

@@ -40,7 +40,7 @@ st_status st_err_prefix(st_err *err, const char *fmt, ...) {
 
 const char *st_status_name(st_status s) {
     static const char *names[] = {"ok", "invalid", "io", "format", "truncated", "shape",
-                                  "nomem", "checksum", "unsupported", "nospace", "nonfinite"};
+                                  "nomem", "checksum", "unsupported", "nospace", "nonfinite", "busy"};
     return (unsigned)s < sizeof names / sizeof names[0] ? names[s] : "unknown";
 }
 

@@ -147,10 +147,9 @@ static st_status save_checkpoint(const train_config *c, st_model *m, optim *o, c
     snprintf(tmp, sizeof tmp, "%s.partial", dir);
     snprintf(old, sizeof old, "%s.old", dir);
     /* leftovers of an interrupted save are incomplete by construction */
-    char cmd[4400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", tmp, old);
-    if (system(cmd) != 0) return st_errf(err, ST_ERR_IO, "cannot remove %s", tmp);
-    st_status s = st_mkdirs(tmp, err);
+    st_status s = st_rmtree(tmp, err);
+    if (!s) s = st_rmtree(old, err);
+    if (!s) s = st_mkdirs(tmp, err);
     if (s) return s;
     snprintf(path, sizeof path, "%s/model.safetensors", tmp);
     if ((s = m->ops->save(m, path, err))) return s;
@@ -162,8 +161,8 @@ static st_status save_checkpoint(const train_config *c, st_model *m, optim *o, c
     if (stat(dir, &sb) == 0 && rename(dir, old) != 0)
         return st_errf(err, ST_ERR_IO, "cannot move aside %s: %s", dir, strerror(errno));
     if (rename(tmp, dir) != 0) return st_errf(err, ST_ERR_IO, "cannot rename %s into place: %s", tmp, strerror(errno));
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", old);
-    if (system(cmd) != 0) st_log(1, "warning: could not remove %s\n", old);
+    st_err rerr = {0};
+    if (st_rmtree(old, &rerr)) st_log(1, "warning: %s\n", rerr.msg);
     char ckdir[2100];
     snprintf(ckdir, sizeof ckdir, "%s/checkpoints", c->run_dir);
     if ((s = st_fsync_dir(ckdir, err))) return s;
@@ -341,8 +340,16 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     if (!c->run_dir[0]) return st_errf(err, ST_ERR_INVALID, "key 'run_dir' is empty; name a directory for the run");
     if ((s = st_mkdirs(c->run_dir, err))) return s;
     char path[2200];
+    /* one process per run directory: a second would interleave metrics and mix one
+     * process's weights with the other's optimizer state in a checkpoint */
+    st_lock run_lock;
+    snprintf(path, sizeof path, "%s/strata.lock", c->run_dir);
+    if ((s = st_lock_acquire(&run_lock, path, "run directory", err))) return s;
     snprintf(path, sizeof path, "%s/config.json", c->run_dir);
-    if ((s = train_config_save_json(c, path, err))) return s;
+    if ((s = train_config_save_json(c, path, err))) {
+        st_lock_release(&run_lock);
+        return s;
+    }
 
     st_backend *be = NULL;
     st_model *m = NULL;
@@ -598,5 +605,6 @@ done:
     }
     st_backend_free(dev); /* also when the executor could not be created on it */
     st_backend_free(be);
+    st_lock_release(&run_lock);
     return s;
 }

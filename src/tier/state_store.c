@@ -85,6 +85,7 @@ struct st_store {
     long step_id, use_clock;
     int failed;
     st_store_stats stats;
+    st_lock locks[ST_STORE_MAX_PATHS]; /* one per path: a second process is refused */
 };
 
 static uint64_t round4k(uint64_t x) { return (x + 4095) / 4096 * 4096; }
@@ -272,6 +273,7 @@ static st_status store_alloc(st_store **out, const st_store_config *cfg, st_err 
     st_store *s = calloc(1, sizeof *s);
     if (!s) return st_errf(err, ST_ERR_NOMEM, "state store: out of memory");
     s->cfg = *cfg;
+    for (int p = 0; p < ST_STORE_MAX_PATHS; p++) s->locks[p].fd = -1;
     snprintf(s->name, sizeof s->name, "%s", cfg->name ? cfg->name : "strata-state");
     for (int p = 0; p < cfg->n_paths; p++) {
         s->paths[p] = strdup(cfg->paths[p]);
@@ -772,12 +774,28 @@ static uint64_t new_store_id(void) {
     return st_rng_u64(&r);
 }
 
+/* Every path's NAME.lock, held while the store is open: two processes on one store (or
+ * sharing one of its paths) would interleave regions and manifests beyond repair. */
+static st_status lock_paths(st_store *s, st_err *err) {
+    for (int p = 0; p < s->cfg.n_paths; p++) {
+        char lp[4400];
+        snprintf(lp, sizeof lp, "%s/%s.lock", s->paths[p], s->name);
+        st_status st = st_lock_acquire(&s->locks[p], lp, "state store", err);
+        if (st) return st;
+    }
+    return ST_OK;
+}
+
 st_status st_store_create(st_store **out, const st_store_config *cfg, st_store_init_fn init, void *ctx,
                           st_err *err) {
     *out = NULL;
     st_store *s;
     st_status st = store_alloc(&s, cfg, err);
     if (st) return st;
+    if ((st = lock_paths(s, err))) {
+        st_store_close(s);
+        return st;
+    }
     if (access(s->manifest, F_OK) == 0) {
         st = st_errf(err, ST_ERR_INVALID, "%s: a state store already exists here; resume it, or remove %s and the "
                      "%s.bin files to start over", s->manifest, s->manifest, s->name);
@@ -836,6 +854,10 @@ st_status st_store_open(st_store **out, const st_store_config *cfg, st_err *err)
     st_store *s;
     st_status st = store_alloc(&s, cfg, err);
     if (st) return st;
+    if ((st = lock_paths(s, err))) {
+        st_store_close(s);
+        return st;
+    }
     remove_stale_tmp(s);
     if ((st = manifest_read(s, err)) || (st = file_headers(s, 0, err)) || (st = io_open(s, 1, err)) ||
         (st = buffers_create(s, err))) {
@@ -862,7 +884,10 @@ void st_store_close(st_store *s) {
         for (int b = 0; b < s->n_buf; b++) st_io_free(s->buf[b].data);
     free(s->buf);
     sg_free_all(s->sg, s->n_sg);
-    for (int p = 0; p < ST_STORE_MAX_PATHS; p++) free(s->paths[p]);
+    for (int p = 0; p < ST_STORE_MAX_PATHS; p++) {
+        free(s->paths[p]);
+        st_lock_release(&s->locks[p]);
+    }
     free(s->segs);
     free(s->blob);
     free(s);
