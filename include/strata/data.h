@@ -203,15 +203,23 @@ void data_tokenize_bytes(const void *text, size_t n, int32_t *out);
  * one machine through a ring in shared memory (/dev/shm/<name>). The producer runs
  * a loader whose ranks are the local ranks [first_rank, first_rank + n_local) of
  * cfg->world, all with cfg->B rows; consumer i receives exactly what a loader with
- * rank first_rank + i would give. cfg->rank is ignored. */
+ * rank first_rank + i would give. cfg->rank is ignored.
+ * Faults: a producer or consumer that dies (even by SIGKILL) ends the others with an
+ * error naming it within milliseconds; a producer that makes no progress for timeout_s
+ * (0: 5 s; stopped, or stuck in its loader) ends the consumers the same way. A segment
+ * left by a producer that died is replaced by the next producer of that name; one with
+ * a live producer is refused (ST_ERR_BUSY). */
 typedef struct data_plane data_plane;
 st_status data_plane_serve(data_plane **out, const char *name, const data_loader_config *cfg,
-                           int first_rank, int n_local, st_err *err);
+                           int first_rank, int n_local, double timeout_s, st_err *err);
 /* Waits up to timeout_s for the producer to create the ring. */
 st_status data_plane_attach(data_plane **out, const char *name, int local_index, double timeout_s,
                             st_err *err);
 st_status data_plane_next(data_plane *p, data_batch *b, st_err *err);
 void data_plane_get_state(const data_plane *p, data_loader_state *st);
+/* ST_OK while the plane works; its error once it has failed (a loader error, a peer that
+ * died or went silent). The producer's process polls this; consumers get it from next. */
+st_status data_plane_check(data_plane *p, st_err *err);
 /* Consumer: detaches. Producer: stops after the consumers detach or after it is told
  * to; removes the shared memory. */
 void data_plane_close(data_plane *p);

@@ -9,11 +9,24 @@
  * published) and, per consumer, `released` (batches it is done with); the producer
  * reuses a slot once every consumer has released it. Waiting is polling with short
  * sleeps: the ring is meant to be ahead, so waits are rare.
+ *
+ * Faults: each participant holds an open-file-description lock on one byte of the
+ * segment while attached (the producer byte 0, consumer i byte 1 + i), and the kernel
+ * drops it when the process dies, however it dies. A waiting participant checks every
+ * PLANE_POLL_S that the bytes of the others are still held and that the producer's
+ * heartbeat (advanced by its thread on every turn of its loop) is younger than the
+ * plane's timeout. So a killed producer or consumer ends the others with an error naming
+ * it within milliseconds, a stopped or stuck producer within the timeout, never a hang;
+ * the producer's process sees it in data_plane_check. A segment whose byte 0 nobody
+ * holds is left over from a crashed producer: a new producer replaces it, and consumers
+ * wait for that one instead of attaching to it.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,16 +37,26 @@
 
 #include "data/data_internal.h"
 
-#define PLANE_MAGIC 0x53544450414e4531ull /* "STDPANE1" */
+#define PLANE_MAGIC 0x53544450414e4532ull /* "STDPANE2" */
 #define PLANE_MAX_LOCAL 64
+#define PLANE_POLL_S 0.01           /* how often a waiting participant checks the others */
+#define PLANE_TIMEOUT_DEFAULT_S 5.0 /* a producer silent this long has failed */
+
+enum { PEER_NONE = 0, PEER_ATTACHED = 1, PEER_DETACHED = 2 };
 
 typedef struct plane_hdr {
     _Atomic uint64_t magic; /* stored last: attach waits for it */
     uint32_t n_local, depth, B, T;
     uint64_t slot_bytes, part_bytes, total_bytes;
+    double timeout_s;
+    int32_t producer_pid;
+    _Atomic int producer_state;
+    _Atomic uint64_t beat_ns; /* the producer thread's last turn, CLOCK_MONOTONIC */
     _Atomic uint64_t produced;
     _Atomic uint64_t released[PLANE_MAX_LOCAL];
-    _Atomic int failed;
+    _Atomic int32_t consumer_pid[PLANE_MAX_LOCAL];
+    _Atomic int consumer_state[PLANE_MAX_LOCAL];
+    _Atomic int failed; /* 0; 2 while fail_msg is written; 1 once it is */
     int fail_code;
     char fail_msg[ST_ERR_MSG_MAX];
 } plane_hdr;
@@ -50,6 +73,8 @@ struct data_plane {
     char name[256];
     plane_hdr *h;
     size_t map_bytes;
+    int fd;             /* kept open: it holds this participant's lock byte */
+    double last_check;  /* st_now() of the last look at the others (peers_alive) */
     /* consumer */
     int index;
     uint64_t taken;
@@ -82,6 +107,91 @@ static void nap(void) {
     nanosleep(&ts, NULL);
 }
 
+static uint64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts); /* one clock for every process of the machine */
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Byte `byte` of the segment as a lock: taken (0) or refused (-1, someone holds it). */
+static int lock_byte(int fd, int byte) {
+    struct flock l;
+    memset(&l, 0, sizeof l);
+    l.l_type = F_WRLCK, l.l_whence = SEEK_SET, l.l_start = byte, l.l_len = 1;
+    return fcntl(fd, F_OFD_SETLK, &l) == 0 ? 0 : -1;
+}
+
+/* Whether another open of the segment holds byte `byte`. A query that fails counts as
+ * held: a peer is declared dead only on evidence. */
+static int byte_held(int fd, int byte) {
+    struct flock l;
+    memset(&l, 0, sizeof l);
+    l.l_type = F_WRLCK, l.l_whence = SEEK_SET, l.l_start = byte, l.l_len = 1;
+    if (fcntl(fd, F_OFD_GETLK, &l) != 0) return 1;
+    return l.l_type != F_UNLCK;
+}
+
+/* Mark the plane failed with a message for everyone; the first failure wins. */
+__attribute__((format(printf, 3, 4))) static void plane_fail(plane_hdr *h, st_status code, const char *fmt, ...) {
+    int expect = 0;
+    if (!atomic_compare_exchange_strong(&h->failed, &expect, 2)) return;
+    h->fail_code = (int)code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(h->fail_msg, sizeof h->fail_msg, fmt, ap);
+    va_end(ap);
+    atomic_store(&h->failed, 1);
+}
+
+static st_status plane_error(const data_plane *p, st_err *err) {
+    while (atomic_load(&p->h->failed) == 2) nap();
+    return st_errf(err, (st_status)p->h->fail_code, "data plane /dev/shm%s: %s", p->name, p->h->fail_msg);
+}
+
+/* Whether the others are still there (checked at most every PLANE_POLL_S): the producer
+ * (for a consumer) holds its byte, has not closed and beat within the timeout; every
+ * attached consumer holds its byte. On the first that is not, fails the plane for all
+ * and returns 0. */
+static int peers_alive(data_plane *p) {
+    plane_hdr *h = p->h;
+    if (atomic_load(&h->failed)) return 0;
+    double t = st_now();
+    if (t - p->last_check < PLANE_POLL_S) return 1;
+    p->last_check = t;
+    if (!p->producer) {
+        if (atomic_load(&h->producer_state) == PEER_DETACHED) {
+            plane_fail(h, ST_ERR_IO, "the producer (pid %d) has closed the plane; no more batches come",
+                       (int)h->producer_pid);
+            return 0;
+        }
+        if (!byte_held(p->fd, 0)) {
+            plane_fail(h, ST_ERR_IO,
+                       "the producer (pid %d) died (its lock on the segment is gone); its consumers cannot go "
+                       "on without it: restart the job", (int)h->producer_pid);
+            return 0;
+        }
+        uint64_t beat = atomic_load(&h->beat_ns), now = mono_ns();
+        if (now > beat && (double)(now - beat) * 1e-9 > h->timeout_s) {
+            plane_fail(h, ST_ERR_IO,
+                       "the producer (pid %d) has made no progress for %.1f s (the plane's timeout is %.1f s): it "
+                       "is stopped, or stuck reading its data", (int)h->producer_pid, (double)(now - beat) * 1e-9,
+                       h->timeout_s);
+            return 0;
+        }
+    }
+    for (uint32_t i = 0; i < h->n_local; i++) {
+        if ((!p->producer && (int)i == p->index) || atomic_load(&h->consumer_state[i]) != PEER_ATTACHED) continue;
+        /* a consumer detaching marks itself before it lets go of its byte */
+        if (!byte_held(p->fd, 1 + (int)i) && atomic_load(&h->consumer_state[i]) == PEER_ATTACHED) {
+            plane_fail(h, ST_ERR_IO,
+                       "consumer %u (pid %d) died without detaching; every batch holds its rows, so the "
+                       "others stop too: restart the job", i, (int)atomic_load(&h->consumer_pid[i]));
+            return 0;
+        }
+    }
+    return 1;
+}
+
 static void *plane_main(void *arg) {
     data_plane *p = arg;
     plane_hdr *h = p->h;
@@ -90,6 +200,7 @@ static void *plane_main(void *arg) {
     part_layout(B, T, off, &pb);
     for (uint64_t k = 0; !atomic_load(&p->stop); k++) {
         for (;;) { /* wait for the slot's previous batch to be released by everyone */
+            atomic_store(&h->beat_ns, mono_ns());
             uint64_t lo = UINT64_MAX;
             for (uint32_t i = 0; i < h->n_local; i++) {
                 uint64_t r = atomic_load(&h->released[i]);
@@ -97,16 +208,16 @@ static void *plane_main(void *arg) {
             }
             int anyone = lo < UINT64_MAX - h->depth; /* detached consumers hold nothing back... */
             if ((anyone && k < lo + h->depth) || atomic_load(&p->stop)) break;
+            if (!peers_alive(p)) return NULL;
             nap();                                   /* ...but with none left, produce nothing */
         }
-        if (atomic_load(&p->stop)) break;
+        if (atomic_load(&p->stop) || atomic_load(&h->failed)) break;
         data_batch b;
         st_err e = {0};
         st_status rc = data_loader_next(p->dl, &b, &e);
+        atomic_store(&h->beat_ns, mono_ns());
         if (rc) {
-            h->fail_code = rc;
-            snprintf(h->fail_msg, sizeof h->fail_msg, "%s", e.msg);
-            atomic_store(&h->failed, 1);
+            plane_fail(h, rc, "the producer's loader failed: %s", e.msg);
             break;
         }
         data_loader_state st;
@@ -138,28 +249,50 @@ static void *plane_main(void *arg) {
     return NULL;
 }
 
-static st_status map_shm(const char *name, int create, size_t bytes, plane_hdr **out, int *fd_out, st_err *err) {
-    int fd = shm_open(name, create ? (O_RDWR | O_CREAT | O_EXCL) : O_RDWR, 0600);
-    if (fd < 0)
-        return st_errf(err, ST_ERR_IO, "data plane /dev/shm%s: %s: %s", name, create ? "cannot create" : "cannot open",
-                       strerror(errno));
-    if (create && ftruncate(fd, (off_t)bytes) != 0) {
-        int e = errno;
-        close(fd);
+/* Create the segment, or replace one left by a producer that died (nobody holds its
+ * byte 0); refuse if a live producer serves it. Returns the fd, holding byte 0. */
+static st_status create_segment(const char *name, size_t bytes, int *fd_out, st_err *err) {
+    for (int attempt = 0; attempt < 3; attempt++) {
+        int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+        if (fd >= 0) {
+            if (lock_byte(fd, 0) != 0) { /* taken in the instant since: a racing producer replaces it */
+                close(fd);
+                continue;
+            }
+            if (ftruncate(fd, (off_t)bytes) != 0) {
+                int e = errno;
+                close(fd);
+                shm_unlink(name);
+                return st_errf(err, ST_ERR_NOSPACE, "data plane /dev/shm%s: cannot size to %zu bytes: %s", name,
+                               bytes, strerror(e));
+            }
+            *fd_out = fd;
+            return ST_OK;
+        }
+        if (errno != EEXIST)
+            return st_errf(err, ST_ERR_IO, "data plane /dev/shm%s: cannot create: %s", name, strerror(errno));
+        fd = shm_open(name, O_RDWR, 0600);
+        if (fd < 0) {
+            if (errno == ENOENT) continue; /* removed meanwhile */
+            return st_errf(err, ST_ERR_IO, "data plane /dev/shm%s: exists, but cannot be opened to check whether "
+                           "its producer is alive: %s", name, strerror(errno));
+        }
+        int32_t pid = 0;
+        if (pread(fd, &pid, sizeof pid, offsetof(plane_hdr, producer_pid)) != (ssize_t)sizeof pid) pid = 0;
+        if (lock_byte(fd, 0) != 0) {
+            close(fd);
+            return st_errf(err, ST_ERR_BUSY,
+                           "data plane /dev/shm%s: another producer (pid %d) is serving it; stop that one, or "
+                           "give this one another name", name, (int)pid);
+        }
+        /* Left by a producer that died (pid): nobody serves it; consumers of it have
+         * failed or will. */
         shm_unlink(name);
-        return st_errf(err, ST_ERR_NOSPACE, "data plane /dev/shm%s: cannot size to %zu bytes: %s", name, bytes,
-                       strerror(e));
-    }
-    void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (m == MAP_FAILED) {
-        int e = errno;
         close(fd);
-        if (create) shm_unlink(name);
-        return st_errf(err, ST_ERR_IO, "data plane /dev/shm%s: mmap of %zu bytes: %s", name, bytes, strerror(e));
     }
-    *out = m;
-    *fd_out = fd;
-    return ST_OK;
+    return st_errf(err, ST_ERR_BUSY,
+                   "data plane /dev/shm%s: still taken after replacing a stale segment three times; another "
+                   "producer of the same name is starting", name);
 }
 
 static void shm_name(char *dst, size_t cap, const char *name) {
@@ -167,8 +300,11 @@ static void shm_name(char *dst, size_t cap, const char *name) {
 }
 
 st_status data_plane_serve(data_plane **out, const char *name, const data_loader_config *cfg, int first_rank,
-                           int n_local, st_err *err) {
+                           int n_local, double timeout_s, st_err *err) {
     *out = NULL;
+    if (!(timeout_s >= 0) || timeout_s > 1e6)
+        return st_errf(err, ST_ERR_INVALID, "data plane: timeout %g s; give 0 (the default, %.0f s) or more",
+                       timeout_s, PLANE_TIMEOUT_DEFAULT_S);
     if (n_local < 1 || n_local > PLANE_MAX_LOCAL || cfg->world % n_local || first_rank % n_local ||
         first_rank < 0 || first_rank + n_local > cfg->world)
         return st_errf(err, ST_ERR_INVALID,
@@ -178,6 +314,7 @@ st_status data_plane_serve(data_plane **out, const char *name, const data_loader
     data_plane *p = calloc(1, sizeof *p);
     if (!p) return st_errf(err, ST_ERR_NOMEM, "data plane: out of memory");
     p->producer = 1;
+    p->fd = -1;
     shm_name(p->name, sizeof p->name, name);
     /* One loader for the block of local ranks: rows of ranks first..first+n-1. */
     data_loader_config c = *cfg;
@@ -194,18 +331,31 @@ st_status data_plane_serve(data_plane **out, const char *name, const data_loader
     part_layout((uint32_t)cfg->B, (uint32_t)cfg->T, off, &pb);
     uint32_t depth = cfg->prefetch > 0 ? (uint32_t)cfg->prefetch + 1 : 2;
     size_t slot = pb * (size_t)n_local, total = al64(sizeof(plane_hdr)) + slot * depth;
-    int fd = -1;
-    rc = map_shm(p->name, 1, total, &p->h, &fd, err);
+    rc = create_segment(p->name, total, &p->fd, err);
+    void *m = MAP_FAILED;
+    if (!rc) {
+        m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, p->fd, 0);
+        if (m == MAP_FAILED) {
+            rc = st_errf(err, ST_ERR_IO, "data plane /dev/shm%s: mmap of %zu bytes: %s", p->name, total,
+                         strerror(errno));
+            shm_unlink(p->name);
+            close(p->fd);
+        }
+    }
     if (rc) {
         data_loader_close(p->dl);
         free(p);
         return rc;
     }
-    close(fd);
+    p->h = m;
     p->map_bytes = total;
     plane_hdr *h = p->h;
     h->n_local = (uint32_t)n_local, h->depth = depth, h->B = (uint32_t)cfg->B, h->T = (uint32_t)cfg->T;
     h->slot_bytes = slot, h->part_bytes = pb, h->total_bytes = total;
+    h->timeout_s = timeout_s > 0 ? timeout_s : PLANE_TIMEOUT_DEFAULT_S;
+    h->producer_pid = (int32_t)getpid();
+    atomic_store(&h->producer_state, PEER_ATTACHED);
+    atomic_store(&h->beat_ns, mono_ns());
     atomic_store(&h->magic, PLANE_MAGIC);
     if (pthread_create(&p->thread, NULL, plane_main, p) != 0) {
         data_plane_close(p);
@@ -222,44 +372,67 @@ st_status data_plane_attach(data_plane **out, const char *name, int local_index,
     if (!p) return st_errf(err, ST_ERR_NOMEM, "data plane: out of memory");
     shm_name(p->name, sizeof p->name, name);
     double t0 = st_now();
-    int fd = -1;
+    int32_t stale_pid = 0; /* a segment whose producer died: wait for its replacement */
     for (;;) {
-        fd = shm_open(p->name, O_RDWR, 0600);
+        int fd = shm_open(p->name, O_RDWR, 0600);
         if (fd >= 0) {
             struct stat st;
             if (fstat(fd, &st) == 0 && (size_t)st.st_size >= sizeof(plane_hdr)) {
                 plane_hdr *h = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
                 if (h != MAP_FAILED) {
                     if (atomic_load(&h->magic) == PLANE_MAGIC && h->total_bytes == (uint64_t)st.st_size) {
-                        p->h = h;
-                        p->map_bytes = (size_t)st.st_size;
-                        break;
+                        if (byte_held(fd, 0)) {
+                            p->h = h;
+                            p->fd = fd;
+                            p->map_bytes = (size_t)st.st_size;
+                            break;
+                        }
+                        stale_pid = h->producer_pid;
                     }
                     munmap(h, (size_t)st.st_size);
                 }
             }
             close(fd);
-            fd = -1;
         }
         if (st_now() - t0 > timeout_s) {
+            st_status rc =
+                stale_pid ? st_errf(err, ST_ERR_IO,
+                                    "data plane /dev/shm%s: after %.1f s only a segment left by a producer that "
+                                    "died (pid %d); start the producer (data_plane_serve), it replaces the segment",
+                                    p->name, timeout_s, (int)stale_pid)
+                          : st_errf(err, ST_ERR_IO,
+                                    "data plane /dev/shm%s: no producer after %.1f s; start the producer "
+                                    "(data_plane_serve) on this machine with the same name",
+                                    p->name, timeout_s);
             free(p);
-            return st_errf(err, ST_ERR_IO,
-                           "data plane /dev/shm%s: no producer after %.1f s; start the producer "
-                           "(data_plane_serve) on this machine with the same name", name[0] == '/' ? name : name,
-                           timeout_s);
+            return rc;
         }
-        nap();
+        struct timespec ts = {0, 1000 * 1000}; /* opening the segment 1000 times a second is plenty */
+        nanosleep(&ts, NULL);
     }
-    close(fd);
-    if (local_index < 0 || (uint32_t)local_index >= p->h->n_local) {
-        st_status rc = st_errf(err, ST_ERR_INVALID, "data plane %s: local index %d, the producer serves %u", p->name,
-                               local_index, p->h->n_local);
+    plane_hdr *h = p->h;
+    st_status rc = ST_OK;
+    if (local_index < 0 || (uint32_t)local_index >= h->n_local)
+        rc = st_errf(err, ST_ERR_INVALID, "data plane /dev/shm%s: local index %d, the producer serves %u", p->name,
+                     local_index, h->n_local);
+    else if (atomic_load(&h->failed))
+        rc = plane_error(p, err);
+    else if (lock_byte(p->fd, 1 + local_index) != 0)
+        rc = st_errf(err, ST_ERR_BUSY, "data plane /dev/shm%s: local index %d is attached by another consumer (pid %d)",
+                     p->name, local_index, (int)atomic_load(&h->consumer_pid[local_index]));
+    else if (atomic_load(&h->consumer_state[local_index]) == PEER_ATTACHED)
+        rc = st_errf(err, ST_ERR_IO, "data plane /dev/shm%s: consumer %d (pid %d) of this plane died; restart the job",
+                     p->name, local_index, (int)atomic_load(&h->consumer_pid[local_index]));
+    if (rc) {
         munmap(p->h, p->map_bytes);
+        close(p->fd);
         free(p);
         return rc;
     }
     p->index = local_index;
-    p->taken = atomic_load(&p->h->released[local_index]);
+    p->taken = atomic_load(&h->released[local_index]);
+    atomic_store(&h->consumer_pid[local_index], (int32_t)getpid());
+    atomic_store(&h->consumer_state[local_index], PEER_ATTACHED); /* after its byte is held */
     *out = p;
     return ST_OK;
 }
@@ -267,10 +440,10 @@ st_status data_plane_attach(data_plane **out, const char *name, int local_index,
 st_status data_plane_next(data_plane *p, data_batch *b, st_err *err) {
     plane_hdr *h = p->h;
     if (p->producer) return st_errf(err, ST_ERR_INVALID, "data plane: next() on the producer handle");
+    if (atomic_load(&h->failed)) return plane_error(p, err);
     atomic_store(&h->released[p->index], p->taken); /* done with the previous batch */
     while (atomic_load(&h->produced) <= p->taken) {
-        if (atomic_load(&h->failed))
-            return st_errf(err, (st_status)h->fail_code, "data plane producer: %s", h->fail_msg);
+        if (!peers_alive(p)) return plane_error(p, err);
         nap();
     }
     size_t off[6], pb;
@@ -297,16 +470,30 @@ void data_plane_get_state(const data_plane *p, data_loader_state *st) {
     else *st = p->state;
 }
 
+st_status data_plane_check(data_plane *p, st_err *err) {
+    if (atomic_load(&p->h->failed)) return plane_error(p, err);
+    if (!p->producer) { /* the producer's thread looks at the others itself */
+        p->last_check = 0;
+        if (!peers_alive(p)) return plane_error(p, err);
+    }
+    return ST_OK;
+}
+
 void data_plane_close(data_plane *p) {
     if (!p) return;
     if (p->producer) {
         atomic_store(&p->stop, 1);
         if (p->thread_live) pthread_join(p->thread, NULL);
         data_loader_close(p->dl);
-        shm_unlink(p->name);
+        if (p->h) {
+            atomic_store(&p->h->producer_state, PEER_DETACHED); /* consumers still waiting: "closed", not "died" */
+            shm_unlink(p->name);
+        }
     } else if (p->h) {
         atomic_store(&p->h->released[p->index], UINT64_MAX - p->h->depth); /* never hold the producer back */
+        atomic_store(&p->h->consumer_state[p->index], PEER_DETACHED);     /* before its byte is let go */
     }
     if (p->h) munmap(p->h, p->map_bytes);
+    if (p->h && p->fd >= 0) close(p->fd);
     free(p);
 }
