@@ -121,8 +121,10 @@ st_status st_generate(st_model *m, const int32_t *prompt, int n_prompt, const st
                       st_token_fn on_token, void *ctx, int32_t *out, st_generate_result *res, st_err *err);
 
 /* What strata train prints every sample_every steps: max_new tokens after prompt with
- * temperature 1 (seeded by seed), as one line "label<prompt text>|<sample text>" on f,
- * text decoded by the vocabulary's st_text (non-printing bytes escaped). */
+ * temperature 1 (seeded by seed), KV-cached, printed once generated as
+ * "label<prompt text>|<sample text>\n" on f, decoded by the vocabulary's st_text (control
+ * bytes but newline and tab, and bytes outside valid UTF-8, escaped as \xNN; a backslash
+ * doubled). Fails only when generation fails (out of memory, an unsupported architecture). */
 st_status st_generate_print_sample(st_model *m, const int32_t *prompt, int n_prompt, int max_new, uint64_t seed,
                                    const char *label, FILE *f, st_err *err);
 

@@ -196,8 +196,9 @@ int cmd_sample(int argc, char **argv) {
                              .stop_token = text.eod};
     stream_sink sink = {&text};
     char buf[32];
-    if (!o.json) {
-        for (int i = 0; i < n_prompt; i++) {
+    if (!o.json) { /* the prompt as given; the default one decoded */
+        if (o.prompt && o.prompt[0]) fputs(o.prompt, stdout);
+        for (int i = 0; !(o.prompt && o.prompt[0]) && i < n_prompt; i++) {
             size_t n = st_text_decode(&text, prompt[i], buf, sizeof buf);
             fwrite(buf, 1, n, stdout);
         }
