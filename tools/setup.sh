@@ -7,8 +7,22 @@ for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
+  # the line to run as root when this user cannot install (no root, no sudo, or it failed)
+  line="apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then
+    if ! command -v sudo >/dev/null 2>&1; then
+      echo "strata setup: missing ${missing[*]}; this user ($(id -un 2>/dev/null || id -u)) is not root and has no sudo." >&2
+      echo "strata setup: run this as root, then tools/setup.sh again:" >&2
+      echo "  $line" >&2
+      exit 1
+    fi
+    SUDO=sudo
+  fi
   echo "strata setup: installing ${missing[*]}" >&2
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+  if ! { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null; }; then
+    echo "strata setup: the install failed; run this as root, then tools/setup.sh again:" >&2
+    echo "  $line" >&2
+    exit 1
+  fi
 fi
