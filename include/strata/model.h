@@ -158,6 +158,14 @@ st_status gpt2_save_safetensors(const gpt2_model *m, const char *path, st_err *e
 st_status gpt2_load_safetensors(gpt2_model *m, const char *path, st_err *err);
 /* A Hugging Face directory: config.json (GPT2LMHeadModel) + model.safetensors (F32). */
 st_status gpt2_save_hf(const gpt2_model *m, const char *dir, st_err *err);
+/* Reading one back (the hub's gpt2 too): 1 when DIR/config.json names GPT-2
+ * (GPT2LMHeadModel, GPT2Model or model_type "gpt2"); its shape, with every field that would
+ * change the equations refused by name (dropout is accepted: strata trains without it). */
+int gpt2_hf_is_dir(const char *dir);
+st_status gpt2_hf_config_read(const char *dir, gpt2_config *cfg, st_err *err);
+struct st_model;
+/* The model of DIR with its weights (DIR/model.safetensors). */
+st_status gpt2_model_create_hf(struct st_model **out, const char *dir, st_backend *be, st_err *err);
 
 /* ------------------------------------------------------------------ any architecture
  * The training loop, benchmarks and checkpoints see a model through this interface:
@@ -214,6 +222,10 @@ st_status st_model_create(st_model **out, const char *preset, const st_model_ove
 const char *st_model_preset_names(void);
 void st_model_free(st_model *m);
 void st_model_zero_grad(st_model *m);
+/* Every parameter finite? A NaN or Inf loaded from FROM (a file or directory, for the
+ * message) is refused with ST_ERR_NONFINITE naming the tensor and element: training on it
+ * would skip every step. */
+st_status st_model_check_finite(const st_model *m, const char *from, st_err *err);
 /* Wrap an existing GPT-2 (the st_model does not own it). */
 void st_model_wrap_gpt2(st_model *out, gpt2_model *g);
 
