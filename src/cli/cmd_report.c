@@ -1,6 +1,6 @@
 /* cmd_report.c - strata report RUN_DIR: one self-contained HTML page with inline SVG
- * charts of a run (loss and learning rate, step time stacked by phase, memory per tier
- * over time, achieved FLOP/s against the measured peak) and a plain-text summary on the
+ * charts of a run (loss, validation loss and learning rate, step time stacked by phase,
+ * memory per tier over time, achieved FLOP/s against the measured peak) and a plain-text summary on the
  * terminal. Reads only metrics.jsonl and config.json, so it works on a run in progress
  * and on runs made without a trace. No scripts, no external files: the page opens
  * anywhere and prints as it looks. */
@@ -26,6 +26,7 @@ typedef struct run_data {
     int n, cap;
     double *step, *loss, *lr, *step_ms, *tok_s, *gflops, *frac, *elapsed_s, *exposed_ms;
     double *host_peak, *host_rss, *host_plan, *gpu_lost;
+    double *val_loss; /* NAN on the steps without a validation */
     double peak_gflops;
     int n_phases;
     char *phase_name[MAX_PHASES];
@@ -34,10 +35,10 @@ typedef struct run_data {
     int has_gpu;
 } run_data;
 
-#define NCOLS 13
+#define NCOLS 14
 static void columns(run_data *d, double **c[NCOLS]) {
     double **t[NCOLS] = {&d->step, &d->loss, &d->lr, &d->step_ms, &d->tok_s, &d->gflops, &d->frac, &d->elapsed_s,
-                         &d->exposed_ms, &d->host_peak, &d->host_rss, &d->host_plan, &d->gpu_lost};
+                         &d->exposed_ms, &d->host_peak, &d->host_rss, &d->host_plan, &d->gpu_lost, &d->val_loss};
     memcpy(c, t, sizeof t);
 }
 
@@ -126,6 +127,7 @@ static int load_metrics(const char *run_dir, run_data *d, char *why, size_t whyc
         d->host_rss[i] = jnum(o, "host_rss_bytes", NAN);
         d->host_plan[i] = jnum(o, "host_plan_bytes", NAN);
         d->gpu_lost[i] = jnum(o, "gpu_freq_lost", NAN);
+        d->val_loss[i] = jnum(o, "val_loss", NAN);
         if (!isnan(d->gpu_lost[i])) d->has_gpu = 1;
         for (int k = 0; k < d->n_phases; k++) d->phase_ms[k][i] = 0;
         json_object *ph;
@@ -405,6 +407,8 @@ typedef struct summary {
     int n;
     double first_step, last_step, final_loss, min_loss, med_step_ms, med_tok_s, med_gflops, med_frac, peak_gflops;
     double host_peak, host_plan, med_exposed_ms, med_gpu_lost, total_s;
+    int n_val;                                  /* steps with a validation loss */
+    double val_final, val_final_step, val_min, val_min_step;
     double phase_med[MAX_PHASES];
 } summary;
 
@@ -426,6 +430,13 @@ static void summarize(const run_data *d, const char *run_dir, summary *s) {
     s->med_exposed_ms = quantile(d->exposed_ms, d->n, from, 0.5);
     s->med_gpu_lost = quantile(d->gpu_lost, d->n, from, 0.5);
     s->total_s = d->elapsed_s[d->n - 1];
+    s->val_min = INFINITY;
+    for (int i = 0; i < d->n; i++)
+        if (isfinite(d->val_loss[i])) {
+            s->n_val++;
+            s->val_final = d->val_loss[i], s->val_final_step = d->step[i];
+            if (d->val_loss[i] < s->val_min) s->val_min = d->val_loss[i], s->val_min_step = d->step[i];
+        }
     for (int k = 0; k < d->n_phases; k++) s->phase_med[k] = quantile(d->phase_ms[k], d->n, from, 0.5);
     snprintf(s->title, sizeof s->title, "%s", run_dir);
     char path[4096];
@@ -448,6 +459,9 @@ static void print_summary(FILE *f, const run_data *d, const summary *s) {
     if (s->model[0]) fprintf(f, "  model       %s\n", s->model);
     fprintf(f, "  steps       %.0f..%.0f (%d lines), %.1f s of steps\n", s->first_step, s->last_step, s->n, s->total_s);
     fprintf(f, "  loss        final %.4f, lowest %.4f\n", s->final_loss, s->min_loss);
+    if (s->n_val)
+        fprintf(f, "  validation  final %.4f (perplexity %.2f) at step %.0f, lowest %.4f at step %.0f (%d evaluations)\n",
+                s->val_final, exp(s->val_final), s->val_final_step, s->val_min, s->val_min_step, s->n_val);
     fprintf(f, "  step time   median %.1f ms, %.0f tokens/s\n", s->med_step_ms, s->med_tok_s);
     if (s->peak_gflops > 0)
         fprintf(f, "  compute     median %.1f GFLOP/s = %.1f%% of the measured peak %.1f GFLOP/s\n", s->med_gflops,
@@ -493,6 +507,10 @@ static void write_html(FILE *f, const run_data *d, const summary *s) {
     fprintf(f, "<tr><td>steps</td><td>%.0f to %.0f (%.1f s of steps)</td></tr>\n", s->first_step, s->last_step,
             s->total_s);
     fprintf(f, "<tr><td>loss</td><td>final %.4f, lowest %.4f</td></tr>\n", s->final_loss, s->min_loss);
+    if (s->n_val)
+        fprintf(f, "<tr><td>validation loss</td><td>final %.4f (perplexity %.2f) at step %.0f, lowest %.4f at step %.0f "
+                "(%d evaluations)</td></tr>\n", s->val_final, exp(s->val_final), s->val_final_step, s->val_min,
+                s->val_min_step, s->n_val);
     fprintf(f, "<tr><td>step time (median)</td><td>%.1f ms, %.0f tokens/s</td></tr>\n", s->med_step_ms, s->med_tok_s);
     if (s->peak_gflops > 0)
         fprintf(f, "<tr><td>achieved (median)</td><td>%.1f GFLOP/s = %.1f%% of the measured peak (%.1f GFLOP/s)</td></tr>\n",
@@ -514,15 +532,25 @@ static void write_html(FILE *f, const run_data *d, const summary *s) {
         double x0 = d->step[0], x1 = d->step[n - 1];
         if (x1 <= x0) x1 = x0 + 1;
         double y0 = vmin(d->loss, n), y1 = vmax(d->loss, n), z0 = 0, z1 = vmax(d->lr, n);
+        if (s->n_val) { /* the validation points share the loss axis */
+            y0 = fmin(y0, vmin(d->val_loss, n));
+            y1 = fmax(y1, vmax(d->val_loss, n));
+        }
         axis_range(&y0, &y1, 0);
         axis_range(&z0, &z1, 1);
         fputs("<div class=\"card\">", f);
-        const char *names[] = {"loss", "learning rate (right axis)"}, *cols[] = {palette[0], palette[1]};
-        int dash[] = {0, 1};
-        legend lg = {names, cols, dash, 2};
+        const char *names[] = {"loss", "learning rate (right axis)", "validation loss"},
+                   *cols[] = {palette[0], palette[1], palette[2]};
+        int dash[] = {0, 1, 0};
+        legend lg = {names, cols, dash, s->n_val ? 3 : 2};
         chart_begin(&c, f, "Loss and learning rate", &lg, x0, x1, y0, y1, "step", "loss", 1, z0, z1, "learning rate");
         chart_line(&c, d->step, d->loss, n, palette[0], 1.8, 0, 0);
         chart_line(&c, d->step, d->lr, n, palette[1], 1.6, 1, 1);
+        /* validation: a marker per evaluation (they are sparse; a run has few) */
+        for (int i = 0; i < n; i++)
+            if (isfinite(d->val_loss[i]))
+                fprintf(f, "<circle class=\"val\" cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"/>\n", px(&c, d->step[i]),
+                        py(&c, d->val_loss[i]), palette[2]);
         chart_end(&c);
         fputs("</div>\n", f);
     }
