@@ -188,4 +188,9 @@ typedef struct stream_step_stats {
 st_status stream_step(stream_exec *x, const int32_t *inputs, const int32_t *targets, const adamw_params *hp,
                       float max_norm, stream_step_stats *stats, st_err *err);
 
+/* Forward only (validation): the mean loss over targets >= 0 of one (B, T) batch with the
+ * current weights, streamed as the step streams them. Changes no parameter, gradient,
+ * moment or clipping state: the steps after it are bit-identical to those without it. */
+st_status stream_eval(stream_exec *x, const int32_t *inputs, const int32_t *targets, float *loss, st_err *err);
+
 #endif

@@ -1002,3 +1002,49 @@ out:
 #undef COMPUTE_
     return s;
 }
+
+/* ------------------------------------------------------------------ forward only
+ * The step's forward with nothing kept for a backward: each block runs in its plan's
+ * activation set (nothing is offloaded, nothing recomputed), the weights arrive as in the
+ * step (prefetch_depth ahead), and the head computes the loss only. No gradient, moment,
+ * parameter or speculation state is touched: a step after it is the step it would have
+ * been. The chunked classifier's first pass also drains logits to the host scratch a
+ * backward would read; nothing reads them. */
+st_status stream_eval(stream_exec *x, const int32_t *inputs, const int32_t *targets, float *loss, st_err *err) {
+    gpt2_model *m = &x->m;
+    int L = x->L, D = x->depth, N = x->cfg.B * x->cfg.T;
+    double compute_s = 0;
+    if (!inputs || !targets) return st_errf(err, ST_ERR_INVALID, "stream_eval: inputs and targets are required");
+    prof_span span = prof_begin(PROF_CAT_OTHER, "stream eval", -1);
+    uint64_t enc_ticket = 0;
+    size_t V = (size_t)x->cfg.model.vocab_size, C = (size_t)x->cfg.model.n_embd;
+    if (x->vc) {
+        memcpy(x->h_inp, inputs, sizeof(int32_t) * (size_t)N);
+        x->host_be->ops->encoder_forward(x->host_be, x->h_enc, x->h_inp, x->hp, x->hp + V * C, x->cfg.B, x->cfg.T,
+                                         (int)C);
+        h2d(x, x->d_tgt, targets, sizeof(int32_t) * (size_t)N);
+        enc_ticket = h2d(x, (float *)gpt2_layer_input(m, 0), x->h_enc, x->NC * 4);
+    }
+    for (int l = 0; l <= D && l < L; l++) x->w_ticket[l] = fetch_block(x, l);
+    if (x->vc && L <= D + 1)
+        for (int c = 0; c < 2 && c < x->nvc; c++) fetch_vchunk(x, c);
+    wait_ticket(x, x->nb_ticket, "wait embed weights", -1);
+    if (x->vc) wait_ticket(x, enc_ticket, "wait embedding", -1);
+    else gpt2_embed_forward(m, inputs, targets);
+    for (int l = 0; l < L; l++) {
+        wait_ticket(x, x->w_ticket[l], "wait weights", l);
+        gpt2_block_acts a = block_acts(x, l);
+        gpt2_block_forward(m, wslot(x, l), block_in(x, l), &a);
+        if (l + D + 1 < L) {
+            x->w_ticket[l + D + 1] = fetch_block(x, l + D + 1);
+            if (x->vc && l + D + 1 == L - 1)
+                for (int c = 0; c < 2 && c < x->nvc; c++) fetch_vchunk(x, c);
+        }
+    }
+    if (x->vc) *loss = chunked_head_forward(x, block_out(x, L - 1), targets, &compute_s);
+    else *loss = gpt2_head_forward(m, block_out(x, L - 1), targets, 0.0f);
+    /* copies still queued (the logits' drain, wte chunks) complete before anything the
+     * next step waits on: the copy engine completes in order */
+    prof_end(&span);
+    return ST_OK;
+}
