@@ -73,6 +73,20 @@ void st_crc32c_force_table(int on);
  * SIGKILL, a crash at a chosen instant. Otherwise it does nothing. */
 void st_failpoint(const char *name);
 
+/* I/O fault injection for tests: when STRATA_IOFAULT is "OP:KIND[:N][@TEXT]", the N-th
+ * call (default the first) of st_iofault(OP, path) whose path contains TEXT (any path when
+ * absent) returns the fault, and every other call returns 0. KIND is eio, enospc (the
+ * errno to fail with) or short (ST_IOFAULT_SHORT: transfer half, then fail). Every write,
+ * fsync, rename and read of a file whose loss would lose state calls it just before the
+ * system call, with one of these OPs (tests/test_io_faults.sh enumerates them):
+ *   file.open, file.write, file.fsync, file.rename   files written whole (crash-safe writer,
+ *                                                    data pack) and appended (metrics, trace,
+ *                                                    TensorBoard events)
+ *   file.read                                        the state store's manifest
+ *   io.write, io.read, io.sync                       the io engine (the state store's files) */
+#define ST_IOFAULT_SHORT (-1)
+int st_iofault(const char *op, const char *path);
+
 /* Deterministic random numbers (xorshift64*), state is one integer so it checkpoints. */
 typedef struct st_rng { uint64_t s; } st_rng;
 void st_rng_seed(st_rng *r, uint64_t seed);

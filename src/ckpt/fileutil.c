@@ -16,13 +16,22 @@ st_status st_file_writer_open(st_file_writer *w, const char *path, st_err *err) 
     if (strlen(path) >= sizeof w->path) return st_errf(err, ST_ERR_INVALID, "path too long: %s", path);
     snprintf(w->path, sizeof w->path, "%s", path);
     snprintf(w->tmp, sizeof w->tmp, "%s.tmp.%d", path, (int)getpid());
-    w->f = fopen(w->tmp, "wb");
-    if (!w->f) return st_errf(err, ST_ERR_IO, "%s: cannot create: %s", w->tmp, strerror(errno));
+    int fault = st_iofault("file.open", path);
+    w->f = fault > 0 ? NULL : fopen(w->tmp, "wb");
+    if (fault > 0) errno = fault;
+    if (!w->f)
+        return st_errf(err, errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "%s: cannot create: %s", w->tmp,
+                       strerror(errno));
     return ST_OK;
 }
 
 st_status st_file_writer_put(st_file_writer *w, const void *data, size_t n, st_err *err) {
-    if (n && fwrite(data, 1, n, w->f) != n) {
+    int fault = n ? st_iofault("file.write", w->path) : 0;
+    if (fault) { /* a short write puts half the bytes down, then fails as a full disk does */
+        if (fault == ST_IOFAULT_SHORT) fwrite(data, 1, n / 2, w->f);
+        errno = fault > 0 ? fault : ENOSPC;
+    }
+    if (n && (fault || fwrite(data, 1, n, w->f) != n)) {
         int e = errno;
         return st_errf(err, e == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "%s: write failed at offset %zu: %s%s", w->tmp,
                        w->bytes, strerror(e), e == ENOSPC ? "; free space on that disk (the previous file is intact)" : "");
@@ -43,7 +52,9 @@ st_status st_fsync_dir(const char *dir, st_err *err) {
 st_status st_file_writer_close(st_file_writer *w, st_status status, st_err *err) {
     if (!w->f) return status;
     if (status == ST_OK) {
-        if (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0) {
+        int fault = st_iofault("file.fsync", w->path);
+        if (fault > 0) errno = fault;
+        if (fault > 0 || fflush(w->f) != 0 || fsync(fileno(w->f)) != 0) {
             int e = errno;
             status = st_errf(err, e == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "%s: flush failed: %s", w->tmp, strerror(e));
         }
@@ -55,7 +66,9 @@ st_status st_file_writer_close(st_file_writer *w, st_status status, st_err *err)
         unlink(w->tmp);
         return status;
     }
-    if (rename(w->tmp, w->path) != 0) {
+    int fault = st_iofault("file.rename", w->path);
+    if (fault > 0) errno = fault;
+    if (fault > 0 || rename(w->tmp, w->path) != 0) {
         status = st_errf(err, ST_ERR_IO, "%s: cannot rename into place: %s", w->path, strerror(errno));
         unlink(w->tmp);
         return status;

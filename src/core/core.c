@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -148,6 +149,21 @@ void st_failpoint(const char *name) {
     if (strncmp(e, name, n) || (e[n] && e[n] != ':')) return;
     int want = e[n] == ':' ? atoi(e + n + 1) : 1;
     if (++hits >= want) raise(SIGKILL);
+}
+
+int st_iofault(const char *op, const char *path) {
+    static _Atomic long hits;
+    const char *e = getenv("STRATA_IOFAULT");
+    if (!e || !*e) return 0;
+    size_t n = strlen(op);
+    if (strncmp(e, op, n) || e[n] != ':') return 0;
+    const char *kind = e + n + 1, *at = strchr(kind, '@');
+    if (at && (!path || !strstr(path, at + 1))) return 0;
+    int fault = !strncmp(kind, "eio", 3) ? EIO : !strncmp(kind, "enospc", 6) ? ENOSPC
+              : !strncmp(kind, "short", 5) ? ST_IOFAULT_SHORT : 0;
+    const char *colon = strchr(kind, ':');
+    long want = colon && (!at || colon < at) ? atol(colon + 1) : 1;
+    return fault && atomic_fetch_add(&hits, 1) + 1 == want ? fault : 0;
 }
 
 void st_rng_seed(st_rng *r, uint64_t seed) {

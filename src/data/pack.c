@@ -79,9 +79,12 @@ st_status data_pack_add(data_pack_writer *w, const int32_t *tokens, size_t n, st
             else if (w->itemsize == 2) { uint16_t v = (uint16_t)t; memcpy(w->buf + 2 * j, &v, 2); }
             else memcpy(w->buf + 4 * j, &t, 4);
         }
-        if (fwrite(w->buf, (size_t)w->itemsize, k, w->bin) != k)
-            return st_errf(err, ST_ERR_IO, "%s: write failed at token %llu: %s", w->bin_tmp,
-                           (unsigned long long)(w->n_tokens + i), strerror(errno));
+        int fault = st_iofault("file.write", w->bin_path);
+        if (fault) errno = fault > 0 ? fault : ENOSPC;
+        if (fault || fwrite(w->buf, (size_t)w->itemsize, k, w->bin) != k)
+            return st_errf(err, errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO,
+                           "%s: write failed at token %llu: %s; %s is unchanged", w->bin_tmp,
+                           (unsigned long long)(w->n_tokens + i), strerror(errno), w->bin_path);
         i += k;
     }
     w->sizes[w->n_docs++] = (int32_t)n;
@@ -91,22 +94,48 @@ st_status data_pack_add(data_pack_writer *w, const int32_t *tokens, size_t n, st
 
 static int put(FILE *f, const void *p, size_t n) { return fwrite(p, 1, n, f) == n; }
 
+/* Flush, fsync and close a temporary file (faults injected under PATH, the final name). */
+static int finish_tmp(FILE *f, const char *path) {
+    int fault = st_iofault("file.fsync", path);
+    int ok = !fault && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    if (fault) errno = fault > 0 ? fault : EIO;
+    int e = errno;
+    if (fclose(f) != 0 && ok) return 0;
+    errno = e;
+    return ok;
+}
+
+static int rename_into_place(const char *from, const char *to) {
+    int fault = st_iofault("file.rename", to);
+    if (fault) {
+        errno = fault > 0 ? fault : EIO;
+        return -1;
+    }
+    return rename(from, to);
+}
+
+/* Both files are complete and durable under temporary names before either replaces an
+ * existing dataset; the .bin goes first, and if the .idx cannot follow, the old .bin (kept
+ * through a hard link) is put back, so PREFIX is the old pair or the new pair. */
 st_status data_pack_close(data_pack_writer *w, st_err *err) {
     st_status rc = ST_OK;
-    if (fclose(w->bin) != 0) {
-        w->bin = NULL;
-        rc = st_errf(err, ST_ERR_IO, "%s: close failed: %s", w->bin_tmp, strerror(errno));
+    FILE *bin = w->bin;
+    w->bin = NULL;
+    if (!finish_tmp(bin, w->bin_path)) {
+        rc = st_errf(err, errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "%s: flush failed: %s; %s is unchanged",
+                     w->bin_tmp, strerror(errno), w->bin_path);
         data_pack_abort(w);
         return rc;
     }
-    w->bin = NULL;
     if (w->n_docs == 0) {
         rc = st_errf(err, ST_ERR_INVALID, "data pack: no documents were added; %s would be an empty "
                      "source", w->bin_path);
         data_pack_abort(w);
         return rc;
     }
-    FILE *f = fopen(w->idx_tmp, "wb");
+    int fault = st_iofault("file.open", w->idx_path);
+    FILE *f = fault > 0 ? NULL : fopen(w->idx_tmp, "wb");
+    if (fault > 0) errno = fault;
     if (!f) {
         rc = st_errf(err, ST_ERR_IO, "%s: cannot create: %s", w->idx_tmp, strerror(errno));
         data_pack_abort(w);
@@ -115,7 +144,10 @@ st_status data_pack_close(data_pack_writer *w, st_err *err) {
     static const char magic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0};
     uint64_t version = 1, nd = w->n_docs, ndi = w->n_docs + 1;
     uint8_t code = (uint8_t)w->dtype;
-    int ok = put(f, magic, 9) && put(f, &version, 8) && put(f, &code, 1) && put(f, &nd, 8) && put(f, &ndi, 8);
+    fault = st_iofault("file.write", w->idx_path);
+    int ok = !fault && put(f, magic, 9) && put(f, &version, 8) && put(f, &code, 1) && put(f, &nd, 8) &&
+             put(f, &ndi, 8);
+    if (fault) errno = fault > 0 ? fault : ENOSPC;
     ok = ok && put(f, w->sizes, 4 * w->n_docs);
     uint64_t ptr = 0;
     for (uint64_t d = 0; ok && d < w->n_docs; d++) {
@@ -123,17 +155,40 @@ st_status data_pack_close(data_pack_writer *w, st_err *err) {
         ptr += (uint64_t)w->sizes[d] * (uint64_t)w->itemsize;
     }
     for (uint64_t d = 0; ok && d <= w->n_docs; d++) ok = put(f, &d, 8);
-    if (fclose(f) != 0) ok = 0;
     if (!ok) {
-        rc = st_errf(err, ST_ERR_IO, "%s: write failed: %s", w->idx_tmp, strerror(errno));
+        int e = errno;
+        fclose(f);
+        errno = e;
+    } else {
+        ok = finish_tmp(f, w->idx_path);
+    }
+    if (!ok) {
+        rc = st_errf(err, errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "%s: write failed: %s; %s is unchanged",
+                     w->idx_tmp, strerror(errno), w->idx_path);
         data_pack_abort(w);
         return rc;
     }
-    if (rename(w->bin_tmp, w->bin_path) != 0 || rename(w->idx_tmp, w->idx_path) != 0) {
-        rc = st_errf(err, ST_ERR_IO, "%s: rename into place failed: %s", w->idx_path, strerror(errno));
+    char keep[DATA_PATH_MAX + 32];
+    snprintf(keep, sizeof keep, "%s.old.%d", w->bin_path, (int)getpid());
+    unlink(keep);
+    int existed = access(w->bin_path, F_OK) == 0, kept = existed && link(w->bin_path, keep) == 0;
+    if (rename_into_place(w->bin_tmp, w->bin_path) != 0) {
+        rc = st_errf(err, ST_ERR_IO, "%s: rename into place failed: %s; the previous dataset is unchanged",
+                     w->bin_path, strerror(errno));
+        if (kept) unlink(keep);
         data_pack_abort(w);
         return rc;
     }
+    if (rename_into_place(w->idx_tmp, w->idx_path) != 0) {
+        int e = errno;
+        int back = kept ? rename(keep, w->bin_path) == 0 : !existed && unlink(w->bin_path) == 0;
+        rc = st_errf(err, ST_ERR_IO, "%s: rename into place failed: %s; %s", w->idx_path, strerror(e),
+                     back ? (kept ? "the previous dataset is restored" : "no dataset was there before, none is now")
+                          : "the previous .bin could not be kept: pack again");
+        data_pack_abort(w);
+        return rc;
+    }
+    if (kept) unlink(keep);
     free(w->sizes);
     free(w);
     return ST_OK;

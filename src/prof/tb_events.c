@@ -104,7 +104,9 @@ static st_status write_record(prof_tb *w, const pb_buf *ev, st_err *err) {
         tail[i] = (uint8_t)(dc >> (8 * i));
     }
     errno = 0;
-    if (fwrite(head, 1, 12, w->f) != 12 || fwrite(ev->p, 1, ev->n, w->f) != ev->n || fwrite(tail, 1, 4, w->f) != 4 ||
+    int fault = st_iofault("file.write", w->path);
+    if (fault > 0) errno = fault;
+    if (fault || fwrite(head, 1, 12, w->f) != 12 || fwrite(ev->p, 1, ev->n, w->f) != ev->n || fwrite(tail, 1, 4, w->f) != 4 ||
         fflush(w->f))
         return st_errf(err, ST_ERR_IO, "%s: cannot write a TensorBoard event: %s", w->path,
                        errno ? strerror(errno) : "short write");

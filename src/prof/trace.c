@@ -388,8 +388,10 @@ st_status prof_trace_stop(st_err *err) {
     g_w.writer_cpu_s += thread_cpu_s() - cpu0;
     fprintf(g_w.f, "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"clock\":\"CLOCK_MONOTONIC\",\"origin_ns\":%llu,"
             "\"dropped_events\":%llu}}\n", (unsigned long long)g_w.origin_ns, (unsigned long long)dropped);
-    int bad = ferror(g_w.f);
+    int fault = st_iofault("file.write", g_w.path);
+    int bad = ferror(g_w.f) || fault;
     bad |= fclose(g_w.f) != 0;
+    if (fault) errno = fault > 0 ? fault : ENOSPC;
     g_w.f = NULL;
     if (dropped) st_log(1, "trace %s: %llu events dropped (a ring was full)\n", g_w.path, (unsigned long long)dropped);
     if (bad) return st_errf(err, ST_ERR_IO, "trace %s: write failed: %s (disk full?)", g_w.path, strerror(errno));

@@ -92,7 +92,9 @@ uint64_t st_io_engine_path_bytes(const st_io_engine *e, int path) {
 
 st_status st_io_sync(st_io_engine *e, int path, st_err *err) {
     if (path < 0 || path >= e->n_paths) return st_errf(err, ST_ERR_INVALID, "io: no path %d", path);
-    if (fdatasync(e->paths[path].fd) != 0)
+    int fault = st_iofault("io.sync", e->paths[path].file);
+    if (fault > 0) errno = fault;
+    if (fault > 0 || fdatasync(e->paths[path].fd) != 0)
         return st_errf(err, errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "%s: fdatasync: %s", e->paths[path].file,
                        strerror(errno));
     return ST_OK;
@@ -125,6 +127,9 @@ static void piece_complete(io_piece *pc, long long res) {
     io_path *p = pc->p;
     st_io_engine *e = p->e;
     st_err perr = {0};
+    /* injected faults (tests) stand in for what the device reported */
+    int fault = st_iofault(pc->write ? "io.write" : "io.read", p->file);
+    if (fault) res = fault > 0 ? -(long long)fault : (long long)(pc->len / 2);
     if (res < 0) {
         int en = (int)-res;
         st_errf(&perr, en == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "%s: %s of %zu bytes at offset %llu failed: %s",

@@ -507,8 +507,10 @@ static st_status manifest_load(const char *path, unsigned char **buf, mread *r, 
         n += got;
         if (got == 0) break;
     }
-    if (ferror(f)) {
-        int en = errno;
+    int fault = st_iofault("file.read", path);
+    if (fault == ST_IOFAULT_SHORT) n /= 2;
+    if (ferror(f) || fault > 0) {
+        int en = fault > 0 ? fault : errno;
         fclose(f);
         free(p);
         return st_errf(err, ST_ERR_IO, "%s: reading the state manifest failed at byte %zu: %s", path, n, strerror(en));
