@@ -37,6 +37,9 @@ const st_tensor_entry *safetensors_entry(const st_safetensors *st, int i);
 const st_tensor_entry *safetensors_find(const st_safetensors *st, const char *name);
 const void *safetensors_data(const st_safetensors *st, const st_tensor_entry *e);
 const char *safetensors_path(const st_safetensors *st);
+/* The __metadata__ key under which the writer records the CRC-32C of the data section
+ * (8 hex digits); the reader verifies it when present (files from elsewhere have none). */
+#define SAFETENSORS_CRC_KEY "strata_data_crc32c"
 /* A __metadata__ value, or NULL. */
 const char *safetensors_meta(const st_safetensors *st, const char *key);
 

@@ -156,6 +156,20 @@ st_status safetensors_open(st_safetensors **out, const char *path, st_err *err) 
         free(order);
     }
     json_object_put(root);
+    root = NULL;
+    const char *want = safetensors_meta(st, SAFETENSORS_CRC_KEY);
+    if (want) {
+        uint32_t got = st_crc32c(0, st->data, st->data_len);
+        char got_hex[16];
+        snprintf(got_hex, sizeof got_hex, "%08x", got);
+        if (strcmp(got_hex, want)) {
+            s = st_errf(err, ST_ERR_CHECKSUM,
+                        "%s: the data section (bytes %llu to %zu) has CRC-32C %s, its header records %s: the weights "
+                        "were changed or damaged on disk; load another checkpoint",
+                        path, (unsigned long long)(8 + hlen), len, got_hex, want);
+            goto fail;
+        }
+    }
     *out = st;
     return ST_OK;
 fail:
@@ -225,11 +239,20 @@ st_status safetensors_write(const char *path, const st_tensor_out *tensors, int 
     for (int i = 0; i < n; i++) order[i] = &tensors[i];
     qsort(order, (size_t)n, sizeof *order, cmp_out_name);
     json_object *root = json_object_new_object();
-    if (n_meta > 0) {
-        json_object *m = json_object_new_object();
-        for (int i = 0; i < n_meta; i++) json_object_object_add(m, meta[2 * i], json_object_new_string(meta[2 * i + 1]));
-        json_object_object_add(root, "__metadata__", m);
+    /* a checksum of the data section, in the header's metadata: a flipped byte in the
+     * weights is found when the file is opened (Hugging Face ignores unknown keys) */
+    uint32_t crc = 0;
+    for (int i = 0; i < n; i++) {
+        size_t numel = 1;
+        for (int d = 0; d < order[i]->ndim; d++) numel *= (size_t)order[i]->shape[d];
+        crc = st_crc32c(crc, order[i]->data, numel * st_dtype_size(order[i]->dtype));
     }
+    char crc_hex[16];
+    snprintf(crc_hex, sizeof crc_hex, "%08x", crc);
+    json_object *m = json_object_new_object();
+    for (int i = 0; i < n_meta; i++) json_object_object_add(m, meta[2 * i], json_object_new_string(meta[2 * i + 1]));
+    json_object_object_add(m, SAFETENSORS_CRC_KEY, json_object_new_string(crc_hex));
+    json_object_object_add(root, "__metadata__", m);
     size_t off = 0;
     for (int i = 0; i < n; i++) {
         const st_tensor_out *t = order[i];

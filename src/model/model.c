@@ -1,4 +1,5 @@
 /* model.c - the architecture-independent model interface, and GPT-2 behind it. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,4 +144,17 @@ void st_params_init_by_role(const st_param_info *t, int n, float *host, uint64_t
         }
         }
     }
+}
+
+st_status st_model_check_finite(const st_model *m, const char *from, st_err *err) {
+    const float *p = m->params; /* host memory on the CPU backend, where weights are loaded */
+    for (int t = 0; t < m->n_tensors; t++) {
+        const st_param_info *ti = &m->tensors[t];
+        for (size_t i = 0; i < ti->numel; i++)
+            if (!isfinite(p[ti->offset + i]))
+                return st_errf(err, ST_ERR_NONFINITE,
+                               "%s: tensor '%s' element %zu is %s: the weights are damaged; load another "
+                               "checkpoint", from, ti->name, i, isnan(p[ti->offset + i]) ? "NaN" : "infinite");
+    }
+    return ST_OK;
 }
