@@ -11,32 +11,6 @@
 
 static int readable(const char *path) { return access(path, R_OK) == 0; }
 
-/* JSON integer field, or -1. */
-static int json_int(json_object *o, const char *key) {
-    json_object *v;
-    return json_object_object_get_ex(o, key, &v) && json_object_is_type(v, json_type_int) ? json_object_get_int(v) : -1;
-}
-
-/* A Hugging Face GPT-2 directory (GPT2LMHeadModel, as gpt2_save_hf and the hub write it). */
-static st_status open_hf_gpt2(st_model **out, const char *dir, json_object *cfg, st_backend *be, char *weights,
-                              size_t cap, st_err *err) {
-    const char *names[] = {"vocab_size", "n_positions", "n_layer", "n_head", "n_embd"};
-    int v[5];
-    for (int i = 0; i < 5; i++)
-        if ((v[i] = json_int(cfg, names[i])) < 1)
-            return st_errf(err, ST_ERR_FORMAT, "%s/config.json: GPT-2 field '%s' is missing or not a positive "
-                           "integer", dir, names[i]);
-    st_model_overrides ov = {v[0], v[1], v[2], v[3], v[4]};
-    st_status s = st_model_create(out, "gpt2-124m", &ov, be, err);
-    if (s) return st_err_prefix(err, "%s/config.json", dir);
-    snprintf(weights, cap, "%s/model.safetensors", dir);
-    if ((s = (*out)->ops->load(*out, weights, err))) {
-        st_model_free(*out);
-        *out = NULL;
-    }
-    return s;
-}
-
 /* A run directory (config.json of strata train; checkpoints/latest or, after a disk-state
  * run, model.safetensors) or one of its checkpoint directories. */
 static st_status open_run(st_model **out, const char *dir, const char *cfg_path, st_backend *be, char *weights,
@@ -92,10 +66,10 @@ st_status st_gen_open_model(st_model **out, const char *from, st_backend *be, ch
     json_object *v;
     int is_hf = json_object_object_get_ex(root, "architectures", &v) ||
                 json_object_object_get_ex(root, "model_type", &v);
-    const char *type = json_object_object_get_ex(root, "model_type", &v) ? json_object_get_string(v) : "";
     st_status s;
-    if (is_hf && type && !strcmp(type, "gpt2")) {
-        s = open_hf_gpt2(out, from, root, be, weights, sizeof weights, err);
+    if (is_hf && gpt2_hf_is_dir(from)) {
+        s = gpt2_model_create_hf(out, from, be, err); /* GPT2LMHeadModel: config.json, model.safetensors */
+        snprintf(weights, sizeof weights, "%s/model.safetensors", from);
     } else if (is_hf) {
         s = st_model_create_hf(out, from, be, err); /* the Llama family: config.json, then the weights */
         snprintf(weights, sizeof weights, "%s (Hugging Face directory)", from);
