@@ -224,7 +224,22 @@ st_status safetensors_read_f32(const st_safetensors *st, const char *name, float
     if (e->dtype != ST_F32 && e->dtype != ST_BF16 && e->dtype != ST_F16 && e->dtype != ST_F64)
         return st_errf(err, ST_ERR_FORMAT, "%s: tensor '%s' has dtype %s; a float type is needed", st->path, name,
                        st_dtype_name(e->dtype));
-    st_convert(dst, ST_F32, st->data + e->begin, e->dtype, numel);
+    const uint8_t *src = st->data + e->begin;
+    size_t es = st_dtype_size(e->dtype);
+    if ((uintptr_t)src % es == 0) {
+        st_convert(dst, ST_F32, src, e->dtype, numel);
+        return ST_OK;
+    }
+    /* The format packs tensors back to back and lets the header have any length: an F64
+     * after a tensor of odd size, or anything after an odd-length header, is misaligned.
+     * Such a tensor goes through an aligned bounce buffer, a chunk at a time. */
+    double bounce[4096];
+    for (size_t i = 0; i < numel;) {
+        size_t k = numel - i < sizeof bounce / es ? numel - i : sizeof bounce / es;
+        memcpy(bounce, src + i * es, k * es);
+        st_convert(dst + i, ST_F32, bounce, e->dtype, k);
+        i += k;
+    }
     return ST_OK;
 }
 

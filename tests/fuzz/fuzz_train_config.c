@@ -1,0 +1,58 @@
+/* fuzz_train_config.c - the run configuration: a JSON file (train_config_load_json), or,
+ * for an input that starts with "--", one "--KEY VALUE" as the command line gives it
+ * (train_config_set). What loads must save and load back to the same configuration. */
+#include "fuzz_common.h"
+#include "strata/train.h"
+
+int fuzz_train_config(const uint8_t *d, size_t n) {
+    train_config c, back;
+    train_config_defaults(&c);
+    st_err err = {0};
+    st_status s;
+    if (n >= 2 && d[0] == '-' && d[1] == '-') {
+        char *t = malloc(n + 1);
+        if (!t) return 0;
+        memcpy(t, d, n);
+        t[n] = 0;
+        char *sp = strchr(t, ' ');
+        if (sp) *sp = 0;
+        s = train_config_set(&c, t + 2, sp ? sp + 1 : "", &err);
+        free(t);
+    } else {
+        s = train_config_load_json(&c, fuzz_file("config.json", d, n), &err);
+    }
+    if (s) return fuzz_check_refusal(s, &err, "train_config");
+    char saved[600];
+    snprintf(saved, sizeof saved, "%s", fuzz_file("saved.json", "", 0));
+    if ((s = train_config_save_json(&c, saved, &err))) return fuzz_check_refusal(s, &err, "train_config_save_json");
+    train_config_defaults(&back);
+    s = train_config_load_json(&back, saved, &err);
+    if (s) {
+        fprintf(stderr, "fuzz: a saved configuration does not load back: %s\n", err.msg);
+        return 1;
+    }
+    /* the same keys and values: saving both gives the same text */
+    char again[600];
+    snprintf(again, sizeof again, "%s", fuzz_file("again.json", "", 0));
+    if (train_config_save_json(&back, again, &err)) return 0;
+    FILE *f1 = fopen(saved, "rb"), *f2 = fopen(again, "rb");
+    int differ = 0;
+    if (f1 && f2) {
+        int a, b;
+        do {
+            a = fgetc(f1), b = fgetc(f2);
+            differ = a != b;
+        } while (!differ && a != EOF);
+    }
+    if (f1) fclose(f1);
+    if (f2) fclose(f2);
+    if (differ) fprintf(stderr, "fuzz: a configuration changed on save and load (%s vs %s)\n", saved, again);
+    return differ;
+}
+
+#ifndef FUZZ_NO_MAIN
+int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) {
+    if (fuzz_train_config(d, n)) abort();
+    return 0;
+}
+#endif

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Build the libFuzzer harnesses (tests/fuzz/fuzz_<parser>.c; clang, ASan + UBSan, UB fatal)
+# and run each for SECONDS (default 60), one after another, one process on one core.
+# Prints per harness: executions, coverage (cov = edges, ft = features, from libFuzzer's
+# final stats), new corpus units and crashes. A crash leaves its input in
+# BUILD/fuzz/artifacts/<parser>/; turn it into a fixed bug and a file under
+# tests/fuzz/regress/<parser>/ (replayed by the regress test of the ordinary suite).
+#
+#   tools/fuzz.sh [SECONDS]        FUZZ_ONLY=safetensors,llmc to run some; FUZZ_BUILD=dir
+# Exit status: 0 when no harness crashed, 1 when one did, 2 when the build failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+secs=${1:-60}
+build=${FUZZ_BUILD:-build-fuzz}
+jobs=${FUZZ_JOBS:-$(nproc)}
+if ! command -v clang >/dev/null; then
+  echo "fuzz.sh: clang not found (tools/setup.sh installs clang and libclang-rt-14-dev)" >&2
+  exit 2
+fi
+echo "fuzz.sh: building the harnesses in $build (clang, -fsanitize=fuzzer,address,undefined)" >&2
+CC=clang cmake -S . -B "$build" -DSTRATA_FUZZ=ON -DBUILD_TESTING=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null || exit 2
+harnesses=()
+for src in tests/fuzz/fuzz_*.c; do
+  h=$(basename "$src" .c); h=${h#fuzz_}
+  if [ -n "${FUZZ_ONLY:-}" ] && [[ ",$FUZZ_ONLY," != *",$h,"* ]]; then continue; fi
+  harnesses+=("$h")
+done
+targets=(); for h in "${harnesses[@]}"; do targets+=(--target "fuzz_$h"); done
+cmake --build "$build" -j"$jobs" "${targets[@]}" >"$build/fuzz-build.log" 2>&1 || {
+  tail -30 "$build/fuzz-build.log" >&2; echo "fuzz.sh: build failed (log: $build/fuzz-build.log)" >&2; exit 2; }
+
+export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:allocator_may_return_null=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
+printf '%-16s %12s %8s %8s %8s %8s  %s\n' harness executions cov ft units crashes log >&2
+status=0
+summary=()
+for h in "${harnesses[@]}"; do
+  work="$build/fuzz/corpus/$h" art="$build/fuzz/artifacts/$h" log="$build/fuzz/$h.log"
+  mkdir -p "$work" "$art" "tests/fuzz/regress/$h"
+  before=$(find "$art" -type f | wc -l)
+  # new inputs go to the first (build) directory; the committed seeds and regression
+  # inputs are read only
+  "$build/fuzz/fuzz_$h" "$work" "tests/fuzz/corpus/$h" "tests/fuzz/regress/$h" -max_total_time="$secs" \
+    -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$art/" >"$log" 2>&1
+  rc=$?
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  last=$(grep -E '^#[0-9]+' "$log" | tail -1)
+  cov=$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$last")
+  ft=$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"$last")
+  units=$(find "$work" -type f | wc -l)
+  crashes=$(( $(find "$art" -type f | wc -l) - before ))
+  if [ $rc -ne 0 ] && [ $crashes -eq 0 ]; then crashes=1; fi
+  [ $crashes -gt 0 ] && status=1
+  line=$(printf '%-16s %12s %8s %8s %8s %8s  %s' "$h" "${execs:-?}" "${cov:-?}" "${ft:-?}" "$units" "$crashes" "$log")
+  summary+=("$line")
+  echo "$line" >&2
+  if [ $crashes -gt 0 ]; then
+    grep -m3 -E 'ERROR: |runtime error|fuzz: ' "$log" | sed 's/^/    /' >&2
+    ls "$art" | sed "s|^|    artifact: $art/|" >&2
+  fi
+done
+echo "fuzz.sh: ${secs} s per harness, $(date -u +%FT%TZ)"
+printf '%-16s %12s %8s %8s %8s %8s  %s\n' harness executions cov ft units crashes log
+printf '%s\n' "${summary[@]}"
+exit $status
