@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "strata/llama.h"
+#include "strata/store.h"
 #include "strata/train.h"
 #include "testutil.h"
 
@@ -184,11 +185,30 @@ static void hf_numbers(void) {
         }
 }
 
+/* A probe profile's bandwidths: Infinity or 1e999 would send every subgroup to one path. */
+static void profile_numbers(void) {
+    const char *paths[2] = {"/a", "/b"};
+    const char *bad[] = {"{\"paths\": [{\"path\": \"/a\", \"mixed_gbps\": 1e999}, {\"path\": \"/b\", \"mixed_gbps\": 1}]}",
+                         "{\"paths\": [{\"path\": \"/a\", \"mixed_gbps\": 1}, {\"path\": \"/b\", \"read_gbps\": NaN, "
+                         "\"write_gbps\": 2}]}",
+                         "{\"paths\": [{\"path\": \"/a\", \"mixed_gbps\": 1}, {\"path\": \"/b\", \"mixed_gbps\": \"fast\"}]}"};
+    const char *field[] = {"mixed_gbps", "read_gbps", "mixed_gbps"}, *path_named[] = {"'/a'", "'/b'", "'/b'"};
+    for (int i = 0; i < 3; i++) {
+        write_file(bad[i]);
+        double w[2];
+        st_err err = {0};
+        st_status s = st_store_weights_from_profile(path, paths, 2, w, &err);
+        CHECK(s != ST_OK && strstr(err.msg, field[i]) && strstr(err.msg, path_named[i]), "profile %s: %s (w %g %g)",
+              bad[i], s ? err.msg : "(accepted)", w[0], w[1]);
+    }
+}
+
 int main(void) {
     snprintf(path, sizeof path, "%s/config.json", test_tmpdir());
     seeds();
     integer_ranges();
     reader();
     hf_numbers();
+    profile_numbers();
     return test_finish("config_numbers");
 }

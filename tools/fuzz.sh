@@ -31,9 +31,9 @@ cmake --build "$build" -j"$jobs" "${targets[@]}" >"$build/fuzz-build.log" 2>&1 |
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
-printf '%-16s %12s %8s %8s %8s %8s  %s\n' harness executions cov ft units crashes log >&2
+echo "fuzz.sh: ${secs} s per harness, one at a time, from $(date -u +%FT%TZ)"
+printf '%-16s %12s %8s %8s %8s %8s  %s\n' harness executions cov ft units crashes log
 status=0
-summary=()
 for h in "${harnesses[@]}"; do
   work="$build/fuzz/corpus/$h" art="$build/fuzz/artifacts/$h" log="$build/fuzz/$h.log"
   mkdir -p "$work" "$art" "tests/fuzz/regress/$h"
@@ -51,15 +51,11 @@ for h in "${harnesses[@]}"; do
   crashes=$(( $(find "$art" -type f | wc -l) - before ))
   if [ $rc -ne 0 ] && [ $crashes -eq 0 ]; then crashes=1; fi
   [ $crashes -gt 0 ] && status=1
-  line=$(printf '%-16s %12s %8s %8s %8s %8s  %s' "$h" "${execs:-?}" "${cov:-?}" "${ft:-?}" "$units" "$crashes" "$log")
-  summary+=("$line")
-  echo "$line" >&2
+  printf '%-16s %12s %8s %8s %8s %8s  %s\n' "$h" "${execs:-?}" "${cov:-?}" "${ft:-?}" "$units" "$crashes" "$log"
   if [ $crashes -gt 0 ]; then
-    grep -m3 -E 'ERROR: |runtime error|fuzz: ' "$log" | sed 's/^/    /' >&2
-    ls "$art" | sed "s|^|    artifact: $art/|" >&2
+    grep -m3 -E 'ERROR: |runtime error|fuzz: ' "$log" | sed 's/^/    /'
+    ls "$art" | sed "s|^|    artifact: $art/|"
   fi
 done
-echo "fuzz.sh: ${secs} s per harness, $(date -u +%FT%TZ)"
-printf '%-16s %12s %8s %8s %8s %8s  %s\n' harness executions cov ft units crashes log
-printf '%s\n' "${summary[@]}"
+echo "fuzz.sh: done $(date -u +%FT%TZ); $([ $status -eq 0 ] && echo 'no crash' || echo 'CRASHES: see above')"
 exit $status
