@@ -5,7 +5,7 @@
  * is branch-free C that gcc vectorises: Cody-Waite range reduction x = n ln2 + r,
  * |r| <= ln2/2, a degree-7 Taylor polynomial for e^r (truncation error < 6e-9
  * relative, below float's 6e-8), and 2^n built from the exponent bits.
- * Inputs below -87.3 give ~0 (clamped), above 88.0 give e^88 (finite).
+ * Inputs below -87.3 give ~0 (clamped), above 88.0 give e^88 (finite), NaN gives NaN.
  */
 #ifndef STRATA_FASTMATH_H
 #define STRATA_FASTMATH_H
@@ -28,6 +28,9 @@ static inline float st_fast_expf(float x) {
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
+    /* a NaN x passes both clamps: converting it to int is undefined (x86 gives INT_MIN,
+     * whose shift is undefined too), so its exponent is taken as 0; p is NaN, so is e^x */
+    n = n == n ? n : 0.0f;
     int32_t e = ((int32_t)n + 127) << 23;
     float scale;
     memcpy(&scale, &e, 4);
