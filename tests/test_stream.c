@@ -20,7 +20,22 @@
 #include "strata/tier.h"
 #include "testutil.h"
 
-#define STEPS 20
+/* Steps per run: MAX_STEPS, or SAN_STEPS in a build with AddressSanitizer (or when
+ * STRATA_TEST_SANITIZED=1, which tests/CMakeLists.txt sets for -DSTRATA_SANITIZE=ON),
+ * where each step is several times slower; every variant and every check still runs. */
+#define MAX_STEPS 20
+#define SAN_STEPS 6
+#if defined(__SANITIZE_ADDRESS__)
+#define BUILT_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define BUILT_SANITIZED 1
+#endif
+#endif
+#ifndef BUILT_SANITIZED
+#define BUILT_SANITIZED 0
+#endif
+static int steps = MAX_STEPS; /* runtime: SAN_STEPS when sanitized */
 
 static const float LR = 1e-3f, WD = 0.1f;
 
@@ -54,7 +69,7 @@ static void ref_train_ex(st_backend *cpu, const gpt2_config *cfg, int B, int T, 
     CHECK(optim_create(&o, segs, m.n_tensors, OPTIM_STATE_F32, &err) == ST_OK, "optim: %s", err.msg);
     int N = B * T;
     int32_t *in = malloc(sizeof(int32_t) * N), *tg = malloc(sizeof(int32_t) * N);
-    for (int s = 0; s < STEPS; s++) {
+    for (int s = 0; s < steps; s++) {
         batch(s, B, T, cfg->vocab_size, in, tg);
         gpt2_zero_grad(&m);
         losses[s] = gpt2_forward(&m, in, tg, 1.0f / N);
@@ -86,7 +101,7 @@ static void ref_train(st_backend *cpu, const gpt2_config *cfg, int B, int T, flo
 }
 
 typedef struct run_result {
-    float losses[STEPS];
+    float losses[MAX_STEPS];
     int clipped, rolled_back;
     size_t peak, budget, need;
     uint64_t h2d_max, d2h_max, h2d_act, d2h_act;
@@ -110,7 +125,7 @@ static int stream_train(st_backend *cpu, const gpt2_config *cfg, int B, int T, f
     stream_init_random(x, 5);
     int N = B * T;
     int32_t *in = malloc(sizeof(int32_t) * N), *tg = malloc(sizeof(int32_t) * N);
-    for (int s = 0; s < STEPS; s++) {
+    for (int s = 0; s < steps; s++) {
         batch(s, B, T, cfg->vocab_size, in, tg);
         stream_step_stats st;
         adamw_params hp = hparams(s + 1);
@@ -140,24 +155,24 @@ static void compare(const char *what, const float *ref_losses, const float *ref_
                     const float *params, size_t n, int exact) {
     int same_loss = 0;
     double worst = 0;
-    for (int s = 0; s < STEPS; s++) {
+    for (int s = 0; s < steps; s++) {
         same_loss += memcmp(&ref_losses[s], &r->losses[s], sizeof(float)) == 0;
         double rel = fabs((double)r->losses[s] - ref_losses[s]) / fabs((double)ref_losses[s]);
         if (rel > worst) worst = rel;
     }
     CHECK(worst <= 1e-5, "%s: loss differs from the in-memory run by %.3g relative", what, worst);
     if (exact) {
-        CHECK(same_loss == STEPS, "%s: %d of %d losses bit-identical to the in-memory run", what, same_loss, STEPS);
+        CHECK(same_loss == steps, "%s: %d of %d losses bit-identical to the in-memory run", what, same_loss, steps);
         size_t diff = 0;
         for (size_t i = 0; i < n; i++) diff += memcmp(&ref_params[i], &params[i], sizeof(float)) != 0;
         CHECK(diff == 0, "%s: %zu of %zu final parameters differ from the in-memory run", what, diff, n);
     } else {
         /* Adam divides by the gradient's running RMS, so rounding-level gradient
          * differences move near-zero-gradient weights by up to ~lr per step */
-        check_close_f32(what, params, ref_params, n, 20 * STEPS * LR * 1e-2, 1e-3);
+        check_close_f32(what, params, ref_params, n, 20 * steps * LR * 1e-2, 1e-3);
     }
     printf("  %-34s losses %.6f -> %.6f, worst rel %.2g, clipped %d, rolled back %d, overlap eff %.2f\n", what,
-           r->losses[0], r->losses[STEPS - 1], worst, r->clipped, r->rolled_back, r->eff);
+           r->losses[0], r->losses[steps - 1], worst, r->clipped, r->rolled_back, r->eff);
 }
 
 static void plan_mixed(stream_plan *p) {
@@ -247,6 +262,9 @@ static void test_nonfinite(st_backend *cpu) {
 int main(void) {
     st_err err = {0};
     st_backend *cpu;
+    const char *san = getenv("STRATA_TEST_SANITIZED");
+    if (BUILT_SANITIZED || (san && !strcmp(san, "1"))) steps = SAN_STEPS;
+    printf("%d steps per run%s\n", steps, steps < MAX_STEPS ? " (sanitized)" : "");
     CHECK(st_backend_cpu_create(&cpu, 0, &err) == ST_OK, "cpu: %s", err.msg);
 
     /* ---- the budget: training state >= 8x the device budget */
@@ -276,8 +294,8 @@ int main(void) {
         stream_exec_free(x);
         st_backend_free(small);
 
-        float ref_losses[STEPS];
-        double norms[STEPS];
+        float ref_losses[MAX_STEPS];
+        double norms[MAX_STEPS];
         float *ref_p = malloc(n * 4), *p = malloc(n * 4);
         ref_train(cpu, &cfg, B, T, 0, ref_losses, norms, ref_p);
         run_result r;
@@ -305,21 +323,21 @@ int main(void) {
         CHECK(gpt2_create_shell(&shell, &cfg, cpu, &err) == ST_OK, "shell: %s", err.msg);
         size_t n = shell.n_params, bn = shell.block_numel;
         gpt2_free(&shell);
-        float ref_losses[STEPS], ref0_losses[STEPS];
-        double norms[STEPS];
+        float ref_losses[MAX_STEPS], ref0_losses[MAX_STEPS];
+        double norms[MAX_STEPS];
         float *ref_p = malloc(n * 4), *p = malloc(n * 4);
         /* a clip threshold that some steps exceed and others do not */
         ref_train(cpu, &cfg, B, T, 0, ref0_losses, norms, ref_p);
-        double sorted[STEPS];
-        memcpy(sorted, norms, sizeof sorted);
-        for (int i = 0; i < STEPS; i++)
-            for (int j = i + 1; j < STEPS; j++)
+        double sorted[MAX_STEPS];
+        memcpy(sorted, norms, sizeof sorted[0] * steps);
+        for (int i = 0; i < steps; i++)
+            for (int j = i + 1; j < steps; j++)
                 if (sorted[j] < sorted[i]) { double t = sorted[i]; sorted[i] = sorted[j]; sorted[j] = t; }
-        float max_norm = (float)(0.5 * (sorted[STEPS / 2 - 1] + sorted[STEPS / 2]));
+        float max_norm = (float)(0.5 * (sorted[steps / 2 - 1] + sorted[steps / 2]));
         ref_train(cpu, &cfg, B, T, max_norm, ref_losses, norms, ref_p);
         size_t budget = 64u << 20;
 
-        float *ref16_losses = malloc(sizeof(float) * STEPS), *ref16_p = malloc(n * 4);
+        float *ref16_losses = malloc(sizeof(float) * steps), *ref16_p = malloc(n * 4);
         ref_train_ex(cpu, &cfg, B, T, max_norm, ref16_losses, norms, ref16_p, 1);
         struct { const char *name; int depth, overlap, clip, acts, vchunk, bf16; } v[] = {
             {"recompute, overlap, speculative", 1, 1, STREAM_CLIP_SPECULATE, STREAM_ACT_RECOMPUTE, 0, 0},
@@ -353,8 +371,8 @@ int main(void) {
              * sums split where bf16 blocks meet fp32 embeddings, so not bit for bit */
             compare(v[i].name, v[i].bf16 ? ref16_losses : ref_losses, v[i].bf16 ? ref16_p : ref_p, &r, p, n,
                     v[i].vchunk == 0 && !v[i].bf16);
-            CHECK(r.clipped > 0 && r.clipped < STEPS, "%s: clipping applied on %d of %d steps", v[i].name, r.clipped,
-                  STEPS);
+            CHECK(r.clipped > 0 && r.clipped < steps, "%s: clipping applied on %d of %d steps", v[i].name, r.clipped,
+                  steps);
             if (v[i].overlap && v[i].clip == STREAM_CLIP_AUTO) /* only a clipped step after an unclipped one */
                 CHECK(r.rolled_back <= r.clipped && (r.clipped == 0 || r.rolled_back >= 1),
                       "%s: %d rollbacks for %d clipped steps", v[i].name, r.rolled_back, r.clipped);
