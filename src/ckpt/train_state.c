@@ -99,7 +99,15 @@ st_status train_state_load(const char *path, train_state_header *h, optim *o, st
         goto out;
     }
     total += dbytes;
-    for (uint32_t i = 0; i < k; i++) total += sizes[i];
+    for (uint32_t i = 0; i < k; i++) {
+        if (sizes[i] > len) { /* also keeps the sum from wrapping around to the file's size */
+            s = st_errf(err, ST_ERR_FORMAT, "%s: offset %llu: buffer %u of %llu bytes is larger than the file (%zu "
+                        "bytes); the file is corrupt", path, (unsigned long long)(64 + 8ull * i), i,
+                        (unsigned long long)sizes[i], len);
+            goto out;
+        }
+        total += sizes[i];
+    }
     if (total != len) {
         s = st_errf(err, total > len ? ST_ERR_TRUNCATED : ST_ERR_FORMAT,
                     "%s: the header describes %llu bytes but the file has %zu; it is %s", path,
