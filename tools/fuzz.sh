@@ -40,7 +40,8 @@ for h in "${harnesses[@]}"; do
   before=$(find "$art" -type f | wc -l)
   # new inputs go to the first (build) directory; the committed seeds and regression
   # inputs are read only
-  "$build/fuzz/fuzz_$h" "$work" "tests/fuzz/corpus/$h" "tests/fuzz/regress/$h" -max_total_time="$secs" \
+  dict=(); [ -f "tests/fuzz/$h.dict" ] && dict=(-dict="tests/fuzz/$h.dict") # JSON keys and tokens
+  "$build/fuzz/fuzz_$h" "$work" "tests/fuzz/corpus/$h" "tests/fuzz/regress/$h" -max_total_time="$secs" "${dict[@]}" \
     -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$art/" >"$log" 2>&1
   rc=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
