@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "strata/llama.h"
+#include "strata/safetensors.h"
 #include "strata/store.h"
 #include "strata/train.h"
 #include "testutil.h"
@@ -203,6 +204,29 @@ static void profile_numbers(void) {
     }
 }
 
+/* safetensors data_offsets: json-c reads "8" and 8.5 as 8; an offset is an integer. */
+static void safetensors_offsets(void) {
+    const char *hdr[] = {"{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8.5]}}",
+                         "{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[\"0\",\"8\"]}}",
+                         "{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}"};
+    for (int i = 0; i < 3; i++) {
+        uint64_t h = strlen(hdr[i]);
+        FILE *f = fopen(path, "wb");
+        fwrite(&h, 8, 1, f);
+        fwrite(hdr[i], 1, h, f);
+        fwrite("\0\0\0\0\0\0\0\0", 1, 8, f);
+        fclose(f);
+        st_safetensors *st = NULL;
+        st_err err = {0};
+        st_status s = safetensors_open(&st, path, &err);
+        if (i < 2)
+            CHECK(s != ST_OK && strstr(err.msg, "data_offsets"), "%s: %s", hdr[i], s ? err.msg : "(accepted)");
+        else
+            CHECK(s == ST_OK, "%s: %s", hdr[i], err.msg);
+        safetensors_close(st);
+    }
+}
+
 int main(void) {
     snprintf(path, sizeof path, "%s/config.json", test_tmpdir());
     seeds();
@@ -210,5 +234,6 @@ int main(void) {
     reader();
     hf_numbers();
     profile_numbers();
+    safetensors_offsets();
     return test_finish("config_numbers");
 }

@@ -56,8 +56,12 @@ static st_status parse_entry(st_safetensors *st, const char *name, json_object *
         numel *= (size_t)v;
     }
     e->numel = numel;
-    if (!json_object_is_type(jo, json_type_array) || json_object_array_length(jo) != 2)
-        return st_errf(err, ST_ERR_FORMAT, "%s: tensor '%s' data_offsets must be [begin, end]", path, name);
+    /* integers only: json-c would read "8" or 8.5 as 8 */
+    if (!json_object_is_type(jo, json_type_array) || json_object_array_length(jo) != 2 ||
+        !json_object_is_type(json_object_array_get_idx(jo, 0), json_type_int) ||
+        !json_object_is_type(json_object_array_get_idx(jo, 1), json_type_int))
+        return st_errf(err, ST_ERR_FORMAT, "%s: tensor '%s' data_offsets must be [begin, end], two integers", path,
+                       name);
     int64_t b = json_object_get_int64(json_object_array_get_idx(jo, 0));
     int64_t en = json_object_get_int64(json_object_array_get_idx(jo, 1));
     if (b < 0 || en < b || (uint64_t)en > st->data_len)
