@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ckpt/fileutil.h"
+#include "core/fileutil.h"
 
 #define HEADER_MAX (100u << 20) /* the format caps headers at 100 MB */
 

@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ckpt/fileutil.h"
+#include "core/fileutil.h"
 #include "strata/ckpt.h"
 #include "strata/stream.h"
 #include "strata/tier.h"

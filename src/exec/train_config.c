@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "ckpt/fileutil.h"
+#include "core/fileutil.h"
 #include "strata/llama.h"
 #include "strata/prof.h"
 #include "strata/store.h"

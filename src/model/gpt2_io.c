@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ckpt/fileutil.h"
+#include "core/fileutil.h"
 #include "strata/model.h"
 #include "strata/safetensors.h"
 

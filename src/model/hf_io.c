@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ckpt/fileutil.h"
+#include "core/fileutil.h"
 #include "model/hf_internal.h"
 #include "strata/llama.h"
 #include "strata/safetensors.h"

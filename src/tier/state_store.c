@@ -33,7 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ckpt/fileutil.h"
+#include "core/fileutil.h"
 #include "strata/prof.h"
 
 #define SG_CHUNK 16384u /* the optimizer's chunk: cuts on this grid keep results bit-identical */

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ckpt/fileutil.h"
+#include "core/fileutil.h"
 #include "strata/ckpt.h"
 #include "strata/data.h"
 #include "strata/safetensors.h"

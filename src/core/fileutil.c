@@ -1,5 +1,5 @@
 /* fileutil.c - crash-safe writes (temporary + fsync + rename) and directory helpers. */
-#include "ckpt/fileutil.h"
+#include "core/fileutil.h"
 
 #include <errno.h>
 #include <fcntl.h>

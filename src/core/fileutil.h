@@ -1,5 +1,7 @@
-/* fileutil.h - crash-safe file writing: write to PATH.tmp, fsync, rename onto PATH,
- * fsync the directory. A crash at any instant leaves the old file or the new one. */
+/* core/fileutil.h - crash-safe file writing: write to PATH.tmp, fsync, rename onto PATH,
+ * fsync the directory. A crash at any instant leaves the old file or the new one.
+ * Also mkdir -p, fsync of a directory, rmtree without a shell, and the one-process lock.
+ * Internal to libstrata (ckpt, model, tier and exec write files through it); not public API. */
 #ifndef STRATA_FILEUTIL_H
 #define STRATA_FILEUTIL_H
 
