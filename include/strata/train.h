@@ -27,6 +27,7 @@ typedef struct train_config {
     double lr, min_lr_frac, weight_decay, beta1, beta2, eps, grad_clip;
     uint64_t seed;
     char data[1024];      /* "embedded" or a token file */
+    long sample_every;    /* print a short generated sample every N steps and at the last (0: never) */
     char run_dir[1024];
     char resume[1024];    /* run directory or checkpoint directory to resume from */
     char optim_state[16]; /* "f32" or "8bit" */

@@ -21,6 +21,7 @@
 #include "strata/prof.h"
 #include "strata/store.h"
 #include "strata/train.h"
+#include "strata/generate.h"
 
 /* ------------------------------------------------------------------ data
  * The data pipeline (strata/data.h) feeds the loop: the embedded corpus as an
@@ -544,6 +545,16 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
             double vals[] = {loss, lr, norm, dt * 1e3, tok_s, gflops, ps ? ps->host_rss_bytes : 0,
                              ps ? ps->host_peak_bytes : 0, mem.tier_need[PROF_TIER_HOST]};
             if ((s = prof_tb_scalars(tb, step, tags, vals, (int)(sizeof vals / sizeof vals[0]), err))) goto done;
+        }
+        if (c->sample_every > 0 && !c->quiet && (step % c->sample_every == 0 || step == end)) {
+            /* what the model writes now, after the first tokens of this step's batch; the host
+             * weights (also under streaming), untouched activations, its own RNG */
+            char label[64];
+            snprintf(label, sizeof label, "sample at step %ld: ", step);
+            st_err serr = {0};
+            if (st_generate_print_sample(m, inputs, T < 16 ? T : 16, 96, c->seed + (uint64_t)step, label, stdout,
+                                         &serr))
+                st_log(1, "step %ld: no sample: %s\n", step, serr.msg);
         }
         prof_progress(pr, step, loss);
         int stop = c->stop_flag && *c->stop_flag;

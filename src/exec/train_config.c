@@ -59,6 +59,7 @@ static const key_def keys[] = {
     {"grad_clip", K_DOUBLE, OFF(grad_clip), 0, 0, 1e30, "clip the global gradient norm to this (0: off)"},
     {"seed", K_U64, OFF(seed), 0, 0, 0, "seed for initialisation and data order"},
     {"data", K_STR, STR(data), 0, 0, "\"embedded\" or token sources [FORMAT@]PATH[:WEIGHT],... (FORMAT megatron, llmc, raw16 or raw32, needed where no header says it)"},
+    {"sample_every", K_LONG, OFF(sample_every), 0, 0, 1e15, "print a short text sample (KV-cached, temperature 1) every N steps and at the last step (0: never; strata sample for more)"},
     {"run_dir", K_STR, STR(run_dir), 0, 0, "where metrics.jsonl and checkpoints go"},
     {"resume", K_STR, STR(resume), 0, 0, "run or checkpoint directory to resume from"},
     {"optim_state", K_STR, STR(optim_state), 0, 0, "optimizer state format: f32 or 8bit"},
@@ -87,6 +88,7 @@ void train_config_defaults(train_config *c) {
     c->grad_clip = 1.0;
     c->seed = 1337;
     snprintf(c->data, sizeof c->data, "embedded");
+    c->sample_every = 200; /* the default 400-step run: a sample halfway and one at the end */
     snprintf(c->optim_state, sizeof c->optim_state, "f32");
     snprintf(c->save_hf_dtype, sizeof c->save_hf_dtype, "f32");
 }
