@@ -26,8 +26,14 @@ typedef struct train_config {
     long steps, warmup_steps, stop_at, ckpt_every, log_every;
     double lr, min_lr_frac, weight_decay, beta1, beta2, eps, grad_clip;
     uint64_t seed;
-    char data[1024];      /* "embedded" or a token file */
+    char data[1024];      /* "embedded" or sources "path[:weight],..." (see --help) */
+    char val_data[1024];  /* validation sources, same syntax; "" : the embedded corpus's held-out
+                             tail when data is "embedded", else none; "none": off */
+    long eval_every;      /* validation every N steps and at the last step (0: never) */
+    long eval_tokens;     /* tokens per validation (rounded up to whole batches; 0: 8 batches) */
+    long keep_checkpoints; /* keep the newest N complete checkpoints (0: all) */
     long sample_every;    /* print a short generated sample every N steps and at the last (0: never) */
+    long max_skipped_steps; /* this many consecutive skipped (non-finite) steps end the run with an error */
     char run_dir[1024];
     char resume[1024];    /* run directory or checkpoint directory to resume from */
     char optim_state[16]; /* "f32" or "8bit" */
@@ -72,7 +78,8 @@ struct prof_mem_estimate;
 void train_mem_state_on_disk(const train_config *c, struct prof_mem_estimate *e);
 
 typedef struct train_result {
-    long steps_done;
+    long steps_done;  /* the run's step at the end */
+    long steps_run;   /* steps this call trained (0: the run was already at its end) */
     float final_loss;
     double tokens_per_s;
 } train_result;

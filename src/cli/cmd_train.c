@@ -1,12 +1,30 @@
-/* cmd_train.c - strata train: parse a JSON config and --key value overrides, run. */
+/* cmd_train.c - strata train: parse a JSON config and --key value overrides (over a resumed
+ * run's saved configuration), run. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "strata/train.h"
+
+/* Measured: `time ./build/strata train` on two cores (README, "A run"). */
+#define DEFAULT_RUN_TIME "about a minute on two cores"
+/* What src/data/source.c reads (detect, parse_spec) and how the loader orders it (data.h). */
+#define DATA_HELP \
+    "Data (--data, --val_data): \"embedded\" (the built-in byte-level corpus, tokens 0..255) or a\n" \
+    "comma-separated list of sources [FORMAT@]PATH[:WEIGHT], mixed by relative weight (e.g.\n" \
+    "--data web:0.8,code:0.2). A source is a Megatron indexed dataset (PREFIX, PREFIX.bin or\n" \
+    "PREFIX.idx, the .idx beside the .bin), an llm.c shard (its header says uint16 or uint32\n" \
+    "tokens), or headerless tokens, which must be said as FORMAT@PATH: raw16@PATH\n" \
+    "(little-endian uint16) or raw32@PATH (uint32; a name ending in .u32 says it too); llmc@,\n" \
+    "megatron@ and megatron-unordered@ name the others explicitly. Indexed datasets are read in\n" \
+    "a seeded shuffled order of documents, cut into rows of T+1 tokens; sources without an\n" \
+    "index (llm.c shards, raw tokens) are cut into windows of T+1 tokens at a stride of T,\n" \
+    "visited in a seeded shuffled order. Validation (--val_data, every --eval_every steps)\n" \
+    "reads the same --eval_tokens each time and changes no training state.\n"
 
 static volatile int g_stop; /* set by SIGINT/SIGTERM: finish the step, checkpoint, stop */
 
@@ -20,13 +38,67 @@ static void train_usage(FILE *f) {
     fprintf(f,
             "usage: strata train [--config FILE.json] [--KEY VALUE ...]\n"
             "\n"
-            "Trains a GPT-2 model. With no arguments: gpt2-mini on the embedded corpus, for\n"
-            "about two minutes on two cores, writing to runs/<date-time>/ (metrics.jsonl,\n"
-            "config.json, checkpoints/). Ctrl-C finishes the step, writes a checkpoint and\n"
-            "stops; `strata train --resume RUN_DIR` continues bit-for-bit.\n"
+            "Trains a transformer language model: GPT-2 (presets gpt2-mini, gpt2-124m, ...) or the\n"
+            "Llama family (Llama, Qwen2, Qwen3, Mistral: presets llama3.2-1b, qwen2.5-0.5b, ...), from\n"
+            "scratch or from a Hugging Face directory (--init_from; GPT-2 or Llama family). With no\n"
+            "arguments: gpt2-mini on the embedded corpus, " DEFAULT_RUN_TIME ", printing\n"
+            "the validation loss on the corpus's held-out tail every 50 steps, writing to\n"
+            "runs/<date-time>/ (metrics.jsonl, config.json, checkpoints/). Ctrl-C finishes the step,\n"
+            "writes a checkpoint and stops.\n"
+            "\n"
+            "Resume: `strata train --resume RUN_DIR` continues bit-for-bit from the newest complete\n"
+            "checkpoint and writes into RUN_DIR where it is now (a moved or copied run resumes in\n"
+            "place). The run's saved config.json is the base and keys on the command line win:\n"
+            "--steps N trains further, --stop_at N stops again, --run_dir D writes elsewhere; a\n"
+            "saved stop_at is not kept. Steps replayed after a crash are logged once.\n"
+            "\n"
+            DATA_HELP
             "\n"
             "Every key can be set in the JSON file or as --KEY VALUE (the command line wins):\n");
     train_config_print_help(f);
+}
+
+/* Was --KEY (or --KEY with dashes) given on the command line? */
+static int given(int argc, char **argv, const char *key) {
+    for (int i = 1; i + 1 < argc; i++) {
+        const char *a = argv[i];
+        if (strncmp(a, "--", 2)) continue;
+        a += 2;
+        size_t j = 0;
+        for (; a[j] && key[j]; j++)
+            if (a[j] != key[j] && !(a[j] == '-' && key[j] == '_')) break;
+        if (!a[j] && !key[j]) return 1;
+        i++; /* skip the value */
+    }
+    return 0;
+}
+
+/* Where a resumed run writes: the run directory as it is now, not the one recorded in its
+ * config.json (the run may have been moved or copied). RESUME is a run directory, or a
+ * checkpoint directory RUN/checkpoints/step_N; a checkpoint directory elsewhere keeps the
+ * recorded run_dir. */
+static void resumed_run_dir(const char *resume, char *run_dir, size_t cap) {
+    char r[2048], probe[2200];
+    snprintf(r, sizeof r, "%s", resume);
+    size_t n = strlen(r);
+    while (n > 1 && r[n - 1] == '/') r[--n] = 0;
+    snprintf(probe, sizeof probe, "%s/train_state.bin", r);
+    if (access(probe, F_OK) != 0) { /* a run directory */
+        snprintf(run_dir, cap, "%s", r);
+        return;
+    }
+    char *slash = strrchr(r, '/');
+    if (!slash) return; /* "step_N" in the current directory: keep the recorded run_dir */
+    *slash = 0; /* r: the directory holding the checkpoint */
+    const char *parent = strrchr(r, '/') ? strrchr(r, '/') + 1 : r;
+    if (strcmp(parent, "checkpoints")) return; /* not inside a run: keep the recorded run_dir */
+    char *up = strrchr(r, '/');
+    if (!up) snprintf(run_dir, cap, ".");
+    else if (up == r) snprintf(run_dir, cap, "/");
+    else {
+        *up = 0;
+        snprintf(run_dir, cap, "%s", r);
+    }
 }
 
 int cmd_train(int argc, char **argv) {
@@ -49,14 +121,20 @@ int cmd_train(int argc, char **argv) {
             /* a run directory carries its configuration; resume with it */
             char path[2048];
             snprintf(path, sizeof path, "%s/config.json", argv[i + 1]);
-            FILE *f = fopen(path, "r");
-            if (f) {
-                fclose(f);
+            if (access(path, F_OK) == 0) {
                 if (train_config_load_json(&cfg, path, &err)) {
                     fprintf(stderr, "strata train: %s\n", err.msg);
                     return 2;
                 }
+                /* a stop point is for the run that was given it: kept, a resume would stop at
+                 * once (zero steps); the command line may give a new one */
+                if (cfg.stop_at > 0 && !given(argc, argv, "stop_at")) {
+                    st_log(1, "strata train: the run was stopped at step %ld (stop_at); this resume runs to step "
+                           "%ld (give --stop_at to stop earlier)\n", cfg.stop_at, cfg.steps);
+                    cfg.stop_at = 0;
+                }
             }
+            if (!given(argc, argv, "run_dir")) resumed_run_dir(argv[i + 1], cfg.run_dir, sizeof cfg.run_dir);
         }
     }
     for (int i = 1; i < argc; i++) {
@@ -98,7 +176,9 @@ int cmd_train(int argc, char **argv) {
         fprintf(stderr, "strata train: %s\n", err.msg);
         return 1;
     }
-    if (!cfg.quiet)
+    if (!cfg.quiet && res.steps_run == 0)
+        printf("done: nothing trained, the run is at step %ld; outputs in %s\n", res.steps_done, cfg.run_dir);
+    else if (!cfg.quiet)
         printf("done: %ld steps, final loss %.4f, %.0f tokens/s; outputs in %s\n", res.steps_done, res.final_loss,
                res.tokens_per_s, cfg.run_dir);
     return 0;

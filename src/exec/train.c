@@ -5,7 +5,9 @@
  * everything a step depends on (weights, moments, step counters, RNG, data cursor),
  * so stopping and resuming continues exactly as if nothing had stopped.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <json-c/json.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,51 +43,64 @@ static void data_close(train_data *d) {
     memset(d, 0, sizeof *d);
 }
 
-static st_status data_open(train_data *d, const train_config *c, int vocab, st_err *err) {
+/* KEY "data" (training) or "val_data" (validation: produced on the caller's thread, and
+ * "embedded" is the corpus's held-out tail: the text that follows the training part, from
+ * the same generator, so the training tokens are the same with or without validation). */
+static st_status data_open(train_data *d, const train_config *c, const char *key, const char *spec, int vocab,
+                           st_err *err) {
     memset(d, 0, sizeof *d);
+    int val = strcmp(key, "data") != 0;
     data_loader_config dc;
     data_loader_config_init(&dc);
     dc.T = c->seq;
     dc.B = c->batch;
     dc.seed = c->seed;
     dc.vocab_size = vocab;
-    if (!strcmp(c->data, "embedded")) {
+    if (val) dc.prefetch = 0;
+    if (!strcmp(spec, "embedded")) {
         size_t cap = 4u << 20; /* 4 MiB of text; the default run reads a fifth of it */
-        uint8_t *text = malloc(cap);
-        d->corpus = malloc(cap * sizeof(uint16_t));
+        size_t held = val ? 512u << 10 : 0; /* validation: 512 KiB after it */
+        uint8_t *text = malloc(cap + held);
+        d->corpus = malloc((cap + held) * sizeof(uint16_t));
         if (!text || !d->corpus) {
             free(text);
             return st_errf(err, ST_ERR_NOMEM, "out of memory for the embedded corpus");
         }
-        size_t n = corpus_embedded_generate(text, cap, 20261129);
-        for (size_t i = 0; i < n; i++) d->corpus[i] = text[i];
+        size_t n = corpus_embedded_generate(text, cap, 20261129), first = 0;
+        if (val) { /* the generator is sequential: a longer text starts with the training text */
+            first = n;
+            n = corpus_embedded_generate(text, cap + held, 20261129);
+        }
+        for (size_t i = first; i < n; i++) d->corpus[i - first] = text[i];
         free(text);
         dc.n_sources = 1;
-        dc.sources[0] = (data_source_config){.path = "embedded", .weight = 1.0, .format = DATA_FORMAT_MEMORY,
-                                             .mem = d->corpus, .mem_tokens = n, .mem_itemsize = 2};
+        dc.sources[0] = (data_source_config){.path = val ? "embedded (held out)" : "embedded", .weight = 1.0,
+                                             .format = DATA_FORMAT_MEMORY, .mem = d->corpus, .mem_tokens = n - first,
+                                             .mem_itemsize = 2};
     } else {
-        d->spec = strdup(c->data);
+        d->spec = strdup(spec);
         if (!d->spec) return st_errf(err, ST_ERR_NOMEM, "out of memory");
         char *save = NULL;
         for (char *tok = strtok_r(d->spec, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
             if (dc.n_sources == DATA_MAX_SOURCES)
-                return st_errf(err, ST_ERR_INVALID, "key 'data': more than %d sources", DATA_MAX_SOURCES);
+                return st_errf(err, ST_ERR_INVALID, "key '%s': more than %d sources", key, DATA_MAX_SOURCES);
             double w = 1.0;
             char *colon = strrchr(tok, ':');
             if (colon) {
                 char *end;
                 w = strtod(colon + 1, &end);
                 if (end == colon + 1 || *end || !(w > 0))
-                    return st_errf(err, ST_ERR_INVALID, "key 'data': weight '%s' of source '%.*s' must be a positive "
-                                   "number", colon + 1, (int)(colon - tok), tok);
+                    return st_errf(err, ST_ERR_INVALID, "key '%s': weight '%s' of source '%.*s' must be a positive "
+                                   "number", key, colon + 1, (int)(colon - tok), tok);
                 *colon = 0;
             }
             dc.sources[dc.n_sources++] = (data_source_config){.path = tok, .weight = w};
         }
-        if (!dc.n_sources) return st_errf(err, ST_ERR_INVALID, "key 'data' is empty; give \"embedded\" or token files");
+        if (!dc.n_sources)
+            return st_errf(err, ST_ERR_INVALID, "key '%s' is empty; give \"embedded\" or token files", key);
     }
     st_status s = data_loader_open(&d->dl, &dc, err);
-    return s ? st_err_prefix(err, "key 'data'") : ST_OK;
+    return s ? st_err_prefix(err, "key '%s'", key) : ST_OK;
 }
 
 static st_status data_next(train_data *d, int B, int T, int32_t *inputs, int32_t *targets, st_err *err) {
@@ -119,8 +134,59 @@ static st_status data_restore_state(train_data *d, const train_state_header *h, 
 
 /* ------------------------------------------------------------------ checkpoints */
 
+/* A complete checkpoint: checkpoints/step_N exactly (not .partial or .old: those are
+ * interrupted saves), holding the weights and the training state. *step = N. */
+static int complete_checkpoint(const char *ckdir, const char *name, unsigned long long *step) {
+    if (strncmp(name, "step_", 5) || strlen(name) < 13 || strspn(name + 5, "0123456789") != strlen(name + 5))
+        return 0;
+    char p[4400];
+    snprintf(p, sizeof p, "%s/%s/train_state.bin", ckdir, name);
+    if (access(p, R_OK) != 0) return 0;
+    snprintf(p, sizeof p, "%s/%s/model.safetensors", ckdir, name);
+    if (access(p, R_OK) != 0) return 0;
+    *step = strtoull(name + 5, NULL, 10);
+    return 1;
+}
+
+/* The complete checkpoints of RUN_DIR/checkpoints, by step (ascending); *n of them (at
+ * most cap). 0 when the directory cannot be read. */
+static int cmp_u64(const void *a, const void *b) {
+    unsigned long long x = *(const unsigned long long *)a, y = *(const unsigned long long *)b;
+    return x < y ? -1 : x > y;
+}
+static int list_checkpoints(const char *run_dir, unsigned long long *steps, int cap) {
+    char ckdir[2100];
+    snprintf(ckdir, sizeof ckdir, "%s/checkpoints", run_dir);
+    DIR *d = opendir(ckdir);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < cap) {
+        unsigned long long st;
+        if (complete_checkpoint(ckdir, e->d_name, &st)) steps[n++] = st;
+    }
+    closedir(d);
+    qsort(steps, (size_t)n, sizeof *steps, cmp_u64);
+    return n;
+}
+
+/* PATH is a checkpoint directory (train_state.bin in it: used as given) or a run
+ * directory: its newest complete checkpoint, which is the one checkpoints/latest names
+ * unless latest could not be written (missing, empty, or naming an older step after a
+ * crash between a checkpoint's rename and latest's update). */
 static st_status resolve_resume(const char *path, char *ckpt_dir, size_t cap, st_err *err) {
     char buf[4096];
+    snprintf(buf, sizeof buf, "%s/train_state.bin", path);
+    if (access(buf, R_OK) == 0) {
+        snprintf(ckpt_dir, cap, "%s", path);
+        return ST_OK;
+    }
+    char ckdir[2100];
+    snprintf(ckdir, sizeof ckdir, "%s/checkpoints", path);
+    static unsigned long long steps[4096];
+    int n = list_checkpoints(path, steps, 4096);
+    unsigned long long latest_step = 0;
+    int latest_ok = 0;
     snprintf(buf, sizeof buf, "%s/checkpoints/latest", path);
     FILE *f = fopen(buf, "r");
     if (f) {
@@ -128,17 +194,72 @@ static st_status resolve_resume(const char *path, char *ckpt_dir, size_t cap, st
         if (!fgets(name, sizeof name, f)) name[0] = 0;
         fclose(f);
         name[strcspn(name, "\n")] = 0;
-        if (!name[0]) return st_errf(err, ST_ERR_FORMAT, "%s is empty; name a checkpoint directory instead", buf);
-        snprintf(ckpt_dir, cap, "%s/checkpoints/%s", path, name);
+        latest_ok = complete_checkpoint(ckdir, name, &latest_step);
+        if (!latest_ok && !n)
+            return st_errf(err, ST_ERR_FORMAT, "%s names '%s', which is not a complete checkpoint, and %s holds no "
+                           "other; name a checkpoint directory instead", buf, name, ckdir);
+    }
+    if (!latest_ok && !n)
+        return st_errf(err, ST_ERR_IO, "key 'resume': %s has no complete checkpoint (checkpoints/step_N) and no "
+                       "train_state.bin; give a run directory or a checkpoint directory", path);
+    unsigned long long use = latest_ok ? latest_step : 0;
+    if (n && steps[n - 1] > use) {
+        st_log(1, "%s: %s; resuming from the newest complete checkpoint, step_%08llu\n", buf,
+               f ? "names an older checkpoint (it was not updated)" : "missing", steps[n - 1]);
+        use = steps[n - 1];
+    }
+    snprintf(ckpt_dir, cap, "%s/checkpoints/step_%08llu", path, use);
+    return ST_OK;
+}
+
+/* keep_checkpoints: after a new checkpoint is complete, the oldest complete ones beyond
+ * the newest N go (with a recursive delete, never a shell). A failure is a warning: the
+ * run's state is safe in the new checkpoint. */
+static void prune_checkpoints(const train_config *c) {
+    if (c->keep_checkpoints <= 0) return;
+    static unsigned long long steps[4096];
+    int n = list_checkpoints(c->run_dir, steps, 4096);
+    for (int i = 0; i + c->keep_checkpoints < n; i++) {
+        char dir[2200];
+        snprintf(dir, sizeof dir, "%s/checkpoints/step_%08llu", c->run_dir, steps[i]);
+        st_err e = {0};
+        if (st_rmtree(dir, &e)) st_log(1, "warning: keep_checkpoints: %s\n", e.msg);
+    }
+}
+
+/* A resumed run logs each step once: the lines of metrics.jsonl after the step it resumes
+ * at (steps that ran after the checkpoint, before a crash or a kill) are replayed, so they
+ * go, with a torn last line. */
+static st_status metrics_truncate(const char *run_dir, unsigned long long step, st_err *err) {
+    char path[2200];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return ST_OK; /* nothing logged yet */
+    char *line = NULL;
+    size_t lcap = 0;
+    ssize_t len;
+    long dropped = 0;
+    st_file_writer w;
+    st_status s = st_file_writer_open(&w, path, err);
+    while (!s && (len = getline(&line, &lcap, f)) > 0) {
+        json_object *o = line[len - 1] == '\n' ? json_tokener_parse(line) : NULL;
+        json_object *js;
+        int keep = o && json_object_object_get_ex(o, "step", &js) && json_object_get_int64(js) >= 0 &&
+                   (unsigned long long)json_object_get_int64(js) <= step;
+        json_object_put(o);
+        if (keep) s = st_file_writer_put(&w, line, (size_t)len, err);
+        else dropped++;
+    }
+    free(line);
+    fclose(f);
+    if (!s && !dropped) { /* unchanged: leave the file as it was */
+        st_file_writer_close(&w, ST_ERR_INVALID, NULL);
         return ST_OK;
     }
-    snprintf(buf, sizeof buf, "%s/train_state.bin", path);
-    if (access(buf, R_OK) == 0) {
-        snprintf(ckpt_dir, cap, "%s", path);
-        return ST_OK;
-    }
-    return st_errf(err, ST_ERR_IO, "key 'resume': %s has neither checkpoints/latest nor train_state.bin; give a run "
-                   "directory or a checkpoint directory", path);
+    s = st_file_writer_close(&w, s, err);
+    if (!s) st_log(1, "%s: %ld line%s after step %llu removed (those steps run again)\n", path, dropped,
+                   dropped == 1 ? "" : "s", step);
+    return s;
 }
 
 static st_status save_checkpoint(const train_config *c, st_model *m, optim *o, const train_state_header *h,
@@ -213,7 +334,12 @@ static st_status open_streamed(const train_config *c, const gpt2_config *mc, int
             found = stream_device_bytes(&sc, &plan) <= budget;
         }
     }
-    if (!found) plan.vocab_chunk = 2048; /* recompute + chunks: create reports the bytes missing */
+    if (!found) /* the smallest plan strata train makes (recompute, chunks) is the last one tried */
+        return st_errf(err, ST_ERR_NOMEM, "key 'device_budget': %.0f bytes is too small for this model at batch %d x "
+                       "seq %d: the smallest plan (every block recomputed, the vocabulary in 2048-row chunks) needs "
+                       "%zu device bytes, %.0f bytes missing; give at least that, or a smaller batch or seq",
+                       c->device_budget, c->batch, c->seq, stream_device_bytes(&sc, &plan),
+                       (double)stream_device_bytes(&sc, &plan) - c->device_budget);
     st_status s = st_backend_with_budget(dev, be, budget, err);
     if (s) return st_err_prefix(err, "key 'device_budget'");
     if ((s = stream_exec_create(sx, &sc, &plan, *dev, err))) return st_err_prefix(err, "key 'device_budget'");
@@ -247,6 +373,45 @@ static st_status streamed_step(const train_config *c, stream_exec *sx, st_store 
         hs->adam_step--;
         if ((s = st_store_commit_blob(store, hs, sizeof *hs, err))) return s;
     }
+    return ST_OK;
+}
+
+/* ------------------------------------------------------------------ validation
+ * The mean loss over the same eval_tokens of val_data at every evaluation (the loader goes
+ * back to its start each time), forward only: no parameter, gradient, moment or training
+ * data position changes, so a run is bit-identical with and without validation. Under
+ * streaming the executor's forward-only pass runs it (stream_eval). */
+
+typedef struct train_eval {
+    train_data vd;
+    data_loader_state start;
+    int on;
+} train_eval;
+
+/* val_data, or the embedded corpus's held-out tail for the embedded corpus; NULL: none. */
+static const char *val_spec(const train_config *c) {
+    if (c->eval_every <= 0 || !strcmp(c->val_data, "none")) return NULL;
+    if (c->val_data[0]) return c->val_data;
+    return !strcmp(c->data, "embedded") ? "embedded" : NULL;
+}
+
+static st_status eval_loss(const train_config *c, st_model *m, stream_exec *sx, train_eval *ev, int32_t *inputs,
+                           int32_t *targets, double *out, st_err *err) {
+    st_status s = data_loader_set_state(ev->vd.dl, &ev->start, err);
+    if (s) return st_err_prefix(err, "key 'val_data'");
+    long per = (long)c->batch * c->seq, n = c->eval_tokens > 0 ? (c->eval_tokens + per - 1) / per : 8;
+    double sum = 0;
+    for (long i = 0; i < n; i++) {
+        if ((s = data_next(&ev->vd, c->batch, c->seq, inputs, targets, err))) return st_err_prefix(err, "key 'val_data'");
+        float l;
+        if (sx) {
+            if ((s = stream_eval(sx, inputs, targets, &l, err))) return s;
+        } else {
+            l = m->ops->forward(m, inputs, targets, 0.0f); /* dloss 0: the logits stay, no gradient */
+        }
+        sum += l;
+    }
+    *out = sum / (double)n;
     return ST_OK;
 }
 
@@ -321,6 +486,13 @@ static st_status open_store(const train_config *c, st_model *m, const optim_segm
 
 /* ------------------------------------------------------------------ the loop */
 
+/* A number for a JSON document: JSON has no NaN or infinity, so those are null. */
+static const char *json_num(char buf[32], double v, const char *fmt) {
+    if (!isfinite(v)) return "null";
+    snprintf(buf, 32, fmt, v);
+    return buf;
+}
+
 st_status train_run(const train_config *c, train_result *res, st_err *err) {
     gpt2_config mc;
     llama_config lc;
@@ -360,6 +532,7 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     FILE *metrics = NULL;
     prof_tb *tb = NULL; /* TensorBoard events: the scalars of metrics.jsonl */
     train_data td = {0};
+    train_eval ev = {0};
     train_state_header *hs = NULL;
     prof_run *pr = NULL;
     st_store *store = NULL;
@@ -382,14 +555,21 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
         m = &swrap;
         opt = stream_optim(sx);
         stream_init_random(sx, c->seed);
+        if (c->init_from[0]) { /* a GPT-2 directory (open_streamed refused the others) */
+            snprintf(path, sizeof path, "%s/model.safetensors", c->init_from);
+            if ((s = m->ops->load(m, path, err)) || (s = st_model_check_finite(m, path, err))) goto done;
+            stream_set_params(sx, stream_params(sx));
+        }
     } else {
         st_model_overrides ov = {c->vocab_size, c->max_seq, c->n_layer, c->n_head, c->n_embd};
-        if (c->init_from[0]) s = st_model_create_hf(&m, c->init_from, be, err); /* shape and weights */
+        if (c->init_from[0] && !is_llama) s = gpt2_model_create_hf(&m, c->init_from, be, err); /* GPT-2 */
+        else if (c->init_from[0]) s = st_model_create_hf(&m, c->init_from, be, err); /* shape and weights */
         else if (is_llama) s = st_model_create_llama(&m, &lc, be, err);
         else s = st_model_create(&m, c->model, &ov, be, err);
         if (s) goto done;
         if ((s = m->ops->alloc_acts(m, B, T, err))) goto done;
         if (!c->init_from[0]) m->ops->init_random(m, c->seed);
+        else if ((s = st_model_check_finite(m, c->init_from, err))) goto done;
     }
 
     /* weight decay by role, which comes from each tensor's name */
@@ -398,7 +578,12 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     train_decay_segments(m->tensors, m->n_tensors, (float)c->weight_decay, segs);
     optim_state_format fmt = strcmp(c->optim_state, "8bit") ? OPTIM_STATE_F32 : OPTIM_STATE_8BIT;
     if (!sx && !c->state_paths[0] && (s = optim_create(&opt, segs, m->n_tensors, fmt, err))) goto done;
-    if ((s = data_open(&td, c, m->vocab_size, err))) goto done;
+    if ((s = data_open(&td, c, "data", c->data, m->vocab_size, err))) goto done;
+    if (val_spec(c)) {
+        if ((s = data_open(&ev.vd, c, "val_data", val_spec(c), m->vocab_size, err))) goto done;
+        data_loader_get_state(ev.vd.dl, &ev.start);
+        ev.on = 1;
+    }
 
     hs = calloc(1, sizeof *hs); /* 4 KiB of data state: not on the stack */
     if (!hs) { s = st_errf(err, ST_ERR_NOMEM, "out of memory"); goto done; }
@@ -413,12 +598,20 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
         char ck[2048];
         if ((s = resolve_resume(c->resume, ck, sizeof ck, err))) goto done;
         snprintf(path, sizeof path, "%s/model.safetensors", ck);
-        if ((s = m->ops->load(m, path, err))) goto done;
+        if ((s = m->ops->load(m, path, err)) || (s = st_model_check_finite(m, path, err))) goto done;
         snprintf(path, sizeof path, "%s/train_state.bin", ck);
         if ((s = train_state_load(path, hs, opt, err))) goto done;
         if ((s = data_restore_state(&td, hs, path, err))) goto done;
         if (sx) stream_set_params(sx, stream_params(sx)); /* the device copies follow the host */
         st_log(1, "resumed from %s at step %llu\n", ck, (unsigned long long)hs->step);
+    }
+    if (c->resume[0] && (s = metrics_truncate(c->run_dir, hs->step, err))) goto done;
+    {
+        long last = c->stop_at > 0 && c->stop_at < c->steps ? c->stop_at : c->steps;
+        if (hs->step > 0 && (long)hs->step >= last) /* said, never a silent zero-step run */
+            st_log(1, "nothing to train: the run is at step %llu and %s is %ld; give --steps N with N > %llu to "
+                   "train further\n", (unsigned long long)hs->step, last == c->steps ? "steps" : "stop_at", last,
+                   (unsigned long long)hs->step);
     }
 
     inputs = malloc(sizeof(int32_t) * (size_t)B * T);
@@ -447,8 +640,9 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
                           .host_plan_bytes = mem.tier_need[PROF_TIER_HOST], .progress = !c->quiet};
     if ((s = prof_run_open(&pr, &pc, err))) goto done;
     double tok_s_sum = 0;
-    long timed = 0;
+    long timed = 0, skipped_run = 0; /* consecutive skipped steps */
     float last_loss = NAN;
+    long steps_run = 0;
     int saved_at_end = 0, last_skipped = 0;
     double last_norm = 0;
     while ((long)hs->step < end) {
@@ -515,10 +709,25 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
         double tok_s = (double)B * T * c->grad_accum / dt, gflops = flops_per_step / dt / 1e9;
         last_loss = (float)loss;
         if (step > 1) { tok_s_sum += tok_s; timed++; }
+        steps_run++;
         prof_progress_clear(pr);
-        if (!c->quiet && (step % c->log_every == 0 || step == end))
-            printf("step %6ld/%ld | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %8.0f tok/s | %6.1f GFLOP/s%s\n", step,
-                   c->steps, loss, lr, norm, dt * 1e3, tok_s, gflops, skipped ? " | SKIPPED" : "");
+        double val = NAN, eval_s = 0; /* validation: after the step, outside its time */
+        char vtxt[64] = "", vjson[128] = "";
+        if (ev.on && (step % c->eval_every == 0 || step == end)) {
+            double te = st_now();
+            prof_span pv = prof_begin(PROF_CAT_OTHER, "validation", -1);
+            s = eval_loss(c, m, sx, &ev, inputs, targets, &val, err);
+            prof_end(&pv);
+            if (s) goto done;
+            eval_s = st_now() - te;
+            snprintf(vtxt, sizeof vtxt, " | val %.4f (ppl %.2f)", val, exp(val));
+            snprintf(vjson, sizeof vjson, ",\"val_loss\":%.6f,\"val_ppl\":%.4f,\"eval_ms\":%.3f", val, exp(val),
+                     eval_s * 1e3);
+            if ((s = prof_tb_scalar(tb, "val/loss", step, val, err))) goto done;
+        }
+        if (!c->quiet && (step % c->log_every == 0 || step == end || vtxt[0]))
+            printf("step %6ld/%ld | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %8.0f tok/s | %6.1f GFLOP/s%s%s\n", step,
+                   c->steps, loss, lr, norm, dt * 1e3, tok_s, gflops, vtxt, skipped ? " | SKIPPED" : "");
         char disk[256] = "";
         if (store && !skipped) { /* the disk state's share of the step */
             st_store_stats ss;
@@ -530,13 +739,24 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
                      ss.n_subgroups ? (double)ss.hits / ss.n_subgroups : 0.0,
                      (ss.read_wait_s + ss.write_wait_s) * 1e3);
         }
-        fprintf(metrics,
-                "{\"step\":%ld,\"loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f,\"step_ms\":%.3f,\"tokens_per_s\":%.1f,"
-                "\"achieved_gflops\":%.3f,\"tokens\":%llu,\"skipped\":%s%s%s}\n",
-                step, loss, lr, norm, dt * 1e3, tok_s, gflops,
-                (unsigned long long)step * (unsigned long long)B * T * c->grad_accum, skipped ? "true" : "false", disk,
-                prof_step_json(pr));
-        fflush(metrics);
+        char jloss[32], jnorm[32];
+        snprintf(path, sizeof path, "%s/metrics.jsonl", c->run_dir);
+        int mfault = st_iofault("file.write", path);
+        if (mfault) errno = mfault > 0 ? mfault : ENOSPC;
+        int mn = mfault ? -1 : fprintf(metrics,
+                         "{\"step\":%ld,\"loss\":%s,\"lr\":%.6e,\"grad_norm\":%s,\"step_ms\":%.3f,\"tokens_per_s\":%.1f,"
+                         "\"achieved_gflops\":%.3f,\"tokens\":%llu,\"skipped\":%s%s%s%s}\n",
+                         step, json_num(jloss, loss, "%.6f"), lr, json_num(jnorm, norm, "%.6f"), dt * 1e3, tok_s, gflops,
+                         (unsigned long long)step * (unsigned long long)B * T * c->grad_accum,
+                         skipped ? "true" : "false", vjson, disk, prof_step_json(pr));
+        if (mn < 0 || fflush(metrics) != 0) { /* a run whose metrics are lost is not a run users can read */
+            int e = errno ? errno : EIO;
+            s = st_errf(err, e == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO,
+                        "%s: cannot write step %ld's metrics: %s; %s", path, step, strerror(e),
+                        store ? "the state store holds the last committed step: free space, then --resume"
+                              : "the last checkpoint is intact: free space, then --resume");
+            goto done;
+        }
         {
             const prof_step_stats *ps = prof_step_last(pr);
             const char *tags[] = {"train/loss", "train/lr", "train/grad_norm", "perf/step_ms", "perf/tokens_per_s",
@@ -557,12 +777,22 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
                 st_log(1, "step %ld: no sample: %s\n", step, serr.msg);
         }
         prof_progress(pr, step, loss);
+        skipped_run = skipped ? skipped_run + 1 : 0;
+        if (skipped_run >= c->max_skipped_steps) {
+            s = st_errf(err, ST_ERR_NONFINITE,
+                        "steps %ld to %ld all had a non-finite gradient norm (key 'max_skipped_steps' is %ld): the "
+                        "model or the data produces NaN or Inf; lower 'lr', check the data, or resume from the last "
+                        "checkpoint in %s",
+                        step - skipped_run + 1, step, c->max_skipped_steps, c->run_dir);
+            goto done;
+        }
         int stop = c->stop_flag && *c->stop_flag;
         if (!store && ((c->ckpt_every > 0 && step % c->ckpt_every == 0) || step == end || stop)) {
             prof_span pw = prof_begin(PROF_CAT_IO, "checkpoint write", -1);
             if ((s = save_checkpoint(c, m, opt, hs, err))) goto done;
             snprintf(path, sizeof path, "%s/checkpoints/step_%08ld", c->run_dir, step);
             prof_end_bytes(&pw, prof_dir_bytes(path));
+            prune_checkpoints(c);
             saved_at_end = step == end || stop;
         }
         if (stop) {
@@ -587,6 +817,7 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     }
     if (res) {
         res->steps_done = (long)hs->step;
+        res->steps_run = steps_run;
         res->final_loss = last_loss;
         res->tokens_per_s = timed ? tok_s_sum / timed : 0;
     }
@@ -607,6 +838,7 @@ done:
     free(inputs);
     free(targets);
     data_close(&td);
+    data_close(&ev.vd);
     free(segs);
     if (sx) {
         stream_exec_free(sx); /* owns the optimizer and the host vectors the view used */

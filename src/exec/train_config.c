@@ -29,8 +29,8 @@ typedef struct key_def {
 #define OFF(f) offsetof(train_config, f)
 #define STR(f) OFF(f), sizeof(((train_config *)0)->f)
 static const key_def keys[] = {
-    {"model", K_STR, STR(model), 0, 0, "model preset (gpt2-mini, gpt2-124m, llama-tiny, qwen2.5-0.5b, ...: see strata bench step --help)"},
-    {"init_from", K_STR, STR(init_from), 0, 0, "fine-tune a Hugging Face model directory (Llama, Qwen2, Qwen3, Mistral)"},
+    {"model", K_STR, STR(model), 0, 0, "model preset: GPT-2 (gpt2-mini, gpt2-124m, gpt2-350m, gpt2-tiny) or Llama family (llama3.2-1b, qwen2.5-0.5b, llama-tiny, qwen2-tiny, qwen3-tiny)"},
+    {"init_from", K_STR, STR(init_from), 0, 0, "fine-tune a Hugging Face model directory (GPT-2, Llama, Qwen2, Qwen3, Mistral); its config.json sets the shape"},
     {"save_hf", K_STR, STR(save_hf), 0, 0, "write the final model as a Hugging Face directory here"},
     {"save_hf_dtype", K_STR, STR(save_hf_dtype), 0, 0, "dtype of --save_hf weights: f32 or bf16"},
     {"device_budget", K_DOUBLE, OFF(device_budget), 0, 0, 1e18, "bytes of device memory: > 0 streams the layers (GPT-2)"},
@@ -58,8 +58,13 @@ static const key_def keys[] = {
     {"eps", K_DOUBLE, OFF(eps), 0, 1e-30, 1, "AdamW epsilon"},
     {"grad_clip", K_DOUBLE, OFF(grad_clip), 0, 0, 1e30, "clip the global gradient norm to this (0: off)"},
     {"seed", K_U64, OFF(seed), 0, 0, 0, "seed for initialisation and data order"},
-    {"data", K_STR, STR(data), 0, 0, "\"embedded\" or token sources [FORMAT@]PATH[:WEIGHT],... (FORMAT megatron, llmc, raw16 or raw32, needed where no header says it)"},
+    {"data", K_STR, STR(data), 0, 0, "\"embedded\" or token sources [FORMAT@]PATH[:WEIGHT],... (FORMAT megatron, llmc, raw16 or raw32, needed where no header says it; see Data below)"},
+    {"val_data", K_STR, STR(val_data), 0, 0, "validation sources, the same syntax as data (default: the embedded corpus's held-out tail when data is \"embedded\", else none; \"none\": off)"},
+    {"eval_every", K_LONG, OFF(eval_every), 0, 0, 1e15, "validation loss every N steps and at the last step (0: never)"},
+    {"eval_tokens", K_LONG, OFF(eval_tokens), 0, 0, 1e12, "tokens per validation, rounded up to whole batches; the same tokens every time (0: 8 batches)"},
+    {"keep_checkpoints", K_LONG, OFF(keep_checkpoints), 0, 0, 1e15, "keep the newest N complete checkpoints, remove older ones (0: keep all)"},
     {"sample_every", K_LONG, OFF(sample_every), 0, 0, 1e15, "print a short text sample (KV-cached, temperature 1) every N steps and at the last step (0: never; strata sample for more)"},
+    {"max_skipped_steps", K_LONG, OFF(max_skipped_steps), 0, 1, 1e15, "stop with an error after this many consecutive steps skipped for a non-finite gradient (the last checkpoint is kept)"},
     {"run_dir", K_STR, STR(run_dir), 0, 0, "where metrics.jsonl and checkpoints go"},
     {"resume", K_STR, STR(resume), 0, 0, "run or checkpoint directory to resume from"},
     {"optim_state", K_STR, STR(optim_state), 0, 0, "optimizer state format: f32 or 8bit"},
@@ -88,6 +93,9 @@ void train_config_defaults(train_config *c) {
     c->grad_clip = 1.0;
     c->seed = 1337;
     snprintf(c->data, sizeof c->data, "embedded");
+    c->eval_every = 50;
+    c->keep_checkpoints = 3;
+    c->max_skipped_steps = 10;
     c->sample_every = 200; /* the default 400-step run: a sample halfway and one at the end */
     snprintf(c->optim_state, sizeof c->optim_state, "f32");
     snprintf(c->save_hf_dtype, sizeof c->save_hf_dtype, "f32");
@@ -398,8 +406,20 @@ st_status train_config_save_json(const train_config *c, const char *path, st_err
 }
 
 st_status train_config_resolve(const train_config *c, gpt2_config *mc, st_err *err) {
-    st_status s = gpt2_config_preset(c->model, mc, err);
-    if (s) return st_err_prefix(err, "key 'model'");
+    st_status s = c->init_from[0] ? gpt2_hf_config_read(c->init_from, mc, err) : gpt2_config_preset(c->model, mc, NULL);
+    if (s && c->init_from[0]) return st_err_prefix(err, "key 'init_from'");
+    if (s) /* every family's presets, not only GPT-2's */
+        return st_errf(err, ST_ERR_INVALID, "key 'model': unknown model '%s'; known models: %s (or init_from a "
+                       "Hugging Face directory)", c->model, st_model_preset_names());
+    if (c->init_from[0]) { /* the weights fix the shape: an override may only repeat it */
+        const int ov[5] = {c->vocab_size, c->max_seq, c->n_layer, c->n_head, c->n_embd};
+        const int hf[5] = {mc->vocab_size, mc->max_seq, mc->n_layer, mc->n_head, mc->n_embd};
+        static const char *names[5] = {"vocab_size", "max_seq", "n_layer", "n_head", "n_embd"};
+        for (int i = 0; i < 5; i++)
+            if (ov[i] > 0 && ov[i] != hf[i])
+                return st_errf(err, ST_ERR_INVALID, "key '%s': %d differs from %s's %d; the shape comes from the "
+                               "init_from directory (leave %s unset)", names[i], ov[i], c->init_from, hf[i], names[i]);
+    }
     if (c->vocab_size > 0) mc->vocab_size = c->vocab_size;
     if (c->max_seq > 0) mc->max_seq = c->max_seq;
     if (c->n_layer > 0) mc->n_layer = c->n_layer;
@@ -429,7 +449,9 @@ st_status train_config_resolve(const train_config *c, gpt2_config *mc, st_err *e
 st_status train_config_resolve_llama(const train_config *c, llama_config *lc, int *is_llama, st_err *err) {
     *is_llama = 0;
     st_status s;
-    if (c->init_from[0]) {
+    if (c->init_from[0] && gpt2_hf_is_dir(c->init_from)) {
+        return ST_OK; /* GPT-2: train_config_resolve reads its shape */
+    } else if (c->init_from[0]) {
         if ((s = hf_config_read(c->init_from, lc, err))) return st_err_prefix(err, "key 'init_from'");
     } else if (llama_config_preset(c->model, lc, NULL) == ST_OK) {
         st_model_overrides ov = {c->vocab_size, c->max_seq, c->n_layer, c->n_head, c->n_embd};
