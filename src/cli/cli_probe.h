@@ -11,8 +11,6 @@ int cmd_probe(int argc, char **argv);
 /* One path's sequential read, write and mixed (half reads, half writes in flight
  * together) bandwidth in GB/s through the io engine, as strata probe measures it, with a
  * test file of `bytes`; *memory = 1 for tmpfs. */
-/* strata bench offload (src/cli/bench_offload.c). */
-int bench_offload(int argc, char **argv);
 st_status cli_probe_measure(const char *path, uint64_t bytes, double *read_gbps, double *write_gbps,
                             double *mixed_gbps, int *memory, st_err *err);
 

@@ -6,11 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/bench.h"
 #include "strata/backend.h"
 #include "strata/generate.h"
 
 int cmd_sample(int argc, char **argv);
-int bench_sample(int argc, char **argv);
 
 static const char *sample_usage =
     "usage: strata sample (--from DIR | --model PRESET) [--prompt TEXT] [options]\n"

@@ -3,14 +3,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/bench.h"
 #include "cli/cli.h"
 #include "cli/cli_probe.h"
 #include "cli/cli_prof.h"
-#include "cli/cli_stream.h"
 #include "strata/backend.h"
 
-int cmd_sample(int argc, char **argv);   /* cmd_sample.c: strata sample */
-int bench_sample(int argc, char **argv); /* cmd_sample.c: strata bench sample */
+int cmd_sample(int argc, char **argv); /* cmd_sample.c: strata sample */
 
 static const char *usage =
     "strata - train transformer language models whose state exceeds the memory that computes them\n"
@@ -50,37 +49,6 @@ int cmd_bench(int argc, char **argv) {
     if (!strcmp(argv[1], "sample")) return bench_sample(argc - 1, argv + 1);
     fprintf(stderr, "strata bench: unknown benchmark '%s'\n%s", argv[1], bench_usage);
     return 2;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-double cli_median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-float cli_hash_unit(uint64_t i) {
-    i ^= i >> 33;
-    i *= 0xff51afd7ed558ccdULL;
-    i ^= i >> 33;
-    i *= 0xc4ceb9fe1a85ec53ULL;
-    i ^= i >> 33;
-    return (float)(i >> 40) / (float)(1 << 24) - 0.5f;
-}
-
-double cli_proc_status_bytes(const char *field) {
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f) return -1;
-    char line[256];
-    double v = -1;
-    size_t n = strlen(field);
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, field, n)) v = atof(line + n + 1) * 1024.0; /* kB */
-    fclose(f);
-    return v;
 }
 
 double cli_parse_count(const char *s) {

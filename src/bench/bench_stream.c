@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/bench.h"
 #include "cli/cli.h"
-#include "cli/cli_stream.h"
 #include "strata/model.h"
 #include "strata/train.h"
 #include "strata/optim.h"
@@ -189,8 +189,8 @@ int bench_stream(int argc, char **argv) {
             if (st.device_peak_bytes > peak) peak = st.device_peak_bytes;
         }
     }
-    double step_s = cli_median(ts, steps), un_s = cli_median(tu, steps), eff = cli_median(te, steps), ratio = cli_median(rr, steps);
-    double comp_s = cli_median(tc, steps), tail_s = cli_median(tt, steps);
+    double step_s = bench_median(ts, steps), un_s = bench_median(tu, steps), eff = bench_median(te, steps), ratio = bench_median(rr, steps);
+    double comp_s = bench_median(tc, steps), tail_s = bench_median(tt, steps);
     if (json) {
         printf("{\"bench\":\"stream\",\"model\":\"%s\",\"n_layer\":%d,\"n_embd\":%d,\"vocab_size\":%d,"
                "\"batch\":%d,\"seq\":%d,\"params\":%zu,\"threads\":%d,\"steps\":%d,\"prefetch_depth\":%d,"

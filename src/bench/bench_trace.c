@@ -20,8 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cli/cli.h"
-#include "cli/cli_prof.h"
+#include "bench/bench.h"
 #include "strata/prof.h"
 #include "strata/train.h"
 

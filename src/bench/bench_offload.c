@@ -21,6 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench/bench.h"
 #include "cli/cli.h"
 #include "cli/cli_probe.h"
 #include "strata/io.h"
@@ -47,7 +48,7 @@ static void init_master(void *ctx, size_t first, size_t n, float *dst) {
     (void)ctx;
     long nn = (long)n;
 #pragma omp parallel for schedule(static)
-    for (long i = 0; i < nn; i++) dst[i] = 0.04f * cli_hash_unit(first + (size_t)i);
+    for (long i = 0; i < nn; i++) dst[i] = 0.04f * bench_hash_unit(first + (size_t)i);
 }
 
 typedef struct bctx {
@@ -127,7 +128,7 @@ int bench_offload(int argc, char **argv) {
     if (region > (256u << 20)) region = 256u << 20;
     size_t elems = (size_t)((double)region / bpe) / 16384 * 16384 + 2 * 16384;
     uint64_t side = (uint64_t)((double)elems * (gs + ws));
-    double base_rss = cli_proc_status_bytes("VmRSS:"); /* the program itself, before any buffer */
+    double base_rss = bench_proc_status_bytes("VmRSS:"); /* the program itself, before any buffer */
     double store_budget = budget - (double)side - (base_rss > 0 ? base_rss : 32.0 * 1048576.0) - 8.0 * 1048576.0;
     if (store_budget < 3.0 * (double)region) {
         fprintf(stderr, "strata bench offload: --host-budget %.0f bytes is too small for three %llu-byte subgroups plus "
@@ -143,7 +144,7 @@ int bench_offload(int argc, char **argv) {
     bctx bc = {st_io_alloc(elems * (size_t)gs), st_io_alloc(elems * 2)};
     if (!bc.grad || !bc.work) { fprintf(stderr, "strata bench offload: out of memory\n"); free(segs); return 1; }
     for (size_t i = 0; i < elems; i++) {
-        float g = 1e-3f * cli_hash_unit(i + 77);
+        float g = 1e-3f * bench_hash_unit(i + 77);
         if (gdt == ST_BF16) ((uint16_t *)bc.grad)[i] = st_f32_to_bf16(g);
         else ((float *)bc.grad)[i] = g;
     }
@@ -215,7 +216,7 @@ int bench_offload(int argc, char **argv) {
         t_cmp[s - 1] = s0.update_s + s0.crc_s;
         hit[s - 1] = (double)s0.hits / s0.n_subgroups;
     }
-    double rss_peak = cli_proc_status_bytes("VmHWM:");
+    double rss_peak = bench_proc_status_bytes("VmHWM:");
     st_store_stats fin;
     st_store_get_stats(st, &fin);
     uint64_t disk_bytes = fin.disk_bytes;
@@ -240,9 +241,9 @@ int bench_offload(int argc, char **argv) {
                 rc = 1;
                 goto out;
             }
-        pr[p] = cli_median(pr3[p], 3);
-        pw[p] = cli_median(pw3[p], 3);
-        pm[p] = cli_median(pm3[p], 3);
+        pr[p] = bench_median(pr3[p], 3);
+        pw[p] = bench_median(pw3[p], 3);
+        pm[p] = bench_median(pm3[p], 3);
     }
     /* the last timed step's bytes per path. The I/O time at probe speed is the slowest
      * path's; within a path, the step's reads and writes at the mixed probe's bandwidth
@@ -259,7 +260,7 @@ int bench_offload(int argc, char **argv) {
         rd_tot += rd_b[p];
         wr_tot += wr_b[p];
     }
-    double step_s = cli_median(t_step, steps), comp_s = cli_median(t_cmp, steps), hits = cli_median(hit, steps);
+    double step_s = bench_median(t_step, steps), comp_s = bench_median(t_cmp, steps), hits = bench_median(hit, steps);
     double io_ratio = probe ? io_time / step_s : NAN;
     double bound = io_time > comp_s ? io_time : comp_s;
     double overlap = probe ? step_s / bound : NAN;

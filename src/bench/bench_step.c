@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/cli.h"
+#include "bench/bench.h"
 #include "strata/model.h"
 #include "strata/optim.h"
 
@@ -138,10 +138,10 @@ int bench_step(int argc, char **argv) {
         }
         if (!json) fprintf(stderr, "  step %d: %.3f s (loss %.4f), sgemm pass %.3f s\n", s + 1, t3 - t0, loss, g);
     }
-    double step_s = cli_median(ts, steps), fwd_s = cli_median(tf, steps), bwd_s = cli_median(tb, steps), opt_s = cli_median(to, steps);
+    double step_s = bench_median(ts, steps), fwd_s = bench_median(tf, steps), bwd_s = bench_median(tb, steps), opt_s = bench_median(to, steps);
     double achieved = flops / step_s / 1e9, matmul_flops = gb.flops;
-    double sgemm = gb.flops / cli_median(tg, steps) / 1e9;
-    double ratio = cli_median(rr, steps);
+    double sgemm = gb.flops / bench_median(tg, steps) / 1e9;
+    double ratio = bench_median(rr, steps);
     if (json) {
         printf("{\"bench\":\"step\",\"model\":\"%s\",\"batch\":%d,\"seq\":%d,\"params\":%zu,\"threads\":%d,"
                "\"steps\":%d,\"step_s\":%.4f,\"forward_s\":%.4f,\"backward_s\":%.4f,\"optimizer_s\":%.4f,"

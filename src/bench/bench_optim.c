@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/bench.h"
 #include "cli/cli.h"
 #include "strata/optim.h"
 
@@ -109,8 +110,8 @@ int bench_optim(int argc, char **argv) {
     long nn = (long)n;
 #pragma omp parallel for schedule(static)
     for (long i = 0; i < nn; i++) {
-        p[i] = cli_hash_unit((uint64_t)i);
-        float x = 1e-3f * cli_hash_unit((uint64_t)i + 0x9e3779b97f4a7c15ULL);
+        p[i] = bench_hash_unit((uint64_t)i);
+        float x = 1e-3f * bench_hash_unit((uint64_t)i + 0x9e3779b97f4a7c15ULL);
         if (gdt == ST_BF16) ((uint16_t *)g)[i] = st_f32_to_bf16(x);
         else if (gdt == ST_F16) ((uint16_t *)g)[i] = st_f32_to_f16(x);
         else ((float *)g)[i] = x;
@@ -139,7 +140,7 @@ int bench_optim(int argc, char **argv) {
         tc[s] = t2 - t1;
         tn[s] = t3 - t2;
     }
-    double t_step = cli_median(ts, steps), t_ceil = cli_median(tc, steps), t_norm = cli_median(tn, steps);
+    double t_step = bench_median(ts, steps), t_ceil = bench_median(tc, steps), t_norm = bench_median(tn, steps);
     double bpp = optim_step_bytes_per_param(o, (st_dtype)gdt, ws ? wdt : -1);
     double pps = (double)n / t_step, gbps = pps * bpp / 1e9, ceil_gbps = (double)n * bpp / t_ceil / 1e9;
     double state_bpp = 4.0 + optim_state_bytes_per_param(o), norm_gbps = (double)n * (double)gs / t_norm / 1e9;
