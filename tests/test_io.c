@@ -1,7 +1,9 @@
 /* test_io.c - the io engine: random writes and reads round-trip byte for byte through
  * io_uring (skipped with a message where unavailable) and the thread pool, with many
  * requests in flight; errors name the path and offset (past the end, misaligned, a
- * missing directory, a full disk on a 1 MiB tmpfs when mounting one is allowed). */
+ * missing directory, a full disk on a 1 MiB tmpfs when mounting one is allowed); the disk
+ * probe (st_io_probe) reports positive bandwidths for the whole test file, removes it, and
+ * names a missing directory. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -240,6 +242,26 @@ static void errors(const char *dir) {
     umount(small);
 }
 
+/* The tier's disk probe: figures for the file it was asked for, the file gone after. */
+static void probe(const char *dir) {
+    st_err err = {0};
+    st_io_probe_result r;
+    st_status s = st_io_probe(dir, 8u << 20, 0, 0, &r, &err);
+    CHECK(s == ST_OK, "probe of %s: %s", dir, err.msg);
+    if (s != ST_OK) return;
+    CHECK(r.bytes == 8u << 20 && r.read_gbps > 0 && r.write_gbps > 0 && r.mixed_gbps > 0 && r.depth >= ST_IO_MIN_DEPTH &&
+              r.request_bytes >= ST_IO_MIN_REQUEST && r.engine && (r.direct == 0 || r.direct == 1),
+          "probe figures: bytes %llu, read %g, write %g, mixed %g GB/s, depth %d, request %zu",
+          (unsigned long long)r.bytes, r.read_gbps, r.write_gbps, r.mixed_gbps, r.depth, r.request_bytes);
+    char file[4200];
+    snprintf(file, sizeof file, "%s/strata-probe.tmp", dir);
+    CHECK(access(file, F_OK) != 0, "probe left %s behind", file);
+    char missing[4200];
+    snprintf(missing, sizeof missing, "%s/no-such-dir", dir);
+    s = st_io_probe(missing, 8u << 20, 0, 0, &r, &err);
+    CHECK(s != ST_OK && strstr(err.msg, missing), "probe of a missing directory: %s (%s)", st_status_name(s), err.msg);
+}
+
 int main(void) {
     st_log_set_level(1);
     const char *dir = test_tmpdir();
@@ -254,5 +276,6 @@ int main(void) {
     two_paths("uring", dir);
     two_paths("threads", dir);
     errors(dir);
+    probe(dir);
     return test_finish("io");
 }

@@ -93,6 +93,23 @@ void st_io_get_stats(st_io_engine *e, int path, st_io_path_stats *s);
 st_status st_io_sync(st_io_engine *e, int path, st_err *err);
 uint64_t st_io_engine_path_bytes(const st_io_engine *e, int path); /* that path's file size */
 
+/* The disk probe (src/tier/probe.c; `strata probe`): one path's bandwidth through this
+ * engine. A test file of `bytes` in PATH is written sequentially (timed with fdatasync),
+ * read back (page cache dropped first), then passed over once more with even requests
+ * reading and odd ones writing (as the optimizer streaming its state does), and removed.
+ * request_bytes and depth 0: the engine's defaults. Bandwidths in GB/s (1e9 bytes/s). */
+typedef struct st_io_probe_result {
+    const char *engine; /* "io_uring" or "threads" (static string) */
+    int direct;         /* 1: O_DIRECT, 0: buffered */
+    int memory;         /* 1: tmpfs or ramfs, memory rather than a disk */
+    double read_gbps, write_gbps, mixed_gbps;
+    size_t request_bytes; /* the engine's piece size */
+    int depth;            /* pieces in flight */
+    uint64_t bytes;       /* the test file's size (rounded up to 4096) */
+} st_io_probe_result;
+st_status st_io_probe(const char *path, uint64_t bytes, size_t request_bytes, int depth, st_io_probe_result *r,
+                      st_err *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -23,7 +23,6 @@
 
 #include "bench/bench.h"
 #include "cli/cli.h"
-#include "cli/cli_probe.h"
 #include "strata/io.h"
 #include "strata/store.h"
 
@@ -63,6 +62,19 @@ static void *work_at(void *ctx, size_t first, size_t n) {
     (void)first;
     (void)n;
     return ((bctx *)ctx)->work;
+}
+
+/* One path's read, write and mixed bandwidth (GB/s) through the tier's disk probe. */
+static st_status probe_once(const char *path, uint64_t bytes, double *read_gbps, double *write_gbps,
+                            double *mixed_gbps, int *memory, st_err *err) {
+    st_io_probe_result r;
+    st_status s = st_io_probe(path, bytes, 0, 0, &r, err);
+    if (s != ST_OK) return s;
+    *read_gbps = r.read_gbps;
+    *write_gbps = r.write_gbps;
+    *mixed_gbps = r.mixed_gbps;
+    *memory = r.memory;
+    return ST_OK;
 }
 
 int bench_offload(int argc, char **argv) {
@@ -155,8 +167,8 @@ int bench_offload(int argc, char **argv) {
     int mem[MAX_PATHS] = {0};
     for (int p = 0; p < n_paths; p++) {
         weight[p] = 1.0;
-        if (probe && cli_probe_measure(paths[p], (uint64_t)probe_bytes, &pr3[p][0], &pw3[p][0], &pm3[p][0], &mem[p],
-                                    &err) != ST_OK) {
+        if (probe &&
+            probe_once(paths[p], (uint64_t)probe_bytes, &pr3[p][0], &pw3[p][0], &pm3[p][0], &mem[p], &err) != ST_OK) {
             fprintf(stderr, "strata bench offload: probe of %s: %s\n", paths[p], err.msg);
             st_io_free(bc.grad);
             st_io_free(bc.work);
@@ -235,8 +247,8 @@ int bench_offload(int argc, char **argv) {
     double pr[MAX_PATHS] = {0}, pw[MAX_PATHS] = {0}, pm[MAX_PATHS] = {0};
     for (int p = 0; p < np && probe; p++) {
         for (int k = 1; k < 3; k++)
-            if (cli_probe_measure(paths[p], (uint64_t)probe_bytes, &pr3[p][k], &pw3[p][k], &pm3[p][k], &mem[p],
-                                  &err) != ST_OK) {
+            if (probe_once(paths[p], (uint64_t)probe_bytes, &pr3[p][k], &pw3[p][k], &pm3[p][k], &mem[p], &err) !=
+                ST_OK) {
                 fprintf(stderr, "strata bench offload: probe of %s: %s\n", paths[p], err.msg);
                 rc = 1;
                 goto out;
