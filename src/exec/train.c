@@ -148,25 +148,32 @@ static int complete_checkpoint(const char *ckdir, const char *name, unsigned lon
     return 1;
 }
 
-/* The complete checkpoints of RUN_DIR/checkpoints, by step (ascending); *n of them (at
- * most cap). 0 when the directory cannot be read. */
+/* The complete checkpoints of RUN_DIR/checkpoints, by step (ascending), in *steps
+ * (malloc'd, the caller frees); how many. 0 when the directory cannot be read. */
 static int cmp_u64(const void *a, const void *b) {
     unsigned long long x = *(const unsigned long long *)a, y = *(const unsigned long long *)b;
     return x < y ? -1 : x > y;
 }
-static int list_checkpoints(const char *run_dir, unsigned long long *steps, int cap) {
+static int list_checkpoints(const char *run_dir, unsigned long long **steps) {
     char ckdir[2100];
     snprintf(ckdir, sizeof ckdir, "%s/checkpoints", run_dir);
+    *steps = NULL;
     DIR *d = opendir(ckdir);
     if (!d) return 0;
-    int n = 0;
+    int n = 0, cap = 0;
     struct dirent *e;
-    while ((e = readdir(d)) && n < cap) {
+    while ((e = readdir(d))) {
         unsigned long long st;
-        if (complete_checkpoint(ckdir, e->d_name, &st)) steps[n++] = st;
+        if (!complete_checkpoint(ckdir, e->d_name, &st)) continue;
+        if (n == cap) {
+            unsigned long long *p = realloc(*steps, sizeof *p * (size_t)(cap = cap ? 2 * cap : 64));
+            if (!p) break; /* out of memory: the ones listed so far */
+            *steps = p;
+        }
+        (*steps)[n++] = st;
     }
     closedir(d);
-    qsort(steps, (size_t)n, sizeof *steps, cmp_u64);
+    if (n) qsort(*steps, (size_t)n, sizeof **steps, cmp_u64);
     return n;
 }
 
@@ -183,12 +190,15 @@ static st_status resolve_resume(const char *path, char *ckpt_dir, size_t cap, st
     }
     char ckdir[2100];
     snprintf(ckdir, sizeof ckdir, "%s/checkpoints", path);
-    static unsigned long long steps[4096];
-    int n = list_checkpoints(path, steps, 4096);
+    unsigned long long *steps;
+    int n = list_checkpoints(path, &steps);
+    unsigned long long newest = n ? steps[n - 1] : 0;
+    free(steps);
     unsigned long long latest_step = 0;
     int latest_ok = 0;
     snprintf(buf, sizeof buf, "%s/checkpoints/latest", path);
     FILE *f = fopen(buf, "r");
+    int have_latest = f != NULL;
     if (f) {
         char name[256] = "";
         if (!fgets(name, sizeof name, f)) name[0] = 0;
@@ -203,10 +213,10 @@ static st_status resolve_resume(const char *path, char *ckpt_dir, size_t cap, st
         return st_errf(err, ST_ERR_IO, "key 'resume': %s has no complete checkpoint (checkpoints/step_N) and no "
                        "train_state.bin; give a run directory or a checkpoint directory", path);
     unsigned long long use = latest_ok ? latest_step : 0;
-    if (n && steps[n - 1] > use) {
+    if (n && newest > use) {
         st_log(1, "%s: %s; resuming from the newest complete checkpoint, step_%08llu\n", buf,
-               f ? "names an older checkpoint (it was not updated)" : "missing", steps[n - 1]);
-        use = steps[n - 1];
+               have_latest ? "names an older or incomplete checkpoint" : "is missing", newest);
+        use = newest;
     }
     snprintf(ckpt_dir, cap, "%s/checkpoints/step_%08llu", path, use);
     return ST_OK;
@@ -217,14 +227,15 @@ static st_status resolve_resume(const char *path, char *ckpt_dir, size_t cap, st
  * run's state is safe in the new checkpoint. */
 static void prune_checkpoints(const train_config *c) {
     if (c->keep_checkpoints <= 0) return;
-    static unsigned long long steps[4096];
-    int n = list_checkpoints(c->run_dir, steps, 4096);
+    unsigned long long *steps;
+    int n = list_checkpoints(c->run_dir, &steps);
     for (int i = 0; i + c->keep_checkpoints < n; i++) {
         char dir[2200];
         snprintf(dir, sizeof dir, "%s/checkpoints/step_%08llu", c->run_dir, steps[i]);
         st_err e = {0};
         if (st_rmtree(dir, &e)) st_log(1, "warning: keep_checkpoints: %s\n", e.msg);
     }
+    free(steps);
 }
 
 /* A resumed run logs each step once: the lines of metrics.jsonl after the step it resumes

@@ -452,7 +452,12 @@ st_status train_config_resolve_llama(const train_config *c, llama_config *lc, in
     if (c->init_from[0] && gpt2_hf_is_dir(c->init_from)) {
         return ST_OK; /* GPT-2: train_config_resolve reads its shape */
     } else if (c->init_from[0]) {
-        if ((s = hf_config_read(c->init_from, lc, err))) return st_err_prefix(err, "key 'init_from'");
+        if ((s = hf_config_read(c->init_from, lc, err))) {
+            if (s == ST_ERR_UNSUPPORTED && err) /* the Llama reader's list lacks the other family */
+                snprintf(err->msg + strlen(err->msg), sizeof err->msg - strlen(err->msg),
+                         "; or GPT-2 (GPT2LMHeadModel)");
+            return st_err_prefix(err, "key 'init_from'");
+        }
     } else if (llama_config_preset(c->model, lc, NULL) == ST_OK) {
         st_model_overrides ov = {c->vocab_size, c->max_seq, c->n_layer, c->n_head, c->n_embd};
         if ((s = llama_config_apply_overrides(lc, &ov, err))) return st_err_prefix(err, "model shape");
