@@ -48,6 +48,10 @@
 typedef enum optim_state_format { OPTIM_STATE_F32 = 0, OPTIM_STATE_8BIT = 1 } optim_state_format;
 
 #define OPTIM_Q8_BLOCK 256 /* elements per absmax block of 8-bit states */
+/* Elements per optimizer work item (the engine's chunk): a multiple of OPTIM_Q8_BLOCK and
+ * of every vector width x2. Whoever cuts the parameter vector (the state store's
+ * subgroups) cuts on this grid, so results stay bit-identical to the in-memory optimizer. */
+#define OPTIM_CHUNK_ELEMS 16384
 
 typedef struct optim_segment {
     size_t offset;      /* elements from the start of the flat vector */

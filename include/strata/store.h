@@ -14,7 +14,7 @@
  *                             .blob = &loader_state, .blob_bytes = sizeof loader_state};
  *     st_store_step(st, &a, &hp, &err);                  // committed when it returns ST_OK
  *
- * Layout. The flat parameter vector is cut into subgroups of whole 16384-element chunks
+ * Layout. The flat parameter vector is cut into subgroups of whole OPTIM_CHUNK_ELEMS chunks
  * of its segments (so the 8-bit blocks and the optimizer's chunks are those of the
  * in-memory optimizer, and results are bit-identical to it). A subgroup's region on disk
  * is its fp32 master weights, then its moment buffers (optim_state_buffer's layout),
@@ -53,6 +53,7 @@
 #define ST_STORE_MAX_PATHS 16
 #define ST_STORE_MAX_BLOB (64u << 10)
 #define ST_STORE_CRC_BLOCK (1u << 20) /* one CRC-32C per MiB of a region */
+#define ST_STORE_MAX_REGION (256u << 20) /* bytes: the largest subgroup region chosen from host_budget */
 
 typedef struct st_store_config {
     const char *const *paths; /* directories, which must exist */

@@ -19,8 +19,9 @@
 #include "strata/core.h"
 
 /* ------------------------------------------------------------------ arena
- * First-fit allocator over one region, 256-byte aligned blocks, neighbours
+ * First-fit allocator over one region, ST_ARENA_ALIGN-byte aligned blocks, neighbours
  * coalesced on free. Thread-safe. */
+#define ST_ARENA_ALIGN 256 /* bytes: every block starts on it and its size is rounded up to it */
 typedef struct st_arena st_arena;
 
 st_status st_arena_create(st_arena **out, void *base, size_t bytes, st_err *err);

@@ -19,6 +19,9 @@
 #include "strata/model.h"
 #include "strata/optim.h"
 
+/* Host bytes for the disk state's buffers and cache when the key state_budget is 0. */
+#define TRAIN_STATE_BUDGET_DEFAULT (256ull << 20)
+
 typedef struct train_config {
     char model[64];       /* preset name; the shape keys below override it when > 0 */
     int vocab_size, max_seq, n_layer, n_head, n_embd;
@@ -47,7 +50,7 @@ typedef struct train_config {
     double device_budget; /* > 0: layer streaming with this many device bytes (GPT-2) */
     char state_paths[2048]; /* comma-separated directories: keep the master weights and optimizer
                                moments there (the disk tier, strata/store.h), committed every step */
-    double state_budget;  /* host bytes for the state store's buffers (0: 256 MiB) */
+    double state_budget;  /* host bytes for the state store's buffers (0: TRAIN_STATE_BUDGET_DEFAULT) */
     char state_profile[1024]; /* strata probe -o profile: split the state by the paths' bandwidth */
     volatile int *stop_flag; /* set to nonzero (e.g. by SIGINT) to checkpoint and stop */
 } train_config;

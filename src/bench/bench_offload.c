@@ -94,7 +94,7 @@ int bench_offload(int argc, char **argv) {
             paths[n_paths++] = v;
         } else if (!strcmp(a, "--params")) {
             nparams = cli_parse_count(v);
-            if (nparams < 16384) { fprintf(stderr, "strata bench offload: --params '%s': give a count >= 16K (e.g. 1B)\n", v); return 2; }
+            if (nparams < OPTIM_CHUNK_ELEMS) { fprintf(stderr, "strata bench offload: --params '%s': give a count >= 16K (e.g. 1B)\n", v); return 2; }
         } else if (!strcmp(a, "--states")) {
             if (!strcmp(v, "f32")) states = OPTIM_STATE_F32;
             else if (!strcmp(v, "8bit")) states = OPTIM_STATE_8BIT;
@@ -131,14 +131,14 @@ int bench_offload(int argc, char **argv) {
         size_t o = (size_t)i * seg_len;
         segs[i] = (optim_segment){o, n - o < seg_len ? n - o : seg_len, i % 2 ? 0.0f : 0.1f};
     }
-    /* the budget: regions of 1/8 of it (at most 256 MiB), then the gradient and working-copy
+    /* the budget: regions of 1/8 of it (at most ST_STORE_MAX_REGION, as the store chooses), then the gradient and working-copy
      * buffers of one subgroup and the process itself (its resident size now + 8 MiB); the
      * rest is the store's */
     double bpe = st_store_bytes_per_param((optim_state_format)states);
     double gs = gdt == ST_BF16 ? 2.0 : 4.0, ws = 2.0;
     uint64_t region = (uint64_t)(budget / (8.0 + (gs + ws) / bpe));
-    if (region > (256u << 20)) region = 256u << 20;
-    size_t elems = (size_t)((double)region / bpe) / 16384 * 16384 + 2 * 16384;
+    if (region > ST_STORE_MAX_REGION) region = ST_STORE_MAX_REGION;
+    size_t elems = (size_t)((double)region / bpe) / OPTIM_CHUNK_ELEMS * OPTIM_CHUNK_ELEMS + 2 * OPTIM_CHUNK_ELEMS;
     uint64_t side = (uint64_t)((double)elems * (gs + ws));
     double base_rss = bench_proc_status_bytes("VmRSS:"); /* the program itself, before any buffer */
     double store_budget = budget - (double)side - (base_rss > 0 ? base_rss : 32.0 * 1048576.0) - 8.0 * 1048576.0;

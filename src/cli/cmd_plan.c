@@ -42,7 +42,7 @@ static int plan_disk(const train_config *c, double n_params) {
     optim_segment seg = {0, (size_t)n_params, 0.0f}; /* one tensor: the layout within a few KiB */
     st_store_config sc = {.paths = paths, .n_paths = n, .path_weight = weighted ? w : NULL, .segs = &seg,
                           .n_segs = 1, .fmt = strcmp(c->optim_state, "8bit") ? OPTIM_STATE_F32 : OPTIM_STATE_8BIT,
-                          .host_budget = c->state_budget > 0 ? (uint64_t)c->state_budget : 256ull << 20};
+                          .host_budget = c->state_budget > 0 ? (uint64_t)c->state_budget : TRAIN_STATE_BUDGET_DEFAULT};
     uint64_t need[ST_STORE_MAX_PATHS], avail[ST_STORE_MAX_PATHS], fs_need[ST_STORE_MAX_PATHS], host = 0;
     if (st_store_plan(&sc, need, &host, &err) || st_store_space(&sc, need, avail, fs_need, &err)) {
         printf("\ndisk state: %s\n", err.msg);

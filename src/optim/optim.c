@@ -13,7 +13,7 @@
 
 #include "optim/adamw_kernels.h"
 
-#define CHUNK_ELEMS 16384 /* a multiple of Q8_BLOCK and of every vector width x2 */
+_Static_assert(OPTIM_CHUNK_ELEMS % OPTIM_Q8_BLOCK == 0, "an optimizer chunk holds whole 8-bit blocks");
 
 typedef struct optim_chunk {
     int seg;
@@ -148,7 +148,7 @@ static st_status create_impl(optim **out, const optim_segment *segs, int n_segs,
         o->seg_blk[i + 1] = o->seg_blk[i] + blocks;
         o->seg_q[i + 1] = o->seg_q[i] + blocks * Q8_BLOCK;
         o->chunk_first[i] = (int)nchunks;
-        nchunks += (segs[i].n + CHUNK_ELEMS - 1) / CHUNK_ELEMS;
+        nchunks += (segs[i].n + OPTIM_CHUNK_ELEMS - 1) / OPTIM_CHUNK_ELEMS;
     }
     o->chunk_first[n_segs] = (int)nchunks;
     o->n_chunks = (int)nchunks;
@@ -158,8 +158,8 @@ static st_status create_impl(optim **out, const optim_segment *segs, int n_segs,
         return st_errf(err, ST_ERR_NOMEM, "optimizer: out of memory");
     }
     for (int i = 0, c = 0; i < n_segs; i++)
-        for (size_t s = 0; s < segs[i].n; s += CHUNK_ELEMS, c++)
-            o->chunks[c] = (optim_chunk){i, s, segs[i].n - s < CHUNK_ELEMS ? segs[i].n - s : CHUNK_ELEMS};
+        for (size_t s = 0; s < segs[i].n; s += OPTIM_CHUNK_ELEMS, c++)
+            o->chunks[c] = (optim_chunk){i, s, segs[i].n - s < OPTIM_CHUNK_ELEMS ? segs[i].n - s : OPTIM_CHUNK_ELEMS};
 
     size_t want;
     o->unbound = unbound;

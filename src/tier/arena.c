@@ -8,8 +8,6 @@
 
 #include "strata/tier.h"
 
-#define ALIGN 256
-
 typedef struct block { size_t off, size; int used; } block;
 
 struct st_arena {
@@ -32,7 +30,7 @@ st_status st_arena_create(st_arena **out, void *base, size_t bytes, st_err *err)
     }
     pthread_mutex_init(&a->mu, NULL);
     a->base = base;
-    a->bytes = bytes & ~(size_t)(ALIGN - 1);
+    a->bytes = bytes & ~(size_t)(ST_ARENA_ALIGN - 1);
     a->blocks[0] = (block){0, a->bytes, 0};
     a->n = 1;
     *out = a;
@@ -47,8 +45,8 @@ void st_arena_destroy(st_arena *a) {
 }
 
 void *st_arena_alloc(st_arena *a, size_t bytes) {
-    size_t need = (bytes + ALIGN - 1) & ~(size_t)(ALIGN - 1);
-    if (need == 0) need = ALIGN;
+    size_t need = (bytes + ST_ARENA_ALIGN - 1) & ~(size_t)(ST_ARENA_ALIGN - 1);
+    if (need == 0) need = ST_ARENA_ALIGN;
     void *p = NULL;
     pthread_mutex_lock(&a->mu);
     for (int i = 0; i < a->n; i++) {

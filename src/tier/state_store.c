@@ -36,7 +36,6 @@
 #include "core/fileutil.h"
 #include "strata/prof.h"
 
-#define SG_CHUNK 16384u /* the optimizer's chunk: cuts on this grid keep results bit-identical */
 #define MAX_STATE_BUFS 4
 #define READ_AHEAD 2
 #define MANIFEST_MAGIC "STRATAsm"
@@ -107,10 +106,10 @@ static st_status sg_build(subgroup *g, const optim_segment *segs, int n_segs, op
         size_t lo = segs[i].offset > g->first ? segs[i].offset : g->first;
         size_t hi = segs[i].offset + segs[i].n < g->end ? segs[i].offset + segs[i].n : g->end;
         if (lo >= hi) continue;
-        if ((lo - segs[i].offset) % SG_CHUNK) {
+        if ((lo - segs[i].offset) % OPTIM_CHUNK_ELEMS) {
             free(pc);
             return st_errf(err, ST_ERR_FORMAT, "state store: subgroup [%zu, %zu) cuts segment %d off its %u-element grid",
-                           g->first, g->end, i, SG_CHUNK);
+                           g->first, g->end, i, OPTIM_CHUNK_ELEMS);
         }
         pc[n++] = (optim_segment){lo - g->first, hi - lo, segs[i].weight_decay};
     }
@@ -147,15 +146,15 @@ static uint64_t target_region(const st_store_config *c) {
     if (c->region_bytes) return c->region_bytes;
     uint64_t b = (c->host_budget ? c->host_budget : 1ull << 30) / 8;
     if (b < (1u << 20)) b = 1u << 20;
-    if (b > (256u << 20)) b = 256u << 20;
+    if (b > ST_STORE_MAX_REGION) b = ST_STORE_MAX_REGION;
     return b;
 }
 
 /* Cut the segments into subgroup ranges of about `target` region bytes. */
 static st_status plan_cuts(const optim_segment *segs, int n_segs, optim_state_format fmt, uint64_t target,
                            size_t **cuts_out, int *n_out, st_err *err) {
-    size_t E = (size_t)((double)target / st_store_bytes_per_param(fmt)) / SG_CHUNK * SG_CHUNK;
-    if (E < SG_CHUNK) E = SG_CHUNK;
+    size_t E = (size_t)((double)target / st_store_bytes_per_param(fmt)) / OPTIM_CHUNK_ELEMS * OPTIM_CHUNK_ELEMS;
+    if (E < OPTIM_CHUNK_ELEMS) E = OPTIM_CHUNK_ELEMS;
     size_t cap = 16, n = 0, *cuts = malloc(sizeof *cuts * cap * 2);
     if (!cuts) return st_errf(err, ST_ERR_NOMEM, "state store: out of memory");
     size_t cur_first = 0, cur_count = 0, last_end = 0;
@@ -183,7 +182,7 @@ static st_status plan_cuts(const optim_segment *segs, int n_segs, optim_state_fo
                 last_end = o + len;
                 if (cur_count == E) CLOSE();
             } else {
-                size_t take = space / SG_CHUNK * SG_CHUNK;
+                size_t take = space / OPTIM_CHUNK_ELEMS * OPTIM_CHUNK_ELEMS;
                 if (take == 0) {
                     CLOSE();
                     continue;
