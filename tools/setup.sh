@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install the Debian 12 packages strata builds with, if any are missing (idempotent).
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libopenblas-dev libopenblas-openmp-dev libjson-c-dev liburing-dev python3 jq)
+pkgs=(build-essential cmake pkg-config libopenblas-dev libopenblas-openmp-dev libjson-c-dev libpcre2-dev liburing-dev python3 jq)
 # tools/fuzz.sh: clang, libFuzzer and the sanitizer runtimes (libclang-rt), clang's OpenMP
 pkgs+=(clang libclang-rt-14-dev libomp-dev)
 missing=()

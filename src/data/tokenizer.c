@@ -1,0 +1,853 @@
+/* tokenizer.c - Hugging Face tokenizer.json reader and byte-level BPE encode/decode.
+ *
+ * Mirrors what the `tokenizers` library does for a byte-level BPE file, step by step:
+ *   1. added tokens are found in the raw text first (leftmost, longest), and cut it into
+ *      pieces that never reach the model;
+ *   2. each remaining piece is pre-tokenized: Split(regex, Isolated) and ByteLevel (optional
+ *      prefix space, optional GPT-2 regex), with PCRE2 (JIT) standing in for Oniguruma;
+ *   3. each word is a run of bytes; its symbols start as the vocabulary ids of the bytes'
+ *      byte-level characters (GPT-2's bytes_to_unicode) and are merged by rank with a
+ *      binary heap, the lowest (rank, position) first, exactly as tokenizers' Word::merge_all.
+ * Vocabulary strings stay in their byte-level spelling; decode maps characters back to bytes.
+ */
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <json-c/json.h>
+#include <pcre2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+
+#include "strata/tokenizer.h"
+
+/* The regex of tokenizers' ByteLevel pre-tokenizer (use_regex true): GPT-2's pattern. */
+static const char GPT2_PATTERN[] =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+enum { STEP_SPLIT, STEP_PREFIX_SPACE };
+typedef struct pt_step {
+    int kind;
+    pcre2_code *re; /* STEP_SPLIT */
+} pt_step;
+
+typedef struct str_slot { const char *s; uint32_t len; int32_t id; } str_slot;
+typedef struct merge_slot { uint64_t key; uint32_t rank; int32_t new_id; } merge_slot; /* key 0: empty */
+
+typedef struct added_tok { const char *s; uint32_t len; int32_t id; int next; } added_tok;
+
+struct st_tokenizer {
+    char *path;
+    /* model vocabulary: string -> id (open addressing), and id -> string for decode */
+    str_slot *vocab;
+    size_t vocab_cap;
+    char **id_str; /* owned strings (NUL-terminated), NULL where no token */
+    uint32_t *id_len;
+    size_t n_ids;
+    merge_slot *merges;
+    size_t merges_cap;
+    int32_t byte_id[256];   /* vocabulary id of each byte's byte-level character, -1 if absent */
+    char byte_chr[256][3];  /* the byte-level character of each byte, UTF-8 */
+    uint8_t byte_chr_len[256];
+    int16_t cp_byte[324];   /* inverse: code point -> byte, -1 where none */
+    int32_t unk_id;
+    int fuse_unk, ignore_merges;
+    pt_step steps[8];
+    int n_steps;
+    added_tok *added;
+    int n_added;
+    int added_first[256]; /* chain of added tokens by first byte, -1 ends */
+};
+
+/* ---- hashing ------------------------------------------------------------------------ */
+
+static uint64_t hash_bytes(const void *p, size_t n) {
+    const uint8_t *b = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+static uint64_t hash_u64(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    return x ^ (x >> 33);
+}
+
+static size_t pow2_at_least(size_t n) {
+    size_t c = 16;
+    while (c < n) c <<= 1;
+    return c;
+}
+
+static int32_t vocab_find(const st_tokenizer *t, const char *s, size_t len) {
+    if (!t->vocab) return -1;
+    size_t mask = t->vocab_cap - 1;
+    for (size_t i = hash_bytes(s, len) & mask;; i = (i + 1) & mask) {
+        const str_slot *sl = &t->vocab[i];
+        if (!sl->s) return -1;
+        if (sl->len == len && memcmp(sl->s, s, len) == 0) return sl->id;
+    }
+}
+
+static void vocab_put(st_tokenizer *t, const char *s, uint32_t len, int32_t id) {
+    size_t mask = t->vocab_cap - 1;
+    for (size_t i = hash_bytes(s, len) & mask;; i = (i + 1) & mask) {
+        str_slot *sl = &t->vocab[i];
+        if (!sl->s || (sl->len == len && memcmp(sl->s, s, len) == 0)) {
+            sl->s = s;
+            sl->len = len;
+            sl->id = id;
+            return;
+        }
+    }
+}
+
+static uint64_t merge_key(int32_t a, int32_t b) {
+    /* +1 so that no real pair has key 0, the empty slot */
+    return ((uint64_t)(uint32_t)(a + 1) << 32) | (uint32_t)(b + 1);
+}
+
+static const merge_slot *merge_find(const st_tokenizer *t, int32_t a, int32_t b) {
+    if (!t->merges) return NULL;
+    uint64_t k = merge_key(a, b);
+    size_t mask = t->merges_cap - 1;
+    for (size_t i = hash_u64(k) & mask;; i = (i + 1) & mask) {
+        const merge_slot *m = &t->merges[i];
+        if (m->key == 0) return NULL;
+        if (m->key == k) return m;
+    }
+}
+
+/* A later duplicate overwrites an earlier one, as tokenizers' HashMap collect does. */
+static void merge_put(st_tokenizer *t, int32_t a, int32_t b, uint32_t rank, int32_t new_id) {
+    uint64_t k = merge_key(a, b);
+    size_t mask = t->merges_cap - 1;
+    for (size_t i = hash_u64(k) & mask;; i = (i + 1) & mask) {
+        merge_slot *m = &t->merges[i];
+        if (m->key == 0 || m->key == k) {
+            m->key = k;
+            m->rank = rank;
+            m->new_id = new_id;
+            return;
+        }
+    }
+}
+
+/* ---- UTF-8 and the byte-level alphabet ---------------------------------------------- */
+
+static int utf8_put(char *out, uint32_t cp) {
+    if (cp < 0x80) { out[0] = (char)cp; return 1; }
+    out[0] = (char)(0xC0 | (cp >> 6));
+    out[1] = (char)(0x80 | (cp & 0x3F));
+    return 2; /* the alphabet needs no more than U+0143 */
+}
+
+/* Next code point of a valid UTF-8 string (JSON strings are); advances *i. */
+static uint32_t utf8_next(const uint8_t *s, size_t len, size_t *i) {
+    uint8_t c = s[*i];
+    int n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+    uint32_t cp = n == 1 ? c : n == 2 ? c & 0x1F : n == 3 ? c & 0x0F : c & 0x07;
+    for (int k = 1; k < n && *i + k < len; k++) cp = (cp << 6) | (s[*i + k] & 0x3F);
+    *i += n;
+    return cp;
+}
+
+/* GPT-2's bytes_to_unicode: printable bytes stand for themselves, the other 68 take the
+ * code points from 256 upward in byte order. */
+static void byte_alphabet(st_tokenizer *t) {
+    for (int i = 0; i < 324; i++) t->cp_byte[i] = -1;
+    int extra = 0;
+    for (int b = 0; b < 256; b++) {
+        int printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+        uint32_t cp = printable ? (uint32_t)b : (uint32_t)(256 + extra++);
+        t->byte_chr_len[b] = (uint8_t)utf8_put(t->byte_chr[b], cp);
+        t->cp_byte[cp] = (int16_t)b;
+    }
+}
+
+/* ---- loading ------------------------------------------------------------------------ */
+
+static st_status read_file(const char *path, char **buf, size_t *len, st_err *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return st_errf(err, ST_ERR_IO, "tokenizer %s: cannot open: %s", path, strerror(errno));
+    size_t cap = 1 << 16, n = 0;
+    char *b = malloc(cap);
+    while (b) {
+        size_t got = fread(b + n, 1, cap - n, f);
+        n += got;
+        if (n < cap) break;
+        char *nb = realloc(b, cap * 2);
+        if (!nb) { free(b); b = NULL; break; }
+        b = nb;
+        cap *= 2;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!b) return st_errf(err, ST_ERR_NOMEM, "tokenizer %s: out of memory reading the file", path);
+    if (bad) {
+        free(b);
+        return st_errf(err, ST_ERR_IO, "tokenizer %s: read failed", path);
+    }
+    *buf = b;
+    *len = n;
+    return ST_OK;
+}
+
+static const char *type_of(json_object *o) {
+    json_object *ty;
+    if (!o || !json_object_is_type(o, json_type_object) || !json_object_object_get_ex(o, "type", &ty) ||
+        !json_object_is_type(ty, json_type_string))
+        return NULL;
+    return json_object_get_string(ty);
+}
+
+static int get_bool(json_object *o, const char *key) {
+    json_object *v;
+    return json_object_object_get_ex(o, key, &v) && json_object_get_boolean(v);
+}
+
+static int is_null(json_object *o, const char *key) {
+    json_object *v;
+    return !json_object_object_get_ex(o, key, &v) || v == NULL;
+}
+
+static st_status add_split(st_tokenizer *t, const char *pattern, uint32_t extra_opts, const char *field,
+                           st_err *err) {
+    if (t->n_steps >= (int)(sizeof t->steps / sizeof t->steps[0]))
+        return st_errf(err, ST_ERR_UNSUPPORTED, "%s: %s: too many pre-tokenizer steps", t->path, field);
+    int ec;
+    PCRE2_SIZE eo;
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
+                                   PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | extra_opts, &ec, &eo, NULL);
+    if (!re) {
+        PCRE2_UCHAR msg[256];
+        pcre2_get_error_message(ec, msg, sizeof msg);
+        return st_errf(err, ST_ERR_UNSUPPORTED, "%s: %s: regex '%s' does not compile at offset %zu: %s", t->path,
+                       field, pattern, (size_t)eo, (const char *)msg);
+    }
+    pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* without JIT the interpreter gives the same matches */
+    t->steps[t->n_steps].kind = STEP_SPLIT;
+    t->steps[t->n_steps].re = re;
+    t->n_steps++;
+    return ST_OK;
+}
+
+/* One pre-tokenizer (not a Sequence). *saw_byte_level is set by ByteLevel; a Split after
+ * it would see byte-level characters, which this reader does not do. */
+static st_status load_pretok_one(st_tokenizer *t, json_object *p, const char *field, int *saw_byte_level,
+                                 st_err *err) {
+    const char *ty = type_of(p);
+    if (!ty) return st_errf(err, ST_ERR_FORMAT, "%s: %s.type is missing", t->path, field);
+    if (strcmp(ty, "ByteLevel") == 0) {
+        if (*saw_byte_level)
+            return st_errf(err, ST_ERR_UNSUPPORTED, "%s: %s: a second ByteLevel is not supported", t->path, field);
+        *saw_byte_level = 1;
+        if (get_bool(p, "add_prefix_space")) {
+            if (t->n_steps >= 8) return st_errf(err, ST_ERR_UNSUPPORTED, "%s: %s: too many steps", t->path, field);
+            t->steps[t->n_steps++].kind = STEP_PREFIX_SPACE;
+        }
+        json_object *ur;
+        /* use_regex defaults to true in tokenizers */
+        if (!json_object_object_get_ex(p, "use_regex", &ur) || json_object_get_boolean(ur))
+            return add_split(t, GPT2_PATTERN, 0, field, err);
+        return ST_OK;
+    }
+    if (strcmp(ty, "Split") == 0) {
+        if (*saw_byte_level)
+            return st_errf(err, ST_ERR_UNSUPPORTED, "%s: %s: a Split after ByteLevel is not supported", t->path,
+                           field);
+        json_object *beh, *pat, *re;
+        const char *b = json_object_object_get_ex(p, "behavior", &beh) ? json_object_get_string(beh) : NULL;
+        if (!b || strcmp(b, "Isolated") != 0)
+            return st_errf(err, ST_ERR_UNSUPPORTED, "%s: %s.behavior '%s' is not supported (only Isolated)",
+                           t->path, field, b ? b : "(missing)");
+        if (get_bool(p, "invert"))
+            return st_errf(err, ST_ERR_UNSUPPORTED, "%s: %s.invert true is not supported", t->path, field);
+        if (!json_object_object_get_ex(p, "pattern", &pat) || !json_object_is_type(pat, json_type_object))
+            return st_errf(err, ST_ERR_FORMAT, "%s: %s.pattern is missing", t->path, field);
+        if (json_object_object_get_ex(pat, "Regex", &re) && json_object_is_type(re, json_type_string))
+            return add_split(t, json_object_get_string(re), 0, field, err);
+        if (json_object_object_get_ex(pat, "String", &re) && json_object_is_type(re, json_type_string))
+            return add_split(t, json_object_get_string(re), PCRE2_LITERAL, field, err);
+        return st_errf(err, ST_ERR_FORMAT, "%s: %s.pattern has neither Regex nor String", t->path, field);
+    }
+    return st_errf(err, ST_ERR_UNSUPPORTED, "%s: %s.type '%s' is not supported (ByteLevel, Split, Sequence)",
+                   t->path, field, ty);
+}
+
+static st_status load_pretok(st_tokenizer *t, json_object *root, st_err *err) {
+    json_object *p;
+    if (!json_object_object_get_ex(root, "pre_tokenizer", &p) || !p)
+        return st_errf(err, ST_ERR_UNSUPPORTED,
+                       "%s: pre_tokenizer is null: only byte-level BPE (a ByteLevel pre-tokenizer) is supported",
+                       t->path);
+    int saw = 0;
+    st_status s;
+    const char *ty = type_of(p);
+    if (ty && strcmp(ty, "Sequence") == 0) {
+        json_object *arr;
+        if (!json_object_object_get_ex(p, "pretokenizers", &arr) || !json_object_is_type(arr, json_type_array))
+            return st_errf(err, ST_ERR_FORMAT, "%s: pre_tokenizer.pretokenizers is missing", t->path);
+        for (size_t i = 0; i < json_object_array_length(arr); i++) {
+            char field[64];
+            snprintf(field, sizeof field, "pre_tokenizer.pretokenizers[%zu]", i);
+            if ((s = load_pretok_one(t, json_object_array_get_idx(arr, i), field, &saw, err)) != ST_OK) return s;
+        }
+    } else if ((s = load_pretok_one(t, p, "pre_tokenizer", &saw, err)) != ST_OK) {
+        return s;
+    }
+    if (!saw)
+        return st_errf(err, ST_ERR_UNSUPPORTED,
+                       "%s: pre_tokenizer has no ByteLevel step: only byte-level BPE is supported", t->path);
+    return ST_OK;
+}
+
+static st_status set_id_str(st_tokenizer *t, int32_t id, const char *s, size_t len, const char *field, st_err *err) {
+    if (id < 0 || (size_t)id >= t->n_ids)
+        return st_errf(err, ST_ERR_FORMAT, "%s: %s: id %d is out of range", t->path, field, (int)id);
+    if (t->id_str[id]) return ST_OK; /* the model's vocabulary and added_tokens may share an id */
+    t->id_str[id] = malloc(len + 1);
+    if (!t->id_str[id]) return st_errf(err, ST_ERR_NOMEM, "%s: out of memory", t->path);
+    memcpy(t->id_str[id], s, len);
+    t->id_str[id][len] = 0;
+    t->id_len[id] = (uint32_t)len;
+    return ST_OK;
+}
+
+static st_status load_model(st_tokenizer *t, json_object *root, json_object *added, st_err *err) {
+    json_object *m, *vocab, *merges, *v;
+    if (!json_object_object_get_ex(root, "model", &m) || !json_object_is_type(m, json_type_object))
+        return st_errf(err, ST_ERR_FORMAT, "%s: model is missing", t->path);
+    const char *ty = type_of(m);
+    if (ty && strcmp(ty, "BPE") != 0)
+        return st_errf(err, ST_ERR_UNSUPPORTED, "%s: model.type '%s' is not supported (strata reads BPE models)",
+                       t->path, ty);
+    if (json_object_object_get_ex(m, "dropout", &v) && v && json_object_get_double(v) != 0.0)
+        return st_errf(err, ST_ERR_UNSUPPORTED, "%s: model.dropout is not supported (set it to null)", t->path);
+    static const char *const unsupported_str[] = {"continuing_subword_prefix", "end_of_word_suffix"};
+    for (int i = 0; i < 2; i++)
+        if (json_object_object_get_ex(m, unsupported_str[i], &v) && v && json_object_get_string_len(v) > 0)
+            return st_errf(err, ST_ERR_UNSUPPORTED, "%s: model.%s '%s' is not supported", t->path,
+                           unsupported_str[i], json_object_get_string(v));
+    if (get_bool(m, "byte_fallback"))
+        return st_errf(err, ST_ERR_UNSUPPORTED, "%s: model.byte_fallback true is not supported yet", t->path);
+    t->fuse_unk = get_bool(m, "fuse_unk");
+    t->ignore_merges = get_bool(m, "ignore_merges");
+    if (!json_object_object_get_ex(m, "vocab", &vocab) || !json_object_is_type(vocab, json_type_object))
+        return st_errf(err, ST_ERR_FORMAT, "%s: model.vocab is missing or not an object", t->path);
+    if (!json_object_object_get_ex(m, "merges", &merges) || !json_object_is_type(merges, json_type_array))
+        return st_errf(err, ST_ERR_FORMAT, "%s: model.merges is missing or not an array", t->path);
+
+    /* ids: the model's and the added tokens' */
+    int64_t max_id = -1;
+    json_object_object_foreach(vocab, key, val) {
+        (void)key;
+        if (!json_object_is_type(val, json_type_int))
+            return st_errf(err, ST_ERR_FORMAT, "%s: model.vocab['%s'] is not an integer", t->path, key);
+        int64_t id = json_object_get_int64(val);
+        if (id < 0 || id > INT32_MAX - 2)
+            return st_errf(err, ST_ERR_FORMAT, "%s: model.vocab['%s'] = %lld is out of range", t->path, key,
+                           (long long)id);
+        if (id > max_id) max_id = id;
+    }
+    size_t n_added = added ? json_object_array_length(added) : 0;
+    for (size_t i = 0; i < n_added; i++) {
+        json_object *a = json_object_array_get_idx(added, i), *idv;
+        if (!json_object_object_get_ex(a, "id", &idv) || !json_object_is_type(idv, json_type_int))
+            return st_errf(err, ST_ERR_FORMAT, "%s: added_tokens[%zu].id is missing", t->path, i);
+        int64_t id = json_object_get_int64(idv);
+        if (id < 0 || id > INT32_MAX - 2)
+            return st_errf(err, ST_ERR_FORMAT, "%s: added_tokens[%zu].id %lld is out of range", t->path, i,
+                           (long long)id);
+        if (id > max_id) max_id = id;
+    }
+    t->n_ids = (size_t)(max_id + 1);
+    t->id_str = calloc(t->n_ids ? t->n_ids : 1, sizeof *t->id_str);
+    t->id_len = calloc(t->n_ids ? t->n_ids : 1, sizeof *t->id_len);
+    size_t nv = (size_t)json_object_object_length(vocab);
+    t->vocab_cap = pow2_at_least(nv * 2 + 2);
+    t->vocab = calloc(t->vocab_cap, sizeof *t->vocab);
+    if (!t->id_str || !t->id_len || !t->vocab) return st_errf(err, ST_ERR_NOMEM, "%s: out of memory", t->path);
+    st_status s;
+    json_object_object_foreach(vocab, k2, v2) {
+        int32_t id = (int32_t)json_object_get_int64(v2);
+        char field[64];
+        snprintf(field, sizeof field, "model.vocab");
+        if ((s = set_id_str(t, id, k2, strlen(k2), field, err)) != ST_OK) return s;
+        vocab_put(t, t->id_str[id], t->id_len[id], id);
+    }
+
+    t->unk_id = -1;
+    if (json_object_object_get_ex(m, "unk_token", &v) && v) {
+        t->unk_id = vocab_find(t, json_object_get_string(v), (size_t)json_object_get_string_len(v));
+        if (t->unk_id < 0)
+            return st_errf(err, ST_ERR_FORMAT, "%s: model.unk_token '%s' is not in model.vocab", t->path,
+                           json_object_get_string(v));
+    }
+    for (int b = 0; b < 256; b++) t->byte_id[b] = vocab_find(t, t->byte_chr[b], t->byte_chr_len[b]);
+
+    size_t nm = json_object_array_length(merges);
+    t->merges_cap = pow2_at_least(nm * 2 + 2);
+    t->merges = calloc(t->merges_cap, sizeof *t->merges);
+    char *tmp = NULL;
+    size_t tmp_cap = 0;
+    if (!t->merges) return st_errf(err, ST_ERR_NOMEM, "%s: out of memory", t->path);
+    for (size_t i = 0; i < nm; i++) {
+        json_object *e = json_object_array_get_idx(merges, i);
+        const char *a = NULL, *b = NULL;
+        size_t la = 0, lb = 0;
+        if (json_object_is_type(e, json_type_string)) {
+            /* "a b": exactly one space (byte-level tokens spell a space as U+0120) */
+            const char *str = json_object_get_string(e), *sp = strchr(str, ' ');
+            if (sp && !strchr(sp + 1, ' ')) {
+                a = str;
+                la = (size_t)(sp - str);
+                b = sp + 1;
+                lb = strlen(b);
+            }
+        } else if (json_object_is_type(e, json_type_array) && json_object_array_length(e) == 2) {
+            json_object *ea = json_object_array_get_idx(e, 0), *eb = json_object_array_get_idx(e, 1);
+            if (json_object_is_type(ea, json_type_string) && json_object_is_type(eb, json_type_string)) {
+                a = json_object_get_string(ea);
+                la = (size_t)json_object_get_string_len(ea);
+                b = json_object_get_string(eb);
+                lb = (size_t)json_object_get_string_len(eb);
+            }
+        }
+        if (!a) {
+            free(tmp);
+            return st_errf(err, ST_ERR_FORMAT, "%s: model.merges[%zu] is neither \"a b\" nor [\"a\", \"b\"]",
+                           t->path, i);
+        }
+        if (la + lb > tmp_cap) {
+            tmp_cap = (la + lb) * 2 + 64;
+            char *nt = realloc(tmp, tmp_cap);
+            if (!nt) { free(tmp); return st_errf(err, ST_ERR_NOMEM, "%s: out of memory", t->path); }
+            tmp = nt;
+        }
+        memcpy(tmp, a, la);
+        memcpy(tmp + la, b, lb);
+        int32_t ia = vocab_find(t, a, la), ib = vocab_find(t, b, lb), iab = vocab_find(t, tmp, la + lb);
+        if (ia < 0 || ib < 0 || iab < 0) {
+            free(tmp);
+            return st_errf(err, ST_ERR_FORMAT, "%s: model.merges[%zu] ('%.*s' '%.*s'): token '%.*s' is not in model.vocab",
+                           t->path, i, (int)la, a, (int)lb, b, ia < 0 ? (int)la : ib < 0 ? (int)lb : (int)(la + lb),
+                           ia < 0 ? a : ib < 0 ? b : tmp);
+        }
+        merge_put(t, ia, ib, (uint32_t)i, iab);
+    }
+    free(tmp);
+    return ST_OK;
+}
+
+static st_status load_added(st_tokenizer *t, json_object *added, st_err *err) {
+    for (int b = 0; b < 256; b++) t->added_first[b] = -1;
+    size_t n = added ? json_object_array_length(added) : 0;
+    t->added = calloc(n ? n : 1, sizeof *t->added);
+    if (!t->added) return st_errf(err, ST_ERR_NOMEM, "%s: out of memory", t->path);
+    for (size_t i = 0; i < n; i++) {
+        json_object *a = json_object_array_get_idx(added, i), *c, *idv;
+        static const char *const flags[] = {"single_word", "lstrip", "rstrip"};
+        for (int f = 0; f < 3; f++)
+            if (get_bool(a, flags[f]))
+                return st_errf(err, ST_ERR_UNSUPPORTED, "%s: added_tokens[%zu].%s true is not supported", t->path, i,
+                               flags[f]);
+        if (!json_object_object_get_ex(a, "content", &c) || !json_object_is_type(c, json_type_string) ||
+            json_object_get_string_len(c) == 0)
+            return st_errf(err, ST_ERR_FORMAT, "%s: added_tokens[%zu].content is missing or empty", t->path, i);
+        json_object_object_get_ex(a, "id", &idv);
+        int32_t id = (int32_t)json_object_get_int64(idv);
+        char field[64];
+        snprintf(field, sizeof field, "added_tokens[%zu]", i);
+        st_status s = set_id_str(t, id, json_object_get_string(c), (size_t)json_object_get_string_len(c), field, err);
+        if (s != ST_OK) return s;
+        added_tok *at = &t->added[t->n_added];
+        at->s = t->id_str[id];
+        at->len = t->id_len[id];
+        at->id = id;
+        uint8_t first = (uint8_t)at->s[0];
+        at->next = t->added_first[first];
+        t->added_first[first] = t->n_added++;
+    }
+    return ST_OK;
+}
+
+static st_status load_root(st_tokenizer *t, json_object *root, st_err *err) {
+    json_object *v, *added = NULL;
+    if (!json_object_is_type(root, json_type_object))
+        return st_errf(err, ST_ERR_FORMAT, "%s: the top level is not a JSON object", t->path);
+    if (json_object_object_get_ex(root, "added_tokens", &v) && v) {
+        if (!json_object_is_type(v, json_type_array))
+            return st_errf(err, ST_ERR_FORMAT, "%s: added_tokens is not an array", t->path);
+        added = v;
+    }
+    static const char *const must_be_null[] = {"truncation", "padding"};
+    for (int i = 0; i < 2; i++)
+        if (!is_null(root, must_be_null[i]))
+            return st_errf(err, ST_ERR_UNSUPPORTED, "%s: %s is set: not supported (set it to null)", t->path,
+                           must_be_null[i]);
+    if (!is_null(root, "normalizer")) {
+        json_object_object_get_ex(root, "normalizer", &v);
+        const char *ty = type_of(v);
+        return st_errf(err, ST_ERR_UNSUPPORTED, "%s: normalizer.type '%s' is not supported", t->path,
+                       ty ? ty : "(missing)");
+    }
+    /* the post-processor only adds BOS/EOS around an encoding (add_special_tokens), which
+     * st_tokenizer_encode never does: the kinds that do only that are accepted */
+    if (!is_null(root, "post_processor")) {
+        json_object_object_get_ex(root, "post_processor", &v);
+        const char *ty = type_of(v);
+        if (!ty || (strcmp(ty, "ByteLevel") != 0 && strcmp(ty, "TemplateProcessing") != 0 &&
+                    strcmp(ty, "Sequence") != 0))
+            return st_errf(err, ST_ERR_UNSUPPORTED, "%s: post_processor.type '%s' is not supported", t->path,
+                           ty ? ty : "(missing)");
+    }
+    st_status s;
+    if ((s = load_model(t, root, added, err)) != ST_OK) return s;
+    if ((s = load_added(t, added, err)) != ST_OK) return s;
+    if ((s = load_pretok(t, root, err)) != ST_OK) return s;
+    if (is_null(root, "decoder"))
+        return st_errf(err, ST_ERR_UNSUPPORTED, "%s: decoder is null: only the ByteLevel decoder is supported",
+                       t->path);
+    json_object_object_get_ex(root, "decoder", &v);
+    const char *ty = type_of(v);
+    if (!ty || strcmp(ty, "ByteLevel") != 0)
+        return st_errf(err, ST_ERR_UNSUPPORTED, "%s: decoder.type '%s' is not supported (only ByteLevel)", t->path,
+                       ty ? ty : "(missing)");
+    return ST_OK;
+}
+
+st_status st_tokenizer_load(st_tokenizer **out, const char *path, st_err *err) {
+    *out = NULL;
+    char *buf = NULL;
+    size_t len = 0;
+    st_status s = read_file(path, &buf, &len, err);
+    if (s != ST_OK) return s;
+    json_tokener *jt = json_tokener_new_ex(JSON_TOKENER_DEFAULT_DEPTH);
+    if (!jt) {
+        free(buf);
+        return st_errf(err, ST_ERR_NOMEM, "tokenizer %s: out of memory", path);
+    }
+    json_object *root = len <= (size_t)INT32_MAX ? json_tokener_parse_ex(jt, buf, (int)len) : NULL;
+    enum json_tokener_error je = json_tokener_get_error(jt);
+    size_t end = json_tokener_get_parse_end(jt);
+    json_tokener_free(jt);
+    free(buf);
+    if (!root || je != json_tokener_success) {
+        json_object_put(root);
+        return st_errf(err, ST_ERR_FORMAT, "tokenizer %s: malformed JSON at byte %zu: %s", path, end,
+                       je == json_tokener_continue ? "the file ends early" : json_tokener_error_desc(je));
+    }
+    st_tokenizer *t = calloc(1, sizeof *t);
+    if (!t || !(t->path = strdup(path))) {
+        free(t);
+        json_object_put(root);
+        return st_errf(err, ST_ERR_NOMEM, "tokenizer %s: out of memory", path);
+    }
+    byte_alphabet(t);
+    s = load_root(t, root, err);
+    json_object_put(root);
+    if (s != ST_OK) {
+        st_tokenizer_free(t);
+        return s;
+    }
+    *out = t;
+    return ST_OK;
+}
+
+void st_tokenizer_free(st_tokenizer *t) {
+    if (!t) return;
+    for (size_t i = 0; t->id_str && i < t->n_ids; i++) free(t->id_str[i]);
+    for (int i = 0; i < t->n_steps; i++) pcre2_code_free(t->steps[i].re);
+    free(t->id_str);
+    free(t->id_len);
+    free(t->vocab);
+    free(t->merges);
+    free(t->added);
+    free(t->path);
+    free(t);
+}
+
+size_t st_tokenizer_vocab_size(const st_tokenizer *t) { return t->n_ids; }
+
+int32_t st_tokenizer_token_id(const st_tokenizer *t, const char *token) {
+    int32_t id = vocab_find(t, token, strlen(token));
+    if (id >= 0) return id;
+    for (int i = 0; i < t->n_added; i++)
+        if (strcmp(t->added[i].s, token) == 0) return t->added[i].id;
+    return -1;
+}
+
+const char *st_tokenizer_id_token(const st_tokenizer *t, int32_t id) {
+    return id >= 0 && (size_t)id < t->n_ids ? t->id_str[id] : NULL;
+}
+
+/* ---- encoding ----------------------------------------------------------------------- */
+
+typedef struct heap_item { uint32_t rank, pos; int32_t new_id; } heap_item;
+
+typedef struct enc_ctx {
+    const st_tokenizer *t;
+    int32_t *ids;
+    size_t cap, n;
+    pcre2_match_data *md;
+    pcre2_match_context *mctx;
+    /* BPE scratch, grown as words need */
+    int32_t *sym;
+    int32_t *prev, *next;
+    heap_item *heap;
+    size_t scratch_cap, heap_cap;
+    char *mapped; /* a word in byte-level spelling, for ignore_merges */
+    size_t mapped_cap;
+    st_err *err;
+} enc_ctx;
+
+static void emit(enc_ctx *c, int32_t id) {
+    if (c->n < c->cap) c->ids[c->n] = id;
+    c->n++;
+}
+
+static int heap_less(const heap_item *a, const heap_item *b) {
+    return a->rank < b->rank || (a->rank == b->rank && a->pos < b->pos);
+}
+
+static void heap_push(heap_item *h, size_t *n, heap_item it) {
+    size_t i = (*n)++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!heap_less(&it, &h[p])) break;
+        h[i] = h[p];
+        i = p;
+    }
+    h[i] = it;
+}
+
+static heap_item heap_pop(heap_item *h, size_t *n) {
+    heap_item top = h[0], last = h[--(*n)];
+    size_t i = 0;
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        const heap_item *best = &last;
+        if (l < *n && heap_less(&h[l], best)) { m = l; best = &h[l]; }
+        if (r < *n && heap_less(&h[r], best)) { m = r; }
+        if (m == i) break;
+        h[i] = h[m];
+        i = m;
+    }
+    if (*n > 0) h[i] = last;
+    return top;
+}
+
+static st_status grow(enc_ctx *c, size_t len) {
+    if (len <= c->scratch_cap) return ST_OK;
+    size_t cap = pow2_at_least(len);
+    int32_t *s = realloc(c->sym, cap * sizeof *s), *p, *nx;
+    if (s) c->sym = s;
+    p = realloc(c->prev, cap * sizeof *p);
+    if (p) c->prev = p;
+    nx = realloc(c->next, cap * sizeof *nx);
+    if (nx) c->next = nx;
+    /* every symbol can put at most two pairs on the heap per merge, plus the initial ones */
+    heap_item *h = realloc(c->heap, 3 * cap * sizeof *h);
+    if (h) c->heap = h;
+    if (!s || !p || !nx || !h) return st_errf(c->err, ST_ERR_NOMEM, "tokenizer: out of memory for a %zu-byte word", len);
+    c->scratch_cap = cap;
+    return ST_OK;
+}
+
+/* BPE on one pre-token (raw bytes). */
+static st_status bpe_word(enc_ctx *c, const uint8_t *w, size_t len) {
+    const st_tokenizer *t = c->t;
+    if (len == 0) return ST_OK;
+    if (t->ignore_merges) {
+        size_t need = 2 * len;
+        if (need > c->mapped_cap) {
+            char *m = realloc(c->mapped, need);
+            if (!m) return st_errf(c->err, ST_ERR_NOMEM, "tokenizer: out of memory");
+            c->mapped = m;
+            c->mapped_cap = need;
+        }
+        size_t ml = 0;
+        for (size_t i = 0; i < len; i++) {
+            memcpy(c->mapped + ml, t->byte_chr[w[i]], t->byte_chr_len[w[i]]);
+            ml += t->byte_chr_len[w[i]];
+        }
+        int32_t id = vocab_find(t, c->mapped, ml);
+        if (id >= 0) {
+            emit(c, id);
+            return ST_OK;
+        }
+    }
+    st_status s = grow(c, len);
+    if (s != ST_OK) return s;
+    int32_t *sym = c->sym, *prev = c->prev, *next = c->next;
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++) {
+        int32_t id = t->byte_id[w[i]];
+        if (id < 0) {
+            if (t->unk_id < 0) continue; /* tokenizers drops a character it has no id for */
+            if (t->fuse_unk && n > 0 && sym[n - 1] == t->unk_id) continue;
+            id = t->unk_id;
+        }
+        sym[n++] = id;
+    }
+    for (size_t i = 0; i < n; i++) {
+        prev[i] = (int32_t)i - 1;
+        next[i] = i + 1 < n ? (int32_t)i + 1 : -1;
+    }
+    size_t hn = 0;
+    for (size_t i = 0; i + 1 < n; i++) {
+        const merge_slot *m = merge_find(t, sym[i], sym[i + 1]);
+        if (m) heap_push(c->heap, &hn, (heap_item){m->rank, (uint32_t)i, m->new_id});
+    }
+    while (hn > 0) {
+        heap_item top = heap_pop(c->heap, &hn);
+        uint32_t pos = top.pos;
+        if (sym[pos] < 0) continue; /* merged into its left neighbour */
+        int32_t nx = next[pos];
+        if (nx < 0) continue;
+        const merge_slot *m = merge_find(t, sym[pos], sym[nx]);
+        if (!m || m->new_id != top.new_id) continue; /* the pair changed since it was queued */
+        sym[pos] = top.new_id;
+        sym[nx] = -1;
+        next[pos] = next[nx];
+        if (next[nx] >= 0) prev[next[nx]] = (int32_t)pos;
+        if (prev[pos] >= 0) {
+            int32_t p = prev[pos];
+            const merge_slot *mp = merge_find(t, sym[p], sym[pos]);
+            if (mp) heap_push(c->heap, &hn, (heap_item){mp->rank, (uint32_t)p, mp->new_id});
+        }
+        if (next[pos] >= 0) {
+            const merge_slot *mn = merge_find(t, sym[pos], sym[next[pos]]);
+            if (mn) heap_push(c->heap, &hn, (heap_item){mn->rank, pos, mn->new_id});
+        }
+    }
+    for (int32_t i = n ? 0 : -1; i >= 0; i = next[i]) emit(c, sym[i]);
+    return ST_OK;
+}
+
+static st_status pretok(enc_ctx *c, int k, const uint8_t *p, size_t len) {
+    const st_tokenizer *t = c->t;
+    if (len == 0) return ST_OK;
+    if (k == t->n_steps) return bpe_word(c, p, len);
+    const pt_step *st = &t->steps[k];
+    if (st->kind == STEP_PREFIX_SPACE) {
+        if (p[0] == ' ') return pretok(c, k + 1, p, len);
+        uint8_t *b = malloc(len + 1);
+        if (!b) return st_errf(c->err, ST_ERR_NOMEM, "tokenizer: out of memory");
+        b[0] = ' ';
+        memcpy(b + 1, p, len);
+        st_status s = pretok(c, k + 1, b, len + 1);
+        free(b);
+        return s;
+    }
+    size_t pos = 0, at = 0;
+    st_status s;
+    while (at <= len) {
+        int rc = pcre2_match(st->re, p, len, at, 0, c->md, c->mctx);
+        if (rc == PCRE2_ERROR_NOMATCH) break;
+        if (rc < 0) {
+            PCRE2_UCHAR msg[256];
+            pcre2_get_error_message(rc, msg, sizeof msg);
+            return st_errf(c->err, ST_ERR_INVALID, "tokenizer %s: pre-tokenizer regex failed at byte %zu: %s",
+                           t->path, at, (const char *)msg);
+        }
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(c->md);
+        size_t ms = ov[0], me = ov[1];
+        if (me == ms) { /* an empty match splits nothing: step over one character */
+            at = ms + 1;
+            while (at < len && (p[at] & 0xC0) == 0x80) at++;
+            continue;
+        }
+        if (ms > pos && (s = pretok(c, k + 1, p + pos, ms - pos)) != ST_OK) return s;
+        if ((s = pretok(c, k + 1, p + ms, me - ms)) != ST_OK) return s;
+        pos = at = me;
+    }
+    if (pos < len) return pretok(c, k + 1, p + pos, len - pos);
+    return ST_OK;
+}
+
+st_status st_tokenizer_encode(const st_tokenizer *t, const char *text, size_t len, int32_t *ids, size_t cap,
+                              size_t *n, st_err *err) {
+    enc_ctx c = {.t = t, .ids = ids, .cap = cap, .err = err};
+    *n = 0;
+    st_status s = ST_OK;
+    pcre2_jit_stack *js = pcre2_jit_stack_create(32 * 1024, 4 * 1024 * 1024, NULL);
+    c.mctx = pcre2_match_context_create(NULL);
+    c.md = pcre2_match_data_create(16, NULL);
+    if (!js || !c.mctx || !c.md) {
+        s = st_errf(err, ST_ERR_NOMEM, "tokenizer: out of memory");
+        goto done;
+    }
+    pcre2_jit_stack_assign(c.mctx, NULL, js);
+    const uint8_t *p = (const uint8_t *)text;
+    size_t seg = 0;
+    for (size_t i = 0; i < len;) {
+        /* the longest added token starting here (leftmost-longest, as tokenizers' matcher) */
+        const added_tok *best = NULL;
+        for (int a = t->added_first[p[i]]; a >= 0; a = t->added[a].next) {
+            const added_tok *at = &t->added[a];
+            if (at->len <= len - i && (!best || at->len > best->len) && memcmp(p + i, at->s, at->len) == 0) best = at;
+        }
+        if (!best) {
+            i++;
+            continue;
+        }
+        if ((s = pretok(&c, 0, p + seg, i - seg)) != ST_OK) goto done;
+        emit(&c, best->id);
+        i += best->len;
+        seg = i;
+    }
+    s = pretok(&c, 0, p + seg, len - seg);
+done:
+    free(c.sym);
+    free(c.prev);
+    free(c.next);
+    free(c.heap);
+    free(c.mapped);
+    pcre2_match_data_free(c.md);
+    pcre2_match_context_free(c.mctx);
+    pcre2_jit_stack_free(js);
+    if (s != ST_OK) return s;
+    *n = c.n;
+    if (c.n > cap)
+        return st_errf(err, ST_ERR_INVALID, "tokenizer: the text needs %zu ids, the buffer holds %zu", c.n, cap);
+    return ST_OK;
+}
+
+/* ---- decoding ----------------------------------------------------------------------- */
+
+st_status st_tokenizer_decode(const st_tokenizer *t, const int32_t *ids, size_t n, char *out, size_t cap,
+                              size_t *len, st_err *err) {
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *s = st_tokenizer_id_token(t, ids[i]);
+        if (!s)
+            return st_errf(err, ST_ERR_INVALID, "tokenizer %s: ids[%zu] = %d has no token (vocabulary size %zu)",
+                           t->path, i, (int)ids[i], t->n_ids);
+        const uint8_t *u = (const uint8_t *)s;
+        size_t l = t->id_len[ids[i]];
+        /* the ByteLevel decoder maps every character back to its byte; a token with a
+         * character outside the alphabet is written as its own UTF-8 */
+        int all = 1;
+        for (size_t j = 0; j < l && all;) {
+            uint32_t cp = utf8_next(u, l, &j);
+            all = cp < 324 && t->cp_byte[cp] >= 0;
+        }
+        if (all) {
+            for (size_t j = 0; j < l;) {
+                uint32_t cp = utf8_next(u, l, &j);
+                if (o < cap) out[o] = (char)t->cp_byte[cp];
+                o++;
+            }
+        } else {
+            for (size_t j = 0; j < l; j++, o++)
+                if (o < cap) out[o] = s[j];
+        }
+    }
+    *len = o;
+    if (o > cap) return st_errf(err, ST_ERR_INVALID, "tokenizer: the text needs %zu bytes, the buffer holds %zu", o, cap);
+    return ST_OK;
+}

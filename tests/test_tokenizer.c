@@ -1,0 +1,164 @@
+/* test_tokenizer.c - tokenizer.json byte-level BPE against Hugging Face `tokenizers`.
+ *
+ * The fixtures (tools/gen_tokenizer_fixtures.py) are two tokenizers trained with the
+ * `tokenizers` library, one with GPT-2's ByteLevel pre-tokenizer and "a b" merges, one with
+ * a Llama-3 Split regex, ignore_merges and [a, b] merges, each with the ids `tokenizers`
+ * gives for a set of texts (special tokens, unicode, digits, whitespace runs,
+ * contractions). Every id must match and decoding must give the text back byte for byte.
+ * Files the reader must refuse (Unigram, WordPiece, a normalizer, malformed JSON) must
+ * name the field or the file.
+ */
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "strata/tokenizer.h"
+#include "testutil.h"
+
+static void check_fixture(const char *name) {
+    char rel[128];
+    snprintf(rel, sizeof rel, "tests/fixtures/tok_%s.json", name);
+    st_tokenizer *tok = NULL;
+    st_err err = {0};
+    st_status s = st_tokenizer_load(&tok, test_source_path(rel), &err);
+    CHECK(s == ST_OK, "%s: %s", rel, err.msg);
+    if (s != ST_OK) return;
+    CHECK(st_tokenizer_vocab_size(tok) > 256, "%s: vocab %zu", name, st_tokenizer_vocab_size(tok));
+    CHECK(st_tokenizer_token_id(tok, "<|endoftext|>") >= 0, "%s: special token id", name);
+    CHECK(st_tokenizer_id_token(tok, st_tokenizer_token_id(tok, "<|endoftext|>")) != NULL, "%s: id -> token", name);
+
+    snprintf(rel, sizeof rel, "tests/fixtures/tok_%s_expected.json", name);
+    json_object *rows = json_object_from_file(test_source_path(rel));
+    CHECK(rows && json_object_is_type(rows, json_type_array), "%s: cannot read", rel);
+    size_t nrows = rows ? json_object_array_length(rows) : 0;
+    CHECK(nrows >= 10, "%s: %zu rows", rel, nrows);
+    size_t total_ids = 0;
+    for (size_t r = 0; r < nrows; r++) {
+        json_object *row = json_object_array_get_idx(rows, r), *jt, *ji;
+        json_object_object_get_ex(row, "text", &jt);
+        json_object_object_get_ex(row, "ids", &ji);
+        const char *text = json_object_get_string(jt);
+        size_t tlen = (size_t)json_object_get_string_len(jt), nexp = json_object_array_length(ji);
+        int32_t ids[1024];
+        size_t n = 0;
+        s = st_tokenizer_encode(tok, text, tlen, ids, 1024, &n, &err);
+        CHECK(s == ST_OK, "%s row %zu: %s", name, r, err.msg);
+        int same = s == ST_OK && n == nexp;
+        for (size_t i = 0; same && i < n; i++) same = ids[i] == json_object_get_int(json_object_array_get_idx(ji, i));
+        CHECK(same, "%s row %zu (\"%s\"): %zu ids, tokenizers gives %zu; ids %s", name, r, text, n, nexp,
+              json_object_to_json_string(ji));
+        if (!same) {
+            fprintf(stderr, "  strata:");
+            for (size_t i = 0; i < n && i < 1024; i++) fprintf(stderr, " %d", ids[i]);
+            fprintf(stderr, "\n");
+        }
+        total_ids += n;
+        char back[4096];
+        size_t blen = 0;
+        s = st_tokenizer_decode(tok, ids, n, back, sizeof back, &blen, &err);
+        CHECK(s == ST_OK && blen == tlen && memcmp(back, text, tlen) == 0, "%s row %zu: decode gives \"%.*s\"",
+              name, r, (int)blen, back);
+        if (n > 1) { /* a short buffer reports the size it needs */
+            size_t need = 0;
+            s = st_tokenizer_encode(tok, text, tlen, ids, 1, &need, &err);
+            CHECK(s == ST_ERR_INVALID && need == n, "%s row %zu: cap 1 gives %d, need %zu", name, r, (int)s, need);
+        }
+    }
+    CHECK(total_ids > 100, "%s: only %zu ids in all", name, total_ids);
+    /* an id with no token is refused, naming its index */
+    int32_t bad[2] = {1, (int32_t)st_tokenizer_vocab_size(tok)};
+    char out[64];
+    size_t olen;
+    s = st_tokenizer_decode(tok, bad, 2, out, sizeof out, &olen, &err);
+    CHECK(s == ST_ERR_INVALID && strstr(err.msg, "ids[1]"), "%s: bad id: %s", name, err.msg);
+    /* invalid UTF-8 still round-trips byte for byte */
+    const char junk[] = "ok \xff\xfe bad \xc3 tail \xe4\xb8";
+    int32_t ids[128];
+    size_t n;
+    s = st_tokenizer_encode(tok, junk, sizeof junk - 1, ids, 128, &n, &err);
+    CHECK(s == ST_OK, "%s: invalid utf-8: %s", name, err.msg);
+    s = st_tokenizer_decode(tok, ids, n, out, sizeof out, &olen, &err);
+    CHECK(s == ST_OK && olen == sizeof junk - 1 && memcmp(out, junk, olen) == 0, "%s: invalid utf-8 round trip",
+          name);
+    json_object_put(rows);
+    st_tokenizer_free(tok);
+}
+
+/* Write text to a file in the test's temporary directory and load it: it must fail with
+ * code, and the message must contain want. */
+static void check_refused(const char *fname, const char *text, st_status code, const char *want) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", test_tmpdir(), fname);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL, "cannot write %s", path);
+    if (!f) return;
+    fputs(text, f);
+    fclose(f);
+    st_tokenizer *tok = NULL;
+    st_err err = {0};
+    st_status s = st_tokenizer_load(&tok, path, &err);
+    CHECK(s == code && tok == NULL, "%s: status %s, want %s (%s)", fname, st_status_name(s), st_status_name(code),
+          err.msg);
+    CHECK(strstr(err.msg, want) != NULL, "%s: message \"%s\" lacks \"%s\"", fname, err.msg, want);
+    CHECK(strstr(err.msg, path) != NULL, "%s: message \"%s\" lacks the path", fname, err.msg);
+    st_tokenizer_free(tok);
+}
+
+#define BL_PRE "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":true},"
+#define BL_DEC "\"decoder\":{\"type\":\"ByteLevel\"},"
+#define TINY_BPE "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"ab\":2},\"merges\":[\"a b\"]}"
+
+int main(void) {
+    check_fixture("gpt2");
+    check_fixture("llama3");
+
+    /* a minimal file loads, and merges "a b" */
+    {
+        char path[512];
+        snprintf(path, sizeof path, "%s/tiny.json", test_tmpdir());
+        FILE *f = fopen(path, "w");
+        if (f) {
+            fputs("{\"normalizer\":null," BL_PRE BL_DEC TINY_BPE "}", f);
+            fclose(f);
+        }
+        st_tokenizer *tok = NULL;
+        st_err err = {0};
+        CHECK(st_tokenizer_load(&tok, path, &err) == ST_OK, "tiny: %s", err.msg);
+        int32_t ids[8];
+        size_t n = 0;
+        if (tok) CHECK(st_tokenizer_encode(tok, "abab", 4, ids, 8, &n, &err) == ST_OK && n == 2 && ids[0] == 2,
+                       "tiny: abab gives %zu ids", n);
+        st_tokenizer_free(tok);
+    }
+    check_refused("unigram.json",
+                  "{\"normalizer\":null," BL_PRE BL_DEC "\"model\":{\"type\":\"Unigram\",\"vocab\":[[\"a\",0.0]]}}",
+                  ST_ERR_UNSUPPORTED, "model.type 'Unigram'");
+    check_refused("wordpiece.json",
+                  "{\"normalizer\":null,\"pre_tokenizer\":{\"type\":\"BertPreTokenizer\"},\"decoder\":{\"type\":"
+                  "\"WordPiece\"},\"model\":{\"type\":\"WordPiece\",\"vocab\":{\"a\":0}}}",
+                  ST_ERR_UNSUPPORTED, "model.type 'WordPiece'");
+    check_refused("nfc.json", "{\"normalizer\":{\"type\":\"NFC\"}," BL_PRE BL_DEC TINY_BPE "}", ST_ERR_UNSUPPORTED,
+                  "normalizer.type 'NFC'");
+    check_refused("metaspace.json",
+                  "{\"normalizer\":null,\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":"
+                  "\"Metaspace\"}]}," BL_DEC TINY_BPE "}",
+                  ST_ERR_UNSUPPORTED, "pre_tokenizer.pretokenizers[0].type 'Metaspace'");
+    check_refused("decoder.json",
+                  "{\"normalizer\":null," BL_PRE "\"decoder\":{\"type\":\"Metaspace\"}," TINY_BPE "}",
+                  ST_ERR_UNSUPPORTED, "decoder.type 'Metaspace'");
+    check_refused("badmerge.json",
+                  "{\"normalizer\":null," BL_PRE BL_DEC
+                  "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1},\"merges\":[[\"a\",\"b\"]]}}",
+                  ST_ERR_FORMAT, "model.merges[0]");
+    check_refused("malformed.json", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0,}", ST_ERR_FORMAT,
+                  "malformed JSON");
+    check_refused("truncated.json", "{\"model\": {\"type\": \"BPE\"", ST_ERR_FORMAT, "malformed JSON");
+    {
+        st_tokenizer *tok = NULL;
+        st_err err = {0};
+        st_status s = st_tokenizer_load(&tok, "/nonexistent/tokenizer.json", &err);
+        CHECK(s == ST_ERR_IO && strstr(err.msg, "/nonexistent/tokenizer.json"), "missing file: %s", err.msg);
+    }
+    return test_finish("tokenizer");
+}

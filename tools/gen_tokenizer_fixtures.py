@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""gen_tokenizer_fixtures.py - train tiny byte-level BPE tokenizers and record their ids.
+
+Writes, for tests/test_tokenizer.c:
+  tests/fixtures/tok_gpt2.json            ByteLevel pre-tokenizer (the GPT-2 regex), merges
+                                          stored as "a b" strings (the older format)
+  tests/fixtures/tok_llama3.json          Sequence[Split(Llama-3 regex), ByteLevel(use_regex
+                                          false)], ignore_merges, merges as [a, b] pairs
+  tests/fixtures/tok_<name>_expected.json [{"text": ..., "ids": [...]}] from Hugging Face
+                                          `tokenizers` (encode, then decode back to text)
+
+Nothing is downloaded: the tokenizers are trained here on a deterministic text. Needs the
+`tokenizers` package from PyPI:
+    python3 -m venv /tmp/tokvenv && /tmp/tokvenv/bin/pip install tokenizers
+    /tmp/tokvenv/bin/python tools/gen_tokenizer_fixtures.py
+"""
+import json
+import os
+import random
+
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "..", "tests", "fixtures")
+
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+                  r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+SPECIAL = "<|endoftext|>"
+
+WORDS = ("the model reads text and writes tokens while we're sure it'll work they've "
+         "I'm you'd DON'T Can't WE'LL hello world training offload state memory disk "
+         "café naïve Zürich résumé東京 北京 中文 文本 模型 训练 数据 ещё привет мир "
+         "γειά σου κόσμε שלום مرحبا नमस्ते 🙂 🚀 👍🏽 def main(): return x+1; "
+         "for (i = 0; i < n; i++) { y[i] = 2*x[i]; } 12345 3.14159 2026-12-01 0x7fff").split()
+
+
+def corpus(seed=1):
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(300):
+        n = rng.randint(3, 14)
+        parts = []
+        for _ in range(n):
+            w = rng.choice(WORDS)
+            sep = rng.choice([" ", " ", " ", "  ", "\t", "\n", ", ", ". ", "   "])
+            parts.append(w + sep)
+        lines.append("".join(parts))
+    return lines
+
+
+TESTS = [
+    "",
+    "hello world",
+    "Hello World!",
+    " leading space and trailing space ",
+    "they're we'll I'd you've it's I'M DON'T Can't",
+    "digits 1 12 123 1234 12345 1234567890 3.14159 -42",
+    "spaces:    four, tab\tand\t\ttwo tabs, end   ",
+    "lines\nand\r\nwindows\n\n\nthree blank\n   \n  indented",
+    "café naïve Zürich résumé",
+    "中文文本和模型训练数据 東京",
+    "привет мир, γειά σου κόσμε",
+    "emoji 🙂🚀 and 👍🏽 skin tone",
+    "no\u00a0break\u3000ideographic space\u2003em",
+    "def main():\n    return x+1  # comment\n",
+    "for (i = 0; i < n; i++) { y[i] = 2*x[i]; }",
+    "before" + SPECIAL + "after",
+    SPECIAL + " starts and ends " + SPECIAL,
+    "two" + SPECIAL + SPECIAL + "in a row",
+    "<|endof not special <|endoftext| either",
+    "!!!??? ... --- *** ''' \"\"\" ```",
+    "mixed123abc456def 7x8y9z",
+    "   \n\t  ",
+]
+
+
+def expected(tok, name):
+    rows = []
+    for t in TESTS:
+        ids = tok.encode(t).ids
+        back = tok.decode(ids, skip_special_tokens=False)
+        assert back == t, (name, t, back)
+        rows.append({"text": t, "ids": ids})
+    with open(os.path.join(OUT, f"tok_{name}_expected.json"), "w", encoding="utf-8") as f:
+        json.dump(rows, f, ensure_ascii=False, indent=0)
+        f.write("\n")
+
+
+def train(pre, ignore_merges):
+    tok = Tokenizer(models.BPE(ignore_merges=ignore_merges))
+    tok.pre_tokenizer = pre
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=[SPECIAL], show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(corpus(), trainer)
+    return tok
+
+
+def save(tok, name, string_merges):
+    path = os.path.join(OUT, f"tok_{name}.json")
+    d = json.loads(tok.to_str())
+    if string_merges:
+        d["model"]["merges"] = [" ".join(m) if isinstance(m, list) else m for m in d["model"]["merges"]]
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(d, f, ensure_ascii=False, separators=(",", ":"))
+        f.write("\n")
+    # the expected ids come from the file as written (as a user would load it)
+    expected(Tokenizer.from_file(path), name)
+    print(f"{path}: {os.path.getsize(path)} bytes, vocab {tok.get_vocab_size()}")
+
+
+def main():
+    gpt2 = train(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True), False)
+    save(gpt2, "gpt2", True)
+    llama3 = train(pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]), True)
+    save(llama3, "llama3", False)
+
+
+if __name__ == "__main__":
+    main()
