@@ -62,6 +62,8 @@ TESTS = [
     "привет мир, γειά σου κόσμε",
     "emoji 🙂🚀 and 👍🏽 skin tone",
     "no\u00a0break\u3000ideographic space\u2003em",
+    # U+180E: PCRE2 counts it as \s, Oniguruma (and Unicode White_Space) do not
+    "mongolian\u180evowel \u180e sep\u180e \u0085next\u2028line x.\u180e!\u180e\u180e  y x  \u180ey",
     "def main():\n    return x+1  # comment\n",
     "for (i = 0; i < n; i++) { y[i] = 2*x[i]; }",
     "before" + SPECIAL + "after",

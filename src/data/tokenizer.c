@@ -213,18 +213,82 @@ static int is_null(json_object *o, const char *key) {
     return !json_object_object_get_ex(o, key, &v) || v == NULL;
 }
 
+/* Unicode White_Space, which is what Oniguruma (the regex engine of `tokenizers`) matches
+ * with \s; PCRE2's \s with UCP also matches U+180E, which Unicode dropped from White_Space. */
+#define WHITE_SPACE "\\t\\n\\x0b\\f\\r\\x20\\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}"
+
+/* Rewrite \s and \S of a pattern as explicit White_Space classes, minding whether they
+ * stand inside a character class. A \S inside a class cannot be written so: refused. */
+static st_status rewrite_spaces(const st_tokenizer *t, const char *in, const char *field, char **out, st_err *err) {
+    size_t n = strlen(in), o = 0;
+    char *b = malloc(n * (sizeof WHITE_SPACE + 4) / 2 + 8);
+    if (!b) return st_errf(err, ST_ERR_NOMEM, "%s: out of memory", t->path);
+    int in_class = 0;
+    for (size_t i = 0; i < n;) {
+        if (in[i] == '\\' && i + 1 < n) {
+            char e = in[i + 1];
+            const char *rep = NULL;
+            if (e == 's') rep = in_class ? WHITE_SPACE : "[" WHITE_SPACE "]";
+            if (e == 'S') {
+                if (in_class) {
+                    free(b);
+                    return st_errf(err, ST_ERR_UNSUPPORTED, "%s: %s: regex '%s' has \\S inside a class", t->path,
+                                   field, in);
+                }
+                rep = "[^" WHITE_SPACE "]";
+            }
+            if (rep) {
+                size_t l = strlen(rep);
+                memcpy(b + o, rep, l);
+                o += l;
+            } else {
+                b[o++] = in[i];
+                b[o++] = e;
+            }
+            i += 2;
+            continue;
+        }
+        if (!in_class && in[i] == '[') {
+            in_class = 1;
+            b[o++] = in[i++];
+            if (i < n && in[i] == '^') b[o++] = in[i++];
+            if (i < n && in[i] == ']') b[o++] = in[i++]; /* a leading ] is literal */
+            continue;
+        }
+        if (in_class && in[i] == '[' && i + 1 < n && in[i + 1] == ':') { /* [:alpha:] */
+            const char *end = strstr(in + i + 2, ":]");
+            size_t l = end ? (size_t)(end - (in + i)) + 2 : 1;
+            memcpy(b + o, in + i, l);
+            o += l;
+            i += l;
+            continue;
+        }
+        if (in_class && in[i] == ']') in_class = 0;
+        b[o++] = in[i++];
+    }
+    b[o] = 0;
+    *out = b;
+    return ST_OK;
+}
+
 static st_status add_split(st_tokenizer *t, const char *pattern, uint32_t extra_opts, const char *field,
                            st_err *err) {
     if (t->n_steps >= (int)(sizeof t->steps / sizeof t->steps[0]))
         return st_errf(err, ST_ERR_UNSUPPORTED, "%s: %s: too many pre-tokenizer steps", t->path, field);
     int ec;
     PCRE2_SIZE eo;
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
+    char *rewritten = NULL;
+    if (!(extra_opts & PCRE2_LITERAL)) {
+        st_status s = rewrite_spaces(t, pattern, field, &rewritten, err);
+        if (s != ST_OK) return s;
+    }
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)(rewritten ? rewritten : pattern), PCRE2_ZERO_TERMINATED,
                                    PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | extra_opts, &ec, &eo, NULL);
+    free(rewritten);
     if (!re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(ec, msg, sizeof msg);
-        return st_errf(err, ST_ERR_UNSUPPORTED, "%s: %s: regex '%s' does not compile at offset %zu: %s", t->path,
+        return st_errf(err, ST_ERR_UNSUPPORTED, "%s: %s: regex '%s' does not compile (at offset %zu with \\s spelled out): %s", t->path,
                        field, pattern, (size_t)eo, (const char *)msg);
     }
     pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* without JIT the interpreter gives the same matches */
