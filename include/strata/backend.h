@@ -13,6 +13,26 @@
  *     backward recomputes the scores (FlashAttention-style). Scratch inside an op is
  *     transient.
  *   - the classifier's logits buffer (N, V) is overwritten in place by dlogits.
+ *
+ * Example:
+ *
+ *     st_err err = {0};
+ *     st_backend *be;
+ *     if (st_backend_cpu_create(&be, 0, &err) != ST_OK) return 1;
+ *     enum { N = 4, C = 8, OC = 16 };          // out (N, OC) = inp (N, C) x w (C, OC)
+ *     float *inp = be->ops->alloc(be, sizeof(float) * N * C); // backend memory, zeroed
+ *     float *w = be->ops->alloc(be, sizeof(float) * C * OC);
+ *     float *out = be->ops->alloc(be, sizeof(float) * N * OC), host[N * OC];
+ *     if (!inp || !w || !out) return 1;
+ *     be->ops->matmul_forward(be, out, inp, w, NULL, N, C, OC, ST_W_IN_OUT);
+ *     be->ops->synchronize(be);
+ *     be->ops->copy_to_host(be, host, out, sizeof host);
+ *     be->ops->dealloc(be, inp);
+ *     be->ops->dealloc(be, w);
+ *     be->ops->dealloc(be, out);
+ *     st_backend_free(be);
+ *
+ * End of example.
  */
 #ifndef STRATA_BACKEND_H
 #define STRATA_BACKEND_H

@@ -4,11 +4,23 @@
  * caller's st_err with a message that names what was wrong (file, offset, key), and
  * what to do. The library never calls exit() or abort() on bad input.
  *
+ * Example:
+ *
+ *     #include "strata/model.h"
+ *
  *     st_err err = {0};
- *     if (gpt2_load(&model, "ckpt/model.safetensors", &err) != ST_OK) {
- *         fprintf(stderr, "strata: %s\n", err.msg);
- *         return 1;
- *     }
+ *     st_backend *be = NULL;
+ *     st_model *m = NULL;
+ *     st_status s = st_backend_cpu_create(&be, 0, &err);
+ *     if (s == ST_OK) s = st_model_create(&m, "gpt2-tiny", NULL, be, &err);
+ *     if (s == ST_OK) s = m->ops->load(m, "run/model.safetensors", &err);
+ *     if (s != ST_OK) // e.g. "run/model.safetensors: cannot open: No such file or directory"
+ *         fprintf(stderr, "strata: %s: %s\n", st_status_name(s), err.msg);
+ *     st_model_free(m); // NULL is fine
+ *     st_backend_free(be);
+ *     return s == ST_OK ? 0 : 1;
+ *
+ * End of example.
  */
 #ifndef STRATA_CORE_H
 #define STRATA_CORE_H

@@ -8,6 +8,29 @@
  * Matmul weights are (in, out), as Hugging Face's GPT-2 Conv1D stores them. The
  * gradients share this layout exactly, so zeroing them is one memset and the optimizer
  * is one flat pass. Every tensor has its Hugging Face name and a role derived from it.
+ * Callers that train any architecture use st_model (below); a training step on one:
+ *
+ * Example:
+ *
+ *     st_err err = {0};
+ *     st_backend *be = NULL;
+ *     st_model *m = NULL;
+ *     enum { B = 2, T = 16 };
+ *     int32_t in[B * T] = {0}, tgt[B * T] = {0};  // token ids (B, T); a target < 0 is ignored
+ *     if (st_backend_cpu_create(&be, 0, &err) || st_model_create(&m, "gpt2-tiny", NULL, be, &err) ||
+ *         m->ops->alloc_acts(m, B, T, &err)) {
+ *         fprintf(stderr, "strata: %s\n", err.msg);
+ *         return 1;
+ *     }
+ *     m->ops->init_random(m, 1337);
+ *     st_model_zero_grad(m);
+ *     float loss = m->ops->forward(m, in, tgt, 1.0f / (B * T)); // dloss: d mean / d each loss
+ *     m->ops->backward(m);                                      // m->grads += d loss / d params
+ *     printf("loss %.3f, %zu parameters\n", loss, m->n_params);
+ *     st_model_free(m);
+ *     st_backend_free(be);
+ *
+ * End of example.
  */
 #ifndef STRATA_MODEL_H
 #define STRATA_MODEL_H
@@ -174,7 +197,7 @@ st_status gpt2_model_create_hf(struct st_model **out, const char *dir, st_backen
  *
  *     st_model *m;
  *     st_model_create(&m, "gpt2-mini", NULL, be, &err);
- *     st_model_alloc_acts(m, B, T, &err);
+ *     m->ops->alloc_acts(m, B, T, &err);
  *     float loss = m->ops->forward(m, inputs, targets, 1.0f / (B * T));
  *     m->ops->backward(m);
  */

@@ -2,6 +2,16 @@
  *
  * bf16 and fp16 are stored as uint16_t bit patterns. Conversions to them round to
  * nearest even; NaN stays NaN. Sizes are in elements unless a name says bytes.
+ *
+ * Example:
+ *
+ *     float x[3] = {1.0f, 3.14159f, -65504.0f}, back[3];
+ *     uint16_t h[3];                           // bf16 bit patterns
+ *     st_convert(h, ST_BF16, x, ST_F32, 3);    // rounds to nearest even
+ *     st_convert(back, ST_F32, h, ST_BF16, 3); // exact
+ *     printf("%s (%zu bytes): %g -> %g\n", st_dtype_name(ST_BF16), st_dtype_size(ST_BF16), x[1], back[1]);
+ *
+ * End of example.
  */
 #ifndef STRATA_TENSOR_H
 #define STRATA_TENSOR_H

@@ -1,9 +1,24 @@
 /* train.h - the training run: configuration, checkpoints, the loop.
  *
+ * Example:
+ *
+ *     st_err err = {0};
  *     train_config cfg;
+ *     train_result res;
  *     train_config_defaults(&cfg);
- *     train_config_set(&cfg, "steps", "100", &err);      // any key, as text
- *     train_run(&cfg, &err);                             // writes cfg.run_dir
+ *     const char *keys[][2] = {{"model", "gpt2-tiny"}, {"vocab_size", "256"}, {"seq", "16"},
+ *                              {"steps", "100"}, {"run_dir", "runs/tiny"}}; // any key, as text
+ *     st_status s = ST_OK;
+ *     for (size_t i = 0; i < sizeof keys / sizeof keys[0] && s == ST_OK; i++)
+ *         s = train_config_set(&cfg, keys[i][0], keys[i][1], &err);
+ *     if (s == ST_OK) s = train_run(&cfg, &res, &err); // the embedded corpus; writes runs/tiny
+ *     if (s != ST_OK) {
+ *         fprintf(stderr, "strata: %s\n", err.msg);
+ *         return 1;
+ *     }
+ *     printf("step %ld, loss %.3f\n", res.steps_done, res.final_loss);
+ *
+ * End of example.
  *
  * A run directory holds config.json (the resolved configuration), metrics.jsonl (one
  * JSON object per step) and checkpoints/step_NNNNNNNN/{model.safetensors,
