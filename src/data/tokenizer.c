@@ -495,10 +495,11 @@ static st_status load_model(st_tokenizer *t, json_object *root, json_object *add
         memcpy(tmp + la, b, lb);
         int32_t ia = vocab_find(t, a, la), ib = vocab_find(t, b, lb), iab = vocab_find(t, tmp, la + lb);
         if (ia < 0 || ib < 0 || iab < 0) {
+            st_errf(err, ST_ERR_FORMAT, "%s: model.merges[%zu] ('%.*s' '%.*s'): token '%.*s' is not in model.vocab",
+                    t->path, i, (int)la, a, (int)lb, b, ia < 0 ? (int)la : ib < 0 ? (int)lb : (int)(la + lb),
+                    ia < 0 ? a : ib < 0 ? b : tmp);
             free(tmp);
-            return st_errf(err, ST_ERR_FORMAT, "%s: model.merges[%zu] ('%.*s' '%.*s'): token '%.*s' is not in model.vocab",
-                           t->path, i, (int)la, a, (int)lb, b, ia < 0 ? (int)la : ib < 0 ? (int)lb : (int)(la + lb),
-                           ia < 0 ? a : ib < 0 ? b : tmp);
+            return ST_ERR_FORMAT;
         }
         merge_put(t, ia, ib, (uint32_t)i, iab);
     }
