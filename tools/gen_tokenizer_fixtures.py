@@ -76,9 +76,22 @@ TESTS = [
 ]
 
 
+# pieces for random strings: the corner cases of \s, \p{L}, \p{N}, contractions, specials
+POOL = (list("abcXYZ'sStTdDmMlLvVrRe ") +
+        [" ", "  ", "\t", "\n", "\r\n", "\r", "\u00a0", "\u3000", "\u2003", "\u0085", "\u180e", "\u200b",
+         "\u2028", "\u000b", "\u000c", "\u001c", "\u00ad", "é", "ü", "中", "文", "🙂", "👍🏽", "ß", "İ", "ǅ",
+         "١٢٣", "²", "½", "Ⅻ", "0", "1", "23", "456", "7890", ".", ",", "!", "?", "-", "_", "#", "'", "\"", "(",
+         ")", SPECIAL, "<|end", "ﬁ", "\u0301", "\ufeff", "\U0001d400", "ʰ", "々", "〇"])
+
+
+def random_texts(n, seed=7):
+    rng = random.Random(seed)
+    return ["".join(rng.choice(POOL) for _ in range(rng.randint(1, 30))) for _ in range(n)]
+
+
 def expected(tok, name):
     rows = []
-    for t in TESTS:
+    for t in TESTS + random_texts(150):
         ids = tok.encode(t).ids
         back = tok.decode(ids, skip_special_tokens=False)
         assert back == t, (name, t, back)
