@@ -1,19 +1,46 @@
 /* generate.h - text from a model: a KV-cached decoder over the model's own weights,
- * samplers, and the hook that turns tokens into text.
+ * samplers, and the hook that turns tokens into text. Greedy text from a model, first
+ * step by step, then with the loop that does the same (and streams through a callback):
  *
- *     st_gen *g;
- *     st_gen_create(&g, m, max_T, &err);          // m: a GPT-2 or Llama-family st_model
- *     st_gen_step(g, prompt, n_prompt, logits, &err);  // prefill: logits (V) of the last token
- *     int tok = st_sample(logits, V, &sampler, &rng, scratch);
- *     st_gen_step(g, &tok, 1, logits, &err);      // then one token at a time
+ * Example:
  *
- * or all of it at once, with a callback per token: st_generate().
+ *     st_err err = {0};
+ *     st_backend *be = NULL;
+ *     st_model *m = NULL;
+ *     st_gen *g = NULL;
+ *     int32_t prompt[3] = {1, 2, 3}, out[8];
+ *     if (st_backend_cpu_create(&be, 0, &err) || st_model_create(&m, "gpt2-tiny", NULL, be, &err) ||
+ *         st_gen_create(&g, m, 3 + 8, &err)) {            // the cache holds 11 positions
+ *         fprintf(stderr, "strata: %s\n", err.msg);
+ *         return 1;
+ *     }
+ *     m->ops->init_random(m, 1337);
+ *     float *logits = malloc(sizeof(float) * m->vocab_size);
+ *     st_sampler greedy = {0.0f, 0, 1.0f};                 // temperature 0: the argmax
+ *     st_rng rng;
+ *     st_rng_seed(&rng, 1);
+ *     st_gen_step(g, prompt, 3, logits, &err);             // prefill: logits of the last token
+ *     for (int i = 0; i < 8; i++) {
+ *         out[i] = st_sample(logits, m->vocab_size, &greedy, &rng, NULL); // greedy needs no scratch
+ *         if (i < 7) st_gen_step(g, &out[i], 1, logits, &err);            // one more row
+ *     }
+ *     st_generate_config gc = {.max_new = 8, .sampler = greedy, .seed = 1, .stop_token = -1};
+ *     int32_t again[8];
+ *     st_generate(m, prompt, 3, &gc, NULL, NULL, again, NULL, &err);
+ *     printf("same tokens: %s\n", memcmp(out, again, sizeof out) ? "no" : "yes");
+ *     free(logits);
+ *     st_gen_free(g);
+ *     st_model_free(m);
+ *     st_backend_free(be);
+ *
+ * End of example.
  *
  * The decoder reads the weights in place through the model's tensor table (so a model
  * being trained is sampled with its current weights, and nothing is copied), runs the
  * backend's ops (norms, matmuls, rope, GELU/SwiGLU, residuals) on the new rows only, and
  * computes attention with plain loops over a cache of every earlier position's keys and
- * values per layer: L x max_T x (NKV*hs) floats each for k and v. The backend's memory
+ * values per layer: L x max_T x (NKV*hs) floats each for k and v. A one-row product on
+ * the cpu backend is an sgemv (the backend has no matrix-vector op). The backend's memory
  * must be host memory (the cpu and ref backends). The reference path,
  * st_gen_full_forward, runs the model's own training forward over the whole prefix.
  */
@@ -66,7 +93,8 @@ st_status st_sampler_validate(const st_sampler *s, st_err *err);
 /* Scratch floats st_sample needs for a vocabulary of V. */
 size_t st_sample_scratch_floats(int V);
 /* The next token from logits (V; not modified): greedy, or drawn with rng (one uniform
- * per call) after temperature, top-k and top-p. scratch: st_sample_scratch_floats(V). */
+ * per call) after temperature, top-k and top-p. scratch: st_sample_scratch_floats(V)
+ * (greedy reads none: it may be NULL). */
 int32_t st_sample(const float *logits, int V, const st_sampler *s, st_rng *rng, float *scratch);
 
 /* ------------------------------------------------------------------ tokens and text
