@@ -16,7 +16,8 @@
 #include "strata/tokenizer.h"
 #include "testutil.h"
 
-static void check_fixture(const char *name) {
+/* round_trip: decode(encode(text)) is the text (not so with add_prefix_space) */
+static void check_fixture(const char *name, int round_trip) {
     char rel[128];
     snprintf(rel, sizeof rel, "tests/fixtures/tok_%s.json", name);
     st_tokenizer *tok = NULL;
@@ -35,11 +36,13 @@ static void check_fixture(const char *name) {
     CHECK(nrows >= 10, "%s: %zu rows", rel, nrows);
     size_t total_ids = 0;
     for (size_t r = 0; r < nrows; r++) {
-        json_object *row = json_object_array_get_idx(rows, r), *jt, *ji;
+        json_object *row = json_object_array_get_idx(rows, r), *jt, *ji, *jd;
         json_object_object_get_ex(row, "text", &jt);
         json_object_object_get_ex(row, "ids", &ji);
-        const char *text = json_object_get_string(jt);
+        json_object_object_get_ex(row, "decoded", &jd);
+        const char *text = json_object_get_string(jt), *dec = json_object_get_string(jd);
         size_t tlen = (size_t)json_object_get_string_len(jt), nexp = json_object_array_length(ji);
+        size_t dlen = (size_t)json_object_get_string_len(jd);
         int32_t ids[1024];
         size_t n = 0;
         s = st_tokenizer_encode(tok, text, tlen, ids, 1024, &n, &err);
@@ -57,8 +60,9 @@ static void check_fixture(const char *name) {
         char back[4096];
         size_t blen = 0;
         s = st_tokenizer_decode(tok, ids, n, back, sizeof back, &blen, &err);
-        CHECK(s == ST_OK && blen == tlen && memcmp(back, text, tlen) == 0, "%s row %zu: decode gives \"%.*s\"",
+        CHECK(s == ST_OK && blen == dlen && memcmp(back, dec, dlen) == 0, "%s row %zu: decode gives \"%.*s\"",
               name, r, (int)blen, back);
+        CHECK(!round_trip || (dlen == tlen && memcmp(dec, text, tlen) == 0), "%s row %zu: round trip", name, r);
         if (n > 1) { /* a short buffer reports the size it needs */
             size_t need = 0;
             s = st_tokenizer_encode(tok, text, tlen, ids, 1, &need, &err);
@@ -72,8 +76,8 @@ static void check_fixture(const char *name) {
     size_t olen;
     s = st_tokenizer_decode(tok, bad, 2, out, sizeof out, &olen, &err);
     CHECK(s == ST_ERR_INVALID && strstr(err.msg, "ids[1]"), "%s: bad id: %s", name, err.msg);
-    /* invalid UTF-8 still round-trips byte for byte */
-    const char junk[] = "ok \xff\xfe bad \xc3 tail \xe4\xb8";
+    /* invalid UTF-8 still round-trips byte for byte (a leading space: no prefix space added) */
+    const char junk[] = " ok \xff\xfe bad \xc3 tail \xe4\xb8";
     int32_t ids[128];
     size_t n;
     s = st_tokenizer_encode(tok, junk, sizeof junk - 1, ids, 128, &n, &err);
@@ -110,8 +114,9 @@ static void check_refused(const char *fname, const char *text, st_status code, c
 #define TINY_BPE "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"ab\":2},\"merges\":[\"a b\"]}"
 
 int main(void) {
-    check_fixture("gpt2");
-    check_fixture("llama3");
+    check_fixture("gpt2", 1);
+    check_fixture("llama3", 1);
+    check_fixture("gpt2_prefix", 0);
 
     /* a minimal file loads, and merges "a b" */
     {
