@@ -32,7 +32,9 @@ WORDS = ("the model reads text and writes tokens while we're sure it'll work the
          "I'm you'd DON'T Can't WE'LL hello world training offload state memory disk "
          "café naïve Zürich résumé東京 北京 中文 文本 模型 训练 数据 ещё привет мир "
          "γειά σου κόσμε שלום مرحبا नमस्ते 🙂 🚀 👍🏽 def main(): return x+1; "
-         "for (i = 0; i < n; i++) { y[i] = 2*x[i]; } 12345 3.14159 2026-12-01 0x7fff").split()
+         "for (i = 0; i < n; i++) { y[i] = 2*x[i]; } 12345 3.14159 2026-12-01 0x7fff "
+         # letters and digits new in Unicode 15-16 (CJK Ext H, Latin, Garay digits)
+         "\U00031350\U00031351\U00031352 abc\U00031350 \ua7cb\ua7ccx \U00010d40\U00010d41\U00010d42\U00010d43").split()
 
 
 def corpus(seed=1):
@@ -73,6 +75,9 @@ TESTS = [
     "<|endof not special <|endoftext| either",
     "!!!??? ... --- *** ''' \"\"\" ```",
     "mixed123abc456def 7x8y9z",
+    # Unicode 15-16 letters and digits: PCRE2 10.42 (Unicode 14) has them in no class
+    "\U00031350\U00031351\U00031352 abc\U00031350 \ua7cb\ua7ccx \U00010d40\U00010d41\U00010d42\U00010d43\U00010d44 "
+    "x\U00031350\U00031351 \U00010d40\U00010d41\U00010d42\U00010d43",
     "   \n\t  ",
 ]
 
@@ -82,7 +87,8 @@ POOL = (list("abcXYZ'sStTdDmMlLvVrRe ") +
         [" ", "  ", "\t", "\n", "\r\n", "\r", "\u00a0", "\u3000", "\u2003", "\u0085", "\u180e", "\u200b",
          "\u2028", "\u000b", "\u000c", "\u001c", "\u00ad", "é", "ü", "中", "文", "🙂", "👍🏽", "ß", "İ", "ǅ",
          "١٢٣", "²", "½", "Ⅻ", "0", "1", "23", "456", "7890", ".", ",", "!", "?", "-", "_", "#", "'", "\"", "(",
-         ")", SPECIAL, "<|end", "ﬁ", "\u0301", "\ufeff", "\U0001d400", "ʰ", "々", "〇"])
+         ")", SPECIAL, "<|end", "ﬁ", "\u0301", "\ufeff", "\U0001d400", "ʰ", "々", "〇",
+         "\U00031350", "\ua7cb", "\U00010d40", "\U00010d41\U00010d42"])
 
 
 def random_texts(n, seed=7):
