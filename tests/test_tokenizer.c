@@ -136,6 +136,37 @@ int main(void) {
                        "tiny: abab gives %zu ids", n);
         st_tokenizer_free(tok);
     }
+    /* a pattern that backtracks deeply on a 200 KB word needs more than JIT's default stack */
+    {
+        char path[512];
+        snprintf(path, sizeof path, "%s/deep.json", test_tmpdir());
+        FILE *f = fopen(path, "w");
+        if (f) {
+            fputs("{\"normalizer\":null,\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":"
+                  "\"Split\",\"pattern\":{\"Regex\":\"(?:a|ab)+c|\\\\s+|[^\\\\s]\"},\"behavior\":\"Isolated\","
+                  "\"invert\":false},{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":false}]},"
+                  BL_DEC "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"ab\":2,\"c\":3},"
+                  "\"merges\":[\"a b\"]}}", f);
+            fclose(f);
+        }
+        size_t pairs = 100000, len = 2 * pairs + 1, n = 0;
+        char *text = malloc(len);
+        int32_t *ids = malloc((pairs + 1) * sizeof *ids);
+        st_tokenizer *tok = NULL;
+        st_err err = {0};
+        CHECK(st_tokenizer_load(&tok, path, &err) == ST_OK, "deep: %s", err.msg);
+        if (tok && text && ids) {
+            for (size_t i = 0; i < pairs; i++) memcpy(text + 2 * i, "ab", 2);
+            text[len - 1] = 'c';
+            st_status s = st_tokenizer_encode(tok, text, len, ids, pairs + 1, &n, &err);
+            int ok = s == ST_OK && n == pairs + 1 && ids[pairs] == 3;
+            for (size_t i = 0; ok && i < pairs; i++) ok = ids[i] == 2;
+            CHECK(ok, "deep: status %s, %zu ids: %s", st_status_name(s), n, err.msg);
+        }
+        free(text);
+        free(ids);
+        st_tokenizer_free(tok);
+    }
     check_refused("unigram.json",
                   "{\"normalizer\":null," BL_PRE BL_DEC "\"model\":{\"type\":\"Unigram\",\"vocab\":[[\"a\",0.0]]}}",
                   ST_ERR_UNSUPPORTED, "model.type 'Unigram'");

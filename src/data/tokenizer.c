@@ -700,7 +700,8 @@ typedef struct enc_ctx {
     int32_t *ids;
     size_t cap, n;
     pcre2_match_data *md;
-    pcre2_match_context *mctx;
+    pcre2_match_context *mctx; /* NULL until a match needs more than JIT's default stack */
+    pcre2_jit_stack *js;
     /* BPE scratch, grown as words need */
     int32_t *sym;
     int32_t *prev, *next;
@@ -854,6 +855,15 @@ static st_status pretok(enc_ctx *c, int k, const uint8_t *p, size_t len) {
     st_status s;
     while (at <= len) {
         int rc = pcre2_match(st->re, p, len, at, 0, c->md, c->mctx);
+        if (rc == PCRE2_ERROR_JIT_STACKLIMIT && !c->mctx) {
+            /* JIT's default 32 KiB stack is enough for ordinary text; a long run that
+             * backtracks gets a larger one for the rest of this call */
+            c->js = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, NULL);
+            c->mctx = pcre2_match_context_create(NULL);
+            if (!c->js || !c->mctx) return st_errf(c->err, ST_ERR_NOMEM, "tokenizer: out of memory");
+            pcre2_jit_stack_assign(c->mctx, NULL, c->js);
+            continue;
+        }
         if (rc == PCRE2_ERROR_NOMATCH) break;
         if (rc < 0) {
             PCRE2_UCHAR msg[256];
@@ -881,14 +891,11 @@ st_status st_tokenizer_encode(const st_tokenizer *t, const char *text, size_t le
     enc_ctx c = {.t = t, .ids = ids, .cap = cap, .err = err};
     *n = 0;
     st_status s = ST_OK;
-    pcre2_jit_stack *js = pcre2_jit_stack_create(32 * 1024, 4 * 1024 * 1024, NULL);
-    c.mctx = pcre2_match_context_create(NULL);
     c.md = pcre2_match_data_create(16, NULL);
-    if (!js || !c.mctx || !c.md) {
+    if (!c.md) {
         s = st_errf(err, ST_ERR_NOMEM, "tokenizer: out of memory");
         goto done;
     }
-    pcre2_jit_stack_assign(c.mctx, NULL, js);
     const uint8_t *p = (const uint8_t *)text;
     size_t seg = 0;
     for (size_t i = 0; i < len;) {
@@ -916,7 +923,7 @@ done:
     free(c.mapped);
     pcre2_match_data_free(c.md);
     pcre2_match_context_free(c.mctx);
-    pcre2_jit_stack_free(js);
+    pcre2_jit_stack_free(c.js);
     if (s != ST_OK) return s;
     *n = c.n;
     if (c.n > cap)
