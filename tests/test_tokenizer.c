@@ -136,6 +136,30 @@ int main(void) {
                        "tiny: abab gives %zu ids", n);
         st_tokenizer_free(tok);
     }
+    /* ignore_merges: a word that is itself in the vocabulary is one id, whatever the merges
+     * would make of it (ids from tokenizers: [5] with it, [3, 2] without) */
+    for (int ig = 0; ig < 2; ig++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/ignore%d.json", test_tmpdir(), ig);
+        FILE *f = fopen(path, "w");
+        if (f) {
+            fprintf(f, "{\"normalizer\":null," BL_PRE BL_DEC "\"model\":{\"type\":\"BPE\",\"ignore_merges\":%s,"
+                    "\"vocab\":{\"a\":0,\"b\":1,\"c\":2,\"ab\":3,\"bc\":4,\"abc\":5},\"merges\":[\"a b\",\"b c\"]}}",
+                    ig ? "true" : "false");
+            fclose(f);
+        }
+        st_tokenizer *tok = NULL;
+        st_err err = {0};
+        int32_t ids[8] = {0};
+        size_t n = 0;
+        CHECK(st_tokenizer_load(&tok, path, &err) == ST_OK, "ignore_merges %d: %s", ig, err.msg);
+        if (tok) {
+            st_status s = st_tokenizer_encode(tok, "abc", 3, ids, 8, &n, &err);
+            CHECK(s == ST_OK && (ig ? n == 1 && ids[0] == 5 : n == 2 && ids[0] == 3 && ids[1] == 2),
+                  "ignore_merges %d: %zu ids, first %d", ig, n, ids[0]);
+        }
+        st_tokenizer_free(tok);
+    }
     /* a pattern that backtracks deeply on a 200 KB word needs more than JIT's default stack */
     {
         char path[512];
