@@ -732,8 +732,9 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
             if (s) goto done;
             eval_s = st_now() - te;
             snprintf(vtxt, sizeof vtxt, " | val %.4f (ppl %.2f)", val, exp(val));
-            snprintf(vjson, sizeof vjson, ",\"val_loss\":%.6f,\"val_ppl\":%.4f,\"eval_ms\":%.3f", val, exp(val),
-                     eval_s * 1e3);
+            char jv[32], jp[32]; /* a diverged model's loss is not a JSON number */
+            snprintf(vjson, sizeof vjson, ",\"val_loss\":%s,\"val_ppl\":%s,\"eval_ms\":%.3f",
+                     json_num(jv, val, "%.6f"), json_num(jp, exp(val), "%.4f"), eval_s * 1e3);
             if ((s = prof_tb_scalar(tb, "val/loss", step, val, err))) goto done;
         }
         if (!c->quiet && (step % c->log_every == 0 || step == end || vtxt[0]))
