@@ -10,6 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${SAN_BUILD:-build-asan}
 bash tools/setup.sh
+echo "test_sanitized.sh: the whole suite with ASan + UBSan + LSan, built in $build" >&2
 cmake -S . -B "$build" -DSTRATA_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" -j"$(nproc)"
 
