@@ -19,7 +19,7 @@ import json
 import os
 import random
 
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "..", "tests", "fixtures")
@@ -75,6 +75,7 @@ TESTS = [
     "<|endof not special <|endoftext| either",
     "!!!??? ... --- *** ''' \"\"\" ```",
     "mixed123abc456def 7x8y9z",
+    "ax<|im_start|>b x<|im alone x<|im_start|>",
     # Unicode 15-16 letters and digits: PCRE2 10.42 (Unicode 14) has them in no class
     "\U00031350\U00031351\U00031352 abc\U00031350 \ua7cb\ua7ccx \U00010d40\U00010d41\U00010d42\U00010d43\U00010d44 "
     "x\U00031350\U00031351 \U00010d40\U00010d41\U00010d42\U00010d43",
@@ -140,6 +141,10 @@ def main():
     llama3 = train(pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]), True)
+    # a normalized added token that overlaps a special one which starts later: tokenizers
+    # cuts out the special (normalized false) tokens first
+    llama3.add_tokens([AddedToken("x<|im", normalized=True, special=False)])
+    llama3.add_special_tokens([AddedToken("<|im_start|>", normalized=False, special=True)])
     save(llama3, "llama3", False)
 
 

@@ -34,6 +34,9 @@ typedef struct str_slot { const char *s; uint32_t len; int32_t id; } str_slot;
 typedef struct merge_slot { uint64_t key; uint32_t rank; int32_t new_id; } merge_slot; /* key 0: empty */
 
 typedef struct added_tok { const char *s; uint32_t len; int32_t id; int next; } added_tok;
+/* tokenizers matches the added tokens marked normalized false first, then in what is left
+ * those marked normalized true (in the normalized text: the same here, with no normalizer) */
+enum { ADDED_RAW, ADDED_NORMALIZED, ADDED_PASSES };
 
 struct st_tokenizer {
     char *path;
@@ -55,7 +58,7 @@ struct st_tokenizer {
     int n_steps;
     added_tok *added;
     int n_added;
-    int added_first[256]; /* chain of added tokens by first byte, -1 ends */
+    int added_first[ADDED_PASSES][256]; /* chains of added tokens by first byte, -1 ends */
 };
 
 /* ---- hashing ------------------------------------------------------------------------ */
@@ -550,7 +553,7 @@ static st_status load_model(st_tokenizer *t, json_object *root, json_object *add
 }
 
 static st_status load_added(st_tokenizer *t, json_object *added, st_err *err) {
-    for (int b = 0; b < 256; b++) t->added_first[b] = -1;
+    for (int b = 0; b < 256; b++) t->added_first[ADDED_RAW][b] = t->added_first[ADDED_NORMALIZED][b] = -1;
     size_t n = added ? json_object_array_length(added) : 0;
     t->added = calloc(n ? n : 1, sizeof *t->added);
     if (!t->added) return st_errf(err, ST_ERR_NOMEM, "%s: out of memory", t->path);
@@ -574,9 +577,15 @@ static st_status load_added(st_tokenizer *t, json_object *added, st_err *err) {
         at->s = t->id_str[id];
         at->len = t->id_len[id];
         at->id = id;
+        /* normalized defaults to true for a token that is not special, as AddedToken does */
+        json_object *nv, *sv;
+        int normalized = json_object_object_get_ex(a, "normalized", &nv)
+                             ? json_object_get_boolean(nv)
+                             : !(json_object_object_get_ex(a, "special", &sv) && json_object_get_boolean(sv));
+        int pass = normalized ? ADDED_NORMALIZED : ADDED_RAW;
         uint8_t first = (uint8_t)at->s[0];
-        at->next = t->added_first[first];
-        t->added_first[first] = t->n_added++;
+        at->next = t->added_first[pass][first];
+        t->added_first[pass][first] = t->n_added++;
     }
     return ST_OK;
 }
@@ -886,6 +895,31 @@ static st_status pretok(enc_ctx *c, int k, const uint8_t *p, size_t len) {
     return ST_OK;
 }
 
+/* Cut the added tokens of one pass out of p (leftmost, longest, as tokenizers' matcher);
+ * what lies between goes to the next pass, and after the last to the pre-tokenizer. */
+static st_status split_added(enc_ctx *c, int pass, const uint8_t *p, size_t len) {
+    const st_tokenizer *t = c->t;
+    if (pass == ADDED_PASSES) return pretok(c, 0, p, len);
+    size_t seg = 0;
+    st_status s;
+    for (size_t i = 0; i < len;) {
+        const added_tok *best = NULL;
+        for (int a = t->added_first[pass][p[i]]; a >= 0; a = t->added[a].next) {
+            const added_tok *at = &t->added[a];
+            if (at->len <= len - i && (!best || at->len > best->len) && memcmp(p + i, at->s, at->len) == 0) best = at;
+        }
+        if (!best) {
+            i++;
+            continue;
+        }
+        if ((s = split_added(c, pass + 1, p + seg, i - seg)) != ST_OK) return s;
+        emit(c, best->id);
+        i += best->len;
+        seg = i;
+    }
+    return split_added(c, pass + 1, p + seg, len - seg);
+}
+
 st_status st_tokenizer_encode(const st_tokenizer *t, const char *text, size_t len, int32_t *ids, size_t cap,
                               size_t *n, st_err *err) {
     enc_ctx c = {.t = t, .ids = ids, .cap = cap, .err = err};
@@ -896,25 +930,7 @@ st_status st_tokenizer_encode(const st_tokenizer *t, const char *text, size_t le
         s = st_errf(err, ST_ERR_NOMEM, "tokenizer: out of memory");
         goto done;
     }
-    const uint8_t *p = (const uint8_t *)text;
-    size_t seg = 0;
-    for (size_t i = 0; i < len;) {
-        /* the longest added token starting here (leftmost-longest, as tokenizers' matcher) */
-        const added_tok *best = NULL;
-        for (int a = t->added_first[p[i]]; a >= 0; a = t->added[a].next) {
-            const added_tok *at = &t->added[a];
-            if (at->len <= len - i && (!best || at->len > best->len) && memcmp(p + i, at->s, at->len) == 0) best = at;
-        }
-        if (!best) {
-            i++;
-            continue;
-        }
-        if ((s = pretok(&c, 0, p + seg, i - seg)) != ST_OK) goto done;
-        emit(&c, best->id);
-        i += best->len;
-        seg = i;
-    }
-    s = pretok(&c, 0, p + seg, len - seg);
+    s = split_added(&c, ADDED_RAW, (const uint8_t *)text, len);
 done:
     free(c.sym);
     free(c.prev);
