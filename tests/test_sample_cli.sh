@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # test_sample_cli.sh - strata sample end to end: from a run directory made by a short
 # strata train, from one of its checkpoints and from its Hugging Face export (GPT-2 and
-# a Llama-family model); the KV cache and --no-cache give the same text; a seed repeats
-# its text; --json; clear errors. strata train --sample_every prints samples, and the one
-# at the last step is exactly what strata sample draws from the saved weights with the
-# same prompt and seed, in memory and under layer streaming (--device_budget).
+# a Llama-family model; with a tokenizer.json beside it, text in and out); the KV cache
+# and --no-cache give the same text; a seed repeats its text; --json; clear errors.
+# strata train --sample_every prints samples, and the one at the last step is exactly
+# what strata sample draws from the saved weights with the same prompt and seed, in
+# memory and under layer streaming (--device_budget).
 set -u
 S=${STRATA_BIN:?}
 T=$(mktemp -d /tmp/strata-sample-XXXXXX)
@@ -74,6 +75,19 @@ check '[ $(wc -c < "$T/l1.txt") -eq 15 ] && cmp -s "$T/l1.txt" "$T/l2.txt" && cm
 "$S" train $small --steps 3 --sample_every 3 --device_budget 20000000 --run_dir "$T/srun" >"$T/strain.txt" 2>"$T/strain.err"
 check '[ $? -eq 0 ] && grep -q "layer streaming" "$T/strain.err"' "streamed training run succeeds: $(tail -1 "$T/strain.err")"
 check 'sample_matches "$T/strain.txt" "$T/srun" 3 1340' "under --device_budget the training sample is strata sample's draw from the run"
+
+# a tokenizer.json beside the model: text in, text out (tests/fixtures/tok_gpt2.json, 600 tokens)
+"$S" train --model gpt2-tiny --vocab_size 600 --batch 2 --seq 16 --steps 1 --sample_every 0 $noeval \
+  --save_hf "$T/thf" --run_dir "$T/trun" >/dev/null 2>&1
+cp "${STRATA_SOURCE_DIR:?}/tests/fixtures/tok_gpt2.json" "$T/thf/tokenizer.json"
+"$S" sample --from "$T/thf" --prompt "Hello world" --max_new 8 --temperature 0 --json >"$T/tok.json" 2>"$T/tok.err"
+check 'grep -q "text as tokenizer.json" "$T/tok.err" && python3 -c "import json,re,sys; d=json.load(open(sys.argv[1])); assert 1 < d[\"prompt_tokens\"] < 11 and len(d[\"tokens\"]) == 8 and not re.fullmatch(r\"( [0-9]+)+\", d[\"text\"])" "$T/tok.json"' \
+  "tokenizer.json: the prompt is BPE-encoded and the output decoded: $(cat "$T/tok.json")"
+"$S" sample --from "$T/thf" --prompt "Hello world" --max_new 8 --temperature 0 >"$T/tok.txt" 2>/dev/null
+check '[ "$(head -c 11 "$T/tok.txt")" = "Hello world" ]' "tokenizer.json: the prompt echoed as text"
+cp -r "$T/hf" "$T/hf600" && cp "$T/thf/tokenizer.json" "$T/hf600/"
+"$S" sample --from "$T/hf600" --prompt "Hello" >"$T/e5.txt" 2>&1; rc=$?
+check '[ $rc -eq 1 ] && grep -q "600 tokens" "$T/e5.txt"' "a tokenizer larger than the model's vocabulary is refused"
 
 # errors: exit 2 and a message that names the problem
 "$S" sample --prompt x >"$T/e1.txt" 2>&1; rc=$?

@@ -98,27 +98,37 @@ size_t st_sample_scratch_floats(int V);
 int32_t st_sample(const float *logits, int V, const st_sampler *s, st_rng *rng, float *scratch);
 
 /* ------------------------------------------------------------------ tokens and text
- * The hook a tokenizer plugs into. Today: byte-level vocabularies (256, or 257 with 256 =
- * end of document: the embedded corpus and `strata data pack`) read and write bytes;
- * any other vocabulary reads and writes token ids as decimal numbers. A real tokenizer
- * (tokenizer.json beside a model) becomes one more kind here, chosen by st_text_open. */
+ * How text becomes tokens and back, chosen by st_text_open: a tokenizer.json beside the
+ * model (strata/tokenizer.h: byte-level BPE, GPT-2, Llama 3, Qwen2); else byte-level
+ * vocabularies (256, or 257 with 256 = end of document: the embedded corpus and `strata
+ * data pack`) read and write bytes; any other vocabulary reads and writes token ids as
+ * decimal numbers. */
 
-typedef enum st_text_kind { ST_TEXT_BYTES = 0, ST_TEXT_IDS = 1 } st_text_kind;
+typedef enum st_text_kind { ST_TEXT_BYTES = 0, ST_TEXT_IDS = 1, ST_TEXT_TOKENIZER = 2 } st_text_kind;
 
+struct st_tokenizer;
 typedef struct st_text {
     st_text_kind kind;
     int vocab_size;
-    int32_t eod; /* end-of-document token (generation stops there), -1: none */
+    int32_t eod;                /* end-of-document token (generation stops there), -1: none */
+    struct st_tokenizer *tok;   /* ST_TEXT_TOKENIZER: owned, st_text_close frees it */
 } st_text;
 
-/* The tokenizer for a model of vocabulary V loaded from model_dir (may be NULL). */
+/* Bytes of buffer st_text_decode needs for any one token. */
+#define ST_TEXT_TOKEN_MAX 256
+
+/* The text of a model of vocabulary V loaded from model_dir (may be NULL):
+ * model_dir/tokenizer.json when there is one (its ids must fit the vocabulary; its
+ * <|endoftext|> or <|end_of_text|> ends generation), else bytes or ids as above. */
 st_status st_text_open(st_text *t, int vocab_size, const char *model_dir, st_err *err);
+void st_text_close(st_text *t);
 const char *st_text_kind_name(const st_text *t);
 /* text -> tokens (malloc'd, caller frees; *n may be 0). IDS: decimal ids separated by
  * spaces or commas, each in [0, V). */
 st_status st_text_encode(const st_text *t, const char *text, int32_t **tokens, int *n, st_err *err);
 /* One token's text into buf (NUL-terminated); returns its length in bytes (a byte token
- * is 1 byte, which may be 0x00; the end-of-document token is empty). cap >= 16. */
+ * is 1 byte, which may be 0x00; the end-of-document token is empty; a byte-level BPE
+ * token may be part of a UTF-8 character). cap >= ST_TEXT_TOKEN_MAX. */
 size_t st_text_decode(const st_text *t, int32_t token, char *buf, size_t cap);
 
 /* ------------------------------------------------------------------ the loop */

@@ -137,7 +137,7 @@ typedef struct stream_sink { const st_text *text; } stream_sink;
 
 static int print_token(void *ctx, int32_t tok) {
     stream_sink *k = ctx;
-    char buf[32];
+    char buf[ST_TEXT_TOKEN_MAX];
     size_t n = st_text_decode(k->text, tok, buf, sizeof buf);
     fwrite(buf, 1, n, stdout);
     fflush(stdout); /* the text appears as it is drawn, also through a pipe */
@@ -165,8 +165,8 @@ int cmd_sample(int argc, char **argv) {
     int32_t *prompt = NULL, *out = NULL;
     int n_prompt = 0, rc = 1;
     char desc[4800];
+    st_text text = {0};
     if (st_backend_cpu_create(&be, o.threads, &err) || open_model(&o, be, &m, desc, sizeof desc, &err)) goto fail;
-    st_text text;
     if (st_text_open(&text, m->vocab_size, o.from, &err)) goto fail;
     if (o.prompt && o.prompt[0]) {
         if (st_text_encode(&text, o.prompt, &prompt, &n_prompt, &err)) goto fail;
@@ -195,7 +195,7 @@ int cmd_sample(int argc, char **argv) {
     st_generate_config gc = {.max_new = o.max_new, .sampler = o.sampler, .seed = o.seed, .no_cache = o.no_cache,
                              .stop_token = text.eod};
     stream_sink sink = {&text};
-    char buf[32];
+    char buf[ST_TEXT_TOKEN_MAX];
     if (!o.json) { /* the prompt as given; the default one decoded */
         if (o.prompt && o.prompt[0]) fputs(o.prompt, stdout);
         for (int i = 0; !(o.prompt && o.prompt[0]) && i < n_prompt; i++) {
@@ -221,10 +221,10 @@ int cmd_sample(int argc, char **argv) {
                res.stopped ? "true" : "false");
         for (int i = 0; i < res.n_new; i++) printf("%s%d", i ? "," : "", out[i]);
         printf("],\"text\":");
-        char *txt = malloc((size_t)res.n_new * 16 + 1);
+        char *txt = malloc((size_t)res.n_new * ST_TEXT_TOKEN_MAX + 1);
         size_t len = 0;
         if (txt)
-            for (int i = 0; i < res.n_new; i++) len += st_text_decode(&text, out[i], txt + len, 16);
+            for (int i = 0; i < res.n_new; i++) len += st_text_decode(&text, out[i], txt + len, ST_TEXT_TOKEN_MAX);
         json_string(stdout, txt ? txt : "", len);
         free(txt);
         printf("}\n");
@@ -234,6 +234,7 @@ int cmd_sample(int argc, char **argv) {
 fail:
     fprintf(stderr, "strata sample: %s\n", err.msg[0] ? err.msg : "out of memory");
 done:
+    st_text_close(&text);
     free(prompt);
     free(out);
     st_model_free(m);

@@ -522,7 +522,7 @@ st_status st_generate_print_sample(st_model *m, const int32_t *prompt, int n_pro
     if (max_new < 1) return ST_OK; /* no room: nothing to show */
     st_generate_config gc = {.max_new = max_new, .sampler = {1.0f, 0, 1.0f}, .seed = seed, .stop_token = text.eod};
     int32_t *out = malloc(sizeof(int32_t) * (size_t)max_new);
-    char *buf = malloc(32 * ((size_t)n_prompt + max_new) + 2); /* decoded tokens are < 32 bytes */
+    char *buf = malloc(ST_TEXT_TOKEN_MAX * ((size_t)n_prompt + max_new) + 2);
     if (!out || !buf) {
         free(out);
         free(buf);
@@ -532,9 +532,9 @@ st_status st_generate_print_sample(st_model *m, const int32_t *prompt, int n_pro
     s = st_generate(m, prompt, n_prompt, &gc, NULL, NULL, out, &res, err);
     if (!s) { /* decoded whole, so a character split over tokens is checked as one */
         size_t n = 0, cut;
-        for (int i = 0; i < n_prompt; i++) n += st_text_decode(&text, prompt[i], buf + n, 32);
+        for (int i = 0; i < n_prompt; i++) n += st_text_decode(&text, prompt[i], buf + n, ST_TEXT_TOKEN_MAX);
         cut = n;
-        for (int i = 0; i < res.n_new; i++) n += st_text_decode(&text, out[i], buf + n, 32);
+        for (int i = 0; i < res.n_new; i++) n += st_text_decode(&text, out[i], buf + n, ST_TEXT_TOKEN_MAX);
         fputs(label ? label : "", f);
         put_text(f, buf, cut);
         fputc('|', f);

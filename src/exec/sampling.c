@@ -6,8 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "strata/generate.h"
+#include "strata/tokenizer.h"
 
 /* ------------------------------------------------------------------ sampling */
 
@@ -76,9 +78,25 @@ int32_t st_sample(const float *logits, int V, const st_sampler *s, st_rng *rng, 
 /* ------------------------------------------------------------------ tokens and text */
 
 st_status st_text_open(st_text *t, int vocab_size, const char *model_dir, st_err *err) {
-    (void)model_dir; /* the hook: a tokenizer found beside the model will be chosen here */
+    memset(t, 0, sizeof *t);
     if (vocab_size < 2) return st_errf(err, ST_ERR_INVALID, "a vocabulary of %d tokens", vocab_size);
     t->vocab_size = vocab_size;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/tokenizer.json", model_dir ? model_dir : "");
+    if (model_dir && access(path, R_OK) == 0) {
+        st_status s = st_tokenizer_load(&t->tok, path, err);
+        if (s) return s;
+        if (st_tokenizer_vocab_size(t->tok) > (size_t)vocab_size) {
+            s = st_errf(err, ST_ERR_SHAPE, "%s has %zu tokens, the model %d; a tokenizer of another model?", path,
+                        st_tokenizer_vocab_size(t->tok), vocab_size);
+            st_text_close(t);
+            return s;
+        }
+        t->kind = ST_TEXT_TOKENIZER;
+        t->eod = st_tokenizer_token_id(t->tok, "<|endoftext|>");
+        if (t->eod < 0) t->eod = st_tokenizer_token_id(t->tok, "<|end_of_text|>");
+        return ST_OK;
+    }
     if (vocab_size == 256 || vocab_size == 257) { /* the embedded corpus; strata data pack (256 = end of document) */
         t->kind = ST_TEXT_BYTES;
         t->eod = vocab_size == 257 ? 256 : -1;
@@ -89,8 +107,15 @@ st_status st_text_open(st_text *t, int vocab_size, const char *model_dir, st_err
     return ST_OK;
 }
 
+void st_text_close(st_text *t) {
+    st_tokenizer_free(t->tok);
+    t->tok = NULL;
+}
+
 const char *st_text_kind_name(const st_text *t) {
-    return t->kind == ST_TEXT_BYTES ? "bytes" : "token ids (no tokenizer for this vocabulary yet)";
+    return t->kind == ST_TEXT_BYTES       ? "bytes"
+           : t->kind == ST_TEXT_TOKENIZER ? "tokenizer.json"
+                                          : "token ids (no tokenizer.json beside the model)";
 }
 
 st_status st_text_encode(const st_text *t, const char *text, int32_t **tokens, int *n, st_err *err) {
@@ -100,6 +125,17 @@ st_status st_text_encode(const st_text *t, const char *text, int32_t **tokens, i
     if (!*tokens) return st_errf(err, ST_ERR_NOMEM, "out of memory");
     if (t->kind == ST_TEXT_BYTES) {
         for (size_t i = 0; i < len; i++) (*tokens)[(*n)++] = (unsigned char)text[i];
+        return ST_OK;
+    }
+    if (t->kind == ST_TEXT_TOKENIZER) { /* byte-level BPE: at most one id per byte, plus slack */
+        size_t got = 0;
+        st_status s = st_tokenizer_encode(t->tok, text, len, *tokens, len + 1, &got, err);
+        if (s || got > (size_t)1 << 30) {
+            free(*tokens);
+            *tokens = NULL;
+            return s ? st_err_prefix(err, "prompt") : st_errf(err, ST_ERR_INVALID, "prompt: too long");
+        }
+        *n = (int)got;
         return ST_OK;
     }
     const char *p = text;
@@ -123,6 +159,13 @@ st_status st_text_encode(const st_text *t, const char *text, int32_t **tokens, i
 }
 
 size_t st_text_decode(const st_text *t, int32_t token, char *buf, size_t cap) {
+    if (t->kind == ST_TEXT_TOKENIZER) {
+        size_t len = 0;
+        st_err e;
+        if (token == t->eod || st_tokenizer_decode(t->tok, &token, 1, buf, cap - 1, &len, &e)) len = 0;
+        buf[len] = 0;
+        return len;
+    }
     if (t->kind == ST_TEXT_BYTES) {
         if (token == t->eod || token < 0 || token > 255) { buf[0] = 0; return 0; }
         buf[0] = (char)token;
