@@ -23,11 +23,12 @@ static const char *sample_usage =
     "                      (RUN/checkpoints/step_N) or a Hugging Face model directory\n"
     "                      (GPT2LMHeadModel, Llama, Qwen2, Qwen3, Mistral)\n"
     "  --model PRESET      random weights of a preset instead (to measure speed)\n"
-    "  --prompt TEXT       byte-level models (vocabulary 256 or 257: the embedded corpus,\n"
-    "                      strata data pack): the text itself. Other vocabularies have no\n"
-    "                      tokenizer in strata yet: token ids separated by spaces or commas,\n"
-    "                      and the output is token ids. Default: a newline (bytes), else\n"
-    "                      token 0\n"
+    "  --prompt TEXT       text, encoded by the tokenizer.json in the --from directory\n"
+    "                      (byte-level BPE: GPT-2, Llama 3, Qwen2), else as bytes for\n"
+    "                      byte-level models (vocabulary 256 or 257: the embedded corpus,\n"
+    "                      strata data pack); any other model takes token ids separated by\n"
+    "                      spaces or commas and prints token ids. Default: the end-of-\n"
+    "                      document token (<|endoftext|>, byte 256), else a newline or token 0\n"
     "  --max_new N         tokens to generate (default 256; prompt + N must fit the model)\n"
     "  --temperature T     softmax temperature (default 1; 0: greedy)\n"
     "  --top_k K           draw from the K most likely tokens only (default 0: all)\n"
@@ -175,7 +176,7 @@ int cmd_sample(int argc, char **argv) {
         free(prompt);
         prompt = malloc(sizeof(int32_t));
         if (!prompt) goto fail;
-        prompt[0] = text.kind == ST_TEXT_BYTES ? (text.eod >= 0 ? text.eod : '\n') : 0;
+        prompt[0] = text.eod >= 0 ? text.eod : text.kind == ST_TEXT_BYTES ? '\n' : 0; /* a document's start */
         n_prompt = 1;
     }
     if (n_prompt >= m->max_seq) {
