@@ -121,6 +121,20 @@ check '[ $rc -eq 0 ] && grep -q "validation  final $vfinal" "$T/vr.out" && grep 
 check '[ "$(grep -c "<circle class=\"val\"" "$T/v/report.html")" -eq 3 ] && grep -q ">validation loss</text>" "$T/v/report.html"' \
   "the loss chart marks the 3 validations"
 
+# validation on token files, a weighted mix (training on the embedded corpus), and a bad path said at once
+for i in 1 2; do
+  for j in $(seq 1 200); do echo "line $j of file $i: the quick brown fox jumps over the lazy dog"; done >"$T/n$i.txt"
+  "$S" data pack -o "$T/p$i" --split line "$T/n$i.txt" >/dev/null 2>&1
+done
+"$S" train $small --vocab_size 257 --steps 2 --val_data "$T/p1:0.7,$T/p2:0.3" --eval_every 1 --run_dir "$T/vm" >"$T/vm.out" 2>&1
+rc=$?
+check '[ $rc -eq 0 ] && [ "$(jq -r "select(.val_loss) | .step" "$T/vm/metrics.jsonl" | wc -l)" -eq 2 ]' \
+  "val_data as a weighted mix of packed datasets (rc $rc): $(tail -1 "$T/vm.out")"
+"$S" train $small --steps 2 --val_data "$T/nothing" --eval_every 1 --run_dir "$T/vb" >"$T/vb.out" 2>&1
+rc=$?
+check '[ $rc -ne 0 ] && grep -q "val_data" "$T/vb.out" && [ ! -s "$T/vb/metrics.jsonl" ]' \
+  "a missing val_data file is refused before step 1: $(tail -1 "$T/vb.out")"
+
 # --- help and messages
 "$S" train --help >"$T/help.txt"
 check '! head -5 "$T/help.txt" | grep -q "Trains a GPT-2 model" && grep -q "Llama" "$T/help.txt"' "train --help names every family"

@@ -394,9 +394,9 @@ static st_status streamed_step(const train_config *c, stream_exec *sx, st_store 
  * streaming the executor's forward-only pass runs it (stream_eval). */
 
 typedef struct train_eval {
-    train_data vd;
+    train_data vd;            /* the embedded tail: generated at the first evaluation */
     data_loader_state start;
-    int on;
+    const char *spec;         /* NULL: no validation */
 } train_eval;
 
 /* val_data, or the embedded corpus's held-out tail for the embedded corpus; NULL: none. */
@@ -408,7 +408,12 @@ static const char *val_spec(const train_config *c) {
 
 static st_status eval_loss(const train_config *c, st_model *m, stream_exec *sx, train_eval *ev, int32_t *inputs,
                            int32_t *targets, double *out, st_err *err) {
-    st_status s = data_loader_set_state(ev->vd.dl, &ev->start, err);
+    st_status s;
+    if (!ev->vd.dl) {
+        if ((s = data_open(&ev->vd, c, "val_data", ev->spec, m->vocab_size, err))) return s;
+        data_loader_get_state(ev->vd.dl, &ev->start);
+    }
+    s = data_loader_set_state(ev->vd.dl, &ev->start, err);
     if (s) return st_err_prefix(err, "key 'val_data'");
     long per = (long)c->batch * c->seq, n = c->eval_tokens > 0 ? (c->eval_tokens + per - 1) / per : 8;
     double sum = 0;
@@ -590,10 +595,10 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     optim_state_format fmt = strcmp(c->optim_state, "8bit") ? OPTIM_STATE_F32 : OPTIM_STATE_8BIT;
     if (!sx && !c->state_paths[0] && (s = optim_create(&opt, segs, m->n_tensors, fmt, err))) goto done;
     if ((s = data_open(&td, c, "data", c->data, m->vocab_size, err))) goto done;
-    if (val_spec(c)) {
-        if ((s = data_open(&ev.vd, c, "val_data", val_spec(c), m->vocab_size, err))) goto done;
+    ev.spec = val_spec(c);
+    if (ev.spec && strcmp(ev.spec, "embedded")) { /* token files: a bad one is said now, not at step 50 */
+        if ((s = data_open(&ev.vd, c, "val_data", ev.spec, m->vocab_size, err))) goto done;
         data_loader_get_state(ev.vd.dl, &ev.start);
-        ev.on = 1;
     }
 
     hs = calloc(1, sizeof *hs); /* 4 KiB of data state: not on the stack */
@@ -724,7 +729,7 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
         prof_progress_clear(pr);
         double val = NAN, eval_s = 0; /* validation: after the step, outside its time */
         char vtxt[64] = "", vjson[128] = "";
-        if (ev.on && (step % c->eval_every == 0 || step == end)) {
+        if (ev.spec && (step % c->eval_every == 0 || step == end)) {
             double te = st_now();
             prof_span pv = prof_begin(PROF_CAT_OTHER, "validation", -1);
             s = eval_loss(c, m, sx, &ev, inputs, targets, &val, err);
