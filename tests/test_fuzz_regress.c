@@ -13,6 +13,7 @@
 #include "fuzz/fuzz_megatron.c"
 #include "fuzz/fuzz_safetensors.c"
 #include "fuzz/fuzz_store_manifest.c"
+#include "fuzz/fuzz_tokenizer.c"
 #include "fuzz/fuzz_train_config.c"
 #include "fuzz/fuzz_train_state.c"
 #include "testutil.h"
@@ -25,6 +26,7 @@ static const struct {
     {"llmc", fuzz_llmc},               {"megatron", fuzz_megatron},
     {"safetensors", fuzz_safetensors}, {"store_manifest", fuzz_store_manifest},
     {"train_config", fuzz_train_config}, {"train_state", fuzz_train_state},
+    {"tokenizer", fuzz_tokenizer},
 };
 
 static int replay_dir(const char *rel, int (*fn)(const uint8_t *, size_t)) {
