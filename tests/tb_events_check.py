@@ -84,11 +84,13 @@ def compare(run_dir):
         return f"tags {sorted(tags)}: no memory scalars"
     compared = 0
     for tag in tags:
-        key = tag.rsplit("/", 1)[-1]
+        # validation is logged only on the steps it ran, as val_loss in metrics.jsonl
+        key = "val_loss" if tag == "val/loss" else tag.rsplit("/", 1)[-1]
         events = acc.Scalars(tag)
         steps = [e.step for e in events]
-        if steps != sorted(metrics):
-            return f"{tag}: steps {steps} differ from metrics.jsonl's {sorted(metrics)}"
+        logged = sorted(s for s in metrics if key in metrics[s]) if key == "val_loss" else sorted(metrics)
+        if not logged or steps != logged:
+            return f"{tag}: steps {steps} differ from metrics.jsonl's {logged}"
         for e in events:
             ref = metrics[e.step].get(key)
             if ref is None:

@@ -56,7 +56,8 @@ int main(void) {
     st_err err = {0};
     const char *kv[][2] = {{"model", "gpt2-mini"}, {"n_layer", "2"}, {"n_embd", "64"}, {"n_head", "2"},
                            {"batch", "4"},         {"seq", "32"},    {"grad_accum", "2"}, {"steps", "3"},
-                           {"ckpt_every", "2"},    {"quiet", "1"},   {"trace", "1"}};
+                           {"ckpt_every", "2"},    {"quiet", "1"},   {"trace", "1"},
+                           {"eval_every", "0"},    {"sample_every", "0"}}; /* training's spans only */
     for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
         if (train_config_set(&c, kv[i][0], kv[i][1], &err)) {
             fprintf(stderr, "%s\n", err.msg);
