@@ -48,7 +48,9 @@ check '[ $kills -ge 20 ] || [ $finished -eq 1 ]' "only $kills kills in $tries tr
 echo "killed $kills times in $tries tries; resumed $at_k times at the last logged step k, $at_k1 at k+1" \
   "(committed, killed before its log line); last logged step $(last_step "$T/run")"
 if [ ! -s "$T/run/model.safetensors" ]; then # not finished, or killed before the weights were saved
-  "$S" train $ARGS --run_dir "$T/run" --state_paths "$T/st" --resume "$T/run" >"$T/final.out" 2>&1
+  R="" # on a loaded machine every kill can come before the store is created: start it then
+  [ -f "$T/st/strata-state.manifest" ] && R="--resume $T/run"
+  "$S" train $ARGS --run_dir "$T/run" --state_paths "$T/st" $R >"$T/final.out" 2>&1
   rc=$?
   check '[ $rc -eq 0 ]' "the final resume failed: $(tail -3 "$T/final.out")"
 fi
