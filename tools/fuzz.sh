@@ -42,8 +42,11 @@ for h in "${harnesses[@]}"; do
   # inputs are read only
   dict=(); [ -f "tests/fuzz/$h.dict" ] && dict=(-dict="tests/fuzz/$h.dict") # JSON keys and tokens
   "$build/fuzz/fuzz_$h" "$work" "tests/fuzz/corpus/$h" "tests/fuzz/regress/$h" -max_total_time="$secs" "${dict[@]}" \
-    -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$art/" >"$log" 2>&1
+    -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$art/" >"$log" 2>&1 &
+  pid=$!
+  wait $pid
   rc=$?
+  rm -rf "/dev/shm/strata-fuzz-$pid" "/tmp/strata-fuzz-$pid" # the harness's input files (fuzz_common.h)
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   last=$(grep -E '^#[0-9]+' "$log" | tail -1)
   cov=$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$last")
