@@ -240,7 +240,15 @@ int bench_offload(int argc, char **argv) {
     char manifest[4400];
     snprintf(manifest, sizeof manifest, "%s", st_store_manifest_path(st));
     st_store_close(st);
-    for (int p = 0; p < np; p++) unlink(files[p]);
+    for (int p = 0; p < np; p++) {
+        unlink(files[p]);
+        /* the store's per-path lock file, NAME.lock beside NAME.bin: the benchmark's state is gone */
+        size_t n = strlen(files[p]);
+        if (n > 4 && !strcmp(files[p] + n - 4, ".bin")) {
+            snprintf(files[p] + n - 4, sizeof files[p] - (n - 4), ".lock");
+            unlink(files[p]);
+        }
+    }
     unlink(manifest);
     if (rc) goto out;
 
