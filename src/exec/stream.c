@@ -23,8 +23,6 @@
 #include "strata/stream.h"
 #include "strata/tier.h"
 
-#define ARENA_ALIGN 256 /* the arena's rounding (tier/arena.c) */
-
 /* ------------------------------------------------------------------ plan */
 
 void stream_plan_default(stream_plan *p, int n_layer) {
@@ -136,7 +134,7 @@ struct stream_exec {
     st_err worker_err;
 };
 
-static size_t rnd(size_t bytes) { return (bytes + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN; }
+static size_t rnd(size_t bytes) { return (bytes + ST_ARENA_ALIGN - 1) / ST_ARENA_ALIGN * ST_ARENA_ALIGN; }
 
 static uint64_t h2d(stream_exec *x, void *dst, const void *src, size_t bytes) {
     x->h2d_bytes += bytes;

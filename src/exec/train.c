@@ -459,7 +459,7 @@ static st_status open_store(const train_config *c, st_model *m, const optim_segm
     if (s) return s;
     st_store_config sc = {.paths = paths, .n_paths = n, .path_weight = weighted ? weights : NULL,
                           .segs = segs, .n_segs = m->n_tensors, .fmt = fmt,
-                          .host_budget = c->state_budget > 0 ? (uint64_t)c->state_budget : 256ull << 20};
+                          .host_budget = c->state_budget > 0 ? (uint64_t)c->state_budget : TRAIN_STATE_BUDGET_DEFAULT};
     if (!c->resume[0]) {
         if (st_store_exists(&sc))
             return st_errf(err, ST_ERR_INVALID, "key 'state_paths': %s/strata-state.manifest already holds a run's "
