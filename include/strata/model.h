@@ -239,6 +239,8 @@ typedef struct st_model_overrides {
     int vocab_size, max_seq, n_layer, n_head, n_embd;
 } st_model_overrides;
 
+/* A GPT-2 model of shape cfg on be (weights uninitialised: init_random or load). */
+st_status st_model_create_gpt2(st_model **out, const gpt2_config *cfg, st_backend *be, st_err *err);
 /* A model by preset name (see st_model_preset_names) with optional overrides. */
 st_status st_model_create(st_model **out, const char *preset, const st_model_overrides *ov, st_backend *be,
                           st_err *err);

@@ -203,20 +203,9 @@ st_status gpt2_model_create_hf(st_model **out, const char *dir, st_backend *be, 
     if (access(path, R_OK) != 0)
         return st_errf(err, ST_ERR_IO, "%s: cannot read: %s (a GPT-2 directory holds one model.safetensors)", path,
                        strerror(errno));
-    gpt2_model *g = calloc(1, sizeof *g);
-    st_model *m = calloc(1, sizeof *m);
-    if (!g || !m) {
-        free(g);
-        free(m);
-        return st_errf(err, ST_ERR_NOMEM, "out of memory");
-    }
-    if ((s = gpt2_create(g, &cfg, be, err))) {
-        free(g);
-        free(m);
-        return s;
-    }
-    st_model_wrap_gpt2(m, g);
-    if ((s = gpt2_load_safetensors(g, path, err))) {
+    st_model *m;
+    if ((s = st_model_create_gpt2(&m, &cfg, be, err))) return s;
+    if ((s = gpt2_load_safetensors((gpt2_model *)m->impl, path, err))) {
         st_model_free(m);
         return s;
     }

@@ -84,7 +84,6 @@ st_status st_model_create(st_model **out, const char *preset, const st_model_ove
     gpt2_config cfg;
     if (gpt2_config_preset(preset, &cfg, NULL) != ST_OK)
         return st_errf(err, ST_ERR_INVALID, "unknown model '%s'; known models: %s", preset, st_model_preset_names());
-    st_status s;
     if (ov) {
         if (ov->vocab_size > 0) cfg.vocab_size = ov->vocab_size;
         if (ov->max_seq > 0) cfg.max_seq = ov->max_seq;
@@ -92,6 +91,11 @@ st_status st_model_create(st_model **out, const char *preset, const st_model_ove
         if (ov->n_head > 0) cfg.n_head = ov->n_head;
         if (ov->n_embd > 0) cfg.n_embd = ov->n_embd;
     }
+    return st_model_create_gpt2(out, &cfg, be, err);
+}
+
+st_status st_model_create_gpt2(st_model **out, const gpt2_config *cfg, st_backend *be, st_err *err) {
+    *out = NULL;
     gpt2_model *g = calloc(1, sizeof *g);
     st_model *m = calloc(1, sizeof *m);
     if (!g || !m) {
@@ -99,7 +103,8 @@ st_status st_model_create(st_model **out, const char *preset, const st_model_ove
         free(m);
         return st_errf(err, ST_ERR_NOMEM, "out of memory");
     }
-    if ((s = gpt2_create(g, &cfg, be, err))) {
+    st_status s = gpt2_create(g, cfg, be, err);
+    if (s) {
         free(g);
         free(m);
         return s;
