@@ -23,27 +23,6 @@ static void small_config(train_config *c, const char *run_dir) {
     snprintf(c->run_dir, sizeof c->run_dir, "%s", run_dir);
 }
 
-static unsigned char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc(*n ? *n : 1);
-    if (fread(b, 1, *n, f) != *n) { free(b); b = NULL; }
-    fclose(f);
-    return b;
-}
-
-static int same_file(const char *a, const char *b) {
-    size_t na, nb;
-    unsigned char *x = slurp(a, &na), *y = slurp(b, &nb);
-    int same = x && y && na == nb && memcmp(x, y, na) == 0;
-    free(x);
-    free(y);
-    return same;
-}
-
 static void expect_set_error(const char *key, const char *value, const char *needle) {
     train_config c;
     train_config_defaults(&c);
@@ -75,10 +54,10 @@ int main(void) {
     CHECK(r.steps_done == 6, "resumed run ended at %ld", r.steps_done);
     snprintf(p1, sizeof p1, "%s/checkpoints/step_00000006/model.safetensors", a);
     snprintf(p2, sizeof p2, "%s/checkpoints/step_00000006/model.safetensors", b);
-    CHECK(same_file(p1, p2), "weights after 6 steps differ between one run and 3 + resume + 3");
+    CHECK(test_same_file(p1, p2), "weights after 6 steps differ between one run and 3 + resume + 3");
     snprintf(p1, sizeof p1, "%s/checkpoints/step_00000006/train_state.bin", a);
     snprintf(p2, sizeof p2, "%s/checkpoints/step_00000006/train_state.bin", b);
-    CHECK(same_file(p1, p2), "optimizer state after 6 steps differs between one run and 3 + resume + 3");
+    CHECK(test_same_file(p1, p2), "optimizer state after 6 steps differs between one run and 3 + resume + 3");
 
     /* metrics.jsonl: one line per step; the loss falls */
     snprintf(p1, sizeof p1, "%s/metrics.jsonl", a);
@@ -115,7 +94,7 @@ int main(void) {
         }
         snprintf(p1, sizeof p1, "%s/checkpoints/step_00000006/model.safetensors", ref);
         snprintf(p2, sizeof p2, "%s/checkpoints/step_00000006/model.safetensors", sd);
-        CHECK(same_file(p1, p2), "streamed weights (budget %s) differ from the in-memory run", budgets[k]);
+        CHECK(test_same_file(p1, p2), "streamed weights (budget %s) differ from the in-memory run", budgets[k]);
     }
     {
         char sa[600], sb[600];
@@ -133,7 +112,7 @@ int main(void) {
         CHECK(train_run(&c, &r, &err) == ST_OK, "streamed resume: %s", err.msg);
         snprintf(p1, sizeof p1, "%s/checkpoints/step_00000006/train_state.bin", sa);
         snprintf(p2, sizeof p2, "%s/checkpoints/step_00000006/train_state.bin", sb);
-        CHECK(same_file(p1, p2), "streamed 3 + resume + 3 differs from 6 streamed steps");
+        CHECK(test_same_file(p1, p2), "streamed 3 + resume + 3 differs from 6 streamed steps");
         small_config(&c, sb);
         train_config_set(&c, "device_budget", "400000", &err);
         c.grad_accum = 1;
@@ -192,7 +171,7 @@ int main(void) {
     snprintf(ck, sizeof ck, "%s/checkpoints/step_00000006", b);
     snprintf(st_path, sizeof st_path, "%s/train_state.bin", ck);
     size_t n;
-    unsigned char *orig = slurp(st_path, &n);
+    unsigned char *orig = test_slurp(st_path, &n);
     struct { const char *what; long off; int truncate; const char *needle; } cases[] = {
         {"wrong magic", 0, 0, "wrong magic"},
         {"wrong version", 8, 0, "version"},
@@ -218,7 +197,7 @@ int main(void) {
         st_status s = train_run(&c, &r, &err);
         CHECK(s != ST_OK && strstr(err.msg, cases[i].needle) && strstr(err.msg, "train_state.bin"), "%s: %s",
               cases[i].what, err.msg);
-        CHECK(same_file(st_path, backup), "%s: the checkpoint file changed after a failed resume", cases[i].what);
+        CHECK(test_same_file(st_path, backup), "%s: the checkpoint file changed after a failed resume", cases[i].what);
         free(bad);
     }
     f = fopen(st_path, "wb");

@@ -22,27 +22,6 @@ static void small_config(train_config *c, const char *run_dir) {
     snprintf(c->run_dir, sizeof c->run_dir, "%s", run_dir);
 }
 
-static unsigned char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc(*n ? *n : 1);
-    if (fread(b, 1, *n, f) != *n) { free(b); b = NULL; }
-    fclose(f);
-    return b;
-}
-
-static int same_file(const char *a, const char *b) {
-    size_t na, nb;
-    unsigned char *x = slurp(a, &na), *y = slurp(b, &nb);
-    int same = x && y && na == nb && memcmp(x, y, na) == 0;
-    free(x);
-    free(y);
-    return same;
-}
-
 int main(void) {
     char p1[700], p2[700];
     st_err err = {0};
@@ -68,7 +47,7 @@ int main(void) {
             for (int i = 0; i < 2; i++) {
                 snprintf(p1, sizeof p1, "%s/checkpoints/step_00000006/%s", on, files[i]);
                 snprintf(p2, sizeof p2, "%s/checkpoints/step_00000006/%s", off, files[i]);
-                CHECK(same_file(p1, p2), "case %d: %s differs with validation every step", k, files[i]);
+                CHECK(test_same_file(p1, p2), "case %d: %s differs with validation every step", k, files[i]);
             }
             char l1[2048], l2[2048];
             snprintf(p1, sizeof p1, "%s/metrics.jsonl", on);

@@ -81,3 +81,27 @@ float *test_read_f32(struct st_safetensors *st, const char *name, size_t n) {
     }
     return buf;
 }
+
+unsigned char *test_slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc(*n ? *n : 1);
+    if (b && fread(b, 1, *n, f) != *n) {
+        free(b);
+        b = NULL;
+    }
+    fclose(f);
+    return b;
+}
+
+int test_same_file(const char *a, const char *b) {
+    size_t na = 0, nb = 0;
+    unsigned char *x = test_slurp(a, &na), *y = test_slurp(b, &nb);
+    int same = x && y && na == nb && memcmp(x, y, na) == 0;
+    free(x);
+    free(y);
+    return same;
+}

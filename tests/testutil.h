@@ -33,6 +33,11 @@ struct st_safetensors;
 int test_meta_int(struct st_safetensors *st, const char *key);
 float *test_read_f32(struct st_safetensors *st, const char *name, size_t n);
 
+/* A whole file (malloc'd, *n bytes; NULL if unreadable), and whether two files are equal
+ * byte for byte (0 when either is unreadable). */
+unsigned char *test_slurp(const char *path, size_t *n);
+int test_same_file(const char *a, const char *b);
+
 /* Print the summary line and return the exit code (0 pass, 1 fail). */
 int test_finish(const char *name);
 
