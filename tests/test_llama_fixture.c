@@ -34,16 +34,7 @@ static double meta_double(st_safetensors *st, const char *k) {
 
 /* Load every parameter from the fixture under its own name (it is an HF state dict). */
 static st_status load_params(llama_model *m, st_safetensors *fx, st_err *err) {
-    float *host = malloc(m->n_params * sizeof(float));
-    st_status s = ST_OK;
-    for (int i = 0; i < m->n_tensors && !s; i++) {
-        const st_param_info *t = &m->tensors[i];
-        int64_t shape[2] = {t->shape[0], t->shape[1]};
-        s = safetensors_read_f32(fx, t->name, host + t->offset, t->numel, shape, t->ndim, err);
-    }
-    if (!s) m->be->ops->copy_to_device(m->be, m->params, host, m->n_params * sizeof(float));
-    free(host);
-    return s;
+    return test_load_params(fx, m->tensors, m->n_tensors, m->n_params, m->be, m->params, err);
 }
 
 static void run_fixture(const char *file) {

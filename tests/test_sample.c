@@ -35,14 +35,7 @@ static st_status load_fixture(st_model *m, const char *file, st_err *err) {
     snprintf(rel, sizeof rel, "tests/fixtures/%s", file);
     st_status s = safetensors_open(&fx, test_source_path(rel), err);
     if (s) return s;
-    float *host = malloc(m->n_params * sizeof(float));
-    for (int i = 0; i < m->n_tensors && !s; i++) {
-        const st_param_info *t = &m->tensors[i];
-        int64_t shape[2] = {t->shape[0], t->shape[1]};
-        s = safetensors_read_f32(fx, t->name, host + t->offset, t->numel, shape, t->ndim, err);
-    }
-    if (!s) m->be->ops->copy_to_device(m->be, m->params, host, m->n_params * sizeof(float));
-    free(host);
+    s = test_load_params(fx, m->tensors, m->n_tensors, m->n_params, m->be, m->params, err);
     safetensors_close(fx);
     return s;
 }

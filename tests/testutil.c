@@ -1,6 +1,8 @@
 /* testutil.c - shared helpers for the C tests. */
 #include "testutil.h"
 
+#include "strata/backend.h"
+#include "strata/model.h"
 #include "strata/safetensors.h"
 
 #include <math.h>
@@ -104,4 +106,18 @@ int test_same_file(const char *a, const char *b) {
     free(x);
     free(y);
     return same;
+}
+
+int test_load_params(struct st_safetensors *fx, const struct st_param_info *t, int n, size_t n_params,
+                     struct st_backend *be, float *params, struct st_err *err) {
+    float *host = malloc(n_params * sizeof(float));
+    if (!host) return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    st_status s = ST_OK;
+    for (int i = 0; i < n && !s; i++) {
+        int64_t shape[2] = {t[i].shape[0], t[i].shape[1]};
+        s = safetensors_read_f32(fx, t[i].name, host + t[i].offset, t[i].numel, shape, t[i].ndim, err);
+    }
+    if (!s) be->ops->copy_to_device(be, params, host, n_params * sizeof(float));
+    free(host);
+    return s;
 }

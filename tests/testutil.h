@@ -33,6 +33,14 @@ struct st_safetensors;
 int test_meta_int(struct st_safetensors *st, const char *key);
 float *test_read_f32(struct st_safetensors *st, const char *name, size_t n);
 
+/* Every parameter of a model's table (n tensors, n_params floats in all) from fixture fx
+ * under its own (Hugging Face) name, into params on be. */
+struct st_backend;
+struct st_param_info;
+struct st_err;
+int test_load_params(struct st_safetensors *fx, const struct st_param_info *t, int n, size_t n_params,
+                     struct st_backend *be, float *params, struct st_err *err);
+
 /* A whole file (malloc'd, *n bytes; NULL if unreadable), and whether two files are equal
  * byte for byte (0 when either is unreadable). */
 unsigned char *test_slurp(const char *path, size_t *n);
