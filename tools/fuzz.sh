@@ -7,6 +7,10 @@
 # tests/fuzz/regress/<parser>/ (replayed by the regress test of the ordinary suite).
 #
 #   tools/fuzz.sh [SECONDS]        FUZZ_ONLY=safetensors,llmc to run some; FUZZ_BUILD=dir
+#   FUZZ_RUNS=N [FUZZ_SEED=S]      a reproducible run (CI): N executions per harness from
+#                                  seed S (default 1), SECONDS only as a cap; the same
+#                                  binary then explores the same inputs on every machine,
+#                                  so CI passes or fails on the code, not on luck
 # Exit status: 0 when no harness crashed, 1 when one did, 2 when the build failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -31,7 +35,13 @@ cmake --build "$build" -j"$jobs" "${targets[@]}" >"$build/fuzz-build.log" 2>&1 |
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
-echo "fuzz.sh: ${secs} s per harness, one at a time, from $(date -u +%FT%TZ)"
+det=()
+if [ -n "${FUZZ_RUNS:-}" ]; then
+  det=(-runs="$FUZZ_RUNS" -seed="${FUZZ_SEED:-1}")
+  echo "fuzz.sh: $FUZZ_RUNS executions per harness from seed ${FUZZ_SEED:-1} (at most ${secs} s each), one at a time, from $(date -u +%FT%TZ)"
+else
+  echo "fuzz.sh: ${secs} s per harness, one at a time, from $(date -u +%FT%TZ)"
+fi
 printf '%-16s %12s %8s %8s %8s %8s  %s\n' harness executions cov ft units crashes log
 status=0
 for h in "${harnesses[@]}"; do
@@ -41,7 +51,7 @@ for h in "${harnesses[@]}"; do
   # new inputs go to the first (build) directory; the committed seeds and regression
   # inputs are read only
   dict=(); [ -f "tests/fuzz/$h.dict" ] && dict=(-dict="tests/fuzz/$h.dict") # JSON keys and tokens
-  "$build/fuzz/fuzz_$h" "$work" "tests/fuzz/corpus/$h" "tests/fuzz/regress/$h" -max_total_time="$secs" "${dict[@]}" \
+  "$build/fuzz/fuzz_$h" "$work" "tests/fuzz/corpus/$h" "tests/fuzz/regress/$h" -max_total_time="$secs" "${det[@]}" "${dict[@]}" \
     -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$art/" >"$log" 2>&1 &
   pid=$!
   wait $pid

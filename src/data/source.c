@@ -700,7 +700,7 @@ size_t data_convert(const void *src, int dtype, size_t n, int32_t *dst, int64_t 
         if (is_float) {
             /* Token ids stored as floats must be exact integers. */
             if (!(f >= 0 && f < (double)lim && f == floor(f))) {
-                *bad_value = f != f ? -1 : (int64_t)f;
+                *bad_value = f != f ? -1 : f >= 9.2e18 ? INT64_MAX : f <= -9.2e18 ? INT64_MIN : (int64_t)f;
                 return i;
             }
             v = (int64_t)f;
