@@ -221,6 +221,9 @@ typedef struct st_model_ops {
     /* The sgemm shapes one training step makes (for the step benchmark's ceiling):
      * writes at most max, returns how many. */
     int (*step_gemms)(const st_model *m, int B, int T, st_gemm_shape *out, int max);
+    /* The model's architecture as executors see it (block.h): a new st_arch the caller
+     * frees with st_arch_free. */
+    st_status (*arch)(const st_model *m, struct st_arch **out, st_err *err);
 } st_model_ops;
 
 struct st_model {
