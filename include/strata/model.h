@@ -206,6 +206,8 @@ typedef struct st_model st_model;
 /* C(M,N) = op(A) op(B), inner size K, `count` times per step; ta/tb: transposed. */
 typedef struct st_gemm_shape { int M, N, K, ta, tb, count; } st_gemm_shape;
 
+struct st_arch; /* block.h */
+
 typedef struct st_model_ops {
     const char *arch; /* "gpt2" */
     st_status (*alloc_acts)(st_model *m, int B, int T, st_err *err);
