@@ -173,6 +173,8 @@ void gpt2_block_backward(gpt2_model *m, const float *wslab, float *gslab, const 
                          float *dres);
 void gpt2_embed_backward(gpt2_model *m, const float *dres);
 float *gpt2_dresidual(gpt2_model *m);
+/* The backend copy of the last embed_forward's token ids (N int32). */
+int32_t *gpt2_token_ids(gpt2_model *m);
 
 /* Hugging Face-compatible weights: every tensor under its GPT-2 name, F32, tied head
  * omitted (as save_pretrained writes it). Load accepts names with or without the
@@ -225,7 +227,7 @@ typedef struct st_model_ops {
     int (*step_gemms)(const st_model *m, int B, int T, st_gemm_shape *out, int max);
     /* The model's architecture as executors see it (block.h): a new st_arch the caller
      * frees with st_arch_free. */
-    st_status (*arch)(const st_model *m, struct st_arch **out, st_err *err);
+    st_status (*get_arch)(const st_model *m, struct st_arch **out, st_err *err);
 } st_model_ops;
 
 struct st_model {

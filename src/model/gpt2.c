@@ -426,6 +426,7 @@ void gpt2_embed_backward(gpt2_model *m, const float *dres) {
 }
 
 float *gpt2_dresidual(gpt2_model *m) { return m->acts->dres; }
+int32_t *gpt2_token_ids(gpt2_model *m) { return m->acts->inputs; }
 
 float gpt2_forward(gpt2_model *m, const int32_t *inputs, const int32_t *targets, float dloss) {
     prof_span pf = prof_begin(PROF_CAT_COMPUTE, "forward", -1);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "strata/llama.h"
+#include "strata/block.h"
 #include "strata/model.h"
 
 static gpt2_model *as_gpt2(const st_model *m) { return (gpt2_model *)m->impl; }
@@ -50,8 +51,11 @@ static int g_step_gemms(const st_model *m, int B, int T, st_gemm_shape *out, int
     return n;
 }
 
+static st_status g_get_arch(const st_model *m, st_arch **out, st_err *err) {
+    return st_arch_gpt2(out, &as_gpt2(m)->cfg, err);
+}
 static const st_model_ops gpt2_ops = {"gpt2", g_alloc_acts, g_forward, g_backward, g_init_random, g_save,
-                                      g_load, g_flops, g_describe, g_destroy, g_step_gemms};
+                                      g_load, g_flops, g_describe, g_destroy, g_step_gemms, g_get_arch};
 
 void st_model_wrap_gpt2(st_model *out, gpt2_model *g) {
     memset(out, 0, sizeof *out);
