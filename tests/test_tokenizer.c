@@ -5,8 +5,11 @@
  * a Llama-3 Split regex, ignore_merges and [a, b] merges, each with the ids `tokenizers`
  * gives for a set of texts (special tokens, unicode, digits, whitespace runs,
  * contractions). Every id must match and decoding must give the text back byte for byte.
- * Files the reader must refuse (Unigram, WordPiece, a normalizer, malformed JSON) must
- * name the field or the file.
+ * Three more are sentencepiece-style BPE over characters: Llama-2's form (Prepend/Replace
+ * normalizer, byte fallback, the Replace/ByteFallback/Fuse/Strip decoder), Mistral's newer
+ * form (Metaspace pre-tokenizer) and an older one without byte fallback (unk, Metaspace
+ * decoder). Files the reader must refuse (Unigram, WordPiece, an unknown normalizer,
+ * pre-tokenizer or decoder, malformed JSON) must name the field or the file.
  */
 #include <json-c/json.h>
 #include <stdio.h>
@@ -16,8 +19,11 @@
 #include "strata/tokenizer.h"
 #include "testutil.h"
 
-/* round_trip: decode(encode(text)) is the text (not so with add_prefix_space) */
-static void check_fixture(const char *name, int round_trip) {
+/* round_trip: decode(encode(text)) is the text (not so with add_prefix_space, nor where a
+ * sentencepiece-style decoder strips the space it assumes was prepended); special: a special
+ * token of the file; junk: text with invalid UTF-8 that must come back byte for byte (NULL:
+ * the model maps invalid bytes to unk) */
+static void check_fixture(const char *name, int round_trip, const char *special, const char *junk) {
     char rel[128];
     snprintf(rel, sizeof rel, "tests/fixtures/tok_%s.json", name);
     st_tokenizer *tok = NULL;
@@ -26,8 +32,8 @@ static void check_fixture(const char *name, int round_trip) {
     CHECK(s == ST_OK, "%s: %s", rel, err.msg);
     if (s != ST_OK) return;
     CHECK(st_tokenizer_vocab_size(tok) > 256, "%s: vocab %zu", name, st_tokenizer_vocab_size(tok));
-    CHECK(st_tokenizer_token_id(tok, "<|endoftext|>") >= 0, "%s: special token id", name);
-    CHECK(st_tokenizer_id_token(tok, st_tokenizer_token_id(tok, "<|endoftext|>")) != NULL, "%s: id -> token", name);
+    CHECK(st_tokenizer_token_id(tok, special) >= 0, "%s: special token id", name);
+    CHECK(st_tokenizer_id_token(tok, st_tokenizer_token_id(tok, special)) != NULL, "%s: id -> token", name);
 
     snprintf(rel, sizeof rel, "tests/fixtures/tok_%s_expected.json", name);
     json_object *rows = json_object_from_file(test_source_path(rel));
@@ -76,15 +82,17 @@ static void check_fixture(const char *name, int round_trip) {
     size_t olen;
     s = st_tokenizer_decode(tok, bad, 2, out, sizeof out, &olen, &err);
     CHECK(s == ST_ERR_INVALID && strstr(err.msg, "ids[1]"), "%s: bad id: %s", name, err.msg);
-    /* invalid UTF-8 still round-trips byte for byte (a leading space: no prefix space added) */
-    const char junk[] = " ok \xff\xfe bad \xc3 tail \xe4\xb8";
-    int32_t ids[128];
-    size_t n;
-    s = st_tokenizer_encode(tok, junk, sizeof junk - 1, ids, 128, &n, &err);
-    CHECK(s == ST_OK, "%s: invalid utf-8: %s", name, err.msg);
-    s = st_tokenizer_decode(tok, ids, n, out, sizeof out, &olen, &err);
-    CHECK(s == ST_OK && olen == sizeof junk - 1 && memcmp(out, junk, olen) == 0, "%s: invalid utf-8 round trip",
-          name);
+    /* invalid UTF-8 still round-trips byte for byte */
+    if (junk) {
+        size_t jl = strlen(junk);
+        int32_t ids[128];
+        size_t n;
+        s = st_tokenizer_encode(tok, junk, jl, ids, 128, &n, &err);
+        CHECK(s == ST_OK, "%s: invalid utf-8: %s", name, err.msg);
+        s = st_tokenizer_decode(tok, ids, n, out, sizeof out, &olen, &err);
+        CHECK(s == ST_OK && olen == jl && memcmp(out, junk, olen) == 0, "%s: invalid utf-8 round trip: \"%.*s\"",
+              name, (int)olen, out);
+    }
     json_object_put(rows);
     st_tokenizer_free(tok);
 }
@@ -109,14 +117,46 @@ static void check_refused(const char *fname, const char *text, st_status code, c
     st_tokenizer_free(tok);
 }
 
+/* Llama-2's form: <0xNN> runs decode to their bytes, whatever they form (tokenizers writes
+ * U+FFFD where they are not UTF-8; strata keeps the bytes), Replace/Strip apply around them. */
+static void check_byte_fallback(void) {
+    st_tokenizer *tok = NULL;
+    st_err err = {0};
+    st_status s = st_tokenizer_load(&tok, test_source_path("tests/fixtures/tok_llama2.json"), &err);
+    CHECK(s == ST_OK, "llama2: %s", err.msg);
+    if (s != ST_OK) return;
+    int32_t ids[6] = {st_tokenizer_token_id(tok, "<0x20>"), st_tokenizer_token_id(tok, "<0xFF>"),
+                      st_tokenizer_token_id(tok, "\xe2\x96\x81"), st_tokenizer_token_id(tok, "<0xE4>"),
+                      st_tokenizer_token_id(tok, "<0xB8>"), st_tokenizer_token_id(tok, "<0xAD>")};
+    CHECK(ids[0] == 3 + 0x20 && ids[1] == 3 + 0xFF && ids[2] >= 0, "llama2: byte token ids %d %d %d", ids[0], ids[1],
+          ids[2]);
+    char out[32];
+    size_t len = 0;
+    /* " \xff" + "▁"->" " + "中" from three bytes; Fuse then Strip takes the leading space */
+    s = st_tokenizer_decode(tok, ids, 6, out, sizeof out, &len, &err);
+    CHECK(s == ST_OK && len == 5 && memcmp(out, "\xff \xe4\xb8\xad", 5) == 0, "llama2: decode gives %zu bytes \"%.*s\"",
+          len, (int)len, out);
+    /* the same through a short buffer: the size it needs */
+    s = st_tokenizer_decode(tok, ids, 6, out, 2, &len, &err);
+    CHECK(s == ST_ERR_INVALID && len == 5, "llama2: cap 2 gives %s, need %zu", st_status_name(s), len);
+    st_tokenizer_free(tok);
+}
+
 #define BL_PRE "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":true},"
 #define BL_DEC "\"decoder\":{\"type\":\"ByteLevel\"},"
 #define TINY_BPE "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"ab\":2},\"merges\":[\"a b\"]}"
 
 int main(void) {
-    check_fixture("gpt2", 1);
-    check_fixture("llama3", 1);
-    check_fixture("gpt2_prefix", 0);
+    /* a leading space: no prefix space is added, and none is stripped */
+    static const char junk_space[] = " ok \xff\xfe bad \xc3 tail \xe4\xb8 \xed\xa0\x80 \xf4\x90\x80\x80 \xc0\xaf";
+    check_fixture("gpt2", 1, "<|endoftext|>", junk_space);
+    check_fixture("llama3", 1, "<|endoftext|>", junk_space);
+    check_fixture("gpt2_prefix", 0, "<|endoftext|>", junk_space);
+    /* byte fallback: invalid bytes become <0xNN> and decode to themselves */
+    check_fixture("llama2", 0, "</s>", junk_space);
+    check_fixture("mistral", 0, "<|im_start|>", junk_space + 1);
+    check_fixture("spm_old", 0, "<s>", NULL);
+    check_byte_fallback();
 
     /* a minimal file loads, and merges "a b" */
     {
@@ -200,13 +240,29 @@ int main(void) {
                   ST_ERR_UNSUPPORTED, "model.type 'WordPiece'");
     check_refused("nfc.json", "{\"normalizer\":{\"type\":\"NFC\"}," BL_PRE BL_DEC TINY_BPE "}", ST_ERR_UNSUPPORTED,
                   "normalizer.type 'NFC'");
-    check_refused("metaspace.json",
+    check_refused("whitespace.json",
                   "{\"normalizer\":null,\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":"
-                  "\"Metaspace\"}]}," BL_DEC TINY_BPE "}",
-                  ST_ERR_UNSUPPORTED, "pre_tokenizer.pretokenizers[0].type 'Metaspace'");
+                  "\"Whitespace\"}]}," BL_DEC TINY_BPE "}",
+                  ST_ERR_UNSUPPORTED, "pre_tokenizer.pretokenizers[0].type 'Whitespace'");
     check_refused("decoder.json",
-                  "{\"normalizer\":null," BL_PRE "\"decoder\":{\"type\":\"Metaspace\"}," TINY_BPE "}",
-                  ST_ERR_UNSUPPORTED, "decoder.type 'Metaspace'");
+                  "{\"normalizer\":null," BL_PRE "\"decoder\":{\"type\":\"WordPiece\"}," TINY_BPE "}",
+                  ST_ERR_UNSUPPORTED, "decoder.type 'WordPiece'");
+    check_refused("decoder_seq.json",
+                  "{\"normalizer\":null," BL_PRE "\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":"
+                  "\"ByteFallback\"},{\"type\":\"Fuse\"},{\"type\":\"CTC\"}]}," TINY_BPE "}",
+                  ST_ERR_UNSUPPORTED, "decoder.decoders[2].type 'CTC'");
+    check_refused("norm_seq.json",
+                  "{\"normalizer\":{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"Prepend\",\"prepend\":"
+                  "\"_\"},{\"type\":\"NFKC\"}]}," BL_PRE BL_DEC TINY_BPE "}",
+                  ST_ERR_UNSUPPORTED, "normalizer.normalizers[1].type 'NFKC'");
+    check_refused("norm_regex.json",
+                  "{\"normalizer\":{\"type\":\"Replace\",\"pattern\":{\"Regex\":\" +\"},\"content\":\"_\"},"
+                  BL_PRE BL_DEC TINY_BPE "}",
+                  ST_ERR_UNSUPPORTED, "normalizer.pattern.Regex");
+    check_refused("metaspace_scheme.json",
+                  "{\"normalizer\":null,\"pre_tokenizer\":{\"type\":\"Metaspace\",\"replacement\":\"_\","
+                  "\"prepend_scheme\":\"sometimes\"}," BL_DEC TINY_BPE "}",
+                  ST_ERR_FORMAT, "pre_tokenizer.prepend_scheme 'sometimes'");
     check_refused("badmerge.json",
                   "{\"normalizer\":null," BL_PRE BL_DEC
                   "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1},\"merges\":[[\"a\",\"b\"]]}}",

@@ -7,6 +7,16 @@ Writes, for tests/test_tokenizer.c:
   tests/fixtures/tok_llama3.json          Sequence[Split(Llama-3 regex), ByteLevel(use_regex
                                           false)], ignore_merges, merges as [a, b] pairs
   tests/fixtures/tok_gpt2_prefix.json     the GPT-2 one with add_prefix_space true
+  tests/fixtures/tok_llama2.json          byte-fallback BPE as Llama-2 / Mistral v0.1 store it:
+                                          normalizer Sequence[Prepend("▁"), Replace(" ", "▁")],
+                                          no pre-tokenizer, <0xNN> tokens, fuse_unk, decoder
+                                          Sequence[Replace, ByteFallback, Fuse, Strip]
+  tests/fixtures/tok_mistral.json         the same model as newer converters write it: no
+                                          normalizer, Metaspace(prepend_scheme first, split
+                                          false), a normalized added token
+  tests/fixtures/tok_spm_old.json         an older sentencepiece-style BPE without byte
+                                          fallback (unk, fuse_unk): Metaspace(add_prefix_space)
+                                          pre-tokenizer and decoder
   tests/fixtures/tok_<name>_expected.json [{"text", "ids", "decoded"}] from Hugging Face
                                           `tokenizers` (encode, then decode the ids)
 
@@ -19,7 +29,7 @@ import json
 import os
 import random
 
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "..", "tests", "fixtures")
@@ -83,6 +93,22 @@ TESTS = [
 ]
 
 
+# for the sentencepiece-style (byte-fallback) tokenizers: their specials, "▁" in the text,
+# characters the training text never had (byte fallback or unk), runs of spaces
+SPM_TESTS = [
+    "<s>hello world</s>",
+    "<s> hello",
+    "hello<s>world</s>",
+    "a <unk> b",
+    "<0x41> is text, not a byte",
+    "▁ already ▁▁ metaspace ▁x",
+    "  two  spaces   three    four",
+    "rare 龘 🦀 ∮ ⅋ 𝔸 and combining e\u0301 a\u0308",
+    "x<|im normalized x<|im_start|> special",
+    "The model reads text 中文文本 🙂🚀 and code: def f(x):\n\treturn x**2  # done\n",
+]
+
+
 # pieces for random strings: the corner cases of \s, \p{L}, \p{N}, contractions, specials
 POOL = (list("abcXYZ'sStTdDmMlLvVrRe ") +
         [" ", "  ", "\t", "\n", "\r\n", "\r", "\u00a0", "\u3000", "\u2003", "\u0085", "\u180e", "\u200b",
@@ -97,9 +123,9 @@ def random_texts(n, seed=7):
     return ["".join(rng.choice(POOL) for _ in range(rng.randint(1, 30))) for _ in range(n)]
 
 
-def expected(tok, name, round_trip):
+def expected(tok, name, round_trip, extra=()):
     rows = []
-    for t in TESTS + random_texts(150):
+    for t in TESTS + list(extra) + random_texts(150):
         ids = tok.encode(t).ids
         back = tok.decode(ids, skip_special_tokens=False)
         assert back == t or not round_trip, (name, t, back)
@@ -119,17 +145,46 @@ def train(pre, ignore_merges):
     return tok
 
 
-def save(tok, name, string_merges, round_trip=True):
+def save(tok, name, string_merges, round_trip=True, extra=(), edit=None):
     path = os.path.join(OUT, f"tok_{name}.json")
     d = json.loads(tok.to_str())
     if string_merges:
         d["model"]["merges"] = [" ".join(m) if isinstance(m, list) else m for m in d["model"]["merges"]]
+    if edit:
+        edit(d)
     with open(path, "w", encoding="utf-8") as f:
         json.dump(d, f, ensure_ascii=False, separators=(",", ":"))
         f.write("\n")
     # the expected ids come from the file as written (as a user would load it)
-    expected(Tokenizer.from_file(path), name, round_trip)
+    expected(Tokenizer.from_file(path), name, round_trip, extra)
     print(f"{path}: {os.path.getsize(path)} bytes, vocab {tok.get_vocab_size()}")
+
+
+SPM_SPECIAL = ["<unk>", "<s>", "</s>"]
+BYTE_TOKENS = [f"<0x{b:02X}>" for b in range(256)]
+
+
+def train_spm(byte_fallback):
+    """A BPE over characters as sentencepiece makes them (Llama-2, Mistral): words start with
+    "▁"; with byte_fallback, ids 3-258 are <0x00>..<0xFF> as in Llama-2's vocabulary."""
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=byte_fallback, fuse_unk=True))
+    # trained without split, as sentencepiece does, so that runs of "▁" become tokens
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=False)
+    # a small alphabet, so that rarer characters of the training text need byte fallback too
+    trainer = trainers.BpeTrainer(vocab_size=900, show_progress=False, limit_alphabet=120,
+                                  special_tokens=SPM_SPECIAL + (BYTE_TOKENS if byte_fallback else []))
+    # indented code: runs of "▁" (and how a splitting Metaspace cuts them matters)
+    tok.train_from_iterator(corpus() + ["    if x:\n        return  y   z"] * 40, trainer)
+    return tok
+
+
+def bytes_in_model_only(d):
+    # Llama-2's <0xNN> are model vocabulary, not added tokens (the trainer made them both)
+    d["added_tokens"] = [a for a in d["added_tokens"] if a["content"] not in BYTE_TOKENS]
+
+
+LLAMA2_DECODER = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                    decoders.Strip(" ", 1, 0)])
 
 
 def main():
@@ -146,6 +201,34 @@ def main():
     llama3.add_tokens([AddedToken("x<|im", normalized=True, special=False)])
     llama3.add_special_tokens([AddedToken("<|im_start|>", normalized=False, special=True)])
     save(llama3, "llama3", False)
+
+    llama2 = train_spm(True)
+    llama2.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    llama2.pre_tokenizer = None
+    llama2.decoder = LLAMA2_DECODER
+    # the decoder strips the space Prepend put in front: not so where a special token starts
+    # the text ("<s> hello" comes back as "<s>  hello")
+    save(llama2, "llama2", False, round_trip=False, extra=SPM_TESTS, edit=bytes_in_model_only)
+
+    mistral = train_spm(True)
+    mistral.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=False)
+    mistral.decoder = LLAMA2_DECODER
+    # a normalized added token: with Metaspace (a pre-tokenizer) its text is found as written
+    mistral.add_tokens([AddedToken("x<|im", normalized=True, special=False)])
+    mistral.add_special_tokens([AddedToken("<|im_start|>", normalized=False, special=True)])
+    save(mistral, "mistral", False, round_trip=False, extra=SPM_TESTS, edit=bytes_in_model_only)
+
+    def old_metaspace(d):
+        # as tokenizers < 0.14 wrote it: add_prefix_space, no prepend_scheme or split
+        for k in ("pre_tokenizer", "decoder"):
+            d[k] = {"type": "Metaspace", "replacement": "▁", "add_prefix_space": True}
+
+    spm_old = train_spm(False)
+    spm_old.decoder = decoders.Metaspace()
+    # a normalized added token in a file with a normalizer: it is looked for normalized
+    spm_old.normalizer = normalizers.Replace("\t", "▁▁")
+    spm_old.add_tokens([AddedToken("x\ty", normalized=True, special=False)])
+    save(spm_old, "spm_old", False, round_trip=False, extra=SPM_TESTS + ["a x\ty b\tx\t\ty"], edit=old_metaspace)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,20 @@
-/* tokenizer.c - Hugging Face tokenizer.json reader and byte-level BPE encode/decode.
+/* tokenizer.c - Hugging Face tokenizer.json reader and BPE encode/decode.
  *
- * Mirrors what the `tokenizers` library does for a byte-level BPE file, step by step:
- *   1. added tokens are found in the raw text first (leftmost, longest), and cut it into
- *      pieces that never reach the model;
- *   2. each remaining piece is pre-tokenized: Split(regex, Isolated) and ByteLevel (optional
- *      prefix space, optional GPT-2 regex), with PCRE2 (JIT) standing in for Oniguruma;
- *   3. each word is a run of bytes; its symbols start as the vocabulary ids of the bytes'
- *      byte-level characters (GPT-2's bytes_to_unicode) and are merged by rank with a
- *      binary heap, the lowest (rank, position) first, exactly as tokenizers' Word::merge_all.
- * Vocabulary strings stay in their byte-level spelling; decode maps characters back to bytes.
+ * Mirrors what the `tokenizers` library does for a BPE file, step by step:
+ *   1. added tokens marked normalized false (the special ones) are found in the raw text
+ *      first (leftmost, longest), and cut it into pieces that never reach the model;
+ *   2. each remaining piece is normalized (Prepend, Replace: Llama-2's "▁" for spaces), and
+ *      the added tokens marked normalized true are cut out of the normalized text;
+ *   3. each remaining piece is pre-tokenized: Split(regex, Isolated), ByteLevel (optional
+ *      prefix space, optional GPT-2 regex), Metaspace; PCRE2 (JIT) stands in for Oniguruma;
+ *   4. each word starts as symbols - in a byte-level model the vocabulary ids of its bytes'
+ *      byte-level characters (GPT-2's bytes_to_unicode), otherwise of its characters, with
+ *      <0xNN> byte tokens (byte_fallback) or the unk token for a character not in the
+ *      vocabulary - merged by rank with a binary heap, the lowest (rank, position) first,
+ *      exactly as tokenizers' Word::merge_all.
+ * Decoding runs the decoder (ByteLevel, or a Sequence of Replace, ByteFallback, Fuse, Strip,
+ * Metaspace) over the tokens' strings. Where `tokenizers` writes U+FFFD for byte tokens that
+ * do not form UTF-8, strata writes the bytes, so decode(encode(x)) keeps any bytes.
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <json-c/json.h>
@@ -24,16 +30,39 @@
 static const char GPT2_PATTERN[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
-enum { STEP_SPLIT, STEP_PREFIX_SPACE };
+enum { STEP_SPLIT, STEP_PREFIX_SPACE, STEP_METASPACE };
+/* Metaspace's prepend_scheme */
+enum { PREPEND_NEVER, PREPEND_ALWAYS, PREPEND_FIRST };
 typedef struct pt_step {
     int kind;
-    pcre2_code *re; /* STEP_SPLIT */
+    pcre2_code *re;  /* STEP_SPLIT */
+    char rep[5];     /* STEP_METASPACE: the replacement character, UTF-8 */
+    uint8_t rep_len;
+    uint8_t prepend; /* PREPEND_* */
+    uint8_t split;   /* split before each run of replacement characters (MergedWithNext) */
 } pt_step;
+
+/* normalizers: Prepend(a) to a non-empty piece, Replace(a -> b) every occurrence */
+enum { NORM_PREPEND, NORM_REPLACE };
+typedef struct norm_step { int kind; char *a, *b; uint32_t alen, blen; } norm_step;
+
+/* decoders, applied in order to the list of token strings as tokenizers' decode_chain */
+enum { DEC_BYTE_LEVEL, DEC_REPLACE, DEC_BYTE_FALLBACK, DEC_FUSE, DEC_STRIP, DEC_METASPACE };
+typedef struct dec_step {
+    int kind;
+    char *a, *b;           /* REPLACE: a -> b; STRIP, METASPACE: a is the character */
+    uint32_t alen, blen;
+    uint32_t start, stop;  /* STRIP: at most this many characters from each end */
+    int prepend;           /* METASPACE: prepend_scheme is not never */
+} dec_step;
+enum { MAX_STEPS = 8 };
 
 typedef struct str_slot { const char *s; uint32_t len; int32_t id; } str_slot;
 typedef struct merge_slot { uint64_t key; uint32_t rank; int32_t new_id; } merge_slot; /* key 0: empty */
 
-typedef struct added_tok { const char *s; uint32_t len; int32_t id; int next; } added_tok;
+/* s: what the text must contain, for a normalized token its content normalized (owned);
+ * content: the token as added_tokens spells it (owned) */
+typedef struct added_tok { const char *s; uint32_t len; int32_t id; int next; char *owned, *content; } added_tok;
 /* tokenizers matches the added tokens marked normalized false first, then in what is left
  * those marked normalized true (in the normalized text: the same here, with no normalizer) */
 enum { ADDED_RAW, ADDED_NORMALIZED, ADDED_PASSES };
@@ -54,8 +83,15 @@ struct st_tokenizer {
     int16_t cp_byte[324];   /* inverse: code point -> byte, -1 where none */
     int32_t unk_id;
     int fuse_unk, ignore_merges;
-    pt_step steps[8];
+    int byte_level;          /* a ByteLevel pre-tokenizer: symbols from bytes, not characters */
+    int byte_fallback;       /* a character not in the vocabulary becomes its <0xNN> tokens */
+    int32_t fallback_id[256]; /* id of <0xNN>, -1 if absent */
+    pt_step steps[MAX_STEPS];
     int n_steps;
+    norm_step norm[MAX_STEPS];
+    int n_norm;
+    dec_step dec[MAX_STEPS];
+    int n_dec;
     added_tok *added;
     int n_added;
     int added_first[ADDED_PASSES][256]; /* chains of added tokens by first byte, -1 ends */
@@ -155,6 +191,22 @@ static uint32_t utf8_next(const uint8_t *s, size_t len, size_t *i) {
     for (int k = 1; k < n && *i + k < len; k++) cp = (cp << 6) | (s[*i + k] & 0x3F);
     *i += n;
     return cp;
+}
+
+/* Length of the valid UTF-8 character at s (1-4), or 0 where the bytes are not one:
+ * overlong forms, surrogates and code points past U+10FFFF are not. */
+static size_t utf8_char_len(const uint8_t *s, size_t n) {
+    uint8_t c = s[0];
+    if (c < 0x80) return 1;
+    size_t k = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    if (k == 0 || k > n) return 0;
+    for (size_t i = 1; i < k; i++)
+        if ((s[i] & 0xC0) != 0x80) return 0;
+    if (c == 0xE0 && s[1] < 0xA0) return 0; /* overlong */
+    if (c == 0xED && s[1] >= 0xA0) return 0; /* surrogate */
+    if (c == 0xF0 && s[1] < 0x90) return 0; /* overlong */
+    if (c == 0xF4 && s[1] >= 0x90) return 0; /* past U+10FFFF */
+    return k;
 }
 
 /* GPT-2's bytes_to_unicode: printable bytes stand for themselves, the other 68 take the
@@ -343,6 +395,198 @@ static st_status add_split(st_tokenizer *t, const char *pattern, uint32_t extra_
     return ST_OK;
 }
 
+/* Metaspace's replacement character and prepend scheme, for the pre-tokenizer and the
+ * decoder: prepend_scheme "always" | "first" | "never", or the older add_prefix_space
+ * (true: always, false: never); always when neither is given, as tokenizers reads it. */
+static st_status metaspace_params(const st_tokenizer *t, json_object *p, const char *field, char rep[5],
+                                  uint8_t *rep_len, uint8_t *prepend, st_err *err) {
+    json_object *v;
+    if (!json_object_object_get_ex(p, "replacement", &v) || !json_object_is_type(v, json_type_string))
+        return st_errf(err, ST_ERR_FORMAT, "%s: %s.replacement is missing", t->path, field);
+    const char *r = json_object_get_string(v);
+    size_t rl = (size_t)json_object_get_string_len(v);
+    if (rl == 0 || rl > 4 || utf8_char_len((const uint8_t *)r, rl) != rl)
+        return st_errf(err, ST_ERR_FORMAT, "%s: %s.replacement '%s' is not one character", t->path, field, r);
+    memcpy(rep, r, rl);
+    rep[rl] = 0;
+    *rep_len = (uint8_t)rl;
+    *prepend = PREPEND_ALWAYS;
+    if (json_object_object_get_ex(p, "prepend_scheme", &v) && v) {
+        const char *ps = json_object_get_string(v);
+        if (strcmp(ps, "always") == 0) *prepend = PREPEND_ALWAYS;
+        else if (strcmp(ps, "first") == 0) *prepend = PREPEND_FIRST;
+        else if (strcmp(ps, "never") == 0) *prepend = PREPEND_NEVER;
+        else return st_errf(err, ST_ERR_FORMAT, "%s: %s.prepend_scheme '%s' is none of always, first, never",
+                            t->path, field, ps);
+    } else if (json_object_object_get_ex(p, "add_prefix_space", &v) && v) {
+        *prepend = json_object_get_boolean(v) ? PREPEND_ALWAYS : PREPEND_NEVER;
+    }
+    return ST_OK;
+}
+
+/* A {"String": s} pattern (Replace normalizer and decoder); a Regex one is refused. */
+static st_status string_pattern(const st_tokenizer *t, json_object *o, const char *field, const char **s,
+                                size_t *len, st_err *err) {
+    json_object *pat, *v;
+    if (!json_object_object_get_ex(o, "pattern", &pat) || !json_object_is_type(pat, json_type_object))
+        return st_errf(err, ST_ERR_FORMAT, "%s: %s.pattern is missing", t->path, field);
+    if (json_object_object_get_ex(pat, "Regex", &v))
+        return st_errf(err, ST_ERR_UNSUPPORTED, "%s: %s.pattern.Regex is not supported (only String)", t->path,
+                       field);
+    if (!json_object_object_get_ex(pat, "String", &v) || !json_object_is_type(v, json_type_string) ||
+        json_object_get_string_len(v) == 0)
+        return st_errf(err, ST_ERR_FORMAT, "%s: %s.pattern.String is missing or empty", t->path, field);
+    *s = json_object_get_string(v);
+    *len = (size_t)json_object_get_string_len(v);
+    return ST_OK;
+}
+
+static st_status dup_str(const st_tokenizer *t, const char *s, size_t len, char **out, st_err *err) {
+    *out = malloc(len + 1);
+    if (!*out) return st_errf(err, ST_ERR_NOMEM, "%s: out of memory", t->path);
+    memcpy(*out, s, len);
+    (*out)[len] = 0;
+    return ST_OK;
+}
+
+/* One normalizer (Prepend or Replace); a Sequence is unrolled by load_normalizer. */
+static st_status load_norm_one(st_tokenizer *t, json_object *n, const char *field, st_err *err) {
+    const char *ty = type_of(n);
+    if (!ty) return st_errf(err, ST_ERR_FORMAT, "%s: %s.type is missing", t->path, field);
+    int prepend = strcmp(ty, "Prepend") == 0;
+    if (!prepend && strcmp(ty, "Replace") != 0)
+        return st_errf(err, ST_ERR_UNSUPPORTED, "%s: %s.type '%s' is not supported (Prepend, Replace, Sequence)",
+                       t->path, field, ty);
+    if (t->n_norm >= MAX_STEPS)
+        return st_errf(err, ST_ERR_UNSUPPORTED, "%s: %s: too many normalizer steps", t->path, field);
+    norm_step *st = &t->norm[t->n_norm];
+    const char *a, *b;
+    size_t alen, blen;
+    json_object *v;
+    st_status s;
+    if (prepend) {
+        if (!json_object_object_get_ex(n, "prepend", &v) || !json_object_is_type(v, json_type_string))
+            return st_errf(err, ST_ERR_FORMAT, "%s: %s.prepend is missing", t->path, field);
+        a = json_object_get_string(v);
+        alen = (size_t)json_object_get_string_len(v);
+        b = "";
+        blen = 0;
+    } else {
+        if ((s = string_pattern(t, n, field, &a, &alen, err)) != ST_OK) return s;
+        if (!json_object_object_get_ex(n, "content", &v) || !json_object_is_type(v, json_type_string))
+            return st_errf(err, ST_ERR_FORMAT, "%s: %s.content is missing", t->path, field);
+        b = json_object_get_string(v);
+        blen = (size_t)json_object_get_string_len(v);
+    }
+    if ((s = dup_str(t, a, alen, &st->a, err)) != ST_OK) return s;
+    if ((s = dup_str(t, b, blen, &st->b, err)) != ST_OK) {
+        free(st->a);
+        return s;
+    }
+    st->kind = prepend ? NORM_PREPEND : NORM_REPLACE;
+    st->alen = (uint32_t)alen;
+    st->blen = (uint32_t)blen;
+    t->n_norm++;
+    return ST_OK;
+}
+
+static st_status load_normalizer(st_tokenizer *t, json_object *root, st_err *err) {
+    json_object *n, *arr;
+    if (!json_object_object_get_ex(root, "normalizer", &n) || !n) return ST_OK;
+    const char *ty = type_of(n);
+    if (!ty || strcmp(ty, "Sequence") != 0) return load_norm_one(t, n, "normalizer", err);
+    if (!json_object_object_get_ex(n, "normalizers", &arr) || !json_object_is_type(arr, json_type_array))
+        return st_errf(err, ST_ERR_FORMAT, "%s: normalizer.normalizers is missing", t->path);
+    for (size_t i = 0; i < json_object_array_length(arr); i++) {
+        char field[64];
+        snprintf(field, sizeof field, "normalizer.normalizers[%zu]", i);
+        st_status s = load_norm_one(t, json_object_array_get_idx(arr, i), field, err);
+        if (s != ST_OK) return s;
+    }
+    return ST_OK;
+}
+
+static st_status load_dec_one(st_tokenizer *t, json_object *d, const char *field, st_err *err) {
+    const char *ty = type_of(d);
+    if (!ty) return st_errf(err, ST_ERR_FORMAT, "%s: %s.type is missing", t->path, field);
+    if (t->n_dec >= MAX_STEPS) return st_errf(err, ST_ERR_UNSUPPORTED, "%s: %s: too many decoders", t->path, field);
+    dec_step *st = &t->dec[t->n_dec];
+    memset(st, 0, sizeof *st);
+    json_object *v;
+    st_status s;
+    if (strcmp(ty, "ByteLevel") == 0) {
+        st->kind = DEC_BYTE_LEVEL;
+    } else if (strcmp(ty, "ByteFallback") == 0) {
+        st->kind = DEC_BYTE_FALLBACK;
+    } else if (strcmp(ty, "Fuse") == 0) {
+        st->kind = DEC_FUSE;
+    } else if (strcmp(ty, "Replace") == 0) {
+        const char *a;
+        size_t alen;
+        if ((s = string_pattern(t, d, field, &a, &alen, err)) != ST_OK) return s;
+        if (!json_object_object_get_ex(d, "content", &v) || !json_object_is_type(v, json_type_string))
+            return st_errf(err, ST_ERR_FORMAT, "%s: %s.content is missing", t->path, field);
+        if ((s = dup_str(t, a, alen, &st->a, err)) != ST_OK) return s;
+        if ((s = dup_str(t, json_object_get_string(v), (size_t)json_object_get_string_len(v), &st->b, err)) != ST_OK) {
+            free(st->a);
+            st->a = NULL;
+            return s;
+        }
+        st->alen = (uint32_t)alen;
+        st->blen = (uint32_t)json_object_get_string_len(v);
+        st->kind = DEC_REPLACE;
+    } else if (strcmp(ty, "Strip") == 0) {
+        json_object *c, *a, *b;
+        if (!json_object_object_get_ex(d, "content", &c) || !json_object_is_type(c, json_type_string) ||
+            !json_object_object_get_ex(d, "start", &a) || !json_object_is_type(a, json_type_int) ||
+            !json_object_object_get_ex(d, "stop", &b) || !json_object_is_type(b, json_type_int) ||
+            json_object_get_int64(a) < 0 || json_object_get_int64(b) < 0)
+            return st_errf(err, ST_ERR_FORMAT, "%s: %s needs content (a character), start and stop (>= 0)", t->path,
+                           field);
+        size_t cl = (size_t)json_object_get_string_len(c);
+        if (cl == 0 || utf8_char_len((const uint8_t *)json_object_get_string(c), cl) != cl)
+            return st_errf(err, ST_ERR_FORMAT, "%s: %s.content is not one character", t->path, field);
+        if ((s = dup_str(t, json_object_get_string(c), cl, &st->a, err)) != ST_OK) return s;
+        st->alen = (uint32_t)cl;
+        st->start = json_object_get_int64(a) > 1000000 ? 1000000 : (uint32_t)json_object_get_int64(a);
+        st->stop = json_object_get_int64(b) > 1000000 ? 1000000 : (uint32_t)json_object_get_int64(b);
+        st->kind = DEC_STRIP;
+    } else if (strcmp(ty, "Metaspace") == 0) {
+        char rep[5];
+        uint8_t rl, prepend;
+        if ((s = metaspace_params(t, d, field, rep, &rl, &prepend, err)) != ST_OK) return s;
+        if ((s = dup_str(t, rep, rl, &st->a, err)) != ST_OK) return s;
+        st->alen = rl;
+        st->prepend = prepend != PREPEND_NEVER;
+        st->kind = DEC_METASPACE;
+    } else {
+        return st_errf(err, ST_ERR_UNSUPPORTED,
+                       "%s: %s.type '%s' is not supported (ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace, "
+                       "Sequence)",
+                       t->path, field, ty);
+    }
+    t->n_dec++;
+    return ST_OK;
+}
+
+static st_status load_decoder(st_tokenizer *t, json_object *root, st_err *err) {
+    json_object *d, *arr;
+    if (!json_object_object_get_ex(root, "decoder", &d) || !d)
+        return st_errf(err, ST_ERR_UNSUPPORTED, "%s: decoder is null: not supported (a decoder says how to "
+                       "turn tokens back into text)", t->path);
+    const char *ty = type_of(d);
+    if (!ty || strcmp(ty, "Sequence") != 0) return load_dec_one(t, d, "decoder", err);
+    if (!json_object_object_get_ex(d, "decoders", &arr) || !json_object_is_type(arr, json_type_array))
+        return st_errf(err, ST_ERR_FORMAT, "%s: decoder.decoders is missing", t->path);
+    for (size_t i = 0; i < json_object_array_length(arr); i++) {
+        char field[64];
+        snprintf(field, sizeof field, "decoder.decoders[%zu]", i);
+        st_status s = load_dec_one(t, json_object_array_get_idx(arr, i), field, err);
+        if (s != ST_OK) return s;
+    }
+    return ST_OK;
+}
+
 /* One pre-tokenizer (not a Sequence). *saw_byte_level is set by ByteLevel; a Split after
  * it would see byte-level characters, which this reader does not do. */
 static st_status load_pretok_one(st_tokenizer *t, json_object *p, const char *field, int *saw_byte_level,
@@ -354,7 +598,8 @@ static st_status load_pretok_one(st_tokenizer *t, json_object *p, const char *fi
             return st_errf(err, ST_ERR_UNSUPPORTED, "%s: %s: a second ByteLevel is not supported", t->path, field);
         *saw_byte_level = 1;
         if (get_bool(p, "add_prefix_space")) {
-            if (t->n_steps >= 8) return st_errf(err, ST_ERR_UNSUPPORTED, "%s: %s: too many steps", t->path, field);
+            if (t->n_steps >= MAX_STEPS)
+                return st_errf(err, ST_ERR_UNSUPPORTED, "%s: %s: too many steps", t->path, field);
             t->steps[t->n_steps++].kind = STEP_PREFIX_SPACE;
         }
         json_object *ur;
@@ -382,17 +627,27 @@ static st_status load_pretok_one(st_tokenizer *t, json_object *p, const char *fi
             return add_split(t, json_object_get_string(re), PCRE2_LITERAL, field, err);
         return st_errf(err, ST_ERR_FORMAT, "%s: %s.pattern has neither Regex nor String", t->path, field);
     }
-    return st_errf(err, ST_ERR_UNSUPPORTED, "%s: %s.type '%s' is not supported (ByteLevel, Split, Sequence)",
-                   t->path, field, ty);
+    if (strcmp(ty, "Metaspace") == 0) {
+        if (t->n_steps >= MAX_STEPS)
+            return st_errf(err, ST_ERR_UNSUPPORTED, "%s: %s: too many steps", t->path, field);
+        pt_step *st = &t->steps[t->n_steps];
+        st_status s = metaspace_params(t, p, field, st->rep, &st->rep_len, &st->prepend, err);
+        if (s != ST_OK) return s;
+        json_object *sp;
+        /* split defaults to true, as in tokenizers */
+        st->split = !json_object_object_get_ex(p, "split", &sp) || json_object_get_boolean(sp);
+        st->kind = STEP_METASPACE;
+        t->n_steps++;
+        return ST_OK;
+    }
+    return st_errf(err, ST_ERR_UNSUPPORTED,
+                   "%s: %s.type '%s' is not supported (ByteLevel, Split, Metaspace, Sequence)", t->path, field, ty);
 }
 
 static st_status load_pretok(st_tokenizer *t, json_object *root, st_err *err) {
     json_object *p;
-    if (!json_object_object_get_ex(root, "pre_tokenizer", &p) || !p)
-        return st_errf(err, ST_ERR_UNSUPPORTED,
-                       "%s: pre_tokenizer is null: only byte-level BPE (a ByteLevel pre-tokenizer) is supported",
-                       t->path);
     int saw = 0;
+    if (!json_object_object_get_ex(root, "pre_tokenizer", &p) || !p) return ST_OK; /* one word per piece */
     st_status s;
     const char *ty = type_of(p);
     if (ty && strcmp(ty, "Sequence") == 0) {
@@ -407,9 +662,7 @@ static st_status load_pretok(st_tokenizer *t, json_object *root, st_err *err) {
     } else if ((s = load_pretok_one(t, p, "pre_tokenizer", &saw, err)) != ST_OK) {
         return s;
     }
-    if (!saw)
-        return st_errf(err, ST_ERR_UNSUPPORTED,
-                       "%s: pre_tokenizer has no ByteLevel step: only byte-level BPE is supported", t->path);
+    t->byte_level = saw; /* without ByteLevel the model works on characters */
     return ST_OK;
 }
 
@@ -440,8 +693,7 @@ static st_status load_model(st_tokenizer *t, json_object *root, json_object *add
         if (json_object_object_get_ex(m, unsupported_str[i], &v) && v && json_object_get_string_len(v) > 0)
             return st_errf(err, ST_ERR_UNSUPPORTED, "%s: model.%s '%s' is not supported", t->path,
                            unsupported_str[i], json_object_get_string(v));
-    if (get_bool(m, "byte_fallback"))
-        return st_errf(err, ST_ERR_UNSUPPORTED, "%s: model.byte_fallback true is not supported yet", t->path);
+    t->byte_fallback = get_bool(m, "byte_fallback");
     t->fuse_unk = get_bool(m, "fuse_unk");
     t->ignore_merges = get_bool(m, "ignore_merges");
     if (!json_object_object_get_ex(m, "vocab", &vocab) || !json_object_is_type(vocab, json_type_object))
@@ -495,7 +747,12 @@ static st_status load_model(st_tokenizer *t, json_object *root, json_object *add
             return st_errf(err, ST_ERR_FORMAT, "%s: model.unk_token '%s' is not in model.vocab", t->path,
                            json_object_get_string(v));
     }
-    for (int b = 0; b < 256; b++) t->byte_id[b] = vocab_find(t, t->byte_chr[b], t->byte_chr_len[b]);
+    for (int b = 0; b < 256; b++) {
+        char name[8];
+        snprintf(name, sizeof name, "<0x%02X>", b); /* as tokenizers spells them: {b:#04X} */
+        t->byte_id[b] = vocab_find(t, t->byte_chr[b], t->byte_chr_len[b]);
+        t->fallback_id[b] = vocab_find(t, name, 6);
+    }
 
     size_t nm = json_object_array_length(merges);
     t->merges_cap = pow2_at_least(nm * 2 + 2);
@@ -552,6 +809,57 @@ static st_status load_model(st_tokenizer *t, json_object *root, json_object *add
     return ST_OK;
 }
 
+/* Run the normalizer over len bytes: *out (malloc'd, or NULL when len is 0) gets *olen bytes. */
+static st_status normalize(const st_tokenizer *t, const uint8_t *p, size_t len, char **out, size_t *olen,
+                           st_err *err) {
+    char *cur = malloc(len ? len : 1);
+    size_t n = len;
+    if (!cur) return st_errf(err, ST_ERR_NOMEM, "tokenizer: out of memory");
+    memcpy(cur, p, len);
+    for (int k = 0; k < t->n_norm && n > 0; k++) {
+        const norm_step *st = &t->norm[k];
+        size_t cnt = 1; /* Prepend adds a once */
+        if (st->kind == NORM_REPLACE) {
+            cnt = 0;
+            for (size_t i = 0; i + st->alen <= n;)
+                if (memcmp(cur + i, st->a, st->alen) == 0) {
+                    cnt++;
+                    i += st->alen;
+                } else {
+                    i++;
+                }
+            if (cnt == 0) continue;
+        }
+        size_t grow_by = st->kind == NORM_REPLACE ? st->blen : st->alen;
+        char *nb = malloc(n + cnt * grow_by + 1);
+        if (!nb) {
+            free(cur);
+            return st_errf(err, ST_ERR_NOMEM, "tokenizer: out of memory");
+        }
+        size_t o = 0;
+        if (st->kind == NORM_PREPEND) {
+            memcpy(nb, st->a, st->alen);
+            memcpy(nb + st->alen, cur, n);
+            o = st->alen + n;
+        } else {
+            for (size_t i = 0; i < n;)
+                if (i + st->alen <= n && memcmp(cur + i, st->a, st->alen) == 0) {
+                    memcpy(nb + o, st->b, st->blen);
+                    o += st->blen;
+                    i += st->alen;
+                } else {
+                    nb[o++] = cur[i++];
+                }
+        }
+        free(cur);
+        cur = nb;
+        n = o;
+    }
+    *out = cur;
+    *olen = n;
+    return ST_OK;
+}
+
 static st_status load_added(st_tokenizer *t, json_object *added, st_err *err) {
     for (int b = 0; b < 256; b++) t->added_first[ADDED_RAW][b] = t->added_first[ADDED_NORMALIZED][b] = -1;
     size_t n = added ? json_object_array_length(added) : 0;
@@ -577,15 +885,44 @@ static st_status load_added(st_tokenizer *t, json_object *added, st_err *err) {
         at->s = t->id_str[id];
         at->len = t->id_len[id];
         at->id = id;
+        if ((s = dup_str(t, json_object_get_string(c), (size_t)json_object_get_string_len(c), &at->content, err)) !=
+            ST_OK)
+            return s;
         /* normalized defaults to true for a token that is not special, as AddedToken does */
         json_object *nv, *sv;
         int normalized = json_object_object_get_ex(a, "normalized", &nv)
                              ? json_object_get_boolean(nv)
                              : !(json_object_object_get_ex(a, "special", &sv) && json_object_get_boolean(sv));
         int pass = normalized ? ADDED_NORMALIZED : ADDED_RAW;
+        if (normalized && t->n_norm > 0) {
+            /* tokenizers looks for a normalized token's content normalized, in normalized text */
+            size_t ml = 0;
+            if ((s = normalize(t, (const uint8_t *)at->s, at->len, &at->owned, &ml, err)) != ST_OK) {
+                free(at->content);
+                at->content = NULL;
+                return s;
+            }
+            at->s = at->owned;
+            at->len = (uint32_t)ml;
+            /* and its token string (what decode sees) is the normalized one, as tokenizers'
+             * id_to_token gives; an id the model's vocabulary also has keeps that string */
+            if (vocab_find(t, t->id_str[id], t->id_len[id]) != id) {
+                char *ns;
+                if ((s = dup_str(t, at->owned, ml, &ns, err)) != ST_OK) {
+                    free(at->content);
+                    at->content = NULL;
+                    return s;
+                }
+                free(t->id_str[id]);
+                t->id_str[id] = ns;
+                t->id_len[id] = (uint32_t)ml;
+            }
+        }
+        t->n_added++;
+        if (at->len == 0) continue;
         uint8_t first = (uint8_t)at->s[0];
         at->next = t->added_first[pass][first];
-        t->added_first[pass][first] = t->n_added++;
+        t->added_first[pass][first] = t->n_added - 1;
     }
     return ST_OK;
 }
@@ -604,12 +941,6 @@ static st_status load_root(st_tokenizer *t, json_object *root, st_err *err) {
         if (!is_null(root, must_be_null[i]))
             return st_errf(err, ST_ERR_UNSUPPORTED, "%s: %s is set: not supported (set it to null)", t->path,
                            must_be_null[i]);
-    if (!is_null(root, "normalizer")) {
-        json_object_object_get_ex(root, "normalizer", &v);
-        const char *ty = type_of(v);
-        return st_errf(err, ST_ERR_UNSUPPORTED, "%s: normalizer.type '%s' is not supported", t->path,
-                       ty ? ty : "(missing)");
-    }
     /* the post-processor only adds BOS/EOS around an encoding (add_special_tokens), which
      * st_tokenizer_encode never does: the kinds that do only that are accepted */
     if (!is_null(root, "post_processor")) {
@@ -621,18 +952,11 @@ static st_status load_root(st_tokenizer *t, json_object *root, st_err *err) {
                            ty ? ty : "(missing)");
     }
     st_status s;
+    if ((s = load_normalizer(t, root, err)) != ST_OK) return s;
     if ((s = load_model(t, root, added, err)) != ST_OK) return s;
     if ((s = load_added(t, added, err)) != ST_OK) return s;
     if ((s = load_pretok(t, root, err)) != ST_OK) return s;
-    if (is_null(root, "decoder"))
-        return st_errf(err, ST_ERR_UNSUPPORTED, "%s: decoder is null: only the ByteLevel decoder is supported",
-                       t->path);
-    json_object_object_get_ex(root, "decoder", &v);
-    const char *ty = type_of(v);
-    if (!ty || strcmp(ty, "ByteLevel") != 0)
-        return st_errf(err, ST_ERR_UNSUPPORTED, "%s: decoder.type '%s' is not supported (only ByteLevel)", t->path,
-                       ty ? ty : "(missing)");
-    return ST_OK;
+    return load_decoder(t, root, err);
 }
 
 st_status st_tokenizer_load(st_tokenizer **out, const char *path, st_err *err) {
@@ -677,6 +1001,18 @@ void st_tokenizer_free(st_tokenizer *t) {
     if (!t) return;
     for (size_t i = 0; t->id_str && i < t->n_ids; i++) free(t->id_str[i]);
     for (int i = 0; i < t->n_steps; i++) pcre2_code_free(t->steps[i].re);
+    for (int i = 0; i < t->n_norm; i++) {
+        free(t->norm[i].a);
+        free(t->norm[i].b);
+    }
+    for (int i = 0; i < t->n_dec; i++) {
+        free(t->dec[i].a);
+        free(t->dec[i].b);
+    }
+    for (int i = 0; t->added && i < t->n_added; i++) {
+        free(t->added[i].owned);
+        free(t->added[i].content);
+    }
     free(t->id_str);
     free(t->id_len);
     free(t->vocab);
@@ -692,7 +1028,7 @@ int32_t st_tokenizer_token_id(const st_tokenizer *t, const char *token) {
     int32_t id = vocab_find(t, token, strlen(token));
     if (id >= 0) return id;
     for (int i = 0; i < t->n_added; i++)
-        if (strcmp(t->added[i].s, token) == 0) return t->added[i].id;
+        if (strcmp(t->added[i].content, token) == 0) return t->added[i].id;
     return -1;
 }
 
@@ -779,37 +1115,74 @@ static st_status bpe_word(enc_ctx *c, const uint8_t *w, size_t len) {
     const st_tokenizer *t = c->t;
     if (len == 0) return ST_OK;
     if (t->ignore_merges) {
-        size_t need = 2 * len;
-        if (need > c->mapped_cap) {
-            char *m = realloc(c->mapped, need);
-            if (!m) return st_errf(c->err, ST_ERR_NOMEM, "tokenizer: out of memory");
-            c->mapped = m;
-            c->mapped_cap = need;
+        const char *word = (const char *)w;
+        size_t ml = len;
+        if (t->byte_level) {
+            size_t need = 2 * len;
+            if (need > c->mapped_cap) {
+                char *m = realloc(c->mapped, need);
+                if (!m) return st_errf(c->err, ST_ERR_NOMEM, "tokenizer: out of memory");
+                c->mapped = m;
+                c->mapped_cap = need;
+            }
+            ml = 0;
+            for (size_t i = 0; i < len; i++) {
+                memcpy(c->mapped + ml, t->byte_chr[w[i]], t->byte_chr_len[w[i]]);
+                ml += t->byte_chr_len[w[i]];
+            }
+            word = c->mapped;
         }
-        size_t ml = 0;
-        for (size_t i = 0; i < len; i++) {
-            memcpy(c->mapped + ml, t->byte_chr[w[i]], t->byte_chr_len[w[i]]);
-            ml += t->byte_chr_len[w[i]];
-        }
-        int32_t id = vocab_find(t, c->mapped, ml);
+        int32_t id = vocab_find(t, word, ml);
         if (id >= 0) {
             emit(c, id);
             return ST_OK;
         }
     }
-    st_status s = grow(c, len);
+    /* a byte-level character is at most 2 bytes, so byte fallback makes at most 2 symbols a byte */
+    st_status s = grow(c, t->byte_level && t->byte_fallback ? 2 * len : len);
     if (s != ST_OK) return s;
     int32_t *sym = c->sym, *prev = c->prev, *next = c->next;
     size_t n = 0;
-    for (size_t i = 0; i < len; i++) {
-        int32_t id = t->byte_id[w[i]];
-        if (id < 0) {
-            if (t->unk_id < 0) continue; /* tokenizers drops a character it has no id for */
-            if (t->fuse_unk && n > 0 && sym[n - 1] == t->unk_id) continue;
-            id = t->unk_id;
+    int unk_pending = 0;
+    /* tokenizers' BPE::merge_word: each character's id; else its bytes' <0xNN> ids; else unk,
+     * one for a run when fuse_unk. An unk waits until the next character found in the
+     * vocabulary (byte tokens do not flush it), as there. */
+    for (size_t i = 0; i < len;) {
+        const uint8_t *u;
+        size_t ul;
+        int32_t id;
+        if (t->byte_level) {
+            id = t->byte_id[w[i]];
+            u = (const uint8_t *)t->byte_chr[w[i]];
+            ul = t->byte_chr_len[w[i]];
+            i++;
+        } else {
+            /* a byte that is not part of valid UTF-8 stands alone: its <0xNN> or unk */
+            ul = utf8_char_len(w + i, len - i);
+            if (ul == 0) ul = 1;
+            u = w + i;
+            id = vocab_find(t, (const char *)u, ul);
+            i += ul;
         }
-        sym[n++] = id;
+        if (id >= 0) {
+            if (unk_pending) sym[n++] = t->unk_id;
+            unk_pending = 0;
+            sym[n++] = id;
+            continue;
+        }
+        if (t->byte_fallback) {
+            int all = 1;
+            for (size_t j = 0; j < ul; j++) all = all && t->fallback_id[u[j]] >= 0;
+            if (all) {
+                for (size_t j = 0; j < ul; j++) sym[n++] = t->fallback_id[u[j]];
+                continue;
+            }
+        }
+        if (t->unk_id < 0) continue; /* tokenizers drops a character it has no id for */
+        if (unk_pending && !t->fuse_unk) sym[n++] = t->unk_id;
+        unk_pending = 1;
     }
+    if (unk_pending) sym[n++] = t->unk_id;
     for (size_t i = 0; i < n; i++) {
         prev[i] = (int32_t)i - 1;
         next[i] = i + 1 < n ? (int32_t)i + 1 : -1;
@@ -845,18 +1218,26 @@ static st_status bpe_word(enc_ctx *c, const uint8_t *w, size_t len) {
     return ST_OK;
 }
 
-static st_status pretok(enc_ctx *c, int k, const uint8_t *p, size_t len) {
+/* Metaspace: spaces become the replacement character, which is put in front (always, or only
+ * for the piece at the start of the text), and with split the piece is cut before each
+ * replacement character (tokenizers' MergedWithNext on single characters: "▁▁a" is "▁", "▁a"). */
+static st_status metaspace(enc_ctx *c, int k, const pt_step *st, const uint8_t *p, size_t len, int at_start);
+
+/* Pre-tokenizer step k over one piece; at_start: the piece begins at byte 0 of the text
+ * (Metaspace's prepend_scheme "first" looks at that). */
+static st_status pretok(enc_ctx *c, int k, const uint8_t *p, size_t len, int at_start) {
     const st_tokenizer *t = c->t;
     if (len == 0) return ST_OK;
     if (k == t->n_steps) return bpe_word(c, p, len);
     const pt_step *st = &t->steps[k];
+    if (st->kind == STEP_METASPACE) return metaspace(c, k, st, p, len, at_start);
     if (st->kind == STEP_PREFIX_SPACE) {
-        if (p[0] == ' ') return pretok(c, k + 1, p, len);
+        if (p[0] == ' ') return pretok(c, k + 1, p, len, at_start);
         uint8_t *b = malloc(len + 1);
         if (!b) return st_errf(c->err, ST_ERR_NOMEM, "tokenizer: out of memory");
         b[0] = ' ';
         memcpy(b + 1, p, len);
-        st_status s = pretok(c, k + 1, b, len + 1);
+        st_status s = pretok(c, k + 1, b, len + 1, at_start);
         free(b);
         return s;
     }
@@ -887,19 +1268,77 @@ static st_status pretok(enc_ctx *c, int k, const uint8_t *p, size_t len) {
             while (at < len && (p[at] & 0xC0) == 0x80) at++;
             continue;
         }
-        if (ms > pos && (s = pretok(c, k + 1, p + pos, ms - pos)) != ST_OK) return s;
-        if ((s = pretok(c, k + 1, p + ms, me - ms)) != ST_OK) return s;
+        if (ms > pos && (s = pretok(c, k + 1, p + pos, ms - pos, at_start && pos == 0)) != ST_OK) return s;
+        if ((s = pretok(c, k + 1, p + ms, me - ms, at_start && ms == 0)) != ST_OK) return s;
         pos = at = me;
     }
-    if (pos < len) return pretok(c, k + 1, p + pos, len - pos);
+    if (pos < len) return pretok(c, k + 1, p + pos, len - pos, at_start && pos == 0);
     return ST_OK;
 }
 
+static st_status metaspace(enc_ctx *c, int k, const pt_step *st, const uint8_t *p, size_t len, int at_start) {
+    size_t spaces = 0;
+    for (size_t i = 0; i < len; i++) spaces += p[i] == ' ';
+    uint8_t *b = malloc(len + (spaces + 1) * st->rep_len);
+    if (!b) return st_errf(c->err, ST_ERR_NOMEM, "tokenizer: out of memory");
+    size_t n = 0;
+    int starts = p[0] == ' ' || (len >= st->rep_len && memcmp(p, st->rep, st->rep_len) == 0);
+    if (!starts && (st->prepend == PREPEND_ALWAYS || (st->prepend == PREPEND_FIRST && at_start))) {
+        memcpy(b, st->rep, st->rep_len);
+        n = st->rep_len;
+    }
+    for (size_t i = 0; i < len; i++)
+        if (p[i] == ' ') {
+            memcpy(b + n, st->rep, st->rep_len);
+            n += st->rep_len;
+        } else {
+            b[n++] = p[i];
+        }
+    st_status s = ST_OK;
+    if (!st->split) {
+        s = pretok(c, k + 1, b, n, at_start);
+    } else {
+        size_t start = 0;
+        for (size_t i = 0; i < n && s == ST_OK;) {
+            int match = i + st->rep_len <= n && memcmp(b + i, st->rep, st->rep_len) == 0;
+            if (match && i > start) {
+                s = pretok(c, k + 1, b + start, i - start, at_start && start == 0);
+                start = i;
+            }
+            i += match ? st->rep_len : 1;
+        }
+        if (s == ST_OK) s = pretok(c, k + 1, b + start, n - start, at_start && start == 0);
+    }
+    free(b);
+    return s;
+}
+
+/* The normalizer over one piece left by the raw added tokens, then the normalized ones. */
+static st_status split_added(enc_ctx *c, int pass, const uint8_t *p, size_t len, int at_start);
+
+static st_status normalize_piece(enc_ctx *c, const uint8_t *p, size_t len, int at_start) {
+    if (len == 0) return ST_OK;
+    if (c->t->n_norm == 0) return split_added(c, ADDED_NORMALIZED, p, len, at_start);
+    char *nb = NULL;
+    size_t nl = 0;
+    st_status s = normalize(c->t, p, len, &nb, &nl, c->err);
+    if (s != ST_OK) return s;
+    s = split_added(c, ADDED_NORMALIZED, (const uint8_t *)nb, nl, at_start);
+    free(nb);
+    return s;
+}
+
+static st_status next_pass(enc_ctx *c, int pass, const uint8_t *p, size_t len, int at_start) {
+    if (pass == ADDED_RAW) return normalize_piece(c, p, len, at_start);
+    return split_added(c, pass + 1, p, len, at_start);
+}
+
 /* Cut the added tokens of one pass out of p (leftmost, longest, as tokenizers' matcher);
- * what lies between goes to the next pass, and after the last to the pre-tokenizer. */
-static st_status split_added(enc_ctx *c, int pass, const uint8_t *p, size_t len) {
+ * what lies between goes on: after the raw pass to the normalizer and the normalized pass,
+ * after that to the pre-tokenizer. */
+static st_status split_added(enc_ctx *c, int pass, const uint8_t *p, size_t len, int at_start) {
     const st_tokenizer *t = c->t;
-    if (pass == ADDED_PASSES) return pretok(c, 0, p, len);
+    if (pass == ADDED_PASSES) return pretok(c, 0, p, len, at_start);
     size_t seg = 0;
     st_status s;
     for (size_t i = 0; i < len;) {
@@ -912,12 +1351,12 @@ static st_status split_added(enc_ctx *c, int pass, const uint8_t *p, size_t len)
             i++;
             continue;
         }
-        if ((s = split_added(c, pass + 1, p + seg, i - seg)) != ST_OK) return s;
+        if ((s = next_pass(c, pass, p + seg, i - seg, at_start && seg == 0)) != ST_OK) return s;
         emit(c, best->id);
         i += best->len;
         seg = i;
     }
-    return split_added(c, pass + 1, p + seg, len - seg);
+    return next_pass(c, pass, p + seg, len - seg, at_start && seg == 0);
 }
 
 st_status st_tokenizer_encode(const st_tokenizer *t, const char *text, size_t len, int32_t *ids, size_t cap,
@@ -930,7 +1369,7 @@ st_status st_tokenizer_encode(const st_tokenizer *t, const char *text, size_t le
         s = st_errf(err, ST_ERR_NOMEM, "tokenizer: out of memory");
         goto done;
     }
-    s = split_added(&c, ADDED_RAW, (const uint8_t *)text, len);
+    s = split_added(&c, ADDED_RAW, (const uint8_t *)text, len, 1);
 done:
     free(c.sym);
     free(c.prev);
@@ -949,8 +1388,172 @@ done:
 
 /* ---- decoding ----------------------------------------------------------------------- */
 
+/* A list of strings in one buffer: what tokenizers' decode_chain passes from step to step. */
+typedef struct piece { size_t off, len; } piece;
+typedef struct plist { char *buf; size_t n, cap; piece *p; size_t np, pcap; int oom; } plist;
+
+static void pl_new(plist *l) {
+    if (l->oom) return;
+    if (l->np == l->pcap) {
+        size_t c = l->pcap ? 2 * l->pcap : 64;
+        piece *np = realloc(l->p, c * sizeof *np);
+        if (!np) {
+            l->oom = 1;
+            return;
+        }
+        l->p = np;
+        l->pcap = c;
+    }
+    l->p[l->np++] = (piece){l->n, 0};
+}
+
+/* append to the last piece */
+static void pl_add(plist *l, const void *b, size_t len) {
+    if (l->oom || len == 0) return;
+    if (l->n + len > l->cap) {
+        size_t c = l->cap ? l->cap : 256;
+        while (c < l->n + len) c *= 2;
+        char *nb = realloc(l->buf, c);
+        if (!nb) {
+            l->oom = 1;
+            return;
+        }
+        l->buf = nb;
+        l->cap = c;
+    }
+    memcpy(l->buf + l->n, b, len);
+    l->n += len;
+    l->p[l->np - 1].len += len;
+}
+
+/* ByteFallback's test: "<0xNN>", six bytes, NN read as Rust's u8::from_str_radix(_, 16) does */
+static int byte_token(const char *s, size_t len, uint8_t *b) {
+    if (len != 6 || memcmp(s, "<0x", 3) != 0 || s[5] != '>') return 0;
+    int v = 0;
+    for (int i = 3; i < 5; i++) {
+        char ch = s[i];
+        int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+                : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+        if (d < 0 && !(i == 3 && ch == '+')) return 0; /* a leading + is accepted there */
+        v = d < 0 ? v : v * 16 + d;
+    }
+    *b = (uint8_t)v;
+    return 1;
+}
+
+static void dec_step_run(const st_tokenizer *t, const dec_step *st, const plist *in, plist *o) {
+    int run = 0; /* BYTE_FALLBACK: the last piece of o is a run of bytes */
+    if (st->kind == DEC_FUSE || st->kind == DEC_BYTE_LEVEL) pl_new(o);
+    for (size_t i = 0; i < in->np; i++) {
+        const char *s = in->buf + in->p[i].off;
+        size_t l = in->p[i].len;
+        switch (st->kind) {
+        case DEC_FUSE:
+            pl_add(o, s, l);
+            break;
+        case DEC_BYTE_LEVEL: { /* a piece of alphabet characters is bytes, any other stays text */
+            int all = 1;
+            for (size_t j = 0; j < l && all;) {
+                uint32_t cp = utf8_next((const uint8_t *)s, l, &j);
+                all = cp < 324 && t->cp_byte[cp] >= 0;
+            }
+            if (!all) {
+                pl_add(o, s, l);
+                break;
+            }
+            for (size_t j = 0; j < l;) {
+                uint8_t b = (uint8_t)t->cp_byte[utf8_next((const uint8_t *)s, l, &j)];
+                pl_add(o, &b, 1);
+            }
+            break;
+        }
+        case DEC_BYTE_FALLBACK: {
+            uint8_t b;
+            if (byte_token(s, l, &b)) {
+                if (!run) pl_new(o);
+                run = 1;
+                pl_add(o, &b, 1);
+            } else {
+                run = 0;
+                pl_new(o);
+                pl_add(o, s, l);
+            }
+            break;
+        }
+        case DEC_REPLACE:
+            pl_new(o);
+            for (size_t j = 0; j < l;)
+                if (j + st->alen <= l && memcmp(s + j, st->a, st->alen) == 0) {
+                    pl_add(o, st->b, st->blen);
+                    j += st->alen;
+                } else {
+                    pl_add(o, s + j++, 1);
+                }
+            break;
+        case DEC_STRIP: {
+            size_t a = 0, e = l;
+            for (uint32_t k = 0; k < st->start && a + st->alen <= e && memcmp(s + a, st->a, st->alen) == 0; k++)
+                a += st->alen;
+            for (uint32_t k = 0; k < st->stop && e - a >= st->alen && memcmp(s + e - st->alen, st->a, st->alen) == 0;
+                 k++)
+                e -= st->alen;
+            pl_new(o);
+            pl_add(o, s + a, e - a);
+            break;
+        }
+        case DEC_METASPACE: /* in the first piece the replacement is dropped, elsewhere a space */
+            pl_new(o);
+            for (size_t j = 0; j < l;)
+                if (j + st->alen <= l && memcmp(s + j, st->a, st->alen) == 0) {
+                    if (!(i == 0 && st->prepend)) pl_add(o, " ", 1);
+                    j += st->alen;
+                } else {
+                    pl_add(o, s + j++, 1);
+                }
+            break;
+        }
+    }
+}
+
+static st_status decode_chain(const st_tokenizer *t, const int32_t *ids, size_t n, char *out, size_t cap,
+                              size_t *len, st_err *err) {
+    plist a = {0}, b = {0};
+    for (size_t i = 0; i < n && !a.oom; i++) {
+        pl_new(&a);
+        pl_add(&a, t->id_str[ids[i]], t->id_len[ids[i]]);
+    }
+    for (int k = 0; k < t->n_dec && !a.oom; k++) {
+        b.n = b.np = 0;
+        dec_step_run(t, &t->dec[k], &a, &b);
+        plist tmp = a;
+        a = b;
+        b = tmp;
+        a.oom |= b.oom;
+    }
+    size_t o = 0;
+    for (size_t i = 0; i < a.np && !a.oom; i++) {
+        if (o < cap && a.p[i].len > 0)
+            memcpy(out + o, a.buf + a.p[i].off, a.p[i].len < cap - o ? a.p[i].len : cap - o);
+        o += a.p[i].len;
+    }
+    int oom = a.oom;
+    free(a.buf);
+    free(a.p);
+    free(b.buf);
+    free(b.p);
+    if (oom) return st_errf(err, ST_ERR_NOMEM, "tokenizer: out of memory decoding %zu ids", n);
+    *len = o;
+    if (o > cap) return st_errf(err, ST_ERR_INVALID, "tokenizer: the text needs %zu bytes, the buffer holds %zu", o, cap);
+    return ST_OK;
+}
+
 st_status st_tokenizer_decode(const st_tokenizer *t, const int32_t *ids, size_t n, char *out, size_t cap,
                               size_t *len, st_err *err) {
+    for (size_t i = 0; i < n; i++)
+        if (!st_tokenizer_id_token(t, ids[i]))
+            return st_errf(err, ST_ERR_INVALID, "tokenizer %s: ids[%zu] = %d has no token (vocabulary size %zu)",
+                           t->path, i, (int)ids[i], t->n_ids);
+    if (!(t->n_dec == 1 && t->dec[0].kind == DEC_BYTE_LEVEL)) return decode_chain(t, ids, n, out, cap, len, err);
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
         const char *s = st_tokenizer_id_token(t, ids[i]);
