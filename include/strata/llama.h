@@ -34,6 +34,7 @@
 #include <stdio.h>
 
 #include "strata/backend.h"
+#include "strata/block.h"
 #include "strata/core.h"
 #include "strata/model.h"
 #include "strata/tensor.h"
@@ -76,6 +77,20 @@ st_status llama_config_apply_overrides(llama_config *cfg, const st_model_overrid
 /* Parameters of the configuration (elements). */
 size_t llama_param_count(const llama_config *cfg);
 
+/* The architecture as executors see it (strata/block.h; llama_arch.c): the layout above,
+ * one tensor table for it (model.embed_tokens.weight | blocks | model.norm.weight
+ * [| lm_head.weight]), and the embedding, a block and the final RMSNorm over slabs
+ * wherever they live. Validates cfg; the arch owns a copy of it (impl). */
+st_status st_arch_llama(st_arch **out, const llama_config *cfg, st_err *err);
+/* Its sizes without an st_arch: one block's activation set for (B, T) in floats (ln1,
+ * rstd1, qkv, [qkvn, rstdq, rstdk], atty, lse, res2, ln2, rstd2, gate|up, SwiGLU out; not
+ * the block's output); the bytes st_blocks_bind allocates (token ids, block scratch,
+ * rotary tables, each rounded to ST_ARENA_ALIGN); training FLOPs per token of one block
+ * at sequence length T (llama_flops_per_token = L * this + 6 V C). */
+size_t llama_block_act_floats(const llama_config *cfg, int B, int T);
+size_t llama_bind_bytes(const llama_config *cfg, int B, int T);
+double llama_block_flops_per_token(const llama_config *cfg, int T);
+
 typedef struct llama_acts llama_acts;
 
 typedef struct llama_model {
@@ -85,9 +100,10 @@ typedef struct llama_model {
     float *params; /* backend memory, n_params */
     float *grads;  /* backend memory, n_params, same layout */
     int n_tensors;
-    st_param_info *tensors;
+    const st_param_info *tensors; /* the arch's table */
     size_t block_offset0; /* element offset of block 0 */
     size_t block_numel;   /* elements per block slab */
+    st_arch *arch;        /* the pieces llama_forward / llama_backward run (llama_arch.c) */
     llama_acts *acts;
     int B, T;
     float mean_loss;
@@ -99,7 +115,8 @@ void llama_free(llama_model *m);
 void llama_init_random(llama_model *m, uint64_t seed);
 const st_param_info *llama_find_tensor(const llama_model *m, const char *name);
 
-/* Activations for B sequences of T tokens (T <= max_seq), rotary tables included. */
+/* Activations for B sequences of T tokens (T <= max_seq), the arch bound to (B, T)
+ * (st_blocks_bind: scratch and rotary tables) included; llama_act_bytes counts both. */
 st_status llama_alloc_acts(llama_model *m, int B, int T, st_err *err);
 size_t llama_act_bytes(const llama_config *cfg, int B, int T);
 

@@ -48,8 +48,12 @@ static int l_step_gemms(const st_model *m, int B, int T, st_gemm_shape *out, int
     return n;
 }
 
+static st_status l_get_arch(const st_model *m, st_arch **out, st_err *err) {
+    return st_arch_llama(out, &as_llama(m)->cfg, err);
+}
+
 static const st_model_ops llama_ops = {"llama", l_alloc_acts, l_forward, l_backward, l_init_random, l_save,
-                                       l_load, l_flops, l_describe, l_destroy, l_step_gemms};
+                                       l_load, l_flops, l_describe, l_destroy, l_step_gemms, l_get_arch};
 
 llama_model *st_model_llama(const st_model *m) { return m && m->ops == &llama_ops ? as_llama(m) : NULL; }
 
