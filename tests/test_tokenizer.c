@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "strata/tokenizer.h"
 #include "testutil.h"
@@ -142,6 +143,128 @@ static void check_byte_fallback(void) {
     st_tokenizer_free(tok);
 }
 
+static void write_file(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL, "cannot write %s", path);
+    if (!f) return;
+    CHECK(fwrite(data, 1, n, f) == n, "short write %s", path);
+    fclose(f);
+}
+
+/* A model directory: tokenizer.json (the llama2 fixture) and tokenizer_config.json. */
+static char *make_model_dir(const char *name, const char *config) {
+    static char dir[512];
+    snprintf(dir, sizeof dir, "%s/%s", test_tmpdir(), name);
+    mkdir(dir, 0755);
+    size_t n = 0;
+    unsigned char *json = test_slurp(test_source_path("tests/fixtures/tok_llama2.json"), &n);
+    CHECK(json != NULL, "cannot read tok_llama2.json");
+    char path[600];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    if (json) write_file(path, json, n);
+    free(json);
+    if (config) {
+        snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+        write_file(path, config, strlen(config));
+    }
+    return dir;
+}
+
+/* tokenizer_config.json: BOS/EOS/pad as strings or {"content"}, add_bos_token, the template
+ * as a string, a list, or chat_template.jinja; a token the tokenizer lacks is refused. */
+static void check_model_dir(void) {
+    st_tokenizer *tok = NULL, *file_tok = NULL;
+    st_err err = {0};
+    const char *tpl = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}";
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg,
+             "{\"add_bos_token\": true, \"add_eos_token\": false, \"bos_token\": \"<s>\", \"eos_token\": "
+             "{\"__type\": \"AddedToken\", \"content\": \"</s>\", \"lstrip\": false, \"normalized\": false}, "
+             "\"pad_token\": null, \"unk_token\": \"<unk>\", \"chat_template\": \"%s\", \"model_max_length\": 4096}",
+             "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\\n{% endfor %}");
+    const char *dir = make_model_dir("llama2_dir", cfg);
+    st_status s = st_tokenizer_load(&tok, dir, &err);
+    CHECK(s == ST_OK, "model dir: %s", err.msg);
+    s = st_tokenizer_load(&file_tok, test_source_path("tests/fixtures/tok_llama2.json"), &err);
+    CHECK(s == ST_OK, "llama2: %s", err.msg);
+    if (tok && file_tok) {
+        CHECK(st_tokenizer_bos_id(tok) == 1 && st_tokenizer_eos_id(tok) == 2 && st_tokenizer_pad_id(tok) == -1,
+              "model dir: bos %d eos %d pad %d", st_tokenizer_bos_id(tok), st_tokenizer_eos_id(tok),
+              st_tokenizer_pad_id(tok));
+        CHECK(st_tokenizer_add_bos(tok) == 1, "model dir: add_bos %d", st_tokenizer_add_bos(tok));
+        const char *got = st_tokenizer_chat_template(tok);
+        CHECK(got && strcmp(got, tpl) == 0, "model dir: chat template \"%s\"", got ? got : "(null)");
+        /* the file alone has none of that, and encodes the same */
+        CHECK(st_tokenizer_bos_id(file_tok) == -1 && st_tokenizer_eos_id(file_tok) == -1 &&
+                  st_tokenizer_add_bos(file_tok) == -1 && st_tokenizer_chat_template(file_tok) == NULL,
+              "file: config values without a config");
+        const char text[] = "<s>The model reads 中文 🙂 text</s>";
+        int32_t a[64], b[64];
+        size_t na = 0, nb = 0;
+        st_tokenizer_encode(tok, text, sizeof text - 1, a, 64, &na, &err);
+        st_tokenizer_encode(file_tok, text, sizeof text - 1, b, 64, &nb, &err);
+        CHECK(na == nb && na > 5 && memcmp(a, b, na * sizeof *a) == 0 && a[0] == 1, "model dir: %zu vs %zu ids", na,
+              nb);
+    }
+    st_tokenizer_free(tok);
+    st_tokenizer_free(file_tok);
+    tok = NULL;
+
+    /* a list of templates: the default one; no add_bos_token: -1; pad as {"content"} */
+    dir = make_model_dir("list_dir", "{\"chat_template\": [{\"name\": \"tool_use\", \"template\": \"T\"}, "
+                                     "{\"name\": \"default\", \"template\": \"D\"}], \"pad_token\": "
+                                     "{\"content\": \"<unk>\"}}");
+    s = st_tokenizer_load(&tok, dir, &err);
+    CHECK(s == ST_OK && tok, "list dir: %s", err.msg);
+    if (tok) {
+        const char *got = st_tokenizer_chat_template(tok);
+        CHECK(got && strcmp(got, "D") == 0, "list dir: template %s", got ? got : "(null)");
+        CHECK(st_tokenizer_add_bos(tok) == -1 && st_tokenizer_bos_id(tok) == -1 && st_tokenizer_pad_id(tok) == 0,
+              "list dir: add_bos %d bos %d pad %d", st_tokenizer_add_bos(tok), st_tokenizer_bos_id(tok),
+              st_tokenizer_pad_id(tok));
+    }
+    st_tokenizer_free(tok);
+    tok = NULL;
+
+    /* no template in the config: chat_template.jinja beside it */
+    dir = make_model_dir("jinja_dir", "{\"eos_token\": \"</s>\"}");
+    char path[600];
+    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+    write_file(path, "J{{ x }}\n", 9);
+    s = st_tokenizer_load(&tok, dir, &err);
+    CHECK(s == ST_OK && tok && st_tokenizer_chat_template(tok) &&
+              strcmp(st_tokenizer_chat_template(tok), "J{{ x }}\n") == 0 && st_tokenizer_eos_id(tok) == 2,
+          "jinja dir: %s", err.msg);
+    st_tokenizer_free(tok);
+    tok = NULL;
+
+    /* no config at all: the tokenizer alone */
+    dir = make_model_dir("bare_dir", NULL);
+    s = st_tokenizer_load(&tok, dir, &err);
+    CHECK(s == ST_OK && tok && st_tokenizer_bos_id(tok) == -1, "bare dir: %s", err.msg);
+    st_tokenizer_free(tok);
+    tok = NULL;
+
+    /* refused: a BOS the tokenizer lacks, a malformed config, a directory with no tokenizer */
+    dir = make_model_dir("badbos_dir", "{\"bos_token\": \"<|begin_of_text|>\"}");
+    s = st_tokenizer_load(&tok, dir, &err);
+    CHECK(s == ST_ERR_FORMAT && !tok && strstr(err.msg, "bos_token '<|begin_of_text|>'") &&
+              strstr(err.msg, "tokenizer_config.json"),
+          "bad bos: %s", err.msg);
+    dir = make_model_dir("badcfg_dir", "{\"bos_token\": ");
+    s = st_tokenizer_load(&tok, dir, &err);
+    CHECK(s == ST_ERR_FORMAT && !tok && strstr(err.msg, "tokenizer_config.json: malformed JSON"), "bad config: %s",
+          err.msg);
+    dir = make_model_dir("badtype_dir", "{\"eos_token\": 7}");
+    s = st_tokenizer_load(&tok, dir, &err);
+    CHECK(s == ST_ERR_FORMAT && !tok && strstr(err.msg, "eos_token is neither"), "eos 7: %s", err.msg);
+    snprintf(path, sizeof path, "%s/empty_dir", test_tmpdir());
+    mkdir(path, 0755);
+    s = st_tokenizer_load(&tok, path, &err);
+    CHECK(s == ST_ERR_IO && !tok && strstr(err.msg, path) && strstr(err.msg, "neither tokenizer.json"),
+          "empty dir: %s", err.msg);
+}
+
 #define BL_PRE "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":true},"
 #define BL_DEC "\"decoder\":{\"type\":\"ByteLevel\"},"
 #define TINY_BPE "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"ab\":2},\"merges\":[\"a b\"]}"
@@ -157,6 +280,7 @@ int main(void) {
     check_fixture("mistral", 0, "<|im_start|>", junk_space + 1);
     check_fixture("spm_old", 0, "<s>", NULL);
     check_byte_fallback();
+    check_model_dir();
 
     /* a minimal file loads, and merges "a b" */
     {

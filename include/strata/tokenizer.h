@@ -1,10 +1,18 @@
-/* tokenizer.h - Hugging Face tokenizer.json with a byte-level BPE model: encode, decode.
+/* tokenizer.h - the tokenizers of the models people fine-tune: encode, decode.
  *
- * Gives the ids of the `tokenizers` library (PyPI) for the byte-level BPE files that GPT-2,
- * Llama-3 and Qwen2-style models ship: the ByteLevel pre-tokenizer (GPT-2 regex) or a
- * Sequence of Split(regex) + ByteLevel, added tokens matched before pre-tokenization, merges
- * by rank, the ByteLevel decoder. Anything else (a WordPiece or Unigram model, a normalizer,
- * an unknown pre-tokenizer or decoder) is refused with ST_ERR_UNSUPPORTED naming the field.
+ * Gives the ids of the `tokenizers` library (PyPI) and of tiktoken for the files models ship:
+ *   - Hugging Face tokenizer.json with a BPE model: byte-level (GPT-2, Llama-3, Qwen2: the
+ *     ByteLevel pre-tokenizer or Split(regex) + ByteLevel) or over characters with byte
+ *     fallback (Llama-2, Mistral: a Prepend/Replace normalizer or a Metaspace pre-tokenizer,
+ *     <0xNN> tokens), added tokens matched before pre-tokenization, merges by rank, the
+ *     ByteLevel decoder or a Sequence of Replace, ByteFallback, Fuse, Strip, Metaspace;
+ *   - a model directory: its tokenizer.json (or else a rank file named tokenizer.model) and,
+ *     when present, tokenizer_config.json for BOS/EOS/pad, add_bos_token and the chat template;
+ *   - a tiktoken rank file (*.tiktoken, Llama-3's tokenizer.model: "base64token rank" lines)
+ *     with a pre-tokenizer pattern and special tokens given in st_tokenizer_opts.
+ * The format is read from the content (a JSON object, or rank lines), never from the name.
+ * Anything else (a WordPiece or Unigram model, an unknown normalizer, pre-tokenizer or
+ * decoder) is refused with ST_ERR_UNSUPPORTED naming the field.
  *
  *     st_tokenizer *tok;
  *     st_err err = {0};
@@ -33,16 +41,47 @@ extern "C" {
 
 typedef struct st_tokenizer st_tokenizer;
 
-/* Read a tokenizer.json. Errors name the file and the field (ST_ERR_IO, ST_ERR_FORMAT for
- * malformed JSON or a missing field, ST_ERR_UNSUPPORTED for a model or step not handled). */
+/* Read a tokenizer.json, a rank file or a model directory. Errors name the file and the field
+ * or line (ST_ERR_IO, ST_ERR_FORMAT for malformed JSON, a missing field or a bad rank line,
+ * ST_ERR_UNSUPPORTED for a model or step not handled). */
 st_status st_tokenizer_load(st_tokenizer **out, const char *path, st_err *err);
+
+/* What a rank file does not say (a tokenizer.json ignores pattern and special). */
+typedef struct st_tokenizer_opts {
+    /* pre-tokenizer regex: NULL, "llama3" or "cl100k" for Llama-3's (cl100k_base's) pattern,
+     * "gpt2" for GPT-2's (r50k, p50k), or the regex itself */
+    const char *pattern;
+    /* special tokens, found in the text before pre-tokenization (leftmost, longest); ids from
+     * special_ids, or when that is NULL the largest rank + 1, + 2, ... in order */
+    const char *const *special;
+    const int32_t *special_ids;
+    size_t n_special;
+    /* BOS and EOS by token text (NULL: tokenizer_config.json's, else none) */
+    const char *bos_token, *eos_token;
+} st_tokenizer_opts;
+
+/* st_tokenizer_load with options; opts may be NULL. */
+st_status st_tokenizer_load_ex(st_tokenizer **out, const char *path, const st_tokenizer_opts *opts, st_err *err);
 void st_tokenizer_free(st_tokenizer *tok);
+
+/* BOS, EOS and pad ids from tokenizer_config.json (bos_token, eos_token, pad_token, as a string
+ * or {"content": ...}) or the load options; -1 when absent. */
+int32_t st_tokenizer_bos_id(const st_tokenizer *tok);
+int32_t st_tokenizer_eos_id(const st_tokenizer *tok);
+int32_t st_tokenizer_pad_id(const st_tokenizer *tok);
+/* tokenizer_config.json's add_bos_token: 1, 0, or -1 when it does not say. */
+int st_tokenizer_add_bos(const st_tokenizer *tok);
+/* tokenizer_config.json's chat_template (the "default" one of a list), or else the
+ * directory's chat_template.jinja; NULL when there is none. Owned by tok. */
+const char *st_tokenizer_chat_template(const st_tokenizer *tok);
 
 /* Largest id (model vocabulary and added tokens) plus one. */
 size_t st_tokenizer_vocab_size(const st_tokenizer *tok);
-/* Id of a token as the JSON spells it (byte-level form, "Ġhello"); -1 if absent. */
+/* Id of a token as the file spells it (tokenizer.json: byte-level form, "Ġhello"; a rank file:
+ * the raw bytes); -1 if absent. */
 int32_t st_tokenizer_token_id(const st_tokenizer *tok, const char *token);
-/* Token string of an id as the JSON spells it; NULL if no token has that id. */
+/* Token string of an id as the file spells it; NULL if no token has that id. A rank file's
+ * token may hold a NUL byte: st_tokenizer_decode gives its bytes. */
 const char *st_tokenizer_id_token(const st_tokenizer *tok, int32_t id);
 
 /* Encode len bytes of text (UTF-8; invalid bytes are encoded byte-level). Writes at most cap

@@ -1,0 +1,125 @@
+/* tokenizer_internal.h - what the tokenizer's source files share (not a public header): the
+ * layout of a loaded tokenizer and the helpers that fill it.
+ *   tokenizer.c          vocabulary and merge tables, regexes, encode, decode, load dispatch
+ *   tokenizer_json.c     Hugging Face tokenizer.json
+ *   tokenizer_tiktoken.c tiktoken rank files ("base64token rank" lines)
+ *   tokenizer_config.c   model directories and tokenizer_config.json
+ */
+#ifndef STRATA_TOKENIZER_INTERNAL_H
+#define STRATA_TOKENIZER_INTERNAL_H
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "strata/tokenizer.h"
+
+/* The regex of tokenizers' ByteLevel pre-tokenizer (use_regex true): GPT-2's pattern. */
+#define TOK_GPT2_PATTERN \
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
+/* Llama-3's pattern (Meta's tokenizer.py), which is cl100k_base's as tiktoken first shipped it:
+ * the default for rank files. */
+#define TOK_LLAMA3_PATTERN \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*" \
+    "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+
+enum { STEP_SPLIT, STEP_PREFIX_SPACE, STEP_METASPACE };
+/* Metaspace's prepend_scheme */
+enum { PREPEND_NEVER, PREPEND_ALWAYS, PREPEND_FIRST };
+typedef struct pt_step {
+    int kind;
+    pcre2_code *re;  /* STEP_SPLIT */
+    char rep[5];     /* STEP_METASPACE: the replacement character, UTF-8 */
+    uint8_t rep_len;
+    uint8_t prepend; /* PREPEND_* */
+    uint8_t split;   /* split before each run of replacement characters (MergedWithNext) */
+} pt_step;
+
+/* normalizers: Prepend(a) to a non-empty piece, Replace(a -> b) every occurrence */
+enum { NORM_PREPEND, NORM_REPLACE };
+typedef struct norm_step { int kind; char *a, *b; uint32_t alen, blen; } norm_step;
+
+/* decoders, applied in order to the list of token strings as tokenizers' decode_chain */
+enum { DEC_BYTE_LEVEL, DEC_REPLACE, DEC_BYTE_FALLBACK, DEC_FUSE, DEC_STRIP, DEC_METASPACE };
+typedef struct dec_step {
+    int kind;
+    char *a, *b;           /* REPLACE: a -> b; STRIP, METASPACE: a is the character */
+    uint32_t alen, blen;
+    uint32_t start, stop;  /* STRIP: at most this many characters from each end */
+    int prepend;           /* METASPACE: prepend_scheme is not never */
+} dec_step;
+enum { MAX_STEPS = 8 };
+
+typedef struct str_slot { const char *s; uint32_t len; int32_t id; } str_slot;
+typedef struct merge_slot { uint64_t key; uint32_t rank; int32_t new_id; } merge_slot; /* key 0: empty */
+
+/* s: what the text must contain, for a normalized token its content normalized (owned);
+ * content: the token as added_tokens spells it (owned) */
+typedef struct added_tok { const char *s; uint32_t len; int32_t id; int next; char *owned, *content; } added_tok;
+/* tokenizers matches the added tokens marked normalized false first, then in what is left
+ * those marked normalized true (in the normalized text: the same here, with no normalizer) */
+enum { ADDED_RAW, ADDED_NORMALIZED, ADDED_PASSES };
+
+struct st_tokenizer {
+    char *path;
+    /* model vocabulary: string -> id (open addressing), and id -> string for decode */
+    str_slot *vocab;
+    size_t vocab_cap;
+    char **id_str; /* owned strings (NUL-terminated), NULL where no token */
+    uint32_t *id_len;
+    size_t n_ids;
+    merge_slot *merges;
+    size_t merges_cap;
+    int32_t byte_id[256];   /* vocabulary id of each byte's byte-level character, -1 if absent */
+    char byte_chr[256][3];  /* the byte-level character of each byte, UTF-8 */
+    uint8_t byte_chr_len[256];
+    int16_t cp_byte[324];   /* inverse: code point -> byte, -1 where none */
+    int32_t unk_id;
+    int fuse_unk, ignore_merges;
+    int byte_level;          /* a ByteLevel pre-tokenizer: symbols from bytes, not characters */
+    int byte_fallback;       /* a character not in the vocabulary becomes its <0xNN> tokens */
+    int32_t fallback_id[256]; /* id of <0xNN>, -1 if absent */
+    pt_step steps[MAX_STEPS];
+    int n_steps;
+    norm_step norm[MAX_STEPS];
+    int n_norm;
+    dec_step dec[MAX_STEPS];
+    int n_dec;
+    added_tok *added;
+    int n_added;
+    int added_first[ADDED_PASSES][256]; /* chains of added tokens by first byte, -1 ends */
+    /* from tokenizer_config.json (a model directory) or the load options; -1 where not given */
+    int32_t bos_id, eos_id, pad_id;
+    int add_bos;         /* add_bos_token: 1, 0, or -1 where not given */
+    char *chat_template; /* NULL where none */
+};
+
+/* vocabulary (string -> id) and merges ((id, id) -> rank, id), sized before the first put */
+int32_t tok_vocab_find(const st_tokenizer *t, const char *s, size_t len);
+void tok_vocab_put(st_tokenizer *t, const char *s, uint32_t len, int32_t id);
+void tok_merge_put(st_tokenizer *t, int32_t a, int32_t b, uint32_t rank, int32_t new_id);
+size_t tok_pow2_at_least(size_t n);
+/* length of the valid UTF-8 character at s (1-4), 0 where the bytes are not one */
+size_t tok_utf8_char_len(const uint8_t *s, size_t n);
+st_status tok_read_file(const char *path, char **buf, size_t *len, st_err *err);
+st_status tok_dup_str(const st_tokenizer *t, const char *s, size_t len, char **out, st_err *err);
+/* id's token string (owned by t), once: a later call for the same id keeps the first */
+st_status tok_set_id_str(st_tokenizer *t, int32_t id, const char *s, size_t len, const char *field, st_err *err);
+/* a Split(pattern, Isolated) pre-tokenizer step; \s, \p{L}, \p{N} as Oniguruma means them */
+st_status tok_add_split(st_tokenizer *t, const char *pattern, uint32_t extra_opts, const char *field, st_err *err);
+/* the normalizer over len bytes: *out (malloc'd) gets *olen bytes */
+st_status tok_normalize(const st_tokenizer *t, const uint8_t *p, size_t len, char **out, size_t *olen, st_err *err);
+
+/* Fill t (path set, byte alphabet made) from a file's bytes: tokenizer_json.c, tokenizer_tiktoken.c. */
+st_status tok_load_json(st_tokenizer *t, const char *buf, size_t len, st_err *err);
+st_status tok_load_tiktoken(st_tokenizer *t, const char *buf, size_t len, const st_tokenizer_opts *opts,
+                            st_err *err);
+
+/* tokenizer_config.c: the file a model directory's tokenizer is read from (malloc'd path),
+ * its tokenizer_config.json, and the options' BOS/EOS. */
+st_status tok_dir_file(const char *dir, char **file, st_err *err);
+st_status tok_load_config(st_tokenizer *t, const char *dir, st_err *err);
+st_status tok_apply_opts(st_tokenizer *t, const st_tokenizer_opts *opts, st_err *err);
+
+#endif
