@@ -178,6 +178,8 @@ typedef struct data_source_info {
     uint64_t n_docs;      /* documents in the index; 0 for sources without one */
     uint64_t n_tokens;
     const char *bin_path; /* the file holding the tokens */
+    const char *sidecar_path; /* PREFIX.json written by data_pack; NULL if none */
+    int64_t vocab_size, eod; /* what the sidecar says; 0 and -1 if none */
 } data_source_info;
 st_status data_source_open(data_source **out, const data_source_config *cfg, st_err *err);
 void data_source_get_info(const data_source *s, data_source_info *info);
@@ -195,6 +197,17 @@ st_status data_pack_open(data_pack_writer **out, const char *prefix, int dtype, 
 st_status data_pack_add(data_pack_writer *w, const int32_t *tokens, size_t n, st_err *err);
 st_status data_pack_close(data_pack_writer *w, st_err *err); /* writes the .idx; frees w */
 void data_pack_abort(data_pack_writer *w);                    /* frees w, removes both files */
+/* What the sidecar PREFIX.json that close then writes says (without a call, close removes a
+ * stale one). A source opened with a sidecar refuses reads with a smaller vocab_size. */
+typedef struct data_pack_meta {
+    int64_t vocab_size;          /* ids are in [0, vocab_size) */
+    int64_t eod;                 /* the end-of-document id appended to each document */
+    const char *tokenizer;       /* its name: the file's basename, or "bytes" (copied) */
+    int has_digest;              /* the next two are set */
+    uint32_t tokenizer_crc32c;   /* CRC-32C of the tokenizer file's bytes */
+    uint64_t tokenizer_bytes;
+} data_pack_meta;
+st_status data_pack_set_meta(data_pack_writer *w, const data_pack_meta *m, st_err *err);
 
 /* The byte-level tokenizer: writes n tokens (one per byte) to out. */
 void data_tokenize_bytes(const void *text, size_t n, int32_t *out);

@@ -13,6 +13,7 @@ int bench_data(int argc, char **argv);    /* the data pipeline over a synthetic 
 int bench_trace(int argc, char **argv);   /* the profiler's overhead */
 int bench_stream(int argc, char **argv);  /* layer streaming under a device budget vs in memory */
 int bench_offload(int argc, char **argv); /* the optimizer step with its state on disk paths */
+int bench_tokenize(int argc, char **argv); /* tokenizer.json encode: MB/s on 1 and all threads */
 /* KV-cached generation vs recomputing the prefix; still in src/cli/cmd_sample.c, whose
  * option parser and model opening it shares with strata sample. */
 int bench_sample(int argc, char **argv);

@@ -1,8 +1,9 @@
 /* cmd_data.c - strata data {pack, inspect, cat} (strata bench data: src/bench/bench_data.c).
  *
- * pack turns text or JSON-lines into a Megatron .bin/.idx pair with the byte-level
- * tokenizer (one token per byte, end of document 256); inspect describes any source
- * the loader reads; cat prints a document back, which closes the round trip.
+ * pack turns text or JSON-lines into a Megatron .bin/.idx pair and its sidecar .json,
+ * with a tokenizer.json (on many threads) or the byte-level tokenizer (one token per
+ * byte, end of document 256); inspect describes any source the loader reads; cat prints
+ * a document back (decoded with the tokenizer), which closes the round trip.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -12,19 +13,32 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <pthread.h>
+
 #include <json-c/json.h>
 
 #include "cli/cli.h"
 #include "strata/core.h"
 #include "strata/data.h"
+#include "strata/tokenizer.h"
 
 static const char *data_usage =
     "usage: strata data <pack|inspect|cat> [options]\n"
     "\n"
-    "  strata data pack -o PREFIX [--jsonl] [--key K] [--split file|line|blank] FILE...\n"
-    "      Tokenize text with the built-in byte-level tokenizer (token = byte, 256 = end of\n"
-    "      document, vocabulary 257) into PREFIX.bin + PREFIX.idx (Megatron-LM indexed\n"
-    "      dataset, uint16). Each document gets an end-of-document token appended.\n"
+    "  strata data pack -o PREFIX [--tokenizer PATH --eod ID] [--jsonl] [--key K]\n"
+    "                   [--split file|line|blank] [--threads N] [--progress] FILE...\n"
+    "      Tokenize text into PREFIX.bin + PREFIX.idx (Megatron-LM indexed dataset: uint16\n"
+    "      for vocabularies up to 65536, else int32), with --tokenizer also PREFIX.json (the\n"
+    "      sidecar: vocab_size, eod, the tokenizer's name and CRC-32C, dtype, documents,\n"
+    "      tokens; the loader refuses a model vocab_size below the sidecar's). Each document\n"
+    "      gets an end-of-document token appended.\n"
+    "      --tokenizer P  a Hugging Face tokenizer.json; without it the built-in byte-level\n"
+    "                     tokenizer (token = byte, 256 = end of document, vocabulary 257)\n"
+    "      --eod ID       the end-of-document id (needed with --tokenizer: e.g. the id of\n"
+    "                     <|endoftext|>)\n"
+    "      --threads N    tokenize on N threads (default: all CPUs); the output is the same\n"
+    "      --progress     MB/s, documents and ETA on stderr once a second (default when\n"
+    "                     stderr is a terminal)\n"
     "      --jsonl        each line of each FILE is a JSON object; its K field is a document\n"
     "      --key K        the JSON field holding the text (default \"text\")\n"
     "      --split MODE   plain text: file = one document per file (default), line = one per\n"
@@ -41,9 +55,11 @@ static const char *data_usage =
     "      --docs N lists the first N document lengths; --validate reads every token and\n"
     "      checks it is below VOCAB.\n"
     "\n"
-    "  strata data cat PATH [--doc N] [--tokens]\n"
-    "      Print document N (default 0) as bytes (byte-level data; token 256 is dropped),\n"
-    "      or as token ids with --tokens. Sources without an index have one document.\n";
+    "  strata data cat PATH [--doc N | --all] [--tokens | --decode --tokenizer P [--eod ID]]\n"
+    "      Print document N (default 0; --all: every document, each followed by a newline)\n"
+    "      as bytes (byte-level data; token 256 is dropped), as token ids with --tokens, or\n"
+    "      as text decoded with the tokenizer P (the end-of-document id the sidecar or --eod\n"
+    "      names is dropped). Sources without an index have one document.\n";
 
 static int parse_format(const char *s, data_format *f) {
     if (!strcmp(s, "auto")) *f = DATA_FORMAT_AUTO;
@@ -68,31 +84,213 @@ static const char *format_name(data_format f) {
 
 /* ---- pack ---------------------------------------------------------------------- */
 
+/* Documents are gathered into a batch of about PACK_BATCH_BYTES of text, the batch is cut
+ * into one contiguous run of documents per thread (balanced by bytes), each thread
+ * tokenizes its run into its own buffer, and the runs are written in order: the output
+ * does not depend on the thread count. */
+#define PACK_BATCH_BYTES (8u << 20)
+#define PACK_BATCH_DOCS 65536u
+#define PACK_MAX_THREADS 256
+
+typedef struct pack_worker {
+    struct pack_ctx *c;
+    size_t d0, d1;     /* documents [d0, d1) of the batch */
+    int32_t *ids;      /* their tokens, each document's followed by the end-of-document id */
+    size_t n, cap;
+    st_status rc;
+    st_err err;
+} pack_worker;
+
 typedef struct pack_ctx {
     data_pack_writer *w;
-    int32_t *tok;
-    size_t cap;
-    uint64_t docs, bytes;
+    const st_tokenizer *tok; /* NULL: the byte-level tokenizer */
+    int32_t eod;
+    int threads;
+    pack_worker *workers;
+    /* the batch: document k is text[start[k], start[k+1]) */
+    char *text;
+    size_t tlen, tcap;
+    size_t *start, *ntok; /* [nb + 1], [nb]: tokens of document k with its end-of-document */
+    size_t nb, dcap;
+    uint64_t docs, bytes, tokens;
+    /* progress */
+    int progress, tty, printed;
+    uint64_t in_bytes, in_total; /* input bytes read; all of them (0: unknown, standard input) */
+    double t0, last_print;
     st_err err;
 } pack_ctx;
 
+static int grow_ids(pack_worker *k, size_t need) {
+    if (k->n + need <= k->cap) return 0;
+    size_t nc = (k->n + need) * 3 / 2 + 1024;
+    int32_t *t = realloc(k->ids, nc * sizeof *t);
+    if (!t) return -1;
+    k->ids = t, k->cap = nc;
+    return 0;
+}
+
+static void *pack_work(void *arg) {
+    pack_worker *k = arg;
+    pack_ctx *c = k->c;
+    k->n = 0;
+    k->rc = ST_OK;
+    for (size_t d = k->d0; d < k->d1 && !k->rc; d++) {
+        const char *text = c->text + c->start[d];
+        size_t len = c->start[d + 1] - c->start[d], got = 0;
+        /* byte-level BPE gives at most one id a byte; the margin is for normalizers that add a few */
+        if (grow_ids(k, len + 17)) {
+            k->rc = st_errf(&k->err, ST_ERR_NOMEM, "out of memory for a %zu-byte document", len);
+            break;
+        }
+        if (!c->tok) {
+            data_tokenize_bytes(text, len, k->ids + k->n);
+            got = len;
+        } else {
+            k->rc = st_tokenizer_encode(c->tok, text, len, k->ids + k->n, k->cap - k->n - 1, &got, &k->err);
+            if (k->rc == ST_ERR_INVALID && got + 1 > k->cap - k->n) { /* more ids than the margin: once more */
+                if (grow_ids(k, got + 1)) {
+                    k->rc = st_errf(&k->err, ST_ERR_NOMEM, "out of memory for a %zu-byte document", len);
+                    break;
+                }
+                k->rc = st_tokenizer_encode(c->tok, text, len, k->ids + k->n, k->cap - k->n - 1, &got, &k->err);
+            }
+            if (k->rc) {
+                st_err_prefix(&k->err, "document %llu", (unsigned long long)(c->docs + d));
+                break;
+            }
+        }
+        k->ids[k->n + got] = c->eod;
+        k->n += got + 1;
+        c->ntok[d] = got + 1;
+    }
+    return NULL;
+}
+
+static void pack_progress(pack_ctx *c, int last) {
+    double now = st_now();
+    if (!c->progress || (!last && now - c->last_print < 1.0)) return; /* at the end, always a last line */
+    c->last_print = now;
+    double el = now - c->t0, rate = el > 0 ? (double)c->in_bytes / el : 0;
+    char eta[48] = "";
+    if (c->in_total && rate > 0 && !last)
+        snprintf(eta, sizeof eta, ", ETA %.0f s",
+                 (double)(c->in_total > c->in_bytes ? c->in_total - c->in_bytes : 0) / rate);
+    char total[48] = "";
+    if (c->in_total) snprintf(total, sizeof total, " of %.1f", c->in_total / 1e6);
+    fprintf(stderr, "%s%.1f%s MB, %llu documents, %llu tokens, %.2f MB/s%s%s", c->tty ? "\r\033[K" : "",
+            c->in_bytes / 1e6, total, (unsigned long long)c->docs, (unsigned long long)c->tokens, rate / 1e6, eta,
+            c->tty && !last ? "" : "\n");
+    c->printed = 1;
+}
+
+/* Tokenize the batch and write it. */
+static int pack_flush(pack_ctx *c) {
+    if (c->nb == 0) return 0;
+    int nt = c->threads;
+    if ((size_t)nt > c->nb) nt = (int)c->nb;
+    /* contiguous runs of about tlen / nt bytes (a run may be empty) */
+    size_t d = 0;
+    for (int t = 0; t < nt; t++) {
+        pack_worker *k = &c->workers[t];
+        k->c = c;
+        k->d0 = d;
+        size_t goal = c->tlen * (size_t)(t + 1) / (size_t)nt;
+        while (d < c->nb && (t == nt - 1 || c->start[d + 1] <= goal)) d++;
+        k->d1 = d;
+    }
+    pthread_t th[PACK_MAX_THREADS];
+    int started = 0;
+    for (int t = 1; t < nt; t++, started++)
+        if (pthread_create(&th[t], NULL, pack_work, &c->workers[t])) break;
+    pack_work(&c->workers[0]);
+    for (int t = started + 1; t < nt; t++) pack_work(&c->workers[t]); /* threads that did not start */
+    for (int t = 1; t <= started; t++) pthread_join(th[t], NULL);
+    for (int t = 0; t < nt; t++) {
+        pack_worker *k = &c->workers[t];
+        if (k->rc) {
+            c->err = k->err;
+            return -1;
+        }
+        size_t off = 0;
+        for (size_t j = k->d0; j < k->d1; j++) {
+            if (data_pack_add(c->w, k->ids + off, c->ntok[j], &c->err)) return -1;
+            off += c->ntok[j];
+            c->tokens += c->ntok[j];
+        }
+    }
+    c->docs += c->nb;
+    c->bytes += c->tlen;
+    c->nb = 0;
+    c->tlen = 0;
+    pack_progress(c, 0);
+    return 0;
+}
+
 static int pack_doc(pack_ctx *c, const char *text, size_t n) {
     if (n == 0) return 0; /* an empty document would only be an end-of-document token */
-    if (n + 1 > c->cap) {
-        size_t nc = (n + 1) * 2;
-        int32_t *t = realloc(c->tok, nc * sizeof *t);
+    if (c->tlen + n > c->tcap) {
+        size_t nc = (c->tlen + n) * 3 / 2 + 4096;
+        char *t = realloc(c->text, nc);
         if (!t) {
             st_errf(&c->err, ST_ERR_NOMEM, "out of memory for a %zu-byte document", n);
             return -1;
         }
-        c->tok = t, c->cap = nc;
+        c->text = t, c->tcap = nc;
     }
-    data_tokenize_bytes(text, n, c->tok);
-    c->tok[n] = DATA_BYTE_EOD;
-    if (data_pack_add(c->w, c->tok, n + 1, &c->err)) return -1;
-    c->docs++;
-    c->bytes += n;
+    if (c->nb + 2 > c->dcap) {
+        size_t nc = c->dcap ? c->dcap * 2 : 1024;
+        size_t *s = realloc(c->start, nc * sizeof *s), *k = s ? realloc(c->ntok, nc * sizeof *k) : NULL;
+        if (s) c->start = s;
+        if (!s || !k) {
+            st_errf(&c->err, ST_ERR_NOMEM, "out of memory at document %llu", (unsigned long long)(c->docs + c->nb));
+            return -1;
+        }
+        c->ntok = k, c->dcap = nc;
+    }
+    memcpy(c->text + c->tlen, text, n);
+    c->start[c->nb] = c->tlen;
+    c->tlen += n;
+    c->start[++c->nb] = c->tlen;
+    if (c->tlen >= PACK_BATCH_BYTES || c->nb >= PACK_BATCH_DOCS) return pack_flush(c);
     return 0;
+}
+
+static void pack_ctx_free(pack_ctx *c) {
+    for (int t = 0; c->workers && t < c->threads; t++) free(c->workers[t].ids);
+    free(c->workers);
+    free(c->text);
+    free(c->start);
+    free(c->ntok);
+}
+
+/* CRC-32C and size of the tokenizer's bytes: the file, or a model directory's tokenizer.json. */
+static int tokenizer_digest(const char *path, uint32_t *crc, uint64_t *bytes) {
+    char buf[1 << 16], p[4096];
+    struct stat st;
+    if (stat(path, &st) != 0) return -1;
+    snprintf(p, sizeof p, S_ISDIR(st.st_mode) ? "%s/tokenizer.json" : "%s", path);
+    FILE *f = fopen(p, "rb");
+    if (!f) return -1;
+    *crc = 0;
+    *bytes = 0;
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
+        *crc = st_crc32c(*crc, buf, n);
+        *bytes += n;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    return bad ? -1 : 0;
+}
+
+static const char *base_name(const char *path) {
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') n--; /* a directory given as dir/ */
+    static char b[256];
+    size_t e = n, s = n;
+    while (s > 0 && path[s - 1] != '/') s--;
+    snprintf(b, sizeof b, "%.*s", (int)(e - s), path + s);
+    return b;
 }
 
 static int pack_file(pack_ctx *c, const char *path, int jsonl, const char *key, const char *split) {
@@ -111,6 +309,7 @@ static int pack_file(pack_ctx *c, const char *path, int jsonl, const char *key, 
         lineno++;
         uint64_t line_off = off;
         off += (uint64_t)n;
+        c->in_bytes += (uint64_t)n;
         if (jsonl) {
             while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
             if (n == 0) continue;
@@ -177,14 +376,34 @@ static int pack_file(pack_ctx *c, const char *path, int jsonl, const char *key, 
 }
 
 static int data_pack_cmd(int argc, char **argv) {
-    const char *out = NULL, *key = "text", *split = "file";
-    int jsonl = 0, nfiles = 0;
+    const char *out = NULL, *key = "text", *split = "file", *tok_path = NULL;
+    int jsonl = 0, nfiles = 0, progress = 0;
+    long threads = sysconf(_SC_NPROCESSORS_ONLN);
+    long long eod = -1;
     const char **files = calloc((size_t)argc, sizeof *files);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-o") && i + 1 < argc) out = argv[++i];
         else if (!strcmp(argv[i], "--jsonl")) jsonl = 1;
         else if (!strcmp(argv[i], "--key") && i + 1 < argc) key = argv[++i];
         else if (!strcmp(argv[i], "--split") && i + 1 < argc) split = argv[++i];
+        else if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) tok_path = argv[++i];
+        else if (!strcmp(argv[i], "--eod") && i + 1 < argc) {
+            char *end;
+            eod = strtoll(argv[++i], &end, 10);
+            if (*end || eod < 0) {
+                fprintf(stderr, "strata data pack: --eod '%s' is not a token id\n", argv[i]);
+                free(files);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
+            char *end;
+            threads = strtol(argv[++i], &end, 10);
+            if (*end || threads < 1 || threads > PACK_MAX_THREADS) {
+                fprintf(stderr, "strata data pack: --threads '%s': give 1 to %d\n", argv[i], PACK_MAX_THREADS);
+                free(files);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--progress")) progress = 1;
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(data_usage, stdout);
             free(files);
@@ -201,32 +420,87 @@ static int data_pack_cmd(int argc, char **argv) {
         free(files);
         return 2;
     }
+    if (threads < 1) threads = 1;
+    if (threads > PACK_MAX_THREADS) threads = PACK_MAX_THREADS;
     pack_ctx c = {0};
-    if (data_pack_open(&c.w, out, DATA_DTYPE_U16, &c.err)) {
-        fprintf(stderr, "strata data pack: %s\n", c.err.msg);
-        free(files);
-        return 1;
-    }
-    double t0 = st_now();
-    for (int i = 0; i < nfiles; i++)
-        if (pack_file(&c, files[i], jsonl, key, split)) {
-            fprintf(stderr, "strata data pack: %s\n", c.err.msg);
-            data_pack_abort(c.w);
-            free(c.tok);
+    st_tokenizer *tok = NULL;
+    data_pack_meta meta = {.vocab_size = DATA_BYTE_VOCAB, .eod = DATA_BYTE_EOD, .tokenizer = "bytes"};
+    if (tok_path) {
+        if (st_tokenizer_load(&tok, tok_path, &c.err)) {
+            fprintf(stderr, "strata data pack: --tokenizer %s: %s\n", tok_path, c.err.msg);
             free(files);
             return 1;
         }
-    free(c.tok);
-    free(files);
-    if (data_pack_close(c.w, &c.err)) {
-        fprintf(stderr, "strata data pack: %s\n", c.err.msg);
-        return 1;
+        meta.vocab_size = (int64_t)st_tokenizer_vocab_size(tok);
+        meta.tokenizer = base_name(tok_path);
+        meta.has_digest = tokenizer_digest(tok_path, &meta.tokenizer_crc32c, &meta.tokenizer_bytes) == 0;
+        if (eod < 0) {
+            int32_t hint = st_tokenizer_token_id(tok, "<|endoftext|>");
+            char h[96] = "";
+            if (hint >= 0) snprintf(h, sizeof h, " (this tokenizer's <|endoftext|> is id %d)", hint);
+            fprintf(stderr,
+                    "strata data pack: --tokenizer %s names no end-of-sequence token, and every document needs one "
+                    "appended; give its id with --eod ID%s\n", tok_path, h);
+            st_tokenizer_free(tok);
+            free(files);
+            return 2;
+        }
+        meta.eod = eod;
+    } else if (eod >= 0) {
+        fprintf(stderr, "strata data pack: --eod is for --tokenizer; the byte-level tokenizer's is %d\n", DATA_BYTE_EOD);
+        free(files);
+        return 2;
     }
-    printf("packed %llu documents, %llu tokens (%llu bytes of text + one end-of-document each) into %s.bin/.idx "
-           "in %.2f s\n",
-           (unsigned long long)c.docs, (unsigned long long)(c.bytes + c.docs), (unsigned long long)c.bytes, out,
-           st_now() - t0);
-    return 0;
+    if (meta.eod >= meta.vocab_size) {
+        fprintf(stderr, "strata data pack: --eod %lld is outside the vocabulary of %s [0, %lld)\n", eod, tok_path,
+                (long long)meta.vocab_size);
+        st_tokenizer_free(tok);
+        free(files);
+        return 2;
+    }
+    /* Megatron's reader picks uint16 for vocabularies up to 65536 ids, int32 above */
+    int dtype = meta.vocab_size <= 65536 ? DATA_DTYPE_U16 : DATA_DTYPE_I32;
+    c.tok = tok;
+    c.eod = (int32_t)meta.eod;
+    c.threads = (int)threads;
+    c.workers = calloc((size_t)threads, sizeof *c.workers);
+    c.progress = progress || isatty(2);
+    c.tty = isatty(2);
+    for (int i = 0; i < nfiles; i++) {
+        struct stat st;
+        if (!strcmp(files[i], "-") || stat(files[i], &st) != 0 || !S_ISREG(st.st_mode)) {
+            c.in_total = 0;
+            break;
+        }
+        c.in_total += (uint64_t)st.st_size;
+    }
+    int rc = 0;
+    if (!c.workers) rc = st_errf(&c.err, ST_ERR_NOMEM, "out of memory") != 0;
+    /* byte-level packs stay as they were, a pair without a sidecar (a stale one is removed) */
+    else if (data_pack_open(&c.w, out, dtype, &c.err) || (tok && data_pack_set_meta(c.w, &meta, &c.err))) {
+        data_pack_abort(c.w);
+        c.w = NULL;
+        rc = 1;
+    }
+    c.t0 = c.last_print = st_now();
+    for (int i = 0; i < nfiles && !rc; i++) rc = pack_file(&c, files[i], jsonl, key, split) != 0;
+    if (!rc) rc = pack_flush(&c) != 0;
+    if (c.w && !rc) rc = data_pack_close(c.w, &c.err) != 0;
+    else if (c.w) data_pack_abort(c.w);
+    pack_progress(&c, 1);
+    if (rc) fprintf(stderr, "strata data pack: %s\n", c.err.msg);
+    else {
+        double el = st_now() - c.t0;
+        printf("packed %llu documents, %llu tokens (%llu bytes of text, tokenizer %s, end of document %lld "
+               "appended to each) into %s.bin/.idx%s in %.2f s (%.2f MB/s, %d thread%s)\n",
+               (unsigned long long)c.docs, (unsigned long long)c.tokens, (unsigned long long)c.bytes,
+               meta.tokenizer, (long long)meta.eod, out, tok ? "/.json" : "", el, el > 0 ? c.bytes / el / 1e6 : 0.0, c.threads,
+               c.threads == 1 ? "" : "s");
+    }
+    pack_ctx_free(&c);
+    st_tokenizer_free(tok);
+    free(files);
+    return rc;
 }
 
 /* ---- inspect, cat ---------------------------------------------------------------- */
@@ -285,13 +559,18 @@ static int data_inspect_cmd(int argc, char **argv) {
         free(buf);
         if (rc) fprintf(stderr, "strata data inspect: %s\n", err.msg);
     }
+    char side[128] = "";
+    if (info.sidecar_path)
+        snprintf(side, sizeof side, json ? ", \"vocab_size\": %lld, \"eod\": %lld" : "vocab_size: %lld (sidecar)\neod:       %lld\n",
+                 (long long)info.vocab_size, (long long)info.eod);
     if (json) {
         printf("{\"path\": \"%s\", \"format\": \"%s\", \"dtype\": \"%s\", \"documents\": %llu, \"tokens\": %llu, "
-               "\"open_s\": %.6f%s}\n",
+               "\"open_s\": %.6f%s%s}\n",
                path, format_name(info.format), data_dtype_name(info.dtype), (unsigned long long)info.n_docs,
                (unsigned long long)info.n_tokens, open_s,
-               vocab > 0 ? (rc ? ", \"valid\": false" : ", \"valid\": true") : "");
+               vocab > 0 ? (rc ? ", \"valid\": false" : ", \"valid\": true") : "", side);
     } else {
+        fputs(side, stdout);
         printf("path:      %s\nformat:    %s\ndtype:     %s\ndocuments: %llu%s\ntokens:    %llu\nopened in: %.6f s\n",
                path, format_name(info.format), data_dtype_name(info.dtype), (unsigned long long)info.n_docs,
                info.n_docs ? "" : " (no index: sampled in windows of T+1 tokens)", (unsigned long long)info.n_tokens,
@@ -314,13 +593,35 @@ static int data_inspect_cmd(int argc, char **argv) {
     return rc;
 }
 
+/* Warn when the tokenizer given to decode is not the one the sidecar names. */
+static void cat_check_tokenizer(const char *sidecar, const char *tok_path) {
+    json_object *o = sidecar ? json_object_from_file(sidecar) : NULL, *t, *crc, *name;
+    uint32_t mine;
+    uint64_t bytes;
+    if (o && json_object_object_get_ex(o, "tokenizer", &t) && json_object_object_get_ex(t, "crc32c", &crc) &&
+        tokenizer_digest(tok_path, &mine, &bytes) == 0) {
+        char hex[16];
+        snprintf(hex, sizeof hex, "%08x", mine);
+        if (strcmp(hex, json_object_get_string(crc)))
+            fprintf(stderr, "strata data cat: warning: %s (CRC-32C %s) is not the tokenizer %s names (%s, CRC-32C %s)\n",
+                    tok_path, hex, sidecar,
+                    json_object_object_get_ex(t, "name", &name) ? json_object_get_string(name) : "?",
+                    json_object_get_string(crc));
+    }
+    json_object_put(o);
+}
+
 static int data_cat_cmd(int argc, char **argv) {
-    const char *path = NULL;
-    long long doc = 0;
-    int as_tokens = 0;
+    const char *path = NULL, *tok_path = NULL;
+    long long doc = 0, eod_arg = -1;
+    int as_tokens = 0, decode = 0, all = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--doc") && i + 1 < argc) doc = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--all")) all = 1;
         else if (!strcmp(argv[i], "--tokens")) as_tokens = 1;
+        else if (!strcmp(argv[i], "--decode")) decode = 1;
+        else if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) tok_path = argv[++i];
+        else if (!strcmp(argv[i], "--eod") && i + 1 < argc) eod_arg = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(data_usage, stdout);
             return 0;
@@ -330,34 +631,86 @@ static int data_cat_cmd(int argc, char **argv) {
             return 2;
         }
     }
-    if (!path) {
-        fprintf(stderr, "strata data cat: need a PATH\n\n%s", data_usage);
+    if (!path || (decode && !tok_path) || (decode && as_tokens)) {
+        fprintf(stderr, "strata data cat: need a PATH; --decode needs --tokenizer P and excludes --tokens\n\n%s",
+                data_usage);
         return 2;
     }
     st_err err = {0};
+    st_tokenizer *tok = NULL;
+    if (decode && st_tokenizer_load(&tok, tok_path, &err)) {
+        fprintf(stderr, "strata data cat: --tokenizer %s: %s\n", tok_path, err.msg);
+        return 1;
+    }
     data_source *s;
     data_source_config sc = {.path = path};
     if (data_source_open(&s, &sc, &err)) {
         fprintf(stderr, "strata data cat: %s\n", err.msg);
+        st_tokenizer_free(tok);
         return 1;
     }
     data_source_info info;
     data_source_get_info(s, &info);
-    uint64_t len = info.n_tokens;
+    int64_t eod = eod_arg >= 0 ? eod_arg : info.eod;
+    if (decode) cat_check_tokenizer(info.sidecar_path, tok_path);
+    uint64_t first = all ? 0 : (uint64_t)doc, end = all ? (info.n_docs ? info.n_docs : 1) : (uint64_t)doc + 1;
     int rc = 0;
-    if (info.n_docs && data_source_doc_len(s, (uint64_t)doc, &len, &err)) rc = 1;
-    else if (!info.n_docs && doc != 0) rc = st_errf(&err, ST_ERR_INVALID, "%s has no index: only --doc 0", path) != 0;
-    int32_t *buf = rc ? NULL : malloc(sizeof *buf * (len ? len : 1));
-    if (!rc && data_source_read(s, info.n_docs ? (uint64_t)doc : 0, 0, len, buf, 0, &err)) rc = 1;
-    if (!rc) {
-        for (uint64_t i = 0; i < len; i++) {
-            if (as_tokens) printf(i + 1 < len ? "%d " : "%d\n", buf[i]);
-            else if (buf[i] < 256) putchar(buf[i]);
+    if (!info.n_docs && doc != 0) rc = st_errf(&err, ST_ERR_INVALID, "%s has no index: only --doc 0", path) != 0;
+    int32_t *buf = NULL;
+    char *text = NULL;
+    size_t bcap = 0, tcap = 0;
+    for (uint64_t d = first; d < end && !rc; d++) {
+        uint64_t len = info.n_tokens;
+        if (info.n_docs && data_source_doc_len(s, d, &len, &err)) {
+            rc = 1;
+            break;
         }
+        if (len + 1 > bcap) {
+            free(buf);
+            bcap = len + 1;
+            if (!(buf = malloc(sizeof *buf * bcap))) {
+                rc = st_errf(&err, ST_ERR_NOMEM, "out of memory for %llu tokens", (unsigned long long)len) != 0;
+                break;
+            }
+        }
+        if (data_source_read(s, info.n_docs ? d : 0, 0, len, buf, 0, &err)) {
+            rc = 1;
+            break;
+        }
+        if (as_tokens) {
+            for (uint64_t i = 0; i < len; i++) printf(i + 1 < len ? "%d " : "%d", buf[i]);
+            putchar('\n');
+            continue;
+        }
+        if (decode) {
+            size_t n = len && buf[len - 1] == eod ? len - 1 : len, got = 0;
+            st_status r = st_tokenizer_decode(tok, buf, n, text, tcap, &got, &err);
+            if (r == ST_ERR_INVALID && got > tcap) {
+                free(text);
+                tcap = got;
+                if (!(text = malloc(tcap))) {
+                    rc = st_errf(&err, ST_ERR_NOMEM, "out of memory for %zu bytes", got) != 0;
+                    break;
+                }
+                r = st_tokenizer_decode(tok, buf, n, text, tcap, &got, &err);
+            }
+            if (r) {
+                st_err_prefix(&err, "%s: document %llu", path, (unsigned long long)d);
+                rc = 1;
+                break;
+            }
+            fwrite(text, 1, got, stdout);
+        } else {
+            for (uint64_t i = 0; i < len; i++)
+                if (buf[i] < 256) putchar(buf[i]);
+        }
+        if (all) putchar('\n');
     }
     if (rc) fprintf(stderr, "strata data cat: %s\n", err.msg);
     free(buf);
+    free(text);
     data_source_close(s);
+    st_tokenizer_free(tok);
     return rc;
 }
 

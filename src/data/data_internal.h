@@ -47,7 +47,16 @@ struct data_source {
     size_t stage_bytes;
     /* counters (bytes the loader moves because of this source) */
     uint64_t bytes_read, bytes_written, idx_lookups;
+    /* Megatron: PREFIX.json written by data_pack ("" when absent), and what it says */
+    char sidecar_path[DATA_PATH_MAX + 8];
+    int64_t sidecar_vocab, sidecar_eod;
 };
+
+/* The sidecar of a Megatron source (pack.c): read PREFIX.json if there, after the pair is
+ * checked (refused when damaged or when its counts are not the pair's); and refuse a
+ * vocab_size smaller than the one the data was packed with (vocab_size 0: no check). */
+st_status data_sidecar_read(data_source *s, const char *prefix, st_err *err);
+st_status data_sidecar_check(const data_source *s, int64_t vocab_size, st_err *err);
 
 /* Document d of an indexed source: byte pointer into the .bin and length in tokens,
  * checked against the .bin size and (unless the source is unordered) against the end of

@@ -1,9 +1,11 @@
-/* pack.c - writing Megatron .bin/.idx datasets one document at a time, and the
- * byte-level tokenizer used by `strata data pack`.
+/* pack.c - writing Megatron .bin/.idx datasets one document at a time, their sidecar
+ * PREFIX.json (read back here too), and the byte-level tokenizer of `strata data pack`.
  *
- * Both files are written under temporary names and renamed at close, so a crash
+ * All files are written under temporary names and renamed at close, so a crash
  * never leaves an .idx that disagrees with its .bin. The index is byte-for-byte the
- * layout Megatron-LM's _IndexWriter produces (one sequence per document).
+ * layout Megatron-LM's _IndexWriter produces (one sequence per document). Megatron's
+ * .idx has no field for the vocabulary or the end-of-document id, so they go into the
+ * sidecar, which Megatron never opens: the pair stays readable by its reader.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -11,7 +13,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <json-c/json.h>
+
 #include "data/data_internal.h"
+
+#define SIDECAR_FORMAT "strata-pack-sidecar"
+#define SIDECAR_VERSION 1
 
 struct data_pack_writer {
     char bin_path[DATA_PATH_MAX], idx_path[DATA_PATH_MAX];
@@ -21,6 +28,10 @@ struct data_pack_writer {
     int32_t *sizes; /* tokens per document, kept until close: 4 bytes a document */
     uint64_t n_docs, cap;
     uint64_t n_tokens;
+    int has_meta; /* write PREFIX.json at close; without it a stale one is removed */
+    data_pack_meta meta;
+    char tok_name[256];
+    char json_path[DATA_PATH_MAX], json_tmp[DATA_PATH_MAX + 8];
     uint8_t buf[1 << 16];
 };
 
@@ -42,6 +53,8 @@ st_status data_pack_open(data_pack_writer **out, const char *prefix, int dtype, 
     snprintf(w->idx_path, sizeof w->idx_path, "%s.idx", prefix);
     snprintf(w->bin_tmp, sizeof w->bin_tmp, "%s.tmp", w->bin_path);
     snprintf(w->idx_tmp, sizeof w->idx_tmp, "%s.tmp", w->idx_path);
+    snprintf(w->json_path, sizeof w->json_path, "%s.json", prefix);
+    snprintf(w->json_tmp, sizeof w->json_tmp, "%s.tmp", w->json_path);
     w->bin = fopen(w->bin_tmp, "wb");
     if (!w->bin) {
         st_status rc = st_errf(err, ST_ERR_IO, "%s: cannot create: %s", w->bin_tmp, strerror(errno));
@@ -114,9 +127,108 @@ static int rename_into_place(const char *from, const char *to) {
     return rename(from, to);
 }
 
-/* Both files are complete and durable under temporary names before either replaces an
- * existing dataset; the .bin goes first, and if the .idx cannot follow, the old .bin (kept
- * through a hard link) is put back, so PREFIX is the old pair or the new pair. */
+/* One file close puts in place: tmp renamed over path, or (tmp NULL) path removed: a
+ * sidecar left by an earlier pack would describe other data. */
+typedef struct commit_file {
+    const char *tmp, *path;
+    char keep[DATA_PATH_MAX + 32]; /* hard link to the file path held before */
+    int existed, kept;
+} commit_file;
+
+/* Put files[0..n) in place in order. Each file there before is first kept through a hard
+ * link; if any step fails, the ones done are undone, so the prefix holds the old set or
+ * the new set. */
+static st_status commit_files(commit_file *f, int n, st_err *err) {
+    for (int i = 0; i < n; i++) {
+        snprintf(f[i].keep, sizeof f[i].keep, "%s.old.%d", f[i].path, (int)getpid());
+        unlink(f[i].keep);
+        f[i].existed = access(f[i].path, F_OK) == 0;
+        f[i].kept = f[i].existed && link(f[i].path, f[i].keep) == 0;
+    }
+    int failed = -1, e = 0;
+    for (int i = 0; i < n && failed < 0; i++) {
+        int r = f[i].tmp ? rename_into_place(f[i].tmp, f[i].path) : f[i].existed ? unlink(f[i].path) : 0;
+        if (r != 0) failed = i, e = errno;
+    }
+    int back = 1;
+    for (int j = failed - 1; j >= 0; j--) {
+        if (f[j].kept) back &= rename(f[j].keep, f[j].path) == 0;
+        else if (!f[j].existed) back &= !f[j].tmp || unlink(f[j].path) == 0;
+        else back = 0; /* it existed but could not be kept */
+    }
+    for (int i = 0; i < n; i++)
+        if (f[i].kept) unlink(f[i].keep);
+    if (failed < 0) return ST_OK;
+    int any_before = 0;
+    for (int j = 0; j < failed; j++) any_before |= f[j].existed;
+    return st_errf(err, ST_ERR_IO, "%s: %s failed: %s; %s", f[failed].path,
+                   f[failed].tmp ? "rename into place" : "removing the stale sidecar", strerror(e),
+                   failed == 0 ? "the previous dataset is unchanged"
+                   : !back     ? "the previous files could not all be kept: pack again"
+                   : any_before ? "the previous dataset is restored"
+                                : "no dataset was there before, none is now");
+}
+
+st_status data_pack_set_meta(data_pack_writer *w, const data_pack_meta *m, st_err *err) {
+    if (m->vocab_size <= 0 || m->eod < 0 || m->eod >= m->vocab_size)
+        return st_errf(err, ST_ERR_INVALID, "data pack: end-of-document id %lld is outside the vocabulary [0, %lld)",
+                       (long long)m->eod, (long long)m->vocab_size);
+    w->meta = *m;
+    snprintf(w->tok_name, sizeof w->tok_name, "%s", m->tokenizer ? m->tokenizer : "");
+    w->meta.tokenizer = w->tok_name;
+    w->has_meta = 1;
+    return ST_OK;
+}
+
+/* PREFIX.json.tmp, durable. */
+static st_status write_sidecar(data_pack_writer *w, st_err *err) {
+    json_object *o = json_object_new_object(), *t = json_object_new_object();
+    json_object_object_add(o, "format", json_object_new_string(SIDECAR_FORMAT));
+    json_object_object_add(o, "version", json_object_new_int(SIDECAR_VERSION));
+    json_object_object_add(o, "vocab_size", json_object_new_int64(w->meta.vocab_size));
+    json_object_object_add(o, "eod", json_object_new_int64(w->meta.eod));
+    json_object_object_add(o, "dtype", json_object_new_string(data_dtype_name(w->dtype)));
+    json_object_object_add(o, "documents", json_object_new_int64((int64_t)w->n_docs));
+    json_object_object_add(o, "tokens", json_object_new_int64((int64_t)w->n_tokens));
+    json_object_object_add(t, "name", json_object_new_string(w->tok_name));
+    if (w->meta.has_digest) {
+        char hex[16];
+        snprintf(hex, sizeof hex, "%08x", w->meta.tokenizer_crc32c);
+        json_object_object_add(t, "crc32c", json_object_new_string(hex));
+        json_object_object_add(t, "bytes", json_object_new_int64((int64_t)w->meta.tokenizer_bytes));
+    }
+    json_object_object_add(o, "tokenizer", t);
+    const char *text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE);
+    size_t len = strlen(text);
+    int fault = st_iofault("file.open", w->json_path);
+    FILE *f = fault > 0 ? NULL : fopen(w->json_tmp, "wb");
+    if (fault > 0) errno = fault;
+    int ok = 0;
+    st_status rc = ST_OK;
+    if (!f) {
+        rc = st_errf(err, ST_ERR_IO, "%s: cannot create: %s; the previous dataset is unchanged", w->json_tmp, strerror(errno));
+    } else {
+        fault = st_iofault("file.write", w->json_path);
+        ok = !fault && put(f, text, len) && put(f, "\n", 1);
+        if (fault) errno = fault > 0 ? fault : ENOSPC;
+        if (!ok) {
+            int e = errno;
+            fclose(f);
+            errno = e;
+        } else {
+            ok = finish_tmp(f, w->json_path);
+        }
+        if (!ok)
+            rc = st_errf(err, errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "%s: write failed: %s; the previous dataset is "
+                    "unchanged", w->json_tmp, strerror(errno));
+    }
+    json_object_put(o);
+    return rc;
+}
+
+/* All files are complete and durable under temporary names before any replaces an
+ * existing dataset; then they go into place in order (commit_files), so PREFIX is the
+ * old set or the new set. */
 st_status data_pack_close(data_pack_writer *w, st_err *err) {
     st_status rc = ST_OK;
     FILE *bin = w->bin;
@@ -168,27 +280,18 @@ st_status data_pack_close(data_pack_writer *w, st_err *err) {
         data_pack_abort(w);
         return rc;
     }
-    char keep[DATA_PATH_MAX + 32];
-    snprintf(keep, sizeof keep, "%s.old.%d", w->bin_path, (int)getpid());
-    unlink(keep);
-    int existed = access(w->bin_path, F_OK) == 0, kept = existed && link(w->bin_path, keep) == 0;
-    if (rename_into_place(w->bin_tmp, w->bin_path) != 0) {
-        rc = st_errf(err, ST_ERR_IO, "%s: rename into place failed: %s; the previous dataset is unchanged",
-                     w->bin_path, strerror(errno));
-        if (kept) unlink(keep);
+    if (w->has_meta && (rc = write_sidecar(w, err))) {
         data_pack_abort(w);
         return rc;
     }
-    if (rename_into_place(w->idx_tmp, w->idx_path) != 0) {
-        int e = errno;
-        int back = kept ? rename(keep, w->bin_path) == 0 : !existed && unlink(w->bin_path) == 0;
-        rc = st_errf(err, ST_ERR_IO, "%s: rename into place failed: %s; %s", w->idx_path, strerror(e),
-                     back ? (kept ? "the previous dataset is restored" : "no dataset was there before, none is now")
-                          : "the previous .bin could not be kept: pack again");
+    /* .bin, .idx, then the sidecar (or the removal of a stale one) */
+    commit_file files[3] = {{.tmp = w->bin_tmp, .path = w->bin_path}, {.tmp = w->idx_tmp, .path = w->idx_path},
+                            {.tmp = w->has_meta ? w->json_tmp : NULL, .path = w->json_path}};
+    rc = commit_files(files, 3, err);
+    if (rc) {
         data_pack_abort(w);
         return rc;
     }
-    if (kept) unlink(keep);
     free(w->sizes);
     free(w);
     return ST_OK;
@@ -199,6 +302,71 @@ void data_pack_abort(data_pack_writer *w) {
     if (w->bin) fclose(w->bin);
     unlink(w->bin_tmp);
     unlink(w->idx_tmp);
+    unlink(w->json_tmp);
     free(w->sizes);
     free(w);
+}
+
+/* ---- the sidecar, read back by the source (source.c) ------------------------------- */
+
+static int sidecar_int(json_object *o, const char *key, int64_t *v) {
+    json_object *x;
+    if (!json_object_object_get_ex(o, key, &x) || !json_object_is_type(x, json_type_int)) return 0;
+    *v = json_object_get_int64(x);
+    return 1;
+}
+
+st_status data_sidecar_read(data_source *s, const char *prefix, st_err *err) {
+    snprintf(s->sidecar_path, sizeof s->sidecar_path, "%s.json", prefix);
+    if (access(s->sidecar_path, F_OK) != 0) { /* a pair from Megatron's tools: none */
+        s->sidecar_path[0] = 0;
+        return ST_OK;
+    }
+    json_object *o = json_object_from_file(s->sidecar_path);
+    int64_t version = 0, vocab = 0, eod = -1, docs = -1, tokens = -1;
+    json_object *fmt = NULL;
+    int ok = o && json_object_is_type(o, json_type_object) && json_object_object_get_ex(o, "format", &fmt) &&
+             json_object_is_type(fmt, json_type_string) && !strcmp(json_object_get_string(fmt), SIDECAR_FORMAT);
+    if (!ok) {
+        json_object_put(o);
+        return st_errf(err, ST_ERR_FORMAT,
+                       "%s: not a strata pack sidecar (a JSON object with \"format\": \"" SIDECAR_FORMAT "\"); "
+                       "it sits beside %s as its description: re-pack with strata data pack, or move it away",
+                       s->sidecar_path, s->idx_path);
+    }
+    const char *missing = !sidecar_int(o, "version", &version) ? "version"
+                          : !sidecar_int(o, "vocab_size", &vocab) ? "vocab_size"
+                          : !sidecar_int(o, "eod", &eod) ? "eod"
+                          : !sidecar_int(o, "documents", &docs) ? "documents"
+                          : !sidecar_int(o, "tokens", &tokens) ? "tokens" : NULL;
+    json_object_put(o);
+    if (missing)
+        return st_errf(err, ST_ERR_FORMAT, "%s: no integer field \"%s\"; the sidecar is damaged: re-pack %s",
+                       s->sidecar_path, missing, s->bin_path);
+    if (version != SIDECAR_VERSION)
+        return st_errf(err, ST_ERR_FORMAT, "%s: sidecar version %lld, only %d is known; re-pack with this strata",
+                       s->sidecar_path, (long long)version, SIDECAR_VERSION);
+    if (vocab <= 0 || vocab > (int64_t)INT32_MAX + 1 || eod < 0 || eod >= vocab)
+        return st_errf(err, ST_ERR_FORMAT, "%s: vocab_size %lld / eod %lld are not a vocabulary and an id in it; "
+                       "the sidecar is damaged: re-pack %s", s->sidecar_path, (long long)vocab, (long long)eod,
+                       s->bin_path);
+    if ((uint64_t)docs != s->n_docs || (uint64_t)tokens != s->n_tokens)
+        return st_errf(err, ST_ERR_FORMAT,
+                       "%s describes %lld documents and %lld tokens, but %s has %llu and %llu: it was left by "
+                       "another pack; re-pack, or delete the sidecar if the pair is right",
+                       s->sidecar_path, (long long)docs, (long long)tokens, s->idx_path,
+                       (unsigned long long)s->n_docs, (unsigned long long)s->n_tokens);
+    s->sidecar_vocab = vocab;
+    s->sidecar_eod = eod;
+    return ST_OK;
+}
+
+st_status data_sidecar_check(const data_source *s, int64_t vocab_size, st_err *err) {
+    if (vocab_size <= 0 || !s->sidecar_path[0] || s->sidecar_vocab <= vocab_size) return ST_OK;
+    return st_errf(err, ST_ERR_INVALID,
+                   "%s: the data was packed with a tokenizer of vocab_size %lld, but this run's vocab_size is "
+                   "%lld: ids at or past %lld would be out of range. Train a model whose vocab_size is at least "
+                   "%lld, or re-pack the data with the model's own tokenizer",
+                   s->sidecar_path, (long long)s->sidecar_vocab, (long long)vocab_size, (long long)vocab_size,
+                   (long long)s->sidecar_vocab);
 }

@@ -201,7 +201,7 @@ static st_status open_megatron(data_source *s, const char *prefix, st_err *err) 
     if (s->n_tokens == 0)
         return st_errf(err, ST_ERR_INVALID, "%s: empty source (0 tokens); remove it from the mix",
                        s->bin_path);
-    return ST_OK;
+    return data_sidecar_read(s, prefix, err);
 }
 
 static st_status open_llmc(data_source *s, st_err *err) {
@@ -464,6 +464,9 @@ void data_source_get_info(const data_source *s, data_source_info *info) {
     info->n_docs = s->n_docs;
     info->n_tokens = s->n_tokens;
     info->bin_path = s->bin_path;
+    info->sidecar_path = s->sidecar_path[0] ? s->sidecar_path : NULL;
+    info->vocab_size = s->sidecar_path[0] ? s->sidecar_vocab : 0;
+    info->eod = s->sidecar_path[0] ? s->sidecar_eod : -1;
 }
 
 uint64_t data_source_fingerprint(const data_source *s) {
@@ -765,6 +768,8 @@ st_status data_source_read(data_source *s, uint64_t d, uint64_t start, uint64_t 
 
 st_status data_source_read_at(data_source *s, uint64_t base, uint64_t n, int32_t *out, int64_t vocab_size,
                               st_err *err) {
+    st_status vrc = data_sidecar_check(s, vocab_size, err);
+    if (vrc) return vrc;
     size_t per = s->stage_bytes / s->itemsize;
     for (uint64_t done = 0; done < n;) {
         size_t k = (size_t)(n - done < per ? n - done : per);
