@@ -8,7 +8,9 @@
  * Three more are sentencepiece-style BPE over characters: Llama-2's form (Prepend/Replace
  * normalizer, byte fallback, the Replace/ByteFallback/Fuse/Strip decoder), Mistral's newer
  * form (Metaspace pre-tokenizer) and an older one without byte fallback (unk, Metaspace
- * decoder). Files the reader must refuse (Unigram, WordPiece, an unknown normalizer,
+ * decoder). A tiktoken rank file made from the Llama-3 one must give PyPI tiktoken's ids
+ * with the Llama-3 and the GPT-2 pattern; model directories give tokenizer_config.json's
+ * BOS/EOS/pad and chat template. Files the reader must refuse (Unigram, WordPiece, an unknown normalizer,
  * pre-tokenizer or decoder, malformed JSON) must name the field or the file.
  */
 #include <json-c/json.h>
@@ -24,19 +26,19 @@
  * sentencepiece-style decoder strips the space it assumes was prepended); special: a special
  * token of the file; junk: text with invalid UTF-8 that must come back byte for byte (NULL:
  * the model maps invalid bytes to unk) */
-static void check_fixture(const char *name, int round_trip, const char *special, const char *junk) {
+static void check_files(const char *name, const char *file, const char *expected, const st_tokenizer_opts *opts,
+                        int round_trip, const char *special, const char *junk) {
     char rel[128];
-    snprintf(rel, sizeof rel, "tests/fixtures/tok_%s.json", name);
     st_tokenizer *tok = NULL;
     st_err err = {0};
-    st_status s = st_tokenizer_load(&tok, test_source_path(rel), &err);
-    CHECK(s == ST_OK, "%s: %s", rel, err.msg);
+    st_status s = st_tokenizer_load_ex(&tok, test_source_path(file), opts, &err);
+    CHECK(s == ST_OK, "%s: %s", file, err.msg);
     if (s != ST_OK) return;
     CHECK(st_tokenizer_vocab_size(tok) > 256, "%s: vocab %zu", name, st_tokenizer_vocab_size(tok));
     CHECK(st_tokenizer_token_id(tok, special) >= 0, "%s: special token id", name);
     CHECK(st_tokenizer_id_token(tok, st_tokenizer_token_id(tok, special)) != NULL, "%s: id -> token", name);
 
-    snprintf(rel, sizeof rel, "tests/fixtures/tok_%s_expected.json", name);
+    snprintf(rel, sizeof rel, "%s", expected);
     json_object *rows = json_object_from_file(test_source_path(rel));
     CHECK(rows && json_object_is_type(rows, json_type_array), "%s: cannot read", rel);
     size_t nrows = rows ? json_object_array_length(rows) : 0;
@@ -96,6 +98,13 @@ static void check_fixture(const char *name, int round_trip, const char *special,
     }
     json_object_put(rows);
     st_tokenizer_free(tok);
+}
+
+static void check_fixture(const char *name, int round_trip, const char *special, const char *junk) {
+    char file[128], expected[128];
+    snprintf(file, sizeof file, "tests/fixtures/tok_%s.json", name);
+    snprintf(expected, sizeof expected, "tests/fixtures/tok_%s_expected.json", name);
+    check_files(name, file, expected, NULL, round_trip, special, junk);
 }
 
 /* Write text to a file in the test's temporary directory and load it: it must fail with
@@ -265,6 +274,83 @@ static void check_model_dir(void) {
           "empty dir: %s", err.msg);
 }
 
+static void copy_fixture(const char *rel, const char *path) {
+    size_t n = 0;
+    unsigned char *b = test_slurp(test_source_path(rel), &n);
+    CHECK(b != NULL, "cannot read %s", rel);
+    if (b) write_file(path, b, n);
+    free(b);
+}
+
+static size_t encode_all(const st_tokenizer *tok, const char *text, int32_t *ids, size_t cap) {
+    size_t n = 0;
+    st_err err = {0};
+    st_status s = st_tokenizer_encode(tok, text, strlen(text), ids, cap, &n, &err);
+    CHECK(s == ST_OK, "encode: %s", err.msg);
+    return s == ST_OK ? n : 0;
+}
+
+static const char *const RANK_SPECIALS[] = {"<|endoftext|>", "<|im_start|>"};
+
+/* A rank file is known by its content, under any name and as a directory's tokenizer.model;
+ * a JSON file named .tiktoken is read as JSON. */
+static void check_rank_files(void) {
+    const char *text = "Hello world<|endoftext|> 中文 🙂 x<|im_start|>  42\n";
+    st_tokenizer_opts ro = {.special = RANK_SPECIALS, .n_special = 2, .eos_token = "<|endoftext|>"};
+    st_tokenizer *ref = NULL, *tok = NULL;
+    st_err err = {0};
+    st_status s = st_tokenizer_load_ex(&ref, test_source_path("tests/fixtures/tok_ranks.tiktoken"), &ro, &err);
+    CHECK(s == ST_OK, "ranks: %s", err.msg);
+    if (!ref) return;
+    CHECK(st_tokenizer_vocab_size(ref) == 601 && st_tokenizer_token_id(ref, "<|im_start|>") == 600 &&
+              st_tokenizer_eos_id(ref) == 599 && st_tokenizer_bos_id(ref) == -1,
+          "ranks: vocab %zu, <|im_start|> %d, eos %d", st_tokenizer_vocab_size(ref),
+          st_tokenizer_token_id(ref, "<|im_start|>"), st_tokenizer_eos_id(ref));
+    int32_t want[64], got[64];
+    size_t nw = encode_all(ref, text, want, 64);
+    CHECK(nw > 10, "ranks: %zu ids", nw);
+    char path[600];
+    snprintf(path, sizeof path, "%s/renamed.json", test_tmpdir());
+    copy_fixture("tests/fixtures/tok_ranks.tiktoken", path);
+    s = st_tokenizer_load_ex(&tok, path, &ro, &err);
+    CHECK(s == ST_OK && tok && encode_all(tok, text, got, 64) == nw && memcmp(got, want, nw * sizeof *got) == 0,
+          "ranks named .json: %s", err.msg);
+    st_tokenizer_free(tok);
+    tok = NULL;
+    snprintf(path, sizeof path, "%s/llama3_original", test_tmpdir());
+    mkdir(path, 0755);
+    strcat(path, "/tokenizer.model");
+    copy_fixture("tests/fixtures/tok_ranks.tiktoken", path);
+    path[strlen(path) - strlen("/tokenizer.model")] = 0;
+    s = st_tokenizer_load_ex(&tok, path, &ro, &err);
+    CHECK(s == ST_OK && tok && encode_all(tok, text, got, 64) == nw && memcmp(got, want, nw * sizeof *got) == 0 &&
+              st_tokenizer_eos_id(tok) == 599,
+          "ranks as a directory's tokenizer.model: %s", err.msg);
+    st_tokenizer_free(tok);
+    tok = NULL;
+    snprintf(path, sizeof path, "%s/gpt2.tiktoken", test_tmpdir());
+    copy_fixture("tests/fixtures/tok_gpt2.json", path);
+    s = st_tokenizer_load(&tok, path, &err);
+    CHECK(s == ST_OK && tok && st_tokenizer_token_id(tok, "<|endoftext|>") >= 0, "json named .tiktoken: %s",
+          err.msg);
+    st_tokenizer_free(tok);
+    tok = NULL;
+    /* options that cannot be: a regex that does not compile, a special id a rank has, an
+     * eos that is no token */
+    st_tokenizer_opts bad = {.pattern = "(unclosed"};
+    s = st_tokenizer_load_ex(&tok, test_source_path("tests/fixtures/tok_ranks.tiktoken"), &bad, &err);
+    CHECK(s == ST_ERR_UNSUPPORTED && !tok && strstr(err.msg, "pattern: regex '(unclosed'"), "bad pattern: %s",
+          err.msg);
+    static const int32_t taken[] = {5};
+    st_tokenizer_opts bad2 = {.special = RANK_SPECIALS, .special_ids = taken, .n_special = 1};
+    s = st_tokenizer_load_ex(&tok, test_source_path("tests/fixtures/tok_ranks.tiktoken"), &bad2, &err);
+    CHECK(s == ST_ERR_INVALID && !tok && strstr(err.msg, "'<|endoftext|>' has id 5"), "taken id: %s", err.msg);
+    st_tokenizer_opts bad3 = {.eos_token = "<|eot_id|>"};
+    s = st_tokenizer_load_ex(&tok, test_source_path("tests/fixtures/tok_ranks.tiktoken"), &bad3, &err);
+    CHECK(s == ST_ERR_FORMAT && !tok && strstr(err.msg, "eos_token '<|eot_id|>'"), "eos not a token: %s", err.msg);
+    st_tokenizer_free(ref);
+}
+
 #define BL_PRE "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":true},"
 #define BL_DEC "\"decoder\":{\"type\":\"ByteLevel\"},"
 #define TINY_BPE "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"ab\":2},\"merges\":[\"a b\"]}"
@@ -281,6 +367,18 @@ int main(void) {
     check_fixture("spm_old", 0, "<s>", NULL);
     check_byte_fallback();
     check_model_dir();
+    /* tiktoken rank file: the ids of PyPI tiktoken with the Llama-3 (default) and GPT-2 patterns */
+    st_tokenizer_opts ro = {.special = RANK_SPECIALS, .n_special = 2};
+    check_files("ranks_llama3", "tests/fixtures/tok_ranks.tiktoken", "tests/fixtures/tok_ranks_llama3_expected.json",
+                &ro, 1, "<|endoftext|>", junk_space);
+    ro.pattern = "gpt2";
+    check_files("ranks_gpt2", "tests/fixtures/tok_ranks.tiktoken", "tests/fixtures/tok_ranks_gpt2_expected.json", &ro,
+                1, "<|im_start|>", junk_space);
+    /* tokens merges cannot reach: tiktoken takes a piece that is itself a token */
+    ro.pattern = NULL;
+    check_files("ranks_small", "tests/fixtures/tok_ranks_small.tiktoken",
+                "tests/fixtures/tok_ranks_small_expected.json", &ro, 1, "<|im_start|>", junk_space);
+    check_rank_files();
 
     /* a minimal file loads, and merges "a b" */
     {
@@ -391,6 +489,17 @@ int main(void) {
                   "{\"normalizer\":null," BL_PRE BL_DEC
                   "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1},\"merges\":[[\"a\",\"b\"]]}}",
                   ST_ERR_FORMAT, "model.merges[0]");
+    check_refused("bad.tiktoken", "AA== 0\nAQ== 1\n\nnot base64! 2\n", ST_ERR_FORMAT,
+                  "neither JSON nor a tiktoken rank file: line 4 is not 'base64token rank': 'not base64! 2'");
+    check_refused("sentencepiece.model", "\x0a\x0b\x08<unk>\x15\x01\x02", ST_ERR_FORMAT,
+                  "line 2 is not 'base64token rank'");
+    check_refused("norank.tiktoken", "AA== 0\nAQ==\n", ST_ERR_FORMAT, "line 2 is not");
+    check_refused("badpad.tiktoken", "AA== 0\nA=Q= 1\n", ST_ERR_FORMAT, "line 2 is not");
+    check_refused("duprank.tiktoken", "AA== 0\nAQ== 0\n", ST_ERR_FORMAT, "line 2: rank 0 is already taken");
+    check_refused("duptoken.tiktoken", "AA== 0\nAA== 1\n", ST_ERR_FORMAT,
+                  "line 2: the token of rank 0 is already taken");
+    check_refused("nobyte.tiktoken", "AA== 0\nAQ== 1\n", ST_ERR_FORMAT, "no line gives byte 0x02 a rank");
+    check_refused("empty.tiktoken", "\n\n", ST_ERR_FORMAT, "empty: neither JSON nor a tiktoken rank file");
     check_refused("malformed.json", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0,}", ST_ERR_FORMAT,
                   "malformed JSON");
     check_refused("truncated.json", "{\"model\": {\"type\": \"BPE\"", ST_ERR_FORMAT, "malformed JSON");

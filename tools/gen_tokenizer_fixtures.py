@@ -19,12 +19,21 @@ Writes, for tests/test_tokenizer.c:
                                           pre-tokenizer and decoder
   tests/fixtures/tok_<name>_expected.json [{"text", "ids", "decoded"}] from Hugging Face
                                           `tokenizers` (encode, then decode the ids)
+  tests/fixtures/tok_ranks.tiktoken       tok_llama3.json's model as a tiktoken rank file
+                                          ("base64token rank": the 256 bytes, then the merged
+                                          tokens in merge order)
+  tests/fixtures/tok_ranks_small.tiktoken the 256 bytes and a few tokens merges cannot reach
+  tests/fixtures/tok_ranks_<name>_expected.json  the same rows from PyPI `tiktoken`
+                                          (encode with allowed_special="all", then decode) with
+                                          the Llama-3 and the GPT-2 pattern and the special
+                                          tokens <|endoftext|>, <|im_start|> after the ranks
 
 Nothing is downloaded: the tokenizers are trained here on a deterministic text. Needs the
-`tokenizers` package from PyPI:
-    python3 -m venv /tmp/tokvenv && /tmp/tokvenv/bin/pip install tokenizers
+`tokenizers` and `tiktoken` packages from PyPI:
+    python3 -m venv /tmp/tokvenv && /tmp/tokvenv/bin/pip install tokenizers tiktoken
     /tmp/tokvenv/bin/python tools/gen_tokenizer_fixtures.py
 """
+import base64
 import json
 import os
 import random
@@ -160,6 +169,60 @@ def save(tok, name, string_merges, round_trip=True, extra=(), edit=None):
     print(f"{path}: {os.path.getsize(path)} bytes, vocab {tok.get_vocab_size()}")
 
 
+GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+RANK_SPECIALS = ["<|endoftext|>", "<|im_start|>"]
+
+
+def byte_decoder():
+    """GPT-2's bytes_to_unicode, inverted: byte-level character -> byte."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+def write_ranks(ranks, name):
+    path = os.path.join(OUT, f"tok_{name}.tiktoken")
+    with open(path, "wb") as f:
+        for tok, r in sorted(ranks.items(), key=lambda kv: kv[1]):
+            f.write(base64.b64encode(tok) + b" " + str(r).encode() + b"\n")
+    print(f"{path}: {os.path.getsize(path)} bytes, {len(ranks)} ranks")
+
+
+def save_rank_file(json_path):
+    """A byte-level tokenizer.json's model as tiktoken ranks: bytes 0-255, then merges in order."""
+    d = json.load(open(json_path, encoding="utf-8"))
+    dec = byte_decoder()
+    ranks = {bytes([b]): b for b in range(256)}
+    for m in d["model"]["merges"]:
+        a, b = m.split(" ") if isinstance(m, str) else m
+        tok = bytes(dec[ch] for ch in a + b)
+        if tok not in ranks:
+            ranks[tok] = len(ranks)
+    write_ranks(ranks, "ranks")
+    return ranks
+
+
+def tiktoken_expected(ranks, name, pattern, extra=()):
+    import tiktoken
+    specials = {t: len(ranks) + i for i, t in enumerate(RANK_SPECIALS)}
+    enc = tiktoken.Encoding(name=f"strata_{name}", pat_str=pattern, mergeable_ranks=ranks, special_tokens=specials)
+    rows = []
+    for t in TESTS + SPM_TESTS + list(extra) + random_texts(150):
+        ids = enc.encode(t, allowed_special="all")
+        back = enc.decode(ids)
+        assert back == t, (name, t, back)
+        rows.append({"text": t, "ids": ids, "decoded": back})
+    with open(os.path.join(OUT, f"tok_ranks_{name}_expected.json"), "w", encoding="utf-8") as f:
+        json.dump(rows, f, ensure_ascii=False, indent=0)
+        f.write("\n")
+
+
 SPM_SPECIAL = ["<unk>", "<s>", "</s>"]
 BYTE_TOKENS = [f"<0x{b:02X}>" for b in range(256)]
 
@@ -170,8 +233,8 @@ def train_spm(byte_fallback):
     tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=byte_fallback, fuse_unk=True))
     # trained without split, as sentencepiece does, so that runs of "▁" become tokens
     tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=False)
-    # a small alphabet, so that rarer characters of the training text need byte fallback too
-    trainer = trainers.BpeTrainer(vocab_size=900, show_progress=False, limit_alphabet=120,
+    # characters the training text lacks (SPM_TESTS, the random pool) need byte fallback or unk
+    trainer = trainers.BpeTrainer(vocab_size=900, show_progress=False,
                                   special_tokens=SPM_SPECIAL + (BYTE_TOKENS if byte_fallback else []))
     # indented code: runs of "▁" (and how a splitting Metaspace cuts them matters)
     tok.train_from_iterator(corpus() + ["    if x:\n        return  y   z"] * 40, trainer)
@@ -201,6 +264,17 @@ def main():
     llama3.add_tokens([AddedToken("x<|im", normalized=True, special=False)])
     llama3.add_special_tokens([AddedToken("<|im_start|>", normalized=False, special=True)])
     save(llama3, "llama3", False)
+    ranks = save_rank_file(os.path.join(OUT, "tok_llama3.json"))
+    tiktoken_expected(ranks, "llama3", LLAMA3_PATTERN)
+    tiktoken_expected(ranks, "gpt2", GPT2_PATTERN)
+    # tokens that merges cannot reach ("bcd" needs "bc"; "abcd" then only as a whole piece, as
+    # tiktoken takes a piece that is a token) and ranks that are not in length order
+    small = {bytes([b]): b for b in range(256)}
+    for t in [b"ab", b"bcd", b"abcd", b" abcd", b"dd", b"ddd", b"dddd", b"dd dd"]:
+        small[t] = len(small)
+    write_ranks(small, "ranks_small")
+    tiktoken_expected(small, "small", LLAMA3_PATTERN,
+                      ["abcd", " abcd", "xabcd abcd abcdabcd", "bcd abc cd", "dddddd ddddd dd dd d"])
 
     llama2 = train_spm(True)
     llama2.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
