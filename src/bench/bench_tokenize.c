@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <json-c/json.h>
@@ -28,7 +29,9 @@ static const char *tok_usage =
     "  (default 262144) cut at line ends, first on one thread, then on N threads (default: all\n"
     "  CPUs) taking chunks from a shared counter. Prints the median of R runs (default 3) of:\n"
     "    mb_per_s_1, tokens_per_s_1      one thread (MB = 10^6 bytes of text)\n"
-    "    mb_per_s_all, tokens_per_s_all  N threads; speedup = mb_per_s_all / mb_per_s_1\n";
+    "    mb_per_s_all, tokens_per_s_all  N threads; speedup = mb_per_s_all / mb_per_s_1\n"
+    "    cores_busy_all                  process CPU seconds / wall seconds of the N-thread run:\n"
+    "                                    below N when other work holds the cores\n";
 
 typedef struct tok_job {
     const st_tokenizer *tok;
@@ -79,18 +82,27 @@ static void *tok_worker(void *arg) {
     return NULL;
 }
 
-/* One pass over all chunks on nt threads: wall seconds, or -1 with j->err. */
-static double tok_pass(tok_job *j, int nt, unsigned long long *tokens) {
+static double cpu_seconds(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
+           ru.ru_stime.tv_usec * 1e-6;
+}
+
+/* One pass over all chunks on nt threads: wall seconds, or -1 with j->err; *cpu: process
+ * CPU seconds it took. */
+static double tok_pass(tok_job *j, int nt, unsigned long long *tokens, double *cpu) {
     atomic_store(&j->next, 0);
     atomic_store(&j->tokens, 0);
     pthread_t th[256];
     int started = 0;
-    double t0 = st_now();
+    double t0 = st_now(), c0 = cpu_seconds();
     for (int t = 1; t < nt; t++, started++)
         if (pthread_create(&th[t], NULL, tok_worker, j)) break;
     tok_worker(j);
     for (int t = 1; t <= started; t++) pthread_join(th[t], NULL);
     double el = st_now() - t0;
+    *cpu = cpu_seconds() - c0;
     *tokens = atomic_load(&j->tokens);
     return atomic_load(&j->failed) ? -1 : el;
 }
@@ -173,12 +185,13 @@ int bench_tokenize(int argc, char **argv) {
     }
     tok_job j = {.tok = tok, .text = text, .cut = cut, .n_chunks = nc};
     pthread_mutex_init(&j.mu, NULL);
-    double t1[99], tn[99];
+    double t1[99], tn[99], busy[99], cpu;
     unsigned long long tokens = 0, got = 0;
     int rc = 0;
     for (int r = 0; r < repeat && !rc; r++) { /* alternating, so drift in the machine's load hits both */
-        t1[r] = tok_pass(&j, 1, r ? &got : &tokens);
-        tn[r] = t1[r] < 0 ? -1 : tok_pass(&j, (int)threads, &got);
+        t1[r] = tok_pass(&j, 1, r ? &got : &tokens, &cpu);
+        tn[r] = t1[r] < 0 ? -1 : tok_pass(&j, (int)threads, &got, &cpu);
+        busy[r] = tn[r] > 0 ? cpu / tn[r] : 0;
         if (t1[r] < 0 || tn[r] < 0) rc = 1;
         else if (got != tokens)
             rc = st_errf(&j.err, ST_ERR_INVALID, "%llu tokens on %ld threads but %llu on one: encode is not "
@@ -188,6 +201,7 @@ int bench_tokenize(int argc, char **argv) {
         fprintf(stderr, "strata bench tokenize: %s\n", j.err.msg);
     } else {
         double s1 = bench_median(t1, repeat), sn = bench_median(tn, repeat);
+        double cores = bench_median(busy, repeat);
         double mb1 = len / s1 / 1e6, mbn = len / sn / 1e6, tk1 = tokens / s1, tkn = tokens / sn;
         if (json) {
             json_object *o = json_object_new_object();
@@ -203,13 +217,15 @@ int bench_tokenize(int argc, char **argv) {
             json_object_object_add(o, "mb_per_s_all", json_object_new_double(mbn));
             json_object_object_add(o, "tokens_per_s_all", json_object_new_double(tkn));
             json_object_object_add(o, "speedup", json_object_new_double(mbn / mb1));
+            json_object_object_add(o, "cores_busy_all", json_object_new_double(cores));
             puts(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
             json_object_put(o);
         } else {
             printf("tokenize: %s on %s: %.2f MB in %zu chunks, %llu tokens (%.2f bytes a token), median of %d\n",
                    tok_path, text_path, len / 1e6, nc, tokens, tokens ? (double)len / tokens : 0.0, repeat);
             printf("  1 thread:    %8.2f MB/s  %12.0f tokens/s\n", mb1, tk1);
-            printf("  %2ld threads:  %8.2f MB/s  %12.0f tokens/s  (%.2fx)\n", threads, mbn, tkn, mbn / mb1);
+            printf("  %2ld threads:  %8.2f MB/s  %12.0f tokens/s  (%.2fx; %.2f cores busy)\n", threads, mbn, tkn,
+                   mbn / mb1, cores);
         }
     }
     pthread_mutex_destroy(&j.mu);

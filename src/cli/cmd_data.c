@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include <json-c/json.h>
 
@@ -85,28 +86,31 @@ static const char *format_name(data_format f) {
 /* ---- pack ---------------------------------------------------------------------- */
 
 /* Documents are gathered into a batch of about PACK_BATCH_BYTES of text, the batch is cut
- * into one contiguous run of documents per thread (balanced by bytes), each thread
- * tokenizes its run into its own buffer, and the runs are written in order: the output
- * does not depend on the thread count. */
+ * into PACK_RUNS_PER_THREAD contiguous runs of documents per thread (of about equal bytes),
+ * the threads take runs from a shared counter (a thread the machine holds back does not
+ * hold up the others) and tokenize each into the run's own buffer, and the runs are
+ * written in order: the output does not depend on the thread count. */
 #define PACK_BATCH_BYTES (8u << 20)
 #define PACK_BATCH_DOCS 65536u
 #define PACK_MAX_THREADS 256
+#define PACK_RUNS_PER_THREAD 8
 
-typedef struct pack_worker {
-    struct pack_ctx *c;
+typedef struct pack_run {
     size_t d0, d1;     /* documents [d0, d1) of the batch */
     int32_t *ids;      /* their tokens, each document's followed by the end-of-document id */
     size_t n, cap;
     st_status rc;
     st_err err;
-} pack_worker;
+} pack_run;
 
 typedef struct pack_ctx {
     data_pack_writer *w;
     const st_tokenizer *tok; /* NULL: the byte-level tokenizer */
     int32_t eod;
     int threads;
-    pack_worker *workers;
+    pack_run *runs;       /* [threads * PACK_RUNS_PER_THREAD] */
+    size_t n_runs;
+    atomic_size_t next_run;
     /* the batch: document k is text[start[k], start[k+1]) */
     char *text;
     size_t tlen, tcap;
@@ -120,7 +124,7 @@ typedef struct pack_ctx {
     st_err err;
 } pack_ctx;
 
-static int grow_ids(pack_worker *k, size_t need) {
+static int grow_ids(pack_run *k, size_t need) {
     if (k->n + need <= k->cap) return 0;
     size_t nc = (k->n + need) * 3 / 2 + 1024;
     int32_t *t = realloc(k->ids, nc * sizeof *t);
@@ -129,9 +133,7 @@ static int grow_ids(pack_worker *k, size_t need) {
     return 0;
 }
 
-static void *pack_work(void *arg) {
-    pack_worker *k = arg;
-    pack_ctx *c = k->c;
+static void pack_run_tokenize(pack_ctx *c, pack_run *k) {
     k->n = 0;
     k->rc = ST_OK;
     for (size_t d = k->d0; d < k->d1 && !k->rc; d++) {
@@ -163,6 +165,11 @@ static void *pack_work(void *arg) {
         k->n += got + 1;
         c->ntok[d] = got + 1;
     }
+}
+
+static void *pack_thread(void *arg) {
+    pack_ctx *c = arg;
+    for (size_t r; (r = atomic_fetch_add(&c->next_run, 1)) < c->n_runs;) pack_run_tokenize(c, &c->runs[r]);
     return NULL;
 }
 
@@ -187,26 +194,27 @@ static void pack_progress(pack_ctx *c, int last) {
 static int pack_flush(pack_ctx *c) {
     if (c->nb == 0) return 0;
     int nt = c->threads;
-    if ((size_t)nt > c->nb) nt = (int)c->nb;
-    /* contiguous runs of about tlen / nt bytes (a run may be empty) */
+    size_t nr = (size_t)nt * PACK_RUNS_PER_THREAD;
+    if (nr > c->nb) nr = c->nb;
+    /* contiguous runs of about tlen / nr bytes (a run may be empty) */
     size_t d = 0;
-    for (int t = 0; t < nt; t++) {
-        pack_worker *k = &c->workers[t];
-        k->c = c;
+    for (size_t r = 0; r < nr; r++) {
+        pack_run *k = &c->runs[r];
         k->d0 = d;
-        size_t goal = c->tlen * (size_t)(t + 1) / (size_t)nt;
-        while (d < c->nb && (t == nt - 1 || c->start[d + 1] <= goal)) d++;
+        size_t goal = c->tlen / nr * (r + 1);
+        while (d < c->nb && (r == nr - 1 || c->start[d + 1] <= goal)) d++;
         k->d1 = d;
     }
+    c->n_runs = nr;
+    atomic_store(&c->next_run, 0);
     pthread_t th[PACK_MAX_THREADS];
     int started = 0;
-    for (int t = 1; t < nt; t++, started++)
-        if (pthread_create(&th[t], NULL, pack_work, &c->workers[t])) break;
-    pack_work(&c->workers[0]);
-    for (int t = started + 1; t < nt; t++) pack_work(&c->workers[t]); /* threads that did not start */
+    for (int t = 1; t < nt && (size_t)t < nr; t++, started++)
+        if (pthread_create(&th[t], NULL, pack_thread, c)) break;
+    pack_thread(c); /* also does the runs of threads that did not start */
     for (int t = 1; t <= started; t++) pthread_join(th[t], NULL);
-    for (int t = 0; t < nt; t++) {
-        pack_worker *k = &c->workers[t];
+    for (size_t r = 0; r < nr; r++) {
+        pack_run *k = &c->runs[r];
         if (k->rc) {
             c->err = k->err;
             return -1;
@@ -256,8 +264,8 @@ static int pack_doc(pack_ctx *c, const char *text, size_t n) {
 }
 
 static void pack_ctx_free(pack_ctx *c) {
-    for (int t = 0; c->workers && t < c->threads; t++) free(c->workers[t].ids);
-    free(c->workers);
+    for (int r = 0; c->runs && r < c->threads * PACK_RUNS_PER_THREAD; r++) free(c->runs[r].ids);
+    free(c->runs);
     free(c->text);
     free(c->start);
     free(c->ntok);
@@ -463,7 +471,7 @@ static int data_pack_cmd(int argc, char **argv) {
     c.tok = tok;
     c.eod = (int32_t)meta.eod;
     c.threads = (int)threads;
-    c.workers = calloc((size_t)threads, sizeof *c.workers);
+    c.runs = calloc((size_t)threads * PACK_RUNS_PER_THREAD, sizeof *c.runs);
     c.progress = progress || isatty(2);
     c.tty = isatty(2);
     for (int i = 0; i < nfiles; i++) {
@@ -475,7 +483,7 @@ static int data_pack_cmd(int argc, char **argv) {
         c.in_total += (uint64_t)st.st_size;
     }
     int rc = 0;
-    if (!c.workers) rc = st_errf(&c.err, ST_ERR_NOMEM, "out of memory") != 0;
+    if (!c.runs) rc = st_errf(&c.err, ST_ERR_NOMEM, "out of memory") != 0;
     /* byte-level packs stay as they were, a pair without a sidecar (a stale one is removed) */
     else if (data_pack_open(&c.w, out, dtype, &c.err) || (tok && data_pack_set_meta(c.w, &meta, &c.err))) {
         data_pack_abort(c.w);
