@@ -130,6 +130,15 @@ for fault in "file.write:enospc@c1.json" "file.fsync:eio@c1.json" "file.rename:e
   check '[ -z "$(ls "$T" | grep "^c1\..*\(tmp\|old\)")" ]' "$fault: temporaries left: $(ls "$T" | grep '^c1')"
 done
 
+# a model directory: the end-of-document id is tokenizer_config.json's eos_token, the
+# identity names the directory and the file digested
+mkdir -p "$T/model" && cp "$TK" "$T/model/tokenizer.json"
+printf '{"eos_token": "<|endoftext|>"}\n' >"$T/model/tokenizer_config.json"
+"$S" data pack -o "$T/md" --tokenizer "$T/model" --jsonl "$T/all.jsonl" >"$T/md.out" 2>&1
+rc=$?
+check '[ $rc -eq 0 ] && cmp -s "$T/md.bin" "$T/js.bin" && grep -q "\"name\":\"model/tokenizer.json\"" "$T/md.json" \
+  && grep -q "\"eod\":0" "$T/md.json"' "model directory with eos_token (rc $rc): $(tail -2 "$T/md.out") $(cat "$T/md.json")"
+
 # refusals: a missing tokenizer file (named), no --eod (said how), a stale sidecar (named)
 "$S" data pack -o "$T/x" --tokenizer "$T/nope/tokenizer.json" --eod 0 "$T/d000.txt" >/dev/null 2>"$T/nope.err"
 rc=$?

@@ -33,10 +33,11 @@ static const char *data_usage =
     "      sidecar: vocab_size, eod, the tokenizer's name and CRC-32C, dtype, documents,\n"
     "      tokens; the loader refuses a model vocab_size below the sidecar's). Each document\n"
     "      gets an end-of-document token appended.\n"
-    "      --tokenizer P  a Hugging Face tokenizer.json; without it the built-in byte-level\n"
-    "                     tokenizer (token = byte, 256 = end of document, vocabulary 257)\n"
-    "      --eod ID       the end-of-document id (needed with --tokenizer: e.g. the id of\n"
-    "                     <|endoftext|>)\n"
+    "      --tokenizer P  a Hugging Face tokenizer.json, a tiktoken rank file or a model\n"
+    "                     directory; without it the built-in byte-level tokenizer (token =\n"
+    "                     byte, 256 = end of document, vocabulary 257)\n"
+    "      --eod ID       the end-of-document id; default the tokenizer's EOS (a model\n"
+    "                     directory's tokenizer_config.json eos_token), else it must be given\n"
     "      --threads N    tokenize on N threads (default: all CPUs); the output is the same\n"
     "      --progress     MB/s, documents and ETA on stderr once a second (default when\n"
     "                     stderr is a terminal)\n"
@@ -271,12 +272,22 @@ static void pack_ctx_free(pack_ctx *c) {
     free(c->ntok);
 }
 
-/* CRC-32C and size of the tokenizer's bytes: the file, or a model directory's tokenizer.json. */
-static int tokenizer_digest(const char *path, uint32_t *crc, uint64_t *bytes) {
+/* CRC-32C and size of the tokenizer's bytes: the file, or a model directory's tokenizer.json
+ * (else its tokenizer.model), whose name goes to `within` ("" for a file). */
+static int tokenizer_digest(const char *path, uint32_t *crc, uint64_t *bytes, char within[64]) {
     char buf[1 << 16], p[4096];
     struct stat st;
+    within[0] = 0;
     if (stat(path, &st) != 0) return -1;
-    snprintf(p, sizeof p, S_ISDIR(st.st_mode) ? "%s/tokenizer.json" : "%s", path);
+    snprintf(p, sizeof p, "%s", path);
+    if (S_ISDIR(st.st_mode)) {
+        snprintf(within, 64, "tokenizer.json");
+        snprintf(p, sizeof p, "%s/%s", path, within);
+        if (access(p, F_OK) != 0) {
+            snprintf(within, 64, "tokenizer.model");
+            snprintf(p, sizeof p, "%s/%s", path, within);
+        }
+    }
     FILE *f = fopen(p, "rb");
     if (!f) return -1;
     *crc = 0;
@@ -432,6 +443,7 @@ static int data_pack_cmd(int argc, char **argv) {
     if (threads > PACK_MAX_THREADS) threads = PACK_MAX_THREADS;
     pack_ctx c = {0};
     st_tokenizer *tok = NULL;
+    char tok_name[512];
     data_pack_meta meta = {.vocab_size = DATA_BYTE_VOCAB, .eod = DATA_BYTE_EOD, .tokenizer = "bytes"};
     if (tok_path) {
         if (st_tokenizer_load(&tok, tok_path, &c.err)) {
@@ -440,15 +452,19 @@ static int data_pack_cmd(int argc, char **argv) {
             return 1;
         }
         meta.vocab_size = (int64_t)st_tokenizer_vocab_size(tok);
-        meta.tokenizer = base_name(tok_path);
-        meta.has_digest = tokenizer_digest(tok_path, &meta.tokenizer_crc32c, &meta.tokenizer_bytes) == 0;
+        char digested[64];
+        meta.has_digest = tokenizer_digest(tok_path, &meta.tokenizer_crc32c, &meta.tokenizer_bytes, digested) == 0;
+        snprintf(tok_name, sizeof tok_name, "%s%s%s", base_name(tok_path), digested[0] ? "/" : "", digested);
+        meta.tokenizer = tok_name;
+        if (eod < 0) eod = st_tokenizer_eos_id(tok); /* a model directory's tokenizer_config.json eos_token */
         if (eod < 0) {
             int32_t hint = st_tokenizer_token_id(tok, "<|endoftext|>");
             char h[96] = "";
             if (hint >= 0) snprintf(h, sizeof h, " (this tokenizer's <|endoftext|> is id %d)", hint);
             fprintf(stderr,
-                    "strata data pack: --tokenizer %s names no end-of-sequence token, and every document needs one "
-                    "appended; give its id with --eod ID%s\n", tok_path, h);
+                    "strata data pack: --tokenizer %s names no end-of-sequence token (a model directory's "
+                    "tokenizer_config.json eos_token), and every document needs one appended; give its id with "
+                    "--eod ID%s\n", tok_path, h);
             st_tokenizer_free(tok);
             free(files);
             return 2;
@@ -606,8 +622,9 @@ static void cat_check_tokenizer(const char *sidecar, const char *tok_path) {
     json_object *o = sidecar ? json_object_from_file(sidecar) : NULL, *t, *crc, *name;
     uint32_t mine;
     uint64_t bytes;
+    char within[64];
     if (o && json_object_object_get_ex(o, "tokenizer", &t) && json_object_object_get_ex(t, "crc32c", &crc) &&
-        tokenizer_digest(tok_path, &mine, &bytes) == 0) {
+        tokenizer_digest(tok_path, &mine, &bytes, within) == 0) {
         char hex[16];
         snprintf(hex, sizeof hex, "%08x", mine);
         if (strcmp(hex, json_object_get_string(crc)))
