@@ -14,6 +14,7 @@
  * pre-tokenizer or decoder, malformed JSON) must name the field or the file.
  */
 #include <json-c/json.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -351,6 +352,68 @@ static void check_rank_files(void) {
     st_tokenizer_free(ref);
 }
 
+/* Encode and decode share nothing mutable: four threads on one tokenizer each get the
+ * ids and text one thread gets alone. */
+typedef struct thread_job {
+    const st_tokenizer *tok;
+    const char *text;
+    size_t len, n;
+    int32_t *ids;
+    int ok;
+} thread_job;
+
+static void *encode_job(void *arg) {
+    thread_job *j = arg;
+    st_err err = {0};
+    char *back = malloc(j->len + 1);
+    j->ok = back != NULL;
+    for (int rep = 0; rep < 20 && j->ok; rep++) {
+        size_t n = 0, blen = 0;
+        j->ok = st_tokenizer_encode(j->tok, j->text, j->len, j->ids, j->len + 1, &n, &err) == ST_OK &&
+                (rep == 0 || n == j->n) &&
+                st_tokenizer_decode(j->tok, j->ids, n, back, j->len + 1, &blen, &err) == ST_OK && blen == j->len &&
+                memcmp(back, j->text, blen) == 0;
+        j->n = n;
+    }
+    free(back);
+    return NULL;
+}
+
+static void check_threads(const char *file) {
+    st_tokenizer *tok = NULL;
+    st_err err = {0};
+    if (st_tokenizer_load(&tok, test_source_path(file), &err) != ST_OK) {
+        CHECK(0, "threads: %s", err.msg);
+        return;
+    }
+    static const char unit[] = "The model reads 中文文本 🙂 and code: def f(x):\n\treturn x**2  # 12345\n";
+    size_t len = 64 * (sizeof unit - 1);
+    char *text = malloc(len);
+    int32_t *ref = malloc((len + 1) * sizeof *ref);
+    thread_job jobs[4];
+    pthread_t th[4];
+    if (text && ref) {
+        for (size_t i = 0; i < len; i++) text[i] = unit[i % (sizeof unit - 1)];
+        size_t nref = 0;
+        st_tokenizer_encode(tok, text, len, ref, len + 1, &nref, &err);
+        int started = 0;
+        for (int i = 0; i < 4; i++) {
+            jobs[i] = (thread_job){tok, text, len, 0, malloc((len + 1) * sizeof(int32_t)), 0};
+            if (jobs[i].ids && pthread_create(&th[i], NULL, encode_job, &jobs[i]) == 0) started |= 1 << i;
+        }
+        for (int i = 0; i < 4; i++) {
+            if (started & (1 << i)) pthread_join(th[i], NULL);
+            CHECK((started & (1 << i)) && jobs[i].ok && jobs[i].n == nref &&
+                      memcmp(jobs[i].ids, ref, nref * sizeof *ref) == 0,
+                  "%s: thread %d: %zu ids, alone %zu", file, i, jobs[i].n, nref);
+            free(jobs[i].ids);
+        }
+    }
+    free(text);
+    free(ref);
+    st_tokenizer_free(tok);
+}
+
 #define BL_PRE "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":true},"
 #define BL_DEC "\"decoder\":{\"type\":\"ByteLevel\"},"
 #define TINY_BPE "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"ab\":2},\"merges\":[\"a b\"]}"
@@ -379,6 +442,8 @@ int main(void) {
     check_files("ranks_small", "tests/fixtures/tok_ranks_small.tiktoken",
                 "tests/fixtures/tok_ranks_small_expected.json", &ro, 1, "<|im_start|>", junk_space);
     check_rank_files();
+    check_threads("tests/fixtures/tok_llama3.json");
+    check_threads("tests/fixtures/tok_llama2.json");
 
     /* a minimal file loads, and merges "a b" */
     {

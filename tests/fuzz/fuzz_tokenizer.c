@@ -1,5 +1,6 @@
-/* fuzz_tokenizer.c - a Hugging Face tokenizer.json (st_tokenizer_load); what loads then
- * encodes a fixed text and the input's own first bytes, and decodes the ids it gave. */
+/* fuzz_tokenizer.c - a tokenizer file (st_tokenizer_load, which reads the format from the
+ * content: a Hugging Face tokenizer.json or a tiktoken rank file); what loads then encodes a
+ * fixed text and the input's own first bytes, and decodes the ids it gave. */
 #include "fuzz_common.h"
 #include "strata/tokenizer.h"
 
@@ -8,7 +9,8 @@ int fuzz_tokenizer(const uint8_t *d, size_t n) {
     st_err err = {0};
     st_status s = st_tokenizer_load(&tok, fuzz_file("tokenizer.json", d, n), &err);
     if (s) return fuzz_check_refusal(s, &err, "st_tokenizer_load");
-    static const char fixed[] = "Hello world! It's 2026: caf\xc3\xa9, \xe4\xb8\xad\xe6\x96\x87, <|endoftext|>\n\t  x";
+    static const char fixed[] =
+        "Hello world! It's 2026: caf\xc3\xa9, \xe4\xb8\xad\xe6\x96\x87, <|endoftext|>\n\t  x <s>\xe2\x96\x81 <0x41>\xff";
     const char *texts[2] = {fixed, (const char *)d};
     size_t lens[2] = {sizeof fixed - 1, n < 256 ? n : 256};
     int bad = 0;
