@@ -5,7 +5,9 @@
  * adjacent pair of parts whose concatenation has the lowest rank (leftmost on a tie) until no
  * pair is a token. That is BPE over raw bytes where every split of a token into two tokens is a
  * merge ranked by the token's rank, with ignore_merges: tokenizer.c's encoder, unchanged.
- * Special tokens come from st_tokenizer_opts (a rank file does not list them).
+ * Special tokens come from st_tokenizer_opts (a rank file does not list them) and are found
+ * leftmost-longest; tiktoken's alternation takes the first listed where one special token is
+ * a prefix of another at the same place (not so in the Llama-3 or cl100k sets: each is "<|...|>").
  */
 #include <stdio.h>
 #include <stdlib.h>
