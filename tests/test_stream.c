@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "strata/block.h"
 #include "strata/model.h"
 #include "strata/train.h"
 #include "strata/optim.h"
@@ -51,6 +52,23 @@ static void batch(int step, int B, int T, int V, int32_t *in, int32_t *tg) {
             tg[b * T + i] = t;
         }
     }
+}
+
+/* The arch of a GPT-2 configuration (kept until the end of main, which frees them). */
+static st_arch *arches[16];
+static gpt2_config arch_cfgs[16];
+static int n_arches;
+static const st_arch *arch_of(const gpt2_config *cfg) {
+    for (int i = 0; i < n_arches; i++)
+        if (!memcmp(&arch_cfgs[i], cfg, sizeof *cfg)) return arches[i];
+    st_err err = {0};
+    st_arch *a = NULL;
+    if (n_arches == 16 || st_arch_gpt2(&a, cfg, &err) != ST_OK) {
+        fprintf(stderr, "FAIL: arch: %s\n", n_arches == 16 ? "more than 16 configurations" : err.msg);
+        exit(1);
+    }
+    arch_cfgs[n_arches] = *cfg;
+    return arches[n_arches++] = a;
 }
 
 static adamw_params hparams(long step) { return (adamw_params){LR, 0.9f, 0.95f, 1e-8f, step, 1.0f}; }
@@ -114,7 +132,7 @@ static int stream_train(st_backend *cpu, const gpt2_config *cfg, int B, int T, f
     memset(res, 0, sizeof *res);
     st_backend *dev;
     CHECK(st_backend_with_budget(&dev, cpu, budget, &err) == ST_OK, "budget: %s", err.msg);
-    stream_config sc = {.model = *cfg, .B = B, .T = T, .weight_decay = WD};
+    stream_config sc = {.arch = arch_of(cfg), .B = B, .T = T, .weight_decay = WD};
     res->need = stream_device_bytes(&sc, plan);
     stream_exec *x;
     if (stream_exec_create(&x, &sc, plan, dev, &err) != ST_OK) {
@@ -141,7 +159,7 @@ static int stream_train(st_backend *cpu, const gpt2_config *cfg, int B, int T, f
         if (st.d2h_act_bytes > res->d2h_act) res->d2h_act = st.d2h_act_bytes;
         res->eff = st.overlap_efficiency;
     }
-    memcpy(final_params, stream_params(x), stream_model(x)->n_params * sizeof(float));
+    memcpy(final_params, stream_params(x), stream_arch(x)->lay.n_params * sizeof(float));
     free(in);
     free(tg);
     stream_exec_free(x);
@@ -190,7 +208,7 @@ static void test_trace(st_backend *cpu) {
     stream_plan plan;
     stream_plan_default(&plan, cfg.n_layer);
     plan.vocab_chunk = 16;
-    stream_config sc = {.model = cfg, .B = B, .T = T, .weight_decay = WD};
+    stream_config sc = {.arch = arch_of(&cfg), .B = B, .T = T, .weight_decay = WD};
     stream_exec *x;
     CHECK(stream_exec_create(&x, &sc, &plan, dev, &err) == ST_OK, "create: %s", err.msg);
     stream_init_random(x, 1);
@@ -231,11 +249,11 @@ static void test_nonfinite(st_backend *cpu) {
     CHECK(st_backend_with_budget(&dev, cpu, 16u << 20, &err) == ST_OK, "budget: %s", err.msg);
     stream_plan plan;
     stream_plan_default(&plan, cfg.n_layer);
-    stream_config sc = {.model = cfg, .B = B, .T = T, .weight_decay = WD};
+    stream_config sc = {.arch = arch_of(&cfg), .B = B, .T = T, .weight_decay = WD};
     stream_exec *x;
     CHECK(stream_exec_create(&x, &sc, &plan, dev, &err) == ST_OK, "create: %s", err.msg);
     stream_init_random(x, 1);
-    size_t n = stream_model(x)->n_params, b0 = stream_model(x)->block_offset0;
+    size_t n = stream_arch(x)->lay.n_params, b0 = stream_arch(x)->lay.block_offset0;
     float *p = stream_params(x);
     p[b0 + 3] = NAN; /* block 0's ln_1 weight: everything downstream is NaN */
     stream_set_params(x, p);
@@ -279,7 +297,7 @@ int main(void) {
         size_t budget = state / 8;
         stream_plan plan;
         stream_plan_default(&plan, cfg.n_layer);
-        stream_config sc = {.model = cfg, .B = B, .T = T, .weight_decay = WD};
+        stream_config sc = {.arch = arch_of(&cfg), .B = B, .T = T, .weight_decay = WD};
         size_t need = stream_device_bytes(&sc, &plan);
         printf("deep model: %zu params, training state %zu bytes, budget %zu (1/8), plan needs %zu\n", n, state, budget,
                need);
@@ -399,11 +417,12 @@ int main(void) {
             uint64_t want_d2h = n * 4 + offl;
             if (v[i].vchunk) {
                 /* wte twice less the two chunks still resident, not wte/wpe after the update;
-                 * the embedding and targets in, the residual gradient out instead of wpe's */
+                 * the embedding in, the residual gradient out instead of wpe's (the targets
+                 * go through the backend's own copy, uncounted) */
                 size_t V = (size_t)cfg.vocab_size, C = (size_t)cfg.n_embd, vc = (size_t)v[i].vchunk;
                 size_t nvc = (V + vc - 1) / vc, Nn = (size_t)B * T;
                 size_t wte2 = 2 * V * C - (nvc >= 2 ? vc + (V - (nvc - 1) * vc) : V) * C;
-                want = want - (V + (size_t)cfg.max_seq) * C * 4 + wte2 * 4 + Nn * C * 4 + Nn * 4;
+                want = want - (V + (size_t)cfg.max_seq) * C * 4 + wte2 * 4 + Nn * C * 4;
                 want_d2h = want_d2h - (size_t)cfg.max_seq * C * 4 + Nn * C * 4;
             }
             if (v[i].bf16) want_d2h -= (size_t)cfg.n_layer * bn * 2;
@@ -426,5 +445,6 @@ int main(void) {
     test_trace(cpu);
     test_nonfinite(cpu);
     st_backend_free(cpu);
+    for (int i = 0; i < n_arches; i++) st_arch_free(arches[i]);
     return test_finish("stream");
 }

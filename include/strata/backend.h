@@ -151,6 +151,23 @@ typedef struct st_backend_ops {
     void (*attention_gqa_backward)(st_backend *be, float *dq, float *dk, float *dv, const float *dout,
                                    const float *q, const float *k, const float *v, const float *out,
                                    const float *lse, int ld, int B, int T, int NH, int NKV, int hs);
+
+    /* ---- the chunked classifier of the streaming executor (appended): an online softmax
+     * over vocabulary chunks, logits (N, nr) for vocabulary rows [r0, r0 + nr), and the
+     * bf16 gradient drain. Rows whose target < 0 are masked. */
+    /* rmax (N) = -inf, rsum (N) = 0, tlogit (N) = 0. writes. */
+    void (*softmax_chunk_init)(st_backend *be, float *rmax, double *rsum, float *tlogit, int N);
+    /* Pass 1, per unmasked row: rmax = max(rmax, the chunk's max) with rsum rescaled by
+     * exp(old - new) when it rises, rsum += sum exp(logit - rmax) (in double), tlogit =
+     * the target's logit when the target is in the chunk. */
+    void (*softmax_chunk_stats)(st_backend *be, const float *logits, const int32_t *targets, int N, int nr, int r0,
+                                float *rmax, double *rsum, float *tlogit);
+    /* Pass 2, IN PLACE: logits become (softmax - onehot(target)) * dloss from the final
+     * rmax and rsum, 0 for masked rows (what crossentropy_forward_backward writes). */
+    void (*softmax_chunk_grad)(st_backend *be, float *logits, const int32_t *targets, int N, int nr, int r0,
+                               const float *rmax, const double *rsum, float dloss);
+    /* dst (n bf16, rounded to nearest even, st_convert's rounding) = src (n f32). writes. */
+    void (*to_bf16)(st_backend *be, uint16_t *dst, const float *src, size_t n);
 } st_backend_ops;
 
 struct st_backend {

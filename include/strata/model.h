@@ -126,6 +126,10 @@ size_t gpt2_act_bytes(const gpt2_config *cfg, int B, int T);
  * gpt2_layer_acts sets. An executor that places block activations itself passes 0. */
 st_status gpt2_alloc_acts_layers(gpt2_model *m, int B, int T, int n_layers, st_err *err);
 size_t gpt2_act_bytes_layers(const gpt2_config *cfg, int B, int T, int n_layers);
+/* Only what the block functions need besides their activation sets: token ids and the
+ * forward and backward scratch (the block interface's bound state). */
+st_status gpt2_alloc_scratch(gpt2_model *m, int B, int T, st_err *err);
+size_t gpt2_scratch_bytes(const gpt2_config *cfg, int B, int T);
 
 /* Forward over inputs (B,T); with targets, returns the mean loss over positions whose
  * target is >= 0. If dloss != 0 the logits are replaced by their gradient scaled by

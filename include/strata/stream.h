@@ -1,9 +1,11 @@
-/* stream.h - the layer-streaming executor: one GPT-2 training step with only the blocks
- * being computed on the device.
+/* stream.h - the layer-streaming executor: one training step of any architecture with a
+ * block interface (block.h: GPT-2, the Llama family) with only the blocks being computed
+ * on the device.
  *
  * The host tier holds the whole training state in fp32: parameters, gradients and the
  * optimizer's moments. The device (a backend with a hard byte budget, see tier.h) holds
- * ln_f and, unless the vocabulary is chunked (below), wte and wpe, with their gradients;
+ * the final norm and, unless the vocabulary is chunked (below), the embedding and the head
+ * (an untied head lives beside the norm), with their gradients;
  * prefetch_depth + 1 weight
  * slots, two gradient slots, the block outputs (every block's input is kept: they are the
  * checkpoints) and block activations as the plan says. The copy engine does every block
@@ -27,7 +29,9 @@
  *     st_backend_with_budget(&dev, cpu, 64u << 20, &err);
  *     stream_plan plan;
  *     stream_plan_default(&plan, cfg.n_layer);
- *     stream_config sc = {.model = cfg, .B = 4, .T = 64, .weight_decay = 0.1f};
+ *     st_arch *arch;
+ *     st_arch_gpt2(&arch, &cfg, &err);                  // or st_arch_llama, st_arch_of_model
+ *     stream_config sc = {.arch = arch, .B = 4, .T = 64, .weight_decay = 0.1f};
  *     stream_exec *x;
  *     stream_exec_create(&x, &sc, &plan, dev, &err);   // fails, naming the bytes missing,
  *     stream_init_random(x, 1);                         // when the plan does not fit
@@ -68,19 +72,21 @@
  * (normally the last block) still holds its forward at its backward and is not run
  * again. The default recomputes every block.
  *
- * Chunked vocabulary (plan.vocab_chunk > 0), for a wte that does not fit the device
+ * Chunked vocabulary (plan.vocab_chunk > 0), for a head that does not fit the device
  * (gpt2-124m: 154 MB, against a budget of 249 MB for one eighth of its state): the
- * embedding (a gather) and its backward (a scatter-add) run on the host, whose wte and
- * wpe are the master copies; the input embedding crosses to the device, the residual
- * gradient back. The classifier runs two passes over wte chunks of vocab_chunk rows:
- * the first computes each row's running max and sum of exponentials (online softmax)
- * and the target logit, and sends the chunk's logits to the host (N x V floats of host
- * memory; on the CPU backend a copy each way costs less than the GEMM that would
- * recompute them; over PCIe the GEMM may be cheaper, a choice to revisit with CUDA); the
- * second (over the chunks in reverse, so the last two are still resident) fetches the
- * chunk's logits back, forms dlogits and accumulates the input gradient and the chunk's
- * wte gradient, which is drained to host behind the next chunk. The loss and gradients equal the unchunked ones to float rounding (the
- * order of the sums differs), not bit for bit.
+ * embedding (a gather) and its backward (a scatter-add) run on the host, whose copy of
+ * the vector is the master; the input embedding crosses to the device, the residual
+ * gradient back. The classifier runs two passes over chunks of vocab_chunk head rows
+ * (the token embedding when tied, lm_head when not): the first computes each row's
+ * running max and sum of exponentials (online softmax, backend ops) and the target
+ * logit, and sends the chunk's logits to the host (N x V floats of host memory; on the
+ * CPU backend a copy each way costs less than the GEMM that would recompute them; over
+ * PCIe the GEMM may be cheaper, a choice to revisit with CUDA); the second (over the
+ * chunks in reverse, so the last two are still resident) fetches the chunk's logits
+ * back, forms dlogits and accumulates the input gradient and the chunk's head
+ * gradient, which is drained to host behind the next chunk. The loss and gradients
+ * equal the unchunked ones to float rounding (the order of the sums differs), not bit
+ * for bit.
  *
  * Why every block's input is a checkpoint (checkpoint every k = 1): recomputing a
  * segment of k blocks before its backward needs all k blocks' weights resident at once
@@ -95,6 +101,7 @@
 #define STRATA_STREAM_H
 
 #include "strata/backend.h"
+#include "strata/block.h"
 #include "strata/core.h"
 #include "strata/model.h"
 #include "strata/optim.h"
@@ -112,8 +119,8 @@ typedef struct stream_plan {
     st_dtype grad_dtype;  /* drained block gradient dtype: ST_F32, or ST_BF16 (rounded on the
                              device, half the bytes; the optimizer reads bf16 natively) */
     int optim_threads;    /* OpenMP threads of the overlapped optimizer (<= 0: 1) */
-    int vocab_chunk;      /* > 0: the classifier streams wte in chunks of this many rows
-                             (two passes, online softmax); 0: wte lives on the device */
+    int vocab_chunk;      /* > 0: the classifier streams the head in chunks of this many rows
+                             (two passes, online softmax); 0: the head lives on the device */
     int n_layer;          /* entries of act used */
     unsigned char act[STREAM_MAX_LAYERS]; /* stream_act per block */
 } stream_plan;
@@ -124,7 +131,10 @@ void stream_plan_default(stream_plan *p, int n_layer);
 void stream_plan_set_all(stream_plan *p, stream_act a);
 
 typedef struct stream_config {
-    gpt2_config model;
+    const st_arch *arch;      /* the model (block.h); outlives the executor */
+    float *host_params, *host_grads; /* the host tier's vectors (n_params each, host memory,
+                                 e.g. an st_model's on the CPU backend, whose save, load and
+                                 init then act on the streamed run); NULL: the executor's own */
     int B, T;                 /* batch and sequence length of every step */
     float weight_decay;       /* matmul weights and embeddings; 0 for biases and norms */
     st_backend *host_be;      /* runs the chunked classifier's host side (the embedding);
@@ -145,12 +155,12 @@ st_status stream_exec_create(stream_exec **out, const stream_config *c, const st
                              st_err *err);
 void stream_exec_free(stream_exec *x);
 
-/* The host tier's fp32 vectors (gpt2 layout, n_params elements) and the model layout
- * (tensor table, block offsets; its params/grads are NULL). With a bf16 drain the block
- * ranges of stream_grads are not written (the bf16 copies are internal). */
+/* The host tier's fp32 vectors (the arch's layout, n_params elements) and the arch. With
+ * a bf16 drain the block ranges of stream_grads are not written (the bf16 copies are
+ * internal). */
 float *stream_params(stream_exec *x);
 float *stream_grads(stream_exec *x);
-const gpt2_model *stream_model(const stream_exec *x);
+const st_arch *stream_arch(const stream_exec *x);
 optim *stream_optim(stream_exec *x); /* NULL with an external optimizer */
 
 /* The disk tier under streaming (external_optimizer = 1, fp32 drain): each step's update
@@ -160,7 +170,7 @@ optim *stream_optim(stream_exec *x); /* NULL with an external optimizer */
 struct st_store;
 st_status stream_attach_store(stream_exec *x, struct st_store *store, const void *blob, size_t blob_bytes,
                               st_err *err);
-/* GPT-2's initialisation (as gpt2_init_random, same seed, same values), or a copy
+/* The architecture's initialisation (as the model's init_random, same seed, same values), or a copy
  * (host_params may be stream_params(x) itself after editing it in place). Either sends
  * the device-resident parameters again. */
 void stream_init_random(stream_exec *x, uint64_t seed);

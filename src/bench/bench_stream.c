@@ -13,6 +13,7 @@
 
 #include "bench/bench.h"
 #include "cli/cli.h"
+#include "strata/block.h"
 #include "strata/model.h"
 #include "strata/train.h"
 #include "strata/optim.h"
@@ -44,7 +45,7 @@ int bench_stream(int argc, char **argv) {
     const char *model = "gpt2-124m", *acts = "auto", *clip = "auto", *gdt = "f32";
     int B = 2, T = 256, steps = 3, depth = 1, overlap = 1, threads = 0, json = 0, vchunk = -1;
     double budget_arg = 0, max_norm = 1.0;
-    gpt2_config ov = {0};
+    st_model_overrides ov = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
@@ -94,36 +95,29 @@ int bench_stream(int argc, char **argv) {
     }
 
     st_err err = {0};
-    gpt2_config cfg;
-    if (gpt2_config_preset(model, &cfg, &err)) { fprintf(stderr, "strata bench stream: %s\n", err.msg); return 2; }
-    if (ov.n_layer) cfg.n_layer = ov.n_layer;
-    if (ov.n_embd) cfg.n_embd = ov.n_embd;
-    if (ov.n_head) cfg.n_head = ov.n_head;
-    if (ov.vocab_size) cfg.vocab_size = ov.vocab_size;
-    if (ov.max_seq) cfg.max_seq = ov.max_seq;
-    if (gpt2_config_validate(&cfg, &err)) { fprintf(stderr, "strata bench stream: %s\n", err.msg); return 2; }
-
     st_backend *cpu = NULL, *dev = NULL;
-    gpt2_model m = {0};
+    st_model *m = NULL;
+    st_arch *arch = NULL;
     stream_exec *x = NULL;
     optim *opt = NULL;
     optim_segment *segs = NULL;
     int32_t *inp = NULL, *tgt = NULL;
     double *ts = NULL, *tu = NULL, *te = NULL, *rr = NULL, *tc = NULL, *tt = NULL;
     int rc = 1;
-    if (st_backend_cpu_create(&cpu, threads, &err) || gpt2_create(&m, &cfg, cpu, &err) ||
-        gpt2_alloc_acts(&m, B, T, &err))
+    if (st_backend_cpu_create(&cpu, threads, &err) || st_model_create(&m, model, &ov, cpu, &err) ||
+        m->ops->alloc_acts(m, B, T, &err) || st_arch_of_model(&arch, m, &err))
         goto fail;
-    size_t n = m.n_params, state = n * 16, weight_bytes = n * 4;
+    const st_arch_layout *ly = &arch->lay;
+    size_t n = m->n_params, state = n * 16, weight_bytes = n * 4;
     size_t budget = budget_arg > 0 ? (size_t)budget_arg : state / 8;
     stream_plan plan;
-    stream_plan_default(&plan, cfg.n_layer);
+    stream_plan_default(&plan, ly->n_blocks);
     plan.prefetch_depth = depth;
     plan.overlap_optim = overlap;
     plan.clip = !strcmp(clip, "defer") ? STREAM_CLIP_DEFER : !strcmp(clip, "auto") ? STREAM_CLIP_AUTO : STREAM_CLIP_SPECULATE;
     plan.grad_dtype = strcmp(gdt, "bf16") ? ST_F32 : ST_BF16;
     stream_plan_set_all(&plan, act);
-    stream_config sc = {.model = cfg, .B = B, .T = T, .weight_decay = 0.1f};
+    stream_config sc = {.arch = arch, .B = B, .T = T, .weight_decay = 0.1f};
     /* a small planner: the cheapest plan that fits (offload saves the recompute; a
      * resident wte saves the second pass over it) */
     plan.vocab_chunk = vchunk >= 0 ? vchunk : 0;
@@ -138,12 +132,12 @@ int bench_stream(int argc, char **argv) {
     if (act_auto) acts = plan.act[0] == STREAM_ACT_OFFLOAD ? "offload" : "recompute";
     if (st_backend_with_budget(&dev, cpu, budget, &err) || stream_exec_create(&x, &sc, &plan, dev, &err)) goto fail;
 
-    gpt2_init_random(&m, 1);
-    stream_set_params(x, m.params);
-    segs = calloc((size_t)m.n_tensors, sizeof *segs);
+    m->ops->init_random(m, 1);
+    stream_set_params(x, m->params); /* the CPU backend's memory is host memory */
+    segs = calloc((size_t)m->n_tensors, sizeof *segs);
     if (!segs) { st_errf(&err, ST_ERR_NOMEM, "out of memory"); goto fail; }
-    train_decay_segments(m.tensors, m.n_tensors, 0.1f, segs);
-    if (optim_create(&opt, segs, m.n_tensors, OPTIM_STATE_F32, &err)) goto fail;
+    train_decay_segments(m->tensors, m->n_tensors, 0.1f, segs);
+    if (optim_create(&opt, segs, m->n_tensors, OPTIM_STATE_F32, &err)) goto fail;
 
     int N = B * T;
     inp = malloc(sizeof(int32_t) * (size_t)N);
@@ -154,8 +148,8 @@ int bench_stream(int argc, char **argv) {
     if (!inp || !tgt || !ts || !tu || !te || !rr || !tc || !tt) { st_errf(&err, ST_ERR_NOMEM, "out of memory"); goto fail; }
     st_rng rng;
     st_rng_seed(&rng, 7);
-    for (int i = 0; i < N; i++) inp[i] = (int32_t)(st_rng_u64(&rng) % (uint64_t)cfg.vocab_size);
-    for (int i = 0; i < N; i++) tgt[i] = (int32_t)(st_rng_u64(&rng) % (uint64_t)cfg.vocab_size);
+    for (int i = 0; i < N; i++) inp[i] = (int32_t)(st_rng_u64(&rng) % (uint64_t)ly->vocab_size);
+    for (int i = 0; i < N; i++) tgt[i] = (int32_t)(st_rng_u64(&rng) % (uint64_t)ly->vocab_size);
     stream_step_stats st = {0};
     uint64_t h2d_max = 0, d2h_max = 0, h2d_act = 0, d2h_act = 0;
     size_t peak = 0;
@@ -164,12 +158,12 @@ int bench_stream(int argc, char **argv) {
         adamw_params hp = {1e-4f, 0.9f, 0.95f, 1e-8f, s + 2, 1.0f};
         /* unstreamed: train.c's step */
         double t0 = st_now();
-        gpt2_zero_grad(&m);
-        loss_u = gpt2_forward(&m, inp, tgt, 1.0f / N);
-        gpt2_backward(&m);
-        double norm = sqrt(optim_grad_sumsq_f32(m.grads, m.n_params));
+        st_model_zero_grad(m);
+        loss_u = m->ops->forward(m, inp, tgt, 1.0f / N);
+        m->ops->backward(m);
+        double norm = sqrt(optim_grad_sumsq_f32(m->grads, m->n_params));
         hp.grad_scale = max_norm > 0 && norm > max_norm ? (float)(max_norm / norm) : 1.0f;
-        optim_step(opt, m.params, m.grads, &hp);
+        optim_step(opt, m->params, m->grads, &hp);
         double tun = st_now() - t0;
         /* streamed */
         if (stream_step(x, inp, tgt, &hp, (float)max_norm, &st, &err)) goto fail;
@@ -200,7 +194,7 @@ int bench_stream(int argc, char **argv) {
                "\"d2h_act_bytes\":%llu,\"h2d_weight_per_weight\":%.3f,\"overlap_efficiency\":%.3f,"
                "\"compute_s\":%.4f,\"optim_tail_s\":%.4f,\"step_s\":%.4f,\"unstreamed_step_s\":%.4f,"
                "\"ratio\":%.3f,\"loss\":%.5f,\"unstreamed_loss\":%.5f}\n",
-               model, cfg.n_layer, cfg.n_embd, cfg.vocab_size, B, T, n, omp_get_max_threads(), steps, depth, acts,
+               model, ly->n_blocks, ly->n_embd, ly->vocab_size, B, T, n, omp_get_max_threads(), steps, depth, acts,
                overlap ? "true" : "false", clip, gdt, plan.vocab_chunk, state, weight_bytes, st.device_budget_bytes, peak,
                (unsigned long long)h2d_max, (unsigned long long)d2h_max, (unsigned long long)h2d_act,
                (unsigned long long)d2h_act, (double)(h2d_max - h2d_act) / weight_bytes, eff, comp_s, tail_s, step_s,
@@ -223,7 +217,8 @@ done:
     optim_free(opt);
     stream_exec_free(x);
     if (dev) st_backend_free(dev);
-    gpt2_free(&m);
+    st_model_free(m);
+    st_arch_free(arch);
     if (cpu) st_backend_free(cpu);
     return rc;
 }

@@ -78,21 +78,28 @@ struct stream_exec {
     st_backend *dev;
     traced_be tbe;
     st_copy_engine *ce;
-    gpt2_model m;   /* shell on the device: blocks, activations (vocabulary 2 when chunked) */
-    gpt2_model lay; /* the real layout: tensor table, offsets of the host vectors */
-    /* chunked classifier (plan.vocab_chunk > 0): wte stays on the host and crosses in
-     * chunks of vc rows, twice per step; the embedding runs on the host */
+    const st_arch *arch; /* the model, as blocks (block.h) */
+    const st_arch_layout *ly;
+    st_blocks *db;       /* the arch bound to the device: token ids, block scratch */
+    st_blocks *hb;       /* ... and to the host (chunked vocabulary: the embedding runs there) */
+    /* chunked classifier (plan.vocab_chunk > 0): the head's rows stay on the host and cross
+     * in chunks of vc rows, twice per step; the embedding runs on the host */
     int vc, nvc;
-    st_backend *host_be;
-    float *d_vw, *d_vg, *d_logits, *d_lnfo, *d_dlnf, *d_lmean, *d_lrstd, *d_rmax, *d_tlogit;
+    st_backend *host_be, *own_host_be;
+    float *d_vw, *d_vg, *d_logits, *d_rmax, *d_tlogit;
     double *d_rsum;
-    int32_t *d_tgt, *h_inp;
+    int32_t *d_tgt;
+    /* the head and the residual stream's ends, on the device */
+    float *d_emb_out, *d_dres, *d_xn, *d_dxn, *d_nstats, *d_losses;
+    float *h_losses, *h_rmax, *h_tlogit; /* the row statistics, read back for the loss */
+    double *h_rsum;
     float *h_enc, *h_dres;
     float *h_logits;          /* chunked classifier: every chunk's forward logits (N x V), so
                                  backward fetches them instead of recomputing the GEMM */
     uint64_t *vw_ticket, vg_ticket[2];
     int L, depth, nslots, n_keep, n_off, has_rc;
-    size_t n, bn, b0, emb_n, lnf_off, NC, setf;
+    size_t n, bn, b0, emb_n, post_off, post_n, NC, setf; /* post: the device-resident part after
+                                                            the blocks (the norm, an untied head) */
 
     /* host tier */
     float *hp, *hg;
@@ -105,7 +112,7 @@ struct stream_exec {
     int *ord;                  /* per block: index among kept or offloaded blocks */
 
     /* device tier */
-    float *d_emb_w, *d_lnf_w, *d_emb_g, *d_lnf_g, *d_outs, *d_w, *d_g, *d_keep, *d_rc, *d_off;
+    float *d_pre_w, *d_post_w, *d_pre_g, *d_post_g, *d_outs, *d_w, *d_g, *d_keep, *d_rc, *d_off;
     uint16_t *d_g16; /* bf16 drain: two staging slots */
 
     uint64_t *w_ticket, *act_ticket, g_ticket[2], off_slot_ticket[2], nb_ticket;
@@ -156,38 +163,67 @@ static void wait_ticket(stream_exec *x, uint64_t t, const char *what, int index)
     x->wait_s += st_now() - t0;
 }
 
-size_t stream_device_bytes(const stream_config *c, const stream_plan *p) {
-    const gpt2_config *g = &c->model;
-    size_t C = (size_t)g->n_embd, L = (size_t)g->n_layer, V = (size_t)g->vocab_size, maxT = (size_t)g->max_seq;
-    size_t N = (size_t)c->B * c->T, NC = N * C, NH = (size_t)g->n_head;
-    size_t bn = 12 * C * C + 13 * C, emb = (V + maxT) * C, setf = NC * 15 + N * 4 + NH * N;
+/* Every device allocation of a plan, in one table: stream_device_bytes sums it (with
+ * the arch's bound state) and stream_exec_create allocates it, so the two cannot differ.
+ * x NULL: sizes only. */
+typedef struct dev_alloc {
+    void **ptr;
+    size_t bytes;
+} dev_alloc;
+#define MAX_ALLOCS 32
+
+static int alloc_table(const stream_config *c, const stream_plan *p, stream_exec *x, dev_alloc *t) {
+    const st_arch_layout *y = &c->arch->lay;
+    size_t N = (size_t)c->B * c->T, C = (size_t)y->n_embd, L = (size_t)y->n_blocks, V = (size_t)y->vocab_size;
+    size_t NC = N * C, bn = y->block_numel, setf = st_block_act_floats(c->arch, c->B, c->T);
     size_t n_keep = 0, n_off = 0, rc = 0;
     for (size_t l = 0; l < L; l++) {
         if (p->act[l] == STREAM_ACT_KEEP) n_keep++;
         else if (p->act[l] == STREAM_ACT_OFFLOAD) n_off++;
         else rc = 1;
     }
-    size_t b = 0;
-    gpt2_config dg = *g;
+    int k = 0;
+#define A(field, nbytes) t[k++] = (dev_alloc){x ? (void **)&x->field : NULL, (nbytes)}
+    A(d_emb_out, NC * 4);                                   /* block 0's input */
+    A(d_dres, NC * 4);                                      /* the residual stream's gradient */
+    A(d_xn, NC * 4);                                        /* the final norm's output */
+    A(d_dxn, NC * 4);                                       /* ... and its gradient */
+    A(d_nstats, N * (size_t)y->norm_stat_floats * 4);       /* the final norm's row statistics */
+    A(d_tgt, N * 4);                                        /* targets */
     if (p->vocab_chunk > 0) {
-        size_t vc = (size_t)p->vocab_chunk < V ? (size_t)p->vocab_chunk : V;
-        dg.vocab_size = 2;
-        b += 4 * rnd(vc * C * 4);                               /* wte chunk slots, weights and grads */
-        size_t nvc = (V + vc - 1) / vc, slots = nvc < 2 ? 1 : 2;
-        b += rnd(slots * N * vc * 4) + 2 * rnd(NC * 4);          /* logits chunk slots, ln_f output and its grad */
-        b += 5 * rnd(N * 4) + rnd(N * 8);                       /* row statistics, targets */
+        size_t vc = (size_t)p->vocab_chunk < V ? (size_t)p->vocab_chunk : V, nvc = (V + vc - 1) / vc;
+        A(d_vw, 2 * vc * C * 4);                            /* head chunk slots: weights */
+        A(d_vg, 2 * vc * C * 4);                            /* ... and gradients */
+        A(d_logits, (nvc < 2 ? 1 : 2) * N * vc * 4);        /* logits chunk slots */
+        A(d_rmax, N * 4);                                   /* online-softmax row statistics */
+        A(d_tlogit, N * 4);
+        A(d_rsum, N * 8);
+        A(d_post_w, y->norm_numel * 4);                     /* the norm (the head streams) */
+        A(d_post_g, y->norm_numel * 4);
     } else {
-        b += 2 * rnd(emb * 4);                                  /* embedding weights and grads */
+        A(d_pre_w, y->emb_numel * 4);                       /* the embedding */
+        A(d_pre_g, y->emb_numel * 4);
+        A(d_logits, N * V * 4);
+        A(d_losses, N * 4);
+        A(d_post_w, (y->n_params - y->norm_offset) * 4);    /* the norm and an untied head */
+        A(d_post_g, (y->n_params - y->norm_offset) * 4);
     }
-    b += 2 * rnd(2 * C * 4);                                    /* ln_f weights and grads */
-    b += rnd(gpt2_act_bytes_layers(&dg, c->B, c->T, 0));        /* shared activations and scratch */
-    b += rnd(L * NC * 4);                                       /* block outputs (checkpoints) */
-    b += rnd((size_t)(p->prefetch_depth + 1) * bn * 4);         /* weight slots */
-    b += rnd(2 * bn * 4);                                       /* gradient slots */
-    if (p->grad_dtype == ST_BF16) b += rnd(2 * bn * 2);         /* their bf16 staging */
-    if (n_keep) b += rnd(n_keep * setf * 4);
-    if (rc) b += rnd(setf * 4);
-    if (n_off) b += rnd((n_off < 2 ? n_off : 2) * setf * 4);
+    A(d_outs, L * NC * 4);                                  /* block outputs (checkpoints) */
+    A(d_w, (size_t)(p->prefetch_depth + 1) * bn * 4);       /* weight slots */
+    A(d_g, 2 * bn * 4);                                     /* gradient slots */
+    if (p->grad_dtype == ST_BF16) A(d_g16, 2 * bn * 2);     /* their bf16 staging */
+    if (n_keep) A(d_keep, n_keep * setf * 4);
+    if (rc) A(d_rc, setf * 4);
+    if (n_off) A(d_off, (n_off < 2 ? n_off : 2) * setf * 4);
+#undef A
+    return k;
+}
+
+size_t stream_device_bytes(const stream_config *c, const stream_plan *p) {
+    dev_alloc t[MAX_ALLOCS];
+    int k = alloc_table(c, p, NULL, t);
+    size_t b = c->arch->ops->bind_bytes(c->arch, c->B, c->T); /* token ids, block scratch */
+    for (int i = 0; i < k; i++) b += rnd(t[i].bytes);
     return b;
 }
 
@@ -226,7 +262,7 @@ static double chunks_total(const stream_exec *x) {
 static void backup_range(stream_exec *x, size_t lo, size_t hi) {
     size_t b;
     float *m = optim_state_buffer(x->opt, 0, &b), *v = optim_state_buffer(x->opt, 1, &b);
-    size_t o = lo - x->b0; /* backups hold [b0, lnf_off) */
+    size_t o = lo - x->b0; /* backups hold [b0, post_off) */
     memcpy(x->bk_p + o, x->hp + lo, (hi - lo) * sizeof(float));
     memcpy(x->bk_m + o, m + lo, (hi - lo) * sizeof(float));
     memcpy(x->bk_v + o, v + lo, (hi - lo) * sizeof(float));
@@ -255,10 +291,10 @@ static st_status update_range(stream_exec *x, int s0, int s1, const adamw_params
     return optim_step_ex(x->opt, &a, hp, err);
 }
 
-/* Segments [s0, s1): tensors 0-1 are wte/wpe, the last two ln_f, the rest the blocks,
- * whose gradients are bf16 when the plan drains bf16. */
+/* Segments [s0, s1): the embedding's tensors, the blocks' (whose gradients are bf16 when
+ * the plan drains bf16), the norm's and an untied head's. */
 static st_status update_segs(stream_exec *x, int s0, int s1, const adamw_params *hp, double sumsq, st_err *err) {
-    int nt = x->lay.n_tensors, cuts[4] = {0, 2, nt - 2, nt};
+    int nt = x->ly->n_tensors, cuts[4] = {0, x->ly->n_pre_tensors, nt - x->ly->n_post_tensors, nt};
     for (int i = 0; i < 3; i++) {
         int a = s0 > cuts[i] ? s0 : cuts[i], b = s1 < cuts[i + 1] ? s1 : cuts[i + 1];
         if (a >= b) continue;
@@ -270,12 +306,12 @@ static st_status update_segs(stream_exec *x, int s0, int s1, const adamw_params 
 
 static void run_job(stream_exec *x, const opt_job *j) {
     st_copy_wait(x->ce, j->ticket); /* the gradient has landed on the host */
-    int l = j->block, nt = x->lay.n_tensors;
+    int l = j->block, pre = x->ly->n_pre_tensors, per = x->ly->tensors_per_block;
     prof_span s = prof_begin(PROF_CAT_OPTIM, l >= 0 ? "optim block" : "optim embed+head", l);
     if (l >= 0) {
         size_t lo = x->b0 + (size_t)l * x->bn;
         if (lo < x->landed_lo) x->landed_lo = lo;
-        take_chunks(x, x->landed_lo, x->lnf_off); /* ln_f lands last, with the embedding */
+        take_chunks(x, x->landed_lo, x->post_off); /* the norm lands last, with the embedding */
     } else {
         take_chunks(x, 0, x->n);
     }
@@ -285,8 +321,7 @@ static void run_job(stream_exec *x, const opt_job *j) {
          * whole norm is known, and the step thread updates them with every core. */
         size_t lo = x->b0 + (size_t)l * x->bn;
         backup_range(x, lo, lo + x->bn);
-        int per = (nt - 4) / x->L; /* tensors per block */
-        st_status st = update_segs(x, 2 + l * per, 2 + (l + 1) * per, &x->job_hp, 0.0, &x->worker_err);
+        st_status st = update_segs(x, pre + l * per, pre + (l + 1) * per, &x->job_hp, 0.0, &x->worker_err);
         if (st && !x->worker_status) x->worker_status = st;
     }
     prof_end(&s);
@@ -331,9 +366,9 @@ static void wait_jobs(stream_exec *x) {
 st_status stream_exec_create(stream_exec **out, const stream_config *c, const stream_plan *p, st_backend *dev,
                              st_err *err) {
     *out = NULL;
-    st_status s = gpt2_config_validate(&c->model, err);
-    if (s) return s;
-    int L = c->model.n_layer;
+    st_status s = ST_OK;
+    if (!c->arch) return st_errf(err, ST_ERR_INVALID, "stream: no model (stream_config.arch)");
+    int L = c->arch->lay.n_blocks;
     if (p->n_layer != L)
         return st_errf(err, ST_ERR_INVALID, "stream plan is for %d blocks, the model has %d", p->n_layer, L);
     if ((int)p->clip < STREAM_CLIP_SPECULATE || p->clip > STREAM_CLIP_AUTO)
@@ -347,8 +382,8 @@ st_status stream_exec_create(stream_exec **out, const stream_config *c, const st
     for (int l = 0; l < L; l++)
         if (p->act[l] > STREAM_ACT_OFFLOAD)
             return st_errf(err, ST_ERR_INVALID, "stream plan: block %d has unknown activation policy %d", l, p->act[l]);
-    if (c->B < 1 || c->T < 1 || c->T > c->model.max_seq)
-        return st_errf(err, ST_ERR_INVALID, "stream: batch %d x seq %d (max_seq %d)", c->B, c->T, c->model.max_seq);
+    if (c->B < 1 || c->T < 1 || c->T > c->arch->lay.max_seq)
+        return st_errf(err, ST_ERR_INVALID, "stream: batch %d x seq %d (max_seq %d)", c->B, c->T, c->arch->lay.max_seq);
     st_arena *arena = st_backend_arena(dev);
     size_t need = stream_device_bytes(c, p);
     if (arena && need > st_arena_budget(arena) - st_arena_used(arena))
@@ -370,23 +405,33 @@ st_status stream_exec_create(stream_exec **out, const stream_config *c, const st
     pthread_cond_init(&x->cv_job, NULL);
     pthread_cond_init(&x->cv_done, NULL);
 #define FAIL(code, ...) do { s = st_errf(err, code, __VA_ARGS__); goto fail; } while (0)
-    gpt2_config dcfg = c->model;
+    x->arch = c->arch;
+    x->ly = &c->arch->lay;
+    const st_arch_layout *y = x->ly;
+    size_t N = (size_t)c->B * c->T, C = (size_t)y->n_embd;
     if (p->vocab_chunk > 0) {
-        dcfg.vocab_size = 2; /* the device shell never holds wte or the full logits (2: the least valid) */
-        x->vc = p->vocab_chunk < c->model.vocab_size ? p->vocab_chunk : c->model.vocab_size;
-        x->nvc = (c->model.vocab_size + x->vc - 1) / x->vc;
+        x->vc = p->vocab_chunk < y->vocab_size ? p->vocab_chunk : y->vocab_size;
+        x->nvc = (y->vocab_size + x->vc - 1) / x->vc;
     }
-    x->host_be = c->host_be ? c->host_be : dev;
-    if ((s = gpt2_create_shell(&x->lay, &c->model, dev, err))) goto fail;
-    if ((s = gpt2_create_shell(&x->m, &dcfg, dev, err))) goto fail;
-    x->n = x->lay.n_params;
-    x->bn = x->lay.block_numel;
-    x->b0 = x->lay.block_offset0;
-    x->emb_n = x->b0;
-    x->lnf_off = x->n - 2 * (size_t)c->model.n_embd;
-    if ((s = gpt2_alloc_acts_layers(&x->m, c->B, c->T, 0, err))) goto fail;
-    x->NC = (size_t)c->B * c->T * c->model.n_embd;
-    x->setf = gpt2_block_act_floats(&x->m);
+    x->n = y->n_params;
+    x->bn = y->block_numel;
+    x->b0 = y->block_offset0;
+    x->emb_n = y->emb_numel;
+    x->post_off = y->norm_offset;
+    x->post_n = x->vc ? y->norm_numel : x->n - y->norm_offset;
+    x->NC = N * C;
+    x->setf = st_block_act_floats(c->arch, c->B, c->T);
+    if ((s = st_blocks_bind(&x->db, c->arch, dev, c->B, c->T, err))) goto fail;
+    x->host_be = c->host_be;
+    if (x->vc) {
+        /* the embedding runs on the host: its own CPU backend unless the caller gave one
+         * (a budgeted device must not hold the host side's token ids) */
+        if (!x->host_be) {
+            if ((s = st_backend_cpu_create(&x->own_host_be, 0, err))) goto fail;
+            x->host_be = x->own_host_be;
+        }
+        if ((s = st_blocks_bind(&x->hb, c->arch, x->host_be, c->B, c->T, err))) goto fail;
+    }
 
     x->ord = calloc((size_t)L, sizeof *x->ord);
     x->w_ticket = calloc((size_t)L, sizeof *x->w_ticket);
@@ -399,76 +444,48 @@ st_status stream_exec_create(stream_exec **out, const stream_config *c, const st
         else x->has_rc = 1;
     }
 
-    /* device tier */
-    st_backend_ops const *o = dev->ops;
-    size_t N = (size_t)c->B * c->T, C = (size_t)c->model.n_embd;
+    /* device tier: the table stream_device_bytes sums */
+    dev_alloc tab[MAX_ALLOCS];
+    int na = alloc_table(c, p, x, tab);
+    for (int i = 0; i < na; i++) {
+        *tab[i].ptr = dev->ops->alloc(dev, tab[i].bytes);
+        if (!*tab[i].ptr) FAIL(ST_ERR_NOMEM, "stream: device allocation %d (%zu bytes) of the plan's %zu failed", i,
+                               tab[i].bytes, need);
+    }
+    x->bf16 = p->grad_dtype == ST_BF16;
+    if (x->bf16 && !(x->hg16 = st_alloc(x->n * 2))) FAIL(ST_ERR_NOMEM, "stream: cannot allocate the bf16 gradients");
+    x->h_losses = malloc(N * 4);
+    x->h_rmax = malloc(N * 4);
+    x->h_tlogit = malloc(N * 4);
+    x->h_rsum = malloc(N * 8);
+    if (!x->h_losses || !x->h_rmax || !x->h_tlogit || !x->h_rsum) FAIL(ST_ERR_NOMEM, "stream: out of memory");
     if (x->vc) {
-        x->d_vw = o->alloc(dev, 2 * (size_t)x->vc * C * 4);
-        x->d_vg = o->alloc(dev, 2 * (size_t)x->vc * C * 4);
-        /* two slots (one fills while one is used), one when the vocabulary is one chunk */
-        x->d_logits = o->alloc(dev, (x->nvc < 2 ? 1 : 2) * N * (size_t)x->vc * 4);
-        x->d_lnfo = o->alloc(dev, N * C * 4);
-        x->d_dlnf = o->alloc(dev, N * C * 4);
-        x->d_lmean = o->alloc(dev, N * 4);
-        x->d_lrstd = o->alloc(dev, N * 4);
-        x->d_rmax = o->alloc(dev, N * 4);
-        x->d_tlogit = o->alloc(dev, N * 4);
-        x->d_rsum = o->alloc(dev, N * 8);
-        x->d_tgt = o->alloc(dev, N * 4);
-        if (!x->d_vw || !x->d_vg || !x->d_logits || !x->d_lnfo || !x->d_dlnf || !x->d_lmean || !x->d_lrstd ||
-            !x->d_rmax || !x->d_tlogit || !x->d_rsum || !x->d_tgt)
-            FAIL(ST_ERR_NOMEM, "stream: device allocation of the plan's %zu bytes failed", need);
-        x->h_inp = malloc(N * 4);
         x->h_enc = st_alloc(N * C * 4);
         x->h_dres = st_alloc(N * C * 4);
         /* only chunks 0..nvc-3 leave the device (the last two stay in their slots) */
         x->h_logits = x->nvc > 2 ? st_alloc(N * (size_t)(x->nvc - 2) * (size_t)x->vc * 4) : NULL;
         x->vw_ticket = calloc((size_t)x->nvc, sizeof *x->vw_ticket);
-        if (!x->h_inp || !x->h_enc || !x->h_dres || (x->nvc > 2 && !x->h_logits) || !x->vw_ticket)
+        if (!x->h_enc || !x->h_dres || (x->nvc > 2 && !x->h_logits) || !x->vw_ticket)
             FAIL(ST_ERR_NOMEM, "stream: out of memory");
-    } else {
-        x->d_emb_w = o->alloc(dev, x->emb_n * 4);
-        x->d_emb_g = o->alloc(dev, x->emb_n * 4);
     }
-    x->d_lnf_w = o->alloc(dev, 2 * (size_t)c->model.n_embd * 4);
-    x->d_lnf_g = o->alloc(dev, 2 * (size_t)c->model.n_embd * 4);
-    x->d_outs = o->alloc(dev, (size_t)L * x->NC * 4);
-    x->d_w = o->alloc(dev, (size_t)x->nslots * x->bn * 4);
-    x->d_g = o->alloc(dev, 2 * x->bn * 4);
-    x->bf16 = p->grad_dtype == ST_BF16;
-    if (x->bf16) {
-        x->d_g16 = o->alloc(dev, 2 * x->bn * 2);
-        x->hg16 = st_alloc(x->n * 2);
-        if (!x->d_g16 || !x->hg16) FAIL(ST_ERR_NOMEM, "stream: cannot allocate the bf16 gradient buffers");
-    }
-    if (x->n_keep) x->d_keep = o->alloc(dev, (size_t)x->n_keep * x->setf * 4);
-    if (x->has_rc) x->d_rc = o->alloc(dev, x->setf * 4);
-    if (x->n_off) x->d_off = o->alloc(dev, (size_t)(x->n_off < 2 ? x->n_off : 2) * x->setf * 4);
-    if ((!x->vc && (!x->d_emb_w || !x->d_emb_g)) || !x->d_lnf_w || !x->d_lnf_g || !x->d_outs || !x->d_w || !x->d_g ||
-        (x->n_keep && !x->d_keep) || (x->has_rc && !x->d_rc) || (x->n_off && !x->d_off))
-        FAIL(ST_ERR_NOMEM, "stream: device allocation of the plan's %zu bytes failed", need);
-    x->m.emb_w = x->d_emb_w;
-    x->m.emb_g = x->d_emb_g;
-    x->m.lnf_w = x->d_lnf_w;
-    x->m.lnf_g = x->d_lnf_g;
 
     /* host tier */
-    x->hp = st_alloc(x->n * 4);
-    x->hg = st_alloc(x->n * 4);
+    x->hp = c->host_params ? c->host_params : st_alloc(x->n * 4);
+    x->hg = c->host_grads ? c->host_grads : st_alloc(x->n * 4);
     if (!x->hp || !x->hg) FAIL(ST_ERR_NOMEM, "stream: cannot allocate %zu host bytes of parameters and gradients",
                                x->n * 8);
     if (x->n_off) {
         x->host_acts = st_alloc((size_t)x->n_off * x->setf * 4);
         if (!x->host_acts) FAIL(ST_ERR_NOMEM, "stream: cannot allocate host memory for offloaded activations");
     }
-    x->segs = calloc((size_t)x->lay.n_tensors, sizeof *x->segs);
+    x->segs = calloc((size_t)y->n_tensors, sizeof *x->segs);
     if (!x->segs) FAIL(ST_ERR_NOMEM, "stream: out of memory");
-    train_decay_segments(x->lay.tensors, x->lay.n_tensors, c->weight_decay, x->segs);
+    train_decay_segments(y->tensors, y->n_tensors, c->weight_decay, x->segs);
     x->external = c->external_optimizer;
-    if (!x->external && (s = optim_create(&x->opt, x->segs, x->lay.n_tensors, OPTIM_STATE_F32, err))) goto fail;
+    if (!x->external && (s = optim_create(&x->opt, x->segs, y->n_tensors, OPTIM_STATE_F32, err))) goto fail;
     if (!x->external && p->overlap_optim && p->clip != STREAM_CLIP_DEFER) {
-        /* only the blocks are updated speculatively: backups of [b0, lnf_off), indexed from b0 */
-        size_t nb = x->lnf_off - x->b0;
+        /* only the blocks are updated speculatively: backups of [b0, post_off), indexed from b0 */
+        size_t nb = x->post_off - x->b0;
         x->bk_p = st_alloc(nb * 4);
         x->bk_m = st_alloc(nb * 4);
         x->bk_v = st_alloc(nb * 4);
@@ -512,21 +529,24 @@ void stream_exec_free(stream_exec *x) {
     }
     st_copy_engine_destroy(x->ce); /* waits for outstanding copies before buffers go */
     st_backend *dev = x->dev;
-    void *dbufs[] = {x->d_emb_w, x->d_emb_g, x->d_lnf_w, x->d_lnf_g, x->d_outs, x->d_w, x->d_g, x->d_keep, x->d_rc,
-                     x->d_off, x->d_vw, x->d_vg, x->d_logits, x->d_lnfo, x->d_dlnf, x->d_lmean, x->d_lrstd,
-                     x->d_rmax, x->d_tlogit, x->d_rsum, x->d_tgt, x->d_g16};
-    for (size_t i = 0; i < sizeof dbufs / sizeof dbufs[0]; i++)
-        if (dbufs[i]) dev->ops->dealloc(dev, dbufs[i]);
-    gpt2_free(&x->m);
-    gpt2_free(&x->lay);
-    st_free(x->hp);
-    st_free(x->hg);
+    dev_alloc tab[MAX_ALLOCS];
+    int na = alloc_table(&x->cfg, &x->plan, x, tab);
+    for (int i = 0; i < na; i++)
+        if (*tab[i].ptr) dev->ops->dealloc(dev, *tab[i].ptr);
+    st_blocks_free(x->db);
+    st_blocks_free(x->hb);
+    st_backend_free(x->own_host_be);
+    free(x->h_losses);
+    free(x->h_rmax);
+    free(x->h_tlogit);
+    free(x->h_rsum);
+    if (x->hp != x->cfg.host_params) st_free(x->hp);
+    if (x->hg != x->cfg.host_grads) st_free(x->hg);
     st_free(x->hg16);
     st_free(x->bk_p);
     st_free(x->bk_m);
     st_free(x->bk_v);
     st_free(x->host_acts);
-    free(x->h_inp);
     st_free(x->h_enc);
     st_free(x->h_dres);
     st_free(x->h_logits);
@@ -547,7 +567,7 @@ void stream_exec_free(stream_exec *x) {
 
 float *stream_params(stream_exec *x) { return x->hp; }
 float *stream_grads(stream_exec *x) { return x->hg; }
-const gpt2_model *stream_model(const stream_exec *x) { return &x->lay; }
+const st_arch *stream_arch(const stream_exec *x) { return x->arch; }
 optim *stream_optim(stream_exec *x) { return x->opt; }
 
 st_status stream_attach_store(stream_exec *x, st_store *store, const void *blob, size_t blob_bytes, st_err *err) {
@@ -576,8 +596,8 @@ static void *ext_work_at(void *ctx, size_t first, size_t n) {
 /* The embedding and head weights live on the device between steps: send them after
  * every change of the host copy. */
 static void send_nonblock(stream_exec *x) {
-    if (!x->vc) h2d(x, x->d_emb_w, x->hp, x->emb_n * 4);
-    x->nb_ticket = h2d(x, x->d_lnf_w, x->hp + x->lnf_off, (x->n - x->lnf_off) * 4);
+    if (!x->vc) h2d(x, x->d_pre_w, x->hp, x->emb_n * 4);
+    x->nb_ticket = h2d(x, x->d_post_w, x->hp + x->post_off, x->post_n * 4);
 }
 
 void stream_set_params(stream_exec *x, const float *host_params) {
@@ -587,103 +607,89 @@ void stream_set_params(stream_exec *x, const float *host_params) {
 }
 
 void stream_init_random(stream_exec *x, uint64_t seed) {
-    /* gpt2_init_random fills params through its backend's copy; a host-side shell with
-     * the host vector as its params gives the same values as an in-memory model */
-    gpt2_model tmp;
-    st_err err = {0};
-    st_backend *cpu = NULL;
-    /* threads 0: a positive count would set the calling thread's OpenMP team size */
-    if (st_backend_cpu_create(&cpu, 0, &err) || gpt2_create_shell(&tmp, &x->cfg.model, cpu, &err)) {
-        st_log(1, "stream: init failed: %s\n", err.msg);
-        st_backend_free(cpu);
-        return;
-    }
-    tmp.params = x->hp;
-    gpt2_init_random(&tmp, seed);
-    tmp.params = NULL;
-    gpt2_free(&tmp);
-    st_backend_free(cpu);
+    x->arch->ops->init(x->arch, x->hp, seed); /* the values of the model's init_random */
     send_nonblock(x);
     st_copy_wait(x->ce, x->nb_ticket);
 }
 
-/* ------------------------------------------------------------------ chunked classifier
- * The row statistics below are plain loops over device memory: on the CPU backend the
- * device arena is host-addressable; a CUDA backend gives them as kernels. */
+/* ------------------------------------------------------------------ the head
+ * The same for every architecture (block.h): the arch's final norm, then logits = xn W^T
+ * over the head's rows W (V, C), cross-entropy, and back. Whole on the device, or in
+ * chunks of vc rows (online softmax) when W does not fit. */
 
-static void fetch_vchunk(stream_exec *x, int c) {
-    size_t C = (size_t)x->cfg.model.n_embd, r0 = (size_t)c * x->vc;
-    size_t nr = r0 + x->vc <= (size_t)x->cfg.model.vocab_size ? (size_t)x->vc : x->cfg.model.vocab_size - r0;
-    x->vw_ticket[c] = h2d(x, x->d_vw + (size_t)(c % 2) * x->vc * C, x->hp + r0 * C, nr * C * 4);
+/* Where the head's rows live on the device when they are resident (unchunked). */
+static float *head_w(stream_exec *x) {
+    return x->ly->tied ? x->d_pre_w + x->ly->head_offset : x->d_post_w + (x->ly->head_offset - x->post_off);
+}
+static float *head_g(stream_exec *x) {
+    return x->ly->tied ? x->d_pre_g + x->ly->head_offset : x->d_post_g + (x->ly->head_offset - x->post_off);
+}
+
+/* The mean over targets >= 0 of per-row losses (host), as the models' own heads take it. */
+static float mean_loss(const float *losses, const int32_t *targets, int N) {
+    double sum = 0;
+    int counted = 0;
+    for (int i = 0; i < N; i++)
+        if (targets[i] >= 0) {
+            sum += losses[i];
+            counted++;
+        }
+    return counted ? (float)(sum / counted) : 0.0f;
+}
+
+static float head_forward(stream_exec *x, const float *xin, const int32_t *targets, float dloss) {
+    st_backend *dev = x->dev;
+    int N = x->cfg.B * x->cfg.T, C = x->ly->n_embd, V = x->ly->vocab_size;
+    x->arch->ops->norm_forward(x->db, x->d_post_w, xin, x->d_xn, x->d_nstats);
+    dev->ops->matmul_forward(dev, x->d_logits, x->d_xn, head_w(x), NULL, N, C, V, ST_W_OUT_IN);
+    dev->ops->crossentropy_forward_backward(dev, x->d_logits, x->d_losses, x->d_tgt, N, V, dloss);
+    dev->ops->copy_to_host(dev, x->h_losses, x->d_losses, sizeof(float) * (size_t)N);
+    return mean_loss(x->h_losses, targets, N);
+}
+
+static void head_backward(stream_exec *x, const float *xin) {
+    st_backend *dev = x->dev;
+    int N = x->cfg.B * x->cfg.T, C = x->ly->n_embd, V = x->ly->vocab_size;
+    /* the logits buffer holds dlogits */
+    dev->ops->memset0(dev, x->d_dxn, x->NC * 4);
+    dev->ops->matmul_backward(dev, x->d_dxn, head_g(x), NULL, x->d_logits, x->d_xn, head_w(x), N, C, V, ST_W_OUT_IN);
+    dev->ops->memset0(dev, x->d_dres, x->NC * 4);
+    x->arch->ops->norm_backward(x->db, x->d_dres, x->d_post_g, x->d_dxn, xin, x->d_post_w, x->d_nstats);
 }
 
 static int vchunk_rows(const stream_exec *x, int c) {
     int r0 = c * x->vc;
-    return r0 + x->vc <= x->cfg.model.vocab_size ? x->vc : x->cfg.model.vocab_size - r0;
+    return r0 + x->vc <= x->ly->vocab_size ? x->vc : x->ly->vocab_size - r0;
 }
 
-/* Pass 1 on one chunk of logits (N, nr) for vocabulary rows [r0, r0 + nr): running
- * max and sum of exponentials per row (online softmax), and the target's logit. */
+static void fetch_vchunk(stream_exec *x, int c) {
+    size_t C = (size_t)x->ly->n_embd, r0 = (size_t)c * x->vc;
+    x->vw_ticket[c] = h2d(x, x->d_vw + (size_t)(c % 2) * x->vc * C, x->hp + x->ly->head_offset + r0 * C,
+                          (size_t)vchunk_rows(x, c) * C * 4);
+}
+
 static float *logits_slot(stream_exec *x, int c) {
     return x->d_logits + (size_t)(c % 2) * (size_t)x->cfg.B * x->cfg.T * x->vc;
 }
 
-static void ce_chunk_stats(stream_exec *x, const float *logits, int r0, int nr) {
-    int N = x->cfg.B * x->cfg.T;
-    const int32_t *tgt = x->d_tgt;
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; i++) {
-        int t = tgt[i];
-        if (t < 0) continue;
-        const float *l = logits + (size_t)i * nr;
-        float mx = -INFINITY;
-        for (int j = 0; j < nr; j++) mx = l[j] > mx ? l[j] : mx;
-        if (mx > x->d_rmax[i]) {
-            x->d_rsum[i] *= exp((double)x->d_rmax[i] - (double)mx); /* rescale the sum so far */
-            x->d_rmax[i] = mx;
-        }
-        double sum = 0;
-        float m = x->d_rmax[i];
-        for (int j = 0; j < nr; j++) sum += expf(l[j] - m);
-        x->d_rsum[i] += sum;
-        if (t >= r0 && t < r0 + nr) x->d_tlogit[i] = l[t - r0];
-    }
-}
-
-/* Pass 2: the chunk's logits become dlogits = (softmax - onehot) * dloss in place (0 for
- * masked rows), as the unchunked fused cross-entropy writes them. */
-static void ce_chunk_grad(stream_exec *x, float *logits, int r0, int nr, float dloss) {
-    int N = x->cfg.B * x->cfg.T;
-    const int32_t *tgt = x->d_tgt;
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; i++) {
-        float *l = logits + (size_t)i * nr;
-        int t = tgt[i];
-        if (t < 0) { memset(l, 0, sizeof(float) * (size_t)nr); continue; }
-        float m = x->d_rmax[i], sc = (float)(dloss / x->d_rsum[i]);
-        for (int j = 0; j < nr; j++) l[j] = expf(l[j] - m) * sc;
-        if (t >= r0 && t < r0 + nr) l[t - r0] -= dloss;
-    }
-}
-
 static float chunked_head_forward(stream_exec *x, const float *xin, const int32_t *targets, double *compute_s) {
     st_backend *dev = x->dev;
-    int N = x->cfg.B * x->cfg.T, C = x->cfg.model.n_embd;
+    int N = x->cfg.B * x->cfg.T, C = x->ly->n_embd;
     double t0 = st_now();
-    prof_span sp = prof_begin(PROF_CAT_COMPUTE, "forward head ln_f", -1);
-    dev->ops->layernorm_forward(dev, x->d_lnfo, x->d_lmean, x->d_lrstd, xin, x->d_lnf_w, x->d_lnf_w + C, N, C);
-    for (int i = 0; i < N; i++) { x->d_rmax[i] = -INFINITY; x->d_rsum[i] = 0; x->d_tlogit[i] = 0; }
+    prof_span sp = prof_begin(PROF_CAT_COMPUTE, "forward head norm", -1);
+    x->arch->ops->norm_forward(x->db, x->d_post_w, xin, x->d_xn, x->d_nstats);
+    dev->ops->softmax_chunk_init(dev, x->d_rmax, x->d_rsum, x->d_tlogit, N);
     prof_end(&sp);
     *compute_s += st_now() - t0;
     uint64_t lg[2] = {0, 0}; /* each slot's logits on their way to the host */
     for (int c = 0; c < x->nvc; c++) {
-        wait_ticket(x, x->vw_ticket[c], "wait wte chunk", c);
+        wait_ticket(x, x->vw_ticket[c], "wait head chunk", c);
         wait_ticket(x, lg[c % 2], "wait logits slot", c);
         int nr = vchunk_rows(x, c);
         float *lo = logits_slot(x, c);
         t0 = st_now();
         sp = prof_begin(PROF_CAT_COMPUTE, "forward head chunk", c);
-        dev->ops->matmul_forward(dev, lo, x->d_lnfo, x->d_vw + (size_t)(c % 2) * x->vc * C, NULL, N, C, nr,
+        dev->ops->matmul_forward(dev, lo, x->d_xn, x->d_vw + (size_t)(c % 2) * x->vc * C, NULL, N, C, nr,
                                  ST_W_OUT_IN);
         /* kept for backward (the last two chunks stay in their slots); the stats only read */
         lg[c % 2] = 0;
@@ -691,32 +697,30 @@ static float chunked_head_forward(stream_exec *x, const float *xin, const int32_
             x->d2h_act_bytes += (size_t)N * nr * 4; /* activations, not weights */
             lg[c % 2] = d2h(x, x->h_logits + (size_t)c * N * x->vc, lo, (size_t)N * nr * 4);
         }
-        ce_chunk_stats(x, lo, c * x->vc, nr);
+        dev->ops->softmax_chunk_stats(dev, lo, x->d_tgt, N, nr, c * x->vc, x->d_rmax, x->d_rsum, x->d_tlogit);
         prof_end(&sp);
         *compute_s += st_now() - t0;
         if (c + 2 < x->nvc) fetch_vchunk(x, c + 2);
     }
-    double sum = 0;
-    int counted = 0;
+    dev->ops->copy_to_host(dev, x->h_rmax, x->d_rmax, (size_t)N * 4);
+    dev->ops->copy_to_host(dev, x->h_rsum, x->d_rsum, (size_t)N * 8);
+    dev->ops->copy_to_host(dev, x->h_tlogit, x->d_tlogit, (size_t)N * 4);
     for (int i = 0; i < N; i++)
-        if (targets[i] >= 0) {
-            sum += (float)(x->d_rmax[i] + log(x->d_rsum[i]) - x->d_tlogit[i]);
-            counted++;
-        }
-    return counted ? (float)(sum / counted) : 0.0f;
+        x->h_losses[i] = targets[i] >= 0 ? (float)(x->h_rmax[i] + log(x->h_rsum[i]) - x->h_tlogit[i]) : 0.0f;
+    return mean_loss(x->h_losses, targets, N);
 }
 
-static void chunked_head_backward(stream_exec *x, const float *xin, float *dres, float dloss, double *compute_s) {
+static void chunked_head_backward(stream_exec *x, const float *xin, float dloss, double *compute_s) {
     st_backend *dev = x->dev;
-    int N = x->cfg.B * x->cfg.T, C = x->cfg.model.n_embd;
-    size_t NC = (size_t)N * C, vcC = (size_t)x->vc * C;
-    dev->ops->memset0(dev, x->d_dlnf, NC * 4);
+    int N = x->cfg.B * x->cfg.T, C = x->ly->n_embd;
+    size_t vcC = (size_t)x->vc * C;
+    dev->ops->memset0(dev, x->d_dxn, x->NC * 4);
     x->vg_ticket[0] = x->vg_ticket[1] = 0;
     uint64_t lgt[2] = {0, 0};
     /* in reverse: the last two chunks of the first pass are still in their slots */
     for (int c = x->nvc - 1; c >= 0; c--) {
-        wait_ticket(x, x->vw_ticket[c], "wait wte chunk", c);
-        wait_ticket(x, x->vg_ticket[c % 2], "wait wte grad slot", c);
+        wait_ticket(x, x->vw_ticket[c], "wait head chunk", c);
+        wait_ticket(x, x->vg_ticket[c % 2], "wait head grad slot", c);
         int nr = vchunk_rows(x, c);
         float *w = x->d_vw + (size_t)(c % 2) * vcC, *g = x->d_vg + (size_t)(c % 2) * vcC;
         /* the forward's logits: the last two chunks never left their slots; the one after
@@ -730,28 +734,40 @@ static void chunked_head_backward(stream_exec *x, const float *xin, float *dres,
         float *lo = logits_slot(x, c);
         double t0 = st_now();
         prof_span sp = prof_begin(PROF_CAT_COMPUTE, "backward head chunk", c);
-        ce_chunk_grad(x, lo, c * x->vc, nr, dloss);
+        dev->ops->softmax_chunk_grad(dev, lo, x->d_tgt, N, nr, c * x->vc, x->d_rmax, x->d_rsum, dloss);
         dev->ops->memset0(dev, g, (size_t)nr * C * 4);
-        dev->ops->matmul_backward(dev, x->d_dlnf, g, NULL, lo, x->d_lnfo, w, N, C, nr, ST_W_OUT_IN);
+        dev->ops->matmul_backward(dev, x->d_dxn, g, NULL, lo, x->d_xn, w, N, C, nr, ST_W_OUT_IN);
         prof_end(&sp);
         *compute_s += st_now() - t0;
-        x->vg_ticket[c % 2] = d2h(x, x->hg + (size_t)c * vcC, g, (size_t)nr * C * 4);
+        x->vg_ticket[c % 2] = d2h(x, x->hg + x->ly->head_offset + (size_t)c * vcC, g, (size_t)nr * C * 4);
         if (c - 2 >= 0) fetch_vchunk(x, c - 2);
     }
     double t0 = st_now();
-    prof_span sp = prof_begin(PROF_CAT_COMPUTE, "backward head ln_f", -1);
-    dev->ops->memset0(dev, dres, NC * 4);
-    dev->ops->layernorm_backward(dev, dres, x->d_lnf_g, x->d_lnf_g + C, x->d_dlnf, xin, x->d_lnf_w, x->d_lmean,
-                                 x->d_lrstd, N, C);
+    prof_span sp = prof_begin(PROF_CAT_COMPUTE, "backward head norm", -1);
+    dev->ops->memset0(dev, x->d_dres, x->NC * 4);
+    x->arch->ops->norm_backward(x->db, x->d_dres, x->d_post_g, x->d_dxn, xin, x->d_post_w, x->d_nstats);
     prof_end(&sp);
     *compute_s += st_now() - t0;
+}
+
+/* The embedding forward: on the device, or (chunked vocabulary) on the host from its
+ * master copy, the output crossing to the device. Returns that copy's ticket (0: none). */
+static uint64_t embed_forward(stream_exec *x, const int32_t *inputs) {
+    if (!x->vc) {
+        x->arch->ops->embed_forward(x->db, x->d_pre_w, inputs, x->d_emb_out);
+        return 0;
+    }
+    prof_span e = prof_begin(PROF_CAT_OTHER, "forward embed (host)", -1);
+    x->arch->ops->embed_forward(x->hb, x->hp, inputs, x->h_enc);
+    prof_end(&e);
+    return h2d(x, x->d_emb_out, x->h_enc, x->NC * 4);
 }
 
 /* ------------------------------------------------------------------ the step */
 
 static float *wslot(stream_exec *x, int l) { return x->d_w + (size_t)(l % x->nslots) * x->bn; }
 static const float *block_in(stream_exec *x, int l) {
-    return l == 0 ? gpt2_layer_input(&x->m, 0) : x->d_outs + (size_t)(l - 1) * x->NC;
+    return l == 0 ? x->d_emb_out : x->d_outs + (size_t)(l - 1) * x->NC;
 }
 static float *block_out(stream_exec *x, int l) { return x->d_outs + (size_t)l * x->NC; }
 static uint64_t fetch_block(stream_exec *x, int l) {
@@ -759,19 +775,17 @@ static uint64_t fetch_block(stream_exec *x, int l) {
 }
 
 /* Where block l's activations live (offloaded: slot ord % 2). */
-static gpt2_block_acts block_acts(stream_exec *x, int l) {
-    float *buf;
+static float *block_acts(stream_exec *x, int l) {
     switch (x->plan.act[l]) {
-    case STREAM_ACT_KEEP: buf = x->d_keep + (size_t)x->ord[l] * x->setf; break;
-    case STREAM_ACT_OFFLOAD: buf = x->d_off + (size_t)(x->ord[l] % 2) * x->setf; break;
-    default: buf = x->d_rc; break;
+    case STREAM_ACT_KEEP: return x->d_keep + (size_t)x->ord[l] * x->setf;
+    case STREAM_ACT_OFFLOAD: return x->d_off + (size_t)(x->ord[l] % 2) * x->setf;
+    default: return x->d_rc;
     }
-    return gpt2_block_acts_at(&x->m, buf, block_out(x, l));
 }
 
 st_status stream_step(stream_exec *x, const int32_t *inputs, const int32_t *targets, const adamw_params *hp,
                       float max_norm, stream_step_stats *stats, st_err *err) {
-    gpt2_model *m = &x->m;
+    const st_arch_ops *ao = x->arch->ops;
     st_backend *dev = x->dev;
     int L = x->L, D = x->depth, N = x->cfg.B * x->cfg.T;
     double compute_s = 0;
@@ -806,37 +820,28 @@ st_status stream_step(stream_exec *x, const int32_t *inputs, const int32_t *targ
     memset(x->chunk_done, 0, x->nchunks);
 
     /* ---- forward */
-    uint64_t enc_ticket = 0;
-    size_t V = (size_t)x->cfg.model.vocab_size, C = (size_t)x->cfg.model.n_embd;
-    if (x->vc) {
-        /* the embedding is a gather from the host's wte and wpe: run it there */
-        prof_span e = prof_begin(PROF_CAT_OTHER, "forward embed (host)", -1);
-        memcpy(x->h_inp, inputs, sizeof(int32_t) * (size_t)N);
-        x->host_be->ops->encoder_forward(x->host_be, x->h_enc, x->h_inp, x->hp, x->hp + V * C, x->cfg.B, x->cfg.T,
-                                         (int)C);
-        prof_end(&e);
-        h2d(x, x->d_tgt, targets, sizeof(int32_t) * (size_t)N);
-        enc_ticket = h2d(x, (float *)gpt2_layer_input(m, 0), x->h_enc, x->NC * 4);
-    }
+    size_t V = (size_t)x->ly->vocab_size, C = (size_t)x->ly->n_embd;
+    dev->ops->copy_to_device(dev, x->d_tgt, targets, sizeof(int32_t) * (size_t)N);
+    uint64_t enc_ticket = x->vc ? embed_forward(x, inputs) : 0;
     for (int l = 0; l <= D && l < L; l++) x->w_ticket[l] = fetch_block(x, l);
     if (x->vc && L <= D + 1) {
         for (int c = 0; c < 2 && c < x->nvc; c++) fetch_vchunk(x, c);
     }
     COMPUTE_(PROF_CAT_COMPUTE, "zero grads", -1, {
-        if (!x->vc) dev->ops->memset0(dev, x->d_emb_g, x->emb_n * 4);
-        dev->ops->memset0(dev, x->d_lnf_g, (x->n - x->lnf_off) * 4);
+        if (!x->vc) dev->ops->memset0(dev, x->d_pre_g, x->emb_n * 4);
+        dev->ops->memset0(dev, x->d_post_g, x->post_n * 4);
     });
     wait_ticket(x, x->nb_ticket, "wait embed weights", -1);
     if (x->vc) wait_ticket(x, enc_ticket, "wait embedding", -1);
-    else COMPUTE_(PROF_CAT_COMPUTE, "forward embed", -1, gpt2_embed_forward(m, inputs, targets));
+    else COMPUTE_(PROF_CAT_COMPUTE, "forward embed", -1, embed_forward(x, inputs));
     x->off_slot_ticket[0] = x->off_slot_ticket[1] = 0;
     int rc_holds = -1; /* the block whose activations the recompute set holds */
     for (int l = 0; l < L; l++) {
         wait_ticket(x, x->w_ticket[l], "wait weights", l);
         int off = x->plan.act[l] == STREAM_ACT_OFFLOAD, k = x->ord[l];
         if (off) wait_ticket(x, x->off_slot_ticket[k % 2], "wait act slot", l);
-        gpt2_block_acts a = block_acts(x, l);
-        COMPUTE_(PROF_CAT_COMPUTE, "forward block", l, gpt2_block_forward(m, wslot(x, l), block_in(x, l), &a));
+        float *a = block_acts(x, l);
+        COMPUTE_(PROF_CAT_COMPUTE, "forward block", l, ao->block_forward(x->db, wslot(x, l), block_in(x, l), a, block_out(x, l)));
         if (x->plan.act[l] == STREAM_ACT_RECOMPUTE) rc_holds = l;
         if (l + D + 1 < L) {
             x->w_ticket[l + D + 1] = fetch_block(x, l + D + 1);
@@ -852,14 +857,13 @@ st_status stream_step(stream_exec *x, const int32_t *inputs, const int32_t *targ
         }
     }
     float loss;
-    float *dres = gpt2_dresidual(m);
+    float *dres = x->d_dres;
     if (x->vc) {
         loss = chunked_head_forward(x, block_out(x, L - 1), targets, &compute_s);
-        chunked_head_backward(x, block_out(x, L - 1), dres, 1.0f / N, &compute_s);
+        chunked_head_backward(x, block_out(x, L - 1), 1.0f / N, &compute_s);
     } else {
-        COMPUTE_(PROF_CAT_COMPUTE, "forward head", -1,
-                 loss = gpt2_head_forward(m, block_out(x, L - 1), targets, 1.0f / N));
-        COMPUTE_(PROF_CAT_COMPUTE, "backward head", -1, gpt2_head_backward(m, block_out(x, L - 1), dres));
+        COMPUTE_(PROF_CAT_COMPUTE, "forward head", -1, loss = head_forward(x, block_out(x, L - 1), targets, 1.0f / N));
+        COMPUTE_(PROF_CAT_COMPUTE, "backward head", -1, head_backward(x, block_out(x, L - 1)));
     }
 
     /* ---- backward */
@@ -867,10 +871,11 @@ st_status stream_step(stream_exec *x, const int32_t *inputs, const int32_t *targ
     for (int l = L - 1; l >= 0; l--) {
         wait_ticket(x, x->w_ticket[l], "wait weights", l);
         int act = x->plan.act[l], k = x->ord[l];
-        gpt2_block_acts a = block_acts(x, l);
+        float *a = block_acts(x, l);
         /* the last recomputed block's forward is still in the set: nothing to redo */
         if (act == STREAM_ACT_RECOMPUTE && rc_holds != l) {
-            COMPUTE_(PROF_CAT_RECOMPUTE, "recompute block", l, gpt2_block_forward(m, wslot(x, l), block_in(x, l), &a));
+            COMPUTE_(PROF_CAT_RECOMPUTE, "recompute block", l,
+                     ao->block_forward(x->db, wslot(x, l), block_in(x, l), a, block_out(x, l)));
             rc_holds = l;
         }
         if (act == STREAM_ACT_OFFLOAD && k < x->n_off - 2) wait_ticket(x, x->act_ticket[k], "wait acts", l);
@@ -878,13 +883,13 @@ st_status stream_step(stream_exec *x, const int32_t *inputs, const int32_t *targ
         wait_ticket(x, x->g_ticket[l % 2], "wait grad slot", l);
         COMPUTE_(PROF_CAT_COMPUTE, "backward block", l, {
             dev->ops->memset0(dev, g, x->bn * 4);
-            gpt2_block_backward(m, wslot(x, l), g, block_in(x, l), &a, dres);
+            ao->block_backward(x->db, wslot(x, l), g, block_in(x, l), a, dres);
         });
         if (x->bf16) {
             /* round on the device (on the CPU backend its memory is addressable; CUDA: a
              * kernel), drain half the bytes; the optimizer reads bf16 gradients natively */
             uint16_t *g16 = x->d_g16 + (size_t)(l % 2) * x->bn;
-            COMPUTE_(PROF_CAT_COMPUTE, "grad to bf16", l, st_convert(g16, ST_BF16, g, ST_F32, x->bn));
+            COMPUTE_(PROF_CAT_COMPUTE, "grad to bf16", l, dev->ops->to_bf16(dev, g16, g, x->bn));
             x->g_ticket[l % 2] = d2h(x, x->hg16 + x->b0 + (size_t)l * x->bn, g16, x->bn * 2);
         } else {
             x->g_ticket[l % 2] = d2h(x, x->hg + x->b0 + (size_t)l * x->bn, g, x->bn * 4);
@@ -899,19 +904,20 @@ st_status stream_step(stream_exec *x, const int32_t *inputs, const int32_t *targ
         }
     }
     if (x->vc) {
-        /* the residual gradient goes to the host, which scatters it into wte and wpe on
-         * top of the classifier's wte gradient (landed chunk by chunk, earlier in order) */
+        /* the residual gradient goes to the host, which scatters it into the embedding; a
+         * tied head's gradient (landed chunk by chunk, earlier in order) is already in its
+         * first V rows, the rest starts from zero */
         wait_ticket(x, d2h(x, x->h_dres, dres, x->NC * 4), "wait residual grad", -1);
         prof_span e = prof_begin(PROF_CAT_OTHER, "backward embed (host)", -1);
-        memset(x->hg + V * C, 0, (x->b0 - V * C) * 4);
-        x->host_be->ops->encoder_backward(x->host_be, x->hg, x->hg + V * C, x->h_dres, x->h_inp, x->cfg.B, x->cfg.T,
-                                          (int)C);
+        size_t z0 = x->ly->tied ? V * C : 0;
+        memset(x->hg + z0, 0, (x->emb_n - z0) * 4);
+        ao->embed_backward(x->hb, x->hg, x->h_dres);
         prof_end(&e);
     } else {
-        COMPUTE_(PROF_CAT_COMPUTE, "backward embed", -1, gpt2_embed_backward(m, dres));
-        d2h(x, x->hg, x->d_emb_g, x->emb_n * 4);
+        COMPUTE_(PROF_CAT_COMPUTE, "backward embed", -1, ao->embed_backward(x->db, x->d_pre_g, dres));
+        d2h(x, x->hg, x->d_pre_g, x->emb_n * 4);
     }
-    uint64_t last = d2h(x, x->hg + x->lnf_off, x->d_lnf_g, (x->n - x->lnf_off) * 4);
+    uint64_t last = d2h(x, x->hg + x->post_off, x->d_post_g, x->post_n * 4);
     double t_tail = st_now();
 
     /* ---- norm, clip, update */
@@ -954,7 +960,7 @@ st_status stream_step(stream_exec *x, const int32_t *inputs, const int32_t *targ
     if (speculate && (stats->skipped || stats->clipped)) {
         /* only the blocks were updated speculatively */
         prof_span r = prof_begin(PROF_CAT_OPTIM, "rollback", -1);
-        restore_range(x, x->b0, x->lnf_off);
+        restore_range(x, x->b0, x->post_off);
         prof_end(&r);
         stats->rolled_back = 1;
         need_update = 1;
@@ -962,13 +968,13 @@ st_status stream_step(stream_exec *x, const int32_t *inputs, const int32_t *targ
         /* not clipped: the blocks are done; the embedding and ln_f, with the true sum */
         adamw_params h = *hp;
         h.grad_scale = 1.0f;
-        int nt = x->lay.n_tensors;
+        int nt = x->ly->n_tensors;
         prof_span u = prof_begin(PROF_CAT_OPTIM, "optim embed+head", -1);
-        s = update_segs(x, 0, 2, &h, ss, err);
-        if (!s) s = update_segs(x, nt - 2, nt, &h, ss, err);
+        s = update_segs(x, 0, x->ly->n_pre_tensors, &h, ss, err);
+        if (!s) s = update_segs(x, nt - x->ly->n_post_tensors, nt, &h, ss, err);
         prof_end(&u);
         if (s) { /* never half a step: the blocks' speculative updates go too */
-            restore_range(x, x->b0, x->lnf_off);
+            restore_range(x, x->b0, x->post_off);
             goto out;
         }
     }
@@ -976,7 +982,7 @@ st_status stream_step(stream_exec *x, const int32_t *inputs, const int32_t *targ
         adamw_params h = *hp;
         h.grad_scale = stats->clipped ? (float)(max_norm / norm) : 1.0f;
         prof_span u = prof_begin(PROF_CAT_OPTIM, "optim step", -1);
-        s = update_segs(x, 0, x->lay.n_tensors, &h, ss, err);
+        s = update_segs(x, 0, x->ly->n_tensors, &h, ss, err);
         prof_end(&u);
         if (s) goto out;
     }
@@ -1009,30 +1015,23 @@ out:
  * been. The chunked classifier's first pass also drains logits to the host scratch a
  * backward would read; nothing reads them. */
 st_status stream_eval(stream_exec *x, const int32_t *inputs, const int32_t *targets, float *loss, st_err *err) {
-    gpt2_model *m = &x->m;
+    const st_arch_ops *ao = x->arch->ops;
+    st_backend *dev = x->dev;
     int L = x->L, D = x->depth, N = x->cfg.B * x->cfg.T;
     double compute_s = 0;
     if (!inputs || !targets) return st_errf(err, ST_ERR_INVALID, "stream_eval: inputs and targets are required");
     prof_span span = prof_begin(PROF_CAT_OTHER, "stream eval", -1);
-    uint64_t enc_ticket = 0;
-    size_t V = (size_t)x->cfg.model.vocab_size, C = (size_t)x->cfg.model.n_embd;
-    if (x->vc) {
-        memcpy(x->h_inp, inputs, sizeof(int32_t) * (size_t)N);
-        x->host_be->ops->encoder_forward(x->host_be, x->h_enc, x->h_inp, x->hp, x->hp + V * C, x->cfg.B, x->cfg.T,
-                                         (int)C);
-        h2d(x, x->d_tgt, targets, sizeof(int32_t) * (size_t)N);
-        enc_ticket = h2d(x, (float *)gpt2_layer_input(m, 0), x->h_enc, x->NC * 4);
-    }
+    dev->ops->copy_to_device(dev, x->d_tgt, targets, sizeof(int32_t) * (size_t)N);
+    uint64_t enc_ticket = x->vc ? embed_forward(x, inputs) : 0;
     for (int l = 0; l <= D && l < L; l++) x->w_ticket[l] = fetch_block(x, l);
     if (x->vc && L <= D + 1)
         for (int c = 0; c < 2 && c < x->nvc; c++) fetch_vchunk(x, c);
     wait_ticket(x, x->nb_ticket, "wait embed weights", -1);
     if (x->vc) wait_ticket(x, enc_ticket, "wait embedding", -1);
-    else gpt2_embed_forward(m, inputs, targets);
+    else embed_forward(x, inputs);
     for (int l = 0; l < L; l++) {
         wait_ticket(x, x->w_ticket[l], "wait weights", l);
-        gpt2_block_acts a = block_acts(x, l);
-        gpt2_block_forward(m, wslot(x, l), block_in(x, l), &a);
+        ao->block_forward(x->db, wslot(x, l), block_in(x, l), block_acts(x, l), block_out(x, l));
         if (l + D + 1 < L) {
             x->w_ticket[l + D + 1] = fetch_block(x, l + D + 1);
             if (x->vc && l + D + 1 == L - 1)
@@ -1040,8 +1039,8 @@ st_status stream_eval(stream_exec *x, const int32_t *inputs, const int32_t *targ
         }
     }
     if (x->vc) *loss = chunked_head_forward(x, block_out(x, L - 1), targets, &compute_s);
-    else *loss = gpt2_head_forward(m, block_out(x, L - 1), targets, 0.0f);
-    /* copies still queued (the logits' drain, wte chunks) complete before anything the
+    else *loss = head_forward(x, block_out(x, L - 1), targets, 0.0f);
+    /* copies still queued (the logits' drain, head chunks) complete before anything the
      * next step waits on: the copy engine completes in order */
     prof_end(&span);
     return ST_OK;

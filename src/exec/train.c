@@ -17,6 +17,7 @@
 
 #include "core/fileutil.h"
 #include "strata/ckpt.h"
+#include "strata/block.h"
 #include "strata/stream.h"
 #include "strata/tier.h"
 #include "strata/data.h"
@@ -321,20 +322,20 @@ void train_decay_segments(const st_param_info *t, int n, float weight_decay, opt
 /* The plan strata train gives the streaming executor: the whole vocabulary on the
  * device if it fits, else 2048-row chunks; activations kept if they fit, else
  * offloaded, else recomputed (the cheapest first, on this backend). */
-static st_status open_streamed(const train_config *c, const gpt2_config *mc, int is_llama, st_backend *be,
+static st_status open_streamed(const train_config *c, st_model *m, const st_arch *arch, st_backend *be,
                                st_backend **dev, stream_exec **sx, st_err *err) {
     int external = c->state_paths[0] != 0; /* the moments live in the disk state store */
-    if (is_llama) return st_errf(err, ST_ERR_UNSUPPORTED, "key 'device_budget': layer streaming runs GPT-2 models so far");
     if (c->grad_accum != 1)
         return st_errf(err, ST_ERR_UNSUPPORTED, "key 'device_budget': layer streaming does not accumulate gradients "
                        "yet; use grad_accum 1");
     if (strcmp(c->optim_state, "f32") && !external)
         return st_errf(err, ST_ERR_UNSUPPORTED, "key 'device_budget': layer streaming keeps fp32 optimizer states in "
                        "host memory; 8-bit states need the disk state (state_paths)");
-    stream_config sc = {.model = *mc, .B = c->batch, .T = c->seq, .weight_decay = (float)c->weight_decay,
-                        .external_optimizer = external};
+    /* the model's own vectors (CPU backend: host memory) are the host tier */
+    stream_config sc = {.arch = arch, .host_params = m->params, .host_grads = m->grads, .B = c->batch, .T = c->seq,
+                        .weight_decay = (float)c->weight_decay, .external_optimizer = external};
     stream_plan plan;
-    stream_plan_default(&plan, mc->n_layer);
+    stream_plan_default(&plan, arch->lay.n_blocks);
     size_t budget = (size_t)c->device_budget;
     static const stream_act order[] = {STREAM_ACT_KEEP, STREAM_ACT_OFFLOAD, STREAM_ACT_RECOMPUTE};
     int found = 0;
@@ -553,39 +554,29 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     prof_run *pr = NULL;
     st_store *store = NULL;
     int B = c->batch, T = c->seq;
-    /* layer streaming (device_budget > 0): the executor owns the host vectors and the
-     * optimizer; the loop sees them through a GPT-2 view for checkpoints */
+    /* layer streaming (device_budget > 0): the model's vectors on the CPU backend are the
+     * executor's host tier (no activations are allocated for them); the executor owns the
+     * optimizer; checkpoints save and load the model as in memory */
     st_backend *dev = NULL;
     stream_exec *sx = NULL;
-    gpt2_model sview;
-    st_model swrap;
+    st_arch *arch = NULL;
 
     if ((s = st_backend_cpu_create(&be, c->threads, err))) goto done;
-    if (c->device_budget > 0) {
-        if ((s = open_streamed(c, &mc, is_llama, be, &dev, &sx, err))) goto done;
-        sview = *stream_model(sx);
-        sview.params = stream_params(sx);
-        sview.grads = stream_grads(sx);
-        sview.be = be;
-        st_model_wrap_gpt2(&swrap, &sview);
-        m = &swrap;
-        opt = stream_optim(sx);
-        stream_init_random(sx, c->seed);
-        if (c->init_from[0]) { /* a GPT-2 directory (open_streamed refused the others) */
-            snprintf(path, sizeof path, "%s/model.safetensors", c->init_from);
-            if ((s = m->ops->load(m, path, err)) || (s = st_model_check_finite(m, path, err))) goto done;
-            stream_set_params(sx, stream_params(sx));
-        }
-    } else {
+    {
         st_model_overrides ov = {c->vocab_size, c->max_seq, c->n_layer, c->n_head, c->n_embd};
         if (c->init_from[0] && !is_llama) s = gpt2_model_create_hf(&m, c->init_from, be, err); /* GPT-2 */
         else if (c->init_from[0]) s = st_model_create_hf(&m, c->init_from, be, err); /* shape and weights */
         else if (is_llama) s = st_model_create_llama(&m, &lc, be, err);
         else s = st_model_create(&m, c->model, &ov, be, err);
         if (s) goto done;
-        if ((s = m->ops->alloc_acts(m, B, T, err))) goto done;
+        if (c->device_budget <= 0 && (s = m->ops->alloc_acts(m, B, T, err))) goto done;
         if (!c->init_from[0]) m->ops->init_random(m, c->seed);
         else if ((s = st_model_check_finite(m, c->init_from, err))) goto done;
+    }
+    if (c->device_budget > 0) {
+        if ((s = st_arch_of_model(&arch, m, err)) || (s = open_streamed(c, m, arch, be, &dev, &sx, err))) goto done;
+        opt = stream_optim(sx);
+        stream_set_params(sx, m->params); /* the device copies of the embedding and head */
     }
 
     /* weight decay by role, which comes from each tensor's name */
@@ -857,12 +848,10 @@ done:
     data_close(&td);
     data_close(&ev.vd);
     free(segs);
-    if (sx) {
-        stream_exec_free(sx); /* owns the optimizer and the host vectors the view used */
-    } else {
-        optim_free(opt);
-        st_model_free(m);
-    }
+    if (sx) stream_exec_free(sx); /* owns the optimizer; the host vectors are the model's */
+    else optim_free(opt);
+    st_model_free(m);
+    st_arch_free(arch);
     st_backend_free(dev); /* also when the executor could not be created on it */
     st_backend_free(be);
     st_lock_release(&run_lock);

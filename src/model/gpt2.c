@@ -138,7 +138,21 @@ st_status gpt2_alloc_acts(gpt2_model *m, int B, int T, st_err *err) {
     return gpt2_alloc_acts_layers(m, B, T, m->cfg.n_layer, err);
 }
 
+/* scratch_only: the token ids and the block functions' scratch, nothing else (the block
+ * interface's bound state, gpt2_arch.c). */
+static size_t scratch_floats(const gpt2_config *cfg, int B, int T) {
+    size_t N = (size_t)B * T, C = cfg->n_embd;
+    return N /* token ids */ + N * C /* scratch */ + N * C + N * 4 * C * 2 + N * 3 * C /* dC dC4a dC4b dC3 */;
+}
+size_t gpt2_scratch_bytes(const gpt2_config *cfg, int B, int T) { return scratch_floats(cfg, B, T) * 4; }
+
+static st_status alloc_acts(gpt2_model *m, int B, int T, int n_layers, int scratch_only, st_err *err);
+st_status gpt2_alloc_scratch(gpt2_model *m, int B, int T, st_err *err) { return alloc_acts(m, B, T, 0, 1, err); }
 st_status gpt2_alloc_acts_layers(gpt2_model *m, int B, int T, int n_layers, st_err *err) {
+    return alloc_acts(m, B, T, n_layers, 0, err);
+}
+
+static st_status alloc_acts(gpt2_model *m, int B, int T, int n_layers, int scratch_only, st_err *err) {
     if (B < 1 || T < 1) return st_errf(err, ST_ERR_INVALID, "batch %d and seq %d must be >= 1", B, T);
     if (n_layers < 0 || n_layers > m->cfg.n_layer)
         return st_errf(err, ST_ERR_INVALID, "activation layers %d out of range [0, %d]", n_layers, m->cfg.n_layer);
@@ -150,7 +164,7 @@ st_status gpt2_alloc_acts_layers(gpt2_model *m, int B, int T, int n_layers, st_e
         free(m->acts);
         m->acts = NULL;
     }
-    size_t bytes = gpt2_act_bytes_layers(&m->cfg, B, T, n_layers);
+    size_t bytes = scratch_only ? gpt2_scratch_bytes(&m->cfg, B, T) : gpt2_act_bytes_layers(&m->cfg, B, T, n_layers);
     gpt2_acts *a = calloc(1, sizeof *a);
     if (!a) return st_errf(err, ST_ERR_NOMEM, "out of memory");
     a->block = m->be->ops->alloc(m->be, bytes);
@@ -165,6 +179,15 @@ st_status gpt2_alloc_acts_layers(gpt2_model *m, int B, int T, int n_layers, st_e
     size_t N = (size_t)B * T, C = m->cfg.n_embd, L = (size_t)n_layers, NH = m->cfg.n_head, V = m->cfg.vocab_size;
     float *p = a->block;
 #define TAKE(ptr, n) do { ptr = (void *)p; p += (n); } while (0)
+    if (scratch_only) {
+        TAKE(a->inputs, N);
+        TAKE(a->scratch, N * C);
+        TAKE(a->dC, N * C);
+        TAKE(a->dC4a, N * 4 * C);
+        TAKE(a->dC4b, N * 4 * C);
+        TAKE(a->dC3, N * 3 * C);
+        goto taken;
+    }
     TAKE(a->inputs, N);
     TAKE(a->targets, N);
     TAKE(a->encoded, N * C);
@@ -192,6 +215,7 @@ st_status gpt2_alloc_acts_layers(gpt2_model *m, int B, int T, int n_layers, st_e
     TAKE(a->dC4a, N * 4 * C);
     TAKE(a->dC4b, N * 4 * C);
     TAKE(a->dC3, N * 3 * C);
+taken:
 #undef TAKE
     if ((size_t)((char *)p - (char *)a->block) > bytes) {
         m->be->ops->dealloc(m->be, a->block);

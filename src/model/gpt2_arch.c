@@ -2,9 +2,9 @@
  *
  * The pieces are gpt2.c's own block functions (the ones gpt2_forward/gpt2_backward run
  * over the model's vector), so an executor calling them in the same order computes the
- * same bits. The bound state is a GPT-2 shell on the backend with no per-layer
- * activations and a two-row vocabulary (the head is the executor's): token ids and the
- * block functions' forward and backward scratch. */
+ * same bits. The bound state is a GPT-2 shell on the backend (a two-row vocabulary: the
+ * head is the executor's) holding only the token ids and the block functions' forward
+ * and backward scratch. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,17 +32,14 @@ static gpt2_config shell_cfg(const st_arch *a) {
     return d;
 }
 
-static size_t g_bind_bytes(const st_arch *a, int B, int T) {
-    gpt2_config d = shell_cfg(a);
-    return rnd(gpt2_act_bytes_layers(&d, B, T, 0));
-}
+static size_t g_bind_bytes(const st_arch *a, int B, int T) { return rnd(gpt2_scratch_bytes(cfg_of(a), B, T)); }
 
 static st_status g_bind(st_blocks *b, st_err *err) {
     gpt2_model *m = calloc(1, sizeof *m);
     if (!m) return st_errf(err, ST_ERR_NOMEM, "out of memory");
     gpt2_config d = shell_cfg(b->arch);
     st_status s = gpt2_create_shell(m, &d, b->be, err);
-    if (!s) s = gpt2_alloc_acts_layers(m, b->B, b->T, 0, err);
+    if (!s) s = gpt2_alloc_scratch(m, b->B, b->T, err);
     if (s) {
         gpt2_free(m);
         free(m);

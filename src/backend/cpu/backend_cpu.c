@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend_cpu_chunk.h"
 #include "backend/cpu/backend_cpu_llama.h"
 #include "backend/cpu/fastmath.h"
 #include "strata/backend.h"
@@ -422,6 +423,10 @@ static const st_backend_ops cpu_ops = {
     .swiglu_backward = cpu_swiglu_backward,
     .attention_gqa_forward = cpu_attention_gqa_forward,
     .attention_gqa_backward = cpu_attention_gqa_backward,
+    .softmax_chunk_init = st_host_softmax_chunk_init,
+    .softmax_chunk_stats = st_host_softmax_chunk_stats,
+    .softmax_chunk_grad = st_host_softmax_chunk_grad,
+    .to_bf16 = st_host_to_bf16,
 };
 
 st_status st_backend_cpu_create(st_backend **out, int threads, st_err *err) {

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../cpu/backend_cpu_chunk.h"
 #include "backend/ref/ops_ref.h"
 #include "strata/backend.h"
 
@@ -552,6 +553,10 @@ static const st_backend_ops ref_ops = {
     .swiglu_backward = ref_swiglu_backward_f32,
     .attention_gqa_forward = ref_attention_gqa_forward_f32,
     .attention_gqa_backward = ref_attention_gqa_backward_f32,
+    .softmax_chunk_init = st_host_softmax_chunk_init,
+    .softmax_chunk_stats = st_host_softmax_chunk_stats,
+    .softmax_chunk_grad = st_host_softmax_chunk_grad,
+    .to_bf16 = st_host_to_bf16,
 };
 
 st_status st_backend_ref_create(st_backend **out, st_err *err) {
