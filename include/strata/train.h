@@ -100,6 +100,7 @@ typedef struct train_result {
     long steps_run;   /* steps this call trained (0: the run was already at its end) */
     float final_loss;
     double tokens_per_s;
+    size_t n_params;  /* the model's parameters */
 } train_result;
 
 st_status train_run(const train_config *c, train_result *res, st_err *err);

@@ -828,6 +828,7 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
         res->steps_run = steps_run;
         res->final_loss = last_loss;
         res->tokens_per_s = timed ? tok_s_sum / timed : 0;
+        res->n_params = m->n_params;
     }
 done:
     if (pr) { /* a trace that cannot be finished fails the run only if nothing else did */
