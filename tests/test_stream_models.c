@@ -4,7 +4,8 @@
  * q/k/v biases, tied head) of tiny width but 32 blocks, a run streamed under a device
  * budget of one eighth of its training state (16 bytes per parameter) ends with the
  * same weights, bit for bit, as the same run in memory after 20 steps: with the optimizer
- * state in RAM and with the disk state (state_paths). The streaming executor sees the
+ * state in RAM and with the disk state (state_paths), with grad_accum 1 and 3 (the one
+ * accumulation rule: each micro-batch's gradient fresh, summed in order). The streaming executor sees the
  * models only through the block interface (block.h), so this is what proves that the
  * interface carries each architecture whole. The budgeted device refuses any allocation
  * past the budget, so a run that completes never exceeded it. */
@@ -17,7 +18,7 @@
 
 enum { STEPS = 20 };
 
-static void config(train_config *c, const char *model, const char *run_dir, int disk, double budget) {
+static void config(train_config *c, const char *model, const char *run_dir, int disk, double budget, int accum) {
     train_config_defaults(c);
     st_err err = {0};
     const char *kv[][2] = {{"model", model}, {"n_layer", "32"}, {"vocab_size", "257"}, {"batch", "2"}, {"seq", "16"},
@@ -29,6 +30,7 @@ static void config(train_config *c, const char *model, const char *run_dir, int 
         CHECK(train_config_set(c, "n_embd", "32", &err) == ST_OK, "config: %s", err.msg);
         CHECK(train_config_set(c, "n_head", "2", &err) == ST_OK, "config: %s", err.msg);
     }
+    c->grad_accum = accum;
     snprintf(c->run_dir, sizeof c->run_dir, "%s", run_dir);
     if (disk) {
         snprintf(c->state_paths, sizeof c->state_paths, "%s/state", run_dir);
@@ -48,30 +50,31 @@ int main(void) {
     const char *models[] = {"gpt2-tiny", "llama-tiny", "qwen2-tiny"};
     st_err err = {0};
     for (int mi = 0; mi < 3; mi++) {
-        for (int disk = 0; disk < 2; disk++) {
+        for (int v = 0; v < 4; v++) {
+            int disk = v & 1, accum = v & 2 ? 3 : 1;
             char mem[600], str[600], p1[700], p2[700];
-            snprintf(mem, sizeof mem, "%s/%s-%d-mem", test_tmpdir(), models[mi], disk);
-            snprintf(str, sizeof str, "%s/%s-%d-stream", test_tmpdir(), models[mi], disk);
+            snprintf(mem, sizeof mem, "%s/%s-%d-mem", test_tmpdir(), models[mi], v);
+            snprintf(str, sizeof str, "%s/%s-%d-stream", test_tmpdir(), models[mi], v);
             train_config c;
             train_result r;
-            config(&c, models[mi], mem, disk, 0);
+            config(&c, models[mi], mem, disk, 0, accum);
             if (train_run(&c, &r, &err) != ST_OK) {
-                CHECK(0, "%s in memory%s: %s", models[mi], disk ? " (disk state)" : "", err.msg);
+                CHECK(0, "%s in memory%s, grad_accum %d: %s", models[mi], disk ? " (disk state)" : "", accum, err.msg);
                 continue;
             }
             double state = 16.0 * (double)r.n_params, budget = state / 8;
-            config(&c, models[mi], str, disk, budget);
+            config(&c, models[mi], str, disk, budget, accum);
             if (train_run(&c, &r, &err) != ST_OK) {
-                CHECK(0, "%s streamed at %.0f bytes (1/8 of %.0f)%s: %s", models[mi], budget, state,
-                      disk ? " (disk state)" : "", err.msg);
+                CHECK(0, "%s streamed at %.0f bytes (1/8 of %.0f)%s, grad_accum %d: %s", models[mi], budget, state,
+                      disk ? " (disk state)" : "", accum, err.msg);
                 continue;
             }
             weights_path(p1, sizeof p1, mem, disk);
             weights_path(p2, sizeof p2, str, disk);
-            CHECK(test_same_file(p1, p2), "%s%s: streamed weights after %d steps differ from the in-memory run's",
-                  models[mi], disk ? " (disk state)" : "", STEPS);
-            printf("  %-10s %-9s %zu params, budget %.0f bytes (1/8 of the state): %s\n", models[mi],
-                   disk ? "disk" : "RAM", (size_t)r.n_params, budget,
+            CHECK(test_same_file(p1, p2), "%s%s, grad_accum %d: streamed weights after %d steps differ from the "
+                  "in-memory run's", models[mi], disk ? " (disk state)" : "", accum, STEPS);
+            printf("  %-10s %-5s grad_accum %d: %zu params, budget %.0f bytes (1/8 of the state): %s\n", models[mi],
+                   disk ? "disk" : "RAM", accum, (size_t)r.n_params, budget,
                    test_same_file(p1, p2) ? "bit-identical" : "DIFFERENT");
         }
     }
@@ -82,7 +85,7 @@ int main(void) {
         snprintf(d, sizeof d, "%s/tiny-budget", test_tmpdir());
         train_config c;
         train_result r;
-        config(&c, "llama-tiny", d, 0, 20000);
+        config(&c, "llama-tiny", d, 0, 20000, 1);
         st_status s = train_run(&c, &r, &err);
         CHECK(s == ST_ERR_NOMEM && strstr(err.msg, "device_budget") && strstr(err.msg, "missing"),
               "a budget below one block: %d %s", (int)s, err.msg);

@@ -94,8 +94,8 @@
  * (k-1) block inputs (N C floats each); under the two-moves rule that only pays when a
  * model has far more blocks than 15 k. A planner can still mix keep and offload.
  *
- * Not yet: multi-block checkpoint segments, gradient accumulation over micro-batches,
- * 8-bit optimizer state with speculative clipping (the executor uses fp32 moments).
+ * Not yet: multi-block checkpoint segments, 8-bit optimizer state with speculative
+ * clipping (the executor uses fp32 moments).
  */
 #ifndef STRATA_STREAM_H
 #define STRATA_STREAM_H
@@ -136,6 +136,8 @@ typedef struct stream_config {
                                  e.g. an st_model's on the CPU backend, whose save, load and
                                  init then act on the streamed run); NULL: the executor's own */
     int B, T;                 /* batch and sequence length of every step */
+    int grad_accum;           /* the most micro-batches a step will take (0, 1: one); > 1
+                                 allocates one more fp32 gradient on the host */
     float weight_decay;       /* matmul weights and embeddings; 0 for biases and norms */
     st_backend *host_be;      /* runs the chunked classifier's host side (the embedding);
                                  NULL: the device backend (right for the CPU backend) */
@@ -197,6 +199,20 @@ typedef struct stream_step_stats {
  * clip scale is used). A non-finite gradient skips the update (stats->skipped). */
 st_status stream_step(stream_exec *x, const int32_t *inputs, const int32_t *targets, const adamw_params *hp,
                       float max_norm, stream_step_stats *stats, st_err *err);
+
+/* A step over n_micro micro-batches of (B, T) (inputs and targets: n_micro x B x T,
+ * micro-batch after micro-batch), dloss 1/(n_micro B T) each: the one accumulation rule
+ * of strata's executors (strata train in memory does the same): each micro-batch's
+ * gradient is computed fresh from zero, and the gradients are summed in micro-batch order,
+ * ((g1 + g2) + g3) + ..., element by element, so a run with grad_accum A equals, bit for
+ * bit, the same run in memory, and N data-parallel ranks with A micro-batches each can
+ * equal N A micro-batches in one process. Needs stream_config.grad_accum >= n_micro (one
+ * more fp32 gradient on the host) and an fp32 drain. The loss is the mean of the
+ * micro-batches' losses. Each micro-batch streams the blocks as a step does, except that
+ * blocks 0..depth (and the first two head chunks) stay in their slots from one
+ * micro-batch's backward to the next one's forward. */
+st_status stream_step_accum(stream_exec *x, int n_micro, const int32_t *inputs, const int32_t *targets,
+                            const adamw_params *hp, float max_norm, stream_step_stats *stats, st_err *err);
 
 /* Forward only (validation): the mean loss over targets >= 0 of one (B, T) batch with the
  * current weights, streamed as the step streams them. Changes no parameter, gradient,

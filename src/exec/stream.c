@@ -70,7 +70,10 @@ static void traced_d2h(st_backend *be, void *dst, const void *src, size_t bytes)
 
 /* ------------------------------------------------------------------ the executor */
 
-typedef struct opt_job { int block; uint64_t ticket; } opt_job; /* block -1: embedding and head */
+/* block -1: the embedding and what follows the blocks. add: the gradient landed in the
+ * micro-batch buffer, add it to the accumulated one first; final: the step's last
+ * micro-batch (norm partials, speculative update). */
+typedef struct opt_job { int block; uint64_t ticket; unsigned char add, final; } opt_job;
 
 struct stream_exec {
     stream_config cfg;
@@ -103,6 +106,8 @@ struct stream_exec {
 
     /* host tier */
     float *hp, *hg;
+    float *hg2;                /* gradient accumulation: micro-batches 2.. land here, then hg += hg2 */
+    float *tgv;                /* where this micro-batch's gradients land: hg or hg2 */
     uint16_t *hg16;            /* bf16 drain: block gradients as drained (flat index) */
     int bf16;
     optim *opt;
@@ -304,10 +309,32 @@ static st_status update_segs(stream_exec *x, int s0, int s1, const adamw_params 
     return ST_OK;
 }
 
+/* hg[lo, hi) += hg2[lo, hi): one micro-batch's gradient onto the sum of the earlier ones
+ * (the one accumulation rule, strata/stream.h). */
+static void add_range(stream_exec *x, size_t lo, size_t hi) {
+    float *a = x->hg;
+    const float *b = x->hg2;
+    for (size_t i = lo; i < hi; i++) a[i] += b[i];
+}
+
+/* The parts of the vector that are not blocks: the embedding, the norm and an untied head. */
+static void add_nonblock(stream_exec *x) {
+    add_range(x, 0, x->b0);
+    add_range(x, x->post_off, x->n);
+}
+
 static void run_job(stream_exec *x, const opt_job *j) {
     st_copy_wait(x->ce, j->ticket); /* the gradient has landed on the host */
     int l = j->block, pre = x->ly->n_pre_tensors, per = x->ly->tensors_per_block;
     prof_span s = prof_begin(PROF_CAT_OPTIM, l >= 0 ? "optim block" : "optim embed+head", l);
+    if (j->add) {
+        if (l >= 0) add_range(x, x->b0 + (size_t)l * x->bn, x->b0 + (size_t)(l + 1) * x->bn);
+        else add_nonblock(x);
+    }
+    if (!j->final) {
+        prof_end(&s);
+        return;
+    }
     if (l >= 0) {
         size_t lo = x->b0 + (size_t)l * x->bn;
         if (lo < x->landed_lo) x->landed_lo = lo;
@@ -348,9 +375,9 @@ static void *opt_worker(void *arg) {
     return NULL;
 }
 
-static void push_job(stream_exec *x, int block, uint64_t ticket) {
+static void push_job(stream_exec *x, int block, uint64_t ticket, int add, int final) {
     pthread_mutex_lock(&x->mu);
-    x->jobs[x->n_jobs++] = (opt_job){block, ticket};
+    x->jobs[x->n_jobs++] = (opt_job){block, ticket, (unsigned char)add, (unsigned char)final};
     pthread_cond_signal(&x->cv_job);
     pthread_mutex_unlock(&x->mu);
 }
@@ -472,6 +499,13 @@ st_status stream_exec_create(stream_exec **out, const stream_config *c, const st
     /* host tier */
     x->hp = c->host_params ? c->host_params : st_alloc(x->n * 4);
     x->hg = c->host_grads ? c->host_grads : st_alloc(x->n * 4);
+    if (c->grad_accum > 1) {
+        if (x->bf16)
+            FAIL(ST_ERR_UNSUPPORTED, "stream: gradient accumulation adds fp32 gradients; drain them as fp32, not bf16");
+        if (!(x->hg2 = st_alloc(x->n * 4)))
+            FAIL(ST_ERR_NOMEM, "stream: grad_accum %d needs %zu more host bytes (one more fp32 gradient) than the "
+                 "machine gives; use grad_accum 1 or a larger host", c->grad_accum, x->n * 4);
+    }
     if (!x->hp || !x->hg) FAIL(ST_ERR_NOMEM, "stream: cannot allocate %zu host bytes of parameters and gradients",
                                x->n * 8);
     if (x->n_off) {
@@ -542,6 +576,7 @@ void stream_exec_free(stream_exec *x) {
     free(x->h_rsum);
     if (x->hp != x->cfg.host_params) st_free(x->hp);
     if (x->hg != x->cfg.host_grads) st_free(x->hg);
+    st_free(x->hg2);
     st_free(x->hg16);
     st_free(x->bk_p);
     st_free(x->bk_m);
@@ -739,7 +774,7 @@ static void chunked_head_backward(stream_exec *x, const float *xin, float dloss,
         dev->ops->matmul_backward(dev, x->d_dxn, g, NULL, lo, x->d_xn, w, N, C, nr, ST_W_OUT_IN);
         prof_end(&sp);
         *compute_s += st_now() - t0;
-        x->vg_ticket[c % 2] = d2h(x, x->hg + x->ly->head_offset + (size_t)c * vcC, g, (size_t)nr * C * 4);
+        x->vg_ticket[c % 2] = d2h(x, x->tgv + x->ly->head_offset + (size_t)c * vcC, g, (size_t)nr * C * 4);
         if (c - 2 >= 0) fetch_vchunk(x, c - 2);
     }
     double t0 = st_now();
@@ -785,6 +820,11 @@ static float *block_acts(stream_exec *x, int l) {
 
 st_status stream_step(stream_exec *x, const int32_t *inputs, const int32_t *targets, const adamw_params *hp,
                       float max_norm, stream_step_stats *stats, st_err *err) {
+    return stream_step_accum(x, 1, inputs, targets, hp, max_norm, stats, err);
+}
+
+st_status stream_step_accum(stream_exec *x, int n_micro, const int32_t *inputs_all, const int32_t *targets_all,
+                            const adamw_params *hp, float max_norm, stream_step_stats *stats, st_err *err) {
     const st_arch_ops *ao = x->arch->ops;
     st_backend *dev = x->dev;
     int L = x->L, D = x->depth, N = x->cfg.B * x->cfg.T;
@@ -809,6 +849,9 @@ st_status stream_step(stream_exec *x, const int32_t *inputs, const int32_t *targ
                     (x->plan.clip == STREAM_CLIP_SPECULATE || (x->plan.clip == STREAM_CLIP_AUTO && !x->last_clipped));
     if (x->external && !x->store)
         return st_errf(err, ST_ERR_INVALID, "stream: external optimizer but no state store attached");
+    if (n_micro < 1 || (n_micro > 1 && !x->hg2))
+        return st_errf(err, ST_ERR_INVALID, "stream: %d micro-batches in a step; the executor was made for %d "
+                       "(stream_config.grad_accum)", n_micro, x->cfg.grad_accum > 1 ? x->cfg.grad_accum : 1);
     pthread_mutex_lock(&x->mu);
     x->n_jobs = x->jobs_done = 0;
     x->speculate = speculate;
@@ -819,13 +862,38 @@ st_status stream_step(stream_exec *x, const int32_t *inputs, const int32_t *targ
     pthread_mutex_unlock(&x->mu);
     memset(x->chunk_done, 0, x->nchunks);
 
-    /* ---- forward */
+    /* Micro-batches: each one's gradient is computed fresh (device slots and the
+     * embedding's and head's gradients zeroed), the first lands in hg, the later ones in
+     * hg2 and are added to hg block by block as they land, in micro-batch order: the one
+     * accumulation rule of every executor (see stream.h). */
+    double loss_sum = 0;
+    float dloss = 1.0f / ((float)x->cfg.B * x->cfg.T * n_micro);
+    uint64_t last = 0;
     size_t V = (size_t)x->ly->vocab_size, C = (size_t)x->ly->n_embd;
+    for (int mb = 0; mb < n_micro; mb++) {
+    const int32_t *inputs = inputs_all + (size_t)mb * N, *targets = targets_all + (size_t)mb * N;
+    int add = mb > 0, final = mb == n_micro - 1;
+    if (add && overlap) { /* hg2 is rewritten below: the previous micro-batch's adds are done */
+        wait_jobs(x);
+        pthread_mutex_lock(&x->mu);
+        x->n_jobs = x->jobs_done = 0;
+        pthread_mutex_unlock(&x->mu);
+    }
+    x->tgv = add ? x->hg2 : x->hg;
+    /* the previous micro-batch's drains (device gradient slots, the embedding's and head's
+     * gradients) have left the device before anything rewrites them (in-order engine) */
+    wait_ticket(x, last, "wait previous micro-batch", mb);
+
+    /* ---- forward */
     dev->ops->copy_to_device(dev, x->d_tgt, targets, sizeof(int32_t) * (size_t)N);
     uint64_t enc_ticket = x->vc ? embed_forward(x, inputs) : 0;
-    for (int l = 0; l <= D && l < L; l++) x->w_ticket[l] = fetch_block(x, l);
-    if (x->vc && L <= D + 1) {
-        for (int c = 0; c < 2 && c < x->nvc; c++) fetch_vchunk(x, c);
+    /* after a micro-batch's backward, blocks 0..depth (and head chunks 0, 1) are still in
+     * their slots, and the weights do not change until the update */
+    if (mb == 0) {
+        for (int l = 0; l <= D && l < L; l++) x->w_ticket[l] = fetch_block(x, l);
+        if (x->vc && L <= D + 1) {
+            for (int c = 0; c < 2 && c < x->nvc; c++) fetch_vchunk(x, c);
+        }
     }
     COMPUTE_(PROF_CAT_COMPUTE, "zero grads", -1, {
         if (!x->vc) dev->ops->memset0(dev, x->d_pre_g, x->emb_n * 4);
@@ -846,7 +914,7 @@ st_status stream_step(stream_exec *x, const int32_t *inputs, const int32_t *targ
         if (l + D + 1 < L) {
             x->w_ticket[l + D + 1] = fetch_block(x, l + D + 1);
             /* the classifier's first chunks queue behind the last block */
-            if (x->vc && l + D + 1 == L - 1)
+            if (x->vc && l + D + 1 == L - 1 && mb == 0)
                 for (int c = 0; c < 2 && c < x->nvc; c++) fetch_vchunk(x, c);
         }
         /* the last two offloaded blocks stay resident until their backward */
@@ -860,9 +928,9 @@ st_status stream_step(stream_exec *x, const int32_t *inputs, const int32_t *targ
     float *dres = x->d_dres;
     if (x->vc) {
         loss = chunked_head_forward(x, block_out(x, L - 1), targets, &compute_s);
-        chunked_head_backward(x, block_out(x, L - 1), 1.0f / N, &compute_s);
+        chunked_head_backward(x, block_out(x, L - 1), dloss, &compute_s);
     } else {
-        COMPUTE_(PROF_CAT_COMPUTE, "forward head", -1, loss = head_forward(x, block_out(x, L - 1), targets, 1.0f / N));
+        COMPUTE_(PROF_CAT_COMPUTE, "forward head", -1, loss = head_forward(x, block_out(x, L - 1), targets, dloss));
         COMPUTE_(PROF_CAT_COMPUTE, "backward head", -1, head_backward(x, block_out(x, L - 1)));
     }
 
@@ -892,9 +960,9 @@ st_status stream_step(stream_exec *x, const int32_t *inputs, const int32_t *targ
             COMPUTE_(PROF_CAT_COMPUTE, "grad to bf16", l, dev->ops->to_bf16(dev, g16, g, x->bn));
             x->g_ticket[l % 2] = d2h(x, x->hg16 + x->b0 + (size_t)l * x->bn, g16, x->bn * 2);
         } else {
-            x->g_ticket[l % 2] = d2h(x, x->hg + x->b0 + (size_t)l * x->bn, g, x->bn * 4);
+            x->g_ticket[l % 2] = d2h(x, x->tgv + x->b0 + (size_t)l * x->bn, g, x->bn * 4);
         }
-        if (overlap) push_job(x, l, x->g_ticket[l % 2]);
+        if (overlap && (add || final)) push_job(x, l, x->g_ticket[l % 2], add, final);
         if (l - D - 1 >= 0) x->w_ticket[l - D - 1] = fetch_block(x, l - D - 1);
         if (act == STREAM_ACT_OFFLOAD && k - 2 >= 0) {
             x->h2d_act_bytes += x->setf * 4;
@@ -910,21 +978,37 @@ st_status stream_step(stream_exec *x, const int32_t *inputs, const int32_t *targ
         wait_ticket(x, d2h(x, x->h_dres, dres, x->NC * 4), "wait residual grad", -1);
         prof_span e = prof_begin(PROF_CAT_OTHER, "backward embed (host)", -1);
         size_t z0 = x->ly->tied ? V * C : 0;
-        memset(x->hg + z0, 0, (x->emb_n - z0) * 4);
-        ao->embed_backward(x->hb, x->hg, x->h_dres);
+        memset(x->tgv + z0, 0, (x->emb_n - z0) * 4);
+        ao->embed_backward(x->hb, x->tgv, x->h_dres);
         prof_end(&e);
     } else {
         COMPUTE_(PROF_CAT_COMPUTE, "backward embed", -1, ao->embed_backward(x->db, x->d_pre_g, dres));
-        d2h(x, x->hg, x->d_pre_g, x->emb_n * 4);
+        d2h(x, x->tgv, x->d_pre_g, x->emb_n * 4);
     }
-    uint64_t last = d2h(x, x->hg + x->post_off, x->d_post_g, x->post_n * 4);
+    last = d2h(x, x->tgv + x->post_off, x->d_post_g, x->post_n * 4);
+    loss_sum += loss / n_micro; /* as strata train sums the micro-batches' losses */
+    if (!final && add && overlap) push_job(x, -1, last, 1, 0);
+    if (add && !overlap) { /* on the step thread, every core */
+        wait_ticket(x, last, "wait grads", -1);
+        prof_span ap = prof_begin(PROF_CAT_OPTIM, "accumulate", mb);
+        const size_t piece = 1u << 18;
+        long np = (long)((x->n + piece - 1) / piece);
+#pragma omp parallel for schedule(static)
+        for (long i = 0; i < np; i++) {
+            size_t a0 = (size_t)i * piece, e = a0 + piece < x->n ? a0 + piece : x->n;
+            add_range(x, a0, e);
+        }
+        prof_end(&ap);
+    }
+    } /* micro-batches */
+    float loss = (float)loss_sum;
     double t_tail = st_now();
 
     /* ---- norm, clip, update */
     st_status s = ST_OK;
     double ss;
     if (overlap) {
-        push_job(x, -1, last);
+        push_job(x, -1, last, n_micro > 1, 1);
         prof_span w = prof_begin(PROF_CAT_OPTIM, "wait optimizer", -1);
         wait_jobs(x);
         prof_end(&w);

@@ -325,15 +325,13 @@ void train_decay_segments(const st_param_info *t, int n, float weight_decay, opt
 static st_status open_streamed(const train_config *c, st_model *m, const st_arch *arch, st_backend *be,
                                st_backend **dev, stream_exec **sx, st_err *err) {
     int external = c->state_paths[0] != 0; /* the moments live in the disk state store */
-    if (c->grad_accum != 1)
-        return st_errf(err, ST_ERR_UNSUPPORTED, "key 'device_budget': layer streaming does not accumulate gradients "
-                       "yet; use grad_accum 1");
     if (strcmp(c->optim_state, "f32") && !external)
         return st_errf(err, ST_ERR_UNSUPPORTED, "key 'device_budget': layer streaming keeps fp32 optimizer states in "
                        "host memory; 8-bit states need the disk state (state_paths)");
     /* the model's own vectors (CPU backend: host memory) are the host tier */
     stream_config sc = {.arch = arch, .host_params = m->params, .host_grads = m->grads, .B = c->batch, .T = c->seq,
-                        .weight_decay = (float)c->weight_decay, .external_optimizer = external};
+                        .grad_accum = (int)c->grad_accum, .weight_decay = (float)c->weight_decay,
+                        .external_optimizer = external};
     stream_plan plan;
     stream_plan_default(&plan, arch->lay.n_blocks);
     size_t budget = (size_t)c->device_budget;
@@ -361,12 +359,30 @@ static st_status open_streamed(const train_config *c, st_model *m, const st_arch
     return ST_OK;
 }
 
+/* One micro-batch's gradient g into the running sum acc: mode 0 acc = g (the first),
+ * 1 acc += g, 2 g += acc (the last: the sum lands in the model's gradient). */
+static void accumulate(float *acc, float *g, size_t n, int mode) {
+    const size_t piece = 1u << 18;
+    long np = (long)((n + piece - 1) / piece);
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < np; i++) {
+        size_t a = (size_t)i * piece, e = a + piece < n ? a + piece : n;
+        if (mode == 0) memcpy(acc + a, g + a, (e - a) * sizeof(float));
+        else if (mode == 1) for (size_t j = a; j < e; j++) acc[j] += g[j];
+        else for (size_t j = a; j < e; j++) g[j] += acc[j];
+    }
+}
+
 static st_status streamed_step(const train_config *c, stream_exec *sx, st_store *store, train_data *td,
                                train_state_header *hs, long step, int32_t *inputs, int32_t *targets, double *loss,
                                double *norm, int *skipped, st_err *err) {
-    prof_span pd = prof_begin(PROF_CAT_DATA, "data wait", -1);
-    st_status s = data_next(td, c->batch, c->seq, inputs, targets, err);
-    prof_end(&pd);
+    size_t N = (size_t)c->batch * c->seq;
+    st_status s = ST_OK;
+    for (long k = 0; k < c->grad_accum && !s; k++) { /* the step's micro-batches, in order */
+        prof_span pd = prof_begin(PROF_CAT_DATA, "data wait", -1);
+        s = data_next(td, c->batch, c->seq, inputs + k * N, targets + k * N, err);
+        prof_end(&pd);
+    }
     if (s) return s;
     adamw_params hp = {(float)train_lr_at(c, step), (float)c->beta1, (float)c->beta2, (float)c->eps,
                        (long)hs->adam_step + 1, 1.0f};
@@ -376,7 +392,8 @@ static st_status streamed_step(const train_config *c, stream_exec *sx, st_store 
         hs->adam_step++;
     }
     stream_step_stats st;
-    if ((s = stream_step(sx, inputs, targets, &hp, (float)c->grad_clip, &st, err))) return s;
+    if ((s = stream_step_accum(sx, (int)c->grad_accum, inputs, targets, &hp, (float)c->grad_clip, &st, err)))
+        return s;
     *loss = st.loss;
     *norm = st.grad_norm;
     *skipped = st.skipped;
@@ -546,6 +563,7 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     optim *opt = NULL;
     optim_segment *segs = NULL;
     int32_t *inputs = NULL, *targets = NULL;
+    float *gacc = NULL; /* in memory with grad_accum > 1: the sum of the micro-batches' gradients */
     FILE *metrics = NULL;
     prof_tb *tb = NULL; /* TensorBoard events: the scalars of metrics.jsonl */
     train_data td = {0};
@@ -621,8 +639,14 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
                    (unsigned long long)hs->step);
     }
 
-    inputs = malloc(sizeof(int32_t) * (size_t)B * T);
-    targets = malloc(sizeof(int32_t) * (size_t)B * T);
+    if (!sx && c->grad_accum > 1 && !(gacc = st_alloc(m->n_params * sizeof(float)))) {
+        s = st_errf(err, ST_ERR_NOMEM, "key 'grad_accum': %d micro-batches need one more fp32 gradient, %zu bytes, "
+                    "that the host cannot give; use grad_accum 1", c->grad_accum, m->n_params * sizeof(float));
+        goto done;
+    }
+    /* a streamed step takes its micro-batches at once */
+    inputs = malloc(sizeof(int32_t) * (size_t)B * T * (sx ? (size_t)c->grad_accum : 1));
+    targets = malloc(sizeof(int32_t) * (size_t)B * T * (sx ? (size_t)c->grad_accum : 1));
     snprintf(path, sizeof path, "%s/metrics.jsonl", c->run_dir);
     metrics = fopen(path, "a");
     if (!inputs || !targets || !metrics) {
@@ -663,15 +687,23 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
                 goto done;
             goto step_done;
         }
-        st_model_zero_grad(m);
+        /* the one accumulation rule (strata/stream.h): each micro-batch's gradient fresh
+         * from zero, summed in micro-batch order into gacc (the last one into the model's
+         * own gradient: a + b == b + a exactly), as the streaming executor sums them */
         float dloss = 1.0f / ((float)B * T * c->grad_accum);
         for (int micro = 0; micro < c->grad_accum; micro++) {
             prof_span pd = prof_begin(PROF_CAT_DATA, "data wait", -1);
             s = data_next(&td, B, T, inputs, targets, err);
             prof_end(&pd);
             if (s) goto done;
+            st_model_zero_grad(m);
             loss += m->ops->forward(m, inputs, targets, dloss) / c->grad_accum;
             m->ops->backward(m);
+            if (c->grad_accum > 1) {
+                prof_span pa = prof_begin(PROF_CAT_OPTIM, "accumulate", micro);
+                accumulate(gacc, m->grads, m->n_params, micro == 0 ? 0 : micro < c->grad_accum - 1 ? 1 : 2);
+                prof_end(&pa);
+            }
         }
         prof_span pn = prof_begin(PROF_CAT_OPTIM, "grad norm", -1);
         double sumsq = optim_grad_sumsq_f32(m->grads, m->n_params);
@@ -846,6 +878,7 @@ done:
     }
     free(inputs);
     free(targets);
+    st_free(gacc);
     data_close(&td);
     data_close(&ev.vd);
     free(segs);
