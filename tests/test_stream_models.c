@@ -5,7 +5,8 @@
  * budget of one eighth of its training state (16 bytes per parameter) ends with the
  * same weights, bit for bit, as the same run in memory after 20 steps: with the optimizer
  * state in RAM and with the disk state (state_paths), with grad_accum 1 and 3 (the one
- * accumulation rule: each micro-batch's gradient fresh, summed in order). The streaming executor sees the
+ * accumulation rule: each micro-batch's gradient fresh, summed in order), with fp32 and
+ * 8-bit optimizer states. The streaming executor sees the
  * models only through the block interface (block.h), so this is what proves that the
  * interface carries each architecture whole. The budgeted device refuses any allocation
  * past the budget, so a run that completes never exceeded it. */
@@ -16,13 +17,16 @@
 #include "strata/train.h"
 #include "testutil.h"
 
-enum { STEPS = 20 };
+/* 20 steps; 6 in a sanitized build (STRATA_TEST_SANITIZED=1, set by tests/CMakeLists.txt),
+ * where each step is several times slower: every configuration still runs. */
+static int STEPS = 20;
 
-static void config(train_config *c, const char *model, const char *run_dir, int disk, double budget, int accum) {
+static void config(train_config *c, const char *model, const char *run_dir, int disk, double budget, int accum,
+                   int q8) {
     train_config_defaults(c);
     st_err err = {0};
     const char *kv[][2] = {{"model", model}, {"n_layer", "32"}, {"vocab_size", "257"}, {"batch", "2"}, {"seq", "16"},
-                           {"steps", "20"},  {"lr", "0.003"},   {"grad_clip", "1.0"}, {"quiet", "1"},
+                           {"steps", STEPS == 20 ? "20" : "6"}, {"lr", "0.003"},   {"grad_clip", "1.0"}, {"quiet", "1"},
                            {"warmup_steps", "2"}, {"eval_every", "0"}, {"sample_every", "0"}};
     for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
         CHECK(train_config_set(c, kv[i][0], kv[i][1], &err) == ST_OK, "config %s: %s", kv[i][0], err.msg);
@@ -31,6 +35,7 @@ static void config(train_config *c, const char *model, const char *run_dir, int 
         CHECK(train_config_set(c, "n_head", "2", &err) == ST_OK, "config: %s", err.msg);
     }
     c->grad_accum = accum;
+    snprintf(c->optim_state, sizeof c->optim_state, "%s", q8 ? "8bit" : "f32");
     snprintf(c->run_dir, sizeof c->run_dir, "%s", run_dir);
     if (disk) {
         snprintf(c->state_paths, sizeof c->state_paths, "%s/state", run_dir);
@@ -47,23 +52,25 @@ static void weights_path(char *out, size_t cap, const char *run_dir, int disk) {
 }
 
 int main(void) {
+    const char *san = getenv("STRATA_TEST_SANITIZED");
+    if (san && !strcmp(san, "1")) STEPS = 6;
     const char *models[] = {"gpt2-tiny", "llama-tiny", "qwen2-tiny"};
     st_err err = {0};
     for (int mi = 0; mi < 3; mi++) {
-        for (int v = 0; v < 4; v++) {
-            int disk = v & 1, accum = v & 2 ? 3 : 1;
+        for (int v = 0; v < 8; v++) {
+            int disk = v & 1, accum = v & 2 ? 3 : 1, q8 = (v & 4) != 0;
             char mem[600], str[600], p1[700], p2[700];
             snprintf(mem, sizeof mem, "%s/%s-%d-mem", test_tmpdir(), models[mi], v);
             snprintf(str, sizeof str, "%s/%s-%d-stream", test_tmpdir(), models[mi], v);
             train_config c;
             train_result r;
-            config(&c, models[mi], mem, disk, 0, accum);
+            config(&c, models[mi], mem, disk, 0, accum, q8);
             if (train_run(&c, &r, &err) != ST_OK) {
-                CHECK(0, "%s in memory%s, grad_accum %d: %s", models[mi], disk ? " (disk state)" : "", accum, err.msg);
+                CHECK(0, "%s in memory%s, grad_accum %d, %s states: %s", models[mi], disk ? " (disk state)" : "", accum, c.optim_state, err.msg);
                 continue;
             }
             double state = 16.0 * (double)r.n_params, budget = state / 8;
-            config(&c, models[mi], str, disk, budget, accum);
+            config(&c, models[mi], str, disk, budget, accum, q8);
             if (train_run(&c, &r, &err) != ST_OK) {
                 CHECK(0, "%s streamed at %.0f bytes (1/8 of %.0f)%s, grad_accum %d: %s", models[mi], budget, state,
                       disk ? " (disk state)" : "", accum, err.msg);
@@ -71,10 +78,10 @@ int main(void) {
             }
             weights_path(p1, sizeof p1, mem, disk);
             weights_path(p2, sizeof p2, str, disk);
-            CHECK(test_same_file(p1, p2), "%s%s, grad_accum %d: streamed weights after %d steps differ from the "
-                  "in-memory run's", models[mi], disk ? " (disk state)" : "", accum, STEPS);
-            printf("  %-10s %-5s grad_accum %d: %zu params, budget %.0f bytes (1/8 of the state): %s\n", models[mi],
-                   disk ? "disk" : "RAM", accum, (size_t)r.n_params, budget,
+            CHECK(test_same_file(p1, p2), "%s%s, grad_accum %d, %s states: streamed weights after %d steps differ from the "
+                  "in-memory run's", models[mi], disk ? " (disk state)" : "", accum, c.optim_state, STEPS);
+            printf("  %-10s %-4s %-5s grad_accum %d: %zu params, budget %.0f bytes (1/8 of the state): %s\n",
+                   models[mi], q8 ? "8bit" : "f32", disk ? "disk" : "RAM", accum, (size_t)r.n_params, budget,
                    test_same_file(p1, p2) ? "bit-identical" : "DIFFERENT");
         }
     }
@@ -85,7 +92,7 @@ int main(void) {
         snprintf(d, sizeof d, "%s/tiny-budget", test_tmpdir());
         train_config c;
         train_result r;
-        config(&c, "llama-tiny", d, 0, 20000, 1);
+        config(&c, "llama-tiny", d, 0, 20000, 1, 0);
         st_status s = train_run(&c, &r, &err);
         CHECK(s == ST_ERR_NOMEM && strstr(err.msg, "device_budget") && strstr(err.msg, "missing"),
               "a budget below one block: %d %s", (int)s, err.msg);

@@ -94,8 +94,7 @@
  * (k-1) block inputs (N C floats each); under the two-moves rule that only pays when a
  * model has far more blocks than 15 k. A planner can still mix keep and offload.
  *
- * Not yet: multi-block checkpoint segments, 8-bit optimizer state with speculative
- * clipping (the executor uses fp32 moments).
+ * Not yet: multi-block checkpoint segments, speculative updates of 8-bit moments.
  */
 #ifndef STRATA_STREAM_H
 #define STRATA_STREAM_H
@@ -141,6 +140,10 @@ typedef struct stream_config {
     float weight_decay;       /* matmul weights and embeddings; 0 for biases and norms */
     st_backend *host_be;      /* runs the chunked classifier's host side (the embedding);
                                  NULL: the device backend (right for the CPU backend) */
+    optim_state_format state_format; /* the moments in host memory: fp32 (default) or 8-bit
+                                 blockwise; 8-bit never speculates (its moments cannot be
+                                 restored from a cheap copy): the norm is summed as gradients
+                                 land and the update runs after backward with every core */
     int external_optimizer;   /* 1: the master weights and moments live in a state store
                                  (stream_attach_store); no moments in host memory, no
                                  speculation: the update runs after backward, through the store */

@@ -516,8 +516,8 @@ st_status stream_exec_create(stream_exec **out, const stream_config *c, const st
     if (!x->segs) FAIL(ST_ERR_NOMEM, "stream: out of memory");
     train_decay_segments(y->tensors, y->n_tensors, c->weight_decay, x->segs);
     x->external = c->external_optimizer;
-    if (!x->external && (s = optim_create(&x->opt, x->segs, y->n_tensors, OPTIM_STATE_F32, err))) goto fail;
-    if (!x->external && p->overlap_optim && p->clip != STREAM_CLIP_DEFER) {
+    if (!x->external && (s = optim_create(&x->opt, x->segs, y->n_tensors, c->state_format, err))) goto fail;
+    if (!x->external && p->overlap_optim && p->clip != STREAM_CLIP_DEFER && c->state_format == OPTIM_STATE_F32) {
         /* only the blocks are updated speculatively: backups of [b0, post_off), indexed from b0 */
         size_t nb = x->post_off - x->b0;
         x->bk_p = st_alloc(nb * 4);
@@ -845,7 +845,7 @@ st_status stream_step_accum(stream_exec *x, int n_micro, const int32_t *inputs_a
 
     /* this step's optimizer jobs */
     int overlap = x->plan.overlap_optim;
-    int speculate = overlap && !x->external &&
+    int speculate = overlap && !x->external && x->cfg.state_format == OPTIM_STATE_F32 &&
                     (x->plan.clip == STREAM_CLIP_SPECULATE || (x->plan.clip == STREAM_CLIP_AUTO && !x->last_clipped));
     if (x->external && !x->store)
         return st_errf(err, ST_ERR_INVALID, "stream: external optimizer but no state store attached");

@@ -325,12 +325,10 @@ void train_decay_segments(const st_param_info *t, int n, float weight_decay, opt
 static st_status open_streamed(const train_config *c, st_model *m, const st_arch *arch, st_backend *be,
                                st_backend **dev, stream_exec **sx, st_err *err) {
     int external = c->state_paths[0] != 0; /* the moments live in the disk state store */
-    if (strcmp(c->optim_state, "f32") && !external)
-        return st_errf(err, ST_ERR_UNSUPPORTED, "key 'device_budget': layer streaming keeps fp32 optimizer states in "
-                       "host memory; 8-bit states need the disk state (state_paths)");
     /* the model's own vectors (CPU backend: host memory) are the host tier */
     stream_config sc = {.arch = arch, .host_params = m->params, .host_grads = m->grads, .B = c->batch, .T = c->seq,
                         .grad_accum = (int)c->grad_accum, .weight_decay = (float)c->weight_decay,
+                        .state_format = strcmp(c->optim_state, "8bit") ? OPTIM_STATE_F32 : OPTIM_STATE_8BIT,
                         .external_optimizer = external};
     stream_plan plan;
     stream_plan_default(&plan, arch->lay.n_blocks);
