@@ -118,7 +118,8 @@ typedef struct data_batch {
     int B, T;
     const int32_t *tokens;     /* [B][T+1] */
     const int32_t *positions;  /* [B][T] position of each input in its segment, from 0 */
-    const uint8_t *loss_mask;  /* [B][T] 1 = count this target; all ones unless mask_eod */
+    const uint8_t *loss_mask;  /* [B][T] 1 = count this target; 0 where mask_eod drops it or where
+                                  the source's loss mask (PREFIX.mask) says not to train on it */
     const int32_t *cu_seqlens; /* [n_seqs+1] segment starts in the flattened B*T inputs; a
                                   segment ends at a document start or at the row's end */
     int n_seqs;
@@ -169,6 +170,9 @@ void data_loader_get_state(const data_loader *dl, data_loader_state *st);
 st_status data_loader_set_state(data_loader *dl, const data_loader_state *st, st_err *err);
 void data_loader_get_stats(const data_loader *dl, data_loader_stats *s);
 void data_loader_close(data_loader *dl);
+/* The model's inputs and targets ([B][T] each) of a batch: inputs[r*T+t] = tokens[r*(T+1)+t],
+ * targets the next token, or -1 (ignored by every loss) where loss_mask is 0. */
+void data_batch_targets(const data_batch *b, int32_t *inputs, int32_t *targets);
 
 /* One source opened on its own (inspection, tests). */
 typedef struct data_source data_source;
@@ -195,6 +199,11 @@ void data_source_close(data_source *s);
 typedef struct data_pack_writer data_pack_writer;
 st_status data_pack_open(data_pack_writer **out, const char *prefix, int dtype, st_err *err);
 st_status data_pack_add(data_pack_writer *w, const int32_t *tokens, size_t n, st_err *err);
+/* A document with its loss mask (mask[i] = 1: train on token i as a target), written to
+ * PREFIX.mask (one byte a token, indexed like the tokens) and named in the sidecar, which the
+ * loader then reads. Either every document of a pack has a mask or none has. */
+st_status data_pack_add_masked(data_pack_writer *w, const int32_t *tokens, const uint8_t *mask, size_t n,
+                               st_err *err);
 st_status data_pack_close(data_pack_writer *w, st_err *err); /* writes the .idx; frees w */
 void data_pack_abort(data_pack_writer *w);                    /* frees w, removes both files */
 /* What the sidecar PREFIX.json that close then writes says (without a call, close removes a
@@ -206,6 +215,8 @@ typedef struct data_pack_meta {
     int has_digest;              /* the next two are set */
     uint32_t tokenizer_crc32c;   /* CRC-32C of the tokenizer file's bytes */
     uint64_t tokenizer_bytes;
+    const char *mask_kind;       /* with data_pack_add_masked: what the mask keeps ("assistant",
+                                    "all"; a static string), written beside the mask's name */
 } data_pack_meta;
 st_status data_pack_set_meta(data_pack_writer *w, const data_pack_meta *m, st_err *err);
 

@@ -19,6 +19,7 @@
 #include <json-c/json.h>
 
 #include "cli/cli.h"
+#include "strata/chat.h"
 #include "strata/core.h"
 #include "strata/data.h"
 #include "strata/tokenizer.h"
@@ -46,6 +47,15 @@ static const char *data_usage =
     "      --split MODE   plain text: file = one document per file (default), line = one per\n"
     "                     non-empty line, blank = paragraphs separated by blank lines\n"
     "      FILE may be - for standard input.\n"
+    "      --chat         SFT data: each line of each FILE is a conversation, {\"messages\":\n"
+    "                     [{\"role\", \"content\"}...]} or {\"prompt\", \"completion\"},\n"
+    "                     rendered with the model directory's chat template (Qwen2/2.5\n"
+    "                     ChatML or Llama-3's, recognised from tokenizer_config.json) and\n"
+    "                     packed with a loss mask PREFIX.mask (1 byte a token) that the\n"
+    "                     loader applies: targets not trained on become -1\n"
+    "      --chat_format F  chatml|llama3: render so whatever the template is\n"
+    "      --mask M       assistant (default: the assistant's content and end-of-turn\n"
+    "                     token) or all\n"
     "\n"
     "  strata data inspect PATH [--format F] [--docs N] [--validate VOCAB] [--json]\n"
     "      Print a source's format, token dtype, documents and tokens. PATH is a Megatron\n"
@@ -396,7 +406,8 @@ static int pack_file(pack_ctx *c, const char *path, int jsonl, const char *key, 
 
 static int data_pack_cmd(int argc, char **argv) {
     const char *out = NULL, *key = "text", *split = "file", *tok_path = NULL;
-    int jsonl = 0, nfiles = 0, progress = 0;
+    int jsonl = 0, nfiles = 0, progress = 0, chat = 0;
+    const char *chat_format = NULL, *mask_kind = "assistant";
     long threads = sysconf(_SC_NPROCESSORS_ONLN);
     long long eod = -1;
     const char **files = calloc((size_t)argc, sizeof *files);
@@ -406,6 +417,9 @@ static int data_pack_cmd(int argc, char **argv) {
         else if (!strcmp(argv[i], "--key") && i + 1 < argc) key = argv[++i];
         else if (!strcmp(argv[i], "--split") && i + 1 < argc) split = argv[++i];
         else if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) tok_path = argv[++i];
+        else if (!strcmp(argv[i], "--chat")) chat = 1;
+        else if (!strcmp(argv[i], "--chat_format") && i + 1 < argc) chat_format = argv[++i];
+        else if (!strcmp(argv[i], "--mask") && i + 1 < argc) mask_kind = argv[++i];
         else if (!strcmp(argv[i], "--eod") && i + 1 < argc) {
             char *end;
             eod = strtoll(argv[++i], &end, 10);
@@ -439,9 +453,17 @@ static int data_pack_cmd(int argc, char **argv) {
         free(files);
         return 2;
     }
+    if (chat && (!tok_path || jsonl || (strcmp(mask_kind, "assistant") && strcmp(mask_kind, "all")))) {
+        fprintf(stderr, "strata data pack: --chat needs --tokenizer (a model directory), takes JSON lines "
+                "without --jsonl, and --mask assistant|all\n");
+        free(files);
+        return 2;
+    }
     if (threads < 1) threads = 1;
     if (threads > PACK_MAX_THREADS) threads = PACK_MAX_THREADS;
     pack_ctx c = {0};
+    st_chat_template ct;
+    st_chat_pack_stats cs = {0};
     st_tokenizer *tok = NULL;
     char tok_name[512];
     data_pack_meta meta = {.vocab_size = DATA_BYTE_VOCAB, .eod = DATA_BYTE_EOD, .tokenizer = "bytes"};
@@ -470,6 +492,14 @@ static int data_pack_cmd(int argc, char **argv) {
             return 2;
         }
         meta.eod = eod;
+        const char *bos = st_tokenizer_id_token(tok, st_tokenizer_bos_id(tok));
+        if (chat && st_chat_template_init(&ct, st_tokenizer_chat_template(tok), chat_format, bos, &c.err)) {
+            fprintf(stderr, "strata data pack: --tokenizer %s: %s\n", tok_path, c.err.msg);
+            st_tokenizer_free(tok);
+            free(files);
+            return 2;
+        }
+        if (chat) meta.mask_kind = strcmp(mask_kind, "all") ? "assistant" : "all";
     } else if (eod >= 0) {
         fprintf(stderr, "strata data pack: --eod is for --tokenizer; the byte-level tokenizer's is %d\n", DATA_BYTE_EOD);
         free(files);
@@ -507,7 +537,11 @@ static int data_pack_cmd(int argc, char **argv) {
         rc = 1;
     }
     c.t0 = c.last_print = st_now();
-    for (int i = 0; i < nfiles && !rc; i++) rc = pack_file(&c, files[i], jsonl, key, split) != 0;
+    for (int i = 0; i < nfiles && !rc; i++)
+        rc = chat ? st_chat_pack_file(c.w, tok, &ct, !strcmp(mask_kind, "all") ? ST_CHAT_MASK_ALL
+                                      : ST_CHAT_MASK_ASSISTANT, c.eod, files[i], &cs, &c.err) != 0
+                  : pack_file(&c, files[i], jsonl, key, split) != 0;
+    if (chat) c.docs = cs.docs, c.tokens = cs.tokens, c.bytes = cs.bytes, c.in_bytes = cs.bytes, c.threads = 1;
     if (!rc) rc = pack_flush(&c) != 0;
     if (c.w && !rc) rc = data_pack_close(c.w, &c.err) != 0;
     else if (c.w) data_pack_abort(c.w);
@@ -520,6 +554,9 @@ static int data_pack_cmd(int argc, char **argv) {
                (unsigned long long)c.docs, (unsigned long long)c.tokens, (unsigned long long)c.bytes,
                meta.tokenizer, (long long)meta.eod, out, tok ? "/.json" : "", el, el > 0 ? c.bytes / el / 1e6 : 0.0, c.threads,
                c.threads == 1 ? "" : "s");
+        if (chat)
+            printf("chat template %s, mask %s: %llu of %llu tokens are trained on, in %s.mask\n", ct.name, meta.mask_kind,
+                   (unsigned long long)cs.trained, (unsigned long long)cs.tokens, out);
     }
     pack_ctx_free(&c);
     st_tokenizer_free(tok);

@@ -50,6 +50,10 @@ struct data_source {
     /* Megatron: PREFIX.json written by data_pack ("" when absent), and what it says */
     char sidecar_path[DATA_PATH_MAX + 8];
     int64_t sidecar_vocab, sidecar_eod;
+    /* PREFIX.mask named by the sidecar: one byte a token, 0 = not a target to train on. With
+     * mask_in_sign (set by the loader) reads return such a token as token | INT32_MIN. */
+    char mask_path[DATA_PATH_MAX + 8];
+    int has_mask, mask_fd, mask_in_sign;
 };
 
 /* The sidecar of a Megatron source (pack.c): read PREFIX.json if there, after the pair is
@@ -57,6 +61,8 @@ struct data_source {
  * vocab_size smaller than the one the data was packed with (vocab_size 0: no check). */
 st_status data_sidecar_read(data_source *s, const char *prefix, st_err *err);
 st_status data_sidecar_check(const data_source *s, int64_t vocab_size, st_err *err);
+/* Open the loss mask `name` beside the sidecar (pack.c); its size must be the token count. */
+st_status data_mask_open(data_source *s, const char *name, st_err *err);
 
 /* Document d of an indexed source: byte pointer into the .bin and length in tokens,
  * checked against the .bin size and (unless the source is unordered) against the end of

@@ -117,6 +117,12 @@ static st_status produce(data_loader *dl, data_slot *slot, st_err *err) {
         if (rc) return st_err_prefix(err, "data loader, global sample %llu", (unsigned long long)g);
         if (!mine) continue;
         slot->source[r] = (uint8_t)s;
+        if (dl->src[s]->has_mask) /* masked tokens come with the sign bit set (mask_into_sign) */
+            for (int t = 0; t <= T; t++)
+                if (row[t] < 0) {
+                    row[t] &= INT32_MAX;
+                    if (t > 0) slot->mask[(size_t)r * T + t - 1] = 0;
+                }
         /* Segments of the row's T inputs end at each document start and at T. */
         int32_t *pos = slot->positions + (size_t)r * T;
         uint8_t *mask = slot->mask + (size_t)r * T;
@@ -287,6 +293,7 @@ st_status data_loader_open(data_loader **out, const data_loader_config *cfg, st_
         rc = data_source_open(&dl->src[i], &cfg->sources[i], err);
         if (rc) goto fail;
         dl->cfg.sources[i].path = NULL; /* the caller's string need not outlive open */
+        dl->src[i]->mask_in_sign = 1;
         rc = data_stream_init(&dl->stream[i], dl->src[i], i, cfg->seed, cfg->T, !cfg->no_shuffle,
                               cfg->vocab_size, cfg->eod_token, err);
         if (rc) goto fail;
@@ -389,6 +396,17 @@ st_status data_loader_next(data_loader *dl, data_batch *b, st_err *err) {
 }
 
 void data_loader_get_state(const data_loader *dl, data_loader_state *st) { *st = dl->cons; }
+
+void data_batch_targets(const data_batch *b, int32_t *inputs, int32_t *targets) {
+    for (int r = 0; r < b->B; r++) {
+        const int32_t *row = b->tokens + (size_t)r * (b->T + 1);
+        const uint8_t *m = b->loss_mask + (size_t)r * b->T;
+        for (int t = 0; t < b->T; t++) {
+            inputs[(size_t)r * b->T + t] = row[t];
+            targets[(size_t)r * b->T + t] = m[t] ? row[t + 1] : -1;
+        }
+    }
+}
 
 st_status data_loader_set_state(data_loader *dl, const data_loader_state *st, st_err *err) {
     if (st->magic != DATA_STATE_MAGIC || st->version != DATA_STATE_VERSION)

@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <json-c/json.h>
@@ -32,6 +34,10 @@ struct data_pack_writer {
     data_pack_meta meta;
     char tok_name[256];
     char json_path[DATA_PATH_MAX], json_tmp[DATA_PATH_MAX + 8];
+    /* PREFIX.mask: one byte a token (1 = a target to train on), when documents come with masks */
+    char mask_path[DATA_PATH_MAX], mask_tmp[DATA_PATH_MAX + 8];
+    FILE *mask;
+    int masked; /* documents come with masks (mask is open until close) */
     uint8_t buf[1 << 16];
 };
 
@@ -55,6 +61,8 @@ st_status data_pack_open(data_pack_writer **out, const char *prefix, int dtype, 
     snprintf(w->idx_tmp, sizeof w->idx_tmp, "%s.tmp", w->idx_path);
     snprintf(w->json_path, sizeof w->json_path, "%s.json", prefix);
     snprintf(w->json_tmp, sizeof w->json_tmp, "%s.tmp", w->json_path);
+    snprintf(w->mask_path, sizeof w->mask_path, "%s.mask", prefix);
+    snprintf(w->mask_tmp, sizeof w->mask_tmp, "%s.tmp", w->mask_path);
     w->bin = fopen(w->bin_tmp, "wb");
     if (!w->bin) {
         st_status rc = st_errf(err, ST_ERR_IO, "%s: cannot create: %s", w->bin_tmp, strerror(errno));
@@ -66,6 +74,20 @@ st_status data_pack_open(data_pack_writer **out, const char *prefix, int dtype, 
 }
 
 st_status data_pack_add(data_pack_writer *w, const int32_t *tokens, size_t n, st_err *err) {
+    return data_pack_add_masked(w, tokens, NULL, n, err);
+}
+
+st_status data_pack_add_masked(data_pack_writer *w, const int32_t *tokens, const uint8_t *mask, size_t n,
+                               st_err *err) {
+    if (!mask != !w->masked && (w->n_docs || !mask))
+        return st_errf(err, ST_ERR_INVALID, "data pack: document %llu %s a loss mask but the documents before it "
+                       "%s: a dataset's documents all have masks or none do", (unsigned long long)w->n_docs,
+                       mask ? "has" : "has no", mask ? "have none" : "have one");
+    if (mask && !w->masked) {
+        if (!(w->mask = fopen(w->mask_tmp, "wb")))
+            return st_errf(err, ST_ERR_IO, "%s: cannot create: %s", w->mask_tmp, strerror(errno));
+        w->masked = 1;
+    }
     if (n > (size_t)INT32_MAX)
         return st_errf(err, ST_ERR_INVALID, "data pack: a document of %zu tokens exceeds the index's "
                        "int32 sizes; split it", n);
@@ -99,6 +121,13 @@ st_status data_pack_add(data_pack_writer *w, const int32_t *tokens, size_t n, st
                            "%s: write failed at token %llu: %s; %s is unchanged", w->bin_tmp,
                            (unsigned long long)(w->n_tokens + i), strerror(errno), w->bin_path);
         i += k;
+    }
+    if (mask) {
+        int fault = st_iofault("file.write", w->mask_path);
+        if (fault) errno = fault > 0 ? fault : ENOSPC;
+        if (fault || fwrite(mask, 1, n, w->mask) != n)
+            return st_errf(err, errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "%s: write failed at token %llu: %s; %s "
+                           "is unchanged", w->mask_tmp, (unsigned long long)w->n_tokens, strerror(errno), w->mask_path);
     }
     w->sizes[w->n_docs++] = (int32_t)n;
     w->n_tokens += n;
@@ -162,7 +191,7 @@ static st_status commit_files(commit_file *f, int n, st_err *err) {
     int any_before = 0;
     for (int j = 0; j < failed; j++) any_before |= f[j].existed;
     return st_errf(err, ST_ERR_IO, "%s: %s failed: %s; %s", f[failed].path,
-                   f[failed].tmp ? "rename into place" : "removing the stale sidecar", strerror(e),
+                   f[failed].tmp ? "rename into place" : "removing the stale file", strerror(e),
                    failed == 0 ? "the previous dataset is unchanged"
                    : !back     ? "the previous files could not all be kept: pack again"
                    : any_before ? "the previous dataset is restored"
@@ -198,6 +227,11 @@ static st_status write_sidecar(data_pack_writer *w, st_err *err) {
         json_object_object_add(t, "bytes", json_object_new_int64((int64_t)w->meta.tokenizer_bytes));
     }
     json_object_object_add(o, "tokenizer", t);
+    if (w->masked) { /* the mask file by its name beside the sidecar, and what it keeps */
+        const char *slash = strrchr(w->mask_path, '/');
+        json_object_object_add(o, "mask", json_object_new_string(slash ? slash + 1 : w->mask_path));
+        json_object_object_add(o, "mask_kind", json_object_new_string(w->meta.mask_kind ? w->meta.mask_kind : ""));
+    }
     const char *text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE);
     size_t len = strlen(text);
     int fault = st_iofault("file.open", w->json_path);
@@ -280,14 +314,30 @@ st_status data_pack_close(data_pack_writer *w, st_err *err) {
         data_pack_abort(w);
         return rc;
     }
+    if (w->mask) {
+        FILE *m = w->mask;
+        w->mask = NULL;
+        if (!finish_tmp(m, w->mask_path)) {
+            rc = st_errf(err, errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "%s: flush failed: %s; %s is unchanged",
+                         w->mask_tmp, strerror(errno), w->mask_path);
+            data_pack_abort(w);
+            return rc;
+        }
+    }
+    if (w->masked && !w->has_meta) {
+        rc = st_errf(err, ST_ERR_INVALID, "data pack: a loss mask needs the sidecar that names it (data_pack_set_meta)");
+        data_pack_abort(w);
+        return rc;
+    }
     if (w->has_meta && (rc = write_sidecar(w, err))) {
         data_pack_abort(w);
         return rc;
     }
-    /* .bin, .idx, then the sidecar (or the removal of a stale one) */
-    commit_file files[3] = {{.tmp = w->bin_tmp, .path = w->bin_path}, {.tmp = w->idx_tmp, .path = w->idx_path},
+    /* .bin, .idx, the mask (or the removal of a stale one), then the sidecar (or the same) */
+    commit_file files[4] = {{.tmp = w->bin_tmp, .path = w->bin_path}, {.tmp = w->idx_tmp, .path = w->idx_path},
+                            {.tmp = w->masked ? w->mask_tmp : NULL, .path = w->mask_path},
                             {.tmp = w->has_meta ? w->json_tmp : NULL, .path = w->json_path}};
-    rc = commit_files(files, 3, err);
+    rc = commit_files(files, 4, err);
     if (rc) {
         data_pack_abort(w);
         return rc;
@@ -300,6 +350,8 @@ st_status data_pack_close(data_pack_writer *w, st_err *err) {
 void data_pack_abort(data_pack_writer *w) {
     if (!w) return;
     if (w->bin) fclose(w->bin);
+    if (w->mask) fclose(w->mask);
+    unlink(w->mask_tmp);
     unlink(w->bin_tmp);
     unlink(w->idx_tmp);
     unlink(w->json_tmp);
@@ -339,7 +391,16 @@ st_status data_sidecar_read(data_source *s, const char *prefix, st_err *err) {
                           : !sidecar_int(o, "eod", &eod) ? "eod"
                           : !sidecar_int(o, "documents", &docs) ? "documents"
                           : !sidecar_int(o, "tokens", &tokens) ? "tokens" : NULL;
+    json_object *mk = NULL; /* optional: the loss mask's file name, beside the sidecar */
+    char mask_name[256] = "";
+    int mask_bad = json_object_object_get_ex(o, "mask", &mk) &&
+                   (!json_object_is_type(mk, json_type_string) || !json_object_get_string_len(mk) ||
+                    json_object_get_string_len(mk) >= (int)sizeof mask_name || strchr(json_object_get_string(mk), '/'));
+    if (mk && !mask_bad) snprintf(mask_name, sizeof mask_name, "%s", json_object_get_string(mk));
     json_object_put(o);
+    if (mask_bad)
+        return st_errf(err, ST_ERR_FORMAT, "%s: \"mask\" is not the name of a file beside it; the sidecar is damaged: "
+                       "re-pack %s", s->sidecar_path, s->bin_path);
     if (missing)
         return st_errf(err, ST_ERR_FORMAT, "%s: no integer field \"%s\"; the sidecar is damaged: re-pack %s",
                        s->sidecar_path, missing, s->bin_path);
@@ -358,6 +419,26 @@ st_status data_sidecar_read(data_source *s, const char *prefix, st_err *err) {
                        (unsigned long long)s->n_docs, (unsigned long long)s->n_tokens);
     s->sidecar_vocab = vocab;
     s->sidecar_eod = eod;
+    return mask_name[0] ? data_mask_open(s, mask_name, err) : ST_OK;
+}
+
+st_status data_mask_open(data_source *s, const char *name, st_err *err) {
+    const char *slash = strrchr(s->sidecar_path, '/');
+    int dir = slash ? (int)(slash - s->sidecar_path + 1) : 0;
+    snprintf(s->mask_path, sizeof s->mask_path, "%.*s%s", dir, s->sidecar_path, name);
+    int fd = open(s->mask_path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return st_errf(err, ST_ERR_IO, "%s: cannot open the loss mask %s names: %s; re-pack %s, or move the sidecar "
+                       "away to train on every token", s->mask_path, s->sidecar_path, strerror(errno), s->bin_path);
+    struct stat st;
+    if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != s->n_tokens) {
+        close(fd);
+        return st_errf(err, ST_ERR_FORMAT, "%s: %lld bytes, but the loss mask has one byte a token and %s has %llu "
+                       "tokens; re-pack", s->mask_path, (long long)st.st_size, s->bin_path,
+                       (unsigned long long)s->n_tokens);
+    }
+    s->mask_fd = fd;
+    s->has_mask = 1;
     return ST_OK;
 }
 

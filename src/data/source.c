@@ -454,6 +454,7 @@ void data_source_close(data_source *s) {
     if (s->idx_map) munmap((void *)s->idx_map, s->idx_bytes);
     if (s->idx_fd >= 0) close(s->idx_fd);
     if (s->fd >= 0) close(s->fd);
+    if (s->has_mask) close(s->mask_fd);
     st_free(s->stage);
     free(s);
 }
@@ -766,6 +767,24 @@ st_status data_source_read(data_source *s, uint64_t d, uint64_t start, uint64_t 
     return data_source_read_at(s, base, n, out, vocab_size, err);
 }
 
+/* The loss mask of tokens [first, first + k) (k <= the staging buffer) into the sign bit of out:
+ * a token not to be trained on as a target becomes token | INT32_MIN (loader.c takes it out). */
+static st_status mask_into_sign(data_source *s, uint64_t first, size_t k, int32_t *out, st_err *err) {
+    for (size_t got = 0; got < k;) {
+        ssize_t r = pread_hot(s->mask_fd, s->stage + got, k - got, (off_t)(first + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0)
+            return st_errf(err, r == 0 ? ST_ERR_TRUNCATED : ST_ERR_IO, "%s: reading %zu mask bytes at offset %llu: %s",
+                           s->mask_path, k - got, (unsigned long long)(first + got),
+                           r == 0 ? "end of file (the file shrank after it was opened)" : strerror(errno));
+        got += (size_t)r;
+    }
+    s->bytes_read += 2 * k;
+    for (size_t j = 0; j < k; j++)
+        if (!s->stage[j]) out[j] = (int32_t)((uint32_t)out[j] | 0x80000000u);
+    return ST_OK;
+}
+
 st_status data_source_read_at(data_source *s, uint64_t base, uint64_t n, int32_t *out, int64_t vocab_size,
                               st_err *err) {
     st_status vrc = data_sidecar_check(s, vocab_size, err);
@@ -803,6 +822,10 @@ st_status data_source_read_at(data_source *s, uint64_t base, uint64_t n, int32_t
         s->bytes_written += 4 * k;
         if (ok != k)
             return bad_token(s, (const uint8_t *)src + ok * s->itemsize, off + ok * s->itemsize, vocab_size, err);
+        if (s->has_mask && s->mask_in_sign) {
+            st_status mrc = mask_into_sign(s, (off - s->data_off) / (uint64_t)s->itemsize, k, out + done, err);
+            if (mrc) return mrc;
+        }
         done += k;
     }
     return ST_OK;

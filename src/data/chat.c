@@ -1,0 +1,396 @@
+/* chat.c - chat templates (ChatML as Qwen uses it, Llama-3's) rendered as transformers renders
+ * them, the assistant mask over the tokens, and packing JSON lines of conversations (chat.h).
+ *
+ * The templates are not interpreted: strata knows the families' renderings and recognises a
+ * tokenizer_config.json template by pieces of its text. A Jinja interpreter would accept
+ * templates whose rendering nobody checked; this refuses them and says so.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <json-c/json.h>
+
+#include "strata/chat.h"
+
+/* ---- recognising a template ------------------------------------------------------- */
+
+/* The template without whitespace and without the two-character escape \n (a Jinja string
+ * literal's newline), so pieces match however the file indents or escapes them. */
+static char *squeeze(const char *s) {
+    size_t n = strlen(s), k = 0;
+    char *o = malloc(n + 1);
+    if (!o) return NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '\\' && (s[i + 1] == 'n' || s[i + 1] == 't')) { i++; continue; }
+        if (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r') continue;
+        o[k++] = s[i];
+    }
+    o[k] = 0;
+    return o;
+}
+
+#define QWEN25_SYSTEM "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+#define QWEN2_SYSTEM "You are a helpful assistant."
+
+static st_status refuse(const char *text, const char *why, st_err *err) {
+    size_t n = strcspn(text, "\n");
+    return st_errf(err, ST_ERR_UNSUPPORTED,
+                   "chat_template not recognised (%s); its first line: \"%.*s%s\". strata renders ChatML as Qwen2/2.5 "
+                   "use it and Llama-3's template; if the data should be rendered as one of those, say so with "
+                   "--chat_format chatml|llama3", why, (int)(n > 160 ? 160 : n), text, n > 160 ? "..." : "");
+}
+
+/* The family of a template text, or ST_CHAT_NONE with *why set. */
+static st_chat_format recognise(const char *sq, const char **name, const char **sys, const char **why) {
+    *sys = NULL;
+    *why = "no known family's pieces";
+    if (strstr(sq, "<think>") || strstr(sq, "reasoning_content")) {
+        *why = "it renders reasoning (<think>), as Qwen3's does";
+        return ST_CHAT_NONE;
+    }
+    if (strstr(sq, "<|im_start|>") && strstr(sq, "<|im_end|>") &&
+        (strstr(sq, "'<|im_start|>'+message['role']+'") || strstr(sq, "'<|im_start|>'+message.role+'"))) {
+        if (strstr(sq, "YouareQwen,createdbyAlibabaCloud.Youareahelpfulassistant.")) {
+            *name = "qwen2.5", *sys = QWEN25_SYSTEM;
+            return ST_CHAT_CHATML;
+        }
+        if (strstr(sq, "'<|im_start|>systemYouareahelpfulassistant.<|im_end|>'")) {
+            *name = "qwen2", *sys = QWEN2_SYSTEM;
+            return ST_CHAT_CHATML;
+        }
+        if (strstr(sq, "<|im_start|>system")) {
+            *why = "ChatML with a default system message strata does not know";
+            return ST_CHAT_NONE;
+        }
+        *name = "chatml";
+        return ST_CHAT_CHATML;
+    }
+    if (strstr(sq, "CuttingKnowledgeDate")) {
+        *why = "Llama-3.1/3.2's dated system header is not rendered";
+        return ST_CHAT_NONE;
+    }
+    if (strstr(sq, "'<|start_header_id|>'+message['role']+'<|end_header_id|>") &&
+        strstr(sq, "message['content']|trim+'<|eot_id|>'") && strstr(sq, "bos_token+content")) {
+        *name = "llama3";
+        return ST_CHAT_LLAMA3;
+    }
+    return ST_CHAT_NONE;
+}
+
+st_status st_chat_template_init(st_chat_template *t, const char *template_text, const char *format,
+                                const char *bos_text, st_err *err) {
+    memset(t, 0, sizeof *t);
+    st_chat_format want = ST_CHAT_NONE;
+    if (format) {
+        if (!strcmp(format, "chatml")) want = ST_CHAT_CHATML;
+        else if (!strcmp(format, "llama3")) want = ST_CHAT_LLAMA3;
+        else
+            return st_errf(err, ST_ERR_INVALID, "--chat_format '%s': give chatml or llama3", format);
+    }
+    st_chat_format got = ST_CHAT_NONE;
+    const char *name = NULL, *sys = NULL, *why = "the tokenizer has no chat_template";
+    if (template_text) {
+        char *sq = squeeze(template_text);
+        if (!sq) return st_errf(err, ST_ERR_NOMEM, "chat template: out of memory");
+        got = recognise(sq, &name, &sys, &why);
+        free(sq);
+    }
+    if (want == ST_CHAT_NONE) {
+        if (got == ST_CHAT_NONE) {
+            if (!template_text)
+                return st_errf(err, ST_ERR_INVALID, "the tokenizer has no chat_template (tokenizer_config.json "
+                               "or chat_template.jinja); give --chat_format chatml|llama3");
+            return refuse(template_text, why, err);
+        }
+        want = got;
+    } else if (got != want) {
+        sys = NULL; /* the family named, without the unknown template's extras */
+        name = want == ST_CHAT_CHATML ? "chatml" : "llama3";
+    }
+    t->format = want;
+    t->name = name;
+    t->default_system = sys;
+    if (want == ST_CHAT_LLAMA3) {
+        if (!bos_text || !*bos_text || strlen(bos_text) >= sizeof t->bos)
+            return st_errf(err, ST_ERR_INVALID, "the Llama-3 template begins with the BOS token, but the tokenizer "
+                           "names none (tokenizer_config.json bos_token)");
+        snprintf(t->bos, sizeof t->bos, "%s", bos_text);
+    }
+    return ST_OK;
+}
+
+/* ---- rendering ---------------------------------------------------------------------- */
+
+static int put(st_chat_text *c, const char *s, size_t n) {
+    if (c->len + n + 1 > c->cap) {
+        size_t nc = (c->len + n + 1) * 2 + 256;
+        char *t = realloc(c->text, nc);
+        if (!t) return -1;
+        c->text = t, c->cap = nc;
+    }
+    memcpy(c->text + c->len, s, n);
+    c->len += n;
+    c->text[c->len] = 0;
+    return 0;
+}
+#define PUTS(c, s) put(c, s, strlen(s))
+
+static int mark(st_chat_text *c, size_t pos) {
+    if (c->n_span == c->span_cap) {
+        size_t nc = c->span_cap ? c->span_cap * 2 : 16;
+        size_t *s = realloc(c->span, nc * sizeof *s);
+        if (!s) return -1;
+        c->span = s, c->span_cap = nc;
+    }
+    c->span[c->n_span++] = pos;
+    return 0;
+}
+
+/* Python's str.isspace for the code points Jinja's trim strips. */
+static int py_space(uint32_t cp) {
+    return (cp >= 0x09 && cp <= 0x0d) || (cp >= 0x1c && cp <= 0x20) || cp == 0x85 || cp == 0xa0 || cp == 0x1680 ||
+           (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 || cp == 0x2029 || cp == 0x202f || cp == 0x205f ||
+           cp == 0x3000;
+}
+
+/* The code point at s[i] (n bytes left) and its length; an invalid byte is one code point
+ * that is not a space. */
+static uint32_t utf8_at(const unsigned char *s, size_t n, size_t *len) {
+    unsigned c = s[0];
+    int k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (!k || (size_t)k > n) { *len = 1; return 0xfffd; }
+    uint32_t cp = k == 1 ? c : c & (0x7f >> k);
+    for (int j = 1; j < k; j++) {
+        if ((s[j] & 0xc0) != 0x80) { *len = 1; return 0xfffd; }
+        cp = cp << 6 | (s[j] & 0x3f);
+    }
+    *len = (size_t)k;
+    return cp;
+}
+
+/* Jinja's trim: [*a, *b) of s without leading and trailing whitespace. */
+static void trim(const char *s, size_t n, size_t *a, size_t *b) {
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0, l;
+    while (i < n && py_space(utf8_at(u + i, n - i, &l))) i += l;
+    size_t e = n;
+    while (e > i) {
+        size_t st = e - 1;
+        while (st > i && e - st < 4 && (u[st] & 0xc0) == 0x80) st--; /* start of the last code point */
+        if (utf8_at(u + st, e - st, &l) != 0xfffd && st + l == e && py_space(utf8_at(u + st, e - st, &l))) e = st;
+        else break;
+    }
+    *a = i, *b = e;
+}
+
+st_status st_chat_render(const st_chat_template *t, const st_chat_msg *m, size_t n, st_chat_text *c, st_err *err) {
+    c->len = 0;
+    c->n_span = 0;
+    if (n == 0) return st_errf(err, ST_ERR_INVALID, "a conversation with no messages");
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(m[i].role, "system") && strcmp(m[i].role, "user") && strcmp(m[i].role, "assistant"))
+            return st_errf(err, ST_ERR_UNSUPPORTED, "message %zu: role \"%s\"; the roles rendered are system, user "
+                           "and assistant", i, m[i].role);
+    int bad = 0;
+    if (t->format == ST_CHAT_CHATML) {
+        if (t->default_system && strcmp(m[0].role, "system")) {
+            bad |= PUTS(c, "<|im_start|>system\n") | PUTS(c, t->default_system) | PUTS(c, "<|im_end|>\n");
+        }
+        for (size_t i = 0; i < n && !bad; i++) {
+            int asst = !strcmp(m[i].role, "assistant");
+            bad |= PUTS(c, "<|im_start|>") | PUTS(c, m[i].role) | PUTS(c, "\n");
+            if (asst) bad |= mark(c, c->len);
+            bad |= put(c, m[i].content, m[i].content_len) | PUTS(c, "<|im_end|>");
+            if (asst) bad |= mark(c, c->len);
+            bad |= PUTS(c, "\n");
+        }
+    } else if (t->format == ST_CHAT_LLAMA3) {
+        bad |= PUTS(c, t->bos);
+        for (size_t i = 0; i < n && !bad; i++) {
+            int asst = !strcmp(m[i].role, "assistant");
+            size_t a, b;
+            trim(m[i].content, m[i].content_len, &a, &b);
+            bad |= PUTS(c, "<|start_header_id|>") | PUTS(c, m[i].role) | PUTS(c, "<|end_header_id|>\n\n");
+            if (asst) bad |= mark(c, c->len);
+            bad |= put(c, m[i].content + a, b - a) | PUTS(c, "<|eot_id|>");
+            if (asst) bad |= mark(c, c->len);
+        }
+    } else {
+        return st_errf(err, ST_ERR_INVALID, "chat template not initialised");
+    }
+    if (bad) return st_errf(err, ST_ERR_NOMEM, "chat template: out of memory rendering %zu messages", n);
+    return ST_OK;
+}
+
+void st_chat_text_free(st_chat_text *c) {
+    free(c->text);
+    free(c->span);
+    memset(c, 0, sizeof *c);
+}
+
+/* ---- tokens and mask ---------------------------------------------------------------- */
+
+st_status st_chat_encode(const st_tokenizer *tok, const st_chat_text *c, st_chat_mask mode, int32_t **ids,
+                         uint8_t **mask, size_t *cap, size_t *n, st_err *err) {
+    size_t need = c->len + 16;
+    for (int pass = 0; pass < 2; pass++) {
+        if (need > *cap) {
+            int32_t *ni = realloc(*ids, need * sizeof *ni);
+            if (ni) *ids = ni;
+            uint8_t *nm = ni ? realloc(*mask, need) : NULL;
+            if (!nm) return st_errf(err, ST_ERR_NOMEM, "chat: out of memory for %zu tokens", need);
+            *mask = nm, *cap = need;
+        }
+        st_status rc = st_tokenizer_encode(tok, c->text, c->len, *ids, *cap, n, err);
+        if (rc == ST_OK) break;
+        if (rc != ST_ERR_INVALID || *n <= *cap || pass) return rc;
+        need = *n;
+    }
+    if (mode == ST_CHAT_MASK_ALL) {
+        memset(*mask, 1, *n);
+        return ST_OK;
+    }
+    /* Each token's bytes, in order, must be the text: then token k covers [at, at + len). */
+    char buf[512];
+    size_t at = 0, s = 0;
+    for (size_t k = 0; k < *n; k++) {
+        size_t len = 0;
+        st_status rc = st_tokenizer_decode(tok, *ids + k, 1, buf, sizeof buf, &len, err);
+        if (rc) return st_err_prefix(err, "chat: token %zu", k);
+        if (at + len > c->len || memcmp(c->text + at, buf, len))
+            return st_errf(err, ST_ERR_UNSUPPORTED,
+                           "chat: token %zu (id %d) does not spell the rendered text at byte %zu: the tokenizer "
+                           "changes the text (a normalizer), so the assistant mask cannot be placed; pack with "
+                           "--mask all", k, (*ids)[k], at);
+        while (s + 1 < c->n_span && c->span[s + 1] <= at) s += 2; /* spans ending at or before this token */
+        (*mask)[k] = s + 1 < c->n_span && c->span[s] < at + len && at < c->span[s + 1] && len > 0;
+        at += len;
+    }
+    if (at != c->len)
+        return st_errf(err, ST_ERR_UNSUPPORTED, "chat: the tokens spell %zu of the rendered %zu bytes; pack with "
+                       "--mask all", at, c->len);
+    return ST_OK;
+}
+
+/* ---- JSON lines ----------------------------------------------------------------------- */
+
+#define MAX_MSGS 4096
+
+/* Append the messages of a JSON array to m. */
+static st_status add_msgs(json_object *arr, const char *field, st_chat_msg *m, size_t *n, st_err *err) {
+    size_t k = json_object_array_length(arr);
+    for (size_t i = 0; i < k; i++) {
+        json_object *o = json_object_array_get_idx(arr, i), *r, *c;
+        if (!json_object_is_type(o, json_type_object) || !json_object_object_get_ex(o, "role", &r) ||
+            !json_object_is_type(r, json_type_string) || !json_object_object_get_ex(o, "content", &c) ||
+            !json_object_is_type(c, json_type_string))
+            return st_errf(err, ST_ERR_FORMAT, "\"%s\"[%zu] is not {\"role\": string, \"content\": string}", field, i);
+        if (json_object_object_get_ex(o, "tool_calls", NULL))
+            return st_errf(err, ST_ERR_UNSUPPORTED, "\"%s\"[%zu] has tool_calls, which strata does not render", field, i);
+        if (*n == MAX_MSGS) return st_errf(err, ST_ERR_INVALID, "more than %d messages", MAX_MSGS);
+        m[*n].role = json_object_get_string(r);
+        m[*n].content = json_object_get_string(c);
+        m[*n].content_len = (size_t)json_object_get_string_len(c);
+        (*n)++;
+    }
+    return ST_OK;
+}
+
+/* One side of a prompt/completion pair: a string (one message of role) or a list. */
+static st_status add_side(json_object *v, const char *field, const char *role, st_chat_msg *m, size_t *n,
+                          st_err *err) {
+    if (json_object_is_type(v, json_type_array)) return add_msgs(v, field, m, n, err);
+    if (!json_object_is_type(v, json_type_string))
+        return st_errf(err, ST_ERR_FORMAT, "\"%s\" is neither a string nor a list of messages", field);
+    m[*n].role = role;
+    m[*n].content = json_object_get_string(v);
+    m[*n].content_len = (size_t)json_object_get_string_len(v);
+    (*n)++;
+    return ST_OK;
+}
+
+st_status st_chat_render_json(const st_chat_template *t, const char *line, size_t len, st_chat_text *out,
+                              st_err *err) {
+    struct json_tokener *tk = json_tokener_new();
+    if (!tk) return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    json_object *o = json_tokener_parse_ex(tk, line, (int)len);
+    enum json_tokener_error je = json_tokener_get_error(tk);
+    json_tokener_free(tk);
+    if (!o || je != json_tokener_success) {
+        json_object_put(o);
+        return st_errf(err, ST_ERR_FORMAT, "not valid JSON (%s)", json_tokener_error_desc(je));
+    }
+    st_chat_msg *m = malloc(MAX_MSGS * sizeof *m);
+    size_t n = 0;
+    st_status rc = ST_OK;
+    json_object *v, *p, *c;
+    if (!m) rc = st_errf(err, ST_ERR_NOMEM, "out of memory");
+    else if (!json_object_is_type(o, json_type_object))
+        rc = st_errf(err, ST_ERR_FORMAT, "not a JSON object");
+    else if (json_object_object_get_ex(o, "messages", &v)) {
+        if (!json_object_is_type(v, json_type_array))
+            rc = st_errf(err, ST_ERR_FORMAT, "\"messages\" is not a list");
+        else
+            rc = add_msgs(v, "messages", m, &n, err);
+    } else if (json_object_object_get_ex(o, "prompt", &p) && json_object_object_get_ex(o, "completion", &c)) {
+        rc = add_side(p, "prompt", "user", m, &n, err);
+        if (!rc) rc = add_side(c, "completion", "assistant", m, &n, err);
+    } else {
+        rc = st_errf(err, ST_ERR_FORMAT, "neither \"messages\" nor \"prompt\" and \"completion\"");
+    }
+    if (!rc) rc = st_chat_render(t, m, n, out, err);
+    free(m);
+    json_object_put(o);
+    return rc;
+}
+
+st_status st_chat_pack_file(data_pack_writer *w, const st_tokenizer *tok, const st_chat_template *t,
+                            st_chat_mask mode, int32_t eod, const char *path, st_chat_pack_stats *stats,
+                            st_err *err) {
+    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+    if (!f) return st_errf(err, ST_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    char *line = NULL;
+    size_t lcap = 0, cap = 0, n = 0;
+    int32_t *ids = NULL;
+    uint8_t *mask = NULL;
+    st_chat_text c = {0};
+    ssize_t got;
+    uint64_t lineno = 0;
+    st_status rc = ST_OK;
+    while (!rc && (got = getline(&line, &lcap, f)) >= 0) {
+        lineno++;
+        stats->bytes += (uint64_t)got;
+        while (got > 0 && (line[got - 1] == '\n' || line[got - 1] == '\r')) line[--got] = 0;
+        if (got == 0) continue;
+        rc = st_chat_render_json(t, line, (size_t)got, &c, err);
+        if (!rc) rc = st_chat_encode(tok, &c, mode, &ids, &mask, &cap, &n, err);
+        if (!rc && n + 1 > cap) {
+            int32_t *ni = realloc(ids, (n + 1) * sizeof *ni);
+            if (ni) ids = ni;
+            uint8_t *nm = ni ? realloc(mask, n + 1) : NULL;
+            if (nm) mask = nm, cap = n + 1;
+            else rc = st_errf(err, ST_ERR_NOMEM, "out of memory");
+        }
+        if (!rc) {
+            ids[n] = eod;
+            mask[n] = mode == ST_CHAT_MASK_ALL;
+            rc = data_pack_add_masked(w, ids, mask, n + 1, err);
+        }
+        if (rc) {
+            st_err_prefix(err, "%s: line %llu", path, (unsigned long long)lineno);
+            break;
+        }
+        stats->docs++;
+        stats->tokens += n + 1;
+        for (size_t k = 0; k <= n; k++) stats->trained += mask[k];
+    }
+    if (!rc && ferror(f)) rc = st_errf(err, ST_ERR_IO, "%s: read error after line %llu", path, (unsigned long long)lineno);
+    if (f != stdin) fclose(f);
+    free(line);
+    free(ids);
+    free(mask);
+    st_chat_text_free(&c);
+    return rc;
+}
