@@ -4,9 +4,10 @@
 # in PREFIX.bin, the ids transformers' tokenizer gives the rendered text and, in PREFIX.mask,
 # its assistant mask (tests/fixtures/chat_expected.json), each conversation followed by the
 # end-of-document id with mask 0; --mask all is all ones; the sidecar names the mask; cat
-# --decode shows the rendered text; an unknown template is refused quoting its first line;
-# a bad line is refused naming file and line; a later pack without --chat removes the stale
-# mask; a fault while replacing a chat pack leaves the old four files byte for byte.
+# --decode shows the rendered text and cat --trained the assistant runs; an unknown template
+# is refused quoting its first line; a bad line is refused naming file and line; a later pack
+# without --chat removes the stale mask (and cat --trained then says there is none); a fault
+# while replacing a chat pack leaves the old four files byte for byte.
 set -u
 S=${STRATA_BIN:?STRATA_BIN not set}
 SRC=${STRATA_SOURCE_DIR:?STRATA_SOURCE_DIR not set}
@@ -58,6 +59,22 @@ check '[ "$r" = ok ]' "llama3 --mask all: $r"
   "$FX/chat_expected.json" >"$T/d1.want"
 check 'cmp -s "$T/d1.txt" "$T/d1.want"' "cat --decode of conversation 2 differs: $(cat "$T/d1.err")"
 
+# cat --trained: the assistant messages' content and <|im_end|>, a run a line; refused without a mask
+"$S" data cat "$T/q" --all --trained --tokenizer "$FX/chat_qwen25" >"$T/tr.txt" 2>"$T/tr.err"
+"$PY" - "$FX/chat_convs.jsonl" >"$T/tr.want" <<'EOF'
+import json, sys
+for line in open(sys.argv[1], encoding="utf-8"):
+    c = json.loads(line)
+    if "messages" in c: msgs = c["messages"]
+    else:
+        p, q = c["prompt"], c["completion"]
+        msgs = ([{"role": "user", "content": p}] if isinstance(p, str) else p) + \
+               ([{"role": "assistant", "content": q}] if isinstance(q, str) else q)
+    for m in msgs:
+        if m["role"] == "assistant": sys.stdout.write(m["content"] + "<|im_end|>\n")
+EOF
+check 'cmp -s "$T/tr.txt" "$T/tr.want"' "cat --trained differs: $(diff "$T/tr.txt" "$T/tr.want" | head -5) $(cat "$T/tr.err")"
+
 # an unknown template: refused, quoting its first line, nothing written; taken with --chat_format
 "$S" data pack -o "$T/u" --tokenizer "$FX/chat_unknown" --chat "$FX/chat_convs.jsonl" >"$T/u.out" 2>&1
 rc=$?
@@ -95,6 +112,9 @@ printf 'plain text\n' >"$T/plain.txt"
 "$S" data pack -o "$T/q" --tokenizer "$FX/chat_qwen25" "$T/plain.txt" >/dev/null 2>"$T/p.err"
 rc=$?
 check '[ $rc -eq 0 ] && [ ! -e "$T/q.mask" ] && ! grep -q "\"mask\"" "$T/q.json"' "stale mask after a plain pack: $(cat "$T/p.err")"
+"$S" data cat "$T/q" --trained --tokenizer "$FX/chat_qwen25" >/dev/null 2>"$T/tr.err"
+rc=$?
+check '[ $rc -ne 0 ] && grep -q "has no loss mask" "$T/tr.err"' "cat --trained without a mask (rc $rc): $(cat "$T/tr.err")"
 
 [ $fail -eq 0 ] && rm -rf "$T"
 exit $fail

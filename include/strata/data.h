@@ -194,6 +194,9 @@ st_status data_source_doc_len(data_source *s, uint64_t d, uint64_t *len, st_err 
 st_status data_source_read(data_source *s, uint64_t d, uint64_t start, uint64_t n, int32_t *out,
                            int64_t vocab_size, st_err *err);
 void data_source_close(data_source *s);
+/* The loss mask bytes (1 = trained on as a target) of n tokens from token `start` of document
+ * d, from the PREFIX.mask its sidecar names; ST_ERR_INVALID when the source has none. */
+st_status data_source_read_mask(data_source *s, uint64_t d, uint64_t start, uint64_t n, uint8_t *out, st_err *err);
 
 /* Writing a Megatron .bin/.idx pair, a document at a time. */
 typedef struct data_pack_writer data_pack_writer;

@@ -67,11 +67,14 @@ static const char *data_usage =
     "      --docs N lists the first N document lengths; --validate reads every token and\n"
     "      checks it is below VOCAB.\n"
     "\n"
-    "  strata data cat PATH [--doc N | --all] [--tokens | --decode --tokenizer P [--eod ID]]\n"
+    "  strata data cat PATH [--doc N | --all] [--tokens | --decode --tokenizer P [--eod ID]\n"
+    "                  [--trained]]\n"
     "      Print document N (default 0; --all: every document, each followed by a newline)\n"
     "      as bytes (byte-level data; token 256 is dropped), as token ids with --tokens, or\n"
     "      as text decoded with the tokenizer P (the end-of-document id the sidecar or --eod\n"
-    "      names is dropped). Sources without an index have one document.\n";
+    "      names is dropped). Sources without an index have one document.\n"
+    "      --trained      (--decode, a pack with a loss mask) only the tokens trained on as\n"
+    "                     targets: each run of them, decoded, on a line of its own\n";
 
 static int parse_format(const char *s, data_format *f) {
     if (!strcmp(s, "auto")) *f = DATA_FORMAT_AUTO;
@@ -676,9 +679,11 @@ static void cat_check_tokenizer(const char *sidecar, const char *tok_path) {
 static int data_cat_cmd(int argc, char **argv) {
     const char *path = NULL, *tok_path = NULL;
     long long doc = 0, eod_arg = -1;
-    int as_tokens = 0, decode = 0, all = 0;
+    int as_tokens = 0, decode = 0, all = 0, trained = 0;
+    uint8_t *mk = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--doc") && i + 1 < argc) doc = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--trained")) trained = decode = 1;
         else if (!strcmp(argv[i], "--all")) all = 1;
         else if (!strcmp(argv[i], "--tokens")) as_tokens = 1;
         else if (!strcmp(argv[i], "--decode")) decode = 1;
@@ -739,11 +744,40 @@ static int data_cat_cmd(int argc, char **argv) {
             rc = 1;
             break;
         }
+        if (trained) { /* each run of trained tokens decoded on its own line */
+            uint8_t *nm = realloc(mk, len + 1);
+            if (!nm || data_source_read_mask(s, d, 0, len, nm, &err)) {
+                mk = nm;
+                rc = nm ? 1 : st_errf(&err, ST_ERR_NOMEM, "out of memory") != 0;
+                break;
+            }
+            mk = nm;
+            size_t k = 0;
+            for (uint64_t i = 0; i <= len; i++)
+                if (i < len && mk[i]) buf[k++] = buf[i];
+                else if (k && buf[k - 1] >= 0) buf[k++] = -1; /* a run's end */
+            len = k;
+        }
         if (as_tokens) {
             for (uint64_t i = 0; i < len; i++) printf(i + 1 < len ? "%d " : "%d", buf[i]);
             putchar('\n');
             continue;
         }
+        for (uint64_t a = 0, b = 0; trained && a < len && !rc; a = ++b) { /* the runs, -1 after each */
+            while (buf[b] >= 0) b++;
+            size_t got = 0;
+            st_status r = st_tokenizer_decode(tok, buf + a, b - a, text, tcap, &got, &err);
+            if (r == ST_ERR_INVALID && got > tcap) {
+                free(text);
+                tcap = got;
+                text = malloc(tcap);
+                r = text ? st_tokenizer_decode(tok, buf + a, b - a, text, tcap, &got, &err)
+                         : st_errf(&err, ST_ERR_NOMEM, "out of memory for %zu bytes", got);
+            }
+            if (r) rc = 1;
+            else fwrite(text, 1, got, stdout), putchar('\n');
+        }
+        if (trained) continue;
         if (decode) {
             size_t n = len && buf[len - 1] == eod ? len - 1 : len, got = 0;
             st_status r = st_tokenizer_decode(tok, buf, n, text, tcap, &got, &err);
@@ -771,6 +805,7 @@ static int data_cat_cmd(int argc, char **argv) {
     if (rc) fprintf(stderr, "strata data cat: %s\n", err.msg);
     free(buf);
     free(text);
+    free(mk);
     data_source_close(s);
     st_tokenizer_free(tok);
     return rc;

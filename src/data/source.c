@@ -785,6 +785,30 @@ static st_status mask_into_sign(data_source *s, uint64_t first, size_t k, int32_
     return ST_OK;
 }
 
+st_status data_source_read_mask(data_source *s, uint64_t d, uint64_t start, uint64_t n, uint8_t *out, st_err *err) {
+    if (!s->has_mask)
+        return st_errf(err, ST_ERR_INVALID, "%s: has no loss mask (a sidecar naming PREFIX.mask: strata data pack "
+                       "--chat)", s->bin_path);
+    uint64_t p = 0, len = 0;
+    st_status rc = data_source_doc(s, d, &p, &len, err);
+    if (rc) return rc;
+    if (start + n > len)
+        return st_errf(err, ST_ERR_INVALID, "%s: mask of tokens [%llu, %llu) past sequence %llu's %llu", s->mask_path,
+                       (unsigned long long)start, (unsigned long long)(start + n), (unsigned long long)d,
+                       (unsigned long long)len);
+    uint64_t first = p / (uint64_t)s->itemsize + start;
+    for (uint64_t got = 0; got < n;) {
+        ssize_t r = pread(s->mask_fd, out + got, (size_t)(n - got), (off_t)(first + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0)
+            return st_errf(err, r == 0 ? ST_ERR_TRUNCATED : ST_ERR_IO, "%s: reading mask bytes at offset %llu: %s",
+                           s->mask_path, (unsigned long long)(first + got),
+                           r == 0 ? "end of file (the file shrank after it was opened)" : strerror(errno));
+        got += (uint64_t)r;
+    }
+    return ST_OK;
+}
+
 st_status data_source_read_at(data_source *s, uint64_t base, uint64_t n, int32_t *out, int64_t vocab_size,
                               st_err *err) {
     st_status vrc = data_sidecar_check(s, vocab_size, err);
