@@ -193,7 +193,7 @@ static void test_pack_and_loader(const char *tmp) {
     st_chat_pack_stats cs = {0};
     st_status rc = data_pack_open(&w, prefix, DATA_DTYPE_U16, &err);
     if (!rc) rc = data_pack_set_meta(w, &meta, &err);
-    if (!rc) rc = st_chat_pack_file(w, tok, &t, ST_CHAT_MASK_ASSISTANT, (int32_t)meta.eod,
+    if (!rc) rc = st_chat_pack_file(w, tok, &t, ST_CHAT_MASK_ASSISTANT, (int32_t)meta.eod, 2,
                                     test_source_path("tests/fixtures/chat_convs.jsonl"), &cs, &err);
     if (!rc) rc = data_pack_close(w, &err);
     else data_pack_abort(w);

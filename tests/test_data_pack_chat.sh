@@ -7,7 +7,8 @@
 # --decode shows the rendered text and cat --trained the assistant runs; an unknown template
 # is refused quoting its first line; a bad line is refused naming file and line; a later pack
 # without --chat removes the stale mask (and cat --trained then says there is none); a fault
-# while replacing a chat pack leaves the old four files byte for byte.
+# while replacing a chat pack leaves the old four files byte for byte; 1 and 3 threads write
+# the same files over several batches.
 set -u
 S=${STRATA_BIN:?STRATA_BIN not set}
 SRC=${STRATA_SOURCE_DIR:?STRATA_SOURCE_DIR not set}
@@ -52,6 +53,15 @@ rc=$?
 check '[ $rc -eq 0 ] && grep -q "chat template llama3, mask all" "$T/l.out"' "llama3 pack rc $rc: $(cat "$T/l.out")"
 r=$(compare "$T/l" chat_llama3 all)
 check '[ "$r" = ok ]' "llama3 --mask all: $r"
+
+# threads: 4,501 lines (more than one batch of 4,096), a blank one among them: 1 and 3 threads
+# write the same files, and the first 5 conversations are the fixture's
+{ for i in $(seq 900); do cat "$FX/chat_convs.jsonl"; [ $i -eq 450 ] && echo; done; } >"$T/many.jsonl"
+"$S" data pack -o "$T/m1" --tokenizer "$FX/chat_qwen25" --chat --threads 1 "$T/many.jsonl" >/dev/null 2>"$T/m.err"
+"$S" data pack -o "$T/m3" --tokenizer "$FX/chat_qwen25" --chat --threads 3 "$T/many.jsonl" >/dev/null 2>>"$T/m.err"
+check 'cmp -s "$T/m1.bin" "$T/m3.bin" && cmp -s "$T/m1.mask" "$T/m3.mask" && cmp -s "$T/m1.idx" "$T/m3.idx" \
+  && grep -q "\"documents\":4500" "$T/m3.json" && cmp -s -n $(stat -c %s "$T/q.mask") "$T/q.mask" "$T/m3.mask"' \
+  "1 and 3 threads differ, or the batches are wrong: $(cat "$T/m.err") $(grep documents "$T/m3.json")"
 
 # cat --decode: the rendered text of conversation 2 (the end-of-document id dropped)
 "$S" data cat "$T/q" --doc 1 --decode --tokenizer "$FX/chat_qwen25" >"$T/d1.txt" 2>"$T/d1.err"

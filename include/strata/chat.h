@@ -97,14 +97,16 @@ st_status st_chat_render_json(const st_chat_template *t, const char *line, size_
                               st_err *err);
 
 /* Pack a JSON-lines file of conversations into w: each conversation rendered, tokenized and
- * followed by eod (its mask byte 0, or 1 with ST_CHAT_MASK_ALL), with its mask. Errors name
- * the file and line. stats are added to (documents, tokens, bytes of input, tokens trained). */
+ * followed by eod (its mask byte 0, or 1 with ST_CHAT_MASK_ALL), with its mask; blank lines
+ * are skipped. Batches of lines are encoded on `threads` threads and written in order (the
+ * output does not depend on threads). Errors name the file and line. stats are added to
+ * (documents, tokens, bytes of input, tokens trained). */
 typedef struct st_chat_pack_stats {
     uint64_t docs, tokens, bytes, trained;
 } st_chat_pack_stats;
 st_status st_chat_pack_file(data_pack_writer *w, const st_tokenizer *tok, const st_chat_template *t,
-                            st_chat_mask mode, int32_t eod, const char *path, st_chat_pack_stats *stats,
-                            st_err *err);
+                            st_chat_mask mode, int32_t eod, int threads, const char *path,
+                            st_chat_pack_stats *stats, st_err *err);
 
 #ifdef __cplusplus
 }

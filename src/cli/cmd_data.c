@@ -542,9 +542,9 @@ static int data_pack_cmd(int argc, char **argv) {
     c.t0 = c.last_print = st_now();
     for (int i = 0; i < nfiles && !rc; i++)
         rc = chat ? st_chat_pack_file(c.w, tok, &ct, !strcmp(mask_kind, "all") ? ST_CHAT_MASK_ALL
-                                      : ST_CHAT_MASK_ASSISTANT, c.eod, files[i], &cs, &c.err) != 0
+                                      : ST_CHAT_MASK_ASSISTANT, c.eod, c.threads, files[i], &cs, &c.err) != 0
                   : pack_file(&c, files[i], jsonl, key, split) != 0;
-    if (chat) c.docs = cs.docs, c.tokens = cs.tokens, c.bytes = cs.bytes, c.in_bytes = cs.bytes, c.threads = 1;
+    if (chat) c.docs = cs.docs, c.tokens = cs.tokens, c.bytes = cs.bytes, c.in_bytes = cs.bytes;
     if (!rc) rc = pack_flush(&c) != 0;
     if (c.w && !rc) rc = data_pack_close(c.w, &c.err) != 0;
     else if (c.w) data_pack_abort(c.w);

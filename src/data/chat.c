@@ -6,6 +6,8 @@
  * templates whose rendering nobody checked; this refuses them and says so.
  */
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -346,51 +348,187 @@ st_status st_chat_render_json(const st_chat_template *t, const char *line, size_
     return rc;
 }
 
-st_status st_chat_pack_file(data_pack_writer *w, const st_tokenizer *tok, const st_chat_template *t,
-                            st_chat_mask mode, int32_t eod, const char *path, st_chat_pack_stats *stats,
-                            st_err *err) {
-    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!f) return st_errf(err, ST_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    char *line = NULL;
-    size_t lcap = 0, cap = 0, n = 0;
+/* Packing: lines are read in batches; threads render and encode contiguous runs of a batch
+ * (a shared counter hands out runs, several a thread); the runs are written in order, so the
+ * output does not depend on the thread count. */
+#define CHAT_BATCH_BYTES (8u << 20)
+#define CHAT_BATCH_LINES 4096u
+#define CHAT_RUNS_PER_THREAD 8
+#define CHAT_MAX_THREADS 256
+
+typedef struct chat_run {
+    size_t a, b;          /* lines [a, b) of the batch */
+    int32_t *ids;         /* their tokens, each line's followed by eod */
+    uint8_t *mask;
+    size_t n, cap;
+    size_t *count;        /* [b - a] tokens of each line, eod included */
+    size_t count_cap;
+    size_t fail_line;     /* batch index of the line that failed */
+    st_status rc;
+    st_err err;
+} chat_run;
+
+typedef struct chat_batch {
+    const st_tokenizer *tok;
+    const st_chat_template *t;
+    st_chat_mask mode;
+    int32_t eod;
+    char *text;           /* the lines, back to back */
+    size_t *start;        /* [nl + 1] line k is text[start[k], start[k+1]) */
+    size_t nl;
+    chat_run *runs;
+    size_t n_runs;
+    atomic_size_t next;
+} chat_batch;
+
+static int run_grow(chat_run *r, size_t need) {
+    if (r->n + need <= r->cap) return 0;
+    size_t nc = (r->n + need) * 3 / 2 + 1024;
+    int32_t *ni = realloc(r->ids, nc * sizeof *ni);
+    if (!ni) return -1;
+    r->ids = ni;
+    uint8_t *nm = realloc(r->mask, nc);
+    if (!nm) return -1;
+    r->mask = nm, r->cap = nc;
+    return 0;
+}
+
+static void chat_run_do(chat_batch *cb, chat_run *r) {
+    st_chat_text c = {0};
     int32_t *ids = NULL;
     uint8_t *mask = NULL;
-    st_chat_text c = {0};
-    ssize_t got;
-    uint64_t lineno = 0;
-    st_status rc = ST_OK;
-    while (!rc && (got = getline(&line, &lcap, f)) >= 0) {
-        lineno++;
-        stats->bytes += (uint64_t)got;
-        while (got > 0 && (line[got - 1] == '\n' || line[got - 1] == '\r')) line[--got] = 0;
-        if (got == 0) continue;
-        rc = st_chat_render_json(t, line, (size_t)got, &c, err);
-        if (!rc) rc = st_chat_encode(tok, &c, mode, &ids, &mask, &cap, &n, err);
-        if (!rc && n + 1 > cap) {
-            int32_t *ni = realloc(ids, (n + 1) * sizeof *ni);
-            if (ni) ids = ni;
-            uint8_t *nm = ni ? realloc(mask, n + 1) : NULL;
-            if (nm) mask = nm, cap = n + 1;
-            else rc = st_errf(err, ST_ERR_NOMEM, "out of memory");
-        }
-        if (!rc) {
-            ids[n] = eod;
-            mask[n] = mode == ST_CHAT_MASK_ALL;
-            rc = data_pack_add_masked(w, ids, mask, n + 1, err);
-        }
-        if (rc) {
-            st_err_prefix(err, "%s: line %llu", path, (unsigned long long)lineno);
+    size_t cap = 0, n = 0;
+    r->n = 0;
+    r->rc = ST_OK;
+    if (r->b - r->a > r->count_cap) {
+        size_t *nc = realloc(r->count, (r->b - r->a) * sizeof *nc);
+        if (!nc) r->rc = st_errf(&r->err, ST_ERR_NOMEM, "out of memory");
+        else r->count = nc, r->count_cap = r->b - r->a;
+    }
+    for (size_t k = r->a; k < r->b && !r->rc; k++) {
+        r->count[k - r->a] = 0;
+        size_t len = cb->start[k + 1] - cb->start[k];
+        if (len == 0) continue; /* a blank line */
+        r->rc = st_chat_render_json(cb->t, cb->text + cb->start[k], len, &c, &r->err);
+        if (!r->rc) r->rc = st_chat_encode(cb->tok, &c, cb->mode, &ids, &mask, &cap, &n, &r->err);
+        if (!r->rc && run_grow(r, n + 1)) r->rc = st_errf(&r->err, ST_ERR_NOMEM, "out of memory for %zu tokens", n + 1);
+        if (r->rc) {
+            r->fail_line = k;
             break;
         }
-        stats->docs++;
-        stats->tokens += n + 1;
-        for (size_t k = 0; k <= n; k++) stats->trained += mask[k];
+        memcpy(r->ids + r->n, ids, n * sizeof *ids);
+        memcpy(r->mask + r->n, mask, n);
+        r->ids[r->n + n] = cb->eod;
+        r->mask[r->n + n] = cb->mode == ST_CHAT_MASK_ALL;
+        r->n += n + 1;
+        r->count[k - r->a] = n + 1;
     }
-    if (!rc && ferror(f)) rc = st_errf(err, ST_ERR_IO, "%s: read error after line %llu", path, (unsigned long long)lineno);
-    if (f != stdin) fclose(f);
-    free(line);
     free(ids);
     free(mask);
     st_chat_text_free(&c);
+}
+
+static void *chat_thread(void *arg) {
+    chat_batch *cb = arg;
+    for (size_t i; (i = atomic_fetch_add(&cb->next, 1)) < cb->n_runs;) chat_run_do(cb, &cb->runs[i]);
+    return NULL;
+}
+
+/* Encode the batch on `threads` threads and write it; first_line: the file's line number of
+ * batch line 0. */
+static st_status chat_flush(chat_batch *cb, int threads, data_pack_writer *w, const char *path, uint64_t first_line,
+                            st_chat_pack_stats *stats, st_err *err) {
+    if (!cb->nl) return ST_OK;
+    size_t nr = (size_t)threads * CHAT_RUNS_PER_THREAD;
+    if (nr > cb->nl) nr = cb->nl;
+    size_t total = cb->start[cb->nl], k = 0;
+    for (size_t r = 0; r < nr; r++) { /* contiguous runs of about total / nr bytes */
+        cb->runs[r].a = k;
+        size_t goal = total / nr * (r + 1);
+        while (k < cb->nl && (r == nr - 1 || cb->start[k + 1] <= goal)) k++;
+        cb->runs[r].b = k;
+    }
+    cb->n_runs = nr;
+    atomic_store(&cb->next, 0);
+    pthread_t th[CHAT_MAX_THREADS];
+    int started = 0;
+    for (int i = 1; i < threads && (size_t)i < nr; i++, started++)
+        if (pthread_create(&th[i], NULL, chat_thread, cb)) break;
+    chat_thread(cb); /* and the runs of threads that did not start */
+    for (int i = 1; i <= started; i++) pthread_join(th[i], NULL);
+    for (size_t r = 0; r < nr; r++) {
+        chat_run *run = &cb->runs[r];
+        if (run->rc) {
+            *err = run->err;
+            return st_err_prefix(err, "%s: line %llu", path, (unsigned long long)(first_line + run->fail_line));
+        }
+        size_t off = 0;
+        for (size_t j = run->a; j < run->b; j++) {
+            size_t m = run->count[j - run->a];
+            if (!m) continue;
+            st_status rc = data_pack_add_masked(w, run->ids + off, run->mask + off, m, err);
+            if (rc) return st_err_prefix(err, "%s: line %llu", path, (unsigned long long)(first_line + j));
+            for (size_t q = 0; q < m; q++) stats->trained += run->mask[off + q];
+            off += m;
+            stats->docs++;
+            stats->tokens += m;
+        }
+    }
+    cb->nl = 0;
+    return ST_OK;
+}
+
+st_status st_chat_pack_file(data_pack_writer *w, const st_tokenizer *tok, const st_chat_template *t,
+                            st_chat_mask mode, int32_t eod, int threads, const char *path,
+                            st_chat_pack_stats *stats, st_err *err) {
+    if (threads < 1) threads = 1;
+    if (threads > CHAT_MAX_THREADS) threads = CHAT_MAX_THREADS;
+    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+    if (!f) return st_errf(err, ST_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    chat_batch cb = {.tok = tok, .t = t, .mode = mode, .eod = eod};
+    size_t tcap = CHAT_BATCH_BYTES + 4096;
+    cb.text = malloc(tcap);
+    cb.start = malloc((CHAT_BATCH_LINES + 1) * sizeof *cb.start);
+    cb.runs = calloc((size_t)threads * CHAT_RUNS_PER_THREAD, sizeof *cb.runs);
+    char *line = NULL;
+    size_t lcap = 0;
+    ssize_t got;
+    uint64_t lineno = 0, first = 1;
+    st_status rc = cb.text && cb.start && cb.runs ? ST_OK : st_errf(err, ST_ERR_NOMEM, "out of memory");
+    if (!rc) cb.start[0] = 0;
+    while (!rc && (got = getline(&line, &lcap, f)) >= 0) {
+        lineno++;
+        stats->bytes += (uint64_t)got;
+        while (got > 0 && (line[got - 1] == '\n' || line[got - 1] == '\r')) got--;
+        size_t at = cb.start[cb.nl];
+        if (at + (size_t)got > tcap) {
+            size_t nc = (at + (size_t)got) * 3 / 2;
+            char *nt = realloc(cb.text, nc);
+            if (!nt) {
+                rc = st_errf(err, ST_ERR_NOMEM, "%s: line %llu: out of memory", path, (unsigned long long)lineno);
+                break;
+            }
+            cb.text = nt, tcap = nc;
+        }
+        memcpy(cb.text + at, line, (size_t)got);
+        cb.start[++cb.nl] = at + (size_t)got;
+        if (cb.nl == CHAT_BATCH_LINES || cb.start[cb.nl] >= CHAT_BATCH_BYTES) {
+            rc = chat_flush(&cb, threads, w, path, first, stats, err);
+            first = lineno + 1;
+            cb.start[0] = 0;
+        }
+    }
+    if (!rc) rc = chat_flush(&cb, threads, w, path, first, stats, err);
+    if (!rc && ferror(f)) rc = st_errf(err, ST_ERR_IO, "%s: read error after line %llu", path, (unsigned long long)lineno);
+    if (f != stdin) fclose(f);
+    free(line);
+    for (size_t r = 0; cb.runs && r < (size_t)threads * CHAT_RUNS_PER_THREAD; r++) {
+        free(cb.runs[r].ids);
+        free(cb.runs[r].mask);
+        free(cb.runs[r].count);
+    }
+    free(cb.runs);
+    free(cb.text);
+    free(cb.start);
     return rc;
 }
