@@ -10,11 +10,13 @@
  * - The loader gives target -1 exactly where the target token's mask byte is 0: on the chat
  *   pack in file order, and on a synthetic pack whose mask is a function of the token id,
  *   mixed with an unmasked source, shuffled, prefetched; a resumed loader continues with the
- *   same (inputs, targets) bit for bit.
+ *   same (inputs, targets) bit for bit; the shared data plane hands out the same loss_mask.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <json-c/json.h>
 
@@ -394,11 +396,60 @@ static void test_mix_shuffle_resume(const char *tmp) {
     data_source_close(src);
 }
 
+/* The shared data plane hands out the masked loss_mask a private loader gives (child process:
+ * the consumer; this process: the producer). */
+static int plane_consumer(const char *name, const data_loader_config *cfg) {
+    st_err err = {0};
+    data_plane *p;
+    data_loader *dl;
+    if (data_plane_attach(&p, name, 0, 20.0, &err) || data_loader_open(&dl, cfg, &err)) {
+        fprintf(stderr, "plane consumer: %s\n", err.msg);
+        return 1;
+    }
+    int bad = 0, zeros = 0;
+    for (int s = 0; s < 8; s++) {
+        data_batch a, b;
+        if (data_plane_next(p, &a, &err) || data_loader_next(dl, &b, &err)) {
+            fprintf(stderr, "plane consumer: %s\n", err.msg);
+            return 1;
+        }
+        size_t ni = (size_t)b.B * b.T;
+        bad += memcmp(a.loss_mask, b.loss_mask, ni) != 0 || memcmp(a.tokens, b.tokens, ni / b.T * (b.T + 1) * 4) != 0;
+        for (size_t i = 0; i < ni; i++) zeros += !a.loss_mask[i];
+    }
+    data_loader_close(dl);
+    data_plane_close(p);
+    if (bad || !zeros) fprintf(stderr, "plane consumer: %d batches differ, %d masked targets\n", bad, zeros);
+    return bad || !zeros;
+}
+
+static void test_plane(const char *tmp) {
+    char masked[512], name[64];
+    snprintf(masked, sizeof masked, "%s/sft", tmp); /* test_pack_and_loader's chat pack */
+    snprintf(name, sizeof name, "strata-test-chat-%d", (int)getpid());
+    data_loader_config cfg;
+    data_loader_config_init(&cfg);
+    cfg.n_sources = 1;
+    cfg.sources[0].path = masked;
+    cfg.T = 32, cfg.B = 2, cfg.seed = 3, cfg.prefetch = 2, cfg.vocab_size = 608;
+    fflush(NULL);
+    pid_t kid = fork(); /* no thread of this process is alive here */
+    if (kid == 0) _exit(plane_consumer(name, &cfg));
+    st_err err = {0};
+    data_plane *p = NULL;
+    CHECK(data_plane_serve(&p, name, &cfg, 0, 1, 0, &err) == ST_OK, "serve: %s", err.msg);
+    int st = 0;
+    waitpid(kid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the plane's consumer saw another loss_mask (status %d)", st);
+    data_plane_close(p);
+}
+
 int main(void) {
     test_fixture_rows();
     test_recognise();
     const char *tmp = test_tmpdir();
     test_pack_and_loader(tmp);
     test_mix_shuffle_resume(tmp);
+    test_plane(tmp);
     return test_finish("chat");
 }
