@@ -4,6 +4,8 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config libopenblas-dev libopenblas-openmp-dev libjson-c-dev libpcre2-dev liburing-dev python3 jq)
 # tools/fuzz.sh: clang, libFuzzer and the sanitizer runtimes (libclang-rt), clang's OpenMP
 pkgs+=(clang libclang-rt-14-dev libomp-dev)
+# the planner (src/plan): its mixed-integer program is solved with GLPK
+pkgs+=(libglpk-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

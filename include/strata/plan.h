@@ -1,0 +1,126 @@
+/* plan.h - the planner: which stream plan (stream.h) to run, chosen from a cost model of
+ * the machine (a plan_profile) and the model (block.h), as a mixed-integer program solved
+ * with GLPK, before anything is allocated.
+ *
+ * The program chooses, per block, keep / offload / recompute of its activations, the
+ * prefetch depth and the vocabulary chunking (resident head or chunks of some rows), and
+ * minimises the predicted step time
+ *     compute + recompute + exposed transfer + exposed optimizer
+ * subject to the device budget. The device bytes of every choice are those
+ * stream_device_bytes gives (the executor's own allocation table, arena rounding
+ * included): the planner reads them from that function, never from a copy of its
+ * formula, and checks the chosen plan against it before returning.
+ *
+ * Time model (LazyTrain-style windows). Each block's forward and its backward (with its
+ * recomputed forward, if any) is a window of compute; the copies that run while it
+ * computes must fit behind it, or the excess is exposed:
+ *   forward window l   the weight fetch of block j (issued when block j-depth-1 is done,
+ *                      needed by block j) spread evenly over windows j-depth .. j-1;
+ *                      the activation drain of an offloaded block l-1 (not one of the
+ *                      last two offloaded blocks, which stay on the device)
+ *   backward window l  the weight fetch of block j (the last depth+1 blocks stay from the
+ *                      forward) spread over windows j+depth .. j+1; the gradient drain of
+ *                      block l+1; the activation fetch of an offloaded block l-1
+ * Block compute: the arch's training FLOPs per token (1/3 forward, 2/3 backward) at the
+ * profile's sgemm rate. The optimizer runs on the host behind the backward (overlap on);
+ * what is longer than the backward below the last block is exposed, and the embedding's,
+ * norm's and head's update and copies are not overlapped. The highest recompute block is
+ * not run again (its forward is still in the shared set), as in the executor.
+ *
+ * Example:
+ *     st_err err = {0};
+ *     gpt2_config cfg;
+ *     st_arch *a = NULL;
+ *     if (gpt2_config_preset("gpt2-tiny", &cfg, &err) || st_arch_gpt2(&a, &cfg, &err)) return 1;
+ *     plan_profile hw = {.version = PLAN_PROFILE_VERSION, .sgemm_flops = 50e9, .h2d_bytes_per_s = 10e9,
+ *                        .d2h_bytes_per_s = 10e9, .mem_bytes_per_s = 10e9, .optim_ns_per_param = 1.0};
+ *     stream_plan *p = malloc(sizeof *p);
+ *     plan_prediction pred;
+ *     st_status s = p ? plan_stream(a, 2, 64, (size_t)64 << 20, &hw, p, &pred, &err) : ST_ERR_NOMEM;
+ *     if (s == ST_OK) printf("%.3f s predicted, %zu device bytes\n", pred.step_s, pred.device_bytes);
+ *     free(p);
+ *     st_arch_free(a);
+ * End of example.
+ */
+#ifndef STRATA_PLAN_H
+#define STRATA_PLAN_H
+
+#include <stddef.h>
+
+#include "strata/backend.h"
+#include "strata/block.h"
+#include "strata/core.h"
+#include "strata/stream.h"
+
+#define PLAN_PROFILE_VERSION 1
+#define PLAN_MAX_DEPTH 6      /* prefetch depths the program considers: 1 .. this */
+#define PLAN_MAX_VCHUNKS 8    /* vocabulary choices: resident (0) and up to 7 chunk sizes */
+#define PLAN_TIME_LIMIT_MS 800 /* GLPK's default limit, building the program included */
+#define PLAN_MIP_GAP 1e-4      /* default: stop within 0.01% of the best bound */
+
+/* What the cost model needs of the machine, as measured by plan_profile_measure and kept
+ * in a versioned JSON file (plan_profile_save / plan_profile_load). */
+typedef struct plan_profile {
+    int version;               /* PLAN_PROFILE_VERSION */
+    double sgemm_flops;        /* FLOP/s of the device backend's matmul at a block's shape */
+    double h2d_bytes_per_s;    /* host -> device copies (the arena copy on the CPU backend) */
+    double d2h_bytes_per_s;    /* device -> host */
+    double mem_bytes_per_s;    /* host memcpy (bytes copied per second) */
+    double optim_ns_per_param; /* fp32 AdamW update on the host, per parameter, every core */
+} plan_profile;
+
+typedef struct plan_options {
+    int time_limit_ms; /* the whole solve's limit; at it the best plan found so far is returned
+                          (<= 0: PLAN_TIME_LIMIT_MS) */
+    double mip_gap;    /* stop when within this fraction of the best bound (0: prove the
+                          optimum; < 0: PLAN_MIP_GAP) */
+    int max_depth;     /* prefetch depths 1 .. max_depth (<= 0: PLAN_MAX_DEPTH) */
+    int allow_vocab_chunk; /* 0: the head stays resident (vocab_chunk 0) */
+    int no_incumbent;  /* 1: do not seed the program with the best simple plan (tests: the
+                          program alone must find the optimum) */
+} plan_options;
+
+typedef struct plan_prediction {
+    double step_s;              /* the objective: the sum of the four parts below */
+    double compute_s;           /* blocks' forward and backward, the head */
+    double recompute_s;         /* forwards run again before their backward */
+    double transfer_exposed_s;  /* copies not hidden behind compute */
+    double optim_exposed_s;     /* the optimizer not hidden behind the backward */
+    double block_fwd_s, block_bwd_s; /* one block's compute */
+    size_t device_bytes;        /* stream_device_bytes of the plan */
+    size_t device_budget;
+    int n_keep, n_offload, n_recompute;
+    double solve_s;             /* plan_stream: GLPK's time, building the program included */
+    double program_s;           /* plan_stream: the program's objective for its plan (== step_s
+                                   unless the simple incumbent was better; a check on the model) */
+    int optimal;                /* 1: proven optimal; 0: the best incumbent at the time limit */
+} plan_prediction;
+
+/* Measure the profile on the device backend dev (an arena-budgeted backend needs about
+ * 80 MiB free): a few short timed runs, under a second. */
+st_status plan_profile_measure(st_backend *dev, plan_profile *hw, st_err *err);
+st_status plan_profile_save(const char *path, const plan_profile *hw, st_err *err);
+/* Fails naming the file and the key that is missing, not finite or not positive, or a
+ * version this strata does not read. */
+st_status plan_profile_load(const char *path, plan_profile *hw, st_err *err);
+
+/* The vocabulary chunk sizes the program considers (out[0] == 0: resident head), at most
+ * PLAN_MAX_VCHUNKS; returns how many. */
+int plan_vocab_chunks(const st_arch *a, const plan_options *opt, int *out);
+
+/* The cost model alone: the predicted step time of plan p (any plan) and its device bytes.
+ * plan_stream's program is built from the same terms, so for the plan it returns the two
+ * agree. */
+st_status plan_predict(const st_arch *a, int B, int T, const plan_profile *hw, const stream_plan *p,
+                       plan_prediction *pred, st_err *err);
+
+/* The fastest predicted plan whose stream_device_bytes <= device_budget. out: the plan
+ * (prefetch depth, vocab_chunk and act[] chosen; overlap on, automatic clipping, f32
+ * drain). A budget no plan fits fails with ST_ERR_NOMEM naming the bytes missing; a build
+ * without GLPK fails with ST_ERR_UNSUPPORTED. opt NULL: defaults. */
+st_status plan_stream_ex(const st_arch *a, int B, int T, size_t device_budget, const plan_profile *hw,
+                         const plan_options *opt, stream_plan *out, plan_prediction *pred, st_err *err);
+st_status plan_stream(const st_arch *a, int B, int T, size_t device_budget, const plan_profile *hw,
+                      stream_plan *out, plan_prediction *pred, st_err *err);
+
+#endif

@@ -1,0 +1,139 @@
+/* plan_cost.c - the cost model of one streamed step (see plan.h for the windows), and
+ * plan_predict, its closed form for a given plan. */
+#include <math.h>
+#include <string.h>
+
+#include "plan/plan_cost.h"
+
+static int pos(double v) { return isfinite(v) && v > 0; }
+
+st_status plan_cost_init(plan_cost *c, const st_arch *a, int B, int T, const plan_profile *hw, st_err *err) {
+    memset(c, 0, sizeof *c);
+    if (!a || !hw) return st_errf(err, ST_ERR_INVALID, "plan: no model or no hardware profile");
+    if (hw->version != PLAN_PROFILE_VERSION)
+        return st_errf(err, ST_ERR_FORMAT, "plan: hardware profile version %d, this strata reads %d (measure it "
+                       "again: strata plan --measure_profile FILE)", hw->version, PLAN_PROFILE_VERSION);
+    if (!pos(hw->sgemm_flops) || !pos(hw->h2d_bytes_per_s) || !pos(hw->d2h_bytes_per_s) ||
+        !pos(hw->mem_bytes_per_s) || !(isfinite(hw->optim_ns_per_param) && hw->optim_ns_per_param >= 0))
+        return st_errf(err, ST_ERR_INVALID, "plan: the hardware profile has a missing, zero or non-finite figure "
+                       "(sgemm_flops %g, h2d %g, d2h %g, mem %g B/s, optimizer %g ns/param)", hw->sgemm_flops,
+                       hw->h2d_bytes_per_s, hw->d2h_bytes_per_s, hw->mem_bytes_per_s, hw->optim_ns_per_param);
+    if (B < 1 || T < 1 || T > a->lay.max_seq)
+        return st_errf(err, ST_ERR_INVALID, "plan: batch %d x seq %d (max_seq %d)", B, T, a->lay.max_seq);
+    const st_arch_layout *y = &a->lay;
+    double N = (double)B * T;
+    c->a = a;
+    c->L = y->n_blocks;
+    c->B = B;
+    c->T = T;
+    c->mem_bps = hw->mem_bytes_per_s;
+    c->h2d = hw->h2d_bytes_per_s;
+    c->d2h = hw->d2h_bytes_per_s;
+    double blk = a->ops->block_flops_per_token(a, T) * N / hw->sgemm_flops; /* forward + backward */
+    c->fwd = blk / 3.0;
+    c->bwd = blk - c->fwd;
+    double wb = (double)y->block_numel * 4.0, sb = (double)st_block_act_floats(a, B, T) * 4.0;
+    c->tw = wb / c->h2d;
+    c->tg = wb / c->d2h;
+    c->ta_out = sb / c->d2h;
+    c->ta_in = sb / c->h2d;
+    /* the update, plus the speculative backup of parameters and both moments (12 bytes
+     * read and written per parameter) */
+    double per_param = hw->optim_ns_per_param * 1e-9 + 24.0 / c->mem_bps;
+    c->opt_block = (double)y->block_numel * per_param;
+    c->opt_nonblock = (double)(y->n_params - (size_t)c->L * y->block_numel) * hw->optim_ns_per_param * 1e-9;
+    c->head_compute = a->ops->head_flops_per_token(a) * N / hw->sgemm_flops;
+    return ST_OK;
+}
+
+void plan_cost_const(const plan_cost *c, int vchunk, double *compute_s, double *exposed_s, double *optim_s) {
+    const st_arch_layout *y = &c->a->lay;
+    double N = (double)c->B * c->T, C = y->n_embd, V = y->vocab_size;
+    double post = (double)(y->n_params - y->norm_offset) * 4.0, norm = (double)y->norm_numel * 4.0;
+    double exposed = c->tw + c->tg; /* block 0: its first fetch, its last drain */
+    if (vchunk <= 0) {
+        /* the embedding and head live on the device: sent after each update, gradients drained at the end */
+        double nb = (double)y->emb_numel * 4.0 + post;
+        exposed += nb / c->h2d + nb / c->d2h;
+        *compute_s = c->head_compute;
+    } else {
+        double vc = vchunk < V ? vchunk : V, nvc = ceil(V / vc);
+        /* two passes over the chunks: weights in each (the last two stay), logits out and
+         * back, each chunk's head gradient drained */
+        double h2d = ((2 * nvc - (nvc < 2 ? nvc : 2)) * vc * C * 4.0 + (nvc > 2 ? nvc - 2 : 0) * N * vc * 4.0) / c->h2d;
+        double d2h = (nvc * N * vc * 4.0 + nvc * vc * C * 4.0) / c->d2h;
+        double over = h2d + d2h - c->head_compute;
+        exposed += over > 0 ? over : 0;
+        /* the embedding on the host: its output crosses, the residual gradient returns;
+         * the norm's weights and gradient cross */
+        exposed += N * C * 4.0 / c->h2d + N * C * 4.0 / c->d2h + norm / c->h2d + norm / c->d2h;
+        exposed += 2.0 * N * C * 4.0 / c->mem_bps; /* the gather and the scatter-add on the host */
+        *compute_s = c->head_compute;
+    }
+    *exposed_s = exposed;
+    *optim_s = c->opt_nonblock;
+}
+
+double plan_cost_wfetch_fwd(const plan_cost *c, int d, int w) {
+    double t = 0;
+    for (int j = w + 1; j <= w + d && j < c->L; j++) { /* fetches that may run during window w */
+        int first = j - d > 0 ? j - d : 0;
+        t += c->tw / (double)(j - first);
+    }
+    return t;
+}
+
+double plan_cost_wfetch_bwd(const plan_cost *c, int d, int w) {
+    double t = 0;
+    for (int j = w - d; j <= w - 1; j++) /* block j's fetch spreads over windows j+1 .. j+d */
+        if (j >= 0 && j <= c->L - d - 2) t += c->tw / (double)d;
+    return t;
+}
+
+st_status plan_predict(const st_arch *a, int B, int T, const plan_profile *hw, const stream_plan *p,
+                       plan_prediction *pred, st_err *err) {
+    plan_cost c;
+    st_status s = plan_cost_init(&c, a, B, T, hw, err);
+    if (s) return s;
+    int L = c.L, d = p->prefetch_depth;
+    if (p->n_layer != L) return st_errf(err, ST_ERR_INVALID, "plan: the plan is for %d blocks, the model has %d", p->n_layer, L);
+    if (d < 1) return st_errf(err, ST_ERR_INVALID, "plan: prefetch depth %d (>= 1)", d);
+    memset(pred, 0, sizeof *pred);
+    /* which offloaded blocks move (all but the last two) and which recompute block reruns (all but the last) */
+    unsigned char moves[STREAM_MAX_LAYERS], reruns[STREAM_MAX_LAYERS];
+    int seen_off = 0, seen_rc = 0;
+    for (int l = L - 1; l >= 0; l--) {
+        moves[l] = p->act[l] == STREAM_ACT_OFFLOAD && seen_off++ >= 2;
+        reruns[l] = p->act[l] == STREAM_ACT_RECOMPUTE && seen_rc++ >= 1;
+        pred->n_keep += p->act[l] == STREAM_ACT_KEEP;
+        pred->n_offload += p->act[l] == STREAM_ACT_OFFLOAD;
+        pred->n_recompute += p->act[l] == STREAM_ACT_RECOMPUTE;
+    }
+    double exposed = 0, bwd_below = 0, rec = 0;
+    for (int w = 0; w < L; w++) {
+        double xf = plan_cost_wfetch_fwd(&c, d, w) + (w > 0 && moves[w - 1] ? c.ta_out : 0);
+        double over = xf - c.fwd;
+        exposed += over > 0 ? over : 0;
+        double cw = c.bwd + (reruns[w] ? c.fwd : 0);
+        double xb = plan_cost_wfetch_bwd(&c, d, w) + (w + 1 < L ? c.tg : 0) + (w > 0 && moves[w - 1] ? c.ta_in : 0);
+        over = xb - cw;
+        exposed += over > 0 ? over : 0;
+        rec += reruns[w] ? c.fwd : 0;
+        if (w < L - 1) bwd_below += cw;
+    }
+    double head, cexp, copt;
+    plan_cost_const(&c, p->vocab_chunk, &head, &cexp, &copt);
+    double opt = (double)L * c.opt_block - bwd_below;
+    if (opt < c.opt_block) opt = c.opt_block;
+    pred->block_fwd_s = c.fwd;
+    pred->block_bwd_s = c.bwd;
+    pred->compute_s = (double)L * (c.fwd + c.bwd) + head;
+    pred->recompute_s = rec;
+    pred->transfer_exposed_s = exposed + cexp;
+    pred->optim_exposed_s = opt + copt;
+    pred->step_s = pred->compute_s + pred->recompute_s + pred->transfer_exposed_s + pred->optim_exposed_s;
+    stream_config sc = {.arch = a, .B = B, .T = T};
+    pred->device_bytes = stream_device_bytes(&sc, p);
+    pred->optimal = 1;
+    return ST_OK;
+}

@@ -1,0 +1,34 @@
+/* plan_cost.h - the planner's cost model, shared by the closed-form prediction
+ * (plan_predict) and the mixed-integer program (plan_stream): one set of terms, so the
+ * program's objective for a plan is the prediction of that plan. */
+#ifndef STRATA_PLAN_COST_H
+#define STRATA_PLAN_COST_H
+
+#include "strata/plan.h"
+
+typedef struct plan_cost {
+    int L, B, T;
+    double fwd, bwd;        /* one block's forward, backward (s) */
+    double tw, tg;          /* one block's weight fetch (h2d), gradient drain (d2h) (s) */
+    double ta_out, ta_in;   /* one block's activation set: drain, fetch (s) */
+    double opt_block;       /* the optimizer over one block (s) */
+    double head_compute;    /* the classifier's forward and backward (s) */
+    double opt_nonblock;    /* the optimizer over the embedding, norm and untied head (s) */
+    double mem_bps, h2d, d2h;
+    const st_arch *a;
+} plan_cost;
+
+/* Fills c; fails on a profile with a missing or non-positive figure. */
+st_status plan_cost_init(plan_cost *c, const st_arch *a, int B, int T, const plan_profile *hw, st_err *err);
+
+/* The exposed and compute time that depend only on the vocabulary chunk (the head, the
+ * embedding's and head's copies, the first block's fetch and the last gradient's drain,
+ * the non-block optimizer). */
+void plan_cost_const(const plan_cost *c, int vchunk, double *compute_s, double *exposed_s, double *optim_s);
+
+/* Weight-fetch seconds that land in forward window w (fwd) or backward window w (bwd) at
+ * prefetch depth d. */
+double plan_cost_wfetch_fwd(const plan_cost *c, int d, int w);
+double plan_cost_wfetch_bwd(const plan_cost *c, int d, int w);
+
+#endif

@@ -1,0 +1,469 @@
+/* plan_stream.c - the stream plan as a mixed-integer program (GLPK): per block keep /
+ * offload / recompute, the prefetch depth and the vocabulary chunking, minimising the
+ * cost model's step time (plan_cost.c) under the device budget. The device bytes come
+ * from stream_device_bytes itself (see device_model). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/plan_cost.h"
+#include "strata/tier.h"
+
+#ifdef STRATA_HAVE_GLPK
+#include <glpk.h>
+#endif
+
+int plan_vocab_chunks(const st_arch *a, const plan_options *opt, int *out) {
+    int n = 0, V = a->lay.vocab_size;
+    out[n++] = 0;
+    if (opt && !opt->allow_vocab_chunk) return n;
+    for (int div = 2; div <= 64 && n < PLAN_MAX_VCHUNKS; div *= 2) {
+        int vc = (V + div - 1) / div;
+        vc = (vc + 63) / 64 * 64; /* whole cache lines of rows */
+        if (vc >= V) continue;
+        if (n > 1 && out[n - 1] == vc) continue;
+        out[n++] = vc;
+    }
+    return n;
+}
+
+/* ------------------------------------------------------------------ device bytes */
+
+/* stream_device_bytes, taken apart: every allocation of the executor's table is rounded
+ * on its own, so for a given vocabulary chunk and depth the bytes are
+ *     base(vc, d) + keep[n_keep] + off[n_offload] + rc0 * (no block recomputes)
+ * with base the all-recompute plan. The terms are read from stream_device_bytes by
+ * differences and the decomposition is checked against it over every (n_keep,
+ * n_offload), so the program's bytes are the executor's, exactly. */
+typedef struct device_model {
+    int L;
+    double *keep, *off; /* L + 1 each */
+    double rc0;
+} device_model;
+
+static size_t bytes_of(const stream_config *sc, stream_plan *p, int vc, int d, int nk, int no) {
+    int L = p->n_layer;
+    p->vocab_chunk = vc;
+    p->prefetch_depth = d;
+    for (int l = 0; l < L; l++)
+        p->act[l] = l < nk ? STREAM_ACT_KEEP : l < nk + no ? STREAM_ACT_OFFLOAD : STREAM_ACT_RECOMPUTE;
+    return stream_device_bytes(sc, p);
+}
+
+static double model_bytes(const device_model *m, double base, int nk, int no) {
+    return base + m->keep[nk] + m->off[no] + (nk + no == m->L ? m->rc0 : 0);
+}
+
+static st_status device_model_init(device_model *m, const stream_config *sc, stream_plan *p, int vc, int d,
+                                   st_err *err) {
+    int L = sc->arch->lay.n_blocks;
+    m->L = L;
+    m->keep = calloc((size_t)L + 1, sizeof(double));
+    m->off = calloc((size_t)L + 1, sizeof(double));
+    if (!m->keep || !m->off) return st_errf(err, ST_ERR_NOMEM, "plan: out of memory");
+    double base = (double)bytes_of(sc, p, vc, d, 0, 0);
+    for (int k = 1; k < L; k++) {
+        m->keep[k] = (double)bytes_of(sc, p, vc, d, k, 0) - base;
+        m->off[k] = (double)bytes_of(sc, p, vc, d, 0, k) - base;
+    }
+    if (L >= 2) {
+        m->rc0 = (double)bytes_of(sc, p, vc, d, 1, L - 1) - base - m->keep[1] - m->off[L - 1];
+        m->keep[L] = (double)bytes_of(sc, p, vc, d, L, 0) - base - m->rc0;
+        m->off[L] = (double)bytes_of(sc, p, vc, d, 0, L) - base - m->rc0;
+    } else {
+        m->rc0 = 0;
+        m->keep[1] = (double)bytes_of(sc, p, vc, d, 1, 0) - base;
+        m->off[1] = (double)bytes_of(sc, p, vc, d, 0, 1) - base;
+    }
+    for (int nk = 0; nk <= L; nk++)
+        for (int no = 0; nk + no <= L; no++) {
+            double want = (double)bytes_of(sc, p, vc, d, nk, no);
+            if (model_bytes(m, base, nk, no) != want)
+                return st_errf(err, ST_ERR_INVALID, "plan: stream_device_bytes is not a sum of per-choice terms at "
+                               "%d keep, %d offload (%.0f bytes, the planner's model %.0f): the executor's "
+                               "allocation table changed, update src/plan/plan_stream.c", nk, no, want,
+                               model_bytes(m, base, nk, no));
+        }
+    return ST_OK;
+}
+
+static void device_model_free(device_model *m) {
+    free(m->keep);
+    free(m->off);
+}
+
+/* The fewest bytes any plan of this model needs, and that plan's shape. */
+static double min_bytes(const device_model *m, const double *base, int np, int *bp, int *bnk, int *bno) {
+    double best = INFINITY;
+    for (int p = 0; p < np; p++)
+        for (int nk = 0; nk <= m->L; nk++)
+            for (int no = 0; nk + no <= m->L; no++) {
+                double b = model_bytes(m, base[p], nk, no);
+                if (b < best) {
+                    best = b;
+                    *bp = p;
+                    *bnk = nk;
+                    *bno = no;
+                }
+            }
+    return best;
+}
+
+/* ------------------------------------------------------------------ the program */
+
+#ifdef STRATA_HAVE_GLPK
+typedef struct triplets {
+    int n, cap;
+    int *i, *j;
+    double *v;
+} triplets;
+
+static int tp_add(triplets *t, int i, int j, double v) {
+    if (v == 0) return 0;
+    if (t->n + 1 >= t->cap) {
+        int cap = t->cap ? t->cap * 2 : 4096;
+        int *ni = realloc(t->i, sizeof(int) * (size_t)cap), *nj = ni ? realloc(t->j, sizeof(int) * (size_t)cap) : NULL;
+        if (ni) t->i = ni;
+        if (nj) t->j = nj;
+        double *nv = nj ? realloc(t->v, sizeof(double) * (size_t)cap) : NULL;
+        if (!nv) return -1;
+        t->v = nv;
+        t->cap = cap;
+    }
+    t->n++; /* GLPK's arrays are 1-based */
+    t->i[t->n] = i;
+    t->j[t->n] = j;
+    t->v[t->n] = v;
+    return 0;
+}
+
+/* The program's columns (1-based), in order. */
+typedef struct cols {
+    int k, o, r, res, top, zk, zo, pp, ef, eb, opt, n;
+} cols;
+
+/* Column values of plan p (pair index pi): the incumbent handed to GLPK. */
+static void fill_cols(const cols *cl, const plan_cost *c, const stream_plan *p, int pi, int nd, double *x) {
+    int L = c->L, d = p->prefetch_depth, nk = 0, no = 0, seen_off = 0, seen_rc = 0;
+    memset(x, 0, sizeof(double) * (size_t)(cl->n + 1));
+    unsigned char mv[STREAM_MAX_LAYERS], rerun[STREAM_MAX_LAYERS];
+    for (int l = L - 1; l >= 0; l--) {
+        int a = p->act[l];
+        x[cl->k + l] = a == STREAM_ACT_KEEP;
+        x[cl->o + l] = a == STREAM_ACT_OFFLOAD;
+        x[cl->r + l] = a == STREAM_ACT_RECOMPUTE;
+        x[cl->res + l] = a == STREAM_ACT_OFFLOAD && seen_off < 2;
+        x[cl->top + l] = a == STREAM_ACT_RECOMPUTE && seen_rc < 1;
+        mv[l] = a == STREAM_ACT_OFFLOAD && seen_off >= 2;
+        rerun[l] = a == STREAM_ACT_RECOMPUTE && seen_rc >= 1;
+        seen_off += a == STREAM_ACT_OFFLOAD;
+        seen_rc += a == STREAM_ACT_RECOMPUTE;
+        nk += a == STREAM_ACT_KEEP;
+        no += a == STREAM_ACT_OFFLOAD;
+    }
+    x[cl->zk + nk] = 1;
+    x[cl->zo + no] = 1;
+    x[cl->pp + pi] = 1;
+    double below = 0;
+    for (int w = 0; w < L; w++) {
+        double e = plan_cost_wfetch_fwd(c, d, w) + (w > 0 && mv[w - 1] ? c->ta_out : 0) - c->fwd;
+        x[cl->ef + w] = e > 0 ? e : 0;
+        double cw = c->bwd + (rerun[w] ? c->fwd : 0);
+        e = plan_cost_wfetch_bwd(c, d, w) + (w + 1 < L ? c->tg : 0) + (w > 0 && mv[w - 1] ? c->ta_in : 0) - cw;
+        x[cl->eb + w] = e > 0 ? e : 0;
+        if (w < L - 1) below += cw;
+    }
+    double opt = (double)L * c->opt_block - below;
+    x[cl->opt] = opt > c->opt_block ? opt : c->opt_block;
+    (void)nd;
+}
+
+/* The best of the simple plans (per vocabulary chunk and depth: the last k blocks keep,
+ * the rest all recompute or all offload, for every k) that fits: the program's first incumbent,
+ * so it never returns a plan slower than these rules, the executor's fixed rule among
+ * them. Returns the pair index, -1 when none fits. */
+static int best_simple(const st_arch *a, int B, int T, const plan_profile *hw, size_t budget, const int *vcs, int np,
+                       int nd, stream_plan *best, stream_plan *work, double *best_s) {
+    int L = a->lay.n_blocks, bi = -1;
+    stream_config sc = {.arch = a, .B = B, .T = T};
+    *best_s = INFINITY;
+    for (int p = 0; p < np; p++)
+        for (int rest = STREAM_ACT_RECOMPUTE; rest <= STREAM_ACT_OFFLOAD; rest++)
+            for (int k = L; k >= 0; k--) {
+                stream_plan_default(work, L);
+                work->vocab_chunk = vcs[p / nd];
+                work->prefetch_depth = 1 + p % nd;
+                for (int l = 0; l < L; l++) work->act[l] = l >= L - k ? STREAM_ACT_KEEP : (unsigned char)rest;
+                if (stream_device_bytes(&sc, work) > budget) continue;
+                plan_prediction pr;
+                st_err e = {0};
+                if (plan_predict(a, B, T, hw, work, &pr, &e) == ST_OK && pr.step_s < *best_s) {
+                    *best_s = pr.step_s;
+                    *best = *work;
+                    bi = p;
+                }
+            }
+    return bi;
+}
+
+typedef struct heur_ctx {
+    const double *x;
+    int given;
+} heur_ctx;
+
+static void glpk_callback(glp_tree *tree, void *info) {
+    heur_ctx *h = info;
+    if (glp_ios_reason(tree) == GLP_IHEUR && !h->given) {
+        glp_ios_heur_sol(tree, h->x);
+        h->given = 1;
+    }
+}
+
+static int glpk_quiet_hook(void *info, const char *s) {
+    (void)info;
+    (void)s;
+    return 1; /* handled: GLPK prints nothing */
+}
+#endif
+
+st_status plan_stream_ex(const st_arch *a, int B, int T, size_t device_budget, const plan_profile *hw,
+                         const plan_options *opt, stream_plan *out, plan_prediction *pred, st_err *err) {
+    double t0 = st_now();
+    plan_cost c;
+    st_status s = plan_cost_init(&c, a, B, T, hw, err);
+    if (s) return s;
+    plan_options o = {.time_limit_ms = PLAN_TIME_LIMIT_MS, .max_depth = PLAN_MAX_DEPTH, .allow_vocab_chunk = 1,
+                      .mip_gap = PLAN_MIP_GAP, .no_incumbent = 0};
+    if (opt) {
+        o = *opt;
+        if (o.time_limit_ms <= 0) o.time_limit_ms = PLAN_TIME_LIMIT_MS;
+        if (o.mip_gap < 0) o.mip_gap = PLAN_MIP_GAP;
+        if (o.max_depth <= 0 || o.max_depth > PLAN_MAX_DEPTH) o.max_depth = PLAN_MAX_DEPTH;
+    }
+    int L = c.L;
+    if (L < 1 || L > STREAM_MAX_LAYERS) return st_errf(err, ST_ERR_INVALID, "plan: %d blocks", L);
+    int vcs[PLAN_MAX_VCHUNKS], nv = plan_vocab_chunks(a, &o, vcs);
+    int nd = o.max_depth < L ? o.max_depth : L, np = nv * nd;
+    stream_config sc = {.arch = a, .B = B, .T = T};
+    stream_plan *work = malloc(sizeof *work);
+    double *base = malloc(sizeof(double) * (size_t)np);
+    device_model m = {0};
+    if (!work || !base) {
+        free(work);
+        free(base);
+        return st_errf(err, ST_ERR_NOMEM, "plan: out of memory");
+    }
+    stream_plan_default(work, L);
+    if ((s = device_model_init(&m, &sc, work, vcs[0], 1, err))) goto done;
+    for (int p = 0; p < np; p++) {
+        base[p] = (double)bytes_of(&sc, work, vcs[p / nd], 1 + p % nd, 0, 0);
+        /* the per-choice terms do not depend on the chunk or the depth: checked at one mix */
+        int nk = L / 2, no = L - nk;
+        if (model_bytes(&m, base[p], nk, no) != (double)bytes_of(&sc, work, vcs[p / nd], 1 + p % nd, nk, no)) {
+            s = st_errf(err, ST_ERR_INVALID, "plan: stream_device_bytes's activation terms depend on the vocabulary "
+                        "chunk or depth: the executor's allocation table changed, update src/plan/plan_stream.c");
+            goto done;
+        }
+    }
+    int mp = 0, mk = 0, mo = 0;
+    double need = min_bytes(&m, base, np, &mp, &mk, &mo);
+    if (need > (double)device_budget) {
+        s = st_errf(err, ST_ERR_NOMEM, "plan: no stream plan fits a device budget of %zu bytes: the smallest (%d keep, "
+                    "%d offload, %d recompute, prefetch depth %d, vocab_chunk %d) needs %.0f, %.0f bytes missing "
+                    "(a smaller batch or sequence, or a larger budget)", device_budget, mk, mo, L - mk - mo,
+                    1 + mp % nd, vcs[mp / nd], need, need - (double)device_budget);
+        goto done;
+    }
+#ifndef STRATA_HAVE_GLPK
+    (void)out;
+    (void)pred;
+    (void)t0;
+    s = st_errf(err, ST_ERR_UNSUPPORTED, "plan: this strata was built without GLPK (Debian: apt-get install "
+                "libglpk-dev, then configure again): the planner cannot solve");
+#else
+    {
+    /* columns */
+    int ck = 1, co = ck + L, cr = co + L, cres = cr + L, ctop = cres + L, czk = ctop + L, czo = czk + L + 1;
+    int cpp = czo + L + 1, cef = cpp + np, ceb = cef + L, copt = ceb + L, ncol = copt;
+    cols cl = {ck, co, cr, cres, ctop, czk, czo, cpp, cef, ceb, copt, ncol};
+    int solved = 0;
+    stream_plan *simple = malloc(sizeof *simple);
+    double *x0 = malloc(sizeof(double) * (size_t)(ncol + 1)), simple_s;
+    if (!simple || !x0) {
+        free(simple);
+        free(x0);
+        s = st_errf(err, ST_ERR_NOMEM, "plan: out of memory");
+        goto done;
+    }
+    double MiB = 1048576.0, budget = (double)device_budget;
+    for (int attempt = 0; attempt < 4; attempt++) {
+        int si = best_simple(a, B, T, hw, (size_t)budget, vcs, np, nd, simple, work, &simple_s);
+        if (si >= 0) fill_cols(&cl, &c, simple, si, nd, x0);
+        heur_ctx hx = {x0, si < 0 || o.no_incumbent};
+        glp_term_hook(glpk_quiet_hook, NULL);
+        glp_prob *lp = glp_create_prob();
+        glp_set_obj_dir(lp, GLP_MIN);
+        glp_add_cols(lp, ncol);
+        for (int j = 1; j < cef; j++) glp_set_col_kind(lp, j, GLP_BV);
+        for (int j = cef; j < copt; j++) glp_set_col_bnds(lp, j, GLP_LO, 0, 0);
+        glp_set_col_bnds(lp, copt, GLP_LO, c.opt_block, 0);
+        /* objective: the pair's constants, the reruns, the exposures */
+        for (int p = 0; p < np; p++) {
+            double hc, ce, cop;
+            plan_cost_const(&c, vcs[p / nd], &hc, &ce, &cop);
+            glp_set_obj_coef(lp, cpp + p, hc + ce + cop);
+        }
+        for (int l = 0; l < L; l++) {
+            glp_set_obj_coef(lp, cr + l, c.fwd);
+            glp_set_obj_coef(lp, ctop + l, -c.fwd);
+            glp_set_obj_coef(lp, cef + l, 1);
+            glp_set_obj_coef(lp, ceb + l, 1);
+        }
+        glp_set_obj_coef(lp, copt, 1);
+        glp_set_obj_coef(lp, 0, (double)L * (c.fwd + c.bwd));
+
+        triplets t = {0};
+        int row = 0, bad = 0;
+#define ROW(type, lo, hi) (row++, glp_add_rows(lp, 1), glp_set_row_bnds(lp, row, (type), (lo), (hi)))
+#define E(col, v) (bad |= tp_add(&t, row, (col), (v)))
+        for (int l = 0; l < L; l++) { /* one choice per block */
+            ROW(GLP_FX, 1, 1);
+            E(ck + l, 1), E(co + l, 1), E(cr + l, 1);
+        }
+        ROW(GLP_FX, 1, 1); /* n_keep, one-hot */
+        for (int k = 0; k <= L; k++) E(czk + k, 1);
+        ROW(GLP_FX, 0, 0);
+        for (int k = 1; k <= L; k++) E(czk + k, k);
+        for (int l = 0; l < L; l++) E(ck + l, -1);
+        ROW(GLP_FX, 1, 1); /* n_offload, one-hot */
+        for (int k = 0; k <= L; k++) E(czo + k, 1);
+        ROW(GLP_FX, 0, 0);
+        for (int k = 1; k <= L; k++) E(czo + k, k);
+        for (int l = 0; l < L; l++) E(co + l, -1);
+        /* top_l: block l is the highest recompute block (its forward is not run again) */
+        for (int l = 0; l < L; l++) {
+            ROW(GLP_UP, 0, 0);
+            E(ctop + l, 1), E(cr + l, -1);
+            ROW(GLP_LO, 0, 0);
+            E(ctop + l, 1), E(cr + l, -1);
+            for (int j = l + 1; j < L; j++) E(cr + j, 1);
+        }
+        ROW(GLP_UP, 0, 1);
+        for (int l = 0; l < L; l++) E(ctop + l, 1);
+        /* res_l: block l is one of the two highest offloaded blocks (stays on the device) */
+        for (int l = 0; l < L; l++) {
+            ROW(GLP_UP, 0, 0);
+            E(cres + l, 1), E(co + l, -1);
+            ROW(GLP_LO, 0, 0);
+            E(cres + l, 1), E(co + l, -1);
+            for (int j = l + 1; j < L; j++) E(co + j, 0.5);
+        }
+        ROW(GLP_UP, 0, 2);
+        for (int l = 0; l < L; l++) E(cres + l, 1);
+        /* device bytes (MiB): base + keep[n_keep] + off[n_offload] + rc0 (1 - any recompute) <= budget */
+        ROW(GLP_UP, 0, (budget - m.rc0) / MiB);
+        for (int p = 0; p < np; p++) E(cpp + p, base[p] / MiB);
+        for (int k = 0; k <= L; k++) E(czk + k, m.keep[k] / MiB), E(czo + k, m.off[k] / MiB);
+        for (int l = 0; l < L; l++) E(ctop + l, -m.rc0 / MiB);
+        ROW(GLP_FX, 1, 1); /* one (vocabulary chunk, depth) */
+        for (int p = 0; p < np; p++) E(cpp + p, 1);
+        /* forward windows: e >= weight fetches + the drain of a moving offloaded block w-1 - fwd */
+        for (int w = 0; w < L; w++) {
+            ROW(GLP_LO, -c.fwd, 0);
+            E(cef + w, 1);
+            for (int p = 0; p < np; p++) E(cpp + p, -plan_cost_wfetch_fwd(&c, 1 + p % nd, w));
+            if (w > 0) E(co + w - 1, -c.ta_out), E(cres + w - 1, c.ta_out);
+        }
+        /* backward windows: e >= weight fetches + block w+1's gradient + the fetch of a moving
+         * offloaded block w-1 - (bwd + a rerun forward) */
+        for (int w = 0; w < L; w++) {
+            ROW(GLP_LO, (w + 1 < L ? c.tg : 0) - c.bwd, 0);
+            E(ceb + w, 1);
+            for (int p = 0; p < np; p++) E(cpp + p, -plan_cost_wfetch_bwd(&c, 1 + p % nd, w));
+            if (w > 0) E(co + w - 1, -c.ta_in), E(cres + w - 1, c.ta_in);
+            E(cr + w, c.fwd), E(ctop + w, -c.fwd);
+        }
+        /* the optimizer behind the backward of the blocks below the last */
+        ROW(GLP_LO, (double)L * c.opt_block - (double)(L - 1) * c.bwd, 0);
+        E(copt, 1);
+        for (int l = 0; l < L - 1; l++) E(cr + l, c.fwd), E(ctop + l, -c.fwd);
+#undef ROW
+#undef E
+        if (bad) {
+            free(t.i), free(t.j), free(t.v);
+            glp_delete_prob(lp);
+            s = st_errf(err, ST_ERR_NOMEM, "plan: out of memory");
+            break;
+        }
+        glp_load_matrix(lp, t.n, t.i, t.j, t.v);
+        free(t.i), free(t.j), free(t.v);
+        glp_smcp sp;
+        glp_init_smcp(&sp);
+        sp.msg_lev = GLP_MSG_OFF;
+        glp_iocp ip;
+        glp_init_iocp(&ip);
+        ip.msg_lev = GLP_MSG_OFF;
+        ip.presolve = GLP_OFF; /* the incumbent is given in the program's own columns */
+        ip.cb_func = glpk_callback;
+        ip.cb_info = &hx;
+        ip.mip_gap = o.mip_gap;
+        int left = o.time_limit_ms - (int)((st_now() - t0) * 1e3);
+        ip.tm_lim = left > 50 ? left : 50;
+        ip.mir_cuts = GLP_ON;
+        int rc = glp_simplex(lp, &sp);
+        if (rc == 0) rc = glp_intopt(lp, &ip);
+        int st = glp_mip_status(lp);
+        if (st != GLP_OPT && st != GLP_FEAS) {
+            glp_delete_prob(lp);
+            s = st_errf(err, rc == GLP_ETMLIM ? ST_ERR_UNSUPPORTED : ST_ERR_INVALID,
+                        "plan: GLPK found no plan in %d ms (glp_intopt %d, status %d) though the smallest plan fits: "
+                        "raise the time limit", o.time_limit_ms, rc, st);
+            break;
+        }
+        stream_plan_default(out, L);
+        int pbest = 0;
+        for (int p = 0; p < np; p++)
+            if (glp_mip_col_val(lp, cpp + p) > 0.5) pbest = p;
+        out->vocab_chunk = vcs[pbest / nd];
+        out->prefetch_depth = 1 + pbest % nd;
+        for (int l = 0; l < L; l++)
+            out->act[l] = glp_mip_col_val(lp, ck + l) > 0.5   ? STREAM_ACT_KEEP
+                          : glp_mip_col_val(lp, co + l) > 0.5 ? STREAM_ACT_OFFLOAD
+                                                              : STREAM_ACT_RECOMPUTE;
+        int optimal = st == GLP_OPT || rc == GLP_EMIPGAP;
+        double obj = glp_mip_obj_val(lp);
+        glp_delete_prob(lp);
+        size_t got = stream_device_bytes(&sc, out);
+        if (got > device_budget) { /* GLPK's feasibility tolerance: tighten by the excess, solve again */
+            budget -= (double)(got - device_budget) + ST_ARENA_ALIGN;
+            continue;
+        }
+        if ((s = plan_predict(a, B, T, hw, out, pred, err))) break;
+        pred->program_s = obj;
+        if (si >= 0 && !o.no_incumbent && simple_s < pred->step_s) { /* GLPK stopped before reaching its incumbent */
+            *out = *simple;
+            if ((s = plan_predict(a, B, T, hw, out, pred, err))) break;
+            optimal = 0;
+        }
+        pred->device_budget = device_budget;
+        pred->optimal = optimal;
+        pred->solve_s = st_now() - t0;
+        solved = 1;
+        break;
+    }
+    if (!s && !solved) s = st_errf(err, ST_ERR_INVALID, "plan: GLPK's plans kept exceeding the budget of %zu bytes", device_budget);
+    free(simple);
+    free(x0);
+    }
+#endif
+done:
+    device_model_free(&m);
+    free(work);
+    free(base);
+    return s;
+}
+
+st_status plan_stream(const st_arch *a, int B, int T, size_t device_budget, const plan_profile *hw,
+                      stream_plan *out, plan_prediction *pred, st_err *err) {
+    return plan_stream_ex(a, B, T, device_budget, hw, NULL, out, pred, err);
+}

@@ -1,0 +1,187 @@
+/* test_plan.c - the planner (plan.h): on a 6-block model the mixed-integer program's plan
+ * has the same predicted step time as a brute-force search over every per-block choice,
+ * prefetch depth and vocabulary chunk that fits (for a sweep of device budgets, under
+ * two machine profiles); its device bytes are stream_device_bytes' and within the budget;
+ * the predicted time never rises as the budget grows; a budget below the smallest plan is
+ * refused naming the bytes missing; 80 blocks solve in under a second; the profile's
+ * file round-trips and a wrong version is refused. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "strata/plan.h"
+#include "testutil.h"
+
+typedef struct bf_entry {
+    double step_s;
+    size_t bytes;
+} bf_entry;
+
+/* Every plan of the model: 3^L activation choices x depths x vocabulary chunks. */
+static bf_entry *brute_force(const st_arch *a, int B, int T, const plan_profile *hw, int *n_out) {
+    int L = a->lay.n_blocks, vcs[PLAN_MAX_VCHUNKS], nv = plan_vocab_chunks(a, NULL, vcs);
+    int nd = PLAN_MAX_DEPTH < L ? PLAN_MAX_DEPTH : L, n3 = 1;
+    for (int l = 0; l < L; l++) n3 *= 3;
+    bf_entry *e = malloc(sizeof *e * (size_t)n3 * nv * nd);
+    stream_plan *p = malloc(sizeof *p);
+    stream_plan_default(p, L);
+    int n = 0;
+    st_err err = {0};
+    for (int v = 0; v < nv; v++)
+        for (int d = 1; d <= nd; d++)
+            for (int code = 0; code < n3; code++) {
+                int c = code;
+                for (int l = 0; l < L; l++, c /= 3) p->act[l] = (unsigned char)(c % 3);
+                p->vocab_chunk = vcs[v];
+                p->prefetch_depth = d;
+                plan_prediction pr;
+                if (plan_predict(a, B, T, hw, p, &pr, &err)) {
+                    fprintf(stderr, "plan_predict: %s\n", err.msg);
+                    exit(1);
+                }
+                e[n++] = (bf_entry){pr.step_s, pr.device_bytes};
+            }
+    free(p);
+    *n_out = n;
+    return e;
+}
+
+static void sweep(const st_arch *a, int B, int T, const plan_profile *hw, const char *name) {
+    int n;
+    bf_entry *e = brute_force(a, B, T, hw, &n);
+    size_t lo = (size_t)-1, hi = 0;
+    for (int i = 0; i < n; i++) {
+        if (e[i].bytes < lo) lo = e[i].bytes;
+        if (e[i].bytes > hi) hi = e[i].bytes;
+    }
+    stream_plan *p = malloc(sizeof *p);
+    stream_config sc = {.arch = a, .B = B, .T = T};
+    st_err err = {0};
+    plan_prediction pr;
+    /* below the smallest plan: refused, naming the bytes missing */
+    st_status s = plan_stream(a, B, T, lo - 1000, hw, p, &pr, &err);
+    CHECK(s == ST_ERR_NOMEM, "%s: budget %zu below the smallest plan (%zu) gave %d", name, lo - 1000, lo, (int)s);
+    CHECK(strstr(err.msg, "1000 bytes missing") != NULL, "%s: message does not name 1000 bytes missing: %s", name,
+          err.msg);
+    double prev = INFINITY;
+    int steps = 24, distinct = 0;
+    double last_t = -1;
+    for (int i = 0; i <= steps; i++) {
+        size_t budget = lo + (size_t)((double)(hi - lo) * i / steps);
+        if (i == steps) budget = hi + 4096;
+        double best = INFINITY;
+        for (int k = 0; k < n; k++)
+            if (e[k].bytes <= budget && e[k].step_s < best) best = e[k].step_s;
+        /* the program alone (no simple plan to start from), proving its optimum */
+        plan_options po = {.time_limit_ms = 20000, .mip_gap = 0, .allow_vocab_chunk = 1, .no_incumbent = 1};
+        s = plan_stream_ex(a, B, T, budget, hw, &po, p, &pr, &err);
+        CHECK(s == ST_OK, "%s: budget %zu: %s", name, budget, err.msg);
+        if (!s)
+            CHECK(fabs(pr.program_s - pr.step_s) <= 1e-9 + 1e-7 * pr.step_s, "%s: budget %zu: the program's objective "
+                  "%.9g s, the cost model's prediction of its plan %.9g s", name, budget, pr.program_s, pr.step_s);
+        if (s) continue;
+        size_t got = stream_device_bytes(&sc, p);
+        CHECK(got <= budget, "%s: plan needs %zu device bytes, budget %zu", name, got, budget);
+        CHECK(got == pr.device_bytes, "%s: predicted %zu device bytes, stream_device_bytes %zu", name, pr.device_bytes,
+              got);
+        CHECK(pr.optimal, "%s: budget %zu: not proven optimal", name, budget);
+        CHECK(fabs(pr.step_s - best) <= 1e-9 + 1e-7 * best, "%s: budget %zu: the program's plan predicts %.9g s, "
+              "brute force's best %.9g s", name, budget, pr.step_s, best);
+        CHECK(pr.step_s <= prev * (1 + 1e-9), "%s: budget %zu: predicted %.9g s, above %.9g s at a smaller budget",
+              name, budget, pr.step_s, prev);
+        prev = pr.step_s;
+        if (pr.step_s != last_t) distinct++;
+        last_t = pr.step_s;
+    }
+    /* the sweep means something only if the budget changes the answer */
+    CHECK(distinct >= 2, "%s: only %d distinct predicted times over the sweep", name, distinct);
+    printf("%s: %d plans brute-forced, budgets %zu..%zu bytes, %d distinct optima\n", name, n, lo, hi, distinct);
+    free(p);
+    free(e);
+}
+
+int main(void) {
+    st_err err = {0};
+    /* a GPT-2 shape small enough to brute-force: 6 blocks */
+    gpt2_config cfg = {.vocab_size = 512, .max_seq = 64, .n_layer = 6, .n_head = 2, .n_embd = 64};
+    st_arch *a = NULL;
+    if (st_arch_gpt2(&a, &cfg, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    plan_profile fast = {.version = PLAN_PROFILE_VERSION, .sgemm_flops = 20e9, .h2d_bytes_per_s = 8e9,
+                         .d2h_bytes_per_s = 6e9, .mem_bytes_per_s = 10e9, .optim_ns_per_param = 1.0};
+    /* slow copies: offloading activations costs more than recomputing them */
+    plan_profile slow = fast;
+    slow.h2d_bytes_per_s = slow.d2h_bytes_per_s = 0.3e9;
+    stream_plan *p = malloc(sizeof *p);
+    plan_prediction pr;
+    if (plan_stream(a, 4, 64, (size_t)1 << 30, &fast, p, &pr, &err) == ST_ERR_UNSUPPORTED) {
+        printf("skip: %s\n", err.msg);
+        return 77;
+    }
+    sweep(a, 4, 64, &fast, "6 blocks, fast copies");
+    sweep(a, 4, 64, &slow, "6 blocks, slow copies");
+    /* a slow optimizer: the update is longer than the backward that hides it */
+    plan_profile slow_opt = fast;
+    slow_opt.h2d_bytes_per_s = slow_opt.d2h_bytes_per_s = 1e9;
+    slow_opt.optim_ns_per_param = 40.0;
+    sweep(a, 4, 64, &slow_opt, "6 blocks, slow optimizer");
+
+    /* 80 blocks: under a second, at a budget where blocks must choose */
+    gpt2_config big = {.vocab_size = 50304, .max_seq = 256, .n_layer = 80, .n_head = 12, .n_embd = 768};
+    st_arch *b = NULL;
+    CHECK(st_arch_gpt2(&b, &big, &err) == ST_OK, "%s", err.msg);
+    if (b) {
+        stream_config sc = {.arch = b, .B = 2, .T = 256};
+        stream_plan *all = malloc(sizeof *all);
+        stream_plan_default(all, 80);
+        stream_plan_set_all(all, STREAM_ACT_KEEP);
+        size_t keep = stream_device_bytes(&sc, all);
+        stream_plan_set_all(all, STREAM_ACT_RECOMPUTE);
+        size_t rc = stream_device_bytes(&sc, all);
+        size_t budget = rc + (keep - rc) / 3;
+        /* a fast device: every block's choice changes the time; the program alone, to the proven optimum */
+        plan_profile dev = {.version = PLAN_PROFILE_VERSION, .sgemm_flops = 20e12, .h2d_bytes_per_s = 20e9,
+                            .d2h_bytes_per_s = 20e9, .mem_bytes_per_s = 10e9, .optim_ns_per_param = 0.5};
+        plan_options po = {.time_limit_ms = 20000, .mip_gap = 0, .allow_vocab_chunk = 1, .no_incumbent = 1};
+        for (int run = 0; run < 2; run++) {
+            st_status s = plan_stream_ex(b, 2, 256, budget, &dev, run ? NULL : &po, p, &pr, &err);
+            CHECK(s == ST_OK, "80 blocks: %s", err.msg);
+            if (s) continue;
+            CHECK(stream_device_bytes(&sc, p) <= budget, "80 blocks: over the budget");
+            CHECK(pr.solve_s < 1.0, "80 blocks solved in %.3f s (limit 1 s)", pr.solve_s);
+            CHECK(pr.optimal, "80 blocks: stopped at the time limit");
+            printf("80 blocks (%s): budget %zu bytes, solved in %.3f s (%s): %d keep, %d offload, %d recompute, "
+                   "depth %d, vocab_chunk %d, predicted %.4f s\n", run ? "defaults" : "no incumbent, gap 0", budget,
+                   pr.solve_s, pr.optimal ? "optimal" : "time limit", pr.n_keep, pr.n_offload, pr.n_recompute,
+                   p->prefetch_depth, p->vocab_chunk, pr.step_s);
+        }
+        free(all);
+        st_arch_free(b);
+    }
+
+    /* the profile file */
+    const char *dir = test_tmpdir();
+    char path[4096];
+    snprintf(path, sizeof path, "%s/hw.json", dir);
+    plan_profile back;
+    CHECK(plan_profile_save(path, &slow, &err) == ST_OK, "%s", err.msg);
+    CHECK(plan_profile_load(path, &back, &err) == ST_OK, "%s", err.msg);
+    CHECK(fabs(back.h2d_bytes_per_s - slow.h2d_bytes_per_s) < 1e-3 * slow.h2d_bytes_per_s &&
+              back.version == PLAN_PROFILE_VERSION, "profile did not round-trip");
+    FILE *f = fopen(path, "w");
+    fputs("{\"strata_plan_profile\": 99, \"sgemm_flops\": 1}", f);
+    fclose(f);
+    CHECK(plan_profile_load(path, &back, &err) == ST_ERR_FORMAT && strstr(err.msg, "version 99"),
+          "version 99 accepted: %s", err.msg);
+    f = fopen(path, "w");
+    fputs("{\"strata_plan_profile\": 1, \"sgemm_flops\": 1e9, \"h2d_bytes_per_s\": -1}", f);
+    fclose(f);
+    CHECK(plan_profile_load(path, &back, &err) == ST_ERR_FORMAT && strstr(err.msg, "h2d_bytes_per_s"),
+          "a negative bandwidth accepted: %s", err.msg);
+    free(p);
+    st_arch_free(a);
+    return test_finish("plan");
+}
