@@ -1,27 +1,41 @@
 /* cmd_plan.c - strata plan: the bytes each class of training state needs and where it
  * would live, from the configuration alone, before anything is allocated. It takes the
  * same --KEY VALUE options (and --config) as strata train, so a plan describes exactly
- * the run that train would start, and train refuses the same plan when it does not fit. */
+ * the run that train would start, and train refuses the same plan when it does not fit.
+ * With --device_budget it also runs the planner (plan.h): the per-block stream plan,
+ * its predicted step time in parts and its device bytes, from a hardware profile
+ * (--profile FILE, or measured now on the CPU backend). */
+#include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
 #include "cli/cli_prof.h"
-#include "strata/prof.h"
+#include "strata/block.h"
 #include "strata/llama.h"
+#include "strata/plan.h"
+#include "strata/prof.h"
 #include "strata/store.h"
 #include "strata/train.h"
 
 static void plan_usage(FILE *f) {
     fprintf(f,
             "usage: strata plan [--config FILE.json] [--KEY VALUE ...] [--host_budget BYTES]\n"
-            "                   [--device_budget BYTES] [--disk_budget BYTES]\n"
+            "                   [--device_budget BYTES] [--disk_budget BYTES] [--json]\n"
+            "                   [--profile FILE.json] [--save_profile FILE.json] [--time_limit_ms N]\n"
             "\n"
             "Prints the bytes each class of training state needs (weights, gradients, master copy,\n"
             "moments in fp32 or 8-bit, activations with and without checkpointing), where each\n"
             "lives, and whether the peak fits each tier's budget. Nothing is allocated. Budgets\n"
             "take suffixes (512MiB, 8GiB, 2e9); the host budget defaults to MemAvailable.\n"
+            "With --device_budget, the planner chooses the layer-streaming plan (per block: keep,\n"
+            "offload or recompute its activations; the prefetch depth; the vocabulary chunk) that\n"
+            "minimises the predicted step time within the budget, solved as a mixed-integer\n"
+            "program (GLPK), and prints it per block with the predicted step time in parts, the\n"
+            "device bytes and the solve time. The machine's figures come from --profile (a file\n"
+            "--save_profile wrote) or are measured now on the CPU backend (about a second).\n"
+            "--json prints only the plan, as JSON.\n"
             "Exit status: 0 fits, 3 does not fit, 2 bad options.\n"
             "\n"
             "Keys (as for strata train): %s\n", train_config_keys());
@@ -63,6 +77,116 @@ static int plan_disk(const train_config *c, double n_params) {
     return short_;
 }
 
+static const char *act_name(int a) {
+    return a == STREAM_ACT_KEEP ? "keep" : a == STREAM_ACT_OFFLOAD ? "offload" : "recompute";
+}
+
+/* The planner's section: the profile (loaded, or measured on the CPU backend), the plan
+ * for the device budget, printed as text or JSON. 0 fits, 3 no plan fits, 2 bad input. */
+static int plan_device(const st_arch *a, const train_config *cfg, double device_budget, const char *profile,
+                       const char *save_profile, int time_limit_ms, int json) {
+    st_err err = {0};
+    plan_profile hw;
+    if (profile) {
+        if (plan_profile_load(profile, &hw, &err)) {
+            fprintf(stderr, "strata plan: %s\n", err.msg);
+            return 2;
+        }
+    } else {
+        st_backend *be = NULL;
+        st_status s = st_backend_cpu_create(&be, 0, &err);
+        if (!s) s = plan_profile_measure(be, &hw, &err);
+        if (be) st_backend_free(be);
+        if (s) {
+            fprintf(stderr, "strata plan: measuring the machine: %s\n", err.msg);
+            return 2;
+        }
+    }
+    if (save_profile && plan_profile_save(save_profile, &hw, &err)) {
+        fprintf(stderr, "strata plan: %s\n", err.msg);
+        return 2;
+    }
+    if (!(device_budget > 0)) {
+        if (json) printf("{\"profile_saved\": %s}\n", save_profile ? "true" : "false");
+        return 0;
+    }
+    stream_plan *p = malloc(sizeof *p);
+    if (!p) {
+        fprintf(stderr, "strata plan: out of memory\n");
+        return 2;
+    }
+    plan_prediction pr;
+    plan_options po = {.time_limit_ms = time_limit_ms, .mip_gap = -1, .allow_vocab_chunk = 1};
+    st_status s = plan_stream_ex(a, cfg->batch, cfg->seq, (size_t)device_budget, &hw, &po, p, &pr, &err);
+    int L = a->lay.n_blocks, rc = s == ST_OK ? 0 : s == ST_ERR_NOMEM ? 3 : 2;
+    if (json) {
+        json_object *o = json_object_new_object(), *prof = json_object_new_object();
+        json_object_object_add(o, "model", json_object_new_string(cfg->init_from[0] ? cfg->init_from : cfg->model));
+        json_object_object_add(o, "batch", json_object_new_int(cfg->batch));
+        json_object_object_add(o, "seq", json_object_new_int(cfg->seq));
+        json_object_object_add(o, "n_blocks", json_object_new_int(L));
+        json_object_object_add(o, "device_budget", json_object_new_int64((int64_t)device_budget));
+        json_object_object_add(o, "fits", json_object_new_boolean(s == ST_OK));
+        json_object_object_add(prof, "sgemm_flops", json_object_new_double(hw.sgemm_flops));
+        json_object_object_add(prof, "h2d_bytes_per_s", json_object_new_double(hw.h2d_bytes_per_s));
+        json_object_object_add(prof, "d2h_bytes_per_s", json_object_new_double(hw.d2h_bytes_per_s));
+        json_object_object_add(prof, "mem_bytes_per_s", json_object_new_double(hw.mem_bytes_per_s));
+        json_object_object_add(prof, "optim_ns_per_param", json_object_new_double(hw.optim_ns_per_param));
+        json_object_object_add(o, "profile", prof);
+        if (s) {
+            json_object_object_add(o, "error", json_object_new_string(err.msg));
+        } else {
+            json_object *blocks = json_object_new_array(), *t = json_object_new_object();
+            for (int l = 0; l < L; l++) json_object_array_add(blocks, json_object_new_string(act_name(p->act[l])));
+            json_object_object_add(o, "device_bytes", json_object_new_int64((int64_t)pr.device_bytes));
+            json_object_object_add(o, "prefetch_depth", json_object_new_int(p->prefetch_depth));
+            json_object_object_add(o, "vocab_chunk", json_object_new_int(p->vocab_chunk));
+            json_object_object_add(o, "blocks", blocks);
+            json_object_object_add(t, "step_s", json_object_new_double(pr.step_s));
+            json_object_object_add(t, "compute_s", json_object_new_double(pr.compute_s));
+            json_object_object_add(t, "recompute_s", json_object_new_double(pr.recompute_s));
+            json_object_object_add(t, "transfer_exposed_s", json_object_new_double(pr.transfer_exposed_s));
+            json_object_object_add(t, "optim_exposed_s", json_object_new_double(pr.optim_exposed_s));
+            json_object_object_add(t, "block_forward_s", json_object_new_double(pr.block_fwd_s));
+            json_object_object_add(t, "block_backward_s", json_object_new_double(pr.block_bwd_s));
+            json_object_object_add(o, "predicted", t);
+            json_object_object_add(o, "solve_s", json_object_new_double(pr.solve_s));
+            json_object_object_add(o, "optimal", json_object_new_boolean(pr.optimal));
+        }
+        printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE));
+        json_object_put(o);
+        free(p);
+        return rc;
+    }
+    printf("\ndevice plan (layer streaming), budget %.0f bytes (%.1f MiB); machine: sgemm %.1f GFLOP/s, "
+           "h2d %.2f GB/s, d2h %.2f GB/s, memcpy %.2f GB/s, optimizer %.2f ns/param (%s)\n", device_budget,
+           device_budget / 1048576.0, hw.sgemm_flops / 1e9, hw.h2d_bytes_per_s / 1e9, hw.d2h_bytes_per_s / 1e9,
+           hw.mem_bytes_per_s / 1e9, hw.optim_ns_per_param, profile ? profile : "measured now");
+    if (s) {
+        printf("  %s\n", err.msg);
+        free(p);
+        return rc;
+    }
+    for (int l = 0; l < L;) { /* runs of one choice */
+        int e = l;
+        while (e + 1 < L && p->act[e + 1] == p->act[l]) e++;
+        if (e > l) printf("  blocks %3d-%-3d %s\n", l, e, act_name(p->act[l]));
+        else printf("  block  %3d     %s\n", l, act_name(p->act[l]));
+        l = e + 1;
+    }
+    printf("  prefetch depth %d, vocabulary %s\n", p->prefetch_depth, p->vocab_chunk ? "chunked" : "resident");
+    if (p->vocab_chunk) printf("    (in chunks of %d rows)\n", p->vocab_chunk);
+    printf("  device bytes %zu of %zu (%.1f MiB of %.1f MiB)\n", pr.device_bytes, pr.device_budget,
+           pr.device_bytes / 1048576.0, pr.device_budget / 1048576.0);
+    printf("  predicted step %.4f s = compute %.4f + recompute %.4f + exposed copies %.4f + exposed optimizer %.4f\n",
+           pr.step_s, pr.compute_s, pr.recompute_s, pr.transfer_exposed_s, pr.optim_exposed_s);
+    printf("  (one block: forward %.3f ms, backward %.3f ms; %d keep, %d offload, %d recompute)\n",
+           pr.block_fwd_s * 1e3, pr.block_bwd_s * 1e3, pr.n_keep, pr.n_offload, pr.n_recompute);
+    printf("  solved in %.3f s (%s)\n", pr.solve_s, pr.optimal ? "optimal" : "time limit: the best plan found");
+    free(p);
+    return rc;
+}
+
 int cmd_plan(int argc, char **argv) {
     train_config cfg;
     train_config_defaults(&cfg);
@@ -78,14 +202,28 @@ int cmd_plan(int argc, char **argv) {
             fprintf(stderr, "strata plan: %s\n", err.msg);
             return 2;
         }
+    const char *profile = NULL, *save_profile = NULL;
+    int json = 0, time_limit_ms = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        if (!strcmp(a, "--json")) {
+            json = 1;
+            continue;
+        }
         if (strncmp(a, "--", 2) != 0 || i + 1 >= argc) {
             fprintf(stderr, "strata plan: '%s': options are --KEY VALUE (see --help)\n", a);
             return 2;
         }
         const char *v = argv[++i];
         if (!strcmp(a, "--config")) continue;
+        if (!strcmp(a, "--profile") || !strcmp(a, "--save_profile")) {
+            *(a[2] == 'p' ? &profile : &save_profile) = v;
+            continue;
+        }
+        if (!strcmp(a, "--time_limit_ms")) {
+            time_limit_ms = atoi(v);
+            continue;
+        }
         int tier = !strcmp(a, "--device_budget") ? PROF_TIER_DEVICE
                    : !strcmp(a, "--host_budget") ? PROF_TIER_HOST
                    : !strcmp(a, "--disk_budget") ? PROF_TIER_DISK
@@ -112,10 +250,24 @@ int cmd_plan(int argc, char **argv) {
     gpt2_config mc;
     llama_config lc;
     int is_llama;
+    st_arch *planned_arch = NULL;
     prof_mem_estimate e;
     if (train_config_resolve_llama(&cfg, &lc, &is_llama, &err) || (!is_llama && train_config_resolve(&cfg, &mc, &err))) {
         fprintf(stderr, "strata plan: %s\n", err.msg);
         return 2;
+    }
+    if (json || budget[PROF_TIER_DEVICE] > 0 || save_profile) {
+        st_arch *arch = NULL;
+        if (is_llama ? st_arch_llama(&arch, &lc, &err) : st_arch_gpt2(&arch, &mc, &err)) {
+            fprintf(stderr, "strata plan: %s\n", err.msg);
+            return 2;
+        }
+        if (json) {
+            int prc = plan_device(arch, &cfg, budget[PROF_TIER_DEVICE], profile, save_profile, time_limit_ms, 1);
+            st_arch_free(arch);
+            return prc;
+        }
+        planned_arch = arch; /* its section is printed after the estimate */
     }
     if (is_llama) { /* the Llama family: parameters and stored activations from the model's own counts */
         prof_mem_estimate_generic((double)llama_param_count(&lc), (double)llama_act_bytes(&lc, cfg.batch, cfg.seq),
@@ -136,5 +288,11 @@ int cmd_plan(int argc, char **argv) {
         rc = 3;
     }
     if (cfg.state_paths[0] && plan_disk(&cfg, e.n_params) && !rc) rc = 3;
+    if (planned_arch) {
+        int prc = plan_device(planned_arch, &cfg, budget[PROF_TIER_DEVICE], profile, save_profile, time_limit_ms, 0);
+        st_arch_free(planned_arch);
+        if (prc == 2) return 2;
+        if (prc == 3) rc = 3; /* the executor's device bytes: no plan fits */
+    }
     return rc;
 }
