@@ -1,0 +1,143 @@
+/* stream_internal.h - the layer-streaming executor's state and the functions its files
+ * share (public API: strata/stream.h). The executor is four files, one concept each:
+ *   stream_plan.c   the plan's defaults; the table of device allocations that both
+ *                   stream_device_bytes and stream_exec_create read; create and free;
+ *   stream_optim.c  the optimizer worker: its jobs, the gradient norm's chunk partials,
+ *                   the speculative update's backups and rollback, accumulation adds;
+ *   stream_head.c   the model's ends: the embedding forward and the generic head, whole
+ *                   on the device or in vocabulary chunks (online softmax);
+ *   stream_step.c   the schedule: stream_step_accum, stream_eval, block and weight fetches.
+ * The ordering rules between the step thread, the copy engine and the optimizer worker
+ * are listed at the head of stream_step.c. Not installed: only these files include it. */
+#ifndef STRATA_STREAM_INTERNAL_H
+#define STRATA_STREAM_INTERNAL_H
+
+#include <pthread.h>
+
+#include "strata/prof.h"
+#include "strata/store.h"
+#include "strata/stream.h"
+#include "strata/tier.h"
+
+/* The copy engine's backend: the device's ops with the copies traced (stream_plan.c). */
+typedef struct traced_be {
+    st_backend base; /* first: the engine passes &base */
+    st_backend_ops ops;
+    st_backend *inner;
+} traced_be;
+
+/* block -1: the embedding and what follows the blocks. add: the gradient landed in the
+ * micro-batch buffer, add it to the accumulated one first; final: the step's last
+ * micro-batch (norm partials, speculative update). */
+typedef struct opt_job { int block; uint64_t ticket; unsigned char add, final; } opt_job;
+
+struct stream_exec {
+    stream_config cfg;
+    stream_plan plan;
+    st_backend *dev;
+    traced_be tbe;
+    st_copy_engine *ce;
+    const st_arch *arch; /* the model, as blocks (block.h) */
+    const st_arch_layout *ly;
+    st_blocks *db;       /* the arch bound to the device: token ids, block scratch */
+    st_blocks *hb;       /* ... and to the host (chunked vocabulary: the embedding runs there) */
+    /* chunked classifier (plan.vocab_chunk > 0): the head's rows stay on the host and cross
+     * in chunks of vc rows, twice per step; the embedding runs on the host */
+    int vc, nvc;
+    st_backend *host_be, *own_host_be;
+    float *d_vw, *d_vg, *d_logits, *d_rmax, *d_tlogit;
+    double *d_rsum;
+    int32_t *d_tgt;
+    /* the head and the residual stream's ends, on the device */
+    float *d_emb_out, *d_dres, *d_xn, *d_dxn, *d_nstats, *d_losses;
+    float *h_losses, *h_rmax, *h_tlogit; /* the row statistics, read back for the loss */
+    double *h_rsum;
+    float *h_enc, *h_dres;
+    float *h_logits;          /* chunked classifier: every chunk's forward logits (N x V), so
+                                 backward fetches them instead of recomputing the GEMM */
+    uint64_t *vw_ticket, vg_ticket[2];
+    int L, depth, nslots, n_keep, n_off, has_rc;
+    size_t n, bn, b0, emb_n, post_off, post_n, NC, setf; /* post: the device-resident part after
+                                                            the blocks (the norm, an untied head) */
+
+    /* host tier */
+    float *hp, *hg;
+    float *hg2;                /* gradient accumulation: micro-batches 2.. land here, then hg += hg2 */
+    float *tgv;                /* where this micro-batch's gradients land: hg or hg2 */
+    uint16_t *hg16;            /* bf16 drain: block gradients as drained (flat index) */
+    int bf16;
+    optim *opt;
+    optim_segment *segs;
+    float *bk_p, *bk_m, *bk_v; /* speculative backups, n each */
+    float *host_acts;          /* offloaded activation sets, n_off x setf */
+    int *ord;                  /* per block: index among kept or offloaded blocks */
+
+    /* device tier */
+    float *d_pre_w, *d_post_w, *d_pre_g, *d_post_g, *d_outs, *d_w, *d_g, *d_keep, *d_rc, *d_off;
+    uint16_t *d_g16; /* bf16 drain: two staging slots */
+
+    uint64_t *w_ticket, *act_ticket, g_ticket[2], off_slot_ticket[2], nb_ticket;
+    uint64_t h2d_bytes, d2h_bytes; /* submitted, cumulative */
+    uint64_t h2d_act_bytes, d2h_act_bytes; /* of which offloaded activations */
+    double wait_s;
+
+    /* optimizer worker */
+    pthread_t th;
+    int th_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv_job, cv_done;
+    opt_job *jobs;
+    int n_jobs, jobs_done, stop;
+    int speculate; /* this step's jobs update (1) or only sum norms (0) */
+    st_store *store; /* external optimizer: the disk state store */
+    const void *store_blob;
+    size_t store_blob_bytes;
+    int external;
+    int last_clipped; /* the previous step clipped or skipped (STREAM_CLIP_AUTO defers) */
+    adamw_params job_hp;
+    size_t nchunks, landed_lo;
+    double *chunk_part;
+    unsigned char *chunk_done;
+    st_status worker_status;
+    st_err worker_err;
+};
+
+static inline uint64_t h2d(stream_exec *x, void *dst, const void *src, size_t bytes) {
+    x->h2d_bytes += bytes;
+    return st_copy_h2d(x->ce, dst, src, bytes);
+}
+
+static inline uint64_t d2h(stream_exec *x, void *dst, const void *src, size_t bytes) {
+    x->d2h_bytes += bytes;
+    return st_copy_d2h(x->ce, dst, src, bytes);
+}
+
+/* Wait on the step thread; the wait (not the copy) is the exposed transfer time. */
+static inline void wait_ticket(stream_exec *x, uint64_t t, const char *what, int index) {
+    if (!t || st_copy_done(x->ce, t)) return;
+    double t0 = st_now();
+    prof_span s = prof_begin(PROF_CAT_COPY, what, index);
+    st_copy_wait(x->ce, t);
+    prof_end(&s);
+    x->wait_s += st_now() - t0;
+}
+
+/* stream_optim.c */
+void *stream_opt_worker(void *arg);
+void stream_push_job(stream_exec *x, int block, uint64_t ticket, int add, int final);
+void stream_wait_jobs(stream_exec *x);
+void stream_take_chunks(stream_exec *x, size_t lo, size_t hi);
+double stream_chunks_total(const stream_exec *x);
+void stream_restore_range(stream_exec *x, size_t lo, size_t hi);
+st_status stream_update_segs(stream_exec *x, int s0, int s1, const adamw_params *hp, double sumsq, st_err *err);
+void stream_add_range(stream_exec *x, size_t lo, size_t hi);
+
+/* stream_head.c */
+uint64_t stream_embed_forward(stream_exec *x, const int32_t *inputs);
+float stream_head_forward(stream_exec *x, const float *xin, const int32_t *targets, float dloss);
+void stream_head_backward(stream_exec *x, const float *xin);
+void stream_fetch_vchunk(stream_exec *x, int c);
+float stream_chunked_head_forward(stream_exec *x, const float *xin, const int32_t *targets, double *compute_s);
+void stream_chunked_head_backward(stream_exec *x, const float *xin, float dloss, double *compute_s);
+
+#endif

@@ -1,0 +1,348 @@
+/* stream_plan.c - the streaming executor's plan and its making: the plan's defaults, the
+ * table of every device allocation a plan needs (stream_device_bytes sums it, create
+ * allocates it: one source), the traced copy backend, create and free, and the accessors.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/stream_internal.h"
+#include "optim/adamw_kernels.h" /* SUMSQ_CHUNK: the number of norm partials */
+#include "strata/train.h"
+
+/* ------------------------------------------------------------------ plan */
+
+void stream_plan_default(stream_plan *p, int n_layer) {
+    memset(p, 0, sizeof *p);
+    p->prefetch_depth = 1;
+    p->overlap_optim = 1;
+    p->clip = STREAM_CLIP_AUTO;
+    p->grad_dtype = ST_F32;
+    p->optim_threads = 1;
+    p->n_layer = n_layer;
+    stream_plan_set_all(p, STREAM_ACT_RECOMPUTE);
+}
+
+void stream_plan_set_all(stream_plan *p, stream_act a) {
+    int L = p->n_layer < STREAM_MAX_LAYERS ? p->n_layer : STREAM_MAX_LAYERS;
+    for (int l = 0; l < L; l++) p->act[l] = (unsigned char)a;
+}
+
+/* ------------------------------------------------------------------ a traced copy backend
+ * The copy engine calls its backend's copy ops on its worker thread; wrapping them puts
+ * every transfer in the trace as a COPY span with its bytes, on the copy thread (so it
+ * is not counted as exposed transfer time of the step thread). */
+
+static void traced_h2d(st_backend *be, void *dst, const void *src, size_t bytes) {
+    traced_be *t = (traced_be *)be;
+    prof_thread_name("copy engine");
+    prof_span s = prof_begin(PROF_CAT_COPY, "h2d", -1);
+    t->inner->ops->copy_to_device(t->inner, dst, src, bytes);
+    prof_end_bytes(&s, (int64_t)bytes);
+}
+
+static void traced_d2h(st_backend *be, void *dst, const void *src, size_t bytes) {
+    traced_be *t = (traced_be *)be;
+    prof_thread_name("copy engine");
+    prof_span s = prof_begin(PROF_CAT_COPY, "d2h", -1);
+    t->inner->ops->copy_to_host(t->inner, dst, src, bytes);
+    prof_end_bytes(&s, (int64_t)bytes);
+}
+
+/* ------------------------------------------------------------------ device allocations */
+
+static size_t rnd(size_t bytes) { return (bytes + ST_ARENA_ALIGN - 1) / ST_ARENA_ALIGN * ST_ARENA_ALIGN; }
+
+/* Every device allocation of a plan, in one table: stream_device_bytes sums it (with
+ * the arch's bound state) and stream_exec_create allocates it, so the two cannot differ.
+ * x NULL: sizes only. */
+typedef struct dev_alloc {
+    void **ptr;
+    size_t bytes;
+} dev_alloc;
+#define MAX_ALLOCS 32
+
+static int alloc_table(const stream_config *c, const stream_plan *p, stream_exec *x, dev_alloc *t) {
+    const st_arch_layout *y = &c->arch->lay;
+    size_t N = (size_t)c->B * c->T, C = (size_t)y->n_embd, L = (size_t)y->n_blocks, V = (size_t)y->vocab_size;
+    size_t NC = N * C, bn = y->block_numel, setf = st_block_act_floats(c->arch, c->B, c->T);
+    size_t n_keep = 0, n_off = 0, rc = 0;
+    for (size_t l = 0; l < L; l++) {
+        if (p->act[l] == STREAM_ACT_KEEP) n_keep++;
+        else if (p->act[l] == STREAM_ACT_OFFLOAD) n_off++;
+        else rc = 1;
+    }
+    int k = 0;
+#define A(field, nbytes) t[k++] = (dev_alloc){x ? (void **)&x->field : NULL, (nbytes)}
+    A(d_emb_out, NC * 4);                                   /* block 0's input */
+    A(d_dres, NC * 4);                                      /* the residual stream's gradient */
+    A(d_xn, NC * 4);                                        /* the final norm's output */
+    A(d_dxn, NC * 4);                                       /* ... and its gradient */
+    A(d_nstats, N * (size_t)y->norm_stat_floats * 4);       /* the final norm's row statistics */
+    A(d_tgt, N * 4);                                        /* targets */
+    if (p->vocab_chunk > 0) {
+        size_t vc = (size_t)p->vocab_chunk < V ? (size_t)p->vocab_chunk : V, nvc = (V + vc - 1) / vc;
+        A(d_vw, 2 * vc * C * 4);                            /* head chunk slots: weights */
+        A(d_vg, 2 * vc * C * 4);                            /* ... and gradients */
+        A(d_logits, (nvc < 2 ? 1 : 2) * N * vc * 4);        /* logits chunk slots */
+        A(d_rmax, N * 4);                                   /* online-softmax row statistics */
+        A(d_tlogit, N * 4);
+        A(d_rsum, N * 8);
+        A(d_post_w, y->norm_numel * 4);                     /* the norm (the head streams) */
+        A(d_post_g, y->norm_numel * 4);
+    } else {
+        A(d_pre_w, y->emb_numel * 4);                       /* the embedding */
+        A(d_pre_g, y->emb_numel * 4);
+        A(d_logits, N * V * 4);
+        A(d_losses, N * 4);
+        A(d_post_w, (y->n_params - y->norm_offset) * 4);    /* the norm and an untied head */
+        A(d_post_g, (y->n_params - y->norm_offset) * 4);
+    }
+    A(d_outs, L * NC * 4);                                  /* block outputs (checkpoints) */
+    A(d_w, (size_t)(p->prefetch_depth + 1) * bn * 4);       /* weight slots */
+    A(d_g, 2 * bn * 4);                                     /* gradient slots */
+    if (p->grad_dtype == ST_BF16) A(d_g16, 2 * bn * 2);     /* their bf16 staging */
+    if (n_keep) A(d_keep, n_keep * setf * 4);
+    if (rc) A(d_rc, setf * 4);
+    if (n_off) A(d_off, (n_off < 2 ? n_off : 2) * setf * 4);
+#undef A
+    return k;
+}
+
+size_t stream_device_bytes(const stream_config *c, const stream_plan *p) {
+    dev_alloc t[MAX_ALLOCS];
+    int k = alloc_table(c, p, NULL, t);
+    size_t b = c->arch->ops->bind_bytes(c->arch, c->B, c->T); /* token ids, block scratch */
+    for (int i = 0; i < k; i++) b += rnd(t[i].bytes);
+    return b;
+}
+
+/* ------------------------------------------------------------------ create / free */
+
+st_status stream_exec_create(stream_exec **out, const stream_config *c, const stream_plan *p, st_backend *dev,
+                             st_err *err) {
+    *out = NULL;
+    st_status s = ST_OK;
+    if (!c->arch) return st_errf(err, ST_ERR_INVALID, "stream: no model (stream_config.arch)");
+    int L = c->arch->lay.n_blocks;
+    if (p->n_layer != L)
+        return st_errf(err, ST_ERR_INVALID, "stream plan is for %d blocks, the model has %d", p->n_layer, L);
+    if ((int)p->clip < STREAM_CLIP_SPECULATE || p->clip > STREAM_CLIP_AUTO)
+        return st_errf(err, ST_ERR_INVALID, "stream plan: clip mode %d unknown (speculate, defer or auto)", (int)p->clip);
+    if (p->prefetch_depth < 1 || p->prefetch_depth > 64)
+        return st_errf(err, ST_ERR_INVALID, "stream plan: prefetch depth %d out of range [1, 64]", p->prefetch_depth);
+    if (p->grad_dtype != ST_F32 && p->grad_dtype != ST_BF16)
+        return st_errf(err, ST_ERR_UNSUPPORTED,
+                       "stream plan: gradient drain dtype %s is not supported (use F32 or BF16)",
+                       st_dtype_name(p->grad_dtype));
+    for (int l = 0; l < L; l++)
+        if (p->act[l] > STREAM_ACT_OFFLOAD)
+            return st_errf(err, ST_ERR_INVALID, "stream plan: block %d has unknown activation policy %d", l, p->act[l]);
+    if (c->B < 1 || c->T < 1 || c->T > c->arch->lay.max_seq)
+        return st_errf(err, ST_ERR_INVALID, "stream: batch %d x seq %d (max_seq %d)", c->B, c->T, c->arch->lay.max_seq);
+    st_arena *arena = st_backend_arena(dev);
+    size_t need = stream_device_bytes(c, p);
+    if (arena && need > st_arena_budget(arena) - st_arena_used(arena))
+        return st_errf(err, ST_ERR_NOMEM,
+                       "stream plan needs %zu device bytes, the device has %zu free of a %zu budget: %zu bytes missing "
+                       "(fewer prefetched blocks, recompute instead of keep, a smaller batch, or a larger budget)",
+                       need, st_arena_budget(arena) - st_arena_used(arena), st_arena_budget(arena),
+                       need - (st_arena_budget(arena) - st_arena_used(arena)));
+
+    stream_exec *x = calloc(1, sizeof *x);
+    if (!x) return st_errf(err, ST_ERR_NOMEM, "stream: out of memory");
+    x->cfg = *c;
+    x->plan = *p;
+    x->dev = dev;
+    x->L = L;
+    x->depth = p->prefetch_depth;
+    x->nslots = x->depth + 1;
+    pthread_mutex_init(&x->mu, NULL);
+    pthread_cond_init(&x->cv_job, NULL);
+    pthread_cond_init(&x->cv_done, NULL);
+#define FAIL(code, ...) do { s = st_errf(err, code, __VA_ARGS__); goto fail; } while (0)
+    x->arch = c->arch;
+    x->ly = &c->arch->lay;
+    const st_arch_layout *y = x->ly;
+    size_t N = (size_t)c->B * c->T, C = (size_t)y->n_embd;
+    if (p->vocab_chunk > 0) {
+        x->vc = p->vocab_chunk < y->vocab_size ? p->vocab_chunk : y->vocab_size;
+        x->nvc = (y->vocab_size + x->vc - 1) / x->vc;
+    }
+    x->n = y->n_params;
+    x->bn = y->block_numel;
+    x->b0 = y->block_offset0;
+    x->emb_n = y->emb_numel;
+    x->post_off = y->norm_offset;
+    x->post_n = x->vc ? y->norm_numel : x->n - y->norm_offset;
+    x->NC = N * C;
+    x->setf = st_block_act_floats(c->arch, c->B, c->T);
+    if ((s = st_blocks_bind(&x->db, c->arch, dev, c->B, c->T, err))) goto fail;
+    x->host_be = c->host_be;
+    if (x->vc) {
+        /* the embedding runs on the host: its own CPU backend unless the caller gave one
+         * (a budgeted device must not hold the host side's token ids) */
+        if (!x->host_be) {
+            if ((s = st_backend_cpu_create(&x->own_host_be, 0, err))) goto fail;
+            x->host_be = x->own_host_be;
+        }
+        if ((s = st_blocks_bind(&x->hb, c->arch, x->host_be, c->B, c->T, err))) goto fail;
+    }
+
+    x->ord = calloc((size_t)L, sizeof *x->ord);
+    x->w_ticket = calloc((size_t)L, sizeof *x->w_ticket);
+    x->act_ticket = calloc((size_t)L, sizeof *x->act_ticket);
+    x->jobs = calloc((size_t)L + 1, sizeof *x->jobs);
+    if (!x->ord || !x->w_ticket || !x->act_ticket || !x->jobs) FAIL(ST_ERR_NOMEM, "stream: out of memory");
+    for (int l = 0; l < L; l++) {
+        if (p->act[l] == STREAM_ACT_KEEP) x->ord[l] = x->n_keep++;
+        else if (p->act[l] == STREAM_ACT_OFFLOAD) x->ord[l] = x->n_off++;
+        else x->has_rc = 1;
+    }
+
+    /* device tier: the table stream_device_bytes sums */
+    dev_alloc tab[MAX_ALLOCS];
+    int na = alloc_table(c, p, x, tab);
+    for (int i = 0; i < na; i++) {
+        *tab[i].ptr = dev->ops->alloc(dev, tab[i].bytes);
+        if (!*tab[i].ptr) FAIL(ST_ERR_NOMEM, "stream: device allocation %d (%zu bytes) of the plan's %zu failed", i,
+                               tab[i].bytes, need);
+    }
+    x->bf16 = p->grad_dtype == ST_BF16;
+    if (x->bf16 && !(x->hg16 = st_alloc(x->n * 2))) FAIL(ST_ERR_NOMEM, "stream: cannot allocate the bf16 gradients");
+    x->h_losses = malloc(N * 4);
+    x->h_rmax = malloc(N * 4);
+    x->h_tlogit = malloc(N * 4);
+    x->h_rsum = malloc(N * 8);
+    if (!x->h_losses || !x->h_rmax || !x->h_tlogit || !x->h_rsum) FAIL(ST_ERR_NOMEM, "stream: out of memory");
+    if (x->vc) {
+        x->h_enc = st_alloc(N * C * 4);
+        x->h_dres = st_alloc(N * C * 4);
+        /* only chunks 0..nvc-3 leave the device (the last two stay in their slots) */
+        x->h_logits = x->nvc > 2 ? st_alloc(N * (size_t)(x->nvc - 2) * (size_t)x->vc * 4) : NULL;
+        x->vw_ticket = calloc((size_t)x->nvc, sizeof *x->vw_ticket);
+        if (!x->h_enc || !x->h_dres || (x->nvc > 2 && !x->h_logits) || !x->vw_ticket)
+            FAIL(ST_ERR_NOMEM, "stream: out of memory");
+    }
+
+    /* host tier */
+    x->hp = c->host_params ? c->host_params : st_alloc(x->n * 4);
+    x->hg = c->host_grads ? c->host_grads : st_alloc(x->n * 4);
+    if (c->grad_accum > 1) {
+        if (x->bf16)
+            FAIL(ST_ERR_UNSUPPORTED, "stream: gradient accumulation adds fp32 gradients; drain them as fp32, not bf16");
+        if (!(x->hg2 = st_alloc(x->n * 4)))
+            FAIL(ST_ERR_NOMEM, "stream: grad_accum %d needs %zu more host bytes (one more fp32 gradient) than the "
+                 "machine gives; use grad_accum 1 or a larger host", c->grad_accum, x->n * 4);
+    }
+    if (!x->hp || !x->hg) FAIL(ST_ERR_NOMEM, "stream: cannot allocate %zu host bytes of parameters and gradients",
+                               x->n * 8);
+    if (x->n_off) {
+        x->host_acts = st_alloc((size_t)x->n_off * x->setf * 4);
+        if (!x->host_acts) FAIL(ST_ERR_NOMEM, "stream: cannot allocate host memory for offloaded activations");
+    }
+    x->segs = calloc((size_t)y->n_tensors, sizeof *x->segs);
+    if (!x->segs) FAIL(ST_ERR_NOMEM, "stream: out of memory");
+    train_decay_segments(y->tensors, y->n_tensors, c->weight_decay, x->segs);
+    x->external = c->external_optimizer;
+    if (!x->external && (s = optim_create(&x->opt, x->segs, y->n_tensors, c->state_format, err))) goto fail;
+    if (!x->external && p->overlap_optim && p->clip != STREAM_CLIP_DEFER && c->state_format == OPTIM_STATE_F32) {
+        /* only the blocks are updated speculatively: backups of [b0, post_off), indexed from b0 */
+        size_t nb = x->post_off - x->b0;
+        x->bk_p = st_alloc(nb * 4);
+        x->bk_m = st_alloc(nb * 4);
+        x->bk_v = st_alloc(nb * 4);
+        if (!x->bk_p || !x->bk_m || !x->bk_v)
+            FAIL(ST_ERR_NOMEM, "stream: cannot allocate %zu host bytes of speculative-update backups", x->n * 12);
+    }
+    x->nchunks = (x->n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
+    x->chunk_part = calloc(x->nchunks, sizeof *x->chunk_part);
+    x->chunk_done = calloc(x->nchunks, 1);
+    if (!x->chunk_part || !x->chunk_done) FAIL(ST_ERR_NOMEM, "stream: out of memory");
+
+    /* engines */
+    x->tbe.inner = dev;
+    x->tbe.ops = *dev->ops;
+    x->tbe.ops.copy_to_device = traced_h2d;
+    x->tbe.ops.copy_to_host = traced_d2h;
+    x->tbe.base.ops = &x->tbe.ops;
+    x->tbe.base.ctx = dev->ctx;
+    if ((s = st_copy_engine_create(&x->ce, &x->tbe.base, err))) goto fail;
+    if (p->overlap_optim) {
+        if (pthread_create(&x->th, NULL, stream_opt_worker, x) != 0)
+            FAIL(ST_ERR_NOMEM, "stream: cannot start the optimizer thread");
+        x->th_started = 1;
+    }
+#undef FAIL
+    *out = x;
+    return ST_OK;
+fail:
+    stream_exec_free(x);
+    return s;
+}
+
+void stream_exec_free(stream_exec *x) {
+    if (!x) return;
+    if (x->th_started) {
+        pthread_mutex_lock(&x->mu);
+        x->stop = 1;
+        pthread_cond_broadcast(&x->cv_job);
+        pthread_mutex_unlock(&x->mu);
+        pthread_join(x->th, NULL);
+    }
+    st_copy_engine_destroy(x->ce); /* waits for outstanding copies before buffers go */
+    st_backend *dev = x->dev;
+    dev_alloc tab[MAX_ALLOCS];
+    int na = alloc_table(&x->cfg, &x->plan, x, tab);
+    for (int i = 0; i < na; i++)
+        if (*tab[i].ptr) dev->ops->dealloc(dev, *tab[i].ptr);
+    st_blocks_free(x->db);
+    st_blocks_free(x->hb);
+    st_backend_free(x->own_host_be);
+    free(x->h_losses);
+    free(x->h_rmax);
+    free(x->h_tlogit);
+    free(x->h_rsum);
+    if (x->hp != x->cfg.host_params) st_free(x->hp);
+    if (x->hg != x->cfg.host_grads) st_free(x->hg);
+    st_free(x->hg2);
+    st_free(x->hg16);
+    st_free(x->bk_p);
+    st_free(x->bk_m);
+    st_free(x->bk_v);
+    st_free(x->host_acts);
+    st_free(x->h_enc);
+    st_free(x->h_dres);
+    st_free(x->h_logits);
+    free(x->vw_ticket);
+    optim_free(x->opt);
+    free(x->segs);
+    free(x->ord);
+    free(x->w_ticket);
+    free(x->act_ticket);
+    free(x->jobs);
+    free(x->chunk_part);
+    free(x->chunk_done);
+    pthread_mutex_destroy(&x->mu);
+    pthread_cond_destroy(&x->cv_job);
+    pthread_cond_destroy(&x->cv_done);
+    free(x);
+}
+
+float *stream_params(stream_exec *x) { return x->hp; }
+float *stream_grads(stream_exec *x) { return x->hg; }
+const st_arch *stream_arch(const stream_exec *x) { return x->arch; }
+optim *stream_optim(stream_exec *x) { return x->opt; }
+
+st_status stream_attach_store(stream_exec *x, st_store *store, const void *blob, size_t blob_bytes, st_err *err) {
+    if (!x->external)
+        return st_errf(err, ST_ERR_INVALID, "stream: a state store needs stream_config.external_optimizer = 1");
+    if (x->bf16)
+        return st_errf(err, ST_ERR_UNSUPPORTED, "stream: the disk state takes fp32 gradients; drain them as fp32");
+    if (st_store_numel(store) != x->n)
+        return st_errf(err, ST_ERR_SHAPE, "stream: the state store holds %zu parameters, the model %zu",
+                       st_store_numel(store), x->n);
+    x->store = store;
+    x->store_blob = blob;
+    x->store_blob_bytes = blob_bytes;
+    return ST_OK;
+}

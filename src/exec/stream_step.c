@@ -1,0 +1,383 @@
+/* stream_step.c - the layer-streaming executor's schedule (strata/stream.h draws it): one
+ * step over its micro-batches (stream_step_accum), the forward alone (stream_eval), the
+ * block fetches, and the embedding's and head's weights sent after each update.
+ *
+ * Three threads meet here: the step thread computes on the device, the copy engine's
+ * worker moves bytes between host and device, and the optimizer worker updates blocks
+ * on the host as their gradients land. They synchronise only through copy tickets and
+ * the optimizer's job counter, so every ordering rule is visible at the call sites:
+ *   - a weight slot is refilled only after the block that used it has finished;
+ *   - a gradient slot is zeroed only after its previous drain's ticket completed;
+ *   - an offloaded activation slot is rewritten only after its drain completed;
+ *   - a block is updated only after its drain ticket, and host parameters are fetched
+ *     again only for blocks whose update cannot have started (or after the step).
+ */
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "exec/stream_internal.h"
+
+/* ------------------------------------------------------------------ resident weights */
+
+/* The embedding and head weights live on the device between steps: send them after
+ * every change of the host copy. */
+static void send_nonblock(stream_exec *x) {
+    if (!x->vc) h2d(x, x->d_pre_w, x->hp, x->emb_n * 4);
+    x->nb_ticket = h2d(x, x->d_post_w, x->hp + x->post_off, x->post_n * 4);
+}
+
+void stream_set_params(stream_exec *x, const float *host_params) {
+    if (host_params != x->hp) memcpy(x->hp, host_params, x->n * 4); /* also: "I edited stream_params" */
+    send_nonblock(x);
+    st_copy_wait(x->ce, x->nb_ticket);
+}
+
+void stream_init_random(stream_exec *x, uint64_t seed) {
+    x->arch->ops->init(x->arch, x->hp, seed); /* the values of the model's init_random */
+    send_nonblock(x);
+    st_copy_wait(x->ce, x->nb_ticket);
+}
+
+/* ------------------------------------------------------------------ the step */
+
+/* The disk state store's views (st_store_step_args): it reads the gradients and updates the
+ * parameters in place. */
+static const void *ext_grads_at(void *ctx, size_t first, size_t n) {
+    (void)n;
+    return ((stream_exec *)ctx)->hg + first;
+}
+static void *ext_work_at(void *ctx, size_t first, size_t n) {
+    (void)n;
+    return ((stream_exec *)ctx)->hp + first;
+}
+
+static float *wslot(stream_exec *x, int l) { return x->d_w + (size_t)(l % x->nslots) * x->bn; }
+static const float *block_in(stream_exec *x, int l) {
+    return l == 0 ? x->d_emb_out : x->d_outs + (size_t)(l - 1) * x->NC;
+}
+static float *block_out(stream_exec *x, int l) { return x->d_outs + (size_t)l * x->NC; }
+static uint64_t fetch_block(stream_exec *x, int l) {
+    return h2d(x, wslot(x, l), x->hp + x->b0 + (size_t)l * x->bn, x->bn * 4);
+}
+
+/* Where block l's activations live (offloaded: slot ord % 2). */
+static float *block_acts(stream_exec *x, int l) {
+    switch (x->plan.act[l]) {
+    case STREAM_ACT_KEEP: return x->d_keep + (size_t)x->ord[l] * x->setf;
+    case STREAM_ACT_OFFLOAD: return x->d_off + (size_t)(x->ord[l] % 2) * x->setf;
+    default: return x->d_rc;
+    }
+}
+
+st_status stream_step(stream_exec *x, const int32_t *inputs, const int32_t *targets, const adamw_params *hp,
+                      float max_norm, stream_step_stats *stats, st_err *err) {
+    return stream_step_accum(x, 1, inputs, targets, hp, max_norm, stats, err);
+}
+
+st_status stream_step_accum(stream_exec *x, int n_micro, const int32_t *inputs_all, const int32_t *targets_all,
+                            const adamw_params *hp, float max_norm, stream_step_stats *stats, st_err *err) {
+    const st_arch_ops *ao = x->arch->ops;
+    st_backend *dev = x->dev;
+    int L = x->L, D = x->depth, N = x->cfg.B * x->cfg.T;
+    double compute_s = 0;
+    double t_start = st_now();
+    uint64_t h2d0 = x->h2d_bytes, d2h0 = x->d2h_bytes, ha0 = x->h2d_act_bytes, da0 = x->d2h_act_bytes;
+    x->wait_s = 0;
+    memset(stats, 0, sizeof *stats);
+    prof_span step_span = prof_begin(PROF_CAT_STEP, "stream step", (int)hp->step);
+#define COMPUTE_(cat, name, idx, stmt)                     \
+    do {                                                   \
+        double t0_ = st_now();                             \
+        prof_span sp_ = prof_begin(cat, name, idx);        \
+        stmt;                                              \
+        prof_end(&sp_);                                    \
+        compute_s += st_now() - t0_;                       \
+    } while (0)
+
+    /* this step's optimizer jobs */
+    int overlap = x->plan.overlap_optim;
+    int speculate = overlap && !x->external && x->cfg.state_format == OPTIM_STATE_F32 &&
+                    (x->plan.clip == STREAM_CLIP_SPECULATE || (x->plan.clip == STREAM_CLIP_AUTO && !x->last_clipped));
+    if (x->external && !x->store)
+        return st_errf(err, ST_ERR_INVALID, "stream: external optimizer but no state store attached");
+    if (n_micro < 1 || (n_micro > 1 && !x->hg2))
+        return st_errf(err, ST_ERR_INVALID, "stream: %d micro-batches in a step; the executor was made for %d "
+                       "(stream_config.grad_accum)", n_micro, x->cfg.grad_accum > 1 ? x->cfg.grad_accum : 1);
+    pthread_mutex_lock(&x->mu);
+    x->n_jobs = x->jobs_done = 0;
+    x->speculate = speculate;
+    x->job_hp = *hp;
+    x->job_hp.grad_scale = 1.0f;
+    x->landed_lo = x->n;
+    x->worker_status = ST_OK;
+    pthread_mutex_unlock(&x->mu);
+    memset(x->chunk_done, 0, x->nchunks);
+
+    /* Micro-batches: each one's gradient is computed fresh (device slots and the
+     * embedding's and head's gradients zeroed), the first lands in hg, the later ones in
+     * hg2 and are added to hg block by block as they land, in micro-batch order: the one
+     * accumulation rule of every executor (see stream.h). */
+    double loss_sum = 0;
+    float dloss = 1.0f / ((float)x->cfg.B * x->cfg.T * n_micro);
+    uint64_t last = 0;
+    size_t V = (size_t)x->ly->vocab_size, C = (size_t)x->ly->n_embd;
+    for (int mb = 0; mb < n_micro; mb++) {
+    const int32_t *inputs = inputs_all + (size_t)mb * N, *targets = targets_all + (size_t)mb * N;
+    int add = mb > 0, final = mb == n_micro - 1;
+    if (add && overlap) { /* hg2 is rewritten below: the previous micro-batch's adds are done */
+        stream_wait_jobs(x);
+        pthread_mutex_lock(&x->mu);
+        x->n_jobs = x->jobs_done = 0;
+        pthread_mutex_unlock(&x->mu);
+    }
+    x->tgv = add ? x->hg2 : x->hg;
+    /* the previous micro-batch's drains (device gradient slots, the embedding's and head's
+     * gradients) have left the device before anything rewrites them (in-order engine) */
+    wait_ticket(x, last, "wait previous micro-batch", mb);
+
+    /* ---- forward */
+    dev->ops->copy_to_device(dev, x->d_tgt, targets, sizeof(int32_t) * (size_t)N);
+    uint64_t enc_ticket = x->vc ? stream_embed_forward(x, inputs) : 0;
+    /* after a micro-batch's backward, blocks 0..depth (and head chunks 0, 1) are still in
+     * their slots, and the weights do not change until the update */
+    if (mb == 0) {
+        for (int l = 0; l <= D && l < L; l++) x->w_ticket[l] = fetch_block(x, l);
+        if (x->vc && L <= D + 1) {
+            for (int c = 0; c < 2 && c < x->nvc; c++) stream_fetch_vchunk(x, c);
+        }
+    }
+    COMPUTE_(PROF_CAT_COMPUTE, "zero grads", -1, {
+        if (!x->vc) dev->ops->memset0(dev, x->d_pre_g, x->emb_n * 4);
+        dev->ops->memset0(dev, x->d_post_g, x->post_n * 4);
+    });
+    wait_ticket(x, x->nb_ticket, "wait embed weights", -1);
+    if (x->vc) wait_ticket(x, enc_ticket, "wait embedding", -1);
+    else COMPUTE_(PROF_CAT_COMPUTE, "forward embed", -1, stream_embed_forward(x, inputs));
+    x->off_slot_ticket[0] = x->off_slot_ticket[1] = 0;
+    int rc_holds = -1; /* the block whose activations the recompute set holds */
+    for (int l = 0; l < L; l++) {
+        wait_ticket(x, x->w_ticket[l], "wait weights", l);
+        int off = x->plan.act[l] == STREAM_ACT_OFFLOAD, k = x->ord[l];
+        if (off) wait_ticket(x, x->off_slot_ticket[k % 2], "wait act slot", l);
+        float *a = block_acts(x, l);
+        COMPUTE_(PROF_CAT_COMPUTE, "forward block", l, ao->block_forward(x->db, wslot(x, l), block_in(x, l), a, block_out(x, l)));
+        if (x->plan.act[l] == STREAM_ACT_RECOMPUTE) rc_holds = l;
+        if (l + D + 1 < L) {
+            x->w_ticket[l + D + 1] = fetch_block(x, l + D + 1);
+            /* the classifier's first chunks queue behind the last block */
+            if (x->vc && l + D + 1 == L - 1 && mb == 0)
+                for (int c = 0; c < 2 && c < x->nvc; c++) stream_fetch_vchunk(x, c);
+        }
+        /* the last two offloaded blocks stay resident until their backward */
+        if (off && k < x->n_off - 2) {
+            x->d2h_act_bytes += x->setf * 4;
+            x->off_slot_ticket[k % 2] = d2h(x, x->host_acts + (size_t)k * x->setf, x->d_off + (size_t)(k % 2) * x->setf,
+                                            x->setf * 4);
+        }
+    }
+    float loss;
+    float *dres = x->d_dres;
+    if (x->vc) {
+        loss = stream_chunked_head_forward(x, block_out(x, L - 1), targets, &compute_s);
+        stream_chunked_head_backward(x, block_out(x, L - 1), dloss, &compute_s);
+    } else {
+        COMPUTE_(PROF_CAT_COMPUTE, "forward head", -1, loss = stream_head_forward(x, block_out(x, L - 1), targets, dloss));
+        COMPUTE_(PROF_CAT_COMPUTE, "backward head", -1, stream_head_backward(x, block_out(x, L - 1)));
+    }
+
+    /* ---- backward */
+    x->g_ticket[0] = x->g_ticket[1] = 0;
+    for (int l = L - 1; l >= 0; l--) {
+        wait_ticket(x, x->w_ticket[l], "wait weights", l);
+        int act = x->plan.act[l], k = x->ord[l];
+        float *a = block_acts(x, l);
+        /* the last recomputed block's forward is still in the set: nothing to redo */
+        if (act == STREAM_ACT_RECOMPUTE && rc_holds != l) {
+            COMPUTE_(PROF_CAT_RECOMPUTE, "recompute block", l,
+                     ao->block_forward(x->db, wslot(x, l), block_in(x, l), a, block_out(x, l)));
+            rc_holds = l;
+        }
+        if (act == STREAM_ACT_OFFLOAD && k < x->n_off - 2) wait_ticket(x, x->act_ticket[k], "wait acts", l);
+        float *g = x->d_g + (size_t)(l % 2) * x->bn;
+        wait_ticket(x, x->g_ticket[l % 2], "wait grad slot", l);
+        COMPUTE_(PROF_CAT_COMPUTE, "backward block", l, {
+            dev->ops->memset0(dev, g, x->bn * 4);
+            ao->block_backward(x->db, wslot(x, l), g, block_in(x, l), a, dres);
+        });
+        if (x->bf16) {
+            /* round on the device (on the CPU backend its memory is addressable; CUDA: a
+             * kernel), drain half the bytes; the optimizer reads bf16 gradients natively */
+            uint16_t *g16 = x->d_g16 + (size_t)(l % 2) * x->bn;
+            COMPUTE_(PROF_CAT_COMPUTE, "grad to bf16", l, dev->ops->to_bf16(dev, g16, g, x->bn));
+            x->g_ticket[l % 2] = d2h(x, x->hg16 + x->b0 + (size_t)l * x->bn, g16, x->bn * 2);
+        } else {
+            x->g_ticket[l % 2] = d2h(x, x->tgv + x->b0 + (size_t)l * x->bn, g, x->bn * 4);
+        }
+        if (overlap && (add || final)) stream_push_job(x, l, x->g_ticket[l % 2], add, final);
+        if (l - D - 1 >= 0) x->w_ticket[l - D - 1] = fetch_block(x, l - D - 1);
+        if (act == STREAM_ACT_OFFLOAD && k - 2 >= 0) {
+            x->h2d_act_bytes += x->setf * 4;
+            x->act_ticket[k - 2] = h2d(x, x->d_off + (size_t)(k % 2) * x->setf,
+                                       x->host_acts + (size_t)(k - 2) * x->setf,
+                                       x->setf * 4);
+        }
+    }
+    if (x->vc) {
+        /* the residual gradient goes to the host, which scatters it into the embedding; a
+         * tied head's gradient (landed chunk by chunk, earlier in order) is already in its
+         * first V rows, the rest starts from zero */
+        wait_ticket(x, d2h(x, x->h_dres, dres, x->NC * 4), "wait residual grad", -1);
+        prof_span e = prof_begin(PROF_CAT_OTHER, "backward embed (host)", -1);
+        size_t z0 = x->ly->tied ? V * C : 0;
+        memset(x->tgv + z0, 0, (x->emb_n - z0) * 4);
+        ao->embed_backward(x->hb, x->tgv, x->h_dres);
+        prof_end(&e);
+    } else {
+        COMPUTE_(PROF_CAT_COMPUTE, "backward embed", -1, ao->embed_backward(x->db, x->d_pre_g, dres));
+        d2h(x, x->tgv, x->d_pre_g, x->emb_n * 4);
+    }
+    last = d2h(x, x->tgv + x->post_off, x->d_post_g, x->post_n * 4);
+    loss_sum += loss / n_micro; /* as strata train sums the micro-batches' losses */
+    if (!final && add && overlap) stream_push_job(x, -1, last, 1, 0);
+    if (add && !overlap) { /* on the step thread, every core */
+        wait_ticket(x, last, "wait grads", -1);
+        prof_span ap = prof_begin(PROF_CAT_OPTIM, "accumulate", mb);
+        const size_t piece = 1u << 18;
+        long np = (long)((x->n + piece - 1) / piece);
+#pragma omp parallel for schedule(static)
+        for (long i = 0; i < np; i++) {
+            size_t a0 = (size_t)i * piece, e = a0 + piece < x->n ? a0 + piece : x->n;
+            stream_add_range(x, a0, e);
+        }
+        prof_end(&ap);
+    }
+    } /* micro-batches */
+    float loss = (float)loss_sum;
+    double t_tail = st_now();
+
+    /* ---- norm, clip, update */
+    st_status s = ST_OK;
+    double ss;
+    if (overlap) {
+        stream_push_job(x, -1, last, n_micro > 1, 1);
+        prof_span w = prof_begin(PROF_CAT_OPTIM, "wait optimizer", -1);
+        stream_wait_jobs(x);
+        prof_end(&w);
+        ss = stream_chunks_total(x);
+        if (x->worker_status) { *err = x->worker_err; s = x->worker_status; goto out; }
+    } else {
+        wait_ticket(x, last, "wait grads", -1);
+        prof_span w = prof_begin(PROF_CAT_OPTIM, "grad norm", -1);
+        stream_take_chunks(x, 0, x->n);
+        ss = stream_chunks_total(x);
+        prof_end(&w);
+    }
+    double norm = sqrt(ss);
+    stats->grad_norm = norm;
+    stats->skipped = !isfinite(norm);
+    stats->clipped = !stats->skipped && max_norm > 0 && norm > max_norm;
+    x->last_clipped = stats->clipped || stats->skipped;
+    if (x->store) { /* the disk tier: the update and its commit, through the store */
+        if (!stats->skipped) {
+            adamw_params h = *hp;
+            h.grad_scale = stats->clipped ? (float)(max_norm / norm) : 1.0f;
+            st_store_step_args sa = {.grads = ext_grads_at, .grad_dtype = ST_F32, .work = ext_work_at,
+                                     .work_dtype = ST_F32, .ctx = x, .grad_sumsq = ss, .blob = x->store_blob,
+                                     .blob_bytes = x->store_blob_bytes};
+            prof_span u = prof_begin(PROF_CAT_OPTIM, "optim step (disk state)", -1);
+            s = st_store_step(x->store, &sa, &h, err);
+            prof_end(&u);
+            if (!s) send_nonblock(x);
+        }
+        goto out;
+    }
+    int need_update = !speculate;
+    if (speculate && (stats->skipped || stats->clipped)) {
+        /* only the blocks were updated speculatively */
+        prof_span r = prof_begin(PROF_CAT_OPTIM, "rollback", -1);
+        stream_restore_range(x, x->b0, x->post_off);
+        prof_end(&r);
+        stats->rolled_back = 1;
+        need_update = 1;
+    } else if (speculate && !stats->skipped) {
+        /* not clipped: the blocks are done; the embedding and ln_f, with the true sum */
+        adamw_params h = *hp;
+        h.grad_scale = 1.0f;
+        int nt = x->ly->n_tensors;
+        prof_span u = prof_begin(PROF_CAT_OPTIM, "optim embed+head", -1);
+        s = stream_update_segs(x, 0, x->ly->n_pre_tensors, &h, ss, err);
+        if (!s) s = stream_update_segs(x, nt - x->ly->n_post_tensors, nt, &h, ss, err);
+        prof_end(&u);
+        if (s) { /* never half a step: the blocks' speculative updates go too */
+            stream_restore_range(x, x->b0, x->post_off);
+            goto out;
+        }
+    }
+    if (need_update && !stats->skipped) {
+        adamw_params h = *hp;
+        h.grad_scale = stats->clipped ? (float)(max_norm / norm) : 1.0f;
+        prof_span u = prof_begin(PROF_CAT_OPTIM, "optim step", -1);
+        s = stream_update_segs(x, 0, x->ly->n_tensors, &h, ss, err);
+        prof_end(&u);
+        if (s) goto out;
+    }
+    if (!stats->skipped) send_nonblock(x);
+out:
+    if (s) x->last_clipped = 1; /* after a failure, the next step does not speculate */
+    stats->optim_tail_s = st_now() - t_tail;
+    prof_end(&step_span);
+    stats->loss = loss;
+    stats->h2d_bytes = x->h2d_bytes - h2d0;
+    stats->d2h_bytes = x->d2h_bytes - d2h0;
+    stats->h2d_act_bytes = x->h2d_act_bytes - ha0;
+    stats->d2h_act_bytes = x->d2h_act_bytes - da0;
+    st_arena *ar = st_backend_arena(dev);
+    stats->device_peak_bytes = ar ? st_arena_peak(ar) : 0;
+    stats->device_budget_bytes = ar ? st_arena_budget(ar) : 0;
+    stats->compute_s = compute_s;
+    stats->wait_s = x->wait_s;
+    stats->wall_s = st_now() - t_start;
+    stats->overlap_efficiency = stats->wall_s > 0 ? compute_s / stats->wall_s : 0;
+#undef COMPUTE_
+    return s;
+}
+
+/* ------------------------------------------------------------------ forward only
+ * The step's forward with nothing kept for a backward: each block runs in its plan's
+ * activation set (nothing is offloaded, nothing recomputed), the weights arrive as in the
+ * step (prefetch_depth ahead), and the head computes the loss only. No gradient, moment,
+ * parameter or speculation state is touched: a step after it is the step it would have
+ * been. The chunked classifier's first pass also drains logits to the host scratch a
+ * backward would read; nothing reads them. */
+st_status stream_eval(stream_exec *x, const int32_t *inputs, const int32_t *targets, float *loss, st_err *err) {
+    const st_arch_ops *ao = x->arch->ops;
+    st_backend *dev = x->dev;
+    int L = x->L, D = x->depth, N = x->cfg.B * x->cfg.T;
+    double compute_s = 0;
+    if (!inputs || !targets) return st_errf(err, ST_ERR_INVALID, "stream_eval: inputs and targets are required");
+    prof_span span = prof_begin(PROF_CAT_OTHER, "stream eval", -1);
+    dev->ops->copy_to_device(dev, x->d_tgt, targets, sizeof(int32_t) * (size_t)N);
+    uint64_t enc_ticket = x->vc ? stream_embed_forward(x, inputs) : 0;
+    for (int l = 0; l <= D && l < L; l++) x->w_ticket[l] = fetch_block(x, l);
+    if (x->vc && L <= D + 1)
+        for (int c = 0; c < 2 && c < x->nvc; c++) stream_fetch_vchunk(x, c);
+    wait_ticket(x, x->nb_ticket, "wait embed weights", -1);
+    if (x->vc) wait_ticket(x, enc_ticket, "wait embedding", -1);
+    else stream_embed_forward(x, inputs);
+    for (int l = 0; l < L; l++) {
+        wait_ticket(x, x->w_ticket[l], "wait weights", l);
+        ao->block_forward(x->db, wslot(x, l), block_in(x, l), block_acts(x, l), block_out(x, l));
+        if (l + D + 1 < L) {
+            x->w_ticket[l + D + 1] = fetch_block(x, l + D + 1);
+            if (x->vc && l + D + 1 == L - 1)
+                for (int c = 0; c < 2 && c < x->nvc; c++) stream_fetch_vchunk(x, c);
+        }
+    }
+    if (x->vc) *loss = stream_chunked_head_forward(x, block_out(x, L - 1), targets, &compute_s);
+    else *loss = stream_head_forward(x, block_out(x, L - 1), targets, 0.0f);
+    /* copies still queued (the logits' drain, head chunks) complete before anything the
+     * next step waits on: the copy engine completes in order */
+    prof_end(&span);
+    return ST_OK;
+}
