@@ -76,6 +76,10 @@ typedef struct plan_options {
                           optimum; < 0: PLAN_MIP_GAP) */
     int max_depth;     /* prefetch depths 1 .. max_depth (<= 0: PLAN_MAX_DEPTH) */
     int allow_vocab_chunk; /* 0: the head stays resident (vocab_chunk 0) */
+    int prefer_resident_head; /* 1: chunk the vocabulary only when no plan with the head on the
+                          device fits (the chunked classifier equals the resident one only to
+                          float rounding; the resident one equals the in-memory step bit for
+                          bit): what strata train and strata plan use */
     int no_incumbent;  /* 1: do not seed the program with the best simple plan (tests: the
                           program alone must find the optimum) */
 } plan_options;
@@ -97,7 +101,7 @@ typedef struct plan_prediction {
 } plan_prediction;
 
 /* Measure the profile on the device backend dev (an arena-budgeted backend needs about
- * 80 MiB free): a few short timed runs, under a second. */
+ * 20 MiB free): a few short timed runs, tens of milliseconds. */
 st_status plan_profile_measure(st_backend *dev, plan_profile *hw, st_err *err);
 st_status plan_profile_save(const char *path, const plan_profile *hw, st_err *err);
 /* Fails naming the file and the key that is missing, not finite or not positive, or a

@@ -10,10 +10,12 @@
 #include "strata/optim.h"
 #include "strata/plan.h"
 
-#define PROF_C 768        /* the matmul shape: (N, C) x (C, 4C), a GPT-2 small MLP */
-#define PROF_N 1024
-#define PROF_COPY (32u << 20) /* bytes per copy */
-#define PROF_OPT_N (1u << 22) /* parameters of the optimizer run */
+/* Small enough that a streamed strata train can measure at every start (tens of ms),
+ * large enough to leave the caches: */
+#define PROF_C 512        /* the matmul shape: (N, C) x (C, 4C), an MLP's first layer */
+#define PROF_N 512
+#define PROF_COPY (16u << 20) /* bytes per copy */
+#define PROF_OPT_N (1u << 21) /* parameters of the optimizer run */
 
 static double best_of(int reps, double (*run)(void *), void *ctx) {
     double best = INFINITY;
@@ -71,7 +73,7 @@ st_status plan_profile_measure(st_backend *dev, plan_profile *hw, st_err *err) {
     c.in = mm + (size_t)PROF_N * 4 * PROF_C;
     c.w = c.in + (size_t)PROF_N * PROF_C;
     run_mm(&c); /* warm: threads, pages */
-    double t = best_of(5, run_mm, &c);
+    double t = best_of(3, run_mm, &c);
     hw->sgemm_flops = 2.0 * PROF_N * PROF_C * 4.0 * PROF_C / t;
     dev->ops->dealloc(dev, mm);
 
@@ -89,7 +91,7 @@ st_status plan_profile_measure(st_backend *dev, plan_profile *hw, st_err *err) {
     memset(host2, 2, PROF_COPY);
     for (c.dir = 0; c.dir < 2; c.dir++) {
         run_copy(&c);
-        double s = best_of(5, run_copy, &c);
+        double s = best_of(3, run_copy, &c);
         if (c.dir == 0) hw->h2d_bytes_per_s = PROF_COPY / s;
         else hw->d2h_bytes_per_s = PROF_COPY / s;
     }
@@ -97,7 +99,7 @@ st_status plan_profile_measure(st_backend *dev, plan_profile *hw, st_err *err) {
     c.dev = host2;
     c.dir = 2;
     run_copy(&c);
-    hw->mem_bytes_per_s = PROF_COPY / best_of(5, run_copy, &c);
+    hw->mem_bytes_per_s = PROF_COPY / best_of(3, run_copy, &c);
     st_free(c.host);
     st_free(host2);
 

@@ -229,6 +229,17 @@ static int glpk_quiet_hook(void *info, const char *s) {
 st_status plan_stream_ex(const st_arch *a, int B, int T, size_t device_budget, const plan_profile *hw,
                          const plan_options *opt, stream_plan *out, plan_prediction *pred, st_err *err) {
     double t0 = st_now();
+    if (opt && opt->prefer_resident_head && opt->allow_vocab_chunk) {
+        plan_options res = *opt;
+        res.allow_vocab_chunk = 0;
+        res.prefer_resident_head = 0;
+        st_status r = plan_stream_ex(a, B, T, device_budget, hw, &res, out, pred, err);
+        if (r != ST_ERR_NOMEM) return r;
+        res.allow_vocab_chunk = 1; /* no resident plan fits: chunks */
+        r = plan_stream_ex(a, B, T, device_budget, hw, &res, out, pred, err);
+        if (r == ST_OK) pred->solve_s = st_now() - t0;
+        return r;
+    }
     plan_cost c;
     st_status s = plan_cost_init(&c, a, B, T, hw, err);
     if (s) return s;
