@@ -11,6 +11,7 @@
 
 #include "bench/bench.h"
 #include "strata/model.h"
+#include "strata/step.h"
 #include "strata/optim.h"
 
 
@@ -117,18 +118,21 @@ int bench_step(int argc, char **argv) {
     gemm_bench_init(&gb, m, B, T);
     gemm_bench_pass(&gb); /* warm up */
     float loss = 0;
+    st_step step; /* strata train's step (strata/step.h) */
+    if (st_step_init_memory(&step, m, opt, NULL, 1, &err)) {
+        fprintf(stderr, "strata bench step: %s\n", err.msg);
+        return 1;
+    }
     for (int s = -1; s < steps; s++) {
+        st_step_hp hp = {.adam = {1e-4f, 0.9f, 0.95f, 1e-8f, s + 2, 1.0f}, .grad_clip = 1.0f};
+        st_step_result r;
         double t0 = st_now();
-        st_model_zero_grad(m);
-        loss = m->ops->forward(m, inp, tgt, 1.0f / N);
-        double t1 = st_now();
-        m->ops->backward(m);
-        double t2 = st_now();
-        double sumsq = optim_grad_sumsq_f32(m->grads, m->n_params);
-        adamw_params hp = {1e-4f, 0.9f, 0.95f, 1e-8f, s + 2, optim_clip_scale(sumsq, 1.0f, 1.0f)};
-        optim_step_args oa = {.params = m->params, .grads = m->grads, .grad_dtype = ST_F32, .grad_sumsq = sumsq};
-        optim_step_ex(opt, &oa, &hp, NULL);
-        double t3 = st_now();
+        if (st_step_run(&step, 1, B, T, inp, tgt, &hp, &r, &err)) {
+            fprintf(stderr, "strata bench step: %s\n", err.msg);
+            return 1;
+        }
+        double t3 = st_now(), t1 = t0 + r.forward_s, t2 = t1 + r.backward_s;
+        loss = (float)r.loss;
         /* sgemm right after each step: the machine is shared, so the ratio is taken
          * pair by pair and the median of the pairs is reported */
         double g = gemm_bench_pass(&gb);
@@ -156,6 +160,7 @@ int bench_step(int argc, char **argv) {
     }
     free(ts); free(tf); free(tb); free(to); free(tg); free(rr);
     gemm_bench_free(&gb);
+    st_step_free(&step);
     free(inp); free(tgt); free(segs);
     optim_free(opt);
     st_model_free(m);

@@ -17,6 +17,7 @@
 #include "strata/model.h"
 #include "strata/train.h"
 #include "strata/optim.h"
+#include "strata/step.h"
 #include "strata/stream.h"
 #include "strata/tier.h"
 
@@ -99,6 +100,7 @@ int bench_stream(int argc, char **argv) {
     st_model *m = NULL;
     st_arch *arch = NULL;
     stream_exec *x = NULL;
+    st_step mem_step = {0}, str_step = {0};
     optim *opt = NULL;
     optim_segment *segs = NULL;
     int32_t *inp = NULL, *tgt = NULL;
@@ -154,19 +156,20 @@ int bench_stream(int argc, char **argv) {
     uint64_t h2d_max = 0, d2h_max = 0, h2d_act = 0, d2h_act = 0;
     size_t peak = 0;
     float loss_s = 0, loss_u = 0;
+    /* both sides run strata train's step (strata/step.h) */
+    if (st_step_init_memory(&mem_step, m, opt, NULL, 1, &err)) goto fail;
+    st_step_init_streamed(&str_step, x, 1);
     for (int s = -1; s < steps; s++) {
-        adamw_params hp = {1e-4f, 0.9f, 0.95f, 1e-8f, s + 2, 1.0f};
-        /* unstreamed: train.c's step */
+        st_step_hp hp = {.adam = {1e-4f, 0.9f, 0.95f, 1e-8f, s + 2, 1.0f}, .grad_clip = (float)max_norm};
+        st_step_result ru;
         double t0 = st_now();
-        st_model_zero_grad(m);
-        loss_u = m->ops->forward(m, inp, tgt, 1.0f / N);
-        m->ops->backward(m);
-        double norm = sqrt(optim_grad_sumsq_f32(m->grads, m->n_params));
-        hp.grad_scale = max_norm > 0 && norm > max_norm ? (float)(max_norm / norm) : 1.0f;
-        optim_step(opt, m->params, m->grads, &hp);
+        if (st_step_run(&mem_step, 1, B, T, inp, tgt, &hp, &ru, &err)) goto fail;
+        loss_u = (float)ru.loss;
         double tun = st_now() - t0;
         /* streamed */
-        if (stream_step(x, inp, tgt, &hp, (float)max_norm, &st, &err)) goto fail;
+        st_step_result rs;
+        if (st_step_run(&str_step, 1, B, T, inp, tgt, &hp, &rs, &err)) goto fail;
+        st = rs.stream;
         loss_s = st.loss;
         if (!json)
             fprintf(stderr, "  step %d: streamed %.3f s (loss %.4f, compute %.3f, waits %.3f, optimizer tail %.3f, "
@@ -217,6 +220,8 @@ done:
     optim_free(opt);
     stream_exec_free(x);
     if (dev) st_backend_free(dev);
+    st_step_free(&mem_step);
+    st_step_free(&str_step);
     st_model_free(m);
     st_arch_free(arch);
     if (cpu) st_backend_free(cpu);

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "exec/stream_internal.h"
+#include "strata/step.h"
 
 /* ------------------------------------------------------------------ resident weights */
 
@@ -119,7 +120,10 @@ st_status stream_step_accum(stream_exec *x, int n_micro, const int32_t *inputs_a
      * hg2 and are added to hg block by block as they land, in micro-batch order: the one
      * accumulation rule of every executor (see stream.h). */
     double loss_sum = 0;
-    float dloss = 1.0f / ((float)x->cfg.B * x->cfg.T * n_micro);
+    /* the step's loss is the mean over all its targets >= 0 (strata/step.h) */
+    long n_targets = 0;
+    float dloss = st_step_dloss(targets_all, (size_t)N * n_micro, &n_targets);
+    int unmasked = n_targets == (long)N * n_micro;
     uint64_t last = 0;
     size_t V = (size_t)x->ly->vocab_size, C = (size_t)x->ly->n_embd;
     for (int mb = 0; mb < n_micro; mb++) {
@@ -238,7 +242,13 @@ st_status stream_step_accum(stream_exec *x, int n_micro, const int32_t *inputs_a
         d2h(x, x->tgv, x->d_pre_g, x->emb_n * 4);
     }
     last = d2h(x, x->tgv + x->post_off, x->d_post_g, x->post_n * 4);
-    loss_sum += loss / n_micro; /* as strata train sums the micro-batches' losses */
+    if (unmasked) {
+        loss_sum += loss / n_micro; /* as strata train sums the micro-batches' losses */
+    } else if (n_targets) {
+        long cnt = 0;
+        for (int i = 0; i < N; i++) cnt += targets[i] >= 0;
+        loss_sum += (double)loss * ((double)cnt / (double)n_targets);
+    }
     if (!final && add && overlap) stream_push_job(x, -1, last, 1, 0);
     if (add && !overlap) { /* on the step thread, every core */
         wait_ticket(x, last, "wait grads", -1);

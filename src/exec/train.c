@@ -18,6 +18,8 @@
 #include "core/fileutil.h"
 #include "strata/ckpt.h"
 #include "strata/block.h"
+#include "strata/plan.h"
+#include "strata/step.h"
 #include "strata/stream.h"
 #include "strata/tier.h"
 #include "strata/data.h"
@@ -108,11 +110,11 @@ static st_status data_next(train_data *d, int B, int T, int32_t *inputs, int32_t
     data_batch b;
     st_status s = data_loader_next(d->dl, &b, err);
     if (s) return s;
-    for (int r = 0; r < B; r++) {
-        const int32_t *row = b.tokens + (size_t)r * (T + 1);
-        memcpy(inputs + (size_t)r * T, row, sizeof(int32_t) * T);
-        memcpy(targets + (size_t)r * T, row + 1, sizeof(int32_t) * T);
-    }
+    if (b.B != B || b.T != T)
+        return st_errf(err, ST_ERR_INVALID, "data: batch %d x %d from the loader, %d x %d expected", b.B, b.T, B, T);
+    /* a target whose loss mask is 0 (an SFT mask: not the assistant's) becomes -1, which
+     * every loss ignores; the step's loss is the mean over the rest (strata/step.h) */
+    data_batch_targets(&b, inputs, targets);
     return ST_OK;
 }
 
@@ -333,8 +335,22 @@ static st_status open_streamed(const train_config *c, st_model *m, const st_arch
     stream_plan plan;
     stream_plan_default(&plan, arch->lay.n_blocks);
     size_t budget = (size_t)c->device_budget;
+    /* the planner (plan.h: the fastest predicted plan within the budget on this machine,
+     * measured now; the head resident whenever that fits, as strata plan chooses); without
+     * GLPK, or when it finds none, the fixed rule below */
+    plan_profile hw;
+    plan_prediction pred;
+    plan_options po = {.mip_gap = -1, .allow_vocab_chunk = 1, .prefer_resident_head = 1};
+    st_err perr = {0};
+    int found = plan_profile_measure(be, &hw, &perr) == ST_OK &&
+                plan_stream_ex(arch, c->batch, c->seq, budget, &hw, &po, &plan, &pred, &perr) == ST_OK;
+    if (found)
+        st_log(1, "planner: %d keep, %d offload, %d recompute, prefetch depth %d, vocab_chunk %d: predicted %.3f s "
+               "a step, %zu device bytes (solved in %.3f s)\n", pred.n_keep, pred.n_offload, pred.n_recompute,
+               plan.prefetch_depth, plan.vocab_chunk, pred.step_s, pred.device_bytes, pred.solve_s);
+    else
+        st_log(2, "planner: %s; the fixed rule chooses the plan\n", perr.msg);
     static const stream_act order[] = {STREAM_ACT_KEEP, STREAM_ACT_OFFLOAD, STREAM_ACT_RECOMPUTE};
-    int found = 0;
     for (int chunk = 0; chunk < 2 && !found; chunk++) {
         plan.vocab_chunk = chunk ? 2048 : 0;
         for (int a = 0; a < 3 && !found; a++) {
@@ -351,57 +367,13 @@ static st_status open_streamed(const train_config *c, st_model *m, const st_arch
     st_status s = st_backend_with_budget(dev, be, budget, err);
     if (s) return st_err_prefix(err, "key 'device_budget'");
     if ((s = stream_exec_create(sx, &sc, &plan, *dev, err))) return st_err_prefix(err, "key 'device_budget'");
-    st_log(1, "layer streaming: device budget %.1f MiB, activations %s, vocabulary %s\n", budget / 1048576.0,
+    st_log(1, "layer streaming: device budget %.1f MiB, block 0's activations %s, vocabulary %s (%d rows a chunk)\n",
+           budget / 1048576.0,
            plan.act[0] == STREAM_ACT_KEEP ? "kept" : plan.act[0] == STREAM_ACT_OFFLOAD ? "offloaded" : "recomputed",
-           plan.vocab_chunk ? "in 2048-row chunks" : "resident");
+           plan.vocab_chunk ? "chunked" : "resident", plan.vocab_chunk);
     return ST_OK;
 }
 
-/* One micro-batch's gradient g into the running sum acc: mode 0 acc = g (the first),
- * 1 acc += g, 2 g += acc (the last: the sum lands in the model's gradient). */
-static void accumulate(float *acc, float *g, size_t n, int mode) {
-    const size_t piece = 1u << 18;
-    long np = (long)((n + piece - 1) / piece);
-#pragma omp parallel for schedule(static)
-    for (long i = 0; i < np; i++) {
-        size_t a = (size_t)i * piece, e = a + piece < n ? a + piece : n;
-        if (mode == 0) memcpy(acc + a, g + a, (e - a) * sizeof(float));
-        else if (mode == 1) for (size_t j = a; j < e; j++) acc[j] += g[j];
-        else for (size_t j = a; j < e; j++) g[j] += acc[j];
-    }
-}
-
-static st_status streamed_step(const train_config *c, stream_exec *sx, st_store *store, train_data *td,
-                               train_state_header *hs, long step, int32_t *inputs, int32_t *targets, double *loss,
-                               double *norm, int *skipped, st_err *err) {
-    size_t N = (size_t)c->batch * c->seq;
-    st_status s = ST_OK;
-    for (long k = 0; k < c->grad_accum && !s; k++) { /* the step's micro-batches, in order */
-        prof_span pd = prof_begin(PROF_CAT_DATA, "data wait", -1);
-        s = data_next(td, c->batch, c->seq, inputs + k * N, targets + k * N, err);
-        prof_end(&pd);
-    }
-    if (s) return s;
-    adamw_params hp = {(float)train_lr_at(c, step), (float)c->beta1, (float)c->beta2, (float)c->eps,
-                       (long)hs->adam_step + 1, 1.0f};
-    if (store) { /* the state after this step: the executor commits it with the update */
-        hs->step = (uint64_t)step;
-        data_save_state(td, hs);
-        hs->adam_step++;
-    }
-    stream_step_stats st;
-    if ((s = stream_step_accum(sx, (int)c->grad_accum, inputs, targets, &hp, (float)c->grad_clip, &st, err)))
-        return s;
-    *loss = st.loss;
-    *norm = st.grad_norm;
-    *skipped = st.skipped;
-    if (!store && !st.skipped) hs->adam_step++;
-    if (store && st.skipped) { /* no update: only the loop's state moves on */
-        hs->adam_step--;
-        if ((s = st_store_commit_blob(store, hs, sizeof *hs, err))) return s;
-    }
-    return ST_OK;
-}
 
 /* ------------------------------------------------------------------ validation
  * The mean loss over the same eval_tokens of val_data at every evaluation (the loader goes
@@ -453,14 +425,6 @@ static st_status eval_loss(const train_config *c, st_model *m, stream_exec *sx, 
  * The store commits every step with the loop's state (step, data position) as its blob,
  * so it is the checkpoint: a run killed at any instant resumes from the last commit. */
 
-static const void *store_grads_at(void *ctx, size_t first, size_t n) {
-    (void)n;
-    return ((st_model *)ctx)->grads + first;
-}
-static void *store_work_at(void *ctx, size_t first, size_t n) {
-    (void)n;
-    return ((st_model *)ctx)->params + first;
-}
 static void store_init_from(void *ctx, size_t first, size_t n, float *dst) {
     memcpy(dst, ((st_model *)ctx)->params + first, n * sizeof(float));
 }
@@ -561,7 +525,7 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     optim *opt = NULL;
     optim_segment *segs = NULL;
     int32_t *inputs = NULL, *targets = NULL;
-    float *gacc = NULL; /* in memory with grad_accum > 1: the sum of the micro-batches' gradients */
+    st_step stp = {0}; /* the step: in memory or streamed */
     FILE *metrics = NULL;
     prof_tb *tb = NULL; /* TensorBoard events: the scalars of metrics.jsonl */
     train_data td = {0};
@@ -637,14 +601,11 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
                    (unsigned long long)hs->step);
     }
 
-    if (!sx && c->grad_accum > 1 && !(gacc = st_alloc(m->n_params * sizeof(float)))) {
-        s = st_errf(err, ST_ERR_NOMEM, "key 'grad_accum': %d micro-batches need one more fp32 gradient, %zu bytes, "
-                    "that the host cannot give; use grad_accum 1", c->grad_accum, m->n_params * sizeof(float));
-        goto done;
-    }
-    /* a streamed step takes its micro-batches at once */
-    inputs = malloc(sizeof(int32_t) * (size_t)B * T * (sx ? (size_t)c->grad_accum : 1));
-    targets = malloc(sizeof(int32_t) * (size_t)B * T * (sx ? (size_t)c->grad_accum : 1));
+    if (sx) st_step_init_streamed(&stp, sx, (int)c->grad_accum);
+    else if ((s = st_step_init_memory(&stp, m, opt, store, (int)c->grad_accum, err))) goto done;
+    /* a step takes its micro-batches at once */
+    inputs = malloc(sizeof(int32_t) * (size_t)B * T * (size_t)c->grad_accum);
+    targets = malloc(sizeof(int32_t) * (size_t)B * T * (size_t)c->grad_accum);
     snprintf(path, sizeof path, "%s/metrics.jsonl", c->run_dir);
     metrics = fopen(path, "a");
     if (!inputs || !targets || !metrics) {
@@ -678,65 +639,38 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
         double t0 = st_now();
         long step = (long)hs->step + 1;
         prof_step_begin(pr, step);
-        double loss = 0;
-        if (sx) {
-            if ((s = streamed_step(c, sx, store, &td, hs, step, inputs, targets, &loss, &last_norm, &last_skipped,
-                                   err)))
-                goto done;
-            goto step_done;
-        }
-        /* the one accumulation rule (strata/stream.h): each micro-batch's gradient fresh
-         * from zero, summed in micro-batch order into gacc (the last one into the model's
-         * own gradient: a + b == b + a exactly), as the streaming executor sums them */
-        float dloss = 1.0f / ((float)B * T * c->grad_accum);
-        for (int micro = 0; micro < c->grad_accum; micro++) {
+        /* the step's micro-batches, in order, then one step (strata/step.h) */
+        for (long k = 0; k < c->grad_accum && !s; k++) {
             prof_span pd = prof_begin(PROF_CAT_DATA, "data wait", -1);
-            s = data_next(&td, B, T, inputs, targets, err);
+            s = data_next(&td, B, T, inputs + k * (size_t)B * T, targets + k * (size_t)B * T, err);
             prof_end(&pd);
-            if (s) goto done;
-            st_model_zero_grad(m);
-            loss += m->ops->forward(m, inputs, targets, dloss) / c->grad_accum;
-            m->ops->backward(m);
-            if (c->grad_accum > 1) {
-                prof_span pa = prof_begin(PROF_CAT_OPTIM, "accumulate", micro);
-                accumulate(gacc, m->grads, m->n_params, micro == 0 ? 0 : micro < c->grad_accum - 1 ? 1 : 2);
-                prof_end(&pa);
-            }
         }
-        prof_span pn = prof_begin(PROF_CAT_OPTIM, "grad norm", -1);
-        double sumsq = optim_grad_sumsq_f32(m->grads, m->n_params);
-        last_norm = sqrt(sumsq);
-        prof_end(&pn);
-        last_skipped = !isfinite(last_norm);
-        if (store) { /* the loop's state after this step: committed with it */
+        if (s) goto done;
+        st_step_hp shp = {.adam = {(float)train_lr_at(c, step), (float)c->beta1, (float)c->beta2, (float)c->eps,
+                                   (long)hs->adam_step + 1, 1.0f},
+                          .grad_clip = (float)c->grad_clip};
+        if (store) { /* the loop's state after this step: committed with the update */
             hs->step = (uint64_t)step;
             data_save_state(&td, hs);
-        }
-        if (last_skipped) {
-            st_log(1, "step %ld: non-finite gradient norm; update skipped, no state changed\n", step);
-            if (store && (s = st_store_commit_blob(store, hs, sizeof *hs, err))) goto done;
-        } else {
-            float scale = optim_clip_scale(sumsq, 1.0f, (float)c->grad_clip);
             hs->adam_step++;
-            adamw_params hp = {(float)train_lr_at(c, step), (float)c->beta1, (float)c->beta2, (float)c->eps,
-                               (long)hs->adam_step, scale};
-            prof_span po = prof_begin(PROF_CAT_OPTIM, store ? "optimizer (disk state)" : "optimizer", -1);
-            if (store) { /* through the disk state, committed with the loop's state */
-                st_store_step_args sa = {.grads = store_grads_at, .grad_dtype = ST_F32, .work = store_work_at,
-                                         .work_dtype = ST_F32, .ctx = m, .grad_sumsq = sumsq, .blob = hs,
-                                         .blob_bytes = sizeof *hs};
-                s = st_store_step(store, &sa, &hp, err);
-            } else {
-                /* the sum of squares is already known: the engine need not read the gradients twice */
-                optim_step_args oa = {.params = m->params, .grads = m->grads, .grad_dtype = ST_F32,
-                                      .grad_sumsq = sumsq};
-                s = optim_step_ex(opt, &oa, &hp, err);
-            }
-            prof_end(&po);
-            if (s) goto done;
-            if (store) st_failpoint("train_step_committed"); /* committed, not yet logged */
+            shp.blob = hs;
+            shp.blob_bytes = sizeof *hs;
         }
-    step_done:;
+        st_step_result sr;
+        if ((s = st_step_run(&stp, (int)c->grad_accum, B, T, inputs, targets, &shp, &sr, err))) goto done;
+        double loss = sr.loss;
+        last_norm = sr.grad_norm;
+        last_skipped = sr.skipped;
+        if (!store && !sr.skipped) hs->adam_step++;
+        if (sr.skipped) {
+            st_log(1, "step %ld: non-finite gradient norm; update skipped, no state changed\n", step);
+            if (store) { /* no update: only the loop's state moves on */
+                hs->adam_step--;
+                if ((s = st_store_commit_blob(store, hs, sizeof *hs, err))) goto done;
+            }
+        } else if (store) {
+            st_failpoint("train_step_committed"); /* committed, not yet logged */
+        }
         double norm = last_norm, lr = train_lr_at(c, step);
         int skipped = last_skipped;
         hs->step = (uint64_t)step;
@@ -876,7 +810,7 @@ done:
     }
     free(inputs);
     free(targets);
-    st_free(gacc);
+    st_step_free(&stp);
     data_close(&td);
     data_close(&ev.vd);
     free(segs);

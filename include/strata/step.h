@@ -1,0 +1,82 @@
+/* step.h - one optimizer step, whatever the placement: micro-batches -> gradient ->
+ * global norm -> clip -> AdamW update. In memory (the model's own forward and backward,
+ * the optimizer in RAM or the disk state store) or streamed (the layer-streaming
+ * executor, stream.h). strata train, strata bench step and strata bench stream all run
+ * their steps through st_step_run, so what is benchmarked is what trains.
+ *
+ * The rules every placement follows (so that they agree bit for bit):
+ *   - the loss of a step is the mean over its targets >= 0, over all its micro-batches
+ *     together (as Hugging Face averages a batch whose masked labels are -100): each
+ *     micro-batch's dloss is 1 / (the step's count of targets >= 0);
+ *   - each micro-batch's gradient is computed fresh from zero and the micro-batches are
+ *     summed in order, ((g1 + g2) + g3) + ... (st_step_dloss, stream_step_accum);
+ *   - the global norm is summed over fixed chunks in a fixed order (optim_grad_sumsq);
+ *     a non-finite norm skips the update and changes no state; above grad_clip the
+ *     gradient is scaled by grad_clip / norm inside the update.
+ *
+ * Example: one step of a model in memory with its optimizer in RAM:
+ *
+ *     st_step st;
+ *     st_step_init_memory(&st, m, opt, NULL, 1, &err);   // m: st_model with alloc_acts(B, T)
+ *     st_step_hp hp = {.adam = {.lr = 3e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 1},
+ *                      .grad_clip = 1.0f};
+ *     st_step_result r;
+ *     if (st_step_run(&st, 1, B, T, inputs, targets, &hp, &r, &err)) ...  // r.loss, r.grad_norm, r.skipped
+ *     st_step_free(&st);
+ *
+ * End of example.
+ */
+#ifndef STRATA_STEP_H
+#define STRATA_STEP_H
+
+#include "strata/core.h"
+#include "strata/model.h"
+#include "strata/optim.h"
+#include "strata/stream.h"
+
+struct st_store;
+
+typedef struct st_step {
+    st_model *m;               /* in memory: the model (its params and grads in host memory) */
+    optim *opt;                /* in memory with the state in RAM */
+    struct st_store *store;    /* in memory with the disk state (opt unused) */
+    struct stream_exec *sx;    /* streamed: the executor holds the rest */
+    float *gacc;               /* in memory, more than one micro-batch: the running sum */
+    int max_micro;
+} st_step;
+
+typedef struct st_step_hp {
+    adamw_params adam;     /* .step: this update's Adam step; .grad_scale is ignored (the clip sets it) */
+    float grad_clip;       /* <= 0: no clipping */
+    const void *blob;      /* the disk state: committed with the update (the loop's state after it) */
+    size_t blob_bytes;
+} st_step_hp;
+
+typedef struct st_step_result {
+    double loss;           /* mean over the step's targets >= 0 */
+    double grad_norm;      /* before clipping */
+    int clipped, skipped;  /* skipped: non-finite norm, nothing updated, nothing committed */
+    long n_targets;        /* targets >= 0 in the step */
+    double forward_s, backward_s, optimizer_s; /* in memory; streamed: forward_s holds the
+                                                  executor's compute, optimizer_s its tail */
+    stream_step_stats stream; /* streamed: the executor's figures (bytes moved, overlap, peak) */
+} st_step_result;
+
+/* In memory: m (with activations for B x T), the optimizer opt (RAM) or the store (disk
+ * state), up to max_micro micro-batches per step (> 1 allocates one more fp32 gradient). */
+st_status st_step_init_memory(st_step *s, st_model *m, optim *opt, struct st_store *store, int max_micro,
+                              st_err *err);
+/* Streamed: the executor (made with stream_config.grad_accum >= max_micro). */
+void st_step_init_streamed(st_step *s, struct stream_exec *sx, int max_micro);
+void st_step_free(st_step *s);
+
+/* One step over n_micro micro-batches of B x T (inputs and targets n_micro x B x T ids,
+ * micro-batch after micro-batch; a target < 0 is ignored). */
+st_status st_step_run(st_step *s, int n_micro, int B, int T, const int32_t *inputs, const int32_t *targets,
+                      const st_step_hp *hp, st_step_result *r, st_err *err);
+
+/* The dloss of every micro-batch of a step whose targets (n ids, all micro-batches) are
+ * given: 1 / (count of targets >= 0); 1 / n when none is masked (0 when all are). */
+float st_step_dloss(const int32_t *targets, size_t n, long *n_targets);
+
+#endif
