@@ -23,29 +23,45 @@
  *
  * Gradients ACCUMULATE (+=) into g and dres, as the backend's ops do; the caller zeroes.
  *
- * Example: a forward and backward over host vectors, block by block (what
- * st_model's forward/backward do; an executor moves the slabs in between):
+ * A forward and backward over host vectors, block by block (what st_model's forward and
+ * backward do; an executor moves the slabs in between):
  *
+ * Example:
+ *
+ *     st_err err = {0};
+ *     st_backend *be = NULL;
  *     st_arch *a = NULL;
  *     st_blocks *b = NULL;
  *     gpt2_config cfg;
- *     gpt2_config_preset("gpt2-tiny", &cfg, &err);
- *     if (st_arch_gpt2(&a, &cfg, &err) || st_blocks_bind(&b, a, be, B, T, &err)) return 1;
+ *     enum { B = 2, T = 16 };
+ *     int32_t inputs[B * T] = {0};
+ *     if (st_backend_cpu_create(&be, 0, &err) || gpt2_config_preset("gpt2-tiny", &cfg, &err) ||
+ *         st_arch_gpt2(&a, &cfg, &err) || st_blocks_bind(&b, a, be, B, T, &err)) return 1;
  *     const st_arch_layout *ly = &a->lay;
+ *     int L = ly->n_blocks;
  *     size_t N = (size_t)B * T, C = ly->n_embd, set = st_block_act_floats(a, B, T);
- *     float *p = ..., *g = ...;                // n_params each, on be, g zeroed
- *     float *outs = ... (L + 1) * N * C, *acts = ... L * set;   // on be
- *     a->ops->init(a, p, 1337);                // (host backend: p is host memory)
+ *     float *p = be->ops->alloc(be, sizeof(float) * ly->n_params);  // on be, zeroed
+ *     float *g = be->ops->alloc(be, sizeof(float) * ly->n_params);
+ *     float *outs = be->ops->alloc(be, sizeof(float) * (L + 1) * N * C);  // block inputs, output
+ *     float *acts = be->ops->alloc(be, sizeof(float) * L * set);
+ *     float *dres = be->ops->alloc(be, sizeof(float) * N * C);
+ *     if (!p || !g || !outs || !acts || !dres) return 1;
+ *     a->ops->init(a, p, 1337);                // (CPU backend: p is host memory)
  *     a->ops->embed_forward(b, p, inputs, outs);
  *     for (int l = 0; l < L; l++)
  *         a->ops->block_forward(b, p + ly->block_offset0 + l * ly->block_numel, outs + l * N * C,
  *                               acts + l * set, outs + (l + 1) * N * C);
- *     ... head forward and backward into dres (above) ...
- *     for (int l = L - 1; l >= 0; l--)
- *         a->ops->block_backward(b, p + ..., g + ..., outs + l * N * C, acts + l * set, dres);
+ *     // ... head forward and backward into dres (above) ...
+ *     for (int l = L - 1; l >= 0; l--) {
+ *         size_t w = ly->block_offset0 + l * ly->block_numel;
+ *         a->ops->block_backward(b, p + w, g + w, outs + l * N * C, acts + l * set, dres);
+ *     }
  *     a->ops->embed_backward(b, g, dres);
+ *     float *bufs[] = {p, g, outs, acts, dres};
+ *     for (int i = 0; i < 5; i++) be->ops->dealloc(be, bufs[i]);
  *     st_blocks_free(b);
  *     st_arch_free(a);
+ *     st_backend_free(be);
  *
  * End of example.
  */

@@ -23,6 +23,32 @@
  * Data lines: {"messages": [{"role": "system"|"user"|"assistant", "content": "..."}, ...]}, or
  * {"prompt": P, "completion": C} where P and C are strings (one user and one assistant
  * message) or lists of messages (TRL's conversational prompt/completion).
+ *
+ * Example:
+ *
+ *     st_err err = {0};
+ *     st_tokenizer *tok = NULL;
+ *     st_chat_template t;
+ *     if (st_tokenizer_load(&tok, "Qwen2.5-0.5B-Instruct", &err) ||   // a model directory
+ *         st_chat_template_init(&t, st_tokenizer_chat_template(tok), NULL, NULL, &err)) {
+ *         fprintf(stderr, "strata: %s\n", err.msg);                 // names the template
+ *         st_tokenizer_free(tok);
+ *         return 1;
+ *     }
+ *     st_chat_msg msgs[] = {{"user", "Hi!", 3}, {"assistant", "Hello.", 6}};
+ *     st_chat_text c = {0};                     // reused across conversations
+ *     int32_t *ids = NULL;
+ *     uint8_t *mask = NULL;                     // 1: a target trained on (the assistant's)
+ *     size_t cap = 0, n = 0;
+ *     if (st_chat_render(&t, msgs, 2, &c, &err) == ST_OK &&
+ *         st_chat_encode(tok, &c, ST_CHAT_MASK_ASSISTANT, &ids, &mask, &cap, &n, &err) == ST_OK)
+ *         printf("%s: %zu tokens\n", t.name, n);
+ *     free(ids);
+ *     free(mask);
+ *     st_chat_text_free(&c);
+ *     st_tokenizer_free(tok);
+ *
+ * End of example.
  */
 #ifndef STRATA_CHAT_H
 #define STRATA_CHAT_H

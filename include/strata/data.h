@@ -1,25 +1,33 @@
 /* data.h - the data pipeline: token sources, mixing, packing, per-rank slices,
  * a prefetch ring, and a resume cursor of a few integers.
  *
+ * Example:
+ *
+ *     st_err err = {0};
  *     data_loader_config cfg;
  *     data_loader_config_init(&cfg);
- *     cfg.n_sources = 2;
+ *     cfg.n_sources = 2;                    // Megatron prefixes (.bin + .idx), mixed 70/30
  *     cfg.sources[0] = (data_source_config){.path = "web_text_document", .weight = 0.7};
  *     cfg.sources[1] = (data_source_config){.path = "code_text_document", .weight = 0.3};
- *     cfg.T = 2048; cfg.B = 8; cfg.rank = rank; cfg.world = world;
+ *     cfg.T = 2048; cfg.B = 8; cfg.rank = 0; cfg.world = 1;
  *     cfg.vocab_size = 50257; cfg.eod_token = 50256; cfg.mask_eod = 1;
- *     data_loader *dl;
- *     if (data_loader_open(&dl, &cfg, &err) != ST_OK) { ... err.msg ... }
- *     for (step = 0; step < n; step++) {
+ *     data_loader *dl = NULL;
+ *     if (data_loader_open(&dl, &cfg, &err) != ST_OK) { fprintf(stderr, "strata: %s\n", err.msg); return 1; }
+ *     for (int step = 0; step < 10; step++) {
  *         data_batch b;
- *         if (data_loader_next(dl, &b, &err) != ST_OK) { ... }
+ *         if (data_loader_next(dl, &b, &err) != ST_OK) break;
  *         // inputs: b.tokens[r*(T+1) + t], t in [0,T); targets: t in [1,T]
  *     }
  *     data_loader_state st;                 // save with the checkpoint (plain integers)
  *     data_loader_get_state(dl, &st);
- *     ...                                   // later, possibly with another world size:
- *     data_loader_set_state(dl2, &st, &err);  // continues with the identical token stream
  *     data_loader_close(dl);
+ *     dl = NULL;
+ *     // later, possibly with another world size (cfg.rank, cfg.world changed):
+ *     if (data_loader_open(&dl, &cfg, &err) == ST_OK &&
+ *         data_loader_set_state(dl, &st, &err) == ST_OK) { }  // the identical token stream
+ *     data_loader_close(dl);
+ *
+ * End of example.
  *
  * The order: per source and epoch a seeded Feistel permutation of the documents
  * (O(1) memory, nothing built or cached); documents are concatenated in that order

@@ -2,16 +2,29 @@
  * reads and writes split into 1-4 MiB pieces, io_uring (a ring per path, registered
  * buffers) or, where io_uring is unavailable, a pread/pwrite thread pool.
  *
- *     const char *paths[] = {"/nvme0/strata", "/nvme1/strata"};
- *     st_io_config cfg = {.paths = paths, .n_paths = 2, .file_bytes = 64ull << 30};
- *     st_io_engine *io;
- *     if (st_io_engine_create(&io, &cfg, &err) != ST_OK) ...;   // ST_ERR_NOSPACE if full
- *     void *buf = st_io_alloc(16 << 20);                        // 4096-aligned
- *     st_io_register_buffer(io, buf, 16 << 20, &err);           // optional: fixed buffers
+ * Example:
+ *
+ *     st_err err = {0};
+ *     const char *paths[] = {"/tmp"};              // a directory per disk: "/nvme0/strata", ...
+ *     st_io_config cfg = {.paths = paths, .n_paths = 1, .file_bytes = 64u << 20};
+ *     st_io_engine *io = NULL;
+ *     if (st_io_engine_create(&io, &cfg, &err) != ST_OK) {   // ST_ERR_NOSPACE if full
+ *         fprintf(stderr, "strata: %s\n", err.msg);
+ *         return 1;
+ *     }
+ *     size_t bytes = 16u << 20;
+ *     void *buf = st_io_alloc(bytes);                        // 4096-aligned, zeroed
+ *     st_io_register_buffer(io, buf, bytes, &err);           // optional: fixed buffers
  *     uint64_t t;
- *     st_io_read(io, 1, offset, buf, 16 << 20, &t, &err);       // returns at once
- *     ...
- *     if (st_io_wait(io, t, &err) != ST_OK) ...;                // err names path and offset
+ *     st_status s = st_io_write(io, 0, 0, buf, bytes, &t, &err);    // returns at once
+ *     if (s == ST_OK) s = st_io_wait(io, t, &err);          // err names path and offset
+ *     if (s == ST_OK) s = st_io_read(io, 0, 4u << 20, buf, 4u << 20, &t, &err);
+ *     if (s == ST_OK) s = st_io_wait(io, t, &err);
+ *     if (s != ST_OK) fprintf(stderr, "strata: %s\n", err.msg);
+ *     st_io_free(buf);
+ *     st_io_engine_destroy(io);                              // removes the file
+ *
+ * End of example.
  *
  * Offsets, sizes and buffers must be multiples of 4096 (O_DIRECT's rule, kept on every
  * filesystem so a request valid on tmpfs is valid on NVMe). Every ticket must be waited

@@ -1,12 +1,28 @@
 /* llama.h - Llama-family decoders (Llama 2/3, Mistral, Qwen2, Qwen3) as a list of blocks
  * on a backend, and their Hugging Face checkpoints.
  *
+ * Example:
+ *
+ *     st_err err = {0};
+ *     st_backend *be = NULL;
  *     llama_config cfg;
- *     llama_model m;
- *     if (hf_config_read("Qwen2.5-0.5B", &cfg, &err) || llama_create(&m, &cfg, be, &err) ||
- *         llama_load_hf(&m, "Qwen2.5-0.5B", &err) || llama_alloc_acts(&m, B, T, &err)) ...
+ *     llama_model m = {0};
+ *     enum { B = 1, T = 8 };
+ *     int32_t inputs[B * T] = {0}, targets[B * T] = {0};  // token ids; a target < 0 is ignored
+ *     if (st_backend_cpu_create(&be, 0, &err) || hf_config_read("Qwen2.5-0.5B", &cfg, &err) ||
+ *         llama_create(&m, &cfg, be, &err) || llama_load_hf(&m, "Qwen2.5-0.5B", &err) ||
+ *         llama_alloc_acts(&m, B, T, &err)) {   // the directory of config.json, *.safetensors
+ *         fprintf(stderr, "strata: %s\n", err.msg);
+ *         return 1;
+ *     }
+ *     llama_zero_grad(&m);
  *     float loss = llama_forward(&m, inputs, targets, 1.0f / (B * T));
- *     llama_backward(&m);
+ *     llama_backward(&m);                           // m.grads += d loss / d m.params
+ *     printf("loss %.3f, %zu parameters\n", loss, m.n_params);
+ *     llama_free(&m);
+ *     st_backend_free(be);
+ *
+ * End of example.
  *
  * A block is x += o_proj(attn(rope(q, k), v)) with q, k, v = proj(rmsnorm(x)), then
  * x += down(silu(gate(h)) * up(h)) with h = rmsnorm(x): pre-norm, RMSNorm, rotary

@@ -4,12 +4,24 @@
  * (decided by tensor role, by name, in the model layer). State formats: fp32 moments,
  * or 8-bit blockwise moments (see optim_state_format).
  *
- *     optim_segment segs[] = {{0, 1000, 0.1f}, {1000, 10, 0.0f}};
- *     optim *o;
- *     optim_create(&o, segs, 2, OPTIM_STATE_F32, &err);
+ * Example:
+ *
+ *     st_err err = {0};
+ *     static float params[1010], grads[1010];       // the flat vector and its gradient
+ *     optim_segment segs[] = {{0, 1000, 0.1f}, {1000, 10, 0.0f}};  // a matrix, then a bias
+ *     optim *o = NULL;
+ *     if (optim_create(&o, segs, 2, OPTIM_STATE_F32, &err) != ST_OK) {
+ *         fprintf(stderr, "strata: %s\n", err.msg);
+ *         return 1;
+ *     }
+ *     double ss = optim_grad_sumsq_f32(grads, 1010);  // the squared global norm
  *     adamw_params hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
- *                        .step = 1, .grad_scale = 1.0f};
+ *                        .step = 1, .grad_scale = optim_clip_scale(ss, 1.0f, 1.0f)};  // clip at 1
  *     optim_step(o, params, grads, &hp);
+ *     printf("%zu parameters, %.0f state bytes each\n", optim_numel(o), optim_state_bytes_per_param(o));
+ *     optim_free(o);
+ *
+ * End of example.
  *
  * The offloaded path (bf16 gradients in, bf16 working copy out, clipping, skip on NaN):
  *

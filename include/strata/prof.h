@@ -25,10 +25,27 @@
  * GPU sampler, times each step and its phases (the spans directly inside the step span),
  * and gives the extra fields of each metrics.jsonl line:
  *
- *     prof_run *pr;  prof_run_open(&pr, &(prof_run_config){...}, &err);
- *     prof_step_begin(pr, step);  ...spans...  prof_step_end(pr);
- *     fprintf(metrics, "{...%s}\n", ..., prof_step_json(pr));
+ * Example:
+ *
+ *     st_err err = {0};
+ *     prof_run *pr = NULL;                   // run_dir/trace.json, opens in Perfetto
+ *     prof_run_config rc = {.run_dir = "/tmp", .trace = 1, .label = "example", .last_step = 3};
+ *     if (prof_run_open(&pr, &rc, &err) != ST_OK) fprintf(stderr, "strata: %s\n", err.msg);
+ *     for (long step = 1; step <= 3; step++) {
+ *         prof_step_begin(pr, step);
+ *         for (int l = 0; l < 2; l++) {
+ *             prof_span s = prof_begin(PROF_CAT_COMPUTE, "forward block", l);  // "forward block 1"
+ *             prof_end(&s);
+ *         }
+ *         prof_span io = prof_begin(PROF_CAT_IO, "checkpoint write", -1);
+ *         prof_end_bytes(&io, 4096);         // bytes shown in the trace, and a bandwidth track
+ *         prof_counter("host memory (bytes)", 1e9);   // a counter track
+ *         prof_step_end(pr);
+ *         printf("{\"step\": %ld%s}\n", step, prof_step_json(pr)); // a metrics.jsonl line
+ *     }
  *     prof_run_close(pr, &err);
+ *
+ * End of example.
  *
  * Every prof_run function accepts NULL and then does nothing.
  */

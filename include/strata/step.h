@@ -14,15 +14,38 @@
  *     a non-finite norm skips the update and changes no state; above grad_clip the
  *     gradient is scaled by grad_clip / norm inside the update.
  *
- * Example: one step of a model in memory with its optimizer in RAM:
+ * One step of a model in memory with its optimizer in RAM:
  *
+ * Example:
+ *
+ *     #include "strata/train.h"
+ *
+ *     st_err err = {0};
+ *     st_backend *be = NULL;
+ *     st_model *m = NULL;
+ *     optim *opt = NULL;
+ *     enum { B = 2, T = 16 };
+ *     static int32_t inputs[B * T], targets[B * T];   // ids; a target < 0 is not counted
+ *     if (st_backend_cpu_create(&be, 0, &err) || st_model_create(&m, "gpt2-tiny", NULL, be, &err) ||
+ *         m->ops->alloc_acts(m, B, T, &err)) return 1;
+ *     m->ops->init_random(m, 1337);
+ *     optim_segment *segs = calloc((size_t)m->n_tensors, sizeof *segs);  // one per tensor
+ *     if (!segs) return 1;
+ *     train_decay_segments(m->tensors, m->n_tensors, 0.1f, segs);       // decay by role
  *     st_step st;
- *     st_step_init_memory(&st, m, opt, NULL, 1, &err);   // m: st_model with alloc_acts(B, T)
  *     st_step_hp hp = {.adam = {.lr = 3e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 1},
  *                      .grad_clip = 1.0f};
  *     st_step_result r;
- *     if (st_step_run(&st, 1, B, T, inputs, targets, &hp, &r, &err)) ...  // r.loss, r.grad_norm, r.skipped
- *     st_step_free(&st);
+ *     if (optim_create(&opt, segs, m->n_tensors, OPTIM_STATE_F32, &err) == ST_OK &&
+ *         st_step_init_memory(&st, m, opt, NULL, 1, &err) == ST_OK) {
+ *         if (st_step_run(&st, 1, B, T, inputs, targets, &hp, &r, &err) == ST_OK)
+ *             printf("loss %.3f, norm %.3f, skipped %d\n", r.loss, r.grad_norm, r.skipped);
+ *         st_step_free(&st);
+ *     }
+ *     optim_free(opt);
+ *     free(segs);
+ *     st_model_free(m);
+ *     st_backend_free(be);
  *
  * End of example.
  */

@@ -2,13 +2,31 @@
  * more disk paths, streamed through a few host buffers and updated by the optimizer
  * engine, one consistent step at a time.
  *
- *     const char *paths[] = {"/nvme0/run", "/nvme1/run"};
- *     double gbps[] = {3.1, 1.6};                       // from strata probe
- *     st_store_config sc = {.paths = paths, .n_paths = 2, .path_weight = gbps,
- *                           .segs = segs, .n_segs = n, .fmt = OPTIM_STATE_F32,
- *                           .host_budget = 2ull << 30};
- *     st_store *st;
- *     st_store_create(&st, &sc, init_fn, model, &err);     // or st_store_open to resume
+ * Example:
+ *
+ *     st_err err = {0};
+ *     const char *paths[] = {"/tmp"};                   // e.g. "/nvme0/run", "/nvme1/run"
+ *     optim_segment segs[] = {{0, 1 << 20, 0.1f}};      // one tensor of 1 Mi parameters
+ *     st_store_config sc = {.paths = paths, .n_paths = 1, .segs = segs, .n_segs = 1,
+ *                           .fmt = OPTIM_STATE_F32, .host_budget = 64u << 20,
+ *                           .name = "example-state"};
+ *     uint64_t disk[1], host;
+ *     if (st_store_plan(&sc, disk, &host, &err) == ST_OK)   // the capacity check, nothing created
+ *         printf("%llu disk bytes, %llu host bytes\n", (unsigned long long)disk[0],
+ *                (unsigned long long)host);
+ *     st_store *st = NULL;
+ *     st_status s = st_store_exists(&sc) ? st_store_open(&st, &sc, &err)    // resume
+ *                                        : st_store_create(&st, &sc, NULL, NULL, &err); // zeros
+ *     float *master = malloc(sizeof(float) << 20);
+ *     if (s == ST_OK && master) s = st_store_read_master(st, master, &err);  // CRC-checked
+ *     if (s != ST_OK) fprintf(stderr, "strata: %s\n", err.msg);
+ *     free(master);
+ *     st_store_close(st);
+ *
+ * End of example.
+ *
+ * A step (the gradient of each subgroup comes from a callback, grads_at(ctx, first, n)):
+ *
  *     st_store_step_args a = {.grads = grads_at, .grad_dtype = ST_BF16, .work = work_at,
  *                             .work_dtype = ST_BF16, .ctx = model, .grad_sumsq = ss,
  *                             .blob = &loader_state, .blob_bytes = sizeof loader_state};

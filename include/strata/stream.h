@@ -24,20 +24,36 @@
  * per-row losses come back through the backend's own (synchronous) copies: N ints and N
  * floats per step, not counted in the step's h2d/d2h bytes.
  *
- *     st_backend *cpu, *dev;
- *     st_backend_cpu_create(&cpu, 0, &err);
- *     st_backend_with_budget(&dev, cpu, 64u << 20, &err);
- *     stream_plan plan;
+ * Example:
+ *
+ *     #include "strata/tier.h"
+ *
+ *     st_err err = {0};
+ *     st_backend *cpu = NULL, *dev = NULL;
+ *     st_arch *arch = NULL;
+ *     stream_exec *x = NULL;
+ *     gpt2_config cfg;
+ *     static stream_plan plan;                          // one entry per block, STREAM_MAX_LAYERS
+ *     static int32_t inputs[4 * 64], targets[4 * 64];   // (B, T) token ids
+ *     if (st_backend_cpu_create(&cpu, 0, &err) || st_backend_with_budget(&dev, cpu, 64u << 20, &err) ||
+ *         gpt2_config_preset("gpt2-tiny", &cfg, &err) ||
+ *         st_arch_gpt2(&arch, &cfg, &err)) return 1;     // or st_arch_llama, st_arch_of_model
  *     stream_plan_default(&plan, cfg.n_layer);
- *     st_arch *arch;
- *     st_arch_gpt2(&arch, &cfg, &err);                  // or st_arch_llama, st_arch_of_model
  *     stream_config sc = {.arch = arch, .B = 4, .T = 64, .weight_decay = 0.1f};
- *     stream_exec *x;
- *     stream_exec_create(&x, &sc, &plan, dev, &err);   // fails, naming the bytes missing,
- *     stream_init_random(x, 1);                         // when the plan does not fit
- *     adamw_params hp = {.lr = 3e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 1};
- *     stream_step_stats st;
- *     stream_step(x, inputs, targets, &hp, 1.0f, &st, &err);  // st.loss, st.overlap_efficiency
+ *     if (stream_exec_create(&x, &sc, &plan, dev, &err) == ST_OK) {  // fails, naming the bytes
+ *         stream_init_random(x, 1);                                   // missing, when the plan
+ *         adamw_params hp = {.lr = 3e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 1};
+ *         stream_step_stats st;                                       // does not fit
+ *         if (stream_step(x, inputs, targets, &hp, 1.0f, &st, &err) == ST_OK)
+ *             printf("loss %.3f, overlap %.2f\n", st.loss, st.overlap_efficiency);
+ *     }
+ *     if (err.msg[0]) fprintf(stderr, "strata: %s\n", err.msg);
+ *     stream_exec_free(x);
+ *     st_arch_free(arch);                               // after the executor
+ *     st_backend_free(dev);
+ *     st_backend_free(cpu);
+ *
+ * End of example.
  *
  * Gradient clipping with the optimizer overlapped (the global norm is known only after
  * the last gradient lands). Two exact approaches, chosen by plan.clip:

@@ -2,15 +2,34 @@
  * budget, and a copy engine that moves bytes between host and device on its own
  * thread.
  *
- *     st_backend *dev;                        // every alloc comes from a 256 MiB arena
- *     st_backend_with_budget(&dev, cpu, 256u << 20, &err);
- *     float *w = dev->ops->alloc(dev, bytes); // NULL once the budget is spent
+ * Example:
  *
- *     st_copy_engine *ce;
- *     st_copy_engine_create(&ce, dev, &err);
- *     uint64_t t = st_copy_h2d(ce, w, host_w, bytes);   // returns at once
- *     ...compute on something else...
- *     st_copy_wait(ce, t);                               // w is ready
+ *     st_err err = {0};
+ *     st_backend *cpu = NULL, *dev = NULL;
+ *     st_copy_engine *ce = NULL;
+ *     if (st_backend_cpu_create(&cpu, 0, &err) ||
+ *         st_backend_with_budget(&dev, cpu, 256u << 20, &err) ||  // every alloc: a 256 MiB arena
+ *         st_copy_engine_create(&ce, dev, &err)) {
+ *         fprintf(stderr, "strata: %s\n", err.msg);
+ *         return 1;
+ *     }
+ *     size_t bytes = 1u << 20;
+ *     float *w = dev->ops->alloc(dev, bytes);            // NULL once the budget is spent
+ *     float *host_w = calloc(1, bytes);
+ *     if (w && host_w) {
+ *         uint64_t t = st_copy_h2d(ce, w, host_w, bytes);  // returns at once
+ *         // ...compute on something else...
+ *         st_copy_wait(ce, t);                             // w is ready
+ *         printf("%zu of %zu arena bytes used\n", st_arena_used(st_backend_arena(dev)),
+ *                st_arena_budget(st_backend_arena(dev)));
+ *     }
+ *     if (w) dev->ops->dealloc(dev, w);
+ *     free(host_w);
+ *     st_copy_engine_destroy(ce);
+ *     st_backend_free(dev);                                // before the backend inside it
+ *     st_backend_free(cpu);
+ *
+ * End of example.
  */
 #ifndef STRATA_TIER_H
 #define STRATA_TIER_H

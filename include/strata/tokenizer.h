@@ -14,16 +14,21 @@
  * Anything else (a WordPiece or Unigram model, an unknown normalizer, pre-tokenizer or
  * decoder) is refused with ST_ERR_UNSUPPORTED naming the field.
  *
+ * Example:
+ *
  *     st_tokenizer *tok;
  *     st_err err = {0};
  *     if (st_tokenizer_load(&tok, "tokenizer.json", &err) != ST_OK) { puts(err.msg); return 1; }
  *     int32_t ids[256];
- *     size_t n;
+ *     size_t n = 0;
  *     st_tokenizer_encode(tok, "Hello world", 11, ids, 256, &n, &err);   // n ids in ids[]
  *     char text[1024];
- *     size_t len;
- *     st_tokenizer_decode(tok, ids, n, text, sizeof text, &len, &err);   // len bytes
+ *     size_t len = 0;
+ *     st_tokenizer_decode(tok, ids, n, text, sizeof text, &len, &err);   // len bytes, no NUL
+ *     printf("%zu ids: %.*s\n", n, (int)len, text);
  *     st_tokenizer_free(tok);
+ *
+ * End of example.
  *
  * A loaded tokenizer is read-only: encode and decode may run on many threads at once.
  */
