@@ -76,10 +76,6 @@ st_status st_gen_step(st_gen *g, const int32_t *tokens, int n, float *logits, st
  * logits (V) of position n-1. */
 st_status st_gen_full_forward(st_model *m, const int32_t *tokens, int n, float *logits, st_err *err);
 
-/* Rotary tables cos, sin (T, hs/2) exactly as the Llama forward uses them (theta,
- * Llama-3 scaling); implemented in src/model/llama.c. */
-void llama_rope_tables(const llama_config *c, int T, float *cos_t, float *sin_t);
-
 /* ------------------------------------------------------------------ sampling */
 
 typedef struct st_sampler {

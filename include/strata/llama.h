@@ -142,6 +142,9 @@ float llama_forward(llama_model *m, const int32_t *inputs, const int32_t *target
 void llama_backward(llama_model *m);
 void llama_zero_grad(llama_model *m);
 const float *llama_logits(const llama_model *m);
+/* Rotary tables cos, sin (T, head_dim/2) exactly as the forward uses them (theta,
+ * Llama-3 scaling); implemented in src/model/llama_arch.c. */
+void llama_rope_tables(const llama_config *c, int T, float *cos_t, float *sin_t);
 
 /* Training FLOPs per token at sequence length T: 6 * (matmul weights incl. the head)
  * + 6 * L * T * NH * hs (causal attention, as gpt2_flops_per_token counts it). */

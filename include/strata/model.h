@@ -37,6 +37,7 @@
 
 #include "strata/backend.h"
 #include "strata/core.h"
+#include "strata/tensor.h"
 
 typedef struct gpt2_config {
     int vocab_size; /* V */
@@ -213,6 +214,7 @@ typedef struct st_model st_model;
 typedef struct st_gemm_shape { int M, N, K, ta, tb, count; } st_gemm_shape;
 
 struct st_arch; /* block.h */
+struct st_decode_info;
 
 typedef struct st_model_ops {
     const char *arch; /* "gpt2" */
@@ -232,7 +234,32 @@ typedef struct st_model_ops {
     /* The model's architecture as executors see it (block.h): a new st_arch the caller
      * frees with st_arch_free. */
     st_status (*get_arch)(const st_model *m, struct st_arch **out, st_err *err);
+    /* A Hugging Face model directory DIR (config.json and safetensors weights) in dtype
+     * ST_BF16 or ST_F32; an architecture that writes only F32 (GPT-2) ignores dtype. */
+    st_status (*save_hf)(const st_model *m, const char *dir, st_dtype dtype, st_err *err);
+    /* Logits (B, T, V) of the last forward made with dloss == 0 (backend memory). */
+    const float *(*logits)(const st_model *m);
+    /* What a KV-cached decoder (generate.h) needs besides the tensor table: the block's
+     * kind and widths, and the rotary tables of max_T positions where the kind has them. */
+    void (*decode_info)(const st_model *m, struct st_decode_info *out);
+    /* cos, sin (max_T, head_size / 2) on the host; NULL for a model without rotary positions. */
+    void (*rope_tables)(const st_model *m, int max_T, float *cos, float *sin);
 } st_model_ops;
+
+/* A decoder block's kind, as a one-token decode step runs it. */
+typedef enum st_decode_kind {
+    ST_DECODE_LN_GELU = 0,    /* LayerNorm, learned positions, GELU MLP, (in, out) weights: GPT-2 */
+    ST_DECODE_RMS_SWIGLU = 1  /* RMSNorm, rotary positions, SwiGLU MLP, (out, in) weights: Llama family */
+} st_decode_kind;
+
+typedef struct st_decode_info {
+    st_decode_kind kind;
+    int n_layer, n_embd, n_head, n_kv_head, head_size;
+    int mlp_width;      /* the first MLP matmul's output (GPT-2 4C; Llama 2F, gate|up) */
+    int mlp_act_width;  /* its activation's width (4C; F) */
+    float eps;          /* RMSNorm epsilon (unused by LayerNorm, whose op has GPT-2's) */
+    int sliding_window; /* > 0: the checkpoint attends over only this many positions */
+} st_decode_info;
 
 struct st_model {
     const st_model_ops *ops;
@@ -262,6 +289,17 @@ void st_model_zero_grad(st_model *m);
  * message) is refused with ST_ERR_NONFINITE naming the tensor and element: training on it
  * would skip every step. */
 st_status st_model_check_finite(const st_model *m, const char *from, st_err *err);
+/* A model from a Hugging Face directory when hf_dir is non-empty (GPT-2 or the Llama
+ * family, told apart by its config.json, never guessed; its weights loaded when
+ * with_weights, else uninitialised; ov ignored: the directory fixes the shape), else from
+ * a preset name with overrides (as st_model_create). */
+st_status st_model_create_from(st_model **out, const char *preset, const char *hf_dir, const st_model_overrides *ov,
+                               int with_weights, st_backend *be, st_err *err);
+struct prof_mem_estimate;
+/* The memory plan (prof.h) of training the model st_model_create_from would make, at batch
+ * B x T, without allocating it: the family's own estimate (GPT-2's counts checkpointing). */
+st_status st_model_mem_estimate(const char *preset, const char *hf_dir, const st_model_overrides *ov, int B, int T,
+                                int optim_8bit, struct prof_mem_estimate *out, st_err *err);
 /* Wrap an existing GPT-2 (the st_model does not own it). */
 void st_model_wrap_gpt2(st_model *out, gpt2_model *g);
 

@@ -85,6 +85,10 @@ st_status train_config_resolve(const train_config *c, gpt2_config *model_cfg, st
 /* For the Llama family (a llama/qwen preset, or init_from a Hugging Face directory):
  * *is_llama = 1 and lc filled and checked; otherwise *is_llama = 0 (use the GPT-2 resolve). */
 st_status train_config_resolve_llama(const train_config *c, llama_config *lc, int *is_llama, st_err *err);
+/* Both resolves above for whichever family c names: the whole configuration checked. */
+st_status train_config_check(const train_config *c, st_err *err);
+/* The shape overrides c sets (0: the preset's value). */
+st_model_overrides train_config_overrides(const train_config *c);
 
 /* The state_paths key cut into directories (kept in buf, at most ST_STORE_MAX_PATHS), and
  * their relative bandwidths from state_profile when it is set (*weighted = 1). */

@@ -35,17 +35,9 @@ static st_status open_run(st_model **out, const char *dir, const char *cfg_path,
     if (!readable(weights))
         return st_errf(err, ST_ERR_IO, "%s: no weights (%s); a run has weights after its first checkpoint", dir,
                        weights);
-    llama_config lc;
-    int is_llama;
-    if ((s = train_config_resolve_llama(&c, &lc, &is_llama, err))) return st_err_prefix(err, "%s", cfg_path);
-    if (is_llama) {
-        s = st_model_create_llama(out, &lc, be, err);
-    } else {
-        gpt2_config mc;
-        if ((s = train_config_resolve(&c, &mc, err))) return st_err_prefix(err, "%s", cfg_path);
-        st_model_overrides ov = {mc.vocab_size, mc.max_seq, mc.n_layer, mc.n_head, mc.n_embd};
-        s = st_model_create(out, c.model, &ov, be, err);
-    }
+    if ((s = train_config_check(&c, err))) return st_err_prefix(err, "%s", cfg_path);
+    st_model_overrides ov = train_config_overrides(&c); /* an init_from directory fixes the shape itself */
+    s = st_model_create_from(out, c.model, c.init_from, &ov, 0, be, err); /* the run's weights are loaded below */
     if (s) return st_err_prefix(err, "%s", cfg_path);
     if ((s = (*out)->ops->load(*out, weights, err))) {
         st_model_free(*out);
@@ -67,12 +59,11 @@ st_status st_gen_open_model(st_model **out, const char *from, st_backend *be, ch
     int is_hf = json_object_object_get_ex(root, "architectures", &v) ||
                 json_object_object_get_ex(root, "model_type", &v);
     st_status s;
-    if (is_hf && gpt2_hf_is_dir(from)) {
-        s = gpt2_model_create_hf(out, from, be, err); /* GPT2LMHeadModel: config.json, model.safetensors */
-        snprintf(weights, sizeof weights, "%s/model.safetensors", from);
-    } else if (is_hf) {
-        s = st_model_create_hf(out, from, be, err); /* the Llama family: config.json, then the weights */
-        snprintf(weights, sizeof weights, "%s (Hugging Face directory)", from);
+    if (is_hf) {
+        /* GPT2LMHeadModel (config.json, model.safetensors) or the Llama family (config.json, then the weights) */
+        s = st_model_create_from(out, NULL, from, NULL, 1, be, err);
+        if (!s && !strcmp((*out)->ops->arch, "gpt2")) snprintf(weights, sizeof weights, "%s/model.safetensors", from);
+        else snprintf(weights, sizeof weights, "%s (Hugging Face directory)", from);
     } else {
         s = open_run(out, from, cfg_path, be, weights, sizeof weights, err);
     }

@@ -19,7 +19,8 @@
 
 #include "strata/generate.h"
 
-enum { ARCH_GPT2 = 0, ARCH_LLAMA = 1 };
+/* the decode kinds (st_decode_kind, model.h): ARCH_GPT2 LayerNorm/GELU, ARCH_LLAMA RMSNorm/rope/SwiGLU */
+enum { ARCH_GPT2 = ST_DECODE_LN_GELU, ARCH_LLAMA = ST_DECODE_RMS_SWIGLU };
 
 /* Element offsets of one block's tensors in the parameter vector; NONE when absent.
  * GPT-2 uses ln1w/b, qkvw/b, ow/b, ln2w/b, fcw/b, downw/b; Llama ln1w, qkvw, qkvb (q|k|v
@@ -149,27 +150,21 @@ st_status st_gen_create(st_gen **out, st_model *m, int max_T, st_err *err) {
     if (!g) return st_errf(err, ST_ERR_NOMEM, "generate: out of memory");
     g->m = m;
     g->be = m->be;
-    if (!strcmp(m->ops->arch, "gpt2")) {
-        const gpt2_config *c = &((const gpt2_model *)m->impl)->cfg;
-        g->arch = ARCH_GPT2;
-        g->L = c->n_layer, g->C = c->n_embd, g->NH = g->NKV = c->n_head, g->hs = c->n_embd / c->n_head;
-        g->F2 = g->Fh = 4 * c->n_embd;
-        g->eps = 1e-5f; /* unused: the layernorm op has GPT-2's epsilon */
-    } else if (st_model_llama(m)) {
-        const llama_config *c = &st_model_llama(m)->cfg;
-        g->arch = ARCH_LLAMA;
-        g->L = c->n_layer, g->C = c->hidden_size, g->NH = c->n_head, g->NKV = c->n_kv_head, g->hs = c->head_dim;
-        g->Fh = c->intermediate_size, g->F2 = 2 * c->intermediate_size;
-        g->eps = (float)c->rms_norm_eps;
-        if (c->sliding_window > 0 && max_T > c->sliding_window) {
-            free(g);
-            return st_errf(err, ST_ERR_UNSUPPORTED, "generate: %d positions pass the checkpoint's sliding_window %d, "
-                           "and strata has no sliding-window attention; generate at most %d tokens in all", max_T,
-                           c->sliding_window, c->sliding_window);
-        }
-    } else {
+    if (!m->ops->decode_info) {
         free(g);
         return st_errf(err, ST_ERR_UNSUPPORTED, "generate: no decoder for architecture '%s'", m->ops->arch);
+    }
+    st_decode_info d;
+    m->ops->decode_info(m, &d);
+    g->arch = d.kind == ST_DECODE_LN_GELU ? ARCH_GPT2 : ARCH_LLAMA;
+    g->L = d.n_layer, g->C = d.n_embd, g->NH = d.n_head, g->NKV = d.n_kv_head, g->hs = d.head_size;
+    g->F2 = d.mlp_width, g->Fh = d.mlp_act_width;
+    g->eps = d.eps;
+    if (d.sliding_window > 0 && max_T > d.sliding_window) {
+        free(g);
+        return st_errf(err, ST_ERR_UNSUPPORTED, "generate: %d positions pass the checkpoint's sliding_window %d, "
+                       "and strata has no sliding-window attention; generate at most %d tokens in all", max_T,
+                       d.sliding_window, d.sliding_window);
     }
     g->V = m->vocab_size;
     g->Q = g->NH * g->hs, g->K = g->NKV * g->hs, g->W = g->Q + 2 * g->K;
@@ -220,13 +215,13 @@ st_status st_gen_create(st_gen **out, st_model *m, int max_T, st_err *err) {
                            "positions; generate fewer tokens", total * 4.0 / 1048576.0, max_T);
         }
     }
-    if (g->arch == ARCH_LLAMA) {
+    if (g->arch == ARCH_LLAMA && m->ops->rope_tables) {
         float *host = malloc(sizeof(float) * 2 * R * half);
         if (!host) {
             st_gen_free(g);
             return st_errf(err, ST_ERR_NOMEM, "out of memory");
         }
-        llama_rope_tables(&st_model_llama(m)->cfg, max_T, host, host + R * half);
+        m->ops->rope_tables(m, max_T, host, host + R * half);
         g->be->ops->copy_to_device(g->be, g->cos, host, sizeof(float) * R * half);
         g->be->ops->copy_to_device(g->be, g->sin, host + R * half, sizeof(float) * R * half);
         free(host);
@@ -313,7 +308,7 @@ static void gen_matmul(st_gen *g, float *out, const float *inp, const float *w, 
         cblas_sgemv(CblasRowMajor, CblasNoTrans, OC, C, 1.0f, w, C, inp, 1, beta, out, 1);
 }
 
-static void gpt2_layer_step(st_gen *g, const float *P, const gen_layer *y, int l, int n) {
+static void layer_step_ln_gelu(st_gen *g, const float *P, const gen_layer *y, int l, int n) {
     st_backend *be = g->be;
     int C = g->C;
     size_t NC = (size_t)n * C;
@@ -332,7 +327,7 @@ static void gpt2_layer_step(st_gen *g, const float *P, const gen_layer *y, int l
 
 #define OPTP(P, o) ((o) == NONE ? NULL : (P) + (o))
 
-static void llama_layer_step(st_gen *g, const float *P, const gen_layer *y, int l, int n) {
+static void layer_step_rms_swiglu(st_gen *g, const float *P, const gen_layer *y, int l, int n) {
     st_backend *be = g->be;
     int C = g->C, NH = g->NH, NKV = g->NKV, hs = g->hs, Q = g->Q, K = g->K, W = g->W, F = g->Fh;
     size_t NC = (size_t)n * C, half = (size_t)hs / 2;
@@ -382,8 +377,8 @@ st_status st_gen_step(st_gen *g, const int32_t *tokens, int n, float *logits, st
     else
         OPS->embedding_forward(be, g->x, g->tok, P + g->wte, 1, n, C);
     for (int l = 0; l < g->L; l++) {
-        if (g->arch == ARCH_GPT2) gpt2_layer_step(g, P, &g->layers[l], l, n);
-        else llama_layer_step(g, P, &g->layers[l], l, n);
+        if (g->arch == ARCH_GPT2) layer_step_ln_gelu(g, P, &g->layers[l], l, n);
+        else layer_step_rms_swiglu(g, P, &g->layers[l], l, n);
     }
     const float *last = g->x + (size_t)(n - 1) * C;
     if (g->arch == ARCH_GPT2)
@@ -402,18 +397,11 @@ st_status st_gen_full_forward(st_model *m, const int32_t *tokens, int n, float *
                        m->max_seq);
     st_status s = check_tokens(tokens, n, m->vocab_size, err);
     if (s) return s;
-    const float *all;
-    if (!strcmp(m->ops->arch, "gpt2")) {
-        if ((s = m->ops->alloc_acts(m, 1, n, err))) return s;
-        m->ops->forward(m, tokens, NULL, 0.0f);
-        all = gpt2_logits((const gpt2_model *)m->impl);
-    } else if (st_model_llama(m)) {
-        if ((s = m->ops->alloc_acts(m, 1, n, err))) return s;
-        m->ops->forward(m, tokens, NULL, 0.0f);
-        all = llama_logits(st_model_llama(m));
-    } else {
+    if (!m->ops->logits)
         return st_errf(err, ST_ERR_UNSUPPORTED, "generate: no forward for architecture '%s'", m->ops->arch);
-    }
+    if ((s = m->ops->alloc_acts(m, 1, n, err))) return s;
+    m->ops->forward(m, tokens, NULL, 0.0f);
+    const float *all = m->ops->logits(m);
     size_t V = (size_t)m->vocab_size;
     m->be->ops->copy_to_host(m->be, logits, all + (size_t)(n - 1) * V, sizeof(float) * V);
     return ST_OK;

@@ -490,19 +490,14 @@ static const char *json_num(char buf[32], double v, const char *fmt) {
 }
 
 st_status train_run(const train_config *c, train_result *res, st_err *err) {
-    gpt2_config mc;
-    llama_config lc;
-    int is_llama;
-    st_status s = train_config_resolve_llama(c, &lc, &is_llama, err);
-    if (!s && !is_llama) s = train_config_resolve(c, &mc, err);
+    st_status s = train_config_check(c, err);
     if (s) return s;
+    st_model_overrides ov = train_config_overrides(c);
     /* the memory plan, checked before anything is allocated or written */
     prof_mem_estimate mem;
-    if (is_llama)
-        prof_mem_estimate_generic((double)llama_param_count(&lc), (double)llama_act_bytes(&lc, c->batch, c->seq),
-                                  c->batch, c->seq, !strcmp(c->optim_state, "8bit"), &mem);
-    else
-        prof_mem_estimate_gpt2(&mc, c->batch, c->seq, !strcmp(c->optim_state, "8bit"), &mem);
+    if ((s = st_model_mem_estimate(c->model, c->init_from, &ov, c->batch, c->seq, !strcmp(c->optim_state, "8bit"),
+                                   &mem, err)))
+        return s;
     train_mem_state_on_disk(c, &mem);
     double budgets[PROF_TIER_COUNT] = {0, c->host_budget, 0};
     if ((s = prof_mem_check(&mem, budgets, err))) return s;
@@ -543,12 +538,8 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
 
     if ((s = st_backend_cpu_create(&be, c->threads, err))) goto done;
     {
-        st_model_overrides ov = {c->vocab_size, c->max_seq, c->n_layer, c->n_head, c->n_embd};
-        if (c->init_from[0] && !is_llama) s = gpt2_model_create_hf(&m, c->init_from, be, err); /* GPT-2 */
-        else if (c->init_from[0]) s = st_model_create_hf(&m, c->init_from, be, err); /* shape and weights */
-        else if (is_llama) s = st_model_create_llama(&m, &lc, be, err);
-        else s = st_model_create(&m, c->model, &ov, be, err);
-        if (s) goto done;
+        /* a preset with overrides, or init_from's shape and weights (GPT-2 or the Llama family) */
+        if ((s = st_model_create_from(&m, c->model, c->init_from, &ov, 1, be, err))) goto done;
         if (c->device_budget <= 0 && (s = m->ops->alloc_acts(m, B, T, err))) goto done;
         if (!c->init_from[0]) m->ops->init_random(m, c->seed);
         else if ((s = st_model_check_finite(m, c->init_from, err))) goto done;
@@ -779,12 +770,7 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
         s = m->ops->save(m, path, err);
     }
     if (!s && c->save_hf[0]) {
-        if (is_llama)
-            s = llama_save_hf(st_model_llama(m), c->save_hf, strcmp(c->save_hf_dtype, "bf16") ? ST_F32 : ST_BF16, 0,
-                              err);
-        else
-            s = gpt2_save_hf((gpt2_model *)m->impl, c->save_hf, err);
-        if (s) goto done;
+        if ((s = m->ops->save_hf(m, c->save_hf, strcmp(c->save_hf_dtype, "bf16") ? ST_F32 : ST_BF16, err))) goto done;
         if (!c->quiet) printf("wrote a Hugging Face model directory: %s\n", c->save_hf);
     }
     if (res) {

@@ -478,6 +478,20 @@ st_status train_config_resolve_llama(const train_config *c, llama_config *lc, in
     return ST_OK;
 }
 
+st_status train_config_check(const train_config *c, st_err *err) {
+    gpt2_config mc;
+    llama_config lc;
+    int is_llama;
+    st_status s = train_config_resolve_llama(c, &lc, &is_llama, err);
+    if (!s && !is_llama) s = train_config_resolve(c, &mc, err);
+    return s;
+}
+
+st_model_overrides train_config_overrides(const train_config *c) {
+    st_model_overrides ov = {c->vocab_size, c->max_seq, c->n_layer, c->n_head, c->n_embd};
+    return ov;
+}
+
 double train_lr_at(const train_config *c, long step) {
     if (c->warmup_steps > 0 && step <= c->warmup_steps) return c->lr * (double)step / (double)c->warmup_steps;
     long decay = c->steps - c->warmup_steps;

@@ -52,8 +52,27 @@ static st_status l_get_arch(const st_model *m, st_arch **out, st_err *err) {
     return st_arch_llama(out, &as_llama(m)->cfg, err);
 }
 
+static st_status l_save_hf(const st_model *m, const char *dir, st_dtype dtype, st_err *err) {
+    return llama_save_hf(as_llama(m), dir, dtype, 0, err);
+}
+static const float *l_logits(const st_model *m) { return llama_logits(as_llama(m)); }
+static void l_decode_info(const st_model *m, st_decode_info *d) {
+    const llama_config *c = &as_llama(m)->cfg;
+    memset(d, 0, sizeof *d);
+    d->kind = ST_DECODE_RMS_SWIGLU;
+    d->n_layer = c->n_layer, d->n_embd = c->hidden_size, d->n_head = c->n_head, d->n_kv_head = c->n_kv_head;
+    d->head_size = c->head_dim;
+    d->mlp_act_width = c->intermediate_size, d->mlp_width = 2 * c->intermediate_size;
+    d->eps = (float)c->rms_norm_eps;
+    d->sliding_window = c->sliding_window;
+}
+static void l_rope_tables(const st_model *m, int max_T, float *cos, float *sin) {
+    llama_rope_tables(&as_llama(m)->cfg, max_T, cos, sin);
+}
+
 static const st_model_ops llama_ops = {"llama", l_alloc_acts, l_forward, l_backward, l_init_random, l_save,
-                                       l_load, l_flops, l_describe, l_destroy, l_step_gemms, l_get_arch};
+                                       l_load, l_flops, l_describe, l_destroy, l_step_gemms, l_get_arch,
+                                       l_save_hf, l_logits, l_decode_info, l_rope_tables};
 
 llama_model *st_model_llama(const st_model *m) { return m && m->ops == &llama_ops ? as_llama(m) : NULL; }
 

@@ -7,6 +7,7 @@
 #include "strata/llama.h"
 #include "strata/block.h"
 #include "strata/model.h"
+#include "strata/prof.h"
 
 static gpt2_model *as_gpt2(const st_model *m) { return (gpt2_model *)m->impl; }
 
@@ -54,8 +55,23 @@ static int g_step_gemms(const st_model *m, int B, int T, st_gemm_shape *out, int
 static st_status g_get_arch(const st_model *m, st_arch **out, st_err *err) {
     return st_arch_gpt2(out, &as_gpt2(m)->cfg, err);
 }
+static st_status g_save_hf(const st_model *m, const char *dir, st_dtype dtype, st_err *err) {
+    (void)dtype; /* GPT-2's directory is F32 */
+    return gpt2_save_hf(as_gpt2(m), dir, err);
+}
+static const float *g_logits(const st_model *m) { return gpt2_logits(as_gpt2(m)); }
+static void g_decode_info(const st_model *m, st_decode_info *d) {
+    const gpt2_config *c = &as_gpt2(m)->cfg;
+    memset(d, 0, sizeof *d);
+    d->kind = ST_DECODE_LN_GELU;
+    d->n_layer = c->n_layer, d->n_embd = c->n_embd, d->n_head = d->n_kv_head = c->n_head;
+    d->head_size = c->n_embd / c->n_head;
+    d->mlp_width = d->mlp_act_width = 4 * c->n_embd;
+    d->eps = 1e-5f; /* unused: the layernorm op has GPT-2's epsilon */
+}
 static const st_model_ops gpt2_ops = {"gpt2", g_alloc_acts, g_forward, g_backward, g_init_random, g_save,
-                                      g_load, g_flops, g_describe, g_destroy, g_step_gemms, g_get_arch};
+                                      g_load, g_flops, g_describe, g_destroy, g_step_gemms, g_get_arch,
+                                      g_save_hf, g_logits, g_decode_info, NULL};
 
 void st_model_wrap_gpt2(st_model *out, gpt2_model *g) {
     memset(out, 0, sizeof *out);
@@ -115,6 +131,62 @@ st_status st_model_create_gpt2(st_model **out, const gpt2_config *cfg, st_backen
     }
     st_model_wrap_gpt2(m, g);
     *out = m;
+    return ST_OK;
+}
+
+/* A family and its shape, from a Hugging Face directory or a preset with overrides. */
+typedef struct model_shape {
+    int is_llama;
+    gpt2_config g;
+    llama_config l;
+} model_shape;
+
+static st_status shape_of(const char *preset, const char *hf_dir, const st_model_overrides *ov, model_shape *sh,
+                          st_err *err) {
+    memset(sh, 0, sizeof *sh);
+    if (hf_dir && hf_dir[0]) {
+        if (gpt2_hf_is_dir(hf_dir)) return gpt2_hf_config_read(hf_dir, &sh->g, err);
+        sh->is_llama = 1;
+        return hf_config_read(hf_dir, &sh->l, err);
+    }
+    if (llama_config_preset(preset, &sh->l, NULL) == ST_OK) {
+        sh->is_llama = 1;
+        return llama_config_apply_overrides(&sh->l, ov, err);
+    }
+    if (gpt2_config_preset(preset, &sh->g, NULL) != ST_OK)
+        return st_errf(err, ST_ERR_INVALID, "unknown model '%s'; known models: %s", preset, st_model_preset_names());
+    if (ov) {
+        if (ov->vocab_size > 0) sh->g.vocab_size = ov->vocab_size;
+        if (ov->max_seq > 0) sh->g.max_seq = ov->max_seq;
+        if (ov->n_layer > 0) sh->g.n_layer = ov->n_layer;
+        if (ov->n_head > 0) sh->g.n_head = ov->n_head;
+        if (ov->n_embd > 0) sh->g.n_embd = ov->n_embd;
+    }
+    return ST_OK;
+}
+
+st_status st_model_create_from(st_model **out, const char *preset, const char *hf_dir, const st_model_overrides *ov,
+                               int with_weights, st_backend *be, st_err *err) {
+    *out = NULL;
+    if (hf_dir && hf_dir[0] && with_weights) /* shape and weights */
+        return gpt2_hf_is_dir(hf_dir) ? gpt2_model_create_hf(out, hf_dir, be, err)
+                                      : st_model_create_hf(out, hf_dir, be, err);
+    model_shape sh;
+    st_status s = shape_of(preset, hf_dir, ov, &sh, err);
+    if (s) return s;
+    return sh.is_llama ? st_model_create_llama(out, &sh.l, be, err) : st_model_create_gpt2(out, &sh.g, be, err);
+}
+
+st_status st_model_mem_estimate(const char *preset, const char *hf_dir, const st_model_overrides *ov, int B, int T,
+                                int optim_8bit, prof_mem_estimate *out, st_err *err) {
+    model_shape sh;
+    st_status s = shape_of(preset, hf_dir, ov, &sh, err);
+    if (s) return s;
+    if (sh.is_llama) /* parameters and stored activations from the model's own counts */
+        prof_mem_estimate_generic((double)llama_param_count(&sh.l), (double)llama_act_bytes(&sh.l, B, T), B, T,
+                                  optim_8bit, out);
+    else
+        prof_mem_estimate_gpt2(&sh.g, B, T, optim_8bit, out);
     return ST_OK;
 }
 
