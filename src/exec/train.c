@@ -623,8 +623,9 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     if (!c->quiet) {
         char desc[256];
         m->ops->describe(m, desc, sizeof desc);
-        printf("model %s: %zu parameters (%s), batch %d x seq %d x accum %d, %ld steps, run dir %s\n", c->model,
-               m->n_params, desc, B, T, c->grad_accum, c->steps, c->run_dir);
+        printf("model %s: %zu parameters (%s), batch %d x seq %d x accum %d, %ld steps, run dir %s\n",
+               c->init_from[0] ? c->init_from : c->model, m->n_params, desc, B, T, c->grad_accum, c->steps,
+               c->run_dir);
     }
 
     double flops_per_step = m->ops->flops_per_token(m, T) * (double)B * T * c->grad_accum;
