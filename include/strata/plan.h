@@ -55,7 +55,7 @@
 #define PLAN_PROFILE_VERSION 1
 #define PLAN_MAX_DEPTH 6      /* prefetch depths the program considers: 1 .. this */
 #define PLAN_MAX_VCHUNKS 8    /* vocabulary choices: resident (0) and up to 7 chunk sizes */
-#define PLAN_TIME_LIMIT_MS 800 /* GLPK's default limit, building the program included */
+#define PLAN_TIME_LIMIT_MS 600 /* GLPK's default limit, building the program included */
 #define PLAN_MIP_GAP 1e-4      /* default: stop within 0.01% of the best bound */
 
 /* What the cost model needs of the machine, as measured by plan_profile_measure and kept

@@ -3,6 +3,7 @@
  * cost model's step time (plan_cost.c) under the device budget. The device bytes come
  * from stream_device_bytes itself (see device_model). */
 #include <math.h>
+#include <setjmp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -139,7 +140,7 @@ static int tp_add(triplets *t, int i, int j, double v) {
 
 /* The program's columns (1-based), in order. */
 typedef struct cols {
-    int k, o, r, res, top, zk, zo, pp, ef, eb, opt, n;
+    int k, o, r, res, top, zk, zo, pp, ef, eb, opt, nk, no, n;
 } cols;
 
 /* Column values of plan p (pair index pi): the incumbent handed to GLPK. */
@@ -163,6 +164,8 @@ static void fill_cols(const cols *cl, const plan_cost *c, const stream_plan *p, 
     }
     x[cl->zk + nk] = 1;
     x[cl->zo + no] = 1;
+    x[cl->nk] = nk;
+    x[cl->no] = no;
     x[cl->pp + pi] = 1;
     double below = 0;
     for (int w = 0; w < L; w++) {
@@ -224,6 +227,10 @@ static int glpk_quiet_hook(void *info, const char *s) {
     (void)s;
     return 1; /* handled: GLPK prints nothing */
 }
+
+/* GLPK aborts the process on an internal failure (a numerical assertion in its simplex);
+ * its documented way out is a hook that jumps back, after which glp_free_env frees it all. */
+static void glpk_error_hook(void *info) { longjmp(*(jmp_buf *)info, 1); }
 #endif
 
 st_status plan_stream_ex(const st_arch *a, int B, int T, size_t device_budget, const plan_profile *hw,
@@ -295,8 +302,8 @@ st_status plan_stream_ex(const st_arch *a, int B, int T, size_t device_budget, c
     {
     /* columns */
     int ck = 1, co = ck + L, cr = co + L, cres = cr + L, ctop = cres + L, czk = ctop + L, czo = czk + L + 1;
-    int cpp = czo + L + 1, cef = cpp + np, ceb = cef + L, copt = ceb + L, ncol = copt;
-    cols cl = {ck, co, cr, cres, ctop, czk, czo, cpp, cef, ceb, copt, ncol};
+    int cpp = czo + L + 1, cef = cpp + np, ceb = cef + L, copt = ceb + L, cnk = copt + 1, cno = cnk + 1, ncol = cno;
+    cols cl = {ck, co, cr, cres, ctop, czk, czo, cpp, cef, ceb, copt, cnk, cno, ncol};
     int solved = 0;
     stream_plan *simple = malloc(sizeof *simple);
     double *x0 = malloc(sizeof(double) * (size_t)(ncol + 1)), simple_s;
@@ -306,10 +313,14 @@ st_status plan_stream_ex(const st_arch *a, int B, int T, size_t device_budget, c
         s = st_errf(err, ST_ERR_NOMEM, "plan: out of memory");
         goto done;
     }
-    double MiB = 1048576.0, budget = (double)device_budget;
+    /* units the solver handles well together: milliseconds, and 1/256 of the budget */
+    double bunit = (double)device_budget / 256.0 > 1.0 ? (double)device_budget / 256.0 : 1.0;
+    double budget = (double)device_budget;
+    plan_cost cm = c;
+    cm.fwd *= 1e3, cm.bwd *= 1e3, cm.tw *= 1e3, cm.tg *= 1e3, cm.ta_out *= 1e3, cm.ta_in *= 1e3, cm.opt_block *= 1e3;
     for (int attempt = 0; attempt < 4; attempt++) {
-        int si = best_simple(a, B, T, hw, (size_t)budget, vcs, np, nd, simple, work, &simple_s);
-        if (si >= 0) fill_cols(&cl, &c, simple, si, nd, x0);
+        volatile int si = best_simple(a, B, T, hw, (size_t)budget, vcs, np, nd, simple, work, &simple_s);
+        if (si >= 0) fill_cols(&cl, &cm, simple, si, nd, x0);
         heur_ctx hx = {x0, si < 0 || o.no_incumbent};
         glp_term_hook(glpk_quiet_hook, NULL);
         glp_prob *lp = glp_create_prob();
@@ -317,21 +328,27 @@ st_status plan_stream_ex(const st_arch *a, int B, int T, size_t device_budget, c
         glp_add_cols(lp, ncol);
         for (int j = 1; j < cef; j++) glp_set_col_kind(lp, j, GLP_BV);
         for (int j = cef; j < copt; j++) glp_set_col_bnds(lp, j, GLP_LO, 0, 0);
-        glp_set_col_bnds(lp, copt, GLP_LO, c.opt_block, 0);
+        glp_set_col_bnds(lp, copt, GLP_LO, cm.opt_block, 0);
+        /* the counts as integers of their own: branching on them splits the program's
+         * many equivalent block orders at once */
+        for (int j = cnk; j <= cno; j++) {
+            glp_set_col_kind(lp, j, GLP_IV);
+            glp_set_col_bnds(lp, j, GLP_DB, 0, L);
+        }
         /* objective: the pair's constants, the reruns, the exposures */
         for (int p = 0; p < np; p++) {
             double hc, ce, cop;
             plan_cost_const(&c, vcs[p / nd], &hc, &ce, &cop);
-            glp_set_obj_coef(lp, cpp + p, hc + ce + cop);
+            glp_set_obj_coef(lp, cpp + p, (hc + ce + cop) * 1e3);
         }
         for (int l = 0; l < L; l++) {
-            glp_set_obj_coef(lp, cr + l, c.fwd);
-            glp_set_obj_coef(lp, ctop + l, -c.fwd);
+            glp_set_obj_coef(lp, cr + l, cm.fwd);
+            glp_set_obj_coef(lp, ctop + l, -cm.fwd);
             glp_set_obj_coef(lp, cef + l, 1);
             glp_set_obj_coef(lp, ceb + l, 1);
         }
         glp_set_obj_coef(lp, copt, 1);
-        glp_set_obj_coef(lp, 0, (double)L * (c.fwd + c.bwd));
+        glp_set_obj_coef(lp, 0, (double)L * (cm.fwd + cm.bwd));
 
         triplets t = {0};
         int row = 0, bad = 0;
@@ -345,11 +362,17 @@ st_status plan_stream_ex(const st_arch *a, int B, int T, size_t device_budget, c
         for (int k = 0; k <= L; k++) E(czk + k, 1);
         ROW(GLP_FX, 0, 0);
         for (int k = 1; k <= L; k++) E(czk + k, k);
+        E(cnk, -1);
+        ROW(GLP_FX, 0, 0);
+        E(cnk, 1);
         for (int l = 0; l < L; l++) E(ck + l, -1);
         ROW(GLP_FX, 1, 1); /* n_offload, one-hot */
         for (int k = 0; k <= L; k++) E(czo + k, 1);
         ROW(GLP_FX, 0, 0);
         for (int k = 1; k <= L; k++) E(czo + k, k);
+        E(cno, -1);
+        ROW(GLP_FX, 0, 0);
+        E(cno, 1);
         for (int l = 0; l < L; l++) E(co + l, -1);
         /* top_l: block l is the highest recompute block (its forward is not run again) */
         for (int l = 0; l < L; l++) {
@@ -371,33 +394,33 @@ st_status plan_stream_ex(const st_arch *a, int B, int T, size_t device_budget, c
         }
         ROW(GLP_UP, 0, 2);
         for (int l = 0; l < L; l++) E(cres + l, 1);
-        /* device bytes (MiB): base + keep[n_keep] + off[n_offload] + rc0 (1 - any recompute) <= budget */
-        ROW(GLP_UP, 0, (budget - m.rc0) / MiB);
-        for (int p = 0; p < np; p++) E(cpp + p, base[p] / MiB);
-        for (int k = 0; k <= L; k++) E(czk + k, m.keep[k] / MiB), E(czo + k, m.off[k] / MiB);
-        for (int l = 0; l < L; l++) E(ctop + l, -m.rc0 / MiB);
+        /* device bytes (in units of 1/256 of the budget): base + keep[n_keep] + off[n_offload] + rc0 (1 - any recompute) <= budget */
+        ROW(GLP_UP, 0, (budget - m.rc0) / bunit);
+        for (int p = 0; p < np; p++) E(cpp + p, base[p] / bunit);
+        for (int k = 0; k <= L; k++) E(czk + k, m.keep[k] / bunit), E(czo + k, m.off[k] / bunit);
+        for (int l = 0; l < L; l++) E(ctop + l, -m.rc0 / bunit);
         ROW(GLP_FX, 1, 1); /* one (vocabulary chunk, depth) */
         for (int p = 0; p < np; p++) E(cpp + p, 1);
         /* forward windows: e >= weight fetches + the drain of a moving offloaded block w-1 - fwd */
         for (int w = 0; w < L; w++) {
-            ROW(GLP_LO, -c.fwd, 0);
+            ROW(GLP_LO, -cm.fwd, 0);
             E(cef + w, 1);
-            for (int p = 0; p < np; p++) E(cpp + p, -plan_cost_wfetch_fwd(&c, 1 + p % nd, w));
-            if (w > 0) E(co + w - 1, -c.ta_out), E(cres + w - 1, c.ta_out);
+            for (int p = 0; p < np; p++) E(cpp + p, -plan_cost_wfetch_fwd(&cm, 1 + p % nd, w));
+            if (w > 0) E(co + w - 1, -cm.ta_out), E(cres + w - 1, cm.ta_out);
         }
         /* backward windows: e >= weight fetches + block w+1's gradient + the fetch of a moving
          * offloaded block w-1 - (bwd + a rerun forward) */
         for (int w = 0; w < L; w++) {
-            ROW(GLP_LO, (w + 1 < L ? c.tg : 0) - c.bwd, 0);
+            ROW(GLP_LO, (w + 1 < L ? cm.tg : 0) - cm.bwd, 0);
             E(ceb + w, 1);
-            for (int p = 0; p < np; p++) E(cpp + p, -plan_cost_wfetch_bwd(&c, 1 + p % nd, w));
-            if (w > 0) E(co + w - 1, -c.ta_in), E(cres + w - 1, c.ta_in);
-            E(cr + w, c.fwd), E(ctop + w, -c.fwd);
+            for (int p = 0; p < np; p++) E(cpp + p, -plan_cost_wfetch_bwd(&cm, 1 + p % nd, w));
+            if (w > 0) E(co + w - 1, -cm.ta_in), E(cres + w - 1, cm.ta_in);
+            E(cr + w, cm.fwd), E(ctop + w, -cm.fwd);
         }
         /* the optimizer behind the backward of the blocks below the last */
-        ROW(GLP_LO, (double)L * c.opt_block - (double)(L - 1) * c.bwd, 0);
+        ROW(GLP_LO, (double)L * cm.opt_block - (double)(L - 1) * cm.bwd, 0);
         E(copt, 1);
-        for (int l = 0; l < L - 1; l++) E(cr + l, c.fwd), E(ctop + l, -c.fwd);
+        for (int l = 0; l < L - 1; l++) E(cr + l, cm.fwd), E(ctop + l, -cm.fwd);
 #undef ROW
 #undef E
         if (bad) {
@@ -421,9 +444,42 @@ st_status plan_stream_ex(const st_arch *a, int B, int T, size_t device_budget, c
         int left = o.time_limit_ms - (int)((st_now() - t0) * 1e3);
         ip.tm_lim = left > 50 ? left : 50;
         ip.mir_cuts = GLP_ON;
+        glp_scale_prob(lp, GLP_SF_AUTO);
+        sp.tm_lim = ip.tm_lim;
+        jmp_buf jb;
+        glp_error_hook(glpk_error_hook, &jb);
+        if (setjmp(jb)) { /* GLPK failed inside: every GLPK object is gone with its environment */
+            glp_error_hook(NULL, NULL);
+            glp_free_env();
+            if (si < 0) {
+                s = st_errf(err, ST_ERR_INVALID, "plan: GLPK failed (a numerical error in its simplex) and no simple "
+                            "plan fits the budget of %zu bytes", device_budget);
+                break;
+            }
+            *out = *simple;
+            if ((s = plan_predict(a, B, T, hw, out, pred, err))) break;
+            pred->program_s = NAN;
+            pred->device_budget = device_budget;
+            pred->optimal = 0;
+            pred->solve_s = st_now() - t0;
+            solved = 1;
+            break;
+        }
         int rc = glp_simplex(lp, &sp);
         if (rc == 0) rc = glp_intopt(lp, &ip);
+        glp_error_hook(NULL, NULL);
         int st = glp_mip_status(lp);
+        if (st != GLP_OPT && st != GLP_FEAS && si >= 0) { /* no solution of its own: the simple plan */
+            glp_delete_prob(lp);
+            *out = *simple;
+            if ((s = plan_predict(a, B, T, hw, out, pred, err))) break;
+            pred->program_s = NAN;
+            pred->device_budget = device_budget;
+            pred->optimal = 0;
+            pred->solve_s = st_now() - t0;
+            solved = 1;
+            break;
+        }
         if (st != GLP_OPT && st != GLP_FEAS) {
             glp_delete_prob(lp);
             s = st_errf(err, rc == GLP_ETMLIM ? ST_ERR_UNSUPPORTED : ST_ERR_INVALID,
@@ -450,7 +506,7 @@ st_status plan_stream_ex(const st_arch *a, int B, int T, size_t device_budget, c
             continue;
         }
         if ((s = plan_predict(a, B, T, hw, out, pred, err))) break;
-        pred->program_s = obj;
+        pred->program_s = obj * 1e-3;
         if (si >= 0 && !o.no_incumbent && simple_s < pred->step_s) { /* GLPK stopped before reaching its incumbent */
             *out = *simple;
             if ((s = plan_predict(a, B, T, hw, out, pred, err))) break;
