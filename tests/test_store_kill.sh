@@ -148,6 +148,28 @@ check '[ -z "$bad" ] && [ $(wc -l <"$T/sdisk.loss") -eq 20 ]' "streamed + disk s
 check 'cmp -s "$T/sram/checkpoints/step_00000020/model.safetensors" "$T/sdisk/model.safetensors"' \
   "streamed + disk state: final weights differ from the streamed run in RAM"
 
+# the same for a Llama (GQA, untied head, 32 blocks) at one eighth of its training state,
+# with grad_accum 3 and 8-bit states: killed mid-step (after the store's writes, before its
+# switch) and resumed, it ends bit-identical to the streamed run with its state in RAM
+SL="--model llama-tiny --n_layer 32 --vocab_size 257 --steps 20 --batch 2 --seq 16 --grad_accum 3 --optim_state 8bit"
+SL="$SL --quiet 1 --device_budget 534720 --state_budget 4000000 --eval_every 0 --sample_every 0"
+"$S" train $SL --run_dir "$T/lram" >"$T/lram.out" 2>&1
+rc=$?
+check '[ $rc -eq 0 ]' "streamed Llama run failed: $(tail -2 "$T/lram.out")"
+mkdir -p "$T/lst"
+{ STRATA_FAILPOINT=store_writes_done:7 "$S" train $SL --run_dir "$T/ldisk" --state_paths "$T/lst" >"$T/ldisk1.out" 2>&1; } 2>/dev/null
+rc=$?
+check '[ $rc -eq 137 ]' "streamed Llama failpoint run was not killed (rc $rc): $(tail -2 "$T/ldisk1.out")"
+"$S" train $SL --run_dir "$T/ldisk" --state_paths "$T/lst" --resume "$T/ldisk" >"$T/ldisk2.out" 2>&1
+rc=$?
+check '[ $rc -eq 0 ] && grep -q "at step 6" "$T/ldisk2.out"' "streamed Llama resume (rc $rc): $(tail -2 "$T/ldisk2.out")"
+awk -F'[:,]' '{print $2, $4}' "$T/lram/metrics.jsonl" | sort -n >"$T/lram.loss"
+awk -F'[:,]' '{print $2, $4}' "$T/ldisk/metrics.jsonl" | sort -n -u >"$T/ldisk.loss"
+bad=$(differ "$T/lram.loss" "$T/ldisk.loss" | head -2)
+check '[ -z "$bad" ] && [ $(wc -l <"$T/ldisk.loss") -eq 20 ]' "streamed Llama + disk state: losses differ or steps missing: $bad"
+check 'cmp -s "$T/lram/checkpoints/step_00000020/model.safetensors" "$T/ldisk/model.safetensors"' \
+  "streamed Llama + disk state: final weights differ from the streamed run in RAM"
+
 # 8-bit states under streaming live only in the store; the losses equal the in-memory 8-bit run's
 "$S" train $SA --optim_state 8bit --device_budget 0 --run_dir "$T/q8ram" >"$T/q8ram.out" 2>&1
 rc=$?
