@@ -335,6 +335,13 @@ static st_status load_model(st_tokenizer *t, json_object *root, json_object *add
                            (long long)id);
         if (id > max_id) max_id = id;
     }
+    /* ids index tables: a real vocabulary numbers its tokens (almost) densely, and an id far
+     * past the count of tokens would make those tables gigabytes of holes */
+    size_t n_tokens = (size_t)json_object_object_length(vocab) + n_added;
+    if ((size_t)(max_id + 1) > 2 * n_tokens + 1024)
+        return st_errf(err, ST_ERR_FORMAT, "%s: the largest id, %lld, is far past the %zu tokens of model.vocab and "
+                       "added_tokens (ids are numbered from 0, almost without gaps); the file is damaged",
+                       t->path, (long long)max_id, n_tokens);
     t->n_ids = (size_t)(max_id + 1);
     t->id_str = calloc(t->n_ids ? t->n_ids : 1, sizeof *t->id_str);
     t->id_len = calloc(t->n_ids ? t->n_ids : 1, sizeof *t->id_len);

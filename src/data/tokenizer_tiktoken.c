@@ -138,6 +138,13 @@ st_status tok_load_tiktoken(st_tokenizer *t, const char *buf, size_t len, const 
         s = st_errf(err, ST_ERR_FORMAT, "tokenizer %s: empty: neither JSON nor a tiktoken rank file", t->path);
         goto done;
     }
+    /* ranks index tables: a rank file numbers its tokens (almost) densely, and a rank far
+     * past the count of lines would make those tables gigabytes of holes */
+    if ((size_t)max_rank + 1 > 2 * n + 1024) {
+        s = st_errf(err, ST_ERR_FORMAT, "tokenizer %s: the largest rank, %ld, is far past its %zu tokens (ranks are "
+                    "numbered from 0, almost without gaps); the file is damaged", t->path, (long)max_rank, n);
+        goto done;
+    }
     size_t n_special = opts ? opts->n_special : 0;
     int64_t max_id = max_rank + (int64_t)n_special;
     for (size_t i = 0; opts && opts->special_ids && i < n_special; i++)
