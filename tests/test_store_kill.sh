@@ -129,46 +129,38 @@ done
 
 # layer streaming with the disk state (device_budget + state_paths): the executor updates
 # through the store after backward; losses and final weights equal the streamed run with
-# its state in RAM, also across a crash between a step's writes and its switch
+# its state in RAM, also across a crash between a step's writes and its switch (a
+# failpoint kills the 7th step after the store's writes, before its switch; the resume
+# starts at step 6). streamed_kill NAME LABEL ARGS...: runs NAME-ram, NAME-disk.
+streamed_kill() {
+  local n=$1 what=$2 rc bad
+  shift 2
+  "$S" train "$@" --run_dir "$T/$n-ram" >"$T/$n-ram.out" 2>&1
+  rc=$?
+  check '[ $rc -eq 0 ]' "$what: streamed run failed: $(tail -2 "$T/$n-ram.out")"
+  mkdir -p "$T/$n-st"
+  { STRATA_FAILPOINT=store_writes_done:7 "$S" train "$@" --run_dir "$T/$n-disk" --state_paths "$T/$n-st" \
+      >"$T/$n-disk1.out" 2>&1; } 2>/dev/null
+  rc=$?
+  check '[ $rc -eq 137 ]' "$what: the failpoint run was not killed (rc $rc): $(tail -2 "$T/$n-disk1.out")"
+  "$S" train "$@" --run_dir "$T/$n-disk" --state_paths "$T/$n-st" --resume "$T/$n-disk" >"$T/$n-disk2.out" 2>&1
+  rc=$?
+  check '[ $rc -eq 0 ] && grep -q "at step 6" "$T/$n-disk2.out"' "$what: resume (rc $rc): $(tail -2 "$T/$n-disk2.out")"
+  awk -F'[:,]' '{print $2, $4}' "$T/$n-ram/metrics.jsonl" | sort -n >"$T/$n-ram.loss"
+  awk -F'[:,]' '{print $2, $4}' "$T/$n-disk/metrics.jsonl" | sort -n -u >"$T/$n-disk.loss"
+  bad=$(differ "$T/$n-ram.loss" "$T/$n-disk.loss" | head -2)
+  check '[ -z "$bad" ] && [ $(wc -l <"$T/$n-disk.loss") -eq 20 ]' \
+    "$what + disk state: losses differ or steps missing: $bad"
+  check 'cmp -s "$T/$n-ram/checkpoints/step_00000020/model.safetensors" "$T/$n-disk/model.safetensors"' \
+    "$what + disk state: final weights differ from the streamed run in RAM"
+}
 SA="--model gpt2-mini --steps 20 --batch 2 --seq 32 --quiet 1 --device_budget 6000000 --state_budget 4000000"
-"$S" train $SA --run_dir "$T/sram" >"$T/sram.out" 2>&1
-rc=$?
-check '[ $rc -eq 0 ]' "streamed run failed: $(tail -2 "$T/sram.out")"
-mkdir -p "$T/sst"
-{ STRATA_FAILPOINT=store_writes_done:7 "$S" train $SA --run_dir "$T/sdisk" --state_paths "$T/sst" >"$T/sdisk1.out" 2>&1; } 2>/dev/null
-rc=$?
-check '[ $rc -eq 137 ]' "streamed failpoint run was not killed (rc $rc): $(tail -2 "$T/sdisk1.out")"
-"$S" train $SA --run_dir "$T/sdisk" --state_paths "$T/sst" --resume "$T/sdisk" >"$T/sdisk2.out" 2>&1
-rc=$?
-check '[ $rc -eq 0 ] && grep -q "at step 6" "$T/sdisk2.out"' "streamed resume (rc $rc): $(tail -2 "$T/sdisk2.out")"
-awk -F'[:,]' '{print $2, $4}' "$T/sram/metrics.jsonl" | sort -n >"$T/sram.loss"
-awk -F'[:,]' '{print $2, $4}' "$T/sdisk/metrics.jsonl" | sort -n -u >"$T/sdisk.loss"
-bad=$(differ "$T/sram.loss" "$T/sdisk.loss" | head -2)
-check '[ -z "$bad" ] && [ $(wc -l <"$T/sdisk.loss") -eq 20 ]' "streamed + disk state: losses differ or steps missing: $bad"
-check 'cmp -s "$T/sram/checkpoints/step_00000020/model.safetensors" "$T/sdisk/model.safetensors"' \
-  "streamed + disk state: final weights differ from the streamed run in RAM"
-
+streamed_kill gpt2 "streamed GPT-2" $SA
 # the same for a Llama (GQA, untied head, 32 blocks) at one eighth of its training state,
-# with grad_accum 3 and 8-bit states: killed mid-step (after the store's writes, before its
-# switch) and resumed, it ends bit-identical to the streamed run with its state in RAM
-SL="--model llama-tiny --n_layer 32 --vocab_size 257 --steps 20 --batch 2 --seq 16 --grad_accum 3 --optim_state 8bit"
-SL="$SL --quiet 1 --device_budget 534720 --state_budget 4000000 --eval_every 0 --sample_every 0"
-"$S" train $SL --run_dir "$T/lram" >"$T/lram.out" 2>&1
-rc=$?
-check '[ $rc -eq 0 ]' "streamed Llama run failed: $(tail -2 "$T/lram.out")"
-mkdir -p "$T/lst"
-{ STRATA_FAILPOINT=store_writes_done:7 "$S" train $SL --run_dir "$T/ldisk" --state_paths "$T/lst" >"$T/ldisk1.out" 2>&1; } 2>/dev/null
-rc=$?
-check '[ $rc -eq 137 ]' "streamed Llama failpoint run was not killed (rc $rc): $(tail -2 "$T/ldisk1.out")"
-"$S" train $SL --run_dir "$T/ldisk" --state_paths "$T/lst" --resume "$T/ldisk" >"$T/ldisk2.out" 2>&1
-rc=$?
-check '[ $rc -eq 0 ] && grep -q "at step 6" "$T/ldisk2.out"' "streamed Llama resume (rc $rc): $(tail -2 "$T/ldisk2.out")"
-awk -F'[:,]' '{print $2, $4}' "$T/lram/metrics.jsonl" | sort -n >"$T/lram.loss"
-awk -F'[:,]' '{print $2, $4}' "$T/ldisk/metrics.jsonl" | sort -n -u >"$T/ldisk.loss"
-bad=$(differ "$T/lram.loss" "$T/ldisk.loss" | head -2)
-check '[ -z "$bad" ] && [ $(wc -l <"$T/ldisk.loss") -eq 20 ]' "streamed Llama + disk state: losses differ or steps missing: $bad"
-check 'cmp -s "$T/lram/checkpoints/step_00000020/model.safetensors" "$T/ldisk/model.safetensors"' \
-  "streamed Llama + disk state: final weights differ from the streamed run in RAM"
+# with grad_accum 3 and 8-bit states
+streamed_kill llama "streamed Llama" --model llama-tiny --n_layer 32 --vocab_size 257 --steps 20 --batch 2 --seq 16 \
+  --grad_accum 3 --optim_state 8bit --quiet 1 --device_budget 534720 --state_budget 4000000 --eval_every 0 \
+  --sample_every 0
 
 # 8-bit states under streaming live only in the store; the losses equal the in-memory 8-bit run's
 "$S" train $SA --optim_state 8bit --device_budget 0 --run_dir "$T/q8ram" >"$T/q8ram.out" 2>&1
