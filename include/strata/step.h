@@ -101,5 +101,9 @@ st_status st_step_run(st_step *s, int n_micro, int B, int T, const int32_t *inpu
 /* The dloss of every micro-batch of a step whose targets (n ids, all micro-batches) are
  * given: 1 / (count of targets >= 0); 1 / n when none is masked (0 when all are). */
 float st_step_dloss(const int32_t *targets, size_t n, long *n_targets);
+/* One micro-batch's part of its step's loss, from its mean over its own n targets >= 0:
+ * mean / n_micro when nothing in the step is masked (total == n * n_micro), else weighed by
+ * its share of the step's total targets >= 0. Summed over the micro-batches in order. */
+double st_step_micro_loss(float mean, const int32_t *targets, size_t n, int n_micro, long total);
 
 #endif

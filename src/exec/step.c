@@ -15,11 +15,10 @@ float st_step_dloss(const int32_t *targets, size_t n, long *n_targets) {
     return c ? 1.0f / (float)c : 0.0f;
 }
 
-/* One micro-batch's part of the step's loss, from its mean over its own targets >= 0:
- * with nothing masked every micro-batch weighs the same (mean / n_micro, as strata has
- * always summed them); otherwise by its share of the step's targets. */
-static double micro_loss(float mean, long count, int n_micro, long total, int unmasked) {
-    if (unmasked) return mean / n_micro;
+double st_step_micro_loss(float mean, const int32_t *targets, size_t n, int n_micro, long total) {
+    if (total == (long)n * n_micro) return mean / n_micro; /* nothing masked: each weighs the same */
+    long count = 0;
+    for (size_t i = 0; i < n; i++) count += targets[i] >= 0;
     return total ? (double)mean * ((double)count / (double)total) : 0.0;
 }
 
@@ -94,7 +93,6 @@ st_status st_step_run(st_step *s, int n_micro, int B, int T, const int32_t *inpu
     st_model *m = s->m;
     float dloss = st_step_dloss(targets, N * (size_t)n_micro, &r->n_targets);
     double loss = 0;
-    int unmasked = r->n_targets == (long)(N * (size_t)n_micro);
     for (int k = 0; k < n_micro; k++) {
         const int32_t *in = inputs + (size_t)k * N, *tg = targets + (size_t)k * N;
         double t0 = st_now();
@@ -110,9 +108,7 @@ st_status st_step_run(st_step *s, int n_micro, int B, int T, const int32_t *inpu
             accumulate(s->gacc, m->grads, m->n_params, k == 0 ? 0 : k < n_micro - 1 ? 1 : 2);
             prof_end(&pa);
         }
-        long count = 0;
-        for (size_t i = 0; i < N; i++) count += tg[i] >= 0;
-        loss += micro_loss(mean, count, n_micro, r->n_targets, unmasked);
+        loss += st_step_micro_loss(mean, tg, N, n_micro, r->n_targets);
     }
     r->loss = loss;
     double t3 = st_now();

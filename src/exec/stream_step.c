@@ -123,7 +123,6 @@ st_status stream_step_accum(stream_exec *x, int n_micro, const int32_t *inputs_a
     /* the step's loss is the mean over all its targets >= 0 (strata/step.h) */
     long n_targets = 0;
     float dloss = st_step_dloss(targets_all, (size_t)N * n_micro, &n_targets);
-    int unmasked = n_targets == (long)N * n_micro;
     uint64_t last = 0;
     size_t V = (size_t)x->ly->vocab_size, C = (size_t)x->ly->n_embd;
     for (int mb = 0; mb < n_micro; mb++) {
@@ -242,13 +241,7 @@ st_status stream_step_accum(stream_exec *x, int n_micro, const int32_t *inputs_a
         d2h(x, x->tgv, x->d_pre_g, x->emb_n * 4);
     }
     last = d2h(x, x->tgv + x->post_off, x->d_post_g, x->post_n * 4);
-    if (unmasked) {
-        loss_sum += loss / n_micro; /* as strata train sums the micro-batches' losses */
-    } else if (n_targets) {
-        long cnt = 0;
-        for (int i = 0; i < N; i++) cnt += targets[i] >= 0;
-        loss_sum += (double)loss * ((double)cnt / (double)n_targets);
-    }
+    loss_sum += st_step_micro_loss(loss, targets, (size_t)N, n_micro, n_targets);
     if (!final && add && overlap) stream_push_job(x, -1, last, 1, 0);
     if (add && !overlap) { /* on the step thread, every core */
         wait_ticket(x, last, "wait grads", -1);
