@@ -38,4 +38,21 @@ st_status train_state_save(const char *path, const train_state_header *h, optim 
  * (format, parameter count, buffer sizes) before anything is copied into it. */
 st_status train_state_load(const char *path, train_state_header *h, optim *o, st_err *err);
 
+/* Data parallel (ZeRO 1 and 2): each rank writes its shard of the optimizer state to
+ * DIR/train_state.rankNNNNN.bin (the layout above, for the shard's elements: segments
+ * clipped to it), and rank 0 writes DIR/shards.json, the world-size-independent description
+ * (world, bounds of each shard, parameter count, format). The shards hold the bytes of one
+ * process's train_state.bin buffers cut at the bounds (the cuts fall on the 8-bit blocks),
+ * so a checkpoint written at N ranks resumes at M. */
+#define ST_SHARDS_JSON "shards.json"
+st_status train_state_save_shard(const char *dir, int rank, const train_state_header *h, optim *o, st_err *err);
+st_status train_state_save_shards_json(const char *dir, int world, int zero, optim_state_format fmt, size_t n_params,
+                                       const size_t *bounds, st_err *err);
+/* The shard [lo, hi) of a checkpoint's optimizer state, written at any world size (one
+ * train_state.bin, or shards.json and its rank files), into o, which was made for segs
+ * (the whole vector's segments) clipped to [lo, hi); h from the checkpoint, with n_params
+ * the whole vector's. Every file read is validated as train_state_load does. */
+st_status train_state_load_shard(const char *dir, train_state_header *h, optim *o, const optim_segment *segs,
+                                 int n_segs, size_t lo, size_t hi, st_err *err);
+
 #endif

@@ -159,6 +159,13 @@ void optim_bind_state(optim *o, void *const bufs[]);
 double optim_grad_sumsq(const void *g, st_dtype dt, size_t n); /* ST_F32, ST_BF16, ST_F16 */
 double optim_grad_sumsq_f32(const float *g, size_t n);
 double optim_grad_sumsq_bf16(const uint16_t *g, size_t n);
+/* Elements per partial sum of optim_grad_sumsq: the sum of a vector is its chunks' partial
+ * sums added in chunk order from 0. A vector cut on this grid (ZeRO's shards, dist.h) has
+ * each piece's partials computed where it lives and the total summed in one place. */
+#define OPTIM_SUMSQ_CHUNK 65536
+/* The partial sums: parts[c] for elements [c, c + 1) x OPTIM_SUMSQ_CHUNK of g (the last one
+ * shorter); returns their count. optim_grad_sumsq(g, dt, n) == parts[0] + parts[1] + ... */
+size_t optim_grad_sumsq_parts(const void *g, st_dtype dt, size_t n, double *parts);
 
 /* The plain scalar reference (fp32 state), one segment: the tests' oracle. */
 void adamw_ref_f32(float *p, const float *g, float *m, float *v, size_t n, float weight_decay,

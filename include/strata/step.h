@@ -58,6 +58,7 @@
 #include "strata/stream.h"
 
 struct st_store;
+struct st_comm;
 
 typedef struct st_step {
     st_model *m;               /* in memory: the model (its params and grads in host memory) */
@@ -66,6 +67,14 @@ typedef struct st_step {
     struct stream_exec *sx;    /* streamed: the executor holds the rest */
     float *gacc;               /* in memory, more than one micro-batch: the running sum */
     int max_micro;
+    /* data parallel (st_step_set_dist): the ranks' step, in memory */
+    struct st_comm *comm;
+    int zero;                  /* 0: gradients all-reduced, state replicated; 1: state sharded; 2: also the
+                                  summed gradient (each micro-batch's reduced as it ends) */
+    size_t *bounds;            /* the ranks' shards of the flat vector (st_zero_bounds) */
+    size_t lo, hi;             /* this rank's shard */
+    float *shard;              /* the summed gradient on this rank's shard */
+    double *parts;             /* the norm's partial sums, one per OPTIM_SUMSQ_CHUNK */
 } st_step;
 
 typedef struct st_step_hp {
@@ -83,6 +92,8 @@ typedef struct st_step_result {
     double forward_s, backward_s, optimizer_s; /* in memory; streamed: forward_s holds the
                                                   executor's compute, optimizer_s its tail */
     stream_step_stats stream; /* streamed: the executor's figures (bytes moved, overlap, peak) */
+    double comm_wait_s;    /* data parallel: time this rank waited on the other ranks (exposed communication) */
+    uint64_t sent_bytes, received_bytes; /* data parallel: this rank's bytes in this step */
 } st_step_result;
 
 /* In memory: m (with activations for B x T), the optimizer opt (RAM) or the store (disk
@@ -92,6 +103,15 @@ st_status st_step_init_memory(st_step *s, st_model *m, optim *opt, struct st_sto
 /* Streamed: the executor (made with stream_config.grad_accum >= max_micro). */
 void st_step_init_streamed(st_step *s, struct stream_exec *sx, int max_micro);
 void st_step_free(st_step *s);
+/* Data parallel, in memory: every rank runs the same step on its own micro-batches, and
+ * the gradients of all ranks are summed in rank order (dist.h), so N ranks step as one
+ * process with N times the micro-batches. zero 0: the gradient all-reduced, opt (or the
+ * store) holds the whole state on every rank; zero 1 and 2: opt (or the store) holds the
+ * shard [bounds[rank], bounds[rank + 1]) only (its segments clipped to it,
+ * st_zero_clip_segments), the updated weights are gathered after the update; zero 2 keeps
+ * only the shard of the running gradient sum (no gacc), reducing each micro-batch as it
+ * ends, so it is also bit-identical to one process at grad_accum N x max_micro. */
+st_status st_step_set_dist(st_step *s, struct st_comm *comm, int zero, const size_t *bounds, st_err *err);
 
 /* One step over n_micro micro-batches of B x T (inputs and targets n_micro x B x T ids,
  * micro-batch after micro-batch; a target < 0 is ignored). */

@@ -67,7 +67,10 @@ typedef struct train_config {
                                moments there (the disk tier, strata/store.h), committed every step */
     double state_budget;  /* host bytes for the state store's buffers (0: TRAIN_STATE_BUDGET_DEFAULT) */
     char state_profile[1024]; /* strata probe -o profile: split the state by the paths' bandwidth */
+    int zero;             /* under mpirun: ZeRO stage 0, 1 or 2 (strata/dist.h) */
+    double dist_timeout;  /* under mpirun: seconds a rank waits for another */
     volatile int *stop_flag; /* set to nonzero (e.g. by SIGINT) to checkpoint and stop */
+    struct st_comm *comm; /* the ranks of this run (st_comm_open); NULL: one process */
 } train_config;
 
 void train_config_defaults(train_config *c);
@@ -76,6 +79,10 @@ st_status train_config_set(train_config *c, const char *key, const char *value, 
 /* Read a JSON object of keys; every key must be known. */
 st_status train_config_load_json(train_config *c, const char *path, st_err *err);
 st_status train_config_save_json(const train_config *c, const char *path, st_err *err);
+/* One CRC-32C per key of c (its name and value), in the keys' order: ranks compare theirs
+ * at start. How many (at most cap); train_config_key_name(i) names the i-th. */
+int train_config_key_crcs(const train_config *c, uint32_t *out, int cap);
+const char *train_config_key_name(int i);
 /* The known keys, comma-separated, for help text. */
 const char *train_config_keys(void);
 /* One line per key with its meaning, for --help. */

@@ -9,6 +9,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <json-c/json.h>
+#include <stdio.h>
+
 #include "core/fileutil.h"
 
 #define MAGIC "STRATAts"
@@ -54,7 +57,22 @@ st_status train_state_save(const char *path, const train_state_header *h, optim 
     return st_file_writer_close(&w, s, err);
 }
 
-st_status train_state_load(const char *path, train_state_header *h, optim *o, st_err *err) {
+/* A train_state.bin mapped and checked (magic, version, sizes, CRC): what it holds. */
+typedef struct ts_file {
+    uint8_t *map;
+    size_t len;
+    uint32_t fmt, k;
+    uint64_t sizes[MAX_BUFS], f[5], dbytes;
+    size_t data_off; /* the first buffer */
+} ts_file;
+
+static void ts_unmap(ts_file *t) {
+    if (t->map) munmap(t->map, t->len);
+    t->map = NULL;
+}
+
+static st_status ts_map(const char *path, ts_file *t, st_err *err) {
+    memset(t, 0, sizeof *t);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return st_errf(err, ST_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
@@ -121,37 +139,230 @@ st_status train_state_load(const char *path, train_state_header *h, optim *o, st
                     "file is corrupt, resume from an earlier checkpoint", path, stored, crc, len - 4);
         goto out;
     }
-    uint64_t f[5];
-    memcpy(f, map + 16, sizeof f);
-    if (fmt != (uint32_t)optim_format(o) || (int)k != optim_state_count(o) || f[4] != optim_numel(o)) {
+    t->map = map;
+    t->len = len;
+    t->fmt = fmt;
+    t->k = k;
+    memcpy(t->sizes, sizes, sizeof(uint64_t) * k);
+    memcpy(t->f, map + 16, sizeof t->f);
+    t->dbytes = dbytes;
+    t->data_off = 64 + 8ull * k + dbytes;
+    return ST_OK;
+out:
+    munmap(map, len);
+    return s;
+}
+
+static void ts_header(const ts_file *t, train_state_header *h) {
+    h->step = t->f[0];
+    h->adam_step = t->f[1];
+    h->rng = t->f[2];
+    h->data_state_bytes = t->dbytes;
+    memcpy(h->data_state, t->map + 64 + 8ull * t->k, t->dbytes);
+    h->n_params = t->f[4];
+}
+
+st_status train_state_load(const char *path, train_state_header *h, optim *o, st_err *err) {
+    ts_file t;
+    st_status s = ts_map(path, &t, err);
+    if (s) return s;
+    if (t.fmt != (uint32_t)optim_format(o) || (int)t.k != optim_state_count(o) || t.f[4] != optim_numel(o)) {
         s = st_errf(err, ST_ERR_SHAPE, "%s: optimizer state is format %u with %u buffers for %llu parameters, but this "
                     "run has format %d with %d buffers for %zu parameters; resume with the same model and optim_state",
-                    path, fmt, k, (unsigned long long)f[4], optim_format(o), optim_state_count(o), optim_numel(o));
+                    path, t.fmt, t.k, (unsigned long long)t.f[4], optim_format(o), optim_state_count(o),
+                    optim_numel(o));
         goto out;
     }
-    size_t off = 64 + 8ull * k + dbytes;
-    for (uint32_t i = 0; i < k; i++) {
+    for (uint32_t i = 0; i < t.k; i++) {
         size_t b;
         optim_state_buffer(o, (int)i, &b);
-        if (b != sizes[i]) {
+        if (b != t.sizes[i]) {
             s = st_errf(err, ST_ERR_SHAPE, "%s: offset %zu: buffer %u has %llu bytes, this run needs %zu", path,
-                        (size_t)(64 + 8 * i), i, (unsigned long long)sizes[i], b);
+                        (size_t)(64 + 8 * i), i, (unsigned long long)t.sizes[i], b);
             goto out;
         }
     }
-    for (uint32_t i = 0; i < k; i++) {
+    size_t off = t.data_off;
+    for (uint32_t i = 0; i < t.k; i++) {
         size_t b;
         void *p = optim_state_buffer(o, (int)i, &b);
-        memcpy(p, map + off, b);
+        memcpy(p, t.map + off, b);
         off += b;
     }
-    h->step = f[0];
-    h->adam_step = f[1];
-    h->rng = f[2];
-    h->data_state_bytes = dbytes;
-    memcpy(h->data_state, map + 64 + 8ull * k, dbytes);
-    h->n_params = f[4];
+    ts_header(&t, h);
 out:
-    munmap(map, len);
+    ts_unmap(&t);
+    return s;
+}
+
+/* ------------------------------------------------------------------ shards */
+
+static void shard_name(char *buf, size_t cap, const char *dir, int rank) {
+    snprintf(buf, cap, "%s/train_state.rank%05d.bin", dir, rank);
+}
+
+st_status train_state_save_shard(const char *dir, int rank, const train_state_header *h, optim *o, st_err *err) {
+    char path[4200];
+    shard_name(path, sizeof path, dir, rank);
+    train_state_header *hs = malloc(sizeof *hs);
+    if (!hs) return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    *hs = *h;
+    hs->n_params = optim_numel(o); /* the file describes its shard's elements */
+    st_status s = train_state_save(path, hs, o, err);
+    free(hs);
+    return s;
+}
+
+st_status train_state_save_shards_json(const char *dir, int world, int zero, optim_state_format fmt, size_t n_params,
+                                       const size_t *bounds, st_err *err) {
+    json_object *root = json_object_new_object(), *b = json_object_new_array();
+    json_object_object_add(root, "format", json_object_new_string("strata-shards"));
+    json_object_object_add(root, "version", json_object_new_int(1));
+    json_object_object_add(root, "world", json_object_new_int(world));
+    json_object_object_add(root, "zero", json_object_new_int(zero));
+    json_object_object_add(root, "optim_state", json_object_new_string(fmt == OPTIM_STATE_8BIT ? "8bit" : "f32"));
+    json_object_object_add(root, "n_params", json_object_new_uint64(n_params));
+    for (int r = 0; r <= world; r++) json_object_array_add(b, json_object_new_uint64(bounds[r]));
+    json_object_object_add(root, "bounds", b);
+    const char *text = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/" ST_SHARDS_JSON, dir);
+    st_file_writer w;
+    st_status s = st_file_writer_open(&w, path, err);
+    if (!s) {
+        s = st_file_writer_put(&w, text, strlen(text), err);
+        if (!s) s = st_file_writer_put(&w, "\n", 1, err);
+        s = st_file_writer_close(&w, s, err);
+    }
+    json_object_put(root);
+    return s;
+}
+
+/* shards.json: the world and the bounds (malloc'd world + 1), checked. */
+static st_status read_shards_json(const char *path, int *world, size_t **bounds, size_t n_params, st_err *err) {
+    json_object *root = json_object_from_file(path), *v, *b;
+    st_status s = ST_OK;
+    *bounds = NULL;
+    if (!root) return st_errf(err, ST_ERR_FORMAT, "%s: not readable JSON (%s)", path, json_util_get_last_err());
+    if (!json_object_object_get_ex(root, "format", &v) || strcmp(json_object_get_string(v), "strata-shards")) {
+        s = st_errf(err, ST_ERR_FORMAT, "%s: key 'format' is not \"strata-shards\"", path);
+        goto out;
+    }
+    if (!json_object_object_get_ex(root, "world", &v) || (*world = json_object_get_int(v)) < 1 || *world > 1 << 20 ||
+        !json_object_object_get_ex(root, "bounds", &b) || !json_object_is_type(b, json_type_array) ||
+        (int)json_object_array_length(b) != *world + 1) {
+        s = st_errf(err, ST_ERR_FORMAT, "%s: keys 'world' and 'bounds' must give W >= 1 and W + 1 bounds", path);
+        goto out;
+    }
+    if (!json_object_object_get_ex(root, "n_params", &v) || json_object_get_uint64(v) != n_params) {
+        s = st_errf(err, ST_ERR_SHAPE, "%s: key 'n_params' is %llu, the model has %zu parameters; resume with the "
+                    "same model", path, v ? (unsigned long long)json_object_get_uint64(v) : 0ull, n_params);
+        goto out;
+    }
+    if (!(*bounds = malloc(sizeof(size_t) * (size_t)(*world + 1)))) {
+        s = st_errf(err, ST_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    for (int r = 0; r <= *world; r++) {
+        (*bounds)[r] = (size_t)json_object_get_uint64(json_object_array_get_idx(b, (size_t)r));
+        if ((r == 0 && (*bounds)[0] != 0) || (r > 0 && (*bounds)[r] < (*bounds)[r - 1]) ||
+            (r == *world && (*bounds)[r] != n_params)) {
+            s = st_errf(err, ST_ERR_FORMAT, "%s: key 'bounds': entry %d (%zu) is out of order or does not end at %zu",
+                        path, r, (*bounds)[r], n_params);
+            goto out;
+        }
+    }
+out:
+    if (s) {
+        free(*bounds);
+        *bounds = NULL;
+    }
+    json_object_put(root);
+    return s;
+}
+
+/* Bytes of state buffer i that the elements [0, x) of the vector take in one process's
+ * layout: the state of the segments clipped to [0, x). */
+static st_status prefix_bytes(const optim_segment *segs, int n_segs, optim_state_format fmt, size_t x, int i,
+                              size_t *out, st_err *err) {
+    *out = 0;
+    if (!x) return ST_OK;
+    optim_segment *clip = malloc(sizeof *clip * (size_t)n_segs);
+    if (!clip) return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    int k = 0;
+    for (int j = 0; j < n_segs; j++) {
+        size_t a = segs[j].offset, e = a + segs[j].n < x ? a + segs[j].n : x;
+        if (e > a) clip[k++] = (optim_segment){a, e - a, segs[j].weight_decay};
+    }
+    optim *o = NULL;
+    st_status s = k ? optim_create_unbound(&o, clip, k, fmt, err) : ST_OK;
+    if (!s && o) *out = optim_state_buffer_bytes(o, i);
+    optim_free(o);
+    free(clip);
+    return s;
+}
+
+st_status train_state_load_shard(const char *dir, train_state_header *h, optim *o, const optim_segment *segs,
+                                 int n_segs, size_t lo, size_t hi, st_err *err) {
+    char path[4200];
+    size_t n_params = 0;
+    for (int j = 0; j < n_segs; j++)
+        if (segs[j].offset + segs[j].n > n_params) n_params = segs[j].offset + segs[j].n;
+    int world = 1;
+    size_t one[2] = {0, n_params}, *bounds = one, *owned = NULL;
+    snprintf(path, sizeof path, "%s/" ST_SHARDS_JSON, dir);
+    int sharded = access(path, R_OK) == 0;
+    st_status s = ST_OK;
+    if (sharded && (s = read_shards_json(path, &world, &owned, n_params, err))) return s;
+    if (owned) bounds = owned;
+    int k = optim_state_count(o);
+    size_t mine[MAX_BUFS], got[MAX_BUFS] = {0};
+    for (int i = 0; i < k && !s; i++) s = prefix_bytes(segs, n_segs, optim_format(o), lo, i, &mine[i], err);
+    int have_header = 0;
+    for (int q = 0; q < world && !s; q++) {
+        size_t qlo = bounds[q], qhi = bounds[q + 1];
+        /* the shards this rank's elements come from (and the first one for the header) */
+        if (qhi <= qlo || ((qhi <= lo || qlo >= hi) && have_header)) continue;
+        if (sharded) shard_name(path, sizeof path, dir, q);
+        else snprintf(path, sizeof path, "%s/train_state.bin", dir);
+        ts_file t;
+        if ((s = ts_map(path, &t, err))) break;
+        if (t.fmt != (uint32_t)optim_format(o) || (int)t.k != k || t.f[4] != qhi - qlo) {
+            s = st_errf(err, ST_ERR_SHAPE, "%s: optimizer state is format %u with %u buffers for %llu parameters, but "
+                        "this run has format %d with %d buffers and the checkpoint's description gives the file %zu "
+                        "parameters; resume with the same model and optim_state", path, t.fmt, t.k,
+                        (unsigned long long)t.f[4], optim_format(o), k, qhi - qlo);
+            ts_unmap(&t);
+            break;
+        }
+        if (!have_header) {
+            ts_header(&t, h);
+            h->n_params = n_params;
+            have_header = 1;
+        }
+        size_t off = t.data_off;
+        for (int i = 0; i < k && !s; i++) {
+            size_t gq = 0, mb;
+            uint8_t *dst = optim_state_buffer(o, i, &mb);
+            s = prefix_bytes(segs, n_segs, optim_format(o), qlo, i, &gq, err);
+            size_t a = gq > mine[i] ? gq : mine[i];
+            size_t e = gq + t.sizes[i] < mine[i] + mb ? gq + t.sizes[i] : mine[i] + mb;
+            if (!s && e > a) {
+                memcpy(dst + (a - mine[i]), t.map + off + (a - gq), e - a);
+                got[i] += e - a;
+            }
+            off += t.sizes[i];
+        }
+        ts_unmap(&t);
+    }
+    for (int i = 0; i < k && !s; i++) {
+        size_t mb;
+        optim_state_buffer(o, i, &mb);
+        if (got[i] != mb)
+            s = st_errf(err, ST_ERR_FORMAT, "%s: the shards give %zu of the %zu bytes of state buffer %d for elements "
+                        "[%zu, %zu); the checkpoint is incomplete or its shards were cut elsewhere", dir, got[i], mb,
+                        i, lo, hi);
+    }
+    free(owned);
     return s;
 }

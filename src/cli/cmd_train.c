@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "strata/dist.h"
 #include "strata/train.h"
 
 /* The default run's time in the usage text is measured (README): OMP_WAIT_POLICY=passive
@@ -172,11 +173,24 @@ int cmd_train(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     cfg.stop_flag = &g_stop;
-    train_result res;
-    if (train_run(&cfg, &res, &err)) {
+    /* under mpirun (or srun) this process is one rank of the run; else a world of one */
+    st_comm *comm = NULL;
+    if (st_comm_open(&comm, cfg.dist_timeout, &err)) {
         fprintf(stderr, "strata train: %s\n", err.msg);
         return 1;
     }
+    cfg.comm = comm;
+    int rank = st_comm_rank(comm), world = st_comm_size(comm);
+    train_result res;
+    if (train_run(&cfg, &res, &err)) {
+        if (world > 1) fprintf(stderr, "strata train: rank %d of %d: %s\n", rank, world, err.msg);
+        else fprintf(stderr, "strata train: %s\n", err.msg);
+        fflush(stderr);
+        st_comm_abort(comm, 1); /* the other ranks stop now, not at their next wait's timeout */
+        return 1;
+    }
+    st_comm_close(comm);
+    if (rank > 0) return 0;
     if (!cfg.quiet && res.steps_run == 0)
         printf("done: nothing trained, the run is at step %ld; outputs in %s\n", res.steps_done, cfg.run_dir);
     else if (!cfg.quiet)

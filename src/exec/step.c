@@ -1,7 +1,9 @@
 /* step.c - one optimizer step, in memory or streamed (strata/step.h). */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "strata/dist.h"
 #include "strata/prof.h"
 #include "strata/step.h"
 #include "strata/store.h"
@@ -43,6 +45,38 @@ void st_step_init_streamed(st_step *s, stream_exec *sx, int max_micro) {
 void st_step_free(st_step *s) {
     st_free(s->gacc);
     s->gacc = NULL;
+    st_free(s->shard);
+    s->shard = NULL;
+    free(s->bounds);
+    s->bounds = NULL;
+    free(s->parts);
+    s->parts = NULL;
+}
+
+st_status st_step_set_dist(st_step *s, st_comm *comm, int zero, const size_t *bounds, st_err *err) {
+    if (!s->m) return st_errf(err, ST_ERR_UNSUPPORTED, "data parallel runs in memory (no device_budget) for now");
+    if (zero < 0 || zero > 2) return st_errf(err, ST_ERR_INVALID, "key 'zero': %d; give 0, 1 or 2", zero);
+    int n = st_comm_size(comm), r = st_comm_rank(comm);
+    size_t np = s->m->n_params, nchunks = (np + OPTIM_SUMSQ_CHUNK - 1) / OPTIM_SUMSQ_CHUNK;
+    s->comm = comm;
+    s->zero = zero;
+    s->bounds = malloc(sizeof(size_t) * (size_t)(n + 1));
+    s->parts = calloc(nchunks ? nchunks : 1, sizeof(double));
+    if (!s->bounds || !s->parts) return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    memcpy(s->bounds, bounds, sizeof(size_t) * (size_t)(n + 1));
+    s->lo = bounds[r];
+    s->hi = bounds[r + 1];
+    if (s->lo % OPTIM_SUMSQ_CHUNK || (s->hi % OPTIM_SUMSQ_CHUNK && s->hi != np))
+        return st_errf(err, ST_ERR_INVALID, "rank %d: shard [%zu, %zu) is not cut on the norm's %d-element chunks", r,
+                       s->lo, s->hi, OPTIM_SUMSQ_CHUNK);
+    size_t sb = (s->hi - s->lo) * sizeof(float);
+    if (!(s->shard = st_alloc(sb ? sb : sizeof(float))))
+        return st_errf(err, ST_ERR_NOMEM, "rank %d: %zu bytes for the gradient shard", r, sb);
+    if (zero == 2) { /* the running sum is the shard's: no whole-vector sum */
+        st_free(s->gacc);
+        s->gacc = NULL;
+    }
+    return ST_OK;
 }
 
 /* One micro-batch's gradient g into the running sum acc: mode 0 acc = g (the first),
@@ -62,11 +96,151 @@ static void accumulate(float *acc, float *g, size_t n, int mode) {
 
 static const void *store_grads_at(void *ctx, size_t first, size_t n) {
     (void)n;
-    return ((st_model *)ctx)->grads + first;
+    st_step *s = ctx;
+    return s->comm && s->zero ? s->shard + (first - s->lo) : s->m->grads + first;
 }
 static void *store_work_at(void *ctx, size_t first, size_t n) {
     (void)n;
-    return ((st_model *)ctx)->params + first;
+    return ((st_step *)ctx)->m->params + first;
+}
+
+/* A reduction or gather, its wait counted as the step's exposed communication. */
+static st_status dist_wait(st_step *s, st_comm_req *q, const char *phase, st_step_result *r, st_err *err) {
+    double t = st_now();
+    prof_span pw = prof_begin(PROF_CAT_OTHER, phase, -1);
+    st_status st = st_comm_wait(s->comm, q, phase, err);
+    prof_end(&pw);
+    r->comm_wait_s += st_now() - t;
+    return st;
+}
+
+/* The squared norm of the summed gradient: each rank's shard's partial sums, gathered, added
+ * in chunk order (the bits optim_grad_sumsq gives on the whole vector). */
+static st_status dist_sumsq(st_step *s, const float *g, size_t lo, size_t hi, double *sumsq, st_err *err) {
+    size_t np = s->m->n_params, nchunks = (np + OPTIM_SUMSQ_CHUNK - 1) / OPTIM_SUMSQ_CHUNK;
+    memset(s->parts, 0, nchunks * sizeof(double));
+    if (hi > lo) optim_grad_sumsq_parts(g, ST_F32, hi - lo, s->parts + lo / OPTIM_SUMSQ_CHUNK);
+    /* every chunk is one rank's (the others add 0.0, which changes no bit) */
+    st_status st = hi - lo == np ? ST_OK : st_comm_allreduce_f64(s->comm, s->parts, (int)nchunks, "gradient norm", err);
+    double t = 0;
+    for (size_t c = 0; c < nchunks; c++) t += s->parts[c];
+    *sumsq = t;
+    return st;
+}
+
+
+/* The update of the summed gradient g (the whole vector, or this rank's shard), the norm
+ * already known: the same for one process and for every rank. */
+static st_status step_update(st_step *s, const float *g, double sumsq, const st_step_hp *hp, st_step_result *r,
+                             st_err *err) {
+    st_model *m = s->m;
+    r->grad_norm = sqrt(sumsq);
+    r->skipped = !isfinite(r->grad_norm);
+    if (r->skipped) return ST_OK;
+    adamw_params a = hp->adam;
+    a.grad_scale = optim_clip_scale(sumsq, 1.0f, hp->grad_clip);
+    r->clipped = a.grad_scale < 1.0f;
+    st_status st;
+    prof_span po = prof_begin(PROF_CAT_OPTIM, s->store ? "optimizer (disk state)" : "optimizer", -1);
+    if (s->store) { /* through the disk state, committed with the loop's state */
+        st_store_step_args sa = {.grads = store_grads_at, .grad_dtype = ST_F32, .work = store_work_at,
+                                 .work_dtype = ST_F32, .ctx = s, .grad_sumsq = sumsq, .blob = hp->blob,
+                                 .blob_bytes = hp->blob_bytes};
+        st = st_store_step(s->store, &sa, &a, err);
+    } else {
+        /* the sum of squares is already known: the engine need not read the gradients twice */
+        int sharded = s->comm && s->zero;
+        optim_step_args oa = {.params = m->params + (sharded ? s->lo : 0), .grads = g, .grad_dtype = ST_F32,
+                              .base = sharded ? s->lo : 0, .grad_sumsq = sumsq};
+        st = sharded && s->hi == s->lo ? ST_OK : optim_step_ex(s->opt, &oa, &a, err);
+    }
+    prof_end(&po);
+    return st;
+}
+
+/* The ranks' step (st_step_set_dist). Each rank's micro-batches are its own; the step's
+ * target count and loss are summed over the ranks, so the dloss and the loss are one
+ * process's with n_micro x size micro-batches (rank r's k-th micro-batch is that process's
+ * (k size + r)-th, as the loader's global order gives them). */
+static st_status step_run_dist(st_step *s, int n_micro, size_t N, const int32_t *inputs, const int32_t *targets,
+                               const st_step_hp *hp, st_step_result *r, st_err *err) {
+    st_model *m = s->m;
+    st_comm *c = s->comm;
+    int W = st_comm_size(c);
+    uint64_t sent0, recv0;
+    st_comm_bytes(c, &sent0, &recv0);
+    double cnt[1];
+    st_step_dloss(targets, N * (size_t)n_micro, &r->n_targets);
+    cnt[0] = (double)r->n_targets;
+    st_status st = st_comm_allreduce_f64(c, cnt, 1, "target count", err);
+    if (st) return st;
+    long total = (long)cnt[0];
+    size_t n_all = N * (size_t)n_micro * (size_t)W;
+    float dloss = total == (long)n_all ? 1.0f / (float)n_all : total ? 1.0f / (float)total : 0.0f;
+    double loss[1] = {0};
+    for (int k = 0; k < n_micro; k++) {
+        const int32_t *in = inputs + (size_t)k * N, *tg = targets + (size_t)k * N;
+        double t0 = st_now();
+        st_model_zero_grad(m);
+        float mean = m->ops->forward(m, in, tg, dloss);
+        double t1 = st_now();
+        m->ops->backward(m);
+        double t2 = st_now();
+        r->forward_s += t1 - t0;
+        r->backward_s += t2 - t1;
+        /* the step's loss: this micro-batch's share, the shares of all ranks summed in rank
+         * order below (one micro-batch a rank: the one process's order exactly) */
+        loss[0] += st_step_micro_loss(mean, tg, N, n_micro * W, total);
+        if (s->zero == 2) { /* each micro-batch's gradient reduced now, onto the shard's running sum */
+            st_comm_req *q;
+            if ((st = st_comm_ireduce_scatter_f32(c, m->grads, 0, m->n_params, s->bounds, s->shard, k > 0, &q, err)) ||
+                (st = dist_wait(s, q, "gradient reduce", r, err)))
+                return st;
+        } else if (n_micro > 1) {
+            prof_span pa = prof_begin(PROF_CAT_OPTIM, "accumulate", k);
+            accumulate(s->gacc, m->grads, m->n_params, k == 0 ? 0 : k < n_micro - 1 ? 1 : 2);
+            prof_end(&pa);
+        }
+    }
+    if ((st = st_comm_allreduce_f64(c, loss, 1, "loss", err))) return st;
+    r->loss = loss[0];
+    double t3 = st_now();
+    if (s->zero != 2) {
+        st_comm_req *q;
+        if ((st = st_comm_ireduce_scatter_f32(c, m->grads, 0, m->n_params, s->bounds, s->shard, 0, &q, err)) ||
+            (st = dist_wait(s, q, "gradient reduce", r, err)))
+            return st;
+    }
+    const float *g = s->shard;
+    size_t glo = s->lo, ghi = s->hi;
+    if (s->zero == 0) { /* the summed gradient on every rank, then the whole update everywhere */
+        memcpy(m->grads + s->lo, s->shard, (s->hi - s->lo) * sizeof(float));
+        st_comm_req *q;
+        if ((st = st_comm_iallgather_f32(c, m->grads, 0, m->n_params, s->bounds, &q, err)) ||
+            (st = dist_wait(s, q, "gradient gather", r, err)))
+            return st;
+        g = m->grads;
+        glo = 0;
+        ghi = m->n_params;
+    }
+    double sumsq;
+    prof_span pn = prof_begin(PROF_CAT_OPTIM, "grad norm", -1);
+    st = dist_sumsq(s, g, glo, ghi, &sumsq, err);
+    prof_end(&pn);
+    if (st) return st;
+    if ((st = step_update(s, g, sumsq, hp, r, err))) return st;
+    if (s->zero && !r->skipped) { /* every rank's updated shard to every rank */
+        st_comm_req *q;
+        if ((st = st_comm_iallgather_f32(c, m->params, 0, m->n_params, s->bounds, &q, err)) ||
+            (st = dist_wait(s, q, "weights gather", r, err)))
+            return st;
+    }
+    r->optimizer_s = st_now() - t3;
+    uint64_t sent1, recv1;
+    st_comm_bytes(c, &sent1, &recv1);
+    r->sent_bytes = sent1 - sent0;
+    r->received_bytes = recv1 - recv0;
+    return ST_OK;
 }
 
 st_status st_step_run(st_step *s, int n_micro, int B, int T, const int32_t *inputs, const int32_t *targets,
@@ -90,6 +264,7 @@ st_status st_step_run(st_step *s, int n_micro, int B, int T, const int32_t *inpu
         r->optimizer_s = ss->optim_tail_s;
         return ST_OK;
     }
+    if (s->comm) return step_run_dist(s, n_micro, N, inputs, targets, hp, r, err);
     st_model *m = s->m;
     float dloss = st_step_dloss(targets, N * (size_t)n_micro, &r->n_targets);
     double loss = 0;
@@ -115,27 +290,7 @@ st_status st_step_run(st_step *s, int n_micro, int B, int T, const int32_t *inpu
     prof_span pn = prof_begin(PROF_CAT_OPTIM, "grad norm", -1);
     double sumsq = optim_grad_sumsq_f32(m->grads, m->n_params);
     prof_end(&pn);
-    r->grad_norm = sqrt(sumsq);
-    r->skipped = !isfinite(r->grad_norm);
-    if (r->skipped) {
-        r->optimizer_s = st_now() - t3;
-        return ST_OK;
-    }
-    adamw_params a = hp->adam;
-    a.grad_scale = optim_clip_scale(sumsq, 1.0f, hp->grad_clip);
-    r->clipped = a.grad_scale < 1.0f;
-    prof_span po = prof_begin(PROF_CAT_OPTIM, s->store ? "optimizer (disk state)" : "optimizer", -1);
-    if (s->store) { /* through the disk state, committed with the loop's state */
-        st_store_step_args sa = {.grads = store_grads_at, .grad_dtype = ST_F32, .work = store_work_at,
-                                 .work_dtype = ST_F32, .ctx = m, .grad_sumsq = sumsq, .blob = hp->blob,
-                                 .blob_bytes = hp->blob_bytes};
-        st = st_store_step(s->store, &sa, &a, err);
-    } else {
-        /* the sum of squares is already known: the engine need not read the gradients twice */
-        optim_step_args oa = {.params = m->params, .grads = m->grads, .grad_dtype = ST_F32, .grad_sumsq = sumsq};
-        st = optim_step_ex(s->opt, &oa, &a, err);
-    }
-    prof_end(&po);
+    st = step_update(s, m->grads, sumsq, hp, r, err);
     r->optimizer_s = st_now() - t3;
     return st;
 }

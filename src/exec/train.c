@@ -18,6 +18,7 @@
 
 #include "core/fileutil.h"
 #include "strata/ckpt.h"
+#include "strata/dist.h"
 #include "strata/block.h"
 #include "strata/plan.h"
 #include "strata/step.h"
@@ -61,6 +62,10 @@ static st_status data_open(train_data *d, const train_config *c, const char *key
     dc.seed = c->seed;
     dc.vocab_size = vocab;
     if (val) dc.prefetch = 0;
+    else { /* under mpirun rank r reads its rows of each global batch (the loader's global order) */
+        dc.rank = st_comm_rank(c->comm);
+        dc.world = st_comm_size(c->comm);
+    }
     if (!strcmp(spec, "embedded")) {
         size_t cap = 4u << 20; /* 4 MiB of text; the default run reads a fifth of it */
         size_t held = val ? 512u << 10 : 0; /* validation: 512 KiB after it */
@@ -145,7 +150,10 @@ static int complete_checkpoint(const char *ckdir, const char *name, unsigned lon
         return 0;
     char p[4400];
     snprintf(p, sizeof p, "%s/%s/train_state.bin", ckdir, name);
-    if (access(p, R_OK) != 0) return 0;
+    if (access(p, R_OK) != 0) { /* or the ranks' shards and their description (ckpt.h) */
+        snprintf(p, sizeof p, "%s/%s/" ST_SHARDS_JSON, ckdir, name);
+        if (access(p, R_OK) != 0) return 0;
+    }
     snprintf(p, sizeof p, "%s/%s/model.safetensors", ckdir, name);
     if (access(p, R_OK) != 0) return 0;
     *step = strtoull(name + 5, NULL, 10);
@@ -186,9 +194,10 @@ static int list_checkpoints(const char *run_dir, unsigned long long **steps) {
  * unless latest could not be written (missing, empty, or naming an older step after a
  * crash between a checkpoint's rename and latest's update). */
 static st_status resolve_resume(const char *path, char *ckpt_dir, size_t cap, st_err *err) {
-    char buf[4096];
+    char buf[4096], shards[4096];
     snprintf(buf, sizeof buf, "%s/train_state.bin", path);
-    if (access(buf, R_OK) == 0) {
+    snprintf(shards, sizeof shards, "%s/" ST_SHARDS_JSON, path);
+    if (access(buf, R_OK) == 0 || access(shards, R_OK) == 0) {
         snprintf(ckpt_dir, cap, "%s", path);
         return ST_OK;
     }
@@ -277,39 +286,104 @@ static st_status metrics_truncate(const char *run_dir, unsigned long long step, 
     return s;
 }
 
-static st_status save_checkpoint(const train_config *c, st_model *m, optim *o, const train_state_header *h,
-                                 st_err *err) {
+/* The ranks of a run under mpirun (one process: world 1, comm NULL-safe). */
+typedef struct train_dist {
+    st_comm *comm;
+    int rank, world, zero;
+    size_t *bounds;          /* the shards (zero 1 and 2) */
+    size_t lo, hi;           /* this rank's: [0, n_params) when the state is not sharded */
+} train_dist;
+
+/* Every rank's status of a part of the work done by all: ST_OK when all succeeded; else this
+ * rank's own error, or one naming the first rank that failed. */
+static st_status agree(const train_dist *d, st_status mine, const char *what, st_err *err) {
+    if (d->world == 1) return mine;
+    int *all = malloc(sizeof(int) * (size_t)d->world);
+    if (!all) return mine ? mine : st_errf(err, ST_ERR_NOMEM, "out of memory");
+    int m = (int)mine;
+    st_err cerr = {0};
+    st_status s = st_comm_allgather(d->comm, &m, sizeof m, all, what, &cerr);
+    if (s && !mine) mine = st_errf(err, s, "%s", cerr.msg);
+    for (int r = 0; r < d->world && !s && !mine; r++)
+        if (all[r]) mine = st_errf(err, (st_status)all[r], "rank %d: %s failed (its message is in its output); every rank "
+                                   "stops", r, what);
+    free(all);
+    return mine;
+}
+
+static st_status save_checkpoint(const train_config *c, const train_dist *d, st_model *m, optim *o,
+                                 const train_state_header *h, st_err *err) {
     char dir[2048], tmp[2100], path[2200], old[2100];
     snprintf(dir, sizeof dir, "%s/checkpoints/step_%08llu", c->run_dir, (unsigned long long)h->step);
     snprintf(tmp, sizeof tmp, "%s.partial", dir);
     snprintf(old, sizeof old, "%s.old", dir);
-    /* leftovers of an interrupted save are incomplete by construction */
-    st_status s = st_rmtree(tmp, err);
-    if (!s) s = st_rmtree(old, err);
-    if (!s) s = st_mkdirs(tmp, err);
-    if (s) return s;
-    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
-    if ((s = m->ops->save(m, path, err))) return s;
-    snprintf(path, sizeof path, "%s/train_state.bin", tmp);
-    if ((s = train_state_save(path, h, o, err))) return s;
-    snprintf(path, sizeof path, "%s/config.json", tmp);
-    if ((s = train_config_save_json(c, path, err))) return s;
-    struct stat sb;
-    if (stat(dir, &sb) == 0 && rename(dir, old) != 0)
-        return st_errf(err, ST_ERR_IO, "cannot move aside %s: %s", dir, strerror(errno));
-    if (rename(tmp, dir) != 0) return st_errf(err, ST_ERR_IO, "cannot rename %s into place: %s", tmp, strerror(errno));
-    st_err rerr = {0};
-    if (st_rmtree(old, &rerr)) st_log(1, "warning: %s\n", rerr.msg);
-    char ckdir[2100];
-    snprintf(ckdir, sizeof ckdir, "%s/checkpoints", c->run_dir);
-    if ((s = st_fsync_dir(ckdir, err))) return s;
-    snprintf(path, sizeof path, "%s/checkpoints/latest", c->run_dir);
-    st_file_writer w;
-    if ((s = st_file_writer_open(&w, path, err))) return s;
-    char name[64];
-    int n = snprintf(name, sizeof name, "step_%08llu\n", (unsigned long long)h->step);
-    s = st_file_writer_put(&w, name, (size_t)n, err);
-    return st_file_writer_close(&w, s, err);
+    st_status s = ST_OK;
+    if (d->rank == 0) { /* leftovers of an interrupted save are incomplete by construction */
+        s = st_rmtree(tmp, err);
+        if (!s) s = st_rmtree(old, err);
+        if (!s) s = st_mkdirs(tmp, err);
+    }
+    if ((s = agree(d, s, "preparing the checkpoint directory", err))) return s;
+    int sharded = d->world > 1 && d->zero > 0;
+    if (sharded && o) { /* each rank its shard of the optimizer state */
+        s = train_state_save_shard(tmp, d->rank, h, o, err);
+    }
+    if (!s && d->rank == 0) { /* the weights (the same on every rank), the description, the configuration */
+        snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+        s = m->ops->save(m, path, err);
+        if (!s && sharded)
+            s = train_state_save_shards_json(tmp, d->world, d->zero, optim_format(o), m->n_params, d->bounds, err);
+        snprintf(path, sizeof path, "%s/train_state.bin", tmp);
+        if (!s && !sharded) s = train_state_save(path, h, o, err);
+        snprintf(path, sizeof path, "%s/config.json", tmp);
+        if (!s) s = train_config_save_json(c, path, err);
+    }
+    if ((s = agree(d, s, "writing the checkpoint", err))) return s;
+    if (d->rank == 0) {
+        struct stat sb;
+        if ((s = st_fsync_dir(tmp, err))) goto commit;
+        if (stat(dir, &sb) == 0 && rename(dir, old) != 0) {
+            s = st_errf(err, ST_ERR_IO, "cannot move aside %s: %s", dir, strerror(errno));
+            goto commit;
+        }
+        if (rename(tmp, dir) != 0) {
+            s = st_errf(err, ST_ERR_IO, "cannot rename %s into place: %s", tmp, strerror(errno));
+            goto commit;
+        }
+        st_err rerr = {0};
+        if (st_rmtree(old, &rerr)) st_log(1, "warning: %s\n", rerr.msg);
+        char ckdir[2100];
+        snprintf(ckdir, sizeof ckdir, "%s/checkpoints", c->run_dir);
+        if ((s = st_fsync_dir(ckdir, err))) goto commit;
+        snprintf(path, sizeof path, "%s/checkpoints/latest", c->run_dir);
+        st_file_writer w;
+        if ((s = st_file_writer_open(&w, path, err))) goto commit;
+        char name[64];
+        int n = snprintf(name, sizeof name, "step_%08llu\n", (unsigned long long)h->step);
+        s = st_file_writer_put(&w, name, (size_t)n, err);
+        s = st_file_writer_close(&w, s, err);
+    }
+commit:
+    return agree(d, s, "committing the checkpoint", err);
+}
+
+/* Under mpirun: every rank runs the same configuration (the model, the seed, the data, every
+ * key but threads, which may differ by machine); the first key that differs is named. */
+static st_status dist_check_config(const train_config *c, const train_dist *d, st_err *err) {
+    enum { MAXK = 128 };
+    uint32_t mine[MAXK] = {0};
+    int n = train_config_key_crcs(c, mine, MAXK);
+    uint32_t *all = malloc(sizeof mine * (size_t)d->world);
+    if (!all) return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    st_status s = st_comm_allgather(d->comm, mine, sizeof mine, all, "configuration check", err);
+    for (int r = 1; r < d->world && !s; r++)
+        for (int i = 0; i < n && !s; i++)
+            if (all[(size_t)r * MAXK + i] != all[i] && strcmp(train_config_key_name(i), "threads"))
+                s = st_errf(err, ST_ERR_INVALID, "rank %d's key '%s' differs from rank 0's: every rank of a run must "
+                            "be given the same configuration (start them with one mpirun command line)", r,
+                            train_config_key_name(i));
+    free(all);
+    return s;
 }
 
 void train_decay_segments(const st_param_info *t, int n, float weight_decay, optim_segment *out) {
@@ -517,18 +591,31 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     double budgets[PROF_TIER_COUNT] = {0, c->host_budget, 0};
     if ((s = prof_mem_check(&mem, budgets, err))) return s;
     if (!c->run_dir[0]) return st_errf(err, ST_ERR_INVALID, "key 'run_dir' is empty; name a directory for the run");
-    if ((s = st_mkdirs(c->run_dir, err))) return s;
+    /* the ranks under mpirun (one process: a world of one) */
+    train_dist dist = {.comm = c->comm, .rank = st_comm_rank(c->comm), .world = st_comm_size(c->comm),
+                       .zero = c->zero};
+    int lead = dist.rank == 0; /* under mpirun rank 0 writes what is the run's, not a rank's */
+    if (dist.world > 1) {
+        st_comm_set_timeout(dist.comm, c->dist_timeout);
+        if ((s = dist_check_config(c, &dist, err))) return s;
+        if (c->device_budget > 0 || c->state_paths[0])
+            return st_errf(err, ST_ERR_UNSUPPORTED, "key '%s' with %d ranks: data parallel runs in memory for now; "
+                           "run it in one process, or without that key", c->device_budget > 0 ? "device_budget" :
+                           "state_paths", dist.world);
+    }
     char path[2200];
     /* one process per run directory: a second would interleave metrics and mix one
-     * process's weights with the other's optimizer state in a checkpoint */
-    st_lock run_lock;
-    snprintf(path, sizeof path, "%s/strata.lock", c->run_dir);
-    if ((s = st_lock_acquire(&run_lock, path, "run directory", err))) return s;
-    snprintf(path, sizeof path, "%s/config.json", c->run_dir);
-    if ((s = train_config_save_json(c, path, err))) {
-        st_lock_release(&run_lock);
-        return s;
+     * process's weights with the other's optimizer state in a checkpoint (under mpirun
+     * rank 0 holds it for the job, and writes what is the run's, not a rank's) */
+    st_lock run_lock = {0};
+    if (dist.rank == 0) {
+        s = st_mkdirs(c->run_dir, err);
+        snprintf(path, sizeof path, "%s/strata.lock", c->run_dir);
+        if (!s) s = st_lock_acquire(&run_lock, path, "run directory", err);
+        snprintf(path, sizeof path, "%s/config.json", c->run_dir);
+        if (!s && (s = train_config_save_json(c, path, err))) st_lock_release(&run_lock);
     }
+    if ((s = agree(&dist, s, "opening the run directory", err))) return s;
 
     st_backend *be = NULL;
     st_model *m = NULL;
@@ -551,7 +638,13 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     stream_exec *sx = NULL;
     st_arch *arch = NULL;
 
-    if ((s = st_backend_cpu_create(&be, c->threads, err))) goto done;
+    int threads = c->threads;
+    if (!threads && dist.world > 1) { /* the cores shared by the ranks on this machine */
+        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = (int)(ncpu / st_comm_local_size(dist.comm));
+        if (threads < 1) threads = 1;
+    }
+    if ((s = st_backend_cpu_create(&be, threads, err))) goto done;
     {
         /* a preset with overrides, or init_from's shape and weights (GPT-2 or the Llama family) */
         if ((s = st_model_create_from(&m, c->model, c->init_from, &ov, 1, be, err))) goto done;
@@ -570,7 +663,35 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     if (!segs) { s = st_errf(err, ST_ERR_NOMEM, "out of memory"); goto done; }
     train_decay_segments(m->tensors, m->n_tensors, (float)c->weight_decay, segs);
     optim_state_format fmt = strcmp(c->optim_state, "8bit") ? OPTIM_STATE_F32 : OPTIM_STATE_8BIT;
-    if (!sx && !c->state_paths[0] && (s = optim_create(&opt, segs, m->n_tensors, fmt, err))) goto done;
+    dist.hi = m->n_params;
+    int n_opt_segs = m->n_tensors;
+    optim_segment *opt_segs = segs;
+    if (dist.world > 1) { /* ZeRO 1 and 2: the optimizer holds this rank's shard */
+        if (!(dist.bounds = malloc(sizeof(size_t) * (size_t)(dist.world + 1)))) {
+            s = st_errf(err, ST_ERR_NOMEM, "out of memory");
+            goto done;
+        }
+        st_zero_bounds(segs, m->n_tensors, m->n_params, dist.world, dist.bounds);
+        if (dist.zero > 0) {
+            for (int r = 0; r < dist.world; r++)
+                if (dist.bounds[r + 1] == dist.bounds[r]) {
+                    s = st_errf(err, ST_ERR_INVALID, "key 'zero': %zu parameters are too few to shard over %d ranks "
+                                "(each shard is whole %d-element chunks; rank %d would hold none); use --zero 0",
+                                m->n_params, dist.world, OPTIM_SUMSQ_CHUNK, r);
+                    goto done;
+                }
+            dist.lo = dist.bounds[dist.rank];
+            dist.hi = dist.bounds[dist.rank + 1];
+            if (!(opt_segs = calloc((size_t)m->n_tensors, sizeof *opt_segs))) {
+                s = st_errf(err, ST_ERR_NOMEM, "out of memory");
+                goto done;
+            }
+            n_opt_segs = st_zero_clip_segments(segs, m->n_tensors, dist.lo, dist.hi, opt_segs);
+        }
+    }
+    if (!sx && !c->state_paths[0]) s = optim_create(&opt, opt_segs, n_opt_segs, fmt, err);
+    if (opt_segs != segs) free(opt_segs);
+    if (s) goto done;
     if ((s = data_open(&td, c, "data", c->data, m->vocab_size, err))) goto done;
     ev.spec = val_spec(c);
     if (ev.spec && strcmp(ev.spec, "embedded")) { /* token files: a bad one is said now, not at step 50 */
@@ -592,13 +713,13 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
         if ((s = resolve_resume(c->resume, ck, sizeof ck, err))) goto done;
         snprintf(path, sizeof path, "%s/model.safetensors", ck);
         if ((s = m->ops->load(m, path, err)) || (s = st_model_check_finite(m, path, err))) goto done;
-        snprintf(path, sizeof path, "%s/train_state.bin", ck);
-        if ((s = train_state_load(path, hs, opt, err))) goto done;
+        /* written at any number of ranks: this rank's shard (or the whole state) of it */
+        if ((s = train_state_load_shard(ck, hs, opt, segs, m->n_tensors, dist.lo, dist.hi, err))) goto done;
         if ((s = data_restore_state(&td, hs, path, err))) goto done;
         if (sx) stream_set_params(sx, stream_params(sx)); /* the device copies follow the host */
         st_log(1, "resumed from %s at step %llu\n", ck, (unsigned long long)hs->step);
     }
-    if (c->resume[0] && (s = metrics_truncate(c->run_dir, hs->step, err))) goto done;
+    if (dist.rank == 0 && c->resume[0] && (s = metrics_truncate(c->run_dir, hs->step, err))) goto done;
     {
         long last = c->stop_at > 0 && c->stop_at < c->steps ? c->stop_at : c->steps;
         if (hs->step > 0 && (long)hs->step >= last) /* said, never a silent zero-step run */
@@ -609,32 +730,45 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
 
     if (sx) st_step_init_streamed(&stp, sx, (int)c->grad_accum);
     else if ((s = st_step_init_memory(&stp, m, opt, store, (int)c->grad_accum, err))) goto done;
+    if (dist.world > 1 && (s = st_step_set_dist(&stp, dist.comm, dist.zero, dist.bounds, err))) goto done;
+    /* under mpirun rank 0 writes what is the run's (metrics, events, lines); each rank its trace */
+    int quiet = c->quiet || !lead;
     /* a step takes its micro-batches at once */
     inputs = malloc(sizeof(int32_t) * (size_t)B * T * (size_t)c->grad_accum);
     targets = malloc(sizeof(int32_t) * (size_t)B * T * (size_t)c->grad_accum);
     snprintf(path, sizeof path, "%s/metrics.jsonl", c->run_dir);
-    metrics = fopen(path, "a");
-    if (!inputs || !targets || !metrics) {
+    if (lead) metrics = fopen(path, "a");
+    if (!inputs || !targets || (lead && !metrics)) {
         s = !metrics ? st_errf(err, ST_ERR_IO, "%s: cannot open: %s", path, strerror(errno))
                      : st_errf(err, ST_ERR_NOMEM, "out of memory");
         goto done;
     }
-    if ((s = prof_tb_open(&tb, c->run_dir, err))) goto done;
-    if (!c->quiet) {
+    if (lead && (s = prof_tb_open(&tb, c->run_dir, err))) goto done;
+    if (!quiet) {
         char desc[256];
         m->ops->describe(m, desc, sizeof desc);
         printf("model %s: %zu parameters (%s), batch %d x seq %d x accum %d, %ld steps, run dir %s\n",
                c->init_from[0] ? c->init_from : c->model, m->n_params, desc, B, T, c->grad_accum, c->steps,
                c->run_dir);
+        if (dist.world > 1)
+            printf("%d ranks over %s, ZeRO stage %d, %d threads a rank: a global batch of %d x %d x %d sequences\n",
+                   dist.world, st_comm_engine(dist.comm), dist.zero, threads, dist.world, B, c->grad_accum);
     }
+    /* tokens of one step over all ranks */
+    double step_tokens = (double)B * T * c->grad_accum * dist.world;
 
-    double flops_per_step = m->ops->flops_per_token(m, T) * (double)B * T * c->grad_accum;
+    double flops_per_step = m->ops->flops_per_token(m, T) * step_tokens;
     long end = c->stop_at > 0 && c->stop_at < c->steps ? c->stop_at : c->steps;
     char label[128];
     snprintf(label, sizeof label, "strata train %s", c->model);
-    prof_run_config pc = {.run_dir = c->run_dir, .trace = c->trace, .label = label, .flops_per_step = flops_per_step,
-                          .tokens_per_step = (double)B * T * c->grad_accum, .last_step = end,
-                          .host_plan_bytes = mem.tier_need[PROF_TIER_HOST], .progress = !c->quiet};
+    char rank_dir[2200];
+    snprintf(rank_dir, sizeof rank_dir, "%s/rank_%d", c->run_dir, dist.rank);
+    if (!lead && c->trace && (s = st_mkdirs(rank_dir, err))) goto done; /* rank r's trace: RUN_DIR/rank_r/ */
+    if (!lead) snprintf(label, sizeof label, "strata train %s rank %d", c->model, dist.rank);
+    prof_run_config pc = {.run_dir = lead ? c->run_dir : rank_dir, .trace = c->trace, .label = label,
+                          .flops_per_step = flops_per_step, .tokens_per_step = step_tokens, .last_step = end,
+                          .host_plan_bytes = mem.tier_need[PROF_TIER_HOST],
+                          .progress = !quiet && dist.world == 1}; /* mpirun's forwarding garbles a live line */
     if ((s = prof_run_open(&pr, &pc, err))) goto done;
     double tok_s_sum = 0;
     long timed = 0, skipped_run = 0; /* consecutive skipped steps */
@@ -684,14 +818,14 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
         data_save_state(&td, hs);
         double dt = st_now() - t0;
         prof_step_end(pr);
-        double tok_s = (double)B * T * c->grad_accum / dt, gflops = flops_per_step / dt / 1e9;
+        double tok_s = step_tokens / dt, gflops = flops_per_step / dt / 1e9;
         last_loss = (float)loss;
         if (step > 1) { tok_s_sum += tok_s; timed++; }
         steps_run++;
         prof_progress_clear(pr);
         double val = NAN, eval_s = 0; /* validation: after the step, outside its time */
         char vtxt[64] = "", vjson[128] = "";
-        if (ev.spec && (step % c->eval_every == 0 || step == end)) {
+        if (lead && ev.spec && (step % c->eval_every == 0 || step == end)) {
             double te = st_now();
             prof_span pv = prof_begin(PROF_CAT_OTHER, "validation", -1);
             s = eval_loss(c, m, sx, &ev, inputs, targets, &val, err);
@@ -704,7 +838,7 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
                      json_num(jv, val, "%.6f"), json_num(jp, exp(val), "%.4f"), eval_s * 1e3);
             if ((s = prof_tb_scalar(tb, "val/loss", step, val, err))) goto done;
         }
-        if (!c->quiet && (step % c->log_every == 0 || step == end || vtxt[0]))
+        if (!quiet && (step % c->log_every == 0 || step == end || vtxt[0]))
             printf("step %6ld/%ld | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %8.0f tok/s | %6.1f GFLOP/s%s%s\n", step,
                    c->steps, loss, lr, norm, dt * 1e3, tok_s, gflops, vtxt, skipped ? " | SKIPPED" : "");
         char disk[256] = "";
@@ -718,17 +852,24 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
                      ss.n_subgroups ? (double)ss.hits / ss.n_subgroups : 0.0,
                      (ss.read_wait_s + ss.write_wait_s) * 1e3);
         }
-        char jloss[32], jnorm[32];
+        char jloss[32], jnorm[32], jdist[160] = "";
+        if (dist.world > 1) /* this step's communication, rank 0's view */
+            snprintf(jdist, sizeof jdist, ",\"ranks\":%d,\"comm_wait_ms\":%.3f,\"comm_sent_bytes\":%llu,"
+                     "\"comm_received_bytes\":%llu", dist.world, sr.comm_wait_s * 1e3,
+                     (unsigned long long)sr.sent_bytes, (unsigned long long)sr.received_bytes);
         snprintf(path, sizeof path, "%s/metrics.jsonl", c->run_dir);
-        int mfault = st_iofault("file.write", path);
+        int mfault = 0, mn = 0;
+        if (lead) {
+        mfault = st_iofault("file.write", path);
         if (mfault) errno = mfault > 0 ? mfault : ENOSPC;
-        int mn = mfault ? -1 : fprintf(metrics,
+        mn = mfault ? -1 : fprintf(metrics,
                          "{\"step\":%ld,\"loss\":%s,\"lr\":%.6e,\"grad_norm\":%s,\"step_ms\":%.3f,\"tokens_per_s\":%.1f,"
-                         "\"achieved_gflops\":%.3f,\"tokens\":%llu,\"skipped\":%s%s%s%s}\n",
+                         "\"achieved_gflops\":%.3f,\"tokens\":%llu,\"skipped\":%s%s%s%s%s}\n",
                          step, json_num(jloss, loss, "%.6f"), lr, json_num(jnorm, norm, "%.6f"), dt * 1e3, tok_s, gflops,
-                         (unsigned long long)step * (unsigned long long)B * T * c->grad_accum,
-                         skipped ? "true" : "false", vjson, disk, prof_step_json(pr));
-        if (mn < 0 || fflush(metrics) != 0) { /* a run whose metrics are lost is not a run users can read */
+                         (unsigned long long)step * (unsigned long long)step_tokens,
+                         skipped ? "true" : "false", vjson, disk, jdist, prof_step_json(pr));
+        }
+        if (lead && (mn < 0 || fflush(metrics) != 0)) { /* a run whose metrics are lost is not a run users can read */
             int e = errno ? errno : EIO;
             s = st_errf(err, e == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO,
                         "%s: cannot write step %ld's metrics: %s; %s", path, step, strerror(e),
@@ -743,9 +884,9 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
                                   "memory/host_plan_bytes"};
             double vals[] = {loss, lr, norm, dt * 1e3, tok_s, gflops, ps ? ps->host_rss_bytes : 0,
                              ps ? ps->host_peak_bytes : 0, mem.tier_need[PROF_TIER_HOST]};
-            if ((s = prof_tb_scalars(tb, step, tags, vals, (int)(sizeof vals / sizeof vals[0]), err))) goto done;
+            if (lead && (s = prof_tb_scalars(tb, step, tags, vals, (int)(sizeof vals / sizeof vals[0]), err))) goto done;
         }
-        if (c->sample_every > 0 && !c->quiet && (step % c->sample_every == 0 || step == end)) {
+        if (c->sample_every > 0 && !quiet && (step % c->sample_every == 0 || step == end)) {
             /* what the model writes now, after the first tokens of this step's batch; the host
              * weights (also under streaming), untouched activations, its own RNG */
             char label[64];
@@ -766,28 +907,33 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
             goto done;
         }
         int stop = c->stop_flag && *c->stop_flag;
+        if (dist.world > 1) { /* a signal reaches the ranks at different steps: they stop at the same one */
+            double st1[1] = {stop};
+            if ((s = st_comm_allreduce_f64(dist.comm, st1, 1, "stop flag", err))) goto done;
+            stop = st1[0] > 0;
+        }
         if (!store && ((c->ckpt_every > 0 && step % c->ckpt_every == 0) || step == end || stop)) {
             prof_span pw = prof_begin(PROF_CAT_IO, "checkpoint write", -1);
-            if ((s = save_checkpoint(c, m, opt, hs, err))) goto done;
+            if ((s = save_checkpoint(c, &dist, m, opt, hs, err))) goto done;
             snprintf(path, sizeof path, "%s/checkpoints/step_%08ld", c->run_dir, step);
             prof_end_bytes(&pw, prof_dir_bytes(path));
-            prune_checkpoints(c);
+            if (lead) prune_checkpoints(c);
             saved_at_end = step == end || stop;
         }
         if (stop) {
-            st_log(1, "stopped at step %ld; resume with: strata train --resume %s\n", step, c->run_dir);
+            if (lead) st_log(1, "stopped at step %ld; resume with: strata train --resume %s\n", step, c->run_dir);
             break;
         }
     }
     if (!store && !saved_at_end && hs->step > 0 && c->resume[0] == 0 && (long)hs->step == end)
-        s = save_checkpoint(c, m, opt, hs, err);
+        s = save_checkpoint(c, &dist, m, opt, hs, err);
     if (store && !s) { /* the store is the checkpoint; the weights go beside it for users */
         snprintf(path, sizeof path, "%s/model.safetensors", c->run_dir);
         s = m->ops->save(m, path, err);
     }
-    if (!s && c->save_hf[0]) {
+    if (!s && c->save_hf[0] && lead) { /* the whole model is on every rank after the gather */
         if ((s = m->ops->save_hf(m, c->save_hf, strcmp(c->save_hf_dtype, "bf16") ? ST_F32 : ST_BF16, err))) goto done;
-        if (!c->quiet) printf("wrote a Hugging Face model directory: %s\n", c->save_hf);
+        if (!quiet) printf("wrote a Hugging Face model directory: %s\n", c->save_hf);
     }
     if (res) {
         res->steps_done = (long)hs->step;
@@ -822,6 +968,7 @@ done:
     st_arch_free(arch);
     st_backend_free(dev); /* also when the executor could not be created on it */
     st_backend_free(be);
-    st_lock_release(&run_lock);
+    free(dist.bounds);
+    if (lead) st_lock_release(&run_lock);
     return s;
 }

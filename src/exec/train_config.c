@@ -68,7 +68,9 @@ static const key_def keys[] = {
     {"run_dir", K_STR, STR(run_dir), 0, 0, "where metrics.jsonl and checkpoints go"},
     {"resume", K_STR, STR(resume), 0, 0, "run or checkpoint directory to resume from"},
     {"optim_state", K_STR, STR(optim_state), 0, 0, "optimizer state format: f32 or 8bit"},
-    {"threads", K_INT, OFF(threads), 0, 0, 4096, "compute threads (0: all cores)"},
+    {"threads", K_INT, OFF(threads), 0, 0, 4096, "compute threads (0: all cores; under mpirun: the cores divided by the ranks on this machine)"},
+    {"zero", K_INT, OFF(zero), 0, 0, 2, "under mpirun: 0 replicates the optimizer state (gradients all-reduced); 1 shards it over the ranks (ZeRO-1); 2 also shards the summed gradient (ZeRO-2); results are the same bits"},
+    {"dist_timeout", K_DOUBLE, OFF(dist_timeout), 0, 1, 1e7, "under mpirun: seconds any rank waits for another before the job stops with an error naming it"},
     {"quiet", K_INT, OFF(quiet), 0, 0, 1, "1: no per-step lines"},
     {"trace", K_INT, OFF(trace), 0, 0, 2, "1: trace every phase to run_dir/trace.json (Perfetto); 2: odd steps only"},
     {"host_budget", K_DOUBLE, OFF(host_budget), 0, 0, 1e18, "host memory in bytes the run must fit (0: MemAvailable)"},
@@ -96,6 +98,8 @@ void train_config_defaults(train_config *c) {
     c->eval_every = 50;
     c->keep_checkpoints = 3;
     c->max_skipped_steps = 10;
+    c->zero = 1;
+    c->dist_timeout = 300;
     c->sample_every = 200; /* the default 400-step run: a sample halfway and one at the end */
     snprintf(c->optim_state, sizeof c->optim_state, "f32");
     snprintf(c->save_hf_dtype, sizeof c->save_hf_dtype, "f32");
@@ -377,6 +381,20 @@ out:
     free(t);
     return s;
 }
+
+int train_config_key_crcs(const train_config *c, uint32_t *out, int cap) {
+    int n = 0;
+    for (size_t i = 0; i < N_KEYS && n < cap; i++) {
+        const key_def *k = &keys[i];
+        const char *p = (const char *)c + k->offset;
+        size_t len = k->type == K_STR ? strnlen(p, k->size) : k->type == K_INT ? sizeof(int)
+                     : k->type == K_DOUBLE ? sizeof(double) : k->type == K_U64 ? sizeof(uint64_t) : sizeof(long);
+        out[n++] = st_crc32c(st_crc32c(0, k->name, strlen(k->name)), p, len);
+    }
+    return n;
+}
+
+const char *train_config_key_name(int i) { return i >= 0 && (size_t)i < N_KEYS ? keys[i].name : "?"; }
 
 st_status train_config_save_json(const train_config *c, const char *path, st_err *err) {
     json_object *root = json_object_new_object();

@@ -22,7 +22,7 @@
  * elements i = l mod SUMSQ_LANES in order; lanes and parts are combined in a fixed tree. */
 #define SUMSQ_LANES 32
 #define SUMSQ_PARTS 4
-#define SUMSQ_CHUNK 65536 /* elements per partial; partials are summed in chunk order */
+#define SUMSQ_CHUNK OPTIM_SUMSQ_CHUNK /* elements per partial; partials are summed in chunk order */
 
 /* Length of each part of a chunk of n elements (the last one may be shorter or empty). */
 static inline size_t sumsq_part_len(size_t n) {

@@ -421,13 +421,10 @@ static double lanes_total(double *l) {
     return part[0];
 }
 
-double optim_grad_sumsq(const void *g, st_dtype dt, size_t n) {
-    if (dt != ST_F32 && dt != ST_BF16 && dt != ST_F16) return NAN;
+size_t optim_grad_sumsq_parts(const void *g, st_dtype dt, size_t n, double *part) {
     const adamw_kernels *kern = kernels_for(optim_isa_best());
     size_t es = st_dtype_size(dt);
     long nchunks = (long)((n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK);
-    double stackbuf[64], *part = nchunks <= 64 ? stackbuf : malloc(sizeof(double) * (size_t)nchunks);
-    if (!part) return NAN;
 #pragma omp parallel for schedule(static) if (nchunks > 1)
     for (long c = 0; c < nchunks; c++) {
         size_t lo = (size_t)c * SUMSQ_CHUNK, hi = lo + SUMSQ_CHUNK < n ? lo + SUMSQ_CHUNK : n;
@@ -435,8 +432,17 @@ double optim_grad_sumsq(const void *g, st_dtype dt, size_t n) {
         kern->sumsq((const char *)g + lo * es, dt, hi - lo, lanes);
         part[c] = lanes_total(lanes);
     }
+    return (size_t)nchunks;
+}
+
+double optim_grad_sumsq(const void *g, st_dtype dt, size_t n) {
+    if (dt != ST_F32 && dt != ST_BF16 && dt != ST_F16) return NAN;
+    size_t nchunks = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
+    double stackbuf[64], *part = nchunks <= 64 ? stackbuf : malloc(sizeof(double) * nchunks);
+    if (!part) return NAN;
+    optim_grad_sumsq_parts(g, dt, n, part);
     double total = 0;
-    for (long c = 0; c < nchunks; c++) total += part[c];
+    for (size_t c = 0; c < nchunks; c++) total += part[c];
     if (part != stackbuf) free(part);
     return total;
 }

@@ -1,0 +1,104 @@
+/* dist.h - more than one process: the communication interface and ZeRO sharding.
+ *
+ * A run of N ranks is started by the launcher clusters already have (`mpirun -np N strata
+ * train ...`, or `srun` under Slurm); strata brings no launcher or transport of its own.
+ * st_comm_open joins the job when a launcher started this process (OpenMPI's, PMI or PMIx
+ * environment) and otherwise gives a world of one, so one process runs without mpirun.
+ * Every collective names its phase ("gradient reduce", "weights gather", ...) and every
+ * wait is bounded: a peer that died or hangs ends the wait with an error naming the phase,
+ * the peer and the time waited, never a hang (the launcher then ends the other ranks).
+ *
+ * Sums are deterministic: a reduction receives every rank's piece and adds them in rank
+ * order, (x0 + x1) + x2 ..., on the rank that owns the result; so ZeRO at N ranks gives the
+ * bits one process gives with grad_accum N, whatever the transport does.
+ *
+ * ZeRO: each rank owns a contiguous shard [bounds[r], bounds[r+1]) of the flat parameter
+ * vector (st_zero_bounds), cut where both the gradient norm's chunks (OPTIM_SUMSQ_CHUNK,
+ * global) and the 8-bit optimizer's blocks (OPTIM_Q8_BLOCK, from each segment's start)
+ * allow, so that the norm and the update are the bits of the unsharded ones.
+ *
+ * Example (any number of ranks, also one):
+ *
+ *     #include "strata/dist.h"
+ *
+ *     st_err err = {0};
+ *     st_comm *c = NULL;
+ *     if (st_comm_open(&c, 60.0, &err)) { fprintf(stderr, "strata: %s\n", err.msg); return 1; }
+ *     int r = st_comm_rank(c), n = st_comm_size(c);
+ *     float grad[1000], shard[1000];
+ *     for (int i = 0; i < 1000; i++) grad[i] = (float)(r + 1);
+ *     size_t bounds[ST_DIST_MAX_RANKS + 1];
+ *     for (int q = 0; q <= n; q++) bounds[q] = (size_t)1000 * q / n;   // any cut
+ *     // shard = the sum over ranks of grad, on the elements this rank owns
+ *     if (st_comm_reduce_scatter_f32(c, grad, 0, 1000, bounds, shard, 0, "example", &err) == ST_OK)
+ *         printf("rank %d of %d: %g\n", r, n, shard[0]);          // n (n + 1) / 2
+ *     st_comm_close(c);
+ *
+ * End of example.
+ */
+#ifndef STRATA_DIST_H
+#define STRATA_DIST_H
+
+#include "strata/core.h"
+#include "strata/optim.h"
+
+#define ST_DIST_MAX_RANKS 4096
+
+typedef struct st_comm st_comm;
+typedef struct st_comm_req st_comm_req;
+
+/* Join the launcher's job (MPI), or a world of one when no launcher started this process.
+ * timeout_s bounds every wait (<= 0: 300 s). ST_ERR_UNSUPPORTED when a launcher started
+ * this process but this strata was built without MPI. */
+st_status st_comm_open(st_comm **out, double timeout_s, st_err *err);
+/* Leave the job (MPI_Finalize after the last rank arrives). */
+void st_comm_close(st_comm *c);
+/* After an error on this rank: end every rank of the job now (MPI_Abort), code as exit
+ * status; with a world of one it only closes. */
+void st_comm_abort(st_comm *c, int code);
+int st_comm_rank(const st_comm *c);
+int st_comm_size(const st_comm *c);
+int st_comm_local_size(const st_comm *c);   /* ranks on this machine */
+const char *st_comm_engine(const st_comm *c); /* "mpi" or "self" */
+void st_comm_set_timeout(st_comm *c, double timeout_s);
+/* Bytes this rank sent and received through the comm since it opened. */
+void st_comm_bytes(const st_comm *c, uint64_t *sent, uint64_t *received);
+/* Seconds the caller spent blocked in st_comm_wait and the blocking collectives. */
+double st_comm_wait_s(const st_comm *c);
+
+st_status st_comm_barrier(st_comm *c, const char *phase, st_err *err);
+st_status st_comm_bcast(st_comm *c, void *buf, size_t bytes, int root, const char *phase, st_err *err);
+/* Every rank's `bytes` bytes, in rank order, into all (size x bytes). */
+st_status st_comm_allgather(st_comm *c, const void *mine, size_t bytes, void *all, const char *phase, st_err *err);
+/* x[0..n) summed over ranks in rank order, on every rank. */
+st_status st_comm_allreduce_f64(st_comm *c, double *x, int n, const char *phase, st_err *err);
+
+/* The range [lo, hi) of a flat fp32 vector `in` (indexed from 0, every rank's own), cut by
+ * bounds[0..size] into the ranks' shards: this rank's part of the range, summed over the
+ * ranks in rank order, goes to out (indexed from bounds[rank]): out = in_0 + in_1 + ...,
+ * or with accumulate out = ((out + in_0) + in_1) + ... The non-blocking form returns
+ * before anything moved; `in` must not change and out not be read until the wait. */
+st_status st_comm_ireduce_scatter_f32(st_comm *c, const float *in, size_t lo, size_t hi, const size_t *bounds,
+                                      float *out, int accumulate, st_comm_req **req, st_err *err);
+/* The range [lo, hi) of a flat fp32 vector x, in place: every rank's part of the range
+ * (its shard) is copied to every other rank. */
+st_status st_comm_iallgather_f32(st_comm *c, float *x, size_t lo, size_t hi, const size_t *bounds,
+                                 st_comm_req **req, st_err *err);
+/* Wait for req (then freed) at most the timeout; phase names it in the error. */
+st_status st_comm_wait(st_comm *c, st_comm_req *req, const char *phase, st_err *err);
+/* Progress and check without waiting: 1 when req is complete (still to be waited). */
+int st_comm_test(st_comm *c, st_comm_req *req);
+/* The blocking forms. */
+st_status st_comm_reduce_scatter_f32(st_comm *c, const float *in, size_t lo, size_t hi, const size_t *bounds,
+                                     float *out, int accumulate, const char *phase, st_err *err);
+st_status st_comm_allgather_f32(st_comm *c, float *x, size_t lo, size_t hi, const size_t *bounds, const char *phase,
+                                st_err *err);
+
+/* ZeRO's shards of a flat vector of n elements described by segs: bounds[0] = 0,
+ * bounds[size] = n, each cut the nearest allowed point to r n / size (see above); a shard
+ * may be empty when n is small. */
+void st_zero_bounds(const optim_segment *segs, int n_segs, size_t n, int size, size_t *bounds);
+/* segs clipped to [lo, hi) into out (offsets stay flat indices); how many. */
+int st_zero_clip_segments(const optim_segment *segs, int n_segs, size_t lo, size_t hi, optim_segment *out);
+
+#endif

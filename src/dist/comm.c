@@ -1,0 +1,540 @@
+/* comm.c - the communication interface (strata/dist.h) over MPI, or a world of one.
+ *
+ * Over MPI every operation is non-blocking underneath (point-to-point Isend/Irecv for the
+ * ranged reductions and gathers, MPI_Ibarrier/Ibcast/Iallgather for the small ones) and
+ * every wait polls MPI_Testsome against a deadline, so a lost peer is an error naming it,
+ * not a hang. The communicator is a duplicate of MPI_COMM_WORLD with MPI_ERRORS_RETURN.
+ * Tags: one sequence number per operation, the same on every rank because every rank
+ * issues the same operations in the same order. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "strata/dist.h"
+
+#ifdef STRATA_HAVE_MPI
+#include <mpi.h>
+#endif
+
+enum { REQ_REDUCE = 1, REQ_GATHER = 2, REQ_SMALL = 3 };
+
+struct st_comm {
+    int rank, size, local_size, mpi;
+    double timeout_s, wait_s;
+    uint64_t sent, received;
+    unsigned seq;
+#ifdef STRATA_HAVE_MPI
+    MPI_Comm comm;
+#endif
+};
+
+struct st_comm_req {
+    int kind;
+    int n;           /* MPI requests */
+    int *peer;       /* the peer of each request (-1: a collective) */
+    int *done;       /* completed requests */
+#ifdef STRATA_HAVE_MPI
+    MPI_Request *r;
+#endif
+    /* a reduction's sum, done at the wait */
+    const float *in;
+    float *out;
+    size_t a, e;     /* this rank's part of the range: flat [a, e) */
+    size_t out_base; /* flat index of out[0] */
+    float **recv;    /* per rank: its piece of [a, e) (NULL: none or this rank) */
+    int accumulate;
+    uint64_t bytes_in, bytes_out;
+};
+
+static int env_set(const char *k) {
+    const char *v = getenv(k);
+    return v && *v;
+}
+
+/* A launcher started this process: OpenMPI's mpirun, or PMI/PMIx (srun, other MPIs). */
+static int launched(void) {
+    return env_set("OMPI_COMM_WORLD_SIZE") || env_set("PMIX_RANK") || env_set("PMI_RANK") || env_set("PMI_SIZE");
+}
+
+int st_comm_rank(const st_comm *c) { return c ? c->rank : 0; }
+int st_comm_size(const st_comm *c) { return c ? c->size : 1; }
+int st_comm_local_size(const st_comm *c) { return c ? c->local_size : 1; }
+const char *st_comm_engine(const st_comm *c) { return c && c->mpi ? "mpi" : "self"; }
+void st_comm_set_timeout(st_comm *c, double t) { c->timeout_s = t > 0 ? t : 300.0; }
+void st_comm_bytes(const st_comm *c, uint64_t *sent, uint64_t *received) {
+    if (sent) *sent = c->sent;
+    if (received) *received = c->received;
+}
+double st_comm_wait_s(const st_comm *c) { return c->wait_s; }
+
+st_status st_comm_open(st_comm **out, double timeout_s, st_err *err) {
+    *out = NULL;
+    st_comm *c = calloc(1, sizeof *c);
+    if (!c) return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    c->size = c->local_size = 1;
+    st_comm_set_timeout(c, timeout_s);
+    if (!launched()) {
+        *out = c;
+        return ST_OK;
+    }
+#ifdef STRATA_HAVE_MPI
+    int inited = 0, provided = 0;
+    MPI_Initialized(&inited);
+    if (!inited && MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
+        free(c);
+        return st_errf(err, ST_ERR_IO, "MPI_Init failed: the launcher's environment is set (mpirun or srun) but MPI "
+                       "could not start; run without the launcher for one process");
+    }
+    MPI_Comm_dup(MPI_COMM_WORLD, &c->comm);
+    MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(c->comm, &c->rank);
+    MPI_Comm_size(c->comm, &c->size);
+    MPI_Comm local;
+    if (MPI_Comm_split_type(c->comm, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &local) == MPI_SUCCESS) {
+        MPI_Comm_size(local, &c->local_size);
+        MPI_Comm_free(&local);
+    }
+    c->mpi = 1;
+    if (c->size > ST_DIST_MAX_RANKS) {
+        int n = c->size;
+        st_comm_close(c);
+        return st_errf(err, ST_ERR_UNSUPPORTED, "%d ranks; this strata runs at most %d", n, ST_DIST_MAX_RANKS);
+    }
+    *out = c;
+    return ST_OK;
+#else
+    free(c);
+    return st_errf(err, ST_ERR_UNSUPPORTED, "this process was started by an MPI launcher (mpirun or srun) but this "
+                   "strata was built without MPI; install libopenmpi-dev (tools/setup.sh) and rebuild");
+#endif
+}
+
+void st_comm_close(st_comm *c) {
+    if (!c) return;
+#ifdef STRATA_HAVE_MPI
+    if (c->mpi) {
+        MPI_Comm_free(&c->comm);
+        int fin = 0;
+        MPI_Finalized(&fin);
+        if (!fin) MPI_Finalize();
+    }
+#endif
+    free(c);
+}
+
+void st_comm_abort(st_comm *c, int code) {
+#ifdef STRATA_HAVE_MPI
+    if (c && c->mpi && c->size > 1) MPI_Abort(MPI_COMM_WORLD, code ? code : 1);
+#endif
+    (void)code;
+    st_comm_close(c);
+}
+
+/* ------------------------------------------------------------------ requests */
+
+static void req_free(st_comm_req *q) {
+    if (!q) return;
+    if (q->recv) {
+        /* the pieces share one allocation: the first non-NULL one */
+        free(q->recv[ST_DIST_MAX_RANKS]);
+        free(q->recv);
+    }
+    free(q->peer);
+    free(q->done);
+#ifdef STRATA_HAVE_MPI
+    free(q->r);
+#endif
+    free(q);
+}
+
+static st_comm_req *req_new(int kind, int cap) {
+    st_comm_req *q = calloc(1, sizeof *q);
+    if (!q) return NULL;
+    q->kind = kind;
+    q->peer = calloc((size_t)cap + 1, sizeof *q->peer);
+    q->done = calloc((size_t)cap + 1, sizeof *q->done);
+#ifdef STRATA_HAVE_MPI
+    q->r = calloc((size_t)cap + 1, sizeof *q->r);
+    if (!q->r) q->peer = (free(q->peer), NULL);
+#endif
+    if (!q->peer || !q->done) {
+        req_free(q);
+        return NULL;
+    }
+    return q;
+}
+
+/* The sum of a reduction, once every piece is here: rank order, elementwise (so the
+ * thread count does not matter). */
+static void reduce_finish(st_comm *c, st_comm_req *q) {
+    size_t n = q->e - q->a;
+    if (!n) return;
+    float *out = q->out + (q->a - q->out_base);
+    int first = !q->accumulate;
+    for (int r = 0; r < c->size; r++) {
+        const float *src = r == c->rank ? q->in + q->a : q->recv[r];
+        if (first) {
+            memcpy(out, src, n * sizeof(float));
+            first = 0;
+            continue;
+        }
+        const size_t piece = 1u << 16;
+        long np = (long)((n + piece - 1) / piece);
+#pragma omp parallel for schedule(static) if (np > 4)
+        for (long i = 0; i < np; i++) {
+            size_t lo = (size_t)i * piece, hi = lo + piece < n ? lo + piece : n;
+            for (size_t j = lo; j < hi; j++) out[j] += src[j];
+        }
+    }
+}
+
+#ifdef STRATA_HAVE_MPI
+#define MPI_PIECE ((size_t)1 << 28) /* floats per message: MPI counts are int */
+
+static st_status mpi_fail(st_comm *c, int rc, const char *what, int peer, st_err *err) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    if (peer >= 0)
+        return st_errf(err, ST_ERR_IO, "rank %d: %s with rank %d failed: %s; that rank may have died", c->rank, what,
+                       peer, msg);
+    return st_errf(err, ST_ERR_IO, "rank %d: %s failed: %s", c->rank, what, msg);
+}
+
+static st_status post_send(st_comm *c, st_comm_req *q, const float *p, size_t n, int peer, int tag, st_err *err) {
+    for (size_t o = 0; o < n; o += MPI_PIECE) {
+        int k = (int)(n - o < MPI_PIECE ? n - o : MPI_PIECE);
+        int rc = MPI_Isend(p + o, k, MPI_FLOAT, peer, tag, c->comm, &q->r[q->n]);
+        if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "a send", peer, err);
+        q->peer[q->n++] = peer;
+        q->bytes_out += (uint64_t)k * sizeof(float);
+    }
+    return ST_OK;
+}
+
+static st_status post_recv(st_comm *c, st_comm_req *q, float *p, size_t n, int peer, int tag, st_err *err) {
+    for (size_t o = 0; o < n; o += MPI_PIECE) {
+        int k = (int)(n - o < MPI_PIECE ? n - o : MPI_PIECE);
+        int rc = MPI_Irecv(p + o, k, MPI_FLOAT, peer, tag, c->comm, &q->r[q->n]);
+        if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "a receive", peer, err);
+        q->peer[q->n++] = peer;
+        q->bytes_in += (uint64_t)k * sizeof(float);
+    }
+    return ST_OK;
+}
+
+static int msgs(size_t n) { return (int)((n + MPI_PIECE - 1) / MPI_PIECE); }
+#endif
+
+static int next_tag(st_comm *c) { return (int)(c->seq++ % 30000u) + 1; }
+
+static void part_of(const size_t *bounds, int r, size_t lo, size_t hi, size_t *a, size_t *e) {
+    *a = bounds[r] > lo ? bounds[r] : lo;
+    *e = bounds[r + 1] < hi ? bounds[r + 1] : hi;
+    if (*e < *a) *e = *a;
+}
+
+st_status st_comm_ireduce_scatter_f32(st_comm *c, const float *in, size_t lo, size_t hi, const size_t *bounds,
+                                      float *out, int accumulate, st_comm_req **req, st_err *err) {
+    *req = NULL;
+    int tag = next_tag(c), cap = 0;
+    size_t a, e;
+    part_of(bounds, c->rank, lo, hi, &a, &e);
+#ifdef STRATA_HAVE_MPI
+    for (int r = 0; r < c->size; r++) {
+        size_t pa, pe;
+        part_of(bounds, r, lo, hi, &pa, &pe);
+        if (r != c->rank) cap += msgs(pe - pa) + msgs(e - a);
+    }
+#endif
+    st_comm_req *q = req_new(REQ_REDUCE, cap);
+    if (!q || !(q->recv = calloc(ST_DIST_MAX_RANKS + 1, sizeof *q->recv))) {
+        req_free(q);
+        return st_errf(err, ST_ERR_NOMEM, "out of memory for a reduction");
+    }
+    q->in = in;
+    q->out = out;
+    q->out_base = bounds[c->rank];
+    q->a = a;
+    q->e = e;
+    q->accumulate = accumulate;
+    size_t n = e - a;
+    if (c->size > 1 && n) {
+        float *buf = malloc((size_t)(c->size - 1) * n * sizeof(float));
+        if (!buf) {
+            req_free(q);
+            return st_errf(err, ST_ERR_NOMEM, "rank %d: %zu bytes for the gradient pieces of %d ranks", c->rank,
+                           (size_t)(c->size - 1) * n * sizeof(float), c->size - 1);
+        }
+        q->recv[ST_DIST_MAX_RANKS] = buf;
+        for (int r = 0, k = 0; r < c->size; r++)
+            if (r != c->rank) q->recv[r] = buf + (size_t)k++ * n;
+    }
+#ifdef STRATA_HAVE_MPI
+    st_status s = ST_OK;
+    for (int r = 0; r < c->size && !s; r++) {
+        if (r == c->rank) continue;
+        size_t pa, pe;
+        part_of(bounds, r, lo, hi, &pa, &pe);
+        if (n) s = post_recv(c, q, q->recv[r], n, r, tag, err);
+        if (!s && pe > pa) s = post_send(c, q, in + pa, pe - pa, r, tag, err);
+    }
+    if (s) {
+        req_free(q); /* a post that failed: the job is ending (the peer is lost) */
+        return s;
+    }
+#else
+    (void)tag;
+#endif
+    *req = q;
+    return ST_OK;
+}
+
+st_status st_comm_iallgather_f32(st_comm *c, float *x, size_t lo, size_t hi, const size_t *bounds,
+                                 st_comm_req **req, st_err *err) {
+    *req = NULL;
+    int tag = next_tag(c), cap = 0;
+    size_t a, e;
+    part_of(bounds, c->rank, lo, hi, &a, &e);
+#ifdef STRATA_HAVE_MPI
+    for (int r = 0; r < c->size; r++) {
+        size_t pa, pe;
+        part_of(bounds, r, lo, hi, &pa, &pe);
+        if (r != c->rank) cap += msgs(pe - pa) + msgs(e - a);
+    }
+#endif
+    st_comm_req *q = req_new(REQ_GATHER, cap);
+    if (!q) return st_errf(err, ST_ERR_NOMEM, "out of memory for a gather");
+#ifdef STRATA_HAVE_MPI
+    st_status s = ST_OK;
+    for (int r = 0; r < c->size && !s; r++) {
+        if (r == c->rank) continue;
+        size_t pa, pe;
+        part_of(bounds, r, lo, hi, &pa, &pe);
+        if (pe > pa) s = post_recv(c, q, x + pa, pe - pa, r, tag, err);
+        if (!s && e > a) s = post_send(c, q, x + a, e - a, r, tag, err);
+    }
+    if (s) {
+        req_free(q);
+        return s;
+    }
+#else
+    (void)tag;
+    (void)x;
+#endif
+    *req = q;
+    return ST_OK;
+}
+
+int st_comm_test(st_comm *c, st_comm_req *q) {
+    (void)c;
+    if (!q) return 1;
+#ifdef STRATA_HAVE_MPI
+    if (q->n) {
+        int flag = 0;
+        MPI_Testall(q->n, q->r, &flag, MPI_STATUSES_IGNORE);
+        if (flag) q->n = 0; /* every request is complete (and freed by MPI) */
+        return flag;
+    }
+#endif
+    return 1;
+}
+
+static void sleep_us(long us) {
+    struct timespec ts = {0, us * 1000};
+    nanosleep(&ts, NULL);
+}
+
+st_status st_comm_wait(st_comm *c, st_comm_req *q, const char *phase, st_err *err) {
+    if (!q) return ST_OK;
+    st_status s = ST_OK;
+    double t0 = st_now();
+#ifdef STRATA_HAVE_MPI
+    int spins = 0;
+    int *idx = q->n ? malloc(sizeof(int) * (size_t)q->n) : NULL;
+    int left = q->n;
+    if (q->n && !idx) s = st_errf(err, ST_ERR_NOMEM, "out of memory");
+    while (!s && left > 0) {
+        int outcount = 0;
+        int rc = MPI_Testsome(q->n, q->r, &outcount, idx, MPI_STATUSES_IGNORE);
+        if (rc != MPI_SUCCESS) {
+            int peer = -1;
+            for (int i = 0; i < q->n && peer < 0; i++)
+                if (!q->done[i]) peer = q->peer[i];
+            s = mpi_fail(c, rc, phase, peer, err);
+            break;
+        }
+        if (outcount == MPI_UNDEFINED) break;
+        for (int i = 0; i < outcount; i++) q->done[idx[i]] = 1;
+        left -= outcount;
+        if (left <= 0) break;
+        double waited = st_now() - t0;
+        if (waited > c->timeout_s) {
+            char who[256] = "";
+            size_t w = 0;
+            int last = -2;
+            for (int i = 0; i < q->n && w + 16 < sizeof who; i++)
+                if (!q->done[i] && q->peer[i] != last) {
+                    last = q->peer[i];
+                    w += (size_t)snprintf(who + w, sizeof who - w, "%s%d", w ? ", " : "", q->peer[i]);
+                }
+            s = st_errf(err, ST_ERR_IO, "rank %d: %s: nothing from rank %s within %.0f s (key 'dist_timeout'): that "
+                        "rank died or hangs; every rank stops; the last committed checkpoint is intact", c->rank, phase,
+                        who[0] ? who : "?", c->timeout_s);
+            break;
+        }
+        if (++spins > 64) sleep_us(spins > 4096 ? 200 : 20);
+    }
+    free(idx);
+#endif
+    if (!s) {
+        if (q->kind == REQ_REDUCE) reduce_finish(c, q);
+        c->sent += q->bytes_out;
+        c->received += q->bytes_in;
+    }
+    c->wait_s += st_now() - t0;
+    req_free(q);
+    (void)phase;
+    return s;
+}
+
+st_status st_comm_reduce_scatter_f32(st_comm *c, const float *in, size_t lo, size_t hi, const size_t *bounds,
+                                     float *out, int accumulate, const char *phase, st_err *err) {
+    st_comm_req *q;
+    st_status s = st_comm_ireduce_scatter_f32(c, in, lo, hi, bounds, out, accumulate, &q, err);
+    return s ? st_err_prefix(err, "%s", phase) : st_comm_wait(c, q, phase, err);
+}
+
+st_status st_comm_allgather_f32(st_comm *c, float *x, size_t lo, size_t hi, const size_t *bounds, const char *phase,
+                                st_err *err) {
+    st_comm_req *q;
+    st_status s = st_comm_iallgather_f32(c, x, lo, hi, bounds, &q, err);
+    return s ? st_err_prefix(err, "%s", phase) : st_comm_wait(c, q, phase, err);
+}
+
+/* ------------------------------------------------------------------ small collectives */
+
+#ifdef STRATA_HAVE_MPI
+static st_status small_wait(st_comm *c, MPI_Request r, int rc, const char *phase, st_err *err) {
+    if (rc != MPI_SUCCESS) return mpi_fail(c, rc, phase, -1, err);
+    st_comm_req *q = req_new(REQ_SMALL, 1);
+    if (!q) return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    q->r[0] = r;
+    q->peer[0] = -1;
+    q->n = 1;
+    st_status s = st_comm_wait(c, q, phase, err);
+    if (s && strstr(err->msg, "rank ?"))
+        st_err_prefix(err, "(a collective: one of the %d ranks did not arrive)", c->size);
+    return s;
+}
+#endif
+
+st_status st_comm_barrier(st_comm *c, const char *phase, st_err *err) {
+#ifdef STRATA_HAVE_MPI
+    if (c->mpi) {
+        MPI_Request r;
+        int rc = MPI_Ibarrier(c->comm, &r);
+        return small_wait(c, r, rc, phase, err);
+    }
+#endif
+    (void)phase;
+    (void)err;
+    return ST_OK;
+}
+
+st_status st_comm_bcast(st_comm *c, void *buf, size_t bytes, int root, const char *phase, st_err *err) {
+#ifdef STRATA_HAVE_MPI
+    if (c->mpi) {
+        if (bytes > (size_t)1 << 30)
+            return st_errf(err, ST_ERR_INVALID, "%s: a broadcast of %zu bytes; at most 1 GiB", phase, bytes);
+        MPI_Request r;
+        int rc = MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, c->comm, &r);
+        st_status s = small_wait(c, r, rc, phase, err);
+        if (!s) {
+            if (c->rank == root) c->sent += bytes * (uint64_t)(c->size - 1);
+            else c->received += bytes;
+        }
+        return s;
+    }
+#endif
+    (void)buf, (void)bytes, (void)root, (void)phase, (void)err;
+    return ST_OK;
+}
+
+st_status st_comm_allgather(st_comm *c, const void *mine, size_t bytes, void *all, const char *phase, st_err *err) {
+#ifdef STRATA_HAVE_MPI
+    if (c->mpi) {
+        if (bytes > (size_t)1 << 30)
+            return st_errf(err, ST_ERR_INVALID, "%s: a gather of %zu bytes a rank; at most 1 GiB", phase, bytes);
+        MPI_Request r;
+        int rc = MPI_Iallgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, c->comm, &r);
+        st_status s = small_wait(c, r, rc, phase, err);
+        if (!s) {
+            c->sent += bytes * (uint64_t)(c->size - 1);
+            c->received += bytes * (uint64_t)(c->size - 1);
+        }
+        return s;
+    }
+#endif
+    (void)phase, (void)err;
+    memcpy(all, mine, bytes);
+    return ST_OK;
+}
+
+st_status st_comm_allreduce_f64(st_comm *c, double *x, int n, const char *phase, st_err *err) {
+    if (c->size == 1 || n <= 0) return ST_OK;
+    double *all = malloc(sizeof(double) * (size_t)n * (size_t)c->size);
+    if (!all) return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    st_status s = st_comm_allgather(c, x, sizeof(double) * (size_t)n, all, phase, err);
+    if (!s)
+        for (int i = 0; i < n; i++) {
+            double t = all[i];
+            for (int r = 1; r < c->size; r++) t += all[(size_t)r * n + i];
+            x[i] = t;
+        }
+    free(all);
+    return s;
+}
+
+/* ------------------------------------------------------------------ ZeRO's shards */
+
+int st_zero_clip_segments(const optim_segment *segs, int n_segs, size_t lo, size_t hi, optim_segment *out) {
+    int k = 0;
+    for (int i = 0; i < n_segs; i++) {
+        size_t a = segs[i].offset, e = a + segs[i].n;
+        if (a < lo) a = lo;
+        if (e > hi) e = hi;
+        if (e > a) out[k++] = (optim_segment){a, e - a, segs[i].weight_decay};
+    }
+    return k;
+}
+
+/* x is a cut both grids allow: a multiple of the norm's chunk, and a whole number of 8-bit
+ * blocks from the start of the segment it falls in (or that segment's start or end). */
+static int cut_ok(const optim_segment *segs, int n_segs, size_t x) {
+    if (x % OPTIM_SUMSQ_CHUNK) return 0;
+    for (int i = 0; i < n_segs; i++)
+        if (x > segs[i].offset && x < segs[i].offset + segs[i].n) return (x - segs[i].offset) % OPTIM_Q8_BLOCK == 0;
+    return 1; /* on a segment boundary, or outside every segment */
+}
+
+void st_zero_bounds(const optim_segment *segs, int n_segs, size_t n, int size, size_t *bounds) {
+    bounds[0] = 0;
+    bounds[size] = n;
+    size_t chunks = (n + OPTIM_SUMSQ_CHUNK - 1) / OPTIM_SUMSQ_CHUNK;
+    for (int r = 1; r < size; r++) {
+        /* the nearest allowed cut at or after the previous one to r n / size, in chunks */
+        size_t want = (size_t)((double)chunks * r / size + 0.5), best = chunks;
+        for (size_t d = 0; d <= chunks; d++) {
+            if (want + d <= chunks && cut_ok(segs, n_segs, (want + d) * OPTIM_SUMSQ_CHUNK)) { best = want + d; break; }
+            if (d <= want && cut_ok(segs, n_segs, (want - d) * OPTIM_SUMSQ_CHUNK)) { best = want - d; break; }
+        }
+        size_t x = best * OPTIM_SUMSQ_CHUNK;
+        if (x > n) x = n;
+        if (x < bounds[r - 1]) x = bounds[r - 1];
+        bounds[r] = x;
+    }
+}
