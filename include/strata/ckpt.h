@@ -50,7 +50,7 @@ st_status train_state_save_shards_json(const char *dir, int world, int zero, opt
                                        const size_t *bounds, st_err *err);
 /* The shard [lo, hi) of a checkpoint's optimizer state, written at any world size (one
  * train_state.bin, or shards.json and its rank files), into o, which was made for segs
- * (the whole vector's segments) clipped to [lo, hi); h from the checkpoint, with n_params
+ * (the whole vector's segments) clipped to [lo, hi) and counted from lo; h from the checkpoint, with n_params
  * the whole vector's. Every file read is validated as train_state_load does. */
 st_status train_state_load_shard(const char *dir, train_state_header *h, optim *o, const optim_segment *segs,
                                  int n_segs, size_t lo, size_t hi, st_err *err);

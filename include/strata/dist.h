@@ -13,9 +13,10 @@
  * bits one process gives with grad_accum N, whatever the transport does.
  *
  * ZeRO: each rank owns a contiguous shard [bounds[r], bounds[r+1]) of the flat parameter
- * vector (st_zero_bounds), cut where both the gradient norm's chunks (OPTIM_SUMSQ_CHUNK,
- * global) and the 8-bit optimizer's blocks (OPTIM_Q8_BLOCK, from each segment's start)
- * allow, so that the norm and the update are the bits of the unsharded ones.
+ * vector (st_zero_bounds), cut on the 8-bit optimizer's blocks (OPTIM_Q8_BLOCK from each
+ * segment's start), so that the update is the bits of the unsharded one; the gradient
+ * norm's chunks (OPTIM_SUMSQ_CHUNK) each belong to the rank holding their first element,
+ * which receives the rest of a chunk that crosses into the next shard.
  *
  * Example (any number of ranks, also one):
  *
@@ -88,6 +89,15 @@ st_status st_comm_iallgather_f32(st_comm *c, float *x, size_t lo, size_t hi, con
 st_status st_comm_wait(st_comm *c, st_comm_req *req, const char *phase, st_err *err);
 /* Progress and check without waiting: 1 when req is complete (still to be waited). */
 int st_comm_test(st_comm *c, st_comm_req *req);
+/* A collective of point-to-point pieces: every rank calls it (maybe with none), each piece
+ * sent to or received from one peer; the sizes must match on both sides. */
+typedef struct st_comm_piece {
+    int peer;
+    float *buf;
+    size_t n;
+} st_comm_piece;
+st_status st_comm_exchange_f32(st_comm *c, const st_comm_piece *sends, int ns, const st_comm_piece *recvs, int nr,
+                               const char *phase, st_err *err);
 /* The blocking forms. */
 st_status st_comm_reduce_scatter_f32(st_comm *c, const float *in, size_t lo, size_t hi, const size_t *bounds,
                                      float *out, int accumulate, const char *phase, st_err *err);
@@ -95,10 +105,11 @@ st_status st_comm_allgather_f32(st_comm *c, float *x, size_t lo, size_t hi, cons
                                 st_err *err);
 
 /* ZeRO's shards of a flat vector of n elements described by segs: bounds[0] = 0,
- * bounds[size] = n, each cut the nearest allowed point to r n / size (see above); a shard
- * may be empty when n is small. */
+ * bounds[size] = n, each cut the nearest whole 8-bit block to r n / size (see above); a
+ * shard may be empty when n is small. */
 void st_zero_bounds(const optim_segment *segs, int n_segs, size_t n, int size, size_t *bounds);
-/* segs clipped to [lo, hi) into out (offsets stay flat indices); how many. */
+/* segs clipped to [lo, hi) into out, offsets counted from lo (the shard's optimizer indexes
+ * its own buffers: params + lo, the gradient shard, base 0); how many. */
 int st_zero_clip_segments(const optim_segment *segs, int n_segs, size_t lo, size_t hi, optim_segment *out);
 
 #endif

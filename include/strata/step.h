@@ -108,7 +108,7 @@ void st_step_free(st_step *s);
  * process with N times the micro-batches. zero 0: the gradient all-reduced, opt (or the
  * store) holds the whole state on every rank; zero 1 and 2: opt (or the store) holds the
  * shard [bounds[rank], bounds[rank + 1]) only (its segments clipped to it,
- * st_zero_clip_segments), the updated weights are gathered after the update; zero 2 keeps
+ * st_zero_clip_segments, counted from the shard's start), the updated weights are gathered after the update; zero 2 keeps
  * only the shard of the running gradient sum (no gacc), reducing each micro-batch as it
  * ends, so it is also bit-identical to one process at grad_accum N x max_micro. */
 st_status st_step_set_dist(st_step *s, struct st_comm *comm, int zero, const size_t *bounds, st_err *err);

@@ -195,13 +195,13 @@ static void reduce_finish(st_comm *c, st_comm_req *q) {
 #define MPI_PIECE ((size_t)1 << 28) /* floats per message: MPI counts are int */
 
 static st_status mpi_fail(st_comm *c, int rc, const char *what, int peer, st_err *err) {
+    (void)c;
     char msg[MPI_MAX_ERROR_STRING];
     int len = 0;
     MPI_Error_string(rc, msg, &len);
     if (peer >= 0)
-        return st_errf(err, ST_ERR_IO, "rank %d: %s with rank %d failed: %s; that rank may have died", c->rank, what,
-                       peer, msg);
-    return st_errf(err, ST_ERR_IO, "rank %d: %s failed: %s", c->rank, what, msg);
+        return st_errf(err, ST_ERR_IO, "%s with rank %d failed: %s; that rank may have died", what, peer, msg);
+    return st_errf(err, ST_ERR_IO, "%s failed: %s", what, msg);
 }
 
 static st_status post_send(st_comm *c, st_comm_req *q, const float *p, size_t n, int peer, int tag, st_err *err) {
@@ -329,6 +329,30 @@ st_status st_comm_iallgather_f32(st_comm *c, float *x, size_t lo, size_t hi, con
     return ST_OK;
 }
 
+st_status st_comm_exchange_f32(st_comm *c, const st_comm_piece *sends, int ns, const st_comm_piece *recvs, int nr,
+                               const char *phase, st_err *err) {
+    int tag = next_tag(c);
+    if (c->size == 1) return ST_OK;
+#ifdef STRATA_HAVE_MPI
+    int cap = 0;
+    for (int i = 0; i < ns; i++) cap += msgs(sends[i].n);
+    for (int i = 0; i < nr; i++) cap += msgs(recvs[i].n);
+    st_comm_req *q = req_new(REQ_SMALL, cap);
+    if (!q) return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    st_status s = ST_OK;
+    for (int i = 0; i < nr && !s; i++) s = post_recv(c, q, recvs[i].buf, recvs[i].n, recvs[i].peer, tag, err);
+    for (int i = 0; i < ns && !s; i++) s = post_send(c, q, sends[i].buf, sends[i].n, sends[i].peer, tag, err);
+    if (s) {
+        req_free(q);
+        return s;
+    }
+    return st_comm_wait(c, q, phase, err);
+#else
+    (void)tag, (void)sends, (void)ns, (void)recvs, (void)nr, (void)phase, (void)err;
+    return ST_OK;
+#endif
+}
+
 int st_comm_test(st_comm *c, st_comm_req *q) {
     (void)c;
     if (!q) return 1;
@@ -381,8 +405,8 @@ st_status st_comm_wait(st_comm *c, st_comm_req *q, const char *phase, st_err *er
                     last = q->peer[i];
                     w += (size_t)snprintf(who + w, sizeof who - w, "%s%d", w ? ", " : "", q->peer[i]);
                 }
-            s = st_errf(err, ST_ERR_IO, "rank %d: %s: nothing from rank %s within %.0f s (key 'dist_timeout'): that "
-                        "rank died or hangs; every rank stops; the last committed checkpoint is intact", c->rank, phase,
+            s = st_errf(err, ST_ERR_IO, "%s: nothing from rank %s within %.0f s (key 'dist_timeout'): that rank died "
+                        "or hangs; every rank stops; the last committed checkpoint is intact", phase,
                         who[0] ? who : "?", c->timeout_s);
             break;
         }
@@ -415,73 +439,63 @@ st_status st_comm_allgather_f32(st_comm *c, float *x, size_t lo, size_t hi, cons
     return s ? st_err_prefix(err, "%s", phase) : st_comm_wait(c, q, phase, err);
 }
 
-/* ------------------------------------------------------------------ small collectives */
+/* ------------------------------------------------------------------ small collectives
+ * Point to point to and from every peer (not MPI's collectives), so that a wait that ends
+ * at the timeout knows, and names, the ranks that sent nothing. Small data only. */
 
+static st_status small_exchange(st_comm *c, const void *send, size_t bytes, void *recv, int root, const char *phase,
+                                st_err *err) {
 #ifdef STRATA_HAVE_MPI
-static st_status small_wait(st_comm *c, MPI_Request r, int rc, const char *phase, st_err *err) {
-    if (rc != MPI_SUCCESS) return mpi_fail(c, rc, phase, -1, err);
-    st_comm_req *q = req_new(REQ_SMALL, 1);
+    /* root < 0: every rank sends to every other (recv: size x bytes, rank order); else root sends */
+    if (bytes > (size_t)1 << 30)
+        return st_errf(err, ST_ERR_INVALID, "%s: %zu bytes a rank; at most 1 GiB", phase, bytes);
+    int tag = next_tag(c);
+    st_comm_req *q = req_new(REQ_SMALL, 2 * c->size);
     if (!q) return st_errf(err, ST_ERR_NOMEM, "out of memory");
-    q->r[0] = r;
-    q->peer[0] = -1;
-    q->n = 1;
-    st_status s = st_comm_wait(c, q, phase, err);
-    if (s && strstr(err->msg, "rank ?"))
-        st_err_prefix(err, "(a collective: one of the %d ranks did not arrive)", c->size);
-    return s;
-}
+    int rc = MPI_SUCCESS;
+    for (int r = 0; r < c->size && rc == MPI_SUCCESS; r++) {
+        if (r == c->rank) continue;
+        if (root < 0 || root == c->rank) {
+            rc = MPI_Isend(send, (int)bytes, MPI_BYTE, r, tag, c->comm, &q->r[q->n]);
+            q->peer[q->n++] = r;
+            q->bytes_out += bytes;
+        }
+        if (rc == MPI_SUCCESS && (root < 0 || r == root)) {
+            void *dst = root < 0 ? (char *)recv + (size_t)r * bytes : recv;
+            rc = MPI_Irecv(dst, (int)bytes, MPI_BYTE, r, tag, c->comm, &q->r[q->n]);
+            q->peer[q->n++] = r;
+            q->bytes_in += bytes;
+        }
+    }
+    if (rc != MPI_SUCCESS) {
+        req_free(q);
+        return mpi_fail(c, rc, phase, -1, err);
+    }
+    return st_comm_wait(c, q, phase, err);
+#else
+    (void)c, (void)send, (void)bytes, (void)recv, (void)root, (void)phase, (void)err;
+    return ST_OK;
 #endif
+}
 
 st_status st_comm_barrier(st_comm *c, const char *phase, st_err *err) {
-#ifdef STRATA_HAVE_MPI
-    if (c->mpi) {
-        MPI_Request r;
-        int rc = MPI_Ibarrier(c->comm, &r);
-        return small_wait(c, r, rc, phase, err);
-    }
-#endif
-    (void)phase;
-    (void)err;
-    return ST_OK;
+    if (c->size == 1) return ST_OK;
+    char one = 1, *all = malloc((size_t)c->size);
+    if (!all) return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    st_status s = small_exchange(c, &one, 1, all, -1, phase, err);
+    free(all);
+    return s;
 }
 
 st_status st_comm_bcast(st_comm *c, void *buf, size_t bytes, int root, const char *phase, st_err *err) {
-#ifdef STRATA_HAVE_MPI
-    if (c->mpi) {
-        if (bytes > (size_t)1 << 30)
-            return st_errf(err, ST_ERR_INVALID, "%s: a broadcast of %zu bytes; at most 1 GiB", phase, bytes);
-        MPI_Request r;
-        int rc = MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, c->comm, &r);
-        st_status s = small_wait(c, r, rc, phase, err);
-        if (!s) {
-            if (c->rank == root) c->sent += bytes * (uint64_t)(c->size - 1);
-            else c->received += bytes;
-        }
-        return s;
-    }
-#endif
-    (void)buf, (void)bytes, (void)root, (void)phase, (void)err;
-    return ST_OK;
+    if (c->size == 1) return ST_OK;
+    return small_exchange(c, buf, bytes, buf, root, phase, err);
 }
 
 st_status st_comm_allgather(st_comm *c, const void *mine, size_t bytes, void *all, const char *phase, st_err *err) {
-#ifdef STRATA_HAVE_MPI
-    if (c->mpi) {
-        if (bytes > (size_t)1 << 30)
-            return st_errf(err, ST_ERR_INVALID, "%s: a gather of %zu bytes a rank; at most 1 GiB", phase, bytes);
-        MPI_Request r;
-        int rc = MPI_Iallgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, c->comm, &r);
-        st_status s = small_wait(c, r, rc, phase, err);
-        if (!s) {
-            c->sent += bytes * (uint64_t)(c->size - 1);
-            c->received += bytes * (uint64_t)(c->size - 1);
-        }
-        return s;
-    }
-#endif
-    (void)phase, (void)err;
-    memcpy(all, mine, bytes);
-    return ST_OK;
+    memcpy((char *)all + (size_t)c->rank * bytes, mine, bytes);
+    if (c->size == 1) return ST_OK;
+    return small_exchange(c, mine, bytes, all, -1, phase, err);
 }
 
 st_status st_comm_allreduce_f64(st_comm *c, double *x, int n, const char *phase, st_err *err) {
@@ -507,33 +521,25 @@ int st_zero_clip_segments(const optim_segment *segs, int n_segs, size_t lo, size
         size_t a = segs[i].offset, e = a + segs[i].n;
         if (a < lo) a = lo;
         if (e > hi) e = hi;
-        if (e > a) out[k++] = (optim_segment){a, e - a, segs[i].weight_decay};
+        if (e > a) out[k++] = (optim_segment){a - lo, e - a, segs[i].weight_decay};
     }
     return k;
-}
-
-/* x is a cut both grids allow: a multiple of the norm's chunk, and a whole number of 8-bit
- * blocks from the start of the segment it falls in (or that segment's start or end). */
-static int cut_ok(const optim_segment *segs, int n_segs, size_t x) {
-    if (x % OPTIM_SUMSQ_CHUNK) return 0;
-    for (int i = 0; i < n_segs; i++)
-        if (x > segs[i].offset && x < segs[i].offset + segs[i].n) return (x - segs[i].offset) % OPTIM_Q8_BLOCK == 0;
-    return 1; /* on a segment boundary, or outside every segment */
 }
 
 void st_zero_bounds(const optim_segment *segs, int n_segs, size_t n, int size, size_t *bounds) {
     bounds[0] = 0;
     bounds[size] = n;
-    size_t chunks = (n + OPTIM_SUMSQ_CHUNK - 1) / OPTIM_SUMSQ_CHUNK;
     for (int r = 1; r < size; r++) {
-        /* the nearest allowed cut at or after the previous one to r n / size, in chunks */
-        size_t want = (size_t)((double)chunks * r / size + 0.5), best = chunks;
-        for (size_t d = 0; d <= chunks; d++) {
-            if (want + d <= chunks && cut_ok(segs, n_segs, (want + d) * OPTIM_SUMSQ_CHUNK)) { best = want + d; break; }
-            if (d <= want && cut_ok(segs, n_segs, (want - d) * OPTIM_SUMSQ_CHUNK)) { best = want - d; break; }
+        /* r n / size, moved to the nearest whole 8-bit block of the segment it falls in */
+        size_t want = (size_t)((double)n * r / size), x = want;
+        for (int i = 0; i < n_segs; i++) {
+            size_t off = segs[i].offset, e = off + segs[i].n;
+            if (want <= off || want >= e) continue;
+            size_t k = (want - off + OPTIM_Q8_BLOCK / 2) / OPTIM_Q8_BLOCK;
+            x = off + k * OPTIM_Q8_BLOCK;
+            if (x > e) x = e;
+            break;
         }
-        size_t x = best * OPTIM_SUMSQ_CHUNK;
-        if (x > n) x = n;
         if (x < bounds[r - 1]) x = bounds[r - 1];
         bounds[r] = x;
     }

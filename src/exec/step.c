@@ -66,9 +66,6 @@ st_status st_step_set_dist(st_step *s, st_comm *comm, int zero, const size_t *bo
     memcpy(s->bounds, bounds, sizeof(size_t) * (size_t)(n + 1));
     s->lo = bounds[r];
     s->hi = bounds[r + 1];
-    if (s->lo % OPTIM_SUMSQ_CHUNK || (s->hi % OPTIM_SUMSQ_CHUNK && s->hi != np))
-        return st_errf(err, ST_ERR_INVALID, "rank %d: shard [%zu, %zu) is not cut on the norm's %d-element chunks", r,
-                       s->lo, s->hi, OPTIM_SUMSQ_CHUNK);
     size_t sb = (s->hi - s->lo) * sizeof(float);
     if (!(s->shard = st_alloc(sb ? sb : sizeof(float))))
         return st_errf(err, ST_ERR_NOMEM, "rank %d: %zu bytes for the gradient shard", r, sb);
@@ -114,20 +111,62 @@ static st_status dist_wait(st_step *s, st_comm_req *q, const char *phase, st_ste
     return st;
 }
 
-/* The squared norm of the summed gradient: each rank's shard's partial sums, gathered, added
- * in chunk order (the bits optim_grad_sumsq gives on the whole vector). */
+/* The squared norm of the summed gradient: chunk c of OPTIM_SUMSQ_CHUNK elements is summed by
+ * the rank holding its first element (which receives the end of a chunk crossing into the
+ * next shards), the partial sums gathered and added in chunk order: the bits
+ * optim_grad_sumsq gives on the whole vector, whatever the cuts. */
 static st_status dist_sumsq(st_step *s, const float *g, size_t lo, size_t hi, double *sumsq, st_err *err) {
-    size_t np = s->m->n_params, nchunks = (np + OPTIM_SUMSQ_CHUNK - 1) / OPTIM_SUMSQ_CHUNK;
+    const size_t CH = OPTIM_SUMSQ_CHUNK;
+    size_t np = s->m->n_params, nchunks = (np + CH - 1) / CH;
     memset(s->parts, 0, nchunks * sizeof(double));
-    if (hi > lo) optim_grad_sumsq_parts(g, ST_F32, hi - lo, s->parts + lo / OPTIM_SUMSQ_CHUNK);
-    /* every chunk is one rank's (the others add 0.0, which changes no bit) */
-    st_status st = hi - lo == np ? ST_OK : st_comm_allreduce_f64(s->comm, s->parts, (int)nchunks, "gradient norm", err);
+    st_status st = ST_OK;
+    if (hi - lo == np) { /* the whole gradient is here (ZeRO 0) */
+        optim_grad_sumsq_parts(g, ST_F32, np, s->parts);
+    } else {
+        int W = st_comm_size(s->comm), me = st_comm_rank(s->comm);
+        /* rank r's chunks start in [b[r], b[r+1]); the last one ends at need(r) */
+        const size_t *b = s->bounds;
+#define NEED_END(r) (b[(r) + 1] > b[(r)] && (b[(r) + 1] - 1) / CH * CH >= b[(r)] \
+                         ? ((b[(r) + 1] - 1) / CH * CH + CH < np ? (b[(r) + 1] - 1) / CH * CH + CH : np) : b[(r) + 1])
+        size_t first = (lo + CH - 1) / CH * CH, need = NEED_END(me);
+        float *tail = NULL;
+        st_comm_piece *snd = calloc((size_t)W, sizeof *snd), *rcv = calloc((size_t)W, sizeof *rcv);
+        int ns = 0, nr = 0;
+        size_t last = hi > first ? (hi - 1) / CH * CH : hi; /* the crossing chunk's start */
+        if (!snd || !rcv) st = st_errf(err, ST_ERR_NOMEM, "out of memory");
+        if (!st && need > hi) { /* the end of my last chunk, from the next ranks */
+            if (!(tail = malloc((need - last) * sizeof(float)))) st = st_errf(err, ST_ERR_NOMEM, "out of memory");
+            else {
+                memcpy(tail, g + (last - lo), (hi - last) * sizeof(float));
+                for (int q = me + 1; q < W; q++) {
+                    size_t a = b[q] > hi ? b[q] : hi, e = b[q + 1] < need ? b[q + 1] : need;
+                    if (e > a) rcv[nr++] = (st_comm_piece){q, tail + (a - last), e - a};
+                }
+            }
+        }
+        for (int r = 0; r < me && !st; r++) { /* my first elements that end an earlier rank's chunk */
+            size_t e = NEED_END(r);
+            size_t a = b[r + 1] > lo ? b[r + 1] : lo, ee = e < hi ? e : hi;
+            if (e > b[r + 1] && ee > a) snd[ns++] = (st_comm_piece){r, (float *)g + (a - lo), ee - a};
+        }
+#undef NEED_END
+        if (!st) st = st_comm_exchange_f32(s->comm, snd, ns, rcv, nr, "gradient norm", err);
+        if (!st) {
+            size_t full_end = need > hi ? last : hi; /* the chunks wholly here */
+            if (full_end > first) optim_grad_sumsq_parts(g + (first - lo), ST_F32, full_end - first, s->parts + first / CH);
+            if (tail) optim_grad_sumsq_parts(tail, ST_F32, need - last, s->parts + last / CH);
+        }
+        free(tail);
+        free(snd);
+        free(rcv);
+        /* every chunk is one rank's (the others add 0.0, which changes no bit) */
+        if (!st) st = st_comm_allreduce_f64(s->comm, s->parts, (int)nchunks, "gradient norm", err);
+    }
     double t = 0;
     for (size_t c = 0; c < nchunks; c++) t += s->parts[c];
     *sumsq = t;
     return st;
 }
-
 
 /* The update of the summed gradient g (the whole vector, or this rank's shard), the norm
  * already known: the same for one process and for every rank. */
@@ -151,7 +190,7 @@ static st_status step_update(st_step *s, const float *g, double sumsq, const st_
         /* the sum of squares is already known: the engine need not read the gradients twice */
         int sharded = s->comm && s->zero;
         optim_step_args oa = {.params = m->params + (sharded ? s->lo : 0), .grads = g, .grad_dtype = ST_F32,
-                              .base = sharded ? s->lo : 0, .grad_sumsq = sumsq};
+                              .grad_sumsq = sumsq}; /* sharded: the optimizer's segments count from lo */
         st = sharded && s->hi == s->lo ? ST_OK : optim_step_ex(s->opt, &oa, &a, err);
     }
     prof_end(&po);
@@ -188,6 +227,7 @@ static st_status step_run_dist(st_step *s, int n_micro, size_t N, const int32_t 
         double t2 = st_now();
         r->forward_s += t1 - t0;
         r->backward_s += t2 - t1;
+        st_failpoint("dist_backward_done"); /* tests: a rank lost mid-step */
         /* the step's loss: this micro-batch's share, the shares of all ranks summed in rank
          * order below (one micro-batch a rank: the one process's order exactly) */
         loss[0] += st_step_micro_loss(mean, tg, N, n_micro * W, total);

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# test_dist.sh - data parallel over MPI (strata/dist.h), against one process:
+# - ZeRO 0, 1 and 2 at 2 ranks equal one process with grad_accum 2, bit for bit over 20
+#   steps (every step's loss and norm, the final weights), with f32 and 8-bit states;
+# - ZeRO 2 at 2 ranks with grad_accum 2 equals one process with grad_accum 4 (its sum runs
+#   in the one process's order); 3 ranks with ZeRO 1 equal one process with grad_accum 3
+#   and two 3-rank runs are bit-identical;
+# - a run saved at 2 ranks resumes at 3 and at 1 rank, continuing exactly as an
+#   uninterrupted one-process run (ZeRO 2, the same 6 micro-batches a step);
+# - a rank SIGKILLed mid-step ends the job non-zero within 60 s, naming the lost rank, and
+#   the resume from the last commit is exact; a rank that hangs (SIGSTOP) makes the other
+#   stop after dist_timeout with an error naming it;
+# - ranks given different configurations are refused at start, naming the key.
+# Skips (77) where mpirun is missing or strata was built without MPI.
+set -u
+S=${STRATA_BIN:?STRATA_BIN not set}
+command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (apt-get install openmpi-bin libopenmpi-dev)"; exit 77; }
+T=$(mktemp -d /tmp/strata-test-dist-XXXXXX)
+trap 'rm -rf "$T"' EXIT
+fail=0
+check() { if ! eval "$1"; then echo "FAIL: $2"; fail=1; fi; }
+# CI runs as root on 2 cores: mpirun must be told both are fine
+MPI="mpirun --allow-run-as-root --oversubscribe --bind-to none"
+# 433 thousand parameters: 7 of the norm's 65536-element chunks, enough for 3 shards
+A="--model gpt2-tiny --n_embd 128 --n_layer 2 --vocab_size 256 --max_seq 32 --batch 2 --seq 32 --steps 20
+   --warmup_steps 2 --eval_every 0 --sample_every 0 --threads 1 --quiet 1 --grad_clip 0.5"
+STEPS=${STRATA_TEST_SANITIZED:+8}
+STEPS=${STEPS:-20}
+A="$A --steps $STEPS"
+LAST=$(printf "step_%08d" "$STEPS")
+
+$MPI -np 2 "$S" train $A --run_dir "$T/probe" >"$T/probe.out" 2>&1
+if grep -q "built without MPI" "$T/probe.out"; then echo "SKIP: this strata was built without MPI"; exit 77; fi
+if ! [ -f "$T/probe/metrics.jsonl" ]; then
+  echo "FAIL: mpirun -np 2 strata train did not run:"; tail -20 "$T/probe.out"; exit 1
+fi
+
+losses() { jq -c '[.step, .loss, .grad_norm]' "$1/metrics.jsonl"; }
+same_run() { # $1 reference run dir, $2 run dir, $3 what
+  if ! cmp -s <(losses "$1") <(losses "$2"); then
+    echo "FAIL: $3: losses differ from the reference:"; diff <(losses "$1") <(losses "$2") | head -6; fail=1
+  elif ! cmp -s "$1/checkpoints/$LAST/model.safetensors" "$2/checkpoints/$LAST/model.safetensors"; then
+    echo "FAIL: $3: final weights differ from the reference"; fail=1
+  fi
+}
+run1() { "$S" train $A "$@" >>"$T/one.out" 2>&1 || { echo "FAIL: one process $*: $(tail -2 "$T/one.out")"; fail=1; }; }
+runN() { local n=$1; shift; $MPI -np "$n" "$S" train $A "$@" >>"$T/mpi.out" 2>&1 ||
+  { echo "FAIL: $n ranks $*: $(tail -4 "$T/mpi.out")"; fail=1; }; }
+
+# --- 2 ranks, every stage, both state formats, against one process with grad_accum 2
+for fmt in f32 8bit; do
+  run1 --grad_accum 2 --optim_state $fmt --run_dir "$T/ref2_$fmt"
+  for z in 0 1 2; do
+    runN 2 --zero $z --optim_state $fmt --run_dir "$T/z${z}_$fmt"
+    same_run "$T/ref2_$fmt" "$T/z${z}_$fmt" "2 ranks, zero $z, $fmt"
+  done
+done
+check '[ -f "$T/z1_f32/checkpoints/$LAST/shards.json" ] && [ -f "$T/z1_f32/checkpoints/$LAST/train_state.rank00001.bin" ]' \
+  "zero 1: no per-rank state files and description in the checkpoint"
+check '[ "$(jq -r .world "$T/z1_f32/checkpoints/$LAST/shards.json")" = 2 ]' "shards.json does not say world 2"
+# rank 0 logs; the step's communication is in its metrics
+check '[ "$(jq -s "map(select(.ranks == 2 and .comm_sent_bytes > 0)) | length" "$T/z1_f32/metrics.jsonl")" = "$STEPS" ]' \
+  "metrics.jsonl lacks ranks/comm_sent_bytes"
+
+# --- ZeRO 2 with 2 micro-batches a rank: one process's order of 4
+run1 --grad_accum 4 --run_dir "$T/ref4"
+runN 2 --zero 2 --grad_accum 2 --run_dir "$T/z2_ga2"
+same_run "$T/ref4" "$T/z2_ga2" "2 ranks, zero 2, grad_accum 2 (one process, grad_accum 4)"
+
+# --- 3 ranks
+run1 --grad_accum 3 --run_dir "$T/ref3"
+runN 3 --zero 1 --run_dir "$T/r3a"
+runN 3 --zero 1 --run_dir "$T/r3b"
+same_run "$T/r3a" "$T/r3b" "two 3-rank runs"
+if ! jq -e -s -n --slurpfile a <(losses "$T/ref3") --slurpfile b <(losses "$T/r3a") \
+    '[range($a | length)] | all(. as $i | ($a[$i][1] - $b[$i][1]) | fabs <= 1e-6 * ($a[$i][1] | fabs))' >/dev/null; then
+  echo "FAIL: 3 ranks: losses not within 1e-6 relative of one process with grad_accum 3"; fail=1
+fi
+
+# --- save at 2 ranks, resume at 3 and at 1 (6 micro-batches a step throughout)
+H=$((STEPS / 2))
+run1 --grad_accum 6 --zero 2 --run_dir "$T/ref6"
+runN 2 --zero 2 --grad_accum 3 --stop_at $H --run_dir "$T/half"
+cp -r "$T/half" "$T/half1"
+runN 3 --zero 2 --grad_accum 2 --resume "$T/half" --run_dir "$T/half"
+same_run "$T/ref6" "$T/half" "saved at 2 ranks, resumed at 3"
+run1 --zero 2 --grad_accum 6 --resume "$T/half1" --run_dir "$T/half1"
+same_run "$T/ref6" "$T/half1" "saved at 2 ranks, resumed at 1"
+
+# --- a rank killed mid-step (SIGKILL after its backward in step H + 3): the job ends, naming it
+t0=$(date +%s)
+$MPI -np 1 "$S" train $A --ckpt_every 5 --zero 1 --run_dir "$T/kill" : \
+     -np 1 env STRATA_FAILPOINT=dist_backward_done:$((H + 3)) "$S" train $A --ckpt_every 5 --zero 1 \
+     --run_dir "$T/kill" >"$T/kill.out" 2>&1
+rc=$?
+dt=$(( $(date +%s) - t0 ))
+check '[ $rc -ne 0 ]' "a killed rank: the job exited 0"
+check '[ $dt -le 60 ]' "a killed rank: the job took $dt s to end"
+check 'grep -q "rank 1" "$T/kill.out"' "a killed rank: no message names rank 1: $(tail -5 "$T/kill.out")"
+check '! [ -d "$T/kill/checkpoints/$LAST" ]' "a killed rank: the run reached its end"
+runN 2 --zero 1 --resume "$T/kill" --run_dir "$T/kill"
+same_run "$T/ref2_f32" "$T/kill" "killed at step $((H + 3)), resumed at 2 ranks"
+
+# --- a rank that hangs (SIGSTOP): the other stops after dist_timeout, naming it
+$MPI -np 2 "$S" train $A --steps 100000 --dist_timeout 3 --run_dir "$T/hang" >"$T/hang.out" 2>&1 &
+mp=$!
+pid1=""
+for i in $(seq 1 100); do
+  for p in $(pgrep -f "run_dir $T/hang" 2>/dev/null); do
+    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1"; then pid1=$p; fi
+  done
+  [ -n "$pid1" ] && [ -s "$T/hang/metrics.jsonl" ] && break
+  sleep 0.1
+done
+if [ -z "$pid1" ]; then
+  echo "FAIL: hang: rank 1's process not found"; fail=1; kill $mp 2>/dev/null
+else
+  t0=$(date +%s)
+  kill -STOP "$pid1"
+  wait $mp
+  rc=$?
+  dt=$(( $(date +%s) - t0 ))
+  kill -CONT "$pid1" 2>/dev/null; kill -9 "$pid1" 2>/dev/null
+  check '[ $rc -ne 0 ]' "hang: the job exited 0"
+  check '[ $dt -le 60 ]' "hang: the job took $dt s to end"
+  check 'grep -q "nothing from rank 1 within 3 s" "$T/hang.out"' "hang: no error names rank 1: $(grep -m3 strata "$T/hang.out")"
+fi
+
+# --- ranks given different configurations
+$MPI -np 1 "$S" train $A --run_dir "$T/cfg" : -np 1 "$S" train $A --seed 7 --run_dir "$T/cfg" >"$T/cfg.out" 2>&1
+rc=$?
+check '[ $rc -ne 0 ]' "different seeds on two ranks: accepted"
+check 'grep -q "rank 1.s key .seed. differs from rank 0.s" "$T/cfg.out"' "different seeds: no error naming the key: $(grep -m2 strata "$T/cfg.out")"
+
+[ $fail -eq 0 ] && echo "PASS: ZeRO 0/1/2 x f32/8bit at 2 ranks, 3 ranks, resume 2->3 and 2->1, kill, hang, config check"
+exit $fail
