@@ -4,7 +4,9 @@
  * two machine profiles); its device bytes are stream_device_bytes' and within the budget;
  * the predicted time never rises as the budget grows; a budget below the smallest plan is
  * refused naming the bytes missing; 80 blocks solve in under a second; the profile's
- * file round-trips and a wrong version is refused. */
+ * file round-trips and a wrong version is refused; a shape the profile timed (the
+ * model's own block and classifier) is predicted from exactly those times, another
+ * from the reference block's measured rates. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,7 +113,8 @@ int main(void) {
         return 1;
     }
     plan_profile fast = {.version = PLAN_PROFILE_VERSION, .sgemm_flops = 20e9, .h2d_bytes_per_s = 8e9,
-                         .d2h_bytes_per_s = 6e9, .mem_bytes_per_s = 10e9, .optim_ns_per_param = 1.0};
+                         .d2h_bytes_per_s = 6e9, .mem_bytes_per_s = 10e9, .optim_ns_per_param = 1.0,
+                         .block_fwd_flops = 20e9, .block_bwd_flops = 20e9, .head_flops = 20e9};
     /* slow copies: offloading activations costs more than recomputing them */
     plan_profile slow = fast;
     slow.h2d_bytes_per_s = slow.d2h_bytes_per_s = 0.3e9;
@@ -153,7 +156,8 @@ int main(void) {
         size_t budget = rc + (keep - rc) / 3;
         /* a fast device: every block's choice changes the time; the program alone, to the proven optimum */
         plan_profile dev = {.version = PLAN_PROFILE_VERSION, .sgemm_flops = 20e12, .h2d_bytes_per_s = 20e9,
-                            .d2h_bytes_per_s = 20e9, .mem_bytes_per_s = 10e9, .optim_ns_per_param = 0.5};
+                            .d2h_bytes_per_s = 20e9, .mem_bytes_per_s = 10e9, .optim_ns_per_param = 0.5,
+                            .block_fwd_flops = 20e12, .block_bwd_flops = 20e12, .head_flops = 20e12};
         plan_options po = {.time_limit_ms = 20000, .mip_gap = 0, .allow_vocab_chunk = 1, .no_incumbent = 1};
         for (int run = 0; run < 2; run++) {
             st_status s = plan_stream_ex(b, 2, 256, budget, &dev, run ? NULL : &po, p, &pr, &err);
@@ -205,11 +209,71 @@ int main(void) {
     fclose(f);
     CHECK(plan_profile_load(path, &back, &err) == ST_ERR_FORMAT && strstr(err.msg, "version 99"),
           "version 99 accepted: %s", err.msg);
+    /* a version 1 file (no block or classifier times) is refused naming the file and what to do */
     f = fopen(path, "w");
-    fputs("{\"strata_plan_profile\": 1, \"sgemm_flops\": 1e9, \"h2d_bytes_per_s\": -1}", f);
+    fputs("{\"strata_plan_profile\": 1, \"sgemm_flops\": 1e9, \"h2d_bytes_per_s\": 1e9, \"d2h_bytes_per_s\": 1e9, "
+          "\"mem_bytes_per_s\": 1e9, \"optim_ns_per_param\": 1}", f);
+    fclose(f);
+    CHECK(plan_profile_load(path, &back, &err) == ST_ERR_FORMAT && strstr(err.msg, "version 1") &&
+              strstr(err.msg, path) && strstr(err.msg, "--save_profile"),
+          "a version 1 profile accepted or refused without the file and the remedy: %s", err.msg);
+    f = fopen(path, "w");
+    fputs("{\"strata_plan_profile\": 2, \"sgemm_flops\": 1e9, \"h2d_bytes_per_s\": -1}", f);
     fclose(f);
     CHECK(plan_profile_load(path, &back, &err) == ST_ERR_FORMAT && strstr(err.msg, "h2d_bytes_per_s"),
           "a negative bandwidth accepted: %s", err.msg);
+    f = fopen(path, "w");
+    fputs("{\"strata_plan_profile\": 2, \"sgemm_flops\": 1e9, \"h2d_bytes_per_s\": 1e9, \"d2h_bytes_per_s\": 1e9, "
+          "\"mem_bytes_per_s\": 1e9, \"optim_ns_per_param\": 1}", f);
+    fclose(f);
+    CHECK(plan_profile_load(path, &back, &err) == ST_ERR_FORMAT && strstr(err.msg, "block_fwd_flops"),
+          "a profile without the block's rates accepted: %s", err.msg);
+
+    /* calibration: the profile times this model's own block and classifier at its batch
+     * shape; the cost model then predicts exactly those times (not FLOPs at a rate), the
+     * entry survives the file, and another shape falls back to the reference rates */
+    st_backend *cpu = NULL;
+    CHECK(st_backend_cpu_create(&cpu, 0, &err) == ST_OK, "%s", err.msg);
+    plan_profile hw;
+    st_status ms = cpu ? plan_profile_measure(cpu, &hw, &err) : ST_ERR_INVALID;
+    CHECK(ms == ST_OK, "measure: %s", err.msg);
+    if (ms == ST_OK) {
+        CHECK(hw.block_fwd_flops > 0 && hw.block_bwd_flops > 0 && hw.head_flops > 0 && hw.n_shapes == 0,
+              "reference rates %g %g %g, %d shapes", hw.block_fwd_flops, hw.block_bwd_flops, hw.head_flops,
+              hw.n_shapes);
+        CHECK(plan_profile_shape(&hw, a, 4, 64) == NULL, "a shape found before it was measured");
+        CHECK(plan_profile_measure_shape(cpu, a, 4, 64, &hw, &err) == ST_OK, "measure shape: %s", err.msg);
+        CHECK(plan_profile_measure_shape(cpu, a, 4, 64, &hw, &err) == ST_OK && hw.n_shapes == 1,
+              "measuring a shape again added an entry (%d): %s", hw.n_shapes, err.msg);
+        const plan_shape_time *e = plan_profile_shape(&hw, a, 4, 64);
+        CHECK(e != NULL, "the measured shape is not found");
+        if (e) {
+            CHECK(e->block_fwd_s > 0 && e->block_bwd_s > 0 && e->head_s_per_row > 0, "times %g %g %g",
+                  e->block_fwd_s, e->block_bwd_s, e->head_s_per_row);
+            stream_plan_default(p, a->lay.n_blocks);
+            plan_prediction a_pr, b_pr;
+            CHECK(plan_predict(a, 4, 64, &hw, p, &a_pr, &err) == ST_OK, "%s", err.msg);
+            CHECK(a_pr.block_fwd_s == e->block_fwd_s && a_pr.block_bwd_s == e->block_bwd_s,
+                  "predicted block %g/%g s, measured %g/%g s", a_pr.block_fwd_s, a_pr.block_bwd_s, e->block_fwd_s,
+                  e->block_bwd_s);
+            double want = a->lay.n_blocks * (e->block_fwd_s + e->block_bwd_s) + e->head_s_per_row * a->lay.vocab_size;
+            CHECK(fabs(a_pr.compute_s - want) <= 1e-12 + 1e-9 * want, "predicted compute %.9g s, measured parts %.9g s",
+                  a_pr.compute_s, want);
+            CHECK(plan_profile_save(path, &hw, &err) == ST_OK && plan_profile_load(path, &back, &err) == ST_OK,
+                  "%s", err.msg);
+            const plan_shape_time *e2 = plan_profile_shape(&back, a, 4, 64);
+            CHECK(back.n_shapes == 1 && e2 && fabs(e2->block_bwd_s - e->block_bwd_s) <= 1e-5 * e->block_bwd_s &&
+                      fabs(back.block_fwd_flops - hw.block_fwd_flops) <= 1e-5 * hw.block_fwd_flops,
+                  "the measured shape did not round-trip");
+            /* batch 2: not measured, the reference rates */
+            CHECK(plan_predict(a, 2, 64, &hw, p, &b_pr, &err) == ST_OK, "%s", err.msg);
+            double fl = a->ops->block_flops_per_token(a, 64) * 2 * 64;
+            CHECK(fabs(b_pr.block_fwd_s - fl / 3 / hw.block_fwd_flops) <= 1e-9 * b_pr.block_fwd_s,
+                  "an unmeasured shape's forward %g s, the reference rate gives %g s", b_pr.block_fwd_s,
+                  fl / 3 / hw.block_fwd_flops);
+        }
+    }
+    if (cpu) st_backend_free(cpu);
     free(p);
     st_arch_free(a);
     return test_finish("plan");

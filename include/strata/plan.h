@@ -33,7 +33,8 @@
  *     st_arch *a = NULL;
  *     if (gpt2_config_preset("gpt2-tiny", &cfg, &err) || st_arch_gpt2(&a, &cfg, &err)) return 1;
  *     plan_profile hw = {.version = PLAN_PROFILE_VERSION, .sgemm_flops = 50e9, .h2d_bytes_per_s = 10e9,
- *                        .d2h_bytes_per_s = 10e9, .mem_bytes_per_s = 10e9, .optim_ns_per_param = 1.0};
+ *                        .d2h_bytes_per_s = 10e9, .mem_bytes_per_s = 10e9, .optim_ns_per_param = 1.0,
+ *                        .block_fwd_flops = 20e9, .block_bwd_flops = 20e9, .head_flops = 30e9};
  *     stream_plan *p = malloc(sizeof *p);
  *     plan_prediction pred;
  *     st_status s = p ? plan_stream(a, 2, 64, (size_t)64 << 20, &hw, p, &pred, &err) : ST_ERR_NOMEM;
@@ -52,14 +53,33 @@
 #include "strata/core.h"
 #include "strata/stream.h"
 
-#define PLAN_PROFILE_VERSION 1
+#define PLAN_PROFILE_VERSION 2 /* 2: the block's and the classifier's own measured times */
+#define PLAN_PROFILE_MAX_SHAPES 8
 #define PLAN_MAX_DEPTH 6      /* prefetch depths the program considers: 1 .. this */
 #define PLAN_MAX_VCHUNKS 8    /* vocabulary choices: resident (0) and up to 7 chunk sizes */
 #define PLAN_TIME_LIMIT_MS 600 /* GLPK's default limit, building the program included */
 #define PLAN_MIP_GAP 1e-4      /* default: stop within 0.01% of the best bound */
 
+/* One block's and the classifier's measured compute at one model shape (the arch's kind,
+ * width, block size; batch and sequence), as plan_profile_measure_shape times them: the
+ * real ops (matmuls, attention, norms, activations, softmax), not FLOPs at a peak rate. */
+typedef struct plan_shape_time {
+    char arch[16];             /* st_arch_ops.name: "gpt2", "llama" */
+    int n_embd, B, T;
+    size_t block_numel;
+    double block_fwd_s;        /* one block's forward */
+    double block_bwd_s;        /* one block's backward */
+    double head_s_per_row;     /* the classifier's forward and backward (logits, softmax, both
+                                  gradients) per vocabulary row, in chunks of PLAN_HEAD_ROWS */
+} plan_shape_time;
+
+#define PLAN_HEAD_ROWS 2048    /* the classifier chunk the profile times */
+
 /* What the cost model needs of the machine, as measured by plan_profile_measure and kept
- * in a versioned JSON file (plan_profile_save / plan_profile_load). */
+ * in a versioned JSON file (plan_profile_save / plan_profile_load).
+ * Block compute: the shape's own measured times when the profile holds the model's shape
+ * (plan_profile_measure_shape), else the arch's training FLOPs at the effective rates of a
+ * reference block (a GPT-2 block, C 512, batch 1 x seq 256) measured by plan_profile_measure. */
 typedef struct plan_profile {
     int version;               /* PLAN_PROFILE_VERSION */
     double sgemm_flops;        /* FLOP/s of the device backend's matmul at a block's shape */
@@ -67,6 +87,11 @@ typedef struct plan_profile {
     double d2h_bytes_per_s;    /* device -> host */
     double mem_bytes_per_s;    /* host memcpy (bytes copied per second) */
     double optim_ns_per_param; /* fp32 AdamW update on the host, per parameter, every core */
+    double block_fwd_flops;    /* the reference block's forward FLOPs / its measured time */
+    double block_bwd_flops;    /* its backward's */
+    double head_flops;         /* the reference classifier's FLOPs / its measured time */
+    int n_shapes;              /* measured shapes, at most PLAN_PROFILE_MAX_SHAPES */
+    plan_shape_time shapes[PLAN_PROFILE_MAX_SHAPES];
 } plan_profile;
 
 typedef struct plan_options {
@@ -101,8 +126,15 @@ typedef struct plan_prediction {
 } plan_prediction;
 
 /* Measure the profile on the device backend dev (an arena-budgeted backend needs about
- * 20 MiB free): a few short timed runs, tens of milliseconds. */
+ * 40 MiB free): a few short timed runs, well under a second. */
 st_status plan_profile_measure(st_backend *dev, plan_profile *hw, st_err *err);
+/* Time one block of a (forward, backward) and the classifier at batch B x seq T on dev
+ * and keep them in hw (replacing the same shape's entry; the oldest goes when full): the
+ * cost model then uses these times for that shape. Needs one block's weights, gradients
+ * and activations and a PLAN_HEAD_ROWS chunk of the classifier on dev; a few runs of each. */
+st_status plan_profile_measure_shape(st_backend *dev, const st_arch *a, int B, int T, plan_profile *hw, st_err *err);
+/* The entry of hw for a at B x T, or NULL. */
+const plan_shape_time *plan_profile_shape(const plan_profile *hw, const st_arch *a, int B, int T);
 st_status plan_profile_save(const char *path, const plan_profile *hw, st_err *err);
 /* Fails naming the file and the key that is missing, not finite or not positive, or a
  * version this strata does not read. */
@@ -126,5 +158,12 @@ st_status plan_stream_ex(const st_arch *a, int B, int T, size_t device_budget, c
                          const plan_options *opt, stream_plan *out, plan_prediction *pred, st_err *err);
 st_status plan_stream(const st_arch *a, int B, int T, size_t device_budget, const plan_profile *hw,
                       stream_plan *out, plan_prediction *pred, st_err *err);
+
+/* Host bytes the streaming executor holds for plan p with the training state in RAM (fp32
+ * moments, its own parameter and gradient vectors): parameters, gradients, moments, the
+ * speculative update's backups, offloaded activation sets, the chunked classifier's
+ * host side (embedding output, residual gradient, logits) and per-row buffers. The
+ * device's bytes are not in it (pred.device_bytes). */
+size_t plan_host_bytes(const st_arch *a, int B, int T, const stream_plan *p);
 
 #endif

@@ -96,6 +96,8 @@ static int plan_device(const st_arch *a, const train_config *cfg, double device_
         st_backend *be = NULL;
         st_status s = st_backend_cpu_create(&be, 0, &err);
         if (!s) s = plan_profile_measure(be, &hw, &err);
+        /* and this model's own block and classifier at this batch shape */
+        if (!s && device_budget > 0) s = plan_profile_measure_shape(be, a, cfg->batch, cfg->seq, &hw, &err);
         if (be) st_backend_free(be);
         if (s) {
             fprintf(stderr, "strata plan: measuring the machine: %s\n", err.msg);
@@ -132,6 +134,11 @@ static int plan_device(const st_arch *a, const train_config *cfg, double device_
         json_object_object_add(prof, "d2h_bytes_per_s", json_object_new_double(hw.d2h_bytes_per_s));
         json_object_object_add(prof, "mem_bytes_per_s", json_object_new_double(hw.mem_bytes_per_s));
         json_object_object_add(prof, "optim_ns_per_param", json_object_new_double(hw.optim_ns_per_param));
+        json_object_object_add(prof, "block_fwd_flops", json_object_new_double(hw.block_fwd_flops));
+        json_object_object_add(prof, "block_bwd_flops", json_object_new_double(hw.block_bwd_flops));
+        json_object_object_add(prof, "head_flops", json_object_new_double(hw.head_flops));
+        json_object_object_add(prof, "measured_shape",
+                               json_object_new_boolean(plan_profile_shape(&hw, a, cfg->batch, cfg->seq) != NULL));
         json_object_object_add(o, "profile", prof);
         if (s) {
             json_object_object_add(o, "error", json_object_new_string(err.msg));
@@ -159,9 +166,13 @@ static int plan_device(const st_arch *a, const train_config *cfg, double device_
         return rc;
     }
     printf("\ndevice plan (layer streaming), budget %.0f bytes (%.1f MiB); machine: sgemm %.1f GFLOP/s, "
-           "h2d %.2f GB/s, d2h %.2f GB/s, memcpy %.2f GB/s, optimizer %.2f ns/param (%s)\n", device_budget,
-           device_budget / 1048576.0, hw.sgemm_flops / 1e9, hw.h2d_bytes_per_s / 1e9, hw.d2h_bytes_per_s / 1e9,
-           hw.mem_bytes_per_s / 1e9, hw.optim_ns_per_param, profile ? profile : "measured now");
+           "h2d %.2f GB/s, d2h %.2f GB/s, memcpy %.2f GB/s, optimizer %.2f ns/param, reference block %.1f/%.1f "
+           "GFLOP/s forward/backward, classifier %.1f GFLOP/s (%s); this model's block and classifier %s\n",
+           device_budget, device_budget / 1048576.0, hw.sgemm_flops / 1e9, hw.h2d_bytes_per_s / 1e9,
+           hw.d2h_bytes_per_s / 1e9, hw.mem_bytes_per_s / 1e9, hw.optim_ns_per_param, hw.block_fwd_flops / 1e9,
+           hw.block_bwd_flops / 1e9, hw.head_flops / 1e9, profile ? profile : "measured now",
+           plan_profile_shape(&hw, a, cfg->batch, cfg->seq) ? "timed at this batch shape"
+                                                            : "from the reference rates (not timed at this shape)");
     if (s) {
         printf("  %s\n", err.msg);
         free(p);

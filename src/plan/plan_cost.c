@@ -12,12 +12,15 @@ st_status plan_cost_init(plan_cost *c, const st_arch *a, int B, int T, const pla
     if (!a || !hw) return st_errf(err, ST_ERR_INVALID, "plan: no model or no hardware profile");
     if (hw->version != PLAN_PROFILE_VERSION)
         return st_errf(err, ST_ERR_FORMAT, "plan: hardware profile version %d, this strata reads %d (measure it "
-                       "again: strata plan --measure_profile FILE)", hw->version, PLAN_PROFILE_VERSION);
+                       "again: strata plan --save_profile FILE)", hw->version, PLAN_PROFILE_VERSION);
     if (!pos(hw->sgemm_flops) || !pos(hw->h2d_bytes_per_s) || !pos(hw->d2h_bytes_per_s) ||
-        !pos(hw->mem_bytes_per_s) || !(isfinite(hw->optim_ns_per_param) && hw->optim_ns_per_param >= 0))
+        !pos(hw->mem_bytes_per_s) || !(isfinite(hw->optim_ns_per_param) && hw->optim_ns_per_param >= 0) ||
+        !pos(hw->block_fwd_flops) || !pos(hw->block_bwd_flops) || !pos(hw->head_flops))
         return st_errf(err, ST_ERR_INVALID, "plan: the hardware profile has a missing, zero or non-finite figure "
-                       "(sgemm_flops %g, h2d %g, d2h %g, mem %g B/s, optimizer %g ns/param)", hw->sgemm_flops,
-                       hw->h2d_bytes_per_s, hw->d2h_bytes_per_s, hw->mem_bytes_per_s, hw->optim_ns_per_param);
+                       "(sgemm_flops %g, h2d %g, d2h %g, mem %g B/s, optimizer %g ns/param, block %g/%g FLOP/s, "
+                       "head %g FLOP/s)", hw->sgemm_flops, hw->h2d_bytes_per_s, hw->d2h_bytes_per_s,
+                       hw->mem_bytes_per_s, hw->optim_ns_per_param, hw->block_fwd_flops, hw->block_bwd_flops,
+                       hw->head_flops);
     if (B < 1 || T < 1 || T > a->lay.max_seq)
         return st_errf(err, ST_ERR_INVALID, "plan: batch %d x seq %d (max_seq %d)", B, T, a->lay.max_seq);
     const st_arch_layout *y = &a->lay;
@@ -29,9 +32,14 @@ st_status plan_cost_init(plan_cost *c, const st_arch *a, int B, int T, const pla
     c->mem_bps = hw->mem_bytes_per_s;
     c->h2d = hw->h2d_bytes_per_s;
     c->d2h = hw->d2h_bytes_per_s;
-    double blk = a->ops->block_flops_per_token(a, T) * N / hw->sgemm_flops; /* forward + backward */
-    c->fwd = blk / 3.0;
-    c->bwd = blk - c->fwd;
+    /* the block's and the classifier's compute: their measured times at this shape when the
+     * profile has them, else the arch's FLOPs at the reference block's measured rates (the
+     * real ops: attention, norms and activations around the matmuls, not sgemm's peak) */
+    const plan_shape_time *st = plan_profile_shape(hw, a, B, T);
+    double blk = a->ops->block_flops_per_token(a, T) * N; /* forward + backward */
+    c->fwd = st ? st->block_fwd_s : blk / 3.0 / hw->block_fwd_flops;
+    c->bwd = st ? st->block_bwd_s : blk * 2.0 / 3.0 / hw->block_bwd_flops;
+    c->measured_shape = st != NULL;
     double wb = (double)y->block_numel * 4.0, sb = (double)st_block_act_floats(a, B, T) * 4.0;
     c->tw = wb / c->h2d;
     c->tg = wb / c->d2h;
@@ -42,7 +50,7 @@ st_status plan_cost_init(plan_cost *c, const st_arch *a, int B, int T, const pla
     double per_param = hw->optim_ns_per_param * 1e-9 + 24.0 / c->mem_bps;
     c->opt_block = (double)y->block_numel * per_param;
     c->opt_nonblock = (double)(y->n_params - (size_t)c->L * y->block_numel) * hw->optim_ns_per_param * 1e-9;
-    c->head_compute = a->ops->head_flops_per_token(a) * N / hw->sgemm_flops;
+    c->head_compute = st ? st->head_s_per_row * y->vocab_size : a->ops->head_flops_per_token(a) * N / hw->head_flops;
     return ST_OK;
 }
 

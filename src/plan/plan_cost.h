@@ -15,6 +15,7 @@ typedef struct plan_cost {
     double head_compute;    /* the classifier's forward and backward (s) */
     double opt_nonblock;    /* the optimizer over the embedding, norm and untied head (s) */
     double mem_bps, h2d, d2h;
+    int measured_shape;     /* 1: fwd, bwd, head_compute are the profile's times at this shape */
     const st_arch *a;
 } plan_cost;
 

@@ -1,12 +1,15 @@
 /* plan_profile.c - the machine figures the planner's cost model needs: measured on the
- * device backend (matmul, copies each way), the host (memcpy) and the optimizer, and kept
- * as a versioned JSON object {"strata_plan_profile": 1, ...}. */
+ * device backend (matmul, copies each way, a reference block and classifier chunk, and
+ * the model's own block and classifier at its shape), the host (memcpy) and the
+ * optimizer, and kept as a versioned JSON object {"strata_plan_profile": 2, ...}. */
 #include <json-c/json.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "strata/block.h"
+#include "strata/model.h"
 #include "strata/optim.h"
 #include "strata/plan.h"
 
@@ -16,6 +19,146 @@
 #define PROF_N 512
 #define PROF_COPY (16u << 20) /* bytes per copy */
 #define PROF_OPT_N (1u << 21) /* parameters of the optimizer run */
+/* The reference block and classifier of plan_profile_measure: a GPT-2 block of width
+ * 512 at batch 1 x seq 256 (a small model's real shape; about 0.2 s in all) */
+#define PROF_REF_C 512
+#define PROF_REF_NH 8
+#define PROF_REF_T 256
+#define PROF_SHAPE_REPS 3 /* timed runs after a warm-up: the median (the machine may be shared) */
+
+static double median3(double *v) {
+    double a = v[0], b = v[1], c = v[2];
+    return a > b ? (b > c ? b : (a > c ? c : a)) : (a > c ? a : (b > c ? c : b));
+}
+
+/* A deterministic fill of small normal values through a host buffer (any backend). */
+static void fill_dev(st_backend *be, float *d, size_t n, float scale, float *host, size_t host_n, st_rng *rng) {
+    for (size_t off = 0; off < n; off += host_n) {
+        size_t k = n - off < host_n ? n - off : host_n;
+        for (size_t i = 0; i < k; i++) host[i] = scale * st_rng_normal(rng);
+        be->ops->copy_to_device(be, d + off, host, k * 4);
+    }
+}
+
+/* One block's forward and backward and a PLAN_HEAD_ROWS classifier chunk (forward logits,
+ * online-softmax statistics, dlogits, both backward products) of a at B x T, timed on
+ * dev: medians of PROF_SHAPE_REPS runs after one warm-up. */
+static st_status time_shape(st_backend *dev, const st_arch *a, int B, int T, double *fwd_s, double *bwd_s,
+                            double *head_row_s, st_err *err) {
+    const st_arch_layout *y = &a->lay;
+    size_t N = (size_t)B * T, C = (size_t)y->n_embd, bn = y->block_numel, af = st_block_act_floats(a, B, T);
+    int R = y->vocab_size < PLAN_HEAD_ROWS ? y->vocab_size : PLAN_HEAD_ROWS;
+    st_blocks *b = NULL;
+    st_status s = st_blocks_bind(&b, a, dev, B, T, err);
+    if (s) return st_err_prefix(err, "plan: timing a block");
+    enum { W, G, IN, OUT, ACTS, XN, DXN, HW, HG, LOGITS, RMAX, TLOGIT, RSUM, TGT, NBUF };
+    size_t bytes[NBUF] = {bn * 4, bn * 4, N * C * 4, N * C * 4, af * 4, N * C * 4, N * C * 4, (size_t)R * C * 4,
+                          (size_t)R * C * 4, N * (size_t)R * 4, N * 4, N * 4, N * 8, N * 4};
+    void *buf[NBUF] = {0};
+    size_t host_n = 1u << 16, total = 0;
+    float *host = malloc(host_n * 4);
+    int32_t *tgt = malloc(N * 4);
+    for (int i = 0; i < NBUF; i++) {
+        total += bytes[i];
+        if (!(buf[i] = dev->ops->alloc(dev, bytes[i]))) s = ST_ERR_NOMEM;
+    }
+    if (s || !host || !tgt) {
+        s = st_errf(err, ST_ERR_NOMEM, "plan: timing a block of %s at batch %d x seq %d needs %zu device bytes",
+                    a->ops->name, B, T, total);
+        goto done;
+    }
+    st_rng rng;
+    st_rng_seed(&rng, 1);
+    fill_dev(dev, buf[W], bn, 0.02f, host, host_n, &rng);
+    fill_dev(dev, buf[IN], N * C, 1.0f, host, host_n, &rng);
+    fill_dev(dev, buf[XN], N * C, 1.0f, host, host_n, &rng);
+    fill_dev(dev, buf[HW], (size_t)R * C, 0.02f, host, host_n, &rng);
+    for (size_t i = 0; i < N; i++) tgt[i] = (int32_t)(st_rng_u64(&rng) % (uint64_t)R);
+    dev->ops->copy_to_device(dev, buf[TGT], tgt, N * 4);
+    dev->ops->synchronize(dev);
+    double tf[PROF_SHAPE_REPS], tb[PROF_SHAPE_REPS], th[PROF_SHAPE_REPS];
+    for (int r = -1; r < PROF_SHAPE_REPS; r++) {
+        double t0 = st_now();
+        a->ops->block_forward(b, buf[W], buf[IN], buf[ACTS], buf[OUT]);
+        dev->ops->synchronize(dev);
+        double t1 = st_now();
+        /* d(output): the forward's output itself, a dense gradient of the right scale */
+        a->ops->block_backward(b, buf[W], buf[G], buf[IN], buf[ACTS], buf[OUT]);
+        dev->ops->synchronize(dev);
+        double t2 = st_now();
+        float *lo = buf[LOGITS];
+        dev->ops->softmax_chunk_init(dev, buf[RMAX], buf[RSUM], buf[TLOGIT], (int)N);
+        dev->ops->matmul_forward(dev, lo, buf[XN], buf[HW], NULL, (int)N, (int)C, R, ST_W_OUT_IN);
+        dev->ops->softmax_chunk_stats(dev, lo, buf[TGT], (int)N, R, 0, buf[RMAX], buf[RSUM], buf[TLOGIT]);
+        dev->ops->softmax_chunk_grad(dev, lo, buf[TGT], (int)N, R, 0, buf[RMAX], buf[RSUM], 1.0f / (float)N);
+        dev->ops->matmul_backward(dev, buf[DXN], buf[HG], NULL, lo, buf[XN], buf[HW], (int)N, (int)C, R, ST_W_OUT_IN);
+        dev->ops->synchronize(dev);
+        double t3 = st_now();
+        if (r >= 0) tf[r] = t1 - t0, tb[r] = t2 - t1, th[r] = t3 - t2;
+    }
+    *fwd_s = median3(tf);
+    *bwd_s = median3(tb);
+    *head_row_s = median3(th) / R;
+done:
+    for (int i = 0; i < NBUF; i++)
+        if (buf[i]) dev->ops->dealloc(dev, buf[i]);
+    free(host);
+    free(tgt);
+    st_blocks_free(b);
+    return s;
+}
+
+const plan_shape_time *plan_profile_shape(const plan_profile *hw, const st_arch *a, int B, int T) {
+    for (int i = 0; i < hw->n_shapes && i < PLAN_PROFILE_MAX_SHAPES; i++) {
+        const plan_shape_time *e = &hw->shapes[i];
+        if (!strcmp(e->arch, a->ops->name) && e->n_embd == a->lay.n_embd && e->block_numel == a->lay.block_numel &&
+            e->B == B && e->T == T)
+            return e;
+    }
+    return NULL;
+}
+
+st_status plan_profile_measure_shape(st_backend *dev, const st_arch *a, int B, int T, plan_profile *hw, st_err *err) {
+    if (B < 1 || T < 1 || T > a->lay.max_seq)
+        return st_errf(err, ST_ERR_INVALID, "plan: batch %d x seq %d (max_seq %d)", B, T, a->lay.max_seq);
+    plan_shape_time e = {0};
+    snprintf(e.arch, sizeof e.arch, "%s", a->ops->name);
+    e.n_embd = a->lay.n_embd;
+    e.block_numel = a->lay.block_numel;
+    e.B = B;
+    e.T = T;
+    st_status s = time_shape(dev, a, B, T, &e.block_fwd_s, &e.block_bwd_s, &e.head_s_per_row, err);
+    if (s) return s;
+    const plan_shape_time *old = plan_profile_shape(hw, a, B, T);
+    int i = old ? (int)(old - hw->shapes) : hw->n_shapes;
+    if (i >= PLAN_PROFILE_MAX_SHAPES) { /* full: the oldest goes */
+        memmove(hw->shapes, hw->shapes + 1, sizeof hw->shapes[0] * (PLAN_PROFILE_MAX_SHAPES - 1));
+        i = PLAN_PROFILE_MAX_SHAPES - 1;
+    }
+    hw->shapes[i] = e;
+    if (i >= hw->n_shapes) hw->n_shapes = i + 1;
+    return ST_OK;
+}
+
+/* The reference block's and classifier's effective rates: their FLOPs (the arch's own
+ * count) over their measured times. */
+static st_status measure_reference(st_backend *dev, plan_profile *hw, st_err *err) {
+    gpt2_config cfg = {.vocab_size = 50257, .max_seq = PROF_REF_T, .n_layer = 1, .n_head = PROF_REF_NH,
+                       .n_embd = PROF_REF_C};
+    st_arch *a = NULL;
+    st_status s = st_arch_gpt2(&a, &cfg, err);
+    if (s) return s;
+    double f, b, h, N = PROF_REF_T;
+    s = time_shape(dev, a, 1, PROF_REF_T, &f, &b, &h, err);
+    if (!s) {
+        double blk = a->ops->block_flops_per_token(a, PROF_REF_T) * N;
+        hw->block_fwd_flops = blk / 3.0 / f;
+        hw->block_bwd_flops = blk * 2.0 / 3.0 / b;
+        hw->head_flops = a->ops->head_flops_per_token(a) * N / (h * cfg.vocab_size);
+    }
+    st_arch_free(a);
+    return s;
+}
 
 static double best_of(int reps, double (*run)(void *), void *ctx) {
     double best = INFINITY;
@@ -116,6 +259,7 @@ st_status plan_profile_measure(st_backend *dev, plan_profile *hw, st_err *err) {
     }
     st_free(c.p);
     st_free(c.g);
+    if (!s) s = measure_reference(dev, hw, err);
     return s;
 }
 
@@ -124,9 +268,19 @@ st_status plan_profile_save(const char *path, const plan_profile *hw, st_err *er
     if (!f) return st_errf(err, ST_ERR_IO, "%s: cannot write the plan profile", path);
     fprintf(f,
             "{\"strata_plan_profile\": %d, \"sgemm_flops\": %.6g, \"h2d_bytes_per_s\": %.6g, "
-            "\"d2h_bytes_per_s\": %.6g, \"mem_bytes_per_s\": %.6g, \"optim_ns_per_param\": %.6g}\n",
+            "\"d2h_bytes_per_s\": %.6g, \"mem_bytes_per_s\": %.6g, \"optim_ns_per_param\": %.6g,\n"
+            " \"block_fwd_flops\": %.6g, \"block_bwd_flops\": %.6g, \"head_flops\": %.6g,\n \"shapes\": [",
             hw->version, hw->sgemm_flops, hw->h2d_bytes_per_s, hw->d2h_bytes_per_s, hw->mem_bytes_per_s,
-            hw->optim_ns_per_param);
+            hw->optim_ns_per_param, hw->block_fwd_flops, hw->block_bwd_flops, hw->head_flops);
+    for (int i = 0; i < hw->n_shapes && i < PLAN_PROFILE_MAX_SHAPES; i++) {
+        const plan_shape_time *e = &hw->shapes[i];
+        fprintf(f,
+                "%s\n  {\"arch\": \"%s\", \"n_embd\": %d, \"block_numel\": %zu, \"batch\": %d, \"seq\": %d, "
+                "\"block_fwd_s\": %.6g, \"block_bwd_s\": %.6g, \"head_s_per_row\": %.6g}",
+                i ? "," : "", e->arch, e->n_embd, e->block_numel, e->B, e->T, e->block_fwd_s, e->block_bwd_s,
+                e->head_s_per_row);
+    }
+    fprintf(f, "]}\n");
     if (fclose(f) != 0) return st_errf(err, ST_ERR_IO, "%s: writing the plan profile failed", path);
     return ST_OK;
 }
@@ -135,7 +289,7 @@ static st_status field(json_object *o, const char *path, const char *key, double
     json_object *v;
     if (!json_object_object_get_ex(o, key, &v))
         return st_errf(err, ST_ERR_FORMAT, "%s: plan profile has no \"%s\" (measure it again: strata plan "
-                       "--measure_profile %s)", path, key, path);
+                       "--save_profile %s)", path, key, path);
     double d = json_object_get_double(v);
     if ((!json_object_is_type(v, json_type_double) && !json_object_is_type(v, json_type_int)) || !isfinite(d) ||
         d < 0 || (d == 0 && strcmp(key, "optim_ns_per_param")))
@@ -155,13 +309,51 @@ st_status plan_profile_load(const char *path, plan_profile *hw, st_err *err) {
     if (!json_object_object_get_ex(o, "strata_plan_profile", &v) || !json_object_is_type(v, json_type_int))
         s = st_errf(err, ST_ERR_FORMAT, "%s: no \"strata_plan_profile\" version; is it a plan profile?", path);
     else if ((hw->version = json_object_get_int(v)) != PLAN_PROFILE_VERSION)
-        s = st_errf(err, ST_ERR_FORMAT, "%s: plan profile version %d, this strata reads version %d", path, hw->version,
-                    PLAN_PROFILE_VERSION);
+        s = st_errf(err, ST_ERR_FORMAT, "%s: plan profile version %d, this strata reads version %d (version 1 had "
+                    "no measured block or classifier times); measure it again: strata plan --save_profile %s",
+                    path, hw->version, PLAN_PROFILE_VERSION, path);
     if (!s) s = field(o, path, "sgemm_flops", &hw->sgemm_flops, err);
     if (!s) s = field(o, path, "h2d_bytes_per_s", &hw->h2d_bytes_per_s, err);
     if (!s) s = field(o, path, "d2h_bytes_per_s", &hw->d2h_bytes_per_s, err);
     if (!s) s = field(o, path, "mem_bytes_per_s", &hw->mem_bytes_per_s, err);
     if (!s) s = field(o, path, "optim_ns_per_param", &hw->optim_ns_per_param, err);
+    if (!s) s = field(o, path, "block_fwd_flops", &hw->block_fwd_flops, err);
+    if (!s) s = field(o, path, "block_bwd_flops", &hw->block_bwd_flops, err);
+    if (!s) s = field(o, path, "head_flops", &hw->head_flops, err);
+    json_object *arr = NULL;
+    if (!s && json_object_object_get_ex(o, "shapes", &arr)) {
+        if (!json_object_is_type(arr, json_type_array))
+            s = st_errf(err, ST_ERR_FORMAT, "%s: plan profile \"shapes\" is not an array", path);
+        size_t n = s ? 0 : json_object_array_length(arr);
+        for (size_t i = 0; i < n && !s; i++) {
+            json_object *e = json_object_array_get_idx(arr, i), *x;
+            char key[64];
+            if (i >= PLAN_PROFILE_MAX_SHAPES) break; /* the first ones are kept */
+            plan_shape_time *t = &hw->shapes[i];
+            double d[5];
+            static const char *const nums[] = {"n_embd", "block_numel", "batch", "seq", "block_fwd_s"};
+            snprintf(key, sizeof key, "shapes[%zu]", i);
+            if (!json_object_is_type(e, json_type_object) || !json_object_object_get_ex(e, "arch", &x) ||
+                !json_object_is_type(x, json_type_string)) {
+                s = st_errf(err, ST_ERR_FORMAT, "%s: plan profile %s has no \"arch\" string", path, key);
+                break;
+            }
+            snprintf(t->arch, sizeof t->arch, "%s", json_object_get_string(x));
+            for (int k = 0; k < 5 && !s; k++) s = field(e, path, nums[k], &d[k], err);
+            if (!s) s = field(e, path, "block_bwd_s", &t->block_bwd_s, err);
+            if (!s) s = field(e, path, "head_s_per_row", &t->head_s_per_row, err);
+            if (s) {
+                st_err_prefix(err, "%s", key);
+                break;
+            }
+            t->n_embd = (int)d[0];
+            t->block_numel = (size_t)d[1];
+            t->B = (int)d[2];
+            t->T = (int)d[3];
+            t->block_fwd_s = d[4];
+            hw->n_shapes = (int)i + 1;
+        }
+    }
     json_object_put(root);
     return s;
 }
