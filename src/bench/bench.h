@@ -14,6 +14,7 @@ int bench_trace(int argc, char **argv);   /* the profiler's overhead */
 int bench_stream(int argc, char **argv);  /* layer streaming under a device budget vs in memory */
 int bench_offload(int argc, char **argv); /* the optimizer step with its state on disk paths */
 int bench_tokenize(int argc, char **argv); /* tokenizer.json encode: MB/s on 1 and all threads */
+int bench_plan(int argc, char **argv);    /* the planner's prediction vs the measured step */
 int bench_dist(int argc, char **argv);    /* data parallel under mpirun vs one process's step */
 /* KV-cached generation vs recomputing the prefix; still in src/cli/cmd_sample.c, whose
  * option parser and model opening it shares with strata sample. */

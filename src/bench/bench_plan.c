@@ -1,0 +1,380 @@
+/* bench_plan.c - strata bench plan: the planner's prediction against the step it plans.
+ *
+ * For each configuration (a model, a batch shape and a device budget) the planner
+ * (plan.h, as strata train calls it) chooses a stream plan from the machine's profile,
+ * and the fixed rule chooses one the way strata train does when the planner finds none
+ * (the vocabulary resident, then in 2048-row chunks; every block keep, then offload,
+ * then recompute: the first that fits). Both plans are run through st_step_run (the step
+ * strata train runs), side by side, alternating steps after one warm-up step each (the
+ * machine is shared: neighbouring steps see the same load); step times are medians.
+ *
+ * Peaks per tier: device, the budget arena's high-water mark (stream_step_stats); host,
+ * the process's resident high-water mark (VmHWM, reset through /proc/self/clear_refs)
+ * over the planned executor's creation and warm-up step, less the device peak (on the
+ * CPU backend the device arena is host memory too); disk, 0 (these runs keep the state
+ * in RAM). */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/bench.h"
+#include "cli/cli.h"
+#include "strata/block.h"
+#include "strata/model.h"
+#include "strata/plan.h"
+#include "strata/step.h"
+#include "strata/stream.h"
+#include "strata/tier.h"
+
+#define RULE_VOCAB_CHUNK 2048 /* the fixed rule's chunk, as open_streamed in src/exec/train.c */
+
+typedef struct bp_config {
+    const char *name;
+    const char *model;
+    int B, T;
+    int tight; /* 0: one eighth of the training state (16 bytes a parameter); 1: between the
+                  smallest plan and the smallest all-offload plan, so some blocks recompute */
+} bp_config;
+
+static const bp_config CONFIGS[] = {
+    {"gpt2-124m-eighth", "gpt2-124m", 2, 256, 0},
+    {"gpt2-124m-recompute", "gpt2-124m", 2, 256, 1},
+};
+#define N_CONFIGS ((int)(sizeof CONFIGS / sizeof CONFIGS[0]))
+
+/* One executor under its own budgeted device, and the step that drives it. */
+typedef struct bp_run {
+    st_backend *dev;
+    stream_exec *x;
+    st_step step;
+    int have_step;
+    double *t;        /* timed steps' wall seconds */
+    double *tc, *tt;  /* their device compute and optimizer tail (stream_step_stats) */
+    size_t dev_peak;  /* arena high-water mark over every step */
+} bp_run;
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: strata bench plan [--config NAME] [--steps N] [--profile FILE.json] [--threads N] [--json]\n"
+            "  For each configuration, the planner's plan (as strata train chooses it) and the fixed rule's\n"
+            "  plan (keep, offload, recompute for every block: the first that fits, the vocabulary resident\n"
+            "  before chunked) are trained side by side, alternating steps after one warm-up step each.\n"
+            "  Prints per configuration predicted_step_s (the planner's cost model), measured_step_s and\n"
+            "  rule_step_s (medians of N steps), and predicted and measured peak bytes per tier.\n"
+            "  The machine's profile is measured at start (as strata train does) unless --profile names one;\n"
+            "  either way the model's block and classifier are timed at the configuration's shape when the\n"
+            "  profile lacks them (plan_profile_measure_shape).\n"
+            "  Configurations (--config, default all):\n");
+    for (int i = 0; i < N_CONFIGS; i++)
+        fprintf(f, "    %-22s %s, batch %d x seq %d, %s\n", CONFIGS[i].name, CONFIGS[i].model, CONFIGS[i].B,
+                CONFIGS[i].T,
+                CONFIGS[i].tight ? "a budget where some blocks must be recomputed"
+                                 : "one eighth of its training state as device budget");
+    fprintf(f, "  defaults: --steps 3\n");
+}
+
+/* The plan strata train falls back to (open_streamed): 0 when none fits. */
+static int rule_plan(const stream_config *sc, size_t budget, stream_plan *p) {
+    static const stream_act order[] = {STREAM_ACT_KEEP, STREAM_ACT_OFFLOAD, STREAM_ACT_RECOMPUTE};
+    stream_plan_default(p, sc->arch->lay.n_blocks);
+    for (int chunk = 0; chunk < 2; chunk++) {
+        p->vocab_chunk = chunk ? RULE_VOCAB_CHUNK : 0;
+        for (int a = 0; a < 3; a++) {
+            stream_plan_set_all(p, order[a]);
+            if (stream_device_bytes(sc, p) <= budget) return 1;
+        }
+    }
+    return 0;
+}
+
+static int same_plan(const stream_plan *a, const stream_plan *b) {
+    if (a->prefetch_depth != b->prefetch_depth || a->vocab_chunk != b->vocab_chunk || a->n_layer != b->n_layer ||
+        a->overlap_optim != b->overlap_optim || a->clip != b->clip || a->grad_dtype != b->grad_dtype)
+        return 0;
+    return !memcmp(a->act, b->act, (size_t)a->n_layer);
+}
+
+static void plan_summary(const stream_plan *p, char *buf, size_t n) {
+    int k = 0, o = 0, r = 0;
+    for (int l = 0; l < p->n_layer; l++) {
+        k += p->act[l] == STREAM_ACT_KEEP;
+        o += p->act[l] == STREAM_ACT_OFFLOAD;
+        r += p->act[l] == STREAM_ACT_RECOMPUTE;
+    }
+    snprintf(buf, n, "%d keep, %d offload, %d recompute, depth %d, vocab_chunk %d", k, o, r, p->prefetch_depth,
+             p->vocab_chunk);
+}
+
+/* Resets the process's VmHWM to its VmRSS (Linux >= 4.0); 0 where it cannot. */
+static int reset_hwm(void) {
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (!f) return 0;
+    int ok = fputs("5", f) >= 0;
+    return fclose(f) == 0 && ok;
+}
+
+static st_status run_open(bp_run *r, st_backend *cpu, const stream_config *sc, const stream_plan *p, size_t budget,
+                          int steps, st_err *err) {
+    memset(r, 0, sizeof *r);
+    r->t = calloc((size_t)steps, sizeof *r->t);
+    r->tc = calloc((size_t)steps, sizeof *r->tc);
+    r->tt = calloc((size_t)steps, sizeof *r->tt);
+    if (!r->t || !r->tc || !r->tt) return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    st_status s = st_backend_with_budget(&r->dev, cpu, budget, err);
+    if (!s) s = stream_exec_create(&r->x, sc, p, r->dev, err);
+    if (s) return s;
+    stream_init_random(r->x, 1);
+    st_step_init_streamed(&r->step, r->x, 1);
+    r->have_step = 1;
+    return ST_OK;
+}
+
+static void run_close(bp_run *r) {
+    if (r->have_step) st_step_free(&r->step);
+    stream_exec_free(r->x);
+    if (r->dev) st_backend_free(r->dev);
+    free(r->t);
+    free(r->tc);
+    free(r->tt);
+    memset(r, 0, sizeof *r);
+}
+
+/* Step s of the run (s < 0: warm-up, not timed). */
+static st_status run_step(bp_run *r, int s, int B, int T, const int32_t *inp, const int32_t *tgt, st_err *err) {
+    st_step_hp hp = {.adam = {1e-4f, 0.9f, 0.95f, 1e-8f, s + 2, 1.0f}, .grad_clip = 1.0f};
+    st_step_result res;
+    st_status st = st_step_run(&r->step, 1, B, T, inp, tgt, &hp, &res, err);
+    if (st) return st;
+    if (s >= 0) r->t[s] = res.stream.wall_s, r->tc[s] = res.stream.compute_s, r->tt[s] = res.stream.optim_tail_s;
+    if (res.stream.device_peak_bytes > r->dev_peak) r->dev_peak = res.stream.device_peak_bytes;
+    return ST_OK;
+}
+
+typedef struct bp_result {
+    const bp_config *cfg;
+    size_t budget;
+    int constrained, same;
+    char plan_txt[96], rule_txt[96];
+    plan_prediction pred;
+    double measured_s, rule_s, meas_compute_s, meas_tail_s;
+    plan_prediction pred_same; /* the run plan, predicted from the shape timed between the steps */
+    double pred_host, meas_host;
+    size_t meas_dev;
+} bp_result;
+
+static st_status bench_one(const bp_config *cfg, st_backend *cpu, plan_profile *hw, int steps, int json,
+                           bp_result *out, st_err *err) {
+    memset(out, 0, sizeof *out);
+    out->cfg = cfg;
+    gpt2_config mc;
+    st_arch *arch = NULL;
+    bp_run plan_run = {0}, rule_run = {0};
+    stream_plan *pp = malloc(sizeof *pp), *rp = malloc(sizeof *rp), *tp = malloc(sizeof *tp);
+    int32_t *inp = NULL, *tgt = NULL;
+    st_status s = ST_OK;
+    if (!pp || !rp || !tp) { s = st_errf(err, ST_ERR_NOMEM, "out of memory"); goto done; }
+    if ((s = gpt2_config_preset(cfg->model, &mc, err)) || (s = st_arch_gpt2(&arch, &mc, err))) goto done;
+    stream_config sc = {.arch = arch, .B = cfg->B, .T = cfg->T, .weight_decay = 0.1f};
+    size_t n = arch->lay.n_params, budget = n * 16 / 8;
+    plan_options po = {.mip_gap = -1, .allow_vocab_chunk = 1, .prefer_resident_head = 1}; /* as strata train */
+    if (cfg->tight) {
+        /* halfway between the smallest all-recompute and the smallest all-offload plan over
+         * the planner's vocabulary chunks (depth 1), so no plan offloads or keeps every
+         * block; at least the rule's smallest plan (recompute, 2048-row chunks) */
+        int vcs[PLAN_MAX_VCHUNKS], nv = plan_vocab_chunks(arch, &po, vcs);
+        size_t lo = (size_t)-1, hi = (size_t)-1;
+        stream_plan_default(tp, arch->lay.n_blocks);
+        for (int v = 0; v < nv; v++) {
+            tp->vocab_chunk = vcs[v];
+            stream_plan_set_all(tp, STREAM_ACT_RECOMPUTE);
+            size_t b = stream_device_bytes(&sc, tp);
+            lo = b < lo ? b : lo;
+            stream_plan_set_all(tp, STREAM_ACT_OFFLOAD);
+            b = stream_device_bytes(&sc, tp);
+            hi = b < hi ? b : hi;
+        }
+        budget = lo + (hi > lo ? (hi - lo) / 2 : 0);
+        tp->vocab_chunk = RULE_VOCAB_CHUNK;
+        stream_plan_set_all(tp, STREAM_ACT_RECOMPUTE);
+        size_t rule_min = stream_device_bytes(&sc, tp);
+        if (budget < rule_min) budget = rule_min;
+    }
+    out->budget = budget;
+    /* the model's own block and classifier timed at this shape, unless the profile has them */
+    if (!plan_profile_shape(hw, arch, cfg->B, cfg->T) &&
+        (s = plan_profile_measure_shape(cpu, arch, cfg->B, cfg->T, hw, err)))
+        goto done;
+    if ((s = plan_stream_ex(arch, cfg->B, cfg->T, budget, hw, &po, pp, &out->pred, err))) goto done;
+    out->pred_host = (double)plan_host_bytes(arch, cfg->B, cfg->T, pp);
+    if (!rule_plan(&sc, budget, rp)) {
+        s = st_errf(err, ST_ERR_NOMEM, "%s: the fixed rule finds no plan within %zu device bytes", cfg->name, budget);
+        goto done;
+    }
+    for (int l = 0; l < rp->n_layer; l++) out->constrained |= rp->act[l] != STREAM_ACT_KEEP;
+    out->same = same_plan(pp, rp);
+    plan_summary(pp, out->plan_txt, sizeof out->plan_txt);
+    plan_summary(rp, out->rule_txt, sizeof out->rule_txt);
+    if (!json)
+        fprintf(stderr, "%s: budget %zu bytes; planner: %s (predicted %.3f s); rule: %s%s\n", cfg->name, budget,
+                out->plan_txt, out->pred.step_s, out->rule_txt, out->same ? " (the same plan)" : "");
+
+    int N = cfg->B * cfg->T;
+    inp = malloc(sizeof(int32_t) * (size_t)N);
+    tgt = malloc(sizeof(int32_t) * (size_t)N);
+    if (!inp || !tgt) { s = st_errf(err, ST_ERR_NOMEM, "out of memory"); goto done; }
+    st_rng rng;
+    st_rng_seed(&rng, 7);
+    for (int i = 0; i < N; i++) inp[i] = (int32_t)(st_rng_u64(&rng) % (uint64_t)arch->lay.vocab_size);
+    for (int i = 0; i < N; i++) tgt[i] = (int32_t)(st_rng_u64(&rng) % (uint64_t)arch->lay.vocab_size);
+
+    /* the planned executor alone from creation to the end of its warm-up step: its host peak */
+    double rss0 = bench_proc_status_bytes("VmRSS:");
+    int hwm_ok = reset_hwm();
+    if ((s = run_open(&plan_run, cpu, &sc, pp, budget, steps, err)) || (s = run_step(&plan_run, -1, cfg->B, cfg->T, inp, tgt, err)))
+        goto done;
+    double hwm = bench_proc_status_bytes("VmHWM:");
+    out->meas_host = hwm_ok && rss0 >= 0 && hwm >= 0 ? hwm - rss0 - (double)plan_run.dev_peak : -1;
+    if (out->meas_host < 0 && hwm_ok) out->meas_host = 0;
+    if (!out->same) {
+        if ((s = run_open(&rule_run, cpu, &sc, rp, budget, steps, err)) ||
+            (s = run_step(&rule_run, -1, cfg->B, cfg->T, inp, tgt, err)))
+            goto done;
+    }
+    /* the shape timed again after each pair of steps: the same load as the steps see (the
+     * machine may be shared), for predicted_same_load_step_s */
+    plan_profile *hs = malloc(sizeof *hs);
+    double *sf = calloc((size_t)steps, sizeof *sf), *sb = calloc((size_t)steps, sizeof *sb),
+           *sh = calloc((size_t)steps, sizeof *sh);
+    if (!hs || !sf || !sb || !sh) s = st_errf(err, ST_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < steps && !s; i++) {
+        if ((s = run_step(&plan_run, i, cfg->B, cfg->T, inp, tgt, err))) break;
+        if (!out->same && (s = run_step(&rule_run, i, cfg->B, cfg->T, inp, tgt, err))) break;
+        *hs = *hw;
+        if ((s = plan_profile_measure_shape(cpu, arch, cfg->B, cfg->T, hs, err))) break;
+        const plan_shape_time *e = plan_profile_shape(hs, arch, cfg->B, cfg->T);
+        sf[i] = e->block_fwd_s, sb[i] = e->block_bwd_s, sh[i] = e->head_s_per_row;
+        if (!json)
+            fprintf(stderr, "  step %d: planned %.3f s, rule %.3f s\n", i + 1, plan_run.t[i],
+                    out->same ? plan_run.t[i] : rule_run.t[i]);
+    }
+    if (!s) {
+        plan_shape_time *e = (plan_shape_time *)plan_profile_shape(hs, arch, cfg->B, cfg->T);
+        e->block_fwd_s = bench_median(sf, steps);
+        e->block_bwd_s = bench_median(sb, steps);
+        e->head_s_per_row = bench_median(sh, steps);
+        s = plan_predict(arch, cfg->B, cfg->T, hs, pp, &out->pred_same, err);
+    }
+    free(hs);
+    free(sf);
+    free(sb);
+    free(sh);
+    if (s) goto done;
+    out->meas_dev = plan_run.dev_peak;
+    out->measured_s = bench_median(plan_run.t, steps);
+    out->meas_compute_s = bench_median(plan_run.tc, steps);
+    out->meas_tail_s = bench_median(plan_run.tt, steps);
+    out->rule_s = out->same ? out->measured_s : bench_median(rule_run.t, steps);
+done:
+    run_close(&plan_run);
+    run_close(&rule_run);
+    free(inp);
+    free(tgt);
+    free(pp);
+    free(rp);
+    free(tp);
+    st_arch_free(arch);
+    return s;
+}
+
+int bench_plan(int argc, char **argv) {
+    const char *only = NULL, *profile = NULL;
+    int steps = 3, threads = 0, json = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
+        else if (!strcmp(a, "--json")) json = 1;
+        else if (v && !strcmp(a, "--config")) { only = v; i++; }
+        else if (v && !strcmp(a, "--profile")) { profile = v; i++; }
+        else if (v && !strcmp(a, "--steps")) { steps = atoi(v); i++; }
+        else if (v && !strcmp(a, "--threads")) { threads = atoi(v); i++; }
+        else { fprintf(stderr, "strata bench plan: unknown or incomplete option '%s'\n", a); usage(stderr); return 2; }
+    }
+    if (steps < 1) {
+        fprintf(stderr, "strata bench plan: --steps must be >= 1\n");
+        return 2;
+    }
+    int sel[N_CONFIGS], nsel = 0;
+    for (int i = 0; i < N_CONFIGS; i++)
+        if (!only || !strcmp(only, CONFIGS[i].name)) sel[nsel++] = i;
+    if (!nsel) {
+        fprintf(stderr, "strata bench plan: no configuration '%s'\n", only);
+        usage(stderr);
+        return 2;
+    }
+    st_err err = {0};
+    st_backend *cpu = NULL;
+    plan_profile hw;
+    double prof_s = 0;
+    bp_result res[N_CONFIGS];
+    int rc = 1;
+    if (st_backend_cpu_create(&cpu, threads, &err)) goto fail;
+    if (profile) {
+        if (plan_profile_load(profile, &hw, &err)) goto fail;
+    } else {
+        double t0 = st_now();
+        if (plan_profile_measure(cpu, &hw, &err)) goto fail;
+        prof_s = st_now() - t0;
+    }
+    for (int k = 0; k < nsel; k++)
+        if (bench_one(&CONFIGS[sel[k]], cpu, &hw, steps, json, &res[k], &err)) goto fail;
+    if (json) {
+        printf("{\"bench\":\"plan\",\"threads\":%d,\"steps\":%d,\"profile\":\"%s\",\"profile_s\":%.3f,\"configs\":[",
+               omp_get_max_threads(), steps, profile ? profile : "measured", prof_s);
+        for (int k = 0; k < nsel; k++) {
+            bp_result *r = &res[k];
+            printf("%s{\"name\":\"%s\",\"model\":\"%s\",\"batch\":%d,\"seq\":%d,\"device_budget_bytes\":%zu,"
+                   "\"constrained\":%s,\"plan\":\"%s\",\"rule_plan\":\"%s\",\"rule_same_plan\":%s,"
+                   "\"predicted_step_s\":%.4f,\"measured_step_s\":%.4f,\"rule_step_s\":%.4f,"
+                   "\"predicted_over_measured\":%.3f,\"rule_over_measured\":%.3f,"
+                   "\"predicted_same_load_step_s\":%.4f,\"predicted_same_load_over_measured\":%.3f,"
+                   "\"predicted_parts_s\":{\"compute\":%.4f,\"recompute\":%.4f,\"transfer_exposed\":%.4f,"
+                   "\"optim_exposed\":%.4f},\"measured_parts_s\":{\"compute\":%.4f,\"optim_tail\":%.4f},"
+                   "\"solve_s\":%.4f,"
+                   "\"predicted_peak_bytes\":{\"device\":%zu,\"host\":%.0f,\"disk\":0},"
+                   "\"measured_peak_bytes\":{\"device\":%zu,\"host\":%.0f,\"disk\":0}}",
+                   k ? "," : "", r->cfg->name, r->cfg->model, r->cfg->B, r->cfg->T, r->budget,
+                   r->constrained ? "true" : "false", r->plan_txt, r->rule_txt, r->same ? "true" : "false",
+                   r->pred.step_s, r->measured_s, r->rule_s, r->pred.step_s / r->measured_s, r->rule_s / r->measured_s,
+                   r->pred_same.step_s, r->pred_same.step_s / r->measured_s,
+                   r->pred.compute_s, r->pred.recompute_s, r->pred.transfer_exposed_s, r->pred.optim_exposed_s,
+                   r->meas_compute_s, r->meas_tail_s, r->pred.solve_s, r->pred.device_bytes, r->pred_host, r->meas_dev, r->meas_host);
+        }
+        printf("]}\n");
+    } else {
+        for (int k = 0; k < nsel; k++) {
+            bp_result *r = &res[k];
+            printf("%s (%s, batch %d x seq %d, device budget %.1f MB%s)\n"
+                   "  planner: %s\n  rule:    %s\n"
+                   "  predicted %.3f s, measured %.3f s (predicted/measured %.3f), rule %.3f s (rule/measured %.3f)\n"
+                   "  predicted from the shape timed between the steps (the same load) %.3f s (/measured %.3f)\n"
+                   "  predicted compute %.3f + recompute %.3f s, measured compute %.3f s (recompute included), "
+                   "optimizer tail %.3f s\n"
+                   "  device peak: predicted %.1f MB, measured %.1f MB; host peak: predicted %.1f MB, measured %.1f MB\n",
+                   r->cfg->name, r->cfg->model, r->cfg->B, r->cfg->T, r->budget / 1e6,
+                   r->constrained ? ", constrained" : "", r->plan_txt, r->rule_txt, r->pred.step_s, r->measured_s,
+                   r->pred.step_s / r->measured_s, r->rule_s, r->rule_s / r->measured_s, r->pred_same.step_s,
+                   r->pred_same.step_s / r->measured_s, r->pred.compute_s,
+                   r->pred.recompute_s, r->meas_compute_s, r->meas_tail_s, r->pred.device_bytes / 1e6,
+                   r->meas_dev / 1e6, r->pred_host / 1e6, r->meas_host / 1e6);
+        }
+    }
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "strata bench plan: %s\n", err.msg);
+done:
+    if (cpu) st_backend_free(cpu);
+    return rc;
+}
