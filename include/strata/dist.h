@@ -98,6 +98,14 @@ typedef struct st_comm_piece {
 } st_comm_piece;
 st_status st_comm_exchange_f32(st_comm *c, const st_comm_piece *sends, int ns, const st_comm_piece *recvs, int nr,
                                const char *phase, st_err *err);
+/* The communication thread: st_comm_ireduce_scatter_f32's reduction queued to a thread of
+ * the comm's own, which posts it, progresses it and sums it while the caller computes (the
+ * gradient of one block reduced while the blocks below run backward). Until
+ * st_comm_async_wait returns the caller makes no other call on c. The wait returns the
+ * first error of any queued reduction. */
+st_status st_comm_async_reduce(st_comm *c, const float *in, size_t lo, size_t hi, const size_t *bounds, float *out,
+                               int accumulate, st_err *err);
+st_status st_comm_async_wait(st_comm *c, const char *phase, st_err *err);
 /* The blocking forms. */
 st_status st_comm_reduce_scatter_f32(st_comm *c, const float *in, size_t lo, size_t hi, const size_t *bounds,
                                      float *out, int accumulate, const char *phase, st_err *err);

@@ -140,6 +140,8 @@ size_t llama_act_bytes(const llama_config *cfg, int B, int T);
  * logits into their gradient for llama_backward, which accumulates (+=) into grads. */
 float llama_forward(llama_model *m, const int32_t *inputs, const int32_t *targets, float dloss);
 void llama_backward(llama_model *m);
+/* The same, calling hook (when not NULL) after each block (st_grad_hook, model.h). */
+void llama_backward_hooked(llama_model *m, void (*hook)(void *ctx, size_t offset, size_t n), void *ctx);
 void llama_zero_grad(llama_model *m);
 const float *llama_logits(const llama_model *m);
 /* Rotary tables cos, sin (T, head_dim/2) exactly as the forward uses them (theta,

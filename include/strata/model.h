@@ -138,6 +138,8 @@ size_t gpt2_scratch_bytes(const gpt2_config *cfg, int B, int T);
 float gpt2_forward(gpt2_model *m, const int32_t *inputs, const int32_t *targets, float dloss);
 /* Accumulate parameter gradients (+=) for the last forward. */
 void gpt2_backward(gpt2_model *m);
+/* The same, calling hook (when not NULL) after each block (st_grad_hook). */
+void gpt2_backward_hooked(gpt2_model *m, void (*hook)(void *ctx, size_t offset, size_t n), void *ctx);
 void gpt2_zero_grad(gpt2_model *m);
 /* Logits (B,T,V) of the last forward made with dloss == 0 (backend memory). */
 const float *gpt2_logits(const gpt2_model *m);
@@ -261,6 +263,12 @@ typedef struct st_decode_info {
     int sliding_window; /* > 0: the checkpoint attends over only this many positions */
 } st_decode_info;
 
+/* Called by backward as soon as a block's gradient is complete: the range [offset, offset +
+ * n) of the flat gradient, from the last block to the first (data parallel reduces it then,
+ * while the blocks below run). The rest (head, final norm, embeddings) is complete when
+ * backward returns. */
+typedef void (*st_grad_hook)(void *ctx, size_t offset, size_t n);
+
 struct st_model {
     const st_model_ops *ops;
     st_backend *be;
@@ -270,6 +278,8 @@ struct st_model {
     const st_param_info *tensors;
     int max_seq, vocab_size;
     void *impl;
+    st_grad_hook grad_hook; /* NULL: none */
+    void *grad_hook_ctx;
 };
 
 /* Shape overrides for a preset; 0 keeps the preset's value. */

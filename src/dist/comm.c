@@ -7,6 +7,7 @@
  * Tags: one sequence number per operation, the same on every rank because every rank
  * issues the same operations in the same order. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,11 +22,31 @@
 
 enum { REQ_REDUCE = 1, REQ_GATHER = 2, REQ_SMALL = 3 };
 
+/* A reduction queued for the communication thread (st_comm_async_reduce). */
+typedef struct async_task {
+    const float *in;
+    size_t lo, hi;
+    const size_t *bounds;
+    float *out;
+    int accumulate;
+} async_task;
+
+static void async_stop(st_comm *c);
+
 struct st_comm {
     int rank, size, local_size, mpi;
     double timeout_s, wait_s;
     uint64_t sent, received;
     unsigned seq;
+    /* the communication thread (started at the first st_comm_async_reduce) */
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int started, stop;
+    async_task *tasks;   /* queued, not yet posted */
+    int n_tasks, cap_tasks, busy; /* busy: tasks posted and not complete */
+    st_status async_status;
+    st_err async_err;
 #ifdef STRATA_HAVE_MPI
     MPI_Comm comm;
 #endif
@@ -46,8 +67,14 @@ struct st_comm_req {
     size_t out_base; /* flat index of out[0] */
     float **recv;    /* per rank: its piece of [a, e) (NULL: none or this rank) */
     int accumulate;
+    int serial;      /* sum on this thread only (the communication thread) */
+    int left;        /* requests not complete (from the first poll) */
+    int polled;
+    int *idx;        /* MPI_Testsome's scratch */
+    double t0;       /* posted at */
     uint64_t bytes_in, bytes_out;
 };
+
 
 static int env_set(const char *k) {
     const char *v = getenv(k);
@@ -76,6 +103,8 @@ st_status st_comm_open(st_comm **out, double timeout_s, st_err *err) {
     if (!c) return st_errf(err, ST_ERR_NOMEM, "out of memory");
     c->size = c->local_size = 1;
     st_comm_set_timeout(c, timeout_s);
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
     if (!launched()) {
         *out = c;
         return ST_OK;
@@ -114,6 +143,7 @@ st_status st_comm_open(st_comm **out, double timeout_s, st_err *err) {
 
 void st_comm_close(st_comm *c) {
     if (!c) return;
+    async_stop(c);
 #ifdef STRATA_HAVE_MPI
     if (c->mpi) {
         MPI_Comm_free(&c->comm);
@@ -122,6 +152,9 @@ void st_comm_close(st_comm *c) {
         if (!fin) MPI_Finalize();
     }
 #endif
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+    free(c->tasks);
     free(c);
 }
 
@@ -144,6 +177,7 @@ static void req_free(st_comm_req *q) {
     }
     free(q->peer);
     free(q->done);
+    free(q->idx);
 #ifdef STRATA_HAVE_MPI
     free(q->r);
 #endif
@@ -154,6 +188,7 @@ static st_comm_req *req_new(int kind, int cap) {
     st_comm_req *q = calloc(1, sizeof *q);
     if (!q) return NULL;
     q->kind = kind;
+    q->t0 = st_now();
     q->peer = calloc((size_t)cap + 1, sizeof *q->peer);
     q->done = calloc((size_t)cap + 1, sizeof *q->done);
 #ifdef STRATA_HAVE_MPI
@@ -183,7 +218,7 @@ static void reduce_finish(st_comm *c, st_comm_req *q) {
         }
         const size_t piece = 1u << 16;
         long np = (long)((n + piece - 1) / piece);
-#pragma omp parallel for schedule(static) if (np > 4)
+#pragma omp parallel for schedule(static) if (np > 4 && !q->serial)
         for (long i = 0; i < np; i++) {
             size_t lo = (size_t)i * piece, hi = lo + piece < n ? lo + piece : n;
             for (size_t j = lo; j < hi; j++) out[j] += src[j];
@@ -367,36 +402,35 @@ int st_comm_test(st_comm *c, st_comm_req *q) {
     return 1;
 }
 
-static void sleep_us(long us) {
-    struct timespec ts = {0, us * 1000};
-    nanosleep(&ts, NULL);
-}
 
-st_status st_comm_wait(st_comm *c, st_comm_req *q, const char *phase, st_err *err) {
-    if (!q) return ST_OK;
-    st_status s = ST_OK;
-    double t0 = st_now();
+/* Progress q without blocking: 1 when complete (summed, counted: free it), 0 when not yet,
+ * -1 on an error (a failed MPI call, or the timeout since it was posted, naming the peers
+ * that sent nothing). */
+static int req_poll(st_comm *c, st_comm_req *q, const char *phase, st_err *err) {
 #ifdef STRATA_HAVE_MPI
-    int spins = 0;
-    int *idx = q->n ? malloc(sizeof(int) * (size_t)q->n) : NULL;
-    int left = q->n;
-    if (q->n && !idx) s = st_errf(err, ST_ERR_NOMEM, "out of memory");
-    while (!s && left > 0) {
+    if (!q->polled) {
+        q->polled = 1;
+        q->left = q->n;
+    }
+    if (q->left > 0) {
+        if (!q->idx && !(q->idx = malloc(sizeof(int) * (size_t)q->n))) {
+            st_errf(err, ST_ERR_NOMEM, "out of memory");
+            return -1;
+        }
         int outcount = 0;
-        int rc = MPI_Testsome(q->n, q->r, &outcount, idx, MPI_STATUSES_IGNORE);
+        int rc = MPI_Testsome(q->n, q->r, &outcount, q->idx, MPI_STATUSES_IGNORE);
         if (rc != MPI_SUCCESS) {
             int peer = -1;
             for (int i = 0; i < q->n && peer < 0; i++)
                 if (!q->done[i]) peer = q->peer[i];
-            s = mpi_fail(c, rc, phase, peer, err);
-            break;
+            mpi_fail(c, rc, phase, peer, err);
+            return -1;
         }
-        if (outcount == MPI_UNDEFINED) break;
-        for (int i = 0; i < outcount; i++) q->done[idx[i]] = 1;
-        left -= outcount;
-        if (left <= 0) break;
-        double waited = st_now() - t0;
-        if (waited > c->timeout_s) {
+        if (outcount == MPI_UNDEFINED) q->left = 0;
+        for (int i = 0; i < outcount && outcount != MPI_UNDEFINED; i++) q->done[q->idx[i]] = 1;
+        if (outcount != MPI_UNDEFINED) q->left -= outcount;
+        if (q->left > 0) {
+            if (st_now() - q->t0 <= c->timeout_s) return 0;
             char who[256] = "";
             size_t w = 0;
             int last = -2;
@@ -405,24 +439,155 @@ st_status st_comm_wait(st_comm *c, st_comm_req *q, const char *phase, st_err *er
                     last = q->peer[i];
                     w += (size_t)snprintf(who + w, sizeof who - w, "%s%d", w ? ", " : "", q->peer[i]);
                 }
-            s = st_errf(err, ST_ERR_IO, "%s: nothing from rank %s within %.0f s (key 'dist_timeout'): that rank died "
-                        "or hangs; every rank stops; the last committed checkpoint is intact", phase,
-                        who[0] ? who : "?", c->timeout_s);
-            break;
+            st_errf(err, ST_ERR_IO, "%s: nothing from rank %s within %.0f s (key 'dist_timeout'): that rank died "
+                    "or hangs; every rank stops; the last committed checkpoint is intact", phase, who[0] ? who : "?",
+                    c->timeout_s);
+            return -1;
         }
-        if (++spins > 64) sleep_us(spins > 4096 ? 200 : 20);
     }
-    free(idx);
+#else
+    (void)phase, (void)err;
 #endif
-    if (!s) {
-        if (q->kind == REQ_REDUCE) reduce_finish(c, q);
-        c->sent += q->bytes_out;
-        c->received += q->bytes_in;
-    }
+    if (q->kind == REQ_REDUCE) reduce_finish(c, q);
+    c->sent += q->bytes_out;
+    c->received += q->bytes_in;
+    return 1;
+}
+
+static void sleep_us(long us) {
+    struct timespec ts = {0, us * 1000};
+    nanosleep(&ts, NULL);
+}
+
+st_status st_comm_wait(st_comm *c, st_comm_req *q, const char *phase, st_err *err) {
+    if (!q) return ST_OK;
+    double t0 = st_now();
+    int spins = 0, rc;
+    while ((rc = req_poll(c, q, phase, err)) == 0)
+        if (++spins > 64) sleep_us(spins > 4096 ? 200 : 20);
     c->wait_s += st_now() - t0;
     req_free(q);
+    return rc < 0 ? (err->code ? err->code : ST_ERR_IO) : ST_OK;
+}
+
+/* ------------------------------------------------------------------ the communication thread
+ * The compute thread queues reductions (each as its range of the gradient is complete) and
+ * goes on computing; this thread posts them, progresses them and sums each as it arrives.
+ * Between st_comm_async_reduce and st_comm_async_wait the compute thread makes no other
+ * call on the comm, so MPI is never entered by two threads at once (MPI_THREAD_SERIALIZED). */
+
+static void *async_main(void *arg) {
+    st_comm *c = arg;
+    st_comm_req **fly = NULL;
+    int nfly = 0, capfly = 0, idle = 0;
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        while (!c->stop && !c->n_tasks && !nfly) pthread_cond_wait(&c->cv, &c->mu);
+        if (c->stop && !c->n_tasks && !nfly) break;
+        int nt = c->n_tasks;
+        async_task *tk = NULL;
+        if (nt && (tk = malloc(sizeof *tk * (size_t)nt))) {
+            memcpy(tk, c->tasks, sizeof *tk * (size_t)nt);
+            c->n_tasks = 0;
+        } else nt = 0;
+        pthread_mutex_unlock(&c->mu);
+        st_err e = {0};
+        st_status s = ST_OK;
+        for (int i = 0; i < nt && !s; i++) {
+            st_comm_req *q;
+            s = st_comm_ireduce_scatter_f32(c, tk[i].in, tk[i].lo, tk[i].hi, tk[i].bounds, tk[i].out, tk[i].accumulate,
+                                            &q, &e);
+            if (s) break;
+            q->serial = 1;
+            if (nfly == capfly) {
+                st_comm_req **p = realloc(fly, sizeof *p * (size_t)(capfly = capfly ? 2 * capfly : 64));
+                if (!p) {
+                    req_free(q);
+                    s = st_errf(&e, ST_ERR_NOMEM, "out of memory");
+                    break;
+                }
+                fly = p;
+            }
+            fly[nfly++] = q;
+        }
+        free(tk);
+        int progressed = 0, finished = 0;
+        for (int i = 0; i < nfly && !s; i++) {
+            int rc = req_poll(c, fly[i], "gradient reduce", &e);
+            if (rc < 0) s = e.code ? e.code : ST_ERR_IO;
+            else if (rc > 0) {
+                req_free(fly[i]);
+                fly[i--] = fly[--nfly];
+                progressed = finished = 1;
+            }
+        }
+        pthread_mutex_lock(&c->mu);
+        if (s) { /* the first error stays; the tasks in flight are dropped (the job is ending) */
+            if (!c->async_status) {
+                c->async_status = s;
+                c->async_err = e;
+            }
+            for (int i = 0; i < nfly; i++) req_free(fly[i]);
+            nfly = 0;
+        }
+        if (finished || s || nt) c->busy = nfly + c->n_tasks;
+        if (!c->busy && !nfly) pthread_cond_broadcast(&c->cv);
+        if (nfly && !progressed) { /* nothing arrived: let the compute run */
+            pthread_mutex_unlock(&c->mu);
+            sleep_us(++idle > 64 ? 100 : 10);
+            pthread_mutex_lock(&c->mu);
+        } else idle = 0;
+    }
+    pthread_mutex_unlock(&c->mu);
+    free(fly);
+    return NULL;
+}
+
+st_status st_comm_async_reduce(st_comm *c, const float *in, size_t lo, size_t hi, const size_t *bounds, float *out,
+                               int accumulate, st_err *err) {
+    pthread_mutex_lock(&c->mu);
+    st_status s = ST_OK;
+    if (!c->started) {
+        c->stop = 0;
+        if (pthread_create(&c->thread, NULL, async_main, c)) s = st_errf(err, ST_ERR_NOMEM, "cannot start the "
+                                                                         "communication thread");
+        else c->started = 1;
+    }
+    if (!s && c->n_tasks == c->cap_tasks) {
+        async_task *p = realloc(c->tasks, sizeof *p * (size_t)(c->cap_tasks = c->cap_tasks ? 2 * c->cap_tasks : 64));
+        if (!p) s = st_errf(err, ST_ERR_NOMEM, "out of memory");
+        else c->tasks = p;
+    }
+    if (!s) {
+        c->tasks[c->n_tasks++] = (async_task){in, lo, hi, bounds, out, accumulate};
+        c->busy++;
+        pthread_cond_broadcast(&c->cv);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return s;
+}
+
+st_status st_comm_async_wait(st_comm *c, const char *phase, st_err *err) {
+    double t0 = st_now();
+    pthread_mutex_lock(&c->mu);
+    while (c->busy && !c->async_status) pthread_cond_wait(&c->cv, &c->mu);
+    st_status s = c->async_status;
+    if (s) *err = c->async_err;
+    c->async_status = ST_OK;
+    pthread_mutex_unlock(&c->mu);
+    c->wait_s += st_now() - t0;
     (void)phase;
     return s;
+}
+
+static void async_stop(st_comm *c) {
+    if (!c->started) return;
+    pthread_mutex_lock(&c->mu);
+    c->stop = 1;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    pthread_join(c->thread, NULL);
+    c->started = 0;
 }
 
 st_status st_comm_reduce_scatter_f32(st_comm *c, const float *in, size_t lo, size_t hi, const size_t *bounds,

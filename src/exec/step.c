@@ -168,6 +168,31 @@ static st_status dist_sumsq(st_step *s, const float *g, size_t lo, size_t hi, do
     return st;
 }
 
+/* The backward hook of the ranks' step: each block's range of the gradient, once complete,
+ * queued for reduction on the communication thread (the sum of the earlier micro-batches
+ * added first where ZeRO 0 and 1 kept it here). */
+typedef struct dist_hook {
+    st_step *s;
+    int accumulate, add_gacc;
+    size_t done_lo, done_hi; /* the ranges queued so far: blocks, from the last down, contiguous */
+    st_status st;
+    st_err *err;
+} dist_hook;
+
+static void reduce_range(dist_hook *h, size_t lo, size_t hi) {
+    st_step *s = h->s;
+    if (h->st || hi <= lo) return;
+    if (h->add_gacc) accumulate(s->gacc + lo, s->m->grads + lo, hi - lo, 2);
+    h->st = st_comm_async_reduce(s->comm, s->m->grads, lo, hi, s->bounds, s->shard, h->accumulate, h->err);
+}
+
+static void dist_grad_ready(void *ctx, size_t offset, size_t n) {
+    dist_hook *h = ctx;
+    reduce_range(h, offset, offset + n);
+    if (offset < h->done_lo) h->done_lo = offset;
+    if (offset + n > h->done_hi) h->done_hi = offset + n;
+}
+
 /* The update of the summed gradient g (the whole vector, or this rank's shard), the norm
  * already known: the same for one process and for every rank. */
 static st_status step_update(st_step *s, const float *g, double sumsq, const st_step_hp *hp, st_step_result *r,
@@ -219,6 +244,16 @@ static st_status step_run_dist(st_step *s, int n_micro, size_t N, const int32_t 
     double loss[1] = {0};
     for (int k = 0; k < n_micro; k++) {
         const int32_t *in = inputs + (size_t)k * N, *tg = targets + (size_t)k * N;
+        /* this micro-batch's gradient is reduced as backward completes each block (ZeRO 2:
+         * every micro-batch, onto the shard's running sum; 0 and 1: the last, with the sum
+         * of the others added first) */
+        int reduce_now = s->zero == 2 || k == n_micro - 1;
+        dist_hook dh = {.s = s, .accumulate = s->zero == 2 && k > 0, .add_gacc = s->zero != 2 && n_micro > 1,
+                        .done_lo = m->n_params, .err = err};
+        if (reduce_now) {
+            m->grad_hook = dist_grad_ready;
+            m->grad_hook_ctx = &dh;
+        }
         double t0 = st_now();
         st_model_zero_grad(m);
         float mean = m->ops->forward(m, in, tg, dloss);
@@ -231,26 +266,28 @@ static st_status step_run_dist(st_step *s, int n_micro, size_t N, const int32_t 
         /* the step's loss: this micro-batch's share, the shares of all ranks summed in rank
          * order below (one micro-batch a rank: the one process's order exactly) */
         loss[0] += st_step_micro_loss(mean, tg, N, n_micro * W, total);
-        if (s->zero == 2) { /* each micro-batch's gradient reduced now, onto the shard's running sum */
-            st_comm_req *q;
-            if ((st = st_comm_ireduce_scatter_f32(c, m->grads, 0, m->n_params, s->bounds, s->shard, k > 0, &q, err)) ||
-                (st = dist_wait(s, q, "gradient reduce", r, err)))
-                return st;
-        } else if (n_micro > 1) {
+        if (!reduce_now && n_micro > 1) { /* ZeRO 0 and 1: summed here first, reduced with the last */
             prof_span pa = prof_begin(PROF_CAT_OPTIM, "accumulate", k);
-            accumulate(s->gacc, m->grads, m->n_params, k == 0 ? 0 : k < n_micro - 1 ? 1 : 2);
+            accumulate(s->gacc, m->grads, m->n_params, k == 0 ? 0 : 1);
             prof_end(&pa);
+        }
+        if (reduce_now) { /* the ranges the hook did not reduce during backward, then the wait */
+            m->grad_hook = NULL;
+            size_t first = dh.done_lo < dh.done_hi ? dh.done_lo : m->n_params, last = dh.done_hi;
+            if (first > 0) reduce_range(&dh, 0, first);
+            if (last < m->n_params && dh.done_lo < dh.done_hi) reduce_range(&dh, last, m->n_params);
+            if (dh.st) return dh.st;
+            double tw = st_now();
+            prof_span pw = prof_begin(PROF_CAT_OTHER, "gradient reduce wait", -1);
+            st = st_comm_async_wait(c, "gradient reduce", err);
+            prof_end(&pw);
+            r->comm_wait_s += st_now() - tw;
+            if (st) return st;
         }
     }
     if ((st = st_comm_allreduce_f64(c, loss, 1, "loss", err))) return st;
     r->loss = loss[0];
     double t3 = st_now();
-    if (s->zero != 2) {
-        st_comm_req *q;
-        if ((st = st_comm_ireduce_scatter_f32(c, m->grads, 0, m->n_params, s->bounds, s->shard, 0, &q, err)) ||
-            (st = dist_wait(s, q, "gradient reduce", r, err)))
-            return st;
-    }
     const float *g = s->shard;
     size_t glo = s->lo, ghi = s->hi;
     if (s->zero == 0) { /* the summed gradient on every rank, then the whole update everywhere */

@@ -466,7 +466,9 @@ float gpt2_forward(gpt2_model *m, const int32_t *inputs, const int32_t *targets,
     return loss;
 }
 
-void gpt2_backward(gpt2_model *m) {
+void gpt2_backward(gpt2_model *m) { gpt2_backward_hooked(m, NULL, NULL); }
+
+void gpt2_backward_hooked(gpt2_model *m, void (*hook)(void *ctx, size_t offset, size_t n), void *ctx) {
     prof_span pbw = prof_begin(PROF_CAT_COMPUTE, "backward", -1);
     float *dres = m->acts->dres;
     gpt2_head_backward(m, gpt2_layer_input(m, m->cfg.n_layer), dres);
@@ -476,6 +478,7 @@ void gpt2_backward(gpt2_model *m) {
         size_t off = m->block_offset0 + (size_t)l * m->block_numel;
         gpt2_block_backward(m, m->params + off, m->grads + off, gpt2_layer_input(m, l), &a, dres);
         prof_end(&pb);
+        if (hook) hook(ctx, off, m->block_numel);
     }
     gpt2_embed_backward(m, dres);
     prof_end(&pbw);

@@ -270,7 +270,9 @@ float llama_forward(llama_model *m, const int32_t *inputs, const int32_t *target
     return m->mean_loss;
 }
 
-void llama_backward(llama_model *m) {
+void llama_backward(llama_model *m) { llama_backward_hooked(m, NULL, NULL); }
+
+void llama_backward_hooked(llama_model *m, void (*hook)(void *ctx, size_t offset, size_t n), void *ctx) {
     llama_acts *a = m->acts;
     st_backend *be = m->be;
     const st_arch_ops *ao = m->arch->ops;
@@ -288,6 +290,7 @@ void llama_backward(llama_model *m) {
         size_t off = ly->block_offset0 + l * ly->block_numel;
         ao->block_backward(a->blk, m->params + off, m->grads + off, l ? a->outs + (l - 1) * NC : a->encoded,
                            a->sets + l * set, a->dres);
+        if (hook) hook(ctx, off, ly->block_numel);
     }
     ao->embed_backward(a->blk, m->grads, a->dres);
 }

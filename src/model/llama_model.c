@@ -18,7 +18,7 @@ static st_status l_alloc_acts(st_model *m, int B, int T, st_err *err) { return l
 static float l_forward(st_model *m, const int32_t *in, const int32_t *tg, float dloss) {
     return llama_forward(as_llama(m), in, tg, dloss);
 }
-static void l_backward(st_model *m) { llama_backward(as_llama(m)); }
+static void l_backward(st_model *m) { llama_backward_hooked(as_llama(m), m->grad_hook, m->grad_hook_ctx); }
 static void l_init_random(st_model *m, uint64_t seed) { llama_init_random(as_llama(m), seed); }
 static st_status l_save(const st_model *m, const char *path, st_err *err) {
     return is_file_path(path) ? llama_save_safetensors(as_llama(m), path, err)

@@ -15,7 +15,7 @@ static st_status g_alloc_acts(st_model *m, int B, int T, st_err *err) { return g
 static float g_forward(st_model *m, const int32_t *in, const int32_t *tg, float dloss) {
     return gpt2_forward(as_gpt2(m), in, tg, dloss);
 }
-static void g_backward(st_model *m) { gpt2_backward(as_gpt2(m)); }
+static void g_backward(st_model *m) { gpt2_backward_hooked(as_gpt2(m), m->grad_hook, m->grad_hook_ctx); }
 static void g_init_random(st_model *m, uint64_t seed) { gpt2_init_random(as_gpt2(m), seed); }
 static st_status g_save(const st_model *m, const char *path, st_err *err) {
     return gpt2_save_safetensors(as_gpt2(m), path, err);
