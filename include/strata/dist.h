@@ -52,7 +52,14 @@ typedef struct st_comm_req st_comm_req;
  * timeout_s bounds every wait (<= 0: 300 s). ST_ERR_UNSUPPORTED when a launcher started
  * this process but this strata was built without MPI. */
 st_status st_comm_open(st_comm **out, double timeout_s, st_err *err);
-/* Leave the job (MPI_Finalize after the last rank arrives). */
+/* The same ranks over NCCL (built where CMake finds NCCL and the CUDA toolkit): the ranged
+ * reduce-scatter and all-gather below then take CUDA device memory (device `device` of
+ * this machine) and run on a stream of the comm's own, with the same rank-order sums
+ * (peers' pieces added by cuBLAS saxpy, alpha 1: x + y rounded once, the CPU's bits); the
+ * small collectives (host memory) go through boot, which must outlive it and which gives
+ * the NCCL id. ST_ERR_UNSUPPORTED without NCCL or without a CUDA device. */
+st_status st_comm_open_nccl(st_comm **out, st_comm *boot, int device, st_err *err);
+/* Leave the job (MPI_Finalize after the last rank arrives; an NCCL comm frees its own). */
 void st_comm_close(st_comm *c);
 /* After an error on this rank: end every rank of the job now (MPI_Abort), code as exit
  * status; with a world of one it only closes. */

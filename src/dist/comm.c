@@ -14,13 +14,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dist/nccl_internal.h"
 #include "strata/dist.h"
 
 #ifdef STRATA_HAVE_MPI
 #include <mpi.h>
 #endif
 
-enum { REQ_REDUCE = 1, REQ_GATHER = 2, REQ_SMALL = 3 };
+enum { REQ_REDUCE = 1, REQ_GATHER = 2, REQ_SMALL = 3, REQ_NCCL = 4 };
 
 /* A reduction queued for the communication thread (st_comm_async_reduce). */
 typedef struct async_task {
@@ -47,6 +48,8 @@ struct st_comm {
     int n_tasks, cap_tasks, busy; /* busy: tasks posted and not complete */
     st_status async_status;
     st_err async_err;
+    nccl_comm *nccl;     /* st_comm_open_nccl: the ranged operations on device memory */
+    st_comm *boot;       /* ... and the small ones through this one */
 #ifdef STRATA_HAVE_MPI
     MPI_Comm comm;
 #endif
@@ -89,7 +92,7 @@ static int launched(void) {
 int st_comm_rank(const st_comm *c) { return c ? c->rank : 0; }
 int st_comm_size(const st_comm *c) { return c ? c->size : 1; }
 int st_comm_local_size(const st_comm *c) { return c ? c->local_size : 1; }
-const char *st_comm_engine(const st_comm *c) { return c && c->mpi ? "mpi" : "self"; }
+const char *st_comm_engine(const st_comm *c) { return !c ? "self" : c->nccl ? "nccl" : c->mpi ? "mpi" : "self"; }
 void st_comm_set_timeout(st_comm *c, double t) { c->timeout_s = t > 0 ? t : 300.0; }
 void st_comm_bytes(const st_comm *c, uint64_t *sent, uint64_t *received) {
     if (sent) *sent = c->sent;
@@ -141,9 +144,39 @@ st_status st_comm_open(st_comm **out, double timeout_s, st_err *err) {
 #endif
 }
 
+st_status st_comm_open_nccl(st_comm **out, st_comm *boot, int device, st_err *err) {
+    *out = NULL;
+    st_comm *c = calloc(1, sizeof *c);
+    if (!c) return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    c->rank = boot->rank;
+    c->size = boot->size;
+    c->local_size = boot->local_size;
+    c->timeout_s = boot->timeout_s;
+    c->boot = boot;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    st_status s = nccl_open(&c->nccl, boot, device, err);
+    if (s) {
+        pthread_mutex_destroy(&c->mu);
+        pthread_cond_destroy(&c->cv);
+        free(c);
+        return s;
+    }
+    *out = c;
+    return ST_OK;
+}
+
 void st_comm_close(st_comm *c) {
     if (!c) return;
     async_stop(c);
+    if (c->nccl) {
+        nccl_close(c->nccl, 0);
+        pthread_mutex_destroy(&c->mu);
+        pthread_cond_destroy(&c->cv);
+        free(c->tasks);
+        free(c);
+        return;
+    }
 #ifdef STRATA_HAVE_MPI
     if (c->mpi) {
         MPI_Comm_free(&c->comm);
@@ -159,6 +192,13 @@ void st_comm_close(st_comm *c) {
 }
 
 void st_comm_abort(st_comm *c, int code) {
+    if (c && c->nccl) { /* the NCCL communicator aborted (a lost peer must not hang its close); boot is the caller's */
+        nccl_close(c->nccl, 1);
+        c->nccl = NULL;
+        c->boot = NULL;
+        st_comm_close(c);
+        return;
+    }
 #ifdef STRATA_HAVE_MPI
     if (c && c->mpi && c->size > 1) MPI_Abort(MPI_COMM_WORLD, code ? code : 1);
 #endif
@@ -272,9 +312,35 @@ static void part_of(const size_t *bounds, int r, size_t lo, size_t hi, size_t *a
     if (*e < *a) *e = *a;
 }
 
+/* An NCCL operation: enqueued on the comm's stream; the request's wait completes it. */
+static st_status nccl_req(st_comm *c, st_status s, uint64_t in, uint64_t out, st_comm_req **req, st_err *err) {
+    if (s) return s;
+    st_comm_req *q = req_new(REQ_NCCL, 0);
+    if (!q) return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    q->bytes_in = in;
+    q->bytes_out = out;
+    (void)c;
+    *req = q;
+    return ST_OK;
+}
+
+/* Bytes this rank sends and receives in a ranged operation. */
+static void ranged_bytes(const st_comm *c, const size_t *bounds, size_t lo, size_t hi, int gather, uint64_t *in,
+                         uint64_t *out) {
+    size_t a = bounds[c->rank] > lo ? bounds[c->rank] : lo, e = bounds[c->rank + 1] < hi ? bounds[c->rank + 1] : hi;
+    size_t mine = e > a ? e - a : 0, others = (hi - lo) - mine;
+    *in = (uint64_t)(gather ? others : mine * (size_t)(c->size - 1)) * sizeof(float);
+    *out = (uint64_t)(gather ? mine * (size_t)(c->size - 1) : others) * sizeof(float);
+}
+
 st_status st_comm_ireduce_scatter_f32(st_comm *c, const float *in, size_t lo, size_t hi, const size_t *bounds,
                                       float *out, int accumulate, st_comm_req **req, st_err *err) {
     *req = NULL;
+    if (c->nccl) {
+        uint64_t bi, bo;
+        ranged_bytes(c, bounds, lo, hi, 0, &bi, &bo);
+        return nccl_req(c, nccl_reduce_scatter(c->nccl, in, lo, hi, bounds, out, accumulate, err), bi, bo, req, err);
+    }
     int tag = next_tag(c), cap = 0;
     size_t a, e;
     part_of(bounds, c->rank, lo, hi, &a, &e);
@@ -331,6 +397,11 @@ st_status st_comm_ireduce_scatter_f32(st_comm *c, const float *in, size_t lo, si
 st_status st_comm_iallgather_f32(st_comm *c, float *x, size_t lo, size_t hi, const size_t *bounds,
                                  st_comm_req **req, st_err *err) {
     *req = NULL;
+    if (c->nccl) {
+        uint64_t bi, bo;
+        ranged_bytes(c, bounds, lo, hi, 1, &bi, &bo);
+        return nccl_req(c, nccl_allgather(c->nccl, x, lo, hi, bounds, err), bi, bo, req, err);
+    }
     int tag = next_tag(c), cap = 0;
     size_t a, e;
     part_of(bounds, c->rank, lo, hi, &a, &e);
@@ -366,6 +437,7 @@ st_status st_comm_iallgather_f32(st_comm *c, float *x, size_t lo, size_t hi, con
 
 st_status st_comm_exchange_f32(st_comm *c, const st_comm_piece *sends, int ns, const st_comm_piece *recvs, int nr,
                                const char *phase, st_err *err) {
+    if (c->boot) return st_comm_exchange_f32(c->boot, sends, ns, recvs, nr, phase, err); /* host memory */
     int tag = next_tag(c);
     if (c->size == 1) return ST_OK;
 #ifdef STRATA_HAVE_MPI
@@ -407,6 +479,12 @@ int st_comm_test(st_comm *c, st_comm_req *q) {
  * -1 on an error (a failed MPI call, or the timeout since it was posted, naming the peers
  * that sent nothing). */
 static int req_poll(st_comm *c, st_comm_req *q, const char *phase, st_err *err) {
+    if (q->kind == REQ_NCCL) { /* the stream, polled against the timeout */
+        if (nccl_wait(c->nccl, c->timeout_s, phase, err)) return -1;
+        c->sent += q->bytes_out;
+        c->received += q->bytes_in;
+        return 1;
+    }
 #ifdef STRATA_HAVE_MPI
     if (!q->polled) {
         q->polled = 1;
@@ -644,6 +722,7 @@ static st_status small_exchange(st_comm *c, const void *send, size_t bytes, void
 }
 
 st_status st_comm_barrier(st_comm *c, const char *phase, st_err *err) {
+    if (c->boot) return st_comm_barrier(c->boot, phase, err);
     if (c->size == 1) return ST_OK;
     char one = 1, *all = malloc((size_t)c->size);
     if (!all) return st_errf(err, ST_ERR_NOMEM, "out of memory");
@@ -653,11 +732,13 @@ st_status st_comm_barrier(st_comm *c, const char *phase, st_err *err) {
 }
 
 st_status st_comm_bcast(st_comm *c, void *buf, size_t bytes, int root, const char *phase, st_err *err) {
+    if (c->boot) return st_comm_bcast(c->boot, buf, bytes, root, phase, err);
     if (c->size == 1) return ST_OK;
     return small_exchange(c, buf, bytes, buf, root, phase, err);
 }
 
 st_status st_comm_allgather(st_comm *c, const void *mine, size_t bytes, void *all, const char *phase, st_err *err) {
+    if (c->boot) return st_comm_allgather(c->boot, mine, bytes, all, phase, err);
     memcpy((char *)all + (size_t)c->rank * bytes, mine, bytes);
     if (c->size == 1) return ST_OK;
     return small_exchange(c, mine, bytes, all, -1, phase, err);
