@@ -6,10 +6,14 @@
 #   in the one process's order); 3 ranks with ZeRO 1 equal one process with grad_accum 3
 #   and two 3-rank runs are bit-identical;
 # - a run saved at 2 ranks resumes at 3 and at 1 rank, continuing exactly as an
-#   uninterrupted one-process run (ZeRO 2, the same 6 micro-batches a step);
+#   uninterrupted one-process run (ZeRO 2, the same 6 micro-batches a step), and one
+#   saved by one process resumes at 2 ranks;
 # - a rank SIGKILLed mid-step ends the job non-zero within 60 s, naming the lost rank, and
 #   the resume from the last commit is exact; a rank that hangs (SIGSTOP) makes the other
 #   stop after dist_timeout with an error naming it;
+# - with the disk state (each rank's shard in its own store) ZeRO 1 and 2 give the same bits;
+#   a rank killed before its update leaves the stores one step apart, and the resume returns
+#   the ahead one to its previous commit and continues exactly;
 # - ranks given different configurations are refused at start, naming the key.
 # Skips (77) where mpirun is missing or strata was built without MPI.
 set -u
@@ -35,6 +39,7 @@ A="--model gpt2-tiny --n_embd 128 --n_layer 2 --vocab_size 256 --max_seq 32 --ba
 STEPS=${STRATA_TEST_SANITIZED:+8}
 STEPS=${STEPS:-20}
 A="$A --steps $STEPS"
+H=$((STEPS / 2))
 LAST=$(printf "step_%08d" "$STEPS")
 
 $MPI -np 2 "$S" train $A --run_dir "$T/probe" >"$T/probe.out" 2>&1
@@ -70,6 +75,33 @@ check '[ "$(jq -r .world "$T/z1_f32/checkpoints/$LAST/shards.json")" = 2 ]' "sha
 check '[ "$(jq -s "map(select(.ranks == 2 and .comm_sent_bytes > 0)) | length" "$T/z1_f32/metrics.jsonl")" = "$STEPS" ]' \
   "metrics.jsonl lacks ranks/comm_sent_bytes"
 
+# --- with the disk state: each rank's shard in its own store (PATH/rankR-of-W), the same bits
+same_store() { # $1 reference, $2 run dir, $3 what (the store's final weights are RUN_DIR/model.safetensors)
+  if ! cmp -s <(losses "$1") <(losses "$2"); then
+    echo "FAIL: $3: losses differ from the reference:"; diff <(losses "$1") <(losses "$2") | head -6; fail=1
+  elif ! cmp -s "$1/checkpoints/$LAST/model.safetensors" "$2/model.safetensors"; then
+    echo "FAIL: $3: final weights differ from the reference"; fail=1
+  fi
+}
+mkdir -p "$T/disk1a" "$T/disk1b" "$T/disk2"
+runN 2 --zero 1 --state_paths "$T/disk1a,$T/disk1b" --run_dir "$T/zd1"
+same_store "$T/ref2_f32" "$T/zd1" "2 ranks, zero 1, disk state on 2 paths"
+check '[ -f "$T/disk1a/rank1-of-2/strata-state.manifest" ] && [ -f "$T/disk1b/rank1-of-2/strata-state.bin" ]' \
+  "no store of rank 1 in its own directories"
+runN 2 --zero 2 --optim_state 8bit --state_paths "$T/disk2" --run_dir "$T/zd2"
+same_store "$T/ref2_8bit" "$T/zd2" "2 ranks, zero 2, 8bit, disk state"
+# rank 1 killed before its update of step H: rank 0 has committed H, rank 1 only H - 1; the
+# resume returns rank 0 to H - 1 (its previous commit) and goes on exactly
+mkdir -p "$T/disk3"
+$MPI -np 1 "$S" train $A --zero 1 --state_paths "$T/disk3" --run_dir "$T/zd3" : \
+     -np 1 env STRATA_FAILPOINT=dist_before_update:$H "$S" train $A --zero 1 --state_paths "$T/disk3" \
+     --run_dir "$T/zd3" >"$T/zd3.out" 2>&1
+check '[ $? -ne 0 ]' "disk state, a rank killed before its update: the job exited 0"
+runN 2 --zero 1 --state_paths "$T/disk3" --resume "$T/zd3" --run_dir "$T/zd3"
+check 'grep -q "committed step $H, another rank only $((H - 1)): returning to it" "$T/mpi.out"' \
+  "disk state: rank 0's store was not returned to the step rank 1 committed"
+same_store "$T/ref2_f32" "$T/zd3" "disk state, stores one step apart after a kill, resumed"
+
 # --- ZeRO 2 with 2 micro-batches a rank: one process's order of 4
 run1 --grad_accum 4 --run_dir "$T/ref4"
 runN 2 --zero 2 --grad_accum 2 --run_dir "$T/z2_ga2"
@@ -86,7 +118,6 @@ if ! jq -e -s -n --slurpfile a <(losses "$T/ref3") --slurpfile b <(losses "$T/r3
 fi
 
 # --- save at 2 ranks, resume at 3 and at 1 (6 micro-batches a step throughout)
-H=$((STEPS / 2))
 run1 --grad_accum 6 --zero 2 --run_dir "$T/ref6"
 runN 2 --zero 2 --grad_accum 3 --stop_at $H --run_dir "$T/half"
 cp -r "$T/half" "$T/half1"
@@ -94,6 +125,9 @@ runN 3 --zero 2 --grad_accum 2 --resume "$T/half" --run_dir "$T/half"
 same_run "$T/ref6" "$T/half" "saved at 2 ranks, resumed at 3"
 run1 --zero 2 --grad_accum 6 --resume "$T/half1" --run_dir "$T/half1"
 same_run "$T/ref6" "$T/half1" "saved at 2 ranks, resumed at 1"
+run1 --grad_accum 6 --stop_at $H --run_dir "$T/one_half"
+runN 2 --zero 2 --grad_accum 3 --resume "$T/one_half" --run_dir "$T/one_half"
+same_run "$T/ref6" "$T/one_half" "saved by one process, resumed at 2 ranks"
 
 # --- a rank killed mid-step (SIGKILL after its backward in step H + 3): the job ends, naming it
 t0=$(date +%s)
@@ -140,5 +174,5 @@ rc=$?
 check '[ $rc -ne 0 ]' "different seeds on two ranks: accepted"
 check 'grep -q "rank 1.s key .seed. differs from rank 0.s" "$T/cfg.out"' "different seeds: no error naming the key: $(grep -m2 strata "$T/cfg.out")"
 
-[ $fail -eq 0 ] && echo "PASS: ZeRO 0/1/2 x f32/8bit at 2 ranks, 3 ranks, resume 2->3 and 2->1, kill, hang, config check"
+[ $fail -eq 0 ] && echo "PASS: ZeRO 0/1/2 x f32/8bit at 2 ranks, disk state, 3 ranks, resume 2->3, 2->1, 1->2, kill, rollback, hang, config check"
 exit $fail

@@ -137,6 +137,11 @@ int st_store_exists(const st_store_config *cfg);
  * init is NULL; moments zero). Refuses to replace an existing manifest. */
 st_status st_store_create(st_store **out, const st_store_config *cfg, st_store_init_fn init, void *ctx,
                           st_err *err);
+/* Return a closed store to its previous commit (NAME.manifest.prev: kept by every commit
+ * of a two-region store, its regions intact until the next step writes them). Ranks of a
+ * data-parallel run whose stores committed different steps before a crash use it to agree
+ * on the older one. */
+st_status st_store_rollback(const st_store_config *cfg, st_err *err);
 /* An existing store; the segments and format must match the manifest's. */
 st_status st_store_open(st_store **out, const st_store_config *cfg, st_err *err);
 void st_store_close(st_store *s);

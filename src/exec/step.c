@@ -93,12 +93,13 @@ static void accumulate(float *acc, float *g, size_t n, int mode) {
 
 static const void *store_grads_at(void *ctx, size_t first, size_t n) {
     (void)n;
-    st_step *s = ctx;
-    return s->comm && s->zero ? s->shard + (first - s->lo) : s->m->grads + first;
+    st_step *s = ctx; /* ZeRO 1 and 2: the store holds the shard, its elements counted from its start */
+    return s->comm && s->zero ? s->shard + first : s->m->grads + first;
 }
 static void *store_work_at(void *ctx, size_t first, size_t n) {
     (void)n;
-    return ((st_step *)ctx)->m->params + first;
+    st_step *s = ctx;
+    return s->m->params + (s->comm && s->zero ? s->lo : 0) + first;
 }
 
 /* A reduction or gather, its wait counted as the step's exposed communication. */
@@ -305,6 +306,7 @@ static st_status step_run_dist(st_step *s, int n_micro, size_t N, const int32_t 
     st = dist_sumsq(s, g, glo, ghi, &sumsq, err);
     prof_end(&pn);
     if (st) return st;
+    st_failpoint("dist_before_update"); /* tests: a rank lost before its update (its store not committed) */
     if ((st = step_update(s, g, sumsq, hp, r, err))) return st;
     if (s->zero && !r->skipped) { /* every rank's updated shard to every rank */
         st_comm_req *q;

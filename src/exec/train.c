@@ -515,33 +515,76 @@ static st_status eval_loss(const train_config *c, st_model *m, stream_exec *sx, 
  * so it is the checkpoint: a run killed at any instant resumes from the last commit. */
 
 static void store_init_from(void *ctx, size_t first, size_t n, float *dst) {
-    memcpy(dst, ((st_model *)ctx)->params + first, n * sizeof(float));
+    memcpy(dst, (const float *)ctx + first, n * sizeof(float)); /* ctx: the weights of the store's first element */
 }
 
-static st_status open_store(const train_config *c, st_model *m, const optim_segment *segs, optim_state_format fmt,
-                            train_data *td, train_state_header *hs, st_store **out, st_err *err) {
-    char buf[sizeof c->state_paths];
+/* The store of this rank: under mpirun each rank keeps its shard (its segments, counted from
+ * the shard's start) in its own directory PATH/rankR-of-W of every state path. */
+static st_status open_store(const train_config *c, const train_dist *d, st_model *m, const optim_segment *segs,
+                            int n_segs, optim_state_format fmt, train_data *td, train_state_header *hs, st_store **out,
+                            st_err *err) {
+    char buf[sizeof c->state_paths], rbuf[ST_STORE_MAX_PATHS][1200];
     const char *paths[ST_STORE_MAX_PATHS];
     double weights[ST_STORE_MAX_PATHS];
     int n, weighted;
     st_status s = train_state_paths(c, buf, sizeof buf, paths, &n, weights, &weighted, err);
     if (s) return s;
+    if (d->world > 1)
+        for (int p = 0; p < n; p++) {
+            snprintf(rbuf[p], sizeof rbuf[p], "%s/rank%d-of-%d", paths[p], d->rank, d->world);
+            if (!c->resume[0] && (s = st_mkdirs(rbuf[p], err))) return st_err_prefix(err, "key 'state_paths'");
+            paths[p] = rbuf[p];
+        }
+    float *mine = m->params + d->lo; /* this rank's first element */
     st_store_config sc = {.paths = paths, .n_paths = n, .path_weight = weighted ? weights : NULL,
-                          .segs = segs, .n_segs = m->n_tensors, .fmt = fmt,
+                          .segs = segs, .n_segs = n_segs, .fmt = fmt,
                           .host_budget = c->state_budget > 0 ? (uint64_t)c->state_budget : TRAIN_STATE_BUDGET_DEFAULT};
     if (!c->resume[0]) {
-        if (st_store_exists(&sc))
-            return st_errf(err, ST_ERR_INVALID, "key 'state_paths': %s/strata-state.manifest already holds a run's "
-                           "state; continue it with --resume %s, or remove the store to start over", paths[0],
-                           c->run_dir);
-        s = st_store_create(out, &sc, store_init_from, m, err);
-        if (s) return st_err_prefix(err, "key 'state_paths'");
+        s = st_store_exists(&sc) ? st_errf(err, ST_ERR_INVALID, "key 'state_paths': %s/strata-state.manifest already "
+                                           "holds a run's state; continue it with --resume %s, or remove the store to "
+                                           "start over", paths[0], c->run_dir) : ST_OK;
+        if ((s = agree(d, s, "checking the state paths", err))) return s;
+        s = st_store_create(out, &sc, store_init_from, mine, err);
+        if (s) st_err_prefix(err, "key 'state_paths'");
+        if ((s = agree(d, s, "creating the state stores", err))) return s;
         st_failpoint("train_store_created");
         /* step 0 with the loop's state, so a run killed before its first step resumes */
         data_save_state(td, hs);
-        return st_store_commit_blob(*out, hs, sizeof *hs, err);
+        return agree(d, st_store_commit_blob(*out, hs, sizeof *hs, err), "committing step 0", err);
     }
-    if ((s = st_store_open(out, &sc, err))) return st_err_prefix(err, "key 'state_paths' (resume)");
+    if (!st_store_exists(&sc) && d->world > 1)
+        s = st_errf(err, ST_ERR_INVALID, "key 'state_paths': no state for rank %d of %d in %s; a disk state resumes at "
+                    "the number of ranks that wrote it (PATH/rankR-of-W): start with that many", d->rank, d->world,
+                    paths[0]);
+    if (!s && (s = st_store_open(out, &sc, err))) st_err_prefix(err, "key 'state_paths' (resume)");
+    if ((s = agree(d, s, "opening the state stores", err))) return s;
+    if (d->world > 1) {
+        /* each rank's store committed on its own: a crash between two commits leaves them one
+         * step apart; the ahead ones return to their previous commit, whose regions are
+         * intact (no rank can write step k + 2 before every rank has committed k + 1) */
+        st_store_stats ss;
+        st_store_get_stats(*out, &ss);
+        uint64_t *steps = malloc(sizeof(uint64_t) * (size_t)d->world), lo = UINT64_MAX, hi = 0;
+        if (!steps) return st_errf(err, ST_ERR_NOMEM, "out of memory");
+        s = st_comm_allgather(d->comm, &ss.step, sizeof ss.step, steps, "the stores' steps", err);
+        for (int r = 0; r < d->world && !s; r++) {
+            lo = steps[r] < lo ? steps[r] : lo;
+            hi = steps[r] > hi ? steps[r] : hi;
+        }
+        free(steps);
+        if (!s && hi > lo + 1)
+            s = st_errf(err, ST_ERR_FORMAT, "key 'state_paths': the ranks' stores are at steps %llu to %llu; they can be "
+                        "one step apart after a crash, never more: these stores are not one run's",
+                        (unsigned long long)lo, (unsigned long long)hi);
+        if (!s && ss.step > lo) {
+            st_log(1, "rank %d: the state store committed step %llu, another rank only %llu: returning to it\n",
+                   d->rank, (unsigned long long)ss.step, (unsigned long long)lo);
+            st_store_close(*out);
+            *out = NULL;
+            if (!(s = st_store_rollback(&sc, err))) s = st_store_open(out, &sc, err);
+        }
+        if ((s = agree(d, s, "agreeing on the stores' step", err))) return s;
+    }
     size_t bb;
     const void *blob = st_store_blob(*out, &bb);
     st_store_stats ss;
@@ -549,24 +592,31 @@ static st_status open_store(const train_config *c, st_model *m, const optim_segm
     if (!blob && ss.step == 0) {
         /* killed between creating the store and committing step 0's loop state: the store
          * holds the initial weights, and the data starts from the beginning */
-        if ((s = st_store_read_master(*out, m->params, err))) return s;
-        data_save_state(td, hs);
-        st_log(1, "the state store %s was created but never stepped; starting at step 0\n",
-               st_store_manifest_path(*out));
-        return st_store_commit_blob(*out, hs, sizeof *hs, err);
+        s = st_store_read_master(*out, mine, err);
+        if (!s) {
+            data_save_state(td, hs);
+            st_log(1, "the state store %s was created but never stepped; starting at step 0\n",
+                   st_store_manifest_path(*out));
+            s = st_store_commit_blob(*out, hs, sizeof *hs, err);
+        }
+    } else if (!blob || bb != sizeof *hs) {
+        s = st_errf(err, ST_ERR_FORMAT, "%s: the store's loop state has %zu bytes, this strata's %zu: resume with "
+                    "the strata that wrote it", st_store_manifest_path(*out), bb, sizeof *hs);
+    } else {
+        memcpy(hs, blob, sizeof *hs);
+        if (hs->n_params != m->n_params)
+            s = st_errf(err, ST_ERR_SHAPE, "%s: the store was written for %llu parameters, the model has %zu",
+                        st_store_manifest_path(*out), (unsigned long long)hs->n_params, m->n_params);
+        if (!s) s = st_store_read_master(*out, mine, err);
+        if (!s) s = data_restore_state(td, hs, st_store_manifest_path(*out), err);
+        if (!s && d->rank == 0)
+            st_log(1, "resumed from the state store %s at step %llu\n", st_store_manifest_path(*out),
+                   (unsigned long long)hs->step);
     }
-    if (!blob || bb != sizeof *hs)
-        return st_errf(err, ST_ERR_FORMAT, "%s: the store's loop state has %zu bytes, this strata's %zu: resume with "
-                       "the strata that wrote it", st_store_manifest_path(*out), bb, sizeof *hs);
-    memcpy(hs, blob, sizeof *hs);
-    if (hs->n_params != m->n_params)
-        return st_errf(err, ST_ERR_SHAPE, "%s: the store was written for %llu parameters, the model has %zu",
-                       st_store_manifest_path(*out), (unsigned long long)hs->n_params, m->n_params);
-    if ((s = st_store_read_master(*out, m->params, err))) return s;
-    if ((s = data_restore_state(td, hs, st_store_manifest_path(*out), err))) return s;
-    st_log(1, "resumed from the state store %s at step %llu\n", st_store_manifest_path(*out),
-           (unsigned long long)hs->step);
-    return ST_OK;
+    if ((s = agree(d, s, "reading the state stores", err))) return s;
+    if (d->world > 1 && d->zero > 0) /* every rank's master shard to every rank */
+        s = st_comm_allgather_f32(d->comm, m->params, 0, m->n_params, d->bounds, "weights gather", err);
+    return s;
 }
 
 /* ------------------------------------------------------------------ the loop */
@@ -598,10 +648,9 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     if (dist.world > 1) {
         st_comm_set_timeout(dist.comm, c->dist_timeout);
         if ((s = dist_check_config(c, &dist, err))) return s;
-        if (c->device_budget > 0 || c->state_paths[0])
-            return st_errf(err, ST_ERR_UNSUPPORTED, "key '%s' with %d ranks: data parallel runs in memory for now; "
-                           "run it in one process, or without that key", c->device_budget > 0 ? "device_budget" :
-                           "state_paths", dist.world);
+        if (c->device_budget > 0)
+            return st_errf(err, ST_ERR_UNSUPPORTED, "key 'device_budget' with %d ranks: data parallel does not stream "
+                           "layers yet; run it in one process, or without that key", dist.world);
     }
     char path[2200];
     /* one process per run directory: a second would interleave metrics and mix one
@@ -637,6 +686,8 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     st_backend *dev = NULL;
     stream_exec *sx = NULL;
     st_arch *arch = NULL;
+    optim_segment *opt_segs = NULL; /* the optimizer's (and the store's) segments: this rank's shard under ZeRO */
+    int n_opt_segs = 0;
 
     int threads = c->threads;
     if (!threads && dist.world > 1) { /* the cores shared by the ranks on this machine */
@@ -664,8 +715,8 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     train_decay_segments(m->tensors, m->n_tensors, (float)c->weight_decay, segs);
     optim_state_format fmt = strcmp(c->optim_state, "8bit") ? OPTIM_STATE_F32 : OPTIM_STATE_8BIT;
     dist.hi = m->n_params;
-    int n_opt_segs = m->n_tensors;
-    optim_segment *opt_segs = segs;
+    n_opt_segs = m->n_tensors;
+    opt_segs = segs;
     if (dist.world > 1) { /* ZeRO 1 and 2: the optimizer holds this rank's shard */
         if (!(dist.bounds = malloc(sizeof(size_t) * (size_t)(dist.world + 1)))) {
             s = st_errf(err, ST_ERR_NOMEM, "out of memory");
@@ -689,9 +740,7 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
             n_opt_segs = st_zero_clip_segments(segs, m->n_tensors, dist.lo, dist.hi, opt_segs);
         }
     }
-    if (!sx && !c->state_paths[0]) s = optim_create(&opt, opt_segs, n_opt_segs, fmt, err);
-    if (opt_segs != segs) free(opt_segs);
-    if (s) goto done;
+    if (!sx && !c->state_paths[0] && (s = optim_create(&opt, opt_segs, n_opt_segs, fmt, err))) goto done;
     if ((s = data_open(&td, c, "data", c->data, m->vocab_size, err))) goto done;
     ev.spec = val_spec(c);
     if (ev.spec && strcmp(ev.spec, "embedded")) { /* token files: a bad one is said now, not at step 50 */
@@ -703,7 +752,7 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     if (!hs) { s = st_errf(err, ST_ERR_NOMEM, "out of memory"); goto done; }
     hs->n_params = m->n_params;
     if (c->state_paths[0]) {
-        if ((s = open_store(c, m, segs, fmt, &td, hs, &store, err))) goto done;
+        if ((s = open_store(c, &dist, m, opt_segs, n_opt_segs, fmt, &td, hs, &store, err))) goto done;
         if (sx) { /* the executor updates through the store; its device copies follow the host */
             if ((s = stream_attach_store(sx, store, hs, sizeof *hs, err))) goto done;
             stream_set_params(sx, stream_params(sx));
@@ -927,7 +976,7 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     }
     if (!store && !saved_at_end && hs->step > 0 && c->resume[0] == 0 && (long)hs->step == end)
         s = save_checkpoint(c, &dist, m, opt, hs, err);
-    if (store && !s) { /* the store is the checkpoint; the weights go beside it for users */
+    if (store && !s && lead) { /* the store is the checkpoint; the weights go beside it for users */
         snprintf(path, sizeof path, "%s/model.safetensors", c->run_dir);
         s = m->ops->save(m, path, err);
     }
@@ -969,6 +1018,7 @@ done:
     st_backend_free(dev); /* also when the executor could not be created on it */
     st_backend_free(be);
     free(dist.bounds);
+    if (opt_segs != segs) free(opt_segs);
     if (lead) st_lock_release(&run_lock);
     return s;
 }

@@ -318,6 +318,18 @@ st_status st_store_plan(const st_store_config *cfg, uint64_t *path_bytes, uint64
     return st;
 }
 
+st_status st_store_rollback(const st_store_config *cfg, st_err *err) {
+    char m[4400], prev[4500];
+    snprintf(m, sizeof m, "%s/%s.manifest", cfg->paths[0], cfg->name ? cfg->name : "strata-state");
+    snprintf(prev, sizeof prev, "%s.prev", m);
+    if (access(prev, R_OK) != 0)
+        return st_errf(err, ST_ERR_IO, "%s: no previous commit to return to (%s); the store was created with in_place, "
+                       "or has committed once", prev, strerror(errno));
+    if (rename(prev, m) != 0)
+        return st_errf(err, ST_ERR_IO, "cannot return %s to its previous commit: %s", m, strerror(errno));
+    return st_fsync_dir(cfg->paths[0], err);
+}
+
 int st_store_exists(const st_store_config *cfg) {
     if (!cfg || !cfg->paths || cfg->n_paths < 1) return 0;
     char m[4400];
@@ -455,6 +467,18 @@ static st_status manifest_write(st_store *s, int dirty, st_err *err) {
     if (bad) {
         free(m.p);
         return st_errf(err, ST_ERR_NOMEM, "state store: out of memory for the manifest");
+    }
+    /* two regions: the commit being replaced stays as NAME.manifest.prev (a hard link, so
+     * there is no instant without a manifest): its regions are intact until the next step
+     * writes them, and st_store_rollback returns to it (ranks that must agree on a step) */
+    if (!s->cfg.in_place && s->commits > 0) {
+        char prev[4500];
+        snprintf(prev, sizeof prev, "%s.prev", s->manifest);
+        if ((unlink(prev) && errno != ENOENT) || link(s->manifest, prev)) {
+            free(m.p);
+            return st_errf(err, ST_ERR_IO, "state store: %s: cannot keep the previous commit: %s", prev,
+                           strerror(errno));
+        }
     }
     st_file_writer w;
     st_status st = st_file_writer_open(&w, s->manifest, err);
