@@ -8,6 +8,13 @@
  * strata train runs), side by side, alternating steps after one warm-up step each (the
  * machine is shared: neighbouring steps see the same load); step times are medians.
  *
+ * Three predictions of the run plan: predicted_step_s, the planner's own (the profile
+ * measured at start and the model's block and classifier timed at this shape before the
+ * steps); predicted_same_load_step_s, the same cost model with the shape timed again
+ * after each pair of steps (medians: the load the steps saw); and
+ * predicted_reference_rates_step_s, from the reference block's rates alone (what strata
+ * train, which does not time the model's shape, predicts).
+ *
  * Peaks per tier: device, the budget arena's high-water mark (stream_step_stats); host,
  * the process's resident high-water mark (VmHWM, reset through /proc/self/clear_refs)
  * over the planned executor's creation and warm-up step, less the device peak (on the
@@ -18,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bench/bench.h"
 #include "cli/cli.h"
@@ -52,6 +60,7 @@ typedef struct bp_run {
     int have_step;
     double *t;        /* timed steps' wall seconds */
     double *tc, *tt;  /* their device compute and optimizer tail (stream_step_stats) */
+    double *share;    /* their process CPU seconds per wall second (cores this process got) */
     size_t dev_peak;  /* arena high-water mark over every step */
 } bp_run;
 
@@ -107,6 +116,24 @@ static void plan_summary(const stream_plan *p, char *buf, size_t n) {
              p->vocab_chunk);
 }
 
+/* This process's CPU seconds (every thread). */
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The machine's 1-minute load average (-1 where unknown). */
+static double load_avg(void) {
+    FILE *f = fopen("/proc/loadavg", "r");
+    double v = -1;
+    if (f) {
+        if (fscanf(f, "%lf", &v) != 1) v = -1;
+        fclose(f);
+    }
+    return v;
+}
+
 /* Resets the process's VmHWM to its VmRSS (Linux >= 4.0); 0 where it cannot. */
 static int reset_hwm(void) {
     FILE *f = fopen("/proc/self/clear_refs", "w");
@@ -121,7 +148,8 @@ static st_status run_open(bp_run *r, st_backend *cpu, const stream_config *sc, c
     r->t = calloc((size_t)steps, sizeof *r->t);
     r->tc = calloc((size_t)steps, sizeof *r->tc);
     r->tt = calloc((size_t)steps, sizeof *r->tt);
-    if (!r->t || !r->tc || !r->tt) return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    r->share = calloc((size_t)steps, sizeof *r->share);
+    if (!r->t || !r->tc || !r->tt || !r->share) return st_errf(err, ST_ERR_NOMEM, "out of memory");
     st_status s = st_backend_with_budget(&r->dev, cpu, budget, err);
     if (!s) s = stream_exec_create(&r->x, sc, p, r->dev, err);
     if (s) return s;
@@ -138,6 +166,7 @@ static void run_close(bp_run *r) {
     free(r->t);
     free(r->tc);
     free(r->tt);
+    free(r->share);
     memset(r, 0, sizeof *r);
 }
 
@@ -145,8 +174,10 @@ static void run_close(bp_run *r) {
 static st_status run_step(bp_run *r, int s, int B, int T, const int32_t *inp, const int32_t *tgt, st_err *err) {
     st_step_hp hp = {.adam = {1e-4f, 0.9f, 0.95f, 1e-8f, s + 2, 1.0f}, .grad_clip = 1.0f};
     st_step_result res;
+    double c0 = cpu_now(), w0 = st_now();
     st_status st = st_step_run(&r->step, 1, B, T, inp, tgt, &hp, &res, err);
     if (st) return st;
+    if (s >= 0) r->share[s] = (cpu_now() - c0) / (st_now() - w0);
     if (s >= 0) r->t[s] = res.stream.wall_s, r->tc[s] = res.stream.compute_s, r->tt[s] = res.stream.optim_tail_s;
     if (res.stream.device_peak_bytes > r->dev_peak) r->dev_peak = res.stream.device_peak_bytes;
     return ST_OK;
@@ -160,6 +191,10 @@ typedef struct bp_result {
     plan_prediction pred;
     double measured_s, rule_s, meas_compute_s, meas_tail_s;
     plan_prediction pred_same; /* the run plan, predicted from the shape timed between the steps */
+    plan_prediction pred_ref;  /* the run plan from the reference rates alone (what strata train has) */
+    double load0, load1;       /* the 1-minute load average before and after (the machine is shared) */
+    double norm_pred_s, norm_meas_s; /* both in CPU seconds / threads: what the wall time would be with
+                                        every core to this process (below) */
     double pred_host, meas_host;
     size_t meas_dev;
 } bp_result;
@@ -202,12 +237,22 @@ static st_status bench_one(const bp_config *cfg, st_backend *cpu, plan_profile *
         if (budget < rule_min) budget = rule_min;
     }
     out->budget = budget;
+    out->load0 = load_avg();
     /* the model's own block and classifier timed at this shape, unless the profile has them */
     if (!plan_profile_shape(hw, arch, cfg->B, cfg->T) &&
         (s = plan_profile_measure_shape(cpu, arch, cfg->B, cfg->T, hw, err)))
         goto done;
     if ((s = plan_stream_ex(arch, cfg->B, cfg->T, budget, hw, &po, pp, &out->pred, err))) goto done;
     out->pred_host = (double)plan_host_bytes(arch, cfg->B, cfg->T, pp);
+    {
+        plan_profile *ref = malloc(sizeof *ref);
+        if (!ref) { s = st_errf(err, ST_ERR_NOMEM, "out of memory"); goto done; }
+        *ref = *hw;
+        ref->n_shapes = 0;
+        s = plan_predict(arch, cfg->B, cfg->T, ref, pp, &out->pred_ref, err);
+        free(ref);
+        if (s) goto done;
+    }
     if (!rule_plan(&sc, budget, rp)) {
         s = st_errf(err, ST_ERR_NOMEM, "%s: the fixed rule finds no plan within %zu device bytes", cfg->name, budget);
         goto done;
@@ -246,13 +291,16 @@ static st_status bench_one(const bp_config *cfg, st_backend *cpu, plan_profile *
      * machine may be shared), for predicted_same_load_step_s */
     plan_profile *hs = malloc(sizeof *hs);
     double *sf = calloc((size_t)steps, sizeof *sf), *sb = calloc((size_t)steps, sizeof *sb),
-           *sh = calloc((size_t)steps, sizeof *sh);
-    if (!hs || !sf || !sb || !sh) s = st_errf(err, ST_ERR_NOMEM, "out of memory");
+           *sh = calloc((size_t)steps, sizeof *sh), *ss = calloc((size_t)steps, sizeof *ss),
+           *sn = calloc((size_t)steps, sizeof *sn);
+    if (!hs || !sf || !sb || !sh || !ss || !sn) s = st_errf(err, ST_ERR_NOMEM, "out of memory");
     for (int i = 0; i < steps && !s; i++) {
         if ((s = run_step(&plan_run, i, cfg->B, cfg->T, inp, tgt, err))) break;
         if (!out->same && (s = run_step(&rule_run, i, cfg->B, cfg->T, inp, tgt, err))) break;
         *hs = *hw;
+        double c0 = cpu_now(), w0 = st_now();
         if ((s = plan_profile_measure_shape(cpu, arch, cfg->B, cfg->T, hs, err))) break;
+        ss[i] = (cpu_now() - c0) / (st_now() - w0);
         const plan_shape_time *e = plan_profile_shape(hs, arch, cfg->B, cfg->T);
         sf[i] = e->block_fwd_s, sb[i] = e->block_bwd_s, sh[i] = e->head_s_per_row;
         if (!json)
@@ -265,17 +313,30 @@ static st_status bench_one(const bp_config *cfg, st_backend *cpu, plan_profile *
         e->block_bwd_s = bench_median(sb, steps);
         e->head_s_per_row = bench_median(sh, steps);
         s = plan_predict(arch, cfg->B, cfg->T, hs, pp, &out->pred_same, err);
+        /* load-normalised: a time x the cores this process got / its threads, for the
+         * shape's timings and for each step alike (1 on an idle machine) */
+        double nth = omp_get_max_threads(), k = bench_median(ss, steps) / nth;
+        e->block_fwd_s *= k;
+        e->block_bwd_s *= k;
+        e->head_s_per_row *= k;
+        plan_prediction pn;
+        if (!s && !(s = plan_predict(arch, cfg->B, cfg->T, hs, pp, &pn, err))) out->norm_pred_s = pn.step_s;
+        for (int i = 0; i < steps; i++) sn[i] = plan_run.t[i] * plan_run.share[i] / nth;
+        out->norm_meas_s = bench_median(sn, steps);
     }
     free(hs);
     free(sf);
     free(sb);
     free(sh);
+    free(ss);
+    free(sn);
     if (s) goto done;
     out->meas_dev = plan_run.dev_peak;
     out->measured_s = bench_median(plan_run.t, steps);
     out->meas_compute_s = bench_median(plan_run.tc, steps);
     out->meas_tail_s = bench_median(plan_run.tt, steps);
     out->rule_s = out->same ? out->measured_s : bench_median(rule_run.t, steps);
+    out->load1 = load_avg();
 done:
     run_close(&plan_run);
     run_close(&rule_run);
@@ -339,17 +400,22 @@ int bench_plan(int argc, char **argv) {
                    "\"predicted_step_s\":%.4f,\"measured_step_s\":%.4f,\"rule_step_s\":%.4f,"
                    "\"predicted_over_measured\":%.3f,\"rule_over_measured\":%.3f,"
                    "\"predicted_same_load_step_s\":%.4f,\"predicted_same_load_over_measured\":%.3f,"
+                   "\"predicted_reference_rates_step_s\":%.4f,\"predicted_reference_rates_over_measured\":%.3f,"
                    "\"predicted_parts_s\":{\"compute\":%.4f,\"recompute\":%.4f,\"transfer_exposed\":%.4f,"
                    "\"optim_exposed\":%.4f},\"measured_parts_s\":{\"compute\":%.4f,\"optim_tail\":%.4f},"
-                   "\"solve_s\":%.4f,"
+                   "\"solve_s\":%.4f,\"load_avg_before\":%.2f,\"load_avg_after\":%.2f,"
+                   "\"load_normalised\":{\"predicted_step_s\":%.4f,\"measured_step_s\":%.4f,"
+                   "\"predicted_over_measured\":%.3f},"
                    "\"predicted_peak_bytes\":{\"device\":%zu,\"host\":%.0f,\"disk\":0},"
                    "\"measured_peak_bytes\":{\"device\":%zu,\"host\":%.0f,\"disk\":0}}",
                    k ? "," : "", r->cfg->name, r->cfg->model, r->cfg->B, r->cfg->T, r->budget,
                    r->constrained ? "true" : "false", r->plan_txt, r->rule_txt, r->same ? "true" : "false",
                    r->pred.step_s, r->measured_s, r->rule_s, r->pred.step_s / r->measured_s, r->rule_s / r->measured_s,
-                   r->pred_same.step_s, r->pred_same.step_s / r->measured_s,
+                   r->pred_same.step_s, r->pred_same.step_s / r->measured_s, r->pred_ref.step_s,
+                   r->pred_ref.step_s / r->measured_s,
                    r->pred.compute_s, r->pred.recompute_s, r->pred.transfer_exposed_s, r->pred.optim_exposed_s,
-                   r->meas_compute_s, r->meas_tail_s, r->pred.solve_s, r->pred.device_bytes, r->pred_host, r->meas_dev, r->meas_host);
+                   r->meas_compute_s, r->meas_tail_s, r->pred.solve_s, r->load0, r->load1, r->norm_pred_s,
+                   r->norm_meas_s, r->norm_pred_s / r->norm_meas_s, r->pred.device_bytes, r->pred_host, r->meas_dev, r->meas_host);
         }
         printf("]}\n");
     } else {
@@ -358,14 +424,18 @@ int bench_plan(int argc, char **argv) {
             printf("%s (%s, batch %d x seq %d, device budget %.1f MB%s)\n"
                    "  planner: %s\n  rule:    %s\n"
                    "  predicted %.3f s, measured %.3f s (predicted/measured %.3f), rule %.3f s (rule/measured %.3f)\n"
-                   "  predicted from the shape timed between the steps (the same load) %.3f s (/measured %.3f)\n"
+                   "  predicted from the shape timed between the steps (the same load) %.3f s (/measured %.3f), "
+                   "from the reference rates alone %.3f s (/measured %.3f)\n"
+                   "  load-normalised: predicted %.3f s, measured %.3f s (/measured %.3f); load average %.2f -> %.2f\n"
                    "  predicted compute %.3f + recompute %.3f s, measured compute %.3f s (recompute included), "
                    "optimizer tail %.3f s\n"
                    "  device peak: predicted %.1f MB, measured %.1f MB; host peak: predicted %.1f MB, measured %.1f MB\n",
                    r->cfg->name, r->cfg->model, r->cfg->B, r->cfg->T, r->budget / 1e6,
                    r->constrained ? ", constrained" : "", r->plan_txt, r->rule_txt, r->pred.step_s, r->measured_s,
                    r->pred.step_s / r->measured_s, r->rule_s, r->rule_s / r->measured_s, r->pred_same.step_s,
-                   r->pred_same.step_s / r->measured_s, r->pred.compute_s,
+                   r->pred_same.step_s / r->measured_s, r->pred_ref.step_s, r->pred_ref.step_s / r->measured_s,
+                   r->norm_pred_s, r->norm_meas_s, r->norm_pred_s / r->norm_meas_s, r->load0, r->load1,
+                   r->pred.compute_s,
                    r->pred.recompute_s, r->meas_compute_s, r->meas_tail_s, r->pred.device_bytes / 1e6,
                    r->meas_dev / 1e6, r->pred_host / 1e6, r->meas_host / 1e6);
         }
