@@ -90,6 +90,11 @@ typedef struct plan_profile {
     double block_fwd_flops;    /* the reference block's forward FLOPs / its measured time */
     double block_bwd_flops;    /* its backward's */
     double head_flops;         /* the reference classifier's FLOPs / its measured time */
+    double host_work_slowdown; /* seconds the device's compute loses per second of host work
+                                  (copies, the optimizer) running beside it: about 0 where the
+                                  device has cores of its own, up to 1 on the CPU backend, whose
+                                  "device" is the host's cores (measured: a matmul with and
+                                  without a memcpy thread beside it) */
     int n_shapes;              /* measured shapes, at most PLAN_PROFILE_MAX_SHAPES */
     plan_shape_time shapes[PLAN_PROFILE_MAX_SHAPES];
 } plan_profile;
@@ -110,11 +115,14 @@ typedef struct plan_options {
 } plan_options;
 
 typedef struct plan_prediction {
-    double step_s;              /* the objective: the sum of the four parts below */
+    double step_s;              /* the objective: the sum of the five parts below */
     double compute_s;           /* blocks' forward and backward, the head */
     double recompute_s;         /* forwards run again before their backward */
     double transfer_exposed_s;  /* copies not hidden behind compute */
     double optim_exposed_s;     /* the optimizer not hidden behind the backward */
+    double host_work_s;         /* the compute lost to the step's host work (copies and optimizer,
+                                   hidden or not) running on the device's cores: host_work_slowdown x
+                                   its seconds */
     double block_fwd_s, block_bwd_s; /* one block's compute */
     size_t device_bytes;        /* stream_device_bytes of the plan */
     size_t device_budget;

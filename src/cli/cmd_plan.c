@@ -137,6 +137,7 @@ static int plan_device(const st_arch *a, const train_config *cfg, double device_
         json_object_object_add(prof, "block_fwd_flops", json_object_new_double(hw.block_fwd_flops));
         json_object_object_add(prof, "block_bwd_flops", json_object_new_double(hw.block_bwd_flops));
         json_object_object_add(prof, "head_flops", json_object_new_double(hw.head_flops));
+        json_object_object_add(prof, "host_work_slowdown", json_object_new_double(hw.host_work_slowdown));
         json_object_object_add(prof, "measured_shape",
                                json_object_new_boolean(plan_profile_shape(&hw, a, cfg->batch, cfg->seq) != NULL));
         json_object_object_add(o, "profile", prof);
@@ -154,6 +155,7 @@ static int plan_device(const st_arch *a, const train_config *cfg, double device_
             json_object_object_add(t, "recompute_s", json_object_new_double(pr.recompute_s));
             json_object_object_add(t, "transfer_exposed_s", json_object_new_double(pr.transfer_exposed_s));
             json_object_object_add(t, "optim_exposed_s", json_object_new_double(pr.optim_exposed_s));
+            json_object_object_add(t, "host_work_s", json_object_new_double(pr.host_work_s));
             json_object_object_add(t, "block_forward_s", json_object_new_double(pr.block_fwd_s));
             json_object_object_add(t, "block_backward_s", json_object_new_double(pr.block_bwd_s));
             json_object_object_add(o, "predicted", t);
@@ -167,10 +169,11 @@ static int plan_device(const st_arch *a, const train_config *cfg, double device_
     }
     printf("\ndevice plan (layer streaming), budget %.0f bytes (%.1f MiB); machine: sgemm %.1f GFLOP/s, "
            "h2d %.2f GB/s, d2h %.2f GB/s, memcpy %.2f GB/s, optimizer %.2f ns/param, reference block %.1f/%.1f "
-           "GFLOP/s forward/backward, classifier %.1f GFLOP/s (%s); this model's block and classifier %s\n",
+           "GFLOP/s forward/backward, classifier %.1f GFLOP/s, host work slows compute %.2f s/s (%s); this model's "
+           "block and classifier %s\n",
            device_budget, device_budget / 1048576.0, hw.sgemm_flops / 1e9, hw.h2d_bytes_per_s / 1e9,
            hw.d2h_bytes_per_s / 1e9, hw.mem_bytes_per_s / 1e9, hw.optim_ns_per_param, hw.block_fwd_flops / 1e9,
-           hw.block_bwd_flops / 1e9, hw.head_flops / 1e9, profile ? profile : "measured now",
+           hw.block_bwd_flops / 1e9, hw.head_flops / 1e9, hw.host_work_slowdown, profile ? profile : "measured now",
            plan_profile_shape(&hw, a, cfg->batch, cfg->seq) ? "timed at this batch shape"
                                                             : "from the reference rates (not timed at this shape)");
     if (s) {
@@ -189,8 +192,9 @@ static int plan_device(const st_arch *a, const train_config *cfg, double device_
     if (p->vocab_chunk) printf("    (in chunks of %d rows)\n", p->vocab_chunk);
     printf("  device bytes %zu of %zu (%.1f MiB of %.1f MiB)\n", pr.device_bytes, pr.device_budget,
            pr.device_bytes / 1048576.0, pr.device_budget / 1048576.0);
-    printf("  predicted step %.4f s = compute %.4f + recompute %.4f + exposed copies %.4f + exposed optimizer %.4f\n",
-           pr.step_s, pr.compute_s, pr.recompute_s, pr.transfer_exposed_s, pr.optim_exposed_s);
+    printf("  predicted step %.4f s = compute %.4f + recompute %.4f + exposed copies %.4f + exposed optimizer %.4f"
+           " + host work on the device's cores %.4f\n",
+           pr.step_s, pr.compute_s, pr.recompute_s, pr.transfer_exposed_s, pr.optim_exposed_s, pr.host_work_s);
     printf("  (one block: forward %.3f ms, backward %.3f ms; %d keep, %d offload, %d recompute)\n",
            pr.block_fwd_s * 1e3, pr.block_bwd_s * 1e3, pr.n_keep, pr.n_offload, pr.n_recompute);
     printf("  solved in %.3f s (%s)\n", pr.solve_s, pr.optimal ? "optimal" : "time limit: the best plan found");

@@ -15,7 +15,8 @@ st_status plan_cost_init(plan_cost *c, const st_arch *a, int B, int T, const pla
                        "again: strata plan --save_profile FILE)", hw->version, PLAN_PROFILE_VERSION);
     if (!pos(hw->sgemm_flops) || !pos(hw->h2d_bytes_per_s) || !pos(hw->d2h_bytes_per_s) ||
         !pos(hw->mem_bytes_per_s) || !(isfinite(hw->optim_ns_per_param) && hw->optim_ns_per_param >= 0) ||
-        !pos(hw->block_fwd_flops) || !pos(hw->block_bwd_flops) || !pos(hw->head_flops))
+        !pos(hw->block_fwd_flops) || !pos(hw->block_bwd_flops) || !pos(hw->head_flops) ||
+        !(isfinite(hw->host_work_slowdown) && hw->host_work_slowdown >= 0))
         return st_errf(err, ST_ERR_INVALID, "plan: the hardware profile has a missing, zero or non-finite figure "
                        "(sgemm_flops %g, h2d %g, d2h %g, mem %g B/s, optimizer %g ns/param, block %g/%g FLOP/s, "
                        "head %g FLOP/s)", hw->sgemm_flops, hw->h2d_bytes_per_s, hw->d2h_bytes_per_s,
@@ -40,6 +41,7 @@ st_status plan_cost_init(plan_cost *c, const st_arch *a, int B, int T, const pla
     c->fwd = st ? st->block_fwd_s : blk / 3.0 / hw->block_fwd_flops;
     c->bwd = st ? st->block_bwd_s : blk * 2.0 / 3.0 / hw->block_bwd_flops;
     c->measured_shape = st != NULL;
+    c->slow = hw->host_work_slowdown;
     double wb = (double)y->block_numel * 4.0, sb = (double)st_block_act_floats(a, B, T) * 4.0;
     c->tw = wb / c->h2d;
     c->tg = wb / c->d2h;
@@ -80,6 +82,27 @@ void plan_cost_const(const plan_cost *c, int vchunk, double *compute_s, double *
     }
     *exposed_s = exposed;
     *optim_s = c->opt_nonblock;
+}
+
+double plan_cost_host_work(const plan_cost *c, int vchunk, int d) {
+    if (c->slow <= 0) return 0;
+    const st_arch_layout *y = &c->a->lay;
+    int L = c->L;
+    double N = (double)c->B * c->T, C = y->n_embd, V = y->vocab_size;
+    double post = (double)(y->n_params - y->norm_offset) * 4.0, norm = (double)y->norm_numel * 4.0;
+    int fetches = 2 * L - d - 1; /* the executor's count (stream.h) */
+    if (fetches < L) fetches = L;
+    double t = fetches * c->tw + L * c->tg + L * c->opt_block + c->opt_nonblock;
+    if (vchunk <= 0) {
+        double nb = (double)y->emb_numel * 4.0 + post;
+        t += nb / c->h2d + nb / c->d2h;
+    } else {
+        double vc = vchunk < V ? vchunk : V, nvc = ceil(V / vc);
+        t += ((2 * nvc - (nvc < 2 ? nvc : 2)) * vc * C * 4.0 + (nvc > 2 ? nvc - 2 : 0) * N * vc * 4.0) / c->h2d;
+        t += (nvc * N * vc * 4.0 + nvc * vc * C * 4.0) / c->d2h;
+        t += N * C * 4.0 / c->h2d + N * C * 4.0 / c->d2h + norm / c->h2d + norm / c->d2h;
+    }
+    return c->slow * t;
 }
 
 double plan_cost_wfetch_fwd(const plan_cost *c, int d, int w) {
@@ -139,7 +162,11 @@ st_status plan_predict(const st_arch *a, int B, int T, const plan_profile *hw, c
     pred->recompute_s = rec;
     pred->transfer_exposed_s = exposed + cexp;
     pred->optim_exposed_s = opt + copt;
-    pred->step_s = pred->compute_s + pred->recompute_s + pred->transfer_exposed_s + pred->optim_exposed_s;
+    int n_moves = 0;
+    for (int l = 0; l < L; l++) n_moves += moves[l];
+    pred->host_work_s = plan_cost_host_work(&c, p->vocab_chunk, d) + c.slow * n_moves * (c.ta_out + c.ta_in);
+    pred->step_s = pred->compute_s + pred->recompute_s + pred->transfer_exposed_s + pred->optim_exposed_s +
+                   pred->host_work_s;
     stream_config sc = {.arch = a, .B = B, .T = T};
     pred->device_bytes = stream_device_bytes(&sc, p);
     pred->optimal = 1;

@@ -16,6 +16,7 @@ typedef struct plan_cost {
     double opt_nonblock;    /* the optimizer over the embedding, norm and untied head (s) */
     double mem_bps, h2d, d2h;
     int measured_shape;     /* 1: fwd, bwd, head_compute are the profile's times at this shape */
+    double slow;            /* the profile's host_work_slowdown */
     const st_arch *a;
 } plan_cost;
 
@@ -26,6 +27,12 @@ st_status plan_cost_init(plan_cost *c, const st_arch *a, int B, int T, const pla
  * embedding's and head's copies, the first block's fetch and the last gradient's drain,
  * the non-block optimizer). */
 void plan_cost_const(const plan_cost *c, int vchunk, double *compute_s, double *exposed_s, double *optim_s);
+
+/* The compute lost to host work that does not depend on the activation choices, at vocabulary
+ * chunk vchunk and prefetch depth d: slow x (every block's weight fetches and gradient drain,
+ * the embedding's and head's copies, the optimizer's seconds). Each offloaded block that moves
+ * adds slow x (ta_out + ta_in). */
+double plan_cost_host_work(const plan_cost *c, int vchunk, int d);
 
 /* Weight-fetch seconds that land in forward window w (fwd) or backward window w (bwd) at
  * prefetch depth d. */

@@ -4,6 +4,8 @@
  * optimizer, and kept as a versioned JSON object {"strata_plan_profile": 2, ...}. */
 #include <json-c/json.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -205,6 +207,75 @@ static double run_opt(void *v) {
     return st_now() - t;
 }
 
+/* host_work_slowdown: a few matmuls on the device timed alone and with a host thread
+ * copying memory beside them (the optimizer's and the copy engine's kind of work); the
+ * compute's delay per second of host work done (bytes copied / the memcpy rate). Pairs
+ * alternate; the median pair. */
+typedef struct hog_ctx {
+    void *dst, *src;
+    size_t bytes;
+    atomic_int stop;
+    long copies; /* read after the join */
+} hog_ctx;
+
+static void *hog_run(void *v) {
+    hog_ctx *h = v;
+    while (!atomic_load(&h->stop)) {
+        memcpy(h->dst, h->src, h->bytes);
+        h->copies++;
+    }
+    return NULL;
+}
+
+static double run_mm4(mm_ctx *c) {
+    double t = 0;
+    for (int i = 0; i < 4; i++) t += run_mm(c);
+    return t;
+}
+
+static st_status measure_host_work(st_backend *dev, plan_profile *hw, st_err *err) {
+    mm_ctx c = {.be = dev};
+    size_t mm_floats = (size_t)PROF_N * 4 * PROF_C + (size_t)PROF_N * PROF_C + (size_t)4 * PROF_C * PROF_C;
+    float *mm = dev->ops->alloc(dev, mm_floats * 4);
+    size_t hb = 4u << 20; /* a copy the size of a weight slab's share, out of the caches */
+    hog_ctx h = {.dst = st_alloc(hb), .src = st_alloc(hb), .bytes = hb};
+    st_status s = ST_OK;
+    if (!mm || !h.dst || !h.src) {
+        s = st_errf(err, ST_ERR_NOMEM, "plan: the host-work probe needs %zu device and %zu host bytes", mm_floats * 4,
+                    2 * hb);
+        goto done;
+    }
+    memset(h.src, 3, hb);
+    memset(h.dst, 0, hb);
+    c.out = mm;
+    c.in = mm + (size_t)PROF_N * 4 * PROF_C;
+    c.w = c.in + (size_t)PROF_N * PROF_C;
+    run_mm(&c);
+    double k[PROF_SHAPE_REPS];
+    for (int r = 0; r < PROF_SHAPE_REPS; r++) {
+        double alone = run_mm4(&c);
+        pthread_t th;
+        atomic_store(&h.stop, 0);
+        h.copies = 0;
+        if (pthread_create(&th, NULL, hog_run, &h) != 0) {
+            s = st_errf(err, ST_ERR_NOMEM, "plan: cannot start the host-work probe's thread");
+            goto done;
+        }
+        double with = run_mm4(&c);
+        atomic_store(&h.stop, 1);
+        pthread_join(th, NULL);
+        double work = (double)h.copies * (double)hb / hw->mem_bytes_per_s;
+        double v = work > 0 ? (with - alone) / work : 0;
+        k[r] = v < 0 ? 0 : v > 1 ? 1 : v;
+    }
+    hw->host_work_slowdown = median3(k);
+done:
+    if (mm) dev->ops->dealloc(dev, mm);
+    st_free(h.dst);
+    st_free(h.src);
+    return s;
+}
+
 st_status plan_profile_measure(st_backend *dev, plan_profile *hw, st_err *err) {
     memset(hw, 0, sizeof *hw);
     hw->version = PLAN_PROFILE_VERSION;
@@ -260,6 +331,7 @@ st_status plan_profile_measure(st_backend *dev, plan_profile *hw, st_err *err) {
     st_free(c.p);
     st_free(c.g);
     if (!s) s = measure_reference(dev, hw, err);
+    if (!s) s = measure_host_work(dev, hw, err);
     return s;
 }
 
@@ -269,9 +341,11 @@ st_status plan_profile_save(const char *path, const plan_profile *hw, st_err *er
     fprintf(f,
             "{\"strata_plan_profile\": %d, \"sgemm_flops\": %.6g, \"h2d_bytes_per_s\": %.6g, "
             "\"d2h_bytes_per_s\": %.6g, \"mem_bytes_per_s\": %.6g, \"optim_ns_per_param\": %.6g,\n"
-            " \"block_fwd_flops\": %.6g, \"block_bwd_flops\": %.6g, \"head_flops\": %.6g,\n \"shapes\": [",
+            " \"block_fwd_flops\": %.6g, \"block_bwd_flops\": %.6g, \"head_flops\": %.6g, "
+            "\"host_work_slowdown\": %.6g,\n \"shapes\": [",
             hw->version, hw->sgemm_flops, hw->h2d_bytes_per_s, hw->d2h_bytes_per_s, hw->mem_bytes_per_s,
-            hw->optim_ns_per_param, hw->block_fwd_flops, hw->block_bwd_flops, hw->head_flops);
+            hw->optim_ns_per_param, hw->block_fwd_flops, hw->block_bwd_flops, hw->head_flops,
+            hw->host_work_slowdown);
     for (int i = 0; i < hw->n_shapes && i < PLAN_PROFILE_MAX_SHAPES; i++) {
         const plan_shape_time *e = &hw->shapes[i];
         fprintf(f,
@@ -292,7 +366,7 @@ static st_status field(json_object *o, const char *path, const char *key, double
                        "--save_profile %s)", path, key, path);
     double d = json_object_get_double(v);
     if ((!json_object_is_type(v, json_type_double) && !json_object_is_type(v, json_type_int)) || !isfinite(d) ||
-        d < 0 || (d == 0 && strcmp(key, "optim_ns_per_param")))
+        d < 0 || (d == 0 && strcmp(key, "optim_ns_per_param") && strcmp(key, "host_work_slowdown")))
         return st_errf(err, ST_ERR_FORMAT, "%s: plan profile \"%s\" is %s; it must be a finite positive number", path,
                        key, json_object_to_json_string(v));
     *out = d;
@@ -320,6 +394,7 @@ st_status plan_profile_load(const char *path, plan_profile *hw, st_err *err) {
     if (!s) s = field(o, path, "block_fwd_flops", &hw->block_fwd_flops, err);
     if (!s) s = field(o, path, "block_bwd_flops", &hw->block_bwd_flops, err);
     if (!s) s = field(o, path, "head_flops", &hw->head_flops, err);
+    if (!s) s = field(o, path, "host_work_slowdown", &hw->host_work_slowdown, err);
     json_object *arr = NULL;
     if (!s && json_object_object_get_ex(o, "shapes", &arr)) {
         if (!json_object_is_type(arr, json_type_array))

@@ -339,11 +339,14 @@ st_status plan_stream_ex(const st_arch *a, int B, int T, size_t device_budget, c
         for (int p = 0; p < np; p++) {
             double hc, ce, cop;
             plan_cost_const(&c, vcs[p / nd], &hc, &ce, &cop);
-            glp_set_obj_coef(lp, cpp + p, (hc + ce + cop) * 1e3);
+            glp_set_obj_coef(lp, cpp + p, (hc + ce + cop + plan_cost_host_work(&c, vcs[p / nd], 1 + p % nd)) * 1e3);
         }
+        double move_work = cm.slow * (cm.ta_out + cm.ta_in); /* an offloaded block that moves (not one of the last two) */
         for (int l = 0; l < L; l++) {
             glp_set_obj_coef(lp, cr + l, cm.fwd);
             glp_set_obj_coef(lp, ctop + l, -cm.fwd);
+            glp_set_obj_coef(lp, co + l, move_work);
+            glp_set_obj_coef(lp, cres + l, -move_work);
             glp_set_obj_coef(lp, cef + l, 1);
             glp_set_obj_coef(lp, ceb + l, 1);
         }
