@@ -278,13 +278,23 @@ int main(void) {
             CHECK(a_pr.block_fwd_s == e->block_fwd_s && a_pr.block_bwd_s == e->block_bwd_s,
                   "predicted block %g/%g s, measured %g/%g s", a_pr.block_fwd_s, a_pr.block_bwd_s, e->block_fwd_s,
                   e->block_bwd_s);
-            double want = a->lay.n_blocks * (e->block_fwd_s + e->block_bwd_s) + e->head_s_per_row * a->lay.vocab_size;
+            double want = a->lay.n_blocks * (e->block_fwd_s + e->block_bwd_s) + e->head_s_per_chunk +
+                          e->head_s_per_row * a->lay.vocab_size; /* the default plan: the head resident, one chunk */
             CHECK(fabs(a_pr.compute_s - want) <= 1e-12 + 1e-9 * want, "predicted compute %.9g s, measured parts %.9g s",
                   a_pr.compute_s, want);
+            /* chunked: each chunk adds the measured per-chunk time (the line through two chunk sizes) */
+            p->vocab_chunk = 128;
+            plan_prediction c_pr;
+            CHECK(plan_predict(a, 4, 64, &hw, p, &c_pr, &err) == ST_OK, "%s", err.msg);
+            double wantc = want + 3 * e->head_s_per_chunk;
+            CHECK(e->head_s_per_chunk >= 0 && fabs(c_pr.compute_s - wantc) <= 1e-12 + 1e-9 * wantc,
+                  "chunked: predicted compute %.9g s, measured parts %.9g s", c_pr.compute_s, wantc);
+            p->vocab_chunk = 0;
             CHECK(plan_profile_save(path, &hw, &err) == ST_OK && plan_profile_load(path, &back, &err) == ST_OK,
                   "%s", err.msg);
             const plan_shape_time *e2 = plan_profile_shape(&back, a, 4, 64);
             CHECK(back.n_shapes == 1 && e2 && fabs(e2->block_bwd_s - e->block_bwd_s) <= 1e-5 * e->block_bwd_s &&
+                      fabs(e2->head_s_per_chunk - e->head_s_per_chunk) <= 1e-5 * e->head_s_per_chunk &&
                       fabs(back.block_fwd_flops - hw.block_fwd_flops) <= 1e-5 * hw.block_fwd_flops,
                   "the measured shape did not round-trip");
             /* with this machine's measured figures too, the program's optimum equals brute

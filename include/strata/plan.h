@@ -70,7 +70,10 @@ typedef struct plan_shape_time {
     double block_fwd_s;        /* one block's forward */
     double block_bwd_s;        /* one block's backward */
     double head_s_per_row;     /* the classifier's forward and backward (logits, softmax, both
-                                  gradients) per vocabulary row, in chunks of PLAN_HEAD_ROWS */
+                                  gradients): seconds per vocabulary row ... */
+    double head_s_per_chunk;   /* ... plus seconds per chunk (a line through chunks of
+                                  PLAN_HEAD_ROWS and PLAN_HEAD_ROWS / 4 rows): a chunk of R rows
+                                  takes head_s_per_chunk + R head_s_per_row */
 } plan_shape_time;
 
 #define PLAN_HEAD_ROWS 2048    /* the classifier chunk the profile times */

@@ -292,8 +292,8 @@ static st_status bench_one(const bp_config *cfg, st_backend *cpu, plan_profile *
     plan_profile *hs = malloc(sizeof *hs);
     double *sf = calloc((size_t)steps, sizeof *sf), *sb = calloc((size_t)steps, sizeof *sb),
            *sh = calloc((size_t)steps, sizeof *sh), *ss = calloc((size_t)steps, sizeof *ss),
-           *sn = calloc((size_t)steps, sizeof *sn);
-    if (!hs || !sf || !sb || !sh || !ss || !sn) s = st_errf(err, ST_ERR_NOMEM, "out of memory");
+           *sn = calloc((size_t)steps, sizeof *sn), *sc2 = calloc((size_t)steps, sizeof *sc2);
+    if (!hs || !sf || !sb || !sh || !ss || !sn || !sc2) s = st_errf(err, ST_ERR_NOMEM, "out of memory");
     for (int i = 0; i < steps && !s; i++) {
         if ((s = run_step(&plan_run, i, cfg->B, cfg->T, inp, tgt, err))) break;
         if (!out->same && (s = run_step(&rule_run, i, cfg->B, cfg->T, inp, tgt, err))) break;
@@ -302,7 +302,7 @@ static st_status bench_one(const bp_config *cfg, st_backend *cpu, plan_profile *
         if ((s = plan_profile_measure_shape(cpu, arch, cfg->B, cfg->T, hs, err))) break;
         ss[i] = (cpu_now() - c0) / (st_now() - w0);
         const plan_shape_time *e = plan_profile_shape(hs, arch, cfg->B, cfg->T);
-        sf[i] = e->block_fwd_s, sb[i] = e->block_bwd_s, sh[i] = e->head_s_per_row;
+        sf[i] = e->block_fwd_s, sb[i] = e->block_bwd_s, sh[i] = e->head_s_per_row, sc2[i] = e->head_s_per_chunk;
         if (!json)
             fprintf(stderr, "  step %d: planned %.3f s, rule %.3f s\n", i + 1, plan_run.t[i],
                     out->same ? plan_run.t[i] : rule_run.t[i]);
@@ -312,6 +312,7 @@ static st_status bench_one(const bp_config *cfg, st_backend *cpu, plan_profile *
         e->block_fwd_s = bench_median(sf, steps);
         e->block_bwd_s = bench_median(sb, steps);
         e->head_s_per_row = bench_median(sh, steps);
+        e->head_s_per_chunk = bench_median(sc2, steps);
         s = plan_predict(arch, cfg->B, cfg->T, hs, pp, &out->pred_same, err);
         /* load-normalised: a time x the cores this process got / its threads, for the
          * shape's timings and for each step alike (1 on an idle machine) */
@@ -319,6 +320,7 @@ static st_status bench_one(const bp_config *cfg, st_backend *cpu, plan_profile *
         e->block_fwd_s *= k;
         e->block_bwd_s *= k;
         e->head_s_per_row *= k;
+        e->head_s_per_chunk *= k;
         plan_prediction pn;
         if (!s && !(s = plan_predict(arch, cfg->B, cfg->T, hs, pp, &pn, err))) out->norm_pred_s = pn.step_s;
         for (int i = 0; i < steps; i++) sn[i] = plan_run.t[i] * plan_run.share[i] / nth;
@@ -330,6 +332,7 @@ static st_status bench_one(const bp_config *cfg, st_backend *cpu, plan_profile *
     free(sh);
     free(ss);
     free(sn);
+    free(sc2);
     if (s) goto done;
     out->meas_dev = plan_run.dev_peak;
     out->measured_s = bench_median(plan_run.t, steps);

@@ -52,7 +52,9 @@ st_status plan_cost_init(plan_cost *c, const st_arch *a, int B, int T, const pla
     double per_param = hw->optim_ns_per_param * 1e-9 + 24.0 / c->mem_bps;
     c->opt_block = (double)y->block_numel * per_param;
     c->opt_nonblock = (double)(y->n_params - (size_t)c->L * y->block_numel) * hw->optim_ns_per_param * 1e-9;
-    c->head_compute = st ? st->head_s_per_row * y->vocab_size : a->ops->head_flops_per_token(a) * N / hw->head_flops;
+    c->head_compute = st ? st->head_s_per_chunk + st->head_s_per_row * y->vocab_size
+                         : a->ops->head_flops_per_token(a) * N / hw->head_flops;
+    c->head_chunk = st ? st->head_s_per_chunk : 0;
     return ST_OK;
 }
 
@@ -68,17 +70,18 @@ void plan_cost_const(const plan_cost *c, int vchunk, double *compute_s, double *
         *compute_s = c->head_compute;
     } else {
         double vc = vchunk < V ? vchunk : V, nvc = ceil(V / vc);
+        double head = c->head_compute + (nvc - 1) * c->head_chunk;
         /* two passes over the chunks: weights in each (the last two stay), logits out and
          * back, each chunk's head gradient drained */
         double h2d = ((2 * nvc - (nvc < 2 ? nvc : 2)) * vc * C * 4.0 + (nvc > 2 ? nvc - 2 : 0) * N * vc * 4.0) / c->h2d;
         double d2h = (nvc * N * vc * 4.0 + nvc * vc * C * 4.0) / c->d2h;
-        double over = h2d + d2h - c->head_compute;
+        double over = h2d + d2h - head;
         exposed += over > 0 ? over : 0;
         /* the embedding on the host: its output crosses, the residual gradient returns;
          * the norm's weights and gradient cross */
         exposed += N * C * 4.0 / c->h2d + N * C * 4.0 / c->d2h + norm / c->h2d + norm / c->d2h;
         exposed += 2.0 * N * C * 4.0 / c->mem_bps; /* the gather and the scatter-add on the host */
-        *compute_s = c->head_compute;
+        *compute_s = head;
     }
     *exposed_s = exposed;
     *optim_s = c->opt_nonblock;

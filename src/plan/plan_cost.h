@@ -12,7 +12,8 @@ typedef struct plan_cost {
     double tw, tg;          /* one block's weight fetch (h2d), gradient drain (d2h) (s) */
     double ta_out, ta_in;   /* one block's activation set: drain, fetch (s) */
     double opt_block;       /* the optimizer over one block (s) */
-    double head_compute;    /* the classifier's forward and backward (s) */
+    double head_compute;    /* the classifier's forward and backward (s), resident (one chunk) */
+    double head_chunk;      /* what each more chunk of the vocabulary adds (s) */
     double opt_nonblock;    /* the optimizer over the embedding, norm and untied head (s) */
     double mem_bps, h2d, d2h;
     int measured_shape;     /* 1: fwd, bwd, head_compute are the profile's times at this shape */

@@ -46,7 +46,7 @@ static void fill_dev(st_backend *be, float *d, size_t n, float scale, float *hos
  * online-softmax statistics, dlogits, both backward products) of a at B x T, timed on
  * dev: medians of PROF_SHAPE_REPS runs after one warm-up. */
 static st_status time_shape(st_backend *dev, const st_arch *a, int B, int T, double *fwd_s, double *bwd_s,
-                            double *head_row_s, st_err *err) {
+                            double *head_row_s, double *head_chunk_s, st_err *err) {
     const st_arch_layout *y = &a->lay;
     size_t N = (size_t)B * T, C = (size_t)y->n_embd, bn = y->block_numel, af = st_block_act_floats(a, B, T);
     int R = y->vocab_size < PLAN_HEAD_ROWS ? y->vocab_size : PLAN_HEAD_ROWS;
@@ -78,7 +78,8 @@ static st_status time_shape(st_backend *dev, const st_arch *a, int B, int T, dou
     for (size_t i = 0; i < N; i++) tgt[i] = (int32_t)(st_rng_u64(&rng) % (uint64_t)R);
     dev->ops->copy_to_device(dev, buf[TGT], tgt, N * 4);
     dev->ops->synchronize(dev);
-    double tf[PROF_SHAPE_REPS], tb[PROF_SHAPE_REPS], th[PROF_SHAPE_REPS];
+    double tf[PROF_SHAPE_REPS], tb[PROF_SHAPE_REPS], th[PROF_SHAPE_REPS], tq[PROF_SHAPE_REPS];
+    int R4 = R / 4 > 0 ? R / 4 : 1; /* the second chunk size: the line through both */
     for (int r = -1; r < PROF_SHAPE_REPS; r++) {
         double t0 = st_now();
         a->ops->block_forward(b, buf[W], buf[IN], buf[ACTS], buf[OUT]);
@@ -88,19 +89,31 @@ static st_status time_shape(st_backend *dev, const st_arch *a, int B, int T, dou
         a->ops->block_backward(b, buf[W], buf[G], buf[IN], buf[ACTS], buf[OUT]);
         dev->ops->synchronize(dev);
         double t2 = st_now();
-        float *lo = buf[LOGITS];
-        dev->ops->softmax_chunk_init(dev, buf[RMAX], buf[RSUM], buf[TLOGIT], (int)N);
-        dev->ops->matmul_forward(dev, lo, buf[XN], buf[HW], NULL, (int)N, (int)C, R, ST_W_OUT_IN);
-        dev->ops->softmax_chunk_stats(dev, lo, buf[TGT], (int)N, R, 0, buf[RMAX], buf[RSUM], buf[TLOGIT]);
-        dev->ops->softmax_chunk_grad(dev, lo, buf[TGT], (int)N, R, 0, buf[RMAX], buf[RSUM], 1.0f / (float)N);
-        dev->ops->matmul_backward(dev, buf[DXN], buf[HG], NULL, lo, buf[XN], buf[HW], (int)N, (int)C, R, ST_W_OUT_IN);
-        dev->ops->synchronize(dev);
-        double t3 = st_now();
-        if (r >= 0) tf[r] = t1 - t0, tb[r] = t2 - t1, th[r] = t3 - t2;
+        double t3 = t2, t4 = t2;
+        for (int q = 0; q < 2; q++) {
+            int nr = q ? R4 : R;
+            float *lo = buf[LOGITS];
+            dev->ops->softmax_chunk_init(dev, buf[RMAX], buf[RSUM], buf[TLOGIT], (int)N);
+            dev->ops->matmul_forward(dev, lo, buf[XN], buf[HW], NULL, (int)N, (int)C, nr, ST_W_OUT_IN);
+            dev->ops->softmax_chunk_stats(dev, lo, buf[TGT], (int)N, nr, 0, buf[RMAX], buf[RSUM], buf[TLOGIT]);
+            dev->ops->softmax_chunk_grad(dev, lo, buf[TGT], (int)N, nr, 0, buf[RMAX], buf[RSUM], 1.0f / (float)N);
+            dev->ops->matmul_backward(dev, buf[DXN], buf[HG], NULL, lo, buf[XN], buf[HW], (int)N, (int)C, nr,
+                                      ST_W_OUT_IN);
+            dev->ops->synchronize(dev);
+            t4 = st_now();
+            if (!q) t3 = t4;
+        }
+        if (r >= 0) tf[r] = t1 - t0, tb[r] = t2 - t1, th[r] = t3 - t2, tq[r] = t4 - t3;
     }
     *fwd_s = median3(tf);
     *bwd_s = median3(tb);
-    *head_row_s = median3(th) / R;
+    /* the line through (R, th) and (R4, tq); where the two do not give a rising line with a
+     * non-negative start (noise, or R4 == R), all of it per row */
+    double big = median3(th), small = median3(tq);
+    double row = R > R4 ? (big - small) / (R - R4) : 0, chunk = big - row * R;
+    if (!(row > 0) || !(chunk >= 0)) row = big / R, chunk = 0;
+    *head_row_s = row;
+    *head_chunk_s = chunk;
 done:
     for (int i = 0; i < NBUF; i++)
         if (buf[i]) dev->ops->dealloc(dev, buf[i]);
@@ -129,7 +142,7 @@ st_status plan_profile_measure_shape(st_backend *dev, const st_arch *a, int B, i
     e.block_numel = a->lay.block_numel;
     e.B = B;
     e.T = T;
-    st_status s = time_shape(dev, a, B, T, &e.block_fwd_s, &e.block_bwd_s, &e.head_s_per_row, err);
+    st_status s = time_shape(dev, a, B, T, &e.block_fwd_s, &e.block_bwd_s, &e.head_s_per_row, &e.head_s_per_chunk, err);
     if (s) return s;
     const plan_shape_time *old = plan_profile_shape(hw, a, B, T);
     int i = old ? (int)(old - hw->shapes) : hw->n_shapes;
@@ -150,13 +163,13 @@ static st_status measure_reference(st_backend *dev, plan_profile *hw, st_err *er
     st_arch *a = NULL;
     st_status s = st_arch_gpt2(&a, &cfg, err);
     if (s) return s;
-    double f, b, h, N = PROF_REF_T;
-    s = time_shape(dev, a, 1, PROF_REF_T, &f, &b, &h, err);
+    double f, b, h, hc, N = PROF_REF_T;
+    s = time_shape(dev, a, 1, PROF_REF_T, &f, &b, &h, &hc, err);
     if (!s) {
         double blk = a->ops->block_flops_per_token(a, PROF_REF_T) * N;
         hw->block_fwd_flops = blk / 3.0 / f;
         hw->block_bwd_flops = blk * 2.0 / 3.0 / b;
-        hw->head_flops = a->ops->head_flops_per_token(a) * N / (h * cfg.vocab_size);
+        hw->head_flops = a->ops->head_flops_per_token(a) * N / (h * cfg.vocab_size + hc);
     }
     st_arch_free(a);
     return s;
@@ -350,9 +363,9 @@ st_status plan_profile_save(const char *path, const plan_profile *hw, st_err *er
         const plan_shape_time *e = &hw->shapes[i];
         fprintf(f,
                 "%s\n  {\"arch\": \"%s\", \"n_embd\": %d, \"block_numel\": %zu, \"batch\": %d, \"seq\": %d, "
-                "\"block_fwd_s\": %.6g, \"block_bwd_s\": %.6g, \"head_s_per_row\": %.6g}",
+                "\"block_fwd_s\": %.6g, \"block_bwd_s\": %.6g, \"head_s_per_row\": %.6g, \"head_s_per_chunk\": %.6g}",
                 i ? "," : "", e->arch, e->n_embd, e->block_numel, e->B, e->T, e->block_fwd_s, e->block_bwd_s,
-                e->head_s_per_row);
+                e->head_s_per_row, e->head_s_per_chunk);
     }
     fprintf(f, "]}\n");
     if (fclose(f) != 0) return st_errf(err, ST_ERR_IO, "%s: writing the plan profile failed", path);
@@ -366,7 +379,8 @@ static st_status field(json_object *o, const char *path, const char *key, double
                        "--save_profile %s)", path, key, path);
     double d = json_object_get_double(v);
     if ((!json_object_is_type(v, json_type_double) && !json_object_is_type(v, json_type_int)) || !isfinite(d) ||
-        d < 0 || (d == 0 && strcmp(key, "optim_ns_per_param") && strcmp(key, "host_work_slowdown")))
+        d < 0 || (d == 0 && strcmp(key, "optim_ns_per_param") && strcmp(key, "host_work_slowdown") &&
+                  strcmp(key, "head_s_per_chunk")))
         return st_errf(err, ST_ERR_FORMAT, "%s: plan profile \"%s\" is %s; it must be a finite positive number", path,
                        key, json_object_to_json_string(v));
     *out = d;
@@ -417,6 +431,7 @@ st_status plan_profile_load(const char *path, plan_profile *hw, st_err *err) {
             for (int k = 0; k < 5 && !s; k++) s = field(e, path, nums[k], &d[k], err);
             if (!s) s = field(e, path, "block_bwd_s", &t->block_bwd_s, err);
             if (!s) s = field(e, path, "head_s_per_row", &t->head_s_per_row, err);
+            if (!s) s = field(e, path, "head_s_per_chunk", &t->head_s_per_chunk, err);
             if (s) {
                 st_err_prefix(err, "%s", key);
                 break;
