@@ -405,7 +405,7 @@ int bench_plan(int argc, char **argv) {
                    "\"predicted_same_load_step_s\":%.4f,\"predicted_same_load_over_measured\":%.3f,"
                    "\"predicted_reference_rates_step_s\":%.4f,\"predicted_reference_rates_over_measured\":%.3f,"
                    "\"predicted_parts_s\":{\"compute\":%.4f,\"recompute\":%.4f,\"transfer_exposed\":%.4f,"
-                   "\"optim_exposed\":%.4f},\"measured_parts_s\":{\"compute\":%.4f,\"optim_tail\":%.4f},"
+                   "\"optim_exposed\":%.4f,\"host_work\":%.4f},\"measured_parts_s\":{\"compute\":%.4f,\"optim_tail\":%.4f},"
                    "\"solve_s\":%.4f,\"load_avg_before\":%.2f,\"load_avg_after\":%.2f,"
                    "\"load_normalised\":{\"predicted_step_s\":%.4f,\"measured_step_s\":%.4f,"
                    "\"predicted_over_measured\":%.3f},"
@@ -417,7 +417,7 @@ int bench_plan(int argc, char **argv) {
                    r->pred_same.step_s, r->pred_same.step_s / r->measured_s, r->pred_ref.step_s,
                    r->pred_ref.step_s / r->measured_s,
                    r->pred.compute_s, r->pred.recompute_s, r->pred.transfer_exposed_s, r->pred.optim_exposed_s,
-                   r->meas_compute_s, r->meas_tail_s, r->pred.solve_s, r->load0, r->load1, r->norm_pred_s,
+                   r->pred.host_work_s, r->meas_compute_s, r->meas_tail_s, r->pred.solve_s, r->load0, r->load1, r->norm_pred_s,
                    r->norm_meas_s, r->norm_pred_s / r->norm_meas_s, r->pred.device_bytes, r->pred_host, r->meas_dev, r->meas_host);
         }
         printf("]}\n");
