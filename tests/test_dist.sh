@@ -71,6 +71,9 @@ done
 check '[ -f "$T/z1_f32/checkpoints/$LAST/shards.json" ] && [ -f "$T/z1_f32/checkpoints/$LAST/train_state.rank00001.bin" ]' \
   "zero 1: no per-rank state files and description in the checkpoint"
 check '[ "$(jq -r .world "$T/z1_f32/checkpoints/$LAST/shards.json")" = 2 ]' "shards.json does not say world 2"
+"$S" inspect "$T/z1_f32" >"$T/inspect.out" 2>&1
+check 'grep -q "2 ranks, ZeRO 1" "$T/inspect.out" && grep -q "train_state.rank00001.bin: version 1" "$T/inspect.out"' \
+  "strata inspect does not describe the shards: $(tail -3 "$T/inspect.out")"
 # rank 0 logs; the step's communication is in its metrics
 check '[ "$(jq -s "map(select(.ranks == 2 and .comm_sent_bytes > 0)) | length" "$T/z1_f32/metrics.jsonl")" = "$STEPS" ]' \
   "metrics.jsonl lacks ranks/comm_sent_bytes"

@@ -6,6 +6,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <json-c/json.h>
+
 #include "cli/cli.h"
 #include "strata/ckpt.h"
 #include "strata/llama.h"
@@ -65,6 +67,31 @@ static int inspect_state(const char *path) {
     return 0;
 }
 
+/* A data-parallel checkpoint: its description (shards.json) and each rank's state file. */
+static int inspect_shards(const char *dir) {
+    char path[4400];
+    snprintf(path, sizeof path, "%s/" ST_SHARDS_JSON, dir);
+    json_object *root = json_object_from_file(path), *w, *b, *z;
+    if (!root || !json_object_object_get_ex(root, "world", &w) || !json_object_object_get_ex(root, "bounds", &b) ||
+        !json_object_is_type(b, json_type_array) || (int)json_object_array_length(b) != json_object_get_int(w) + 1) {
+        fprintf(stderr, "strata inspect: %s: not a strata shard description (keys world and bounds)\n", path);
+        json_object_put(root);
+        return 1;
+    }
+    int world = json_object_get_int(w), rc = 0;
+    printf("%s: %d ranks, ZeRO %d, each rank's shard of the optimizer state:\n", path, world,
+           json_object_object_get_ex(root, "zero", &z) ? json_object_get_int(z) : -1);
+    for (int r = 0; r < world; r++) {
+        printf("  rank %d: elements [%llu, %llu)\n", r,
+               (unsigned long long)json_object_get_uint64(json_object_array_get_idx(b, (size_t)r)),
+               (unsigned long long)json_object_get_uint64(json_object_array_get_idx(b, (size_t)r + 1)));
+        snprintf(path, sizeof path, "%s/train_state.rank%05d.bin", dir, r);
+        rc |= inspect_state(path);
+    }
+    json_object_put(root);
+    return rc;
+}
+
 int cmd_inspect(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         fputs("usage: strata inspect PATH [--batch B] [--seq T] [--optim-state f32|8bit]\n"
@@ -100,9 +127,11 @@ int cmd_inspect(int argc, char **argv) {
     char probe1[4300], probe2[4300];
     snprintf(probe1, sizeof probe1, "%s/checkpoints/latest", p);
     snprintf(probe2, sizeof probe2, "%s/train_state.bin", p);
+    snprintf(path, sizeof path, "%s/" ST_SHARDS_JSON, p);
+    int sharded_ckpt = access(path, R_OK) == 0;
     snprintf(path, sizeof path, "%s/config.json", p);
     /* a run or checkpoint directory has a config.json too (strata's own), so those first */
-    if (access(probe1, R_OK) != 0 && access(probe2, R_OK) != 0 && access(path, R_OK) == 0) {
+    if (access(probe1, R_OK) != 0 && access(probe2, R_OK) != 0 && !sharded_ckpt && access(path, R_OK) == 0) {
         int B = 1, T = 2048;
         double state = 8.0; /* AdamW fp32 moments per parameter; --optim-state 8bit: ~2.03 */
         for (int i = 2; i + 1 < argc; i++) {
@@ -129,6 +158,8 @@ int cmd_inspect(int argc, char **argv) {
     }
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     int rc = inspect_safetensors(path);
+    snprintf(path, sizeof path, "%s/" ST_SHARDS_JSON, dir);
+    if (access(path, R_OK) == 0) return rc | inspect_shards(dir);
     snprintf(path, sizeof path, "%s/train_state.bin", dir);
     return rc | inspect_state(path);
 }

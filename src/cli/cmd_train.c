@@ -85,7 +85,9 @@ static void resumed_run_dir(const char *resume, char *run_dir, size_t cap) {
     size_t n = strlen(r);
     while (n > 1 && r[n - 1] == '/') r[--n] = 0;
     snprintf(probe, sizeof probe, "%s/train_state.bin", r);
-    if (access(probe, F_OK) != 0) { /* a run directory */
+    char probe2[2200];
+    snprintf(probe2, sizeof probe2, "%s/shards.json", r); /* a data-parallel checkpoint (ckpt.h) */
+    if (access(probe, F_OK) != 0 && access(probe2, F_OK) != 0) { /* a run directory */
         snprintf(run_dir, cap, "%s", r);
         return;
     }

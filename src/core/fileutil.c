@@ -66,6 +66,13 @@ st_status st_file_writer_close(st_file_writer *w, st_status status, st_err *err)
         unlink(w->tmp);
         return status;
     }
+    if (w->keep_prev[0] && ((unlink(w->keep_prev) != 0 && errno != ENOENT) ||
+                            (link(w->path, w->keep_prev) != 0 && errno != ENOENT))) {
+        status = st_errf(err, ST_ERR_IO, "%s: cannot keep the file it replaces as %s: %s", w->path, w->keep_prev,
+                         strerror(errno));
+        unlink(w->tmp);
+        return status;
+    }
     int fault = st_iofault("file.rename", w->path);
     if (fault > 0) errno = fault;
     if (fault > 0 || rename(w->tmp, w->path) != 0) {

@@ -15,6 +15,8 @@ typedef struct st_file_writer {
     char path[4096], tmp[4200];
     uint32_t crc;  /* CRC-32C of everything put so far */
     size_t bytes;
+    char keep_prev[4416]; /* set after open: the file being replaced stays under this name (a
+                             hard link made just before the rename; "" : not kept) */
 } st_file_writer;
 
 st_status st_file_writer_open(st_file_writer *w, const char *path, st_err *err);

@@ -468,20 +468,14 @@ static st_status manifest_write(st_store *s, int dirty, st_err *err) {
         free(m.p);
         return st_errf(err, ST_ERR_NOMEM, "state store: out of memory for the manifest");
     }
-    /* two regions: the commit being replaced stays as NAME.manifest.prev (a hard link, so
-     * there is no instant without a manifest): its regions are intact until the next step
-     * writes them, and st_store_rollback returns to it (ranks that must agree on a step) */
-    if (!s->cfg.in_place && s->commits > 0) {
-        char prev[4500];
-        snprintf(prev, sizeof prev, "%s.prev", s->manifest);
-        if ((unlink(prev) && errno != ENOENT) || link(s->manifest, prev)) {
-            free(m.p);
-            return st_errf(err, ST_ERR_IO, "state store: %s: cannot keep the previous commit: %s", prev,
-                           strerror(errno));
-        }
-    }
+    /* two regions: the commit being replaced stays as NAME.manifest.prev (a hard link made
+     * once the new manifest is whole and synced, just before it is renamed into place: a
+     * full disk fails the commit before anything changes, and there is never an instant
+     * without a manifest). Its regions are intact until the next step writes them, and
+     * st_store_rollback returns to it: ranks that must agree on a step. */
     st_file_writer w;
     st_status st = st_file_writer_open(&w, s->manifest, err);
+    if (!st && !s->cfg.in_place && s->commits > 0) snprintf(w.keep_prev, sizeof w.keep_prev, "%s.prev", s->manifest);
     if (!st) {
         st = st_file_writer_put(&w, m.p, m.n, err);
         st = st_file_writer_close(&w, st, err);
