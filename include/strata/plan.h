@@ -21,8 +21,11 @@
  *   backward window l  the weight fetch of block j (the last depth+1 blocks stay from the
  *                      forward) spread over windows j+depth .. j+1; the gradient drain of
  *                      block l+1; the activation fetch of an offloaded block l-1
- * Block compute: the arch's training FLOPs per token (1/3 forward, 2/3 backward) at the
- * profile's sgemm rate. The optimizer runs on the host behind the backward (overlap on);
+ * Block and classifier compute: the profile's measured times at the model's shape, or the
+ * arch's training FLOPs (1/3 forward, 2/3 backward) at the reference block's measured rates
+ * (plan_profile below). Host work (every copy and the optimizer, hidden or not) costs the
+ * compute host_work_slowdown of its seconds: the CPU backend's "device" is the host's cores.
+ * The optimizer runs on the host behind the backward (overlap on);
  * what is longer than the backward below the last block is exposed, and the embedding's,
  * norm's and head's update and copies are not overlapped. The highest recompute block is
  * not run again (its forward is still in the shared set), as in the executor.
