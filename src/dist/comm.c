@@ -612,7 +612,9 @@ static void *async_main(void *arg) {
         if (!c->busy && !nfly) pthread_cond_broadcast(&c->cv);
         if (nfly && !progressed) { /* nothing arrived: let the compute run */
             pthread_mutex_unlock(&c->mu);
-            sleep_us(++idle > 64 ? 100 : 10);
+            /* the peers post as their backward reaches the same block: back off to 1 ms, so the
+             * polling costs the compute core little (a few hundred wakeups a second) */
+            sleep_us(++idle > 64 ? 1000 : idle > 16 ? 100 : 10);
             pthread_mutex_lock(&c->mu);
         } else idle = 0;
     }
