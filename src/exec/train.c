@@ -399,15 +399,22 @@ void train_decay_segments(const st_param_info *t, int n, float weight_decay, opt
 /* The plan strata train gives the streaming executor: the whole vocabulary on the
  * device if it fits, else 2048-row chunks; activations kept if they fit, else
  * offloaded, else recomputed (the cheapest first, on this backend). */
-/* The machine's profile for the planner, measured once per process (a second run in the
- * same process, as tests and sweeps make, plans from the same figures at no cost). */
-static st_status machine_profile(st_backend *be, plan_profile *hw, st_err *err) {
+/* The machine's profile for the planner, measured once per process, and the model's shape
+ * once per shape (a second run in the same process, as tests and sweeps make, plans from
+ * the same figures at no cost). */
+static st_status machine_profile(st_backend *be, const st_arch *arch, int B, int T, plan_profile *hw, st_err *err) {
     static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
     static plan_profile cached;
     static int have;
     st_status s = ST_OK;
     pthread_mutex_lock(&mu);
     if (!have && !(s = plan_profile_measure(be, &cached, err))) have = 1;
+    /* the model's own block and classifier timed at this batch and sequence (once per shape
+     * per process): the prediction from the real ops at this shape, not reference rates */
+    st_err serr = {0};
+    if (have && !plan_profile_shape(&cached, arch, B, T) && plan_profile_measure_shape(be, arch, B, T, &cached, &serr))
+        st_log(2, "planner: the model's shape could not be timed (%s); predicting from the reference rates\n",
+               serr.msg);
     if (have) *hw = cached;
     pthread_mutex_unlock(&mu);
     return s;
@@ -431,7 +438,7 @@ static st_status open_streamed(const train_config *c, st_model *m, const st_arch
     plan_prediction pred;
     plan_options po = {.mip_gap = -1, .allow_vocab_chunk = 1, .prefer_resident_head = 1};
     st_err perr = {0};
-    int found = machine_profile(be, &hw, &perr) == ST_OK &&
+    int found = machine_profile(be, arch, c->batch, c->seq, &hw, &perr) == ST_OK &&
                 plan_stream_ex(arch, c->batch, c->seq, budget, &hw, &po, &plan, &pred, &perr) == ST_OK;
     if (found)
         st_log(1, "planner: %d keep, %d offload, %d recompute, prefetch depth %d, vocab_chunk %d: predicted %.3f s "
