@@ -250,6 +250,8 @@ int bench_offload(int argc, char **argv) {
         }
     }
     unlink(manifest);
+    strncat(manifest, ".prev", sizeof manifest - strlen(manifest) - 1); /* the commit before the last */
+    unlink(manifest);
     if (rc) goto out;
 
     double pr[MAX_PATHS] = {0}, pw[MAX_PATHS] = {0}, pm[MAX_PATHS] = {0};
