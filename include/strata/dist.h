@@ -67,12 +67,12 @@ void st_comm_abort(st_comm *c, int code);
 int st_comm_rank(const st_comm *c);
 int st_comm_size(const st_comm *c);
 int st_comm_local_size(const st_comm *c);   /* ranks on this machine */
-const char *st_comm_engine(const st_comm *c); /* "mpi" or "self" */
+const char *st_comm_engine(const st_comm *c); /* "mpi", "nccl" or "self" */
+/* Compute threads for one rank: this machine's cores divided by the ranks on it (>= 1). */
+int st_comm_threads(const st_comm *c);
 void st_comm_set_timeout(st_comm *c, double timeout_s);
 /* Bytes this rank sent and received through the comm since it opened. */
 void st_comm_bytes(const st_comm *c, uint64_t *sent, uint64_t *received);
-/* Seconds the caller spent blocked in st_comm_wait and the blocking collectives. */
-double st_comm_wait_s(const st_comm *c);
 
 st_status st_comm_barrier(st_comm *c, const char *phase, st_err *err);
 st_status st_comm_bcast(st_comm *c, void *buf, size_t bytes, int root, const char *phase, st_err *err);
@@ -94,8 +94,6 @@ st_status st_comm_iallgather_f32(st_comm *c, float *x, size_t lo, size_t hi, con
                                  st_comm_req **req, st_err *err);
 /* Wait for req (then freed) at most the timeout; phase names it in the error. */
 st_status st_comm_wait(st_comm *c, st_comm_req *req, const char *phase, st_err *err);
-/* Progress and check without waiting: 1 when req is complete (still to be waited). */
-int st_comm_test(st_comm *c, st_comm_req *req);
 /* A collective of point-to-point pieces: every rank calls it (maybe with none), each piece
  * sent to or received from one peer; the sizes must match on both sides. */
 typedef struct st_comm_piece {

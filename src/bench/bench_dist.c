@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "bench/bench.h"
 #include "strata/dist.h"
@@ -64,10 +63,7 @@ int bench_dist(int argc, char **argv) {
         return 1;
     }
     int rank = st_comm_rank(c), W = st_comm_size(c);
-    if (!threads) {
-        threads = (int)(sysconf(_SC_NPROCESSORS_ONLN) / st_comm_local_size(c));
-        if (threads < 1) threads = 1;
-    }
+    if (!threads) threads = st_comm_threads(c);
     st_backend *be = NULL;
     st_model *m = NULL;
     optim *opt_one = NULL, *opt = NULL;

@@ -36,7 +36,7 @@ static void async_stop(st_comm *c);
 
 struct st_comm {
     int rank, size, local_size, mpi;
-    double timeout_s, wait_s;
+    double timeout_s;
     uint64_t sent, received;
     unsigned seq;
     /* the communication thread (started at the first st_comm_async_reduce) */
@@ -93,12 +93,15 @@ int st_comm_rank(const st_comm *c) { return c ? c->rank : 0; }
 int st_comm_size(const st_comm *c) { return c ? c->size : 1; }
 int st_comm_local_size(const st_comm *c) { return c ? c->local_size : 1; }
 const char *st_comm_engine(const st_comm *c) { return !c ? "self" : c->nccl ? "nccl" : c->mpi ? "mpi" : "self"; }
+int st_comm_threads(const st_comm *c) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN) / st_comm_local_size(c);
+    return n < 1 ? 1 : (int)n;
+}
 void st_comm_set_timeout(st_comm *c, double t) { c->timeout_s = t > 0 ? t : 300.0; }
 void st_comm_bytes(const st_comm *c, uint64_t *sent, uint64_t *received) {
     if (sent) *sent = c->sent;
     if (received) *received = c->received;
 }
-double st_comm_wait_s(const st_comm *c) { return c->wait_s; }
 
 st_status st_comm_open(st_comm **out, double timeout_s, st_err *err) {
     *out = NULL;
@@ -306,10 +309,28 @@ static int msgs(size_t n) { return (int)((n + MPI_PIECE - 1) / MPI_PIECE); }
 
 static int next_tag(st_comm *c) { return (int)(c->seq++ % 30000u) + 1; }
 
-static void part_of(const size_t *bounds, int r, size_t lo, size_t hi, size_t *a, size_t *e) {
+void dist_part_of(const size_t *bounds, int r, size_t lo, size_t hi, size_t *a, size_t *e) {
     *a = bounds[r] > lo ? bounds[r] : lo;
     *e = bounds[r + 1] < hi ? bounds[r + 1] : hi;
     if (*e < *a) *e = *a;
+}
+
+/* The MPI messages of a ranged operation on this rank: each peer's part out (or in) and this
+ * rank's part in (or out). */
+static int ranged_msgs(const st_comm *c, const size_t *bounds, size_t lo, size_t hi) {
+    int cap = 0;
+#ifdef STRATA_HAVE_MPI
+    size_t a, e;
+    dist_part_of(bounds, c->rank, lo, hi, &a, &e);
+    for (int r = 0; r < c->size; r++) {
+        size_t pa, pe;
+        dist_part_of(bounds, r, lo, hi, &pa, &pe);
+        if (r != c->rank) cap += msgs(pe - pa) + msgs(e - a);
+    }
+#else
+    (void)c, (void)bounds, (void)lo, (void)hi;
+#endif
+    return cap;
 }
 
 /* An NCCL operation: enqueued on the comm's stream; the request's wait completes it. */
@@ -341,16 +362,9 @@ st_status st_comm_ireduce_scatter_f32(st_comm *c, const float *in, size_t lo, si
         ranged_bytes(c, bounds, lo, hi, 0, &bi, &bo);
         return nccl_req(c, nccl_reduce_scatter(c->nccl, in, lo, hi, bounds, out, accumulate, err), bi, bo, req, err);
     }
-    int tag = next_tag(c), cap = 0;
+    int tag = next_tag(c), cap = ranged_msgs(c, bounds, lo, hi);
     size_t a, e;
-    part_of(bounds, c->rank, lo, hi, &a, &e);
-#ifdef STRATA_HAVE_MPI
-    for (int r = 0; r < c->size; r++) {
-        size_t pa, pe;
-        part_of(bounds, r, lo, hi, &pa, &pe);
-        if (r != c->rank) cap += msgs(pe - pa) + msgs(e - a);
-    }
-#endif
+    dist_part_of(bounds, c->rank, lo, hi, &a, &e);
     st_comm_req *q = req_new(REQ_REDUCE, cap);
     if (!q || !(q->recv = calloc(ST_DIST_MAX_RANKS + 1, sizeof *q->recv))) {
         req_free(q);
@@ -379,7 +393,7 @@ st_status st_comm_ireduce_scatter_f32(st_comm *c, const float *in, size_t lo, si
     for (int r = 0; r < c->size && !s; r++) {
         if (r == c->rank) continue;
         size_t pa, pe;
-        part_of(bounds, r, lo, hi, &pa, &pe);
+        dist_part_of(bounds, r, lo, hi, &pa, &pe);
         if (n) s = post_recv(c, q, q->recv[r], n, r, tag, err);
         if (!s && pe > pa) s = post_send(c, q, in + pa, pe - pa, r, tag, err);
     }
@@ -402,16 +416,9 @@ st_status st_comm_iallgather_f32(st_comm *c, float *x, size_t lo, size_t hi, con
         ranged_bytes(c, bounds, lo, hi, 1, &bi, &bo);
         return nccl_req(c, nccl_allgather(c->nccl, x, lo, hi, bounds, err), bi, bo, req, err);
     }
-    int tag = next_tag(c), cap = 0;
+    int tag = next_tag(c), cap = ranged_msgs(c, bounds, lo, hi);
     size_t a, e;
-    part_of(bounds, c->rank, lo, hi, &a, &e);
-#ifdef STRATA_HAVE_MPI
-    for (int r = 0; r < c->size; r++) {
-        size_t pa, pe;
-        part_of(bounds, r, lo, hi, &pa, &pe);
-        if (r != c->rank) cap += msgs(pe - pa) + msgs(e - a);
-    }
-#endif
+    dist_part_of(bounds, c->rank, lo, hi, &a, &e);
     st_comm_req *q = req_new(REQ_GATHER, cap);
     if (!q) return st_errf(err, ST_ERR_NOMEM, "out of memory for a gather");
 #ifdef STRATA_HAVE_MPI
@@ -419,7 +426,7 @@ st_status st_comm_iallgather_f32(st_comm *c, float *x, size_t lo, size_t hi, con
     for (int r = 0; r < c->size && !s; r++) {
         if (r == c->rank) continue;
         size_t pa, pe;
-        part_of(bounds, r, lo, hi, &pa, &pe);
+        dist_part_of(bounds, r, lo, hi, &pa, &pe);
         if (pe > pa) s = post_recv(c, q, x + pa, pe - pa, r, tag, err);
         if (!s && e > a) s = post_send(c, q, x + a, e - a, r, tag, err);
     }
@@ -459,21 +466,6 @@ st_status st_comm_exchange_f32(st_comm *c, const st_comm_piece *sends, int ns, c
     return ST_OK;
 #endif
 }
-
-int st_comm_test(st_comm *c, st_comm_req *q) {
-    (void)c;
-    if (!q) return 1;
-#ifdef STRATA_HAVE_MPI
-    if (q->n) {
-        int flag = 0;
-        MPI_Testall(q->n, q->r, &flag, MPI_STATUSES_IGNORE);
-        if (flag) q->n = 0; /* every request is complete (and freed by MPI) */
-        return flag;
-    }
-#endif
-    return 1;
-}
-
 
 /* Progress q without blocking: 1 when complete (summed, counted: free it), 0 when not yet,
  * -1 on an error (a failed MPI call, or the timeout since it was posted, naming the peers
@@ -539,11 +531,9 @@ static void sleep_us(long us) {
 
 st_status st_comm_wait(st_comm *c, st_comm_req *q, const char *phase, st_err *err) {
     if (!q) return ST_OK;
-    double t0 = st_now();
     int spins = 0, rc;
     while ((rc = req_poll(c, q, phase, err)) == 0)
         if (++spins > 64) sleep_us(spins > 4096 ? 200 : 20);
-    c->wait_s += st_now() - t0;
     req_free(q);
     return rc < 0 ? (err->code ? err->code : ST_ERR_IO) : ST_OK;
 }
@@ -648,14 +638,12 @@ st_status st_comm_async_reduce(st_comm *c, const float *in, size_t lo, size_t hi
 }
 
 st_status st_comm_async_wait(st_comm *c, const char *phase, st_err *err) {
-    double t0 = st_now();
     pthread_mutex_lock(&c->mu);
     while (c->busy && !c->async_status) pthread_cond_wait(&c->cv, &c->mu);
     st_status s = c->async_status;
     if (s) *err = c->async_err;
     c->async_status = ST_OK;
     pthread_mutex_unlock(&c->mu);
-    c->wait_s += st_now() - t0;
     (void)phase;
     return s;
 }

@@ -150,18 +150,13 @@ void nccl_close(nccl_comm *n, int abort) {
     free(n);
 }
 
-static void part_of(const size_t *bounds, int r, size_t lo, size_t hi, size_t *a, size_t *e) {
-    *a = bounds[r] > lo ? bounds[r] : lo;
-    *e = bounds[r + 1] < hi ? bounds[r + 1] : hi;
-    if (*e < *a) *e = *a;
-}
 
 #define PIECE ((size_t)1 << 30) /* elements per NCCL or cuBLAS call (counts are int for cuBLAS) */
 
 st_status nccl_reduce_scatter(nccl_comm *n, const float *in, size_t lo, size_t hi, const size_t *bounds, float *out,
                               int accumulate, st_err *err) {
     size_t a, e;
-    part_of(bounds, n->rank, lo, hi, &a, &e);
+    dist_part_of(bounds, n->rank, lo, hi, &a, &e);
     size_t len = e - a, need = (size_t)(n->size - 1) * len;
     cudaError_t ce;
     if (need > n->scratch_n) { /* grow the pieces' buffer (after what uses it now) */
@@ -177,7 +172,7 @@ st_status nccl_reduce_scatter(nccl_comm *n, const float *in, size_t lo, size_t h
     for (int r = 0, k = 0; r < n->size && nr == ncclSuccess; r++) {
         if (r == n->rank) continue;
         size_t pa, pe;
-        part_of(bounds, r, lo, hi, &pa, &pe);
+        dist_part_of(bounds, r, lo, hi, &pa, &pe);
         for (size_t o = 0; o < pe - pa && nr == ncclSuccess; o += PIECE)
             nr = p_ncclSend(in + pa + o, pe - pa - o < PIECE ? pe - pa - o : PIECE, ncclFloat, r, n->comm, n->stream);
         float *dst = n->scratch + (size_t)k++ * len;
@@ -208,12 +203,12 @@ st_status nccl_reduce_scatter(nccl_comm *n, const float *in, size_t lo, size_t h
 
 st_status nccl_allgather(nccl_comm *n, float *x, size_t lo, size_t hi, const size_t *bounds, st_err *err) {
     size_t a, e;
-    part_of(bounds, n->rank, lo, hi, &a, &e);
+    dist_part_of(bounds, n->rank, lo, hi, &a, &e);
     ncclResult_t nr = p_ncclGroupStart();
     for (int r = 0; r < n->size && nr == ncclSuccess; r++) {
         if (r == n->rank) continue;
         size_t pa, pe;
-        part_of(bounds, r, lo, hi, &pa, &pe);
+        dist_part_of(bounds, r, lo, hi, &pa, &pe);
         for (size_t o = 0; o < e - a && nr == ncclSuccess; o += PIECE)
             nr = p_ncclSend(x + a + o, e - a - o < PIECE ? e - a - o : PIECE, ncclFloat, r, n->comm, n->stream);
         for (size_t o = 0; o < pe - pa && nr == ncclSuccess; o += PIECE)

@@ -7,6 +7,9 @@
 
 typedef struct nccl_comm nccl_comm;
 
+/* Rank r's part [*a, *e) of the range [lo, hi) of a vector cut by bounds (comm.c). */
+void dist_part_of(const size_t *bounds, int r, size_t lo, size_t hi, size_t *a, size_t *e);
+
 /* The NCCL communicator of boot's ranks on CUDA device `device` (id from rank 0 over boot). */
 st_status nccl_open(nccl_comm **out, st_comm *boot, int device, st_err *err);
 void nccl_close(nccl_comm *n, int abort);
