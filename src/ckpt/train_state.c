@@ -1,5 +1,6 @@
 /* train_state.c - write and validate train_state.bin (layout in ckpt.h). */
 #include "strata/ckpt.h"
+#include "strata/dist.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -227,13 +228,7 @@ st_status train_state_save_shards_json(const char *dir, int world, int zero, opt
     const char *text = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY);
     char path[4200];
     snprintf(path, sizeof path, "%s/" ST_SHARDS_JSON, dir);
-    st_file_writer w;
-    st_status s = st_file_writer_open(&w, path, err);
-    if (!s) {
-        s = st_file_writer_put(&w, text, strlen(text), err);
-        if (!s) s = st_file_writer_put(&w, "\n", 1, err);
-        s = st_file_writer_close(&w, s, err);
-    }
+    st_status s = st_write_text(path, text, err);
     json_object_put(root);
     return s;
 }
@@ -289,11 +284,7 @@ static st_status prefix_bytes(const optim_segment *segs, int n_segs, optim_state
     if (!x) return ST_OK;
     optim_segment *clip = malloc(sizeof *clip * (size_t)n_segs);
     if (!clip) return st_errf(err, ST_ERR_NOMEM, "out of memory");
-    int k = 0;
-    for (int j = 0; j < n_segs; j++) {
-        size_t a = segs[j].offset, e = a + segs[j].n < x ? a + segs[j].n : x;
-        if (e > a) clip[k++] = (optim_segment){a, e - a, segs[j].weight_decay};
-    }
+    int k = st_zero_clip_segments(segs, n_segs, 0, x, clip);
     optim *o = NULL;
     st_status s = k ? optim_create_unbound(&o, clip, k, fmt, err) : ST_OK;
     if (!s && o) *out = optim_state_buffer_bytes(o, i);

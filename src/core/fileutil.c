@@ -85,6 +85,15 @@ st_status st_file_writer_close(st_file_writer *w, st_status status, st_err *err)
     return st_fsync_dir(dirname(dir), err);
 }
 
+st_status st_write_text(const char *path, const char *text, st_err *err) {
+    st_file_writer w;
+    st_status s = st_file_writer_open(&w, path, err);
+    if (s) return s;
+    s = st_file_writer_put(&w, text, strlen(text), err);
+    if (!s) s = st_file_writer_put(&w, "\n", 1, err);
+    return st_file_writer_close(&w, s, err);
+}
+
 st_status st_mkdirs(const char *path, st_err *err) {
     char buf[4096];
     if (strlen(path) >= sizeof buf) return st_errf(err, ST_ERR_INVALID, "path too long: %s", path);

@@ -25,6 +25,9 @@ st_status st_file_writer_put(st_file_writer *w, const void *data, size_t n, st_e
  * Returns the first failure. */
 st_status st_file_writer_close(st_file_writer *w, st_status status, st_err *err);
 
+/* PATH holds exactly text and a newline, written as above (temporary, fsync, rename). */
+st_status st_write_text(const char *path, const char *text, st_err *err);
+
 /* fsync a directory so a rename inside it is durable. */
 st_status st_fsync_dir(const char *dir, st_err *err);
 /* mkdir -p */

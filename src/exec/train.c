@@ -356,12 +356,9 @@ static st_status save_checkpoint(const train_config *c, const train_dist *d, st_
         snprintf(ckdir, sizeof ckdir, "%s/checkpoints", c->run_dir);
         if ((s = st_fsync_dir(ckdir, err))) goto commit;
         snprintf(path, sizeof path, "%s/checkpoints/latest", c->run_dir);
-        st_file_writer w;
-        if ((s = st_file_writer_open(&w, path, err))) goto commit;
         char name[64];
-        int n = snprintf(name, sizeof name, "step_%08llu\n", (unsigned long long)h->step);
-        s = st_file_writer_put(&w, name, (size_t)n, err);
-        s = st_file_writer_close(&w, s, err);
+        snprintf(name, sizeof name, "step_%08llu", (unsigned long long)h->step);
+        s = st_write_text(path, name, err);
     }
 commit:
     return agree(d, s, "committing the checkpoint", err);
@@ -697,11 +694,7 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     int n_opt_segs = 0;
 
     int threads = c->threads;
-    if (!threads && dist.world > 1) { /* the cores shared by the ranks on this machine */
-        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = (int)(ncpu / st_comm_local_size(dist.comm));
-        if (threads < 1) threads = 1;
-    }
+    if (!threads && dist.world > 1) threads = st_comm_threads(dist.comm); /* the cores shared by the ranks here */
     if ((s = st_backend_cpu_create(&be, threads, err))) goto done;
     {
         /* a preset with overrides, or init_from's shape and weights (GPT-2 or the Llama family) */

@@ -412,13 +412,7 @@ st_status train_config_save_json(const train_config *c, const char *path, st_err
         json_object_object_add(root, k->name, v);
     }
     const char *text = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY);
-    st_file_writer w;
-    st_status s = st_file_writer_open(&w, path, err);
-    if (!s) {
-        s = st_file_writer_put(&w, text, strlen(text), err);
-        if (!s) s = st_file_writer_put(&w, "\n", 1, err);
-        s = st_file_writer_close(&w, s, err);
-    }
+    st_status s = st_write_text(path, text, err);
     json_object_put(root);
     return s;
 }

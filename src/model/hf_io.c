@@ -154,15 +154,6 @@ static const char *torch_dtype_name(st_dtype t) {
 }
 
 /* Write text to path atomically. */
-static st_status write_text(const char *path, const char *text, st_err *err) {
-    st_file_writer w;
-    st_status s = st_file_writer_open(&w, path, err);
-    if (s) return s;
-    s = st_file_writer_put(&w, text, strlen(text), err);
-    if (!s) s = st_file_writer_put(&w, "\n", 1, err);
-    return st_file_writer_close(&w, s, err);
-}
-
 /* Remove the shards an earlier index listed (other than those just written) and the
  * index itself: after a single-file save, a stale index would win on the next load. */
 static void remove_old_shards(const char *dir) {
@@ -243,7 +234,7 @@ st_status llama_save_hf(const llama_model *m, const char *dir, st_dtype dtype, s
         }
         if (!s) {
             snprintf(path, sizeof path, "%s/%s", dir, INDEX_NAME);
-            s = write_text(path, json_object_to_json_string_ext(idx, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED |
+            s = st_write_text(path, json_object_to_json_string_ext(idx, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED |
                                                                     JSON_C_TO_STRING_NOSLASHESCAPE), err);
         }
         json_object_put(idx);
@@ -256,7 +247,7 @@ st_status llama_save_hf(const llama_model *m, const char *dir, st_dtype dtype, s
         char *cfg = hf_config_to_json(&m->cfg, torch_dtype_name(dtype));
         snprintf(path, sizeof path, "%s/config.json", dir);
         /* NULL: a non-finite number (JSON cannot hold one), or out of memory */
-        s = cfg ? write_text(path, cfg, err)
+        s = cfg ? st_write_text(path, cfg, err)
                 : st_errf(err, ST_ERR_INVALID, "%s not written: the model configuration holds a non-finite number "
                           "(rms_norm_eps, rope_theta or rope_scaling), which JSON cannot hold; or memory ran out", path);
         free(cfg);
