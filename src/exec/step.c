@@ -169,6 +169,19 @@ static st_status dist_sumsq(st_step *s, const float *g, size_t lo, size_t hi, do
     return st;
 }
 
+/* One micro-batch's gradient, fresh from zero (the accumulation rule), its forward and
+ * backward timed into r; its mean loss. */
+static float micro_step(st_model *m, const int32_t *in, const int32_t *tg, float dloss, st_step_result *r) {
+    double t0 = st_now();
+    st_model_zero_grad(m);
+    float mean = m->ops->forward(m, in, tg, dloss);
+    double t1 = st_now();
+    m->ops->backward(m);
+    r->forward_s += t1 - t0;
+    r->backward_s += st_now() - t1;
+    return mean;
+}
+
 /* The backward hook of the ranks' step: each block's range of the gradient, once complete,
  * queued for reduction on the communication thread (the sum of the earlier micro-batches
  * added first where ZeRO 0 and 1 kept it here). */
@@ -255,14 +268,7 @@ static st_status step_run_dist(st_step *s, int n_micro, size_t N, const int32_t 
             m->grad_hook = dist_grad_ready;
             m->grad_hook_ctx = &dh;
         }
-        double t0 = st_now();
-        st_model_zero_grad(m);
-        float mean = m->ops->forward(m, in, tg, dloss);
-        double t1 = st_now();
-        m->ops->backward(m);
-        double t2 = st_now();
-        r->forward_s += t1 - t0;
-        r->backward_s += t2 - t1;
+        float mean = micro_step(m, in, tg, dloss, r);
         st_failpoint("dist_backward_done"); /* tests: a rank lost mid-step */
         /* the step's loss: this micro-batch's share, the shares of all ranks summed in rank
          * order below (one micro-batch a rank: the one process's order exactly) */
@@ -349,14 +355,7 @@ st_status st_step_run(st_step *s, int n_micro, int B, int T, const int32_t *inpu
     double loss = 0;
     for (int k = 0; k < n_micro; k++) {
         const int32_t *in = inputs + (size_t)k * N, *tg = targets + (size_t)k * N;
-        double t0 = st_now();
-        st_model_zero_grad(m);
-        float mean = m->ops->forward(m, in, tg, dloss);
-        double t1 = st_now();
-        m->ops->backward(m);
-        double t2 = st_now();
-        r->forward_s += t1 - t0;
-        r->backward_s += t2 - t1;
+        float mean = micro_step(m, in, tg, dloss, r);
         if (n_micro > 1) {
             prof_span pa = prof_begin(PROF_CAT_OPTIM, "accumulate", k);
             accumulate(s->gacc, m->grads, m->n_params, k == 0 ? 0 : k < n_micro - 1 ? 1 : 2);
