@@ -233,6 +233,20 @@ static int glpk_quiet_hook(void *info, const char *s) {
 static void glpk_error_hook(void *info) { longjmp(*(jmp_buf *)info, 1); }
 #endif
 
+/* The plan is the best simple one (GLPK failed or found none of its own): its prediction,
+ * not optimal, no program objective. */
+static st_status take_simple(const st_arch *a, int B, int T, const plan_profile *hw, const stream_plan *simple,
+                             size_t device_budget, double t0, stream_plan *out, plan_prediction *pred, st_err *err) {
+    *out = *simple;
+    st_status s = plan_predict(a, B, T, hw, out, pred, err);
+    if (s) return s;
+    pred->program_s = NAN;
+    pred->device_budget = device_budget;
+    pred->optimal = 0;
+    pred->solve_s = st_now() - t0;
+    return ST_OK;
+}
+
 st_status plan_stream_ex(const st_arch *a, int B, int T, size_t device_budget, const plan_profile *hw,
                          const plan_options *opt, stream_plan *out, plan_prediction *pred, st_err *err) {
     double t0 = st_now();
@@ -459,12 +473,7 @@ st_status plan_stream_ex(const st_arch *a, int B, int T, size_t device_budget, c
                             "plan fits the budget of %zu bytes", device_budget);
                 break;
             }
-            *out = *simple;
-            if ((s = plan_predict(a, B, T, hw, out, pred, err))) break;
-            pred->program_s = NAN;
-            pred->device_budget = device_budget;
-            pred->optimal = 0;
-            pred->solve_s = st_now() - t0;
+            if ((s = take_simple(a, B, T, hw, simple, device_budget, t0, out, pred, err))) break;
             solved = 1;
             break;
         }
@@ -474,12 +483,7 @@ st_status plan_stream_ex(const st_arch *a, int B, int T, size_t device_budget, c
         int st = glp_mip_status(lp);
         if (st != GLP_OPT && st != GLP_FEAS && si >= 0) { /* no solution of its own: the simple plan */
             glp_delete_prob(lp);
-            *out = *simple;
-            if ((s = plan_predict(a, B, T, hw, out, pred, err))) break;
-            pred->program_s = NAN;
-            pred->device_budget = device_budget;
-            pred->optimal = 0;
-            pred->solve_s = st_now() - t0;
+            if ((s = take_simple(a, B, T, hw, simple, device_budget, t0, out, pred, err))) break;
             solved = 1;
             break;
         }
