@@ -15,7 +15,9 @@
 # - with the disk state (each rank's shard in its own store) ZeRO 1 and 2 give the same bits;
 #   a rank killed before its update leaves the stores one step apart, and the resume returns
 #   the ahead one to its previous commit and continues exactly;
-# - ranks given different configurations are refused at start, naming the key.
+# - ranks given different configurations are refused at start, naming the key; a corrupt
+#   shards.json, a missing rank file, a disk state resumed at another world size, layer
+#   streaming under ranks and --zero 3 are refused naming what is wrong.
 # Skips (77) where mpirun is missing or strata was built without MPI.
 set -u
 S=${STRATA_BIN:?STRATA_BIN not set}
@@ -173,6 +175,32 @@ else
   check '[ $dt -le 60 ]' "hang: the job took $dt s to end"
   check 'grep -q "nothing from rank 1 within 3 s" "$T/hang.out"' "hang: no error names rank 1: $(grep -m3 strata "$T/hang.out")"
 fi
+
+# --- bad inputs, each refused with an error naming what is wrong
+cp -r "$T/z1_f32" "$T/bad1"
+echo '{"format":"strata-shards","world":2,"bounds":[0,5]}' >"$T/bad1/checkpoints/$LAST/shards.json"
+"$S" train $A --resume "$T/bad1" --steps $((STEPS + 1)) >"$T/bad1.out" 2>&1
+rc=$?
+check '[ $rc -ne 0 ] && grep -q "shards.json: keys .world. and .bounds." "$T/bad1.out"' \
+  "a corrupt shards.json: no error naming it: $(tail -2 "$T/bad1.out")"
+cp -r "$T/z1_f32" "$T/bad2"
+rm "$T/bad2/checkpoints/$LAST/train_state.rank00001.bin"
+"$S" train $A --resume "$T/bad2" --steps $((STEPS + 1)) >"$T/bad2.out" 2>&1
+rc=$?
+check '[ $rc -ne 0 ] && grep -q "train_state.rank00001.bin: cannot open" "$T/bad2.out"' \
+  "a missing rank file: no error naming it: $(tail -2 "$T/bad2.out")"
+$MPI -np 3 "$S" train $A --zero 1 --state_paths "$T/disk1a,$T/disk1b" --resume "$T/zd1" --run_dir "$T/zd1" \
+  >"$T/bad3.out" 2>&1
+rc=$?
+check '[ $rc -ne 0 ] && grep -q "no state for rank 0 of 3 in .*rank0-of-3; a disk state resumes at the number of ranks" "$T/bad3.out"' \
+  "a disk state resumed at another world size: no clear error: $(grep -m1 strata "$T/bad3.out")"
+$MPI -np 2 "$S" train $A --device_budget 1e9 --run_dir "$T/bad4" >"$T/bad4.out" 2>&1
+rc=$?
+check '[ $rc -ne 0 ] && grep -q "key .device_budget. with 2 ranks" "$T/bad4.out"' \
+  "device_budget with ranks: not refused clearly: $(grep -m1 strata "$T/bad4.out")"
+"$S" train $A --zero 3 --run_dir "$T/bad5" >"$T/bad5.out" 2>&1
+rc=$?
+check '[ $rc -ne 0 ] && grep -q "zero" "$T/bad5.out"' "--zero 3 accepted: $(tail -1 "$T/bad5.out")"
 
 # --- ranks given different configurations
 $MPI -np 1 "$S" train $A --run_dir "$T/cfg" : -np 1 "$S" train $A --seed 7 --run_dir "$T/cfg" >"$T/cfg.out" 2>&1
