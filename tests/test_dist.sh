@@ -71,6 +71,12 @@ for fmt in f32 8bit; do
     same_run "$T/ref2_$fmt" "$T/z${z}_$fmt" "2 ranks, zero $z, $fmt"
   done
 done
+# the weights gathered after an update arrive while the next forward runs, which waits for
+# each part as it reaches it: with every gather held back 30 ms, a forward that did not wait
+# would compute with the old weights of the other rank's shard
+$MPI -np 2 env STRATA_COMM_DELAY_MS=30 "$S" train $A --zero 1 --run_dir "$T/z1_slow" >>"$T/mpi.out" 2>&1 ||
+  { echo "FAIL: 2 ranks, gathers held back: $(tail -4 "$T/mpi.out")"; fail=1; }
+same_run "$T/ref2_f32" "$T/z1_slow" "2 ranks, zero 1, every weights gather held back 30 ms"
 check '[ -f "$T/z1_f32/checkpoints/$LAST/shards.json" ] && [ -f "$T/z1_f32/checkpoints/$LAST/train_state.rank00001.bin" ]' \
   "zero 1: no per-rank state files and description in the checkpoint"
 check '[ "$(jq -r .world "$T/z1_f32/checkpoints/$LAST/shards.json")" = 2 ]' "shards.json does not say world 2"

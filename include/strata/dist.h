@@ -105,12 +105,20 @@ st_status st_comm_exchange_f32(st_comm *c, const st_comm_piece *sends, int ns, c
                                const char *phase, st_err *err);
 /* The communication thread: st_comm_ireduce_scatter_f32's reduction queued to a thread of
  * the comm's own, which posts it, progresses it and sums it while the caller computes (the
- * gradient of one block reduced while the blocks below run backward). Until
- * st_comm_async_wait returns the caller makes no other call on c. The wait returns the
- * first error of any queued reduction. */
+ * gradient of one block reduced while the blocks below run backward). The wait returns
+ * once everything queued is complete, or with the first error of any. */
 st_status st_comm_async_reduce(st_comm *c, const float *in, size_t lo, size_t hi, const size_t *bounds, float *out,
                                int accumulate, st_err *err);
 st_status st_comm_async_wait(st_comm *c, const char *phase, st_err *err);
+/* A ranged all-gather (st_comm_iallgather_f32) queued to the same thread, in order after
+ * what is queued; *ticket names it. st_comm_async_wait_ticket(c, t) returns once every
+ * operation queued up to ticket t is complete (the weights of the blocks up to one, while
+ * the later ones still travel), or with the first error. While the thread has work, the
+ * small collectives (barrier, bcast, allgather, allreduce_f64) go through it and return
+ * when they are done; the other operations first wait until it is idle. */
+st_status st_comm_async_gather(st_comm *c, float *x, size_t lo, size_t hi, const size_t *bounds, uint64_t *ticket,
+                               st_err *err);
+st_status st_comm_async_wait_ticket(st_comm *c, uint64_t ticket, st_err *err);
 /* The blocking forms. */
 st_status st_comm_reduce_scatter_f32(st_comm *c, const float *in, size_t lo, size_t hi, const size_t *bounds,
                                      float *out, int accumulate, const char *phase, st_err *err);

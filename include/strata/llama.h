@@ -139,6 +139,10 @@ size_t llama_act_bytes(const llama_config *cfg, int B, int T);
 /* As gpt2_forward / gpt2_backward: mean loss over targets >= 0; dloss != 0 turns the
  * logits into their gradient for llama_backward, which accumulates (+=) into grads. */
 float llama_forward(llama_model *m, const int32_t *inputs, const int32_t *targets, float dloss);
+/* The same, calling hook (when not NULL) before the weights of each part are read
+ * (st_model.weight_hook). */
+float llama_forward_hooked(llama_model *m, const int32_t *inputs, const int32_t *targets, float dloss,
+                           void (*hook)(void *ctx, size_t offset, size_t n), void *ctx);
 void llama_backward(llama_model *m);
 /* The same, calling hook (when not NULL) after each block (st_grad_hook, model.h). */
 void llama_backward_hooked(llama_model *m, void (*hook)(void *ctx, size_t offset, size_t n), void *ctx);

@@ -136,6 +136,10 @@ size_t gpt2_scratch_bytes(const gpt2_config *cfg, int B, int T);
  * target is >= 0. If dloss != 0 the logits are replaced by their gradient scaled by
  * dloss (call gpt2_backward next). Host pointers to int32 token ids. */
 float gpt2_forward(gpt2_model *m, const int32_t *inputs, const int32_t *targets, float dloss);
+/* The same, calling hook (when not NULL) before the weights of each part are read
+ * (st_model.weight_hook). */
+float gpt2_forward_hooked(gpt2_model *m, const int32_t *inputs, const int32_t *targets, float dloss,
+                          void (*hook)(void *ctx, size_t offset, size_t n), void *ctx);
 /* Accumulate parameter gradients (+=) for the last forward. */
 void gpt2_backward(gpt2_model *m);
 /* The same, calling hook (when not NULL) after each block (st_grad_hook). */
@@ -280,6 +284,11 @@ struct st_model {
     void *impl;
     st_grad_hook grad_hook; /* NULL: none */
     void *grad_hook_ctx;
+    /* Called by forward before it first reads the weights [offset, offset + n): the
+     * embeddings, each block, then what follows the blocks, in increasing order (data
+     * parallel waits there for the weights the ranks gather after their update). */
+    st_grad_hook weight_hook; /* NULL: none */
+    void *weight_hook_ctx;
 };
 
 /* Shape overrides for a preset; 0 keeps the preset's value. */

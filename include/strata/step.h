@@ -75,6 +75,17 @@ typedef struct st_step {
     size_t lo, hi;             /* this rank's shard */
     float *shard;              /* the summed gradient on this rank's shard */
     double *parts;             /* the norm's partial sums, one per OPTIM_SUMSQ_CHUNK */
+    /* zero 1 and 2 with overlap_gather: the updated weights are gathered part by part (the
+     * embeddings, each block, the rest) on the communication thread while the next step's
+     * forward waits for each part as it reaches it (st_step_sync waits for all) */
+    int overlap_gather;
+    size_t *cuts;              /* the parts' starts (the blocks' offsets, from the backward hook), then n_params */
+    int n_cuts, cap_cuts;
+    uint64_t *gticket;         /* per part: the gather in flight (0: none) */
+    int g_next;                /* the first part not yet waited for */
+    double gwait_s;            /* the forward's waits, this step */
+    st_status gst;             /* the first error of a wait in the forward */
+    st_err gerr;
 } st_step;
 
 typedef struct st_step_hp {
@@ -108,10 +119,15 @@ void st_step_free(st_step *s);
  * process with N times the micro-batches. zero 0: the gradient all-reduced, opt (or the
  * store) holds the whole state on every rank; zero 1 and 2: opt (or the store) holds the
  * shard [bounds[rank], bounds[rank + 1]) only (its segments clipped to it,
- * st_zero_clip_segments, counted from the shard's start), the updated weights are gathered after the update; zero 2 keeps
+ * st_zero_clip_segments, counted from the shard's start), the updated weights are gathered
+ * after the update (overlap_gather = 1: during the next forward); zero 2 keeps
  * only the shard of the running gradient sum (no gacc), reducing each micro-batch as it
  * ends, so it is also bit-identical to one process at grad_accum N x max_micro. */
 st_status st_step_set_dist(st_step *s, struct st_comm *comm, int zero, const size_t *bounds, st_err *err);
+/* Data parallel with overlap_gather: wait until the weights gathered after the last update
+ * are all here. Call it before anything but the next st_step_run reads the model's weights
+ * (an evaluation, a checkpoint, an export) and before st_step_free. Otherwise a no-op. */
+st_status st_step_sync(st_step *s, st_err *err);
 
 /* One step over n_micro micro-batches of B x T (inputs and targets n_micro x B x T ids,
  * micro-batch after micro-batch; a target < 0 is ignored). */

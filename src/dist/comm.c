@@ -23,29 +23,47 @@
 
 enum { REQ_REDUCE = 1, REQ_GATHER = 2, REQ_SMALL = 3, REQ_NCCL = 4 };
 
-/* A reduction queued for the communication thread (st_comm_async_reduce). */
+/* An operation queued for the communication thread: a reduction (st_comm_async_reduce), a
+ * gather (st_comm_async_gather) or a small collective a caller waits on (small_exchange
+ * while the thread runs). Each has a ticket, in queue order. */
+enum { TASK_REDUCE = 1, TASK_GATHER = 2, TASK_SMALL = 3 };
 typedef struct async_task {
-    const float *in;
+    int kind;
+    uint64_t ticket;
+    const float *in; /* reduce: the gradient */
+    float *x;        /* gather: the vector */
     size_t lo, hi;
     const size_t *bounds;
     float *out;
     int accumulate;
+    const void *send; /* small */
+    size_t bytes;
+    void *recv;
+    int root;
+    const char *phase;
+    double queued_at;
 } async_task;
 
 static void async_stop(st_comm *c);
+static st_status settle(st_comm *c, st_err *err);
 
 struct st_comm {
     int rank, size, local_size, mpi;
     double timeout_s;
     uint64_t sent, received;
-    unsigned seq;
+    unsigned seq, seq_small; /* tags: 1..30000 for most operations; 30001..32000 for the small ones
+                                the communication thread posts ahead of queued ones */
     /* the communication thread (started at the first st_comm_async_reduce) */
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int started, stop;
     async_task *tasks;   /* queued, not yet posted */
-    int n_tasks, cap_tasks, busy; /* busy: tasks posted and not complete */
+    int n_tasks, cap_tasks, busy; /* busy: tasks queued or posted and not complete */
+    uint64_t next_ticket;
+    long test_delay_us;  /* STRATA_COMM_DELAY_MS (tests): each queued gather posted that much later */
+    uint64_t *inflight;  /* the tickets taken by the thread and not complete */
+    int n_inflight, cap_inflight;
     st_status async_status;
     st_err async_err;
     nccl_comm *nccl;     /* st_comm_open_nccl: the ranged operations on device memory */
@@ -111,6 +129,8 @@ st_status st_comm_open(st_comm **out, double timeout_s, st_err *err) {
     st_comm_set_timeout(c, timeout_s);
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
+    const char *delay = getenv("STRATA_COMM_DELAY_MS");
+    if (delay && atol(delay) > 0 && atol(delay) < 10000) c->test_delay_us = atol(delay) * 1000;
     if (!launched()) {
         *out = c;
         return ST_OK;
@@ -177,6 +197,7 @@ void st_comm_close(st_comm *c) {
         pthread_mutex_destroy(&c->mu);
         pthread_cond_destroy(&c->cv);
         free(c->tasks);
+        free(c->inflight);
         free(c);
         return;
     }
@@ -191,6 +212,7 @@ void st_comm_close(st_comm *c) {
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     free(c->tasks);
+    free(c->inflight);
     free(c);
 }
 
@@ -357,6 +379,8 @@ static void ranged_bytes(const st_comm *c, const size_t *bounds, size_t lo, size
 st_status st_comm_ireduce_scatter_f32(st_comm *c, const float *in, size_t lo, size_t hi, const size_t *bounds,
                                       float *out, int accumulate, st_comm_req **req, st_err *err) {
     *req = NULL;
+    st_status s0 = settle(c, err);
+    if (s0) return s0;
     if (c->nccl) {
         uint64_t bi, bo;
         ranged_bytes(c, bounds, lo, hi, 0, &bi, &bo);
@@ -411,6 +435,8 @@ st_status st_comm_ireduce_scatter_f32(st_comm *c, const float *in, size_t lo, si
 st_status st_comm_iallgather_f32(st_comm *c, float *x, size_t lo, size_t hi, const size_t *bounds,
                                  st_comm_req **req, st_err *err) {
     *req = NULL;
+    st_status s0 = settle(c, err);
+    if (s0) return s0;
     if (c->nccl) {
         uint64_t bi, bo;
         ranged_bytes(c, bounds, lo, hi, 1, &bi, &bo);
@@ -445,6 +471,8 @@ st_status st_comm_iallgather_f32(st_comm *c, float *x, size_t lo, size_t hi, con
 st_status st_comm_exchange_f32(st_comm *c, const st_comm_piece *sends, int ns, const st_comm_piece *recvs, int nr,
                                const char *phase, st_err *err) {
     if (c->boot) return st_comm_exchange_f32(c->boot, sends, ns, recvs, nr, phase, err); /* host memory */
+    st_status s0 = settle(c, err);
+    if (s0) return s0;
     int tag = next_tag(c);
     if (c->size == 1) return ST_OK;
 #ifdef STRATA_HAVE_MPI
@@ -525,7 +553,7 @@ static int req_poll(st_comm *c, st_comm_req *q, const char *phase, st_err *err) 
 }
 
 static void sleep_us(long us) {
-    struct timespec ts = {0, us * 1000};
+    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
     nanosleep(&ts, NULL);
 }
 
@@ -540,51 +568,153 @@ st_status st_comm_wait(st_comm *c, st_comm_req *q, const char *phase, st_err *er
 
 /* ------------------------------------------------------------------ the communication thread
  * The compute thread queues reductions (each as its range of the gradient is complete) and
- * goes on computing; this thread posts them, progresses them and sums each as it arrives.
- * Between st_comm_async_reduce and st_comm_async_wait the compute thread makes no other
- * call on the comm, so MPI is never entered by two threads at once (MPI_THREAD_SERIALIZED). */
+ * gathers (each block's updated weights, waited for as the next forward reaches the block)
+ * and goes on computing; this thread posts them in queue order, progresses them and sums
+ * each reduction as it arrives. While it has work, every other operation either goes
+ * through it (the small collectives: queued, then waited for alone) or waits until it is
+ * idle (settle), so MPI is never entered by two threads at once (MPI_THREAD_SERIALIZED)
+ * and every rank posts the same operations in the same order (the tags agree). */
+
+static int on_thread(const st_comm *c) { return c->started && pthread_equal(pthread_self(), c->thread); }
+
+static st_status small_post(st_comm *c, const void *send, size_t bytes, void *recv, int root, const char *phase,
+                            int own_tags, st_comm_req **out, st_err *err);
+
+/* Post one queued task (on the thread). */
+static st_status task_post(st_comm *c, const async_task *t, st_comm_req **q, st_err *e) {
+    st_status s;
+    switch (t->kind) {
+    case TASK_REDUCE: s = st_comm_ireduce_scatter_f32(c, t->in, t->lo, t->hi, t->bounds, t->out, t->accumulate, q, e);
+        break;
+    case TASK_GATHER: s = st_comm_iallgather_f32(c, t->x, t->lo, t->hi, t->bounds, q, e); break;
+    default: return small_post(c, t->send, t->bytes, t->recv, t->root, t->phase, 1, q, e);
+    }
+    if (!s && *q) (*q)->bytes_in = (*q)->bytes_out = 0; /* counted when queued */
+    return s;
+}
+
+static void inflight_drop(st_comm *c, uint64_t t) {
+    for (int i = 0; i < c->n_inflight; i++)
+        if (c->inflight[i] == t) {
+            c->inflight[i] = c->inflight[--c->n_inflight];
+            return;
+        }
+}
+
+/* Room for one more in flight. */
+static int fly_room(st_comm_req ***fly, async_task **flyt, int nfly, int *capfly) {
+    if (nfly < *capfly) return 1;
+    int cap = *capfly ? 2 * *capfly : 64;
+    st_comm_req **p = realloc(*fly, sizeof *p * (size_t)cap);
+    if (p) *fly = p;
+    async_task *pt = p ? realloc(*flyt, sizeof *pt * (size_t)cap) : NULL;
+    if (pt) *flyt = pt;
+    if (!p || !pt) return 0;
+    *capfly = cap;
+    return 1;
+}
 
 static void *async_main(void *arg) {
     st_comm *c = arg;
     st_comm_req **fly = NULL;
-    int nfly = 0, capfly = 0, idle = 0;
+    async_task *flyt = NULL; /* the task of each request in flight */
+    async_task *later = NULL; /* taken, not yet posted: the ranged operations, in queue order */
+    int nfly = 0, capfly = 0, idle = 0, nlater = 0, caplater = 0;
     pthread_mutex_lock(&c->mu);
     for (;;) {
-        while (!c->stop && !c->n_tasks && !nfly) pthread_cond_wait(&c->cv, &c->mu);
-        if (c->stop && !c->n_tasks && !nfly) break;
+        while (!c->stop && !c->n_tasks && !nfly && !nlater) pthread_cond_wait(&c->cv, &c->mu);
+        if (c->stop && !c->n_tasks && !nfly && !nlater) break;
+        st_err e = {0};
+        st_status s = ST_OK;
         int nt = c->n_tasks;
         async_task *tk = NULL;
         if (nt && (tk = malloc(sizeof *tk * (size_t)nt))) {
-            memcpy(tk, c->tasks, sizeof *tk * (size_t)nt);
-            c->n_tasks = 0;
+            uint64_t *p = c->inflight;
+            if (c->n_inflight + nt > c->cap_inflight) {
+                int cap = 2 * (c->n_inflight + nt);
+                if ((p = realloc(c->inflight, sizeof *p * (size_t)cap))) {
+                    c->inflight = p;
+                    c->cap_inflight = cap;
+                }
+            }
+            if (nlater + nt > caplater) {
+                int cap = 2 * (nlater + nt);
+                async_task *pl = realloc(later, sizeof *pl * (size_t)cap);
+                if (pl) {
+                    later = pl;
+                    caplater = cap;
+                } else p = NULL;
+            }
+            if (p) {
+                memcpy(tk, c->tasks, sizeof *tk * (size_t)nt);
+                for (int i = 0; i < nt; i++) c->inflight[c->n_inflight++] = tk[i].ticket;
+                c->n_tasks = 0;
+            } else {
+                free(tk);
+                tk = NULL;
+                nt = 0;
+            }
         } else nt = 0;
         pthread_mutex_unlock(&c->mu);
-        st_err e = {0};
-        st_status s = ST_OK;
+        /* the small collectives at once (their own tags; a caller waits on each), the ranged
+         * operations in queue order behind the ones taken earlier */
         for (int i = 0; i < nt && !s; i++) {
-            st_comm_req *q;
-            s = st_comm_ireduce_scatter_f32(c, tk[i].in, tk[i].lo, tk[i].hi, tk[i].bounds, tk[i].out, tk[i].accumulate,
-                                            &q, &e);
-            if (s) break;
-            q->serial = 1;
-            if (nfly == capfly) {
-                st_comm_req **p = realloc(fly, sizeof *p * (size_t)(capfly = capfly ? 2 * capfly : 64));
-                if (!p) {
-                    req_free(q);
-                    s = st_errf(&e, ST_ERR_NOMEM, "out of memory");
-                    break;
-                }
-                fly = p;
+            if (tk[i].kind != TASK_SMALL) {
+                later[nlater++] = tk[i];
+                continue;
             }
-            fly[nfly++] = q;
+            st_comm_req *q;
+            if (!fly_room(&fly, &flyt, nfly, &capfly)) s = st_errf(&e, ST_ERR_NOMEM, "out of memory");
+            else if (!(s = task_post(c, &tk[i], &q, &e))) {
+                if (q) {
+                    q->serial = 1;
+                    flyt[nfly] = tk[i];
+                    fly[nfly++] = q;
+                } else {
+                    pthread_mutex_lock(&c->mu);
+                    inflight_drop(c, tk[i].ticket);
+                    pthread_mutex_unlock(&c->mu);
+                }
+            }
         }
         free(tk);
-        int progressed = 0, finished = 0;
+        int posted = 0;
+        while (posted < nlater && !s) {
+            async_task *t = &later[posted];
+            /* tests (STRATA_COMM_DELAY_MS): a gather posted that long after it was queued, as
+             * over a slow link; what follows it waits behind it, the small ones do not */
+            if (t->kind == TASK_GATHER && c->test_delay_us && st_now() - t->queued_at < c->test_delay_us * 1e-6) break;
+            st_comm_req *q;
+            if (!fly_room(&fly, &flyt, nfly, &capfly)) {
+                s = st_errf(&e, ST_ERR_NOMEM, "out of memory");
+                break;
+            }
+            if ((s = task_post(c, t, &q, &e))) break;
+            posted++;
+            if (!q) { /* nothing to wait for */
+                pthread_mutex_lock(&c->mu);
+                inflight_drop(c, t->ticket);
+                pthread_mutex_unlock(&c->mu);
+                continue;
+            }
+            q->serial = 1;
+            flyt[nfly] = *t;
+            fly[nfly++] = q;
+        }
+        if (posted) memmove(later, later + posted, sizeof *later * (size_t)(nlater -= posted));
+        int progressed = posted > 0, finished = 0;
         for (int i = 0; i < nfly && !s; i++) {
-            int rc = req_poll(c, fly[i], "gradient reduce", &e);
+            const char *phase = flyt[i].kind == TASK_REDUCE   ? "gradient reduce"
+                                : flyt[i].kind == TASK_GATHER ? "weights gather"
+                                                              : flyt[i].phase;
+            int rc = req_poll(c, fly[i], phase, &e);
             if (rc < 0) s = e.code ? e.code : ST_ERR_IO;
             else if (rc > 0) {
                 req_free(fly[i]);
+                pthread_mutex_lock(&c->mu);
+                inflight_drop(c, flyt[i].ticket);
+                pthread_mutex_unlock(&c->mu);
+                flyt[i] = flyt[nfly - 1];
                 fly[i--] = fly[--nfly];
                 progressed = finished = 1;
             }
@@ -596,11 +726,12 @@ static void *async_main(void *arg) {
                 c->async_err = e;
             }
             for (int i = 0; i < nfly; i++) req_free(fly[i]);
-            nfly = 0;
+            nfly = nlater = 0;
+            c->n_inflight = 0;
         }
-        if (finished || s || nt) c->busy = nfly + c->n_tasks;
-        if (!c->busy && !nfly) pthread_cond_broadcast(&c->cv);
-        if (nfly && !progressed) { /* nothing arrived: let the compute run */
+        if (finished || s || nt) c->busy = c->n_inflight + c->n_tasks;
+        if (finished || s || !c->busy) pthread_cond_broadcast(&c->cv);
+        if ((nfly || nlater) && !progressed) { /* nothing arrived: let the compute run */
             pthread_mutex_unlock(&c->mu);
             /* the peers post as their backward reaches the same block: back off to 1 ms, so the
              * polling costs the compute core little (a few hundred wakeups a second) */
@@ -610,11 +741,12 @@ static void *async_main(void *arg) {
     }
     pthread_mutex_unlock(&c->mu);
     free(fly);
+    free(flyt);
+    free(later);
     return NULL;
 }
 
-st_status st_comm_async_reduce(st_comm *c, const float *in, size_t lo, size_t hi, const size_t *bounds, float *out,
-                               int accumulate, st_err *err) {
+static st_status queue_task(st_comm *c, async_task t, uint64_t *ticket, st_err *err) {
     pthread_mutex_lock(&c->mu);
     st_status s = ST_OK;
     if (!c->started) {
@@ -624,17 +756,65 @@ st_status st_comm_async_reduce(st_comm *c, const float *in, size_t lo, size_t hi
         else c->started = 1;
     }
     if (!s && c->n_tasks == c->cap_tasks) {
-        async_task *p = realloc(c->tasks, sizeof *p * (size_t)(c->cap_tasks = c->cap_tasks ? 2 * c->cap_tasks : 64));
+        int cap = c->cap_tasks ? 2 * c->cap_tasks : 64;
+        async_task *p = realloc(c->tasks, sizeof *p * (size_t)cap);
         if (!p) s = st_errf(err, ST_ERR_NOMEM, "out of memory");
-        else c->tasks = p;
+        else {
+            c->tasks = p;
+            c->cap_tasks = cap;
+        }
+    }
+    if (!s && t.kind != TASK_SMALL && c->size > 1) {
+        /* a reduction's or gather's bytes count when queued, on the caller's thread: a step's
+         * figures hold its own operations, wherever their completion falls */
+        uint64_t in, out;
+        ranged_bytes(c, t.bounds, t.lo, t.hi, t.kind == TASK_GATHER, &in, &out);
+        c->sent += out;
+        c->received += in;
     }
     if (!s) {
-        c->tasks[c->n_tasks++] = (async_task){in, lo, hi, bounds, out, accumulate};
+        t.ticket = ++c->next_ticket;
+        t.queued_at = st_now();
+        if (ticket) *ticket = t.ticket;
+        c->tasks[c->n_tasks++] = t;
         c->busy++;
         pthread_cond_broadcast(&c->cv);
     }
     pthread_mutex_unlock(&c->mu);
     return s;
+}
+
+st_status st_comm_async_reduce(st_comm *c, const float *in, size_t lo, size_t hi, const size_t *bounds, float *out,
+                               int accumulate, st_err *err) {
+    return queue_task(c, (async_task){.kind = TASK_REDUCE, .in = in, .lo = lo, .hi = hi, .bounds = bounds, .out = out,
+                                      .accumulate = accumulate}, NULL, err);
+}
+
+st_status st_comm_async_gather(st_comm *c, float *x, size_t lo, size_t hi, const size_t *bounds, uint64_t *ticket,
+                               st_err *err) {
+    return queue_task(c, (async_task){.kind = TASK_GATHER, .x = x, .lo = lo, .hi = hi, .bounds = bounds}, ticket, err);
+}
+
+/* Is a task with ticket t (upto: any ticket <= t) still queued or in flight? Under c->mu. */
+static int pending(const st_comm *c, uint64_t t, int upto) {
+    for (int i = 0; i < c->n_tasks; i++)
+        if (upto ? c->tasks[i].ticket <= t : c->tasks[i].ticket == t) return 1;
+    for (int i = 0; i < c->n_inflight; i++)
+        if (upto ? c->inflight[i] <= t : c->inflight[i] == t) return 1;
+    return 0;
+}
+
+static st_status wait_ticket(st_comm *c, uint64_t t, int upto, st_err *err) {
+    pthread_mutex_lock(&c->mu);
+    while (!c->async_status && pending(c, t, upto)) pthread_cond_wait(&c->cv, &c->mu);
+    st_status s = c->async_status;
+    if (s) *err = c->async_err; /* stays: the job is ending */
+    pthread_mutex_unlock(&c->mu);
+    return s;
+}
+
+st_status st_comm_async_wait_ticket(st_comm *c, uint64_t ticket, st_err *err) {
+    return ticket ? wait_ticket(c, ticket, 1, err) : ST_OK;
 }
 
 st_status st_comm_async_wait(st_comm *c, const char *phase, st_err *err) {
@@ -646,6 +826,15 @@ st_status st_comm_async_wait(st_comm *c, const char *phase, st_err *err) {
     pthread_mutex_unlock(&c->mu);
     (void)phase;
     return s;
+}
+
+/* Before an operation posted from the caller's thread: the communication thread idle. */
+static st_status settle(st_comm *c, st_err *err) {
+    if (!c->started || on_thread(c)) return ST_OK;
+    pthread_mutex_lock(&c->mu);
+    int busy = c->busy || c->async_status;
+    pthread_mutex_unlock(&c->mu);
+    return busy ? st_comm_async_wait(c, "settle", err) : ST_OK;
 }
 
 static void async_stop(st_comm *c) {
@@ -676,13 +865,15 @@ st_status st_comm_allgather_f32(st_comm *c, float *x, size_t lo, size_t hi, cons
  * Point to point to and from every peer (not MPI's collectives), so that a wait that ends
  * at the timeout knows, and names, the ranks that sent nothing. Small data only. */
 
-static st_status small_exchange(st_comm *c, const void *send, size_t bytes, void *recv, int root, const char *phase,
-                                st_err *err) {
+/* Post a small exchange (root < 0: every rank sends to every other, recv: size x bytes in
+ * rank order; else root sends to the others); *out NULL when there is nothing to wait for. */
+static st_status small_post(st_comm *c, const void *send, size_t bytes, void *recv, int root, const char *phase,
+                            int own_tags, st_comm_req **out, st_err *err) {
+    *out = NULL;
 #ifdef STRATA_HAVE_MPI
-    /* root < 0: every rank sends to every other (recv: size x bytes, rank order); else root sends */
     if (bytes > (size_t)1 << 30)
         return st_errf(err, ST_ERR_INVALID, "%s: %zu bytes a rank; at most 1 GiB", phase, bytes);
-    int tag = next_tag(c);
+    int tag = own_tags ? 30001 + (int)(c->seq_small++ % 2000u) : next_tag(c);
     st_comm_req *q = req_new(REQ_SMALL, 2 * c->size);
     if (!q) return st_errf(err, ST_ERR_NOMEM, "out of memory");
     int rc = MPI_SUCCESS;
@@ -704,11 +895,24 @@ static st_status small_exchange(st_comm *c, const void *send, size_t bytes, void
         req_free(q);
         return mpi_fail(c, rc, phase, -1, err);
     }
-    return st_comm_wait(c, q, phase, err);
+    *out = q;
 #else
-    (void)c, (void)send, (void)bytes, (void)recv, (void)root, (void)phase, (void)err;
-    return ST_OK;
+    (void)c, (void)send, (void)bytes, (void)recv, (void)root, (void)phase, (void)own_tags, (void)err;
 #endif
+    return ST_OK;
+}
+
+static st_status small_exchange(st_comm *c, const void *send, size_t bytes, void *recv, int root, const char *phase,
+                                st_err *err) {
+    if (c->started && !on_thread(c)) { /* the communication thread has (or may have) work: through it */
+        uint64_t t;
+        st_status s = queue_task(c, (async_task){.kind = TASK_SMALL, .send = send, .bytes = bytes, .recv = recv,
+                                                 .root = root, .phase = phase}, &t, err);
+        return s ? s : wait_ticket(c, t, 0, err);
+    }
+    st_comm_req *q;
+    st_status s = small_post(c, send, bytes, recv, root, phase, 0, &q, err);
+    return s ? s : st_comm_wait(c, q, phase, err);
 }
 
 st_status st_comm_barrier(st_comm *c, const char *phase, st_err *err) {

@@ -51,6 +51,10 @@ void st_step_free(st_step *s) {
     s->bounds = NULL;
     free(s->parts);
     s->parts = NULL;
+    free(s->cuts);
+    s->cuts = NULL;
+    free(s->gticket);
+    s->gticket = NULL;
 }
 
 st_status st_step_set_dist(st_step *s, st_comm *comm, int zero, const size_t *bounds, st_err *err) {
@@ -200,8 +204,29 @@ static void reduce_range(dist_hook *h, size_t lo, size_t hi) {
     h->st = st_comm_async_reduce(s->comm, s->m->grads, lo, hi, s->bounds, s->shard, h->accumulate, h->err);
 }
 
+/* The parts of the weights gathered after the update: the blocks' offsets, as the backward
+ * hook reports them (from the last block down), and the ends. */
+static void note_cut(st_step *s, size_t at) {
+    for (int i = 0; i < s->n_cuts; i++)
+        if (s->cuts[i] == at) return;
+    if (s->n_cuts == s->cap_cuts) {
+        int cap = s->cap_cuts ? 2 * s->cap_cuts : 64;
+        size_t *p = realloc(s->cuts, sizeof *p * (size_t)cap);
+        if (!p) return; /* fewer parts: a coarser overlap, the same weights */
+        s->cuts = p;
+        s->cap_cuts = cap;
+    }
+    size_t i = (size_t)s->n_cuts++;
+    for (; i > 0 && s->cuts[i - 1] > at; i--) s->cuts[i] = s->cuts[i - 1];
+    s->cuts[i] = at;
+}
+
 static void dist_grad_ready(void *ctx, size_t offset, size_t n) {
     dist_hook *h = ctx;
+    if (h->s->overlap_gather) {
+        note_cut(h->s, offset);
+        note_cut(h->s, offset + n);
+    }
     reduce_range(h, offset, offset + n);
     if (offset < h->done_lo) h->done_lo = offset;
     if (offset + n > h->done_hi) h->done_hi = offset + n;
@@ -236,6 +261,50 @@ static st_status step_update(st_step *s, const float *g, double sumsq, const st_
     return st;
 }
 
+/* After the update: every rank's shard of the weights to every rank, part by part (parts:
+ * [0, cuts[0]), [cuts[i], cuts[i+1]), ..., [last cut, n)) on the communication thread. */
+static st_status gather_start(st_step *s, st_err *err) {
+    size_t np = s->m->n_params;
+    int nparts = s->n_cuts + 1;
+    free(s->gticket);
+    if (!(s->gticket = calloc((size_t)nparts, sizeof *s->gticket))) return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < nparts; i++) {
+        size_t a = i ? s->cuts[i - 1] : 0, e = i < s->n_cuts ? s->cuts[i] : np;
+        if (e <= a) continue;
+        st_status st = st_comm_async_gather(s->comm, s->m->params, a, e, s->bounds, &s->gticket[i], err);
+        if (st) return st;
+    }
+    s->g_next = 0;
+    return ST_OK;
+}
+
+/* The forward's weight hook: the parts up to offset + n are here. */
+static void dist_weights_ready(void *ctx, size_t offset, size_t n) {
+    st_step *s = ctx;
+    int nparts = s->n_cuts + 1, last = -1;
+    for (int i = s->g_next; i < nparts; i++) {
+        size_t a = i ? s->cuts[i - 1] : 0;
+        if (a >= offset + n) break;
+        if (s->gticket[i]) last = i;
+        s->g_next = i + 1;
+    }
+    if (last < 0 || s->gst) return;
+    double t = st_now();
+    prof_span pw = prof_begin(PROF_CAT_OTHER, "weights gather wait", last);
+    s->gst = st_comm_async_wait_ticket(s->comm, s->gticket[last], &s->gerr);
+    prof_end(&pw);
+    s->gwait_s += st_now() - t;
+}
+
+st_status st_step_sync(st_step *s, st_err *err) {
+    if (!s->comm || !s->gticket || s->g_next < 0) return ST_OK;
+    double t = st_now();
+    st_status st = st_comm_async_wait(s->comm, "weights gather", err);
+    s->gwait_s += st_now() - t;
+    s->g_next = -1; /* nothing in flight */
+    return st;
+}
+
 /* The ranks' step (st_step_set_dist). Each rank's micro-batches are its own; the step's
  * target count and loss are summed over the ranks, so the dloss and the loss are one
  * process's with n_micro x size micro-batches (rank r's k-th micro-batch is that process's
@@ -256,8 +325,15 @@ static st_status step_run_dist(st_step *s, int n_micro, size_t N, const int32_t 
     size_t n_all = N * (size_t)n_micro * (size_t)W;
     float dloss = total == (long)n_all ? 1.0f / (float)n_all : total ? 1.0f / (float)total : 0.0f;
     double loss[1] = {0};
+    int waiting = s->gticket && s->g_next >= 0; /* the last update's weights still arriving */
+    s->gwait_s = 0;
+    s->gst = ST_OK;
     for (int k = 0; k < n_micro; k++) {
         const int32_t *in = inputs + (size_t)k * N, *tg = targets + (size_t)k * N;
+        if (waiting) {
+            m->weight_hook = k == 0 ? dist_weights_ready : NULL;
+            m->weight_hook_ctx = s;
+        }
         /* this micro-batch's gradient is reduced as backward completes each block (ZeRO 2:
          * every micro-batch, onto the shard's running sum; 0 and 1: the last, with the sum
          * of the others added first) */
@@ -269,6 +345,15 @@ static st_status step_run_dist(st_step *s, int n_micro, size_t N, const int32_t 
             m->grad_hook_ctx = &dh;
         }
         float mean = micro_step(m, in, tg, dloss, r);
+        if (waiting && k == 0) {
+            m->weight_hook = NULL;
+            r->comm_wait_s += s->gwait_s;
+            if (s->gst) {
+                *err = s->gerr;
+                return s->gst;
+            }
+            if ((st = st_step_sync(s, err))) return st; /* every part was waited for: returns at once */
+        }
         st_failpoint("dist_backward_done"); /* tests: a rank lost mid-step */
         /* the step's loss: this micro-batch's share, the shares of all ranks summed in rank
          * order below (one micro-batch a rank: the one process's order exactly) */
@@ -314,7 +399,9 @@ static st_status step_run_dist(st_step *s, int n_micro, size_t N, const int32_t 
     if (st) return st;
     st_failpoint("dist_before_update"); /* tests: a rank lost before its update (its store not committed) */
     if ((st = step_update(s, g, sumsq, hp, r, err))) return st;
-    if (s->zero && !r->skipped) { /* every rank's updated shard to every rank */
+    if (s->zero && !r->skipped && s->overlap_gather && s->n_cuts > 0) { /* waited for by the next forward */
+        if ((st = gather_start(s, err))) return st;
+    } else if (s->zero && !r->skipped) { /* every rank's updated shard to every rank */
         st_comm_req *q;
         if ((st = st_comm_iallgather_f32(c, m->params, 0, m->n_params, s->bounds, &q, err)) ||
             (st = dist_wait(s, q, "weights gather", r, err)))

@@ -780,6 +780,9 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     if (sx) st_step_init_streamed(&stp, sx, (int)c->grad_accum);
     else if ((s = st_step_init_memory(&stp, m, opt, store, (int)c->grad_accum, err))) goto done;
     if (dist.world > 1 && (s = st_step_set_dist(&stp, dist.comm, dist.zero, dist.bounds, err))) goto done;
+    /* the updated weights are gathered while the next step's forward runs; whatever else
+     * reads them (validation, a sample, a checkpoint, the saved model) waits for them first */
+    stp.overlap_gather = 1;
     /* under mpirun rank 0 writes what is the run's (metrics, events, lines); each rank its trace */
     int quiet = c->quiet || !lead;
     /* a step takes its micro-batches at once */
@@ -875,6 +878,7 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
         double val = NAN, eval_s = 0; /* validation: after the step, outside its time */
         char vtxt[64] = "", vjson[128] = "";
         if (lead && ev.spec && (step % c->eval_every == 0 || step == end)) {
+            if ((s = st_step_sync(&stp, err))) goto done;
             double te = st_now();
             prof_span pv = prof_begin(PROF_CAT_OTHER, "validation", -1);
             s = eval_loss(c, m, sx, &ev, inputs, targets, &val, err);
@@ -941,6 +945,7 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
             char label[64];
             snprintf(label, sizeof label, "sample at step %ld: ", step);
             st_err serr = {0};
+            if ((s = st_step_sync(&stp, err))) goto done;
             if (st_generate_print_sample(m, inputs, T < 16 ? T : 16, 96, c->seed + (uint64_t)step, label, stdout,
                                          &serr))
                 st_log(1, "step %ld: no sample: %s\n", step, serr.msg);
@@ -963,7 +968,7 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
         }
         if (!store && ((c->ckpt_every > 0 && step % c->ckpt_every == 0) || step == end || stop)) {
             prof_span pw = prof_begin(PROF_CAT_IO, "checkpoint write", -1);
-            if ((s = save_checkpoint(c, &dist, m, opt, hs, err))) goto done;
+            if ((s = st_step_sync(&stp, err)) || (s = save_checkpoint(c, &dist, m, opt, hs, err))) goto done;
             snprintf(path, sizeof path, "%s/checkpoints/step_%08ld", c->run_dir, step);
             prof_end_bytes(&pw, prof_dir_bytes(path));
             if (lead) prune_checkpoints(c);
@@ -974,7 +979,8 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
             break;
         }
     }
-    if (!store && !saved_at_end && hs->step > 0 && c->resume[0] == 0 && (long)hs->step == end)
+    if (!s) s = st_step_sync(&stp, err); /* the last update's weights, on every rank */
+    if (!s && !store && !saved_at_end && hs->step > 0 && c->resume[0] == 0 && (long)hs->step == end)
         s = save_checkpoint(c, &dist, m, opt, hs, err);
     if (store && !s && lead) { /* the store is the checkpoint; the weights go beside it for users */
         snprintf(path, sizeof path, "%s/model.safetensors", c->run_dir);
@@ -1007,6 +1013,10 @@ done:
     }
     free(inputs);
     free(targets);
+    if (s) { /* nothing may still be landing in the weights when they are freed */
+        st_err ignored = {0};
+        st_step_sync(&stp, &ignored);
+    }
     st_step_free(&stp);
     data_close(&td);
     data_close(&ev.vd);

@@ -453,14 +453,24 @@ float *gpt2_dresidual(gpt2_model *m) { return m->acts->dres; }
 int32_t *gpt2_token_ids(gpt2_model *m) { return m->acts->inputs; }
 
 float gpt2_forward(gpt2_model *m, const int32_t *inputs, const int32_t *targets, float dloss) {
+    return gpt2_forward_hooked(m, inputs, targets, dloss, NULL, NULL);
+}
+
+float gpt2_forward_hooked(gpt2_model *m, const int32_t *inputs, const int32_t *targets, float dloss,
+                          void (*hook)(void *ctx, size_t offset, size_t n), void *ctx) {
     prof_span pf = prof_begin(PROF_CAT_COMPUTE, "forward", -1);
+    size_t post = m->block_offset0 + (size_t)m->cfg.n_layer * m->block_numel;
+    if (hook) hook(ctx, 0, m->block_offset0);
     gpt2_embed_forward(m, inputs, targets);
     for (int l = 0; l < m->cfg.n_layer; l++) {
+        size_t off = m->block_offset0 + (size_t)l * m->block_numel;
+        if (hook) hook(ctx, off, m->block_numel);
         prof_span pb = prof_begin(PROF_CAT_COMPUTE, "forward block", l);
         gpt2_block_acts a = gpt2_layer_acts(m, l);
-        gpt2_block_forward(m, m->params + m->block_offset0 + (size_t)l * m->block_numel, gpt2_layer_input(m, l), &a);
+        gpt2_block_forward(m, m->params + off, gpt2_layer_input(m, l), &a);
         prof_end(&pb);
     }
+    if (hook) hook(ctx, post, m->n_params - post);
     float loss = gpt2_head_forward(m, gpt2_layer_input(m, m->cfg.n_layer), targets, dloss);
     prof_end(&pf);
     return loss;

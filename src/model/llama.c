@@ -246,6 +246,11 @@ void llama_init_random(llama_model *m, uint64_t seed) {
 #define OPS (m->be->ops)
 
 float llama_forward(llama_model *m, const int32_t *inputs, const int32_t *targets, float dloss) {
+    return llama_forward_hooked(m, inputs, targets, dloss, NULL, NULL);
+}
+
+float llama_forward_hooked(llama_model *m, const int32_t *inputs, const int32_t *targets, float dloss,
+                           void (*hook)(void *ctx, size_t offset, size_t n), void *ctx) {
     llama_acts *a = m->acts;
     st_backend *be = m->be;
     const st_arch_ops *ao = m->arch->ops;
@@ -253,10 +258,16 @@ float llama_forward(llama_model *m, const int32_t *inputs, const int32_t *target
     int L = ly->n_blocks, C = ly->n_embd, V = ly->vocab_size, N = m->B * m->T;
     size_t NC = (size_t)N * C, set = ao->block_act_floats(m->arch, m->B, m->T);
     if (targets) OPS->copy_to_device(be, a->targets, targets, sizeof(int32_t) * N);
+    size_t post = ly->block_offset0 + (size_t)L * ly->block_numel;
+    if (hook) hook(ctx, 0, ly->block_offset0);
     ao->embed_forward(a->blk, m->params, inputs, a->encoded);
-    for (int l = 0; l < L; l++)
-        ao->block_forward(a->blk, m->params + ly->block_offset0 + l * ly->block_numel,
-                          l ? a->outs + (l - 1) * NC : a->encoded, a->sets + l * set, a->outs + l * NC);
+    for (int l = 0; l < L; l++) {
+        size_t off = ly->block_offset0 + (size_t)l * ly->block_numel;
+        if (hook) hook(ctx, off, ly->block_numel);
+        ao->block_forward(a->blk, m->params + off, l ? a->outs + (l - 1) * NC : a->encoded, a->sets + l * set,
+                          a->outs + l * NC);
+    }
+    if (hook) hook(ctx, post, m->n_params - post);
     ao->norm_forward(a->blk, m->params + ly->norm_offset, a->outs + (L - 1) * NC, a->lnf, a->rstdf);
     OPS->matmul_forward(be, a->logits, a->lnf, m->params + ly->head_offset, NULL, N, C, V, ST_W_OUT_IN);
     if (!targets) { m->mean_loss = NAN; return NAN; }

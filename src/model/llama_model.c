@@ -16,7 +16,7 @@ static int is_file_path(const char *path) {
 
 static st_status l_alloc_acts(st_model *m, int B, int T, st_err *err) { return llama_alloc_acts(as_llama(m), B, T, err); }
 static float l_forward(st_model *m, const int32_t *in, const int32_t *tg, float dloss) {
-    return llama_forward(as_llama(m), in, tg, dloss);
+    return llama_forward_hooked(as_llama(m), in, tg, dloss, m->weight_hook, m->weight_hook_ctx);
 }
 static void l_backward(st_model *m) { llama_backward_hooked(as_llama(m), m->grad_hook, m->grad_hook_ctx); }
 static void l_init_random(st_model *m, uint64_t seed) { llama_init_random(as_llama(m), seed); }

@@ -13,7 +13,7 @@ static gpt2_model *as_gpt2(const st_model *m) { return (gpt2_model *)m->impl; }
 
 static st_status g_alloc_acts(st_model *m, int B, int T, st_err *err) { return gpt2_alloc_acts(as_gpt2(m), B, T, err); }
 static float g_forward(st_model *m, const int32_t *in, const int32_t *tg, float dloss) {
-    return gpt2_forward(as_gpt2(m), in, tg, dloss);
+    return gpt2_forward_hooked(as_gpt2(m), in, tg, dloss, m->weight_hook, m->weight_hook_ctx);
 }
 static void g_backward(st_model *m) { gpt2_backward_hooked(as_gpt2(m), m->grad_hook, m->grad_hook_ctx); }
 static void g_init_random(st_model *m, uint64_t seed) { gpt2_init_random(as_gpt2(m), seed); }
