@@ -233,6 +233,23 @@ st_status stream_step(stream_exec *x, const int32_t *inputs, const int32_t *targ
 st_status stream_step_accum(stream_exec *x, int n_micro, const int32_t *inputs, const int32_t *targets,
                             const adamw_params *hp, float max_norm, stream_step_stats *stats, st_err *err);
 
+/* Data parallel (strata/step.h runs the ranks' step): one micro-batch's gradient, fresh
+ * from zero, in stream_grads(x) (fp32), and its mean loss; every micro-batch's dloss is
+ * given (the step's, over all ranks); no norm, no update, no state touched. grad_hook is
+ * called as each block's gradient has landed on the host, from the last block down (on
+ * the optimizer thread when the plan overlaps it); the embedding's and the rest's have
+ * landed when it returns. weight_hook (NULL: none) is called before the host weights of
+ * [offset, offset + n) are first read: the embeddings, each block as it is fetched, then
+ * the rest. Needs an fp32 drain and stream_config.grad_accum 1 (stream_can_hand_grads).
+ * After the caller changes the host weights (its update), stream_params_changed: the
+ * device copies of the embedding and head are sent again before their next use. */
+int stream_can_hand_grads(const stream_exec *x);
+st_status stream_micro_grads(stream_exec *x, const int32_t *inputs, const int32_t *targets, float dloss,
+                             void (*grad_hook)(void *ctx, size_t offset, size_t n), void *grad_ctx,
+                             void (*weight_hook)(void *ctx, size_t offset, size_t n), void *weight_ctx, float *loss,
+                             stream_step_stats *stats, st_err *err);
+void stream_params_changed(stream_exec *x);
+
 /* Forward only (validation): the mean loss over targets >= 0 of one (B, T) batch with the
  * current weights, streamed as the step streams them. Changes no parameter, gradient,
  * moment or clipping state: the steps after it are bit-identical to those without it. */

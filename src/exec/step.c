@@ -58,7 +58,11 @@ void st_step_free(st_step *s) {
 }
 
 st_status st_step_set_dist(st_step *s, st_comm *comm, int zero, const size_t *bounds, st_err *err) {
-    if (!s->m) return st_errf(err, ST_ERR_UNSUPPORTED, "data parallel runs in memory (no device_budget) for now");
+    if (!s->m) return st_errf(err, ST_ERR_INVALID, "data parallel: the step has no model (st_step_init_memory, then "
+                              "set sx to stream it)");
+    if (s->sx && !stream_can_hand_grads(s->sx))
+        return st_errf(err, ST_ERR_UNSUPPORTED, "data parallel with layer streaming: the executor must drain fp32 "
+                       "gradients and take one micro-batch at a time (stream_config.grad_accum 1)");
     if (zero < 0 || zero > 2) return st_errf(err, ST_ERR_INVALID, "key 'zero': %d; give 0, 1 or 2", zero);
     int n = st_comm_size(comm), r = st_comm_rank(comm);
     size_t np = s->m->n_params, nchunks = (np + OPTIM_SUMSQ_CHUNK - 1) / OPTIM_SUMSQ_CHUNK;
@@ -175,6 +179,33 @@ static st_status dist_sumsq(st_step *s, const float *g, size_t lo, size_t hi, do
 
 /* One micro-batch's gradient, fresh from zero (the accumulation rule), its forward and
  * backward timed into r; its mean loss. */
+static float micro_step(st_model *m, const int32_t *in, const int32_t *tg, float dloss, st_step_result *r);
+
+/* The ranks' micro-batch, in memory or streamed (the model's vectors are the executor's host
+ * tier): the hooks are the model's (in memory) or handed to the executor. */
+static st_status dist_micro(st_step *s, const int32_t *in, const int32_t *tg, float dloss, float *mean,
+                            st_step_result *r, st_err *err) {
+    st_model *m = s->m;
+    if (!s->sx) {
+        *mean = micro_step(m, in, tg, dloss, r);
+        return ST_OK;
+    }
+    stream_step_stats ss;
+    st_status st = stream_micro_grads(s->sx, in, tg, dloss, m->grad_hook, m->grad_hook_ctx, m->weight_hook,
+                                      m->weight_hook_ctx, mean, &ss, err);
+    r->forward_s += ss.compute_s;
+    r->stream.h2d_bytes += ss.h2d_bytes;
+    r->stream.d2h_bytes += ss.d2h_bytes;
+    r->stream.h2d_act_bytes += ss.h2d_act_bytes;
+    r->stream.d2h_act_bytes += ss.d2h_act_bytes;
+    r->stream.compute_s += ss.compute_s;
+    r->stream.wait_s += ss.wait_s;
+    r->stream.wall_s += ss.wall_s;
+    r->stream.device_peak_bytes = ss.device_peak_bytes;
+    r->stream.device_budget_bytes = ss.device_budget_bytes;
+    return st;
+}
+
 static float micro_step(st_model *m, const int32_t *in, const int32_t *tg, float dloss, st_step_result *r) {
     double t0 = st_now();
     st_model_zero_grad(m);
@@ -344,7 +375,10 @@ static st_status step_run_dist(st_step *s, int n_micro, size_t N, const int32_t 
             m->grad_hook = dist_grad_ready;
             m->grad_hook_ctx = &dh;
         }
-        float mean = micro_step(m, in, tg, dloss, r);
+        float mean;
+        st = dist_micro(s, in, tg, dloss, &mean, r, err);
+        m->grad_hook = NULL;
+        if (st) return st;
         if (waiting && k == 0) {
             m->weight_hook = NULL;
             r->comm_wait_s += s->gwait_s;
@@ -399,6 +433,7 @@ static st_status step_run_dist(st_step *s, int n_micro, size_t N, const int32_t 
     if (st) return st;
     st_failpoint("dist_before_update"); /* tests: a rank lost before its update (its store not committed) */
     if ((st = step_update(s, g, sumsq, hp, r, err))) return st;
+    if (s->sx && !r->skipped) stream_params_changed(s->sx); /* its device copies of the embedding and head */
     if (s->zero && !r->skipped && s->overlap_gather && s->n_cuts > 0) { /* waited for by the next forward */
         if ((st = gather_start(s, err))) return st;
     } else if (s->zero && !r->skipped) { /* every rank's updated shard to every rank */
@@ -423,6 +458,7 @@ st_status st_step_run(st_step *s, int n_micro, int B, int T, const int32_t *inpu
                        s->max_micro);
     size_t N = (size_t)B * T;
     st_status st = ST_OK;
+    if (s->comm) return step_run_dist(s, n_micro, N, inputs, targets, hp, r, err);
     if (s->sx) {
         stream_step_stats *ss = &r->stream;
         adamw_params a = hp->adam;
@@ -436,7 +472,6 @@ st_status st_step_run(st_step *s, int n_micro, int B, int T, const int32_t *inpu
         r->optimizer_s = ss->optim_tail_s;
         return ST_OK;
     }
-    if (s->comm) return step_run_dist(s, n_micro, N, inputs, targets, hp, r, err);
     st_model *m = s->m;
     float dloss = st_step_dloss(targets, N * (size_t)n_micro, &r->n_targets);
     double loss = 0;

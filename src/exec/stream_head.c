@@ -59,6 +59,7 @@ static int vchunk_rows(const stream_exec *x, int c) {
 
 void stream_fetch_vchunk(stream_exec *x, int c) {
     size_t C = (size_t)x->ly->n_embd, r0 = (size_t)c * x->vc;
+    stream_weights_at(x, x->post_off, x->n - x->post_off); /* an untied head's rows are there */
     x->vw_ticket[c] = h2d(x, x->d_vw + (size_t)(c % 2) * x->vc * C, x->hp + x->ly->head_offset + r0 * C,
                           (size_t)vchunk_rows(x, c) * C * 4);
 }

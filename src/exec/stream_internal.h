@@ -100,7 +100,21 @@ struct stream_exec {
     unsigned char *chunk_done;
     st_status worker_status;
     st_err worker_err;
+
+    /* data parallel (stream_micro_grads): one micro-batch's gradient, no norm, no update */
+    int dist_mode;
+    float dist_dloss;
+    void (*ghook)(void *ctx, size_t offset, size_t n); /* a block's gradient has landed */
+    void *gctx;
+    void (*whook)(void *ctx, size_t offset, size_t n); /* weights about to be read */
+    void *wctx;
+    int fresh; /* the host weights changed (stream_params_changed): the device copies are sent again */
 };
+
+/* Data parallel: the weights [lo, lo + n) are here before they are read (stream_micro_grads). */
+static inline void stream_weights_at(stream_exec *x, size_t lo, size_t n) {
+    if (x->whook) x->whook(x->wctx, lo, n);
+}
 
 static inline uint64_t h2d(stream_exec *x, void *dst, const void *src, size_t bytes) {
     x->h2d_bytes += bytes;

@@ -110,7 +110,12 @@ static void run_job(stream_exec *x, const opt_job *j) {
         if (l >= 0) stream_add_range(x, x->b0 + (size_t)l * x->bn, x->b0 + (size_t)(l + 1) * x->bn);
         else add_nonblock(x);
     }
-    if (!j->final) {
+    if (!j->final || (x->dist_mode && l < 0)) {
+        prof_end(&s);
+        return;
+    }
+    if (x->dist_mode) { /* the ranks reduce it (stream_micro_grads) */
+        x->ghook(x->gctx, x->b0 + (size_t)l * x->bn, x->bn);
         prof_end(&s);
         return;
     }

@@ -30,6 +30,7 @@ static void send_nonblock(stream_exec *x) {
 
 void stream_set_params(stream_exec *x, const float *host_params) {
     if (host_params != x->hp) memcpy(x->hp, host_params, x->n * 4); /* also: "I edited stream_params" */
+    x->fresh = 0;
     send_nonblock(x);
     st_copy_wait(x->ce, x->nb_ticket);
 }
@@ -59,6 +60,7 @@ static const float *block_in(stream_exec *x, int l) {
 }
 static float *block_out(stream_exec *x, int l) { return x->d_outs + (size_t)l * x->NC; }
 static uint64_t fetch_block(stream_exec *x, int l) {
+    stream_weights_at(x, x->b0 + (size_t)l * x->bn, x->bn);
     return h2d(x, wslot(x, l), x->hp + x->b0 + (size_t)l * x->bn, x->bn * 4);
 }
 
@@ -98,9 +100,9 @@ st_status stream_step_accum(stream_exec *x, int n_micro, const int32_t *inputs_a
 
     /* this step's optimizer jobs */
     int overlap = x->plan.overlap_optim;
-    int speculate = overlap && !x->external && x->cfg.state_format == OPTIM_STATE_F32 &&
+    int speculate = overlap && !x->external && !x->dist_mode && x->cfg.state_format == OPTIM_STATE_F32 &&
                     (x->plan.clip == STREAM_CLIP_SPECULATE || (x->plan.clip == STREAM_CLIP_AUTO && !x->last_clipped));
-    if (x->external && !x->store)
+    if (x->external && !x->store && !x->dist_mode)
         return st_errf(err, ST_ERR_INVALID, "stream: external optimizer but no state store attached");
     if (n_micro < 1 || (n_micro > 1 && !x->hg2))
         return st_errf(err, ST_ERR_INVALID, "stream: %d micro-batches in a step; the executor was made for %d "
@@ -123,6 +125,7 @@ st_status stream_step_accum(stream_exec *x, int n_micro, const int32_t *inputs_a
     /* the step's loss is the mean over all its targets >= 0 (strata/step.h) */
     long n_targets = 0;
     float dloss = st_step_dloss(targets_all, (size_t)N * n_micro, &n_targets);
+    if (x->dist_mode) dloss = x->dist_dloss; /* the step's, over every rank's targets */
     uint64_t last = 0;
     size_t V = (size_t)x->ly->vocab_size, C = (size_t)x->ly->n_embd;
     for (int mb = 0; mb < n_micro; mb++) {
@@ -141,6 +144,8 @@ st_status stream_step_accum(stream_exec *x, int n_micro, const int32_t *inputs_a
 
     /* ---- forward */
     dev->ops->copy_to_device(dev, x->d_tgt, targets, sizeof(int32_t) * (size_t)N);
+    stream_weights_at(x, 0, x->b0);
+    if (x->fresh && !x->vc) x->nb_ticket = h2d(x, x->d_pre_w, x->hp, x->emb_n * 4); /* the ranks' update */
     uint64_t enc_ticket = x->vc ? stream_embed_forward(x, inputs) : 0;
     /* after a micro-batch's backward, blocks 0..depth (and head chunks 0, 1) are still in
      * their slots, and the weights do not change until the update */
@@ -181,6 +186,11 @@ st_status stream_step_accum(stream_exec *x, int n_micro, const int32_t *inputs_a
     }
     float loss;
     float *dres = x->d_dres;
+    if (x->fresh) { /* the rest (the norm, an untied head), once the ranks' gather has brought it */
+        stream_weights_at(x, x->post_off, x->n - x->post_off);
+        wait_ticket(x, h2d(x, x->d_post_w, x->hp + x->post_off, x->post_n * 4), "wait head weights", -1);
+        x->fresh = 0;
+    }
     if (x->vc) {
         loss = stream_chunked_head_forward(x, block_out(x, L - 1), targets, &compute_s);
         stream_chunked_head_backward(x, block_out(x, L - 1), dloss, &compute_s);
@@ -258,10 +268,20 @@ st_status stream_step_accum(stream_exec *x, int n_micro, const int32_t *inputs_a
     } /* micro-batches */
     float loss = (float)loss_sum;
     double t_tail = st_now();
-
-    /* ---- norm, clip, update */
     st_status s = ST_OK;
     double ss;
+    if (x->dist_mode) { /* every block's gradient landed and handed over; the rest with the last copy */
+        if (overlap) {
+            stream_wait_jobs(x);
+            if (x->worker_status) { *err = x->worker_err; s = x->worker_status; }
+        }
+        wait_ticket(x, last, "wait grads", -1);
+        if (!overlap)
+            for (int l = L - 1; l >= 0; l--) x->ghook(x->gctx, x->b0 + (size_t)l * x->bn, x->bn);
+        goto out;
+    }
+
+    /* ---- norm, clip, update */
     if (overlap) {
         stream_push_job(x, -1, last, n_micro > 1, 1);
         prof_span w = prof_begin(PROF_CAT_OPTIM, "wait optimizer", -1);
@@ -346,6 +366,33 @@ out:
     return s;
 }
 
+/* ------------------------------------------------------------------ data parallel */
+
+void stream_params_changed(stream_exec *x) { x->fresh = 1; }
+
+int stream_can_hand_grads(const stream_exec *x) { return !x->bf16 && !x->hg2; }
+
+st_status stream_micro_grads(stream_exec *x, const int32_t *inputs, const int32_t *targets, float dloss,
+                             void (*grad_hook)(void *ctx, size_t offset, size_t n), void *grad_ctx,
+                             void (*weight_hook)(void *ctx, size_t offset, size_t n), void *weight_ctx, float *loss,
+                             stream_step_stats *stats, st_err *err) {
+    if (!stream_can_hand_grads(x))
+        return st_errf(err, ST_ERR_UNSUPPORTED, "stream: the ranks' micro-batches need an fp32 drain and "
+                       "stream_config.grad_accum 1 (the step sums the micro-batches)");
+    static const adamw_params none = {0};
+    x->dist_mode = 1;
+    x->dist_dloss = dloss;
+    x->ghook = grad_hook;
+    x->gctx = grad_ctx;
+    x->whook = weight_hook;
+    x->wctx = weight_ctx;
+    st_status s = stream_step_accum(x, 1, inputs, targets, &none, 0.0f, stats, err);
+    x->dist_mode = 0;
+    x->ghook = x->whook = NULL;
+    *loss = stats->loss;
+    return s;
+}
+
 /* ------------------------------------------------------------------ forward only
  * The step's forward with nothing kept for a backward: each block runs in its plan's
  * activation set (nothing is offloaded, nothing recomputed), the weights arrive as in the
@@ -359,6 +406,10 @@ st_status stream_eval(stream_exec *x, const int32_t *inputs, const int32_t *targ
     int L = x->L, D = x->depth, N = x->cfg.B * x->cfg.T;
     double compute_s = 0;
     if (!inputs || !targets) return st_errf(err, ST_ERR_INVALID, "stream_eval: inputs and targets are required");
+    if (x->fresh) { /* the ranks' update (their gather waited for by the caller) */
+        send_nonblock(x);
+        x->fresh = 0;
+    }
     prof_span span = prof_begin(PROF_CAT_OTHER, "stream eval", -1);
     dev->ops->copy_to_device(dev, x->d_tgt, targets, sizeof(int32_t) * (size_t)N);
     uint64_t enc_ticket = x->vc ? stream_embed_forward(x, inputs) : 0;
