@@ -50,6 +50,14 @@
  * is marked dirty while a step writes, and a store found dirty is refused (torn), never
  * silently used.
  *
+ * Readers. st_store_open_readonly opens a store to read it (a share of NAME.lock: any number
+ * of readers at once, never beside a writer, and a writer is refused while one reads), with
+ * one host buffer. st_store_read_range copies the master weights and the raw moment bytes
+ * of any element range (8-bit: cut on the 8-bit blocks, so the bytes are the range's own and
+ * are copied, never re-quantized), each region checked against its CRCs; with
+ * st_store_create_filled the ranges of old stores become a new store's subgroups: a state
+ * re-sharded for another number of data-parallel ranks, exactly.
+ *
  * Pipeline. The step visits subgroups in an order that alternates every step (up, then
  * down), reading ahead while the optimizer updates the current one and earlier ones are
  * written. Buffers not needed for staging form a cache: the subgroups updated last in one
@@ -72,6 +80,7 @@
 #define ST_STORE_MAX_BLOB (64u << 10)
 #define ST_STORE_CRC_BLOCK (1u << 20) /* one CRC-32C per MiB of a region */
 #define ST_STORE_MAX_REGION (256u << 20) /* bytes: the largest subgroup region chosen from host_budget */
+#define ST_STORE_MAX_MOMENTS 4 /* moment buffers of a state (optim_state_count: 2 fp32, 4 8-bit) */
 
 typedef struct st_store_config {
     const char *const *paths; /* directories, which must exist */
@@ -90,6 +99,12 @@ typedef struct st_store_config {
 
 /* Fill dst[0..n) with the initial master weights of flat elements [first, first+n). */
 typedef void (*st_store_init_fn)(void *ctx, size_t first, size_t n, float *dst);
+/* Fill a subgroup of a new store, flat elements [first, first+n): master[n] and the moment
+ * buffers moments[0..n_moments) (optim_state_buffer's layout for the store's segments
+ * clipped to the range, counted from first; st_store_moment_offset places an element in
+ * them), all zero on entry. An error stops the create (nothing is committed). */
+typedef st_status (*st_store_fill_fn)(void *ctx, size_t first, size_t n, float *master, void *const moments[],
+                                      int n_moments, st_err *err);
 
 typedef struct st_store_step_args {
     /* The gradient of flat elements [first, first+n) (grad_dtype): the pointer is read
@@ -119,6 +134,15 @@ typedef struct st_store_stats {
 
 typedef struct st_store st_store;
 
+/* A store's manifest header, read without opening the store (st_store_peek). */
+typedef struct st_store_info {
+    uint64_t step;          /* updates committed */
+    uint64_t numel;         /* elements of the store's flat vector */
+    optim_state_format fmt;
+    int n_paths;
+    int dirty;              /* an in-place update was interrupted: torn */
+} st_store_info;
+
 /* The disk bytes a store of this configuration needs on each path (path_bytes[n_paths]),
  * without creating anything: the plan's capacity check. */
 st_status st_store_plan(const st_store_config *cfg, uint64_t *path_bytes, uint64_t *host_bytes, st_err *err);
@@ -137,6 +161,13 @@ int st_store_exists(const st_store_config *cfg);
  * init is NULL; moments zero). Refuses to replace an existing manifest. */
 st_status st_store_create(st_store **out, const st_store_config *cfg, st_store_init_fn init, void *ctx,
                           st_err *err);
+/* A new store whose subgroups come from fill (master weights and moments), committed at
+ * `step` (the updates the state has had) with the caller's blob: a state moved from other
+ * stores (a re-shard). Space, layout and the refusal of an existing manifest as
+ * st_store_create; a failure (of fill too) leaves no manifest, and the files it made are
+ * removed; a crash leaves files without a manifest, which the next create replaces. */
+st_status st_store_create_filled(st_store **out, const st_store_config *cfg, st_store_fill_fn fill, void *ctx,
+                                 uint64_t step, const void *blob, size_t blob_bytes, st_err *err);
 /* Return a closed store to its previous commit (NAME.manifest.prev: kept by every commit
  * of a two-region store, its regions intact until the next step writes them). Ranks of a
  * data-parallel run whose stores committed different steps before a crash use it to agree
@@ -144,6 +175,15 @@ st_status st_store_create(st_store **out, const st_store_config *cfg, st_store_i
 st_status st_store_rollback(const st_store_config *cfg, st_err *err);
 /* An existing store; the segments and format must match the manifest's. */
 st_status st_store_open(st_store **out, const st_store_config *cfg, st_err *err);
+/* An existing store to read (st_store_read_range, st_store_read_master, st_store_blob): a
+ * shared lock (ST_ERR_BUSY while a process has it open to write), one host buffer, nothing
+ * on disk changed; step and commit are refused. previous = 1 opens the commit before the
+ * last (NAME.manifest.prev, as st_store_rollback would return to, without changing the
+ * store); host_budget is not used. */
+st_status st_store_open_readonly(st_store **out, const st_store_config *cfg, int previous, st_err *err);
+/* The header of the store's manifest in paths[0] (previous = 1: of NAME.manifest.prev),
+ * CRC-checked, without opening the store or taking its lock. */
+st_status st_store_peek(const st_store_config *cfg, int previous, st_store_info *info, st_err *err);
 void st_store_close(st_store *s);
 
 /* One AdamW step over every subgroup, committed before it returns. ST_ERR_NONFINITE
@@ -157,6 +197,20 @@ st_status st_store_commit_blob(st_store *s, const void *blob, size_t bytes, st_e
 const void *st_store_blob(const st_store *s, size_t *bytes);
 /* The master weights of every element into dst[numel] (resume), checked against the CRCs. */
 st_status st_store_read_master(st_store *s, float *dst, st_err *err);
+/* The state of elements [first, first+n) of the store's vector, checked against the CRCs:
+ * master[n] (gaps between segments too), and for each moment buffer i (optim_state_count:
+ * fp32 m, v; 8-bit m codes, v codes, m absmax, v absmax) its bytes of the range into
+ * moments[i], laid out as a state whose vector starts at first (st_store_moment_offset(segs,
+ * .., first, first + n, i) bytes). An 8-bit range starts and ends on the 8-bit blocks of the
+ * segments it cuts (ST_ERR_INVALID otherwise). */
+st_status st_store_read_range(st_store *s, size_t first, size_t n, float *master, void *const moments[],
+                              st_err *err);
+/* Where element x's state starts in moment buffer i of a state of the flat elements from
+ * `first` of a vector with these segments (sorted, not overlapping): the bytes of buffer i
+ * that the elements [first, x) take (fp32: 4 each; 8-bit: whole blocks of each segment, one
+ * byte (codes) or one float per block (absmax)). first and x on the 8-bit block grid. */
+size_t st_store_moment_offset(const optim_segment *segs, int n_segs, optim_state_format fmt, size_t first, size_t x,
+                              int i);
 
 /* Per-path weights from a `strata probe -o FILE` profile (mixed_gbps, else read and write
  * combined), matched by the path as written; an error names a path it lacks. */

@@ -134,11 +134,11 @@ st_status st_rmtree(const char *path, st_err *err) {
     return ST_OK;
 }
 
-st_status st_lock_acquire(st_lock *l, const char *path, const char *what, st_err *err) {
+static st_status lock_acquire(st_lock *l, const char *path, const char *what, int shared, st_err *err) {
     l->fd = -1;
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) return st_errf(err, ST_ERR_IO, "%s: cannot open the %s's lock file: %s", path, what, strerror(errno));
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (flock(fd, (shared ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0) {
         int e = errno;
         char holder[256] = "";
         ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
@@ -155,12 +155,21 @@ st_status st_lock_acquire(st_lock *l, const char *path, const char *what, st_err
     char host[128] = "?", line[256];
     gethostname(host, sizeof host - 1);
     host[sizeof host - 1] = 0;
-    int n = snprintf(line, sizeof line, "pid %d on %s since %ld\n", (int)getpid(), host, (long)time(NULL));
+    int n = snprintf(line, sizeof line, "pid %d on %s since %ld%s\n", (int)getpid(), host, (long)time(NULL),
+                     shared ? ", reading" : "");
     /* the holder's description is information only; the flock is the lock */
     if (ftruncate(fd, 0) != 0 || pwrite(fd, line, (size_t)n, 0) != n)
         st_log(1, "warning: %s: cannot record the lock's holder: %s\n", path, strerror(errno));
     l->fd = fd;
     return ST_OK;
+}
+
+st_status st_lock_acquire(st_lock *l, const char *path, const char *what, st_err *err) {
+    return lock_acquire(l, path, what, 0, err);
+}
+
+st_status st_lock_acquire_shared(st_lock *l, const char *path, const char *what, st_err *err) {
+    return lock_acquire(l, path, what, 1, err);
 }
 
 void st_lock_release(st_lock *l) {

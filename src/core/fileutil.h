@@ -47,6 +47,10 @@ typedef struct st_lock {
     int fd;
 } st_lock;
 st_status st_lock_acquire(st_lock *l, const char *path, const char *what, st_err *err);
+/* The same lock shared (flock LOCK_SH): any number of readers hold it together; it is
+ * refused while a process holds it exclusively, and an exclusive one is refused while it
+ * is held. Released by st_lock_release. */
+st_status st_lock_acquire_shared(st_lock *l, const char *path, const char *what, st_err *err);
 void st_lock_release(st_lock *l);
 
 #endif

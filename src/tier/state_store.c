@@ -1,6 +1,7 @@
 /* state_store.c - the tiered state store (strata/store.h): subgroups of the flat
  * optimizer state on disk paths, a read / update / write pipeline through the optimizer
- * engine, a host cache, and an atomic step switch with a CRC-32C per MiB.
+ * engine, a host cache, and an atomic step switch with a CRC-32C per MiB; readers (a
+ * shared lock) that copy out any element range, and stores filled from such ranges.
  *
  * NAME.manifest (little-endian, replaced atomically at every commit):
  *   0   char[8] "STRATAsm"        8  u32 version (2)       12 u32 format
@@ -36,7 +37,7 @@
 #include "core/fileutil.h"
 #include "strata/prof.h"
 
-#define MAX_STATE_BUFS 4
+#define MAX_STATE_BUFS ST_STORE_MAX_MOMENTS
 #define READ_AHEAD 2
 #define MANIFEST_MAGIC "STRATAsm"
 #define MANIFEST_VERSION 2u
@@ -83,6 +84,7 @@ struct st_store {
     size_t blob_bytes;
     long step_id, use_clock;
     int failed;
+    int readonly;       /* st_store_open_readonly: one buffer, shared locks, never written */
     st_store_stats stats;
     st_lock locks[ST_STORE_MAX_PATHS]; /* one per path: a second process is refused */
 };
@@ -341,8 +343,8 @@ int st_store_exists(const st_store_config *cfg) {
 
 static st_status buffers_create(st_store *s, st_err *err) {
     uint64_t budget = s->cfg.host_budget ? s->cfg.host_budget : 1ull << 30;
-    uint64_t nb = budget / s->max_region;
-    int need = s->n_sg < 3 ? s->n_sg : 3;
+    uint64_t nb = s->readonly ? 1 : budget / s->max_region; /* a reader stages one region at a time */
+    int need = s->readonly ? 1 : s->n_sg < 3 ? s->n_sg : 3;
     if (nb < (uint64_t)need)
         return st_errf(err, ST_ERR_NOMEM,
                        "state store: host budget %llu bytes holds %llu subgroup buffers of %llu bytes; the pipeline "
@@ -794,20 +796,27 @@ static uint64_t new_store_id(void) {
 }
 
 /* Every path's NAME.lock, held while the store is open: two processes on one store (or
- * sharing one of its paths) would interleave regions and manifests beyond repair. */
+ * sharing one of its paths) would interleave regions and manifests beyond repair. Readers
+ * share it: any number of them, never beside a writer. */
 static st_status lock_paths(st_store *s, st_err *err) {
     for (int p = 0; p < s->cfg.n_paths; p++) {
         char lp[4400];
         snprintf(lp, sizeof lp, "%s/%s.lock", s->paths[p], s->name);
-        st_status st = st_lock_acquire(&s->locks[p], lp, "state store", err);
+        st_status st = s->readonly ? st_lock_acquire_shared(&s->locks[p], lp, "state store", err)
+                                   : st_lock_acquire(&s->locks[p], lp, "state store", err);
         if (st) return st;
     }
     return ST_OK;
 }
 
-st_status st_store_create(st_store **out, const st_store_config *cfg, st_store_init_fn init, void *ctx,
-                          st_err *err) {
+/* A new store at `step` with `blob`: each subgroup's master weights from init, or its master
+ * weights and moments from fill (zero moments otherwise). */
+static st_status create_impl(st_store **out, const st_store_config *cfg, st_store_init_fn init, st_store_fill_fn fill,
+                             void *ctx, uint64_t step, const void *blob, size_t blob_bytes, st_err *err) {
     *out = NULL;
+    if (blob_bytes > ST_STORE_MAX_BLOB)
+        return st_errf(err, ST_ERR_INVALID, "state store: blob of %zu bytes; at most %u", blob_bytes,
+                       ST_STORE_MAX_BLOB);
     st_store *s;
     st_status st = store_alloc(&s, cfg, err);
     if (st) return st;
@@ -825,16 +834,24 @@ st_status st_store_create(st_store **out, const st_store_config *cfg, st_store_i
     if ((st = store_layout(s, err)) || (st = check_space(s, err)) || (st = io_open(s, 0, err)) ||
         (st = buffers_create(s, err)) || (st = file_headers(s, 1, err)))
         goto fail;
-    /* step 0: master from init, moments zero, region 0 of every subgroup; last to first,
-     * so the buffers end holding the first subgroups, which the first step visits first */
+    /* the first commit: master from init (or master and moments from fill), moments zero
+     * otherwise, region 0 of every subgroup; last to first, so the buffers end holding the
+     * first subgroups, which the first step visits first */
     for (int j = 0; j < s->n_sg && !st; j++) {
         int i = s->n_sg - 1 - j;
         subgroup *g = &s->sg[i];
         sbuf *b = &s->buf[j % s->n_buf];
         if ((st = wait_ticket(s, &b->wt, NULL, err))) break;
         if (b->sg >= 0) s->sg[b->sg].buf = -1;
+        b->sg = -1;
         memset(b->data, 0, g->bytes);
         if (init) init(ctx, g->first, g->end - g->first, (float *)b->data);
+        if (fill) {
+            void *mom[MAX_STATE_BUFS];
+            for (int k = 0; k < optim_state_count(g->o); k++) mom[k] = b->data + g->part[1 + k];
+            if ((st = fill(ctx, g->first, g->end - g->first, (float *)b->data, mom, optim_state_count(g->o), err)))
+                break;
+        }
         crc_region(g, b->data, g->crc);
         g->cur = 0;
         st = st_io_write(s->io, g->path, g->off[0], b->data, g->bytes, &b->wt, err);
@@ -850,6 +867,13 @@ st_status st_store_create(st_store **out, const st_store_config *cfg, st_store_i
     for (int p = 0; p < s->cfg.n_paths && !st; p++) st = st_io_sync(s->io, p, err);
     /* the files' directory entries are durable before the manifest names them */
     for (int p = 0; p < s->cfg.n_paths && !st; p++) st = st_fsync_dir(s->paths[p], err);
+    if (fill) st_failpoint("store_filled"); /* a re-shard's regions written, no manifest yet */
+    if (!st && blob_bytes) {
+        if (!(s->blob = malloc(blob_bytes))) st = st_errf(err, ST_ERR_NOMEM, "state store: out of memory");
+        else memcpy(s->blob, blob, blob_bytes);
+        s->blob_bytes = blob_bytes;
+    }
+    s->step = step;
     if (st || (st = manifest_write(s, 0, err))) goto fail;
     st_log(1, "state store: %d subgroups of up to %.1f MiB on %d path(s), %d host buffers (%.1f MiB), %s%s\n", s->n_sg,
            (double)s->max_region / 1048576.0, s->cfg.n_paths, s->n_buf,
@@ -868,26 +892,76 @@ fail:
     return st;
 }
 
-st_status st_store_open(st_store **out, const st_store_config *cfg, st_err *err) {
+st_status st_store_create(st_store **out, const st_store_config *cfg, st_store_init_fn init, void *ctx,
+                          st_err *err) {
+    return create_impl(out, cfg, init, NULL, ctx, 0, NULL, 0, err);
+}
+
+st_status st_store_create_filled(st_store **out, const st_store_config *cfg, st_store_fill_fn fill, void *ctx,
+                                 uint64_t step, const void *blob, size_t blob_bytes, st_err *err) {
+    if (!fill) return st_errf(err, ST_ERR_INVALID, "state store: st_store_create_filled needs a fill callback");
+    return create_impl(out, cfg, NULL, fill, ctx, step, blob, blob_bytes, err);
+}
+
+static st_status open_impl(st_store **out, const st_store_config *cfg, int readonly, int previous, st_err *err) {
     *out = NULL;
     st_store *s;
     st_status st = store_alloc(&s, cfg, err);
     if (st) return st;
+    s->readonly = readonly;
+    if (previous) { /* NAME.manifest.prev: the commit before the last (st_store_rollback's) */
+        size_t n = strlen(s->manifest);
+        if (n + 5 >= sizeof s->manifest) {
+            st_store_close(s);
+            return st_errf(err, ST_ERR_INVALID, "state store: path too long: %s", s->manifest);
+        }
+        memcpy(s->manifest + n, ".prev", 6);
+    }
     if ((st = lock_paths(s, err))) {
         st_store_close(s);
         return st;
     }
-    remove_stale_tmp(s);
+    if (!readonly) remove_stale_tmp(s); /* a reader changes nothing */
     if ((st = manifest_read(s, err)) || (st = file_headers(s, 0, err)) || (st = io_open(s, 1, err)) ||
         (st = buffers_create(s, err))) {
         st_store_close(s);
         return st;
     }
-    st_log(1, "state store: opened %s at step %llu (%d subgroups on %d path(s)%s)\n", s->manifest,
-           (unsigned long long)s->step, s->n_sg, s->cfg.n_paths,
+    st_log(readonly ? 2 : 1, "state store: opened %s%s at step %llu (%d subgroups on %d path(s)%s)\n", s->manifest,
+           readonly ? " to read" : "", (unsigned long long)s->step, s->n_sg, s->cfg.n_paths,
            s->cfg.in_place ? ", updated in place as it was created: not crash-safe" : "");
     *out = s;
     return ST_OK;
+}
+
+st_status st_store_open(st_store **out, const st_store_config *cfg, st_err *err) {
+    return open_impl(out, cfg, 0, 0, err);
+}
+
+st_status st_store_open_readonly(st_store **out, const st_store_config *cfg, int previous, st_err *err) {
+    return open_impl(out, cfg, 1, previous, err);
+}
+
+st_status st_store_peek(const st_store_config *cfg, int previous, st_store_info *info, st_err *err) {
+    memset(info, 0, sizeof *info);
+    if (!cfg || !cfg->paths || cfg->n_paths < 1 || !cfg->paths[0])
+        return st_errf(err, ST_ERR_INVALID, "state store: give 1 to %d disk paths", ST_STORE_MAX_PATHS);
+    char m[4500];
+    snprintf(m, sizeof m, "%s/%s.manifest%s", cfg->paths[0], cfg->name ? cfg->name : "strata-state",
+             previous ? ".prev" : "");
+    unsigned char *p;
+    mread r;
+    manifest_head h;
+    st_status st = manifest_load(m, &p, &r, &h, err);
+    if (!st) {
+        info->step = h.step;
+        info->numel = h.numel;
+        info->fmt = h.fmt ? OPTIM_STATE_8BIT : OPTIM_STATE_F32;
+        info->n_paths = (int)h.np;
+        info->dirty = (int)h.dty;
+    }
+    free(p);
+    return st;
 }
 
 void st_store_close(st_store *s) {
@@ -974,6 +1048,8 @@ static st_status finish_writes(st_store *s, st_err *err) {
 }
 
 st_status st_store_step(st_store *s, const st_store_step_args *a, const adamw_params *hp, st_err *err) {
+    if (s->readonly)
+        return st_errf(err, ST_ERR_INVALID, "state store %s: opened to read; it takes no step", s->manifest);
     if (s->failed)
         return st_errf(err, ST_ERR_INVALID, "state store %s: an earlier step failed; close and open the store again "
                        "(the disk holds step %llu)", s->manifest, (unsigned long long)s->step);
@@ -1078,6 +1154,7 @@ st_status st_store_step(st_store *s, const st_store_step_args *a, const adamw_pa
 }
 
 st_status st_store_commit_blob(st_store *s, const void *blob, size_t bytes, st_err *err) {
+    if (s->readonly) return st_errf(err, ST_ERR_INVALID, "state store %s: opened to read; nothing is committed", s->manifest);
     if (s->failed) return st_errf(err, ST_ERR_INVALID, "state store %s: an earlier step failed; reopen it", s->manifest);
     if (bytes > ST_STORE_MAX_BLOB) return st_errf(err, ST_ERR_INVALID, "state store: blob of %zu bytes", bytes);
     unsigned char *nb = realloc(s->blob, bytes ? bytes : 1);
@@ -1116,6 +1193,74 @@ st_status st_store_read_master(st_store *s, float *dst, st_err *err) {
             size_t lo = s->segs[k].offset > sg->first ? s->segs[k].offset : sg->first;
             size_t hi = s->segs[k].offset + s->segs[k].n < sg->end ? s->segs[k].offset + s->segs[k].n : sg->end;
             if (lo < hi) memcpy(dst + lo, m + (lo - sg->first), (hi - lo) * sizeof(float));
+        }
+    }
+    return st;
+}
+
+size_t st_store_moment_offset(const optim_segment *segs, int n_segs, optim_state_format fmt, size_t first, size_t x,
+                              int i) {
+    if (x <= first) return 0;
+    if (fmt == OPTIM_STATE_F32) return (x - first) * sizeof(float); /* m and v: one float per element */
+    size_t blocks = 0; /* 8-bit: each segment's whole blocks, in element order */
+    for (int k = 0; k < n_segs; k++) {
+        size_t lo = segs[k].offset > first ? segs[k].offset : first;
+        size_t hi = segs[k].offset + segs[k].n < x ? segs[k].offset + segs[k].n : x;
+        if (hi > lo) blocks += (hi - lo + OPTIM_Q8_BLOCK - 1) / OPTIM_Q8_BLOCK;
+    }
+    return i < 2 ? blocks * OPTIM_Q8_BLOCK : blocks * sizeof(float); /* codes, then absmax */
+}
+
+/* An 8-bit store's state is cut only where the blocks of the segment the cut falls in are:
+ * elsewhere the bytes of a range are not its own. */
+static st_status check_grid(const st_store *s, size_t x, st_err *err) {
+    if (s->cfg.fmt != OPTIM_STATE_8BIT) return ST_OK;
+    for (int k = 0; k < s->n_segs; k++)
+        if (x > s->segs[k].offset && x < s->segs[k].offset + s->segs[k].n &&
+            (x - s->segs[k].offset) % OPTIM_Q8_BLOCK)
+            return st_errf(err, ST_ERR_INVALID, "state store %s: element %zu cuts tensor %d (elements [%zu, +%zu)) off "
+                           "its %d-element 8-bit blocks; a range of the state starts and ends on them", s->manifest, x,
+                           k, s->segs[k].offset, s->segs[k].n, OPTIM_Q8_BLOCK);
+    return ST_OK;
+}
+
+st_status st_store_read_range(st_store *s, size_t first, size_t n, float *master, void *const moments[],
+                              st_err *err) {
+    if (s->failed) return st_errf(err, ST_ERR_INVALID, "state store %s: an earlier step failed; reopen it", s->manifest);
+    size_t end = first + n;
+    if (end > s->numel || end < first)
+        return st_errf(err, ST_ERR_INVALID, "state store %s: elements [%zu, %zu) lie past its %zu", s->manifest, first,
+                       end, s->numel);
+    st_status st = check_grid(s, first, err);
+    if (!st) st = check_grid(s, end, err);
+    for (int g = 0; g < s->n_sg && !st; g++) {
+        subgroup *sg = &s->sg[g];
+        size_t a = sg->first > first ? sg->first : first, b = sg->end < end ? sg->end : end;
+        if (a >= b) continue;
+        if (sg->buf < 0) {
+            int buf = pick_buffer(s, 0, 0);
+            if ((st = stage(s, g, buf, err))) {
+                s->failed = 1;
+                break;
+            }
+        }
+        if ((st = ensure_loaded(s, g, err))) { /* the CRC of every MiB */
+            s->failed = 1;
+            break;
+        }
+        const char *r = s->buf[sg->buf].data;
+        memcpy(master + (a - first), r + (a - sg->first) * sizeof(float), (b - a) * sizeof(float));
+        for (int i = 0; i < optim_state_count(sg->o) && !st; i++) {
+            size_t src = st_store_moment_offset(s->segs, s->n_segs, s->cfg.fmt, sg->first, a, i);
+            size_t len = st_store_moment_offset(s->segs, s->n_segs, s->cfg.fmt, sg->first, b, i) - src;
+            size_t dst = st_store_moment_offset(s->segs, s->n_segs, s->cfg.fmt, first, a, i);
+            if (src + len > optim_state_buffer_bytes(sg->o, i)) { /* the layout of optim.h, or a bug here */
+                st = st_errf(err, ST_ERR_FORMAT, "state store %s: subgroup %d's moment buffer %d holds %zu bytes; "
+                             "elements [%zu, %zu) would take [%zu, %zu)", s->manifest, g, i,
+                             optim_state_buffer_bytes(sg->o, i), a, b, src, src + len);
+                break;
+            }
+            memcpy((char *)moments[i] + dst, r + sg->part[1 + i] + src, len);
         }
     }
     return st;
