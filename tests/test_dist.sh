@@ -16,8 +16,9 @@
 #   a rank killed before its update leaves the stores one step apart, and the resume returns
 #   the ahead one to its previous commit and continues exactly;
 # - ranks given different configurations are refused at start, naming the key; a corrupt
-#   shards.json, a missing rank file, a disk state resumed at another world size, layer
-#   streaming under ranks and --zero 3 are refused naming what is wrong.
+#   shards.json, a missing rank file, disk states of two numbers of ranks in one path (a
+#   re-shard could take either; test_dist_reshard.sh tests the re-shard), layer streaming
+#   under ranks and --zero 3 are refused naming what is wrong.
 # Skips (77) where mpirun is missing or strata was built without MPI.
 set -u
 S=${STRATA_BIN:?STRATA_BIN not set}
@@ -195,11 +196,12 @@ rm "$T/bad2/checkpoints/$LAST/train_state.rank00001.bin"
 rc=$?
 check '[ $rc -ne 0 ] && grep -q "train_state.rank00001.bin: cannot open" "$T/bad2.out"' \
   "a missing rank file: no error naming it: $(tail -2 "$T/bad2.out")"
+mkdir -p "$T/disk1a/rank0-of-4" && cp "$T/disk1a/rank0-of-2/strata-state.manifest" "$T/disk1a/rank0-of-4/"
 $MPI -np 3 "$S" train $A --zero 1 --state_paths "$T/disk1a,$T/disk1b" --resume "$T/zd1" --run_dir "$T/zd1" \
   >"$T/bad3.out" 2>&1
 rc=$?
-check '[ $rc -ne 0 ] && grep -q "no state for rank 0 of 3 in .*rank0-of-3; a disk state resumes at the number of ranks" "$T/bad3.out"' \
-  "a disk state resumed at another world size: no clear error: $(grep -m1 strata "$T/bad3.out")"
+check '[ $rc -ne 0 ] && grep -q "disk1a holds the disk states of 2 and 4 ranks: cannot tell which" "$T/bad3.out"' \
+  "disk states of two numbers of ranks, resumed at a third: no clear error: $(grep -m1 strata "$T/bad3.out")"
 $MPI -np 2 "$S" train $A --device_budget 1e9 --run_dir "$T/bad4" >"$T/bad4.out" 2>&1
 rc=$?
 check '[ $rc -ne 0 ] && grep -q "key .device_budget. with 2 ranks" "$T/bad4.out"' \
