@@ -12,13 +12,15 @@
 # - a rank SIGKILLed mid-step ends the job non-zero within 60 s, naming the lost rank, and
 #   the resume from the last commit is exact; a rank that hangs (SIGSTOP) makes the other
 #   stop after dist_timeout with an error naming it;
-# - with the disk state (each rank's shard in its own store) ZeRO 1 and 2 give the same bits;
+# - with the disk state (each rank's shard in its own store) ZeRO 1 and 2 give the same bits,
+#   and so does layer streaming under ranks (each rank within its own device_budget; with
+#   ZeRO 2, 8-bit states, the disk state and every weights gather held back 30 ms);
 #   a rank killed before its update leaves the stores one step apart, and the resume returns
 #   the ahead one to its previous commit and continues exactly;
 # - ranks given different configurations are refused at start, naming the key; a corrupt
 #   shards.json, a missing rank file, disk states of two numbers of ranks in one path (a
-#   re-shard could take either; test_dist_reshard.sh tests the re-shard), layer streaming
-#   under ranks and --zero 3 are refused naming what is wrong.
+#   re-shard could take either; test_dist_reshard.sh tests the re-shard), too small a
+#   device_budget under ranks and --zero 3 are refused naming what is wrong.
 # Skips (77) where mpirun is missing or strata was built without MPI.
 set -u
 S=${STRATA_BIN:?STRATA_BIN not set}
@@ -103,6 +105,17 @@ check '[ -f "$T/disk1a/rank1-of-2/strata-state.manifest" ] && [ -f "$T/disk1b/ra
   "no store of rank 1 in its own directories"
 runN 2 --zero 2 --optim_state 8bit --state_paths "$T/disk2" --run_dir "$T/zd2"
 same_store "$T/ref2_8bit" "$T/zd2" "2 ranks, zero 2, 8bit, disk state"
+# --- layer streaming under ranks: each rank streams within its own device_budget (every block
+# recomputed, fetched from the host each micro-batch); the executor hands each micro-batch's
+# gradient to the ranks' step, whose gathered weights it waits for block by block: the same bits
+runN 2 --zero 1 --device_budget 5e6 --run_dir "$T/zs1"
+same_run "$T/ref2_f32" "$T/zs1" "2 ranks, zero 1, layer streaming"
+check 'grep -q "layer streaming: device budget 4.8 MiB" "$T/mpi.out"' "2 ranks with device_budget: no layer streaming"
+mkdir -p "$T/disk4"
+$MPI -np 2 env STRATA_COMM_DELAY_MS=30 "$S" train $A --zero 2 --optim_state 8bit --device_budget 5e6 \
+  --state_paths "$T/disk4" --run_dir "$T/zs2" >>"$T/mpi.out" 2>&1 ||
+  { echo "FAIL: 2 ranks, streaming, disk state: $(tail -4 "$T/mpi.out")"; fail=1; }
+same_store "$T/ref2_8bit" "$T/zs2" "2 ranks, zero 2, 8bit, disk state, layer streaming, every gather held back 30 ms"
 # rank 1 killed before its update of step H: rank 0 has committed H, rank 1 only H - 1; the
 # resume returns rank 0 to H - 1 (its previous commit) and goes on exactly
 mkdir -p "$T/disk3"
@@ -119,6 +132,8 @@ same_store "$T/ref2_f32" "$T/zd3" "disk state, stores one step apart after a kil
 run1 --grad_accum 4 --run_dir "$T/ref4"
 runN 2 --zero 2 --grad_accum 2 --run_dir "$T/z2_ga2"
 same_run "$T/ref4" "$T/z2_ga2" "2 ranks, zero 2, grad_accum 2 (one process, grad_accum 4)"
+runN 2 --zero 2 --grad_accum 2 --device_budget 5e6 --run_dir "$T/zs2_ga2"
+same_run "$T/ref4" "$T/zs2_ga2" "2 ranks, zero 2, grad_accum 2, layer streaming (one process, grad_accum 4)"
 
 # --- 3 ranks
 run1 --grad_accum 3 --run_dir "$T/ref3"
@@ -202,10 +217,10 @@ $MPI -np 3 "$S" train $A --zero 1 --state_paths "$T/disk1a,$T/disk1b" --resume "
 rc=$?
 check '[ $rc -ne 0 ] && grep -q "disk1a holds the disk states of 2 and 4 ranks: cannot tell which" "$T/bad3.out"' \
   "disk states of two numbers of ranks, resumed at a third: no clear error: $(grep -m1 strata "$T/bad3.out")"
-$MPI -np 2 "$S" train $A --device_budget 1e9 --run_dir "$T/bad4" >"$T/bad4.out" 2>&1
+$MPI -np 2 "$S" train $A --device_budget 1e6 --run_dir "$T/bad4" >"$T/bad4.out" 2>&1
 rc=$?
-check '[ $rc -ne 0 ] && grep -q "key .device_budget. with 2 ranks" "$T/bad4.out"' \
-  "device_budget with ranks: not refused clearly: $(grep -m1 strata "$T/bad4.out")"
+check '[ $rc -ne 0 ] && grep -q "rank 0 of 2: key .device_budget.: 1000000 bytes is too small for this model" "$T/bad4.out"' \
+  "a device_budget too small under ranks: not refused clearly: $(grep -m1 strata "$T/bad4.out")"
 "$S" train $A --zero 3 --run_dir "$T/bad5" >"$T/bad5.out" 2>&1
 rc=$?
 check '[ $rc -ne 0 ] && grep -q "zero" "$T/bad5.out"' "--zero 3 accepted: $(tail -1 "$T/bad5.out")"

@@ -417,12 +417,14 @@ static st_status machine_profile(st_backend *be, const st_arch *arch, int B, int
     return s;
 }
 
-static st_status open_streamed(const train_config *c, st_model *m, const st_arch *arch, st_backend *be,
+static st_status open_streamed(const train_config *c, st_model *m, const st_arch *arch, st_backend *be, int ranks,
                                st_backend **dev, stream_exec **sx, st_err *err) {
-    int external = c->state_paths[0] != 0; /* the moments live in the disk state store */
+    /* the moments live in the disk state store; under ranks the step updates the rank's shard
+     * (the executor hands over each micro-batch's gradient: no optimizer, one micro-batch) */
+    int external = c->state_paths[0] != 0 || ranks > 1;
     /* the model's own vectors (CPU backend: host memory) are the host tier */
     stream_config sc = {.arch = arch, .host_params = m->params, .host_grads = m->grads, .B = c->batch, .T = c->seq,
-                        .grad_accum = (int)c->grad_accum, .weight_decay = (float)c->weight_decay,
+                        .grad_accum = ranks > 1 ? 1 : (int)c->grad_accum, .weight_decay = (float)c->weight_decay,
                         .state_format = strcmp(c->optim_state, "8bit") ? OPTIM_STATE_F32 : OPTIM_STATE_8BIT,
                         .external_optimizer = external};
     stream_plan plan;
@@ -457,6 +459,7 @@ static st_status open_streamed(const train_config *c, st_model *m, const st_arch
                        "%zu device bytes, %.0f bytes missing; give at least that, or a smaller batch or seq",
                        c->device_budget, c->batch, c->seq, stream_device_bytes(&sc, &plan),
                        (double)stream_device_bytes(&sc, &plan) - c->device_budget);
+    if (ranks > 1) plan.grad_dtype = ST_F32; /* the ranks reduce fp32 gradients */
     st_status s = st_backend_with_budget(dev, be, budget, err);
     if (s) return st_err_prefix(err, "key 'device_budget'");
     if ((s = stream_exec_create(sx, &sc, &plan, *dev, err))) return st_err_prefix(err, "key 'device_budget'");
@@ -942,9 +945,6 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     if (dist.world > 1) {
         st_comm_set_timeout(dist.comm, c->dist_timeout);
         if ((s = dist_check_config(c, &dist, err))) return s;
-        if (c->device_budget > 0)
-            return st_errf(err, ST_ERR_UNSUPPORTED, "key 'device_budget' with %d ranks: data parallel does not stream "
-                           "layers yet; run it in one process, or without that key", dist.world);
     }
     char path[2200];
     /* one process per run directory: a second would interleave metrics and mix one
@@ -994,7 +994,7 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
         else if ((s = st_model_check_finite(m, c->init_from, err))) goto done;
     }
     if (c->device_budget > 0) {
-        if ((s = st_arch_of_model(&arch, m, err)) || (s = open_streamed(c, m, arch, be, &dev, &sx, err))) goto done;
+        if ((s = st_arch_of_model(&arch, m, err)) || (s = open_streamed(c, m, arch, be, dist.world, &dev, &sx, err))) goto done;
         opt = stream_optim(sx);
         stream_set_params(sx, m->params); /* the device copies of the embedding and head */
     }
@@ -1030,7 +1030,8 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
             n_opt_segs = st_zero_clip_segments(segs, m->n_tensors, dist.lo, dist.hi, opt_segs);
         }
     }
-    if (!sx && !c->state_paths[0] && (s = optim_create(&opt, opt_segs, n_opt_segs, fmt, err))) goto done;
+    if ((!sx || dist.world > 1) && !c->state_paths[0] && (s = optim_create(&opt, opt_segs, n_opt_segs, fmt, err)))
+        goto done;
     if ((s = data_open(&td, c, "data", c->data, m->vocab_size, err))) goto done;
     ev.spec = val_spec(c);
     if (ev.spec && strcmp(ev.spec, "embedded")) { /* token files: a bad one is said now, not at step 50 */
@@ -1043,7 +1044,7 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     hs->n_params = m->n_params;
     if (c->state_paths[0]) {
         if ((s = open_store(c, &dist, m, opt_segs, n_opt_segs, fmt, &td, hs, &store, err))) goto done;
-        if (sx) { /* the executor updates through the store; its device copies follow the host */
+        if (sx && dist.world == 1) { /* the executor updates through the store; its device copies follow the host */
             if ((s = stream_attach_store(sx, store, hs, sizeof *hs, err))) goto done;
             stream_set_params(sx, stream_params(sx));
         }
@@ -1067,8 +1068,9 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
                    (unsigned long long)hs->step);
     }
 
-    if (sx) st_step_init_streamed(&stp, sx, (int)c->grad_accum);
+    if (sx && dist.world == 1) st_step_init_streamed(&stp, sx, (int)c->grad_accum);
     else if ((s = st_step_init_memory(&stp, m, opt, store, (int)c->grad_accum, err))) goto done;
+    stp.sx = sx; /* under ranks the executor computes each micro-batch's gradient, the step does the rest */
     if (dist.world > 1 && (s = st_step_set_dist(&stp, dist.comm, dist.zero, dist.bounds, err))) goto done;
     /* the updated weights are gathered while the next step's forward runs; whatever else
      * reads them (validation, a sample, a checkpoint, the saved model) waits for them first */
