@@ -30,15 +30,16 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: mpirun -np N strata bench dist [--model NAME] [--batch B] [--seq T] [--steps N] [--threads N]\n"
-               "                  [--zero 0|1|2] [--optim_state f32|8bit] [--json]\n"
+               "                  [--zero 0|1|2] [--optim_state f32|8bit] [--gather_overlap 1|0] [--json]\n"
                "  the ZeRO step at N ranks against one process's step with the same per-rank work, alternated;\n"
                "  prints step_s, tokens_per_s, bytes_per_step, theory_bytes_per_step, exposed_comm_fraction,\n"
-               "  weak_scaling_efficiency (rank 0)\n");
+               "  weak_scaling_efficiency (rank 0); --gather_overlap 0: the weights gathered after the update,\n"
+               "  blocking, instead of during the next forward\n");
 }
 
 int bench_dist(int argc, char **argv) {
     const char *model = "gpt2-124m", *fmt_name = "f32";
-    int B = 2, T = 256, steps = 3, threads = 0, zero = 1, json = 0;
+    int B = 2, T = 256, steps = 3, threads = 0, zero = 1, json = 0, overlap = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
@@ -49,6 +50,7 @@ int bench_dist(int argc, char **argv) {
         else if (v && !strcmp(a, "--steps")) { steps = atoi(v); i++; }
         else if (v && !strcmp(a, "--threads")) { threads = atoi(v); i++; }
         else if (v && !strcmp(a, "--zero")) { zero = atoi(v); i++; }
+        else if (v && !strcmp(a, "--gather_overlap")) { overlap = atoi(v); i++; }
         else if (v && !strcmp(a, "--optim_state")) { fmt_name = v; i++; }
         else { fprintf(stderr, "strata bench dist: unknown option '%s'\n", a); usage(stderr); return 2; }
     }
@@ -96,7 +98,7 @@ int bench_dist(int argc, char **argv) {
     if ((s = optim_create(&opt, shard_segs, ns, fmt, &err)) || (s = st_step_init_memory(&dist, m, opt, NULL, 1, &err)))
         goto done;
     if (W > 1 && (s = st_step_set_dist(&dist, c, zero, bounds, &err))) goto done;
-    dist.overlap_gather = 1;
+    dist.overlap_gather = overlap != 0;
     if (rank == 0 && W > 1 && ((s = optim_create(&opt_one, segs, m->n_tensors, fmt, &err)) ||
                                (s = st_step_init_memory(&one, m, opt_one, NULL, 1, &err))))
         goto done;
@@ -142,10 +144,10 @@ int bench_dist(int argc, char **argv) {
     if (rank == 0) {
         if (json)
             printf("{\"model\":\"%s\",\"ranks\":%d,\"zero\":%d,\"optim_state\":\"%s\",\"batch\":%d,\"seq\":%d,\"threads\":%d,"
-                   "\"steps\":%d,\"n_params\":%zu,\"step_s\":%.4f,\"one_process_step_s\":%.4f,\"tokens_per_s\":%.1f,"
+                   "\"steps\":%d,\"gather_overlap\":%d,\"n_params\":%zu,\"step_s\":%.4f,\"one_process_step_s\":%.4f,\"tokens_per_s\":%.1f,"
                    "\"bytes_per_step\":%.0f,\"theory_bytes_per_step\":%.0f,\"bytes_ratio\":%.4f,"
                    "\"exposed_comm_fraction\":%.4f,\"weak_scaling_efficiency\":%.4f}\n",
-                   model, W, zero, fmt_name, B, T, threads, steps, m->n_params, step_s, one_s,
+                   model, W, zero, fmt_name, B, T, threads, steps, overlap != 0, m->n_params, step_s, one_s,
                    (double)W * B * T / step_s, bps, theory, theory > 0 ? bps / theory : 1.0, ex, one_s / step_s);
         else
             printf("median: %d ranks %.3f s a step (%.0f tokens/s), one process %.3f s: weak-scaling efficiency %.3f; "
