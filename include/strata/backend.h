@@ -168,6 +168,27 @@ typedef struct st_backend_ops {
                                const float *rmax, const double *rsum, float dloss);
     /* dst (n bf16, rounded to nearest even, st_convert's rounding) = src (n f32). writes. */
     void (*to_bf16)(st_backend *be, uint16_t *dst, const float *src, size_t n);
+
+    /* ---- attention restricted to documents (appended; NULL in a backend without them):
+     * packed rows hold several documents and no query sees another document's keys.
+     * doc_start (B,T) int32 in backend memory: query t of row b sees keys j with
+     * doc_start[b*T+t] <= j <= t, i.e. the first position (in its row) of the token's
+     * document; 0 <= doc_start[b*T+t] <= t, constant within a document (the blocks follow
+     * it). Otherwise exactly attention_forward/_backward and attention_gqa_forward/_backward
+     * (shapes, write vs +=, out and lse kept); doc_start all 0 gives their bits. The CPU
+     * backend computes only the unmasked keys. */
+    void (*attention_doc_forward)(st_backend *be, float *out, float *lse, const float *qkv,
+                                  const int32_t *doc_start, int B, int T, int C, int NH);
+    void (*attention_doc_backward)(st_backend *be, float *dqkv, const float *dout, const float *qkv,
+                                   const float *out, const float *lse, const int32_t *doc_start, int B, int T,
+                                   int C, int NH);
+    void (*attention_gqa_doc_forward)(st_backend *be, float *out, float *lse, const float *q, const float *k,
+                                      const float *v, const int32_t *doc_start, int ld, int B, int T, int NH,
+                                      int NKV, int hs);
+    void (*attention_gqa_doc_backward)(st_backend *be, float *dq, float *dk, float *dv, const float *dout,
+                                       const float *q, const float *k, const float *v, const float *out,
+                                       const float *lse, const int32_t *doc_start, int ld, int B, int T, int NH,
+                                       int NKV, int hs);
 } st_backend_ops;
 
 struct st_backend {

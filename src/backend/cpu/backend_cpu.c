@@ -181,14 +181,18 @@ static void cpu_matmul_backward(st_backend *be, float *dinp, float *dw, float *d
  * the keys at or before its last row (causal), so the work is close to half of the
  * full T x T product. Scores for one block live in per-thread scratch (ATT_BQ x T)
  * and are gone when the block is done: nothing T x T survives between forward and
- * backward; backward recomputes the probabilities from q, k and the saved lse. */
+ * backward; backward recomputes the probabilities from q, k and the saved lse.
+ * With documents (doc_start, B*T ints), a block never spans two documents: it ends where
+ * doc_start changes, and meets only the keys from its document's start to its last row,
+ * so the masked keys are never computed. doc_start NULL is the causal op (document start
+ * 0): the same blocks and calls, so the same bits. */
 
 #define ATT_BQ 64
 
 ST_CLONES
-static void att_softmax_block(float *S, float *lse_out, int r0, int nr, int nk, int ld) {
+static void att_softmax_block(float *S, float *lse_out, int r0, int nr, int nk, int ld, int k0) {
     for (int r = 0; r < nr; r++) {
-        int t = r0 + r, valid = t + 1; /* keys 0..t */
+        int t = r0 + r, valid = t + 1 - k0; /* keys k0..t */
         float *s = S + (size_t)r * ld;
         float mx = -INFINITY;
         for (int j = 0; j < valid; j++) mx = s[j] > mx ? s[j] : mx;
@@ -201,9 +205,8 @@ static void att_softmax_block(float *S, float *lse_out, int r0, int nr, int nk, 
     }
 }
 
-static void cpu_attention_forward(st_backend *be, float *out, float *lse, const float *qkv, int B, int T,
-                                  int C, int NH) {
-    (void)be;
+static void att_forward(float *out, float *lse, const float *qkv, const int32_t *doc_start, int B, int T, int C,
+                        int NH) {
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel
@@ -213,30 +216,43 @@ static void cpu_attention_forward(st_backend *be, float *out, float *lse, const 
         for (int bh = 0; bh < B * NH; bh++) {
             int b = bh / NH, h = bh % NH;
             const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
+            const int32_t *ds = doc_start ? doc_start + (size_t)b * T : NULL;
             float *o = out + (size_t)b * T * C + h * hs;
             float *l = lse + (size_t)bh * T;
-            for (int r0 = 0; r0 < T; r0 += ATT_BQ) {
-                int nr = T - r0 < ATT_BQ ? T - r0 : ATT_BQ, nk = r0 + nr;
+            for (int r0 = 0, r1; r0 < T; r0 = r1) {
+                int k0 = cpu_att_doc_block(ds, r0, T, ATT_BQ, &r1), nr = r1 - r0, nk = r1 - k0;
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, hs, scale, q + (size_t)r0 * C3, C3,
-                            k, C3, 0.0f, S, nk);
-                att_softmax_block(S, l, r0, nr, nk, nk);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hs, nk, 1.0f, S, nk, v, C3, 0.0f,
-                            o + (size_t)r0 * C, C);
+                            k + (size_t)k0 * C3, C3, 0.0f, S, nk);
+                att_softmax_block(S, l, r0, nr, nk, nk, k0);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hs, nk, 1.0f, S, nk, v + (size_t)k0 * C3,
+                            C3, 0.0f, o + (size_t)r0 * C, C);
             }
         }
         free(S);
     }
 }
 
+static void cpu_attention_forward(st_backend *be, float *out, float *lse, const float *qkv, int B, int T,
+                                  int C, int NH) {
+    (void)be;
+    att_forward(out, lse, qkv, NULL, B, T, C, NH);
+}
+
+static void cpu_attention_doc_forward(st_backend *be, float *out, float *lse, const float *qkv,
+                                      const int32_t *doc_start, int B, int T, int C, int NH) {
+    (void)be;
+    att_forward(out, lse, qkv, doc_start, B, T, C, NH);
+}
+
 ST_CLONES
 static void att_dscores_block(float *P, const float *dP, const float *delta, const float *S_lse, int r0, int nr,
-                              int nk, float scale) {
-    /* P holds scaled scores on entry; becomes dS = P * (dP - delta) * scale */
+                              int nk, float scale, int k0) {
+    /* P holds scaled scores of keys k0.. on entry; becomes dS = P * (dP - delta) * scale */
     for (int r = 0; r < nr; r++) {
-        int t = r0 + r;
+        int t = r0 + r - k0; /* the last key's column */
         float *p = P + (size_t)r * nk;
         const float *dp = dP + (size_t)r * nk;
-        float l = S_lse[t], dl = delta[r];
+        float l = S_lse[r0 + r], dl = delta[r];
         for (int j = 0; j <= t; j++) {
             float pj = st_fast_expf(p[j] - l);
             p[j] = pj * (dp[j] - dl) * scale;
@@ -246,19 +262,18 @@ static void att_dscores_block(float *P, const float *dP, const float *delta, con
 }
 
 ST_CLONES
-static void att_probs_block(float *S, const float *lse, int r0, int nr, int nk) {
+static void att_probs_block(float *S, const float *lse, int r0, int nr, int nk, int k0) {
     for (int r = 0; r < nr; r++) {
-        int t = r0 + r;
+        int t = r0 + r - k0;
         float *s = S + (size_t)r * nk;
-        float l = lse[t];
+        float l = lse[r0 + r];
         for (int j = 0; j <= t; j++) s[j] = st_fast_expf(s[j] - l);
         for (int j = t + 1; j < nk; j++) s[j] = 0.0f;
     }
 }
 
-static void cpu_attention_backward(st_backend *be, float *dqkv, const float *dout, const float *qkv,
-                                   const float *out, const float *lse, int B, int T, int C, int NH) {
-    (void)be;
+static void att_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
+                         const int32_t *doc_start, int B, int T, int C, int NH) {
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel
@@ -275,18 +290,20 @@ static void cpu_attention_backward(st_backend *be, float *dqkv, const float *dou
             float *dq = dqkv + base, *dk = dq + C, *dv = dq + 2 * C;
             const float *o = out + (size_t)b * T * C + h * hs, *dO = dout + (size_t)b * T * C + h * hs;
             const float *l = lse + (size_t)bh * T;
-            for (int r0 = 0; r0 < T; r0 += ATT_BQ) {
-                int nr = T - r0 < ATT_BQ ? T - r0 : ATT_BQ, nk = r0 + nr;
+            const int32_t *ds = doc_start ? doc_start + (size_t)b * T : NULL;
+            for (int r0 = 0, r1; r0 < T; r0 = r1) {
+                int k0 = cpu_att_doc_block(ds, r0, T, ATT_BQ, &r1), nr = r1 - r0, nk = r1 - k0;
+                const float *kb = k + (size_t)k0 * C3, *vb = v + (size_t)k0 * C3;
                 /* recompute scaled scores, once into S (-> P) and reuse for dS */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, hs, scale, q + (size_t)r0 * C3, C3, k,
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, hs, scale, q + (size_t)r0 * C3, C3, kb,
                             C3, 0.0f, S, nk);
                 memcpy(G, S, sizeof(float) * (size_t)nr * nk);
-                att_probs_block(S, l, r0, nr, nk);
-                /* dV[0:nk] += P^T dO */
+                att_probs_block(S, l, r0, nr, nk, k0);
+                /* dV[k0:r1] += P^T dO */
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nr, 1.0f, S, nk, dO + (size_t)r0 * C, C,
-                            1.0f, dv, C3);
+                            1.0f, dv + (size_t)k0 * C3, C3);
                 /* dP = dO V^T */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, hs, 1.0f, dO + (size_t)r0 * C, C, v, C3,
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, hs, 1.0f, dO + (size_t)r0 * C, C, vb, C3,
                             0.0f, dP, nk);
                 for (int r = 0; r < nr; r++) {
                     const float *a = dO + (size_t)(r0 + r) * C, *bb = o + (size_t)(r0 + r) * C;
@@ -294,18 +311,31 @@ static void cpu_attention_backward(st_backend *be, float *dqkv, const float *dou
                     for (int d = 0; d < hs; d++) s += a[d] * bb[d];
                     delta[r] = s;
                 }
-                att_dscores_block(G, dP, delta, l, r0, nr, nk, scale);
-                /* dQ[r0:r0+nr] += dS K ; dK[0:nk] += dS^T Q */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hs, nk, 1.0f, G, nk, k, C3, 1.0f,
+                att_dscores_block(G, dP, delta, l, r0, nr, nk, scale, k0);
+                /* dQ[r0:r1] += dS K ; dK[k0:r1] += dS^T Q */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hs, nk, 1.0f, G, nk, kb, C3, 1.0f,
                             dq + (size_t)r0 * C3, C3);
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nr, 1.0f, G, nk, q + (size_t)r0 * C3, C3,
-                            1.0f, dk, C3);
+                            1.0f, dk + (size_t)k0 * C3, C3);
             }
         }
         free(S);
         free(G);
         free(dP);
     }
+}
+
+static void cpu_attention_backward(st_backend *be, float *dqkv, const float *dout, const float *qkv,
+                                   const float *out, const float *lse, int B, int T, int C, int NH) {
+    (void)be;
+    att_backward(dqkv, dout, qkv, out, lse, NULL, B, T, C, NH);
+}
+
+static void cpu_attention_doc_backward(st_backend *be, float *dqkv, const float *dout, const float *qkv,
+                                       const float *out, const float *lse, const int32_t *doc_start, int B, int T,
+                                       int C, int NH) {
+    (void)be;
+    att_backward(dqkv, dout, qkv, out, lse, doc_start, B, T, C, NH);
 }
 
 /* ---------------------------------------------------------------- gelu, residual */
@@ -427,6 +457,10 @@ static const st_backend_ops cpu_ops = {
     .softmax_chunk_stats = st_host_softmax_chunk_stats,
     .softmax_chunk_grad = st_host_softmax_chunk_grad,
     .to_bf16 = st_host_to_bf16,
+    .attention_doc_forward = cpu_attention_doc_forward,
+    .attention_doc_backward = cpu_attention_doc_backward,
+    .attention_gqa_doc_forward = cpu_attention_gqa_doc_forward,
+    .attention_gqa_doc_backward = cpu_attention_gqa_doc_backward,
 };
 
 st_status st_backend_cpu_create(st_backend **out, int threads, st_err *err) {

@@ -171,9 +171,9 @@ void cpu_swiglu_backward(st_backend *be, float *dinp, const float *inp, const fl
 #define GQA_BQ 64
 
 ST_CLONES
-static void gqa_softmax_block(float *S, float *lse_out, int r0, int nr, int nk) {
+static void gqa_softmax_block(float *S, float *lse_out, int r0, int nr, int nk, int k0) {
     for (int r = 0; r < nr; r++) {
-        int t = r0 + r, valid = t + 1;
+        int t = r0 + r, valid = t + 1 - k0; /* keys k0..t */
         float *s = S + (size_t)r * nk;
         float mx = -INFINITY;
         for (int j = 0; j < valid; j++) mx = s[j] > mx ? s[j] : mx;
@@ -186,9 +186,8 @@ static void gqa_softmax_block(float *S, float *lse_out, int r0, int nr, int nk) 
     }
 }
 
-void cpu_attention_gqa_forward(st_backend *be, float *out, float *lse, const float *q, const float *k,
-                               const float *v, int ld, int B, int T, int NH, int NKV, int hs) {
-    (void)be;
+static void gqa_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+                        const int32_t *doc_start, int ld, int B, int T, int NH, int NKV, int hs) {
     int G = NH / NKV, C = NH * hs;
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel
@@ -200,30 +199,44 @@ void cpu_attention_gqa_forward(st_backend *be, float *out, float *lse, const flo
             size_t row0 = (size_t)b * T * ld;
             const float *qh = q + row0 + (size_t)h * hs, *kh = k + row0 + (size_t)(h / G) * hs;
             const float *vh = v + row0 + (size_t)(h / G) * hs;
+            const int32_t *ds = doc_start ? doc_start + (size_t)b * T : NULL;
             float *o = out + (size_t)b * T * C + (size_t)h * hs, *l = lse + (size_t)bh * T;
-            for (int r0 = 0; r0 < T; r0 += GQA_BQ) {
-                int nr = T - r0 < GQA_BQ ? T - r0 : GQA_BQ, nk = r0 + nr;
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, hs, scale, qh + (size_t)r0 * ld, ld, kh,
-                            ld, 0.0f, S, nk);
-                gqa_softmax_block(S, l, r0, nr, nk);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hs, nk, 1.0f, S, nk, vh, ld, 0.0f,
-                            o + (size_t)r0 * C, C);
+            for (int r0 = 0, r1; r0 < T; r0 = r1) {
+                int k0 = cpu_att_doc_block(ds, r0, T, GQA_BQ, &r1), nr = r1 - r0, nk = r1 - k0;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, hs, scale, qh + (size_t)r0 * ld, ld,
+                            kh + (size_t)k0 * ld, ld, 0.0f, S, nk);
+                gqa_softmax_block(S, l, r0, nr, nk, k0);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hs, nk, 1.0f, S, nk, vh + (size_t)k0 * ld,
+                            ld, 0.0f, o + (size_t)r0 * C, C);
             }
         }
         free(S);
     }
 }
 
+void cpu_attention_gqa_forward(st_backend *be, float *out, float *lse, const float *q, const float *k,
+                               const float *v, int ld, int B, int T, int NH, int NKV, int hs) {
+    (void)be;
+    gqa_forward(out, lse, q, k, v, NULL, ld, B, T, NH, NKV, hs);
+}
+
+void cpu_attention_gqa_doc_forward(st_backend *be, float *out, float *lse, const float *q, const float *k,
+                                   const float *v, const int32_t *doc_start, int ld, int B, int T, int NH, int NKV,
+                                   int hs) {
+    (void)be;
+    gqa_forward(out, lse, q, k, v, doc_start, ld, B, T, NH, NKV, hs);
+}
+
 ST_CLONES
 static void gqa_probs_and_dscores(float *P, float *dS, const float *dP, const float *delta, const float *lse, int r0,
-                                  int nr, int nk, float scale) {
-    /* on entry P and dS both hold scaled scores; on exit P = probabilities and
+                                  int nr, int nk, float scale, int k0) {
+    /* on entry P and dS both hold scaled scores of keys k0..; on exit P = probabilities and
      * dS = P * (dP - delta) * scale, zero above the diagonal */
     for (int r = 0; r < nr; r++) {
-        int t = r0 + r;
+        int t = r0 + r - k0; /* the last key's column */
         float *p = P + (size_t)r * nk, *ds = dS + (size_t)r * nk;
         const float *dp = dP + (size_t)r * nk;
-        float l = lse[t], dl = delta[r];
+        float l = lse[r0 + r], dl = delta[r];
         for (int j = 0; j <= t; j++) {
             float pj = st_fast_expf(p[j] - l);
             p[j] = pj;
@@ -235,18 +248,19 @@ static void gqa_probs_and_dscores(float *P, float *dS, const float *dP, const fl
 
 /* One query head's share of the backward: dq (rows ld apart) +=, and its contribution to
  * dk, dv (rows ldkv apart: the shared kv head itself, or this head's scratch). S, G2, dP
- * are GQA_BQ x T scratch. */
+ * are GQA_BQ x T scratch. ds: the row's doc_start (T ints) or NULL. */
 static void gqa_head_backward(const float *qh, const float *kh, const float *vh, int ld, const float *o,
                               const float *dO, int C, const float *l, float *dqh, float *dkh, float *dvh, int ldkv,
-                              int T, int hs, float scale, float *S, float *G2, float *dP) {
+                              const int32_t *ds, int T, int hs, float scale, float *S, float *G2, float *dP) {
     float delta[GQA_BQ];
-    for (int r0 = 0; r0 < T; r0 += GQA_BQ) {
-        int nr = T - r0 < GQA_BQ ? T - r0 : GQA_BQ, nk = r0 + nr;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, hs, scale, qh + (size_t)r0 * ld, ld, kh, ld, 0.0f,
+    for (int r0 = 0, r1; r0 < T; r0 = r1) {
+        int k0 = cpu_att_doc_block(ds, r0, T, GQA_BQ, &r1), nr = r1 - r0, nk = r1 - k0;
+        const float *kb = kh + (size_t)k0 * ld, *vb = vh + (size_t)k0 * ld;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, hs, scale, qh + (size_t)r0 * ld, ld, kb, ld, 0.0f,
                     S, nk);
         memcpy(G2, S, sizeof(float) * (size_t)nr * nk);
         /* dP = dO V^T */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, hs, 1.0f, dO + (size_t)r0 * C, C, vh, ld, 0.0f, dP,
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, hs, 1.0f, dO + (size_t)r0 * C, C, vb, ld, 0.0f, dP,
                     nk);
         for (int r = 0; r < nr; r++) {
             const float *a = dO + (size_t)(r0 + r) * C, *bb = o + (size_t)(r0 + r) * C;
@@ -254,21 +268,20 @@ static void gqa_head_backward(const float *qh, const float *kh, const float *vh,
             for (int d = 0; d < hs; d++) sum += a[d] * bb[d];
             delta[r] = sum;
         }
-        gqa_probs_and_dscores(S, G2, dP, delta, l, r0, nr, nk, scale);
-        /* dV += P^T dO; dQ += dS K; dK += dS^T Q */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nr, 1.0f, S, nk, dO + (size_t)r0 * C, C, 1.0f, dvh,
-                    ldkv);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hs, nk, 1.0f, G2, nk, kh, ld, 1.0f,
+        gqa_probs_and_dscores(S, G2, dP, delta, l, r0, nr, nk, scale, k0);
+        /* dV[k0:r1] += P^T dO; dQ[r0:r1] += dS K; dK[k0:r1] += dS^T Q */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nr, 1.0f, S, nk, dO + (size_t)r0 * C, C, 1.0f,
+                    dvh + (size_t)k0 * ldkv, ldkv);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hs, nk, 1.0f, G2, nk, kb, ld, 1.0f,
                     dqh + (size_t)r0 * ld, ld);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nr, 1.0f, G2, nk, qh + (size_t)r0 * ld, ld, 1.0f,
-                    dkh, ldkv);
+                    dkh + (size_t)k0 * ldkv, ldkv);
     }
 }
 
-void cpu_attention_gqa_backward(st_backend *be, float *dq, float *dk, float *dv, const float *dout, const float *q,
-                                const float *k, const float *v, const float *out, const float *lse, int ld, int B,
-                                int T, int NH, int NKV, int hs) {
-    (void)be;
+static void gqa_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                         const float *v, const float *out, const float *lse, const int32_t *doc_start, int ld, int B,
+                         int T, int NH, int NKV, int hs) {
     int G = NH / NKV, C = NH * hs, nth = omp_get_max_threads();
     float scale = 1.0f / sqrtf((float)hs);
     /* Work units: one per (batch, kv head) when those alone keep every thread busy (each
@@ -303,7 +316,8 @@ void cpu_attention_gqa_backward(st_backend *be, float *dq, float *dk, float *dv,
                 float *dvh = scr ? scr + ((size_t)B * NH + bh) * T * hs : dv + kvo;
                 gqa_head_backward(q + qo, k + kvo, v + kvo, ld, out + (size_t)b * T * C + (size_t)h * hs,
                                   dout + (size_t)b * T * C + (size_t)h * hs, C, lse + bh * T, dq + qo, dkh, dvh,
-                                  scr ? hs : ld, T, hs, scale, S, G2, dP);
+                                  scr ? hs : ld, doc_start ? doc_start + (size_t)b * T : NULL, T, hs, scale, S,
+                                  G2, dP);
             }
         }
         free(S);
@@ -329,4 +343,19 @@ void cpu_attention_gqa_backward(st_backend *be, float *dq, float *dk, float *dv,
         }
         free(scr);
     }
+}
+
+void cpu_attention_gqa_backward(st_backend *be, float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                const float *k, const float *v, const float *out, const float *lse, int ld, int B,
+                                int T, int NH, int NKV, int hs) {
+    (void)be;
+    gqa_backward(dq, dk, dv, dout, q, k, v, out, lse, NULL, ld, B, T, NH, NKV, hs);
+}
+
+void cpu_attention_gqa_doc_backward(st_backend *be, float *dq, float *dk, float *dv, const float *dout,
+                                    const float *q, const float *k, const float *v, const float *out,
+                                    const float *lse, const int32_t *doc_start, int ld, int B, int T, int NH,
+                                    int NKV, int hs) {
+    (void)be;
+    gqa_backward(dq, dk, dv, dout, q, k, v, out, lse, doc_start, ld, B, T, NH, NKV, hs);
 }

@@ -216,8 +216,8 @@ static void ref_matmul_backward_f32(st_backend *be, float *dinp, float *dw, floa
     free(a.base);
 }
 
-static void ref_attention_forward_f32(st_backend *be, float *out, float *lse, const float *qkv, int B, int T,
-                                      int C, int NH) {
+static void ref_attention_doc_forward_f32(st_backend *be, float *out, float *lse, const float *qkv,
+                                          const int32_t *doc_start, int B, int T, int C, int NH) {
     size_t no = (size_t)B * T * C, nl = (size_t)B * NH * T;
     ref_arena a;
     if (!arena_init(&a, no + nl + 3 * no)) {
@@ -227,14 +227,20 @@ static void ref_attention_forward_f32(st_backend *be, float *out, float *lse, co
         return;
     }
     double *o = take(&a, no), *l = take(&a, nl), *q = take_f64(&a, qkv, 3 * no);
-    ref_attention_forward(o, l, q, B, T, C, NH);
+    ref_attention_doc_forward(o, l, q, doc_start, B, T, C, NH);
     store_f32(out, o, no);
     store_f32(lse, l, nl);
     free(a.base);
 }
 
-static void ref_attention_backward_f32(st_backend *be, float *dqkv, const float *dout, const float *qkv,
-                                       const float *out, const float *lse, int B, int T, int C, int NH) {
+static void ref_attention_forward_f32(st_backend *be, float *out, float *lse, const float *qkv, int B, int T,
+                                      int C, int NH) {
+    ref_attention_doc_forward_f32(be, out, lse, qkv, NULL, B, T, C, NH);
+}
+
+static void ref_attention_doc_backward_f32(st_backend *be, float *dqkv, const float *dout, const float *qkv,
+                                           const float *out, const float *lse, const int32_t *doc_start, int B,
+                                           int T, int C, int NH) {
     size_t no = (size_t)B * T * C, nl = (size_t)B * NH * T;
     ref_arena a;
     if (!arena_init(&a, 3 * no + no + 3 * no + no + nl)) {
@@ -244,9 +250,14 @@ static void ref_attention_backward_f32(st_backend *be, float *dqkv, const float 
     }
     double *dq = take_f64(&a, dqkv, 3 * no), *d = take_f64(&a, dout, no), *q = take_f64(&a, qkv, 3 * no);
     double *o = take_f64(&a, out, no), *l = take_f64(&a, lse, nl);
-    ref_attention_backward(dq, d, q, o, l, B, T, C, NH);
+    ref_attention_doc_backward(dq, d, q, o, l, doc_start, B, T, C, NH);
     store_f32(dqkv, dq, 3 * no);
     free(a.base);
+}
+
+static void ref_attention_backward_f32(st_backend *be, float *dqkv, const float *dout, const float *qkv,
+                                       const float *out, const float *lse, int B, int T, int C, int NH) {
+    ref_attention_doc_backward_f32(be, dqkv, dout, qkv, out, lse, NULL, B, T, C, NH);
 }
 
 static void ref_gelu_forward_f32(st_backend *be, float *out, const float *inp, int n) {
@@ -478,8 +489,9 @@ static double *take_qkv(ref_arena *a, const float *q, const float *k, const floa
     return p;
 }
 
-static void ref_attention_gqa_forward_f32(st_backend *be, float *out, float *lse, const float *q, const float *k,
-                                          const float *v, int ld, int B, int T, int NH, int NKV, int hs) {
+static void ref_attention_gqa_doc_forward_f32(st_backend *be, float *out, float *lse, const float *q, const float *k,
+                                              const float *v, const int32_t *doc_start, int ld, int B, int T, int NH,
+                                              int NKV, int hs) {
     size_t rows = (size_t)B * T, no = rows * NH * hs, nl = (size_t)B * NH * T;
     int W = (NH + 2 * NKV) * hs;
     ref_arena a;
@@ -490,15 +502,21 @@ static void ref_attention_gqa_forward_f32(st_backend *be, float *out, float *lse
         return;
     }
     double *o = take(&a, no), *l = take(&a, nl), *x = take_qkv(&a, q, k, v, rows, ld, NH, NKV, hs);
-    ref_attention_gqa_forward(o, l, x, x + NH * hs, x + (NH + NKV) * hs, W, B, T, NH, NKV, hs);
+    ref_attention_gqa_doc_forward(o, l, x, x + NH * hs, x + (NH + NKV) * hs, doc_start, W, B, T, NH, NKV, hs);
     store_f32(out, o, no);
     store_f32(lse, l, nl);
     free(a.base);
 }
 
-static void ref_attention_gqa_backward_f32(st_backend *be, float *dq, float *dk, float *dv, const float *dout,
-                                           const float *q, const float *k, const float *v, const float *out,
-                                           const float *lse, int ld, int B, int T, int NH, int NKV, int hs) {
+static void ref_attention_gqa_forward_f32(st_backend *be, float *out, float *lse, const float *q, const float *k,
+                                          const float *v, int ld, int B, int T, int NH, int NKV, int hs) {
+    ref_attention_gqa_doc_forward_f32(be, out, lse, q, k, v, NULL, ld, B, T, NH, NKV, hs);
+}
+
+static void ref_attention_gqa_doc_backward_f32(st_backend *be, float *dq, float *dk, float *dv, const float *dout,
+                                               const float *q, const float *k, const float *v, const float *out,
+                                               const float *lse, const int32_t *doc_start, int ld, int B, int T,
+                                               int NH, int NKV, int hs) {
     size_t rows = (size_t)B * T, no = rows * NH * hs, nl = (size_t)B * NH * T;
     int W = (NH + 2 * NKV) * hs, wq = NH * hs, wk = NKV * hs;
     ref_arena a;
@@ -511,7 +529,8 @@ static void ref_attention_gqa_backward_f32(st_backend *be, float *dq, float *dk,
     }
     double *g = take_qkv(&a, dq, dk, dv, rows, ld, NH, NKV, hs), *x = take_qkv(&a, q, k, v, rows, ld, NH, NKV, hs);
     double *d = take_f64(&a, dout, no), *o = take_f64(&a, out, no), *l = take_f64(&a, lse, nl);
-    ref_attention_gqa_backward(g, g + wq, g + wq + wk, d, x, x + wq, x + wq + wk, o, l, W, B, T, NH, NKV, hs);
+    ref_attention_gqa_doc_backward(g, g + wq, g + wq + wk, d, x, x + wq, x + wq + wk, o, l, doc_start, W, B, T, NH,
+                                   NKV, hs);
     /* scatter back: three disjoint column ranges of the dense rows */
     for (size_t r = 0; r < rows; r++) {
         for (int i = 0; i < wq; i++) dq[r * ld + i] = (float)g[r * W + i];
@@ -519,6 +538,12 @@ static void ref_attention_gqa_backward_f32(st_backend *be, float *dq, float *dk,
         for (int i = 0; i < wk; i++) dv[r * ld + i] = (float)g[r * W + wq + wk + i];
     }
     free(a.base);
+}
+
+static void ref_attention_gqa_backward_f32(st_backend *be, float *dq, float *dk, float *dv, const float *dout,
+                                           const float *q, const float *k, const float *v, const float *out,
+                                           const float *lse, int ld, int B, int T, int NH, int NKV, int hs) {
+    ref_attention_gqa_doc_backward_f32(be, dq, dk, dv, dout, q, k, v, out, lse, NULL, ld, B, T, NH, NKV, hs);
 }
 
 static const st_backend_ops ref_ops = {
@@ -557,6 +582,10 @@ static const st_backend_ops ref_ops = {
     .softmax_chunk_stats = st_host_softmax_chunk_stats,
     .softmax_chunk_grad = st_host_softmax_chunk_grad,
     .to_bf16 = st_host_to_bf16,
+    .attention_doc_forward = ref_attention_doc_forward_f32,
+    .attention_doc_backward = ref_attention_doc_backward_f32,
+    .attention_gqa_doc_forward = ref_attention_gqa_doc_forward_f32,
+    .attention_gqa_doc_backward = ref_attention_gqa_doc_backward_f32,
 };
 
 st_status st_backend_ref_create(st_backend **out, st_err *err) {

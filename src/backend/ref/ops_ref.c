@@ -117,26 +117,33 @@ static double dot(const double *x, const double *y, int n) {
 }
 
 void ref_attention_forward(double *out, double *lse, const double *qkv, int B, int T, int C, int NH) {
-    /* out (B,T,C), lse (B,NH,T), qkv (B,T,3C). Scores are recomputed in each pass
-     * (max, sum, output) rather than stored, so the reference needs no scratch. */
+    ref_attention_doc_forward(out, lse, qkv, NULL, B, T, C, NH);
+}
+
+void ref_attention_doc_forward(double *out, double *lse, const double *qkv, const int32_t *doc_start, int B, int T,
+                               int C, int NH) {
+    /* out (B,T,C), lse (B,NH,T), qkv (B,T,3C), doc_start (B,T) or NULL (0). Scores are
+     * recomputed in each pass (max, sum, output) rather than stored, so the reference
+     * needs no scratch. Query t sees keys j0..t, j0 its document's start. */
     int hs = C / NH;
     double scale = 1.0 / sqrt((double)hs);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int t = 0; t < T; t++) {
                 const double *q = qkv + qkv_index(b, t, 0, h, T, C, hs);
+                int j0 = doc_start ? doc_start[(size_t)b * T + t] : 0;
                 double m = -INFINITY, sum = 0;
-                for (int j = 0; j <= t; j++) {
+                for (int j = j0; j <= t; j++) {
                     double s = scale * dot(q, qkv + qkv_index(b, j, 1, h, T, C, hs), hs);
                     if (s > m) m = s;
                 }
-                for (int j = 0; j <= t; j++)
+                for (int j = j0; j <= t; j++)
                     sum += exp(scale * dot(q, qkv + qkv_index(b, j, 1, h, T, C, hs), hs) - m);
                 double l = m + log(sum);
                 lse[((size_t)b * NH + h) * T + t] = l;
                 double *o = out + ((size_t)b * T + t) * C + (size_t)h * hs;
                 for (int d = 0; d < hs; d++) o[d] = 0;
-                for (int j = 0; j <= t; j++) {
+                for (int j = j0; j <= t; j++) {
                     double p = exp(scale * dot(q, qkv + qkv_index(b, j, 1, h, T, C, hs), hs) - l);
                     const double *v = qkv + qkv_index(b, j, 2, h, T, C, hs);
                     for (int d = 0; d < hs; d++) o[d] += p * v[d];
@@ -146,6 +153,11 @@ void ref_attention_forward(double *out, double *lse, const double *qkv, int B, i
 
 void ref_attention_backward(double *dqkv, const double *dout, const double *qkv, const double *out,
                             const double *lse, int B, int T, int C, int NH) {
+    ref_attention_doc_backward(dqkv, dout, qkv, out, lse, NULL, B, T, C, NH);
+}
+
+void ref_attention_doc_backward(double *dqkv, const double *dout, const double *qkv, const double *out,
+                                const double *lse, const int32_t *doc_start, int B, int T, int C, int NH) {
     /* dqkv (B,T,3C) +=, dout (B,T,C), qkv (B,T,3C), out (B,T,C), lse (B,NH,T).
      * With P_tj = exp(scale q_t.k_j - lse_t) recomputed from q, k and lse, and
      * dP_tj = dout_t . v_j:
@@ -164,7 +176,8 @@ void ref_attention_backward(double *dqkv, const double *dout, const double *qkv,
                 double *dq = dqkv + qkv_index(b, t, 0, h, T, C, hs);
                 double l = lse[((size_t)b * NH + h) * T + t];
                 double D = dot(dO, O, hs);
-                for (int j = 0; j <= t; j++) {
+                int j0 = doc_start ? doc_start[(size_t)b * T + t] : 0;
+                for (int j = j0; j <= t; j++) {
                     const double *k = qkv + qkv_index(b, j, 1, h, T, C, hs);
                     const double *v = qkv + qkv_index(b, j, 2, h, T, C, hs);
                     double *dk = dqkv + qkv_index(b, j, 1, h, T, C, hs);

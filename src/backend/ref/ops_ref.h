@@ -45,6 +45,12 @@ void ref_attention_forward(double *out, double *lse, const double *qkv, int B, i
 void ref_attention_backward(double *dqkv, const double *dout, const double *qkv, const double *out,
                             const double *lse, int B, int T, int C, int NH);
 
+/* The same restricted to documents: doc_start (B,T) as in st_backend_ops, NULL = all 0. */
+void ref_attention_doc_forward(double *out, double *lse, const double *qkv, const int32_t *doc_start, int B, int T,
+                               int C, int NH);
+void ref_attention_doc_backward(double *dqkv, const double *dout, const double *qkv, const double *out,
+                                const double *lse, const int32_t *doc_start, int B, int T, int C, int NH);
+
 /* out (n) = gelu_tanh(inp), writes. dinp (n) += gelu'(inp) * dout. */
 void ref_gelu_forward(double *out, const double *inp, int n);
 void ref_gelu_backward(double *dinp, const double *inp, const double *dout, int n);
@@ -95,5 +101,11 @@ void ref_attention_gqa_forward(double *out, double *lse, const double *q, const 
 void ref_attention_gqa_backward(double *dq, double *dk, double *dv, const double *dout, const double *q,
                                 const double *k, const double *v, const double *out, const double *lse,
                                 int ld, int B, int T, int NH, int NKV, int hs);
+/* The same restricted to documents: doc_start (B,T) as in st_backend_ops, NULL = all 0. */
+void ref_attention_gqa_doc_forward(double *out, double *lse, const double *q, const double *k, const double *v,
+                                   const int32_t *doc_start, int ld, int B, int T, int NH, int NKV, int hs);
+void ref_attention_gqa_doc_backward(double *dq, double *dk, double *dv, const double *dout, const double *q,
+                                    const double *k, const double *v, const double *out, const double *lse,
+                                    const int32_t *doc_start, int ld, int B, int T, int NH, int NKV, int hs);
 
 #endif

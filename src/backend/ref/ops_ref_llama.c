@@ -129,6 +129,11 @@ static double dotd(const double *x, const double *y, int n) {
 
 void ref_attention_gqa_forward(double *out, double *lse, const double *q, const double *k, const double *v,
                                int ld, int B, int T, int NH, int NKV, int hs) {
+    ref_attention_gqa_doc_forward(out, lse, q, k, v, NULL, ld, B, T, NH, NKV, hs);
+}
+
+void ref_attention_gqa_doc_forward(double *out, double *lse, const double *q, const double *k, const double *v,
+                                   const int32_t *doc_start, int ld, int B, int T, int NH, int NKV, int hs) {
     /* out (B,T,NH*hs), lse (B,NH,T); q, k, v rows ld apart. Scores recomputed per pass. */
     int G = NH / NKV, C = NH * hs;
     double scale = 1.0 / sqrt((double)hs);
@@ -137,14 +142,15 @@ void ref_attention_gqa_forward(double *out, double *lse, const double *q, const 
             size_t kvo = (size_t)(h / G) * hs;
             for (int t = 0; t < T; t++) {
                 const double *qt = q + ((size_t)b * T + t) * ld + (size_t)h * hs;
+                int j0 = doc_start ? doc_start[(size_t)b * T + t] : 0;
                 double m = -INFINITY, sum = 0;
-                for (int j = 0; j <= t; j++) m = fmax(m, scale * dotd(qt, k + ((size_t)b * T + j) * ld + kvo, hs));
-                for (int j = 0; j <= t; j++) sum += exp(scale * dotd(qt, k + ((size_t)b * T + j) * ld + kvo, hs) - m);
+                for (int j = j0; j <= t; j++) m = fmax(m, scale * dotd(qt, k + ((size_t)b * T + j) * ld + kvo, hs));
+                for (int j = j0; j <= t; j++) sum += exp(scale * dotd(qt, k + ((size_t)b * T + j) * ld + kvo, hs) - m);
                 double l = m + log(sum);
                 lse[((size_t)b * NH + h) * T + t] = l;
                 double *o = out + ((size_t)b * T + t) * C + (size_t)h * hs;
                 for (int d = 0; d < hs; d++) o[d] = 0;
-                for (int j = 0; j <= t; j++) {
+                for (int j = j0; j <= t; j++) {
                     double p = exp(scale * dotd(qt, k + ((size_t)b * T + j) * ld + kvo, hs) - l);
                     const double *vj = v + ((size_t)b * T + j) * ld + kvo;
                     for (int d = 0; d < hs; d++) o[d] += p * vj[d];
@@ -156,6 +162,12 @@ void ref_attention_gqa_forward(double *out, double *lse, const double *q, const 
 void ref_attention_gqa_backward(double *dq, double *dk, double *dv, const double *dout, const double *q,
                                 const double *k, const double *v, const double *out, const double *lse,
                                 int ld, int B, int T, int NH, int NKV, int hs) {
+    ref_attention_gqa_doc_backward(dq, dk, dv, dout, q, k, v, out, lse, NULL, ld, B, T, NH, NKV, hs);
+}
+
+void ref_attention_gqa_doc_backward(double *dq, double *dk, double *dv, const double *dout, const double *q,
+                                    const double *k, const double *v, const double *out, const double *lse,
+                                    const int32_t *doc_start, int ld, int B, int T, int NH, int NKV, int hs) {
     /* As ref_attention_backward, with every query head of a group adding into its shared
      * key/value head: dv_j += P_tj dout_t, dS_tj = P_tj (dout_t.v_j - dout_t.out_t),
      * dq_t += scale dS_tj k_j, dk_j += scale dS_tj q_t. */
@@ -169,7 +181,8 @@ void ref_attention_gqa_backward(double *dq, double *dk, double *dv, const double
                 const double *dO = dout + ((size_t)b * T + t) * C + (size_t)h * hs;
                 const double *O = out + ((size_t)b * T + t) * C + (size_t)h * hs;
                 double l = lse[((size_t)b * NH + h) * T + t], D = dotd(dO, O, hs);
-                for (int j = 0; j <= t; j++) {
+                int j0 = doc_start ? doc_start[(size_t)b * T + t] : 0;
+                for (int j = j0; j <= t; j++) {
                     size_t ko = ((size_t)b * T + j) * ld + kvo;
                     double p = exp(scale * dotd(q + qo, k + ko, hs) - l);
                     double ds = p * (dotd(dO, v + ko, hs) - D);
