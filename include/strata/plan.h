@@ -180,4 +180,54 @@ st_status plan_stream(const st_arch *a, int B, int T, size_t device_budget, cons
  * device's bytes are not in it (pred.device_bytes). */
 size_t plan_host_bytes(const st_arch *a, int B, int T, const stream_plan *p);
 
+
+/* ------------------------------------------------------------------ plan files
+ * A plan saved to run again exactly (strata plan -o FILE, strata train --plan FILE, and the
+ * RUN_DIR/plan.json a streamed strata train writes): a JSON object
+ *     {"strata_plan": 1, "model": "gpt2-tiny", "arch": "gpt2", "n_blocks": 4, "n_embd": 128,
+ *      "vocab_size": 256, "n_params": 830208, "batch": 2, "seq": 32, "device_budget": 6000000,
+ *      "device_bytes": 5704960, "prefetch_depth": 1, "vocab_chunk": 0, "overlap_optim": true,
+ *      "clip": "auto", "grad_dtype": "f32", "optim_threads": 1,
+ *      "blocks": ["offload", "offload", "offload", "keep"], "predicted": {"step_s": ..., ...}}
+ * The model is identified by its shape (arch, n_blocks, n_embd, vocab_size, n_params), not
+ * by its name (an init_from directory may move). strata plan's --json adds what a reader
+ * does not need ("fits", "profile", "solve_s", "optimal"); a reader accepts those and refuses
+ * any other key, so a misspelt key is never ignored. */
+#define PLAN_FILE_VERSION 1
+#define PLAN_FILE_MAX_BYTES (4u << 20) /* 4096 blocks are about 50 KB of JSON */
+
+typedef struct plan_file {
+    char model[256];       /* the model's preset name or init_from, as given (not checked) */
+    char arch[16];         /* st_arch_ops.name */
+    int n_blocks, n_embd, vocab_size;
+    size_t n_params;
+    int batch, seq;
+    size_t device_budget;  /* the budget the plan was made for */
+    size_t device_bytes;   /* stream_device_bytes of the plan when it was made (0: not given) */
+    int has_prediction;    /* 1: pred holds step_s, its five parts and one block's times */
+    plan_prediction pred;
+    stream_plan plan;      /* n_layer == n_blocks */
+} plan_file;
+
+struct json_object;
+/* f describing plan p for a at batch B x seq T made within device_budget; pred NULL: no
+ * prediction. device_bytes: pred's, else 0. */
+void plan_file_init(plan_file *f, const st_arch *a, const char *model, int B, int T, size_t device_budget,
+                    const stream_plan *p, const plan_prediction *pred);
+/* The document as a new json-c object (the caller puts it); more members may be added. */
+struct json_object *plan_file_to_json(const plan_file *f);
+/* Write a document (plan_file_to_json's, perhaps with more members) to path crash-safely
+ * (a temporary, fsync, rename), as JSON_C_TO_STRING_PRETTY text and a newline. */
+st_status plan_file_save_json(const char *path, struct json_object *doc, st_err *err);
+st_status plan_file_save(const char *path, const plan_file *f, st_err *err);
+/* Read and validate a plan file: every key's type and range, the act names, vocab_chunk
+ * within vocab_size, the blocks' count. Fails naming path, the key and what to do. */
+st_status plan_file_load(const char *path, plan_file *f, st_err *err);
+/* Whether f (read from path) was made for model a at batch B x seq T: fails naming the
+ * first key that differs and what to do. */
+st_status plan_file_check(const char *path, const plan_file *f, const st_arch *a, int B, int T, st_err *err);
+/* Names in plan files: "keep", "offload", "recompute"; "speculate", "defer", "auto". */
+const char *plan_act_name(int act);
+const char *plan_clip_name(int clip);
+
 #endif

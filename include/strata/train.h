@@ -67,6 +67,8 @@ typedef struct train_config {
                                moments there (the disk tier, strata/store.h), committed every step */
     double state_budget;  /* host bytes for the state store's buffers (0: TRAIN_STATE_BUDGET_DEFAULT) */
     char state_profile[1024]; /* strata probe -o profile: split the state by the paths' bandwidth */
+    char plan[1024];      /* the stream plan (device_budget > 0): "auto" (the planner, now) or a plan
+                             file (plan.h: strata plan -o, or a streamed run's RUN_DIR/plan.json) */
     int zero;             /* under mpirun: ZeRO stage 0, 1 or 2 (strata/dist.h) */
     double dist_timeout;  /* under mpirun: seconds a rank waits for another */
     volatile int *stop_flag; /* set to nonzero (e.g. by SIGINT) to checkpoint and stop */

@@ -24,6 +24,7 @@ static void plan_usage(FILE *f) {
             "usage: strata plan [--config FILE.json] [--KEY VALUE ...] [--host_budget BYTES]\n"
             "                   [--device_budget BYTES] [--disk_budget BYTES] [--json]\n"
             "                   [--profile FILE.json] [--save_profile FILE.json] [--time_limit_ms N]\n"
+            "                   [-o PLAN.json]\n"
             "\n"
             "Prints the bytes each class of training state needs (weights, gradients, master copy,\n"
             "moments in fp32 or 8-bit, activations with and without checkpointing), where each\n"
@@ -35,7 +36,9 @@ static void plan_usage(FILE *f) {
             "program (GLPK), and prints it per block with the predicted step time in parts, the\n"
             "device bytes and the solve time. The machine's figures come from --profile (a file\n"
             "--save_profile wrote) or are measured now on the CPU backend (about a second).\n"
-            "--json prints only the plan, as JSON.\n"
+            "--json prints only the plan, as JSON. -o PLAN.json (with --device_budget) writes that\n"
+            "JSON to a file (crash-safely); strata train --plan PLAN.json runs the plan exactly,\n"
+            "refusing it for another model shape, batch or seq, or a device_budget it does not fit.\n"
             "Exit status: 0 fits, 3 does not fit, 2 bad options.\n"
             "\n"
             "Keys (as for strata train): %s\n", train_config_keys());
@@ -77,14 +80,11 @@ static int plan_disk(const train_config *c, double n_params) {
     return short_;
 }
 
-static const char *act_name(int a) {
-    return a == STREAM_ACT_KEEP ? "keep" : a == STREAM_ACT_OFFLOAD ? "offload" : "recompute";
-}
-
 /* The planner's section: the profile (loaded, or measured on the CPU backend), the plan
- * for the device budget, printed as text or JSON. 0 fits, 3 no plan fits, 2 bad input. */
+ * for the device budget, printed as text or JSON, and written to out (a plan file, plan.h)
+ * when out is not NULL. 0 fits, 3 no plan fits, 2 bad input. */
 static int plan_device(const st_arch *a, const train_config *cfg, double device_budget, const char *profile,
-                       const char *save_profile, int time_limit_ms, int json) {
+                       const char *save_profile, int time_limit_ms, int json, const char *out) {
     st_err err = {0};
     plan_profile hw;
     if (profile) {
@@ -121,13 +121,29 @@ static int plan_device(const st_arch *a, const train_config *cfg, double device_
     plan_options po = {.time_limit_ms = time_limit_ms, .mip_gap = -1, .allow_vocab_chunk = 1, .prefer_resident_head = 1};
     st_status s = plan_stream_ex(a, cfg->batch, cfg->seq, (size_t)device_budget, &hw, &po, p, &pr, &err);
     int L = a->lay.n_blocks, rc = s == ST_OK ? 0 : s == ST_ERR_NOMEM ? 3 : 2;
-    if (json) {
-        json_object *o = json_object_new_object(), *prof = json_object_new_object();
-        json_object_object_add(o, "model", json_object_new_string(cfg->init_from[0] ? cfg->init_from : cfg->model));
-        json_object_object_add(o, "batch", json_object_new_int(cfg->batch));
-        json_object_object_add(o, "seq", json_object_new_int(cfg->seq));
-        json_object_object_add(o, "n_blocks", json_object_new_int(L));
-        json_object_object_add(o, "device_budget", json_object_new_int64((int64_t)device_budget));
+    json_object *o = NULL;
+    if (json || (out && !s)) { /* the plan file's document, and what people read beside it */
+        const char *model = cfg->init_from[0] ? cfg->init_from : cfg->model;
+        json_object *prof = json_object_new_object();
+        if (s) {
+            o = json_object_new_object();
+            json_object_object_add(o, "model", json_object_new_string(model));
+            json_object_object_add(o, "batch", json_object_new_int(cfg->batch));
+            json_object_object_add(o, "seq", json_object_new_int(cfg->seq));
+            json_object_object_add(o, "n_blocks", json_object_new_int(L));
+            json_object_object_add(o, "device_budget", json_object_new_int64((int64_t)device_budget));
+        } else {
+            plan_file *pf = malloc(sizeof *pf); /* a few KiB: the plan's act table */
+            if (!pf) {
+                fprintf(stderr, "strata plan: out of memory\n");
+                json_object_put(prof);
+                free(p);
+                return 2;
+            }
+            plan_file_init(pf, a, model, cfg->batch, cfg->seq, (size_t)device_budget, p, &pr);
+            o = plan_file_to_json(pf);
+            free(pf);
+        }
         json_object_object_add(o, "fits", json_object_new_boolean(s == ST_OK));
         json_object_object_add(prof, "sgemm_flops", json_object_new_double(hw.sgemm_flops));
         json_object_object_add(prof, "h2d_bytes_per_s", json_object_new_double(hw.h2d_bytes_per_s));
@@ -144,29 +160,26 @@ static int plan_device(const st_arch *a, const train_config *cfg, double device_
         if (s) {
             json_object_object_add(o, "error", json_object_new_string(err.msg));
         } else {
-            json_object *blocks = json_object_new_array(), *t = json_object_new_object();
-            for (int l = 0; l < L; l++) json_object_array_add(blocks, json_object_new_string(act_name(p->act[l])));
-            json_object_object_add(o, "device_bytes", json_object_new_int64((int64_t)pr.device_bytes));
-            json_object_object_add(o, "prefetch_depth", json_object_new_int(p->prefetch_depth));
-            json_object_object_add(o, "vocab_chunk", json_object_new_int(p->vocab_chunk));
-            json_object_object_add(o, "blocks", blocks);
-            json_object_object_add(t, "step_s", json_object_new_double(pr.step_s));
-            json_object_object_add(t, "compute_s", json_object_new_double(pr.compute_s));
-            json_object_object_add(t, "recompute_s", json_object_new_double(pr.recompute_s));
-            json_object_object_add(t, "transfer_exposed_s", json_object_new_double(pr.transfer_exposed_s));
-            json_object_object_add(t, "optim_exposed_s", json_object_new_double(pr.optim_exposed_s));
-            json_object_object_add(t, "host_work_s", json_object_new_double(pr.host_work_s));
-            json_object_object_add(t, "block_forward_s", json_object_new_double(pr.block_fwd_s));
-            json_object_object_add(t, "block_backward_s", json_object_new_double(pr.block_bwd_s));
-            json_object_object_add(o, "predicted", t);
             json_object_object_add(o, "solve_s", json_object_new_double(pr.solve_s));
             json_object_object_add(o, "optimal", json_object_new_boolean(pr.optimal));
         }
+    }
+    if (out && s) {
+        fprintf(stderr, "strata plan: no plan fits the device budget: %s not written\n", out);
+    } else if (out) { /* the same text --json prints */
+        st_err werr = {0};
+        if (plan_file_save_json(out, o, &werr)) {
+            fprintf(stderr, "strata plan: %s\n", werr.msg);
+            rc = 2;
+        }
+    }
+    if (json) {
         printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE));
         json_object_put(o);
         free(p);
         return rc;
     }
+    if (o) json_object_put(o);
     printf("\ndevice plan (layer streaming), budget %.0f bytes (%.1f MiB); machine: sgemm %.1f GFLOP/s, "
            "h2d %.2f GB/s, d2h %.2f GB/s, memcpy %.2f GB/s, optimizer %.2f ns/param, reference block %.1f/%.1f "
            "GFLOP/s forward/backward, classifier %.1f GFLOP/s, host work slows compute %.2f s/s (%s); this model's "
@@ -184,8 +197,8 @@ static int plan_device(const st_arch *a, const train_config *cfg, double device_
     for (int l = 0; l < L;) { /* runs of one choice */
         int e = l;
         while (e + 1 < L && p->act[e + 1] == p->act[l]) e++;
-        if (e > l) printf("  blocks %3d-%-3d %s\n", l, e, act_name(p->act[l]));
-        else printf("  block  %3d     %s\n", l, act_name(p->act[l]));
+        if (e > l) printf("  blocks %3d-%-3d %s\n", l, e, plan_act_name(p->act[l]));
+        else printf("  block  %3d     %s\n", l, plan_act_name(p->act[l]));
         l = e + 1;
     }
     printf("  prefetch depth %d, vocabulary %s\n", p->prefetch_depth, p->vocab_chunk ? "chunked" : "resident");
@@ -198,6 +211,7 @@ static int plan_device(const st_arch *a, const train_config *cfg, double device_
     printf("  (one block: forward %.3f ms, backward %.3f ms; %d keep, %d offload, %d recompute)\n",
            pr.block_fwd_s * 1e3, pr.block_bwd_s * 1e3, pr.n_keep, pr.n_offload, pr.n_recompute);
     printf("  solved in %.3f s (%s)\n", pr.solve_s, pr.optimal ? "optimal" : "time limit: the best plan found");
+    if (out && rc == 0) printf("  plan written to %s (strata train --plan %s runs it)\n", out, out);
     free(p);
     return rc;
 }
@@ -217,12 +231,16 @@ int cmd_plan(int argc, char **argv) {
             fprintf(stderr, "strata plan: %s\n", err.msg);
             return 2;
         }
-    const char *profile = NULL, *save_profile = NULL;
+    const char *profile = NULL, *save_profile = NULL, *out = NULL;
     int json = 0, time_limit_ms = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--json")) {
             json = 1;
+            continue;
+        }
+        if (!strcmp(a, "-o") && i + 1 < argc) {
+            out = argv[++i];
             continue;
         }
         if (strncmp(a, "--", 2) != 0 || i + 1 >= argc) {
@@ -262,6 +280,10 @@ int cmd_plan(int argc, char **argv) {
             return 2;
         }
     }
+    if (out && !(budget[PROF_TIER_DEVICE] > 0)) {
+        fprintf(stderr, "strata plan: -o %s writes the device plan: give --device_budget BYTES too\n", out);
+        return 2;
+    }
     gpt2_config mc;
     llama_config lc;
     int is_llama;
@@ -278,7 +300,7 @@ int cmd_plan(int argc, char **argv) {
             return 2;
         }
         if (json) {
-            int prc = plan_device(arch, &cfg, budget[PROF_TIER_DEVICE], profile, save_profile, time_limit_ms, 1);
+            int prc = plan_device(arch, &cfg, budget[PROF_TIER_DEVICE], profile, save_profile, time_limit_ms, 1, out);
             st_arch_free(arch);
             return prc;
         }
@@ -304,7 +326,7 @@ int cmd_plan(int argc, char **argv) {
     }
     if (cfg.state_paths[0] && plan_disk(&cfg, e.n_params) && !rc) rc = 3;
     if (planned_arch) {
-        int prc = plan_device(planned_arch, &cfg, budget[PROF_TIER_DEVICE], profile, save_profile, time_limit_ms, 0);
+        int prc = plan_device(planned_arch, &cfg, budget[PROF_TIER_DEVICE], profile, save_profile, time_limit_ms, 0, out);
         st_arch_free(planned_arch);
         if (prc == 2) return 2;
         if (prc == 3) rc = 3; /* the executor's device bytes: no plan fits */

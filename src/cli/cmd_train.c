@@ -9,6 +9,7 @@
 
 #include "cli/cli.h"
 #include "strata/dist.h"
+#include "strata/plan.h"
 #include "strata/train.h"
 
 /* The default run's time in the usage text is measured (README): OMP_WAIT_POLICY=passive
@@ -160,6 +161,18 @@ int cmd_train(int argc, char **argv) {
             fprintf(stderr, "strata train: %s\n", err.msg);
             return 2;
         }
+    }
+    if (strcmp(cfg.plan, "auto") && cfg.plan[0] && !(cfg.device_budget > 0)) {
+        /* a plan file and no device_budget: the budget the plan was made for (it fits it) */
+        plan_file *pf = malloc(sizeof *pf);
+        if (!pf || plan_file_load(cfg.plan, pf, &err)) {
+            fprintf(stderr, "strata train: key 'plan': %s\n", pf ? err.msg : "out of memory");
+            free(pf);
+            return 2;
+        }
+        cfg.device_budget = (double)pf->device_budget;
+        st_log(1, "strata train: device_budget %zu bytes, the budget of plan file %s\n", pf->device_budget, cfg.plan);
+        free(pf);
     }
     if (!cfg.run_dir[0]) {
         if (cfg.resume[0]) snprintf(cfg.run_dir, sizeof cfg.run_dir, "%s", cfg.resume);

@@ -417,6 +417,52 @@ static st_status machine_profile(st_backend *be, const st_arch *arch, int B, int
     return s;
 }
 
+/* key 'plan' a file: its plan, when it was made for this model at this batch and seq and
+ * fits this run's budget with this run's configuration (stream_device_bytes: an 8-bit or
+ * disk state, or ranks, may need other bytes than the run it was made for). pred: the
+ * file's prediction, if it has one (has_pred). */
+static st_status plan_from_file(const train_config *c, const st_arch *arch, const stream_config *sc, size_t budget,
+                                stream_plan *plan, plan_prediction *pred, int *has_pred, st_err *err) {
+    plan_file *pf = malloc(sizeof *pf);
+    if (!pf) return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    st_status s = plan_file_load(c->plan, pf, err);
+    if (!s) s = plan_file_check(c->plan, pf, arch, c->batch, c->seq, err);
+    size_t need = s ? 0 : stream_device_bytes(sc, &pf->plan);
+    if (!s && need > budget)
+        s = st_errf(err, ST_ERR_NOMEM, "plan file %s needs %zu device bytes in this run, device_budget is %zu: %zu bytes "
+                    "missing; give --device_budget %zu or more, or make a plan for this budget (strata plan "
+                    "--device_budget %zu ... -o FILE)", c->plan, need, budget, need - budget, need, budget);
+    if (!s) {
+        *plan = pf->plan;
+        *pred = pf->pred;
+        *has_pred = pf->has_prediction;
+        int n[3] = {0, 0, 0};
+        for (int l = 0; l < plan->n_layer; l++) n[plan->act[l]]++;
+        st_log(1, "plan: %s (%d keep, %d offload, %d recompute, prefetch depth %d, vocab_chunk %d; %zu device bytes of "
+               "the budget %zu; made for a budget of %zu%s)\n", c->plan, n[STREAM_ACT_KEEP], n[STREAM_ACT_OFFLOAD],
+               n[STREAM_ACT_RECOMPUTE], plan->prefetch_depth, plan->vocab_chunk, need, budget, pf->device_budget,
+               pf->has_prediction ? ", as saved" : ", no prediction");
+    }
+    free(pf);
+    return s ? st_err_prefix(err, "key 'plan'") : ST_OK;
+}
+
+/* The plan a run streams with, as RUN_DIR/plan.json (one process: under ranks each rank
+ * plans for itself, and the run directory is rank 0's): --plan RUN_DIR/plan.json runs it
+ * again exactly. */
+static st_status save_run_plan(const train_config *c, const st_arch *arch, const stream_config *sc, size_t budget,
+                               const stream_plan *plan, const plan_prediction *pred, st_err *err) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/plan.json", c->run_dir);
+    plan_file *pf = malloc(sizeof *pf);
+    if (!pf) return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    plan_file_init(pf, arch, c->init_from[0] ? c->init_from : c->model, c->batch, c->seq, budget, plan, pred);
+    pf->device_bytes = pf->pred.device_bytes = stream_device_bytes(sc, plan);
+    st_status s = plan_file_save(path, pf, err);
+    free(pf);
+    return s;
+}
+
 static st_status open_streamed(const train_config *c, st_model *m, const st_arch *arch, st_backend *be, int ranks,
                                st_backend **dev, stream_exec **sx, st_err *err) {
     /* the moments live in the disk state store; under ranks the step updates the rank's shard
@@ -437,14 +483,21 @@ static st_status open_streamed(const train_config *c, st_model *m, const st_arch
     plan_prediction pred;
     plan_options po = {.mip_gap = -1, .allow_vocab_chunk = 1, .prefer_resident_head = 1};
     st_err perr = {0};
-    int found = machine_profile(be, arch, c->batch, c->seq, &hw, &perr) == ST_OK &&
-                plan_stream_ex(arch, c->batch, c->seq, budget, &hw, &po, &plan, &pred, &perr) == ST_OK;
-    if (found)
-        st_log(1, "planner: %d keep, %d offload, %d recompute, prefetch depth %d, vocab_chunk %d: predicted %.3f s "
-               "a step, %zu device bytes (solved in %.3f s)\n", pred.n_keep, pred.n_offload, pred.n_recompute,
-               plan.prefetch_depth, plan.vocab_chunk, pred.step_s, pred.device_bytes, pred.solve_s);
-    else
-        st_log(2, "planner: %s; the fixed rule chooses the plan\n", perr.msg);
+    int found = 0, has_pred = 0;
+    st_status s;
+    if (strcmp(c->plan, "auto")) { /* a saved plan, run exactly (or refused) */
+        if ((s = plan_from_file(c, arch, &sc, budget, &plan, &pred, &has_pred, err))) return s;
+        found = 1;
+    } else {
+        found = has_pred = machine_profile(be, arch, c->batch, c->seq, &hw, &perr) == ST_OK &&
+                           plan_stream_ex(arch, c->batch, c->seq, budget, &hw, &po, &plan, &pred, &perr) == ST_OK;
+        if (found)
+            st_log(1, "planner: %d keep, %d offload, %d recompute, prefetch depth %d, vocab_chunk %d: predicted %.3f s "
+                   "a step, %zu device bytes (solved in %.3f s)\n", pred.n_keep, pred.n_offload, pred.n_recompute,
+                   plan.prefetch_depth, plan.vocab_chunk, pred.step_s, pred.device_bytes, pred.solve_s);
+        else
+            st_log(2, "planner: %s; the fixed rule chooses the plan\n", perr.msg);
+    }
     static const stream_act order[] = {STREAM_ACT_KEEP, STREAM_ACT_OFFLOAD, STREAM_ACT_RECOMPUTE};
     for (int chunk = 0; chunk < 2 && !found; chunk++) {
         plan.vocab_chunk = chunk ? 2048 : 0;
@@ -460,14 +513,14 @@ static st_status open_streamed(const train_config *c, st_model *m, const st_arch
                        c->device_budget, c->batch, c->seq, stream_device_bytes(&sc, &plan),
                        (double)stream_device_bytes(&sc, &plan) - c->device_budget);
     if (ranks > 1) plan.grad_dtype = ST_F32; /* the ranks reduce fp32 gradients */
-    st_status s = st_backend_with_budget(dev, be, budget, err);
+    s = st_backend_with_budget(dev, be, budget, err);
     if (s) return st_err_prefix(err, "key 'device_budget'");
     if ((s = stream_exec_create(sx, &sc, &plan, *dev, err))) return st_err_prefix(err, "key 'device_budget'");
     st_log(1, "layer streaming: device budget %.1f MiB, block 0's activations %s, vocabulary %s (%d rows a chunk)\n",
            budget / 1048576.0,
            plan.act[0] == STREAM_ACT_KEEP ? "kept" : plan.act[0] == STREAM_ACT_OFFLOAD ? "offloaded" : "recomputed",
            plan.vocab_chunk ? "chunked" : "resident", plan.vocab_chunk);
-    return ST_OK;
+    return ranks > 1 ? ST_OK : save_run_plan(c, arch, &sc, budget, &plan, has_pred ? &pred : NULL, err);
 }
 
 

@@ -34,6 +34,7 @@ static const key_def keys[] = {
     {"save_hf", K_STR, STR(save_hf), 0, 0, "write the final model as a Hugging Face directory here"},
     {"save_hf_dtype", K_STR, STR(save_hf_dtype), 0, 0, "dtype of --save_hf weights: f32 or bf16"},
     {"device_budget", K_DOUBLE, OFF(device_budget), 0, 0, 1e18, "bytes of device memory: > 0 streams the layers (any model)"},
+    {"plan", K_STR, STR(plan), 0, 0, "the stream plan under device_budget: auto (the planner chooses it now; saved to RUN_DIR/plan.json) or a plan file (strata plan --device_budget B -o FILE, or a run's plan.json) run exactly; without device_budget the file's budget is used"},
     {"state_paths", K_STR, STR(state_paths), 0, 0, "dir[,dir...]: optimizer state and fp32 master weights on disk, committed every step (it is the checkpoint: no checkpoints/ are written; the final weights go to RUN_DIR/model.safetensors); resume with --resume RUN_DIR"},
     {"state_budget", K_DOUBLE, OFF(state_budget), 0, 0, 1e18, "host bytes for the disk state's buffers and cache (0: 256 MiB)"},
     {"state_profile", K_STR, STR(state_profile), 0, 0, "a strata probe -o profile: split the disk state across state_paths by their measured bandwidth (default: equal)"},
@@ -103,6 +104,7 @@ void train_config_defaults(train_config *c) {
     c->sample_every = 200; /* the default 400-step run: a sample halfway and one at the end */
     snprintf(c->optim_state, sizeof c->optim_state, "f32");
     snprintf(c->save_hf_dtype, sizeof c->save_hf_dtype, "f32");
+    snprintf(c->plan, sizeof c->plan, "auto");
 }
 
 const char *train_config_keys(void) {
@@ -496,6 +498,10 @@ st_status train_config_check(const train_config *c, st_err *err) {
     int is_llama;
     st_status s = train_config_resolve_llama(c, &lc, &is_llama, err);
     if (!s && !is_llama) s = train_config_resolve(c, &mc, err);
+    if (!s && !c->plan[0]) s = st_errf(err, ST_ERR_INVALID, "key 'plan' is empty: give auto or a plan file");
+    if (!s && strcmp(c->plan, "auto") && !(c->device_budget > 0)) /* strata train fills it from the file */
+        s = st_errf(err, ST_ERR_INVALID, "key 'plan': the plan file %s is a layer-streaming plan: give device_budget "
+                    "(strata train takes the plan's own when none is given), or plan auto", c->plan);
     return s;
 }
 

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# test_plan_file.sh - a saved plan (plan.h, "plan files") end to end: strata plan -o writes
+# the document --json prints; a streamed strata train saves the plan it ran to
+# RUN_DIR/plan.json, and --plan FILE runs that plan again bit for bit (losses, gradient
+# norms, the final weights); a hand-written plan (every block recomputed, no
+# device_budget: the file's is used) runs and its log says so; bad files are refused
+# naming the file, the key and what to do, and a plan that does not fit a smaller
+# device_budget is refused naming the bytes missing.
+set -u
+S=${STRATA_BIN:?STRATA_BIN not set}
+command -v jq >/dev/null || { echo "jq not installed: skipped"; exit 77; }
+T=$(mktemp -d /tmp/strata-test-plan-file-XXXXXX)
+fail=0
+check() { if ! eval "$1"; then echo "FAIL: $2"; fail=1; fi; }
+
+A="--model gpt2-tiny --n_embd 128 --n_layer 4 --vocab_size 256 --max_seq 32 --batch 2 --seq 32"
+R="--steps 3 --eval_every 0 --sample_every 0 --quiet 1"
+B=6e6 # the planner streams here: every choice of keep, offload and recompute fits, the head resident
+
+# strata plan -o: the same text as --json, a document a reader takes
+"$S" plan $A --device_budget $B --json -o "$T/plan.json" --save_profile "$T/prof.json" >"$T/plan.out" 2>"$T/plan.err"; rc=$?
+if [ $rc -eq 2 ] && grep -q GLPK "$T/plan.out" "$T/plan.err"; then
+    echo "built without GLPK: no planner: skipped"; rm -rf "$T"; exit 77
+fi
+check '[ $rc -eq 0 ]' "strata plan -o failed ($rc): $(cat "$T/plan.err")"
+check 'cmp -s "$T/plan.json" "$T/plan.out"' "-o writes what --json prints"
+check 'jq -e ".strata_plan == 1 and .arch == \"gpt2\" and .n_blocks == 4 and .n_embd == 128 and .vocab_size == 256 and
+      .batch == 2 and .seq == 32 and .device_budget == 6000000 and .device_bytes <= 6000000 and (.blocks | length) == 4 and
+      .prefetch_depth >= 1 and .vocab_chunk == 0 and .overlap_optim == true and .clip == \"auto\" and
+      .grad_dtype == \"f32\" and .optim_threads == 1 and .predicted.step_s > 0 and .n_params > 0" "$T/plan.json" >/dev/null' \
+  "the plan document's fields: $(cat "$T/plan.json")"
+"$S" plan $A --device_budget $B --profile "$T/prof.json" -o "$T/plan_text.json" >"$T/plan_text.out" 2>&1; rc=$?
+check '[ $rc -eq 0 ] && grep -q "plan written to $T/plan_text.json" "$T/plan_text.out" &&
+       jq -e ".strata_plan == 1 and (.blocks | length) == 4" "$T/plan_text.json" >/dev/null' \
+  "-o beside the text report: $(tail -3 "$T/plan_text.out")"
+"$S" plan $A --profile "$T/prof.json" -o "$T/nobudget.json" >"$T/nob.out" 2>&1; rc=$?
+check '[ $rc -eq 2 ] && grep -q "device_budget" "$T/nob.out" && [ ! -e "$T/nobudget.json" ]' \
+  "-o without --device_budget is refused: $(cat "$T/nob.out")"
+"$S" plan $A --device_budget 3e6 --profile "$T/prof.json" --json -o "$T/nofit.json" >"$T/nofit.out" 2>"$T/nofit.err"; rc=$?
+check '[ $rc -eq 3 ] && [ ! -e "$T/nofit.json" ] && grep -q "not written" "$T/nofit.err"' \
+  "no plan fits 3e6: nothing written, exit 3 ($rc): $(cat "$T/nofit.err")"
+
+# the planner's run saves its plan; --plan RUN_DIR/plan.json runs it again bit for bit
+"$S" train $A $R --device_budget $B --run_dir "$T/auto" >"$T/auto.log" 2>&1; rc=$?
+check '[ $rc -eq 0 ] && jq -e ".strata_plan == 1 and .device_budget == 6000000 and .device_bytes <= 6000000" "$T/auto/plan.json" >/dev/null' \
+  "plan auto runs and saves RUN_DIR/plan.json ($rc): $(tail -3 "$T/auto.log")"
+k=$(jq '[.blocks[] | select(. == "keep")] | length' "$T/auto/plan.json" 2>/dev/null)
+o=$(jq '[.blocks[] | select(. == "offload")] | length' "$T/auto/plan.json" 2>/dev/null)
+d=$(jq '.prefetch_depth' "$T/auto/plan.json" 2>/dev/null)
+check 'grep -q "planner: $k keep, $o offload, .* prefetch depth $d, vocab_chunk 0" "$T/auto.log"' \
+  "the saved plan is the one the planner chose: $(grep planner "$T/auto.log") vs $(cat "$T/auto/plan.json")"
+"$S" train $A $R --device_budget $B --plan "$T/auto/plan.json" --run_dir "$T/file" >"$T/file.log" 2>&1; rc=$?
+check '[ $rc -eq 0 ] && grep -q "plan: $T/auto/plan.json ($k keep, $o offload, .*prefetch depth $d, vocab_chunk 0; .* made for a budget of 6000000" "$T/file.log"' \
+  "--plan FILE runs the file's plan ($rc): $(cat "$T/file.log")"
+check '! grep -q "planner:" "$T/file.log"' "--plan FILE does not run the planner"
+losses() { jq -c '[.step, .loss, .grad_norm]' "$1/metrics.jsonl" 2>/dev/null; }
+W=checkpoints/step_00000003/model.safetensors
+check '[ -n "$(losses "$T/auto")" ] && [ "$(losses "$T/auto")" = "$(losses "$T/file")" ]' \
+  "losses and norms equal: $(losses "$T/auto") vs $(losses "$T/file")"
+check 'cmp -s "$T/auto/$W" "$T/file/$W"' "final weights equal bit for bit"
+check 'jq -e ".blocks" "$T/auto/plan.json" >"$T/b1" && jq -e ".blocks" "$T/file/plan.json" >"$T/b2" && cmp -s "$T/b1" "$T/b2"' \
+  "the file run saves the same plan"
+
+# strata plan's file runs as written
+"$S" train $A $R --device_budget $B --plan "$T/plan.json" --run_dir "$T/planned" >"$T/planned.log" 2>&1; rc=$?
+k2=$(jq '[.blocks[] | select(. == "keep")] | length' "$T/plan.json")
+check '[ $rc -eq 0 ] && grep -q "plan: $T/plan.json ($k2 keep, " "$T/planned.log"' \
+  "strata plan -o's file runs ($rc): $(tail -3 "$T/planned.log")"
+
+# a hand-written plan: every block recomputed, depth 1, no prediction; no device_budget: the file's
+jq '.blocks = ["recompute","recompute","recompute","recompute"] | .prefetch_depth = 1 | del(.predicted) | del(.device_bytes) | del(.profile)' \
+  "$T/plan.json" >"$T/recompute.json"
+"$S" train $A $R --plan "$T/recompute.json" --run_dir "$T/rec" >"$T/rec.log" 2>&1; rc=$?
+check '[ $rc -eq 0 ] && grep -q "device_budget 6000000 bytes, the budget of plan file $T/recompute.json" "$T/rec.log" &&
+       grep -q "plan: $T/recompute.json (0 keep, 0 offload, 4 recompute, prefetch depth 1, vocab_chunk 0; .*no prediction)" "$T/rec.log" &&
+       grep -q "activations recomputed" "$T/rec.log"' "the all-recompute plan runs and its log says so ($rc): $(cat "$T/rec.log")"
+# every plan with the head resident is the in-memory step bit for bit, so the same run
+check '[ "$(losses "$T/auto")" = "$(losses "$T/rec")" ] && cmp -s "$T/auto/$W" "$T/rec/$W"' \
+  "the recompute plan's run equals the planner's: $(losses "$T/rec")"
+
+# refusals: the file, the key, what to do
+refused() { # name, extra args, what the message must hold
+    local what=$1 want=$3 rc
+    "$S" train $A $R --device_budget $B --run_dir "$T/refused" $2 >"$T/ref.log" 2>&1
+    rc=$?
+    check '[ $rc -ne 0 ] && grep -q -- "$want" "$T/ref.log"' "$what: refused naming '$want' ($rc): $(cat "$T/ref.log")"
+}
+bad() { jq "$1" "$T/plan.json" >"$T/$2.json"; }
+refused "a missing file" "--plan $T/nope.json" "plan file $T/nope.json: cannot open"
+printf '{"strata_plan": 1, "blocks": [' >"$T/notjson.json"
+refused "not JSON" "--plan $T/notjson.json" "plan file $T/notjson.json: not valid JSON"
+refused "a run configuration, not a plan" "--plan $T/auto/config.json" "no \"strata_plan\" version key"
+bad '.n_blocks = 3 | .blocks = .blocks[0:3]' nblocks
+refused "another n_blocks" "--plan $T/nblocks.json" "key 'n_blocks': the plan was made for a model with n_blocks 3, this run's has 4"
+bad '.blocks = .blocks[0:3]' short
+refused "too few blocks" "--plan $T/short.json" "key 'blocks' has 3 entries"
+bad '.batch = 4' batch
+refused "another batch" "--plan $T/batch.json" "key 'batch': the plan was made for batch 4, this run has batch 2"
+bad '.seq = 16' seq
+refused "another seq" "--plan $T/seq.json" "key 'seq': the plan was made for seq 16"
+bad '.blocks[1] = "kep"' act
+refused "an unknown act" "--plan $T/act.json" "key 'blocks': entry 1 is 'kep'; each entry is \"keep\", \"offload\" or \"recompute\""
+bad '.prefetch_dept = 1' typo
+refused "a misspelt key" "--plan $T/typo.json" "unknown key 'prefetch_dept'"
+bad '.vocab_chunk = 257' vchunk
+refused "vocab_chunk above the vocabulary" "--plan $T/vchunk.json" "key 'vocab_chunk': 257 is outside \[0, 256\]"
+bad '.prefetch_depth = "2"' ptype
+refused "a string for a number" "--plan $T/ptype.json" "key 'prefetch_depth' must be an integer, not string"
+bad '.clip = "sometimes"' clip
+refused "an unknown clip" "--plan $T/clip.json" "key 'clip': 'sometimes' is not speculate, defer or auto"
+refused "a file that holds no plan" "--plan $T/nofit.out" "holds no plan"
+need=$(jq '.device_bytes' "$T/rec/plan.json" 2>/dev/null)
+"$S" train $A $R --device_budget $((need - 1000)) --plan "$T/recompute.json" --run_dir "$T/refused" >"$T/small.log" 2>&1; rc=$?
+check '[ $rc -ne 0 ] && grep -q "plan file $T/recompute.json needs $need device bytes in this run, device_budget is $((need - 1000)): 1000 bytes missing" "$T/small.log"' \
+  "a smaller device_budget than the plan needs is refused naming the bytes ($rc): $(cat "$T/small.log")"
+"$S" train $A $R --device_budget $need --plan "$T/recompute.json" --run_dir "$T/exact" >"$T/exact.log" 2>&1; rc=$?
+check '[ $rc -eq 0 ]' "the plan runs at exactly its device bytes ($rc): $(tail -3 "$T/exact.log")"
+
+[ $fail -eq 0 ] && rm -rf "$T"
+exit $fail
