@@ -126,6 +126,9 @@ typedef struct st_arch_ops {
     double (*block_flops_per_token)(const st_arch *a, int T);
     double (*head_flops_per_token)(const st_arch *a);
     void (*destroy)(st_arch *a);
+    /* Packed documents for the following embed/block calls (st_blocks_set_docs); NULL: the
+     * architecture's blocks have none. */
+    st_status (*set_docs)(st_blocks *b, const int32_t *host_positions, const int32_t *host_doc_start, st_err *err);
 } st_arch_ops;
 
 struct st_arch {
@@ -152,5 +155,10 @@ void st_arch_free(st_arch *a);
 static inline size_t st_block_act_floats(const st_arch *a, int B, int T) { return a->ops->block_act_floats(a, B, T); }
 st_status st_blocks_bind(st_blocks **out, const st_arch *a, st_backend *be, int B, int T, st_err *err);
 void st_blocks_free(st_blocks *b);
+/* The documents of the bound batch (model.h, st_model_set_docs: the same arrays and
+ * checks), copied now, until the next call; NULL, NULL: one sequence a row. The Llama
+ * family's blocks take them; ST_ERR_UNSUPPORTED elsewhere (the GPT-2 blocks of the
+ * streaming executor), unless both are NULL. */
+st_status st_blocks_set_docs(st_blocks *b, const int32_t *positions, const int32_t *doc_start, st_err *err);
 
 #endif

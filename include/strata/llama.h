@@ -144,6 +144,10 @@ float llama_forward(llama_model *m, const int32_t *inputs, const int32_t *target
 float llama_forward_hooked(llama_model *m, const int32_t *inputs, const int32_t *targets, float dloss,
                            void (*hook)(void *ctx, size_t offset, size_t n), void *ctx);
 void llama_backward(llama_model *m);
+/* Packed documents (model.h, st_model_set_docs) for the following forwards and backwards,
+ * until the next call or llama_alloc_acts: rotary angles at the positions, attention
+ * restricted by doc_start. */
+st_status llama_set_docs(llama_model *m, const int32_t *positions, const int32_t *doc_start, st_err *err);
 /* The same, calling hook (when not NULL) after each block (st_grad_hook, model.h). */
 void llama_backward_hooked(llama_model *m, void (*hook)(void *ctx, size_t offset, size_t n), void *ctx);
 void llama_zero_grad(llama_model *m);

@@ -103,6 +103,10 @@ typedef struct gpt2_model {
      * gradients. gpt2_create points them into params/grads; a layer-streaming executor
      * points them at its device copies (see gpt2_create_shell). */
     float *emb_w, *lnf_w, *emb_g, *lnf_g;
+    /* Packed documents (gpt2_set_docs): backend copies of the positions and doc_start of
+     * the batch, NULL when off (positions 0..T-1, causal attention over the whole row). */
+    int32_t *docs;                  /* the allocation: 2 (B,T) int32 */
+    const int32_t *pos_dev, *ds_dev;
 } gpt2_model;
 
 st_status gpt2_create(gpt2_model *m, const gpt2_config *cfg, st_backend *be, st_err *err);
@@ -140,6 +144,11 @@ float gpt2_forward(gpt2_model *m, const int32_t *inputs, const int32_t *targets,
  * (st_model.weight_hook). */
 float gpt2_forward_hooked(gpt2_model *m, const int32_t *inputs, const int32_t *targets, float dloss,
                           void (*hook)(void *ctx, size_t offset, size_t n), void *ctx);
+/* Packed documents for the following forwards and backwards, until the next call or
+ * gpt2_alloc_acts*: positions (B,T) index wpe, doc_start (B,T) restricts attention
+ * (attention_doc_forward); host arrays checked by st_docs_check, copied now; either NULL:
+ * that part as today (wpe[t], causal). */
+st_status gpt2_set_docs(gpt2_model *m, const int32_t *positions, const int32_t *doc_start, st_err *err);
 /* Accumulate parameter gradients (+=) for the last forward. */
 void gpt2_backward(gpt2_model *m);
 /* The same, calling hook (when not NULL) after each block (st_grad_hook). */
@@ -250,6 +259,8 @@ typedef struct st_model_ops {
     void (*decode_info)(const st_model *m, struct st_decode_info *out);
     /* cos, sin (max_T, head_size / 2) on the host; NULL for a model without rotary positions. */
     void (*rope_tables)(const st_model *m, int max_T, float *cos, float *sin);
+    /* Packed documents (st_model_set_docs); NULL: the model has no document attention. */
+    st_status (*set_docs)(st_model *m, const int32_t *positions, const int32_t *doc_start, st_err *err);
 } st_model_ops;
 
 /* A decoder block's kind, as a one-token decode step runs it. */
@@ -290,6 +301,21 @@ struct st_model {
     st_grad_hook weight_hook; /* NULL: none */
     void *weight_hook_ctx;
 };
+
+/* Packed documents: rows of B x T inputs that hold several documents each.
+ * positions (B,T): each input's position in its document (GPT-2's wpe row, the Llama
+ * family's rotary angle); doc_start (B,T): the first position, in its row, of each input's
+ * document, so that attention at t sees only keys in [doc_start[t], t] (backend.h). Checks
+ * (ST_ERR_INVALID naming the row and position): 0 <= doc_start[t] <= t, doc_start changes
+ * only to start a document (doc_start[t] == t there), 0 <= positions[t] < max_seq. Either
+ * may be NULL. *plain_pos: positions NULL or t everywhere; *plain_ds: doc_start NULL or 0
+ * everywhere (the model then runs exactly as without them, the same bits). */
+st_status st_docs_check(const int32_t *positions, const int32_t *doc_start, int B, int T, int max_seq,
+                        int *plain_pos, int *plain_ds, st_err *err);
+/* The documents of the following forwards and backwards (the model's B x T, host arrays
+ * copied now), until the next call or alloc_acts; NULL, NULL: one sequence a row (today).
+ * ST_ERR_UNSUPPORTED from a model or backend without document attention. */
+st_status st_model_set_docs(st_model *m, const int32_t *positions, const int32_t *doc_start, st_err *err);
 
 /* Shape overrides for a preset; 0 keeps the preset's value. */
 typedef struct st_model_overrides {

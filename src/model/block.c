@@ -29,6 +29,15 @@ void st_blocks_free(st_blocks *b) {
     free(b);
 }
 
+st_status st_blocks_set_docs(st_blocks *b, const int32_t *positions, const int32_t *doc_start, st_err *err) {
+    if (!b->arch->ops->set_docs) {
+        if (!positions && !doc_start) return ST_OK;
+        return st_errf(err, ST_ERR_UNSUPPORTED, "the %s blocks have no attention restricted to documents; train "
+                       "with --doc_mask 0", b->arch->ops->name);
+    }
+    return b->arch->ops->set_docs(b, positions, doc_start, err);
+}
+
 void st_arch_free(st_arch *a) {
     if (a) a->ops->destroy(a); /* frees a too */
 }

@@ -164,6 +164,11 @@ static st_status alloc_acts(gpt2_model *m, int B, int T, int n_layers, int scrat
         free(m->acts);
         m->acts = NULL;
     }
+    if (m->docs) { /* documents are of one batch shape */
+        m->be->ops->dealloc(m->be, m->docs);
+        m->docs = NULL;
+    }
+    m->pos_dev = m->ds_dev = NULL;
     size_t bytes = scratch_only ? gpt2_scratch_bytes(&m->cfg, B, T) : gpt2_act_bytes_layers(&m->cfg, B, T, n_layers);
     gpt2_acts *a = calloc(1, sizeof *a);
     if (!a) return st_errf(err, ST_ERR_NOMEM, "out of memory");
@@ -287,6 +292,7 @@ void gpt2_free(gpt2_model *m) {
     }
     if (m->params) m->be->ops->dealloc(m->be, m->params);
     if (m->grads) m->be->ops->dealloc(m->be, m->grads);
+    if (m->docs) m->be->ops->dealloc(m->be, m->docs);
     free(m->tensors);
     memset(m, 0, sizeof *m);
 }
@@ -357,7 +363,8 @@ void gpt2_block_forward(gpt2_model *m, const float *wslab, const float *in, cons
     block_ptrs w = slab_ptrs(m, (float *)wslab);
     OPS->layernorm_forward(be, a->ln1, a->ln1_mean, a->ln1_rstd, in, w.ln1w, w.ln1b, N, C);
     OPS->matmul_forward(be, a->qkv, a->ln1, w.qkvw, w.qkvb, N, C, 3 * C, ST_W_IN_OUT);
-    OPS->attention_forward(be, a->atty, a->lse, a->qkv, B, T, C, NH);
+    if (m->ds_dev) OPS->attention_doc_forward(be, a->atty, a->lse, a->qkv, m->ds_dev, B, T, C, NH);
+    else OPS->attention_forward(be, a->atty, a->lse, a->qkv, B, T, C, NH);
     OPS->matmul_forward(be, scratch, a->atty, w.projw, w.projb, N, C, C, ST_W_IN_OUT);
     OPS->residual_forward(be, a->res2, in, scratch, (int)NC);
     OPS->layernorm_forward(be, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2w, w.ln2b, N, C);
@@ -386,7 +393,8 @@ void gpt2_block_backward(gpt2_model *m, const float *wslab, float *gslab, const 
     OPS->memset0(be, s->dC, NC * sizeof(float));
     OPS->matmul_backward(be, s->dC, g.projw, g.projb, dres, a->atty, w.projw, N, C, C, ST_W_IN_OUT);
     OPS->memset0(be, s->dC3, NC * 3 * sizeof(float));
-    OPS->attention_backward(be, s->dC3, s->dC, a->qkv, a->atty, a->lse, B, T, C, NH);
+    if (m->ds_dev) OPS->attention_doc_backward(be, s->dC3, s->dC, a->qkv, a->atty, a->lse, m->ds_dev, B, T, C, NH);
+    else OPS->attention_backward(be, s->dC3, s->dC, a->qkv, a->atty, a->lse, B, T, C, NH);
     OPS->memset0(be, s->dC, NC * sizeof(float));
     OPS->matmul_backward(be, s->dC, g.qkvw, g.qkvb, s->dC3, a->ln1, w.qkvw, N, C, 3 * C, ST_W_IN_OUT);
     OPS->layernorm_backward(be, dres, g.ln1w, g.ln1b, s->dC, in, w.ln1w, a->ln1_mean, a->ln1_rstd, N, C);
@@ -400,8 +408,40 @@ void gpt2_embed_forward(gpt2_model *m, const int32_t *inputs, const int32_t *tar
     if (targets) OPS->copy_to_device(m->be, a->targets, targets, sizeof(int32_t) * N);
     prof_end_bytes(&pc, (int64_t)sizeof(int32_t) * N * (targets ? 2 : 1));
     prof_span pe = prof_begin(PROF_CAT_COMPUTE, "embedding", -1);
-    OPS->encoder_forward(m->be, a->encoded, a->inputs, m->emb_w, m->emb_w + (size_t)V * C, B, T, C);
+    if (m->pos_dev) { /* wte[token] + wpe[position]: the rows gathered, then one add (encoder_forward's) */
+        OPS->embedding_forward(m->be, a->encoded, a->inputs, m->emb_w, B, T, C);
+        OPS->embedding_forward(m->be, a->scratch, m->pos_dev, m->emb_w + (size_t)V * C, B, T, C);
+        OPS->residual_forward(m->be, a->encoded, a->encoded, a->scratch, N * C);
+    } else {
+        OPS->encoder_forward(m->be, a->encoded, a->inputs, m->emb_w, m->emb_w + (size_t)V * C, B, T, C);
+    }
     prof_end(&pe);
+}
+
+st_status gpt2_set_docs(gpt2_model *m, const int32_t *positions, const int32_t *doc_start, st_err *err) {
+    if (!m->acts) return st_errf(err, ST_ERR_INVALID, "gpt2: documents set before the activations");
+    int plain_pos, plain_ds;
+    st_status s = st_docs_check(positions, doc_start, m->B, m->T, m->cfg.max_seq, &plain_pos, &plain_ds, err);
+    if (s) return s;
+    const st_backend_ops *o = m->be->ops;
+    if ((!plain_ds && (!o->attention_doc_forward || !o->attention_doc_backward)) ||
+        (!plain_pos && (!o->embedding_forward || !o->embedding_backward)))
+        return st_errf(err, ST_ERR_UNSUPPORTED, "backend '%s' has no attention restricted to documents; train with "
+                       "--doc_mask 0", o->name);
+    size_t N = (size_t)m->B * m->T;
+    m->pos_dev = m->ds_dev = NULL;
+    if (plain_pos && plain_ds) return ST_OK;
+    if (!m->docs && !(m->docs = o->alloc(m->be, 2 * N * sizeof(int32_t))))
+        return st_errf(err, ST_ERR_NOMEM, "gpt2: out of memory for the documents of a %d x %d batch", m->B, m->T);
+    if (!plain_pos) {
+        o->copy_to_device(m->be, m->docs, positions, N * sizeof(int32_t));
+        m->pos_dev = m->docs;
+    }
+    if (!plain_ds) {
+        o->copy_to_device(m->be, m->docs + N, doc_start, N * sizeof(int32_t));
+        m->ds_dev = m->docs + N;
+    }
+    return ST_OK;
 }
 
 float gpt2_head_forward(gpt2_model *m, const float *x, const int32_t *targets, float dloss) {
@@ -445,7 +485,12 @@ void gpt2_head_backward(gpt2_model *m, const float *x, float *dres) {
 void gpt2_embed_backward(gpt2_model *m, const float *dres) {
     int C = m->cfg.n_embd, V = m->cfg.vocab_size;
     prof_span pe = prof_begin(PROF_CAT_COMPUTE, "embedding backward", -1);
-    OPS->encoder_backward(m->be, m->emb_g, m->emb_g + (size_t)V * C, dres, m->acts->inputs, m->B, m->T, C);
+    if (m->pos_dev) {
+        OPS->embedding_backward(m->be, m->emb_g, dres, m->acts->inputs, m->B, m->T, C);
+        OPS->embedding_backward(m->be, m->emb_g + (size_t)V * C, dres, m->pos_dev, m->B, m->T, C);
+    } else {
+        OPS->encoder_backward(m->be, m->emb_g, m->emb_g + (size_t)V * C, dres, m->acts->inputs, m->B, m->T, C);
+    }
     prof_end(&pe);
 }
 

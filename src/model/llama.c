@@ -188,6 +188,11 @@ st_status llama_alloc_acts(llama_model *m, int B, int T, st_err *err) {
     return ST_OK;
 }
 
+st_status llama_set_docs(llama_model *m, const int32_t *positions, const int32_t *doc_start, st_err *err) {
+    if (!m->acts) return st_errf(err, ST_ERR_INVALID, "llama: documents set before the activations");
+    return st_blocks_set_docs(m->acts->blk, positions, doc_start, err);
+}
+
 /* ------------------------------------------------------------------ lifetime */
 
 st_status llama_create(llama_model *m, const llama_config *cfg, st_backend *be, st_err *err) {

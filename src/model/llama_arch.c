@@ -210,10 +210,15 @@ size_t llama_block_act_floats(const llama_config *c, int B, int T) { return set_
 /* ------------------------------------------------------------------ bound state */
 
 /* What st_blocks_bind allocates on the backend, one allocation each (absent: 0 bytes). */
-enum { BD_INPUTS, BD_SCRATCH, BD_DC, BD_DA, BD_DF, BD_DGU, BD_DQKV, BD_DQKVN, BD_COS, BD_SIN, BD_COUNT };
+enum { BD_INPUTS, BD_SCRATCH, BD_DC, BD_DA, BD_DF, BD_DGU, BD_DQKV, BD_DQKVN, BD_COS, BD_SIN,
+       /* packed documents (a_set_docs, allocated on first use, not counted by bind_bytes):
+        * doc_start (N int32), the rotary tables gathered at each token's position (N, hs/2) */
+       BD_DOCSTART, BD_COSP, BD_SINP, BD_COUNT };
 
 typedef struct llama_bound {
     void *p[BD_COUNT];
+    float *host_cs;     /* the host rotary tables (2 x T x hs/2: cos then sin), to gather from */
+    int ds_on, pos_on;  /* the last a_set_docs's: doc_start and positions in use */
 } llama_bound;
 
 #define BD(b, i) ((float *)((llama_bound *)(b)->state)->p[i])
@@ -230,6 +235,7 @@ static void bound_sizes(const llama_config *c, int B, int T, size_t bytes[BD_COU
     bytes[BD_DQKV] = N * W * sizeof(float);           /* d(q|k|v projection) */
     bytes[BD_DQKVN] = c->qk_norm ? N * W * sizeof(float) : 0; /* d(normed q|k) */
     bytes[BD_COS] = bytes[BD_SIN] = (size_t)T * (hs / 2) * sizeof(float);
+    bytes[BD_DOCSTART] = bytes[BD_COSP] = bytes[BD_SINP] = 0; /* a_set_docs's, on first use */
 }
 
 static size_t arena_round(size_t bytes) { return (bytes + ST_ARENA_ALIGN - 1) / ST_ARENA_ALIGN * ST_ARENA_ALIGN; }
@@ -252,6 +258,7 @@ static void a_unbind(st_blocks *b) {
     if (!s) return;
     for (int i = 0; i < BD_COUNT; i++)
         if (s->p[i]) b->be->ops->dealloc(b->be, s->p[i]);
+    free(s->host_cs);
     free(s);
     b->state = NULL;
 }
@@ -286,8 +293,57 @@ static st_status a_bind(st_blocks *b, st_err *err) {
     rope_tables(c, T, host_cs, host_cs + nt);
     be->ops->copy_to_device(be, s->p[BD_COS], host_cs, nt * sizeof(float));
     be->ops->copy_to_device(be, s->p[BD_SIN], host_cs + nt, nt * sizeof(float));
-    free(host_cs);
+    s->host_cs = host_cs; /* kept for the documents' gathered tables */
     return ST_OK;
+}
+
+static st_status a_set_docs(st_blocks *b, const int32_t *positions, const int32_t *doc_start, st_err *err) {
+    const llama_config *c = cfg_of(b->arch);
+    st_backend *be = b->be;
+    llama_bound *s = b->state;
+    int plain_pos, plain_ds;
+    st_status st = st_docs_check(positions, doc_start, b->B, b->T, b->T, &plain_pos, &plain_ds, err);
+    if (st) return st;
+    if (!plain_ds && (!be->ops->attention_gqa_doc_forward || !be->ops->attention_gqa_doc_backward))
+        return st_errf(err, ST_ERR_UNSUPPORTED, "backend '%s' has no attention restricted to documents; train with "
+                       "--doc_mask 0", be->ops->name);
+    size_t N = (size_t)b->B * b->T, half = (size_t)c->head_dim / 2, nt = (size_t)b->T * half;
+    s->ds_on = s->pos_on = 0;
+    if (!plain_ds) {
+        if (!s->p[BD_DOCSTART] && !(s->p[BD_DOCSTART] = be->ops->alloc(be, N * sizeof(int32_t))))
+            return st_errf(err, ST_ERR_NOMEM, "llama: out of memory for the documents of a %d x %d batch", b->B, b->T);
+        be->ops->copy_to_device(be, s->p[BD_DOCSTART], doc_start, N * sizeof(int32_t));
+        s->ds_on = 1;
+    }
+    if (!plain_pos) { /* rotary tables of N rows, row n at token n's position: rope over (1, N) */
+        float *g = malloc(2 * N * half * sizeof(float));
+        if (!g || (!s->p[BD_COSP] && !(s->p[BD_COSP] = be->ops->alloc(be, N * half * sizeof(float)))) ||
+            (!s->p[BD_SINP] && !(s->p[BD_SINP] = be->ops->alloc(be, N * half * sizeof(float))))) {
+            free(g);
+            return st_errf(err, ST_ERR_NOMEM, "llama: out of memory for the rotary tables of a %d x %d batch", b->B,
+                           b->T);
+        }
+        for (size_t n = 0; n < N; n++) {
+            memcpy(g + n * half, s->host_cs + (size_t)positions[n] * half, half * sizeof(float));
+            memcpy(g + (N + n) * half, s->host_cs + nt + (size_t)positions[n] * half, half * sizeof(float));
+        }
+        be->ops->copy_to_device(be, s->p[BD_COSP], g, N * half * sizeof(float));
+        be->ops->copy_to_device(be, s->p[BD_SINP], g + N * half, N * half * sizeof(float));
+        free(g);
+        s->pos_on = 1;
+    }
+    return ST_OK;
+}
+
+/* Rotary embedding of H heads of each row of x (rows W floats apart), forward or back: at
+ * positions 0..T-1 of each row, or at the documents' positions (a_set_docs). */
+static void rope_rows(st_blocks *b, float *x, int H, int W, int backward) {
+    st_backend *be = b->be;
+    llama_bound *s = b->state;
+    int hs = cfg_of(b->arch)->head_dim, B = s->pos_on ? 1 : b->B, T = s->pos_on ? b->B * b->T : b->T;
+    const float *cs = BD(b, s->pos_on ? BD_COSP : BD_COS), *sn = BD(b, s->pos_on ? BD_SINP : BD_SIN);
+    if (backward) be->ops->rope_backward(be, x, cs, sn, B, T, H, hs, W);
+    else be->ops->rope_forward(be, x, cs, sn, B, T, H, hs, W);
 }
 
 /* ------------------------------------------------------------------ the pieces */
@@ -314,7 +370,7 @@ static void a_block_forward(st_blocks *b, const float *wslab, const float *in, f
     int F = c->intermediate_size, N = B * T, Q = NH * hs, W = (NH + 2 * NKV) * hs;
     size_t NC = (size_t)N * C;
     float eps = (float)c->rms_norm_eps;
-    float *scratch = BD(b, BD_SCRATCH), *cs = BD(b, BD_COS), *sn = BD(b, BD_SIN);
+    float *scratch = BD(b, BD_SCRATCH);
     blk_ptrs w = blk_at(c, wslab);
     llama_set a;
     set_layout(c, B, T, acts, &a);
@@ -327,9 +383,13 @@ static void a_block_forward(st_blocks *b, const float *wslab, const float *in, f
         OPS->rmsnorm_forward(be, qk, a.rstdq, a.qkv, w.t[BLK_QN], N, NH, hs, W, eps);
         OPS->rmsnorm_forward(be, qk + Q, a.rstdk, a.qkv + Q, w.t[BLK_KN], N, NKV, hs, W, eps);
     }
-    OPS->rope_forward(be, qk, cs, sn, B, T, NH, hs, W);
-    OPS->rope_forward(be, qk + Q, cs, sn, B, T, NKV, hs, W);
-    OPS->attention_gqa_forward(be, a.atty, a.lse, qk, qk + Q, a.qkv + Q + NKV * hs, W, B, T, NH, NKV, hs);
+    rope_rows(b, qk, NH, W, 0);
+    rope_rows(b, qk + Q, NKV, W, 0);
+    if (((llama_bound *)b->state)->ds_on)
+        OPS->attention_gqa_doc_forward(be, a.atty, a.lse, qk, qk + Q, a.qkv + Q + NKV * hs,
+                                       (const int32_t *)((llama_bound *)b->state)->p[BD_DOCSTART], W, B, T, NH, NKV,
+                                       hs);
+    else OPS->attention_gqa_forward(be, a.atty, a.lse, qk, qk + Q, a.qkv + Q + NKV * hs, W, B, T, NH, NKV, hs);
     OPS->matmul_forward(be, scratch, a.atty, w.t[BLK_OW], w.t[BLK_OB], N, Q, C, ST_W_OUT_IN);
     OPS->residual_forward(be, a.res2, in, scratch, (int)NC);
     OPS->rmsnorm_forward(be, a.ln2, a.rstd2, a.res2, w.t[BLK_LN2], N, 1, C, C, eps);
@@ -348,7 +408,7 @@ static void a_block_backward(st_blocks *b, const float *wslab, float *gslab, con
     int F = c->intermediate_size, N = B * T, Q = NH * hs, K = NKV * hs, W = Q + 2 * K;
     size_t NC = (size_t)N * C;
     float *dC = BD(b, BD_DC), *dA = BD(b, BD_DA), *dF = BD(b, BD_DF), *dGU = BD(b, BD_DGU);
-    float *dQKV = BD(b, BD_DQKV), *cs = BD(b, BD_COS), *sn = BD(b, BD_SIN);
+    float *dQKV = BD(b, BD_DQKV);
     blk_ptrs w = blk_at(c, wslab), g = blk_at(c, gslab);
     llama_set a;
     set_layout(c, B, T, acts, &a);
@@ -370,10 +430,14 @@ static void a_block_backward(st_blocks *b, const float *wslab, float *gslab, con
         dqk = BD(b, BD_DQKVN);
         OPS->memset0(be, dqk, (size_t)N * W * sizeof(float));
     }
-    OPS->attention_gqa_backward(be, dqk, dqk + Q, dQKV + Q + K, dA, qk, qk + Q, a.qkv + Q + K, a.atty, a.lse, W, B,
-                                T, NH, NKV, hs);
-    OPS->rope_backward(be, dqk, cs, sn, B, T, NH, hs, W);
-    OPS->rope_backward(be, dqk + Q, cs, sn, B, T, NKV, hs, W);
+    if (((llama_bound *)b->state)->ds_on)
+        OPS->attention_gqa_doc_backward(be, dqk, dqk + Q, dQKV + Q + K, dA, qk, qk + Q, a.qkv + Q + K, a.atty, a.lse,
+                                        (const int32_t *)((llama_bound *)b->state)->p[BD_DOCSTART], W, B, T, NH,
+                                        NKV, hs);
+    else OPS->attention_gqa_backward(be, dqk, dqk + Q, dQKV + Q + K, dA, qk, qk + Q, a.qkv + Q + K, a.atty, a.lse, W,
+                                     B, T, NH, NKV, hs);
+    rope_rows(b, dqk, NH, W, 1);
+    rope_rows(b, dqk + Q, NKV, W, 1);
     if (c->qk_norm) {
         OPS->rmsnorm_backward(be, dQKV, g.t[BLK_QN], dqk, a.qkv, w.t[BLK_QN], a.rstdq, N, NH, hs, W);
         OPS->rmsnorm_backward(be, dQKV + Q, g.t[BLK_KN], dqk + Q, a.qkv + Q, w.t[BLK_KN], a.rstdk, N, NKV, hs, W);
@@ -437,6 +501,7 @@ static const st_arch_ops llama_arch_ops = {
     .block_flops_per_token = a_block_flops,
     .head_flops_per_token = a_head_flops,
     .destroy = a_destroy,
+    .set_docs = a_set_docs,
 };
 
 st_status st_arch_llama(st_arch **out, const llama_config *cfg, st_err *err) {

@@ -69,9 +69,45 @@ static void g_decode_info(const st_model *m, st_decode_info *d) {
     d->mlp_width = d->mlp_act_width = 4 * c->n_embd;
     d->eps = 1e-5f; /* unused: the layernorm op has GPT-2's epsilon */
 }
+static st_status g_set_docs(st_model *m, const int32_t *positions, const int32_t *doc_start, st_err *err) {
+    return gpt2_set_docs(as_gpt2(m), positions, doc_start, err);
+}
 static const st_model_ops gpt2_ops = {"gpt2", g_alloc_acts, g_forward, g_backward, g_init_random, g_save,
                                       g_load, g_flops, g_describe, g_destroy, g_step_gemms, g_get_arch,
-                                      g_save_hf, g_logits, g_decode_info, NULL};
+                                      g_save_hf, g_logits, g_decode_info, NULL, g_set_docs};
+
+st_status st_docs_check(const int32_t *positions, const int32_t *doc_start, int B, int T, int max_seq,
+                        int *plain_pos, int *plain_ds, st_err *err) {
+    *plain_pos = *plain_ds = 1;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            size_t i = (size_t)b * T + t;
+            if (positions) {
+                if (positions[i] < 0 || positions[i] >= max_seq)
+                    return st_errf(err, ST_ERR_INVALID, "documents: row %d position %d has position %d, outside the "
+                                   "model's [0, %d)", b, t, positions[i], max_seq);
+                if (positions[i] != t) *plain_pos = 0;
+            }
+            if (doc_start) {
+                int d = doc_start[i];
+                if (d < 0 || d > t || (t > 0 && d != doc_start[i - 1] && d != t))
+                    return st_errf(err, ST_ERR_INVALID, "documents: row %d position %d has doc_start %d; it must be "
+                                   "in [0, %d] and change only where a document starts (doc_start == position)",
+                                   b, t, d, t);
+                if (d) *plain_ds = 0;
+            }
+        }
+    return ST_OK;
+}
+
+st_status st_model_set_docs(st_model *m, const int32_t *positions, const int32_t *doc_start, st_err *err) {
+    if (!m->ops->set_docs) {
+        if (!positions && !doc_start) return ST_OK;
+        return st_errf(err, ST_ERR_UNSUPPORTED, "model %s has no attention restricted to documents; train with "
+                       "--doc_mask 0", m->ops->arch);
+    }
+    return m->ops->set_docs(m, positions, doc_start, err);
+}
 
 void st_model_wrap_gpt2(st_model *out, gpt2_model *g) {
     memset(out, 0, sizeof *out);
