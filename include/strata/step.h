@@ -86,6 +86,8 @@ typedef struct st_step {
     double gwait_s;            /* the forward's waits, this step */
     st_status gst;             /* the first error of a wait in the forward */
     st_err gerr;
+    /* packed documents (st_step_set_docs): each micro-batch's positions and doc_start */
+    const int32_t *positions, *doc_start;
 } st_step;
 
 typedef struct st_step_hp {
@@ -114,6 +116,11 @@ st_status st_step_init_memory(st_step *s, st_model *m, optim *opt, struct st_sto
 /* Streamed: the executor (made with stream_config.grad_accum >= max_micro). */
 void st_step_init_streamed(st_step *s, struct stream_exec *sx, int max_micro);
 void st_step_free(st_step *s);
+/* Packed documents: positions and doc_start (n_micro x B x T int32 each, model.h's
+ * st_model_set_docs) of the micro-batches that st_step_run's inputs hold, read by every
+ * following st_step_run (the caller refills them with the inputs); NULL, NULL: one
+ * sequence a row. In memory only: a streamed step refuses them (ST_ERR_UNSUPPORTED). */
+void st_step_set_docs(st_step *s, const int32_t *positions, const int32_t *doc_start);
 /* Data parallel, in memory: every rank runs the same step on its own micro-batches, and
  * the gradients of all ranks are summed in rank order (dist.h), so N ranks step as one
  * process with N times the micro-batches. zero 0: the gradient all-reduced, opt (or the

@@ -181,6 +181,21 @@ static st_status dist_sumsq(st_step *s, const float *g, size_t lo, size_t hi, do
  * backward timed into r; its mean loss. */
 static float micro_step(st_model *m, const int32_t *in, const int32_t *tg, float dloss, st_step_result *r);
 
+void st_step_set_docs(st_step *s, const int32_t *positions, const int32_t *doc_start) {
+    s->positions = positions;
+    s->doc_start = doc_start;
+}
+
+/* Micro-batch k's documents onto the model before its forward (none set: nothing to do). */
+static st_status step_docs(st_step *s, int k, size_t N, st_err *err) {
+    if (!s->positions && !s->doc_start) return ST_OK;
+    if (s->sx)
+        return st_errf(err, ST_ERR_UNSUPPORTED, "step: layer streaming (device_budget) has no attention restricted "
+                       "to documents; train with --doc_mask 0");
+    return st_model_set_docs(s->m, s->positions ? s->positions + (size_t)k * N : NULL,
+                             s->doc_start ? s->doc_start + (size_t)k * N : NULL, err);
+}
+
 /* The ranks' micro-batch, in memory or streamed (the model's vectors are the executor's host
  * tier): the hooks are the model's (in memory) or handed to the executor. */
 static st_status dist_micro(st_step *s, const int32_t *in, const int32_t *tg, float dloss, float *mean,
@@ -376,6 +391,7 @@ static st_status step_run_dist(st_step *s, int n_micro, size_t N, const int32_t 
             m->grad_hook_ctx = &dh;
         }
         float mean;
+        if ((st = step_docs(s, k, N, err))) return st;
         st = dist_micro(s, in, tg, dloss, &mean, r, err);
         m->grad_hook = NULL;
         if (st) return st;
@@ -460,6 +476,7 @@ st_status st_step_run(st_step *s, int n_micro, int B, int T, const int32_t *inpu
     st_status st = ST_OK;
     if (s->comm) return step_run_dist(s, n_micro, N, inputs, targets, hp, r, err);
     if (s->sx) {
+        if ((st = step_docs(s, 0, N, err))) return st; /* refused */
         stream_step_stats *ss = &r->stream;
         adamw_params a = hp->adam;
         if ((st = stream_step_accum(s->sx, n_micro, inputs, targets, &a, hp->grad_clip, ss, err))) return st;
@@ -477,6 +494,7 @@ st_status st_step_run(st_step *s, int n_micro, int B, int T, const int32_t *inpu
     double loss = 0;
     for (int k = 0; k < n_micro; k++) {
         const int32_t *in = inputs + (size_t)k * N, *tg = targets + (size_t)k * N;
+        if ((st = step_docs(s, k, N, err))) return st;
         float mean = micro_step(m, in, tg, dloss, r);
         if (n_micro > 1) {
             prof_span pa = prof_begin(PROF_CAT_OPTIM, "accumulate", k);

@@ -112,7 +112,11 @@ static st_status data_open(train_data *d, const train_config *c, const char *key
     return s ? st_err_prefix(err, "key '%s'", key) : ST_OK;
 }
 
-static st_status data_next(train_data *d, int B, int T, int32_t *inputs, int32_t *targets, st_err *err) {
+/* positions, doc_start (B,T; NULL: not wanted): the packed documents of the batch
+ * (strata/model.h), doc_start from the loader's segments (cu_seqlens: each ends at a
+ * document start or its row's end, so none crosses a row). */
+static st_status data_next(train_data *d, int B, int T, int32_t *inputs, int32_t *targets, int32_t *positions,
+                           int32_t *doc_start, st_err *err) {
     data_batch b;
     st_status s = data_loader_next(d->dl, &b, err);
     if (s) return s;
@@ -121,6 +125,11 @@ static st_status data_next(train_data *d, int B, int T, int32_t *inputs, int32_t
     /* a target whose loss mask is 0 (an SFT mask: not the assistant's) becomes -1, which
      * every loss ignores; the step's loss is the mean over the rest (strata/step.h) */
     data_batch_targets(&b, inputs, targets);
+    if (positions) memcpy(positions, b.positions, sizeof(int32_t) * (size_t)B * T);
+    if (doc_start)
+        for (int i = 0; i < b.n_seqs; i++)
+            for (int j = b.cu_seqlens[i]; j < b.cu_seqlens[i + 1]; j++)
+                doc_start[j] = b.cu_seqlens[i] - j / T * T; /* the segment's start in its row */
     return ST_OK;
 }
 
@@ -422,11 +431,14 @@ static st_status machine_profile(st_backend *be, const st_arch *arch, int B, int
  * disk state, or ranks, may need other bytes than the run it was made for). pred: the
  * file's prediction, if it has one (has_pred). */
 static st_status plan_from_file(const train_config *c, const st_arch *arch, const stream_config *sc, size_t budget,
-                                stream_plan *plan, plan_prediction *pred, int *has_pred, st_err *err) {
+                                int ranks, stream_plan *plan, plan_prediction *pred, int *has_pred, st_err *err) {
     plan_file *pf = malloc(sizeof *pf);
     if (!pf) return st_errf(err, ST_ERR_NOMEM, "out of memory");
     st_status s = plan_file_load(c->plan, pf, err);
     if (!s) s = plan_file_check(c->plan, pf, arch, c->batch, c->seq, err);
+    if (!s && c->state_paths[0] && ranks <= 1 && pf->plan.grad_dtype != ST_F32) /* ranks: fp32 below */
+        s = st_errf(err, ST_ERR_INVALID, "plan file %s: key 'grad_dtype': bf16, but the disk state (state_paths) takes "
+                    "fp32 gradients; set \"grad_dtype\": \"f32\" in the plan", c->plan);
     size_t need = s ? 0 : stream_device_bytes(sc, &pf->plan);
     if (!s && need > budget)
         s = st_errf(err, ST_ERR_NOMEM, "plan file %s needs %zu device bytes in this run, device_budget is %zu: %zu bytes "
@@ -486,7 +498,7 @@ static st_status open_streamed(const train_config *c, st_model *m, const st_arch
     int found = 0, has_pred = 0;
     st_status s;
     if (strcmp(c->plan, "auto")) { /* a saved plan, run exactly (or refused) */
-        if ((s = plan_from_file(c, arch, &sc, budget, &plan, &pred, &has_pred, err))) return s;
+        if ((s = plan_from_file(c, arch, &sc, budget, ranks, &plan, &pred, &has_pred, err))) return s;
         found = 1;
     } else {
         found = has_pred = machine_profile(be, arch, c->batch, c->seq, &hw, &perr) == ST_OK &&
@@ -544,7 +556,7 @@ static const char *val_spec(const train_config *c) {
 }
 
 static st_status eval_loss(const train_config *c, st_model *m, stream_exec *sx, train_eval *ev, int32_t *inputs,
-                           int32_t *targets, double *out, st_err *err) {
+                           int32_t *targets, int32_t *positions, int32_t *doc_start, double *out, st_err *err) {
     st_status s;
     if (!ev->vd.dl) {
         if ((s = data_open(&ev->vd, c, "val_data", ev->spec, m->vocab_size, err))) return s;
@@ -555,8 +567,10 @@ static st_status eval_loss(const train_config *c, st_model *m, stream_exec *sx, 
     long per = (long)c->batch * c->seq, n = c->eval_tokens > 0 ? (c->eval_tokens + per - 1) / per : 8;
     double sum = 0;
     for (long i = 0; i < n; i++) {
-        if ((s = data_next(&ev->vd, c->batch, c->seq, inputs, targets, err))) return st_err_prefix(err, "key 'val_data'");
+        if ((s = data_next(&ev->vd, c->batch, c->seq, inputs, targets, positions, doc_start, err)))
+            return st_err_prefix(err, "key 'val_data'");
         float l;
+        if (!sx && doc_start && (s = st_model_set_docs(m, positions, doc_start, err))) return s; /* as in training */
         if (sx) {
             if ((s = stream_eval(sx, inputs, targets, &l, err))) return s;
         } else {
@@ -1018,6 +1032,7 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     optim *opt = NULL;
     optim_segment *segs = NULL;
     int32_t *inputs = NULL, *targets = NULL;
+    int32_t *positions = NULL, *doc_start = NULL; /* doc_mask: each micro-batch's documents */
     st_step stp = {0}; /* the step: in memory or streamed */
     FILE *metrics = NULL;
     prof_tb *tb = NULL; /* TensorBoard events: the scalars of metrics.jsonl */
@@ -1128,6 +1143,15 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     /* the updated weights are gathered while the next step's forward runs; whatever else
      * reads them (validation, a sample, a checkpoint, the saved model) waits for them first */
     stp.overlap_gather = 1;
+    if (c->doc_mask == 1 || (c->doc_mask < 0 && c->device_budget <= 0)) { /* document-aware packing */
+        positions = malloc(sizeof(int32_t) * (size_t)B * T * (size_t)c->grad_accum);
+        doc_start = malloc(sizeof(int32_t) * (size_t)B * T * (size_t)c->grad_accum);
+        if (!positions || !doc_start) { s = st_errf(err, ST_ERR_NOMEM, "out of memory"); goto done; }
+        st_step_set_docs(&stp, positions, doc_start);
+    } else if (c->doc_mask < 0 && lead) {
+        st_log(1, "doc_mask: layer streaming has no attention restricted to documents yet: rows are attended whole "
+               "(--doc_mask 0)\n");
+    }
     /* under mpirun rank 0 writes what is the run's (metrics, events, lines); each rank its trace */
     int quiet = c->quiet || !lead;
     /* a step takes its micro-batches at once */
@@ -1180,7 +1204,9 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
         /* the step's micro-batches, in order, then one step (strata/step.h) */
         for (long k = 0; k < c->grad_accum && !s; k++) {
             prof_span pd = prof_begin(PROF_CAT_DATA, "data wait", -1);
-            s = data_next(&td, B, T, inputs + k * (size_t)B * T, targets + k * (size_t)B * T, err);
+            s = data_next(&td, B, T, inputs + k * (size_t)B * T, targets + k * (size_t)B * T,
+                          positions ? positions + k * (size_t)B * T : NULL, doc_start ? doc_start + k * (size_t)B * T : NULL,
+                          err);
             prof_end(&pd);
         }
         if (s) goto done;
@@ -1226,7 +1252,7 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
             if ((s = st_step_sync(&stp, err))) goto done;
             double te = st_now();
             prof_span pv = prof_begin(PROF_CAT_OTHER, "validation", -1);
-            s = eval_loss(c, m, sx, &ev, inputs, targets, &val, err);
+            s = eval_loss(c, m, sx, &ev, inputs, targets, positions, doc_start, &val, err);
             prof_end(&pv);
             if (s) goto done;
             eval_s = st_now() - te;
@@ -1358,6 +1384,8 @@ done:
     }
     free(inputs);
     free(targets);
+    free(positions);
+    free(doc_start);
     if (s) { /* nothing may still be landing in the weights when they are freed */
         st_err ignored = {0};
         st_step_sync(&stp, &ignored);
