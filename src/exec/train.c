@@ -1394,8 +1394,9 @@ done:
     data_close(&td);
     data_close(&ev.vd);
     free(segs);
-    if (sx) stream_exec_free(sx); /* owns the optimizer; the host vectors are the model's */
-    else optim_free(opt);
+    if (sx && opt == stream_optim(sx)) opt = NULL; /* the executor's own (one process) */
+    optim_free(opt); /* in memory, or a rank's shard under streaming */
+    if (sx) stream_exec_free(sx); /* the host vectors are the model's */
     st_model_free(m);
     st_arch_free(arch);
     st_backend_free(dev); /* also when the executor could not be created on it */
