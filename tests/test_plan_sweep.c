@@ -20,9 +20,9 @@
 
 #define SWEEP_STEPS 40
 
-/* The smallest and the largest device bytes of any plan (every plan's bytes lie between
- * the all-recompute plan at depth 1 and the all-keep plan at the deepest prefetch, over
- * the vocabulary chunks). */
+/* The smallest and the largest device bytes of the uniform plans (every block keep, every
+ * offload, every recompute) over the depths and vocabulary chunks: the smallest is the
+ * smallest of any plan (checked: one byte less is refused), the largest the whole state. */
 static void plan_bytes_range(const st_arch *a, int B, int T, size_t *lo, size_t *hi) {
     int L = a->lay.n_blocks, vcs[PLAN_MAX_VCHUNKS], nv = plan_vocab_chunks(a, NULL, vcs);
     int nd = PLAN_MAX_DEPTH < L ? PLAN_MAX_DEPTH : L;
@@ -31,7 +31,7 @@ static void plan_bytes_range(const st_arch *a, int B, int T, size_t *lo, size_t 
     *lo = (size_t)-1, *hi = 0;
     for (int v = 0; v < nv; v++)
         for (int d = 1; d <= nd; d++)
-            for (int act = STREAM_ACT_KEEP; act <= STREAM_ACT_RECOMPUTE; act++) {
+            for (int act = STREAM_ACT_KEEP; act <= STREAM_ACT_OFFLOAD; act++) {
                 stream_plan_default(p, L);
                 stream_plan_set_all(p, (unsigned char)act);
                 p->vocab_chunk = vcs[v];

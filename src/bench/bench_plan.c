@@ -19,7 +19,11 @@
  * the process's resident high-water mark (VmHWM, reset through /proc/self/clear_refs)
  * over the planned executor's creation and warm-up step, less the device peak (on the
  * CPU backend the device arena is host memory too); disk, 0 (these runs keep the state
- * in RAM). */
+ * in RAM).
+ *
+ * --sweep N (bench_sweep): the planner's monotone sweep (issue 16): the predicted and the
+ * measured step time at N device budgets from the smallest any plan fits to the whole
+ * state. */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -67,6 +71,7 @@ typedef struct bp_run {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: strata bench plan [--config NAME] [--steps N] [--profile FILE.json] [--threads N] [--json]\n"
+            "       strata bench plan --sweep N [--model NAME] [--batch B] [--seq T] [--cost_optimal] [--steps N] ...\n"
             "  For each configuration, the planner's plan (as strata train chooses it) and the fixed rule's\n"
             "  plan (keep, offload, recompute for every block: the first that fits, the vocabulary resident\n"
             "  before chunked) are trained side by side, alternating steps after one warm-up step each.\n"
@@ -81,6 +86,11 @@ static void usage(FILE *f) {
                 CONFIGS[i].T,
                 CONFIGS[i].tight ? "a budget where some blocks must be recomputed"
                                  : "one eighth of its training state as device budget");
+    fprintf(f, "  --sweep N [--model NAME] [--batch B] [--seq T] [--cost_optimal]: instead, the device budget\n"
+               "  swept geometrically over N points from the smallest budget any plan fits to the whole state\n"
+               "  (every block kept, the head resident); at each the planner's plan (strata train's options, or\n"
+               "  plan_stream's defaults with --cost_optimal) is trained (one warm-up, --steps timed, default 2):\n"
+               "  per budget the plan, predicted_step_s and measured_step_s (defaults: gpt2-124m, batch 2, seq 256).\n");
     fprintf(f, "  defaults: --steps 3\n");
 }
 
@@ -352,21 +362,108 @@ done:
     return s;
 }
 
+/* --sweep N: the device budget swept geometrically over N points from the smallest budget
+ * any plan fits (the smallest all-recompute plan over the vocabulary chunks, depth 1) to the
+ * whole state (the largest plan: every block kept, the head resident, the deepest prefetch);
+ * at each, the planner's plan (strata train's options, or plan_stream's defaults with
+ * cost_optimal) is trained for one warm-up and `steps` timed steps (median). */
+static st_status bench_sweep(const char *model, int B, int T, int npts, int steps, int cost_optimal, st_backend *cpu,
+                             plan_profile *hw, int json, st_err *err) {
+    gpt2_config mc;
+    st_arch *arch = NULL;
+    stream_plan *pp = malloc(sizeof *pp);
+    int32_t *inp = NULL, *tgt = NULL;
+    bp_run run = {0};
+    st_status s = ST_OK;
+    if (!pp) return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    if ((s = gpt2_config_preset(model, &mc, err)) || (s = st_arch_gpt2(&arch, &mc, err))) goto done;
+    stream_config sc = {.arch = arch, .B = B, .T = T, .weight_decay = 0.1f};
+    plan_options po = {.mip_gap = -1, .allow_vocab_chunk = 1, .prefer_resident_head = !cost_optimal};
+    int L = arch->lay.n_blocks, vcs[PLAN_MAX_VCHUNKS], nv = plan_vocab_chunks(arch, &po, vcs);
+    size_t lo = (size_t)-1, hi = 0;
+    for (int v = 0; v < nv; v++)
+        for (int d = 1; d <= PLAN_MAX_DEPTH && d <= L; d++)
+            for (int act = STREAM_ACT_KEEP; act <= STREAM_ACT_OFFLOAD; act++) {
+                stream_plan_default(pp, L);
+                stream_plan_set_all(pp, (stream_act)act);
+                pp->vocab_chunk = vcs[v];
+                pp->prefetch_depth = d;
+                size_t b = stream_device_bytes(&sc, pp);
+                lo = b < lo ? b : lo;
+                hi = b > hi ? b : hi;
+            }
+    if (!plan_profile_shape(hw, arch, B, T) && (s = plan_profile_measure_shape(cpu, arch, B, T, hw, err))) goto done;
+    int N = B * T;
+    inp = malloc(sizeof(int32_t) * (size_t)N);
+    tgt = malloc(sizeof(int32_t) * (size_t)N);
+    if (!inp || !tgt) { s = st_errf(err, ST_ERR_NOMEM, "out of memory"); goto done; }
+    st_rng rng;
+    st_rng_seed(&rng, 7);
+    for (int i = 0; i < N; i++) inp[i] = (int32_t)(st_rng_u64(&rng) % (uint64_t)arch->lay.vocab_size);
+    for (int i = 0; i < N; i++) tgt[i] = (int32_t)(st_rng_u64(&rng) % (uint64_t)arch->lay.vocab_size);
+    if (json)
+        printf("{\"bench\":\"plan_sweep\",\"model\":\"%s\",\"batch\":%d,\"seq\":%d,\"threads\":%d,\"steps\":%d,"
+               "\"options\":\"%s\",\"smallest_budget_bytes\":%zu,\"whole_state_bytes\":%zu,\"budgets\":[",
+               model, B, T, omp_get_max_threads(), steps, cost_optimal ? "cost_optimal" : "strata_train", lo, hi);
+    for (int i = 0; i < npts; i++) {
+        size_t budget = npts == 1 || i == npts - 1
+                            ? hi
+                            : (size_t)((double)lo * pow((double)hi / (double)lo, (double)i / (npts - 1)));
+        if (budget < lo) budget = lo;
+        plan_prediction pred;
+        char txt[96];
+        if ((s = plan_stream_ex(arch, B, T, budget, hw, &po, pp, &pred, err))) goto done;
+        plan_summary(pp, txt, sizeof txt);
+        if ((s = run_open(&run, cpu, &sc, pp, budget, steps, err))) goto done;
+        for (int k = -1; k < steps && !s; k++) s = run_step(&run, k, B, T, inp, tgt, err);
+        if (s) goto done;
+        double meas = bench_median(run.t, steps);
+        size_t peak = run.dev_peak;
+        run_close(&run);
+        if (json)
+            printf("%s{\"device_budget_bytes\":%zu,\"plan\":\"%s\",\"device_bytes\":%zu,\"measured_device_peak_bytes\":%zu,"
+                   "\"predicted_step_s\":%.4f,\"measured_step_s\":%.4f,\"predicted_over_measured\":%.3f,"
+                   "\"predicted_parts_s\":{\"compute\":%.4f,\"recompute\":%.4f,\"transfer_exposed\":%.4f,"
+                   "\"optim_exposed\":%.4f,\"host_work\":%.4f},\"solve_s\":%.4f}",
+                   i ? "," : "", budget, txt, pred.device_bytes, peak, pred.step_s, meas, pred.step_s / meas,
+                   pred.compute_s, pred.recompute_s, pred.transfer_exposed_s, pred.optim_exposed_s, pred.host_work_s,
+                   pred.solve_s);
+        else
+            printf("budget %.1f MB: %s: predicted %.3f s, measured %.3f s (predicted/measured %.3f)\n", budget / 1e6,
+                   txt, pred.step_s, meas, pred.step_s / meas);
+        fflush(stdout);
+    }
+    if (json) printf("]}\n");
+done:
+    run_close(&run);
+    free(inp);
+    free(tgt);
+    free(pp);
+    st_arch_free(arch);
+    return s;
+}
+
 int bench_plan(int argc, char **argv) {
-    const char *only = NULL, *profile = NULL;
-    int steps = 3, threads = 0, json = 0;
+    const char *only = NULL, *profile = NULL, *model = "gpt2-124m";
+    int steps = 3, threads = 0, json = 0, sweep = 0, sweep_B = 2, sweep_T = 256, cost_optimal = 0, steps_set = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
         else if (!strcmp(a, "--json")) json = 1;
         else if (v && !strcmp(a, "--config")) { only = v; i++; }
         else if (v && !strcmp(a, "--profile")) { profile = v; i++; }
-        else if (v && !strcmp(a, "--steps")) { steps = atoi(v); i++; }
+        else if (v && !strcmp(a, "--steps")) { steps = atoi(v); steps_set = 1; i++; }
+        else if (v && !strcmp(a, "--sweep")) { sweep = atoi(v); i++; }
+        else if (v && !strcmp(a, "--model")) { model = v; i++; }
+        else if (v && !strcmp(a, "--batch")) { sweep_B = atoi(v); i++; }
+        else if (v && !strcmp(a, "--seq")) { sweep_T = atoi(v); i++; }
+        else if (!strcmp(a, "--cost_optimal")) cost_optimal = 1;
         else if (v && !strcmp(a, "--threads")) { threads = atoi(v); i++; }
         else { fprintf(stderr, "strata bench plan: unknown or incomplete option '%s'\n", a); usage(stderr); return 2; }
     }
-    if (steps < 1) {
-        fprintf(stderr, "strata bench plan: --steps must be >= 1\n");
+    if (sweep && !steps_set) steps = 2;
+    if (steps < 1 || sweep < 0 || sweep_B < 1 || sweep_T < 1) {
+        fprintf(stderr, "strata bench plan: --steps, --batch and --seq must be >= 1, --sweep >= 0\n");
         return 2;
     }
     int sel[N_CONFIGS], nsel = 0;
@@ -390,6 +487,11 @@ int bench_plan(int argc, char **argv) {
         double t0 = st_now();
         if (plan_profile_measure(cpu, &hw, &err)) goto fail;
         prof_s = st_now() - t0;
+    }
+    if (sweep) {
+        if (bench_sweep(model, sweep_B, sweep_T, sweep, steps, cost_optimal, cpu, &hw, json, &err)) goto fail;
+        rc = 0;
+        goto done;
     }
     for (int k = 0; k < nsel; k++)
         if (bench_one(&CONFIGS[sel[k]], cpu, &hw, steps, json, &res[k], &err)) goto fail;
