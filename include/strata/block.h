@@ -156,9 +156,10 @@ static inline size_t st_block_act_floats(const st_arch *a, int B, int T) { retur
 st_status st_blocks_bind(st_blocks **out, const st_arch *a, st_backend *be, int B, int T, st_err *err);
 void st_blocks_free(st_blocks *b);
 /* The documents of the bound batch (model.h, st_model_set_docs: the same arrays and
- * checks), copied now, until the next call; NULL, NULL: one sequence a row. The Llama
- * family's blocks take them; ST_ERR_UNSUPPORTED elsewhere (the GPT-2 blocks of the
- * streaming executor), unless both are NULL. */
+ * checks), copied now, until the next call; NULL, NULL: one sequence a row. GPT-2's and
+ * the Llama family's blocks take them (the embedding reads the positions, attention the
+ * doc_start); ST_ERR_UNSUPPORTED from an architecture without set_docs, unless both are
+ * NULL. */
 st_status st_blocks_set_docs(st_blocks *b, const int32_t *positions, const int32_t *doc_start, st_err *err);
 
 #endif

@@ -195,6 +195,9 @@ void gpt2_embed_backward(gpt2_model *m, const float *dres);
 float *gpt2_dresidual(gpt2_model *m);
 /* The backend copy of the last embed_forward's token ids (N int32). */
 int32_t *gpt2_token_ids(gpt2_model *m);
+/* The (N,C) scratch the block functions write between calls (free between them: the
+ * embedding of packed documents gathers wpe's rows there). */
+float *gpt2_scratch(gpt2_model *m);
 
 /* Hugging Face-compatible weights: every tensor under its GPT-2 name, F32, tied head
  * omitted (as save_pretrained writes it). Load accepts names with or without the

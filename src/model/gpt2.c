@@ -496,6 +496,7 @@ void gpt2_embed_backward(gpt2_model *m, const float *dres) {
 
 float *gpt2_dresidual(gpt2_model *m) { return m->acts->dres; }
 int32_t *gpt2_token_ids(gpt2_model *m) { return m->acts->inputs; }
+float *gpt2_scratch(gpt2_model *m) { return m->acts->scratch; }
 
 float gpt2_forward(gpt2_model *m, const int32_t *inputs, const int32_t *targets, float dloss) {
     return gpt2_forward_hooked(m, inputs, targets, dloss, NULL, NULL);

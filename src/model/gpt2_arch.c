@@ -63,13 +63,31 @@ static void g_embed_forward(st_blocks *b, const float *emb_w, const int32_t *hos
     int C = m->cfg.n_embd, V = cfg_of(b->arch)->vocab_size, N = b->B * b->T;
     m->emb_w = (float *)emb_w;
     m->be->ops->copy_to_device(m->be, gpt2_token_ids(m), host_inputs, sizeof(int32_t) * (size_t)N);
-    m->be->ops->encoder_forward(m->be, out, gpt2_token_ids(m), emb_w, emb_w + (size_t)V * C, b->B, b->T, C);
+    if (m->pos_dev) { /* packed documents: gpt2_embed_forward's ops, so the same bits as in memory */
+        float *scratch = gpt2_scratch(m);
+        m->be->ops->embedding_forward(m->be, out, gpt2_token_ids(m), emb_w, b->B, b->T, C);
+        m->be->ops->embedding_forward(m->be, scratch, m->pos_dev, emb_w + (size_t)V * C, b->B, b->T, C);
+        m->be->ops->residual_forward(m->be, out, out, scratch, N * C);
+    } else {
+        m->be->ops->encoder_forward(m->be, out, gpt2_token_ids(m), emb_w, emb_w + (size_t)V * C, b->B, b->T, C);
+    }
 }
 
 static void g_embed_backward(st_blocks *b, float *emb_g, const float *dres) {
     gpt2_model *m = shell_of(b);
     int C = m->cfg.n_embd, V = cfg_of(b->arch)->vocab_size;
-    m->be->ops->encoder_backward(m->be, emb_g, emb_g + (size_t)V * C, dres, gpt2_token_ids(m), b->B, b->T, C);
+    if (m->pos_dev) { /* gpt2_embed_backward's ops */
+        m->be->ops->embedding_backward(m->be, emb_g, dres, gpt2_token_ids(m), b->B, b->T, C);
+        m->be->ops->embedding_backward(m->be, emb_g + (size_t)V * C, dres, m->pos_dev, b->B, b->T, C);
+    } else {
+        m->be->ops->encoder_backward(m->be, emb_g, emb_g + (size_t)V * C, dres, gpt2_token_ids(m), b->B, b->T, C);
+    }
+}
+
+/* Packed documents: the shell's (gpt2_set_docs), read by the embedding and the blocks'
+ * attention until the next call. */
+static st_status g_set_docs(st_blocks *b, const int32_t *positions, const int32_t *doc_start, st_err *err) {
+    return gpt2_set_docs(shell_of(b), positions, doc_start, err);
 }
 
 static void g_block_forward(st_blocks *b, const float *w, const float *in, float *acts, float *out) {
@@ -131,6 +149,7 @@ static const st_arch_ops gpt2_arch_ops = {
     .block_flops_per_token = g_block_flops,
     .head_flops_per_token = g_head_flops,
     .destroy = g_destroy,
+    .set_docs = g_set_docs,
 };
 
 st_status st_arch_gpt2(st_arch **out, const gpt2_config *cfg, st_err *err) {
