@@ -119,7 +119,8 @@ void st_step_free(st_step *s);
 /* Packed documents: positions and doc_start (n_micro x B x T int32 each, model.h's
  * st_model_set_docs) of the micro-batches that st_step_run's inputs hold, read by every
  * following st_step_run (the caller refills them with the inputs); NULL, NULL: one
- * sequence a row. In memory only: a streamed step refuses them (ST_ERR_UNSUPPORTED). */
+ * sequence a row. Streamed (one process or the ranks' step), the executor takes them
+ * (stream_set_docs) and sets each micro-batch's before its forward. */
 void st_step_set_docs(st_step *s, const int32_t *positions, const int32_t *doc_start);
 /* Data parallel, in memory: every rank runs the same step on its own micro-batches, and
  * the gradients of all ranks are summed in rank order (dist.h), so N ranks step as one

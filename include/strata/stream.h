@@ -250,6 +250,16 @@ st_status stream_micro_grads(stream_exec *x, const int32_t *inputs, const int32_
                              stream_step_stats *stats, st_err *err);
 void stream_params_changed(stream_exec *x);
 
+/* Packed documents (strata/model.h, st_model_set_docs): positions and doc_start
+ * (n_micro x B x T int32 each) of the micro-batches of the following stream_step_accum,
+ * stream_micro_grads (the first) and stream_eval (the first), read when they run: the
+ * caller keeps the arrays and refills them with the inputs. Each micro-batch's are set on
+ * the executor's blocks (the device's, and the host's that embed a chunked vocabulary)
+ * before its forward, so its recompute and backward see the same: the same bits as the
+ * step in memory. NULL, NULL: one sequence a row (as before any call). Malformed ones are
+ * refused by the call that reads them (ST_ERR_INVALID naming the row and position). */
+void stream_set_docs(stream_exec *x, const int32_t *positions_all, const int32_t *doc_start_all);
+
 /* Forward only (validation): the mean loss over targets >= 0 of one (B, T) batch with the
  * current weights, streamed as the step streams them. Changes no parameter, gradient,
  * moment or clipping state: the steps after it are bit-identical to those without it. */

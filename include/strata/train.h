@@ -72,8 +72,8 @@ typedef struct train_config {
     int zero;             /* under mpirun: ZeRO stage 0, 1 or 2 (strata/dist.h) */
     double dist_timeout;  /* under mpirun: seconds a rank waits for another */
     int doc_mask;         /* 1: positions restart at each document of a packed row and attention stays
-                             inside it; 0: rows attended whole; -1 (default): 1, or 0 under
-                             device_budget (layer streaming has no document attention yet) */
+                             inside it; 0: rows attended whole; -1 (default): 1, in memory and
+                             under device_budget */
     volatile int *stop_flag; /* set to nonzero (e.g. by SIGINT) to checkpoint and stop */
     struct st_comm *comm; /* the ranks of this run (st_comm_open); NULL: one process */
 } train_config;

@@ -189,9 +189,11 @@ void st_step_set_docs(st_step *s, const int32_t *positions, const int32_t *doc_s
 /* Micro-batch k's documents onto the model before its forward (none set: nothing to do). */
 static st_status step_docs(st_step *s, int k, size_t N, st_err *err) {
     if (!s->positions && !s->doc_start) return ST_OK;
-    if (s->sx)
-        return st_errf(err, ST_ERR_UNSUPPORTED, "step: layer streaming (device_budget) has no attention restricted "
-                       "to documents; train with --doc_mask 0");
+    if (s->sx) { /* the executor sets them on its blocks before each micro-batch's forward (stream.h) */
+        stream_set_docs(s->sx, s->positions ? s->positions + (size_t)k * N : NULL,
+                        s->doc_start ? s->doc_start + (size_t)k * N : NULL);
+        return ST_OK;
+    }
     return st_model_set_docs(s->m, s->positions ? s->positions + (size_t)k * N : NULL,
                              s->doc_start ? s->doc_start + (size_t)k * N : NULL, err);
 }
@@ -476,7 +478,7 @@ st_status st_step_run(st_step *s, int n_micro, int B, int T, const int32_t *inpu
     st_status st = ST_OK;
     if (s->comm) return step_run_dist(s, n_micro, N, inputs, targets, hp, r, err);
     if (s->sx) {
-        if ((st = step_docs(s, 0, N, err))) return st; /* refused */
+        if ((st = step_docs(s, 0, N, err))) return st; /* every micro-batch's, from the first */
         stream_step_stats *ss = &r->stream;
         adamw_params a = hp->adam;
         if ((st = stream_step_accum(s->sx, n_micro, inputs, targets, &a, hp->grad_clip, ss, err))) return st;

@@ -109,6 +109,10 @@ struct stream_exec {
     void (*whook)(void *ctx, size_t offset, size_t n); /* weights about to be read */
     void *wctx;
     int fresh; /* the host weights changed (stream_params_changed): the device copies are sent again */
+    /* packed documents (stream_set_docs): every micro-batch's positions and doc_start, the
+     * caller's; docs_on: the blocks hold some (NULL, NULL is then set once to clear them) */
+    const int32_t *doc_pos, *doc_ds;
+    int docs_on;
 };
 
 /* Data parallel: the weights [lo, lo + n) are here before they are read (stream_micro_grads). */

@@ -73,6 +73,25 @@ static float *block_acts(stream_exec *x, int l) {
     }
 }
 
+void stream_set_docs(stream_exec *x, const int32_t *positions_all, const int32_t *doc_start_all) {
+    x->doc_pos = positions_all;
+    x->doc_ds = doc_start_all;
+}
+
+/* Micro-batch mb's documents onto the blocks (the host's too: a chunked vocabulary's
+ * embedding runs there); none set and none held: nothing to do (today's calls). */
+static st_status docs_apply(stream_exec *x, int mb, st_err *err) {
+    if (!x->doc_pos && !x->doc_ds && !x->docs_on) return ST_OK;
+    size_t N = (size_t)x->cfg.B * x->cfg.T;
+    const int32_t *pos = x->doc_pos ? x->doc_pos + (size_t)mb * N : NULL;
+    const int32_t *ds = x->doc_ds ? x->doc_ds + (size_t)mb * N : NULL;
+    st_status s = st_blocks_set_docs(x->db, pos, ds, err);
+    if (!s && x->hb) s = st_blocks_set_docs(x->hb, pos, ds, err);
+    if (s) return st_err_prefix(err, "stream: micro-batch %d's documents", mb);
+    x->docs_on = pos || ds;
+    return ST_OK;
+}
+
 st_status stream_step(stream_exec *x, const int32_t *inputs, const int32_t *targets, const adamw_params *hp,
                       float max_norm, stream_step_stats *stats, st_err *err) {
     return stream_step_accum(x, 1, inputs, targets, hp, max_norm, stats, err);
@@ -107,6 +126,12 @@ st_status stream_step_accum(stream_exec *x, int n_micro, const int32_t *inputs_a
     if (n_micro < 1 || (n_micro > 1 && !x->hg2))
         return st_errf(err, ST_ERR_INVALID, "stream: %d micro-batches in a step; the executor was made for %d "
                        "(stream_config.grad_accum)", n_micro, x->cfg.grad_accum > 1 ? x->cfg.grad_accum : 1);
+    /* every micro-batch's documents checked (and their device buffers made) before anything
+     * starts; the loop sets each again before its forward, which then cannot fail */
+    for (int mb = n_micro - 1; mb >= 0; mb--) {
+        st_status ds = docs_apply(x, mb, err);
+        if (ds) return ds;
+    }
     pthread_mutex_lock(&x->mu);
     x->n_jobs = x->jobs_done = 0;
     x->speculate = speculate;
@@ -128,6 +153,8 @@ st_status stream_step_accum(stream_exec *x, int n_micro, const int32_t *inputs_a
     if (x->dist_mode) dloss = x->dist_dloss; /* the step's, over every rank's targets */
     uint64_t last = 0;
     size_t V = (size_t)x->ly->vocab_size, C = (size_t)x->ly->n_embd;
+    st_status docs_st = ST_OK;
+    st_err docs_err = {0};
     for (int mb = 0; mb < n_micro; mb++) {
     const int32_t *inputs = inputs_all + (size_t)mb * N, *targets = targets_all + (size_t)mb * N;
     int add = mb > 0, final = mb == n_micro - 1;
@@ -141,6 +168,7 @@ st_status stream_step_accum(stream_exec *x, int n_micro, const int32_t *inputs_a
     /* the previous micro-batch's drains (device gradient slots, the embedding's and head's
      * gradients) have left the device before anything rewrites them (in-order engine) */
     wait_ticket(x, last, "wait previous micro-batch", mb);
+    if (mb > 0 && !docs_st) docs_st = docs_apply(x, mb, &docs_err); /* mb 0's: set above */
 
     /* ---- forward */
     dev->ops->copy_to_device(dev, x->d_tgt, targets, sizeof(int32_t) * (size_t)N);
@@ -269,6 +297,11 @@ st_status stream_step_accum(stream_exec *x, int n_micro, const int32_t *inputs_a
     float loss = (float)loss_sum;
     double t_tail = st_now();
     st_status s = ST_OK;
+    if (docs_st) { /* not reached: checked above */
+        *err = docs_err;
+        s = docs_st;
+        goto out;
+    }
     double ss;
     if (x->dist_mode) { /* every block's gradient landed and handed over; the rest with the last copy */
         if (overlap) {
@@ -406,6 +439,8 @@ st_status stream_eval(stream_exec *x, const int32_t *inputs, const int32_t *targ
     int L = x->L, D = x->depth, N = x->cfg.B * x->cfg.T;
     double compute_s = 0;
     if (!inputs || !targets) return st_errf(err, ST_ERR_INVALID, "stream_eval: inputs and targets are required");
+    st_status ds = docs_apply(x, 0, err); /* the first micro-batch's documents, as the step in memory */
+    if (ds) return ds;
     if (x->fresh) { /* the ranks' update (their gather waited for by the caller) */
         send_nonblock(x);
         x->fresh = 0;

@@ -570,7 +570,8 @@ static st_status eval_loss(const train_config *c, st_model *m, stream_exec *sx, 
         if ((s = data_next(&ev->vd, c->batch, c->seq, inputs, targets, positions, doc_start, err)))
             return st_err_prefix(err, "key 'val_data'");
         float l;
-        if (!sx && doc_start && (s = st_model_set_docs(m, positions, doc_start, err))) return s; /* as in training */
+        if (doc_start && sx) stream_set_docs(sx, positions, doc_start); /* as in training */
+        else if (doc_start && (s = st_model_set_docs(m, positions, doc_start, err))) return s;
         if (sx) {
             if ((s = stream_eval(sx, inputs, targets, &l, err))) return s;
         } else {
@@ -1143,14 +1144,13 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     /* the updated weights are gathered while the next step's forward runs; whatever else
      * reads them (validation, a sample, a checkpoint, the saved model) waits for them first */
     stp.overlap_gather = 1;
-    if (c->doc_mask == 1 || (c->doc_mask < 0 && c->device_budget <= 0)) { /* document-aware packing */
+    if (c->doc_mask != 0) { /* document-aware packing (unset: on), in memory and streamed */
         positions = malloc(sizeof(int32_t) * (size_t)B * T * (size_t)c->grad_accum);
         doc_start = malloc(sizeof(int32_t) * (size_t)B * T * (size_t)c->grad_accum);
         if (!positions || !doc_start) { s = st_errf(err, ST_ERR_NOMEM, "out of memory"); goto done; }
         st_step_set_docs(&stp, positions, doc_start);
-    } else if (c->doc_mask < 0 && lead) {
-        st_log(1, "doc_mask: layer streaming has no attention restricted to documents yet: rows are attended whole "
-               "(--doc_mask 0)\n");
+    } else if (lead) {
+        st_log(1, "doc_mask 0: rows are attended whole (positions 0..seq-1), packed documents see each other\n");
     }
     /* under mpirun rank 0 writes what is the run's (metrics, events, lines); each rank its trace */
     int quiet = c->quiet || !lead;

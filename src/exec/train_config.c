@@ -72,7 +72,7 @@ static const key_def keys[] = {
     {"threads", K_INT, OFF(threads), 0, 0, 4096, "compute threads (0: all cores; under mpirun: the cores divided by the ranks on this machine)"},
     {"zero", K_INT, OFF(zero), 0, 0, 2, "under mpirun: 0 replicates the optimizer state (gradients all-reduced); 1 shards it over the ranks (ZeRO-1); 2 also shards the summed gradient (ZeRO-2); results are the same bits"},
     {"dist_timeout", K_DOUBLE, OFF(dist_timeout), 0, 1, 1e7, "under mpirun: seconds any rank waits for another before the job stops with an error naming it"},
-    {"doc_mask", K_INT, OFF(doc_mask), 0, -1, 1, "1: packed documents stay apart (positions restart at each document, attention never crosses one; the data's document starts); 0: each row attended whole, positions 0..seq-1; default: 1, 0 under device_budget (layer streaming has none yet)"},
+    {"doc_mask", K_INT, OFF(doc_mask), 0, -1, 1, "1: packed documents stay apart (positions restart at each document, attention never crosses one; the data's document starts); 0: each row attended whole, positions 0..seq-1; default: 1, in memory and under device_budget (layer streaming)"},
     {"quiet", K_INT, OFF(quiet), 0, 0, 1, "1: no per-step lines"},
     {"trace", K_INT, OFF(trace), 0, 0, 2, "1: trace every phase to run_dir/trace.json (Perfetto); 2: odd steps only"},
     {"host_budget", K_DOUBLE, OFF(host_budget), 0, 0, 1e18, "host memory in bytes the run must fit (0: MemAvailable)"},
@@ -105,7 +105,7 @@ void train_config_defaults(train_config *c) {
     c->sample_every = 200; /* the default 400-step run: a sample halfway and one at the end */
     snprintf(c->optim_state, sizeof c->optim_state, "f32");
     snprintf(c->save_hf_dtype, sizeof c->save_hf_dtype, "f32");
-    c->doc_mask = -1; /* 1 in memory, 0 streamed */
+    c->doc_mask = -1; /* unset: 1 */
     snprintf(c->plan, sizeof c->plan, "auto");
 }
 
@@ -500,9 +500,6 @@ st_status train_config_check(const train_config *c, st_err *err) {
     int is_llama;
     st_status s = train_config_resolve_llama(c, &lc, &is_llama, err);
     if (!s && !is_llama) s = train_config_resolve(c, &mc, err);
-    if (!s && c->doc_mask == 1 && c->device_budget > 0)
-        s = st_errf(err, ST_ERR_UNSUPPORTED, "key 'doc_mask' 1 with device_budget: layer streaming has no attention "
-                    "restricted to documents yet; give --doc_mask 0 (or leave it unset) to stream");
     if (!s && !c->plan[0]) s = st_errf(err, ST_ERR_INVALID, "key 'plan' is empty: give auto or a plan file");
     if (!s && strcmp(c->plan, "auto") && !(c->device_budget > 0)) /* strata train fills it from the file */
         s = st_errf(err, ST_ERR_INVALID, "key 'plan': the plan file %s is a layer-streaming plan: give device_budget "
