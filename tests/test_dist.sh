@@ -25,14 +25,7 @@
 set -u
 S=${STRATA_BIN:?STRATA_BIN not set}
 command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (apt-get install openmpi-bin libopenmpi-dev)"; exit 77; }
-if [ -n "${STRATA_TEST_SANITIZED:-}" ]; then
-  # OpenMPI does not free all it allocates at MPI_Finalize: its libraries' leaks are
-  # suppressed (strata's are still found), with its components kept loaded and a full
-  # unwind (its libraries have no frame pointers) so that each leak is attributed
-  export LSAN_OPTIONS="suppressions=$(dirname "$0")/lsan_mpi.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
-  export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
-  export OMPI_MCA_mca_component_disable_dlclose=1 PMIX_MCA_mca_component_disable_dlclose=1
-fi
+. "$(dirname "$0")/mpi_sanitized.sh" # OpenMPI's own leaks, under the sanitizers
 T=$(mktemp -d /tmp/strata-test-dist-XXXXXX)
 trap 'rm -rf "$T"' EXIT
 fail=0

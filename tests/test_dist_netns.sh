@@ -11,11 +11,7 @@ set -u
 S=${STRATA_BIN:?STRATA_BIN not set}
 command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (apt-get install openmpi-bin libopenmpi-dev)"; exit 77; }
 command -v ip >/dev/null || { echo "SKIP: ip not found (apt-get install iproute2)"; exit 77; }
-if [ -n "${STRATA_TEST_SANITIZED:-}" ]; then # OpenMPI's own leaks: see test_dist.sh
-  export LSAN_OPTIONS="suppressions=$(dirname "$0")/lsan_mpi.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
-  export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
-  export OMPI_MCA_mca_component_disable_dlclose=1 PMIX_MCA_mca_component_disable_dlclose=1
-fi
+. "$(dirname "$0")/mpi_sanitized.sh" # OpenMPI's own leaks, under the sanitizers
 T=$(mktemp -d /tmp/strata-test-netns-XXXXXX)
 id=$$
 A_NS=strata-a-$id B_NS=strata-b-$id VA=sta$id VB=stb$id

@@ -18,11 +18,7 @@ set -u
 S=${STRATA_BIN:?STRATA_BIN not set}
 command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (apt-get install openmpi-bin libopenmpi-dev)"; exit 77; }
 command -v jq >/dev/null || { echo "SKIP: jq not found"; exit 77; }
-if [ -n "${STRATA_TEST_SANITIZED:-}" ]; then # as test_dist.sh: OpenMPI's own leaks suppressed
-  export LSAN_OPTIONS="suppressions=$(dirname "$0")/lsan_mpi.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
-  export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
-  export OMPI_MCA_mca_component_disable_dlclose=1 PMIX_MCA_mca_component_disable_dlclose=1
-fi
+. "$(dirname "$0")/mpi_sanitized.sh" # OpenMPI's own leaks, under the sanitizers
 T=$(mktemp -d /tmp/strata-test-reshard-XXXXXX)
 trap 'rm -rf "$T"' EXIT
 fail=0

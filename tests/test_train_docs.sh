@@ -77,13 +77,7 @@ check '[ $rc -eq 0 ] && wts "$T/qa" "$T/qgs" && [ "$(val "$T/qa")" = "$(val "$T/
 # (where mpirun and an MPI build are at hand; else said and skipped)
 MPI="mpirun --allow-run-as-root --oversubscribe --bind-to none"
 if command -v mpirun >/dev/null; then
-  if [ -n "${STRATA_TEST_SANITIZED:-}" ]; then
-    # OpenMPI's own allocations at MPI_Init are never freed: suppressed as test_dist.sh does
-    # (strata's leaks are still found), with its components kept loaded and a full unwind
-    export LSAN_OPTIONS="suppressions=$(dirname "$0")/lsan_mpi.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
-    export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
-    export OMPI_MCA_mca_component_disable_dlclose=1 PMIX_MCA_mca_component_disable_dlclose=1
-  fi
+  . "$(dirname "$0")/mpi_sanitized.sh" # OpenMPI's own leaks, under the sanitizers
   $MPI -np 2 "$S" train $gpt --threads 1 --zero 1 --device_budget 4e6 --run_dir "$T/r2" >"$T/r2.txt" 2>&1; rc=$?
   if grep -q "built without MPI" "$T/r2.txt"; then echo "skipped: 2 ranks (strata built without MPI)"
   else
