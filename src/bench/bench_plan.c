@@ -209,6 +209,19 @@ typedef struct bp_result {
     size_t meas_dev;
 } bp_result;
 
+/* N input and N target ids drawn from a fixed seed (malloc'd; the caller frees both, also on
+ * failure): the same tokens for every plan and every run. */
+static st_status random_tokens(int N, int vocab, int32_t **inp, int32_t **tgt, st_err *err) {
+    *inp = malloc(sizeof(int32_t) * (size_t)N);
+    *tgt = malloc(sizeof(int32_t) * (size_t)N);
+    if (!*inp || !*tgt) return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    st_rng rng;
+    st_rng_seed(&rng, 7);
+    for (int i = 0; i < N; i++) (*inp)[i] = (int32_t)(st_rng_u64(&rng) % (uint64_t)vocab);
+    for (int i = 0; i < N; i++) (*tgt)[i] = (int32_t)(st_rng_u64(&rng) % (uint64_t)vocab);
+    return ST_OK;
+}
+
 static st_status bench_one(const bp_config *cfg, st_backend *cpu, plan_profile *hw, int steps, int json,
                            bp_result *out, st_err *err) {
     memset(out, 0, sizeof *out);
@@ -275,14 +288,7 @@ static st_status bench_one(const bp_config *cfg, st_backend *cpu, plan_profile *
         fprintf(stderr, "%s: budget %zu bytes; planner: %s (predicted %.3f s); rule: %s%s\n", cfg->name, budget,
                 out->plan_txt, out->pred.step_s, out->rule_txt, out->same ? " (the same plan)" : "");
 
-    int N = cfg->B * cfg->T;
-    inp = malloc(sizeof(int32_t) * (size_t)N);
-    tgt = malloc(sizeof(int32_t) * (size_t)N);
-    if (!inp || !tgt) { s = st_errf(err, ST_ERR_NOMEM, "out of memory"); goto done; }
-    st_rng rng;
-    st_rng_seed(&rng, 7);
-    for (int i = 0; i < N; i++) inp[i] = (int32_t)(st_rng_u64(&rng) % (uint64_t)arch->lay.vocab_size);
-    for (int i = 0; i < N; i++) tgt[i] = (int32_t)(st_rng_u64(&rng) % (uint64_t)arch->lay.vocab_size);
+    if ((s = random_tokens(cfg->B * cfg->T, arch->lay.vocab_size, &inp, &tgt, err))) goto done;
 
     /* the planned executor alone from creation to the end of its warm-up step: its host peak */
     double rss0 = bench_proc_status_bytes("VmRSS:");
@@ -393,14 +399,7 @@ static st_status bench_sweep(const char *model, int B, int T, int npts, int step
                 hi = b > hi ? b : hi;
             }
     if (!plan_profile_shape(hw, arch, B, T) && (s = plan_profile_measure_shape(cpu, arch, B, T, hw, err))) goto done;
-    int N = B * T;
-    inp = malloc(sizeof(int32_t) * (size_t)N);
-    tgt = malloc(sizeof(int32_t) * (size_t)N);
-    if (!inp || !tgt) { s = st_errf(err, ST_ERR_NOMEM, "out of memory"); goto done; }
-    st_rng rng;
-    st_rng_seed(&rng, 7);
-    for (int i = 0; i < N; i++) inp[i] = (int32_t)(st_rng_u64(&rng) % (uint64_t)arch->lay.vocab_size);
-    for (int i = 0; i < N; i++) tgt[i] = (int32_t)(st_rng_u64(&rng) % (uint64_t)arch->lay.vocab_size);
+    if ((s = random_tokens(B * T, arch->lay.vocab_size, &inp, &tgt, err))) goto done;
     if (json)
         printf("{\"bench\":\"plan_sweep\",\"model\":\"%s\",\"batch\":%d,\"seq\":%d,\"threads\":%d,\"steps\":%d,"
                "\"options\":\"%s\",\"smallest_budget_bytes\":%zu,\"whole_state_bytes\":%zu,\"budgets\":[",
