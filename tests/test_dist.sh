@@ -20,7 +20,8 @@
 # - ranks given different configurations are refused at start, naming the key; a corrupt
 #   shards.json, a missing rank file, disk states of two numbers of ranks in one path (a
 #   re-shard could take either; test_dist_reshard.sh tests the re-shard), too small a
-#   device_budget under ranks and --zero 3 are refused naming what is wrong.
+#   device_budget under ranks, --zero 3 and bench dist's --gather_overlap yes are refused
+#   naming what is wrong.
 # Skips (77) where mpirun is missing or strata was built without MPI.
 set -u
 S=${STRATA_BIN:?STRATA_BIN not set}
@@ -217,6 +218,10 @@ check '[ $rc -ne 0 ] && grep -q "rank 0 of 2: key .device_budget.: 1000000 bytes
 "$S" train $A --zero 3 --run_dir "$T/bad5" >"$T/bad5.out" 2>&1
 rc=$?
 check '[ $rc -ne 0 ] && grep -q "zero" "$T/bad5.out"' "--zero 3 accepted: $(tail -1 "$T/bad5.out")"
+"$S" bench dist --gather_overlap yes --json >"$T/bad6.out" 2>&1
+rc=$?
+check '[ $rc -eq 2 ] && grep -q "gather_overlap 1 or 0" "$T/bad6.out"' \
+  "bench dist --gather_overlap yes accepted: $(tail -1 "$T/bad6.out")"
 
 # --- ranks given different configurations
 $MPI -np 1 "$S" train $A --run_dir "$T/cfg" : -np 1 "$S" train $A --seed 7 --run_dir "$T/cfg" >"$T/cfg.out" 2>&1

@@ -50,14 +50,14 @@ int bench_dist(int argc, char **argv) {
         else if (v && !strcmp(a, "--steps")) { steps = atoi(v); i++; }
         else if (v && !strcmp(a, "--threads")) { threads = atoi(v); i++; }
         else if (v && !strcmp(a, "--zero")) { zero = atoi(v); i++; }
-        else if (v && !strcmp(a, "--gather_overlap")) { overlap = atoi(v); i++; }
+        else if (v && !strcmp(a, "--gather_overlap")) { overlap = !strcmp(v, "1") ? 1 : !strcmp(v, "0") ? 0 : -1; i++; }
         else if (v && !strcmp(a, "--optim_state")) { fmt_name = v; i++; }
         else { fprintf(stderr, "strata bench dist: unknown option '%s'\n", a); usage(stderr); return 2; }
     }
-    if (B < 1 || T < 1 || steps < 1 || steps > 1000 || zero < 0 || zero > 2 ||
+    if (B < 1 || T < 1 || steps < 1 || steps > 1000 || zero < 0 || zero > 2 || overlap < 0 ||
         (strcmp(fmt_name, "f32") && strcmp(fmt_name, "8bit"))) {
         fprintf(stderr, "strata bench dist: --batch, --seq, --steps (1..1000) must be positive, --zero 0, 1 or 2, "
-                        "--optim_state f32 or 8bit\n");
+                        "--optim_state f32 or 8bit, --gather_overlap 1 or 0\n");
         return 2;
     }
     optim_state_format fmt = strcmp(fmt_name, "8bit") ? OPTIM_STATE_F32 : OPTIM_STATE_8BIT;
