@@ -2,9 +2,9 @@
 """Generate tests/fixtures/sft_<model>.safetensors: a packed SFT batch's loss and gradients, the
 PyTorch reference of strata's document-aware packing (test_sft_fixture.c).
 
-Rerun (from the repo root, with Debian's system PyTorch, as tools/gen_fixtures.py):
+Rerun (from the repo root, with Debian's system PyTorch 1.13, as tools/gen_fixtures.py):
 
-    /usr/bin/python3 tools/gen_sft_fixtures.py
+    apt-get install -y python3-torch python3-numpy && /usr/bin/python3 tools/gen_sft_fixtures.py
 
 The weights are those of the existing fixtures (gpt2_tiny, llama_tiny, qwen2_tiny,
 qwen3_tiny .safetensors, read back here), so the new files hold only the batch and its results.
