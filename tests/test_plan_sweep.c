@@ -5,10 +5,14 @@
  * every block kept, the head resident, the deepest prefetch). At every budget plan_stream
  * (the defaults: GLPK's gap and time limit, the simple plans as incumbent) and the options
  * strata train and strata plan use must find a plan, within the budget, and the predicted
- * step time must never rise as the budget grows (1e-9 relative for float noise): with the
- * defaults everywhere; with strata train's options (prefer_resident_head) everywhere but at
- * the one budget where the head first stays resident, which the preference may make slower
- * than the chunked plan below it (printed), and the head never goes back to chunks. */
+ * step time must never rise as the budget grows (1e-9 relative for float noise), with no
+ * exception: with the defaults, and with the head resident on ties
+ * (PLAN_HEAD_RESIDENT_ON_TIE, whose plans must also be no slower than the defaults' and
+ * chunk the head only where a resident one does not fit or is slower). With strata train's
+ * options (PLAN_HEAD_RESIDENT_IF_FITS: the head resident whenever it fits, for bit-exact
+ * runs) everywhere but at the one budget where the head first stays resident, which that
+ * preference may make slower than the chunked plan below it (printed), and the head never
+ * goes back to chunks. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,24 +48,33 @@ static void plan_bytes_range(const st_arch *a, int B, int T, size_t *lo, size_t 
 }
 
 /* Sweep the budget over [lo, hi] in SWEEP_STEPS geometric steps with options opt (NULL:
- * plan_stream's defaults); returns the number of distinct predicted step times.
- * to_resident: the one rise allowed, where the head first stays resident (prefer_resident_head
- * takes the resident head over a faster chunked plan); *rise: its size, relative. */
+ * plan_stream's defaults); returns the number of distinct predicted step times. At every
+ * budget the predicted step time must not rise (1e-9 relative: float noise), except, with
+ * PLAN_HEAD_RESIDENT_IF_FITS, once where the head first stays resident (*rise: its size,
+ * relative). With PLAN_HEAD_RESIDENT_ON_TIE, each plan is also held against the defaults'
+ * at that budget (never slower) and, where it chunks the vocabulary, against the fastest
+ * resident-head plan (none fits, or it is predicted slower than PLAN_RESIDENT_TIE allows). */
 static int sweep(const st_arch *a, int B, int T, const plan_profile *hw, const plan_options *opt, const char *name,
-                 int to_resident, double *rise) {
+                 double *rise) {
     size_t lo, hi;
     plan_bytes_range(a, B, T, &lo, &hi);
     stream_config sc = {.arch = a, .B = B, .T = T};
-    stream_plan *p = malloc(sizeof *p);
-    plan_prediction pr;
-    st_err err = {0};
+    stream_plan *p = malloc(sizeof *p), *q = malloc(sizeof *q);
+    plan_prediction pr, qr;
+    st_err err = {0}, qerr = {0};
+    int prefer = opt && opt->prefer_resident_head == PLAN_HEAD_RESIDENT_ON_TIE;
+    int if_fits = opt && opt->prefer_resident_head == PLAN_HEAD_RESIDENT_IF_FITS, prev_vc = -1;
+    *rise = 0;
+    plan_options res = {0};
+    if (opt) res = *opt;
+    res.allow_vocab_chunk = 0;
+    res.prefer_resident_head = 0;
     /* the smallest budget: one byte less fits nothing */
     st_status s = plan_stream_ex(a, B, T, lo - 1, hw, opt, p, &pr, &err);
     CHECK(s == ST_ERR_NOMEM && strstr(err.msg, " 1 bytes missing"), "%s: budget %zu (one byte below the smallest "
           "plan) gave %d: %s", name, lo - 1, (int)s, err.msg);
     double prev = INFINITY, last = -1, worst_solve = 0, t_lo = 0;
-    int distinct = 0, prev_vc = -1;
-    *rise = 0;
+    int distinct = 0, n_res = 0, n_chunk = 0, n_res_fits = 0;
     for (int i = 0; i <= SWEEP_STEPS; i++) {
         size_t budget = i == SWEEP_STEPS ? hi : (size_t)((double)lo * pow((double)hi / (double)lo, (double)i / SWEEP_STEPS));
         if (budget < lo) budget = lo;
@@ -72,17 +85,34 @@ static int sweep(const st_arch *a, int B, int T, const plan_profile *hw, const p
         size_t got = stream_device_bytes(&sc, p);
         CHECK(got <= budget && got == pr.device_bytes, "%s: budget %zu: the plan needs %zu device bytes (predicted %zu)",
               name, budget, got, pr.device_bytes);
-        if (to_resident && prev_vc > 0 && p->vocab_chunk == 0 && pr.step_s > prev) { /* the switch */
+        if (if_fits && prev_vc > 0 && p->vocab_chunk == 0 && pr.step_s > prev) { /* the switch */
             *rise = pr.step_s / prev - 1;
             prev = pr.step_s;
         }
         /* a larger budget never gives the resident head up */
-        CHECK(!to_resident || prev_vc != 0 || p->vocab_chunk == 0, "%s: budget %zu: vocab_chunk %d after a resident "
+        CHECK(!if_fits || prev_vc != 0 || p->vocab_chunk == 0, "%s: budget %zu: vocab_chunk %d after a resident "
               "head", name, budget, p->vocab_chunk);
         prev_vc = p->vocab_chunk;
         CHECK(pr.step_s <= prev * (1 + 1e-9), "%s: budget %zu: predicted %.9g s, above %.9g s at the smaller budget "
               "before it (%d keep, %d offload, %d recompute, depth %d, vocab_chunk %d)", name, budget, pr.step_s, prev,
               pr.n_keep, pr.n_offload, pr.n_recompute, p->prefetch_depth, p->vocab_chunk);
+        if (prefer) {
+            n_res += p->vocab_chunk == 0;
+            n_chunk += p->vocab_chunk != 0;
+            /* the preference costs no predicted time: the defaults' plan is no faster */
+            st_status ds = plan_stream_ex(a, B, T, budget, hw, NULL, q, &qr, &qerr);
+            CHECK(ds == ST_OK && pr.step_s <= qr.step_s * (1 + 1e-9), "%s: budget %zu: predicted %.9g s (vocab_chunk "
+                  "%d), the defaults' plan %.9g s (vocab_chunk %d): %s", name, budget, pr.step_s, p->vocab_chunk,
+                  qr.step_s, q->vocab_chunk, ds ? qerr.msg : "slower");
+            /* and the head is chunked only where the resident head does not fit or is slower */
+            st_status rs = plan_stream_ex(a, B, T, budget, hw, &res, q, &qr, &qerr);
+            CHECK(rs == ST_OK || rs == ST_ERR_NOMEM, "%s: budget %zu: the resident head: %s", name, budget, qerr.msg);
+            n_res_fits += rs == ST_OK;
+            if (p->vocab_chunk && rs == ST_OK)
+                CHECK(qr.step_s > pr.step_s * (1 + PLAN_RESIDENT_TIE), "%s: budget %zu: vocab_chunk %d predicted "
+                      "%.9g s, but the resident head fits and is predicted %.9g s", name, budget, p->vocab_chunk,
+                      pr.step_s, qr.step_s);
+        }
         if (i == 0) t_lo = pr.step_s;
         if (pr.step_s != last) distinct++;
         last = pr.step_s;
@@ -91,9 +121,13 @@ static int sweep(const st_arch *a, int B, int T, const plan_profile *hw, const p
     }
     printf("%s: budgets %zu..%zu bytes in %d geometric steps: predicted %.4f s .. %.4f s, %d distinct, slowest solve "
            "%.3f s", name, lo, hi, SWEEP_STEPS, t_lo, last, distinct, worst_solve);
-    if (to_resident) printf(", rise where the head turns resident %.2f%%", 100 * *rise);
+    if (prefer)
+        printf("; the head resident in %d plans, chunked in %d (a resident head fits at %d budgets)", n_res, n_chunk,
+               n_res_fits);
+    if (if_fits) printf(", rise where the head turns resident %.2f%%", 100 * *rise);
     printf("\n");
     free(p);
+    free(q);
     return distinct;
 }
 
@@ -124,19 +158,22 @@ int main(void) {
         return 77;
     }
     free(p);
-    /* as strata train and strata plan call it: the head resident whenever a plan with it fits */
-    plan_options train = {.mip_gap = -1, .allow_vocab_chunk = 1, .prefer_resident_head = 1};
+    /* as strata train, strata plan and strata bench plan call it, and the monotone preference */
+    plan_options train = {.mip_gap = -1, .allow_vocab_chunk = 1, .prefer_resident_head = PLAN_HEAD_RESIDENT_IF_FITS};
+    plan_options tie = {.mip_gap = -1, .allow_vocab_chunk = 1, .prefer_resident_head = PLAN_HEAD_RESIDENT_ON_TIE};
     const plan_profile *hws[2] = {&cpu, &gpu};
     const char *names[2] = {"CPU profile", "accelerator profile"};
     for (int h = 0; h < 2; h++) {
         char name[128];
-        snprintf(name, sizeof name, "gpt2-124m B2 T256, %s, defaults", names[h]);
         double rise;
-        int d = sweep(a, B, T, hws[h], NULL, name, 0, &rise);
+        snprintf(name, sizeof name, "gpt2-124m B2 T256, %s, defaults", names[h]);
+        int d = sweep(a, B, T, hws[h], NULL, name, &rise);
         /* the sweep means something only if the budget changes the answer */
         CHECK(d >= 3, "%s: only %d distinct predicted times over the sweep", name, d);
+        snprintf(name, sizeof name, "gpt2-124m B2 T256, %s, the head resident on ties", names[h]);
+        sweep(a, B, T, hws[h], &tie, name, &rise);
         snprintf(name, sizeof name, "gpt2-124m B2 T256, %s, strata train's options", names[h]);
-        sweep(a, B, T, hws[h], &train, name, 1, &rise);
+        sweep(a, B, T, hws[h], &train, name, &rise);
     }
     st_arch_free(a);
     return test_finish("plan_sweep");

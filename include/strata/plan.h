@@ -62,6 +62,25 @@
 #define PLAN_MAX_VCHUNKS 8    /* vocabulary choices: resident (0) and up to 7 chunk sizes */
 #define PLAN_TIME_LIMIT_MS 600 /* GLPK's default limit, building the program included */
 #define PLAN_MIP_GAP 1e-4      /* default: stop within 0.01% of the best bound */
+/* plan_options.prefer_resident_head: where the classifier (the vocabulary's head) lives.
+ * The resident classifier equals the in-memory step bit for bit; the chunked one equals it
+ * only to float rounding. */
+#define PLAN_HEAD_FASTEST 0          /* the fastest predicted plan, resident or chunked */
+#define PLAN_HEAD_RESIDENT_IF_FITS 1 /* the fastest plan with the head resident whenever one fits,
+                                        else the fastest chunked one: bit-exact runs wherever the
+                                        head fits, but the predicted step rises where the head
+                                        first fits (the resident head takes device bytes the blocks
+                                        had): 20.07% on tests/test_plan_sweep.c's CPU-like profile
+                                        (10.383 s chunked, then 12.467 s resident) */
+#define PLAN_HEAD_RESIDENT_ON_TIE 2  /* the fastest plan; the head resident where that is predicted
+                                        no slower than the fastest chunked plan (within
+                                        PLAN_RESIDENT_TIE): the predicted step never rises as the
+                                        budget grows */
+/* PLAN_HEAD_RESIDENT_ON_TIE takes the resident head over a chunked plan predicted at most this
+ * fraction faster: a tie, to the cost model's float rounding, not a price paid for bit-exact
+ * results. Any larger tolerance t lets the predicted step rise by up to t as the budget grows
+ * (the resident plan taken at a budget may be slower than a chunked plan at a smaller one). */
+#define PLAN_RESIDENT_TIE 1e-9
 
 /* One block's and the classifier's measured compute at one model shape (the arch's kind,
  * width, block size; batch and sequence), as plan_profile_measure_shape times them: the
@@ -112,10 +131,9 @@ typedef struct plan_options {
                           optimum; < 0: PLAN_MIP_GAP) */
     int max_depth;     /* prefetch depths 1 .. max_depth (<= 0: PLAN_MAX_DEPTH) */
     int allow_vocab_chunk; /* 0: the head stays resident (vocab_chunk 0) */
-    int prefer_resident_head; /* 1: chunk the vocabulary only when no plan with the head on the
-                          device fits (the chunked classifier equals the resident one only to
-                          float rounding; the resident one equals the in-memory step bit for
-                          bit): what strata train and strata plan use */
+    int prefer_resident_head; /* PLAN_HEAD_*: strata train, strata plan and strata bench plan use
+                          PLAN_HEAD_RESIDENT_IF_FITS (streamed runs bit-exact with the in-memory
+                          step wherever the head fits, which their tests check) */
     int no_incumbent;  /* 1: do not seed the program with the best simple plan (tests: the
                           program alone must find the optimum) */
 } plan_options;

@@ -236,7 +236,8 @@ static st_status bench_one(const bp_config *cfg, st_backend *cpu, plan_profile *
     if ((s = gpt2_config_preset(cfg->model, &mc, err)) || (s = st_arch_gpt2(&arch, &mc, err))) goto done;
     stream_config sc = {.arch = arch, .B = cfg->B, .T = cfg->T, .weight_decay = 0.1f};
     size_t n = arch->lay.n_params, budget = n * 16 / 8;
-    plan_options po = {.mip_gap = -1, .allow_vocab_chunk = 1, .prefer_resident_head = 1}; /* as strata train */
+    plan_options po = {.mip_gap = -1, .allow_vocab_chunk = 1,
+                       .prefer_resident_head = PLAN_HEAD_RESIDENT_IF_FITS}; /* as strata train */
     if (cfg->tight) {
         /* halfway between the smallest all-recompute and the smallest all-offload plan over
          * the planner's vocabulary chunks (depth 1), so no plan offloads or keeps every
@@ -384,7 +385,8 @@ static st_status bench_sweep(const char *model, int B, int T, int npts, int step
     if (!pp) return st_errf(err, ST_ERR_NOMEM, "out of memory");
     if ((s = gpt2_config_preset(model, &mc, err)) || (s = st_arch_gpt2(&arch, &mc, err))) goto done;
     stream_config sc = {.arch = arch, .B = B, .T = T, .weight_decay = 0.1f};
-    plan_options po = {.mip_gap = -1, .allow_vocab_chunk = 1, .prefer_resident_head = !cost_optimal};
+    plan_options po = {.mip_gap = -1, .allow_vocab_chunk = 1,
+                       .prefer_resident_head = cost_optimal ? PLAN_HEAD_FASTEST : PLAN_HEAD_RESIDENT_IF_FITS};
     int L = arch->lay.n_blocks, vcs[PLAN_MAX_VCHUNKS], nv = plan_vocab_chunks(arch, &po, vcs);
     size_t lo = (size_t)-1, hi = 0;
     for (int v = 0; v < nv; v++)

@@ -118,7 +118,8 @@ static int plan_device(const st_arch *a, const train_config *cfg, double device_
         return 2;
     }
     plan_prediction pr;
-    plan_options po = {.time_limit_ms = time_limit_ms, .mip_gap = -1, .allow_vocab_chunk = 1, .prefer_resident_head = 1};
+    plan_options po = {.time_limit_ms = time_limit_ms, .mip_gap = -1, .allow_vocab_chunk = 1,
+                       .prefer_resident_head = PLAN_HEAD_RESIDENT_IF_FITS}; /* as strata train */
     st_status s = plan_stream_ex(a, cfg->batch, cfg->seq, (size_t)device_budget, &hw, &po, p, &pr, &err);
     int L = a->lay.n_blocks, rc = s == ST_OK ? 0 : s == ST_ERR_NOMEM ? 3 : 2;
     json_object *o = NULL;

@@ -250,16 +250,44 @@ static st_status take_simple(const st_arch *a, int B, int T, const plan_profile 
 st_status plan_stream_ex(const st_arch *a, int B, int T, size_t device_budget, const plan_profile *hw,
                          const plan_options *opt, stream_plan *out, plan_prediction *pred, st_err *err) {
     double t0 = st_now();
-    if (opt && opt->prefer_resident_head && opt->allow_vocab_chunk) {
+    if (opt && opt->prefer_resident_head == PLAN_HEAD_RESIDENT_IF_FITS && opt->allow_vocab_chunk) {
         plan_options res = *opt;
         res.allow_vocab_chunk = 0;
-        res.prefer_resident_head = 0;
+        res.prefer_resident_head = PLAN_HEAD_FASTEST;
         st_status r = plan_stream_ex(a, B, T, device_budget, hw, &res, out, pred, err);
         if (r != ST_ERR_NOMEM) return r;
         res.allow_vocab_chunk = 1; /* no resident plan fits: chunks */
         r = plan_stream_ex(a, B, T, device_budget, hw, &res, out, pred, err);
         if (r == ST_OK) pred->solve_s = st_now() - t0;
         return r;
+    }
+    if (opt && opt->prefer_resident_head == PLAN_HEAD_RESIDENT_ON_TIE && opt->allow_vocab_chunk) {
+        /* the fastest plan over every vocabulary choice; where it chunks, the fastest plan
+         * with the head resident replaces it only when predicted no slower (a tie to
+         * PLAN_RESIDENT_TIE): the choice is the smaller of two times that never rise with
+         * the budget, so it never rises either */
+        plan_options all = *opt;
+        all.prefer_resident_head = PLAN_HEAD_FASTEST;
+        st_status r = plan_stream_ex(a, B, T, device_budget, hw, &all, out, pred, err);
+        if (r != ST_OK || out->vocab_chunk == 0) return r;
+        plan_options res = all;
+        res.allow_vocab_chunk = 0;
+        int limit = all.time_limit_ms > 0 ? all.time_limit_ms : PLAN_TIME_LIMIT_MS;
+        int left = limit - (int)((st_now() - t0) * 1e3);
+        res.time_limit_ms = left > 50 ? left : 50;
+        stream_plan *rp = malloc(sizeof *rp);
+        if (!rp) return st_errf(err, ST_ERR_NOMEM, "plan: out of memory");
+        plan_prediction rpred;
+        st_err rerr = {0};
+        /* a resident head that does not fit (or a failed solve of it) leaves the chunked plan */
+        if (plan_stream_ex(a, B, T, device_budget, hw, &res, rp, &rpred, &rerr) == ST_OK &&
+            rpred.step_s <= pred->step_s * (1 + PLAN_RESIDENT_TIE)) {
+            *out = *rp;
+            *pred = rpred;
+        }
+        free(rp);
+        pred->solve_s = st_now() - t0;
+        return ST_OK;
     }
     plan_cost c;
     st_status s = plan_cost_init(&c, a, B, T, hw, err);
