@@ -358,11 +358,195 @@ static int test_full_disk(void) {
     return 1;
 }
 
+/* ------------------------------------------------------------------ the speculative step
+ * What the streaming executor uses to update the disk state beside its backward: gradients
+ * of two dtypes read as they are (even segments bf16, odd fp32), each subgroup waited for
+ * before its update and visited in the caller's order (descending), a step abandoned at its
+ * commit gate (nothing committed, the store usable, the redo equal to the reference), and a
+ * step abandoned by a failing wait. */
+typedef struct spec_ctx {
+    const float *g;
+    const uint16_t *gb;
+    float *work;
+    const optim_segment *segs;
+    size_t numel;
+    unsigned char *landed; /* per element: the wait has released it */
+    size_t last_first;     /* the order the waits came in */
+    int out_of_order, early, waits, fail_at, verdict;
+} spec_ctx;
+
+static int seg_bf16(const spec_ctx *c, size_t x) {
+    for (int i = 0; i < NSEG; i++)
+        if (x >= c->segs[i].offset && x < c->segs[i].offset + c->segs[i].n) return i % 2 == 0;
+    return 0;
+}
+static st_dtype spec_dtype_of(void *ctx, size_t x) { return seg_bf16(ctx, x) ? ST_BF16 : ST_F32; }
+static const void *spec_grads_as(void *ctx, size_t first, size_t n, st_dtype dt) {
+    spec_ctx *c = ctx;
+    for (size_t i = first; i < first + n; i++) /* no update reads a gradient before its wait */
+        if (!c->landed[i] && (spec_dtype_of(c, i) == dt)) {
+            c->early = 1;
+            break;
+        }
+    return dt == ST_BF16 ? (const void *)(c->gb + first) : (const void *)(c->g + first);
+}
+static void *spec_work_at(void *ctx, size_t first, size_t n) {
+    (void)n;
+    return ((spec_ctx *)ctx)->work + first;
+}
+static st_status spec_wait(void *ctx, size_t first, size_t n, st_err *err) {
+    spec_ctx *c = ctx;
+    if (c->waits++ && first >= c->last_first) c->out_of_order = 1;
+    c->last_first = first;
+    if (c->fail_at && c->waits == c->fail_at) return st_errf(err, ST_ERR_INVALID, "test: the backward failed");
+    memset(c->landed + first, 1, n);
+    return ST_OK;
+}
+static double spec_order(void *ctx, size_t first, size_t end) {
+    (void)ctx;
+    (void)first;
+    return -(double)end;
+}
+static int spec_commit(void *ctx) { return ((spec_ctx *)ctx)->verdict; }
+
+static void test_speculative(optim_state_format fmt) {
+    char dir[4000];
+    snprintf(dir, sizeof dir, "%s/spec%d", test_tmpdir(), (int)fmt);
+    mkdir(dir, 0755);
+    const char *paths[1] = {dir};
+    optim_segment segs[NSEG];
+    size_t numel;
+    make_segs(segs, &numel);
+    float *p = malloc(numel * 4), *rp = malloc(numel * 4), *g = calloc(numel, 4), *work = calloc(numel, 4),
+          *rwork = calloc(numel, 4), *mm = malloc(numel * 4), *before = malloc(numel * 4);
+    uint16_t *gb = calloc(numel, 2);
+    unsigned char *landed = calloc(numel, 1);
+    st_rng r;
+    st_rng_seed(&r, 11);
+    for (size_t i = 0; i < numel; i++) p[i] = st_rng_normal(&r) * 0.05f;
+    memcpy(rp, p, numel * 4);
+    g_init = p;
+    st_store_config sc = {.paths = paths, .n_paths = 1, .segs = segs, .n_segs = NSEG, .fmt = fmt,
+                          .region_bytes = fmt == OPTIM_STATE_F32 ? 400000 : 200000, .host_budget = 2000000};
+    st_err err = {0};
+    st_store *st = NULL;
+    CHECK(st_store_create(&st, &sc, init_from, NULL, &err) == ST_OK, "create: %s", err.msg);
+    optim *ref;
+    CHECK(optim_create(&ref, segs, NSEG, fmt, &err) == ST_OK, "optim: %s", err.msg);
+    spec_ctx c = {.g = g, .gb = gb, .work = work, .segs = segs, .numel = numel, .landed = landed};
+    /* steps: 1 committed, 2 abandoned at the gate then redone, 3 abandoned by a failed wait then
+     * redone, 4 committed */
+    for (int step = 1; st && step <= 4; step++) {
+        fill_grads(g, gb, numel, 300 + step);
+        double ss = 0;
+        for (int k = 0; k < NSEG; k++)
+            ss += k % 2 == 0 ? optim_grad_sumsq(gb + segs[k].offset, ST_BF16, segs[k].n)
+                             : optim_grad_sumsq(g + segs[k].offset, ST_F32, segs[k].n);
+        adamw_params hp = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = step, .grad_scale = 1};
+        for (int k = 0; k < NSEG; k++) { /* the reference: each segment in its dtype */
+            optim_step_args oa = {.params = rp, .grads = k % 2 == 0 ? (const void *)gb : (const void *)g,
+                                  .grad_dtype = k % 2 == 0 ? ST_BF16 : ST_F32, .work = rwork, .work_dtype = ST_F32,
+                                  .seg_begin = k, .seg_end = k + 1, .grad_sumsq = ss};
+            CHECK(optim_step_ex(ref, &oa, &hp, &err) == ST_OK, "ref step: %s", err.msg);
+        }
+        CHECK(st_store_read_master(st, before, &err) == ST_OK, "read: %s", err.msg);
+        st_store_step_args sa = {.grad_dtype_of = spec_dtype_of, .grads_as = spec_grads_as, .work = spec_work_at,
+                                 .work_dtype = ST_F32, .ctx = &c, .grad_sumsq = 0, .wait = spec_wait,
+                                 .order_key = spec_order, .commit = spec_commit, .blob = &step, .blob_bytes = sizeof step};
+        st_store_stats ss2;
+        if (step == 2 || step == 3) { /* abandoned: the store stays at step - 1, whole */
+            memset(landed, 0, numel);
+            c.waits = 0;
+            c.verdict = 0;
+            c.fail_at = step == 3 ? 3 : 0;
+            st_status s = st_store_step(st, &sa, &hp, &err);
+            CHECK(step == 2 ? s == ST_OK : s == ST_ERR_INVALID && strstr(err.msg, "backward failed"),
+                  "step %d abandoned: status %d: %s", step, (int)s, err.msg);
+            st_store_get_stats(st, &ss2);
+            CHECK(ss2.abandoned && ss2.step == (uint64_t)step - 1, "step %d: abandoned %d, store at step %llu", step,
+                  ss2.abandoned, (unsigned long long)ss2.step);
+            CHECK(st_store_read_master(st, mm, &err) == ST_OK, "read after abandon: %s", err.msg);
+            int same = 1; /* the segments: read_master leaves the gap between them alone */
+            for (int k = 0; k < NSEG; k++) same &= !memcmp(mm + segs[k].offset, before + segs[k].offset, segs[k].n * 4);
+            CHECK(same, "step %d: an abandoned step changed the committed weights", step);
+            size_t bb;
+            const int *blob = st_store_blob(st, &bb);
+            CHECK(blob && *blob == step - 1, "step %d: an abandoned step committed its blob", step);
+        }
+        memset(landed, 0, numel);
+        c.waits = 0;
+        c.fail_at = 0;
+        c.verdict = 1;
+        c.out_of_order = c.early = 0;
+        CHECK(st_store_step(st, &sa, &hp, &err) == ST_OK, "store step %d: %s", step, err.msg);
+        st_store_get_stats(st, &ss2);
+        CHECK(!ss2.abandoned && ss2.step == (uint64_t)step, "step %d not committed", step);
+        CHECK(!c.early, "step %d: a subgroup's gradient was read before its wait returned", step);
+        CHECK(!c.out_of_order && c.waits == ss2.n_subgroups, "step %d: %d waits for %d subgroups, %s", step, c.waits,
+              ss2.n_subgroups, c.out_of_order ? "not in the caller's order" : "in order");
+        int same = 1;
+        for (int k = 0; k < NSEG; k++) same &= !memcmp(work + segs[k].offset, rwork + segs[k].offset, segs[k].n * 4);
+        CHECK(same, "%s states: speculative step %d differs from the in-memory optimizer", fmt ? "8bit" : "f32", step);
+    }
+    if (st) {
+        CHECK(st_store_read_master(st, mm, &err) == ST_OK, "read: %s", err.msg);
+        int same = 1;
+        for (int k = 0; k < NSEG; k++) same &= !memcmp(mm + segs[k].offset, rp + segs[k].offset, segs[k].n * 4);
+        CHECK(same, "final master weights after abandoned steps differ");
+        st_store_close(st);
+        /* reopened: the committed step 4, not an abandoned one */
+        CHECK(st_store_open(&st, &sc, &err) == ST_OK, "reopen: %s", err.msg);
+        if (st) {
+            st_store_stats ss2;
+            st_store_get_stats(st, &ss2);
+            CHECK(ss2.step == 4, "reopened at step %llu", (unsigned long long)ss2.step);
+            st_store_close(st);
+        }
+    }
+    optim_free(ref);
+    free(p);
+    free(rp);
+    free(g);
+    free(gb);
+    free(work);
+    free(rwork);
+    free(mm);
+    free(before);
+    free(landed);
+}
+
+static void test_spec_in_place(void) {
+    char dir[4000];
+    snprintf(dir, sizeof dir, "%s/specip", test_tmpdir());
+    mkdir(dir, 0755);
+    const char *paths[1] = {dir};
+    optim_segment segs[1] = {{0, 65536, 0.1f}};
+    st_store_config sc = {.paths = paths, .n_paths = 1, .segs = segs, .n_segs = 1, .in_place = 1};
+    st_err err = {0};
+    st_store *st = NULL;
+    CHECK(st_store_create(&st, &sc, NULL, NULL, &err) == ST_OK, "create: %s", err.msg);
+    if (!st) return;
+    float *g = calloc(65536, 4);
+    grads_ctx gc = {g, 4, NULL};
+    spec_ctx c = {.verdict = 1};
+    (void)c;
+    adamw_params hp = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 1, .grad_scale = 1};
+    st_store_step_args sa = {.grads = grads_at, .grad_dtype = ST_F32, .ctx = &gc, .commit = spec_commit};
+    st_status s = st_store_step(st, &sa, &hp, &err);
+    CHECK(s == ST_ERR_INVALID && strstr(err.msg, "in-place"), "a step that may be abandoned on an in-place store: %d %s",
+          (int)s, err.msg);
+    st_store_close(st);
+    free(g);
+}
+
 int main(void) {
     run_identity(OPTIM_STATE_F32, ST_F32, 0);
     run_identity(OPTIM_STATE_F32, ST_BF16, 0);
     run_identity(OPTIM_STATE_8BIT, ST_BF16, 0);
     run_identity(OPTIM_STATE_8BIT, ST_F32, 1);
+    test_speculative(OPTIM_STATE_F32);
+    test_speculative(OPTIM_STATE_8BIT);
+    test_spec_in_place();
     test_corruption();
     test_paths();
     test_capacity();

@@ -115,7 +115,30 @@ typedef struct st_store_step_args {
     void *(*work)(void *ctx, size_t first, size_t n);
     st_dtype work_dtype;
     void *ctx;
-    double grad_sumsq; /* the whole step's, as optim_step_args.grad_sumsq; must be known */
+    /* Optional, gradients of two dtypes (a streamed model's blocks drained as bf16, the rest
+     * fp32), each read as it is: grad_dtype_of(ctx, x) is the dtype of element x's gradient
+     * (one per segment); grads_as(ctx, first, n, dt) the gradient of [first, first+n) in dt,
+     * of which only the segments of that dtype are read. Where set, grads and grad_dtype are
+     * not used. */
+    st_dtype (*grad_dtype_of)(void *ctx, size_t x);
+    const void *(*grads_as)(void *ctx, size_t first, size_t n, st_dtype dt);
+    /* Optional, the update overlapped with the backward that computes the gradients:
+     * wait(ctx, first, n) returns once the gradient of [first, first+n) has landed, before that
+     * subgroup's update (reads ahead go on meanwhile); an error abandons the step (below) and
+     * st_store_step returns it. order_key(ctx, first, end) orders the subgroups (ascending,
+     * ties in element order) as their gradients land; NULL: alternating up and down, which
+     * keeps the subgroups updated last cached for the next step. */
+    st_status (*wait)(void *ctx, size_t first, size_t n, st_err *err);
+    double (*order_key)(void *ctx, size_t first, size_t end);
+    /* Optional, a speculative step (clip scale 1 before the whole norm is known): commit(ctx)
+     * is called once every subgroup is updated and written to stable storage, before the
+     * manifest switch; 1 commits, 0 abandons the step: st_store_step returns ST_OK with
+     * nothing committed (stats.abandoned), the store at its last step, its buffers holding
+     * only committed state, ready for the step again (with the clip scale) or the next one.
+     * Refused for an in-place store, whose writes replace the committed state. */
+    int (*commit)(void *ctx);
+    double grad_sumsq; /* the whole step's, as optim_step_args.grad_sumsq; must be known (a
+                          speculative step: any finite value; the caller checks the norm) */
     const void *blob;  /* committed with the step (<= ST_STORE_MAX_BLOB bytes) */
     size_t blob_bytes;
 } st_store_step_args;
@@ -128,6 +151,8 @@ typedef struct st_store_stats {
     uint64_t host_bytes;    /* the buffers */
     /* the last step */
     double step_s, update_s, crc_s, read_wait_s, write_wait_s, commit_s;
+    double grad_wait_s, gate_wait_s; /* waiting in args.wait and args.commit */
+    int abandoned;          /* args.commit returned 0, or args.wait an error */
     uint64_t read_bytes, write_bytes;
     int hits, misses;
 } st_store_stats;
@@ -222,6 +247,7 @@ st_status st_store_inspect(const char *manifest, FILE *out, st_err *err);
 
 void st_store_get_stats(const st_store *s, st_store_stats *out);
 size_t st_store_numel(const st_store *s);
+int st_store_in_place(const st_store *s); /* 1: one region per subgroup (no step can be abandoned) */
 int st_store_n_paths(const st_store *s);
 /* Bytes of state (both regions) assigned to path p, and the io engine (its per-path stats). */
 uint64_t st_store_path_bytes(const st_store *s, int p);

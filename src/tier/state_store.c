@@ -55,6 +55,8 @@ typedef struct subgroup {
     optim *o;
     int buf;            /* the buffer holding it, or -1 */
     long done;          /* the step id in which it was last updated */
+    size_t *pc_first;   /* where each of its optimizer's segments starts, relative to first */
+    int n_pc;
 } subgroup;
 
 typedef struct sbuf {
@@ -83,6 +85,7 @@ struct st_store {
     unsigned char *blob;
     size_t blob_bytes;
     long step_id, use_clock;
+    int *ord, *pos;     /* this step's visit order: ord[i] the subgroup visited i-th, pos its inverse */
     int failed;
     int readonly;       /* st_store_open_readonly: one buffer, shared locks, never written */
     st_store_stats stats;
@@ -117,6 +120,9 @@ static st_status sg_build(subgroup *g, const optim_segment *segs, int n_segs, op
     }
     st_status s = n ? optim_create_unbound(&g->o, pc, n, fmt, err)
                     : st_errf(err, ST_ERR_FORMAT, "state store: subgroup [%zu, %zu) holds no parameters", g->first, g->end);
+    if (!s && !(g->pc_first = malloc(sizeof *g->pc_first * (size_t)n))) s = st_errf(err, ST_ERR_NOMEM, "state store: out of memory");
+    for (int i = 0; !s && i < n; i++) g->pc_first[i] = pc[i].offset;
+    g->n_pc = n;
     free(pc);
     if (s) return s;
     uint64_t at = round4k((uint64_t)(g->end - g->first) * sizeof(float));
@@ -138,6 +144,7 @@ static st_status sg_build(subgroup *g, const optim_segment *segs, int n_segs, op
 static void sg_free_all(subgroup *sg, int n) {
     for (int i = 0; i < n && sg; i++) {
         optim_free(sg[i].o);
+        free(sg[i].pc_first);
         free(sg[i].crc);
         free(sg[i].crc_new);
     }
@@ -983,13 +990,49 @@ void st_store_close(st_store *s) {
     }
     free(s->segs);
     free(s->blob);
+    free(s->ord);
+    free(s->pos);
     free(s);
 }
 
 /* ------------------------------------------------------------------ the step */
 
-static int order_at(const st_store *s, int i) { return (s->step % 2 == 0) ? i : s->n_sg - 1 - i; }
-static int pos_of(const st_store *s, int g) { return (s->step % 2 == 0) ? g : s->n_sg - 1 - g; }
+static int order_at(const st_store *s, int i) {
+    if (s->ord) return s->ord[i];
+    return (s->step % 2 == 0) ? i : s->n_sg - 1 - i;
+}
+static int pos_of(const st_store *s, int g) {
+    if (s->pos) return s->pos[g];
+    return (s->step % 2 == 0) ? g : s->n_sg - 1 - g;
+}
+
+/* This step's order: alternating up and down (so the subgroups updated last stay cached for
+ * the next step), or the caller's (the order its gradients land in). */
+static st_status set_order(st_store *s, const st_store_step_args *a, st_err *err) {
+    int n = s->n_sg;
+    if (!s->ord && (!(s->ord = malloc(sizeof *s->ord * (size_t)n)) || !(s->pos = malloc(sizeof *s->pos * (size_t)n)))) {
+        free(s->ord);
+        s->ord = NULL;
+        return st_errf(err, ST_ERR_NOMEM, "state store: out of memory");
+    }
+    for (int i = 0; i < n; i++) s->ord[i] = (s->step % 2 == 0) ? i : n - 1 - i;
+    if (a->order_key) {
+        double *key = malloc(sizeof *key * (size_t)n);
+        if (!key) return st_errf(err, ST_ERR_NOMEM, "state store: out of memory");
+        for (int g = 0; g < n; g++) {
+            key[g] = a->order_key(a->ctx, s->sg[g].first, s->sg[g].end);
+            s->ord[g] = g;
+        }
+        for (int i = 1; i < n; i++) { /* insertion sort, stable: a few hundred subgroups */
+            int g = s->ord[i], j = i;
+            for (; j > 0 && key[s->ord[j - 1]] > key[g]; j--) s->ord[j] = s->ord[j - 1];
+            s->ord[j] = g;
+        }
+        free(key);
+    }
+    for (int i = 0; i < n; i++) s->pos[s->ord[i]] = i;
+    return ST_OK;
+}
 
 /* A buffer to read into, not holding any subgroup of the window [lo, hi) of the order:
  * an empty one; else the least recently used of those updated this step; else the
@@ -1047,24 +1090,57 @@ static st_status finish_writes(st_store *s, st_err *err) {
     return st;
 }
 
+/* One subgroup's update: its gradient in one dtype, or in runs of segments of one dtype each. */
+static st_status update_subgroup(subgroup *sg, char *data, const st_store_step_args *a, const adamw_params *hp,
+                                 st_err *err) {
+    size_t cnt = sg->end - sg->first;
+    void *work = a->work ? a->work(a->ctx, sg->first, cnt) : NULL;
+    optim_step_args oa = {.params = (float *)data, .work = work, .work_dtype = a->work_dtype,
+                          .grad_sumsq = a->grad_sumsq};
+    if (!a->grad_dtype_of) {
+        oa.grads = a->grads(a->ctx, sg->first, cnt);
+        oa.grad_dtype = a->grad_dtype;
+        return optim_step_ex(sg->o, &oa, hp, err);
+    }
+    for (int k = 0; k < sg->n_pc;) {
+        st_dtype dt = a->grad_dtype_of(a->ctx, sg->first + sg->pc_first[k]);
+        int e = k + 1;
+        while (e < sg->n_pc && a->grad_dtype_of(a->ctx, sg->first + sg->pc_first[e]) == dt) e++;
+        oa.grads = a->grads_as(a->ctx, sg->first, cnt, dt);
+        oa.grad_dtype = dt;
+        oa.seg_begin = k;
+        oa.seg_end = e;
+        st_status st = optim_step_ex(sg->o, &oa, hp, err);
+        if (st) return st;
+        k = e;
+    }
+    return ST_OK;
+}
+
 st_status st_store_step(st_store *s, const st_store_step_args *a, const adamw_params *hp, st_err *err) {
     if (s->readonly)
         return st_errf(err, ST_ERR_INVALID, "state store %s: opened to read; it takes no step", s->manifest);
     if (s->failed)
         return st_errf(err, ST_ERR_INVALID, "state store %s: an earlier step failed; close and open the store again "
                        "(the disk holds step %llu)", s->manifest, (unsigned long long)s->step);
-    if (!a || !a->grads)
-        return st_errf(err, ST_ERR_INVALID, "state store: the step needs a gradient source");
+    if (!a || (a->grad_dtype_of ? !a->grads_as : !a->grads))
+        return st_errf(err, ST_ERR_INVALID, "state store: the step needs a gradient source (grads, or grad_dtype_of "
+                       "with grads_as)");
     if (a->blob_bytes > ST_STORE_MAX_BLOB)
         return st_errf(err, ST_ERR_INVALID, "state store: blob of %zu bytes; at most %u", a->blob_bytes,
                        ST_STORE_MAX_BLOB);
     if (!isfinite(a->grad_sumsq) || a->grad_sumsq < 0)
         return st_errf(err, ST_ERR_NONFINITE, "state store: gradient sum of squares %g; step skipped, nothing read "
                        "or written", a->grad_sumsq);
+    if (a->commit && s->cfg.in_place)
+        return st_errf(err, ST_ERR_INVALID, "state store %s: an in-place store (one region per subgroup) cannot take "
+                       "a step that may be abandoned: its writes replace the committed state", s->manifest);
     double t0 = st_now();
     memset(&s->stats, 0, sizeof s->stats); /* this step's figures */
+    st_status st = set_order(s, a, err);
+    if (st) return st;
     s->step_id++;
-    st_status st = ST_OK;
+    int abandon = 0;
     if (s->cfg.in_place && (st = manifest_write(s, 1, err))) return st; /* nothing written yet: not failed */
     int n = s->n_sg, next = 0;
     for (int i = 0; i < n && !st; i++) {
@@ -1097,12 +1173,20 @@ st_status st_store_step(st_store *s, const st_store_step_args *a, const adamw_pa
         for (int k = 0; k < optim_state_count(sg->o); k++) bufs[k] = x->data + sg->part[1 + k];
         optim_bind_state(sg->o, bufs);
         size_t cnt = sg->end - sg->first;
-        optim_step_args oa = {.params = (float *)x->data, .grads = a->grads(a->ctx, sg->first, cnt),
-                              .grad_dtype = a->grad_dtype, .work = a->work ? a->work(a->ctx, sg->first, cnt) : NULL,
-                              .work_dtype = a->work_dtype, .grad_sumsq = a->grad_sumsq};
+        if (a->wait) { /* its gradients are still being computed */
+            double tg = st_now();
+            prof_span pg = prof_begin(PROF_CAT_OPTIM, "state wait grads", g);
+            st = a->wait(a->ctx, sg->first, cnt, err);
+            prof_end(&pg);
+            s->stats.grad_wait_s += st_now() - tg;
+            if (st) {
+                abandon = 1; /* nothing committed: the store stays at its last step */
+                break;
+            }
+        }
         double tu = st_now();
         prof_span pu = prof_begin(PROF_CAT_OPTIM, "state update", g);
-        st = optim_step_ex(sg->o, &oa, hp, err);
+        st = update_subgroup(sg, x->data, a, hp, err);
         prof_end(&pu);
         double tc = st_now();
         s->stats.update_s += tc - tu;
@@ -1119,9 +1203,32 @@ st_status st_store_step(st_store *s, const st_store_step_args *a, const adamw_pa
     st_err e2 = {0};
     st_status s2 = finish_writes(s, &e2);
     if (s2 && !st) { st = s2; *err = e2; }
-    for (int p = 0; p < s->cfg.n_paths && !st; p++) st = st_io_sync(s->io, p, err);
+    for (int p = 0; p < s->cfg.n_paths && !st && !abandon; p++) st = st_io_sync(s->io, p, err);
     double tcm = st_now();
     s->stats.write_wait_s += tcm - tw;
+    if (!st && !abandon && a->commit) {
+        double tg = st_now();
+        prof_span pg = prof_begin(PROF_CAT_OPTIM, "state commit gate", -1);
+        abandon = !a->commit(a->ctx);
+        prof_end(&pg);
+        s->stats.gate_wait_s = st_now() - tg;
+        tcm = st_now();
+    }
+    if (abandon && !s->cfg.in_place) {
+        /* the regions written are not the current ones and nothing points at them: drop the
+         * buffers that hold this step's updates, keep those that hold the committed state */
+        for (int b = 0; b < s->n_buf; b++) {
+            sbuf *x = &s->buf[b];
+            if (x->sg >= 0 && s->sg[x->sg].done == s->step_id) {
+                s->sg[x->sg].buf = -1;
+                s->sg[x->sg].done = -1;
+                x->sg = -1;
+            }
+        }
+        s->stats.abandoned = 1;
+        s->stats.step_s = st_now() - t0;
+        return st; /* ST_OK from the gate, or the wait's error */
+    }
     st_failpoint("store_writes_done"); /* new regions written, manifest not yet switched */
     if (!st) {
         /* the switch: new regions and checksums become current in one manifest rename */
@@ -1277,6 +1384,8 @@ void st_store_get_stats(const st_store *s, st_store_stats *out) {
     out->disk_bytes = 0;
     for (int p = 0; p < s->cfg.n_paths; p++) out->disk_bytes += s->path_bytes[p];
 }
+
+int st_store_in_place(const st_store *s) { return s->cfg.in_place; }
 
 size_t st_store_numel(const st_store *s) { return s->numel; }
 int st_store_n_paths(const st_store *s) { return s->cfg.n_paths; }
