@@ -3,7 +3,9 @@
  * prefetch depth and vocabulary chunk that fits (for a sweep of device budgets, under
  * two machine profiles); its device bytes are stream_device_bytes' and within the budget;
  * the predicted time never rises as the budget grows; a budget below the smallest plan is
- * refused naming the bytes missing; 80 blocks solve in under a second; the profile's
+ * refused naming the bytes missing; explicit activation choices (plan_options.fixed_act, the
+ * key 'act') are honoured with the rest still optimised (brute force's best among the plans
+ * that make them), and a budget they cannot fit is refused naming them and the bytes missing; 80 blocks solve in under a second; the profile's
  * file round-trips and a wrong version is refused; a shape the profile timed (the
  * model's own block and classifier) is predicted from exactly those times, another
  * from the reference block's measured rates. */
@@ -18,6 +20,7 @@
 typedef struct bf_entry {
     double step_s;
     size_t bytes;
+    int code; /* the activation choices: block l's stream_act is (code / 3^l) % 3 */
 } bf_entry;
 
 /* Every plan of the model: 3^L activation choices x depths x vocabulary chunks. */
@@ -42,7 +45,7 @@ static bf_entry *brute_force(const st_arch *a, int B, int T, const plan_profile 
                     fprintf(stderr, "plan_predict: %s\n", err.msg);
                     exit(1);
                 }
-                e[n++] = (bf_entry){pr.step_s, pr.device_bytes};
+                e[n++] = (bf_entry){pr.step_s, pr.device_bytes, code};
             }
     free(p);
     *n_out = n;
@@ -103,6 +106,103 @@ static void sweep(const st_arch *a, int B, int T, const plan_profile *hw, const 
     free(e);
 }
 
+/* Whether brute force's entry e makes the choices fixed (PLAN_ACT_FREE: any). */
+static int honours(const bf_entry *e, const unsigned char *fixed, int L) {
+    for (int l = 0, c = e->code; l < L; l++, c /= 3)
+        if (fixed[l] != PLAN_ACT_FREE && c % 3 != fixed[l]) return 0;
+    return 1;
+}
+
+/* Explicit activation choices (key 'act') are constraints of the program: for each spec,
+ * over a sweep of budgets the program's plan makes exactly the fixed choices and is as fast
+ * as brute force's best among the plans that make them (the depth, the vocabulary chunk and
+ * the other blocks still optimised); a budget the fixed choices cannot fit (though a free
+ * plan would) is refused naming the choices and the exact bytes missing. */
+static void fixed_choices(const st_arch *a, int B, int T, const plan_profile *hw, const char *name) {
+    int L = a->lay.n_blocks, n;
+    bf_entry *e = brute_force(a, B, T, hw, &n);
+    stream_plan *p = malloc(sizeof *p);
+    st_err err = {0};
+    const char *specs[] = {"1:offload,4:keep", "0-2:recompute", "keep", "5:recompute,0:keep"};
+    for (size_t si = 0; si < sizeof specs / sizeof specs[0]; si++) {
+        unsigned char fixed[STREAM_MAX_LAYERS];
+        int nf = 0;
+        CHECK(plan_act_parse(specs[si], L, fixed, &nf, &err) == ST_OK, "%s: act '%s': %s", name, specs[si], err.msg);
+        size_t lo = (size_t)-1, hi = 0, free_lo = (size_t)-1;
+        for (int i = 0; i < n; i++) {
+            if (e[i].bytes < free_lo) free_lo = e[i].bytes;
+            if (!honours(&e[i], fixed, L)) continue;
+            if (e[i].bytes < lo) lo = e[i].bytes;
+            if (e[i].bytes > hi) hi = e[i].bytes;
+        }
+        plan_options po = {.time_limit_ms = 20000, .mip_gap = 0, .allow_vocab_chunk = 1, .no_incumbent = 1,
+                           .fixed_act = fixed};
+        plan_prediction pr;
+        int steps = 8;
+        double free_best_gap = 0;
+        for (int k = 0; k <= steps; k++) {
+            size_t budget = lo + (size_t)((double)(hi - lo) * k / steps);
+            double best = INFINITY, free_best = INFINITY;
+            for (int i = 0; i < n; i++)
+                if (e[i].bytes <= budget) {
+                    if (e[i].step_s < free_best) free_best = e[i].step_s;
+                    if (honours(&e[i], fixed, L) && e[i].step_s < best) best = e[i].step_s;
+                }
+            for (int run = 0; run < 2; run++) { /* the program alone, then with the simple incumbent */
+                plan_options o = po;
+                if (run) o.no_incumbent = 0, o.mip_gap = -1;
+                st_status s = plan_stream_ex(a, B, T, budget, hw, &o, p, &pr, &err);
+                CHECK(s == ST_OK, "%s: act '%s', budget %zu: %s", name, specs[si], budget, err.msg);
+                if (s) continue;
+                int bad = -1;
+                for (int l = 0; l < L; l++)
+                    if (fixed[l] != PLAN_ACT_FREE && p->act[l] != fixed[l]) bad = l;
+                CHECK(bad < 0, "%s: act '%s', budget %zu: block %d is %s", name, specs[si], budget, bad,
+                      bad >= 0 ? plan_act_name(p->act[bad]) : "");
+                CHECK(pr.device_bytes <= budget, "%s: act '%s': %zu device bytes, budget %zu", name, specs[si],
+                      pr.device_bytes, budget);
+                CHECK(fabs(pr.step_s - best) <= 1e-9 + 1e-7 * best, "%s: act '%s', budget %zu (%s): predicted %.9g s, "
+                      "brute force's best with the fixed choices %.9g s", name, specs[si], budget,
+                      run ? "defaults" : "program alone", pr.step_s, best);
+            }
+            if (!isfinite(best)) continue;
+            if (best - free_best > free_best_gap) free_best_gap = best - free_best;
+        }
+        /* the budget below the smallest plan the fixed choices allow, above the smallest free plan */
+        if (lo > free_lo) {
+            size_t budget = lo - 1 > free_lo ? lo - 1 : free_lo;
+            st_status s = plan_stream_ex(a, B, T, budget, hw, &po, p, &pr, &err);
+            char want[64];
+            snprintf(want, sizeof want, " %zu bytes missing", lo - budget);
+            CHECK(s == ST_ERR_NOMEM && strstr(err.msg, "fixed activation choices") && strstr(err.msg, want),
+                  "%s: act '%s', budget %zu (smallest with it %zu, free %zu): gave %d, want the fixed choices and%s "
+                  "named: %s", name, specs[si], budget, lo, free_lo, (int)s, want, err.msg);
+            s = plan_stream_ex(a, B, T, budget, hw, NULL, p, &pr, &err);
+            CHECK(s == ST_OK, "%s: budget %zu: the free program fails: %s", name, budget, err.msg);
+        }
+        printf("%s: act '%s' (%d blocks fixed): budgets %zu..%zu equal brute force's best with the choices "
+               "(the free best up to %.4f s faster); smallest plan with them %zu bytes, free %zu\n", name, specs[si],
+               nf, lo, hi, free_best_gap, lo, free_lo);
+    }
+    /* the spec's own errors name the item */
+    unsigned char fixed[STREAM_MAX_LAYERS];
+    int nf = -1;
+    CHECK(plan_act_parse("auto", L, fixed, &nf, &err) == ST_OK && nf == 0 && fixed[0] == PLAN_ACT_FREE, "act auto");
+    CHECK(plan_act_parse("0-2:keep,4:offload,1:auto", L, fixed, &nf, &err) == ST_OK && nf == 3 &&
+              fixed[0] == STREAM_ACT_KEEP && fixed[1] == PLAN_ACT_FREE && fixed[2] == STREAM_ACT_KEEP &&
+              fixed[3] == PLAN_ACT_FREE && fixed[4] == STREAM_ACT_OFFLOAD && fixed[5] == PLAN_ACT_FREE,
+          "act 0-2:keep,4:offload,1:auto parsed as %d fixed", nf);
+    CHECK(plan_act_parse("0-9:keep", L, fixed, &nf, &err) == ST_ERR_INVALID && strstr(err.msg, "'0-9:keep'") &&
+              strstr(err.msg, "blocks 0-5"), "a range past the last block: %s", err.msg);
+    CHECK(plan_act_parse("1:keep,3:fast", L, fixed, &nf, &err) == ST_ERR_INVALID && strstr(err.msg, "'3:fast'"),
+          "an unknown choice: %s", err.msg);
+    CHECK(plan_act_parse("keeps", L, fixed, &nf, &err) == ST_ERR_INVALID && strstr(err.msg, "'keeps'"),
+          "an unknown global choice: %s", err.msg);
+    CHECK(plan_act_parse("3-1:keep", L, fixed, &nf, &err) == ST_ERR_INVALID, "a reversed range accepted");
+    free(p);
+    free(e);
+}
+
 int main(void) {
     st_err err = {0};
     /* a GPT-2 shape small enough to brute-force: 6 blocks */
@@ -137,6 +237,8 @@ int main(void) {
     shared.h2d_bytes_per_s = shared.d2h_bytes_per_s = 2e9;
     shared.host_work_slowdown = 0.6;
     sweep(a, 4, 64, &shared, "6 blocks, host work on the device's cores", 2);
+    fixed_choices(a, 4, 64, &slow, "6 blocks, slow copies");
+    fixed_choices(a, 4, 64, &shared, "6 blocks, host work on the device's cores");
     {
         stream_plan *q = malloc(sizeof *q);
         plan_prediction p0, p1;

@@ -136,7 +136,23 @@ typedef struct plan_options {
                           step wherever the head fits, which their tests check) */
     int no_incumbent;  /* 1: do not seed the program with the best simple plan (tests: the
                           program alone must find the optimum) */
+    const unsigned char *fixed_act; /* NULL: every block's activation choice is the program's; else
+                          n_blocks entries (plan_act_parse): a stream_act fixes that block's choice
+                          (a constraint of the program: the depth, the vocabulary chunk and the
+                          other blocks are still solved), PLAN_ACT_FREE leaves it to the program */
 } plan_options;
+
+#define PLAN_ACT_FREE 0xff
+
+/* Explicit activation choices (strata train's and strata plan's key 'act') for n_blocks
+ * blocks into fixed[0 .. n_blocks-1]: "auto" (or "") fixes none; "keep", "offload" or
+ * "recompute" fixes every block; else comma-separated BLOCKS:CHOICE items, BLOCKS one block
+ * "7" or a range "0-3", CHOICE keep, offload, recompute or auto (free again), later items
+ * overriding earlier ones ("0-11:recompute,11:keep"). *n_fixed: how many blocks are fixed.
+ * Fails naming the item and what is wrong with it. */
+st_status plan_act_parse(const char *spec, int n_blocks, unsigned char *fixed, int *n_fixed, st_err *err);
+/* The fixed choices as text for messages ("blocks 0-3 recompute, block 7 keep"), into buf. */
+void plan_act_describe(const unsigned char *fixed, int n_blocks, char *buf, size_t cap);
 
 typedef struct plan_prediction {
     double step_s;              /* the objective: the sum of the five parts below */

@@ -20,6 +20,69 @@ const char *plan_act_name(int act) {
                                          : act == STREAM_ACT_RECOMPUTE ? "recompute" : "?";
 }
 
+static int act_from_name(const char *s, size_t n) {
+    static const char *names[] = {"keep", "recompute", "offload"}; /* stream_act's order */
+    for (int a = 0; a < 3; a++)
+        if (strlen(names[a]) == n && !strncmp(s, names[a], n)) return a;
+    return n == 4 && !strncmp(s, "auto", 4) ? PLAN_ACT_FREE : -1;
+}
+
+st_status plan_act_parse(const char *spec, int n_blocks, unsigned char *fixed, int *n_fixed, st_err *err) {
+    *n_fixed = 0;
+    for (int l = 0; l < n_blocks; l++) fixed[l] = PLAN_ACT_FREE;
+    if (!spec || !*spec) return ST_OK;
+    int all = act_from_name(spec, strlen(spec));
+    if (all >= 0 || !strchr(spec, ':')) {
+        if (all < 0)
+            return st_errf(err, ST_ERR_INVALID, "'%.60s' is not auto, keep, offload, recompute or BLOCKS:CHOICE items "
+                           "(e.g. 0-3:recompute,7:keep)", spec);
+        for (int l = 0; l < n_blocks; l++) fixed[l] = (unsigned char)all;
+        *n_fixed = all == PLAN_ACT_FREE ? 0 : n_blocks;
+        return ST_OK;
+    }
+    for (const char *p = spec; *p;) {
+        const char *end = strchr(p, ',');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        const char *colon = memchr(p, ':', n);
+        char *e1 = NULL, *e2 = NULL;
+        long lo = -1, hi = -1;
+        if (colon && colon > p && *p >= '0' && *p <= '9') {
+            lo = hi = strtol(p, &e1, 10);
+            if (e1 < colon && *e1 == '-' && e1[1] >= '0' && e1[1] <= '9') hi = strtol(e1 + 1, &e2, 10);
+            else e2 = e1;
+        }
+        int act = colon ? act_from_name(colon + 1, n - (size_t)(colon + 1 - p)) : -1;
+        if (!colon || lo < 0 || e2 != colon || act < 0)
+            return st_errf(err, ST_ERR_INVALID, "item '%.*s' is not BLOCKS:CHOICE (BLOCKS a block or a range as 0-3, "
+                           "CHOICE keep, offload, recompute or auto)", (int)(n < 60 ? n : 60), p);
+        if (hi < lo || hi >= n_blocks)
+            return st_errf(err, ST_ERR_INVALID, "item '%.*s': blocks %ld-%ld, the model has blocks 0-%d",
+                           (int)(n < 60 ? n : 60), p, lo, hi, n_blocks - 1);
+        for (long l = lo; l <= hi; l++) fixed[l] = (unsigned char)act;
+        p += n;
+        if (*p == ',') p++;
+    }
+    for (int l = 0; l < n_blocks; l++) *n_fixed += fixed[l] != PLAN_ACT_FREE;
+    return ST_OK;
+}
+
+void plan_act_describe(const unsigned char *fixed, int n_blocks, char *buf, size_t cap) {
+    size_t at = 0;
+    buf[0] = 0;
+    for (int l = 0; l < n_blocks;) {
+        int e = l;
+        while (e + 1 < n_blocks && fixed[e + 1] == fixed[l]) e++;
+        if (fixed[l] != PLAN_ACT_FREE && at < cap) {
+            const char *sep = at ? ", " : "", *name = plan_act_name(fixed[l]);
+            int w = e > l ? snprintf(buf + at, cap - at, "%sblocks %d-%d %s", sep, l, e, name)
+                          : snprintf(buf + at, cap - at, "%sblock %d %s", sep, l, name);
+            at += w > 0 ? (size_t)w : 0;
+        }
+        l = e + 1;
+    }
+    if (at >= cap && cap > 4) snprintf(buf + cap - 4, 4, "...");
+}
+
 const char *plan_clip_name(int clip) {
     return clip == STREAM_CLIP_SPECULATE ? "speculate" : clip == STREAM_CLIP_DEFER ? "defer"
                                          : clip == STREAM_CLIP_AUTO ? "auto" : "?";

@@ -93,12 +93,14 @@ static void device_model_free(device_model *m) {
     free(m->off);
 }
 
-/* The fewest bytes any plan of this model needs, and that plan's shape. */
-static double min_bytes(const device_model *m, const double *base, int np, int *bp, int *bnk, int *bno) {
+/* The fewest bytes any plan of this model needs with at least fk blocks kept, fo offloaded
+ * and fr recomputed (the fixed choices), and that plan's shape. */
+static double min_bytes(const device_model *m, const double *base, int np, int fk, int fo, int fr, int *bp, int *bnk,
+                        int *bno) {
     double best = INFINITY;
     for (int p = 0; p < np; p++)
-        for (int nk = 0; nk <= m->L; nk++)
-            for (int no = 0; nk + no <= m->L; no++) {
+        for (int nk = fk; nk <= m->L - fr; nk++)
+            for (int no = fo; nk + no <= m->L - fr; no++) {
                 double b = model_bytes(m, base[p], nk, no);
                 if (b < best) {
                     best = b;
@@ -186,7 +188,7 @@ static void fill_cols(const cols *cl, const plan_cost *c, const stream_plan *p, 
  * so it never returns a plan slower than these rules, the executor's fixed rule among
  * them. Returns the pair index, -1 when none fits. */
 static int best_simple(const st_arch *a, int B, int T, const plan_profile *hw, size_t budget, const int *vcs, int np,
-                       int nd, stream_plan *best, stream_plan *work, double *best_s) {
+                       int nd, const unsigned char *fx, stream_plan *best, stream_plan *work, double *best_s) {
     int L = a->lay.n_blocks, bi = -1;
     stream_config sc = {.arch = a, .B = B, .T = T};
     *best_s = INFINITY;
@@ -196,7 +198,8 @@ static int best_simple(const st_arch *a, int B, int T, const plan_profile *hw, s
                 stream_plan_default(work, L);
                 work->vocab_chunk = vcs[p / nd];
                 work->prefetch_depth = 1 + p % nd;
-                for (int l = 0; l < L; l++) work->act[l] = l >= L - k ? STREAM_ACT_KEEP : (unsigned char)rest;
+                for (int l = 0; l < L; l++)
+                    work->act[l] = fx && fx[l] != PLAN_ACT_FREE ? fx[l] : l >= L - k ? STREAM_ACT_KEEP : (unsigned char)rest;
                 if (stream_device_bytes(&sc, work) > budget) continue;
                 plan_prediction pr;
                 st_err e = {0};
@@ -247,6 +250,9 @@ static st_status take_simple(const st_arch *a, int B, int T, const plan_profile 
     return ST_OK;
 }
 
+static st_status solve_program(const st_arch *a, int B, int T, size_t device_budget, const plan_profile *hw,
+                               plan_options o, double t0, stream_plan *out, plan_prediction *pred, st_err *err);
+
 st_status plan_stream_ex(const st_arch *a, int B, int T, size_t device_budget, const plan_profile *hw,
                          const plan_options *opt, stream_plan *out, plan_prediction *pred, st_err *err) {
     double t0 = st_now();
@@ -289,9 +295,6 @@ st_status plan_stream_ex(const st_arch *a, int B, int T, size_t device_budget, c
         pred->solve_s = st_now() - t0;
         return ST_OK;
     }
-    plan_cost c;
-    st_status s = plan_cost_init(&c, a, B, T, hw, err);
-    if (s) return s;
     plan_options o = {.time_limit_ms = PLAN_TIME_LIMIT_MS, .max_depth = PLAN_MAX_DEPTH, .allow_vocab_chunk = 1,
                       .mip_gap = PLAN_MIP_GAP, .no_incumbent = 0};
     if (opt) {
@@ -300,8 +303,29 @@ st_status plan_stream_ex(const st_arch *a, int B, int T, size_t device_budget, c
         if (o.mip_gap < 0) o.mip_gap = PLAN_MIP_GAP;
         if (o.max_depth <= 0 || o.max_depth > PLAN_MAX_DEPTH) o.max_depth = PLAN_MAX_DEPTH;
     }
+    return solve_program(a, B, T, device_budget, hw, o, t0, out, pred, err);
+}
+
+/* The program itself (plan_stream_ex less the head policies), with options o (defaults
+ * filled in), started at t0. */
+static st_status solve_program(const st_arch *a, int B, int T, size_t device_budget, const plan_profile *hw,
+                               plan_options o, double t0, stream_plan *out, plan_prediction *pred, st_err *err) {
+    plan_cost c;
+    st_status s = plan_cost_init(&c, a, B, T, hw, err);
+    if (s) return s;
     int L = c.L;
     if (L < 1 || L > STREAM_MAX_LAYERS) return st_errf(err, ST_ERR_INVALID, "plan: %d blocks", L);
+    /* explicit choices: fixed columns of the program, and fewer plans to fit */
+    const unsigned char *fx = o.fixed_act;
+    int nfix[3] = {0, 0, 0};
+    for (int l = 0; fx && l < L; l++) {
+        if (fx[l] == PLAN_ACT_FREE) continue;
+        if (fx[l] > STREAM_ACT_OFFLOAD)
+            return st_errf(err, ST_ERR_INVALID, "plan: block %d's fixed activation choice is %d, not a stream_act", l,
+                           fx[l]);
+        nfix[fx[l]]++;
+    }
+    int fk = nfix[STREAM_ACT_KEEP], fo = nfix[STREAM_ACT_OFFLOAD], fr = nfix[STREAM_ACT_RECOMPUTE];
     int vcs[PLAN_MAX_VCHUNKS], nv = plan_vocab_chunks(a, &o, vcs);
     int nd = o.max_depth < L ? o.max_depth : L, np = nv * nd;
     stream_config sc = {.arch = a, .B = B, .T = T};
@@ -326,7 +350,20 @@ st_status plan_stream_ex(const st_arch *a, int B, int T, size_t device_budget, c
         }
     }
     int mp = 0, mk = 0, mo = 0;
-    double need = min_bytes(&m, base, np, &mp, &mk, &mo);
+    double need = min_bytes(&m, base, np, fk, fo, fr, &mp, &mk, &mo);
+    if (need > (double)device_budget && fk + fo + fr > 0) {
+        int fp = 0, fk0 = 0, fo0 = 0;
+        double free_need = min_bytes(&m, base, np, 0, 0, 0, &fp, &fk0, &fo0);
+        char what[512];
+        plan_act_describe(fx, L, what, sizeof what);
+        s = st_errf(err, ST_ERR_NOMEM, "plan: the fixed activation choices (%s) leave no stream plan within a device "
+                    "budget of %zu bytes: the smallest with them (%d keep, %d offload, %d recompute, prefetch depth %d, "
+                    "vocab_chunk %d) needs %.0f, %.0f bytes missing (without fixed choices the smallest needs %.0f: "
+                    "fix fewer blocks, recompute in place of keep or offload, or give a larger budget)", what,
+                    device_budget, mk, mo, L - mk - mo, 1 + mp % nd, vcs[mp / nd], need, need - (double)device_budget,
+                    free_need);
+        goto done;
+    }
     if (need > (double)device_budget) {
         s = st_errf(err, ST_ERR_NOMEM, "plan: no stream plan fits a device budget of %zu bytes: the smallest (%d keep, "
                     "%d offload, %d recompute, prefetch depth %d, vocab_chunk %d) needs %.0f, %.0f bytes missing "
@@ -361,7 +398,7 @@ st_status plan_stream_ex(const st_arch *a, int B, int T, size_t device_budget, c
     plan_cost cm = c;
     cm.fwd *= 1e3, cm.bwd *= 1e3, cm.tw *= 1e3, cm.tg *= 1e3, cm.ta_out *= 1e3, cm.ta_in *= 1e3, cm.opt_block *= 1e3;
     for (int attempt = 0; attempt < 4; attempt++) {
-        volatile int si = best_simple(a, B, T, hw, (size_t)budget, vcs, np, nd, simple, work, &simple_s);
+        volatile int si = best_simple(a, B, T, hw, (size_t)budget, vcs, np, nd, fx, simple, work, &simple_s);
         if (si >= 0) fill_cols(&cl, &cm, simple, si, nd, x0);
         heur_ctx hx = {x0, si < 0 || o.no_incumbent};
         glp_term_hook(glpk_quiet_hook, NULL);
@@ -371,6 +408,12 @@ st_status plan_stream_ex(const st_arch *a, int B, int T, size_t device_budget, c
         for (int j = 1; j < cef; j++) glp_set_col_kind(lp, j, GLP_BV);
         for (int j = cef; j < copt; j++) glp_set_col_bnds(lp, j, GLP_LO, 0, 0);
         glp_set_col_bnds(lp, copt, GLP_LO, cm.opt_block, 0);
+        for (int l = 0; fx && l < L; l++) /* a fixed choice: its three binaries are constants */
+            if (fx[l] != PLAN_ACT_FREE) {
+                glp_set_col_bnds(lp, ck + l, GLP_FX, fx[l] == STREAM_ACT_KEEP, 0);
+                glp_set_col_bnds(lp, co + l, GLP_FX, fx[l] == STREAM_ACT_OFFLOAD, 0);
+                glp_set_col_bnds(lp, cr + l, GLP_FX, fx[l] == STREAM_ACT_RECOMPUTE, 0);
+            }
         /* the counts as integers of their own: branching on them splits the program's
          * many equivalent block orders at once */
         for (int j = cnk; j <= cno; j++) {
@@ -535,6 +578,14 @@ st_status plan_stream_ex(const st_arch *a, int B, int T, size_t device_budget, c
         int optimal = st == GLP_OPT || rc == GLP_EMIPGAP;
         double obj = glp_mip_obj_val(lp);
         glp_delete_prob(lp);
+        int l_bad = -1;
+        for (int l = 0; fx && l < L && l_bad < 0; l++)
+            if (fx[l] != PLAN_ACT_FREE && out->act[l] != fx[l]) l_bad = l;
+        if (l_bad >= 0) {
+            s = st_errf(err, ST_ERR_INVALID, "plan: GLPK's plan has block %d %s, fixed %s (a planner bug: report it)",
+                        l_bad, plan_act_name(out->act[l_bad]), plan_act_name(fx[l_bad]));
+            break;
+        }
         size_t got = stream_device_bytes(&sc, out);
         if (got > device_budget) { /* GLPK's feasibility tolerance: tighten by the excess, solve again */
             budget -= (double)(got - device_budget) + ST_ARENA_ALIGN;
