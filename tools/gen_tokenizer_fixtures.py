@@ -28,17 +28,50 @@ Writes, for tests/test_tokenizer.c:
                                           the Llama-3 and the GPT-2 pattern and the special
                                           tokens <|endoftext|>, <|im_start|> after the ranks
 
+With --corpus it writes instead, for tests/test_tokenizer_corpus.c, two 32k-token byte-level
+BPE tokenizers (tokens of at most 16 characters) trained on 10 MB of tools/gen_text_corpus.py
+--docs --seed 2, and the digests of the reference ids of every document of another corpus
+(--docs --seed 1, 10.5 MB):
+  tests/fixtures/tok_corpus_gpt2.json     ByteLevel pre-tokenizer (the GPT-2 regex)
+  tests/fixtures/tok_corpus_llama3.json   Split(Llama-3 regex) + ByteLevel, ignore_merges
+  tests/fixtures/tok_corpus_<m>.tiktoken  each as a tiktoken rank file (bytes, then merges)
+  tests/fixtures/tok_corpus_digests.txt   per tokenizer and document: the document's length
+                                          and CRC-32C, the number of reference ids and the
+                                          CRC-32C of the ids as little-endian int32
+The references: `tokenizers` for the two .json files, and `tiktoken` (encode with
+allowed_special="all") for the rank files with the GPT-2 and the Llama-3 pattern; both have
+<|endoftext|> and <|im_start|> as special tokens. Documents with invalid UTF-8 (--docs
+--invalid --seed 3, 0.3 MB) have rank-file digests only (`tokenizers` takes no bytes): each
+maximal run of valid UTF-8 is encoded by tiktoken as text, each run of bytes that start no
+character as one piece by tiktoken's byte-pair encoder (Encoding._encode_single_piece).
+tiktoken's own Encoding._encode_bytes is not the reference: it encodes everything after the
+first invalid byte as a single piece, without the regex or special tokens.
+
 Nothing is downloaded: the tokenizers are trained here on a deterministic text. Needs the
 `tokenizers` and `tiktoken` packages from PyPI:
     python3 -m venv /tmp/tokvenv && /tmp/tokvenv/bin/pip install tokenizers tiktoken
-    /tmp/tokvenv/bin/python tools/gen_tokenizer_fixtures.py
+    /tmp/tokvenv/bin/python tools/gen_tokenizer_fixtures.py            # the small fixtures
+    /tmp/tokvenv/bin/python tools/gen_tokenizer_fixtures.py --corpus   # the 32k corpus test
+(or `pip install --user tokenizers tiktoken`).
 """
+import argparse
+import array
 import base64
+import io
 import json
 import os
 import random
+import sys
 
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+try:
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    import tiktoken
+except ImportError as e:
+    sys.exit(f"{e}: install the references first: pip install --user tokenizers tiktoken "
+             "(or in a venv: python3 -m venv /tmp/tokvenv && /tmp/tokvenv/bin/pip install tokenizers tiktoken)")
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gen_text_corpus  # noqa: E402  (stdlib only: the test regenerates the same corpus with it)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "..", "tests", "fixtures")
@@ -194,7 +227,7 @@ def write_ranks(ranks, name):
     print(f"{path}: {os.path.getsize(path)} bytes, {len(ranks)} ranks")
 
 
-def save_rank_file(json_path):
+def save_rank_file(json_path, name="ranks"):
     """A byte-level tokenizer.json's model as tiktoken ranks: bytes 0-255, then merges in order."""
     d = json.load(open(json_path, encoding="utf-8"))
     dec = byte_decoder()
@@ -204,12 +237,11 @@ def save_rank_file(json_path):
         tok = bytes(dec[ch] for ch in a + b)
         if tok not in ranks:
             ranks[tok] = len(ranks)
-    write_ranks(ranks, "ranks")
+    write_ranks(ranks, name)
     return ranks
 
 
 def tiktoken_expected(ranks, name, pattern, extra=()):
-    import tiktoken
     specials = {t: len(ranks) + i for i, t in enumerate(RANK_SPECIALS)}
     enc = tiktoken.Encoding(name=f"strata_{name}", pat_str=pattern, mergeable_ranks=ranks, special_tokens=specials)
     rows = []
@@ -250,7 +282,166 @@ LLAMA2_DECODER = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteF
                                     decoders.Strip(" ", 1, 0)])
 
 
+# ---- the corpus test: 32k tokenizers, 10 MB of documents, digests of the reference ids ----
+
+CORPUS_SPECIALS = ["<|endoftext|>", "<|im_start|>"]
+# what tests/test_tokenizer_corpus.c runs tools/gen_text_corpus.py with (besides -o): it reads
+# them from the digest file's "corpus" lines
+CORPUS_ARGS = {"valid": ["--docs", "--bytes", "10500000", "--seed", "1"],
+               "invalid": ["--docs", "--invalid", "--bytes", "300000", "--seed", "3"]}
+TRAIN_ARGS = ["--docs", "--bytes", "10000000", "--seed", "2"]
+
+
+def crc32c_table():
+    t = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        t.append(c)
+    return t
+
+
+CRC_TABLE = crc32c_table()
+
+
+def crc32c(data):
+    """CRC-32C (Castagnoli), as st_crc32c(0, data, n)."""
+    c = 0xFFFFFFFF
+    t = CRC_TABLE
+    for b in data:
+        c = t[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+
+def ids_bytes(ids):
+    a = array.array("i", ids)
+    if sys.byteorder != "little":
+        a.byteswap()
+    return a.tobytes()
+
+
+def gen_docs(args):
+    """The documents tools/gen_text_corpus.py writes with args (bytes, split at the NULs)."""
+    a = argparse.Namespace(docs=True, invalid="--invalid" in args,
+                           bytes=int(args[args.index("--bytes") + 1]), seed=int(args[args.index("--seed") + 1]))
+    buf = io.BytesIO()
+    gen_text_corpus.write_docs(a, buf)
+    docs = buf.getvalue().split(b"\0")
+    assert docs[-1] == b""
+    return docs[:-1]
+
+
+def utf8_char_len(b, i):
+    """Length of the valid UTF-8 character at b[i] (1-4), 0 where none starts there."""
+    for k in range(1, 5):
+        try:
+            if len(b[i:i + k].decode("utf-8")) == 1:
+                return k
+        except UnicodeDecodeError:
+            pass
+    return 0
+
+
+def encode_runs(enc, b):
+    """tiktoken's ids for bytes that are not all UTF-8, as strata defines them: the text is cut
+    into maximal runs of valid UTF-8 and of bytes that start no character (what a regex with
+    PCRE2_MATCH_INVALID_UTF never matches); a valid run is encoded as text (regex, special
+    tokens), an invalid run as one piece by tiktoken's byte-pair encoder."""
+    ids, i, start = [], 0, 0
+    while i <= len(b):
+        k = utf8_char_len(b, i) if i < len(b) else -1
+        if i == len(b) or (k == 0) != (start < i and utf8_char_len(b, start) == 0):
+            if start < i:
+                run = b[start:i]
+                if utf8_char_len(b, start) == 0:
+                    ids += enc._encode_single_piece(run)
+                else:
+                    ids += enc.encode(run.decode("utf-8"), allowed_special="all")
+            start = i
+        if i == len(b):
+            break
+        i += k if k else 1
+    return ids
+
+
+def train_32k(pre, ignore_merges, text):
+    tok = Tokenizer(models.BPE(ignore_merges=ignore_merges))
+    tok.pre_tokenizer = pre
+    tok.decoder = decoders.ByteLevel()
+    # tokens of at most 16 characters, as a real vocabulary's are nearly all: without the
+    # limit this corpus's few words make tokens of whole sentences and a 3.7 MB file
+    trainer = trainers.BpeTrainer(vocab_size=32000, special_tokens=CORPUS_SPECIALS, show_progress=False,
+                                  max_token_length=16, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(text, trainer)
+    return tok
+
+
+def digest_lines(label, docs, ids_of):
+    lines = []
+    total = 0
+    for i, (d, ids) in enumerate(zip(docs, ids_of)):
+        lines.append(f"{label} {i} {len(d)} {crc32c(d):08x} {len(ids)} {crc32c(ids_bytes(ids)):08x}")
+        total += len(ids)
+    print(f"{label}: {len(docs)} documents, {sum(map(len, docs))} bytes, {total} ids")
+    return lines
+
+
+def corpus_main():
+    train_text = [d.decode("utf-8") for d in gen_docs(TRAIN_ARGS)]
+    valid = gen_docs(CORPUS_ARGS["valid"])
+    invalid = gen_docs(CORPUS_ARGS["invalid"])
+    texts = [d.decode("utf-8") for d in valid]
+    out = [f"# tools/gen_tokenizer_fixtures.py --corpus: tokenizers {__import__('tokenizers').__version__}, "
+           f"tiktoken {tiktoken.__version__}",
+           "# corpus SET: the arguments of tools/gen_text_corpus.py (besides -o) that write it; NUL ends a document",
+           "corpus valid " + " ".join(CORPUS_ARGS["valid"]),
+           "corpus invalid " + " ".join(CORPUS_ARGS["invalid"]),
+           "# tokenizer set document bytes crc32c(bytes) ids crc32c(ids as little-endian int32)"]
+    models_ = {
+        "gpt2": train_32k(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True), False, train_text),
+        "llama3": train_32k(pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]), True, train_text),
+    }
+    for name, tok in models_.items():
+        path = os.path.join(OUT, f"tok_corpus_{name}.json")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(tok.to_str() + "\n")
+        ref = Tokenizer.from_file(path)  # the ids come from the file as written
+        print(f"{path}: {os.path.getsize(path)} bytes, vocab {ref.get_vocab_size()}")
+        ids = [e.ids for e in ref.encode_batch(texts)]
+        for t, i in zip(texts, ids):
+            assert ref.decode(i, skip_special_tokens=False) == t, (name, "round trip")
+        out += digest_lines(f"json_{name} valid", valid, ids)
+        ranks = save_rank_file(path, f"corpus_{name}")
+        pattern = GPT2_PATTERN if name == "gpt2" else LLAMA3_PATTERN
+        specials = {t: len(ranks) + i for i, t in enumerate(CORPUS_SPECIALS)}
+        enc = tiktoken.Encoding(name=f"strata_corpus_{name}", pat_str=pattern, mergeable_ranks=ranks,
+                                special_tokens=specials)
+        tids = enc.encode_batch(texts, allowed_special="all")
+        for d, i in zip(valid, tids):
+            assert enc.decode_bytes(i) == d, (name, "tiktoken round trip")
+        out += digest_lines(f"ranks_{name} valid", valid, tids)
+        bids = [encode_runs(enc, d) for d in invalid]
+        for d, i in zip(invalid, bids):
+            assert enc.decode_bytes(i) == d, (name, "tiktoken bytes round trip")
+        other = sum(enc._encode_bytes(d) != i for d, i in zip(invalid, bids))
+        print(f"ranks_{name} invalid: tiktoken's _encode_bytes differs in {other} of {len(invalid)} documents "
+              "(it encodes all after the first invalid byte as one piece)")
+        out += digest_lines(f"ranks_{name} invalid", invalid, bids)
+    path = os.path.join(OUT, "tok_corpus_digests.txt")
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+    print(f"{path}: {os.path.getsize(path)} bytes")
+
+
 def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--corpus", action="store_true", help="the 32k tokenizers and the corpus digests instead")
+    if ap.parse_args().corpus:
+        corpus_main()
+        return
     gpt2 = train(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True), False)
     save(gpt2, "gpt2", True)
     # the same model with a space put before each piece: decode keeps that space
