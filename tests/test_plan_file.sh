@@ -5,7 +5,9 @@
 # norms, the final weights); a hand-written plan (every block recomputed, no
 # device_budget: the file's is used) runs and its log says so; bad files are refused
 # naming the file, the key and what to do, and a plan that does not fit a smaller
-# device_budget is refused naming the bytes missing.
+# device_budget is refused naming the bytes missing. The key 'act' fixes blocks' activation
+# choices in strata plan and strata train alike (the rest still planned), and is refused
+# naming the key and the bytes missing where no plan with them fits.
 set -u
 S=${STRATA_BIN:?STRATA_BIN not set}
 command -v jq >/dev/null || { echo "jq not installed: skipped"; exit 77; }
@@ -125,6 +127,31 @@ check '[ $rc -ne 0 ] && grep -q "plan file $T/recompute.json needs $need device 
   "a smaller device_budget than the plan needs is refused naming the bytes ($rc): $(cat "$T/small.log")"
 "$S" train $A $R --device_budget $need --plan "$T/recompute.json" --run_dir "$T/exact" >"$T/exact.log" 2>&1; rc=$?
 check '[ $rc -eq 0 ]' "the plan runs at exactly its device bytes ($rc): $(tail -3 "$T/exact.log")"
+
+# key 'act': explicit choices constrain the program (the rest still chosen) in strata plan and
+# strata train alike; choices no plan within the budget can make are refused naming the key
+# and the bytes missing (the same count in both); a saved plan that differs is refused
+"$S" plan $A --device_budget $B --profile "$T/prof.json" --act 0:recompute,1:offload --json >"$T/act.json" 2>"$T/act.err"; rc=$?
+check '[ $rc -eq 0 ] && jq -e ".blocks[0] == \"recompute\" and .blocks[1] == \"offload\"" "$T/act.json" >/dev/null' \
+  "strata plan --act 0:recompute,1:offload ($rc): $(cat "$T/act.json" "$T/act.err")"
+"$S" plan $A --device_budget $B --profile "$T/prof.json" --act 0:recompute,1:offload >"$T/act.txt" 2>&1
+check 'grep -q "fixed by key .act. (2 of 4 blocks; the rest chosen): block 0 recompute, block 1 offload" "$T/act.txt"' \
+  "strata plan prints the fixed choices: $(grep -A3 "device plan" "$T/act.txt")"
+"$S" train $A $R --device_budget $B --act 0:recompute,1:offload --run_dir "$T/actrun" >"$T/actrun.log" 2>&1; rc=$?
+check '[ $rc -eq 0 ] && jq -e ".blocks[0] == \"recompute\" and .blocks[1] == \"offload\"" "$T/actrun/plan.json" >/dev/null &&
+       grep -q "planner: " "$T/actrun.log"' "strata train --act runs the planner with the choices ($rc): $(tail -3 "$T/actrun.log")"
+"$S" plan $A --device_budget 4.6e6 --profile "$T/prof.json" --act keep >"$T/actno.txt" 2>&1; rc=$?
+miss=$(grep -o "needs [0-9]*, [0-9]* bytes missing" "$T/actno.txt" | grep -o "[0-9]* bytes missing")
+check '[ $rc -eq 3 ] && [ -n "$miss" ] && grep -q "key .act.: plan: the fixed activation choices (blocks 0-3 keep)" "$T/actno.txt"' \
+  "strata plan --act keep at 4.6e6 refused naming the key and the bytes missing ($rc): $(grep "key" "$T/actno.txt")"
+"$S" train $A $R --device_budget 4.6e6 --act keep --run_dir "$T/refused" >"$T/actno.log" 2>&1; rc=$?
+check '[ $rc -ne 0 ] && [ -n "$miss" ] && grep -q "key .act.: plan: the fixed activation choices (blocks 0-3 keep).*, $miss" "$T/actno.log"' \
+  "strata train --act keep at 4.6e6 refused naming the key and $miss ($rc): $(cat "$T/actno.log")"
+refused "act without a budget's plan" "--act 0-9:keep" "key 'act': item '0-9:keep': blocks 0-9, the model has blocks 0-3"
+refused "act against a saved plan" "--plan $T/recompute.json --act 2:keep" "key 'act': block 2 keep, but plan file $T/recompute.json has it recompute"
+"$S" train $A $R --act keep --run_dir "$T/refused" >"$T/actmem.log" 2>&1; rc=$?
+check '[ $rc -ne 0 ] && grep -q "key .act. fixes activation choices of the layer-streaming plan: give device_budget" "$T/actmem.log"' \
+  "act in memory refused naming the key ($rc): $(cat "$T/actmem.log")"
 
 [ $fail -eq 0 ] && rm -rf "$T"
 exit $fail

@@ -69,6 +69,8 @@ typedef struct train_config {
     char state_profile[1024]; /* strata probe -o profile: split the state by the paths' bandwidth */
     char plan[1024];      /* the stream plan (device_budget > 0): "auto" (the planner, now) or a plan
                              file (plan.h: strata plan -o, or a streamed run's RUN_DIR/plan.json) */
+    char act[1024];       /* activation choices the plan must make (plan_act_parse): "auto" (none),
+                             keep / offload / recompute for every block, or BLOCKS:CHOICE items */
     int zero;             /* under mpirun: ZeRO stage 0, 1 or 2 (strata/dist.h) */
     double dist_timeout;  /* under mpirun: seconds a rank waits for another */
     int doc_mask;         /* 1: positions restart at each document of a packed row and attention stays

@@ -120,8 +120,20 @@ static int plan_device(const st_arch *a, const train_config *cfg, double device_
     plan_prediction pr;
     plan_options po = {.time_limit_ms = time_limit_ms, .mip_gap = -1, .allow_vocab_chunk = 1,
                        .prefer_resident_head = PLAN_HEAD_RESIDENT_IF_FITS}; /* as strata train */
+    /* key 'act': choices the plan must make, as strata train takes them */
+    unsigned char fixed[STREAM_MAX_LAYERS];
+    int n_fixed = 0, L = a->lay.n_blocks;
+    if (L > STREAM_MAX_LAYERS || plan_act_parse(cfg->act, L, fixed, &n_fixed, &err)) {
+        if (L > STREAM_MAX_LAYERS) fprintf(stderr, "strata plan: %d blocks, layer streaming takes at most %d\n", L,
+                                           STREAM_MAX_LAYERS);
+        else fprintf(stderr, "strata plan: key 'act': %s\n", err.msg);
+        free(p);
+        return 2;
+    }
+    if (n_fixed) po.fixed_act = fixed;
     st_status s = plan_stream_ex(a, cfg->batch, cfg->seq, (size_t)device_budget, &hw, &po, p, &pr, &err);
-    int L = a->lay.n_blocks, rc = s == ST_OK ? 0 : s == ST_ERR_NOMEM ? 3 : 2;
+    if (s && n_fixed) st_err_prefix(&err, "key 'act'");
+    int rc = s == ST_OK ? 0 : s == ST_ERR_NOMEM ? 3 : 2;
     json_object *o = NULL;
     if (json || (out && !s)) { /* the plan file's document, and what people read beside it */
         const char *model = cfg->init_from[0] ? cfg->init_from : cfg->model;
@@ -201,6 +213,11 @@ static int plan_device(const st_arch *a, const train_config *cfg, double device_
         if (e > l) printf("  blocks %3d-%-3d %s\n", l, e, plan_act_name(p->act[l]));
         else printf("  block  %3d     %s\n", l, plan_act_name(p->act[l]));
         l = e + 1;
+    }
+    if (n_fixed) {
+        char what[512];
+        plan_act_describe(fixed, L, what, sizeof what);
+        printf("  fixed by key 'act' (%d of %d blocks; the rest chosen): %s\n", n_fixed, L, what);
     }
     printf("  prefetch depth %d, vocabulary %s\n", p->prefetch_depth, p->vocab_chunk ? "chunked" : "resident");
     if (p->vocab_chunk) printf("    (in chunks of %d rows)\n", p->vocab_chunk);

@@ -495,14 +495,31 @@ static st_status open_streamed(const train_config *c, st_model *m, const st_arch
     plan_prediction pred;
     plan_options po = {.mip_gap = -1, .allow_vocab_chunk = 1, .prefer_resident_head = 1};
     st_err perr = {0};
-    int found = 0, has_pred = 0;
+    int found = 0, has_pred = 0, n_fixed = 0, L = arch->lay.n_blocks;
     st_status s;
+    /* key 'act': choices every plan must make (the program's constraints, the rule's too) */
+    unsigned char fixed[STREAM_MAX_LAYERS];
+    if (L > STREAM_MAX_LAYERS || (s = plan_act_parse(c->act, L, fixed, &n_fixed, err)))
+        return L > STREAM_MAX_LAYERS ? st_errf(err, ST_ERR_INVALID, "key 'device_budget': %d blocks, layer streaming "
+                                               "takes at most %d", L, STREAM_MAX_LAYERS)
+                                     : st_err_prefix(err, "key 'act'");
+    if (n_fixed) po.fixed_act = fixed;
     if (strcmp(c->plan, "auto")) { /* a saved plan, run exactly (or refused) */
         if ((s = plan_from_file(c, arch, &sc, budget, ranks, &plan, &pred, &has_pred, err))) return s;
+        for (int l = 0; l < L; l++)
+            if (fixed[l] != PLAN_ACT_FREE && plan.act[l] != fixed[l])
+                return st_errf(err, ST_ERR_INVALID, "key 'act': block %d %s, but plan file %s has it %s: give act auto "
+                               "to run the file, or make a plan with the choices (strata plan --act %s ... -o FILE)", l,
+                               plan_act_name(fixed[l]), c->plan, plan_act_name(plan.act[l]), c->act);
         found = 1;
     } else {
-        found = has_pred = machine_profile(be, arch, c->batch, c->seq, &hw, &perr) == ST_OK &&
-                           plan_stream_ex(arch, c->batch, c->seq, budget, &hw, &po, &plan, &pred, &perr) == ST_OK;
+        s = machine_profile(be, arch, c->batch, c->seq, &hw, &perr);
+        if (!s) s = plan_stream_ex(arch, c->batch, c->seq, budget, &hw, &po, &plan, &pred, &perr);
+        if (s == ST_ERR_NOMEM && n_fixed) { /* the choices given do not fit: refused, not bypassed */
+            *err = perr;
+            return st_err_prefix(err, "key 'act'");
+        }
+        found = has_pred = s == ST_OK;
         if (found)
             st_log(1, "planner: %d keep, %d offload, %d recompute, prefetch depth %d, vocab_chunk %d: predicted %.3f s "
                    "a step, %zu device bytes (solved in %.3f s)\n", pred.n_keep, pred.n_offload, pred.n_recompute,
@@ -515,6 +532,8 @@ static st_status open_streamed(const train_config *c, st_model *m, const st_arch
         plan.vocab_chunk = chunk ? 2048 : 0;
         for (int a = 0; a < 3 && !found; a++) {
             stream_plan_set_all(&plan, order[a]);
+            for (int l = 0; l < L; l++)
+                if (fixed[l] != PLAN_ACT_FREE) plan.act[l] = fixed[l];
             found = stream_device_bytes(&sc, &plan) <= budget;
         }
     }

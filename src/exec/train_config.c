@@ -12,6 +12,7 @@
 
 #include "core/fileutil.h"
 #include "strata/llama.h"
+#include "strata/plan.h"
 #include "strata/prof.h"
 #include "strata/store.h"
 #include "strata/train.h"
@@ -35,6 +36,7 @@ static const key_def keys[] = {
     {"save_hf_dtype", K_STR, STR(save_hf_dtype), 0, 0, "dtype of --save_hf weights: f32 or bf16"},
     {"device_budget", K_DOUBLE, OFF(device_budget), 0, 0, 1e18, "bytes of device memory: > 0 streams the layers (any model)"},
     {"plan", K_STR, STR(plan), 0, 0, "the stream plan under device_budget: auto (the planner chooses it now; saved to RUN_DIR/plan.json) or a plan file (strata plan --device_budget B -o FILE, or a run's plan.json) run exactly; without device_budget the file's budget is used"},
+    {"act", K_STR, STR(act), 0, 0, "activation choices under device_budget, which the planner keeps while it chooses the rest: auto (none), keep, offload or recompute (every block), or BLOCKS:CHOICE items (0-3:recompute,11:keep); a budget they cannot fit is refused naming the bytes missing"},
     {"state_paths", K_STR, STR(state_paths), 0, 0, "dir[,dir...]: optimizer state and fp32 master weights on disk, committed every step (it is the checkpoint: no checkpoints/ are written; the final weights go to RUN_DIR/model.safetensors); resume with --resume RUN_DIR"},
     {"state_budget", K_DOUBLE, OFF(state_budget), 0, 0, 1e18, "host bytes for the disk state's buffers and cache (0: 256 MiB)"},
     {"state_profile", K_STR, STR(state_profile), 0, 0, "a strata probe -o profile: split the disk state across state_paths by their measured bandwidth (default: equal)"},
@@ -107,6 +109,7 @@ void train_config_defaults(train_config *c) {
     snprintf(c->save_hf_dtype, sizeof c->save_hf_dtype, "f32");
     c->doc_mask = -1; /* unset: 1 */
     snprintf(c->plan, sizeof c->plan, "auto");
+    snprintf(c->act, sizeof c->act, "auto");
 }
 
 const char *train_config_keys(void) {
@@ -504,6 +507,17 @@ st_status train_config_check(const train_config *c, st_err *err) {
     if (!s && strcmp(c->plan, "auto") && !(c->device_budget > 0)) /* strata train fills it from the file */
         s = st_errf(err, ST_ERR_INVALID, "key 'plan': the plan file %s is a layer-streaming plan: give device_budget "
                     "(strata train takes the plan's own when none is given), or plan auto", c->plan);
+    if (!s && strcmp(c->act, "auto")) { /* the spec against the model's blocks */
+        unsigned char fixed[STREAM_MAX_LAYERS];
+        int n_fixed, L = is_llama ? lc.n_layer : mc.n_layer;
+        if (L > STREAM_MAX_LAYERS || plan_act_parse(c->act, L, fixed, &n_fixed, err))
+            s = L > STREAM_MAX_LAYERS ? st_errf(err, ST_ERR_INVALID, "key 'act': %d blocks, layer streaming takes at "
+                                                "most %d", L, STREAM_MAX_LAYERS)
+                                      : st_err_prefix(err, "key 'act'");
+        else if (!(c->device_budget > 0) && !strcmp(c->plan, "auto"))
+            s = st_errf(err, ST_ERR_INVALID, "key 'act' fixes activation choices of the layer-streaming plan: give "
+                        "device_budget too (in memory every block keeps its activations), or act auto");
+    }
     return s;
 }
 
