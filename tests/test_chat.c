@@ -4,8 +4,13 @@
  *   Llama-3 fixture directories equals the text transformers' apply_chat_template rendered, its
  *   ids equal tokenizer(text), and its assistant mask equals transformers'
  *   return_assistant_tokens_mask (tests/fixtures/chat_expected.json, tools/gen_chat_fixtures.py).
- * - Templates are recognised however they are indented; an unknown one (and Qwen3-style
- *   <think>, and none at all) is refused quoting its first line and naming --chat_format.
+ * - The same for Qwen3 and Llama-3.1 (chat_qwen3, chat_llama31) over those conversations and
+ *   seven more (tests/fixtures/chat_convs2.jsonl, chat_expected2.json): Qwen3's reasoning in
+ *   <think></think> kept after the last user query and dropped before it, Llama-3.1's dated
+ *   system turn.
+ * - Templates are recognised however they are indented; an unknown one (another <think>
+ *   handling, Llama-3.2's date of today, a changed piece of Qwen3's or Llama-3.1's, none at all)
+ *   is refused quoting its first line and naming --chat_format.
  * - Packed with st_chat_pack_file, PREFIX.bin holds the ids and PREFIX.mask the mask, EOD 0.
  * - The loader gives target -1 exactly where the target token's mask byte is 0: on the chat
  *   pack in file order, and on a synthetic pack whose mask is a function of the token id,
@@ -25,12 +30,9 @@
 #include "strata/tokenizer.h"
 #include "testutil.h"
 
-static const char *dirs[] = {"chat_qwen25", "chat_qwen2", "chat_llama3"};
-static const char *names[] = {"qwen2.5", "qwen2", "llama3"};
-
 /* The fixture's lines (malloc'd, NUL-terminated, newline stripped). */
-static int read_lines(char **lines, int cap) {
-    FILE *f = fopen(test_source_path("tests/fixtures/chat_convs.jsonl"), "r");
+static int read_lines(const char *file, char **lines, int cap) {
+    FILE *f = fopen(test_source_path(file), "r");
     if (!f) return -1;
     int n = 0;
     char *l = NULL;
@@ -54,13 +56,16 @@ static st_status load_dir(const char *dir, st_tokenizer **tok, st_chat_template 
                                  st_tokenizer_id_token(*tok, st_tokenizer_bos_id(*tok)), err);
 }
 
-static void test_fixture_rows(void) {
-    json_object *exp = json_object_from_file(test_source_path("tests/fixtures/chat_expected.json"));
-    char *lines[16];
-    int nl = read_lines(lines, 16);
-    CHECK(exp && nl == 5, "fixtures missing: run tools/gen_chat_fixtures.py (%d lines)", nl);
+/* Each line of convs rendered with each fixture directory: transformers' text, ids and mask
+ * (the rows of expected under the directory's name). */
+static void test_fixture_rows(const char *expected, const char *convs, int want_lines, const char *const *dirs,
+                              const char *const *names, int n_dirs) {
+    json_object *exp = json_object_from_file(test_source_path(expected));
+    char *lines[32];
+    int nl = read_lines(convs, lines, 32);
+    CHECK(exp && nl == want_lines, "fixtures missing: run tools/gen_chat_fixtures.py (%s: %d lines)", convs, nl);
     if (!exp || nl < 1) return;
-    for (int d = 0; d < 3; d++) {
+    for (int d = 0; d < n_dirs; d++) {
         st_tokenizer *tok = NULL;
         st_chat_template t;
         st_err err = {0};
@@ -174,6 +179,92 @@ static void test_recognise(void) {
           err.msg);
     CHECK(st_chat_render_json(&t, "{\"messages\": [{\"role\": \"user\"}]}", 33, &c, &err) == ST_ERR_FORMAT &&
           strstr(err.msg, "\"messages\"[0]"), "no content: %s", err.msg);
+    st_chat_text_free(&c);
+}
+
+/* s with the first `from` replaced by `to` (malloc'd); NULL when from is not in s. */
+static char *replace1(const char *s, const char *from, const char *to) {
+    const char *at = strstr(s, from);
+    if (!at) return NULL;
+    size_t a = (size_t)(at - s), fl = strlen(from), tl = strlen(to), n = strlen(s);
+    char *o = malloc(n - fl + tl + 1);
+    if (!o) return NULL;
+    memcpy(o, s, a);
+    memcpy(o + a, to, tl);
+    memcpy(o + a + tl, at + fl, n - a - fl + 1);
+    return o;
+}
+
+/* Init from a template made by replacing `from` with `to` in the template of fixture dir:
+ * the status, with the message in err. */
+static st_status init_edited(const char *dir, const char *from, const char *to, st_chat_template *t, st_err *err) {
+    st_tokenizer *tok = NULL;
+    st_chat_template t0;
+    st_status rc = load_dir(dir, &tok, &t0, NULL, err);
+    CHECK(rc == ST_OK, "%s: %s", dir, err->msg);
+    char *edited = rc ? NULL : replace1(st_tokenizer_chat_template(tok), from, to);
+    CHECK(rc || edited, "%s: '%s' is not in its template", dir, from);
+    rc = edited ? st_chat_template_init(t, edited, NULL, "<|begin_of_text|>", err) : ST_ERR_INVALID;
+    free(edited);
+    st_tokenizer_free(tok);
+    return rc;
+}
+
+/* Qwen3 and Llama-3.1 are recognised by every piece that renders their conversations: one piece
+ * changed is refused; --chat_format names them; Qwen3 refuses reasoning_content. */
+static void test_recognise_more(void) {
+    st_chat_template t;
+    st_err err = {0};
+    /* re-indented: still recognised */
+    st_status rc = init_edited("chat_qwen3", "{%- for message in messages %}\n",
+                               "{%- for message in messages %}\n\n      ", &t, &err);
+    CHECK(rc == ST_OK && t.format == ST_CHAT_QWEN3 && !strcmp(t.name, "qwen3") && !t.default_system,
+          "re-indented Qwen3: %s", err.msg);
+    rc = init_edited("chat_llama31", "{{- system_message }}", "\t{{-   system_message  }}", &t, &err);
+    CHECK(rc == ST_OK && t.format == ST_CHAT_LLAMA31 && !strcmp(t.name, "llama3.1") &&
+              !strcmp(t.bos, "<|begin_of_text|>"),
+          "re-indented Llama-3.1: %s", err.msg);
+    /* one piece changed: refused, naming why and --chat_format */
+    static const struct { const char *dir, *from, *to, *why; } bad[] = {
+        {"chat_qwen3", "last_query_index=messages|length - 1", "last_query_index=0", "not as Qwen3's"},
+        {"chat_qwen3", "'\\n</think>\\n\\n' + content.lstrip('\\n')", "'\\n</think>\\n' + content",
+         "not as Qwen3's"},
+        {"chat_qwen3", "{%- if messages[0].role == 'system' %}\n        {{- '<|im_start|>system\\n' + "
+                       "messages[0].content + '<|im_end|>\\n' }}\n    {%- endif %}",
+         "{{- '<|im_start|>system\\nYou are Qwen.<|im_end|>\\n' }}", "not as Qwen3's"},
+        {"chat_llama31", "26 Jul 2024", "01 Jan 2025", "not Llama-3.1's"},
+        {"chat_llama31", "{%- set date_string = \"26 Jul 2024\" %}",
+         "{%- set date_string = strftime_now(\"%d %b %Y\") %}", "today's date"},
+        {"chat_llama31", "message['content'] | trim + '<|eot_id|>'", "message['content'] + '<|eot_id|>'",
+         "not Llama-3.1's"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        rc = init_edited(bad[i].dir, bad[i].from, bad[i].to, &t, &err);
+        CHECK(rc == ST_ERR_UNSUPPORTED && strstr(err.msg, bad[i].why) &&
+                  strstr(err.msg, "--chat_format chatml|llama3|qwen3|llama3.1"),
+              "%s with '%s' changed: %s %s", bad[i].dir, bad[i].from, st_status_name(rc), err.msg);
+    }
+    /* named formats: any template, the family's rendering */
+    CHECK(st_chat_template_init(&t, "{{ x }}", "qwen3", NULL, &err) == ST_OK && t.format == ST_CHAT_QWEN3 &&
+              !strcmp(t.name, "qwen3"), "--chat_format qwen3: %s", err.msg);
+    CHECK(st_chat_template_init(&t, "{{ x }}", "llama3.1", NULL, &err) == ST_ERR_INVALID && strstr(err.msg, "BOS"),
+          "--chat_format llama3.1 without a BOS: %s", err.msg);
+    CHECK(st_chat_template_init(&t, NULL, "llama3.1", "<B>", &err) == ST_OK && t.format == ST_CHAT_LLAMA31,
+          "--chat_format llama3.1: %s", err.msg);
+    st_chat_text c = {0};
+    st_chat_msg sys_only = {"system", " \n only a system message\t", 0};
+    sys_only.content_len = strlen(sys_only.content);
+    CHECK(st_chat_render(&t, &sys_only, 1, &c, &err) == ST_OK &&
+              !strcmp(c.text, "<B><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n"
+                              "Today Date: 26 Jul 2024\n\nonly a system message<|eot_id|>") && c.n_span == 0,
+          "Llama-3.1, one system message: %s", c.text);
+    /* Qwen3: reasoning_content refused (strata renders the reasoning from the content) */
+    CHECK(st_chat_template_init(&t, NULL, "qwen3", NULL, &err) == ST_OK, "%s", err.msg);
+    const char *rj = "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", "
+                     "\"content\": \"a\", \"reasoning_content\": \"r\"}]}";
+    rc = st_chat_render_json(&t, rj, strlen(rj), &c, &err);
+    CHECK(rc == ST_ERR_UNSUPPORTED && strstr(err.msg, "\"messages\"[1] has reasoning_content") &&
+              strstr(err.msg, "<think>"), "Qwen3 reasoning_content: %s %s", st_status_name(rc), err.msg);
     st_chat_text_free(&c);
 }
 
@@ -445,7 +536,15 @@ static void test_plane(const char *tmp) {
 }
 
 int main(void) {
-    test_fixture_rows();
+    static const char *const dirs[] = {"chat_qwen25", "chat_qwen2", "chat_llama3"};
+    static const char *const names[] = {"qwen2.5", "qwen2", "llama3"};
+    test_fixture_rows("tests/fixtures/chat_expected.json", "tests/fixtures/chat_convs.jsonl", 5, dirs, names, 3);
+    /* Qwen3 (reasoning kept after the last query, dropped before it) and Llama-3.1 (the dated
+     * system turn) on those conversations and seven more */
+    static const char *const dirs2[] = {"chat_qwen3", "chat_llama31"};
+    static const char *const names2[] = {"qwen3", "llama3.1"};
+    test_fixture_rows("tests/fixtures/chat_expected2.json", "tests/fixtures/chat_convs2.jsonl", 12, dirs2, names2, 2);
+    test_recognise_more();
     test_recognise();
     const char *tmp = test_tmpdir();
     test_pack_and_loader(tmp);

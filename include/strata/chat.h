@@ -1,24 +1,34 @@
 /* chat.h - chat templates for SFT data: conversations rendered as the model families render
  * them, tokenized, with a loss mask over the assistant's tokens.
  *
- * Two families, rendered byte for byte as Hugging Face transformers' apply_chat_template
- * renders their released templates (tests/fixtures/chat_expected.json, from
+ * Four templates, rendered byte for byte as Hugging Face transformers' apply_chat_template
+ * renders the released ones (tests/fixtures/chat_expected.json and chat_expected2.json, from
  * tools/gen_chat_fixtures.py):
  *   - ChatML as Qwen2 / Qwen2.5 use it: "<|im_start|>ROLE\nCONTENT<|im_end|>\n" per message,
  *     preceded by the template's default system message when the first message is not a
  *     system one (Qwen2.5: "You are Qwen, created by Alibaba Cloud. ...", Qwen2: "You are a
  *     helpful assistant."; plain ChatML: none);
+ *   - Qwen3 (the hybrid thinking models): ChatML without a default system message; an
+ *     assistant message's "<think>R</think>C" is cut into reasoning R and answer C; after the
+ *     last user query (a user message that is not a "<tool_response>...</tool_response>") an
+ *     assistant message is rendered "<think>\nR\n</think>\n\nC" when it is the last message
+ *     or has reasoning, and before it as C alone (the reasoning dropped);
  *   - Llama-3 (Meta-Llama-3-*-Instruct): BOS, then "<|start_header_id|>ROLE<|end_header_id|>
  *     \n\nCONTENT<|eot_id|>" per message, CONTENT stripped of leading and trailing whitespace
- *     as Jinja's trim (Python's str.strip) does.
- * A tokenizer_config.json template is recognised by distinctive pieces of its text (after
- * removing whitespace), never guessed: anything else (Qwen3's <think> handling, Llama-3.1's
- * dated system header, tools) is refused quoting its first line, with a pointer to
- * --chat_format chatml|llama3.
+ *     as Jinja's trim (Python's str.strip) does;
+ *   - Llama-3.1 (Meta-Llama-3.1-*-Instruct): Llama-3's, with a system turn always first:
+ *     "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n" and the first
+ *     message's content when it is a system one (trimmed).
+ * A tokenizer_config.json template is recognised by the pieces of its text that make these
+ * renderings (after removing whitespace), never guessed: anything else (another <think>
+ * handling, Llama-3.2's date of today, tools) is refused quoting its first line, with a pointer
+ * to --chat_format chatml|llama3|qwen3|llama3.1. The Qwen3 and Llama-3.1 template texts the
+ * pieces come from were written from memory of the released files (tools/gen_chat_fixtures.py).
  *
  * Trainable spans (the assistant mask): each assistant message's content and its end-of-turn
- * token (<|im_end|>, <|eot_id|>), as transformers' return_assistant_tokens_mask gives with
- * {% generation %} around them; a token is trained on when any of its bytes lies in a span.
+ * token (<|im_end|>, <|eot_id|>), Qwen3's think block included, as transformers'
+ * return_assistant_tokens_mask gives with {% generation %} around them; a token is trained on
+ * when any of its bytes lies in a span.
  *
  * Data lines: {"messages": [{"role": "system"|"user"|"assistant", "content": "..."}, ...]}, or
  * {"prompt": P, "completion": C} where P and C are strings (one user and one assistant
@@ -68,7 +78,9 @@ extern "C" {
 typedef enum st_chat_format {
     ST_CHAT_NONE = 0,
     ST_CHAT_CHATML = 1, /* Qwen2/2.5 and plain ChatML */
-    ST_CHAT_LLAMA3 = 2  /* Meta-Llama-3 */
+    ST_CHAT_LLAMA3 = 2, /* Meta-Llama-3 */
+    ST_CHAT_QWEN3 = 3,  /* Qwen3: ChatML with <think> blocks */
+    ST_CHAT_LLAMA31 = 4 /* Meta-Llama-3.1: Llama-3 with a dated system turn */
 } st_chat_format;
 
 typedef enum st_chat_mask {
@@ -78,16 +90,17 @@ typedef enum st_chat_mask {
 
 typedef struct st_chat_template {
     st_chat_format format;
-    const char *name;           /* "qwen2.5", "qwen2", "chatml", "llama3" (static) */
+    const char *name;           /* "qwen2.5", "qwen2", "chatml", "qwen3", "llama3", "llama3.1" (static) */
     const char *default_system; /* ChatML: the system message added when none is first; or NULL */
-    char bos[64];               /* Llama-3: the BOS token's text (from the tokenizer) */
+    char bos[64];               /* Llama-3, 3.1: the BOS token's text (from the tokenizer) */
 } st_chat_template;
 
 /* Recognise template_text (tokenizer_config.json's chat_template; may be NULL) or take the
- * family named by format ("chatml" or "llama3"; NULL: recognise). A named format keeps the
- * recognised template's default system message when the template is of that family. bos_text
- * is the tokenizer's BOS token text (NULL if none; Llama-3 needs one). ST_ERR_UNSUPPORTED
- * for a template not recognised (quoting its first line), ST_ERR_INVALID for a bad format. */
+ * family named by format ("chatml", "llama3", "qwen3" or "llama3.1"; NULL: recognise). A named
+ * format keeps the recognised template's default system message when the template is of that
+ * family. bos_text is the tokenizer's BOS token text (NULL if none; Llama-3 and 3.1 need one).
+ * ST_ERR_UNSUPPORTED for a template not recognised (quoting its first line), ST_ERR_INVALID
+ * for a bad format. */
 st_status st_chat_template_init(st_chat_template *t, const char *template_text, const char *format,
                                 const char *bos_text, st_err *err);
 
@@ -106,7 +119,9 @@ typedef struct st_chat_text {
 } st_chat_text;
 
 /* Render messages into out (reused across calls; free with st_chat_text_free). Roles other
- * than system, user and assistant are refused. */
+ * than system, user and assistant are refused. st_chat_render_json also refuses a message's
+ * tool_calls, and with Qwen3 its reasoning_content (put the reasoning in the content as
+ * "<think>...</think>"). */
 st_status st_chat_render(const st_chat_template *t, const st_chat_msg *msgs, size_t n, st_chat_text *out,
                          st_err *err);
 void st_chat_text_free(st_chat_text *c);

@@ -1,5 +1,6 @@
-/* chat.c - chat templates (ChatML as Qwen uses it, Llama-3's) rendered as transformers renders
- * them, the assistant mask over the tokens, and packing JSON lines of conversations (chat.h).
+/* chat.c - chat templates (ChatML as Qwen2/2.5 use it, Qwen3's, Llama-3's and 3.1's) rendered as
+ * transformers renders them, the assistant mask over the tokens, and packing JSON lines of
+ * conversations (chat.h).
  *
  * The templates are not interpreted: strata knows the families' renderings and recognises a
  * tokenizer_config.json template by pieces of its text. A Jinja interpreter would accept
@@ -40,16 +41,72 @@ static st_status refuse(const char *text, const char *why, st_err *err) {
     size_t n = strcspn(text, "\n");
     return st_errf(err, ST_ERR_UNSUPPORTED,
                    "chat_template not recognised (%s); its first line: \"%.*s%s\". strata renders ChatML as Qwen2/2.5 "
-                   "use it and Llama-3's template; if the data should be rendered as one of those, say so with "
-                   "--chat_format chatml|llama3", why, (int)(n > 160 ? 160 : n), text, n > 160 ? "..." : "");
+                   "use it, Qwen3's, Llama-3's and Llama-3.1's templates; if the data should be rendered as one of "
+                   "those, say so with --chat_format chatml|llama3|qwen3|llama3.1", why, (int)(n > 160 ? 160 : n), text,
+                   n > 160 ? "..." : "");
+}
+
+/* The pieces of Qwen3's template (squeezed) that render system, user and assistant messages,
+ * in this order: the first system message, the last user query (a user message that is not a
+ * tool response), each message with the assistant's reasoning cut out of its content and put
+ * back in a think block after the last query, <|im_end|>. What lies between them renders tools,
+ * tool calls and the generation prompt, which strata refuses or does not use. */
+static const char *const QWEN3_PIECES[] = {
+    "{%-ifmessages[0].role=='system'%}{{-'<|im_start|>system'+messages[0].content+'<|im_end|>'}}{%-endif%}"
+    "{%-endif%}",
+    "{%-setns=namespace(multi_step_tool=true,last_query_index=messages|length-1)%}{%-formessageinmessages[::-1]%}"
+    "{%-setindex=(messages|length-1)-loop.index0%}{%-ifns.multi_step_toolandmessage.role==\"user\"andmessage."
+    "contentisstringandnot(message.content.startswith('<tool_response>')andmessage.content.endswith('</tool_"
+    "response>'))%}{%-setns.multi_step_tool=false%}{%-setns.last_query_index=index%}{%-endif%}{%-endfor%}",
+    "{%-formessageinmessages%}{%-ifmessage.contentisstring%}{%-setcontent=message.content%}{%-else%}{%-set"
+    "content=''%}{%-endif%}{%-if(message.role==\"user\")or(message.role==\"system\"andnotloop.first)%}{{-'<|im_"
+    "start|>'+message.role+''+content+'<|im_end|>'+''}}{%-elifmessage.role==\"assistant\"%}{%-setreasoning_"
+    "content=''%}{%-ifmessage.reasoning_contentisstring%}{%-setreasoning_content=message.reasoning_content%}"
+    "{%-else%}{%-if'</think>'incontent%}{%-setreasoning_content=content.split('</think>')[0].rstrip('').split("
+    "'<think>')[-1].lstrip('')%}{%-setcontent=content.split('</think>')[-1].lstrip('')%}{%-endif%}{%-endif%}"
+    "{%-ifloop.index0>ns.last_query_index%}{%-ifloop.lastor(notloop.lastandreasoning_content)%}{{-'<|im_start"
+    "|>'+message.role+'<think>'+reasoning_content.strip('')+'</think>'+content.lstrip('')}}{%-else%}{{-'<|im_"
+    "start|>'+message.role+''+content}}{%-endif%}{%-else%}{{-'<|im_start|>'+message.role+''+content}}{%-endif%}",
+    "{{-'<|im_end|>'}}{%-elifmessage.role==\"tool\"%}",
+};
+
+/* Llama-3.1's: BOS, the fixed date, the first system message taken out (trimmed), the system
+ * turn with the knowledge cutoff and the date, then each message as Llama-3's. */
+static const char *const LLAMA31_PIECES[] = {
+    "{{-bos_token}}",
+    "{%-ifnotdate_stringisdefined%}{%-setdate_string=\"26Jul2024\"%}{%-endif%}",
+    "{%-ifmessages[0]['role']=='system'%}{%-setsystem_message=messages[0]['content']|trim%}{%-setmessages="
+    "messages[1:]%}{%-else%}{%-setsystem_message=\"\"%}{%-endif%}",
+    "{{-\"<|start_header_id|>system<|end_header_id|>\"}}{%-ifbuiltin_toolsisdefinedortoolsisnotnone%}",
+    "{{-\"CuttingKnowledgeDate:December2023\"}}{{-\"TodayDate:\"+date_string+\"\"}}{%-iftoolsisnotnoneand"
+    "nottools_in_user_message%}",
+    "{{-system_message}}{{-\"<|eot_id|>\"}}",
+    "{%-formessageinmessages%}{%-ifnot(message.role=='ipython'ormessage.role=='tool'or'tool_calls'inmessage)%}"
+    "{{-'<|start_header_id|>'+message['role']+'<|end_header_id|>'+message['content']|trim+'<|eot_id|>'}}{%-elif"
+    "'tool_calls'inmessage%}",
+};
+
+/* Every piece in sq, each after the one before. */
+static int pieces_in_order(const char *sq, const char *const *pieces, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const char *at = strstr(sq, pieces[i]);
+        if (!at) return 0;
+        sq = at + strlen(pieces[i]);
+    }
+    return 1;
 }
 
 /* The family of a template text, or ST_CHAT_NONE with *why set. */
 static st_chat_format recognise(const char *sq, const char **name, const char **sys, const char **why) {
     *sys = NULL;
     *why = "no known family's pieces";
+    if (pieces_in_order(sq, QWEN3_PIECES, sizeof QWEN3_PIECES / sizeof *QWEN3_PIECES) &&
+        !strstr(sq, "<|im_start|>systemYou")) {
+        *name = "qwen3";
+        return ST_CHAT_QWEN3;
+    }
     if (strstr(sq, "<think>") || strstr(sq, "reasoning_content")) {
-        *why = "it renders reasoning (<think>), as Qwen3's does";
+        *why = "it renders reasoning (<think>), but not as Qwen3's template does";
         return ST_CHAT_NONE;
     }
     if (strstr(sq, "<|im_start|>") && strstr(sq, "<|im_end|>") &&
@@ -69,8 +126,14 @@ static st_chat_format recognise(const char *sq, const char **name, const char **
         *name = "chatml";
         return ST_CHAT_CHATML;
     }
+    if (!strncmp(sq, "{{-bos_token}}", 14) && !strstr(sq, "strftime_now") &&
+        pieces_in_order(sq, LLAMA31_PIECES, sizeof LLAMA31_PIECES / sizeof *LLAMA31_PIECES)) {
+        *name = "llama3.1";
+        return ST_CHAT_LLAMA31;
+    }
     if (strstr(sq, "CuttingKnowledgeDate")) {
-        *why = "Llama-3.1/3.2's dated system header is not rendered";
+        *why = strstr(sq, "strftime_now") ? "a dated system header with today's date (Llama-3.2's) is not rendered"
+                                          : "a dated system header that is not Llama-3.1's";
         return ST_CHAT_NONE;
     }
     if (strstr(sq, "'<|start_header_id|>'+message['role']+'<|end_header_id|>") &&
@@ -84,12 +147,13 @@ static st_chat_format recognise(const char *sq, const char **name, const char **
 st_status st_chat_template_init(st_chat_template *t, const char *template_text, const char *format,
                                 const char *bos_text, st_err *err) {
     memset(t, 0, sizeof *t);
+    static const char *const FORMAT_NAME[] = {NULL, "chatml", "llama3", "qwen3", "llama3.1"};
     st_chat_format want = ST_CHAT_NONE;
     if (format) {
-        if (!strcmp(format, "chatml")) want = ST_CHAT_CHATML;
-        else if (!strcmp(format, "llama3")) want = ST_CHAT_LLAMA3;
-        else
-            return st_errf(err, ST_ERR_INVALID, "--chat_format '%s': give chatml or llama3", format);
+        for (int f = ST_CHAT_CHATML; f <= ST_CHAT_LLAMA31; f++)
+            if (!strcmp(format, FORMAT_NAME[f])) want = (st_chat_format)f;
+        if (want == ST_CHAT_NONE)
+            return st_errf(err, ST_ERR_INVALID, "--chat_format '%s': give chatml, llama3, qwen3 or llama3.1", format);
     }
     st_chat_format got = ST_CHAT_NONE;
     const char *name = NULL, *sys = NULL, *why = "the tokenizer has no chat_template";
@@ -103,20 +167,20 @@ st_status st_chat_template_init(st_chat_template *t, const char *template_text, 
         if (got == ST_CHAT_NONE) {
             if (!template_text)
                 return st_errf(err, ST_ERR_INVALID, "the tokenizer has no chat_template (tokenizer_config.json "
-                               "or chat_template.jinja); give --chat_format chatml|llama3");
+                               "or chat_template.jinja); give --chat_format chatml|llama3|qwen3|llama3.1");
             return refuse(template_text, why, err);
         }
         want = got;
     } else if (got != want) {
         sys = NULL; /* the family named, without the unknown template's extras */
-        name = want == ST_CHAT_CHATML ? "chatml" : "llama3";
+        name = FORMAT_NAME[want];
     }
     t->format = want;
     t->name = name;
     t->default_system = sys;
-    if (want == ST_CHAT_LLAMA3) {
+    if (want == ST_CHAT_LLAMA3 || want == ST_CHAT_LLAMA31) {
         if (!bos_text || !*bos_text || strlen(bos_text) >= sizeof t->bos)
-            return st_errf(err, ST_ERR_INVALID, "the Llama-3 template begins with the BOS token, but the tokenizer "
+            return st_errf(err, ST_ERR_INVALID, "the Llama-3 templates begin with the BOS token, but the tokenizer "
                            "names none (tokenizer_config.json bos_token)");
         snprintf(t->bos, sizeof t->bos, "%s", bos_text);
     }
@@ -187,6 +251,75 @@ static void trim(const char *s, size_t n, size_t *a, size_t *b) {
     *a = i, *b = e;
 }
 
+/* The last occurrence of pat in s[0, n), or NULL. */
+static const char *memrmem_str(const char *s, size_t n, const char *pat) {
+    size_t pl = strlen(pat);
+    for (size_t i = n >= pl ? n - pl + 1 : 0; i-- > 0;)
+        if (!memcmp(s + i, pat, pl)) return s + i;
+    return NULL;
+}
+
+/* Python's lstrip('\n') and rstrip('\n') on [*a, *b). */
+static void lstrip_nl(const char *s, size_t *a, size_t b) {
+    while (*a < b && s[*a] == '\n') (*a)++;
+}
+static void rstrip_nl(const char *s, size_t a, size_t *b) {
+    while (*b > a && s[*b - 1] == '\n') (*b)--;
+}
+
+static int has_affix(const char *s, size_t n, const char *pre, const char *suf) {
+    size_t pl = strlen(pre), sl = strlen(suf);
+    return n >= pl && n >= sl && !memcmp(s, pre, pl) && !memcmp(s + n - sl, suf, sl);
+}
+
+/* Qwen3's template for system, user and assistant messages (chat.h). */
+static int render_qwen3(st_chat_text *c, const st_chat_msg *m, size_t n) {
+    int bad = 0;
+    if (!strcmp(m[0].role, "system"))
+        bad = PUTS(c, "<|im_start|>system\n") || put(c, m[0].content, m[0].content_len) || PUTS(c, "<|im_end|>\n");
+    size_t last_query = n - 1; /* the last user message that is not a tool response */
+    for (size_t i = n; i-- > 0;)
+        if (!strcmp(m[i].role, "user") &&
+            !has_affix(m[i].content, m[i].content_len, "<tool_response>", "</tool_response>")) {
+            last_query = i;
+            break;
+        }
+    for (size_t i = 0; i < n && !bad; i++) {
+        const char *s = m[i].content;
+        size_t len = m[i].content_len;
+        if (strcmp(m[i].role, "assistant")) {
+            if (i > 0 || strcmp(m[i].role, "system"))
+                bad = bad || PUTS(c, "<|im_start|>") || PUTS(c, m[i].role) || PUTS(c, "\n") || put(c, s, len) ||
+                       PUTS(c, "<|im_end|>\n");
+            continue;
+        }
+        /* content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') is the
+         * reasoning, content.split('</think>')[-1].lstrip('\n') the answer */
+        size_t ra = 0, rb = 0, ca = 0, cb = len;
+        const char *close = memmem(s, len, "</think>", 8);
+        if (close) {
+            rb = (size_t)(close - s);
+            rstrip_nl(s, 0, &rb);
+            const char *open = memrmem_str(s, rb, "<think>");
+            ra = open ? (size_t)(open - s) + 7 : 0;
+            lstrip_nl(s, &ra, rb);
+            ca = (size_t)(memrmem_str(s, len, "</think>") - s) + 8;
+            lstrip_nl(s, &ca, cb);
+        }
+        bad |= PUTS(c, "<|im_start|>assistant\n");
+        bad |= mark(c, c->len);
+        if (i > last_query && (i == n - 1 || rb > ra)) {
+            rstrip_nl(s, ra, &rb); /* reasoning_content.strip('\n') */
+            lstrip_nl(s, &ca, cb);
+            bad = bad || PUTS(c, "<think>\n") || put(c, s + ra, rb - ra) || PUTS(c, "\n</think>\n\n");
+        }
+        bad = bad || put(c, s + ca, cb - ca) || PUTS(c, "<|im_end|>");
+        bad |= mark(c, c->len);
+        bad |= PUTS(c, "\n");
+    }
+    return bad;
+}
+
 st_status st_chat_render(const st_chat_template *t, const st_chat_msg *m, size_t n, st_chat_text *c, st_err *err) {
     c->len = 0;
     c->n_span = 0;
@@ -195,28 +328,42 @@ st_status st_chat_render(const st_chat_template *t, const st_chat_msg *m, size_t
         if (strcmp(m[i].role, "system") && strcmp(m[i].role, "user") && strcmp(m[i].role, "assistant"))
             return st_errf(err, ST_ERR_UNSUPPORTED, "message %zu: role \"%s\"; the roles rendered are system, user "
                            "and assistant", i, m[i].role);
-    int bad = 0;
+    int bad = 0; /* pieces are appended with ||, which orders them (| would not) and stops at a failure */
     if (t->format == ST_CHAT_CHATML) {
         if (t->default_system && strcmp(m[0].role, "system")) {
-            bad |= PUTS(c, "<|im_start|>system\n") | PUTS(c, t->default_system) | PUTS(c, "<|im_end|>\n");
+            bad = bad || PUTS(c, "<|im_start|>system\n") || PUTS(c, t->default_system) || PUTS(c, "<|im_end|>\n");
         }
         for (size_t i = 0; i < n && !bad; i++) {
             int asst = !strcmp(m[i].role, "assistant");
-            bad |= PUTS(c, "<|im_start|>") | PUTS(c, m[i].role) | PUTS(c, "\n");
+            bad = bad || PUTS(c, "<|im_start|>") || PUTS(c, m[i].role) || PUTS(c, "\n");
             if (asst) bad |= mark(c, c->len);
-            bad |= put(c, m[i].content, m[i].content_len) | PUTS(c, "<|im_end|>");
+            bad = bad || put(c, m[i].content, m[i].content_len) || PUTS(c, "<|im_end|>");
             if (asst) bad |= mark(c, c->len);
             bad |= PUTS(c, "\n");
         }
-    } else if (t->format == ST_CHAT_LLAMA3) {
+    } else if (t->format == ST_CHAT_QWEN3) {
+        bad |= render_qwen3(c, m, n);
+    } else if (t->format == ST_CHAT_LLAMA3 || t->format == ST_CHAT_LLAMA31) {
         bad |= PUTS(c, t->bos);
-        for (size_t i = 0; i < n && !bad; i++) {
+        size_t first = 0;
+        if (t->format == ST_CHAT_LLAMA31) { /* the system turn, with the first message when a system one */
+            bad |= PUTS(c, "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n"
+                           "Today Date: 26 Jul 2024\n\n");
+            if (!strcmp(m[0].role, "system")) {
+                size_t a, b;
+                trim(m[0].content, m[0].content_len, &a, &b);
+                bad |= put(c, m[0].content + a, b - a);
+                first = 1;
+            }
+            bad |= PUTS(c, "<|eot_id|>");
+        }
+        for (size_t i = first; i < n && !bad; i++) {
             int asst = !strcmp(m[i].role, "assistant");
             size_t a, b;
             trim(m[i].content, m[i].content_len, &a, &b);
-            bad |= PUTS(c, "<|start_header_id|>") | PUTS(c, m[i].role) | PUTS(c, "<|end_header_id|>\n\n");
+            bad = bad || PUTS(c, "<|start_header_id|>") || PUTS(c, m[i].role) || PUTS(c, "<|end_header_id|>\n\n");
             if (asst) bad |= mark(c, c->len);
-            bad |= put(c, m[i].content + a, b - a) | PUTS(c, "<|eot_id|>");
+            bad = bad || put(c, m[i].content + a, b - a) || PUTS(c, "<|eot_id|>");
             if (asst) bad |= mark(c, c->len);
         }
     } else {
@@ -281,7 +428,8 @@ st_status st_chat_encode(const st_tokenizer *tok, const st_chat_text *c, st_chat
 #define MAX_MSGS 4096
 
 /* Append the messages of a JSON array to m. */
-static st_status add_msgs(json_object *arr, const char *field, st_chat_msg *m, size_t *n, st_err *err) {
+static st_status add_msgs(const st_chat_template *t, json_object *arr, const char *field, st_chat_msg *m, size_t *n,
+                          st_err *err) {
     size_t k = json_object_array_length(arr);
     for (size_t i = 0; i < k; i++) {
         json_object *o = json_object_array_get_idx(arr, i), *r, *c;
@@ -291,6 +439,9 @@ static st_status add_msgs(json_object *arr, const char *field, st_chat_msg *m, s
             return st_errf(err, ST_ERR_FORMAT, "\"%s\"[%zu] is not {\"role\": string, \"content\": string}", field, i);
         if (json_object_object_get_ex(o, "tool_calls", NULL))
             return st_errf(err, ST_ERR_UNSUPPORTED, "\"%s\"[%zu] has tool_calls, which strata does not render", field, i);
+        if (t->format == ST_CHAT_QWEN3 && json_object_object_get_ex(o, "reasoning_content", NULL))
+            return st_errf(err, ST_ERR_UNSUPPORTED, "\"%s\"[%zu] has reasoning_content, which strata does not render; "
+                           "put the reasoning in the content as <think>...</think>", field, i);
         if (*n == MAX_MSGS) return st_errf(err, ST_ERR_INVALID, "more than %d messages", MAX_MSGS);
         m[*n].role = json_object_get_string(r);
         m[*n].content = json_object_get_string(c);
@@ -301,9 +452,9 @@ static st_status add_msgs(json_object *arr, const char *field, st_chat_msg *m, s
 }
 
 /* One side of a prompt/completion pair: a string (one message of role) or a list. */
-static st_status add_side(json_object *v, const char *field, const char *role, st_chat_msg *m, size_t *n,
-                          st_err *err) {
-    if (json_object_is_type(v, json_type_array)) return add_msgs(v, field, m, n, err);
+static st_status add_side(const st_chat_template *t, json_object *v, const char *field, const char *role,
+                          st_chat_msg *m, size_t *n, st_err *err) {
+    if (json_object_is_type(v, json_type_array)) return add_msgs(t, v, field, m, n, err);
     if (!json_object_is_type(v, json_type_string))
         return st_errf(err, ST_ERR_FORMAT, "\"%s\" is neither a string nor a list of messages", field);
     m[*n].role = role;
@@ -335,10 +486,10 @@ st_status st_chat_render_json(const st_chat_template *t, const char *line, size_
         if (!json_object_is_type(v, json_type_array))
             rc = st_errf(err, ST_ERR_FORMAT, "\"messages\" is not a list");
         else
-            rc = add_msgs(v, "messages", m, &n, err);
+            rc = add_msgs(t, v, "messages", m, &n, err);
     } else if (json_object_object_get_ex(o, "prompt", &p) && json_object_object_get_ex(o, "completion", &c)) {
-        rc = add_side(p, "prompt", "user", m, &n, err);
-        if (!rc) rc = add_side(c, "completion", "assistant", m, &n, err);
+        rc = add_side(t, p, "prompt", "user", m, &n, err);
+        if (!rc) rc = add_side(t, c, "completion", "assistant", m, &n, err);
     } else {
         rc = st_errf(err, ST_ERR_FORMAT, "neither \"messages\" nor \"prompt\" and \"completion\"");
     }
