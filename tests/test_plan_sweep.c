@@ -47,13 +47,31 @@ static void plan_bytes_range(const st_arch *a, int B, int T, size_t *lo, size_t 
     free(p);
 }
 
+/* The fixed rule's plan (strata train without the planner: the head resident, then in
+ * PLAN_RULE_VOCAB_CHUNK-row chunks; every block keep, then offload, then recompute: the first
+ * that fits); 0 when none fits. */
+static int rule_plan(const stream_config *sc, size_t budget, stream_plan *p) {
+    static const stream_act order[] = {STREAM_ACT_KEEP, STREAM_ACT_OFFLOAD, STREAM_ACT_RECOMPUTE};
+    stream_plan_default(p, sc->arch->lay.n_blocks);
+    for (int chunk = 0; chunk < 2; chunk++) {
+        p->vocab_chunk = chunk ? PLAN_RULE_VOCAB_CHUNK : 0;
+        for (int a = 0; a < 3; a++) {
+            stream_plan_set_all(p, order[a]);
+            if (stream_device_bytes(sc, p) <= budget) return 1;
+        }
+    }
+    return 0;
+}
+
 /* Sweep the budget over [lo, hi] in SWEEP_STEPS geometric steps with options opt (NULL:
  * plan_stream's defaults); returns the number of distinct predicted step times. At every
  * budget the predicted step time must not rise (1e-9 relative: float noise), except, with
  * PLAN_HEAD_RESIDENT_IF_FITS, once where the head first stays resident (*rise: its size,
  * relative). With PLAN_HEAD_RESIDENT_ON_TIE, each plan is also held against the defaults'
  * at that budget (never slower) and, where it chunks the vocabulary, against the fastest
- * resident-head plan (none fits, or it is predicted slower than PLAN_RESIDENT_TIE allows). */
+ * resident-head plan (none fits, or it is predicted slower than PLAN_RESIDENT_TIE allows).
+ * With every option set, where the fixed rule finds a plan, the planner's is predicted no
+ * slower than the rule's. */
 static int sweep(const st_arch *a, int B, int T, const plan_profile *hw, const plan_options *opt, const char *name,
                  double *rise) {
     size_t lo, hi;
@@ -73,7 +91,7 @@ static int sweep(const st_arch *a, int B, int T, const plan_profile *hw, const p
     st_status s = plan_stream_ex(a, B, T, lo - 1, hw, opt, p, &pr, &err);
     CHECK(s == ST_ERR_NOMEM && strstr(err.msg, " 1 bytes missing"), "%s: budget %zu (one byte below the smallest "
           "plan) gave %d: %s", name, lo - 1, (int)s, err.msg);
-    double prev = INFINITY, last = -1, worst_solve = 0, t_lo = 0;
+    double prev = INFINITY, last = -1, worst_solve = 0, t_lo = 0, best_vs_rule = 0, worst_vs_rule = INFINITY;
     int distinct = 0, n_res = 0, n_chunk = 0, n_res_fits = 0;
     for (int i = 0; i <= SWEEP_STEPS; i++) {
         size_t budget = i == SWEEP_STEPS ? hi : (size_t)((double)lo * pow((double)hi / (double)lo, (double)i / SWEEP_STEPS));
@@ -96,6 +114,14 @@ static int sweep(const st_arch *a, int B, int T, const plan_profile *hw, const p
         CHECK(pr.step_s <= prev * (1 + 1e-9), "%s: budget %zu: predicted %.9g s, above %.9g s at the smaller budget "
               "before it (%d keep, %d offload, %d recompute, depth %d, vocab_chunk %d)", name, budget, pr.step_s, prev,
               pr.n_keep, pr.n_offload, pr.n_recompute, p->prefetch_depth, p->vocab_chunk);
+        plan_prediction rr;
+        if (rule_plan(&sc, budget, q) && plan_predict(a, B, T, hw, q, &rr, &qerr) == ST_OK) {
+            CHECK(pr.step_s <= rr.step_s * (1 + 1e-9), "%s: budget %zu: predicted %.9g s (vocab_chunk %d), the fixed "
+                  "rule's plan %.9g s (vocab_chunk %d, %d recompute)", name, budget, pr.step_s, p->vocab_chunk,
+                  rr.step_s, q->vocab_chunk, rr.n_recompute);
+            if (rr.step_s / pr.step_s > best_vs_rule) best_vs_rule = rr.step_s / pr.step_s;
+            if (rr.step_s / pr.step_s < worst_vs_rule) worst_vs_rule = rr.step_s / pr.step_s;
+        }
         if (prefer) {
             n_res += p->vocab_chunk == 0;
             n_chunk += p->vocab_chunk != 0;
@@ -120,7 +146,8 @@ static int sweep(const st_arch *a, int B, int T, const plan_profile *hw, const p
         if (pr.solve_s > worst_solve) worst_solve = pr.solve_s;
     }
     printf("%s: budgets %zu..%zu bytes in %d geometric steps: predicted %.4f s .. %.4f s, %d distinct, slowest solve "
-           "%.3f s", name, lo, hi, SWEEP_STEPS, t_lo, last, distinct, worst_solve);
+           "%.3f s, the rule's predicted time / the plan's %.4f .. %.4f", name, lo, hi, SWEEP_STEPS, t_lo, last,
+           distinct, worst_solve, worst_vs_rule, best_vs_rule);
     if (prefer)
         printf("; the head resident in %d plans, chunked in %d (a resident head fits at %d budgets)", n_res, n_chunk,
                n_res_fits);

@@ -60,6 +60,9 @@
 #define PLAN_PROFILE_MAX_SHAPES 8
 #define PLAN_MAX_DEPTH 6      /* prefetch depths the program considers: 1 .. this */
 #define PLAN_MAX_VCHUNKS 8    /* vocabulary choices: resident (0) and up to 7 chunk sizes */
+#define PLAN_RULE_VOCAB_CHUNK 2048 /* the fixed rule's chunk (strata train without the planner): one
+                                      of the program's choices, so the simple plans it starts from
+                                      include the rule's and no plan it returns is predicted slower */
 #define PLAN_TIME_LIMIT_MS 600 /* GLPK's default limit, building the program included */
 #define PLAN_MIP_GAP 1e-4      /* default: stop within 0.01% of the best bound */
 /* plan_options.prefer_resident_head: where the classifier (the vocabulary's head) lives.
@@ -188,8 +191,9 @@ st_status plan_profile_save(const char *path, const plan_profile *hw, st_err *er
  * version this strata does not read. */
 st_status plan_profile_load(const char *path, plan_profile *hw, st_err *err);
 
-/* The vocabulary chunk sizes the program considers (out[0] == 0: resident head), at most
- * PLAN_MAX_VCHUNKS; returns how many. */
+/* The vocabulary chunk sizes the program considers (out[0] == 0: resident head; then the
+ * vocabulary halved up to six times, in whole 64-row lines, and PLAN_RULE_VOCAB_CHUNK, all
+ * below vocab_size, descending), at most PLAN_MAX_VCHUNKS; returns how many. */
 int plan_vocab_chunks(const st_arch *a, const plan_options *opt, int *out);
 
 /* The cost model alone: the predicted step time of plan p (any plan) and its device bytes.

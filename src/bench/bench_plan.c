@@ -40,7 +40,6 @@
 #include "strata/stream.h"
 #include "strata/tier.h"
 
-#define RULE_VOCAB_CHUNK 2048 /* the fixed rule's chunk, as open_streamed in src/exec/train.c */
 
 typedef struct bp_config {
     const char *name;
@@ -99,7 +98,7 @@ static int rule_plan(const stream_config *sc, size_t budget, stream_plan *p) {
     static const stream_act order[] = {STREAM_ACT_KEEP, STREAM_ACT_OFFLOAD, STREAM_ACT_RECOMPUTE};
     stream_plan_default(p, sc->arch->lay.n_blocks);
     for (int chunk = 0; chunk < 2; chunk++) {
-        p->vocab_chunk = chunk ? RULE_VOCAB_CHUNK : 0;
+        p->vocab_chunk = chunk ? PLAN_RULE_VOCAB_CHUNK : 0;
         for (int a = 0; a < 3; a++) {
             stream_plan_set_all(p, order[a]);
             if (stream_device_bytes(sc, p) <= budget) return 1;
@@ -255,7 +254,7 @@ static st_status bench_one(const bp_config *cfg, st_backend *cpu, plan_profile *
             hi = b < hi ? b : hi;
         }
         budget = lo + (hi > lo ? (hi - lo) / 2 : 0);
-        tp->vocab_chunk = RULE_VOCAB_CHUNK;
+        tp->vocab_chunk = PLAN_RULE_VOCAB_CHUNK;
         stream_plan_set_all(tp, STREAM_ACT_RECOMPUTE);
         size_t rule_min = stream_device_bytes(&sc, tp);
         if (budget < rule_min) budget = rule_min;

@@ -529,7 +529,7 @@ static st_status open_streamed(const train_config *c, st_model *m, const st_arch
     }
     static const stream_act order[] = {STREAM_ACT_KEEP, STREAM_ACT_OFFLOAD, STREAM_ACT_RECOMPUTE};
     for (int chunk = 0; chunk < 2 && !found; chunk++) {
-        plan.vocab_chunk = chunk ? 2048 : 0;
+        plan.vocab_chunk = chunk ? PLAN_RULE_VOCAB_CHUNK : 0;
         for (int a = 0; a < 3 && !found; a++) {
             stream_plan_set_all(&plan, order[a]);
             for (int l = 0; l < L; l++)

@@ -25,6 +25,16 @@ int plan_vocab_chunks(const st_arch *a, const plan_options *opt, int *out) {
         if (n > 1 && out[n - 1] == vc) continue;
         out[n++] = vc;
     }
+    /* the fixed rule's chunk, in its place (descending): at most 6 halvings above, so room */
+    if (PLAN_RULE_VOCAB_CHUNK < V && n < PLAN_MAX_VCHUNKS) {
+        int i = 1;
+        while (i < n && out[i] > PLAN_RULE_VOCAB_CHUNK) i++;
+        if (i == n || out[i] != PLAN_RULE_VOCAB_CHUNK) {
+            memmove(out + i + 1, out + i, sizeof *out * (size_t)(n - i));
+            out[i] = PLAN_RULE_VOCAB_CHUNK;
+            n++;
+        }
+    }
     return n;
 }
 
