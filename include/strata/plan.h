@@ -6,9 +6,10 @@
  * prefetch depth and the vocabulary chunking (resident head or chunks of some rows), and
  * minimises the predicted step time
  *     compute + recompute + exposed transfer + exposed optimizer
- * subject to the device budget. The device bytes of every choice are those
- * stream_device_bytes gives (the executor's own allocation table, arena rounding
- * included): the planner reads them from that function, never from a copy of its
+ * subject to the device budget; activation choices the user fixes (plan_options.fixed_act,
+ * the key 'act') are constraints of the program, which still solves the rest. The device
+ * bytes of every choice are those stream_device_bytes gives (the executor's own allocation
+ * table, arena rounding included): the planner reads them from that function, never from a copy of its
  * formula, and checks the chosen plan against it before returning.
  *
  * Time model (LazyTrain-style windows). Each block's forward and its backward (with its
