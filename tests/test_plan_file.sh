@@ -81,7 +81,7 @@ check '[ "$(losses "$T/auto")" = "$(losses "$T/rec")" ] && cmp -s "$T/auto/$W" "
   "the recompute plan's run equals the planner's: $(losses "$T/rec")"
 
 # the run's own keys constrain a saved plan: a disk state runs it (its device bytes are the
-# run's), and refuses a bf16 drain, which it cannot take
+# run's)
 mkdir -p "$T/st" "$T/st2"
 "$S" train $A $R --plan "$T/recompute.json" --state_paths "$T/st" --run_dir "$T/disk" >"$T/disk.log" 2>&1; rc=$?
 check '[ $rc -eq 0 ] && grep -q "plan: $T/recompute.json (0 keep, 0 offload, 4 recompute" "$T/disk.log" &&
@@ -119,8 +119,12 @@ refused "a string for a number" "--plan $T/ptype.json" "key 'prefetch_depth' mus
 bad '.clip = "sometimes"' clip
 refused "an unknown clip" "--plan $T/clip.json" "key 'clip': 'sometimes' is not speculate, defer or auto"
 refused "a file that holds no plan" "--plan $T/nofit.out" "holds no plan"
-refused "a bf16 drain with a disk state" "--plan $T/bf16.json --state_paths $T/st2" \
-  "key 'grad_dtype': bf16, but the disk state (state_paths) takes fp32 gradients"
+# a bf16 drain with the disk state: the store reads the blocks' gradients as bf16, the run
+# equals the same plan with the state in RAM
+"$S" train $A $R --plan "$T/bf16.json" --run_dir "$T/b16ram" >"$T/b16ram.log" 2>&1; rc1=$?
+"$S" train $A $R --plan "$T/bf16.json" --state_paths "$T/st2" --run_dir "$T/b16disk" >"$T/b16disk.log" 2>&1; rc2=$?
+check '[ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ -n "$(losses "$T/b16ram")" ] && [ "$(losses "$T/b16ram")" = "$(losses "$T/b16disk")" ]' \
+  "a bf16 drain with the disk state ($rc1 $rc2): $(losses "$T/b16ram") vs $(losses "$T/b16disk") $(tail -2 "$T/b16disk.log")"
 need=$(jq '.device_bytes' "$T/rec/plan.json" 2>/dev/null)
 "$S" train $A $R --device_budget $((need - 1000)) --plan "$T/recompute.json" --run_dir "$T/refused" >"$T/small.log" 2>&1; rc=$?
 check '[ $rc -ne 0 ] && grep -q "plan file $T/recompute.json needs $need device bytes in this run, device_budget is $((need - 1000)): 1000 bytes missing" "$T/small.log"' \

@@ -8,6 +8,7 @@
  * applies (the speculative update is rolled back) and where it does not. A model whose
  * training state is 8x the device budget trains under that budget. */
 #include <math.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +17,7 @@
 #include "strata/train.h"
 #include "strata/optim.h"
 #include "strata/prof.h"
+#include "strata/store.h"
 #include "strata/stream.h"
 #include "strata/tensor.h"
 #include "strata/tier.h"
@@ -277,6 +279,125 @@ static void test_nonfinite(st_backend *cpu) {
     st_backend_free(dev);
 }
 
+/* The disk state beside the backward: with the optimizer state in a store, a thread updates
+ * each subgroup as its gradients land (clip scale 1) and commits only once the step turns
+ * out neither clipped nor skipped; otherwise the step is abandoned whole and redone. Every
+ * loss and final weight equals the run with the state in RAM (which speculates per block),
+ * with fp32 and bf16 drains (the store reads bf16 as bf16); steps ran beside the backward and
+ * clipped ones were abandoned; a non-finite step leaves the committed state and puts the
+ * committed weights back on the host. */
+static void store_init(void *ctx, size_t first, size_t n, float *dst) {
+    memcpy(dst, (const float *)ctx + first, n * 4);
+}
+
+static void store_run(st_backend *cpu, const gpt2_config *cfg, const stream_plan *plan, int disk, float max_norm,
+                      float *losses, float *final, int *beside, int *abandoned) {
+    st_err err = {0};
+    int B = 2, T = 16;
+    *beside = *abandoned = 0;
+    st_backend *dev;
+    CHECK(st_backend_with_budget(&dev, cpu, 16u << 20, &err) == ST_OK, "budget: %s", err.msg);
+    stream_config sc = {.arch = arch_of(cfg), .B = B, .T = T, .weight_decay = WD, .external_optimizer = disk};
+    stream_exec *x;
+    if (stream_exec_create(&x, &sc, plan, dev, &err) != ST_OK) {
+        CHECK(0, "create: %s", err.msg);
+        st_backend_free(dev);
+        return;
+    }
+    stream_init_random(x, 3);
+    const st_arch_layout *ly = &stream_arch(x)->lay;
+    size_t n = ly->n_params;
+    optim_segment *segs = calloc((size_t)ly->n_tensors, sizeof *segs);
+    train_decay_segments(ly->tensors, ly->n_tensors, WD, segs);
+    st_store *store = NULL;
+    long blob = 0;
+    if (disk) {
+        char dir[1100];
+        snprintf(dir, sizeof dir, "%s/beside-%d", test_tmpdir(), plan->grad_dtype == ST_BF16);
+        mkdir(dir, 0755);
+        const char *paths[1] = {dir};
+        /* small subgroups and cache: reads during the step, a wait for each subgroup */
+        st_store_config stc = {.paths = paths, .n_paths = 1, .segs = segs, .n_segs = ly->n_tensors,
+                               .fmt = OPTIM_STATE_F32, .region_bytes = 64u << 10, .host_budget = 1u << 20};
+        CHECK(st_store_create(&store, &stc, store_init, stream_params(x), &err) == ST_OK, "store: %s", err.msg);
+        if (store) CHECK(stream_attach_store(x, store, &blob, sizeof blob, &err) == ST_OK, "attach: %s", err.msg);
+    }
+    int32_t in[32], tg[32];
+    for (int s = 0; s < steps && (!disk || store); s++) {
+        batch(s, B, T, cfg->vocab_size, in, tg);
+        blob = s + 1;
+        stream_step_stats st;
+        adamw_params hp = hparams(s + 1);
+        CHECK(stream_step(x, in, tg, &hp, max_norm, &st, &err) == ST_OK, "step %d: %s", s, err.msg);
+        losses[s] = st.loss;
+        *beside += st.store_beside;
+        *abandoned += st.store_beside && st.rolled_back;
+    }
+    memcpy(final, stream_params(x), n * 4);
+    if (store) {
+        float *p = stream_params(x), *master = malloc(n * 4);
+        size_t at = ly->block_offset0 + 3; /* block 0's ln_1 weight: everything downstream is NaN */
+        float keep = p[at];
+        p[at] = NAN;
+        stream_set_params(x, p);
+        st_store_stats ss;
+        st_store_get_stats(store, &ss);
+        uint64_t step0 = ss.step;
+        batch(0, B, T, cfg->vocab_size, in, tg);
+        stream_step_stats st;
+        adamw_params hp = hparams(steps + 1);
+        CHECK(stream_step(x, in, tg, &hp, max_norm, &st, &err) == ST_OK, "non-finite step: %s", err.msg);
+        st_store_get_stats(store, &ss);
+        CHECK(st.skipped && ss.step == step0, "non-finite step: skipped %d, store at step %llu (was %llu)", st.skipped,
+              (unsigned long long)ss.step, (unsigned long long)step0);
+        CHECK(st_store_read_master(store, master, &err) == ST_OK, "read: %s", err.msg);
+        p[at] = keep;
+        size_t diff = 0; /* the host weights are the committed ones (the NaN put there was never committed) */
+        for (size_t i = 0; i < ly->n_params; i++) diff += memcmp(&final[i], &p[i], 4) != 0 || memcmp(&master[i], &p[i], 4) != 0;
+        CHECK(diff == 0, "after a skipped step beside the backward %zu host weights differ from the committed ones", diff);
+        free(master);
+    }
+    st_store_close(store);
+    free(segs);
+    stream_exec_free(x);
+    st_backend_free(dev);
+}
+
+static void test_store_beside(st_backend *cpu) {
+    gpt2_config cfg = {64, 16, 6, 4, 32};
+    size_t n;
+    {
+        st_err err = {0};
+        gpt2_model shell;
+        CHECK(gpt2_create_shell(&shell, &cfg, cpu, &err) == ST_OK, "shell: %s", err.msg);
+        n = shell.n_params;
+        gpt2_free(&shell);
+    }
+    float *pr = malloc(n * 4), *pd = malloc(n * 4), lr_[MAX_STEPS], ld[MAX_STEPS];
+    for (int bf = 0; bf < 2; bf++) {
+        stream_plan plan;
+        stream_plan_default(&plan, cfg.n_layer);
+        plan.clip = bf ? STREAM_CLIP_AUTO : STREAM_CLIP_SPECULATE;
+        plan.grad_dtype = bf ? ST_BF16 : ST_F32;
+        plan_mixed(&plan);
+        int b0, a0, b1, a1;
+        float max_norm = 2.5f; /* clips about half the steps (norms 1.9-3.7) */
+        store_run(cpu, &cfg, &plan, 0, max_norm, lr_, pr, &b0, &a0);
+        store_run(cpu, &cfg, &plan, 1, max_norm, ld, pd, &b1, &a1);
+        size_t diff = 0;
+        for (size_t i = 0; i < n; i++) diff += memcmp(&pr[i], &pd[i], 4) != 0;
+        int same_loss = !memcmp(lr_, ld, sizeof(float) * (size_t)steps);
+        CHECK(diff == 0 && same_loss, "%s drain: the disk state beside the backward differs from the state in RAM: "
+              "%zu of %zu weights, losses %s", bf ? "bf16" : "fp32", diff, n, same_loss ? "same" : "differ");
+        CHECK(b1 >= 2 && a1 >= 1 && b1 > a1, "%s drain: %d steps beside the backward, %d abandoned (want some of each)",
+              bf ? "bf16" : "fp32", b1, a1);
+        printf("  disk state beside the backward, %s drain: %d of %d steps beside, %d abandoned and redone, "
+               "bit-identical to the state in RAM\n", bf ? "bf16" : "fp32", b1, steps, a1);
+    }
+    free(pr);
+    free(pd);
+}
+
 int main(void) {
     st_err err = {0};
     st_backend *cpu;
@@ -444,6 +565,7 @@ int main(void) {
     }
     test_trace(cpu);
     test_nonfinite(cpu);
+    test_store_beside(cpu);
     st_backend_free(cpu);
     for (int i = 0; i < n_arches; i++) st_arch_free(arches[i]);
     return test_finish("stream");

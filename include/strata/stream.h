@@ -110,7 +110,8 @@
  * (k-1) block inputs (N C floats each); under the two-moves rule that only pays when a
  * model has far more blocks than 15 k. A planner can still mix keep and offload.
  *
- * Not yet: multi-block checkpoint segments, speculative updates of 8-bit moments.
+ * Not yet: multi-block checkpoint segments, speculative updates of 8-bit moments in host memory
+ * (the disk state's are speculated: an abandoned step is never committed).
  */
 #ifndef STRATA_STREAM_H
 #define STRATA_STREAM_H
@@ -161,8 +162,7 @@ typedef struct stream_config {
                                  restored from a cheap copy): the norm is summed as gradients
                                  land and the update runs after backward with every core */
     int external_optimizer;   /* 1: the master weights and moments live in a state store
-                                 (stream_attach_store); no moments in host memory, no
-                                 speculation: the update runs after backward, through the store */
+                                 (stream_attach_store); no moments in host memory */
 } stream_config;
 
 typedef struct stream_exec stream_exec;
@@ -184,10 +184,18 @@ float *stream_grads(stream_exec *x);
 const st_arch *stream_arch(const stream_exec *x);
 optim *stream_optim(stream_exec *x); /* NULL with an external optimizer */
 
-/* The disk tier under streaming (external_optimizer = 1, fp32 drain): each step's update
- * is st_store_step over the host gradients, writing the fp32 host weights as its working
- * copy, committed with `blob` (read at every step: the caller updates it in place before
- * stream_step). A skipped step commits nothing: the caller commits its blob. */
+/* The disk tier under streaming (external_optimizer = 1): each step's update is
+ * st_store_step over the host gradients (a bf16 drain's blocks read as bf16), writing the
+ * fp32 host weights as its working copy, committed with `blob` (read at every step: the
+ * caller updates it in place before stream_step). With overlap_optim and a clip policy that
+ * speculates (and a store that is not in place), the store's step runs on its own thread
+ * beside the backward: its reads start during the forward, each subgroup is updated with
+ * clip scale 1 as soon as its gradients have landed (the blocks' from the last to the first,
+ * the embedding's and the head's last), and the step is committed only when it turns out
+ * neither clipped nor skipped; otherwise it is abandoned whole (the store keeps its last
+ * step) and redone with the clip scale, or, skipped, the host weights are read back from the
+ * store (stats.store_beside, rolled_back). A skipped step commits nothing: the caller
+ * commits its blob. */
 struct st_store;
 st_status stream_attach_store(stream_exec *x, struct st_store *store, const void *blob, size_t blob_bytes,
                               st_err *err);
@@ -211,6 +219,8 @@ typedef struct stream_step_stats {
     double overlap_efficiency; /* compute_s / wall_s */
     double wait_s;     /* the step thread waiting on copies */
     double optim_tail_s; /* after backward: waiting for or running the optimizer */
+    int store_beside;    /* the disk state's update ran beside the backward (then rolled_back:
+                            abandoned, nothing committed, and redone with the clip scale) */
 } stream_step_stats;
 
 /* One training step: forward (mean loss over targets >= 0, dloss 1/(B*T)), backward,

@@ -92,6 +92,18 @@ struct stream_exec {
     st_store *store; /* external optimizer: the disk state store */
     const void *store_blob;
     size_t store_blob_bytes;
+    /* the disk state's update beside the backward (stream_step.c): a thread per step runs
+     * st_store_step, each subgroup updated (clip scale 1) once its gradients have landed,
+     * committed only when the step turns out neither clipped nor skipped */
+    int store_spec;            /* this step's store update runs beside the backward */
+    pthread_t store_th;
+    size_t land_lo;            /* under mu: the blocks from land_lo up have their final gradient */
+    int land_all;              /* under mu: every gradient has landed (the last job is done) */
+    int store_cancel, store_gate; /* under mu: the step failed; -1 undecided, 0 abandon, 1 commit */
+    st_store_step_args store_args;
+    adamw_params store_hp;
+    st_status store_status;
+    st_err store_err;
     int external;
     int last_clipped; /* the previous step clipped or skipped (STREAM_CLIP_AUTO defers) */
     adamw_params job_hp;

@@ -152,6 +152,11 @@ void *stream_opt_worker(void *arg) {
         pthread_mutex_unlock(&x->mu);
         run_job(x, &j);
         pthread_mutex_lock(&x->mu);
+        if (j.final && !x->dist_mode) { /* what a disk-state update beside the backward waits for */
+            size_t lo = x->b0 + (size_t)(j.block >= 0 ? j.block : 0) * x->bn;
+            if (j.block < 0) x->land_all = 1;
+            else if (lo < x->land_lo) x->land_lo = lo;
+        }
         x->jobs_done++;
         pthread_cond_broadcast(&x->cv_done);
     }

@@ -336,8 +336,6 @@ optim *stream_optim(stream_exec *x) { return x->opt; }
 st_status stream_attach_store(stream_exec *x, st_store *store, const void *blob, size_t blob_bytes, st_err *err) {
     if (!x->external)
         return st_errf(err, ST_ERR_INVALID, "stream: a state store needs stream_config.external_optimizer = 1");
-    if (x->bf16)
-        return st_errf(err, ST_ERR_UNSUPPORTED, "stream: the disk state takes fp32 gradients; drain them as fp32");
     if (st_store_numel(store) != x->n)
         return st_errf(err, ST_ERR_SHAPE, "stream: the state store holds %zu parameters, the model %zu",
                        st_store_numel(store), x->n);

@@ -13,6 +13,7 @@
  *     again only for blocks whose update cannot have started (or after the step).
  */
 #include <math.h>
+#include <omp.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -52,6 +53,68 @@ static const void *ext_grads_at(void *ctx, size_t first, size_t n) {
 static void *ext_work_at(void *ctx, size_t first, size_t n) {
     (void)n;
     return ((stream_exec *)ctx)->hp + first;
+}
+/* A bf16 drain: the blocks' gradients are read as bf16, the rest as fp32. */
+static st_dtype ext_grad_dtype_of(void *ctx, size_t i) {
+    stream_exec *x = ctx;
+    return x->bf16 && i >= x->b0 && i < x->post_off ? ST_BF16 : ST_F32;
+}
+static const void *ext_grads_as(void *ctx, size_t first, size_t n, st_dtype dt) {
+    stream_exec *x = ctx;
+    (void)n;
+    return dt == ST_BF16 ? (const void *)(x->hg16 + first) : (const void *)(x->hg + first);
+}
+/* The update beside the backward: a subgroup waits for its gradients (the blocks land from
+ * the last to the first, the embedding's and the head's with the last job), the subgroups
+ * go in that order, and the commit waits for the step's verdict. */
+static st_status store_wait(void *ctx, size_t first, size_t n, st_err *err) {
+    stream_exec *x = ctx;
+    pthread_mutex_lock(&x->mu);
+    while (!x->store_cancel && !x->land_all && !(first >= x->land_lo && first + n <= x->post_off))
+        pthread_cond_wait(&x->cv_done, &x->mu);
+    int cancel = x->store_cancel;
+    pthread_mutex_unlock(&x->mu);
+    return cancel ? st_errf(err, ST_ERR_INVALID, "stream: the step stopped before its gradients landed; its "
+                            "disk-state update was abandoned (the store holds the previous step)")
+                  : ST_OK;
+}
+static double store_order(void *ctx, size_t first, size_t end) {
+    stream_exec *x = ctx;
+    if (first >= x->b0 && end <= x->post_off) return -(double)end;
+    return (double)first; /* with the embedding's or the head's gradient: after every block */
+}
+static int store_commit(void *ctx) {
+    stream_exec *x = ctx;
+    pthread_mutex_lock(&x->mu);
+    while (x->store_gate < 0 && !x->store_cancel) pthread_cond_wait(&x->cv_done, &x->mu);
+    int commit = x->store_gate == 1 && !x->store_cancel;
+    pthread_mutex_unlock(&x->mu);
+    return commit;
+}
+static void *store_thread(void *arg) {
+    stream_exec *x = arg;
+    omp_set_num_threads(x->plan.optim_threads > 0 ? x->plan.optim_threads : 1); /* beside the compute */
+    prof_thread_name("state store");
+    x->store_status = st_store_step(x->store, &x->store_args, &x->store_hp, &x->store_err);
+    return NULL;
+}
+/* The verdict (1 commit, 0 abandon, -1 the step failed) and the thread's end: its status. */
+static st_status store_finish(stream_exec *x, int verdict, st_err *err) {
+    pthread_mutex_lock(&x->mu);
+    if (verdict < 0) x->store_cancel = 1;
+    else x->store_gate = verdict;
+    pthread_cond_broadcast(&x->cv_done);
+    pthread_mutex_unlock(&x->mu);
+    pthread_join(x->store_th, NULL);
+    x->store_spec = 0;
+    if (x->store_status && verdict >= 0) *err = x->store_err;
+    return verdict >= 0 ? x->store_status : ST_OK;
+}
+static st_store_step_args store_args(stream_exec *x, double ss) {
+    return (st_store_step_args){.grads = ext_grads_at, .grad_dtype = ST_F32,
+                                .grad_dtype_of = x->bf16 ? ext_grad_dtype_of : NULL, .grads_as = ext_grads_as,
+                                .work = ext_work_at, .work_dtype = ST_F32, .ctx = x, .grad_sumsq = ss,
+                                .blob = x->store_blob, .blob_bytes = x->store_blob_bytes};
 }
 
 static float *wslot(stream_exec *x, int l) { return x->d_w + (size_t)(l % x->nslots) * x->bn; }
@@ -121,6 +184,8 @@ st_status stream_step_accum(stream_exec *x, int n_micro, const int32_t *inputs_a
     int overlap = x->plan.overlap_optim;
     int speculate = overlap && !x->external && !x->dist_mode && x->cfg.state_format == OPTIM_STATE_F32 &&
                     (x->plan.clip == STREAM_CLIP_SPECULATE || (x->plan.clip == STREAM_CLIP_AUTO && !x->last_clipped));
+    int store_spec = overlap && x->store && !x->dist_mode && !st_store_in_place(x->store) &&
+                     (x->plan.clip == STREAM_CLIP_SPECULATE || (x->plan.clip == STREAM_CLIP_AUTO && !x->last_clipped));
     if (x->external && !x->store && !x->dist_mode)
         return st_errf(err, ST_ERR_INVALID, "stream: external optimizer but no state store attached");
     if (n_micro < 1 || (n_micro > 1 && !x->hg2))
@@ -139,7 +204,20 @@ st_status stream_step_accum(stream_exec *x, int n_micro, const int32_t *inputs_a
     x->job_hp.grad_scale = 1.0f;
     x->landed_lo = x->n;
     x->worker_status = ST_OK;
+    x->land_lo = x->n;
+    x->land_all = x->store_cancel = 0;
+    x->store_gate = -1;
     pthread_mutex_unlock(&x->mu);
+    if (store_spec) { /* reads start during the forward; updates as the backward's gradients land */
+        x->store_hp = *hp;
+        x->store_hp.grad_scale = 1.0f;
+        x->store_args = store_args(x, 0.0);
+        x->store_args.wait = store_wait;
+        x->store_args.order_key = store_order;
+        x->store_args.commit = store_commit;
+        x->store_status = ST_OK;
+        x->store_spec = pthread_create(&x->store_th, NULL, store_thread, x) == 0; /* else: after backward */
+    }
     memset(x->chunk_done, 0, x->nchunks);
 
     /* Micro-batches: each one's gradient is computed fresh (device slots and the
@@ -335,12 +413,29 @@ st_status stream_step_accum(stream_exec *x, int n_micro, const int32_t *inputs_a
     stats->clipped = !stats->skipped && max_norm > 0 && norm > max_norm;
     x->last_clipped = stats->clipped || stats->skipped;
     if (x->store) { /* the disk tier: the update and its commit, through the store */
-        if (!stats->skipped) {
+        if (x->store_spec) { /* updated beside the backward with clip scale 1: commit it, or not */
+            stats->store_beside = 1;
+            int commit = !stats->skipped && !stats->clipped;
+            prof_span w = prof_begin(PROF_CAT_OPTIM, commit ? "wait state commit" : "abandon state step", -1);
+            s = store_finish(x, commit, err);
+            prof_end(&w);
+            if (s) goto out;
+            if (commit) {
+                send_nonblock(x);
+                goto out;
+            }
+            stats->rolled_back = 1; /* nothing committed; the host weights hold the speculation */
+            if (stats->skipped) {
+                prof_span r = prof_begin(PROF_CAT_OPTIM, "rollback", -1);
+                s = st_store_read_master(x->store, x->hp, err);
+                prof_end(&r);
+                goto out;
+            }
+        }
+        if (!stats->skipped) { /* redone with the clip scale: every host weight rewritten */
             adamw_params h = *hp;
             h.grad_scale = stats->clipped ? (float)(max_norm / norm) : 1.0f;
-            st_store_step_args sa = {.grads = ext_grads_at, .grad_dtype = ST_F32, .work = ext_work_at,
-                                     .work_dtype = ST_F32, .ctx = x, .grad_sumsq = ss, .blob = x->store_blob,
-                                     .blob_bytes = x->store_blob_bytes};
+            st_store_step_args sa = store_args(x, ss);
             prof_span u = prof_begin(PROF_CAT_OPTIM, "optim step (disk state)", -1);
             s = st_store_step(x->store, &sa, &h, err);
             prof_end(&u);
@@ -380,6 +475,7 @@ st_status stream_step_accum(stream_exec *x, int n_micro, const int32_t *inputs_a
     }
     if (!stats->skipped) send_nonblock(x);
 out:
+    if (x->store_spec) store_finish(x, -1, NULL); /* the step failed before its verdict */
     if (s) x->last_clipped = 1; /* after a failure, the next step does not speculate */
     stats->optim_tail_s = st_now() - t_tail;
     prof_end(&step_span);

@@ -431,14 +431,11 @@ static st_status machine_profile(st_backend *be, const st_arch *arch, int B, int
  * disk state, or ranks, may need other bytes than the run it was made for). pred: the
  * file's prediction, if it has one (has_pred). */
 static st_status plan_from_file(const train_config *c, const st_arch *arch, const stream_config *sc, size_t budget,
-                                int ranks, stream_plan *plan, plan_prediction *pred, int *has_pred, st_err *err) {
+                                stream_plan *plan, plan_prediction *pred, int *has_pred, st_err *err) {
     plan_file *pf = malloc(sizeof *pf);
     if (!pf) return st_errf(err, ST_ERR_NOMEM, "out of memory");
     st_status s = plan_file_load(c->plan, pf, err);
     if (!s) s = plan_file_check(c->plan, pf, arch, c->batch, c->seq, err);
-    if (!s && c->state_paths[0] && ranks <= 1 && pf->plan.grad_dtype != ST_F32) /* ranks: fp32 below */
-        s = st_errf(err, ST_ERR_INVALID, "plan file %s: key 'grad_dtype': bf16, but the disk state (state_paths) takes "
-                    "fp32 gradients; set \"grad_dtype\": \"f32\" in the plan", c->plan);
     size_t need = s ? 0 : stream_device_bytes(sc, &pf->plan);
     if (!s && need > budget)
         s = st_errf(err, ST_ERR_NOMEM, "plan file %s needs %zu device bytes in this run, device_budget is %zu: %zu bytes "
@@ -505,7 +502,7 @@ static st_status open_streamed(const train_config *c, st_model *m, const st_arch
                                      : st_err_prefix(err, "key 'act'");
     if (n_fixed) po.fixed_act = fixed;
     if (strcmp(c->plan, "auto")) { /* a saved plan, run exactly (or refused) */
-        if ((s = plan_from_file(c, arch, &sc, budget, ranks, &plan, &pred, &has_pred, err))) return s;
+        if ((s = plan_from_file(c, arch, &sc, budget, &plan, &pred, &has_pred, err))) return s;
         for (int l = 0; l < L; l++)
             if (fixed[l] != PLAN_ACT_FREE && plan.act[l] != fixed[l])
                 return st_errf(err, ST_ERR_INVALID, "key 'act': block %d %s, but plan file %s has it %s: give act auto "
