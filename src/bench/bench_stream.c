@@ -4,12 +4,19 @@
  * Both executors live side by side and alternate steps (the machine is shared: a pair of
  * neighbouring steps sees the same load), each after one warm-up step. step_s and
  * unstreamed_step_s are medians; ratio is the median over pairs of streamed/unstreamed.
- * overlap_efficiency = device compute time on the step thread / step wall time (median). */
+ * overlap_efficiency = device compute time on the step thread / step wall time (median).
+ *
+ * --state-path DIR adds a third executor beside them: the same streamed step with the
+ * optimizer state in a disk store in DIR (its update beside the backward, strata/stream.h),
+ * in the same alternation; state_step_s is its median step and state_ratio the median over
+ * steps of its time over the streamed step with the state in RAM. Its losses must equal the
+ * RAM side's bit for bit (state_loss_equal). The store is removed at the end. */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bench/bench.h"
 #include "cli/cli.h"
@@ -18,16 +25,32 @@
 #include "strata/train.h"
 #include "strata/optim.h"
 #include "strata/step.h"
+#include "strata/store.h"
 #include "strata/stream.h"
 #include "strata/tier.h"
 
+
+static void bench_store_init(void *ctx, size_t first, size_t n, float *dst) {
+    memcpy(dst, (const float *)ctx + first, n * sizeof(float));
+}
+
+/* The files this bench's store made (strata/store.h: NAME.bin, NAME.manifest, its previous
+ * commit, the lock), and nothing else. */
+static void bench_store_remove(const char *dir, const char *name) {
+    const char *ext[] = {".bin", ".manifest", ".manifest.prev", ".lock"};
+    for (size_t i = 0; i < sizeof ext / sizeof ext[0]; i++) {
+        char f[4200];
+        snprintf(f, sizeof f, "%s/%s%s", dir, name, ext[i]);
+        unlink(f);
+    }
+}
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: strata bench stream [--model NAME] [--device-budget BYTES] [--batch B] [--seq T] [--steps N]\n"
             "                           [--depth D] [--acts auto|recompute|keep|offload] [--no-overlap]\n"
             "                           [--clip auto|speculate|defer] [--max-norm X] [--vocab-chunk ROWS]\n"
-            "                           [--grad-dtype f32|bf16]\n"
+            "                           [--grad-dtype f32|bf16] [--state-path DIR [--state-budget BYTES]]\n"
             "                           [--layers L] [--embd C]\n"
             "                           [--heads NH] [--vocab V] [--max-seq T] [--threads N] [--json]\n"
             "  Trains N steps (median; one warm-up each) with only the blocks being computed on a device\n"
@@ -38,6 +61,8 @@ static void usage(FILE *f) {
             "  plan fits the budget that way, else 2048. --acts auto: offload every block's activations\n"
             "  when that fits the budget, else recompute them. The default batch is 2: at batch 4 no plan\n"
             "  fits one eighth of gpt2-124m's training state.\n"
+            "  --state-path: also run the streamed step with its optimizer state in a disk store in DIR\n"
+            "  (created there, removed at the end; --state-budget: its host buffers, default 256 MiB)\n"
             "  defaults: --model gpt2-124m --batch 2 --seq 256 --steps 3 --depth 1 --acts auto\n"
             "            --max-norm 1.0\n");
 }
@@ -45,7 +70,8 @@ static void usage(FILE *f) {
 int bench_stream(int argc, char **argv) {
     const char *model = "gpt2-124m", *acts = "auto", *clip = "auto", *gdt = "f32";
     int B = 2, T = 256, steps = 3, depth = 1, overlap = 1, threads = 0, json = 0, vchunk = -1;
-    double budget_arg = 0, max_norm = 1.0;
+    double budget_arg = 0, max_norm = 1.0, state_budget = (double)TRAIN_STATE_BUDGET_DEFAULT;
+    const char *state_path = NULL;
     st_model_overrides ov = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -65,6 +91,12 @@ int bench_stream(int argc, char **argv) {
         else if (v && !strcmp(a, "--acts")) { acts = v; i++; }
         else if (v && !strcmp(a, "--vocab-chunk")) { vchunk = atoi(v); i++; }
         else if (v && !strcmp(a, "--grad-dtype")) { gdt = v; i++; }
+        else if (v && !strcmp(a, "--state-path")) { state_path = v; i++; }
+        else if (v && !strcmp(a, "--state-budget")) {
+            state_budget = cli_parse_bytes(v);
+            i++;
+            if (!(state_budget > 0)) { fprintf(stderr, "strata bench stream: bad --state-budget '%s'\n", v); return 2; }
+        }
         else if (v && !strcmp(a, "--clip")) { clip = v; i++; }
         else if (v && !strcmp(a, "--max-norm")) { max_norm = atof(v); i++; }
         else if (v && !strcmp(a, "--threads")) { threads = atoi(v); i++; }
@@ -96,11 +128,15 @@ int bench_stream(int argc, char **argv) {
     }
 
     st_err err = {0};
-    st_backend *cpu = NULL, *dev = NULL;
+    st_backend *cpu = NULL, *dev = NULL, *dev2 = NULL;
     st_model *m = NULL;
     st_arch *arch = NULL;
-    stream_exec *x = NULL;
-    st_step mem_step = {0}, str_step = {0};
+    stream_exec *x = NULL, *xd = NULL;
+    st_store *store = NULL;
+    int store_made = 0;
+    st_step mem_step = {0}, str_step = {0}, disk_step = {0};
+    double *td = NULL, *rd = NULL, *tw = NULL;
+    int beside = 0, abandoned = 0, loss_equal = 1;
     optim *opt = NULL;
     optim_segment *segs = NULL;
     int32_t *inp = NULL, *tgt = NULL;
@@ -140,6 +176,26 @@ int bench_stream(int argc, char **argv) {
     if (!segs) { st_errf(&err, ST_ERR_NOMEM, "out of memory"); goto fail; }
     train_decay_segments(m->tensors, m->n_tensors, 0.1f, segs);
     if (optim_create(&opt, segs, m->n_tensors, OPTIM_STATE_F32, &err)) goto fail;
+    const char *spaths[1] = {state_path};
+    st_store_config stc = {.paths = spaths, .n_paths = 1, .segs = segs, .n_segs = m->n_tensors,
+                           .fmt = OPTIM_STATE_F32, .host_budget = (uint64_t)state_budget,
+                           .name = "strata-bench-stream-state"};
+    if (state_path) { /* the third side: streamed, the state on disk */
+        stream_config scd = sc;
+        scd.external_optimizer = 1;
+        if (st_store_exists(&stc)) {
+            st_errf(&err, ST_ERR_INVALID, "--state-path %s already holds strata-bench-stream-state.manifest (another "
+                    "bench running, or one killed): remove strata-bench-stream-state.* there", state_path);
+            goto fail;
+        }
+        if (st_backend_with_budget(&dev2, cpu, budget, &err) || stream_exec_create(&xd, &scd, &plan, dev2, &err))
+            goto fail;
+        stream_set_params(xd, m->params);
+        if (st_store_create(&store, &stc, bench_store_init, m->params, &err)) goto fail;
+        store_made = 1;
+        if (stream_attach_store(xd, store, NULL, 0, &err)) goto fail;
+        st_step_init_streamed(&disk_step, xd, 1);
+    }
 
     int N = B * T;
     inp = malloc(sizeof(int32_t) * (size_t)N);
@@ -147,7 +203,12 @@ int bench_stream(int argc, char **argv) {
     ts = calloc((size_t)steps, sizeof(double)), tu = calloc((size_t)steps, sizeof(double));
     te = calloc((size_t)steps, sizeof(double)), rr = calloc((size_t)steps, sizeof(double));
     tc = calloc((size_t)steps, sizeof(double)), tt = calloc((size_t)steps, sizeof(double));
-    if (!inp || !tgt || !ts || !tu || !te || !rr || !tc || !tt) { st_errf(&err, ST_ERR_NOMEM, "out of memory"); goto fail; }
+    td = calloc((size_t)steps, sizeof(double)), rd = calloc((size_t)steps, sizeof(double));
+    tw = calloc((size_t)steps, sizeof(double));
+    if (!inp || !tgt || !ts || !tu || !te || !rr || !tc || !tt || !td || !rd || !tw) {
+        st_errf(&err, ST_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
     st_rng rng;
     st_rng_seed(&rng, 7);
     for (int i = 0; i < N; i++) inp[i] = (int32_t)(st_rng_u64(&rng) % (uint64_t)ly->vocab_size);
@@ -171,6 +232,29 @@ int bench_stream(int argc, char **argv) {
         if (st_step_run(&str_step, 1, B, T, inp, tgt, &hp, &rs, &err)) goto fail;
         st = rs.stream;
         loss_s = st.loss;
+        stream_step_stats sd = {0};
+        if (xd) { /* the same step with the state on disk */
+            st_step_result rdk;
+            if (st_step_run(&disk_step, 1, B, T, inp, tgt, &hp, &rdk, &err)) goto fail;
+            sd = rdk.stream;
+            loss_equal &= memcmp(&sd.loss, &st.loss, sizeof(float)) == 0;
+            st_store_stats ss;
+            st_store_get_stats(store, &ss);
+            if (!json)
+                fprintf(stderr, "  step %d: disk state %.3f s (loss %.4f, %s%s, optimizer tail %.3f s; the store's "
+                                "last step %.3f s: update %.3f, crc %.3f, waits for reads %.3f, writes %.3f, "
+                                "gradients %.3f, commit %.3f)\n", s + 1, sd.wall_s, sd.loss,
+                        sd.store_beside ? "beside the backward" : "after the backward",
+                        sd.rolled_back ? ", abandoned and redone" : "", sd.optim_tail_s, ss.step_s, ss.update_s,
+                        ss.crc_s, ss.read_wait_s, ss.write_wait_s, ss.grad_wait_s, ss.commit_s);
+            if (s >= 0) {
+                td[s] = sd.wall_s;
+                rd[s] = sd.wall_s / st.wall_s;
+                tw[s] = sd.optim_tail_s;
+                beside += sd.store_beside;
+                abandoned += sd.store_beside && sd.rolled_back;
+            }
+        }
         if (!json)
             fprintf(stderr, "  step %d: streamed %.3f s (loss %.4f, compute %.3f, waits %.3f, optimizer tail %.3f, "
                             "efficiency %.3f), unstreamed %.3f s (loss %.4f)\n",
@@ -188,6 +272,14 @@ int bench_stream(int argc, char **argv) {
     }
     double step_s = bench_median(ts, steps), un_s = bench_median(tu, steps), eff = bench_median(te, steps), ratio = bench_median(rr, steps);
     double comp_s = bench_median(tc, steps), tail_s = bench_median(tt, steps);
+    char state_json[1400] = "";
+    if (xd)
+        snprintf(state_json, sizeof state_json,
+                 ",\"state_path\":\"%s\",\"state_budget_bytes\":%.0f,\"state_step_s\":%.4f,\"state_ratio\":%.3f,"
+                 "\"state_optim_tail_s\":%.4f,\"state_steps_beside\":%d,\"state_steps_abandoned\":%d,"
+                 "\"state_loss_equal\":%s",
+                 state_path, state_budget, bench_median(td, steps), bench_median(rd, steps), bench_median(tw, steps),
+                 beside, abandoned, loss_equal ? "true" : "false");
     if (json) {
         printf("{\"bench\":\"stream\",\"model\":\"%s\",\"n_layer\":%d,\"n_embd\":%d,\"vocab_size\":%d,"
                "\"batch\":%d,\"seq\":%d,\"params\":%zu,\"threads\":%d,\"steps\":%d,\"prefetch_depth\":%d,"
@@ -196,12 +288,12 @@ int bench_stream(int argc, char **argv) {
                "\"device_peak_bytes\":%zu,\"h2d_bytes\":%llu,\"d2h_bytes\":%llu,\"h2d_act_bytes\":%llu,"
                "\"d2h_act_bytes\":%llu,\"h2d_weight_per_weight\":%.3f,\"overlap_efficiency\":%.3f,"
                "\"compute_s\":%.4f,\"optim_tail_s\":%.4f,\"step_s\":%.4f,\"unstreamed_step_s\":%.4f,"
-               "\"ratio\":%.3f,\"loss\":%.5f,\"unstreamed_loss\":%.5f}\n",
+               "\"ratio\":%.3f,\"loss\":%.5f,\"unstreamed_loss\":%.5f%s}\n",
                model, ly->n_blocks, ly->n_embd, ly->vocab_size, B, T, n, omp_get_max_threads(), steps, depth, acts,
                overlap ? "true" : "false", clip, gdt, plan.vocab_chunk, state, weight_bytes, st.device_budget_bytes, peak,
                (unsigned long long)h2d_max, (unsigned long long)d2h_max, (unsigned long long)h2d_act,
                (unsigned long long)d2h_act, (double)(h2d_max - h2d_act) / weight_bytes, eff, comp_s, tail_s, step_s,
-               un_s, ratio, loss_s, loss_u);
+               un_s, ratio, loss_s, loss_u, state_json);
     } else {
         printf("model %s (%zu params, state %.1f MB), device budget %.1f MB (peak %.1f MB), batch %d x seq %d\n"
                "streamed %.3f s/step vs unstreamed %.3f s (ratio %.3f), overlap efficiency %.3f\n"
@@ -209,6 +301,10 @@ int bench_stream(int argc, char **argv) {
                "d2h %.1f MB/step\n",
                model, n, state / 1e6, st.device_budget_bytes / 1e6, peak / 1e6, B, T, step_s, un_s, ratio, eff,
                h2d_max / 1e6, (double)(h2d_max - h2d_act) / weight_bytes, h2d_act / 1e6, d2h_max / 1e6);
+        if (xd)
+            printf("disk state (%s): %.3f s/step, %.3f x the streamed step with the state in RAM; %d of %d steps "
+                   "beside the backward (%d abandoned); losses %s\n", state_path, bench_median(td, steps),
+                   bench_median(rd, steps), beside, steps, abandoned, loss_equal ? "equal" : "DIFFER");
     }
     rc = 0;
     goto done;
@@ -216,6 +312,12 @@ fail:
     fprintf(stderr, "strata bench stream: %s\n", err.msg);
 done:
     free(inp); free(tgt); free(ts); free(tu); free(te); free(rr); free(tc); free(tt);
+    free(td); free(rd); free(tw);
+    st_step_free(&disk_step);
+    stream_exec_free(xd);
+    if (dev2) st_backend_free(dev2);
+    st_store_close(store);
+    if (store_made) bench_store_remove(state_path, stc.name);
     free(segs);
     optim_free(opt);
     stream_exec_free(x);

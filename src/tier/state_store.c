@@ -1143,9 +1143,12 @@ st_status st_store_step(st_store *s, const st_store_step_args *a, const adamw_pa
     int abandon = 0;
     if (s->cfg.in_place && (st = manifest_write(s, 1, err))) return st; /* nothing written yet: not failed */
     int n = s->n_sg, next = 0;
+    /* beside a backward, the step waits for gradients: every buffer but the current one reads
+     * ahead (from the forward on), rather than the few that leave the rest as a cache */
+    int ahead = a->wait && s->n_buf - 1 > READ_AHEAD ? s->n_buf - 1 : READ_AHEAD;
     for (int i = 0; i < n && !st; i++) {
         /* read ahead: the window [i, next) is staged or resident */
-        while (next < n && next <= i + READ_AHEAD) {
+        while (next < n && next <= i + ahead) {
             int g = order_at(s, next);
             if (s->sg[g].buf >= 0) {
                 if (s->sg[g].done != s->step_id) s->stats.hits++;
