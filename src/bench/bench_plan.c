@@ -41,17 +41,27 @@
 #include "strata/tier.h"
 
 
+/* How a configuration's device budget is chosen (bench_one), each from stream_device_bytes. */
+typedef enum bp_budget {
+    BP_BUDGET_EIGHTH,         /* one eighth of the training state (16 bytes a parameter) */
+    BP_BUDGET_RECOMPUTE,      /* halfway between the smallest all-recompute and the smallest all-offload
+                                 plan (at least the rule's smallest plan), so some blocks recompute */
+    BP_BUDGET_RULE_RECOMPUTES /* halfway between the smallest all-offload plan over the planner's vocabulary
+                                 chunks and the smallest budget at which the rule keeps or offloads: the
+                                 rule recomputes every block where the planner can offload every block */
+} bp_budget;
+
 typedef struct bp_config {
     const char *name;
     const char *model;
     int B, T;
-    int tight; /* 0: one eighth of the training state (16 bytes a parameter); 1: between the
-                  smallest plan and the smallest all-offload plan, so some blocks recompute */
+    bp_budget budget;
 } bp_config;
 
 static const bp_config CONFIGS[] = {
-    {"gpt2-124m-eighth", "gpt2-124m", 2, 256, 0},
-    {"gpt2-124m-recompute", "gpt2-124m", 2, 256, 1},
+    {"gpt2-124m-eighth", "gpt2-124m", 2, 256, BP_BUDGET_EIGHTH},
+    {"gpt2-124m-recompute", "gpt2-124m", 2, 256, BP_BUDGET_RECOMPUTE},
+    {"gpt2-124m-rule-recomputes", "gpt2-124m", 2, 256, BP_BUDGET_RULE_RECOMPUTES},
 };
 #define N_CONFIGS ((int)(sizeof CONFIGS / sizeof CONFIGS[0]))
 
@@ -80,11 +90,16 @@ static void usage(FILE *f) {
             "  either way the model's block and classifier are timed at the configuration's shape when the\n"
             "  profile lacks them (plan_profile_measure_shape).\n"
             "  Configurations (--config, default all):\n");
+    static const char *const budget_txt[] = {
+        [BP_BUDGET_EIGHTH] = "one eighth of its training state as device budget",
+        [BP_BUDGET_RECOMPUTE] = "a budget where some blocks must be recomputed",
+        [BP_BUDGET_RULE_RECOMPUTES] = "a budget where the rule recomputes every block but all could offload"};
     for (int i = 0; i < N_CONFIGS; i++)
-        fprintf(f, "    %-22s %s, batch %d x seq %d, %s\n", CONFIGS[i].name, CONFIGS[i].model, CONFIGS[i].B,
-                CONFIGS[i].T,
-                CONFIGS[i].tight ? "a budget where some blocks must be recomputed"
-                                 : "one eighth of its training state as device budget");
+        fprintf(f, "    %-25s %s, batch %d x seq %d, %s\n", CONFIGS[i].name, CONFIGS[i].model, CONFIGS[i].B,
+                CONFIGS[i].T, budget_txt[CONFIGS[i].budget]);
+    fprintf(f, "  (recompute: halfway between the smallest all-recompute and all-offload plans, at least the\n"
+               "  rule's smallest plan; rule-recomputes: halfway between the smallest budget at which every block\n"
+               "  can be offloaded and the smallest at which the rule keeps or offloads them)\n");
     fprintf(f, "  --sweep N [--model NAME] [--batch B] [--seq T] [--cost_optimal]: instead, the device budget\n"
                "  swept geometrically over N points from the smallest budget any plan fits to the whole state\n"
                "  (every block kept, the head resident); at each the planner's plan (strata train's options, or\n"
@@ -93,18 +108,52 @@ static void usage(FILE *f) {
     fprintf(f, "  defaults: --steps 3\n");
 }
 
-/* The plan strata train falls back to (open_streamed): 0 when none fits. */
-static int rule_plan(const stream_config *sc, size_t budget, stream_plan *p) {
+/* The fixed rule's candidate i of RULE_CANDIDATES, in the order strata train tries them when
+ * it falls back to the rule (open_streamed): the vocabulary resident, then in
+ * PLAN_RULE_VOCAB_CHUNK-row chunks; every block keep, then offload, then recompute. */
+#define RULE_CANDIDATES 6
+static void rule_candidate(const stream_config *sc, int i, stream_plan *p) {
     static const stream_act order[] = {STREAM_ACT_KEEP, STREAM_ACT_OFFLOAD, STREAM_ACT_RECOMPUTE};
     stream_plan_default(p, sc->arch->lay.n_blocks);
-    for (int chunk = 0; chunk < 2; chunk++) {
-        p->vocab_chunk = chunk ? PLAN_RULE_VOCAB_CHUNK : 0;
-        for (int a = 0; a < 3; a++) {
-            stream_plan_set_all(p, order[a]);
-            if (stream_device_bytes(sc, p) <= budget) return 1;
-        }
+    p->vocab_chunk = i / 3 ? PLAN_RULE_VOCAB_CHUNK : 0;
+    stream_plan_set_all(p, order[i % 3]);
+}
+
+/* The plan strata train falls back to (open_streamed): the first candidate that fits; 0 when
+ * none fits. */
+static int rule_plan(const stream_config *sc, size_t budget, stream_plan *p) {
+    for (int i = 0; i < RULE_CANDIDATES; i++) {
+        rule_candidate(sc, i, p);
+        if (stream_device_bytes(sc, p) <= budget) return 1;
     }
     return 0;
+}
+
+/* The smallest budget at which the rule's plan recomputes no block: its smallest keep or
+ * offload candidate (below it only its recompute candidates can fit). p is scratch. */
+static size_t rule_no_recompute_bytes(const stream_config *sc, stream_plan *p) {
+    size_t m = (size_t)-1;
+    for (int i = 0; i < RULE_CANDIDATES; i++) {
+        rule_candidate(sc, i, p);
+        if (p->act[0] == STREAM_ACT_RECOMPUTE) continue;
+        size_t b = stream_device_bytes(sc, p);
+        m = b < m ? b : m;
+    }
+    return m;
+}
+
+/* The smallest device bytes of a plan with every block set to act over the vocabulary chunks
+ * vcs[0..nv) (depth 1). p is scratch. */
+static size_t uniform_min_bytes(const stream_config *sc, const int *vcs, int nv, stream_act act, stream_plan *p) {
+    size_t m = (size_t)-1;
+    stream_plan_default(p, sc->arch->lay.n_blocks);
+    stream_plan_set_all(p, act);
+    for (int v = 0; v < nv; v++) {
+        p->vocab_chunk = vcs[v];
+        size_t b = stream_device_bytes(sc, p);
+        m = b < m ? b : m;
+    }
+    return m;
 }
 
 static int same_plan(const stream_plan *a, const stream_plan *b) {
@@ -237,27 +286,30 @@ static st_status bench_one(const bp_config *cfg, st_backend *cpu, plan_profile *
     size_t n = arch->lay.n_params, budget = n * 16 / 8;
     plan_options po = {.mip_gap = -1, .allow_vocab_chunk = 1,
                        .prefer_resident_head = PLAN_HEAD_RESIDENT_IF_FITS}; /* as strata train */
-    if (cfg->tight) {
+    int vcs[PLAN_MAX_VCHUNKS], nv = plan_vocab_chunks(arch, &po, vcs);
+    if (cfg->budget == BP_BUDGET_RECOMPUTE) {
         /* halfway between the smallest all-recompute and the smallest all-offload plan over
          * the planner's vocabulary chunks (depth 1), so no plan offloads or keeps every
          * block; at least the rule's smallest plan (recompute, 2048-row chunks) */
-        int vcs[PLAN_MAX_VCHUNKS], nv = plan_vocab_chunks(arch, &po, vcs);
-        size_t lo = (size_t)-1, hi = (size_t)-1;
-        stream_plan_default(tp, arch->lay.n_blocks);
-        for (int v = 0; v < nv; v++) {
-            tp->vocab_chunk = vcs[v];
-            stream_plan_set_all(tp, STREAM_ACT_RECOMPUTE);
-            size_t b = stream_device_bytes(&sc, tp);
-            lo = b < lo ? b : lo;
-            stream_plan_set_all(tp, STREAM_ACT_OFFLOAD);
-            b = stream_device_bytes(&sc, tp);
-            hi = b < hi ? b : hi;
-        }
+        size_t lo = uniform_min_bytes(&sc, vcs, nv, STREAM_ACT_RECOMPUTE, tp);
+        size_t hi = uniform_min_bytes(&sc, vcs, nv, STREAM_ACT_OFFLOAD, tp);
         budget = lo + (hi > lo ? (hi - lo) / 2 : 0);
-        tp->vocab_chunk = PLAN_RULE_VOCAB_CHUNK;
-        stream_plan_set_all(tp, STREAM_ACT_RECOMPUTE);
+        rule_candidate(&sc, RULE_CANDIDATES - 1, tp);
         size_t rule_min = stream_device_bytes(&sc, tp);
         if (budget < rule_min) budget = rule_min;
+    } else if (cfg->budget == BP_BUDGET_RULE_RECOMPUTES) {
+        /* from the smallest budget at which every block can offload (the planner's chunks) to
+         * the smallest at which the rule stops recomputing: halfway, so the rule recomputes
+         * every block and the planner may offload every one */
+        size_t lo = uniform_min_bytes(&sc, vcs, nv, STREAM_ACT_OFFLOAD, tp);
+        size_t hi = rule_no_recompute_bytes(&sc, tp);
+        if (hi <= lo + 1) {
+            s = st_errf(err, ST_ERR_UNSUPPORTED, "%s: no device budget where the rule recomputes every block and "
+                        "every block could be offloaded: the smallest all-offload plan needs %zu bytes, the rule "
+                        "keeps or offloads from %zu bytes", cfg->name, lo, hi);
+            goto done;
+        }
+        budget = lo + (hi - lo) / 2;
     }
     out->budget = budget;
     out->load0 = load_avg();
@@ -280,7 +332,16 @@ static st_status bench_one(const bp_config *cfg, st_backend *cpu, plan_profile *
         s = st_errf(err, ST_ERR_NOMEM, "%s: the fixed rule finds no plan within %zu device bytes", cfg->name, budget);
         goto done;
     }
-    for (int l = 0; l < rp->n_layer; l++) out->constrained |= rp->act[l] != STREAM_ACT_KEEP;
+    int rule_rc = 0;
+    for (int l = 0; l < rp->n_layer; l++) {
+        out->constrained |= rp->act[l] != STREAM_ACT_KEEP;
+        rule_rc += rp->act[l] == STREAM_ACT_RECOMPUTE;
+    }
+    if (cfg->budget == BP_BUDGET_RULE_RECOMPUTES && rule_rc != rp->n_layer) {
+        s = st_errf(err, ST_ERR_UNSUPPORTED, "%s: at %zu device bytes the rule recomputes %d of %d blocks, not "
+                    "every one", cfg->name, budget, rule_rc, rp->n_layer);
+        goto done;
+    }
     out->same = same_plan(pp, rp);
     plan_summary(pp, out->plan_txt, sizeof out->plan_txt);
     plan_summary(rp, out->rule_txt, sizeof out->rule_txt);
