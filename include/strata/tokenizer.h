@@ -89,9 +89,17 @@ int32_t st_tokenizer_token_id(const st_tokenizer *tok, const char *token);
  * token may hold a NUL byte: st_tokenizer_decode gives its bytes. */
 const char *st_tokenizer_id_token(const st_tokenizer *tok, int32_t id);
 
-/* Encode len bytes of text (UTF-8; invalid bytes are encoded byte-level). Writes at most cap
- * ids and sets *n to the number of ids the text needs; if that is more than cap it returns
- * ST_ERR_INVALID (call again with cap >= *n). No BOS/EOS is added. */
+/* Encode len bytes of text. Writes at most cap ids and sets *n to the number of ids the text
+ * needs; if that is more than cap it returns ST_ERR_INVALID (call again with cap >= *n). No
+ * BOS/EOS is added.
+ * The text need not be valid UTF-8. Where a pre-tokenizer regex splits the text (byte-level
+ * tokenizer.json files, rank files), each stretch of valid UTF-8 is encoded as text, and each
+ * stretch of invalid bytes (bytes that start no character; the regex, compiled with
+ * PCRE2_MATCH_INVALID_UTF, never matches them) is its own piece, merged byte-level and never
+ * joined to the text around it: tiktoken's rule (Encoding._encode_single_piece), which
+ * tests/test_tokenizer_corpus.c checks id for id (`tokenizers` takes no invalid UTF-8). In a
+ * character-level model each invalid byte stands alone: its <0xNN> byte_fallback token, else
+ * the unk token. st_tokenizer_decode gives the same bytes back. */
 st_status st_tokenizer_encode(const st_tokenizer *tok, const char *text, size_t len, int32_t *ids,
                               size_t cap, size_t *n, st_err *err);
 /* Decode ids to bytes (special tokens included, as their text). Writes at most cap bytes and
