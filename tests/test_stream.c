@@ -297,7 +297,8 @@ static void store_run(st_backend *cpu, const gpt2_config *cfg, const stream_plan
     *beside = *abandoned = 0;
     st_backend *dev;
     CHECK(st_backend_with_budget(&dev, cpu, 16u << 20, &err) == ST_OK, "budget: %s", err.msg);
-    stream_config sc = {.arch = arch_of(cfg), .B = B, .T = T, .weight_decay = WD, .external_optimizer = disk};
+    stream_config sc = {.arch = arch_of(cfg), .B = B, .T = T, .weight_decay = WD, .external_optimizer = disk,
+                        .store_beside = 1};
     stream_exec *x;
     if (stream_exec_create(&x, &sc, plan, dev, &err) != ST_OK) {
         CHECK(0, "create: %s", err.msg);

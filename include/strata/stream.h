@@ -163,6 +163,12 @@ typedef struct stream_config {
                                  land and the update runs after backward with every core */
     int external_optimizer;   /* 1: the master weights and moments live in a state store
                                  (stream_attach_store); no moments in host memory */
+    int store_beside;         /* 1: the store's step runs beside the backward (below) where
+                                 the plan speculates; 0: after the backward. Beside pays where
+                                 the device computes on cores of its own; on the CPU backend
+                                 the store's CRCs, copies and update take the compute's cores
+                                 (measured slower: docs/BENCHMARKS.md), so strata train sets it
+                                 from the measured profile (plan_profile.host_work_slowdown) */
 } stream_config;
 
 typedef struct stream_exec stream_exec;
@@ -187,8 +193,8 @@ optim *stream_optim(stream_exec *x); /* NULL with an external optimizer */
 /* The disk tier under streaming (external_optimizer = 1): each step's update is
  * st_store_step over the host gradients (a bf16 drain's blocks read as bf16), writing the
  * fp32 host weights as its working copy, committed with `blob` (read at every step: the
- * caller updates it in place before stream_step). With overlap_optim and a clip policy that
- * speculates (and a store that is not in place), the store's step runs on its own thread
+ * caller updates it in place before stream_step). With store_beside, overlap_optim and a clip
+ * policy that speculates (and a store that is not in place), the store's step runs on its own thread
  * beside the backward: its reads start during the forward, each subgroup is updated with
  * clip scale 1 as soon as its gradients have landed (the blocks' from the last to the first,
  * the embedding's and the head's last), and the step is committed only when it turns out

@@ -50,7 +50,8 @@ static void usage(FILE *f) {
             "usage: strata bench stream [--model NAME] [--device-budget BYTES] [--batch B] [--seq T] [--steps N]\n"
             "                           [--depth D] [--acts auto|recompute|keep|offload] [--no-overlap]\n"
             "                           [--clip auto|speculate|defer] [--max-norm X] [--vocab-chunk ROWS]\n"
-            "                           [--grad-dtype f32|bf16] [--state-path DIR [--state-budget BYTES]]\n"
+            "                           [--grad-dtype f32|bf16]\n"
+            "                           [--state-path DIR [--state-budget BYTES] [--store-beside 0|1]]\n"
             "                           [--layers L] [--embd C]\n"
             "                           [--heads NH] [--vocab V] [--max-seq T] [--threads N] [--json]\n"
             "  Trains N steps (median; one warm-up each) with only the blocks being computed on a device\n"
@@ -62,7 +63,9 @@ static void usage(FILE *f) {
             "  when that fits the budget, else recompute them. The default batch is 2: at batch 4 no plan\n"
             "  fits one eighth of gpt2-124m's training state.\n"
             "  --state-path: also run the streamed step with its optimizer state in a disk store in DIR\n"
-            "  (created there, removed at the end; --state-budget: its host buffers, default 256 MiB)\n"
+            "  (created there, removed at the end; --state-budget: its host buffers, default 256 MiB;\n"
+            "  --store-beside 1: its update beside the backward, as where the device has cores of its own;\n"
+            "  default 0, after the backward, what strata train chooses on the CPU backend)\n"
             "  defaults: --model gpt2-124m --batch 2 --seq 256 --steps 3 --depth 1 --acts auto\n"
             "            --max-norm 1.0\n");
 }
@@ -72,6 +75,7 @@ int bench_stream(int argc, char **argv) {
     int B = 2, T = 256, steps = 3, depth = 1, overlap = 1, threads = 0, json = 0, vchunk = -1;
     double budget_arg = 0, max_norm = 1.0, state_budget = (double)TRAIN_STATE_BUDGET_DEFAULT;
     const char *state_path = NULL;
+    int store_beside = 0;
     st_model_overrides ov = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -92,6 +96,14 @@ int bench_stream(int argc, char **argv) {
         else if (v && !strcmp(a, "--vocab-chunk")) { vchunk = atoi(v); i++; }
         else if (v && !strcmp(a, "--grad-dtype")) { gdt = v; i++; }
         else if (v && !strcmp(a, "--state-path")) { state_path = v; i++; }
+        else if (v && !strcmp(a, "--store-beside")) {
+            if (strcmp(v, "0") && strcmp(v, "1")) {
+                fprintf(stderr, "strata bench stream: --store-beside '%s': use 1 (beside the backward) or 0 (after)\n", v);
+                return 2;
+            }
+            store_beside = *v == '1';
+            i++;
+        }
         else if (v && !strcmp(a, "--state-budget")) {
             state_budget = cli_parse_bytes(v);
             i++;
@@ -183,6 +195,7 @@ int bench_stream(int argc, char **argv) {
     if (state_path) { /* the third side: streamed, the state on disk */
         stream_config scd = sc;
         scd.external_optimizer = 1;
+        scd.store_beside = store_beside;
         if (st_store_exists(&stc)) {
             st_errf(&err, ST_ERR_INVALID, "--state-path %s already holds strata-bench-stream-state.manifest (another "
                     "bench running, or one killed): remove strata-bench-stream-state.* there", state_path);
@@ -275,10 +288,10 @@ int bench_stream(int argc, char **argv) {
     char state_json[1400] = "";
     if (xd)
         snprintf(state_json, sizeof state_json,
-                 ",\"state_path\":\"%s\",\"state_budget_bytes\":%.0f,\"state_step_s\":%.4f,\"state_ratio\":%.3f,"
+                 ",\"state_path\":\"%s\",\"store_beside\":%d,\"state_budget_bytes\":%.0f,\"state_step_s\":%.4f,\"state_ratio\":%.3f,"
                  "\"state_optim_tail_s\":%.4f,\"state_steps_beside\":%d,\"state_steps_abandoned\":%d,"
                  "\"state_loss_equal\":%s",
-                 state_path, state_budget, bench_median(td, steps), bench_median(rd, steps), bench_median(tw, steps),
+                 state_path, store_beside, state_budget, bench_median(td, steps), bench_median(rd, steps), bench_median(tw, steps),
                  beside, abandoned, loss_equal ? "true" : "false");
     if (json) {
         printf("{\"bench\":\"stream\",\"model\":\"%s\",\"n_layer\":%d,\"n_embd\":%d,\"vocab_size\":%d,"

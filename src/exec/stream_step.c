@@ -184,7 +184,7 @@ st_status stream_step_accum(stream_exec *x, int n_micro, const int32_t *inputs_a
     int overlap = x->plan.overlap_optim;
     int speculate = overlap && !x->external && !x->dist_mode && x->cfg.state_format == OPTIM_STATE_F32 &&
                     (x->plan.clip == STREAM_CLIP_SPECULATE || (x->plan.clip == STREAM_CLIP_AUTO && !x->last_clipped));
-    int store_spec = overlap && x->store && !x->dist_mode && !st_store_in_place(x->store) &&
+    int store_spec = x->cfg.store_beside && overlap && x->store && !x->dist_mode && !st_store_in_place(x->store) &&
                      (x->plan.clip == STREAM_CLIP_SPECULATE || (x->plan.clip == STREAM_CLIP_AUTO && !x->last_clipped));
     if (x->external && !x->store && !x->dist_mode)
         return st_errf(err, ST_ERR_INVALID, "stream: external optimizer but no state store attached");

@@ -511,6 +511,13 @@ static st_status open_streamed(const train_config *c, st_model *m, const st_arch
         found = 1;
     } else {
         s = machine_profile(be, arch, c->batch, c->seq, &hw, &perr);
+        /* the disk state's update beside the backward pays only where host work leaves the
+         * device's compute alone (not on the CPU backend, whose device is the host's cores) */
+        if (!s && external && ranks <= 1) {
+            sc.store_beside = hw.host_work_slowdown < 0.5;
+            st_log(1, "disk state: the store's update runs %s the backward (measured host_work_slowdown %.2f)\n",
+                   sc.store_beside ? "beside" : "after", hw.host_work_slowdown);
+        }
         if (!s) s = plan_stream_ex(arch, c->batch, c->seq, budget, &hw, &po, &plan, &pred, &perr);
         if (s == ST_ERR_NOMEM && n_fixed) { /* the choices given do not fit: refused, not bypassed */
             *err = perr;
