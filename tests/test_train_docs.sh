@@ -59,12 +59,20 @@ check '[ $rc -eq 0 ] && wts "$T/ga" "$T/gs" && [ -n "$(val "$T/ga")" ] && [ "$(v
 "$S" train $gpt --device_budget 4e6 --plan "$T/p_vc.json" --run_dir "$T/sv" >"$T/sv.txt" 2>&1; rc=$?
 check '[ $rc -eq 0 ] && grep -q "vocabulary chunked" "$T/sv.txt" && [ "$(losses "$T/sv")" = "$(losses "$T/d1")" ]' \
   "gpt2 streamed, chunked vocabulary (host embedding), the in-memory losses (rc $rc): $(losses "$T/sv") vs $(losses "$T/d1")"
+# a budget of exactly the plan's device bytes holds the documents' buffers too (counted in the
+# blocks' bind bytes, allocated before the first packed batch)
+need=$(jq '.device_bytes' "$T/s1/plan.json")
+"$S" train $gpt --device_budget "$need" --plan "$T/s1/plan.json" --run_dir "$T/sx" >"$T/sx.txt" 2>&1; rc=$?
+check '[ $rc -eq 0 ] && same "$T/d1" "$T/sx"' "gpt2 streamed in exactly the plan's $need device bytes (rc $rc): $(tail -2 "$T/sx.txt")"
 
 "$S" train $qwen --run_dir "$T/q1" >"$T/q1.txt" 2>&1
 "$S" train $qwen --doc_mask 0 --run_dir "$T/q0" >"$T/q0.txt" 2>&1
 check '[ "$(losses "$T/q1")" != "$(losses "$T/q0")" ]' "qwen3: documents change the losses: $(losses "$T/q1") vs $(losses "$T/q0")"
 "$S" train $qwen --device_budget 4e6 --run_dir "$T/qs1" >"$T/qs1.txt" 2>&1
 check 'grep -q "layer streaming" "$T/qs1.txt" && same "$T/q1" "$T/qs1"' "qwen3 streamed doc_mask 1 = in memory: $(losses "$T/qs1") vs $(losses "$T/q1")"
+need=$(jq '.device_bytes' "$T/qs1/plan.json")
+"$S" train $qwen --device_budget "$need" --plan "$T/qs1/plan.json" --run_dir "$T/qsx" >"$T/qsx.txt" 2>&1; rc=$?
+check '[ $rc -eq 0 ] && same "$T/q1" "$T/qsx"' "qwen3 streamed in exactly the plan's $need device bytes (rc $rc): $(tail -2 "$T/qsx.txt")"
 "$S" train $qwen --device_budget 4e6 --doc_mask 0 --run_dir "$T/qs0" >"$T/qs0.txt" 2>&1
 check 'same "$T/q0" "$T/qs0"' "qwen3 streamed doc_mask 0 = in memory: $(losses "$T/qs0") vs $(losses "$T/q0")"
 sed -E '/"blocks"/{n;s/"[a-z]+"/"offload"/;n;s/"[a-z]+"/"recompute"/}' "$T/qs1/plan.json" > "$T/q_or.json"

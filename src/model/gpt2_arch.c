@@ -32,7 +32,11 @@ static gpt2_config shell_cfg(const st_arch *a) {
     return d;
 }
 
-static size_t g_bind_bytes(const st_arch *a, int B, int T) { return rnd(gpt2_scratch_bytes(cfg_of(a), B, T)); }
+/* The scratch, and the packed documents' positions and starts (2 B T int32, allocated here
+ * rather than at the first packed batch, so a plan that fills its budget holds them too). */
+static size_t g_bind_bytes(const st_arch *a, int B, int T) {
+    return rnd(gpt2_scratch_bytes(cfg_of(a), B, T)) + rnd(2 * (size_t)B * T * sizeof(int32_t));
+}
 
 static st_status g_bind(st_blocks *b, st_err *err) {
     gpt2_model *m = calloc(1, sizeof *m);
@@ -40,6 +44,8 @@ static st_status g_bind(st_blocks *b, st_err *err) {
     gpt2_config d = shell_cfg(b->arch);
     st_status s = gpt2_create_shell(m, &d, b->be, err);
     if (!s) s = gpt2_alloc_scratch(m, b->B, b->T, err);
+    if (!s && !(m->docs = b->be->ops->alloc(b->be, 2 * (size_t)b->B * b->T * sizeof(int32_t))))
+        s = st_errf(err, ST_ERR_NOMEM, "gpt2: out of memory for the documents of a %d x %d batch", b->B, b->T);
     if (s) {
         gpt2_free(m);
         free(m);

@@ -211,8 +211,8 @@ size_t llama_block_act_floats(const llama_config *c, int B, int T) { return set_
 
 /* What st_blocks_bind allocates on the backend, one allocation each (absent: 0 bytes). */
 enum { BD_INPUTS, BD_SCRATCH, BD_DC, BD_DA, BD_DF, BD_DGU, BD_DQKV, BD_DQKVN, BD_COS, BD_SIN,
-       /* packed documents (a_set_docs, allocated on first use, not counted by bind_bytes):
-        * doc_start (N int32), the rotary tables gathered at each token's position (N, hs/2) */
+       /* packed documents (a_set_docs; allocated at bind, counted by bind_bytes): doc_start
+        * (N int32), the rotary tables gathered at each token's position (N, hs/2) */
        BD_DOCSTART, BD_COSP, BD_SINP, BD_COUNT };
 
 typedef struct llama_bound {
@@ -235,7 +235,10 @@ static void bound_sizes(const llama_config *c, int B, int T, size_t bytes[BD_COU
     bytes[BD_DQKV] = N * W * sizeof(float);           /* d(q|k|v projection) */
     bytes[BD_DQKVN] = c->qk_norm ? N * W * sizeof(float) : 0; /* d(normed q|k) */
     bytes[BD_COS] = bytes[BD_SIN] = (size_t)T * (hs / 2) * sizeof(float);
-    bytes[BD_DOCSTART] = bytes[BD_COSP] = bytes[BD_SINP] = 0; /* a_set_docs's, on first use */
+    /* packed documents (a_set_docs): their starts and the rotary tables at their positions,
+     * allocated at bind so a plan that fills its budget holds them too */
+    bytes[BD_DOCSTART] = N * sizeof(int32_t);
+    bytes[BD_COSP] = bytes[BD_SINP] = N * (hs / 2) * sizeof(float);
 }
 
 static size_t arena_round(size_t bytes) { return (bytes + ST_ARENA_ALIGN - 1) / ST_ARENA_ALIGN * ST_ARENA_ALIGN; }
