@@ -475,7 +475,12 @@ st_status stream_step_accum(stream_exec *x, int n_micro, const int32_t *inputs_a
     }
     if (!stats->skipped) send_nonblock(x);
 out:
-    if (x->store_spec) store_finish(x, -1, NULL); /* the step failed before its verdict */
+    if (x->store_spec) { /* the step failed before its verdict: nothing committed, and the host
+                            weights some subgroups' updates reached are the committed ones again */
+        store_finish(x, -1, NULL);
+        st_err e2 = {0};
+        if (st_store_read_master(x->store, x->hp, &e2)) st_log(2, "stream: %s\n", e2.msg);
+    }
     if (s) x->last_clipped = 1; /* after a failure, the next step does not speculate */
     stats->optim_tail_s = st_now() - t_tail;
     prof_end(&step_span);

@@ -1060,6 +1060,10 @@ static st_status stage(st_store *s, int g, int b, st_err *err) {
     sbuf *x = &s->buf[b];
     st_status st = wait_ticket(s, &x->wt, &s->stats.write_wait_s, err);
     if (st) return st;
+    if (x->rt) { /* a read never checked (an abandoned step's read-ahead): done, its bytes dropped */
+        st_io_wait(s->io, x->rt, NULL);
+        x->rt = 0;
+    }
     if (x->sg >= 0) s->sg[x->sg].buf = -1;
     subgroup *sg = &s->sg[g];
     x->sg = g;
@@ -1219,9 +1223,17 @@ st_status st_store_step(st_store *s, const st_store_step_args *a, const adamw_pa
     }
     if (abandon && !s->cfg.in_place) {
         /* the regions written are not the current ones and nothing points at them: drop the
-         * buffers that hold this step's updates, keep those that hold the committed state */
+         * buffers that hold this step's updates or reads not yet checked, keep those that
+         * hold the committed state, checked */
         for (int b = 0; b < s->n_buf; b++) {
             sbuf *x = &s->buf[b];
+            if (x->rt) { /* read ahead, never checked (a wait failed first): finished and dropped */
+                st_io_wait(s->io, x->rt, NULL);
+                x->rt = 0;
+                if (x->sg >= 0) s->sg[x->sg].buf = -1;
+                x->sg = -1;
+                continue;
+            }
             if (x->sg >= 0 && s->sg[x->sg].done == s->step_id) {
                 s->sg[x->sg].buf = -1;
                 s->sg[x->sg].done = -1;
