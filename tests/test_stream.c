@@ -286,10 +286,6 @@ static void test_nonfinite(st_backend *cpu) {
  * with fp32 and bf16 drains (the store reads bf16 as bf16); steps ran beside the backward and
  * clipped ones were abandoned; a non-finite step leaves the committed state and puts the
  * committed weights back on the host. */
-static void store_init(void *ctx, size_t first, size_t n, float *dst) {
-    memcpy(dst, (const float *)ctx + first, n * 4);
-}
-
 static void store_run(st_backend *cpu, const gpt2_config *cfg, const stream_plan *plan, int disk, float max_norm,
                       float *losses, float *final, int *beside, int *abandoned) {
     st_err err = {0};
@@ -320,7 +316,7 @@ static void store_run(st_backend *cpu, const gpt2_config *cfg, const stream_plan
         /* small subgroups and cache: reads during the step, a wait for each subgroup */
         st_store_config stc = {.paths = paths, .n_paths = 1, .segs = segs, .n_segs = ly->n_tensors,
                                .fmt = OPTIM_STATE_F32, .region_bytes = 64u << 10, .host_budget = 1u << 20};
-        CHECK(st_store_create(&store, &stc, store_init, stream_params(x), &err) == ST_OK, "store: %s", err.msg);
+        CHECK(st_store_create(&store, &stc, st_store_init_copy, stream_params(x), &err) == ST_OK, "store: %s", err.msg);
         if (store) CHECK(stream_attach_store(x, store, &blob, sizeof blob, &err) == ST_OK, "attach: %s", err.msg);
     }
     int32_t in[32], tg[32];

@@ -99,6 +99,9 @@ typedef struct st_store_config {
 
 /* Fill dst[0..n) with the initial master weights of flat elements [first, first+n). */
 typedef void (*st_store_init_fn)(void *ctx, size_t first, size_t n, float *dst);
+/* The st_store_init_fn of a store whose master weights start as a vector in memory: ctx is
+ * the fp32 weight of the store's element 0. */
+void st_store_init_copy(void *ctx, size_t first, size_t n, float *dst);
 /* Fill a subgroup of a new store, flat elements [first, first+n): master[n] and the moment
  * buffers moments[0..n_moments) (optim_state_buffer's layout for the store's segments
  * clipped to the range, counted from first; st_store_moment_offset places an element in

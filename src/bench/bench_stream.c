@@ -30,10 +30,6 @@
 #include "strata/tier.h"
 
 
-static void bench_store_init(void *ctx, size_t first, size_t n, float *dst) {
-    memcpy(dst, (const float *)ctx + first, n * sizeof(float));
-}
-
 /* The files this bench's store made (strata/store.h: NAME.bin, NAME.manifest, its previous
  * commit, the lock), and nothing else. */
 static void bench_store_remove(const char *dir, const char *name) {
@@ -204,7 +200,7 @@ int bench_stream(int argc, char **argv) {
         if (st_backend_with_budget(&dev2, cpu, budget, &err) || stream_exec_create(&xd, &scd, &plan, dev2, &err))
             goto fail;
         stream_set_params(xd, m->params);
-        if (st_store_create(&store, &stc, bench_store_init, m->params, &err)) goto fail;
+        if (st_store_create(&store, &stc, st_store_init_copy, m->params, &err)) goto fail;
         store_made = 1;
         if (stream_attach_store(xd, store, NULL, 0, &err)) goto fail;
         st_step_init_streamed(&disk_step, xd, 1);

@@ -612,9 +612,6 @@ static st_status eval_loss(const train_config *c, st_model *m, stream_exec *sx, 
  * The store commits every step with the loop's state (step, data position) as its blob,
  * so it is the checkpoint: a run killed at any instant resumes from the last commit. */
 
-static void store_init_from(void *ctx, size_t first, size_t n, float *dst) {
-    memcpy(dst, (const float *)ctx + first, n * sizeof(float)); /* ctx: the weights of the store's first element */
-}
 
 /* ------------------------------------------------------------------ re-sharding the disk state
  * A disk state written at W ranks resumed at M != W: each new rank makes its own store
@@ -928,7 +925,7 @@ static st_status open_store(const train_config *c, const train_dist *d, st_model
                                            "holds a run's state; continue it with --resume %s, or remove the store to "
                                            "start over", paths[0], c->run_dir) : ST_OK;
         if ((s = agree(d, s, "checking the state paths", err))) return s;
-        s = st_store_create(out, &sc, store_init_from, mine, err);
+        s = st_store_create(out, &sc, st_store_init_copy, mine, err);
         if (s) st_err_prefix(err, "key 'state_paths'");
         if ((s = agree(d, s, "creating the state stores", err))) return s;
         st_failpoint("train_store_created");

@@ -1402,6 +1402,10 @@ void st_store_get_stats(const st_store *s, st_store_stats *out) {
 
 int st_store_in_place(const st_store *s) { return s->cfg.in_place; }
 
+void st_store_init_copy(void *ctx, size_t first, size_t n, float *dst) {
+    memcpy(dst, (const float *)ctx + first, n * sizeof(float));
+}
+
 size_t st_store_numel(const st_store *s) { return s->numel; }
 int st_store_n_paths(const st_store *s) { return s->cfg.n_paths; }
 uint64_t st_store_path_bytes(const st_store *s, int p) {
