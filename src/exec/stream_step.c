@@ -46,15 +46,11 @@ void stream_init_random(stream_exec *x, uint64_t seed) {
 
 /* The disk state store's views (st_store_step_args): it reads the gradients and updates the
  * parameters in place. */
-static const void *ext_grads_at(void *ctx, size_t first, size_t n) {
-    (void)n;
-    return ((stream_exec *)ctx)->hg + first;
-}
 static void *ext_work_at(void *ctx, size_t first, size_t n) {
     (void)n;
     return ((stream_exec *)ctx)->hp + first;
 }
-/* A bf16 drain: the blocks' gradients are read as bf16, the rest as fp32. */
+/* The gradients as they landed: fp32, or with a bf16 drain the blocks' as bf16. */
 static st_dtype ext_grad_dtype_of(void *ctx, size_t i) {
     stream_exec *x = ctx;
     return x->bf16 && i >= x->b0 && i < x->post_off ? ST_BF16 : ST_F32;
@@ -111,8 +107,7 @@ static st_status store_finish(stream_exec *x, int verdict, st_err *err) {
     return verdict >= 0 ? x->store_status : ST_OK;
 }
 static st_store_step_args store_args(stream_exec *x, double ss) {
-    return (st_store_step_args){.grads = ext_grads_at, .grad_dtype = ST_F32,
-                                .grad_dtype_of = x->bf16 ? ext_grad_dtype_of : NULL, .grads_as = ext_grads_as,
+    return (st_store_step_args){.grad_dtype_of = ext_grad_dtype_of, .grads_as = ext_grads_as,
                                 .work = ext_work_at, .work_dtype = ST_F32, .ctx = x, .grad_sumsq = ss,
                                 .blob = x->store_blob, .blob_bytes = x->store_blob_bytes};
 }
@@ -182,10 +177,11 @@ st_status stream_step_accum(stream_exec *x, int n_micro, const int32_t *inputs_a
 
     /* this step's optimizer jobs */
     int overlap = x->plan.overlap_optim;
-    int speculate = overlap && !x->external && !x->dist_mode && x->cfg.state_format == OPTIM_STATE_F32 &&
-                    (x->plan.clip == STREAM_CLIP_SPECULATE || (x->plan.clip == STREAM_CLIP_AUTO && !x->last_clipped));
-    int store_spec = x->cfg.store_beside && overlap && x->store && !x->dist_mode && !st_store_in_place(x->store) &&
-                     (x->plan.clip == STREAM_CLIP_SPECULATE || (x->plan.clip == STREAM_CLIP_AUTO && !x->last_clipped));
+    /* the clip policy allows an update before the norm is known (in RAM, or the disk state's) */
+    int spec_ok = overlap && !x->dist_mode &&
+                  (x->plan.clip == STREAM_CLIP_SPECULATE || (x->plan.clip == STREAM_CLIP_AUTO && !x->last_clipped));
+    int speculate = spec_ok && !x->external && x->cfg.state_format == OPTIM_STATE_F32;
+    int store_spec = spec_ok && x->cfg.store_beside && x->store && !st_store_in_place(x->store);
     if (x->external && !x->store && !x->dist_mode)
         return st_errf(err, ST_ERR_INVALID, "stream: external optimizer but no state store attached");
     if (n_micro < 1 || (n_micro > 1 && !x->hg2))
