@@ -51,6 +51,13 @@ static void make_segs(optim_segment *segs, size_t *numel) {
     *numel = at;
 }
 
+/* a and b equal over the segments (the gap between them is never written) */
+static int segs_equal(const float *a, const float *b, const optim_segment *segs) {
+    int same = 1;
+    for (int k = 0; k < NSEG; k++) same &= !memcmp(a + segs[k].offset, b + segs[k].offset, segs[k].n * 4);
+    return same;
+}
+
 static void fill_grads(float *g, uint16_t *gb, size_t n, unsigned seed) {
     st_rng r;
     st_rng_seed(&r, seed);
@@ -127,10 +134,7 @@ static void run_identity(optim_state_format fmt, st_dtype gdt, int in_place) {
             CHECK(blob && bb == sizeof(int) && *blob == 3, "blob after reopen: %zu bytes", bb);
             float *mm = malloc(numel * 4);
             CHECK(st_store_read_master(st, mm, &err) == ST_OK, "read master: %s", err.msg);
-            int same = 1;
-            for (int s2 = 0; s2 < NSEG; s2++)
-                same &= !memcmp(mm + segs[s2].offset, rp + segs[s2].offset, segs[s2].n * 4);
-            CHECK(same, "master weights after reopen differ from the reference");
+            CHECK(segs_equal(mm, rp, segs), "master weights after reopen differ from the reference");
             free(mm);
         }
         fill_grads(g, gb, numel, 100 + step);
@@ -148,9 +152,7 @@ static void run_identity(optim_state_format fmt, st_dtype gdt, int in_place) {
         CHECK(ss.hits + ss.misses == ss.n_subgroups, "step %d: %d hits + %d misses != %d subgroups", step, ss.hits,
               ss.misses, ss.n_subgroups);
         CHECK(ss.write_bytes > 0 && ss.step == (uint64_t)step, "step %d stats", step);
-        int same = 1;
-        for (int s2 = 0; s2 < NSEG; s2++) same &= !memcmp(work + segs[s2].offset, rwork + segs[s2].offset, segs[s2].n * 4);
-        CHECK(same, "%s states, %s grads%s: step %d working copy differs from the in-memory optimizer",
+        CHECK(segs_equal(work, rwork, segs), "%s states, %s grads%s: step %d working copy differs from the in-memory optimizer",
               fmt ? "8bit" : "f32", st_dtype_name(gdt), in_place ? ", in place" : "", step);
     }
     CHECK(total_hits >= 4, "the cache never hit (%d hits over 6 steps)", total_hits);
@@ -159,9 +161,7 @@ static void run_identity(optim_state_format fmt, st_dtype gdt, int in_place) {
     if (st) {
         float *mm = malloc(numel * 4);
         CHECK(st_store_read_master(st, mm, &err) == ST_OK, "read master: %s", err.msg);
-        int same = 1;
-        for (int s2 = 0; s2 < NSEG; s2++) same &= !memcmp(mm + segs[s2].offset, rp + segs[s2].offset, segs[s2].n * 4);
-        CHECK(same, "final master weights differ");
+        CHECK(segs_equal(mm, rp, segs), "final master weights differ");
         free(mm);
         /* the split follows the weights 1:3 (bytes per path) */
         double b0 = (double)st_store_path_bytes(st, 0), b1 = (double)st_store_path_bytes(st, 1);
@@ -466,9 +466,7 @@ static void test_speculative(optim_state_format fmt) {
             CHECK(ss2.abandoned && ss2.step == (uint64_t)step - 1, "step %d: abandoned %d, store at step %llu", step,
                   ss2.abandoned, (unsigned long long)ss2.step);
             CHECK(st_store_read_master(st, mm, &err) == ST_OK, "read after abandon: %s", err.msg);
-            int same = 1; /* the segments: read_master leaves the gap between them alone */
-            for (int k = 0; k < NSEG; k++) same &= !memcmp(mm + segs[k].offset, before + segs[k].offset, segs[k].n * 4);
-            CHECK(same, "step %d: an abandoned step changed the committed weights", step);
+            CHECK(segs_equal(mm, before, segs), "step %d: an abandoned step changed the committed weights", step);
             size_t bb;
             const int *blob = st_store_blob(st, &bb);
             CHECK(blob && *blob == step - 1, "step %d: an abandoned step committed its blob", step);
@@ -484,15 +482,11 @@ static void test_speculative(optim_state_format fmt) {
         CHECK(!c.early, "step %d: a subgroup's gradient was read before its wait returned", step);
         CHECK(!c.out_of_order && c.waits == ss2.n_subgroups, "step %d: %d waits for %d subgroups, %s", step, c.waits,
               ss2.n_subgroups, c.out_of_order ? "not in the caller's order" : "in order");
-        int same = 1;
-        for (int k = 0; k < NSEG; k++) same &= !memcmp(work + segs[k].offset, rwork + segs[k].offset, segs[k].n * 4);
-        CHECK(same, "%s states: speculative step %d differs from the in-memory optimizer", fmt ? "8bit" : "f32", step);
+        CHECK(segs_equal(work, rwork, segs), "%s states: speculative step %d differs from the in-memory optimizer", fmt ? "8bit" : "f32", step);
     }
     if (st) {
         CHECK(st_store_read_master(st, mm, &err) == ST_OK, "read: %s", err.msg);
-        int same = 1;
-        for (int k = 0; k < NSEG; k++) same &= !memcmp(mm + segs[k].offset, rp + segs[k].offset, segs[k].n * 4);
-        CHECK(same, "final master weights after abandoned steps differ");
+        CHECK(segs_equal(mm, rp, segs), "final master weights after abandoned steps differ");
         st_store_close(st);
         /* reopened: the committed step 4, not an abandoned one */
         CHECK(st_store_open(&st, &sc, &err) == ST_OK, "reopen: %s", err.msg);
@@ -528,8 +522,6 @@ static void test_spec_in_place(void) {
     if (!st) return;
     float *g = calloc(65536, 4);
     grads_ctx gc = {g, 4, NULL};
-    spec_ctx c = {.verdict = 1};
-    (void)c;
     adamw_params hp = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 1, .grad_scale = 1};
     st_store_step_args sa = {.grads = grads_at, .grad_dtype = ST_F32, .ctx = &gc, .commit = spec_commit};
     st_status s = st_store_step(st, &sa, &hp, &err);
