@@ -225,7 +225,8 @@ static void pat_put(pat_buf *p, const char *s, size_t l) {
 /* Rewrite \s, \S, \p{L}, \p{N} (and \P{L}, \P{N}) of a pattern as explicit classes
  * that match what Oniguruma matches, minding whether they stand inside a character class. A
  * negated one inside a class cannot be written so: refused. */
-static st_status rewrite_classes(const st_tokenizer *t, const char *in, const char *field, char **out, st_err *err) {
+static st_status rewrite_classes(const st_tokenizer *t, const char *in, const char *field, int keep_props, char **out,
+                                 st_err *err) {
     size_t n = strlen(in);
     pat_buf o = {0};
     int in_class = 0;
@@ -238,7 +239,7 @@ static st_status rewrite_classes(const st_tokenizer *t, const char *in, const ch
             if (e == 's' || e == 'S') {
                 members = WHITE_SPACE;
                 negated = e == 'S';
-            } else if ((e == 'p' || e == 'P') && i + 4 < n && in[i + 2] == '{' && in[i + 4] == '}' &&
+            } else if (!keep_props && (e == 'p' || e == 'P') && i + 4 < n && in[i + 2] == '{' && in[i + 4] == '}' &&
                        (in[i + 3] == 'L' || in[i + 3] == 'N')) {
                 members = in[i + 3] == 'L' ? "\\p{L}" EXTRA_L : "\\p{N}" EXTRA_N;
                 negated = e == 'P';
@@ -281,29 +282,55 @@ static st_status rewrite_classes(const st_tokenizer *t, const char *in, const ch
     return ST_OK;
 }
 
+static pcre2_code *compile_jit(const char *pattern, uint32_t opts, int *jit, int *ec, PCRE2_SIZE *eo) {
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, opts, ec, eo, NULL);
+    /* without JIT the interpreter gives the same matches */
+    *jit = re && pcre2_jit_compile(re, PCRE2_JIT_COMPLETE) == 0;
+    return re;
+}
+
 st_status tok_add_split(st_tokenizer *t, const char *pattern, uint32_t extra_opts, const char *field,
                            st_err *err) {
     if (t->n_steps >= (int)(sizeof t->steps / sizeof t->steps[0]))
         return st_errf(err, ST_ERR_UNSUPPORTED, "%s: %s: too many pre-tokenizer steps", t->path, field);
-    int ec;
+    int ec, jit = 0, jit_fast = 0;
     PCRE2_SIZE eo;
-    char *rewritten = NULL;
+    char *rewritten = NULL, *fast = NULL;
     if (!(extra_opts & PCRE2_LITERAL)) {
-        st_status s = rewrite_classes(t, pattern, field, &rewritten, err);
-        if (s != ST_OK) return s;
+        st_status s = rewrite_classes(t, pattern, field, 0, &rewritten, err);
+        if (s == ST_OK) s = rewrite_classes(t, pattern, field, 1, &fast, err);
+        if (s != ST_OK) {
+            free(rewritten);
+            return s;
+        }
     }
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)(rewritten ? rewritten : pattern), PCRE2_ZERO_TERMINATED,
-                                   PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | extra_opts, &ec, &eo, NULL);
-    free(rewritten);
+    uint32_t opts = PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | extra_opts;
+    pcre2_code *re = compile_jit(rewritten ? rewritten : pattern, opts, &jit, &ec, &eo);
     if (!re) {
+        free(rewritten);
+        free(fast);
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(ec, msg, sizeof msg);
         return st_errf(err, ST_ERR_UNSUPPORTED, "%s: %s: regex '%s' does not compile (at offset %zu with \\s, \\p{L}, \\p{N} spelled out): %s", t->path,
                        field, pattern, (size_t)eo, (const char *)msg);
     }
-    pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* without JIT the interpreter gives the same matches */
-    t->steps[t->n_steps].kind = STEP_SPLIT;
-    t->steps[t->n_steps].re = re;
+    /* The two patterns differ only in classes that differ only at the code points of
+     * uni_new: on text without any of them they match the same. */
+    pcre2_code *re_fast = NULL;
+    if (fast && strcmp(fast, rewritten) != 0) {
+        if (!t->uni_new)
+            t->uni_new = compile_jit("[" EXTRA_L EXTRA_N "]", PCRE2_UTF | PCRE2_MATCH_INVALID_UTF, &t->uni_new_jit, &ec,
+                                     &eo);
+        if (t->uni_new) re_fast = compile_jit(fast, opts, &jit_fast, &ec, &eo);
+    }
+    free(rewritten);
+    free(fast);
+    pt_step *st = &t->steps[t->n_steps];
+    st->kind = STEP_SPLIT;
+    st->re = re;
+    st->jit = jit;
+    st->re_fast = re_fast;
+    st->jit_fast = jit_fast;
     t->n_steps++;
     return ST_OK;
 }
@@ -422,6 +449,19 @@ st_status st_tokenizer_load_ex(st_tokenizer **out, const char *path, const st_to
     }
     if (s == ST_OK && dir) s = tok_load_config(t, path, err);
     if (s == ST_OK && opts) s = tok_apply_opts(t, opts, err);
+    if (s == ST_OK && !(t->enc = calloc(TOK_ENC_SLOTS, sizeof *t->enc)))
+        s = st_errf(err, ST_ERR_NOMEM, "tokenizer %s: out of memory", path);
+    if (s == ST_OK) {
+        for (int i = 0; i < TOK_ENC_SLOTS; i++) atomic_init(&t->enc[i].busy, 0);
+        t->cache_entries = TOK_CACHE_ENTRIES;
+        for (int pass = 0; pass < ADDED_PASSES; pass++) {
+            for (int b = 0; b < 256; b++)
+                if (t->added && t->added_first[pass][b] >= 0) {
+                    t->added_nfirst[pass]++;
+                    t->added_first_byte[pass] = (uint8_t)b;
+                }
+        }
+    }
     if (s != ST_OK) {
         st_tokenizer_free(t);
         return s;
@@ -430,10 +470,18 @@ st_status st_tokenizer_load_ex(st_tokenizer **out, const char *path, const st_to
     return ST_OK;
 }
 
+static void enc_free(tok_enc *e);
+
 void st_tokenizer_free(st_tokenizer *t) {
     if (!t) return;
+    for (int i = 0; t->enc && i < TOK_ENC_SLOTS; i++) enc_free(t->enc[i].e);
+    free(t->enc);
     for (size_t i = 0; t->id_str && i < t->n_ids; i++) free(t->id_str[i]);
-    for (int i = 0; i < t->n_steps; i++) pcre2_code_free(t->steps[i].re);
+    for (int i = 0; i < t->n_steps; i++) {
+        pcre2_code_free(t->steps[i].re);
+        pcre2_code_free(t->steps[i].re_fast);
+    }
+    pcre2_code_free(t->uni_new);
     for (int i = 0; i < t->n_norm; i++) {
         free(t->norm[i].a);
         free(t->norm[i].b);
@@ -474,10 +522,17 @@ const char *st_tokenizer_id_token(const st_tokenizer *t, int32_t id) {
 
 typedef struct heap_item { uint32_t rank, pos; int32_t new_id; } heap_item;
 
-typedef struct enc_ctx {
-    const st_tokenizer *t;
-    int32_t *ids;
-    size_t cap, n;
+/* A cache slot: the pre-token's hash and where its record starts in the arena, plus one
+ * (0: an empty slot). A record is the pre-token's length (a byte), its number of ids (a
+ * byte), its bytes and its ids (unaligned int32), together so that a hit reads one place. */
+typedef struct cache_slot { uint32_t h, rec; } cache_slot;
+/* Longer pre-tokens are merged every time (long ones seldom repeat; at most 2 ids a byte).
+ * Per entry the arena has room for CACHE_REC_BYTES on average. */
+enum { CACHE_KEY_MAX = 64, CACHE_REC_BYTES = 48 };
+/* BPE scratch past this many symbols is freed when the encode call ends */
+enum { SCRATCH_KEEP = 1 << 14 };
+
+struct tok_enc {
     pcre2_match_data *md;
     pcre2_match_context *mctx; /* NULL until a match needs more than JIT's default stack */
     pcre2_jit_stack *js;
@@ -485,11 +540,192 @@ typedef struct enc_ctx {
     int32_t *sym;
     int32_t *prev, *next;
     heap_item *heap;
-    size_t scratch_cap, heap_cap;
+    size_t scratch_cap;
     char *mapped; /* a word in byte-level spelling, for ignore_merges */
     size_t mapped_cap;
+    /* the pre-token cache: open addressing over mask + 1 slots holding at most max entries
+     * (a half), emptied whole when it or an arena is full; made on first use */
+    size_t max, count, mask;
+    cache_slot *tab;
+    uint8_t *arena;
+    size_t arena_used, arena_cap;
+    int no_cache; /* its allocation failed: encode without */
+};
+
+typedef struct enc_ctx {
+    const st_tokenizer *t;
+    int32_t *ids;
+    size_t cap, n;
+    tok_enc *e;
     st_err *err;
 } enc_ctx;
+
+static void enc_free(tok_enc *e) {
+    if (!e) return;
+    pcre2_match_data_free(e->md);
+    pcre2_match_context_free(e->mctx);
+    pcre2_jit_stack_free(e->js);
+    free(e->sym);
+    free(e->prev);
+    free(e->next);
+    free(e->heap);
+    free(e->mapped);
+    free(e->tab);
+    free(e->arena);
+    free(e);
+}
+
+static tok_enc *enc_new(size_t cache_entries) {
+    tok_enc *e = calloc(1, sizeof *e);
+    if (!e) return NULL;
+    e->max = cache_entries;
+    e->md = pcre2_match_data_create(16, NULL);
+    if (!e->md) {
+        free(e);
+        return NULL;
+    }
+    return e;
+}
+
+/* A free encoder state of t, or where all TOK_ENC_SLOTS are busy one of this call's own,
+ * without a cache; *slot: its slot, -1 for an own one. NULL: out of memory. */
+static tok_enc *enc_acquire(const st_tokenizer *t, int *slot) {
+    *slot = -1;
+    for (int i = 0; t->enc && i < TOK_ENC_SLOTS; i++) {
+        tok_enc_slot *sl = &t->enc[i];
+        if (atomic_load_explicit(&sl->busy, memory_order_relaxed) ||
+            atomic_exchange_explicit(&sl->busy, 1, memory_order_acquire))
+            continue;
+        if (!sl->e && !(sl->e = enc_new(t->cache_entries))) {
+            atomic_store_explicit(&sl->busy, 0, memory_order_release);
+            return NULL;
+        }
+        *slot = i;
+        return sl->e;
+    }
+    return enc_new(0);
+}
+
+static void enc_release(const st_tokenizer *t, tok_enc *e, int slot) {
+    if (slot < 0) {
+        enc_free(e);
+        return;
+    }
+    if (e->scratch_cap > SCRATCH_KEEP) { /* a long word's scratch is not kept */
+        free(e->sym);
+        free(e->prev);
+        free(e->next);
+        free(e->heap);
+        e->sym = e->prev = e->next = NULL;
+        e->heap = NULL;
+        e->scratch_cap = 0;
+    }
+    if (e->mapped_cap > 2 * SCRATCH_KEEP) {
+        free(e->mapped);
+        e->mapped = NULL;
+        e->mapped_cap = 0;
+    }
+    atomic_store_explicit(&t->enc[slot].busy, 0, memory_order_release);
+}
+
+void tok_set_cache_entries(st_tokenizer *t, size_t entries) {
+    t->cache_entries = entries;
+    for (int i = 0; t->enc && i < TOK_ENC_SLOTS; i++) {
+        enc_free(t->enc[i].e);
+        t->enc[i].e = NULL;
+    }
+}
+
+/* 1 to 7 bytes as one word (not injective: for hashing) */
+static uint64_t load_short(const uint8_t *p, size_t n) {
+    if (n >= 4) {
+        uint32_t a, b;
+        memcpy(&a, p, 4);
+        memcpy(&b, p + n - 4, 4);
+        return (uint64_t)a << 32 | b;
+    }
+    return (uint64_t)p[0] << 16 | (uint64_t)p[n >> 1] << 8 | p[n - 1];
+}
+
+/* Hash of a short byte string, 8 bytes at a time. */
+static uint32_t hash_piece(const uint8_t *p, size_t n) {
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ n, v;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        memcpy(&v, p + i, 8);
+        h = (h ^ v) * 0xff51afd7ed558ccdull;
+        h ^= h >> 29;
+    }
+    if (i < n) {
+        if (n >= 8)
+            memcpy(&v, p + n - 8, 8);
+        else
+            v = load_short(p, n);
+        h = (h ^ v) * 0xff51afd7ed558ccdull;
+    }
+    return (uint32_t)(hash_u64(h) >> 32);
+}
+
+static int bytes_equal(const uint8_t *a, const uint8_t *b, size_t n) {
+    uint64_t x, y;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        memcpy(&x, a + i, 8);
+        memcpy(&y, b + i, 8);
+        if (x != y) return 0;
+    }
+    for (; i < n; i++)
+        if (a[i] != b[i]) return 0;
+    return 1;
+}
+
+/* The record of w, or NULL. */
+static const uint8_t *cache_get(const tok_enc *e, const uint8_t *w, size_t len, uint32_t h) {
+    if (!e->tab) return NULL;
+    for (size_t i = h & e->mask;; i = (i + 1) & e->mask) {
+        cache_slot sl = e->tab[i];
+        if (sl.rec == 0) return NULL;
+        const uint8_t *r = e->arena + sl.rec - 1;
+        if (sl.h == h && r[0] == len && bytes_equal(r + 2, w, len)) return r;
+    }
+}
+
+/* Remember that w (len <= CACHE_KEY_MAX, not in the cache) encodes to ids[0..nid). Best
+ * effort: without memory nothing is kept. */
+static void cache_put(tok_enc *e, const uint8_t *w, size_t len, uint32_t h, const int32_t *ids, size_t nid) {
+    if (e->no_cache) return;
+    if (!e->tab) {
+        size_t slots = tok_pow2_at_least(2 * e->max);
+        e->arena_cap = e->max * CACHE_REC_BYTES;
+        e->tab = calloc(slots, sizeof *e->tab);
+        e->arena = malloc(e->arena_cap);
+        if (!e->tab || !e->arena || e->arena_cap >= UINT32_MAX) {
+            free(e->tab);
+            free(e->arena);
+            e->tab = NULL;
+            e->arena = NULL;
+            e->no_cache = 1;
+            return;
+        }
+        e->mask = slots - 1;
+    }
+    size_t need = 2 + len + 4 * nid;
+    if (nid > UINT8_MAX || need > e->arena_cap) return;
+    if (e->count == e->max || e->arena_used + need > e->arena_cap) {
+        memset(e->tab, 0, (e->mask + 1) * sizeof *e->tab);
+        e->count = e->arena_used = 0;
+    }
+    size_t i = h & e->mask;
+    while (e->tab[i].rec) i = (i + 1) & e->mask;
+    e->tab[i] = (cache_slot){h, (uint32_t)e->arena_used + 1};
+    uint8_t *r = e->arena + e->arena_used;
+    r[0] = (uint8_t)len;
+    r[1] = (uint8_t)nid;
+    memcpy(r + 2, w, len);
+    memcpy(r + 2 + len, ids, 4 * nid);
+    e->arena_used += need;
+    e->count++;
+}
 
 static void emit(enc_ctx *c, int32_t id) {
     if (c->n < c->cap) c->ids[c->n] = id;
@@ -528,43 +764,45 @@ static heap_item heap_pop(heap_item *h, size_t *n) {
 }
 
 static st_status grow(enc_ctx *c, size_t len) {
-    if (len <= c->scratch_cap) return ST_OK;
+    tok_enc *e = c->e;
+    if (len <= e->scratch_cap) return ST_OK;
     size_t cap = tok_pow2_at_least(len);
-    int32_t *s = realloc(c->sym, cap * sizeof *s), *p, *nx;
-    if (s) c->sym = s;
-    p = realloc(c->prev, cap * sizeof *p);
-    if (p) c->prev = p;
-    nx = realloc(c->next, cap * sizeof *nx);
-    if (nx) c->next = nx;
+    int32_t *s = realloc(e->sym, cap * sizeof *s), *p, *nx;
+    if (s) e->sym = s;
+    p = realloc(e->prev, cap * sizeof *p);
+    if (p) e->prev = p;
+    nx = realloc(e->next, cap * sizeof *nx);
+    if (nx) e->next = nx;
     /* every symbol can put at most two pairs on the heap per merge, plus the initial ones */
-    heap_item *h = realloc(c->heap, 3 * cap * sizeof *h);
-    if (h) c->heap = h;
+    heap_item *h = realloc(e->heap, 3 * cap * sizeof *h);
+    if (h) e->heap = h;
     if (!s || !p || !nx || !h) return st_errf(c->err, ST_ERR_NOMEM, "tokenizer: out of memory for a %zu-byte word", len);
-    c->scratch_cap = cap;
+    e->scratch_cap = cap;
     return ST_OK;
 }
 
 /* BPE on one pre-token (raw bytes). */
-static st_status bpe_word(enc_ctx *c, const uint8_t *w, size_t len) {
+static st_status bpe_merge(enc_ctx *c, const uint8_t *w, size_t len) {
     const st_tokenizer *t = c->t;
+    tok_enc *e = c->e;
     if (len == 0) return ST_OK;
     if (t->ignore_merges) {
         const char *word = (const char *)w;
         size_t ml = len;
         if (t->byte_level) {
             size_t need = 2 * len;
-            if (need > c->mapped_cap) {
-                char *m = realloc(c->mapped, need);
+            if (need > e->mapped_cap) {
+                char *m = realloc(e->mapped, need);
                 if (!m) return st_errf(c->err, ST_ERR_NOMEM, "tokenizer: out of memory");
-                c->mapped = m;
-                c->mapped_cap = need;
+                e->mapped = m;
+                e->mapped_cap = need;
             }
             ml = 0;
             for (size_t i = 0; i < len; i++) {
-                memcpy(c->mapped + ml, t->byte_chr[w[i]], t->byte_chr_len[w[i]]);
+                memcpy(e->mapped + ml, t->byte_chr[w[i]], t->byte_chr_len[w[i]]);
                 ml += t->byte_chr_len[w[i]];
             }
-            word = c->mapped;
+            word = e->mapped;
         }
         int32_t id = tok_vocab_find(t, word, ml);
         if (id >= 0) {
@@ -575,7 +813,7 @@ static st_status bpe_word(enc_ctx *c, const uint8_t *w, size_t len) {
     /* a byte-level character is at most 2 bytes, so byte fallback makes at most 2 symbols a byte */
     st_status s = grow(c, t->byte_level && t->byte_fallback ? 2 * len : len);
     if (s != ST_OK) return s;
-    int32_t *sym = c->sym, *prev = c->prev, *next = c->next;
+    int32_t *sym = e->sym, *prev = e->prev, *next = e->next;
     size_t n = 0;
     int unk_pending = 0;
     /* tokenizers' BPE::merge_word: each character's id; else its bytes' <0xNN> ids; else unk,
@@ -624,10 +862,10 @@ static st_status bpe_word(enc_ctx *c, const uint8_t *w, size_t len) {
     size_t hn = 0;
     for (size_t i = 0; i + 1 < n; i++) {
         const merge_slot *m = merge_find(t, sym[i], sym[i + 1]);
-        if (m) heap_push(c->heap, &hn, (heap_item){m->rank, (uint32_t)i, m->new_id});
+        if (m) heap_push(e->heap, &hn, (heap_item){m->rank, (uint32_t)i, m->new_id});
     }
     while (hn > 0) {
-        heap_item top = heap_pop(c->heap, &hn);
+        heap_item top = heap_pop(e->heap, &hn);
         uint32_t pos = top.pos;
         if (sym[pos] < 0) continue; /* merged into its left neighbour */
         int32_t nx = next[pos];
@@ -641,15 +879,38 @@ static st_status bpe_word(enc_ctx *c, const uint8_t *w, size_t len) {
         if (prev[pos] >= 0) {
             int32_t p = prev[pos];
             const merge_slot *mp = merge_find(t, sym[p], sym[pos]);
-            if (mp) heap_push(c->heap, &hn, (heap_item){mp->rank, (uint32_t)p, mp->new_id});
+            if (mp) heap_push(e->heap, &hn, (heap_item){mp->rank, (uint32_t)p, mp->new_id});
         }
         if (next[pos] >= 0) {
             const merge_slot *mn = merge_find(t, sym[pos], sym[next[pos]]);
-            if (mn) heap_push(c->heap, &hn, (heap_item){mn->rank, pos, mn->new_id});
+            if (mn) heap_push(e->heap, &hn, (heap_item){mn->rank, pos, mn->new_id});
         }
     }
     for (int32_t i = n ? 0 : -1; i >= 0; i = next[i]) emit(c, sym[i]);
     return ST_OK;
+}
+
+/* One pre-token's ids: from the cache, or merged and then cached. A pre-token's ids depend on
+ * its bytes alone, so a cached one gives the ids merging would. */
+static st_status bpe_word(enc_ctx *c, const uint8_t *w, size_t len) {
+    tok_enc *e = c->e;
+    if (e->max == 0 || len > CACHE_KEY_MAX) return bpe_merge(c, w, len);
+    uint32_t h = hash_piece(w, len);
+    const uint8_t *r = cache_get(e, w, len, h);
+    if (r) {
+        const uint8_t *id = r + 2 + len;
+        for (unsigned k = 0; k < r[1]; k++, id += 4) {
+            int32_t v;
+            memcpy(&v, id, 4);
+            emit(c, v);
+        }
+        return ST_OK;
+    }
+    size_t n0 = c->n;
+    st_status s = bpe_merge(c, w, len);
+    /* ids past cap were counted, not written: such a word is not cached */
+    if (s == ST_OK && c->n <= c->cap && c->n > n0) cache_put(e, w, len, h, c->ids + n0, c->n - n0);
+    return s;
 }
 
 /* Metaspace: spaces become the replacement character, which is put in front (always, or only
@@ -677,15 +938,28 @@ static st_status pretok(enc_ctx *c, int k, const uint8_t *p, size_t len, int at_
     }
     size_t pos = 0, at = 0;
     st_status s;
+    tok_enc *e = c->e;
+    const pcre2_code *re = st->re;
+    int jit = st->jit;
+    if (st->re_fast) { /* text without the code points the fast pattern misclassifies */
+        int rc = t->uni_new_jit ? pcre2_jit_match(t->uni_new, p, len, 0, 0, e->md, NULL)
+                                : pcre2_match(t->uni_new, p, len, 0, 0, e->md, NULL);
+        if (rc == PCRE2_ERROR_NOMATCH) {
+            re = st->re_fast;
+            jit = st->jit_fast;
+        }
+    }
     while (at <= len) {
-        int rc = pcre2_match(st->re, p, len, at, 0, c->md, c->mctx);
-        if (rc == PCRE2_ERROR_JIT_STACKLIMIT && !c->mctx) {
+        /* pcre2_jit_match skips pcre2_match's checks of its arguments, which hold here */
+        int rc = jit ? pcre2_jit_match(re, p, len, at, 0, e->md, e->mctx)
+                     : pcre2_match(re, p, len, at, 0, e->md, e->mctx);
+        if (rc == PCRE2_ERROR_JIT_STACKLIMIT && !e->mctx) {
             /* JIT's default 32 KiB stack is enough for ordinary text; a long run that
-             * backtracks gets a larger one for the rest of this call */
-            c->js = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, NULL);
-            c->mctx = pcre2_match_context_create(NULL);
-            if (!c->js || !c->mctx) return st_errf(c->err, ST_ERR_NOMEM, "tokenizer: out of memory");
-            pcre2_jit_stack_assign(c->mctx, NULL, c->js);
+             * backtracks gets a larger one, kept with the encoder state */
+            if (!e->js) e->js = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, NULL);
+            e->mctx = pcre2_match_context_create(NULL);
+            if (!e->js || !e->mctx) return st_errf(c->err, ST_ERR_NOMEM, "tokenizer: out of memory");
+            pcre2_jit_stack_assign(e->mctx, NULL, e->js);
             continue;
         }
         if (rc == PCRE2_ERROR_NOMATCH) break;
@@ -695,7 +969,7 @@ static st_status pretok(enc_ctx *c, int k, const uint8_t *p, size_t len, int at_
             return st_errf(c->err, ST_ERR_INVALID, "tokenizer %s: pre-tokenizer regex failed at byte %zu: %s",
                            t->path, at, (const char *)msg);
         }
-        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(c->md);
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(e->md);
         size_t ms = ov[0], me = ov[1];
         if (me == ms) { /* an empty match splits nothing: step over one character */
             at = ms + 1;
@@ -773,9 +1047,15 @@ static st_status next_pass(enc_ctx *c, int pass, const uint8_t *p, size_t len, i
 static st_status split_added(enc_ctx *c, int pass, const uint8_t *p, size_t len, int at_start) {
     const st_tokenizer *t = c->t;
     if (pass == ADDED_PASSES) return pretok(c, 0, p, len, at_start);
+    if (t->added_nfirst[pass] == 0) return next_pass(c, pass, p, len, at_start);
     size_t seg = 0;
     st_status s;
     for (size_t i = 0; i < len;) {
+        if (t->added_nfirst[pass] == 1 && p[i] != t->added_first_byte[pass]) {
+            const uint8_t *f = memchr(p + i, t->added_first_byte[pass], len - i);
+            i = f ? (size_t)(f - p) : len;
+            continue;
+        }
         const added_tok *best = NULL;
         for (int a = t->added_first[pass][p[i]]; a >= 0; a = t->added[a].next) {
             const added_tok *at = &t->added[a];
@@ -797,22 +1077,11 @@ st_status st_tokenizer_encode(const st_tokenizer *t, const char *text, size_t le
                               size_t *n, st_err *err) {
     enc_ctx c = {.t = t, .ids = ids, .cap = cap, .err = err};
     *n = 0;
-    st_status s = ST_OK;
-    c.md = pcre2_match_data_create(16, NULL);
-    if (!c.md) {
-        s = st_errf(err, ST_ERR_NOMEM, "tokenizer: out of memory");
-        goto done;
-    }
-    s = split_added(&c, ADDED_RAW, (const uint8_t *)text, len, 1);
-done:
-    free(c.sym);
-    free(c.prev);
-    free(c.next);
-    free(c.heap);
-    free(c.mapped);
-    pcre2_match_data_free(c.md);
-    pcre2_match_context_free(c.mctx);
-    pcre2_jit_stack_free(c.js);
+    int slot;
+    c.e = enc_acquire(t, &slot);
+    if (!c.e) return st_errf(err, ST_ERR_NOMEM, "tokenizer: out of memory");
+    st_status s = split_added(&c, ADDED_RAW, (const uint8_t *)text, len, 1);
+    enc_release(t, c.e, slot);
     if (s != ST_OK) return s;
     *n = c.n;
     if (c.n > cap)

@@ -10,6 +10,7 @@
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -30,6 +31,10 @@ enum { PREPEND_NEVER, PREPEND_ALWAYS, PREPEND_FIRST };
 typedef struct pt_step {
     int kind;
     pcre2_code *re;  /* STEP_SPLIT */
+    /* STEP_SPLIT: the pattern with \p{L}, \p{N} left to PCRE2 (faster), for text without the
+     * code points PCRE2's Unicode lacks (st_tokenizer.uni_new); NULL when it is re */
+    pcre2_code *re_fast;
+    int jit, jit_fast; /* re, re_fast are JIT-compiled: matched with pcre2_jit_match */
     char rep[5];     /* STEP_METASPACE: the replacement character, UTF-8 */
     uint8_t rep_len;
     uint8_t prepend; /* PREPEND_* */
@@ -61,6 +66,16 @@ typedef struct added_tok { const char *s; uint32_t len; int32_t id; int next; ch
  * those marked normalized true (in the normalized text: the same here, with no normalizer) */
 enum { ADDED_RAW, ADDED_NORMALIZED, ADDED_PASSES };
 
+/* An encoder's state kept between st_tokenizer_encode calls (tokenizer.c): PCRE2 match data,
+ * BPE scratch and a bounded cache of pre-token -> ids. A tokenizer holds TOK_ENC_SLOTS of them;
+ * an encode call takes a free one (busy 0 -> 1) and gives it back, so each is used by one
+ * thread at a time. */
+typedef struct tok_enc tok_enc;
+enum { TOK_ENC_SLOTS = 64 };
+typedef struct tok_enc_slot { atomic_int busy; tok_enc *e; } tok_enc_slot;
+/* the cache's default capacity, in pre-tokens: at most about 1.5 MiB a slot in use */
+enum { TOK_CACHE_ENTRIES = 16384 };
+
 struct st_tokenizer {
     char *path;
     /* model vocabulary: string -> id (open addressing), and id -> string for decode */
@@ -82,6 +97,8 @@ struct st_tokenizer {
     int32_t fallback_id[256]; /* id of <0xNN>, -1 if absent */
     pt_step steps[MAX_STEPS];
     int n_steps;
+    pcre2_code *uni_new; /* the letters and numbers Oniguruma has and PCRE2 lacks, as a class */
+    int uni_new_jit;
     norm_step norm[MAX_STEPS];
     int n_norm;
     dec_step dec[MAX_STEPS];
@@ -93,6 +110,12 @@ struct st_tokenizer {
     int32_t bos_id, eos_id, pad_id;
     int add_bos;         /* add_bos_token: 1, 0, or -1 where not given */
     char *chat_template; /* NULL where none */
+    tok_enc_slot *enc;    /* TOK_ENC_SLOTS encoder states, each made on first use */
+    size_t cache_entries; /* pre-tokens each encoder state caches; 0: none */
+    /* per added-token pass: how many distinct first bytes its tokens have, and the byte
+     * when it is one (split_added then searches with memchr) */
+    int added_nfirst[ADDED_PASSES];
+    uint8_t added_first_byte[ADDED_PASSES];
 };
 
 /* vocabulary (string -> id) and merges ((id, id) -> rank, id), sized before the first put */
@@ -110,6 +133,9 @@ st_status tok_set_id_str(st_tokenizer *t, int32_t id, const char *s, size_t len,
 st_status tok_add_split(st_tokenizer *t, const char *pattern, uint32_t extra_opts, const char *field, st_err *err);
 /* the normalizer over len bytes: *out (malloc'd) gets *olen bytes */
 st_status tok_normalize(const st_tokenizer *t, const uint8_t *p, size_t len, char **out, size_t *olen, st_err *err);
+/* Set how many pre-tokens each encoder state caches (0: no cache; TOK_CACHE_ENTRIES after a
+ * load) and drop the states made so far. Not while another thread encodes with t: for tests. */
+void tok_set_cache_entries(st_tokenizer *t, size_t entries);
 
 /* Fill t (path set, byte alphabet made) from a file's bytes: tokenizer_json.c, tokenizer_tiktoken.c. */
 st_status tok_load_json(st_tokenizer *t, const char *buf, size_t len, st_err *err);
