@@ -520,7 +520,12 @@ const char *st_tokenizer_id_token(const st_tokenizer *t, int32_t id) {
 
 /* ---- encoding ----------------------------------------------------------------------- */
 
-typedef struct heap_item { uint32_t rank, pos; int32_t new_id; } heap_item;
+/* a queued merge: the pair (a, b) at pos, to become new_id */
+typedef struct heap_item { uint32_t rank, pos; int32_t new_id, a, b; } heap_item;
+/* An encoder's copy of merge_find's answers for recent pairs (direct-mapped; new_id -1: no
+ * merge; key 0: empty): a large merge table is mostly cache misses, a text's pairs repeat. */
+typedef struct pair_ent { uint64_t key; uint32_t rank; int32_t new_id; } pair_ent;
+enum { PAIR_CACHE = 4096 };
 
 /* A cache slot: the pre-token's hash and where its record starts in the arena, plus one
  * (0: an empty slot). A record is the pre-token's length (a byte), its number of ids (a
@@ -541,6 +546,8 @@ struct tok_enc {
     int32_t *prev, *next;
     heap_item *heap;
     size_t scratch_cap;
+    pair_ent *pairs; /* PAIR_CACHE of them, made on first use; NULL: look up every pair */
+    int no_pairs;
     char *mapped; /* a word in byte-level spelling, for ignore_merges */
     size_t mapped_cap;
     /* the pre-token cache: open addressing over mask + 1 slots holding at most max entries
@@ -569,6 +576,7 @@ static void enc_free(tok_enc *e) {
     free(e->prev);
     free(e->next);
     free(e->heap);
+    free(e->pairs);
     free(e->mapped);
     free(e->tab);
     free(e->arena);
@@ -781,6 +789,29 @@ static st_status grow(enc_ctx *c, size_t len) {
     return ST_OK;
 }
 
+/* merge_find through the encoder's pair cache: 1 and *it filled (rank, new_id, a, b) where
+ * (a, b) merges */
+static int pair_merge(const st_tokenizer *t, tok_enc *e, int32_t a, int32_t b, heap_item *it) {
+    const merge_slot *m;
+    if (!e->pairs) {
+        if (!e->no_pairs && !(e->pairs = calloc(PAIR_CACHE, sizeof *e->pairs))) e->no_pairs = 1;
+        if (!e->pairs) {
+            if (!(m = merge_find(t, a, b))) return 0;
+            *it = (heap_item){m->rank, 0, m->new_id, a, b};
+            return 1;
+        }
+    }
+    uint64_t k = merge_key(a, b);
+    pair_ent *pe = &e->pairs[hash_u64(k) & (PAIR_CACHE - 1)];
+    if (pe->key != k) {
+        m = merge_find(t, a, b);
+        *pe = m ? (pair_ent){k, m->rank, m->new_id} : (pair_ent){k, 0, -1};
+    }
+    if (pe->new_id < 0) return 0;
+    *it = (heap_item){pe->rank, 0, pe->new_id, a, b};
+    return 1;
+}
+
 /* BPE on one pre-token (raw bytes). */
 static st_status bpe_merge(enc_ctx *c, const uint8_t *w, size_t len) {
     const st_tokenizer *t = c->t;
@@ -860,30 +891,31 @@ static st_status bpe_merge(enc_ctx *c, const uint8_t *w, size_t len) {
         next[i] = i + 1 < n ? (int32_t)i + 1 : -1;
     }
     size_t hn = 0;
-    for (size_t i = 0; i + 1 < n; i++) {
-        const merge_slot *m = merge_find(t, sym[i], sym[i + 1]);
-        if (m) heap_push(e->heap, &hn, (heap_item){m->rank, (uint32_t)i, m->new_id});
-    }
+    heap_item it;
+    for (size_t i = 0; i + 1 < n; i++)
+        if (pair_merge(t, e, sym[i], sym[i + 1], &it)) {
+            it.pos = (uint32_t)i;
+            heap_push(e->heap, &hn, it);
+        }
     while (hn > 0) {
         heap_item top = heap_pop(e->heap, &hn);
         uint32_t pos = top.pos;
-        if (sym[pos] < 0) continue; /* merged into its left neighbour */
         int32_t nx = next[pos];
-        if (nx < 0) continue;
-        const merge_slot *m = merge_find(t, sym[pos], sym[nx]);
-        if (!m || m->new_id != top.new_id) continue; /* the pair changed since it was queued */
+        /* Skip a pair that changed since it was queued (or pos merged into its left neighbour):
+         * symbols only grow, so the pair at pos is the queued one exactly when both of its
+         * symbols are, and then it still merges to top.new_id. */
+        if (sym[pos] != top.a || nx < 0 || sym[nx] != top.b) continue;
         sym[pos] = top.new_id;
         sym[nx] = -1;
         next[pos] = next[nx];
         if (next[nx] >= 0) prev[next[nx]] = (int32_t)pos;
-        if (prev[pos] >= 0) {
-            int32_t p = prev[pos];
-            const merge_slot *mp = merge_find(t, sym[p], sym[pos]);
-            if (mp) heap_push(e->heap, &hn, (heap_item){mp->rank, (uint32_t)p, mp->new_id});
+        if (prev[pos] >= 0 && pair_merge(t, e, sym[prev[pos]], sym[pos], &it)) {
+            it.pos = (uint32_t)prev[pos];
+            heap_push(e->heap, &hn, it);
         }
-        if (next[pos] >= 0) {
-            const merge_slot *mn = merge_find(t, sym[pos], sym[next[pos]]);
-            if (mn) heap_push(e->heap, &hn, (heap_item){mn->rank, pos, mn->new_id});
+        if (next[pos] >= 0 && pair_merge(t, e, sym[pos], sym[next[pos]], &it)) {
+            it.pos = pos;
+            heap_push(e->heap, &hn, it);
         }
     }
     for (int32_t i = n ? 0 : -1; i >= 0; i = next[i]) emit(c, sym[i]);
