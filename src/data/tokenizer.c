@@ -13,6 +13,10 @@
  *      <0xNN> byte tokens (byte_fallback) or the unk token for a character not in the
  *      vocabulary - merged by rank with a binary heap, the lowest (rank, position) first,
  *      exactly as tokenizers' Word::merge_all.
+ * Speed without a change of ids: each encode call takes one of the tokenizer's encoder states
+ * (struct tok_enc, one thread at a time each), which keeps PCRE2 match data and BPE scratch
+ * between calls, a bounded cache of pre-token -> ids (a pre-token's ids depend on its bytes
+ * alone; most pre-tokens of a text repeat) and a small cache of merge-table answers.
  * Decoding runs the decoder (ByteLevel, or a Sequence of Replace, ByteFallback, Fuse, Strip,
  * Metaspace) over the tokens' strings. Where `tokenizers` writes U+FFFD for byte tokens that
  * do not form UTF-8, strata writes the bytes, so decode(encode(x)) keeps any bytes.

@@ -73,7 +73,8 @@ enum { ADDED_RAW, ADDED_NORMALIZED, ADDED_PASSES };
 typedef struct tok_enc tok_enc;
 enum { TOK_ENC_SLOTS = 64 };
 typedef struct tok_enc_slot { atomic_int busy; tok_enc *e; } tok_enc_slot;
-/* the cache's default capacity, in pre-tokens: at most about 1.5 MiB a slot in use */
+/* the cache's default capacity, in pre-tokens: with its table and arena at most about 1 MiB
+ * an encoder state (CACHE_REC_BYTES in tokenizer.c), so 64 MiB with every slot in use */
 enum { TOK_CACHE_ENTRIES = 16384 };
 
 struct st_tokenizer {
