@@ -35,11 +35,11 @@ static void counting_dealloc(st_backend *be, void *p) {
 
 static float *dev_floats(st_backend *be, size_t n) { return be->ops->alloc(be, n * sizeof(float)); }
 
-static void check_layout(const char *name, const st_arch *a, const st_model *m, const llama_config *c) {
+static void check_layout(const char *name, const st_arch *a, const st_model *m, const st_llama_config *c) {
     const st_arch_layout *y = &a->lay;
     size_t VC = (size_t)c->vocab_size * c->hidden_size;
     CHECK(!strcmp(a->ops->name, "llama"), "%s: arch name %s", name, a->ops->name);
-    CHECK(y->n_params == m->n_params && y->n_params == llama_param_count(c), "%s: n_params %zu, model %zu", name,
+    CHECK(y->n_params == m->n_params && y->n_params == st_llama_param_count(c), "%s: n_params %zu, model %zu", name,
           y->n_params, m->n_params);
     CHECK(y->n_blocks == c->n_layer && y->emb_numel == VC && y->block_offset0 == VC, "%s: embedding/blocks", name);
     CHECK(y->norm_offset == y->block_offset0 + (size_t)c->n_layer * y->block_numel && y->norm_numel == (size_t)c->hidden_size,
@@ -78,17 +78,17 @@ static void check_layout(const char *name, const st_arch *a, const st_model *m, 
                   y->tensors[y->n_tensors - 1].offset == y->head_offset,
               "%s: lm_head", name);
     double flops = y->n_blocks * a->ops->block_flops_per_token(a, T) + a->ops->head_flops_per_token(a);
-    CHECK(flops == m->ops->flops_per_token(m, T) && flops == llama_flops_per_token(c, T),
+    CHECK(flops == m->ops->flops_per_token(m, T) && flops == st_llama_flops_per_token(c, T),
           "%s: L * block + head FLOPs %.0f, model %.0f", name, flops, m->ops->flops_per_token(m, T));
-    CHECK(a->ops->block_act_floats(a, B, T) == llama_block_act_floats(c, B, T), "%s: block_act_floats", name);
+    CHECK(a->ops->block_act_floats(a, B, T) == st_llama_block_act_floats(c, B, T), "%s: block_act_floats", name);
 }
 
 static void run(st_backend *be, const char *name, uint64_t seed) {
     st_err err = {0};
-    llama_config c;
+    st_llama_config c;
     st_model_overrides ov = {.n_layer = LAYERS};
     st_model *m = NULL;
-    if (llama_config_preset(name, &c, &err) || llama_config_apply_overrides(&c, &ov, &err) ||
+    if (st_llama_config_preset(name, &c, &err) || st_llama_config_apply_overrides(&c, &ov, &err) ||
         st_model_create_llama(&m, &c, be, &err) || m->ops->alloc_acts(m, B, T, &err)) {
         CHECK(0, "%s: setup: %s", name, err.msg);
         st_model_free(m);
@@ -111,7 +111,7 @@ static void run(st_backend *be, const char *name, uint64_t seed) {
     float *hl_m = malloc(N * V * 4), *hl = malloc(N * V * 4);
     be->ops->copy_to_host(be, hp_m, m->params, P * 4);
     be->ops->copy_to_host(be, hg_m, m->grads, P * 4);
-    be->ops->copy_to_host(be, hl_m, llama_logits(st_model_llama(m)), N * V * 4);
+    be->ops->copy_to_host(be, hl_m, st_llama_logits(st_model_llama(m)), N * V * 4);
 
     /* the same step from the pieces */
     st_arch *a = NULL;
@@ -137,7 +137,7 @@ static void run(st_backend *be, const char *name, uint64_t seed) {
     }
     st_blocks_free(b);
     b = NULL;
-    CHECK(counted_bytes == o->bind_bytes(a, B, T) && counted_bytes == llama_bind_bytes(&c, B, T),
+    CHECK(counted_bytes == o->bind_bytes(a, B, T) && counted_bytes == st_llama_bind_bytes(&c, B, T),
           "%s: bind allocated %zu bytes, bind_bytes says %zu", name, counted_bytes, o->bind_bytes(a, B, T));
     CHECK(st_blocks_bind(&b, a, be, B, c.max_seq + 1, &err) == ST_ERR_INVALID && !b, "%s: seq past max_seq refused",
           name);
@@ -239,9 +239,9 @@ int main(void) {
     run(be, "qwen2-tiny", 12);
     run(be, "qwen3-tiny", 13);
     /* a bad configuration is refused by name */
-    llama_config c;
+    st_llama_config c;
     st_arch *a = NULL;
-    llama_config_preset("qwen2-tiny", &c, &err);
+    st_llama_config_preset("qwen2-tiny", &c, &err);
     c.n_kv_head = 3;
     CHECK(st_arch_llama(&a, &c, &err) == ST_ERR_INVALID && !a && strstr(err.msg, "num_key_value_heads"),
           "st_arch_llama refuses 3 kv heads for 4 heads: %s", err.msg);

@@ -1,4 +1,4 @@
-/* test_chat.c - chat templates and SFT loss masks (chat.h, data_pack_add_masked, the loader).
+/* test_chat.c - chat templates and SFT loss masks (chat.h, st_data_pack_add_masked, the loader).
  *
  * - Each conversation of tests/fixtures/chat_convs.jsonl rendered with the Qwen2.5, Qwen2 and
  *   Llama-3 fixture directories equals the text transformers' apply_chat_template rendered, its
@@ -280,16 +280,16 @@ static void test_pack_and_loader(const char *tmp) {
     }
     char prefix[512];
     snprintf(prefix, sizeof prefix, "%s/sft", tmp);
-    data_pack_writer *w = NULL;
-    data_pack_meta meta = {.vocab_size = (int64_t)st_tokenizer_vocab_size(tok), .eod = st_tokenizer_eos_id(tok),
+    st_data_pack_writer *w = NULL;
+    st_data_pack_meta meta = {.vocab_size = (int64_t)st_tokenizer_vocab_size(tok), .eod = st_tokenizer_eos_id(tok),
                            .tokenizer = "chat_qwen25", .mask_kind = "assistant"};
     st_chat_pack_stats cs = {0};
-    st_status rc = data_pack_open(&w, prefix, DATA_DTYPE_U16, &err);
-    if (!rc) rc = data_pack_set_meta(w, &meta, &err);
+    st_status rc = st_data_pack_open(&w, prefix, ST_DATA_DTYPE_U16, &err);
+    if (!rc) rc = st_data_pack_set_meta(w, &meta, &err);
     if (!rc) rc = st_chat_pack_file(w, tok, &t, ST_CHAT_MASK_ASSISTANT, (int32_t)meta.eod, 2,
                                     test_source_path("tests/fixtures/chat_convs.jsonl"), &cs, &err);
-    if (!rc) rc = data_pack_close(w, &err);
-    else data_pack_abort(w);
+    if (!rc) rc = st_data_pack_close(w, &err);
+    else st_data_pack_abort(w);
     CHECK(rc == ST_OK && cs.docs == 5, "pack: %s", err.msg);
     st_tokenizer_free(tok);
     if (rc) return;
@@ -326,21 +326,21 @@ static void test_pack_and_loader(const char *tmp) {
     }
     CHECK(ok && at == nm, "packed ids/mask differ from the fixture at token %zu of %zu", at, nm);
     /* the loader in file order: sample 0 is tokens [0, T], so targets are -1 where mask[t+1] is 0 */
-    data_loader_config cfg;
-    data_loader_config_init(&cfg);
+    st_data_loader_config cfg;
+    st_data_loader_config_init(&cfg);
     cfg.n_sources = 1;
     cfg.sources[0].path = prefix;
     cfg.T = 64, cfg.B = 2, cfg.no_shuffle = 1, cfg.prefetch = 0, cfg.vocab_size = meta.vocab_size;
-    data_loader *dl = NULL;
-    rc = data_loader_open(&dl, &cfg, &err);
+    st_data_loader *dl = NULL;
+    rc = st_data_loader_open(&dl, &cfg, &err);
     CHECK(rc == ST_OK, "loader: %s", err.msg);
     if (!rc) {
-        data_batch b;
+        st_data_batch b;
         int32_t in[128], tg[128];
-        rc = data_loader_next(dl, &b, &err);
+        rc = st_data_loader_next(dl, &b, &err);
         CHECK(rc == ST_OK, "next: %s", err.msg);
         if (!rc) {
-            data_batch_targets(&b, in, tg);
+            st_data_batch_targets(&b, in, tg);
             int good = 1, masked = 0;
             for (int r = 0; r < 2; r++)
                 for (int k = 0; k < 64; k++) {
@@ -354,7 +354,7 @@ static void test_pack_and_loader(const char *tmp) {
             CHECK(good && masked > 0 && masked < 128, "file-order targets are not -1 exactly where masked (%d masked)",
                   masked);
         }
-        data_loader_close(dl);
+        st_data_loader_close(dl);
     }
     free(bin);
     free(mk);
@@ -363,11 +363,11 @@ static void test_pack_and_loader(const char *tmp) {
 
 #define SYN_MASK(tok) ((tok) % 3 != 0) /* the synthetic pack's mask: a function of the token id */
 
-static int run_steps(data_loader *dl, int n, int32_t *in, int32_t *tg, int B, int T, st_err *err) {
+static int run_steps(st_data_loader *dl, int n, int32_t *in, int32_t *tg, int B, int T, st_err *err) {
     for (int s = 0; s < n; s++) {
-        data_batch b;
-        if (data_loader_next(dl, &b, err)) return -1;
-        data_batch_targets(&b, in + (size_t)s * B * T, tg + (size_t)s * B * T);
+        st_data_batch b;
+        if (st_data_loader_next(dl, &b, err)) return -1;
+        st_data_batch_targets(&b, in + (size_t)s * B * T, tg + (size_t)s * B * T);
     }
     return 0;
 }
@@ -378,10 +378,10 @@ static void test_mix_shuffle_resume(const char *tmp) {
     snprintf(masked, sizeof masked, "%s/syn", tmp);
     snprintf(plain, sizeof plain, "%s/plain", tmp);
     /* 40 documents of 5..44 tokens in [1, 99], mask by id; a plain pack without a mask */
-    data_pack_writer *w = NULL;
-    data_pack_meta meta = {.vocab_size = 100, .eod = 0, .tokenizer = "syn", .mask_kind = "assistant"};
-    st_status rc = data_pack_open(&w, masked, DATA_DTYPE_U16, &err);
-    if (!rc) rc = data_pack_set_meta(w, &meta, &err);
+    st_data_pack_writer *w = NULL;
+    st_data_pack_meta meta = {.vocab_size = 100, .eod = 0, .tokenizer = "syn", .mask_kind = "assistant"};
+    st_status rc = st_data_pack_open(&w, masked, ST_DATA_DTYPE_U16, &err);
+    if (!rc) rc = st_data_pack_set_meta(w, &meta, &err);
     uint32_t x = 12345;
     for (int d = 0; d < 40 && !rc; d++) {
         int32_t tk[64];
@@ -392,56 +392,56 @@ static void test_mix_shuffle_resume(const char *tmp) {
             tk[i] = 1 + (int32_t)((x >> 16) % 99);
             m[i] = SYN_MASK(tk[i]);
         }
-        rc = data_pack_add_masked(w, tk, m, (size_t)n, &err);
+        rc = st_data_pack_add_masked(w, tk, m, (size_t)n, &err);
     }
     /* mixing documents with and without masks is refused */
     int32_t one = 5;
     if (!rc) {
         st_err e2 = {0};
-        CHECK(data_pack_add(w, &one, 1, &e2) == ST_ERR_INVALID && strstr(e2.msg, "mask"), "unmasked doc: %s", e2.msg);
+        CHECK(st_data_pack_add(w, &one, 1, &e2) == ST_ERR_INVALID && strstr(e2.msg, "mask"), "unmasked doc: %s", e2.msg);
     }
-    if (!rc) rc = data_pack_close(w, &err);
-    else data_pack_abort(w);
+    if (!rc) rc = st_data_pack_close(w, &err);
+    else st_data_pack_abort(w);
     CHECK(rc == ST_OK, "synthetic pack: %s", err.msg);
     w = NULL;
-    rc = data_pack_open(&w, plain, DATA_DTYPE_U16, &err);
-    if (!rc) rc = data_pack_set_meta(w, &meta, &err);
+    rc = st_data_pack_open(&w, plain, ST_DATA_DTYPE_U16, &err);
+    if (!rc) rc = st_data_pack_set_meta(w, &meta, &err);
     for (int d = 0; d < 20 && !rc; d++) {
         int32_t tk[30];
         for (int i = 0; i < 30; i++) tk[i] = 1 + (d * 7 + i) % 99;
-        rc = data_pack_add(w, tk, 30, &err);
+        rc = st_data_pack_add(w, tk, 30, &err);
     }
-    if (!rc) rc = data_pack_close(w, &err);
-    else data_pack_abort(w);
+    if (!rc) rc = st_data_pack_close(w, &err);
+    else st_data_pack_abort(w);
     CHECK(rc == ST_OK, "plain pack: %s", err.msg);
     if (rc) return;
 
     enum { T = 16, B = 3, STEPS = 8, CUT = 3 };
-    data_loader_config cfg;
-    data_loader_config_init(&cfg);
+    st_data_loader_config cfg;
+    st_data_loader_config_init(&cfg);
     cfg.n_sources = 2;
-    cfg.sources[0] = (data_source_config){.path = masked, .weight = 0.6};
-    cfg.sources[1] = (data_source_config){.path = plain, .weight = 0.4};
+    cfg.sources[0] = (st_data_source_config){.path = masked, .weight = 0.6};
+    cfg.sources[1] = (st_data_source_config){.path = plain, .weight = 0.4};
     cfg.T = T, cfg.B = B, cfg.seed = 7, cfg.prefetch = 2, cfg.vocab_size = 100;
     static int32_t in[STEPS * B * T], tg[STEPS * B * T], in2[STEPS * B * T], tg2[STEPS * B * T];
-    data_loader *dl = NULL;
-    rc = data_loader_open(&dl, &cfg, &err);
+    st_data_loader *dl = NULL;
+    rc = st_data_loader_open(&dl, &cfg, &err);
     CHECK(rc == ST_OK, "open: %s", err.msg);
     if (rc) return;
-    data_loader_state st;
+    st_data_loader_state st;
     rc = run_steps(dl, CUT, in, tg, B, T, &err);
-    data_loader_get_state(dl, &st);
+    st_data_loader_get_state(dl, &st);
     if (!rc) rc = run_steps(dl, STEPS - CUT, in + CUT * B * T, tg + CUT * B * T, B, T, &err);
     CHECK(rc == ST_OK, "steps: %s", err.msg);
-    data_loader_close(dl);
+    st_data_loader_close(dl);
     /* every target: -1 iff it comes from the masked source and its id's mask is 0 (or it is
      * impossible to tell: EOD 0, mask 1 there since 0 % 3 == 0 -> masked too) */
     int bad = 0, n_masked = 0, n_kept = 0;
     dl = NULL;
-    rc = data_loader_open(&dl, &cfg, &err);
+    rc = st_data_loader_open(&dl, &cfg, &err);
     for (int s = 0; !rc && s < STEPS; s++) {
-        data_batch b;
-        rc = data_loader_next(dl, &b, &err);
+        st_data_batch b;
+        rc = st_data_loader_next(dl, &b, &err);
         for (int r = 0; !rc && r < B; r++)
             for (int t = 0; t < T; t++) {
                 int32_t tok = b.tokens[r * (T + 1) + t + 1], got = tg[(s * B + r) * T + t];
@@ -455,22 +455,22 @@ static void test_mix_shuffle_resume(const char *tmp) {
     CHECK(rc == ST_OK && bad == 0 && n_masked > 0 && n_kept > 0, "mixed, shuffled: %d targets wrong (%d masked, %d kept): %s",
           bad, n_masked, n_kept, err.msg);
     /* resume after CUT steps, and once more without prefetch: the same inputs and targets */
-    if (!rc) rc = data_loader_set_state(dl, &st, &err);
+    if (!rc) rc = st_data_loader_set_state(dl, &st, &err);
     if (!rc) rc = run_steps(dl, STEPS - CUT, in2 + CUT * B * T, tg2 + CUT * B * T, B, T, &err);
     size_t off = (size_t)CUT * B * T, len = (size_t)(STEPS - CUT) * B * T * sizeof(int32_t);
     CHECK(rc == ST_OK && !memcmp(in + off, in2 + off, len) && !memcmp(tg + off, tg2 + off, len),
           "resumed stream differs: %s", err.msg);
-    data_loader_close(dl);
+    st_data_loader_close(dl);
     cfg.prefetch = 0;
     dl = NULL;
-    rc = data_loader_open(&dl, &cfg, &err);
+    rc = st_data_loader_open(&dl, &cfg, &err);
     memset(in2, 0, sizeof in2);
     memset(tg2, 0, sizeof tg2);
-    if (!rc) rc = data_loader_set_state(dl, &st, &err);
+    if (!rc) rc = st_data_loader_set_state(dl, &st, &err);
     if (!rc) rc = run_steps(dl, STEPS - CUT, in2 + CUT * B * T, tg2 + CUT * B * T, B, T, &err);
     CHECK(rc == ST_OK && !memcmp(in + off, in2 + off, len) && !memcmp(tg + off, tg2 + off, len),
           "resumed without prefetch differs: %s", err.msg);
-    data_loader_close(dl);
+    st_data_loader_close(dl);
     /* a mask file of the wrong size is refused by name */
     char mpath[600];
     snprintf(mpath, sizeof mpath, "%s.mask", masked);
@@ -479,28 +479,28 @@ static void test_mix_shuffle_resume(const char *tmp) {
         fputc(1, f);
         fclose(f);
     }
-    data_source *src = NULL;
-    data_source_config sc = {.path = masked};
-    rc = data_source_open(&src, &sc, &err);
+    st_data_source *src = NULL;
+    st_data_source_config sc = {.path = masked};
+    rc = st_data_source_open(&src, &sc, &err);
     CHECK(rc == ST_ERR_FORMAT && strstr(err.msg, "syn.mask") && strstr(err.msg, "one byte a token"), "bad mask: %s",
           err.msg);
-    data_source_close(src);
+    st_data_source_close(src);
 }
 
 /* The shared data plane hands out the masked loss_mask a private loader gives (child process:
  * the consumer; this process: the producer). */
-static int plane_consumer(const char *name, const data_loader_config *cfg) {
+static int plane_consumer(const char *name, const st_data_loader_config *cfg) {
     st_err err = {0};
-    data_plane *p;
-    data_loader *dl;
-    if (data_plane_attach(&p, name, 0, 20.0, &err) || data_loader_open(&dl, cfg, &err)) {
+    st_data_plane *p;
+    st_data_loader *dl;
+    if (st_data_plane_attach(&p, name, 0, 20.0, &err) || st_data_loader_open(&dl, cfg, &err)) {
         fprintf(stderr, "plane consumer: %s\n", err.msg);
         return 1;
     }
     int bad = 0, zeros = 0;
     for (int s = 0; s < 8; s++) {
-        data_batch a, b;
-        if (data_plane_next(p, &a, &err) || data_loader_next(dl, &b, &err)) {
+        st_data_batch a, b;
+        if (st_data_plane_next(p, &a, &err) || st_data_loader_next(dl, &b, &err)) {
             fprintf(stderr, "plane consumer: %s\n", err.msg);
             return 1;
         }
@@ -508,8 +508,8 @@ static int plane_consumer(const char *name, const data_loader_config *cfg) {
         bad += memcmp(a.loss_mask, b.loss_mask, ni) != 0 || memcmp(a.tokens, b.tokens, ni / b.T * (b.T + 1) * 4) != 0;
         for (size_t i = 0; i < ni; i++) zeros += !a.loss_mask[i];
     }
-    data_loader_close(dl);
-    data_plane_close(p);
+    st_data_loader_close(dl);
+    st_data_plane_close(p);
     if (bad || !zeros) fprintf(stderr, "plane consumer: %d batches differ, %d masked targets\n", bad, zeros);
     return bad || !zeros;
 }
@@ -518,8 +518,8 @@ static void test_plane(const char *tmp) {
     char masked[512], name[64];
     snprintf(masked, sizeof masked, "%s/sft", tmp); /* test_pack_and_loader's chat pack */
     snprintf(name, sizeof name, "strata-test-chat-%d", (int)getpid());
-    data_loader_config cfg;
-    data_loader_config_init(&cfg);
+    st_data_loader_config cfg;
+    st_data_loader_config_init(&cfg);
     cfg.n_sources = 1;
     cfg.sources[0].path = masked;
     cfg.T = 32, cfg.B = 2, cfg.seed = 3, cfg.prefetch = 2, cfg.vocab_size = 608;
@@ -527,12 +527,12 @@ static void test_plane(const char *tmp) {
     pid_t kid = fork(); /* no thread of this process is alive here */
     if (kid == 0) _exit(plane_consumer(name, &cfg));
     st_err err = {0};
-    data_plane *p = NULL;
-    CHECK(data_plane_serve(&p, name, &cfg, 0, 1, 0, &err) == ST_OK, "serve: %s", err.msg);
+    st_data_plane *p = NULL;
+    CHECK(st_data_plane_serve(&p, name, &cfg, 0, 1, 0, &err) == ST_OK, "serve: %s", err.msg);
     int st = 0;
     waitpid(kid, &st, 0);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the plane's consumer saw another loss_mask (status %d)", st);
-    data_plane_close(p);
+    st_data_plane_close(p);
 }
 
 int main(void) {

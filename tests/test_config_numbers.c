@@ -29,19 +29,19 @@ static void write_file(const char *text) {
 /* Load `text` as a run configuration; 1 when refused with every needle in the message. */
 static int load_refused(const char *text, const char *n1, const char *n2, char *msg, size_t cap) {
     write_file(text);
-    train_config c;
-    train_config_defaults(&c);
+    st_train_config c;
+    st_train_config_defaults(&c);
     st_err err = {0};
-    st_status s = train_config_load_json(&c, path, &err);
+    st_status s = st_train_config_load_json(&c, path, &err);
     snprintf(msg, cap, "%s", s ? err.msg : "(accepted)");
     return s != ST_OK && strstr(err.msg, n1) && (!n2 || strstr(err.msg, n2));
 }
 
 static int set_refused(const char *key, const char *value, const char *n1, const char *n2, char *msg, size_t cap) {
-    train_config c;
-    train_config_defaults(&c);
+    st_train_config c;
+    st_train_config_defaults(&c);
     st_err err = {0};
-    st_status s = train_config_set(&c, key, value, &err);
+    st_status s = st_train_config_set(&c, key, value, &err);
     snprintf(msg, cap, "%s", s ? err.msg : "(accepted)");
     return s == ST_ERR_INVALID && strstr(err.msg, key) && strstr(err.msg, n1) && (!n2 || strstr(err.msg, n2));
 }
@@ -51,14 +51,14 @@ static void seeds(void) {
     const char *ok[] = {"9223372036854775808", "18446744073709551615", "0"};
     const uint64_t want[] = {9223372036854775808ull, UINT64_MAX, 0};
     for (int i = 0; i < 3; i++) {
-        train_config c, d;
-        train_config_defaults(&c);
+        st_train_config c, d;
+        st_train_config_defaults(&c);
         st_err err = {0};
-        CHECK(train_config_set(&c, "seed", ok[i], &err) == ST_OK && c.seed == want[i], "set seed %s: %s", ok[i],
+        CHECK(st_train_config_set(&c, "seed", ok[i], &err) == ST_OK && c.seed == want[i], "set seed %s: %s", ok[i],
               err.msg);
-        CHECK(train_config_save_json(&c, path, &err) == ST_OK, "save: %s", err.msg);
-        train_config_defaults(&d);
-        st_status s = train_config_load_json(&d, path, &err);
+        CHECK(st_train_config_save_json(&c, path, &err) == ST_OK, "save: %s", err.msg);
+        st_train_config_defaults(&d);
+        st_status s = st_train_config_load_json(&d, path, &err);
         CHECK(s == ST_OK && d.seed == want[i], "seed %s saved and loaded back: %s (got %llu)", ok[i],
               s ? err.msg : "ok", (unsigned long long)d.seed);
     }
@@ -82,10 +82,10 @@ static void integer_ranges(void) {
     CHECK(set_refused("steps", "9223372036854775808", "9223372036854775808", "outside", msg, sizeof msg), "steps: %s",
           msg);
     CHECK(set_refused("steps", "1e3", "not", NULL, msg, sizeof msg), "steps 1e3: %s", msg);
-    train_config c;
-    train_config_defaults(&c);
+    st_train_config c;
+    st_train_config_defaults(&c);
     st_err err = {0};
-    CHECK(train_config_set(&c, "vocab_size", "2147483647", &err) == ST_OK && c.vocab_size == 2147483647,
+    CHECK(st_train_config_set(&c, "vocab_size", "2147483647", &err) == ST_OK && c.vocab_size == 2147483647,
           "vocab_size INT_MAX is an int: %s", err.msg);
     CHECK(load_refused("{\"vocab_size\": 4294967553}", "vocab_size", "2147483647", msg, sizeof msg),
           "json vocab_size: %s", msg);
@@ -119,10 +119,10 @@ static void reader(void) {
     free(t);
     /* still fine: every key once, escapes in strings, any order */
     write_file("{ \"data\": \"emb\\u0065dded\", \"steps\": 7, \"lr\": 1e-3, \"seed\": 12 }\n");
-    train_config c;
-    train_config_defaults(&c);
+    st_train_config c;
+    st_train_config_defaults(&c);
     st_err err = {0};
-    CHECK(train_config_load_json(&c, path, &err) == ST_OK && c.steps == 7 && c.lr == 1e-3 && c.seed == 12 &&
+    CHECK(st_train_config_load_json(&c, path, &err) == ST_OK && c.steps == 7 && c.lr == 1e-3 && c.seed == 12 &&
               !strcmp(c.data, "embedded"),
           "a good configuration: %s", err.msg);
 }
@@ -138,9 +138,9 @@ static const char *llama_json(const char *extra) {
 }
 
 static void hf_numbers(void) {
-    llama_config c;
+    st_llama_config c;
     st_err err = {0};
-    CHECK(hf_config_parse(llama_json(""), "t/config.json", &c, &err) == ST_OK, "base config: %s", err.msg);
+    CHECK(st_hf_config_parse(llama_json(""), "t/config.json", &c, &err) == ST_OK, "base config: %s", err.msg);
     struct { const char *extra, *field; } bad[] = {
         {", \"rms_norm_eps\": 1e999", "rms_norm_eps"},
         {", \"rms_norm_eps\": NaN", "rms_norm_eps"},
@@ -156,19 +156,19 @@ static void hf_numbers(void) {
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         st_err e = {0};
         /* a later duplicate key wins in json-c: the bad value is the one read */
-        st_status s = hf_config_parse(llama_json(bad[i].extra), "t/config.json", &c, &e);
+        st_status s = st_hf_config_parse(llama_json(bad[i].extra), "t/config.json", &c, &e);
         CHECK(s != ST_OK && strstr(e.msg, bad[i].field) && strstr(e.msg, "t/config.json"), "%s: %s", bad[i].extra,
               s ? e.msg : "(accepted)");
     }
     /* --save_hf's config.json: never a number JSON cannot hold */
-    CHECK(hf_config_parse(llama_json(""), "t/config.json", &c, &err) == ST_OK, "base config: %s", err.msg);
+    CHECK(st_hf_config_parse(llama_json(""), "t/config.json", &c, &err) == ST_OK, "base config: %s", err.msg);
     double vals[] = {INFINITY, -INFINITY, NAN};
     for (int i = 0; i < 3; i++)
         for (int f = 0; f < 2; f++) {
-            llama_config d = c;
+            st_llama_config d = c;
             if (f) d.rope_theta = vals[i];
             else d.rms_norm_eps = vals[i];
-            char *text = hf_config_to_json(&d, "float32");
+            char *text = st_hf_config_to_json(&d, "float32");
             int valid = 1;
             if (text) {
                 json_tokener *tok = json_tokener_new();
@@ -218,12 +218,12 @@ static void safetensors_offsets(void) {
         fclose(f);
         st_safetensors *st = NULL;
         st_err err = {0};
-        st_status s = safetensors_open(&st, path, &err);
+        st_status s = st_safetensors_open(&st, path, &err);
         if (i < 2)
             CHECK(s != ST_OK && strstr(err.msg, "data_offsets"), "%s: %s", hdr[i], s ? err.msg : "(accepted)");
         else
             CHECK(s == ST_OK, "%s: %s", hdr[i], err.msg);
-        safetensors_close(st);
+        st_safetensors_close(st);
     }
 }
 

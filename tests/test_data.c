@@ -21,8 +21,8 @@ static void make_sources(void) {
     st_err err = {0};
     const char *dir = test_tmpdir();
     snprintf(path_a, sizeof path_a, "%s/a", dir);
-    data_pack_writer *w;
-    CHECK(data_pack_open(&w, path_a, DATA_DTYPE_U16, &err) == ST_OK, "%s", err.msg);
+    st_data_pack_writer *w;
+    CHECK(st_data_pack_open(&w, path_a, ST_DATA_DTYPE_U16, &err) == ST_OK, "%s", err.msg);
     st_rng r;
     st_rng_seed(&r, 7);
     int32_t doc[400];
@@ -31,9 +31,9 @@ static void make_sources(void) {
         if (d % 37 == 5) n = 0; /* empty documents happen in real data */
         for (int i = 0; i < n; i++) doc[i] = 1 + (int32_t)((d * 131 + i) % 20000);
         if (n) doc[n - 1] = EOD;
-        CHECK(data_pack_add(w, doc, (size_t)n, &err) == ST_OK, "%s", err.msg);
+        CHECK(st_data_pack_add(w, doc, (size_t)n, &err) == ST_OK, "%s", err.msg);
     }
-    CHECK(data_pack_close(w, &err) == ST_OK, "%s", err.msg);
+    CHECK(st_data_pack_close(w, &err) == ST_OK, "%s", err.msg);
     /* Source B: raw uint16 with EODs sprinkled; source C: an llm.c shard. */
     snprintf(path_b, sizeof path_b, "raw16@%s/b.u16", dir); /* headerless: the format is said */
     snprintf(path_c, sizeof path_c, "%s/c.bin", dir);
@@ -53,12 +53,12 @@ static void make_sources(void) {
     fclose(f);
 }
 
-static void base_config(data_loader_config *c, int B, int rank, int world) {
-    data_loader_config_init(c);
+static void base_config(st_data_loader_config *c, int B, int rank, int world) {
+    st_data_loader_config_init(c);
     c->n_sources = 3;
-    c->sources[0] = (data_source_config){.path = path_a, .weight = 0.5};
-    c->sources[1] = (data_source_config){.path = path_b, .weight = 0.3};
-    c->sources[2] = (data_source_config){.path = path_c, .weight = 0.2};
+    c->sources[0] = (st_data_source_config){.path = path_a, .weight = 0.5};
+    c->sources[1] = (st_data_source_config){.path = path_b, .weight = 0.3};
+    c->sources[2] = (st_data_source_config){.path = path_c, .weight = 0.2};
     c->T = T_;
     c->B = B;
     c->rank = rank;
@@ -74,7 +74,7 @@ typedef struct rec {
     int B, T, n_seqs;
     int32_t *tok, *pos, *cu;
     uint8_t *mask, *src;
-    data_loader_state after;
+    st_data_loader_state after;
 } rec;
 
 static void rec_free(rec *r) {
@@ -85,13 +85,13 @@ static void rec_free(rec *r) {
 /* Global batches as a world of `world` ranks sees them, concatenated over ranks. */
 static void run_world(int world, int Bglobal, int steps, rec *out, int prefetch) {
     int B = Bglobal / world;
-    data_loader *dl[4];
+    st_data_loader *dl[4];
     st_err err = {0};
     for (int r = 0; r < world; r++) {
-        data_loader_config c;
+        st_data_loader_config c;
         base_config(&c, B, r, world);
         c.prefetch = prefetch;
-        CHECK(data_loader_open(&dl[r], &c, &err) == ST_OK, "%s", err.msg);
+        CHECK(st_data_loader_open(&dl[r], &c, &err) == ST_OK, "%s", err.msg);
     }
     for (int s = 0; s < steps; s++) {
         rec *g = &out[s];
@@ -104,8 +104,8 @@ static void run_world(int world, int Bglobal, int steps, rec *out, int prefetch)
         g->cu = malloc(((size_t)Bglobal * T_ + 1) * 4);
         g->cu[0] = 0;
         for (int r = 0; r < world; r++) {
-            data_batch b;
-            CHECK(data_loader_next(dl[r], &b, &err) == ST_OK, "%s", err.msg);
+            st_data_batch b;
+            CHECK(st_data_loader_next(dl[r], &b, &err) == ST_OK, "%s", err.msg);
             CHECK(b.step == (uint64_t)s, "step %llu != %d", (unsigned long long)b.step, s);
             CHECK(b.first_sample == (uint64_t)s * Bglobal + (uint64_t)r * B, "first_sample");
             memcpy(g->tok + (size_t)r * B * (T_ + 1), b.tokens, (size_t)B * (T_ + 1) * 4);
@@ -116,14 +116,14 @@ static void run_world(int world, int Bglobal, int steps, rec *out, int prefetch)
             g->n_seqs += b.n_seqs;
             CHECK(b.cu_seqlens[0] == 0 && b.cu_seqlens[b.n_seqs] == B * T_, "cu_seqlens ends");
         }
-        data_loader_get_state(dl[0], &g->after);
+        st_data_loader_get_state(dl[0], &g->after);
         for (int r = 1; r < world; r++) {
-            data_loader_state o;
-            data_loader_get_state(dl[r], &o);
+            st_data_loader_state o;
+            st_data_loader_get_state(dl[r], &o);
             CHECK(!memcmp(&o, &g->after, sizeof o), "ranks disagree on the state at step %d", s);
         }
     }
-    for (int r = 0; r < world; r++) data_loader_close(dl[r]);
+    for (int r = 0; r < world; r++) st_data_loader_close(dl[r]);
 }
 
 static int rec_equal(const rec *a, const rec *b) {
@@ -155,37 +155,37 @@ static void test_perm(void) {
  * and the boundaries/positions/mask agree with an independent reading of the index. */
 static void test_packing(void) {
     st_err err = {0};
-    data_source *s;
-    data_source_config sc = {.path = path_a};
-    CHECK(data_source_open(&s, &sc, &err) == ST_OK, "%s", err.msg);
-    data_source_info info;
-    data_source_get_info(s, &info);
+    st_data_source *s;
+    st_data_source_config sc = {.path = path_a};
+    CHECK(st_data_source_open(&s, &sc, &err) == ST_OK, "%s", err.msg);
+    st_data_source_info info;
+    st_data_source_get_info(s, &info);
     int32_t *all = malloc(info.n_tokens * 4);
     uint8_t *start = calloc(info.n_tokens + 1, 1);
     uint64_t at = 0;
     for (uint64_t d = 0; d < info.n_docs; d++) {
         uint64_t len;
-        CHECK(data_source_doc_len(s, d, &len, &err) == ST_OK, "%s", err.msg);
-        CHECK(data_source_read(s, d, 0, len, all + at, VOCAB, &err) == ST_OK, "%s", err.msg);
+        CHECK(st_data_source_doc_len(s, d, &len, &err) == ST_OK, "%s", err.msg);
+        CHECK(st_data_source_read(s, d, 0, len, all + at, VOCAB, &err) == ST_OK, "%s", err.msg);
         if (len) start[at] = 1;
         at += len;
     }
     CHECK(at == info.n_tokens, "documents sum to %llu of %llu tokens", (unsigned long long)at,
           (unsigned long long)info.n_tokens);
-    data_source_close(s);
+    st_data_source_close(s);
 
-    data_loader_config c;
+    st_data_loader_config c;
     base_config(&c, 3, 0, 1);
     c.n_sources = 1;
     c.no_shuffle = 1;
     c.prefetch = 2;
-    data_loader *dl;
-    CHECK(data_loader_open(&dl, &c, &err) == ST_OK, "%s", err.msg);
+    st_data_loader *dl;
+    CHECK(st_data_loader_open(&dl, &c, &err) == ST_OK, "%s", err.msg);
     uint64_t nsamp = (info.n_tokens - 1) / T_;
     int bad_tok = 0, bad_pos = 0, bad_mask = 0, bad_cu = 0;
     for (uint64_t step = 0; step * 3 + 3 <= nsamp; step++) {
-        data_batch b;
-        CHECK(data_loader_next(dl, &b, &err) == ST_OK, "%s", err.msg);
+        st_data_batch b;
+        CHECK(st_data_loader_next(dl, &b, &err) == ST_OK, "%s", err.msg);
         int seg = 0;
         for (int r = 0; r < 3; r++) {
             uint64_t o = (step * 3 + r) * T_;
@@ -208,7 +208,7 @@ static void test_packing(void) {
     }
     CHECK(!bad_tok && !bad_pos && !bad_mask && !bad_cu, "packing: %d token rows, %d positions, %d mask, %d "
           "cu_seqlens wrong", bad_tok, bad_pos, bad_mask, bad_cu);
-    data_loader_close(dl);
+    st_data_loader_close(dl);
     free(all);
     free(start);
 }
@@ -240,73 +240,73 @@ static void test_determinism_ranks_resume(void) {
     int bad = 0;
     for (int k = 0; k < STEPS; k++) {
         int world = 1 << (k % 3); /* 1, 2, 4 */
-        data_loader_state st;
+        st_data_loader_state st;
         if (k == 0) {
-            data_loader *tmp;
-            data_loader_config c;
+            st_data_loader *tmp;
+            st_data_loader_config c;
             base_config(&c, BG, 0, 1);
-            CHECK(data_loader_open(&tmp, &c, &err) == ST_OK, "%s", err.msg);
-            data_loader_get_state(tmp, &st);
-            data_loader_close(tmp);
+            CHECK(st_data_loader_open(&tmp, &c, &err) == ST_OK, "%s", err.msg);
+            st_data_loader_get_state(tmp, &st);
+            st_data_loader_close(tmp);
         } else {
             st = w1[k - 1].after;
         }
-        data_loader *dl[4];
+        st_data_loader *dl[4];
         for (int r = 0; r < world; r++) {
-            data_loader_config c;
+            st_data_loader_config c;
             base_config(&c, BG / world, r, world);
             c.prefetch = 1 + k % 4;
-            CHECK(data_loader_open(&dl[r], &c, &err) == ST_OK, "%s", err.msg);
-            CHECK(data_loader_set_state(dl[r], &st, &err) == ST_OK, "%s", err.msg);
+            CHECK(st_data_loader_open(&dl[r], &c, &err) == ST_OK, "%s", err.msg);
+            CHECK(st_data_loader_set_state(dl[r], &st, &err) == ST_OK, "%s", err.msg);
         }
         int upto = k + 3 < STEPS ? k + 3 : STEPS;
         for (int s = k; s < upto; s++) {
             for (int r = 0; r < world; r++) {
-                data_batch b;
-                CHECK(data_loader_next(dl[r], &b, &err) == ST_OK, "%s", err.msg);
+                st_data_batch b;
+                CHECK(st_data_loader_next(dl[r], &b, &err) == ST_OK, "%s", err.msg);
                 int Bl = BG / world;
                 bad += memcmp(b.tokens, w1[s].tok + (size_t)r * Bl * (T_ + 1), (size_t)Bl * (T_ + 1) * 4) != 0;
                 bad += memcmp(b.loss_mask, w1[s].mask + (size_t)r * Bl * T_, (size_t)Bl * T_) != 0;
                 bad += b.step != (uint64_t)s;
             }
         }
-        data_loader_state after;
-        data_loader_get_state(dl[0], &after);
+        st_data_loader_state after;
+        st_data_loader_get_state(dl[0], &after);
         bad += memcmp(&after, &w1[upto - 1].after, sizeof after) != 0;
-        for (int r = 0; r < world; r++) data_loader_close(dl[r]);
+        for (int r = 0; r < world; r++) st_data_loader_close(dl[r]);
     }
     CHECK(!bad, "%d mismatches after resuming", bad);
 
     /* A changed seed is refused, and so is a state for other sources. */
-    data_loader *dl;
-    data_loader_config c;
+    st_data_loader *dl;
+    st_data_loader_config c;
     base_config(&c, BG, 0, 1);
     c.seed = 99;
-    CHECK(data_loader_open(&dl, &c, &err) == ST_OK, "%s", err.msg);
-    CHECK(data_loader_set_state(dl, &w1[5].after, &err) == ST_ERR_INVALID && strstr(err.msg, "seed"),
+    CHECK(st_data_loader_open(&dl, &c, &err) == ST_OK, "%s", err.msg);
+    CHECK(st_data_loader_set_state(dl, &w1[5].after, &err) == ST_ERR_INVALID && strstr(err.msg, "seed"),
           "seed mismatch not refused: %s", err.msg);
-    data_loader_close(dl);
+    st_data_loader_close(dl);
 
     for (int s = 0; s < STEPS; s++) rec_free(&w1[s]), rec_free(&w1b[s]), rec_free(&w2[s]), rec_free(&w4[s]);
 }
 
 /* The reference stream of source i: its samples in order, straight from the stream. */
 static int32_t *reference_samples(int i, int n) {
-    data_loader_config c;
+    st_data_loader_config c;
     base_config(&c, 1, 0, 1);
     st_err err = {0};
-    data_source *s;
-    CHECK(data_source_open(&s, &c.sources[i], &err) == ST_OK, "%s", err.msg);
+    st_data_source *s;
+    CHECK(st_data_source_open(&s, &c.sources[i], &err) == ST_OK, "%s", err.msg);
     data_stream ds;
     CHECK(data_stream_init(&ds, s, i, c.seed, T_, 1, VOCAB, EOD, &err) == ST_OK, "%s", err.msg);
     int32_t *out = malloc((size_t)n * (T_ + 1) * 4), starts[T_ + 2];
-    data_cursor cur = {0, 0, 0};
+    st_data_cursor cur = {0, 0, 0};
     for (int k = 0; k < n; k++) {
         int ns;
         CHECK(data_stream_take(&ds, &cur, out + (size_t)k * (T_ + 1), starts, &ns, &err) == ST_OK, "%s", err.msg);
     }
     data_stream_free(&ds);
-    data_source_close(s);
+    st_data_source_close(s);
     return out;
 }
 
@@ -314,7 +314,7 @@ static int32_t *reference_samples(int i, int n) {
  * each source's rows must be exactly its own stream, in order, without gaps. */
 static void test_mix_change(void) {
     enum { BG = 6, S1 = 30, S2 = 30 };
-    data_schedule_entry sched[3] = {
+    st_data_schedule_entry sched[3] = {
         {.start_step = 0, .weights = {0.5, 0.3, 0.2}},
         {.start_step = 10, .weights = {0.1, 0.0, 0.9}},
         {.start_step = 20, .weights = {1, 1, 1}},
@@ -323,50 +323,50 @@ static void test_mix_change(void) {
     int32_t *ref[3];
     for (int i = 0; i < 3; i++) ref[i] = reference_samples(i, (S1 + S2) * BG);
     int taken[3] = {0}, bad = 0, b_in_off = 0;
-    data_loader_config c;
+    st_data_loader_config c;
     base_config(&c, BG / 2, 1, 2); /* rank 1 of 2 sees half the rows; rank 0 checks the rest */
-    data_loader *dl[2];
+    st_data_loader *dl[2];
     for (int r = 0; r < 2; r++) {
         base_config(&c, BG / 2, r, 2);
         c.schedule = sched;
         c.n_schedule = 3;
-        CHECK(data_loader_open(&dl[r], &c, &err) == ST_OK, "%s", err.msg);
+        CHECK(st_data_loader_open(&dl[r], &c, &err) == ST_OK, "%s", err.msg);
     }
-    data_loader_state st;
+    st_data_loader_state st;
     for (int s = 0; s < S1; s++)
         for (int r = 0; r < 2; r++) {
-            data_batch b;
-            CHECK(data_loader_next(dl[r], &b, &err) == ST_OK, "%s", err.msg);
+            st_data_batch b;
+            CHECK(st_data_loader_next(dl[r], &b, &err) == ST_OK, "%s", err.msg);
             for (int row = 0; row < b.B; row++) {
                 int i = b.source[row];
                 if (s >= 10 && s < 20 && i == 1) b_in_off++;
                 bad += memcmp(b.tokens + row * (T_ + 1), ref[i] + (size_t)taken[i]++ * (T_ + 1), (T_ + 1) * 4) != 0;
             }
         }
-    data_loader_get_state(dl[0], &st);
-    for (int r = 0; r < 2; r++) data_loader_close(dl[r]);
+    st_data_loader_get_state(dl[0], &st);
+    for (int r = 0; r < 2; r++) st_data_loader_close(dl[r]);
     CHECK(b_in_off == 0, "source 1 had weight 0 for steps 10-19 but gave %d rows", b_in_off);
     /* Resume with a new mix, by hand, on one rank. */
     base_config(&c, BG, 0, 1);
     c.sources[0].weight = 0.05, c.sources[1].weight = 0.9, c.sources[2].weight = 0.05;
     c.schedule_version = 2;
-    data_loader *d1;
-    CHECK(data_loader_open(&d1, &c, &err) == ST_OK, "%s", err.msg);
+    st_data_loader *d1;
+    CHECK(st_data_loader_open(&d1, &c, &err) == ST_OK, "%s", err.msg);
     st_log_set_level(0);
-    CHECK(data_loader_set_state(d1, &st, &err) == ST_OK, "%s", err.msg);
+    CHECK(st_data_loader_set_state(d1, &st, &err) == ST_OK, "%s", err.msg);
     st_log_set_level(1);
     for (int s = 0; s < S2; s++) {
-        data_batch b;
-        CHECK(data_loader_next(d1, &b, &err) == ST_OK, "%s", err.msg);
+        st_data_batch b;
+        CHECK(st_data_loader_next(d1, &b, &err) == ST_OK, "%s", err.msg);
         for (int row = 0; row < b.B; row++) {
             int i = b.source[row];
             bad += memcmp(b.tokens + row * (T_ + 1), ref[i] + (size_t)taken[i]++ * (T_ + 1), (T_ + 1) * 4) != 0;
         }
     }
-    data_loader_state end;
-    data_loader_get_state(d1, &end);
+    st_data_loader_state end;
+    st_data_loader_get_state(d1, &end);
     CHECK(end.schedule_version == 2, "schedule version %u", end.schedule_version);
-    data_loader_close(d1);
+    st_data_loader_close(d1);
     CHECK(!bad, "%d rows are not the next sample of their source (repeat or skip)", bad);
     CHECK(taken[0] + taken[1] + taken[2] == (S1 + S2) * BG, "rows %d %d %d", taken[0], taken[1], taken[2]);
     for (int i = 0; i < 3; i++) free(ref[i]);
@@ -375,23 +375,23 @@ static void test_mix_change(void) {
 /* Shuffled indexed source: one epoch visits every document exactly once. */
 static void test_epoch_coverage(void) {
     st_err err = {0};
-    data_source *s;
-    data_source_config sc = {.path = path_a};
-    CHECK(data_source_open(&s, &sc, &err) == ST_OK, "%s", err.msg);
+    st_data_source *s;
+    st_data_source_config sc = {.path = path_a};
+    CHECK(st_data_source_open(&s, &sc, &err) == ST_OK, "%s", err.msg);
     data_stream ds;
     CHECK(data_stream_init(&ds, s, 0, 5, T_, 1, VOCAB, EOD, &err) == ST_OK, "%s", err.msg);
     /* Sum of tokens across one epoch of samples equals the source's total, in a
      * different order than the file. */
     uint64_t toks = 0;
     int32_t row[T_ + 1], starts[T_ + 2];
-    data_cursor cur = {0, 0, 0};
+    st_data_cursor cur = {0, 0, 0};
     uint64_t h_stream = 0, h_file = 0;
     int32_t *all = malloc(s->n_tokens * 4);
     uint64_t at = 0;
     for (uint64_t d = 0; d < s->n_docs; d++) {
         uint64_t len;
-        data_source_doc_len(s, d, &len, &err);
-        data_source_read(s, d, 0, len, all + at, 0, &err);
+        st_data_source_doc_len(s, d, &len, &err);
+        st_data_source_read(s, d, 0, len, all + at, 0, &err);
         at += len;
     }
     for (uint64_t i = 0; i < s->n_tokens; i++) h_file += data_mix64((uint64_t)all[i]);
@@ -403,7 +403,7 @@ static void test_epoch_coverage(void) {
     CHECK(h_stream == h_file, "one shuffled epoch is not a permutation of the documents' tokens");
     free(all);
     data_stream_free(&ds);
-    data_source_close(s);
+    st_data_source_close(s);
 }
 
 /* The index lookahead (windows of entries read together, the next window read a step
@@ -414,8 +414,8 @@ static void test_lookahead(void) {
     st_err err = {0};
     char path[600];
     snprintf(path, sizeof path, "%s/many", test_tmpdir());
-    data_pack_writer *w;
-    CHECK(data_pack_open(&w, path, DATA_DTYPE_U16, &err) == ST_OK, "%s", err.msg);
+    st_data_pack_writer *w;
+    CHECK(st_data_pack_open(&w, path, ST_DATA_DTYPE_U16, &err) == ST_OK, "%s", err.msg);
     st_rng r;
     st_rng_seed(&r, 11);
     int32_t doc[64];
@@ -424,13 +424,13 @@ static void test_lookahead(void) {
         int n = (int)(st_rng_u64(&r) % 40);
         if (d % 53 == 7) n = 0;
         for (int i = 0; i < n; i++) doc[i] = 1 + (int32_t)((d * 7 + i) % 50000);
-        CHECK(data_pack_add(w, doc, (size_t)n, &err) == ST_OK, "%s", err.msg);
+        CHECK(st_data_pack_add(w, doc, (size_t)n, &err) == ST_OK, "%s", err.msg);
     }
-    CHECK(data_pack_close(w, &err) == ST_OK, "%s", err.msg);
-    data_source_config sc = {.path = path};
-    data_source *ref_src, *src;
-    CHECK(data_source_open(&ref_src, &sc, &err) == ST_OK, "%s", err.msg);
-    CHECK(data_source_open(&src, &sc, &err) == ST_OK, "%s", err.msg);
+    CHECK(st_data_pack_close(w, &err) == ST_OK, "%s", err.msg);
+    st_data_source_config sc = {.path = path};
+    st_data_source *ref_src, *src;
+    CHECK(st_data_source_open(&ref_src, &sc, &err) == ST_OK, "%s", err.msg);
+    CHECK(st_data_source_open(&src, &sc, &err) == ST_OK, "%s", err.msg);
     /* Entries read together are the entries read one by one. */
     {
         enum { K = 500 };
@@ -456,7 +456,7 @@ static void test_lookahead(void) {
         CHECK(data_stream_set_lookahead(&ref, 0, &err) == ST_OK, "%s", err.msg);
         int32_t *rows = malloc((size_t)N * (TT + 1) * 4), *st = malloc((size_t)N * (TT + 1) * 4);
         int nst[N];
-        data_cursor curs[N + 1], c = {0, 0, 0};
+        st_data_cursor curs[N + 1], c = {0, 0, 0};
         for (int k = 0; k < N; k++) {
             curs[k] = c;
             CHECK(data_stream_take(&ref, &c, rows + (size_t)k * (TT + 1), st + (size_t)k * (TT + 1), &nst[k], &err) ==
@@ -473,14 +473,14 @@ static void test_lookahead(void) {
             /* straight through, then resumed at a few cursors (forward and back) */
             const int from[] = {0, 1913, 17, 1250, 2799};
             for (size_t f = 0; f < sizeof from / sizeof from[0]; f++) {
-                data_cursor d = curs[from[f]];
+                st_data_cursor d = curs[from[f]];
                 for (int k = from[f]; k < N && k < from[f] + (f ? 120 : N); k++) {
                     CHECK(data_stream_take(&ds, &d, row, starts, &ns, &err) == ST_OK, "%s", err.msg);
                     bad += memcmp(row, rows + (size_t)k * (TT + 1), sizeof row) != 0 || ns != nst[k] ||
                            memcmp(starts, st + (size_t)k * (TT + 1), (size_t)ns * 4) != 0 ||
                            memcmp(&d, &curs[k + 1], sizeof d) != 0;
                     if (k % 3 == 0) { /* rows of other ranks: stepped over without reading */
-                        data_cursor e = curs[k];
+                        st_data_cursor e = curs[k];
                         CHECK(data_stream_take(&ds, &e, NULL, starts, &ns, &err) == ST_OK, "%s", err.msg);
                         bad += memcmp(&e, &curs[k + 1], sizeof e) != 0;
                     }
@@ -494,8 +494,8 @@ static void test_lookahead(void) {
         free(rows);
         free(st);
     }
-    data_source_close(ref_src);
-    data_source_close(src);
+    st_data_source_close(ref_src);
+    st_data_source_close(src);
 }
 
 int main(void) {

@@ -21,11 +21,11 @@
 #define STEPS 25
 static char path_a[512];
 
-static void config(data_loader_config *c, int B, int rank, int world) {
-    data_loader_config_init(c);
+static void config(st_data_loader_config *c, int B, int rank, int world) {
+    st_data_loader_config_init(c);
     c->n_sources = 2;
-    c->sources[0] = (data_source_config){.path = path_a, .weight = 0.7};
-    c->sources[1] = (data_source_config){.path = path_a, .weight = 0.3};
+    c->sources[0] = (st_data_source_config){.path = path_a, .weight = 0.7};
+    c->sources[1] = (st_data_source_config){.path = path_a, .weight = 0.3};
     c->T = 48, c->B = B, c->rank = rank, c->world = world, c->seed = 77;
     c->vocab_size = 300, c->eod_token = 256, c->mask_eod = 1, c->prefetch = 3;
 }
@@ -33,22 +33,22 @@ static void config(data_loader_config *c, int B, int rank, int world) {
 /* Child: attach as local index i and compare every batch with a private loader. */
 static int consumer(const char *name, int i, int first_rank, int world) {
     st_err err = {0};
-    data_plane *p;
-    if (data_plane_attach(&p, name, i, 20.0, &err)) {
+    st_data_plane *p;
+    if (st_data_plane_attach(&p, name, i, 20.0, &err)) {
         fprintf(stderr, "attach: %s\n", err.msg);
         return 1;
     }
-    data_loader_config c;
+    st_data_loader_config c;
     config(&c, 2, first_rank + i, world);
-    data_loader *dl;
-    if (data_loader_open(&dl, &c, &err)) {
+    st_data_loader *dl;
+    if (st_data_loader_open(&dl, &c, &err)) {
         fprintf(stderr, "open: %s\n", err.msg);
         return 1;
     }
     int bad = 0;
     for (int s = 0; s < STEPS; s++) {
-        data_batch a, b;
-        if (data_plane_next(p, &a, &err) || data_loader_next(dl, &b, &err)) {
+        st_data_batch a, b;
+        if (st_data_plane_next(p, &a, &err) || st_data_loader_next(dl, &b, &err)) {
             fprintf(stderr, "next: %s\n", err.msg);
             return 1;
         }
@@ -59,12 +59,12 @@ static int consumer(const char *name, int i, int first_rank, int world) {
                memcmp(a.source, b.source, (size_t)b.B) ||
                memcmp(a.cu_seqlens, b.cu_seqlens, ((size_t)b.n_seqs + 1) * 4);
     }
-    data_loader_state sa, sb;
-    data_plane_get_state(p, &sa);
-    data_loader_get_state(dl, &sb);
+    st_data_loader_state sa, sb;
+    st_data_plane_get_state(p, &sa);
+    st_data_loader_get_state(dl, &sb);
     bad += memcmp(&sa, &sb, sizeof sa) != 0;
-    data_loader_close(dl);
-    data_plane_close(p);
+    st_data_loader_close(dl);
+    st_data_plane_close(p);
     if (bad) fprintf(stderr, "consumer %d (rank %d of %d): %d mismatches\n", i, first_rank + i, world, bad);
     return bad ? 1 : 0;
 }
@@ -78,17 +78,17 @@ static void run_case(int first_rank, int world) {
         kids[i] = fork();
         if (kids[i] == 0) _exit(consumer(name, i, first_rank, world));
     }
-    data_loader_config c;
+    st_data_loader_config c;
     config(&c, 2, 0, world);
     st_err err = {0};
-    data_plane *p = NULL;
-    CHECK(data_plane_serve(&p, name, &c, first_rank, 2, 0, &err) == ST_OK, "%s", err.msg);
+    st_data_plane *p = NULL;
+    CHECK(st_data_plane_serve(&p, name, &c, first_rank, 2, 0, &err) == ST_OK, "%s", err.msg);
     for (int i = 0; i < 2; i++) {
         int st = 0;
         waitpid(kids[i], &st, 0);
         CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "consumer %d of ranks %d.. failed", i, first_rank);
     }
-    data_plane_close(p);
+    st_data_plane_close(p);
 }
 
 /* ------------------------------------------------------------------ faults */
@@ -107,19 +107,19 @@ static double now_s(void) {
  * after each) until next() fails. Exit 0 if the error names `want`, 2 if it does not. */
 static int fault_consumer(const char *name, int i, int ready_fd, int nap_us, const char *want) {
     st_err err = {0};
-    data_plane *p;
-    if (data_plane_attach(&p, name, i, 20.0, &err)) {
+    st_data_plane *p;
+    if (st_data_plane_attach(&p, name, i, 20.0, &err)) {
         fprintf(stderr, "consumer %d: attach: %s\n", i, err.msg);
         return 1;
     }
     for (int k = 0;; k++) {
         if (k == 3 && write(ready_fd, "x", 1) != 1) return 1;
-        data_batch b;
-        if (data_plane_next(p, &b, &err)) {
+        st_data_batch b;
+        if (st_data_plane_next(p, &b, &err)) {
             int ok = strstr(err.msg, want) != NULL;
             if (!ok) fprintf(stderr, "consumer %d: the error does not name '%s': %s\n", i, want, err.msg);
             else fprintf(stderr, "consumer %d: %s\n", i, err.msg);
-            data_plane_close(p);
+            st_data_plane_close(p);
             return ok ? 0 : 2;
         }
         if (nap_us) usleep((useconds_t)nap_us);
@@ -161,11 +161,11 @@ static int wait_bounded(pid_t pid, double limit_s, double *took) {
 static pid_t fork_producer(const char *name, int stop_self) {
     pid_t pid = fork();
     if (pid == 0) {
-        data_loader_config c;
+        st_data_loader_config c;
         config(&c, 2, 0, 2);
         st_err err = {0};
-        data_plane *p;
-        if (data_plane_serve(&p, name, &c, 0, 2, PLANE_TIMEOUT_S, &err)) {
+        st_data_plane *p;
+        if (st_data_plane_serve(&p, name, &c, 0, 2, PLANE_TIMEOUT_S, &err)) {
             fprintf(stderr, "producer: %s\n", err.msg);
             _exit(1);
         }
@@ -212,13 +212,13 @@ static void test_kill_consumer(void) {
         kids[i] = fork();
         if (kids[i] == 0) _exit(fault_consumer(name, i, fds[1], i ? 0 : 1000, "consumer 1"));
     }
-    data_loader_config c;
+    st_data_loader_config c;
     config(&c, 2, 0, 2);
     st_err err = {0};
-    data_plane *p = NULL;
-    CHECK(data_plane_serve(&p, name, &c, 0, 2, PLANE_TIMEOUT_S, &err) == ST_OK, "%s", err.msg);
+    st_data_plane *p = NULL;
+    CHECK(st_data_plane_serve(&p, name, &c, 0, 2, PLANE_TIMEOUT_S, &err) == ST_OK, "%s", err.msg);
     CHECK(wait_ready(fds[0], 2, 30.0), "the consumers did not start");
-    CHECK(!p || data_plane_check(p, &err) == ST_OK, "a working plane reports: %s", err.msg);
+    CHECK(!p || st_data_plane_check(p, &err) == ST_OK, "a working plane reports: %s", err.msg);
     kill(kids[1], SIGKILL);
     waitpid(kids[1], NULL, 0);
     double t0 = now_s(), took;
@@ -228,11 +228,11 @@ static void test_kill_consumer(void) {
     fprintf(stderr, "consumer 1 killed: consumer 0 ended %.3f s later\n", took);
     /* the producer's process learns it too */
     st_status prc = ST_OK;
-    while (p && (prc = data_plane_check(p, &err)) == ST_OK && now_s() - t0 < END_BOUND_S) usleep(2000);
+    while (p && (prc = st_data_plane_check(p, &err)) == ST_OK && now_s() - t0 < END_BOUND_S) usleep(2000);
     CHECK(prc != ST_OK && strstr(err.msg, "consumer 1") && strstr(err.msg, "died"),
           "consumer 1 killed: the producer's check after %.2f s: %s", now_s() - t0, prc ? err.msg : "ok");
     close(fds[0]), close(fds[1]);
-    data_plane_close(p);
+    st_data_plane_close(p);
 }
 
 /* A producer that stops (SIGSTOP: alive, holding its lock, doing nothing) ends its
@@ -279,65 +279,65 @@ static void test_stale_segment(void) {
     CHECK(fd >= 0, "the crashed producer left no segment to test with");
     struct stat old = {0};
     if (fd >= 0) fstat(fd, &old), close(fd);
-    data_loader_config c;
+    st_data_loader_config c;
     config(&c, 2, 0, 1);
     st_err err = {0};
-    data_plane *p = NULL;
+    st_data_plane *p = NULL;
     /* a consumer does not attach to it: it waits for a producer, and says what it found */
-    CHECK(data_plane_attach(&p, name, 0, 0.2, &err) != ST_OK && strstr(err.msg, "died"),
+    CHECK(st_data_plane_attach(&p, name, 0, 0.2, &err) != ST_OK && strstr(err.msg, "died"),
           "a consumer attached to a dead producer's segment: %s", err.msg);
-    data_plane_close(p), p = NULL;
-    CHECK(data_plane_serve(&p, name, &c, 0, 1, 0, &err) == ST_OK, "a stale segment was not replaced: %s", err.msg);
+    st_data_plane_close(p), p = NULL;
+    CHECK(st_data_plane_serve(&p, name, &c, 0, 1, 0, &err) == ST_OK, "a stale segment was not replaced: %s", err.msg);
     fd = shm_open(shm, O_RDONLY, 0);
     struct stat now = {0};
     if (fd >= 0) fstat(fd, &now), close(fd);
     CHECK(fd >= 0 && now.st_ino != old.st_ino, "the stale segment is still in place");
     if (p) {
         /* it serves: a consumer gets what a loader of its own gives */
-        data_plane *q = NULL;
-        CHECK(data_plane_attach(&q, name, 0, 5.0, &err) == ST_OK, "%s", err.msg);
-        data_loader *dl = NULL;
-        data_loader_config lc;
+        st_data_plane *q = NULL;
+        CHECK(st_data_plane_attach(&q, name, 0, 5.0, &err) == ST_OK, "%s", err.msg);
+        st_data_loader *dl = NULL;
+        st_data_loader_config lc;
         config(&lc, 2, 0, 1);
-        CHECK(data_loader_open(&dl, &lc, &err) == ST_OK, "%s", err.msg);
-        data_batch a, b;
+        CHECK(st_data_loader_open(&dl, &lc, &err) == ST_OK, "%s", err.msg);
+        st_data_batch a, b;
         if (q && dl) {
-            CHECK(data_plane_next(q, &a, &err) == ST_OK && data_loader_next(dl, &b, &err) == ST_OK, "%s", err.msg);
+            CHECK(st_data_plane_next(q, &a, &err) == ST_OK && st_data_loader_next(dl, &b, &err) == ST_OK, "%s", err.msg);
             CHECK(!memcmp(a.tokens, b.tokens, sizeof(int32_t) * 2 * 49), "the replaced plane serves other tokens");
         }
-        data_loader_close(dl);
+        st_data_loader_close(dl);
         /* a second producer of a live plane is refused, naming the holder */
-        data_plane *p2 = NULL;
+        st_data_plane *p2 = NULL;
         char pid[32];
         snprintf(pid, sizeof pid, "%d", (int)getpid());
-        CHECK(data_plane_serve(&p2, name, &c, 0, 1, 0, &err) == ST_ERR_BUSY && strstr(err.msg, pid),
+        CHECK(st_data_plane_serve(&p2, name, &c, 0, 1, 0, &err) == ST_ERR_BUSY && strstr(err.msg, pid),
               "a second producer of a live plane: %s", err.msg);
-        data_plane_close(p2);
-        data_plane_close(q);
+        st_data_plane_close(p2);
+        st_data_plane_close(q);
     }
-    data_plane_close(p);
+    st_data_plane_close(p);
 }
 
 int main(void) {
     st_err err = {0};
     snprintf(path_a, sizeof path_a, "%s/a", test_tmpdir());
-    data_pack_writer *w;
-    CHECK(data_pack_open(&w, path_a, DATA_DTYPE_U16, &err) == ST_OK, "%s", err.msg);
+    st_data_pack_writer *w;
+    CHECK(st_data_pack_open(&w, path_a, ST_DATA_DTYPE_U16, &err) == ST_OK, "%s", err.msg);
     int32_t doc[200];
     for (int d = 0; d < 120; d++) {
         int n = 1 + (d * 37) % 150;
         for (int i = 0; i < n; i++) doc[i] = (d * 7 + i) % 256;
         doc[n] = 256;
-        CHECK(data_pack_add(w, doc, (size_t)n + 1, &err) == ST_OK, "%s", err.msg);
+        CHECK(st_data_pack_add(w, doc, (size_t)n + 1, &err) == ST_OK, "%s", err.msg);
     }
-    CHECK(data_pack_close(w, &err) == ST_OK, "%s", err.msg);
+    CHECK(st_data_pack_close(w, &err) == ST_OK, "%s", err.msg);
     run_case(0, 2);
     run_case(2, 4);
     /* a block that is not aligned is refused */
-    data_loader_config c;
+    st_data_loader_config c;
     config(&c, 2, 0, 4);
-    data_plane *p;
-    CHECK(data_plane_serve(&p, "strata-test-plane-bad", &c, 1, 2, 0, &err) == ST_ERR_INVALID, "misaligned block accepted");
+    st_data_plane *p;
+    CHECK(st_data_plane_serve(&p, "strata-test-plane-bad", &c, 1, 2, 0, &err) == ST_ERR_INVALID, "misaligned block accepted");
     test_kill_producer();
     test_kill_consumer();
     test_stopped_producer();

@@ -21,34 +21,34 @@
 int main(void) {
     st_err err = {0};
     st_safetensors *fx;
-    if (safetensors_open(&fx, test_source_path("tests/fixtures/gpt2_tiny.safetensors"), &err)) {
+    if (st_safetensors_open(&fx, test_source_path("tests/fixtures/gpt2_tiny.safetensors"), &err)) {
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }
-    gpt2_config cfg = {test_meta_int(fx, "vocab_size"), test_meta_int(fx, "n_positions"), test_meta_int(fx, "n_layer"),
+    st_gpt2_config cfg = {test_meta_int(fx, "vocab_size"), test_meta_int(fx, "n_positions"), test_meta_int(fx, "n_layer"),
                        test_meta_int(fx, "n_head"), test_meta_int(fx, "n_embd")};
     int B = test_meta_int(fx, "B"), T = test_meta_int(fx, "T"), V = cfg.vocab_size, N = B * T;
     st_backend *be;
-    gpt2_model m;
-    if (st_backend_cpu_create(&be, 0, &err) || gpt2_create(&m, &cfg, be, &err) || gpt2_alloc_acts(&m, B, T, &err) ||
-        gpt2_load_safetensors(&m, test_source_path("tests/fixtures/gpt2_tiny.safetensors"), &err)) {
+    st_gpt2_model m;
+    if (st_backend_cpu_create(&be, 0, &err) || st_gpt2_create(&m, &cfg, be, &err) || st_gpt2_alloc_acts(&m, B, T, &err) ||
+        st_gpt2_load_safetensors(&m, test_source_path("tests/fixtures/gpt2_tiny.safetensors"), &err)) {
         fprintf(stderr, "setup: %s\n", err.msg);
         return 1;
     }
-    const st_tensor_entry *ei = safetensors_find(fx, "inputs"), *et = safetensors_find(fx, "targets");
+    const st_tensor_entry *ei = st_safetensors_find(fx, "inputs"), *et = st_safetensors_find(fx, "targets");
     CHECK(ei && et && ei->numel == (size_t)N, "inputs/targets present");
-    const int32_t *inputs = safetensors_data(fx, ei), *targets = safetensors_data(fx, et);
+    const int32_t *inputs = st_safetensors_data(fx, ei), *targets = st_safetensors_data(fx, et);
 
     /* forward without gradient: logits and loss */
-    float loss = gpt2_forward(&m, inputs, targets, 0.0f);
+    float loss = st_gpt2_forward(&m, inputs, targets, 0.0f);
     float *ref_logits = test_read_f32(fx, "logits", (size_t)N * V), *ref_loss = test_read_f32(fx, "loss", 1);
-    check_close_f32("logits", gpt2_logits(&m), ref_logits, (size_t)N * V, 1e-5, 1e-4);
+    check_close_f32("logits", st_gpt2_logits(&m), ref_logits, (size_t)N * V, 1e-5, 1e-4);
     CHECK(fabsf(loss - ref_loss[0]) <= 1e-5f * ref_loss[0], "loss %.7f vs reference %.7f", loss, ref_loss[0]);
 
     /* gradients */
-    gpt2_zero_grad(&m);
-    gpt2_forward(&m, inputs, targets, 1.0f / N);
-    gpt2_backward(&m);
+    st_gpt2_zero_grad(&m);
+    st_gpt2_forward(&m, inputs, targets, 1.0f / N);
+    st_gpt2_backward(&m);
     for (int i = 0; i < m.n_tensors; i++) {
         const st_param_info *t = &m.tensors[i];
         char name[128];
@@ -60,20 +60,20 @@ int main(void) {
     }
 
     /* three AdamW steps on the same batch: weight decay on 2-D tensors, by role */
-    gpt2_load_safetensors(&m, test_source_path("tests/fixtures/gpt2_tiny.safetensors"), &err);
-    optim_segment *segs = calloc((size_t)m.n_tensors, sizeof *segs);
-    train_decay_segments(m.tensors, m.n_tensors, 0.1f, segs); /* the fixture decays every 2-D tensor */
-    optim *opt;
-    CHECK(optim_create(&opt, segs, m.n_tensors, OPTIM_STATE_F32, &err) == ST_OK, "optim_create: %s", err.msg);
+    st_gpt2_load_safetensors(&m, test_source_path("tests/fixtures/gpt2_tiny.safetensors"), &err);
+    st_optim_segment *segs = calloc((size_t)m.n_tensors, sizeof *segs);
+    st_train_decay_segments(m.tensors, m.n_tensors, 0.1f, segs); /* the fixture decays every 2-D tensor */
+    st_optim *opt;
+    CHECK(st_optim_create(&opt, segs, m.n_tensors, ST_OPTIM_STATE_F32, &err) == ST_OK, "optim_create: %s", err.msg);
     float *ref_losses = test_read_f32(fx, "adamw_losses", 3);
     for (int step = 1; step <= 3; step++) {
-        gpt2_zero_grad(&m);
-        float l = gpt2_forward(&m, inputs, targets, 1.0f / N);
-        gpt2_backward(&m);
+        st_gpt2_zero_grad(&m);
+        float l = st_gpt2_forward(&m, inputs, targets, 1.0f / N);
+        st_gpt2_backward(&m);
         CHECK(fabsf(l - ref_losses[step - 1]) <= 1e-4f * ref_losses[step - 1], "AdamW step %d loss %.7f vs %.7f",
               step, l, ref_losses[step - 1]);
-        adamw_params hp = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = step, .grad_scale = 1.0f};
-        optim_step(opt, m.params, m.grads, &hp);
+        st_adamw_params hp = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = step, .grad_scale = 1.0f};
+        st_optim_step(opt, m.params, m.grads, &hp);
     }
     for (int i = 0; i < m.n_tensors; i++) {
         const st_param_info *t = &m.tensors[i];
@@ -104,9 +104,9 @@ int main(void) {
     free(ref_logits);
     free(ref_loss);
     free(segs);
-    optim_free(opt);
-    gpt2_free(&m);
+    st_optim_free(opt);
+    st_gpt2_free(&m);
     st_backend_free(be);
-    safetensors_close(fx);
+    st_safetensors_close(fx);
     return test_finish("gpt2_fixture");
 }

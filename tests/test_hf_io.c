@@ -18,13 +18,13 @@
 
 static st_backend *be;
 
-static float *params_host(const llama_model *m) {
+static float *params_host(const st_llama_model *m) {
     float *h = malloc(m->n_params * sizeof(float));
     m->be->ops->copy_to_host(m->be, h, m->params, m->n_params * sizeof(float));
     return h;
 }
 
-static int configs_equal(const llama_config *a, const llama_config *b) {
+static int configs_equal(const st_llama_config *a, const st_llama_config *b) {
     return !strcmp(a->model_type, b->model_type) && a->vocab_size == b->vocab_size &&
            a->hidden_size == b->hidden_size && a->intermediate_size == b->intermediate_size &&
            a->n_layer == b->n_layer && a->n_head == b->n_head && a->n_kv_head == b->n_kv_head &&
@@ -38,9 +38,9 @@ static int configs_equal(const llama_config *a, const llama_config *b) {
 
 /* Save m to dir in dtype (sharded when shard > 0), read config and weights back into a new
  * model; the parameters must equal m's rounded to dtype, bit for bit. */
-static void round_trip(llama_model *m, const char *dir, st_dtype dtype, size_t shard, const char *what) {
+static void round_trip(st_llama_model *m, const char *dir, st_dtype dtype, size_t shard, const char *what) {
     st_err err = {0};
-    CHECK(llama_save_hf(m, dir, dtype, shard, &err) == ST_OK, "%s: save: %s", what, err.msg);
+    CHECK(st_llama_save_hf(m, dir, dtype, shard, &err) == ST_OK, "%s: save: %s", what, err.msg);
     char p[4096];
     snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
     int has_index = access(p, F_OK) == 0;
@@ -48,14 +48,14 @@ static void round_trip(llama_model *m, const char *dir, st_dtype dtype, size_t s
     int has_single = access(p, F_OK) == 0;
     CHECK(has_index == (shard > 0) && has_single == (shard == 0), "%s: index %d single %d", what, has_index,
           has_single);
-    llama_config c2;
-    llama_model m2;
-    if (hf_config_read(dir, &c2, &err)) {
+    st_llama_config c2;
+    st_llama_model m2;
+    if (st_hf_config_read(dir, &c2, &err)) {
         CHECK(0, "%s: config: %s", what, err.msg);
         return;
     }
     CHECK(configs_equal(&m->cfg, &c2), "%s: config.json does not round-trip", what);
-    if (llama_create(&m2, &c2, be, &err) || llama_load_hf(&m2, dir, &err)) {
+    if (st_llama_create(&m2, &c2, be, &err) || st_llama_load_hf(&m2, dir, &err)) {
         CHECK(0, "%s: load: %s", what, err.msg);
         return;
     }
@@ -69,20 +69,20 @@ static void round_trip(llama_model *m, const char *dir, st_dtype dtype, size_t s
     }
     CHECK(memcmp(a, b, m->n_params * sizeof(float)) == 0, "%s: parameters differ after the round trip", what);
     free(a), free(b);
-    llama_free(&m2);
+    st_llama_free(&m2);
 }
 
 static void test_round_trips(void) {
     const char *presets[] = {"llama-tiny", "qwen2-tiny", "qwen3-tiny"};
     for (int i = 0; i < 3; i++) {
         st_err err = {0};
-        llama_config cfg;
-        llama_model m;
-        if (llama_config_preset(presets[i], &cfg, &err) || llama_create(&m, &cfg, be, &err)) {
+        st_llama_config cfg;
+        st_llama_model m;
+        if (st_llama_config_preset(presets[i], &cfg, &err) || st_llama_create(&m, &cfg, be, &err)) {
             CHECK(0, "%s: %s", presets[i], err.msg);
             continue;
         }
-        llama_init_random(&m, 7 + i);
+        st_llama_init_random(&m, 7 + i);
         /* non-trivial norm weights and biases, so a swapped tensor would show */
         float *h = params_host(&m);
         for (size_t j = 0; j < m.n_params; j++) h[j] += 1e-3f * (float)(j % 97);
@@ -98,7 +98,7 @@ static void test_round_trips(void) {
         round_trip(&m, dir, ST_BF16, 0, what);       /* and the stale index must go too */
         snprintf(what, sizeof what, "%s f16 sharded", presets[i]);
         round_trip(&m, dir, ST_F16, 20 << 10, what);
-        llama_free(&m);
+        st_llama_free(&m);
     }
 }
 
@@ -113,12 +113,12 @@ static const char *base_cfg =
 /* Parse base_cfg with the given architecture and extra fields; expect success (want NULL)
  * or an error whose message contains want. */
 static void expect_cfg(const char *arch, const char *type, const char *tied, const char *extra, const char *want,
-                       llama_config *out) {
+                       st_llama_config *out) {
     char text[2048];
     snprintf(text, sizeof text, base_cfg, arch, type, tied, extra);
     st_err err = {0};
-    llama_config c;
-    st_status s = hf_config_parse(text, "test/config.json", &c, &err);
+    st_llama_config c;
+    st_status s = st_hf_config_parse(text, "test/config.json", &c, &err);
     if (!want) {
         CHECK(s == ST_OK, "config %s %s should parse: %s", arch, extra, err.msg);
         if (out) *out = c;
@@ -129,7 +129,7 @@ static void expect_cfg(const char *arch, const char *type, const char *tied, con
 }
 
 static void test_config_parse(void) {
-    llama_config c;
+    st_llama_config c;
     expect_cfg("LlamaForCausalLM", "llama", "false", "", NULL, &c);
     CHECK(c.head_dim == 8 && c.n_kv_head == 2 && !c.qkv_bias && !c.o_bias && !c.qk_norm && !c.tie_word_embeddings &&
               !c.rope_llama3 && c.rms_norm_eps == 1e-6,
@@ -151,14 +151,14 @@ static void test_config_parse(void) {
     expect_cfg("MistralForCausalLM", "mistral", "false", ", \"sliding_window\": 16", NULL, &c);
     CHECK(c.sliding_window == 16, "mistral window 16");
     /* a window shorter than the sequence is refused when the activations are sized */
-    llama_model m;
+    st_llama_model m;
     st_err err = {0};
     c.vocab_size = 64;
-    if (llama_create(&m, &c, be, &err) == ST_OK) {
-        CHECK(llama_alloc_acts(&m, 1, 32, &err) != ST_OK && strstr(err.msg, "sliding_window"),
+    if (st_llama_create(&m, &c, be, &err) == ST_OK) {
+        CHECK(st_llama_alloc_acts(&m, 1, 32, &err) != ST_OK && strstr(err.msg, "sliding_window"),
               "seq 32 > sliding_window 16 must be refused naming the field: %s", err.msg);
-        CHECK(llama_alloc_acts(&m, 1, 16, &err) == ST_OK, "seq 16 within the window: %s", err.msg);
-        llama_free(&m);
+        CHECK(st_llama_alloc_acts(&m, 1, 16, &err) == ST_OK, "seq 16 within the window: %s", err.msg);
+        st_llama_free(&m);
     }
 
     /* unsupported architectures and options: the message names the field */
@@ -177,10 +177,10 @@ static void test_config_parse(void) {
     expect_cfg("LlamaForCausalLM", "llama", "false", ", \"hidden_size\": \"32\"", "hidden_size", NULL);
     expect_cfg("LlamaForCausalLM", "llama", "\"yes\"", "", "tie_word_embeddings", NULL);
     st_err e2 = {0};
-    CHECK(hf_config_parse("{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 32}", "x/config.json", &c,
+    CHECK(st_hf_config_parse("{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 32}", "x/config.json", &c,
                           &e2) != ST_OK && strstr(e2.msg, "vocab_size"),
           "missing field must be named: %s", e2.msg);
-    CHECK(hf_config_parse("{\"architectures\": [", "x/config.json", &c, &e2) != ST_OK && strstr(e2.msg, "JSON"),
+    CHECK(st_hf_config_parse("{\"architectures\": [", "x/config.json", &c, &e2) != ST_OK && strstr(e2.msg, "JSON"),
           "broken JSON: %s", e2.msg);
 }
 
@@ -221,38 +221,38 @@ static const char *mistral_7b_json =
 
 static void test_released_configs(void) {
     st_err err = {0};
-    llama_config c, p;
-    CHECK(hf_config_parse(qwen25_05b_json, "Qwen2.5-0.5B", &c, &err) == ST_OK, "%s", err.msg);
-    CHECK(llama_config_preset("qwen2.5-0.5b", &p, &err) == ST_OK && configs_equal(&c, &p),
+    st_llama_config c, p;
+    CHECK(st_hf_config_parse(qwen25_05b_json, "Qwen2.5-0.5B", &c, &err) == ST_OK, "%s", err.msg);
+    CHECK(st_llama_config_preset("qwen2.5-0.5b", &p, &err) == ST_OK && configs_equal(&c, &p),
           "Qwen2.5-0.5B config.json != preset qwen2.5-0.5b");
-    CHECK(llama_param_count(&c) == 494032768, "Qwen2.5-0.5B has 494,032,768 parameters, got %zu",
-          llama_param_count(&c));
-    CHECK(hf_config_parse(llama32_1b_json, "Llama-3.2-1B", &c, &err) == ST_OK, "%s", err.msg);
-    CHECK(llama_config_preset("llama3.2-1b", &p, &err) == ST_OK && configs_equal(&c, &p),
+    CHECK(st_llama_param_count(&c) == 494032768, "Qwen2.5-0.5B has 494,032,768 parameters, got %zu",
+          st_llama_param_count(&c));
+    CHECK(st_hf_config_parse(llama32_1b_json, "Llama-3.2-1B", &c, &err) == ST_OK, "%s", err.msg);
+    CHECK(st_llama_config_preset("llama3.2-1b", &p, &err) == ST_OK && configs_equal(&c, &p),
           "Llama-3.2-1B config.json != preset llama3.2-1b");
-    CHECK(llama_param_count(&c) == 1235814400, "Llama-3.2-1B has 1,235,814,400 parameters, got %zu",
-          llama_param_count(&c));
-    CHECK(hf_config_parse(qwen3_06b_json, "Qwen3-0.6B", &c, &err) == ST_OK, "%s", err.msg);
+    CHECK(st_llama_param_count(&c) == 1235814400, "Llama-3.2-1B has 1,235,814,400 parameters, got %zu",
+          st_llama_param_count(&c));
+    CHECK(st_hf_config_parse(qwen3_06b_json, "Qwen3-0.6B", &c, &err) == ST_OK, "%s", err.msg);
     CHECK(c.qk_norm && c.head_dim == 128 && !c.qkv_bias && c.sliding_window == 0 &&
-              llama_param_count(&c) == 596049920,
-          "Qwen3-0.6B: q/k norm, head_dim 128, 596,049,920 parameters (got %zu)", llama_param_count(&c));
-    CHECK(hf_config_parse(mistral_7b_json, "Mistral-7B-v0.1", &c, &err) == ST_OK, "%s", err.msg);
-    CHECK(c.sliding_window == 4096 && !c.tie_word_embeddings && llama_param_count(&c) == 7241732096,
-          "Mistral-7B: window 4096, untied, 7,241,732,096 parameters (got %zu)", llama_param_count(&c));
+              st_llama_param_count(&c) == 596049920,
+          "Qwen3-0.6B: q/k norm, head_dim 128, 596,049,920 parameters (got %zu)", st_llama_param_count(&c));
+    CHECK(st_hf_config_parse(mistral_7b_json, "Mistral-7B-v0.1", &c, &err) == ST_OK, "%s", err.msg);
+    CHECK(c.sliding_window == 4096 && !c.tie_word_embeddings && st_llama_param_count(&c) == 7241732096,
+          "Mistral-7B: window 4096, untied, 7,241,732,096 parameters (got %zu)", st_llama_param_count(&c));
 }
 
 static void test_overrides(void) {
     st_err err = {0};
-    llama_config c;
-    llama_config_preset("qwen2.5-0.5b", &c, &err);
+    st_llama_config c;
+    st_llama_config_preset("qwen2.5-0.5b", &c, &err);
     st_model_overrides ov = {.vocab_size = 256, .max_seq = 64, .n_layer = 2, .n_head = 4, .n_embd = 128};
-    CHECK(llama_config_apply_overrides(&c, &ov, &err) == ST_OK && c.vocab_size == 256 && c.max_seq == 64 &&
+    CHECK(st_llama_config_apply_overrides(&c, &ov, &err) == ST_OK && c.vocab_size == 256 && c.max_seq == 64 &&
               c.n_layer == 2 && c.n_head == 4 && c.hidden_size == 128 && c.head_dim == 32 && c.n_kv_head == 2 &&
               c.qkv_bias && c.tie_word_embeddings,
           "overrides on qwen2.5-0.5b: %s", err.msg);
-    llama_config_preset("qwen2.5-0.5b", &c, &err);
+    st_llama_config_preset("qwen2.5-0.5b", &c, &err);
     st_model_overrides bad = {.n_head = 7, .n_embd = 896};
-    CHECK(llama_config_apply_overrides(&c, &bad, &err) != ST_OK && strstr(err.msg, "n_head"),
+    CHECK(st_llama_config_apply_overrides(&c, &bad, &err) != ST_OK && strstr(err.msg, "n_head"),
           "7 heads over 2 kv heads must be refused: %s", err.msg);
 }
 
@@ -266,42 +266,42 @@ static void write_file(const char *path, const char *text) {
     }
 }
 
-static void expect_load_error(llama_model *m, const char *dir, const char *want, const char *what) {
+static void expect_load_error(st_llama_model *m, const char *dir, const char *want, const char *what) {
     st_err err = {0};
-    st_status s = llama_load_hf(m, dir, &err);
+    st_status s = st_llama_load_hf(m, dir, &err);
     CHECK(s != ST_OK && strstr(err.msg, want), "%s: want an error naming '%s', got '%s'", what, want,
           s ? err.msg : "success");
 }
 
 static void test_broken_dirs(void) {
     st_err err = {0};
-    llama_config cfg, cq;
-    llama_model m, mq;
-    if (llama_config_preset("llama-tiny", &cfg, &err) || llama_create(&m, &cfg, be, &err) ||
-        llama_config_preset("qwen2-tiny", &cq, &err) || llama_create(&mq, &cq, be, &err)) {
+    st_llama_config cfg, cq;
+    st_llama_model m, mq;
+    if (st_llama_config_preset("llama-tiny", &cfg, &err) || st_llama_create(&m, &cfg, be, &err) ||
+        st_llama_config_preset("qwen2-tiny", &cq, &err) || st_llama_create(&mq, &cq, be, &err)) {
         CHECK(0, "setup: %s", err.msg);
         return;
     }
-    llama_init_random(&m, 1);
+    st_llama_init_random(&m, 1);
     char dir[4096], p[4200];
     snprintf(dir, sizeof dir, "%s/broken", test_tmpdir());
     expect_load_error(&m, dir, "model.safetensors", "no directory");
-    CHECK(llama_save_hf(&m, dir, ST_F32, 0, &err) == ST_OK, "save: %s", err.msg);
+    CHECK(st_llama_save_hf(&m, dir, ST_F32, 0, &err) == ST_OK, "save: %s", err.msg);
     /* a qwen2 model reading llama weights: its q/k/v biases are missing and lm_head is extra */
     /* llama-tiny has o_proj biases, which qwen2 does not: an unexpected tensor is named */
     expect_load_error(&mq, dir, "model.layers.0.self_attn.o_proj.bias", "llama weights into a qwen2 config");
     /* weights with a tensor removed: rewrite the file without the last layer's down_proj */
-    llama_model m3;
+    st_llama_model m3;
     cfg.n_layer = 1;
-    if (llama_create(&m3, &cfg, be, &err) == ST_OK) {
+    if (st_llama_create(&m3, &cfg, be, &err) == ST_OK) {
         char d1[4096];
         snprintf(d1, sizeof d1, "%s/one_layer", test_tmpdir());
-        llama_save_hf(&m3, d1, ST_F32, 0, &err);
+        st_llama_save_hf(&m3, d1, ST_F32, 0, &err);
         expect_load_error(&m, d1, "model.layers.1.", "missing layer");
-        llama_free(&m3);
+        st_llama_free(&m3);
     }
     /* sharded: the index names a shard file that is not there */
-    CHECK(llama_save_hf(&m, dir, ST_F32, 8 << 10, &err) == ST_OK, "save sharded: %s", err.msg);
+    CHECK(st_llama_save_hf(&m, dir, ST_F32, 8 << 10, &err) == ST_OK, "save sharded: %s", err.msg);
     glob_t g;
     snprintf(p, sizeof p, "%s/model-00002-of-*.safetensors", dir);
     if (glob(p, 0, NULL, &g) == 0 && g.gl_pathc == 1) {
@@ -319,7 +319,7 @@ static void test_broken_dirs(void) {
     write_file(p, "{\"weight_map\": []}");
     expect_load_error(&m, dir, "weight_map", "index without a weight_map object");
     /* a shard whose header lies: the safetensors reader's validation reaches through */
-    CHECK(llama_save_hf(&m, dir, ST_F32, 0, &err) == ST_OK, "save: %s", err.msg);
+    CHECK(st_llama_save_hf(&m, dir, ST_F32, 0, &err) == ST_OK, "save: %s", err.msg);
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
     FILE *f = fopen(p, "r+b");
     if (f) { /* cut the file short: the data section no longer holds what the header says */
@@ -328,10 +328,10 @@ static void test_broken_dirs(void) {
         fclose(f);
         CHECK(truncate(p, len - 100) == 0, "truncate");
     }
-    st_status s = llama_load_hf(&m, dir, &err);
+    st_status s = st_llama_load_hf(&m, dir, &err);
     CHECK(s != ST_OK && strstr(err.msg, "model.safetensors"), "truncated weights: %s", s ? err.msg : "success");
-    llama_free(&m);
-    llama_free(&mq);
+    st_llama_free(&m);
+    st_llama_free(&mq);
 }
 
 /* ---------------------------------------------------------------- st_model interface */
@@ -341,20 +341,20 @@ static void test_broken_dirs(void) {
  * back into fresh models bit-identically. */
 static void test_st_model(void) {
     st_err err = {0};
-    llama_config cfg;
-    llama_model src;
-    if (llama_config_preset("qwen3-tiny", &cfg, &err) || llama_create(&src, &cfg, be, &err)) {
+    st_llama_config cfg;
+    st_llama_model src;
+    if (st_llama_config_preset("qwen3-tiny", &cfg, &err) || st_llama_create(&src, &cfg, be, &err)) {
         CHECK(0, "%s", err.msg);
         return;
     }
-    llama_init_random(&src, 3);
+    st_llama_init_random(&src, 3);
     char dir[4096], file[4200], dir2[4200];
     snprintf(dir, sizeof dir, "%s/st_model_src", test_tmpdir());
-    CHECK(llama_save_hf(&src, dir, ST_F32, 0, &err) == ST_OK, "save: %s", err.msg);
+    CHECK(st_llama_save_hf(&src, dir, ST_F32, 0, &err) == ST_OK, "save: %s", err.msg);
     st_model *m = NULL, *m2 = NULL, *m3 = NULL;
     if (st_model_create_hf(&m, dir, be, &err)) {
         CHECK(0, "st_model_create_hf: %s", err.msg);
-        llama_free(&src);
+        st_llama_free(&src);
         return;
     }
     CHECK(st_model_llama(m) != NULL && m->n_params == src.n_params, "st_model wraps the llama model");
@@ -381,38 +381,38 @@ static void test_st_model(void) {
         CHECK(!memcmp(a, b, m->n_params * 4) && !memcmp(a, c, m->n_params * 4), "st_model save/load round trip");
         free(a), free(b), free(c);
         st_safetensors *st;
-        if (safetensors_open(&st, file, &err) == ST_OK) {
-            llama_config back;
-            const char *cj = safetensors_meta(st, "config");
-            CHECK(cj && hf_config_parse(cj, file, &back, &err) == ST_OK && configs_equal(&back, &cfg),
+        if (st_safetensors_open(&st, file, &err) == ST_OK) {
+            st_llama_config back;
+            const char *cj = st_safetensors_meta(st, "config");
+            CHECK(cj && st_hf_config_parse(cj, file, &back, &err) == ST_OK && configs_equal(&back, &cfg),
                   "the file's 'config' metadata describes the model");
-            safetensors_close(st);
+            st_safetensors_close(st);
         }
     }
     st_model_free(m3);
     st_model_free(m2);
     st_model_free(m);
-    llama_free(&src);
+    st_llama_free(&src);
 }
 
 /* ---------------------------------------------------------------- inspect */
 
 static void test_inspect(void) {
     st_err err = {0};
-    llama_config cfg;
-    llama_model m;
-    if (llama_config_preset("qwen2-tiny", &cfg, &err) || llama_create(&m, &cfg, be, &err)) {
+    st_llama_config cfg;
+    st_llama_model m;
+    if (st_llama_config_preset("qwen2-tiny", &cfg, &err) || st_llama_create(&m, &cfg, be, &err)) {
         CHECK(0, "%s", err.msg);
         return;
     }
     char dir[4096], want[128];
     snprintf(dir, sizeof dir, "%s/inspect", test_tmpdir());
     for (int sharded = 0; sharded < 2; sharded++) {
-        CHECK(llama_save_hf(&m, dir, ST_BF16, sharded ? 12 << 10 : 0, &err) == ST_OK, "save: %s", err.msg);
+        CHECK(st_llama_save_hf(&m, dir, ST_BF16, sharded ? 12 << 10 : 0, &err) == ST_OK, "save: %s", err.msg);
         char *text = NULL;
         size_t len = 0;
         FILE *f = open_memstream(&text, &len);
-        st_status s = hf_inspect(dir, 2, 16, 8.0, f, &err);
+        st_status s = st_hf_inspect(dir, 2, 16, 8.0, f, &err);
         fclose(f);
         snprintf(want, sizeof want, "parameters %zu", m.n_params);
         CHECK(s == ST_OK && strstr(text, "qwen2") && strstr(text, "multi-query") && strstr(text, want) &&
@@ -420,7 +420,7 @@ static void test_inspect(void) {
               "inspect (sharded %d) output:\n%s\n%s", sharded, text, s ? err.msg : "");
         free(text);
     }
-    llama_free(&m);
+    st_llama_free(&m);
 }
 
 /* ---------------------------------------------------------------- Python cross-check */
@@ -430,45 +430,45 @@ static void python_check(const char *fixture, st_dtype dtype, size_t shard) {
     st_safetensors *fx;
     char fpath[512];
     snprintf(fpath, sizeof fpath, "tests/fixtures/%s", fixture);
-    if (safetensors_open(&fx, test_source_path(fpath), &err)) {
+    if (st_safetensors_open(&fx, test_source_path(fpath), &err)) {
         CHECK(0, "%s", err.msg);
         return;
     }
-    llama_config cfg;
-    llama_model m;
-    const char *preset = safetensors_meta(fx, "preset");
-    int B = atoi(safetensors_meta(fx, "B")), T = atoi(safetensors_meta(fx, "T"));
-    if (!preset || llama_config_preset(preset, &cfg, &err) || llama_create(&m, &cfg, be, &err)) {
+    st_llama_config cfg;
+    st_llama_model m;
+    const char *preset = st_safetensors_meta(fx, "preset");
+    int B = atoi(st_safetensors_meta(fx, "B")), T = atoi(st_safetensors_meta(fx, "T"));
+    if (!preset || st_llama_config_preset(preset, &cfg, &err) || st_llama_create(&m, &cfg, be, &err)) {
         CHECK(0, "%s: %s", fixture, err.msg);
-        safetensors_close(fx);
+        st_safetensors_close(fx);
         return;
     }
     /* the fixture's weights (an HF state dict), written by strata, read back by strata
      * (so bf16 rounding is in both), and the logits of the round-tripped model */
     float *host = malloc(m.n_params * sizeof(float));
     for (int i = 0; i < m.n_tensors; i++)
-        safetensors_read_f32(fx, m.tensors[i].name, host + m.tensors[i].offset, m.tensors[i].numel, NULL, 0, &err);
+        st_safetensors_read_f32(fx, m.tensors[i].name, host + m.tensors[i].offset, m.tensors[i].numel, NULL, 0, &err);
     m.be->ops->copy_to_device(m.be, m.params, host, m.n_params * sizeof(float));
     free(host);
     char dir[4096], lpath[4200], cmd[9000];
     snprintf(dir, sizeof dir, "%s/py_%s_%s", test_tmpdir(), preset, st_dtype_name(dtype));
-    CHECK(llama_save_hf(&m, dir, dtype, shard, &err) == ST_OK, "save: %s", err.msg);
-    CHECK(llama_load_hf(&m, dir, &err) == ST_OK, "load: %s", err.msg);
-    CHECK(llama_alloc_acts(&m, B, T, &err) == ST_OK, "acts: %s", err.msg);
-    const int32_t *inputs = safetensors_data(fx, safetensors_find(fx, "inputs"));
-    llama_forward(&m, inputs, NULL, 0.0f);
+    CHECK(st_llama_save_hf(&m, dir, dtype, shard, &err) == ST_OK, "save: %s", err.msg);
+    CHECK(st_llama_load_hf(&m, dir, &err) == ST_OK, "load: %s", err.msg);
+    CHECK(st_llama_alloc_acts(&m, B, T, &err) == ST_OK, "acts: %s", err.msg);
+    const int32_t *inputs = st_safetensors_data(fx, st_safetensors_find(fx, "inputs"));
+    st_llama_forward(&m, inputs, NULL, 0.0f);
     st_tensor_out outs[2] = {{.name = "inputs", .dtype = ST_I32, .ndim = 2, .shape = {B, T}, .data = inputs},
                              {.name = "logits", .dtype = ST_F32, .ndim = 3, .shape = {B, T, cfg.vocab_size},
-                              .data = llama_logits(&m)}};
+                              .data = st_llama_logits(&m)}};
     snprintf(lpath, sizeof lpath, "%s/strata_logits.safetensors", dir);
-    CHECK(safetensors_write(lpath, outs, 2, NULL, 0, &err) == ST_OK, "write logits: %s", err.msg);
+    CHECK(st_safetensors_write(lpath, outs, 2, NULL, 0, &err) == ST_OK, "write logits: %s", err.msg);
     snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' --check-hf '%s' '%s'", test_source_path("tools/gen_fixtures.py"),
              dir, lpath);
     int rc = system(cmd);
     CHECK(rc == 0, "python --check-hf of %s (%s, shard %zu) failed (status %d)", preset, st_dtype_name(dtype), shard,
           rc);
-    llama_free(&m);
-    safetensors_close(fx);
+    st_llama_free(&m);
+    st_safetensors_close(fx);
 }
 
 int main(void) {

@@ -28,12 +28,12 @@
 #include "testutil.h"
 
 static double meta_double(st_safetensors *st, const char *k) {
-    const char *v = safetensors_meta(st, k);
+    const char *v = st_safetensors_meta(st, k);
     return v ? atof(v) : NAN;
 }
 
 /* Load every parameter from the fixture under its own name (it is an HF state dict). */
-static st_status load_params(llama_model *m, st_safetensors *fx, st_err *err) {
+static st_status load_params(st_llama_model *m, st_safetensors *fx, st_err *err) {
     return test_load_params(fx, m->tensors, m->n_tensors, m->n_params, m->be, m->params, err);
 }
 
@@ -42,16 +42,16 @@ static void run_fixture(const char *file) {
     st_safetensors *fx;
     char path[512];
     snprintf(path, sizeof path, "tests/fixtures/%s", file);
-    if (safetensors_open(&fx, test_source_path(path), &err)) {
+    if (st_safetensors_open(&fx, test_source_path(path), &err)) {
         CHECK(0, "%s", err.msg);
         return;
     }
-    llama_config cfg;
-    const char *preset = safetensors_meta(fx, "preset");
-    CHECK(preset && llama_config_preset(preset, &cfg, &err) == ST_OK, "%s: preset '%s': %s", file,
+    st_llama_config cfg;
+    const char *preset = st_safetensors_meta(fx, "preset");
+    CHECK(preset && st_llama_config_preset(preset, &cfg, &err) == ST_OK, "%s: preset '%s': %s", file,
           preset ? preset : "(none)", err.msg);
     if (!preset || err.code) {
-        safetensors_close(fx);
+        st_safetensors_close(fx);
         return;
     }
     /* the fixture's configuration is the preset's */
@@ -64,30 +64,30 @@ static void run_fixture(const char *file) {
               test_meta_int(fx, "tie_word_embeddings") == cfg.tie_word_embeddings &&
               meta_double(fx, "rope_theta") == cfg.rope_theta &&
               meta_double(fx, "rms_norm_eps") == cfg.rms_norm_eps &&
-              (strcmp(safetensors_meta(fx, "rope_scaling"), "null") != 0) == cfg.rope_llama3,
+              (strcmp(st_safetensors_meta(fx, "rope_scaling"), "null") != 0) == cfg.rope_llama3,
           "%s: fixture configuration differs from preset %s", file, preset);
     int B = test_meta_int(fx, "B"), T = test_meta_int(fx, "T"), V = cfg.vocab_size, N = B * T;
     st_backend *be;
-    llama_model m;
-    if (st_backend_cpu_create(&be, 0, &err) || llama_create(&m, &cfg, be, &err) || llama_alloc_acts(&m, B, T, &err) ||
+    st_llama_model m;
+    if (st_backend_cpu_create(&be, 0, &err) || st_llama_create(&m, &cfg, be, &err) || st_llama_alloc_acts(&m, B, T, &err) ||
         load_params(&m, fx, &err)) {
         CHECK(0, "%s setup: %s", file, err.msg);
         return;
     }
-    const st_tensor_entry *ei = safetensors_find(fx, "inputs"), *et = safetensors_find(fx, "targets");
+    const st_tensor_entry *ei = st_safetensors_find(fx, "inputs"), *et = st_safetensors_find(fx, "targets");
     CHECK(ei && et && ei->numel == (size_t)N, "inputs/targets present");
-    const int32_t *inputs = safetensors_data(fx, ei), *targets = safetensors_data(fx, et);
+    const int32_t *inputs = st_safetensors_data(fx, ei), *targets = st_safetensors_data(fx, et);
     char what[160];
 
-    float loss = llama_forward(&m, inputs, targets, 0.0f);
+    float loss = st_llama_forward(&m, inputs, targets, 0.0f);
     float *ref_logits = test_read_f32(fx, "logits", (size_t)N * V), *ref_loss = test_read_f32(fx, "loss", 1);
     snprintf(what, sizeof what, "%s logits", file);
-    check_close_f32(what, llama_logits(&m), ref_logits, (size_t)N * V, 1e-5, 1e-4);
+    check_close_f32(what, st_llama_logits(&m), ref_logits, (size_t)N * V, 1e-5, 1e-4);
     CHECK(fabsf(loss - ref_loss[0]) <= 1e-5f * ref_loss[0], "%s loss %.7f vs reference %.7f", file, loss, ref_loss[0]);
 
-    llama_zero_grad(&m);
-    llama_forward(&m, inputs, targets, 1.0f / N);
-    llama_backward(&m);
+    st_llama_zero_grad(&m);
+    st_llama_forward(&m, inputs, targets, 1.0f / N);
+    st_llama_backward(&m);
     int kbias_seen = 0;
     for (int i = 0; i < m.n_tensors; i++) {
         const st_param_info *t = &m.tensors[i];
@@ -113,14 +113,14 @@ static void run_fixture(const char *file) {
      * its strided gathers and scatters in a whole model, against the same reference */
     {
         st_backend *rbe;
-        llama_model rm;
-        if (st_backend_ref_create(&rbe, &err) || llama_create(&rm, &cfg, rbe, &err) ||
-            llama_alloc_acts(&rm, B, T, &err) || load_params(&rm, fx, &err)) {
+        st_llama_model rm;
+        if (st_backend_ref_create(&rbe, &err) || st_llama_create(&rm, &cfg, rbe, &err) ||
+            st_llama_alloc_acts(&rm, B, T, &err) || load_params(&rm, fx, &err)) {
             CHECK(0, "%s ref setup: %s", file, err.msg);
         } else {
-            llama_zero_grad(&rm);
-            float rl = llama_forward(&rm, inputs, targets, 1.0f / N);
-            llama_backward(&rm);
+            st_llama_zero_grad(&rm);
+            float rl = st_llama_forward(&rm, inputs, targets, 1.0f / N);
+            st_llama_backward(&rm);
             CHECK(fabsf(rl - ref_loss[0]) <= 1e-5f * ref_loss[0], "%s ref backend loss %.7f vs %.7f", file, rl,
                   ref_loss[0]);
             for (int i = 0; i < rm.n_tensors; i++) {
@@ -132,31 +132,31 @@ static void run_fixture(const char *file) {
                 if (ref) check_close_f32(what, rm.grads + t->offset, ref, t->numel, 1e-6, 1e-3);
                 free(ref);
             }
-            llama_free(&rm);
+            st_llama_free(&rm);
         }
         st_backend_free(rbe);
     }
 
     /* three AdamW steps: decay on 2-D tensors (embedding, matmul weights), by role */
     load_params(&m, fx, &err);
-    optim_segment *segs = calloc((size_t)m.n_tensors, sizeof *segs);
+    st_optim_segment *segs = calloc((size_t)m.n_tensors, sizeof *segs);
     for (int i = 0; i < m.n_tensors; i++) {
         st_role r = m.tensors[i].role;
         CHECK((r == ST_ROLE_MATMUL_WEIGHT || r == ST_ROLE_EMBEDDING) == (m.tensors[i].ndim == 2),
               "%s: role %s of %s disagrees with its rank", file, st_role_name(r), m.tensors[i].name);
     }
-    train_decay_segments(m.tensors, m.n_tensors, 0.1f, segs); /* the fixture decays every 2-D tensor */
-    optim *opt;
-    CHECK(optim_create(&opt, segs, m.n_tensors, OPTIM_STATE_F32, &err) == ST_OK, "optim_create: %s", err.msg);
+    st_train_decay_segments(m.tensors, m.n_tensors, 0.1f, segs); /* the fixture decays every 2-D tensor */
+    st_optim *opt;
+    CHECK(st_optim_create(&opt, segs, m.n_tensors, ST_OPTIM_STATE_F32, &err) == ST_OK, "optim_create: %s", err.msg);
     float *ref_losses = test_read_f32(fx, "adamw_losses", 3);
     for (int step = 1; step <= 3; step++) {
-        llama_zero_grad(&m);
-        float l = llama_forward(&m, inputs, targets, 1.0f / N);
-        llama_backward(&m);
+        st_llama_zero_grad(&m);
+        float l = st_llama_forward(&m, inputs, targets, 1.0f / N);
+        st_llama_backward(&m);
         CHECK(fabsf(l - ref_losses[step - 1]) <= 1e-4f * ref_losses[step - 1], "%s AdamW step %d loss %.7f vs %.7f",
               file, step, l, ref_losses[step - 1]);
-        adamw_params hp = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = step, .grad_scale = 1.0f};
-        optim_step(opt, m.params, m.grads, &hp);
+        st_adamw_params hp = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = step, .grad_scale = 1.0f};
+        st_optim_step(opt, m.params, m.grads, &hp);
     }
     for (int i = 0; i < m.n_tensors; i++) {
         const st_param_info *t = &m.tensors[i];
@@ -195,17 +195,17 @@ static void run_fixture(const char *file) {
         free(ref);
     }
     free(ref_losses), free(ref_logits), free(ref_loss), free(segs);
-    optim_free(opt);
-    llama_free(&m);
+    st_optim_free(opt);
+    st_llama_free(&m);
     st_backend_free(be);
-    safetensors_close(fx);
+    st_safetensors_close(fx);
 }
 
 /* A step is deterministic for a configuration and thread count (resume is bit-exact):
  * two forward+backward passes of a model big enough to split across threads (every
  * option on, GQA with two query blocks) give bit-identical loss and gradients. */
 static void test_determinism(void) {
-    llama_config c;
+    st_llama_config c;
     memset(&c, 0, sizeof c);
     snprintf(c.model_type, sizeof c.model_type, "qwen3");
     c.vocab_size = 300, c.hidden_size = 96, c.intermediate_size = 160, c.n_layer = 2, c.n_head = 6, c.n_kv_head = 2;
@@ -214,26 +214,26 @@ static void test_determinism(void) {
     int B = 2, T = 100, N = B * T;
     st_err err = {0};
     st_backend *be;
-    llama_model m;
-    if (st_backend_cpu_create(&be, 0, &err) || llama_create(&m, &c, be, &err) || llama_alloc_acts(&m, B, T, &err)) {
+    st_llama_model m;
+    if (st_backend_cpu_create(&be, 0, &err) || st_llama_create(&m, &c, be, &err) || st_llama_alloc_acts(&m, B, T, &err)) {
         CHECK(0, "determinism setup: %s", err.msg);
         return;
     }
-    llama_init_random(&m, 11);
+    st_llama_init_random(&m, 11);
     int32_t *in = malloc(sizeof(int32_t) * N), *tg = malloc(sizeof(int32_t) * N);
     for (int i = 0; i < N; i++) in[i] = (i * 37) % 300, tg[i] = (i * 11 + 5) % 300;
     float *g[2], loss[2];
     for (int r = 0; r < 2; r++) {
-        llama_zero_grad(&m);
-        loss[r] = llama_forward(&m, in, tg, 1.0f / N);
-        llama_backward(&m);
+        st_llama_zero_grad(&m);
+        loss[r] = st_llama_forward(&m, in, tg, 1.0f / N);
+        st_llama_backward(&m);
         g[r] = malloc(m.n_params * sizeof(float));
         memcpy(g[r], m.grads, m.n_params * sizeof(float));
     }
     CHECK(loss[0] == loss[1] && !memcmp(g[0], g[1], m.n_params * sizeof(float)),
           "two identical steps differ (loss %.9g vs %.9g)", loss[0], loss[1]);
     free(g[0]), free(g[1]), free(in), free(tg);
-    llama_free(&m);
+    st_llama_free(&m);
     st_backend_free(be);
 }
 

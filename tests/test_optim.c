@@ -6,7 +6,7 @@
  * 1e-6 relative (relative to the size of the terms being combined, so cancellation near
  * zero is not mistaken for error); the working copy is the new master weight rounded
  * exactly as st_f32_to_bf16 / st_f32_to_f16 do. A free-running double trajectory bounds
- * the accumulated drift. Also: the legacy optim_step against adamw_ref_f32, the same bits
+ * the accumulated drift. Also: the legacy st_optim_step against st_adamw_ref_f32, the same bits
  * for 1 and 2 threads, a non-finite gradient skips the step with nothing written, the
  * segment range with per-range buffers, and the gradient sum of squares.
  */
@@ -19,7 +19,7 @@
 #include "testutil.h"
 
 #define N_ELEMS 6000
-static const optim_segment SEGS[3] = {{0, 2500, 0.1f}, {2500, 1499, 0.0f}, {3999, 2001, 0.01f}};
+static const st_optim_segment SEGS[3] = {{0, 2500, 0.1f}, {2500, 1499, 0.0f}, {3999, 2001, 0.01f}};
 
 static float rand_grad(st_rng *r) {
     /* magnitudes over four decades, so moments and the update span a wide range */
@@ -42,7 +42,7 @@ static float seg_wd(size_t i) {
 }
 
 /* One AdamW step in double: the oracle. hp's float values are the specification. */
-static void adamw_double(double *p, double *m, double *v, const double *g, size_t n, const adamw_params *hp,
+static void adamw_double(double *p, double *m, double *v, const double *g, size_t n, const st_adamw_params *hp,
                          double *scale_p, double *scale_m) {
     double b1 = hp->beta1, b2 = hp->beta2, bc1 = 1 - pow(b1, (double)hp->step), bc2 = 1 - pow(b2, (double)hp->step);
     for (size_t i = 0; i < n; i++) {
@@ -59,28 +59,28 @@ static void adamw_double(double *p, double *m, double *v, const double *g, size_
 
 static void run_dtype(st_dtype gdt, st_dtype wdt) {
     st_err err = {0};
-    optim *o;
-    CHECK(optim_create(&o, SEGS, 3, OPTIM_STATE_F32, &err) == ST_OK, "create: %s", err.msg);
+    st_optim *o;
+    CHECK(st_optim_create(&o, SEGS, 3, ST_OPTIM_STATE_F32, &err) == ST_OK, "create: %s", err.msg);
     size_t n = N_ELEMS, ms;
     float *p = malloc(n * 4), *w = malloc(n * 4);
     void *g = malloc(n * 4);
     double *gd = malloc(n * 8), *pd = malloc(n * 8), *md = malloc(n * 8), *vd = malloc(n * 8);
     double *fp = malloc(n * 8), *fm = calloc(n, 8), *fv = calloc(n, 8); /* free-running trajectory */
     double *sp = malloc(n * 8), *sm = malloc(n * 8);
-    float *m = optim_state_buffer(o, 0, &ms), *v = optim_state_buffer(o, 1, &ms);
+    float *m = st_optim_state_buffer(o, 0, &ms), *v = st_optim_state_buffer(o, 1, &ms);
     st_rng r;
     st_rng_seed(&r, 1234 + (uint64_t)gdt);
     for (size_t i = 0; i < n; i++) fp[i] = p[i] = st_rng_normal(&r);
     double worst_p = 0, worst_m = 0, worst_v = 0;
     long bad_work = 0;
     for (long step = 1; step <= 1000; step++) {
-        adamw_params hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = step < 500 ? 0.999f : 0.95f, .eps = 1e-8f,
+        st_adamw_params hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = step < 500 ? 0.999f : 0.95f, .eps = 1e-8f,
                            .step = step, .grad_scale = 0.5f};
         make_grad(&r, gdt, g, gd, n);
         for (size_t i = 0; i < n; i++) { pd[i] = p[i]; md[i] = m[i]; vd[i] = v[i]; }
-        optim_step_args a = {.params = p, .grads = g, .grad_dtype = gdt, .work = w, .work_dtype = wdt,
-                             .grad_sumsq = optim_grad_sumsq(g, gdt, n)};
-        st_status st = optim_step_ex(o, &a, &hp, &err);
+        st_optim_step_args a = {.params = p, .grads = g, .grad_dtype = gdt, .work = w, .work_dtype = wdt,
+                             .grad_sumsq = st_optim_grad_sumsq(g, gdt, n)};
+        st_status st = st_optim_step_ex(o, &a, &hp, &err);
         CHECK(st == ST_OK, "step %ld: %s", step, err.msg);
         adamw_double(pd, md, vd, gd, n, &hp, sp, sm);
         adamw_double(fp, fm, fv, gd, n, &hp, NULL, NULL);
@@ -112,7 +112,7 @@ static void run_dtype(st_dtype gdt, st_dtype wdt) {
     /* fp32 rounding of p (~3e-8 per step) random-walks over 1000 steps; norm-wise it stays
      * within 1e-6 (single elements near zero drift further in relative terms) */
     CHECK(sqrt(num / den) <= 1e-6, "%s: free-running drift %.3e", st_dtype_name(gdt), sqrt(num / den));
-    optim_free(o);
+    st_optim_free(o);
     free(p); free(w); free(g); free(gd); free(pd); free(md); free(vd); free(fp); free(fm); free(fv);
     free(sp); free(sm);
 }
@@ -120,36 +120,36 @@ static void run_dtype(st_dtype gdt, st_dtype wdt) {
 /* The legacy entry point equals the plain reference closely, per segment. */
 static void check_legacy(void) {
     st_err err = {0};
-    optim *o;
-    optim_create(&o, SEGS, 3, OPTIM_STATE_F32, &err);
+    st_optim *o;
+    st_optim_create(&o, SEGS, 3, ST_OPTIM_STATE_F32, &err);
     size_t n = N_ELEMS, ms;
     float *p = malloc(n * 4), *g = malloc(n * 4), *pr = malloc(n * 4), *mr = calloc(n, 4), *vr = calloc(n, 4);
     st_rng r;
     st_rng_seed(&r, 7);
     for (size_t i = 0; i < n; i++) pr[i] = p[i] = st_rng_normal(&r);
     for (long step = 1; step <= 50; step++) {
-        adamw_params hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = step, .grad_scale = 1.0f};
+        st_adamw_params hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = step, .grad_scale = 1.0f};
         for (size_t i = 0; i < n; i++) g[i] = rand_grad(&r);
-        optim_step(o, p, g, &hp);
+        st_optim_step(o, p, g, &hp);
         for (int s = 0; s < 3; s++) {
             size_t off = SEGS[s].offset;
-            adamw_ref_f32(pr + off, g + off, mr + off, vr + off, SEGS[s].n, SEGS[s].weight_decay, &hp);
+            st_adamw_ref_f32(pr + off, g + off, mr + off, vr + off, SEGS[s].n, SEGS[s].weight_decay, &hp);
         }
     }
     check_close_f32("legacy optim_step vs adamw_ref_f32 (params)", p, pr, n, 1e-6, 1e-5);
-    check_close_f32("legacy optim_step vs adamw_ref_f32 (v)", optim_state_buffer(o, 1, &ms), vr, n, 1e-12, 1e-4);
-    CHECK(optim_state_bytes_per_param(o) == 8.0, "fp32 moments are 8 bytes per parameter");
-    optim_free(o);
+    check_close_f32("legacy optim_step vs adamw_ref_f32 (v)", st_optim_state_buffer(o, 1, &ms), vr, n, 1e-12, 1e-4);
+    CHECK(st_optim_state_bytes_per_param(o) == 8.0, "fp32 moments are 8 bytes per parameter");
+    st_optim_free(o);
     free(p); free(g); free(pr); free(mr); free(vr);
 }
 
 /* Run `steps` steps with `threads` threads on fresh state; return params + moments. */
-static float *run_threads(optim_state_format fmt, int threads, int steps, size_t *total_out) {
+static float *run_threads(st_optim_state_format fmt, int threads, int steps, size_t *total_out) {
     st_err err = {0};
-    optim *o;
+    st_optim *o;
     size_t n = 70000, bytes;
-    optim_segment segs[2] = {{0, 40000, 0.1f}, {40000, 30000, 0.0f}};
-    optim_create(&o, segs, 2, fmt, &err);
+    st_optim_segment segs[2] = {{0, 40000, 0.1f}, {40000, 30000, 0.0f}};
+    st_optim_create(&o, segs, 2, fmt, &err);
     float *p = malloc(n * 4);
     uint16_t *g = malloc(n * 2);
     st_rng r;
@@ -158,23 +158,23 @@ static float *run_threads(optim_state_format fmt, int threads, int steps, size_t
     omp_set_num_threads(threads);
     for (int s = 1; s <= steps; s++) {
         for (size_t i = 0; i < n; i++) g[i] = st_f32_to_bf16(rand_grad(&r));
-        adamw_params hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = s, .grad_scale = 1.0f};
-        optim_step_args a = {.params = p, .grads = g, .grad_dtype = ST_BF16, .grad_sumsq = -1};
-        optim_step_ex(o, &a, &hp, &err);
+        st_adamw_params hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = s, .grad_scale = 1.0f};
+        st_optim_step_args a = {.params = p, .grads = g, .grad_dtype = ST_BF16, .grad_sumsq = -1};
+        st_optim_step_ex(o, &a, &hp, &err);
     }
     omp_set_num_threads(2);
     size_t total = n * 4;
-    for (int i = 0; i < optim_state_count(o); i++) { optim_state_buffer(o, i, &bytes); total += bytes; }
+    for (int i = 0; i < st_optim_state_count(o); i++) { st_optim_state_buffer(o, i, &bytes); total += bytes; }
     float *out = malloc(total);
     *total_out = total;
     memcpy(out, p, n * 4);
     char *at = (char *)out + n * 4;
-    for (int i = 0; i < optim_state_count(o); i++) {
-        void *b = optim_state_buffer(o, i, &bytes);
+    for (int i = 0; i < st_optim_state_count(o); i++) {
+        void *b = st_optim_state_buffer(o, i, &bytes);
         memcpy(at, b, bytes);
         at += bytes;
     }
-    optim_free(o);
+    st_optim_free(o);
     free(p);
     free(g);
     return out;
@@ -182,7 +182,7 @@ static float *run_threads(optim_state_format fmt, int threads, int steps, size_t
 
 static void check_threads(void) {
     for (int f = 0; f < 2; f++) {
-        optim_state_format fmt = f ? OPTIM_STATE_8BIT : OPTIM_STATE_F32;
+        st_optim_state_format fmt = f ? ST_OPTIM_STATE_8BIT : ST_OPTIM_STATE_F32;
         size_t total, total2;
         float *a = run_threads(fmt, 1, 5, &total), *b = run_threads(fmt, 2, 5, &total2);
         CHECK(total == total2 && memcmp(a, b, total) == 0, "format %d: 1 and 2 threads give different bits", f);
@@ -195,23 +195,23 @@ static void check_threads(void) {
 static void check_nonfinite(void) {
     for (int f = 0; f < 2; f++) {
         st_err err = {0};
-        optim *o;
-        optim_create(&o, SEGS, 3, f ? OPTIM_STATE_8BIT : OPTIM_STATE_F32, &err);
+        st_optim *o;
+        st_optim_create(&o, SEGS, 3, f ? ST_OPTIM_STATE_8BIT : ST_OPTIM_STATE_F32, &err);
         size_t n = N_ELEMS;
         float *p = malloc(n * 4), *p0 = malloc(n * 4);
         uint16_t *g = malloc(n * 2), *w = malloc(n * 2), *w0 = malloc(n * 2);
         st_rng r;
         st_rng_seed(&r, 5);
         for (size_t i = 0; i < n; i++) { p[i] = st_rng_normal(&r); g[i] = st_f32_to_bf16(rand_grad(&r)); w[i] = 0; }
-        adamw_params hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 1, .grad_scale = 1.0f};
-        optim_step_args a = {.params = p, .grads = g, .grad_dtype = ST_BF16, .work = w, .work_dtype = ST_BF16,
+        st_adamw_params hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 1, .grad_scale = 1.0f};
+        st_optim_step_args a = {.params = p, .grads = g, .grad_dtype = ST_BF16, .work = w, .work_dtype = ST_BF16,
                              .grad_sumsq = -1};
-        CHECK(optim_step_ex(o, &a, &hp, &err) == ST_OK, "finite step: %s", err.msg);
+        CHECK(st_optim_step_ex(o, &a, &hp, &err) == ST_OK, "finite step: %s", err.msg);
         size_t nb = 0;
-        int nbuf = optim_state_count(o);
+        int nbuf = st_optim_state_count(o);
         char *saved[4];
         for (int i = 0; i < nbuf; i++) {
-            void *b = optim_state_buffer(o, i, &nb);
+            void *b = st_optim_state_buffer(o, i, &nb);
             saved[i] = malloc(nb);
             memcpy(saved[i], b, nb);
         }
@@ -219,23 +219,23 @@ static void check_nonfinite(void) {
         memcpy(w0, w, n * 2);
         g[4321] = st_f32_to_bf16(NAN);
         hp.step = 2;
-        st_status st = optim_step_ex(o, &a, &hp, &err);
+        st_status st = st_optim_step_ex(o, &a, &hp, &err);
         CHECK(st == ST_ERR_NONFINITE, "NaN gradient: status %s", st_status_name(st));
         g[4321] = st_f32_to_bf16(INFINITY);
-        a.grad_sumsq = optim_grad_sumsq(g, ST_BF16, n);
+        a.grad_sumsq = st_optim_grad_sumsq(g, ST_BF16, n);
         CHECK(isinf(a.grad_sumsq), "sum of squares with an Inf: %g", a.grad_sumsq);
-        st = optim_step_ex(o, &a, &hp, &err);
+        st = st_optim_step_ex(o, &a, &hp, &err);
         CHECK(st == ST_ERR_NONFINITE, "Inf gradient: status %s", st_status_name(st));
         CHECK(strstr(err.msg, "skipped") != NULL, "message says the step was skipped: %s", err.msg);
-        CHECK(optim_skipped_steps(o) == 2, "skipped steps counted: %ld", optim_skipped_steps(o));
+        CHECK(st_optim_skipped_steps(o) == 2, "skipped steps counted: %ld", st_optim_skipped_steps(o));
         CHECK(memcmp(p, p0, n * 4) == 0, "params untouched by a skipped step");
         CHECK(memcmp(w, w0, n * 2) == 0, "working copy untouched by a skipped step");
         for (int i = 0; i < nbuf; i++) {
-            void *b = optim_state_buffer(o, i, &nb);
+            void *b = st_optim_state_buffer(o, i, &nb);
             CHECK(memcmp(b, saved[i], nb) == 0, "state buffer %d untouched by a skipped step", i);
             free(saved[i]);
         }
-        optim_free(o);
+        st_optim_free(o);
         free(p); free(p0); free(g); free(w); free(w0);
     }
 }
@@ -244,10 +244,10 @@ static void check_nonfinite(void) {
 static void check_ranges(void) {
     for (int f = 0; f < 2; f++) {
         st_err err = {0};
-        optim *a, *b;
-        optim_state_format fmt = f ? OPTIM_STATE_8BIT : OPTIM_STATE_F32;
-        optim_create(&a, SEGS, 3, fmt, &err);
-        optim_create(&b, SEGS, 3, fmt, &err);
+        st_optim *a, *b;
+        st_optim_state_format fmt = f ? ST_OPTIM_STATE_8BIT : ST_OPTIM_STATE_F32;
+        st_optim_create(&a, SEGS, 3, fmt, &err);
+        st_optim_create(&b, SEGS, 3, fmt, &err);
         size_t n = N_ELEMS;
         float *pa = malloc(n * 4), *pb = malloc(n * 4), *g = malloc(n * 4);
         uint16_t *wa = malloc(n * 2), *wb = malloc(n * 2);
@@ -256,21 +256,21 @@ static void check_ranges(void) {
         for (size_t i = 0; i < n; i++) pa[i] = pb[i] = st_rng_normal(&r);
         for (long step = 1; step <= 3; step++) {
             for (size_t i = 0; i < n; i++) g[i] = rand_grad(&r);
-            adamw_params hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = step, .grad_scale = 1.0f};
-            double ss = optim_grad_sumsq_f32(g, n);
-            optim_step_args whole = {.params = pa, .grads = g, .grad_dtype = ST_F32, .work = wa,
+            st_adamw_params hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = step, .grad_scale = 1.0f};
+            double ss = st_optim_grad_sumsq_f32(g, n);
+            st_optim_step_args whole = {.params = pa, .grads = g, .grad_dtype = ST_F32, .work = wa,
                                      .work_dtype = ST_F16, .grad_sumsq = ss};
-            CHECK(optim_step_ex(a, &whole, &hp, &err) == ST_OK, "whole: %s", err.msg);
+            CHECK(st_optim_step_ex(a, &whole, &hp, &err) == ST_OK, "whole: %s", err.msg);
             for (int s = 2; s >= 0; s--) { /* reverse order, as backward produces them */
                 size_t off = SEGS[s].offset, len = SEGS[s].n;
                 float *pl = malloc(len * 4), *gl = malloc(len * 4);
                 uint16_t *wl = malloc(len * 2);
                 memcpy(pl, pb + off, len * 4);
                 memcpy(gl, g + off, len * 4);
-                optim_step_args part = {.params = pl, .grads = gl, .grad_dtype = ST_F32, .work = wl,
+                st_optim_step_args part = {.params = pl, .grads = gl, .grad_dtype = ST_F32, .work = wl,
                                         .work_dtype = ST_F16, .base = off, .seg_begin = s, .seg_end = s + 1,
                                         .grad_sumsq = ss};
-                CHECK(optim_step_ex(b, &part, &hp, &err) == ST_OK, "range: %s", err.msg);
+                CHECK(st_optim_step_ex(b, &part, &hp, &err) == ST_OK, "range: %s", err.msg);
                 memcpy(pb + off, pl, len * 4);
                 memcpy(wb + off, wl, len * 2);
                 free(pl); free(gl); free(wl);
@@ -278,11 +278,11 @@ static void check_ranges(void) {
         }
         CHECK(memcmp(pa, pb, n * 4) == 0, "format %d: ranged steps differ from whole steps (params)", f);
         CHECK(memcmp(wa, wb, n * 2) == 0, "format %d: ranged steps differ from whole steps (work)", f);
-        optim_step_args bad = {.params = pa, .grads = g, .grad_dtype = ST_F32, .base = 100, .grad_sumsq = 1};
-        adamw_params hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 4, .grad_scale = 1.0f};
-        CHECK(optim_step_ex(a, &bad, &hp, &err) == ST_ERR_INVALID, "base after a segment's start is refused");
-        optim_free(a);
-        optim_free(b);
+        st_optim_step_args bad = {.params = pa, .grads = g, .grad_dtype = ST_F32, .base = 100, .grad_sumsq = 1};
+        st_adamw_params hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 4, .grad_scale = 1.0f};
+        CHECK(st_optim_step_ex(a, &bad, &hp, &err) == ST_ERR_INVALID, "base after a segment's start is refused");
+        st_optim_free(a);
+        st_optim_free(b);
         free(pa); free(pb); free(g); free(wa); free(wb);
     }
 }
@@ -302,17 +302,17 @@ static void check_sumsq(void) {
         refh += (long double)st_f16_to_f32(h[i]) * st_f16_to_f32(h[i]);
         refb += (long double)st_bf16_to_f32(b[i]) * st_bf16_to_f32(b[i]);
     }
-    double s = optim_grad_sumsq_f32(g, n), sh = optim_grad_sumsq(h, ST_F16, n), sb = optim_grad_sumsq_bf16(b, n);
+    double s = st_optim_grad_sumsq_f32(g, n), sh = st_optim_grad_sumsq(h, ST_F16, n), sb = st_optim_grad_sumsq_bf16(b, n);
     CHECK(fabsl(s - ref) <= 1e-12L * ref, "f32 sumsq %.17g vs %.17Lg", s, ref);
     CHECK(fabsl(sh - refh) <= 1e-12L * refh, "f16 sumsq %.17g vs %.17Lg", sh, refh);
     CHECK(fabsl(sb - refb) <= 1e-12L * refb, "bf16 sumsq %.17g vs %.17Lg", sb, refb);
     omp_set_num_threads(1);
-    double s1 = optim_grad_sumsq_f32(g, n);
+    double s1 = st_optim_grad_sumsq_f32(g, n);
     omp_set_num_threads(2);
     CHECK(s1 == s, "sumsq differs between 1 and 2 threads: %.17g %.17g", s1, s);
-    float scale = optim_clip_scale(400.0, 2.0f, 5.0f); /* norm 20/2 = 10 > 5: clip 0.5, unscale 0.5 */
+    float scale = st_optim_clip_scale(400.0, 2.0f, 5.0f); /* norm 20/2 = 10 > 5: clip 0.5, unscale 0.5 */
     CHECK(fabsf(scale - 0.25f) < 1e-7f, "clip scale %g", scale);
-    CHECK(optim_clip_scale(4.0, 1.0f, 5.0f) == 1.0f, "no clip below max_norm");
+    CHECK(st_optim_clip_scale(4.0, 1.0f, 5.0f) == 1.0f, "no clip below max_norm");
     free(g); free(h); free(b);
 }
 

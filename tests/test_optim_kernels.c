@@ -14,7 +14,7 @@
 #include "strata/optim.h"
 #include "testutil.h"
 
-static const optim_segment SEGS[] = {{0, 1, 0.1f},     {1, 15, 0.0f},     {16, 17, 0.1f},
+static const st_optim_segment SEGS[] = {{0, 1, 0.1f},     {1, 15, 0.0f},     {16, 17, 0.1f},
                                      {33, 255, 0.02f}, {288, 257, 0.0f},  {545, 1000, 0.1f},
                                      {1545, 16384 + 333, 0.05f}};
 #define NSEG ((int)(sizeof SEGS / sizeof SEGS[0]))
@@ -33,11 +33,11 @@ typedef struct run_out {
     size_t state_bytes;
 } run_out;
 
-static run_out run(optim_isa isa, optim_state_format fmt, st_dtype gdt, int wdt, int *ok) {
+static run_out run(st_optim_isa isa, st_optim_state_format fmt, st_dtype gdt, int wdt, int *ok) {
     st_err err = {0};
-    optim *o;
+    st_optim *o;
     run_out out = {0};
-    *ok = optim_create(&o, SEGS, NSEG, fmt, &err) == ST_OK && optim_set_isa(o, isa, &err) == ST_OK;
+    *ok = st_optim_create(&o, SEGS, NSEG, fmt, &err) == ST_OK && st_optim_set_isa(o, isa, &err) == ST_OK;
     if (!*ok) return out;
     size_t n = NTOT, gs = st_dtype_size(gdt);
     out.p = malloc(n * 4);
@@ -53,21 +53,21 @@ static run_out run(optim_isa isa, optim_state_format fmt, st_dtype gdt, int wdt,
             else if (gdt == ST_F16) ((uint16_t *)g)[i] = st_f32_to_f16(x);
             else ((float *)g)[i] = x;
         }
-        adamw_params hp = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .step = step, .grad_scale = 0.7f};
-        optim_step_args a = {.params = out.p, .grads = g, .grad_dtype = gdt, .work = wdt < 0 ? NULL : out.w,
+        st_adamw_params hp = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .step = step, .grad_scale = 0.7f};
+        st_optim_step_args a = {.params = out.p, .grads = g, .grad_dtype = gdt, .work = wdt < 0 ? NULL : out.w,
                              .work_dtype = wdt < 0 ? ST_F32 : (st_dtype)wdt, .grad_sumsq = 1.0};
-        if (optim_step_ex(o, &a, &hp, &err) != ST_OK) { *ok = 0; break; }
+        if (st_optim_step_ex(o, &a, &hp, &err) != ST_OK) { *ok = 0; break; }
     }
     size_t bytes;
-    for (int i = 0; i < optim_state_count(o); i++) { optim_state_buffer(o, i, &bytes); out.state_bytes += bytes; }
+    for (int i = 0; i < st_optim_state_count(o); i++) { st_optim_state_buffer(o, i, &bytes); out.state_bytes += bytes; }
     out.state = malloc(out.state_bytes);
     char *at = out.state;
-    for (int i = 0; i < optim_state_count(o); i++) {
-        void *b = optim_state_buffer(o, i, &bytes);
+    for (int i = 0; i < st_optim_state_count(o); i++) {
+        void *b = st_optim_state_buffer(o, i, &bytes);
         memcpy(at, b, bytes);
         at += bytes;
     }
-    optim_free(o);
+    st_optim_free(o);
     free(g);
     return out;
 }
@@ -76,7 +76,7 @@ static void free_out(run_out *o) { free(o->p); free(o->w); free(o->state); }
 
 /* The working copy of special values (subnormals, ties, NaN, extremes), with lr = 0 so the
  * master weights stay put: every kernel rounds exactly as st_f32_to_bf16 / st_f32_to_f16. */
-static void check_work_specials(optim_isa best) {
+static void check_work_specials(st_optim_isa best) {
     enum { N = 96 };
     float p0[N];
     uint32_t bits[] = {0x00000001u, 0x80000001u, 0x007fffffu, 0x00400000u, 0x00008000u, 0x00018000u,
@@ -90,64 +90,64 @@ static void check_work_specials(optim_isa best) {
         if (i < nb) memcpy(&p0[i], &bits[i], 4);
         else p0[i] = st_rng_normal(&r) * powf(2.0f, (float)(i % 40) - 20.0f);
     }
-    optim_segment seg = {0, N, 0.0f};
+    st_optim_segment seg = {0, N, 0.0f};
     float g[N] = {0};
-    for (int isa = OPTIM_ISA_PORTABLE; isa <= (int)best; isa++)
+    for (int isa = ST_OPTIM_ISA_PORTABLE; isa <= (int)best; isa++)
         for (int wd = 0; wd < 2; wd++) {
             st_dtype wdt = wd ? ST_F16 : ST_BF16;
             st_err err = {0};
-            optim *o;
-            optim_create(&o, &seg, 1, OPTIM_STATE_F32, &err);
-            optim_set_isa(o, (optim_isa)isa, &err);
+            st_optim *o;
+            st_optim_create(&o, &seg, 1, ST_OPTIM_STATE_F32, &err);
+            st_optim_set_isa(o, (st_optim_isa)isa, &err);
             float p[N];
             uint16_t w[N];
             memcpy(p, p0, sizeof p);
-            adamw_params hp = {.lr = 0.0f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 1, .grad_scale = 1.0f};
-            optim_step_args a = {.params = p, .grads = g, .grad_dtype = ST_F32, .work = w, .work_dtype = wdt,
+            st_adamw_params hp = {.lr = 0.0f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 1, .grad_scale = 1.0f};
+            st_optim_step_args a = {.params = p, .grads = g, .grad_dtype = ST_F32, .work = w, .work_dtype = wdt,
                                  .grad_sumsq = 0.0};
-            optim_step_ex(o, &a, &hp, &err);
+            st_optim_step_ex(o, &a, &hp, &err);
             int bad = 0;
             for (size_t i = 0; i < N; i++) {
                 uint16_t want = wd ? st_f32_to_f16(p[i]) : st_f32_to_bf16(p[i]);
                 if (w[i] != want) {
                     if (bad++ < 3)
                         fprintf(stderr, "%s %s: element %zu (0x%08x): got 0x%04x want 0x%04x\n",
-                                optim_isa_name((optim_isa)isa), st_dtype_name(wdt), i, bits[i < nb ? i : 0], w[i], want);
+                                st_optim_isa_name((st_optim_isa)isa), st_dtype_name(wdt), i, bits[i < nb ? i : 0], w[i], want);
                 }
             }
             CHECK(bad == 0, "%s: %d %s working-copy values differ from the scalar conversion",
-                  optim_isa_name((optim_isa)isa), bad, st_dtype_name(wdt));
-            optim_free(o);
+                  st_optim_isa_name((st_optim_isa)isa), bad, st_dtype_name(wdt));
+            st_optim_free(o);
         }
 }
 
 int main(void) {
-    optim_isa best = optim_isa_best();
-    printf("best kernels on this CPU: %s\n", optim_isa_name(best));
-    if (best == OPTIM_ISA_PORTABLE) {
+    st_optim_isa best = st_optim_isa_best();
+    printf("best kernels on this CPU: %s\n", st_optim_isa_name(best));
+    if (best == ST_OPTIM_ISA_PORTABLE) {
         printf("no SIMD kernels to compare on this CPU\n");
         return 77;
     }
     static const st_dtype gdts[3] = {ST_F32, ST_BF16, ST_F16};
     static const int wdts[4] = {-1, ST_F32, ST_BF16, ST_F16};
-    for (int isa = OPTIM_ISA_AVX2; isa <= (int)best; isa++)
+    for (int isa = ST_OPTIM_ISA_AVX2; isa <= (int)best; isa++)
         for (int f = 0; f < 2; f++)
             for (int gi = 0; gi < 3; gi++)
                 for (int wi = 0; wi < 4; wi++) {
-                    optim_state_format fmt = f ? OPTIM_STATE_8BIT : OPTIM_STATE_F32;
+                    st_optim_state_format fmt = f ? ST_OPTIM_STATE_8BIT : ST_OPTIM_STATE_F32;
                     int ok1, ok2;
-                    run_out a = run(OPTIM_ISA_PORTABLE, fmt, gdts[gi], wdts[wi], &ok1);
-                    run_out b = run((optim_isa)isa, fmt, gdts[gi], wdts[wi], &ok2);
+                    run_out a = run(ST_OPTIM_ISA_PORTABLE, fmt, gdts[gi], wdts[wi], &ok1);
+                    run_out b = run((st_optim_isa)isa, fmt, gdts[gi], wdts[wi], &ok2);
                     CHECK(ok1 && ok2, "runs completed");
                     if (ok1 && ok2) {
                         size_t diff_p = 0;
                         for (size_t i = 0; i < NTOT; i++) diff_p += memcmp(&a.p[i], &b.p[i], 4) != 0;
                         CHECK(diff_p == 0, "%s %s grad %s work %d: %zu params differ from portable",
-                              optim_isa_name((optim_isa)isa), f ? "8bit" : "f32", st_dtype_name(gdts[gi]), wdts[wi], diff_p);
+                              st_optim_isa_name((st_optim_isa)isa), f ? "8bit" : "f32", st_dtype_name(gdts[gi]), wdts[wi], diff_p);
                         CHECK(memcmp(a.w, b.w, NTOT * 4) == 0, "%s %s grad %s work %d: working copy differs",
-                              optim_isa_name((optim_isa)isa), f ? "8bit" : "f32", st_dtype_name(gdts[gi]), wdts[wi]);
+                              st_optim_isa_name((st_optim_isa)isa), f ? "8bit" : "f32", st_dtype_name(gdts[gi]), wdts[wi]);
                         CHECK(a.state_bytes == b.state_bytes && memcmp(a.state, b.state, a.state_bytes) == 0,
-                              "%s %s grad %s work %d: state differs", optim_isa_name((optim_isa)isa),
+                              "%s %s grad %s work %d: state differs", st_optim_isa_name((st_optim_isa)isa),
                               f ? "8bit" : "f32", st_dtype_name(gdts[gi]), wdts[wi]);
                     }
                     free_out(&a);
@@ -163,7 +163,7 @@ int main(void) {
     st_rng r;
     st_rng_seed(&r, 8);
     for (size_t i = 0; i < n; i++) { g[i] = wide_value(&r); h[i] = st_f32_to_bf16(g[i]); }
-    for (int isa = OPTIM_ISA_AVX2; isa <= (int)best; isa++)
+    for (int isa = ST_OPTIM_ISA_AVX2; isa <= (int)best; isa++)
         for (size_t len = 0; len <= n; len = len == 100 ? n - 40 : len + 1) /* short: empty parts */
             for (int d = 0; d < 3; d++) {
                 double l0[SUMSQ_PARTS * SUMSQ_LANES] = {0}, l1[SUMSQ_PARTS * SUMSQ_LANES] = {0};
@@ -172,13 +172,13 @@ int main(void) {
                 ks[0]->sumsq(src, dt, len, l0);
                 ks[isa - 1]->sumsq(src, dt, len, l1);
                 CHECK(memcmp(l0, l1, sizeof l0) == 0, "%s sumsq lanes differ (len %zu dtype %d)",
-                      optim_isa_name((optim_isa)isa), len, dt);
+                      st_optim_isa_name((st_optim_isa)isa), len, dt);
             }
 
     /* block quantisation: identical bytes for odd block lengths */
     q8_tables t;
     q8_tables_init(&t);
-    for (int isa = OPTIM_ISA_AVX2; isa <= (int)best; isa++)
+    for (int isa = ST_OPTIM_ISA_AVX2; isa <= (int)best; isa++)
         for (int sgn = 0; sgn < 2; sgn++)
             for (size_t len = 1; len <= 256; len += 17) {
                 float x[256];
@@ -193,7 +193,7 @@ int main(void) {
                 ks[0]->quant(x, len, inv, sgn ? &t.s : &t.u, sgn, q0);
                 ks[isa - 1]->quant(x, len, inv, sgn ? &t.s : &t.u, sgn, q1);
                 CHECK(memcmp(q0, q1, len) == 0, "%s quantisation differs (len %zu signed %d)",
-                      optim_isa_name((optim_isa)isa), len, sgn);
+                      st_optim_isa_name((st_optim_isa)isa), len, sgn);
             }
     free(g);
     free(h);

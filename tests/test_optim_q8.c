@@ -3,7 +3,7 @@
  * - The maps hold bitsandbytes' dynamic-map values, rebuilt here independently in double
  *   the way its create_dynamic_map describes them (midpoints of linspace(0.1, 1) per decade).
  * - Quantisation picks the nearest code (brute force over all 256), and every block's
- *   error is within the documented bound optim_q8_max_error * absmax.
+ *   error is within the documented bound st_optim_q8_max_error * absmax.
  * - One 8-bit step equals an independent reference (decode table, float AdamW, brute-force
  *   nearest requantisation); state buffers restore a run bit-exactly; 8-bit training on a
  *   noisy least-squares problem reduces the loss nearly as much as fp32; state bytes per parameter.
@@ -42,7 +42,7 @@ static void check_maps(void) {
         double ref[256], ours[256];
         float code[256];
         bnb_map(s, ref);
-        optim_q8_map(s, code);
+        st_optim_q8_map(s, code);
         for (int i = 0; i < 256; i++) ours[i] = code[i];
         qsort(ours, 256, sizeof(double), cmp_double);
         double worst = 0;
@@ -51,7 +51,7 @@ static void check_maps(void) {
             if (e > worst) worst = e;
         }
         CHECK(worst < 3e-7, "%s map differs from bitsandbytes' by %.3e relative", s ? "signed" : "unsigned", worst);
-        double bound = optim_q8_max_error(s);
+        double bound = st_optim_q8_max_error(s);
         printf("%s map: 256 codes match bitsandbytes (worst %.1e relative); max error %.6f x absmax\n",
                s ? "signed" : "unsigned", worst, bound);
         CHECK(bound <= (s ? 0.00704 : 0.00352), "documented bound %.6f", bound);
@@ -72,8 +72,8 @@ static void check_quant(void) {
     st_rng_seed(&r, 21);
     for (int s = 0; s < 2; s++) {
         float code[256];
-        optim_q8_map(s, code);
-        double bound = optim_q8_max_error(s);
+        st_optim_q8_map(s, code);
+        double bound = st_optim_q8_max_error(s);
         long not_nearest = 0, over_bound = 0, blocks = 0;
         for (int kind = 0; kind < 4; kind++)
             for (int rep = 0; rep < 200; rep++) {
@@ -84,8 +84,8 @@ static void check_quant(void) {
                     x[i] = sample(&r, kind);
                     if (!s) x[i] = fabsf(x[i]);
                 }
-                float amax = optim_q8_quantize_block(x, n, s, q);
-                optim_q8_dequantize_block(q, n, amax, s, y);
+                float amax = st_optim_q8_quantize_block(x, n, s, q);
+                st_optim_q8_dequantize_block(q, n, amax, s, y);
                 blocks++;
                 double worst = 0;
                 for (size_t i = 0; i < n; i++) {
@@ -114,12 +114,12 @@ static void check_quant(void) {
 static void check_step_reference(void) {
     st_err err = {0};
     size_t n = 256 * 9 + 77;
-    optim_segment seg = {0, n, 0.1f};
-    optim *o;
-    CHECK(optim_create(&o, &seg, 1, OPTIM_STATE_8BIT, &err) == ST_OK, "create: %s", err.msg);
+    st_optim_segment seg = {0, n, 0.1f};
+    st_optim *o;
+    CHECK(st_optim_create(&o, &seg, 1, ST_OPTIM_STATE_8BIT, &err) == ST_OK, "create: %s", err.msg);
     size_t qb, ab;
-    uint8_t *qm = optim_state_buffer(o, 0, &qb), *qv = optim_state_buffer(o, 1, &qb);
-    float *am = optim_state_buffer(o, 2, &ab), *av = optim_state_buffer(o, 3, &ab);
+    uint8_t *qm = st_optim_state_buffer(o, 0, &qb), *qv = st_optim_state_buffer(o, 1, &qb);
+    float *am = st_optim_state_buffer(o, 2, &ab), *av = st_optim_state_buffer(o, 3, &ab);
     size_t nblocks = ab / 4;
     CHECK(nblocks == 10 && qb == 2560, "layout: %zu blocks, %zu bytes", nblocks, qb);
     st_rng r;
@@ -129,10 +129,10 @@ static void check_step_reference(void) {
     float *p = malloc(n * 4), *g = malloc(n * 4), *pr = malloc(n * 4);
     for (size_t i = 0; i < n; i++) { pr[i] = p[i] = st_rng_normal(&r); g[i] = 0.01f * st_rng_normal(&r); }
     float cs[256], cu[256];
-    optim_q8_map(1, cs);
-    optim_q8_map(0, cu);
+    st_optim_q8_map(1, cs);
+    st_optim_q8_map(0, cu);
     /* the reference, from the state before the step */
-    adamw_params hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 7, .grad_scale = 1.0f};
+    st_adamw_params hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 7, .grad_scale = 1.0f};
     /* the engine's folded constants (adamw_kernels.h), computed in double */
     float c1 = (float)(1.0 - (double)0.9f), c2 = (float)(1.0 - (double)0.95f);
     double bc1 = 1.0 - pow(0.9f, 7), bc2 = 1.0 - pow(0.95f, 7);
@@ -151,8 +151,8 @@ static void check_step_reference(void) {
             avr[b] = fmaxf(avr[b], v);
         }
     }
-    optim_step_args a = {.params = p, .grads = g, .grad_dtype = ST_F32, .grad_sumsq = -1};
-    CHECK(optim_step_ex(o, &a, &hp, &err) == ST_OK, "step: %s", err.msg);
+    st_optim_step_args a = {.params = p, .grads = g, .grad_dtype = ST_F32, .grad_sumsq = -1};
+    CHECK(st_optim_step_ex(o, &a, &hp, &err) == ST_OK, "step: %s", err.msg);
     CHECK(memcmp(p, pr, n * 4) == 0, "8-bit step params differ from the reference");
     CHECK(memcmp(am, amr, sizeof amr) == 0 && memcmp(av, avr, sizeof avr) == 0, "absmax differs from the reference");
     long far = 0;
@@ -168,17 +168,17 @@ static void check_step_reference(void) {
         far += ev > bv + 2e-7 * avr[b];
     }
     CHECK(far == 0, "%ld moments not requantised to the nearest code", far);
-    CHECK(optim_state_bytes_per_param(o) < 2.25, "8-bit state bytes per parameter %.3f", optim_state_bytes_per_param(o));
-    optim_free(o);
+    CHECK(st_optim_state_bytes_per_param(o) < 2.25, "8-bit state bytes per parameter %.3f", st_optim_state_bytes_per_param(o));
+    st_optim_free(o);
     free(p); free(g); free(pr); free(mr); free(vr);
 }
 
 /* Noisy least squares: minimise 0.5 |A x - y|^2 with minibatch-like gradient noise. */
-static double train(optim_state_format fmt, int steps, float *x_out, size_t dim) {
+static double train(st_optim_state_format fmt, int steps, float *x_out, size_t dim) {
     st_err err = {0};
-    optim_segment segs[2] = {{0, dim / 2, 0.0f}, {dim / 2, dim - dim / 2, 0.01f}};
-    optim *o;
-    optim_create(&o, segs, 2, fmt, &err);
+    st_optim_segment segs[2] = {{0, dim / 2, 0.0f}, {dim / 2, dim - dim / 2, 0.01f}};
+    st_optim *o;
+    st_optim_create(&o, segs, 2, fmt, &err);
     float *x = malloc(dim * 4), *target = malloc(dim * 4);
     uint16_t *g = malloc(dim * 2), *w = malloc(dim * 2);
     st_rng r;
@@ -194,21 +194,21 @@ static double train(optim_state_format fmt, int steps, float *x_out, size_t dim)
             g[i] = st_f32_to_bf16(curv * (float)d + 0.3f * st_rng_normal(&r));
         }
         float lr = 1e-2f * 0.5f * (1.0f + cosf(3.14159265f * (float)(s - 1) / (float)steps)); /* cosine to 0 */
-        adamw_params hp = {.lr = lr, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = s, .grad_scale = 1.0f};
-        optim_step_args a = {.params = x, .grads = g, .grad_dtype = ST_BF16, .work = w, .work_dtype = ST_BF16,
+        st_adamw_params hp = {.lr = lr, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = s, .grad_scale = 1.0f};
+        st_optim_step_args a = {.params = x, .grads = g, .grad_dtype = ST_BF16, .work = w, .work_dtype = ST_BF16,
                              .grad_sumsq = -1};
-        optim_step_ex(o, &a, &hp, &err);
+        st_optim_step_ex(o, &a, &hp, &err);
     }
     if (x_out) memcpy(x_out, x, dim * 4);
-    optim_free(o);
+    st_optim_free(o);
     free(x); free(target); free(g); free(w);
     return loss;
 }
 
 static void check_training(void) {
     size_t dim = 20000;
-    double l32 = train(OPTIM_STATE_F32, 300, NULL, dim), l8 = train(OPTIM_STATE_8BIT, 300, NULL, dim);
-    double l0 = train(OPTIM_STATE_F32, 1, NULL, dim);
+    double l32 = train(ST_OPTIM_STATE_F32, 300, NULL, dim), l8 = train(ST_OPTIM_STATE_8BIT, 300, NULL, dim);
+    double l0 = train(ST_OPTIM_STATE_F32, 1, NULL, dim);
     printf("noisy least squares, 300 steps: start %.5f, fp32 states %.5f, 8-bit states %.5f (%.2f%%)\n", l0, l32,
            l8, 100 * (l8 - l32) / l32);
     CHECK(l32 < 0.1 * l0, "fp32 training reduced the loss: %.4f -> %.4f", l0, l32);
@@ -223,12 +223,12 @@ static void check_training(void) {
 static void check_resume(void) {
     for (int f = 0; f < 2; f++) {
         st_err err = {0};
-        optim_state_format fmt = f ? OPTIM_STATE_8BIT : OPTIM_STATE_F32;
-        optim_segment segs[2] = {{0, 3000, 0.1f}, {3000, 1234, 0.0f}};
+        st_optim_state_format fmt = f ? ST_OPTIM_STATE_8BIT : ST_OPTIM_STATE_F32;
+        st_optim_segment segs[2] = {{0, 3000, 0.1f}, {3000, 1234, 0.0f}};
         size_t n = 4234, bytes;
-        optim *a, *b;
-        optim_create(&a, segs, 2, fmt, &err);
-        optim_create(&b, segs, 2, fmt, &err);
+        st_optim *a, *b;
+        st_optim_create(&a, segs, 2, fmt, &err);
+        st_optim_create(&b, segs, 2, fmt, &err);
         float *p = malloc(n * 4), *ps = malloc(n * 4), *grads = malloc(10 * n * 4);
         st_rng r;
         st_rng_seed(&r, 17);
@@ -237,18 +237,18 @@ static void check_resume(void) {
         for (int s = 1; s <= 10; s++) {
             if (s == 6) {
                 memcpy(ps, p, n * 4);
-                for (int i = 0; i < optim_state_count(a); i++) {
-                    void *src = optim_state_buffer(a, i, &bytes), *dst = optim_state_buffer(b, i, &bytes);
+                for (int i = 0; i < st_optim_state_count(a); i++) {
+                    void *src = st_optim_state_buffer(a, i, &bytes), *dst = st_optim_state_buffer(b, i, &bytes);
                     memcpy(dst, src, bytes);
                 }
             }
-            adamw_params hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = s, .grad_scale = 1.0f};
-            optim_step(a, p, grads + (size_t)(s - 1) * n, &hp);
-            if (s >= 6) optim_step(b, ps, grads + (size_t)(s - 1) * n, &hp);
+            st_adamw_params hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = s, .grad_scale = 1.0f};
+            st_optim_step(a, p, grads + (size_t)(s - 1) * n, &hp);
+            if (s >= 6) st_optim_step(b, ps, grads + (size_t)(s - 1) * n, &hp);
         }
         CHECK(memcmp(p, ps, n * 4) == 0, "format %d: a run restored from its state buffers diverges", f);
-        optim_free(a);
-        optim_free(b);
+        st_optim_free(a);
+        st_optim_free(b);
         free(p); free(ps); free(grads);
     }
 }

@@ -1,7 +1,7 @@
 /* test_plan.c - the planner (plan.h): on a 6-block model the mixed-integer program's plan
  * has the same predicted step time as a brute-force search over every per-block choice,
  * prefetch depth and vocabulary chunk that fits (for a sweep of device budgets, under
- * two machine profiles); its device bytes are stream_device_bytes' and within the budget;
+ * two machine profiles); its device bytes are st_stream_device_bytes' and within the budget;
  * the predicted time never rises as the budget grows; a budget below the smallest plan is
  * refused naming the bytes missing; explicit activation choices (plan_options.fixed_act, the
  * key 'act') are honoured with the rest still optimised (brute force's best among the plans
@@ -20,17 +20,17 @@
 typedef struct bf_entry {
     double step_s;
     size_t bytes;
-    int code; /* the activation choices: block l's stream_act is (code / 3^l) % 3 */
+    int code; /* the activation choices: block l's st_stream_act is (code / 3^l) % 3 */
 } bf_entry;
 
 /* Every plan of the model: 3^L activation choices x depths x vocabulary chunks. */
-static bf_entry *brute_force(const st_arch *a, int B, int T, const plan_profile *hw, int *n_out) {
-    int L = a->lay.n_blocks, vcs[PLAN_MAX_VCHUNKS], nv = plan_vocab_chunks(a, NULL, vcs);
-    int nd = PLAN_MAX_DEPTH < L ? PLAN_MAX_DEPTH : L, n3 = 1;
+static bf_entry *brute_force(const st_arch *a, int B, int T, const st_plan_profile *hw, int *n_out) {
+    int L = a->lay.n_blocks, vcs[ST_PLAN_MAX_VCHUNKS], nv = st_plan_vocab_chunks(a, NULL, vcs);
+    int nd = ST_PLAN_MAX_DEPTH < L ? ST_PLAN_MAX_DEPTH : L, n3 = 1;
     for (int l = 0; l < L; l++) n3 *= 3;
     bf_entry *e = malloc(sizeof *e * (size_t)n3 * nv * nd);
-    stream_plan *p = malloc(sizeof *p);
-    stream_plan_default(p, L);
+    st_stream_plan *p = malloc(sizeof *p);
+    st_stream_plan_default(p, L);
     int n = 0;
     st_err err = {0};
     for (int v = 0; v < nv; v++)
@@ -40,8 +40,8 @@ static bf_entry *brute_force(const st_arch *a, int B, int T, const plan_profile 
                 for (int l = 0; l < L; l++, c /= 3) p->act[l] = (unsigned char)(c % 3);
                 p->vocab_chunk = vcs[v];
                 p->prefetch_depth = d;
-                plan_prediction pr;
-                if (plan_predict(a, B, T, hw, p, &pr, &err)) {
+                st_plan_prediction pr;
+                if (st_plan_predict(a, B, T, hw, p, &pr, &err)) {
                     fprintf(stderr, "plan_predict: %s\n", err.msg);
                     exit(1);
                 }
@@ -52,7 +52,7 @@ static bf_entry *brute_force(const st_arch *a, int B, int T, const plan_profile 
     return e;
 }
 
-static void sweep(const st_arch *a, int B, int T, const plan_profile *hw, const char *name, int min_distinct) {
+static void sweep(const st_arch *a, int B, int T, const st_plan_profile *hw, const char *name, int min_distinct) {
     int n;
     bf_entry *e = brute_force(a, B, T, hw, &n);
     size_t lo = (size_t)-1, hi = 0;
@@ -60,12 +60,12 @@ static void sweep(const st_arch *a, int B, int T, const plan_profile *hw, const 
         if (e[i].bytes < lo) lo = e[i].bytes;
         if (e[i].bytes > hi) hi = e[i].bytes;
     }
-    stream_plan *p = malloc(sizeof *p);
-    stream_config sc = {.arch = a, .B = B, .T = T};
+    st_stream_plan *p = malloc(sizeof *p);
+    st_stream_config sc = {.arch = a, .B = B, .T = T};
     st_err err = {0};
-    plan_prediction pr;
+    st_plan_prediction pr;
     /* below the smallest plan: refused, naming the bytes missing */
-    st_status s = plan_stream(a, B, T, lo - 1000, hw, p, &pr, &err);
+    st_status s = st_plan_stream(a, B, T, lo - 1000, hw, p, &pr, &err);
     CHECK(s == ST_ERR_NOMEM, "%s: budget %zu below the smallest plan (%zu) gave %d", name, lo - 1000, lo, (int)s);
     CHECK(strstr(err.msg, "1000 bytes missing") != NULL, "%s: message does not name 1000 bytes missing: %s", name,
           err.msg);
@@ -79,14 +79,14 @@ static void sweep(const st_arch *a, int B, int T, const plan_profile *hw, const 
         for (int k = 0; k < n; k++)
             if (e[k].bytes <= budget && e[k].step_s < best) best = e[k].step_s;
         /* the program alone (no simple plan to start from), proving its optimum */
-        plan_options po = {.time_limit_ms = 20000, .mip_gap = 0, .allow_vocab_chunk = 1, .no_incumbent = 1};
-        s = plan_stream_ex(a, B, T, budget, hw, &po, p, &pr, &err);
+        st_plan_options po = {.time_limit_ms = 20000, .mip_gap = 0, .allow_vocab_chunk = 1, .no_incumbent = 1};
+        s = st_plan_stream_ex(a, B, T, budget, hw, &po, p, &pr, &err);
         CHECK(s == ST_OK, "%s: budget %zu: %s", name, budget, err.msg);
         if (!s)
             CHECK(fabs(pr.program_s - pr.step_s) <= 1e-9 + 1e-7 * pr.step_s, "%s: budget %zu: the program's objective "
                   "%.9g s, the cost model's prediction of its plan %.9g s", name, budget, pr.program_s, pr.step_s);
         if (s) continue;
-        size_t got = stream_device_bytes(&sc, p);
+        size_t got = st_stream_device_bytes(&sc, p);
         CHECK(got <= budget, "%s: plan needs %zu device bytes, budget %zu", name, got, budget);
         CHECK(got == pr.device_bytes, "%s: predicted %zu device bytes, stream_device_bytes %zu", name, pr.device_bytes,
               got);
@@ -106,10 +106,10 @@ static void sweep(const st_arch *a, int B, int T, const plan_profile *hw, const 
     free(e);
 }
 
-/* Whether brute force's entry e makes the choices fixed (PLAN_ACT_FREE: any). */
+/* Whether brute force's entry e makes the choices fixed (ST_PLAN_ACT_FREE: any). */
 static int honours(const bf_entry *e, const unsigned char *fixed, int L) {
     for (int l = 0, c = e->code; l < L; l++, c /= 3)
-        if (fixed[l] != PLAN_ACT_FREE && c % 3 != fixed[l]) return 0;
+        if (fixed[l] != ST_PLAN_ACT_FREE && c % 3 != fixed[l]) return 0;
     return 1;
 }
 
@@ -118,16 +118,16 @@ static int honours(const bf_entry *e, const unsigned char *fixed, int L) {
  * as brute force's best among the plans that make them (the depth, the vocabulary chunk and
  * the other blocks still optimised); a budget the fixed choices cannot fit (though a free
  * plan would) is refused naming the choices and the exact bytes missing. */
-static void fixed_choices(const st_arch *a, int B, int T, const plan_profile *hw, const char *name) {
+static void fixed_choices(const st_arch *a, int B, int T, const st_plan_profile *hw, const char *name) {
     int L = a->lay.n_blocks, n;
     bf_entry *e = brute_force(a, B, T, hw, &n);
-    stream_plan *p = malloc(sizeof *p);
+    st_stream_plan *p = malloc(sizeof *p);
     st_err err = {0};
     const char *specs[] = {"1:offload,4:keep", "0-2:recompute", "keep", "5:recompute,0:keep"};
     for (size_t si = 0; si < sizeof specs / sizeof specs[0]; si++) {
-        unsigned char fixed[STREAM_MAX_LAYERS];
+        unsigned char fixed[ST_STREAM_MAX_LAYERS];
         int nf = 0;
-        CHECK(plan_act_parse(specs[si], L, fixed, &nf, &err) == ST_OK, "%s: act '%s': %s", name, specs[si], err.msg);
+        CHECK(st_plan_act_parse(specs[si], L, fixed, &nf, &err) == ST_OK, "%s: act '%s': %s", name, specs[si], err.msg);
         size_t lo = (size_t)-1, hi = 0, free_lo = (size_t)-1;
         for (int i = 0; i < n; i++) {
             if (e[i].bytes < free_lo) free_lo = e[i].bytes;
@@ -135,9 +135,9 @@ static void fixed_choices(const st_arch *a, int B, int T, const plan_profile *hw
             if (e[i].bytes < lo) lo = e[i].bytes;
             if (e[i].bytes > hi) hi = e[i].bytes;
         }
-        plan_options po = {.time_limit_ms = 20000, .mip_gap = 0, .allow_vocab_chunk = 1, .no_incumbent = 1,
+        st_plan_options po = {.time_limit_ms = 20000, .mip_gap = 0, .allow_vocab_chunk = 1, .no_incumbent = 1,
                            .fixed_act = fixed};
-        plan_prediction pr;
+        st_plan_prediction pr;
         int steps = 8;
         double free_best_gap = 0;
         for (int k = 0; k <= steps; k++) {
@@ -149,16 +149,16 @@ static void fixed_choices(const st_arch *a, int B, int T, const plan_profile *hw
                     if (honours(&e[i], fixed, L) && e[i].step_s < best) best = e[i].step_s;
                 }
             for (int run = 0; run < 2; run++) { /* the program alone, then with the simple incumbent */
-                plan_options o = po;
+                st_plan_options o = po;
                 if (run) o.no_incumbent = 0, o.mip_gap = -1;
-                st_status s = plan_stream_ex(a, B, T, budget, hw, &o, p, &pr, &err);
+                st_status s = st_plan_stream_ex(a, B, T, budget, hw, &o, p, &pr, &err);
                 CHECK(s == ST_OK, "%s: act '%s', budget %zu: %s", name, specs[si], budget, err.msg);
                 if (s) continue;
                 int bad = -1;
                 for (int l = 0; l < L; l++)
-                    if (fixed[l] != PLAN_ACT_FREE && p->act[l] != fixed[l]) bad = l;
+                    if (fixed[l] != ST_PLAN_ACT_FREE && p->act[l] != fixed[l]) bad = l;
                 CHECK(bad < 0, "%s: act '%s', budget %zu: block %d is %s", name, specs[si], budget, bad,
-                      bad >= 0 ? plan_act_name(p->act[bad]) : "");
+                      bad >= 0 ? st_plan_act_name(p->act[bad]) : "");
                 CHECK(pr.device_bytes <= budget, "%s: act '%s': %zu device bytes, budget %zu", name, specs[si],
                       pr.device_bytes, budget);
                 CHECK(fabs(pr.step_s - best) <= 1e-9 + 1e-7 * best, "%s: act '%s', budget %zu (%s): predicted %.9g s, "
@@ -171,13 +171,13 @@ static void fixed_choices(const st_arch *a, int B, int T, const plan_profile *hw
         /* the budget below the smallest plan the fixed choices allow, above the smallest free plan */
         if (lo > free_lo) {
             size_t budget = lo - 1 > free_lo ? lo - 1 : free_lo;
-            st_status s = plan_stream_ex(a, B, T, budget, hw, &po, p, &pr, &err);
+            st_status s = st_plan_stream_ex(a, B, T, budget, hw, &po, p, &pr, &err);
             char want[64];
             snprintf(want, sizeof want, " %zu bytes missing", lo - budget);
             CHECK(s == ST_ERR_NOMEM && strstr(err.msg, "fixed activation choices") && strstr(err.msg, want),
                   "%s: act '%s', budget %zu (smallest with it %zu, free %zu): gave %d, want the fixed choices and%s "
                   "named: %s", name, specs[si], budget, lo, free_lo, (int)s, want, err.msg);
-            s = plan_stream_ex(a, B, T, budget, hw, NULL, p, &pr, &err);
+            s = st_plan_stream_ex(a, B, T, budget, hw, NULL, p, &pr, &err);
             CHECK(s == ST_OK, "%s: budget %zu: the free program fails: %s", name, budget, err.msg);
         }
         printf("%s: act '%s' (%d blocks fixed): budgets %zu..%zu equal brute force's best with the choices "
@@ -185,20 +185,20 @@ static void fixed_choices(const st_arch *a, int B, int T, const plan_profile *hw
                nf, lo, hi, free_best_gap, lo, free_lo);
     }
     /* the spec's own errors name the item */
-    unsigned char fixed[STREAM_MAX_LAYERS];
+    unsigned char fixed[ST_STREAM_MAX_LAYERS];
     int nf = -1;
-    CHECK(plan_act_parse("auto", L, fixed, &nf, &err) == ST_OK && nf == 0 && fixed[0] == PLAN_ACT_FREE, "act auto");
-    CHECK(plan_act_parse("0-2:keep,4:offload,1:auto", L, fixed, &nf, &err) == ST_OK && nf == 3 &&
-              fixed[0] == STREAM_ACT_KEEP && fixed[1] == PLAN_ACT_FREE && fixed[2] == STREAM_ACT_KEEP &&
-              fixed[3] == PLAN_ACT_FREE && fixed[4] == STREAM_ACT_OFFLOAD && fixed[5] == PLAN_ACT_FREE,
+    CHECK(st_plan_act_parse("auto", L, fixed, &nf, &err) == ST_OK && nf == 0 && fixed[0] == ST_PLAN_ACT_FREE, "act auto");
+    CHECK(st_plan_act_parse("0-2:keep,4:offload,1:auto", L, fixed, &nf, &err) == ST_OK && nf == 3 &&
+              fixed[0] == ST_STREAM_ACT_KEEP && fixed[1] == ST_PLAN_ACT_FREE && fixed[2] == ST_STREAM_ACT_KEEP &&
+              fixed[3] == ST_PLAN_ACT_FREE && fixed[4] == ST_STREAM_ACT_OFFLOAD && fixed[5] == ST_PLAN_ACT_FREE,
           "act 0-2:keep,4:offload,1:auto parsed as %d fixed", nf);
-    CHECK(plan_act_parse("0-9:keep", L, fixed, &nf, &err) == ST_ERR_INVALID && strstr(err.msg, "'0-9:keep'") &&
+    CHECK(st_plan_act_parse("0-9:keep", L, fixed, &nf, &err) == ST_ERR_INVALID && strstr(err.msg, "'0-9:keep'") &&
               strstr(err.msg, "blocks 0-5"), "a range past the last block: %s", err.msg);
-    CHECK(plan_act_parse("1:keep,3:fast", L, fixed, &nf, &err) == ST_ERR_INVALID && strstr(err.msg, "'3:fast'"),
+    CHECK(st_plan_act_parse("1:keep,3:fast", L, fixed, &nf, &err) == ST_ERR_INVALID && strstr(err.msg, "'3:fast'"),
           "an unknown choice: %s", err.msg);
-    CHECK(plan_act_parse("keeps", L, fixed, &nf, &err) == ST_ERR_INVALID && strstr(err.msg, "'keeps'"),
+    CHECK(st_plan_act_parse("keeps", L, fixed, &nf, &err) == ST_ERR_INVALID && strstr(err.msg, "'keeps'"),
           "an unknown global choice: %s", err.msg);
-    CHECK(plan_act_parse("3-1:keep", L, fixed, &nf, &err) == ST_ERR_INVALID, "a reversed range accepted");
+    CHECK(st_plan_act_parse("3-1:keep", L, fixed, &nf, &err) == ST_ERR_INVALID, "a reversed range accepted");
     free(p);
     free(e);
 }
@@ -206,47 +206,47 @@ static void fixed_choices(const st_arch *a, int B, int T, const plan_profile *hw
 int main(void) {
     st_err err = {0};
     /* a GPT-2 shape small enough to brute-force: 6 blocks */
-    gpt2_config cfg = {.vocab_size = 512, .max_seq = 64, .n_layer = 6, .n_head = 2, .n_embd = 64};
+    st_gpt2_config cfg = {.vocab_size = 512, .max_seq = 64, .n_layer = 6, .n_head = 2, .n_embd = 64};
     st_arch *a = NULL;
     if (st_arch_gpt2(&a, &cfg, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }
-    plan_profile fast = {.version = PLAN_PROFILE_VERSION, .sgemm_flops = 20e9, .h2d_bytes_per_s = 8e9,
+    st_plan_profile fast = {.version = ST_PLAN_PROFILE_VERSION, .sgemm_flops = 20e9, .h2d_bytes_per_s = 8e9,
                          .d2h_bytes_per_s = 6e9, .mem_bytes_per_s = 10e9, .optim_ns_per_param = 1.0,
                          .block_fwd_flops = 20e9, .block_bwd_flops = 20e9, .head_flops = 20e9};
     /* slow copies: offloading activations costs more than recomputing them */
-    plan_profile slow = fast;
+    st_plan_profile slow = fast;
     slow.h2d_bytes_per_s = slow.d2h_bytes_per_s = 0.3e9;
-    stream_plan *p = malloc(sizeof *p);
-    plan_prediction pr;
-    if (plan_stream(a, 4, 64, (size_t)1 << 30, &fast, p, &pr, &err) == ST_ERR_UNSUPPORTED) {
+    st_stream_plan *p = malloc(sizeof *p);
+    st_plan_prediction pr;
+    if (st_plan_stream(a, 4, 64, (size_t)1 << 30, &fast, p, &pr, &err) == ST_ERR_UNSUPPORTED) {
         printf("skip: %s\n", err.msg);
         return 77;
     }
     sweep(a, 4, 64, &fast, "6 blocks, fast copies", 2);
     sweep(a, 4, 64, &slow, "6 blocks, slow copies", 8);
     /* a slow optimizer: the update is longer than the backward that hides it */
-    plan_profile slow_opt = fast;
+    st_plan_profile slow_opt = fast;
     slow_opt.h2d_bytes_per_s = slow_opt.d2h_bytes_per_s = 1e9;
     slow_opt.optim_ns_per_param = 40.0;
     sweep(a, 4, 64, &slow_opt, "6 blocks, slow optimizer", 2);
     /* the device's compute shares the host's cores (the CPU backend): every copy and the
      * optimizer cost compute too, so an offloaded block costs more than its exposed copies */
-    plan_profile shared = slow;
+    st_plan_profile shared = slow;
     shared.h2d_bytes_per_s = shared.d2h_bytes_per_s = 2e9;
     shared.host_work_slowdown = 0.6;
     sweep(a, 4, 64, &shared, "6 blocks, host work on the device's cores", 2);
     fixed_choices(a, 4, 64, &slow, "6 blocks, slow copies");
     fixed_choices(a, 4, 64, &shared, "6 blocks, host work on the device's cores");
     {
-        stream_plan *q = malloc(sizeof *q);
-        plan_prediction p0, p1;
-        stream_plan_default(q, a->lay.n_blocks);
-        stream_plan_set_all(q, STREAM_ACT_OFFLOAD);
-        plan_profile own = shared;
+        st_stream_plan *q = malloc(sizeof *q);
+        st_plan_prediction p0, p1;
+        st_stream_plan_default(q, a->lay.n_blocks);
+        st_stream_plan_set_all(q, ST_STREAM_ACT_OFFLOAD);
+        st_plan_profile own = shared;
         own.host_work_slowdown = 0;
-        CHECK(plan_predict(a, 4, 64, &own, q, &p0, &err) == ST_OK && plan_predict(a, 4, 64, &shared, q, &p1, &err) == ST_OK,
+        CHECK(st_plan_predict(a, 4, 64, &own, q, &p0, &err) == ST_OK && st_plan_predict(a, 4, 64, &shared, q, &p1, &err) == ST_OK,
               "%s", err.msg);
         /* 6 blocks, 4 of them move: their activations out and in, plus every fetch, drain and update */
         CHECK(p0.host_work_s == 0 && p1.host_work_s > 0 &&
@@ -256,7 +256,7 @@ int main(void) {
     }
     /* the edges of the byte model and the windows: one and two blocks */
     for (int nl = 1; nl <= 2; nl++) {
-        gpt2_config small = cfg;
+        st_gpt2_config small = cfg;
         small.n_layer = nl;
         st_arch *s1 = NULL;
         CHECK(st_arch_gpt2(&s1, &small, &err) == ST_OK, "%s", err.msg);
@@ -265,28 +265,28 @@ int main(void) {
     }
 
     /* 80 blocks: under a second, at a budget where blocks must choose */
-    gpt2_config big = {.vocab_size = 50304, .max_seq = 256, .n_layer = 80, .n_head = 12, .n_embd = 768};
+    st_gpt2_config big = {.vocab_size = 50304, .max_seq = 256, .n_layer = 80, .n_head = 12, .n_embd = 768};
     st_arch *b = NULL;
     CHECK(st_arch_gpt2(&b, &big, &err) == ST_OK, "%s", err.msg);
     if (b) {
-        stream_config sc = {.arch = b, .B = 2, .T = 256};
-        stream_plan *all = malloc(sizeof *all);
-        stream_plan_default(all, 80);
-        stream_plan_set_all(all, STREAM_ACT_KEEP);
-        size_t keep = stream_device_bytes(&sc, all);
-        stream_plan_set_all(all, STREAM_ACT_RECOMPUTE);
-        size_t rc = stream_device_bytes(&sc, all);
+        st_stream_config sc = {.arch = b, .B = 2, .T = 256};
+        st_stream_plan *all = malloc(sizeof *all);
+        st_stream_plan_default(all, 80);
+        st_stream_plan_set_all(all, ST_STREAM_ACT_KEEP);
+        size_t keep = st_stream_device_bytes(&sc, all);
+        st_stream_plan_set_all(all, ST_STREAM_ACT_RECOMPUTE);
+        size_t rc = st_stream_device_bytes(&sc, all);
         size_t budget = rc + (keep - rc) / 3;
         /* a fast device: every block's choice changes the time; the program alone, to the proven optimum */
-        plan_profile dev = {.version = PLAN_PROFILE_VERSION, .sgemm_flops = 20e12, .h2d_bytes_per_s = 20e9,
+        st_plan_profile dev = {.version = ST_PLAN_PROFILE_VERSION, .sgemm_flops = 20e12, .h2d_bytes_per_s = 20e9,
                             .d2h_bytes_per_s = 20e9, .mem_bytes_per_s = 10e9, .optim_ns_per_param = 0.5,
                             .block_fwd_flops = 20e12, .block_bwd_flops = 20e12, .head_flops = 20e12};
-        plan_options po = {.time_limit_ms = 20000, .mip_gap = 0, .allow_vocab_chunk = 1, .no_incumbent = 1};
+        st_plan_options po = {.time_limit_ms = 20000, .mip_gap = 0, .allow_vocab_chunk = 1, .no_incumbent = 1};
         for (int run = 0; run < 2; run++) {
-            st_status s = plan_stream_ex(b, 2, 256, budget, &dev, run ? NULL : &po, p, &pr, &err);
+            st_status s = st_plan_stream_ex(b, 2, 256, budget, &dev, run ? NULL : &po, p, &pr, &err);
             CHECK(s == ST_OK, "80 blocks: %s", err.msg);
             if (s) continue;
-            CHECK(stream_device_bytes(&sc, p) <= budget, "80 blocks: over the budget");
+            CHECK(st_stream_device_bytes(&sc, p) <= budget, "80 blocks: over the budget");
             CHECK(pr.solve_s < 1.0, "80 blocks solved in %.3f s (limit 1 s)", pr.solve_s);
             CHECK(pr.optimal, "80 blocks: stopped at the time limit");
             printf("80 blocks (%s): budget %zu bytes, solved in %.3f s (%s): %d keep, %d offload, %d recompute, "
@@ -298,17 +298,17 @@ int main(void) {
          * in a second here; the defaults return by the time limit with the best plan found,
          * never slower than the simple plans it starts from */
         sc.B = 8;
-        stream_plan_set_all(all, STREAM_ACT_KEEP);
-        keep = stream_device_bytes(&sc, all);
-        stream_plan_set_all(all, STREAM_ACT_RECOMPUTE);
-        rc = stream_device_bytes(&sc, all);
+        st_stream_plan_set_all(all, ST_STREAM_ACT_KEEP);
+        keep = st_stream_device_bytes(&sc, all);
+        st_stream_plan_set_all(all, ST_STREAM_ACT_RECOMPUTE);
+        rc = st_stream_device_bytes(&sc, all);
         budget = rc + (keep - rc) / 3;
         dev.mem_bytes_per_s = 200e9;
         dev.optim_ns_per_param = 0.05;
-        st_status s = plan_stream(b, 8, 256, budget, &dev, p, &pr, &err);
+        st_status s = st_plan_stream(b, 8, 256, budget, &dev, p, &pr, &err);
         CHECK(s == ST_OK, "80 blocks, batch 8: %s", err.msg);
         if (!s) {
-            CHECK(stream_device_bytes(&sc, p) <= budget, "80 blocks, batch 8: over the budget");
+            CHECK(st_stream_device_bytes(&sc, p) <= budget, "80 blocks, batch 8: over the budget");
             CHECK(pr.solve_s < 1.0, "80 blocks, batch 8: %.3f s (limit 1 s)", pr.solve_s);
             printf("80 blocks, batch 8 (defaults): solved in %.3f s (%s): %d keep, %d offload, %d recompute, "
                    "predicted %.4f s\n", pr.solve_s, pr.optimal ? "optimal" : "time limit", pr.n_keep, pr.n_offload,
@@ -322,34 +322,34 @@ int main(void) {
     const char *dir = test_tmpdir();
     char path[4096];
     snprintf(path, sizeof path, "%s/hw.json", dir);
-    plan_profile back;
-    CHECK(plan_profile_save(path, &slow, &err) == ST_OK, "%s", err.msg);
-    CHECK(plan_profile_load(path, &back, &err) == ST_OK, "%s", err.msg);
+    st_plan_profile back;
+    CHECK(st_plan_profile_save(path, &slow, &err) == ST_OK, "%s", err.msg);
+    CHECK(st_plan_profile_load(path, &back, &err) == ST_OK, "%s", err.msg);
     CHECK(fabs(back.h2d_bytes_per_s - slow.h2d_bytes_per_s) < 1e-3 * slow.h2d_bytes_per_s &&
-              back.version == PLAN_PROFILE_VERSION, "profile did not round-trip");
+              back.version == ST_PLAN_PROFILE_VERSION, "profile did not round-trip");
     FILE *f = fopen(path, "w");
     fputs("{\"strata_plan_profile\": 99, \"sgemm_flops\": 1}", f);
     fclose(f);
-    CHECK(plan_profile_load(path, &back, &err) == ST_ERR_FORMAT && strstr(err.msg, "version 99"),
+    CHECK(st_plan_profile_load(path, &back, &err) == ST_ERR_FORMAT && strstr(err.msg, "version 99"),
           "version 99 accepted: %s", err.msg);
     /* a version 1 file (no block or classifier times) is refused naming the file and what to do */
     f = fopen(path, "w");
     fputs("{\"strata_plan_profile\": 1, \"sgemm_flops\": 1e9, \"h2d_bytes_per_s\": 1e9, \"d2h_bytes_per_s\": 1e9, "
           "\"mem_bytes_per_s\": 1e9, \"optim_ns_per_param\": 1}", f);
     fclose(f);
-    CHECK(plan_profile_load(path, &back, &err) == ST_ERR_FORMAT && strstr(err.msg, "version 1") &&
+    CHECK(st_plan_profile_load(path, &back, &err) == ST_ERR_FORMAT && strstr(err.msg, "version 1") &&
               strstr(err.msg, path) && strstr(err.msg, "--save_profile"),
           "a version 1 profile accepted or refused without the file and the remedy: %s", err.msg);
     f = fopen(path, "w");
     fputs("{\"strata_plan_profile\": 2, \"sgemm_flops\": 1e9, \"h2d_bytes_per_s\": -1}", f);
     fclose(f);
-    CHECK(plan_profile_load(path, &back, &err) == ST_ERR_FORMAT && strstr(err.msg, "h2d_bytes_per_s"),
+    CHECK(st_plan_profile_load(path, &back, &err) == ST_ERR_FORMAT && strstr(err.msg, "h2d_bytes_per_s"),
           "a negative bandwidth accepted: %s", err.msg);
     f = fopen(path, "w");
     fputs("{\"strata_plan_profile\": 2, \"sgemm_flops\": 1e9, \"h2d_bytes_per_s\": 1e9, \"d2h_bytes_per_s\": 1e9, "
           "\"mem_bytes_per_s\": 1e9, \"optim_ns_per_param\": 1}", f);
     fclose(f);
-    CHECK(plan_profile_load(path, &back, &err) == ST_ERR_FORMAT && strstr(err.msg, "block_fwd_flops"),
+    CHECK(st_plan_profile_load(path, &back, &err) == ST_ERR_FORMAT && strstr(err.msg, "block_fwd_flops"),
           "a profile without the block's rates accepted: %s", err.msg);
 
     /* calibration: the profile times this model's own block and classifier at its batch
@@ -357,26 +357,26 @@ int main(void) {
      * entry survives the file, and another shape falls back to the reference rates */
     st_backend *cpu = NULL;
     CHECK(st_backend_cpu_create(&cpu, 0, &err) == ST_OK, "%s", err.msg);
-    plan_profile hw;
-    st_status ms = cpu ? plan_profile_measure(cpu, &hw, &err) : ST_ERR_INVALID;
+    st_plan_profile hw;
+    st_status ms = cpu ? st_plan_profile_measure(cpu, &hw, &err) : ST_ERR_INVALID;
     CHECK(ms == ST_OK, "measure: %s", err.msg);
     if (ms == ST_OK) {
         CHECK(hw.block_fwd_flops > 0 && hw.block_bwd_flops > 0 && hw.head_flops > 0 && hw.n_shapes == 0 &&
                   hw.host_work_slowdown >= 0 && hw.host_work_slowdown <= 1,
               "reference rates %g %g %g, host work slowdown %g, %d shapes", hw.block_fwd_flops, hw.block_bwd_flops,
               hw.head_flops, hw.host_work_slowdown, hw.n_shapes);
-        CHECK(plan_profile_shape(&hw, a, 4, 64) == NULL, "a shape found before it was measured");
-        CHECK(plan_profile_measure_shape(cpu, a, 4, 64, &hw, &err) == ST_OK, "measure shape: %s", err.msg);
-        CHECK(plan_profile_measure_shape(cpu, a, 4, 64, &hw, &err) == ST_OK && hw.n_shapes == 1,
+        CHECK(st_plan_profile_shape(&hw, a, 4, 64) == NULL, "a shape found before it was measured");
+        CHECK(st_plan_profile_measure_shape(cpu, a, 4, 64, &hw, &err) == ST_OK, "measure shape: %s", err.msg);
+        CHECK(st_plan_profile_measure_shape(cpu, a, 4, 64, &hw, &err) == ST_OK && hw.n_shapes == 1,
               "measuring a shape again added an entry (%d): %s", hw.n_shapes, err.msg);
-        const plan_shape_time *e = plan_profile_shape(&hw, a, 4, 64);
+        const st_plan_shape_time *e = st_plan_profile_shape(&hw, a, 4, 64);
         CHECK(e != NULL, "the measured shape is not found");
         if (e) {
             CHECK(e->block_fwd_s > 0 && e->block_bwd_s > 0 && e->head_s_per_row > 0, "times %g %g %g",
                   e->block_fwd_s, e->block_bwd_s, e->head_s_per_row);
-            stream_plan_default(p, a->lay.n_blocks);
-            plan_prediction a_pr, b_pr;
-            CHECK(plan_predict(a, 4, 64, &hw, p, &a_pr, &err) == ST_OK, "%s", err.msg);
+            st_stream_plan_default(p, a->lay.n_blocks);
+            st_plan_prediction a_pr, b_pr;
+            CHECK(st_plan_predict(a, 4, 64, &hw, p, &a_pr, &err) == ST_OK, "%s", err.msg);
             CHECK(a_pr.block_fwd_s == e->block_fwd_s && a_pr.block_bwd_s == e->block_bwd_s,
                   "predicted block %g/%g s, measured %g/%g s", a_pr.block_fwd_s, a_pr.block_bwd_s, e->block_fwd_s,
                   e->block_bwd_s);
@@ -386,15 +386,15 @@ int main(void) {
                   a_pr.compute_s, want);
             /* chunked: each chunk adds the measured per-chunk time (the line through two chunk sizes) */
             p->vocab_chunk = 128;
-            plan_prediction c_pr;
-            CHECK(plan_predict(a, 4, 64, &hw, p, &c_pr, &err) == ST_OK, "%s", err.msg);
+            st_plan_prediction c_pr;
+            CHECK(st_plan_predict(a, 4, 64, &hw, p, &c_pr, &err) == ST_OK, "%s", err.msg);
             double wantc = want + 3 * e->head_s_per_chunk;
             CHECK(e->head_s_per_chunk >= 0 && fabs(c_pr.compute_s - wantc) <= 1e-12 + 1e-9 * wantc,
                   "chunked: predicted compute %.9g s, measured parts %.9g s", c_pr.compute_s, wantc);
             p->vocab_chunk = 0;
-            CHECK(plan_profile_save(path, &hw, &err) == ST_OK && plan_profile_load(path, &back, &err) == ST_OK,
+            CHECK(st_plan_profile_save(path, &hw, &err) == ST_OK && st_plan_profile_load(path, &back, &err) == ST_OK,
                   "%s", err.msg);
-            const plan_shape_time *e2 = plan_profile_shape(&back, a, 4, 64);
+            const st_plan_shape_time *e2 = st_plan_profile_shape(&back, a, 4, 64);
             CHECK(back.n_shapes == 1 && e2 && fabs(e2->block_bwd_s - e->block_bwd_s) <= 1e-5 * e->block_bwd_s &&
                       fabs(e2->head_s_per_chunk - e->head_s_per_chunk) <= 1e-5 * e->head_s_per_chunk &&
                       fabs(back.block_fwd_flops - hw.block_fwd_flops) <= 1e-5 * hw.block_fwd_flops,
@@ -403,7 +403,7 @@ int main(void) {
              * force and never rises as the budget grows */
             sweep(a, 4, 64, &hw, "6 blocks, this machine's measured profile", 1);
             /* batch 2: not measured, the reference rates */
-            CHECK(plan_predict(a, 2, 64, &hw, p, &b_pr, &err) == ST_OK, "%s", err.msg);
+            CHECK(st_plan_predict(a, 2, 64, &hw, p, &b_pr, &err) == ST_OK, "%s", err.msg);
             double fl = a->ops->block_flops_per_token(a, 64) * 2 * 64;
             CHECK(fabs(b_pr.block_fwd_s - fl / 3 / hw.block_fwd_flops) <= 1e-9 * b_pr.block_fwd_s,
                   "an unmeasured shape's forward %g s, the reference rate gives %g s", b_pr.block_fwd_s,

@@ -24,24 +24,24 @@ static void sleep_ms(double ms) {
 
 static void *worker(void *arg) {
     int id = (int)(size_t)arg;
-    prof_thread_name(id == 1 ? "worker one" : "worker two");
+    st_prof_thread_name(id == 1 ? "worker one" : "worker two");
     for (int i = 0; i < 50; i++) {
-        prof_span s = prof_begin(PROF_CAT_COMPUTE, "work", i);
-        prof_span c = prof_begin(PROF_CAT_COPY, "copy h2d", -1);
-        prof_end_bytes(&c, 4096);
-        prof_end(&s);
-        prof_counter("worker counter", i);
+        st_prof_span s = st_prof_begin(ST_PROF_CAT_COMPUTE, "work", i);
+        st_prof_span c = st_prof_begin(ST_PROF_CAT_COPY, "copy h2d", -1);
+        st_prof_end_bytes(&c, 4096);
+        st_prof_end(&s);
+        st_prof_counter("worker counter", i);
     }
     return NULL;
 }
 
 static void *flooder(void *arg) {
     (void)arg;
-    prof_thread_name("flooder");
+    st_prof_thread_name("flooder");
     /* faster than the writer drains (every 200 ms): the ring of 65536 must overflow */
     for (int i = 0; i < FLOOD; i++) {
-        prof_span s = prof_begin(PROF_CAT_OTHER, "flood", -1);
-        prof_end(&s);
+        st_prof_span s = st_prof_begin(ST_PROF_CAT_OTHER, "flood", -1);
+        st_prof_end(&s);
     }
     return NULL;
 }
@@ -71,33 +71,33 @@ static void test_trace(void) {
     char path[1024];
     snprintf(path, sizeof path, "%s/trace.json", dir);
     st_err err = {0};
-    CHECK(prof_trace_start(path, "test process", &err) == ST_OK, "%s", err.msg);
-    CHECK(prof_trace_start(path, "again", &err) == ST_ERR_INVALID, "a second trace at once is refused");
-    prof_thread_name("main");
-    prof_span outer = prof_begin(PROF_CAT_STEP, "outer", -1);
+    CHECK(st_prof_trace_start(path, "test process", &err) == ST_OK, "%s", err.msg);
+    CHECK(st_prof_trace_start(path, "again", &err) == ST_ERR_INVALID, "a second trace at once is refused");
+    st_prof_thread_name("main");
+    st_prof_span outer = st_prof_begin(ST_PROF_CAT_STEP, "outer", -1);
     for (int l = 0; l < 3; l++) {
-        PROF_SCOPE(PROF_CAT_COMPUTE, "inner", l);
-        prof_span leaf = prof_begin(PROF_CAT_COMPUTE, "leaf", -1);
+        ST_PROF_SCOPE(ST_PROF_CAT_COMPUTE, "inner", l);
+        st_prof_span leaf = st_prof_begin(ST_PROF_CAT_COMPUTE, "leaf", -1);
         sleep_ms(1);
-        prof_end(&leaf);
+        st_prof_end(&leaf);
     }
-    prof_span io = prof_begin(PROF_CAT_IO, "disk write", -1);
+    st_prof_span io = st_prof_begin(ST_PROF_CAT_IO, "disk write", -1);
     sleep_ms(2);
-    prof_end_bytes(&io, 1000000);
-    prof_end(&outer);
-    prof_counter("memory (bytes)", 12345);
+    st_prof_end_bytes(&io, 1000000);
+    st_prof_end(&outer);
+    st_prof_counter("memory (bytes)", 12345);
     pthread_t th[3];
     pthread_create(&th[0], NULL, worker, (void *)1);
     pthread_create(&th[1], NULL, worker, (void *)2);
     pthread_create(&th[2], NULL, flooder, NULL);
     for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
-    uint64_t dropped = prof_trace_dropped();
-    CHECK(prof_trace_stop(&err) == ST_OK, "%s", err.msg);
-    CHECK(!prof_trace_active(), "stopped");
+    uint64_t dropped = st_prof_trace_dropped();
+    CHECK(st_prof_trace_stop(&err) == ST_OK, "%s", err.msg);
+    CHECK(!st_prof_trace_active(), "stopped");
     /* once stopped, spans cost nothing and record nothing */
-    prof_span off = prof_begin(PROF_CAT_COMPUTE, "after", -1);
+    st_prof_span off = st_prof_begin(ST_PROF_CAT_COMPUTE, "after", -1);
     CHECK(off.t0_ns == 0, "no span is timed with no trace and no accounting");
-    prof_end(&off);
+    st_prof_end(&off);
 
     json_object *root = json_object_from_file(path);
     CHECK(root != NULL, "trace is valid JSON: %s", json_util_get_last_err());
@@ -174,36 +174,36 @@ static void test_trace(void) {
 }
 
 static void test_phases(void) {
-    prof_phase_accounting(1);
-    prof_phase_reset();
+    st_prof_phase_accounting(1);
+    st_prof_phase_reset();
     double t0 = st_now();
-    prof_span step = prof_begin(PROF_CAT_STEP, "step", 1);
-    prof_span a = prof_begin(PROF_CAT_COMPUTE, "alpha", -1);
+    st_prof_span step = st_prof_begin(ST_PROF_CAT_STEP, "step", 1);
+    st_prof_span a = st_prof_begin(ST_PROF_CAT_COMPUTE, "alpha", -1);
     sleep_ms(20);
-    prof_end(&a);
+    st_prof_end(&a);
     double ta = st_now() - t0;
     for (int i = 0; i < 2; i++) {
-        prof_span b = prof_begin(PROF_CAT_COMPUTE, "beta", i);
-        prof_span c = prof_begin(PROF_CAT_COMPUTE, "gamma", -1); /* depth 2: not a phase */
+        st_prof_span b = st_prof_begin(ST_PROF_CAT_COMPUTE, "beta", i);
+        st_prof_span c = st_prof_begin(ST_PROF_CAT_COMPUTE, "gamma", -1); /* depth 2: not a phase */
         sleep_ms(5);
-        prof_end(&c);
-        prof_end(&b);
+        st_prof_end(&c);
+        st_prof_end(&b);
     }
-    prof_span inner = prof_begin(PROF_CAT_STEP, "executor step", -1); /* transparent: not a level */
-    prof_span d = prof_begin(PROF_CAT_COMPUTE, "delta", -1);
+    st_prof_span inner = st_prof_begin(ST_PROF_CAT_STEP, "executor step", -1); /* transparent: not a level */
+    st_prof_span d = st_prof_begin(ST_PROF_CAT_COMPUTE, "delta", -1);
     sleep_ms(1);
-    prof_end(&d);
-    prof_end(&inner);
-    prof_span x = prof_begin(PROF_CAT_COPY, "copy wait", -1);
-    prof_span y = prof_begin(PROF_CAT_COPY, "nested copy", -1); /* inside another: not counted twice */
+    st_prof_end(&d);
+    st_prof_end(&inner);
+    st_prof_span x = st_prof_begin(ST_PROF_CAT_COPY, "copy wait", -1);
+    st_prof_span y = st_prof_begin(ST_PROF_CAT_COPY, "nested copy", -1); /* inside another: not counted twice */
     sleep_ms(3);
-    prof_end_bytes(&y, 100);
-    prof_end_bytes(&x, 1000);
-    prof_end(&step);
+    st_prof_end_bytes(&y, 100);
+    st_prof_end_bytes(&x, 1000);
+    st_prof_end(&step);
     double total = st_now() - t0;
-    prof_phases ph;
-    prof_phase_read(&ph);
-    prof_phase_accounting(0);
+    st_prof_phases ph;
+    st_prof_phase_read(&ph);
+    st_prof_phase_accounting(0);
     double alpha = -1, beta = -1, copy = -1, delta = -1;
     int gamma = 0, exec_step = 0;
     for (int i = 0; i < ph.n; i++) {
@@ -227,61 +227,61 @@ static void test_mem_estimate(void) {
     const char *shapes[] = {"gpt2-tiny", "gpt2-mini"};
     int Bs[] = {2, 4}, Ts[] = {16, 64};
     for (int k = 0; k < 2; k++) {
-        gpt2_config mc;
+        st_gpt2_config mc;
         st_err err = {0};
-        gpt2_config_preset(shapes[k], &mc, &err);
-        prof_mem_estimate e;
-        prof_mem_estimate_gpt2(&mc, Bs[k], Ts[k], 1, &e);
+        st_gpt2_config_preset(shapes[k], &mc, &err);
+        st_prof_mem_estimate e;
+        st_prof_mem_estimate_gpt2(&mc, Bs[k], Ts[k], 1, &e);
         st_backend *be = NULL;
-        gpt2_model m;
+        st_gpt2_model m;
         CHECK(st_backend_ref_create(&be, &err) == ST_OK, "%s", err.msg);
-        CHECK(gpt2_create(&m, &mc, be, &err) == ST_OK, "%s", err.msg);
+        CHECK(st_gpt2_create(&m, &mc, be, &err) == ST_OK, "%s", err.msg);
         CHECK(e.n_params == (double)m.n_params, "%s: estimate %.0f parameters, the model has %zu", shapes[k],
               e.n_params, m.n_params);
         CHECK(e.weights == 4.0 * m.n_params && e.grads == 4.0 * m.n_params, "fp32 weights and gradients");
-        CHECK(e.acts_stored == (double)gpt2_act_bytes(&mc, Bs[k], Ts[k]) + 4.0 * Bs[k] * Ts[k],
+        CHECK(e.acts_stored == (double)st_gpt2_act_bytes(&mc, Bs[k], Ts[k]) + 4.0 * Bs[k] * Ts[k],
               "activations: the model's own size plus the host losses");
         CHECK(e.acts_ckpt < e.acts_stored, "checkpointing stores less");
         for (int fmt = 0; fmt < 2; fmt++) {
-            optim_segment *segs = calloc((size_t)m.n_tensors, sizeof *segs);
-            for (int i = 0; i < m.n_tensors; i++) segs[i] = (optim_segment){m.tensors[i].offset, m.tensors[i].numel, 0};
-            optim *o = NULL;
-            CHECK(optim_create(&o, segs, m.n_tensors, fmt ? OPTIM_STATE_8BIT : OPTIM_STATE_F32, &err) == ST_OK, "%s",
+            st_optim_segment *segs = calloc((size_t)m.n_tensors, sizeof *segs);
+            for (int i = 0; i < m.n_tensors; i++) segs[i] = (st_optim_segment){m.tensors[i].offset, m.tensors[i].numel, 0};
+            st_optim *o = NULL;
+            CHECK(st_optim_create(&o, segs, m.n_tensors, fmt ? ST_OPTIM_STATE_8BIT : ST_OPTIM_STATE_F32, &err) == ST_OK, "%s",
                   err.msg);
             double bytes = 0;
-            for (int i = 0; i < optim_state_count(o); i++) {
+            for (int i = 0; i < st_optim_state_count(o); i++) {
                 size_t b;
-                optim_state_buffer(o, i, &b);
+                st_optim_state_buffer(o, i, &b);
                 bytes += (double)b;
             }
             double want = fmt ? e.moments_8bit : e.moments_f32;
             CHECK(bytes == want, "%s %s moments: optimizer holds %.0f bytes, estimate %.0f", shapes[k],
                   fmt ? "8-bit" : "fp32", bytes, want);
-            optim_free(o);
+            st_optim_free(o);
             free(segs);
         }
-        gpt2_free(&m);
+        st_gpt2_free(&m);
         st_backend_free(be);
         /* refusal: a host budget of half the need is short by the other half */
-        double budget[PROF_TIER_COUNT] = {0, e.tier_need[PROF_TIER_HOST] / 2, 0};
-        st_status s = prof_mem_check(&e, budget, &err);
+        double budget[ST_PROF_TIER_COUNT] = {0, e.tier_need[ST_PROF_TIER_HOST] / 2, 0};
+        st_status s = st_prof_mem_check(&e, budget, &err);
         char want[64];
-        snprintf(want, sizeof want, "%.0f bytes", e.tier_need[PROF_TIER_HOST] - budget[PROF_TIER_HOST]);
+        snprintf(want, sizeof want, "%.0f bytes", e.tier_need[ST_PROF_TIER_HOST] - budget[ST_PROF_TIER_HOST]);
         CHECK(s == ST_ERR_NOMEM && strstr(err.msg, "host") && strstr(err.msg, want) && strstr(err.msg, "missing"),
               "refusal names the tier and the %s missing: %s", want, err.msg);
-        budget[PROF_TIER_HOST] = e.tier_need[PROF_TIER_HOST] * 2;
-        CHECK(prof_mem_check(&e, budget, &err) == ST_OK, "fits in twice its need");
+        budget[ST_PROF_TIER_HOST] = e.tier_need[ST_PROF_TIER_HOST] * 2;
+        CHECK(st_prof_mem_check(&e, budget, &err) == ST_OK, "fits in twice its need");
     }
 }
 
 static void test_machine(void) {
-    double hwm = prof_host_peak_bytes(), rss = prof_host_rss_bytes(), avail = prof_host_available_bytes();
+    double hwm = st_prof_host_peak_bytes(), rss = st_prof_host_rss_bytes(), avail = st_prof_host_available_bytes();
     /* The two are read one after the other, and the kernel folds per-thread RSS counters
      * into the totals in batches (up to 64 pages per thread), so VmHWM can trail VmRSS
      * by a few pages between reads: allow 1 MiB. */
     CHECK(hwm > 0 && rss > 0 && hwm + 1048576.0 >= rss, "VmHWM %.0f >= VmRSS %.0f (within 1 MiB) > 0", hwm, rss);
     CHECK(avail > 0, "MemAvailable read");
-    double peak = prof_peak_flops();
+    double peak = st_prof_peak_flops();
     CHECK(peak > 1e8 && peak < 1e15, "measured peak %.3g FLOP/s is plausible for a CPU", peak);
     char dir[1024], path[1100];
     snprintf(dir, sizeof dir, "%s/sizes", test_tmpdir());
@@ -293,21 +293,21 @@ static void test_machine(void) {
         for (int j = 0; j < sizes[i]; j++) fputc(j & 0xff, f);
         fclose(f);
     }
-    CHECK(prof_dir_bytes(dir) == 1 + 1000 + 123457, "directory bytes: %lld", (long long)prof_dir_bytes(dir));
-    CHECK(prof_dir_bytes("/nonexistent/strata") == -1, "missing directory");
+    CHECK(st_prof_dir_bytes(dir) == 1 + 1000 + 123457, "directory bytes: %lld", (long long)st_prof_dir_bytes(dir));
+    CHECK(st_prof_dir_bytes("/nonexistent/strata") == -1, "missing directory");
 }
 
 static void test_no_nvml(void) {
     setenv("STRATA_NVML_LIB", "/nonexistent/libnvidia-ml.so.1", 1);
-    prof_gpu *g = (prof_gpu *)1;
+    st_prof_gpu *g = (st_prof_gpu *)1;
     st_err err = {0};
-    st_status s = prof_gpu_open(&g, 20, &err);
+    st_status s = st_prof_gpu_open(&g, 20, &err);
     CHECK(s == ST_ERR_UNSUPPORTED && g == NULL, "no NVML: unsupported, no handle");
     CHECK(strstr(err.msg, "NVML") && strstr(err.msg, "nonexistent"), "the reason names NVML and the path: %s", err.msg);
     double lost;
     uint64_t why;
     int n;
-    prof_gpu_take_summary(NULL, &lost, &why, &n);
+    st_prof_gpu_take_summary(NULL, &lost, &why, &n);
     CHECK(lost == -1 && n == 0, "no GPU: no summary");
     unsetenv("STRATA_NVML_LIB");
 }
@@ -319,15 +319,15 @@ static void test_overhead(void) {
     char path[1024];
     snprintf(path, sizeof path, "%s/overhead.json", dir);
     st_err err = {0};
-    CHECK(prof_trace_start(path, "overhead", &err) == ST_OK, "%s", err.msg);
+    CHECK(st_prof_trace_start(path, "overhead", &err) == ST_OK, "%s", err.msg);
     int reps = 32768; /* half a ring: no drops whatever the writer does */
     double t0 = st_now();
     for (int i = 0; i < reps; i++) {
-        prof_span s = prof_begin(PROF_CAT_COMPUTE, "span", i);
-        prof_end(&s);
+        st_prof_span s = st_prof_begin(ST_PROF_CAT_COMPUTE, "span", i);
+        st_prof_end(&s);
     }
     double per = (st_now() - t0) / reps;
-    CHECK(prof_trace_stop(&err) == ST_OK, "%s", err.msg);
+    CHECK(st_prof_trace_stop(&err) == ST_OK, "%s", err.msg);
     printf("  one traced span: %.0f ns\n", per * 1e9);
     CHECK(per < 2e-6, "a traced span costs %.0f ns (< 2000)", per * 1e9);
 }

@@ -35,7 +35,7 @@ static int cmp_span(const void *a, const void *b) {
     return x->dur > y->dur ? -1 : x->dur < y->dur;
 }
 
-static long long files_bytes(const char *dir) { /* independent of prof_dir_bytes */
+static long long files_bytes(const char *dir) { /* independent of st_prof_dir_bytes */
     DIR *d = opendir(dir);
     if (!d) return -1;
     long long total = 0;
@@ -51,21 +51,21 @@ static long long files_bytes(const char *dir) { /* independent of prof_dir_bytes
 }
 
 int main(void) {
-    train_config c;
-    train_config_defaults(&c);
+    st_train_config c;
+    st_train_config_defaults(&c);
     st_err err = {0};
     const char *kv[][2] = {{"model", "gpt2-mini"}, {"n_layer", "2"}, {"n_embd", "64"}, {"n_head", "2"},
                            {"batch", "4"},         {"seq", "32"},    {"grad_accum", "2"}, {"steps", "3"},
                            {"ckpt_every", "2"},    {"quiet", "1"},   {"trace", "1"},
                            {"eval_every", "0"},    {"sample_every", "0"}}; /* training's spans only */
     for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
-        if (train_config_set(&c, kv[i][0], kv[i][1], &err)) {
+        if (st_train_config_set(&c, kv[i][0], kv[i][1], &err)) {
             fprintf(stderr, "%s\n", err.msg);
             return 1;
         }
     snprintf(c.run_dir, sizeof c.run_dir, "%s/run", test_tmpdir());
-    train_result res;
-    CHECK(train_run(&c, &res, &err) == ST_OK, "train_run: %s", err.msg);
+    st_train_result res;
+    CHECK(st_train_run(&c, &res, &err) == ST_OK, "train_run: %s", err.msg);
     char path[2048];
     snprintf(path, sizeof path, "%s/trace.json", c.run_dir);
     json_object *root = json_object_from_file(path);

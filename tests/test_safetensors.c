@@ -21,11 +21,11 @@ static void expect_error(const char *what, const char *header, size_t data_bytes
     write_raw(path, header, data_bytes);
     st_err err = {0};
     st_safetensors *st = NULL;
-    st_status s = safetensors_open(&st, path, &err);
+    st_status s = st_safetensors_open(&st, path, &err);
     CHECK(s == code, "%s: status %s, want %s (%s)", what, st_status_name(s), st_status_name(code), err.msg);
     CHECK(strstr(err.msg, path) != NULL, "%s: message names the file: %s", what, err.msg);
     CHECK(strstr(err.msg, needle) != NULL, "%s: message mentions '%s': %s", what, needle, err.msg);
-    if (s == ST_OK) safetensors_close(st);
+    if (s == ST_OK) st_safetensors_close(st);
 }
 
 int main(void) {
@@ -36,27 +36,27 @@ int main(void) {
     st_tensor_out outs[2] = {{"zeta.weight", ST_F32, 2, {2, 3}, a}, {"alpha.bias", ST_BF16, 1, {3}, b}};
     const char *meta[] = {"format", "pt"};
     st_err err = {0};
-    CHECK(safetensors_write(path, outs, 2, meta, 1, &err) == ST_OK, "write: %s", err.msg);
+    CHECK(st_safetensors_write(path, outs, 2, meta, 1, &err) == ST_OK, "write: %s", err.msg);
     st_safetensors *st;
-    CHECK(safetensors_open(&st, path, &err) == ST_OK, "open: %s", err.msg);
+    CHECK(st_safetensors_open(&st, path, &err) == ST_OK, "open: %s", err.msg);
     if (st) {
-        CHECK(safetensors_count(st) == 2, "count");
+        CHECK(st_safetensors_count(st) == 2, "count");
         float got[6], gb[3];
         int64_t shape[2] = {2, 3};
-        CHECK(safetensors_read_f32(st, "zeta.weight", got, 6, shape, 2, &err) == ST_OK, "read f32: %s", err.msg);
+        CHECK(st_safetensors_read_f32(st, "zeta.weight", got, 6, shape, 2, &err) == ST_OK, "read f32: %s", err.msg);
         CHECK(memcmp(got, a, sizeof a) == 0, "f32 round trip bit-exact");
-        CHECK(safetensors_read_f32(st, "alpha.bias", gb, 3, NULL, 0, &err) == ST_OK, "read bf16: %s", err.msg);
+        CHECK(st_safetensors_read_f32(st, "alpha.bias", gb, 3, NULL, 0, &err) == ST_OK, "read bf16: %s", err.msg);
         CHECK(gb[0] == 1 && gb[1] == 2 && gb[2] == -3, "bf16 converted");
-        CHECK(safetensors_meta(st, "format") && !strcmp(safetensors_meta(st, "format"), "pt"), "metadata");
+        CHECK(st_safetensors_meta(st, "format") && !strcmp(st_safetensors_meta(st, "format"), "pt"), "metadata");
         /* header sorted by name: alpha first, 8-byte aligned data start */
-        CHECK(safetensors_find(st, "alpha.bias")->begin == 0, "sorted layout");
+        CHECK(st_safetensors_find(st, "alpha.bias")->begin == 0, "sorted layout");
         int64_t wrong[2] = {3, 2};
-        CHECK(safetensors_read_f32(st, "zeta.weight", got, 6, wrong, 2, &err) == ST_ERR_SHAPE &&
+        CHECK(st_safetensors_read_f32(st, "zeta.weight", got, 6, wrong, 2, &err) == ST_ERR_SHAPE &&
                   strstr(err.msg, "[2, 3]") && strstr(err.msg, "[3, 2]"),
               "shape mismatch names both shapes: %s", err.msg);
-        CHECK(safetensors_read_f32(st, "missing", got, 6, NULL, 0, &err) == ST_ERR_SHAPE && strstr(err.msg, "missing"),
+        CHECK(st_safetensors_read_f32(st, "missing", got, 6, NULL, 0, &err) == ST_ERR_SHAPE && strstr(err.msg, "missing"),
               "missing tensor: %s", err.msg);
-        safetensors_close(st);
+        st_safetensors_close(st);
     }
     expect_error("offsets out of range", "{\"t\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 8,
                  ST_ERR_FORMAT, "outside");
@@ -78,9 +78,9 @@ int main(void) {
     fwrite(&huge, 8, 1, f);
     fputs("{}", f);
     fclose(f);
-    CHECK(safetensors_open(&st, path, &err) == ST_ERR_TRUNCATED && strstr(err.msg, "offset 0"), "truncated: %s",
+    CHECK(st_safetensors_open(&st, path, &err) == ST_ERR_TRUNCATED && strstr(err.msg, "offset 0"), "truncated: %s",
           err.msg);
-    CHECK(safetensors_open(&st, "/nonexistent/x.safetensors", &err) == ST_ERR_IO && strstr(err.msg, "/nonexistent"),
+    CHECK(st_safetensors_open(&st, "/nonexistent/x.safetensors", &err) == ST_ERR_IO && strstr(err.msg, "/nonexistent"),
           "missing file: %s", err.msg);
     return test_finish("safetensors");
 }

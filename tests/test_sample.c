@@ -33,10 +33,10 @@ static st_status load_fixture(st_model *m, const char *file, st_err *err) {
     st_safetensors *fx;
     char rel[256];
     snprintf(rel, sizeof rel, "tests/fixtures/%s", file);
-    st_status s = safetensors_open(&fx, test_source_path(rel), err);
+    st_status s = st_safetensors_open(&fx, test_source_path(rel), err);
     if (s) return s;
     s = test_load_params(fx, m->tensors, m->n_tensors, m->n_params, m->be, m->params, err);
-    safetensors_close(fx);
+    st_safetensors_close(fx);
     return s;
 }
 
@@ -111,9 +111,9 @@ out:
 
 static void check_llama_fixture(st_backend *be, const char *preset, const char *file) {
     st_err err = {0};
-    llama_config cfg;
+    st_llama_config cfg;
     st_model *m = NULL;
-    if (llama_config_preset(preset, &cfg, &err) || st_model_create_llama(&m, &cfg, be, &err) ||
+    if (st_llama_config_preset(preset, &cfg, &err) || st_model_create_llama(&m, &cfg, be, &err) ||
         load_fixture(m, file, &err)) {
         CHECK(0, "%s: %s", file, err.msg);
     } else {

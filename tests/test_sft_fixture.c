@@ -21,31 +21,31 @@ static int run_fixture(const char *name) {
     st_safetensors *fx = NULL, *wx = NULL;
     char path[512];
     snprintf(path, sizeof path, "tests/fixtures/sft_%s.safetensors", name);
-    if (safetensors_open(&fx, test_source_path(path), &err)) {
+    if (st_safetensors_open(&fx, test_source_path(path), &err)) {
         fprintf(stderr, "sft_fixture: %s (generate it with /usr/bin/python3 tools/gen_sft_fixtures.py)\n", err.msg);
         return 77;
     }
-    const char *preset = safetensors_meta(fx, "preset"), *weights = safetensors_meta(fx, "weights");
+    const char *preset = st_safetensors_meta(fx, "preset"), *weights = st_safetensors_meta(fx, "weights");
     int B = test_meta_int(fx, "B"), T = test_meta_int(fx, "T"), N = B * T;
     snprintf(path, sizeof path, "tests/fixtures/%s", weights ? weights : "(none)");
     st_backend *be = NULL;
     st_model *m = NULL;
-    if (!preset || B < 1 || T < 1 || safetensors_open(&wx, test_source_path(path), &err) ||
+    if (!preset || B < 1 || T < 1 || st_safetensors_open(&wx, test_source_path(path), &err) ||
         st_backend_cpu_create(&be, 0, &err) || st_model_create(&m, preset, NULL, be, &err) ||
         m->ops->alloc_acts(m, B, T, &err) ||
         test_load_params(wx, m->tensors, m->n_tensors, m->n_params, be, m->params, &err)) {
         CHECK(0, "%s setup: %s", name, err.msg);
         return 1;
     }
-    const st_tensor_entry *e[4] = {safetensors_find(fx, "inputs"), safetensors_find(fx, "targets"),
-                                   safetensors_find(fx, "positions"), safetensors_find(fx, "doc_start")};
+    const st_tensor_entry *e[4] = {st_safetensors_find(fx, "inputs"), st_safetensors_find(fx, "targets"),
+                                   st_safetensors_find(fx, "positions"), st_safetensors_find(fx, "doc_start")};
     for (int i = 0; i < 4; i++)
         if (!e[i] || e[i]->numel != (size_t)N) {
             CHECK(0, "%s: inputs, targets, positions and doc_start of %d elements", name, N);
             return 1;
         }
-    const int32_t *inputs = safetensors_data(fx, e[0]), *labels = safetensors_data(fx, e[1]);
-    const int32_t *positions = safetensors_data(fx, e[2]), *doc_start = safetensors_data(fx, e[3]);
+    const int32_t *inputs = st_safetensors_data(fx, e[0]), *labels = st_safetensors_data(fx, e[1]);
+    const int32_t *positions = st_safetensors_data(fx, e[2]), *doc_start = st_safetensors_data(fx, e[3]);
     int32_t *targets = malloc(sizeof(int32_t) * (size_t)N);
     int count = 0;
     for (int i = 0; i < N; i++) { /* PyTorch's -100 is strata's masked target (any < 0) */
@@ -80,8 +80,8 @@ static int run_fixture(const char *name) {
     free(ref_loss), free(g), free(targets);
     st_model_free(m);
     st_backend_free(be);
-    safetensors_close(fx);
-    safetensors_close(wx);
+    st_safetensors_close(fx);
+    st_safetensors_close(wx);
     return 0;
 }
 

@@ -22,7 +22,7 @@ static void check_model(const char *preset) {
     st_err err = {0};
     st_backend *be = NULL;
     st_model *m = NULL, *ref = NULL;
-    optim *opt = NULL;
+    st_optim *opt = NULL;
     st_step step = {0};
     CHECK(st_backend_cpu_create(&be, 1, &err) == ST_OK, "backend: %s", err.msg);
     if (st_model_create(&m, preset, NULL, be, &err) || st_model_create(&ref, preset, NULL, be, &err) ||
@@ -32,8 +32,8 @@ static void check_model(const char *preset) {
     }
     m->ops->init_random(m, 3);
     ref->ops->init_random(ref, 3);
-    optim_segment seg = {0, m->n_params, 0.0f};
-    CHECK(optim_create(&opt, &seg, 1, OPTIM_STATE_F32, &err) == ST_OK, "optim: %s", err.msg);
+    st_optim_segment seg = {0, m->n_params, 0.0f};
+    CHECK(st_optim_create(&opt, &seg, 1, ST_OPTIM_STATE_F32, &err) == ST_OK, "optim: %s", err.msg);
     CHECK(st_step_init_memory(&step, m, opt, NULL, 2, &err) == ST_OK, "step: %s", err.msg);
 
     int32_t in[2 * B * T], tg[2 * B * T];
@@ -82,7 +82,7 @@ static void check_model(const char *preset) {
     CHECK(res.loss == plain, "%s: unmasked step loss %.9g, mean of means %.9g", preset, res.loss, plain);
 out:
     st_step_free(&step);
-    optim_free(opt);
+    st_optim_free(opt);
     st_model_free(m);
     st_model_free(ref);
     st_backend_free(be);

@@ -42,17 +42,17 @@ static void init_from(void *ctx, size_t first, size_t n, float *dst) {
     memcpy(dst, g_init + first, n * sizeof(float));
 }
 
-static void make_segs(optim_segment *segs, size_t *numel) {
+static void make_segs(st_optim_segment *segs, size_t *numel) {
     size_t at = 0;
     for (int i = 0; i < NSEG; i++) {
-        segs[i] = (optim_segment){at, seg_n[i], (i % 2) ? 0.0f : 0.1f};
+        segs[i] = (st_optim_segment){at, seg_n[i], (i % 2) ? 0.0f : 0.1f};
         at += seg_n[i] + (i == 2 ? 5 : 0); /* a gap, as a model with padding would have */
     }
     *numel = at;
 }
 
 /* a and b equal over the segments (the gap between them is never written) */
-static int segs_equal(const float *a, const float *b, const optim_segment *segs) {
+static int segs_equal(const float *a, const float *b, const st_optim_segment *segs) {
     int same = 1;
     for (int k = 0; k < NSEG; k++) same &= !memcmp(a + segs[k].offset, b + segs[k].offset, segs[k].n * 4);
     return same;
@@ -69,7 +69,7 @@ static void fill_grads(float *g, uint16_t *gb, size_t n, unsigned seed) {
 
 /* Run `steps` steps on the store and on an in-memory optimizer; compare. */
 static int run_no;
-static void run_identity(optim_state_format fmt, st_dtype gdt, int in_place) {
+static void run_identity(st_optim_state_format fmt, st_dtype gdt, int in_place) {
     char dir[4000];
     snprintf(dir, sizeof dir, "%s/run%d", test_tmpdir(), ++run_no);
     mkdir(dir, 0755);
@@ -80,7 +80,7 @@ static void run_identity(optim_state_format fmt, st_dtype gdt, int in_place) {
     mkdir(p1, 0755);
     const char *paths[2] = {p0, p1};
     double w[2] = {1.0, 3.0};
-    optim_segment segs[NSEG];
+    st_optim_segment segs[NSEG];
     size_t numel;
     make_segs(segs, &numel);
     float *p = malloc(numel * 4), *work = calloc(numel, 4), *g = calloc(numel, 4);
@@ -92,7 +92,7 @@ static void run_identity(optim_state_format fmt, st_dtype gdt, int in_place) {
     /* small subgroups (every one a few 16384-element chunks) and 4 buffers: the cache
      * holds one, so the pipeline evicts and reads every step */
     st_store_config sc = {.paths = paths, .n_paths = 2, .path_weight = w, .segs = segs, .n_segs = NSEG, .fmt = fmt,
-                          .region_bytes = fmt == OPTIM_STATE_F32 ? 400000 : 200000, .in_place = in_place};
+                          .region_bytes = fmt == ST_OPTIM_STATE_F32 ? 400000 : 200000, .in_place = in_place};
     uint64_t pb[2], hb;
     st_err err = {0};
     CHECK(st_store_plan(&sc, pb, &hb, &err) == ST_OK, "plan: %s", err.msg);
@@ -117,8 +117,8 @@ static void run_identity(optim_state_format fmt, st_dtype gdt, int in_place) {
     CHECK(ss.n_subgroups >= 8, "subgroups %d", ss.n_subgroups);
     CHECK(ss.n_buffers == 4, "buffers %d", ss.n_buffers);
 
-    optim *ref;
-    CHECK(optim_create(&ref, segs, NSEG, fmt, &err) == ST_OK, "optim: %s", err.msg);
+    st_optim *ref;
+    CHECK(st_optim_create(&ref, segs, NSEG, fmt, &err) == ST_OK, "optim: %s", err.msg);
     float *rp = malloc(numel * 4), *rwork = calloc(numel, 4);
     memcpy(rp, p, numel * 4);
     grads_ctx gc = {gdt == ST_F32 ? (const void *)g : (const void *)gb, st_dtype_size(gdt), work};
@@ -138,12 +138,12 @@ static void run_identity(optim_state_format fmt, st_dtype gdt, int in_place) {
             free(mm);
         }
         fill_grads(g, gb, numel, 100 + step);
-        double ss2 = optim_grad_sumsq(gc.g, gdt, numel);
-        adamw_params hp = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = step,
-                           .grad_scale = optim_clip_scale(ss2, 1.0f, 1.0f)};
-        optim_step_args oa = {.params = rp, .grads = gc.g, .grad_dtype = gdt, .work = rwork, .work_dtype = ST_F32,
+        double ss2 = st_optim_grad_sumsq(gc.g, gdt, numel);
+        st_adamw_params hp = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = step,
+                           .grad_scale = st_optim_clip_scale(ss2, 1.0f, 1.0f)};
+        st_optim_step_args oa = {.params = rp, .grads = gc.g, .grad_dtype = gdt, .work = rwork, .work_dtype = ST_F32,
                               .grad_sumsq = ss2};
-        CHECK(optim_step_ex(ref, &oa, &hp, &err) == ST_OK, "ref step: %s", err.msg);
+        CHECK(st_optim_step_ex(ref, &oa, &hp, &err) == ST_OK, "ref step: %s", err.msg);
         st_store_step_args sa = {.grads = grads_at, .grad_dtype = gdt, .work = work_at, .work_dtype = ST_F32,
                                  .ctx = &gc, .grad_sumsq = ss2, .blob = &step, .blob_bytes = sizeof step};
         CHECK(st_store_step(st, &sa, &hp, &err) == ST_OK, "store step %d: %s", step, err.msg);
@@ -169,13 +169,13 @@ static void run_identity(optim_state_format fmt, st_dtype gdt, int in_place) {
         CHECK(share > 0.75 * 0.9 && share < 0.75 * 1.1, "path 1 holds %.3f of the state; weight share 0.75", share);
         /* a non-finite gradient: refused, nothing touched */
         st_store_step_args sa = {.grads = grads_at, .grad_dtype = gdt, .ctx = &gc, .grad_sumsq = 1.0 / 0.0};
-        adamw_params hp = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 7, .grad_scale = 1};
+        st_adamw_params hp = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 7, .grad_scale = 1};
         CHECK(st_store_step(st, &sa, &hp, &err) == ST_ERR_NONFINITE, "non-finite gradient not refused");
         st_store_get_stats(st, &ss);
         CHECK(ss.step == 6, "a refused step counted (%llu)", (unsigned long long)ss.step);
         st_store_close(st);
     }
-    optim_free(ref);
+    st_optim_free(ref);
     free(p);
     free(work);
     free(g);
@@ -204,10 +204,10 @@ static void test_corruption(void) {
     snprintf(p0, sizeof p0, "%s/c", dir);
     mkdir(p0, 0755);
     const char *paths[1] = {p0};
-    optim_segment segs[NSEG];
+    st_optim_segment segs[NSEG];
     size_t numel;
     make_segs(segs, &numel);
-    st_store_config sc = {.paths = paths, .n_paths = 1, .segs = segs, .n_segs = NSEG, .fmt = OPTIM_STATE_F32,
+    st_store_config sc = {.paths = paths, .n_paths = 1, .segs = segs, .n_segs = NSEG, .fmt = ST_OPTIM_STATE_F32,
                           .region_bytes = 400000, .host_budget = 64u << 20};
     st_err err = {0};
     st_store *st;
@@ -253,11 +253,11 @@ static void test_paths(void) {
     snprintf(a2, sizeof a2, "%s/", a);
     mkdir(a, 0755);
     mkdir(b, 0755);
-    optim_segment segs[NSEG];
+    st_optim_segment segs[NSEG];
     size_t numel;
     make_segs(segs, &numel);
     const char *dup[2] = {a, a2};
-    st_store_config sc = {.paths = dup, .n_paths = 2, .segs = segs, .n_segs = NSEG, .fmt = OPTIM_STATE_F32,
+    st_store_config sc = {.paths = dup, .n_paths = 2, .segs = segs, .n_segs = NSEG, .fmt = ST_OPTIM_STATE_F32,
                           .region_bytes = 400000, .host_budget = 64u << 20};
     st_err err = {0};
     st_store *st;
@@ -284,9 +284,9 @@ static void test_capacity(void) {
     char dir[4000];
     snprintf(dir, sizeof dir, "%s/capacity", test_tmpdir());
     mkdir(dir, 0755);
-    optim_segment seg = {0, 40000000000ull, 0.0f}; /* 40e9 parameters: 960 GB in two regions */
+    st_optim_segment seg = {0, 40000000000ull, 0.0f}; /* 40e9 parameters: 960 GB in two regions */
     const char *paths[1] = {dir};
-    st_store_config sc = {.paths = paths, .n_paths = 1, .segs = &seg, .n_segs = 1, .fmt = OPTIM_STATE_F32,
+    st_store_config sc = {.paths = paths, .n_paths = 1, .segs = &seg, .n_segs = 1, .fmt = ST_OPTIM_STATE_F32,
                           .region_bytes = 64ull << 30, .host_budget = 1u << 30};
     st_err err = {0};
     st_store *st;
@@ -311,9 +311,9 @@ static int test_full_disk(void) {
         fprintf(stderr, "note: cannot mount a tmpfs (%s); full-disk case not run\n", strerror(errno));
         return 0;
     }
-    optim_segment seg = {0, 65536, 0.0f};
+    st_optim_segment seg = {0, 65536, 0.0f};
     const char *paths[1] = {mnt};
-    st_store_config sc = {.paths = paths, .n_paths = 1, .segs = &seg, .n_segs = 1, .fmt = OPTIM_STATE_F32,
+    st_store_config sc = {.paths = paths, .n_paths = 1, .segs = &seg, .n_segs = 1, .fmt = ST_OPTIM_STATE_F32,
                           .region_bytes = 400000, .host_budget = 16u << 20};
     st_err err = {0};
     st_store *st;
@@ -322,7 +322,7 @@ static int test_full_disk(void) {
     grads_ctx gc = {g, 4, NULL};
     CHECK(st_store_create(&st, &sc, NULL, NULL, &err) == ST_OK, "create: %s", err.msg);
     if (st) {
-        adamw_params hp = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 1, .grad_scale = 1};
+        st_adamw_params hp = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 1, .grad_scale = 1};
         st_store_step_args sa = {.grads = grads_at, .grad_dtype = ST_F32, .ctx = &gc, .grad_sumsq = 1.0};
         CHECK(st_store_step(st, &sa, &hp, &err) == ST_OK, "step 1: %s", err.msg);
         CHECK(st_store_read_master(st, before, &err) == ST_OK, "read: %s", err.msg);
@@ -368,7 +368,7 @@ typedef struct spec_ctx {
     const float *g;
     const uint16_t *gb;
     float *work;
-    const optim_segment *segs;
+    const st_optim_segment *segs;
     size_t numel;
     unsigned char *landed; /* per element: the wait has released it */
     size_t last_first;     /* the order the waits came in */
@@ -409,12 +409,12 @@ static double spec_order(void *ctx, size_t first, size_t end) {
 }
 static int spec_commit(void *ctx) { return ((spec_ctx *)ctx)->verdict; }
 
-static void test_speculative(optim_state_format fmt) {
+static void test_speculative(st_optim_state_format fmt) {
     char dir[4000];
     snprintf(dir, sizeof dir, "%s/spec%d", test_tmpdir(), (int)fmt);
     mkdir(dir, 0755);
     const char *paths[1] = {dir};
-    optim_segment segs[NSEG];
+    st_optim_segment segs[NSEG];
     size_t numel;
     make_segs(segs, &numel);
     float *p = malloc(numel * 4), *rp = malloc(numel * 4), *g = calloc(numel, 4), *work = calloc(numel, 4),
@@ -427,12 +427,12 @@ static void test_speculative(optim_state_format fmt) {
     memcpy(rp, p, numel * 4);
     g_init = p;
     st_store_config sc = {.paths = paths, .n_paths = 1, .segs = segs, .n_segs = NSEG, .fmt = fmt,
-                          .region_bytes = fmt == OPTIM_STATE_F32 ? 400000 : 200000, .host_budget = 2000000};
+                          .region_bytes = fmt == ST_OPTIM_STATE_F32 ? 400000 : 200000, .host_budget = 2000000};
     st_err err = {0};
     st_store *st = NULL;
     CHECK(st_store_create(&st, &sc, init_from, NULL, &err) == ST_OK, "create: %s", err.msg);
-    optim *ref;
-    CHECK(optim_create(&ref, segs, NSEG, fmt, &err) == ST_OK, "optim: %s", err.msg);
+    st_optim *ref;
+    CHECK(st_optim_create(&ref, segs, NSEG, fmt, &err) == ST_OK, "optim: %s", err.msg);
     spec_ctx c = {.g = g, .gb = gb, .work = work, .segs = segs, .numel = numel, .landed = landed};
     /* steps: 1 committed, 2 abandoned at the gate then redone, 3 abandoned by a failed wait then
      * redone, 4 committed */
@@ -440,14 +440,14 @@ static void test_speculative(optim_state_format fmt) {
         fill_grads(g, gb, numel, 300 + step);
         double ss = 0;
         for (int k = 0; k < NSEG; k++)
-            ss += k % 2 == 0 ? optim_grad_sumsq(gb + segs[k].offset, ST_BF16, segs[k].n)
-                             : optim_grad_sumsq(g + segs[k].offset, ST_F32, segs[k].n);
-        adamw_params hp = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = step, .grad_scale = 1};
+            ss += k % 2 == 0 ? st_optim_grad_sumsq(gb + segs[k].offset, ST_BF16, segs[k].n)
+                             : st_optim_grad_sumsq(g + segs[k].offset, ST_F32, segs[k].n);
+        st_adamw_params hp = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = step, .grad_scale = 1};
         for (int k = 0; k < NSEG; k++) { /* the reference: each segment in its dtype */
-            optim_step_args oa = {.params = rp, .grads = k % 2 == 0 ? (const void *)gb : (const void *)g,
+            st_optim_step_args oa = {.params = rp, .grads = k % 2 == 0 ? (const void *)gb : (const void *)g,
                                   .grad_dtype = k % 2 == 0 ? ST_BF16 : ST_F32, .work = rwork, .work_dtype = ST_F32,
                                   .seg_begin = k, .seg_end = k + 1, .grad_sumsq = ss};
-            CHECK(optim_step_ex(ref, &oa, &hp, &err) == ST_OK, "ref step: %s", err.msg);
+            CHECK(st_optim_step_ex(ref, &oa, &hp, &err) == ST_OK, "ref step: %s", err.msg);
         }
         CHECK(st_store_read_master(st, before, &err) == ST_OK, "read: %s", err.msg);
         st_store_step_args sa = {.grad_dtype_of = spec_dtype_of, .grads_as = spec_grads_as, .work = spec_work_at,
@@ -497,7 +497,7 @@ static void test_speculative(optim_state_format fmt) {
             st_store_close(st);
         }
     }
-    optim_free(ref);
+    st_optim_free(ref);
     free(p);
     free(rp);
     free(g);
@@ -514,7 +514,7 @@ static void test_spec_in_place(void) {
     snprintf(dir, sizeof dir, "%s/specip", test_tmpdir());
     mkdir(dir, 0755);
     const char *paths[1] = {dir};
-    optim_segment segs[1] = {{0, 65536, 0.1f}};
+    st_optim_segment segs[1] = {{0, 65536, 0.1f}};
     st_store_config sc = {.paths = paths, .n_paths = 1, .segs = segs, .n_segs = 1, .in_place = 1};
     st_err err = {0};
     st_store *st = NULL;
@@ -522,7 +522,7 @@ static void test_spec_in_place(void) {
     if (!st) return;
     float *g = calloc(65536, 4);
     grads_ctx gc = {g, 4, NULL};
-    adamw_params hp = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 1, .grad_scale = 1};
+    st_adamw_params hp = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 1, .grad_scale = 1};
     st_store_step_args sa = {.grads = grads_at, .grad_dtype = ST_F32, .ctx = &gc, .commit = spec_commit};
     st_status s = st_store_step(st, &sa, &hp, &err);
     CHECK(s == ST_ERR_INVALID && strstr(err.msg, "in-place"), "a step that may be abandoned on an in-place store: %d %s",
@@ -532,12 +532,12 @@ static void test_spec_in_place(void) {
 }
 
 int main(void) {
-    run_identity(OPTIM_STATE_F32, ST_F32, 0);
-    run_identity(OPTIM_STATE_F32, ST_BF16, 0);
-    run_identity(OPTIM_STATE_8BIT, ST_BF16, 0);
-    run_identity(OPTIM_STATE_8BIT, ST_F32, 1);
-    test_speculative(OPTIM_STATE_F32);
-    test_speculative(OPTIM_STATE_8BIT);
+    run_identity(ST_OPTIM_STATE_F32, ST_F32, 0);
+    run_identity(ST_OPTIM_STATE_F32, ST_BF16, 0);
+    run_identity(ST_OPTIM_STATE_8BIT, ST_BF16, 0);
+    run_identity(ST_OPTIM_STATE_8BIT, ST_F32, 1);
+    test_speculative(ST_OPTIM_STATE_F32);
+    test_speculative(ST_OPTIM_STATE_8BIT);
     test_spec_in_place();
     test_corruption();
     test_paths();

@@ -22,10 +22,10 @@
 static const size_t seg_n[NSEG] = {70001, 300, 100000, 16384, 45000};
 #define NQ 3 /* the shards */
 
-static void make_segs(optim_segment *segs, size_t *numel) {
+static void make_segs(st_optim_segment *segs, size_t *numel) {
     size_t at = 0;
     for (int i = 0; i < NSEG; i++) {
-        segs[i] = (optim_segment){at, seg_n[i], (i % 2) ? 0.0f : 0.1f};
+        segs[i] = (st_optim_segment){at, seg_n[i], (i % 2) ? 0.0f : 0.1f};
         at += seg_n[i] + (i == 1 ? 7 : 0); /* a gap */
     }
     *numel = at;
@@ -48,8 +48,8 @@ typedef struct sources {
     st_store *st[NQ];
     size_t lo[NQ], hi[NQ], at;
     int n, calls, fail_at;
-    const optim_segment *segs;
-    optim_state_format fmt;
+    const st_optim_segment *segs;
+    st_optim_state_format fmt;
 } sources;
 
 static st_status fill_from(void *ctx, size_t first, size_t n, float *master, void *const moments[], int n_moments,
@@ -79,12 +79,12 @@ static void mkdirs2(const char *base, const char *name, char *p0, char *p1, size
     mkdir(p1, 0755);
 }
 
-static void run(optim_state_format fmt) {
+static void run(st_optim_state_format fmt) {
     const char *fn = fmt ? "8bit" : "f32";
     char base[4096];
     snprintf(base, sizeof base, "%s/%s", test_tmpdir(), fn);
     mkdir(base, 0755);
-    optim_segment segs[NSEG];
+    st_optim_segment segs[NSEG];
     size_t numel;
     make_segs(segs, &numel);
     float *p = malloc(numel * 4), *g = malloc(numel * 4);
@@ -94,7 +94,7 @@ static void run(optim_state_format fmt) {
     for (size_t i = 0; i < numel; i++) p[i] = st_rng_normal(&r) * 0.05f;
     g_init = p;
     st_err err = {0};
-    uint64_t region = fmt == OPTIM_STATE_F32 ? 400000 : 200000; /* several subgroups a store */
+    uint64_t region = fmt == ST_OPTIM_STATE_F32 ? 400000 : 200000; /* several subgroups a store */
 
     /* the original: created, 3 steps */
     char a0[4200], b0[4200];
@@ -108,9 +108,9 @@ static void run(optim_state_format fmt) {
     for (int step = 1; step <= 4; step++) { /* the fourth step's gradient is for both stores, below */
         for (size_t i = 0; i < numel; i++) g[i] = st_rng_normal(&r) * 0.01f;
         if (step == 4) break;
-        double ss = optim_grad_sumsq_f32(g, numel);
-        adamw_params hp = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = step,
-                           .grad_scale = optim_clip_scale(ss, 1.0f, 1.0f)};
+        double ss = st_optim_grad_sumsq_f32(g, numel);
+        st_adamw_params hp = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = step,
+                           .grad_scale = st_optim_clip_scale(ss, 1.0f, 1.0f)};
         st_store_step_args sa = {.grads = grads_at, .grad_dtype = ST_F32, .ctx = g, .grad_sumsq = ss,
                                  .blob = &step, .blob_bytes = sizeof step};
         CHECK(st_store_step(st, &sa, &hp, &err) == ST_OK, "step %d: %s", step, err.msg);
@@ -132,12 +132,12 @@ static void run(optim_state_format fmt) {
     {
         int blob = 0;
         st_store_step_args sa = {.grads = grads_at, .grad_dtype = ST_F32, .ctx = g, .grad_sumsq = 1.0};
-        adamw_params hp = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 4, .grad_scale = 1};
+        st_adamw_params hp = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 4, .grad_scale = 1};
         CHECK(st_store_step(r1, &sa, &hp, &err) == ST_ERR_INVALID, "%s: a reader took a step", fn);
         CHECK(st_store_commit_blob(r2, &blob, sizeof blob, &err) == ST_ERR_INVALID, "%s: a reader committed", fn);
     }
     CHECK(st_store_read_master(r2, before, &err) == ST_OK, "read master: %s", err.msg);
-    if (fmt == OPTIM_STATE_8BIT) { /* element 1000 of a segment: inside its fourth block */
+    if (fmt == ST_OPTIM_STATE_8BIT) { /* element 1000 of a segment: inside its fourth block */
         float x[10];
         void *mm[ST_STORE_MAX_MOMENTS] = {m0, m0, m0, m0};
         CHECK(st_store_read_range(r2, 1000, 10, x, mm, &err) == ST_ERR_INVALID && strstr(err.msg, "8-bit blocks"),
@@ -162,7 +162,7 @@ static void run(optim_state_format fmt) {
         snprintf(name, sizeof name, "piece%d", q);
         mkdirs2(base, name, pp[q], pb, sizeof pb);
         const char *qp[1] = {pp[q]};
-        optim_segment clip[NSEG];
+        st_optim_segment clip[NSEG];
         st_store_config qc = {.paths = qp, .n_paths = 1, .segs = clip, .fmt = fmt, .region_bytes = region / 2,
                               .host_budget = 8 * region,
                               .n_segs = st_zero_clip_segments(segs, NSEG, bounds[q], bounds[q + 1], clip)};
@@ -207,10 +207,10 @@ static void run(optim_state_format fmt) {
     CHECK(st_store_open(&st, &oc, &err) == ST_OK, "reopen the original: %s", err.msg);
     if (!st) goto out_mg;
     {
-        double s2 = optim_grad_sumsq_f32(g, numel);
+        double s2 = st_optim_grad_sumsq_f32(g, numel);
         int step = 4;
-        adamw_params hp = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 4,
-                           .grad_scale = optim_clip_scale(s2, 1.0f, 1.0f)};
+        st_adamw_params hp = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 4,
+                           .grad_scale = st_optim_clip_scale(s2, 1.0f, 1.0f)};
         st_store_step_args sa = {.grads = grads_at, .grad_dtype = ST_F32, .ctx = g, .grad_sumsq = s2,
                                  .work = NULL, .work_dtype = ST_F32, .blob = &step, .blob_bytes = sizeof step};
         CHECK(st_store_step(st, &sa, &hp, &err) == ST_OK, "original step 4: %s", err.msg);
@@ -285,7 +285,7 @@ out:
 }
 
 int main(void) {
-    run(OPTIM_STATE_F32);
-    run(OPTIM_STATE_8BIT);
+    run(ST_OPTIM_STATE_F32);
+    run(ST_OPTIM_STATE_8BIT);
     return test_finish("store_reshard");
 }

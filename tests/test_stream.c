@@ -58,9 +58,9 @@ static void batch(int step, int B, int T, int V, int32_t *in, int32_t *tg) {
 
 /* The arch of a GPT-2 configuration (kept until the end of main, which frees them). */
 static st_arch *arches[16];
-static gpt2_config arch_cfgs[16];
+static st_gpt2_config arch_cfgs[16];
 static int n_arches;
-static const st_arch *arch_of(const gpt2_config *cfg) {
+static const st_arch *arch_of(const st_gpt2_config *cfg) {
     for (int i = 0; i < n_arches; i++)
         if (!memcmp(&arch_cfgs[i], cfg, sizeof *cfg)) return arches[i];
     st_err err = {0};
@@ -73,27 +73,27 @@ static const st_arch *arch_of(const gpt2_config *cfg) {
     return arches[n_arches++] = a;
 }
 
-static adamw_params hparams(long step) { return (adamw_params){LR, 0.9f, 0.95f, 1e-8f, step, 1.0f}; }
+static st_adamw_params hparams(long step) { return (st_adamw_params){LR, 0.9f, 0.95f, 1e-8f, step, 1.0f}; }
 
 /* train.c's step, on the plain CPU backend; bf16_blocks: the blocks' gradients rounded
  * to bf16 first (what a bf16 drain delivers to the optimizer). */
-static void ref_train_ex(st_backend *cpu, const gpt2_config *cfg, int B, int T, float max_norm, float *losses,
+static void ref_train_ex(st_backend *cpu, const st_gpt2_config *cfg, int B, int T, float max_norm, float *losses,
                          double *norms, float *final_params, int bf16_blocks) {
     st_err err = {0};
-    gpt2_model m;
-    CHECK(gpt2_create(&m, cfg, cpu, &err) == ST_OK && gpt2_alloc_acts(&m, B, T, &err) == ST_OK, "ref: %s", err.msg);
-    gpt2_init_random(&m, 5);
-    optim_segment *segs = calloc((size_t)m.n_tensors, sizeof *segs);
-    train_decay_segments(m.tensors, m.n_tensors, WD, segs);
-    optim *o;
-    CHECK(optim_create(&o, segs, m.n_tensors, OPTIM_STATE_F32, &err) == ST_OK, "optim: %s", err.msg);
+    st_gpt2_model m;
+    CHECK(st_gpt2_create(&m, cfg, cpu, &err) == ST_OK && st_gpt2_alloc_acts(&m, B, T, &err) == ST_OK, "ref: %s", err.msg);
+    st_gpt2_init_random(&m, 5);
+    st_optim_segment *segs = calloc((size_t)m.n_tensors, sizeof *segs);
+    st_train_decay_segments(m.tensors, m.n_tensors, WD, segs);
+    st_optim *o;
+    CHECK(st_optim_create(&o, segs, m.n_tensors, ST_OPTIM_STATE_F32, &err) == ST_OK, "optim: %s", err.msg);
     int N = B * T;
     int32_t *in = malloc(sizeof(int32_t) * N), *tg = malloc(sizeof(int32_t) * N);
     for (int s = 0; s < steps; s++) {
         batch(s, B, T, cfg->vocab_size, in, tg);
-        gpt2_zero_grad(&m);
-        losses[s] = gpt2_forward(&m, in, tg, 1.0f / N);
-        gpt2_backward(&m);
+        st_gpt2_zero_grad(&m);
+        losses[s] = st_gpt2_forward(&m, in, tg, 1.0f / N);
+        st_gpt2_backward(&m);
         if (bf16_blocks) {
             size_t nb = (size_t)cfg->n_layer * m.block_numel;
             uint16_t *tmp = malloc(nb * 2);
@@ -101,21 +101,21 @@ static void ref_train_ex(st_backend *cpu, const gpt2_config *cfg, int B, int T, 
             st_convert(m.grads + m.block_offset0, ST_F32, tmp, ST_BF16, nb);
             free(tmp);
         }
-        double norm = sqrt(optim_grad_sumsq_f32(m.grads, m.n_params));
+        double norm = sqrt(st_optim_grad_sumsq_f32(m.grads, m.n_params));
         norms[s] = norm;
-        adamw_params hp = hparams(s + 1);
+        st_adamw_params hp = hparams(s + 1);
         hp.grad_scale = (max_norm > 0 && norm > max_norm) ? (float)(max_norm / norm) : 1.0f;
-        optim_step(o, m.params, m.grads, &hp);
+        st_optim_step(o, m.params, m.grads, &hp);
     }
     memcpy(final_params, m.params, m.n_params * sizeof(float));
     free(in);
     free(tg);
     free(segs);
-    optim_free(o);
-    gpt2_free(&m);
+    st_optim_free(o);
+    st_gpt2_free(&m);
 }
 
-static void ref_train(st_backend *cpu, const gpt2_config *cfg, int B, int T, float max_norm, float *losses,
+static void ref_train(st_backend *cpu, const st_gpt2_config *cfg, int B, int T, float max_norm, float *losses,
                       double *norms, float *final_params) {
     ref_train_ex(cpu, cfg, B, T, max_norm, losses, norms, final_params, 0);
 }
@@ -128,28 +128,28 @@ typedef struct run_result {
     double eff;
 } run_result;
 
-static int stream_train(st_backend *cpu, const gpt2_config *cfg, int B, int T, float max_norm, const stream_plan *plan,
+static int stream_train(st_backend *cpu, const st_gpt2_config *cfg, int B, int T, float max_norm, const st_stream_plan *plan,
                         size_t budget, run_result *res, float *final_params) {
     st_err err = {0};
     memset(res, 0, sizeof *res);
     st_backend *dev;
     CHECK(st_backend_with_budget(&dev, cpu, budget, &err) == ST_OK, "budget: %s", err.msg);
-    stream_config sc = {.arch = arch_of(cfg), .B = B, .T = T, .weight_decay = WD};
-    res->need = stream_device_bytes(&sc, plan);
-    stream_exec *x;
-    if (stream_exec_create(&x, &sc, plan, dev, &err) != ST_OK) {
+    st_stream_config sc = {.arch = arch_of(cfg), .B = B, .T = T, .weight_decay = WD};
+    res->need = st_stream_device_bytes(&sc, plan);
+    st_stream_exec *x;
+    if (st_stream_exec_create(&x, &sc, plan, dev, &err) != ST_OK) {
         CHECK(0, "stream_exec_create: %s", err.msg);
         st_backend_free(dev);
         return 1;
     }
-    stream_init_random(x, 5);
+    st_stream_init_random(x, 5);
     int N = B * T;
     int32_t *in = malloc(sizeof(int32_t) * N), *tg = malloc(sizeof(int32_t) * N);
     for (int s = 0; s < steps; s++) {
         batch(s, B, T, cfg->vocab_size, in, tg);
-        stream_step_stats st;
-        adamw_params hp = hparams(s + 1);
-        CHECK(stream_step(x, in, tg, &hp, max_norm, &st, &err) == ST_OK, "step %d: %s", s, err.msg);
+        st_stream_step_stats st;
+        st_adamw_params hp = hparams(s + 1);
+        CHECK(st_stream_step(x, in, tg, &hp, max_norm, &st, &err) == ST_OK, "step %d: %s", s, err.msg);
         res->losses[s] = st.loss;
         res->clipped += st.clipped;
         res->rolled_back += st.rolled_back;
@@ -161,10 +161,10 @@ static int stream_train(st_backend *cpu, const gpt2_config *cfg, int B, int T, f
         if (st.d2h_act_bytes > res->d2h_act) res->d2h_act = st.d2h_act_bytes;
         res->eff = st.overlap_efficiency;
     }
-    memcpy(final_params, stream_params(x), stream_arch(x)->lay.n_params * sizeof(float));
+    memcpy(final_params, st_stream_params(x), st_stream_arch(x)->lay.n_params * sizeof(float));
     free(in);
     free(tg);
-    stream_exec_free(x);
+    st_stream_exec_free(x);
     st_backend_free(dev);
     return 0;
 }
@@ -195,7 +195,7 @@ static void compare(const char *what, const float *ref_losses, const float *ref_
            r->losses[0], r->losses[steps - 1], worst, r->clipped, r->rolled_back, r->eff);
 }
 
-static void plan_mixed(stream_plan *p) {
+static void plan_mixed(st_stream_plan *p) {
     for (int l = 0; l < p->n_layer; l++) p->act[l] = (unsigned char)(l % 3); /* keep, recompute, offload, ... */
 }
 
@@ -203,28 +203,28 @@ static void plan_mixed(stream_plan *p) {
  * with their bytes. */
 static void test_trace(st_backend *cpu) {
     st_err err = {0};
-    gpt2_config cfg = {64, 16, 3, 4, 32};
+    st_gpt2_config cfg = {64, 16, 3, 4, 32};
     int B = 2, T = 16, N = B * T;
     st_backend *dev;
     CHECK(st_backend_with_budget(&dev, cpu, 16u << 20, &err) == ST_OK, "budget: %s", err.msg);
-    stream_plan plan;
-    stream_plan_default(&plan, cfg.n_layer);
+    st_stream_plan plan;
+    st_stream_plan_default(&plan, cfg.n_layer);
     plan.vocab_chunk = 16;
-    stream_config sc = {.arch = arch_of(&cfg), .B = B, .T = T, .weight_decay = WD};
-    stream_exec *x;
-    CHECK(stream_exec_create(&x, &sc, &plan, dev, &err) == ST_OK, "create: %s", err.msg);
-    stream_init_random(x, 1);
+    st_stream_config sc = {.arch = arch_of(&cfg), .B = B, .T = T, .weight_decay = WD};
+    st_stream_exec *x;
+    CHECK(st_stream_exec_create(&x, &sc, &plan, dev, &err) == ST_OK, "create: %s", err.msg);
+    st_stream_init_random(x, 1);
     char path[1100];
     snprintf(path, sizeof path, "%s/stream.trace.json", test_tmpdir());
-    CHECK(prof_trace_start(path, "test_stream", &err) == ST_OK, "trace: %s", err.msg);
+    CHECK(st_prof_trace_start(path, "test_stream", &err) == ST_OK, "trace: %s", err.msg);
     int32_t in[32], tg[32];
     batch(0, B, T, cfg.vocab_size, in, tg);
     (void)N;
-    stream_step_stats st;
-    adamw_params hp = hparams(1);
-    CHECK(stream_step(x, in, tg, &hp, 0, &st, &err) == ST_OK, "step: %s", err.msg);
-    stream_exec_free(x); /* joins the worker threads: their rings are complete */
-    CHECK(prof_trace_stop(&err) == ST_OK, "trace stop: %s", err.msg);
+    st_stream_step_stats st;
+    st_adamw_params hp = hparams(1);
+    CHECK(st_stream_step(x, in, tg, &hp, 0, &st, &err) == ST_OK, "step: %s", err.msg);
+    st_stream_exec_free(x); /* joins the worker threads: their rings are complete */
+    CHECK(st_prof_trace_stop(&err) == ST_OK, "trace stop: %s", err.msg);
     FILE *f = fopen(path, "r");
     CHECK(f != NULL, "trace file %s", path);
     if (f) {
@@ -245,37 +245,37 @@ static void test_trace(st_backend *cpu) {
  * made are rolled back and nothing changes. */
 static void test_nonfinite(st_backend *cpu) {
     st_err err = {0};
-    gpt2_config cfg = {64, 16, 4, 4, 32};
+    st_gpt2_config cfg = {64, 16, 4, 4, 32};
     int B = 2, T = 16;
     st_backend *dev;
     CHECK(st_backend_with_budget(&dev, cpu, 16u << 20, &err) == ST_OK, "budget: %s", err.msg);
-    stream_plan plan;
-    stream_plan_default(&plan, cfg.n_layer);
-    stream_config sc = {.arch = arch_of(&cfg), .B = B, .T = T, .weight_decay = WD};
-    stream_exec *x;
-    CHECK(stream_exec_create(&x, &sc, &plan, dev, &err) == ST_OK, "create: %s", err.msg);
-    stream_init_random(x, 1);
-    size_t n = stream_arch(x)->lay.n_params, b0 = stream_arch(x)->lay.block_offset0;
-    float *p = stream_params(x);
+    st_stream_plan plan;
+    st_stream_plan_default(&plan, cfg.n_layer);
+    st_stream_config sc = {.arch = arch_of(&cfg), .B = B, .T = T, .weight_decay = WD};
+    st_stream_exec *x;
+    CHECK(st_stream_exec_create(&x, &sc, &plan, dev, &err) == ST_OK, "create: %s", err.msg);
+    st_stream_init_random(x, 1);
+    size_t n = st_stream_arch(x)->lay.n_params, b0 = st_stream_arch(x)->lay.block_offset0;
+    float *p = st_stream_params(x);
     p[b0 + 3] = NAN; /* block 0's ln_1 weight: everything downstream is NaN */
-    stream_set_params(x, p);
+    st_stream_set_params(x, p);
     float *before = malloc(n * 4);
     memcpy(before, p, n * 4);
     int32_t in[32], tg[32];
     batch(0, B, T, cfg.vocab_size, in, tg);
-    stream_step_stats st;
-    adamw_params hp = hparams(1);
-    CHECK(stream_step(x, in, tg, &hp, 1.0f, &st, &err) == ST_OK, "step: %s", err.msg);
+    st_stream_step_stats st;
+    st_adamw_params hp = hparams(1);
+    CHECK(st_stream_step(x, in, tg, &hp, 1.0f, &st, &err) == ST_OK, "step: %s", err.msg);
     CHECK(st.skipped == 1 && st.rolled_back == 1, "non-finite step: skipped %d, rolled back %d", st.skipped,
           st.rolled_back);
-    CHECK(memcmp(before, stream_params(x), n * 4) == 0, "a skipped step changed the parameters");
+    CHECK(memcmp(before, st_stream_params(x), n * 4) == 0, "a skipped step changed the parameters");
     size_t bytes;
-    float *m = optim_state_buffer(stream_optim(x), 0, &bytes), *v = optim_state_buffer(stream_optim(x), 1, &bytes);
+    float *m = st_optim_state_buffer(st_stream_optim(x), 0, &bytes), *v = st_optim_state_buffer(st_stream_optim(x), 1, &bytes);
     size_t nz = 0;
     for (size_t i = 0; i < n; i++) nz += m[i] != 0.0f || v[i] != 0.0f;
     CHECK(nz == 0, "a skipped step left %zu non-zero moments", nz);
     free(before);
-    stream_exec_free(x);
+    st_stream_exec_free(x);
     st_backend_free(dev);
 }
 
@@ -286,26 +286,26 @@ static void test_nonfinite(st_backend *cpu) {
  * with fp32 and bf16 drains (the store reads bf16 as bf16); steps ran beside the backward and
  * clipped ones were abandoned; a non-finite step leaves the committed state and puts the
  * committed weights back on the host. */
-static void store_run(st_backend *cpu, const gpt2_config *cfg, const stream_plan *plan, int disk, float max_norm,
+static void store_run(st_backend *cpu, const st_gpt2_config *cfg, const st_stream_plan *plan, int disk, float max_norm,
                       float *losses, float *final, int *beside, int *abandoned) {
     st_err err = {0};
     int B = 2, T = 16;
     *beside = *abandoned = 0;
     st_backend *dev;
     CHECK(st_backend_with_budget(&dev, cpu, 16u << 20, &err) == ST_OK, "budget: %s", err.msg);
-    stream_config sc = {.arch = arch_of(cfg), .B = B, .T = T, .weight_decay = WD, .external_optimizer = disk,
+    st_stream_config sc = {.arch = arch_of(cfg), .B = B, .T = T, .weight_decay = WD, .external_optimizer = disk,
                         .store_beside = 1};
-    stream_exec *x;
-    if (stream_exec_create(&x, &sc, plan, dev, &err) != ST_OK) {
+    st_stream_exec *x;
+    if (st_stream_exec_create(&x, &sc, plan, dev, &err) != ST_OK) {
         CHECK(0, "create: %s", err.msg);
         st_backend_free(dev);
         return;
     }
-    stream_init_random(x, 3);
-    const st_arch_layout *ly = &stream_arch(x)->lay;
+    st_stream_init_random(x, 3);
+    const st_arch_layout *ly = &st_stream_arch(x)->lay;
     size_t n = ly->n_params;
-    optim_segment *segs = calloc((size_t)ly->n_tensors, sizeof *segs);
-    train_decay_segments(ly->tensors, ly->n_tensors, WD, segs);
+    st_optim_segment *segs = calloc((size_t)ly->n_tensors, sizeof *segs);
+    st_train_decay_segments(ly->tensors, ly->n_tensors, WD, segs);
     st_store *store = NULL;
     long blob = 0;
     if (disk) {
@@ -315,35 +315,35 @@ static void store_run(st_backend *cpu, const gpt2_config *cfg, const stream_plan
         const char *paths[1] = {dir};
         /* small subgroups and cache: reads during the step, a wait for each subgroup */
         st_store_config stc = {.paths = paths, .n_paths = 1, .segs = segs, .n_segs = ly->n_tensors,
-                               .fmt = OPTIM_STATE_F32, .region_bytes = 64u << 10, .host_budget = 1u << 20};
-        CHECK(st_store_create(&store, &stc, st_store_init_copy, stream_params(x), &err) == ST_OK, "store: %s", err.msg);
-        if (store) CHECK(stream_attach_store(x, store, &blob, sizeof blob, &err) == ST_OK, "attach: %s", err.msg);
+                               .fmt = ST_OPTIM_STATE_F32, .region_bytes = 64u << 10, .host_budget = 1u << 20};
+        CHECK(st_store_create(&store, &stc, st_store_init_copy, st_stream_params(x), &err) == ST_OK, "store: %s", err.msg);
+        if (store) CHECK(st_stream_attach_store(x, store, &blob, sizeof blob, &err) == ST_OK, "attach: %s", err.msg);
     }
     int32_t in[32], tg[32];
     for (int s = 0; s < steps && (!disk || store); s++) {
         batch(s, B, T, cfg->vocab_size, in, tg);
         blob = s + 1;
-        stream_step_stats st;
-        adamw_params hp = hparams(s + 1);
-        CHECK(stream_step(x, in, tg, &hp, max_norm, &st, &err) == ST_OK, "step %d: %s", s, err.msg);
+        st_stream_step_stats st;
+        st_adamw_params hp = hparams(s + 1);
+        CHECK(st_stream_step(x, in, tg, &hp, max_norm, &st, &err) == ST_OK, "step %d: %s", s, err.msg);
         losses[s] = st.loss;
         *beside += st.store_beside;
         *abandoned += st.store_beside && st.rolled_back;
     }
-    memcpy(final, stream_params(x), n * 4);
+    memcpy(final, st_stream_params(x), n * 4);
     if (store) {
-        float *p = stream_params(x), *master = malloc(n * 4);
+        float *p = st_stream_params(x), *master = malloc(n * 4);
         size_t at = ly->block_offset0 + 3; /* block 0's ln_1 weight: everything downstream is NaN */
         float keep = p[at];
         p[at] = NAN;
-        stream_set_params(x, p);
+        st_stream_set_params(x, p);
         st_store_stats ss;
         st_store_get_stats(store, &ss);
         uint64_t step0 = ss.step;
         batch(0, B, T, cfg->vocab_size, in, tg);
-        stream_step_stats st;
-        adamw_params hp = hparams(steps + 1);
-        CHECK(stream_step(x, in, tg, &hp, max_norm, &st, &err) == ST_OK, "non-finite step: %s", err.msg);
+        st_stream_step_stats st;
+        st_adamw_params hp = hparams(steps + 1);
+        CHECK(st_stream_step(x, in, tg, &hp, max_norm, &st, &err) == ST_OK, "non-finite step: %s", err.msg);
         st_store_get_stats(store, &ss);
         CHECK(st.skipped && ss.step == step0, "non-finite step: skipped %d, store at step %llu (was %llu)", st.skipped,
               (unsigned long long)ss.step, (unsigned long long)step0);
@@ -356,25 +356,25 @@ static void store_run(st_backend *cpu, const gpt2_config *cfg, const stream_plan
     }
     st_store_close(store);
     free(segs);
-    stream_exec_free(x);
+    st_stream_exec_free(x);
     st_backend_free(dev);
 }
 
 static void test_store_beside(st_backend *cpu) {
-    gpt2_config cfg = {64, 16, 6, 4, 32};
+    st_gpt2_config cfg = {64, 16, 6, 4, 32};
     size_t n;
     {
         st_err err = {0};
-        gpt2_model shell;
-        CHECK(gpt2_create_shell(&shell, &cfg, cpu, &err) == ST_OK, "shell: %s", err.msg);
+        st_gpt2_model shell;
+        CHECK(st_gpt2_create_shell(&shell, &cfg, cpu, &err) == ST_OK, "shell: %s", err.msg);
         n = shell.n_params;
-        gpt2_free(&shell);
+        st_gpt2_free(&shell);
     }
     float *pr = malloc(n * 4), *pd = malloc(n * 4), lr_[MAX_STEPS], ld[MAX_STEPS];
     for (int bf = 0; bf < 2; bf++) {
-        stream_plan plan;
-        stream_plan_default(&plan, cfg.n_layer);
-        plan.clip = bf ? STREAM_CLIP_AUTO : STREAM_CLIP_SPECULATE;
+        st_stream_plan plan;
+        st_stream_plan_default(&plan, cfg.n_layer);
+        plan.clip = bf ? ST_STREAM_CLIP_AUTO : ST_STREAM_CLIP_SPECULATE;
         plan.grad_dtype = bf ? ST_BF16 : ST_F32;
         plan_mixed(&plan);
         int b0, a0, b1, a1;
@@ -405,18 +405,18 @@ int main(void) {
 
     /* ---- the budget: training state >= 8x the device budget */
     {
-        gpt2_config cfg = {256, 32, 24, 4, 128};
+        st_gpt2_config cfg = {256, 32, 24, 4, 128};
         int B = 2, T = 32;
-        gpt2_model shell;
-        CHECK(gpt2_create_shell(&shell, &cfg, cpu, &err) == ST_OK, "shell: %s", err.msg);
+        st_gpt2_model shell;
+        CHECK(st_gpt2_create_shell(&shell, &cfg, cpu, &err) == ST_OK, "shell: %s", err.msg);
         size_t n = shell.n_params;
-        gpt2_free(&shell);
+        st_gpt2_free(&shell);
         size_t state = n * 16; /* fp32 params, grads, two moments */
         size_t budget = state / 8;
-        stream_plan plan;
-        stream_plan_default(&plan, cfg.n_layer);
-        stream_config sc = {.arch = arch_of(&cfg), .B = B, .T = T, .weight_decay = WD};
-        size_t need = stream_device_bytes(&sc, &plan);
+        st_stream_plan plan;
+        st_stream_plan_default(&plan, cfg.n_layer);
+        st_stream_config sc = {.arch = arch_of(&cfg), .B = B, .T = T, .weight_decay = WD};
+        size_t need = st_stream_device_bytes(&sc, &plan);
         printf("deep model: %zu params, training state %zu bytes, budget %zu (1/8), plan needs %zu\n", n, state, budget,
                need);
         CHECK(need <= budget, "the default plan needs %zu > budget %zu", need, budget);
@@ -424,10 +424,10 @@ int main(void) {
         /* a plan that does not fit is an error that names the bytes missing */
         st_backend *small;
         CHECK(st_backend_with_budget(&small, cpu, need - 4096, &err) == ST_OK, "small budget");
-        stream_exec *x = NULL;
-        st_status s = stream_exec_create(&x, &sc, &plan, small, &err);
+        st_stream_exec *x = NULL;
+        st_status s = st_stream_exec_create(&x, &sc, &plan, small, &err);
         CHECK(s == ST_ERR_NOMEM && strstr(err.msg, "bytes missing"), "a plan over budget: %d '%s'", s, err.msg);
-        stream_exec_free(x);
+        st_stream_exec_free(x);
         st_backend_free(small);
 
         float ref_losses[MAX_STEPS];
@@ -453,12 +453,12 @@ int main(void) {
 
     /* ---- plans, overlap and clipping on a small model */
     {
-        gpt2_config cfg = {128, 32, 6, 4, 64};
+        st_gpt2_config cfg = {128, 32, 6, 4, 64};
         int B = 2, T = 32;
-        gpt2_model shell;
-        CHECK(gpt2_create_shell(&shell, &cfg, cpu, &err) == ST_OK, "shell: %s", err.msg);
+        st_gpt2_model shell;
+        CHECK(st_gpt2_create_shell(&shell, &cfg, cpu, &err) == ST_OK, "shell: %s", err.msg);
         size_t n = shell.n_params, bn = shell.block_numel;
-        gpt2_free(&shell);
+        st_gpt2_free(&shell);
         float ref_losses[MAX_STEPS], ref0_losses[MAX_STEPS];
         double norms[MAX_STEPS];
         float *ref_p = malloc(n * 4), *p = malloc(n * 4);
@@ -476,30 +476,30 @@ int main(void) {
         float *ref16_losses = malloc(sizeof(float) * steps), *ref16_p = malloc(n * 4);
         ref_train_ex(cpu, &cfg, B, T, max_norm, ref16_losses, norms, ref16_p, 1);
         struct { const char *name; int depth, overlap, clip, acts, vchunk, bf16; } v[] = {
-            {"recompute, overlap, speculative", 1, 1, STREAM_CLIP_SPECULATE, STREAM_ACT_RECOMPUTE, 0, 0},
-            {"recompute, no overlap", 1, 0, STREAM_CLIP_SPECULATE, STREAM_ACT_RECOMPUTE, 0, 0},
-            {"recompute, overlap, deferred", 1, 1, STREAM_CLIP_DEFER, STREAM_ACT_RECOMPUTE, 0, 0},
-            {"recompute, overlap, auto", 1, 1, STREAM_CLIP_AUTO, STREAM_ACT_RECOMPUTE, 0, 0},
-            {"keep, depth 2, overlap", 2, 1, STREAM_CLIP_SPECULATE, STREAM_ACT_KEEP, 0, 0},
-            {"offload, overlap", 1, 1, STREAM_CLIP_SPECULATE, STREAM_ACT_OFFLOAD, 0, 0},
-            {"offload, no overlap", 1, 0, STREAM_CLIP_SPECULATE, STREAM_ACT_OFFLOAD, 0, 0},
-            {"keep/recompute/offload, depth 3", 3, 1, STREAM_CLIP_SPECULATE, -1, 0, 0},
-            {"vocab chunks of 48, overlap", 1, 1, STREAM_CLIP_SPECULATE, STREAM_ACT_RECOMPUTE, 48, 0},
-            {"vocab chunks of 48, no overlap", 1, 0, STREAM_CLIP_SPECULATE, STREAM_ACT_RECOMPUTE, 48, 0},
-            {"vocab in two chunks, overlap, auto", 1, 1, STREAM_CLIP_AUTO, STREAM_ACT_RECOMPUTE, 100, 0},
-            {"vocab in one chunk, offload", 1, 1, STREAM_CLIP_SPECULATE, STREAM_ACT_OFFLOAD, 128, 0},
-            {"bf16 drain, overlap", 1, 1, STREAM_CLIP_SPECULATE, STREAM_ACT_RECOMPUTE, 0, 1},
-            {"bf16 drain, no overlap, chunks of 48", 1, 0, STREAM_CLIP_SPECULATE, STREAM_ACT_RECOMPUTE, 48, 1},
+            {"recompute, overlap, speculative", 1, 1, ST_STREAM_CLIP_SPECULATE, ST_STREAM_ACT_RECOMPUTE, 0, 0},
+            {"recompute, no overlap", 1, 0, ST_STREAM_CLIP_SPECULATE, ST_STREAM_ACT_RECOMPUTE, 0, 0},
+            {"recompute, overlap, deferred", 1, 1, ST_STREAM_CLIP_DEFER, ST_STREAM_ACT_RECOMPUTE, 0, 0},
+            {"recompute, overlap, auto", 1, 1, ST_STREAM_CLIP_AUTO, ST_STREAM_ACT_RECOMPUTE, 0, 0},
+            {"keep, depth 2, overlap", 2, 1, ST_STREAM_CLIP_SPECULATE, ST_STREAM_ACT_KEEP, 0, 0},
+            {"offload, overlap", 1, 1, ST_STREAM_CLIP_SPECULATE, ST_STREAM_ACT_OFFLOAD, 0, 0},
+            {"offload, no overlap", 1, 0, ST_STREAM_CLIP_SPECULATE, ST_STREAM_ACT_OFFLOAD, 0, 0},
+            {"keep/recompute/offload, depth 3", 3, 1, ST_STREAM_CLIP_SPECULATE, -1, 0, 0},
+            {"vocab chunks of 48, overlap", 1, 1, ST_STREAM_CLIP_SPECULATE, ST_STREAM_ACT_RECOMPUTE, 48, 0},
+            {"vocab chunks of 48, no overlap", 1, 0, ST_STREAM_CLIP_SPECULATE, ST_STREAM_ACT_RECOMPUTE, 48, 0},
+            {"vocab in two chunks, overlap, auto", 1, 1, ST_STREAM_CLIP_AUTO, ST_STREAM_ACT_RECOMPUTE, 100, 0},
+            {"vocab in one chunk, offload", 1, 1, ST_STREAM_CLIP_SPECULATE, ST_STREAM_ACT_OFFLOAD, 128, 0},
+            {"bf16 drain, overlap", 1, 1, ST_STREAM_CLIP_SPECULATE, ST_STREAM_ACT_RECOMPUTE, 0, 1},
+            {"bf16 drain, no overlap, chunks of 48", 1, 0, ST_STREAM_CLIP_SPECULATE, ST_STREAM_ACT_RECOMPUTE, 48, 1},
         };
         for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
-            stream_plan plan;
-            stream_plan_default(&plan, cfg.n_layer);
+            st_stream_plan plan;
+            st_stream_plan_default(&plan, cfg.n_layer);
             plan.prefetch_depth = v[i].depth;
             plan.overlap_optim = v[i].overlap;
-            plan.clip = (stream_clip)v[i].clip;
+            plan.clip = (st_stream_clip)v[i].clip;
             plan.vocab_chunk = v[i].vchunk;
             plan.grad_dtype = v[i].bf16 ? ST_BF16 : ST_F32;
-            if (v[i].acts >= 0) stream_plan_set_all(&plan, (stream_act)v[i].acts);
+            if (v[i].acts >= 0) st_stream_plan_set_all(&plan, (st_stream_act)v[i].acts);
             else plan_mixed(&plan);
             run_result r;
             if (stream_train(cpu, &cfg, B, T, max_norm, &plan, budget, &r, p)) continue;
@@ -509,22 +509,22 @@ int main(void) {
                     v[i].vchunk == 0 && !v[i].bf16);
             CHECK(r.clipped > 0 && r.clipped < steps, "%s: clipping applied on %d of %d steps", v[i].name, r.clipped,
                   steps);
-            if (v[i].overlap && v[i].clip == STREAM_CLIP_AUTO) /* only a clipped step after an unclipped one */
+            if (v[i].overlap && v[i].clip == ST_STREAM_CLIP_AUTO) /* only a clipped step after an unclipped one */
                 CHECK(r.rolled_back <= r.clipped && (r.clipped == 0 || r.rolled_back >= 1),
                       "%s: %d rollbacks for %d clipped steps", v[i].name, r.rolled_back, r.clipped);
-            if (v[i].overlap && v[i].clip == STREAM_CLIP_SPECULATE)
+            if (v[i].overlap && v[i].clip == ST_STREAM_CLIP_SPECULATE)
                 CHECK(r.rolled_back == r.clipped, "%s: %d rollbacks for %d clipped steps", v[i].name, r.rolled_back,
                       r.clipped);
             /* weights move 2L - depth - 1 times per step, the embedding and head once */
             int resident = v[i].depth + 1 < cfg.n_layer ? v[i].depth + 1 : cfg.n_layer;
             size_t offl = 0;
-            if (v[i].acts == STREAM_ACT_OFFLOAD) {
-                gpt2_model sh;
-                gpt2_create_shell(&sh, &cfg, cpu, &err);
+            if (v[i].acts == ST_STREAM_ACT_OFFLOAD) {
+                st_gpt2_model sh;
+                st_gpt2_create_shell(&sh, &cfg, cpu, &err);
                 sh.B = B;
                 sh.T = T;
-                offl = (size_t)(cfg.n_layer - 2) * gpt2_block_act_floats(&sh) * 4; /* each way */
-                gpt2_free(&sh);
+                offl = (size_t)(cfg.n_layer - 2) * st_gpt2_block_act_floats(&sh) * 4; /* each way */
+                st_gpt2_free(&sh);
             }
             if (v[i].vchunk) { /* the classifier's logits, every chunk but the last, each way */
                 size_t V = (size_t)cfg.vocab_size, vc = (size_t)v[i].vchunk, nvc = (V + vc - 1) / vc;

@@ -21,18 +21,18 @@
  * where each step is several times slower: every configuration still runs. */
 static int STEPS = 20;
 
-static void config(train_config *c, const char *model, const char *run_dir, int disk, double budget, int accum,
+static void config(st_train_config *c, const char *model, const char *run_dir, int disk, double budget, int accum,
                    int q8) {
-    train_config_defaults(c);
+    st_train_config_defaults(c);
     st_err err = {0};
     const char *kv[][2] = {{"model", model}, {"n_layer", "32"}, {"vocab_size", "257"}, {"batch", "2"}, {"seq", "16"},
                            {"steps", STEPS == 20 ? "20" : "6"}, {"lr", "0.003"},   {"grad_clip", "1.0"}, {"quiet", "1"},
                            {"warmup_steps", "2"}, {"eval_every", "0"}, {"sample_every", "0"}};
     for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
-        CHECK(train_config_set(c, kv[i][0], kv[i][1], &err) == ST_OK, "config %s: %s", kv[i][0], err.msg);
+        CHECK(st_train_config_set(c, kv[i][0], kv[i][1], &err) == ST_OK, "config %s: %s", kv[i][0], err.msg);
     if (!strncmp(model, "gpt2", 4)) {
-        CHECK(train_config_set(c, "n_embd", "32", &err) == ST_OK, "config: %s", err.msg);
-        CHECK(train_config_set(c, "n_head", "2", &err) == ST_OK, "config: %s", err.msg);
+        CHECK(st_train_config_set(c, "n_embd", "32", &err) == ST_OK, "config: %s", err.msg);
+        CHECK(st_train_config_set(c, "n_head", "2", &err) == ST_OK, "config: %s", err.msg);
     }
     c->grad_accum = accum;
     snprintf(c->optim_state, sizeof c->optim_state, "%s", q8 ? "8bit" : "f32");
@@ -62,16 +62,16 @@ int main(void) {
             char mem[600], str[600], p1[700], p2[700];
             snprintf(mem, sizeof mem, "%s/%s-%d-mem", test_tmpdir(), models[mi], v);
             snprintf(str, sizeof str, "%s/%s-%d-stream", test_tmpdir(), models[mi], v);
-            train_config c;
-            train_result r;
+            st_train_config c;
+            st_train_result r;
             config(&c, models[mi], mem, disk, 0, accum, q8);
-            if (train_run(&c, &r, &err) != ST_OK) {
+            if (st_train_run(&c, &r, &err) != ST_OK) {
                 CHECK(0, "%s in memory%s, grad_accum %d, %s states: %s", models[mi], disk ? " (disk state)" : "", accum, c.optim_state, err.msg);
                 continue;
             }
             double state = 16.0 * (double)r.n_params, budget = state / 8;
             config(&c, models[mi], str, disk, budget, accum, q8);
-            if (train_run(&c, &r, &err) != ST_OK) {
+            if (st_train_run(&c, &r, &err) != ST_OK) {
                 CHECK(0, "%s streamed at %.0f bytes (1/8 of %.0f)%s, grad_accum %d: %s", models[mi], budget, state,
                       disk ? " (disk state)" : "", accum, err.msg);
                 continue;
@@ -90,10 +90,10 @@ int main(void) {
     {
         char d[600];
         snprintf(d, sizeof d, "%s/tiny-budget", test_tmpdir());
-        train_config c;
-        train_result r;
+        st_train_config c;
+        st_train_result r;
         config(&c, "llama-tiny", d, 0, 20000, 1, 0);
-        st_status s = train_run(&c, &r, &err);
+        st_status s = st_train_run(&c, &r, &err);
         CHECK(s == ST_ERR_NOMEM && strstr(err.msg, "device_budget") && strstr(err.msg, "missing"),
               "a budget below one block: %d %s", (int)s, err.msg);
     }

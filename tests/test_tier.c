@@ -68,44 +68,44 @@ static void test_budgeted_model(void) {
     st_err err = {0};
     st_backend *cpu, *dev;
     CHECK(st_backend_cpu_create(&cpu, 0, &err) == ST_OK, "cpu");
-    gpt2_config cfg = {64, 16, 2, 4, 32};
+    st_gpt2_config cfg = {64, 16, 2, 4, 32};
     int B = 2, T = 8, N = B * T;
     int32_t in[16], tg[16];
     for (int i = 0; i < N; i++) { in[i] = (i * 7) % 64; tg[i] = (i * 11 + 3) % 64; }
 
     /* reference on the plain backend */
-    gpt2_model ref;
-    CHECK(gpt2_create(&ref, &cfg, cpu, &err) == ST_OK && gpt2_alloc_acts(&ref, B, T, &err) == ST_OK, "ref: %s", err.msg);
-    gpt2_init_random(&ref, 9);
-    float want = gpt2_forward(&ref, in, tg, 1.0f / N);
-    gpt2_backward(&ref);
+    st_gpt2_model ref;
+    CHECK(st_gpt2_create(&ref, &cfg, cpu, &err) == ST_OK && st_gpt2_alloc_acts(&ref, B, T, &err) == ST_OK, "ref: %s", err.msg);
+    st_gpt2_init_random(&ref, 9);
+    float want = st_gpt2_forward(&ref, in, tg, 1.0f / N);
+    st_gpt2_backward(&ref);
 
     /* too small a budget: a clear failure, not a silent malloc */
     CHECK(st_backend_with_budget(&dev, cpu, 64 << 10, &err) == ST_OK, "budget: %s", err.msg);
-    gpt2_model m;
-    st_status s = gpt2_create(&m, &cfg, dev, &err);
-    if (s == ST_OK) s = gpt2_alloc_acts(&m, B, T, &err);
+    st_gpt2_model m;
+    st_status s = st_gpt2_create(&m, &cfg, dev, &err);
+    if (s == ST_OK) s = st_gpt2_alloc_acts(&m, B, T, &err);
     CHECK(s == ST_ERR_NOMEM, "64 KiB budget accepted a model that needs more (%s)", st_status_name(s));
-    if (s == ST_OK || m.be) gpt2_free(&m);
+    if (s == ST_OK || m.be) st_gpt2_free(&m);
     st_backend_free(dev);
 
     /* enough budget: identical results, peak within the budget */
     size_t budget = 4 << 20;
     CHECK(st_backend_with_budget(&dev, cpu, budget, &err) == ST_OK, "budget: %s", err.msg);
-    CHECK(gpt2_create(&m, &cfg, dev, &err) == ST_OK && gpt2_alloc_acts(&m, B, T, &err) == ST_OK, "fit: %s", err.msg);
-    gpt2_init_random(&m, 9);
-    float got = gpt2_forward(&m, in, tg, 1.0f / N);
-    gpt2_backward(&m);
+    CHECK(st_gpt2_create(&m, &cfg, dev, &err) == ST_OK && st_gpt2_alloc_acts(&m, B, T, &err) == ST_OK, "fit: %s", err.msg);
+    st_gpt2_init_random(&m, 9);
+    float got = st_gpt2_forward(&m, in, tg, 1.0f / N);
+    st_gpt2_backward(&m);
     CHECK(got == want, "loss on the budgeted backend %.9g differs from %.9g", got, want);
     CHECK(memcmp(m.grads, ref.grads, m.n_params * sizeof(float)) == 0, "gradients differ on the budgeted backend");
     st_arena *a = st_backend_arena(dev);
     CHECK(a && st_arena_peak(a) <= budget && st_arena_peak(a) > 0, "peak %zu of budget %zu", a ? st_arena_peak(a) : 0,
           budget);
     CHECK(st_backend_arena(cpu) == NULL, "plain backend has no arena");
-    gpt2_free(&m);
+    st_gpt2_free(&m);
     CHECK(st_arena_used(a) == 0, "model freed everything it took (%zu left)", st_arena_used(a));
     st_backend_free(dev);
-    gpt2_free(&ref);
+    st_gpt2_free(&ref);
     st_backend_free(cpu);
 }
 

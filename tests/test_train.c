@@ -12,22 +12,22 @@
 #include "strata/train.h"
 #include "testutil.h"
 
-static void small_config(train_config *c, const char *run_dir) {
-    train_config_defaults(c);
+static void small_config(st_train_config *c, const char *run_dir) {
+    st_train_config_defaults(c);
     st_err err;
     const char *kv[][2] = {{"model", "gpt2-mini"}, {"n_layer", "2"}, {"n_embd", "64"}, {"n_head", "2"},
                            {"batch", "4"},         {"seq", "32"},    {"grad_accum", "2"}, {"steps", "6"},
                            {"warmup_steps", "2"},  {"lr", "0.003"},  {"grad_clip", "0.5"}, {"quiet", "1"}};
     for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
-        if (train_config_set(c, kv[i][0], kv[i][1], &err)) fprintf(stderr, "config: %s\n", err.msg);
+        if (st_train_config_set(c, kv[i][0], kv[i][1], &err)) fprintf(stderr, "config: %s\n", err.msg);
     snprintf(c->run_dir, sizeof c->run_dir, "%s", run_dir);
 }
 
 static void expect_set_error(const char *key, const char *value, const char *needle) {
-    train_config c;
-    train_config_defaults(&c);
+    st_train_config c;
+    st_train_config_defaults(&c);
     st_err err = {0};
-    st_status s = train_config_set(&c, key, value, &err);
+    st_status s = st_train_config_set(&c, key, value, &err);
     CHECK(s == ST_ERR_INVALID && strstr(err.msg, needle), "set %s=%s: %s", key, value, err.msg);
 }
 
@@ -36,21 +36,21 @@ int main(void) {
     snprintf(a, sizeof a, "%s/full", test_tmpdir());
     snprintf(b, sizeof b, "%s/split", test_tmpdir());
     st_err err = {0};
-    train_config c;
-    train_result r;
+    st_train_config c;
+    st_train_result r;
 
     /* one run of 6 steps */
     small_config(&c, a);
-    CHECK(train_run(&c, &r, &err) == ST_OK, "full run: %s", err.msg);
+    CHECK(st_train_run(&c, &r, &err) == ST_OK, "full run: %s", err.msg);
     CHECK(r.steps_done == 6, "full run did %ld steps", r.steps_done);
     /* 3 steps (the schedule still spans 6), then resume for the rest */
     small_config(&c, b);
     c.stop_at = 3;
-    CHECK(train_run(&c, &r, &err) == ST_OK, "first half: %s", err.msg);
+    CHECK(st_train_run(&c, &r, &err) == ST_OK, "first half: %s", err.msg);
     CHECK(r.steps_done == 3, "first half did %ld steps", r.steps_done);
     small_config(&c, b);
     snprintf(c.resume, sizeof c.resume, "%s", b);
-    CHECK(train_run(&c, &r, &err) == ST_OK, "resume: %s", err.msg);
+    CHECK(st_train_run(&c, &r, &err) == ST_OK, "resume: %s", err.msg);
     CHECK(r.steps_done == 6, "resumed run ended at %ld", r.steps_done);
     snprintf(p1, sizeof p1, "%s/checkpoints/step_00000006/model.safetensors", a);
     snprintf(p2, sizeof p2, "%s/checkpoints/step_00000006/model.safetensors", b);
@@ -83,14 +83,14 @@ int main(void) {
         snprintf(sd, sizeof sd, "%s/stream%d", test_tmpdir(), k);
         small_config(&c, sd);
         c.grad_accum = 1;
-        train_config_set(&c, "device_budget", budgets[k], &err);
-        CHECK(train_run(&c, &r, &err) == ST_OK, "streamed run (budget %s): %s", budgets[k], err.msg);
+        st_train_config_set(&c, "device_budget", budgets[k], &err);
+        CHECK(st_train_run(&c, &r, &err) == ST_OK, "streamed run (budget %s): %s", budgets[k], err.msg);
         char ref[600];
         snprintf(ref, sizeof ref, "%s/noaccum", test_tmpdir());
         if (k == 0) {
             small_config(&c, ref);
             c.grad_accum = 1;
-            CHECK(train_run(&c, &r, &err) == ST_OK, "in-memory run: %s", err.msg);
+            CHECK(st_train_run(&c, &r, &err) == ST_OK, "in-memory run: %s", err.msg);
         }
         snprintf(p1, sizeof p1, "%s/checkpoints/step_00000006/model.safetensors", ref);
         snprintf(p2, sizeof p2, "%s/checkpoints/step_00000006/model.safetensors", sd);
@@ -103,22 +103,22 @@ int main(void) {
         small_config(&c, sb);
         c.grad_accum = 1;
         c.stop_at = 3;
-        train_config_set(&c, "device_budget", "2400000", &err);
-        CHECK(train_run(&c, &r, &err) == ST_OK, "streamed first half: %s", err.msg);
+        st_train_config_set(&c, "device_budget", "2400000", &err);
+        CHECK(st_train_run(&c, &r, &err) == ST_OK, "streamed first half: %s", err.msg);
         small_config(&c, sb);
         c.grad_accum = 1;
-        train_config_set(&c, "device_budget", "2400000", &err);
+        st_train_config_set(&c, "device_budget", "2400000", &err);
         snprintf(c.resume, sizeof c.resume, "%s", sb);
-        CHECK(train_run(&c, &r, &err) == ST_OK, "streamed resume: %s", err.msg);
+        CHECK(st_train_run(&c, &r, &err) == ST_OK, "streamed resume: %s", err.msg);
         snprintf(p1, sizeof p1, "%s/checkpoints/step_00000006/train_state.bin", sa);
         snprintf(p2, sizeof p2, "%s/checkpoints/step_00000006/train_state.bin", sb);
         CHECK(test_same_file(p1, p2), "streamed 3 + resume + 3 differs from 6 streamed steps");
         small_config(&c, sb);
-        train_config_set(&c, "device_budget", "400000", &err);
+        st_train_config_set(&c, "device_budget", "400000", &err);
         c.grad_accum = 1;
         c.steps = 7;
         snprintf(c.resume, sizeof c.resume, "%s", sb);
-        CHECK(train_run(&c, &r, &err) == ST_ERR_NOMEM && strstr(err.msg, "device_budget") && strstr(err.msg, "missing"),
+        CHECK(st_train_run(&c, &r, &err) == ST_ERR_NOMEM && strstr(err.msg, "device_budget") && strstr(err.msg, "missing"),
               "a device budget too small names the bytes missing: %s", err.msg);
     }
 
@@ -129,42 +129,42 @@ int main(void) {
     expect_set_error("batch", "0", "key 'batch'");
     expect_set_error("steps", "1.5", "not an integer");
     expect_set_error("seed", "-3", "non-negative");
-    train_config_defaults(&c);
+    st_train_config_defaults(&c);
     c.seq = 4096;
-    gpt2_config mc;
-    CHECK(train_config_resolve(&c, &mc, &err) == ST_ERR_INVALID && strstr(err.msg, "key 'seq'"), "seq > max_seq: %s",
+    st_gpt2_config mc;
+    CHECK(st_train_config_resolve(&c, &mc, &err) == ST_ERR_INVALID && strstr(err.msg, "key 'seq'"), "seq > max_seq: %s",
           err.msg);
-    train_config_defaults(&c);
+    st_train_config_defaults(&c);
     snprintf(c.model, sizeof c.model, "gpt5");
-    CHECK(train_config_resolve(&c, &mc, &err) == ST_ERR_INVALID && strstr(err.msg, "gpt5"), "bad model: %s", err.msg);
-    train_config_defaults(&c);
+    CHECK(st_train_config_resolve(&c, &mc, &err) == ST_ERR_INVALID && strstr(err.msg, "gpt5"), "bad model: %s", err.msg);
+    st_train_config_defaults(&c);
     c.n_embd = 100;
     c.n_head = 3;
-    CHECK(train_config_resolve(&c, &mc, &err) == ST_ERR_INVALID && strstr(err.msg, "n_head"), "n_head: %s", err.msg);
-    train_config_defaults(&c);
+    CHECK(st_train_config_resolve(&c, &mc, &err) == ST_ERR_INVALID && strstr(err.msg, "n_head"), "n_head: %s", err.msg);
+    st_train_config_defaults(&c);
     c.batch = 1 << 20;
     c.seq = 256;
     c.n_layer = 4096;
     c.n_embd = 65536;
     c.n_head = 1;
-    CHECK(train_config_resolve(&c, &mc, &err) == ST_ERR_INVALID && strstr(err.msg, "bytes"), "absurd: %s", err.msg);
+    CHECK(st_train_config_resolve(&c, &mc, &err) == ST_ERR_INVALID && strstr(err.msg, "bytes"), "absurd: %s", err.msg);
     /* JSON config: unknown key and wrong type */
     snprintf(p1, sizeof p1, "%s/bad.json", test_tmpdir());
     f = fopen(p1, "w");
     fputs("{\"lr\": 0.001, \"batchsize\": 8}", f);
     fclose(f);
-    train_config_defaults(&c);
-    CHECK(train_config_load_json(&c, p1, &err) == ST_ERR_INVALID && strstr(err.msg, "batchsize") && strstr(err.msg, p1),
+    st_train_config_defaults(&c);
+    CHECK(st_train_config_load_json(&c, p1, &err) == ST_ERR_INVALID && strstr(err.msg, "batchsize") && strstr(err.msg, p1),
           "json unknown key: %s", err.msg);
     f = fopen(p1, "w");
     fputs("{\"steps\": \"ten\"}", f);
     fclose(f);
-    CHECK(train_config_load_json(&c, p1, &err) == ST_ERR_INVALID && strstr(err.msg, "'steps' must be an integer"),
+    CHECK(st_train_config_load_json(&c, p1, &err) == ST_ERR_INVALID && strstr(err.msg, "'steps' must be an integer"),
           "json type: %s", err.msg);
     f = fopen(p1, "w");
     fputs("{\"steps\": 10,", f);
     fclose(f);
-    CHECK(train_config_load_json(&c, p1, &err) == ST_ERR_FORMAT && strstr(err.msg, p1), "json syntax: %s", err.msg);
+    CHECK(st_train_config_load_json(&c, p1, &err) == ST_ERR_FORMAT && strstr(err.msg, p1), "json syntax: %s", err.msg);
 
     /* bad checkpoints: resume must fail clearly and leave the files as they were */
     char ck[700], st_path[800], backup[900];
@@ -194,7 +194,7 @@ int main(void) {
         small_config(&c, b);
         c.steps = 8;
         snprintf(c.resume, sizeof c.resume, "%s", ck);
-        st_status s = train_run(&c, &r, &err);
+        st_status s = st_train_run(&c, &r, &err);
         CHECK(s != ST_OK && strstr(err.msg, cases[i].needle) && strstr(err.msg, "train_state.bin"), "%s: %s",
               cases[i].what, err.msg);
         CHECK(test_same_file(st_path, backup), "%s: the checkpoint file changed after a failed resume", cases[i].what);
@@ -209,9 +209,9 @@ int main(void) {
     c.n_embd = 32;
     c.steps = 8;
     snprintf(c.resume, sizeof c.resume, "%s", ck);
-    CHECK(train_run(&c, &r, &err) == ST_ERR_SHAPE && strstr(err.msg, "model.safetensors") && strstr(err.msg, "shape"),
+    CHECK(st_train_run(&c, &r, &err) == ST_ERR_SHAPE && strstr(err.msg, "model.safetensors") && strstr(err.msg, "shape"),
           "wrong shape: %s", err.msg);
     snprintf(c.resume, sizeof c.resume, "%s/nothing-here", test_tmpdir());
-    CHECK(train_run(&c, &r, &err) != ST_OK && strstr(err.msg, "nothing-here"), "missing resume dir: %s", err.msg);
+    CHECK(st_train_run(&c, &r, &err) != ST_OK && strstr(err.msg, "nothing-here"), "missing resume dir: %s", err.msg);
     return test_finish("train");
 }

@@ -26,12 +26,12 @@ static double tail_loss(const char *run_dir, int last) {
     return k ? s / k : NAN;
 }
 
-static void config(train_config *c, const char *dir, const char *fmt, long steps) {
-    train_config_defaults(c);
+static void config(st_train_config *c, const char *dir, const char *fmt, long steps) {
+    st_train_config_defaults(c);
     st_err err;
     const char *kv[][2] = {{"n_layer", "2"}, {"n_embd", "64"}, {"n_head", "2"}, {"batch", "8"},
                            {"seq", "64"},    {"warmup_steps", "10"}, {"quiet", "1"}};
-    for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) train_config_set(c, kv[i][0], kv[i][1], &err);
+    for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) st_train_config_set(c, kv[i][0], kv[i][1], &err);
     c->steps = steps;
     snprintf(c->optim_state, sizeof c->optim_state, "%s", fmt);
     snprintf(c->run_dir, sizeof c->run_dir, "%s", dir);
@@ -41,13 +41,13 @@ int main(void) {
     char d32[512], d8[512];
     snprintf(d32, sizeof d32, "%s/f32", test_tmpdir());
     snprintf(d8, sizeof d8, "%s/q8", test_tmpdir());
-    train_config c;
-    train_result r;
+    st_train_config c;
+    st_train_result r;
     st_err err = {0};
     config(&c, d32, "f32", 200);
-    CHECK(train_run(&c, &r, &err) == ST_OK, "fp32 run: %s", err.msg);
+    CHECK(st_train_run(&c, &r, &err) == ST_OK, "fp32 run: %s", err.msg);
     config(&c, d8, "8bit", 200);
-    CHECK(train_run(&c, &r, &err) == ST_OK, "8-bit run: %s", err.msg);
+    CHECK(st_train_run(&c, &r, &err) == ST_OK, "8-bit run: %s", err.msg);
     double l32 = tail_loss(d32, 20), l8 = tail_loss(d8, 20), first = 0;
     printf("mean loss of the last 20 of 200 steps: fp32 states %.4f, 8-bit states %.4f (%+.2f%%)\n", l32, l8,
            100.0 * (l8 - l32) / l32);
@@ -60,13 +60,13 @@ int main(void) {
     snprintf(a, sizeof a, "%s/q8full", test_tmpdir());
     snprintf(b, sizeof b, "%s/q8split", test_tmpdir());
     config(&c, a, "8bit", 6);
-    CHECK(train_run(&c, &r, &err) == ST_OK, "%s", err.msg);
+    CHECK(st_train_run(&c, &r, &err) == ST_OK, "%s", err.msg);
     config(&c, b, "8bit", 6);
     c.stop_at = 3;
-    CHECK(train_run(&c, &r, &err) == ST_OK, "%s", err.msg);
+    CHECK(st_train_run(&c, &r, &err) == ST_OK, "%s", err.msg);
     config(&c, b, "8bit", 6);
     snprintf(c.resume, sizeof c.resume, "%s", b);
-    CHECK(train_run(&c, &r, &err) == ST_OK, "%s", err.msg);
+    CHECK(st_train_run(&c, &r, &err) == ST_OK, "%s", err.msg);
     for (int k = 0; k < 2; k++) {
         const char *file = k ? "train_state.bin" : "model.safetensors";
         snprintf(pa, sizeof pa, "%s/checkpoints/step_00000006/%s", a, file);

@@ -11,22 +11,22 @@
 #include "strata/train.h"
 #include "testutil.h"
 
-static void small_config(train_config *c, const char *run_dir) {
-    train_config_defaults(c);
+static void small_config(st_train_config *c, const char *run_dir) {
+    st_train_config_defaults(c);
     st_err err;
     const char *kv[][2] = {{"model", "gpt2-mini"}, {"n_layer", "2"}, {"n_embd", "64"}, {"n_head", "2"},
                            {"batch", "4"},         {"seq", "32"},    {"steps", "6"},      {"warmup_steps", "2"},
                            {"lr", "0.003"},        {"grad_clip", "0.5"}, {"quiet", "1"}};
     for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
-        if (train_config_set(c, kv[i][0], kv[i][1], &err)) fprintf(stderr, "config: %s\n", err.msg);
+        if (st_train_config_set(c, kv[i][0], kv[i][1], &err)) fprintf(stderr, "config: %s\n", err.msg);
     snprintf(c->run_dir, sizeof c->run_dir, "%s", run_dir);
 }
 
 int main(void) {
     char p1[700], p2[700];
     st_err err = {0};
-    train_config c;
-    train_result r;
+    st_train_config c;
+    st_train_result r;
     {
         struct { const char *budget, *vocab; int ref; } vc[] = {
             {NULL, "0", -1}, {"2400000", "0", 0}, {NULL, "16384", -1}, {"6200000", "16384", 2}};
@@ -37,11 +37,11 @@ int main(void) {
             snprintf(off, sizeof off, "%s/val-off%d", test_tmpdir(), k);
             for (int v = 0; v < 2; v++) {
                 small_config(&c, v ? on : off);
-                if (vc[k].budget) train_config_set(&c, "device_budget", vc[k].budget, &err);
-                train_config_set(&c, "vocab_size", vc[k].vocab, &err);
-                train_config_set(&c, "eval_every", v ? "1" : "0", &err);
-                train_config_set(&c, "eval_tokens", "200", &err); /* two batches of 4 x 32 */
-                CHECK(train_run(&c, &r, &err) == ST_OK, "validation run %d/%d: %s", k, v, err.msg);
+                if (vc[k].budget) st_train_config_set(&c, "device_budget", vc[k].budget, &err);
+                st_train_config_set(&c, "vocab_size", vc[k].vocab, &err);
+                st_train_config_set(&c, "eval_every", v ? "1" : "0", &err);
+                st_train_config_set(&c, "eval_tokens", "200", &err); /* two batches of 4 x 32 */
+                CHECK(st_train_run(&c, &r, &err) == ST_OK, "validation run %d/%d: %s", k, v, err.msg);
             }
             const char *files[] = {"model.safetensors", "train_state.bin"};
             for (int i = 0; i < 2; i++) {

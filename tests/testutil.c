@@ -69,14 +69,14 @@ int test_finish(const char *name) {
 }
 
 int test_meta_int(struct st_safetensors *st, const char *key) {
-    const char *v = safetensors_meta(st, key);
+    const char *v = st_safetensors_meta(st, key);
     return v ? atoi(v) : -1;
 }
 
 float *test_read_f32(struct st_safetensors *st, const char *name, size_t n) {
     float *buf = malloc(n * sizeof(float));
     st_err err = {0};
-    if (!buf || safetensors_read_f32(st, name, buf, n, NULL, 0, &err) != ST_OK) {
+    if (!buf || st_safetensors_read_f32(st, name, buf, n, NULL, 0, &err) != ST_OK) {
         fprintf(stderr, "%s\n", buf ? err.msg : "out of memory");
         free(buf);
         return NULL;
@@ -115,7 +115,7 @@ int test_load_params(struct st_safetensors *fx, const struct st_param_info *t, i
     st_status s = ST_OK;
     for (int i = 0; i < n && !s; i++) {
         int64_t shape[2] = {t[i].shape[0], t[i].shape[1]};
-        s = safetensors_read_f32(fx, t[i].name, host + t[i].offset, t[i].numel, shape, t[i].ndim, err);
+        s = st_safetensors_read_f32(fx, t[i].name, host + t[i].offset, t[i].numel, shape, t[i].ndim, err);
     }
     if (!s) be->ops->copy_to_device(be, params, host, n_params * sizeof(float));
     free(host);

@@ -32,10 +32,10 @@
  *     st_backend *be = NULL;
  *     st_arch *a = NULL;
  *     st_blocks *b = NULL;
- *     gpt2_config cfg;
+ *     st_gpt2_config cfg;
  *     enum { B = 2, T = 16 };
  *     int32_t inputs[B * T] = {0};
- *     if (st_backend_cpu_create(&be, 0, &err) || gpt2_config_preset("gpt2-tiny", &cfg, &err) ||
+ *     if (st_backend_cpu_create(&be, 0, &err) || st_gpt2_config_preset("gpt2-tiny", &cfg, &err) ||
  *         st_arch_gpt2(&a, &cfg, &err) || st_blocks_bind(&b, a, be, B, T, &err)) return 1;
  *     const st_arch_layout *ly = &a->lay;
  *     int L = ly->n_blocks;
@@ -134,7 +134,7 @@ typedef struct st_arch_ops {
 struct st_arch {
     const st_arch_ops *ops;
     st_arch_layout lay;
-    void *impl; /* the architecture's configuration (gpt2_config, llama_config), owned */
+    void *impl; /* the architecture's configuration (st_gpt2_config, st_llama_config), owned */
 };
 
 /* An arch bound to a backend and a batch shape. */
@@ -145,8 +145,8 @@ struct st_blocks {
     void *state; /* the architecture's (token ids, scratch, tables), on be */
 };
 
-st_status st_arch_gpt2(st_arch **out, const gpt2_config *cfg, st_err *err);
-/* llama_config is in llama.h: st_arch_llama(st_arch **, const llama_config *, st_err *). */
+st_status st_arch_gpt2(st_arch **out, const st_gpt2_config *cfg, st_err *err);
+/* st_llama_config is in llama.h: st_arch_llama(st_arch **, const st_llama_config *, st_err *). */
 /* The architecture of a model made by st_model_create / st_model_create_hf (a copy the
  * caller frees). */
 st_status st_arch_of_model(st_arch **out, const st_model *m, st_err *err);

@@ -145,7 +145,7 @@ st_status st_chat_render_json(const st_chat_template *t, const char *line, size_
 typedef struct st_chat_pack_stats {
     uint64_t docs, tokens, bytes, trained;
 } st_chat_pack_stats;
-st_status st_chat_pack_file(data_pack_writer *w, const st_tokenizer *tok, const st_chat_template *t,
+st_status st_chat_pack_file(st_data_pack_writer *w, const st_tokenizer *tok, const st_chat_template *t,
                             st_chat_mask mode, int32_t eod, int threads, const char *path,
                             st_chat_pack_stats *stats, st_err *err);
 

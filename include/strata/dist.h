@@ -13,9 +13,9 @@
  * bits one process gives with grad_accum N, whatever the transport does.
  *
  * ZeRO: each rank owns a contiguous shard [bounds[r], bounds[r+1]) of the flat parameter
- * vector (st_zero_bounds), cut on the 8-bit optimizer's blocks (OPTIM_Q8_BLOCK from each
+ * vector (st_zero_bounds), cut on the 8-bit optimizer's blocks (ST_OPTIM_Q8_BLOCK from each
  * segment's start), so that the update is the bits of the unsharded one; the gradient
- * norm's chunks (OPTIM_SUMSQ_CHUNK) each belong to the rank holding their first element,
+ * norm's chunks (ST_OPTIM_SUMSQ_CHUNK) each belong to the rank holding their first element,
  * which receives the rest of a chunk that crosses into the next shard.
  *
  * Example (any number of ranks, also one):
@@ -128,9 +128,9 @@ st_status st_comm_allgather_f32(st_comm *c, float *x, size_t lo, size_t hi, cons
 /* ZeRO's shards of a flat vector of n elements described by segs: bounds[0] = 0,
  * bounds[size] = n, each cut the nearest whole 8-bit block to r n / size (see above); a
  * shard may be empty when n is small. */
-void st_zero_bounds(const optim_segment *segs, int n_segs, size_t n, int size, size_t *bounds);
+void st_zero_bounds(const st_optim_segment *segs, int n_segs, size_t n, int size, size_t *bounds);
 /* segs clipped to [lo, hi) into out, offsets counted from lo (the shard's optimizer indexes
  * its own buffers: params + lo, the gradient shard, base 0); how many. */
-int st_zero_clip_segments(const optim_segment *segs, int n_segs, size_t lo, size_t hi, optim_segment *out);
+int st_zero_clip_segments(const st_optim_segment *segs, int n_segs, size_t lo, size_t hi, st_optim_segment *out);
 
 #endif

@@ -5,21 +5,21 @@
  *
  *     st_err err = {0};
  *     st_backend *be = NULL;
- *     llama_config cfg;
- *     llama_model m = {0};
+ *     st_llama_config cfg;
+ *     st_llama_model m = {0};
  *     enum { B = 1, T = 8 };
  *     int32_t inputs[B * T] = {0}, targets[B * T] = {0};  // token ids; a target < 0 is ignored
- *     if (st_backend_cpu_create(&be, 0, &err) || hf_config_read("Qwen2.5-0.5B", &cfg, &err) ||
- *         llama_create(&m, &cfg, be, &err) || llama_load_hf(&m, "Qwen2.5-0.5B", &err) ||
- *         llama_alloc_acts(&m, B, T, &err)) {   // the directory of config.json, *.safetensors
+ *     if (st_backend_cpu_create(&be, 0, &err) || st_hf_config_read("Qwen2.5-0.5B", &cfg, &err) ||
+ *         st_llama_create(&m, &cfg, be, &err) || st_llama_load_hf(&m, "Qwen2.5-0.5B", &err) ||
+ *         st_llama_alloc_acts(&m, B, T, &err)) {   // the directory of config.json, *.safetensors
  *         fprintf(stderr, "strata: %s\n", err.msg);
  *         return 1;
  *     }
- *     llama_zero_grad(&m);
- *     float loss = llama_forward(&m, inputs, targets, 1.0f / (B * T));
- *     llama_backward(&m);                           // m.grads += d loss / d m.params
+ *     st_llama_zero_grad(&m);
+ *     float loss = st_llama_forward(&m, inputs, targets, 1.0f / (B * T));
+ *     st_llama_backward(&m);                           // m.grads += d loss / d m.params
  *     printf("loss %.3f, %zu parameters\n", loss, m.n_params);
- *     llama_free(&m);
+ *     st_llama_free(&m);
  *     st_backend_free(be);
  *
  * End of example.
@@ -55,7 +55,7 @@
 #include "strata/model.h"
 #include "strata/tensor.h"
 
-typedef struct llama_config {
+typedef struct st_llama_config {
     char model_type[16];   /* Hugging Face model_type: "llama", "mistral", "qwen2", "qwen3" */
     int vocab_size;        /* V */
     int hidden_size;       /* C */
@@ -76,41 +76,41 @@ typedef struct llama_config {
     int tie_word_embeddings;
     int sliding_window;    /* > 0: the checkpoint attends over only this many positions;
                             * strata attends over the whole causal context, so a sequence
-                            * longer than the window is refused (llama_alloc_acts) */
-} llama_config;
+                            * longer than the window is refused (st_llama_alloc_acts) */
+} st_llama_config;
 
 /* Named shapes: "llama-tiny" (GQA 4/2, untied, Llama-3 rope scaling, attention_bias; tests), "qwen2-tiny"
  * (multi-query, q/k/v biases, tied; tests), "qwen3-tiny" (q/k norm), "qwen2.5-0.5b",
  * "llama3.2-1b". Weights are whatever the caller loads or initialises. */
-st_status llama_config_preset(const char *name, llama_config *cfg, st_err *err);
-const char *llama_preset_names(void);
-st_status llama_config_validate(const llama_config *cfg, st_err *err);
+st_status st_llama_config_preset(const char *name, st_llama_config *cfg, st_err *err);
+const char *st_llama_preset_names(void);
+st_status st_llama_config_validate(const st_llama_config *cfg, st_err *err);
 /* Apply st_model_overrides (model.h; 0 keeps a value): vocab_size, max_seq (max positions),
  * n_layer, n_head, n_embd (hidden size). head_dim follows hidden / heads when the preset
  * had it so; kv heads stay as they are (multi-head presets stay multi-head) and must
  * divide the new head count. Validates the result. */
-st_status llama_config_apply_overrides(llama_config *cfg, const st_model_overrides *ov, st_err *err);
+st_status st_llama_config_apply_overrides(st_llama_config *cfg, const st_model_overrides *ov, st_err *err);
 /* Parameters of the configuration (elements). */
-size_t llama_param_count(const llama_config *cfg);
+size_t st_llama_param_count(const st_llama_config *cfg);
 
 /* The architecture as executors see it (strata/block.h; llama_arch.c): the layout above,
  * one tensor table for it (model.embed_tokens.weight | blocks | model.norm.weight
  * [| lm_head.weight]), and the embedding, a block and the final RMSNorm over slabs
  * wherever they live. Validates cfg; the arch owns a copy of it (impl). */
-st_status st_arch_llama(st_arch **out, const llama_config *cfg, st_err *err);
+st_status st_arch_llama(st_arch **out, const st_llama_config *cfg, st_err *err);
 /* Its sizes without an st_arch: one block's activation set for (B, T) in floats (ln1,
  * rstd1, qkv, [qkvn, rstdq, rstdk], atty, lse, res2, ln2, rstd2, gate|up, SwiGLU out; not
  * the block's output); the bytes st_blocks_bind allocates (token ids, block scratch,
  * rotary tables, each rounded to ST_ARENA_ALIGN); training FLOPs per token of one block
- * at sequence length T (llama_flops_per_token = L * this + 6 V C). */
-size_t llama_block_act_floats(const llama_config *cfg, int B, int T);
-size_t llama_bind_bytes(const llama_config *cfg, int B, int T);
-double llama_block_flops_per_token(const llama_config *cfg, int T);
+ * at sequence length T (st_llama_flops_per_token = L * this + 6 V C). */
+size_t st_llama_block_act_floats(const st_llama_config *cfg, int B, int T);
+size_t st_llama_bind_bytes(const st_llama_config *cfg, int B, int T);
+double st_llama_block_flops_per_token(const st_llama_config *cfg, int T);
 
-typedef struct llama_acts llama_acts;
+typedef struct st_llama_acts st_llama_acts;
 
-typedef struct llama_model {
-    llama_config cfg;
+typedef struct st_llama_model {
+    st_llama_config cfg;
     st_backend *be;
     size_t n_params;
     float *params; /* backend memory, n_params */
@@ -119,97 +119,97 @@ typedef struct llama_model {
     const st_param_info *tensors; /* the arch's table */
     size_t block_offset0; /* element offset of block 0 */
     size_t block_numel;   /* elements per block slab */
-    st_arch *arch;        /* the pieces llama_forward / llama_backward run (llama_arch.c) */
-    llama_acts *acts;
+    st_arch *arch;        /* the pieces st_llama_forward / st_llama_backward run (llama_arch.c) */
+    st_llama_acts *acts;
     int B, T;
     float mean_loss;
-} llama_model;
+} st_llama_model;
 
-st_status llama_create(llama_model *m, const llama_config *cfg, st_backend *be, st_err *err);
-void llama_free(llama_model *m);
+st_status st_llama_create(st_llama_model *m, const st_llama_config *cfg, st_backend *be, st_err *err);
+void st_llama_free(st_llama_model *m);
 /* Weights N(0, 0.02) (Hugging Face's initializer_range), norms 1, biases 0. */
-void llama_init_random(llama_model *m, uint64_t seed);
-const st_param_info *llama_find_tensor(const llama_model *m, const char *name);
+void st_llama_init_random(st_llama_model *m, uint64_t seed);
+const st_param_info *st_llama_find_tensor(const st_llama_model *m, const char *name);
 
 /* Activations for B sequences of T tokens (T <= max_seq), the arch bound to (B, T)
- * (st_blocks_bind: scratch and rotary tables) included; llama_act_bytes counts both. */
-st_status llama_alloc_acts(llama_model *m, int B, int T, st_err *err);
-size_t llama_act_bytes(const llama_config *cfg, int B, int T);
+ * (st_blocks_bind: scratch and rotary tables) included; st_llama_act_bytes counts both. */
+st_status st_llama_alloc_acts(st_llama_model *m, int B, int T, st_err *err);
+size_t st_llama_act_bytes(const st_llama_config *cfg, int B, int T);
 
-/* As gpt2_forward / gpt2_backward: mean loss over targets >= 0; dloss != 0 turns the
- * logits into their gradient for llama_backward, which accumulates (+=) into grads. */
-float llama_forward(llama_model *m, const int32_t *inputs, const int32_t *targets, float dloss);
+/* As st_gpt2_forward / st_gpt2_backward: mean loss over targets >= 0; dloss != 0 turns the
+ * logits into their gradient for st_llama_backward, which accumulates (+=) into grads. */
+float st_llama_forward(st_llama_model *m, const int32_t *inputs, const int32_t *targets, float dloss);
 /* The same, calling hook (when not NULL) before the weights of each part are read
  * (st_model.weight_hook). */
-float llama_forward_hooked(llama_model *m, const int32_t *inputs, const int32_t *targets, float dloss,
+float st_llama_forward_hooked(st_llama_model *m, const int32_t *inputs, const int32_t *targets, float dloss,
                            void (*hook)(void *ctx, size_t offset, size_t n), void *ctx);
-void llama_backward(llama_model *m);
+void st_llama_backward(st_llama_model *m);
 /* Packed documents (model.h, st_model_set_docs) for the following forwards and backwards,
- * until the next call or llama_alloc_acts: rotary angles at the positions, attention
+ * until the next call or st_llama_alloc_acts: rotary angles at the positions, attention
  * restricted by doc_start. */
-st_status llama_set_docs(llama_model *m, const int32_t *positions, const int32_t *doc_start, st_err *err);
+st_status st_llama_set_docs(st_llama_model *m, const int32_t *positions, const int32_t *doc_start, st_err *err);
 /* The same, calling hook (when not NULL) after each block (st_grad_hook, model.h). */
-void llama_backward_hooked(llama_model *m, void (*hook)(void *ctx, size_t offset, size_t n), void *ctx);
-void llama_zero_grad(llama_model *m);
-const float *llama_logits(const llama_model *m);
+void st_llama_backward_hooked(st_llama_model *m, void (*hook)(void *ctx, size_t offset, size_t n), void *ctx);
+void st_llama_zero_grad(st_llama_model *m);
+const float *st_llama_logits(const st_llama_model *m);
 /* Rotary tables cos, sin (T, head_dim/2) exactly as the forward uses them (theta,
  * Llama-3 scaling); implemented in src/model/llama_arch.c. */
-void llama_rope_tables(const llama_config *c, int T, float *cos_t, float *sin_t);
+void st_llama_rope_tables(const st_llama_config *c, int T, float *cos_t, float *sin_t);
 
 /* Training FLOPs per token at sequence length T: 6 * (matmul weights incl. the head)
- * + 6 * L * T * NH * hs (causal attention, as gpt2_flops_per_token counts it). */
-double llama_flops_per_token(const llama_config *cfg, int T);
+ * + 6 * L * T * NH * hs (causal attention, as st_gpt2_flops_per_token counts it). */
+double st_llama_flops_per_token(const st_llama_config *cfg, int T);
 
 /* The matrix products of one training step as row-major sgemm calls C(M,N) = op(A) op(B)
  * with inner size K, ta/tb = transposed, count per step: forward, dinp and dw of the
  * q|k|v, o, gate|up, down projections (each x L) and the head. For benchmarks that
- * compare a step with sgemm at the model's own shapes. Writes LLAMA_STEP_GEMMS entries. */
-#define LLAMA_STEP_GEMMS 15
-typedef struct llama_gemm { int M, N, K, ta, tb, count; } llama_gemm;
-void llama_step_gemms(const llama_config *cfg, int B, int T, llama_gemm out[LLAMA_STEP_GEMMS]);
+ * compare a step with sgemm at the model's own shapes. Writes ST_LLAMA_STEP_GEMMS entries. */
+#define ST_LLAMA_STEP_GEMMS 15
+typedef struct st_llama_gemm { int M, N, K, ta, tb, count; } st_llama_gemm;
+void st_llama_step_gemms(const st_llama_config *cfg, int B, int T, st_llama_gemm out[ST_LLAMA_STEP_GEMMS]);
 
 /* ---- Hugging Face directories (hf_config.c, hf_io.c) ---- */
 
 /* Parse config.json text (origin names it in messages). Architectures LlamaForCausalLM,
  * MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM; an unsupported architecture or
  * option is an error naming the field and what to do. */
-st_status hf_config_parse(const char *json_text, const char *origin, llama_config *cfg, st_err *err);
+st_status st_hf_config_parse(const char *json_text, const char *origin, st_llama_config *cfg, st_err *err);
 /* DIR/config.json */
-st_status hf_config_read(const char *dir, llama_config *cfg, st_err *err);
+st_status st_hf_config_read(const char *dir, st_llama_config *cfg, st_err *err);
 /* config.json text for cfg (malloc'd, caller frees), as transformers writes it;
  * torch_dtype "float32", "bfloat16" or "float16" (NULL: float32). */
-char *hf_config_to_json(const llama_config *cfg, const char *torch_dtype);
+char *st_hf_config_to_json(const st_llama_config *cfg, const char *torch_dtype);
 
 /* Weights from DIR/model.safetensors or the shards listed in DIR/model.safetensors.index.json,
  * F32/BF16/F16; every tensor must be present with the configuration's shape. */
-st_status llama_load_hf(llama_model *m, const char *dir, st_err *err);
+st_status st_llama_load_hf(st_llama_model *m, const char *dir, st_err *err);
 /* Write DIR/config.json and the weights in dtype (ST_F32, ST_BF16 or ST_F16): one
  * model.safetensors, or, when max_shard_bytes > 0 and the weights exceed it, shards
  * model-0000k-of-0000n.safetensors and model.safetensors.index.json. Creates DIR. */
-st_status llama_save_hf(const llama_model *m, const char *dir, st_dtype dtype, size_t max_shard_bytes, st_err *err);
+st_status st_llama_save_hf(const st_llama_model *m, const char *dir, st_dtype dtype, size_t max_shard_bytes, st_err *err);
 
 /* One safetensors file with every tensor under its HF name, F32, and the config.json
  * text in the metadata key "config" (training checkpoints). Load checks names and shapes
- * as llama_load_hf does (F32/BF16/F16). */
-st_status llama_save_safetensors(const llama_model *m, const char *path, st_err *err);
-st_status llama_load_safetensors(llama_model *m, const char *path, st_err *err);
+ * as st_llama_load_hf does (F32/BF16/F16). */
+st_status st_llama_save_safetensors(const st_llama_model *m, const char *path, st_err *err);
+st_status st_llama_load_safetensors(st_llama_model *m, const char *path, st_err *err);
 
 /* ---- behind the architecture-independent st_model (model.h; llama_model.c) ----
  * save/load take a path: a name ending in ".safetensors" is one file
- * (llama_save_safetensors), anything else a Hugging Face directory (llama_save_hf, F32). */
+ * (st_llama_save_safetensors), anything else a Hugging Face directory (st_llama_save_hf, F32). */
 /* A new model of configuration cfg, owned by the st_model (st_model_free frees both). */
-st_status st_model_create_llama(st_model **out, const llama_config *cfg, st_backend *be, st_err *err);
+st_status st_model_create_llama(st_model **out, const st_llama_config *cfg, st_backend *be, st_err *err);
 /* A model from a Hugging Face directory: config.json, then the weights. */
 st_status st_model_create_hf(st_model **out, const char *dir, st_backend *be, st_err *err);
-/* The llama_model inside an st_model made by the two above (NULL for other architectures). */
-llama_model *st_model_llama(const st_model *m);
+/* The st_llama_model inside an st_model made by the two above (NULL for other architectures). */
+st_llama_model *st_model_llama(const st_model *m);
 
 /* Describe a Hugging Face directory to out (hf_inspect.c): architecture and configuration,
  * parameter count (checked against the weight files, whose tensors, dtypes and bytes are
  * summed without loading them), and the memory a training run at batch B x seq T needs
  * per class of state: fp32 weights, fp32 gradients, optimizer moments at
- * state_bytes_per_param (8 for fp32 AdamW; optim_state_bytes_per_param for 8-bit), and
- * activations (llama_act_bytes). */
-st_status hf_inspect(const char *dir, int B, int T, double state_bytes_per_param, FILE *out, st_err *err);
+ * state_bytes_per_param (8 for fp32 AdamW; st_optim_state_bytes_per_param for 8-bit), and
+ * activations (st_llama_act_bytes). */
+st_status st_hf_inspect(const char *dir, int B, int T, double state_bytes_per_param, FILE *out, st_err *err);
 
 #endif

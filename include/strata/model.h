@@ -39,19 +39,19 @@
 #include "strata/core.h"
 #include "strata/tensor.h"
 
-typedef struct gpt2_config {
+typedef struct st_gpt2_config {
     int vocab_size; /* V */
     int max_seq;    /* maxT, rows of wpe */
     int n_layer;    /* L */
     int n_head;     /* NH */
     int n_embd;     /* C */
-} gpt2_config;
+} st_gpt2_config;
 
 /* Named shapes: "gpt2-124m" (the original), "gpt2-mini" (the default for strata
  * train: trains visibly in two minutes on two cores), "gpt2-tiny" (tests). */
-st_status gpt2_config_preset(const char *name, gpt2_config *cfg, st_err *err);
-const char *gpt2_preset_names(void);
-st_status gpt2_config_validate(const gpt2_config *cfg, st_err *err);
+st_status st_gpt2_config_preset(const char *name, st_gpt2_config *cfg, st_err *err);
+const char *st_gpt2_preset_names(void);
+st_status st_gpt2_config_validate(const st_gpt2_config *cfg, st_err *err);
 
 typedef enum st_role {
     ST_ROLE_EMBEDDING = 0,
@@ -83,10 +83,10 @@ const st_param_info *st_params_find(const st_param_info *t, int n, const char *n
 void st_params_init_by_role(const st_param_info *t, int n, float *host, uint64_t seed, const char *resid_suffix,
                             float resid_scale);
 
-typedef struct gpt2_acts gpt2_acts;
+typedef struct st_gpt2_acts st_gpt2_acts;
 
-typedef struct gpt2_model {
-    gpt2_config cfg;
+typedef struct st_gpt2_model {
+    st_gpt2_config cfg;
     st_backend *be;
     size_t n_params;
     float *params; /* backend memory, n_params */
@@ -95,125 +95,125 @@ typedef struct gpt2_model {
     st_param_info *tensors;
     size_t block_offset0; /* element offset of block 0 */
     size_t block_numel;   /* elements per block slab */
-    gpt2_acts *acts;      /* sized for (B, T) by gpt2_alloc_acts */
+    st_gpt2_acts *acts;      /* sized for (B, T) by st_gpt2_alloc_acts */
     int B, T;
     float mean_loss;
     /* Where the embedding and the head find their parameters: emb_w is wte (V, C)
      * followed by wpe (maxT, C), lnf_w is ln_f weight then bias (2C); *_g the same for
-     * gradients. gpt2_create points them into params/grads; a layer-streaming executor
-     * points them at its device copies (see gpt2_create_shell). */
+     * gradients. st_gpt2_create points them into params/grads; a layer-streaming executor
+     * points them at its device copies (see st_gpt2_create_shell). */
     float *emb_w, *lnf_w, *emb_g, *lnf_g;
-    /* Packed documents (gpt2_set_docs): backend copies of the positions and doc_start of
+    /* Packed documents (st_gpt2_set_docs): backend copies of the positions and doc_start of
      * the batch, NULL when off (positions 0..T-1, causal attention over the whole row). */
     int32_t *docs;                  /* the allocation: 2 (B,T) int32 */
     const int32_t *pos_dev, *ds_dev;
-} gpt2_model;
+} st_gpt2_model;
 
-st_status gpt2_create(gpt2_model *m, const gpt2_config *cfg, st_backend *be, st_err *err);
-/* The tensor table and layout of gpt2_create without the parameter and gradient
+st_status st_gpt2_create(st_gpt2_model *m, const st_gpt2_config *cfg, st_backend *be, st_err *err);
+/* The tensor table and layout of st_gpt2_create without the parameter and gradient
  * vectors: params, grads and the emb/lnf pointers are NULL until the caller sets the
  * emb/lnf pointers (a streaming executor keeps the full vectors on the host and runs
- * the block functions on device slabs). gpt2_free releases it. */
-st_status gpt2_create_shell(gpt2_model *m, const gpt2_config *cfg, st_backend *be, st_err *err);
-void gpt2_free(gpt2_model *m);
+ * the block functions on device slabs). st_gpt2_free releases it. */
+st_status st_gpt2_create_shell(st_gpt2_model *m, const st_gpt2_config *cfg, st_backend *be, st_err *err);
+void st_gpt2_free(st_gpt2_model *m);
 
 /* GPT-2's initialisation: weights N(0, 0.02), residual projections scaled by
  * 1/sqrt(2L), biases 0, LayerNorm weight 1 and bias 0. Deterministic in seed. */
-void gpt2_init_random(gpt2_model *m, uint64_t seed);
+void st_gpt2_init_random(st_gpt2_model *m, uint64_t seed);
 
-const st_param_info *gpt2_find_tensor(const gpt2_model *m, const char *name);
+const st_param_info *st_gpt2_find_tensor(const st_gpt2_model *m, const char *name);
 
 /* Activations for batches of B sequences of T tokens (T <= max_seq). */
-st_status gpt2_alloc_acts(gpt2_model *m, int B, int T, st_err *err);
-size_t gpt2_act_bytes(const gpt2_config *cfg, int B, int T);
+st_status st_gpt2_alloc_acts(st_gpt2_model *m, int B, int T, st_err *err);
+size_t st_gpt2_act_bytes(const st_gpt2_config *cfg, int B, int T);
 /* The same with per-layer activations for only the first n_layers layers (0..n_layer):
  * the shared buffers (tokens, embedding output, head, backward scratch) and n_layers
- * gpt2_layer_acts sets. An executor that places block activations itself passes 0. */
-st_status gpt2_alloc_acts_layers(gpt2_model *m, int B, int T, int n_layers, st_err *err);
-size_t gpt2_act_bytes_layers(const gpt2_config *cfg, int B, int T, int n_layers);
+ * st_gpt2_layer_acts sets. An executor that places block activations itself passes 0. */
+st_status st_gpt2_alloc_acts_layers(st_gpt2_model *m, int B, int T, int n_layers, st_err *err);
+size_t st_gpt2_act_bytes_layers(const st_gpt2_config *cfg, int B, int T, int n_layers);
 /* Only what the block functions need besides their activation sets: token ids and the
  * forward and backward scratch (the block interface's bound state). */
-st_status gpt2_alloc_scratch(gpt2_model *m, int B, int T, st_err *err);
-size_t gpt2_scratch_bytes(const gpt2_config *cfg, int B, int T);
+st_status st_gpt2_alloc_scratch(st_gpt2_model *m, int B, int T, st_err *err);
+size_t st_gpt2_scratch_bytes(const st_gpt2_config *cfg, int B, int T);
 
 /* Forward over inputs (B,T); with targets, returns the mean loss over positions whose
  * target is >= 0. If dloss != 0 the logits are replaced by their gradient scaled by
- * dloss (call gpt2_backward next). Host pointers to int32 token ids. */
-float gpt2_forward(gpt2_model *m, const int32_t *inputs, const int32_t *targets, float dloss);
+ * dloss (call st_gpt2_backward next). Host pointers to int32 token ids. */
+float st_gpt2_forward(st_gpt2_model *m, const int32_t *inputs, const int32_t *targets, float dloss);
 /* The same, calling hook (when not NULL) before the weights of each part are read
  * (st_model.weight_hook). */
-float gpt2_forward_hooked(gpt2_model *m, const int32_t *inputs, const int32_t *targets, float dloss,
+float st_gpt2_forward_hooked(st_gpt2_model *m, const int32_t *inputs, const int32_t *targets, float dloss,
                           void (*hook)(void *ctx, size_t offset, size_t n), void *ctx);
 /* Packed documents for the following forwards and backwards, until the next call or
- * gpt2_alloc_acts*: positions (B,T) index wpe, doc_start (B,T) restricts attention
+ * st_gpt2_alloc_acts*: positions (B,T) index wpe, doc_start (B,T) restricts attention
  * (attention_doc_forward); host arrays checked by st_docs_check, copied now; either NULL:
  * that part as today (wpe[t], causal). */
-st_status gpt2_set_docs(gpt2_model *m, const int32_t *positions, const int32_t *doc_start, st_err *err);
+st_status st_gpt2_set_docs(st_gpt2_model *m, const int32_t *positions, const int32_t *doc_start, st_err *err);
 /* Accumulate parameter gradients (+=) for the last forward. */
-void gpt2_backward(gpt2_model *m);
+void st_gpt2_backward(st_gpt2_model *m);
 /* The same, calling hook (when not NULL) after each block (st_grad_hook). */
-void gpt2_backward_hooked(gpt2_model *m, void (*hook)(void *ctx, size_t offset, size_t n), void *ctx);
-void gpt2_zero_grad(gpt2_model *m);
+void st_gpt2_backward_hooked(st_gpt2_model *m, void (*hook)(void *ctx, size_t offset, size_t n), void *ctx);
+void st_gpt2_zero_grad(st_gpt2_model *m);
 /* Logits (B,T,V) of the last forward made with dloss == 0 (backend memory). */
-const float *gpt2_logits(const gpt2_model *m);
+const float *st_gpt2_logits(const st_gpt2_model *m);
 
 /* Model FLOPs for one training step (forward + backward) per token at sequence length T:
  *   6 * (L*12*C^2 + V*C)   matmul weights, including the tied classifier
  * + 6 * L * T * C          causal attention (QK^T and PV, forward 2*2*T*C/2, x3 for backward)
  * Norms, biases, GELU, softmax and the attention recompute are not counted. */
-double gpt2_flops_per_token(const gpt2_config *cfg, int T);
+double st_gpt2_flops_per_token(const st_gpt2_config *cfg, int T);
 
 
 /* The step in pieces, for executors that place blocks themselves (layer streaming,
  * activation checkpointing). A block reads its weights from a slab of block_numel
  * floats (laid out as above) wherever it lives, its input from `in`, and writes its
- * activations into a gpt2_block_acts; gpt2_forward/backward are these pieces run
+ * activations into a st_gpt2_block_acts; gpt2_forward/backward are these pieces run
  * over the model's own parameters and per-layer activations.
  *   forward:  embed_forward -> block_forward x L -> head_forward
  *   backward: head_backward -> block_backward x L (reverse) -> embed_backward
  * dres (N, C) carries the gradient of the residual stream between them. */
-typedef struct gpt2_block_acts {
+typedef struct st_gpt2_block_acts {
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *lse, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fchg;
     float *out; /* the block's output (N, C): the next block's input */
-} gpt2_block_acts;
+} st_gpt2_block_acts;
 
-gpt2_block_acts gpt2_layer_acts(const gpt2_model *m, int l);
-/* One block's activations carved from buf (gpt2_block_act_floats(m) floats, for the
+st_gpt2_block_acts st_gpt2_layer_acts(const st_gpt2_model *m, int l);
+/* One block's activations carved from buf (st_gpt2_block_act_floats(m) floats, for the
  * model's current B and T) with the output at out (N, C), which lies outside buf. */
-size_t gpt2_block_act_floats(const gpt2_model *m);
-gpt2_block_acts gpt2_block_acts_at(const gpt2_model *m, float *buf, float *out);
+size_t st_gpt2_block_act_floats(const st_gpt2_model *m);
+st_gpt2_block_acts st_gpt2_block_acts_at(const st_gpt2_model *m, float *buf, float *out);
 /* Block l's input (l == n_layer: the final LayerNorm's input). */
-const float *gpt2_layer_input(const gpt2_model *m, int l);
-void gpt2_embed_forward(gpt2_model *m, const int32_t *inputs, const int32_t *targets);
-void gpt2_block_forward(gpt2_model *m, const float *wslab, const float *in, const gpt2_block_acts *a);
-float gpt2_head_forward(gpt2_model *m, const float *x, const int32_t *targets, float dloss);
-void gpt2_head_backward(gpt2_model *m, const float *x, float *dres);
+const float *st_gpt2_layer_input(const st_gpt2_model *m, int l);
+void st_gpt2_embed_forward(st_gpt2_model *m, const int32_t *inputs, const int32_t *targets);
+void st_gpt2_block_forward(st_gpt2_model *m, const float *wslab, const float *in, const st_gpt2_block_acts *a);
+float st_gpt2_head_forward(st_gpt2_model *m, const float *x, const int32_t *targets, float dloss);
+void st_gpt2_head_backward(st_gpt2_model *m, const float *x, float *dres);
 /* gslab += gradients; dres: in, d(block output); out, d(block input) */
-void gpt2_block_backward(gpt2_model *m, const float *wslab, float *gslab, const float *in, const gpt2_block_acts *a,
+void st_gpt2_block_backward(st_gpt2_model *m, const float *wslab, float *gslab, const float *in, const st_gpt2_block_acts *a,
                          float *dres);
-void gpt2_embed_backward(gpt2_model *m, const float *dres);
-float *gpt2_dresidual(gpt2_model *m);
+void st_gpt2_embed_backward(st_gpt2_model *m, const float *dres);
+float *st_gpt2_dresidual(st_gpt2_model *m);
 /* The backend copy of the last embed_forward's token ids (N int32). */
-int32_t *gpt2_token_ids(gpt2_model *m);
+int32_t *st_gpt2_token_ids(st_gpt2_model *m);
 /* The (N,C) scratch the block functions write between calls (free between them: the
  * embedding of packed documents gathers wpe's rows there). */
-float *gpt2_scratch(gpt2_model *m);
+float *st_gpt2_scratch(st_gpt2_model *m);
 
 /* Hugging Face-compatible weights: every tensor under its GPT-2 name, F32, tied head
  * omitted (as save_pretrained writes it). Load accepts names with or without the
  * "transformer." prefix, and F32/BF16/F16 data; shapes must match the configuration. */
-st_status gpt2_save_safetensors(const gpt2_model *m, const char *path, st_err *err);
-st_status gpt2_load_safetensors(gpt2_model *m, const char *path, st_err *err);
+st_status st_gpt2_save_safetensors(const st_gpt2_model *m, const char *path, st_err *err);
+st_status st_gpt2_load_safetensors(st_gpt2_model *m, const char *path, st_err *err);
 /* A Hugging Face directory: config.json (GPT2LMHeadModel) + model.safetensors (F32). */
-st_status gpt2_save_hf(const gpt2_model *m, const char *dir, st_err *err);
+st_status st_gpt2_save_hf(const st_gpt2_model *m, const char *dir, st_err *err);
 /* Reading one back (the hub's gpt2 too): 1 when DIR/config.json names GPT-2
  * (GPT2LMHeadModel, GPT2Model or model_type "gpt2"); its shape, with every field that would
  * change the equations refused by name (dropout is accepted: strata trains without it). */
-int gpt2_hf_is_dir(const char *dir);
-st_status gpt2_hf_config_read(const char *dir, gpt2_config *cfg, st_err *err);
+int st_gpt2_hf_is_dir(const char *dir);
+st_status st_gpt2_hf_config_read(const char *dir, st_gpt2_config *cfg, st_err *err);
 struct st_model;
 /* The model of DIR with its weights (DIR/model.safetensors). */
-st_status gpt2_model_create_hf(struct st_model **out, const char *dir, st_backend *be, st_err *err);
+st_status st_gpt2_model_create_hf(struct st_model **out, const char *dir, st_backend *be, st_err *err);
 
 /* ------------------------------------------------------------------ any architecture
  * The training loop, benchmarks and checkpoints see a model through this interface:
@@ -326,7 +326,7 @@ typedef struct st_model_overrides {
 } st_model_overrides;
 
 /* A GPT-2 model of shape cfg on be (weights uninitialised: init_random or load). */
-st_status st_model_create_gpt2(st_model **out, const gpt2_config *cfg, st_backend *be, st_err *err);
+st_status st_model_create_gpt2(st_model **out, const st_gpt2_config *cfg, st_backend *be, st_err *err);
 /* A model by preset name (see st_model_preset_names) with optional overrides. */
 st_status st_model_create(st_model **out, const char *preset, const st_model_overrides *ov, st_backend *be,
                           st_err *err);
@@ -343,12 +343,12 @@ st_status st_model_check_finite(const st_model *m, const char *from, st_err *err
  * a preset name with overrides (as st_model_create). */
 st_status st_model_create_from(st_model **out, const char *preset, const char *hf_dir, const st_model_overrides *ov,
                                int with_weights, st_backend *be, st_err *err);
-struct prof_mem_estimate;
+struct st_prof_mem_estimate;
 /* The memory plan (prof.h) of training the model st_model_create_from would make, at batch
  * B x T, without allocating it: the family's own estimate (GPT-2's counts checkpointing). */
 st_status st_model_mem_estimate(const char *preset, const char *hf_dir, const st_model_overrides *ov, int B, int T,
-                                int optim_8bit, struct prof_mem_estimate *out, st_err *err);
+                                int optim_8bit, struct st_prof_mem_estimate *out, st_err *err);
 /* Wrap an existing GPT-2 (the st_model does not own it). */
-void st_model_wrap_gpt2(st_model *out, gpt2_model *g);
+void st_model_wrap_gpt2(st_model *out, st_gpt2_model *g);
 
 #endif

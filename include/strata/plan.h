@@ -1,5 +1,5 @@
 /* plan.h - the planner: which stream plan (stream.h) to run, chosen from a cost model of
- * the machine (a plan_profile) and the model (block.h), as a mixed-integer program solved
+ * the machine (a st_plan_profile) and the model (block.h), as a mixed-integer program solved
  * with GLPK, before anything is allocated.
  *
  * The program chooses, per block, keep / offload / recompute of its activations, the
@@ -8,7 +8,7 @@
  *     compute + recompute + exposed transfer + exposed optimizer
  * subject to the device budget; activation choices the user fixes (plan_options.fixed_act,
  * the key 'act') are constraints of the program, which still solves the rest. The device
- * bytes of every choice are those stream_device_bytes gives (the executor's own allocation
+ * bytes of every choice are those st_stream_device_bytes gives (the executor's own allocation
  * table, arena rounding included): the planner reads them from that function, never from a copy of its
  * formula, and checks the chosen plan against it before returning.
  *
@@ -24,7 +24,7 @@
  *                      block l+1; the activation fetch of an offloaded block l-1
  * Block and classifier compute: the profile's measured times at the model's shape, or the
  * arch's training FLOPs (1/3 forward, 2/3 backward) at the reference block's measured rates
- * (plan_profile below). Host work (every copy and the optimizer, hidden or not) costs the
+ * (st_plan_profile below). Host work (every copy and the optimizer, hidden or not) costs the
  * compute host_work_slowdown of its seconds: the CPU backend's "device" is the host's cores.
  * The optimizer runs on the host behind the backward (overlap on);
  * what is longer than the backward below the last block is exposed, and the embedding's,
@@ -33,15 +33,15 @@
  *
  * Example:
  *     st_err err = {0};
- *     gpt2_config cfg;
+ *     st_gpt2_config cfg;
  *     st_arch *a = NULL;
- *     if (gpt2_config_preset("gpt2-tiny", &cfg, &err) || st_arch_gpt2(&a, &cfg, &err)) return 1;
- *     plan_profile hw = {.version = PLAN_PROFILE_VERSION, .sgemm_flops = 50e9, .h2d_bytes_per_s = 10e9,
+ *     if (st_gpt2_config_preset("gpt2-tiny", &cfg, &err) || st_arch_gpt2(&a, &cfg, &err)) return 1;
+ *     st_plan_profile hw = {.version = ST_PLAN_PROFILE_VERSION, .sgemm_flops = 50e9, .h2d_bytes_per_s = 10e9,
  *                        .d2h_bytes_per_s = 10e9, .mem_bytes_per_s = 10e9, .optim_ns_per_param = 1.0,
  *                        .block_fwd_flops = 20e9, .block_bwd_flops = 20e9, .head_flops = 30e9};
- *     stream_plan *p = malloc(sizeof *p);
- *     plan_prediction pred;
- *     st_status s = p ? plan_stream(a, 2, 64, (size_t)64 << 20, &hw, p, &pred, &err) : ST_ERR_NOMEM;
+ *     st_stream_plan *p = malloc(sizeof *p);
+ *     st_plan_prediction pred;
+ *     st_status s = p ? st_plan_stream(a, 2, 64, (size_t)64 << 20, &hw, p, &pred, &err) : ST_ERR_NOMEM;
  *     if (s == ST_OK) printf("%.3f s predicted, %zu device bytes\n", pred.step_s, pred.device_bytes);
  *     free(p);
  *     st_arch_free(a);
@@ -57,39 +57,39 @@
 #include "strata/core.h"
 #include "strata/stream.h"
 
-#define PLAN_PROFILE_VERSION 2 /* 2: the block's and the classifier's own measured times */
-#define PLAN_PROFILE_MAX_SHAPES 8
-#define PLAN_MAX_DEPTH 6      /* prefetch depths the program considers: 1 .. this */
-#define PLAN_MAX_VCHUNKS 8    /* vocabulary choices: resident (0) and up to 7 chunk sizes */
-#define PLAN_RULE_VOCAB_CHUNK 2048 /* the fixed rule's chunk (strata train without the planner): one
+#define ST_PLAN_PROFILE_VERSION 2 /* 2: the block's and the classifier's own measured times */
+#define ST_PLAN_PROFILE_MAX_SHAPES 8
+#define ST_PLAN_MAX_DEPTH 6      /* prefetch depths the program considers: 1 .. this */
+#define ST_PLAN_MAX_VCHUNKS 8    /* vocabulary choices: resident (0) and up to 7 chunk sizes */
+#define ST_PLAN_RULE_VOCAB_CHUNK 2048 /* the fixed rule's chunk (strata train without the planner): one
                                       of the program's choices, so the simple plans it starts from
                                       include the rule's and no plan it returns is predicted slower */
-#define PLAN_TIME_LIMIT_MS 600 /* GLPK's default limit, building the program included */
-#define PLAN_MIP_GAP 1e-4      /* default: stop within 0.01% of the best bound */
+#define ST_PLAN_TIME_LIMIT_MS 600 /* GLPK's default limit, building the program included */
+#define ST_PLAN_MIP_GAP 1e-4      /* default: stop within 0.01% of the best bound */
 /* plan_options.prefer_resident_head: where the classifier (the vocabulary's head) lives.
  * The resident classifier equals the in-memory step bit for bit; the chunked one equals it
  * only to float rounding. */
-#define PLAN_HEAD_FASTEST 0          /* the fastest predicted plan, resident or chunked */
-#define PLAN_HEAD_RESIDENT_IF_FITS 1 /* the fastest plan with the head resident whenever one fits,
+#define ST_PLAN_HEAD_FASTEST 0          /* the fastest predicted plan, resident or chunked */
+#define ST_PLAN_HEAD_RESIDENT_IF_FITS 1 /* the fastest plan with the head resident whenever one fits,
                                         else the fastest chunked one: bit-exact runs wherever the
                                         head fits, but the predicted step rises where the head
                                         first fits (the resident head takes device bytes the blocks
                                         had): 20.07% on tests/test_plan_sweep.c's CPU-like profile
                                         (10.383 s chunked, then 12.467 s resident) */
-#define PLAN_HEAD_RESIDENT_ON_TIE 2  /* the fastest plan; the head resident where that is predicted
+#define ST_PLAN_HEAD_RESIDENT_ON_TIE 2  /* the fastest plan; the head resident where that is predicted
                                         no slower than the fastest chunked plan (within
-                                        PLAN_RESIDENT_TIE): the predicted step never rises as the
+                                        ST_PLAN_RESIDENT_TIE): the predicted step never rises as the
                                         budget grows */
-/* PLAN_HEAD_RESIDENT_ON_TIE takes the resident head over a chunked plan predicted at most this
+/* ST_PLAN_HEAD_RESIDENT_ON_TIE takes the resident head over a chunked plan predicted at most this
  * fraction faster: a tie, to the cost model's float rounding, not a price paid for bit-exact
  * results. Any larger tolerance t lets the predicted step rise by up to t as the budget grows
  * (the resident plan taken at a budget may be slower than a chunked plan at a smaller one). */
-#define PLAN_RESIDENT_TIE 1e-9
+#define ST_PLAN_RESIDENT_TIE 1e-9
 
 /* One block's and the classifier's measured compute at one model shape (the arch's kind,
- * width, block size; batch and sequence), as plan_profile_measure_shape times them: the
+ * width, block size; batch and sequence), as st_plan_profile_measure_shape times them: the
  * real ops (matmuls, attention, norms, activations, softmax), not FLOPs at a peak rate. */
-typedef struct plan_shape_time {
+typedef struct st_plan_shape_time {
     char arch[16];             /* st_arch_ops.name: "gpt2", "llama" */
     int n_embd, B, T;
     size_t block_numel;
@@ -98,19 +98,19 @@ typedef struct plan_shape_time {
     double head_s_per_row;     /* the classifier's forward and backward (logits, softmax, both
                                   gradients): seconds per vocabulary row ... */
     double head_s_per_chunk;   /* ... plus seconds per chunk (a line through chunks of
-                                  PLAN_HEAD_ROWS and PLAN_HEAD_ROWS / 4 rows): a chunk of R rows
+                                  ST_PLAN_HEAD_ROWS and ST_PLAN_HEAD_ROWS / 4 rows): a chunk of R rows
                                   takes head_s_per_chunk + R head_s_per_row */
-} plan_shape_time;
+} st_plan_shape_time;
 
-#define PLAN_HEAD_ROWS 2048    /* the classifier chunk the profile times */
+#define ST_PLAN_HEAD_ROWS 2048    /* the classifier chunk the profile times */
 
-/* What the cost model needs of the machine, as measured by plan_profile_measure and kept
- * in a versioned JSON file (plan_profile_save / plan_profile_load).
+/* What the cost model needs of the machine, as measured by st_plan_profile_measure and kept
+ * in a versioned JSON file (st_plan_profile_save / st_plan_profile_load).
  * Block compute: the shape's own measured times when the profile holds the model's shape
- * (plan_profile_measure_shape), else the arch's training FLOPs at the effective rates of a
- * reference block (a GPT-2 block, C 512, batch 1 x seq 256) measured by plan_profile_measure. */
-typedef struct plan_profile {
-    int version;               /* PLAN_PROFILE_VERSION */
+ * (st_plan_profile_measure_shape), else the arch's training FLOPs at the effective rates of a
+ * reference block (a GPT-2 block, C 512, batch 1 x seq 256) measured by st_plan_profile_measure. */
+typedef struct st_plan_profile {
+    int version;               /* ST_PLAN_PROFILE_VERSION */
     double sgemm_flops;        /* FLOP/s of the device backend's matmul at a block's shape */
     double h2d_bytes_per_s;    /* host -> device copies (the arena copy on the CPU backend) */
     double d2h_bytes_per_s;    /* device -> host */
@@ -124,29 +124,29 @@ typedef struct plan_profile {
                                   device has cores of its own, up to 1 on the CPU backend, whose
                                   "device" is the host's cores (measured: a matmul with and
                                   without a memcpy thread beside it) */
-    int n_shapes;              /* measured shapes, at most PLAN_PROFILE_MAX_SHAPES */
-    plan_shape_time shapes[PLAN_PROFILE_MAX_SHAPES];
-} plan_profile;
+    int n_shapes;              /* measured shapes, at most ST_PLAN_PROFILE_MAX_SHAPES */
+    st_plan_shape_time shapes[ST_PLAN_PROFILE_MAX_SHAPES];
+} st_plan_profile;
 
-typedef struct plan_options {
+typedef struct st_plan_options {
     int time_limit_ms; /* the whole solve's limit; at it the best plan found so far is returned
-                          (<= 0: PLAN_TIME_LIMIT_MS) */
+                          (<= 0: ST_PLAN_TIME_LIMIT_MS) */
     double mip_gap;    /* stop when within this fraction of the best bound (0: prove the
-                          optimum; < 0: PLAN_MIP_GAP) */
-    int max_depth;     /* prefetch depths 1 .. max_depth (<= 0: PLAN_MAX_DEPTH) */
+                          optimum; < 0: ST_PLAN_MIP_GAP) */
+    int max_depth;     /* prefetch depths 1 .. max_depth (<= 0: ST_PLAN_MAX_DEPTH) */
     int allow_vocab_chunk; /* 0: the head stays resident (vocab_chunk 0) */
     int prefer_resident_head; /* PLAN_HEAD_*: strata train, strata plan and strata bench plan use
-                          PLAN_HEAD_RESIDENT_IF_FITS (streamed runs bit-exact with the in-memory
+                          ST_PLAN_HEAD_RESIDENT_IF_FITS (streamed runs bit-exact with the in-memory
                           step wherever the head fits, which their tests check) */
     int no_incumbent;  /* 1: do not seed the program with the best simple plan (tests: the
                           program alone must find the optimum) */
     const unsigned char *fixed_act; /* NULL: every block's activation choice is the program's; else
-                          n_blocks entries (plan_act_parse): a stream_act fixes that block's choice
+                          n_blocks entries (st_plan_act_parse): a st_stream_act fixes that block's choice
                           (a constraint of the program: the depth, the vocabulary chunk and the
-                          other blocks are still solved), PLAN_ACT_FREE leaves it to the program */
-} plan_options;
+                          other blocks are still solved), ST_PLAN_ACT_FREE leaves it to the program */
+} st_plan_options;
 
-#define PLAN_ACT_FREE 0xff
+#define ST_PLAN_ACT_FREE 0xff
 
 /* Explicit activation choices (strata train's and strata plan's key 'act') for n_blocks
  * blocks into fixed[0 .. n_blocks-1]: "auto" (or "") fixes none; "keep", "offload" or
@@ -154,11 +154,11 @@ typedef struct plan_options {
  * "7" or a range "0-3", CHOICE keep, offload, recompute or auto (free again), later items
  * overriding earlier ones ("0-11:recompute,11:keep"). *n_fixed: how many blocks are fixed.
  * Fails naming the item and what is wrong with it. */
-st_status plan_act_parse(const char *spec, int n_blocks, unsigned char *fixed, int *n_fixed, st_err *err);
+st_status st_plan_act_parse(const char *spec, int n_blocks, unsigned char *fixed, int *n_fixed, st_err *err);
 /* The fixed choices as text for messages ("blocks 0-3 recompute, block 7 keep"), into buf. */
-void plan_act_describe(const unsigned char *fixed, int n_blocks, char *buf, size_t cap);
+void st_plan_act_describe(const unsigned char *fixed, int n_blocks, char *buf, size_t cap);
 
-typedef struct plan_prediction {
+typedef struct st_plan_prediction {
     double step_s;              /* the objective: the sum of the five parts below */
     double compute_s;           /* blocks' forward and backward, the head */
     double recompute_s;         /* forwards run again before their backward */
@@ -168,56 +168,56 @@ typedef struct plan_prediction {
                                    hidden or not) running on the device's cores: host_work_slowdown x
                                    its seconds */
     double block_fwd_s, block_bwd_s; /* one block's compute */
-    size_t device_bytes;        /* stream_device_bytes of the plan */
+    size_t device_bytes;        /* st_stream_device_bytes of the plan */
     size_t device_budget;
     int n_keep, n_offload, n_recompute;
-    double solve_s;             /* plan_stream: GLPK's time, building the program included */
-    double program_s;           /* plan_stream: the program's objective for its plan (== step_s
+    double solve_s;             /* st_plan_stream: GLPK's time, building the program included */
+    double program_s;           /* st_plan_stream: the program's objective for its plan (== step_s
                                    unless the simple incumbent was better; a check on the model) */
     int optimal;                /* 1: proven optimal; 0: the best incumbent at the time limit */
-} plan_prediction;
+} st_plan_prediction;
 
 /* Measure the profile on the device backend dev (an arena-budgeted backend needs about
  * 40 MiB free): a few short timed runs, well under a second. */
-st_status plan_profile_measure(st_backend *dev, plan_profile *hw, st_err *err);
+st_status st_plan_profile_measure(st_backend *dev, st_plan_profile *hw, st_err *err);
 /* Time one block of a (forward, backward) and the classifier at batch B x seq T on dev
  * and keep them in hw (replacing the same shape's entry; the oldest goes when full): the
  * cost model then uses these times for that shape. Needs one block's weights, gradients
- * and activations and a PLAN_HEAD_ROWS chunk of the classifier on dev; a few runs of each. */
-st_status plan_profile_measure_shape(st_backend *dev, const st_arch *a, int B, int T, plan_profile *hw, st_err *err);
+ * and activations and a ST_PLAN_HEAD_ROWS chunk of the classifier on dev; a few runs of each. */
+st_status st_plan_profile_measure_shape(st_backend *dev, const st_arch *a, int B, int T, st_plan_profile *hw, st_err *err);
 /* The entry of hw for a at B x T, or NULL. */
-const plan_shape_time *plan_profile_shape(const plan_profile *hw, const st_arch *a, int B, int T);
-st_status plan_profile_save(const char *path, const plan_profile *hw, st_err *err);
+const st_plan_shape_time *st_plan_profile_shape(const st_plan_profile *hw, const st_arch *a, int B, int T);
+st_status st_plan_profile_save(const char *path, const st_plan_profile *hw, st_err *err);
 /* Fails naming the file and the key that is missing, not finite or not positive, or a
  * version this strata does not read. */
-st_status plan_profile_load(const char *path, plan_profile *hw, st_err *err);
+st_status st_plan_profile_load(const char *path, st_plan_profile *hw, st_err *err);
 
 /* The vocabulary chunk sizes the program considers (out[0] == 0: resident head; then the
- * vocabulary halved up to six times, in whole 64-row lines, and PLAN_RULE_VOCAB_CHUNK, all
- * below vocab_size, descending), at most PLAN_MAX_VCHUNKS; returns how many. */
-int plan_vocab_chunks(const st_arch *a, const plan_options *opt, int *out);
+ * vocabulary halved up to six times, in whole 64-row lines, and ST_PLAN_RULE_VOCAB_CHUNK, all
+ * below vocab_size, descending), at most ST_PLAN_MAX_VCHUNKS; returns how many. */
+int st_plan_vocab_chunks(const st_arch *a, const st_plan_options *opt, int *out);
 
 /* The cost model alone: the predicted step time of plan p (any plan) and its device bytes.
- * plan_stream's program is built from the same terms, so for the plan it returns the two
+ * st_plan_stream's program is built from the same terms, so for the plan it returns the two
  * agree. */
-st_status plan_predict(const st_arch *a, int B, int T, const plan_profile *hw, const stream_plan *p,
-                       plan_prediction *pred, st_err *err);
+st_status st_plan_predict(const st_arch *a, int B, int T, const st_plan_profile *hw, const st_stream_plan *p,
+                       st_plan_prediction *pred, st_err *err);
 
-/* The fastest predicted plan whose stream_device_bytes <= device_budget. out: the plan
+/* The fastest predicted plan whose st_stream_device_bytes <= device_budget. out: the plan
  * (prefetch depth, vocab_chunk and act[] chosen; overlap on, automatic clipping, f32
  * drain). A budget no plan fits fails with ST_ERR_NOMEM naming the bytes missing; a build
  * without GLPK fails with ST_ERR_UNSUPPORTED. opt NULL: defaults. */
-st_status plan_stream_ex(const st_arch *a, int B, int T, size_t device_budget, const plan_profile *hw,
-                         const plan_options *opt, stream_plan *out, plan_prediction *pred, st_err *err);
-st_status plan_stream(const st_arch *a, int B, int T, size_t device_budget, const plan_profile *hw,
-                      stream_plan *out, plan_prediction *pred, st_err *err);
+st_status st_plan_stream_ex(const st_arch *a, int B, int T, size_t device_budget, const st_plan_profile *hw,
+                         const st_plan_options *opt, st_stream_plan *out, st_plan_prediction *pred, st_err *err);
+st_status st_plan_stream(const st_arch *a, int B, int T, size_t device_budget, const st_plan_profile *hw,
+                      st_stream_plan *out, st_plan_prediction *pred, st_err *err);
 
 /* Host bytes the streaming executor holds for plan p with the training state in RAM (fp32
  * moments, its own parameter and gradient vectors): parameters, gradients, moments, the
  * speculative update's backups, offloaded activation sets, the chunked classifier's
  * host side (embedding output, residual gradient, logits) and per-row buffers. The
  * device's bytes are not in it (pred.device_bytes). */
-size_t plan_host_bytes(const st_arch *a, int B, int T, const stream_plan *p);
+size_t st_plan_host_bytes(const st_arch *a, int B, int T, const st_stream_plan *p);
 
 
 /* ------------------------------------------------------------------ plan files
@@ -232,41 +232,41 @@ size_t plan_host_bytes(const st_arch *a, int B, int T, const stream_plan *p);
  * by its name (an init_from directory may move). strata plan's --json adds what a reader
  * does not need ("fits", "profile", "solve_s", "optimal"); a reader accepts those and refuses
  * any other key, so a misspelt key is never ignored. */
-#define PLAN_FILE_VERSION 1
-#define PLAN_FILE_MAX_BYTES (4u << 20) /* 4096 blocks are about 50 KB of JSON */
+#define ST_PLAN_FILE_VERSION 1
+#define ST_PLAN_FILE_MAX_BYTES (4u << 20) /* 4096 blocks are about 50 KB of JSON */
 
-typedef struct plan_file {
+typedef struct st_plan_file {
     char model[256];       /* the model's preset name or init_from, as given (not checked) */
     char arch[16];         /* st_arch_ops.name */
     int n_blocks, n_embd, vocab_size;
     size_t n_params;
     int batch, seq;
     size_t device_budget;  /* the budget the plan was made for */
-    size_t device_bytes;   /* stream_device_bytes of the plan when it was made (0: not given) */
+    size_t device_bytes;   /* st_stream_device_bytes of the plan when it was made (0: not given) */
     int has_prediction;    /* 1: pred holds step_s, its five parts and one block's times */
-    plan_prediction pred;
-    stream_plan plan;      /* n_layer == n_blocks */
-} plan_file;
+    st_plan_prediction pred;
+    st_stream_plan plan;      /* n_layer == n_blocks */
+} st_plan_file;
 
 struct json_object;
 /* f describing plan p for a at batch B x seq T made within device_budget; pred NULL: no
  * prediction. device_bytes: pred's, else 0. */
-void plan_file_init(plan_file *f, const st_arch *a, const char *model, int B, int T, size_t device_budget,
-                    const stream_plan *p, const plan_prediction *pred);
+void st_plan_file_init(st_plan_file *f, const st_arch *a, const char *model, int B, int T, size_t device_budget,
+                    const st_stream_plan *p, const st_plan_prediction *pred);
 /* The document as a new json-c object (the caller puts it); more members may be added. */
-struct json_object *plan_file_to_json(const plan_file *f);
-/* Write a document (plan_file_to_json's, perhaps with more members) to path crash-safely
+struct json_object *st_plan_file_to_json(const st_plan_file *f);
+/* Write a document (st_plan_file_to_json's, perhaps with more members) to path crash-safely
  * (a temporary, fsync, rename), as JSON_C_TO_STRING_PRETTY text and a newline. */
-st_status plan_file_save_json(const char *path, struct json_object *doc, st_err *err);
-st_status plan_file_save(const char *path, const plan_file *f, st_err *err);
+st_status st_plan_file_save_json(const char *path, struct json_object *doc, st_err *err);
+st_status st_plan_file_save(const char *path, const st_plan_file *f, st_err *err);
 /* Read and validate a plan file: every key's type and range, the act names, vocab_chunk
  * within vocab_size, the blocks' count. Fails naming path, the key and what to do. */
-st_status plan_file_load(const char *path, plan_file *f, st_err *err);
+st_status st_plan_file_load(const char *path, st_plan_file *f, st_err *err);
 /* Whether f (read from path) was made for model a at batch B x seq T: fails naming the
  * first key that differs and what to do. */
-st_status plan_file_check(const char *path, const plan_file *f, const st_arch *a, int B, int T, st_err *err);
+st_status st_plan_file_check(const char *path, const st_plan_file *f, const st_arch *a, int B, int T, st_err *err);
 /* Names in plan files: "keep", "offload", "recompute"; "speculate", "defer", "auto". */
-const char *plan_act_name(int act);
-const char *plan_clip_name(int clip);
+const char *st_plan_act_name(int act);
+const char *st_plan_clip_name(int clip);
 
 #endif

@@ -30,22 +30,22 @@ typedef struct st_tensor_entry {
 
 typedef struct st_safetensors st_safetensors;
 
-st_status safetensors_open(st_safetensors **out, const char *path, st_err *err);
-void safetensors_close(st_safetensors *st);
-int safetensors_count(const st_safetensors *st);
-const st_tensor_entry *safetensors_entry(const st_safetensors *st, int i);
-const st_tensor_entry *safetensors_find(const st_safetensors *st, const char *name);
-const void *safetensors_data(const st_safetensors *st, const st_tensor_entry *e);
-const char *safetensors_path(const st_safetensors *st);
+st_status st_safetensors_open(st_safetensors **out, const char *path, st_err *err);
+void st_safetensors_close(st_safetensors *st);
+int st_safetensors_count(const st_safetensors *st);
+const st_tensor_entry *st_safetensors_entry(const st_safetensors *st, int i);
+const st_tensor_entry *st_safetensors_find(const st_safetensors *st, const char *name);
+const void *st_safetensors_data(const st_safetensors *st, const st_tensor_entry *e);
+const char *st_safetensors_path(const st_safetensors *st);
 /* The __metadata__ key under which the writer records the CRC-32C of the data section
  * (8 hex digits); the reader verifies it when present (files from elsewhere have none). */
-#define SAFETENSORS_CRC_KEY "strata_data_crc32c"
+#define ST_SAFETENSORS_CRC_KEY "strata_data_crc32c"
 /* A __metadata__ value, or NULL. */
-const char *safetensors_meta(const st_safetensors *st, const char *key);
+const char *st_safetensors_meta(const st_safetensors *st, const char *key);
 
 /* Read tensor `name` into dst as f32, checking that it has exactly numel elements
  * (and, if shape != NULL, exactly that shape). Converts from F32, BF16, F16, F64. */
-st_status safetensors_read_f32(const st_safetensors *st, const char *name, float *dst, size_t numel,
+st_status st_safetensors_read_f32(const st_safetensors *st, const char *name, float *dst, size_t numel,
                                const int64_t *shape, int ndim, st_err *err);
 
 typedef struct st_tensor_out {
@@ -58,7 +58,7 @@ typedef struct st_tensor_out {
 
 /* Write tensors (sorted by name in the header) and metadata pairs meta[2i] = key,
  * meta[2i+1] = value, atomically (temporary file + fsync + rename). */
-st_status safetensors_write(const char *path, const st_tensor_out *tensors, int n, const char *const *meta,
+st_status st_safetensors_write(const char *path, const st_tensor_out *tensors, int n, const char *const *meta,
                             int n_meta, st_err *err);
 
 #endif

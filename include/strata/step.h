@@ -9,8 +9,8 @@
  *     together (as Hugging Face averages a batch whose masked labels are -100): each
  *     micro-batch's dloss is 1 / (the step's count of targets >= 0);
  *   - each micro-batch's gradient is computed fresh from zero and the micro-batches are
- *     summed in order, ((g1 + g2) + g3) + ... (st_step_dloss, stream_step_accum);
- *   - the global norm is summed over fixed chunks in a fixed order (optim_grad_sumsq);
+ *     summed in order, ((g1 + g2) + g3) + ... (st_step_dloss, st_stream_step_accum);
+ *   - the global norm is summed over fixed chunks in a fixed order (st_optim_grad_sumsq);
  *     a non-finite norm skips the update and changes no state; above grad_clip the
  *     gradient is scaled by grad_clip / norm inside the update.
  *
@@ -23,26 +23,26 @@
  *     st_err err = {0};
  *     st_backend *be = NULL;
  *     st_model *m = NULL;
- *     optim *opt = NULL;
+ *     st_optim *opt = NULL;
  *     enum { B = 2, T = 16 };
  *     static int32_t inputs[B * T], targets[B * T];   // ids; a target < 0 is not counted
  *     if (st_backend_cpu_create(&be, 0, &err) || st_model_create(&m, "gpt2-tiny", NULL, be, &err) ||
  *         m->ops->alloc_acts(m, B, T, &err)) return 1;
  *     m->ops->init_random(m, 1337);
- *     optim_segment *segs = calloc((size_t)m->n_tensors, sizeof *segs);  // one per tensor
+ *     st_optim_segment *segs = calloc((size_t)m->n_tensors, sizeof *segs);  // one per tensor
  *     if (!segs) return 1;
- *     train_decay_segments(m->tensors, m->n_tensors, 0.1f, segs);       // decay by role
+ *     st_train_decay_segments(m->tensors, m->n_tensors, 0.1f, segs);       // decay by role
  *     st_step st;
  *     st_step_hp hp = {.adam = {.lr = 3e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 1},
  *                      .grad_clip = 1.0f};
  *     st_step_result r;
- *     if (optim_create(&opt, segs, m->n_tensors, OPTIM_STATE_F32, &err) == ST_OK &&
+ *     if (st_optim_create(&opt, segs, m->n_tensors, ST_OPTIM_STATE_F32, &err) == ST_OK &&
  *         st_step_init_memory(&st, m, opt, NULL, 1, &err) == ST_OK) {
  *         if (st_step_run(&st, 1, B, T, inputs, targets, &hp, &r, &err) == ST_OK)
  *             printf("loss %.3f, norm %.3f, skipped %d\n", r.loss, r.grad_norm, r.skipped);
  *         st_step_free(&st);
  *     }
- *     optim_free(opt);
+ *     st_optim_free(opt);
  *     free(segs);
  *     st_model_free(m);
  *     st_backend_free(be);
@@ -62,9 +62,9 @@ struct st_comm;
 
 typedef struct st_step {
     st_model *m;               /* in memory: the model (its params and grads in host memory) */
-    optim *opt;                /* in memory with the state in RAM */
+    st_optim *opt;                /* in memory with the state in RAM */
     struct st_store *store;    /* in memory with the disk state (opt unused) */
-    struct stream_exec *sx;    /* streamed: the executor holds the rest */
+    struct st_stream_exec *sx;    /* streamed: the executor holds the rest */
     float *gacc;               /* in memory, more than one micro-batch: the running sum */
     int max_micro;
     /* data parallel (st_step_set_dist): the ranks' step, in memory */
@@ -74,7 +74,7 @@ typedef struct st_step {
     size_t *bounds;            /* the ranks' shards of the flat vector (st_zero_bounds) */
     size_t lo, hi;             /* this rank's shard */
     float *shard;              /* the summed gradient on this rank's shard */
-    double *parts;             /* the norm's partial sums, one per OPTIM_SUMSQ_CHUNK */
+    double *parts;             /* the norm's partial sums, one per ST_OPTIM_SUMSQ_CHUNK */
     /* zero 1 and 2 with overlap_gather: the updated weights are gathered part by part (the
      * embeddings, each block, the rest) on the communication thread while the next step's
      * forward waits for each part as it reaches it (st_step_sync waits for all) */
@@ -91,7 +91,7 @@ typedef struct st_step {
 } st_step;
 
 typedef struct st_step_hp {
-    adamw_params adam;     /* .step: this update's Adam step; .grad_scale is ignored (the clip sets it) */
+    st_adamw_params adam;     /* .step: this update's Adam step; .grad_scale is ignored (the clip sets it) */
     float grad_clip;       /* <= 0: no clipping */
     const void *blob;      /* the disk state: committed with the update (the loop's state after it) */
     size_t blob_bytes;
@@ -104,23 +104,23 @@ typedef struct st_step_result {
     long n_targets;        /* targets >= 0 in the step */
     double forward_s, backward_s, optimizer_s; /* in memory; streamed: forward_s holds the
                                                   executor's compute, optimizer_s its tail */
-    stream_step_stats stream; /* streamed: the executor's figures (bytes moved, overlap, peak) */
+    st_stream_step_stats stream; /* streamed: the executor's figures (bytes moved, overlap, peak) */
     double comm_wait_s;    /* data parallel: time this rank waited on the other ranks (exposed communication) */
     uint64_t sent_bytes, received_bytes; /* data parallel: this rank's bytes in this step */
 } st_step_result;
 
 /* In memory: m (with activations for B x T), the optimizer opt (RAM) or the store (disk
  * state), up to max_micro micro-batches per step (> 1 allocates one more fp32 gradient). */
-st_status st_step_init_memory(st_step *s, st_model *m, optim *opt, struct st_store *store, int max_micro,
+st_status st_step_init_memory(st_step *s, st_model *m, st_optim *opt, struct st_store *store, int max_micro,
                               st_err *err);
 /* Streamed: the executor (made with stream_config.grad_accum >= max_micro). */
-void st_step_init_streamed(st_step *s, struct stream_exec *sx, int max_micro);
+void st_step_init_streamed(st_step *s, struct st_stream_exec *sx, int max_micro);
 void st_step_free(st_step *s);
 /* Packed documents: positions and doc_start (n_micro x B x T int32 each, model.h's
  * st_model_set_docs) of the micro-batches that st_step_run's inputs hold, read by every
  * following st_step_run (the caller refills them with the inputs); NULL, NULL: one
  * sequence a row. Streamed (one process or the ranks' step), the executor takes them
- * (stream_set_docs) and sets each micro-batch's before its forward. */
+ * (st_stream_set_docs) and sets each micro-batch's before its forward. */
 void st_step_set_docs(st_step *s, const int32_t *positions, const int32_t *doc_start);
 /* Data parallel, in memory: every rank runs the same step on its own micro-batches, and
  * the gradients of all ranks are summed in rank order (dist.h), so N ranks step as one

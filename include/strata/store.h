@@ -6,9 +6,9 @@
  *
  *     st_err err = {0};
  *     const char *paths[] = {"/tmp"};                   // e.g. "/nvme0/run", "/nvme1/run"
- *     optim_segment segs[] = {{0, 1 << 20, 0.1f}};      // one tensor of 1 Mi parameters
+ *     st_optim_segment segs[] = {{0, 1 << 20, 0.1f}};      // one tensor of 1 Mi parameters
  *     st_store_config sc = {.paths = paths, .n_paths = 1, .segs = segs, .n_segs = 1,
- *                           .fmt = OPTIM_STATE_F32, .host_budget = 64u << 20,
+ *                           .fmt = ST_OPTIM_STATE_F32, .host_budget = 64u << 20,
  *                           .name = "example-state"};
  *     uint64_t disk[1], host;
  *     if (st_store_plan(&sc, disk, &host, &err) == ST_OK)   // the capacity check, nothing created
@@ -32,10 +32,10 @@
  *                             .blob = &loader_state, .blob_bytes = sizeof loader_state};
  *     st_store_step(st, &a, &hp, &err);                  // committed when it returns ST_OK
  *
- * Layout. The flat parameter vector is cut into subgroups of whole OPTIM_CHUNK_ELEMS chunks
+ * Layout. The flat parameter vector is cut into subgroups of whole ST_OPTIM_CHUNK_ELEMS chunks
  * of its segments (so the 8-bit blocks and the optimizer's chunks are those of the
  * in-memory optimizer, and results are bit-identical to it). A subgroup's region on disk
- * is its fp32 master weights, then its moment buffers (optim_state_buffer's layout),
+ * is its fp32 master weights, then its moment buffers (st_optim_state_buffer's layout),
  * each padded to 4096 bytes. Subgroups go to paths in proportion to path_weight (the
  * probed bandwidth), so every path finishes its share of a step at the same time.
  *
@@ -80,15 +80,15 @@
 #define ST_STORE_MAX_BLOB (64u << 10)
 #define ST_STORE_CRC_BLOCK (1u << 20) /* one CRC-32C per MiB of a region */
 #define ST_STORE_MAX_REGION (256u << 20) /* bytes: the largest subgroup region chosen from host_budget */
-#define ST_STORE_MAX_MOMENTS 4 /* moment buffers of a state (optim_state_count: 2 fp32, 4 8-bit) */
+#define ST_STORE_MAX_MOMENTS 4 /* moment buffers of a state (st_optim_state_count: 2 fp32, 4 8-bit) */
 
 typedef struct st_store_config {
     const char *const *paths; /* directories, which must exist */
     int n_paths;
     const double *path_weight; /* relative speed of each path (probed GB/s); NULL: equal */
-    const optim_segment *segs;
+    const st_optim_segment *segs;
     int n_segs;
-    optim_state_format fmt;
+    st_optim_state_format fmt;
     uint64_t host_budget;    /* bytes of host memory for the store's buffers; 0: 1 GiB */
     uint64_t region_bytes;   /* target disk bytes per subgroup; 0: from host_budget */
     int in_place;            /* 1: one region per subgroup (not crash-safe; see above) */
@@ -103,7 +103,7 @@ typedef void (*st_store_init_fn)(void *ctx, size_t first, size_t n, float *dst);
  * the fp32 weight of the store's element 0. */
 void st_store_init_copy(void *ctx, size_t first, size_t n, float *dst);
 /* Fill a subgroup of a new store, flat elements [first, first+n): master[n] and the moment
- * buffers moments[0..n_moments) (optim_state_buffer's layout for the store's segments
+ * buffers moments[0..n_moments) (st_optim_state_buffer's layout for the store's segments
  * clipped to the range, counted from first; st_store_moment_offset places an element in
  * them), all zero on entry. An error stops the create (nothing is committed). */
 typedef st_status (*st_store_fill_fn)(void *ctx, size_t first, size_t n, float *master, void *const moments[],
@@ -166,7 +166,7 @@ typedef struct st_store st_store;
 typedef struct st_store_info {
     uint64_t step;          /* updates committed */
     uint64_t numel;         /* elements of the store's flat vector */
-    optim_state_format fmt;
+    st_optim_state_format fmt;
     int n_paths;
     int dirty;              /* an in-place update was interrupted: torn */
 } st_store_info;
@@ -176,7 +176,7 @@ typedef struct st_store_info {
 st_status st_store_plan(const st_store_config *cfg, uint64_t *path_bytes, uint64_t *host_bytes, st_err *err);
 /* Disk bytes per parameter of the state: fp32 master weights plus the moments (fp32: 12;
  * 8-bit: 6.03 with one fp32 absmax per 256), before padding and the second region. */
-double st_store_bytes_per_param(optim_state_format fmt);
+double st_store_bytes_per_param(st_optim_state_format fmt);
 /* Free space for need[p] bytes on each path: avail[p] is the free bytes of the path's
  * filesystem (plus the blocks a leftover NAME.bin there already holds), fs_need[p] what
  * all the paths on that filesystem need together; short when fs_need[p] > avail[p]. */
@@ -218,7 +218,7 @@ void st_store_close(st_store *s);
  * when grad_sumsq is not finite (nothing is read or written). After any other error the
  * store's buffers may hold uncommitted data: close it and open it again (the disk holds
  * the last committed step). */
-st_status st_store_step(st_store *s, const st_store_step_args *a, const adamw_params *hp, st_err *err);
+st_status st_store_step(st_store *s, const st_store_step_args *a, const st_adamw_params *hp, st_err *err);
 /* Commit a new blob without an update (a skipped step still moves the data on). */
 st_status st_store_commit_blob(st_store *s, const void *blob, size_t bytes, st_err *err);
 /* The blob of the last commit (NULL, 0 if none). */
@@ -226,7 +226,7 @@ const void *st_store_blob(const st_store *s, size_t *bytes);
 /* The master weights of every element into dst[numel] (resume), checked against the CRCs. */
 st_status st_store_read_master(st_store *s, float *dst, st_err *err);
 /* The state of elements [first, first+n) of the store's vector, checked against the CRCs:
- * master[n] (gaps between segments too), and for each moment buffer i (optim_state_count:
+ * master[n] (gaps between segments too), and for each moment buffer i (st_optim_state_count:
  * fp32 m, v; 8-bit m codes, v codes, m absmax, v absmax) its bytes of the range into
  * moments[i], laid out as a state whose vector starts at first (st_store_moment_offset(segs,
  * .., first, first + n, i) bytes). An 8-bit range starts and ends on the 8-bit blocks of the
@@ -237,7 +237,7 @@ st_status st_store_read_range(st_store *s, size_t first, size_t n, float *master
  * `first` of a vector with these segments (sorted, not overlapping): the bytes of buffer i
  * that the elements [first, x) take (fp32: 4 each; 8-bit: whole blocks of each segment, one
  * byte (codes) or one float per block (absmax)). first and x on the 8-bit block grid. */
-size_t st_store_moment_offset(const optim_segment *segs, int n_segs, optim_state_format fmt, size_t first, size_t x,
+size_t st_store_moment_offset(const st_optim_segment *segs, int n_segs, st_optim_state_format fmt, size_t first, size_t x,
                               int i);
 
 /* Per-path weights from a `strata probe -o FILE` profile (mixed_gbps, else read and write

@@ -31,24 +31,24 @@
  *     st_err err = {0};
  *     st_backend *cpu = NULL, *dev = NULL;
  *     st_arch *arch = NULL;
- *     stream_exec *x = NULL;
- *     gpt2_config cfg;
- *     static stream_plan plan;                          // one entry per block, STREAM_MAX_LAYERS
+ *     st_stream_exec *x = NULL;
+ *     st_gpt2_config cfg;
+ *     static st_stream_plan plan;                          // one entry per block, ST_STREAM_MAX_LAYERS
  *     static int32_t inputs[4 * 64], targets[4 * 64];   // (B, T) token ids
  *     if (st_backend_cpu_create(&cpu, 0, &err) || st_backend_with_budget(&dev, cpu, 64u << 20, &err) ||
- *         gpt2_config_preset("gpt2-tiny", &cfg, &err) ||
+ *         st_gpt2_config_preset("gpt2-tiny", &cfg, &err) ||
  *         st_arch_gpt2(&arch, &cfg, &err)) return 1;     // or st_arch_llama, st_arch_of_model
- *     stream_plan_default(&plan, cfg.n_layer);
- *     stream_config sc = {.arch = arch, .B = 4, .T = 64, .weight_decay = 0.1f};
- *     if (stream_exec_create(&x, &sc, &plan, dev, &err) == ST_OK) {  // fails, naming the bytes
- *         stream_init_random(x, 1);                                   // missing, when the plan
- *         adamw_params hp = {.lr = 3e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 1};
- *         stream_step_stats st;                                       // does not fit
- *         if (stream_step(x, inputs, targets, &hp, 1.0f, &st, &err) == ST_OK)
+ *     st_stream_plan_default(&plan, cfg.n_layer);
+ *     st_stream_config sc = {.arch = arch, .B = 4, .T = 64, .weight_decay = 0.1f};
+ *     if (st_stream_exec_create(&x, &sc, &plan, dev, &err) == ST_OK) {  // fails, naming the bytes
+ *         st_stream_init_random(x, 1);                                   // missing, when the plan
+ *         st_adamw_params hp = {.lr = 3e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 1};
+ *         st_stream_step_stats st;                                       // does not fit
+ *         if (st_stream_step(x, inputs, targets, &hp, 1.0f, &st, &err) == ST_OK)
  *             printf("loss %.3f, overlap %.2f\n", st.loss, st.overlap_efficiency);
  *     }
  *     if (err.msg[0]) fprintf(stderr, "strata: %s\n", err.msg);
- *     stream_exec_free(x);
+ *     st_stream_exec_free(x);
  *     st_arch_free(arch);                               // after the executor
  *     st_backend_free(dev);
  *     st_backend_free(cpu);
@@ -57,20 +57,20 @@
  *
  * Gradient clipping with the optimizer overlapped (the global norm is known only after
  * the last gradient lands). Two exact approaches, chosen by plan.clip:
- *   STREAM_CLIP_SPECULATE: each block is updated as its gradient lands with
+ *   ST_STREAM_CLIP_SPECULATE: each block is updated as its gradient lands with
  *     clip scale 1 (what the step uses whenever the norm is within max_norm), after
  *     saving that block's parameters and moments to a host backup. The norm's partial
  *     sums are taken as gradients land, per fixed 65536-element chunk of the flat vector
  *     and added in chunk order at the end, so the total is bit-identical to
- *     optim_grad_sumsq over the whole gradient. If the norm exceeds max_norm (or is not
+ *     st_optim_grad_sumsq over the whole gradient. If the norm exceeds max_norm (or is not
  *     finite), every updated block is restored from the backup and the step is redone
  *     with the clip scale (or skipped): the result equals the non-overlapped step
  *     bit for bit, at the cost of a 12-byte-per-parameter backup copy each step and a
  *     non-overlapped redo on clipped steps. Needs fp32 optimizer state.
- *   STREAM_CLIP_DEFER: gradients land and partial norms are summed during backward, and
+ *   ST_STREAM_CLIP_DEFER: gradients land and partial norms are summed during backward, and
  *     the update runs after backward with the known scale (no speculation, no overlap
  *     of the update itself).
- *   STREAM_CLIP_AUTO (default): speculate, except after a step that clipped or skipped,
+ *   ST_STREAM_CLIP_AUTO (default): speculate, except after a step that clipped or skipped,
  *     when the next is likely to clip too (early training clips every step) and a
  *     deferred update is cheaper than a rollback and a redo. Both are exact, so the
  *     choice changes only the time. In either speculative mode the embedding and ln_f,
@@ -78,10 +78,10 @@
  * With overlap off the whole update runs after backward, as the in-memory loop does.
  *
  * Activations per block (plan.act[l]):
- *   STREAM_ACT_KEEP       the block's activations stay on the device until its backward.
- *   STREAM_ACT_RECOMPUTE  only its input is kept; the forward is run again right before
+ *   ST_STREAM_ACT_KEEP       the block's activations stay on the device until its backward.
+ *   ST_STREAM_ACT_RECOMPUTE  only its input is kept; the forward is run again right before
  *                         its backward, with the weights fetched for the backward.
- *   STREAM_ACT_OFFLOAD    its activations are drained to host after its forward and
+ *   ST_STREAM_ACT_OFFLOAD    its activations are drained to host after its forward and
  *                         fetched back (prefetched one offloaded block ahead) for its
  *                         backward; the last two offloaded blocks stay resident.
  * The recompute blocks share one activation set on the device, so the last of them
@@ -123,30 +123,30 @@
 #include "strata/optim.h"
 #include "strata/tensor.h"
 
-#define STREAM_MAX_LAYERS 4096
+#define ST_STREAM_MAX_LAYERS 4096
 
-typedef enum stream_act { STREAM_ACT_KEEP = 0, STREAM_ACT_RECOMPUTE = 1, STREAM_ACT_OFFLOAD = 2 } stream_act;
-typedef enum stream_clip { STREAM_CLIP_SPECULATE = 0, STREAM_CLIP_DEFER = 1, STREAM_CLIP_AUTO = 2 } stream_clip;
+typedef enum st_stream_act { ST_STREAM_ACT_KEEP = 0, ST_STREAM_ACT_RECOMPUTE = 1, ST_STREAM_ACT_OFFLOAD = 2 } st_stream_act;
+typedef enum st_stream_clip { ST_STREAM_CLIP_SPECULATE = 0, ST_STREAM_CLIP_DEFER = 1, ST_STREAM_CLIP_AUTO = 2 } st_stream_clip;
 
-typedef struct stream_plan {
+typedef struct st_stream_plan {
     int prefetch_depth;   /* >= 1: blocks fetched ahead of the one computing */
     int overlap_optim;    /* 1: update each block on the host as its gradient lands */
-    stream_clip clip;     /* how overlap meets global-norm clipping (above) */
+    st_stream_clip clip;     /* how overlap meets global-norm clipping (above) */
     st_dtype grad_dtype;  /* drained block gradient dtype: ST_F32, or ST_BF16 (rounded on the
                              device, half the bytes; the optimizer reads bf16 natively) */
     int optim_threads;    /* OpenMP threads of the overlapped optimizer (<= 0: 1) */
     int vocab_chunk;      /* > 0: the classifier streams the head in chunks of this many rows
                              (two passes, online softmax); 0: the head lives on the device */
     int n_layer;          /* entries of act used */
-    unsigned char act[STREAM_MAX_LAYERS]; /* stream_act per block */
-} stream_plan;
+    unsigned char act[ST_STREAM_MAX_LAYERS]; /* st_stream_act per block */
+} st_stream_plan;
 
 /* depth 1, overlap on, speculative clipping, f32 drain, recompute every block. */
-void stream_plan_default(stream_plan *p, int n_layer);
+void st_stream_plan_default(st_stream_plan *p, int n_layer);
 /* Every block the same policy. */
-void stream_plan_set_all(stream_plan *p, stream_act a);
+void st_stream_plan_set_all(st_stream_plan *p, st_stream_act a);
 
-typedef struct stream_config {
+typedef struct st_stream_config {
     const st_arch *arch;      /* the model (block.h); outlives the executor */
     float *host_params, *host_grads; /* the host tier's vectors (n_params each, host memory,
                                  e.g. an st_model's on the CPU backend, whose save, load and
@@ -157,43 +157,43 @@ typedef struct stream_config {
     float weight_decay;       /* matmul weights and embeddings; 0 for biases and norms */
     st_backend *host_be;      /* runs the chunked classifier's host side (the embedding);
                                  NULL: the device backend (right for the CPU backend) */
-    optim_state_format state_format; /* the moments in host memory: fp32 (default) or 8-bit
+    st_optim_state_format state_format; /* the moments in host memory: fp32 (default) or 8-bit
                                  blockwise; 8-bit never speculates (its moments cannot be
                                  restored from a cheap copy): the norm is summed as gradients
                                  land and the update runs after backward with every core */
     int external_optimizer;   /* 1: the master weights and moments live in a state store
-                                 (stream_attach_store); no moments in host memory */
+                                 (st_stream_attach_store); no moments in host memory */
     int store_beside;         /* 1: the store's step runs beside the backward (below) where
                                  the plan speculates; 0: after the backward. Beside pays where
                                  the device computes on cores of its own; on the CPU backend
                                  the store's CRCs, copies and update take the compute's cores
                                  (measured slower: docs/BENCHMARKS.md), so strata train sets it
                                  from the measured profile (plan_profile.host_work_slowdown) */
-} stream_config;
+} st_stream_config;
 
-typedef struct stream_exec stream_exec;
+typedef struct st_stream_exec st_stream_exec;
 
 /* Device bytes the plan needs (every allocation rounded as the arena rounds it);
- * stream_exec_create fails with ST_ERR_NOMEM, naming the bytes missing, above the
+ * st_stream_exec_create fails with ST_ERR_NOMEM, naming the bytes missing, above the
  * budget's free bytes. */
-size_t stream_device_bytes(const stream_config *c, const stream_plan *p);
+size_t st_stream_device_bytes(const st_stream_config *c, const st_stream_plan *p);
 /* dev: the device backend (a budgeted one reports its arena; any backend works). */
-st_status stream_exec_create(stream_exec **out, const stream_config *c, const stream_plan *p, st_backend *dev,
+st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c, const st_stream_plan *p, st_backend *dev,
                              st_err *err);
-void stream_exec_free(stream_exec *x);
+void st_stream_exec_free(st_stream_exec *x);
 
 /* The host tier's fp32 vectors (the arch's layout, n_params elements) and the arch. With
- * a bf16 drain the block ranges of stream_grads are not written (the bf16 copies are
+ * a bf16 drain the block ranges of st_stream_grads are not written (the bf16 copies are
  * internal). */
-float *stream_params(stream_exec *x);
-float *stream_grads(stream_exec *x);
-const st_arch *stream_arch(const stream_exec *x);
-optim *stream_optim(stream_exec *x); /* NULL with an external optimizer */
+float *st_stream_params(st_stream_exec *x);
+float *st_stream_grads(st_stream_exec *x);
+const st_arch *st_stream_arch(const st_stream_exec *x);
+st_optim *st_stream_optim(st_stream_exec *x); /* NULL with an external optimizer */
 
 /* The disk tier under streaming (external_optimizer = 1): each step's update is
  * st_store_step over the host gradients (a bf16 drain's blocks read as bf16), writing the
  * fp32 host weights as its working copy, committed with `blob` (read at every step: the
- * caller updates it in place before stream_step). With store_beside, overlap_optim and a clip
+ * caller updates it in place before st_stream_step). With store_beside, overlap_optim and a clip
  * policy that speculates (and a store that is not in place), the store's step runs on its own thread
  * beside the backward: its reads start during the forward, each subgroup is updated with
  * clip scale 1 as soon as its gradients have landed (the blocks' from the last to the first,
@@ -203,15 +203,15 @@ optim *stream_optim(stream_exec *x); /* NULL with an external optimizer */
  * store (stats.store_beside, rolled_back). A skipped step commits nothing: the caller
  * commits its blob. */
 struct st_store;
-st_status stream_attach_store(stream_exec *x, struct st_store *store, const void *blob, size_t blob_bytes,
+st_status st_stream_attach_store(st_stream_exec *x, struct st_store *store, const void *blob, size_t blob_bytes,
                               st_err *err);
 /* The architecture's initialisation (as the model's init_random, same seed, same values), or a copy
- * (host_params may be stream_params(x) itself after editing it in place). Either sends
+ * (host_params may be st_stream_params(x) itself after editing it in place). Either sends
  * the device-resident parameters again. */
-void stream_init_random(stream_exec *x, uint64_t seed);
-void stream_set_params(stream_exec *x, const float *host_params);
+void st_stream_init_random(st_stream_exec *x, uint64_t seed);
+void st_stream_set_params(st_stream_exec *x, const float *host_params);
 
-typedef struct stream_step_stats {
+typedef struct st_stream_step_stats {
     float loss;
     double grad_norm;
     int clipped, skipped, rolled_back; /* rolled_back: a speculative update was undone */
@@ -227,13 +227,13 @@ typedef struct stream_step_stats {
     double optim_tail_s; /* after backward: waiting for or running the optimizer */
     int store_beside;    /* the disk state's update ran beside the backward (then rolled_back:
                             abandoned, nothing committed, and redone with the clip scale) */
-} stream_step_stats;
+} st_stream_step_stats;
 
 /* One training step: forward (mean loss over targets >= 0, dloss 1/(B*T)), backward,
  * global-norm clip to max_norm (<= 0: none), AdamW with hp (hp->grad_scale ignored; the
  * clip scale is used). A non-finite gradient skips the update (stats->skipped). */
-st_status stream_step(stream_exec *x, const int32_t *inputs, const int32_t *targets, const adamw_params *hp,
-                      float max_norm, stream_step_stats *stats, st_err *err);
+st_status st_stream_step(st_stream_exec *x, const int32_t *inputs, const int32_t *targets, const st_adamw_params *hp,
+                      float max_norm, st_stream_step_stats *stats, st_err *err);
 
 /* A step over n_micro micro-batches of (B, T) (inputs and targets: n_micro x B x T,
  * micro-batch after micro-batch), dloss 1/(n_micro B T) each: the one accumulation rule
@@ -246,39 +246,39 @@ st_status stream_step(stream_exec *x, const int32_t *inputs, const int32_t *targ
  * micro-batches' losses. Each micro-batch streams the blocks as a step does, except that
  * blocks 0..depth (and the first two head chunks) stay in their slots from one
  * micro-batch's backward to the next one's forward. */
-st_status stream_step_accum(stream_exec *x, int n_micro, const int32_t *inputs, const int32_t *targets,
-                            const adamw_params *hp, float max_norm, stream_step_stats *stats, st_err *err);
+st_status st_stream_step_accum(st_stream_exec *x, int n_micro, const int32_t *inputs, const int32_t *targets,
+                            const st_adamw_params *hp, float max_norm, st_stream_step_stats *stats, st_err *err);
 
 /* Data parallel (strata/step.h runs the ranks' step): one micro-batch's gradient, fresh
- * from zero, in stream_grads(x) (fp32), and its mean loss; every micro-batch's dloss is
+ * from zero, in st_stream_grads(x) (fp32), and its mean loss; every micro-batch's dloss is
  * given (the step's, over all ranks); no norm, no update, no state touched. grad_hook is
  * called as each block's gradient has landed on the host, from the last block down (on
  * the optimizer thread when the plan overlaps it); the embedding's and the rest's have
  * landed when it returns. weight_hook (NULL: none) is called before the host weights of
  * [offset, offset + n) are first read: the embeddings, each block as it is fetched, then
- * the rest. Needs an fp32 drain and stream_config.grad_accum 1 (stream_can_hand_grads).
- * After the caller changes the host weights (its update), stream_params_changed: the
+ * the rest. Needs an fp32 drain and stream_config.grad_accum 1 (st_stream_can_hand_grads).
+ * After the caller changes the host weights (its update), st_stream_params_changed: the
  * device copies of the embedding and head are sent again before their next use. */
-int stream_can_hand_grads(const stream_exec *x);
-st_status stream_micro_grads(stream_exec *x, const int32_t *inputs, const int32_t *targets, float dloss,
+int st_stream_can_hand_grads(const st_stream_exec *x);
+st_status st_stream_micro_grads(st_stream_exec *x, const int32_t *inputs, const int32_t *targets, float dloss,
                              void (*grad_hook)(void *ctx, size_t offset, size_t n), void *grad_ctx,
                              void (*weight_hook)(void *ctx, size_t offset, size_t n), void *weight_ctx, float *loss,
-                             stream_step_stats *stats, st_err *err);
-void stream_params_changed(stream_exec *x);
+                             st_stream_step_stats *stats, st_err *err);
+void st_stream_params_changed(st_stream_exec *x);
 
 /* Packed documents (strata/model.h, st_model_set_docs): positions and doc_start
- * (n_micro x B x T int32 each) of the micro-batches of the following stream_step_accum,
- * stream_micro_grads (the first) and stream_eval (the first), read when they run: the
+ * (n_micro x B x T int32 each) of the micro-batches of the following st_stream_step_accum,
+ * st_stream_micro_grads (the first) and st_stream_eval (the first), read when they run: the
  * caller keeps the arrays and refills them with the inputs. Each micro-batch's are set on
  * the executor's blocks (the device's, and the host's that embed a chunked vocabulary)
  * before its forward, so its recompute and backward see the same: the same bits as the
  * step in memory. NULL, NULL: one sequence a row (as before any call). Malformed ones are
  * refused by the call that reads them (ST_ERR_INVALID naming the row and position). */
-void stream_set_docs(stream_exec *x, const int32_t *positions_all, const int32_t *doc_start_all);
+void st_stream_set_docs(st_stream_exec *x, const int32_t *positions_all, const int32_t *doc_start_all);
 
 /* Forward only (validation): the mean loss over targets >= 0 of one (B, T) batch with the
  * current weights, streamed as the step streams them. Changes no parameter, gradient,
  * moment or clipping state: the steps after it are bit-identical to those without it. */
-st_status stream_eval(stream_exec *x, const int32_t *inputs, const int32_t *targets, float *loss, st_err *err);
+st_status st_stream_eval(st_stream_exec *x, const int32_t *inputs, const int32_t *targets, float *loss, st_err *err);
 
 #endif

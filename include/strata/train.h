@@ -3,15 +3,15 @@
  * Example:
  *
  *     st_err err = {0};
- *     train_config cfg;
- *     train_result res;
- *     train_config_defaults(&cfg);
+ *     st_train_config cfg;
+ *     st_train_result res;
+ *     st_train_config_defaults(&cfg);
  *     const char *keys[][2] = {{"model", "gpt2-tiny"}, {"vocab_size", "256"}, {"seq", "16"},
  *                              {"steps", "100"}, {"run_dir", "runs/tiny"}}; // any key, as text
  *     st_status s = ST_OK;
  *     for (size_t i = 0; i < sizeof keys / sizeof keys[0] && s == ST_OK; i++)
- *         s = train_config_set(&cfg, keys[i][0], keys[i][1], &err);
- *     if (s == ST_OK) s = train_run(&cfg, &res, &err); // the embedded corpus; writes runs/tiny
+ *         s = st_train_config_set(&cfg, keys[i][0], keys[i][1], &err);
+ *     if (s == ST_OK) s = st_train_run(&cfg, &res, &err); // the embedded corpus; writes runs/tiny
  *     if (s != ST_OK) {
  *         fprintf(stderr, "strata: %s\n", err.msg);
  *         return 1;
@@ -35,9 +35,9 @@
 #include "strata/optim.h"
 
 /* Host bytes for the disk state's buffers and cache when the key state_budget is 0. */
-#define TRAIN_STATE_BUDGET_DEFAULT (256ull << 20)
+#define ST_TRAIN_STATE_BUDGET_DEFAULT (256ull << 20)
 
-typedef struct train_config {
+typedef struct st_train_config {
     char model[64];       /* preset name; the shape keys below override it when > 0 */
     int vocab_size, max_seq, n_layer, n_head, n_embd;
     int batch, seq, grad_accum;
@@ -65,11 +65,11 @@ typedef struct train_config {
     double device_budget; /* > 0: layer streaming with this many device bytes (GPT-2) */
     char state_paths[2048]; /* comma-separated directories: keep the master weights and optimizer
                                moments there (the disk tier, strata/store.h), committed every step */
-    double state_budget;  /* host bytes for the state store's buffers (0: TRAIN_STATE_BUDGET_DEFAULT) */
+    double state_budget;  /* host bytes for the state store's buffers (0: ST_TRAIN_STATE_BUDGET_DEFAULT) */
     char state_profile[1024]; /* strata probe -o profile: split the state by the paths' bandwidth */
     char plan[1024];      /* the stream plan (device_budget > 0): "auto" (the planner, now) or a plan
                              file (plan.h: strata plan -o, or a streamed run's RUN_DIR/plan.json) */
-    char act[1024];       /* activation choices the plan must make (plan_act_parse): "auto" (none),
+    char act[1024];       /* activation choices the plan must make (st_plan_act_parse): "auto" (none),
                              keep / offload / recompute for every block, or BLOCKS:CHOICE items */
     int zero;             /* under mpirun: ZeRO stage 0, 1 or 2 (strata/dist.h) */
     double dist_timeout;  /* under mpirun: seconds a rank waits for another */
@@ -78,59 +78,59 @@ typedef struct train_config {
                              under device_budget */
     volatile int *stop_flag; /* set to nonzero (e.g. by SIGINT) to checkpoint and stop */
     struct st_comm *comm; /* the ranks of this run (st_comm_open); NULL: one process */
-} train_config;
+} st_train_config;
 
-void train_config_defaults(train_config *c);
+void st_train_config_defaults(st_train_config *c);
 /* Set one key from text, with the key's type and range checked. */
-st_status train_config_set(train_config *c, const char *key, const char *value, st_err *err);
+st_status st_train_config_set(st_train_config *c, const char *key, const char *value, st_err *err);
 /* Read a JSON object of keys; every key must be known. */
-st_status train_config_load_json(train_config *c, const char *path, st_err *err);
-st_status train_config_save_json(const train_config *c, const char *path, st_err *err);
+st_status st_train_config_load_json(st_train_config *c, const char *path, st_err *err);
+st_status st_train_config_save_json(const st_train_config *c, const char *path, st_err *err);
 /* One CRC-32C per key of c (its name and value), in the keys' order: ranks compare theirs
- * at start. How many (at most cap); train_config_key_name(i) names the i-th. */
-int train_config_key_crcs(const train_config *c, uint32_t *out, int cap);
-const char *train_config_key_name(int i);
+ * at start. How many (at most cap); st_train_config_key_name(i) names the i-th. */
+int st_train_config_key_crcs(const st_train_config *c, uint32_t *out, int cap);
+const char *st_train_config_key_name(int i);
 /* The known keys, comma-separated, for help text. */
-const char *train_config_keys(void);
+const char *st_train_config_keys(void);
 /* One line per key with its meaning, for --help. */
-void train_config_print_help(FILE *f);
+void st_train_config_print_help(FILE *f);
 /* Resolve the model shape (preset + overrides) and check the whole configuration. */
-st_status train_config_resolve(const train_config *c, gpt2_config *model_cfg, st_err *err);
+st_status st_train_config_resolve(const st_train_config *c, st_gpt2_config *model_cfg, st_err *err);
 /* For the Llama family (a llama/qwen preset, or init_from a Hugging Face directory):
  * *is_llama = 1 and lc filled and checked; otherwise *is_llama = 0 (use the GPT-2 resolve). */
-st_status train_config_resolve_llama(const train_config *c, llama_config *lc, int *is_llama, st_err *err);
+st_status st_train_config_resolve_llama(const st_train_config *c, st_llama_config *lc, int *is_llama, st_err *err);
 /* Both resolves above for whichever family c names: the whole configuration checked. */
-st_status train_config_check(const train_config *c, st_err *err);
+st_status st_train_config_check(const st_train_config *c, st_err *err);
 /* The shape overrides c sets (0: the preset's value). */
-st_model_overrides train_config_overrides(const train_config *c);
+st_model_overrides st_train_config_overrides(const st_train_config *c);
 
 /* The state_paths key cut into directories (kept in buf, at most ST_STORE_MAX_PATHS), and
  * their relative bandwidths from state_profile when it is set (*weighted = 1). */
-st_status train_state_paths(const train_config *c, char *buf, size_t cap, const char **paths, int *n,
+st_status st_train_state_paths(const st_train_config *c, char *buf, size_t cap, const char **paths, int *n,
                             double *weights, int *weighted, st_err *err);
 
-struct prof_mem_estimate;
+struct st_prof_mem_estimate;
 /* With state_paths: the moments leave the host's plan and the store's buffers join it. */
-void train_mem_state_on_disk(const train_config *c, struct prof_mem_estimate *e);
+void st_train_mem_state_on_disk(const st_train_config *c, struct st_prof_mem_estimate *e);
 
-typedef struct train_result {
+typedef struct st_train_result {
     long steps_done;  /* the run's step at the end */
     long steps_run;   /* steps this call trained (0: the run was already at its end) */
     float final_loss;
     double tokens_per_s;
     size_t n_params;  /* the model's parameters */
-} train_result;
+} st_train_result;
 
-st_status train_run(const train_config *c, train_result *res, st_err *err);
+st_status st_train_run(const st_train_config *c, st_train_result *res, st_err *err);
 
 /* One optimizer segment per tensor of a table: decoupled weight decay on matmul weights
  * and embeddings (chosen by role, which comes from the name), none on biases and norms. */
-void train_decay_segments(const st_param_info *t, int n, float weight_decay, optim_segment *out);
+void st_train_decay_segments(const st_param_info *t, int n, float weight_decay, st_optim_segment *out);
 
 /* Learning rate at step (1-based): linear warmup, then cosine to min_lr_frac * lr. */
-double train_lr_at(const train_config *c, long step);
+double st_train_lr_at(const st_train_config *c, long step);
 
 /* The embedded default corpus: deterministic English-like text (byte tokens, 0..255). */
-size_t corpus_embedded_generate(uint8_t *buf, size_t cap, uint64_t seed);
+size_t st_corpus_embedded_generate(uint8_t *buf, size_t cap, uint64_t seed);
 
 #endif

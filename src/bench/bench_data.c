@@ -129,7 +129,7 @@ static int make_synth(const char *prefix, uint64_t tokens, uint64_t seed, uint64
         fwrite(pt, 8, (size_t)k, f);
     }
     uint64_t version = 1, ndi = n + 1;
-    hdr[17] = DATA_DTYPE_U16;
+    hdr[17] = ST_DATA_DTYPE_U16;
     memcpy(hdr + 9, &version, 8);
     memcpy(hdr + 18, &n, 8);
     memcpy(hdr + 26, &ndi, 8);
@@ -193,28 +193,28 @@ int bench_data(int argc, char **argv) {
         total_docs += rc ? 0 : docs[i];
     }
     double gen_s = st_now() - t0;
-    data_loader_config c;
-    data_loader_config_init(&c);
+    st_data_loader_config c;
+    st_data_loader_config_init(&c);
     c.n_sources = 3;
-    for (int i = 0; i < 3; i++) c.sources[i] = (data_source_config){.path = prefix[i], .weight = share[i]};
+    for (int i = 0; i < 3; i++) c.sources[i] = (st_data_source_config){.path = prefix[i], .weight = share[i]};
     c.T = T, c.B = B, c.seed = 42, c.vocab_size = 50257, c.eod_token = 50256, c.mask_eod = 1;
     c.prefetch = prefetch;
-    data_loader *dl = NULL;
-    data_batch b;
+    st_data_loader *dl = NULL;
+    st_data_batch b;
     double first_batch_s = 0, tok_s = 0, bpt = 0, cpu_gtok = 0, rss = 0, rss_peak = 0, stall = 0;
-    data_loader_stats st0 = {0}, st1 = {0};
+    st_data_loader_stats st0 = {0}, st1 = {0};
     if (!rc) {
         t0 = st_now();
-        rc = data_loader_open(&dl, &c, &err) || data_loader_next(dl, &b, &err);
+        rc = st_data_loader_open(&dl, &c, &err) || st_data_loader_next(dl, &b, &err);
         first_batch_s = st_now() - t0;
     }
     if (!rc) {
         /* Phase 1: the consumer takes batches as fast as the loader makes them. */
-        data_loader_get_stats(dl, &st0);
+        st_data_loader_get_stats(dl, &st0);
         double c0 = cpu_seconds(), w0 = st_now();
-        while (!rc && st_now() - w0 < seconds) rc = data_loader_next(dl, &b, &err) != ST_OK;
+        while (!rc && st_now() - w0 < seconds) rc = st_data_loader_next(dl, &b, &err) != ST_OK;
         double wall = st_now() - w0, cpu = cpu_seconds() - c0;
-        data_loader_get_stats(dl, &st1);
+        st_data_loader_get_stats(dl, &st1);
         double ntok = (double)(st1.tokens - st0.tokens);
         tok_s = ntok / wall;
         bpt = (double)(st1.bytes_read - st0.bytes_read + st1.bytes_written - st0.bytes_written) / ntok;
@@ -227,18 +227,18 @@ int bench_data(int argc, char **argv) {
         w0 = st_now();
         int steps = 0;
         while (!rc && st_now() - w0 < seconds / 2) {
-            rc = data_loader_next(dl, &b, &err) != ST_OK;
+            rc = st_data_loader_next(dl, &b, &err) != ST_OK;
             /* the accelerator computes; this thread waits for it */
             struct timespec ts = {0, (long)(step_s * 1e9)};
             nanosleep(&ts, NULL);
             steps++;
         }
-        data_loader_get_stats(dl, &st1);
+        st_data_loader_get_stats(dl, &st1);
         stall = (st1.wait_s - wait0) / (st_now() - w0);
         rss = rss_field("VmRSS:");
         rss_peak = rss_field("VmHWM:");
     }
-    data_loader_close(dl);
+    st_data_loader_close(dl);
     for (int i = 0; i < 3 && !keep; i++) {
         char p[1200];
         snprintf(p, sizeof p, "%.1090s.idx", prefix[i]);

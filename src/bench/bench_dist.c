@@ -60,7 +60,7 @@ int bench_dist(int argc, char **argv) {
                         "--optim_state f32 or 8bit, --gather_overlap 1 or 0\n");
         return 2;
     }
-    optim_state_format fmt = strcmp(fmt_name, "8bit") ? OPTIM_STATE_F32 : OPTIM_STATE_8BIT;
+    st_optim_state_format fmt = strcmp(fmt_name, "8bit") ? ST_OPTIM_STATE_F32 : ST_OPTIM_STATE_8BIT;
     st_err err = {0};
     st_comm *c = NULL;
     if (st_comm_open(&c, 600, &err)) {
@@ -71,8 +71,8 @@ int bench_dist(int argc, char **argv) {
     if (!threads) threads = st_comm_threads(c);
     st_backend *be = NULL;
     st_model *m = NULL;
-    optim *opt_one = NULL, *opt = NULL;
-    optim_segment *segs = NULL, *shard_segs = NULL;
+    st_optim *opt_one = NULL, *opt = NULL;
+    st_optim_segment *segs = NULL, *shard_segs = NULL;
     size_t *bounds = NULL;
     int32_t *in = NULL, *tg = NULL;
     st_step one = {0}, dist = {0};
@@ -90,16 +90,16 @@ int bench_dist(int argc, char **argv) {
     in = malloc(sizeof(int32_t) * (size_t)B * T);
     tg = malloc(sizeof(int32_t) * (size_t)B * T);
     if (!segs || !shard_segs || !bounds || !in || !tg) { s = st_errf(&err, ST_ERR_NOMEM, "out of memory"); goto done; }
-    train_decay_segments(m->tensors, m->n_tensors, 0.1f, segs);
+    st_train_decay_segments(m->tensors, m->n_tensors, 0.1f, segs);
     st_zero_bounds(segs, m->n_tensors, m->n_params, W, bounds);
     size_t lo = zero ? bounds[rank] : 0, hi = zero ? bounds[rank + 1] : m->n_params;
     int ns = st_zero_clip_segments(segs, m->n_tensors, lo, hi, shard_segs);
     if (!ns) { s = st_errf(&err, ST_ERR_INVALID, "rank %d's shard is empty: a larger model, or --zero 0", rank); goto done; }
-    if ((s = optim_create(&opt, shard_segs, ns, fmt, &err)) || (s = st_step_init_memory(&dist, m, opt, NULL, 1, &err)))
+    if ((s = st_optim_create(&opt, shard_segs, ns, fmt, &err)) || (s = st_step_init_memory(&dist, m, opt, NULL, 1, &err)))
         goto done;
     if (W > 1 && (s = st_step_set_dist(&dist, c, zero, bounds, &err))) goto done;
     dist.overlap_gather = overlap != 0;
-    if (rank == 0 && W > 1 && ((s = optim_create(&opt_one, segs, m->n_tensors, fmt, &err)) ||
+    if (rank == 0 && W > 1 && ((s = st_optim_create(&opt_one, segs, m->n_tensors, fmt, &err)) ||
                                (s = st_step_init_memory(&one, m, opt_one, NULL, 1, &err))))
         goto done;
     for (size_t i = 0; i < (size_t)B * T; i++) { /* each rank its own tokens */
@@ -162,8 +162,8 @@ done:
     }
     st_step_free(&one);
     st_step_free(&dist);
-    optim_free(opt_one);
-    optim_free(opt);
+    st_optim_free(opt_one);
+    st_optim_free(opt);
     free(segs);
     free(shard_segs);
     free(bounds);

@@ -79,7 +79,7 @@ static st_status probe_once(const char *path, uint64_t bytes, double *read_gbps,
 
 int bench_offload(int argc, char **argv) {
     const char *paths[MAX_PATHS];
-    int n_paths = 0, states = OPTIM_STATE_F32, gdt = ST_BF16, steps = 3, json = 0, in_place = 0, probe = 1;
+    int n_paths = 0, states = ST_OPTIM_STATE_F32, gdt = ST_BF16, steps = 3, json = 0, in_place = 0, probe = 1;
     double nparams = 200e6, budget = 2.0 * 1073741824.0, probe_bytes = 2.0 * 1073741824.0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -94,10 +94,10 @@ int bench_offload(int argc, char **argv) {
             paths[n_paths++] = v;
         } else if (!strcmp(a, "--params")) {
             nparams = cli_parse_count(v);
-            if (nparams < OPTIM_CHUNK_ELEMS) { fprintf(stderr, "strata bench offload: --params '%s': give a count >= 16K (e.g. 1B)\n", v); return 2; }
+            if (nparams < ST_OPTIM_CHUNK_ELEMS) { fprintf(stderr, "strata bench offload: --params '%s': give a count >= 16K (e.g. 1B)\n", v); return 2; }
         } else if (!strcmp(a, "--states")) {
-            if (!strcmp(v, "f32")) states = OPTIM_STATE_F32;
-            else if (!strcmp(v, "8bit")) states = OPTIM_STATE_8BIT;
+            if (!strcmp(v, "f32")) states = ST_OPTIM_STATE_F32;
+            else if (!strcmp(v, "8bit")) states = ST_OPTIM_STATE_8BIT;
             else { fprintf(stderr, "strata bench offload: --states '%s': use f32 or 8bit\n", v); return 2; }
         } else if (!strcmp(a, "--grad")) {
             if (!strcmp(v, "bf16")) gdt = ST_BF16;
@@ -125,20 +125,20 @@ int bench_offload(int argc, char **argv) {
     /* tensors of 50M parameters, decay on every other one, as a model's would be */
     size_t n = (size_t)nparams, seg_len = 50000000;
     int n_segs = (int)((n + seg_len - 1) / seg_len);
-    optim_segment *segs = calloc((size_t)n_segs, sizeof *segs);
+    st_optim_segment *segs = calloc((size_t)n_segs, sizeof *segs);
     if (!segs) return 1;
     for (int i = 0; i < n_segs; i++) {
         size_t o = (size_t)i * seg_len;
-        segs[i] = (optim_segment){o, n - o < seg_len ? n - o : seg_len, i % 2 ? 0.0f : 0.1f};
+        segs[i] = (st_optim_segment){o, n - o < seg_len ? n - o : seg_len, i % 2 ? 0.0f : 0.1f};
     }
     /* the budget: regions of 1/8 of it (at most ST_STORE_MAX_REGION, as the store chooses), then the gradient and working-copy
      * buffers of one subgroup and the process itself (its resident size now + 8 MiB); the
      * rest is the store's */
-    double bpe = st_store_bytes_per_param((optim_state_format)states);
+    double bpe = st_store_bytes_per_param((st_optim_state_format)states);
     double gs = gdt == ST_BF16 ? 2.0 : 4.0, ws = 2.0;
     uint64_t region = (uint64_t)(budget / (8.0 + (gs + ws) / bpe));
     if (region > ST_STORE_MAX_REGION) region = ST_STORE_MAX_REGION;
-    size_t elems = (size_t)((double)region / bpe) / OPTIM_CHUNK_ELEMS * OPTIM_CHUNK_ELEMS + 2 * OPTIM_CHUNK_ELEMS;
+    size_t elems = (size_t)((double)region / bpe) / ST_OPTIM_CHUNK_ELEMS * ST_OPTIM_CHUNK_ELEMS + 2 * ST_OPTIM_CHUNK_ELEMS;
     uint64_t side = (uint64_t)((double)elems * (gs + ws));
     double base_rss = bench_proc_status_bytes("VmRSS:"); /* the program itself, before any buffer */
     double store_budget = budget - (double)side - (base_rss > 0 ? base_rss : 32.0 * 1048576.0) - 8.0 * 1048576.0;
@@ -149,7 +149,7 @@ int bench_offload(int argc, char **argv) {
         return 2;
     }
     st_store_config sc = {.paths = paths, .n_paths = n_paths, .segs = segs, .n_segs = n_segs,
-                          .fmt = (optim_state_format)states, .host_budget = (uint64_t)store_budget,
+                          .fmt = (st_optim_state_format)states, .host_budget = (uint64_t)store_budget,
                           .region_bytes = region, .in_place = in_place, .name = "strata-bench-offload"};
     st_err err = {0};
     st_store *st = NULL;
@@ -160,7 +160,7 @@ int bench_offload(int argc, char **argv) {
         if (gdt == ST_BF16) ((uint16_t *)bc.grad)[i] = st_f32_to_bf16(g);
         else ((float *)bc.grad)[i] = g;
     }
-    double ss = optim_grad_sumsq(bc.grad, (st_dtype)gdt, elems) * (double)n / (double)elems;
+    double ss = st_optim_grad_sumsq(bc.grad, (st_dtype)gdt, elems) * (double)n / (double)elems;
     /* the probe, three times per path (once now, for the split, twice after the steps):
      * the disks of shared machines vary by 2x from one minute to the next */
     double pr3[MAX_PATHS][3] = {{0}}, pw3[MAX_PATHS][3] = {{0}}, pm3[MAX_PATHS][3] = {{0}}, weight[MAX_PATHS];
@@ -199,7 +199,7 @@ int bench_offload(int argc, char **argv) {
     double t_step[MAX_STEPS], t_cmp[MAX_STEPS], hit[MAX_STEPS]; /* --steps is at most MAX_STEPS */
     double rd_b[MAX_PATHS] = {0}, wr_b[MAX_PATHS] = {0}, busy[MAX_PATHS] = {0};
     st_store_stats s0 = {0};
-    adamw_params hp = {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 1, .grad_scale = 1.0f};
+    st_adamw_params hp = {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 1, .grad_scale = 1.0f};
     st_store_step_args sa = {.grads = grads_at, .grad_dtype = (st_dtype)gdt, .work = work_at, .work_dtype = ST_BF16,
                              .ctx = &bc, .grad_sumsq = ss};
     for (int s = 0; s <= steps && !rc; s++) {

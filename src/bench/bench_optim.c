@@ -43,8 +43,8 @@ static const char *dtype_arg(int d) { return d == ST_F32 ? "f32" : d == ST_BF16 
 
 int bench_optim(int argc, char **argv) {
     double nparams = 100e6;
-    int states = OPTIM_STATE_F32, gdt = ST_BF16, wdt = ST_BF16, steps = 7, json = 0;
-    optim_isa isa = OPTIM_ISA_AUTO;
+    int states = ST_OPTIM_STATE_F32, gdt = ST_BF16, wdt = ST_BF16, steps = 7, json = 0;
+    st_optim_isa isa = ST_OPTIM_ISA_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -60,8 +60,8 @@ int bench_optim(int argc, char **argv) {
             if (nparams < 1) { fprintf(stderr, "strata bench optim: --params '%s' is not a count (e.g. 100M)\n", v); return 2; }
             i++;
         } else if (!strcmp(a, "--states")) {
-            if (!strcmp(v, "f32")) states = OPTIM_STATE_F32;
-            else if (!strcmp(v, "8bit")) states = OPTIM_STATE_8BIT;
+            if (!strcmp(v, "f32")) states = ST_OPTIM_STATE_F32;
+            else if (!strcmp(v, "8bit")) states = ST_OPTIM_STATE_8BIT;
             else { fprintf(stderr, "strata bench optim: --states '%s': use f32 or 8bit\n", v); return 2; }
             i++;
         } else if (!strcmp(a, "--grad")) {
@@ -75,11 +75,11 @@ int bench_optim(int argc, char **argv) {
             if (steps < 1 || steps > 1000) { fprintf(stderr, "strata bench optim: --steps '%s': use 1..1000\n", v); return 2; }
             i++;
         } else if (!strcmp(a, "--isa")) {
-            if (!strcmp(v, "auto")) isa = OPTIM_ISA_AUTO;
-            else if (!strcmp(v, "portable")) isa = OPTIM_ISA_PORTABLE;
-            else if (!strcmp(v, "avx2")) isa = OPTIM_ISA_AVX2;
-            else if (!strcmp(v, "avx512")) isa = OPTIM_ISA_AVX512;
-            else if (!strcmp(v, "avx512bf16")) isa = OPTIM_ISA_AVX512_BF16;
+            if (!strcmp(v, "auto")) isa = ST_OPTIM_ISA_AUTO;
+            else if (!strcmp(v, "portable")) isa = ST_OPTIM_ISA_PORTABLE;
+            else if (!strcmp(v, "avx2")) isa = ST_OPTIM_ISA_AVX2;
+            else if (!strcmp(v, "avx512")) isa = ST_OPTIM_ISA_AVX512;
+            else if (!strcmp(v, "avx512bf16")) isa = ST_OPTIM_ISA_AVX512_BF16;
             else { fprintf(stderr, "strata bench optim: --isa '%s': use auto, portable, avx2, avx512 or avx512bf16\n", v); return 2; }
             i++;
         } else {
@@ -90,12 +90,12 @@ int bench_optim(int argc, char **argv) {
 
     size_t n = (size_t)nparams;
     st_err err = {0};
-    optim *o;
-    optim_segment seg = {0, n, 0.1f};
-    if (optim_create(&o, &seg, 1, (optim_state_format)states, &err) != ST_OK ||
-        optim_set_isa(o, isa, &err) != ST_OK) {
+    st_optim *o;
+    st_optim_segment seg = {0, n, 0.1f};
+    if (st_optim_create(&o, &seg, 1, (st_optim_state_format)states, &err) != ST_OK ||
+        st_optim_set_isa(o, isa, &err) != ST_OK) {
         fprintf(stderr, "strata bench optim: %s\n", err.msg);
-        optim_free(o);
+        st_optim_free(o);
         return 1;
     }
     size_t gs = st_dtype_size((st_dtype)gdt), ws = wdt < 0 ? 0 : st_dtype_size((st_dtype)wdt);
@@ -104,7 +104,7 @@ int bench_optim(int argc, char **argv) {
     if (!p || !g || (ws && !w)) {
         fprintf(stderr, "strata bench optim: cannot allocate %.2f GB of parameters and gradients; use fewer --params\n",
                 (double)n * (4 + gs + ws) / 1e9);
-        st_free(p); st_free(g); st_free(w); optim_free(o);
+        st_free(p); st_free(g); st_free(w); st_optim_free(o);
         return 1;
     }
     long nn = (long)n;
@@ -116,24 +116,24 @@ int bench_optim(int argc, char **argv) {
         else if (gdt == ST_F16) ((uint16_t *)g)[i] = st_f32_to_f16(x);
         else ((float *)g)[i] = x;
     }
-    optim_step_args a = {.params = p, .grads = g, .grad_dtype = (st_dtype)gdt, .work = w,
+    st_optim_step_args a = {.params = p, .grads = g, .grad_dtype = (st_dtype)gdt, .work = w,
                          .work_dtype = ws ? (st_dtype)wdt : ST_F32, .grad_sumsq = 1.0};
-    adamw_params hp = {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 1, .grad_scale = 1.0f};
+    st_adamw_params hp = {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 1, .grad_scale = 1.0f};
     /* warm up: first touch of every page of state, the working copy and the ceiling's code */
-    optim_step_ex(o, &a, &hp, &err);
-    optim_bench_ceiling(o, &a);
+    st_optim_step_ex(o, &a, &hp, &err);
+    st_optim_bench_ceiling(o, &a);
     double *ts = malloc(sizeof(double) * (size_t)steps * 3), *tc = ts + steps, *tn = tc + steps;
     for (int s = 0; s < steps; s++) {
         hp.step = s + 2;
         double t0 = st_now();
-        if (optim_step_ex(o, &a, &hp, &err) != ST_OK) {
+        if (st_optim_step_ex(o, &a, &hp, &err) != ST_OK) {
             fprintf(stderr, "strata bench optim: %s\n", err.msg);
             return 1;
         }
         double t1 = st_now();
-        optim_bench_ceiling(o, &a);
+        st_optim_bench_ceiling(o, &a);
         double t2 = st_now();
-        volatile double ss = optim_grad_sumsq(g, (st_dtype)gdt, n);
+        volatile double ss = st_optim_grad_sumsq(g, (st_dtype)gdt, n);
         (void)ss;
         double t3 = st_now();
         ts[s] = t1 - t0;
@@ -141,20 +141,20 @@ int bench_optim(int argc, char **argv) {
         tn[s] = t3 - t2;
     }
     double t_step = bench_median(ts, steps), t_ceil = bench_median(tc, steps), t_norm = bench_median(tn, steps);
-    double bpp = optim_step_bytes_per_param(o, (st_dtype)gdt, ws ? wdt : -1);
+    double bpp = st_optim_step_bytes_per_param(o, (st_dtype)gdt, ws ? wdt : -1);
     double pps = (double)n / t_step, gbps = pps * bpp / 1e9, ceil_gbps = (double)n * bpp / t_ceil / 1e9;
-    double state_bpp = 4.0 + optim_state_bytes_per_param(o), norm_gbps = (double)n * (double)gs / t_norm / 1e9;
-    const char *sname = states == OPTIM_STATE_F32 ? "f32" : "8bit";
+    double state_bpp = 4.0 + st_optim_state_bytes_per_param(o), norm_gbps = (double)n * (double)gs / t_norm / 1e9;
+    const char *sname = states == ST_OPTIM_STATE_F32 ? "f32" : "8bit";
     if (json) {
         printf("{\"bench\": \"optim\", \"params\": %zu, \"states\": \"%s\", \"grad\": \"%s\", \"work\": \"%s\", "
                "\"isa\": \"%s\", \"threads\": %d, \"steps\": %d, \"step_s\": %.6f, \"ceiling_s\": %.6f, "
                "\"params_per_s\": %.4g, \"bytes_per_param\": %.4f, \"gbps\": %.3f, \"ceiling_gbps\": %.3f, "
                "\"ratio\": %.4f, \"state_bytes_per_param\": %.4f, \"gradnorm_gbps\": %.3f}\n",
-               n, sname, dtype_arg(gdt), dtype_arg(wdt), optim_isa_name(optim_get_isa(o)), omp_get_max_threads(),
+               n, sname, dtype_arg(gdt), dtype_arg(wdt), st_optim_isa_name(st_optim_get_isa(o)), omp_get_max_threads(),
                steps, t_step, t_ceil, pps, bpp, gbps, ceil_gbps, gbps / ceil_gbps, state_bpp, norm_gbps);
     } else {
         printf("optimizer step: %zu params, %s states, %s grads, %s working copy, %s kernels, %d threads\n", n, sname,
-               dtype_arg(gdt), dtype_arg(wdt), optim_isa_name(optim_get_isa(o)), omp_get_max_threads());
+               dtype_arg(gdt), dtype_arg(wdt), st_optim_isa_name(st_optim_get_isa(o)), omp_get_max_threads());
         printf("  step      %.2f ms (median of %d)  %.3g params/s  %.2f bytes/param  %.2f GB/s\n", t_step * 1e3, steps,
                pps, bpp, gbps);
         printf("  ceiling   %.2f ms  %.2f GB/s  -> ratio %.3f\n", t_ceil * 1e3, ceil_gbps, gbps / ceil_gbps);
@@ -165,6 +165,6 @@ int bench_optim(int argc, char **argv) {
     st_free(p);
     st_free(g);
     st_free(w);
-    optim_free(o);
+    st_optim_free(o);
     return 0;
 }

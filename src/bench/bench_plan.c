@@ -15,7 +15,7 @@
  * predicted_reference_rates_step_s, from the reference block's rates alone (what strata
  * train, which does not time the model's shape, predicts).
  *
- * Peaks per tier: device, the budget arena's high-water mark (stream_step_stats); host,
+ * Peaks per tier: device, the budget arena's high-water mark (st_stream_step_stats); host,
  * the process's resident high-water mark (VmHWM, reset through /proc/self/clear_refs)
  * over the planned executor's creation and warm-up step, less the device peak (on the
  * CPU backend the device arena is host memory too); disk, 0 (these runs keep the state
@@ -41,7 +41,7 @@
 #include "strata/tier.h"
 
 
-/* How a configuration's device budget is chosen (bench_one), each from stream_device_bytes. */
+/* How a configuration's device budget is chosen (bench_one), each from st_stream_device_bytes. */
 typedef enum bp_budget {
     BP_BUDGET_EIGHTH,         /* one eighth of the training state (16 bytes a parameter) */
     BP_BUDGET_RECOMPUTE,      /* halfway between the smallest all-recompute and the smallest all-offload
@@ -68,11 +68,11 @@ static const bp_config CONFIGS[] = {
 /* One executor under its own budgeted device, and the step that drives it. */
 typedef struct bp_run {
     st_backend *dev;
-    stream_exec *x;
+    st_stream_exec *x;
     st_step step;
     int have_step;
     double *t;        /* timed steps' wall seconds */
-    double *tc, *tt;  /* their device compute and optimizer tail (stream_step_stats) */
+    double *tc, *tt;  /* their device compute and optimizer tail (st_stream_step_stats) */
     double *share;    /* their process CPU seconds per wall second (cores this process got) */
     size_t dev_peak;  /* arena high-water mark over every step */
 } bp_run;
@@ -110,33 +110,33 @@ static void usage(FILE *f) {
 
 /* The fixed rule's candidate i of RULE_CANDIDATES, in the order strata train tries them when
  * it falls back to the rule (open_streamed): the vocabulary resident, then in
- * PLAN_RULE_VOCAB_CHUNK-row chunks; every block keep, then offload, then recompute. */
+ * ST_PLAN_RULE_VOCAB_CHUNK-row chunks; every block keep, then offload, then recompute. */
 #define RULE_CANDIDATES 6
-static void rule_candidate(const stream_config *sc, int i, stream_plan *p) {
-    static const stream_act order[] = {STREAM_ACT_KEEP, STREAM_ACT_OFFLOAD, STREAM_ACT_RECOMPUTE};
-    stream_plan_default(p, sc->arch->lay.n_blocks);
-    p->vocab_chunk = i / 3 ? PLAN_RULE_VOCAB_CHUNK : 0;
-    stream_plan_set_all(p, order[i % 3]);
+static void rule_candidate(const st_stream_config *sc, int i, st_stream_plan *p) {
+    static const st_stream_act order[] = {ST_STREAM_ACT_KEEP, ST_STREAM_ACT_OFFLOAD, ST_STREAM_ACT_RECOMPUTE};
+    st_stream_plan_default(p, sc->arch->lay.n_blocks);
+    p->vocab_chunk = i / 3 ? ST_PLAN_RULE_VOCAB_CHUNK : 0;
+    st_stream_plan_set_all(p, order[i % 3]);
 }
 
 /* The plan strata train falls back to (open_streamed): the first candidate that fits; 0 when
  * none fits. */
-static int rule_plan(const stream_config *sc, size_t budget, stream_plan *p) {
+static int rule_plan(const st_stream_config *sc, size_t budget, st_stream_plan *p) {
     for (int i = 0; i < RULE_CANDIDATES; i++) {
         rule_candidate(sc, i, p);
-        if (stream_device_bytes(sc, p) <= budget) return 1;
+        if (st_stream_device_bytes(sc, p) <= budget) return 1;
     }
     return 0;
 }
 
 /* The smallest budget at which the rule's plan recomputes no block: its smallest keep or
  * offload candidate (below it only its recompute candidates can fit). p is scratch. */
-static size_t rule_no_recompute_bytes(const stream_config *sc, stream_plan *p) {
+static size_t rule_no_recompute_bytes(const st_stream_config *sc, st_stream_plan *p) {
     size_t m = (size_t)-1;
     for (int i = 0; i < RULE_CANDIDATES; i++) {
         rule_candidate(sc, i, p);
-        if (p->act[0] == STREAM_ACT_RECOMPUTE) continue;
-        size_t b = stream_device_bytes(sc, p);
+        if (p->act[0] == ST_STREAM_ACT_RECOMPUTE) continue;
+        size_t b = st_stream_device_bytes(sc, p);
         m = b < m ? b : m;
     }
     return m;
@@ -144,31 +144,31 @@ static size_t rule_no_recompute_bytes(const stream_config *sc, stream_plan *p) {
 
 /* The smallest device bytes of a plan with every block set to act over the vocabulary chunks
  * vcs[0..nv) (depth 1). p is scratch. */
-static size_t uniform_min_bytes(const stream_config *sc, const int *vcs, int nv, stream_act act, stream_plan *p) {
+static size_t uniform_min_bytes(const st_stream_config *sc, const int *vcs, int nv, st_stream_act act, st_stream_plan *p) {
     size_t m = (size_t)-1;
-    stream_plan_default(p, sc->arch->lay.n_blocks);
-    stream_plan_set_all(p, act);
+    st_stream_plan_default(p, sc->arch->lay.n_blocks);
+    st_stream_plan_set_all(p, act);
     for (int v = 0; v < nv; v++) {
         p->vocab_chunk = vcs[v];
-        size_t b = stream_device_bytes(sc, p);
+        size_t b = st_stream_device_bytes(sc, p);
         m = b < m ? b : m;
     }
     return m;
 }
 
-static int same_plan(const stream_plan *a, const stream_plan *b) {
+static int same_plan(const st_stream_plan *a, const st_stream_plan *b) {
     if (a->prefetch_depth != b->prefetch_depth || a->vocab_chunk != b->vocab_chunk || a->n_layer != b->n_layer ||
         a->overlap_optim != b->overlap_optim || a->clip != b->clip || a->grad_dtype != b->grad_dtype)
         return 0;
     return !memcmp(a->act, b->act, (size_t)a->n_layer);
 }
 
-static void plan_summary(const stream_plan *p, char *buf, size_t n) {
+static void plan_summary(const st_stream_plan *p, char *buf, size_t n) {
     int k = 0, o = 0, r = 0;
     for (int l = 0; l < p->n_layer; l++) {
-        k += p->act[l] == STREAM_ACT_KEEP;
-        o += p->act[l] == STREAM_ACT_OFFLOAD;
-        r += p->act[l] == STREAM_ACT_RECOMPUTE;
+        k += p->act[l] == ST_STREAM_ACT_KEEP;
+        o += p->act[l] == ST_STREAM_ACT_OFFLOAD;
+        r += p->act[l] == ST_STREAM_ACT_RECOMPUTE;
     }
     snprintf(buf, n, "%d keep, %d offload, %d recompute, depth %d, vocab_chunk %d", k, o, r, p->prefetch_depth,
              p->vocab_chunk);
@@ -200,7 +200,7 @@ static int reset_hwm(void) {
     return fclose(f) == 0 && ok;
 }
 
-static st_status run_open(bp_run *r, st_backend *cpu, const stream_config *sc, const stream_plan *p, size_t budget,
+static st_status run_open(bp_run *r, st_backend *cpu, const st_stream_config *sc, const st_stream_plan *p, size_t budget,
                           int steps, st_err *err) {
     memset(r, 0, sizeof *r);
     r->t = calloc((size_t)steps, sizeof *r->t);
@@ -209,9 +209,9 @@ static st_status run_open(bp_run *r, st_backend *cpu, const stream_config *sc, c
     r->share = calloc((size_t)steps, sizeof *r->share);
     if (!r->t || !r->tc || !r->tt || !r->share) return st_errf(err, ST_ERR_NOMEM, "out of memory");
     st_status s = st_backend_with_budget(&r->dev, cpu, budget, err);
-    if (!s) s = stream_exec_create(&r->x, sc, p, r->dev, err);
+    if (!s) s = st_stream_exec_create(&r->x, sc, p, r->dev, err);
     if (s) return s;
-    stream_init_random(r->x, 1);
+    st_stream_init_random(r->x, 1);
     st_step_init_streamed(&r->step, r->x, 1);
     r->have_step = 1;
     return ST_OK;
@@ -219,7 +219,7 @@ static st_status run_open(bp_run *r, st_backend *cpu, const stream_config *sc, c
 
 static void run_close(bp_run *r) {
     if (r->have_step) st_step_free(&r->step);
-    stream_exec_free(r->x);
+    st_stream_exec_free(r->x);
     if (r->dev) st_backend_free(r->dev);
     free(r->t);
     free(r->tc);
@@ -246,10 +246,10 @@ typedef struct bp_result {
     size_t budget;
     int constrained, same;
     char plan_txt[96], rule_txt[96];
-    plan_prediction pred;
+    st_plan_prediction pred;
     double measured_s, rule_s, meas_compute_s, meas_tail_s;
-    plan_prediction pred_same; /* the run plan, predicted from the shape timed between the steps */
-    plan_prediction pred_ref;  /* the run plan from the reference rates alone (what strata train has) */
+    st_plan_prediction pred_same; /* the run plan, predicted from the shape timed between the steps */
+    st_plan_prediction pred_ref;  /* the run plan from the reference rates alone (what strata train has) */
     double load0, load1;       /* the 1-minute load average before and after (the machine is shared) */
     double norm_pred_s, norm_meas_s; /* both in CPU seconds / threads: what the wall time would be with
                                         every core to this process (below) */
@@ -270,38 +270,38 @@ static st_status random_tokens(int N, int vocab, int32_t **inp, int32_t **tgt, s
     return ST_OK;
 }
 
-static st_status bench_one(const bp_config *cfg, st_backend *cpu, plan_profile *hw, int steps, int json,
+static st_status bench_one(const bp_config *cfg, st_backend *cpu, st_plan_profile *hw, int steps, int json,
                            bp_result *out, st_err *err) {
     memset(out, 0, sizeof *out);
     out->cfg = cfg;
-    gpt2_config mc;
+    st_gpt2_config mc;
     st_arch *arch = NULL;
     bp_run plan_run = {0}, rule_run = {0};
-    stream_plan *pp = malloc(sizeof *pp), *rp = malloc(sizeof *rp), *tp = malloc(sizeof *tp);
+    st_stream_plan *pp = malloc(sizeof *pp), *rp = malloc(sizeof *rp), *tp = malloc(sizeof *tp);
     int32_t *inp = NULL, *tgt = NULL;
     st_status s = ST_OK;
     if (!pp || !rp || !tp) { s = st_errf(err, ST_ERR_NOMEM, "out of memory"); goto done; }
-    if ((s = gpt2_config_preset(cfg->model, &mc, err)) || (s = st_arch_gpt2(&arch, &mc, err))) goto done;
-    stream_config sc = {.arch = arch, .B = cfg->B, .T = cfg->T, .weight_decay = 0.1f};
+    if ((s = st_gpt2_config_preset(cfg->model, &mc, err)) || (s = st_arch_gpt2(&arch, &mc, err))) goto done;
+    st_stream_config sc = {.arch = arch, .B = cfg->B, .T = cfg->T, .weight_decay = 0.1f};
     size_t n = arch->lay.n_params, budget = n * 16 / 8;
-    plan_options po = {.mip_gap = -1, .allow_vocab_chunk = 1,
-                       .prefer_resident_head = PLAN_HEAD_RESIDENT_IF_FITS}; /* as strata train */
-    int vcs[PLAN_MAX_VCHUNKS], nv = plan_vocab_chunks(arch, &po, vcs);
+    st_plan_options po = {.mip_gap = -1, .allow_vocab_chunk = 1,
+                       .prefer_resident_head = ST_PLAN_HEAD_RESIDENT_IF_FITS}; /* as strata train */
+    int vcs[ST_PLAN_MAX_VCHUNKS], nv = st_plan_vocab_chunks(arch, &po, vcs);
     if (cfg->budget == BP_BUDGET_RECOMPUTE) {
         /* halfway between the smallest all-recompute and the smallest all-offload plan over
          * the planner's vocabulary chunks (depth 1), so no plan offloads or keeps every
          * block; at least the rule's smallest plan (recompute, 2048-row chunks) */
-        size_t lo = uniform_min_bytes(&sc, vcs, nv, STREAM_ACT_RECOMPUTE, tp);
-        size_t hi = uniform_min_bytes(&sc, vcs, nv, STREAM_ACT_OFFLOAD, tp);
+        size_t lo = uniform_min_bytes(&sc, vcs, nv, ST_STREAM_ACT_RECOMPUTE, tp);
+        size_t hi = uniform_min_bytes(&sc, vcs, nv, ST_STREAM_ACT_OFFLOAD, tp);
         budget = lo + (hi > lo ? (hi - lo) / 2 : 0);
         rule_candidate(&sc, RULE_CANDIDATES - 1, tp);
-        size_t rule_min = stream_device_bytes(&sc, tp);
+        size_t rule_min = st_stream_device_bytes(&sc, tp);
         if (budget < rule_min) budget = rule_min;
     } else if (cfg->budget == BP_BUDGET_RULE_RECOMPUTES) {
         /* from the smallest budget at which every block can offload (the planner's chunks) to
          * the smallest at which the rule stops recomputing: halfway, so the rule recomputes
          * every block and the planner may offload every one */
-        size_t lo = uniform_min_bytes(&sc, vcs, nv, STREAM_ACT_OFFLOAD, tp);
+        size_t lo = uniform_min_bytes(&sc, vcs, nv, ST_STREAM_ACT_OFFLOAD, tp);
         size_t hi = rule_no_recompute_bytes(&sc, tp);
         if (hi <= lo + 1) {
             s = st_errf(err, ST_ERR_UNSUPPORTED, "%s: no device budget where the rule recomputes every block and "
@@ -314,17 +314,17 @@ static st_status bench_one(const bp_config *cfg, st_backend *cpu, plan_profile *
     out->budget = budget;
     out->load0 = load_avg();
     /* the model's own block and classifier timed at this shape, unless the profile has them */
-    if (!plan_profile_shape(hw, arch, cfg->B, cfg->T) &&
-        (s = plan_profile_measure_shape(cpu, arch, cfg->B, cfg->T, hw, err)))
+    if (!st_plan_profile_shape(hw, arch, cfg->B, cfg->T) &&
+        (s = st_plan_profile_measure_shape(cpu, arch, cfg->B, cfg->T, hw, err)))
         goto done;
-    if ((s = plan_stream_ex(arch, cfg->B, cfg->T, budget, hw, &po, pp, &out->pred, err))) goto done;
-    out->pred_host = (double)plan_host_bytes(arch, cfg->B, cfg->T, pp);
+    if ((s = st_plan_stream_ex(arch, cfg->B, cfg->T, budget, hw, &po, pp, &out->pred, err))) goto done;
+    out->pred_host = (double)st_plan_host_bytes(arch, cfg->B, cfg->T, pp);
     {
-        plan_profile *ref = malloc(sizeof *ref);
+        st_plan_profile *ref = malloc(sizeof *ref);
         if (!ref) { s = st_errf(err, ST_ERR_NOMEM, "out of memory"); goto done; }
         *ref = *hw;
         ref->n_shapes = 0;
-        s = plan_predict(arch, cfg->B, cfg->T, ref, pp, &out->pred_ref, err);
+        s = st_plan_predict(arch, cfg->B, cfg->T, ref, pp, &out->pred_ref, err);
         free(ref);
         if (s) goto done;
     }
@@ -334,8 +334,8 @@ static st_status bench_one(const bp_config *cfg, st_backend *cpu, plan_profile *
     }
     int rule_rc = 0;
     for (int l = 0; l < rp->n_layer; l++) {
-        out->constrained |= rp->act[l] != STREAM_ACT_KEEP;
-        rule_rc += rp->act[l] == STREAM_ACT_RECOMPUTE;
+        out->constrained |= rp->act[l] != ST_STREAM_ACT_KEEP;
+        rule_rc += rp->act[l] == ST_STREAM_ACT_RECOMPUTE;
     }
     if (cfg->budget == BP_BUDGET_RULE_RECOMPUTES && rule_rc != rp->n_layer) {
         s = st_errf(err, ST_ERR_UNSUPPORTED, "%s: at %zu device bytes the rule recomputes %d of %d blocks, not "
@@ -366,7 +366,7 @@ static st_status bench_one(const bp_config *cfg, st_backend *cpu, plan_profile *
     }
     /* the shape timed again after each pair of steps: the same load as the steps see (the
      * machine may be shared), for predicted_same_load_step_s */
-    plan_profile *hs = malloc(sizeof *hs);
+    st_plan_profile *hs = malloc(sizeof *hs);
     double *sf = calloc((size_t)steps, sizeof *sf), *sb = calloc((size_t)steps, sizeof *sb),
            *sh = calloc((size_t)steps, sizeof *sh), *ss = calloc((size_t)steps, sizeof *ss),
            *sn = calloc((size_t)steps, sizeof *sn), *sc2 = calloc((size_t)steps, sizeof *sc2);
@@ -376,21 +376,21 @@ static st_status bench_one(const bp_config *cfg, st_backend *cpu, plan_profile *
         if (!out->same && (s = run_step(&rule_run, i, cfg->B, cfg->T, inp, tgt, err))) break;
         *hs = *hw;
         double c0 = cpu_now(), w0 = st_now();
-        if ((s = plan_profile_measure_shape(cpu, arch, cfg->B, cfg->T, hs, err))) break;
+        if ((s = st_plan_profile_measure_shape(cpu, arch, cfg->B, cfg->T, hs, err))) break;
         ss[i] = (cpu_now() - c0) / (st_now() - w0);
-        const plan_shape_time *e = plan_profile_shape(hs, arch, cfg->B, cfg->T);
+        const st_plan_shape_time *e = st_plan_profile_shape(hs, arch, cfg->B, cfg->T);
         sf[i] = e->block_fwd_s, sb[i] = e->block_bwd_s, sh[i] = e->head_s_per_row, sc2[i] = e->head_s_per_chunk;
         if (!json)
             fprintf(stderr, "  step %d: planned %.3f s, rule %.3f s\n", i + 1, plan_run.t[i],
                     out->same ? plan_run.t[i] : rule_run.t[i]);
     }
     if (!s) {
-        plan_shape_time *e = (plan_shape_time *)plan_profile_shape(hs, arch, cfg->B, cfg->T);
+        st_plan_shape_time *e = (st_plan_shape_time *)st_plan_profile_shape(hs, arch, cfg->B, cfg->T);
         e->block_fwd_s = bench_median(sf, steps);
         e->block_bwd_s = bench_median(sb, steps);
         e->head_s_per_row = bench_median(sh, steps);
         e->head_s_per_chunk = bench_median(sc2, steps);
-        s = plan_predict(arch, cfg->B, cfg->T, hs, pp, &out->pred_same, err);
+        s = st_plan_predict(arch, cfg->B, cfg->T, hs, pp, &out->pred_same, err);
         /* load-normalised: a time x the cores this process got / its threads, for the
          * shape's timings and for each step alike (1 on an idle machine) */
         double nth = omp_get_max_threads(), k = bench_median(ss, steps) / nth;
@@ -398,8 +398,8 @@ static st_status bench_one(const bp_config *cfg, st_backend *cpu, plan_profile *
         e->block_bwd_s *= k;
         e->head_s_per_row *= k;
         e->head_s_per_chunk *= k;
-        plan_prediction pn;
-        if (!s && !(s = plan_predict(arch, cfg->B, cfg->T, hs, pp, &pn, err))) out->norm_pred_s = pn.step_s;
+        st_plan_prediction pn;
+        if (!s && !(s = st_plan_predict(arch, cfg->B, cfg->T, hs, pp, &pn, err))) out->norm_pred_s = pn.step_s;
         for (int i = 0; i < steps; i++) sn[i] = plan_run.t[i] * plan_run.share[i] / nth;
         out->norm_meas_s = bench_median(sn, steps);
     }
@@ -432,35 +432,35 @@ done:
 /* --sweep N: the device budget swept geometrically over N points from the smallest budget
  * any plan fits (the smallest all-recompute plan over the vocabulary chunks, depth 1) to the
  * whole state (the largest plan: every block kept, the head resident, the deepest prefetch);
- * at each, the planner's plan (strata train's options, or plan_stream's defaults with
+ * at each, the planner's plan (strata train's options, or st_plan_stream's defaults with
  * cost_optimal) is trained for one warm-up and `steps` timed steps (median). */
 static st_status bench_sweep(const char *model, int B, int T, int npts, int steps, int cost_optimal, st_backend *cpu,
-                             plan_profile *hw, int json, st_err *err) {
-    gpt2_config mc;
+                             st_plan_profile *hw, int json, st_err *err) {
+    st_gpt2_config mc;
     st_arch *arch = NULL;
-    stream_plan *pp = malloc(sizeof *pp);
+    st_stream_plan *pp = malloc(sizeof *pp);
     int32_t *inp = NULL, *tgt = NULL;
     bp_run run = {0};
     st_status s = ST_OK;
     if (!pp) return st_errf(err, ST_ERR_NOMEM, "out of memory");
-    if ((s = gpt2_config_preset(model, &mc, err)) || (s = st_arch_gpt2(&arch, &mc, err))) goto done;
-    stream_config sc = {.arch = arch, .B = B, .T = T, .weight_decay = 0.1f};
-    plan_options po = {.mip_gap = -1, .allow_vocab_chunk = 1,
-                       .prefer_resident_head = cost_optimal ? PLAN_HEAD_FASTEST : PLAN_HEAD_RESIDENT_IF_FITS};
-    int L = arch->lay.n_blocks, vcs[PLAN_MAX_VCHUNKS], nv = plan_vocab_chunks(arch, &po, vcs);
+    if ((s = st_gpt2_config_preset(model, &mc, err)) || (s = st_arch_gpt2(&arch, &mc, err))) goto done;
+    st_stream_config sc = {.arch = arch, .B = B, .T = T, .weight_decay = 0.1f};
+    st_plan_options po = {.mip_gap = -1, .allow_vocab_chunk = 1,
+                       .prefer_resident_head = cost_optimal ? ST_PLAN_HEAD_FASTEST : ST_PLAN_HEAD_RESIDENT_IF_FITS};
+    int L = arch->lay.n_blocks, vcs[ST_PLAN_MAX_VCHUNKS], nv = st_plan_vocab_chunks(arch, &po, vcs);
     size_t lo = (size_t)-1, hi = 0;
     for (int v = 0; v < nv; v++)
-        for (int d = 1; d <= PLAN_MAX_DEPTH && d <= L; d++)
-            for (int act = STREAM_ACT_KEEP; act <= STREAM_ACT_OFFLOAD; act++) {
-                stream_plan_default(pp, L);
-                stream_plan_set_all(pp, (stream_act)act);
+        for (int d = 1; d <= ST_PLAN_MAX_DEPTH && d <= L; d++)
+            for (int act = ST_STREAM_ACT_KEEP; act <= ST_STREAM_ACT_OFFLOAD; act++) {
+                st_stream_plan_default(pp, L);
+                st_stream_plan_set_all(pp, (st_stream_act)act);
                 pp->vocab_chunk = vcs[v];
                 pp->prefetch_depth = d;
-                size_t b = stream_device_bytes(&sc, pp);
+                size_t b = st_stream_device_bytes(&sc, pp);
                 lo = b < lo ? b : lo;
                 hi = b > hi ? b : hi;
             }
-    if (!plan_profile_shape(hw, arch, B, T) && (s = plan_profile_measure_shape(cpu, arch, B, T, hw, err))) goto done;
+    if (!st_plan_profile_shape(hw, arch, B, T) && (s = st_plan_profile_measure_shape(cpu, arch, B, T, hw, err))) goto done;
     if ((s = random_tokens(B * T, arch->lay.vocab_size, &inp, &tgt, err))) goto done;
     if (json)
         printf("{\"bench\":\"plan_sweep\",\"model\":\"%s\",\"batch\":%d,\"seq\":%d,\"threads\":%d,\"steps\":%d,"
@@ -471,9 +471,9 @@ static st_status bench_sweep(const char *model, int B, int T, int npts, int step
                             ? hi
                             : (size_t)((double)lo * pow((double)hi / (double)lo, (double)i / (npts - 1)));
         if (budget < lo) budget = lo;
-        plan_prediction pred;
+        st_plan_prediction pred;
         char txt[96];
-        if ((s = plan_stream_ex(arch, B, T, budget, hw, &po, pp, &pred, err))) goto done;
+        if ((s = st_plan_stream_ex(arch, B, T, budget, hw, &po, pp, &pred, err))) goto done;
         plan_summary(pp, txt, sizeof txt);
         if ((s = run_open(&run, cpu, &sc, pp, budget, steps, err))) goto done;
         for (int k = -1; k < steps && !s; k++) s = run_step(&run, k, B, T, inp, tgt, err);
@@ -537,16 +537,16 @@ int bench_plan(int argc, char **argv) {
     }
     st_err err = {0};
     st_backend *cpu = NULL;
-    plan_profile hw;
+    st_plan_profile hw;
     double prof_s = 0;
     bp_result res[N_CONFIGS];
     int rc = 1;
     if (st_backend_cpu_create(&cpu, threads, &err)) goto fail;
     if (profile) {
-        if (plan_profile_load(profile, &hw, &err)) goto fail;
+        if (st_plan_profile_load(profile, &hw, &err)) goto fail;
     } else {
         double t0 = st_now();
-        if (plan_profile_measure(cpu, &hw, &err)) goto fail;
+        if (st_plan_profile_measure(cpu, &hw, &err)) goto fail;
         prof_s = st_now() - t0;
     }
     if (sweep) {

@@ -91,16 +91,16 @@ int bench_step(int argc, char **argv) {
     st_err err = {0};
     st_backend *be = NULL;
     st_model *m = NULL;
-    optim *opt = NULL;
+    st_optim *opt = NULL;
     if (st_backend_cpu_create(&be, threads, &err) || st_model_create(&m, model, NULL, be, &err) ||
         m->ops->alloc_acts(m, B, T, &err)) {
         fprintf(stderr, "strata bench step: %s\n", err.msg);
         return 1;
     }
     m->ops->init_random(m, 1);
-    optim_segment *segs = calloc((size_t)m->n_tensors, sizeof *segs);
-    for (int i = 0; i < m->n_tensors; i++) segs[i] = (optim_segment){m->tensors[i].offset, m->tensors[i].numel, 0.1f};
-    if (optim_create(&opt, segs, m->n_tensors, OPTIM_STATE_F32, &err)) {
+    st_optim_segment *segs = calloc((size_t)m->n_tensors, sizeof *segs);
+    for (int i = 0; i < m->n_tensors; i++) segs[i] = (st_optim_segment){m->tensors[i].offset, m->tensors[i].numel, 0.1f};
+    if (st_optim_create(&opt, segs, m->n_tensors, ST_OPTIM_STATE_F32, &err)) {
         fprintf(stderr, "strata bench step: %s\n", err.msg);
         return 1;
     }
@@ -162,7 +162,7 @@ int bench_step(int argc, char **argv) {
     gemm_bench_free(&gb);
     st_step_free(&step);
     free(inp); free(tgt); free(segs);
-    optim_free(opt);
+    st_optim_free(opt);
     st_model_free(m);
     st_backend_free(be);
     return 0;

@@ -69,7 +69,7 @@ static void usage(FILE *f) {
 int bench_stream(int argc, char **argv) {
     const char *model = "gpt2-124m", *acts = "auto", *clip = "auto", *gdt = "f32";
     int B = 2, T = 256, steps = 3, depth = 1, overlap = 1, threads = 0, json = 0, vchunk = -1;
-    double budget_arg = 0, max_norm = 1.0, state_budget = (double)TRAIN_STATE_BUDGET_DEFAULT;
+    double budget_arg = 0, max_norm = 1.0, state_budget = (double)ST_TRAIN_STATE_BUDGET_DEFAULT;
     const char *state_path = NULL;
     int store_beside = 0;
     st_model_overrides ov = {0};
@@ -120,8 +120,8 @@ int bench_stream(int argc, char **argv) {
         return 2;
     }
     int act_auto = !strcmp(acts, "auto");
-    stream_act act = !strcmp(acts, "keep") ? STREAM_ACT_KEEP : !strcmp(acts, "offload") || act_auto ? STREAM_ACT_OFFLOAD
-                   : !strcmp(acts, "recompute") ? STREAM_ACT_RECOMPUTE : (stream_act)-1;
+    st_stream_act act = !strcmp(acts, "keep") ? ST_STREAM_ACT_KEEP : !strcmp(acts, "offload") || act_auto ? ST_STREAM_ACT_OFFLOAD
+                   : !strcmp(acts, "recompute") ? ST_STREAM_ACT_RECOMPUTE : (st_stream_act)-1;
     if ((int)act < 0) {
         fprintf(stderr, "strata bench stream: --acts '%s': use auto, recompute, keep or offload\n", acts);
         return 2;
@@ -139,14 +139,14 @@ int bench_stream(int argc, char **argv) {
     st_backend *cpu = NULL, *dev = NULL, *dev2 = NULL;
     st_model *m = NULL;
     st_arch *arch = NULL;
-    stream_exec *x = NULL, *xd = NULL;
+    st_stream_exec *x = NULL, *xd = NULL;
     st_store *store = NULL;
     int store_made = 0;
     st_step mem_step = {0}, str_step = {0}, disk_step = {0};
     double *td = NULL, *rd = NULL, *tw = NULL;
     int beside = 0, abandoned = 0, loss_equal = 1;
-    optim *opt = NULL;
-    optim_segment *segs = NULL;
+    st_optim *opt = NULL;
+    st_optim_segment *segs = NULL;
     int32_t *inp = NULL, *tgt = NULL;
     double *ts = NULL, *tu = NULL, *te = NULL, *rr = NULL, *tc = NULL, *tt = NULL;
     int rc = 1;
@@ -156,40 +156,40 @@ int bench_stream(int argc, char **argv) {
     const st_arch_layout *ly = &arch->lay;
     size_t n = m->n_params, state = n * 16, weight_bytes = n * 4;
     size_t budget = budget_arg > 0 ? (size_t)budget_arg : state / 8;
-    stream_plan plan;
-    stream_plan_default(&plan, ly->n_blocks);
+    st_stream_plan plan;
+    st_stream_plan_default(&plan, ly->n_blocks);
     plan.prefetch_depth = depth;
     plan.overlap_optim = overlap;
-    plan.clip = !strcmp(clip, "defer") ? STREAM_CLIP_DEFER : !strcmp(clip, "auto") ? STREAM_CLIP_AUTO : STREAM_CLIP_SPECULATE;
+    plan.clip = !strcmp(clip, "defer") ? ST_STREAM_CLIP_DEFER : !strcmp(clip, "auto") ? ST_STREAM_CLIP_AUTO : ST_STREAM_CLIP_SPECULATE;
     plan.grad_dtype = strcmp(gdt, "bf16") ? ST_F32 : ST_BF16;
-    stream_plan_set_all(&plan, act);
-    stream_config sc = {.arch = arch, .B = B, .T = T, .weight_decay = 0.1f};
+    st_stream_plan_set_all(&plan, act);
+    st_stream_config sc = {.arch = arch, .B = B, .T = T, .weight_decay = 0.1f};
     /* a small planner: the cheapest plan that fits (offload saves the recompute; a
      * resident wte saves the second pass over it) */
     plan.vocab_chunk = vchunk >= 0 ? vchunk : 0;
-    if (vchunk < 0 && stream_device_bytes(&sc, &plan) > budget) plan.vocab_chunk = 2048;
-    if (act_auto && stream_device_bytes(&sc, &plan) > budget) {
-        stream_plan_set_all(&plan, STREAM_ACT_RECOMPUTE);
+    if (vchunk < 0 && st_stream_device_bytes(&sc, &plan) > budget) plan.vocab_chunk = 2048;
+    if (act_auto && st_stream_device_bytes(&sc, &plan) > budget) {
+        st_stream_plan_set_all(&plan, ST_STREAM_ACT_RECOMPUTE);
         if (vchunk < 0) {
             plan.vocab_chunk = 0;
-            if (stream_device_bytes(&sc, &plan) > budget) plan.vocab_chunk = 2048;
+            if (st_stream_device_bytes(&sc, &plan) > budget) plan.vocab_chunk = 2048;
         }
     }
-    if (act_auto) acts = plan.act[0] == STREAM_ACT_OFFLOAD ? "offload" : "recompute";
-    if (st_backend_with_budget(&dev, cpu, budget, &err) || stream_exec_create(&x, &sc, &plan, dev, &err)) goto fail;
+    if (act_auto) acts = plan.act[0] == ST_STREAM_ACT_OFFLOAD ? "offload" : "recompute";
+    if (st_backend_with_budget(&dev, cpu, budget, &err) || st_stream_exec_create(&x, &sc, &plan, dev, &err)) goto fail;
 
     m->ops->init_random(m, 1);
-    stream_set_params(x, m->params); /* the CPU backend's memory is host memory */
+    st_stream_set_params(x, m->params); /* the CPU backend's memory is host memory */
     segs = calloc((size_t)m->n_tensors, sizeof *segs);
     if (!segs) { st_errf(&err, ST_ERR_NOMEM, "out of memory"); goto fail; }
-    train_decay_segments(m->tensors, m->n_tensors, 0.1f, segs);
-    if (optim_create(&opt, segs, m->n_tensors, OPTIM_STATE_F32, &err)) goto fail;
+    st_train_decay_segments(m->tensors, m->n_tensors, 0.1f, segs);
+    if (st_optim_create(&opt, segs, m->n_tensors, ST_OPTIM_STATE_F32, &err)) goto fail;
     const char *spaths[1] = {state_path};
     st_store_config stc = {.paths = spaths, .n_paths = 1, .segs = segs, .n_segs = m->n_tensors,
-                           .fmt = OPTIM_STATE_F32, .host_budget = (uint64_t)state_budget,
+                           .fmt = ST_OPTIM_STATE_F32, .host_budget = (uint64_t)state_budget,
                            .name = "strata-bench-stream-state"};
     if (state_path) { /* the third side: streamed, the state on disk */
-        stream_config scd = sc;
+        st_stream_config scd = sc;
         scd.external_optimizer = 1;
         scd.store_beside = store_beside;
         if (st_store_exists(&stc)) {
@@ -197,12 +197,12 @@ int bench_stream(int argc, char **argv) {
                     "bench running, or one killed): remove strata-bench-stream-state.* there", state_path);
             goto fail;
         }
-        if (st_backend_with_budget(&dev2, cpu, budget, &err) || stream_exec_create(&xd, &scd, &plan, dev2, &err))
+        if (st_backend_with_budget(&dev2, cpu, budget, &err) || st_stream_exec_create(&xd, &scd, &plan, dev2, &err))
             goto fail;
-        stream_set_params(xd, m->params);
+        st_stream_set_params(xd, m->params);
         if (st_store_create(&store, &stc, st_store_init_copy, m->params, &err)) goto fail;
         store_made = 1;
-        if (stream_attach_store(xd, store, NULL, 0, &err)) goto fail;
+        if (st_stream_attach_store(xd, store, NULL, 0, &err)) goto fail;
         st_step_init_streamed(&disk_step, xd, 1);
     }
 
@@ -222,7 +222,7 @@ int bench_stream(int argc, char **argv) {
     st_rng_seed(&rng, 7);
     for (int i = 0; i < N; i++) inp[i] = (int32_t)(st_rng_u64(&rng) % (uint64_t)ly->vocab_size);
     for (int i = 0; i < N; i++) tgt[i] = (int32_t)(st_rng_u64(&rng) % (uint64_t)ly->vocab_size);
-    stream_step_stats st = {0};
+    st_stream_step_stats st = {0};
     uint64_t h2d_max = 0, d2h_max = 0, h2d_act = 0, d2h_act = 0;
     size_t peak = 0;
     float loss_s = 0, loss_u = 0;
@@ -241,7 +241,7 @@ int bench_stream(int argc, char **argv) {
         if (st_step_run(&str_step, 1, B, T, inp, tgt, &hp, &rs, &err)) goto fail;
         st = rs.stream;
         loss_s = st.loss;
-        stream_step_stats sd = {0};
+        st_stream_step_stats sd = {0};
         if (xd) { /* the same step with the state on disk */
             st_step_result rdk;
             if (st_step_run(&disk_step, 1, B, T, inp, tgt, &hp, &rdk, &err)) goto fail;
@@ -323,13 +323,13 @@ done:
     free(inp); free(tgt); free(ts); free(tu); free(te); free(rr); free(tc); free(tt);
     free(td); free(rd); free(tw);
     st_step_free(&disk_step);
-    stream_exec_free(xd);
+    st_stream_exec_free(xd);
     if (dev2) st_backend_free(dev2);
     st_store_close(store);
     if (store_made) bench_store_remove(state_path, stc.name);
     free(segs);
-    optim_free(opt);
-    stream_exec_free(x);
+    st_optim_free(opt);
+    st_stream_exec_free(x);
     if (dev) st_backend_free(dev);
     st_step_free(&mem_step);
     st_step_free(&str_step);

@@ -68,19 +68,19 @@ static double span_cost_ns(const char *root) {
     char path[1024];
     snprintf(path, sizeof path, "%s/span_cost.json", root);
     st_err err = {0};
-    if (prof_trace_start(path, "span cost", &err)) return NAN;
+    if (st_prof_trace_start(path, "span cost", &err)) return NAN;
     const int reps = 30000;
     double best = 1e30;
     for (int r = 0; r < 2; r++) { /* the first pass touches the ring's pages */
         double t0 = st_now();
         for (int i = 0; i < reps / 2; i++) {
-            prof_span s = prof_begin(PROF_CAT_COMPUTE, "span", i);
-            prof_end(&s);
+            st_prof_span s = st_prof_begin(ST_PROF_CAT_COMPUTE, "span", i);
+            st_prof_end(&s);
         }
         double dt = st_now() - t0;
         if (dt < best) best = dt;
     }
-    prof_trace_stop(&err);
+    st_prof_trace_stop(&err);
     remove(path);
     return best / (reps / 2) * 1e9;
 }
@@ -138,19 +138,19 @@ int bench_trace(int argc, char **argv) {
     long trace_bytes = 0, events = 0, traced_steps = 0;
     double writer_cpu = 0;
     for (int r = 0; r < runs && !rc; r++) {
-        train_config cfg;
-        train_config_defaults(&cfg);
+        st_train_config cfg;
+        st_train_config_defaults(&cfg);
         st_err err = {0};
         snprintf(cfg.model, sizeof cfg.model, "%s", model);
         cfg.batch = B, cfg.seq = T, cfg.steps = steps, cfg.warmup_steps = 2, cfg.quiet = 1, cfg.threads = threads;
         snprintf(cfg.run_dir, sizeof cfg.run_dir, "%s/run_%d", root, r);
-        if (train_config_set(&cfg, "trace", "2", &err)) {
+        if (st_train_config_set(&cfg, "trace", "2", &err)) {
             fprintf(stderr, "strata bench trace: %s\n", err.msg);
             rc = 1;
             break;
         }
         if (!json) fprintf(stderr, "  run %d of %d ...\n", r + 1, runs);
-        if (train_run(&cfg, NULL, &err)) {
+        if (st_train_run(&cfg, NULL, &err)) {
             fprintf(stderr, "strata bench trace: %s\n", err.msg);
             rc = 1;
             break;
@@ -164,7 +164,7 @@ int bench_trace(int argc, char **argv) {
         char path[2100];
         struct stat sb;
         snprintf(path, sizeof path, "%s/trace.json", cfg.run_dir);
-        writer_cpu += prof_trace_writer_cpu_s();
+        writer_cpu += st_prof_trace_writer_cpu_s();
         traced_steps += (steps + 1) / 2;
         if (stat(path, &sb) == 0) trace_bytes = (long)sb.st_size, events += count_events(path);
         else {

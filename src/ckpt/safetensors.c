@@ -78,7 +78,7 @@ static st_status parse_entry(st_safetensors *st, const char *name, json_object *
     return e->name ? ST_OK : st_errf(err, ST_ERR_NOMEM, "out of memory");
 }
 
-st_status safetensors_open(st_safetensors **out, const char *path, st_err *err) {
+st_status st_safetensors_open(st_safetensors **out, const char *path, st_err *err) {
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return st_errf(err, ST_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
@@ -161,7 +161,7 @@ st_status safetensors_open(st_safetensors **out, const char *path, st_err *err) 
     }
     json_object_put(root);
     root = NULL;
-    const char *want = safetensors_meta(st, SAFETENSORS_CRC_KEY);
+    const char *want = st_safetensors_meta(st, ST_SAFETENSORS_CRC_KEY);
     if (want) {
         uint32_t got = st_crc32c(0, st->data, st->data_len);
         char got_hex[16];
@@ -178,11 +178,11 @@ st_status safetensors_open(st_safetensors **out, const char *path, st_err *err) 
     return ST_OK;
 fail:
     if (root) json_object_put(root);
-    safetensors_close(st);
+    st_safetensors_close(st);
     return s;
 }
 
-void safetensors_close(st_safetensors *st) {
+void st_safetensors_close(st_safetensors *st) {
     if (!st) return;
     for (int i = 0; i < st->n; i++) free(st->entries[i].name);
     free(st->entries);
@@ -192,27 +192,27 @@ void safetensors_close(st_safetensors *st) {
     free(st);
 }
 
-int safetensors_count(const st_safetensors *st) { return st->n; }
-const st_tensor_entry *safetensors_entry(const st_safetensors *st, int i) { return &st->entries[i]; }
-const char *safetensors_path(const st_safetensors *st) { return st->path; }
+int st_safetensors_count(const st_safetensors *st) { return st->n; }
+const st_tensor_entry *st_safetensors_entry(const st_safetensors *st, int i) { return &st->entries[i]; }
+const char *st_safetensors_path(const st_safetensors *st) { return st->path; }
 
-const st_tensor_entry *safetensors_find(const st_safetensors *st, const char *name) {
+const st_tensor_entry *st_safetensors_find(const st_safetensors *st, const char *name) {
     for (int i = 0; i < st->n; i++)
         if (!strcmp(st->entries[i].name, name)) return &st->entries[i];
     return NULL;
 }
 
-const void *safetensors_data(const st_safetensors *st, const st_tensor_entry *e) { return st->data + e->begin; }
+const void *st_safetensors_data(const st_safetensors *st, const st_tensor_entry *e) { return st->data + e->begin; }
 
-const char *safetensors_meta(const st_safetensors *st, const char *key) {
+const char *st_safetensors_meta(const st_safetensors *st, const char *key) {
     json_object *v;
     if (!st->meta || !json_object_object_get_ex(st->meta, key, &v)) return NULL;
     return json_object_get_string(v);
 }
 
-st_status safetensors_read_f32(const st_safetensors *st, const char *name, float *dst, size_t numel,
+st_status st_safetensors_read_f32(const st_safetensors *st, const char *name, float *dst, size_t numel,
                                const int64_t *shape, int ndim, st_err *err) {
-    const st_tensor_entry *e = safetensors_find(st, name);
+    const st_tensor_entry *e = st_safetensors_find(st, name);
     if (!e) return st_errf(err, ST_ERR_SHAPE, "%s: tensor '%s' is missing", st->path, name);
     if (e->numel != numel || (shape && (e->ndim != ndim || memcmp(e->shape, shape, sizeof(int64_t) * (size_t)ndim)))) {
         char got[128] = "", want[128] = "";
@@ -251,7 +251,7 @@ static int cmp_out_name(const void *a, const void *b) {
     return strcmp((*(const st_tensor_out *const *)a)->name, (*(const st_tensor_out *const *)b)->name);
 }
 
-st_status safetensors_write(const char *path, const st_tensor_out *tensors, int n, const char *const *meta,
+st_status st_safetensors_write(const char *path, const st_tensor_out *tensors, int n, const char *const *meta,
                             int n_meta, st_err *err) {
     const st_tensor_out **order = malloc(sizeof *order * (size_t)(n ? n : 1));
     if (!order) return st_errf(err, ST_ERR_NOMEM, "out of memory");
@@ -270,7 +270,7 @@ st_status safetensors_write(const char *path, const st_tensor_out *tensors, int 
     snprintf(crc_hex, sizeof crc_hex, "%08x", crc);
     json_object *m = json_object_new_object();
     for (int i = 0; i < n_meta; i++) json_object_object_add(m, meta[2 * i], json_object_new_string(meta[2 * i + 1]));
-    json_object_object_add(m, SAFETENSORS_CRC_KEY, json_object_new_string(crc_hex));
+    json_object_object_add(m, ST_SAFETENSORS_CRC_KEY, json_object_new_string(crc_hex));
     json_object_object_add(root, "__metadata__", m);
     size_t off = 0;
     for (int i = 0; i < n; i++) {

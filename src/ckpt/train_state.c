@@ -18,14 +18,14 @@
 #define MAGIC "STRATAts"
 #define MAX_BUFS 16
 
-st_status train_state_save(const char *path, const train_state_header *h, optim *o, st_err *err) {
-    int k = optim_state_count(o);
+st_status st_train_state_save(const char *path, const st_train_state_header *h, st_optim *o, st_err *err) {
+    int k = st_optim_state_count(o);
     if (k > MAX_BUFS) return st_errf(err, ST_ERR_INVALID, "optimizer has %d state buffers (max %d)", k, MAX_BUFS);
     uint8_t head[64] = {0};
     memcpy(head, MAGIC, 8);
     uint32_t u32 = ST_TRAIN_STATE_VERSION;
     memcpy(head + 8, &u32, 4);
-    u32 = (uint32_t)optim_format(o);
+    u32 = (uint32_t)st_optim_format(o);
     memcpy(head + 12, &u32, 4);
     if (h->data_state_bytes > ST_DATA_STATE_MAX)
         return st_errf(err, ST_ERR_INVALID, "data state of %llu bytes exceeds %d", (unsigned long long)h->data_state_bytes,
@@ -37,7 +37,7 @@ st_status train_state_save(const char *path, const train_state_header *h, optim 
     uint64_t sizes[MAX_BUFS];
     for (int i = 0; i < k; i++) {
         size_t b;
-        optim_state_buffer(o, i, &b);
+        st_optim_state_buffer(o, i, &b);
         sizes[i] = b;
     }
     st_file_writer w;
@@ -48,7 +48,7 @@ st_status train_state_save(const char *path, const train_state_header *h, optim 
     if (!s) s = st_file_writer_put(&w, h->data_state, h->data_state_bytes, err);
     for (int i = 0; i < k && !s; i++) {
         size_t b;
-        void *p = optim_state_buffer(o, i, &b);
+        void *p = st_optim_state_buffer(o, i, &b);
         s = st_file_writer_put(&w, p, b, err);
     }
     if (!s) {
@@ -154,7 +154,7 @@ out:
     return s;
 }
 
-static void ts_header(const ts_file *t, train_state_header *h) {
+static void ts_header(const ts_file *t, st_train_state_header *h) {
     h->step = t->f[0];
     h->adam_step = t->f[1];
     h->rng = t->f[2];
@@ -163,20 +163,20 @@ static void ts_header(const ts_file *t, train_state_header *h) {
     h->n_params = t->f[4];
 }
 
-st_status train_state_load(const char *path, train_state_header *h, optim *o, st_err *err) {
+st_status st_train_state_load(const char *path, st_train_state_header *h, st_optim *o, st_err *err) {
     ts_file t;
     st_status s = ts_map(path, &t, err);
     if (s) return s;
-    if (t.fmt != (uint32_t)optim_format(o) || (int)t.k != optim_state_count(o) || t.f[4] != optim_numel(o)) {
+    if (t.fmt != (uint32_t)st_optim_format(o) || (int)t.k != st_optim_state_count(o) || t.f[4] != st_optim_numel(o)) {
         s = st_errf(err, ST_ERR_SHAPE, "%s: optimizer state is format %u with %u buffers for %llu parameters, but this "
                     "run has format %d with %d buffers for %zu parameters; resume with the same model and optim_state",
-                    path, t.fmt, t.k, (unsigned long long)t.f[4], optim_format(o), optim_state_count(o),
-                    optim_numel(o));
+                    path, t.fmt, t.k, (unsigned long long)t.f[4], st_optim_format(o), st_optim_state_count(o),
+                    st_optim_numel(o));
         goto out;
     }
     for (uint32_t i = 0; i < t.k; i++) {
         size_t b;
-        optim_state_buffer(o, (int)i, &b);
+        st_optim_state_buffer(o, (int)i, &b);
         if (b != t.sizes[i]) {
             s = st_errf(err, ST_ERR_SHAPE, "%s: offset %zu: buffer %u has %llu bytes, this run needs %zu", path,
                         (size_t)(64 + 8 * i), i, (unsigned long long)t.sizes[i], b);
@@ -186,7 +186,7 @@ st_status train_state_load(const char *path, train_state_header *h, optim *o, st
     size_t off = t.data_off;
     for (uint32_t i = 0; i < t.k; i++) {
         size_t b;
-        void *p = optim_state_buffer(o, (int)i, &b);
+        void *p = st_optim_state_buffer(o, (int)i, &b);
         memcpy(p, t.map + off, b);
         off += b;
     }
@@ -202,26 +202,26 @@ static void shard_name(char *buf, size_t cap, const char *dir, int rank) {
     snprintf(buf, cap, "%s/train_state.rank%05d.bin", dir, rank);
 }
 
-st_status train_state_save_shard(const char *dir, int rank, const train_state_header *h, optim *o, st_err *err) {
+st_status st_train_state_save_shard(const char *dir, int rank, const st_train_state_header *h, st_optim *o, st_err *err) {
     char path[4200];
     shard_name(path, sizeof path, dir, rank);
-    train_state_header *hs = malloc(sizeof *hs);
+    st_train_state_header *hs = malloc(sizeof *hs);
     if (!hs) return st_errf(err, ST_ERR_NOMEM, "out of memory");
     *hs = *h;
-    hs->n_params = optim_numel(o); /* the file describes its shard's elements */
-    st_status s = train_state_save(path, hs, o, err);
+    hs->n_params = st_optim_numel(o); /* the file describes its shard's elements */
+    st_status s = st_train_state_save(path, hs, o, err);
     free(hs);
     return s;
 }
 
-st_status train_state_save_shards_json(const char *dir, int world, int zero, optim_state_format fmt, size_t n_params,
+st_status st_train_state_save_shards_json(const char *dir, int world, int zero, st_optim_state_format fmt, size_t n_params,
                                        const size_t *bounds, st_err *err) {
     json_object *root = json_object_new_object(), *b = json_object_new_array();
     json_object_object_add(root, "format", json_object_new_string("strata-shards"));
     json_object_object_add(root, "version", json_object_new_int(1));
     json_object_object_add(root, "world", json_object_new_int(world));
     json_object_object_add(root, "zero", json_object_new_int(zero));
-    json_object_object_add(root, "optim_state", json_object_new_string(fmt == OPTIM_STATE_8BIT ? "8bit" : "f32"));
+    json_object_object_add(root, "optim_state", json_object_new_string(fmt == ST_OPTIM_STATE_8BIT ? "8bit" : "f32"));
     json_object_object_add(root, "n_params", json_object_new_uint64(n_params));
     for (int r = 0; r <= world; r++) json_object_array_add(b, json_object_new_uint64(bounds[r]));
     json_object_object_add(root, "bounds", b);
@@ -278,22 +278,22 @@ out:
 
 /* Bytes of state buffer i that the elements [0, x) of the vector take in one process's
  * layout: the state of the segments clipped to [0, x). */
-static st_status prefix_bytes(const optim_segment *segs, int n_segs, optim_state_format fmt, size_t x, int i,
+static st_status prefix_bytes(const st_optim_segment *segs, int n_segs, st_optim_state_format fmt, size_t x, int i,
                               size_t *out, st_err *err) {
     *out = 0;
     if (!x) return ST_OK;
-    optim_segment *clip = malloc(sizeof *clip * (size_t)n_segs);
+    st_optim_segment *clip = malloc(sizeof *clip * (size_t)n_segs);
     if (!clip) return st_errf(err, ST_ERR_NOMEM, "out of memory");
     int k = st_zero_clip_segments(segs, n_segs, 0, x, clip);
-    optim *o = NULL;
-    st_status s = k ? optim_create_unbound(&o, clip, k, fmt, err) : ST_OK;
-    if (!s && o) *out = optim_state_buffer_bytes(o, i);
-    optim_free(o);
+    st_optim *o = NULL;
+    st_status s = k ? st_optim_create_unbound(&o, clip, k, fmt, err) : ST_OK;
+    if (!s && o) *out = st_optim_state_buffer_bytes(o, i);
+    st_optim_free(o);
     free(clip);
     return s;
 }
 
-st_status train_state_load_shard(const char *dir, train_state_header *h, optim *o, const optim_segment *segs,
+st_status st_train_state_load_shard(const char *dir, st_train_state_header *h, st_optim *o, const st_optim_segment *segs,
                                  int n_segs, size_t lo, size_t hi, st_err *err) {
     char path[4200];
     size_t n_params = 0;
@@ -306,9 +306,9 @@ st_status train_state_load_shard(const char *dir, train_state_header *h, optim *
     st_status s = ST_OK;
     if (sharded && (s = read_shards_json(path, &world, &owned, n_params, err))) return s;
     if (owned) bounds = owned;
-    int k = optim_state_count(o);
+    int k = st_optim_state_count(o);
     size_t mine[MAX_BUFS], got[MAX_BUFS] = {0};
-    for (int i = 0; i < k && !s; i++) s = prefix_bytes(segs, n_segs, optim_format(o), lo, i, &mine[i], err);
+    for (int i = 0; i < k && !s; i++) s = prefix_bytes(segs, n_segs, st_optim_format(o), lo, i, &mine[i], err);
     int have_header = 0;
     for (int q = 0; q < world && !s; q++) {
         size_t qlo = bounds[q], qhi = bounds[q + 1];
@@ -318,11 +318,11 @@ st_status train_state_load_shard(const char *dir, train_state_header *h, optim *
         else snprintf(path, sizeof path, "%s/train_state.bin", dir);
         ts_file t;
         if ((s = ts_map(path, &t, err))) break;
-        if (t.fmt != (uint32_t)optim_format(o) || (int)t.k != k || t.f[4] != qhi - qlo) {
+        if (t.fmt != (uint32_t)st_optim_format(o) || (int)t.k != k || t.f[4] != qhi - qlo) {
             s = st_errf(err, ST_ERR_SHAPE, "%s: optimizer state is format %u with %u buffers for %llu parameters, but "
                         "this run has format %d with %d buffers and the checkpoint's description gives the file %zu "
                         "parameters; resume with the same model and optim_state", path, t.fmt, t.k,
-                        (unsigned long long)t.f[4], optim_format(o), k, qhi - qlo);
+                        (unsigned long long)t.f[4], st_optim_format(o), k, qhi - qlo);
             ts_unmap(&t);
             break;
         }
@@ -334,8 +334,8 @@ st_status train_state_load_shard(const char *dir, train_state_header *h, optim *
         size_t off = t.data_off;
         for (int i = 0; i < k && !s; i++) {
             size_t gq = 0, mb;
-            uint8_t *dst = optim_state_buffer(o, i, &mb);
-            s = prefix_bytes(segs, n_segs, optim_format(o), qlo, i, &gq, err);
+            uint8_t *dst = st_optim_state_buffer(o, i, &mb);
+            s = prefix_bytes(segs, n_segs, st_optim_format(o), qlo, i, &gq, err);
             size_t a = gq > mine[i] ? gq : mine[i];
             size_t e = gq + t.sizes[i] < mine[i] + mb ? gq + t.sizes[i] : mine[i] + mb;
             if (!s && e > a) {
@@ -348,7 +348,7 @@ st_status train_state_load_shard(const char *dir, train_state_header *h, optim *
     }
     for (int i = 0; i < k && !s; i++) {
         size_t mb;
-        optim_state_buffer(o, i, &mb);
+        st_optim_state_buffer(o, i, &mb);
         if (got[i] != mb)
             s = st_errf(err, ST_ERR_FORMAT, "%s: the shards give %zu of the %zu bytes of state buffer %d for elements "
                         "[%zu, %zu); the checkpoint is incomplete or its shards were cut elsewhere", dir, got[i], mb,

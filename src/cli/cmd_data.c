@@ -78,23 +78,23 @@ static const char *data_usage =
     "      --trained      (--decode, a pack with a loss mask) only the tokens trained on as\n"
     "                     targets: each run of them, decoded, on a line of its own\n";
 
-static int parse_format(const char *s, data_format *f) {
-    if (!strcmp(s, "auto")) *f = DATA_FORMAT_AUTO;
-    else if (!strcmp(s, "megatron")) *f = DATA_FORMAT_MEGATRON;
-    else if (!strcmp(s, "llmc")) *f = DATA_FORMAT_LLMC;
-    else if (!strcmp(s, "raw16")) *f = DATA_FORMAT_RAW_U16;
-    else if (!strcmp(s, "raw32")) *f = DATA_FORMAT_RAW_U32;
+static int parse_format(const char *s, st_data_format *f) {
+    if (!strcmp(s, "auto")) *f = ST_DATA_FORMAT_AUTO;
+    else if (!strcmp(s, "megatron")) *f = ST_DATA_FORMAT_MEGATRON;
+    else if (!strcmp(s, "llmc")) *f = ST_DATA_FORMAT_LLMC;
+    else if (!strcmp(s, "raw16")) *f = ST_DATA_FORMAT_RAW_U16;
+    else if (!strcmp(s, "raw32")) *f = ST_DATA_FORMAT_RAW_U32;
     else return -1;
     return 0;
 }
 
-static const char *format_name(data_format f) {
+static const char *format_name(st_data_format f) {
     switch (f) {
-    case DATA_FORMAT_MEGATRON: return "megatron";
-    case DATA_FORMAT_LLMC: return "llmc";
-    case DATA_FORMAT_RAW_U16: return "raw16";
-    case DATA_FORMAT_RAW_U32: return "raw32";
-    case DATA_FORMAT_MEMORY: return "memory";
+    case ST_DATA_FORMAT_MEGATRON: return "megatron";
+    case ST_DATA_FORMAT_LLMC: return "llmc";
+    case ST_DATA_FORMAT_RAW_U16: return "raw16";
+    case ST_DATA_FORMAT_RAW_U32: return "raw32";
+    case ST_DATA_FORMAT_MEMORY: return "memory";
     default: return "auto";
     }
 }
@@ -120,7 +120,7 @@ typedef struct pack_run {
 } pack_run;
 
 typedef struct pack_ctx {
-    data_pack_writer *w;
+    st_data_pack_writer *w;
     const st_tokenizer *tok; /* NULL: the byte-level tokenizer */
     int32_t eod;
     int threads;
@@ -161,7 +161,7 @@ static void pack_run_tokenize(pack_ctx *c, pack_run *k) {
             break;
         }
         if (!c->tok) {
-            data_tokenize_bytes(text, len, k->ids + k->n);
+            st_data_tokenize_bytes(text, len, k->ids + k->n);
             got = len;
         } else {
             k->rc = st_tokenizer_encode(c->tok, text, len, k->ids + k->n, k->cap - k->n - 1, &got, &k->err);
@@ -237,7 +237,7 @@ static int pack_flush(pack_ctx *c) {
         }
         size_t off = 0;
         for (size_t j = k->d0; j < k->d1; j++) {
-            if (data_pack_add(c->w, k->ids + off, c->ntok[j], &c->err)) return -1;
+            if (st_data_pack_add(c->w, k->ids + off, c->ntok[j], &c->err)) return -1;
             off += c->ntok[j];
             c->tokens += c->ntok[j];
         }
@@ -471,7 +471,7 @@ static int data_pack_cmd(int argc, char **argv) {
     st_chat_pack_stats cs = {0};
     st_tokenizer *tok = NULL;
     char tok_name[512];
-    data_pack_meta meta = {.vocab_size = DATA_BYTE_VOCAB, .eod = DATA_BYTE_EOD, .tokenizer = "bytes"};
+    st_data_pack_meta meta = {.vocab_size = ST_DATA_BYTE_VOCAB, .eod = ST_DATA_BYTE_EOD, .tokenizer = "bytes"};
     if (tok_path) {
         if (st_tokenizer_load(&tok, tok_path, &c.err)) {
             fprintf(stderr, "strata data pack: --tokenizer %s: %s\n", tok_path, c.err.msg);
@@ -506,7 +506,7 @@ static int data_pack_cmd(int argc, char **argv) {
         }
         if (chat) meta.mask_kind = strcmp(mask_kind, "all") ? "assistant" : "all";
     } else if (eod >= 0) {
-        fprintf(stderr, "strata data pack: --eod is for --tokenizer; the byte-level tokenizer's is %d\n", DATA_BYTE_EOD);
+        fprintf(stderr, "strata data pack: --eod is for --tokenizer; the byte-level tokenizer's is %d\n", ST_DATA_BYTE_EOD);
         free(files);
         return 2;
     }
@@ -518,7 +518,7 @@ static int data_pack_cmd(int argc, char **argv) {
         return 2;
     }
     /* Megatron's reader picks uint16 for vocabularies up to 65536 ids, int32 above */
-    int dtype = meta.vocab_size <= 65536 ? DATA_DTYPE_U16 : DATA_DTYPE_I32;
+    int dtype = meta.vocab_size <= 65536 ? ST_DATA_DTYPE_U16 : ST_DATA_DTYPE_I32;
     c.tok = tok;
     c.eod = (int32_t)meta.eod;
     c.threads = (int)threads;
@@ -536,8 +536,8 @@ static int data_pack_cmd(int argc, char **argv) {
     int rc = 0;
     if (!c.runs) rc = st_errf(&c.err, ST_ERR_NOMEM, "out of memory") != 0;
     /* byte-level packs stay as they were, a pair without a sidecar (a stale one is removed) */
-    else if (data_pack_open(&c.w, out, dtype, &c.err) || (tok && data_pack_set_meta(c.w, &meta, &c.err))) {
-        data_pack_abort(c.w);
+    else if (st_data_pack_open(&c.w, out, dtype, &c.err) || (tok && st_data_pack_set_meta(c.w, &meta, &c.err))) {
+        st_data_pack_abort(c.w);
         c.w = NULL;
         rc = 1;
     }
@@ -548,8 +548,8 @@ static int data_pack_cmd(int argc, char **argv) {
                   : pack_file(&c, files[i], jsonl, key, split) != 0;
     if (chat) c.docs = cs.docs, c.tokens = cs.tokens, c.bytes = cs.bytes, c.in_bytes = cs.bytes;
     if (!rc) rc = pack_flush(&c) != 0;
-    if (c.w && !rc) rc = data_pack_close(c.w, &c.err) != 0;
-    else if (c.w) data_pack_abort(c.w);
+    if (c.w && !rc) rc = st_data_pack_close(c.w, &c.err) != 0;
+    else if (c.w) st_data_pack_abort(c.w);
     pack_progress(&c, 1);
     if (rc) fprintf(stderr, "strata data pack: %s\n", c.err.msg);
     else {
@@ -573,7 +573,7 @@ static int data_pack_cmd(int argc, char **argv) {
 
 static int data_inspect_cmd(int argc, char **argv) {
     const char *path = NULL;
-    data_format fmt = DATA_FORMAT_AUTO;
+    st_data_format fmt = ST_DATA_FORMAT_AUTO;
     long long ndocs = 5, vocab = 0;
     int json = 0;
     for (int i = 1; i < argc; i++) {
@@ -599,16 +599,16 @@ static int data_inspect_cmd(int argc, char **argv) {
         return 2;
     }
     st_err err = {0};
-    data_source *s;
-    data_source_config sc = {.path = path, .format = fmt};
+    st_data_source *s;
+    st_data_source_config sc = {.path = path, .format = fmt};
     double t0 = st_now();
-    if (data_source_open(&s, &sc, &err)) {
+    if (st_data_source_open(&s, &sc, &err)) {
         fprintf(stderr, "strata data inspect: %s\n", err.msg);
         return 1;
     }
     double open_s = st_now() - t0;
-    data_source_info info;
-    data_source_get_info(s, &info);
+    st_data_source_info info;
+    st_data_source_get_info(s, &info);
     int rc = 0;
     if (vocab > 0) {
         /* A whole pass over the tokens, a document (or a chunk) at a time. */
@@ -616,10 +616,10 @@ static int data_inspect_cmd(int argc, char **argv) {
         uint64_t units = info.n_docs ? info.n_docs : 1;
         for (uint64_t d = 0; d < units && !rc; d++) {
             uint64_t len = info.n_tokens;
-            if (info.n_docs && data_source_doc_len(s, d, &len, &err)) rc = 1;
+            if (info.n_docs && st_data_source_doc_len(s, d, &len, &err)) rc = 1;
             for (uint64_t o = 0; o < len && !rc; o += 1u << 20) {
                 uint64_t k = len - o < (1u << 20) ? len - o : (1u << 20);
-                if (data_source_read(s, d, o, k, buf, vocab, &err)) rc = 1;
+                if (st_data_source_read(s, d, o, k, buf, vocab, &err)) rc = 1;
             }
         }
         free(buf);
@@ -632,20 +632,20 @@ static int data_inspect_cmd(int argc, char **argv) {
     if (json) {
         printf("{\"path\": \"%s\", \"format\": \"%s\", \"dtype\": \"%s\", \"documents\": %llu, \"tokens\": %llu, "
                "\"open_s\": %.6f%s%s}\n",
-               path, format_name(info.format), data_dtype_name(info.dtype), (unsigned long long)info.n_docs,
+               path, format_name(info.format), st_data_dtype_name(info.dtype), (unsigned long long)info.n_docs,
                (unsigned long long)info.n_tokens, open_s,
                vocab > 0 ? (rc ? ", \"valid\": false" : ", \"valid\": true") : "", side);
     } else {
         fputs(side, stdout);
         printf("path:      %s\nformat:    %s\ndtype:     %s\ndocuments: %llu%s\ntokens:    %llu\nopened in: %.6f s\n",
-               path, format_name(info.format), data_dtype_name(info.dtype), (unsigned long long)info.n_docs,
+               path, format_name(info.format), st_data_dtype_name(info.dtype), (unsigned long long)info.n_docs,
                info.n_docs ? "" : " (no index: sampled in windows of T+1 tokens)", (unsigned long long)info.n_tokens,
                open_s);
         if (info.n_docs) {
             printf("mean document: %.1f tokens\n", (double)info.n_tokens / (double)info.n_docs);
             for (long long d = 0; d < ndocs && (uint64_t)d < info.n_docs; d++) {
                 uint64_t len = 0;
-                if (data_source_doc_len(s, (uint64_t)d, &len, &err)) {
+                if (st_data_source_doc_len(s, (uint64_t)d, &len, &err)) {
                     fprintf(stderr, "strata data inspect: %s\n", err.msg);
                     rc = 1;
                     break;
@@ -655,7 +655,7 @@ static int data_inspect_cmd(int argc, char **argv) {
         }
         if (vocab > 0 && !rc) printf("all tokens below %lld\n", vocab);
     }
-    data_source_close(s);
+    st_data_source_close(s);
     return rc;
 }
 
@@ -711,15 +711,15 @@ static int data_cat_cmd(int argc, char **argv) {
         fprintf(stderr, "strata data cat: --tokenizer %s: %s\n", tok_path, err.msg);
         return 1;
     }
-    data_source *s;
-    data_source_config sc = {.path = path};
-    if (data_source_open(&s, &sc, &err)) {
+    st_data_source *s;
+    st_data_source_config sc = {.path = path};
+    if (st_data_source_open(&s, &sc, &err)) {
         fprintf(stderr, "strata data cat: %s\n", err.msg);
         st_tokenizer_free(tok);
         return 1;
     }
-    data_source_info info;
-    data_source_get_info(s, &info);
+    st_data_source_info info;
+    st_data_source_get_info(s, &info);
     int64_t eod = eod_arg >= 0 ? eod_arg : info.eod;
     if (decode) cat_check_tokenizer(info.sidecar_path, tok_path);
     uint64_t first = all ? 0 : (uint64_t)doc, end = all ? (info.n_docs ? info.n_docs : 1) : (uint64_t)doc + 1;
@@ -730,7 +730,7 @@ static int data_cat_cmd(int argc, char **argv) {
     size_t bcap = 0, tcap = 0;
     for (uint64_t d = first; d < end && !rc; d++) {
         uint64_t len = info.n_tokens;
-        if (info.n_docs && data_source_doc_len(s, d, &len, &err)) {
+        if (info.n_docs && st_data_source_doc_len(s, d, &len, &err)) {
             rc = 1;
             break;
         }
@@ -742,13 +742,13 @@ static int data_cat_cmd(int argc, char **argv) {
                 break;
             }
         }
-        if (data_source_read(s, info.n_docs ? d : 0, 0, len, buf, 0, &err)) {
+        if (st_data_source_read(s, info.n_docs ? d : 0, 0, len, buf, 0, &err)) {
             rc = 1;
             break;
         }
         if (trained) { /* each run of trained tokens decoded on its own line */
             uint8_t *nm = realloc(mk, len + 1);
-            if (!nm || data_source_read_mask(s, d, 0, len, nm, &err)) {
+            if (!nm || st_data_source_read_mask(s, d, 0, len, nm, &err)) {
                 mk = nm;
                 rc = nm ? 1 : st_errf(&err, ST_ERR_NOMEM, "out of memory") != 0;
                 break;
@@ -808,7 +808,7 @@ static int data_cat_cmd(int argc, char **argv) {
     free(buf);
     free(text);
     free(mk);
-    data_source_close(s);
+    st_data_source_close(s);
     st_tokenizer_free(tok);
     return rc;
 }

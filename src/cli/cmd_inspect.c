@@ -17,15 +17,15 @@
 static int inspect_safetensors(const char *path) {
     st_err err = {0};
     st_safetensors *st;
-    if (safetensors_open(&st, path, &err)) {
+    if (st_safetensors_open(&st, path, &err)) {
         fprintf(stderr, "strata inspect: %s\n", err.msg);
         return 1;
     }
     size_t total = 0, bytes = 0;
-    int n = safetensors_count(st);
+    int n = st_safetensors_count(st);
     printf("%s: %d tensors\n", path, n);
     for (int i = 0; i < n; i++) {
-        const st_tensor_entry *e = safetensors_entry(st, i);
+        const st_tensor_entry *e = st_safetensors_entry(st, i);
         char shape[128] = "";
         for (int d = 0; d < e->ndim; d++)
             snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%lld", d ? ", " : "", (long long)e->shape[d]);
@@ -35,11 +35,11 @@ static int inspect_safetensors(const char *path) {
     }
     const char *keys[] = {"model", "vocab_size", "n_positions", "n_layer", "n_head", "n_embd"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-        const char *v = safetensors_meta(st, keys[i]);
+        const char *v = st_safetensors_meta(st, keys[i]);
         if (v) printf("  metadata %s = %s\n", keys[i], v);
     }
     printf("  %zu elements, %.2f MiB of data\n", total, bytes / 1048576.0);
-    safetensors_close(st);
+    st_safetensors_close(st);
     return 0;
 }
 
@@ -140,7 +140,7 @@ int cmd_inspect(int argc, char **argv) {
             else if (!strcmp(argv[i], "--optim-state") && !strcmp(argv[++i], "8bit")) state = 2.03;
         }
         st_err err = {0};
-        if (hf_inspect(p, B, T, state, stdout, &err)) {
+        if (st_hf_inspect(p, B, T, state, stdout, &err)) {
             fprintf(stderr, "strata inspect: %s\n", err.msg);
             return 1;
         }

@@ -41,25 +41,25 @@ static void plan_usage(FILE *f) {
             "refusing it for another model shape, batch or seq, or a device_budget it does not fit.\n"
             "Exit status: 0 fits, 3 does not fit, 2 bad options.\n"
             "\n"
-            "Keys (as for strata train): %s\n", train_config_keys());
+            "Keys (as for strata train): %s\n", st_train_config_keys());
 }
 
 /* The disk state (state_paths): each path's share of two regions of master weights and
  * moments, against its free space now. 1 if some path is short. */
-static int plan_disk(const train_config *c, double n_params) {
+static int plan_disk(const st_train_config *c, double n_params) {
     char buf[sizeof c->state_paths];
     const char *paths[ST_STORE_MAX_PATHS];
     double w[ST_STORE_MAX_PATHS];
     int n, weighted;
     st_err err = {0};
-    if (train_state_paths(c, buf, sizeof buf, paths, &n, w, &weighted, &err)) {
+    if (st_train_state_paths(c, buf, sizeof buf, paths, &n, w, &weighted, &err)) {
         printf("\ndisk state: %s\n", err.msg);
         return 1;
     }
-    optim_segment seg = {0, (size_t)n_params, 0.0f}; /* one tensor: the layout within a few KiB */
+    st_optim_segment seg = {0, (size_t)n_params, 0.0f}; /* one tensor: the layout within a few KiB */
     st_store_config sc = {.paths = paths, .n_paths = n, .path_weight = weighted ? w : NULL, .segs = &seg,
-                          .n_segs = 1, .fmt = strcmp(c->optim_state, "8bit") ? OPTIM_STATE_F32 : OPTIM_STATE_8BIT,
-                          .host_budget = c->state_budget > 0 ? (uint64_t)c->state_budget : TRAIN_STATE_BUDGET_DEFAULT};
+                          .n_segs = 1, .fmt = strcmp(c->optim_state, "8bit") ? ST_OPTIM_STATE_F32 : ST_OPTIM_STATE_8BIT,
+                          .host_budget = c->state_budget > 0 ? (uint64_t)c->state_budget : ST_TRAIN_STATE_BUDGET_DEFAULT};
     uint64_t need[ST_STORE_MAX_PATHS], avail[ST_STORE_MAX_PATHS], fs_need[ST_STORE_MAX_PATHS], host = 0;
     if (st_store_plan(&sc, need, &host, &err) || st_store_space(&sc, need, avail, fs_need, &err)) {
         printf("\ndisk state: %s\n", err.msg);
@@ -83,28 +83,28 @@ static int plan_disk(const train_config *c, double n_params) {
 /* The planner's section: the profile (loaded, or measured on the CPU backend), the plan
  * for the device budget, printed as text or JSON, and written to out (a plan file, plan.h)
  * when out is not NULL. 0 fits, 3 no plan fits, 2 bad input. */
-static int plan_device(const st_arch *a, const train_config *cfg, double device_budget, const char *profile,
+static int plan_device(const st_arch *a, const st_train_config *cfg, double device_budget, const char *profile,
                        const char *save_profile, int time_limit_ms, int json, const char *out) {
     st_err err = {0};
-    plan_profile hw;
+    st_plan_profile hw;
     if (profile) {
-        if (plan_profile_load(profile, &hw, &err)) {
+        if (st_plan_profile_load(profile, &hw, &err)) {
             fprintf(stderr, "strata plan: %s\n", err.msg);
             return 2;
         }
     } else {
         st_backend *be = NULL;
         st_status s = st_backend_cpu_create(&be, 0, &err);
-        if (!s) s = plan_profile_measure(be, &hw, &err);
+        if (!s) s = st_plan_profile_measure(be, &hw, &err);
         /* and this model's own block and classifier at this batch shape */
-        if (!s && device_budget > 0) s = plan_profile_measure_shape(be, a, cfg->batch, cfg->seq, &hw, &err);
+        if (!s && device_budget > 0) s = st_plan_profile_measure_shape(be, a, cfg->batch, cfg->seq, &hw, &err);
         if (be) st_backend_free(be);
         if (s) {
             fprintf(stderr, "strata plan: measuring the machine: %s\n", err.msg);
             return 2;
         }
     }
-    if (save_profile && plan_profile_save(save_profile, &hw, &err)) {
+    if (save_profile && st_plan_profile_save(save_profile, &hw, &err)) {
         fprintf(stderr, "strata plan: %s\n", err.msg);
         return 2;
     }
@@ -112,26 +112,26 @@ static int plan_device(const st_arch *a, const train_config *cfg, double device_
         if (json) printf("{\"profile_saved\": %s}\n", save_profile ? "true" : "false");
         return 0;
     }
-    stream_plan *p = malloc(sizeof *p);
+    st_stream_plan *p = malloc(sizeof *p);
     if (!p) {
         fprintf(stderr, "strata plan: out of memory\n");
         return 2;
     }
-    plan_prediction pr;
-    plan_options po = {.time_limit_ms = time_limit_ms, .mip_gap = -1, .allow_vocab_chunk = 1,
-                       .prefer_resident_head = PLAN_HEAD_RESIDENT_IF_FITS}; /* as strata train */
+    st_plan_prediction pr;
+    st_plan_options po = {.time_limit_ms = time_limit_ms, .mip_gap = -1, .allow_vocab_chunk = 1,
+                       .prefer_resident_head = ST_PLAN_HEAD_RESIDENT_IF_FITS}; /* as strata train */
     /* key 'act': choices the plan must make, as strata train takes them */
-    unsigned char fixed[STREAM_MAX_LAYERS];
+    unsigned char fixed[ST_STREAM_MAX_LAYERS];
     int n_fixed = 0, L = a->lay.n_blocks;
-    if (L > STREAM_MAX_LAYERS || plan_act_parse(cfg->act, L, fixed, &n_fixed, &err)) {
-        if (L > STREAM_MAX_LAYERS) fprintf(stderr, "strata plan: %d blocks, layer streaming takes at most %d\n", L,
-                                           STREAM_MAX_LAYERS);
+    if (L > ST_STREAM_MAX_LAYERS || st_plan_act_parse(cfg->act, L, fixed, &n_fixed, &err)) {
+        if (L > ST_STREAM_MAX_LAYERS) fprintf(stderr, "strata plan: %d blocks, layer streaming takes at most %d\n", L,
+                                           ST_STREAM_MAX_LAYERS);
         else fprintf(stderr, "strata plan: key 'act': %s\n", err.msg);
         free(p);
         return 2;
     }
     if (n_fixed) po.fixed_act = fixed;
-    st_status s = plan_stream_ex(a, cfg->batch, cfg->seq, (size_t)device_budget, &hw, &po, p, &pr, &err);
+    st_status s = st_plan_stream_ex(a, cfg->batch, cfg->seq, (size_t)device_budget, &hw, &po, p, &pr, &err);
     if (s && n_fixed) st_err_prefix(&err, "key 'act'");
     int rc = s == ST_OK ? 0 : s == ST_ERR_NOMEM ? 3 : 2;
     json_object *o = NULL;
@@ -146,15 +146,15 @@ static int plan_device(const st_arch *a, const train_config *cfg, double device_
             json_object_object_add(o, "n_blocks", json_object_new_int(L));
             json_object_object_add(o, "device_budget", json_object_new_int64((int64_t)device_budget));
         } else {
-            plan_file *pf = malloc(sizeof *pf); /* a few KiB: the plan's act table */
+            st_plan_file *pf = malloc(sizeof *pf); /* a few KiB: the plan's act table */
             if (!pf) {
                 fprintf(stderr, "strata plan: out of memory\n");
                 json_object_put(prof);
                 free(p);
                 return 2;
             }
-            plan_file_init(pf, a, model, cfg->batch, cfg->seq, (size_t)device_budget, p, &pr);
-            o = plan_file_to_json(pf);
+            st_plan_file_init(pf, a, model, cfg->batch, cfg->seq, (size_t)device_budget, p, &pr);
+            o = st_plan_file_to_json(pf);
             free(pf);
         }
         json_object_object_add(o, "fits", json_object_new_boolean(s == ST_OK));
@@ -168,7 +168,7 @@ static int plan_device(const st_arch *a, const train_config *cfg, double device_
         json_object_object_add(prof, "head_flops", json_object_new_double(hw.head_flops));
         json_object_object_add(prof, "host_work_slowdown", json_object_new_double(hw.host_work_slowdown));
         json_object_object_add(prof, "measured_shape",
-                               json_object_new_boolean(plan_profile_shape(&hw, a, cfg->batch, cfg->seq) != NULL));
+                               json_object_new_boolean(st_plan_profile_shape(&hw, a, cfg->batch, cfg->seq) != NULL));
         json_object_object_add(o, "profile", prof);
         if (s) {
             json_object_object_add(o, "error", json_object_new_string(err.msg));
@@ -181,7 +181,7 @@ static int plan_device(const st_arch *a, const train_config *cfg, double device_
         fprintf(stderr, "strata plan: no plan fits the device budget: %s not written\n", out);
     } else if (out) { /* the same text --json prints */
         st_err werr = {0};
-        if (plan_file_save_json(out, o, &werr)) {
+        if (st_plan_file_save_json(out, o, &werr)) {
             fprintf(stderr, "strata plan: %s\n", werr.msg);
             rc = 2;
         }
@@ -200,7 +200,7 @@ static int plan_device(const st_arch *a, const train_config *cfg, double device_
            device_budget, device_budget / 1048576.0, hw.sgemm_flops / 1e9, hw.h2d_bytes_per_s / 1e9,
            hw.d2h_bytes_per_s / 1e9, hw.mem_bytes_per_s / 1e9, hw.optim_ns_per_param, hw.block_fwd_flops / 1e9,
            hw.block_bwd_flops / 1e9, hw.head_flops / 1e9, hw.host_work_slowdown, profile ? profile : "measured now",
-           plan_profile_shape(&hw, a, cfg->batch, cfg->seq) ? "timed at this batch shape"
+           st_plan_profile_shape(&hw, a, cfg->batch, cfg->seq) ? "timed at this batch shape"
                                                             : "from the reference rates (not timed at this shape)");
     if (s) {
         printf("  %s\n", err.msg);
@@ -210,13 +210,13 @@ static int plan_device(const st_arch *a, const train_config *cfg, double device_
     for (int l = 0; l < L;) { /* runs of one choice */
         int e = l;
         while (e + 1 < L && p->act[e + 1] == p->act[l]) e++;
-        if (e > l) printf("  blocks %3d-%-3d %s\n", l, e, plan_act_name(p->act[l]));
-        else printf("  block  %3d     %s\n", l, plan_act_name(p->act[l]));
+        if (e > l) printf("  blocks %3d-%-3d %s\n", l, e, st_plan_act_name(p->act[l]));
+        else printf("  block  %3d     %s\n", l, st_plan_act_name(p->act[l]));
         l = e + 1;
     }
     if (n_fixed) {
         char what[512];
-        plan_act_describe(fixed, L, what, sizeof what);
+        st_plan_act_describe(fixed, L, what, sizeof what);
         printf("  fixed by key 'act' (%d of %d blocks; the rest chosen): %s\n", n_fixed, L, what);
     }
     printf("  prefetch depth %d, vocabulary %s\n", p->prefetch_depth, p->vocab_chunk ? "chunked" : "resident");
@@ -235,17 +235,17 @@ static int plan_device(const st_arch *a, const train_config *cfg, double device_
 }
 
 int cmd_plan(int argc, char **argv) {
-    train_config cfg;
-    train_config_defaults(&cfg);
+    st_train_config cfg;
+    st_train_config_defaults(&cfg);
     st_err err = {0};
-    double budget[PROF_TIER_COUNT] = {0, 0, 0};
+    double budget[ST_PROF_TIER_COUNT] = {0, 0, 0};
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             plan_usage(stdout);
             return 0;
         }
     for (int i = 1; i + 1 < argc; i++)
-        if (!strcmp(argv[i], "--config") && train_config_load_json(&cfg, argv[i + 1], &err)) {
+        if (!strcmp(argv[i], "--config") && st_train_config_load_json(&cfg, argv[i + 1], &err)) {
             fprintf(stderr, "strata plan: %s\n", err.msg);
             return 2;
         }
@@ -275,9 +275,9 @@ int cmd_plan(int argc, char **argv) {
             time_limit_ms = atoi(v);
             continue;
         }
-        int tier = !strcmp(a, "--device_budget") ? PROF_TIER_DEVICE
-                   : !strcmp(a, "--host_budget") ? PROF_TIER_HOST
-                   : !strcmp(a, "--disk_budget") ? PROF_TIER_DISK
+        int tier = !strcmp(a, "--device_budget") ? ST_PROF_TIER_DEVICE
+                   : !strcmp(a, "--host_budget") ? ST_PROF_TIER_HOST
+                   : !strcmp(a, "--disk_budget") ? ST_PROF_TIER_DISK
                                                  : -1;
         if (tier >= 0) {
             budget[tier] = cli_parse_bytes(v);
@@ -286,65 +286,65 @@ int cmd_plan(int argc, char **argv) {
                 return 2;
             }
             /* the train key too, where this strata has it, so the check below is train's */
-            train_config_set(&cfg, a + 2, v, NULL);
+            st_train_config_set(&cfg, a + 2, v, NULL);
             continue;
         }
         char key[128];
         snprintf(key, sizeof key, "%s", a + 2);
         for (char *p = key; *p; p++)
             if (*p == '-') *p = '_';
-        if (train_config_set(&cfg, key, v, &err)) {
+        if (st_train_config_set(&cfg, key, v, &err)) {
             fprintf(stderr, "strata plan: %s\n", err.msg);
             return 2;
         }
     }
-    if (out && !(budget[PROF_TIER_DEVICE] > 0)) {
+    if (out && !(budget[ST_PROF_TIER_DEVICE] > 0)) {
         fprintf(stderr, "strata plan: -o %s writes the device plan: give --device_budget BYTES too\n", out);
         return 2;
     }
-    gpt2_config mc;
-    llama_config lc;
+    st_gpt2_config mc;
+    st_llama_config lc;
     int is_llama;
     st_arch *planned_arch = NULL;
-    prof_mem_estimate e;
-    if (train_config_resolve_llama(&cfg, &lc, &is_llama, &err) || (!is_llama && train_config_resolve(&cfg, &mc, &err))) {
+    st_prof_mem_estimate e;
+    if (st_train_config_resolve_llama(&cfg, &lc, &is_llama, &err) || (!is_llama && st_train_config_resolve(&cfg, &mc, &err))) {
         fprintf(stderr, "strata plan: %s\n", err.msg);
         return 2;
     }
-    if (json || budget[PROF_TIER_DEVICE] > 0 || save_profile) {
+    if (json || budget[ST_PROF_TIER_DEVICE] > 0 || save_profile) {
         st_arch *arch = NULL;
         if (is_llama ? st_arch_llama(&arch, &lc, &err) : st_arch_gpt2(&arch, &mc, &err)) {
             fprintf(stderr, "strata plan: %s\n", err.msg);
             return 2;
         }
         if (json) {
-            int prc = plan_device(arch, &cfg, budget[PROF_TIER_DEVICE], profile, save_profile, time_limit_ms, 1, out);
+            int prc = plan_device(arch, &cfg, budget[ST_PROF_TIER_DEVICE], profile, save_profile, time_limit_ms, 1, out);
             st_arch_free(arch);
             return prc;
         }
         planned_arch = arch; /* its section is printed after the estimate */
     }
     if (is_llama) { /* the Llama family: parameters and stored activations from the model's own counts */
-        prof_mem_estimate_generic((double)llama_param_count(&lc), (double)llama_act_bytes(&lc, cfg.batch, cfg.seq),
+        st_prof_mem_estimate_generic((double)st_llama_param_count(&lc), (double)st_llama_act_bytes(&lc, cfg.batch, cfg.seq),
                                   cfg.batch, cfg.seq, !strcmp(cfg.optim_state, "8bit"), &e);
         printf("plan for %s (L=%d C=%d NH=%d NKV=%d V=%d maxT=%d), batch %d x seq %d, optim_state %s\n",
                cfg.init_from[0] ? cfg.init_from : cfg.model, lc.n_layer, lc.hidden_size, lc.n_head, lc.n_kv_head,
                lc.vocab_size, lc.max_seq, cfg.batch, cfg.seq, cfg.optim_state);
     } else {
-        prof_mem_estimate_gpt2(&mc, cfg.batch, cfg.seq, !strcmp(cfg.optim_state, "8bit"), &e);
+        st_prof_mem_estimate_gpt2(&mc, cfg.batch, cfg.seq, !strcmp(cfg.optim_state, "8bit"), &e);
         printf("plan for %s (L=%d C=%d NH=%d V=%d maxT=%d), batch %d x seq %d, optim_state %s\n", cfg.model,
                mc.n_layer, mc.n_embd, mc.n_head, mc.vocab_size, mc.max_seq, cfg.batch, cfg.seq, cfg.optim_state);
     }
-    train_mem_state_on_disk(&cfg, &e);
-    prof_mem_print(stdout, &e, budget);
+    st_train_mem_state_on_disk(&cfg, &e);
+    st_prof_mem_print(stdout, &e, budget);
     int rc = 0;
-    if (prof_mem_check(&e, budget, &err)) {
+    if (st_prof_mem_check(&e, budget, &err)) {
         printf("\n%s\n", err.msg);
         rc = 3;
     }
     if (cfg.state_paths[0] && plan_disk(&cfg, e.n_params) && !rc) rc = 3;
     if (planned_arch) {
-        int prc = plan_device(planned_arch, &cfg, budget[PROF_TIER_DEVICE], profile, save_profile, time_limit_ms, 0, out);
+        int prc = plan_device(planned_arch, &cfg, budget[ST_PROF_TIER_DEVICE], profile, save_profile, time_limit_ms, 0, out);
         st_arch_free(planned_arch);
         if (prc == 2) return 2;
         if (prc == 3) rc = 3; /* the executor's device bytes: no plan fits */

@@ -58,7 +58,7 @@ static void train_usage(FILE *f) {
             DATA_HELP
             "\n"
             "Every key can be set in the JSON file or as --KEY VALUE (the command line wins):\n");
-    train_config_print_help(f);
+    st_train_config_print_help(f);
 }
 
 /* Was --KEY (or --KEY with dashes) given on the command line? */
@@ -107,8 +107,8 @@ static void resumed_run_dir(const char *resume, char *run_dir, size_t cap) {
 }
 
 int cmd_train(int argc, char **argv) {
-    train_config cfg;
-    train_config_defaults(&cfg);
+    st_train_config cfg;
+    st_train_config_defaults(&cfg);
     st_err err = {0};
     /* pass 1: --help, --config and --resume, which set the base the overrides apply to */
     for (int i = 1; i < argc; i++) {
@@ -118,7 +118,7 @@ int cmd_train(int argc, char **argv) {
         }
     }
     for (int i = 1; i + 1 < argc; i++) {
-        if (!strcmp(argv[i], "--config") && train_config_load_json(&cfg, argv[i + 1], &err)) {
+        if (!strcmp(argv[i], "--config") && st_train_config_load_json(&cfg, argv[i + 1], &err)) {
             fprintf(stderr, "strata train: %s\n", err.msg);
             return 2;
         }
@@ -127,7 +127,7 @@ int cmd_train(int argc, char **argv) {
             char path[2048];
             snprintf(path, sizeof path, "%s/config.json", argv[i + 1]);
             if (access(path, F_OK) == 0) {
-                if (train_config_load_json(&cfg, path, &err)) {
+                if (st_train_config_load_json(&cfg, path, &err)) {
                     fprintf(stderr, "strata train: %s\n", err.msg);
                     return 2;
                 }
@@ -157,15 +157,15 @@ int cmd_train(int argc, char **argv) {
         snprintf(key, sizeof key, "%s", a + 2);
         for (char *p = key; *p; p++)
             if (*p == '-') *p = '_';
-        if (train_config_set(&cfg, key, argv[++i], &err)) {
+        if (st_train_config_set(&cfg, key, argv[++i], &err)) {
             fprintf(stderr, "strata train: %s\n", err.msg);
             return 2;
         }
     }
     if (strcmp(cfg.plan, "auto") && cfg.plan[0] && !(cfg.device_budget > 0)) {
         /* a plan file and no device_budget: the budget the plan was made for (it fits it) */
-        plan_file *pf = malloc(sizeof *pf);
-        if (!pf || plan_file_load(cfg.plan, pf, &err)) {
+        st_plan_file *pf = malloc(sizeof *pf);
+        if (!pf || st_plan_file_load(cfg.plan, pf, &err)) {
             fprintf(stderr, "strata train: key 'plan': %s\n", pf ? err.msg : "out of memory");
             free(pf);
             return 2;
@@ -196,8 +196,8 @@ int cmd_train(int argc, char **argv) {
     }
     cfg.comm = comm;
     int rank = st_comm_rank(comm), world = st_comm_size(comm);
-    train_result res;
-    if (train_run(&cfg, &res, &err)) {
+    st_train_result res;
+    if (st_train_run(&cfg, &res, &err)) {
         if (world > 1) fprintf(stderr, "strata train: rank %d of %d: %s\n", rank, world, err.msg);
         else fprintf(stderr, "strata train: %s\n", err.msg);
         fflush(stderr);

@@ -587,7 +587,7 @@ static void *chat_thread(void *arg) {
 
 /* Encode the batch on `threads` threads and write it; first_line: the file's line number of
  * batch line 0. */
-static st_status chat_flush(chat_batch *cb, int threads, data_pack_writer *w, const char *path, uint64_t first_line,
+static st_status chat_flush(chat_batch *cb, int threads, st_data_pack_writer *w, const char *path, uint64_t first_line,
                             st_chat_pack_stats *stats, st_err *err) {
     if (!cb->nl) return ST_OK;
     size_t nr = (size_t)threads * CHAT_RUNS_PER_THREAD;
@@ -617,7 +617,7 @@ static st_status chat_flush(chat_batch *cb, int threads, data_pack_writer *w, co
         for (size_t j = run->a; j < run->b; j++) {
             size_t m = run->count[j - run->a];
             if (!m) continue;
-            st_status rc = data_pack_add_masked(w, run->ids + off, run->mask + off, m, err);
+            st_status rc = st_data_pack_add_masked(w, run->ids + off, run->mask + off, m, err);
             if (rc) return st_err_prefix(err, "%s: line %llu", path, (unsigned long long)(first_line + j));
             for (size_t q = 0; q < m; q++) stats->trained += run->mask[off + q];
             off += m;
@@ -629,7 +629,7 @@ static st_status chat_flush(chat_batch *cb, int threads, data_pack_writer *w, co
     return ST_OK;
 }
 
-st_status st_chat_pack_file(data_pack_writer *w, const st_tokenizer *tok, const st_chat_template *t,
+st_status st_chat_pack_file(st_data_pack_writer *w, const st_tokenizer *tok, const st_chat_template *t,
                             st_chat_mask mode, int32_t eod, int threads, const char *path,
                             st_chat_pack_stats *stats, st_err *err) {
     if (threads < 1) threads = 1;

@@ -28,8 +28,8 @@
 #define DATA_LLMC_MAGIC_U32 20240801
 #define DATA_LLMC_VERSION_U32 7
 
-struct data_source {
-    data_format format;
+struct st_data_source {
+    st_data_format format;
     int dtype, itemsize;
     int unordered;           /* Megatron: sequences need not be stored back to back */
     char bin_path[DATA_PATH_MAX + 8], idx_path[DATA_PATH_MAX + 8];
@@ -59,15 +59,15 @@ struct data_source {
 /* The sidecar of a Megatron source (pack.c): read PREFIX.json if there, after the pair is
  * checked (refused when damaged or when its counts are not the pair's); and refuse a
  * vocab_size smaller than the one the data was packed with (vocab_size 0: no check). */
-st_status data_sidecar_read(data_source *s, const char *prefix, st_err *err);
-st_status data_sidecar_check(const data_source *s, int64_t vocab_size, st_err *err);
+st_status data_sidecar_read(st_data_source *s, const char *prefix, st_err *err);
+st_status data_sidecar_check(const st_data_source *s, int64_t vocab_size, st_err *err);
 /* Open the loss mask `name` beside the sidecar (pack.c); its size must be the token count. */
-st_status data_mask_open(data_source *s, const char *name, st_err *err);
+st_status data_mask_open(st_data_source *s, const char *name, st_err *err);
 
 /* Document d of an indexed source: byte pointer into the .bin and length in tokens,
  * checked against the .bin size and (unless the source is unordered) against the end of
  * document d-1: sequences are stored back to back. */
-st_status data_source_doc(data_source *s, uint64_t d, uint64_t *ptr, uint64_t *len, st_err *err);
+st_status data_source_doc(st_data_source *s, uint64_t d, uint64_t *ptr, uint64_t *len, st_err *err);
 /* Index entries of many documents at once (a stream's lookahead window; the stream
  * itself reads them in steps with data_source_doc_runs). keys are
  * (document << DATA_KEY_POS_BITS | slot), sorted ascending; the raw entries of the
@@ -76,22 +76,22 @@ st_status data_source_doc(data_source *s, uint64_t d, uint64_t *ptr, uint64_t *l
  * unordered, the byte where the document before it ends in prev_end[slot] (0 for
  * document 0). Neighbouring entries share one pread. */
 #define DATA_KEY_POS_BITS 24
-st_status data_source_doc_batch(data_source *s, const uint64_t *keys, size_t n, int32_t *len, int64_t *ptr,
+st_status data_source_doc_batch(st_data_source *s, const uint64_t *keys, size_t n, int32_t *len, int64_t *ptr,
                                 int64_t *prev_end, st_err *err);
 /* One step of that: from keys[*i] on, the entries of one index array (which = 0: sizes
  * into len, 1: pointers into ptr; the sizes of a set of keys before their pointers, as
  * prev_end needs both), in preads of neighbouring entries, until max_preads preads or
  * max_bytes bytes are done (at least one pread); advances *i past them. */
-st_status data_source_doc_runs(data_source *s, const uint64_t *keys, size_t n, size_t *i, int which,
+st_status data_source_doc_runs(st_data_source *s, const uint64_t *keys, size_t n, size_t *i, int which,
                                int max_preads, size_t max_bytes, int32_t *len, int64_t *ptr, int64_t *prev_end,
                                st_err *err);
 /* Check a raw entry of document d as data_source_doc does (prev_end: where document d-1
  * ends, from data_source_doc_runs), and return it. */
-st_status data_source_doc_entry(const data_source *s, uint64_t d, int32_t n, int64_t p, int64_t prev_end,
+st_status data_source_doc_entry(const st_data_source *s, uint64_t d, int32_t n, int64_t p, int64_t prev_end,
                                 uint64_t *ptr, uint64_t *len, st_err *err);
 /* Read n tokens starting at byte offset `base` of the token file (no index lookup;
  * the caller has checked the range against the document it came from). */
-st_status data_source_read_at(data_source *s, uint64_t base, uint64_t n, int32_t *out, int64_t vocab_size,
+st_status data_source_read_at(st_data_source *s, uint64_t base, uint64_t n, int32_t *out, int64_t vocab_size,
                               st_err *err);
 
 /* A bijection on [0, n) from a key: Feistel network on the next even power of two,
@@ -118,7 +118,7 @@ typedef struct data_window {
 
 /* The stream of one source within a loader: T+1-token samples overlapping by one. */
 typedef struct data_stream {
-    data_source *src;
+    st_data_source *src;
     int index;            /* position in the loader's source list (keys the permutation) */
     int windowed;         /* no document index: permute windows of the token file */
     uint64_t n_units;     /* documents or windows per epoch */
@@ -150,7 +150,7 @@ typedef struct data_stream {
 #define DATA_LOOKAHEAD_TOTAL (1u << 18)
 #define DATA_LOOKAHEAD_FIRST 16u
 
-st_status data_stream_init(data_stream *s, data_source *src, int index, uint64_t seed, int T,
+st_status data_stream_init(data_stream *s, st_data_source *src, int index, uint64_t seed, int T,
                            int shuffle, int64_t vocab_size, int64_t eod_token, st_err *err);
 /* Set the lookahead window (positions; 0 = off, look up each document on its own).
  * The stream's samples do not depend on it. Call before the first take. */
@@ -159,9 +159,9 @@ void data_stream_free(data_stream *s);
 /* Take the sample at cursor c into row (T+1 tokens) or, with row NULL, only step over
  * it; starts receives the indices in [1, T] where a new document begins (n_starts of
  * them, at most T). Advances c by T tokens. */
-st_status data_stream_take(data_stream *s, data_cursor *c, int32_t *row, int32_t *starts,
+st_status data_stream_take(data_stream *s, st_data_cursor *c, int32_t *row, int32_t *starts,
                            int *n_starts, st_err *err);
 
-uint64_t data_source_fingerprint(const data_source *s);
+uint64_t data_source_fingerprint(const st_data_source *s);
 
 #endif

@@ -87,7 +87,7 @@ static void sentence(sink *s, st_rng *r) {
     put(s, st_rng_u64(r) % 8 == 0 ? ".\n" : ". ");
 }
 
-size_t corpus_embedded_generate(uint8_t *buf, size_t cap, uint64_t seed) {
+size_t st_corpus_embedded_generate(uint8_t *buf, size_t cap, uint64_t seed) {
     st_rng rng;
     st_rng_seed(&rng, seed);
     sink s = {buf, cap, 0};

@@ -20,17 +20,17 @@ typedef struct data_slot {
     int n_seqs, max_seqlen;
     uint64_t step, first_sample;
     uint64_t bytes_read, bytes_written; /* moved while producing this batch */
-    data_loader_state after;            /* the loader state once this batch is consumed */
+    st_data_loader_state after;            /* the loader state once this batch is consumed */
 } data_slot;
 
-struct data_loader {
-    data_loader_config cfg;
-    data_schedule_entry *schedule;
-    data_source *src[DATA_MAX_SOURCES];
-    data_stream stream[DATA_MAX_SOURCES];
+struct st_data_loader {
+    st_data_loader_config cfg;
+    st_data_schedule_entry *schedule;
+    st_data_source *src[ST_DATA_MAX_SOURCES];
+    data_stream stream[ST_DATA_MAX_SOURCES];
     int32_t *starts;           /* T+1 scratch: document starts within one row */
-    data_loader_state prod;    /* producer side: the next batch to build */
-    data_loader_state cons;    /* consumer side: after the last batch handed out */
+    st_data_loader_state prod;    /* producer side: the next batch to build */
+    st_data_loader_state cons;    /* consumer side: after the last batch handed out */
     /* the ring: slot k % n_slots holds batch k */
     int n_slots;
     data_slot *slots;
@@ -42,20 +42,20 @@ struct data_loader {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    data_loader_stats stats;
+    st_data_loader_stats stats;
 };
 
-void data_loader_config_init(data_loader_config *cfg) {
+void st_data_loader_config_init(st_data_loader_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
-    for (int i = 0; i < DATA_MAX_SOURCES; i++) cfg->sources[i].weight = 1.0;
+    for (int i = 0; i < ST_DATA_MAX_SOURCES; i++) cfg->sources[i].weight = 1.0;
     cfg->B = 1;
     cfg->world = 1;
     cfg->eod_token = -1;
     cfg->prefetch = 4;
 }
 
-static const double *weights_at(const data_loader *dl, uint64_t step, double *base) {
-    const data_schedule_entry *w = NULL;
+static const double *weights_at(const st_data_loader *dl, uint64_t step, double *base) {
+    const st_data_schedule_entry *w = NULL;
     for (int i = 0; i < dl->cfg.n_schedule; i++)
         if (dl->schedule[i].start_step <= step) w = &dl->schedule[i];
     if (w) return w->weights;
@@ -65,7 +65,7 @@ static const double *weights_at(const data_loader *dl, uint64_t step, double *ba
 
 /* The source of global sample g: a hash of (seed, g) against the cumulative weights,
  * so it depends on g and the weights only, never on the rank or on history. */
-static int pick_source(const data_loader *dl, const double *w, uint64_t g) {
+static int pick_source(const st_data_loader *dl, const double *w, uint64_t g) {
     int n = dl->cfg.n_sources;
     double total = 0;
     for (int i = 0; i < n; i++) total += w[i];
@@ -82,7 +82,7 @@ static int pick_source(const data_loader *dl, const double *w, uint64_t g) {
     return last; /* rounding at the top end */
 }
 
-static void source_counters(const data_loader *dl, uint64_t *rd, uint64_t *wr) {
+static void source_counters(const st_data_loader *dl, uint64_t *rd, uint64_t *wr) {
     *rd = *wr = 0;
     for (int i = 0; i < dl->cfg.n_sources; i++) {
         *rd += dl->src[i]->bytes_read;
@@ -96,12 +96,12 @@ DATA_CLONES static void fill_positions(int32_t *pos, int a, int b) {
 }
 
 /* Build the next batch of this rank into slot. Runs on the producer thread only. */
-static st_status produce(data_loader *dl, data_slot *slot, st_err *err) {
+static st_status produce(st_data_loader *dl, data_slot *slot, st_err *err) {
     const int T = dl->cfg.T, B = dl->cfg.B, rank = dl->cfg.rank;
     const uint64_t GB = (uint64_t)B * (uint64_t)dl->cfg.world;
     uint64_t rd0, wr0;
     source_counters(dl, &rd0, &wr0);
-    double base[DATA_MAX_SOURCES];
+    double base[ST_DATA_MAX_SOURCES];
     const double *w = weights_at(dl, dl->prod.step, base);
     int n_seqs = 0, max_seqlen = 0;
     slot->cu_seqlens[0] = 0;
@@ -156,7 +156,7 @@ static st_status produce(data_loader *dl, data_slot *slot, st_err *err) {
 }
 
 static void *producer_main(void *arg) {
-    data_loader *dl = arg;
+    st_data_loader *dl = arg;
     pthread_mutex_lock(&dl->mu);
     while (!dl->stop) {
         while (!dl->stop && dl->produced - dl->released >= (uint64_t)dl->n_slots)
@@ -188,7 +188,7 @@ static void *producer_main(void *arg) {
     return NULL;
 }
 
-static st_status start_thread(data_loader *dl, st_err *err) {
+static st_status start_thread(st_data_loader *dl, st_err *err) {
     dl->stop = 0;
     if (!dl->threaded) return ST_OK;
     if (pthread_create(&dl->thread, NULL, producer_main, dl) != 0)
@@ -197,7 +197,7 @@ static st_status start_thread(data_loader *dl, st_err *err) {
     return ST_OK;
 }
 
-static void stop_thread(data_loader *dl) {
+static void stop_thread(st_data_loader *dl) {
     if (!dl->thread_live) return;
     pthread_mutex_lock(&dl->mu);
     dl->stop = 1;
@@ -221,10 +221,10 @@ static st_status check_weights(const double *w, int n, const char *where, st_err
     return ST_OK;
 }
 
-static st_status validate(const data_loader_config *c, st_err *err) {
-    if (c->n_sources < 1 || c->n_sources > DATA_MAX_SOURCES)
+static st_status validate(const st_data_loader_config *c, st_err *err) {
+    if (c->n_sources < 1 || c->n_sources > ST_DATA_MAX_SOURCES)
         return st_errf(err, ST_ERR_INVALID, "data loader: %d sources; give 1 to %d", c->n_sources,
-                       DATA_MAX_SOURCES);
+                       ST_DATA_MAX_SOURCES);
     if (c->T < 1 || c->B < 1 || c->world < 1 || c->rank < 0 || c->rank >= c->world)
         return st_errf(err, ST_ERR_INVALID,
                        "data loader: T=%d B=%d rank=%d world=%d; need T, B, world >= 1 and 0 <= rank < "
@@ -240,7 +240,7 @@ static st_status validate(const data_loader_config *c, st_err *err) {
     if (c->mask_eod && c->eod_token < 0) {
         /* Indexed sources know their boundaries without an id; windowed ones need it. */
     }
-    double w[DATA_MAX_SOURCES];
+    double w[ST_DATA_MAX_SOURCES];
     for (int i = 0; i < c->n_sources; i++) w[i] = c->sources[i].weight;
     st_status rc = check_weights(w, c->n_sources, "sources", err);
     if (rc) return rc;
@@ -261,10 +261,10 @@ static st_status validate(const data_loader_config *c, st_err *err) {
     return ST_OK;
 }
 
-static void initial_state(data_loader *dl, data_loader_state *st) {
+static void initial_state(st_data_loader *dl, st_data_loader_state *st) {
     memset(st, 0, sizeof *st);
-    st->magic = DATA_STATE_MAGIC;
-    st->version = DATA_STATE_VERSION;
+    st->magic = ST_DATA_STATE_MAGIC;
+    st->version = ST_DATA_STATE_VERSION;
     st->seed = dl->cfg.seed;
     st->schedule_version = dl->cfg.schedule_version;
     st->n_sources = (uint32_t)dl->cfg.n_sources;
@@ -274,11 +274,11 @@ static void initial_state(data_loader *dl, data_loader_state *st) {
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
-st_status data_loader_open(data_loader **out, const data_loader_config *cfg, st_err *err) {
+st_status st_data_loader_open(st_data_loader **out, const st_data_loader_config *cfg, st_err *err) {
     *out = NULL;
     st_status rc = validate(cfg, err);
     if (rc) return rc;
-    data_loader *dl = calloc(1, sizeof *dl);
+    st_data_loader *dl = calloc(1, sizeof *dl);
     if (!dl) return st_errf(err, ST_ERR_NOMEM, "data loader: out of memory");
     dl->cfg = *cfg;
     pthread_mutex_init(&dl->mu, NULL);
@@ -290,7 +290,7 @@ st_status data_loader_open(data_loader **out, const data_loader_config *cfg, st_
         dl->cfg.schedule = dl->schedule;
     }
     for (int i = 0; i < cfg->n_sources; i++) {
-        rc = data_source_open(&dl->src[i], &cfg->sources[i], err);
+        rc = st_data_source_open(&dl->src[i], &cfg->sources[i], err);
         if (rc) goto fail;
         dl->cfg.sources[i].path = NULL; /* the caller's string need not outlive open */
         dl->src[i]->mask_in_sign = 1;
@@ -340,11 +340,11 @@ st_status data_loader_open(data_loader **out, const data_loader_config *cfg, st_
     *out = dl;
     return ST_OK;
 fail:
-    data_loader_close(dl);
+    st_data_loader_close(dl);
     return rc;
 }
 
-static void deliver(data_loader *dl, const data_slot *s, data_batch *b) {
+static void deliver(st_data_loader *dl, const data_slot *s, st_data_batch *b) {
     b->B = dl->cfg.B;
     b->T = dl->cfg.T;
     b->tokens = s->tokens;
@@ -363,7 +363,7 @@ static void deliver(data_loader *dl, const data_slot *s, data_batch *b) {
     dl->stats.bytes_written += s->bytes_written;
 }
 
-st_status data_loader_next(data_loader *dl, data_batch *b, st_err *err) {
+st_status st_data_loader_next(st_data_loader *dl, st_data_batch *b, st_err *err) {
     if (!dl->threaded) {
         if (dl->failed) return st_errf(err, dl->fail.code, "%s", dl->fail.msg);
         st_status rc = produce(dl, &dl->slots[0], &dl->fail);
@@ -395,9 +395,9 @@ st_status data_loader_next(data_loader *dl, data_batch *b, st_err *err) {
     return ST_OK;
 }
 
-void data_loader_get_state(const data_loader *dl, data_loader_state *st) { *st = dl->cons; }
+void st_data_loader_get_state(const st_data_loader *dl, st_data_loader_state *st) { *st = dl->cons; }
 
-void data_batch_targets(const data_batch *b, int32_t *inputs, int32_t *targets) {
+void st_data_batch_targets(const st_data_batch *b, int32_t *inputs, int32_t *targets) {
     for (int r = 0; r < b->B; r++) {
         const int32_t *row = b->tokens + (size_t)r * (b->T + 1);
         const uint8_t *m = b->loss_mask + (size_t)r * b->T;
@@ -408,12 +408,12 @@ void data_batch_targets(const data_batch *b, int32_t *inputs, int32_t *targets) 
     }
 }
 
-st_status data_loader_set_state(data_loader *dl, const data_loader_state *st, st_err *err) {
-    if (st->magic != DATA_STATE_MAGIC || st->version != DATA_STATE_VERSION)
+st_status st_data_loader_set_state(st_data_loader *dl, const st_data_loader_state *st, st_err *err) {
+    if (st->magic != ST_DATA_STATE_MAGIC || st->version != ST_DATA_STATE_VERSION)
         return st_errf(err, ST_ERR_FORMAT,
                        "data loader state: magic 0x%08x version %u, expected 0x%08x version %u; the "
                        "checkpoint's data state is corrupt or from another program",
-                       st->magic, st->version, DATA_STATE_MAGIC, DATA_STATE_VERSION);
+                       st->magic, st->version, ST_DATA_STATE_MAGIC, ST_DATA_STATE_VERSION);
     if (st->seed != dl->cfg.seed)
         return st_errf(err, ST_ERR_INVALID,
                        "data loader state: saved with seed %llu, this loader has seed %llu; resume with "
@@ -453,14 +453,14 @@ st_status data_loader_set_state(data_loader *dl, const data_loader_state *st, st
     return start_thread(dl, err);
 }
 
-void data_loader_get_stats(const data_loader *dl, data_loader_stats *s) { *s = dl->stats; }
+void st_data_loader_get_stats(const st_data_loader *dl, st_data_loader_stats *s) { *s = dl->stats; }
 
-void data_loader_close(data_loader *dl) {
+void st_data_loader_close(st_data_loader *dl) {
     if (!dl) return;
     stop_thread(dl);
     for (int i = 0; i < dl->cfg.n_sources; i++) {
         data_stream_free(&dl->stream[i]);
-        data_source_close(dl->src[i]);
+        st_data_source_close(dl->src[i]);
     }
     st_free(dl->arena);
     free(dl->slots);

@@ -22,7 +22,7 @@
 #define SIDECAR_FORMAT "strata-pack-sidecar"
 #define SIDECAR_VERSION 1
 
-struct data_pack_writer {
+struct st_data_pack_writer {
     char bin_path[DATA_PATH_MAX], idx_path[DATA_PATH_MAX];
     char bin_tmp[DATA_PATH_MAX + 8], idx_tmp[DATA_PATH_MAX + 8];
     FILE *bin;
@@ -31,7 +31,7 @@ struct data_pack_writer {
     uint64_t n_docs, cap;
     uint64_t n_tokens;
     int has_meta; /* write PREFIX.json at close; without it a stale one is removed */
-    data_pack_meta meta;
+    st_data_pack_meta meta;
     char tok_name[256];
     char json_path[DATA_PATH_MAX], json_tmp[DATA_PATH_MAX + 8];
     /* PREFIX.mask: one byte a token (1 = a target to train on), when documents come with masks */
@@ -41,20 +41,20 @@ struct data_pack_writer {
     uint8_t buf[1 << 16];
 };
 
-void data_tokenize_bytes(const void *text, size_t n, int32_t *out) {
+void st_data_tokenize_bytes(const void *text, size_t n, int32_t *out) {
     const uint8_t *p = text;
     for (size_t i = 0; i < n; i++) out[i] = p[i];
 }
 
-st_status data_pack_open(data_pack_writer **out, const char *prefix, int dtype, st_err *err) {
+st_status st_data_pack_open(st_data_pack_writer **out, const char *prefix, int dtype, st_err *err) {
     *out = NULL;
-    if (dtype != DATA_DTYPE_U16 && dtype != DATA_DTYPE_I32 && dtype != DATA_DTYPE_U8)
+    if (dtype != ST_DATA_DTYPE_U16 && dtype != ST_DATA_DTYPE_I32 && dtype != ST_DATA_DTYPE_U8)
         return st_errf(err, ST_ERR_INVALID, "data pack: token dtype %s (%d); use uint16, int32 or uint8",
-                       data_dtype_name(dtype), dtype);
-    data_pack_writer *w = calloc(1, sizeof *w);
+                       st_data_dtype_name(dtype), dtype);
+    st_data_pack_writer *w = calloc(1, sizeof *w);
     if (!w) return st_errf(err, ST_ERR_NOMEM, "data pack: out of memory");
     w->dtype = dtype;
-    w->itemsize = data_dtype_size(dtype);
+    w->itemsize = st_data_dtype_size(dtype);
     snprintf(w->bin_path, sizeof w->bin_path, "%s.bin", prefix);
     snprintf(w->idx_path, sizeof w->idx_path, "%s.idx", prefix);
     snprintf(w->bin_tmp, sizeof w->bin_tmp, "%s.tmp", w->bin_path);
@@ -73,11 +73,11 @@ st_status data_pack_open(data_pack_writer **out, const char *prefix, int dtype, 
     return ST_OK;
 }
 
-st_status data_pack_add(data_pack_writer *w, const int32_t *tokens, size_t n, st_err *err) {
-    return data_pack_add_masked(w, tokens, NULL, n, err);
+st_status st_data_pack_add(st_data_pack_writer *w, const int32_t *tokens, size_t n, st_err *err) {
+    return st_data_pack_add_masked(w, tokens, NULL, n, err);
 }
 
-st_status data_pack_add_masked(data_pack_writer *w, const int32_t *tokens, const uint8_t *mask, size_t n,
+st_status st_data_pack_add_masked(st_data_pack_writer *w, const int32_t *tokens, const uint8_t *mask, size_t n,
                                st_err *err) {
     if (!mask != !w->masked && (w->n_docs || !mask))
         return st_errf(err, ST_ERR_INVALID, "data pack: document %llu %s a loss mask but the documents before it "
@@ -91,12 +91,12 @@ st_status data_pack_add_masked(data_pack_writer *w, const int32_t *tokens, const
     if (n > (size_t)INT32_MAX)
         return st_errf(err, ST_ERR_INVALID, "data pack: a document of %zu tokens exceeds the index's "
                        "int32 sizes; split it", n);
-    int64_t hi = w->dtype == DATA_DTYPE_U16 ? 65535 : w->dtype == DATA_DTYPE_U8 ? 255 : INT32_MAX;
+    int64_t hi = w->dtype == ST_DATA_DTYPE_U16 ? 65535 : w->dtype == ST_DATA_DTYPE_U8 ? 255 : INT32_MAX;
     for (size_t i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] > hi)
             return st_errf(err, ST_ERR_INVALID,
                            "data pack: document %llu token %zu is %d, which does not fit %s; pack with a "
-                           "wider dtype", (unsigned long long)w->n_docs, i, tokens[i], data_dtype_name(w->dtype));
+                           "wider dtype", (unsigned long long)w->n_docs, i, tokens[i], st_data_dtype_name(w->dtype));
     if (w->n_docs == w->cap) {
         uint64_t nc = w->cap ? w->cap * 2 : 1024;
         int32_t *ns = realloc(w->sizes, nc * sizeof *ns);
@@ -198,7 +198,7 @@ static st_status commit_files(commit_file *f, int n, st_err *err) {
                                 : "no dataset was there before, none is now");
 }
 
-st_status data_pack_set_meta(data_pack_writer *w, const data_pack_meta *m, st_err *err) {
+st_status st_data_pack_set_meta(st_data_pack_writer *w, const st_data_pack_meta *m, st_err *err) {
     if (m->vocab_size <= 0 || m->eod < 0 || m->eod >= m->vocab_size)
         return st_errf(err, ST_ERR_INVALID, "data pack: end-of-document id %lld is outside the vocabulary [0, %lld)",
                        (long long)m->eod, (long long)m->vocab_size);
@@ -210,13 +210,13 @@ st_status data_pack_set_meta(data_pack_writer *w, const data_pack_meta *m, st_er
 }
 
 /* PREFIX.json.tmp, durable. */
-static st_status write_sidecar(data_pack_writer *w, st_err *err) {
+static st_status write_sidecar(st_data_pack_writer *w, st_err *err) {
     json_object *o = json_object_new_object(), *t = json_object_new_object();
     json_object_object_add(o, "format", json_object_new_string(SIDECAR_FORMAT));
     json_object_object_add(o, "version", json_object_new_int(SIDECAR_VERSION));
     json_object_object_add(o, "vocab_size", json_object_new_int64(w->meta.vocab_size));
     json_object_object_add(o, "eod", json_object_new_int64(w->meta.eod));
-    json_object_object_add(o, "dtype", json_object_new_string(data_dtype_name(w->dtype)));
+    json_object_object_add(o, "dtype", json_object_new_string(st_data_dtype_name(w->dtype)));
     json_object_object_add(o, "documents", json_object_new_int64((int64_t)w->n_docs));
     json_object_object_add(o, "tokens", json_object_new_int64((int64_t)w->n_tokens));
     json_object_object_add(t, "name", json_object_new_string(w->tok_name));
@@ -263,20 +263,20 @@ static st_status write_sidecar(data_pack_writer *w, st_err *err) {
 /* All files are complete and durable under temporary names before any replaces an
  * existing dataset; then they go into place in order (commit_files), so PREFIX is the
  * old set or the new set. */
-st_status data_pack_close(data_pack_writer *w, st_err *err) {
+st_status st_data_pack_close(st_data_pack_writer *w, st_err *err) {
     st_status rc = ST_OK;
     FILE *bin = w->bin;
     w->bin = NULL;
     if (!finish_tmp(bin, w->bin_path)) {
         rc = st_errf(err, errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "%s: flush failed: %s; %s is unchanged",
                      w->bin_tmp, strerror(errno), w->bin_path);
-        data_pack_abort(w);
+        st_data_pack_abort(w);
         return rc;
     }
     if (w->n_docs == 0) {
         rc = st_errf(err, ST_ERR_INVALID, "data pack: no documents were added; %s would be an empty "
                      "source", w->bin_path);
-        data_pack_abort(w);
+        st_data_pack_abort(w);
         return rc;
     }
     int fault = st_iofault("file.open", w->idx_path);
@@ -284,7 +284,7 @@ st_status data_pack_close(data_pack_writer *w, st_err *err) {
     if (fault > 0) errno = fault;
     if (!f) {
         rc = st_errf(err, ST_ERR_IO, "%s: cannot create: %s", w->idx_tmp, strerror(errno));
-        data_pack_abort(w);
+        st_data_pack_abort(w);
         return rc;
     }
     static const char magic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0};
@@ -311,7 +311,7 @@ st_status data_pack_close(data_pack_writer *w, st_err *err) {
     if (!ok) {
         rc = st_errf(err, errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "%s: write failed: %s; %s is unchanged",
                      w->idx_tmp, strerror(errno), w->idx_path);
-        data_pack_abort(w);
+        st_data_pack_abort(w);
         return rc;
     }
     if (w->mask) {
@@ -320,17 +320,17 @@ st_status data_pack_close(data_pack_writer *w, st_err *err) {
         if (!finish_tmp(m, w->mask_path)) {
             rc = st_errf(err, errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "%s: flush failed: %s; %s is unchanged",
                          w->mask_tmp, strerror(errno), w->mask_path);
-            data_pack_abort(w);
+            st_data_pack_abort(w);
             return rc;
         }
     }
     if (w->masked && !w->has_meta) {
         rc = st_errf(err, ST_ERR_INVALID, "data pack: a loss mask needs the sidecar that names it (data_pack_set_meta)");
-        data_pack_abort(w);
+        st_data_pack_abort(w);
         return rc;
     }
     if (w->has_meta && (rc = write_sidecar(w, err))) {
-        data_pack_abort(w);
+        st_data_pack_abort(w);
         return rc;
     }
     /* .bin, .idx, the mask (or the removal of a stale one), then the sidecar (or the same) */
@@ -339,7 +339,7 @@ st_status data_pack_close(data_pack_writer *w, st_err *err) {
                             {.tmp = w->has_meta ? w->json_tmp : NULL, .path = w->json_path}};
     rc = commit_files(files, 4, err);
     if (rc) {
-        data_pack_abort(w);
+        st_data_pack_abort(w);
         return rc;
     }
     free(w->sizes);
@@ -347,7 +347,7 @@ st_status data_pack_close(data_pack_writer *w, st_err *err) {
     return ST_OK;
 }
 
-void data_pack_abort(data_pack_writer *w) {
+void st_data_pack_abort(st_data_pack_writer *w) {
     if (!w) return;
     if (w->bin) fclose(w->bin);
     if (w->mask) fclose(w->mask);
@@ -368,7 +368,7 @@ static int sidecar_int(json_object *o, const char *key, int64_t *v) {
     return 1;
 }
 
-st_status data_sidecar_read(data_source *s, const char *prefix, st_err *err) {
+st_status data_sidecar_read(st_data_source *s, const char *prefix, st_err *err) {
     snprintf(s->sidecar_path, sizeof s->sidecar_path, "%s.json", prefix);
     if (access(s->sidecar_path, F_OK) != 0) { /* a pair from Megatron's tools: none */
         s->sidecar_path[0] = 0;
@@ -422,7 +422,7 @@ st_status data_sidecar_read(data_source *s, const char *prefix, st_err *err) {
     return mask_name[0] ? data_mask_open(s, mask_name, err) : ST_OK;
 }
 
-st_status data_mask_open(data_source *s, const char *name, st_err *err) {
+st_status data_mask_open(st_data_source *s, const char *name, st_err *err) {
     const char *slash = strrchr(s->sidecar_path, '/');
     int dir = slash ? (int)(slash - s->sidecar_path + 1) : 0;
     snprintf(s->mask_path, sizeof s->mask_path, "%.*s%s", dir, s->sidecar_path, name);
@@ -442,7 +442,7 @@ st_status data_mask_open(data_source *s, const char *name, st_err *err) {
     return ST_OK;
 }
 
-st_status data_sidecar_check(const data_source *s, int64_t vocab_size, st_err *err) {
+st_status data_sidecar_check(const st_data_source *s, int64_t vocab_size, st_err *err) {
     if (vocab_size <= 0 || !s->sidecar_path[0] || s->sidecar_vocab <= vocab_size) return ST_OK;
     return st_errf(err, ST_ERR_INVALID,
                    "%s: the data was packed with a tokenizer of vocab_size %lld, but this run's vocab_size is "

@@ -17,7 +17,7 @@
  * heartbeat (advanced by its thread on every turn of its loop) is younger than the
  * plane's timeout. So a killed producer or consumer ends the others with an error naming
  * it within milliseconds, a stopped or stuck producer within the timeout, never a hang;
- * the producer's process sees it in data_plane_check. A segment whose byte 0 nobody
+ * the producer's process sees it in st_data_plane_check. A segment whose byte 0 nobody
  * holds is left over from a crashed producer: a new producer replaces it, and consumers
  * wait for that one instead of attaching to it.
  */
@@ -65,10 +65,10 @@ typedef struct plane_hdr {
 typedef struct plane_part {
     uint64_t step, first_sample;
     int32_t n_seqs, max_seqlen;
-    data_loader_state after;
+    st_data_loader_state after;
 } plane_part;
 
-struct data_plane {
+struct st_data_plane {
     int producer;
     char name[256];
     plane_hdr *h;
@@ -78,9 +78,9 @@ struct data_plane {
     /* consumer */
     int index;
     uint64_t taken;
-    data_loader_state state;
+    st_data_loader_state state;
     /* producer */
-    data_loader *dl;
+    st_data_loader *dl;
     pthread_t thread;
     int thread_live;
     _Atomic int stop;
@@ -143,7 +143,7 @@ __attribute__((format(printf, 3, 4))) static void plane_fail(plane_hdr *h, st_st
     atomic_store(&h->failed, 1);
 }
 
-static st_status plane_error(const data_plane *p, st_err *err) {
+static st_status plane_error(const st_data_plane *p, st_err *err) {
     while (atomic_load(&p->h->failed) == 2) nap();
     return st_errf(err, (st_status)p->h->fail_code, "data plane /dev/shm%s: %s", p->name, p->h->fail_msg);
 }
@@ -152,7 +152,7 @@ static st_status plane_error(const data_plane *p, st_err *err) {
  * (for a consumer) holds its byte, has not closed and beat within the timeout; every
  * attached consumer holds its byte. On the first that is not, fails the plane for all
  * and returns 0. */
-static int peers_alive(data_plane *p) {
+static int peers_alive(st_data_plane *p) {
     plane_hdr *h = p->h;
     if (atomic_load(&h->failed)) return 0;
     double t = st_now();
@@ -193,7 +193,7 @@ static int peers_alive(data_plane *p) {
 }
 
 static void *plane_main(void *arg) {
-    data_plane *p = arg;
+    st_data_plane *p = arg;
     plane_hdr *h = p->h;
     const uint32_t B = h->B, T = h->T;
     size_t off[6], pb;
@@ -212,16 +212,16 @@ static void *plane_main(void *arg) {
             nap();                                   /* ...but with none left, produce nothing */
         }
         if (atomic_load(&p->stop) || atomic_load(&h->failed)) break;
-        data_batch b;
+        st_data_batch b;
         st_err e = {0};
-        st_status rc = data_loader_next(p->dl, &b, &e);
+        st_status rc = st_data_loader_next(p->dl, &b, &e);
         atomic_store(&h->beat_ns, mono_ns());
         if (rc) {
             plane_fail(h, rc, "the producer's loader failed: %s", e.msg);
             break;
         }
-        data_loader_state st;
-        data_loader_get_state(p->dl, &st);
+        st_data_loader_state st;
+        st_data_loader_get_state(p->dl, &st);
         int seg = 1; /* walks b.cu_seqlens; segments never cross rows, so never consumers */
         for (uint32_t i = 0; i < h->n_local; i++) {
             uint8_t *q = part_at(h, k, (int)i);
@@ -299,7 +299,7 @@ static void shm_name(char *dst, size_t cap, const char *name) {
     snprintf(dst, cap, "%s%s", name[0] == '/' ? "" : "/", name);
 }
 
-st_status data_plane_serve(data_plane **out, const char *name, const data_loader_config *cfg, int first_rank,
+st_status st_data_plane_serve(st_data_plane **out, const char *name, const st_data_loader_config *cfg, int first_rank,
                            int n_local, double timeout_s, st_err *err) {
     *out = NULL;
     if (!(timeout_s >= 0) || timeout_s > 1e6)
@@ -311,18 +311,18 @@ st_status data_plane_serve(data_plane **out, const char *name, const data_loader
                        "data plane: %d local ranks from rank %d of world %d; the local ranks must be a "
                        "block of n_local consecutive ranks (1..%d) starting at a multiple of n_local",
                        n_local, first_rank, cfg->world, PLANE_MAX_LOCAL);
-    data_plane *p = calloc(1, sizeof *p);
+    st_data_plane *p = calloc(1, sizeof *p);
     if (!p) return st_errf(err, ST_ERR_NOMEM, "data plane: out of memory");
     p->producer = 1;
     p->fd = -1;
     shm_name(p->name, sizeof p->name, name);
     /* One loader for the block of local ranks: rows of ranks first..first+n-1. */
-    data_loader_config c = *cfg;
+    st_data_loader_config c = *cfg;
     c.B = cfg->B * n_local;
     c.world = cfg->world / n_local;
     c.rank = first_rank / n_local;
     c.prefetch = 0; /* the plane's ring is the prefetch */
-    st_status rc = data_loader_open(&p->dl, &c, err);
+    st_status rc = st_data_loader_open(&p->dl, &c, err);
     if (rc) {
         free(p);
         return st_err_prefix(err, "data plane");
@@ -343,7 +343,7 @@ st_status data_plane_serve(data_plane **out, const char *name, const data_loader
         }
     }
     if (rc) {
-        data_loader_close(p->dl);
+        st_data_loader_close(p->dl);
         free(p);
         return rc;
     }
@@ -358,7 +358,7 @@ st_status data_plane_serve(data_plane **out, const char *name, const data_loader
     atomic_store(&h->beat_ns, mono_ns());
     atomic_store(&h->magic, PLANE_MAGIC);
     if (pthread_create(&p->thread, NULL, plane_main, p) != 0) {
-        data_plane_close(p);
+        st_data_plane_close(p);
         return st_errf(err, ST_ERR_NOMEM, "data plane: cannot start the producer thread");
     }
     p->thread_live = 1;
@@ -366,9 +366,9 @@ st_status data_plane_serve(data_plane **out, const char *name, const data_loader
     return ST_OK;
 }
 
-st_status data_plane_attach(data_plane **out, const char *name, int local_index, double timeout_s, st_err *err) {
+st_status st_data_plane_attach(st_data_plane **out, const char *name, int local_index, double timeout_s, st_err *err) {
     *out = NULL;
-    data_plane *p = calloc(1, sizeof *p);
+    st_data_plane *p = calloc(1, sizeof *p);
     if (!p) return st_errf(err, ST_ERR_NOMEM, "data plane: out of memory");
     shm_name(p->name, sizeof p->name, name);
     double t0 = st_now();
@@ -437,7 +437,7 @@ st_status data_plane_attach(data_plane **out, const char *name, int local_index,
     return ST_OK;
 }
 
-st_status data_plane_next(data_plane *p, data_batch *b, st_err *err) {
+st_status st_data_plane_next(st_data_plane *p, st_data_batch *b, st_err *err) {
     plane_hdr *h = p->h;
     if (p->producer) return st_errf(err, ST_ERR_INVALID, "data plane: next() on the producer handle");
     if (atomic_load(&h->failed)) return plane_error(p, err);
@@ -465,12 +465,12 @@ st_status data_plane_next(data_plane *p, data_batch *b, st_err *err) {
     return ST_OK;
 }
 
-void data_plane_get_state(const data_plane *p, data_loader_state *st) {
-    if (p->producer) data_loader_get_state(p->dl, st);
+void st_data_plane_get_state(const st_data_plane *p, st_data_loader_state *st) {
+    if (p->producer) st_data_loader_get_state(p->dl, st);
     else *st = p->state;
 }
 
-st_status data_plane_check(data_plane *p, st_err *err) {
+st_status st_data_plane_check(st_data_plane *p, st_err *err) {
     if (atomic_load(&p->h->failed)) return plane_error(p, err);
     if (!p->producer) { /* the producer's thread looks at the others itself */
         p->last_check = 0;
@@ -479,12 +479,12 @@ st_status data_plane_check(data_plane *p, st_err *err) {
     return ST_OK;
 }
 
-void data_plane_close(data_plane *p) {
+void st_data_plane_close(st_data_plane *p) {
     if (!p) return;
     if (p->producer) {
         atomic_store(&p->stop, 1);
         if (p->thread_live) pthread_join(p->thread, NULL);
-        data_loader_close(p->dl);
+        st_data_loader_close(p->dl);
         if (p->h) {
             atomic_store(&p->h->producer_state, PEER_DETACHED); /* consumers still waiting: "closed", not "died" */
             shm_unlink(p->name);

@@ -27,27 +27,27 @@
 #define STAGE_BYTES (256u * 1024u)
 static const char idx_magic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0};
 
-const char *data_dtype_name(int code) {
+const char *st_data_dtype_name(int code) {
     switch (code) {
-    case DATA_DTYPE_U8: return "uint8";
-    case DATA_DTYPE_I8: return "int8";
-    case DATA_DTYPE_I16: return "int16";
-    case DATA_DTYPE_I32: return "int32";
-    case DATA_DTYPE_I64: return "int64";
-    case DATA_DTYPE_F64: return "float64";
-    case DATA_DTYPE_F32: return "float32";
-    case DATA_DTYPE_U16: return "uint16";
-    case DATA_DTYPE_U32: return "uint32";
+    case ST_DATA_DTYPE_U8: return "uint8";
+    case ST_DATA_DTYPE_I8: return "int8";
+    case ST_DATA_DTYPE_I16: return "int16";
+    case ST_DATA_DTYPE_I32: return "int32";
+    case ST_DATA_DTYPE_I64: return "int64";
+    case ST_DATA_DTYPE_F64: return "float64";
+    case ST_DATA_DTYPE_F32: return "float32";
+    case ST_DATA_DTYPE_U16: return "uint16";
+    case ST_DATA_DTYPE_U32: return "uint32";
     default: return "?";
     }
 }
 
-int data_dtype_size(int code) {
+int st_data_dtype_size(int code) {
     switch (code) {
-    case DATA_DTYPE_U8: case DATA_DTYPE_I8: return 1;
-    case DATA_DTYPE_I16: case DATA_DTYPE_U16: return 2;
-    case DATA_DTYPE_I32: case DATA_DTYPE_F32: case DATA_DTYPE_U32: return 4;
-    case DATA_DTYPE_I64: case DATA_DTYPE_F64: return 8;
+    case ST_DATA_DTYPE_U8: case ST_DATA_DTYPE_I8: return 1;
+    case ST_DATA_DTYPE_I16: case ST_DATA_DTYPE_U16: return 2;
+    case ST_DATA_DTYPE_I32: case ST_DATA_DTYPE_F32: case ST_DATA_DTYPE_U32: return 4;
+    case ST_DATA_DTYPE_I64: case ST_DATA_DTYPE_F64: return 8;
     default: return 0;
     }
 }
@@ -95,7 +95,7 @@ static st_status open_file(const char *path, int *fd, uint64_t *bytes, st_err *e
     return ST_OK;
 }
 
-static st_status open_megatron(data_source *s, const char *prefix, st_err *err) {
+static st_status open_megatron(st_data_source *s, const char *prefix, st_err *err) {
     snprintf(s->idx_path, sizeof s->idx_path, "%s.idx", prefix);
     snprintf(s->bin_path, sizeof s->bin_path, "%s.bin", prefix);
     int ifd;
@@ -130,7 +130,7 @@ static st_status open_megatron(data_source *s, const char *prefix, st_err *err) 
                        "preprocessing with a matching Megatron-LM",
                        s->idx_path, (unsigned long long)version);
     s->dtype = h[17];
-    s->itemsize = data_dtype_size(s->dtype);
+    s->itemsize = st_data_dtype_size(s->dtype);
     if (!s->itemsize)
         return st_errf(err, ST_ERR_FORMAT,
                        "%s: offset 17: dtype code %d is not one of Megatron's 1..8 (uint8, int8, "
@@ -204,7 +204,7 @@ static st_status open_megatron(data_source *s, const char *prefix, st_err *err) 
     return data_sidecar_read(s, prefix, err);
 }
 
-static st_status open_llmc(data_source *s, st_err *err) {
+static st_status open_llmc(st_data_source *s, st_err *err) {
     int32_t hdr[256];
     st_status rc = open_file(s->bin_path, &s->fd, &s->bin_bytes, err);
     if (rc) return rc;
@@ -221,14 +221,14 @@ static st_status open_llmc(data_source *s, st_err *err) {
                            "%s: offset 4: llm.c shard version %d with the uint16 magic 20240520, "
                            "expected version 1",
                            s->bin_path, hdr[1]);
-        s->dtype = DATA_DTYPE_U16;
+        s->dtype = ST_DATA_DTYPE_U16;
     } else if (hdr[0] == DATA_LLMC_MAGIC_U32) {
         if (hdr[1] != DATA_LLMC_VERSION_U32)
             return st_errf(err, ST_ERR_FORMAT,
                            "%s: offset 4: llm.c shard version %d with the uint32 magic 20240801, "
                            "expected version 7",
                            s->bin_path, hdr[1]);
-        s->dtype = DATA_DTYPE_U32;
+        s->dtype = ST_DATA_DTYPE_U32;
     } else {
         return st_errf(err, ST_ERR_FORMAT,
                        "%s: offset 0: magic %d is not an llm.c shard's (20240520 or 20240801); if "
@@ -236,7 +236,7 @@ static st_status open_llmc(data_source *s, st_err *err) {
                        "raw32@%s (uint32)",
                        s->bin_path, hdr[0], s->bin_path, s->bin_path);
     }
-    s->itemsize = s->dtype == DATA_DTYPE_U16 ? 2 : 4;
+    s->itemsize = s->dtype == ST_DATA_DTYPE_U16 ? 2 : 4;
     s->data_off = DATA_LLMC_HEADER_BYTES;
     if (hdr[2] <= 0)
         return st_errf(err, hdr[2] == 0 ? ST_ERR_INVALID : ST_ERR_FORMAT,
@@ -257,7 +257,7 @@ static st_status open_llmc(data_source *s, st_err *err) {
     return ST_OK;
 }
 
-static st_status open_raw(data_source *s, st_err *err) {
+static st_status open_raw(st_data_source *s, st_err *err) {
     st_status rc = open_file(s->bin_path, &s->fd, &s->bin_bytes, err);
     if (rc) return rc;
     if (s->bin_bytes % s->itemsize)
@@ -277,18 +277,18 @@ static st_status open_raw(data_source *s, st_err *err) {
  * spells them. */
 static const struct {
     const char *name;
-    data_format format;
+    st_data_format format;
     int unordered;
 } spec_names[] = {
-    {"megatron", DATA_FORMAT_MEGATRON, 0}, {"megatron-unordered", DATA_FORMAT_MEGATRON, 1},
-    {"llmc", DATA_FORMAT_LLMC, 0},         {"raw16", DATA_FORMAT_RAW_U16, 0},
-    {"raw32", DATA_FORMAT_RAW_U32, 0},
+    {"megatron", ST_DATA_FORMAT_MEGATRON, 0}, {"megatron-unordered", ST_DATA_FORMAT_MEGATRON, 1},
+    {"llmc", ST_DATA_FORMAT_LLMC, 0},         {"raw16", ST_DATA_FORMAT_RAW_U16, 0},
+    {"raw32", ST_DATA_FORMAT_RAW_U32, 0},
 };
 #define SPEC_NAMES "megatron, megatron-unordered, llmc, raw16 or raw32"
 
 /* Split "FORMAT@PATH" into its format and path. A path whose text before the first '@'
  * holds a '/' or is an existing file's whole name is a plain path. */
-static st_status parse_spec(const char *spec, data_format *fmt, int *unordered, const char **path, st_err *err) {
+static st_status parse_spec(const char *spec, st_data_format *fmt, int *unordered, const char **path, st_err *err) {
     *path = spec;
     const char *at = strchr(spec, '@');
     if (!at || at == spec || memchr(spec, '/', (size_t)(at - spec))) return ST_OK;
@@ -319,19 +319,19 @@ static void hex_bytes(const uint8_t *b, size_t n, char *out, size_t cap) {
  * raw uint32 tokens. Anything else is refused: a headerless file cannot say whether it
  * holds uint16 or uint32 tokens, or whether a header was damaged (an llm.c shard with a
  * zeroed magic read as uint16 trains on its own header). */
-static st_status detect(const char *path, char *prefix, size_t cap, data_format *fmt, st_err *err) {
+static st_status detect(const char *path, char *prefix, size_t cap, st_data_format *fmt, st_err *err) {
     char idx[DATA_PATH_MAX + 8];
     snprintf(prefix, cap, "%s", path);
     size_t n = strlen(prefix);
     if (ends_with(prefix, ".idx")) {
         prefix[n - 4] = 0;
-        *fmt = DATA_FORMAT_MEGATRON;
+        *fmt = ST_DATA_FORMAT_MEGATRON;
         return ST_OK;
     }
     if (ends_with(prefix, ".bin")) prefix[n - 4] = 0;
     snprintf(idx, sizeof idx, "%s.idx", prefix);
     if (file_exists(idx)) {
-        *fmt = DATA_FORMAT_MEGATRON;
+        *fmt = ST_DATA_FORMAT_MEGATRON;
         return ST_OK;
     }
     snprintf(prefix, cap, "%s", path);
@@ -346,11 +346,11 @@ static st_status detect(const char *path, char *prefix, size_t cap, data_format 
     int32_t w[3] = {0, 0, 0};
     memcpy(w, head, r >= 12 ? 12 : (size_t)r);
     if (r >= 4 && (w[0] == DATA_LLMC_MAGIC_U16 || w[0] == DATA_LLMC_MAGIC_U32)) {
-        *fmt = DATA_FORMAT_LLMC;
+        *fmt = ST_DATA_FORMAT_LLMC;
         return ST_OK;
     }
     if (ends_with(path, ".u32")) {
-        *fmt = DATA_FORMAT_RAW_U32;
+        *fmt = ST_DATA_FORMAT_RAW_U32;
         return ST_OK;
     }
     char hex[64], found[128];
@@ -374,43 +374,43 @@ static st_status detect(const char *path, char *prefix, size_t cap, data_format 
 
 /* A file source: the format said in the path (FORMAT@PATH) or the config, else read
  * from the header; then that format's checks. */
-static st_status open_path(data_source *s, const data_source_config *cfg, st_err *err) {
+static st_status open_path(st_data_source *s, const st_data_source_config *cfg, st_err *err) {
     char prefix[DATA_PATH_MAX];
     const char *path = cfg->path;
-    data_format said = DATA_FORMAT_AUTO;
+    st_data_format said = ST_DATA_FORMAT_AUTO;
     st_status rc = parse_spec(cfg->path, &said, &s->unordered, &path, err);
     if (rc) return rc;
-    if (said != DATA_FORMAT_AUTO && s->format != DATA_FORMAT_AUTO && said != s->format)
+    if (said != ST_DATA_FORMAT_AUTO && s->format != ST_DATA_FORMAT_AUTO && said != s->format)
         return st_errf(err, ST_ERR_INVALID,
                        "data source '%s': the format before the '@' disagrees with the configured format %d; "
                        "give one of them", cfg->path, (int)s->format);
-    if (said != DATA_FORMAT_AUTO) s->format = said;
+    if (said != ST_DATA_FORMAT_AUTO) s->format = said;
     s->unordered |= cfg->unordered;
     snprintf(s->bin_path, sizeof s->bin_path, "%s", path);
-    if (s->format == DATA_FORMAT_AUTO) {
+    if (s->format == ST_DATA_FORMAT_AUTO) {
         rc = detect(path, prefix, sizeof prefix, &s->format, err);
         if (rc) return rc;
     } else {
         snprintf(prefix, sizeof prefix, "%s", path);
-        if (s->format == DATA_FORMAT_MEGATRON && (ends_with(prefix, ".idx") || ends_with(prefix, ".bin")))
+        if (s->format == ST_DATA_FORMAT_MEGATRON && (ends_with(prefix, ".idx") || ends_with(prefix, ".bin")))
             prefix[strlen(prefix) - 4] = 0;
     }
     switch (s->format) {
-    case DATA_FORMAT_MEGATRON: return open_megatron(s, prefix, err);
-    case DATA_FORMAT_LLMC: return open_llmc(s, err);
-    case DATA_FORMAT_RAW_U16:
-        s->dtype = DATA_DTYPE_U16, s->itemsize = 2;
+    case ST_DATA_FORMAT_MEGATRON: return open_megatron(s, prefix, err);
+    case ST_DATA_FORMAT_LLMC: return open_llmc(s, err);
+    case ST_DATA_FORMAT_RAW_U16:
+        s->dtype = ST_DATA_DTYPE_U16, s->itemsize = 2;
         return open_raw(s, err);
-    case DATA_FORMAT_RAW_U32:
-        s->dtype = DATA_DTYPE_U32, s->itemsize = 4;
+    case ST_DATA_FORMAT_RAW_U32:
+        s->dtype = ST_DATA_DTYPE_U32, s->itemsize = 4;
         return open_raw(s, err);
     default: return st_errf(err, ST_ERR_INVALID, "%s: unknown data format %d", cfg->path, (int)s->format);
     }
 }
 
-st_status data_source_open(data_source **out, const data_source_config *cfg, st_err *err) {
+st_status st_data_source_open(st_data_source **out, const st_data_source_config *cfg, st_err *err) {
     *out = NULL;
-    data_source *s = calloc(1, sizeof *s);
+    st_data_source *s = calloc(1, sizeof *s);
     if (!s) return st_errf(err, ST_ERR_NOMEM, "data source: out of memory");
     s->fd = -1;
     s->idx_fd = -1;
@@ -422,7 +422,7 @@ st_status data_source_open(data_source **out, const data_source_config *cfg, st_
     }
     st_status rc = ST_OK;
     s->format = cfg->format;
-    if (s->format == DATA_FORMAT_MEMORY) {
+    if (s->format == ST_DATA_FORMAT_MEMORY) {
         if (!cfg->mem || !cfg->mem_tokens || (cfg->mem_itemsize != 2 && cfg->mem_itemsize != 4)) {
             rc = st_errf(err, ST_ERR_INVALID,
                          "memory data source: needs mem, mem_tokens > 0 (empty source) and "
@@ -432,7 +432,7 @@ st_status data_source_open(data_source **out, const data_source_config *cfg, st_
             s->mem = cfg->mem;
             s->n_tokens = cfg->mem_tokens;
             s->itemsize = cfg->mem_itemsize;
-            s->dtype = s->itemsize == 2 ? DATA_DTYPE_U16 : DATA_DTYPE_U32;
+            s->dtype = s->itemsize == 2 ? ST_DATA_DTYPE_U16 : ST_DATA_DTYPE_U32;
             s->bin_bytes = s->n_tokens * s->itemsize;
             snprintf(s->bin_path, sizeof s->bin_path, "<memory>");
         }
@@ -442,14 +442,14 @@ st_status data_source_open(data_source **out, const data_source_config *cfg, st_
         rc = open_path(s, cfg, err);
     }
     if (rc) {
-        data_source_close(s);
+        st_data_source_close(s);
         return rc;
     }
     *out = s;
     return ST_OK;
 }
 
-void data_source_close(data_source *s) {
+void st_data_source_close(st_data_source *s) {
     if (!s) return;
     if (s->idx_map) munmap((void *)s->idx_map, s->idx_bytes);
     if (s->idx_fd >= 0) close(s->idx_fd);
@@ -459,7 +459,7 @@ void data_source_close(data_source *s) {
     free(s);
 }
 
-void data_source_get_info(const data_source *s, data_source_info *info) {
+void st_data_source_get_info(const st_data_source *s, st_data_source_info *info) {
     info->format = s->format;
     info->dtype = s->dtype;
     info->n_docs = s->n_docs;
@@ -470,7 +470,7 @@ void data_source_get_info(const data_source *s, data_source_info *info) {
     info->eod = s->sidecar_path[0] ? s->sidecar_eod : -1;
 }
 
-uint64_t data_source_fingerprint(const data_source *s) {
+uint64_t data_source_fingerprint(const st_data_source *s) {
     return data_mix64(s->n_tokens * 0x100000001b3ull ^ data_mix64(s->n_docs + 1) ^ (uint64_t)s->dtype);
 }
 
@@ -479,7 +479,7 @@ uint64_t data_source_fingerprint(const data_source *s) {
  * unless the source is unordered, p is where sequence d-1 ends (prev_end; 0 for d = 0):
  * Megatron writes sequences back to back, so a pointer that goes back (sequences swapped,
  * one pointing into another's bytes) or skips bytes means the index is corrupt. */
-static st_status check_entry(const data_source *s, uint64_t d, int32_t n, uint64_t p, uint64_t prev_end, st_err *err) {
+static st_status check_entry(const st_data_source *s, uint64_t d, int32_t n, uint64_t p, uint64_t prev_end, st_err *err) {
     uint64_t so = DATA_IDX_HEADER_BYTES + 4 * d, po = DATA_IDX_HEADER_BYTES + 4 * s->n_docs + 8 * d;
     if (n < 0)
         return st_errf(err, ST_ERR_FORMAT, "%s: sequence %llu (size at offset %llu) has a negative size %d; the index "
@@ -489,7 +489,7 @@ static st_status check_entry(const data_source *s, uint64_t d, int32_t n, uint64
                        "%s: sequence %llu (pointer at offset %llu) points at byte %llu of %s, misaligned: not a "
                        "multiple of the %d-byte %s token; the index is corrupt or its dtype is wrong",
                        s->idx_path, (unsigned long long)d, (unsigned long long)po, (unsigned long long)p, s->bin_path,
-                       s->itemsize, data_dtype_name(s->dtype));
+                       s->itemsize, st_data_dtype_name(s->dtype));
     if (p > s->bin_bytes || (uint64_t)n > (s->bin_bytes - p) / s->itemsize)
         return st_errf(err, ST_ERR_FORMAT,
                        "%s: sequence %llu (size at offset %llu, pointer at offset %llu) says %d tokens "
@@ -509,7 +509,7 @@ static st_status check_entry(const data_source *s, uint64_t d, int32_t n, uint64
     return ST_OK;
 }
 
-st_status data_source_doc(data_source *s, uint64_t d, uint64_t *ptr, uint64_t *len, st_err *err) {
+st_status data_source_doc(st_data_source *s, uint64_t d, uint64_t *ptr, uint64_t *len, st_err *err) {
     if (!s->idx_map) return st_errf(err, ST_ERR_INVALID, "%s: has no document index", s->bin_path);
     if (d >= s->n_docs)
         return st_errf(err, ST_ERR_INVALID, "%s: document %llu out of range (%llu documents)",
@@ -539,7 +539,7 @@ st_status data_source_doc(data_source *s, uint64_t d, uint64_t *ptr, uint64_t *l
     return ST_OK;
 }
 
-st_status data_source_doc_entry(const data_source *s, uint64_t d, int32_t n, int64_t p, int64_t prev_end,
+st_status data_source_doc_entry(const st_data_source *s, uint64_t d, int32_t n, int64_t p, int64_t prev_end,
                                 uint64_t *ptr, uint64_t *len, st_err *err) {
     st_status rc = check_entry(s, d, n, (uint64_t)p, (uint64_t)prev_end, err);
     if (rc) return rc;
@@ -554,7 +554,7 @@ st_status data_source_doc_entry(const data_source *s, uint64_t d, int32_t n, int
  * GB/s); reading on also spares the next call its page lookup, so a page. */
 #define BATCH_GAP_BYTES 4096u
 
-st_status data_source_doc_runs(data_source *s, const uint64_t *keys, size_t n, size_t *i, int which,
+st_status data_source_doc_runs(st_data_source *s, const uint64_t *keys, size_t n, size_t *i, int which,
                                int max_preads, size_t max_bytes, int32_t *len, int64_t *ptr, int64_t *prev_end,
                                st_err *err) {
     const size_t cap = s->stage_bytes;
@@ -620,7 +620,7 @@ st_status data_source_doc_runs(data_source *s, const uint64_t *keys, size_t n, s
     return ST_OK;
 }
 
-st_status data_source_doc_batch(data_source *s, const uint64_t *keys, size_t n, int32_t *len, int64_t *ptr,
+st_status data_source_doc_batch(st_data_source *s, const uint64_t *keys, size_t n, int32_t *len, int64_t *ptr,
                                 int64_t *prev_end, st_err *err) {
     st_status rc = ST_OK;
     for (int which = 0; which < 2 && !rc; which++)
@@ -629,7 +629,7 @@ st_status data_source_doc_batch(data_source *s, const uint64_t *keys, size_t n, 
     return rc;
 }
 
-st_status data_source_doc_len(data_source *s, uint64_t d, uint64_t *len, st_err *err) {
+st_status st_data_source_doc_len(st_data_source *s, uint64_t d, uint64_t *len, st_err *err) {
     uint64_t p;
     return data_source_doc(s, d, &p, len, err);
 }
@@ -651,15 +651,15 @@ DATA_CLONES static uint16_t widen_u16(const uint16_t *restrict p, size_t n, int3
 static int token_at(const uint8_t *b, int dtype, int64_t *v, double *f) {
     *v = 0, *f = 0;
     switch (dtype) {
-    case DATA_DTYPE_U8: *v = *b; return 0;
-    case DATA_DTYPE_I8: *v = (int8_t)*b; return 0;
-    case DATA_DTYPE_I16: { int16_t x; memcpy(&x, b, 2); *v = x; return 0; }
-    case DATA_DTYPE_U16: { uint16_t x; memcpy(&x, b, 2); *v = x; return 0; }
-    case DATA_DTYPE_I32: { int32_t x; memcpy(&x, b, 4); *v = x; return 0; }
-    case DATA_DTYPE_U32: { uint32_t x; memcpy(&x, b, 4); *v = x; return 0; }
-    case DATA_DTYPE_I64: { int64_t x; memcpy(&x, b, 8); *v = x; return 0; }
-    case DATA_DTYPE_F32: { float x; memcpy(&x, b, 4); *f = x; return 1; }
-    case DATA_DTYPE_F64: memcpy(f, b, 8); return 1;
+    case ST_DATA_DTYPE_U8: *v = *b; return 0;
+    case ST_DATA_DTYPE_I8: *v = (int8_t)*b; return 0;
+    case ST_DATA_DTYPE_I16: { int16_t x; memcpy(&x, b, 2); *v = x; return 0; }
+    case ST_DATA_DTYPE_U16: { uint16_t x; memcpy(&x, b, 2); *v = x; return 0; }
+    case ST_DATA_DTYPE_I32: { int32_t x; memcpy(&x, b, 4); *v = x; return 0; }
+    case ST_DATA_DTYPE_U32: { uint32_t x; memcpy(&x, b, 4); *v = x; return 0; }
+    case ST_DATA_DTYPE_I64: { int64_t x; memcpy(&x, b, 8); *v = x; return 0; }
+    case ST_DATA_DTYPE_F32: { float x; memcpy(&x, b, 4); *f = x; return 1; }
+    case ST_DATA_DTYPE_F64: memcpy(f, b, 8); return 1;
     default: *v = -1; return 0;
     }
 }
@@ -671,10 +671,10 @@ size_t data_convert(const void *src, int dtype, size_t n, int32_t *dst, int64_t 
     int64_t lim = vocab_size > 0 ? vocab_size : (int64_t)INT32_MAX + 1;
     size_t i;
     switch (dtype) {
-    case DATA_DTYPE_U16:
+    case ST_DATA_DTYPE_U16:
         if ((int64_t)widen_u16(src, n, dst) < lim) return n;
         break;
-    case DATA_DTYPE_U32: {
+    case ST_DATA_DTYPE_U32: {
         const uint32_t *p = src;
         uint32_t mx = 0;
         for (i = 0; i < n; i++) {
@@ -684,7 +684,7 @@ size_t data_convert(const void *src, int dtype, size_t n, int32_t *dst, int64_t 
         if ((int64_t)mx < lim) return n;
         break;
     }
-    case DATA_DTYPE_I32: {
+    case ST_DATA_DTYPE_I32: {
         const int32_t *p = src;
         uint32_t mx = 0; /* negative ids become large as unsigned, so one max checks both ends */
         for (i = 0; i < n; i++) {
@@ -700,7 +700,7 @@ size_t data_convert(const void *src, int dtype, size_t n, int32_t *dst, int64_t 
     for (i = 0; i < n; i++) {
         int64_t v;
         double f;
-        int is_float = token_at((const uint8_t *)src + i * (size_t)data_dtype_size(dtype), dtype, &v, &f);
+        int is_float = token_at((const uint8_t *)src + i * (size_t)st_data_dtype_size(dtype), dtype, &v, &f);
         if (is_float) {
             /* Token ids stored as floats must be exact integers. */
             if (!(f >= 0 && f < (double)lim && f == floor(f))) {
@@ -721,7 +721,7 @@ size_t data_convert(const void *src, int dtype, size_t n, int32_t *dst, int64_t 
 /* The error for the token at p (byte offset `at` of the token file) that data_convert
  * refused: a float that is not a whole number, an id past the vocabulary, or, with no
  * vocabulary given (vocab_size 0), one that no int32 token id can hold. */
-static st_status bad_token(const data_source *s, const uint8_t *p, uint64_t at, int64_t vocab_size, st_err *err) {
+static st_status bad_token(const st_data_source *s, const uint8_t *p, uint64_t at, int64_t vocab_size, st_err *err) {
     double f;
     int64_t v;
     if (token_at(p, s->dtype, &v, &f)) {
@@ -730,7 +730,7 @@ static st_status bad_token(const data_source *s, const uint8_t *p, uint64_t at, 
                            "%s: token value %.9g at byte offset %llu is not an integer token id (the .idx says "
                            "%s, whose values must be whole numbers); the file holds something other than token "
                            "ids, or the .idx names the wrong dtype",
-                           s->bin_path, f, (unsigned long long)at, data_dtype_name(s->dtype));
+                           s->bin_path, f, (unsigned long long)at, st_data_dtype_name(s->dtype));
         v = (int64_t)f;
     }
     if (vocab_size > 0)
@@ -742,10 +742,10 @@ static st_status bad_token(const data_source *s, const uint8_t *p, uint64_t at, 
     return st_errf(err, ST_ERR_FORMAT,
                    "%s: token %lld at byte offset %llu is not a token id: ids are 0 to %d (int32); the file is "
                    "not token ids of this dtype (%s)",
-                   s->bin_path, (long long)v, (unsigned long long)at, INT32_MAX, data_dtype_name(s->dtype));
+                   s->bin_path, (long long)v, (unsigned long long)at, INT32_MAX, st_data_dtype_name(s->dtype));
 }
 
-st_status data_source_read(data_source *s, uint64_t d, uint64_t start, uint64_t n, int32_t *out,
+st_status st_data_source_read(st_data_source *s, uint64_t d, uint64_t start, uint64_t n, int32_t *out,
                            int64_t vocab_size, st_err *err) {
     uint64_t base; /* byte offset of token `start` in the token file */
     if (s->idx_map) {
@@ -769,7 +769,7 @@ st_status data_source_read(data_source *s, uint64_t d, uint64_t start, uint64_t 
 
 /* The loss mask of tokens [first, first + k) (k <= the staging buffer) into the sign bit of out:
  * a token not to be trained on as a target becomes token | INT32_MIN (loader.c takes it out). */
-static st_status mask_into_sign(data_source *s, uint64_t first, size_t k, int32_t *out, st_err *err) {
+static st_status mask_into_sign(st_data_source *s, uint64_t first, size_t k, int32_t *out, st_err *err) {
     for (size_t got = 0; got < k;) {
         ssize_t r = pread_hot(s->mask_fd, s->stage + got, k - got, (off_t)(first + got));
         if (r < 0 && errno == EINTR) continue;
@@ -785,7 +785,7 @@ static st_status mask_into_sign(data_source *s, uint64_t first, size_t k, int32_
     return ST_OK;
 }
 
-st_status data_source_read_mask(data_source *s, uint64_t d, uint64_t start, uint64_t n, uint8_t *out, st_err *err) {
+st_status st_data_source_read_mask(st_data_source *s, uint64_t d, uint64_t start, uint64_t n, uint8_t *out, st_err *err) {
     if (!s->has_mask)
         return st_errf(err, ST_ERR_INVALID, "%s: has no loss mask (a sidecar naming PREFIX.mask: strata data pack "
                        "--chat)", s->bin_path);
@@ -809,7 +809,7 @@ st_status data_source_read_mask(data_source *s, uint64_t d, uint64_t start, uint
     return ST_OK;
 }
 
-st_status data_source_read_at(data_source *s, uint64_t base, uint64_t n, int32_t *out, int64_t vocab_size,
+st_status data_source_read_at(st_data_source *s, uint64_t base, uint64_t n, int32_t *out, int64_t vocab_size,
                               st_err *err) {
     st_status vrc = data_sidecar_check(s, vocab_size, err);
     if (vrc) return vrc;

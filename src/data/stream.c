@@ -65,7 +65,7 @@ uint64_t data_perm(uint64_t j, uint64_t n, uint64_t key) {
     return x;
 }
 
-st_status data_stream_init(data_stream *s, data_source *src, int index, uint64_t seed, int T,
+st_status data_stream_init(data_stream *s, st_data_source *src, int index, uint64_t seed, int T,
                            int shuffle, int64_t vocab_size, int64_t eod_token, st_err *err) {
     memset(s, 0, sizeof *s);
     s->src = src;
@@ -160,7 +160,7 @@ static void window_start(data_stream *s, data_window *w, uint64_t epoch, uint64_
 }
 
 static st_status window_step(data_stream *s, data_window *w, st_err *err) {
-    data_source *src = s->src;
+    st_data_source *src = s->src;
     uint64_t *keys = s->la_keys;
     const size_t n = w->n;
     switch (w->stage) {
@@ -223,13 +223,13 @@ static st_status window_step(data_stream *s, data_window *w, st_err *err) {
     return ST_OK;
 }
 
-static int window_holds(const data_window *w, const data_cursor *c) {
+static int window_holds(const data_window *w, const st_data_cursor *c) {
     return w->stage == WIN_READY && c->epoch == w->epoch && c->doc >= w->first && c->doc - w->first < w->n;
 }
 
 /* The window holding the position of cursor c, reading it to the end if needed; the
  * following window is started then and advanced a step every few lookups. */
-static st_status lookahead_at(data_stream *s, const data_cursor *c, data_window **out, st_err *err) {
+static st_status lookahead_at(data_stream *s, const st_data_cursor *c, data_window **out, st_err *err) {
     data_window *cur = &s->win[s->la_cur], *nxt = &s->win[1 - s->la_cur];
     st_status rc;
     if (!window_holds(cur, c)) {
@@ -272,7 +272,7 @@ static st_status lookahead_at(data_stream *s, const data_cursor *c, data_window 
 }
 
 /* Document at position cur of the permutation, and its pointer and length. */
-static st_status doc_at(data_stream *s, const data_cursor *cur, uint64_t *d, uint64_t *ptr, uint64_t *len,
+static st_status doc_at(data_stream *s, const st_data_cursor *cur, uint64_t *d, uint64_t *ptr, uint64_t *len,
                         st_err *err) {
     st_status rc;
     if (!s->la_cap) {
@@ -300,7 +300,7 @@ static st_status doc_at(data_stream *s, const data_cursor *cur, uint64_t *d, uin
     return ST_OK;
 }
 
-static void next_unit(const data_stream *s, data_cursor *c) {
+static void next_unit(const data_stream *s, st_data_cursor *c) {
     c->offset = 0;
     if (++c->doc >= s->n_units) {
         c->doc = 0;
@@ -308,7 +308,7 @@ static void next_unit(const data_stream *s, data_cursor *c) {
     }
 }
 
-st_status data_stream_take(data_stream *s, data_cursor *c, int32_t *row, int32_t *starts,
+st_status data_stream_take(data_stream *s, st_data_cursor *c, int32_t *row, int32_t *starts,
                            int *n_starts, st_err *err) {
     const uint64_t T = (uint64_t)s->T;
     int ns = 0;
@@ -316,7 +316,7 @@ st_status data_stream_take(data_stream *s, data_cursor *c, int32_t *row, int32_t
     if (s->windowed) {
         uint64_t w = unit_at(s, c->epoch, c->doc);
         if (row) {
-            rc = data_source_read(s->src, 0, w * T, T + 1, row, s->vocab_size, err);
+            rc = st_data_source_read(s->src, 0, w * T, T + 1, row, s->vocab_size, err);
             if (rc) return rc;
             if (s->eod_token >= 0) {
                 /* Without an index, a document starts after each end-of-document token. */
@@ -331,7 +331,7 @@ st_status data_stream_take(data_stream *s, data_cursor *c, int32_t *row, int32_t
     }
     /* Indexed: walk documents in permuted order, T+1 tokens; the cursor to keep is the
      * one after the first T tokens (consecutive samples share one token). */
-    data_cursor cur = *c, after = *c;
+    st_data_cursor cur = *c, after = *c;
     uint64_t pos = 0;
     int have_after = 0;
     uint64_t guard = 0;

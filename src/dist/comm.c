@@ -955,18 +955,18 @@ st_status st_comm_allreduce_f64(st_comm *c, double *x, int n, const char *phase,
 
 /* ------------------------------------------------------------------ ZeRO's shards */
 
-int st_zero_clip_segments(const optim_segment *segs, int n_segs, size_t lo, size_t hi, optim_segment *out) {
+int st_zero_clip_segments(const st_optim_segment *segs, int n_segs, size_t lo, size_t hi, st_optim_segment *out) {
     int k = 0;
     for (int i = 0; i < n_segs; i++) {
         size_t a = segs[i].offset, e = a + segs[i].n;
         if (a < lo) a = lo;
         if (e > hi) e = hi;
-        if (e > a) out[k++] = (optim_segment){a - lo, e - a, segs[i].weight_decay};
+        if (e > a) out[k++] = (st_optim_segment){a - lo, e - a, segs[i].weight_decay};
     }
     return k;
 }
 
-void st_zero_bounds(const optim_segment *segs, int n_segs, size_t n, int size, size_t *bounds) {
+void st_zero_bounds(const st_optim_segment *segs, int n_segs, size_t n, int size, size_t *bounds) {
     bounds[0] = 0;
     bounds[size] = n;
     for (int r = 1; r < size; r++) {
@@ -975,8 +975,8 @@ void st_zero_bounds(const optim_segment *segs, int n_segs, size_t n, int size, s
         for (int i = 0; i < n_segs; i++) {
             size_t off = segs[i].offset, e = off + segs[i].n;
             if (want <= off || want >= e) continue;
-            size_t k = (want - off + OPTIM_Q8_BLOCK / 2) / OPTIM_Q8_BLOCK;
-            x = off + k * OPTIM_Q8_BLOCK;
+            size_t k = (want - off + ST_OPTIM_Q8_BLOCK / 2) / ST_OPTIM_Q8_BLOCK;
+            x = off + k * ST_OPTIM_Q8_BLOCK;
             if (x > e) x = e;
             break;
         }

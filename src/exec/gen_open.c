@@ -15,9 +15,9 @@ static int readable(const char *path) { return access(path, R_OK) == 0; }
  * run, model.safetensors) or one of its checkpoint directories. */
 static st_status open_run(st_model **out, const char *dir, const char *cfg_path, st_backend *be, char *weights,
                           size_t cap, st_err *err) {
-    train_config c;
-    train_config_defaults(&c);
-    st_status s = train_config_load_json(&c, cfg_path, err);
+    st_train_config c;
+    st_train_config_defaults(&c);
+    st_status s = st_train_config_load_json(&c, cfg_path, err);
     if (s) return s;
     char latest[4200];
     snprintf(latest, sizeof latest, "%s/checkpoints/latest", dir);
@@ -35,8 +35,8 @@ static st_status open_run(st_model **out, const char *dir, const char *cfg_path,
     if (!readable(weights))
         return st_errf(err, ST_ERR_IO, "%s: no weights (%s); a run has weights after its first checkpoint", dir,
                        weights);
-    if ((s = train_config_check(&c, err))) return st_err_prefix(err, "%s", cfg_path);
-    st_model_overrides ov = train_config_overrides(&c); /* an init_from directory fixes the shape itself */
+    if ((s = st_train_config_check(&c, err))) return st_err_prefix(err, "%s", cfg_path);
+    st_model_overrides ov = st_train_config_overrides(&c); /* an init_from directory fixes the shape itself */
     s = st_model_create_from(out, c.model, c.init_from, &ov, 0, be, err); /* the run's weights are loaded below */
     if (s) return st_err_prefix(err, "%s", cfg_path);
     if ((s = (*out)->ops->load(*out, weights, err))) {

@@ -24,7 +24,7 @@ double st_step_micro_loss(float mean, const int32_t *targets, size_t n, int n_mi
     return total ? (double)mean * ((double)count / (double)total) : 0.0;
 }
 
-st_status st_step_init_memory(st_step *s, st_model *m, optim *opt, st_store *store, int max_micro, st_err *err) {
+st_status st_step_init_memory(st_step *s, st_model *m, st_optim *opt, st_store *store, int max_micro, st_err *err) {
     memset(s, 0, sizeof *s);
     s->m = m;
     s->opt = opt;
@@ -36,7 +36,7 @@ st_status st_step_init_memory(st_step *s, st_model *m, optim *opt, st_store *sto
     return ST_OK;
 }
 
-void st_step_init_streamed(st_step *s, stream_exec *sx, int max_micro) {
+void st_step_init_streamed(st_step *s, st_stream_exec *sx, int max_micro) {
     memset(s, 0, sizeof *s);
     s->sx = sx;
     s->max_micro = max_micro < 1 ? 1 : max_micro;
@@ -60,12 +60,12 @@ void st_step_free(st_step *s) {
 st_status st_step_set_dist(st_step *s, st_comm *comm, int zero, const size_t *bounds, st_err *err) {
     if (!s->m) return st_errf(err, ST_ERR_INVALID, "data parallel: the step has no model (st_step_init_memory, then "
                               "set sx to stream it)");
-    if (s->sx && !stream_can_hand_grads(s->sx))
+    if (s->sx && !st_stream_can_hand_grads(s->sx))
         return st_errf(err, ST_ERR_UNSUPPORTED, "data parallel with layer streaming: the executor must drain fp32 "
                        "gradients and take one micro-batch at a time (stream_config.grad_accum 1)");
     if (zero < 0 || zero > 2) return st_errf(err, ST_ERR_INVALID, "key 'zero': %d; give 0, 1 or 2", zero);
     int n = st_comm_size(comm), r = st_comm_rank(comm);
-    size_t np = s->m->n_params, nchunks = (np + OPTIM_SUMSQ_CHUNK - 1) / OPTIM_SUMSQ_CHUNK;
+    size_t np = s->m->n_params, nchunks = (np + ST_OPTIM_SUMSQ_CHUNK - 1) / ST_OPTIM_SUMSQ_CHUNK;
     s->comm = comm;
     s->zero = zero;
     s->bounds = malloc(sizeof(size_t) * (size_t)(n + 1));
@@ -113,24 +113,24 @@ static void *store_work_at(void *ctx, size_t first, size_t n) {
 /* A reduction or gather, its wait counted as the step's exposed communication. */
 static st_status dist_wait(st_step *s, st_comm_req *q, const char *phase, st_step_result *r, st_err *err) {
     double t = st_now();
-    prof_span pw = prof_begin(PROF_CAT_OTHER, phase, -1);
+    st_prof_span pw = st_prof_begin(ST_PROF_CAT_OTHER, phase, -1);
     st_status st = st_comm_wait(s->comm, q, phase, err);
-    prof_end(&pw);
+    st_prof_end(&pw);
     r->comm_wait_s += st_now() - t;
     return st;
 }
 
-/* The squared norm of the summed gradient: chunk c of OPTIM_SUMSQ_CHUNK elements is summed by
+/* The squared norm of the summed gradient: chunk c of ST_OPTIM_SUMSQ_CHUNK elements is summed by
  * the rank holding its first element (which receives the end of a chunk crossing into the
  * next shards), the partial sums gathered and added in chunk order: the bits
- * optim_grad_sumsq gives on the whole vector, whatever the cuts. */
+ * st_optim_grad_sumsq gives on the whole vector, whatever the cuts. */
 static st_status dist_sumsq(st_step *s, const float *g, size_t lo, size_t hi, double *sumsq, st_err *err) {
-    const size_t CH = OPTIM_SUMSQ_CHUNK;
+    const size_t CH = ST_OPTIM_SUMSQ_CHUNK;
     size_t np = s->m->n_params, nchunks = (np + CH - 1) / CH;
     memset(s->parts, 0, nchunks * sizeof(double));
     st_status st = ST_OK;
     if (hi - lo == np) { /* the whole gradient is here (ZeRO 0) */
-        optim_grad_sumsq_parts(g, ST_F32, np, s->parts);
+        st_optim_grad_sumsq_parts(g, ST_F32, np, s->parts);
     } else {
         int W = st_comm_size(s->comm), me = st_comm_rank(s->comm);
         /* rank r's chunks start in [b[r], b[r+1]); the last one ends at need(r) */
@@ -162,8 +162,8 @@ static st_status dist_sumsq(st_step *s, const float *g, size_t lo, size_t hi, do
         if (!st) st = st_comm_exchange_f32(s->comm, snd, ns, rcv, nr, "gradient norm", err);
         if (!st) {
             size_t full_end = need > hi ? last : hi; /* the chunks wholly here */
-            if (full_end > first) optim_grad_sumsq_parts(g + (first - lo), ST_F32, full_end - first, s->parts + first / CH);
-            if (tail) optim_grad_sumsq_parts(tail, ST_F32, need - last, s->parts + last / CH);
+            if (full_end > first) st_optim_grad_sumsq_parts(g + (first - lo), ST_F32, full_end - first, s->parts + first / CH);
+            if (tail) st_optim_grad_sumsq_parts(tail, ST_F32, need - last, s->parts + last / CH);
         }
         free(tail);
         free(snd);
@@ -190,7 +190,7 @@ void st_step_set_docs(st_step *s, const int32_t *positions, const int32_t *doc_s
 static st_status step_docs(st_step *s, int k, size_t N, st_err *err) {
     if (!s->positions && !s->doc_start) return ST_OK;
     if (s->sx) { /* the executor sets them on its blocks before each micro-batch's forward (stream.h) */
-        stream_set_docs(s->sx, s->positions ? s->positions + (size_t)k * N : NULL,
+        st_stream_set_docs(s->sx, s->positions ? s->positions + (size_t)k * N : NULL,
                         s->doc_start ? s->doc_start + (size_t)k * N : NULL);
         return ST_OK;
     }
@@ -207,8 +207,8 @@ static st_status dist_micro(st_step *s, const int32_t *in, const int32_t *tg, fl
         *mean = micro_step(m, in, tg, dloss, r);
         return ST_OK;
     }
-    stream_step_stats ss;
-    st_status st = stream_micro_grads(s->sx, in, tg, dloss, m->grad_hook, m->grad_hook_ctx, m->weight_hook,
+    st_stream_step_stats ss;
+    st_status st = st_stream_micro_grads(s->sx, in, tg, dloss, m->grad_hook, m->grad_hook_ctx, m->weight_hook,
                                       m->weight_hook_ctx, mean, &ss, err);
     r->forward_s += ss.compute_s;
     r->stream.h2d_bytes += ss.h2d_bytes;
@@ -288,11 +288,11 @@ static st_status step_update(st_step *s, const float *g, double sumsq, const st_
     r->grad_norm = sqrt(sumsq);
     r->skipped = !isfinite(r->grad_norm);
     if (r->skipped) return ST_OK;
-    adamw_params a = hp->adam;
-    a.grad_scale = optim_clip_scale(sumsq, 1.0f, hp->grad_clip);
+    st_adamw_params a = hp->adam;
+    a.grad_scale = st_optim_clip_scale(sumsq, 1.0f, hp->grad_clip);
     r->clipped = a.grad_scale < 1.0f;
     st_status st;
-    prof_span po = prof_begin(PROF_CAT_OPTIM, s->store ? "optimizer (disk state)" : "optimizer", -1);
+    st_prof_span po = st_prof_begin(ST_PROF_CAT_OPTIM, s->store ? "optimizer (disk state)" : "optimizer", -1);
     if (s->store) { /* through the disk state, committed with the loop's state */
         st_store_step_args sa = {.grads = store_grads_at, .grad_dtype = ST_F32, .work = store_work_at,
                                  .work_dtype = ST_F32, .ctx = s, .grad_sumsq = sumsq, .blob = hp->blob,
@@ -301,11 +301,11 @@ static st_status step_update(st_step *s, const float *g, double sumsq, const st_
     } else {
         /* the sum of squares is already known: the engine need not read the gradients twice */
         int sharded = s->comm && s->zero;
-        optim_step_args oa = {.params = m->params + (sharded ? s->lo : 0), .grads = g, .grad_dtype = ST_F32,
+        st_optim_step_args oa = {.params = m->params + (sharded ? s->lo : 0), .grads = g, .grad_dtype = ST_F32,
                               .grad_sumsq = sumsq}; /* sharded: the optimizer's segments count from lo */
-        st = sharded && s->hi == s->lo ? ST_OK : optim_step_ex(s->opt, &oa, &a, err);
+        st = sharded && s->hi == s->lo ? ST_OK : st_optim_step_ex(s->opt, &oa, &a, err);
     }
-    prof_end(&po);
+    st_prof_end(&po);
     return st;
 }
 
@@ -338,9 +338,9 @@ static void dist_weights_ready(void *ctx, size_t offset, size_t n) {
     }
     if (last < 0 || s->gst) return;
     double t = st_now();
-    prof_span pw = prof_begin(PROF_CAT_OTHER, "weights gather wait", last);
+    st_prof_span pw = st_prof_begin(ST_PROF_CAT_OTHER, "weights gather wait", last);
     s->gst = st_comm_async_wait_ticket(s->comm, s->gticket[last], &s->gerr);
-    prof_end(&pw);
+    st_prof_end(&pw);
     s->gwait_s += st_now() - t;
 }
 
@@ -411,9 +411,9 @@ static st_status step_run_dist(st_step *s, int n_micro, size_t N, const int32_t 
          * order below (one micro-batch a rank: the one process's order exactly) */
         loss[0] += st_step_micro_loss(mean, tg, N, n_micro * W, total);
         if (!reduce_now && n_micro > 1) { /* ZeRO 0 and 1: summed here first, reduced with the last */
-            prof_span pa = prof_begin(PROF_CAT_OPTIM, "accumulate", k);
+            st_prof_span pa = st_prof_begin(ST_PROF_CAT_OPTIM, "accumulate", k);
             accumulate(s->gacc, m->grads, m->n_params, k == 0 ? 0 : 1);
-            prof_end(&pa);
+            st_prof_end(&pa);
         }
         if (reduce_now) { /* the ranges the hook did not reduce during backward, then the wait */
             m->grad_hook = NULL;
@@ -422,9 +422,9 @@ static st_status step_run_dist(st_step *s, int n_micro, size_t N, const int32_t 
             if (last < m->n_params && dh.done_lo < dh.done_hi) reduce_range(&dh, last, m->n_params);
             if (dh.st) return dh.st;
             double tw = st_now();
-            prof_span pw = prof_begin(PROF_CAT_OTHER, "gradient reduce wait", -1);
+            st_prof_span pw = st_prof_begin(ST_PROF_CAT_OTHER, "gradient reduce wait", -1);
             st = st_comm_async_wait(c, "gradient reduce", err);
-            prof_end(&pw);
+            st_prof_end(&pw);
             r->comm_wait_s += st_now() - tw;
             if (st) return st;
         }
@@ -445,13 +445,13 @@ static st_status step_run_dist(st_step *s, int n_micro, size_t N, const int32_t 
         ghi = m->n_params;
     }
     double sumsq;
-    prof_span pn = prof_begin(PROF_CAT_OPTIM, "grad norm", -1);
+    st_prof_span pn = st_prof_begin(ST_PROF_CAT_OPTIM, "grad norm", -1);
     st = dist_sumsq(s, g, glo, ghi, &sumsq, err);
-    prof_end(&pn);
+    st_prof_end(&pn);
     if (st) return st;
     st_failpoint("dist_before_update"); /* tests: a rank lost before its update (its store not committed) */
     if ((st = step_update(s, g, sumsq, hp, r, err))) return st;
-    if (s->sx && !r->skipped) stream_params_changed(s->sx); /* its device copies of the embedding and head */
+    if (s->sx && !r->skipped) st_stream_params_changed(s->sx); /* its device copies of the embedding and head */
     if (s->zero && !r->skipped && s->overlap_gather && s->n_cuts > 0) { /* waited for by the next forward */
         if ((st = gather_start(s, err))) return st;
     } else if (s->zero && !r->skipped) { /* every rank's updated shard to every rank */
@@ -479,9 +479,9 @@ st_status st_step_run(st_step *s, int n_micro, int B, int T, const int32_t *inpu
     if (s->comm) return step_run_dist(s, n_micro, N, inputs, targets, hp, r, err);
     if (s->sx) {
         if ((st = step_docs(s, 0, N, err))) return st; /* every micro-batch's, from the first */
-        stream_step_stats *ss = &r->stream;
-        adamw_params a = hp->adam;
-        if ((st = stream_step_accum(s->sx, n_micro, inputs, targets, &a, hp->grad_clip, ss, err))) return st;
+        st_stream_step_stats *ss = &r->stream;
+        st_adamw_params a = hp->adam;
+        if ((st = st_stream_step_accum(s->sx, n_micro, inputs, targets, &a, hp->grad_clip, ss, err))) return st;
         st_step_dloss(targets, N * (size_t)n_micro, &r->n_targets);
         r->loss = ss->loss;
         r->grad_norm = ss->grad_norm;
@@ -499,17 +499,17 @@ st_status st_step_run(st_step *s, int n_micro, int B, int T, const int32_t *inpu
         if ((st = step_docs(s, k, N, err))) return st;
         float mean = micro_step(m, in, tg, dloss, r);
         if (n_micro > 1) {
-            prof_span pa = prof_begin(PROF_CAT_OPTIM, "accumulate", k);
+            st_prof_span pa = st_prof_begin(ST_PROF_CAT_OPTIM, "accumulate", k);
             accumulate(s->gacc, m->grads, m->n_params, k == 0 ? 0 : k < n_micro - 1 ? 1 : 2);
-            prof_end(&pa);
+            st_prof_end(&pa);
         }
         loss += st_step_micro_loss(mean, tg, N, n_micro, r->n_targets);
     }
     r->loss = loss;
     double t3 = st_now();
-    prof_span pn = prof_begin(PROF_CAT_OPTIM, "grad norm", -1);
-    double sumsq = optim_grad_sumsq_f32(m->grads, m->n_params);
-    prof_end(&pn);
+    st_prof_span pn = st_prof_begin(ST_PROF_CAT_OPTIM, "grad norm", -1);
+    double sumsq = st_optim_grad_sumsq_f32(m->grads, m->n_params);
+    st_prof_end(&pn);
     st = step_update(s, m->grads, sumsq, hp, r, err);
     r->optimizer_s = st_now() - t3;
     return st;

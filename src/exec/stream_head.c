@@ -13,10 +13,10 @@
  * chunks of vc rows (online softmax) when W does not fit. */
 
 /* Where the head's rows live on the device when they are resident (unchunked). */
-static float *head_w(stream_exec *x) {
+static float *head_w(st_stream_exec *x) {
     return x->ly->tied ? x->d_pre_w + x->ly->head_offset : x->d_post_w + (x->ly->head_offset - x->post_off);
 }
-static float *head_g(stream_exec *x) {
+static float *head_g(st_stream_exec *x) {
     return x->ly->tied ? x->d_pre_g + x->ly->head_offset : x->d_post_g + (x->ly->head_offset - x->post_off);
 }
 
@@ -32,7 +32,7 @@ static float mean_loss(const float *losses, const int32_t *targets, int N) {
     return counted ? (float)(sum / counted) : 0.0f;
 }
 
-float stream_head_forward(stream_exec *x, const float *xin, const int32_t *targets, float dloss) {
+float stream_head_forward(st_stream_exec *x, const float *xin, const int32_t *targets, float dloss) {
     st_backend *dev = x->dev;
     int N = x->cfg.B * x->cfg.T, C = x->ly->n_embd, V = x->ly->vocab_size;
     x->arch->ops->norm_forward(x->db, x->d_post_w, xin, x->d_xn, x->d_nstats);
@@ -42,7 +42,7 @@ float stream_head_forward(stream_exec *x, const float *xin, const int32_t *targe
     return mean_loss(x->h_losses, targets, N);
 }
 
-void stream_head_backward(stream_exec *x, const float *xin) {
+void stream_head_backward(st_stream_exec *x, const float *xin) {
     st_backend *dev = x->dev;
     int N = x->cfg.B * x->cfg.T, C = x->ly->n_embd, V = x->ly->vocab_size;
     /* the logits buffer holds dlogits */
@@ -52,30 +52,30 @@ void stream_head_backward(stream_exec *x, const float *xin) {
     x->arch->ops->norm_backward(x->db, x->d_dres, x->d_post_g, x->d_dxn, xin, x->d_post_w, x->d_nstats);
 }
 
-static int vchunk_rows(const stream_exec *x, int c) {
+static int vchunk_rows(const st_stream_exec *x, int c) {
     int r0 = c * x->vc;
     return r0 + x->vc <= x->ly->vocab_size ? x->vc : x->ly->vocab_size - r0;
 }
 
-void stream_fetch_vchunk(stream_exec *x, int c) {
+void stream_fetch_vchunk(st_stream_exec *x, int c) {
     size_t C = (size_t)x->ly->n_embd, r0 = (size_t)c * x->vc;
     stream_weights_at(x, x->post_off, x->n - x->post_off); /* an untied head's rows are there */
     x->vw_ticket[c] = h2d(x, x->d_vw + (size_t)(c % 2) * x->vc * C, x->hp + x->ly->head_offset + r0 * C,
                           (size_t)vchunk_rows(x, c) * C * 4);
 }
 
-static float *logits_slot(stream_exec *x, int c) {
+static float *logits_slot(st_stream_exec *x, int c) {
     return x->d_logits + (size_t)(c % 2) * (size_t)x->cfg.B * x->cfg.T * x->vc;
 }
 
-float stream_chunked_head_forward(stream_exec *x, const float *xin, const int32_t *targets, double *compute_s) {
+float stream_chunked_head_forward(st_stream_exec *x, const float *xin, const int32_t *targets, double *compute_s) {
     st_backend *dev = x->dev;
     int N = x->cfg.B * x->cfg.T, C = x->ly->n_embd;
     double t0 = st_now();
-    prof_span sp = prof_begin(PROF_CAT_COMPUTE, "forward head norm", -1);
+    st_prof_span sp = st_prof_begin(ST_PROF_CAT_COMPUTE, "forward head norm", -1);
     x->arch->ops->norm_forward(x->db, x->d_post_w, xin, x->d_xn, x->d_nstats);
     dev->ops->softmax_chunk_init(dev, x->d_rmax, x->d_rsum, x->d_tlogit, N);
-    prof_end(&sp);
+    st_prof_end(&sp);
     *compute_s += st_now() - t0;
     uint64_t lg[2] = {0, 0}; /* each slot's logits on their way to the host */
     for (int c = 0; c < x->nvc; c++) {
@@ -84,7 +84,7 @@ float stream_chunked_head_forward(stream_exec *x, const float *xin, const int32_
         int nr = vchunk_rows(x, c);
         float *lo = logits_slot(x, c);
         t0 = st_now();
-        sp = prof_begin(PROF_CAT_COMPUTE, "forward head chunk", c);
+        sp = st_prof_begin(ST_PROF_CAT_COMPUTE, "forward head chunk", c);
         dev->ops->matmul_forward(dev, lo, x->d_xn, x->d_vw + (size_t)(c % 2) * x->vc * C, NULL, N, C, nr,
                                  ST_W_OUT_IN);
         /* kept for backward (the last two chunks stay in their slots); the stats only read */
@@ -94,7 +94,7 @@ float stream_chunked_head_forward(stream_exec *x, const float *xin, const int32_
             lg[c % 2] = d2h(x, x->h_logits + (size_t)c * N * x->vc, lo, (size_t)N * nr * 4);
         }
         dev->ops->softmax_chunk_stats(dev, lo, x->d_tgt, N, nr, c * x->vc, x->d_rmax, x->d_rsum, x->d_tlogit);
-        prof_end(&sp);
+        st_prof_end(&sp);
         *compute_s += st_now() - t0;
         if (c + 2 < x->nvc) stream_fetch_vchunk(x, c + 2);
     }
@@ -106,7 +106,7 @@ float stream_chunked_head_forward(stream_exec *x, const float *xin, const int32_
     return mean_loss(x->h_losses, targets, N);
 }
 
-void stream_chunked_head_backward(stream_exec *x, const float *xin, float dloss, double *compute_s) {
+void stream_chunked_head_backward(st_stream_exec *x, const float *xin, float dloss, double *compute_s) {
     st_backend *dev = x->dev;
     int N = x->cfg.B * x->cfg.T, C = x->ly->n_embd;
     size_t vcC = (size_t)x->vc * C;
@@ -129,32 +129,32 @@ void stream_chunked_head_backward(stream_exec *x, const float *xin, float dloss,
         wait_ticket(x, lgt[c % 2], "wait logits", c);
         float *lo = logits_slot(x, c);
         double t0 = st_now();
-        prof_span sp = prof_begin(PROF_CAT_COMPUTE, "backward head chunk", c);
+        st_prof_span sp = st_prof_begin(ST_PROF_CAT_COMPUTE, "backward head chunk", c);
         dev->ops->softmax_chunk_grad(dev, lo, x->d_tgt, N, nr, c * x->vc, x->d_rmax, x->d_rsum, dloss);
         dev->ops->memset0(dev, g, (size_t)nr * C * 4);
         dev->ops->matmul_backward(dev, x->d_dxn, g, NULL, lo, x->d_xn, w, N, C, nr, ST_W_OUT_IN);
-        prof_end(&sp);
+        st_prof_end(&sp);
         *compute_s += st_now() - t0;
         x->vg_ticket[c % 2] = d2h(x, x->tgv + x->ly->head_offset + (size_t)c * vcC, g, (size_t)nr * C * 4);
         if (c - 2 >= 0) stream_fetch_vchunk(x, c - 2);
     }
     double t0 = st_now();
-    prof_span sp = prof_begin(PROF_CAT_COMPUTE, "backward head norm", -1);
+    st_prof_span sp = st_prof_begin(ST_PROF_CAT_COMPUTE, "backward head norm", -1);
     dev->ops->memset0(dev, x->d_dres, x->NC * 4);
     x->arch->ops->norm_backward(x->db, x->d_dres, x->d_post_g, x->d_dxn, xin, x->d_post_w, x->d_nstats);
-    prof_end(&sp);
+    st_prof_end(&sp);
     *compute_s += st_now() - t0;
 }
 
 /* The embedding forward: on the device, or (chunked vocabulary) on the host from its
  * master copy, the output crossing to the device. Returns that copy's ticket (0: none). */
-uint64_t stream_embed_forward(stream_exec *x, const int32_t *inputs) {
+uint64_t stream_embed_forward(st_stream_exec *x, const int32_t *inputs) {
     if (!x->vc) {
         x->arch->ops->embed_forward(x->db, x->d_pre_w, inputs, x->d_emb_out);
         return 0;
     }
-    prof_span e = prof_begin(PROF_CAT_OTHER, "forward embed (host)", -1);
+    st_prof_span e = st_prof_begin(ST_PROF_CAT_OTHER, "forward embed (host)", -1);
     x->arch->ops->embed_forward(x->hb, x->hp, inputs, x->h_enc);
-    prof_end(&e);
+    st_prof_end(&e);
     return h2d(x, x->d_emb_out, x->h_enc, x->NC * 4);
 }

@@ -1,12 +1,12 @@
 /* stream_internal.h - the layer-streaming executor's state and the functions its files
  * share (public API: strata/stream.h). The executor is four files, one concept each:
  *   stream_plan.c   the plan's defaults; the table of device allocations that both
- *                   stream_device_bytes and stream_exec_create read; create and free;
+ *                   st_stream_device_bytes and st_stream_exec_create read; create and free;
  *   stream_optim.c  the optimizer worker: its jobs, the gradient norm's chunk partials,
  *                   the speculative update's backups and rollback, accumulation adds;
  *   stream_head.c   the model's ends: the embedding forward and the generic head, whole
  *                   on the device or in vocabulary chunks (online softmax);
- *   stream_step.c   the schedule: stream_step_accum, stream_eval, block and weight fetches.
+ *   stream_step.c   the schedule: st_stream_step_accum, st_stream_eval, block and weight fetches.
  * The ordering rules between the step thread, the copy engine and the optimizer worker
  * are listed at the head of stream_step.c. Not installed: only these files include it. */
 #ifndef STRATA_STREAM_INTERNAL_H
@@ -31,9 +31,9 @@ typedef struct traced_be {
  * micro-batch (norm partials, speculative update). */
 typedef struct opt_job { int block; uint64_t ticket; unsigned char add, final; } opt_job;
 
-struct stream_exec {
-    stream_config cfg;
-    stream_plan plan;
+struct st_stream_exec {
+    st_stream_config cfg;
+    st_stream_plan plan;
     st_backend *dev;
     traced_be tbe;
     st_copy_engine *ce;
@@ -66,8 +66,8 @@ struct stream_exec {
     float *tgv;                /* where this micro-batch's gradients land: hg or hg2 */
     uint16_t *hg16;            /* bf16 drain: block gradients as drained (flat index) */
     int bf16;
-    optim *opt;
-    optim_segment *segs;
+    st_optim *opt;
+    st_optim_segment *segs;
     float *bk_p, *bk_m, *bk_v; /* speculative backups, n each */
     float *host_acts;          /* offloaded activation sets, n_off x setf */
     int *ord;                  /* per block: index among kept or offloaded blocks */
@@ -101,73 +101,73 @@ struct stream_exec {
     int land_all;              /* under mu: every gradient has landed (the last job is done) */
     int store_cancel, store_gate; /* under mu: the step failed; -1 undecided, 0 abandon, 1 commit */
     st_store_step_args store_args;
-    adamw_params store_hp;
+    st_adamw_params store_hp;
     st_status store_status;
     st_err store_err;
     int external;
-    int last_clipped; /* the previous step clipped or skipped (STREAM_CLIP_AUTO defers) */
-    adamw_params job_hp;
+    int last_clipped; /* the previous step clipped or skipped (ST_STREAM_CLIP_AUTO defers) */
+    st_adamw_params job_hp;
     size_t nchunks, landed_lo;
     double *chunk_part;
     unsigned char *chunk_done;
     st_status worker_status;
     st_err worker_err;
 
-    /* data parallel (stream_micro_grads): one micro-batch's gradient, no norm, no update */
+    /* data parallel (st_stream_micro_grads): one micro-batch's gradient, no norm, no update */
     int dist_mode;
     float dist_dloss;
     void (*ghook)(void *ctx, size_t offset, size_t n); /* a block's gradient has landed */
     void *gctx;
     void (*whook)(void *ctx, size_t offset, size_t n); /* weights about to be read */
     void *wctx;
-    int fresh; /* the host weights changed (stream_params_changed): the device copies are sent again */
-    /* packed documents (stream_set_docs): every micro-batch's positions and doc_start, the
+    int fresh; /* the host weights changed (st_stream_params_changed): the device copies are sent again */
+    /* packed documents (st_stream_set_docs): every micro-batch's positions and doc_start, the
      * caller's; docs_on: the blocks hold some (NULL, NULL is then set once to clear them) */
     const int32_t *doc_pos, *doc_ds;
     int docs_on;
 };
 
-/* Data parallel: the weights [lo, lo + n) are here before they are read (stream_micro_grads). */
-static inline void stream_weights_at(stream_exec *x, size_t lo, size_t n) {
+/* Data parallel: the weights [lo, lo + n) are here before they are read (st_stream_micro_grads). */
+static inline void stream_weights_at(st_stream_exec *x, size_t lo, size_t n) {
     if (x->whook) x->whook(x->wctx, lo, n);
 }
 
-static inline uint64_t h2d(stream_exec *x, void *dst, const void *src, size_t bytes) {
+static inline uint64_t h2d(st_stream_exec *x, void *dst, const void *src, size_t bytes) {
     x->h2d_bytes += bytes;
     return st_copy_h2d(x->ce, dst, src, bytes);
 }
 
-static inline uint64_t d2h(stream_exec *x, void *dst, const void *src, size_t bytes) {
+static inline uint64_t d2h(st_stream_exec *x, void *dst, const void *src, size_t bytes) {
     x->d2h_bytes += bytes;
     return st_copy_d2h(x->ce, dst, src, bytes);
 }
 
 /* Wait on the step thread; the wait (not the copy) is the exposed transfer time. */
-static inline void wait_ticket(stream_exec *x, uint64_t t, const char *what, int index) {
+static inline void wait_ticket(st_stream_exec *x, uint64_t t, const char *what, int index) {
     if (!t || st_copy_done(x->ce, t)) return;
     double t0 = st_now();
-    prof_span s = prof_begin(PROF_CAT_COPY, what, index);
+    st_prof_span s = st_prof_begin(ST_PROF_CAT_COPY, what, index);
     st_copy_wait(x->ce, t);
-    prof_end(&s);
+    st_prof_end(&s);
     x->wait_s += st_now() - t0;
 }
 
 /* stream_optim.c */
 void *stream_opt_worker(void *arg);
-void stream_push_job(stream_exec *x, int block, uint64_t ticket, int add, int final);
-void stream_wait_jobs(stream_exec *x);
-void stream_take_chunks(stream_exec *x, size_t lo, size_t hi);
-double stream_chunks_total(const stream_exec *x);
-void stream_restore_range(stream_exec *x, size_t lo, size_t hi);
-st_status stream_update_segs(stream_exec *x, int s0, int s1, const adamw_params *hp, double sumsq, st_err *err);
-void stream_add_range(stream_exec *x, size_t lo, size_t hi);
+void stream_push_job(st_stream_exec *x, int block, uint64_t ticket, int add, int final);
+void stream_wait_jobs(st_stream_exec *x);
+void stream_take_chunks(st_stream_exec *x, size_t lo, size_t hi);
+double stream_chunks_total(const st_stream_exec *x);
+void stream_restore_range(st_stream_exec *x, size_t lo, size_t hi);
+st_status stream_update_segs(st_stream_exec *x, int s0, int s1, const st_adamw_params *hp, double sumsq, st_err *err);
+void stream_add_range(st_stream_exec *x, size_t lo, size_t hi);
 
 /* stream_head.c */
-uint64_t stream_embed_forward(stream_exec *x, const int32_t *inputs);
-float stream_head_forward(stream_exec *x, const float *xin, const int32_t *targets, float dloss);
-void stream_head_backward(stream_exec *x, const float *xin);
-void stream_fetch_vchunk(stream_exec *x, int c);
-float stream_chunked_head_forward(stream_exec *x, const float *xin, const int32_t *targets, double *compute_s);
-void stream_chunked_head_backward(stream_exec *x, const float *xin, float dloss, double *compute_s);
+uint64_t stream_embed_forward(st_stream_exec *x, const int32_t *inputs);
+float stream_head_forward(st_stream_exec *x, const float *xin, const int32_t *targets, float dloss);
+void stream_head_backward(st_stream_exec *x, const float *xin);
+void stream_fetch_vchunk(st_stream_exec *x, int c);
+float stream_chunked_head_forward(st_stream_exec *x, const float *xin, const int32_t *targets, double *compute_s);
+void stream_chunked_head_backward(st_stream_exec *x, const float *xin, float dloss, double *compute_s);
 
 #endif

@@ -14,12 +14,12 @@
 /* ------------------------------------------------------------------ optimizer worker */
 
 /* Sum-of-squares partials of every 65536-element chunk of [lo, hi) not yet taken. */
-void stream_take_chunks(stream_exec *x, size_t lo, size_t hi) {
+void stream_take_chunks(st_stream_exec *x, size_t lo, size_t hi) {
     for (size_t c = lo / SUMSQ_CHUNK; c < x->nchunks; c++) {
         size_t a = c * SUMSQ_CHUNK, b = a + SUMSQ_CHUNK < x->n ? a + SUMSQ_CHUNK : x->n;
         if (a < lo || b > hi || x->chunk_done[c]) continue;
         if (!x->bf16) {
-            x->chunk_part[c] = optim_grad_sumsq(x->hg + a, ST_F32, b - a);
+            x->chunk_part[c] = st_optim_grad_sumsq(x->hg + a, ST_F32, b - a);
         } else {
             /* blocks are bf16, the embedding and ln_f fp32: split the chunk where they meet */
             size_t e = x->b0 + (size_t)x->L * x->bn;
@@ -27,8 +27,8 @@ void stream_take_chunks(stream_exec *x, size_t lo, size_t hi) {
             for (size_t u = a; u < b;) {
                 int blk = u >= x->b0 && u < e;
                 size_t w = blk ? (b < e ? b : e) : (u < x->b0 ? (b < x->b0 ? b : x->b0) : b);
-                part += blk ? optim_grad_sumsq(x->hg16 + u, ST_BF16, w - u)
-                            : optim_grad_sumsq(x->hg + u, ST_F32, w - u);
+                part += blk ? st_optim_grad_sumsq(x->hg16 + u, ST_BF16, w - u)
+                            : st_optim_grad_sumsq(x->hg + u, ST_F32, w - u);
                 u = w;
             }
             x->chunk_part[c] = part;
@@ -37,15 +37,15 @@ void stream_take_chunks(stream_exec *x, size_t lo, size_t hi) {
     }
 }
 
-double stream_chunks_total(const stream_exec *x) {
-    double total = 0; /* in chunk order, as optim_grad_sumsq adds its partials */
+double stream_chunks_total(const st_stream_exec *x) {
+    double total = 0; /* in chunk order, as st_optim_grad_sumsq adds its partials */
     for (size_t c = 0; c < x->nchunks; c++) total += x->chunk_part[c];
     return total;
 }
 
-static void backup_range(stream_exec *x, size_t lo, size_t hi) {
+static void backup_range(st_stream_exec *x, size_t lo, size_t hi) {
     size_t b;
-    float *m = optim_state_buffer(x->opt, 0, &b), *v = optim_state_buffer(x->opt, 1, &b);
+    float *m = st_optim_state_buffer(x->opt, 0, &b), *v = st_optim_state_buffer(x->opt, 1, &b);
     size_t o = lo - x->b0; /* backups hold [b0, post_off) */
     memcpy(x->bk_p + o, x->hp + lo, (hi - lo) * sizeof(float));
     memcpy(x->bk_m + o, m + lo, (hi - lo) * sizeof(float));
@@ -53,9 +53,9 @@ static void backup_range(stream_exec *x, size_t lo, size_t hi) {
 }
 
 /* On the step thread after backward, when the device is idle: every core copies. */
-void stream_restore_range(stream_exec *x, size_t lo, size_t hi) {
+void stream_restore_range(st_stream_exec *x, size_t lo, size_t hi) {
     size_t b;
-    float *m = optim_state_buffer(x->opt, 0, &b), *v = optim_state_buffer(x->opt, 1, &b);
+    float *m = st_optim_state_buffer(x->opt, 0, &b), *v = st_optim_state_buffer(x->opt, 1, &b);
     const size_t piece = 1u << 18;
     long np = (long)((hi - lo + piece - 1) / piece);
 #pragma omp parallel for schedule(static)
@@ -67,17 +67,17 @@ void stream_restore_range(stream_exec *x, size_t lo, size_t hi) {
     }
 }
 
-static st_status update_range(stream_exec *x, int s0, int s1, const adamw_params *hp, double sumsq, int blocks,
+static st_status update_range(st_stream_exec *x, int s0, int s1, const st_adamw_params *hp, double sumsq, int blocks,
                               st_err *err) {
     int b16 = blocks && x->bf16;
-    optim_step_args a = {.params = x->hp, .grads = b16 ? (const void *)x->hg16 : (const void *)x->hg,
+    st_optim_step_args a = {.params = x->hp, .grads = b16 ? (const void *)x->hg16 : (const void *)x->hg,
                          .grad_dtype = b16 ? ST_BF16 : ST_F32, .seg_begin = s0, .seg_end = s1, .grad_sumsq = sumsq};
-    return optim_step_ex(x->opt, &a, hp, err);
+    return st_optim_step_ex(x->opt, &a, hp, err);
 }
 
 /* Segments [s0, s1): the embedding's tensors, the blocks' (whose gradients are bf16 when
  * the plan drains bf16), the norm's and an untied head's. */
-st_status stream_update_segs(stream_exec *x, int s0, int s1, const adamw_params *hp, double sumsq, st_err *err) {
+st_status stream_update_segs(st_stream_exec *x, int s0, int s1, const st_adamw_params *hp, double sumsq, st_err *err) {
     int nt = x->ly->n_tensors, cuts[4] = {0, x->ly->n_pre_tensors, nt - x->ly->n_post_tensors, nt};
     for (int i = 0; i < 3; i++) {
         int a = s0 > cuts[i] ? s0 : cuts[i], b = s1 < cuts[i + 1] ? s1 : cuts[i + 1];
@@ -90,33 +90,33 @@ st_status stream_update_segs(stream_exec *x, int s0, int s1, const adamw_params 
 
 /* hg[lo, hi) += hg2[lo, hi): one micro-batch's gradient onto the sum of the earlier ones
  * (the one accumulation rule, strata/stream.h). */
-void stream_add_range(stream_exec *x, size_t lo, size_t hi) {
+void stream_add_range(st_stream_exec *x, size_t lo, size_t hi) {
     float *a = x->hg;
     const float *b = x->hg2;
     for (size_t i = lo; i < hi; i++) a[i] += b[i];
 }
 
 /* The parts of the vector that are not blocks: the embedding, the norm and an untied head. */
-static void add_nonblock(stream_exec *x) {
+static void add_nonblock(st_stream_exec *x) {
     stream_add_range(x, 0, x->b0);
     stream_add_range(x, x->post_off, x->n);
 }
 
-static void run_job(stream_exec *x, const opt_job *j) {
+static void run_job(st_stream_exec *x, const opt_job *j) {
     st_copy_wait(x->ce, j->ticket); /* the gradient has landed on the host */
     int l = j->block, pre = x->ly->n_pre_tensors, per = x->ly->tensors_per_block;
-    prof_span s = prof_begin(PROF_CAT_OPTIM, l >= 0 ? "optim block" : "optim embed+head", l);
+    st_prof_span s = st_prof_begin(ST_PROF_CAT_OPTIM, l >= 0 ? "optim block" : "optim embed+head", l);
     if (j->add) {
         if (l >= 0) stream_add_range(x, x->b0 + (size_t)l * x->bn, x->b0 + (size_t)(l + 1) * x->bn);
         else add_nonblock(x);
     }
     if (!j->final || (x->dist_mode && l < 0)) {
-        prof_end(&s);
+        st_prof_end(&s);
         return;
     }
-    if (x->dist_mode) { /* the ranks reduce it (stream_micro_grads) */
+    if (x->dist_mode) { /* the ranks reduce it (st_stream_micro_grads) */
         x->ghook(x->gctx, x->b0 + (size_t)l * x->bn, x->bn);
-        prof_end(&s);
+        st_prof_end(&s);
         return;
     }
     if (l >= 0) {
@@ -135,14 +135,14 @@ static void run_job(stream_exec *x, const opt_job *j) {
         st_status st = stream_update_segs(x, pre + l * per, pre + (l + 1) * per, &x->job_hp, 0.0, &x->worker_err);
         if (st && !x->worker_status) x->worker_status = st;
     }
-    prof_end(&s);
+    st_prof_end(&s);
 }
 
 void *stream_opt_worker(void *arg) {
-    stream_exec *x = arg;
+    st_stream_exec *x = arg;
     /* the step thread's compute keeps its own OpenMP team; this one is small on purpose */
     omp_set_num_threads(x->plan.optim_threads > 0 ? x->plan.optim_threads : 1);
-    prof_thread_name("optimizer");
+    st_prof_thread_name("optimizer");
 
     pthread_mutex_lock(&x->mu);
     for (;;) {
@@ -164,14 +164,14 @@ void *stream_opt_worker(void *arg) {
     return NULL;
 }
 
-void stream_push_job(stream_exec *x, int block, uint64_t ticket, int add, int final) {
+void stream_push_job(st_stream_exec *x, int block, uint64_t ticket, int add, int final) {
     pthread_mutex_lock(&x->mu);
     x->jobs[x->n_jobs++] = (opt_job){block, ticket, (unsigned char)add, (unsigned char)final};
     pthread_cond_signal(&x->cv_job);
     pthread_mutex_unlock(&x->mu);
 }
 
-void stream_wait_jobs(stream_exec *x) {
+void stream_wait_jobs(st_stream_exec *x) {
     pthread_mutex_lock(&x->mu);
     while (x->jobs_done < x->n_jobs) pthread_cond_wait(&x->cv_done, &x->mu);
     pthread_mutex_unlock(&x->mu);

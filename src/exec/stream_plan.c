@@ -1,5 +1,5 @@
 /* stream_plan.c - the streaming executor's plan and its making: the plan's defaults, the
- * table of every device allocation a plan needs (stream_device_bytes sums it, create
+ * table of every device allocation a plan needs (st_stream_device_bytes sums it, create
  * allocates it: one source), the traced copy backend, create and free, and the accessors.
  */
 #include <stdlib.h>
@@ -11,19 +11,19 @@
 
 /* ------------------------------------------------------------------ plan */
 
-void stream_plan_default(stream_plan *p, int n_layer) {
+void st_stream_plan_default(st_stream_plan *p, int n_layer) {
     memset(p, 0, sizeof *p);
     p->prefetch_depth = 1;
     p->overlap_optim = 1;
-    p->clip = STREAM_CLIP_AUTO;
+    p->clip = ST_STREAM_CLIP_AUTO;
     p->grad_dtype = ST_F32;
     p->optim_threads = 1;
     p->n_layer = n_layer;
-    stream_plan_set_all(p, STREAM_ACT_RECOMPUTE);
+    st_stream_plan_set_all(p, ST_STREAM_ACT_RECOMPUTE);
 }
 
-void stream_plan_set_all(stream_plan *p, stream_act a) {
-    int L = p->n_layer < STREAM_MAX_LAYERS ? p->n_layer : STREAM_MAX_LAYERS;
+void st_stream_plan_set_all(st_stream_plan *p, st_stream_act a) {
+    int L = p->n_layer < ST_STREAM_MAX_LAYERS ? p->n_layer : ST_STREAM_MAX_LAYERS;
     for (int l = 0; l < L; l++) p->act[l] = (unsigned char)a;
 }
 
@@ -34,26 +34,26 @@ void stream_plan_set_all(stream_plan *p, stream_act a) {
 
 static void traced_h2d(st_backend *be, void *dst, const void *src, size_t bytes) {
     traced_be *t = (traced_be *)be;
-    prof_thread_name("copy engine");
-    prof_span s = prof_begin(PROF_CAT_COPY, "h2d", -1);
+    st_prof_thread_name("copy engine");
+    st_prof_span s = st_prof_begin(ST_PROF_CAT_COPY, "h2d", -1);
     t->inner->ops->copy_to_device(t->inner, dst, src, bytes);
-    prof_end_bytes(&s, (int64_t)bytes);
+    st_prof_end_bytes(&s, (int64_t)bytes);
 }
 
 static void traced_d2h(st_backend *be, void *dst, const void *src, size_t bytes) {
     traced_be *t = (traced_be *)be;
-    prof_thread_name("copy engine");
-    prof_span s = prof_begin(PROF_CAT_COPY, "d2h", -1);
+    st_prof_thread_name("copy engine");
+    st_prof_span s = st_prof_begin(ST_PROF_CAT_COPY, "d2h", -1);
     t->inner->ops->copy_to_host(t->inner, dst, src, bytes);
-    prof_end_bytes(&s, (int64_t)bytes);
+    st_prof_end_bytes(&s, (int64_t)bytes);
 }
 
 /* ------------------------------------------------------------------ device allocations */
 
 static size_t rnd(size_t bytes) { return (bytes + ST_ARENA_ALIGN - 1) / ST_ARENA_ALIGN * ST_ARENA_ALIGN; }
 
-/* Every device allocation of a plan, in one table: stream_device_bytes sums it (with
- * the arch's bound state) and stream_exec_create allocates it, so the two cannot differ.
+/* Every device allocation of a plan, in one table: st_stream_device_bytes sums it (with
+ * the arch's bound state) and st_stream_exec_create allocates it, so the two cannot differ.
  * x NULL: sizes only. */
 typedef struct dev_alloc {
     void **ptr;
@@ -61,14 +61,14 @@ typedef struct dev_alloc {
 } dev_alloc;
 #define MAX_ALLOCS 32
 
-static int alloc_table(const stream_config *c, const stream_plan *p, stream_exec *x, dev_alloc *t) {
+static int alloc_table(const st_stream_config *c, const st_stream_plan *p, st_stream_exec *x, dev_alloc *t) {
     const st_arch_layout *y = &c->arch->lay;
     size_t N = (size_t)c->B * c->T, C = (size_t)y->n_embd, L = (size_t)y->n_blocks, V = (size_t)y->vocab_size;
     size_t NC = N * C, bn = y->block_numel, setf = st_block_act_floats(c->arch, c->B, c->T);
     size_t n_keep = 0, n_off = 0, rc = 0;
     for (size_t l = 0; l < L; l++) {
-        if (p->act[l] == STREAM_ACT_KEEP) n_keep++;
-        else if (p->act[l] == STREAM_ACT_OFFLOAD) n_off++;
+        if (p->act[l] == ST_STREAM_ACT_KEEP) n_keep++;
+        else if (p->act[l] == ST_STREAM_ACT_OFFLOAD) n_off++;
         else rc = 1;
     }
     int k = 0;
@@ -108,7 +108,7 @@ static int alloc_table(const stream_config *c, const stream_plan *p, stream_exec
     return k;
 }
 
-size_t stream_device_bytes(const stream_config *c, const stream_plan *p) {
+size_t st_stream_device_bytes(const st_stream_config *c, const st_stream_plan *p) {
     dev_alloc t[MAX_ALLOCS];
     int k = alloc_table(c, p, NULL, t);
     size_t b = c->arch->ops->bind_bytes(c->arch, c->B, c->T); /* token ids, block scratch */
@@ -118,7 +118,7 @@ size_t stream_device_bytes(const stream_config *c, const stream_plan *p) {
 
 /* ------------------------------------------------------------------ create / free */
 
-st_status stream_exec_create(stream_exec **out, const stream_config *c, const stream_plan *p, st_backend *dev,
+st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c, const st_stream_plan *p, st_backend *dev,
                              st_err *err) {
     *out = NULL;
     st_status s = ST_OK;
@@ -126,7 +126,7 @@ st_status stream_exec_create(stream_exec **out, const stream_config *c, const st
     int L = c->arch->lay.n_blocks;
     if (p->n_layer != L)
         return st_errf(err, ST_ERR_INVALID, "stream plan is for %d blocks, the model has %d", p->n_layer, L);
-    if ((int)p->clip < STREAM_CLIP_SPECULATE || p->clip > STREAM_CLIP_AUTO)
+    if ((int)p->clip < ST_STREAM_CLIP_SPECULATE || p->clip > ST_STREAM_CLIP_AUTO)
         return st_errf(err, ST_ERR_INVALID, "stream plan: clip mode %d unknown (speculate, defer or auto)", (int)p->clip);
     if (p->prefetch_depth < 1 || p->prefetch_depth > 64)
         return st_errf(err, ST_ERR_INVALID, "stream plan: prefetch depth %d out of range [1, 64]", p->prefetch_depth);
@@ -135,12 +135,12 @@ st_status stream_exec_create(stream_exec **out, const stream_config *c, const st
                        "stream plan: gradient drain dtype %s is not supported (use F32 or BF16)",
                        st_dtype_name(p->grad_dtype));
     for (int l = 0; l < L; l++)
-        if (p->act[l] > STREAM_ACT_OFFLOAD)
+        if (p->act[l] > ST_STREAM_ACT_OFFLOAD)
             return st_errf(err, ST_ERR_INVALID, "stream plan: block %d has unknown activation policy %d", l, p->act[l]);
     if (c->B < 1 || c->T < 1 || c->T > c->arch->lay.max_seq)
         return st_errf(err, ST_ERR_INVALID, "stream: batch %d x seq %d (max_seq %d)", c->B, c->T, c->arch->lay.max_seq);
     st_arena *arena = st_backend_arena(dev);
-    size_t need = stream_device_bytes(c, p);
+    size_t need = st_stream_device_bytes(c, p);
     if (arena && need > st_arena_budget(arena) - st_arena_used(arena))
         return st_errf(err, ST_ERR_NOMEM,
                        "stream plan needs %zu device bytes, the device has %zu free of a %zu budget: %zu bytes missing "
@@ -148,7 +148,7 @@ st_status stream_exec_create(stream_exec **out, const stream_config *c, const st
                        need, st_arena_budget(arena) - st_arena_used(arena), st_arena_budget(arena),
                        need - (st_arena_budget(arena) - st_arena_used(arena)));
 
-    stream_exec *x = calloc(1, sizeof *x);
+    st_stream_exec *x = calloc(1, sizeof *x);
     if (!x) return st_errf(err, ST_ERR_NOMEM, "stream: out of memory");
     x->cfg = *c;
     x->plan = *p;
@@ -194,12 +194,12 @@ st_status stream_exec_create(stream_exec **out, const stream_config *c, const st
     x->jobs = calloc((size_t)L + 1, sizeof *x->jobs);
     if (!x->ord || !x->w_ticket || !x->act_ticket || !x->jobs) FAIL(ST_ERR_NOMEM, "stream: out of memory");
     for (int l = 0; l < L; l++) {
-        if (p->act[l] == STREAM_ACT_KEEP) x->ord[l] = x->n_keep++;
-        else if (p->act[l] == STREAM_ACT_OFFLOAD) x->ord[l] = x->n_off++;
+        if (p->act[l] == ST_STREAM_ACT_KEEP) x->ord[l] = x->n_keep++;
+        else if (p->act[l] == ST_STREAM_ACT_OFFLOAD) x->ord[l] = x->n_off++;
         else x->has_rc = 1;
     }
 
-    /* device tier: the table stream_device_bytes sums */
+    /* device tier: the table st_stream_device_bytes sums */
     dev_alloc tab[MAX_ALLOCS];
     int na = alloc_table(c, p, x, tab);
     for (int i = 0; i < na; i++) {
@@ -242,10 +242,10 @@ st_status stream_exec_create(stream_exec **out, const stream_config *c, const st
     }
     x->segs = calloc((size_t)y->n_tensors, sizeof *x->segs);
     if (!x->segs) FAIL(ST_ERR_NOMEM, "stream: out of memory");
-    train_decay_segments(y->tensors, y->n_tensors, c->weight_decay, x->segs);
+    st_train_decay_segments(y->tensors, y->n_tensors, c->weight_decay, x->segs);
     x->external = c->external_optimizer;
-    if (!x->external && (s = optim_create(&x->opt, x->segs, y->n_tensors, c->state_format, err))) goto fail;
-    if (!x->external && p->overlap_optim && p->clip != STREAM_CLIP_DEFER && c->state_format == OPTIM_STATE_F32) {
+    if (!x->external && (s = st_optim_create(&x->opt, x->segs, y->n_tensors, c->state_format, err))) goto fail;
+    if (!x->external && p->overlap_optim && p->clip != ST_STREAM_CLIP_DEFER && c->state_format == ST_OPTIM_STATE_F32) {
         /* only the blocks are updated speculatively: backups of [b0, post_off), indexed from b0 */
         size_t nb = x->post_off - x->b0;
         x->bk_p = st_alloc(nb * 4);
@@ -276,11 +276,11 @@ st_status stream_exec_create(stream_exec **out, const stream_config *c, const st
     *out = x;
     return ST_OK;
 fail:
-    stream_exec_free(x);
+    st_stream_exec_free(x);
     return s;
 }
 
-void stream_exec_free(stream_exec *x) {
+void st_stream_exec_free(st_stream_exec *x) {
     if (!x) return;
     if (x->th_started) {
         pthread_mutex_lock(&x->mu);
@@ -314,7 +314,7 @@ void stream_exec_free(stream_exec *x) {
     st_free(x->h_dres);
     st_free(x->h_logits);
     free(x->vw_ticket);
-    optim_free(x->opt);
+    st_optim_free(x->opt);
     free(x->segs);
     free(x->ord);
     free(x->w_ticket);
@@ -328,12 +328,12 @@ void stream_exec_free(stream_exec *x) {
     free(x);
 }
 
-float *stream_params(stream_exec *x) { return x->hp; }
-float *stream_grads(stream_exec *x) { return x->hg; }
-const st_arch *stream_arch(const stream_exec *x) { return x->arch; }
-optim *stream_optim(stream_exec *x) { return x->opt; }
+float *st_stream_params(st_stream_exec *x) { return x->hp; }
+float *st_stream_grads(st_stream_exec *x) { return x->hg; }
+const st_arch *st_stream_arch(const st_stream_exec *x) { return x->arch; }
+st_optim *st_stream_optim(st_stream_exec *x) { return x->opt; }
 
-st_status stream_attach_store(stream_exec *x, st_store *store, const void *blob, size_t blob_bytes, st_err *err) {
+st_status st_stream_attach_store(st_stream_exec *x, st_store *store, const void *blob, size_t blob_bytes, st_err *err) {
     if (!x->external)
         return st_errf(err, ST_ERR_INVALID, "stream: a state store needs stream_config.external_optimizer = 1");
     if (st_store_numel(store) != x->n)

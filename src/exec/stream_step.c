@@ -1,5 +1,5 @@
 /* stream_step.c - the layer-streaming executor's schedule (strata/stream.h draws it): one
- * step over its micro-batches (stream_step_accum), the forward alone (stream_eval), the
+ * step over its micro-batches (st_stream_step_accum), the forward alone (st_stream_eval), the
  * block fetches, and the embedding's and head's weights sent after each update.
  *
  * Three threads meet here: the step thread computes on the device, the copy engine's
@@ -24,19 +24,19 @@
 
 /* The embedding and head weights live on the device between steps: send them after
  * every change of the host copy. */
-static void send_nonblock(stream_exec *x) {
+static void send_nonblock(st_stream_exec *x) {
     if (!x->vc) h2d(x, x->d_pre_w, x->hp, x->emb_n * 4);
     x->nb_ticket = h2d(x, x->d_post_w, x->hp + x->post_off, x->post_n * 4);
 }
 
-void stream_set_params(stream_exec *x, const float *host_params) {
-    if (host_params != x->hp) memcpy(x->hp, host_params, x->n * 4); /* also: "I edited stream_params" */
+void st_stream_set_params(st_stream_exec *x, const float *host_params) {
+    if (host_params != x->hp) memcpy(x->hp, host_params, x->n * 4); /* also: "I edited st_stream_params" */
     x->fresh = 0;
     send_nonblock(x);
     st_copy_wait(x->ce, x->nb_ticket);
 }
 
-void stream_init_random(stream_exec *x, uint64_t seed) {
+void st_stream_init_random(st_stream_exec *x, uint64_t seed) {
     x->arch->ops->init(x->arch, x->hp, seed); /* the values of the model's init_random */
     send_nonblock(x);
     st_copy_wait(x->ce, x->nb_ticket);
@@ -48,15 +48,15 @@ void stream_init_random(stream_exec *x, uint64_t seed) {
  * parameters in place. */
 static void *ext_work_at(void *ctx, size_t first, size_t n) {
     (void)n;
-    return ((stream_exec *)ctx)->hp + first;
+    return ((st_stream_exec *)ctx)->hp + first;
 }
 /* The gradients as they landed: fp32, or with a bf16 drain the blocks' as bf16. */
 static st_dtype ext_grad_dtype_of(void *ctx, size_t i) {
-    stream_exec *x = ctx;
+    st_stream_exec *x = ctx;
     return x->bf16 && i >= x->b0 && i < x->post_off ? ST_BF16 : ST_F32;
 }
 static const void *ext_grads_as(void *ctx, size_t first, size_t n, st_dtype dt) {
-    stream_exec *x = ctx;
+    st_stream_exec *x = ctx;
     (void)n;
     return dt == ST_BF16 ? (const void *)(x->hg16 + first) : (const void *)(x->hg + first);
 }
@@ -64,7 +64,7 @@ static const void *ext_grads_as(void *ctx, size_t first, size_t n, st_dtype dt) 
  * the last to the first, the embedding's and the head's with the last job), the subgroups
  * go in that order, and the commit waits for the step's verdict. */
 static st_status store_wait(void *ctx, size_t first, size_t n, st_err *err) {
-    stream_exec *x = ctx;
+    st_stream_exec *x = ctx;
     pthread_mutex_lock(&x->mu);
     while (!x->store_cancel && !x->land_all && !(first >= x->land_lo && first + n <= x->post_off))
         pthread_cond_wait(&x->cv_done, &x->mu);
@@ -75,12 +75,12 @@ static st_status store_wait(void *ctx, size_t first, size_t n, st_err *err) {
                   : ST_OK;
 }
 static double store_order(void *ctx, size_t first, size_t end) {
-    stream_exec *x = ctx;
+    st_stream_exec *x = ctx;
     if (first >= x->b0 && end <= x->post_off) return -(double)end;
     return (double)first; /* with the embedding's or the head's gradient: after every block */
 }
 static int store_commit(void *ctx) {
-    stream_exec *x = ctx;
+    st_stream_exec *x = ctx;
     pthread_mutex_lock(&x->mu);
     while (x->store_gate < 0 && !x->store_cancel) pthread_cond_wait(&x->cv_done, &x->mu);
     int commit = x->store_gate == 1 && !x->store_cancel;
@@ -88,14 +88,14 @@ static int store_commit(void *ctx) {
     return commit;
 }
 static void *store_thread(void *arg) {
-    stream_exec *x = arg;
+    st_stream_exec *x = arg;
     omp_set_num_threads(x->plan.optim_threads > 0 ? x->plan.optim_threads : 1); /* beside the compute */
-    prof_thread_name("state store");
+    st_prof_thread_name("state store");
     x->store_status = st_store_step(x->store, &x->store_args, &x->store_hp, &x->store_err);
     return NULL;
 }
 /* The verdict (1 commit, 0 abandon, -1 the step failed) and the thread's end: its status. */
-static st_status store_finish(stream_exec *x, int verdict, st_err *err) {
+static st_status store_finish(st_stream_exec *x, int verdict, st_err *err) {
     pthread_mutex_lock(&x->mu);
     if (verdict < 0) x->store_cancel = 1;
     else x->store_gate = verdict;
@@ -106,39 +106,39 @@ static st_status store_finish(stream_exec *x, int verdict, st_err *err) {
     if (x->store_status && verdict >= 0) *err = x->store_err;
     return verdict >= 0 ? x->store_status : ST_OK;
 }
-static st_store_step_args store_args(stream_exec *x, double ss) {
+static st_store_step_args store_args(st_stream_exec *x, double ss) {
     return (st_store_step_args){.grad_dtype_of = ext_grad_dtype_of, .grads_as = ext_grads_as,
                                 .work = ext_work_at, .work_dtype = ST_F32, .ctx = x, .grad_sumsq = ss,
                                 .blob = x->store_blob, .blob_bytes = x->store_blob_bytes};
 }
 
-static float *wslot(stream_exec *x, int l) { return x->d_w + (size_t)(l % x->nslots) * x->bn; }
-static const float *block_in(stream_exec *x, int l) {
+static float *wslot(st_stream_exec *x, int l) { return x->d_w + (size_t)(l % x->nslots) * x->bn; }
+static const float *block_in(st_stream_exec *x, int l) {
     return l == 0 ? x->d_emb_out : x->d_outs + (size_t)(l - 1) * x->NC;
 }
-static float *block_out(stream_exec *x, int l) { return x->d_outs + (size_t)l * x->NC; }
-static uint64_t fetch_block(stream_exec *x, int l) {
+static float *block_out(st_stream_exec *x, int l) { return x->d_outs + (size_t)l * x->NC; }
+static uint64_t fetch_block(st_stream_exec *x, int l) {
     stream_weights_at(x, x->b0 + (size_t)l * x->bn, x->bn);
     return h2d(x, wslot(x, l), x->hp + x->b0 + (size_t)l * x->bn, x->bn * 4);
 }
 
 /* Where block l's activations live (offloaded: slot ord % 2). */
-static float *block_acts(stream_exec *x, int l) {
+static float *block_acts(st_stream_exec *x, int l) {
     switch (x->plan.act[l]) {
-    case STREAM_ACT_KEEP: return x->d_keep + (size_t)x->ord[l] * x->setf;
-    case STREAM_ACT_OFFLOAD: return x->d_off + (size_t)(x->ord[l] % 2) * x->setf;
+    case ST_STREAM_ACT_KEEP: return x->d_keep + (size_t)x->ord[l] * x->setf;
+    case ST_STREAM_ACT_OFFLOAD: return x->d_off + (size_t)(x->ord[l] % 2) * x->setf;
     default: return x->d_rc;
     }
 }
 
-void stream_set_docs(stream_exec *x, const int32_t *positions_all, const int32_t *doc_start_all) {
+void st_stream_set_docs(st_stream_exec *x, const int32_t *positions_all, const int32_t *doc_start_all) {
     x->doc_pos = positions_all;
     x->doc_ds = doc_start_all;
 }
 
 /* Micro-batch mb's documents onto the blocks (the host's too: a chunked vocabulary's
  * embedding runs there); none set and none held: nothing to do (today's calls). */
-static st_status docs_apply(stream_exec *x, int mb, st_err *err) {
+static st_status docs_apply(st_stream_exec *x, int mb, st_err *err) {
     if (!x->doc_pos && !x->doc_ds && !x->docs_on) return ST_OK;
     size_t N = (size_t)x->cfg.B * x->cfg.T;
     const int32_t *pos = x->doc_pos ? x->doc_pos + (size_t)mb * N : NULL;
@@ -150,13 +150,13 @@ static st_status docs_apply(stream_exec *x, int mb, st_err *err) {
     return ST_OK;
 }
 
-st_status stream_step(stream_exec *x, const int32_t *inputs, const int32_t *targets, const adamw_params *hp,
-                      float max_norm, stream_step_stats *stats, st_err *err) {
-    return stream_step_accum(x, 1, inputs, targets, hp, max_norm, stats, err);
+st_status st_stream_step(st_stream_exec *x, const int32_t *inputs, const int32_t *targets, const st_adamw_params *hp,
+                      float max_norm, st_stream_step_stats *stats, st_err *err) {
+    return st_stream_step_accum(x, 1, inputs, targets, hp, max_norm, stats, err);
 }
 
-st_status stream_step_accum(stream_exec *x, int n_micro, const int32_t *inputs_all, const int32_t *targets_all,
-                            const adamw_params *hp, float max_norm, stream_step_stats *stats, st_err *err) {
+st_status st_stream_step_accum(st_stream_exec *x, int n_micro, const int32_t *inputs_all, const int32_t *targets_all,
+                            const st_adamw_params *hp, float max_norm, st_stream_step_stats *stats, st_err *err) {
     const st_arch_ops *ao = x->arch->ops;
     st_backend *dev = x->dev;
     int L = x->L, D = x->depth, N = x->cfg.B * x->cfg.T;
@@ -165,13 +165,13 @@ st_status stream_step_accum(stream_exec *x, int n_micro, const int32_t *inputs_a
     uint64_t h2d0 = x->h2d_bytes, d2h0 = x->d2h_bytes, ha0 = x->h2d_act_bytes, da0 = x->d2h_act_bytes;
     x->wait_s = 0;
     memset(stats, 0, sizeof *stats);
-    prof_span step_span = prof_begin(PROF_CAT_STEP, "stream step", (int)hp->step);
+    st_prof_span step_span = st_prof_begin(ST_PROF_CAT_STEP, "stream step", (int)hp->step);
 #define COMPUTE_(cat, name, idx, stmt)                     \
     do {                                                   \
         double t0_ = st_now();                             \
-        prof_span sp_ = prof_begin(cat, name, idx);        \
+        st_prof_span sp_ = st_prof_begin(cat, name, idx);        \
         stmt;                                              \
-        prof_end(&sp_);                                    \
+        st_prof_end(&sp_);                                    \
         compute_s += st_now() - t0_;                       \
     } while (0)
 
@@ -179,8 +179,8 @@ st_status stream_step_accum(stream_exec *x, int n_micro, const int32_t *inputs_a
     int overlap = x->plan.overlap_optim;
     /* the clip policy allows an update before the norm is known (in RAM, or the disk state's) */
     int spec_ok = overlap && !x->dist_mode &&
-                  (x->plan.clip == STREAM_CLIP_SPECULATE || (x->plan.clip == STREAM_CLIP_AUTO && !x->last_clipped));
-    int speculate = spec_ok && !x->external && x->cfg.state_format == OPTIM_STATE_F32;
+                  (x->plan.clip == ST_STREAM_CLIP_SPECULATE || (x->plan.clip == ST_STREAM_CLIP_AUTO && !x->last_clipped));
+    int speculate = spec_ok && !x->external && x->cfg.state_format == ST_OPTIM_STATE_F32;
     int store_spec = spec_ok && x->cfg.store_beside && x->store && !st_store_in_place(x->store);
     if (x->external && !x->store && !x->dist_mode)
         return st_errf(err, ST_ERR_INVALID, "stream: external optimizer but no state store attached");
@@ -257,22 +257,22 @@ st_status stream_step_accum(stream_exec *x, int n_micro, const int32_t *inputs_a
             for (int c = 0; c < 2 && c < x->nvc; c++) stream_fetch_vchunk(x, c);
         }
     }
-    COMPUTE_(PROF_CAT_COMPUTE, "zero grads", -1, {
+    COMPUTE_(ST_PROF_CAT_COMPUTE, "zero grads", -1, {
         if (!x->vc) dev->ops->memset0(dev, x->d_pre_g, x->emb_n * 4);
         dev->ops->memset0(dev, x->d_post_g, x->post_n * 4);
     });
     wait_ticket(x, x->nb_ticket, "wait embed weights", -1);
     if (x->vc) wait_ticket(x, enc_ticket, "wait embedding", -1);
-    else COMPUTE_(PROF_CAT_COMPUTE, "forward embed", -1, stream_embed_forward(x, inputs));
+    else COMPUTE_(ST_PROF_CAT_COMPUTE, "forward embed", -1, stream_embed_forward(x, inputs));
     x->off_slot_ticket[0] = x->off_slot_ticket[1] = 0;
     int rc_holds = -1; /* the block whose activations the recompute set holds */
     for (int l = 0; l < L; l++) {
         wait_ticket(x, x->w_ticket[l], "wait weights", l);
-        int off = x->plan.act[l] == STREAM_ACT_OFFLOAD, k = x->ord[l];
+        int off = x->plan.act[l] == ST_STREAM_ACT_OFFLOAD, k = x->ord[l];
         if (off) wait_ticket(x, x->off_slot_ticket[k % 2], "wait act slot", l);
         float *a = block_acts(x, l);
-        COMPUTE_(PROF_CAT_COMPUTE, "forward block", l, ao->block_forward(x->db, wslot(x, l), block_in(x, l), a, block_out(x, l)));
-        if (x->plan.act[l] == STREAM_ACT_RECOMPUTE) rc_holds = l;
+        COMPUTE_(ST_PROF_CAT_COMPUTE, "forward block", l, ao->block_forward(x->db, wslot(x, l), block_in(x, l), a, block_out(x, l)));
+        if (x->plan.act[l] == ST_STREAM_ACT_RECOMPUTE) rc_holds = l;
         if (l + D + 1 < L) {
             x->w_ticket[l + D + 1] = fetch_block(x, l + D + 1);
             /* the classifier's first chunks queue behind the last block */
@@ -297,8 +297,8 @@ st_status stream_step_accum(stream_exec *x, int n_micro, const int32_t *inputs_a
         loss = stream_chunked_head_forward(x, block_out(x, L - 1), targets, &compute_s);
         stream_chunked_head_backward(x, block_out(x, L - 1), dloss, &compute_s);
     } else {
-        COMPUTE_(PROF_CAT_COMPUTE, "forward head", -1, loss = stream_head_forward(x, block_out(x, L - 1), targets, dloss));
-        COMPUTE_(PROF_CAT_COMPUTE, "backward head", -1, stream_head_backward(x, block_out(x, L - 1)));
+        COMPUTE_(ST_PROF_CAT_COMPUTE, "forward head", -1, loss = stream_head_forward(x, block_out(x, L - 1), targets, dloss));
+        COMPUTE_(ST_PROF_CAT_COMPUTE, "backward head", -1, stream_head_backward(x, block_out(x, L - 1)));
     }
 
     /* ---- backward */
@@ -308,15 +308,15 @@ st_status stream_step_accum(stream_exec *x, int n_micro, const int32_t *inputs_a
         int act = x->plan.act[l], k = x->ord[l];
         float *a = block_acts(x, l);
         /* the last recomputed block's forward is still in the set: nothing to redo */
-        if (act == STREAM_ACT_RECOMPUTE && rc_holds != l) {
-            COMPUTE_(PROF_CAT_RECOMPUTE, "recompute block", l,
+        if (act == ST_STREAM_ACT_RECOMPUTE && rc_holds != l) {
+            COMPUTE_(ST_PROF_CAT_RECOMPUTE, "recompute block", l,
                      ao->block_forward(x->db, wslot(x, l), block_in(x, l), a, block_out(x, l)));
             rc_holds = l;
         }
-        if (act == STREAM_ACT_OFFLOAD && k < x->n_off - 2) wait_ticket(x, x->act_ticket[k], "wait acts", l);
+        if (act == ST_STREAM_ACT_OFFLOAD && k < x->n_off - 2) wait_ticket(x, x->act_ticket[k], "wait acts", l);
         float *g = x->d_g + (size_t)(l % 2) * x->bn;
         wait_ticket(x, x->g_ticket[l % 2], "wait grad slot", l);
-        COMPUTE_(PROF_CAT_COMPUTE, "backward block", l, {
+        COMPUTE_(ST_PROF_CAT_COMPUTE, "backward block", l, {
             dev->ops->memset0(dev, g, x->bn * 4);
             ao->block_backward(x->db, wslot(x, l), g, block_in(x, l), a, dres);
         });
@@ -324,14 +324,14 @@ st_status stream_step_accum(stream_exec *x, int n_micro, const int32_t *inputs_a
             /* round on the device (on the CPU backend its memory is addressable; CUDA: a
              * kernel), drain half the bytes; the optimizer reads bf16 gradients natively */
             uint16_t *g16 = x->d_g16 + (size_t)(l % 2) * x->bn;
-            COMPUTE_(PROF_CAT_COMPUTE, "grad to bf16", l, dev->ops->to_bf16(dev, g16, g, x->bn));
+            COMPUTE_(ST_PROF_CAT_COMPUTE, "grad to bf16", l, dev->ops->to_bf16(dev, g16, g, x->bn));
             x->g_ticket[l % 2] = d2h(x, x->hg16 + x->b0 + (size_t)l * x->bn, g16, x->bn * 2);
         } else {
             x->g_ticket[l % 2] = d2h(x, x->tgv + x->b0 + (size_t)l * x->bn, g, x->bn * 4);
         }
         if (overlap && (add || final)) stream_push_job(x, l, x->g_ticket[l % 2], add, final);
         if (l - D - 1 >= 0) x->w_ticket[l - D - 1] = fetch_block(x, l - D - 1);
-        if (act == STREAM_ACT_OFFLOAD && k - 2 >= 0) {
+        if (act == ST_STREAM_ACT_OFFLOAD && k - 2 >= 0) {
             x->h2d_act_bytes += x->setf * 4;
             x->act_ticket[k - 2] = h2d(x, x->d_off + (size_t)(k % 2) * x->setf,
                                        x->host_acts + (size_t)(k - 2) * x->setf,
@@ -343,13 +343,13 @@ st_status stream_step_accum(stream_exec *x, int n_micro, const int32_t *inputs_a
          * tied head's gradient (landed chunk by chunk, earlier in order) is already in its
          * first V rows, the rest starts from zero */
         wait_ticket(x, d2h(x, x->h_dres, dres, x->NC * 4), "wait residual grad", -1);
-        prof_span e = prof_begin(PROF_CAT_OTHER, "backward embed (host)", -1);
+        st_prof_span e = st_prof_begin(ST_PROF_CAT_OTHER, "backward embed (host)", -1);
         size_t z0 = x->ly->tied ? V * C : 0;
         memset(x->tgv + z0, 0, (x->emb_n - z0) * 4);
         ao->embed_backward(x->hb, x->tgv, x->h_dres);
-        prof_end(&e);
+        st_prof_end(&e);
     } else {
-        COMPUTE_(PROF_CAT_COMPUTE, "backward embed", -1, ao->embed_backward(x->db, x->d_pre_g, dres));
+        COMPUTE_(ST_PROF_CAT_COMPUTE, "backward embed", -1, ao->embed_backward(x->db, x->d_pre_g, dres));
         d2h(x, x->tgv, x->d_pre_g, x->emb_n * 4);
     }
     last = d2h(x, x->tgv + x->post_off, x->d_post_g, x->post_n * 4);
@@ -357,7 +357,7 @@ st_status stream_step_accum(stream_exec *x, int n_micro, const int32_t *inputs_a
     if (!final && add && overlap) stream_push_job(x, -1, last, 1, 0);
     if (add && !overlap) { /* on the step thread, every core */
         wait_ticket(x, last, "wait grads", -1);
-        prof_span ap = prof_begin(PROF_CAT_OPTIM, "accumulate", mb);
+        st_prof_span ap = st_prof_begin(ST_PROF_CAT_OPTIM, "accumulate", mb);
         const size_t piece = 1u << 18;
         long np = (long)((x->n + piece - 1) / piece);
 #pragma omp parallel for schedule(static)
@@ -365,7 +365,7 @@ st_status stream_step_accum(stream_exec *x, int n_micro, const int32_t *inputs_a
             size_t a0 = (size_t)i * piece, e = a0 + piece < x->n ? a0 + piece : x->n;
             stream_add_range(x, a0, e);
         }
-        prof_end(&ap);
+        st_prof_end(&ap);
     }
     } /* micro-batches */
     float loss = (float)loss_sum;
@@ -391,17 +391,17 @@ st_status stream_step_accum(stream_exec *x, int n_micro, const int32_t *inputs_a
     /* ---- norm, clip, update */
     if (overlap) {
         stream_push_job(x, -1, last, n_micro > 1, 1);
-        prof_span w = prof_begin(PROF_CAT_OPTIM, "wait optimizer", -1);
+        st_prof_span w = st_prof_begin(ST_PROF_CAT_OPTIM, "wait optimizer", -1);
         stream_wait_jobs(x);
-        prof_end(&w);
+        st_prof_end(&w);
         ss = stream_chunks_total(x);
         if (x->worker_status) { *err = x->worker_err; s = x->worker_status; goto out; }
     } else {
         wait_ticket(x, last, "wait grads", -1);
-        prof_span w = prof_begin(PROF_CAT_OPTIM, "grad norm", -1);
+        st_prof_span w = st_prof_begin(ST_PROF_CAT_OPTIM, "grad norm", -1);
         stream_take_chunks(x, 0, x->n);
         ss = stream_chunks_total(x);
-        prof_end(&w);
+        st_prof_end(&w);
     }
     double norm = sqrt(ss);
     stats->grad_norm = norm;
@@ -412,9 +412,9 @@ st_status stream_step_accum(stream_exec *x, int n_micro, const int32_t *inputs_a
         if (x->store_spec) { /* updated beside the backward with clip scale 1: commit it, or not */
             stats->store_beside = 1;
             int commit = !stats->skipped && !stats->clipped;
-            prof_span w = prof_begin(PROF_CAT_OPTIM, commit ? "wait state commit" : "abandon state step", -1);
+            st_prof_span w = st_prof_begin(ST_PROF_CAT_OPTIM, commit ? "wait state commit" : "abandon state step", -1);
             s = store_finish(x, commit, err);
-            prof_end(&w);
+            st_prof_end(&w);
             if (s) goto out;
             if (commit) {
                 send_nonblock(x);
@@ -422,19 +422,19 @@ st_status stream_step_accum(stream_exec *x, int n_micro, const int32_t *inputs_a
             }
             stats->rolled_back = 1; /* nothing committed; the host weights hold the speculation */
             if (stats->skipped) {
-                prof_span r = prof_begin(PROF_CAT_OPTIM, "rollback", -1);
+                st_prof_span r = st_prof_begin(ST_PROF_CAT_OPTIM, "rollback", -1);
                 s = st_store_read_master(x->store, x->hp, err);
-                prof_end(&r);
+                st_prof_end(&r);
                 goto out;
             }
         }
         if (!stats->skipped) { /* redone with the clip scale: every host weight rewritten */
-            adamw_params h = *hp;
+            st_adamw_params h = *hp;
             h.grad_scale = stats->clipped ? (float)(max_norm / norm) : 1.0f;
             st_store_step_args sa = store_args(x, ss);
-            prof_span u = prof_begin(PROF_CAT_OPTIM, "optim step (disk state)", -1);
+            st_prof_span u = st_prof_begin(ST_PROF_CAT_OPTIM, "optim step (disk state)", -1);
             s = st_store_step(x->store, &sa, &h, err);
-            prof_end(&u);
+            st_prof_end(&u);
             if (!s) send_nonblock(x);
         }
         goto out;
@@ -442,31 +442,31 @@ st_status stream_step_accum(stream_exec *x, int n_micro, const int32_t *inputs_a
     int need_update = !speculate;
     if (speculate && (stats->skipped || stats->clipped)) {
         /* only the blocks were updated speculatively */
-        prof_span r = prof_begin(PROF_CAT_OPTIM, "rollback", -1);
+        st_prof_span r = st_prof_begin(ST_PROF_CAT_OPTIM, "rollback", -1);
         stream_restore_range(x, x->b0, x->post_off);
-        prof_end(&r);
+        st_prof_end(&r);
         stats->rolled_back = 1;
         need_update = 1;
     } else if (speculate && !stats->skipped) {
         /* not clipped: the blocks are done; the embedding and ln_f, with the true sum */
-        adamw_params h = *hp;
+        st_adamw_params h = *hp;
         h.grad_scale = 1.0f;
         int nt = x->ly->n_tensors;
-        prof_span u = prof_begin(PROF_CAT_OPTIM, "optim embed+head", -1);
+        st_prof_span u = st_prof_begin(ST_PROF_CAT_OPTIM, "optim embed+head", -1);
         s = stream_update_segs(x, 0, x->ly->n_pre_tensors, &h, ss, err);
         if (!s) s = stream_update_segs(x, nt - x->ly->n_post_tensors, nt, &h, ss, err);
-        prof_end(&u);
+        st_prof_end(&u);
         if (s) { /* never half a step: the blocks' speculative updates go too */
             stream_restore_range(x, x->b0, x->post_off);
             goto out;
         }
     }
     if (need_update && !stats->skipped) {
-        adamw_params h = *hp;
+        st_adamw_params h = *hp;
         h.grad_scale = stats->clipped ? (float)(max_norm / norm) : 1.0f;
-        prof_span u = prof_begin(PROF_CAT_OPTIM, "optim step", -1);
+        st_prof_span u = st_prof_begin(ST_PROF_CAT_OPTIM, "optim step", -1);
         s = stream_update_segs(x, 0, x->ly->n_tensors, &h, ss, err);
-        prof_end(&u);
+        st_prof_end(&u);
         if (s) goto out;
     }
     if (!stats->skipped) send_nonblock(x);
@@ -479,7 +479,7 @@ out:
     }
     if (s) x->last_clipped = 1; /* after a failure, the next step does not speculate */
     stats->optim_tail_s = st_now() - t_tail;
-    prof_end(&step_span);
+    st_prof_end(&step_span);
     stats->loss = loss;
     stats->h2d_bytes = x->h2d_bytes - h2d0;
     stats->d2h_bytes = x->d2h_bytes - d2h0;
@@ -498,25 +498,25 @@ out:
 
 /* ------------------------------------------------------------------ data parallel */
 
-void stream_params_changed(stream_exec *x) { x->fresh = 1; }
+void st_stream_params_changed(st_stream_exec *x) { x->fresh = 1; }
 
-int stream_can_hand_grads(const stream_exec *x) { return !x->bf16 && !x->hg2; }
+int st_stream_can_hand_grads(const st_stream_exec *x) { return !x->bf16 && !x->hg2; }
 
-st_status stream_micro_grads(stream_exec *x, const int32_t *inputs, const int32_t *targets, float dloss,
+st_status st_stream_micro_grads(st_stream_exec *x, const int32_t *inputs, const int32_t *targets, float dloss,
                              void (*grad_hook)(void *ctx, size_t offset, size_t n), void *grad_ctx,
                              void (*weight_hook)(void *ctx, size_t offset, size_t n), void *weight_ctx, float *loss,
-                             stream_step_stats *stats, st_err *err) {
-    if (!stream_can_hand_grads(x))
+                             st_stream_step_stats *stats, st_err *err) {
+    if (!st_stream_can_hand_grads(x))
         return st_errf(err, ST_ERR_UNSUPPORTED, "stream: the ranks' micro-batches need an fp32 drain and "
                        "stream_config.grad_accum 1 (the step sums the micro-batches)");
-    static const adamw_params none = {0};
+    static const st_adamw_params none = {0};
     x->dist_mode = 1;
     x->dist_dloss = dloss;
     x->ghook = grad_hook;
     x->gctx = grad_ctx;
     x->whook = weight_hook;
     x->wctx = weight_ctx;
-    st_status s = stream_step_accum(x, 1, inputs, targets, &none, 0.0f, stats, err);
+    st_status s = st_stream_step_accum(x, 1, inputs, targets, &none, 0.0f, stats, err);
     x->dist_mode = 0;
     x->ghook = x->whook = NULL;
     *loss = stats->loss;
@@ -530,7 +530,7 @@ st_status stream_micro_grads(stream_exec *x, const int32_t *inputs, const int32_
  * parameter or speculation state is touched: a step after it is the step it would have
  * been. The chunked classifier's first pass also drains logits to the host scratch a
  * backward would read; nothing reads them. */
-st_status stream_eval(stream_exec *x, const int32_t *inputs, const int32_t *targets, float *loss, st_err *err) {
+st_status st_stream_eval(st_stream_exec *x, const int32_t *inputs, const int32_t *targets, float *loss, st_err *err) {
     const st_arch_ops *ao = x->arch->ops;
     st_backend *dev = x->dev;
     int L = x->L, D = x->depth, N = x->cfg.B * x->cfg.T;
@@ -542,7 +542,7 @@ st_status stream_eval(stream_exec *x, const int32_t *inputs, const int32_t *targ
         send_nonblock(x);
         x->fresh = 0;
     }
-    prof_span span = prof_begin(PROF_CAT_OTHER, "stream eval", -1);
+    st_prof_span span = st_prof_begin(ST_PROF_CAT_OTHER, "stream eval", -1);
     dev->ops->copy_to_device(dev, x->d_tgt, targets, sizeof(int32_t) * (size_t)N);
     uint64_t enc_ticket = x->vc ? stream_embed_forward(x, inputs) : 0;
     for (int l = 0; l <= D && l < L; l++) x->w_ticket[l] = fetch_block(x, l);
@@ -564,6 +564,6 @@ st_status stream_eval(stream_exec *x, const int32_t *inputs, const int32_t *targ
     else *loss = stream_head_forward(x, block_out(x, L - 1), targets, 0.0f);
     /* copies still queued (the logits' drain, head chunks) complete before anything the
      * next step waits on: the copy engine completes in order */
-    prof_end(&span);
+    st_prof_end(&span);
     return ST_OK;
 }

@@ -36,13 +36,13 @@
  * state (a few integers) goes into every checkpoint. */
 
 typedef struct train_data {
-    data_loader *dl;
+    st_data_loader *dl;
     uint16_t *corpus; /* the embedded corpus, when used; outlives the loader */
     char *spec;       /* copy of the data key, cut into paths */
 } train_data;
 
 static void data_close(train_data *d) {
-    if (d->dl) data_loader_close(d->dl);
+    if (d->dl) st_data_loader_close(d->dl);
     free(d->corpus);
     free(d->spec);
     memset(d, 0, sizeof *d);
@@ -51,12 +51,12 @@ static void data_close(train_data *d) {
 /* KEY "data" (training) or "val_data" (validation: produced on the caller's thread, and
  * "embedded" is the corpus's held-out tail: the text that follows the training part, from
  * the same generator, so the training tokens are the same with or without validation). */
-static st_status data_open(train_data *d, const train_config *c, const char *key, const char *spec, int vocab,
+static st_status data_open(train_data *d, const st_train_config *c, const char *key, const char *spec, int vocab,
                            st_err *err) {
     memset(d, 0, sizeof *d);
     int val = strcmp(key, "data") != 0;
-    data_loader_config dc;
-    data_loader_config_init(&dc);
+    st_data_loader_config dc;
+    st_data_loader_config_init(&dc);
     dc.T = c->seq;
     dc.B = c->batch;
     dc.seed = c->seed;
@@ -75,24 +75,24 @@ static st_status data_open(train_data *d, const train_config *c, const char *key
             free(text);
             return st_errf(err, ST_ERR_NOMEM, "out of memory for the embedded corpus");
         }
-        size_t n = corpus_embedded_generate(text, cap, 20261129), first = 0;
+        size_t n = st_corpus_embedded_generate(text, cap, 20261129), first = 0;
         if (val) { /* the generator is sequential: a longer text starts with the training text */
             first = n;
-            n = corpus_embedded_generate(text, cap + held, 20261129);
+            n = st_corpus_embedded_generate(text, cap + held, 20261129);
         }
         for (size_t i = first; i < n; i++) d->corpus[i - first] = text[i];
         free(text);
         dc.n_sources = 1;
-        dc.sources[0] = (data_source_config){.path = val ? "embedded (held out)" : "embedded", .weight = 1.0,
-                                             .format = DATA_FORMAT_MEMORY, .mem = d->corpus, .mem_tokens = n - first,
+        dc.sources[0] = (st_data_source_config){.path = val ? "embedded (held out)" : "embedded", .weight = 1.0,
+                                             .format = ST_DATA_FORMAT_MEMORY, .mem = d->corpus, .mem_tokens = n - first,
                                              .mem_itemsize = 2};
     } else {
         d->spec = strdup(spec);
         if (!d->spec) return st_errf(err, ST_ERR_NOMEM, "out of memory");
         char *save = NULL;
         for (char *tok = strtok_r(d->spec, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-            if (dc.n_sources == DATA_MAX_SOURCES)
-                return st_errf(err, ST_ERR_INVALID, "key '%s': more than %d sources", key, DATA_MAX_SOURCES);
+            if (dc.n_sources == ST_DATA_MAX_SOURCES)
+                return st_errf(err, ST_ERR_INVALID, "key '%s': more than %d sources", key, ST_DATA_MAX_SOURCES);
             double w = 1.0;
             char *colon = strrchr(tok, ':');
             if (colon) {
@@ -103,12 +103,12 @@ static st_status data_open(train_data *d, const train_config *c, const char *key
                                    "number", key, colon + 1, (int)(colon - tok), tok);
                 *colon = 0;
             }
-            dc.sources[dc.n_sources++] = (data_source_config){.path = tok, .weight = w};
+            dc.sources[dc.n_sources++] = (st_data_source_config){.path = tok, .weight = w};
         }
         if (!dc.n_sources)
             return st_errf(err, ST_ERR_INVALID, "key '%s' is empty; give \"embedded\" or token files", key);
     }
-    st_status s = data_loader_open(&d->dl, &dc, err);
+    st_status s = st_data_loader_open(&d->dl, &dc, err);
     return s ? st_err_prefix(err, "key '%s'", key) : ST_OK;
 }
 
@@ -117,14 +117,14 @@ static st_status data_open(train_data *d, const train_config *c, const char *key
  * document start or its row's end, so none crosses a row). */
 static st_status data_next(train_data *d, int B, int T, int32_t *inputs, int32_t *targets, int32_t *positions,
                            int32_t *doc_start, st_err *err) {
-    data_batch b;
-    st_status s = data_loader_next(d->dl, &b, err);
+    st_data_batch b;
+    st_status s = st_data_loader_next(d->dl, &b, err);
     if (s) return s;
     if (b.B != B || b.T != T)
         return st_errf(err, ST_ERR_INVALID, "data: batch %d x %d from the loader, %d x %d expected", b.B, b.T, B, T);
     /* a target whose loss mask is 0 (an SFT mask: not the assistant's) becomes -1, which
      * every loss ignores; the step's loss is the mean over the rest (strata/step.h) */
-    data_batch_targets(&b, inputs, targets);
+    st_data_batch_targets(&b, inputs, targets);
     if (positions) memcpy(positions, b.positions, sizeof(int32_t) * (size_t)B * T);
     if (doc_start)
         for (int i = 0; i < b.n_seqs; i++)
@@ -133,20 +133,20 @@ static st_status data_next(train_data *d, int B, int T, int32_t *inputs, int32_t
     return ST_OK;
 }
 
-static void data_save_state(const train_data *d, train_state_header *h) {
-    data_loader_state st;
-    data_loader_get_state(d->dl, &st);
+static void data_save_state(const train_data *d, st_train_state_header *h) {
+    st_data_loader_state st;
+    st_data_loader_get_state(d->dl, &st);
     h->data_state_bytes = sizeof st;
     memcpy(h->data_state, &st, sizeof st);
 }
 
-static st_status data_restore_state(train_data *d, const train_state_header *h, const char *path, st_err *err) {
-    data_loader_state st;
+static st_status data_restore_state(train_data *d, const st_train_state_header *h, const char *path, st_err *err) {
+    st_data_loader_state st;
     if (h->data_state_bytes != sizeof st)
         return st_errf(err, ST_ERR_FORMAT, "%s: data state has %llu bytes, this strata's has %zu", path,
                        (unsigned long long)h->data_state_bytes, sizeof st);
     memcpy(&st, h->data_state, sizeof st);
-    st_status s = data_loader_set_state(d->dl, &st, err);
+    st_status s = st_data_loader_set_state(d->dl, &st, err);
     return s ? st_err_prefix(err, "%s", path) : ST_OK;
 }
 
@@ -247,7 +247,7 @@ static st_status resolve_resume(const char *path, char *ckpt_dir, size_t cap, st
 /* keep_checkpoints: after a new checkpoint is complete, the oldest complete ones beyond
  * the newest N go (with a recursive delete, never a shell). A failure is a warning: the
  * run's state is safe in the new checkpoint. */
-static void prune_checkpoints(const train_config *c) {
+static void prune_checkpoints(const st_train_config *c) {
     if (c->keep_checkpoints <= 0) return;
     unsigned long long *steps;
     int n = list_checkpoints(c->run_dir, &steps);
@@ -320,8 +320,8 @@ static st_status agree(const train_dist *d, st_status mine, const char *what, st
     return mine;
 }
 
-static st_status save_checkpoint(const train_config *c, const train_dist *d, st_model *m, optim *o,
-                                 const train_state_header *h, st_err *err) {
+static st_status save_checkpoint(const st_train_config *c, const train_dist *d, st_model *m, st_optim *o,
+                                 const st_train_state_header *h, st_err *err) {
     char dir[2048], tmp[2100], path[2200], old[2100];
     snprintf(dir, sizeof dir, "%s/checkpoints/step_%08llu", c->run_dir, (unsigned long long)h->step);
     snprintf(tmp, sizeof tmp, "%s.partial", dir);
@@ -335,17 +335,17 @@ static st_status save_checkpoint(const train_config *c, const train_dist *d, st_
     if ((s = agree(d, s, "preparing the checkpoint directory", err))) return s;
     int sharded = d->world > 1 && d->zero > 0;
     if (sharded && o) { /* each rank its shard of the optimizer state */
-        s = train_state_save_shard(tmp, d->rank, h, o, err);
+        s = st_train_state_save_shard(tmp, d->rank, h, o, err);
     }
     if (!s && d->rank == 0) { /* the weights (the same on every rank), the description, the configuration */
         snprintf(path, sizeof path, "%s/model.safetensors", tmp);
         s = m->ops->save(m, path, err);
         if (!s && sharded)
-            s = train_state_save_shards_json(tmp, d->world, d->zero, optim_format(o), m->n_params, d->bounds, err);
+            s = st_train_state_save_shards_json(tmp, d->world, d->zero, st_optim_format(o), m->n_params, d->bounds, err);
         snprintf(path, sizeof path, "%s/train_state.bin", tmp);
-        if (!s && !sharded) s = train_state_save(path, h, o, err);
+        if (!s && !sharded) s = st_train_state_save(path, h, o, err);
         snprintf(path, sizeof path, "%s/config.json", tmp);
-        if (!s) s = train_config_save_json(c, path, err);
+        if (!s) s = st_train_config_save_json(c, path, err);
     }
     if ((s = agree(d, s, "writing the checkpoint", err))) return s;
     if (d->rank == 0) {
@@ -375,27 +375,27 @@ commit:
 
 /* Under mpirun: every rank runs the same configuration (the model, the seed, the data, every
  * key but threads, which may differ by machine); the first key that differs is named. */
-static st_status dist_check_config(const train_config *c, const train_dist *d, st_err *err) {
+static st_status dist_check_config(const st_train_config *c, const train_dist *d, st_err *err) {
     enum { MAXK = 128 };
     uint32_t mine[MAXK] = {0};
-    int n = train_config_key_crcs(c, mine, MAXK);
+    int n = st_train_config_key_crcs(c, mine, MAXK);
     uint32_t *all = malloc(sizeof mine * (size_t)d->world);
     if (!all) return st_errf(err, ST_ERR_NOMEM, "out of memory");
     st_status s = st_comm_allgather(d->comm, mine, sizeof mine, all, "configuration check", err);
     for (int r = 1; r < d->world && !s; r++)
         for (int i = 0; i < n && !s; i++)
-            if (all[(size_t)r * MAXK + i] != all[i] && strcmp(train_config_key_name(i), "threads"))
+            if (all[(size_t)r * MAXK + i] != all[i] && strcmp(st_train_config_key_name(i), "threads"))
                 s = st_errf(err, ST_ERR_INVALID, "rank %d's key '%s' differs from rank 0's: every rank of a run must "
                             "be given the same configuration (start them with one mpirun command line)", r,
-                            train_config_key_name(i));
+                            st_train_config_key_name(i));
     free(all);
     return s;
 }
 
-void train_decay_segments(const st_param_info *t, int n, float weight_decay, optim_segment *out) {
+void st_train_decay_segments(const st_param_info *t, int n, float weight_decay, st_optim_segment *out) {
     for (int i = 0; i < n; i++) {
         st_role r = t[i].role;
-        out[i] = (optim_segment){t[i].offset, t[i].numel,
+        out[i] = (st_optim_segment){t[i].offset, t[i].numel,
                                  (r == ST_ROLE_MATMUL_WEIGHT || r == ST_ROLE_EMBEDDING) ? weight_decay : 0.0f};
     }
 }
@@ -408,17 +408,17 @@ void train_decay_segments(const st_param_info *t, int n, float weight_decay, opt
 /* The machine's profile for the planner, measured once per process, and the model's shape
  * once per shape (a second run in the same process, as tests and sweeps make, plans from
  * the same figures at no cost). */
-static st_status machine_profile(st_backend *be, const st_arch *arch, int B, int T, plan_profile *hw, st_err *err) {
+static st_status machine_profile(st_backend *be, const st_arch *arch, int B, int T, st_plan_profile *hw, st_err *err) {
     static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-    static plan_profile cached;
+    static st_plan_profile cached;
     static int have;
     st_status s = ST_OK;
     pthread_mutex_lock(&mu);
-    if (!have && !(s = plan_profile_measure(be, &cached, err))) have = 1;
+    if (!have && !(s = st_plan_profile_measure(be, &cached, err))) have = 1;
     /* the model's own block and classifier timed at this batch and sequence (once per shape
      * per process): the prediction from the real ops at this shape, not reference rates */
     st_err serr = {0};
-    if (have && !plan_profile_shape(&cached, arch, B, T) && plan_profile_measure_shape(be, arch, B, T, &cached, &serr))
+    if (have && !st_plan_profile_shape(&cached, arch, B, T) && st_plan_profile_measure_shape(be, arch, B, T, &cached, &serr))
         st_log(2, "planner: the model's shape could not be timed (%s); predicting from the reference rates\n",
                serr.msg);
     if (have) *hw = cached;
@@ -427,16 +427,16 @@ static st_status machine_profile(st_backend *be, const st_arch *arch, int B, int
 }
 
 /* key 'plan' a file: its plan, when it was made for this model at this batch and seq and
- * fits this run's budget with this run's configuration (stream_device_bytes: an 8-bit or
+ * fits this run's budget with this run's configuration (st_stream_device_bytes: an 8-bit or
  * disk state, or ranks, may need other bytes than the run it was made for). pred: the
  * file's prediction, if it has one (has_pred). */
-static st_status plan_from_file(const train_config *c, const st_arch *arch, const stream_config *sc, size_t budget,
-                                stream_plan *plan, plan_prediction *pred, int *has_pred, st_err *err) {
-    plan_file *pf = malloc(sizeof *pf);
+static st_status plan_from_file(const st_train_config *c, const st_arch *arch, const st_stream_config *sc, size_t budget,
+                                st_stream_plan *plan, st_plan_prediction *pred, int *has_pred, st_err *err) {
+    st_plan_file *pf = malloc(sizeof *pf);
     if (!pf) return st_errf(err, ST_ERR_NOMEM, "out of memory");
-    st_status s = plan_file_load(c->plan, pf, err);
-    if (!s) s = plan_file_check(c->plan, pf, arch, c->batch, c->seq, err);
-    size_t need = s ? 0 : stream_device_bytes(sc, &pf->plan);
+    st_status s = st_plan_file_load(c->plan, pf, err);
+    if (!s) s = st_plan_file_check(c->plan, pf, arch, c->batch, c->seq, err);
+    size_t need = s ? 0 : st_stream_device_bytes(sc, &pf->plan);
     if (!s && need > budget)
         s = st_errf(err, ST_ERR_NOMEM, "plan file %s needs %zu device bytes in this run, device_budget is %zu: %zu bytes "
                     "missing; give --device_budget %zu or more, or make a plan for this budget (strata plan "
@@ -448,8 +448,8 @@ static st_status plan_from_file(const train_config *c, const st_arch *arch, cons
         int n[3] = {0, 0, 0};
         for (int l = 0; l < plan->n_layer; l++) n[plan->act[l]]++;
         st_log(1, "plan: %s (%d keep, %d offload, %d recompute, prefetch depth %d, vocab_chunk %d; %zu device bytes of "
-               "the budget %zu; made for a budget of %zu%s)\n", c->plan, n[STREAM_ACT_KEEP], n[STREAM_ACT_OFFLOAD],
-               n[STREAM_ACT_RECOMPUTE], plan->prefetch_depth, plan->vocab_chunk, need, budget, pf->device_budget,
+               "the budget %zu; made for a budget of %zu%s)\n", c->plan, n[ST_STREAM_ACT_KEEP], n[ST_STREAM_ACT_OFFLOAD],
+               n[ST_STREAM_ACT_RECOMPUTE], plan->prefetch_depth, plan->vocab_chunk, need, budget, pf->device_budget,
                pf->has_prediction ? ", as saved" : ", no prediction");
     }
     free(pf);
@@ -459,55 +459,55 @@ static st_status plan_from_file(const train_config *c, const st_arch *arch, cons
 /* The plan a run streams with, as RUN_DIR/plan.json (one process: under ranks each rank
  * plans for itself, and the run directory is rank 0's): --plan RUN_DIR/plan.json runs it
  * again exactly. */
-static st_status save_run_plan(const train_config *c, const st_arch *arch, const stream_config *sc, size_t budget,
-                               const stream_plan *plan, const plan_prediction *pred, st_err *err) {
+static st_status save_run_plan(const st_train_config *c, const st_arch *arch, const st_stream_config *sc, size_t budget,
+                               const st_stream_plan *plan, const st_plan_prediction *pred, st_err *err) {
     char path[1100];
     snprintf(path, sizeof path, "%s/plan.json", c->run_dir);
-    plan_file *pf = malloc(sizeof *pf);
+    st_plan_file *pf = malloc(sizeof *pf);
     if (!pf) return st_errf(err, ST_ERR_NOMEM, "out of memory");
-    plan_file_init(pf, arch, c->init_from[0] ? c->init_from : c->model, c->batch, c->seq, budget, plan, pred);
-    pf->device_bytes = pf->pred.device_bytes = stream_device_bytes(sc, plan);
-    st_status s = plan_file_save(path, pf, err);
+    st_plan_file_init(pf, arch, c->init_from[0] ? c->init_from : c->model, c->batch, c->seq, budget, plan, pred);
+    pf->device_bytes = pf->pred.device_bytes = st_stream_device_bytes(sc, plan);
+    st_status s = st_plan_file_save(path, pf, err);
     free(pf);
     return s;
 }
 
-static st_status open_streamed(const train_config *c, st_model *m, const st_arch *arch, st_backend *be, int ranks,
-                               st_backend **dev, stream_exec **sx, st_err *err) {
+static st_status open_streamed(const st_train_config *c, st_model *m, const st_arch *arch, st_backend *be, int ranks,
+                               st_backend **dev, st_stream_exec **sx, st_err *err) {
     /* the moments live in the disk state store; under ranks the step updates the rank's shard
      * (the executor hands over each micro-batch's gradient: no optimizer, one micro-batch) */
     int external = c->state_paths[0] != 0 || ranks > 1;
     /* the model's own vectors (CPU backend: host memory) are the host tier */
-    stream_config sc = {.arch = arch, .host_params = m->params, .host_grads = m->grads, .B = c->batch, .T = c->seq,
+    st_stream_config sc = {.arch = arch, .host_params = m->params, .host_grads = m->grads, .B = c->batch, .T = c->seq,
                         .grad_accum = ranks > 1 ? 1 : (int)c->grad_accum, .weight_decay = (float)c->weight_decay,
-                        .state_format = strcmp(c->optim_state, "8bit") ? OPTIM_STATE_F32 : OPTIM_STATE_8BIT,
+                        .state_format = strcmp(c->optim_state, "8bit") ? ST_OPTIM_STATE_F32 : ST_OPTIM_STATE_8BIT,
                         .external_optimizer = external};
-    stream_plan plan;
-    stream_plan_default(&plan, arch->lay.n_blocks);
+    st_stream_plan plan;
+    st_stream_plan_default(&plan, arch->lay.n_blocks);
     size_t budget = (size_t)c->device_budget;
     /* the planner (plan.h: the fastest predicted plan within the budget on this machine,
      * measured now; the head resident whenever that fits, as strata plan chooses); without
      * GLPK, or when it finds none, the fixed rule below */
-    plan_profile hw;
-    plan_prediction pred;
-    plan_options po = {.mip_gap = -1, .allow_vocab_chunk = 1, .prefer_resident_head = 1};
+    st_plan_profile hw;
+    st_plan_prediction pred;
+    st_plan_options po = {.mip_gap = -1, .allow_vocab_chunk = 1, .prefer_resident_head = 1};
     st_err perr = {0};
     int found = 0, has_pred = 0, n_fixed = 0, L = arch->lay.n_blocks;
     st_status s;
     /* key 'act': choices every plan must make (the program's constraints, the rule's too) */
-    unsigned char fixed[STREAM_MAX_LAYERS];
-    if (L > STREAM_MAX_LAYERS || (s = plan_act_parse(c->act, L, fixed, &n_fixed, err)))
-        return L > STREAM_MAX_LAYERS ? st_errf(err, ST_ERR_INVALID, "key 'device_budget': %d blocks, layer streaming "
-                                               "takes at most %d", L, STREAM_MAX_LAYERS)
+    unsigned char fixed[ST_STREAM_MAX_LAYERS];
+    if (L > ST_STREAM_MAX_LAYERS || (s = st_plan_act_parse(c->act, L, fixed, &n_fixed, err)))
+        return L > ST_STREAM_MAX_LAYERS ? st_errf(err, ST_ERR_INVALID, "key 'device_budget': %d blocks, layer streaming "
+                                               "takes at most %d", L, ST_STREAM_MAX_LAYERS)
                                      : st_err_prefix(err, "key 'act'");
     if (n_fixed) po.fixed_act = fixed;
     if (strcmp(c->plan, "auto")) { /* a saved plan, run exactly (or refused) */
         if ((s = plan_from_file(c, arch, &sc, budget, &plan, &pred, &has_pred, err))) return s;
         for (int l = 0; l < L; l++)
-            if (fixed[l] != PLAN_ACT_FREE && plan.act[l] != fixed[l])
+            if (fixed[l] != ST_PLAN_ACT_FREE && plan.act[l] != fixed[l])
                 return st_errf(err, ST_ERR_INVALID, "key 'act': block %d %s, but plan file %s has it %s: give act auto "
                                "to run the file, or make a plan with the choices (strata plan --act %s ... -o FILE)", l,
-                               plan_act_name(fixed[l]), c->plan, plan_act_name(plan.act[l]), c->act);
+                               st_plan_act_name(fixed[l]), c->plan, st_plan_act_name(plan.act[l]), c->act);
         found = 1;
     } else {
         s = machine_profile(be, arch, c->batch, c->seq, &hw, &perr);
@@ -518,7 +518,7 @@ static st_status open_streamed(const train_config *c, st_model *m, const st_arch
             st_log(1, "disk state: the store's update runs %s the backward (measured host_work_slowdown %.2f)\n",
                    sc.store_beside ? "beside" : "after", hw.host_work_slowdown);
         }
-        if (!s) s = plan_stream_ex(arch, c->batch, c->seq, budget, &hw, &po, &plan, &pred, &perr);
+        if (!s) s = st_plan_stream_ex(arch, c->batch, c->seq, budget, &hw, &po, &plan, &pred, &perr);
         if (s == ST_ERR_NOMEM && n_fixed) { /* the choices given do not fit: refused, not bypassed */
             *err = perr;
             return st_err_prefix(err, "key 'act'");
@@ -531,29 +531,29 @@ static st_status open_streamed(const train_config *c, st_model *m, const st_arch
         else
             st_log(2, "planner: %s; the fixed rule chooses the plan\n", perr.msg);
     }
-    static const stream_act order[] = {STREAM_ACT_KEEP, STREAM_ACT_OFFLOAD, STREAM_ACT_RECOMPUTE};
+    static const st_stream_act order[] = {ST_STREAM_ACT_KEEP, ST_STREAM_ACT_OFFLOAD, ST_STREAM_ACT_RECOMPUTE};
     for (int chunk = 0; chunk < 2 && !found; chunk++) {
-        plan.vocab_chunk = chunk ? PLAN_RULE_VOCAB_CHUNK : 0;
+        plan.vocab_chunk = chunk ? ST_PLAN_RULE_VOCAB_CHUNK : 0;
         for (int a = 0; a < 3 && !found; a++) {
-            stream_plan_set_all(&plan, order[a]);
+            st_stream_plan_set_all(&plan, order[a]);
             for (int l = 0; l < L; l++)
-                if (fixed[l] != PLAN_ACT_FREE) plan.act[l] = fixed[l];
-            found = stream_device_bytes(&sc, &plan) <= budget;
+                if (fixed[l] != ST_PLAN_ACT_FREE) plan.act[l] = fixed[l];
+            found = st_stream_device_bytes(&sc, &plan) <= budget;
         }
     }
     if (!found) /* the smallest plan strata train makes (recompute, chunks) is the last one tried */
         return st_errf(err, ST_ERR_NOMEM, "key 'device_budget': %.0f bytes is too small for this model at batch %d x "
                        "seq %d: the smallest plan (every block recomputed, the vocabulary in 2048-row chunks) needs "
                        "%zu device bytes, %.0f bytes missing; give at least that, or a smaller batch or seq",
-                       c->device_budget, c->batch, c->seq, stream_device_bytes(&sc, &plan),
-                       (double)stream_device_bytes(&sc, &plan) - c->device_budget);
+                       c->device_budget, c->batch, c->seq, st_stream_device_bytes(&sc, &plan),
+                       (double)st_stream_device_bytes(&sc, &plan) - c->device_budget);
     if (ranks > 1) plan.grad_dtype = ST_F32; /* the ranks reduce fp32 gradients */
     s = st_backend_with_budget(dev, be, budget, err);
     if (s) return st_err_prefix(err, "key 'device_budget'");
-    if ((s = stream_exec_create(sx, &sc, &plan, *dev, err))) return st_err_prefix(err, "key 'device_budget'");
+    if ((s = st_stream_exec_create(sx, &sc, &plan, *dev, err))) return st_err_prefix(err, "key 'device_budget'");
     st_log(1, "layer streaming: device budget %.1f MiB, block 0's activations %s, vocabulary %s (%d rows a chunk)\n",
            budget / 1048576.0,
-           plan.act[0] == STREAM_ACT_KEEP ? "kept" : plan.act[0] == STREAM_ACT_OFFLOAD ? "offloaded" : "recomputed",
+           plan.act[0] == ST_STREAM_ACT_KEEP ? "kept" : plan.act[0] == ST_STREAM_ACT_OFFLOAD ? "offloaded" : "recomputed",
            plan.vocab_chunk ? "chunked" : "resident", plan.vocab_chunk);
     return ranks > 1 ? ST_OK : save_run_plan(c, arch, &sc, budget, &plan, has_pred ? &pred : NULL, err);
 }
@@ -563,29 +563,29 @@ static st_status open_streamed(const train_config *c, st_model *m, const st_arch
  * The mean loss over the same eval_tokens of val_data at every evaluation (the loader goes
  * back to its start each time), forward only: no parameter, gradient, moment or training
  * data position changes, so a run is bit-identical with and without validation. Under
- * streaming the executor's forward-only pass runs it (stream_eval). */
+ * streaming the executor's forward-only pass runs it (st_stream_eval). */
 
 typedef struct train_eval {
     train_data vd;            /* the embedded tail: generated at the first evaluation */
-    data_loader_state start;
+    st_data_loader_state start;
     const char *spec;         /* NULL: no validation */
 } train_eval;
 
 /* val_data, or the embedded corpus's held-out tail for the embedded corpus; NULL: none. */
-static const char *val_spec(const train_config *c) {
+static const char *val_spec(const st_train_config *c) {
     if (c->eval_every <= 0 || !strcmp(c->val_data, "none")) return NULL;
     if (c->val_data[0]) return c->val_data;
     return !strcmp(c->data, "embedded") ? "embedded" : NULL;
 }
 
-static st_status eval_loss(const train_config *c, st_model *m, stream_exec *sx, train_eval *ev, int32_t *inputs,
+static st_status eval_loss(const st_train_config *c, st_model *m, st_stream_exec *sx, train_eval *ev, int32_t *inputs,
                            int32_t *targets, int32_t *positions, int32_t *doc_start, double *out, st_err *err) {
     st_status s;
     if (!ev->vd.dl) {
         if ((s = data_open(&ev->vd, c, "val_data", ev->spec, m->vocab_size, err))) return s;
-        data_loader_get_state(ev->vd.dl, &ev->start);
+        st_data_loader_get_state(ev->vd.dl, &ev->start);
     }
-    s = data_loader_set_state(ev->vd.dl, &ev->start, err);
+    s = st_data_loader_set_state(ev->vd.dl, &ev->start, err);
     if (s) return st_err_prefix(err, "key 'val_data'");
     long per = (long)c->batch * c->seq, n = c->eval_tokens > 0 ? (c->eval_tokens + per - 1) / per : 8;
     double sum = 0;
@@ -593,10 +593,10 @@ static st_status eval_loss(const train_config *c, st_model *m, stream_exec *sx, 
         if ((s = data_next(&ev->vd, c->batch, c->seq, inputs, targets, positions, doc_start, err)))
             return st_err_prefix(err, "key 'val_data'");
         float l;
-        if (doc_start && sx) stream_set_docs(sx, positions, doc_start); /* as in training */
+        if (doc_start && sx) st_stream_set_docs(sx, positions, doc_start); /* as in training */
         else if (doc_start && (s = st_model_set_docs(m, positions, doc_start, err))) return s;
         if (sx) {
-            if ((s = stream_eval(sx, inputs, targets, &l, err))) return s;
+            if ((s = st_stream_eval(sx, inputs, targets, &l, err))) return s;
         } else {
             l = m->ops->forward(m, inputs, targets, 0.0f); /* dloss 0: the logits stay, no gradient */
         }
@@ -625,9 +625,9 @@ static st_status eval_loss(const train_config *c, st_model *m, stream_exec *sx, 
 typedef struct reshard {
     const char *const *base; /* the state paths as given */
     int n_paths, W;
-    const optim_segment *segs; /* the whole vector's */
+    const st_optim_segment *segs; /* the whole vector's */
     int n_segs;
-    optim_state_format fmt;
+    st_optim_state_format fmt;
     size_t lo;                 /* the new store's first element */
     size_t *qlo, *qhi;         /* each old store's elements */
     int *prev;                 /* read at its previous commit (it committed one step more) */
@@ -813,7 +813,7 @@ static st_status reshard_open(reshard *r, int q, st_store **out, st_err *err) {
     char buf[ST_STORE_MAX_PATHS][1200];
     const char *paths[ST_STORE_MAX_PATHS];
     reshard_paths(r, q, buf, paths);
-    optim_segment *clip = malloc(sizeof *clip * (size_t)r->n_segs);
+    st_optim_segment *clip = malloc(sizeof *clip * (size_t)r->n_segs);
     if (!clip) return st_errf(err, ST_ERR_NOMEM, "out of memory");
     st_store_config sc = {.paths = paths, .n_paths = r->n_paths, .segs = clip, .fmt = r->fmt,
                           .n_segs = st_zero_clip_segments(r->segs, r->n_segs, r->qlo[q], r->qhi[q], clip)};
@@ -863,12 +863,12 @@ static st_status reshard_fill(void *ctx, size_t first, size_t n, float *master, 
 
 /* This rank's store at this world size, made from the disk state of another (sc: its
  * configuration, the directories made here), committed and open. */
-static st_status reshard_store(const train_config *c, const train_dist *d, st_model *m, const char *const *base,
+static st_status reshard_store(const st_train_config *c, const train_dist *d, st_model *m, const char *const *base,
                                const st_store_config *sc, st_store **out, st_err *err) {
     reshard r = {.base = base, .n_paths = sc->n_paths, .fmt = sc->fmt, .lo = d->lo, .n_segs = m->n_tensors};
-    optim_segment *segs = calloc((size_t)m->n_tensors, sizeof *segs);
+    st_optim_segment *segs = calloc((size_t)m->n_tensors, sizeof *segs);
     if (!segs) return st_errf(err, ST_ERR_NOMEM, "out of memory");
-    train_decay_segments(m->tensors, m->n_tensors, (float)c->weight_decay, segs);
+    st_train_decay_segments(m->tensors, m->n_tensors, (float)c->weight_decay, segs);
     r.segs = segs;
     st_status s = reshard_find_world(base[0], d->world, d->rank, &r.W, err);
     if (!s) s = reshard_plan(&r, m->n_params, err);
@@ -899,14 +899,14 @@ static st_status reshard_store(const train_config *c, const train_dist *d, st_mo
 /* The store of this rank: under mpirun each rank keeps its shard (its segments, counted from
  * the shard's start) in its own directory PATH/rankR-of-W of every state path. A resume at
  * another number of ranks than the state's re-shards it (above). */
-static st_status open_store(const train_config *c, const train_dist *d, st_model *m, const optim_segment *segs,
-                            int n_segs, optim_state_format fmt, train_data *td, train_state_header *hs, st_store **out,
+static st_status open_store(const st_train_config *c, const train_dist *d, st_model *m, const st_optim_segment *segs,
+                            int n_segs, st_optim_state_format fmt, train_data *td, st_train_state_header *hs, st_store **out,
                             st_err *err) {
     char buf[sizeof c->state_paths], rbuf[ST_STORE_MAX_PATHS][1200];
     const char *paths[ST_STORE_MAX_PATHS];
     double weights[ST_STORE_MAX_PATHS];
     int n, weighted;
-    st_status s = train_state_paths(c, buf, sizeof buf, paths, &n, weights, &weighted, err);
+    st_status s = st_train_state_paths(c, buf, sizeof buf, paths, &n, weights, &weighted, err);
     if (s) return s;
     const char *base[ST_STORE_MAX_PATHS]; /* the paths as given: a re-shard reads other ranks' stores there */
     memcpy(base, paths, sizeof(const char *) * (size_t)n);
@@ -919,7 +919,7 @@ static st_status open_store(const train_config *c, const train_dist *d, st_model
     float *mine = m->params + d->lo; /* this rank's first element */
     st_store_config sc = {.paths = paths, .n_paths = n, .path_weight = weighted ? weights : NULL,
                           .segs = segs, .n_segs = n_segs, .fmt = fmt,
-                          .host_budget = c->state_budget > 0 ? (uint64_t)c->state_budget : TRAIN_STATE_BUDGET_DEFAULT};
+                          .host_budget = c->state_budget > 0 ? (uint64_t)c->state_budget : ST_TRAIN_STATE_BUDGET_DEFAULT};
     if (!c->resume[0]) {
         s = st_store_exists(&sc) ? st_errf(err, ST_ERR_INVALID, "key 'state_paths': %s/strata-state.manifest already "
                                            "holds a run's state; continue it with --resume %s, or remove the store to "
@@ -1013,18 +1013,18 @@ static const char *json_num(char buf[32], double v, const char *fmt) {
     return buf;
 }
 
-st_status train_run(const train_config *c, train_result *res, st_err *err) {
-    st_status s = train_config_check(c, err);
+st_status st_train_run(const st_train_config *c, st_train_result *res, st_err *err) {
+    st_status s = st_train_config_check(c, err);
     if (s) return s;
-    st_model_overrides ov = train_config_overrides(c);
+    st_model_overrides ov = st_train_config_overrides(c);
     /* the memory plan, checked before anything is allocated or written */
-    prof_mem_estimate mem;
+    st_prof_mem_estimate mem;
     if ((s = st_model_mem_estimate(c->model, c->init_from, &ov, c->batch, c->seq, !strcmp(c->optim_state, "8bit"),
                                    &mem, err)))
         return s;
-    train_mem_state_on_disk(c, &mem);
-    double budgets[PROF_TIER_COUNT] = {0, c->host_budget, 0};
-    if ((s = prof_mem_check(&mem, budgets, err))) return s;
+    st_train_mem_state_on_disk(c, &mem);
+    double budgets[ST_PROF_TIER_COUNT] = {0, c->host_budget, 0};
+    if ((s = st_prof_mem_check(&mem, budgets, err))) return s;
     if (!c->run_dir[0]) return st_errf(err, ST_ERR_INVALID, "key 'run_dir' is empty; name a directory for the run");
     /* the ranks under mpirun (one process: a world of one) */
     train_dist dist = {.comm = c->comm, .rank = st_comm_rank(c->comm), .world = st_comm_size(c->comm),
@@ -1044,32 +1044,32 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
         snprintf(path, sizeof path, "%s/strata.lock", c->run_dir);
         if (!s) s = st_lock_acquire(&run_lock, path, "run directory", err);
         snprintf(path, sizeof path, "%s/config.json", c->run_dir);
-        if (!s && (s = train_config_save_json(c, path, err))) st_lock_release(&run_lock);
+        if (!s && (s = st_train_config_save_json(c, path, err))) st_lock_release(&run_lock);
     }
     if ((s = agree(&dist, s, "opening the run directory", err))) return s;
 
     st_backend *be = NULL;
     st_model *m = NULL;
-    optim *opt = NULL;
-    optim_segment *segs = NULL;
+    st_optim *opt = NULL;
+    st_optim_segment *segs = NULL;
     int32_t *inputs = NULL, *targets = NULL;
     int32_t *positions = NULL, *doc_start = NULL; /* doc_mask: each micro-batch's documents */
     st_step stp = {0}; /* the step: in memory or streamed */
     FILE *metrics = NULL;
-    prof_tb *tb = NULL; /* TensorBoard events: the scalars of metrics.jsonl */
+    st_prof_tb *tb = NULL; /* TensorBoard events: the scalars of metrics.jsonl */
     train_data td = {0};
     train_eval ev = {0};
-    train_state_header *hs = NULL;
-    prof_run *pr = NULL;
+    st_train_state_header *hs = NULL;
+    st_prof_run *pr = NULL;
     st_store *store = NULL;
     int B = c->batch, T = c->seq;
     /* layer streaming (device_budget > 0): the model's vectors on the CPU backend are the
      * executor's host tier (no activations are allocated for them); the executor owns the
      * optimizer; checkpoints save and load the model as in memory */
     st_backend *dev = NULL;
-    stream_exec *sx = NULL;
+    st_stream_exec *sx = NULL;
     st_arch *arch = NULL;
-    optim_segment *opt_segs = NULL; /* the optimizer's (and the store's) segments: this rank's shard under ZeRO */
+    st_optim_segment *opt_segs = NULL; /* the optimizer's (and the store's) segments: this rank's shard under ZeRO */
     int n_opt_segs = 0;
 
     int threads = c->threads;
@@ -1084,15 +1084,15 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     }
     if (c->device_budget > 0) {
         if ((s = st_arch_of_model(&arch, m, err)) || (s = open_streamed(c, m, arch, be, dist.world, &dev, &sx, err))) goto done;
-        opt = stream_optim(sx);
-        stream_set_params(sx, m->params); /* the device copies of the embedding and head */
+        opt = st_stream_optim(sx);
+        st_stream_set_params(sx, m->params); /* the device copies of the embedding and head */
     }
 
     /* weight decay by role, which comes from each tensor's name */
     segs = calloc((size_t)m->n_tensors, sizeof *segs);
     if (!segs) { s = st_errf(err, ST_ERR_NOMEM, "out of memory"); goto done; }
-    train_decay_segments(m->tensors, m->n_tensors, (float)c->weight_decay, segs);
-    optim_state_format fmt = strcmp(c->optim_state, "8bit") ? OPTIM_STATE_F32 : OPTIM_STATE_8BIT;
+    st_train_decay_segments(m->tensors, m->n_tensors, (float)c->weight_decay, segs);
+    st_optim_state_format fmt = strcmp(c->optim_state, "8bit") ? ST_OPTIM_STATE_F32 : ST_OPTIM_STATE_8BIT;
     dist.hi = m->n_params;
     n_opt_segs = m->n_tensors;
     opt_segs = segs;
@@ -1107,7 +1107,7 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
                 if (dist.bounds[r + 1] == dist.bounds[r]) {
                     s = st_errf(err, ST_ERR_INVALID, "key 'zero': %zu parameters are too few to shard over %d ranks "
                                 "(each shard is whole %d-element chunks; rank %d would hold none); use --zero 0",
-                                m->n_params, dist.world, OPTIM_SUMSQ_CHUNK, r);
+                                m->n_params, dist.world, ST_OPTIM_SUMSQ_CHUNK, r);
                     goto done;
                 }
             dist.lo = dist.bounds[dist.rank];
@@ -1119,13 +1119,13 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
             n_opt_segs = st_zero_clip_segments(segs, m->n_tensors, dist.lo, dist.hi, opt_segs);
         }
     }
-    if ((!sx || dist.world > 1) && !c->state_paths[0] && (s = optim_create(&opt, opt_segs, n_opt_segs, fmt, err)))
+    if ((!sx || dist.world > 1) && !c->state_paths[0] && (s = st_optim_create(&opt, opt_segs, n_opt_segs, fmt, err)))
         goto done;
     if ((s = data_open(&td, c, "data", c->data, m->vocab_size, err))) goto done;
     ev.spec = val_spec(c);
     if (ev.spec && strcmp(ev.spec, "embedded")) { /* token files: a bad one is said now, not at step 50 */
         if ((s = data_open(&ev.vd, c, "val_data", ev.spec, m->vocab_size, err))) goto done;
-        data_loader_get_state(ev.vd.dl, &ev.start);
+        st_data_loader_get_state(ev.vd.dl, &ev.start);
     }
 
     hs = calloc(1, sizeof *hs); /* 4 KiB of data state: not on the stack */
@@ -1134,8 +1134,8 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     if (c->state_paths[0]) {
         if ((s = open_store(c, &dist, m, opt_segs, n_opt_segs, fmt, &td, hs, &store, err))) goto done;
         if (sx && dist.world == 1) { /* the executor updates through the store; its device copies follow the host */
-            if ((s = stream_attach_store(sx, store, hs, sizeof *hs, err))) goto done;
-            stream_set_params(sx, stream_params(sx));
+            if ((s = st_stream_attach_store(sx, store, hs, sizeof *hs, err))) goto done;
+            st_stream_set_params(sx, st_stream_params(sx));
         }
     } else if (c->resume[0]) {
         char ck[2048];
@@ -1143,9 +1143,9 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
         snprintf(path, sizeof path, "%s/model.safetensors", ck);
         if ((s = m->ops->load(m, path, err)) || (s = st_model_check_finite(m, path, err))) goto done;
         /* written at any number of ranks: this rank's shard (or the whole state) of it */
-        if ((s = train_state_load_shard(ck, hs, opt, segs, m->n_tensors, dist.lo, dist.hi, err))) goto done;
+        if ((s = st_train_state_load_shard(ck, hs, opt, segs, m->n_tensors, dist.lo, dist.hi, err))) goto done;
         if ((s = data_restore_state(&td, hs, path, err))) goto done;
-        if (sx) stream_set_params(sx, stream_params(sx)); /* the device copies follow the host */
+        if (sx) st_stream_set_params(sx, st_stream_params(sx)); /* the device copies follow the host */
         st_log(1, "resumed from %s at step %llu\n", ck, (unsigned long long)hs->step);
     }
     if (dist.rank == 0 && c->resume[0] && (s = metrics_truncate(c->run_dir, hs->step, err))) goto done;
@@ -1184,7 +1184,7 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
                      : st_errf(err, ST_ERR_NOMEM, "out of memory");
         goto done;
     }
-    if (lead && (s = prof_tb_open(&tb, c->run_dir, err))) goto done;
+    if (lead && (s = st_prof_tb_open(&tb, c->run_dir, err))) goto done;
     if (!quiet) {
         char desc[256];
         m->ops->describe(m, desc, sizeof desc);
@@ -1206,11 +1206,11 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     snprintf(rank_dir, sizeof rank_dir, "%s/rank_%d", c->run_dir, dist.rank);
     if (!lead && c->trace && (s = st_mkdirs(rank_dir, err))) goto done; /* rank r's trace: RUN_DIR/rank_r/ */
     if (!lead) snprintf(label, sizeof label, "strata train %s rank %d", c->model, dist.rank);
-    prof_run_config pc = {.run_dir = lead ? c->run_dir : rank_dir, .trace = c->trace, .label = label,
+    st_prof_run_config pc = {.run_dir = lead ? c->run_dir : rank_dir, .trace = c->trace, .label = label,
                           .flops_per_step = flops_per_step, .tokens_per_step = step_tokens, .last_step = end,
-                          .host_plan_bytes = mem.tier_need[PROF_TIER_HOST],
+                          .host_plan_bytes = mem.tier_need[ST_PROF_TIER_HOST],
                           .progress = !quiet && dist.world == 1}; /* mpirun's forwarding garbles a live line */
-    if ((s = prof_run_open(&pr, &pc, err))) goto done;
+    if ((s = st_prof_run_open(&pr, &pc, err))) goto done;
     double tok_s_sum = 0;
     long timed = 0, skipped_run = 0; /* consecutive skipped steps */
     float last_loss = NAN;
@@ -1220,17 +1220,17 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
     while ((long)hs->step < end) {
         double t0 = st_now();
         long step = (long)hs->step + 1;
-        prof_step_begin(pr, step);
+        st_prof_step_begin(pr, step);
         /* the step's micro-batches, in order, then one step (strata/step.h) */
         for (long k = 0; k < c->grad_accum && !s; k++) {
-            prof_span pd = prof_begin(PROF_CAT_DATA, "data wait", -1);
+            st_prof_span pd = st_prof_begin(ST_PROF_CAT_DATA, "data wait", -1);
             s = data_next(&td, B, T, inputs + k * (size_t)B * T, targets + k * (size_t)B * T,
                           positions ? positions + k * (size_t)B * T : NULL, doc_start ? doc_start + k * (size_t)B * T : NULL,
                           err);
-            prof_end(&pd);
+            st_prof_end(&pd);
         }
         if (s) goto done;
-        st_step_hp shp = {.adam = {(float)train_lr_at(c, step), (float)c->beta1, (float)c->beta2, (float)c->eps,
+        st_step_hp shp = {.adam = {(float)st_train_lr_at(c, step), (float)c->beta1, (float)c->beta2, (float)c->eps,
                                    (long)hs->adam_step + 1, 1.0f},
                           .grad_clip = (float)c->grad_clip};
         if (store) { /* the loop's state after this step: committed with the update */
@@ -1255,32 +1255,32 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
         } else if (store) {
             st_failpoint("train_step_committed"); /* committed, not yet logged */
         }
-        double norm = last_norm, lr = train_lr_at(c, step);
+        double norm = last_norm, lr = st_train_lr_at(c, step);
         int skipped = last_skipped;
         hs->step = (uint64_t)step;
         data_save_state(&td, hs);
         double dt = st_now() - t0;
-        prof_step_end(pr);
+        st_prof_step_end(pr);
         double tok_s = step_tokens / dt, gflops = flops_per_step / dt / 1e9;
         last_loss = (float)loss;
         if (step > 1) { tok_s_sum += tok_s; timed++; }
         steps_run++;
-        prof_progress_clear(pr);
+        st_prof_progress_clear(pr);
         double val = NAN, eval_s = 0; /* validation: after the step, outside its time */
         char vtxt[64] = "", vjson[128] = "";
         if (lead && ev.spec && (step % c->eval_every == 0 || step == end)) {
             if ((s = st_step_sync(&stp, err))) goto done;
             double te = st_now();
-            prof_span pv = prof_begin(PROF_CAT_OTHER, "validation", -1);
+            st_prof_span pv = st_prof_begin(ST_PROF_CAT_OTHER, "validation", -1);
             s = eval_loss(c, m, sx, &ev, inputs, targets, positions, doc_start, &val, err);
-            prof_end(&pv);
+            st_prof_end(&pv);
             if (s) goto done;
             eval_s = st_now() - te;
             snprintf(vtxt, sizeof vtxt, " | val %.4f (ppl %.2f)", val, exp(val));
             char jv[32], jp[32]; /* a diverged model's loss is not a JSON number */
             snprintf(vjson, sizeof vjson, ",\"val_loss\":%s,\"val_ppl\":%s,\"eval_ms\":%.3f",
                      json_num(jv, val, "%.6f"), json_num(jp, exp(val), "%.4f"), eval_s * 1e3);
-            if ((s = prof_tb_scalar(tb, "val/loss", step, val, err))) goto done;
+            if ((s = st_prof_tb_scalar(tb, "val/loss", step, val, err))) goto done;
         }
         if (!quiet && (step % c->log_every == 0 || step == end || vtxt[0]))
             printf("step %6ld/%ld | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %8.0f tok/s | %6.1f GFLOP/s%s%s\n", step,
@@ -1311,7 +1311,7 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
                          "\"achieved_gflops\":%.3f,\"tokens\":%llu,\"skipped\":%s%s%s%s%s}\n",
                          step, json_num(jloss, loss, "%.6f"), lr, json_num(jnorm, norm, "%.6f"), dt * 1e3, tok_s, gflops,
                          (unsigned long long)step * (unsigned long long)step_tokens,
-                         skipped ? "true" : "false", vjson, disk, jdist, prof_step_json(pr));
+                         skipped ? "true" : "false", vjson, disk, jdist, st_prof_step_json(pr));
         }
         if (lead && (mn < 0 || fflush(metrics) != 0)) { /* a run whose metrics are lost is not a run users can read */
             int e = errno ? errno : EIO;
@@ -1322,13 +1322,13 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
             goto done;
         }
         {
-            const prof_step_stats *ps = prof_step_last(pr);
+            const st_prof_step_stats *ps = st_prof_step_last(pr);
             const char *tags[] = {"train/loss", "train/lr", "train/grad_norm", "perf/step_ms", "perf/tokens_per_s",
                                   "perf/achieved_gflops", "memory/host_rss_bytes", "memory/host_peak_bytes",
                                   "memory/host_plan_bytes"};
             double vals[] = {loss, lr, norm, dt * 1e3, tok_s, gflops, ps ? ps->host_rss_bytes : 0,
-                             ps ? ps->host_peak_bytes : 0, mem.tier_need[PROF_TIER_HOST]};
-            if (lead && (s = prof_tb_scalars(tb, step, tags, vals, (int)(sizeof vals / sizeof vals[0]), err))) goto done;
+                             ps ? ps->host_peak_bytes : 0, mem.tier_need[ST_PROF_TIER_HOST]};
+            if (lead && (s = st_prof_tb_scalars(tb, step, tags, vals, (int)(sizeof vals / sizeof vals[0]), err))) goto done;
         }
         if (c->sample_every > 0 && !quiet && (step % c->sample_every == 0 || step == end)) {
             /* what the model writes now, after the first tokens of this step's batch; the host
@@ -1341,7 +1341,7 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
                                          &serr))
                 st_log(1, "step %ld: no sample: %s\n", step, serr.msg);
         }
-        prof_progress(pr, step, loss);
+        st_prof_progress(pr, step, loss);
         skipped_run = skipped ? skipped_run + 1 : 0;
         if (skipped_run >= c->max_skipped_steps) {
             s = st_errf(err, ST_ERR_NONFINITE,
@@ -1358,10 +1358,10 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
             stop = st1[0] > 0;
         }
         if (!store && ((c->ckpt_every > 0 && step % c->ckpt_every == 0) || step == end || stop)) {
-            prof_span pw = prof_begin(PROF_CAT_IO, "checkpoint write", -1);
+            st_prof_span pw = st_prof_begin(ST_PROF_CAT_IO, "checkpoint write", -1);
             if ((s = st_step_sync(&stp, err)) || (s = save_checkpoint(c, &dist, m, opt, hs, err))) goto done;
             snprintf(path, sizeof path, "%s/checkpoints/step_%08ld", c->run_dir, step);
-            prof_end_bytes(&pw, prof_dir_bytes(path));
+            st_prof_end_bytes(&pw, st_prof_dir_bytes(path));
             if (lead) prune_checkpoints(c);
             saved_at_end = step == end || stop;
         }
@@ -1391,7 +1391,7 @@ st_status train_run(const train_config *c, train_result *res, st_err *err) {
 done:
     if (pr) { /* a trace that cannot be finished fails the run only if nothing else did */
         st_err perr = {0};
-        st_status ps = prof_run_close(pr, &perr);
+        st_status ps = st_prof_run_close(pr, &perr);
         if (ps && !s) s = st_errf(err, ps, "%s", perr.msg);
     }
     st_store_close(store);
@@ -1399,7 +1399,7 @@ done:
     if (metrics) fclose(metrics);
     if (tb) { /* an event file that cannot be finished fails the run only if nothing else did */
         st_err terr = {0};
-        st_status ts = prof_tb_close(tb, &terr);
+        st_status ts = st_prof_tb_close(tb, &terr);
         if (ts && !s) s = st_errf(err, ts, "%s", terr.msg);
     }
     free(inputs);
@@ -1414,9 +1414,9 @@ done:
     data_close(&td);
     data_close(&ev.vd);
     free(segs);
-    if (sx && opt == stream_optim(sx)) opt = NULL; /* the executor's own (one process) */
-    optim_free(opt); /* in memory, or a rank's shard under streaming */
-    if (sx) stream_exec_free(sx); /* the host vectors are the model's */
+    if (sx && opt == st_stream_optim(sx)) opt = NULL; /* the executor's own (one process) */
+    st_optim_free(opt); /* in memory, or a rank's shard under streaming */
+    if (sx) st_stream_exec_free(sx); /* the host vectors are the model's */
     st_model_free(m);
     st_arch_free(arch);
     st_backend_free(dev); /* also when the executor could not be created on it */

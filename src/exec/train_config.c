@@ -27,8 +27,8 @@ typedef struct key_def {
     const char *help;
 } key_def;
 
-#define OFF(f) offsetof(train_config, f)
-#define STR(f) OFF(f), sizeof(((train_config *)0)->f)
+#define OFF(f) offsetof(st_train_config, f)
+#define STR(f) OFF(f), sizeof(((st_train_config *)0)->f)
 static const key_def keys[] = {
     {"model", K_STR, STR(model), 0, 0, "model preset: GPT-2 (gpt2-mini, gpt2-124m, gpt2-350m, gpt2-tiny) or Llama family (llama3.2-1b, qwen2.5-0.5b, llama-tiny, qwen2-tiny, qwen3-tiny)"},
     {"init_from", K_STR, STR(init_from), 0, 0, "fine-tune a Hugging Face model directory (GPT-2, Llama, Qwen2, Qwen3, Mistral); its config.json sets the shape"},
@@ -81,7 +81,7 @@ static const key_def keys[] = {
 };
 #define N_KEYS (sizeof keys / sizeof keys[0])
 
-void train_config_defaults(train_config *c) {
+void st_train_config_defaults(st_train_config *c) {
     memset(c, 0, sizeof *c);
     snprintf(c->model, sizeof c->model, "gpt2-mini");
     c->batch = 16;
@@ -112,7 +112,7 @@ void train_config_defaults(train_config *c) {
     snprintf(c->act, sizeof c->act, "auto");
 }
 
-const char *train_config_keys(void) {
+const char *st_train_config_keys(void) {
     static char buf[2048];
     if (!buf[0])
         for (size_t i = 0; i < N_KEYS; i++)
@@ -120,7 +120,7 @@ const char *train_config_keys(void) {
     return buf;
 }
 
-void train_config_print_help(FILE *f) {
+void st_train_config_print_help(FILE *f) {
     for (size_t i = 0; i < N_KEYS; i++) fprintf(f, "  --%-14s %s\n", keys[i].name, keys[i].help);
 }
 
@@ -130,9 +130,9 @@ static const key_def *find_key(const char *name) {
     return NULL;
 }
 
-st_status train_config_set(train_config *c, const char *key, const char *value, st_err *err) {
+st_status st_train_config_set(st_train_config *c, const char *key, const char *value, st_err *err) {
     const key_def *k = find_key(key);
-    if (!k) return st_errf(err, ST_ERR_INVALID, "unknown configuration key '%s'; known keys: %s", key, train_config_keys());
+    if (!k) return st_errf(err, ST_ERR_INVALID, "unknown configuration key '%s'; known keys: %s", key, st_train_config_keys());
     char *p = (char *)c + k->offset;
     if (k->type == K_STR) {
         if (strlen(value) >= k->size)
@@ -275,7 +275,7 @@ static json_type json_type_of_text(const char *v, size_t len) {
  * the last of duplicate keys and clamp integers that do not fit in 64 bits, so the
  * members are taken from the text, which json-c has validated, and strings are decoded
  * by json-c one at a time. */
-static st_status config_member(train_config *c, const char *path, json_tokener *tok, const char *t, size_t kpos,
+static st_status config_member(st_train_config *c, const char *path, json_tokener *tok, const char *t, size_t kpos,
                                size_t klen, size_t vpos, size_t vlen, unsigned char *seen, st_err *err) {
     json_tokener_reset(tok);
     json_object *ko = json_tokener_parse_ex(tok, t + kpos, (int)klen);
@@ -290,7 +290,7 @@ static st_status config_member(train_config *c, const char *path, json_tokener *
     const key_def *k = klen_ok ? find_key(key) : NULL;
     if (!k) {
         st_status s = st_errf(err, ST_ERR_INVALID, "%s: offset %zu: unknown key '%.80s'; known keys: %s", path, kpos,
-                              kstr, train_config_keys());
+                              kstr, st_train_config_keys());
         json_object_put(ko);
         return s;
     }
@@ -316,7 +316,7 @@ static st_status config_member(train_config *c, const char *path, json_tokener *
         if (!str || (size_t)json_object_get_string_len(vo) != strlen(str))
             s = st_errf(err, ST_ERR_INVALID, "key '%s': the string at offset %zu holds a NUL character", key, vpos);
         else
-            s = train_config_set(c, key, str, err);
+            s = st_train_config_set(c, key, str, err);
         if (vo) json_object_put(vo);
     } else {
         char num[128];
@@ -325,12 +325,12 @@ static st_status config_member(train_config *c, const char *path, json_tokener *
                            vlen);
         memcpy(num, v, vlen);
         num[vlen] = 0;
-        s = train_config_set(c, key, num, err);
+        s = st_train_config_set(c, key, num, err);
     }
     return s ? st_err_prefix(err, "%s", path) : ST_OK;
 }
 
-st_status train_config_load_json(train_config *c, const char *path, st_err *err) {
+st_status st_train_config_load_json(st_train_config *c, const char *path, st_err *err) {
     char *t = NULL;
     size_t n = 0;
     st_status s = read_config_text(path, &t, &n, err);
@@ -389,7 +389,7 @@ out:
     return s;
 }
 
-int train_config_key_crcs(const train_config *c, uint32_t *out, int cap) {
+int st_train_config_key_crcs(const st_train_config *c, uint32_t *out, int cap) {
     int n = 0;
     for (size_t i = 0; i < N_KEYS && n < cap; i++) {
         const key_def *k = &keys[i];
@@ -401,9 +401,9 @@ int train_config_key_crcs(const train_config *c, uint32_t *out, int cap) {
     return n;
 }
 
-const char *train_config_key_name(int i) { return i >= 0 && (size_t)i < N_KEYS ? keys[i].name : "?"; }
+const char *st_train_config_key_name(int i) { return i >= 0 && (size_t)i < N_KEYS ? keys[i].name : "?"; }
 
-st_status train_config_save_json(const train_config *c, const char *path, st_err *err) {
+st_status st_train_config_save_json(const st_train_config *c, const char *path, st_err *err) {
     json_object *root = json_object_new_object();
     for (size_t i = 0; i < N_KEYS; i++) {
         const key_def *k = &keys[i];
@@ -424,8 +424,8 @@ st_status train_config_save_json(const train_config *c, const char *path, st_err
     return s;
 }
 
-st_status train_config_resolve(const train_config *c, gpt2_config *mc, st_err *err) {
-    st_status s = c->init_from[0] ? gpt2_hf_config_read(c->init_from, mc, err) : gpt2_config_preset(c->model, mc, NULL);
+st_status st_train_config_resolve(const st_train_config *c, st_gpt2_config *mc, st_err *err) {
+    st_status s = c->init_from[0] ? st_gpt2_hf_config_read(c->init_from, mc, err) : st_gpt2_config_preset(c->model, mc, NULL);
     if (s && c->init_from[0]) return st_err_prefix(err, "key 'init_from'");
     if (s) /* every family's presets, not only GPT-2's */
         return st_errf(err, ST_ERR_INVALID, "key 'model': unknown model '%s'; known models: %s (or init_from a "
@@ -444,7 +444,7 @@ st_status train_config_resolve(const train_config *c, gpt2_config *mc, st_err *e
     if (c->n_layer > 0) mc->n_layer = c->n_layer;
     if (c->n_head > 0) mc->n_head = c->n_head;
     if (c->n_embd > 0) mc->n_embd = c->n_embd;
-    s = gpt2_config_validate(mc, err);
+    s = st_gpt2_config_validate(mc, err);
     if (s) return st_err_prefix(err, "model shape");
     if (c->seq > mc->max_seq)
         return st_errf(err, ST_ERR_INVALID, "key 'seq': %d exceeds the model's max_seq %d; lower seq or raise max_seq",
@@ -465,23 +465,23 @@ st_status train_config_resolve(const train_config *c, gpt2_config *mc, st_err *e
     return ST_OK;
 }
 
-st_status train_config_resolve_llama(const train_config *c, llama_config *lc, int *is_llama, st_err *err) {
+st_status st_train_config_resolve_llama(const st_train_config *c, st_llama_config *lc, int *is_llama, st_err *err) {
     *is_llama = 0;
     st_status s;
-    if (c->init_from[0] && gpt2_hf_is_dir(c->init_from)) {
-        return ST_OK; /* GPT-2: train_config_resolve reads its shape */
+    if (c->init_from[0] && st_gpt2_hf_is_dir(c->init_from)) {
+        return ST_OK; /* GPT-2: st_train_config_resolve reads its shape */
     } else if (c->init_from[0]) {
-        if ((s = hf_config_read(c->init_from, lc, err))) {
+        if ((s = st_hf_config_read(c->init_from, lc, err))) {
             if (s == ST_ERR_UNSUPPORTED && err) /* the Llama reader's list lacks the other family */
                 snprintf(err->msg + strlen(err->msg), sizeof err->msg - strlen(err->msg),
                          "; or GPT-2 (GPT2LMHeadModel)");
             return st_err_prefix(err, "key 'init_from'");
         }
-    } else if (llama_config_preset(c->model, lc, NULL) == ST_OK) {
+    } else if (st_llama_config_preset(c->model, lc, NULL) == ST_OK) {
         st_model_overrides ov = {c->vocab_size, c->max_seq, c->n_layer, c->n_head, c->n_embd};
-        if ((s = llama_config_apply_overrides(lc, &ov, err))) return st_err_prefix(err, "model shape");
+        if ((s = st_llama_config_apply_overrides(lc, &ov, err))) return st_err_prefix(err, "model shape");
     } else {
-        return ST_OK; /* GPT-2: train_config_resolve */
+        return ST_OK; /* GPT-2: st_train_config_resolve */
     }
     *is_llama = 1;
     if (c->seq > lc->max_seq)
@@ -497,22 +497,22 @@ st_status train_config_resolve_llama(const train_config *c, llama_config *lc, in
     return ST_OK;
 }
 
-st_status train_config_check(const train_config *c, st_err *err) {
-    gpt2_config mc;
-    llama_config lc;
+st_status st_train_config_check(const st_train_config *c, st_err *err) {
+    st_gpt2_config mc;
+    st_llama_config lc;
     int is_llama;
-    st_status s = train_config_resolve_llama(c, &lc, &is_llama, err);
-    if (!s && !is_llama) s = train_config_resolve(c, &mc, err);
+    st_status s = st_train_config_resolve_llama(c, &lc, &is_llama, err);
+    if (!s && !is_llama) s = st_train_config_resolve(c, &mc, err);
     if (!s && !c->plan[0]) s = st_errf(err, ST_ERR_INVALID, "key 'plan' is empty: give auto or a plan file");
     if (!s && strcmp(c->plan, "auto") && !(c->device_budget > 0)) /* strata train fills it from the file */
         s = st_errf(err, ST_ERR_INVALID, "key 'plan': the plan file %s is a layer-streaming plan: give device_budget "
                     "(strata train takes the plan's own when none is given), or plan auto", c->plan);
     if (!s && strcmp(c->act, "auto")) { /* the spec against the model's blocks */
-        unsigned char fixed[STREAM_MAX_LAYERS];
+        unsigned char fixed[ST_STREAM_MAX_LAYERS];
         int n_fixed, L = is_llama ? lc.n_layer : mc.n_layer;
-        if (L > STREAM_MAX_LAYERS || plan_act_parse(c->act, L, fixed, &n_fixed, err))
-            s = L > STREAM_MAX_LAYERS ? st_errf(err, ST_ERR_INVALID, "key 'act': %d blocks, layer streaming takes at "
-                                                "most %d", L, STREAM_MAX_LAYERS)
+        if (L > ST_STREAM_MAX_LAYERS || st_plan_act_parse(c->act, L, fixed, &n_fixed, err))
+            s = L > ST_STREAM_MAX_LAYERS ? st_errf(err, ST_ERR_INVALID, "key 'act': %d blocks, layer streaming takes at "
+                                                "most %d", L, ST_STREAM_MAX_LAYERS)
                                       : st_err_prefix(err, "key 'act'");
         else if (!(c->device_budget > 0) && !strcmp(c->plan, "auto"))
             s = st_errf(err, ST_ERR_INVALID, "key 'act' fixes activation choices of the layer-streaming plan: give "
@@ -521,12 +521,12 @@ st_status train_config_check(const train_config *c, st_err *err) {
     return s;
 }
 
-st_model_overrides train_config_overrides(const train_config *c) {
+st_model_overrides st_train_config_overrides(const st_train_config *c) {
     st_model_overrides ov = {c->vocab_size, c->max_seq, c->n_layer, c->n_head, c->n_embd};
     return ov;
 }
 
-double train_lr_at(const train_config *c, long step) {
+double st_train_lr_at(const st_train_config *c, long step) {
     if (c->warmup_steps > 0 && step <= c->warmup_steps) return c->lr * (double)step / (double)c->warmup_steps;
     long decay = c->steps - c->warmup_steps;
     if (decay <= 0) return c->lr;
@@ -536,17 +536,17 @@ double train_lr_at(const train_config *c, long step) {
     return min_lr + 0.5 * (c->lr - min_lr) * (1.0 + cos(M_PI * progress));
 }
 
-void train_mem_state_on_disk(const train_config *c, prof_mem_estimate *e) {
+void st_train_mem_state_on_disk(const st_train_config *c, st_prof_mem_estimate *e) {
     if (!c->state_paths[0]) return;
     /* the moments go to disk; the store's buffers stay (its disk space it checks itself) */
     double mom = !strcmp(c->optim_state, "8bit") ? e->moments_8bit : e->moments_f32;
     double buffers = c->state_budget > 0 ? c->state_budget : 256.0 * 1048576.0;
-    e->tier_need[PROF_TIER_HOST] += buffers - mom;
+    e->tier_need[ST_PROF_TIER_HOST] += buffers - mom;
     e->moments_on_disk = 1;
     e->state_buffers = buffers;
 }
 
-st_status train_state_paths(const train_config *c, char *buf, size_t cap, const char **paths, int *n,
+st_status st_train_state_paths(const st_train_config *c, char *buf, size_t cap, const char **paths, int *n,
                             double *weights, int *weighted, st_err *err) {
     snprintf(buf, cap, "%s", c->state_paths);
     *n = 0;

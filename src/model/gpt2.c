@@ -16,22 +16,22 @@
 
 /* ------------------------------------------------------------------ configs */
 
-static const struct { const char *name; gpt2_config cfg; } presets[] = {
+static const struct { const char *name; st_gpt2_config cfg; } presets[] = {
     {"gpt2-124m", {50257, 1024, 12, 12, 768}},
     {"gpt2-350m", {50257, 1024, 24, 16, 1024}},
     {"gpt2-mini", {256, 256, 4, 4, 128}},
     {"gpt2-tiny", {64, 16, 2, 4, 32}},
 };
 
-st_status gpt2_config_preset(const char *name, gpt2_config *cfg, st_err *err) {
+st_status st_gpt2_config_preset(const char *name, st_gpt2_config *cfg, st_err *err) {
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
         if (!strcmp(name, presets[i].name)) { *cfg = presets[i].cfg; return ST_OK; }
-    return st_errf(err, ST_ERR_INVALID, "unknown model '%s'; known models: %s", name, gpt2_preset_names());
+    return st_errf(err, ST_ERR_INVALID, "unknown model '%s'; known models: %s", name, st_gpt2_preset_names());
 }
 
-const char *gpt2_preset_names(void) { return "gpt2-124m, gpt2-350m, gpt2-mini, gpt2-tiny"; }
+const char *st_gpt2_preset_names(void) { return "gpt2-124m, gpt2-350m, gpt2-mini, gpt2-tiny"; }
 
-st_status gpt2_config_validate(const gpt2_config *c, st_err *err) {
+st_status st_gpt2_config_validate(const st_gpt2_config *c, st_err *err) {
     if (c->vocab_size < 2 || c->vocab_size > (1 << 24))
         return st_errf(err, ST_ERR_INVALID, "vocab_size %d is out of range [2, 16777216]", c->vocab_size);
     if (c->max_seq < 1 || c->max_seq > (1 << 20))
@@ -82,7 +82,7 @@ typedef struct block_ptrs {
 } block_ptrs;
 
 /* Pointers into one block's slab (weights or gradients share the layout). */
-static block_ptrs slab_ptrs(const gpt2_model *m, float *slab) {
+static block_ptrs slab_ptrs(const st_gpt2_model *m, float *slab) {
     size_t C = (size_t)m->cfg.n_embd;
     float *p = slab;
     block_ptrs b;
@@ -97,7 +97,7 @@ static block_ptrs slab_ptrs(const gpt2_model *m, float *slab) {
 }
 
 
-static void add_tensor(gpt2_model *m, const char *name, size_t *off, int ndim, int d0, int d1) {
+static void add_tensor(st_gpt2_model *m, const char *name, size_t *off, int ndim, int d0, int d1) {
     st_param_info *t = &m->tensors[m->n_tensors++];
     snprintf(t->name, sizeof t->name, "%s", name);
     t->offset = *off;
@@ -111,7 +111,7 @@ static void add_tensor(gpt2_model *m, const char *name, size_t *off, int ndim, i
 
 /* ------------------------------------------------------------------ activations */
 
-struct gpt2_acts {
+struct st_gpt2_acts {
     int32_t *inputs, *targets; /* backend copies (N) */
     float *encoded;            /* (N,C) */
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *lse, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fchg, *res3;
@@ -124,9 +124,9 @@ struct gpt2_acts {
     void *block;               /* the single allocation */
 };
 
-size_t gpt2_act_bytes(const gpt2_config *cfg, int B, int T) { return gpt2_act_bytes_layers(cfg, B, T, cfg->n_layer); }
+size_t st_gpt2_act_bytes(const st_gpt2_config *cfg, int B, int T) { return st_gpt2_act_bytes_layers(cfg, B, T, cfg->n_layer); }
 
-size_t gpt2_act_bytes_layers(const gpt2_config *cfg, int B, int T, int n_layers) {
+size_t st_gpt2_act_bytes_layers(const st_gpt2_config *cfg, int B, int T, int n_layers) {
     size_t N = (size_t)B * T, C = cfg->n_embd, L = (size_t)n_layers, NH = cfg->n_head, V = cfg->vocab_size;
     size_t per_layer = N * C * 8 + N * 4 * C * 2 + N * 4 + NH * N; /* ln1 qkv(3) atty res2 ln2 res3 + fch fchg + stats + lse */
     size_t total = 2 * N /* tokens */ + N * C + L * per_layer + N * C + 2 * N + N * V + N + N * C /* scratch */
@@ -134,25 +134,25 @@ size_t gpt2_act_bytes_layers(const gpt2_config *cfg, int B, int T, int n_layers)
     return total * 4;
 }
 
-st_status gpt2_alloc_acts(gpt2_model *m, int B, int T, st_err *err) {
-    return gpt2_alloc_acts_layers(m, B, T, m->cfg.n_layer, err);
+st_status st_gpt2_alloc_acts(st_gpt2_model *m, int B, int T, st_err *err) {
+    return st_gpt2_alloc_acts_layers(m, B, T, m->cfg.n_layer, err);
 }
 
 /* scratch_only: the token ids and the block functions' scratch, nothing else (the block
  * interface's bound state, gpt2_arch.c). */
-static size_t scratch_floats(const gpt2_config *cfg, int B, int T) {
+static size_t scratch_floats(const st_gpt2_config *cfg, int B, int T) {
     size_t N = (size_t)B * T, C = cfg->n_embd;
     return N /* token ids */ + N * C /* scratch */ + N * C + N * 4 * C * 2 + N * 3 * C /* dC dC4a dC4b dC3 */;
 }
-size_t gpt2_scratch_bytes(const gpt2_config *cfg, int B, int T) { return scratch_floats(cfg, B, T) * 4; }
+size_t st_gpt2_scratch_bytes(const st_gpt2_config *cfg, int B, int T) { return scratch_floats(cfg, B, T) * 4; }
 
-static st_status alloc_acts(gpt2_model *m, int B, int T, int n_layers, int scratch_only, st_err *err);
-st_status gpt2_alloc_scratch(gpt2_model *m, int B, int T, st_err *err) { return alloc_acts(m, B, T, 0, 1, err); }
-st_status gpt2_alloc_acts_layers(gpt2_model *m, int B, int T, int n_layers, st_err *err) {
+static st_status alloc_acts(st_gpt2_model *m, int B, int T, int n_layers, int scratch_only, st_err *err);
+st_status st_gpt2_alloc_scratch(st_gpt2_model *m, int B, int T, st_err *err) { return alloc_acts(m, B, T, 0, 1, err); }
+st_status st_gpt2_alloc_acts_layers(st_gpt2_model *m, int B, int T, int n_layers, st_err *err) {
     return alloc_acts(m, B, T, n_layers, 0, err);
 }
 
-static st_status alloc_acts(gpt2_model *m, int B, int T, int n_layers, int scratch_only, st_err *err) {
+static st_status alloc_acts(st_gpt2_model *m, int B, int T, int n_layers, int scratch_only, st_err *err) {
     if (B < 1 || T < 1) return st_errf(err, ST_ERR_INVALID, "batch %d and seq %d must be >= 1", B, T);
     if (n_layers < 0 || n_layers > m->cfg.n_layer)
         return st_errf(err, ST_ERR_INVALID, "activation layers %d out of range [0, %d]", n_layers, m->cfg.n_layer);
@@ -169,8 +169,8 @@ static st_status alloc_acts(gpt2_model *m, int B, int T, int n_layers, int scrat
         m->docs = NULL;
     }
     m->pos_dev = m->ds_dev = NULL;
-    size_t bytes = scratch_only ? gpt2_scratch_bytes(&m->cfg, B, T) : gpt2_act_bytes_layers(&m->cfg, B, T, n_layers);
-    gpt2_acts *a = calloc(1, sizeof *a);
+    size_t bytes = scratch_only ? st_gpt2_scratch_bytes(&m->cfg, B, T) : st_gpt2_act_bytes_layers(&m->cfg, B, T, n_layers);
+    st_gpt2_acts *a = calloc(1, sizeof *a);
     if (!a) return st_errf(err, ST_ERR_NOMEM, "out of memory");
     a->block = m->be->ops->alloc(m->be, bytes);
     a->losses_host = malloc(sizeof(float) * (size_t)B * T);
@@ -236,14 +236,14 @@ taken:
 
 /* ------------------------------------------------------------------ lifetime */
 
-st_status gpt2_create(gpt2_model *m, const gpt2_config *cfg, st_backend *be, st_err *err) {
-    st_status s = gpt2_create_shell(m, cfg, be, err);
+st_status st_gpt2_create(st_gpt2_model *m, const st_gpt2_config *cfg, st_backend *be, st_err *err) {
+    st_status s = st_gpt2_create_shell(m, cfg, be, err);
     if (s) return s;
     size_t off = m->n_params;
     m->params = be->ops->alloc(be, off * sizeof(float));
     m->grads = be->ops->alloc(be, off * sizeof(float));
     if (!m->params || !m->grads) {
-        gpt2_free(m);
+        st_gpt2_free(m);
         return st_errf(err, ST_ERR_NOMEM, "cannot allocate %.1f MiB for parameters and gradients",
                        2.0 * off * sizeof(float) / 1048576.0);
     }
@@ -255,9 +255,9 @@ st_status gpt2_create(gpt2_model *m, const gpt2_config *cfg, st_backend *be, st_
     return ST_OK;
 }
 
-st_status gpt2_create_shell(gpt2_model *m, const gpt2_config *cfg, st_backend *be, st_err *err) {
+st_status st_gpt2_create_shell(st_gpt2_model *m, const st_gpt2_config *cfg, st_backend *be, st_err *err) {
     memset(m, 0, sizeof *m);
-    st_status s = gpt2_config_validate(cfg, err);
+    st_status s = st_gpt2_config_validate(cfg, err);
     if (s) return s;
     m->cfg = *cfg;
     m->be = be;
@@ -283,7 +283,7 @@ st_status gpt2_create_shell(gpt2_model *m, const gpt2_config *cfg, st_backend *b
     return ST_OK;
 }
 
-void gpt2_free(gpt2_model *m) {
+void st_gpt2_free(st_gpt2_model *m) {
     if (!m->be) return;
     if (m->acts) {
         m->be->ops->dealloc(m->be, m->acts->block);
@@ -297,11 +297,11 @@ void gpt2_free(gpt2_model *m) {
     memset(m, 0, sizeof *m);
 }
 
-const st_param_info *gpt2_find_tensor(const gpt2_model *m, const char *name) {
+const st_param_info *st_gpt2_find_tensor(const st_gpt2_model *m, const char *name) {
     return st_params_find(m->tensors, m->n_tensors, name);
 }
 
-void gpt2_init_random(gpt2_model *m, uint64_t seed) {
+void st_gpt2_init_random(st_gpt2_model *m, uint64_t seed) {
     float *host = malloc(m->n_params * sizeof(float));
     if (!host) return;
     st_params_init_by_role(m->tensors, m->n_tensors, host, seed, "c_proj.weight", 1.0f / sqrtf(2.0f * m->cfg.n_layer));
@@ -313,10 +313,10 @@ void gpt2_init_random(gpt2_model *m, uint64_t seed) {
 
 #define OPS (m->be->ops)
 
-gpt2_block_acts gpt2_layer_acts(const gpt2_model *m, int l) {
-    gpt2_acts *a = m->acts;
+st_gpt2_block_acts st_gpt2_layer_acts(const st_gpt2_model *m, int l) {
+    st_gpt2_acts *a = m->acts;
     size_t N = (size_t)m->B * m->T, NC = N * (size_t)m->cfg.n_embd;
-    gpt2_block_acts b = {
+    st_gpt2_block_acts b = {
         .ln1 = a->ln1 + l * NC,           .ln1_mean = a->ln1_mean + l * N, .ln1_rstd = a->ln1_rstd + l * N,
         .qkv = a->qkv + l * NC * 3,       .atty = a->atty + l * NC,        .lse = a->lse + (size_t)l * m->cfg.n_head * N,
         .res2 = a->res2 + l * NC,         .ln2 = a->ln2 + l * NC,          .ln2_mean = a->ln2_mean + l * N,
@@ -326,14 +326,14 @@ gpt2_block_acts gpt2_layer_acts(const gpt2_model *m, int l) {
     return b;
 }
 
-size_t gpt2_block_act_floats(const gpt2_model *m) {
+size_t st_gpt2_block_act_floats(const st_gpt2_model *m) {
     size_t N = (size_t)m->B * m->T, C = (size_t)m->cfg.n_embd, NH = (size_t)m->cfg.n_head;
     return N * C * 7 + N * C * 8 + N * 4 + NH * N; /* ln1 qkv(3) atty res2 ln2 | fch fchg | stats | lse */
 }
 
-gpt2_block_acts gpt2_block_acts_at(const gpt2_model *m, float *buf, float *out) {
+st_gpt2_block_acts st_gpt2_block_acts_at(const st_gpt2_model *m, float *buf, float *out) {
     size_t N = (size_t)m->B * m->T, NC = N * (size_t)m->cfg.n_embd;
-    gpt2_block_acts b;
+    st_gpt2_block_acts b;
     float *p = buf;
     b.ln1 = p; p += NC;
     b.qkv = p; p += 3 * NC;
@@ -351,11 +351,11 @@ gpt2_block_acts gpt2_block_acts_at(const gpt2_model *m, float *buf, float *out) 
     return b;
 }
 
-const float *gpt2_layer_input(const gpt2_model *m, int l) {
+const float *st_gpt2_layer_input(const st_gpt2_model *m, int l) {
     return l == 0 ? m->acts->encoded : m->acts->res3 + (size_t)(l - 1) * m->B * m->T * m->cfg.n_embd;
 }
 
-void gpt2_block_forward(gpt2_model *m, const float *wslab, const float *in, const gpt2_block_acts *a) {
+void st_gpt2_block_forward(st_gpt2_model *m, const float *wslab, const float *in, const st_gpt2_block_acts *a) {
     st_backend *be = m->be;
     int B = m->B, T = m->T, C = m->cfg.n_embd, NH = m->cfg.n_head, N = B * T;
     size_t NC = (size_t)N * C;
@@ -374,9 +374,9 @@ void gpt2_block_forward(gpt2_model *m, const float *wslab, const float *in, cons
     OPS->residual_forward(be, a->out, a->res2, scratch, (int)NC);
 }
 
-void gpt2_block_backward(gpt2_model *m, const float *wslab, float *gslab, const float *in, const gpt2_block_acts *a,
+void st_gpt2_block_backward(st_gpt2_model *m, const float *wslab, float *gslab, const float *in, const st_gpt2_block_acts *a,
                          float *dres) {
-    gpt2_acts *s = m->acts;
+    st_gpt2_acts *s = m->acts;
     st_backend *be = m->be;
     int B = m->B, T = m->T, C = m->cfg.n_embd, NH = m->cfg.n_head, N = B * T;
     size_t NC = (size_t)N * C;
@@ -400,14 +400,14 @@ void gpt2_block_backward(gpt2_model *m, const float *wslab, float *gslab, const 
     OPS->layernorm_backward(be, dres, g.ln1w, g.ln1b, s->dC, in, w.ln1w, a->ln1_mean, a->ln1_rstd, N, C);
 }
 
-void gpt2_embed_forward(gpt2_model *m, const int32_t *inputs, const int32_t *targets) {
-    gpt2_acts *a = m->acts;
+void st_gpt2_embed_forward(st_gpt2_model *m, const int32_t *inputs, const int32_t *targets) {
+    st_gpt2_acts *a = m->acts;
     int B = m->B, T = m->T, C = m->cfg.n_embd, V = m->cfg.vocab_size, N = B * T;
-    prof_span pc = prof_begin(PROF_CAT_COPY, "copy h2d tokens", -1);
+    st_prof_span pc = st_prof_begin(ST_PROF_CAT_COPY, "copy h2d tokens", -1);
     OPS->copy_to_device(m->be, a->inputs, inputs, sizeof(int32_t) * N);
     if (targets) OPS->copy_to_device(m->be, a->targets, targets, sizeof(int32_t) * N);
-    prof_end_bytes(&pc, (int64_t)sizeof(int32_t) * N * (targets ? 2 : 1));
-    prof_span pe = prof_begin(PROF_CAT_COMPUTE, "embedding", -1);
+    st_prof_end_bytes(&pc, (int64_t)sizeof(int32_t) * N * (targets ? 2 : 1));
+    st_prof_span pe = st_prof_begin(ST_PROF_CAT_COMPUTE, "embedding", -1);
     if (m->pos_dev) { /* wte[token] + wpe[position]: the rows gathered, then one add (encoder_forward's) */
         OPS->embedding_forward(m->be, a->encoded, a->inputs, m->emb_w, B, T, C);
         OPS->embedding_forward(m->be, a->scratch, m->pos_dev, m->emb_w + (size_t)V * C, B, T, C);
@@ -415,10 +415,10 @@ void gpt2_embed_forward(gpt2_model *m, const int32_t *inputs, const int32_t *tar
     } else {
         OPS->encoder_forward(m->be, a->encoded, a->inputs, m->emb_w, m->emb_w + (size_t)V * C, B, T, C);
     }
-    prof_end(&pe);
+    st_prof_end(&pe);
 }
 
-st_status gpt2_set_docs(gpt2_model *m, const int32_t *positions, const int32_t *doc_start, st_err *err) {
+st_status st_gpt2_set_docs(st_gpt2_model *m, const int32_t *positions, const int32_t *doc_start, st_err *err) {
     if (!m->acts) return st_errf(err, ST_ERR_INVALID, "gpt2: documents set before the activations");
     int plain_pos, plain_ds;
     st_status s = st_docs_check(positions, doc_start, m->B, m->T, m->cfg.max_seq, &plain_pos, &plain_ds, err);
@@ -444,20 +444,20 @@ st_status gpt2_set_docs(gpt2_model *m, const int32_t *positions, const int32_t *
     return ST_OK;
 }
 
-float gpt2_head_forward(gpt2_model *m, const float *x, const int32_t *targets, float dloss) {
-    gpt2_acts *a = m->acts;
+float st_gpt2_head_forward(st_gpt2_model *m, const float *x, const int32_t *targets, float dloss) {
+    st_gpt2_acts *a = m->acts;
     st_backend *be = m->be;
     int C = m->cfg.n_embd, V = m->cfg.vocab_size, N = m->B * m->T;
     const float *lnfw = m->lnf_w, *lnfb = lnfw + C;
-    prof_span pk = prof_begin(PROF_CAT_COMPUTE, "classifier", -1);
+    st_prof_span pk = st_prof_begin(ST_PROF_CAT_COMPUTE, "classifier", -1);
     OPS->layernorm_forward(be, a->lnf, a->lnf_mean, a->lnf_rstd, x, lnfw, lnfb, N, C);
     OPS->matmul_forward(be, a->logits, a->lnf, m->emb_w, NULL, N, C, V, ST_W_OUT_IN);
-    if (!targets) { prof_end(&pk); m->mean_loss = NAN; return NAN; }
+    if (!targets) { st_prof_end(&pk); m->mean_loss = NAN; return NAN; }
     OPS->crossentropy_forward_backward(be, a->logits, a->losses, a->targets, N, V, dloss);
-    prof_end(&pk);
-    prof_span pc = prof_begin(PROF_CAT_COPY, "copy d2h losses", -1);
+    st_prof_end(&pk);
+    st_prof_span pc = st_prof_begin(ST_PROF_CAT_COPY, "copy d2h losses", -1);
     OPS->copy_to_host(be, a->losses_host, a->losses, sizeof(float) * N);
-    prof_end_bytes(&pc, (int64_t)sizeof(float) * N);
+    st_prof_end_bytes(&pc, (int64_t)sizeof(float) * N);
     double sum = 0;
     int counted = 0;
     for (int i = 0; i < N; i++)
@@ -466,85 +466,85 @@ float gpt2_head_forward(gpt2_model *m, const float *x, const int32_t *targets, f
     return m->mean_loss;
 }
 
-void gpt2_head_backward(gpt2_model *m, const float *x, float *dres) {
-    gpt2_acts *a = m->acts;
+void st_gpt2_head_backward(st_gpt2_model *m, const float *x, float *dres) {
+    st_gpt2_acts *a = m->acts;
     st_backend *be = m->be;
     int C = m->cfg.n_embd, V = m->cfg.vocab_size, N = m->B * m->T;
     size_t NC = (size_t)N * C;
     float *dlnfw = m->lnf_g, *dlnfb = dlnfw + C;
     const float *lnfw = m->lnf_w;
     /* the logits buffer already holds dlogits */
-    prof_span pk = prof_begin(PROF_CAT_COMPUTE, "classifier backward", -1);
+    st_prof_span pk = st_prof_begin(ST_PROF_CAT_COMPUTE, "classifier backward", -1);
     OPS->memset0(be, a->dC, NC * sizeof(float));
     OPS->matmul_backward(be, a->dC, m->emb_g, NULL, a->logits, a->lnf, m->emb_w, N, C, V, ST_W_OUT_IN);
     OPS->memset0(be, dres, NC * sizeof(float));
     OPS->layernorm_backward(be, dres, dlnfw, dlnfb, a->dC, x, lnfw, a->lnf_mean, a->lnf_rstd, N, C);
-    prof_end(&pk);
+    st_prof_end(&pk);
 }
 
-void gpt2_embed_backward(gpt2_model *m, const float *dres) {
+void st_gpt2_embed_backward(st_gpt2_model *m, const float *dres) {
     int C = m->cfg.n_embd, V = m->cfg.vocab_size;
-    prof_span pe = prof_begin(PROF_CAT_COMPUTE, "embedding backward", -1);
+    st_prof_span pe = st_prof_begin(ST_PROF_CAT_COMPUTE, "embedding backward", -1);
     if (m->pos_dev) {
         OPS->embedding_backward(m->be, m->emb_g, dres, m->acts->inputs, m->B, m->T, C);
         OPS->embedding_backward(m->be, m->emb_g + (size_t)V * C, dres, m->pos_dev, m->B, m->T, C);
     } else {
         OPS->encoder_backward(m->be, m->emb_g, m->emb_g + (size_t)V * C, dres, m->acts->inputs, m->B, m->T, C);
     }
-    prof_end(&pe);
+    st_prof_end(&pe);
 }
 
-float *gpt2_dresidual(gpt2_model *m) { return m->acts->dres; }
-int32_t *gpt2_token_ids(gpt2_model *m) { return m->acts->inputs; }
-float *gpt2_scratch(gpt2_model *m) { return m->acts->scratch; }
+float *st_gpt2_dresidual(st_gpt2_model *m) { return m->acts->dres; }
+int32_t *st_gpt2_token_ids(st_gpt2_model *m) { return m->acts->inputs; }
+float *st_gpt2_scratch(st_gpt2_model *m) { return m->acts->scratch; }
 
-float gpt2_forward(gpt2_model *m, const int32_t *inputs, const int32_t *targets, float dloss) {
-    return gpt2_forward_hooked(m, inputs, targets, dloss, NULL, NULL);
+float st_gpt2_forward(st_gpt2_model *m, const int32_t *inputs, const int32_t *targets, float dloss) {
+    return st_gpt2_forward_hooked(m, inputs, targets, dloss, NULL, NULL);
 }
 
-float gpt2_forward_hooked(gpt2_model *m, const int32_t *inputs, const int32_t *targets, float dloss,
+float st_gpt2_forward_hooked(st_gpt2_model *m, const int32_t *inputs, const int32_t *targets, float dloss,
                           void (*hook)(void *ctx, size_t offset, size_t n), void *ctx) {
-    prof_span pf = prof_begin(PROF_CAT_COMPUTE, "forward", -1);
+    st_prof_span pf = st_prof_begin(ST_PROF_CAT_COMPUTE, "forward", -1);
     size_t post = m->block_offset0 + (size_t)m->cfg.n_layer * m->block_numel;
     if (hook) hook(ctx, 0, m->block_offset0);
-    gpt2_embed_forward(m, inputs, targets);
+    st_gpt2_embed_forward(m, inputs, targets);
     for (int l = 0; l < m->cfg.n_layer; l++) {
         size_t off = m->block_offset0 + (size_t)l * m->block_numel;
         if (hook) hook(ctx, off, m->block_numel);
-        prof_span pb = prof_begin(PROF_CAT_COMPUTE, "forward block", l);
-        gpt2_block_acts a = gpt2_layer_acts(m, l);
-        gpt2_block_forward(m, m->params + off, gpt2_layer_input(m, l), &a);
-        prof_end(&pb);
+        st_prof_span pb = st_prof_begin(ST_PROF_CAT_COMPUTE, "forward block", l);
+        st_gpt2_block_acts a = st_gpt2_layer_acts(m, l);
+        st_gpt2_block_forward(m, m->params + off, st_gpt2_layer_input(m, l), &a);
+        st_prof_end(&pb);
     }
     if (hook) hook(ctx, post, m->n_params - post);
-    float loss = gpt2_head_forward(m, gpt2_layer_input(m, m->cfg.n_layer), targets, dloss);
-    prof_end(&pf);
+    float loss = st_gpt2_head_forward(m, st_gpt2_layer_input(m, m->cfg.n_layer), targets, dloss);
+    st_prof_end(&pf);
     return loss;
 }
 
-void gpt2_backward(gpt2_model *m) { gpt2_backward_hooked(m, NULL, NULL); }
+void st_gpt2_backward(st_gpt2_model *m) { st_gpt2_backward_hooked(m, NULL, NULL); }
 
-void gpt2_backward_hooked(gpt2_model *m, void (*hook)(void *ctx, size_t offset, size_t n), void *ctx) {
-    prof_span pbw = prof_begin(PROF_CAT_COMPUTE, "backward", -1);
+void st_gpt2_backward_hooked(st_gpt2_model *m, void (*hook)(void *ctx, size_t offset, size_t n), void *ctx) {
+    st_prof_span pbw = st_prof_begin(ST_PROF_CAT_COMPUTE, "backward", -1);
     float *dres = m->acts->dres;
-    gpt2_head_backward(m, gpt2_layer_input(m, m->cfg.n_layer), dres);
+    st_gpt2_head_backward(m, st_gpt2_layer_input(m, m->cfg.n_layer), dres);
     for (int l = m->cfg.n_layer - 1; l >= 0; l--) {
-        prof_span pb = prof_begin(PROF_CAT_COMPUTE, "backward block", l);
-        gpt2_block_acts a = gpt2_layer_acts(m, l);
+        st_prof_span pb = st_prof_begin(ST_PROF_CAT_COMPUTE, "backward block", l);
+        st_gpt2_block_acts a = st_gpt2_layer_acts(m, l);
         size_t off = m->block_offset0 + (size_t)l * m->block_numel;
-        gpt2_block_backward(m, m->params + off, m->grads + off, gpt2_layer_input(m, l), &a, dres);
-        prof_end(&pb);
+        st_gpt2_block_backward(m, m->params + off, m->grads + off, st_gpt2_layer_input(m, l), &a, dres);
+        st_prof_end(&pb);
         if (hook) hook(ctx, off, m->block_numel);
     }
-    gpt2_embed_backward(m, dres);
-    prof_end(&pbw);
+    st_gpt2_embed_backward(m, dres);
+    st_prof_end(&pbw);
 }
 
-void gpt2_zero_grad(gpt2_model *m) { OPS->memset0(m->be, m->grads, m->n_params * sizeof(float)); }
+void st_gpt2_zero_grad(st_gpt2_model *m) { OPS->memset0(m->be, m->grads, m->n_params * sizeof(float)); }
 
-const float *gpt2_logits(const gpt2_model *m) { return m->acts ? m->acts->logits : NULL; }
+const float *st_gpt2_logits(const st_gpt2_model *m) { return m->acts ? m->acts->logits : NULL; }
 
-double gpt2_flops_per_token(const gpt2_config *c, int T) {
+double st_gpt2_flops_per_token(const st_gpt2_config *c, int T) {
     double C = c->n_embd, L = c->n_layer, V = c->vocab_size;
     return 6.0 * (L * 12.0 * C * C + V * C) + 6.0 * L * T * C;
 }

@@ -13,12 +13,12 @@
 #include "strata/tier.h" /* ST_ARENA_ALIGN: bind_bytes rounds as the arena does */
 
 typedef struct g_impl {
-    gpt2_config cfg;
+    st_gpt2_config cfg;
     st_param_info *tensors;
 } g_impl;
 
-static const gpt2_config *cfg_of(const st_arch *a) { return &((const g_impl *)a->impl)->cfg; }
-static gpt2_model *shell_of(st_blocks *b) { return (gpt2_model *)b->state; }
+static const st_gpt2_config *cfg_of(const st_arch *a) { return &((const g_impl *)a->impl)->cfg; }
+static st_gpt2_model *shell_of(st_blocks *b) { return (st_gpt2_model *)b->state; }
 static size_t rnd(size_t bytes) { return (bytes + ST_ARENA_ALIGN - 1) / ST_ARENA_ALIGN * ST_ARENA_ALIGN; }
 
 static size_t g_block_act_floats(const st_arch *a, int B, int T) {
@@ -26,8 +26,8 @@ static size_t g_block_act_floats(const st_arch *a, int B, int T) {
     return N * C * 15 + N * 4 + NH * N; /* ln1 qkv(3) atty res2 ln2 | fch fchg (4 each) | stats | lse */
 }
 
-static gpt2_config shell_cfg(const st_arch *a) {
-    gpt2_config d = *cfg_of(a);
+static st_gpt2_config shell_cfg(const st_arch *a) {
+    st_gpt2_config d = *cfg_of(a);
     d.vocab_size = 2; /* the least valid: the shell never holds the vocabulary */
     return d;
 }
@@ -35,19 +35,19 @@ static gpt2_config shell_cfg(const st_arch *a) {
 /* The scratch, and the packed documents' positions and starts (2 B T int32, allocated here
  * rather than at the first packed batch, so a plan that fills its budget holds them too). */
 static size_t g_bind_bytes(const st_arch *a, int B, int T) {
-    return rnd(gpt2_scratch_bytes(cfg_of(a), B, T)) + rnd(2 * (size_t)B * T * sizeof(int32_t));
+    return rnd(st_gpt2_scratch_bytes(cfg_of(a), B, T)) + rnd(2 * (size_t)B * T * sizeof(int32_t));
 }
 
 static st_status g_bind(st_blocks *b, st_err *err) {
-    gpt2_model *m = calloc(1, sizeof *m);
+    st_gpt2_model *m = calloc(1, sizeof *m);
     if (!m) return st_errf(err, ST_ERR_NOMEM, "out of memory");
-    gpt2_config d = shell_cfg(b->arch);
-    st_status s = gpt2_create_shell(m, &d, b->be, err);
-    if (!s) s = gpt2_alloc_scratch(m, b->B, b->T, err);
+    st_gpt2_config d = shell_cfg(b->arch);
+    st_status s = st_gpt2_create_shell(m, &d, b->be, err);
+    if (!s) s = st_gpt2_alloc_scratch(m, b->B, b->T, err);
     if (!s && !(m->docs = b->be->ops->alloc(b->be, 2 * (size_t)b->B * b->T * sizeof(int32_t))))
         s = st_errf(err, ST_ERR_NOMEM, "gpt2: out of memory for the documents of a %d x %d batch", b->B, b->T);
     if (s) {
-        gpt2_free(m);
+        st_gpt2_free(m);
         free(m);
         return s;
     }
@@ -56,57 +56,57 @@ static st_status g_bind(st_blocks *b, st_err *err) {
 }
 
 static void g_unbind(st_blocks *b) {
-    gpt2_model *m = shell_of(b);
+    st_gpt2_model *m = shell_of(b);
     if (m) {
-        gpt2_free(m);
+        st_gpt2_free(m);
         free(m);
     }
     b->state = NULL;
 }
 
 static void g_embed_forward(st_blocks *b, const float *emb_w, const int32_t *host_inputs, float *out) {
-    gpt2_model *m = shell_of(b);
+    st_gpt2_model *m = shell_of(b);
     int C = m->cfg.n_embd, V = cfg_of(b->arch)->vocab_size, N = b->B * b->T;
     m->emb_w = (float *)emb_w;
-    m->be->ops->copy_to_device(m->be, gpt2_token_ids(m), host_inputs, sizeof(int32_t) * (size_t)N);
-    if (m->pos_dev) { /* packed documents: gpt2_embed_forward's ops, so the same bits as in memory */
-        float *scratch = gpt2_scratch(m);
-        m->be->ops->embedding_forward(m->be, out, gpt2_token_ids(m), emb_w, b->B, b->T, C);
+    m->be->ops->copy_to_device(m->be, st_gpt2_token_ids(m), host_inputs, sizeof(int32_t) * (size_t)N);
+    if (m->pos_dev) { /* packed documents: st_gpt2_embed_forward's ops, so the same bits as in memory */
+        float *scratch = st_gpt2_scratch(m);
+        m->be->ops->embedding_forward(m->be, out, st_gpt2_token_ids(m), emb_w, b->B, b->T, C);
         m->be->ops->embedding_forward(m->be, scratch, m->pos_dev, emb_w + (size_t)V * C, b->B, b->T, C);
         m->be->ops->residual_forward(m->be, out, out, scratch, N * C);
     } else {
-        m->be->ops->encoder_forward(m->be, out, gpt2_token_ids(m), emb_w, emb_w + (size_t)V * C, b->B, b->T, C);
+        m->be->ops->encoder_forward(m->be, out, st_gpt2_token_ids(m), emb_w, emb_w + (size_t)V * C, b->B, b->T, C);
     }
 }
 
 static void g_embed_backward(st_blocks *b, float *emb_g, const float *dres) {
-    gpt2_model *m = shell_of(b);
+    st_gpt2_model *m = shell_of(b);
     int C = m->cfg.n_embd, V = cfg_of(b->arch)->vocab_size;
-    if (m->pos_dev) { /* gpt2_embed_backward's ops */
-        m->be->ops->embedding_backward(m->be, emb_g, dres, gpt2_token_ids(m), b->B, b->T, C);
+    if (m->pos_dev) { /* st_gpt2_embed_backward's ops */
+        m->be->ops->embedding_backward(m->be, emb_g, dres, st_gpt2_token_ids(m), b->B, b->T, C);
         m->be->ops->embedding_backward(m->be, emb_g + (size_t)V * C, dres, m->pos_dev, b->B, b->T, C);
     } else {
-        m->be->ops->encoder_backward(m->be, emb_g, emb_g + (size_t)V * C, dres, gpt2_token_ids(m), b->B, b->T, C);
+        m->be->ops->encoder_backward(m->be, emb_g, emb_g + (size_t)V * C, dres, st_gpt2_token_ids(m), b->B, b->T, C);
     }
 }
 
-/* Packed documents: the shell's (gpt2_set_docs), read by the embedding and the blocks'
+/* Packed documents: the shell's (st_gpt2_set_docs), read by the embedding and the blocks'
  * attention until the next call. */
 static st_status g_set_docs(st_blocks *b, const int32_t *positions, const int32_t *doc_start, st_err *err) {
-    return gpt2_set_docs(shell_of(b), positions, doc_start, err);
+    return st_gpt2_set_docs(shell_of(b), positions, doc_start, err);
 }
 
 static void g_block_forward(st_blocks *b, const float *w, const float *in, float *acts, float *out) {
-    gpt2_model *m = shell_of(b);
-    gpt2_block_acts a = gpt2_block_acts_at(m, acts, out);
-    gpt2_block_forward(m, w, in, &a);
+    st_gpt2_model *m = shell_of(b);
+    st_gpt2_block_acts a = st_gpt2_block_acts_at(m, acts, out);
+    st_gpt2_block_forward(m, w, in, &a);
 }
 
 static void g_block_backward(st_blocks *b, const float *w, float *g, const float *in, const float *acts,
                              float *dres) {
-    gpt2_model *m = shell_of(b);
-    gpt2_block_acts a = gpt2_block_acts_at(m, (float *)acts, NULL);
-    gpt2_block_backward(m, w, g, in, &a, dres);
+    st_gpt2_model *m = shell_of(b);
+    st_gpt2_block_acts a = st_gpt2_block_acts_at(m, (float *)acts, NULL);
+    st_gpt2_block_backward(m, w, g, in, &a, dres);
 }
 
 static void g_norm_forward(st_blocks *b, const float *nw, const float *x, float *xn, float *stats) {
@@ -158,10 +158,10 @@ static const st_arch_ops gpt2_arch_ops = {
     .set_docs = g_set_docs,
 };
 
-st_status st_arch_gpt2(st_arch **out, const gpt2_config *cfg, st_err *err) {
+st_status st_arch_gpt2(st_arch **out, const st_gpt2_config *cfg, st_err *err) {
     *out = NULL;
-    gpt2_model sh;
-    st_status s = gpt2_create_shell(&sh, cfg, NULL, err);
+    st_gpt2_model sh;
+    st_status s = st_gpt2_create_shell(&sh, cfg, NULL, err);
     if (s) return s;
     st_arch *a = calloc(1, sizeof *a);
     g_impl *g = calloc(1, sizeof *g);

@@ -12,7 +12,7 @@
 #include "strata/model.h"
 #include "strata/safetensors.h"
 
-st_status gpt2_save_safetensors(const gpt2_model *m, const char *path, st_err *err) {
+st_status st_gpt2_save_safetensors(const st_gpt2_model *m, const char *path, st_err *err) {
     float *host = malloc(m->n_params * sizeof(float));
     st_tensor_out *outs = calloc((size_t)m->n_tensors, sizeof *outs);
     if (!host || !outs) {
@@ -38,41 +38,41 @@ st_status gpt2_save_safetensors(const gpt2_model *m, const char *path, st_err *e
     snprintf(v[4], 16, "%d", m->cfg.n_embd);
     const char *meta[] = {"format", "pt", "model", "gpt2", "vocab_size", v[0], "n_positions", v[1],
                           "n_layer", v[2], "n_head", v[3], "n_embd", v[4]};
-    st_status s = safetensors_write(path, outs, m->n_tensors, meta, 7, err);
+    st_status s = st_safetensors_write(path, outs, m->n_tensors, meta, 7, err);
     free(host);
     free(outs);
     return s;
 }
 
-st_status gpt2_load_safetensors(gpt2_model *m, const char *path, st_err *err) {
+st_status st_gpt2_load_safetensors(st_gpt2_model *m, const char *path, st_err *err) {
     st_safetensors *st;
-    st_status s = safetensors_open(&st, path, err);
+    st_status s = st_safetensors_open(&st, path, err);
     if (s) return s;
     float *host = malloc(m->n_params * sizeof(float));
     if (!host) {
-        safetensors_close(st);
+        st_safetensors_close(st);
         return st_errf(err, ST_ERR_NOMEM, "out of memory loading %s", path);
     }
     for (int i = 0; i < m->n_tensors && !s; i++) {
         const st_param_info *t = &m->tensors[i];
         const char *name = t->name;
         /* GPT2Model files (the original hub checkpoint) have no "transformer." prefix */
-        if (!safetensors_find(st, name) && !strncmp(name, "transformer.", 12) && safetensors_find(st, name + 12))
+        if (!st_safetensors_find(st, name) && !strncmp(name, "transformer.", 12) && st_safetensors_find(st, name + 12))
             name += 12;
         int64_t shape[2] = {t->shape[0], t->shape[1]};
-        s = safetensors_read_f32(st, name, host + t->offset, t->numel, shape, t->ndim, err);
+        s = st_safetensors_read_f32(st, name, host + t->offset, t->numel, shape, t->ndim, err);
     }
     if (!s) m->be->ops->copy_to_device(m->be, m->params, host, m->n_params * sizeof(float));
     free(host);
-    safetensors_close(st);
+    st_safetensors_close(st);
     return s;
 }
 
-st_status gpt2_save_hf(const gpt2_model *m, const char *dir, st_err *err) {
+st_status st_gpt2_save_hf(const st_gpt2_model *m, const char *dir, st_err *err) {
     st_status s = st_mkdirs(dir, err);
     if (s) return s;
     char path[4200], json[1024];
-    const gpt2_config *c = &m->cfg;
+    const st_gpt2_config *c = &m->cfg;
     int n = snprintf(json, sizeof json,
                      "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
                      "  \"vocab_size\": %d,\n  \"n_positions\": %d,\n  \"n_ctx\": %d,\n  \"n_embd\": %d,\n"
@@ -87,12 +87,12 @@ st_status gpt2_save_hf(const gpt2_model *m, const char *dir, st_err *err) {
     s = st_file_writer_put(&w, json, (size_t)n, err);
     if ((s = st_file_writer_close(&w, s, err))) return s;
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    return gpt2_save_safetensors(m, path, err);
+    return st_gpt2_save_safetensors(m, path, err);
 }
 
 /* ------------------------------------------------------------------ Hugging Face directories
  * config.json of GPT2LMHeadModel (or GPT2Model, or model_type "gpt2") with
- * model.safetensors beside it, as gpt2_save_hf writes it and as the hub's gpt2 ships.
+ * model.safetensors beside it, as st_gpt2_save_hf writes it and as the hub's gpt2 ships.
  * Fields that would change the equations strata computes are refused by name; dropout is
  * accepted (strata trains without it) and said once. */
 
@@ -117,7 +117,7 @@ static int gpt2_arch_named(json_object *root) {
            !strcmp(json_object_get_string(v), "gpt2");
 }
 
-st_status gpt2_hf_config_read(const char *dir, gpt2_config *cfg, st_err *err) {
+st_status st_gpt2_hf_config_read(const char *dir, st_gpt2_config *cfg, st_err *err) {
     char path[4200];
     snprintf(path, sizeof path, "%s/config.json", dir);
     json_object *root = json_object_from_file(path);
@@ -177,13 +177,13 @@ st_status gpt2_hf_config_read(const char *dir, gpt2_config *cfg, st_err *err) {
             st_log(1, "%s: %s is %g; strata trains without dropout\n", path, drops[i], json_object_get_double(v));
             break;
         }
-    if ((s = gpt2_config_validate(cfg, err))) st_err_prefix(err, "%s", path);
+    if ((s = st_gpt2_config_validate(cfg, err))) st_err_prefix(err, "%s", path);
 out:
     json_object_put(root);
     return s;
 }
 
-int gpt2_hf_is_dir(const char *dir) {
+int st_gpt2_hf_is_dir(const char *dir) {
     char path[4200];
     snprintf(path, sizeof path, "%s/config.json", dir);
     json_object *root = json_object_from_file(path);
@@ -193,10 +193,10 @@ int gpt2_hf_is_dir(const char *dir) {
     return yes;
 }
 
-st_status gpt2_model_create_hf(st_model **out, const char *dir, st_backend *be, st_err *err) {
+st_status st_gpt2_model_create_hf(st_model **out, const char *dir, st_backend *be, st_err *err) {
     *out = NULL;
-    gpt2_config cfg;
-    st_status s = gpt2_hf_config_read(dir, &cfg, err);
+    st_gpt2_config cfg;
+    st_status s = st_gpt2_hf_config_read(dir, &cfg, err);
     if (s) return s;
     char path[4200];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
@@ -205,7 +205,7 @@ st_status gpt2_model_create_hf(st_model **out, const char *dir, st_backend *be, 
                        strerror(errno));
     st_model *m;
     if ((s = st_model_create_gpt2(&m, &cfg, be, err))) return s;
-    if ((s = gpt2_load_safetensors((gpt2_model *)m->impl, path, err))) {
+    if ((s = st_gpt2_load_safetensors((st_gpt2_model *)m->impl, path, err))) {
         st_model_free(m);
         return s;
     }

@@ -1,4 +1,4 @@
-/* hf_config.c - Hugging Face config.json to and from llama_config.
+/* hf_config.c - Hugging Face config.json to and from st_llama_config.
  *
  * Reads the fields that define the supported architectures (LlamaForCausalLM,
  * MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM) with transformers' defaults
@@ -98,7 +98,7 @@ static const char *get_string(json_object *o, const char *key) {
     return json_object_get_string(v);
 }
 
-static st_status parse_rope_scaling(json_object *root, const char *origin, llama_config *c, st_err *err) {
+static st_status parse_rope_scaling(json_object *root, const char *origin, st_llama_config *c, st_err *err) {
     json_object *rs;
     if (!json_object_object_get_ex(root, "rope_scaling", &rs) || json_object_is_type(rs, json_type_null))
         return ST_OK;
@@ -130,7 +130,7 @@ static st_status parse_rope_scaling(json_object *root, const char *origin, llama
     return ST_OK;
 }
 
-static st_status parse_root(json_object *root, const char *origin, llama_config *c, st_err *err) {
+static st_status parse_root(json_object *root, const char *origin, st_llama_config *c, st_err *err) {
     memset(c, 0, sizeof *c);
     if (!json_object_is_type(root, json_type_object))
         return st_errf(err, ST_ERR_FORMAT, "%s: config.json must be a JSON object", origin);
@@ -213,11 +213,11 @@ static st_status parse_root(json_object *root, const char *origin, llama_config 
     if ((s = get_int(root, origin, "sliding_window", 0, 0, &sw, err))) return s;
     c->sliding_window = use_sw && sw > 0 ? sw : 0;
 
-    if ((s = llama_config_validate(c, err))) return st_err_prefix(err, "%s", origin);
+    if ((s = st_llama_config_validate(c, err))) return st_err_prefix(err, "%s", origin);
     return ST_OK;
 }
 
-st_status hf_config_parse(const char *json_text, const char *origin, llama_config *cfg, st_err *err) {
+st_status st_hf_config_parse(const char *json_text, const char *origin, st_llama_config *cfg, st_err *err) {
     json_tokener *tok = json_tokener_new();
     if (!tok) return st_errf(err, ST_ERR_NOMEM, "out of memory parsing %s", origin);
     json_object *root = json_tokener_parse_ex(tok, json_text, (int)strlen(json_text));
@@ -276,12 +276,12 @@ char *hf_read_text(const char *path, st_err *err) {
     return buf;
 }
 
-st_status hf_config_read(const char *dir, llama_config *cfg, st_err *err) {
+st_status st_hf_config_read(const char *dir, st_llama_config *cfg, st_err *err) {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
     char *text = hf_read_text(path, err);
     if (!text) return err ? err->code : ST_ERR_IO;
-    st_status s = hf_config_parse(text, path, cfg, err);
+    st_status s = st_hf_config_parse(text, path, cfg, err);
     free(text);
     return s;
 }
@@ -302,13 +302,13 @@ static json_object *exact_double(double d) {
     return json_object_new_double_s(d, buf);
 }
 
-static const char *arch_of(const llama_config *c) {
+static const char *arch_of(const st_llama_config *c) {
     for (int i = 0; i < N_ARCHS; i++)
         if (!strcmp(c->model_type, archs[i].model_type)) return archs[i].arch;
     return "LlamaForCausalLM";
 }
 
-char *hf_config_to_json(const llama_config *c, const char *torch_dtype) {
+char *st_hf_config_to_json(const st_llama_config *c, const char *torch_dtype) {
     /* JSON has no Infinity or NaN: such a configuration is not written at all (no reader
      * could load it back) */
     if (!isfinite(c->rms_norm_eps) || !isfinite(c->rope_theta) ||

@@ -16,17 +16,17 @@
 static st_status scan_file(const char *path, size_t *numel, size_t *bytes, size_t by_dtype[8], int *n_tensors,
                            st_err *err) {
     st_safetensors *st;
-    st_status s = safetensors_open(&st, path, err);
+    st_status s = st_safetensors_open(&st, path, err);
     if (s) return s;
-    for (int i = 0; i < safetensors_count(st); i++) {
-        const st_tensor_entry *e = safetensors_entry(st, i);
+    for (int i = 0; i < st_safetensors_count(st); i++) {
+        const st_tensor_entry *e = st_safetensors_entry(st, i);
         if (strstr(e->name, "rotary_emb.inv_freq")) continue;
         *numel += e->numel;
         *bytes += e->end - e->begin;
         if ((unsigned)e->dtype < 8) by_dtype[e->dtype] += e->numel;
         (*n_tensors)++;
     }
-    safetensors_close(st);
+    st_safetensors_close(st);
     return ST_OK;
 }
 
@@ -42,11 +42,11 @@ static const char *human(double bytes) {
     return b;
 }
 
-st_status hf_inspect(const char *dir, int B, int T, double state_bytes_per_param, FILE *out, st_err *err) {
-    llama_config c;
-    st_status s = hf_config_read(dir, &c, err);
+st_status st_hf_inspect(const char *dir, int B, int T, double state_bytes_per_param, FILE *out, st_err *err) {
+    st_llama_config c;
+    st_status s = st_hf_config_read(dir, &c, err);
     if (s) return s;
-    size_t want = llama_param_count(&c), numel = 0, bytes = 0, by_dtype[8] = {0};
+    size_t want = st_llama_param_count(&c), numel = 0, bytes = 0, by_dtype[8] = {0};
     int n_tensors = 0, n_files = 0;
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
@@ -99,7 +99,7 @@ st_status hf_inspect(const char *dir, int B, int T, double state_bytes_per_param
     if (numel - tied_extra != want)
         fprintf(out, "  WARNING: the files hold %zu elements, the configuration needs %zu\n", numel, want);
     double w = 4.0 * want, g = 4.0 * want, o = state_bytes_per_param * want;
-    double a = B > 0 && T > 0 ? (double)llama_act_bytes(&c, B, T) : 0;
+    double a = B > 0 && T > 0 ? (double)st_llama_act_bytes(&c, B, T) : 0;
     fprintf(out, "  training memory at batch %d x seq %d:\n", B, T);
     fprintf(out, "    weights (fp32)      %12s\n", human(w));
     fprintf(out, "    gradients (fp32)    %12s\n", human(g));

@@ -34,7 +34,7 @@ typedef struct shard_set {
 static void shards_free(shard_set *s) {
     for (int i = 0; i < s->n; i++) {
         free(s->names[i]);
-        if (s->st[i]) safetensors_close(s->st[i]);
+        if (s->st[i]) st_safetensors_close(s->st[i]);
     }
     free(s->names);
     free(s->st);
@@ -62,7 +62,7 @@ static st_status shard_get(shard_set *s, const char *dir, const char *name, st_s
                            INDEX_NAME, name);
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", dir, name);
-        st_status st = safetensors_open(&s->st[i], path, err);
+        st_status st = st_safetensors_open(&s->st[i], path, err);
         if (st) return st;
     }
     *out = s->st[i];
@@ -70,13 +70,13 @@ static st_status shard_get(shard_set *s, const char *dir, const char *name, st_s
 }
 
 /* Tensors a file may carry that the model does not use. */
-static int ignorable(const llama_model *m, const char *name) {
+static int ignorable(const st_llama_model *m, const char *name) {
     if (m->cfg.tie_word_embeddings && !strcmp(name, "lm_head.weight")) return 1;
     size_t n = strlen(name), k = strlen("rotary_emb.inv_freq");
     return n >= k && !strcmp(name + n - k, "rotary_emb.inv_freq");
 }
 
-st_status llama_load_hf(llama_model *m, const char *dir, st_err *err) {
+st_status st_llama_load_hf(st_llama_model *m, const char *dir, st_err *err) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, INDEX_NAME);
     json_object *index = NULL, *wmap = NULL;
@@ -98,7 +98,7 @@ st_status llama_load_hf(llama_model *m, const char *dir, st_err *err) {
                 s = st_errf(err, ST_ERR_FORMAT, "%s: weight_map['%s'] must be a file name", path, key);
                 break;
             }
-            if (!llama_find_tensor(m, key) && !ignorable(m, key)) {
+            if (!st_llama_find_tensor(m, key) && !ignorable(m, key)) {
                 s = st_errf(err, ST_ERR_SHAPE, "%s: weight_map lists '%s', which this configuration does not have "
                             "(config.json and the weights disagree)", path, key);
                 break;
@@ -111,9 +111,9 @@ st_status llama_load_hf(llama_model *m, const char *dir, st_err *err) {
             return st_errf(err, ST_ERR_IO, "%s: no %s or %s; is this a Hugging Face model directory?", dir, SINGLE_NAME,
                            INDEX_NAME);
         s = shard_get(&shards, dir, SINGLE_NAME, &one, err);
-        for (int i = 0; !s && i < safetensors_count(one); i++) {
-            const char *name = safetensors_entry(one, i)->name;
-            if (!llama_find_tensor(m, name) && !ignorable(m, name))
+        for (int i = 0; !s && i < st_safetensors_count(one); i++) {
+            const char *name = st_safetensors_entry(one, i)->name;
+            if (!st_llama_find_tensor(m, name) && !ignorable(m, name))
                 s = st_errf(err, ST_ERR_SHAPE, "%s: tensor '%s' is not part of this configuration (config.json and "
                             "the weights disagree)", path, name);
         }
@@ -134,13 +134,13 @@ st_status llama_load_hf(llama_model *m, const char *dir, st_err *err) {
         }
         st_safetensors *st;
         if ((s = shard_get(&shards, dir, file, &st, err))) break;
-        if (!safetensors_find(st, t->name)) {
+        if (!st_safetensors_find(st, t->name)) {
             s = st_errf(err, ST_ERR_SHAPE, "%s: tensor '%s' is missing (the configuration needs it, shape [%d, %d])",
-                        safetensors_path(st), t->name, t->shape[0], t->shape[1]);
+                        st_safetensors_path(st), t->name, t->shape[0], t->shape[1]);
             break;
         }
         int64_t shape[2] = {t->shape[0], t->shape[1]};
-        s = safetensors_read_f32(st, t->name, host + t->offset, t->numel, shape, t->ndim, err);
+        s = st_safetensors_read_f32(st, t->name, host + t->offset, t->numel, shape, t->ndim, err);
     }
     if (!s) m->be->ops->copy_to_device(m->be, m->params, host, m->n_params * sizeof(float));
     free(host);
@@ -178,7 +178,7 @@ static void remove_old_shards(const char *dir) {
     unlink(path);
 }
 
-st_status llama_save_hf(const llama_model *m, const char *dir, st_dtype dtype, size_t max_shard_bytes, st_err *err) {
+st_status st_llama_save_hf(const st_llama_model *m, const char *dir, st_dtype dtype, size_t max_shard_bytes, st_err *err) {
     if (dtype != ST_F32 && dtype != ST_BF16 && dtype != ST_F16)
         return st_errf(err, ST_ERR_INVALID, "llama_save_hf: dtype %s; use F32, BF16 or F16", st_dtype_name(dtype));
     st_status s = st_mkdirs(dir, err);
@@ -215,7 +215,7 @@ st_status llama_save_hf(const llama_model *m, const char *dir, st_dtype dtype, s
     char path[4096];
     if (n_shards == 1) {
         snprintf(path, sizeof path, "%s/%s", dir, SINGLE_NAME);
-        s = safetensors_write(path, outs, m->n_tensors, meta, 1, err);
+        s = st_safetensors_write(path, outs, m->n_tensors, meta, 1, err);
         if (!s) remove_old_shards(dir);
     } else {
         json_object *idx = json_object_new_object(), *md = json_object_new_object(), *wm = json_object_new_object();
@@ -228,7 +228,7 @@ st_status llama_save_hf(const llama_model *m, const char *dir, st_dtype dtype, s
             char fname[64];
             snprintf(fname, sizeof fname, "model-%05d-of-%05d.safetensors", k + 1, n_shards);
             snprintf(path, sizeof path, "%s/%s", dir, fname);
-            s = safetensors_write(path, outs + first, last - first, meta, 1, err);
+            s = st_safetensors_write(path, outs + first, last - first, meta, 1, err);
             for (int i = first; i < last; i++) json_object_object_add(wm, outs[i].name, json_object_new_string(fname));
             first = last;
         }
@@ -244,7 +244,7 @@ st_status llama_save_hf(const llama_model *m, const char *dir, st_dtype dtype, s
         }
     }
     if (!s) {
-        char *cfg = hf_config_to_json(&m->cfg, torch_dtype_name(dtype));
+        char *cfg = st_hf_config_to_json(&m->cfg, torch_dtype_name(dtype));
         snprintf(path, sizeof path, "%s/config.json", dir);
         /* NULL: a non-finite number (JSON cannot hold one), or out of memory */
         s = cfg ? st_write_text(path, cfg, err)
@@ -260,10 +260,10 @@ done:
     return s;
 }
 
-st_status llama_save_safetensors(const llama_model *m, const char *path, st_err *err) {
+st_status st_llama_save_safetensors(const st_llama_model *m, const char *path, st_err *err) {
     float *host = malloc(m->n_params * sizeof(float));
     st_tensor_out *outs = calloc((size_t)m->n_tensors, sizeof *outs);
-    char *cfg = hf_config_to_json(&m->cfg, "float32");
+    char *cfg = st_hf_config_to_json(&m->cfg, "float32");
     st_status s;
     if (!host || !outs || !cfg) {
         s = !cfg && host && outs ? st_errf(err, ST_ERR_INVALID, "%s not written: the model configuration holds a "
@@ -278,7 +278,7 @@ st_status llama_save_safetensors(const llama_model *m, const char *path, st_err 
             outs[i].shape[1] = t->shape[1];
         }
         const char *meta[] = {"format", "pt", "model", m->cfg.model_type, "config", cfg};
-        s = safetensors_write(path, outs, m->n_tensors, meta, 3, err);
+        s = st_safetensors_write(path, outs, m->n_tensors, meta, 3, err);
     }
     free(cfg);
     free(outs);
@@ -286,28 +286,28 @@ st_status llama_save_safetensors(const llama_model *m, const char *path, st_err 
     return s;
 }
 
-st_status llama_load_safetensors(llama_model *m, const char *path, st_err *err) {
+st_status st_llama_load_safetensors(st_llama_model *m, const char *path, st_err *err) {
     st_safetensors *st;
-    st_status s = safetensors_open(&st, path, err);
+    st_status s = st_safetensors_open(&st, path, err);
     if (s) return s;
-    for (int i = 0; !s && i < safetensors_count(st); i++) {
-        const char *name = safetensors_entry(st, i)->name;
-        if (!llama_find_tensor(m, name) && !ignorable(m, name))
+    for (int i = 0; !s && i < st_safetensors_count(st); i++) {
+        const char *name = st_safetensors_entry(st, i)->name;
+        if (!st_llama_find_tensor(m, name) && !ignorable(m, name))
             s = st_errf(err, ST_ERR_SHAPE, "%s: tensor '%s' is not part of this configuration", path, name);
     }
     float *host = s ? NULL : malloc(m->n_params * sizeof(float));
     if (!s && !host) s = st_errf(err, ST_ERR_NOMEM, "out of memory loading %s", path);
     for (int i = 0; i < m->n_tensors && !s; i++) {
         const st_param_info *t = &m->tensors[i];
-        if (!safetensors_find(st, t->name)) {
+        if (!st_safetensors_find(st, t->name)) {
             s = st_errf(err, ST_ERR_SHAPE, "%s: tensor '%s' is missing (the configuration needs it)", path, t->name);
             break;
         }
         int64_t shape[2] = {t->shape[0], t->shape[1]};
-        s = safetensors_read_f32(st, t->name, host + t->offset, t->numel, shape, t->ndim, err);
+        s = st_safetensors_read_f32(st, t->name, host + t->offset, t->numel, shape, t->ndim, err);
     }
     if (!s) m->be->ops->copy_to_device(m->be, m->params, host, m->n_params * sizeof(float));
     free(host);
-    safetensors_close(st);
+    st_safetensors_close(st);
     return s;
 }

@@ -1,6 +1,6 @@
 /* llama.c - Llama-family configurations, and the model that trains in memory: its
- * parameters, gradients and activations on one backend, with llama_forward and
- * llama_backward run as the block interface's pieces (llama_arch.c, strata/block.h) over
+ * parameters, gradients and activations on one backend, with st_llama_forward and
+ * st_llama_backward run as the block interface's pieces (llama_arch.c, strata/block.h) over
  * them: the embedding, L blocks (block l's activation set and output each in its own
  * place), the final RMSNorm and block.h's generic head. The classifier has one (N,V)
  * buffer that holds the logits and then, in place, their gradient.
@@ -14,9 +14,9 @@
 
 /* ------------------------------------------------------------------ configs */
 
-static llama_config preset(const char *type, int V, int C, int F, int L, int NH, int NKV, int hs, int maxT,
+static st_llama_config preset(const char *type, int V, int C, int F, int L, int NH, int NKV, int hs, int maxT,
                            double theta, double eps, int qkv_bias, int qk_norm, int tied) {
-    llama_config c;
+    st_llama_config c;
     memset(&c, 0, sizeof c);
     snprintf(c.model_type, sizeof c.model_type, "%s", type);
     c.vocab_size = V, c.hidden_size = C, c.intermediate_size = F, c.n_layer = L;
@@ -26,13 +26,13 @@ static llama_config preset(const char *type, int V, int C, int F, int L, int NH,
     return c;
 }
 
-static void with_llama3_rope(llama_config *c, double factor, double low, double high, int orig) {
+static void with_llama3_rope(st_llama_config *c, double factor, double low, double high, int orig) {
     c->rope_llama3 = 1;
     c->rope_factor = factor, c->rope_low_freq_factor = low, c->rope_high_freq_factor = high;
     c->rope_original_max_pos = orig;
 }
 
-st_status llama_config_preset(const char *name, llama_config *cfg, st_err *err) {
+st_status st_llama_config_preset(const char *name, st_llama_config *cfg, st_err *err) {
     if (!strcmp(name, "llama-tiny")) {
         /* theta 100 with hs 8 puts the four frequencies in all three Llama-3 bands */
         *cfg = preset("llama", 64, 32, 48, 2, 4, 2, 8, 16, 100.0, 1e-5, 1, 0, 0);
@@ -49,14 +49,14 @@ st_status llama_config_preset(const char *name, llama_config *cfg, st_err *err) 
         with_llama3_rope(cfg, 32.0, 1.0, 4.0, 8192);
     } else {
         return st_errf(err, ST_ERR_INVALID, "unknown model '%s'; known Llama-family models: %s", name,
-                       llama_preset_names());
+                       st_llama_preset_names());
     }
     return ST_OK;
 }
 
-const char *llama_preset_names(void) { return "llama-tiny, qwen2-tiny, qwen3-tiny, qwen2.5-0.5b, llama3.2-1b"; }
+const char *st_llama_preset_names(void) { return "llama-tiny, qwen2-tiny, qwen3-tiny, qwen2.5-0.5b, llama3.2-1b"; }
 
-st_status llama_config_validate(const llama_config *c, st_err *err) {
+st_status st_llama_config_validate(const st_llama_config *c, st_err *err) {
 #define RANGE(field, lo, hi)                                                                                 \
     if (c->field < (lo) || c->field > (hi))                                                                 \
         return st_errf(err, ST_ERR_INVALID, "llama config: " #field " %d is out of range [%d, %d]", (int)c->field, \
@@ -86,7 +86,7 @@ st_status llama_config_validate(const llama_config *c, st_err *err) {
     return ST_OK;
 }
 
-st_status llama_config_apply_overrides(llama_config *c, const st_model_overrides *ov, st_err *err) {
+st_status st_llama_config_apply_overrides(st_llama_config *c, const st_model_overrides *ov, st_err *err) {
     if (!ov) return ST_OK;
     int derived_hs = c->head_dim * c->n_head == c->hidden_size, mha = c->n_kv_head == c->n_head;
     if (ov->vocab_size > 0) c->vocab_size = ov->vocab_size;
@@ -104,15 +104,15 @@ st_status llama_config_apply_overrides(llama_config *c, const st_model_overrides
     if (c->n_head % c->n_kv_head)
         return st_errf(err, ST_ERR_INVALID, "n_head %d is not a multiple of the preset's %d key/value heads",
                        c->n_head, c->n_kv_head);
-    return llama_config_validate(c, err);
+    return st_llama_config_validate(c, err);
 }
 
 /* ------------------------------------------------------------------ activations */
 
 /* The model's own placement of what the block pieces (llama_arch.c) read and write: block
- * l's activation set at sets + l * llama_block_act_floats and its output at outs + l * N * C,
+ * l's activation set at sets + l * st_llama_block_act_floats and its output at outs + l * N * C,
  * so an executor that runs the same pieces in the same order computes the same bits. */
-struct llama_acts {
+struct st_llama_acts {
     st_blocks *blk;  /* the architecture bound to (B, T): token ids, block scratch, rotary tables */
     int32_t *targets;
     float *encoded;  /* (N,C) the embedding's output, block 0's input */
@@ -125,14 +125,14 @@ struct llama_acts {
 };
 
 /* Lays out the activations for (B,T) from base (NULL: only counts); returns floats used. */
-static size_t acts_layout(const llama_config *c, int B, int T, llama_acts *a, float *base) {
+static size_t acts_layout(const st_llama_config *c, int B, int T, st_llama_acts *a, float *base) {
     size_t N = (size_t)B * T, C = c->hidden_size, L = c->n_layer, V = c->vocab_size, off = 0;
-    llama_acts dummy;
+    st_llama_acts dummy;
     if (!a) a = &dummy;
 #define TAKE(ptr, n) do { (ptr) = base ? (void *)(base + off) : NULL; off += (n); } while (0)
     TAKE(a->targets, N);
     TAKE(a->encoded, N * C);
-    TAKE(a->sets, L * llama_block_act_floats(c, B, T));
+    TAKE(a->sets, L * st_llama_block_act_floats(c, B, T));
     TAKE(a->outs, L * N * C);
     TAKE(a->lnf, N * C);
     TAKE(a->rstdf, N);
@@ -144,11 +144,11 @@ static size_t acts_layout(const llama_config *c, int B, int T, llama_acts *a, fl
     return off;
 }
 
-size_t llama_act_bytes(const llama_config *cfg, int B, int T) {
-    return acts_layout(cfg, B, T, NULL, NULL) * sizeof(float) + llama_bind_bytes(cfg, B, T);
+size_t st_llama_act_bytes(const st_llama_config *cfg, int B, int T) {
+    return acts_layout(cfg, B, T, NULL, NULL) * sizeof(float) + st_llama_bind_bytes(cfg, B, T);
 }
 
-static void acts_free(llama_model *m) {
+static void acts_free(st_llama_model *m) {
     if (!m->acts) return;
     st_blocks_free(m->acts->blk);
     if (m->acts->block) m->be->ops->dealloc(m->be, m->acts->block);
@@ -157,7 +157,7 @@ static void acts_free(llama_model *m) {
     m->acts = NULL;
 }
 
-st_status llama_alloc_acts(llama_model *m, int B, int T, st_err *err) {
+st_status st_llama_alloc_acts(st_llama_model *m, int B, int T, st_err *err) {
     if (B < 1 || T < 1) return st_errf(err, ST_ERR_INVALID, "batch %d and seq %d must be >= 1", B, T);
     if (T > m->cfg.max_seq)
         return st_errf(err, ST_ERR_INVALID, "seq %d exceeds the model's max_position_embeddings %d", T, m->cfg.max_seq);
@@ -167,7 +167,7 @@ st_status llama_alloc_acts(llama_model *m, int B, int T, st_err *err) {
                        m->cfg.sliding_window);
     acts_free(m);
     size_t bytes = acts_layout(&m->cfg, B, T, NULL, NULL) * sizeof(float);
-    llama_acts *a = calloc(1, sizeof *a);
+    st_llama_acts *a = calloc(1, sizeof *a);
     if (!a) return st_errf(err, ST_ERR_NOMEM, "out of memory");
     m->acts = a;
     st_status s = st_blocks_bind(&a->blk, m->arch, m->be, B, T, err);
@@ -180,7 +180,7 @@ st_status llama_alloc_acts(llama_model *m, int B, int T, st_err *err) {
     if (!a->block || !a->losses_host) {
         acts_free(m);
         return st_errf(err, ST_ERR_NOMEM, "cannot allocate %.1f MiB of activations for batch %d x seq %d; "
-                       "lower batch or seq", llama_act_bytes(&m->cfg, B, T) / 1048576.0, B, T);
+                       "lower batch or seq", st_llama_act_bytes(&m->cfg, B, T) / 1048576.0, B, T);
     }
     acts_layout(&m->cfg, B, T, a, a->block);
     m->B = B;
@@ -188,16 +188,16 @@ st_status llama_alloc_acts(llama_model *m, int B, int T, st_err *err) {
     return ST_OK;
 }
 
-st_status llama_set_docs(llama_model *m, const int32_t *positions, const int32_t *doc_start, st_err *err) {
+st_status st_llama_set_docs(st_llama_model *m, const int32_t *positions, const int32_t *doc_start, st_err *err) {
     if (!m->acts) return st_errf(err, ST_ERR_INVALID, "llama: documents set before the activations");
     return st_blocks_set_docs(m->acts->blk, positions, doc_start, err);
 }
 
 /* ------------------------------------------------------------------ lifetime */
 
-st_status llama_create(llama_model *m, const llama_config *cfg, st_backend *be, st_err *err) {
+st_status st_llama_create(st_llama_model *m, const st_llama_config *cfg, st_backend *be, st_err *err) {
     memset(m, 0, sizeof *m);
-    st_status s = llama_config_validate(cfg, err);
+    st_status s = st_llama_config_validate(cfg, err);
     if (s) return s;
     if (!be->ops->rmsnorm_forward || !be->ops->attention_gqa_forward)
         return st_errf(err, ST_ERR_UNSUPPORTED, "backend '%s' has no Llama-family ops", be->ops->name);
@@ -215,14 +215,14 @@ st_status llama_create(llama_model *m, const llama_config *cfg, st_backend *be, 
     m->grads = be->ops->alloc(be, m->n_params * sizeof(float));
     if (!m->params || !m->grads) {
         size_t n = m->n_params;
-        llama_free(m);
+        st_llama_free(m);
         return st_errf(err, ST_ERR_NOMEM, "cannot allocate %.1f MiB for parameters and gradients",
                        2.0 * n * sizeof(float) / 1048576.0);
     }
     return ST_OK;
 }
 
-void llama_free(llama_model *m) {
+void st_llama_free(st_llama_model *m) {
     if (!m->be) return;
     acts_free(m);
     if (m->params) m->be->ops->dealloc(m->be, m->params);
@@ -231,11 +231,11 @@ void llama_free(llama_model *m) {
     memset(m, 0, sizeof *m);
 }
 
-const st_param_info *llama_find_tensor(const llama_model *m, const char *name) {
+const st_param_info *st_llama_find_tensor(const st_llama_model *m, const char *name) {
     return st_params_find(m->tensors, m->n_tensors, name);
 }
 
-void llama_init_random(llama_model *m, uint64_t seed) {
+void st_llama_init_random(st_llama_model *m, uint64_t seed) {
     float *host = malloc(m->n_params * sizeof(float));
     if (!host) return;
     m->arch->ops->init(m->arch, host, seed);
@@ -250,13 +250,13 @@ void llama_init_random(llama_model *m, uint64_t seed) {
 
 #define OPS (m->be->ops)
 
-float llama_forward(llama_model *m, const int32_t *inputs, const int32_t *targets, float dloss) {
-    return llama_forward_hooked(m, inputs, targets, dloss, NULL, NULL);
+float st_llama_forward(st_llama_model *m, const int32_t *inputs, const int32_t *targets, float dloss) {
+    return st_llama_forward_hooked(m, inputs, targets, dloss, NULL, NULL);
 }
 
-float llama_forward_hooked(llama_model *m, const int32_t *inputs, const int32_t *targets, float dloss,
+float st_llama_forward_hooked(st_llama_model *m, const int32_t *inputs, const int32_t *targets, float dloss,
                            void (*hook)(void *ctx, size_t offset, size_t n), void *ctx) {
-    llama_acts *a = m->acts;
+    st_llama_acts *a = m->acts;
     st_backend *be = m->be;
     const st_arch_ops *ao = m->arch->ops;
     const st_arch_layout *ly = &m->arch->lay;
@@ -286,10 +286,10 @@ float llama_forward_hooked(llama_model *m, const int32_t *inputs, const int32_t 
     return m->mean_loss;
 }
 
-void llama_backward(llama_model *m) { llama_backward_hooked(m, NULL, NULL); }
+void st_llama_backward(st_llama_model *m) { st_llama_backward_hooked(m, NULL, NULL); }
 
-void llama_backward_hooked(llama_model *m, void (*hook)(void *ctx, size_t offset, size_t n), void *ctx) {
-    llama_acts *a = m->acts;
+void st_llama_backward_hooked(st_llama_model *m, void (*hook)(void *ctx, size_t offset, size_t n), void *ctx) {
+    st_llama_acts *a = m->acts;
     st_backend *be = m->be;
     const st_arch_ops *ao = m->arch->ops;
     const st_arch_layout *ly = &m->arch->lay;
@@ -311,23 +311,23 @@ void llama_backward_hooked(llama_model *m, void (*hook)(void *ctx, size_t offset
     ao->embed_backward(a->blk, m->grads, a->dres);
 }
 
-void llama_zero_grad(llama_model *m) { OPS->memset0(m->be, m->grads, m->n_params * sizeof(float)); }
+void st_llama_zero_grad(st_llama_model *m) { OPS->memset0(m->be, m->grads, m->n_params * sizeof(float)); }
 
-const float *llama_logits(const llama_model *m) { return m->acts ? m->acts->logits : NULL; }
+const float *st_llama_logits(const st_llama_model *m) { return m->acts ? m->acts->logits : NULL; }
 
-double llama_flops_per_token(const llama_config *c, int T) {
-    return c->n_layer * llama_block_flops_per_token(c, T) + 6.0 * c->vocab_size * (double)c->hidden_size;
+double st_llama_flops_per_token(const st_llama_config *c, int T) {
+    return c->n_layer * st_llama_block_flops_per_token(c, T) + 6.0 * c->vocab_size * (double)c->hidden_size;
 }
 
-void llama_step_gemms(const llama_config *c, int B, int T, llama_gemm out[LLAMA_STEP_GEMMS]) {
+void st_llama_step_gemms(const st_llama_config *c, int B, int T, st_llama_gemm out[ST_LLAMA_STEP_GEMMS]) {
     int N = B * T, C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size, L = c->n_layer;
     int Q = c->n_head * c->head_dim, W = Q + 2 * c->n_kv_head * c->head_dim;
     /* (OC, IC, count) of each nn.Linear-layout product: out = inp @ w^T */
     const int lin[5][3] = {{W, C, L}, {C, Q, L}, {2 * F, C, L}, {C, F, L}, {V, C, 1}};
     for (int i = 0; i < 5; i++) {
         int OC = lin[i][0], IC = lin[i][1], n = lin[i][2];
-        out[i] = (llama_gemm){N, OC, IC, 0, 1, n};          /* forward: inp (N,IC) w^T */
-        out[5 + i] = (llama_gemm){N, IC, OC, 0, 0, n};      /* dinp (N,IC) = dout (N,OC) w (OC,IC) */
-        out[10 + i] = (llama_gemm){OC, IC, N, 1, 0, n};     /* dw (OC,IC) = dout^T inp */
+        out[i] = (st_llama_gemm){N, OC, IC, 0, 1, n};          /* forward: inp (N,IC) w^T */
+        out[5 + i] = (st_llama_gemm){N, IC, OC, 0, 0, n};      /* dinp (N,IC) = dout (N,OC) w (OC,IC) */
+        out[10 + i] = (st_llama_gemm){OC, IC, N, 1, 0, n};     /* dw (OC,IC) = dout^T inp */
     }
 }

@@ -1,7 +1,7 @@
 /* llama_arch.c - the Llama family as executors see it (include/strata/block.h): the
  * parameter layout and its tensor table, and the embedding, one block and the final
- * RMSNorm as backend ops over weight slabs wherever they live. llama_forward and
- * llama_backward (llama.c) are these same pieces run over the model's own vector.
+ * RMSNorm as backend ops over weight slabs wherever they live. st_llama_forward and
+ * st_llama_backward (llama.c) are these same pieces run over the model's own vector.
  *
  * Shapes: B batch, T time, N = B*T, C hidden, NH query heads, NKV key/value heads, hs
  * head_dim, Q = NH hs, K = NKV hs, W = Q + 2K the packed q|k|v width, F intermediate, V
@@ -31,7 +31,7 @@ static const char *const blk_names[BLK_COUNT] = {
 
 /* Shape (rows, cols) of block entry i; rows 0 when the configuration has no such tensor,
  * cols 0 for a vector. */
-static void blk_shape(const llama_config *c, int i, int *rows, int *cols) {
+static void blk_shape(const st_llama_config *c, int i, int *rows, int *cols) {
     int C = c->hidden_size, hs = c->head_dim, Q = c->n_head * hs, K = c->n_kv_head * hs, F = c->intermediate_size;
     int r = 0, k = 0;
     switch (i) {
@@ -49,7 +49,7 @@ static void blk_shape(const llama_config *c, int i, int *rows, int *cols) {
     *rows = r, *cols = k;
 }
 
-static size_t blk_numel(const llama_config *c) {
+static size_t blk_numel(const st_llama_config *c) {
     size_t n = 0;
     for (int i = 0; i < BLK_COUNT; i++) {
         int r, k;
@@ -59,7 +59,7 @@ static size_t blk_numel(const llama_config *c) {
     return n;
 }
 
-static int blk_tensors(const llama_config *c) {
+static int blk_tensors(const st_llama_config *c) {
     int n = 0;
     for (int i = 0; i < BLK_COUNT; i++) {
         int r, k;
@@ -69,7 +69,7 @@ static int blk_tensors(const llama_config *c) {
     return n;
 }
 
-size_t llama_param_count(const llama_config *c) {
+size_t st_llama_param_count(const st_llama_config *c) {
     size_t VC = (size_t)c->vocab_size * c->hidden_size;
     return VC + (size_t)c->n_layer * blk_numel(c) + c->hidden_size + (c->tie_word_embeddings ? 0 : VC);
 }
@@ -79,7 +79,7 @@ typedef struct blk_ptrs {
     float *t[BLK_COUNT];
 } blk_ptrs;
 
-static blk_ptrs blk_at(const llama_config *c, const float *slab) {
+static blk_ptrs blk_at(const st_llama_config *c, const float *slab) {
     blk_ptrs b;
     float *p = (float *)slab;
     for (int i = 0; i < BLK_COUNT; i++) {
@@ -104,7 +104,7 @@ static void put_tensor(st_param_info *tab, int *n, const char *name, size_t *off
 }
 
 /* The tensor table in vector order (Hugging Face names) and the layout around it. */
-static st_status build_layout(const llama_config *cfg, st_arch_layout *ly, st_err *err) {
+static st_status build_layout(const st_llama_config *cfg, st_arch_layout *ly, st_err *err) {
     int L = cfg->n_layer, C = cfg->hidden_size, V = cfg->vocab_size, per = blk_tensors(cfg);
     int post = cfg->tie_word_embeddings ? 1 : 2;
     st_param_info *tab = calloc((size_t)L * per + 1 + post, sizeof *tab);
@@ -146,7 +146,7 @@ static st_status build_layout(const llama_config *cfg, st_arch_layout *ly, st_er
 
 /* Rotary tables (T, hs/2) in double, rounded once: Hugging Face's default inv_freq =
  * theta^(-2i/hs), with Llama 3's rescaling of the low and medium frequencies. */
-static void rope_tables(const llama_config *c, int T, float *cos_t, float *sin_t) {
+static void rope_tables(const st_llama_config *c, int T, float *cos_t, float *sin_t) {
     int hs = c->head_dim, half = hs / 2;
     for (int i = 0; i < half; i++) {
         double inv = 1.0 / pow(c->rope_theta, (2.0 * i) / hs);
@@ -168,8 +168,8 @@ static void rope_tables(const llama_config *c, int T, float *cos_t, float *sin_t
 }
 
 /* The same tables for other users of the forward (the KV-cached decoder, strata/generate.h). */
-void llama_rope_tables(const llama_config *c, int T, float *cos_t, float *sin_t);
-void llama_rope_tables(const llama_config *c, int T, float *cos_t, float *sin_t) { rope_tables(c, T, cos_t, sin_t); }
+void st_llama_rope_tables(const st_llama_config *c, int T, float *cos_t, float *sin_t);
+void st_llama_rope_tables(const st_llama_config *c, int T, float *cos_t, float *sin_t) { rope_tables(c, T, cos_t, sin_t); }
 
 /* ------------------------------------------------------------------ one block's activations */
 
@@ -178,7 +178,7 @@ typedef struct llama_set {
 } llama_set;
 
 /* Carves one block's activation set for (B, T) from base (NULL: only counts); floats used. */
-static size_t set_layout(const llama_config *c, int B, int T, const float *base, llama_set *s) {
+static size_t set_layout(const st_llama_config *c, int B, int T, const float *base, llama_set *s) {
     size_t N = (size_t)B * T, C = c->hidden_size, NH = c->n_head, NKV = c->n_kv_head, hs = c->head_dim;
     size_t W = (NH + 2 * NKV) * hs, Q = NH * hs, F = c->intermediate_size, off = 0;
     llama_set dummy;
@@ -205,7 +205,7 @@ static size_t set_layout(const llama_config *c, int B, int T, const float *base,
     return off;
 }
 
-size_t llama_block_act_floats(const llama_config *c, int B, int T) { return set_layout(c, B, T, NULL, NULL); }
+size_t st_llama_block_act_floats(const st_llama_config *c, int B, int T) { return set_layout(c, B, T, NULL, NULL); }
 
 /* ------------------------------------------------------------------ bound state */
 
@@ -223,7 +223,7 @@ typedef struct llama_bound {
 
 #define BD(b, i) ((float *)((llama_bound *)(b)->state)->p[i])
 
-static void bound_sizes(const llama_config *c, int B, int T, size_t bytes[BD_COUNT]) {
+static void bound_sizes(const st_llama_config *c, int B, int T, size_t bytes[BD_COUNT]) {
     size_t N = (size_t)B * T, C = c->hidden_size, hs = c->head_dim, F = c->intermediate_size;
     size_t Q = (size_t)c->n_head * hs, W = Q + 2 * (size_t)c->n_kv_head * hs;
     bytes[BD_INPUTS] = N * sizeof(int32_t);           /* token ids of the last embed_forward */
@@ -243,7 +243,7 @@ static void bound_sizes(const llama_config *c, int B, int T, size_t bytes[BD_COU
 
 static size_t arena_round(size_t bytes) { return (bytes + ST_ARENA_ALIGN - 1) / ST_ARENA_ALIGN * ST_ARENA_ALIGN; }
 
-size_t llama_bind_bytes(const llama_config *c, int B, int T) {
+size_t st_llama_bind_bytes(const st_llama_config *c, int B, int T) {
     size_t bytes[BD_COUNT], sum = 0;
     bound_sizes(c, B, T, bytes);
     for (int i = 0; i < BD_COUNT; i++)
@@ -251,10 +251,10 @@ size_t llama_bind_bytes(const llama_config *c, int B, int T) {
     return sum;
 }
 
-static const llama_config *cfg_of(const st_arch *a) { return (const llama_config *)a->impl; }
+static const st_llama_config *cfg_of(const st_arch *a) { return (const st_llama_config *)a->impl; }
 
-static size_t a_block_act_floats(const st_arch *a, int B, int T) { return llama_block_act_floats(cfg_of(a), B, T); }
-static size_t a_bind_bytes(const st_arch *a, int B, int T) { return llama_bind_bytes(cfg_of(a), B, T); }
+static size_t a_block_act_floats(const st_arch *a, int B, int T) { return st_llama_block_act_floats(cfg_of(a), B, T); }
+static size_t a_bind_bytes(const st_arch *a, int B, int T) { return st_llama_bind_bytes(cfg_of(a), B, T); }
 
 static void a_unbind(st_blocks *b) {
     llama_bound *s = b->state;
@@ -267,7 +267,7 @@ static void a_unbind(st_blocks *b) {
 }
 
 static st_status a_bind(st_blocks *b, st_err *err) {
-    const llama_config *c = cfg_of(b->arch);
+    const st_llama_config *c = cfg_of(b->arch);
     st_backend *be = b->be;
     int B = b->B, T = b->T;
     if (!be->ops->rmsnorm_forward || !be->ops->attention_gqa_forward)
@@ -291,7 +291,7 @@ static st_status a_bind(st_blocks *b, st_err *err) {
         free(host_cs);
         a_unbind(b);
         return st_errf(err, ST_ERR_NOMEM, "cannot allocate %.1f MiB of block scratch for batch %d x seq %d; lower "
-                       "batch or seq", llama_bind_bytes(c, B, T) / 1048576.0, B, T);
+                       "batch or seq", st_llama_bind_bytes(c, B, T) / 1048576.0, B, T);
     }
     rope_tables(c, T, host_cs, host_cs + nt);
     be->ops->copy_to_device(be, s->p[BD_COS], host_cs, nt * sizeof(float));
@@ -301,7 +301,7 @@ static st_status a_bind(st_blocks *b, st_err *err) {
 }
 
 static st_status a_set_docs(st_blocks *b, const int32_t *positions, const int32_t *doc_start, st_err *err) {
-    const llama_config *c = cfg_of(b->arch);
+    const st_llama_config *c = cfg_of(b->arch);
     st_backend *be = b->be;
     llama_bound *s = b->state;
     int plain_pos, plain_ds;
@@ -368,7 +368,7 @@ static void a_embed_backward(st_blocks *b, float *emb_g, const float *dres) {
 
 static void a_block_forward(st_blocks *b, const float *wslab, const float *in, float *acts, float *out) {
     st_backend *be = b->be;
-    const llama_config *c = cfg_of(b->arch);
+    const st_llama_config *c = cfg_of(b->arch);
     int B = b->B, T = b->T, C = c->hidden_size, NH = c->n_head, NKV = c->n_kv_head, hs = c->head_dim;
     int F = c->intermediate_size, N = B * T, Q = NH * hs, W = (NH + 2 * NKV) * hs;
     size_t NC = (size_t)N * C;
@@ -406,7 +406,7 @@ static void a_block_forward(st_blocks *b, const float *wslab, const float *in, f
 static void a_block_backward(st_blocks *b, const float *wslab, float *gslab, const float *in, const float *acts,
                              float *dres) {
     st_backend *be = b->be;
-    const llama_config *c = cfg_of(b->arch);
+    const st_llama_config *c = cfg_of(b->arch);
     int B = b->B, T = b->T, C = c->hidden_size, NH = c->n_head, NKV = c->n_kv_head, hs = c->head_dim;
     int F = c->intermediate_size, N = B * T, Q = NH * hs, K = NKV * hs, W = Q + 2 * K;
     size_t NC = (size_t)N * C;
@@ -452,7 +452,7 @@ static void a_block_backward(st_blocks *b, const float *wslab, float *gslab, con
 
 static void a_norm_forward(st_blocks *b, const float *nw, const float *x, float *xn, float *stats) {
     st_backend *be = b->be;
-    const llama_config *c = cfg_of(b->arch);
+    const st_llama_config *c = cfg_of(b->arch);
     int C = c->hidden_size;
     OPS->rmsnorm_forward(be, xn, stats, x, nw, b->B * b->T, 1, C, C, (float)c->rms_norm_eps);
 }
@@ -472,13 +472,13 @@ static void a_init(const st_arch *a, float *host_params, uint64_t seed) {
 }
 
 /* 6 * (matmul weights) + 6 * T * NH * hs (causal attention), per token (llama.h) */
-double llama_block_flops_per_token(const llama_config *c, int T) {
+double st_llama_block_flops_per_token(const st_llama_config *c, int T) {
     double C = c->hidden_size, F = c->intermediate_size;
     double Q = (double)c->n_head * c->head_dim, K = (double)c->n_kv_head * c->head_dim;
     return 6.0 * (C * (Q + 2 * K) + Q * C + 3 * C * F) + 6.0 * T * Q;
 }
 
-static double a_block_flops(const st_arch *a, int T) { return llama_block_flops_per_token(cfg_of(a), T); }
+static double a_block_flops(const st_arch *a, int T) { return st_llama_block_flops_per_token(cfg_of(a), T); }
 static double a_head_flops(const st_arch *a) { return 6.0 * a->lay.vocab_size * (double)a->lay.n_embd; }
 
 /* frees a too (st_arch_free) */
@@ -507,12 +507,12 @@ static const st_arch_ops llama_arch_ops = {
     .set_docs = a_set_docs,
 };
 
-st_status st_arch_llama(st_arch **out, const llama_config *cfg, st_err *err) {
+st_status st_arch_llama(st_arch **out, const st_llama_config *cfg, st_err *err) {
     *out = NULL;
-    st_status s = llama_config_validate(cfg, err);
+    st_status s = st_llama_config_validate(cfg, err);
     if (s) return s;
     st_arch *a = calloc(1, sizeof *a);
-    llama_config *copy = malloc(sizeof *copy);
+    st_llama_config *copy = malloc(sizeof *copy);
     if (!a || !copy) {
         free(a);
         free(copy);

@@ -9,31 +9,31 @@
 #include "strata/model.h"
 #include "strata/prof.h"
 
-static gpt2_model *as_gpt2(const st_model *m) { return (gpt2_model *)m->impl; }
+static st_gpt2_model *as_gpt2(const st_model *m) { return (st_gpt2_model *)m->impl; }
 
-static st_status g_alloc_acts(st_model *m, int B, int T, st_err *err) { return gpt2_alloc_acts(as_gpt2(m), B, T, err); }
+static st_status g_alloc_acts(st_model *m, int B, int T, st_err *err) { return st_gpt2_alloc_acts(as_gpt2(m), B, T, err); }
 static float g_forward(st_model *m, const int32_t *in, const int32_t *tg, float dloss) {
-    return gpt2_forward_hooked(as_gpt2(m), in, tg, dloss, m->weight_hook, m->weight_hook_ctx);
+    return st_gpt2_forward_hooked(as_gpt2(m), in, tg, dloss, m->weight_hook, m->weight_hook_ctx);
 }
-static void g_backward(st_model *m) { gpt2_backward_hooked(as_gpt2(m), m->grad_hook, m->grad_hook_ctx); }
-static void g_init_random(st_model *m, uint64_t seed) { gpt2_init_random(as_gpt2(m), seed); }
+static void g_backward(st_model *m) { st_gpt2_backward_hooked(as_gpt2(m), m->grad_hook, m->grad_hook_ctx); }
+static void g_init_random(st_model *m, uint64_t seed) { st_gpt2_init_random(as_gpt2(m), seed); }
 static st_status g_save(const st_model *m, const char *path, st_err *err) {
-    return gpt2_save_safetensors(as_gpt2(m), path, err);
+    return st_gpt2_save_safetensors(as_gpt2(m), path, err);
 }
-static st_status g_load(st_model *m, const char *path, st_err *err) { return gpt2_load_safetensors(as_gpt2(m), path, err); }
-static double g_flops(const st_model *m, int T) { return gpt2_flops_per_token(&as_gpt2(m)->cfg, T); }
+static st_status g_load(st_model *m, const char *path, st_err *err) { return st_gpt2_load_safetensors(as_gpt2(m), path, err); }
+static double g_flops(const st_model *m, int T) { return st_gpt2_flops_per_token(&as_gpt2(m)->cfg, T); }
 static void g_describe(const st_model *m, char *buf, size_t cap) {
-    const gpt2_config *c = &as_gpt2(m)->cfg;
+    const st_gpt2_config *c = &as_gpt2(m)->cfg;
     snprintf(buf, cap, "gpt2 L=%d C=%d NH=%d V=%d maxT=%d", c->n_layer, c->n_embd, c->n_head, c->vocab_size, c->max_seq);
 }
 static void g_destroy(st_model *m) {
-    gpt2_free(as_gpt2(m));
+    st_gpt2_free(as_gpt2(m));
     free(m->impl);
     free(m);
 }
 
 static int g_step_gemms(const st_model *m, int B, int T, st_gemm_shape *out, int max) {
-    const gpt2_config *c = &as_gpt2(m)->cfg;
+    const st_gpt2_config *c = &as_gpt2(m)->cfg;
     int N = B * T, C = c->n_embd, V = c->vocab_size, L = c->n_layer;
     st_gemm_shape shapes[] = {
         /* forward: out(N,OC) = inp(N,C) w(C,OC) */
@@ -57,11 +57,11 @@ static st_status g_get_arch(const st_model *m, st_arch **out, st_err *err) {
 }
 static st_status g_save_hf(const st_model *m, const char *dir, st_dtype dtype, st_err *err) {
     (void)dtype; /* GPT-2's directory is F32 */
-    return gpt2_save_hf(as_gpt2(m), dir, err);
+    return st_gpt2_save_hf(as_gpt2(m), dir, err);
 }
-static const float *g_logits(const st_model *m) { return gpt2_logits(as_gpt2(m)); }
+static const float *g_logits(const st_model *m) { return st_gpt2_logits(as_gpt2(m)); }
 static void g_decode_info(const st_model *m, st_decode_info *d) {
-    const gpt2_config *c = &as_gpt2(m)->cfg;
+    const st_gpt2_config *c = &as_gpt2(m)->cfg;
     memset(d, 0, sizeof *d);
     d->kind = ST_DECODE_LN_GELU;
     d->n_layer = c->n_layer, d->n_embd = c->n_embd, d->n_head = d->n_kv_head = c->n_head;
@@ -70,7 +70,7 @@ static void g_decode_info(const st_model *m, st_decode_info *d) {
     d->eps = 1e-5f; /* unused: the layernorm op has GPT-2's epsilon */
 }
 static st_status g_set_docs(st_model *m, const int32_t *positions, const int32_t *doc_start, st_err *err) {
-    return gpt2_set_docs(as_gpt2(m), positions, doc_start, err);
+    return st_gpt2_set_docs(as_gpt2(m), positions, doc_start, err);
 }
 static const st_model_ops gpt2_ops = {"gpt2", g_alloc_acts, g_forward, g_backward, g_init_random, g_save,
                                       g_load, g_flops, g_describe, g_destroy, g_step_gemms, g_get_arch,
@@ -109,7 +109,7 @@ st_status st_model_set_docs(st_model *m, const int32_t *positions, const int32_t
     return m->ops->set_docs(m, positions, doc_start, err);
 }
 
-void st_model_wrap_gpt2(st_model *out, gpt2_model *g) {
+void st_model_wrap_gpt2(st_model *out, st_gpt2_model *g) {
     memset(out, 0, sizeof *out);
     out->ops = &gpt2_ops;
     out->be = g->be;
@@ -125,20 +125,20 @@ void st_model_wrap_gpt2(st_model *out, gpt2_model *g) {
 
 const char *st_model_preset_names(void) {
     static char buf[512];
-    if (!buf[0]) snprintf(buf, sizeof buf, "%s, %s", gpt2_preset_names(), llama_preset_names());
+    if (!buf[0]) snprintf(buf, sizeof buf, "%s, %s", st_gpt2_preset_names(), st_llama_preset_names());
     return buf;
 }
 
 st_status st_model_create(st_model **out, const char *preset, const st_model_overrides *ov, st_backend *be,
                           st_err *err) {
     *out = NULL;
-    llama_config lc;
-    if (llama_config_preset(preset, &lc, NULL) == ST_OK) {
-        st_status s = llama_config_apply_overrides(&lc, ov, err);
+    st_llama_config lc;
+    if (st_llama_config_preset(preset, &lc, NULL) == ST_OK) {
+        st_status s = st_llama_config_apply_overrides(&lc, ov, err);
         return s ? s : st_model_create_llama(out, &lc, be, err);
     }
-    gpt2_config cfg;
-    if (gpt2_config_preset(preset, &cfg, NULL) != ST_OK)
+    st_gpt2_config cfg;
+    if (st_gpt2_config_preset(preset, &cfg, NULL) != ST_OK)
         return st_errf(err, ST_ERR_INVALID, "unknown model '%s'; known models: %s", preset, st_model_preset_names());
     if (ov) {
         if (ov->vocab_size > 0) cfg.vocab_size = ov->vocab_size;
@@ -150,16 +150,16 @@ st_status st_model_create(st_model **out, const char *preset, const st_model_ove
     return st_model_create_gpt2(out, &cfg, be, err);
 }
 
-st_status st_model_create_gpt2(st_model **out, const gpt2_config *cfg, st_backend *be, st_err *err) {
+st_status st_model_create_gpt2(st_model **out, const st_gpt2_config *cfg, st_backend *be, st_err *err) {
     *out = NULL;
-    gpt2_model *g = calloc(1, sizeof *g);
+    st_gpt2_model *g = calloc(1, sizeof *g);
     st_model *m = calloc(1, sizeof *m);
     if (!g || !m) {
         free(g);
         free(m);
         return st_errf(err, ST_ERR_NOMEM, "out of memory");
     }
-    st_status s = gpt2_create(g, cfg, be, err);
+    st_status s = st_gpt2_create(g, cfg, be, err);
     if (s) {
         free(g);
         free(m);
@@ -173,23 +173,23 @@ st_status st_model_create_gpt2(st_model **out, const gpt2_config *cfg, st_backen
 /* A family and its shape, from a Hugging Face directory or a preset with overrides. */
 typedef struct model_shape {
     int is_llama;
-    gpt2_config g;
-    llama_config l;
+    st_gpt2_config g;
+    st_llama_config l;
 } model_shape;
 
 static st_status shape_of(const char *preset, const char *hf_dir, const st_model_overrides *ov, model_shape *sh,
                           st_err *err) {
     memset(sh, 0, sizeof *sh);
     if (hf_dir && hf_dir[0]) {
-        if (gpt2_hf_is_dir(hf_dir)) return gpt2_hf_config_read(hf_dir, &sh->g, err);
+        if (st_gpt2_hf_is_dir(hf_dir)) return st_gpt2_hf_config_read(hf_dir, &sh->g, err);
         sh->is_llama = 1;
-        return hf_config_read(hf_dir, &sh->l, err);
+        return st_hf_config_read(hf_dir, &sh->l, err);
     }
-    if (llama_config_preset(preset, &sh->l, NULL) == ST_OK) {
+    if (st_llama_config_preset(preset, &sh->l, NULL) == ST_OK) {
         sh->is_llama = 1;
-        return llama_config_apply_overrides(&sh->l, ov, err);
+        return st_llama_config_apply_overrides(&sh->l, ov, err);
     }
-    if (gpt2_config_preset(preset, &sh->g, NULL) != ST_OK)
+    if (st_gpt2_config_preset(preset, &sh->g, NULL) != ST_OK)
         return st_errf(err, ST_ERR_INVALID, "unknown model '%s'; known models: %s", preset, st_model_preset_names());
     if (ov) {
         if (ov->vocab_size > 0) sh->g.vocab_size = ov->vocab_size;
@@ -205,7 +205,7 @@ st_status st_model_create_from(st_model **out, const char *preset, const char *h
                                int with_weights, st_backend *be, st_err *err) {
     *out = NULL;
     if (hf_dir && hf_dir[0] && with_weights) /* shape and weights */
-        return gpt2_hf_is_dir(hf_dir) ? gpt2_model_create_hf(out, hf_dir, be, err)
+        return st_gpt2_hf_is_dir(hf_dir) ? st_gpt2_model_create_hf(out, hf_dir, be, err)
                                       : st_model_create_hf(out, hf_dir, be, err);
     model_shape sh;
     st_status s = shape_of(preset, hf_dir, ov, &sh, err);
@@ -214,15 +214,15 @@ st_status st_model_create_from(st_model **out, const char *preset, const char *h
 }
 
 st_status st_model_mem_estimate(const char *preset, const char *hf_dir, const st_model_overrides *ov, int B, int T,
-                                int optim_8bit, prof_mem_estimate *out, st_err *err) {
+                                int optim_8bit, st_prof_mem_estimate *out, st_err *err) {
     model_shape sh;
     st_status s = shape_of(preset, hf_dir, ov, &sh, err);
     if (s) return s;
     if (sh.is_llama) /* parameters and stored activations from the model's own counts */
-        prof_mem_estimate_generic((double)llama_param_count(&sh.l), (double)llama_act_bytes(&sh.l, B, T), B, T,
+        st_prof_mem_estimate_generic((double)st_llama_param_count(&sh.l), (double)st_llama_act_bytes(&sh.l, B, T), B, T,
                                   optim_8bit, out);
     else
-        prof_mem_estimate_gpt2(&sh.g, B, T, optim_8bit, out);
+        st_prof_mem_estimate_gpt2(&sh.g, B, T, optim_8bit, out);
     return ST_OK;
 }
 

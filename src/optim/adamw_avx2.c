@@ -1,7 +1,7 @@
 /* adamw_avx2.c - the optimizer kernels for AVX2 + FMA + F16C, 8 lanes.
  *
  * Compiled with a target pragma (the build has no -march) and chosen at run time by
- * optim_isa_best(); the kernel bodies are adamw_simd_body.h. Masks are vectors of
+ * st_optim_isa_best(); the kernel bodies are adamw_simd_body.h. Masks are vectors of
  * all-ones lanes, as AVX2 compares produce them.
  */
 #pragma GCC target("avx2,fma,f16c,prfchw")

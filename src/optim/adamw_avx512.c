@@ -1,7 +1,7 @@
 /* adamw_avx512.c - the optimizer kernels for AVX-512F+CD (+F16C), 16 lanes.
  *
  * Compiled with a target pragma (the build has no -march) and chosen at run time by
- * optim_isa_best(); the kernel bodies are adamw_simd_body.h. adamw_avx512bf16.c compiles
+ * st_optim_isa_best(); the kernel bodies are adamw_simd_body.h. adamw_avx512bf16.c compiles
  * this file again with ADAMW_AVX512_BF16 for CPUs with the bf16 conversion instruction.
  */
 #ifdef ADAMW_AVX512_BF16

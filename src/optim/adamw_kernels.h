@@ -15,14 +15,14 @@
 
 #include "strata/optim.h"
 
-#define Q8_BLOCK OPTIM_Q8_BLOCK
+#define Q8_BLOCK ST_OPTIM_Q8_BLOCK
 /* Sum of squares order, fixed for every ISA and thread count: a chunk of SUMSQ_CHUNK
  * elements is cut into SUMSQ_PARTS consecutive parts (so a core can stream them side by
  * side: one stream per core cannot reach the memory bandwidth); in each part lane l sums
  * elements i = l mod SUMSQ_LANES in order; lanes and parts are combined in a fixed tree. */
 #define SUMSQ_LANES 32
 #define SUMSQ_PARTS 4
-#define SUMSQ_CHUNK OPTIM_SUMSQ_CHUNK /* elements per partial; partials are summed in chunk order */
+#define SUMSQ_CHUNK ST_OPTIM_SUMSQ_CHUNK /* elements per partial; partials are summed in chunk order */
 
 /* Length of each part of a chunk of n elements (the last one may be shorter or empty). */
 static inline size_t sumsq_part_len(size_t n) {
@@ -31,7 +31,7 @@ static inline size_t sumsq_part_len(size_t n) {
 }
 #define WORK_NONE (-1)     /* no working copy */
 
-/* Per-step constants of the update, derived once (in double) from adamw_params, folded so
+/* Per-step constants of the update, derived once (in double) from st_adamw_params, folded so
  * that the pass does the fewest operations per element:
  *   m' = b1 m + (1-b1) s g             = fma(c1, g, b1 * m)          c1 = (1-b1) s
  *   v' = b2 v + (1-b2) (s g)^2         = fma(c2 * g, g, b2 * v)      c2 = (1-b2) s^2

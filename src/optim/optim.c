@@ -13,18 +13,18 @@
 
 #include "optim/adamw_kernels.h"
 
-_Static_assert(OPTIM_CHUNK_ELEMS % OPTIM_Q8_BLOCK == 0, "an optimizer chunk holds whole 8-bit blocks");
+_Static_assert(ST_OPTIM_CHUNK_ELEMS % ST_OPTIM_Q8_BLOCK == 0, "an optimizer chunk holds whole 8-bit blocks");
 
 typedef struct optim_chunk {
     int seg;
     size_t start, n; /* elements from the segment's start */
 } optim_chunk;
 
-struct optim {
-    optim_segment *segs;
+struct st_optim {
+    st_optim_segment *segs;
     int n_segs;
     size_t numel;
-    optim_state_format fmt;
+    st_optim_state_format fmt;
     float *m, *v;           /* fp32: indexed by flat element */
     uint8_t *qm, *qv;       /* 8-bit: each segment starts at a block boundary */
     float *am, *av;         /* 8-bit: absmax per block */
@@ -34,86 +34,86 @@ struct optim {
     int n_chunks;
     int *chunk_first;        /* n_segs + 1 entries: the chunks of segment s */
     const adamw_kernels *kern;
-    optim_isa isa;
+    st_optim_isa isa;
     q8_tables q8;
     long skipped;
-    int unbound;             /* the state lives in caller buffers (optim_bind_state) */
+    int unbound;             /* the state lives in caller buffers (st_optim_bind_state) */
 };
 
 /* ---- dispatch ---- */
 
-optim_isa optim_isa_best(void) {
+st_optim_isa st_optim_isa_best(void) {
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("fma") &&
         __builtin_cpu_supports("f16c"))
-        return __builtin_cpu_supports("avx512bf16") ? OPTIM_ISA_AVX512_BF16 : OPTIM_ISA_AVX512;
+        return __builtin_cpu_supports("avx512bf16") ? ST_OPTIM_ISA_AVX512_BF16 : ST_OPTIM_ISA_AVX512;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
-        return OPTIM_ISA_AVX2;
-    return OPTIM_ISA_PORTABLE;
+        return ST_OPTIM_ISA_AVX2;
+    return ST_OPTIM_ISA_PORTABLE;
 }
 
-const char *optim_isa_name(optim_isa isa) {
+const char *st_optim_isa_name(st_optim_isa isa) {
     switch (isa) {
-    case OPTIM_ISA_AUTO: return "auto";
-    case OPTIM_ISA_PORTABLE: return "portable";
-    case OPTIM_ISA_AVX2: return "avx2";
-    case OPTIM_ISA_AVX512: return "avx512";
-    case OPTIM_ISA_AVX512_BF16: return "avx512bf16";
+    case ST_OPTIM_ISA_AUTO: return "auto";
+    case ST_OPTIM_ISA_PORTABLE: return "portable";
+    case ST_OPTIM_ISA_AVX2: return "avx2";
+    case ST_OPTIM_ISA_AVX512: return "avx512";
+    case ST_OPTIM_ISA_AVX512_BF16: return "avx512bf16";
     }
     return "unknown";
 }
 
-static const adamw_kernels *kernels_for(optim_isa isa) {
+static const adamw_kernels *kernels_for(st_optim_isa isa) {
     switch (isa) {
-    case OPTIM_ISA_AVX512_BF16: return &adamw_kernels_avx512bf16;
-    case OPTIM_ISA_AVX512: return &adamw_kernels_avx512;
-    case OPTIM_ISA_AVX2: return &adamw_kernels_avx2;
+    case ST_OPTIM_ISA_AVX512_BF16: return &adamw_kernels_avx512bf16;
+    case ST_OPTIM_ISA_AVX512: return &adamw_kernels_avx512;
+    case ST_OPTIM_ISA_AVX2: return &adamw_kernels_avx2;
     default: return &adamw_kernels_portable;
     }
 }
 
-st_status optim_set_isa(optim *o, optim_isa isa, st_err *err) {
-    optim_isa best = optim_isa_best();
-    if (isa == OPTIM_ISA_AUTO) isa = best;
-    if (isa < OPTIM_ISA_PORTABLE || isa > OPTIM_ISA_AVX512_BF16)
+st_status st_optim_set_isa(st_optim *o, st_optim_isa isa, st_err *err) {
+    st_optim_isa best = st_optim_isa_best();
+    if (isa == ST_OPTIM_ISA_AUTO) isa = best;
+    if (isa < ST_OPTIM_ISA_PORTABLE || isa > ST_OPTIM_ISA_AVX512_BF16)
         return st_errf(err, ST_ERR_INVALID, "optimizer: unknown kernel set %d", (int)isa);
     if (isa > best)
         return st_errf(err, ST_ERR_UNSUPPORTED, "optimizer: this CPU cannot run the %s kernels (best: %s)",
-                       optim_isa_name(isa), optim_isa_name(best));
+                       st_optim_isa_name(isa), st_optim_isa_name(best));
     o->isa = isa;
     o->kern = kernels_for(isa);
     return ST_OK;
 }
 
-optim_isa optim_get_isa(const optim *o) { return o->isa; }
+st_optim_isa st_optim_get_isa(const st_optim *o) { return o->isa; }
 
 /* ---- create / free ---- */
 
 static int seg_cmp(const void *a, const void *b) {
-    const optim_segment *x = a, *y = b;
+    const st_optim_segment *x = a, *y = b;
     return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
-static st_status create_impl(optim **out, const optim_segment *segs, int n_segs, optim_state_format fmt, int unbound,
+static st_status create_impl(st_optim **out, const st_optim_segment *segs, int n_segs, st_optim_state_format fmt, int unbound,
                              st_err *err);
 
-st_status optim_create(optim **out, const optim_segment *segs, int n_segs, optim_state_format fmt,
+st_status st_optim_create(st_optim **out, const st_optim_segment *segs, int n_segs, st_optim_state_format fmt,
                        st_err *err) {
     return create_impl(out, segs, n_segs, fmt, 0, err);
 }
 
-st_status optim_create_unbound(optim **out, const optim_segment *segs, int n_segs, optim_state_format fmt,
+st_status st_optim_create_unbound(st_optim **out, const st_optim_segment *segs, int n_segs, st_optim_state_format fmt,
                                st_err *err) {
     return create_impl(out, segs, n_segs, fmt, 1, err);
 }
 
-static st_status create_impl(optim **out, const optim_segment *segs, int n_segs, optim_state_format fmt, int unbound,
+static st_status create_impl(st_optim **out, const st_optim_segment *segs, int n_segs, st_optim_state_format fmt, int unbound,
                              st_err *err) {
     *out = NULL;
     if (n_segs <= 0) return st_errf(err, ST_ERR_INVALID, "optimizer: no parameter segments");
-    if (fmt != OPTIM_STATE_F32 && fmt != OPTIM_STATE_8BIT)
+    if (fmt != ST_OPTIM_STATE_F32 && fmt != ST_OPTIM_STATE_8BIT)
         return st_errf(err, ST_ERR_INVALID, "optimizer: unknown state format %d (use f32 or 8bit)", (int)fmt);
     /* overlapping segments would update an element twice */
-    optim_segment *sorted = malloc(sizeof *segs * (size_t)n_segs);
+    st_optim_segment *sorted = malloc(sizeof *segs * (size_t)n_segs);
     if (!sorted) return st_errf(err, ST_ERR_NOMEM, "optimizer: out of memory");
     memcpy(sorted, segs, sizeof *segs * (size_t)n_segs);
     qsort(sorted, (size_t)n_segs, sizeof *sorted, seg_cmp);
@@ -127,14 +127,14 @@ static st_status create_impl(optim **out, const optim_segment *segs, int n_segs,
         }
     free(sorted);
 
-    optim *o = calloc(1, sizeof *o);
+    st_optim *o = calloc(1, sizeof *o);
     if (!o) return st_errf(err, ST_ERR_NOMEM, "optimizer: out of memory");
     o->segs = malloc(sizeof *segs * (size_t)n_segs);
     o->seg_q = calloc((size_t)n_segs + 1, sizeof *o->seg_q);
     o->seg_blk = calloc((size_t)n_segs + 1, sizeof *o->seg_blk);
     o->chunk_first = calloc((size_t)n_segs + 1, sizeof *o->chunk_first);
     if (!o->segs || !o->seg_q || !o->seg_blk || !o->chunk_first) {
-        optim_free(o);
+        st_optim_free(o);
         return st_errf(err, ST_ERR_NOMEM, "optimizer: out of memory");
     }
     memcpy(o->segs, segs, sizeof *segs * (size_t)n_segs);
@@ -148,26 +148,26 @@ static st_status create_impl(optim **out, const optim_segment *segs, int n_segs,
         o->seg_blk[i + 1] = o->seg_blk[i] + blocks;
         o->seg_q[i + 1] = o->seg_q[i] + blocks * Q8_BLOCK;
         o->chunk_first[i] = (int)nchunks;
-        nchunks += (segs[i].n + OPTIM_CHUNK_ELEMS - 1) / OPTIM_CHUNK_ELEMS;
+        nchunks += (segs[i].n + ST_OPTIM_CHUNK_ELEMS - 1) / ST_OPTIM_CHUNK_ELEMS;
     }
     o->chunk_first[n_segs] = (int)nchunks;
     o->n_chunks = (int)nchunks;
     o->chunks = malloc(sizeof *o->chunks * (nchunks ? nchunks : 1));
     if (!o->chunks) {
-        optim_free(o);
+        st_optim_free(o);
         return st_errf(err, ST_ERR_NOMEM, "optimizer: out of memory");
     }
     for (int i = 0, c = 0; i < n_segs; i++)
-        for (size_t s = 0; s < segs[i].n; s += OPTIM_CHUNK_ELEMS, c++)
-            o->chunks[c] = (optim_chunk){i, s, segs[i].n - s < OPTIM_CHUNK_ELEMS ? segs[i].n - s : OPTIM_CHUNK_ELEMS};
+        for (size_t s = 0; s < segs[i].n; s += ST_OPTIM_CHUNK_ELEMS, c++)
+            o->chunks[c] = (optim_chunk){i, s, segs[i].n - s < ST_OPTIM_CHUNK_ELEMS ? segs[i].n - s : ST_OPTIM_CHUNK_ELEMS};
 
     size_t want;
     o->unbound = unbound;
     o->nblocks = o->seg_blk[n_segs];
     o->qbytes = o->seg_q[n_segs];
     if (unbound) {
-        /* no state of its own: optim_bind_state points it at the caller's buffers */
-    } else if (fmt == OPTIM_STATE_F32) {
+        /* no state of its own: st_optim_bind_state points it at the caller's buffers */
+    } else if (fmt == ST_OPTIM_STATE_F32) {
         want = 2 * o->numel * sizeof(float);
         o->m = st_alloc(o->numel * sizeof(float) + 64);
         o->v = st_alloc(o->numel * sizeof(float) + 64);
@@ -181,16 +181,16 @@ static st_status create_impl(optim **out, const optim_segment *segs, int n_segs,
         if (!o->qm || !o->qv || !o->am || !o->av) goto nomem;
     }
     q8_tables_init(&o->q8);
-    optim_set_isa(o, OPTIM_ISA_AUTO, NULL);
+    st_optim_set_isa(o, ST_OPTIM_ISA_AUTO, NULL);
     *out = o;
     return ST_OK;
 nomem:
-    optim_free(o);
+    st_optim_free(o);
     return st_errf(err, ST_ERR_NOMEM, "optimizer: cannot allocate %zu bytes of moments; use 8-bit states "
                    "or fewer parameters per rank", want);
 }
 
-void optim_free(optim *o) {
+void st_optim_free(st_optim *o) {
     if (!o) return;
     if (!o->unbound) {
         st_free(o->m);
@@ -208,15 +208,15 @@ void optim_free(optim *o) {
     free(o);
 }
 
-size_t optim_numel(const optim *o) { return o->numel; }
-int optim_segment_count(const optim *o) { return o->n_segs; }
-optim_state_format optim_format(const optim *o) { return o->fmt; }
-long optim_skipped_steps(const optim *o) { return o->skipped; }
+size_t st_optim_numel(const st_optim *o) { return o->numel; }
+int st_optim_segment_count(const st_optim *o) { return o->n_segs; }
+st_optim_state_format st_optim_format(const st_optim *o) { return o->fmt; }
+long st_optim_skipped_steps(const st_optim *o) { return o->skipped; }
 
 /* ---- the reference ---- */
 
-void adamw_ref_f32(float *p, const float *g, float *m, float *v, size_t n, float wd,
-                   const adamw_params *hp) {
+void st_adamw_ref_f32(float *p, const float *g, float *m, float *v, size_t n, float wd,
+                   const st_adamw_params *hp) {
     float b1 = hp->beta1, b2 = hp->beta2;
     float bc1 = 1.0f - powf(b1, (float)hp->step), bc2 = 1.0f - powf(b2, (float)hp->step);
     for (size_t i = 0; i < n; i++) {
@@ -230,7 +230,7 @@ void adamw_ref_f32(float *p, const float *g, float *m, float *v, size_t n, float
 
 /* ---- the step ---- */
 
-static adamw_consts consts_make(const adamw_params *hp) {
+static adamw_consts consts_make(const st_adamw_params *hp) {
     /* in double: beta2^step and the folded products lose float precision otherwise */
     double s = hp->grad_scale, t = (double)hp->step;
     adamw_consts k;
@@ -246,9 +246,9 @@ static adamw_consts consts_make(const adamw_params *hp) {
 }
 
 /* The pointers of chunk ci for buffers whose element 0 is flat element base. */
-static adamw_chunk chunk_make(const optim *o, int ci, const optim_step_args *a, size_t gs, size_t ws) {
+static adamw_chunk chunk_make(const st_optim *o, int ci, const st_optim_step_args *a, size_t gs, size_t ws) {
     const optim_chunk *ch = &o->chunks[ci];
-    const optim_segment *sg = &o->segs[ch->seg];
+    const st_optim_segment *sg = &o->segs[ch->seg];
     size_t rel = sg->offset + ch->start - a->base;
     adamw_chunk c = {0};
     c.p = a->params + rel;
@@ -256,7 +256,7 @@ static adamw_chunk chunk_make(const optim *o, int ci, const optim_step_args *a, 
     c.w = a->work ? (char *)a->work + rel * ws : NULL;
     c.n = ch->n;
     c.wd = sg->weight_decay;
-    if (o->fmt == OPTIM_STATE_F32) {
+    if (o->fmt == ST_OPTIM_STATE_F32) {
         c.m = o->m + sg->offset + ch->start;
         c.v = o->v + sg->offset + ch->start;
     } else {
@@ -268,7 +268,7 @@ static adamw_chunk chunk_make(const optim *o, int ci, const optim_step_args *a, 
     return c;
 }
 
-static st_status check_args(const optim *o, const optim_step_args *a, int *s0, int *s1, st_err *err) {
+static st_status check_args(const st_optim *o, const st_optim_step_args *a, int *s0, int *s1, st_err *err) {
     *s0 = a->seg_begin;
     *s1 = a->seg_end == 0 ? o->n_segs : a->seg_end;
     if (*s0 < 0 || *s1 > o->n_segs || *s0 >= *s1)
@@ -290,7 +290,7 @@ static st_status check_args(const optim *o, const optim_step_args *a, int *s0, i
     return ST_OK;
 }
 
-st_status optim_step_ex(optim *o, const optim_step_args *a, const adamw_params *hp, st_err *err) {
+st_status st_optim_step_ex(st_optim *o, const st_optim_step_args *a, const st_adamw_params *hp, st_err *err) {
     int s0, s1;
     st_status st = check_args(o, a, &s0, &s1, err);
     if (st != ST_OK) return st;
@@ -303,7 +303,7 @@ st_status optim_step_ex(optim *o, const optim_step_args *a, const adamw_params *
     if (ss < 0) {
         ss = 0;
         for (int s = s0; s < s1; s++)
-            ss += optim_grad_sumsq((const char *)a->grads + (o->segs[s].offset - a->base) * gs, a->grad_dtype,
+            ss += st_optim_grad_sumsq((const char *)a->grads + (o->segs[s].offset - a->base) * gs, a->grad_dtype,
                                    o->segs[s].n);
     }
     if (!isfinite(ss)) {
@@ -316,7 +316,7 @@ st_status optim_step_ex(optim *o, const optim_step_args *a, const adamw_params *
     const adamw_kernels *kern = o->kern;
     int gdt = a->grad_dtype, wdt = a->work ? (int)a->work_dtype : WORK_NONE;
     int c0 = o->chunk_first[s0], c1 = o->chunk_first[s1];
-    int q8 = o->fmt == OPTIM_STATE_8BIT;
+    int q8 = o->fmt == ST_OPTIM_STATE_8BIT;
 #pragma omp parallel for schedule(static)
     for (int ci = c0; ci < c1; ci++) {
         adamw_chunk c = chunk_make(o, ci, a, gs, ws);
@@ -326,18 +326,18 @@ st_status optim_step_ex(optim *o, const optim_step_args *a, const adamw_params *
     return ST_OK;
 }
 
-void optim_step(optim *o, float *params, const float *grads, const adamw_params *hp) {
-    optim_step_args a = {.params = params, .grads = grads, .grad_dtype = ST_F32, .grad_sumsq = -1};
+void st_optim_step(st_optim *o, float *params, const float *grads, const st_adamw_params *hp) {
+    st_optim_step_args a = {.params = params, .grads = grads, .grad_dtype = ST_F32, .grad_sumsq = -1};
     st_err err = {0};
-    if (optim_step_ex(o, &a, hp, &err) != ST_OK) st_log(1, "warning: %s\n", err.msg);
+    if (st_optim_step_ex(o, &a, hp, &err) != ST_OK) st_log(1, "warning: %s\n", err.msg);
 }
 
-void optim_bench_ceiling(optim *o, const optim_step_args *a) {
+void st_optim_bench_ceiling(st_optim *o, const st_optim_step_args *a) {
     int s0, s1;
     if (check_args(o, a, &s0, &s1, NULL) != ST_OK) return;
     size_t gs = st_dtype_size(a->grad_dtype), ws = a->work ? st_dtype_size(a->work_dtype) : 0;
     int gdt = a->grad_dtype, wdt = a->work ? (int)a->work_dtype : WORK_NONE;
-    int c0 = o->chunk_first[s0], c1 = o->chunk_first[s1], q8 = o->fmt == OPTIM_STATE_8BIT;
+    int c0 = o->chunk_first[s0], c1 = o->chunk_first[s1], q8 = o->fmt == ST_OPTIM_STATE_8BIT;
     const adamw_kernels *kern = o->kern;
 #pragma omp parallel for schedule(static)
     for (int ci = c0; ci < c1; ci++) {
@@ -346,7 +346,7 @@ void optim_bench_ceiling(optim *o, const optim_step_args *a) {
     }
 }
 
-float optim_clip_scale(double sumsq, float loss_scale, float max_norm) {
+float st_optim_clip_scale(double sumsq, float loss_scale, float max_norm) {
     double ls = loss_scale > 0 ? loss_scale : 1.0;
     double norm = sqrt(sumsq) / ls;
     double clip = max_norm > 0 && norm > max_norm ? max_norm / norm : 1.0;
@@ -355,17 +355,17 @@ float optim_clip_scale(double sumsq, float loss_scale, float max_norm) {
 
 /* ---- state buffers ---- */
 
-int optim_state_count(const optim *o) { return o->fmt == OPTIM_STATE_F32 ? 2 : 4; }
+int st_optim_state_count(const st_optim *o) { return o->fmt == ST_OPTIM_STATE_F32 ? 2 : 4; }
 
-size_t optim_state_buffer_bytes(const optim *o, int i) {
-    if (i < 0 || i >= optim_state_count(o)) return 0;
-    if (o->fmt == OPTIM_STATE_F32) return o->numel * sizeof(float);
+size_t st_optim_state_buffer_bytes(const st_optim *o, int i) {
+    if (i < 0 || i >= st_optim_state_count(o)) return 0;
+    if (o->fmt == ST_OPTIM_STATE_F32) return o->numel * sizeof(float);
     return i < 2 ? o->qbytes : o->nblocks * sizeof(float);
 }
 
-void optim_bind_state(optim *o, void *const bufs[]) {
+void st_optim_bind_state(st_optim *o, void *const bufs[]) {
     if (!o->unbound) return;
-    if (o->fmt == OPTIM_STATE_F32) {
+    if (o->fmt == ST_OPTIM_STATE_F32) {
         o->m = bufs[0];
         o->v = bufs[1];
     } else {
@@ -376,9 +376,9 @@ void optim_bind_state(optim *o, void *const bufs[]) {
     }
 }
 
-void *optim_state_buffer(optim *o, int i, size_t *bytes) {
+void *st_optim_state_buffer(st_optim *o, int i, size_t *bytes) {
     *bytes = 0;
-    if (o->fmt == OPTIM_STATE_F32) {
+    if (o->fmt == ST_OPTIM_STATE_F32) {
         if (i < 0 || i > 1) return NULL;
         *bytes = o->numel * sizeof(float);
         return i == 0 ? (void *)o->m : (void *)o->v;
@@ -392,15 +392,15 @@ void *optim_state_buffer(optim *o, int i, size_t *bytes) {
     }
 }
 
-double optim_state_bytes_per_param(const optim *o) {
-    if (o->fmt == OPTIM_STATE_F32) return 8.0;
+double st_optim_state_bytes_per_param(const st_optim *o) {
+    if (o->fmt == ST_OPTIM_STATE_F32) return 8.0;
     return o->numel ? (double)(2 * o->qbytes + 2 * o->nblocks * sizeof(float)) / (double)o->numel : 0.0;
 }
 
-double optim_step_bytes_per_param(const optim *o, st_dtype grad_dtype, int work_dtype) {
+double st_optim_step_bytes_per_param(const st_optim *o, st_dtype grad_dtype, int work_dtype) {
     double g = (double)st_dtype_size(grad_dtype), w = work_dtype < 0 ? 0.0 : (double)st_dtype_size((st_dtype)work_dtype);
     /* master weight read + written, gradient read, working copy written, moments read + written */
-    double moments = o->fmt == OPTIM_STATE_F32 ? 2 * 2 * 4.0 : 2 * 2 * 1.0 + 2 * 2 * 4.0 / Q8_BLOCK;
+    double moments = o->fmt == ST_OPTIM_STATE_F32 ? 2 * 2 * 4.0 : 2 * 2 * 1.0 + 2 * 2 * 4.0 / Q8_BLOCK;
     return 2 * 4.0 + g + w + moments;
 }
 
@@ -421,8 +421,8 @@ static double lanes_total(double *l) {
     return part[0];
 }
 
-size_t optim_grad_sumsq_parts(const void *g, st_dtype dt, size_t n, double *part) {
-    const adamw_kernels *kern = kernels_for(optim_isa_best());
+size_t st_optim_grad_sumsq_parts(const void *g, st_dtype dt, size_t n, double *part) {
+    const adamw_kernels *kern = kernels_for(st_optim_isa_best());
     size_t es = st_dtype_size(dt);
     long nchunks = (long)((n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK);
 #pragma omp parallel for schedule(static) if (nchunks > 1)
@@ -435,17 +435,17 @@ size_t optim_grad_sumsq_parts(const void *g, st_dtype dt, size_t n, double *part
     return (size_t)nchunks;
 }
 
-double optim_grad_sumsq(const void *g, st_dtype dt, size_t n) {
+double st_optim_grad_sumsq(const void *g, st_dtype dt, size_t n) {
     if (dt != ST_F32 && dt != ST_BF16 && dt != ST_F16) return NAN;
     size_t nchunks = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
     double stackbuf[64], *part = nchunks <= 64 ? stackbuf : malloc(sizeof(double) * nchunks);
     if (!part) return NAN;
-    optim_grad_sumsq_parts(g, dt, n, part);
+    st_optim_grad_sumsq_parts(g, dt, n, part);
     double total = 0;
     for (size_t c = 0; c < nchunks; c++) total += part[c];
     if (part != stackbuf) free(part);
     return total;
 }
 
-double optim_grad_sumsq_f32(const float *g, size_t n) { return optim_grad_sumsq(g, ST_F32, n); }
-double optim_grad_sumsq_bf16(const uint16_t *g, size_t n) { return optim_grad_sumsq(g, ST_BF16, n); }
+double st_optim_grad_sumsq_f32(const float *g, size_t n) { return st_optim_grad_sumsq(g, ST_F32, n); }
+double st_optim_grad_sumsq_bf16(const uint16_t *g, size_t n) { return st_optim_grad_sumsq(g, ST_BF16, n); }

@@ -83,7 +83,7 @@ void q8_tables_init(q8_tables *t) {
     map_init(&t->u, 0);
 }
 
-void optim_q8_map(int is_signed, float code[256]) {
+void st_optim_q8_map(int is_signed, float code[256]) {
     q8_map q;
     map_init(&q, is_signed);
     memcpy(code, q.dec, sizeof q.dec);
@@ -91,7 +91,7 @@ void optim_q8_map(int is_signed, float code[256]) {
 
 /* Nearest rounding errs by at most half the gap between neighbouring codes; negatives
  * near -1 round to the largest negative code (the map has +1 only), a whole gap. */
-double optim_q8_max_error(int is_signed) {
+double st_optim_q8_max_error(int is_signed) {
     int zero_level = is_signed ? 0 : 1, top_level = is_signed ? 128 : 256;
     double worst = 0;
     for (int b = zero_level; b < top_level; b++) {
@@ -106,15 +106,15 @@ double optim_q8_max_error(int is_signed) {
 }
 
 static const adamw_kernels *best_kernels(void) {
-    switch (optim_isa_best()) {
-    case OPTIM_ISA_AVX512_BF16: return &adamw_kernels_avx512bf16;
-    case OPTIM_ISA_AVX512: return &adamw_kernels_avx512;
-    case OPTIM_ISA_AVX2: return &adamw_kernels_avx2;
+    switch (st_optim_isa_best()) {
+    case ST_OPTIM_ISA_AVX512_BF16: return &adamw_kernels_avx512bf16;
+    case ST_OPTIM_ISA_AVX512: return &adamw_kernels_avx512;
+    case ST_OPTIM_ISA_AVX2: return &adamw_kernels_avx2;
     default: return &adamw_kernels_portable;
     }
 }
 
-float optim_q8_quantize_block(const float *x, size_t n, int is_signed, uint8_t *q) {
+float st_optim_q8_quantize_block(const float *x, size_t n, int is_signed, uint8_t *q) {
     q8_tables t;
     q8_tables_init(&t);
     float amax = 0;
@@ -124,8 +124,8 @@ float optim_q8_quantize_block(const float *x, size_t n, int is_signed, uint8_t *
     return amax;
 }
 
-void optim_q8_dequantize_block(const uint8_t *q, size_t n, float absmax, int is_signed, float *x) {
+void st_optim_q8_dequantize_block(const uint8_t *q, size_t n, float absmax, int is_signed, float *x) {
     float code[256];
-    optim_q8_map(is_signed, code);
+    st_optim_q8_map(is_signed, code);
     for (size_t i = 0; i < n; i++) x[i] = code[q[i]] * absmax;
 }

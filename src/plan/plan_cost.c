@@ -1,5 +1,5 @@
 /* plan_cost.c - the cost model of one streamed step (see plan.h for the windows), and
- * plan_predict, its closed form for a given plan. */
+ * st_plan_predict, its closed form for a given plan. */
 #include <math.h>
 #include <string.h>
 
@@ -7,12 +7,12 @@
 
 static int pos(double v) { return isfinite(v) && v > 0; }
 
-st_status plan_cost_init(plan_cost *c, const st_arch *a, int B, int T, const plan_profile *hw, st_err *err) {
+st_status plan_cost_init(plan_cost *c, const st_arch *a, int B, int T, const st_plan_profile *hw, st_err *err) {
     memset(c, 0, sizeof *c);
     if (!a || !hw) return st_errf(err, ST_ERR_INVALID, "plan: no model or no hardware profile");
-    if (hw->version != PLAN_PROFILE_VERSION)
+    if (hw->version != ST_PLAN_PROFILE_VERSION)
         return st_errf(err, ST_ERR_FORMAT, "plan: hardware profile version %d, this strata reads %d (measure it "
-                       "again: strata plan --save_profile FILE)", hw->version, PLAN_PROFILE_VERSION);
+                       "again: strata plan --save_profile FILE)", hw->version, ST_PLAN_PROFILE_VERSION);
     if (!pos(hw->sgemm_flops) || !pos(hw->h2d_bytes_per_s) || !pos(hw->d2h_bytes_per_s) ||
         !pos(hw->mem_bytes_per_s) || !(isfinite(hw->optim_ns_per_param) && hw->optim_ns_per_param >= 0) ||
         !pos(hw->block_fwd_flops) || !pos(hw->block_bwd_flops) || !pos(hw->head_flops) ||
@@ -36,7 +36,7 @@ st_status plan_cost_init(plan_cost *c, const st_arch *a, int B, int T, const pla
     /* the block's and the classifier's compute: their measured times at this shape when the
      * profile has them, else the arch's FLOPs at the reference block's measured rates (the
      * real ops: attention, norms and activations around the matmuls, not sgemm's peak) */
-    const plan_shape_time *st = plan_profile_shape(hw, a, B, T);
+    const st_plan_shape_time *st = st_plan_profile_shape(hw, a, B, T);
     double blk = a->ops->block_flops_per_token(a, T) * N; /* forward + backward */
     c->fwd = st ? st->block_fwd_s : blk / 3.0 / hw->block_fwd_flops;
     c->bwd = st ? st->block_bwd_s : blk * 2.0 / 3.0 / hw->block_bwd_flops;
@@ -124,8 +124,8 @@ double plan_cost_wfetch_bwd(const plan_cost *c, int d, int w) {
     return t;
 }
 
-st_status plan_predict(const st_arch *a, int B, int T, const plan_profile *hw, const stream_plan *p,
-                       plan_prediction *pred, st_err *err) {
+st_status st_plan_predict(const st_arch *a, int B, int T, const st_plan_profile *hw, const st_stream_plan *p,
+                       st_plan_prediction *pred, st_err *err) {
     plan_cost c;
     st_status s = plan_cost_init(&c, a, B, T, hw, err);
     if (s) return s;
@@ -134,14 +134,14 @@ st_status plan_predict(const st_arch *a, int B, int T, const plan_profile *hw, c
     if (d < 1) return st_errf(err, ST_ERR_INVALID, "plan: prefetch depth %d (>= 1)", d);
     memset(pred, 0, sizeof *pred);
     /* which offloaded blocks move (all but the last two) and which recompute block reruns (all but the last) */
-    unsigned char moves[STREAM_MAX_LAYERS], reruns[STREAM_MAX_LAYERS];
+    unsigned char moves[ST_STREAM_MAX_LAYERS], reruns[ST_STREAM_MAX_LAYERS];
     int seen_off = 0, seen_rc = 0;
     for (int l = L - 1; l >= 0; l--) {
-        moves[l] = p->act[l] == STREAM_ACT_OFFLOAD && seen_off++ >= 2;
-        reruns[l] = p->act[l] == STREAM_ACT_RECOMPUTE && seen_rc++ >= 1;
-        pred->n_keep += p->act[l] == STREAM_ACT_KEEP;
-        pred->n_offload += p->act[l] == STREAM_ACT_OFFLOAD;
-        pred->n_recompute += p->act[l] == STREAM_ACT_RECOMPUTE;
+        moves[l] = p->act[l] == ST_STREAM_ACT_OFFLOAD && seen_off++ >= 2;
+        reruns[l] = p->act[l] == ST_STREAM_ACT_RECOMPUTE && seen_rc++ >= 1;
+        pred->n_keep += p->act[l] == ST_STREAM_ACT_KEEP;
+        pred->n_offload += p->act[l] == ST_STREAM_ACT_OFFLOAD;
+        pred->n_recompute += p->act[l] == ST_STREAM_ACT_RECOMPUTE;
     }
     double exposed = 0, bwd_below = 0, rec = 0;
     for (int w = 0; w < L; w++) {
@@ -170,8 +170,8 @@ st_status plan_predict(const st_arch *a, int B, int T, const plan_profile *hw, c
     pred->host_work_s = plan_cost_host_work(&c, p->vocab_chunk, d) + c.slow * n_moves * (c.ta_out + c.ta_in);
     pred->step_s = pred->compute_s + pred->recompute_s + pred->transfer_exposed_s + pred->optim_exposed_s +
                    pred->host_work_s;
-    stream_config sc = {.arch = a, .B = B, .T = T};
-    pred->device_bytes = stream_device_bytes(&sc, p);
+    st_stream_config sc = {.arch = a, .B = B, .T = T};
+    pred->device_bytes = st_stream_device_bytes(&sc, p);
     pred->optimal = 1;
     return ST_OK;
 }

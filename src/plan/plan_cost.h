@@ -1,5 +1,5 @@
 /* plan_cost.h - the planner's cost model, shared by the closed-form prediction
- * (plan_predict) and the mixed-integer program (plan_stream): one set of terms, so the
+ * (st_plan_predict) and the mixed-integer program (st_plan_stream): one set of terms, so the
  * program's objective for a plan is the prediction of that plan. */
 #ifndef STRATA_PLAN_COST_H
 #define STRATA_PLAN_COST_H
@@ -22,7 +22,7 @@ typedef struct plan_cost {
 } plan_cost;
 
 /* Fills c; fails on a profile with a missing or non-positive figure. */
-st_status plan_cost_init(plan_cost *c, const st_arch *a, int B, int T, const plan_profile *hw, st_err *err);
+st_status plan_cost_init(plan_cost *c, const st_arch *a, int B, int T, const st_plan_profile *hw, st_err *err);
 
 /* The exposed and compute time that depend only on the vocabulary chunk (the head, the
  * embedding's and head's copies, the first block's fetch and the last gradient's drain,

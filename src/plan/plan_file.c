@@ -15,21 +15,21 @@
 
 #define REMAKE "make the plan again with strata plan --device_budget BYTES -o FILE"
 
-const char *plan_act_name(int act) {
-    return act == STREAM_ACT_KEEP ? "keep" : act == STREAM_ACT_OFFLOAD ? "offload"
-                                         : act == STREAM_ACT_RECOMPUTE ? "recompute" : "?";
+const char *st_plan_act_name(int act) {
+    return act == ST_STREAM_ACT_KEEP ? "keep" : act == ST_STREAM_ACT_OFFLOAD ? "offload"
+                                         : act == ST_STREAM_ACT_RECOMPUTE ? "recompute" : "?";
 }
 
 static int act_from_name(const char *s, size_t n) {
-    static const char *names[] = {"keep", "recompute", "offload"}; /* stream_act's order */
+    static const char *names[] = {"keep", "recompute", "offload"}; /* st_stream_act's order */
     for (int a = 0; a < 3; a++)
         if (strlen(names[a]) == n && !strncmp(s, names[a], n)) return a;
-    return n == 4 && !strncmp(s, "auto", 4) ? PLAN_ACT_FREE : -1;
+    return n == 4 && !strncmp(s, "auto", 4) ? ST_PLAN_ACT_FREE : -1;
 }
 
-st_status plan_act_parse(const char *spec, int n_blocks, unsigned char *fixed, int *n_fixed, st_err *err) {
+st_status st_plan_act_parse(const char *spec, int n_blocks, unsigned char *fixed, int *n_fixed, st_err *err) {
     *n_fixed = 0;
-    for (int l = 0; l < n_blocks; l++) fixed[l] = PLAN_ACT_FREE;
+    for (int l = 0; l < n_blocks; l++) fixed[l] = ST_PLAN_ACT_FREE;
     if (!spec || !*spec) return ST_OK;
     int all = act_from_name(spec, strlen(spec));
     if (all >= 0 || !strchr(spec, ':')) {
@@ -37,7 +37,7 @@ st_status plan_act_parse(const char *spec, int n_blocks, unsigned char *fixed, i
             return st_errf(err, ST_ERR_INVALID, "'%.60s' is not auto, keep, offload, recompute or BLOCKS:CHOICE items "
                            "(e.g. 0-3:recompute,7:keep)", spec);
         for (int l = 0; l < n_blocks; l++) fixed[l] = (unsigned char)all;
-        *n_fixed = all == PLAN_ACT_FREE ? 0 : n_blocks;
+        *n_fixed = all == ST_PLAN_ACT_FREE ? 0 : n_blocks;
         return ST_OK;
     }
     for (const char *p = spec; *p;) {
@@ -62,18 +62,18 @@ st_status plan_act_parse(const char *spec, int n_blocks, unsigned char *fixed, i
         p += n;
         if (*p == ',') p++;
     }
-    for (int l = 0; l < n_blocks; l++) *n_fixed += fixed[l] != PLAN_ACT_FREE;
+    for (int l = 0; l < n_blocks; l++) *n_fixed += fixed[l] != ST_PLAN_ACT_FREE;
     return ST_OK;
 }
 
-void plan_act_describe(const unsigned char *fixed, int n_blocks, char *buf, size_t cap) {
+void st_plan_act_describe(const unsigned char *fixed, int n_blocks, char *buf, size_t cap) {
     size_t at = 0;
     buf[0] = 0;
     for (int l = 0; l < n_blocks;) {
         int e = l;
         while (e + 1 < n_blocks && fixed[e + 1] == fixed[l]) e++;
-        if (fixed[l] != PLAN_ACT_FREE && at < cap) {
-            const char *sep = at ? ", " : "", *name = plan_act_name(fixed[l]);
+        if (fixed[l] != ST_PLAN_ACT_FREE && at < cap) {
+            const char *sep = at ? ", " : "", *name = st_plan_act_name(fixed[l]);
             int w = e > l ? snprintf(buf + at, cap - at, "%sblocks %d-%d %s", sep, l, e, name)
                           : snprintf(buf + at, cap - at, "%sblock %d %s", sep, l, name);
             at += w > 0 ? (size_t)w : 0;
@@ -83,13 +83,13 @@ void plan_act_describe(const unsigned char *fixed, int n_blocks, char *buf, size
     if (at >= cap && cap > 4) snprintf(buf + cap - 4, 4, "...");
 }
 
-const char *plan_clip_name(int clip) {
-    return clip == STREAM_CLIP_SPECULATE ? "speculate" : clip == STREAM_CLIP_DEFER ? "defer"
-                                         : clip == STREAM_CLIP_AUTO ? "auto" : "?";
+const char *st_plan_clip_name(int clip) {
+    return clip == ST_STREAM_CLIP_SPECULATE ? "speculate" : clip == ST_STREAM_CLIP_DEFER ? "defer"
+                                         : clip == ST_STREAM_CLIP_AUTO ? "auto" : "?";
 }
 
-void plan_file_init(plan_file *f, const st_arch *a, const char *model, int B, int T, size_t device_budget,
-                    const stream_plan *p, const plan_prediction *pred) {
+void st_plan_file_init(st_plan_file *f, const st_arch *a, const char *model, int B, int T, size_t device_budget,
+                    const st_stream_plan *p, const st_plan_prediction *pred) {
     memset(f, 0, sizeof *f);
     snprintf(f->model, sizeof f->model, "%s", model ? model : "");
     snprintf(f->arch, sizeof f->arch, "%s", a->ops->name);
@@ -115,15 +115,15 @@ static const char *const pred_keys[] = {"step_s", "compute_s", "recompute_s", "t
                                         "optim_exposed_s", "host_work_s", "block_forward_s", "block_backward_s"};
 #define N_PRED (sizeof pred_keys / sizeof pred_keys[0])
 
-static double *pred_field(plan_prediction *p, size_t i) {
+static double *pred_field(st_plan_prediction *p, size_t i) {
     double *f[N_PRED] = {&p->step_s, &p->compute_s, &p->recompute_s, &p->transfer_exposed_s,
                          &p->optim_exposed_s, &p->host_work_s, &p->block_fwd_s, &p->block_bwd_s};
     return f[i];
 }
 
-json_object *plan_file_to_json(const plan_file *f) {
+json_object *st_plan_file_to_json(const st_plan_file *f) {
     json_object *o = json_object_new_object(), *blocks = json_object_new_array();
-    json_object_object_add(o, "strata_plan", json_object_new_int(PLAN_FILE_VERSION));
+    json_object_object_add(o, "strata_plan", json_object_new_int(ST_PLAN_FILE_VERSION));
     json_object_object_add(o, "model", json_object_new_string(f->model));
     json_object_object_add(o, "arch", json_object_new_string(f->arch));
     json_object_object_add(o, "n_blocks", json_object_new_int(f->n_blocks));
@@ -134,34 +134,34 @@ json_object *plan_file_to_json(const plan_file *f) {
     json_object_object_add(o, "seq", json_object_new_int(f->seq));
     json_object_object_add(o, "device_budget", json_object_new_int64((int64_t)f->device_budget));
     if (f->device_bytes) json_object_object_add(o, "device_bytes", json_object_new_int64((int64_t)f->device_bytes));
-    const stream_plan *p = &f->plan;
+    const st_stream_plan *p = &f->plan;
     json_object_object_add(o, "prefetch_depth", json_object_new_int(p->prefetch_depth));
     json_object_object_add(o, "vocab_chunk", json_object_new_int(p->vocab_chunk));
     json_object_object_add(o, "overlap_optim", json_object_new_boolean(p->overlap_optim));
-    json_object_object_add(o, "clip", json_object_new_string(plan_clip_name(p->clip)));
+    json_object_object_add(o, "clip", json_object_new_string(st_plan_clip_name(p->clip)));
     json_object_object_add(o, "grad_dtype", json_object_new_string(p->grad_dtype == ST_BF16 ? "bf16" : "f32"));
     json_object_object_add(o, "optim_threads", json_object_new_int(p->optim_threads > 0 ? p->optim_threads : 1));
-    for (int l = 0; l < p->n_layer && l < STREAM_MAX_LAYERS; l++)
-        json_object_array_add(blocks, json_object_new_string(plan_act_name(p->act[l])));
+    for (int l = 0; l < p->n_layer && l < ST_STREAM_MAX_LAYERS; l++)
+        json_object_array_add(blocks, json_object_new_string(st_plan_act_name(p->act[l])));
     json_object_object_add(o, "blocks", blocks);
     if (f->has_prediction) {
         json_object *t = json_object_new_object();
-        plan_prediction pr = f->pred;
+        st_plan_prediction pr = f->pred;
         for (size_t i = 0; i < N_PRED; i++) json_object_object_add(t, pred_keys[i], json_object_new_double(*pred_field(&pr, i)));
         json_object_object_add(o, "predicted", t);
     }
     return o;
 }
 
-st_status plan_file_save_json(const char *path, json_object *doc, st_err *err) {
+st_status st_plan_file_save_json(const char *path, json_object *doc, st_err *err) {
     const char *text = json_object_to_json_string_ext(doc, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE);
     if (!text) return st_errf(err, ST_ERR_NOMEM, "%s: out of memory writing the plan", path);
     return st_write_text(path, text, err);
 }
 
-st_status plan_file_save(const char *path, const plan_file *f, st_err *err) {
-    json_object *o = plan_file_to_json(f);
-    st_status s = plan_file_save_json(path, o, err);
+st_status st_plan_file_save(const char *path, const st_plan_file *f, st_err *err) {
+    json_object *o = st_plan_file_to_json(f);
+    st_status s = st_plan_file_save_json(path, o, err);
     json_object_put(o);
     return s;
 }
@@ -180,10 +180,10 @@ static st_status read_text(const char *path, char **out, size_t *len, st_err *er
         return st_errf(err, ST_ERR_IO, "plan file %s: not a regular file; give the path of a plan file", path);
     }
     size_t cap = (size_t)sb.st_size + 1, n = 0;
-    if (cap > PLAN_FILE_MAX_BYTES + 1) {
+    if (cap > ST_PLAN_FILE_MAX_BYTES + 1) {
         fclose(fp);
         return st_errf(err, ST_ERR_FORMAT, "plan file %s: %lld bytes, a plan is at most %u: is it the right file?", path,
-                       (long long)sb.st_size, PLAN_FILE_MAX_BYTES);
+                       (long long)sb.st_size, ST_PLAN_FILE_MAX_BYTES);
     }
     char *buf = malloc(cap);
     if (!buf) {
@@ -283,7 +283,7 @@ static st_status get_seconds(const char *path, json_object *o, const char *where
     return ST_OK;
 }
 
-static st_status parse_plan(const char *path, json_object *o, plan_file *f, st_err *err) {
+static st_status parse_plan(const char *path, json_object *o, st_plan_file *f, st_err *err) {
     st_status s;
     long long x;
     /* what the file is, before anything else is judged */
@@ -301,9 +301,9 @@ static st_status parse_plan(const char *path, json_object *o, plan_file *f, st_e
         return st_errf(err, ST_ERR_FORMAT, "plan file %s: no \"strata_plan\" version key: is it a plan? strata plan "
                        "--device_budget BYTES -o FILE writes one", path);
     if ((s = get_int(path, o, "strata_plan", 1, 0, 1LL << 30, &x, err))) return s;
-    if (x != PLAN_FILE_VERSION)
+    if (x != ST_PLAN_FILE_VERSION)
         return st_errf(err, ST_ERR_FORMAT, "plan file %s: key 'strata_plan': version %lld, this strata reads version %d; "
-                       "%s with this strata", path, x, PLAN_FILE_VERSION, REMAKE);
+                       "%s with this strata", path, x, ST_PLAN_FILE_VERSION, REMAKE);
     json_object_object_foreach(o, key, val) {
         (void)val;
         size_t i = 0;
@@ -322,7 +322,7 @@ static st_status parse_plan(const char *path, json_object *o, plan_file *f, st_e
         return st_errf(err, ST_ERR_FORMAT, "plan file %s: key 'arch': '%.40s' is not an architecture's name (gpt2, "
                        "llama)", path, str);
     snprintf(f->arch, sizeof f->arch, "%s", str);
-    if ((s = get_int(path, o, "n_blocks", 1, 1, STREAM_MAX_LAYERS, &x, err))) return s;
+    if ((s = get_int(path, o, "n_blocks", 1, 1, ST_STREAM_MAX_LAYERS, &x, err))) return s;
     f->n_blocks = (int)x;
     if ((s = get_int(path, o, "n_embd", 1, 1, 1 << 20, &x, err))) return s;
     f->n_embd = (int)x;
@@ -340,8 +340,8 @@ static st_status parse_plan(const char *path, json_object *o, plan_file *f, st_e
     if ((s = get_int(path, o, "device_bytes", 0, 1, (long long)1e18, &x, err))) return s;
     f->device_bytes = (size_t)x;
 
-    stream_plan *p = &f->plan;
-    stream_plan_default(p, f->n_blocks);
+    st_stream_plan *p = &f->plan;
+    st_stream_plan_default(p, f->n_blocks);
     if ((s = get_int(path, o, "prefetch_depth", 1, 1, 64, &x, err))) return s;
     p->prefetch_depth = (int)x;
     if ((s = get_int(path, o, "vocab_chunk", 1, 0, f->vocab_size, &x, err))) {
@@ -354,10 +354,10 @@ static st_status parse_plan(const char *path, json_object *o, plan_file *f, st_e
     if ((s = get_bool(path, o, "overlap_optim", 1, &p->overlap_optim, err))) return s;
     if ((s = get_str(path, o, "clip", 1, &str, err))) return s;
     int c = 0;
-    while (c <= STREAM_CLIP_AUTO && strcmp(str, plan_clip_name(c))) c++;
-    if (c > STREAM_CLIP_AUTO)
+    while (c <= ST_STREAM_CLIP_AUTO && strcmp(str, st_plan_clip_name(c))) c++;
+    if (c > ST_STREAM_CLIP_AUTO)
         return st_errf(err, ST_ERR_FORMAT, "plan file %s: key 'clip': '%.40s' is not speculate, defer or auto", path, str);
-    p->clip = (stream_clip)c;
+    p->clip = (st_stream_clip)c;
     if ((s = get_str(path, o, "grad_dtype", 1, &str, err))) return s;
     if (strcmp(str, "f32") && strcmp(str, "bf16"))
         return st_errf(err, ST_ERR_FORMAT, "plan file %s: key 'grad_dtype': '%.40s' is not f32 or bf16", path, str);
@@ -380,8 +380,8 @@ static st_status parse_plan(const char *path, json_object *o, plan_file *f, st_e
         json_object *e = json_object_array_get_idx(arr, l);
         const char *name = json_object_is_type(e, json_type_string) ? json_object_get_string(e) : NULL;
         int a = 0;
-        while (name && a <= STREAM_ACT_OFFLOAD && strcmp(name, plan_act_name(a))) a++;
-        if (!name || a > STREAM_ACT_OFFLOAD)
+        while (name && a <= ST_STREAM_ACT_OFFLOAD && strcmp(name, st_plan_act_name(a))) a++;
+        if (!name || a > ST_STREAM_ACT_OFFLOAD)
             return st_errf(err, ST_ERR_FORMAT, "plan file %s: key 'blocks': entry %zu is %s%.40s%s; each entry is "
                            "\"keep\", \"offload\" or \"recompute\"", path, l, name ? "'" : "",
                            name ? name : json_type_to_name(json_object_get_type(e)), name ? "'" : "");
@@ -406,9 +406,9 @@ static st_status parse_plan(const char *path, json_object *o, plan_file *f, st_e
         f->pred.device_bytes = f->device_bytes;
         f->pred.device_budget = f->device_budget;
         for (int l = 0; l < f->n_blocks; l++) {
-            f->pred.n_keep += p->act[l] == STREAM_ACT_KEEP;
-            f->pred.n_offload += p->act[l] == STREAM_ACT_OFFLOAD;
-            f->pred.n_recompute += p->act[l] == STREAM_ACT_RECOMPUTE;
+            f->pred.n_keep += p->act[l] == ST_STREAM_ACT_KEEP;
+            f->pred.n_offload += p->act[l] == ST_STREAM_ACT_OFFLOAD;
+            f->pred.n_recompute += p->act[l] == ST_STREAM_ACT_RECOMPUTE;
         }
     }
     /* strata plan's additions, for people: only their types are checked */
@@ -422,7 +422,7 @@ static st_status parse_plan(const char *path, json_object *o, plan_file *f, st_e
     return ST_OK;
 }
 
-st_status plan_file_load(const char *path, plan_file *f, st_err *err) {
+st_status st_plan_file_load(const char *path, st_plan_file *f, st_err *err) {
     memset(f, 0, sizeof *f);
     char *t = NULL;
     size_t n = 0;
@@ -454,7 +454,7 @@ st_status plan_file_load(const char *path, plan_file *f, st_err *err) {
     return s;
 }
 
-st_status plan_file_check(const char *path, const plan_file *f, const st_arch *a, int B, int T, st_err *err) {
+st_status st_plan_file_check(const char *path, const st_plan_file *f, const st_arch *a, int B, int T, st_err *err) {
     const st_arch_layout *y = &a->lay;
     const char *what = NULL;
     long long want = 0, got = 0;

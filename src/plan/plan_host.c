@@ -1,19 +1,19 @@
-/* plan_host.c - the host tier's bytes under a stream plan: what stream_exec_create
+/* plan_host.c - the host tier's bytes under a stream plan: what st_stream_exec_create
  * allocates in host memory (src/exec/stream_plan.c), so that a plan's host peak can be
  * predicted and checked against the measured one (strata bench plan). */
 #include "strata/plan.h"
 
-size_t plan_host_bytes(const st_arch *a, int B, int T, const stream_plan *p) {
+size_t st_plan_host_bytes(const st_arch *a, int B, int T, const st_stream_plan *p) {
     const st_arch_layout *y = &a->lay;
     size_t n = y->n_params, N = (size_t)B * T, C = (size_t)y->n_embd;
     size_t bytes = n * 4 * 2   /* parameters, gradients (fp32) */
                  + n * 4 * 2   /* AdamW's moments m, v (fp32) */
                  + N * 20;     /* per-row losses, running max, target logit, sum (double) */
-    if (p->overlap_optim && p->clip != STREAM_CLIP_DEFER) /* speculative backups of the blocks' p, m, v */
+    if (p->overlap_optim && p->clip != ST_STREAM_CLIP_DEFER) /* speculative backups of the blocks' p, m, v */
         bytes += (y->norm_offset - y->block_offset0) * 12;
     if (p->grad_dtype == ST_BF16) bytes += n * 2;
     size_t n_off = 0;
-    for (int l = 0; l < p->n_layer; l++) n_off += p->act[l] == STREAM_ACT_OFFLOAD;
+    for (int l = 0; l < p->n_layer; l++) n_off += p->act[l] == ST_STREAM_ACT_OFFLOAD;
     bytes += n_off * st_block_act_floats(a, B, T) * 4;
     if (p->vocab_chunk > 0) {
         size_t V = (size_t)y->vocab_size, vc = (size_t)p->vocab_chunk < V ? (size_t)p->vocab_chunk : V;

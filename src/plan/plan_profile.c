@@ -21,7 +21,7 @@
 #define PROF_N 512
 #define PROF_COPY (16u << 20) /* bytes per copy */
 #define PROF_OPT_N (1u << 21) /* parameters of the optimizer run */
-/* The reference block and classifier of plan_profile_measure: a GPT-2 block of width
+/* The reference block and classifier of st_plan_profile_measure: a GPT-2 block of width
  * 512 at batch 1 x seq 256 (a small model's real shape; about 0.2 s in all) */
 #define PROF_REF_C 512
 #define PROF_REF_NH 8
@@ -42,14 +42,14 @@ static void fill_dev(st_backend *be, float *d, size_t n, float scale, float *hos
     }
 }
 
-/* One block's forward and backward and a PLAN_HEAD_ROWS classifier chunk (forward logits,
+/* One block's forward and backward and a ST_PLAN_HEAD_ROWS classifier chunk (forward logits,
  * online-softmax statistics, dlogits, both backward products) of a at B x T, timed on
  * dev: medians of PROF_SHAPE_REPS runs after one warm-up. */
 static st_status time_shape(st_backend *dev, const st_arch *a, int B, int T, double *fwd_s, double *bwd_s,
                             double *head_row_s, double *head_chunk_s, st_err *err) {
     const st_arch_layout *y = &a->lay;
     size_t N = (size_t)B * T, C = (size_t)y->n_embd, bn = y->block_numel, af = st_block_act_floats(a, B, T);
-    int R = y->vocab_size < PLAN_HEAD_ROWS ? y->vocab_size : PLAN_HEAD_ROWS;
+    int R = y->vocab_size < ST_PLAN_HEAD_ROWS ? y->vocab_size : ST_PLAN_HEAD_ROWS;
     st_blocks *b = NULL;
     st_status s = st_blocks_bind(&b, a, dev, B, T, err);
     if (s) return st_err_prefix(err, "plan: timing a block");
@@ -123,9 +123,9 @@ done:
     return s;
 }
 
-const plan_shape_time *plan_profile_shape(const plan_profile *hw, const st_arch *a, int B, int T) {
-    for (int i = 0; i < hw->n_shapes && i < PLAN_PROFILE_MAX_SHAPES; i++) {
-        const plan_shape_time *e = &hw->shapes[i];
+const st_plan_shape_time *st_plan_profile_shape(const st_plan_profile *hw, const st_arch *a, int B, int T) {
+    for (int i = 0; i < hw->n_shapes && i < ST_PLAN_PROFILE_MAX_SHAPES; i++) {
+        const st_plan_shape_time *e = &hw->shapes[i];
         if (!strcmp(e->arch, a->ops->name) && e->n_embd == a->lay.n_embd && e->block_numel == a->lay.block_numel &&
             e->B == B && e->T == T)
             return e;
@@ -133,10 +133,10 @@ const plan_shape_time *plan_profile_shape(const plan_profile *hw, const st_arch 
     return NULL;
 }
 
-st_status plan_profile_measure_shape(st_backend *dev, const st_arch *a, int B, int T, plan_profile *hw, st_err *err) {
+st_status st_plan_profile_measure_shape(st_backend *dev, const st_arch *a, int B, int T, st_plan_profile *hw, st_err *err) {
     if (B < 1 || T < 1 || T > a->lay.max_seq)
         return st_errf(err, ST_ERR_INVALID, "plan: batch %d x seq %d (max_seq %d)", B, T, a->lay.max_seq);
-    plan_shape_time e = {0};
+    st_plan_shape_time e = {0};
     snprintf(e.arch, sizeof e.arch, "%s", a->ops->name);
     e.n_embd = a->lay.n_embd;
     e.block_numel = a->lay.block_numel;
@@ -144,11 +144,11 @@ st_status plan_profile_measure_shape(st_backend *dev, const st_arch *a, int B, i
     e.T = T;
     st_status s = time_shape(dev, a, B, T, &e.block_fwd_s, &e.block_bwd_s, &e.head_s_per_row, &e.head_s_per_chunk, err);
     if (s) return s;
-    const plan_shape_time *old = plan_profile_shape(hw, a, B, T);
+    const st_plan_shape_time *old = st_plan_profile_shape(hw, a, B, T);
     int i = old ? (int)(old - hw->shapes) : hw->n_shapes;
-    if (i >= PLAN_PROFILE_MAX_SHAPES) { /* full: the oldest goes */
-        memmove(hw->shapes, hw->shapes + 1, sizeof hw->shapes[0] * (PLAN_PROFILE_MAX_SHAPES - 1));
-        i = PLAN_PROFILE_MAX_SHAPES - 1;
+    if (i >= ST_PLAN_PROFILE_MAX_SHAPES) { /* full: the oldest goes */
+        memmove(hw->shapes, hw->shapes + 1, sizeof hw->shapes[0] * (ST_PLAN_PROFILE_MAX_SHAPES - 1));
+        i = ST_PLAN_PROFILE_MAX_SHAPES - 1;
     }
     hw->shapes[i] = e;
     if (i >= hw->n_shapes) hw->n_shapes = i + 1;
@@ -157,8 +157,8 @@ st_status plan_profile_measure_shape(st_backend *dev, const st_arch *a, int B, i
 
 /* The reference block's and classifier's effective rates: their FLOPs (the arch's own
  * count) over their measured times. */
-static st_status measure_reference(st_backend *dev, plan_profile *hw, st_err *err) {
-    gpt2_config cfg = {.vocab_size = 50257, .max_seq = PROF_REF_T, .n_layer = 1, .n_head = PROF_REF_NH,
+static st_status measure_reference(st_backend *dev, st_plan_profile *hw, st_err *err) {
+    st_gpt2_config cfg = {.vocab_size = 50257, .max_seq = PROF_REF_T, .n_layer = 1, .n_head = PROF_REF_NH,
                        .n_embd = PROF_REF_C};
     st_arch *a = NULL;
     st_status s = st_arch_gpt2(&a, &cfg, err);
@@ -189,7 +189,7 @@ typedef struct mm_ctx {
     float *out, *in, *w;
     void *host, *dev;
     float *p, *g;
-    optim *o;
+    st_optim *o;
     int dir;
     long step;
 } mm_ctx;
@@ -214,9 +214,9 @@ static double run_copy(void *v) {
 
 static double run_opt(void *v) {
     mm_ctx *c = v;
-    adamw_params hp = {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = ++c->step, .grad_scale = 1};
+    st_adamw_params hp = {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = ++c->step, .grad_scale = 1};
     double t = st_now();
-    optim_step(c->o, c->p, c->g, &hp);
+    st_optim_step(c->o, c->p, c->g, &hp);
     return st_now() - t;
 }
 
@@ -246,7 +246,7 @@ static double run_mm4(mm_ctx *c) {
     return t;
 }
 
-static st_status measure_host_work(st_backend *dev, plan_profile *hw, st_err *err) {
+static st_status measure_host_work(st_backend *dev, st_plan_profile *hw, st_err *err) {
     mm_ctx c = {.be = dev};
     size_t mm_floats = (size_t)PROF_N * 4 * PROF_C + (size_t)PROF_N * PROF_C + (size_t)4 * PROF_C * PROF_C;
     float *mm = dev->ops->alloc(dev, mm_floats * 4);
@@ -289,9 +289,9 @@ done:
     return s;
 }
 
-st_status plan_profile_measure(st_backend *dev, plan_profile *hw, st_err *err) {
+st_status st_plan_profile_measure(st_backend *dev, st_plan_profile *hw, st_err *err) {
     memset(hw, 0, sizeof *hw);
-    hw->version = PLAN_PROFILE_VERSION;
+    hw->version = ST_PLAN_PROFILE_VERSION;
     mm_ctx c = {.be = dev};
     size_t mm_floats = (size_t)PROF_N * 4 * PROF_C + (size_t)PROF_N * PROF_C + (size_t)4 * PROF_C * PROF_C;
     float *mm = dev->ops->alloc(dev, mm_floats * 4);
@@ -330,16 +330,16 @@ st_status plan_profile_measure(st_backend *dev, plan_profile *hw, st_err *err) {
     st_free(c.host);
     st_free(host2);
 
-    optim_segment seg = {0, PROF_OPT_N, 0.1f};
+    st_optim_segment seg = {0, PROF_OPT_N, 0.1f};
     c.p = st_alloc((size_t)PROF_OPT_N * 4);
     c.g = st_alloc((size_t)PROF_OPT_N * 4);
     st_status s = ST_OK;
     if (!c.p || !c.g) s = st_errf(err, ST_ERR_NOMEM, "plan: the profile's optimizer run is out of host memory");
-    else if (!(s = optim_create(&c.o, &seg, 1, OPTIM_STATE_F32, err))) {
+    else if (!(s = st_optim_create(&c.o, &seg, 1, ST_OPTIM_STATE_F32, err))) {
         for (size_t i = 0; i < PROF_OPT_N; i++) c.p[i] = 0.01f, c.g[i] = 1e-3f;
         run_opt(&c);
         hw->optim_ns_per_param = best_of(3, run_opt, &c) * 1e9 / PROF_OPT_N;
-        optim_free(c.o);
+        st_optim_free(c.o);
     }
     st_free(c.p);
     st_free(c.g);
@@ -348,7 +348,7 @@ st_status plan_profile_measure(st_backend *dev, plan_profile *hw, st_err *err) {
     return s;
 }
 
-st_status plan_profile_save(const char *path, const plan_profile *hw, st_err *err) {
+st_status st_plan_profile_save(const char *path, const st_plan_profile *hw, st_err *err) {
     FILE *f = fopen(path, "w");
     if (!f) return st_errf(err, ST_ERR_IO, "%s: cannot write the plan profile", path);
     fprintf(f,
@@ -359,8 +359,8 @@ st_status plan_profile_save(const char *path, const plan_profile *hw, st_err *er
             hw->version, hw->sgemm_flops, hw->h2d_bytes_per_s, hw->d2h_bytes_per_s, hw->mem_bytes_per_s,
             hw->optim_ns_per_param, hw->block_fwd_flops, hw->block_bwd_flops, hw->head_flops,
             hw->host_work_slowdown);
-    for (int i = 0; i < hw->n_shapes && i < PLAN_PROFILE_MAX_SHAPES; i++) {
-        const plan_shape_time *e = &hw->shapes[i];
+    for (int i = 0; i < hw->n_shapes && i < ST_PLAN_PROFILE_MAX_SHAPES; i++) {
+        const st_plan_shape_time *e = &hw->shapes[i];
         fprintf(f,
                 "%s\n  {\"arch\": \"%s\", \"n_embd\": %d, \"block_numel\": %zu, \"batch\": %d, \"seq\": %d, "
                 "\"block_fwd_s\": %.6g, \"block_bwd_s\": %.6g, \"head_s_per_row\": %.6g, \"head_s_per_chunk\": %.6g}",
@@ -387,7 +387,7 @@ static st_status field(json_object *o, const char *path, const char *key, double
     return ST_OK;
 }
 
-st_status plan_profile_load(const char *path, plan_profile *hw, st_err *err) {
+st_status st_plan_profile_load(const char *path, st_plan_profile *hw, st_err *err) {
     memset(hw, 0, sizeof *hw);
     json_object *root = json_object_from_file(path), *v, *o;
     if (!root) return st_errf(err, ST_ERR_FORMAT, "%s: not a readable JSON plan profile", path);
@@ -396,10 +396,10 @@ st_status plan_profile_load(const char *path, plan_profile *hw, st_err *err) {
     st_status s = ST_OK;
     if (!json_object_object_get_ex(o, "strata_plan_profile", &v) || !json_object_is_type(v, json_type_int))
         s = st_errf(err, ST_ERR_FORMAT, "%s: no \"strata_plan_profile\" version; is it a plan profile?", path);
-    else if ((hw->version = json_object_get_int(v)) != PLAN_PROFILE_VERSION)
+    else if ((hw->version = json_object_get_int(v)) != ST_PLAN_PROFILE_VERSION)
         s = st_errf(err, ST_ERR_FORMAT, "%s: plan profile version %d, this strata reads version %d (version 1 had "
                     "no measured block or classifier times); measure it again: strata plan --save_profile %s",
-                    path, hw->version, PLAN_PROFILE_VERSION, path);
+                    path, hw->version, ST_PLAN_PROFILE_VERSION, path);
     if (!s) s = field(o, path, "sgemm_flops", &hw->sgemm_flops, err);
     if (!s) s = field(o, path, "h2d_bytes_per_s", &hw->h2d_bytes_per_s, err);
     if (!s) s = field(o, path, "d2h_bytes_per_s", &hw->d2h_bytes_per_s, err);
@@ -417,8 +417,8 @@ st_status plan_profile_load(const char *path, plan_profile *hw, st_err *err) {
         for (size_t i = 0; i < n && !s; i++) {
             json_object *e = json_object_array_get_idx(arr, i), *x;
             char key[64];
-            if (i >= PLAN_PROFILE_MAX_SHAPES) break; /* the first ones are kept */
-            plan_shape_time *t = &hw->shapes[i];
+            if (i >= ST_PLAN_PROFILE_MAX_SHAPES) break; /* the first ones are kept */
+            st_plan_shape_time *t = &hw->shapes[i];
             double d[5];
             static const char *const nums[] = {"n_embd", "block_numel", "batch", "seq", "block_fwd_s"};
             snprintf(key, sizeof key, "shapes[%zu]", i);

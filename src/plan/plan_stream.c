@@ -1,7 +1,7 @@
 /* plan_stream.c - the stream plan as a mixed-integer program (GLPK): per block keep /
  * offload / recompute, the prefetch depth and the vocabulary chunking, minimising the
  * cost model's step time (plan_cost.c) under the device budget. The device bytes come
- * from stream_device_bytes itself (see device_model). */
+ * from st_stream_device_bytes itself (see device_model). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdlib.h>
@@ -14,11 +14,11 @@
 #include <glpk.h>
 #endif
 
-int plan_vocab_chunks(const st_arch *a, const plan_options *opt, int *out) {
+int st_plan_vocab_chunks(const st_arch *a, const st_plan_options *opt, int *out) {
     int n = 0, V = a->lay.vocab_size;
     out[n++] = 0;
     if (opt && !opt->allow_vocab_chunk) return n;
-    for (int div = 2; div <= 64 && n < PLAN_MAX_VCHUNKS; div *= 2) {
+    for (int div = 2; div <= 64 && n < ST_PLAN_MAX_VCHUNKS; div *= 2) {
         int vc = (V + div - 1) / div;
         vc = (vc + 63) / 64 * 64; /* whole cache lines of rows */
         if (vc >= V) continue;
@@ -26,12 +26,12 @@ int plan_vocab_chunks(const st_arch *a, const plan_options *opt, int *out) {
         out[n++] = vc;
     }
     /* the fixed rule's chunk, in its place (descending): at most 6 halvings above, so room */
-    if (PLAN_RULE_VOCAB_CHUNK < V && n < PLAN_MAX_VCHUNKS) {
+    if (ST_PLAN_RULE_VOCAB_CHUNK < V && n < ST_PLAN_MAX_VCHUNKS) {
         int i = 1;
-        while (i < n && out[i] > PLAN_RULE_VOCAB_CHUNK) i++;
-        if (i == n || out[i] != PLAN_RULE_VOCAB_CHUNK) {
+        while (i < n && out[i] > ST_PLAN_RULE_VOCAB_CHUNK) i++;
+        if (i == n || out[i] != ST_PLAN_RULE_VOCAB_CHUNK) {
             memmove(out + i + 1, out + i, sizeof *out * (size_t)(n - i));
-            out[i] = PLAN_RULE_VOCAB_CHUNK;
+            out[i] = ST_PLAN_RULE_VOCAB_CHUNK;
             n++;
         }
     }
@@ -40,10 +40,10 @@ int plan_vocab_chunks(const st_arch *a, const plan_options *opt, int *out) {
 
 /* ------------------------------------------------------------------ device bytes */
 
-/* stream_device_bytes, taken apart: every allocation of the executor's table is rounded
+/* st_stream_device_bytes, taken apart: every allocation of the executor's table is rounded
  * on its own, so for a given vocabulary chunk and depth the bytes are
  *     base(vc, d) + keep[n_keep] + off[n_offload] + rc0 * (no block recomputes)
- * with base the all-recompute plan. The terms are read from stream_device_bytes by
+ * with base the all-recompute plan. The terms are read from st_stream_device_bytes by
  * differences and the decomposition is checked against it over every (n_keep,
  * n_offload), so the program's bytes are the executor's, exactly. */
 typedef struct device_model {
@@ -52,20 +52,20 @@ typedef struct device_model {
     double rc0;
 } device_model;
 
-static size_t bytes_of(const stream_config *sc, stream_plan *p, int vc, int d, int nk, int no) {
+static size_t bytes_of(const st_stream_config *sc, st_stream_plan *p, int vc, int d, int nk, int no) {
     int L = p->n_layer;
     p->vocab_chunk = vc;
     p->prefetch_depth = d;
     for (int l = 0; l < L; l++)
-        p->act[l] = l < nk ? STREAM_ACT_KEEP : l < nk + no ? STREAM_ACT_OFFLOAD : STREAM_ACT_RECOMPUTE;
-    return stream_device_bytes(sc, p);
+        p->act[l] = l < nk ? ST_STREAM_ACT_KEEP : l < nk + no ? ST_STREAM_ACT_OFFLOAD : ST_STREAM_ACT_RECOMPUTE;
+    return st_stream_device_bytes(sc, p);
 }
 
 static double model_bytes(const device_model *m, double base, int nk, int no) {
     return base + m->keep[nk] + m->off[no] + (nk + no == m->L ? m->rc0 : 0);
 }
 
-static st_status device_model_init(device_model *m, const stream_config *sc, stream_plan *p, int vc, int d,
+static st_status device_model_init(device_model *m, const st_stream_config *sc, st_stream_plan *p, int vc, int d,
                                    st_err *err) {
     int L = sc->arch->lay.n_blocks;
     m->L = L;
@@ -156,23 +156,23 @@ typedef struct cols {
 } cols;
 
 /* Column values of plan p (pair index pi): the incumbent handed to GLPK. */
-static void fill_cols(const cols *cl, const plan_cost *c, const stream_plan *p, int pi, int nd, double *x) {
+static void fill_cols(const cols *cl, const plan_cost *c, const st_stream_plan *p, int pi, int nd, double *x) {
     int L = c->L, d = p->prefetch_depth, nk = 0, no = 0, seen_off = 0, seen_rc = 0;
     memset(x, 0, sizeof(double) * (size_t)(cl->n + 1));
-    unsigned char mv[STREAM_MAX_LAYERS], rerun[STREAM_MAX_LAYERS];
+    unsigned char mv[ST_STREAM_MAX_LAYERS], rerun[ST_STREAM_MAX_LAYERS];
     for (int l = L - 1; l >= 0; l--) {
         int a = p->act[l];
-        x[cl->k + l] = a == STREAM_ACT_KEEP;
-        x[cl->o + l] = a == STREAM_ACT_OFFLOAD;
-        x[cl->r + l] = a == STREAM_ACT_RECOMPUTE;
-        x[cl->res + l] = a == STREAM_ACT_OFFLOAD && seen_off < 2;
-        x[cl->top + l] = a == STREAM_ACT_RECOMPUTE && seen_rc < 1;
-        mv[l] = a == STREAM_ACT_OFFLOAD && seen_off >= 2;
-        rerun[l] = a == STREAM_ACT_RECOMPUTE && seen_rc >= 1;
-        seen_off += a == STREAM_ACT_OFFLOAD;
-        seen_rc += a == STREAM_ACT_RECOMPUTE;
-        nk += a == STREAM_ACT_KEEP;
-        no += a == STREAM_ACT_OFFLOAD;
+        x[cl->k + l] = a == ST_STREAM_ACT_KEEP;
+        x[cl->o + l] = a == ST_STREAM_ACT_OFFLOAD;
+        x[cl->r + l] = a == ST_STREAM_ACT_RECOMPUTE;
+        x[cl->res + l] = a == ST_STREAM_ACT_OFFLOAD && seen_off < 2;
+        x[cl->top + l] = a == ST_STREAM_ACT_RECOMPUTE && seen_rc < 1;
+        mv[l] = a == ST_STREAM_ACT_OFFLOAD && seen_off >= 2;
+        rerun[l] = a == ST_STREAM_ACT_RECOMPUTE && seen_rc >= 1;
+        seen_off += a == ST_STREAM_ACT_OFFLOAD;
+        seen_rc += a == ST_STREAM_ACT_RECOMPUTE;
+        nk += a == ST_STREAM_ACT_KEEP;
+        no += a == ST_STREAM_ACT_OFFLOAD;
     }
     x[cl->zk + nk] = 1;
     x[cl->zo + no] = 1;
@@ -197,23 +197,23 @@ static void fill_cols(const cols *cl, const plan_cost *c, const stream_plan *p, 
  * the rest all recompute or all offload, for every k) that fits: the program's first incumbent,
  * so it never returns a plan slower than these rules, the executor's fixed rule among
  * them. Returns the pair index, -1 when none fits. */
-static int best_simple(const st_arch *a, int B, int T, const plan_profile *hw, size_t budget, const int *vcs, int np,
-                       int nd, const unsigned char *fx, stream_plan *best, stream_plan *work, double *best_s) {
+static int best_simple(const st_arch *a, int B, int T, const st_plan_profile *hw, size_t budget, const int *vcs, int np,
+                       int nd, const unsigned char *fx, st_stream_plan *best, st_stream_plan *work, double *best_s) {
     int L = a->lay.n_blocks, bi = -1;
-    stream_config sc = {.arch = a, .B = B, .T = T};
+    st_stream_config sc = {.arch = a, .B = B, .T = T};
     *best_s = INFINITY;
     for (int p = 0; p < np; p++)
-        for (int rest = STREAM_ACT_RECOMPUTE; rest <= STREAM_ACT_OFFLOAD; rest++)
+        for (int rest = ST_STREAM_ACT_RECOMPUTE; rest <= ST_STREAM_ACT_OFFLOAD; rest++)
             for (int k = L; k >= 0; k--) {
-                stream_plan_default(work, L);
+                st_stream_plan_default(work, L);
                 work->vocab_chunk = vcs[p / nd];
                 work->prefetch_depth = 1 + p % nd;
                 for (int l = 0; l < L; l++)
-                    work->act[l] = fx && fx[l] != PLAN_ACT_FREE ? fx[l] : l >= L - k ? STREAM_ACT_KEEP : (unsigned char)rest;
-                if (stream_device_bytes(&sc, work) > budget) continue;
-                plan_prediction pr;
+                    work->act[l] = fx && fx[l] != ST_PLAN_ACT_FREE ? fx[l] : l >= L - k ? ST_STREAM_ACT_KEEP : (unsigned char)rest;
+                if (st_stream_device_bytes(&sc, work) > budget) continue;
+                st_plan_prediction pr;
                 st_err e = {0};
-                if (plan_predict(a, B, T, hw, work, &pr, &e) == ST_OK && pr.step_s < *best_s) {
+                if (st_plan_predict(a, B, T, hw, work, &pr, &e) == ST_OK && pr.step_s < *best_s) {
                     *best_s = pr.step_s;
                     *best = *work;
                     bi = p;
@@ -248,10 +248,10 @@ static void glpk_error_hook(void *info) { longjmp(*(jmp_buf *)info, 1); }
 
 /* The plan is the best simple one (GLPK failed or found none of its own): its prediction,
  * not optimal, no program objective. */
-static st_status take_simple(const st_arch *a, int B, int T, const plan_profile *hw, const stream_plan *simple,
-                             size_t device_budget, double t0, stream_plan *out, plan_prediction *pred, st_err *err) {
+static st_status take_simple(const st_arch *a, int B, int T, const st_plan_profile *hw, const st_stream_plan *simple,
+                             size_t device_budget, double t0, st_stream_plan *out, st_plan_prediction *pred, st_err *err) {
     *out = *simple;
-    st_status s = plan_predict(a, B, T, hw, out, pred, err);
+    st_status s = st_plan_predict(a, B, T, hw, out, pred, err);
     if (s) return s;
     pred->program_s = NAN;
     pred->device_budget = device_budget;
@@ -260,44 +260,44 @@ static st_status take_simple(const st_arch *a, int B, int T, const plan_profile 
     return ST_OK;
 }
 
-static st_status solve_program(const st_arch *a, int B, int T, size_t device_budget, const plan_profile *hw,
-                               plan_options o, double t0, stream_plan *out, plan_prediction *pred, st_err *err);
+static st_status solve_program(const st_arch *a, int B, int T, size_t device_budget, const st_plan_profile *hw,
+                               st_plan_options o, double t0, st_stream_plan *out, st_plan_prediction *pred, st_err *err);
 
-st_status plan_stream_ex(const st_arch *a, int B, int T, size_t device_budget, const plan_profile *hw,
-                         const plan_options *opt, stream_plan *out, plan_prediction *pred, st_err *err) {
+st_status st_plan_stream_ex(const st_arch *a, int B, int T, size_t device_budget, const st_plan_profile *hw,
+                         const st_plan_options *opt, st_stream_plan *out, st_plan_prediction *pred, st_err *err) {
     double t0 = st_now();
-    if (opt && opt->prefer_resident_head == PLAN_HEAD_RESIDENT_IF_FITS && opt->allow_vocab_chunk) {
-        plan_options res = *opt;
+    if (opt && opt->prefer_resident_head == ST_PLAN_HEAD_RESIDENT_IF_FITS && opt->allow_vocab_chunk) {
+        st_plan_options res = *opt;
         res.allow_vocab_chunk = 0;
-        res.prefer_resident_head = PLAN_HEAD_FASTEST;
-        st_status r = plan_stream_ex(a, B, T, device_budget, hw, &res, out, pred, err);
+        res.prefer_resident_head = ST_PLAN_HEAD_FASTEST;
+        st_status r = st_plan_stream_ex(a, B, T, device_budget, hw, &res, out, pred, err);
         if (r != ST_ERR_NOMEM) return r;
         res.allow_vocab_chunk = 1; /* no resident plan fits: chunks */
-        r = plan_stream_ex(a, B, T, device_budget, hw, &res, out, pred, err);
+        r = st_plan_stream_ex(a, B, T, device_budget, hw, &res, out, pred, err);
         if (r == ST_OK) pred->solve_s = st_now() - t0;
         return r;
     }
-    if (opt && opt->prefer_resident_head == PLAN_HEAD_RESIDENT_ON_TIE && opt->allow_vocab_chunk) {
+    if (opt && opt->prefer_resident_head == ST_PLAN_HEAD_RESIDENT_ON_TIE && opt->allow_vocab_chunk) {
         /* the fastest plan over every vocabulary choice; where it chunks, the fastest plan
          * with the head resident replaces it only when predicted no slower (a tie to
-         * PLAN_RESIDENT_TIE): the choice is the smaller of two times that never rise with
+         * ST_PLAN_RESIDENT_TIE): the choice is the smaller of two times that never rise with
          * the budget, so it never rises either */
-        plan_options all = *opt;
-        all.prefer_resident_head = PLAN_HEAD_FASTEST;
-        st_status r = plan_stream_ex(a, B, T, device_budget, hw, &all, out, pred, err);
+        st_plan_options all = *opt;
+        all.prefer_resident_head = ST_PLAN_HEAD_FASTEST;
+        st_status r = st_plan_stream_ex(a, B, T, device_budget, hw, &all, out, pred, err);
         if (r != ST_OK || out->vocab_chunk == 0) return r;
-        plan_options res = all;
+        st_plan_options res = all;
         res.allow_vocab_chunk = 0;
-        int limit = all.time_limit_ms > 0 ? all.time_limit_ms : PLAN_TIME_LIMIT_MS;
+        int limit = all.time_limit_ms > 0 ? all.time_limit_ms : ST_PLAN_TIME_LIMIT_MS;
         int left = limit - (int)((st_now() - t0) * 1e3);
         res.time_limit_ms = left > 50 ? left : 50;
-        stream_plan *rp = malloc(sizeof *rp);
+        st_stream_plan *rp = malloc(sizeof *rp);
         if (!rp) return st_errf(err, ST_ERR_NOMEM, "plan: out of memory");
-        plan_prediction rpred;
+        st_plan_prediction rpred;
         st_err rerr = {0};
         /* a resident head that does not fit (or a failed solve of it) leaves the chunked plan */
-        if (plan_stream_ex(a, B, T, device_budget, hw, &res, rp, &rpred, &rerr) == ST_OK &&
-            rpred.step_s <= pred->step_s * (1 + PLAN_RESIDENT_TIE)) {
+        if (st_plan_stream_ex(a, B, T, device_budget, hw, &res, rp, &rpred, &rerr) == ST_OK &&
+            rpred.step_s <= pred->step_s * (1 + ST_PLAN_RESIDENT_TIE)) {
             *out = *rp;
             *pred = rpred;
         }
@@ -305,41 +305,41 @@ st_status plan_stream_ex(const st_arch *a, int B, int T, size_t device_budget, c
         pred->solve_s = st_now() - t0;
         return ST_OK;
     }
-    plan_options o = {.time_limit_ms = PLAN_TIME_LIMIT_MS, .max_depth = PLAN_MAX_DEPTH, .allow_vocab_chunk = 1,
-                      .mip_gap = PLAN_MIP_GAP, .no_incumbent = 0};
+    st_plan_options o = {.time_limit_ms = ST_PLAN_TIME_LIMIT_MS, .max_depth = ST_PLAN_MAX_DEPTH, .allow_vocab_chunk = 1,
+                      .mip_gap = ST_PLAN_MIP_GAP, .no_incumbent = 0};
     if (opt) {
         o = *opt;
-        if (o.time_limit_ms <= 0) o.time_limit_ms = PLAN_TIME_LIMIT_MS;
-        if (o.mip_gap < 0) o.mip_gap = PLAN_MIP_GAP;
-        if (o.max_depth <= 0 || o.max_depth > PLAN_MAX_DEPTH) o.max_depth = PLAN_MAX_DEPTH;
+        if (o.time_limit_ms <= 0) o.time_limit_ms = ST_PLAN_TIME_LIMIT_MS;
+        if (o.mip_gap < 0) o.mip_gap = ST_PLAN_MIP_GAP;
+        if (o.max_depth <= 0 || o.max_depth > ST_PLAN_MAX_DEPTH) o.max_depth = ST_PLAN_MAX_DEPTH;
     }
     return solve_program(a, B, T, device_budget, hw, o, t0, out, pred, err);
 }
 
-/* The program itself (plan_stream_ex less the head policies), with options o (defaults
+/* The program itself (st_plan_stream_ex less the head policies), with options o (defaults
  * filled in), started at t0. */
-static st_status solve_program(const st_arch *a, int B, int T, size_t device_budget, const plan_profile *hw,
-                               plan_options o, double t0, stream_plan *out, plan_prediction *pred, st_err *err) {
+static st_status solve_program(const st_arch *a, int B, int T, size_t device_budget, const st_plan_profile *hw,
+                               st_plan_options o, double t0, st_stream_plan *out, st_plan_prediction *pred, st_err *err) {
     plan_cost c;
     st_status s = plan_cost_init(&c, a, B, T, hw, err);
     if (s) return s;
     int L = c.L;
-    if (L < 1 || L > STREAM_MAX_LAYERS) return st_errf(err, ST_ERR_INVALID, "plan: %d blocks", L);
+    if (L < 1 || L > ST_STREAM_MAX_LAYERS) return st_errf(err, ST_ERR_INVALID, "plan: %d blocks", L);
     /* explicit choices: fixed columns of the program, and fewer plans to fit */
     const unsigned char *fx = o.fixed_act;
     int nfix[3] = {0, 0, 0};
     for (int l = 0; fx && l < L; l++) {
-        if (fx[l] == PLAN_ACT_FREE) continue;
-        if (fx[l] > STREAM_ACT_OFFLOAD)
+        if (fx[l] == ST_PLAN_ACT_FREE) continue;
+        if (fx[l] > ST_STREAM_ACT_OFFLOAD)
             return st_errf(err, ST_ERR_INVALID, "plan: block %d's fixed activation choice is %d, not a stream_act", l,
                            fx[l]);
         nfix[fx[l]]++;
     }
-    int fk = nfix[STREAM_ACT_KEEP], fo = nfix[STREAM_ACT_OFFLOAD], fr = nfix[STREAM_ACT_RECOMPUTE];
-    int vcs[PLAN_MAX_VCHUNKS], nv = plan_vocab_chunks(a, &o, vcs);
+    int fk = nfix[ST_STREAM_ACT_KEEP], fo = nfix[ST_STREAM_ACT_OFFLOAD], fr = nfix[ST_STREAM_ACT_RECOMPUTE];
+    int vcs[ST_PLAN_MAX_VCHUNKS], nv = st_plan_vocab_chunks(a, &o, vcs);
     int nd = o.max_depth < L ? o.max_depth : L, np = nv * nd;
-    stream_config sc = {.arch = a, .B = B, .T = T};
-    stream_plan *work = malloc(sizeof *work);
+    st_stream_config sc = {.arch = a, .B = B, .T = T};
+    st_stream_plan *work = malloc(sizeof *work);
     double *base = malloc(sizeof(double) * (size_t)np);
     device_model m = {0};
     if (!work || !base) {
@@ -347,7 +347,7 @@ static st_status solve_program(const st_arch *a, int B, int T, size_t device_bud
         free(base);
         return st_errf(err, ST_ERR_NOMEM, "plan: out of memory");
     }
-    stream_plan_default(work, L);
+    st_stream_plan_default(work, L);
     if ((s = device_model_init(&m, &sc, work, vcs[0], 1, err))) goto done;
     for (int p = 0; p < np; p++) {
         base[p] = (double)bytes_of(&sc, work, vcs[p / nd], 1 + p % nd, 0, 0);
@@ -365,7 +365,7 @@ static st_status solve_program(const st_arch *a, int B, int T, size_t device_bud
         int fp = 0, fk0 = 0, fo0 = 0;
         double free_need = min_bytes(&m, base, np, 0, 0, 0, &fp, &fk0, &fo0);
         char what[512];
-        plan_act_describe(fx, L, what, sizeof what);
+        st_plan_act_describe(fx, L, what, sizeof what);
         s = st_errf(err, ST_ERR_NOMEM, "plan: the fixed activation choices (%s) leave no stream plan within a device "
                     "budget of %zu bytes: the smallest with them (%d keep, %d offload, %d recompute, prefetch depth %d, "
                     "vocab_chunk %d) needs %.0f, %.0f bytes missing (without fixed choices the smallest needs %.0f: "
@@ -394,7 +394,7 @@ static st_status solve_program(const st_arch *a, int B, int T, size_t device_bud
     int cpp = czo + L + 1, cef = cpp + np, ceb = cef + L, copt = ceb + L, cnk = copt + 1, cno = cnk + 1, ncol = cno;
     cols cl = {ck, co, cr, cres, ctop, czk, czo, cpp, cef, ceb, copt, cnk, cno, ncol};
     int solved = 0;
-    stream_plan *simple = malloc(sizeof *simple);
+    st_stream_plan *simple = malloc(sizeof *simple);
     double *x0 = malloc(sizeof(double) * (size_t)(ncol + 1)), simple_s;
     if (!simple || !x0) {
         free(simple);
@@ -419,10 +419,10 @@ static st_status solve_program(const st_arch *a, int B, int T, size_t device_bud
         for (int j = cef; j < copt; j++) glp_set_col_bnds(lp, j, GLP_LO, 0, 0);
         glp_set_col_bnds(lp, copt, GLP_LO, cm.opt_block, 0);
         for (int l = 0; fx && l < L; l++) /* a fixed choice: its three binaries are constants */
-            if (fx[l] != PLAN_ACT_FREE) {
-                glp_set_col_bnds(lp, ck + l, GLP_FX, fx[l] == STREAM_ACT_KEEP, 0);
-                glp_set_col_bnds(lp, co + l, GLP_FX, fx[l] == STREAM_ACT_OFFLOAD, 0);
-                glp_set_col_bnds(lp, cr + l, GLP_FX, fx[l] == STREAM_ACT_RECOMPUTE, 0);
+            if (fx[l] != ST_PLAN_ACT_FREE) {
+                glp_set_col_bnds(lp, ck + l, GLP_FX, fx[l] == ST_STREAM_ACT_KEEP, 0);
+                glp_set_col_bnds(lp, co + l, GLP_FX, fx[l] == ST_STREAM_ACT_OFFLOAD, 0);
+                glp_set_col_bnds(lp, cr + l, GLP_FX, fx[l] == ST_STREAM_ACT_RECOMPUTE, 0);
             }
         /* the counts as integers of their own: branching on them splits the program's
          * many equivalent block orders at once */
@@ -575,37 +575,37 @@ static st_status solve_program(const st_arch *a, int B, int T, size_t device_bud
                         "raise the time limit", o.time_limit_ms, rc, st);
             break;
         }
-        stream_plan_default(out, L);
+        st_stream_plan_default(out, L);
         int pbest = 0;
         for (int p = 0; p < np; p++)
             if (glp_mip_col_val(lp, cpp + p) > 0.5) pbest = p;
         out->vocab_chunk = vcs[pbest / nd];
         out->prefetch_depth = 1 + pbest % nd;
         for (int l = 0; l < L; l++)
-            out->act[l] = glp_mip_col_val(lp, ck + l) > 0.5   ? STREAM_ACT_KEEP
-                          : glp_mip_col_val(lp, co + l) > 0.5 ? STREAM_ACT_OFFLOAD
-                                                              : STREAM_ACT_RECOMPUTE;
+            out->act[l] = glp_mip_col_val(lp, ck + l) > 0.5   ? ST_STREAM_ACT_KEEP
+                          : glp_mip_col_val(lp, co + l) > 0.5 ? ST_STREAM_ACT_OFFLOAD
+                                                              : ST_STREAM_ACT_RECOMPUTE;
         int optimal = st == GLP_OPT || rc == GLP_EMIPGAP;
         double obj = glp_mip_obj_val(lp);
         glp_delete_prob(lp);
         int l_bad = -1;
         for (int l = 0; fx && l < L && l_bad < 0; l++)
-            if (fx[l] != PLAN_ACT_FREE && out->act[l] != fx[l]) l_bad = l;
+            if (fx[l] != ST_PLAN_ACT_FREE && out->act[l] != fx[l]) l_bad = l;
         if (l_bad >= 0) {
             s = st_errf(err, ST_ERR_INVALID, "plan: GLPK's plan has block %d %s, fixed %s (a planner bug: report it)",
-                        l_bad, plan_act_name(out->act[l_bad]), plan_act_name(fx[l_bad]));
+                        l_bad, st_plan_act_name(out->act[l_bad]), st_plan_act_name(fx[l_bad]));
             break;
         }
-        size_t got = stream_device_bytes(&sc, out);
+        size_t got = st_stream_device_bytes(&sc, out);
         if (got > device_budget) { /* GLPK's feasibility tolerance: tighten by the excess, solve again */
             budget -= (double)(got - device_budget) + ST_ARENA_ALIGN;
             continue;
         }
-        if ((s = plan_predict(a, B, T, hw, out, pred, err))) break;
+        if ((s = st_plan_predict(a, B, T, hw, out, pred, err))) break;
         pred->program_s = obj * 1e-3;
         if (si >= 0 && !o.no_incumbent && simple_s < pred->step_s) { /* GLPK stopped before reaching its incumbent */
             *out = *simple;
-            if ((s = plan_predict(a, B, T, hw, out, pred, err))) break;
+            if ((s = st_plan_predict(a, B, T, hw, out, pred, err))) break;
             optimal = 0;
         }
         pred->device_budget = device_budget;
@@ -626,7 +626,7 @@ done:
     return s;
 }
 
-st_status plan_stream(const st_arch *a, int B, int T, size_t device_budget, const plan_profile *hw,
-                      stream_plan *out, plan_prediction *pred, st_err *err) {
-    return plan_stream_ex(a, B, T, device_budget, hw, NULL, out, pred, err);
+st_status st_plan_stream(const st_arch *a, int B, int T, size_t device_budget, const st_plan_profile *hw,
+                      st_stream_plan *out, st_plan_prediction *pred, st_err *err) {
+    return st_plan_stream_ex(a, B, T, device_budget, hw, NULL, out, pred, err);
 }

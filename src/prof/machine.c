@@ -25,11 +25,11 @@ static double proc_kb_field(const char *path, const char *key) {
     return v;
 }
 
-double prof_host_peak_bytes(void) { return proc_kb_field("/proc/self/status", "VmHWM"); }
-double prof_host_rss_bytes(void) { return proc_kb_field("/proc/self/status", "VmRSS"); }
-double prof_host_available_bytes(void) { return proc_kb_field("/proc/meminfo", "MemAvailable"); }
+double st_prof_host_peak_bytes(void) { return proc_kb_field("/proc/self/status", "VmHWM"); }
+double st_prof_host_rss_bytes(void) { return proc_kb_field("/proc/self/status", "VmRSS"); }
+double st_prof_host_available_bytes(void) { return proc_kb_field("/proc/meminfo", "MemAvailable"); }
 
-double prof_peak_flops(void) {
+double st_prof_peak_flops(void) {
     static double peak; /* a machine constant: measured once per process */
     if (peak > 0) return peak;
     /* 512^3 is big enough for OpenBLAS to reach its steady kernel speed on a few cores and
@@ -55,7 +55,7 @@ double prof_peak_flops(void) {
     return peak;
 }
 
-int64_t prof_dir_bytes(const char *dir) {
+int64_t st_prof_dir_bytes(const char *dir) {
     DIR *d = opendir(dir);
     if (!d) return -1;
     int64_t total = 0;

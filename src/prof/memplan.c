@@ -2,7 +2,7 @@
  * where each class lives, and the refusal of a run that cannot fit its budgets.
  *
  * It is computed from the shape alone, before anything is allocated, and follows what the
- * code allocates (gpt2_create, gpt2_act_bytes, optim_create, the checkpoint's staging
+ * code allocates (st_gpt2_create, st_gpt2_act_bytes, st_optim_create, the checkpoint's staging
  * copy), so the tests can hold it to the measured peak. Today every class lives on the
  * host; the planner (plan/) will place classes on device, host and disk and reuse this.
  */
@@ -22,19 +22,19 @@
  * within 4% when its state is a few hundred MiB (tests/test_prof_mem.sh). */
 #define RUNTIME_BYTES (26.0 * 1048576.0)
 
-const char *prof_tier_name(int tier) {
-    static const char *n[PROF_TIER_COUNT] = {"device", "host", "disk"};
-    return (unsigned)tier < PROF_TIER_COUNT ? n[tier] : "?";
+const char *st_prof_tier_name(int tier) {
+    static const char *n[ST_PROF_TIER_COUNT] = {"device", "host", "disk"};
+    return (unsigned)tier < ST_PROF_TIER_COUNT ? n[tier] : "?";
 }
 
 /* 8-bit moments of one tensor: a code byte per element for m and for v, padded to whole
- * blocks, and one fp32 absmax per block for each (as optim_create lays them out). */
+ * blocks, and one fp32 absmax per block for each (as st_optim_create lays them out). */
 static double q8_bytes(double numel) {
-    double blocks = ceil(numel / OPTIM_Q8_BLOCK);
-    return 2.0 * blocks * OPTIM_Q8_BLOCK + 2.0 * blocks * sizeof(float);
+    double blocks = ceil(numel / ST_OPTIM_Q8_BLOCK);
+    return 2.0 * blocks * ST_OPTIM_Q8_BLOCK + 2.0 * blocks * sizeof(float);
 }
 
-void prof_mem_estimate_gpt2(const gpt2_config *mc, int B, int T, int optim_8bit, prof_mem_estimate *e) {
+void st_prof_mem_estimate_gpt2(const st_gpt2_config *mc, int B, int T, int optim_8bit, st_prof_mem_estimate *e) {
     memset(e, 0, sizeof *e);
     double C = mc->n_embd, L = mc->n_layer, V = mc->vocab_size, maxT = mc->max_seq, NH = mc->n_head;
     double N = (double)B * T;
@@ -52,22 +52,22 @@ void prof_mem_estimate_gpt2(const gpt2_config *mc, int B, int T, int optim_8bit,
     for (size_t i = 0; i < sizeof tensors / sizeof tensors[0]; i++) q8 += L * q8_bytes(tensors[i]);
     e->moments_8bit = q8;
     e->moments_8bit_used = optim_8bit;
-    e->acts_stored = (double)gpt2_act_bytes(mc, B, T) + 4.0 * N /* host copy of losses */;
+    e->acts_stored = (double)st_gpt2_act_bytes(mc, B, T) + 4.0 * N /* host copy of losses */;
     /* With checkpointing each block keeps only its input (N, C); backward recomputes one
      * block at a time, so one block's stored set is live at once. */
     double per_layer = 4.0 * (N * C * 8 + N * 4 * C * 2 + N * 4 + NH * N);
     e->acts_ckpt = e->acts_stored - L * per_layer + L * 4.0 * N * C + per_layer;
-    /* gpt2_init_random and the checkpoint save/load stage all weights in one host buffer */
+    /* st_gpt2_init_random and the checkpoint save/load stage all weights in one host buffer */
     e->init_scratch = 4.0 * e->n_params;
     e->runtime = RUNTIME_BYTES + 8.0 * N /* the loop's inputs and targets */;
     double moments = optim_8bit ? e->moments_8bit : e->moments_f32;
     /* The checkpoint at the end of a run stages the weights while everything else is
      * allocated: that is the peak. */
-    e->tier_need[PROF_TIER_HOST] = e->runtime + e->weights + e->grads + e->master + moments + e->acts_stored +
+    e->tier_need[ST_PROF_TIER_HOST] = e->runtime + e->weights + e->grads + e->master + moments + e->acts_stored +
                                    e->init_scratch;
 }
 
-void prof_mem_estimate_generic(double n_params, double act_bytes, int B, int T, int optim_8bit, prof_mem_estimate *e) {
+void st_prof_mem_estimate_generic(double n_params, double act_bytes, int B, int T, int optim_8bit, st_prof_mem_estimate *e) {
     memset(e, 0, sizeof *e);
     double N = (double)B * T;
     e->n_params = n_params;
@@ -84,7 +84,7 @@ void prof_mem_estimate_generic(double n_params, double act_bytes, int B, int T, 
     e->init_scratch = 4.0 * n_params;
     e->runtime = RUNTIME_BYTES + 8.0 * N;
     double moments = optim_8bit ? e->moments_8bit : e->moments_f32;
-    e->tier_need[PROF_TIER_HOST] = e->runtime + e->weights + e->grads + moments + e->acts_stored + e->init_scratch;
+    e->tier_need[ST_PROF_TIER_HOST] = e->runtime + e->weights + e->grads + moments + e->acts_stored + e->init_scratch;
 }
 
 static void fmt_bytes(char *buf, size_t cap, double b) {
@@ -94,23 +94,23 @@ static void fmt_bytes(char *buf, size_t cap, double b) {
     else snprintf(buf, cap, "%.0f B", b);
 }
 
-static double host_budget(const double budget[PROF_TIER_COUNT]) {
-    return budget[PROF_TIER_HOST] > 0 ? budget[PROF_TIER_HOST] : prof_host_available_bytes();
+static double host_budget(const double budget[ST_PROF_TIER_COUNT]) {
+    return budget[ST_PROF_TIER_HOST] > 0 ? budget[ST_PROF_TIER_HOST] : st_prof_host_available_bytes();
 }
 
-st_status prof_mem_check(const prof_mem_estimate *e, const double budget[PROF_TIER_COUNT], st_err *err) {
-    double have[PROF_TIER_COUNT] = {budget[0] > 0 ? budget[0] : 0, host_budget(budget), budget[2] > 0 ? budget[2] : 0};
+st_status st_prof_mem_check(const st_prof_mem_estimate *e, const double budget[ST_PROF_TIER_COUNT], st_err *err) {
+    double have[ST_PROF_TIER_COUNT] = {budget[0] > 0 ? budget[0] : 0, host_budget(budget), budget[2] > 0 ? budget[2] : 0};
     char msg[ST_ERR_MSG_MAX] = "";
     int short_tiers = 0;
-    for (int t = 0; t < PROF_TIER_COUNT; t++) {
+    for (int t = 0; t < ST_PROF_TIER_COUNT; t++) {
         if (e->tier_need[t] <= have[t] || e->tier_need[t] <= 0) continue;
-        if (t == PROF_TIER_HOST && have[t] <= 0) continue; /* MemAvailable unreadable: cannot judge */
+        if (t == ST_PROF_TIER_HOST && have[t] <= 0) continue; /* MemAvailable unreadable: cannot judge */
         char need[32], got[32], miss[32];
         fmt_bytes(need, sizeof need, e->tier_need[t]);
         fmt_bytes(got, sizeof got, have[t]);
         fmt_bytes(miss, sizeof miss, e->tier_need[t] - have[t]);
         snprintf(msg + strlen(msg), sizeof msg - strlen(msg), "%s%s needs %.0f bytes (%s), budget %.0f (%s): "
-                 "%.0f bytes (%s) missing", short_tiers ? "; " : "", prof_tier_name(t), e->tier_need[t], need,
+                 "%.0f bytes (%s) missing", short_tiers ? "; " : "", st_prof_tier_name(t), e->tier_need[t], need,
                  have[t], got, e->tier_need[t] - have[t], miss);
         short_tiers++;
     }
@@ -119,7 +119,7 @@ st_status prof_mem_check(const prof_mem_estimate *e, const double budget[PROF_TI
                    "8bit, or raise host_budget (see strata plan)", msg);
 }
 
-void prof_mem_print(FILE *f, const prof_mem_estimate *e, const double budget[PROF_TIER_COUNT]) {
+void st_prof_mem_print(FILE *f, const st_prof_mem_estimate *e, const double budget[ST_PROF_TIER_COUNT]) {
     char b[32];
     const char *h = "host";
 #define ROW(label, bytes, where, note)                                                              \
@@ -145,16 +145,16 @@ void prof_mem_print(FILE *f, const prof_mem_estimate *e, const double budget[PRO
     ROW("staging (init, checkpoint save)", e->init_scratch, h, "transient, at the end-of-run checkpoint");
     ROW("runtime (code, BLAS, data)", e->runtime, h, "measured constant");
     fprintf(f, "\n  %-34s %16s  %11s  %s\n", "tier", "peak need", "", "budget");
-    for (int t = 0; t < PROF_TIER_COUNT; t++) {
-        double have = t == PROF_TIER_HOST ? host_budget(budget) : budget[t];
+    for (int t = 0; t < ST_PROF_TIER_COUNT; t++) {
+        double have = t == ST_PROF_TIER_HOST ? host_budget(budget) : budget[t];
         char hb[32] = "none";
         if (have > 0) fmt_bytes(hb, sizeof hb, have);
         fmt_bytes(b, sizeof b, e->tier_need[t]);
         const char *verdict = e->tier_need[t] <= 0 ? "" : (have > 0 && e->tier_need[t] > have) ? "DOES NOT FIT"
                                                                                               : "fits";
-        if (e->tier_need[t] > 0 && have <= 0) verdict = t == PROF_TIER_HOST ? "unknown budget" : "DOES NOT FIT";
-        fprintf(f, "  %-34s %16.0f  %11s  %s%s%s%s\n", prof_tier_name(t), e->tier_need[t], b, hb,
-                t == PROF_TIER_HOST && budget[t] <= 0 ? " (MemAvailable)" : "", verdict[0] ? ": " : "", verdict);
+        if (e->tier_need[t] > 0 && have <= 0) verdict = t == ST_PROF_TIER_HOST ? "unknown budget" : "DOES NOT FIT";
+        fprintf(f, "  %-34s %16.0f  %11s  %s%s%s%s\n", st_prof_tier_name(t), e->tier_need[t], b, hb,
+                t == ST_PROF_TIER_HOST && budget[t] <= 0 ? " (MemAvailable)" : "", verdict[0] ? ": " : "", verdict);
     }
 #undef ROW
 }

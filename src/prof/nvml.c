@@ -5,7 +5,7 @@
  * ("GPU telemetry: none, no NVIDIA driver"), and carry on. The
  * sampler reads SM and memory clocks, power, temperature and the clock-event (throttle)
  * reasons of every device at 10-100 Hz and records them as counters of the trace's GPU
- * process, on the spans' clock (prof_now_ns). It also keeps, for device 0, the sums a
+ * process, on the spans' clock (st_prof_now_ns). It also keeps, for device 0, the sums a
  * step summary needs: how much SM frequency was lost against the maximum clock.
  *
  * The NVML declarations are written out here (the ABI is stable and C); no header needed.
@@ -43,7 +43,7 @@ typedef struct gpu_tracks {
     char sm[48], mem[48], power[48], temp[48], reasons[64];
 } gpu_tracks;
 
-struct prof_gpu {
+struct st_prof_gpu {
     void *lib;
     nvml_api api;
     int n;
@@ -78,18 +78,18 @@ static st_status no_gpu(st_err *err, const char *note, const char *fmt, const ch
     return ST_ERR_UNSUPPORTED;
 }
 
-static void sample_once(prof_gpu *g) {
+static void sample_once(st_prof_gpu *g) {
     for (int i = 0; i < g->n; i++) {
         unsigned sm = 0, mem = 0, mw = 0, temp = 0;
         unsigned long long why = 0;
         int ok_sm = g->api.clock(g->dev[i], NVML_CLOCK_SM, &sm) == 0;
-        if (ok_sm) prof_counter_gpu(g->tracks[i].sm, sm);
-        if (g->api.clock(g->dev[i], NVML_CLOCK_MEM, &mem) == 0) prof_counter_gpu(g->tracks[i].mem, mem);
-        if (g->api.power && g->api.power(g->dev[i], &mw) == 0) prof_counter_gpu(g->tracks[i].power, mw * 1e-3);
+        if (ok_sm) st_prof_counter_gpu(g->tracks[i].sm, sm);
+        if (g->api.clock(g->dev[i], NVML_CLOCK_MEM, &mem) == 0) st_prof_counter_gpu(g->tracks[i].mem, mem);
+        if (g->api.power && g->api.power(g->dev[i], &mw) == 0) st_prof_counter_gpu(g->tracks[i].power, mw * 1e-3);
         if (g->api.temperature && g->api.temperature(g->dev[i], NVML_TEMPERATURE_GPU, &temp) == 0)
-            prof_counter_gpu(g->tracks[i].temp, temp);
+            st_prof_counter_gpu(g->tracks[i].temp, temp);
         int ok_why = g->api.reasons && g->api.reasons(g->dev[i], &why) == 0;
-        if (ok_why) prof_counter_gpu(g->tracks[i].reasons, (double)why);
+        if (ok_why) st_prof_counter_gpu(g->tracks[i].reasons, (double)why);
         if (i == 0 && ok_sm) {
             pthread_mutex_lock(&g->mu);
             g->sm_sum += sm;
@@ -101,8 +101,8 @@ static void sample_once(prof_gpu *g) {
 }
 
 static void *sampler_main(void *arg) {
-    prof_gpu *g = arg;
-    prof_thread_name("nvml sampler");
+    st_prof_gpu *g = arg;
+    st_prof_thread_name("nvml sampler");
     pthread_mutex_lock(&g->mu);
     while (!g->stop) {
         pthread_mutex_unlock(&g->mu);
@@ -126,14 +126,14 @@ static void *sampler_main(void *arg) {
         if (!g->api.field && (required)) missing = name;                                      \
     } while (0)
 
-st_status prof_gpu_open(prof_gpu **out, double hz, st_err *err) {
+st_status st_prof_gpu_open(st_prof_gpu **out, double hz, st_err *err) {
     *out = NULL;
     if (hz <= 0) hz = 20;
     if (hz < 10) hz = 10;
     if (hz > 100) hz = 100;
     const char *path = getenv("STRATA_NVML_LIB");
     if (!path || !path[0]) path = "libnvidia-ml.so.1";
-    prof_gpu *g = calloc(1, sizeof *g);
+    st_prof_gpu *g = calloc(1, sizeof *g);
     if (!g) return st_errf(err, ST_ERR_NOMEM, "out of memory");
     g->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!g->lib) {
@@ -210,9 +210,9 @@ st_status prof_gpu_open(prof_gpu **out, double hz, st_err *err) {
     return ST_OK;
 }
 
-int prof_gpu_count(const prof_gpu *g) { return g ? g->n : 0; }
+int st_prof_gpu_count(const st_prof_gpu *g) { return g ? g->n : 0; }
 
-void prof_gpu_take_summary(prof_gpu *g, double *freq_lost, uint64_t *reasons, int *samples) {
+void st_prof_gpu_take_summary(st_prof_gpu *g, double *freq_lost, uint64_t *reasons, int *samples) {
     *freq_lost = -1, *reasons = 0, *samples = 0;
     if (!g) return;
     pthread_mutex_lock(&g->mu);
@@ -224,7 +224,7 @@ void prof_gpu_take_summary(prof_gpu *g, double *freq_lost, uint64_t *reasons, in
     pthread_mutex_unlock(&g->mu);
 }
 
-void prof_gpu_close(prof_gpu *g) {
+void st_prof_gpu_close(st_prof_gpu *g) {
     if (!g) return;
     pthread_mutex_lock(&g->mu);
     g->stop = 1;

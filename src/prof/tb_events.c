@@ -18,7 +18,7 @@
 
 #include "strata/prof.h"
 
-struct prof_tb {
+struct st_prof_tb {
     FILE *f;
     char path[2304];
 };
@@ -94,7 +94,7 @@ static double wall_time_s(void) {
 }
 
 /* Frame one serialized Event as a TFRecord and flush it, so a live TensorBoard sees it. */
-static st_status write_record(prof_tb *w, const pb_buf *ev, st_err *err) {
+static st_status write_record(st_prof_tb *w, const pb_buf *ev, st_err *err) {
     if (ev->oom) return st_errf(err, ST_ERR_NOMEM, "%s: out of memory encoding an event", w->path);
     uint8_t head[12], tail[4];
     for (int i = 0; i < 8; i++) head[i] = (uint8_t)((uint64_t)ev->n >> (8 * i));
@@ -113,9 +113,9 @@ static st_status write_record(prof_tb *w, const pb_buf *ev, st_err *err) {
     return ST_OK;
 }
 
-st_status prof_tb_open(prof_tb **out, const char *run_dir, st_err *err) {
+st_status st_prof_tb_open(st_prof_tb **out, const char *run_dir, st_err *err) {
     *out = NULL;
-    prof_tb *w = calloc(1, sizeof *w);
+    st_prof_tb *w = calloc(1, sizeof *w);
     if (!w) return st_errf(err, ST_ERR_NOMEM, "out of memory");
     char host[256] = "localhost";
     if (gethostname(host, sizeof host - 1) || !host[0]) snprintf(host, sizeof host, "localhost");
@@ -145,16 +145,16 @@ st_status prof_tb_open(prof_tb **out, const char *run_dir, st_err *err) {
     return ST_OK;
 }
 
-st_status prof_tb_scalars(prof_tb *w, long step, const char *const *tags, const double *values, int n, st_err *err) {
+st_status st_prof_tb_scalars(st_prof_tb *w, long step, const char *const *tags, const double *values, int n, st_err *err) {
     if (!w || n <= 0) return ST_OK;
     pb_buf sum = {0}, val = {0}, ev = {0};
     for (int i = 0; i < n; i++) {
         size_t tl = strlen(tags[i]);
-        if (tl == 0 || tl > PROF_TB_TAG_MAX) {
+        if (tl == 0 || tl > ST_PROF_TB_TAG_MAX) {
             free(sum.p);
             free(val.p);
             return st_errf(err, ST_ERR_INVALID, "%s: TensorBoard tag '%.64s' is empty or longer than %d bytes",
-                           w->path, tags[i], PROF_TB_TAG_MAX);
+                           w->path, tags[i], ST_PROF_TB_TAG_MAX);
         }
         val.n = 0;
         pb_lenbytes(&val, 1, tags[i], tl);
@@ -174,13 +174,13 @@ st_status prof_tb_scalars(prof_tb *w, long step, const char *const *tags, const 
     return s;
 }
 
-st_status prof_tb_scalar(prof_tb *w, const char *tag, long step, double value, st_err *err) {
-    return prof_tb_scalars(w, step, &tag, &value, 1, err);
+st_status st_prof_tb_scalar(st_prof_tb *w, const char *tag, long step, double value, st_err *err) {
+    return st_prof_tb_scalars(w, step, &tag, &value, 1, err);
 }
 
-const char *prof_tb_path(const prof_tb *w) { return w ? w->path : ""; }
+const char *st_prof_tb_path(const st_prof_tb *w) { return w ? w->path : ""; }
 
-st_status prof_tb_close(prof_tb *w, st_err *err) {
+st_status st_prof_tb_close(st_prof_tb *w, st_err *err) {
     if (!w) return ST_OK;
     errno = 0;
     st_status s = ST_OK;

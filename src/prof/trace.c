@@ -7,7 +7,7 @@
  * ring pointer must stay valid), and are reused by the next trace.
  *
  * The same span calls also time a step's phases on a thread that asked for it
- * (prof_phase_accounting), with or without a trace: step metrics are always written.
+ * (st_prof_phase_accounting), with or without a trace: step metrics are always written.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -58,7 +58,7 @@ typedef struct tstate {
     int depth;      /* open spans on this thread */
     int xfer_depth; /* open COPY/IO spans */
     int accounting;
-    prof_phases ph;
+    st_prof_phases ph;
 } tstate;
 static _Thread_local tstate t_st;
 
@@ -78,12 +78,12 @@ static struct {
     double writer_cpu_s; /* CPU time spent formatting and writing, writer thread + final drain */
 } g_w = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
-static const char *cat_names[PROF_CAT_COUNT] = {"step", "data", "compute", "recompute", "copy", "io", "optim",
+static const char *cat_names[ST_PROF_CAT_COUNT] = {"step", "data", "compute", "recompute", "copy", "io", "optim",
                                                 "other"};
 
-const char *prof_cat_name(prof_cat c) { return (unsigned)c < PROF_CAT_COUNT ? cat_names[c] : "other"; }
+const char *st_prof_cat_name(st_prof_cat c) { return (unsigned)c < ST_PROF_CAT_COUNT ? cat_names[c] : "other"; }
 
-uint64_t prof_now_ns(void) {
+uint64_t st_prof_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
@@ -130,33 +130,33 @@ static void ring_push(const ev *e) {
 
 /* ------------------------------------------------------------------ spans */
 
-static int is_xfer(int cat) { return cat == PROF_CAT_COPY || cat == PROF_CAT_IO; }
+static int is_xfer(int cat) { return cat == ST_PROF_CAT_COPY || cat == ST_PROF_CAT_IO; }
 
-prof_span prof_begin(prof_cat cat, const char *name, int index) {
-    prof_span s = {0, name, index, (int16_t)cat, 0};
+st_prof_span st_prof_begin(st_prof_cat cat, const char *name, int index) {
+    st_prof_span s = {0, name, index, (int16_t)cat, 0};
     if (!t_st.accounting && !atomic_load_explicit(&g_trace_on, memory_order_relaxed)) return s;
-    s.t0_ns = prof_now_ns();
-    if (cat == PROF_CAT_STEP && t_st.depth > 0) s.transparent = 1;
+    s.t0_ns = st_prof_now_ns();
+    if (cat == ST_PROF_CAT_STEP && t_st.depth > 0) s.transparent = 1;
     else t_st.depth++;
     if (is_xfer(cat)) t_st.xfer_depth++;
     return s;
 }
 
-static void phase_add(prof_phases *ph, const char *name, double sec) {
+static void phase_add(st_prof_phases *ph, const char *name, double sec) {
     for (int i = 0; i < ph->n; i++)
         if (ph->name[i] == name || !strcmp(ph->name[i], name)) {
             ph->seconds[i] += sec;
             return;
         }
-    if (ph->n < PROF_MAX_PHASES) {
+    if (ph->n < ST_PROF_MAX_PHASES) {
         ph->name[ph->n] = name;
         ph->seconds[ph->n++] = sec;
     }
 }
 
-void prof_end_bytes(prof_span *s, int64_t bytes) {
+void st_prof_end_bytes(st_prof_span *s, int64_t bytes) {
     if (!s->t0_ns) return;
-    uint64_t t1 = prof_now_ns();
+    uint64_t t1 = st_prof_now_ns();
     tstate *ts = &t_st;
     if (!s->transparent) ts->depth--;
     int x = is_xfer(s->cat);
@@ -178,26 +178,26 @@ void prof_end_bytes(prof_span *s, int64_t bytes) {
     s->t0_ns = 0;
 }
 
-void prof_end(prof_span *s) { prof_end_bytes(s, -1); }
+void st_prof_end(st_prof_span *s) { st_prof_end_bytes(s, -1); }
 
 static void counter_push(const char *name, double value, int pid) {
     if (!atomic_load_explicit(&g_trace_on, memory_order_relaxed)) return;
-    ev e = {.t0 = prof_now_ns(), .name = name, .index = -1, .kind = EV_COUNTER, .pid = (uint8_t)pid};
+    ev e = {.t0 = st_prof_now_ns(), .name = name, .index = -1, .kind = EV_COUNTER, .pid = (uint8_t)pid};
     e.u.value = value;
     ring_push(&e);
 }
 
-void prof_counter(const char *name, double value) { counter_push(name, value, PID_HOST); }
-void prof_counter_gpu(const char *name, double value) { counter_push(name, value, PID_GPU); }
+void st_prof_counter(const char *name, double value) { counter_push(name, value, PID_HOST); }
+void st_prof_counter_gpu(const char *name, double value) { counter_push(name, value, PID_GPU); }
 
-void prof_thread_name(const char *name) {
+void st_prof_thread_name(const char *name) {
     ring *r = ring_get();
     if (r) snprintf(r->name, sizeof r->name, "%s", name);
 }
 
-void prof_phase_accounting(int on) { t_st.accounting = on; }
-void prof_phase_reset(void) { memset(&t_st.ph, 0, sizeof t_st.ph); }
-void prof_phase_read(prof_phases *out) { *out = t_st.ph; }
+void st_prof_phase_accounting(int on) { t_st.accounting = on; }
+void st_prof_phase_reset(void) { memset(&t_st.ph, 0, sizeof t_st.ph); }
+void st_prof_phase_read(st_prof_phases *out) { *out = t_st.ph; }
 
 /* ------------------------------------------------------------------ writer */
 
@@ -233,7 +233,7 @@ static void write_event(const ring *r, const ev *e) {
     uint64_t t0 = e->t0 < g_w.origin_ns ? g_w.origin_ns : e->t0; /* began before the trace opened */
     double dur = e->t1 > t0 ? (double)(e->t1 - t0) * 1e-3 : 0.0;
     sep();
-    fprintf(g_w.f, "{\"ph\":\"X\",\"cat\":\"%s\",\"name\":\"", prof_cat_name((prof_cat)e->cat));
+    fprintf(g_w.f, "{\"ph\":\"X\",\"cat\":\"%s\",\"name\":\"", st_prof_cat_name((st_prof_cat)e->cat));
     put_escaped(g_w.f, e->name);
     if (e->index >= 0) fprintf(g_w.f, " %d", e->index);
     fprintf(g_w.f, "\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f", e->pid, r->tid, rel_us(t0), dur);
@@ -246,7 +246,7 @@ static void write_event(const ring *r, const ev *e) {
     fputc('}', g_w.f);
     /* A transfer draws its bandwidth as a step on a counter track: up while it runs. */
     if (is_xfer(e->cat) && e->u.bytes > 0 && e->t1 > t0) {
-        const char *track = e->cat == PROF_CAT_IO ? "disk I/O (MB/s)" : "copy (MB/s)";
+        const char *track = e->cat == ST_PROF_CAT_IO ? "disk I/O (MB/s)" : "copy (MB/s)";
         write_counter(track, PID_HOST, t0, (double)e->u.bytes / ((double)(e->t1 - t0) * 1e-9) / 1e6);
         write_counter(track, PID_HOST, e->t1, 0.0);
     }
@@ -271,7 +271,7 @@ static double thread_cpu_s(void) {
 
 static void *writer_main(void *arg) {
     (void)arg;
-    prof_thread_name("trace writer");
+    st_prof_thread_name("trace writer");
     pthread_mutex_lock(&g_w.mu);
     while (!g_w.stop) {
         struct timespec dl;
@@ -291,22 +291,22 @@ static void *writer_main(void *arg) {
     return NULL;
 }
 
-uint64_t prof_trace_dropped(void) {
+uint64_t st_prof_trace_dropped(void) {
     uint64_t d = atomic_load(&g_dropped_unregistered);
     int n = atomic_load_explicit(&g_nrings, memory_order_acquire);
     for (int i = 0; i < n; i++) d += atomic_load(&g_rings[i]->dropped);
     return d - g_w.dropped_at_start;
 }
 
-int prof_trace_active(void) { return atomic_load(&g_trace_on); }
+int st_prof_trace_active(void) { return atomic_load(&g_trace_on); }
 
-double prof_trace_writer_cpu_s(void) { return g_w.writer_cpu_s; }
+double st_prof_trace_writer_cpu_s(void) { return g_w.writer_cpu_s; }
 
-void prof_trace_pause(int paused) {
+void st_prof_trace_pause(int paused) {
     if (g_w.f) atomic_store(&g_trace_on, !paused);
 }
 
-st_status prof_trace_start(const char *path, const char *process_name, st_err *err) {
+st_status st_prof_trace_start(const char *path, const char *process_name, st_err *err) {
     if (atomic_load(&g_trace_on) || g_w.f)
         return st_errf(err, ST_ERR_INVALID, "trace %s: a trace (%s) is already open in this process; stop it first",
                        path, g_w.path);
@@ -324,11 +324,11 @@ st_status prof_trace_start(const char *path, const char *process_name, st_err *e
     for (int i = 0; i < n; i++)
         atomic_store(&g_rings[i]->tail, atomic_load(&g_rings[i]->head));
     g_w.dropped_at_start = 0;
-    g_w.dropped_at_start = prof_trace_dropped();
+    g_w.dropped_at_start = st_prof_trace_dropped();
     g_w.writer_cpu_s = 0;
     atomic_fetch_add(&g_gen, 1);
     fputs("{\"traceEvents\":[\n", f);
-    g_w.origin_ns = prof_now_ns();
+    g_w.origin_ns = st_prof_now_ns();
     if (pthread_create(&g_w.thr, NULL, writer_main, NULL) != 0) {
         fclose(f);
         g_w.f = NULL;
@@ -354,7 +354,7 @@ static void write_meta(const char *what, int pid, int tid, const char *key, cons
     fputs("}}", g_w.f);
 }
 
-st_status prof_trace_stop(st_err *err) {
+st_status st_prof_trace_stop(st_err *err) {
     if (!g_w.f) return ST_OK;
     atomic_store(&g_trace_on, 0);
     if (g_w.thr_started) {
@@ -384,7 +384,7 @@ st_status prof_trace_stop(st_err *err) {
         write_meta("thread_name", PID_HOST, r->tid, "name", name, 0);
         write_meta("thread_sort_index", PID_HOST, r->tid, "sort_index", NULL, r->tid);
     }
-    uint64_t dropped = prof_trace_dropped();
+    uint64_t dropped = st_prof_trace_dropped();
     g_w.writer_cpu_s += thread_cpu_s() - cpu0;
     fprintf(g_w.f, "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"clock\":\"CLOCK_MONOTONIC\",\"origin_ns\":%llu,"
             "\"dropped_events\":%llu}}\n", (unsigned long long)g_w.origin_ns, (unsigned long long)dropped);

@@ -52,7 +52,7 @@ typedef struct subgroup {
     uint64_t part[1 + MAX_STATE_BUFS]; /* master, then the moment buffers, inside a region */
     int n_crc;
     uint32_t *crc, *crc_new;
-    optim *o;
+    st_optim *o;
     int buf;            /* the buffer holding it, or -1 */
     long done;          /* the step id in which it was last updated */
     size_t *pc_first;   /* where each of its optimizer's segments starts, relative to first */
@@ -72,7 +72,7 @@ struct st_store {
     double weight[ST_STORE_MAX_PATHS];
     uint64_t path_bytes[ST_STORE_MAX_PATHS];
     char name[256], manifest[4400];
-    optim_segment *segs;
+    st_optim_segment *segs;
     int n_segs;
     size_t numel;
     subgroup *sg;
@@ -95,7 +95,7 @@ struct st_store {
 static uint64_t round4k(uint64_t x) { return (x + 4095) / 4096 * 4096; }
 
 static int seg_cmp(const void *a, const void *b) {
-    const optim_segment *x = a, *y = b;
+    const st_optim_segment *x = a, *y = b;
     return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
@@ -103,22 +103,22 @@ static int seg_cmp(const void *a, const void *b) {
 
 /* The subgroup's optimizer (its pieces of the segments, offsets relative to first) and the
  * region layout. */
-static st_status sg_build(subgroup *g, const optim_segment *segs, int n_segs, optim_state_format fmt, st_err *err) {
-    optim_segment *pc = malloc(sizeof *pc * (size_t)n_segs);
+static st_status sg_build(subgroup *g, const st_optim_segment *segs, int n_segs, st_optim_state_format fmt, st_err *err) {
+    st_optim_segment *pc = malloc(sizeof *pc * (size_t)n_segs);
     if (!pc) return st_errf(err, ST_ERR_NOMEM, "state store: out of memory");
     int n = 0;
     for (int i = 0; i < n_segs; i++) {
         size_t lo = segs[i].offset > g->first ? segs[i].offset : g->first;
         size_t hi = segs[i].offset + segs[i].n < g->end ? segs[i].offset + segs[i].n : g->end;
         if (lo >= hi) continue;
-        if ((lo - segs[i].offset) % OPTIM_CHUNK_ELEMS) {
+        if ((lo - segs[i].offset) % ST_OPTIM_CHUNK_ELEMS) {
             free(pc);
             return st_errf(err, ST_ERR_FORMAT, "state store: subgroup [%zu, %zu) cuts segment %d off its %u-element grid",
-                           g->first, g->end, i, OPTIM_CHUNK_ELEMS);
+                           g->first, g->end, i, ST_OPTIM_CHUNK_ELEMS);
         }
-        pc[n++] = (optim_segment){lo - g->first, hi - lo, segs[i].weight_decay};
+        pc[n++] = (st_optim_segment){lo - g->first, hi - lo, segs[i].weight_decay};
     }
-    st_status s = n ? optim_create_unbound(&g->o, pc, n, fmt, err)
+    st_status s = n ? st_optim_create_unbound(&g->o, pc, n, fmt, err)
                     : st_errf(err, ST_ERR_FORMAT, "state store: subgroup [%zu, %zu) holds no parameters", g->first, g->end);
     if (!s && !(g->pc_first = malloc(sizeof *g->pc_first * (size_t)n))) s = st_errf(err, ST_ERR_NOMEM, "state store: out of memory");
     for (int i = 0; !s && i < n; i++) g->pc_first[i] = pc[i].offset;
@@ -127,9 +127,9 @@ static st_status sg_build(subgroup *g, const optim_segment *segs, int n_segs, op
     if (s) return s;
     uint64_t at = round4k((uint64_t)(g->end - g->first) * sizeof(float));
     g->part[0] = 0;
-    for (int i = 0; i < optim_state_count(g->o); i++) {
+    for (int i = 0; i < st_optim_state_count(g->o); i++) {
         g->part[1 + i] = at;
-        at += round4k(optim_state_buffer_bytes(g->o, i));
+        at += round4k(st_optim_state_buffer_bytes(g->o, i));
     }
     g->bytes = at;
     g->n_crc = (int)((at + ST_STORE_CRC_BLOCK - 1) / ST_STORE_CRC_BLOCK);
@@ -143,7 +143,7 @@ static st_status sg_build(subgroup *g, const optim_segment *segs, int n_segs, op
 
 static void sg_free_all(subgroup *sg, int n) {
     for (int i = 0; i < n && sg; i++) {
-        optim_free(sg[i].o);
+        st_optim_free(sg[i].o);
         free(sg[i].pc_first);
         free(sg[i].crc);
         free(sg[i].crc_new);
@@ -160,10 +160,10 @@ static uint64_t target_region(const st_store_config *c) {
 }
 
 /* Cut the segments into subgroup ranges of about `target` region bytes. */
-static st_status plan_cuts(const optim_segment *segs, int n_segs, optim_state_format fmt, uint64_t target,
+static st_status plan_cuts(const st_optim_segment *segs, int n_segs, st_optim_state_format fmt, uint64_t target,
                            size_t **cuts_out, int *n_out, st_err *err) {
-    size_t E = (size_t)((double)target / st_store_bytes_per_param(fmt)) / OPTIM_CHUNK_ELEMS * OPTIM_CHUNK_ELEMS;
-    if (E < OPTIM_CHUNK_ELEMS) E = OPTIM_CHUNK_ELEMS;
+    size_t E = (size_t)((double)target / st_store_bytes_per_param(fmt)) / ST_OPTIM_CHUNK_ELEMS * ST_OPTIM_CHUNK_ELEMS;
+    if (E < ST_OPTIM_CHUNK_ELEMS) E = ST_OPTIM_CHUNK_ELEMS;
     size_t cap = 16, n = 0, *cuts = malloc(sizeof *cuts * cap * 2);
     if (!cuts) return st_errf(err, ST_ERR_NOMEM, "state store: out of memory");
     size_t cur_first = 0, cur_count = 0, last_end = 0;
@@ -191,7 +191,7 @@ static st_status plan_cuts(const optim_segment *segs, int n_segs, optim_state_fo
                 last_end = o + len;
                 if (cur_count == E) CLOSE();
             } else {
-                size_t take = space / OPTIM_CHUNK_ELEMS * OPTIM_CHUNK_ELEMS;
+                size_t take = space / ST_OPTIM_CHUNK_ELEMS * ST_OPTIM_CHUNK_ELEMS;
                 if (take == 0) {
                     CLOSE();
                     continue;
@@ -214,7 +214,7 @@ static st_status check_config(const st_store_config *c, st_err *err) {
     if (!c || !c->paths || c->n_paths < 1 || c->n_paths > ST_STORE_MAX_PATHS)
         return st_errf(err, ST_ERR_INVALID, "state store: give 1 to %d disk paths", ST_STORE_MAX_PATHS);
     if (!c->segs || c->n_segs < 1) return st_errf(err, ST_ERR_INVALID, "state store: no parameter segments");
-    if (c->fmt != OPTIM_STATE_F32 && c->fmt != OPTIM_STATE_8BIT)
+    if (c->fmt != ST_OPTIM_STATE_F32 && c->fmt != ST_OPTIM_STATE_8BIT)
         return st_errf(err, ST_ERR_INVALID, "state store: unknown state format %d", (int)c->fmt);
     for (int p = 0; p < c->n_paths; p++) {
         struct stat sb;
@@ -680,8 +680,8 @@ out:
 
 /* ------------------------------------------------------------------ create / open */
 
-double st_store_bytes_per_param(optim_state_format fmt) {
-    return fmt == OPTIM_STATE_F32 ? 12.0 : 4.0 + 2.0 + 8.0 / OPTIM_Q8_BLOCK;
+double st_store_bytes_per_param(st_optim_state_format fmt) {
+    return fmt == ST_OPTIM_STATE_F32 ? 12.0 : 4.0 + 2.0 + 8.0 / ST_OPTIM_Q8_BLOCK;
 }
 
 st_status st_store_space(const st_store_config *cfg, const uint64_t *need, uint64_t *avail, uint64_t *fs_need,
@@ -855,8 +855,8 @@ static st_status create_impl(st_store **out, const st_store_config *cfg, st_stor
         if (init) init(ctx, g->first, g->end - g->first, (float *)b->data);
         if (fill) {
             void *mom[MAX_STATE_BUFS];
-            for (int k = 0; k < optim_state_count(g->o); k++) mom[k] = b->data + g->part[1 + k];
-            if ((st = fill(ctx, g->first, g->end - g->first, (float *)b->data, mom, optim_state_count(g->o), err)))
+            for (int k = 0; k < st_optim_state_count(g->o); k++) mom[k] = b->data + g->part[1 + k];
+            if ((st = fill(ctx, g->first, g->end - g->first, (float *)b->data, mom, st_optim_state_count(g->o), err)))
                 break;
         }
         crc_region(g, b->data, g->crc);
@@ -963,7 +963,7 @@ st_status st_store_peek(const st_store_config *cfg, int previous, st_store_info 
     if (!st) {
         info->step = h.step;
         info->numel = h.numel;
-        info->fmt = h.fmt ? OPTIM_STATE_8BIT : OPTIM_STATE_F32;
+        info->fmt = h.fmt ? ST_OPTIM_STATE_8BIT : ST_OPTIM_STATE_F32;
         info->n_paths = (int)h.np;
         info->dirty = (int)h.dty;
     }
@@ -1074,9 +1074,9 @@ static st_status stage(st_store *s, int g, int b, st_err *err) {
 static st_status ensure_loaded(st_store *s, int g, st_err *err) {
     sbuf *x = &s->buf[s->sg[g].buf];
     if (!x->rt) return ST_OK;
-    prof_span pr = prof_begin(PROF_CAT_IO, "state read", g);
+    st_prof_span pr = st_prof_begin(ST_PROF_CAT_IO, "state read", g);
     st_status st = wait_ticket(s, &x->rt, &s->stats.read_wait_s, err);
-    prof_end_bytes(&pr, s->sg[g].bytes);
+    st_prof_end_bytes(&pr, s->sg[g].bytes);
     if (st) return st;
     double t0 = st_now();
     st = verify_region(s, &s->sg[g], x->data, err);
@@ -1095,16 +1095,16 @@ static st_status finish_writes(st_store *s, st_err *err) {
 }
 
 /* One subgroup's update: its gradient in one dtype, or in runs of segments of one dtype each. */
-static st_status update_subgroup(subgroup *sg, char *data, const st_store_step_args *a, const adamw_params *hp,
+static st_status update_subgroup(subgroup *sg, char *data, const st_store_step_args *a, const st_adamw_params *hp,
                                  st_err *err) {
     size_t cnt = sg->end - sg->first;
     void *work = a->work ? a->work(a->ctx, sg->first, cnt) : NULL;
-    optim_step_args oa = {.params = (float *)data, .work = work, .work_dtype = a->work_dtype,
+    st_optim_step_args oa = {.params = (float *)data, .work = work, .work_dtype = a->work_dtype,
                           .grad_sumsq = a->grad_sumsq};
     if (!a->grad_dtype_of) {
         oa.grads = a->grads(a->ctx, sg->first, cnt);
         oa.grad_dtype = a->grad_dtype;
-        return optim_step_ex(sg->o, &oa, hp, err);
+        return st_optim_step_ex(sg->o, &oa, hp, err);
     }
     for (int k = 0; k < sg->n_pc;) {
         st_dtype dt = a->grad_dtype_of(a->ctx, sg->first + sg->pc_first[k]);
@@ -1114,14 +1114,14 @@ static st_status update_subgroup(subgroup *sg, char *data, const st_store_step_a
         oa.grad_dtype = dt;
         oa.seg_begin = k;
         oa.seg_end = e;
-        st_status st = optim_step_ex(sg->o, &oa, hp, err);
+        st_status st = st_optim_step_ex(sg->o, &oa, hp, err);
         if (st) return st;
         k = e;
     }
     return ST_OK;
 }
 
-st_status st_store_step(st_store *s, const st_store_step_args *a, const adamw_params *hp, st_err *err) {
+st_status st_store_step(st_store *s, const st_store_step_args *a, const st_adamw_params *hp, st_err *err) {
     if (s->readonly)
         return st_errf(err, ST_ERR_INVALID, "state store %s: opened to read; it takes no step", s->manifest);
     if (s->failed)
@@ -1177,14 +1177,14 @@ st_status st_store_step(st_store *s, const st_store_step_args *a, const adamw_pa
         if ((st = ensure_loaded(s, g, err))) break;
         if ((st = wait_ticket(s, &x->wt, &s->stats.write_wait_s, err))) break;
         void *bufs[MAX_STATE_BUFS];
-        for (int k = 0; k < optim_state_count(sg->o); k++) bufs[k] = x->data + sg->part[1 + k];
-        optim_bind_state(sg->o, bufs);
+        for (int k = 0; k < st_optim_state_count(sg->o); k++) bufs[k] = x->data + sg->part[1 + k];
+        st_optim_bind_state(sg->o, bufs);
         size_t cnt = sg->end - sg->first;
         if (a->wait) { /* its gradients are still being computed */
             double tg = st_now();
-            prof_span pg = prof_begin(PROF_CAT_OPTIM, "state wait grads", g);
+            st_prof_span pg = st_prof_begin(ST_PROF_CAT_OPTIM, "state wait grads", g);
             st = a->wait(a->ctx, sg->first, cnt, err);
-            prof_end(&pg);
+            st_prof_end(&pg);
             s->stats.grad_wait_s += st_now() - tg;
             if (st) {
                 abandon = 1; /* nothing committed: the store stays at its last step */
@@ -1192,9 +1192,9 @@ st_status st_store_step(st_store *s, const st_store_step_args *a, const adamw_pa
             }
         }
         double tu = st_now();
-        prof_span pu = prof_begin(PROF_CAT_OPTIM, "state update", g);
+        st_prof_span pu = st_prof_begin(ST_PROF_CAT_OPTIM, "state update", g);
         st = update_subgroup(sg, x->data, a, hp, err);
-        prof_end(&pu);
+        st_prof_end(&pu);
         double tc = st_now();
         s->stats.update_s += tc - tu;
         if (st) break;
@@ -1215,9 +1215,9 @@ st_status st_store_step(st_store *s, const st_store_step_args *a, const adamw_pa
     s->stats.write_wait_s += tcm - tw;
     if (!st && !abandon && a->commit) {
         double tg = st_now();
-        prof_span pg = prof_begin(PROF_CAT_OPTIM, "state commit gate", -1);
+        st_prof_span pg = st_prof_begin(ST_PROF_CAT_OPTIM, "state commit gate", -1);
         abandon = !a->commit(a->ctx);
-        prof_end(&pg);
+        st_prof_end(&pg);
         s->stats.gate_wait_s = st_now() - tg;
         tcm = st_now();
     }
@@ -1320,29 +1320,29 @@ st_status st_store_read_master(st_store *s, float *dst, st_err *err) {
     return st;
 }
 
-size_t st_store_moment_offset(const optim_segment *segs, int n_segs, optim_state_format fmt, size_t first, size_t x,
+size_t st_store_moment_offset(const st_optim_segment *segs, int n_segs, st_optim_state_format fmt, size_t first, size_t x,
                               int i) {
     if (x <= first) return 0;
-    if (fmt == OPTIM_STATE_F32) return (x - first) * sizeof(float); /* m and v: one float per element */
+    if (fmt == ST_OPTIM_STATE_F32) return (x - first) * sizeof(float); /* m and v: one float per element */
     size_t blocks = 0; /* 8-bit: each segment's whole blocks, in element order */
     for (int k = 0; k < n_segs; k++) {
         size_t lo = segs[k].offset > first ? segs[k].offset : first;
         size_t hi = segs[k].offset + segs[k].n < x ? segs[k].offset + segs[k].n : x;
-        if (hi > lo) blocks += (hi - lo + OPTIM_Q8_BLOCK - 1) / OPTIM_Q8_BLOCK;
+        if (hi > lo) blocks += (hi - lo + ST_OPTIM_Q8_BLOCK - 1) / ST_OPTIM_Q8_BLOCK;
     }
-    return i < 2 ? blocks * OPTIM_Q8_BLOCK : blocks * sizeof(float); /* codes, then absmax */
+    return i < 2 ? blocks * ST_OPTIM_Q8_BLOCK : blocks * sizeof(float); /* codes, then absmax */
 }
 
 /* An 8-bit store's state is cut only where the blocks of the segment the cut falls in are:
  * elsewhere the bytes of a range are not its own. */
 static st_status check_grid(const st_store *s, size_t x, st_err *err) {
-    if (s->cfg.fmt != OPTIM_STATE_8BIT) return ST_OK;
+    if (s->cfg.fmt != ST_OPTIM_STATE_8BIT) return ST_OK;
     for (int k = 0; k < s->n_segs; k++)
         if (x > s->segs[k].offset && x < s->segs[k].offset + s->segs[k].n &&
-            (x - s->segs[k].offset) % OPTIM_Q8_BLOCK)
+            (x - s->segs[k].offset) % ST_OPTIM_Q8_BLOCK)
             return st_errf(err, ST_ERR_INVALID, "state store %s: element %zu cuts tensor %d (elements [%zu, +%zu)) off "
                            "its %d-element 8-bit blocks; a range of the state starts and ends on them", s->manifest, x,
-                           k, s->segs[k].offset, s->segs[k].n, OPTIM_Q8_BLOCK);
+                           k, s->segs[k].offset, s->segs[k].n, ST_OPTIM_Q8_BLOCK);
     return ST_OK;
 }
 
@@ -1372,14 +1372,14 @@ st_status st_store_read_range(st_store *s, size_t first, size_t n, float *master
         }
         const char *r = s->buf[sg->buf].data;
         memcpy(master + (a - first), r + (a - sg->first) * sizeof(float), (b - a) * sizeof(float));
-        for (int i = 0; i < optim_state_count(sg->o) && !st; i++) {
+        for (int i = 0; i < st_optim_state_count(sg->o) && !st; i++) {
             size_t src = st_store_moment_offset(s->segs, s->n_segs, s->cfg.fmt, sg->first, a, i);
             size_t len = st_store_moment_offset(s->segs, s->n_segs, s->cfg.fmt, sg->first, b, i) - src;
             size_t dst = st_store_moment_offset(s->segs, s->n_segs, s->cfg.fmt, first, a, i);
-            if (src + len > optim_state_buffer_bytes(sg->o, i)) { /* the layout of optim.h, or a bug here */
+            if (src + len > st_optim_state_buffer_bytes(sg->o, i)) { /* the layout of optim.h, or a bug here */
                 st = st_errf(err, ST_ERR_FORMAT, "state store %s: subgroup %d's moment buffer %d holds %zu bytes; "
                              "elements [%zu, %zu) would take [%zu, %zu)", s->manifest, g, i,
-                             optim_state_buffer_bytes(sg->o, i), a, b, src, src + len);
+                             st_optim_state_buffer_bytes(sg->o, i), a, b, src, src + len);
                 break;
             }
             memcpy((char *)moments[i] + dst, r + sg->part[1 + i] + src, len);

@@ -1,5 +1,5 @@
-/* fuzz_hf_config.c - a Hugging Face config.json (hf_config_parse, from memory); what it
- * accepts must be written back (hf_config_to_json, as --save_hf does) as JSON that reads
+/* fuzz_hf_config.c - a Hugging Face config.json (st_hf_config_parse, from memory); what it
+ * accepts must be written back (st_hf_config_to_json, as --save_hf does) as JSON that reads
  * back to the same model. */
 #include "fuzz_common.h"
 #include "strata/llama.h"
@@ -10,16 +10,16 @@ int fuzz_hf_config(const uint8_t *d, size_t n) {
     memcpy(text, d, n);
     text[n] = 0;
     st_err err = {0};
-    llama_config c, back;
-    st_status s = hf_config_parse(text, "fuzz/config.json", &c, &err);
+    st_llama_config c, back;
+    st_status s = st_hf_config_parse(text, "fuzz/config.json", &c, &err);
     free(text);
     if (s) return fuzz_check_refusal(s, &err, "hf_config_parse");
-    char *out = hf_config_to_json(&c, "float32");
+    char *out = st_hf_config_to_json(&c, "float32");
     if (!out) {
         fprintf(stderr, "fuzz: an accepted config.json cannot be written back\n");
         return 1;
     }
-    s = hf_config_parse(out, "fuzz/written.json", &back, &err);
+    s = st_hf_config_parse(out, "fuzz/written.json", &back, &err);
     int bad = s != ST_OK || back.vocab_size != c.vocab_size || back.hidden_size != c.hidden_size ||
               back.n_layer != c.n_layer || back.n_head != c.n_head || back.n_kv_head != c.n_kv_head ||
               back.head_dim != c.head_dim || back.max_seq != c.max_seq || back.rms_norm_eps != c.rms_norm_eps ||

@@ -8,9 +8,9 @@
 #include "strata/data.h"
 
 /* Read a few tokens of the first documents and the last, as the loader would. */
-static int fuzz_read_docs(data_source *src, int64_t vocab) {
-    data_source_info info;
-    data_source_get_info(src, &info);
+static int fuzz_read_docs(st_data_source *src, int64_t vocab) {
+    st_data_source_info info;
+    st_data_source_get_info(src, &info);
     int32_t out[64];
     uint64_t docs = info.n_docs ? info.n_docs : 1;
     for (uint64_t k = 0; k < 6 && k < docs + 1; k++) {
@@ -20,7 +20,7 @@ static int fuzz_read_docs(data_source *src, int64_t vocab) {
         st_err err = {0};
         st_status s;
         if (info.n_docs) {
-            s = data_source_doc_len(src, dd, &len, &err);
+            s = st_data_source_doc_len(src, dd, &len, &err);
             if (s) {
                 if (fuzz_check_refusal(s, &err, "data_source_doc_len")) return 1;
                 continue;
@@ -30,13 +30,13 @@ static int fuzz_read_docs(data_source *src, int64_t vocab) {
             len = info.n_tokens;
         }
         want = len < 64 ? len : 64;
-        s = data_source_read(src, info.n_docs ? dd : 0, 0, want, out, vocab, &err);
+        s = st_data_source_read(src, info.n_docs ? dd : 0, 0, want, out, vocab, &err);
         if (fuzz_check_refusal(s, &err, "data_source_read")) return 1;
         if (len > 3) { /* a window from the middle, and one that runs past the end */
-            s = data_source_read(src, info.n_docs ? dd : 0, len / 2, len - len / 2 < 64 ? len - len / 2 : 64, out,
+            s = st_data_source_read(src, info.n_docs ? dd : 0, len / 2, len - len / 2 < 64 ? len - len / 2 : 64, out,
                                  vocab, &err);
             if (fuzz_check_refusal(s, &err, "data_source_read")) return 1;
-            s = data_source_read(src, info.n_docs ? dd : 0, len - 1, 2, out, vocab, &err);
+            s = st_data_source_read(src, info.n_docs ? dd : 0, len - 1, 2, out, vocab, &err);
             if (s == ST_OK) {
                 fprintf(stderr, "fuzz: a read past the end of document %llu was accepted\n", (unsigned long long)dd);
                 return 1;
@@ -55,13 +55,13 @@ int fuzz_megatron(const uint8_t *d, size_t n) {
     fuzz_file("ds.bin", d + 3 + il, n - 3 - il);
     char prefix[600];
     snprintf(prefix, sizeof prefix, "%s/ds", fuzz_dir());
-    data_source_config cfg = {.path = prefix, .weight = 1, .format = DATA_FORMAT_MEGATRON, .unordered = d[0] & 1};
-    data_source *src = NULL;
+    st_data_source_config cfg = {.path = prefix, .weight = 1, .format = ST_DATA_FORMAT_MEGATRON, .unordered = d[0] & 1};
+    st_data_source *src = NULL;
     st_err err = {0};
-    st_status s = data_source_open(&src, &cfg, &err);
+    st_status s = st_data_source_open(&src, &cfg, &err);
     if (s) return fuzz_check_refusal(s, &err, "data_source_open (megatron)");
     int bad = fuzz_read_docs(src, d[0] & 2 ? 1000 : 0);
-    data_source_close(src);
+    st_data_source_close(src);
     return bad;
 }
 

@@ -1,14 +1,14 @@
-/* fuzz_train_config.c - the run configuration: a JSON file (train_config_load_json), or,
+/* fuzz_train_config.c - the run configuration: a JSON file (st_train_config_load_json), or,
  * for an input that starts with "--", one "--KEY VALUE" as the command line gives it
- * (train_config_set). What loads must save and load back to the same configuration. */
+ * (st_train_config_set). What loads must save and load back to the same configuration. */
 #include "fuzz_common.h"
 #include "strata/llama.h"
 #include "strata/store.h"
 #include "strata/train.h"
 
 int fuzz_train_config(const uint8_t *d, size_t n) {
-    train_config c, back;
-    train_config_defaults(&c);
+    st_train_config c, back;
+    st_train_config_defaults(&c);
     st_err err = {0};
     st_status s;
     if (n >= 2 && d[0] == '-' && d[1] == '-') {
@@ -18,27 +18,27 @@ int fuzz_train_config(const uint8_t *d, size_t n) {
         t[n] = 0;
         char *sp = strchr(t, ' ');
         if (sp) *sp = 0;
-        s = train_config_set(&c, t + 2, sp ? sp + 1 : "", &err);
+        s = st_train_config_set(&c, t + 2, sp ? sp + 1 : "", &err);
         free(t);
     } else {
-        s = train_config_load_json(&c, fuzz_file("config.json", d, n), &err);
+        s = st_train_config_load_json(&c, fuzz_file("config.json", d, n), &err);
     }
     if (s) return fuzz_check_refusal(s, &err, "train_config");
     /* what train and plan do next with it: the model's shape, the schedule, the paths
      * (init_from names a directory: not read here) */
     if (!c.init_from[0]) {
-        gpt2_config mc;
-        llama_config lc;
+        st_gpt2_config mc;
+        st_llama_config lc;
         int is_llama = 0;
         st_err e2 = {0};
-        if ((s = train_config_resolve_llama(&c, &lc, &is_llama, &e2)) && fuzz_check_refusal(s, &e2, "resolve_llama"))
+        if ((s = st_train_config_resolve_llama(&c, &lc, &is_llama, &e2)) && fuzz_check_refusal(s, &e2, "resolve_llama"))
             return 1;
-        if (!s && !is_llama && (s = train_config_resolve(&c, &mc, &e2)) && fuzz_check_refusal(s, &e2, "resolve"))
+        if (!s && !is_llama && (s = st_train_config_resolve(&c, &mc, &e2)) && fuzz_check_refusal(s, &e2, "resolve"))
             return 1;
         long steps[4] = {0, 1, c.warmup_steps, c.steps};
         for (int i = 0; i < 4; i++)
-            if (!(train_lr_at(&c, steps[i]) >= 0)) {
-                fprintf(stderr, "fuzz: learning rate at step %ld is %g\n", steps[i], train_lr_at(&c, steps[i]));
+            if (!(st_train_lr_at(&c, steps[i]) >= 0)) {
+                fprintf(stderr, "fuzz: learning rate at step %ld is %g\n", steps[i], st_train_lr_at(&c, steps[i]));
                 return 1;
             }
         if (c.state_paths[0]) {
@@ -47,15 +47,15 @@ int fuzz_train_config(const uint8_t *d, size_t n) {
             double weights[ST_STORE_MAX_PATHS];
             int np = 0, weighted = 0;
             c.state_profile[0] = 0; /* a file: fuzz_hw_profile's */
-            s = train_state_paths(&c, buf, sizeof buf, paths, &np, weights, &weighted, &e2);
+            s = st_train_state_paths(&c, buf, sizeof buf, paths, &np, weights, &weighted, &e2);
             if (fuzz_check_refusal(s, &e2, "train_state_paths")) return 1;
         }
     }
     char saved[600];
     snprintf(saved, sizeof saved, "%s", fuzz_file("saved.json", "", 0));
-    if ((s = train_config_save_json(&c, saved, &err))) return fuzz_check_refusal(s, &err, "train_config_save_json");
-    train_config_defaults(&back);
-    s = train_config_load_json(&back, saved, &err);
+    if ((s = st_train_config_save_json(&c, saved, &err))) return fuzz_check_refusal(s, &err, "train_config_save_json");
+    st_train_config_defaults(&back);
+    s = st_train_config_load_json(&back, saved, &err);
     if (s) {
         fprintf(stderr, "fuzz: a saved configuration does not load back: %s\n", err.msg);
         return 1;
@@ -63,7 +63,7 @@ int fuzz_train_config(const uint8_t *d, size_t n) {
     /* the same keys and values: saving both gives the same text */
     char again[600];
     snprintf(again, sizeof again, "%s", fuzz_file("again.json", "", 0));
-    if (train_config_save_json(&back, again, &err)) return 0;
+    if (st_train_config_save_json(&back, again, &err)) return 0;
     FILE *f1 = fopen(saved, "rb"), *f2 = fopen(again, "rb");
     int differ = 0;
     if (f1 && f2) {

@@ -1,4 +1,4 @@
-/* fuzz_train_state.c - train_state.bin (train_state_load) against an optimizer of 64
+/* fuzz_train_state.c - train_state.bin (st_train_state_load) against an optimizer of 64
  * parameters in two tensors, f32 or 8-bit (by the file's format field). Each input is
  * loaded as it is and again with its CRC-32C made right, so that the fuzzer gets past
  * the checksum to the fields behind it. */
@@ -6,20 +6,20 @@
 #include "strata/ckpt.h"
 
 int fuzz_train_state(const uint8_t *d, size_t n) {
-    static optim *opt[2];
+    static st_optim *opt[2];
     if (!opt[0]) {
-        optim_segment segs[2] = {{0, 48, 0.1f}, {48, 16, 0.0f}};
+        st_optim_segment segs[2] = {{0, 48, 0.1f}, {48, 16, 0.0f}};
         st_err err = {0};
-        if (optim_create(&opt[0], segs, 2, OPTIM_STATE_F32, &err) ||
-            optim_create(&opt[1], segs, 2, OPTIM_STATE_8BIT, &err)) {
+        if (st_optim_create(&opt[0], segs, 2, ST_OPTIM_STATE_F32, &err) ||
+            st_optim_create(&opt[1], segs, 2, ST_OPTIM_STATE_8BIT, &err)) {
             fprintf(stderr, "fuzz: optim_create: %s\n", err.msg);
             abort();
         }
     }
     uint32_t fmt = 0;
     if (n >= 16) memcpy(&fmt, d + 12, 4);
-    optim *o = opt[fmt == (uint32_t)OPTIM_STATE_8BIT];
-    static train_state_header h;
+    st_optim *o = opt[fmt == (uint32_t)ST_OPTIM_STATE_8BIT];
+    static st_train_state_header h;
     for (int pass = 0; pass < 2; pass++) {
         const char *path = fuzz_file("train_state.bin", d, n);
         if (pass == 1) {
@@ -33,7 +33,7 @@ int fuzz_train_state(const uint8_t *d, size_t n) {
             free(c);
         }
         st_err err = {0};
-        st_status s = train_state_load(path, &h, o, &err);
+        st_status s = st_train_state_load(path, &h, o, &err);
         if (fuzz_check_refusal(s, &err, "train_state_load")) return 1;
         if (!s && h.data_state_bytes > ST_DATA_STATE_MAX) {
             fprintf(stderr, "fuzz: train_state_load accepted %llu bytes of data state\n",

@@ -1,5 +1,5 @@
 /* make_seeds.c - writes the binary seed corpora of tests/fuzz/corpus/ with strata's own
- * writers (safetensors_write, data_pack, train_state_save, st_store_create), so that the
+ * writers (st_safetensors_write, data_pack, st_train_state_save, st_store_create), so that the
  * seeds are files strata itself produces; the JSON seeds are hand-written files beside
  * them. Run from the repository root after a build with -DSTRATA_FUZZ=ON:
  *     build-fuzz/fuzz/make_seeds tests/fuzz/corpus */
@@ -70,12 +70,12 @@ static void safetensors_seeds(void) {
     char p[512];
     snprintf(p, sizeof p, "%s/s.safetensors", tmp);
     st_err err = {0};
-    check(safetensors_write(p, t, 6, meta, 2, &err), &err);
+    check(st_safetensors_write(p, t, 6, meta, 2, &err), &err);
     size_t n;
     unsigned char *b = slurp(p, &n);
     put("safetensors", "six_dtypes.safetensors", b, n, NULL, 0);
     free(b);
-    check(safetensors_write(p, t, 1, NULL, 0, &err), &err);
+    check(st_safetensors_write(p, t, 1, NULL, 0, &err), &err);
     b = slurp(p, &n);
     put("safetensors", "one_tensor.safetensors", b, n, NULL, 0);
     free(b);
@@ -90,18 +90,18 @@ static void safetensors_seeds(void) {
 }
 
 static void megatron_seeds(void) {
-    int dtypes[2] = {DATA_DTYPE_U16, DATA_DTYPE_I32};
+    int dtypes[2] = {ST_DATA_DTYPE_U16, ST_DATA_DTYPE_I32};
     const char *names[2] = {"u16_3docs", "i32_2docs"};
     for (int k = 0; k < 2; k++) {
         char prefix[512], p[600];
         snprintf(prefix, sizeof prefix, "%s/m%d", tmp, k);
-        data_pack_writer *w;
+        st_data_pack_writer *w;
         st_err err = {0};
-        check(data_pack_open(&w, prefix, dtypes[k], &err), &err);
+        check(st_data_pack_open(&w, prefix, dtypes[k], &err), &err);
         int32_t docs[3][5] = {{1, 2, 3, 4, 5}, {9, 8, 7, 0, 0}, {42, 0, 0, 0, 0}};
         int lens[3] = {5, 3, 1};
-        for (int d = 0; d < 3 - k; d++) check(data_pack_add(w, docs[d], (size_t)lens[d], &err), &err);
-        check(data_pack_close(w, &err), &err);
+        for (int d = 0; d < 3 - k; d++) check(st_data_pack_add(w, docs[d], (size_t)lens[d], &err), &err);
+        check(st_data_pack_close(w, &err), &err);
         size_t ni, nb;
         snprintf(p, sizeof p, "%s.idx", prefix);
         unsigned char *idx = slurp(p, &ni);
@@ -133,26 +133,26 @@ static void llmc_seeds(void) {
 }
 
 /* The same optimizer as fuzz_train_state.c and fuzz_store_manifest's store. */
-static const optim_segment segs[2] = {{0, 48, 0.1f}, {48, 16, 0.0f}};
+static const st_optim_segment segs[2] = {{0, 48, 0.1f}, {48, 16, 0.0f}};
 
 static void train_state_seeds(void) {
     for (int fmt = 0; fmt < 2; fmt++) {
-        optim *o;
+        st_optim *o;
         st_err err = {0};
-        check(optim_create(&o, segs, 2, (optim_state_format)fmt, &err), &err);
-        static train_state_header h;
+        check(st_optim_create(&o, segs, 2, (st_optim_state_format)fmt, &err), &err);
+        static st_train_state_header h;
         memset(&h, 0, sizeof h);
         h.step = 12, h.adam_step = 11, h.rng = 0x1234, h.n_params = 64;
         h.data_state_bytes = 24;
         for (int i = 0; i < 24; i++) h.data_state[i] = (unsigned char)i;
         char p[512];
         snprintf(p, sizeof p, "%s/train_state.bin", tmp);
-        check(train_state_save(p, &h, o, &err), &err);
+        check(st_train_state_save(p, &h, o, &err), &err);
         size_t n;
         unsigned char *b = slurp(p, &n);
         put("train_state", fmt ? "8bit.bin" : "f32.bin", b, n, NULL, 0);
         free(b);
-        optim_free(o);
+        st_optim_free(o);
     }
 }
 
@@ -165,7 +165,7 @@ static void store_seeds(void) {
         mkdir(d1, 0700);
         const char *paths[2] = {d0, d1};
         st_store_config cfg = {.paths = paths, .n_paths = k + 1, .segs = segs, .n_segs = 2,
-                               .fmt = (optim_state_format)k, .host_budget = 8u << 20, .name = "seed"};
+                               .fmt = (st_optim_state_format)k, .host_budget = 8u << 20, .name = "seed"};
         st_store *s;
         st_err err = {0};
         check(st_store_create(&s, &cfg, NULL, NULL, &err), &err);
