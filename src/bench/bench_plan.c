@@ -88,7 +88,7 @@ static void usage(FILE *f) {
             "  rule_step_s (medians of N steps), and predicted and measured peak bytes per tier.\n"
             "  The machine's profile is measured at start (as strata train does) unless --profile names one;\n"
             "  either way the model's block and classifier are timed at the configuration's shape when the\n"
-            "  profile lacks them (plan_profile_measure_shape).\n"
+            "  profile lacks them (st_plan_profile_measure_shape).\n"
             "  Configurations (--config, default all):\n");
     static const char *const budget_txt[] = {
         [BP_BUDGET_EIGHTH] = "one eighth of its training state as device budget",
@@ -103,7 +103,7 @@ static void usage(FILE *f) {
     fprintf(f, "  --sweep N [--model NAME] [--batch B] [--seq T] [--cost_optimal]: instead, the device budget\n"
                "  swept geometrically over N points from the smallest budget any plan fits to the whole state\n"
                "  (every block kept, the head resident); at each the planner's plan (strata train's options, or\n"
-               "  plan_stream's defaults with --cost_optimal) is trained (one warm-up, --steps timed, default 2):\n"
+               "  st_plan_stream's defaults with --cost_optimal) is trained (one warm-up, --steps timed, default 2):\n"
                "  per budget the plan, predicted_step_s and measured_step_s (defaults: gpt2-124m, batch 2, seq 256).\n");
     fprintf(f, "  defaults: --steps 3\n");
 }

@@ -325,7 +325,7 @@ st_status st_data_pack_close(st_data_pack_writer *w, st_err *err) {
         }
     }
     if (w->masked && !w->has_meta) {
-        rc = st_errf(err, ST_ERR_INVALID, "data pack: a loss mask needs the sidecar that names it (data_pack_set_meta)");
+        rc = st_errf(err, ST_ERR_INVALID, "data pack: a loss mask needs the sidecar that names it (st_data_pack_set_meta)");
         st_data_pack_abort(w);
         return rc;
     }

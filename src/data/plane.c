@@ -398,11 +398,11 @@ st_status st_data_plane_attach(st_data_plane **out, const char *name, int local_
             st_status rc =
                 stale_pid ? st_errf(err, ST_ERR_IO,
                                     "data plane /dev/shm%s: after %.1f s only a segment left by a producer that "
-                                    "died (pid %d); start the producer (data_plane_serve), it replaces the segment",
+                                    "died (pid %d); start the producer (st_data_plane_serve), it replaces the segment",
                                     p->name, timeout_s, (int)stale_pid)
                           : st_errf(err, ST_ERR_IO,
                                     "data plane /dev/shm%s: no producer after %.1f s; start the producer "
-                                    "(data_plane_serve) on this machine with the same name",
+                                    "(st_data_plane_serve) on this machine with the same name",
                                     p->name, timeout_s);
             free(p);
             return rc;

@@ -62,7 +62,7 @@ st_status st_step_set_dist(st_step *s, st_comm *comm, int zero, const size_t *bo
                               "set sx to stream it)");
     if (s->sx && !st_stream_can_hand_grads(s->sx))
         return st_errf(err, ST_ERR_UNSUPPORTED, "data parallel with layer streaming: the executor must drain fp32 "
-                       "gradients and take one micro-batch at a time (stream_config.grad_accum 1)");
+                       "gradients and take one micro-batch at a time (st_stream_config.grad_accum 1)");
     if (zero < 0 || zero > 2) return st_errf(err, ST_ERR_INVALID, "key 'zero': %d; give 0, 1 or 2", zero);
     int n = st_comm_size(comm), r = st_comm_rank(comm);
     size_t np = s->m->n_params, nchunks = (np + ST_OPTIM_SUMSQ_CHUNK - 1) / ST_OPTIM_SUMSQ_CHUNK;

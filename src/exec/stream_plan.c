@@ -122,7 +122,7 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
                              st_err *err) {
     *out = NULL;
     st_status s = ST_OK;
-    if (!c->arch) return st_errf(err, ST_ERR_INVALID, "stream: no model (stream_config.arch)");
+    if (!c->arch) return st_errf(err, ST_ERR_INVALID, "stream: no model (st_stream_config.arch)");
     int L = c->arch->lay.n_blocks;
     if (p->n_layer != L)
         return st_errf(err, ST_ERR_INVALID, "stream plan is for %d blocks, the model has %d", p->n_layer, L);
@@ -335,7 +335,7 @@ st_optim *st_stream_optim(st_stream_exec *x) { return x->opt; }
 
 st_status st_stream_attach_store(st_stream_exec *x, st_store *store, const void *blob, size_t blob_bytes, st_err *err) {
     if (!x->external)
-        return st_errf(err, ST_ERR_INVALID, "stream: a state store needs stream_config.external_optimizer = 1");
+        return st_errf(err, ST_ERR_INVALID, "stream: a state store needs st_stream_config.external_optimizer = 1");
     if (st_store_numel(store) != x->n)
         return st_errf(err, ST_ERR_SHAPE, "stream: the state store holds %zu parameters, the model %zu",
                        st_store_numel(store), x->n);

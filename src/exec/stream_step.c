@@ -186,7 +186,7 @@ st_status st_stream_step_accum(st_stream_exec *x, int n_micro, const int32_t *in
         return st_errf(err, ST_ERR_INVALID, "stream: external optimizer but no state store attached");
     if (n_micro < 1 || (n_micro > 1 && !x->hg2))
         return st_errf(err, ST_ERR_INVALID, "stream: %d micro-batches in a step; the executor was made for %d "
-                       "(stream_config.grad_accum)", n_micro, x->cfg.grad_accum > 1 ? x->cfg.grad_accum : 1);
+                       "(st_stream_config.grad_accum)", n_micro, x->cfg.grad_accum > 1 ? x->cfg.grad_accum : 1);
     /* every micro-batch's documents checked (and their device buffers made) before anything
      * starts; the loop sets each again before its forward, which then cannot fail */
     for (int mb = n_micro - 1; mb >= 0; mb--) {
@@ -508,7 +508,7 @@ st_status st_stream_micro_grads(st_stream_exec *x, const int32_t *inputs, const 
                              st_stream_step_stats *stats, st_err *err) {
     if (!st_stream_can_hand_grads(x))
         return st_errf(err, ST_ERR_UNSUPPORTED, "stream: the ranks' micro-batches need an fp32 drain and "
-                       "stream_config.grad_accum 1 (the step sums the micro-batches)");
+                       "st_stream_config.grad_accum 1 (the step sums the micro-batches)");
     static const st_adamw_params none = {0};
     x->dist_mode = 1;
     x->dist_dloss = dloss;
@@ -535,7 +535,7 @@ st_status st_stream_eval(st_stream_exec *x, const int32_t *inputs, const int32_t
     st_backend *dev = x->dev;
     int L = x->L, D = x->depth, N = x->cfg.B * x->cfg.T;
     double compute_s = 0;
-    if (!inputs || !targets) return st_errf(err, ST_ERR_INVALID, "stream_eval: inputs and targets are required");
+    if (!inputs || !targets) return st_errf(err, ST_ERR_INVALID, "st_stream_eval: inputs and targets are required");
     st_status ds = docs_apply(x, 0, err); /* the first micro-batch's documents, as the step in memory */
     if (ds) return ds;
     if (x->fresh) { /* the ranks' update (their gather waited for by the caller) */

@@ -1,6 +1,6 @@
 /* gpt2_arch.c - GPT-2 behind the block interface (strata/block.h).
  *
- * The pieces are gpt2.c's own block functions (the ones gpt2_forward/gpt2_backward run
+ * The pieces are gpt2.c's own block functions (the ones st_gpt2_forward/st_gpt2_backward run
  * over the model's vector), so an executor calling them in the same order computes the
  * same bits. The bound state is a GPT-2 shell on the backend (a two-row vocabulary: the
  * head is the executor's) holding only the token ids and the block functions' forward

@@ -180,7 +180,7 @@ static void remove_old_shards(const char *dir) {
 
 st_status st_llama_save_hf(const st_llama_model *m, const char *dir, st_dtype dtype, size_t max_shard_bytes, st_err *err) {
     if (dtype != ST_F32 && dtype != ST_BF16 && dtype != ST_F16)
-        return st_errf(err, ST_ERR_INVALID, "llama_save_hf: dtype %s; use F32, BF16 or F16", st_dtype_name(dtype));
+        return st_errf(err, ST_ERR_INVALID, "st_llama_save_hf: dtype %s; use F32, BF16 or F16", st_dtype_name(dtype));
     st_status s = st_mkdirs(dir, err);
     if (s) return s;
     size_t esz = st_dtype_size(dtype), total = m->n_params * esz;

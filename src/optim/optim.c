@@ -295,7 +295,7 @@ st_status st_optim_step_ex(st_optim *o, const st_optim_step_args *a, const st_ad
     st_status st = check_args(o, a, &s0, &s1, err);
     if (st != ST_OK) return st;
     if (o->unbound && !(o->m || o->qm))
-        return st_errf(err, ST_ERR_INVALID, "optimizer: no state buffers bound (optim_bind_state)");
+        return st_errf(err, ST_ERR_INVALID, "optimizer: no state buffers bound (st_optim_bind_state)");
     if (hp->step < 1)
         return st_errf(err, ST_ERR_INVALID, "optimizer: step number %ld; steps count from 1", hp->step);
     size_t gs = st_dtype_size(a->grad_dtype), ws = a->work ? st_dtype_size(a->work_dtype) : 0;

@@ -90,7 +90,7 @@ static st_status device_model_init(device_model *m, const st_stream_config *sc, 
         for (int no = 0; nk + no <= L; no++) {
             double want = (double)bytes_of(sc, p, vc, d, nk, no);
             if (model_bytes(m, base, nk, no) != want)
-                return st_errf(err, ST_ERR_INVALID, "plan: stream_device_bytes is not a sum of per-choice terms at "
+                return st_errf(err, ST_ERR_INVALID, "plan: st_stream_device_bytes is not a sum of per-choice terms at "
                                "%d keep, %d offload (%.0f bytes, the planner's model %.0f): the executor's "
                                "allocation table changed, update src/plan/plan_stream.c", nk, no, want,
                                model_bytes(m, base, nk, no));
@@ -331,7 +331,7 @@ static st_status solve_program(const st_arch *a, int B, int T, size_t device_bud
     for (int l = 0; fx && l < L; l++) {
         if (fx[l] == ST_PLAN_ACT_FREE) continue;
         if (fx[l] > ST_STREAM_ACT_OFFLOAD)
-            return st_errf(err, ST_ERR_INVALID, "plan: block %d's fixed activation choice is %d, not a stream_act", l,
+            return st_errf(err, ST_ERR_INVALID, "plan: block %d's fixed activation choice is %d, not a st_stream_act", l,
                            fx[l]);
         nfix[fx[l]]++;
     }
@@ -354,7 +354,7 @@ static st_status solve_program(const st_arch *a, int B, int T, size_t device_bud
         /* the per-choice terms do not depend on the chunk or the depth: checked at one mix */
         int nk = L / 2, no = L - nk;
         if (model_bytes(&m, base[p], nk, no) != (double)bytes_of(&sc, work, vcs[p / nd], 1 + p % nd, nk, no)) {
-            s = st_errf(err, ST_ERR_INVALID, "plan: stream_device_bytes's activation terms depend on the vocabulary "
+            s = st_errf(err, ST_ERR_INVALID, "plan: st_stream_device_bytes's activation terms depend on the vocabulary "
                         "chunk or depth: the executor's allocation table changed, update src/plan/plan_stream.c");
             goto done;
         }
