@@ -50,7 +50,7 @@ sed -E '/"blocks"/{n;s/"[a-z]+"/"offload"/;n;s/"[a-z]+"/"recompute"/}' "$T/s1/pl
 sed -E 's/"vocab_chunk": *[0-9]+/"vocab_chunk":64/' "$T/p_or.json" > "$T/p_vc.json"
 check 'grep -q "\"recompute\"" "$T/p_or.json" && grep -q "\"offload\"" "$T/p_or.json"' "plan edited: $(tr -d ' \n' < "$T/p_or.json")"
 # two micro-batches: the weights and validation bit for bit; the step's loss, a float when
-# streamed (stream_step_stats) and a double in memory, may print one digit apart
+# streamed (st_stream_step_stats) and a double in memory, may print one digit apart
 ev="--grad_accum 2 --eval_every 2 --val_data $T/a"
 "$S" train $gpt $ev --run_dir "$T/ga" >"$T/ga.txt" 2>&1
 "$S" train $gpt $ev --device_budget 4e6 --plan "$T/p_or.json" --run_dir "$T/gs" >"$T/gs.txt" 2>&1; rc=$?
