@@ -212,12 +212,69 @@ st_status st_plan_stream_ex(const st_arch *a, int B, int T, size_t device_budget
 st_status st_plan_stream(const st_arch *a, int B, int T, size_t device_budget, const st_plan_profile *hw,
                       st_stream_plan *out, st_plan_prediction *pred, st_err *err);
 
+/* ------------------------------------------------------------------ the disk state
+ * The training state in a disk store (strata/store.h; strata train's state_paths): the
+ * executor keeps no moments in host memory (st_stream_config.external_optimizer) and each
+ * step the store reads every subgroup's master weights and moments, updates them and writes
+ * them to the other region. Its time in the model:
+ *   io_s    the busiest path's bytes read and written per step (one region each way: half
+ *           its st_store_plan bytes each) over that path's probed mixed bandwidth
+ *           (st_io_probe: requests alternating read and write, as the store streams);
+ *   cpu_s   the update (optim_ns_per_param of the state format, per parameter) and, at the
+ *           profile's host memory rate, the CRC-32C of every byte read and written and the
+ *           working copy of the weights (4 bytes a parameter);
+ *   store_s max(io_s, cpu_s): the store reads ahead and writes behind its updates;
+ * after the backward (store_beside 0, strata train's choice where host_work_slowdown >= 0.5)
+ * all of store_s is exposed; beside it (store_beside 1) the backward (the blocks' backward
+ * and their recomputed forwards) hides up to its own length, and the store's cpu_s costs
+ * the compute host_work_slowdown of its seconds. Either way the in-RAM optimizer's terms
+ * (its update, its speculative backups) are gone. The store's read-ahead cache (a few
+ * subgroups kept from one step to the next) is not counted: with the default 256 MiB of
+ * buffers it saves a few percent of the reads. The program (st_plan_stream) does not see
+ * these terms: they add the same time to every plan but where recompute lengthens a
+ * backward the store hides behind. */
+typedef struct st_plan_disk {
+    const char *const *paths; /* the store's directories (must exist: st_store_plan lays it out) */
+    int n_paths;
+    const double *mixed_bytes_per_s; /* each path's probed mixed bandwidth (bytes/s; st_io_probe's
+                                        mixed_gbps x 1e9) */
+    const double *path_weight;  /* st_store_config.path_weight (NULL: equal) */
+    int fmt;                    /* st_optim_state_format: ST_OPTIM_STATE_F32 or ST_OPTIM_STATE_8BIT */
+    double optim_ns_per_param;  /* the update of fmt on the host, per parameter (the profile's
+                                   optim_ns_per_param is fp32's) */
+    unsigned long long host_budget; /* st_store_config.host_budget (0: the store's 1 GiB) */
+    int beside;                 /* st_stream_config.store_beside */
+    float weight_decay;         /* for the store's segments (st_train_decay_segments) */
+} st_plan_disk;
+
+typedef struct st_plan_disk_cost {
+    double io_s, cpu_s, store_s; /* above */
+    double hidden_s;             /* the part of store_s behind the backward (beside only) */
+    unsigned long long read_bytes, write_bytes; /* per step, all paths */
+    unsigned long long disk_bytes; /* the store's files on every path (both regions: st_store_plan) */
+    unsigned long long store_host_bytes; /* the store's host buffers (st_store_plan) */
+    size_t host_bytes;           /* the executor's and the store's host bytes together
+                                    (st_plan_host_bytes_disk) */
+} st_plan_disk_cost;
+
+/* st_plan_predict with the state in a disk store: pred as st_plan_predict's with the store's
+ * exposed time as optim_exposed_s, and the store's figures in dc (may be NULL). Fails where
+ * the store cannot be laid out (a path that is not a directory) or a bandwidth is not
+ * positive. */
+st_status st_plan_predict_disk(const st_arch *a, int B, int T, const st_plan_profile *hw, const st_stream_plan *p,
+                               const st_plan_disk *disk, st_plan_prediction *pred, st_plan_disk_cost *dc,
+                               st_err *err);
+
 /* Host bytes the streaming executor holds for plan p with the training state in RAM (fp32
  * moments, its own parameter and gradient vectors): parameters, gradients, moments, the
  * speculative update's backups, offloaded activation sets, the chunked classifier's
  * host side (embedding output, residual gradient, logits) and per-row buffers. The
  * device's bytes are not in it (pred.device_bytes). */
 size_t st_plan_host_bytes(const st_arch *a, int B, int T, const st_stream_plan *p);
+/* The same with the state in a disk store (external_optimizer): no moments and no speculative
+ * backups in host memory; the store's own buffers are not in it (st_plan_disk_cost.host_bytes
+ * adds them). */
+size_t st_plan_host_bytes_disk(const st_arch *a, int B, int T, const st_stream_plan *p);
 
 
 /* ------------------------------------------------------------------ plan files

@@ -3,7 +3,11 @@
 #include <math.h>
 #include <string.h>
 
+#include <stdlib.h>
+
 #include "plan/plan_cost.h"
+#include "strata/store.h"
+#include "strata/train.h"
 
 static int pos(double v) { return isfinite(v) && v > 0; }
 
@@ -124,11 +128,10 @@ double plan_cost_wfetch_bwd(const plan_cost *c, int d, int w) {
     return t;
 }
 
-st_status st_plan_predict(const st_arch *a, int B, int T, const st_plan_profile *hw, const st_stream_plan *p,
-                       st_plan_prediction *pred, st_err *err) {
-    plan_cost c;
-    st_status s = plan_cost_init(&c, a, B, T, hw, err);
-    if (s) return s;
+/* The store's figures of a disk-state step (st_plan_disk_cost), NULL for the state in RAM. */
+static st_status predict(const plan_cost *cp, const st_arch *a, int B, int T, const st_stream_plan *p,
+                         st_plan_disk_cost *dk, int beside, st_plan_prediction *pred, st_err *err) {
+    plan_cost c = *cp;
     int L = c.L, d = p->prefetch_depth;
     if (p->n_layer != L) return st_errf(err, ST_ERR_INVALID, "plan: the plan is for %d blocks, the model has %d", p->n_layer, L);
     if (d < 1) return st_errf(err, ST_ERR_INVALID, "plan: prefetch depth %d (>= 1)", d);
@@ -168,10 +171,75 @@ st_status st_plan_predict(const st_arch *a, int B, int T, const st_plan_profile 
     int n_moves = 0;
     for (int l = 0; l < L; l++) n_moves += moves[l];
     pred->host_work_s = plan_cost_host_work(&c, p->vocab_chunk, d) + c.slow * n_moves * (c.ta_out + c.ta_in);
+    if (dk) {
+        /* the store instead of the in-RAM optimizer: hidden behind the backward only beside it */
+        pred->host_work_s -= c.slow * ((double)L * c.opt_block + c.opt_nonblock);
+        if (pred->host_work_s < 0) pred->host_work_s = 0;
+        double bwd = (double)L * c.bwd + rec; /* the blocks' backward and recomputed forwards */
+        dk->hidden_s = beside ? (dk->store_s < bwd ? dk->store_s : bwd) : 0;
+        pred->optim_exposed_s = dk->store_s - dk->hidden_s;
+        if (beside) pred->host_work_s += c.slow * dk->cpu_s;
+    }
     pred->step_s = pred->compute_s + pred->recompute_s + pred->transfer_exposed_s + pred->optim_exposed_s +
                    pred->host_work_s;
     st_stream_config sc = {.arch = a, .B = B, .T = T};
     pred->device_bytes = st_stream_device_bytes(&sc, p);
     pred->optimal = 1;
+    return ST_OK;
+}
+
+st_status st_plan_predict(const st_arch *a, int B, int T, const st_plan_profile *hw, const st_stream_plan *p,
+                       st_plan_prediction *pred, st_err *err) {
+    plan_cost c;
+    st_status s = plan_cost_init(&c, a, B, T, hw, err);
+    return s ? s : predict(&c, a, B, T, p, NULL, 0, pred, err);
+}
+
+st_status st_plan_predict_disk(const st_arch *a, int B, int T, const st_plan_profile *hw, const st_stream_plan *p,
+                               const st_plan_disk *disk, st_plan_prediction *pred, st_plan_disk_cost *dc,
+                               st_err *err) {
+    plan_cost c;
+    st_status s = plan_cost_init(&c, a, B, T, hw, err);
+    if (s) return s;
+    if (!disk || disk->n_paths < 1 || disk->n_paths > ST_STORE_MAX_PATHS || !disk->paths || !disk->mixed_bytes_per_s)
+        return st_errf(err, ST_ERR_INVALID, "plan: the disk state needs 1 to %d paths and each one's mixed bandwidth",
+                       ST_STORE_MAX_PATHS);
+    if (disk->fmt != ST_OPTIM_STATE_F32 && disk->fmt != ST_OPTIM_STATE_8BIT)
+        return st_errf(err, ST_ERR_INVALID, "plan: unknown state format %d", disk->fmt);
+    if (!(isfinite(disk->optim_ns_per_param) && disk->optim_ns_per_param >= 0))
+        return st_errf(err, ST_ERR_INVALID, "plan: the disk state's optimizer figure %g ns/param", disk->optim_ns_per_param);
+    for (int i = 0; i < disk->n_paths; i++)
+        if (!pos(disk->mixed_bytes_per_s[i]))
+            return st_errf(err, ST_ERR_INVALID, "plan: disk path '%s' has mixed bandwidth %g bytes/s; probe it "
+                           "(strata probe --path DIR)", disk->paths[i] ? disk->paths[i] : "(null)",
+                           disk->mixed_bytes_per_s[i]);
+    const st_arch_layout *y = &a->lay;
+    st_optim_segment *segs = calloc((size_t)y->n_tensors, sizeof *segs);
+    if (!segs) return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    st_train_decay_segments(y->tensors, y->n_tensors, disk->weight_decay, segs);
+    st_store_config sc = {.paths = disk->paths, .n_paths = disk->n_paths, .path_weight = disk->path_weight,
+                          .segs = segs, .n_segs = y->n_tensors, .fmt = (st_optim_state_format)disk->fmt,
+                          .host_budget = disk->host_budget};
+    uint64_t pb[ST_STORE_MAX_PATHS], hb = 0;
+    s = st_store_plan(&sc, pb, &hb, err);
+    free(segs);
+    if (s) return s;
+    st_plan_disk_cost k;
+    memset(&k, 0, sizeof k);
+    for (int i = 0; i < disk->n_paths; i++) {
+        /* one region read, the other written: the path's bytes (both regions) each step */
+        double t = (double)pb[i] / disk->mixed_bytes_per_s[i];
+        k.io_s = t > k.io_s ? t : k.io_s;
+        k.disk_bytes += pb[i];
+        k.read_bytes += pb[i] / 2;
+        k.write_bytes += pb[i] - pb[i] / 2;
+    }
+    double n = (double)y->n_params;
+    k.cpu_s = n * disk->optim_ns_per_param * 1e-9 + ((double)k.read_bytes + (double)k.write_bytes + 4.0 * n) / c.mem_bps;
+    k.store_s = k.io_s > k.cpu_s ? k.io_s : k.cpu_s;
+    k.store_host_bytes = hb;
+    k.host_bytes = st_plan_host_bytes_disk(a, B, T, p) + (size_t)hb;
+    if ((s = predict(&c, a, B, T, p, &k, disk->beside != 0, pred, err))) return s;
+    if (dc) *dc = k;
     return ST_OK;
 }
