@@ -13,7 +13,7 @@
  *     from the kernel no longer counts (as on sm_70 and later).
  *   - Warp shuffles and votes (__shfl_sync, __shfl_xor_sync, __shfl_down_sync,
  *     __shfl_up_sync, __ballot_sync, __any_sync, __all_sync, __syncwarp) go through a
- *     per-warp exchange of 32 slots between two barriers over the warp's lanes. Every
+ *     per-warp exchange of 32 slots and a barrier over the warp's lanes. Every
  *     lane of the warp must take part (the mask must name them all), as in the
  *     kernels here; a partial mask, or a lane reading a lane that does not exist, stops
  *     the test with a message instead of returning garbage.
@@ -28,18 +28,23 @@
 #ifndef STRATA_CUDA_EMU_H
 #define STRATA_CUDA_EMU_H
 
-#include <chrono>
-#include <condition_variable>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <climits>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <tuple>
 #include <vector>
+
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
 #define __global__
 #define __device__
@@ -63,45 +68,50 @@ namespace st_emu {
     abort();
 }
 
-/* A reusable barrier over `count` threads. drop(): a thread leaves for good (returned
- * from the kernel); the others no longer wait for it. on_release runs under the lock
- * in the last thread to arrive, before any is released. */
+/* A reusable barrier over a block's (or a warp's) threads. drop(): a thread leaves for
+ * good (it returned from the kernel) and counts as arrived from then on. The last thread
+ * to arrive runs on_release, resets the count and wakes the others (a futex on the
+ * generation number: no mutex for the woken threads to fight over). While a barrier
+ * releases, every thread that still uses it is waiting in it, so nothing races the reset. */
 struct Barrier {
-    std::mutex m;
-    std::condition_variable cv;
-    int count = 0, waiting = 0;
-    unsigned long gen = 0;
+    std::atomic<int> alive{0}, remaining{0};
+    std::atomic<uint32_t> gen{0};
     const char *name = "";
 
-    void reset(int n) {
-        std::lock_guard<std::mutex> l(m);
-        count = n, waiting = 0;
-    }
+    void reset(int n) { alive.store(n), remaining.store(n); }
     void wait(const std::function<void()> &on_release = nullptr) {
-        std::unique_lock<std::mutex> l(m);
-        unsigned long g = gen;
-        if (++waiting >= count) return release(on_release);
-        if (!cv.wait_for(l, std::chrono::seconds(30), [&] { return gen != g; }))
-            fail(name); /* the name says which barrier never filled */
+        uint32_t g = gen.load(std::memory_order_acquire);
+        if (remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) return release(on_release);
+        for (int spin = 0; gen.load(std::memory_order_acquire) == g; spin++) {
+            if (spin < 2) {
+                sched_yield();
+                continue;
+            }
+            struct timespec ts = {1, 0};
+            syscall(SYS_futex, (uint32_t *)&gen, FUTEX_WAIT_PRIVATE, g, &ts, nullptr, 0);
+            if (spin > 32) fail(name); /* 30 s: the name says which barrier never filled */
+        }
     }
     void drop() {
-        std::lock_guard<std::mutex> l(m);
-        count--;
-        if (waiting > 0 && waiting >= count) release(nullptr);
+        alive.fetch_sub(1);
+        if (remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) release(nullptr);
     }
 
   private:
     void release(const std::function<void()> &on_release) {
         if (on_release) on_release();
-        waiting = 0, gen++;
-        cv.notify_all();
+        remaining.store(alive.load());
+        gen.fetch_add(1, std::memory_order_release);
+        syscall(SYS_futex, (uint32_t *)&gen, FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr, nullptr, 0);
     }
 };
 
 struct Warp {
     Barrier bar;
-    int lanes = 0;        /* threads in this warp (the last warp of a block may be short) */
-    uint64_t slot[32];    /* one value per lane, exchanged between two barriers */
+    int lanes = 0;          /* threads in this warp (the last warp of a block may be short) */
+    uint64_t slot[2][32];   /* one value per lane; two halves used in turn, so one barrier
+                               per exchange: a lane writing a half again has passed the
+                               barrier of the exchange between, so all have read it */
 };
 
 /* One launch: its block-wide barrier, its warps, and the barrier between two blocks. */
@@ -122,16 +132,19 @@ inline Warp &warp_of(unsigned mask) {
     return w;
 }
 
+inline thread_local int parity; /* this lane's next half of Warp::slot */
+
 /* Lane `src` of the warp's values v (every lane passes its own). */
 template <class T> inline T exchange(unsigned mask, T v, int src) {
     static_assert(sizeof(T) <= 8, "shuffle of a value wider than 8 bytes");
     Warp &w = warp_of(mask);
-    memcpy(&w.slot[lane_id], &v, sizeof v);
+    uint64_t *slot = w.slot[parity];
+    parity ^= 1;
+    memcpy(&slot[lane_id], &v, sizeof v);
     w.bar.wait();
     if (src < 0 || src >= w.lanes) fail("a warp shuffle reads a lane that does not exist");
     T r;
-    memcpy(&r, &w.slot[src], sizeof r);
-    w.bar.wait(); /* nobody writes the next shuffle's value before all have read */
+    memcpy(&r, &slot[src], sizeof r);
     return r;
 }
 
@@ -167,7 +180,7 @@ void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t shmem, cudaStrea
             for (unsigned bz = 0; bz < grid.z; bz++)
                 for (unsigned by = 0; by < grid.y; by++)
                     for (unsigned bx = 0; bx < grid.x; bx++) {
-                        blockIdx = dim3(bx, by, bz);
+                        blockIdx = dim3(bx, by, bz), parity = 0;
                         std::apply(kernel, params);
                         L.sync.drop();
                         L.warp[warp_id].bar.drop();
@@ -203,11 +216,12 @@ template <class T> inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, i
 }
 inline unsigned __ballot_sync(unsigned mask, int pred) {
     st_emu::Warp &w = st_emu::warp_of(mask);
-    w.slot[st_emu::lane_id] = pred != 0;
+    uint64_t *slot = w.slot[st_emu::parity];
+    st_emu::parity ^= 1;
+    slot[st_emu::lane_id] = pred != 0;
     w.bar.wait();
     unsigned bits = 0;
-    for (int i = 0; i < w.lanes; i++) bits |= (unsigned)w.slot[i] << i;
-    w.bar.wait();
+    for (int i = 0; i < w.lanes; i++) bits |= (unsigned)slot[i] << i;
     return bits;
 }
 inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }

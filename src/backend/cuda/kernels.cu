@@ -1,0 +1,26 @@
+/* kernels.cu - every kernel of kernels_*.cuh compiled by nvcc, in fp32 and bf16 storage:
+ * the launchers' explicit instantiations (the backend, backend_cuda.cu, calls the fp32
+ * ones; the bf16 ones wait for the executor's bf16 activations). The same headers are
+ * compiled by g++ in the emulated tests (tests/test_cuda_emu_*.cpp). */
+#include "backend/cuda/kernels_eltwise.cuh"
+#include "backend/cuda/kernels_norm.cuh"
+
+#define CU_INSTANTIATE(T)                                                                                        \
+    template void cu_residual_forward<T>(T *, const T *, const T *, size_t, cudaStream_t);                       \
+    template void cu_residual_backward<T>(T *, T *, const T *, size_t, cudaStream_t);                            \
+    template void cu_gelu_forward<T>(T *, const T *, size_t, cudaStream_t);                                      \
+    template void cu_gelu_backward<T>(T *, const T *, const T *, size_t, cudaStream_t);                          \
+    template void cu_swiglu_forward<T>(T *, const T *, int, int, cudaStream_t);                                  \
+    template void cu_swiglu_backward<T>(T *, const T *, const T *, int, int, cudaStream_t);                      \
+    template void cu_to_bf16<T>(__nv_bfloat16 *, const T *, size_t, cudaStream_t);                               \
+    template void cu_layernorm_forward<T>(T *, float *, float *, const T *, const T *, const T *, int, int,      \
+                                          cudaStream_t);                                                         \
+    template void cu_layernorm_backward<T>(T *, float *, float *, const T *, const T *, const T *, const float *, \
+                                           const float *, int, int, cudaStream_t);                               \
+    template void cu_rmsnorm_forward<T>(T *, float *, const T *, const T *, int, int, int, int, float,            \
+                                        cudaStream_t);                                                           \
+    template void cu_rmsnorm_backward<T>(T *, float *, const T *, const T *, const T *, const float *, int, int,  \
+                                         int, int, cudaStream_t);
+
+CU_INSTANTIATE(float)
+CU_INSTANTIATE(__nv_bfloat16)
