@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "strata/train.h"
 #include "testutil.h"
@@ -131,23 +132,72 @@ int main(void) {
     expect_set_error("seed", "-3", "non-negative");
     st_train_config_defaults(&c);
     c.seq = 4096;
-    st_gpt2_config mc;
-    CHECK(st_train_config_resolve(&c, &mc, &err) == ST_ERR_INVALID && strstr(err.msg, "key 'seq'"), "seq > max_seq: %s",
+    st_model_shape ms;
+    CHECK(st_train_config_resolve(&c, &ms, &err) == ST_ERR_INVALID && strstr(err.msg, "key 'seq'"), "seq > max_seq: %s",
           err.msg);
     st_train_config_defaults(&c);
     snprintf(c.model, sizeof c.model, "gpt5");
-    CHECK(st_train_config_resolve(&c, &mc, &err) == ST_ERR_INVALID && strstr(err.msg, "gpt5"), "bad model: %s", err.msg);
+    CHECK(st_train_config_resolve(&c, &ms, &err) == ST_ERR_INVALID && strstr(err.msg, "gpt5"), "bad model: %s", err.msg);
     st_train_config_defaults(&c);
     c.n_embd = 100;
     c.n_head = 3;
-    CHECK(st_train_config_resolve(&c, &mc, &err) == ST_ERR_INVALID && strstr(err.msg, "n_head"), "n_head: %s", err.msg);
+    CHECK(st_train_config_resolve(&c, &ms, &err) == ST_ERR_INVALID && strstr(err.msg, "n_head"), "n_head: %s", err.msg);
     st_train_config_defaults(&c);
     c.batch = 1 << 20;
     c.seq = 256;
     c.n_layer = 4096;
     c.n_embd = 65536;
     c.n_head = 1;
-    CHECK(st_train_config_resolve(&c, &mc, &err) == ST_ERR_INVALID && strstr(err.msg, "bytes"), "absurd: %s", err.msg);
+    CHECK(st_train_config_resolve(&c, &ms, &err) == ST_ERR_INVALID && strstr(err.msg, "bytes"), "absurd: %s", err.msg);
+    /* one resolve for every family: the same checks for a Llama preset */
+    st_train_config_defaults(&c);
+    snprintf(c.model, sizeof c.model, "llama-tiny");
+    c.vocab_size = 256; /* the embedded corpus's bytes */
+    c.seq = 16;
+    CHECK(st_train_config_resolve(&c, &ms, &err) == ST_OK && !strcmp(ms.arch, "llama") && ms.n_kv_head < ms.n_head &&
+              ms.n_params > 0 && ms.act_bytes > 0 && strstr(ms.desc, "NKV="),
+          "llama-tiny resolves as the Llama family: %s (%s)", err.msg, ms.desc);
+    c.seq = ms.max_seq + 1;
+    CHECK(st_train_config_resolve(&c, &ms, &err) == ST_ERR_INVALID && strstr(err.msg, "key 'seq'"),
+          "llama seq > max_seq: %s", err.msg);
+    c.seq = 256;
+    c.max_seq = 256;
+    c.batch = 1 << 20;
+    c.n_layer = 4096;
+    c.n_embd = 65536;
+    c.n_head = 16; /* head_dim 4096, the most the family takes */
+    CHECK(st_train_config_resolve(&c, &ms, &err) == ST_ERR_INVALID && strstr(err.msg, "bytes"), "llama absurd: %s",
+          err.msg);
+    st_train_config_defaults(&c);
+    snprintf(c.save_hf_dtype, sizeof c.save_hf_dtype, "f16");
+    CHECK(st_train_config_resolve(&c, &ms, &err) == ST_ERR_INVALID && strstr(err.msg, "key 'save_hf_dtype'"),
+          "gpt2 save_hf_dtype: %s", err.msg);
+    /* a Llama directory fixes the shape as a GPT-2 one does: an override may only repeat it */
+    snprintf(p1, sizeof p1, "%s/llama_hf", test_tmpdir());
+    mkdir(p1, 0755);
+    char cfg_path[sizeof p1 + 16];
+    snprintf(cfg_path, sizeof cfg_path, "%s/config.json", p1);
+    f = fopen(cfg_path, "w");
+    fputs("{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"vocab_size\": 256, "
+          "\"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
+          "\"num_key_value_heads\": 2, \"max_position_embeddings\": 128, \"hidden_act\": \"silu\"}",
+          f);
+    fclose(f);
+    st_train_config_defaults(&c);
+    snprintf(c.init_from, sizeof c.init_from, "%s", p1);
+    c.seq = 32;
+    c.n_layer = 2; /* repeats the directory's */
+    CHECK(st_train_config_resolve(&c, &ms, &err) == ST_OK && !strcmp(ms.arch, "llama") && ms.n_layer == 2 &&
+              ms.from_dir,
+          "a Llama directory resolves: %s", err.msg);
+    c.n_layer = 3;
+    CHECK(st_train_config_resolve(&c, &ms, &err) == ST_ERR_INVALID && strstr(err.msg, "key 'n_layer'"),
+          "a Llama directory's n_layer overridden: %s", err.msg);
+    c.n_layer = 0;
+    c.seq = 129;
+    CHECK(st_train_config_resolve(&c, &ms, &err) == ST_ERR_INVALID && strstr(err.msg, "key 'seq'") &&
+              strstr(err.msg, "init_from"),
+          "seq beyond the directory's max_position_embeddings: %s", err.msg);
     /* JSON config: unknown key and wrong type */
     snprintf(p1, sizeof p1, "%s/bad.json", test_tmpdir());
     f = fopen(p1, "w");

@@ -348,6 +348,27 @@ struct st_prof_mem_estimate;
  * B x T, without allocating it: the family's own estimate (GPT-2's counts checkpointing). */
 st_status st_model_mem_estimate(const char *preset, const char *hf_dir, const st_model_overrides *ov, int B, int T,
                                 int optim_8bit, struct st_prof_mem_estimate *out, st_err *err);
+/* A model's shape whatever its family: what a configuration check or a planner needs
+ * without building the model. */
+typedef struct st_model_shape {
+    const char *arch;   /* "gpt2" or "llama" (the Llama family), as st_model_ops.arch */
+    int from_dir;       /* 1: read from a Hugging Face directory (which fixes the shape) */
+    int n_layer, n_embd, n_head, n_kv_head, vocab_size, max_seq;
+    double n_params;    /* parameters (elements) */
+    double act_bytes;   /* about the bytes of one training micro-batch's activations at the
+                         * resolve's B x T (0 when not given) */
+    char desc[96];      /* "L=12 C=768 NH=12 V=50257 maxT=1024" (the Llama family adds NKV=) */
+} st_model_shape;
+
+/* The shape st_model_create_from would build, checked, allocating nothing: from the Hugging
+ * Face directory hf_dir when it is non-empty (GPT-2 or the Llama family, told apart by its
+ * config.json; an override may only repeat the directory's value), else from the preset
+ * with overrides ov (may be NULL). act_bytes is counted for batch B x T (0, 0: not counted).
+ * arch (NULL: not wanted) receives the architecture (block.h; free it with st_arch_free).
+ * Errors name the input as the training configuration's keys do: 'init_from', 'model', an
+ * override's key, or "model shape" for a shape the family refuses. */
+st_status st_model_resolve(const char *preset, const char *hf_dir, const st_model_overrides *ov, int B, int T,
+                           st_model_shape *out, struct st_arch **arch, st_err *err);
 /* Wrap an existing GPT-2 (the st_model does not own it). */
 void st_model_wrap_gpt2(st_model *out, st_gpt2_model *g);
 

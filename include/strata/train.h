@@ -30,7 +30,6 @@
 #include <stdio.h>
 
 #include "strata/core.h"
-#include "strata/llama.h"
 #include "strata/model.h"
 #include "strata/optim.h"
 
@@ -94,12 +93,12 @@ const char *st_train_config_key_name(int i);
 const char *st_train_config_keys(void);
 /* One line per key with its meaning, for --help. */
 void st_train_config_print_help(FILE *f);
-/* Resolve the model shape (preset + overrides) and check the whole configuration. */
-st_status st_train_config_resolve(const st_train_config *c, st_gpt2_config *model_cfg, st_err *err);
-/* For the Llama family (a llama/qwen preset, or init_from a Hugging Face directory):
- * *is_llama = 1 and lc filled and checked; otherwise *is_llama = 0 (use the GPT-2 resolve). */
-st_status st_train_config_resolve_llama(const st_train_config *c, st_llama_config *lc, int *is_llama, st_err *err);
-/* Both resolves above for whichever family c names: the whole configuration checked. */
+/* Resolve the model's shape (a preset with overrides, or init_from; any family, through
+ * st_model_resolve) and check the configuration against it: seq, optim_state, save_hf_dtype,
+ * the embedded corpus's vocabulary, a size no machine holds. shape (NULL: not wanted)
+ * receives the shape, its act_bytes at batch x seq. */
+st_status st_train_config_resolve(const st_train_config *c, st_model_shape *shape, st_err *err);
+/* st_train_config_resolve and the layer-streaming keys (plan, act): the whole configuration. */
 st_status st_train_config_check(const st_train_config *c, st_err *err);
 /* The shape overrides c sets (0: the preset's value). */
 st_model_overrides st_train_config_overrides(const st_train_config *c);

@@ -13,7 +13,6 @@
 #include "cli/cli.h"
 #include "cli/cli_prof.h"
 #include "strata/block.h"
-#include "strata/llama.h"
 #include "strata/plan.h"
 #include "strata/prof.h"
 #include "strata/store.h"
@@ -302,18 +301,17 @@ int cmd_plan(int argc, char **argv) {
         fprintf(stderr, "strata plan: -o %s writes the device plan: give --device_budget BYTES too\n", out);
         return 2;
     }
-    st_gpt2_config mc;
-    st_llama_config lc;
-    int is_llama;
+    st_model_shape shape;
     st_arch *planned_arch = NULL;
     st_prof_mem_estimate e;
-    if (st_train_config_resolve_llama(&cfg, &lc, &is_llama, &err) || (!is_llama && st_train_config_resolve(&cfg, &mc, &err))) {
+    if (st_train_config_resolve(&cfg, &shape, &err)) {
         fprintf(stderr, "strata plan: %s\n", err.msg);
         return 2;
     }
+    st_model_overrides ov = st_train_config_overrides(&cfg);
     if (json || budget[ST_PROF_TIER_DEVICE] > 0 || save_profile) {
         st_arch *arch = NULL;
-        if (is_llama ? st_arch_llama(&arch, &lc, &err) : st_arch_gpt2(&arch, &mc, &err)) {
+        if (st_model_resolve(cfg.model, cfg.init_from, &ov, cfg.batch, cfg.seq, &shape, &arch, &err)) {
             fprintf(stderr, "strata plan: %s\n", err.msg);
             return 2;
         }
@@ -324,17 +322,16 @@ int cmd_plan(int argc, char **argv) {
         }
         planned_arch = arch; /* its section is printed after the estimate */
     }
-    if (is_llama) { /* the Llama family: parameters and stored activations from the model's own counts */
-        st_prof_mem_estimate_generic((double)st_llama_param_count(&lc), (double)st_llama_act_bytes(&lc, cfg.batch, cfg.seq),
-                                  cfg.batch, cfg.seq, !strcmp(cfg.optim_state, "8bit"), &e);
-        printf("plan for %s (L=%d C=%d NH=%d NKV=%d V=%d maxT=%d), batch %d x seq %d, optim_state %s\n",
-               cfg.init_from[0] ? cfg.init_from : cfg.model, lc.n_layer, lc.hidden_size, lc.n_head, lc.n_kv_head,
-               lc.vocab_size, lc.max_seq, cfg.batch, cfg.seq, cfg.optim_state);
-    } else {
-        st_prof_mem_estimate_gpt2(&mc, cfg.batch, cfg.seq, !strcmp(cfg.optim_state, "8bit"), &e);
-        printf("plan for %s (L=%d C=%d NH=%d V=%d maxT=%d), batch %d x seq %d, optim_state %s\n", cfg.model,
-               mc.n_layer, mc.n_embd, mc.n_head, mc.vocab_size, mc.max_seq, cfg.batch, cfg.seq, cfg.optim_state);
+    /* the family's own estimate (GPT-2's counts checkpointing; the Llama family's, its stored
+     * activations), through the model layer */
+    if (st_model_mem_estimate(cfg.model, cfg.init_from, &ov, cfg.batch, cfg.seq, !strcmp(cfg.optim_state, "8bit"), &e,
+                              &err)) {
+        st_arch_free(planned_arch);
+        fprintf(stderr, "strata plan: %s\n", err.msg);
+        return 2;
     }
+    printf("plan for %s (%s), batch %d x seq %d, optim_state %s\n", cfg.init_from[0] ? cfg.init_from : cfg.model,
+           shape.desc, cfg.batch, cfg.seq, cfg.optim_state);
     st_train_mem_state_on_disk(&cfg, &e);
     st_prof_mem_print(stdout, &e, budget);
     int rc = 0;

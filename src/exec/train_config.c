@@ -11,7 +11,6 @@
 #include <sys/stat.h>
 
 #include "core/fileutil.h"
-#include "strata/llama.h"
 #include "strata/plan.h"
 #include "strata/prof.h"
 #include "strata/store.h"
@@ -424,92 +423,41 @@ st_status st_train_config_save_json(const st_train_config *c, const char *path, 
     return s;
 }
 
-st_status st_train_config_resolve(const st_train_config *c, st_gpt2_config *mc, st_err *err) {
-    st_status s = c->init_from[0] ? st_gpt2_hf_config_read(c->init_from, mc, err) : st_gpt2_config_preset(c->model, mc, NULL);
-    if (s && c->init_from[0]) return st_err_prefix(err, "key 'init_from'");
-    if (s) /* every family's presets, not only GPT-2's */
-        return st_errf(err, ST_ERR_INVALID, "key 'model': unknown model '%s'; known models: %s (or init_from a "
-                       "Hugging Face directory)", c->model, st_model_preset_names());
-    if (c->init_from[0]) { /* the weights fix the shape: an override may only repeat it */
-        const int ov[5] = {c->vocab_size, c->max_seq, c->n_layer, c->n_head, c->n_embd};
-        const int hf[5] = {mc->vocab_size, mc->max_seq, mc->n_layer, mc->n_head, mc->n_embd};
-        static const char *names[5] = {"vocab_size", "max_seq", "n_layer", "n_head", "n_embd"};
-        for (int i = 0; i < 5; i++)
-            if (ov[i] > 0 && ov[i] != hf[i])
-                return st_errf(err, ST_ERR_INVALID, "key '%s': %d differs from %s's %d; the shape comes from the "
-                               "init_from directory (leave %s unset)", names[i], ov[i], c->init_from, hf[i], names[i]);
-    }
-    if (c->vocab_size > 0) mc->vocab_size = c->vocab_size;
-    if (c->max_seq > 0) mc->max_seq = c->max_seq;
-    if (c->n_layer > 0) mc->n_layer = c->n_layer;
-    if (c->n_head > 0) mc->n_head = c->n_head;
-    if (c->n_embd > 0) mc->n_embd = c->n_embd;
-    s = st_gpt2_config_validate(mc, err);
-    if (s) return st_err_prefix(err, "model shape");
-    if (c->seq > mc->max_seq)
-        return st_errf(err, ST_ERR_INVALID, "key 'seq': %d exceeds the model's max_seq %d; lower seq or raise max_seq",
-                       c->seq, mc->max_seq);
+st_status st_train_config_resolve(const st_train_config *c, st_model_shape *shape, st_err *err) {
+    st_model_shape local;
+    if (!shape) shape = &local;
+    st_model_overrides ov = st_train_config_overrides(c);
+    st_status s = st_model_resolve(c->model, c->init_from, &ov, c->batch, c->seq, shape, NULL, err);
+    if (s) return s;
+    if (c->seq > shape->max_seq)
+        return st_errf(err, ST_ERR_INVALID, "key 'seq': %d exceeds the model's max_seq %d; lower seq%s", c->seq,
+                       shape->max_seq, shape->from_dir ? " (the init_from directory fixes max_seq)" : " or raise max_seq");
     if (strcmp(c->optim_state, "f32") && strcmp(c->optim_state, "8bit"))
         return st_errf(err, ST_ERR_INVALID, "key 'optim_state': '%s' is not f32 or 8bit", c->optim_state);
-    if (!strcmp(c->data, "embedded") && mc->vocab_size < 256)
+    if (strcmp(c->save_hf_dtype, "f32") && strcmp(c->save_hf_dtype, "bf16"))
+        return st_errf(err, ST_ERR_INVALID, "key 'save_hf_dtype': '%s' is not f32 or bf16", c->save_hf_dtype);
+    if (!strcmp(c->data, "embedded") && shape->vocab_size < 256)
         return st_errf(err, ST_ERR_INVALID, "the embedded corpus has byte tokens (0..255); vocab_size %d is too small",
-                       mc->vocab_size);
-    /* An absurd configuration is refused before anything is allocated. */
-    double C = mc->n_embd, N = (double)c->batch * c->seq;
-    double params = mc->n_layer * 12.0 * C * C + (double)(mc->vocab_size + mc->max_seq) * C;
-    double acts = 4.0 * N * (mc->n_layer * (16.0 * C + mc->n_head + 4) + mc->vocab_size + 12.0 * C);
-    double bytes = 16.0 * params + acts;
+                       shape->vocab_size);
+    /* An absurd configuration is refused before anything is allocated: weights, gradients
+     * and two f32 moments, and the activations. */
+    double bytes = 16.0 * shape->n_params + shape->act_bytes;
     if (bytes > 1e15)
         return st_errf(err, ST_ERR_INVALID, "this configuration needs about %.3g bytes; check batch, seq and the model "
                        "shape", bytes);
     return ST_OK;
 }
 
-st_status st_train_config_resolve_llama(const st_train_config *c, st_llama_config *lc, int *is_llama, st_err *err) {
-    *is_llama = 0;
-    st_status s;
-    if (c->init_from[0] && st_gpt2_hf_is_dir(c->init_from)) {
-        return ST_OK; /* GPT-2: st_train_config_resolve reads its shape */
-    } else if (c->init_from[0]) {
-        if ((s = st_hf_config_read(c->init_from, lc, err))) {
-            if (s == ST_ERR_UNSUPPORTED && err) /* the Llama reader's list lacks the other family */
-                snprintf(err->msg + strlen(err->msg), sizeof err->msg - strlen(err->msg),
-                         "; or GPT-2 (GPT2LMHeadModel)");
-            return st_err_prefix(err, "key 'init_from'");
-        }
-    } else if (st_llama_config_preset(c->model, lc, NULL) == ST_OK) {
-        st_model_overrides ov = {c->vocab_size, c->max_seq, c->n_layer, c->n_head, c->n_embd};
-        if ((s = st_llama_config_apply_overrides(lc, &ov, err))) return st_err_prefix(err, "model shape");
-    } else {
-        return ST_OK; /* GPT-2: st_train_config_resolve */
-    }
-    *is_llama = 1;
-    if (c->seq > lc->max_seq)
-        return st_errf(err, ST_ERR_INVALID, "key 'seq': %d exceeds the model's max_position_embeddings %d", c->seq,
-                       lc->max_seq);
-    if (strcmp(c->optim_state, "f32") && strcmp(c->optim_state, "8bit"))
-        return st_errf(err, ST_ERR_INVALID, "key 'optim_state': '%s' is not f32 or 8bit", c->optim_state);
-    if (strcmp(c->save_hf_dtype, "f32") && strcmp(c->save_hf_dtype, "bf16"))
-        return st_errf(err, ST_ERR_INVALID, "key 'save_hf_dtype': '%s' is not f32 or bf16", c->save_hf_dtype);
-    if (!strcmp(c->data, "embedded") && lc->vocab_size < 256)
-        return st_errf(err, ST_ERR_INVALID, "the embedded corpus has byte tokens (0..255); vocab_size %d is too small",
-                       lc->vocab_size);
-    return ST_OK;
-}
-
 st_status st_train_config_check(const st_train_config *c, st_err *err) {
-    st_gpt2_config mc;
-    st_llama_config lc;
-    int is_llama;
-    st_status s = st_train_config_resolve_llama(c, &lc, &is_llama, err);
-    if (!s && !is_llama) s = st_train_config_resolve(c, &mc, err);
+    st_model_shape shape;
+    st_status s = st_train_config_resolve(c, &shape, err);
     if (!s && !c->plan[0]) s = st_errf(err, ST_ERR_INVALID, "key 'plan' is empty: give auto or a plan file");
     if (!s && strcmp(c->plan, "auto") && !(c->device_budget > 0)) /* strata train fills it from the file */
         s = st_errf(err, ST_ERR_INVALID, "key 'plan': the plan file %s is a layer-streaming plan: give device_budget "
                     "(strata train takes the plan's own when none is given), or plan auto", c->plan);
     if (!s && strcmp(c->act, "auto")) { /* the spec against the model's blocks */
         unsigned char fixed[ST_STREAM_MAX_LAYERS];
-        int n_fixed, L = is_llama ? lc.n_layer : mc.n_layer;
+        int n_fixed, L = shape.n_layer;
         if (L > ST_STREAM_MAX_LAYERS || st_plan_act_parse(c->act, L, fixed, &n_fixed, err))
             s = L > ST_STREAM_MAX_LAYERS ? st_errf(err, ST_ERR_INVALID, "key 'act': %d blocks, layer streaming takes at "
                                                 "most %d", L, ST_STREAM_MAX_LAYERS)

@@ -2,7 +2,6 @@
  * for an input that starts with "--", one "--KEY VALUE" as the command line gives it
  * (st_train_config_set). What loads must save and load back to the same configuration. */
 #include "fuzz_common.h"
-#include "strata/llama.h"
 #include "strata/store.h"
 #include "strata/train.h"
 
@@ -27,14 +26,9 @@ int fuzz_train_config(const uint8_t *d, size_t n) {
     /* what train and plan do next with it: the model's shape, the schedule, the paths
      * (init_from names a directory: not read here) */
     if (!c.init_from[0]) {
-        st_gpt2_config mc;
-        st_llama_config lc;
-        int is_llama = 0;
+        st_model_shape shape;
         st_err e2 = {0};
-        if ((s = st_train_config_resolve_llama(&c, &lc, &is_llama, &e2)) && fuzz_check_refusal(s, &e2, "resolve_llama"))
-            return 1;
-        if (!s && !is_llama && (s = st_train_config_resolve(&c, &mc, &e2)) && fuzz_check_refusal(s, &e2, "resolve"))
-            return 1;
+        if ((s = st_train_config_resolve(&c, &shape, &e2)) && fuzz_check_refusal(s, &e2, "resolve")) return 1;
         long steps[4] = {0, 1, c.warmup_steps, c.steps};
         for (int i = 0; i < 4; i++)
             if (!(st_train_lr_at(&c, steps[i]) >= 0)) {
