@@ -1,0 +1,209 @@
+/* backend_cuda.cu - the CUDA backend behind st_backend_ops, as far as its kernels go today
+ * (issue 15): memory from one device arena (one cudaMalloc of the device budget, carved
+ * by cuda_arena.h), copies, and the fp32 layernorm, rmsnorm, gelu, residual, swiglu and
+ * to_bf16 of kernels_*.cuh, all on one compute stream in order. The other entries are
+ * NULL: nothing above the backend uses this backend yet.
+ *
+ * The ops return nothing, so a failed launch or copy is kept (the first one, with the op's
+ * name) and st_backend_cuda_status reports it. Copies are synchronous, as the CPU
+ * backend's: the host buffer may be reused when copy_to_device returns, and holds the
+ * data when copy_to_host returns. A freed block may be handed out again at once: every
+ * op is queued on the one stream, so work that used the block runs before work that
+ * reuses it. Compiled and linked here (CI); not yet run on a GPU. */
+#include <cuda_runtime.h>
+
+#include <new>
+#include <stdio.h>
+#include <stdlib.h>
+
+extern "C" {
+#include "strata/backend.h"
+}
+#include "backend/cuda/backend_cuda.h"
+#include "backend/cuda/cuda_arena.h"
+#include "backend/cuda/kernels_eltwise.cuh"
+#include "backend/cuda/kernels_norm.cuh"
+
+struct cuda_ctx {
+    int device = 0;
+    cudaStream_t stream = nullptr;
+    char *base = nullptr; /* the arena's one cudaMalloc */
+    CuArena arena;
+    cudaError_t first = cudaSuccess; /* the first error an op met */
+    const char *first_op = "";
+};
+
+static cuda_ctx *ctx_of(st_backend *be) { return (cuda_ctx *)be->ctx; }
+
+static void note(cuda_ctx *c, cudaError_t e, const char *op) {
+    if (e != cudaSuccess && c->first == cudaSuccess) c->first = e, c->first_op = op;
+}
+#define LAUNCHED(be, op) note(ctx_of(be), cudaGetLastError(), op)
+
+/* ---------------------------------------------------------------- memory */
+
+static void *be_alloc(st_backend *be, size_t bytes) {
+    cuda_ctx *c = ctx_of(be);
+    size_t off;
+    if (!c->arena.alloc(bytes, &off)) return nullptr; /* over the device budget */
+    char *p = c->base + off;
+    cudaError_t e = cudaMemsetAsync(p, 0, bytes, c->stream); /* alloc's contract: zeroed */
+    if (e != cudaSuccess) {
+        note(c, e, "alloc");
+        c->arena.release(off);
+        return nullptr;
+    }
+    return p;
+}
+static void be_dealloc(st_backend *be, void *p) {
+    if (p) ctx_of(be)->arena.release((size_t)((char *)p - ctx_of(be)->base));
+}
+static void be_memset0(st_backend *be, void *p, size_t bytes) {
+    note(ctx_of(be), cudaMemsetAsync(p, 0, bytes, ctx_of(be)->stream), "memset0");
+}
+static void be_copy(st_backend *be, void *dst, const void *src, size_t bytes, const char *op) {
+    cuda_ctx *c = ctx_of(be);
+    note(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, c->stream), op);
+    note(c, cudaStreamSynchronize(c->stream), op);
+}
+static void be_copy_to_device(st_backend *be, void *dst, const void *host_src, size_t bytes) {
+    be_copy(be, dst, host_src, bytes, "copy_to_device");
+}
+static void be_copy_to_host(st_backend *be, void *host_dst, const void *src, size_t bytes) {
+    be_copy(be, host_dst, src, bytes, "copy_to_host");
+}
+static void be_synchronize(st_backend *be) { note(ctx_of(be), cudaStreamSynchronize(ctx_of(be)->stream), "synchronize"); }
+
+/* ---------------------------------------------------------------- ops (fp32 storage) */
+
+static void be_layernorm_forward(st_backend *be, float *out, float *mean, float *rstd, const float *inp,
+                                 const float *w, const float *b, int N, int C) {
+    cu_layernorm_forward<float>(out, mean, rstd, inp, w, b, N, C, ctx_of(be)->stream);
+    LAUNCHED(be, "layernorm_forward");
+}
+static void be_layernorm_backward(st_backend *be, float *dinp, float *dw, float *db, const float *dout,
+                                  const float *inp, const float *w, const float *mean, const float *rstd, int N,
+                                  int C) {
+    cu_layernorm_backward<float>(dinp, dw, db, dout, inp, w, mean, rstd, N, C, ctx_of(be)->stream);
+    LAUNCHED(be, "layernorm_backward");
+}
+static void be_rmsnorm_forward(st_backend *be, float *out, float *rstd, const float *inp, const float *w, int N,
+                               int H, int hs, int ld, float eps) {
+    cu_rmsnorm_forward<float>(out, rstd, inp, w, N, H, hs, ld, eps, ctx_of(be)->stream);
+    LAUNCHED(be, "rmsnorm_forward");
+}
+static void be_rmsnorm_backward(st_backend *be, float *dinp, float *dw, const float *dout, const float *inp,
+                                const float *w, const float *rstd, int N, int H, int hs, int ld) {
+    cu_rmsnorm_backward<float>(dinp, dw, dout, inp, w, rstd, N, H, hs, ld, ctx_of(be)->stream);
+    LAUNCHED(be, "rmsnorm_backward");
+}
+static void be_gelu_forward(st_backend *be, float *out, const float *inp, int n) {
+    cu_gelu_forward<float>(out, inp, (size_t)n, ctx_of(be)->stream);
+    LAUNCHED(be, "gelu_forward");
+}
+static void be_gelu_backward(st_backend *be, float *dinp, const float *inp, const float *dout, int n) {
+    cu_gelu_backward<float>(dinp, inp, dout, (size_t)n, ctx_of(be)->stream);
+    LAUNCHED(be, "gelu_backward");
+}
+static void be_residual_forward(st_backend *be, float *out, const float *a, const float *b, int n) {
+    cu_residual_forward<float>(out, a, b, (size_t)n, ctx_of(be)->stream);
+    LAUNCHED(be, "residual_forward");
+}
+static void be_residual_backward(st_backend *be, float *da, float *db, const float *dout, int n) {
+    cu_residual_backward<float>(da, db, dout, (size_t)n, ctx_of(be)->stream);
+    LAUNCHED(be, "residual_backward");
+}
+static void be_swiglu_forward(st_backend *be, float *out, const float *inp, int N, int F) {
+    cu_swiglu_forward<float>(out, inp, N, F, ctx_of(be)->stream);
+    LAUNCHED(be, "swiglu_forward");
+}
+static void be_swiglu_backward(st_backend *be, float *dinp, const float *inp, const float *dout, int N, int F) {
+    cu_swiglu_backward<float>(dinp, inp, dout, N, F, ctx_of(be)->stream);
+    LAUNCHED(be, "swiglu_backward");
+}
+static void be_to_bf16(st_backend *be, uint16_t *dst, const float *src, size_t n) {
+    cu_to_bf16<float>((__nv_bfloat16 *)dst, src, n, ctx_of(be)->stream);
+    LAUNCHED(be, "to_bf16");
+}
+
+/* ---------------------------------------------------------------- lifetime */
+
+static void be_free(st_backend *be) {
+    if (!be) return;
+    cuda_ctx *c = ctx_of(be);
+    if (c) {
+        if (c->stream) cudaStreamSynchronize(c->stream), cudaStreamDestroy(c->stream);
+        if (c->base) cudaFree(c->base);
+        delete c;
+    }
+    free(be);
+}
+
+static st_backend_ops make_ops(void) {
+    st_backend_ops o = {};
+    o.name = "cuda";
+    o.free = be_free;
+    o.alloc = be_alloc;
+    o.dealloc = be_dealloc;
+    o.memset0 = be_memset0;
+    o.copy_to_device = be_copy_to_device;
+    o.copy_to_host = be_copy_to_host;
+    o.synchronize = be_synchronize;
+    o.layernorm_forward = be_layernorm_forward;
+    o.layernorm_backward = be_layernorm_backward;
+    o.gelu_forward = be_gelu_forward;
+    o.gelu_backward = be_gelu_backward;
+    o.residual_forward = be_residual_forward;
+    o.residual_backward = be_residual_backward;
+    o.rmsnorm_forward = be_rmsnorm_forward;
+    o.rmsnorm_backward = be_rmsnorm_backward;
+    o.swiglu_forward = be_swiglu_forward;
+    o.swiglu_backward = be_swiglu_backward;
+    o.to_bf16 = be_to_bf16;
+    return o;
+}
+static const st_backend_ops cuda_ops = make_ops();
+
+extern "C" st_status st_backend_cuda_create(st_backend **out, int device, size_t arena_bytes, st_err *err) {
+    *out = nullptr;
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || device < 0 || device >= count)
+        return st_errf(err, ST_ERR_UNSUPPORTED, "cuda backend: no CUDA device %d (%d found%s%s)", device, count,
+                       e != cudaSuccess ? ": " : "", e != cudaSuccess ? cudaGetErrorString(e) : "");
+    if ((e = cudaSetDevice(device)) != cudaSuccess)
+        return st_errf(err, ST_ERR_UNSUPPORTED, "cuda backend: cudaSetDevice(%d): %s", device, cudaGetErrorString(e));
+    st_backend *be = (st_backend *)calloc(1, sizeof *be);
+    cuda_ctx *c = new (std::nothrow) cuda_ctx();
+    if (!be || !c) {
+        free(be);
+        delete c;
+        return st_errf(err, ST_ERR_NOMEM, "cuda backend: out of host memory");
+    }
+    be->ops = &cuda_ops, be->ctx = c, c->device = device;
+    if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        be_free(be);
+        return st_errf(err, ST_ERR_UNSUPPORTED, "cuda backend: cudaStreamCreate: %s", cudaGetErrorString(e));
+    }
+    if ((e = cudaMalloc((void **)&c->base, arena_bytes)) != cudaSuccess) {
+        size_t free_b = 0, total_b = 0;
+        cudaGetLastError(); /* the failed cudaMalloc is reported here, not by the next op */
+        cudaMemGetInfo(&free_b, &total_b);
+        be_free(be);
+        return st_errf(err, ST_ERR_NOMEM,
+                       "cuda backend: a device arena of %zu bytes does not fit on device %d (%zu of %zu bytes free): "
+                       "give a smaller device budget",
+                       arena_bytes, device, free_b, total_b);
+    }
+    c->arena.reset(arena_bytes);
+    *out = be;
+    return ST_OK;
+}
+
+extern "C" st_status st_backend_cuda_status(st_backend *be, st_err *err) {
+    cuda_ctx *c = ctx_of(be);
+    note(c, cudaStreamSynchronize(c->stream), "synchronize");
+    if (c->first == cudaSuccess) return ST_OK;
+    return st_errf(err, c->first == cudaErrorMemoryAllocation ? ST_ERR_NOMEM : ST_ERR_INVALID,
+                   "cuda backend: %s: %s (%s)", c->first_op, cudaGetErrorName(c->first), cudaGetErrorString(c->first));
+}
