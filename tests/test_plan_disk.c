@@ -5,7 +5,8 @@
  * length (the blocks' backward and recomputed forwards), and the rest of the step is the
  * in-RAM prediction's without the in-RAM optimizer; the disk bytes are the store's layout
  * (both regions of 12 fp32 bytes a parameter, padded), the host bytes the executor's without
- * moments plus the store's buffers; a path without bandwidth or not a directory is refused. */
+ * moments plus the store's buffers; the CRC-32C's measured rate is a rate and is charged
+ * for every byte read and written; a path without bandwidth or not a directory is refused. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +58,19 @@ int main(void) {
               close_to(k32.store_s, fmax(k32.io_s, k32.cpu_s)) &&
               close_to(k32.cpu_s, n * 1e-9 + ((double)(k32.read_bytes + k32.write_bytes) + 4 * n) / hw.mem_bytes_per_s),
           "io %g s, cpu %g s, store %g s", k32.io_s, k32.cpu_s, k32.store_s);
+
+    /* the CRC-32C at its own rate: half the rate, the CRC's seconds twice over */
+    double crc = 0;
+    CHECK(st_plan_crc_bytes_per_s(&crc, &err) == ST_OK && isfinite(crc) && crc > 1e6, "CRC-32C rate %g B/s", crc);
+    {
+        st_plan_disk_cost kc;
+        st_plan_prediction pc;
+        d.crc_bytes_per_s = hw.mem_bytes_per_s / 2;
+        CHECK(st_plan_predict_disk(a, B, T, &hw, p, &d, &pc, &kc, &err) == ST_OK &&
+                  close_to(kc.cpu_s - k32.cpu_s, (double)(k32.read_bytes + k32.write_bytes) / hw.mem_bytes_per_s),
+              "CRC at half the memory rate: cpu %g s, was %g s", kc.cpu_s, k32.cpu_s);
+        d.crc_bytes_per_s = 0;
+    }
 
     /* the layout's bytes: both regions of master + two fp32 moments, padded to 4096 a buffer */
     CHECK(k32.disk_bytes >= 2 * 12 * n && k32.disk_bytes <= 2 * 12 * n * 1.2 + (1 << 20),

@@ -220,9 +220,9 @@ st_status st_plan_stream(const st_arch *a, int B, int T, size_t device_budget, c
  *   io_s    the busiest path's bytes read and written per step (one region each way: half
  *           its st_store_plan bytes each) over that path's probed mixed bandwidth
  *           (st_io_probe: requests alternating read and write, as the store streams);
- *   cpu_s   the update (optim_ns_per_param of the state format, per parameter) and, at the
- *           profile's host memory rate, the CRC-32C of every byte read and written and the
- *           working copy of the weights (4 bytes a parameter);
+ *   cpu_s   the update (optim_ns_per_param of the state format, per parameter), the CRC-32C
+ *           of every byte read and written (crc_bytes_per_s) and, at the profile's host
+ *           memory rate, the working copy of the weights (4 bytes a parameter);
  *   store_s max(io_s, cpu_s): the store reads ahead and writes behind its updates;
  * after the backward (store_beside 0, strata train's choice where host_work_slowdown >= 0.5)
  * all of store_s is exposed; beside it (store_beside 1) the backward (the blocks' backward
@@ -245,7 +245,13 @@ typedef struct st_plan_disk {
     unsigned long long host_budget; /* st_store_config.host_budget (0: the store's 1 GiB) */
     int beside;                 /* st_stream_config.store_beside */
     float weight_decay;         /* for the store's segments (st_train_decay_segments) */
+    double crc_bytes_per_s;     /* the CRC-32C rate as the store computes it (st_plan_crc_bytes_per_s;
+                                   0: the profile's mem_bytes_per_s) */
 } st_plan_disk;
+
+/* The CRC-32C rate the state store gets (st_crc32c over 1 MiB blocks on every core, as it
+ * checks each region read and sums each one written), in bytes/s: a few runs over 64 MiB. */
+st_status st_plan_crc_bytes_per_s(double *bytes_per_s, st_err *err);
 
 typedef struct st_plan_disk_cost {
     double io_s, cpu_s, store_s; /* above */

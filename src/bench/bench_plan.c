@@ -18,27 +18,44 @@
  * Peaks per tier: device, the budget arena's high-water mark (st_stream_step_stats); host,
  * the process's resident high-water mark (VmHWM, reset through /proc/self/clear_refs)
  * over the planned executor's creation and warm-up step, less the device peak (on the
- * CPU backend the device arena is host memory too); disk, 0 (these runs keep the state
- * in RAM).
+ * CPU backend the device arena is host memory too); disk, 0 with the state in RAM.
+ *
+ * The disk-state configuration (qwen2.5-0.5b-disk) keeps the fp32 master weights and moments
+ * in a state store (strata/store.h) in --state-path DIR or a new temporary directory, with
+ * its update beside or after the backward as strata train chooses (host_work_slowdown <
+ * 0.5), no gradient clipping; the path is probed (st_io_probe) and the CRC-32C timed just
+ * before the steps, and the prediction is st_plan_predict_disk's from those figures (the
+ * same-load one: the path's mixed bandwidth averaged over the probes before and after the
+ * steps). Only the planner's plan runs (the rule's would need a store and a model's host
+ * state of its own): rule_step_s is null unless the plans are the same. Peaks: host as above
+ * (the store's creation and buffers included), disk the store's files' allocated blocks after
+ * the steps against st_store_plan's layout.
  *
  * --sweep N (bench_sweep): the planner's monotone sweep (issue 16): the predicted and the
  * measured step time at N device budgets from the smallest any plan fits to the whole
  * state. */
+#include <errno.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "bench/bench.h"
 #include "cli/cli.h"
 #include "strata/block.h"
 #include "strata/model.h"
 #include "strata/plan.h"
+#include "strata/io.h"
+#include "strata/llama.h"
 #include "strata/step.h"
+#include "strata/store.h"
 #include "strata/stream.h"
 #include "strata/tier.h"
+#include "strata/train.h"
 
 
 /* How a configuration's device budget is chosen (bench_one), each from st_stream_device_bytes. */
@@ -56,12 +73,15 @@ typedef struct bp_config {
     const char *model;
     int B, T;
     bp_budget budget;
+    int disk; /* 1: the training state in a disk store (fp32, under --state-path DIR or a temporary
+                 directory), only the planned plan run (the rule's would need a store of its own) */
 } bp_config;
 
 static const bp_config CONFIGS[] = {
-    {"gpt2-124m-eighth", "gpt2-124m", 2, 256, BP_BUDGET_EIGHTH},
-    {"gpt2-124m-recompute", "gpt2-124m", 2, 256, BP_BUDGET_RECOMPUTE},
-    {"gpt2-124m-rule-recomputes", "gpt2-124m", 2, 256, BP_BUDGET_RULE_RECOMPUTES},
+    {"gpt2-124m-eighth", "gpt2-124m", 2, 256, BP_BUDGET_EIGHTH, 0},
+    {"gpt2-124m-recompute", "gpt2-124m", 2, 256, BP_BUDGET_RECOMPUTE, 0},
+    {"gpt2-124m-rule-recomputes", "gpt2-124m", 2, 256, BP_BUDGET_RULE_RECOMPUTES, 0},
+    {"qwen2.5-0.5b-disk", "qwen2.5-0.5b", 2, 256, BP_BUDGET_EIGHTH, 1},
 };
 #define N_CONFIGS ((int)(sizeof CONFIGS / sizeof CONFIGS[0]))
 
@@ -75,11 +95,18 @@ typedef struct bp_run {
     double *tc, *tt;  /* their device compute and optimizer tail (st_stream_step_stats) */
     double *share;    /* their process CPU seconds per wall second (cores this process got) */
     size_t dev_peak;  /* arena high-water mark over every step */
+    st_store *store;  /* the disk state (bp_config.disk) */
+    st_optim_segment *segs;
+    const char *store_dir;
 } bp_run;
+
+#define BP_STORE_NAME "strata-bench-plan-state"
+#define BP_PROBE_BYTES (512u << 20) /* the disk probe's test file: a second or two at this disk's speed */
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: strata bench plan [--config NAME] [--steps N] [--profile FILE.json] [--threads N] [--json]\n"
+            "                         [--state-path DIR]\n"
             "       strata bench plan --sweep N [--model NAME] [--batch B] [--seq T] [--cost_optimal] [--steps N] ...\n"
             "  For each configuration, the planner's plan (as strata train chooses it) and the fixed rule's\n"
             "  plan (keep, offload, recompute for every block: the first that fits, the vocabulary resident\n"
@@ -95,8 +122,14 @@ static void usage(FILE *f) {
         [BP_BUDGET_RECOMPUTE] = "a budget where some blocks must be recomputed",
         [BP_BUDGET_RULE_RECOMPUTES] = "a budget where the rule recomputes every block but all could offload"};
     for (int i = 0; i < N_CONFIGS; i++)
-        fprintf(f, "    %-25s %s, batch %d x seq %d, %s\n", CONFIGS[i].name, CONFIGS[i].model, CONFIGS[i].B,
-                CONFIGS[i].T, budget_txt[CONFIGS[i].budget]);
+        fprintf(f, "    %-25s %s, batch %d x seq %d, %s%s\n", CONFIGS[i].name, CONFIGS[i].model, CONFIGS[i].B,
+                CONFIGS[i].T, budget_txt[CONFIGS[i].budget], CONFIGS[i].disk ? ", the state on disk" : "");
+    fprintf(f, "  (-disk: the training state (fp32 master weights and moments) in a disk store in --state-path DIR,\n"
+               "  default a new directory under $TMPDIR or /tmp, removed at the end; its update beside the backward\n"
+               "  where strata train would put it (host_work_slowdown < 0.5), else after; the path probed before\n"
+               "  and after the steps (strata probe's figures, 512 MiB), the prediction from the first probe; no\n"
+               "  gradient clipping; only the planner's plan runs: rule_step_s is null unless the rule's plan is\n"
+               "  the same; disk peak: the store's files' allocated bytes against st_store_plan's)\n");
     fprintf(f, "  (recompute: halfway between the smallest all-recompute and all-offload plans, at least the\n"
                "  rule's smallest plan; rule-recomputes: halfway between the smallest budget at which every block\n"
                "  can be offloaded and the smallest at which the rule keeps or offloads them)\n");
@@ -200,8 +233,24 @@ static int reset_hwm(void) {
     return fclose(f) == 0 && ok;
 }
 
+/* The store's files in dir (strata/store.h: NAME.bin, NAME.manifest, its previous commit, the
+ * lock): with remove, unlinks them; returns the bytes they hold on disk (allocated blocks). */
+static unsigned long long store_files(const char *dir, int remove) {
+    static const char *const ext[] = {".bin", ".manifest", ".manifest.prev", ".lock"};
+    unsigned long long bytes = 0;
+    for (size_t i = 0; i < sizeof ext / sizeof ext[0]; i++) {
+        char f[4200];
+        snprintf(f, sizeof f, "%s/%s%s", dir, BP_STORE_NAME, ext[i]);
+        struct stat sb;
+        if (stat(f, &sb) == 0) bytes += (unsigned long long)sb.st_blocks * 512ull;
+        if (remove) unlink(f);
+    }
+    return bytes;
+}
+
+/* state_dir: NULL, the state in RAM; else a new store there (removed by run_close). */
 static st_status run_open(bp_run *r, st_backend *cpu, const st_stream_config *sc, const st_stream_plan *p, size_t budget,
-                          int steps, st_err *err) {
+                          int steps, const char *state_dir, st_err *err) {
     memset(r, 0, sizeof *r);
     r->t = calloc((size_t)steps, sizeof *r->t);
     r->tc = calloc((size_t)steps, sizeof *r->tc);
@@ -212,6 +261,22 @@ static st_status run_open(bp_run *r, st_backend *cpu, const st_stream_config *sc
     if (!s) s = st_stream_exec_create(&r->x, sc, p, r->dev, err);
     if (s) return s;
     st_stream_init_random(r->x, 1);
+    if (state_dir) { /* the state in a store, its master weights the executor's random ones */
+        const st_arch_layout *y = &sc->arch->lay;
+        if (!(r->segs = calloc((size_t)y->n_tensors, sizeof *r->segs))) return st_errf(err, ST_ERR_NOMEM, "out of memory");
+        st_train_decay_segments(y->tensors, y->n_tensors, sc->weight_decay, r->segs);
+        const char *paths[1] = {state_dir};
+        st_store_config stc = {.paths = paths, .n_paths = 1, .segs = r->segs, .n_segs = y->n_tensors,
+                               .fmt = ST_OPTIM_STATE_F32, .host_budget = ST_TRAIN_STATE_BUDGET_DEFAULT,
+                               .name = BP_STORE_NAME};
+        if (st_store_exists(&stc))
+            return st_errf(err, ST_ERR_INVALID, "%s already holds %s.manifest (another bench running, or one killed): "
+                           "remove %s.* there", state_dir, BP_STORE_NAME, BP_STORE_NAME);
+        r->store_dir = state_dir;
+        if ((s = st_store_create(&r->store, &stc, st_store_init_copy, st_stream_params(r->x), err)) ||
+            (s = st_stream_attach_store(r->x, r->store, NULL, 0, err)))
+            return s;
+    }
     st_step_init_streamed(&r->step, r->x, 1);
     r->have_step = 1;
     return ST_OK;
@@ -220,6 +285,9 @@ static st_status run_open(bp_run *r, st_backend *cpu, const st_stream_config *sc
 static void run_close(bp_run *r) {
     if (r->have_step) st_step_free(&r->step);
     st_stream_exec_free(r->x);
+    st_store_close(r->store);
+    if (r->store_dir) store_files(r->store_dir, 1);
+    free(r->segs);
     if (r->dev) st_backend_free(r->dev);
     free(r->t);
     free(r->tc);
@@ -230,7 +298,9 @@ static void run_close(bp_run *r) {
 
 /* Step s of the run (s < 0: warm-up, not timed). */
 static st_status run_step(bp_run *r, int s, int B, int T, const int32_t *inp, const int32_t *tgt, st_err *err) {
-    st_step_hp hp = {.adam = {1e-4f, 0.9f, 0.95f, 1e-8f, s + 2, 1.0f}, .grad_clip = 1.0f};
+    /* the disk state unclipped (as bench stream --max-norm 0): every step of these random tokens
+     * clips, and a clipped step beside the backward is done twice */
+    st_step_hp hp = {.adam = {1e-4f, 0.9f, 0.95f, 1e-8f, s + 2, 1.0f}, .grad_clip = r->store ? 0.0f : 1.0f};
     st_step_result res;
     double c0 = cpu_now(), w0 = st_now();
     st_status st = st_step_run(&r->step, 1, B, T, inp, tgt, &hp, &res, err);
@@ -255,7 +325,33 @@ typedef struct bp_result {
                                         every core to this process (below) */
     double pred_host, meas_host;
     size_t meas_dev;
+    /* the disk state (cfg->disk) */
+    int rule_measured;          /* 0: the rule's plan differs and was not run (its own store) */
+    int beside;                 /* the store's update beside the backward (host_work_slowdown < 0.5) */
+    st_io_probe_result probe0, probe1; /* the state path probed before and after the steps */
+    st_plan_disk_cost dc, dc_same;
+    unsigned long long meas_disk;  /* the store's files' allocated bytes after the steps */
+    double store_step_s, store_read_wait_s, store_write_wait_s, store_update_s, store_crc_s, store_commit_s,
+        store_grad_wait_s;
+    double crc_bps;             /* the CRC-32C rate measured before the steps (st_plan_crc_bytes_per_s) */
+    unsigned long long store_read_bytes, store_write_bytes;
+    int store_hits, store_misses;
 } bp_result;
+
+/* The model's blocks (no weights) by preset name: GPT-2's presets, then the Llama family's. */
+static st_status make_arch(const char *model, st_arch **arch, st_err *err) {
+    st_gpt2_config g;
+    st_llama_config l;
+    if (st_gpt2_config_preset(model, &g, NULL) == ST_OK) return st_arch_gpt2(arch, &g, err);
+    if (st_llama_config_preset(model, &l, NULL) == ST_OK) return st_arch_llama(arch, &l, err);
+    return st_errf(err, ST_ERR_INVALID, "no model preset '%s' (GPT-2: %s; Llama family: %s)", model,
+                   st_gpt2_preset_names(), st_llama_preset_names());
+}
+
+/* The disk path's figures through the tier's probe (st_io_probe, a BP_PROBE_BYTES file). */
+static st_status probe_disk(const char *dir, st_io_probe_result *r, st_err *err) {
+    return st_io_probe(dir, BP_PROBE_BYTES, 0, 0, r, err);
+}
 
 /* N input and N target ids drawn from a fixed seed (malloc'd; the caller frees both, also on
  * failure): the same tokens for every plan and every run. */
@@ -271,17 +367,16 @@ static st_status random_tokens(int N, int vocab, int32_t **inp, int32_t **tgt, s
 }
 
 static st_status bench_one(const bp_config *cfg, st_backend *cpu, st_plan_profile *hw, int steps, int json,
-                           bp_result *out, st_err *err) {
+                           const char *state_dir, bp_result *out, st_err *err) {
     memset(out, 0, sizeof *out);
     out->cfg = cfg;
-    st_gpt2_config mc;
     st_arch *arch = NULL;
     bp_run plan_run = {0}, rule_run = {0};
     st_stream_plan *pp = malloc(sizeof *pp), *rp = malloc(sizeof *rp), *tp = malloc(sizeof *tp);
     int32_t *inp = NULL, *tgt = NULL;
     st_status s = ST_OK;
     if (!pp || !rp || !tp) { s = st_errf(err, ST_ERR_NOMEM, "out of memory"); goto done; }
-    if ((s = st_gpt2_config_preset(cfg->model, &mc, err)) || (s = st_arch_gpt2(&arch, &mc, err))) goto done;
+    if ((s = make_arch(cfg->model, &arch, err))) goto done;
     st_stream_config sc = {.arch = arch, .B = cfg->B, .T = cfg->T, .weight_decay = 0.1f};
     size_t n = arch->lay.n_params, budget = n * 16 / 8;
     st_plan_options po = {.mip_gap = -1, .allow_vocab_chunk = 1,
@@ -319,12 +414,33 @@ static st_status bench_one(const bp_config *cfg, st_backend *cpu, st_plan_profil
         goto done;
     if ((s = st_plan_stream_ex(arch, cfg->B, cfg->T, budget, hw, &po, pp, &out->pred, err))) goto done;
     out->pred_host = (double)st_plan_host_bytes(arch, cfg->B, cfg->T, pp);
+    /* the disk state: the plan run's store beside the backward where strata train puts it, the
+     * path probed now (and again after the steps), the prediction with the store's terms */
+    st_stream_config scp = sc;
+    const char *dpaths[1] = {state_dir};
+    double mixed = 0;
+    st_plan_disk dk = {.paths = dpaths, .n_paths = 1, .mixed_bytes_per_s = &mixed, .fmt = ST_OPTIM_STATE_F32,
+                       .optim_ns_per_param = hw->optim_ns_per_param, .host_budget = ST_TRAIN_STATE_BUDGET_DEFAULT,
+                       .weight_decay = sc.weight_decay};
+    if (state_dir) {
+        scp.external_optimizer = 1;
+        scp.store_beside = out->beside = dk.beside = hw->host_work_slowdown < 0.5;
+        if ((s = probe_disk(state_dir, &out->probe0, err)) || (s = st_plan_crc_bytes_per_s(&out->crc_bps, err))) goto done;
+        mixed = out->probe0.mixed_gbps * 1e9;
+        dk.crc_bytes_per_s = out->crc_bps;
+        st_plan_prediction solved = out->pred;
+        if ((s = st_plan_predict_disk(arch, cfg->B, cfg->T, hw, pp, &dk, &out->pred, &out->dc, err))) goto done;
+        out->pred.solve_s = solved.solve_s;
+        out->pred.optimal = solved.optimal;
+        out->pred_host = (double)out->dc.host_bytes;
+    }
     {
         st_plan_profile *ref = malloc(sizeof *ref);
         if (!ref) { s = st_errf(err, ST_ERR_NOMEM, "out of memory"); goto done; }
         *ref = *hw;
         ref->n_shapes = 0;
-        s = st_plan_predict(arch, cfg->B, cfg->T, ref, pp, &out->pred_ref, err);
+        s = state_dir ? st_plan_predict_disk(arch, cfg->B, cfg->T, ref, pp, &dk, &out->pred_ref, NULL, err)
+                      : st_plan_predict(arch, cfg->B, cfg->T, ref, pp, &out->pred_ref, err);
         free(ref);
         if (s) goto done;
     }
@@ -354,13 +470,15 @@ static st_status bench_one(const bp_config *cfg, st_backend *cpu, st_plan_profil
     /* the planned executor alone from creation to the end of its warm-up step: its host peak */
     double rss0 = bench_proc_status_bytes("VmRSS:");
     int hwm_ok = reset_hwm();
-    if ((s = run_open(&plan_run, cpu, &sc, pp, budget, steps, err)) || (s = run_step(&plan_run, -1, cfg->B, cfg->T, inp, tgt, err)))
+    if ((s = run_open(&plan_run, cpu, &scp, pp, budget, steps, state_dir, err)) ||
+        (s = run_step(&plan_run, -1, cfg->B, cfg->T, inp, tgt, err)))
         goto done;
     double hwm = bench_proc_status_bytes("VmHWM:");
     out->meas_host = hwm_ok && rss0 >= 0 && hwm >= 0 ? hwm - rss0 - (double)plan_run.dev_peak : -1;
     if (out->meas_host < 0 && hwm_ok) out->meas_host = 0;
-    if (!out->same) {
-        if ((s = run_open(&rule_run, cpu, &sc, rp, budget, steps, err)) ||
+    out->rule_measured = out->same || !state_dir;
+    if (!out->same && !state_dir) {
+        if ((s = run_open(&rule_run, cpu, &sc, rp, budget, steps, NULL, err)) ||
             (s = run_step(&rule_run, -1, cfg->B, cfg->T, inp, tgt, err)))
             goto done;
     }
@@ -373,7 +491,7 @@ static st_status bench_one(const bp_config *cfg, st_backend *cpu, st_plan_profil
     if (!hs || !sf || !sb || !sh || !ss || !sn || !sc2) s = st_errf(err, ST_ERR_NOMEM, "out of memory");
     for (int i = 0; i < steps && !s; i++) {
         if ((s = run_step(&plan_run, i, cfg->B, cfg->T, inp, tgt, err))) break;
-        if (!out->same && (s = run_step(&rule_run, i, cfg->B, cfg->T, inp, tgt, err))) break;
+        if (rule_run.x && (s = run_step(&rule_run, i, cfg->B, cfg->T, inp, tgt, err))) break;
         *hs = *hw;
         double c0 = cpu_now(), w0 = st_now();
         if ((s = st_plan_profile_measure_shape(cpu, arch, cfg->B, cfg->T, hs, err))) break;
@@ -382,7 +500,7 @@ static st_status bench_one(const bp_config *cfg, st_backend *cpu, st_plan_profil
         sf[i] = e->block_fwd_s, sb[i] = e->block_bwd_s, sh[i] = e->head_s_per_row, sc2[i] = e->head_s_per_chunk;
         if (!json)
             fprintf(stderr, "  step %d: planned %.3f s, rule %.3f s\n", i + 1, plan_run.t[i],
-                    out->same ? plan_run.t[i] : rule_run.t[i]);
+                    out->same ? plan_run.t[i] : rule_run.x ? rule_run.t[i] : NAN);
     }
     if (!s) {
         st_plan_shape_time *e = (st_plan_shape_time *)st_plan_profile_shape(hs, arch, cfg->B, cfg->T);
@@ -390,7 +508,13 @@ static st_status bench_one(const bp_config *cfg, st_backend *cpu, st_plan_profil
         e->block_bwd_s = bench_median(sb, steps);
         e->head_s_per_row = bench_median(sh, steps);
         e->head_s_per_chunk = bench_median(sc2, steps);
-        s = st_plan_predict(arch, cfg->B, cfg->T, hs, pp, &out->pred_same, err);
+        if (state_dir) { /* the disk as probed before and after the steps (mean) */
+            if (!(s = probe_disk(state_dir, &out->probe1, err))) {
+                mixed = 0.5e9 * (out->probe0.mixed_gbps + out->probe1.mixed_gbps);
+                s = st_plan_predict_disk(arch, cfg->B, cfg->T, hs, pp, &dk, &out->pred_same, &out->dc_same, err);
+            }
+        } else
+            s = st_plan_predict(arch, cfg->B, cfg->T, hs, pp, &out->pred_same, err);
         /* load-normalised: a time x the cores this process got / its threads, for the
          * shape's timings and for each step alike (1 on an idle machine) */
         double nth = omp_get_max_threads(), k = bench_median(ss, steps) / nth;
@@ -399,7 +523,9 @@ static st_status bench_one(const bp_config *cfg, st_backend *cpu, st_plan_profil
         e->head_s_per_row *= k;
         e->head_s_per_chunk *= k;
         st_plan_prediction pn;
-        if (!s && !(s = st_plan_predict(arch, cfg->B, cfg->T, hs, pp, &pn, err))) out->norm_pred_s = pn.step_s;
+        if (!s && !(s = state_dir ? st_plan_predict_disk(arch, cfg->B, cfg->T, hs, pp, &dk, &pn, NULL, err)
+                                  : st_plan_predict(arch, cfg->B, cfg->T, hs, pp, &pn, err)))
+            out->norm_pred_s = pn.step_s;
         for (int i = 0; i < steps; i++) sn[i] = plan_run.t[i] * plan_run.share[i] / nth;
         out->norm_meas_s = bench_median(sn, steps);
     }
@@ -415,7 +541,17 @@ static st_status bench_one(const bp_config *cfg, st_backend *cpu, st_plan_profil
     out->measured_s = bench_median(plan_run.t, steps);
     out->meas_compute_s = bench_median(plan_run.tc, steps);
     out->meas_tail_s = bench_median(plan_run.tt, steps);
-    out->rule_s = out->same ? out->measured_s : bench_median(rule_run.t, steps);
+    out->rule_s = out->same ? out->measured_s : rule_run.x ? bench_median(rule_run.t, steps) : NAN;
+    if (plan_run.store) {
+        st_store_stats ss;
+        st_store_get_stats(plan_run.store, &ss); /* the last step's */
+        out->store_step_s = ss.step_s, out->store_read_wait_s = ss.read_wait_s, out->store_write_wait_s = ss.write_wait_s;
+        out->store_update_s = ss.update_s, out->store_crc_s = ss.crc_s, out->store_commit_s = ss.commit_s;
+        out->store_grad_wait_s = ss.grad_wait_s;
+        out->store_read_bytes = ss.read_bytes, out->store_write_bytes = ss.write_bytes;
+        out->store_hits = ss.hits, out->store_misses = ss.misses;
+        out->meas_disk = store_files(state_dir, 0);
+    }
     out->load1 = load_avg();
 done:
     run_close(&plan_run);
@@ -436,14 +572,13 @@ done:
  * cost_optimal) is trained for one warm-up and `steps` timed steps (median). */
 static st_status bench_sweep(const char *model, int B, int T, int npts, int steps, int cost_optimal, st_backend *cpu,
                              st_plan_profile *hw, int json, st_err *err) {
-    st_gpt2_config mc;
     st_arch *arch = NULL;
     st_stream_plan *pp = malloc(sizeof *pp);
     int32_t *inp = NULL, *tgt = NULL;
     bp_run run = {0};
     st_status s = ST_OK;
     if (!pp) return st_errf(err, ST_ERR_NOMEM, "out of memory");
-    if ((s = st_gpt2_config_preset(model, &mc, err)) || (s = st_arch_gpt2(&arch, &mc, err))) goto done;
+    if ((s = make_arch(model, &arch, err))) goto done;
     st_stream_config sc = {.arch = arch, .B = B, .T = T, .weight_decay = 0.1f};
     st_plan_options po = {.mip_gap = -1, .allow_vocab_chunk = 1,
                        .prefer_resident_head = cost_optimal ? ST_PLAN_HEAD_FASTEST : ST_PLAN_HEAD_RESIDENT_IF_FITS};
@@ -475,7 +610,7 @@ static st_status bench_sweep(const char *model, int B, int T, int npts, int step
         char txt[96];
         if ((s = st_plan_stream_ex(arch, B, T, budget, hw, &po, pp, &pred, err))) goto done;
         plan_summary(pp, txt, sizeof txt);
-        if ((s = run_open(&run, cpu, &sc, pp, budget, steps, err))) goto done;
+        if ((s = run_open(&run, cpu, &sc, pp, budget, steps, NULL, err))) goto done;
         for (int k = -1; k < steps && !s; k++) s = run_step(&run, k, B, T, inp, tgt, err);
         if (s) goto done;
         double meas = bench_median(run.t, steps);
@@ -505,7 +640,7 @@ done:
 }
 
 int bench_plan(int argc, char **argv) {
-    const char *only = NULL, *profile = NULL, *model = "gpt2-124m";
+    const char *only = NULL, *profile = NULL, *model = "gpt2-124m", *state_path = NULL;
     int steps = 3, threads = 0, json = 0, sweep = 0, sweep_B = 2, sweep_T = 256, cost_optimal = 0, steps_set = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -513,6 +648,7 @@ int bench_plan(int argc, char **argv) {
         else if (!strcmp(a, "--json")) json = 1;
         else if (v && !strcmp(a, "--config")) { only = v; i++; }
         else if (v && !strcmp(a, "--profile")) { profile = v; i++; }
+        else if (v && !strcmp(a, "--state-path")) { state_path = v; i++; }
         else if (v && !strcmp(a, "--steps")) { steps = atoi(v); steps_set = 1; i++; }
         else if (v && !strcmp(a, "--sweep")) { sweep = atoi(v); i++; }
         else if (v && !strcmp(a, "--model")) { model = v; i++; }
@@ -538,6 +674,20 @@ int bench_plan(int argc, char **argv) {
     st_err err = {0};
     st_backend *cpu = NULL;
     st_plan_profile hw;
+    char tmp_dir[4096] = "";
+    int any_disk = 0;
+    for (int k = 0; k < nsel; k++) any_disk |= CONFIGS[sel[k]].disk;
+    if (any_disk && !sweep && !state_path) { /* a directory of its own under the run's temporary directory */
+        const char *td = getenv("TMPDIR");
+        snprintf(tmp_dir, sizeof tmp_dir, "%s/strata-bench-plan-XXXXXX", td && *td ? td : "/tmp");
+        if (!mkdtemp(tmp_dir)) {
+            fprintf(stderr, "strata bench plan: cannot create a directory %s for the disk state: %s (give one with "
+                    "--state-path DIR)\n", tmp_dir, strerror(errno));
+            return 1;
+        }
+        state_path = tmp_dir;
+    }
+    const char *state_dir = state_path;
     double prof_s = 0;
     bp_result res[N_CONFIGS];
     int rc = 1;
@@ -555,16 +705,44 @@ int bench_plan(int argc, char **argv) {
         goto done;
     }
     for (int k = 0; k < nsel; k++)
-        if (bench_one(&CONFIGS[sel[k]], cpu, &hw, steps, json, &res[k], &err)) goto fail;
+        if (bench_one(&CONFIGS[sel[k]], cpu, &hw, steps, json, CONFIGS[sel[k]].disk ? state_dir : NULL, &res[k], &err))
+            goto fail;
     if (json) {
         printf("{\"bench\":\"plan\",\"threads\":%d,\"steps\":%d,\"profile\":\"%s\",\"profile_s\":%.3f,\"configs\":[",
                omp_get_max_threads(), steps, profile ? profile : "measured", prof_s);
         for (int k = 0; k < nsel; k++) {
             bp_result *r = &res[k];
+            char rule_s[32] = "null", rule_ratio[32] = "null", disk_json[1600] = "";
+            if (r->rule_measured) {
+                snprintf(rule_s, sizeof rule_s, "%.4f", r->rule_s);
+                snprintf(rule_ratio, sizeof rule_ratio, "%.3f", r->rule_s / r->measured_s);
+            }
+            if (r->cfg->disk)
+                snprintf(disk_json, sizeof disk_json,
+                         ",\"disk_state\":{\"state_path\":\"%s\",\"state_format\":\"f32\",\"store_beside\":%s,"
+                         "\"rule_measured\":%s,\"probe_before_gbps\":{\"read\":%.3f,\"write\":%.3f,\"mixed\":%.3f},"
+                         "\"probe_after_gbps\":{\"read\":%.3f,\"write\":%.3f,\"mixed\":%.3f},"
+                         "\"predicted\":{\"io_s\":%.3f,\"cpu_s\":%.3f,\"store_s\":%.3f,\"hidden_s\":%.3f,"
+                         "\"read_bytes\":%llu,\"write_bytes\":%llu,\"store_host_bytes\":%llu},"
+                         "\"predicted_same_load\":{\"io_s\":%.3f,\"cpu_s\":%.3f,\"store_s\":%.3f},"
+                         "\"profile\":{\"optim_ns_per_param\":%.3f,\"mem_bytes_per_s\":%.4g,\"crc_bytes_per_s\":%.4g,"
+                         "\"host_work_slowdown\":%.3f},"
+                         "\"measured_last_step\":{\"store_step_s\":%.3f,\"update_s\":%.3f,\"crc_s\":%.3f,"
+                         "\"commit_s\":%.3f,\"grad_wait_s\":%.3f,"
+                         "\"read_wait_s\":%.3f,\"write_wait_s\":%.3f,\"read_bytes\":%llu,\"write_bytes\":%llu,"
+                         "\"cache_hits\":%d,\"cache_misses\":%d}}",
+                         state_path, r->beside ? "true" : "false", r->rule_measured ? "true" : "false",
+                         r->probe0.read_gbps, r->probe0.write_gbps, r->probe0.mixed_gbps, r->probe1.read_gbps,
+                         r->probe1.write_gbps, r->probe1.mixed_gbps, r->dc.io_s, r->dc.cpu_s, r->dc.store_s,
+                         r->dc.hidden_s, r->dc.read_bytes, r->dc.write_bytes, r->dc.store_host_bytes,
+                         r->dc_same.io_s, r->dc_same.cpu_s, r->dc_same.store_s, hw.optim_ns_per_param,
+                         hw.mem_bytes_per_s, r->crc_bps, hw.host_work_slowdown, r->store_step_s, r->store_update_s,
+                         r->store_crc_s, r->store_commit_s, r->store_grad_wait_s, r->store_read_wait_s, r->store_write_wait_s, r->store_read_bytes,
+                         r->store_write_bytes, r->store_hits, r->store_misses);
             printf("%s{\"name\":\"%s\",\"model\":\"%s\",\"batch\":%d,\"seq\":%d,\"device_budget_bytes\":%zu,"
                    "\"constrained\":%s,\"plan\":\"%s\",\"rule_plan\":\"%s\",\"rule_same_plan\":%s,"
-                   "\"predicted_step_s\":%.4f,\"measured_step_s\":%.4f,\"rule_step_s\":%.4f,"
-                   "\"predicted_over_measured\":%.3f,\"rule_over_measured\":%.3f,"
+                   "\"predicted_step_s\":%.4f,\"measured_step_s\":%.4f,\"rule_step_s\":%s,"
+                   "\"predicted_over_measured\":%.3f,\"rule_over_measured\":%s,"
                    "\"predicted_same_load_step_s\":%.4f,\"predicted_same_load_over_measured\":%.3f,"
                    "\"predicted_reference_rates_step_s\":%.4f,\"predicted_reference_rates_over_measured\":%.3f,"
                    "\"predicted_parts_s\":{\"compute\":%.4f,\"recompute\":%.4f,\"transfer_exposed\":%.4f,"
@@ -572,16 +750,17 @@ int bench_plan(int argc, char **argv) {
                    "\"solve_s\":%.4f,\"load_avg_before\":%.2f,\"load_avg_after\":%.2f,"
                    "\"load_normalised\":{\"predicted_step_s\":%.4f,\"measured_step_s\":%.4f,"
                    "\"predicted_over_measured\":%.3f},"
-                   "\"predicted_peak_bytes\":{\"device\":%zu,\"host\":%.0f,\"disk\":0},"
-                   "\"measured_peak_bytes\":{\"device\":%zu,\"host\":%.0f,\"disk\":0}}",
+                   "\"predicted_peak_bytes\":{\"device\":%zu,\"host\":%.0f,\"disk\":%llu},"
+                   "\"measured_peak_bytes\":{\"device\":%zu,\"host\":%.0f,\"disk\":%llu}%s}",
                    k ? "," : "", r->cfg->name, r->cfg->model, r->cfg->B, r->cfg->T, r->budget,
                    r->constrained ? "true" : "false", r->plan_txt, r->rule_txt, r->same ? "true" : "false",
-                   r->pred.step_s, r->measured_s, r->rule_s, r->pred.step_s / r->measured_s, r->rule_s / r->measured_s,
+                   r->pred.step_s, r->measured_s, rule_s, r->pred.step_s / r->measured_s, rule_ratio,
                    r->pred_same.step_s, r->pred_same.step_s / r->measured_s, r->pred_ref.step_s,
                    r->pred_ref.step_s / r->measured_s,
                    r->pred.compute_s, r->pred.recompute_s, r->pred.transfer_exposed_s, r->pred.optim_exposed_s,
                    r->pred.host_work_s, r->meas_compute_s, r->meas_tail_s, r->pred.solve_s, r->load0, r->load1, r->norm_pred_s,
-                   r->norm_meas_s, r->norm_pred_s / r->norm_meas_s, r->pred.device_bytes, r->pred_host, r->meas_dev, r->meas_host);
+                   r->norm_meas_s, r->norm_pred_s / r->norm_meas_s, r->pred.device_bytes, r->pred_host, r->dc.disk_bytes,
+                   r->meas_dev, r->meas_host, r->meas_disk, disk_json);
         }
         printf("]}\n");
     } else {
@@ -604,6 +783,12 @@ int bench_plan(int argc, char **argv) {
                    r->pred.compute_s,
                    r->pred.recompute_s, r->meas_compute_s, r->meas_tail_s, r->pred.device_bytes / 1e6,
                    r->meas_dev / 1e6, r->pred_host / 1e6, r->meas_host / 1e6);
+            if (r->cfg->disk)
+                printf("  disk state (%s, store %s the backward): disk peak predicted %.1f MB, measured %.1f MB; "
+                       "store predicted io %.3f s, cpu %.3f s, exposed %.3f s; mixed %.3f GB/s before, %.3f after; the "
+                       "store's last step %.3f s\n", state_path, r->beside ? "beside" : "after", r->dc.disk_bytes / 1e6,
+                       r->meas_disk / 1e6, r->dc.io_s, r->dc.cpu_s, r->pred.optim_exposed_s, r->probe0.mixed_gbps,
+                       r->probe1.mixed_gbps, r->store_step_s);
         }
     }
     rc = 0;
@@ -612,5 +797,6 @@ fail:
     fprintf(stderr, "strata bench plan: %s\n", err.msg);
 done:
     if (cpu) st_backend_free(cpu);
+    if (*tmp_dir) rmdir(tmp_dir);
     return rc;
 }

@@ -235,7 +235,8 @@ st_status st_plan_predict_disk(const st_arch *a, int B, int T, const st_plan_pro
         k.write_bytes += pb[i] - pb[i] / 2;
     }
     double n = (double)y->n_params;
-    k.cpu_s = n * disk->optim_ns_per_param * 1e-9 + ((double)k.read_bytes + (double)k.write_bytes + 4.0 * n) / c.mem_bps;
+    double crc = disk->crc_bytes_per_s > 0 ? disk->crc_bytes_per_s : c.mem_bps;
+    k.cpu_s = n * disk->optim_ns_per_param * 1e-9 + ((double)k.read_bytes + (double)k.write_bytes) / crc + 4.0 * n / c.mem_bps;
     k.store_s = k.io_s > k.cpu_s ? k.io_s : k.cpu_s;
     k.store_host_bytes = hb;
     k.host_bytes = st_plan_host_bytes_disk(a, B, T, p) + (size_t)hb;

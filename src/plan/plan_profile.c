@@ -447,3 +447,32 @@ st_status st_plan_profile_load(const char *path, st_plan_profile *hw, st_err *er
     json_object_put(root);
     return s;
 }
+
+/* ------------------------------------------------------------------ the state store's CRC */
+
+#define PROF_CRC_BYTES (64u << 20)
+#define PROF_CRC_BLOCK (1u << 20) /* ST_STORE_CRC_BLOCK: one CRC per MiB, the blocks on every core */
+
+static double run_crc(void *ctx) {
+    const unsigned char *d = ctx;
+    volatile uint32_t sink = 0;
+    uint32_t acc = 0;
+    double t0 = st_now();
+#pragma omp parallel for schedule(static) reduction(^ : acc)
+    for (int k = 0; k < (int)(PROF_CRC_BYTES / PROF_CRC_BLOCK); k++)
+        acc ^= st_crc32c(0, d + (size_t)k * PROF_CRC_BLOCK, PROF_CRC_BLOCK);
+    double t = st_now() - t0;
+    sink = acc;
+    (void)sink;
+    return t;
+}
+
+st_status st_plan_crc_bytes_per_s(double *bytes_per_s, st_err *err) {
+    unsigned char *d = st_alloc(PROF_CRC_BYTES);
+    if (!d) return st_errf(err, ST_ERR_NOMEM, "plan: the CRC-32C timing needs %u host bytes", PROF_CRC_BYTES);
+    for (size_t i = 0; i < PROF_CRC_BYTES; i++) d[i] = (unsigned char)(i * 131u + (i >> 12));
+    run_crc(d); /* warm: pages, threads */
+    *bytes_per_s = PROF_CRC_BYTES / best_of(3, run_crc, d);
+    st_free(d);
+    return ST_OK;
+}
