@@ -993,8 +993,8 @@ static st_status pretok(enc_ctx *c, int k, const uint8_t *p, size_t len, int at_
             /* JIT's default 32 KiB stack is enough for ordinary text; a long run that
              * backtracks gets a larger one, kept with the encoder state */
             if (!e->js) e->js = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, NULL);
-            e->mctx = pcre2_match_context_create(NULL);
-            if (!e->js || !e->mctx) return st_errf(c->err, ST_ERR_NOMEM, "tokenizer: out of memory");
+            if (e->js) e->mctx = pcre2_match_context_create(NULL); /* only with its stack */
+            if (!e->mctx) return st_errf(c->err, ST_ERR_NOMEM, "tokenizer: out of memory");
             pcre2_jit_stack_assign(e->mctx, NULL, e->js);
             continue;
         }
