@@ -23,6 +23,7 @@ extern "C" {
 #include "backend/cuda/cuda_arena.h"
 #include "backend/cuda/kernels_eltwise.cuh"
 #include "backend/cuda/kernels_norm.cuh"
+#include "backend/cuda/kernels_rope.cuh"
 
 struct cuda_ctx {
     int device = 0;
@@ -121,6 +122,16 @@ static void be_swiglu_backward(st_backend *be, float *dinp, const float *inp, co
     cu_swiglu_backward<float>(dinp, inp, dout, N, F, ctx_of(be)->stream);
     LAUNCHED(be, "swiglu_backward");
 }
+static void be_rope_forward(st_backend *be, float *x, const float *cos, const float *sin, int B, int T, int H, int hs,
+                            int ld) {
+    cu_rope_forward<float>(x, cos, sin, B, T, H, hs, ld, ctx_of(be)->stream);
+    LAUNCHED(be, "rope_forward");
+}
+static void be_rope_backward(st_backend *be, float *dx, const float *cos, const float *sin, int B, int T, int H,
+                             int hs, int ld) {
+    cu_rope_backward<float>(dx, cos, sin, B, T, H, hs, ld, ctx_of(be)->stream);
+    LAUNCHED(be, "rope_backward");
+}
 static void be_to_bf16(st_backend *be, uint16_t *dst, const float *src, size_t n) {
     cu_to_bf16<float>((__nv_bfloat16 *)dst, src, n, ctx_of(be)->stream);
     LAUNCHED(be, "to_bf16");
@@ -159,6 +170,8 @@ static st_backend_ops make_ops(void) {
     o.rmsnorm_backward = be_rmsnorm_backward;
     o.swiglu_forward = be_swiglu_forward;
     o.swiglu_backward = be_swiglu_backward;
+    o.rope_forward = be_rope_forward;
+    o.rope_backward = be_rope_backward;
     o.to_bf16 = be_to_bf16;
     return o;
 }

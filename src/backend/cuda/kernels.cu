@@ -4,6 +4,7 @@
  * compiled by g++ in the emulated tests (tests/test_cuda_emu_*.cpp). */
 #include "backend/cuda/kernels_eltwise.cuh"
 #include "backend/cuda/kernels_norm.cuh"
+#include "backend/cuda/kernels_rope.cuh"
 
 #define CU_INSTANTIATE(T)                                                                                        \
     template void cu_residual_forward<T>(T *, const T *, const T *, size_t, cudaStream_t);                       \
@@ -20,7 +21,9 @@
     template void cu_rmsnorm_forward<T>(T *, float *, const T *, const T *, int, int, int, int, float,            \
                                         cudaStream_t);                                                           \
     template void cu_rmsnorm_backward<T>(T *, float *, const T *, const T *, const T *, const float *, int, int,  \
-                                         int, int, cudaStream_t);
+                                         int, int, cudaStream_t);                                                \
+    template void cu_rope_forward<T>(T *, const float *, const float *, int, int, int, int, int, cudaStream_t);   \
+    template void cu_rope_backward<T>(T *, const float *, const float *, int, int, int, int, int, cudaStream_t);
 
 CU_INSTANTIATE(float)
 CU_INSTANTIATE(__nv_bfloat16)
