@@ -8,6 +8,7 @@
 #include "strata/block.h"
 #include "strata/model.h"
 #include "strata/prof.h"
+#include "model_internal.h"
 
 static st_gpt2_model *as_gpt2(const st_model *m) { return (st_gpt2_model *)m->impl; }
 
@@ -170,59 +171,32 @@ st_status st_model_create_gpt2(st_model **out, const st_gpt2_config *cfg, st_bac
     return ST_OK;
 }
 
-/* A family and its shape, from a Hugging Face directory or a preset with overrides. */
-typedef struct model_shape {
-    int is_llama;
-    st_gpt2_config g;
-    st_llama_config l;
-} model_shape;
-
-static st_status shape_of(const char *preset, const char *hf_dir, const st_model_overrides *ov, model_shape *sh,
-                          st_err *err) {
-    memset(sh, 0, sizeof *sh);
-    if (hf_dir && hf_dir[0]) {
-        if (st_gpt2_hf_is_dir(hf_dir)) return st_gpt2_hf_config_read(hf_dir, &sh->g, err);
-        sh->is_llama = 1;
-        return st_hf_config_read(hf_dir, &sh->l, err);
-    }
-    if (st_llama_config_preset(preset, &sh->l, NULL) == ST_OK) {
-        sh->is_llama = 1;
-        return st_llama_config_apply_overrides(&sh->l, ov, err);
-    }
-    if (st_gpt2_config_preset(preset, &sh->g, NULL) != ST_OK)
-        return st_errf(err, ST_ERR_INVALID, "unknown model '%s'; known models: %s", preset, st_model_preset_names());
-    if (ov) {
-        if (ov->vocab_size > 0) sh->g.vocab_size = ov->vocab_size;
-        if (ov->max_seq > 0) sh->g.max_seq = ov->max_seq;
-        if (ov->n_layer > 0) sh->g.n_layer = ov->n_layer;
-        if (ov->n_head > 0) sh->g.n_head = ov->n_head;
-        if (ov->n_embd > 0) sh->g.n_embd = ov->n_embd;
-    }
-    return ST_OK;
-}
-
 st_status st_model_create_from(st_model **out, const char *preset, const char *hf_dir, const st_model_overrides *ov,
                                int with_weights, st_backend *be, st_err *err) {
     *out = NULL;
     if (hf_dir && hf_dir[0] && with_weights) /* shape and weights */
         return st_gpt2_hf_is_dir(hf_dir) ? st_gpt2_model_create_hf(out, hf_dir, be, err)
                                       : st_model_create_hf(out, hf_dir, be, err);
-    model_shape sh;
-    st_status s = shape_of(preset, hf_dir, ov, &sh, err);
+    st_gpt2_config g;
+    st_llama_config l;
+    int llama;
+    st_status s = model_family_resolve(preset, hf_dir, ov, &llama, &g, &l, err);
     if (s) return s;
-    return sh.is_llama ? st_model_create_llama(out, &sh.l, be, err) : st_model_create_gpt2(out, &sh.g, be, err);
+    return llama ? st_model_create_llama(out, &l, be, err) : st_model_create_gpt2(out, &g, be, err);
 }
 
 st_status st_model_mem_estimate(const char *preset, const char *hf_dir, const st_model_overrides *ov, int B, int T,
                                 int optim_8bit, st_prof_mem_estimate *out, st_err *err) {
-    model_shape sh;
-    st_status s = shape_of(preset, hf_dir, ov, &sh, err);
+    st_gpt2_config g;
+    st_llama_config l;
+    int llama;
+    st_status s = model_family_resolve(preset, hf_dir, ov, &llama, &g, &l, err);
     if (s) return s;
-    if (sh.is_llama) /* parameters and stored activations from the model's own counts */
-        st_prof_mem_estimate_generic((double)st_llama_param_count(&sh.l), (double)st_llama_act_bytes(&sh.l, B, T), B, T,
+    if (llama) /* parameters and stored activations from the model's own counts */
+        st_prof_mem_estimate_generic((double)st_llama_param_count(&l), (double)st_llama_act_bytes(&l, B, T), B, T,
                                   optim_8bit, out);
     else
-        st_prof_mem_estimate_gpt2(&sh.g, B, T, optim_8bit, out);
+        st_prof_mem_estimate_gpt2(&g, B, T, optim_8bit, out);
     return ST_OK;
 }
 

@@ -8,6 +8,7 @@
 #include "strata/block.h"
 #include "strata/llama.h"
 #include "strata/model.h"
+#include "model_internal.h"
 
 /* An override that differs from the directory's value: the weights fix the shape. */
 static st_status overrides_repeat(const char *dir, const st_model_overrides *ov, const int have[5], st_err *err) {
@@ -45,6 +46,48 @@ static void shape_llama(const st_llama_config *l, int B, int T, st_model_shape *
              l->n_head, l->n_kv_head, l->vocab_size, l->max_seq);
 }
 
+/* The family and its typed configuration, checked (model_internal.h): the dispatch that
+ * st_model_resolve, st_model_create_from and st_model_mem_estimate share. */
+st_status model_family_resolve(const char *preset, const char *hf_dir, const st_model_overrides *ov, int *is_llama,
+                                  st_gpt2_config *g, st_llama_config *l, st_err *err) {
+    memset(g, 0, sizeof *g);
+    memset(l, 0, sizeof *l);
+    int llama;
+    st_status s;
+    if (hf_dir && hf_dir[0]) {
+        llama = !st_gpt2_hf_is_dir(hf_dir);
+        if (!llama && (s = st_gpt2_hf_config_read(hf_dir, g, err))) return st_err_prefix(err, "key 'init_from'");
+        if (llama && (s = st_hf_config_read(hf_dir, l, err))) {
+            if (s == ST_ERR_UNSUPPORTED && err) /* the Llama reader's list lacks the other family */
+                snprintf(err->msg + strlen(err->msg), sizeof err->msg - strlen(err->msg),
+                         "; or GPT-2 (GPT2LMHeadModel)");
+            return st_err_prefix(err, "key 'init_from'");
+        }
+        const int have[5] = {llama ? l->vocab_size : g->vocab_size, llama ? l->max_seq : g->max_seq,
+                             llama ? l->n_layer : g->n_layer, llama ? l->n_head : g->n_head,
+                             llama ? l->hidden_size : g->n_embd};
+        if ((s = overrides_repeat(hf_dir, ov, have, err))) return s;
+    } else if (preset && st_llama_config_preset(preset, l, NULL) == ST_OK) {
+        llama = 1;
+        if ((s = st_llama_config_apply_overrides(l, ov, err))) return st_err_prefix(err, "model shape");
+    } else if (preset && st_gpt2_config_preset(preset, g, NULL) == ST_OK) {
+        llama = 0;
+        if (ov) {
+            if (ov->vocab_size > 0) g->vocab_size = ov->vocab_size;
+            if (ov->max_seq > 0) g->max_seq = ov->max_seq;
+            if (ov->n_layer > 0) g->n_layer = ov->n_layer;
+            if (ov->n_head > 0) g->n_head = ov->n_head;
+            if (ov->n_embd > 0) g->n_embd = ov->n_embd;
+        }
+    } else {
+        return st_errf(err, ST_ERR_INVALID, "key 'model': unknown model '%s'; known models: %s (or init_from a "
+                       "Hugging Face directory)", preset ? preset : "", st_model_preset_names());
+    }
+    if (!llama && (s = st_gpt2_config_validate(g, err))) return st_err_prefix(err, "model shape");
+    *is_llama = llama;
+    return ST_OK;
+}
+
 st_status st_model_resolve(const char *preset, const char *hf_dir, const st_model_overrides *ov, int B, int T,
                            st_model_shape *out, st_arch **arch, st_err *err) {
     memset(out, 0, sizeof *out);
@@ -52,41 +95,10 @@ st_status st_model_resolve(const char *preset, const char *hf_dir, const st_mode
     if (B < 1 || T < 1) B = T = 0; /* no activations counted */
     st_gpt2_config g;
     st_llama_config l;
-    memset(&g, 0, sizeof g);
-    memset(&l, 0, sizeof l);
     int llama;
-    st_status s;
-    if (hf_dir && hf_dir[0]) {
-        out->from_dir = 1;
-        llama = !st_gpt2_hf_is_dir(hf_dir);
-        if (!llama && (s = st_gpt2_hf_config_read(hf_dir, &g, err))) return st_err_prefix(err, "key 'init_from'");
-        if (llama && (s = st_hf_config_read(hf_dir, &l, err))) {
-            if (s == ST_ERR_UNSUPPORTED && err) /* the Llama reader's list lacks the other family */
-                snprintf(err->msg + strlen(err->msg), sizeof err->msg - strlen(err->msg),
-                         "; or GPT-2 (GPT2LMHeadModel)");
-            return st_err_prefix(err, "key 'init_from'");
-        }
-        const int have[5] = {llama ? l.vocab_size : g.vocab_size, llama ? l.max_seq : g.max_seq,
-                             llama ? l.n_layer : g.n_layer, llama ? l.n_head : g.n_head,
-                             llama ? l.hidden_size : g.n_embd};
-        if ((s = overrides_repeat(hf_dir, ov, have, err))) return s;
-    } else if (preset && st_llama_config_preset(preset, &l, NULL) == ST_OK) {
-        llama = 1;
-        if ((s = st_llama_config_apply_overrides(&l, ov, err))) return st_err_prefix(err, "model shape");
-    } else if (preset && st_gpt2_config_preset(preset, &g, NULL) == ST_OK) {
-        llama = 0;
-        if (ov) {
-            if (ov->vocab_size > 0) g.vocab_size = ov->vocab_size;
-            if (ov->max_seq > 0) g.max_seq = ov->max_seq;
-            if (ov->n_layer > 0) g.n_layer = ov->n_layer;
-            if (ov->n_head > 0) g.n_head = ov->n_head;
-            if (ov->n_embd > 0) g.n_embd = ov->n_embd;
-        }
-    } else {
-        return st_errf(err, ST_ERR_INVALID, "key 'model': unknown model '%s'; known models: %s (or init_from a "
-                       "Hugging Face directory)", preset ? preset : "", st_model_preset_names());
-    }
-    if (!llama && (s = st_gpt2_config_validate(&g, err))) return st_err_prefix(err, "model shape");
+    st_status s = model_family_resolve(preset, hf_dir, ov, &llama, &g, &l, err);
+    if (s) return s;
+    out->from_dir = hf_dir && hf_dir[0];
     if (llama)
         shape_llama(&l, B, T, out);
     else
