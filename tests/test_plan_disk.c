@@ -128,6 +128,11 @@ int main(void) {
     CHECK(st_plan_predict_disk(a, B, T, &hw, p, &d, &b2, &kb, &err) == ST_OK, "%s", err.msg);
     CHECK(close_to(b2.host_work_s - r2.host_work_s, 0.5 * kb.cpu_s), "host work beside %g s, after %g s, cpu %g s",
           b2.host_work_s, r2.host_work_s, kb.cpu_s);
+    d.cpu_slowdown = 1; /* all-core work on the compute's own cores: every second of it */
+    CHECK(st_plan_predict_disk(a, B, T, &hw, p, &d, &b2, &kb, &err) == ST_OK &&
+              close_to(b2.host_work_s - r2.host_work_s, kb.cpu_s),
+          "cpu_slowdown 1: host work beside %g s, after %g s, cpu %g s", b2.host_work_s, r2.host_work_s, kb.cpu_s);
+    d.cpu_slowdown = 0;
 
     /* refusals */
     bw = 0;

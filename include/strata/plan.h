@@ -227,7 +227,7 @@ st_status st_plan_stream(const st_arch *a, int B, int T, size_t device_budget, c
  * after the backward (store_beside 0, strata train's choice where host_work_slowdown >= 0.5)
  * all of store_s is exposed; beside it (store_beside 1) the backward (the blocks' backward
  * and their recomputed forwards) hides up to its own length, and the store's cpu_s costs
- * the compute host_work_slowdown of its seconds. Either way the in-RAM optimizer's terms
+ * the compute cpu_slowdown of its seconds. Either way the in-RAM optimizer's terms
  * (its update, its speculative backups) are gone. The store's read-ahead cache (a few
  * subgroups kept from one step to the next) is not counted: with the default 256 MiB of
  * buffers it saves a few percent of the reads. The program (st_plan_stream) does not see
@@ -247,6 +247,10 @@ typedef struct st_plan_disk {
     float weight_decay;         /* for the store's segments (st_train_decay_segments) */
     double crc_bytes_per_s;     /* the CRC-32C rate as the store computes it (st_plan_crc_bytes_per_s;
                                    0: the profile's mem_bytes_per_s) */
+    double cpu_slowdown;        /* beside the backward: seconds of compute lost per second of the store's
+                                   update and CRC, which run on every host core (OpenMP): 1 on the CPU
+                                   backend, whose compute is those cores (the profile's
+                                   host_work_slowdown is a single copy thread's); 0: host_work_slowdown */
 } st_plan_disk;
 
 /* The CRC-32C rate the state store gets (st_crc32c over 1 MiB blocks on every core, as it

@@ -421,7 +421,8 @@ static st_status bench_one(const bp_config *cfg, st_backend *cpu, st_plan_profil
     double mixed = 0;
     st_plan_disk dk = {.paths = dpaths, .n_paths = 1, .mixed_bytes_per_s = &mixed, .fmt = ST_OPTIM_STATE_F32,
                        .optim_ns_per_param = hw->optim_ns_per_param, .host_budget = ST_TRAIN_STATE_BUDGET_DEFAULT,
-                       .weight_decay = sc.weight_decay};
+                       .weight_decay = sc.weight_decay,
+                       .cpu_slowdown = 1.0}; /* the CPU backend: the store's all-core work is the compute's cores */
     if (state_dir) {
         scp.external_optimizer = 1;
         scp.store_beside = out->beside = dk.beside = hw->host_work_slowdown < 0.5;
@@ -724,7 +725,8 @@ int bench_plan(int argc, char **argv) {
                          "\"probe_after_gbps\":{\"read\":%.3f,\"write\":%.3f,\"mixed\":%.3f},"
                          "\"predicted\":{\"io_s\":%.3f,\"cpu_s\":%.3f,\"store_s\":%.3f,\"hidden_s\":%.3f,"
                          "\"read_bytes\":%llu,\"write_bytes\":%llu,\"store_host_bytes\":%llu},"
-                         "\"predicted_same_load\":{\"io_s\":%.3f,\"cpu_s\":%.3f,\"store_s\":%.3f},"
+                         "\"predicted_same_load\":{\"io_s\":%.3f,\"cpu_s\":%.3f,\"store_s\":%.3f,\"compute_s\":%.3f,"
+                         "\"optim_exposed_s\":%.3f,\"host_work_s\":%.3f},"
                          "\"profile\":{\"optim_ns_per_param\":%.3f,\"mem_bytes_per_s\":%.4g,\"crc_bytes_per_s\":%.4g,"
                          "\"host_work_slowdown\":%.3f},"
                          "\"measured_last_step\":{\"store_step_s\":%.3f,\"update_s\":%.3f,\"crc_s\":%.3f,"
@@ -735,7 +737,8 @@ int bench_plan(int argc, char **argv) {
                          r->probe0.read_gbps, r->probe0.write_gbps, r->probe0.mixed_gbps, r->probe1.read_gbps,
                          r->probe1.write_gbps, r->probe1.mixed_gbps, r->dc.io_s, r->dc.cpu_s, r->dc.store_s,
                          r->dc.hidden_s, r->dc.read_bytes, r->dc.write_bytes, r->dc.store_host_bytes,
-                         r->dc_same.io_s, r->dc_same.cpu_s, r->dc_same.store_s, hw.optim_ns_per_param,
+                         r->dc_same.io_s, r->dc_same.cpu_s, r->dc_same.store_s, r->pred_same.compute_s,
+                         r->pred_same.optim_exposed_s, r->pred_same.host_work_s, hw.optim_ns_per_param,
                          hw.mem_bytes_per_s, r->crc_bps, hw.host_work_slowdown, r->store_step_s, r->store_update_s,
                          r->store_crc_s, r->store_commit_s, r->store_grad_wait_s, r->store_read_wait_s, r->store_write_wait_s, r->store_read_bytes,
                          r->store_write_bytes, r->store_hits, r->store_misses);

@@ -130,7 +130,7 @@ double plan_cost_wfetch_bwd(const plan_cost *c, int d, int w) {
 
 /* The store's figures of a disk-state step (st_plan_disk_cost), NULL for the state in RAM. */
 static st_status predict(const plan_cost *cp, const st_arch *a, int B, int T, const st_stream_plan *p,
-                         st_plan_disk_cost *dk, int beside, st_plan_prediction *pred, st_err *err) {
+                         st_plan_disk_cost *dk, int beside, double cpu_slow, st_plan_prediction *pred, st_err *err) {
     plan_cost c = *cp;
     int L = c.L, d = p->prefetch_depth;
     if (p->n_layer != L) return st_errf(err, ST_ERR_INVALID, "plan: the plan is for %d blocks, the model has %d", p->n_layer, L);
@@ -178,7 +178,7 @@ static st_status predict(const plan_cost *cp, const st_arch *a, int B, int T, co
         double bwd = (double)L * c.bwd + rec; /* the blocks' backward and recomputed forwards */
         dk->hidden_s = beside ? (dk->store_s < bwd ? dk->store_s : bwd) : 0;
         pred->optim_exposed_s = dk->store_s - dk->hidden_s;
-        if (beside) pred->host_work_s += c.slow * dk->cpu_s;
+        if (beside) pred->host_work_s += cpu_slow * dk->cpu_s;
     }
     pred->step_s = pred->compute_s + pred->recompute_s + pred->transfer_exposed_s + pred->optim_exposed_s +
                    pred->host_work_s;
@@ -192,7 +192,7 @@ st_status st_plan_predict(const st_arch *a, int B, int T, const st_plan_profile 
                        st_plan_prediction *pred, st_err *err) {
     plan_cost c;
     st_status s = plan_cost_init(&c, a, B, T, hw, err);
-    return s ? s : predict(&c, a, B, T, p, NULL, 0, pred, err);
+    return s ? s : predict(&c, a, B, T, p, NULL, 0, 0, pred, err);
 }
 
 st_status st_plan_predict_disk(const st_arch *a, int B, int T, const st_plan_profile *hw, const st_stream_plan *p,
@@ -240,7 +240,8 @@ st_status st_plan_predict_disk(const st_arch *a, int B, int T, const st_plan_pro
     k.store_s = k.io_s > k.cpu_s ? k.io_s : k.cpu_s;
     k.store_host_bytes = hb;
     k.host_bytes = st_plan_host_bytes_disk(a, B, T, p) + (size_t)hb;
-    if ((s = predict(&c, a, B, T, p, &k, disk->beside != 0, pred, err))) return s;
+    if ((s = predict(&c, a, B, T, p, &k, disk->beside != 0, disk->cpu_slowdown > 0 ? disk->cpu_slowdown : c.slow, pred, err)))
+        return s;
     if (dc) *dc = k;
     return ST_OK;
 }
