@@ -22,6 +22,7 @@ extern "C" {
 #include "backend/cuda/backend_cuda.h"
 #include "backend/cuda/cuda_arena.h"
 #include "backend/cuda/kernels_eltwise.cuh"
+#include "backend/cuda/kernels_embed.cuh"
 #include "backend/cuda/kernels_norm.cuh"
 #include "backend/cuda/kernels_rope.cuh"
 
@@ -77,6 +78,26 @@ static void be_synchronize(st_backend *be) { note(ctx_of(be), cudaStreamSynchron
 
 /* ---------------------------------------------------------------- ops (fp32 storage) */
 
+static void be_encoder_forward(st_backend *be, float *out, const int32_t *inp, const float *wte, const float *wpe, int B,
+                               int T, int C) {
+    cu_embed_forward<float>(out, inp, wte, wpe, B, T, C, ctx_of(be)->stream);
+    LAUNCHED(be, "encoder_forward");
+}
+static void be_encoder_backward(st_backend *be, float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B,
+                                int T, int C) {
+    cu_embed_backward<float>(dwte, dwpe, dout, inp, B, T, C, ctx_of(be)->stream);
+    LAUNCHED(be, "encoder_backward");
+}
+static void be_embedding_forward(st_backend *be, float *out, const int32_t *inp, const float *wte, int B, int T,
+                                 int C) {
+    cu_embed_forward<float>(out, inp, wte, nullptr, B, T, C, ctx_of(be)->stream);
+    LAUNCHED(be, "embedding_forward");
+}
+static void be_embedding_backward(st_backend *be, float *dwte, const float *dout, const int32_t *inp, int B, int T,
+                                  int C) {
+    cu_embed_backward<float>(dwte, nullptr, dout, inp, B, T, C, ctx_of(be)->stream);
+    LAUNCHED(be, "embedding_backward");
+}
 static void be_layernorm_forward(st_backend *be, float *out, float *mean, float *rstd, const float *inp,
                                  const float *w, const float *b, int N, int C) {
     cu_layernorm_forward<float>(out, mean, rstd, inp, w, b, N, C, ctx_of(be)->stream);
@@ -160,6 +181,10 @@ static st_backend_ops make_ops(void) {
     o.copy_to_device = be_copy_to_device;
     o.copy_to_host = be_copy_to_host;
     o.synchronize = be_synchronize;
+    o.encoder_forward = be_encoder_forward;
+    o.encoder_backward = be_encoder_backward;
+    o.embedding_forward = be_embedding_forward;
+    o.embedding_backward = be_embedding_backward;
     o.layernorm_forward = be_layernorm_forward;
     o.layernorm_backward = be_layernorm_backward;
     o.gelu_forward = be_gelu_forward;
