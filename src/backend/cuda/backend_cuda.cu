@@ -21,6 +21,7 @@ extern "C" {
 }
 #include "backend/cuda/backend_cuda.h"
 #include "backend/cuda/cuda_arena.h"
+#include "backend/cuda/kernels_attn.cuh"
 #include "backend/cuda/kernels_eltwise.cuh"
 #include "backend/cuda/kernels_embed.cuh"
 #include "backend/cuda/kernels_norm.cuh"
@@ -78,8 +79,8 @@ static void be_synchronize(st_backend *be) { note(ctx_of(be), cudaStreamSynchron
 
 /* ---------------------------------------------------------------- ops (fp32 storage) */
 
-static void be_encoder_forward(st_backend *be, float *out, const int32_t *inp, const float *wte, const float *wpe, int B,
-                               int T, int C) {
+static void be_encoder_forward(st_backend *be, float *out, const int32_t *inp, const float *wte, const float *wpe,
+                               int B, int T, int C) {
     cu_embed_forward<float>(out, inp, wte, wpe, B, T, C, ctx_of(be)->stream);
     LAUNCHED(be, "encoder_forward");
 }
@@ -153,6 +154,60 @@ static void be_rope_backward(st_backend *be, float *dx, const float *cos, const 
     cu_rope_backward<float>(dx, cos, sin, B, T, H, hs, ld, ctx_of(be)->stream);
     LAUNCHED(be, "rope_backward");
 }
+/* attention: GPT-2's packed qkv is the grouped case with NKV = NH, ld = 3C; doc_start NULL
+ * without documents. A head size over CU_ATT_HS is refused as an invalid value. */
+static void att_fwd(st_backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
+                    const int32_t *ds, int ld, int B, int T, int NH, int NKV, int hs, const char *op) {
+    if (!cu_attn_supported(hs)) return note(ctx_of(be), cudaErrorInvalidValue, op);
+    cu_attn_forward<float>(out, lse, q, k, v, ds, ld, B, T, NH, NKV, hs, ctx_of(be)->stream);
+    LAUNCHED(be, op);
+}
+static void att_bwd(st_backend *be, float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                    const float *v, const float *out, const float *lse, const int32_t *ds, int ld, int B, int T, int NH,
+                    int NKV, int hs, const char *op) {
+    if (!cu_attn_supported(hs)) return note(ctx_of(be), cudaErrorInvalidValue, op);
+    cu_attn_backward<float>(dq, dk, dv, dout, q, k, v, out, lse, ds, ld, B, T, NH, NKV, hs, ctx_of(be)->stream);
+    LAUNCHED(be, op);
+}
+static void be_attention_forward(st_backend *be, float *out, float *lse, const float *qkv, int B, int T, int C,
+                                 int NH) {
+    att_fwd(be, out, lse, qkv, qkv + C, qkv + 2 * C, nullptr, 3 * C, B, T, NH, NH, C / NH, "attention_forward");
+}
+static void be_attention_backward(st_backend *be, float *dqkv, const float *dout, const float *qkv, const float *out,
+                                  const float *lse, int B, int T, int C, int NH) {
+    att_bwd(be, dqkv, dqkv + C, dqkv + 2 * C, dout, qkv, qkv + C, qkv + 2 * C, out, lse, nullptr, 3 * C, B, T, NH, NH,
+            C / NH, "attention_backward");
+}
+static void be_attention_doc_forward(st_backend *be, float *out, float *lse, const float *qkv,
+                                     const int32_t *doc_start, int B, int T, int C, int NH) {
+    att_fwd(be, out, lse, qkv, qkv + C, qkv + 2 * C, doc_start, 3 * C, B, T, NH, NH, C / NH, "attention_doc_forward");
+}
+static void be_attention_doc_backward(st_backend *be, float *dqkv, const float *dout, const float *qkv,
+                                      const float *out, const float *lse, const int32_t *doc_start, int B, int T,
+                                      int C, int NH) {
+    att_bwd(be, dqkv, dqkv + C, dqkv + 2 * C, dout, qkv, qkv + C, qkv + 2 * C, out, lse, doc_start, 3 * C, B, T, NH,
+            NH, C / NH, "attention_doc_backward");
+}
+static void be_attention_gqa_forward(st_backend *be, float *out, float *lse, const float *q, const float *k,
+                                     const float *v, int ld, int B, int T, int NH, int NKV, int hs) {
+    att_fwd(be, out, lse, q, k, v, nullptr, ld, B, T, NH, NKV, hs, "attention_gqa_forward");
+}
+static void be_attention_gqa_backward(st_backend *be, float *dq, float *dk, float *dv, const float *dout,
+                                      const float *q, const float *k, const float *v, const float *out,
+                                      const float *lse, int ld, int B, int T, int NH, int NKV, int hs) {
+    att_bwd(be, dq, dk, dv, dout, q, k, v, out, lse, nullptr, ld, B, T, NH, NKV, hs, "attention_gqa_backward");
+}
+static void be_attention_gqa_doc_forward(st_backend *be, float *out, float *lse, const float *q, const float *k,
+                                         const float *v, const int32_t *doc_start, int ld, int B, int T, int NH,
+                                         int NKV, int hs) {
+    att_fwd(be, out, lse, q, k, v, doc_start, ld, B, T, NH, NKV, hs, "attention_gqa_doc_forward");
+}
+static void be_attention_gqa_doc_backward(st_backend *be, float *dq, float *dk, float *dv, const float *dout,
+                                          const float *q, const float *k, const float *v, const float *out,
+                                          const float *lse, const int32_t *doc_start, int ld, int B, int T, int NH,
+                                          int NKV, int hs) {
+    att_bwd(be, dq, dk, dv, dout, q, k, v, out, lse, doc_start, ld, B, T, NH, NKV, hs, "attention_gqa_doc_backward");
+}
 static void be_to_bf16(st_backend *be, uint16_t *dst, const float *src, size_t n) {
     cu_to_bf16<float>((__nv_bfloat16 *)dst, src, n, ctx_of(be)->stream);
     LAUNCHED(be, "to_bf16");
@@ -198,6 +253,14 @@ static st_backend_ops make_ops(void) {
     o.rope_forward = be_rope_forward;
     o.rope_backward = be_rope_backward;
     o.to_bf16 = be_to_bf16;
+    o.attention_forward = be_attention_forward;
+    o.attention_backward = be_attention_backward;
+    o.attention_gqa_forward = be_attention_gqa_forward;
+    o.attention_gqa_backward = be_attention_gqa_backward;
+    o.attention_doc_forward = be_attention_doc_forward;
+    o.attention_doc_backward = be_attention_doc_backward;
+    o.attention_gqa_doc_forward = be_attention_gqa_doc_forward;
+    o.attention_gqa_doc_backward = be_attention_gqa_doc_backward;
     return o;
 }
 static const st_backend_ops cuda_ops = make_ops();

@@ -2,6 +2,7 @@
  * the launchers' explicit instantiations (the backend, backend_cuda.cu, calls the fp32
  * ones; the bf16 ones wait for the executor's bf16 activations). The same headers are
  * compiled by g++ in the emulated tests (tests/test_cuda_emu_*.cpp). */
+#include "backend/cuda/kernels_attn.cuh"
 #include "backend/cuda/kernels_eltwise.cuh"
 #include "backend/cuda/kernels_embed.cuh"
 #include "backend/cuda/kernels_norm.cuh"
@@ -26,7 +27,11 @@
     template void cu_rope_forward<T>(T *, const float *, const float *, int, int, int, int, int, cudaStream_t);   \
     template void cu_rope_backward<T>(T *, const float *, const float *, int, int, int, int, int, cudaStream_t);   \
     template void cu_embed_forward<T>(T *, const int32_t *, const T *, const T *, int, int, int, cudaStream_t);   \
-    template void cu_embed_backward<T>(float *, float *, const T *, const int32_t *, int, int, int, cudaStream_t);
+    template void cu_embed_backward<T>(float *, float *, const T *, const int32_t *, int, int, int, cudaStream_t); \
+    template void cu_attn_forward<T>(T *, float *, const T *, const T *, const T *, const int32_t *, int, int, int, \
+                                     int, int, int, cudaStream_t);                                               \
+    template void cu_attn_backward<T>(T *, T *, T *, const T *, const T *, const T *, const T *, const T *,        \
+                                      const float *, const int32_t *, int, int, int, int, int, int, cudaStream_t);
 
 CU_INSTANTIATE(float)
 CU_INSTANTIATE(__nv_bfloat16)
