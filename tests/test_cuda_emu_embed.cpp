@@ -28,8 +28,9 @@ static void cpu_bits(const char *what, const vecf &a, const vecf &ref) {
     size_t bad = 0, first = 0;
     for (size_t i = 0; i < a.size(); i++)
         if (memcmp(&a[i], &ref[i], 4) != 0 && !bad++) first = i;
-    CHECK(a.size() == ref.size() && bad == 0, "%s: differs from the CPU backend's bits in %zu of %zu (first [%zu]: %.9g vs %.9g)",
-          what, bad, a.size(), first, bad ? a[first] : 0.0, bad ? ref[first] : 0.0);
+    CHECK(a.size() == ref.size() && bad == 0,
+          "%s: differs from the CPU backend's bits in %zu of %zu (first [%zu]: %.9g vs %.9g)", what, bad, a.size(),
+          first, bad ? a[first] : 0.0, bad ? ref[first] : 0.0);
 }
 
 template <class T> static EmbOut emb_cuda(const EmbIn &in, int B, int T_, int C, int pos) {
