@@ -293,6 +293,60 @@ static size_t encode_all(const st_tokenizer *tok, const char *text, int32_t *ids
 
 static const char *const RANK_SPECIALS[] = {"<|endoftext|>", "<|im_start|>"};
 
+/* Invalid UTF-8 in a byte-level model: tiktoken's bytes API (Encoding._encode_bytes) on each
+ * piece between special tokens. The ids, for tok_ranks.tiktoken (Llama-3 pattern) and for
+ * tok_llama3.json (the same model, its own ids), came from (in the repository root, with
+ * tokenizers and tiktoken installed):
+ *   python3 -c 'import base64,sys; sys.path.insert(0,"tools"); import tiktoken, gen_tokenizer_fixtures as g;
+ *     from tokenizers import Tokenizer
+ *     r={base64.b64decode(l.split()[0]):int(l.split()[1]) for l in open("tests/fixtures/tok_ranks.tiktoken","rb")}
+ *     e=tiktoken.Encoding(name="x",pat_str=g.LLAMA3_PATTERN,mergeable_ranks=r,
+ *       special_tokens={t:len(r)+i for i,t in enumerate(g.RANK_SPECIALS)})
+ *     j=g.json_ids(Tokenizer.from_file("tests/fixtures/tok_llama3.json"),r)
+ *     for b in [b"\xffhello  world",b"hello  \xe4\xb8  world",b"hello world  \xc3",b"\x80  \xfe\xff",
+ *               b"ab  \xff<|endoftext|>  cd\xfe  x  y"]:
+ *       i=g.encode_bytes(e,b); print(i,[j[x] for x in i])'
+ * All but the third and fourth differ from encoding each run of valid UTF-8 as text: after the
+ * first invalid byte "  world" is one piece ("  " then " world" by the regex). */
+static void check_bytes_rule(void) {
+    static const struct {
+        const char *text;
+        int32_t ranks[12], json[12];
+        size_t n;
+    } CASES[] = {
+        {"\xffhello  world", {255, 353, 256, 555}, {188, 354, 257, 556}, 4},
+        {"hello  \xe4\xb8  world", {353, 256, 228, 184, 256, 555}, {354, 257, 161, 117, 257, 556}, 6},
+        {"hello world  \xc3", {353, 528, 256, 195}, {354, 529, 257, 128}, 4},
+        {"\x80  \xfe\xff", {128, 256, 254, 255}, {223, 257, 187, 188}, 4},
+        {"ab  \xff<|endoftext|>  cd\xfe  x  y", {323, 256, 255, 599, 256, 99, 100, 254, 256, 120, 256, 121},
+         {324, 257, 188, 0, 257, 67, 68, 187, 257, 88, 257, 89}, 12},
+    };
+    st_tokenizer_opts ro = {.special = RANK_SPECIALS, .n_special = 2};
+    for (int json = 0; json < 2; json++) {
+        st_tokenizer *tok = NULL;
+        st_err err = {0};
+        const char *file = json ? "tests/fixtures/tok_llama3.json" : "tests/fixtures/tok_ranks.tiktoken";
+        st_status s = st_tokenizer_load_ex(&tok, test_source_path(file), json ? NULL : &ro, &err);
+        CHECK(s == ST_OK, "%s: %s", file, err.msg);
+        if (s != ST_OK) continue;
+        for (size_t k = 0; k < sizeof CASES / sizeof *CASES; k++) {
+            const int32_t *want = json ? CASES[k].json : CASES[k].ranks;
+            int32_t ids[32];
+            size_t n = encode_all(tok, CASES[k].text, ids, 32);
+            size_t d = 0; /* the first id that differs */
+            while (d < n && d < CASES[k].n && ids[d] == want[d]) d++;
+            CHECK(n == CASES[k].n && d == n, "%s: bytes rule case %zu: %zu ids, tiktoken's %zu; ids[%zu] = %d, not %d",
+                  file, k, n, CASES[k].n, d, d < n ? ids[d] : -1, d < CASES[k].n ? want[d] : -1);
+            char out[64];
+            size_t ol = 0;
+            s = st_tokenizer_decode(tok, ids, n, out, sizeof out, &ol, &err);
+            CHECK(s == ST_OK && ol == strlen(CASES[k].text) && memcmp(out, CASES[k].text, ol) == 0,
+                  "%s: bytes rule case %zu does not decode to its bytes", file, k);
+        }
+        st_tokenizer_free(tok);
+    }
+}
+
 /* A rank file is known by its content, under any name and as a directory's tokenizer.model;
  * a JSON file named .tiktoken is read as JSON. */
 static void check_rank_files(void) {
@@ -442,6 +496,7 @@ int main(void) {
     check_files("ranks_small", "tests/fixtures/tok_ranks_small.tiktoken",
                 "tests/fixtures/tok_ranks_small_expected.json", &ro, 1, "<|im_start|>", junk_space);
     check_rank_files();
+    check_bytes_rule();
     check_threads("tests/fixtures/tok_llama3.json");
     check_threads("tests/fixtures/tok_llama2.json");
 

@@ -41,11 +41,11 @@ BPE tokenizers (tokens of at most 16 characters) trained on 10 MB of tools/gen_t
 The references: `tokenizers` for the two .json files, and `tiktoken` (encode with
 allowed_special="all") for the rank files with the GPT-2 and the Llama-3 pattern; both have
 <|endoftext|> and <|im_start|> as special tokens. Documents with invalid UTF-8 (--docs
---invalid --seed 3, 0.3 MB) have rank-file digests only (`tokenizers` takes no bytes): each
-maximal run of valid UTF-8 is encoded by tiktoken as text, each run of bytes that start no
-character as one piece by tiktoken's byte-pair encoder (Encoding._encode_single_piece).
-tiktoken's own Encoding._encode_bytes is not the reference: it encodes everything after the
-first invalid byte as a single piece, without the regex or special tokens.
+--invalid --seed 3, 0.3 MB), which `tokenizers` cannot take, are cut at the special tokens
+and each piece between them goes through tiktoken's bytes API, Encoding._encode_bytes: the
+rank files' rows, and the .json files' rows the same ids mapped to the .json's own ids.
+--corpus --keep-tokenizers writes the digests again from the committed tokenizers, without
+training them again.
 
 Nothing is downloaded: the tokenizers are trained here on a deterministic text. Needs the
 `tokenizers` and `tiktoken` packages from PyPI:
@@ -61,6 +61,7 @@ import io
 import json
 import os
 import random
+import re
 import sys
 
 try:
@@ -332,37 +333,31 @@ def gen_docs(args):
     return docs[:-1]
 
 
-def utf8_char_len(b, i):
-    """Length of the valid UTF-8 character at b[i] (1-4), 0 where none starts there."""
-    for k in range(1, 5):
-        try:
-            if len(b[i:i + k].decode("utf-8")) == 1:
-                return k
-        except UnicodeDecodeError:
-            pass
-    return 0
+SPECIAL_RE = re.compile(b"|".join(re.escape(t.encode()) for t in CORPUS_SPECIALS))
 
 
-def encode_runs(enc, b):
-    """tiktoken's ids for bytes that are not all UTF-8, as strata defines them: the text is cut
-    into maximal runs of valid UTF-8 and of bytes that start no character (what a regex with
-    PCRE2_MATCH_INVALID_UTF never matches); a valid run is encoded as text (regex, special
-    tokens), an invalid run as one piece by tiktoken's byte-pair encoder."""
-    ids, i, start = [], 0, 0
-    while i <= len(b):
-        k = utf8_char_len(b, i) if i < len(b) else -1
-        if i == len(b) or (k == 0) != (start < i and utf8_char_len(b, start) == 0):
-            if start < i:
-                run = b[start:i]
-                if utf8_char_len(b, start) == 0:
-                    ids += enc._encode_single_piece(run)
-                else:
-                    ids += enc.encode(run.decode("utf-8"), allowed_special="all")
-            start = i
-        if i == len(b):
-            break
-        i += k if k else 1
-    return ids
+def encode_bytes(enc, b):
+    """tiktoken's ids for bytes that are not all UTF-8, as strata defines them: the special
+    tokens are cut out first (as encode with allowed_special="all" finds them), and each piece
+    between them goes through tiktoken's bytes API, Encoding._encode_bytes (valid UTF-8 as
+    text; else the valid prefix as text, its last pre-token's tokens - with the all-whitespace
+    tokens before them - taken back and BPE'd as one piece with all the bytes after it)."""
+    ids, at = [], 0
+    for m in SPECIAL_RE.finditer(b):
+        ids += enc._encode_bytes(b[at:m.start()]) if m.start() > at else []
+        ids.append(enc.encode_single_token(m.group()))
+        at = m.end()
+    return ids + (enc._encode_bytes(b[at:]) if at < len(b) else [])
+
+
+def json_ids(ref, ranks):
+    """rank-file id -> the same token's id in the tokenizer.json the rank file was made from."""
+    enc_chr = {b: c for c, b in byte_decoder().items()}
+    vocab = ref.get_vocab(with_added_tokens=True)
+    out = {r: vocab["".join(enc_chr[x] for x in tok)] for tok, r in ranks.items()}
+    for i, t in enumerate(CORPUS_SPECIALS):
+        out[len(ranks) + i] = vocab[t]
+    return out
 
 
 def train_32k(pre, ignore_merges, text):
@@ -387,8 +382,9 @@ def digest_lines(label, docs, ids_of):
     return lines
 
 
-def corpus_main():
-    train_text = [d.decode("utf-8") for d in gen_docs(TRAIN_ARGS)]
+def corpus_main(keep):
+    """keep: read the committed tok_corpus_*.json instead of training them again (the digests only)."""
+    train_text = None if keep else [d.decode("utf-8") for d in gen_docs(TRAIN_ARGS)]
     valid = gen_docs(CORPUS_ARGS["valid"])
     invalid = gen_docs(CORPUS_ARGS["invalid"])
     texts = [d.decode("utf-8") for d in valid]
@@ -398,7 +394,7 @@ def corpus_main():
            "corpus valid " + " ".join(CORPUS_ARGS["valid"]),
            "corpus invalid " + " ".join(CORPUS_ARGS["invalid"]),
            "# tokenizer set document bytes crc32c(bytes) ids crc32c(ids as little-endian int32)"]
-    models_ = {
+    models_ = {"gpt2": None, "llama3": None} if keep else {
         "gpt2": train_32k(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True), False, train_text),
         "llama3": train_32k(pre_tokenizers.Sequence([
             pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False),
@@ -406,8 +402,9 @@ def corpus_main():
     }
     for name, tok in models_.items():
         path = os.path.join(OUT, f"tok_corpus_{name}.json")
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(tok.to_str() + "\n")
+        if tok is not None:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(tok.to_str() + "\n")
         ref = Tokenizer.from_file(path)  # the ids come from the file as written
         print(f"{path}: {os.path.getsize(path)} bytes, vocab {ref.get_vocab_size()}")
         ids = [e.ids for e in ref.encode_batch(texts)]
@@ -423,13 +420,15 @@ def corpus_main():
         for d, i in zip(valid, tids):
             assert enc.decode_bytes(i) == d, (name, "tiktoken round trip")
         out += digest_lines(f"ranks_{name} valid", valid, tids)
-        bids = [encode_runs(enc, d) for d in invalid]
+        bids = [encode_bytes(enc, d) for d in invalid]
         for d, i in zip(invalid, bids):
             assert enc.decode_bytes(i) == d, (name, "tiktoken bytes round trip")
-        other = sum(enc._encode_bytes(d) != i for d, i in zip(invalid, bids))
-        print(f"ranks_{name} invalid: tiktoken's _encode_bytes differs in {other} of {len(invalid)} documents "
-              "(it encodes all after the first invalid byte as one piece)")
+        with_special = sum(SPECIAL_RE.search(d) is not None for d in invalid)
+        print(f"ranks_{name} invalid: {with_special} of {len(invalid)} documents hold a special token")
         out += digest_lines(f"ranks_{name} invalid", invalid, bids)
+        # the tokenizer.json: the same rule through the rank file made from it, its ids mapped
+        to_json = json_ids(ref, ranks)
+        out += digest_lines(f"json_{name} invalid", invalid, [[to_json[i] for i in b] for b in bids])
     path = os.path.join(OUT, "tok_corpus_digests.txt")
     with open(path, "w") as f:
         f.write("\n".join(out) + "\n")
@@ -439,8 +438,11 @@ def corpus_main():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--corpus", action="store_true", help="the 32k tokenizers and the corpus digests instead")
-    if ap.parse_args().corpus:
-        corpus_main()
+    ap.add_argument("--keep-tokenizers", action="store_true",
+                    help="with --corpus: the digests of the committed 32k tokenizers, without training them again")
+    a = ap.parse_args()
+    if a.corpus:
+        corpus_main(a.keep_tokenizers)
         return
     gpt2 = train(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True), False)
     save(gpt2, "gpt2", True)

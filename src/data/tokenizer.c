@@ -20,6 +20,8 @@
  * Decoding runs the decoder (ByteLevel, or a Sequence of Replace, ByteFallback, Fuse, Strip,
  * Metaspace) over the tokens' strings. Where `tokenizers` writes U+FFFD for byte tokens that
  * do not form UTF-8, strata writes the bytes, so decode(encode(x)) keeps any bytes.
+ * Text that is not all UTF-8 is encoded by a byte-level model as tiktoken's bytes API
+ * encodes bytes, between the special tokens (encode_bytes).
  * A tiktoken rank file is the same machinery: its tokens are raw bytes, every split of a
  * token into two tokens is a merge ranked by the token's rank (tiktoken merges the pair whose
  * concatenation ranks lowest), a word that is itself a token is that token (ignore_merges).
@@ -569,6 +571,11 @@ typedef struct enc_ctx {
     size_t cap, n;
     tok_enc *e;
     st_err *err;
+    size_t last_word; /* n where the last pre-token's ids began (the bytes rule reads it) */
+    int bytes_rule;   /* the text is not all UTF-8 and t is byte-level: see encode_bytes */
+    /* check_gaps: look for bytes that are not UTF-8 where the first Split's regex leaves text
+     * between matches (it never matches them); saw_invalid: found some */
+    int check_gaps, saw_invalid;
 } enc_ctx;
 
 static void enc_free(tok_enc *e) {
@@ -816,30 +823,41 @@ static int pair_merge(const st_tokenizer *t, tok_enc *e, int32_t a, int32_t b, h
     return 1;
 }
 
+/* The vocabulary id of the whole word w (raw bytes; through the byte-level alphabet in a
+ * byte-level model) in *id, -1 where it is no token. */
+static st_status whole_id(enc_ctx *c, const uint8_t *w, size_t len, int32_t *id) {
+    const st_tokenizer *t = c->t;
+    tok_enc *e = c->e;
+    const char *word = (const char *)w;
+    size_t ml = len;
+    if (t->byte_level) {
+        size_t need = 2 * len;
+        if (need > e->mapped_cap) {
+            char *m = realloc(e->mapped, need);
+            if (!m) return st_errf(c->err, ST_ERR_NOMEM, "tokenizer: out of memory");
+            e->mapped = m;
+            e->mapped_cap = need;
+        }
+        ml = 0;
+        for (size_t i = 0; i < len; i++) {
+            memcpy(e->mapped + ml, t->byte_chr[w[i]], t->byte_chr_len[w[i]]);
+            ml += t->byte_chr_len[w[i]];
+        }
+        word = e->mapped;
+    }
+    *id = tok_vocab_find(t, word, ml);
+    return ST_OK;
+}
+
 /* BPE on one pre-token (raw bytes). */
 static st_status bpe_merge(enc_ctx *c, const uint8_t *w, size_t len) {
     const st_tokenizer *t = c->t;
     tok_enc *e = c->e;
     if (len == 0) return ST_OK;
     if (t->ignore_merges) {
-        const char *word = (const char *)w;
-        size_t ml = len;
-        if (t->byte_level) {
-            size_t need = 2 * len;
-            if (need > e->mapped_cap) {
-                char *m = realloc(e->mapped, need);
-                if (!m) return st_errf(c->err, ST_ERR_NOMEM, "tokenizer: out of memory");
-                e->mapped = m;
-                e->mapped_cap = need;
-            }
-            ml = 0;
-            for (size_t i = 0; i < len; i++) {
-                memcpy(e->mapped + ml, t->byte_chr[w[i]], t->byte_chr_len[w[i]]);
-                ml += t->byte_chr_len[w[i]];
-            }
-            word = e->mapped;
-        }
-        int32_t id = tok_vocab_find(t, word, ml);
+        int32_t id;
+        st_status s = whole_id(c, w, len, &id);
+        if (s != ST_OK) return s;
         if (id >= 0) {
             emit(c, id);
             return ST_OK;
@@ -930,6 +948,7 @@ static st_status bpe_merge(enc_ctx *c, const uint8_t *w, size_t len) {
  * its bytes alone, so a cached one gives the ids merging would. */
 static st_status bpe_word(enc_ctx *c, const uint8_t *w, size_t len) {
     tok_enc *e = c->e;
+    c->last_word = c->n;
     if (e->max == 0 || len > CACHE_KEY_MAX) return bpe_merge(c, w, len);
     uint32_t h = hash_piece(w, len);
     const uint8_t *r = cache_get(e, w, len, h);
@@ -953,6 +972,28 @@ static st_status bpe_word(enc_ctx *c, const uint8_t *w, size_t len) {
  * for the piece at the start of the text), and with split the piece is cut before each
  * replacement character (tokenizers' MergedWithNext on single characters: "▁▁a" is "▁", "▁a"). */
 static st_status metaspace(enc_ctx *c, int k, const pt_step *st, const uint8_t *p, size_t len, int at_start);
+
+/* Length of the longest prefix of p that is valid UTF-8 (len when all of it is). */
+static size_t utf8_valid_len(const uint8_t *p, size_t len) {
+    size_t i = 0;
+    while (i < len) {
+        uint64_t w;
+        if (i + 8 <= len && (memcpy(&w, p + i, 8), (w & 0x8080808080808080ull) == 0)) {
+            i += 8;
+            continue;
+        }
+        size_t k = tok_utf8_char_len(p + i, len - i);
+        if (k == 0) return i;
+        i += k;
+    }
+    return len;
+}
+
+/* Text the first Split's regex left between its matches: remember whether it holds bytes that
+ * are not UTF-8 (the text is then encoded again by the bytes rule). */
+static void check_gap(enc_ctx *c, const uint8_t *p, size_t len) {
+    if (c->check_gaps && !c->saw_invalid && utf8_valid_len(p, len) < len) c->saw_invalid = 1;
+}
 
 /* Pre-tokenizer step k over one piece; at_start: the piece begins at byte 0 of the text
  * (Metaspace's prepend_scheme "first" looks at that). */
@@ -1012,10 +1053,12 @@ static st_status pretok(enc_ctx *c, int k, const uint8_t *p, size_t len, int at_
             while (at < len && (p[at] & 0xC0) == 0x80) at++;
             continue;
         }
+        if (ms > pos) check_gap(c, p + pos, ms - pos);
         if (ms > pos && (s = pretok(c, k + 1, p + pos, ms - pos, at_start && pos == 0)) != ST_OK) return s;
         if ((s = pretok(c, k + 1, p + ms, me - ms, at_start && ms == 0)) != ST_OK) return s;
         pos = at = me;
     }
+    if (pos < len) check_gap(c, p + pos, len - pos);
     if (pos < len) return pretok(c, k + 1, p + pos, len - pos, at_start && pos == 0);
     return ST_OK;
 }
@@ -1057,6 +1100,91 @@ static st_status metaspace(enc_ctx *c, int k, const pt_step *st, const uint8_t *
     return s;
 }
 
+/* Whether token id's bytes are all ' ', '\n' or '\t' (tiktoken's _increase_last_piece_token_len
+ * test). A rank file's token is its bytes (its alphabet maps byte 0 to itself); a ByteLevel
+ * token's characters stand for bytes through the alphabet. */
+static int token_all_space(const st_tokenizer *t, int32_t id) {
+    const uint8_t *u = (const uint8_t *)t->id_str[id];
+    size_t l = t->id_len[id];
+    int raw = t->byte_chr_len[0] == 1;
+    for (size_t j = 0; j < l;) {
+        int b = u[j++];
+        if (!raw && b >= 0x80) {
+            j--;
+            uint32_t cp = utf8_next(u, l, &j);
+            b = cp < 324 ? t->cp_byte[cp] : -1;
+        } else if (!raw) {
+            b = t->cp_byte[b];
+        }
+        if (b != ' ' && b != '\n' && b != '\t') return 0;
+    }
+    return 1;
+}
+
+/* Token id's bytes written at out (which holds id_len[id]); their number. */
+static size_t token_bytes(const st_tokenizer *t, int32_t id, uint8_t *out) {
+    const uint8_t *u = (const uint8_t *)t->id_str[id];
+    size_t l = t->id_len[id], o = 0;
+    if (t->byte_chr_len[0] == 1) {
+        memcpy(out, u, l);
+        return l;
+    }
+    for (size_t j = 0; j < l;) {
+        size_t j0 = j;
+        uint32_t cp = utf8_next(u, l, &j);
+        if (cp < 324 && t->cp_byte[cp] >= 0) {
+            out[o++] = (uint8_t)t->cp_byte[cp];
+        } else { /* a character outside the alphabet is its own UTF-8, as decode writes it */
+            memcpy(out + o, u + j0, j - j0);
+            o += j - j0;
+        }
+    }
+    return o;
+}
+
+/* One piece left by the added tokens in a text that is not all UTF-8, as tiktoken's bytes API
+ * (CoreBPE::_encode_bytes) encodes bytes: valid UTF-8 as text; else the valid prefix (up to
+ * the first byte that starts no character) as text, then the ids of its last pre-token are
+ * taken back - and before them every id whose bytes are all ' ', '\n', '\t' when the last
+ * pre-token's first id is such - and their bytes followed by all the rest of the piece, valid
+ * or not, are one word: the token it is, or else its byte-pair merge. */
+static st_status encode_bytes(enc_ctx *c, const uint8_t *p, size_t len, int at_start) {
+    const st_tokenizer *t = c->t;
+    size_t v = utf8_valid_len(p, len);
+    if (v == len) return pretok(c, 0, p, len, at_start);
+    /* the prefix's ids apart (at most one a byte, one more for a prefix space) */
+    enc_ctx sub = {.t = t, .cap = v + 2, .e = c->e, .err = c->err, .last_word = SIZE_MAX};
+    sub.ids = malloc(sub.cap * sizeof *sub.ids);
+    if (!sub.ids) return st_errf(c->err, ST_ERR_NOMEM, "tokenizer: out of memory");
+    uint8_t *w = NULL;
+    st_status s = pretok(&sub, 0, p, v, at_start);
+    if (s == ST_OK && sub.n > sub.cap)
+        s = st_errf(c->err, ST_ERR_INVALID, "tokenizer %s: %zu bytes of text made %zu ids", t->path, v, sub.n);
+    if (s != ST_OK) goto done;
+    size_t n = sub.n, k = sub.last_word <= n ? n - sub.last_word : 0;
+    if (k > 0 && token_all_space(t, sub.ids[n - k]))
+        while (k < n && token_all_space(t, sub.ids[n - k - 1])) k++;
+    size_t wcap = len - v;
+    for (size_t i = n - k; i < n; i++) wcap += t->id_len[sub.ids[i]];
+    if (!(w = malloc(wcap))) {
+        s = st_errf(c->err, ST_ERR_NOMEM, "tokenizer: out of memory for a %zu-byte word", wcap);
+        goto done;
+    }
+    size_t wl = 0;
+    for (size_t i = n - k; i < n; i++) wl += token_bytes(t, sub.ids[i], w + wl);
+    memcpy(w + wl, p + v, len - v);
+    wl += len - v;
+    for (size_t i = 0; i < n - k; i++) emit(c, sub.ids[i]);
+    int32_t id;
+    if ((s = whole_id(c, w, wl, &id)) != ST_OK) goto done;
+    if (id >= 0) emit(c, id);
+    else s = bpe_merge(c, w, wl);
+done:
+    free(w);
+    free(sub.ids);
+    return s;
+}
+
 /* The normalizer over one piece left by the raw added tokens, then the normalized ones. */
 static st_status split_added(enc_ctx *c, int pass, const uint8_t *p, size_t len, int at_start);
 
@@ -1082,7 +1210,7 @@ static st_status next_pass(enc_ctx *c, int pass, const uint8_t *p, size_t len, i
  * after that to the pre-tokenizer. */
 static st_status split_added(enc_ctx *c, int pass, const uint8_t *p, size_t len, int at_start) {
     const st_tokenizer *t = c->t;
-    if (pass == ADDED_PASSES) return pretok(c, 0, p, len, at_start);
+    if (pass == ADDED_PASSES) return c->bytes_rule ? encode_bytes(c, p, len, at_start) : pretok(c, 0, p, len, at_start);
     if (t->added_nfirst[pass] == 0) return next_pass(c, pass, p, len, at_start);
     size_t seg = 0;
     st_status s;
@@ -1112,11 +1240,25 @@ static st_status split_added(enc_ctx *c, int pass, const uint8_t *p, size_t len,
 st_status st_tokenizer_encode(const st_tokenizer *t, const char *text, size_t len, int32_t *ids, size_t cap,
                               size_t *n, st_err *err) {
     enc_ctx c = {.t = t, .ids = ids, .cap = cap, .err = err};
+    /* A byte-level model encodes text that is not all UTF-8 by tiktoken's bytes rule
+     * (encode_bytes). Whether it is, costs no pass over valid text where the pre-tokenizer
+     * starts with a Split: its regex never matches such bytes, so they lie between its
+     * matches, and the text is encoded again when some do. */
+    if (t->byte_level && !t->byte_fallback) {
+        if (t->n_steps > 0 && t->steps[0].kind == STEP_SPLIT) c.check_gaps = 1;
+        else c.bytes_rule = utf8_valid_len((const uint8_t *)text, len) < len;
+    }
     *n = 0;
     int slot;
     c.e = enc_acquire(t, &slot);
     if (!c.e) return st_errf(err, ST_ERR_NOMEM, "tokenizer: out of memory");
     st_status s = split_added(&c, ADDED_RAW, (const uint8_t *)text, len, 1);
+    if (s == ST_OK && c.saw_invalid) {
+        c.n = 0;
+        c.check_gaps = 0;
+        c.bytes_rule = 1;
+        s = split_added(&c, ADDED_RAW, (const uint8_t *)text, len, 1);
+    }
     enc_release(t, c.e, slot);
     if (s != ST_OK) return s;
     *n = c.n;
