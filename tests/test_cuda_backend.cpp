@@ -1,13 +1,21 @@
 /* test_cuda_backend.cpp - the CUDA backend (src/backend/cuda/backend_cuda.cu) through the
- * st_backend_ops vtable against the CPU backend, on a GPU: the arena (allocations are
- * zeroed, one past the budget fails), and every op it implements at one shape each,
- * forward and backward, fp32, with tests/test_ops_diff.c's tolerances. Exits 77 where
- * there is no CUDA device (the kernels themselves are checked without one by
- * test_cuda_emu_*). Not yet run on a GPU. */
+ * st_backend_ops vtable against the CPU backend: the arena (allocations are zeroed, one
+ * past the budget fails), and every op it implements (matmul in both weight layouts with
+ * and without bias, encoder, embedding, layernorm, rmsnorm, gelu, residual, swiglu, rope,
+ * the four attentions, to_bf16) at small odd shapes, forward and backward, fp32, with
+ * tests/test_ops_diff.c's tolerances. Outputs an op writes start as NaN; outputs it adds
+ * into start random. Built twice:
+ *   - test_cuda_backend: the nvcc-built backend in libstrata, on a GPU; exits 77 where
+ *     there is no CUDA device. Not yet run on a GPU.
+ *   - test_cuda_backend_emu (-DST_CUDA_EMU): backend_cuda.cu compiled by g++ against the
+ *     emulated CUDA runtime, cuBLAS as OpenBLAS and the emulated execution model of
+ *     tests/cuda_emu, so the backend's glue (argument order, strides, which kernel and
+ *     which gemm each op calls, the arena, copies) runs here without a GPU. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <string>
 #include <vector>
 
 extern "C" {
@@ -27,14 +35,14 @@ static vecf randn(size_t n, float scale, float offset = 0) {
     return v;
 }
 
-/* A device copy of v (freed by down). */
-static float *up(const vecf &v) {
-    float *d = (float *)gpu->ops->alloc(gpu, v.size() * sizeof(float));
+/* A device copy of v (freed by down, or by dealloc). */
+template <class E> static E *up(const std::vector<E> &v) {
+    E *d = (E *)gpu->ops->alloc(gpu, v.size() * sizeof(E));
     if (!d) {
         fprintf(stderr, "test_cuda_backend: arena full\n");
         exit(1);
     }
-    gpu->ops->copy_to_device(gpu, d, v.data(), v.size() * sizeof(float));
+    gpu->ops->copy_to_device(gpu, d, v.data(), v.size() * sizeof(E));
     return d;
 }
 static vecf down(float *d, size_t n) {
@@ -126,6 +134,125 @@ static void test_eltwise(int N, int F) {
     for (void *p : {(void *)d_a, (void *)d_b, (void *)d_dout, (void *)d_h}) gpu->ops->dealloc(gpu, p);
 }
 
+/* matmul: out (N, OC) = inp (N, C) x w (+ bias); backward into dinp, dw, dbias (+=), any
+ * of which may be NULL. Every sum is at most 256 long: test_ops_diff's matmul tolerance. */
+static void test_matmul(int N, int C, int OC, st_wlayout layout, bool bias, bool all_grads) {
+    size_t ni = (size_t)N * C, nw = (size_t)C * OC, no = (size_t)N * OC;
+    vecf x = randn(ni, 1), w = randn(nw, 0.3f), b = randn(OC, 0.5f), dout = randn(no, 1);
+    vecf out(no, NAN), dx = randn(ni, 1), dw = randn(nw, 1), db = randn(OC, 1);
+    float *d_x = up(x), *d_w = up(w), *d_b = up(b), *d_dout = up(dout), *d_out = up(out), *d_dx = up(dx);
+    float *d_dw = up(dw), *d_db = up(db);
+    const float *gb = bias ? d_b : nullptr, *cb = bias ? b.data() : nullptr;
+    gpu->ops->matmul_forward(gpu, d_out, d_x, d_w, gb, N, C, OC, layout);
+    cpu->ops->matmul_forward(cpu, out.data(), x.data(), w.data(), cb, N, C, OC, layout);
+    /* all_grads 0: dinp and dbias NULL, dw only */
+    gpu->ops->matmul_backward(gpu, all_grads ? d_dx : nullptr, d_dw, all_grads ? d_db : nullptr, d_dout, d_x, d_w, N,
+                              C, OC, layout);
+    cpu->ops->matmul_backward(cpu, all_grads ? dx.data() : nullptr, dw.data(), all_grads ? db.data() : nullptr,
+                              dout.data(), x.data(), w.data(), N, C, OC, layout);
+    char what[160];
+    snprintf(what, sizeof what, "matmul N %d C %d OC %d %s%s", N, C, OC, layout == ST_W_IN_OUT ? "(C,OC)" : "(OC,C)",
+             bias ? " bias" : "");
+    std::string w0 = what;
+    compare((w0 + " out").c_str(), down(d_out, no), out, 1e-5, 1e-4);
+    compare((w0 + " dinp (+=)").c_str(), down(d_dx, ni), dx, 1e-5, 1e-4);
+    compare((w0 + " dw (+=)").c_str(), down(d_dw, nw), dw, 1e-5, 1e-4);
+    compare((w0 + " dbias (+=)").c_str(), down(d_db, OC), db, 1e-5, 1e-4);
+    for (float *p : {d_x, d_w, d_b, d_dout}) gpu->ops->dealloc(gpu, p);
+}
+
+/* encoder (GPT-2: wte + wpe) and embedding (Llama: wte), with repeated ids, rows of wte
+ * no token names and rows of wpe >= T (both kept by the backward) */
+static void test_embed(int B, int T, int C, int V, int maxT) {
+    size_t n = (size_t)B * T * C;
+    std::vector<int32_t> ids((size_t)B * T);
+    for (size_t i = 0; i < ids.size(); i++) ids[i] = (int32_t)((i * 7 + i / 3) % (size_t)(V - 2)); /* V-2, V-1 unused */
+    vecf wte = randn((size_t)V * C, 1), wpe = randn((size_t)maxT * C, 1), dout = randn(n, 1);
+    vecf out(n, NAN), out2(n, NAN), dwte = randn((size_t)V * C, 1), dwpe = randn((size_t)maxT * C, 1), dwte2 = dwte;
+    int32_t *d_ids = up(ids);
+    float *d_wte = up(wte), *d_wpe = up(wpe), *d_dout = up(dout), *d_out = up(out), *d_out2 = up(out2);
+    float *d_dwte = up(dwte), *d_dwpe = up(dwpe), *d_dwte2 = up(dwte2);
+    gpu->ops->encoder_forward(gpu, d_out, d_ids, d_wte, d_wpe, B, T, C);
+    gpu->ops->encoder_backward(gpu, d_dwte, d_dwpe, d_dout, d_ids, B, T, C);
+    gpu->ops->embedding_forward(gpu, d_out2, d_ids, d_wte, B, T, C);
+    gpu->ops->embedding_backward(gpu, d_dwte2, d_dout, d_ids, B, T, C);
+    cpu->ops->encoder_forward(cpu, out.data(), ids.data(), wte.data(), wpe.data(), B, T, C);
+    cpu->ops->encoder_backward(cpu, dwte.data(), dwpe.data(), dout.data(), ids.data(), B, T, C);
+    cpu->ops->embedding_forward(cpu, out2.data(), ids.data(), wte.data(), B, T, C);
+    cpu->ops->embedding_backward(cpu, dwte2.data(), dout.data(), ids.data(), B, T, C);
+    compare("encoder out", down(d_out, n), out, 1e-6, 1e-5);
+    compare("encoder dwte (+=)", down(d_dwte, (size_t)V * C), dwte, 1e-6, 1e-5);
+    compare("encoder dwpe (+=, rows >= T kept)", down(d_dwpe, (size_t)maxT * C), dwpe, 1e-6, 1e-5);
+    compare("embedding out", down(d_out2, n), out2, 1e-6, 1e-5);
+    compare("embedding dwte (+=)", down(d_dwte2, (size_t)V * C), dwte2, 1e-6, 1e-5);
+    for (void *p : {(void *)d_ids, (void *)d_wte, (void *)d_wpe, (void *)d_dout}) gpu->ops->dealloc(gpu, p);
+}
+
+/* rope in place on H heads of hs starting c0 floats into rows of ld (the rest kept), and
+ * its backward in place on a gradient */
+static void test_rope(int B, int T, int H, int hs, int ld) {
+    size_t n = (size_t)B * T * ld, nt = (size_t)T * (hs / 2);
+    vecf ang = randn(nt, 2), cs(nt), sn(nt), x = randn(n, 1), dx = randn(n, 1);
+    for (size_t i = 0; i < nt; i++) cs[i] = cosf(ang[i]), sn[i] = sinf(ang[i]);
+    float *d_cs = up(cs), *d_sn = up(sn), *d_x = up(x), *d_dx = up(dx);
+    gpu->ops->rope_forward(gpu, d_x, d_cs, d_sn, B, T, H, hs, ld);
+    gpu->ops->rope_backward(gpu, d_dx, d_cs, d_sn, B, T, H, hs, ld);
+    cpu->ops->rope_forward(cpu, x.data(), cs.data(), sn.data(), B, T, H, hs, ld);
+    cpu->ops->rope_backward(cpu, dx.data(), cs.data(), sn.data(), B, T, H, hs, ld);
+    compare("rope forward (in place; outside the heads kept)", down(d_x, n), x, 1e-6, 1e-5);
+    compare("rope backward (in place)", down(d_dx, n), dx, 1e-6, 1e-5);
+    for (float *p : {d_cs, d_sn}) gpu->ops->dealloc(gpu, p);
+}
+
+/* The four attentions: GPT-2's packed qkv (NKV = NH, gpt2) or grouped q, k, v inside rows
+ * of ld = (NH + 2 NKV) hs; with documents (doc_start: documents of 5, 1, 9, 3, 12 tokens
+ * in turn, restarting at each row) or without. */
+static void test_attention(int B, int T, int NH, int NKV, int hs, bool gpt2, bool docs) {
+    int ld = (NH + 2 * NKV) * hs, C = NH * hs;
+    size_t nq = (size_t)B * T * ld, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    vecf qkv = randn(nq, 1), dout = randn(no, 1), dqkv = randn(nq, 1), out(no, NAN), lse(nl, NAN);
+    std::vector<int32_t> ds((size_t)B * T);
+    int lens[] = {5, 1, 9, 3, 12};
+    for (int b = 0; b < B; b++)
+        for (int t = 0, start = 0, d = 0; t < T; t++) {
+            if (t - start == lens[d % 5]) start = t, d++;
+            ds[(size_t)b * T + t] = docs ? start : 0;
+        }
+    int32_t *d_ds = up(ds);
+    float *d_qkv = up(qkv), *d_dout = up(dout), *d_dqkv = up(dqkv), *d_out = up(out), *d_lse = up(lse);
+    int ko = NH * hs, vo = (NH + NKV) * hs;
+    st_backend *bes[2] = {gpu, cpu};
+    for (int i = 0; i < 2; i++) {
+        st_backend *be = bes[i];
+        const float *q = i ? qkv.data() : d_qkv, *dy = i ? dout.data() : d_dout;
+        float *o = i ? out.data() : d_out, *l = i ? lse.data() : d_lse, *dq = i ? dqkv.data() : d_dqkv;
+        const int32_t *dst = i ? ds.data() : d_ds;
+        if (gpt2 && docs) {
+            be->ops->attention_doc_forward(be, o, l, q, dst, B, T, C, NH);
+            be->ops->attention_doc_backward(be, dq, dy, q, o, l, dst, B, T, C, NH);
+        } else if (gpt2) {
+            be->ops->attention_forward(be, o, l, q, B, T, C, NH);
+            be->ops->attention_backward(be, dq, dy, q, o, l, B, T, C, NH);
+        } else if (docs) {
+            be->ops->attention_gqa_doc_forward(be, o, l, q, q + ko, q + vo, dst, ld, B, T, NH, NKV, hs);
+            be->ops->attention_gqa_doc_backward(be, dq, dq + ko, dq + vo, dy, q, q + ko, q + vo, o, l, dst, ld, B, T,
+                                                NH, NKV, hs);
+        } else {
+            be->ops->attention_gqa_forward(be, o, l, q, q + ko, q + vo, ld, B, T, NH, NKV, hs);
+            be->ops->attention_gqa_backward(be, dq, dq + ko, dq + vo, dy, q, q + ko, q + vo, o, l, ld, B, T, NH, NKV,
+                                            hs);
+        }
+    }
+    char what[160];
+    snprintf(what, sizeof what, "attention%s%s B %d T %d NH %d NKV %d hs %d", gpt2 ? "" : "_gqa", docs ? "_doc" : "",
+             B, T, NH, NKV, hs);
+    std::string w0 = what;
+    compare((w0 + " out").c_str(), down(d_out, no), out, 3e-5, 3e-4);
+    compare((w0 + " lse").c_str(), down(d_lse, nl), lse, 3e-5, 3e-4);
+    compare((w0 + " dqkv (+=)").c_str(), down(d_dqkv, nq), dqkv, 3e-5, 3e-4);
+    for (void *p : {(void *)d_ds, (void *)d_qkv, (void *)d_dout}) gpu->ops->dealloc(gpu, p);
+}
+
 int main(void) {
     st_err err = {};
     size_t budget = (size_t)64 << 20;
@@ -152,6 +279,18 @@ int main(void) {
     test_rmsnorm(3, 4, 128, 640);
     test_rmsnorm(33, 1, 4096, 4096);
     test_eltwise(3, 2309);
+    for (int lay = 0; lay < 2; lay++) {
+        test_matmul(7, 33, 19, (st_wlayout)lay, true, true);
+        test_matmul(5, 24, 41, (st_wlayout)lay, false, true);
+        test_matmul(3, 17, 9, (st_wlayout)lay, true, false);
+    }
+    test_embed(2, 13, 37, 29, 16);
+    test_rope(2, 11, 3, 16, 70); /* heads in the first 48 of 70 floats */
+    for (int docs = 0; docs < 2; docs++) {
+        test_attention(2, 19, 3, 3, 16, true, docs);
+        test_attention(1, 21, 4, 2, 24, false, docs);
+        test_attention(2, 17, 4, 1, 16, false, docs);
+    }
     s = st_backend_cuda_status(gpu, &err);
     CHECK(s == ST_OK, "the backend kept an error: %s", err.msg);
     st_backend_free(gpu);

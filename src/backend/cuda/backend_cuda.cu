@@ -1,15 +1,21 @@
 /* backend_cuda.cu - the CUDA backend behind st_backend_ops, as far as its kernels go today
  * (issue 15): memory from one device arena (one cudaMalloc of the device budget, carved
- * by cuda_arena.h), copies, and the fp32 layernorm, rmsnorm, gelu, residual, swiglu and
- * to_bf16 of kernels_*.cuh, all on one compute stream in order. The other entries are
- * NULL: nothing above the backend uses this backend yet.
+ * by cuda_arena.h), copies, matmul through cuBLAS (fp32 cublasSgemm, row-major as the
+ * CPU backend's cblas calls: see mm_gemm), and the fp32 embedding, layernorm, rmsnorm,
+ * gelu, residual, swiglu, rope, attention and to_bf16 of kernels_*.cuh, all on one
+ * compute stream in order. The other entries (the classifier's) are NULL.
  *
- * The ops return nothing, so a failed launch or copy is kept (the first one, with the op's
- * name) and st_backend_cuda_status reports it. Copies are synchronous, as the CPU
- * backend's: the host buffer may be reused when copy_to_device returns, and holds the
- * data when copy_to_host returns. A freed block may be handed out again at once: every
- * op is queued on the one stream, so work that used the block runs before work that
- * reuses it. Compiled and linked here (CI); not yet run on a GPU. */
+ * The ops return nothing, so a failed launch, copy or cuBLAS call is kept (the first one,
+ * with the op's name) and st_backend_cuda_status reports it. Copies are synchronous, as
+ * the CPU backend's: the host buffer may be reused when copy_to_device returns, and holds
+ * the data when copy_to_host returns. A freed block may be handed out again at once:
+ * every op is queued on the one stream, so work that used the block runs before work
+ * that reuses it. cuBLAS keeps its own workspace outside the arena.
+ *
+ * Also compiled by g++ against the tests' emulation of the CUDA runtime, cuBLAS (as
+ * OpenBLAS) and execution model (tests/cuda_emu: cuda_runtime.h, cublas_v2.h,
+ * cuda_emu.h), so that test_cuda_backend_emu runs this file's glue without a GPU. */
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <new>
@@ -32,14 +38,20 @@ struct cuda_ctx {
     cudaStream_t stream = nullptr;
     char *base = nullptr; /* the arena's one cudaMalloc */
     CuArena arena;
+    cublasHandle_t blas = nullptr; /* on `stream` */
     cudaError_t first = cudaSuccess; /* the first error an op met */
+    cublasStatus_t first_blas = CUBLAS_STATUS_SUCCESS; /* or the first cuBLAS error, if that came first */
     const char *first_op = "";
 };
 
 static cuda_ctx *ctx_of(st_backend *be) { return (cuda_ctx *)be->ctx; }
 
+static bool failed(const cuda_ctx *c) { return c->first != cudaSuccess || c->first_blas != CUBLAS_STATUS_SUCCESS; }
 static void note(cuda_ctx *c, cudaError_t e, const char *op) {
-    if (e != cudaSuccess && c->first == cudaSuccess) c->first = e, c->first_op = op;
+    if (e != cudaSuccess && !failed(c)) c->first = e, c->first_op = op;
+}
+static void note_blas(cuda_ctx *c, cublasStatus_t e, const char *op) {
+    if (e != CUBLAS_STATUS_SUCCESS && !failed(c)) c->first_blas = e, c->first_op = op;
 }
 #define LAUNCHED(be, op) note(ctx_of(be), cudaGetLastError(), op)
 
@@ -76,6 +88,63 @@ static void be_copy_to_host(st_backend *be, void *host_dst, const void *src, siz
     be_copy(be, host_dst, src, bytes, "copy_to_host");
 }
 static void be_synchronize(st_backend *be) { note(ctx_of(be), cudaStreamSynchronize(ctx_of(be)->stream), "synchronize"); }
+
+/* ---------------------------------------------------------------- matmul (cuBLAS, fp32) */
+
+/* Row-major C (M, N) = op(A) (M, K) op(B) (K, N) + beta C, the CPU backend's
+ * cblas_sgemm(CblasRowMajor, ...) call for call: cuBLAS is column-major, where a row-major
+ * matrix reads as its transpose, so C^T = op(B)^T op(A)^T is the same call with the
+ * operands (and their transposes and leading dimensions) swapped and M, N exchanged. */
+static void mm_gemm(st_backend *be, bool ta, bool tb, int M, int N, int K, const float *A, int lda, const float *B,
+                    int ldb, float beta, float *C, int ldc, const char *op) {
+    cuda_ctx *c = ctx_of(be);
+    const float one = 1.0f;
+    note_blas(c,
+              cublasSgemm(c->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &one, B,
+                          ldb, A, lda, &beta, C, ldc),
+              op);
+}
+/* out (N, OC) rows = bias (OC): the biased matmul starts from it with beta 1, as the CPU's */
+static __global__ void k_bias_rows(float *out, const float *bias, int N, int OC) {
+    size_t n = (size_t)N * OC, step = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) out[i] = bias[i % OC];
+}
+/* dbias (OC) += the rows of dout (N, OC): a thread per column adds the rows in order, the
+ * CPU backend's order, so the bits are its bits (no atomics) */
+static __global__ void k_bias_grad(float *dbias, const float *dout, int N, int OC) {
+    for (int o = blockIdx.x * blockDim.x + threadIdx.x; o < OC; o += gridDim.x * blockDim.x) {
+        float acc = dbias[o];
+        for (int i = 0; i < N; i++) acc += dout[(size_t)i * OC + o];
+        dbias[o] = acc;
+    }
+}
+static void be_matmul_forward(st_backend *be, float *out, const float *inp, const float *w, const float *bias, int N,
+                              int C, int OC, st_wlayout layout) {
+    float beta = 0.0f;
+    if (bias) {
+        ST_CUDA_LAUNCH(k_bias_rows, st_cuda_grid((size_t)N * OC, 256), 256, 0, ctx_of(be)->stream, out, bias, N, OC);
+        LAUNCHED(be, "matmul_forward");
+        beta = 1.0f;
+    }
+    if (layout == ST_W_IN_OUT)
+        mm_gemm(be, false, false, N, OC, C, inp, C, w, OC, beta, out, OC, "matmul_forward");
+    else
+        mm_gemm(be, false, true, N, OC, C, inp, C, w, C, beta, out, OC, "matmul_forward");
+}
+static void be_matmul_backward(st_backend *be, float *dinp, float *dw, float *dbias, const float *dout,
+                               const float *inp, const float *w, int N, int C, int OC, st_wlayout layout) {
+    if (layout == ST_W_IN_OUT) {
+        if (dinp) mm_gemm(be, false, true, N, C, OC, dout, OC, w, OC, 1.0f, dinp, C, "matmul_backward");
+        if (dw) mm_gemm(be, true, false, C, OC, N, inp, C, dout, OC, 1.0f, dw, OC, "matmul_backward");
+    } else {
+        if (dinp) mm_gemm(be, false, false, N, C, OC, dout, OC, w, C, 1.0f, dinp, C, "matmul_backward");
+        if (dw) mm_gemm(be, true, false, OC, C, N, dout, OC, inp, C, 1.0f, dw, C, "matmul_backward");
+    }
+    if (dbias) {
+        ST_CUDA_LAUNCH(k_bias_grad, st_cuda_grid((size_t)OC, 256), 256, 0, ctx_of(be)->stream, dbias, dout, N, OC);
+        LAUNCHED(be, "matmul_backward");
+    }
+}
 
 /* ---------------------------------------------------------------- ops (fp32 storage) */
 
@@ -219,7 +288,9 @@ static void be_free(st_backend *be) {
     if (!be) return;
     cuda_ctx *c = ctx_of(be);
     if (c) {
-        if (c->stream) cudaStreamSynchronize(c->stream), cudaStreamDestroy(c->stream);
+        if (c->stream) cudaStreamSynchronize(c->stream);
+        if (c->blas) cublasDestroy(c->blas);
+        if (c->stream) cudaStreamDestroy(c->stream);
         if (c->base) cudaFree(c->base);
         delete c;
     }
@@ -236,6 +307,8 @@ static st_backend_ops make_ops(void) {
     o.copy_to_device = be_copy_to_device;
     o.copy_to_host = be_copy_to_host;
     o.synchronize = be_synchronize;
+    o.matmul_forward = be_matmul_forward;
+    o.matmul_backward = be_matmul_backward;
     o.encoder_forward = be_encoder_forward;
     o.encoder_backward = be_encoder_backward;
     o.embedding_forward = be_embedding_forward;
@@ -286,6 +359,12 @@ extern "C" st_status st_backend_cuda_create(st_backend **out, int device, size_t
         be_free(be);
         return st_errf(err, ST_ERR_UNSUPPORTED, "cuda backend: cudaStreamCreate: %s", cudaGetErrorString(e));
     }
+    cublasStatus_t bs = cublasCreate(&c->blas);
+    if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetStream(c->blas, c->stream);
+    if (bs != CUBLAS_STATUS_SUCCESS) {
+        be_free(be);
+        return st_errf(err, ST_ERR_UNSUPPORTED, "cuda backend: cublasCreate: %s", cublasGetStatusString(bs));
+    }
     if ((e = cudaMalloc((void **)&c->base, arena_bytes)) != cudaSuccess) {
         size_t free_b = 0, total_b = 0;
         cudaGetLastError(); /* the failed cudaMalloc is reported here, not by the next op */
@@ -304,7 +383,10 @@ extern "C" st_status st_backend_cuda_create(st_backend **out, int device, size_t
 extern "C" st_status st_backend_cuda_status(st_backend *be, st_err *err) {
     cuda_ctx *c = ctx_of(be);
     note(c, cudaStreamSynchronize(c->stream), "synchronize");
-    if (c->first == cudaSuccess) return ST_OK;
+    if (!failed(c)) return ST_OK;
+    if (c->first_blas != CUBLAS_STATUS_SUCCESS)
+        return st_errf(err, ST_ERR_INVALID, "cuda backend: %s: cuBLAS: %s", c->first_op,
+                       cublasGetStatusString(c->first_blas));
     return st_errf(err, c->first == cudaErrorMemoryAllocation ? ST_ERR_NOMEM : ST_ERR_INVALID,
                    "cuda backend: %s: %s (%s)", c->first_op, cudaGetErrorName(c->first), cudaGetErrorString(c->first));
 }

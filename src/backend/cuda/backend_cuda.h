@@ -17,9 +17,10 @@ st_status st_cuda_versions(int *runtime, int *cublas, st_err *err);
 struct st_backend;
 /* The CUDA backend on device `device` (backend_cuda.cu): one compute stream, and every
  * allocation carved from one cudaMalloc of arena_bytes, the hard device budget the
- * executor plans against. Implements today: memory and copies, synchronize, and fp32
- * layernorm, rmsnorm, gelu, residual, swiglu (forward and backward) and to_bf16; every
- * other entry of st_backend_ops is NULL until its kernel exists (issue 15).
+ * executor plans against. Implements today: memory and copies, synchronize, and in fp32
+ * (forward and backward) matmul (cuBLAS), encoder, embedding, layernorm, rmsnorm, gelu,
+ * residual, swiglu, rope, the four attentions, and to_bf16; the classifier's entries are
+ * NULL until their kernels exist (issue 15).
  * ST_ERR_UNSUPPORTED where there is no such device, ST_ERR_NOMEM where the arena does
  * not fit in its free memory. */
 st_status st_backend_cuda_create(struct st_backend **out, int device, size_t arena_bytes, st_err *err);
