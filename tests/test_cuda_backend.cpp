@@ -4,7 +4,8 @@
  * and without bias, encoder, embedding, layernorm, rmsnorm, gelu, residual, swiglu, rope,
  * the four attentions, to_bf16) at small odd shapes, forward and backward, fp32, with
  * tests/test_ops_diff.c's tolerances. Outputs an op writes start as NaN; outputs it adds
- * into start random. Built twice:
+ * into start random. Last, a refused op (a head size over 128) must be the error
+ * st_backend_cuda_status reports, by the op's name. Built twice:
  *   - test_cuda_backend: the nvcc-built backend in libstrata, on a GPU; exits 77 where
  *     there is no CUDA device. Not yet run on a GPU.
  *   - test_cuda_backend_emu (-DST_CUDA_EMU): backend_cuda.cu compiled by g++ against the
@@ -293,6 +294,22 @@ int main(void) {
     }
     s = st_backend_cuda_status(gpu, &err);
     CHECK(s == ST_OK, "the backend kept an error: %s", err.msg);
+    st_backend_free(gpu);
+    /* an op the backend refuses (a head size over its attention kernels' 128) is kept and
+     * reported by st_backend_cuda_status with the op's name; a later good op does not clear it */
+    CHECK(st_backend_cuda_create(&gpu, 0, (size_t)1 << 20, &err) == ST_OK, "st_backend_cuda_create: %s", err.msg);
+    {
+        int T = 3, hs = 136;
+        float *q = (float *)gpu->ops->alloc(gpu, sizeof(float) * 3 * T * hs);
+        float *o = (float *)gpu->ops->alloc(gpu, sizeof(float) * T * hs), *l = (float *)gpu->ops->alloc(gpu, 4 * T);
+        gpu->ops->attention_gqa_forward(gpu, o, l, q, q + hs, q + 2 * hs, 3 * hs, 1, T, 1, 1, hs);
+        gpu->ops->gelu_forward(gpu, o, q, T);
+        err = {};
+        s = st_backend_cuda_status(gpu, &err);
+        CHECK(s == ST_ERR_INVALID && strstr(err.msg, "attention_gqa_forward"),
+              "a head size of 136 should be kept as attention_gqa_forward's error (status %d: %s)", (int)s, err.msg);
+        for (float *p : {q, o, l}) gpu->ops->dealloc(gpu, p);
+    }
     st_backend_free(gpu);
     st_backend_free(cpu);
     return test_finish("test_cuda_backend");
