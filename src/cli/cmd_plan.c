@@ -308,6 +308,15 @@ int cmd_plan(int argc, char **argv) {
         fprintf(stderr, "strata plan: %s\n", err.msg);
         return 2;
     }
+    if (!strcmp(cfg.plan_state, "auto")) { /* as strata train places the state */
+        char why[512];
+        if (budget[ST_PROF_TIER_HOST] > 0 && !(cfg.host_budget > 0)) cfg.host_budget = budget[ST_PROF_TIER_HOST];
+        if (st_train_config_place_state(&cfg, why, sizeof why, &err)) {
+            fprintf(stderr, "strata plan: %s\n", err.msg);
+            return 2;
+        }
+        fprintf(json ? stderr : stdout, "%s\n", why);
+    }
     st_model_overrides ov = st_train_config_overrides(&cfg);
     if (json || budget[ST_PROF_TIER_DEVICE] > 0 || save_profile) {
         st_arch *arch = NULL;

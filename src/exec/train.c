@@ -1016,6 +1016,16 @@ static const char *json_num(char buf[32], double v, const char *fmt) {
 st_status st_train_run(const st_train_config *c, st_train_result *res, st_err *err) {
     st_status s = st_train_config_check(c, err);
     if (s) return s;
+    /* plan_state auto: the state's format and tier chosen now, and run (and recorded in
+     * config.json) as if given */
+    st_train_config placed;
+    if (!strcmp(c->plan_state, "auto")) {
+        char why[512];
+        placed = *c;
+        if ((s = st_train_config_place_state(&placed, why, sizeof why, err))) return s;
+        st_log(1, "%s\n", why);
+        c = &placed;
+    }
     st_model_overrides ov = st_train_config_overrides(c);
     /* the memory plan, checked before anything is allocated or written */
     st_prof_mem_estimate mem;
