@@ -2,7 +2,8 @@
  * st_backend_ops vtable against the CPU backend: the arena (allocations are zeroed, one
  * past the budget fails), and every op it implements (matmul in both weight layouts with
  * and without bias, encoder, embedding, layernorm, rmsnorm, gelu, residual, swiglu, rope,
- * the four attentions, to_bf16) at small odd shapes, forward and backward, fp32, with
+ * the four attentions, to_bf16, cross-entropy and the chunked classifier) at small odd
+ * shapes, forward and backward, fp32, with
  * tests/test_ops_diff.c's tolerances. Outputs an op writes start as NaN; outputs it adds
  * into start random. Last, a refused op (a head size over 128) must be the error
  * st_backend_cuda_status reports, by the op's name. Built twice:
@@ -254,6 +255,67 @@ static void test_attention(int B, int T, int NH, int NKV, int hs, bool gpt2, boo
     for (void *p : {(void *)d_ds, (void *)d_qkv, (void *)d_dout}) gpu->ops->dealloc(gpu, p);
 }
 
+/* the classifier: crossentropy_forward_backward over full rows, then softmax_chunk_init,
+ * _stats and _grad over chunks [0, 40), [40, 41), [41, V) of the same logits (r0 > 0);
+ * every fourth row masked; targets in each chunk and outside it */
+static void test_classifier(int N, int V) {
+    size_t nl = (size_t)N * V;
+    vecf logits = randn(nl, 3), loss(N, NAN);
+    std::vector<int32_t> tg(N);
+    for (int i = 0; i < N; i++) tg[i] = i % 4 == 1 ? -1 : (int32_t)((i * 37 + 3) % V);
+    tg[0] = 40; /* the one-row chunk */
+    float dloss = 1.0f / N;
+    int32_t *d_tg = up(tg);
+    float *d_l = up(logits), *d_loss = up(loss);
+    gpu->ops->crossentropy_forward_backward(gpu, d_l, d_loss, d_tg, N, V, dloss);
+    vecf dl = logits;
+    cpu->ops->crossentropy_forward_backward(cpu, dl.data(), loss.data(), tg.data(), N, V, dloss);
+    compare("crossentropy losses", down(d_loss, N), loss, 1e-5, 1e-4);
+    compare("crossentropy dlogits (in place)", down(d_l, nl), dl, 1e-5, 1e-4);
+    vecf rmax(N, NAN), tl(N, NAN), grads(nl, NAN), cgrads(nl, NAN), crmax(N, NAN), ctl(N, NAN);
+    std::vector<double> rsum(N, NAN), crsum(N, NAN);
+    float *d_rmax = up(rmax), *d_tl = up(tl);
+    double *d_rsum = up(rsum);
+    gpu->ops->softmax_chunk_init(gpu, d_rmax, d_rsum, d_tl, N);
+    cpu->ops->softmax_chunk_init(cpu, crmax.data(), crsum.data(), ctl.data(), N);
+    int bounds[] = {0, 40, 41, V};
+    for (int pass = 0; pass < 2; pass++)
+        for (int c = 0; c < 3; c++) {
+            int r0 = bounds[c], nr = bounds[c + 1] - r0;
+            vecf ch((size_t)N * nr);
+            for (int i = 0; i < N; i++)
+                for (int j = 0; j < nr; j++) ch[(size_t)i * nr + j] = logits[(size_t)i * V + r0 + j];
+            float *d_ch = up(ch);
+            if (pass == 0) {
+                gpu->ops->softmax_chunk_stats(gpu, d_ch, d_tg, N, nr, r0, d_rmax, d_rsum, d_tl);
+                cpu->ops->softmax_chunk_stats(cpu, ch.data(), tg.data(), N, nr, r0, crmax.data(), crsum.data(),
+                                              ctl.data());
+                gpu->ops->dealloc(gpu, d_ch);
+                continue;
+            }
+            gpu->ops->softmax_chunk_grad(gpu, d_ch, d_tg, N, nr, r0, d_rmax, d_rsum, dloss);
+            cpu->ops->softmax_chunk_grad(cpu, ch.data(), tg.data(), N, nr, r0, crmax.data(), crsum.data(), dloss);
+            vecf g = down(d_ch, ch.size());
+            for (int i = 0; i < N; i++)
+                for (int j = 0; j < nr; j++) {
+                    size_t k = (size_t)i * nr + j;
+                    grads[(size_t)i * V + r0 + j] = g[k], cgrads[(size_t)i * V + r0 + j] = ch[k];
+                }
+        }
+    compare("softmax_chunk_grad (in place)", grads, cgrads, 1e-5, 1e-4);
+    vecf gm = down(d_rmax, N), gt = down(d_tl, N); /* the CPU's bits; masked rows keep -inf and 0 */
+    CHECK(memcmp(gm.data(), crmax.data(), sizeof(float) * N) == 0, "softmax_chunk_stats rmax: not the CPU's bits");
+    CHECK(memcmp(gt.data(), ctl.data(), sizeof(float) * N) == 0, "softmax_chunk_stats tlogit: not the CPU's bits");
+    std::vector<double> rs(N);
+    gpu->ops->synchronize(gpu);
+    gpu->ops->copy_to_host(gpu, rs.data(), d_rsum, sizeof(double) * N);
+    gpu->ops->dealloc(gpu, d_rsum);
+    int bad = 0;
+    for (int i = 0; i < N; i++) bad += !(fabs(rs[i] - crsum[i]) <= 1e-6 * fabs(crsum[i]));
+    CHECK(bad == 0, "softmax_chunk_stats rsum: %d of %d rows differ from the CPU backend's", bad, N);
+    gpu->ops->dealloc(gpu, d_tg);
+}
+
 int main(void) {
     st_err err = {};
     size_t budget = (size_t)64 << 20;
@@ -266,6 +328,16 @@ int main(void) {
     if (s != ST_OK) return test_finish("test_cuda_backend");
     if (st_backend_cpu_create(&cpu, 1, &err) != ST_OK) return 1;
     st_rng_seed(&rng, 15);
+    /* the whole vtable: st_backend_ops is a name and function pointers, none of them NULL */
+    {
+        void *e[sizeof(st_backend_ops) / sizeof(void *)];
+        static_assert(sizeof e == sizeof(st_backend_ops), "st_backend_ops is not all pointers");
+        memcpy(e, gpu->ops, sizeof e);
+        size_t nnull = 0, first = 0;
+        for (size_t i = 0; i < sizeof e / sizeof e[0]; i++)
+            if (!e[i] && !nnull++) first = i;
+        CHECK(nnull == 0, "%zu entries of st_backend_ops are NULL (the first is pointer %zu)", nnull, first);
+    }
     /* the arena: zeroed blocks, nothing past the budget */
     float *z = (float *)gpu->ops->alloc(gpu, 4096 * sizeof(float));
     vecf zh = down(z, 4096);
@@ -292,6 +364,8 @@ int main(void) {
         test_attention(1, 21, 4, 2, 24, false, docs);
         test_attention(2, 17, 4, 1, 16, false, docs);
     }
+    test_classifier(7, 53);
+    test_classifier(6, 300);
     s = st_backend_cuda_status(gpu, &err);
     CHECK(s == ST_OK, "the backend kept an error: %s", err.msg);
     st_backend_free(gpu);

@@ -2,8 +2,9 @@
  * (issue 15): memory from one device arena (one cudaMalloc of the device budget, carved
  * by cuda_arena.h), copies, matmul through cuBLAS (fp32 cublasSgemm, row-major as the
  * CPU backend's cblas calls: see mm_gemm), and the fp32 embedding, layernorm, rmsnorm,
- * gelu, residual, swiglu, rope, attention and to_bf16 of kernels_*.cuh, all on one
- * compute stream in order. The other entries (the classifier's) are NULL.
+ * gelu, residual, swiglu, rope, attention, classifier (cross-entropy and the chunked
+ * softmax) and to_bf16 of kernels_*.cuh, all on one compute stream in order: every
+ * entry of st_backend_ops.
  *
  * The ops return nothing, so a failed launch, copy or cuBLAS call is kept (the first one,
  * with the op's name) and st_backend_cuda_status reports it. Copies are synchronous, as
@@ -32,6 +33,7 @@ extern "C" {
 #include "backend/cuda/kernels_embed.cuh"
 #include "backend/cuda/kernels_norm.cuh"
 #include "backend/cuda/kernels_rope.cuh"
+#include "backend/cuda/kernels_xent.cuh"
 
 struct cuda_ctx {
     int device = 0;
@@ -277,6 +279,27 @@ static void be_attention_gqa_doc_backward(st_backend *be, float *dq, float *dk, 
                                           int NKV, int hs) {
     att_bwd(be, dq, dk, dv, dout, q, k, v, out, lse, doc_start, ld, B, T, NH, NKV, hs, "attention_gqa_doc_backward");
 }
+/* the classifier: the fused cross-entropy over full rows and the chunked online softmax
+ * (kernels_xent.cuh), rows with target < 0 masked */
+static void be_crossentropy(st_backend *be, float *logits, float *losses, const int32_t *targets, int N, int V,
+                            float dloss) {
+    cu_crossentropy<float>(logits, losses, targets, N, V, dloss, ctx_of(be)->stream);
+    LAUNCHED(be, "crossentropy_forward_backward");
+}
+static void be_softmax_chunk_init(st_backend *be, float *rmax, double *rsum, float *tlogit, int N) {
+    cu_softmax_chunk_init(rmax, rsum, tlogit, N, ctx_of(be)->stream);
+    LAUNCHED(be, "softmax_chunk_init");
+}
+static void be_softmax_chunk_stats(st_backend *be, const float *logits, const int32_t *targets, int N, int nr, int r0,
+                                   float *rmax, double *rsum, float *tlogit) {
+    cu_softmax_chunk_stats<float>(logits, targets, N, nr, r0, rmax, rsum, tlogit, ctx_of(be)->stream);
+    LAUNCHED(be, "softmax_chunk_stats");
+}
+static void be_softmax_chunk_grad(st_backend *be, float *logits, const int32_t *targets, int N, int nr, int r0,
+                                  const float *rmax, const double *rsum, float dloss) {
+    cu_softmax_chunk_grad<float>(logits, targets, N, nr, r0, rmax, rsum, dloss, ctx_of(be)->stream);
+    LAUNCHED(be, "softmax_chunk_grad");
+}
 static void be_to_bf16(st_backend *be, uint16_t *dst, const float *src, size_t n) {
     cu_to_bf16<float>((__nv_bfloat16 *)dst, src, n, ctx_of(be)->stream);
     LAUNCHED(be, "to_bf16");
@@ -326,6 +349,10 @@ static st_backend_ops make_ops(void) {
     o.rope_forward = be_rope_forward;
     o.rope_backward = be_rope_backward;
     o.to_bf16 = be_to_bf16;
+    o.crossentropy_forward_backward = be_crossentropy;
+    o.softmax_chunk_init = be_softmax_chunk_init;
+    o.softmax_chunk_stats = be_softmax_chunk_stats;
+    o.softmax_chunk_grad = be_softmax_chunk_grad;
     o.attention_forward = be_attention_forward;
     o.attention_backward = be_attention_backward;
     o.attention_gqa_forward = be_attention_gqa_forward;

@@ -7,6 +7,7 @@
 #include "backend/cuda/kernels_embed.cuh"
 #include "backend/cuda/kernels_norm.cuh"
 #include "backend/cuda/kernels_rope.cuh"
+#include "backend/cuda/kernels_xent.cuh"
 
 #define CU_INSTANTIATE(T)                                                                                        \
     template void cu_residual_forward<T>(T *, const T *, const T *, size_t, cudaStream_t);                       \
@@ -31,7 +32,12 @@
     template void cu_attn_forward<T>(T *, float *, const T *, const T *, const T *, const int32_t *, int, int, int, \
                                      int, int, int, cudaStream_t);                                               \
     template void cu_attn_backward<T>(T *, T *, T *, const T *, const T *, const T *, const T *, const T *,        \
-                                      const float *, const int32_t *, int, int, int, int, int, int, cudaStream_t);
+                                      const float *, const int32_t *, int, int, int, int, int, int, cudaStream_t); \
+    template void cu_crossentropy<T>(T *, float *, const int32_t *, int, int, float, cudaStream_t);              \
+    template void cu_softmax_chunk_stats<T>(const T *, const int32_t *, int, int, int, float *, double *, float *, \
+                                            cudaStream_t);                                                       \
+    template void cu_softmax_chunk_grad<T>(T *, const int32_t *, int, int, int, const float *, const double *,    \
+                                           float, cudaStream_t);
 
 CU_INSTANTIATE(float)
 CU_INSTANTIATE(__nv_bfloat16)
