@@ -286,6 +286,47 @@ size_t st_plan_host_bytes(const st_arch *a, int B, int T, const st_stream_plan *
  * adds them). */
 size_t st_plan_host_bytes_disk(const st_arch *a, int B, int T, const st_stream_plan *p);
 
+/* ------------------------------------------------------------------ a run's prediction
+ * What strata plan prints and strata train logs and saves (RUN_DIR/plan.json) for the plan
+ * of a configuration: one function, so the plan printed is the plan run, predicted alike. */
+
+/* The disk state's update runs beside the backward where host work leaves the device's
+ * compute alone: host_work_slowdown below this (strata train's choice, st_stream_config.
+ * store_beside); else after it (the CPU backend, whose device is the host's cores). */
+#define ST_PLAN_STORE_BESIDE_BELOW 0.5
+int st_plan_store_beside(const st_plan_profile *hw);
+
+#define ST_PLAN_PROBE_BYTES (64ull << 20) /* strata train's probe of a state path without state_profile */
+
+typedef struct st_plan_config_disk {
+    int on_disk;      /* 1: the configuration's state is on disk (state_paths): pred is st_plan_predict_disk's */
+    int n_paths;
+    int probed;       /* 1: the bandwidths were probed now (no state_profile), 0: state_profile's */
+    int beside;       /* st_plan_store_beside(hw) */
+    double mixed_bytes_per_s[16]; /* each path's (ST_STORE_MAX_PATHS) */
+    double crc_bytes_per_s;       /* st_plan_crc_bytes_per_s, measured now */
+    st_plan_disk_cost dc;
+} st_plan_config_disk;
+
+struct st_train_config;
+/* The prediction of plan p for configuration c (its batch, seq, optim_state, weight_decay,
+ * state_paths, state_profile, state_budget) on the machine hw. pred: in, the solver's
+ * (st_plan_stream_ex) for p; out, unchanged with the state in RAM (c->state_paths empty),
+ * else st_plan_predict_disk's (solve_s, program_s, optimal and device_budget kept): each
+ * path's mixed bandwidth from c->state_profile (a strata probe -o file), else from a probe
+ * of probe_bytes written in the path now (cd->probed; 0: never probe, and fail saying to
+ * give state_profile); the CRC-32C rate measured now (about 0.1 s); the update beside the
+ * backward per st_plan_store_beside; fp32's optim_ns_per_param for either format (the
+ * 8-bit update is not timed); cpu_slowdown 1 (the CPU backend). cd: what was used and the
+ * store's figures (st_plan_config_disk_to_json: the plan file's key "disk"). */
+st_status st_plan_predict_config(const struct st_train_config *c, const st_arch *a, const st_plan_profile *hw,
+                                 const st_stream_plan *p, unsigned long long probe_bytes, st_plan_prediction *pred,
+                                 st_plan_config_disk *cd, st_err *err);
+struct json_object;
+/* {"io_s", "cpu_s", "store_s", "hidden_s", "beside", "probed", "mixed_bytes_per_s": [...],
+ *  "crc_bytes_per_s", "read_bytes", "write_bytes", "host_bytes"}: a new json-c object. */
+struct json_object *st_plan_config_disk_to_json(const st_plan_config_disk *cd);
+
 
 /* ------------------------------------------------------------------ plan files
  * A plan saved to run again exactly (strata plan -o FILE, strata train --plan FILE, and the
@@ -297,8 +338,10 @@ size_t st_plan_host_bytes_disk(const st_arch *a, int B, int T, const st_stream_p
  *      "blocks": ["offload", "offload", "offload", "keep"], "predicted": {"step_s": ..., ...}}
  * The model is identified by its shape (arch, n_blocks, n_embd, vocab_size, n_params), not
  * by its name (an init_from directory may move). strata plan's --json adds what a reader
- * does not need ("fits", "profile", "solve_s", "optimal"); a reader accepts those and refuses
- * any other key, so a misspelt key is never ignored. */
+ * does not need ("fits", "profile", "solve_s", "optimal"); with the state on disk, strata plan
+ * and strata train add "disk" (st_plan_config_disk_to_json: the store's figures behind
+ * "predicted"); a reader accepts those and refuses any other key, so a misspelt key is
+ * never ignored. */
 #define ST_PLAN_FILE_VERSION 1
 #define ST_PLAN_FILE_MAX_BYTES (4u << 20) /* 4096 blocks are about 50 KB of JSON */
 

@@ -35,6 +35,10 @@ static void plan_usage(FILE *f) {
             "program (GLPK), and prints it per block with the predicted step time in parts, the\n"
             "device bytes and the solve time. The machine's figures come from --profile (a file\n"
             "--save_profile wrote) or are measured now on the CPU backend (about a second).\n"
+            "With the state on disk (state_paths) the prediction adds the store's time, from each\n"
+            "path's bandwidth in --state_profile FILE (strata probe --path DIR -o FILE; strata plan\n"
+            "probes nothing: without it the disk's time is not predicted and it says so), as\n"
+            "strata train predicts it (it probes a path briefly where no state_profile is given).\n"
             "--json prints only the plan, as JSON. -o PLAN.json (with --device_budget) writes that\n"
             "JSON to a file (crash-safely); strata train --plan PLAN.json runs the plan exactly,\n"
             "refusing it for another model shape, batch or seq, or a device_budget it does not fit.\n"
@@ -132,6 +136,12 @@ static int plan_device(const st_arch *a, const st_train_config *cfg, double devi
     if (n_fixed) po.fixed_act = fixed;
     st_status s = st_plan_stream_ex(a, cfg->batch, cfg->seq, (size_t)device_budget, &hw, &po, p, &pr, &err);
     if (s && n_fixed) st_err_prefix(&err, "key 'act'");
+    /* the prediction strata train logs and saves for this configuration (the state on disk:
+     * the store's time, from state_profile only: strata plan writes nothing to probe a path) */
+    st_plan_config_disk cd;
+    memset(&cd, 0, sizeof cd);
+    st_err derr = {0};
+    int disk_unknown = !s && st_plan_predict_config(cfg, a, &hw, p, 0, &pr, &cd, &derr) != ST_OK;
     int rc = s == ST_OK ? 0 : s == ST_ERR_NOMEM ? 3 : 2;
     json_object *o = NULL;
     if (json || (out && !s)) { /* the plan file's document, and what people read beside it */
@@ -174,6 +184,13 @@ static int plan_device(const st_arch *a, const st_train_config *cfg, double devi
         } else {
             json_object_object_add(o, "solve_s", json_object_new_double(pr.solve_s));
             json_object_object_add(o, "optimal", json_object_new_boolean(pr.optimal));
+            if (cd.on_disk && !disk_unknown) {
+                json_object_object_add(o, "disk", st_plan_config_disk_to_json(&cd));
+            } else if (disk_unknown) { /* "predicted" is the state in RAM's */
+                json_object *d = json_object_new_object();
+                json_object_object_add(d, "unknown", json_object_new_string(derr.msg));
+                json_object_object_add(o, "disk", d);
+            }
         }
     }
     if (out && s) {
@@ -225,6 +242,15 @@ static int plan_device(const st_arch *a, const st_train_config *cfg, double devi
     printf("  predicted step %.4f s = compute %.4f + recompute %.4f + exposed copies %.4f + exposed optimizer %.4f"
            " + host work on the device's cores %.4f\n",
            pr.step_s, pr.compute_s, pr.recompute_s, pr.transfer_exposed_s, pr.optim_exposed_s, pr.host_work_s);
+    if (cd.on_disk && !disk_unknown)
+        printf("  the state on disk: the store %.4f s a step (io %.4f s, cpu %.4f s; each path's mixed bandwidth from "
+               "%s, the CRC-32C at %.2f GB/s measured now), %s the backward, %.4f s of it hidden: the exposed optimizer "
+               "above is the store's\n",
+               cd.dc.store_s, cd.dc.io_s, cd.dc.cpu_s, cfg->state_profile, cd.crc_bytes_per_s / 1e9,
+               cd.beside ? "beside" : "after", cd.dc.hidden_s);
+    else if (disk_unknown)
+        printf("  the state on disk: the step's time with it is not predicted (%s); the step above is the state "
+               "in RAM's\n", derr.msg);
     printf("  (one block: forward %.3f ms, backward %.3f ms; %d keep, %d offload, %d recompute)\n",
            pr.block_fwd_s * 1e3, pr.block_bwd_s * 1e3, pr.n_keep, pr.n_offload, pr.n_recompute);
     printf("  solved in %.3f s (%s)\n", pr.solve_s, pr.optimal ? "optimal" : "time limit: the best plan found");

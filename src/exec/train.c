@@ -460,15 +460,25 @@ static st_status plan_from_file(const st_train_config *c, const st_arch *arch, c
  * plans for itself, and the run directory is rank 0's): --plan RUN_DIR/plan.json runs it
  * again exactly. */
 static st_status save_run_plan(const st_train_config *c, const st_arch *arch, const st_stream_config *sc, size_t budget,
-                               const st_stream_plan *plan, const st_plan_prediction *pred, st_err *err) {
+                               const st_stream_plan *plan, const st_plan_prediction *pred,
+                               const st_plan_config_disk *cd, const st_plan_profile *hw, st_err *err) {
     char path[1100];
     snprintf(path, sizeof path, "%s/plan.json", c->run_dir);
     st_plan_file *pf = malloc(sizeof *pf);
     if (!pf) return st_errf(err, ST_ERR_NOMEM, "out of memory");
     st_plan_file_init(pf, arch, c->init_from[0] ? c->init_from : c->model, c->batch, c->seq, budget, plan, pred);
     pf->device_bytes = pf->pred.device_bytes = st_stream_device_bytes(sc, plan);
-    st_status s = st_plan_file_save(path, pf, err);
+    json_object *doc = st_plan_file_to_json(pf);
     free(pf);
+    if (cd && cd->on_disk) json_object_object_add(doc, "disk", st_plan_config_disk_to_json(cd));
+    st_status s = st_plan_file_save_json(path, doc, err);
+    json_object_put(doc);
+    /* the machine's figures the plan was made from: strata plan --profile RUN_DIR/plan_profile.json
+     * (with this run's keys) makes and predicts the same plan */
+    if (!s && hw) {
+        snprintf(path, sizeof path, "%s/plan_profile.json", c->run_dir);
+        s = st_plan_profile_save(path, hw, err);
+    }
     return s;
 }
 
@@ -490,6 +500,9 @@ static st_status open_streamed(const st_train_config *c, st_model *m, const st_a
      * GLPK, or when it finds none, the fixed rule below */
     st_plan_profile hw;
     st_plan_prediction pred;
+    st_plan_config_disk cdisk;
+    memset(&cdisk, 0, sizeof cdisk);
+    int have_hw = 0;
     st_plan_options po = {.mip_gap = -1, .allow_vocab_chunk = 1, .prefer_resident_head = 1};
     st_err perr = {0};
     int found = 0, has_pred = 0, n_fixed = 0, L = arch->lay.n_blocks;
@@ -511,10 +524,11 @@ static st_status open_streamed(const st_train_config *c, st_model *m, const st_a
         found = 1;
     } else {
         s = machine_profile(be, arch, c->batch, c->seq, &hw, &perr);
+        have_hw = s == ST_OK;
         /* the disk state's update beside the backward pays only where host work leaves the
          * device's compute alone (not on the CPU backend, whose device is the host's cores) */
         if (!s && external && ranks <= 1) {
-            sc.store_beside = hw.host_work_slowdown < 0.5;
+            sc.store_beside = st_plan_store_beside(&hw);
             st_log(1, "disk state: the store's update runs %s the backward (measured host_work_slowdown %.2f)\n",
                    sc.store_beside ? "beside" : "after", hw.host_work_slowdown);
         }
@@ -524,10 +538,27 @@ static st_status open_streamed(const st_train_config *c, st_model *m, const st_a
             return st_err_prefix(err, "key 'act'");
         }
         found = has_pred = s == ST_OK;
+        /* the prediction strata plan prints for this configuration: with the state on disk,
+         * the store's time from state_profile or a short probe of each path now */
+        if (found && ranks <= 1 && c->state_paths[0]) {
+            st_err derr = {0};
+            if (st_plan_predict_config(c, arch, &hw, &plan, ST_PLAN_PROBE_BYTES, &pred, &cdisk, &derr)) {
+                st_log(2, "planner: the disk state's time is not predicted (%s); the prediction is the state in RAM's\n",
+                       derr.msg);
+                memset(&cdisk, 0, sizeof cdisk);
+            } else {
+                st_log(1, "planner: the disk state: %s; the store %.3f s a step (io %.3f s, cpu %.3f s), %s the "
+                       "backward, %.3f s of it hidden\n",
+                       cdisk.probed ? "each path's bandwidth probed now (no state_profile)" : "the paths' bandwidth "
+                       "from state_profile", cdisk.dc.store_s, cdisk.dc.io_s, cdisk.dc.cpu_s,
+                       cdisk.beside ? "beside" : "after", cdisk.dc.hidden_s);
+            }
+        }
         if (found)
             st_log(1, "planner: %d keep, %d offload, %d recompute, prefetch depth %d, vocab_chunk %d: predicted %.3f s "
-                   "a step, %zu device bytes (solved in %.3f s)\n", pred.n_keep, pred.n_offload, pred.n_recompute,
-                   plan.prefetch_depth, plan.vocab_chunk, pred.step_s, pred.device_bytes, pred.solve_s);
+                   "a step%s, %zu device bytes (solved in %.3f s)\n", pred.n_keep, pred.n_offload, pred.n_recompute,
+                   plan.prefetch_depth, plan.vocab_chunk, pred.step_s, cdisk.on_disk ? " with the state on disk" : "",
+                   pred.device_bytes, pred.solve_s);
         else
             st_log(2, "planner: %s; the fixed rule chooses the plan\n", perr.msg);
     }
@@ -555,7 +586,8 @@ static st_status open_streamed(const st_train_config *c, st_model *m, const st_a
            budget / 1048576.0,
            plan.act[0] == ST_STREAM_ACT_KEEP ? "kept" : plan.act[0] == ST_STREAM_ACT_OFFLOAD ? "offloaded" : "recomputed",
            plan.vocab_chunk ? "chunked" : "resident", plan.vocab_chunk);
-    return ranks > 1 ? ST_OK : save_run_plan(c, arch, &sc, budget, &plan, has_pred ? &pred : NULL, err);
+    return ranks > 1 ? ST_OK : save_run_plan(c, arch, &sc, budget, &plan, has_pred ? &pred : NULL, &cdisk,
+                                               have_hw ? &hw : NULL, err);
 }
 
 

@@ -207,7 +207,7 @@ static st_status read_text(const char *path, char **out, size_t *len, st_err *er
 static const char *const known_keys[] = {
     "strata_plan", "model", "arch", "n_blocks", "n_embd", "vocab_size", "n_params", "batch", "seq",
     "device_budget", "device_bytes", "prefetch_depth", "vocab_chunk", "overlap_optim", "clip", "grad_dtype",
-    "optim_threads", "blocks", "predicted", "fits", "profile", "solve_s", "optimal"};
+    "optim_threads", "blocks", "predicted", "fits", "profile", "solve_s", "optimal", "disk"};
 
 /* An integer key in [lo, hi]: a JSON integer, or a number with no fraction (6e6). */
 static st_status get_int(const char *path, json_object *o, const char *key, int required, long long lo, long long hi,
@@ -312,7 +312,7 @@ static st_status parse_plan(const char *path, json_object *o, st_plan_file *f, s
             return st_errf(err, ST_ERR_FORMAT, "plan file %s: unknown key '%.80s' (a misspelling?); remove it. Keys: "
                            "strata_plan, model, arch, n_blocks, n_embd, vocab_size, n_params, batch, seq, device_budget, "
                            "device_bytes, prefetch_depth, vocab_chunk, overlap_optim, clip, grad_dtype, optim_threads, "
-                           "blocks, predicted (and strata plan's fits, profile, solve_s, optimal)", path, key);
+                           "blocks, predicted, disk (and strata plan's fits, profile, solve_s, optimal)", path, key);
     }
     const char *str;
     if ((s = get_str(path, o, "model", 0, &str, err))) return s;
@@ -414,6 +414,10 @@ static st_status parse_plan(const char *path, json_object *o, st_plan_file *f, s
     /* strata plan's additions, for people: only their types are checked */
     if (json_object_object_get_ex(o, "profile", &v) && !json_object_is_type(v, json_type_object))
         return st_errf(err, ST_ERR_FORMAT, "plan file %s: key 'profile' must be an object, not %s", path,
+                       json_type_to_name(json_object_get_type(v)));
+    /* the disk state's figures beside the prediction (st_plan_config_disk_to_json), for people */
+    if (json_object_object_get_ex(o, "disk", &v) && !json_object_is_type(v, json_type_object))
+        return st_errf(err, ST_ERR_FORMAT, "plan file %s: key 'disk' must be an object, not %s", path,
                        json_type_to_name(json_object_get_type(v)));
     double sec;
     if (json_object_object_get_ex(o, "solve_s", &v) && (s = get_seconds(path, o, "", "solve_s", &sec, err))) return s;
