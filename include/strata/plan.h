@@ -296,7 +296,11 @@ size_t st_plan_host_bytes_disk(const st_arch *a, int B, int T, const st_stream_p
 #define ST_PLAN_STORE_BESIDE_BELOW 0.5
 int st_plan_store_beside(const st_plan_profile *hw);
 
-#define ST_PLAN_PROBE_BYTES (64ull << 20) /* strata train's probe of a state path without state_profile */
+/* strata train's probe of a state path without state_profile: the smallest test file whose
+ * mixed figure held steady on the dev machine's disk (strata probe --path DIR --bytes B, 2026-12-02,
+ * a shared machine: 16 MiB 0.54-1.06 GB/s in 3 runs, 0.2-0.3 s; 64 MiB 0.26-2.43 GB/s in 7, 0.3-0.7 s;
+ * 128 MiB 0.30-0.45 GB/s in 4, 1.1-1.4 s; 256 MiB 0.43-0.61 GB/s in 3, 1.7-2.2 s) */
+#define ST_PLAN_PROBE_BYTES (128ull << 20)
 
 typedef struct st_plan_config_disk {
     int on_disk;      /* 1: the configuration's state is on disk (state_paths): pred is st_plan_predict_disk's */
