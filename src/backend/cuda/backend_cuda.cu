@@ -22,6 +22,7 @@
 #include <new>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 extern "C" {
 #include "strata/backend.h"
@@ -41,6 +42,7 @@ struct cuda_ctx {
     char *base = nullptr; /* the arena's one cudaMalloc */
     CuArena arena;
     cublasHandle_t blas = nullptr; /* on `stream` */
+    int matmul_mode = 0;           /* index into mm_modes: st_backend_cuda_set_matmul */
     cudaError_t first = cudaSuccess; /* the first error an op met */
     cublasStatus_t first_blas = CUBLAS_STATUS_SUCCESS; /* or the first cuBLAS error, if that came first */
     const char *first_op = "";
@@ -105,6 +107,17 @@ static void mm_gemm(st_backend *be, bool ta, bool tb, int M, int N, int K, const
               cublasSgemm(c->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &one, B,
                           ldb, A, lda, &beta, C, ldc),
               op);
+}
+/* the precision modes of st_backend_cuda_set_matmul, by name (index 0 the default) */
+static const char *const mm_modes[] = {"fp32", "tf32", "bf16"};
+extern "C" st_status st_backend_cuda_set_matmul(st_backend *be, const char *mode, st_err *err) {
+    for (int i = 0; i < (int)(sizeof mm_modes / sizeof mm_modes[0]); i++)
+        if (mode && strcmp(mode, mm_modes[i]) == 0) {
+            ctx_of(be)->matmul_mode = i;
+            return ST_OK;
+        }
+    return st_errf(err, ST_ERR_INVALID, "cuda backend: matmul precision \"%s\" is not one of fp32, tf32, bf16",
+                   mode ? mode : "(null)");
 }
 /* out (N, OC) rows = bias (OC): the biased matmul starts from it with beta 1, as the CPU's */
 static __global__ void k_bias_rows(float *out, const float *bias, int N, int OC) {

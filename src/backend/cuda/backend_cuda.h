@@ -6,6 +6,12 @@
 
 #include "strata/core.h"
 
+/* the tests' g++ build of backend_cuda.cu (tests/cuda_emu, -DST_CUDA_EMU) has its own
+ * names, so that it never meets the nvcc-built backend inside libstrata */
+#ifdef ST_CUDA_EMU
+#define st_backend_cuda_set_matmul st_backend_cuda_emu_set_matmul
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -27,6 +33,12 @@ st_status st_backend_cuda_create(struct st_backend **out, int device, size_t are
 /* The ops return nothing: the first CUDA error one meets is kept, and this returns it
  * (after synchronizing the stream); ST_OK when there was none. */
 st_status st_backend_cuda_status(struct st_backend *be, st_err *err);
+/* The precision of the fp32 matmuls (matmul_forward/_backward), for the backend's later
+ * calls: "fp32" (the default: fp32 products and sums, CUBLAS_COMPUTE_32F), "tf32"
+ * (CUBLAS_COMPUTE_32F_FAST_TF32: inputs rounded to 10-bit mantissas on the tensor cores)
+ * or "bf16" (CUBLAS_COMPUTE_32F_FAST_16BF: fp32 in and out, bf16 products, fp32 sums).
+ * Anything else is refused (ST_ERR_INVALID), naming the mode and the accepted ones. */
+st_status st_backend_cuda_set_matmul(struct st_backend *be, const char *mode, st_err *err);
 
 #ifdef __cplusplus
 }
