@@ -132,6 +132,19 @@ int main(void) {
     CHECK(st_plan_predict_disk(a, B, T, &hw, p, &d, &b2, &kb, &err) == ST_OK &&
               close_to(b2.host_work_s - r2.host_work_s, kb.cpu_s),
           "cpu_slowdown 1: host work beside %g s, after %g s, cpu %g s", b2.host_work_s, r2.host_work_s, kb.cpu_s);
+    /* a slow disk: the store's CPU work stretches the backward it hides behind, so it does not
+     * lengthen the step (the step ends when the store does, the backward's first gradient +
+     * store_s): beside saves exactly the backward against after */
+    double bw_was = bw;
+    bw = 1e6;
+    d.beside = 0;
+    CHECK(st_plan_predict_disk(a, B, T, &hw, p, &d, &r2, &k32, &err) == ST_OK, "%s", err.msg);
+    d.beside = 1;
+    CHECK(st_plan_predict_disk(a, B, T, &hw, p, &d, &b2, &kb, &err) == ST_OK, "%s", err.msg);
+    CHECK(kb.store_s > bwd + kb.cpu_s && close_to(kb.hidden_s, bwd + kb.cpu_s) && close_to(r2.step_s - b2.step_s, bwd),
+          "slow disk, cpu_slowdown 1: hidden %g s (backward %g + cpu %g), steps after %g beside %g", kb.hidden_s, bwd,
+          kb.cpu_s, r2.step_s, b2.step_s);
+    bw = bw_was;
     d.cpu_slowdown = 0;
 
     /* refusals */

@@ -225,9 +225,10 @@ st_status st_plan_stream(const st_arch *a, int B, int T, size_t device_budget, c
  *           memory rate, the working copy of the weights (4 bytes a parameter);
  *   store_s max(io_s, cpu_s): the store reads ahead and writes behind its updates;
  * after the backward (store_beside 0, strata train's choice where host_work_slowdown >= 0.5)
- * all of store_s is exposed; beside it (store_beside 1) the backward (the blocks' backward
- * and their recomputed forwards) hides up to its own length, and the store's cpu_s costs
- * the compute cpu_slowdown of its seconds. Either way the in-RAM optimizer's terms
+ * all of store_s is exposed; beside it (store_beside 1) the store's cpu_s costs the compute
+ * cpu_slowdown of its seconds, and the backward (the blocks' backward and their recomputed
+ * forwards) so stretched hides the store up to its stretched length: the step ends when
+ * the later of the two does, max(backward + cpu, store) after the first gradient. Either way the in-RAM optimizer's terms
  * (its update, its speculative backups) are gone. The store's read-ahead cache (a few
  * subgroups kept from one step to the next) is not counted: with the default 256 MiB of
  * buffers it saves a few percent of the reads. The program (st_plan_stream) does not see
@@ -320,8 +321,8 @@ struct st_train_config;
  * path's mixed bandwidth from c->state_profile (a strata probe -o file), else from a probe
  * of probe_bytes written in the path now (cd->probed; 0: never probe, and fail saying to
  * give state_profile); the CRC-32C rate measured now (about 0.1 s); the update beside the
- * backward per st_plan_store_beside; fp32's optim_ns_per_param for either format (the
- * 8-bit update is not timed); cpu_slowdown 1 (the CPU backend). cd: what was used and the
+ * backward per st_plan_store_beside; the update of c->optim_state's format per
+ * st_plan_optim_ns_per_param; cpu_slowdown 1 (the CPU backend). cd: what was used and the
  * store's figures (st_plan_config_disk_to_json: the plan file's key "disk"). */
 st_status st_plan_predict_config(const struct st_train_config *c, const st_arch *a, const st_plan_profile *hw,
                                  const st_stream_plan *p, unsigned long long probe_bytes, st_plan_prediction *pred,
@@ -330,6 +331,59 @@ struct json_object;
 /* {"io_s", "cpu_s", "store_s", "hidden_s", "beside", "probed", "mixed_bytes_per_s": [...],
  *  "crc_bytes_per_s", "read_bytes", "write_bytes", "host_bytes"}: a new json-c object. */
 struct json_object *st_plan_config_disk_to_json(const st_plan_config_disk *cd);
+
+/* The update's time per parameter in state format fmt on the machine hw: fp32's is the
+ * profile's optim_ns_per_param; the 8-bit one's is that times the ratio of the two updates
+ * timed now over 2^20 parameters (best of 3 each; once per process, about 50 ms), since the
+ * profile times fp32's only. */
+st_status st_plan_optim_ns_per_param(const st_plan_profile *hw, int fmt, double *ns, st_err *err);
+
+/* ------------------------------------------------------------------ plan_state auto
+ * The optimizer state's format and tier where the user leaves them to the planner (the key
+ * plan_state auto; f32 / 8-bit changes the optimizer's results): the placements f32 in host
+ * memory, 8-bit in host memory, f32 on state_paths, 8-bit on state_paths (the last two only
+ * with state_paths), in that order. st_plan_state_fit checks which fit (the host budget, the
+ * paths' free space for the store's two regions); st_plan_state_choose predicts the step of
+ * each that fits, as strata plan and strata train predict a run (with device_budget the
+ * program at that budget, else the streamed model of every block kept and the head
+ * resident; the update's ns/param of the format, st_plan_optim_ns_per_param; a disk
+ * placement through st_plan_predict_config), and takes the fastest. A tie (the same step
+ * to ST_PLAN_STATE_TIE_S, the precision printed) goes to the earlier placement. A disk
+ * placement's time needs the paths' bandwidth from state_profile (neither command probes a
+ * disk to choose): without it its time is unknown, and a disk placement is taken only where
+ * no host-memory placement fits (the first that fits). With one placement that fits, or no
+ * machine profile (hw NULL), the first that fits is taken and nothing is predicted. */
+#define ST_PLAN_STATE_PLACEMENTS 4
+#define ST_PLAN_STATE_TIE_S 1e-4 /* steps printed as %.4f s */
+typedef struct st_plan_state_candidate {
+    int fmt;                      /* ST_OPTIM_STATE_F32 or ST_OPTIM_STATE_8BIT */
+    int on_disk;                  /* 0: host memory, 1: state_paths */
+    int fits;                     /* the host budget and, on disk, the paths' free space */
+    double host_bytes;            /* the run's host bytes with this placement */
+    double disk_bytes, disk_free; /* on disk: the store's two regions; the paths' free bytes */
+    int timed;                    /* 1: step_s predicted */
+    double step_s;
+    char note[320];               /* not fitting: what is short; fitting, not timed: why */
+} st_plan_state_candidate;
+
+typedef struct st_plan_state_choice {
+    int n;                 /* 2 (no state_paths) or 4, in the order above */
+    st_plan_state_candidate cand[ST_PLAN_STATE_PLACEMENTS];
+    int chosen;            /* st_plan_state_choose's index (-1 before) */
+    int needs_profile;     /* st_plan_state_fit: 1 where two or more placements that fit can be timed */
+} st_plan_state_choice;
+
+/* Which placements fit configuration c (plan_state auto). Refused with ST_ERR_NOMEM, naming
+ * each placement's bytes, where none fits. */
+st_status st_plan_state_fit(const struct st_train_config *c, st_plan_state_choice *ch, st_err *err);
+/* Predict and choose (above) for c and model a on the machine hw (NULL: the first that fits),
+ * and set c's optim_state, state_paths (emptied for host memory) and plan_state "fixed", so
+ * config.json records what runs and a resume runs the same. why: one line saying what was
+ * chosen and why. */
+st_status st_plan_state_choose(struct st_train_config *c, const st_arch *a, const st_plan_profile *hw,
+                               st_plan_state_choice *ch, char *why, size_t why_cap, st_err *err);
+/* Candidate i as one line ("8bit in host memory: predicted step 0.0123 s"). */
+void st_plan_state_describe(const st_plan_state_choice *ch, int i, char *buf, size_t cap);
 
 
 /* ------------------------------------------------------------------ plan files

@@ -175,10 +175,14 @@ static st_status predict(const plan_cost *cp, const st_arch *a, int B, int T, co
         /* the store instead of the in-RAM optimizer: hidden behind the backward only beside it */
         pred->host_work_s -= c.slow * ((double)L * c.opt_block + c.opt_nonblock);
         if (pred->host_work_s < 0) pred->host_work_s = 0;
-        double bwd = (double)L * c.bwd + rec; /* the blocks' backward and recomputed forwards */
-        dk->hidden_s = beside ? (dk->store_s < bwd ? dk->store_s : bwd) : 0;
+        /* beside: the store runs from the first gradient to its last write while the backward
+         * (the blocks' backward and recomputed forwards), stretched by the store's own CPU work
+         * on the compute's cores, runs beside it: the stretched backward is the window it hides in */
+        double cpu_beside = beside ? cpu_slow * dk->cpu_s : 0;
+        double window = (double)L * c.bwd + rec + cpu_beside;
+        dk->hidden_s = beside ? (dk->store_s < window ? dk->store_s : window) : 0;
         pred->optim_exposed_s = dk->store_s - dk->hidden_s;
-        if (beside) pred->host_work_s += cpu_slow * dk->cpu_s;
+        pred->host_work_s += cpu_beside;
     }
     pred->step_s = pred->compute_s + pred->recompute_s + pred->transfer_exposed_s + pred->optim_exposed_s +
                    pred->host_work_s;
