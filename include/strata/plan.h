@@ -334,8 +334,8 @@ struct json_object *st_plan_config_disk_to_json(const st_plan_config_disk *cd);
 
 /* The update's time per parameter in state format fmt on the machine hw: fp32's is the
  * profile's optim_ns_per_param; the 8-bit one's is that times the ratio of the two updates
- * timed now over 2^20 parameters (best of 3 each; once per process, about 50 ms), since the
- * profile times fp32's only. */
+ * timed now over 2^20 parameters (the best of 7 each, taken in turns; once per process), since
+ * the profile times fp32's only. */
 st_status st_plan_optim_ns_per_param(const st_plan_profile *hw, int fmt, double *ns, st_err *err);
 
 /* ------------------------------------------------------------------ plan_state auto

@@ -66,9 +66,9 @@ typedef struct st_train_config {
                                moments there (the disk tier, strata/store.h), committed every step */
     double state_budget;  /* host bytes for the state store's buffers (0: ST_TRAIN_STATE_BUDGET_DEFAULT) */
     char state_profile[1024]; /* strata probe -o profile: split the state by the paths' bandwidth */
-    char plan_state[8];   /* "fixed" (optim_state and state_paths as given) or "auto": the first of
-                             f32 in host memory, 8-bit in host memory, f32 on state_paths, 8-bit on
-                             state_paths that fits host_budget (st_train_config_place_state) */
+    char plan_state[8];   /* "fixed" (optim_state and state_paths as given) or "auto": of f32 in host
+                             memory, 8-bit in host memory, f32 on state_paths, 8-bit on state_paths,
+                             the fitting one with the fastest predicted step (st_plan_state_choose) */
     char plan[1024];      /* the stream plan (device_budget > 0): "auto" (the planner, now) or a plan
                              file (plan.h: strata plan -o, or a streamed run's RUN_DIR/plan.json) */
     char act[1024];       /* activation choices the plan must make (st_plan_act_parse): "auto" (none),
@@ -103,15 +103,8 @@ void st_train_config_print_help(FILE *f);
 st_status st_train_config_resolve(const st_train_config *c, st_model_shape *shape, st_err *err);
 /* st_train_config_resolve and the layer-streaming keys (plan, act): the whole configuration. */
 st_status st_train_config_check(const st_train_config *c, st_err *err);
-/* plan_state auto: chooses the optimizer state's format and tier, the first that fits the host
- * memory (host_budget, or MemAvailable) in this order: f32 in host memory, 8-bit in host
- * memory, then, where state_paths names directories, f32 on them, 8-bit on them (the host
- * tier is faster than any disk, and f32 keeps the optimizer's exact results; 8-bit changes
- * them). Sets c->optim_state and c->state_paths ("" for host memory) to the choice and
- * c->plan_state to "fixed", so that config.json records what runs and a resume runs the
- * same; writes one line saying what was chosen and why into why (may be NULL). No change
- * with plan_state fixed. Refused, naming each tier's bytes missing, where nothing fits. */
-st_status st_train_config_place_state(st_train_config *c, char *why, size_t why_cap, st_err *err);
+/* plan_state auto (the optimizer state's format and tier chosen by the predicted step):
+ * st_plan_state_fit and st_plan_state_choose in strata/plan.h. */
 /* The shape overrides c sets (0: the preset's value). */
 st_model_overrides st_train_config_overrides(const st_train_config *c);
 

@@ -39,6 +39,9 @@ static void plan_usage(FILE *f) {
             "path's bandwidth in --state_profile FILE (strata probe --path DIR -o FILE; strata plan\n"
             "probes nothing: without it the disk's time is not predicted and it says so), as\n"
             "strata train predicts it (it probes a path briefly where no state_profile is given).\n"
+            "With --plan_state auto, each placement of the optimizer state that fits (f32 or 8-bit, in\n"
+            "host memory or on state_paths) is predicted with this machine's profile, as strata train\n"
+            "predicts it, and the fastest is taken; every candidate's step is printed.\n"
             "--json prints only the plan, as JSON. -o PLAN.json (with --device_budget) writes that\n"
             "JSON to a file (crash-safely); strata train --plan PLAN.json runs the plan exactly,\n"
             "refusing it for another model shape, batch or seq, or a device_budget it does not fit.\n"
@@ -83,30 +86,42 @@ static int plan_disk(const st_train_config *c, double n_params) {
     return short_;
 }
 
-/* The planner's section: the profile (loaded, or measured on the CPU backend), the plan
- * for the device budget, printed as text or JSON, and written to out (a plan file, plan.h)
- * when out is not NULL. 0 fits, 3 no plan fits, 2 bad input. */
-static int plan_device(const st_arch *a, const st_train_config *cfg, double device_budget, const char *profile,
-                       const char *save_profile, int time_limit_ms, int json, const char *out) {
+/* The machine's profile: loaded from profile, or measured on the CPU backend (with this
+ * model's own block and classifier at this batch shape where with_shape, as strata train's
+ * planner measures it); once per run of strata plan (*have). 0, or 2 on bad input. */
+static int machine(const st_arch *a, const st_train_config *cfg, const char *profile, int with_shape,
+                   st_plan_profile *hw, int *have) {
+    if (*have) return 0;
     st_err err = {0};
-    st_plan_profile hw;
     if (profile) {
-        if (st_plan_profile_load(profile, &hw, &err)) {
+        if (st_plan_profile_load(profile, hw, &err)) {
             fprintf(stderr, "strata plan: %s\n", err.msg);
             return 2;
         }
     } else {
         st_backend *be = NULL;
         st_status s = st_backend_cpu_create(&be, 0, &err);
-        if (!s) s = st_plan_profile_measure(be, &hw, &err);
-        /* and this model's own block and classifier at this batch shape */
-        if (!s && device_budget > 0) s = st_plan_profile_measure_shape(be, a, cfg->batch, cfg->seq, &hw, &err);
+        if (!s) s = st_plan_profile_measure(be, hw, &err);
+        if (!s && with_shape) s = st_plan_profile_measure_shape(be, a, cfg->batch, cfg->seq, hw, &err);
         if (be) st_backend_free(be);
         if (s) {
             fprintf(stderr, "strata plan: measuring the machine: %s\n", err.msg);
             return 2;
         }
     }
+    *have = 1;
+    return 0;
+}
+
+/* The planner's section: the profile (machine()), the plan for the device budget, printed
+ * as text or JSON, and written to out (a plan file, plan.h) when out is not NULL. 0 fits, 3
+ * no plan fits, 2 bad input. */
+static int plan_device(const st_arch *a, const st_train_config *cfg, double device_budget, const char *profile,
+                       st_plan_profile *hw_in, int *have_hw, const char *save_profile, int time_limit_ms, int json,
+                       const char *out) {
+    st_err err = {0};
+    if (machine(a, cfg, profile, device_budget > 0, hw_in, have_hw)) return 2;
+    st_plan_profile hw = *hw_in;
     if (save_profile && st_plan_profile_save(save_profile, &hw, &err)) {
         fprintf(stderr, "strata plan: %s\n", err.msg);
         return 2;
@@ -334,16 +349,36 @@ int cmd_plan(int argc, char **argv) {
         fprintf(stderr, "strata plan: %s\n", err.msg);
         return 2;
     }
-    if (!strcmp(cfg.plan_state, "auto")) { /* as strata train places the state */
-        char why[512];
+    st_model_overrides ov = st_train_config_overrides(&cfg);
+    st_plan_profile hw;
+    int have_hw = 0;
+    if (!strcmp(cfg.plan_state, "auto")) { /* as strata train places the state (its profile, where two or
+                                            more placements that fit can be timed, is the planner's) */
+        char why[1024], line[512];
         if (budget[ST_PROF_TIER_HOST] > 0 && !(cfg.host_budget > 0)) cfg.host_budget = budget[ST_PROF_TIER_HOST];
-        if (st_train_config_place_state(&cfg, why, sizeof why, &err)) {
+        st_plan_state_choice ch;
+        st_arch *pa = NULL;
+        int bad = st_plan_state_fit(&cfg, &ch, &err) != ST_OK;
+        if (!bad && ch.needs_profile) {
+            bad = st_model_resolve(cfg.model, cfg.init_from, &ov, cfg.batch, cfg.seq, &shape, &pa, &err) != ST_OK;
+            if (!bad && machine(pa, &cfg, profile, 1, &hw, &have_hw)) {
+                st_arch_free(pa);
+                return 2;
+            }
+        }
+        if (!bad) bad = st_plan_state_choose(&cfg, pa, have_hw ? &hw : NULL, &ch, why, sizeof why, &err) != ST_OK;
+        st_arch_free(pa);
+        if (bad) {
             fprintf(stderr, "strata plan: %s\n", err.msg);
             return 2;
         }
-        fprintf(json ? stderr : stdout, "%s\n", why);
+        FILE *f = json ? stderr : stdout;
+        fprintf(f, "%s\n", why);
+        for (int i = 0; i < ch.n; i++) {
+            st_plan_state_describe(&ch, i, line, sizeof line);
+            fprintf(f, "  %s\n", line);
+        }
     }
-    st_model_overrides ov = st_train_config_overrides(&cfg);
     if (json || budget[ST_PROF_TIER_DEVICE] > 0 || save_profile) {
         st_arch *arch = NULL;
         if (st_model_resolve(cfg.model, cfg.init_from, &ov, cfg.batch, cfg.seq, &shape, &arch, &err)) {
@@ -351,7 +386,8 @@ int cmd_plan(int argc, char **argv) {
             return 2;
         }
         if (json) {
-            int prc = plan_device(arch, &cfg, budget[ST_PROF_TIER_DEVICE], profile, save_profile, time_limit_ms, 1, out);
+            int prc = plan_device(arch, &cfg, budget[ST_PROF_TIER_DEVICE], profile, &hw, &have_hw, save_profile,
+                                  time_limit_ms, 1, out);
             st_arch_free(arch);
             return prc;
         }
@@ -376,7 +412,8 @@ int cmd_plan(int argc, char **argv) {
     }
     if (cfg.state_paths[0] && plan_disk(&cfg, e.n_params) && !rc) rc = 3;
     if (planned_arch) {
-        int prc = plan_device(planned_arch, &cfg, budget[ST_PROF_TIER_DEVICE], profile, save_profile, time_limit_ms, 0, out);
+        int prc = plan_device(planned_arch, &cfg, budget[ST_PROF_TIER_DEVICE], profile, &hw, &have_hw, save_profile,
+                              time_limit_ms, 0, out);
         st_arch_free(planned_arch);
         if (prc == 2) return 2;
         if (prc == 3) rc = 3; /* the executor's device bytes: no plan fits */

@@ -1045,6 +1045,42 @@ static const char *json_num(char buf[32], double v, const char *fmt) {
     return buf;
 }
 
+/* plan_state auto: the placements that fit, each predicted with the machine's profile (the
+ * one the planner then uses: machine_profile, measured once per process) where two or more
+ * can be timed, as strata plan chooses (st_plan_state_choose). Under mpirun the ranks'
+ * measured profiles may differ, so they take the first that fits, alike. */
+static st_status place_state(st_train_config *c, st_err *err) {
+    st_plan_state_choice ch;
+    st_status s = st_plan_state_fit(c, &ch, err);
+    if (s) return s;
+    st_plan_profile hw;
+    int have_hw = 0;
+    st_arch *arch = NULL;
+    if (ch.needs_profile && st_comm_size(c->comm) <= 1) {
+        st_model_overrides ov = st_train_config_overrides(c);
+        st_model_shape shape;
+        st_backend *tmp = NULL;
+        if ((s = st_model_resolve(c->model, c->init_from, &ov, c->batch, c->seq, &shape, &arch, err))) return s;
+        if (!(s = st_backend_cpu_create(&tmp, c->threads, err))) s = machine_profile(tmp, arch, c->batch, c->seq, &hw, err);
+        if (tmp) st_backend_free(tmp);
+        if (s) {
+            st_arch_free(arch);
+            return st_err_prefix(err, "key 'plan_state': measuring the machine to predict each placement");
+        }
+        have_hw = 1;
+    }
+    char why[1024], line[512];
+    s = st_plan_state_choose(c, arch, have_hw ? &hw : NULL, &ch, why, sizeof why, err);
+    st_arch_free(arch);
+    if (s) return s;
+    st_log(1, "%s\n", why);
+    for (int i = 0; i < ch.n; i++) {
+        st_plan_state_describe(&ch, i, line, sizeof line);
+        st_log(1, "  %s\n", line);
+    }
+    return ST_OK;
+}
+
 st_status st_train_run(const st_train_config *c, st_train_result *res, st_err *err) {
     st_status s = st_train_config_check(c, err);
     if (s) return s;
@@ -1052,10 +1088,8 @@ st_status st_train_run(const st_train_config *c, st_train_result *res, st_err *e
      * config.json) as if given */
     st_train_config placed;
     if (!strcmp(c->plan_state, "auto")) {
-        char why[512];
         placed = *c;
-        if ((s = st_train_config_place_state(&placed, why, sizeof why, err))) return s;
-        st_log(1, "%s\n", why);
+        if ((s = place_state(&placed, err))) return s;
         c = &placed;
     }
     st_model_overrides ov = st_train_config_overrides(c);

@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 
 #include "core/fileutil.h"
 #include "strata/model.h"
@@ -40,7 +39,7 @@ static const key_def keys[] = {
     {"act", K_STR, STR(act), 0, 0, "activation choices under device_budget, which the planner keeps while it chooses the rest: auto (none), keep, offload or recompute (every block), or BLOCKS:CHOICE items (0-3:recompute,11:keep); a budget they cannot fit is refused naming the bytes missing"},
     {"state_paths", K_STR, STR(state_paths), 0, 0, "dir[,dir...]: optimizer state and fp32 master weights on disk, committed every step (it is the checkpoint: no checkpoints/ are written; the final weights go to RUN_DIR/model.safetensors); resume with --resume RUN_DIR"},
     {"state_budget", K_DOUBLE, OFF(state_budget), 0, 0, 1e18, "host bytes for the disk state's buffers and cache (0: 256 MiB)"},
-    {"plan_state", K_STR, STR(plan_state), 0, 0, "the optimizer state's format and tier: fixed (optim_state and state_paths as given) or auto (the first that fits host_budget of f32 in host memory, 8-bit in host memory, f32 on state_paths, 8-bit on state_paths; recorded as fixed in config.json)"},
+    {"plan_state", K_STR, STR(plan_state), 0, 0, "the optimizer state's format and tier: fixed (optim_state and state_paths as given) or auto (of f32 in host memory, 8-bit in host memory, f32 on state_paths, 8-bit on state_paths, those that fit host_budget, the one with the fastest predicted step (a disk one only with state_profile, or where none in host memory fits); recorded as fixed in config.json)"},
     {"state_profile", K_STR, STR(state_profile), 0, 0, "a strata probe -o profile: split the disk state across state_paths by their measured bandwidth (default: equal)"},
     {"vocab_size", K_INT, OFF(vocab_size), 0, 0, 0, "override the preset's vocabulary size (0: keep)"},
     {"max_seq", K_INT, OFF(max_seq), 0, 0, 0, "override the preset's maximum sequence length (0: keep)"},
@@ -498,82 +497,6 @@ void st_train_mem_state_on_disk(const st_train_config *c, st_prof_mem_estimate *
     e->tier_need[ST_PROF_TIER_HOST] += buffers - mom;
     e->moments_on_disk = 1;
     e->state_buffers = buffers;
-}
-
-/* Free bytes on the filesystems of the comma-separated paths, each filesystem counted once
- * (0 where none can be read). */
-static double paths_free_bytes(const char *list) {
-    char buf[sizeof ((st_train_config *)0)->state_paths], *save = NULL;
-    dev_t seen[ST_STORE_MAX_PATHS];
-    int n_seen = 0;
-    double sum = 0;
-    snprintf(buf, sizeof buf, "%s", list);
-    for (char *tok = strtok_r(buf, ",", &save); tok && n_seen < ST_STORE_MAX_PATHS; tok = strtok_r(NULL, ",", &save)) {
-        struct stat st;
-        struct statvfs vf;
-        if (stat(tok, &st) || statvfs(tok, &vf)) continue;
-        int dup = 0;
-        for (int i = 0; i < n_seen; i++) dup |= seen[i] == st.st_dev;
-        if (dup) continue;
-        seen[n_seen++] = st.st_dev;
-        sum += (double)vf.f_bavail * (double)vf.f_frsize;
-    }
-    return sum;
-}
-
-st_status st_train_config_place_state(st_train_config *c, char *why, size_t why_cap, st_err *err) {
-    if (why && why_cap) why[0] = 0;
-    if (strcmp(c->plan_state, "auto")) return ST_OK;
-    st_model_overrides ov = st_train_config_overrides(c);
-    st_model_shape shape;
-    st_status s = st_model_resolve(c->model, c->init_from, &ov, 0, 0, &shape, NULL, err);
-    if (s) return s;
-    static const char *fmts[2] = {"f32", "8bit"};
-    char last[ST_ERR_MSG_MAX] = "";
-    const int tiers = c->state_paths[0] ? 2 : 1; /* 0: host memory, 1: the state_paths */
-    const double disk_free = tiers > 1 ? paths_free_bytes(c->state_paths) : 0;
-    for (int tier = 0; tier < tiers; tier++)
-        for (int f = 0; f < 2; f++) {
-            st_train_config t = *c;
-            snprintf(t.optim_state, sizeof t.optim_state, "%s", fmts[f]);
-            if (!tier) t.state_paths[0] = 0;
-            st_prof_mem_estimate e;
-            if ((s = st_model_mem_estimate(t.model, t.init_from, &ov, t.batch, t.seq, f == 1, &e, err))) return s;
-            st_train_mem_state_on_disk(&t, &e);
-            double budgets[ST_PROF_TIER_COUNT] = {0, t.host_budget, 0};
-            /* the store's two regions (the committed step and the one being written) */
-            double disk_need = tier ? 2.0 * shape.n_params * st_store_bytes_per_param(f ? ST_OPTIM_STATE_8BIT
-                                                                                           : ST_OPTIM_STATE_F32)
-                                    : 0;
-            st_err fit = {0};
-            int host_ok = st_prof_mem_check(&e, budgets, &fit) == ST_OK, disk_ok = !tier || disk_need <= disk_free;
-            if (!host_ok || !disk_ok) {
-                char part[160];
-                if (!host_ok)
-                    snprintf(part, sizeof part, "%s %s needs %.0f host bytes", fmts[f],
-                             tier ? "on state_paths" : "in host memory", e.tier_need[ST_PROF_TIER_HOST]);
-                else
-                    snprintf(part, sizeof part, "%s on state_paths needs about %.0f disk bytes, %.0f free", fmts[f],
-                             disk_need, disk_free);
-                snprintf(last + strlen(last), sizeof last - strlen(last), "%s%s", last[0] ? "; " : "", part);
-                continue;
-            }
-            if (why && why_cap && tier)
-                snprintf(why, why_cap, "plan_state auto: the optimizer state %s on state_paths (%.0f host bytes; "
-                         "about %.0f disk bytes of %.0f free)", fmts[f], e.tier_need[ST_PROF_TIER_HOST], disk_need,
-                         disk_free);
-            else if (why && why_cap)
-                snprintf(why, why_cap, "plan_state auto: the optimizer state %s in host memory (%.0f host bytes)",
-                         fmts[f], e.tier_need[ST_PROF_TIER_HOST]);
-            snprintf(c->optim_state, sizeof c->optim_state, "%s", fmts[f]);
-            if (!tier) c->state_paths[0] = 0;
-            snprintf(c->plan_state, sizeof c->plan_state, "fixed");
-            return ST_OK;
-        }
-    return st_errf(err, ST_ERR_NOMEM, "key 'plan_state': auto found no placement of the optimizer state that fits the "
-                   "host budget (host_budget %.0f; 0: MemAvailable)%s: %s. Lower batch or seq, raise host_budget%s",
-                   c->host_budget, c->state_paths[0] ? " and the state_paths' free space" : "", last,
-                   c->state_paths[0] ? ", or free disk space" : ", or give state_paths (directories on disk)");
 }
 
 st_status st_train_state_paths(const st_train_config *c, char *buf, size_t cap, const char **paths, int *n,
