@@ -4,7 +4,10 @@
  * and without bias, encoder, embedding, layernorm, rmsnorm, gelu, residual, swiglu, rope,
  * the four attentions, to_bf16, cross-entropy and the chunked classifier) at small odd
  * shapes, forward and backward, fp32, with
- * tests/test_ops_diff.c's tolerances. Outputs an op writes start as NaN; outputs it adds
+ * tests/test_ops_diff.c's tolerances; matmul also in the tf32 and bf16 precision modes
+ * (st_backend_cuda_set_matmul: a bound derived from the rounding, see test_matmul), a bad
+ * mode refused, and cuBLASLt's workspace inside the arena (the free bytes less exactly
+ * st_backend_cuda_matmul_workspace). Outputs an op writes start as NaN; outputs it adds
  * into start random. Last, a refused op (a head size over 128) must be the error
  * st_backend_cuda_status reports, by the op's name. Built twice:
  *   - test_cuda_backend: the nvcc-built backend in libstrata, on a GPU; exits 77 where
@@ -136,15 +139,54 @@ static void test_eltwise(int N, int F) {
     for (void *p : {(void *)d_a, (void *)d_b, (void *)d_dout, (void *)d_h}) gpu->ops->dealloc(gpu, p);
 }
 
+/* The precision modes of st_backend_cuda_set_matmul and the relative error of one
+ * rounded input: bf16 keeps 8 significant bits, tf32 11, so rounding to nearest errs by
+ * at most u = 2^-8 or 2^-11 (2^-7, 2^-10 if the tensor cores truncate: allowed for). */
+struct MatmulMode {
+    const char *name;
+    double u;
+};
+static const MatmulMode mm_fp32 = {"fp32", 0}, mm_tf32 = {"tf32", 0x1p-10}, mm_bf16 = {"bf16", 0x1p-7};
+
+/* |a - ref| <= c * bound + atol max|ref| + rtol |ref| elementwise; the worst use of it
+ * goes to *worst. How many elements fail. */
+static size_t count_outside(const vecf &a, const vecf &ref, const vecf &bound, double c, double atol, double rtol,
+                            double *worst) {
+    double m = 0;
+    for (float r : ref) m = fmax(m, fabs((double)r));
+    size_t bad = 0;
+    for (size_t i = 0; i < a.size(); i++) {
+        double tol = c * bound[i] + atol * (m > 0 ? m : 1) + rtol * fabs((double)ref[i]);
+        double e = fabs((double)a[i] - ref[i]) / tol;
+        if (!(e <= 1)) bad++;
+        if (e > *worst || e != e) *worst = e;
+    }
+    return bad;
+}
+
 /* matmul: out (N, OC) = inp (N, C) x w (+ bias); backward into dinp, dw, dbias (+=), any
- * of which may be NULL. Every sum is at most 256 long: test_ops_diff's matmul tolerance. */
-static void test_matmul(int N, int C, int OC, st_wlayout layout, bool bias, bool all_grads) {
+ * of which may be NULL. fp32: every sum is at most a few hundred long, test_ops_diff's
+ * matmul tolerance (1e-5 max|ref| + 1e-4 |ref|). tf32, bf16: each product of two inputs
+ * rounded by at most u relative errs by at most 2u + u^2 of |a b|, so an output errs by
+ * at most (2u + u^2) (|A| |B|)_ij (the CPU backend's matmul of the absolute values) plus
+ * fp32's summation differences (the fp32 tolerance again), whatever K. The rounded modes
+ * must also differ from fp32 (under the emulation, which rounds what it is told to; a
+ * GPU may run an fp32 kernel for a small shape, so there it is only printed). */
+static void test_matmul(int N, int C, int OC, st_wlayout layout, bool bias, bool all_grads,
+                        const MatmulMode &mode = mm_fp32) {
     size_t ni = (size_t)N * C, nw = (size_t)C * OC, no = (size_t)N * OC;
     vecf x = randn(ni, 1), w = randn(nw, 0.3f), b = randn(OC, 0.5f), dout = randn(no, 1);
     vecf out(no, NAN), dx = randn(ni, 1), dw = randn(nw, 1), db = randn(OC, 1);
+    st_err err = {};
+    CHECK(st_backend_cuda_set_matmul(gpu, mode.name, &err) == ST_OK, "set_matmul %s: %s", mode.name, err.msg);
     float *d_x = up(x), *d_w = up(w), *d_b = up(b), *d_dout = up(dout), *d_out = up(out), *d_dx = up(dx);
     float *d_dw = up(dw), *d_db = up(db);
-    const float *gb = bias ? d_b : nullptr, *cb = bias ? b.data() : nullptr;
+    /* the dw-only cases' bias sits 4 bytes past an aligned block: cuBLASLt may have no
+     * epilogue for it (the emulation has none), and then the backend adds it as rows */
+    vecf bpad(OC + 1, 0);
+    memcpy(bpad.data() + 1, b.data(), OC * sizeof(float));
+    float *d_bpad = up(bpad);
+    const float *gb = bias ? (all_grads ? d_b : d_bpad + 1) : nullptr, *cb = bias ? b.data() : nullptr;
     gpu->ops->matmul_forward(gpu, d_out, d_x, d_w, gb, N, C, OC, layout);
     cpu->ops->matmul_forward(cpu, out.data(), x.data(), w.data(), cb, N, C, OC, layout);
     /* all_grads 0: dinp and dbias NULL, dw only */
@@ -153,14 +195,43 @@ static void test_matmul(int N, int C, int OC, st_wlayout layout, bool bias, bool
     cpu->ops->matmul_backward(cpu, all_grads ? dx.data() : nullptr, dw.data(), all_grads ? db.data() : nullptr,
                               dout.data(), x.data(), w.data(), N, C, OC, layout);
     char what[160];
-    snprintf(what, sizeof what, "matmul N %d C %d OC %d %s%s", N, C, OC, layout == ST_W_IN_OUT ? "(C,OC)" : "(OC,C)",
-             bias ? " bias" : "");
+    snprintf(what, sizeof what, "matmul %s N %d C %d OC %d %s%s", mode.name, N, C, OC,
+             layout == ST_W_IN_OUT ? "(C,OC)" : "(OC,C)", bias ? " bias" : "");
     std::string w0 = what;
-    compare((w0 + " out").c_str(), down(d_out, no), out, 1e-5, 1e-4);
-    compare((w0 + " dinp (+=)").c_str(), down(d_dx, ni), dx, 1e-5, 1e-4);
-    compare((w0 + " dw (+=)").c_str(), down(d_dw, nw), dw, 1e-5, 1e-4);
-    compare((w0 + " dbias (+=)").c_str(), down(d_db, OC), db, 1e-5, 1e-4);
-    for (float *p : {d_x, d_w, d_b, d_dout}) gpu->ops->dealloc(gpu, p);
+    vecf g_out = down(d_out, no), g_dx = down(d_dx, ni), g_dw = down(d_dw, nw), g_db = down(d_db, OC);
+    compare((w0 + " dbias (+=)").c_str(), g_db, db, 1e-5, 1e-4); /* fp32 columns sums in every mode */
+    if (mode.u == 0) {
+        compare((w0 + " out").c_str(), g_out, out, 1e-5, 1e-4);
+        compare((w0 + " dinp (+=)").c_str(), g_dx, dx, 1e-5, 1e-4);
+        compare((w0 + " dw (+=)").c_str(), g_dw, dw, 1e-5, 1e-4);
+    } else {
+        /* the bounds: the same products of the absolute values, from zero */
+        vecf ax(ni), aw(nw), ad(no), b_out(no), b_dx(ni, 0), b_dw(nw, 0);
+        for (size_t i = 0; i < ni; i++) ax[i] = fabsf(x[i]);
+        for (size_t i = 0; i < nw; i++) aw[i] = fabsf(w[i]);
+        for (size_t i = 0; i < no; i++) ad[i] = fabsf(dout[i]);
+        cpu->ops->matmul_forward(cpu, b_out.data(), ax.data(), aw.data(), nullptr, N, C, OC, layout);
+        cpu->ops->matmul_backward(cpu, b_dx.data(), b_dw.data(), nullptr, ad.data(), ax.data(), aw.data(), N, C, OC,
+                                  layout);
+        double c = 2 * mode.u + mode.u * mode.u, worst = 0, worst32 = 0;
+        size_t bad = count_outside(g_out, out, b_out, c, 1e-5, 1e-4, &worst);
+        size_t bad32 = count_outside(g_out, out, b_out, 0, 1e-5, 1e-4, &worst32);
+        if (all_grads) {
+            bad += count_outside(g_dx, dx, b_dx, c, 1e-5, 1e-4, &worst);
+            bad32 += count_outside(g_dx, dx, b_dx, 0, 1e-5, 1e-4, &worst32);
+        }
+        bad += count_outside(g_dw, dw, b_dw, c, 1e-5, 1e-4, &worst);
+        bad32 += count_outside(g_dw, dw, b_dw, 0, 1e-5, 1e-4, &worst32);
+        CHECK(bad == 0, "%s: %zu outputs outside (2u + u^2) |A||B| + the fp32 tolerance (worst err/tol %.3g)",
+              what, bad, worst);
+        printf("%s: worst err/tol %.3g (against the fp32 tolerance: %.3g)\n", what, worst, worst32);
+#ifdef ST_CUDA_EMU
+        CHECK(bad32 > 0, "%s: equal to fp32 within its tolerance (err/tol %.3g): the mode was not applied", what,
+              worst32);
+#endif
+    }
+    for (float *p : {d_x, d_w, d_b, d_dout, d_bpad}) gpu->ops->dealloc(gpu, p);
+    CHECK(st_backend_cuda_set_matmul(gpu, "fp32", &err) == ST_OK, "set_matmul fp32: %s", err.msg);
 }
 
 /* encoder (GPT-2: wte + wpe) and embedding (Llama: wte), with repeated ids, rows of wte
@@ -344,9 +415,24 @@ int main(void) {
     size_t nz = 0;
     for (float v : zh) nz += v != 0;
     CHECK(nz == 0, "alloc is not zeroed: %zu of 4096 nonzero", nz);
-    void *all = gpu->ops->alloc(gpu, budget), *more = gpu->ops->alloc(gpu, 1);
-    CHECK(all && !more, "the whole budget fits once, and then nothing more (%p, %p)", all, more);
+    /* cuBLASLt's workspace is a block of the arena since creation: the free bytes are the
+     * budget less exactly it (8 MiB of 64: an eighth, under the 32 MiB cap) */
+    size_t ws = st_backend_cuda_matmul_workspace(budget);
+    CHECK(ws == budget / 8 && st_backend_cuda_matmul_workspace((size_t)1 << 30) == (size_t)32 << 20,
+          "the matmul workspace: %zu bytes of a 64 MiB arena (want 8 MiB), %zu of 1 GiB (want 32 MiB)", ws,
+          st_backend_cuda_matmul_workspace((size_t)1 << 30));
+    void *over = gpu->ops->alloc(gpu, budget - ws + 1);
+    CHECK(!over, "budget - workspace + 1 bytes should not fit in the arena");
+    gpu->ops->dealloc(gpu, over);
+    void *all = gpu->ops->alloc(gpu, budget - ws), *more = gpu->ops->alloc(gpu, 1);
+    CHECK(all && !more, "budget - workspace fits once, and then nothing more (%p, %p)", all, more);
     gpu->ops->dealloc(gpu, all);
+    /* a precision mode that is not one is refused, naming it and the accepted ones */
+    err = {};
+    s = st_backend_cuda_set_matmul(gpu, "fp16", &err);
+    CHECK(s == ST_ERR_INVALID && strstr(err.msg, "\"fp16\"") && strstr(err.msg, "fp32, tf32, bf16"),
+          "set_matmul(\"fp16\") should be refused naming it and the modes (status %d: %s)", (int)s, err.msg);
+    CHECK(st_backend_cuda_set_matmul(gpu, nullptr, &err) == ST_ERR_INVALID, "set_matmul(NULL) should be refused");
     test_layernorm(5, 768);
     test_layernorm(67, 257);
     test_rmsnorm(3, 4, 128, 640);
@@ -356,6 +442,11 @@ int main(void) {
         test_matmul(7, 33, 19, (st_wlayout)lay, true, true);
         test_matmul(5, 24, 41, (st_wlayout)lay, false, true);
         test_matmul(3, 17, 9, (st_wlayout)lay, true, false);
+        for (const MatmulMode *m : {&mm_tf32, &mm_bf16}) { /* K up to 300 */
+            test_matmul(7, 33, 19, (st_wlayout)lay, true, true, *m);
+            test_matmul(260, 37, 23, (st_wlayout)lay, false, true, *m);
+            test_matmul(9, 300, 40, (st_wlayout)lay, true, false, *m);
+        }
     }
     test_embed(2, 13, 37, 29, 16);
     test_rope(2, 11, 3, 16, 70); /* heads in the first 48 of 70 floats */

@@ -1,7 +1,7 @@
 /* backend_cuda.cu - the CUDA backend behind st_backend_ops, as far as its kernels go today
  * (issue 15): memory from one device arena (one cudaMalloc of the device budget, carved
- * by cuda_arena.h), copies, matmul through cuBLAS (fp32 cublasSgemm, row-major as the
- * CPU backend's cblas calls: see mm_gemm), and the fp32 embedding, layernorm, rmsnorm,
+ * by cuda_arena.h), copies, matmul through cuBLASLt (cuda_matmul.cuh: row-major as the
+ * CPU backend's cblas calls, fp32, tf32 or bf16 products), and the fp32 embedding, layernorm, rmsnorm,
  * gelu, residual, swiglu, rope, attention, classifier (cross-entropy and the chunked
  * softmax) and to_bf16 of kernels_*.cuh, all on one compute stream in order: every
  * entry of st_backend_ops.
@@ -11,7 +11,7 @@
  * the CPU backend's: the host buffer may be reused when copy_to_device returns, and holds
  * the data when copy_to_host returns. A freed block may be handed out again at once:
  * every op is queued on the one stream, so work that used the block runs before work
- * that reuses it. cuBLAS keeps its own workspace outside the arena.
+ * that reuses it. cuBLASLt's workspace is a block of the arena, carved at creation.
  *
  * Also compiled by g++ against the tests' emulation of the CUDA runtime, cuBLAS (as
  * OpenBLAS) and execution model (tests/cuda_emu: cuda_runtime.h, cublas_v2.h,
@@ -41,8 +41,8 @@ struct cuda_ctx {
     cudaStream_t stream = nullptr;
     char *base = nullptr; /* the arena's one cudaMalloc */
     CuArena arena;
-    cublasHandle_t blas = nullptr; /* on `stream` */
-    int matmul_mode = 0;           /* index into mm_modes: st_backend_cuda_set_matmul */
+    struct CuLtMatmul *mm = nullptr; /* cuBLASLt: handle, workspace in the arena, algorithms (cuda_matmul.cuh) */
+    int matmul_mode = 0;             /* index into mm_modes: st_backend_cuda_set_matmul */
     cudaError_t first = cudaSuccess; /* the first error an op met */
     cublasStatus_t first_blas = CUBLAS_STATUS_SUCCESS; /* or the first cuBLAS error, if that came first */
     const char *first_op = "";
@@ -93,21 +93,11 @@ static void be_copy_to_host(st_backend *be, void *host_dst, const void *src, siz
 }
 static void be_synchronize(st_backend *be) { note(ctx_of(be), cudaStreamSynchronize(ctx_of(be)->stream), "synchronize"); }
 
-/* ---------------------------------------------------------------- matmul (cuBLAS, fp32) */
+/* ---------------------------------------------------------------- matmul (cuBLASLt) */
 
-/* Row-major C (M, N) = op(A) (M, K) op(B) (K, N) + beta C, the CPU backend's
- * cblas_sgemm(CblasRowMajor, ...) call for call: cuBLAS is column-major, where a row-major
- * matrix reads as its transpose, so C^T = op(B)^T op(A)^T is the same call with the
- * operands (and their transposes and leading dimensions) swapped and M, N exchanged. */
-static void mm_gemm(st_backend *be, bool ta, bool tb, int M, int N, int K, const float *A, int lda, const float *B,
-                    int ldb, float beta, float *C, int ldc, const char *op) {
-    cuda_ctx *c = ctx_of(be);
-    const float one = 1.0f;
-    note_blas(c,
-              cublasSgemm(c->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &one, B,
-                          ldb, A, lda, &beta, C, ldc),
-              op);
-}
+#include "backend/cuda/cuda_matmul.cuh"
+
+extern "C" size_t st_backend_cuda_matmul_workspace(size_t arena_bytes) { return cu_lt_workspace_bytes(arena_bytes); }
 /* the precision modes of st_backend_cuda_set_matmul, by name (index 0 the default) */
 static const char *const mm_modes[] = {"fp32", "tf32", "bf16"};
 extern "C" st_status st_backend_cuda_set_matmul(st_backend *be, const char *mode, st_err *err) {
@@ -133,27 +123,40 @@ static __global__ void k_bias_grad(float *dbias, const float *dout, int N, int O
         dbias[o] = acc;
     }
 }
+/* Row-major C (M, N) = op(A) (M, K) op(B) (K, N) + beta C (+ bias, N floats, on every
+ * row: only with beta 0 and ldc N), the CPU backend's cblas_sgemm(CblasRowMajor, ...) call
+ * for call, in the precision set by st_backend_cuda_set_matmul (cu_lt_gemm). The bias is
+ * added in cuBLASLt's epilogue where it has an algorithm for it, else as the CPU adds
+ * it: its rows first, then the product with beta 1. */
+static void mm_gemm(st_backend *be, bool ta, bool tb, int M, int N, int K, const float *A, int lda, const float *B,
+                    int ldb, float beta, const float *bias, float *C, int ldc, const char *op) {
+    cuda_ctx *c = ctx_of(be);
+    bool added = false;
+    cublasStatus_t s =
+        cu_lt_gemm(c->mm, c->matmul_mode, c->stream, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, bias, &added);
+    if (s == CUBLAS_STATUS_SUCCESS && bias && !added) {
+        ST_CUDA_LAUNCH(k_bias_rows, st_cuda_grid((size_t)M * N, 256), 256, 0, c->stream, C, bias, M, N);
+        LAUNCHED(be, op);
+        s = cu_lt_gemm(c->mm, c->matmul_mode, c->stream, ta, tb, M, N, K, A, lda, B, ldb, 1.0f, C, ldc, nullptr,
+                       nullptr);
+    }
+    note_blas(c, s, op);
+}
 static void be_matmul_forward(st_backend *be, float *out, const float *inp, const float *w, const float *bias, int N,
                               int C, int OC, st_wlayout layout) {
-    float beta = 0.0f;
-    if (bias) {
-        ST_CUDA_LAUNCH(k_bias_rows, st_cuda_grid((size_t)N * OC, 256), 256, 0, ctx_of(be)->stream, out, bias, N, OC);
-        LAUNCHED(be, "matmul_forward");
-        beta = 1.0f;
-    }
     if (layout == ST_W_IN_OUT)
-        mm_gemm(be, false, false, N, OC, C, inp, C, w, OC, beta, out, OC, "matmul_forward");
+        mm_gemm(be, false, false, N, OC, C, inp, C, w, OC, 0.0f, bias, out, OC, "matmul_forward");
     else
-        mm_gemm(be, false, true, N, OC, C, inp, C, w, C, beta, out, OC, "matmul_forward");
+        mm_gemm(be, false, true, N, OC, C, inp, C, w, C, 0.0f, bias, out, OC, "matmul_forward");
 }
 static void be_matmul_backward(st_backend *be, float *dinp, float *dw, float *dbias, const float *dout,
                                const float *inp, const float *w, int N, int C, int OC, st_wlayout layout) {
     if (layout == ST_W_IN_OUT) {
-        if (dinp) mm_gemm(be, false, true, N, C, OC, dout, OC, w, OC, 1.0f, dinp, C, "matmul_backward");
-        if (dw) mm_gemm(be, true, false, C, OC, N, inp, C, dout, OC, 1.0f, dw, OC, "matmul_backward");
+        if (dinp) mm_gemm(be, false, true, N, C, OC, dout, OC, w, OC, 1.0f, nullptr, dinp, C, "matmul_backward");
+        if (dw) mm_gemm(be, true, false, C, OC, N, inp, C, dout, OC, 1.0f, nullptr, dw, OC, "matmul_backward");
     } else {
-        if (dinp) mm_gemm(be, false, false, N, C, OC, dout, OC, w, C, 1.0f, dinp, C, "matmul_backward");
-        if (dw) mm_gemm(be, true, false, OC, C, N, dout, OC, inp, C, 1.0f, dw, C, "matmul_backward");
+        if (dinp) mm_gemm(be, false, false, N, C, OC, dout, OC, w, C, 1.0f, nullptr, dinp, C, "matmul_backward");
+        if (dw) mm_gemm(be, true, false, OC, C, N, dout, OC, inp, C, 1.0f, nullptr, dw, C, "matmul_backward");
     }
     if (dbias) {
         ST_CUDA_LAUNCH(k_bias_grad, st_cuda_grid((size_t)OC, 256), 256, 0, ctx_of(be)->stream, dbias, dout, N, OC);
@@ -325,7 +328,8 @@ static void be_free(st_backend *be) {
     cuda_ctx *c = ctx_of(be);
     if (c) {
         if (c->stream) cudaStreamSynchronize(c->stream);
-        if (c->blas) cublasDestroy(c->blas);
+        if (c->mm && c->mm->lt) cublasLtDestroy(c->mm->lt);
+        delete c->mm; /* its workspace is a block of the arena */
         if (c->stream) cudaStreamDestroy(c->stream);
         if (c->base) cudaFree(c->base);
         delete c;
@@ -399,11 +403,14 @@ extern "C" st_status st_backend_cuda_create(st_backend **out, int device, size_t
         be_free(be);
         return st_errf(err, ST_ERR_UNSUPPORTED, "cuda backend: cudaStreamCreate: %s", cudaGetErrorString(e));
     }
-    cublasStatus_t bs = cublasCreate(&c->blas);
-    if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetStream(c->blas, c->stream);
+    if (!(c->mm = new (std::nothrow) CuLtMatmul())) {
+        be_free(be);
+        return st_errf(err, ST_ERR_NOMEM, "cuda backend: out of host memory");
+    }
+    cublasStatus_t bs = cublasLtCreate(&c->mm->lt);
     if (bs != CUBLAS_STATUS_SUCCESS) {
         be_free(be);
-        return st_errf(err, ST_ERR_UNSUPPORTED, "cuda backend: cublasCreate: %s", cublasGetStatusString(bs));
+        return st_errf(err, ST_ERR_UNSUPPORTED, "cuda backend: cublasLtCreate: %s", cublasGetStatusString(bs));
     }
     if ((e = cudaMalloc((void **)&c->base, arena_bytes)) != cudaSuccess) {
         size_t free_b = 0, total_b = 0;
@@ -416,6 +423,13 @@ extern "C" st_status st_backend_cuda_create(st_backend **out, int device, size_t
                        arena_bytes, device, free_b, total_b);
     }
     c->arena.reset(arena_bytes);
+    /* cuBLASLt's workspace, carved once: the arena is all the device memory the ops use */
+    size_t ws_off = 0;
+    c->mm->ws_bytes = st_backend_cuda_matmul_workspace(arena_bytes);
+    if (c->mm->ws_bytes && c->arena.alloc(c->mm->ws_bytes, &ws_off))
+        c->mm->ws = c->base + ws_off;
+    else
+        c->mm->ws_bytes = 0;
     *out = be;
     return ST_OK;
 }

@@ -10,6 +10,7 @@
  * names, so that it never meets the nvcc-built backend inside libstrata */
 #ifdef ST_CUDA_EMU
 #define st_backend_cuda_set_matmul st_backend_cuda_emu_set_matmul
+#define st_backend_cuda_matmul_workspace st_backend_cuda_emu_matmul_workspace
 #endif
 
 #ifdef __cplusplus
@@ -24,12 +25,20 @@ struct st_backend;
 /* The CUDA backend on device `device` (backend_cuda.cu): one compute stream, and every
  * allocation carved from one cudaMalloc of arena_bytes, the hard device budget the
  * executor plans against. Implements today: memory and copies, synchronize, and in fp32
- * (forward and backward) matmul (cuBLAS), encoder, embedding, layernorm, rmsnorm, gelu,
+ * (forward and backward) matmul (cuBLASLt), encoder, embedding, layernorm, rmsnorm, gelu,
  * residual, swiglu, rope, the four attentions, and to_bf16; the classifier's entries are
  * NULL until their kernels exist (issue 15).
+ * The matmuls' cuBLASLt workspace is carved from the arena here, once:
+ * st_backend_cuda_matmul_workspace(arena_bytes) bytes (32 MiB, at most an eighth of the
+ * arena), so the arena is all the device memory the backend's work uses and
+ * arena_bytes minus that is what allocations get. (Callers today: the tests only; an
+ * executor that sizes the arena from its device budget plans with budget minus that.)
  * ST_ERR_UNSUPPORTED where there is no such device, ST_ERR_NOMEM where the arena does
  * not fit in its free memory. */
 st_status st_backend_cuda_create(struct st_backend **out, int device, size_t arena_bytes, st_err *err);
+/* The bytes of an arena of arena_bytes that st_backend_cuda_create gives cuBLASLt as its
+ * workspace: min(32 MiB, arena_bytes / 8 rounded down to 256 bytes). */
+size_t st_backend_cuda_matmul_workspace(size_t arena_bytes);
 /* The ops return nothing: the first CUDA error one meets is kept, and this returns it
  * (after synchronizing the stream); ST_OK when there was none. */
 st_status st_backend_cuda_status(struct st_backend *be, st_err *err);
