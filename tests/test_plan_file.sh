@@ -7,7 +7,9 @@
 # naming the file, the key and what to do, and a plan that does not fit a smaller
 # device_budget is refused naming the bytes missing. The key 'act' fixes blocks' activation
 # choices in strata plan and strata train alike (the rest still planned), and is refused
-# naming the key and the bytes missing where no plan with them fits.
+# naming the key and the bytes missing where no plan with them fits. A saved plan is predicted
+# again on this machine (the file's and this machine's steps logged, this machine's saved);
+# a disk-state resume with the same state_paths reuses its last start's probe of the paths.
 set -u
 S=${STRATA_BIN:?STRATA_BIN not set}
 command -v jq >/dev/null || { echo "jq not installed: skipped"; exit 77; }
@@ -55,6 +57,12 @@ check 'grep -q "planner: $k keep, $o offload, .* prefetch depth $d, vocab_chunk 
 check '[ $rc -eq 0 ] && grep -q "plan: $T/auto/plan.json ($k keep, $o offload, .*prefetch depth $d, vocab_chunk 0; .* made for a budget of 6000000" "$T/file.log"' \
   "--plan FILE runs the file's plan ($rc): $(cat "$T/file.log")"
 check '! grep -q "planner:" "$T/file.log"' "--plan FILE does not run the planner"
+# the file's plan predicted again on this machine: both logged, the new one saved
+x=$(sed -n 's/.*predicted on this machine \([0-9.]*\) s a step (the file: .*/\1/p' "$T/file.log")
+y=$(jq .predicted.step_s "$T/auto/plan.json" | awk '{ printf "%.3f", $1 }')
+check '[ -n "$x" ] && grep -q "(the file: $y s a step)" "$T/file.log" &&
+       [ "$(jq .predicted.step_s "$T/file/plan.json" | awk "{ printf \"%.3f\", \$1 }")" = "$x" ]' \
+  "--plan FILE: the file's prediction ($y s) and this machine's ($x s) logged, this machine's saved: $(grep "plan: " "$T/file.log")"
 losses() { jq -c '[.step, .loss, .grad_norm]' "$1/metrics.jsonl" 2>/dev/null; }
 W=checkpoints/step_00000003/model.safetensors
 check '[ -n "$(losses "$T/auto")" ] && [ "$(losses "$T/auto")" = "$(losses "$T/file")" ]' \
@@ -63,11 +71,15 @@ check 'cmp -s "$T/auto/$W" "$T/file/$W"' "final weights equal bit for bit"
 check 'jq -e ".blocks" "$T/auto/plan.json" >"$T/b1" && jq -e ".blocks" "$T/file/plan.json" >"$T/b2" && cmp -s "$T/b1" "$T/b2"' \
   "the file run saves the same plan"
 
-# strata plan's file runs as written
-"$S" train $A $R --device_budget $B --plan "$T/plan.json" --run_dir "$T/planned" >"$T/planned.log" 2>&1; rc=$?
+# strata plan's file runs as written (its prediction made up: the run saves its own)
+jq '.predicted.step_s = 123.5' "$T/plan.json" >"$T/far.json"
+"$S" train $A $R --device_budget $B --plan "$T/far.json" --run_dir "$T/planned" >"$T/planned.log" 2>&1; rc=$?
 k2=$(jq '[.blocks[] | select(. == "keep")] | length' "$T/plan.json")
-check '[ $rc -eq 0 ] && grep -q "plan: $T/plan.json ($k2 keep, " "$T/planned.log"' \
+check '[ $rc -eq 0 ] && grep -q "plan: $T/far.json ($k2 keep, " "$T/planned.log"' \
   "strata plan -o's file runs ($rc): $(tail -3 "$T/planned.log")"
+check 'grep -q "plan: $T/far.json predicted on this machine [0-9.]* s a step (the file: 123.500 s a step)" "$T/planned.log" &&
+       jq -e ".predicted.step_s > 0 and .predicted.step_s != 123.5" "$T/planned/plan.json" >/dev/null' \
+  "a file's prediction is not kept: RUN_DIR/plan.json has this machine's: $(grep "predicted" "$T/planned.log")"
 
 # a hand-written plan: every block recomputed, depth 1, no prediction; no device_budget: the file's
 jq '.blocks = ["recompute","recompute","recompute","recompute"] | .prefetch_depth = 1 | del(.predicted) | del(.device_bytes) | del(.profile)' \
@@ -75,7 +87,9 @@ jq '.blocks = ["recompute","recompute","recompute","recompute"] | .prefetch_dept
 "$S" train $A $R --plan "$T/recompute.json" --run_dir "$T/rec" >"$T/rec.log" 2>&1; rc=$?
 check '[ $rc -eq 0 ] && grep -q "device_budget 6000000 bytes, the budget of plan file $T/recompute.json" "$T/rec.log" &&
        grep -q "plan: $T/recompute.json (0 keep, 0 offload, 4 recompute, prefetch depth 1, vocab_chunk 0; .*no prediction)" "$T/rec.log" &&
-       grep -q "activations recomputed" "$T/rec.log"' "the all-recompute plan runs and its log says so ($rc): $(cat "$T/rec.log")"
+       grep -q "activations recomputed" "$T/rec.log" &&
+       grep -q "plan: $T/recompute.json predicted on this machine [0-9.]* s a step (the file: no prediction)" "$T/rec.log" &&
+       jq -e ".predicted.step_s > 0" "$T/rec/plan.json" >/dev/null' "the all-recompute plan runs and its log says so ($rc): $(cat "$T/rec.log")"
 # every plan with the head resident is the in-memory step bit for bit, so the same run
 check '[ "$(losses "$T/auto")" = "$(losses "$T/rec")" ] && cmp -s "$T/auto/$W" "$T/rec/$W"' \
   "the recompute plan's run equals the planner's: $(losses "$T/rec")"
@@ -86,6 +100,17 @@ mkdir -p "$T/st" "$T/st2"
 "$S" train $A $R --plan "$T/recompute.json" --state_paths "$T/st" --run_dir "$T/disk" >"$T/disk.log" 2>&1; rc=$?
 check '[ $rc -eq 0 ] && grep -q "plan: $T/recompute.json (0 keep, 0 offload, 4 recompute" "$T/disk.log" &&
        [ "$(losses "$T/auto")" = "$(losses "$T/disk")" ]' "the plan with a disk state ($rc): $(tail -3 "$T/disk.log")"
+check 'grep -q "plan: $T/recompute.json predicted on this machine [0-9.]* s a step with the state on disk" "$T/disk.log" &&
+       grep -q "plan: the disk state: each path.s bandwidth probed now" "$T/disk.log" &&
+       jq -e ".disk.probed == true and .disk.reused == false and .disk.state_paths == \"$T/st\"" "$T/disk/plan.json" >/dev/null' \
+  "the file's plan with a disk state predicted, the path probed: $(grep "plan: " "$T/disk.log") $(jq -c .disk "$T/disk/plan.json")"
+# a resume with the same state_paths takes the path's figures its last start saved: no probe
+bw=$(jq -c .disk.mixed_bytes_per_s "$T/disk/plan.json")
+"$S" train $A $R --steps 4 --plan "$T/recompute.json" --state_paths "$T/st" --run_dir "$T/disk" --resume "$T/disk" \
+  >"$T/disk2.log" 2>&1; rc=$?
+check '[ $rc -eq 0 ] && grep -q "as the run.s last start probed it" "$T/disk2.log" && ! grep -q "probed now" "$T/disk2.log" &&
+       jq -e ".disk.reused == true" "$T/disk/plan.json" >/dev/null && [ "$(jq -c .disk.mixed_bytes_per_s "$T/disk/plan.json")" = "$bw" ]' \
+  "a resume reuses the probe ($rc): $(grep -E "plan: |resumed" "$T/disk2.log") $(jq -c .disk "$T/disk/plan.json")"
 jq '.grad_dtype = "bf16"' "$T/recompute.json" >"$T/bf16.json"
 
 # refusals: the file, the key, what to do

@@ -306,10 +306,13 @@ int st_plan_store_beside(const st_plan_profile *hw);
 typedef struct st_plan_config_disk {
     int on_disk;      /* 1: the configuration's state is on disk (state_paths): pred is st_plan_predict_disk's */
     int n_paths;
-    int probed;       /* 1: the bandwidths were probed now (no state_profile), 0: state_profile's */
+    int probed;       /* 1: the bandwidths were probed (no state_profile; now, or at the start reused), 0:
+                         state_profile's */
+    int reused;       /* 1: the bandwidths are those of the run's previous start (st_plan_predict_config_ex) */
     int beside;       /* st_plan_store_beside(hw) */
     double mixed_bytes_per_s[16]; /* each path's (ST_STORE_MAX_PATHS) */
     double crc_bytes_per_s;       /* st_plan_crc_bytes_per_s, measured now */
+    char state_paths[2048];       /* the key state_paths the figures are for (st_train_config.state_paths) */
     st_plan_disk_cost dc;
 } st_plan_config_disk;
 
@@ -327,9 +330,18 @@ struct st_train_config;
 st_status st_plan_predict_config(const struct st_train_config *c, const st_arch *a, const st_plan_profile *hw,
                                  const st_stream_plan *p, unsigned long long probe_bytes, st_plan_prediction *pred,
                                  st_plan_config_disk *cd, st_err *err);
+/* st_plan_predict_config, but where the paths' bandwidths would be probed now (no
+ * state_profile) and reuse_plan names a plan file (a resumed run's RUN_DIR/plan.json) whose
+ * "disk" figures are for the same state_paths, those are taken instead (cd->reused): a resume
+ * probes no path. A reuse_plan that is missing or holds other paths is no error (the paths
+ * are probed). */
+st_status st_plan_predict_config_ex(const struct st_train_config *c, const st_arch *a, const st_plan_profile *hw,
+                                    const st_stream_plan *p, unsigned long long probe_bytes, const char *reuse_plan,
+                                    st_plan_prediction *pred, st_plan_config_disk *cd, st_err *err);
 struct json_object;
-/* {"io_s", "cpu_s", "store_s", "hidden_s", "beside", "probed", "mixed_bytes_per_s": [...],
- *  "crc_bytes_per_s", "read_bytes", "write_bytes", "host_bytes"}: a new json-c object. */
+/* {"io_s", "cpu_s", "store_s", "hidden_s", "beside", "probed", "reused", "state_paths",
+ *  "mixed_bytes_per_s": [...], "crc_bytes_per_s", "read_bytes", "write_bytes", "host_bytes"}:
+ *  a new json-c object. */
 struct json_object *st_plan_config_disk_to_json(const st_plan_config_disk *cd);
 
 /* The update's time per parameter in state format fmt on the machine hw: fp32's is the

@@ -482,6 +482,33 @@ static st_status save_run_plan(const st_train_config *c, const st_arch *arch, co
     return s;
 }
 
+/* With the state on disk, pred (the plan's, the state in RAM) becomes the disk state's
+ * (st_plan_predict_config_ex): each path's bandwidth from state_profile, else on a resume the
+ * figures the run's last start saved in RUN_DIR/plan.json for the same state_paths, else a
+ * short probe of each path now; logged under who. On failure pred is kept and cd zeroed. */
+static void predict_disk(const st_train_config *c, const st_arch *arch, const st_plan_profile *hw,
+                         const st_stream_plan *plan, const char *who, st_plan_prediction *pred, st_plan_config_disk *cd) {
+    char prev[1100];
+    snprintf(prev, sizeof prev, "%s/plan.json", c->run_dir);
+    st_err derr = {0};
+    st_plan_prediction in_ram = *pred;
+    if (st_plan_predict_config_ex(c, arch, hw, plan, ST_PLAN_PROBE_BYTES, c->resume[0] ? prev : NULL, pred, cd,
+                                  &derr)) {
+        st_log(2, "%s: the disk state's time is not predicted (%s); the prediction is the state in RAM's\n", who,
+               derr.msg);
+        *pred = in_ram;
+        memset(cd, 0, sizeof *cd);
+        return;
+    }
+    st_log(1, "%s: the disk state: %s; the store %.3f s a step (io %.3f s, cpu %.3f s), %s the backward, %.3f s of "
+           "it hidden\n", who,
+           cd->reused ? "each path's bandwidth as the run's last start probed it (RUN_DIR/plan.json, the same "
+                        "state_paths: a resume probes no path)"
+           : cd->probed ? "each path's bandwidth probed now (no state_profile)"
+                        : "the paths' bandwidth from state_profile",
+           cd->dc.store_s, cd->dc.io_s, cd->dc.cpu_s, cd->beside ? "beside" : "after", cd->dc.hidden_s);
+}
+
 static st_status open_streamed(const st_train_config *c, st_model *m, const st_arch *arch, st_backend *be, int ranks,
                                st_backend **dev, st_stream_exec **sx, st_err *err) {
     /* the moments live in the disk state store; under ranks the step updates the rank's shard
@@ -522,6 +549,28 @@ static st_status open_streamed(const st_train_config *c, st_model *m, const st_a
                                "to run the file, or make a plan with the choices (strata plan --act %s ... -o FILE)", l,
                                st_plan_act_name(fixed[l]), c->plan, st_plan_act_name(plan.act[l]), c->act);
         found = 1;
+        /* the file's plan predicted again on this machine (the file's figures are the machine's it
+         * was made on, perhaps another), as the planner predicts: saved in RUN_DIR/plan.json */
+        st_plan_prediction filed = pred;
+        int filed_has = has_pred;
+        if ((s = machine_profile(*dev ? *dev : be, arch, c->batch, c->seq, &hw, &perr)) == ST_OK) {
+            have_hw = 1;
+            if (external && ranks <= 1) sc.store_beside = st_plan_store_beside(&hw);
+            s = st_plan_predict(arch, c->batch, c->seq, &hw, &plan, &pred, &perr);
+        }
+        if (s) {
+            st_log(2, "plan: %s is not predicted on this machine (%s)\n", c->plan, perr.msg);
+            pred = filed;
+        } else {
+            has_pred = 1;
+            pred.device_budget = budget;
+            pred.solve_s = 0;
+            if (ranks <= 1 && c->state_paths[0]) predict_disk(c, arch, &hw, &plan, "plan", &pred, &cdisk);
+            char was[64] = "no prediction";
+            if (filed_has) snprintf(was, sizeof was, "%.3f s a step", filed.step_s);
+            st_log(1, "plan: %s predicted on this machine %.3f s a step%s (the file: %s)\n", c->plan, pred.step_s,
+                   cdisk.on_disk ? " with the state on disk" : "", was);
+        }
     } else {
         s = machine_profile(be, arch, c->batch, c->seq, &hw, &perr);
         have_hw = s == ST_OK;
@@ -540,20 +589,7 @@ static st_status open_streamed(const st_train_config *c, st_model *m, const st_a
         found = has_pred = s == ST_OK;
         /* the prediction strata plan prints for this configuration: with the state on disk,
          * the store's time from state_profile or a short probe of each path now */
-        if (found && ranks <= 1 && c->state_paths[0]) {
-            st_err derr = {0};
-            if (st_plan_predict_config(c, arch, &hw, &plan, ST_PLAN_PROBE_BYTES, &pred, &cdisk, &derr)) {
-                st_log(2, "planner: the disk state's time is not predicted (%s); the prediction is the state in RAM's\n",
-                       derr.msg);
-                memset(&cdisk, 0, sizeof cdisk);
-            } else {
-                st_log(1, "planner: the disk state: %s; the store %.3f s a step (io %.3f s, cpu %.3f s), %s the "
-                       "backward, %.3f s of it hidden\n",
-                       cdisk.probed ? "each path's bandwidth probed now (no state_profile)" : "the paths' bandwidth "
-                       "from state_profile", cdisk.dc.store_s, cdisk.dc.io_s, cdisk.dc.cpu_s,
-                       cdisk.beside ? "beside" : "after", cdisk.dc.hidden_s);
-            }
-        }
+        if (found && ranks <= 1 && c->state_paths[0]) predict_disk(c, arch, &hw, &plan, "planner", &pred, &cdisk);
         if (found)
             st_log(1, "planner: %d keep, %d offload, %d recompute, prefetch depth %d, vocab_chunk %d: predicted %.3f s "
                    "a step%s, %zu device bytes (solved in %.3f s)\n", pred.n_keep, pred.n_offload, pred.n_recompute,

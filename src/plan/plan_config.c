@@ -28,12 +28,39 @@ int st_plan_store_beside(const st_plan_profile *hw) {
     return hw->host_work_slowdown < ST_PLAN_STORE_BESIDE_BELOW;
 }
 
+/* The "disk" figures of plan file path when they are for state_paths, n of them (a previous
+ * start's: strata train saves them in RUN_DIR/plan.json): 1 and bps filled, else 0. */
+static int reuse_figures(const char *path, const char *state_paths, int n, double *bps) {
+    json_object *root = path ? json_object_from_file(path) : NULL, *disk, *sp, *bw;
+    int ok = root && json_object_object_get_ex(root, "disk", &disk) && json_object_is_type(disk, json_type_object) &&
+             json_object_object_get_ex(disk, "state_paths", &sp) && json_object_is_type(sp, json_type_string) &&
+             !strcmp(json_object_get_string(sp), state_paths) &&
+             json_object_object_get_ex(disk, "mixed_bytes_per_s", &bw) && json_object_is_type(bw, json_type_array) &&
+             (int)json_object_array_length(bw) == n;
+    for (int i = 0; ok && i < n; i++) {
+        json_object *v = json_object_array_get_idx(bw, (size_t)i);
+        double x = json_object_is_type(v, json_type_double) || json_object_is_type(v, json_type_int)
+                       ? json_object_get_double(v) : 0;
+        ok = isfinite(x) && x > 0;
+        bps[i] = x;
+    }
+    if (root) json_object_put(root);
+    return ok;
+}
+
 st_status st_plan_predict_config(const st_train_config *c, const st_arch *a, const st_plan_profile *hw,
                                  const st_stream_plan *p, unsigned long long probe_bytes, st_plan_prediction *pred,
                                  st_plan_config_disk *cd, st_err *err) {
+    return st_plan_predict_config_ex(c, a, hw, p, probe_bytes, NULL, pred, cd, err);
+}
+
+st_status st_plan_predict_config_ex(const st_train_config *c, const st_arch *a, const st_plan_profile *hw,
+                                    const st_stream_plan *p, unsigned long long probe_bytes, const char *reuse_plan,
+                                    st_plan_prediction *pred, st_plan_config_disk *cd, st_err *err) {
     memset(cd, 0, sizeof *cd);
     if (!c->state_paths[0]) return ST_OK; /* the state in RAM: the solver's prediction is the model's */
     cd->on_disk = 1;
+    snprintf(cd->state_paths, sizeof cd->state_paths, "%s", c->state_paths);
     char buf[sizeof c->state_paths];
     const char *paths[ST_STORE_MAX_PATHS];
     double w[ST_STORE_MAX_PATHS];
@@ -45,6 +72,8 @@ st_status st_plan_predict_config(const st_train_config *c, const st_arch *a, con
     cd->n_paths = n;
     if (weighted) {
         for (int i = 0; i < n; i++) cd->mixed_bytes_per_s[i] = w[i] * 1e9;
+    } else if (reuse_figures(reuse_plan, c->state_paths, n, cd->mixed_bytes_per_s)) {
+        cd->probed = cd->reused = 1;
     } else if (probe_bytes == 0) {
         return st_errf(err, ST_ERR_INVALID, "the state paths' bandwidth is unknown: give state_profile FILE (strata "
                        "probe --path DIR ... -o FILE measures it)");
@@ -86,6 +115,8 @@ struct json_object *st_plan_config_disk_to_json(const st_plan_config_disk *cd) {
     json_object_object_add(o, "hidden_s", json_object_new_double(cd->dc.hidden_s));
     json_object_object_add(o, "beside", json_object_new_boolean(cd->beside));
     json_object_object_add(o, "probed", json_object_new_boolean(cd->probed));
+    json_object_object_add(o, "reused", json_object_new_boolean(cd->reused));
+    json_object_object_add(o, "state_paths", json_object_new_string(cd->state_paths));
     for (int i = 0; i < cd->n_paths; i++) json_object_array_add(bw, json_object_new_double(cd->mixed_bytes_per_s[i]));
     json_object_object_add(o, "mixed_bytes_per_s", bw);
     json_object_object_add(o, "crc_bytes_per_s", json_object_new_double(cd->crc_bytes_per_s));
