@@ -3,7 +3,7 @@
  * past the budget fails), and every op it implements (matmul in both weight layouts with
  * and without bias, encoder, embedding, layernorm, rmsnorm, gelu, residual, swiglu, rope,
  * the four attentions, to_bf16, cross-entropy and the chunked classifier) at small odd
- * shapes, forward and backward, fp32, with
+ * shapes, forward and backward, fp32, and the asynchronous copies (test_copy_async), with
  * tests/test_ops_diff.c's tolerances; matmul also in the tf32 and bf16 precision modes
  * (st_backend_cuda_set_matmul: a bound derived from the rounding, see test_matmul), a bad
  * mode refused, and cuBLASLt's workspace inside the arena (the free bytes less exactly
@@ -387,6 +387,63 @@ static void test_classifier(int N, int V) {
     gpu->ops->dealloc(gpu, d_tg);
 }
 
+/* The asynchronous copies: host_alloc's memory is zeroed; copy_async in both directions,
+ * tickets counted per direction from 1; a d2h copy is ordered after the op queued before
+ * it; after copy_sync the destination holds the bytes and a rewritten source no longer
+ * matters; copy_query answers done after copy_sync; more copies than the event ring (256)
+ * reuse its slots; a ticket older than the last is done once the last is. Under the
+ * emulation the copies are deferred until waited for, so a missing wait reads stale bytes. */
+static void test_copy_async(void) {
+    const size_t n = 600; /* floats */
+    float *h = (float *)gpu->ops->host_alloc(gpu, 2 * n * sizeof(float));
+    CHECK(h != nullptr, "host_alloc of %zu bytes failed", 2 * n * sizeof(float));
+    if (!h) return;
+    size_t nz = 0;
+    for (size_t i = 0; i < 2 * n; i++) nz += h[i] != 0;
+    CHECK(nz == 0, "host_alloc is not zeroed: %zu of %zu nonzero", nz, 2 * n);
+    float *hin = h, *hout = h + n;
+    for (size_t i = 0; i < n; i++) hin[i] = 0.5f * (float)i + 1;
+    float *d = (float *)gpu->ops->alloc(gpu, n * sizeof(float)), *d2 = (float *)gpu->ops->alloc(gpu, n * sizeof(float));
+    uint64_t t1 = gpu->ops->copy_async(gpu, 0, d, hin, n * sizeof(float));
+    CHECK(t1 == 1, "the first h2d ticket is %llu, want 1", (unsigned long long)t1);
+    gpu->ops->copy_sync(gpu, 0, t1);
+    CHECK(gpu->ops->copy_query(gpu, 0, t1), "copy_query: h2d ticket %llu not done after copy_sync",
+          (unsigned long long)t1);
+    for (size_t i = 0; i < n; i++) hin[i] = -7; /* the copy is done: the device keeps the old values */
+    gpu->ops->residual_forward(gpu, d2, d, d, (int)n); /* queued before the d2h: d2 = 2 d */
+    uint64_t t2 = gpu->ops->copy_async(gpu, 1, hout, d2, n * sizeof(float));
+    CHECK(t2 == 1, "the first d2h ticket is %llu, want 1 (tickets count per direction)", (unsigned long long)t2);
+    gpu->ops->copy_sync(gpu, 1, t2);
+    CHECK(gpu->ops->copy_query(gpu, 1, t2), "copy_query: d2h ticket %llu not done after copy_sync",
+          (unsigned long long)t2);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += hout[i] != 2 * (0.5f * (float)i + 1);
+    CHECK(bad == 0, "copy_async d2h after residual_forward: %zu of %zu floats wrong (%g, want %g)", bad, n,
+          (double)hout[0], 2.0);
+    /* 300 one-float copies, more than the event ring: element i of d becomes i + 0.25 */
+    for (size_t i = 0; i < n; i++) hin[i] = (float)i + 0.25f;
+    uint64_t last = 0, prev = t1;
+    int increasing = 1;
+    for (size_t i = 0; i < 300; i++) {
+        last = gpu->ops->copy_async(gpu, 0, d + i, hin + i, sizeof(float));
+        increasing &= last == prev + 1;
+        prev = last;
+    }
+    CHECK(increasing && last == t1 + 300, "h2d tickets after 300 more copies: last %llu, want %llu, each +1",
+          (unsigned long long)last, (unsigned long long)(t1 + 300));
+    gpu->ops->copy_sync(gpu, 0, last);
+    CHECK(gpu->ops->copy_query(gpu, 0, last - 299), "an older h2d ticket is not done after the last one");
+    uint64_t t3 = gpu->ops->copy_async(gpu, 1, hout, d, n * sizeof(float));
+    gpu->ops->copy_sync(gpu, 1, t3);
+    bad = 0;
+    for (size_t i = 0; i < n; i++) bad += hout[i] != (i < 300 ? (float)i + 0.25f : 0.5f * (float)i + 1);
+    CHECK(t3 == 2 && bad == 0, "300 one-float copies through the event ring: %zu of %zu floats wrong (d2h ticket %llu)",
+          bad, n, (unsigned long long)t3);
+    gpu->ops->dealloc(gpu, d);
+    gpu->ops->dealloc(gpu, d2);
+    gpu->ops->host_free(gpu, h);
+}
+
 int main(void) {
     st_err err = {};
     size_t budget = (size_t)64 << 20;
@@ -457,6 +514,7 @@ int main(void) {
     }
     test_classifier(7, 53);
     test_classifier(6, 300);
+    test_copy_async();
     s = st_backend_cuda_status(gpu, &err);
     CHECK(s == ST_OK, "the backend kept an error: %s", err.msg);
     st_backend_free(gpu);

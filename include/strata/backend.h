@@ -189,6 +189,24 @@ typedef struct st_backend_ops {
                                        const float *q, const float *k, const float *v, const float *out,
                                        const float *lse, const int32_t *doc_start, int ld, int B, int T, int NH,
                                        int NKV, int hs);
+
+    /* ---- asynchronous copies (appended; NULL in a backend whose copies are host work, as
+     * the CPU backend's: the copy engine then runs copy_to_device/_host on its own thread).
+     * d2h 0: host -> device, 1: device -> host; each direction is its own ordered queue. */
+    /* Page-locked host memory for copies, zeroed; NULL on failure. Free with host_free. */
+    void *(*host_alloc)(st_backend *be, size_t bytes);
+    void (*host_free)(st_backend *be, void *p);
+    /* Queue a copy of `bytes` bytes, ordered AFTER every op queued so far on the backend, and
+     * return at once with its ticket: > 0, increasing per direction (0 on failure: the error
+     * is kept as the backend's own errors are). An op queued later is NOT ordered after the
+     * copy: the host waits (copy_sync) before it queues an op that reads the copied bytes or
+     * writes the source, and before it reads or reuses the host side. */
+    uint64_t (*copy_async)(st_backend *be, int d2h, void *dst, const void *src, size_t bytes);
+    /* Block the calling thread until that direction's copies up to `ticket` are done.
+     * Any thread may wait. */
+    void (*copy_sync)(st_backend *be, int d2h, uint64_t ticket);
+    /* Nonzero when that direction's copies up to `ticket` are done; never blocks. */
+    int (*copy_query)(st_backend *be, int d2h, uint64_t ticket);
 } st_backend_ops;
 
 struct st_backend {

@@ -1,6 +1,6 @@
 /* tier.h - the memory hierarchy's moving parts: a device arena with a hard byte
- * budget, and a copy engine that moves bytes between host and device on its own
- * thread.
+ * budget, and a copy engine that moves bytes between host and device beside the
+ * compute (on its own thread, or on the backend's copy streams).
  *
  * Example:
  *
@@ -60,13 +60,18 @@ st_status st_backend_with_budget(st_backend **out, st_backend *inner, size_t bud
 st_arena *st_backend_arena(st_backend *be);
 
 /* ------------------------------------------------------------------ copy engine
- * One worker thread executes copies in submission order. Each copy returns a ticket;
- * tickets complete in order, so waiting for ticket t waits for every earlier copy. */
+ * Copies in submission order. Each copy returns a ticket; waiting for ticket t waits for
+ * every copy submitted up to t, both directions. On a backend whose copies are host work
+ * (no copy_async: the CPU backend) one worker thread executes them; on a backend with
+ * copy_async (CUDA) there is no thread: they queue on the backend's copy streams and a
+ * wait is the backend's copy_sync. Any thread may wait. */
 typedef struct st_copy_engine st_copy_engine;
 
 typedef struct st_copy_stats {
-    uint64_t h2d_bytes, d2h_bytes, copies;
-    double busy_s; /* time the worker spent copying */
+    uint64_t h2d_bytes, d2h_bytes, copies; /* copies seen complete */
+    double busy_s; /* worker: time spent copying; copy_async: wall time with a copy submitted and
+                      not yet seen complete (an upper bound: the engine sees a completion when
+                      someone waits or asks) */
 } st_copy_stats;
 
 st_status st_copy_engine_create(st_copy_engine **out, st_backend *dev, st_err *err);
@@ -76,5 +81,17 @@ uint64_t st_copy_d2h(st_copy_engine *ce, void *host_dst, const void *dev_src, si
 void st_copy_wait(st_copy_engine *ce, uint64_t ticket);
 int st_copy_done(st_copy_engine *ce, uint64_t ticket);
 void st_copy_get_stats(st_copy_engine *ce, st_copy_stats *s);
+
+/* For tracing the copy_async path, whose copies run on no thread of ours: when want()
+ * (may be NULL: always) is nonzero at a copy's submission, a thread of the engine (started
+ * at the first such copy) waits for that copy and calls done(ctx, ...) on itself with
+ * the copy's submission time and the time it saw it complete (st_now seconds). Set it
+ * before the first copy; the worker path ignores it (wrap its backend's copy ops instead). */
+typedef struct st_copy_observer {
+    int (*want)(void);
+    void (*done)(void *ctx, int d2h, size_t bytes, double t_submit, double t_done);
+    void *ctx;
+} st_copy_observer;
+void st_copy_engine_observe(st_copy_engine *ce, const st_copy_observer *obs);
 
 #endif

@@ -28,9 +28,10 @@ void st_stream_plan_set_all(st_stream_plan *p, st_stream_act a) {
 }
 
 /* ------------------------------------------------------------------ a traced copy backend
- * The copy engine calls its backend's copy ops on its worker thread; wrapping them puts
- * every transfer in the trace as a COPY span with its bytes, on the copy thread (so it
- * is not counted as exposed transfer time of the step thread). */
+ * On a backend without copy_async the copy engine calls its backend's copy ops on its
+ * worker thread; wrapping them puts every transfer in the trace as a COPY span with its
+ * bytes, on the copy thread (so it is not counted as exposed transfer time of the step
+ * thread). The copy_async path is traced by the engine's observer (below). */
 
 static void traced_h2d(st_backend *be, void *dst, const void *src, size_t bytes) {
     traced_be *t = (traced_be *)be;
@@ -46,6 +47,36 @@ static void traced_d2h(st_backend *be, void *dst, const void *src, size_t bytes)
     st_prof_span s = st_prof_begin(ST_PROF_CAT_COPY, "d2h", -1);
     t->inner->ops->copy_to_host(t->inner, dst, src, bytes);
     st_prof_end_bytes(&s, (int64_t)bytes);
+}
+
+/* A backend with copy_async (CUDA) runs the copies on its copy streams, on no thread of
+ * ours: the engine's observer thread (st_copy_engine_observe, while a trace is open) waits
+ * for each and reports it here, on that thread, also named "copy engine". The span runs
+ * from the copy's submission to the completion that thread saw, so it includes the time
+ * the copy queued behind the compute stream's earlier ops and its direction's earlier
+ * copies: an upper bound of the transfer. */
+static void traced_async_done(void *ctx, int d2h, size_t bytes, double t_submit, double t_done) {
+    (void)ctx, (void)t_done;
+    st_prof_thread_name("copy engine");
+    st_prof_span s = st_prof_begin(ST_PROF_CAT_COPY, d2h ? "d2h" : "h2d", -1);
+    if (s.t0_ns) s.t0_ns = (uint64_t)(t_submit * 1e9); /* st_now and the trace: CLOCK_MONOTONIC */
+    st_prof_end_bytes(&s, (int64_t)bytes);
+}
+
+/* ------------------------------------------------------------------ host buffers that cross
+ * The host buffers the executor allocates itself and copies to or from the device come
+ * from the device's host_alloc when it has one (CUDA: page-locked, so a copy runs at the
+ * link's speed without the driver staging it through a bounce buffer, and truly
+ * beside the compute), each once at the plan's size; else st_alloc. Both are zeroed. */
+static void *host_buf(st_stream_exec *x, size_t bytes) {
+    const st_backend_ops *o = x->dev->ops;
+    return o->host_alloc && o->host_free ? o->host_alloc(x->dev, bytes) : st_alloc(bytes);
+}
+static void host_buf_free(st_stream_exec *x, void *p) {
+    const st_backend_ops *o = x->dev->ops;
+    if (!p) return;
+    if (o->host_alloc && o->host_free) o->host_free(x->dev, p);
+    else st_free(p);
 }
 
 /* ------------------------------------------------------------------ device allocations */
@@ -208,36 +239,37 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
                                tab[i].bytes, need);
     }
     x->bf16 = p->grad_dtype == ST_BF16;
-    if (x->bf16 && !(x->hg16 = st_alloc(x->n * 2))) FAIL(ST_ERR_NOMEM, "stream: cannot allocate the bf16 gradients");
+    if (x->bf16 && !(x->hg16 = host_buf(x, x->n * 2))) FAIL(ST_ERR_NOMEM, "stream: cannot allocate the bf16 gradients");
     x->h_losses = malloc(N * 4);
     x->h_rmax = malloc(N * 4);
     x->h_tlogit = malloc(N * 4);
     x->h_rsum = malloc(N * 8);
     if (!x->h_losses || !x->h_rmax || !x->h_tlogit || !x->h_rsum) FAIL(ST_ERR_NOMEM, "stream: out of memory");
     if (x->vc) {
-        x->h_enc = st_alloc(N * C * 4);
-        x->h_dres = st_alloc(N * C * 4);
+        x->h_enc = host_buf(x, N * C * 4);
+        x->h_dres = host_buf(x, N * C * 4);
         /* only chunks 0..nvc-3 leave the device (the last two stay in their slots) */
-        x->h_logits = x->nvc > 2 ? st_alloc(N * (size_t)(x->nvc - 2) * (size_t)x->vc * 4) : NULL;
+        x->h_logits = x->nvc > 2 ? host_buf(x, N * (size_t)(x->nvc - 2) * (size_t)x->vc * 4) : NULL;
         x->vw_ticket = calloc((size_t)x->nvc, sizeof *x->vw_ticket);
         if (!x->h_enc || !x->h_dres || (x->nvc > 2 && !x->h_logits) || !x->vw_ticket)
             FAIL(ST_ERR_NOMEM, "stream: out of memory");
     }
 
-    /* host tier */
-    x->hp = c->host_params ? c->host_params : st_alloc(x->n * 4);
-    x->hg = c->host_grads ? c->host_grads : st_alloc(x->n * 4);
+    /* host tier. The caller's vectors (strata train passes the model's) stay the caller's:
+     * pageable memory is correct on a device with host_alloc, only its copies are slower. */
+    x->hp = c->host_params ? c->host_params : host_buf(x, x->n * 4);
+    x->hg = c->host_grads ? c->host_grads : host_buf(x, x->n * 4);
     if (c->grad_accum > 1) {
         if (x->bf16)
             FAIL(ST_ERR_UNSUPPORTED, "stream: gradient accumulation adds fp32 gradients; drain them as fp32, not bf16");
-        if (!(x->hg2 = st_alloc(x->n * 4)))
+        if (!(x->hg2 = host_buf(x, x->n * 4)))
             FAIL(ST_ERR_NOMEM, "stream: grad_accum %d needs %zu more host bytes (one more fp32 gradient) than the "
                  "machine gives; use grad_accum 1 or a larger host", c->grad_accum, x->n * 4);
     }
     if (!x->hp || !x->hg) FAIL(ST_ERR_NOMEM, "stream: cannot allocate %zu host bytes of parameters and gradients",
                                x->n * 8);
     if (x->n_off) {
-        x->host_acts = st_alloc((size_t)x->n_off * x->setf * 4);
+        x->host_acts = host_buf(x, (size_t)x->n_off * x->setf * 4);
         if (!x->host_acts) FAIL(ST_ERR_NOMEM, "stream: cannot allocate host memory for offloaded activations");
     }
     x->segs = calloc((size_t)y->n_tensors, sizeof *x->segs);
@@ -267,6 +299,7 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
     x->tbe.base.ops = &x->tbe.ops;
     x->tbe.base.ctx = dev->ctx;
     if ((s = st_copy_engine_create(&x->ce, &x->tbe.base, err))) goto fail;
+    st_copy_engine_observe(x->ce, &(st_copy_observer){st_prof_trace_active, traced_async_done, x});
     if (p->overlap_optim) {
         if (pthread_create(&x->th, NULL, stream_opt_worker, x) != 0)
             FAIL(ST_ERR_NOMEM, "stream: cannot start the optimizer thread");
@@ -302,17 +335,17 @@ void st_stream_exec_free(st_stream_exec *x) {
     free(x->h_rmax);
     free(x->h_tlogit);
     free(x->h_rsum);
-    if (x->hp != x->cfg.host_params) st_free(x->hp);
-    if (x->hg != x->cfg.host_grads) st_free(x->hg);
-    st_free(x->hg2);
-    st_free(x->hg16);
+    if (x->hp != x->cfg.host_params) host_buf_free(x, x->hp);
+    if (x->hg != x->cfg.host_grads) host_buf_free(x, x->hg);
+    host_buf_free(x, x->hg2);
+    host_buf_free(x, x->hg16);
     st_free(x->bk_p);
     st_free(x->bk_m);
     st_free(x->bk_v);
-    st_free(x->host_acts);
-    st_free(x->h_enc);
-    st_free(x->h_dres);
-    st_free(x->h_logits);
+    host_buf_free(x, x->host_acts);
+    host_buf_free(x, x->h_enc);
+    host_buf_free(x, x->h_dres);
+    host_buf_free(x, x->h_logits);
     free(x->vw_ticket);
     st_optim_free(x->opt);
     free(x->segs);

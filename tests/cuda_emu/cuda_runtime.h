@@ -5,21 +5,38 @@
  * tests/cuda_emu is an -I directory of that test and the toolkit's is -isystem.
  *
  * Device memory is host memory (cudaMalloc is calloc'd, so a read of memory the backend
- * never wrote is deterministic); every copy, whatever its kind, is a memcpy; streams and
- * events exist as handles but everything is synchronous (a launch finishes before it
- * returns, cuda_emu.h), so ordering holds trivially. What it checks that memcpy would
- * not: cudaMemset and a copy of kind HostToDevice/DeviceToHost/DeviceToDevice must stay
- * inside one live cudaMalloc block on their device side (cudaErrorInvalidValue
- * otherwise, kept for cudaGetLastError as the runtime does), cudaFree of a pointer that
- * cudaMalloc did not return fails, and a cudaMalloc over the emulated device's memory
- * (ST_EMU_DEVICE_BYTES, 1 GiB) fails with cudaErrorMemoryAllocation. One device.
- * C++ linkage, so these never clash with the real cudart the test also links. */
+ * never wrote is deterministic); every copy, whatever its kind, is a memmove. Kernels,
+ * memsets and cuBLAS calls run when they are launched (cuda_emu.h). Copies do not:
+ * cudaMemcpyAsync on a non-null stream is DEFERRED, queued on its stream and performed,
+ * in order per stream, only when something waits for it: cudaEventSynchronize or
+ * cudaEventQuery of an event recorded after it on that stream, cudaStreamWaitEvent of such
+ * an event by any stream, cudaStreamSynchronize / cudaStreamQuery / cudaStreamDestroy of
+ * its stream, cudaDeviceSynchronize, or a cudaMemsetAsync on the same stream (which runs
+ * at once, so the stream's earlier copies go first). So a host thread that reads a
+ * device-to-host destination, or rewrites a host-to-device source, before it waited for
+ * the copy sees what a GPU could show it: stale bytes (test_cuda_emu_stream). A kernel
+ * launch does not look at its stream (cuda_emu.h), so a stream that runs kernels must
+ * have no copy pending when it launches one: the backend synchronizes its compute
+ * stream after each copy it queues there (be_copy), and queues its asynchronous copies
+ * on streams of their own (copy_async). cudaEventQuery and cudaStreamQuery therefore
+ * never answer cudaErrorNotReady. The last error (cudaGetLastError) is per host thread,
+ * as the runtime's.
+ *
+ * What it checks that memcpy would not: cudaMemset and a copy of kind
+ * HostToDevice/DeviceToHost/DeviceToDevice must stay inside one live cudaMalloc block on
+ * their device side when queued (cudaErrorInvalidValue otherwise, kept for
+ * cudaGetLastError as the runtime does), cudaFree of a pointer that cudaMalloc did not
+ * return fails, cudaFreeHost of one that cudaHostAlloc/cudaMallocHost did not return
+ * fails, and a cudaMalloc over the emulated device's memory (ST_EMU_DEVICE_BYTES, 1 GiB)
+ * fails with cudaErrorMemoryAllocation. One device. C++ linkage, so these never clash
+ * with the real cudart the test also links. */
 #ifndef STRATA_CUDA_EMU_RUNTIME_H
 #define STRATA_CUDA_EMU_RUNTIME_H
 
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
 
@@ -35,6 +52,7 @@ enum cudaError_t {
     cudaErrorMemoryAllocation = 2,
     cudaErrorInvalidDevice = 101,
     cudaErrorInvalidResourceHandle = 400,
+    cudaErrorNotReady = 600,
 };
 typedef cudaError_t cudaError;
 enum cudaMemcpyKind {
@@ -47,24 +65,36 @@ enum cudaMemcpyKind {
 #define cudaStreamDefault 0x0u
 #define cudaStreamNonBlocking 0x1u
 #define cudaEventDefault 0x0u
+#define cudaEventBlockingSync 0x1u
 #define cudaEventDisableTiming 0x2u
 #define cudaHostAllocDefault 0x0u
 typedef struct st_emu_event *cudaEvent_t;
 
 namespace st_emu {
+struct Stream;
 struct Runtime {
     std::mutex mu;
     std::map<const char *, size_t> dev; /* live cudaMalloc blocks: base -> bytes */
     size_t dev_used = 0;
-    cudaError_t last = cudaSuccess;     /* what cudaGetLastError returns and clears */
+    std::map<void *, size_t> pinned;    /* live cudaHostAlloc blocks: base -> bytes (tests read it) */
     int device = 0;
+    /* streams and their deferred copies: under qmu (recursive: performing a stream's
+     * copies may be asked while holding it) */
+    std::recursive_mutex qmu;
+    std::map<int, Stream *> streams; /* live streams by id (an event names its stream by id) */
+    int next_stream = 1;
 };
 inline Runtime &rt() {
     static Runtime r;
     return r;
 }
+/* what cudaGetLastError returns and clears: per host thread, as the runtime's */
+inline cudaError_t &last_error() {
+    static thread_local cudaError_t e = cudaSuccess;
+    return e;
+}
 inline cudaError_t ret(cudaError_t e) {
-    if (e != cudaSuccess) rt().last = e;
+    if (e != cudaSuccess) last_error() = e;
     return e;
 }
 /* true if [p, p + n) lies inside one live cudaMalloc block */
@@ -77,7 +107,45 @@ inline bool on_device(const void *p, size_t n) {
     const char *q = (const char *)p;
     return q >= it->first && q + n <= it->first + it->second;
 }
+
+/* A stream: its deferred copies, in order. queued and performed count them; an event
+ * recorded on the stream remembers `queued` then, and waiting for it performs up to it. */
+struct Copy {
+    void *dst;
+    const void *src;
+    size_t bytes;
+};
+struct Stream {
+    int id;
+    std::deque<Copy> pending;
+    uint64_t queued = 0, performed = 0;
+};
+/* perform stream `id`'s deferred copies up to number `upto` (all: UINT64_MAX); a stream
+ * destroyed since has performed them all */
+inline void perform(int id, uint64_t upto) {
+    Runtime &r = rt();
+    std::lock_guard<std::recursive_mutex> g(r.qmu);
+    auto it = r.streams.find(id);
+    if (it == r.streams.end()) return;
+    Stream *s = it->second;
+    while (s->performed < upto && !s->pending.empty()) {
+        Copy c = s->pending.front();
+        s->pending.pop_front();
+        if (c.bytes) memmove(c.dst, c.src, c.bytes);
+        s->performed++;
+    }
+}
 } // namespace st_emu
+
+/* the handles: a stream is its id (its state lives in the runtime's table); an event is
+ * the stream and copy count it was recorded at (stream 0: nothing to wait for) */
+struct st_emu_stream {
+    int id;
+};
+struct st_emu_event {
+    int stream;
+    uint64_t seq;
+};
 
 inline const char *cudaGetErrorName(cudaError_t e) {
     switch (e) {
@@ -86,6 +154,7 @@ inline const char *cudaGetErrorName(cudaError_t e) {
     case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
     case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
     case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
     }
     return "cudaErrorUnknown";
 }
@@ -96,15 +165,16 @@ inline const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorNotReady: return "device not ready";
     }
     return "unknown error";
 }
 inline cudaError_t cudaGetLastError(void) {
-    cudaError_t e = st_emu::rt().last;
-    st_emu::rt().last = cudaSuccess;
+    cudaError_t e = st_emu::last_error();
+    st_emu::last_error() = cudaSuccess;
     return e;
 }
-inline cudaError_t cudaPeekAtLastError(void) { return st_emu::rt().last; }
+inline cudaError_t cudaPeekAtLastError(void) { return st_emu::last_error(); }
 
 inline cudaError_t cudaGetDeviceCount(int *n) {
     *n = 1;
@@ -119,7 +189,6 @@ inline cudaError_t cudaGetDevice(int *d) {
     *d = st_emu::rt().device;
     return cudaSuccess;
 }
-inline cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
 inline cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b) {
     *total_b = ST_EMU_DEVICE_BYTES;
     *free_b = ST_EMU_DEVICE_BYTES - st_emu::rt().dev_used;
@@ -151,13 +220,21 @@ inline cudaError_t cudaFree(void *p) {
 }
 inline cudaError_t cudaMallocHost(void **p, size_t bytes) {
     *p = malloc(bytes ? bytes : 1);
-    return *p ? cudaSuccess : st_emu::ret(cudaErrorMemoryAllocation);
+    if (!*p) return st_emu::ret(cudaErrorMemoryAllocation);
+    std::lock_guard<std::mutex> g(st_emu::rt().mu);
+    st_emu::rt().pinned[*p] = bytes;
+    return cudaSuccess;
 }
 inline cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned flags) {
     (void)flags;
     return cudaMallocHost(p, bytes);
 }
 inline cudaError_t cudaFreeHost(void *p) {
+    if (!p) return cudaSuccess;
+    {
+        std::lock_guard<std::mutex> g(st_emu::rt().mu);
+        if (!st_emu::rt().pinned.erase(p)) return st_emu::ret(cudaErrorInvalidValue);
+    }
     free(p);
     return cudaSuccess;
 }
@@ -167,47 +244,80 @@ inline cudaError_t cudaMemset(void *p, int v, size_t bytes) {
     return cudaSuccess;
 }
 inline cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s = nullptr) {
-    (void)s;
+    if (s) st_emu::perform(s->id, UINT64_MAX); /* it runs now: the stream's earlier copies first */
     return cudaMemset(p, v, bytes);
 }
-inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
+namespace st_emu {
+inline cudaError_t check_copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
     bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
     bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
-    if (bytes && ((src_dev && !st_emu::on_device(src, bytes)) || (dst_dev && !st_emu::on_device(dst, bytes))))
-        return st_emu::ret(cudaErrorInvalidValue);
-    if (bytes) memmove(dst, src, bytes);
+    if (bytes && ((src_dev && !on_device(src, bytes)) || (dst_dev && !on_device(dst, bytes))))
+        return ret(cudaErrorInvalidValue);
     return cudaSuccess;
 }
+} // namespace st_emu
+inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
+    cudaError_t e = st_emu::check_copy(dst, src, bytes, kind);
+    if (e == cudaSuccess && bytes) memmove(dst, src, bytes);
+    return e;
+}
+/* deferred on a non-null stream (see the head of this file), at once on the null stream */
 inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
                                    cudaStream_t s = nullptr) {
-    (void)s;
-    return cudaMemcpy(dst, src, bytes, kind);
+    if (!s) return cudaMemcpy(dst, src, bytes, kind);
+    cudaError_t e = st_emu::check_copy(dst, src, bytes, kind);
+    if (e != cudaSuccess) return e;
+    st_emu::Runtime &r = st_emu::rt();
+    std::lock_guard<std::recursive_mutex> g(r.qmu);
+    auto it = r.streams.find(s->id);
+    if (it == r.streams.end()) return st_emu::ret(cudaErrorInvalidResourceHandle);
+    it->second->pending.push_back(st_emu::Copy{dst, src, bytes});
+    it->second->queued++;
+    return cudaSuccess;
 }
 
 /* ---------------------------------------------------------------- streams and events */
-struct st_emu_stream {
-    int id;
-};
-struct st_emu_event {
-    int id;
-};
 inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
     (void)flags;
-    *s = new st_emu_stream{1};
+    st_emu::Runtime &r = st_emu::rt();
+    std::lock_guard<std::recursive_mutex> g(r.qmu);
+    int id = r.next_stream++;
+    st_emu::Stream *st = new st_emu::Stream();
+    st->id = id;
+    r.streams[id] = st;
+    *s = new st_emu_stream{id};
     return cudaSuccess;
 }
 inline cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
+inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    if (s) st_emu::perform(s->id, UINT64_MAX);
+    return cudaSuccess;
+}
+inline cudaError_t cudaStreamQuery(cudaStream_t s) { return cudaStreamSynchronize(s); }
 inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    if (!s) return st_emu::ret(cudaErrorInvalidResourceHandle);
+    st_emu::perform(s->id, UINT64_MAX);
+    st_emu::Runtime &r = st_emu::rt();
+    {
+        std::lock_guard<std::recursive_mutex> g(r.qmu);
+        auto it = r.streams.find(s->id);
+        if (it != r.streams.end()) {
+            delete it->second;
+            r.streams.erase(it);
+        }
+    }
     delete s;
     return cudaSuccess;
 }
-inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
-    (void)s;
+inline cudaError_t cudaDeviceSynchronize(void) {
+    st_emu::Runtime &r = st_emu::rt();
+    std::lock_guard<std::recursive_mutex> g(r.qmu);
+    for (auto &kv : r.streams) st_emu::perform(kv.first, UINT64_MAX);
     return cudaSuccess;
 }
 inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
     (void)flags;
-    *e = new st_emu_event{1};
+    *e = new st_emu_event{0, 0};
     return cudaSuccess;
 }
 inline cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, cudaEventDefault); }
@@ -216,15 +326,32 @@ inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
     return cudaSuccess;
 }
 inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr) {
-    (void)s;
-    return e ? cudaSuccess : st_emu::ret(cudaErrorInvalidResourceHandle);
+    if (!e) return st_emu::ret(cudaErrorInvalidResourceHandle);
+    if (!s) {
+        e->stream = 0, e->seq = 0;
+        return cudaSuccess;
+    }
+    st_emu::Runtime &r = st_emu::rt();
+    std::lock_guard<std::recursive_mutex> g(r.qmu);
+    auto it = r.streams.find(s->id);
+    if (it == r.streams.end()) return st_emu::ret(cudaErrorInvalidResourceHandle);
+    e->stream = s->id, e->seq = it->second->queued;
+    return cudaSuccess;
 }
 inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
-    return e ? cudaSuccess : st_emu::ret(cudaErrorInvalidResourceHandle);
+    if (!e) return st_emu::ret(cudaErrorInvalidResourceHandle);
+    st_emu::Runtime &r = st_emu::rt();
+    std::lock_guard<std::recursive_mutex> g(r.qmu); /* the event may be recorded again meanwhile */
+    st_emu::perform(e->stream, e->seq);
+    return cudaSuccess;
 }
+/* performs, so never cudaErrorNotReady (see the head of this file) */
+inline cudaError_t cudaEventQuery(cudaEvent_t e) { return cudaEventSynchronize(e); }
+/* performs the event's stream up to it now: the waiting stream's later copies run later
+ * anyway, so this is one order a GPU could choose */
 inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags = 0) {
     (void)s, (void)flags;
-    return e ? cudaSuccess : st_emu::ret(cudaErrorInvalidResourceHandle);
+    return cudaEventSynchronize(e);
 }
 
 #endif

@@ -7,11 +7,15 @@
  * entry of st_backend_ops.
  *
  * The ops return nothing, so a failed launch, copy or cuBLAS call is kept (the first one,
- * with the op's name) and st_backend_cuda_status reports it. Copies are synchronous, as
- * the CPU backend's: the host buffer may be reused when copy_to_device returns, and holds
- * the data when copy_to_host returns. A freed block may be handed out again at once:
- * every op is queued on the one stream, so work that used the block runs before work
- * that reuses it. cuBLASLt's workspace is a block of the arena, carved at creation.
+ * with the op's name) and st_backend_cuda_status reports it. copy_to_device/_host are
+ * synchronous, as the CPU backend's: the host buffer may be reused when copy_to_device
+ * returns, and holds the data when copy_to_host returns. copy_async is not: it queues on
+ * an h2d or a d2h copy stream, so copies overlap compute, and the host waits on its
+ * ticket (the ordering rule is at the head of the asynchronous copies' section), with
+ * host_alloc's page-locked memory for the host side. A freed block may be handed out
+ * again at once: every op is queued on the one compute stream, so work that used the
+ * block runs before work that reuses it (copies in flight are waited for first).
+ * cuBLASLt's workspace is a block of the arena, carved at creation.
  *
  * Also compiled by g++ against the tests' emulation of the CUDA runtime, cuBLAS (as
  * OpenBLAS) and execution model (tests/cuda_emu: cuda_runtime.h, cublas_v2.h,
@@ -19,6 +23,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <mutex>
 #include <new>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +41,10 @@ extern "C" {
 #include "backend/cuda/kernels_rope.cuh"
 #include "backend/cuda/kernels_xent.cuh"
 
+/* events per direction: a ring slot is recorded again only once the ticket that used it
+ * is known complete (copy_async waits for it in the rare case it is not) */
+#define CU_COPY_RING 256
+
 struct cuda_ctx {
     int device = 0;
     cudaStream_t stream = nullptr;
@@ -46,6 +55,13 @@ struct cuda_ctx {
     cudaError_t first = cudaSuccess; /* the first error an op met */
     cublasStatus_t first_blas = CUBLAS_STATUS_SUCCESS; /* or the first cuBLAS error, if that came first */
     const char *first_op = "";
+    /* asynchronous copies (copy_async): a stream per direction ([0] h2d, [1] d2h), each
+     * copy's completion event in a fixed ring per direction; tickets count per direction */
+    cudaStream_t copy_stream[2] = {nullptr, nullptr};
+    cudaEvent_t compute_mark = nullptr; /* recorded on `stream` before each copy, waited by its copy stream */
+    cudaEvent_t copy_ev[2][CU_COPY_RING] = {};
+    uint64_t copy_issued[2] = {0, 0}, copy_done[2] = {0, 0}; /* last ticket queued; known complete */
+    std::mutex copy_mu; /* the copy state above: the copy engine's waits come from any thread */
 };
 
 static cuda_ctx *ctx_of(st_backend *be) { return (cuda_ctx *)be->ctx; }
@@ -74,8 +90,11 @@ static void *be_alloc(st_backend *be, size_t bytes) {
     }
     return p;
 }
+static void copies_drain(cuda_ctx *c);
 static void be_dealloc(st_backend *be, void *p) {
-    if (p) ctx_of(be)->arena.release((size_t)((char *)p - ctx_of(be)->base));
+    if (!p) return;
+    copies_drain(ctx_of(be)); /* an asynchronous copy still in flight may touch the block */
+    ctx_of(be)->arena.release((size_t)((char *)p - ctx_of(be)->base));
 }
 static void be_memset0(st_backend *be, void *p, size_t bytes) {
     note(ctx_of(be), cudaMemsetAsync(p, 0, bytes, ctx_of(be)->stream), "memset0");
@@ -92,6 +111,105 @@ static void be_copy_to_host(st_backend *be, void *host_dst, const void *src, siz
     be_copy(be, host_dst, src, bytes, "copy_to_host");
 }
 static void be_synchronize(st_backend *be) { note(ctx_of(be), cudaStreamSynchronize(ctx_of(be)->stream), "synchronize"); }
+
+/* ---------------------------------------------------------------- asynchronous copies
+ * Ordering rule. A copy_async is queued on its direction's copy stream (h2d or d2h,
+ * non-blocking streams) behind an event recorded on the compute stream at that moment,
+ * so it runs after every op queued before it, and a completion event is recorded behind
+ * it. Nothing on the GPU orders a LATER compute op after the copy: the host does, by
+ * waiting for the copy's ticket (copy_sync: cudaEventSynchronize) before it queues an op
+ * that reads the copied bytes or overwrites a copy's source, and before it reads a
+ * device-to-host destination or reuses a host-to-device source. That is the copy engine's
+ * contract (st_copy_wait) and the executor's (it waits on a ticket before using weights;
+ * stream_step.c lists its rules). Copies of one direction complete in order, so a ticket
+ * covers every earlier one of its direction. A block freed while copies are in flight
+ * waits for them (be_dealloc), since the arena hands it out again at once. Pageable host
+ * memory works but the driver stages it, so the copy is slower and may return later:
+ * host_alloc gives page-locked memory. */
+
+static const char *copy_op(int d) { return d ? "copy_async d2h" : "copy_async h2d"; }
+
+static void *be_host_alloc(st_backend *be, size_t bytes) {
+    (void)be;
+    void *p = nullptr;
+    if (cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault) != cudaSuccess) {
+        cudaGetLastError(); /* a refused allocation is the caller's NULL, not the next op's error */
+        return nullptr;
+    }
+    memset(p, 0, bytes);
+    return p;
+}
+static void be_host_free(st_backend *be, void *p) {
+    if (p) note(ctx_of(be), cudaFreeHost(p), "host_free");
+}
+
+static uint64_t be_copy_async(st_backend *be, int d2h, void *dst, const void *src, size_t bytes) {
+    cuda_ctx *c = ctx_of(be);
+    int d = d2h ? 1 : 0;
+    std::lock_guard<std::mutex> g(c->copy_mu);
+    uint64_t t = c->copy_issued[d] + 1;
+    cudaEvent_t ev = c->copy_ev[d][t % CU_COPY_RING];
+    cudaError_t e = cudaSuccess;
+    if (t > CU_COPY_RING && c->copy_done[d] < t - CU_COPY_RING) { /* the slot's last ticket */
+        if ((e = cudaEventSynchronize(ev)) != cudaSuccess) return note(c, e, copy_op(d)), 0;
+        c->copy_done[d] = t - CU_COPY_RING;
+    }
+    if ((e = cudaEventRecord(c->compute_mark, c->stream)) == cudaSuccess &&
+        (e = cudaStreamWaitEvent(c->copy_stream[d], c->compute_mark, 0)) == cudaSuccess &&
+        (e = cudaMemcpyAsync(dst, src, bytes, d ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice,
+                             c->copy_stream[d])) == cudaSuccess)
+        e = cudaEventRecord(ev, c->copy_stream[d]);
+    if (e != cudaSuccess) return note(c, e, copy_op(d)), 0;
+    c->copy_issued[d] = t;
+    return t;
+}
+/* the event of a ticket not yet known complete, or nullptr when it is (or is unknown) */
+static cudaEvent_t copy_event(cuda_ctx *c, int d, uint64_t ticket) {
+    std::lock_guard<std::mutex> g(c->copy_mu);
+    if (ticket <= c->copy_done[d]) return nullptr;
+    if (ticket > c->copy_issued[d]) return note(c, cudaErrorInvalidValue, copy_op(d)), nullptr;
+    /* the slot still holds this ticket's record: it is recorded again only once
+     * copy_done reaches the ticket. If another thread records it again between here and
+     * the wait, the wait covers a later copy of the same stream: later, not wrong. */
+    return c->copy_ev[d][ticket % CU_COPY_RING];
+}
+static void copy_mark_done(cuda_ctx *c, int d, uint64_t ticket) {
+    std::lock_guard<std::mutex> g(c->copy_mu);
+    if (ticket > c->copy_done[d]) c->copy_done[d] = ticket;
+}
+static void be_copy_sync(st_backend *be, int d2h, uint64_t ticket) {
+    cuda_ctx *c = ctx_of(be);
+    int d = d2h ? 1 : 0;
+    cudaEvent_t ev = copy_event(c, d, ticket);
+    if (!ev) return;
+    cudaError_t e = cudaEventSynchronize(ev); /* outside the lock: other threads queue meanwhile */
+    if (e != cudaSuccess) return note(c, e, copy_op(d));
+    copy_mark_done(c, d, ticket);
+}
+static int be_copy_query(st_backend *be, int d2h, uint64_t ticket) {
+    cuda_ctx *c = ctx_of(be);
+    int d = d2h ? 1 : 0;
+    cudaEvent_t ev = copy_event(c, d, ticket);
+    if (!ev) return 1;
+    cudaError_t e = cudaEventQuery(ev);
+    if (e == cudaErrorNotReady) {
+        cudaGetLastError(); /* not an error: never let it reach the next op's check */
+        return 0;
+    }
+    if (e != cudaSuccess) return note(c, e, copy_op(d)), 0; /* copy_sync will return, failed */
+    copy_mark_done(c, d, ticket);
+    return 1;
+}
+/* wait for every copy queued so far, both directions */
+static void copies_drain(cuda_ctx *c) {
+    uint64_t last[2];
+    {
+        std::lock_guard<std::mutex> g(c->copy_mu);
+        last[0] = c->copy_issued[0], last[1] = c->copy_issued[1];
+    }
+    st_backend tmp = {nullptr, c};
+    for (int d = 0; d < 2; d++) be_copy_sync(&tmp, d, last[d]);
+}
 
 /* ---------------------------------------------------------------- matmul (cuBLASLt) */
 
@@ -328,6 +446,13 @@ static void be_free(st_backend *be) {
     cuda_ctx *c = ctx_of(be);
     if (c) {
         if (c->stream) cudaStreamSynchronize(c->stream);
+        for (int d = 0; d < 2; d++) {
+            if (c->copy_stream[d]) cudaStreamSynchronize(c->copy_stream[d]);
+            for (int i = 0; i < CU_COPY_RING; i++)
+                if (c->copy_ev[d][i]) cudaEventDestroy(c->copy_ev[d][i]);
+            if (c->copy_stream[d]) cudaStreamDestroy(c->copy_stream[d]);
+        }
+        if (c->compute_mark) cudaEventDestroy(c->compute_mark);
         if (c->mm && c->mm->lt) cublasLtDestroy(c->mm->lt);
         delete c->mm; /* its workspace is a block of the arena */
         if (c->stream) cudaStreamDestroy(c->stream);
@@ -347,6 +472,11 @@ static st_backend_ops make_ops(void) {
     o.copy_to_device = be_copy_to_device;
     o.copy_to_host = be_copy_to_host;
     o.synchronize = be_synchronize;
+    o.host_alloc = be_host_alloc;
+    o.host_free = be_host_free;
+    o.copy_async = be_copy_async;
+    o.copy_sync = be_copy_sync;
+    o.copy_query = be_copy_query;
     o.matmul_forward = be_matmul_forward;
     o.matmul_backward = be_matmul_backward;
     o.encoder_forward = be_encoder_forward;
@@ -402,6 +532,19 @@ extern "C" st_status st_backend_cuda_create(st_backend **out, int device, size_t
     if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {
         be_free(be);
         return st_errf(err, ST_ERR_UNSUPPORTED, "cuda backend: cudaStreamCreate: %s", cudaGetErrorString(e));
+    }
+    /* the copy streams and their events (blocking sync: a waiting host thread sleeps, so the
+     * optimizer's thread keeps its core while it waits for a gradient) */
+    for (int d = 0; d < 2 && e == cudaSuccess; d++) {
+        e = cudaStreamCreateWithFlags(&c->copy_stream[d], cudaStreamNonBlocking);
+        for (int i = 0; i < CU_COPY_RING && e == cudaSuccess; i++)
+            e = cudaEventCreateWithFlags(&c->copy_ev[d][i], cudaEventDisableTiming | cudaEventBlockingSync);
+    }
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&c->compute_mark, cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+        be_free(be);
+        return st_errf(err, ST_ERR_UNSUPPORTED, "cuda backend: the copy streams and their events: %s",
+                       cudaGetErrorString(e));
     }
     if (!(c->mm = new (std::nothrow) CuLtMatmul())) {
         be_free(be);

@@ -1,0 +1,187 @@
+/* test_cuda_emu_stream.cpp - the layer-streaming executor (strata/stream.h) on the CUDA
+ * backend under the emulation, whose copies are asynchronous: backend_cuda.cu compiled here
+ * by g++ against tests/cuda_emu (as test_cuda_emu_model does, entry points renamed), where
+ * a copy queued on a copy stream is DEFERRED until something waits for it
+ * (tests/cuda_emu/cuda_runtime.h). So the copy engine's copy_async path runs with copies
+ * that land late, as on a GPU: a host thread that reads a gradient, an offloaded
+ * activation or a logits chunk before the executor waited for it, or a weight slot
+ * refilled before its wait, sees stale bytes and the run drifts from the CPU's.
+ *
+ * For gpt2-tiny (both blocks' activations offloaded, 2 micro-batches accumulated, fp32
+ * drain) and llama-tiny (one block offloaded and one kept, the classifier in vocabulary
+ * chunks so that logits cross both ways, a bf16 gradient drain, prefetch depth 2), each
+ * with a device budget of exactly what the plan needs (the blocks' weights stream through
+ * prefetch_depth + 1 slots), 3 steps on the emulated CUDA backend and on the CPU backend
+ * with the same budget, from the same initial weights: the losses agree within 1e-5
+ * relative and the final host parameters within 1e-5 max|cpu| + 1e-4 |cpu|. The host
+ * buffers the executor allocates itself must be the backend's page-locked ones
+ * (host_alloc), each once at its size: the emulation lists them. */
+#define st_backend_cuda_create st_backend_cuda_emu_create
+#define st_backend_cuda_status st_backend_cuda_emu_status
+#include "backend/cuda/backend_cuda.cu"
+
+#include <math.h>
+#include <string.h>
+#include <vector>
+
+extern "C" {
+#include "strata/block.h"
+#include "strata/model.h"
+#include "strata/stream.h"
+#include "strata/tier.h"
+#include "testutil.h"
+}
+
+#define STEPS 3
+#define LOSS_RTOL 1e-5
+#define PARAM_ATOL 1e-5 /* times max|cpu| */
+#define PARAM_RTOL 1e-4
+
+struct Variant {
+    const char *preset;
+    int n_micro, depth, vocab_chunk;
+    st_dtype grad_dtype;
+    unsigned char act[2];
+};
+
+struct Run {
+    std::vector<float> losses, params;
+    size_t n_pinned = 0, pinned_bytes = 0, budget = 0;
+    uint64_t h2d = 0, d2h = 0;
+};
+
+static void batch(int step, int n, int V, std::vector<int32_t> &in, std::vector<int32_t> &tg) {
+    st_rng r;
+    st_rng_seed(&r, 1000 + (uint64_t)step);
+    for (int i = 0; i < n; i++) {
+        in[i] = (int32_t)(st_rng_u64(&r) % (uint64_t)V);
+        tg[i] = i % 9 == 4 ? -1 : (int32_t)((3 * in[i] + 1) % V); /* some targets masked */
+    }
+}
+
+/* 3 steps of v on `inner` under a budget of what the plan needs; false if it could not run */
+static bool run(st_backend *inner, const st_arch *arch, const Variant &v, int B, int T, Run *out) {
+    st_err err = {};
+    st_stream_plan plan;
+    st_stream_plan_default(&plan, arch->lay.n_blocks);
+    plan.prefetch_depth = v.depth;
+    plan.vocab_chunk = v.vocab_chunk;
+    plan.grad_dtype = v.grad_dtype;
+    for (int l = 0; l < arch->lay.n_blocks; l++) plan.act[l] = v.act[l];
+    st_stream_config sc = {};
+    sc.arch = arch, sc.B = B, sc.T = T, sc.weight_decay = 0.1f, sc.grad_accum = v.n_micro;
+    size_t budget = st_stream_device_bytes(&sc, &plan);
+    st_backend *dev = nullptr;
+    st_stream_exec *x = nullptr;
+    if (st_backend_with_budget(&dev, inner, budget, &err) != ST_OK ||
+        st_stream_exec_create(&x, &sc, &plan, dev, &err) != ST_OK) {
+        CHECK(0, "%s on %s: %s", v.preset, inner->ops->name, err.msg);
+        st_backend_free(dev);
+        return false;
+    }
+    out->budget = budget;
+    {
+        st_emu::Runtime &r = st_emu::rt();
+        std::lock_guard<std::mutex> g(r.mu);
+        out->n_pinned = r.pinned.size();
+        for (auto &kv : r.pinned) out->pinned_bytes += kv.second;
+    }
+    st_stream_init_random(x, 7);
+    int n = v.n_micro * B * T;
+    std::vector<int32_t> in(n), tg(n);
+    for (int s = 0; s < STEPS; s++) {
+        batch(s, n, arch->lay.vocab_size, in, tg);
+        st_adamw_params hp = {1e-3f, 0.9f, 0.95f, 1e-8f, s + 1, 1.0f};
+        st_stream_step_stats st;
+        if (st_stream_step_accum(x, v.n_micro, in.data(), tg.data(), &hp, 1.0f, &st, &err) != ST_OK) {
+            CHECK(0, "%s on %s, step %d: %s", v.preset, inner->ops->name, s, err.msg);
+            break;
+        }
+        out->losses.push_back(st.loss);
+        out->h2d += st.h2d_bytes, out->d2h += st.d2h_bytes;
+    }
+    out->params.assign(st_stream_params(x), st_stream_params(x) + arch->lay.n_params);
+    st_stream_exec_free(x);
+    st_backend_free(dev);
+    return (int)out->losses.size() == STEPS;
+}
+
+static void test_variant(st_backend *gpu, st_backend *cpu, const Variant &v) {
+    st_err err = {};
+    st_model_shape shape;
+    st_arch *arch = nullptr;
+    const int B = 2, T = 11;
+    if (st_model_resolve(v.preset, "", nullptr, B, T, &shape, &arch, &err) != ST_OK) {
+        CHECK(0, "%s: %s", v.preset, err.msg);
+        return;
+    }
+    const st_arch_layout *y = &arch->lay;
+    size_t n = y->n_params;
+    Run g, c;
+    bool ok = run(gpu, arch, v, B, T, &g) && run(cpu, arch, v, B, T, &c);
+    st_err serr = {};
+    CHECK(st_backend_cuda_emu_status(gpu, &serr) == ST_OK, "%s: the CUDA backend kept an error: %s", v.preset,
+          serr.msg);
+    if (ok) {
+        /* the executor's own host buffers, each page-locked once at its size: the parameters,
+         * the gradients, the accumulation buffer, the bf16 drain, the offloaded activation
+         * sets and the chunked classifier's embedding output, residual gradient and logits */
+        size_t N = (size_t)B * T, C = (size_t)y->n_embd, setf = st_block_act_floats(arch, B, T);
+        size_t n_off = 0, vc = v.vocab_chunk ? (size_t)v.vocab_chunk : 0, nvc = vc ? (y->vocab_size + vc - 1) / vc : 0;
+        for (int l = 0; l < y->n_blocks; l++) n_off += v.act[l] == ST_STREAM_ACT_OFFLOAD;
+        size_t want_n = 2, want_bytes = 2 * n * 4;
+        if (v.n_micro > 1) want_n++, want_bytes += n * 4;
+        if (v.grad_dtype == ST_BF16) want_n++, want_bytes += n * 2;
+        if (n_off) want_n++, want_bytes += n_off * setf * 4;
+        if (vc) want_n += 2, want_bytes += 2 * N * C * 4;
+        if (nvc > 2) want_n++, want_bytes += N * (nvc - 2) * vc * 4;
+        CHECK(g.n_pinned == want_n && g.pinned_bytes == want_bytes,
+              "%s: %zu page-locked host buffers of %zu bytes, want %zu of %zu", v.preset, g.n_pinned,
+              g.pinned_bytes, want_n, want_bytes);
+        CHECK(c.n_pinned == 0, "%s: the CPU backend's run took %zu page-locked buffers", v.preset, c.n_pinned);
+        CHECK(g.h2d == c.h2d && g.d2h == c.d2h, "%s: bytes moved differ: h2d %llu vs %llu, d2h %llu vs %llu",
+              v.preset, (unsigned long long)g.h2d, (unsigned long long)c.h2d, (unsigned long long)g.d2h,
+              (unsigned long long)c.d2h);
+        double worst_loss = 0;
+        for (int s = 0; s < STEPS; s++) {
+            double rel = fabs((double)g.losses[s] - c.losses[s]) / fabs((double)c.losses[s]);
+            if (!(rel <= worst_loss)) worst_loss = rel;
+        }
+        CHECK(worst_loss <= LOSS_RTOL, "%s: losses differ by %.3g relative (step 3: cuda %.9g, cpu %.9g)", v.preset,
+              worst_loss, g.losses[STEPS - 1], c.losses[STEPS - 1]);
+        double mx = 0, worst = 0;
+        for (size_t i = 0; i < n; i++) mx = fmax(mx, fabs((double)c.params[i]));
+        double atol = PARAM_ATOL * mx;
+        char what[128];
+        snprintf(what, sizeof what, "%s: parameters after %d steps", v.preset, STEPS);
+        check_close_f32(what, g.params.data(), c.params.data(), n, atol, PARAM_RTOL);
+        for (size_t i = 0; i < n; i++) {
+            double e = fabs((double)g.params[i] - c.params[i]) / (atol + PARAM_RTOL * fabs((double)c.params[i]));
+            if (!(e <= worst)) worst = e;
+        }
+        printf("%s: %zu parameters (%zu bytes), device budget %zu bytes; losses %.6f -> %.6f, worst rel %.2g; "
+               "worst parameter err/tol %.3g; %zu page-locked buffers\n",
+               v.preset, n, n * 4, g.budget, c.losses[0], c.losses[STEPS - 1], worst_loss, worst, g.n_pinned);
+    }
+    st_arch_free(arch);
+}
+
+int main(void) {
+    st_err err = {};
+    st_backend *gpu = nullptr, *cpu = nullptr;
+    if (st_backend_cuda_emu_create(&gpu, 0, (size_t)16 << 20, &err) != ST_OK ||
+        st_backend_cpu_create(&cpu, 1, &err) != ST_OK) {
+        fprintf(stderr, "test_cuda_emu_stream: %s\n", err.msg);
+        return 1;
+    }
+    CHECK(gpu->ops->copy_async && gpu->ops->host_alloc, "the CUDA backend has asynchronous copies");
+    CHECK(!cpu->ops->copy_async && !cpu->ops->host_alloc, "the CPU backend's copies stay host work");
+    const Variant vs[] = {
+        {"gpt2-tiny", 2, 1, 0, ST_F32, {ST_STREAM_ACT_OFFLOAD, ST_STREAM_ACT_OFFLOAD}},
+        {"llama-tiny", 1, 2, 16, ST_BF16, {ST_STREAM_ACT_OFFLOAD, ST_STREAM_ACT_KEEP}},
+    };
+    for (const Variant &v : vs) test_variant(gpu, cpu, v);
+    st_backend_free(gpu);
+    st_backend_free(cpu);
+    return test_finish("test_cuda_emu_stream");
+}
