@@ -1,0 +1,461 @@
+#!/usr/bin/env bash
+# tests/gpu/run.sh - the CUDA backend on a real GPU (issue 15), in about 5 minutes on one
+# H200, from the repository root, with the bundle of tools/gpu_bundle.sh carried:
+#
+#   tools/gpu_bundle.sh                       # here: build-gpu/bundle (strata, CUDA tests, libraries)
+#   run(command="bash tests/gpu/run.sh", carry=["build-gpu/bundle"], timeout_s=360)
+#
+# Checks, each bounded by timeout (the whole script by STRATA_GPU_TIME_LIMIT, 300 s, of
+# which the checks before large_model may take all but STRATA_GPU_LARGE_RESERVE, 190 s):
+#   gpu          nvidia-smi's GPU line, the driver, the bundle's VERSION
+#   cuda_tests   every native CUDA test in the bundle (test_cuda_backend: every op against
+#                the CPU backend through the vtable); a skip (77) on a GPU is a failure
+#   loss_gpt2    gpt2-124m (batch 2 x seq 256) and
+#   loss_qwen    qwen2.5-0.5b (batch 1 x seq 256), 3 steps each from seed 1234 on the
+#                embedded corpus, on --device cuda against the same on --device cpu (the
+#                CPU run's plan.json run exactly by the GPU run, so only the backend
+#                differs), both with the bundle's strata and a device_budget that holds
+#                everything: the losses of metrics.jsonl within 1e-5 relative (fp32: the
+#                backend's only mode today)
+#   loss_bf16    the place for the bf16 comparison (1e-2 relative): skipped until strata
+#                has a bf16 mode (compare_losses with BF16_REL_TOL, as for fp32)
+#   stream_8x    gpt2-124m on cuda with device_budget = its training state / 8 (weights,
+#                gradients, master copy and moments as strata plan prints them); the
+#                planner's plan.json and log say it streamed; losses against loss_gpt2's CPU run
+#   large_model  a Llama-family model of >= 7B parameters (llama3.2-1b at 4096 wide, 32
+#                heads, 46 layers: 7.09B), random init, optim_state 8bit, device_budget a
+#                quarter of its state, 3 steps: tokens/s and TFLOPS as strata reports them
+#                (achieved_flops: 6 x matmul weights + causal attention per token, per step
+#                time) and as 6 x parameters x tokens / step time, medians of steps 2-3;
+#                target_met says whether the 6ND figure reached the issue's 300 TFLOPS
+#                (a figure, not a check: the backend is fp32 today)
+# A training run is killed (SIGKILL) once its last step is in metrics.jsonl, so no run
+# writes its end-of-run checkpoint. Writes $OUT/gpu_run.json (every check: passed, failed
+# or skipped, with its figures), $OUT/gpu_run.log (this output) and $OUT/gpu_logs.tar.gz
+# (each run's log, metrics.jsonl, config.json and plan.json). Exit: 0 all passed or
+# skipped, 1 a check failed, 77 no GPU here.
+#
+# STRATA_GPU_DRYRUN=1 runs the same pipeline on this machine: --device cpu in place of cuda,
+# tiny models and 2 steps, the strata of STRATA_BIN (else the bundle's), CUDA tests only
+# where the bundle has them (a skip counts as one there), so that the parsing, comparisons
+# and JSON are tested without a GPU (tests/test_gpu_script.sh).
+# Other settings (environment): STRATA_GPU_BUNDLE (build-gpu/bundle), STRATA_GPU_OUT (where
+# $OUT is unset), STRATA_GPU_CHECKS (the checks to run, comma-separated; default all),
+# STRATA_GPU_GPT2_ARGS, STRATA_GPU_QWEN_ARGS, STRATA_GPU_LARGE_ARGS (model, shape and batch
+# of each), STRATA_GPU_STEPS, STRATA_GPU_LARGE_STEPS, STRATA_GPU_LARGE_BUDGET (bytes),
+# STRATA_GPU_THREADS (CPU threads: 0 all), STRATA_GPU_DEVICE_EXTRA (extra arguments for the
+# device side's runs only: a different --seed there must fail the comparisons),
+# STRATA_GPU_KEEP=1 (keep the work directory).
+set -u
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+DRY=${STRATA_GPU_DRYRUN:-0}
+[ "$DRY" = 1 ] || DRY=0
+BUNDLE=${STRATA_GPU_BUNDLE:-$ROOT/build-gpu/bundle}
+TIME_LIMIT=${STRATA_GPU_TIME_LIMIT:-300}
+T0=$(date +%s)
+FP32_REL_TOL=1e-5
+BF16_REL_TOL=1e-2 # for loss_bf16, once a bf16 mode exists
+SEED=1234
+
+if [ "$DRY" = 0 ]; then
+  if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+    echo "tests/gpu/run.sh: no NVIDIA GPU here (nvidia-smi finds none): it runs on a lent GPU machine" \
+      "(docs/BENCHMARKS.md says how); STRATA_GPU_DRYRUN=1 runs the same pipeline on the CPU"
+    exit 77
+  fi
+  DEV=cuda
+  GPT2_ARGS=${STRATA_GPU_GPT2_ARGS:---model gpt2-124m --batch 2 --seq 256}
+  QWEN_ARGS=${STRATA_GPU_QWEN_ARGS:---model qwen2.5-0.5b --batch 1 --seq 256}
+  LARGE_ARGS=${STRATA_GPU_LARGE_ARGS:---model llama3.2-1b --n_embd 4096 --n_head 32 --n_layer 46 --batch 1 --seq 1024}
+  STEPS=${STRATA_GPU_STEPS:-3}
+  LARGE_STEPS=${STRATA_GPU_LARGE_STEPS:-3}
+  FULL_BUDGET=12000000000 # holds either whole model: nothing streams in the loss comparisons
+  LARGE_MIN_PARAMS=7000000000
+  THREADS=${STRATA_GPU_THREADS:-0}
+else
+  DEV=cpu
+  GPT2_ARGS=${STRATA_GPU_GPT2_ARGS:---model gpt2-tiny --vocab_size 256 --max_seq 32 --n_layer 16 --batch 1 --seq 16}
+  QWEN_ARGS=${STRATA_GPU_QWEN_ARGS:---model qwen2-tiny --vocab_size 256 --max_seq 32 --batch 1 --seq 16}
+  LARGE_ARGS=${STRATA_GPU_LARGE_ARGS:---model llama-tiny --vocab_size 256 --max_seq 32 --n_layer 16 --batch 1 --seq 16}
+  STEPS=${STRATA_GPU_STEPS:-2}
+  LARGE_STEPS=${STRATA_GPU_LARGE_STEPS:-2}
+  FULL_BUDGET=64000000
+  LARGE_MIN_PARAMS=1
+  THREADS=${STRATA_GPU_THREADS:-1}
+  export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} # a loaded shared machine
+fi
+# seconds kept for the large model, which the checks before it may not take: its random
+# init alone is 7.09e9 normal samples on one core (st_params_init_by_role; 40-61 ns each
+# on this loaded 2-core VM)
+RESERVE=${STRATA_GPU_LARGE_RESERVE:-190}
+CHECKS=",${STRATA_GPU_CHECKS:-gpu,cuda_tests,loss_gpt2,loss_qwen,loss_bf16,stream_8x,large_model},"
+DEVICE_EXTRA=${STRATA_GPU_DEVICE_EXTRA:-}
+
+W=$(mktemp -d "${TMPDIR:-/tmp}/strata-gpu-XXXXXX")
+OUTDIR=${OUT:-${STRATA_GPU_OUT:-$W/out}}
+mkdir -p "$OUTDIR" "$W/logs" "$W/runs" "$W/checks"
+exec > >(tee "$OUTDIR/gpu_run.log") 2>&1
+TEE_PID=$!
+cleanup() { [ "${STRATA_GPU_KEEP:-0}" = 1 ] || rm -rf "$W"; }
+trap cleanup EXIT
+
+# the libraries the bundle carries (those it carries as NAME.xz unpacked here first), then
+# the machine's CUDA (cudart, cuBLAS, cuBLASLt)
+libpath=""
+if [ -d "$BUNDLE/lib" ]; then
+  mkdir -p "$W/lib"
+  for z in "$BUNDLE"/lib/*.xz; do
+    [ -f "$z" ] || continue
+    python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+      "$z" "$W/lib/$(basename "$z" .xz)" || { echo "tests/gpu/run.sh: cannot unpack $z"; exit 1; }
+  done
+  libpath="$W/lib:$BUNDLE/lib"
+fi
+nvcc_dir=$(dirname "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")
+for d in "$nvcc_dir/../lib64" "$nvcc_dir/../lib" /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+  [ -d "$d" ] && libpath="$libpath${libpath:+:}$d"
+done
+export LD_LIBRARY_PATH="$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export STRATA_SOURCE_DIR="$ROOT"
+
+if [ "$DRY" = 1 ] && [ -n "${STRATA_BIN:-}" ]; then S=$STRATA_BIN; else S=$BUNDLE/strata; fi
+# a CUDA library still not found (cudart, cuBLAS): wherever the machine keeps it, a Python
+# wheel's copy too (/opt/*/site-packages/nvidia/...)
+if [ -x "$S" ]; then
+  for lib in $(ldd "$S" 2>/dev/null | awk '$3 == "not" && $1 ~ /^lib(cudart|cublas|cublasLt)\.so/ {print $1}'); do
+    f=$(find /usr/local /usr/lib /opt -maxdepth 10 -name "$lib" 2>/dev/null | head -1)
+    [ -n "$f" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$f")" && echo "found $lib in $(dirname "$f")"
+  done
+fi
+
+# ------------------------------------------------------------------ helpers (Python 3, stdlib)
+cat >"$W/h.py" <<'PY'
+import json, math, os, re, statistics, sys
+
+W = os.environ["H_W"]
+
+def complete_lines(path):
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError:
+        return []
+    out = []
+    for line in text.split("\n")[:-1]:  # a line still being written has no newline yet
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            pass
+    return out
+
+def metrics(run_dir):
+    return complete_lines(os.path.join(run_dir, "metrics.jsonl"))
+
+def record(name, status, message, figures=None):
+    n = len(os.listdir(os.path.join(W, "checks")))
+    with open(os.path.join(W, "checks", "%02d_%s.json" % (n, name)), "w") as f:
+        json.dump({"name": name, "status": status, "message": message, "figures": figures or {}}, f)
+    print("check %-12s %-7s %s" % (name, status, message), flush=True)
+
+def plan_state(path):
+    """strata plan's table: parameters and the training state (weights, gradients, master
+    copy, moments) in the tier it names; rows whose tier is '-' are not used."""
+    text = open(path).read()
+    m = re.search(r"^parameters: (\d+)", text, re.M)
+    if not m:
+        raise SystemExit("no 'parameters:' line in %s" % path)
+    state, rows = 0, {}
+    for line in text.splitlines():
+        r = re.match(r"^  (\S.*?)\s{2,}(\d+)\s+[\d.]+ \S+\s+(\S+)", line)
+        if r and r.group(1).startswith(("weights", "gradients", "master copy", "moments")) and r.group(3) != "-":
+            rows[r.group(1)] = int(r.group(2))
+            state += int(r.group(2))
+    return int(m.group(1)), state, rows
+
+def losses(run_dir):
+    return {m["step"]: m["loss"] for m in metrics(run_dir) if "loss" in m}
+
+def compare_losses(ref_dir, dev_dir, tol, steps):
+    """per-step losses of two runs: the same steps 1..steps, finite, within tol relative"""
+    a, b = losses(ref_dir), losses(dev_dir)
+    fig = {"steps": steps, "rel_tol": tol, "ref_losses": [a.get(s) for s in range(1, steps + 1)],
+           "dev_losses": [b.get(s) for s in range(1, steps + 1)]}
+    missing = [s for s in range(1, steps + 1) if s not in a or s not in b]
+    if missing:
+        return False, "step(s) %s missing from metrics.jsonl" % missing, fig
+    worst = 0.0
+    for s in range(1, steps + 1):
+        x, y = a[s], b[s]
+        if not (math.isfinite(x) and math.isfinite(y)):
+            return False, "step %d: loss %r vs %r is not finite" % (s, x, y), fig
+        worst = max(worst, abs(x - y) / max(abs(x), 1e-30))
+    fig["max_rel_diff"] = worst
+    if worst > tol:
+        return False, "losses differ by %.3g relative (> %g): %s vs %s" % (worst, tol, fig["ref_losses"], fig["dev_losses"]), fig
+    return True, "%d steps, losses within %.3g relative (<= %g)" % (steps, worst, tol), fig
+
+def speed(run_dir, params, first):
+    """medians over steps >= first (all when fewer): tokens/s, step time, strata's achieved
+    FLOP/s and 6 x params x tokens / step time"""
+    ms = metrics(run_dir)
+    per_step, prev = [], 0
+    for m in ms:  # metrics' tokens are cumulative
+        per_step.append((m["step"], m["tokens"] - prev, m["step_ms"] / 1e3, m.get("achieved_flops", 0.0)))
+        prev = m["tokens"]
+    use = [p for p in per_step if p[0] >= first] or per_step
+    if not use:
+        return None
+    step_s = statistics.median(p[2] for p in use)
+    tokens = statistics.median(p[1] for p in use)
+    return {"steps_logged": len(ms), "steps_used": [p[0] for p in use], "tokens_per_step": tokens,
+            "step_s": step_s, "tokens_per_s": tokens / step_s,
+            "tflops_strata": statistics.median(p[3] for p in use) / 1e12,
+            "tflops_6nd": 6.0 * params * tokens / step_s / 1e12, "params": params}
+
+def main():
+    cmd, a = sys.argv[1], sys.argv[2:]
+    if cmd == "record":
+        record(a[0], a[1], a[2])
+    elif cmd == "plan_state":  # prints "PARAMS STATE_BYTES"
+        p, s, _ = plan_state(a[0])
+        print(p, s)
+    elif cmd == "compare":  # NAME REF DEV TOL STEPS WALL_REF WALL_DEV
+        ok, msg, fig = compare_losses(a[1], a[2], float(a[3]), int(a[4]))
+        fig["wall_s"] = {"ref": float(a[5]), "dev": float(a[6])}
+        record(a[0], "passed" if ok else "failed", msg, fig)
+    elif cmd == "stream":  # NAME REF DEV TOL STEPS STATE BUDGET LOG WALL
+        name, ref, dev, tol, steps, state, budget, log, wall = a[0], a[1], a[2], float(a[3]), int(a[4]), int(a[5]), int(a[6]), a[7], float(a[8])
+        ok, msg, fig = compare_losses(ref, dev, tol, steps)
+        fig.update({"state_bytes": state, "device_budget": budget, "state_over_budget": state / budget, "wall_s": wall})
+        problems = [] if ok else [msg]
+        if state < 8 * budget:
+            problems.append("state %d bytes is not 8 x the budget %d" % (state, budget))
+        logtext = open(log).read()
+        if "layer streaming" not in logtext:
+            problems.append("the run's log does not say 'layer streaming'")
+        try:
+            plan = json.load(open(os.path.join(dev, "plan.json")))
+            fig["plan_device_bytes"] = plan.get("device_bytes")
+            fig["plan_blocks"] = plan.get("blocks")
+            if plan.get("device_budget") != budget:
+                problems.append("plan.json's device_budget %r is not %d" % (plan.get("device_budget"), budget))
+            if not plan.get("device_bytes") or plan["device_bytes"] > budget:
+                problems.append("plan.json's device_bytes %r is not within the budget" % plan.get("device_bytes"))
+        except (OSError, ValueError) as e:
+            problems.append("no plan.json in the run: %s" % e)
+        if problems:
+            record(name, "failed", "; ".join(problems), fig)
+        else:
+            record(name, "passed", "state %.3g bytes = %.2f x the device budget %d; %s" % (state, state / budget, budget, msg), fig)
+    elif cmd == "large":  # NAME RUN PARAMS STATE BUDGET MIN_PARAMS STEPS WALL
+        name, rd, params, state, budget, minp, steps, wall = a[0], a[1], int(a[2]), int(a[3]), int(a[4]), int(a[5]), int(a[6]), float(a[7])
+        fig = speed(rd, params, 2) or {"steps_logged": 0}
+        fig.update({"state_bytes": state, "device_budget": budget, "wall_s": wall, "target_tflops_6nd": 300,
+                    "target_met": bool(fig.get("tflops_6nd", 0) >= 300)})
+        problems = []
+        if params < minp:
+            problems.append("%d parameters, fewer than %d" % (params, minp))
+        if fig["steps_logged"] < steps:
+            problems.append("%d of %d steps logged" % (fig["steps_logged"], steps))
+        if not all(math.isfinite(m.get("loss", float("nan"))) for m in metrics(rd)):
+            problems.append("a loss is not finite")
+        if problems:
+            record(name, "failed", "; ".join(problems), fig)
+        else:
+            record(name, "passed", "%.3gB parameters, %.4g tokens/s, %.4g TFLOPS (strata's), %.4g TFLOPS (6ND), step %.3g s"
+                   % (params / 1e9, fig["tokens_per_s"], fig["tflops_strata"], fig["tflops_6nd"], fig["step_s"]), fig)
+    elif cmd == "summary":  # OUT_JSON DRY DEVICE WALL GPU_LINE BUNDLE_VERSION_FILE
+        checks = {}
+        for fn in sorted(os.listdir(os.path.join(W, "checks"))):
+            c = json.load(open(os.path.join(W, "checks", fn)))
+            checks[c.pop("name")] = c
+        bundle = open(a[5]).read().splitlines() if os.path.exists(a[5]) else []
+        failed = [n for n, c in checks.items() if c["status"] == "failed"]
+        doc = {"strata_gpu_run": 1, "dry_run": a[1] == "1", "device": a[2], "wall_s": float(a[3]), "gpu": a[4],
+               "bundle": bundle[:4], "checks": checks, "failed": failed, "passed": not failed}
+        with open(a[0], "w") as f:
+            json.dump(doc, f, indent=1)
+        print("summary: %d checks, %d passed, %d failed, %d skipped%s" % (
+            len(checks), sum(c["status"] == "passed" for c in checks.values()), len(failed),
+            sum(c["status"] == "skipped" for c in checks.values()), (": failed " + ", ".join(failed)) if failed else ""))
+        sys.exit(1 if failed else 0)
+
+main()
+PY
+export H_W="$W"
+py() { python3 "$W/h.py" "$@"; }
+want() { case "$CHECKS" in *",$1,"*) return 0 ;; esac; return 1; }
+now() { date +%s; }
+LINEBUF=() # a killed run's log keeps its lines
+command -v stdbuf >/dev/null && LINEBUF=(stdbuf -oL -eL)
+nlines() { if [ -f "$1" ]; then wc -l <"$1"; else echo 0; fi; } # complete lines: a line being written has no newline yet
+# seconds a step may take: CAP, less what must stay for later checks (RESERVE)
+limit() {
+  local left=$((TIME_LIMIT - ($(now) - T0) - ${2:-0}))
+  [ "$left" -ge 1 ] || left=1 # timeout 0 would be no limit at all
+  [ "$left" -lt "$1" ] && echo "$left" || echo "$1"
+}
+# --device NAME where this strata has the key; before it had one only the CPU existed
+HAVE_DEVICE_KEY=0
+"$S" train --help 2>/dev/null | grep -q '^  --device ' && HAVE_DEVICE_KEY=1
+dev() {
+  if [ "$HAVE_DEVICE_KEY" = 1 ]; then echo "--device $1"; elif [ "$1" != cpu ]; then return 1; fi
+}
+
+# run_train NAME LIMIT STEPS ARGS...: strata train into $W/runs/NAME, killed once STEPS steps
+# are in its metrics.jsonl (no end-of-run checkpoint) or at LIMIT seconds; returns 0 when
+# all STEPS were logged, 124 at the limit, else strata's own status. WALL: its seconds.
+run_train() {
+  local name=$1 lim=$2 steps=$3 rd="$W/runs/$1" t=$(now) t_ms=$(date +%s%3N) rc pid
+  shift 3
+  [ ! -e "$rd" ] || { echo "  $name: $rd exists already"; WALL=0; return 2; }
+  echo "+ strata train --steps $steps --seed $SEED $* (limit ${lim}s)"
+  # the caller's arguments last: they win (STRATA_GPU_DEVICE_EXTRA's --seed)
+  "${LINEBUF[@]}" "$S" train --steps "$steps" --seed "$SEED" --threads "$THREADS" --run_dir "$rd" --eval_every 0 \
+    --sample_every 0 --log_every 1 "$@" >"$W/logs/$name.log" 2>&1 &
+  pid=$!
+  rc=""
+  while kill -0 "$pid" 2>/dev/null; do
+    if [ "$(nlines "$rd/metrics.jsonl")" -ge "$steps" ]; then kill -KILL "$pid" 2>/dev/null; rc=0; break; fi
+    if [ $(($(now) - t)) -ge "$lim" ]; then kill -KILL "$pid" 2>/dev/null; rc=124; break; fi
+    sleep 0.3
+  done
+  wait "$pid" 2>/dev/null
+  local st=$?
+  [ -n "$rc" ] || rc=$st
+  [ "$rc" = 0 ] || [ "$(nlines "$rd/metrics.jsonl")" -lt "$steps" ] || rc=0
+  WALL=$(awk -v a="$t_ms" -v b="$(date +%s%3N)" 'BEGIN{printf "%.3f", (b - a) / 1000}')
+  [ "$rc" = 0 ] || echo "  $name: exit $rc after ${WALL}s; its log ends: $(tail -3 "$W/logs/$name.log" | tr '\n' ' ')"
+  return "$rc"
+}
+run_fail() { # NAME RC: a run that did not log its steps
+  if [ "$2" = 124 ]; then py record "$1" failed "timed out (see $1's log in gpu_logs.tar.gz)"
+  else py record "$1" failed "strata train exited $2: $(grep -v '^step' "$W/logs/$3.log" | tail -1)"; fi
+}
+
+# ------------------------------------------------------------------ gpu, bundle
+echo "tests/gpu/run.sh: $( [ "$DRY" = 1 ] && echo "DRY RUN (--device cpu for cuda, tiny models)" || echo "on the GPU" ), $(date -u +%Y-%m-%dT%H:%M:%SZ), strata $S"
+GPU_LINE="none (dry run)"
+if [ "$DRY" = 0 ]; then
+  GPU_LINE=$(nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,power.limit --format=csv,noheader | head -1)
+  echo "GPU: $GPU_LINE"
+  nvidia-smi | sed -n '3p'
+fi
+echo "machine: $(uname -m), $(ldd --version 2>/dev/null | head -1), $(nproc) cores, $(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)"
+if [ -f "$BUNDLE/VERSION" ]; then sed 's/^/bundle: /' "$BUNDLE/VERSION" | head -4; else echo "bundle: none at $BUNDLE"; fi
+if [ ! -x "$S" ]; then
+  echo "tests/gpu/run.sh: no strata at $S: make the bundle with tools/gpu_bundle.sh and carry build-gpu/bundle"
+  exit 1
+fi
+if ldd "$S" 2>/dev/null | grep -q 'not found'; then
+  echo "tests/gpu/run.sh: $S cannot load: $(ldd "$S" | grep 'not found' | tr -s ' \t\n' ' ')"
+  exit 1
+fi
+if want gpu; then
+  if [ "$DRY" = 1 ]; then py record gpu skipped "dry run: no GPU asked for"
+  else py record gpu passed "$GPU_LINE"; fi
+fi
+if [ "$DRY" = 0 ] && [ "$HAVE_DEVICE_KEY" = 0 ]; then
+  echo "tests/gpu/run.sh: $S has no 'device' key (strata train --help): it cannot train on the GPU"
+fi
+
+# ------------------------------------------------------------------ native CUDA tests
+if want cuda_tests; then
+  ran=0 bad="" skipped=""
+  for t in "$BUNDLE"/test_cuda_*; do
+    [ -x "$t" ] || continue
+    n=$(basename "$t")
+    lim=$(limit 60 "$RESERVE")
+    ran=$((ran + 1))
+    timeout -k 5 "$lim" "$t" >"$W/logs/$n.log" 2>&1
+    rc=$?
+    echo "  $n: exit $rc ($(tail -1 "$W/logs/$n.log"))"
+    if [ "$rc" = 77 ] && [ "$DRY" = 1 ]; then skipped="$skipped $n"
+    elif [ "$rc" != 0 ]; then bad="$bad $n(exit $rc)"; fi
+  done
+  if [ "$ran" = 0 ]; then
+    if [ "$DRY" = 1 ]; then py record cuda_tests skipped "no test_cuda_* in $BUNDLE (dry run)"
+    else py record cuda_tests failed "no test_cuda_* in $BUNDLE: tools/gpu_bundle.sh makes them"; fi
+  elif [ -n "$bad" ]; then py record cuda_tests failed "failed:$bad"
+  elif [ "$ran" -gt 0 ] && [ -n "$skipped" ] && [ "$(echo $skipped | wc -w)" = "$ran" ]; then
+    py record cuda_tests skipped "no GPU: all $ran skipped (77)"
+  else py record cuda_tests passed "$ran test(s) passed${skipped:+, skipped:$skipped}"; fi
+fi
+
+# ------------------------------------------------------------------ losses: device vs cpu
+# compare_pair NAME CAP RESERVE ARGS...: the model on cpu, then on $DEV running the CPU run's plan
+compare_pair() {
+  local name=$1 cap=$2 reserve=$3
+  shift 3
+  local d
+  if ! d=$(dev "$DEV"); then py record "$name" failed "this strata has no 'device' key: it cannot run on $DEV"; return; fi
+  local rc wall_ref
+  run_train "${name}_ref" "$(limit "$cap" "$reserve")" "$STEPS" "$@" --device_budget "$FULL_BUDGET" $(dev cpu)
+  rc=$?
+  [ "$rc" = 0 ] || { run_fail "$name" "$rc" "${name}_ref"; return; }
+  wall_ref=$WALL
+  run_train "${name}_dev" "$(limit "$cap" "$reserve")" "$STEPS" "$@" --device_budget "$FULL_BUDGET" $d \
+    --plan "$W/runs/${name}_ref/plan.json" $DEVICE_EXTRA
+  rc=$?
+  [ "$rc" = 0 ] || { run_fail "$name" "$rc" "${name}_dev"; return; }
+  py compare "$name" "$W/runs/${name}_ref" "$W/runs/${name}_dev" "$FP32_REL_TOL" "$STEPS" "$wall_ref" "$WALL"
+}
+want loss_gpt2 && compare_pair loss_gpt2 60 "$RESERVE" $GPT2_ARGS
+want loss_qwen && compare_pair loss_qwen 90 "$RESERVE" $QWEN_ARGS
+# bf16: the same comparison at BF16_REL_TOL once strata trains in bf16 (say so here)
+want loss_bf16 && py record loss_bf16 skipped "no bf16 mode in strata yet (the backend is fp32); tolerance $BF16_REL_TOL relative waits for it"
+
+# ------------------------------------------------------------------ streamed: state = 8 x budget
+if want stream_8x; then
+  if ! d=$(dev "$DEV"); then py record stream_8x failed "this strata has no 'device' key"
+  elif ! "$S" plan $GPT2_ARGS >"$W/logs/stream_plan.txt" 2>&1; then
+    py record stream_8x failed "strata plan failed: $(tail -1 "$W/logs/stream_plan.txt")"
+  else
+    read -r params state < <(py plan_state "$W/logs/stream_plan.txt")
+    budget=$((state / 8))
+    echo "  stream_8x: $params parameters, training state $state bytes, device_budget $budget"
+    run_train stream_8x "$(limit 60 "$RESERVE")" "$STEPS" $GPT2_ARGS --device_budget "$budget" $d $DEVICE_EXTRA
+    rc=$?
+    if [ "$rc" = 0 ]; then
+      if [ -d "$W/runs/loss_gpt2_ref" ]; then
+        py stream stream_8x "$W/runs/loss_gpt2_ref" "$W/runs/stream_8x" "$FP32_REL_TOL" "$STEPS" "$state" "$budget" \
+          "$W/logs/stream_8x.log" "$WALL"
+      else
+        py record stream_8x failed "no CPU run of loss_gpt2 to compare with (run loss_gpt2 too)"
+      fi
+    else
+      run_fail stream_8x "$rc" stream_8x
+    fi
+  fi
+fi
+
+# ------------------------------------------------------------------ the large model's figure
+if want large_model; then
+  if ! d=$(dev "$DEV"); then py record large_model failed "this strata has no 'device' key"
+  elif ! "$S" plan $LARGE_ARGS --optim_state 8bit >"$W/logs/large_plan.txt" 2>&1 && ! grep -q '^parameters:' "$W/logs/large_plan.txt"; then
+    py record large_model failed "strata plan failed: $(tail -1 "$W/logs/large_plan.txt")"
+  else
+    read -r params state < <(py plan_state "$W/logs/large_plan.txt")
+    budget=${STRATA_GPU_LARGE_BUDGET:-$((state / 4))}
+    echo "  large_model: $params parameters, training state $state bytes (8-bit moments), device_budget $budget"
+    lim=$(limit 300 0)
+    if [ "$lim" -lt 20 ]; then
+      py record large_model failed "no time left (${lim}s of STRATA_GPU_TIME_LIMIT ${TIME_LIMIT}s)"
+    else
+      run_train large_model "$lim" "$LARGE_STEPS" $LARGE_ARGS --optim_state 8bit --device_budget "$budget" $d $DEVICE_EXTRA
+      rc=$?
+      # figures even from a run cut short, with the steps it logged
+      py large large_model "$W/runs/large_model" "$params" "$state" "$budget" "$LARGE_MIN_PARAMS" "$LARGE_STEPS" "$WALL"
+      [ "$rc" = 0 ] || echo "  large_model: the run ended with $rc: $(grep -v '^step' "$W/logs/large_model.log" | tail -1)"
+    fi
+  fi
+fi
+
+# ------------------------------------------------------------------ summary
+(cd "$W" && tar czf "$OUTDIR/gpu_logs.tar.gz" logs $(cd "$W" && ls -d runs/*/metrics.jsonl runs/*/config.json runs/*/plan.json 2>/dev/null))
+py summary "$OUTDIR/gpu_run.json" "$DRY" "$DEV" "$(($(now) - T0))" "$GPU_LINE" "$BUNDLE/VERSION"
+rc=$?
+echo "tests/gpu/run.sh: $OUTDIR/gpu_run.json, gpu_run.log, gpu_logs.tar.gz; $(($(now) - T0)) s"
+exec >/dev/null 2>&1 # gpu_run.log complete before the script ends
+wait "$TEE_PID" 2>/dev/null
+exit $rc
