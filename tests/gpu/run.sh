@@ -438,7 +438,7 @@ if want large_model; then
     read -r params state < <(py plan_state "$W/logs/large_plan.txt")
     budget=${STRATA_GPU_LARGE_BUDGET:-$((state / 4))}
     echo "  large_model: $params parameters, training state $state bytes (8-bit moments), device_budget $budget"
-    lim=$(limit 300 0)
+    lim=$(limit "$TIME_LIMIT" 0)
     if [ "$lim" -lt 20 ]; then
       py record large_model failed "no time left (${lim}s of STRATA_GPU_TIME_LIMIT ${TIME_LIMIT}s)"
     else
