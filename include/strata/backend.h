@@ -221,6 +221,26 @@ st_status st_backend_cpu_create(st_backend **out, int threads, st_err *err);
 st_status st_backend_ref_create(st_backend **out, st_err *err);
 void st_backend_free(st_backend *be);
 
+/* A device backend by name (strata train's key 'device', strata bench stream --device):
+ * "cpu": the host's cores, every allocation from an arena of `budget` bytes carved over
+ * `host` (st_backend_with_budget; host stays the caller's and must outlive it); "cuda" or
+ * "cuda:N": the CUDA backend on device N (0 for "cuda"), one cudaMalloc of `budget` bytes
+ * (host unused). ST_ERR_UNSUPPORTED for cuda in a strata built without the CUDA backend
+ * (cmake -DSTRATA_CUDA=ON builds it) or without such a device; ST_ERR_INVALID for another
+ * name (naming it and the accepted forms) or a budget of 0; ST_ERR_NOMEM where the budget
+ * cannot be had. */
+st_status st_backend_device_create(st_backend **out, const char *device, st_backend *host, size_t budget,
+                                   st_err *err);
+/* The form of a device name alone, as st_backend_device_create takes it (nothing created;
+ * cuda accepted in any build): *cuda_index -1 for "cpu" (or NULL or ""), N for "cuda"/"cuda:N". */
+st_status st_backend_device_parse(const char *device, int *cuda_index, st_err *err);
+/* The first error a backend's ops met since it was created, where its ops run
+ * asynchronously and return nothing (the CUDA backend: a kernel, copy or cuBLAS call,
+ * after synchronizing its stream): a caller checks after a step and stops instead of
+ * computing on garbage. ST_OK for the CPU and reference backends and the budgeted arena,
+ * whose ops cannot fail once they return. */
+st_status st_backend_status(st_backend *be, st_err *err);
+
 /* OpenBLAS releases older than the machine fall back to their slowest kernels
  * (Prescott, SSE3) on CPUs they do not recognise: a 4x loss in every matmul. OpenBLAS
  * reads OPENBLAS_CORETYPE only when it is loaded, so a program calls this first thing

@@ -62,6 +62,8 @@ typedef struct st_train_config {
     char save_hf[1024];   /* at the end, write the model as a Hugging Face directory here */
     char save_hf_dtype[8]; /* f32 or bf16 */
     double device_budget; /* > 0: layer streaming with this many device bytes (GPT-2) */
+    char device[16];      /* the device the layers stream to (st_backend_device_create): "cpu"
+                             (default), "cuda" or "cuda:N" (needs device_budget > 0) */
     char state_paths[2048]; /* comma-separated directories: keep the master weights and optimizer
                                moments there (the disk tier, strata/store.h), committed every step */
     double state_budget;  /* host bytes for the state store's buffers (0: ST_TRAIN_STATE_BUDGET_DEFAULT) */

@@ -49,7 +49,7 @@ static void usage(FILE *f) {
             "                           [--grad-dtype f32|bf16]\n"
             "                           [--state-path DIR [--state-budget BYTES] [--store-beside 0|1]]\n"
             "                           [--layers L] [--embd C]\n"
-            "                           [--heads NH] [--vocab V] [--max-seq T] [--threads N] [--json]\n"
+            "                           [--heads NH] [--vocab V] [--max-seq T] [--threads N] [--device D] [--json]\n"
             "  Trains N steps (median; one warm-up each) with only the blocks being computed on a device\n"
             "  of BYTES (default: one eighth of the training state, 16 bytes per parameter), alternating\n"
             "  with the same model trained in memory. Prints overlap_efficiency, h2d_bytes, d2h_bytes\n"
@@ -62,6 +62,8 @@ static void usage(FILE *f) {
             "  (created there, removed at the end; --state-budget: its host buffers, default 256 MiB;\n"
             "  --store-beside 1: its update beside the backward, as where the device has cores of its own;\n"
             "  default 0, after the backward, what strata train chooses on the CPU backend)\n"
+            "  --device: where the streamed side computes: cpu (default), cuda or cuda:N (a build with\n"
+            "  -DSTRATA_CUDA=ON); the unstreamed side is always the CPU\n"
             "  defaults: --model gpt2-124m --batch 2 --seq 256 --steps 3 --depth 1 --acts auto\n"
             "            --max-norm 1.0\n");
 }
@@ -70,8 +72,8 @@ int bench_stream(int argc, char **argv) {
     const char *model = "gpt2-124m", *acts = "auto", *clip = "auto", *gdt = "f32";
     int B = 2, T = 256, steps = 3, depth = 1, overlap = 1, threads = 0, json = 0, vchunk = -1;
     double budget_arg = 0, max_norm = 1.0, state_budget = (double)ST_TRAIN_STATE_BUDGET_DEFAULT;
-    const char *state_path = NULL;
-    int store_beside = 0;
+    const char *state_path = NULL, *device = "cpu";
+    int store_beside = 0, cuda_index = -1;
     st_model_overrides ov = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -79,6 +81,7 @@ int bench_stream(int argc, char **argv) {
         else if (!strcmp(a, "--json")) json = 1;
         else if (!strcmp(a, "--no-overlap")) overlap = 0;
         else if (v && !strcmp(a, "--model")) { model = v; i++; }
+        else if (v && !strcmp(a, "--device")) { device = v; i++; }
         else if (v && !strcmp(a, "--device-budget")) {
             budget_arg = cli_parse_bytes(v);
             i++;
@@ -134,8 +137,12 @@ int bench_stream(int argc, char **argv) {
         fprintf(stderr, "strata bench stream: --clip '%s': use auto, speculate or defer\n", clip);
         return 2;
     }
-
     st_err err = {0};
+    if (st_backend_device_parse(device, &cuda_index, &err)) { /* whether this build has it: when it is created */
+        fprintf(stderr, "strata bench stream: --device: %s\n", err.msg);
+        return 2;
+    }
+
     st_backend *cpu = NULL, *dev = NULL, *dev2 = NULL;
     st_model *m = NULL;
     st_arch *arch = NULL;
@@ -176,7 +183,8 @@ int bench_stream(int argc, char **argv) {
         }
     }
     if (act_auto) acts = plan.act[0] == ST_STREAM_ACT_OFFLOAD ? "offload" : "recompute";
-    if (st_backend_with_budget(&dev, cpu, budget, &err) || st_stream_exec_create(&x, &sc, &plan, dev, &err)) goto fail;
+    if (st_backend_device_create(&dev, device, cpu, budget, &err) || st_stream_exec_create(&x, &sc, &plan, dev, &err))
+        goto fail;
 
     m->ops->init_random(m, 1);
     st_stream_set_params(x, m->params); /* the CPU backend's memory is host memory */
@@ -197,7 +205,7 @@ int bench_stream(int argc, char **argv) {
                     "bench running, or one killed): remove strata-bench-stream-state.* there", state_path);
             goto fail;
         }
-        if (st_backend_with_budget(&dev2, cpu, budget, &err) || st_stream_exec_create(&xd, &scd, &plan, dev2, &err))
+        if (st_backend_device_create(&dev2, device, cpu, budget, &err) || st_stream_exec_create(&xd, &scd, &plan, dev2, &err))
             goto fail;
         st_stream_set_params(xd, m->params);
         if (st_store_create(&store, &stc, st_store_init_copy, m->params, &err)) goto fail;
@@ -239,12 +247,13 @@ int bench_stream(int argc, char **argv) {
         /* streamed */
         st_step_result rs;
         if (st_step_run(&str_step, 1, B, T, inp, tgt, &hp, &rs, &err)) goto fail;
+        if (st_backend_status(dev, &err)) goto fail; /* a failed kernel: no figures from garbage */
         st = rs.stream;
         loss_s = st.loss;
         st_stream_step_stats sd = {0};
         if (xd) { /* the same step with the state on disk */
             st_step_result rdk;
-            if (st_step_run(&disk_step, 1, B, T, inp, tgt, &hp, &rdk, &err)) goto fail;
+            if (st_step_run(&disk_step, 1, B, T, inp, tgt, &hp, &rdk, &err) || st_backend_status(dev2, &err)) goto fail;
             sd = rdk.stream;
             loss_equal &= memcmp(&sd.loss, &st.loss, sizeof(float)) == 0;
             st_store_stats ss;
@@ -290,7 +299,7 @@ int bench_stream(int argc, char **argv) {
                  state_path, store_beside, state_budget, bench_median(td, steps), bench_median(rd, steps), bench_median(tw, steps),
                  beside, abandoned, loss_equal ? "true" : "false");
     if (json) {
-        printf("{\"bench\":\"stream\",\"model\":\"%s\",\"n_layer\":%d,\"n_embd\":%d,\"vocab_size\":%d,"
+        printf("{\"bench\":\"stream\",\"device\":\"%s\",\"model\":\"%s\",\"n_layer\":%d,\"n_embd\":%d,\"vocab_size\":%d,"
                "\"batch\":%d,\"seq\":%d,\"params\":%zu,\"threads\":%d,\"steps\":%d,\"prefetch_depth\":%d,"
                "\"acts\":\"%s\",\"overlap_optim\":%s,\"clip\":\"%s\",\"grad_dtype\":\"%s\",\"vocab_chunk\":%d,"
                "\"training_state_bytes\":%zu,\"weight_bytes\":%zu,\"device_budget_bytes\":%zu,"
@@ -298,7 +307,7 @@ int bench_stream(int argc, char **argv) {
                "\"d2h_act_bytes\":%llu,\"h2d_weight_per_weight\":%.3f,\"overlap_efficiency\":%.3f,"
                "\"compute_s\":%.4f,\"optim_tail_s\":%.4f,\"step_s\":%.4f,\"unstreamed_step_s\":%.4f,"
                "\"ratio\":%.3f,\"loss\":%.5f,\"unstreamed_loss\":%.5f%s}\n",
-               model, ly->n_blocks, ly->n_embd, ly->vocab_size, B, T, n, omp_get_max_threads(), steps, depth, acts,
+               device, model, ly->n_blocks, ly->n_embd, ly->vocab_size, B, T, n, omp_get_max_threads(), steps, depth, acts,
                overlap ? "true" : "false", clip, gdt, plan.vocab_chunk, state, weight_bytes, st.device_budget_bytes, peak,
                (unsigned long long)h2d_max, (unsigned long long)d2h_max, (unsigned long long)h2d_act,
                (unsigned long long)d2h_act, (double)(h2d_max - h2d_act) / weight_bytes, eff, comp_s, tail_s, step_s,

@@ -405,23 +405,27 @@ void st_train_decay_segments(const st_param_info *t, int n, float weight_decay, 
 /* The plan strata train gives the streaming executor: the whole vocabulary on the
  * device if it fits, else 2048-row chunks; activations kept if they fit, else
  * offloaded, else recomputed (the cheapest first, on this backend). */
-/* The machine's profile for the planner, measured once per process, and the model's shape
- * once per shape (a second run in the same process, as tests and sweeps make, plans from
- * the same figures at no cost). */
+/* The machine's profile for the planner, measured on the device be the run computes on
+ * (the CPU backend, or the CUDA backend's arena: plan_profile.c synchronizes before reading
+ * the clock), once per process and kind of device, and the model's shape once per shape (a
+ * second run in the same process, as tests and sweeps make, plans from the same figures at
+ * no cost). */
 static st_status machine_profile(st_backend *be, const st_arch *arch, int B, int T, st_plan_profile *hw, st_err *err) {
     static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-    static st_plan_profile cached;
-    static int have;
+    static st_plan_profile cached[2]; /* [0] the CPU, [1] a GPU: a run on one never plans from the other's figures */
+    static int have[2];
+    int k = strcmp(be->ops->name, "cpu") != 0;
     st_status s = ST_OK;
     pthread_mutex_lock(&mu);
-    if (!have && !(s = st_plan_profile_measure(be, &cached, err))) have = 1;
+    if (!have[k] && !(s = st_plan_profile_measure(be, &cached[k], err))) have[k] = 1;
     /* the model's own block and classifier timed at this batch and sequence (once per shape
      * per process): the prediction from the real ops at this shape, not reference rates */
     st_err serr = {0};
-    if (have && !st_plan_profile_shape(&cached, arch, B, T) && st_plan_profile_measure_shape(be, arch, B, T, &cached, &serr))
-        st_log(2, "planner: the model's shape could not be timed (%s); predicting from the reference rates\n",
-               serr.msg);
-    if (have) *hw = cached;
+    if (have[k] && !st_plan_profile_shape(&cached[k], arch, B, T) &&
+        st_plan_profile_measure_shape(be, arch, B, T, &cached[k], &serr))
+        st_log(2, "planner: the model's shape could not be timed on %s (%s); predicting from the reference rates\n",
+               be->ops->name, serr.msg);
+    if (have[k]) *hw = cached[k];
     pthread_mutex_unlock(&mu);
     return s;
 }
@@ -541,6 +545,13 @@ static st_status open_streamed(const st_train_config *c, st_model *m, const st_a
                                                "takes at most %d", L, ST_STREAM_MAX_LAYERS)
                                      : st_err_prefix(err, "key 'act'");
     if (n_fixed) po.fixed_act = fixed;
+    /* a GPU (key 'device') exists before the plan: the planner measures it. The CPU device,
+     * the host's cores, is measured through the host backend (the profile's buffers outside
+     * the budget), and its arena carved once the plan is known, below. */
+    int cuda_index = -1;
+    if ((s = st_backend_device_parse(c->device, &cuda_index, err))) return st_err_prefix(err, "key 'device'");
+    if (cuda_index >= 0 && (s = st_backend_device_create(dev, c->device, be, budget, err)))
+        return st_err_prefix(err, s == ST_ERR_NOMEM ? "key 'device_budget'" : "key 'device'");
     if (strcmp(c->plan, "auto")) { /* a saved plan, run exactly (or refused) */
         if ((s = plan_from_file(c, arch, &sc, budget, &plan, &pred, &has_pred, err))) return s;
         for (int l = 0; l < L; l++)
@@ -572,7 +583,7 @@ static st_status open_streamed(const st_train_config *c, st_model *m, const st_a
                    cdisk.on_disk ? " with the state on disk" : "", was);
         }
     } else {
-        s = machine_profile(be, arch, c->batch, c->seq, &hw, &perr);
+        s = machine_profile(*dev ? *dev : be, arch, c->batch, c->seq, &hw, &perr);
         have_hw = s == ST_OK;
         /* the disk state's update beside the backward pays only where host work leaves the
          * device's compute alone (not on the CPU backend, whose device is the host's cores) */
@@ -615,11 +626,11 @@ static st_status open_streamed(const st_train_config *c, st_model *m, const st_a
                        c->device_budget, c->batch, c->seq, st_stream_device_bytes(&sc, &plan),
                        (double)st_stream_device_bytes(&sc, &plan) - c->device_budget);
     if (ranks > 1) plan.grad_dtype = ST_F32; /* the ranks reduce fp32 gradients */
-    s = st_backend_with_budget(dev, be, budget, err);
-    if (s) return st_err_prefix(err, "key 'device_budget'");
+    if (!*dev && (s = st_backend_device_create(dev, c->device, be, budget, err)))
+        return st_err_prefix(err, "key 'device_budget'");
     if ((s = st_stream_exec_create(sx, &sc, &plan, *dev, err))) return st_err_prefix(err, "key 'device_budget'");
-    st_log(1, "layer streaming: device budget %.1f MiB, block 0's activations %s, vocabulary %s (%d rows a chunk)\n",
-           budget / 1048576.0,
+    st_log(1, "layer streaming: device budget %.1f MiB on %s, block 0's activations %s, vocabulary %s (%d rows a "
+           "chunk)\n", budget / 1048576.0, cuda_index >= 0 ? c->device : "the CPU",
            plan.act[0] == ST_STREAM_ACT_KEEP ? "kept" : plan.act[0] == ST_STREAM_ACT_OFFLOAD ? "offloaded" : "recomputed",
            plan.vocab_chunk ? "chunked" : "resident", plan.vocab_chunk);
     return ranks > 1 ? ST_OK : save_run_plan(c, arch, &sc, budget, &plan, has_pred ? &pred : NULL, &cdisk,
@@ -1354,6 +1365,12 @@ st_status st_train_run(const st_train_config *c, st_train_result *res, st_err *e
         }
         st_step_result sr;
         if ((s = st_step_run(&stp, (int)c->grad_accum, B, T, inputs, targets, &shp, &sr, err))) goto done;
+        /* a GPU's ops report nothing when they fail: a failed kernel or copy stops the run
+         * here, before this step is logged or checkpointed, not trained on as garbage */
+        if (dev && (s = st_backend_status(dev, err))) {
+            st_err_prefix(err, "step %ld on device %s", step, c->device);
+            goto done;
+        }
         double loss = sr.loss;
         last_norm = sr.grad_norm;
         last_skipped = sr.skipped;

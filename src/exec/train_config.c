@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "core/fileutil.h"
+#include "strata/backend.h"
 #include "strata/model.h"
 #include "strata/plan.h"
 #include "strata/prof.h"
@@ -35,6 +36,7 @@ static const key_def keys[] = {
     {"save_hf", K_STR, STR(save_hf), 0, 0, "write the final model as a Hugging Face directory here"},
     {"save_hf_dtype", K_STR, STR(save_hf_dtype), 0, 0, "dtype of --save_hf weights: f32 or bf16"},
     {"device_budget", K_DOUBLE, OFF(device_budget), 0, 0, 1e18, "bytes of device memory: > 0 streams the layers (any model)"},
+    {"device", K_STR, STR(device), 0, 0, "where the layers stream to under device_budget: cpu (the host's cores; default), cuda or cuda:N (the CUDA backend on GPU N, built with cmake -DSTRATA_CUDA=ON; needs device_budget > 0); the state stays on the host, so a resume may change it"},
     {"plan", K_STR, STR(plan), 0, 0, "the stream plan under device_budget: auto (the planner chooses it now; saved to RUN_DIR/plan.json) or a plan file (strata plan --device_budget B -o FILE, or a run's plan.json) run exactly; without device_budget the file's budget is used"},
     {"act", K_STR, STR(act), 0, 0, "activation choices under device_budget, which the planner keeps while it chooses the rest: auto (none), keep, offload or recompute (every block), or BLOCKS:CHOICE items (0-3:recompute,11:keep); a budget they cannot fit is refused naming the bytes missing"},
     {"state_paths", K_STR, STR(state_paths), 0, 0, "dir[,dir...]: optimizer state and fp32 master weights on disk, committed every step (it is the checkpoint: no checkpoints/ are written; the final weights go to RUN_DIR/model.safetensors); resume with --resume RUN_DIR"},
@@ -110,6 +112,7 @@ void st_train_config_defaults(st_train_config *c) {
     snprintf(c->save_hf_dtype, sizeof c->save_hf_dtype, "f32");
     c->doc_mask = -1; /* unset: 1 */
     snprintf(c->plan, sizeof c->plan, "auto");
+    snprintf(c->device, sizeof c->device, "cpu");
     snprintf(c->act, sizeof c->act, "auto");
     snprintf(c->plan_state, sizeof c->plan_state, "fixed");
 }
@@ -137,6 +140,9 @@ st_status st_train_config_set(st_train_config *c, const char *key, const char *v
     if (!k) return st_errf(err, ST_ERR_INVALID, "unknown configuration key '%s'; known keys: %s", key, st_train_config_keys());
     char *p = (char *)c + k->offset;
     if (k->type == K_STR) {
+        int cuda_index; /* the device's form now; whether this build and machine have it, when the run starts */
+        if (k->offset == OFF(device) && st_backend_device_parse(value, &cuda_index, err))
+            return st_err_prefix(err, "key 'device'");
         if (strlen(value) >= k->size)
             return st_errf(err, ST_ERR_INVALID, "key '%s': value is longer than %zu characters", key, k->size - 1);
         snprintf(p, k->size, "%s", value);
@@ -460,6 +466,12 @@ st_status st_train_config_check(const st_train_config *c, st_err *err) {
     if (!s && strcmp(c->plan, "auto") && !(c->device_budget > 0)) /* strata train fills it from the file */
         s = st_errf(err, ST_ERR_INVALID, "key 'plan': the plan file %s is a layer-streaming plan: give device_budget "
                     "(strata train takes the plan's own when none is given), or plan auto", c->plan);
+    int cuda_index = -1; /* a GPU runs only the layer-streaming executor, whose device memory the budget is */
+    if (!s && st_backend_device_parse(c->device, &cuda_index, err)) s = st_err_prefix(err, "key 'device'");
+    if (!s && cuda_index >= 0 && !(c->device_budget > 0))
+        s = st_errf(err, ST_ERR_INVALID, "key 'device_budget': device %s streams the layers through the GPU's memory: "
+                    "give device_budget, the bytes of it the run may use (for example --device_budget 16e9)",
+                    c->device);
     if (!s && strcmp(c->act, "auto")) { /* the spec against the model's blocks */
         unsigned char fixed[ST_STREAM_MAX_LAYERS];
         int n_fixed, L = shape.n_layer;

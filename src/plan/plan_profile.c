@@ -289,6 +289,19 @@ done:
     return s;
 }
 
+/* The host side of the timed copies: page-locked where the device gives it (host_alloc, the
+ * CUDA backend), as the executor's copy buffers are (stream_plan.c), so that h2d and d2h are
+ * the rates a streamed step sees and not the driver's staging of pageable memory. */
+static void *copy_host_alloc(st_backend *dev, size_t bytes) {
+    return dev->ops->host_alloc && dev->ops->host_free ? dev->ops->host_alloc(dev, bytes) : st_alloc(bytes);
+}
+
+static void copy_host_free(st_backend *dev, void *p) {
+    if (!p) return;
+    if (dev->ops->host_alloc && dev->ops->host_free) dev->ops->host_free(dev, p);
+    else st_free(p);
+}
+
 st_status st_plan_profile_measure(st_backend *dev, st_plan_profile *hw, st_err *err) {
     memset(hw, 0, sizeof *hw);
     hw->version = ST_PLAN_PROFILE_VERSION;
@@ -305,11 +318,11 @@ st_status st_plan_profile_measure(st_backend *dev, st_plan_profile *hw, st_err *
     dev->ops->dealloc(dev, mm);
 
     c.dev = dev->ops->alloc(dev, PROF_COPY);
-    c.host = st_alloc(PROF_COPY);
+    c.host = copy_host_alloc(dev, PROF_COPY);
     void *host2 = st_alloc(PROF_COPY);
     if (!c.dev || !c.host || !host2) {
         if (c.dev) dev->ops->dealloc(dev, c.dev);
-        st_free(c.host);
+        copy_host_free(dev, c.host);
         st_free(host2);
         return st_errf(err, ST_ERR_NOMEM, "plan: the profile's copies need %u device and %u host bytes", PROF_COPY,
                        2 * PROF_COPY);
@@ -327,7 +340,7 @@ st_status st_plan_profile_measure(st_backend *dev, st_plan_profile *hw, st_err *
     c.dir = 2;
     run_copy(&c);
     hw->mem_bytes_per_s = PROF_COPY / best_of(3, run_copy, &c);
-    st_free(c.host);
+    copy_host_free(dev, c.host);
     st_free(host2);
 
     st_optim_segment seg = {0, PROF_OPT_N, 0.1f};

@@ -1,0 +1,71 @@
+/* device.c - the device backend a run computes on, chosen by name (strata train's key
+ * 'device', strata bench stream --device): the host's cores behind a budgeted arena, or
+ * the CUDA backend where this strata was built with it; and the error status of a
+ * backend whose ops report nothing. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "strata/backend.h"
+#include "strata/tier.h"
+#ifdef STRATA_HAVE_CUDA
+#include "backend/cuda/backend_cuda.h"
+#endif
+
+#define DEVICE_MAX_INDEX 1023 /* far above any machine's GPU count; keeps the digits an int */
+
+#define DEVICE_FORMS "cpu, cuda or cuda:N (N: a CUDA device's index; cuda is cuda:0)"
+
+st_status st_backend_device_parse(const char *device, int *cuda_index, st_err *err) {
+    *cuda_index = -1;
+    if (!device || !*device || !strcmp(device, "cpu")) return ST_OK; /* unset: cpu */
+    if (!strcmp(device, "cuda")) {
+        *cuda_index = 0;
+        return ST_OK;
+    }
+    if (!strncmp(device, "cuda:", 5)) {
+        const char *d = device + 5;
+        int n = 0, ok = *d != 0 && strlen(d) <= 4;
+        for (const char *p = d; ok && *p; p++) ok = *p >= '0' && *p <= '9';
+        if (ok) n = atoi(d);
+        if (ok && n <= DEVICE_MAX_INDEX) {
+            *cuda_index = n;
+            return ST_OK;
+        }
+        return st_errf(err, ST_ERR_INVALID, "device '%s': '%s' is not a CUDA device index (0 to %d); give "
+                       DEVICE_FORMS, device, d, DEVICE_MAX_INDEX);
+    }
+    return st_errf(err, ST_ERR_INVALID, "device '%s' is not one this strata knows; give " DEVICE_FORMS, device);
+}
+
+st_status st_backend_device_create(st_backend **out, const char *device, st_backend *host, size_t budget,
+                                   st_err *err) {
+    *out = NULL;
+    int index;
+    st_status s = st_backend_device_parse(device, &index, err);
+    if (s) return s;
+    if (!budget)
+        return st_errf(err, ST_ERR_INVALID, "device '%s': a device budget of 0 bytes; give the bytes of device memory "
+                       "the run may use (device_budget)", device ? device : "cpu");
+    if (index < 0) {
+        if (!host)
+            return st_errf(err, ST_ERR_INVALID, "device 'cpu': no host backend to carve the budget over");
+        return st_backend_with_budget(out, host, budget, err);
+    }
+#ifdef STRATA_HAVE_CUDA
+    return st_backend_cuda_create(out, index, budget, err);
+#else
+    return st_errf(err, ST_ERR_UNSUPPORTED, "device '%s': this strata was built without the CUDA backend; build it "
+                   "with cmake -DSTRATA_CUDA=ON (nvcc and the CUDA toolkit installed), or use device cpu", device);
+#endif
+}
+
+st_status st_backend_status(st_backend *be, st_err *err) {
+    if (!be || !be->ops) return ST_OK;
+#ifdef STRATA_HAVE_CUDA
+    if (be->ops->name && !strcmp(be->ops->name, "cuda")) return st_backend_cuda_status(be, err);
+#else
+    (void)err;
+#endif
+    return ST_OK; /* cpu, ref and the budgeted arena: an op cannot fail after it returns */
+}
