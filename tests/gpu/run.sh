@@ -15,8 +15,9 @@
 #                embedded corpus, on --device cuda against the same on --device cpu (the
 #                CPU run's plan.json run exactly by the GPU run, so only the backend
 #                differs), both with the bundle's strata and a device_budget that holds
-#                everything: the losses of metrics.jsonl within 1e-5 relative (fp32: the
-#                backend's only mode today)
+#                the whole step (1.5 x the weights, gradients and activations strata plan
+#                prints, + 64 MiB): the losses of metrics.jsonl within 1e-5 relative (fp32:
+#                the backend's only mode today)
 #   loss_bf16    the place for the bf16 comparison (1e-2 relative): skipped until strata
 #                has a bf16 mode (compare_losses with BF16_REL_TOL, as for fp32)
 #   stream_8x    gpt2-124m on cuda with device_budget = its training state / 8 (weights,
@@ -69,7 +70,6 @@ if [ "$DRY" = 0 ]; then
   LARGE_ARGS=${STRATA_GPU_LARGE_ARGS:---model llama3.2-1b --n_embd 4096 --n_head 32 --n_layer 46 --batch 1 --seq 1024}
   STEPS=${STRATA_GPU_STEPS:-3}
   LARGE_STEPS=${STRATA_GPU_LARGE_STEPS:-3}
-  FULL_BUDGET=12000000000 # holds either whole model: nothing streams in the loss comparisons
   LARGE_MIN_PARAMS=7000000000
   THREADS=${STRATA_GPU_THREADS:-0}
 else
@@ -79,7 +79,6 @@ else
   LARGE_ARGS=${STRATA_GPU_LARGE_ARGS:---model llama-tiny --vocab_size 256 --max_seq 32 --n_layer 16 --batch 1 --seq 16}
   STEPS=${STRATA_GPU_STEPS:-2}
   LARGE_STEPS=${STRATA_GPU_LARGE_STEPS:-2}
-  FULL_BUDGET=64000000
   LARGE_MIN_PARAMS=1
   THREADS=${STRATA_GPU_THREADS:-1}
   export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} # a loaded shared machine
@@ -167,9 +166,10 @@ def plan_state(path):
     state, rows = 0, {}
     for line in text.splitlines():
         r = re.match(r"^  (\S.*?)\s{2,}(\d+)\s+[\d.]+ \S+\s+(\S+)", line)
-        if r and r.group(1).startswith(("weights", "gradients", "master copy", "moments")) and r.group(3) != "-":
-            rows[r.group(1)] = int(r.group(2))
-            state += int(r.group(2))
+        if r and r.group(3) != "-":
+            rows[r.group(1).split(" (")[0].split(",")[0]] = int(r.group(2))
+            if r.group(1).startswith(("weights", "gradients", "master copy", "moments")):
+                state += int(r.group(2))
     return int(m.group(1)), state, rows
 
 def losses(run_dir):
@@ -216,9 +216,11 @@ def main():
     cmd, a = sys.argv[1], sys.argv[2:]
     if cmd == "record":
         record(a[0], a[1], a[2])
-    elif cmd == "plan_state":  # prints "PARAMS STATE_BYTES"
-        p, s, _ = plan_state(a[0])
-        print(p, s)
+    elif cmd == "plan_state":  # prints "PARAMS STATE_BYTES WHOLE_BYTES"
+        p, s, rows = plan_state(a[0])
+        # a device budget that holds the whole step: 1.5 x (weights, gradients, activations) + 64 MiB
+        whole = 1.5 * sum(rows.get(k, 0) for k in ("weights", "gradients", "activations")) + (64 << 20)
+        print(p, s, int(whole))
     elif cmd == "compare":  # NAME REF DEV TOL STEPS WALL_REF WALL_DEV
         ok, msg, fig = compare_losses(a[1], a[2], float(a[3]), int(a[4]))
         fig["wall_s"] = {"ref": float(a[5]), "dev": float(a[6])}
@@ -389,12 +391,16 @@ compare_pair() {
   shift 3
   local d
   if ! d=$(dev "$DEV"); then py record "$name" failed "this strata has no 'device' key: it cannot run on $DEV"; return; fi
-  local rc wall_ref
-  run_train "${name}_ref" "$(limit "$cap" "$reserve")" "$STEPS" "$@" --device_budget "$FULL_BUDGET" $(dev cpu)
+  local rc wall_ref params state whole
+  if ! "$S" plan "$@" >"$W/logs/${name}_plan.txt" 2>&1 && ! grep -q '^parameters:' "$W/logs/${name}_plan.txt"; then
+    py record "$name" failed "strata plan failed: $(tail -1 "$W/logs/${name}_plan.txt")"; return
+  fi
+  read -r params state whole < <(py plan_state "$W/logs/${name}_plan.txt")
+  run_train "${name}_ref" "$(limit "$cap" "$reserve")" "$STEPS" "$@" --device_budget "$whole" $(dev cpu)
   rc=$?
   [ "$rc" = 0 ] || { run_fail "$name" "$rc" "${name}_ref"; return; }
   wall_ref=$WALL
-  run_train "${name}_dev" "$(limit "$cap" "$reserve")" "$STEPS" "$@" --device_budget "$FULL_BUDGET" $d \
+  run_train "${name}_dev" "$(limit "$cap" "$reserve")" "$STEPS" "$@" --device_budget "$whole" $d \
     --plan "$W/runs/${name}_ref/plan.json" $DEVICE_EXTRA
   rc=$?
   [ "$rc" = 0 ] || { run_fail "$name" "$rc" "${name}_dev"; return; }
@@ -411,7 +417,7 @@ if want stream_8x; then
   elif ! "$S" plan $GPT2_ARGS >"$W/logs/stream_plan.txt" 2>&1; then
     py record stream_8x failed "strata plan failed: $(tail -1 "$W/logs/stream_plan.txt")"
   else
-    read -r params state < <(py plan_state "$W/logs/stream_plan.txt")
+    read -r params state _ < <(py plan_state "$W/logs/stream_plan.txt")
     budget=$((state / 8))
     echo "  stream_8x: $params parameters, training state $state bytes, device_budget $budget"
     run_train stream_8x "$(limit 60 "$RESERVE")" "$STEPS" $GPT2_ARGS --device_budget "$budget" $d $DEVICE_EXTRA
@@ -435,7 +441,7 @@ if want large_model; then
   elif ! "$S" plan $LARGE_ARGS --optim_state 8bit >"$W/logs/large_plan.txt" 2>&1 && ! grep -q '^parameters:' "$W/logs/large_plan.txt"; then
     py record large_model failed "strata plan failed: $(tail -1 "$W/logs/large_plan.txt")"
   else
-    read -r params state < <(py plan_state "$W/logs/large_plan.txt")
+    read -r params state _ < <(py plan_state "$W/logs/large_plan.txt")
     budget=${STRATA_GPU_LARGE_BUDGET:-$((state / 4))}
     echo "  large_model: $params parameters, training state $state bytes (8-bit moments), device_budget $budget"
     lim=$(limit "$TIME_LIMIT" 0)
