@@ -311,7 +311,12 @@ static st_status predict_candidate(const st_train_config *c, const st_arch *a, c
     return ST_OK;
 }
 
-static long long tie_units(double step_s) { return llround(step_s / ST_PLAN_STATE_TIE_S); }
+/* A step in the printed units (%.4f s, ST_PLAN_STATE_TIE_S): two steps that print alike tie. */
+static long long tie_units(double step_s) {
+    char buf[64];
+    snprintf(buf, sizeof buf, "%.4f", step_s);
+    return llround(strtod(buf, NULL) / ST_PLAN_STATE_TIE_S);
+}
 
 st_status st_plan_state_choose(st_train_config *c, const st_arch *a, const st_plan_profile *hw,
                                st_plan_state_choice *ch, char *why, size_t why_cap, st_err *err) {
