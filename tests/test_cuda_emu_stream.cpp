@@ -7,15 +7,17 @@
  * activation or a logits chunk before the executor waited for it, or a weight slot
  * refilled before its wait, sees stale bytes and the run drifts from the CPU's.
  *
- * For gpt2-tiny (both blocks' activations offloaded, 2 micro-batches accumulated, fp32
- * drain) and llama-tiny (one block offloaded and one kept, the classifier in vocabulary
- * chunks so that logits cross both ways, a bf16 gradient drain, prefetch depth 2), each
+ * For gpt2-tiny (both blocks' activations offloaded, fp32 drain, room for 2 micro-batches:
+ * the accumulation buffer is allocated, one micro-batch per step keeps the test short)
+ * and llama-tiny (one block offloaded and one kept, the classifier in 3 vocabulary chunks
+ * so that logits cross both ways, a bf16 gradient drain, prefetch depth 2), each
  * with a device budget of exactly what the plan needs (the blocks' weights stream through
  * prefetch_depth + 1 slots), 3 steps on the emulated CUDA backend and on the CPU backend
  * with the same budget, from the same initial weights: the losses agree within 1e-5
  * relative and the final host parameters within 1e-5 max|cpu| + 1e-4 |cpu|. The host
  * buffers the executor allocates itself must be the backend's page-locked ones
- * (host_alloc), each once at its size: the emulation lists them. */
+ * (host_alloc), each once at its size: the emulation lists them. First, the copy engine
+ * alone on that backend: tickets, waits, stats and the trace's observer. */
 #define st_backend_cuda_create st_backend_cuda_emu_create
 #define st_backend_cuda_status st_backend_cuda_emu_status
 #include "backend/cuda/backend_cuda.cu"
@@ -39,7 +41,7 @@ extern "C" {
 
 struct Variant {
     const char *preset;
-    int n_micro, depth, vocab_chunk;
+    int grad_accum, n_micro, depth, vocab_chunk; /* grad_accum: the executor's bound (> 1: hg2) */
     st_dtype grad_dtype;
     unsigned char act[2];
 };
@@ -69,7 +71,7 @@ static bool run(st_backend *inner, const st_arch *arch, const Variant &v, int B,
     plan.grad_dtype = v.grad_dtype;
     for (int l = 0; l < arch->lay.n_blocks; l++) plan.act[l] = v.act[l];
     st_stream_config sc = {};
-    sc.arch = arch, sc.B = B, sc.T = T, sc.weight_decay = 0.1f, sc.grad_accum = v.n_micro;
+    sc.arch = arch, sc.B = B, sc.T = T, sc.weight_decay = 0.1f, sc.grad_accum = v.grad_accum;
     size_t budget = st_stream_device_bytes(&sc, &plan);
     st_backend *dev = nullptr;
     st_stream_exec *x = nullptr;
@@ -130,7 +132,7 @@ static void test_variant(st_backend *gpu, st_backend *cpu, const Variant &v) {
         size_t n_off = 0, vc = v.vocab_chunk ? (size_t)v.vocab_chunk : 0, nvc = vc ? (y->vocab_size + vc - 1) / vc : 0;
         for (int l = 0; l < y->n_blocks; l++) n_off += v.act[l] == ST_STREAM_ACT_OFFLOAD;
         size_t want_n = 2, want_bytes = 2 * n * 4;
-        if (v.n_micro > 1) want_n++, want_bytes += n * 4;
+        if (v.grad_accum > 1) want_n++, want_bytes += n * 4;
         if (v.grad_dtype == ST_BF16) want_n++, want_bytes += n * 2;
         if (n_off) want_n++, want_bytes += n_off * setf * 4;
         if (vc) want_n += 2, want_bytes += 2 * N * C * 4;
@@ -166,6 +168,56 @@ static void test_variant(st_backend *gpu, st_backend *cpu, const Variant &v) {
     st_arch_free(arch);
 }
 
+/* The copy engine on the asynchronous path directly: no worker, tickets over both
+ * directions, st_copy_done / st_copy_wait, the stats, and the observer (what the
+ * executor's trace uses) called once per copy with its direction and bytes. */
+struct Seen {
+    int n = 0, d2h = 0, order_ok = 1;
+    size_t bytes = 0;
+    double last_done = 0;
+};
+static int want_all(void) { return 1; }
+static void seen_done(void *ctx, int d2h, size_t bytes, double t_submit, double t_done) {
+    Seen *s = (Seen *)ctx;
+    s->n++, s->d2h += d2h, s->bytes += bytes;
+    s->order_ok &= t_done >= t_submit && t_done >= s->last_done;
+    s->last_done = t_done;
+}
+static void test_engine(st_backend *gpu) {
+    st_err err = {};
+    st_copy_engine *ce = nullptr;
+    if (st_copy_engine_create(&ce, gpu, &err) != ST_OK) {
+        CHECK(0, "copy engine: %s", err.msg);
+        return;
+    }
+    Seen seen;
+    st_copy_observer obs = {want_all, seen_done, &seen};
+    st_copy_engine_observe(ce, &obs);
+    const size_t n = 256;
+    float *h = (float *)gpu->ops->host_alloc(gpu, 2 * n * 4), *d = (float *)gpu->ops->alloc(gpu, n * 4);
+    for (size_t i = 0; i < n; i++) h[i] = (float)i;
+    uint64_t t1 = st_copy_h2d(ce, d, h, n * 4);
+    uint64_t t2 = st_copy_d2h(ce, h + n, d, n * 4); /* another stream: may read d before t1 lands */
+    st_copy_wait(ce, t1);
+    uint64_t t3 = st_copy_d2h(ce, h + n, d, n * 4);
+    st_copy_wait(ce, t3); /* t3, queued after t1 was waited for, is the copy checked */
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += h[n + i] != (float)i;
+    CHECK(t1 == 1 && t2 == 2 && t3 == 3 && st_copy_done(ce, t2) && bad == 0,
+          "engine tickets %llu %llu %llu, %zu of %zu floats wrong after st_copy_wait", (unsigned long long)t1,
+          (unsigned long long)t2, (unsigned long long)t3, bad, n);
+    st_copy_stats cs;
+    st_copy_get_stats(ce, &cs);
+    CHECK(cs.copies == 3 && cs.h2d_bytes == n * 4 && cs.d2h_bytes == 2 * n * 4 && cs.busy_s >= 0,
+          "engine stats: %llu copies, %llu h2d bytes, %llu d2h bytes", (unsigned long long)cs.copies,
+          (unsigned long long)cs.h2d_bytes, (unsigned long long)cs.d2h_bytes);
+    st_copy_engine_destroy(ce); /* joins the observer once it saw every copy */
+    CHECK(seen.n == 3 && seen.d2h == 2 && seen.bytes == 3 * n * 4 && seen.order_ok,
+          "the observer saw %d copies (%d d2h, %zu bytes), want 3 (2, %zu)", seen.n, seen.d2h, seen.bytes, 3 * n * 4);
+    gpu->ops->dealloc(gpu, d);
+    gpu->ops->host_free(gpu, h);
+}
+
 int main(void) {
     st_err err = {};
     st_backend *gpu = nullptr, *cpu = nullptr;
@@ -177,10 +229,15 @@ int main(void) {
     CHECK(gpu->ops->copy_async && gpu->ops->host_alloc, "the CUDA backend has asynchronous copies");
     CHECK(!cpu->ops->copy_async && !cpu->ops->host_alloc, "the CPU backend's copies stay host work");
     const Variant vs[] = {
-        {"gpt2-tiny", 2, 1, 0, ST_F32, {ST_STREAM_ACT_OFFLOAD, ST_STREAM_ACT_OFFLOAD}},
-        {"llama-tiny", 1, 2, 16, ST_BF16, {ST_STREAM_ACT_OFFLOAD, ST_STREAM_ACT_KEEP}},
+        {"gpt2-tiny", 2, 1, 1, 0, ST_F32, {ST_STREAM_ACT_OFFLOAD, ST_STREAM_ACT_OFFLOAD}},
+        {"llama-tiny", 1, 1, 2, 22, ST_BF16, {ST_STREAM_ACT_OFFLOAD, ST_STREAM_ACT_KEEP}},
     };
-    for (const Variant &v : vs) test_variant(gpu, cpu, v);
+    test_engine(gpu);
+    for (const Variant &v : vs) {
+        double t0 = st_now();
+        test_variant(gpu, cpu, v);
+        printf("  %s: %.1f s\n", v.preset, st_now() - t0);
+    }
     st_backend_free(gpu);
     st_backend_free(cpu);
     return test_finish("test_cuda_emu_stream");
