@@ -240,6 +240,10 @@ st_status st_backend_device_parse(const char *device, int *cuda_index, st_err *e
  * computing on garbage. ST_OK for the CPU and reference backends and the budgeted arena,
  * whose ops cannot fail once they return. */
 st_status st_backend_status(st_backend *be, st_err *err);
+/* The bytes of a device budget that allocations get on st_backend_device_create's device:
+ * all of it on the CPU; on a GPU the budget less the cuBLASLt workspace the CUDA backend
+ * carves from its arena at creation. What an executor plans against. */
+size_t st_backend_device_usable_bytes(const char *device, size_t budget);
 
 /* OpenBLAS releases older than the machine fall back to their slowest kernels
  * (Prescott, SSE3) on CPUs they do not recognise: a 4x loss in every matmul. OpenBLAS

@@ -69,3 +69,14 @@ st_status st_backend_status(st_backend *be, st_err *err) {
 #endif
     return ST_OK; /* cpu, ref and the budgeted arena: an op cannot fail after it returns */
 }
+
+size_t st_backend_device_usable_bytes(const char *device, size_t budget) {
+    int index;
+    if (st_backend_device_parse(device, &index, NULL) || index < 0) return budget; /* the CPU arena: all of it */
+#ifdef STRATA_HAVE_CUDA
+    size_t ws = st_backend_cuda_matmul_workspace(budget); /* cuBLASLt's, carved from the arena at creation */
+    return budget > ws ? budget - ws : 0;
+#else
+    return budget;
+#endif
+}

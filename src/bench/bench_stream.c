@@ -173,13 +173,14 @@ int bench_stream(int argc, char **argv) {
     st_stream_config sc = {.arch = arch, .B = B, .T = T, .weight_decay = 0.1f};
     /* a small planner: the cheapest plan that fits (offload saves the recompute; a
      * resident wte saves the second pass over it) */
+    size_t usable = st_backend_device_usable_bytes(device, budget); /* a GPU: less cuBLASLt's workspace */
     plan.vocab_chunk = vchunk >= 0 ? vchunk : 0;
-    if (vchunk < 0 && st_stream_device_bytes(&sc, &plan) > budget) plan.vocab_chunk = 2048;
-    if (act_auto && st_stream_device_bytes(&sc, &plan) > budget) {
+    if (vchunk < 0 && st_stream_device_bytes(&sc, &plan) > usable) plan.vocab_chunk = 2048;
+    if (act_auto && st_stream_device_bytes(&sc, &plan) > usable) {
         st_stream_plan_set_all(&plan, ST_STREAM_ACT_RECOMPUTE);
         if (vchunk < 0) {
             plan.vocab_chunk = 0;
-            if (st_stream_device_bytes(&sc, &plan) > budget) plan.vocab_chunk = 2048;
+            if (st_stream_device_bytes(&sc, &plan) > usable) plan.vocab_chunk = 2048;
         }
     }
     if (act_auto) acts = plan.act[0] == ST_STREAM_ACT_OFFLOAD ? "offload" : "recompute";

@@ -552,6 +552,7 @@ static st_status open_streamed(const st_train_config *c, st_model *m, const st_a
     if ((s = st_backend_device_parse(c->device, &cuda_index, err))) return st_err_prefix(err, "key 'device'");
     if (cuda_index >= 0 && (s = st_backend_device_create(dev, c->device, be, budget, err)))
         return st_err_prefix(err, s == ST_ERR_NOMEM ? "key 'device_budget'" : "key 'device'");
+    budget = st_backend_device_usable_bytes(c->device, budget); /* what the plan gets (a GPU: less cuBLASLt's) */
     if (strcmp(c->plan, "auto")) { /* a saved plan, run exactly (or refused) */
         if ((s = plan_from_file(c, arch, &sc, budget, &plan, &pred, &has_pred, err))) return s;
         for (int l = 0; l < L; l++)
@@ -624,17 +625,23 @@ static st_status open_streamed(const st_train_config *c, st_model *m, const st_a
                        "seq %d: the smallest plan (every block recomputed, the vocabulary in 2048-row chunks) needs "
                        "%zu device bytes, %.0f bytes missing; give at least that, or a smaller batch or seq",
                        c->device_budget, c->batch, c->seq, st_stream_device_bytes(&sc, &plan),
-                       (double)st_stream_device_bytes(&sc, &plan) - c->device_budget);
+                       (double)st_stream_device_bytes(&sc, &plan) - (double)budget);
     if (ranks > 1) plan.grad_dtype = ST_F32; /* the ranks reduce fp32 gradients */
     if (!*dev && (s = st_backend_device_create(dev, c->device, be, budget, err)))
         return st_err_prefix(err, "key 'device_budget'");
     if ((s = st_stream_exec_create(sx, &sc, &plan, *dev, err))) return st_err_prefix(err, "key 'device_budget'");
-    st_log(1, "layer streaming: device budget %.1f MiB on %s, block 0's activations %s, vocabulary %s (%d rows a "
-           "chunk)\n", budget / 1048576.0, cuda_index >= 0 ? c->device : "the CPU",
+    char usable[96] = "";
+    if (cuda_index >= 0)
+        snprintf(usable, sizeof usable, " (%.1f MiB of it for the plan, the rest cuBLASLt's workspace)",
+                 budget / 1048576.0);
+    st_log(1, "layer streaming: device budget %.1f MiB on %s%s, block 0's activations %s, vocabulary %s (%d rows a "
+           "chunk)\n", c->device_budget / 1048576.0, cuda_index >= 0 ? c->device : "the CPU", usable,
            plan.act[0] == ST_STREAM_ACT_KEEP ? "kept" : plan.act[0] == ST_STREAM_ACT_OFFLOAD ? "offloaded" : "recomputed",
            plan.vocab_chunk ? "chunked" : "resident", plan.vocab_chunk);
-    return ranks > 1 ? ST_OK : save_run_plan(c, arch, &sc, budget, &plan, has_pred ? &pred : NULL, &cdisk,
-                                               have_hw ? &hw : NULL, err);
+    /* the file's budget is the one given, so that --plan RUN_DIR/plan.json alone sizes the device alike */
+    return ranks > 1 ? ST_OK
+                     : save_run_plan(c, arch, &sc, (size_t)c->device_budget, &plan, has_pred ? &pred : NULL, &cdisk,
+                                     have_hw ? &hw : NULL, err);
 }
 
 

@@ -1,0 +1,103 @@
+/* test_device.c - the device backend by name (st_backend_device_create, src/backend/device.c):
+ * the names accepted and refused (with the forms in the message), cpu as an arena of
+ * exactly the budget over the host backend (an allocation of the whole budget fits, one
+ * byte more does not), a budget of 0 refused, st_backend_status ST_OK on the CPU devices,
+ * the bytes a plan gets (all of the budget on the CPU; on a GPU the budget less the
+ * CUDA backend's cuBLASLt workspace, in a build with it), and cuda refused where this build
+ * has no CUDA backend (saying how to build it) or, in one with it, where there is no GPU.
+ * Needs no GPU: where one is, the cuda device is made and freed. */
+#include <string.h>
+
+#include "strata/backend.h"
+#include "strata/tier.h"
+#include "testutil.h"
+#ifdef STRATA_HAVE_CUDA
+#include "backend/cuda/backend_cuda.h"
+#endif
+
+static void parse_ok(const char *name, int want) {
+    st_err err = {0};
+    int idx = -7;
+    st_status s = st_backend_device_parse(name, &idx, &err);
+    CHECK(s == ST_OK && idx == want, "'%s': status %d index %d, want index %d (%s)", name ? name : "(null)", s, idx,
+          want, err.msg);
+}
+
+static void parse_bad(const char *name) {
+    st_err err = {0};
+    int idx = -7;
+    st_status s = st_backend_device_parse(name, &idx, &err);
+    CHECK(s == ST_ERR_INVALID && strstr(err.msg, name) && strstr(err.msg, "cpu, cuda or cuda:N"),
+          "'%s' refused naming it and the forms: status %d, '%s'", name, s, err.msg);
+    st_backend *be = (st_backend *)&err; /* not touched on failure but set to NULL */
+    s = st_backend_device_create(&be, name, NULL, 1 << 20, &err);
+    CHECK(s == ST_ERR_INVALID && be == NULL, "create '%s': status %d", name, s);
+}
+
+int main(void) {
+    parse_ok("cpu", -1);
+    parse_ok(NULL, -1);
+    parse_ok("", -1);
+    parse_ok("cuda", 0);
+    parse_ok("cuda:0", 0);
+    parse_ok("cuda:3", 3);
+    parse_ok("cuda:1023", 1023);
+    const char *bad[] = {"banana", "cuda:", "cuda:-1", "cuda:1x", "cuda:1024", "cuda:99999", "CUDA", "gpu", "cpu:0",
+                         "cuda0", " cuda"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) parse_bad(bad[i]);
+
+    st_err err = {0};
+    st_backend *host = NULL, *dev = NULL;
+    if (st_backend_cpu_create(&host, 1, &err) != ST_OK) {
+        fprintf(stderr, "cpu backend: %s\n", err.msg);
+        return 1;
+    }
+    /* cpu: an arena of exactly the budget (st_backend_with_budget) */
+    size_t budget = 1u << 20;
+    CHECK(st_backend_device_create(&dev, "cpu", host, budget, &err) == ST_OK && dev, "cpu device: %s", err.msg);
+    if (dev) {
+        st_arena *a = st_backend_arena(dev);
+        CHECK(a && st_arena_budget(a) == budget, "the cpu device is an arena of the budget");
+        void *p = dev->ops->alloc(dev, budget + 1);
+        CHECK(p == NULL, "one byte over the budget does not fit");
+        p = dev->ops->alloc(dev, budget);
+        CHECK(p != NULL, "the whole budget fits");
+        if (p) dev->ops->dealloc(dev, p);
+        CHECK(st_backend_status(dev, &err) == ST_OK, "status of the cpu device: %s", err.msg);
+        st_backend_free(dev);
+        dev = NULL;
+    }
+    CHECK(st_backend_status(host, &err) == ST_OK, "status of the cpu backend");
+    CHECK(st_backend_status(NULL, &err) == ST_OK, "status of no backend");
+    CHECK(st_backend_device_create(&dev, "cpu", host, 0, &err) == ST_ERR_INVALID && !dev &&
+              strstr(err.msg, "device_budget"),
+          "a budget of 0 is refused naming device_budget: '%s'", err.msg);
+    CHECK(st_backend_device_create(&dev, "cpu", NULL, budget, &err) == ST_ERR_INVALID && !dev, "cpu without a host");
+    CHECK(st_backend_device_usable_bytes("cpu", budget) == budget, "the cpu device's plan gets the whole budget");
+
+    size_t big = (size_t)1 << 30;
+#ifdef STRATA_HAVE_CUDA
+    size_t ws = st_backend_cuda_matmul_workspace(big);
+    CHECK(ws > 0 && st_backend_device_usable_bytes("cuda:1", big) == big - ws,
+          "a GPU's plan gets the budget less cuBLASLt's workspace (%zu): %zu", ws,
+          st_backend_device_usable_bytes("cuda:1", big));
+    st_status s = st_backend_device_create(&dev, "cuda", host, 64u << 20, &err);
+    if (s == ST_OK) { /* a GPU here */
+        CHECK(dev && !strcmp(dev->ops->name, "cuda"), "cuda device");
+        CHECK(st_backend_status(dev, &err) == ST_OK, "a fresh cuda device's status: %s", err.msg);
+        st_backend_free(dev);
+        dev = NULL;
+    } else {
+        CHECK(s == ST_ERR_UNSUPPORTED && !dev && strstr(err.msg, "no CUDA device"),
+              "cuda without a GPU refused: %d '%s'", s, err.msg);
+    }
+#else
+    CHECK(st_backend_device_usable_bytes("cuda", big) == big, "no CUDA backend: nothing carved");
+    st_status s = st_backend_device_create(&dev, "cuda:2", host, budget, &err);
+    CHECK(s == ST_ERR_UNSUPPORTED && !dev && strstr(err.msg, "cuda:2") &&
+              strstr(err.msg, "built without the CUDA backend") && strstr(err.msg, "-DSTRATA_CUDA=ON"),
+          "cuda refused in a build without it, saying how to build it: %d '%s'", s, err.msg);
+#endif
+    st_backend_free(host);
+    return test_finish("device");
+}
