@@ -396,6 +396,7 @@ compare_pair() {
     py record "$name" failed "strata plan failed: $(tail -1 "$W/logs/${name}_plan.txt")"; return
   fi
   read -r params state whole < <(py plan_state "$W/logs/${name}_plan.txt")
+  [ -n "${whole:-}" ] || { py record "$name" failed "no training state in strata plan's table (${name}_plan.txt)"; return; }
   run_train "${name}_ref" "$(limit "$cap" "$reserve")" "$STEPS" "$@" --device_budget "$whole" $(dev cpu)
   rc=$?
   [ "$rc" = 0 ] || { run_fail "$name" "$rc" "${name}_ref"; return; }
@@ -418,7 +419,7 @@ if want stream_8x; then
     py record stream_8x failed "strata plan failed: $(tail -1 "$W/logs/stream_plan.txt")"
   else
     read -r params state _ < <(py plan_state "$W/logs/stream_plan.txt")
-    budget=$((state / 8))
+    budget=$((${state:-0} / 8))
     echo "  stream_8x: $params parameters, training state $state bytes, device_budget $budget"
     run_train stream_8x "$(limit 60 "$RESERVE")" "$STEPS" $GPT2_ARGS --device_budget "$budget" $d $DEVICE_EXTRA
     rc=$?
@@ -442,7 +443,7 @@ if want large_model; then
     py record large_model failed "strata plan failed: $(tail -1 "$W/logs/large_plan.txt")"
   else
     read -r params state _ < <(py plan_state "$W/logs/large_plan.txt")
-    budget=${STRATA_GPU_LARGE_BUDGET:-$((state / 4))}
+    budget=${STRATA_GPU_LARGE_BUDGET:-$((${state:-0} / 4))}
     echo "  large_model: $params parameters, training state $state bytes (8-bit moments), device_budget $budget"
     lim=$(limit "$TIME_LIMIT" 0)
     if [ "$lim" -lt 20 ]; then
@@ -458,7 +459,8 @@ if want large_model; then
 fi
 
 # ------------------------------------------------------------------ summary
-(cd "$W" && tar czf "$OUTDIR/gpu_logs.tar.gz" logs $(cd "$W" && ls -d runs/*/metrics.jsonl runs/*/config.json runs/*/plan.json 2>/dev/null))
+[ "$DRY" = 1 ] || echo "GPU now: $(nvidia-smi --query-gpu=clocks.sm,power.draw,memory.used,temperature.gpu,clocks_throttle_reasons.active --format=csv,noheader 2>&1 | head -1)"
+(cd "$W" && tar czf "$OUTDIR/gpu_logs.tar.gz" logs $(cd "$W" && ls -d runs/*/metrics.jsonl runs/*/config.json runs/*/plan.json runs/*/plan_profile.json 2>/dev/null))
 py summary "$OUTDIR/gpu_run.json" "$DRY" "$DEV" "$(($(now) - T0))" "$GPU_LINE" "$BUNDLE/VERSION"
 rc=$?
 echo "tests/gpu/run.sh: $OUTDIR/gpu_run.json, gpu_run.log, gpu_logs.tar.gz; $(($(now) - T0)) s"
