@@ -288,8 +288,8 @@ export H_W="$W"
 py() { python3 "$W/h.py" "$@"; }
 want() { case "$CHECKS" in *",$1,"*) return 0 ;; esac; return 1; }
 now() { date +%s; }
-LINEBUF=() # a killed run's log keeps its lines
-command -v stdbuf >/dev/null && LINEBUF=(stdbuf -oL -eL)
+LINEBUF=() # a killed run's log keeps its lines; stdbuf preloads a library, which a sanitized strata refuses
+command -v stdbuf >/dev/null && ! ldd "$S" 2>/dev/null | grep -q 'libasan' && LINEBUF=(stdbuf -oL -eL)
 nlines() { if [ -f "$1" ]; then wc -l <"$1"; else echo 0; fi; } # complete lines: a line being written has no newline yet
 # seconds a step may take: CAP, less what must stay for later checks (RESERVE)
 limit() {
