@@ -9,8 +9,9 @@ pkgs+=(libglpk-dev)
 # data parallel (src/dist): OpenMPI and its launcher; the cross-machine test makes network
 # namespaces with ip (iproute2)
 pkgs+=(libopenmpi-dev openmpi-bin iproute2)
-# tools/gpu_bundle.sh: the carried GPU bundle's binaries find their libraries by RUNPATH
-pkgs+=(patchelf)
+# tools/gpu_bundle.sh: the carried GPU bundle's binaries find their libraries by RUNPATH;
+# its large libraries travel as xz
+pkgs+=(patchelf xz-utils)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
