@@ -29,10 +29,11 @@ LIMIT_BYTES=$((32 * 1024 * 1024))
 
 command -v xz >/dev/null || { echo "gpu_bundle: xz not found (apt-get install xz-utils)" >&2; exit 1; }
 command -v nvcc >/dev/null || { echo "gpu_bundle: nvcc not found: install the CUDA toolkit (or put its bin/ on PATH)" >&2; exit 1; }
-cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON >"$BUILD.configure.log" 2>&1 ||
-  { cat "$BUILD.configure.log" >&2; echo "gpu_bundle: configuring $BUILD failed (log above)" >&2; exit 1; }
-grep -q "the CUDA backend is built" "$BUILD.configure.log" ||
-  { echo "gpu_bundle: $BUILD was configured without the CUDA backend (see $BUILD.configure.log)" >&2; exit 1; }
+mkdir -p "$BUILD"
+cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON >"$BUILD/gpu_bundle.configure.log" 2>&1 ||
+  { cat "$BUILD/gpu_bundle.configure.log" >&2; echo "gpu_bundle: configuring $BUILD failed (log above)" >&2; exit 1; }
+grep -q "the CUDA backend is built" "$BUILD/gpu_bundle.configure.log" ||
+  { echo "gpu_bundle: $BUILD was configured without the CUDA backend (see $BUILD/gpu_bundle.configure.log)" >&2; exit 1; }
 
 # the CUDA tests that run natively: tests/test_cuda_*.cpp but the emulated ones
 tests=()
