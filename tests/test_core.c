@@ -2,7 +2,10 @@
 #include <math.h>
 #include <string.h>
 
+#include <stdlib.h>
+
 #include "strata/core.h"
+#include "strata/model.h"
 #include "strata/tensor.h"
 #include "testutil.h"
 
@@ -54,5 +57,54 @@ int main(void) {
     int same = 1;
     for (int i = 0; i < 100; i++) same &= st_rng_u64(&r1) == st_rng_u64(&r2);
     CHECK(same, "rng deterministic");
+
+    /* st_rng_skip(k) lands where k draws do */
+    static const uint64_t ks[] = {0, 1, 2, 63, 64, 65, 1000, 123457};
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
+        st_rng a, b;
+        st_rng_seed(&a, 7 + i);
+        st_rng_seed(&b, 7 + i);
+        for (uint64_t j = 0; j < ks[i]; j++) st_rng_u64(&a);
+        st_rng_skip(&b, ks[i]);
+        CHECK(a.s == b.s && st_rng_u64(&a) == st_rng_u64(&b), "st_rng_skip(%llu) differs from %llu draws",
+              (unsigned long long)ks[i], (unsigned long long)ks[i]);
+    }
+    {
+        /* st_params_init_by_role in parallel pieces gives one sequential pass's values, bit for
+         * bit: a tensor of more than one piece (2^24 values), small ones, a norm and a bias
+         * between them, and a scaled residual */
+        st_param_info t[5];
+        memset(t, 0, sizeof t);
+        size_t numel[5] = {1000, (1u << 24) + 4097, 64, 333, 129};
+        st_role role[5] = {ST_ROLE_EMBEDDING, ST_ROLE_MATMUL_WEIGHT, ST_ROLE_NORM_WEIGHT, ST_ROLE_MATMUL_WEIGHT, ST_ROLE_BIAS};
+        const char *name[5] = {"a.weight", "b.weight", "n.weight", "c_proj.weight", "c.bias"};
+        size_t off = 0;
+        for (int i = 0; i < 5; i++) {
+            snprintf(t[i].name, sizeof t[i].name, "%s", name[i]);
+            t[i].offset = off, t[i].numel = numel[i], t[i].role = role[i], t[i].ndim = 1;
+            t[i].shape[0] = (int)numel[i];
+            off += numel[i];
+        }
+        float *got = malloc(off * sizeof *got), *want = malloc(off * sizeof *want);
+        CHECK(got && want, "out of memory");
+        if (got && want) {
+            st_params_init_by_role(t, 5, got, 99, "c_proj.weight", 0.5f);
+            st_rng r;
+            st_rng_seed(&r, 99);
+            for (int i = 0; i < 5; i++) {
+                float *p = want + t[i].offset;
+                for (size_t j = 0; j < t[i].numel; j++)
+                    p[j] = role[i] == ST_ROLE_NORM_WEIGHT ? 1.0f
+                           : role[i] == ST_ROLE_BIAS      ? 0.0f
+                                                          : (i == 3 ? 0.01f : 0.02f) * st_rng_normal(&r);
+            }
+            size_t bad = 0, first = off;
+            for (size_t j = 0; j < off; j++)
+                if (memcmp(&got[j], &want[j], sizeof(float))) bad++, first = first < j ? first : j;
+            CHECK(bad == 0, "params init: %zu of %zu values differ from one sequential pass (first at %zu)", bad, off, first);
+        }
+        free(got);
+        free(want);
+    }
     return test_finish("core");
 }

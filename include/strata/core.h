@@ -105,6 +105,9 @@ void st_rng_seed(st_rng *r, uint64_t seed);
 uint64_t st_rng_u64(st_rng *r);
 float st_rng_uniform(st_rng *r);           /* [0, 1) */
 float st_rng_normal(st_rng *r);            /* N(0, 1), Box-Muller */
+/* Advance r by k draws of st_rng_u64 (st_rng_normal takes 2) without making them: a
+ * generator can be split into pieces that give, in parallel, the one sequence's values. */
+void st_rng_skip(st_rng *r, uint64_t k);
 
 #ifdef __cplusplus
 }

@@ -184,6 +184,38 @@ uint64_t st_rng_u64(st_rng *r) {
     return x * 0x2545F4914F6CDD1Dull;
 }
 
+/* xorshift64's step is linear over GF(2): the state after k steps is M^k s, M a 64 x 64 bit
+ * matrix kept as its columns (col[j] = M e_j). Skipping k steps costs about 2 log2(k) matrix
+ * products of 64 x 64 bits, whatever k is. */
+static uint64_t gf2_apply(const uint64_t col[64], uint64_t x) {
+    uint64_t y = 0;
+    for (int j = 0; x; j++, x >>= 1)
+        if (x & 1) y ^= col[j];
+    return y;
+}
+static void gf2_mul(uint64_t out[64], const uint64_t a[64], const uint64_t b[64]) { /* out = a b */
+    uint64_t t[64];
+    for (int j = 0; j < 64; j++) t[j] = gf2_apply(a, b[j]);
+    memcpy(out, t, sizeof t);
+}
+
+void st_rng_skip(st_rng *r, uint64_t k) {
+    uint64_t base[64], acc[64];
+    for (int j = 0; j < 64; j++) {
+        uint64_t x = 1ull << j;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        base[j] = x;
+        acc[j] = 1ull << j;
+    }
+    for (; k; k >>= 1) {
+        if (k & 1) gf2_mul(acc, base, acc);
+        if (k > 1) gf2_mul(base, base, base);
+    }
+    r->s = gf2_apply(acc, r->s);
+}
+
 float st_rng_uniform(st_rng *r) { return (float)(st_rng_u64(r) >> 40) * (1.0f / 16777216.0f); }
 
 float st_rng_normal(st_rng *r) {
