@@ -44,6 +44,14 @@ check '[ $rc -eq 2 ] && grep -q "device_budget" "$T/nob.out" && [ ! -e "$T/nobud
 check '[ $rc -eq 3 ] && [ ! -e "$T/nofit.json" ] && grep -q "not written" "$T/nofit.err"' \
   "no plan fits 3e6: nothing written, exit 3 ($rc): $(cat "$T/nofit.err")"
 
+# plan_head: fastest is never predicted slower than resident (the default) on the same profile
+"$S" plan $A --device_budget $B --profile "$T/prof.json" --plan_head fastest --json >"$T/fast.json" 2>"$T/fast.err"; rc=$?
+check '[ $rc -eq 0 ] && jq -e --slurpfile r "$T/plan.json" ".predicted.step_s <= \$r[0].predicted.step_s * (1 + 1e-9)" "$T/fast.json" >/dev/null' \
+  "plan_head fastest is no slower than resident ($rc): $(jq -c .predicted "$T/fast.json" "$T/plan.json" 2>&1 | head -2)"
+"$S" plan $A --device_budget $B --profile "$T/prof.json" --plan_head banana >"$T/ph.out" 2>&1; rc=$?
+check '[ $rc -eq 2 ] && grep -q "key .plan_head.: .banana. is not resident or fastest" "$T/ph.out"' \
+  "plan_head banana refused naming the key ($rc): $(cat "$T/ph.out")"
+
 # the planner's run saves its plan; --plan RUN_DIR/plan.json runs it again bit for bit
 "$S" train $A $R --device_budget $B --run_dir "$T/auto" >"$T/auto.log" 2>&1; rc=$?
 check '[ $rc -eq 0 ] && jq -e ".strata_plan == 1 and .device_budget == 6000000 and .device_bytes <= 6000000" "$T/auto/plan.json" >/dev/null' \
@@ -57,6 +65,15 @@ check 'grep -q "planner: $k keep, $o offload, .* prefetch depth $d, vocab_chunk 
 check '[ $rc -eq 0 ] && grep -q "plan: $T/auto/plan.json ($k keep, $o offload, .*prefetch depth $d, vocab_chunk 0; .* made for a budget of 6000000" "$T/file.log"' \
   "--plan FILE runs the file's plan ($rc): $(cat "$T/file.log")"
 check '! grep -q "planner:" "$T/file.log"' "--plan FILE does not run the planner"
+# a resume under plan auto runs the plan its run ran (a plan made anew could chunk the
+# vocabulary otherwise: not bit-exact); with another device_budget it plans anew, and says so
+cp -r "$T/auto" "$T/auto1" && cp -r "$T/auto" "$T/auto2"
+"$S" train $A $R --steps 4 --device_budget $B --run_dir "$T/auto1" --resume "$T/auto1" >"$T/resume.log" 2>&1; rc=$?
+check '[ $rc -eq 0 ] && grep -q "plan: $T/auto1/plan.json ($k keep, $o offload, .*prefetch depth $d, vocab_chunk 0;" "$T/resume.log" &&
+       ! grep -q "planner:" "$T/resume.log"' "a resume runs its run's plan ($rc): $(grep -E "plan|resumed" "$T/resume.log")"
+"$S" train $A $R --steps 4 --device_budget 7e6 --run_dir "$T/auto2" --resume "$T/auto2" >"$T/resume2.log" 2>&1; rc=$?
+check '[ $rc -eq 0 ] && grep -q "plans anew (its last plan, $T/auto2/plan.json: it was made for another device_budget)" "$T/resume2.log" &&
+       grep -q "planner:" "$T/resume2.log"' "a resume with another budget plans anew ($rc): $(grep -E "plan|resumed" "$T/resume2.log")"
 # the file's plan predicted again on this machine: both logged, the new one saved
 x=$(sed -n 's/.*predicted on this machine \([0-9.]*\) s a step (the file: .*/\1/p' "$T/file.log")
 y=$(jq .predicted.step_s "$T/auto/plan.json" | awk '{ printf "%.3f", $1 }')

@@ -68,6 +68,8 @@ typedef struct st_train_config {
                                moments there (the disk tier, strata/store.h), committed every step */
     double state_budget;  /* host bytes for the state store's buffers (0: ST_TRAIN_STATE_BUDGET_DEFAULT) */
     char state_profile[1024]; /* strata probe -o profile: split the state by the paths' bandwidth */
+    char plan_head[12];   /* "resident" (the head on the device whenever it fits) or "fastest"
+                             (st_train_config_plan_head) */
     char plan_state[8];   /* "fixed" (optim_state and state_paths as given) or "auto": of f32 in host
                              memory, 8-bit in host memory, f32 on state_paths, 8-bit on state_paths,
                              the fitting one with the fastest predicted step (st_plan_state_choose) */
@@ -105,6 +107,9 @@ void st_train_config_print_help(FILE *f);
 st_status st_train_config_resolve(const st_train_config *c, st_model_shape *shape, st_err *err);
 /* st_train_config_resolve and the layer-streaming keys (plan, act): the whole configuration. */
 st_status st_train_config_check(const st_train_config *c, st_err *err);
+/* plan_head as the planner's st_plan_options.prefer_resident_head: ST_PLAN_HEAD_RESIDENT_IF_FITS
+ * (resident) or ST_PLAN_HEAD_RESIDENT_ON_TIE (fastest). */
+int st_train_config_plan_head(const st_train_config *c);
 /* plan_state auto (the optimizer state's format and tier chosen by the predicted step):
  * st_plan_state_fit and st_plan_state_choose in strata/plan.h. */
 /* The shape overrides c sets (0: the preset's value). */

@@ -434,17 +434,18 @@ static st_status machine_profile(st_backend *be, const st_arch *arch, int B, int
  * fits this run's budget with this run's configuration (st_stream_device_bytes: an 8-bit or
  * disk state, or ranks, may need other bytes than the run it was made for). pred: the
  * file's prediction, if it has one (has_pred). */
-static st_status plan_from_file(const st_train_config *c, const st_arch *arch, const st_stream_config *sc, size_t budget,
-                                st_stream_plan *plan, st_plan_prediction *pred, int *has_pred, st_err *err) {
+static st_status plan_from_file(const st_train_config *c, const char *path, const st_arch *arch,
+                                const st_stream_config *sc, size_t budget, st_stream_plan *plan, st_plan_prediction *pred,
+                                int *has_pred, st_err *err) {
     st_plan_file *pf = malloc(sizeof *pf);
     if (!pf) return st_errf(err, ST_ERR_NOMEM, "out of memory");
-    st_status s = st_plan_file_load(c->plan, pf, err);
-    if (!s) s = st_plan_file_check(c->plan, pf, arch, c->batch, c->seq, err);
+    st_status s = st_plan_file_load(path, pf, err);
+    if (!s) s = st_plan_file_check(path, pf, arch, c->batch, c->seq, err);
     size_t need = s ? 0 : st_stream_device_bytes(sc, &pf->plan);
     if (!s && need > budget)
         s = st_errf(err, ST_ERR_NOMEM, "plan file %s needs %zu device bytes in this run, device_budget is %zu: %zu bytes "
                     "missing; give --device_budget %zu or more, or make a plan for this budget (strata plan "
-                    "--device_budget %zu ... -o FILE)", c->plan, need, budget, need - budget, need, budget);
+                    "--device_budget %zu ... -o FILE)", path, need, budget, need - budget, need, budget);
     if (!s) {
         *plan = pf->plan;
         *pred = pf->pred;
@@ -452,12 +453,40 @@ static st_status plan_from_file(const st_train_config *c, const st_arch *arch, c
         int n[3] = {0, 0, 0};
         for (int l = 0; l < plan->n_layer; l++) n[plan->act[l]]++;
         st_log(1, "plan: %s (%d keep, %d offload, %d recompute, prefetch depth %d, vocab_chunk %d; %zu device bytes of "
-               "the budget %zu; made for a budget of %zu%s)\n", c->plan, n[ST_STREAM_ACT_KEEP], n[ST_STREAM_ACT_OFFLOAD],
+               "the budget %zu; made for a budget of %zu%s)\n", path, n[ST_STREAM_ACT_KEEP], n[ST_STREAM_ACT_OFFLOAD],
                n[ST_STREAM_ACT_RECOMPUTE], plan->prefetch_depth, plan->vocab_chunk, need, budget, pf->device_budget,
                pf->has_prediction ? ", as saved" : ", no prediction");
     }
     free(pf);
     return s ? st_err_prefix(err, "key 'plan'") : ST_OK;
+}
+
+/* A resume under plan auto runs the plan its run ran (RUN_DIR/plan.json) where that was made
+ * for this model, batch, seq and device budget and keeps the act choices given: planned
+ * anew from a profile measured again, the vocabulary could be chunked otherwise, and the
+ * chunked classifier equals the resident one (and another chunk size) only to float
+ * rounding, so the resumed steps would not be the uninterrupted run's bit for bit. One
+ * process only (under ranks each rank plans for itself). 1: path holds it. */
+static int resume_plan(const st_train_config *c, const st_arch *arch, const st_stream_config *sc, size_t budget,
+                       const unsigned char *fixed, char *path, size_t cap) {
+    snprintf(path, cap, "%s/plan.json", c->run_dir);
+    st_plan_file *pf = malloc(sizeof *pf);
+    st_err e = {0};
+    const char *why = NULL;
+    if (!pf || st_plan_file_load(path, pf, &e) || st_plan_file_check(path, pf, arch, c->batch, c->seq, &e))
+        why = pf ? e.msg : "out of memory";
+    else if (pf->device_budget != (size_t)c->device_budget)
+        why = "it was made for another device_budget";
+    else if (st_stream_device_bytes(sc, &pf->plan) > budget)
+        why = "it does not fit this run's device";
+    else
+        for (int l = 0; l < pf->plan.n_layer && !why; l++)
+            if (fixed[l] != ST_PLAN_ACT_FREE && pf->plan.act[l] != fixed[l]) why = "key 'act' asks other choices";
+    if (why)
+        st_log(1, "plan: the resumed run plans anew (its last plan, %s: %s); the vocabulary's chunking may differ "
+               "from the steps before, to float rounding\n", path, why);
+    free(pf);
+    return !why;
 }
 
 /* The plan a run streams with, as RUN_DIR/plan.json (one process: under ranks each rank
@@ -527,14 +556,14 @@ static st_status open_streamed(const st_train_config *c, st_model *m, const st_a
     st_stream_plan_default(&plan, arch->lay.n_blocks);
     size_t budget = (size_t)c->device_budget;
     /* the planner (plan.h: the fastest predicted plan within the budget on this machine,
-     * measured now; the head resident whenever that fits, as strata plan chooses); without
+     * measured now; the head resident where no slower, as strata plan chooses); without
      * GLPK, or when it finds none, the fixed rule below */
     st_plan_profile hw;
     st_plan_prediction pred;
     st_plan_config_disk cdisk;
     memset(&cdisk, 0, sizeof cdisk);
     int have_hw = 0;
-    st_plan_options po = {.mip_gap = -1, .allow_vocab_chunk = 1, .prefer_resident_head = 1};
+    st_plan_options po = {.mip_gap = -1, .allow_vocab_chunk = 1, .prefer_resident_head = st_train_config_plan_head(c)};
     st_err perr = {0};
     int found = 0, has_pred = 0, n_fixed = 0, L = arch->lay.n_blocks;
     st_status s;
@@ -553,13 +582,17 @@ static st_status open_streamed(const st_train_config *c, st_model *m, const st_a
     if (cuda_index >= 0 && (s = st_backend_device_create(dev, c->device, be, budget, err)))
         return st_err_prefix(err, s == ST_ERR_NOMEM ? "key 'device_budget'" : "key 'device'");
     budget = st_backend_device_usable_bytes(c->device, budget); /* what the plan gets (a GPU: less cuBLASLt's) */
-    if (strcmp(c->plan, "auto")) { /* a saved plan, run exactly (or refused) */
-        if ((s = plan_from_file(c, arch, &sc, budget, &plan, &pred, &has_pred, err))) return s;
+    char resumed[1100];
+    const char *plan_path = strcmp(c->plan, "auto") ? c->plan : NULL;
+    if (!plan_path && c->resume[0] && ranks <= 1 && resume_plan(c, arch, &sc, budget, fixed, resumed, sizeof resumed))
+        plan_path = resumed;
+    if (plan_path) { /* a saved plan, run exactly (or refused) */
+        if ((s = plan_from_file(c, plan_path, arch, &sc, budget, &plan, &pred, &has_pred, err))) return s;
         for (int l = 0; l < L; l++)
             if (fixed[l] != ST_PLAN_ACT_FREE && plan.act[l] != fixed[l])
                 return st_errf(err, ST_ERR_INVALID, "key 'act': block %d %s, but plan file %s has it %s: give act auto "
                                "to run the file, or make a plan with the choices (strata plan --act %s ... -o FILE)", l,
-                               st_plan_act_name(fixed[l]), c->plan, st_plan_act_name(plan.act[l]), c->act);
+                               st_plan_act_name(fixed[l]), plan_path, st_plan_act_name(plan.act[l]), c->act);
         found = 1;
         /* the file's plan predicted again on this machine (the file's figures are the machine's it
          * was made on, perhaps another), as the planner predicts: saved in RUN_DIR/plan.json */
@@ -571,7 +604,7 @@ static st_status open_streamed(const st_train_config *c, st_model *m, const st_a
             s = st_plan_predict(arch, c->batch, c->seq, &hw, &plan, &pred, &perr);
         }
         if (s) {
-            st_log(2, "plan: %s is not predicted on this machine (%s)\n", c->plan, perr.msg);
+            st_log(2, "plan: %s is not predicted on this machine (%s)\n", plan_path, perr.msg);
             pred = filed;
         } else {
             has_pred = 1;
@@ -580,7 +613,7 @@ static st_status open_streamed(const st_train_config *c, st_model *m, const st_a
             if (ranks <= 1 && c->state_paths[0]) predict_disk(c, arch, &hw, &plan, "plan", &pred, &cdisk);
             char was[64] = "no prediction";
             if (filed_has) snprintf(was, sizeof was, "%.3f s a step", filed.step_s);
-            st_log(1, "plan: %s predicted on this machine %.3f s a step%s (the file: %s)\n", c->plan, pred.step_s,
+            st_log(1, "plan: %s predicted on this machine %.3f s a step%s (the file: %s)\n", plan_path, pred.step_s,
                    cdisk.on_disk ? " with the state on disk" : "", was);
         }
     } else {

@@ -38,6 +38,7 @@ static const key_def keys[] = {
     {"device_budget", K_DOUBLE, OFF(device_budget), 0, 0, 1e18, "bytes of device memory: > 0 streams the layers (any model)"},
     {"device", K_STR, STR(device), 0, 0, "where the layers stream to under device_budget: cpu (the host's cores; default), cuda or cuda:N (the CUDA backend on GPU N, built with cmake -DSTRATA_CUDA=ON; needs device_budget > 0); the state stays on the host, so a resume may change it"},
     {"plan", K_STR, STR(plan), 0, 0, "the stream plan under device_budget: auto (the planner chooses it now; saved to RUN_DIR/plan.json) or a plan file (strata plan --device_budget B -o FILE, or a run's plan.json) run exactly; without device_budget the file's budget is used"},
+    {"plan_head", K_STR, STR(plan_head), 0, 0, "where the planner puts the classifier (the vocabulary's head) under device_budget: resident (default: on the device whenever it fits, so the streamed step equals the in-memory one bit for bit; the predicted step may rise once as the budget grows, where the head first fits) or fastest (the fastest predicted plan, the head resident on a tie: the predicted step never rises with the budget; a chunked head equals the resident one to float rounding)"},
     {"act", K_STR, STR(act), 0, 0, "activation choices under device_budget, which the planner keeps while it chooses the rest: auto (none), keep, offload or recompute (every block), or BLOCKS:CHOICE items (0-3:recompute,11:keep); a budget they cannot fit is refused naming the bytes missing"},
     {"state_paths", K_STR, STR(state_paths), 0, 0, "dir[,dir...]: optimizer state and fp32 master weights on disk, committed every step (it is the checkpoint: no checkpoints/ are written; the final weights go to RUN_DIR/model.safetensors); resume with --resume RUN_DIR"},
     {"state_budget", K_DOUBLE, OFF(state_budget), 0, 0, 1e18, "host bytes for the disk state's buffers and cache (0: 256 MiB)"},
@@ -115,6 +116,7 @@ void st_train_config_defaults(st_train_config *c) {
     snprintf(c->device, sizeof c->device, "cpu");
     snprintf(c->act, sizeof c->act, "auto");
     snprintf(c->plan_state, sizeof c->plan_state, "fixed");
+    snprintf(c->plan_head, sizeof c->plan_head, "resident");
 }
 
 const char *st_train_config_keys(void) {
@@ -445,6 +447,8 @@ st_status st_train_config_resolve(const st_train_config *c, st_model_shape *shap
         return st_errf(err, ST_ERR_INVALID, "key 'optim_state': '%s' is not f32 or 8bit", c->optim_state);
     if (strcmp(c->save_hf_dtype, "f32") && strcmp(c->save_hf_dtype, "bf16"))
         return st_errf(err, ST_ERR_INVALID, "key 'save_hf_dtype': '%s' is not f32 or bf16", c->save_hf_dtype);
+    if (strcmp(c->plan_head, "resident") && strcmp(c->plan_head, "fastest"))
+        return st_errf(err, ST_ERR_INVALID, "key 'plan_head': '%s' is not resident or fastest", c->plan_head);
     if (strcmp(c->plan_state, "fixed") && strcmp(c->plan_state, "auto"))
         return st_errf(err, ST_ERR_INVALID, "key 'plan_state': '%s' is not fixed or auto", c->plan_state);
     if (!strcmp(c->data, "embedded") && shape->vocab_size < 256)
@@ -528,4 +532,8 @@ st_status st_train_state_paths(const st_train_config *c, char *buf, size_t cap, 
         return st_err_prefix(err, "key 'state_profile'");
     *weighted = 1;
     return ST_OK;
+}
+
+int st_train_config_plan_head(const st_train_config *c) {
+    return strcmp(c->plan_head, "fastest") ? ST_PLAN_HEAD_RESIDENT_IF_FITS : ST_PLAN_HEAD_RESIDENT_ON_TIE;
 }

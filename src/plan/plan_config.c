@@ -287,7 +287,7 @@ static st_status predict_candidate(const st_train_config *c, const st_arch *a, c
     if (c->device_budget > 0) { /* the program at the budget, as both commands run it */
         unsigned char fixed[ST_STREAM_MAX_LAYERS];
         int n_fixed = 0;
-        st_plan_options po = {.mip_gap = -1, .allow_vocab_chunk = 1, .prefer_resident_head = ST_PLAN_HEAD_RESIDENT_IF_FITS};
+        st_plan_options po = {.mip_gap = -1, .allow_vocab_chunk = 1, .prefer_resident_head = st_train_config_plan_head(c)};
         if (L > ST_STREAM_MAX_LAYERS) s = st_errf(&e, ST_ERR_INVALID, "%d blocks, layer streaming takes at most %d", L,
                                                 ST_STREAM_MAX_LAYERS);
         else s = st_plan_act_parse(c->act, L, fixed, &n_fixed, &e);
