@@ -1,6 +1,7 @@
 /* backend_cuda.h - the CUDA backend's C interface inside libstrata (built with
- * -DSTRATA_CUDA=ON; STRATA_HAVE_CUDA is defined then). Internal: not yet in
- * include/strata/backend.h, since nothing above the backend uses it yet (issue 15). */
+ * -DSTRATA_CUDA=ON; STRATA_HAVE_CUDA is defined then). Internal: what lies above
+ * the backend reaches it by name through st_backend_device_create ("cuda", "cuda:N";
+ * src/backend/device.c) and st_backend_status (include/strata/backend.h). */
 #ifndef STRATA_BACKEND_CUDA_H
 #define STRATA_BACKEND_CUDA_H
 
