@@ -33,6 +33,20 @@ check '[ $rc -eq 2 ] && grep -q "$T/bad.json" "$T/json.out" && grep -q "key '"'"
 check '[ $rc -eq 2 ] && grep -q -- "--device" "$T/bench.out" && grep -q "$FORMS" "$T/bench.out"' \
   "bench stream --device banana is refused (rc $rc): $(cat "$T/bench.out")"
 
+# key 'matmul': fp32, tf32 or bf16; tf32 and bf16 are device cuda's tensor cores, refused on
+# the CPU (with or without a budget) before the run directory is made
+"$S" train $A $R --matmul banana --run_dir "$T/mm" >"$T/mm.out" 2>&1; rc=$?
+check '[ $rc -ne 0 ] && grep -q "key .matmul.: .banana. is not fp32, tf32 or bf16" "$T/mm.out" && [ ! -e "$T/mm" ]' \
+  "matmul banana is refused naming the key (rc $rc): $(cat "$T/mm.out")"
+for m in tf32 bf16; do
+    "$S" train $A $R --matmul $m --device_budget 6e6 --run_dir "$T/mm" >"$T/mm.out" 2>&1; rc=$?
+    check '[ $rc -ne 0 ] && grep -q "key .matmul.: $m is the tensor cores of device cuda; device cpu computes fp32 only" "$T/mm.out" &&
+           [ ! -e "$T/mm" ]' "matmul $m on the CPU is refused naming the key (rc $rc): $(cat "$T/mm.out")"
+done
+"$S" train $A $R --matmul fp32 --device_budget 6e6 --run_dir "$T/mm32" >"$T/mm32.out" 2>&1; rc=$?
+check '[ $rc -eq 0 ] && grep -q "\"matmul\": *\"fp32\"" "$T/mm32/config.json"' \
+  "matmul fp32 on the CPU runs and config.json records it (rc $rc): $(tail -2 "$T/mm32.out")"
+
 # a GPU runs only the layer-streaming executor: device_budget is required
 "$S" train $A $R --device cuda --run_dir "$T/nobudget" >"$T/nobudget.out" 2>&1; rc=$?
 check '[ $rc -ne 0 ] && grep -q "key '"'"'device_budget'"'"'" "$T/nobudget.out" && grep -q "give device_budget" "$T/nobudget.out"' \

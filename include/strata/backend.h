@@ -244,6 +244,11 @@ st_status st_backend_status(st_backend *be, st_err *err);
  * all of it on the CPU; on a GPU the budget less the cuBLASLt workspace the CUDA backend
  * carves from its arena at creation. What an executor plans against. */
 size_t st_backend_device_usable_bytes(const char *device, size_t budget);
+/* The precision of a device's fp32 matmuls: "fp32" (every backend; exact to the CPU
+ * backend's 1e-5), "tf32" or "bf16" (the CUDA backend's tensor cores: fp32 in and out, the
+ * products of tf32- or bf16-rounded inputs, fp32 accumulation; st_backend_cuda_set_matmul).
+ * Another mode, or tf32/bf16 on a backend without them, is refused naming it. */
+st_status st_backend_set_matmul(st_backend *be, const char *mode, st_err *err);
 
 /* OpenBLAS releases older than the machine fall back to their slowest kernels
  * (Prescott, SSE3) on CPUs they do not recognise: a 4x loss in every matmul. OpenBLAS

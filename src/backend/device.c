@@ -80,3 +80,17 @@ size_t st_backend_device_usable_bytes(const char *device, size_t budget) {
     return budget;
 #endif
 }
+
+st_status st_backend_set_matmul(st_backend *be, const char *mode, st_err *err) {
+    const char *m = mode && *mode ? mode : "fp32";
+    if (strcmp(m, "fp32") && strcmp(m, "tf32") && strcmp(m, "bf16"))
+        return st_errf(err, ST_ERR_INVALID, "matmul '%s' is not fp32, tf32 or bf16", m);
+#ifdef STRATA_HAVE_CUDA
+    if (be && be->ops && be->ops->name && !strcmp(be->ops->name, "cuda")) return st_backend_cuda_set_matmul(be, m, err);
+#endif
+    if (strcmp(m, "fp32"))
+        return st_errf(err, ST_ERR_UNSUPPORTED, "matmul '%s': the %s backend computes its matmuls in fp32 only; tf32 "
+                       "and bf16 are the tensor cores of device cuda", m, be && be->ops && be->ops->name ? be->ops->name
+                                                                                                  : "cpu");
+    return ST_OK;
+}

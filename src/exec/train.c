@@ -581,6 +581,8 @@ static st_status open_streamed(const st_train_config *c, st_model *m, const st_a
     if ((s = st_backend_device_parse(c->device, &cuda_index, err))) return st_err_prefix(err, "key 'device'");
     if (cuda_index >= 0 && (s = st_backend_device_create(dev, c->device, be, budget, err)))
         return st_err_prefix(err, s == ST_ERR_NOMEM ? "key 'device_budget'" : "key 'device'");
+    /* key 'matmul': set before the planner times the device (a CPU device takes fp32 only) */
+    if ((s = st_backend_set_matmul(*dev, c->matmul, err))) return st_err_prefix(err, "key 'matmul'");
     budget = st_backend_device_usable_bytes(c->device, budget); /* what the plan gets (a GPU: less cuBLASLt's) */
     char resumed[1100];
     const char *plan_path = strcmp(c->plan, "auto") ? c->plan : NULL;

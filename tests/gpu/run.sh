@@ -18,8 +18,9 @@
 #                the whole step (1.5 x the weights, gradients and activations strata plan
 #                prints, + 64 MiB): the losses of metrics.jsonl within 1e-5 relative (fp32:
 #                the backend's only mode today)
-#   loss_bf16    the place for the bf16 comparison (1e-2 relative): skipped until strata
-#                has a bf16 mode (compare_losses with BF16_REL_TOL, as for fp32)
+#   loss_bf16    gpt2-124m as loss_gpt2 with the device's matmuls on the bf16 tensor cores
+#                (--matmul bf16) against the fp32 CPU run: losses within 1e-2 relative
+#                (skipped in the dry run: device cpu computes fp32 only)
 #   stream_8x    gpt2-124m on cuda with device_budget = its training state / 8 (weights,
 #                gradients, master copy and moments as strata plan prints them); the
 #                planner's plan.json and log say it streamed; losses against loss_gpt2's CPU run
@@ -55,7 +56,7 @@ BUNDLE=${STRATA_GPU_BUNDLE:-$ROOT/build-gpu/bundle}
 TIME_LIMIT=${STRATA_GPU_TIME_LIMIT:-300}
 T0=$(date +%s)
 FP32_REL_TOL=1e-5
-BF16_REL_TOL=1e-2 # for loss_bf16, once a bf16 mode exists
+BF16_REL_TOL=1e-2 # loss_bf16: --matmul bf16 on the device
 SEED=1234
 
 if [ "$DRY" = 0 ]; then
@@ -71,9 +72,11 @@ if [ "$DRY" = 0 ]; then
   STEPS=${STRATA_GPU_STEPS:-3}
   LARGE_STEPS=${STRATA_GPU_LARGE_STEPS:-3}
   LARGE_MIN_PARAMS=7000000000
+  LARGE_MATMUL=${STRATA_GPU_LARGE_MATMUL:-bf16} # the tensor cores: the figure's matmuls
   THREADS=${STRATA_GPU_THREADS:-0}
 else
   DEV=cpu
+  LARGE_MATMUL=fp32 # the CPU device's only
   GPT2_ARGS=${STRATA_GPU_GPT2_ARGS:---model gpt2-tiny --vocab_size 256 --max_seq 32 --n_layer 16 --batch 1 --seq 16}
   QWEN_ARGS=${STRATA_GPU_QWEN_ARGS:---model qwen2-tiny --vocab_size 256 --max_seq 32 --batch 1 --seq 16}
   LARGE_ARGS=${STRATA_GPU_LARGE_ARGS:---model llama-tiny --vocab_size 256 --max_seq 32 --n_layer 16 --batch 1 --seq 16}
@@ -402,15 +405,18 @@ compare_pair() {
   [ "$rc" = 0 ] || { run_fail "$name" "$rc" "${name}_ref"; return; }
   wall_ref=$WALL
   run_train "${name}_dev" "$(limit "$cap" "$reserve")" "$STEPS" "$@" --device_budget "$whole" $d \
-    --plan "$W/runs/${name}_ref/plan.json" $DEVICE_EXTRA
+    --plan "$W/runs/${name}_ref/plan.json" ${PAIR_EXTRA:-} $DEVICE_EXTRA
   rc=$?
   [ "$rc" = 0 ] || { run_fail "$name" "$rc" "${name}_dev"; return; }
-  py compare "$name" "$W/runs/${name}_ref" "$W/runs/${name}_dev" "$FP32_REL_TOL" "$STEPS" "$wall_ref" "$WALL"
+  py compare "$name" "$W/runs/${name}_ref" "$W/runs/${name}_dev" "${PAIR_TOL:-$FP32_REL_TOL}" "$STEPS" "$wall_ref" "$WALL"
 }
 want loss_gpt2 && compare_pair loss_gpt2 60 "$RESERVE" $GPT2_ARGS
 want loss_qwen && compare_pair loss_qwen 90 "$RESERVE" $QWEN_ARGS
-# bf16: the same comparison at BF16_REL_TOL once strata trains in bf16 (say so here)
-want loss_bf16 && py record loss_bf16 skipped "no bf16 mode in strata yet (the backend is fp32); tolerance $BF16_REL_TOL relative waits for it"
+# bf16: the device's matmuls on the bf16 tensor cores (key matmul) against the fp32 CPU run
+if want loss_bf16; then
+  if [ "$DEV" = cuda ]; then PAIR_TOL=$BF16_REL_TOL PAIR_EXTRA="--matmul bf16" compare_pair loss_bf16 60 "$RESERVE" $GPT2_ARGS
+  else py record loss_bf16 skipped "device $DEV computes fp32 only (--matmul bf16 is device cuda's)"; fi
+fi
 
 # ------------------------------------------------------------------ streamed: state = 8 x budget
 if want stream_8x; then
@@ -449,7 +455,8 @@ if want large_model; then
     if [ "$lim" -lt 20 ]; then
       py record large_model failed "no time left (${lim}s of STRATA_GPU_TIME_LIMIT ${TIME_LIMIT}s)"
     else
-      run_train large_model "$lim" "$LARGE_STEPS" $LARGE_ARGS --optim_state 8bit --device_budget "$budget" $d $DEVICE_EXTRA
+      run_train large_model "$lim" "$LARGE_STEPS" $LARGE_ARGS --optim_state 8bit --matmul "$LARGE_MATMUL" \
+        --device_budget "$budget" $d $DEVICE_EXTRA
       rc=$?
       # figures even from a run cut short, with the steps it logged
       py large large_model "$W/runs/large_model" "$params" "$state" "$budget" "$LARGE_MIN_PARAMS" "$LARGE_STEPS" "$WALL"
