@@ -365,10 +365,10 @@ st_status st_plan_profile_save(const char *path, const st_plan_profile *hw, st_e
     FILE *f = fopen(path, "w");
     if (!f) return st_errf(err, ST_ERR_IO, "%s: cannot write the plan profile", path);
     fprintf(f,
-            "{\"strata_plan_profile\": %d, \"sgemm_flops\": %.6g, \"h2d_bytes_per_s\": %.6g, "
-            "\"d2h_bytes_per_s\": %.6g, \"mem_bytes_per_s\": %.6g, \"optim_ns_per_param\": %.6g,\n"
-            " \"block_fwd_flops\": %.6g, \"block_bwd_flops\": %.6g, \"head_flops\": %.6g, "
-            "\"host_work_slowdown\": %.6g,\n \"shapes\": [",
+            "{\"strata_plan_profile\": %d, \"sgemm_flops\": %.17g, \"h2d_bytes_per_s\": %.17g, "
+            "\"d2h_bytes_per_s\": %.17g, \"mem_bytes_per_s\": %.17g, \"optim_ns_per_param\": %.17g,\n"
+            " \"block_fwd_flops\": %.17g, \"block_bwd_flops\": %.17g, \"head_flops\": %.17g, "
+            "\"host_work_slowdown\": %.17g,\n \"shapes\": [",
             hw->version, hw->sgemm_flops, hw->h2d_bytes_per_s, hw->d2h_bytes_per_s, hw->mem_bytes_per_s,
             hw->optim_ns_per_param, hw->block_fwd_flops, hw->block_bwd_flops, hw->head_flops,
             hw->host_work_slowdown);
@@ -376,7 +376,7 @@ st_status st_plan_profile_save(const char *path, const st_plan_profile *hw, st_e
         const st_plan_shape_time *e = &hw->shapes[i];
         fprintf(f,
                 "%s\n  {\"arch\": \"%s\", \"n_embd\": %d, \"block_numel\": %zu, \"batch\": %d, \"seq\": %d, "
-                "\"block_fwd_s\": %.6g, \"block_bwd_s\": %.6g, \"head_s_per_row\": %.6g, \"head_s_per_chunk\": %.6g}",
+                "\"block_fwd_s\": %.17g, \"block_bwd_s\": %.17g, \"head_s_per_row\": %.17g, \"head_s_per_chunk\": %.17g}",
                 i ? "," : "", e->arch, e->n_embd, e->block_numel, e->B, e->T, e->block_fwd_s, e->block_bwd_s,
                 e->head_s_per_row, e->head_s_per_chunk);
     }
