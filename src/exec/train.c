@@ -434,13 +434,13 @@ static st_status machine_profile(st_backend *be, const st_arch *arch, int B, int
  * fits this run's budget with this run's configuration (st_stream_device_bytes: an 8-bit or
  * disk state, or ranks, may need other bytes than the run it was made for). pred: the
  * file's prediction, if it has one (has_pred). */
-static st_status plan_from_file(const st_train_config *c, const char *path, const st_arch *arch,
+static st_status plan_from_file(const st_train_config *c, const char *path, st_plan_file *loaded, const st_arch *arch,
                                 const st_stream_config *sc, size_t budget, st_stream_plan *plan, st_plan_prediction *pred,
                                 int *has_pred, st_err *err) {
-    st_plan_file *pf = malloc(sizeof *pf);
+    st_plan_file *pf = loaded ? loaded : malloc(sizeof *pf); /* loaded: path read and checked already (taken) */
     if (!pf) return st_errf(err, ST_ERR_NOMEM, "out of memory");
-    st_status s = st_plan_file_load(path, pf, err);
-    if (!s) s = st_plan_file_check(path, pf, arch, c->batch, c->seq, err);
+    st_status s = loaded ? ST_OK : st_plan_file_load(path, pf, err);
+    if (!s && !loaded) s = st_plan_file_check(path, pf, arch, c->batch, c->seq, err);
     size_t need = s ? 0 : st_stream_device_bytes(sc, &pf->plan);
     if (!s && need > budget)
         s = st_errf(err, ST_ERR_NOMEM, "plan file %s needs %zu device bytes in this run, device_budget is %zu: %zu bytes "
@@ -466,9 +466,10 @@ static st_status plan_from_file(const st_train_config *c, const char *path, cons
  * anew from a profile measured again, the vocabulary could be chunked otherwise, and the
  * chunked classifier equals the resident one (and another chunk size) only to float
  * rounding, so the resumed steps would not be the uninterrupted run's bit for bit. One
- * process only (under ranks each rank plans for itself). 1: path holds it. */
-static int resume_plan(const st_train_config *c, const st_arch *arch, const st_stream_config *sc, size_t budget,
-                       const unsigned char *fixed, char *path, size_t cap) {
+ * process only (under ranks each rank plans for itself). Returns the plan file read from
+ * path (checked; the caller frees it), or NULL having logged why the run plans anew. */
+static st_plan_file *resume_plan(const st_train_config *c, const st_arch *arch, const st_stream_config *sc,
+                                 size_t budget, const unsigned char *fixed, char *path, size_t cap) {
     snprintf(path, cap, "%s/plan.json", c->run_dir);
     st_plan_file *pf = malloc(sizeof *pf);
     st_err e = {0};
@@ -485,8 +486,9 @@ static int resume_plan(const st_train_config *c, const st_arch *arch, const st_s
     if (why)
         st_log(1, "plan: the resumed run plans anew (its last plan, %s: %s); the vocabulary's chunking may differ "
                "from the steps before, to float rounding\n", path, why);
+    if (!why) return pf;
     free(pf);
-    return !why;
+    return NULL;
 }
 
 /* The plan a run streams with, as RUN_DIR/plan.json (one process: under ranks each rank
@@ -586,10 +588,12 @@ static st_status open_streamed(const st_train_config *c, st_model *m, const st_a
     budget = st_backend_device_usable_bytes(c->device, budget); /* what the plan gets (a GPU: less cuBLASLt's) */
     char resumed[1100];
     const char *plan_path = strcmp(c->plan, "auto") ? c->plan : NULL;
-    if (!plan_path && c->resume[0] && ranks <= 1 && resume_plan(c, arch, &sc, budget, fixed, resumed, sizeof resumed))
+    st_plan_file *resumed_pf = NULL;
+    if (!plan_path && c->resume[0] && ranks <= 1 &&
+        (resumed_pf = resume_plan(c, arch, &sc, budget, fixed, resumed, sizeof resumed)))
         plan_path = resumed;
     if (plan_path) { /* a saved plan, run exactly (or refused) */
-        if ((s = plan_from_file(c, plan_path, arch, &sc, budget, &plan, &pred, &has_pred, err))) return s;
+        if ((s = plan_from_file(c, plan_path, resumed_pf, arch, &sc, budget, &plan, &pred, &has_pred, err))) return s;
         for (int l = 0; l < L; l++)
             if (fixed[l] != ST_PLAN_ACT_FREE && plan.act[l] != fixed[l])
                 return st_errf(err, ST_ERR_INVALID, "key 'act': block %d %s, but plan file %s has it %s: give act auto "
