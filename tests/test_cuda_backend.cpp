@@ -5,8 +5,8 @@
  * the four attentions, to_bf16, cross-entropy and the chunked classifier) at small odd
  * shapes, forward and backward, fp32, and the asynchronous copies (test_copy_async), with
  * tests/test_ops_diff.c's tolerances; matmul also in the tf32 and bf16 precision modes
- * (st_backend_cuda_set_matmul: a bound derived from the rounding, see test_matmul), a bad
- * mode refused, and cuBLASLt's workspace inside the arena (the free bytes less exactly
+ * (st_backend_cuda_set_matmul: a bound derived from the rounding, see test_matmul), a mode
+ * outside st_matmul_mode refused, and cuBLASLt's workspace inside the arena (the free bytes less exactly
  * st_backend_cuda_matmul_workspace). Outputs an op writes start as NaN; outputs it adds
  * into start random. Last, a refused op (a head size over 128) must be the error
  * st_backend_cuda_status reports, by the op's name. Built twice:
@@ -144,9 +144,11 @@ static void test_eltwise(int N, int F) {
  * at most u = 2^-8 or 2^-11 (2^-7, 2^-10 if the tensor cores truncate: allowed for). */
 struct MatmulMode {
     const char *name;
+    st_matmul_mode mode;
     double u;
 };
-static const MatmulMode mm_fp32 = {"fp32", 0}, mm_tf32 = {"tf32", 0x1p-10}, mm_bf16 = {"bf16", 0x1p-7};
+static const MatmulMode mm_fp32 = {"fp32", ST_MATMUL_FP32, 0}, mm_tf32 = {"tf32", ST_MATMUL_TF32, 0x1p-10},
+                        mm_bf16 = {"bf16", ST_MATMUL_BF16, 0x1p-7};
 
 /* |a - ref| <= c * bound + atol max|ref| + rtol |ref| elementwise; the worst use of it
  * goes to *worst. How many elements fail. */
@@ -178,7 +180,7 @@ static void test_matmul(int N, int C, int OC, st_wlayout layout, bool bias, bool
     vecf x = randn(ni, 1), w = randn(nw, 0.3f), b = randn(OC, 0.5f), dout = randn(no, 1);
     vecf out(no, NAN), dx = randn(ni, 1), dw = randn(nw, 1), db = randn(OC, 1);
     st_err err = {};
-    CHECK(st_backend_cuda_set_matmul(gpu, mode.name, &err) == ST_OK, "set_matmul %s: %s", mode.name, err.msg);
+    CHECK(st_backend_cuda_set_matmul(gpu, mode.mode, &err) == ST_OK, "set_matmul %s: %s", mode.name, err.msg);
     float *d_x = up(x), *d_w = up(w), *d_b = up(b), *d_dout = up(dout), *d_out = up(out), *d_dx = up(dx);
     float *d_dw = up(dw), *d_db = up(db);
     /* the dw-only cases' bias sits 4 bytes past an aligned block: cuBLASLt may have no
@@ -231,7 +233,7 @@ static void test_matmul(int N, int C, int OC, st_wlayout layout, bool bias, bool
 #endif
     }
     for (float *p : {d_x, d_w, d_b, d_dout, d_bpad}) gpu->ops->dealloc(gpu, p);
-    CHECK(st_backend_cuda_set_matmul(gpu, "fp32", &err) == ST_OK, "set_matmul fp32: %s", err.msg);
+    CHECK(st_backend_cuda_set_matmul(gpu, ST_MATMUL_FP32, &err) == ST_OK, "set_matmul fp32: %s", err.msg);
 }
 
 /* encoder (GPT-2: wte + wpe) and embedding (Llama: wte), with repeated ids, rows of wte
@@ -484,12 +486,16 @@ int main(void) {
     void *all = gpu->ops->alloc(gpu, budget - ws), *more = gpu->ops->alloc(gpu, 1);
     CHECK(all && !more, "budget - workspace fits once, and then nothing more (%p, %p)", all, more);
     gpu->ops->dealloc(gpu, all);
-    /* a precision mode that is not one is refused, naming it and the accepted ones */
-    err = {};
-    s = st_backend_cuda_set_matmul(gpu, "fp16", &err);
-    CHECK(s == ST_ERR_INVALID && strstr(err.msg, "\"fp16\"") && strstr(err.msg, "fp32, tf32, bf16"),
-          "set_matmul(\"fp16\") should be refused naming it and the modes (status %d: %s)", (int)s, err.msg);
-    CHECK(st_backend_cuda_set_matmul(gpu, nullptr, &err) == ST_ERR_INVALID, "set_matmul(NULL) should be refused");
+    /* a value outside st_matmul_mode is refused naming it (the names are st_backend_matmul_parse's,
+     * checked by test_device) */
+    for (int bad : {-1, 3, 99}) {
+        err = {};
+        s = st_backend_cuda_set_matmul(gpu, (st_matmul_mode)bad, &err);
+        char want[32];
+        snprintf(want, sizeof want, "matmul mode %d ", bad);
+        CHECK(s == ST_ERR_INVALID && strstr(err.msg, want), "set_matmul(%d) should be refused naming it (status %d: %s)",
+              bad, (int)s, err.msg);
+    }
     test_layernorm(5, 768);
     test_layernorm(67, 257);
     test_rmsnorm(3, 4, 128, 640);

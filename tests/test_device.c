@@ -4,7 +4,9 @@
  * byte more does not), a budget of 0 refused, st_backend_status ST_OK on the CPU devices,
  * the bytes a plan gets (all of the budget on the CPU; on a GPU the budget less the
  * CUDA backend's cuBLASLt workspace, in a build with it), and cuda refused where this build
- * has no CUDA backend (saying how to build it) or, in one with it, where there is no GPU.
+ * has no CUDA backend (saying how to build it) or, in one with it, where there is no GPU;
+ * the matmul modes' names (st_backend_matmul_parse: fp32, tf32, bf16; another refused naming
+ * the key 'matmul') and st_backend_set_matmul on the CPU (fp32 only).
  * Needs no GPU: where one is, the cuda device is made and freed. */
 #include <string.h>
 
@@ -32,6 +34,29 @@ static void parse_bad(const char *name) {
     st_backend *be = (st_backend *)&err; /* not touched on failure but set to NULL */
     s = st_backend_device_create(&be, name, NULL, 1 << 20, &err);
     CHECK(s == ST_ERR_INVALID && be == NULL, "create '%s': status %d", name, s);
+}
+
+/* key 'matmul': the one parser of the mode names (st_backend_matmul_parse), used by the key's
+ * check and st_backend_set_matmul */
+static void matmul_ok(const char *name, st_matmul_mode want) {
+    st_err err = {0};
+    st_matmul_mode m = (st_matmul_mode)-7;
+    st_status s = st_backend_matmul_parse(name, &m, &err);
+    CHECK(s == ST_OK && m == want, "matmul '%s': status %d mode %d, want %d (%s)", name ? name : "(null)", s, (int)m,
+          (int)want, err.msg);
+}
+static void matmul_bad(const char *name, st_backend *cpu) {
+    st_err err = {0};
+    st_matmul_mode m = (st_matmul_mode)-7;
+    char want[64];
+    snprintf(want, sizeof want, "key 'matmul': '%s' is not fp32, tf32 or bf16", name);
+    st_status s = st_backend_matmul_parse(name, &m, &err);
+    CHECK(s == ST_ERR_INVALID && m == ST_MATMUL_FP32 && strstr(err.msg, want), "matmul '%s' refused naming the key: "
+          "status %d mode %d '%s'", name, s, (int)m, err.msg);
+    err.msg[0] = 0;
+    s = st_backend_set_matmul(cpu, name, &err);
+    CHECK(s == ST_ERR_INVALID && strstr(err.msg, want), "set_matmul '%s' refused by the parser: status %d '%s'", name,
+          s, err.msg);
 }
 
 int main(void) {
@@ -74,6 +99,18 @@ int main(void) {
           "a budget of 0 is refused naming device_budget: '%s'", err.msg);
     CHECK(st_backend_device_create(&dev, "cpu", NULL, budget, &err) == ST_ERR_INVALID && !dev, "cpu without a host");
     CHECK(st_backend_device_usable_bytes("cpu", budget) == budget, "the cpu device's plan gets the whole budget");
+    matmul_ok("fp32", ST_MATMUL_FP32);
+    matmul_ok(NULL, ST_MATMUL_FP32);
+    matmul_ok("tf32", ST_MATMUL_TF32);
+    matmul_ok("bf16", ST_MATMUL_BF16);
+    const char *mm_bad[] = {"banana", "", "FP32", "fp16", "bf16 ", "tf3"};
+    for (size_t i = 0; i < sizeof mm_bad / sizeof mm_bad[0]; i++) matmul_bad(mm_bad[i], host);
+    CHECK(st_backend_set_matmul(host, "fp32", &err) == ST_OK, "fp32 on the cpu backend: %s", err.msg);
+    for (const char *m = "tf32"; m; m = strcmp(m, "tf32") ? NULL : "bf16") {
+        st_status s2 = st_backend_set_matmul(host, m, &err);
+        CHECK(s2 == ST_ERR_UNSUPPORTED && strstr(err.msg, m) && strstr(err.msg, "fp32 only"),
+              "%s on the cpu backend refused: %d '%s'", m, s2, err.msg);
+    }
 
     size_t big = (size_t)1 << 30;
 #ifdef STRATA_HAVE_CUDA

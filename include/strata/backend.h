@@ -244,10 +244,18 @@ st_status st_backend_status(st_backend *be, st_err *err);
  * all of it on the CPU; on a GPU the budget less the cuBLASLt workspace the CUDA backend
  * carves from its arena at creation. What an executor plans against. */
 size_t st_backend_device_usable_bytes(const char *device, size_t budget);
-/* The precision of a device's fp32 matmuls: "fp32" (every backend; exact to the CPU
- * backend's 1e-5), "tf32" or "bf16" (the CUDA backend's tensor cores: fp32 in and out, the
- * products of tf32- or bf16-rounded inputs, fp32 accumulation; st_backend_cuda_set_matmul).
- * Another mode, or tf32/bf16 on a backend without them, is refused naming it. */
+/* The precision of a device's fp32 matmuls (strata train's key 'matmul'): ST_MATMUL_FP32
+ * (every backend; exact to the CPU backend's 1e-5), ST_MATMUL_TF32 or ST_MATMUL_BF16 (the
+ * CUDA backend's tensor cores: fp32 in and out, the products of tf32- or bf16-rounded
+ * inputs, fp32 accumulation). Append-only: the CUDA backend indexes its compute types by it. */
+typedef enum st_matmul_mode { ST_MATMUL_FP32 = 0, ST_MATMUL_TF32 = 1, ST_MATMUL_BF16 = 2 } st_matmul_mode;
+/* The mode named "fp32", "tf32" or "bf16" (NULL: fp32, the default), the one place the
+ * names are read (the key's check, st_backend_set_matmul). Another name is ST_ERR_INVALID
+ * naming the key 'matmul', the name and the three accepted; *mode is then ST_MATMUL_FP32. */
+st_status st_backend_matmul_parse(const char *name, st_matmul_mode *mode, st_err *err);
+/* Sets a device's matmul precision by name (st_backend_matmul_parse; the CUDA backend:
+ * st_backend_cuda_set_matmul). A name that is not a mode, or tf32/bf16 on a backend
+ * without tensor cores (cpu, ref, the budgeted arena), is refused naming it. */
 st_status st_backend_set_matmul(st_backend *be, const char *mode, st_err *err);
 
 /* OpenBLAS releases older than the machine fall back to their slowest kernels

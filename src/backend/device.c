@@ -81,16 +81,29 @@ size_t st_backend_device_usable_bytes(const char *device, size_t budget) {
 #endif
 }
 
+st_status st_backend_matmul_parse(const char *name, st_matmul_mode *mode, st_err *err) {
+    static const char *const names[] = {[ST_MATMUL_FP32] = "fp32", [ST_MATMUL_TF32] = "tf32",
+                                        [ST_MATMUL_BF16] = "bf16"};
+    *mode = ST_MATMUL_FP32;
+    if (!name) return ST_OK; /* unset: the default */
+    for (int i = 0; i < (int)(sizeof names / sizeof names[0]); i++)
+        if (!strcmp(name, names[i])) {
+            *mode = (st_matmul_mode)i;
+            return ST_OK;
+        }
+    return st_errf(err, ST_ERR_INVALID, "key 'matmul': '%s' is not fp32, tf32 or bf16; give one of them", name);
+}
+
 st_status st_backend_set_matmul(st_backend *be, const char *mode, st_err *err) {
-    const char *m = mode && *mode ? mode : "fp32";
-    if (strcmp(m, "fp32") && strcmp(m, "tf32") && strcmp(m, "bf16"))
-        return st_errf(err, ST_ERR_INVALID, "matmul '%s' is not fp32, tf32 or bf16", m);
+    st_matmul_mode m;
+    st_status s = st_backend_matmul_parse(mode, &m, err);
+    if (s) return s;
 #ifdef STRATA_HAVE_CUDA
     if (be && be->ops && be->ops->name && !strcmp(be->ops->name, "cuda")) return st_backend_cuda_set_matmul(be, m, err);
 #endif
-    if (strcmp(m, "fp32"))
+    if (m != ST_MATMUL_FP32)
         return st_errf(err, ST_ERR_UNSUPPORTED, "matmul '%s': the %s backend computes its matmuls in fp32 only; tf32 "
-                       "and bf16 are the tensor cores of device cuda", m, be && be->ops && be->ops->name ? be->ops->name
+                       "and bf16 are the tensor cores of device cuda", mode, be && be->ops && be->ops->name ? be->ops->name
                                                                                                   : "cpu");
     return ST_OK;
 }

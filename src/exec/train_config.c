@@ -449,8 +449,8 @@ st_status st_train_config_resolve(const st_train_config *c, st_model_shape *shap
         return st_errf(err, ST_ERR_INVALID, "key 'optim_state': '%s' is not f32 or 8bit", c->optim_state);
     if (strcmp(c->save_hf_dtype, "f32") && strcmp(c->save_hf_dtype, "bf16"))
         return st_errf(err, ST_ERR_INVALID, "key 'save_hf_dtype': '%s' is not f32 or bf16", c->save_hf_dtype);
-    if (strcmp(c->matmul, "fp32") && strcmp(c->matmul, "tf32") && strcmp(c->matmul, "bf16"))
-        return st_errf(err, ST_ERR_INVALID, "key 'matmul': '%s' is not fp32, tf32 or bf16", c->matmul);
+    st_matmul_mode matmul;
+    if ((s = st_backend_matmul_parse(c->matmul, &matmul, err))) return s; /* names the key */
     if (strcmp(c->plan_head, "resident") && strcmp(c->plan_head, "fastest"))
         return st_errf(err, ST_ERR_INVALID, "key 'plan_head': '%s' is not resident or fastest", c->plan_head);
     if (strcmp(c->plan_state, "fixed") && strcmp(c->plan_state, "auto"))
@@ -480,7 +480,8 @@ st_status st_train_config_check(const st_train_config *c, st_err *err) {
         s = st_errf(err, ST_ERR_INVALID, "key 'device_budget': device %s streams the layers through the GPU's memory: "
                     "give device_budget, the bytes of it the run may use (for example --device_budget 16e9)",
                     c->device);
-    if (!s && strcmp(c->matmul, "fp32") && cuda_index < 0)
+    st_matmul_mode matmul = ST_MATMUL_FP32; /* the name was checked by st_train_config_resolve */
+    if (!s && !st_backend_matmul_parse(c->matmul, &matmul, NULL) && matmul != ST_MATMUL_FP32 && cuda_index < 0)
         s = st_errf(err, ST_ERR_UNSUPPORTED, "key 'matmul': %s is the tensor cores of device cuda; device %s computes "
                     "fp32 only: give matmul fp32, or device cuda with device_budget", c->matmul,
                     c->device[0] ? c->device : "cpu");

@@ -51,7 +51,7 @@ struct cuda_ctx {
     char *base = nullptr; /* the arena's one cudaMalloc */
     CuArena arena;
     struct CuLtMatmul *mm = nullptr; /* cuBLASLt: handle, workspace in the arena, algorithms (cuda_matmul.cuh) */
-    int matmul_mode = 0;             /* index into mm_modes: st_backend_cuda_set_matmul */
+    int matmul_mode = ST_MATMUL_FP32; /* index into cu_lt_compute: st_backend_cuda_set_matmul */
     cudaError_t first = cudaSuccess; /* the first error an op met */
     cublasStatus_t first_blas = CUBLAS_STATUS_SUCCESS; /* or the first cuBLAS error, if that came first */
     const char *first_op = "";
@@ -216,16 +216,13 @@ static void copies_drain(cuda_ctx *c) {
 #include "backend/cuda/cuda_matmul.cuh"
 
 extern "C" size_t st_backend_cuda_matmul_workspace(size_t arena_bytes) { return cu_lt_workspace_bytes(arena_bytes); }
-/* the precision modes of st_backend_cuda_set_matmul, by name (index 0 the default) */
-static const char *const mm_modes[] = {"fp32", "tf32", "bf16"};
-extern "C" st_status st_backend_cuda_set_matmul(st_backend *be, const char *mode, st_err *err) {
-    for (int i = 0; i < (int)(sizeof mm_modes / sizeof mm_modes[0]); i++)
-        if (mode && strcmp(mode, mm_modes[i]) == 0) {
-            ctx_of(be)->matmul_mode = i;
-            return ST_OK;
-        }
-    return st_errf(err, ST_ERR_INVALID, "cuda backend: matmul precision \"%s\" is not one of fp32, tf32, bf16",
-                   mode ? mode : "(null)");
+static_assert(sizeof cu_lt_compute / sizeof cu_lt_compute[0] == ST_MATMUL_BF16 + 1, "a compute type per st_matmul_mode");
+extern "C" st_status st_backend_cuda_set_matmul(st_backend *be, st_matmul_mode mode, st_err *err) {
+    if ((int)mode < 0 || (size_t)mode >= sizeof cu_lt_compute / sizeof cu_lt_compute[0])
+        return st_errf(err, ST_ERR_INVALID, "cuda backend: matmul mode %d is not ST_MATMUL_FP32, _TF32 or _BF16 "
+                       "(st_backend_matmul_parse reads the names)", (int)mode);
+    ctx_of(be)->matmul_mode = (int)mode;
+    return ST_OK;
 }
 /* out (N, OC) rows = bias (OC): the biased matmul starts from it with beta 1, as the CPU's */
 static __global__ void k_bias_rows(float *out, const float *bias, int N, int OC) {

@@ -17,6 +17,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#include "strata/backend.h" /* st_matmul_mode */
 
 /* The CUDA runtime and cuBLAS versions this library is linked against (1000 * major +
  * 10 * minor, as cudaRuntimeGetVersion reports), read without touching a device. */
@@ -44,11 +45,12 @@ size_t st_backend_cuda_matmul_workspace(size_t arena_bytes);
  * (after synchronizing the stream); ST_OK when there was none. */
 st_status st_backend_cuda_status(struct st_backend *be, st_err *err);
 /* The precision of the fp32 matmuls (matmul_forward/_backward), for the backend's later
- * calls: "fp32" (the default: fp32 products and sums, CUBLAS_COMPUTE_32F), "tf32"
- * (CUBLAS_COMPUTE_32F_FAST_TF32: inputs rounded to 10-bit mantissas on the tensor cores)
- * or "bf16" (CUBLAS_COMPUTE_32F_FAST_16BF: fp32 in and out, bf16 products, fp32 sums).
- * Anything else is refused (ST_ERR_INVALID), naming the mode and the accepted ones. */
-st_status st_backend_cuda_set_matmul(struct st_backend *be, const char *mode, st_err *err);
+ * calls: ST_MATMUL_FP32 (the default: fp32 products and sums, CUBLAS_COMPUTE_32F),
+ * ST_MATMUL_TF32 (CUBLAS_COMPUTE_32F_FAST_TF32: inputs rounded to 10-bit mantissas on the
+ * tensor cores) or ST_MATMUL_BF16 (CUBLAS_COMPUTE_32F_FAST_16BF: fp32 in and out, bf16
+ * products, fp32 sums). Names are read by st_backend_matmul_parse; a value outside the
+ * enum is refused (ST_ERR_INVALID) naming it. */
+st_status st_backend_cuda_set_matmul(struct st_backend *be, st_matmul_mode mode, st_err *err);
 
 #ifdef __cplusplus
 }

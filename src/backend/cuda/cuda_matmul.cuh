@@ -31,8 +31,7 @@ static inline size_t cu_lt_workspace_bytes(size_t arena_bytes) {
     return w < CU_LT_WORKSPACE ? w : CU_LT_WORKSPACE;
 }
 
-/* the compute types of the precision modes, in st_backend_cuda_set_matmul's order
- * (fp32, tf32, bf16) */
+/* the compute types of the precision modes, indexed by st_matmul_mode (fp32, tf32, bf16) */
 static const cublasComputeType_t cu_lt_compute[] = {CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_FAST_TF32,
                                                     CUBLAS_COMPUTE_32F_FAST_16BF};
 
