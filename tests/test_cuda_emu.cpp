@@ -1,8 +1,8 @@
 /* test_cuda_emu.cpp - the emulation of the CUDA execution model (tests/cuda_emu/cuda_emu.h)
  * does what the kernels rely on: thread and block indices over 3-D grids and blocks,
  * __shared__ per block with __syncthreads, warp shuffles and votes (also in a short last
- * warp), the block reductions of kernels_common.cuh, atomics, and bf16 rounding equal
- * to the CPU's st_f32_to_bf16. The kernels under test are written here, in CUDA. */
+ * warp), the block reductions of kernels_common.cuh (sums, the max, a double sum), atomics,
+ * and bf16 rounding equal to the CPU's st_f32_to_bf16. The kernels under test are written here, in CUDA. */
 #include "backend/cuda/kernels_common.cuh"
 
 extern "C" {
@@ -60,6 +60,19 @@ __global__ void k_block_sum(float *out, int *agree) {
     if (v == out[blockIdx.x] && a == n * (n - 1) / 2 && b == n) atomicAdd(agree, 1);
 }
 
+/* cu_block_reduce's other uses: out[block] = the max of -(thread + 1) - 0.5 (all negative,
+ * so a lane past the last warp must bring -inf, not 0) and the double sum of 2^-40 (thread
+ * + 1) (exact in double, not in float); agree: threads that saw both */
+__global__ void k_block_reduce(float *mx, double *sum, int *agree) {
+    __shared__ float fs[32];
+    __shared__ double ds[32];
+    float m = cu_block_reduce<float, CuMax>(-(float)(threadIdx.x + 1) - 0.5f, fs);
+    double d = cu_block_reduce<double, CuSum>(0x1p-40 * (threadIdx.x + 1) + 1.0, ds);
+    if (threadIdx.x == 0) mx[blockIdx.x] = m, sum[blockIdx.x] = d;
+    __syncthreads();
+    if (m == mx[blockIdx.x] && d == sum[blockIdx.x]) atomicAdd(agree, 1);
+}
+
 __global__ void k_atomics(int *count, float *fsum, int *mx) {
     atomicAdd(count, 1);
     atomicAdd(fsum, 0.5f);
@@ -114,6 +127,16 @@ int main(void) {
         float want = (float)nt * (nt + 1) / 2;
         CHECK(out[0] == want && out[2] == want && agree == 3 * nt, "block sum over %d threads: %g (want %g), %d agree",
               nt, out[0], want, agree);
+    }
+    for (int nt : {32, 96, 256}) {
+        std::vector<float> mx(3, 0);
+        std::vector<double> sum(3, 0);
+        int agree = 0;
+        ST_CUDA_LAUNCH(k_block_reduce, 3, nt, 0, nullptr, mx.data(), sum.data(), &agree);
+        double want = nt + 0x1p-40 * nt * (nt + 1) / 2;
+        CHECK(mx[0] == -1.5f && mx[2] == -1.5f && sum[0] == want && sum[2] == want && agree == 3 * nt,
+              "block max and double sum over %d threads: %g (want -1.5), %.17g (want %.17g), %d agree", nt, mx[0],
+              sum[0], want, agree);
     }
     /* atomics */
     {

@@ -5,8 +5,8 @@
  *
  * A block per row (the grid strides over rows, so a row's threads take the same branch
  * and every barrier is reached by all of them); the block's threads stride over the
- * row's columns. The row max is a block max (a butterfly over the lanes, then the warps
- * in order); sum exp(logit - max) is kept in double, as the CPU backend's, and summed
+ * row's columns. The row max is a block max (cu_block_reduce: a butterfly over the lanes,
+ * then the warps in order); sum exp(logit - max) is kept in double, as the CPU backend's, and summed
  * over the block in a fixed order (each thread its columns in order, then the butterfly,
  * then the warps in order): no atomics, the same bits run after run. Rows whose target
  * is < 0 are masked: loss 0, dlogits 0, their chunk statistics untouched.
@@ -22,33 +22,6 @@
 #include <math.h>
 
 #include "backend/cuda/kernels_common.cuh"
-
-/* The max of v over the 32 lanes, in every lane. The whole warp must call it. */
-__device__ __forceinline__ float cu_warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-/* The max of v over a block whose size is a multiple of 32, in every thread (scratch:
- * 32 floats of __shared__); every thread must call it; it opens with a barrier. */
-__device__ __forceinline__ float cu_block_max(float v, float *scratch) {
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
-    v = cu_warp_max(v);
-    __syncthreads();
-    if (lane == 0) scratch[warp] = v;
-    __syncthreads();
-    return cu_warp_max(lane < nwarps ? scratch[lane] : -INFINITY);
-}
-/* The double sum of v over the block, as cu_block_sum (scratch: 32 doubles). */
-__device__ __forceinline__ double cu_block_sum_d(double v, double *scratch) {
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    __syncthreads();
-    if (lane == 0) scratch[warp] = v;
-    __syncthreads();
-    v = lane < nwarps ? scratch[lane] : 0.0;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 
 /* logits (N, V): losses (N) = max + log(sum) - logit[target] (0 when masked); when
  * dloss != 0, logits become (softmax - onehot(target)) * dloss (0 when masked). */
@@ -69,10 +42,10 @@ __global__ void __launch_bounds__(256) k_crossentropy(T *logits, float *losses, 
         float lt = cu_load(&l[tgt]); /* before any thread overwrites the row */
         float mx = -INFINITY;
         for (int j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, cu_load(&l[j]));
-        mx = cu_block_max(mx, fs);
+        mx = cu_block_reduce<float, CuMax>(mx, fs);
         double sum = 0;
         for (int j = threadIdx.x; j < V; j += blockDim.x) sum += (double)expf(cu_load(&l[j]) - mx);
-        sum = cu_block_sum_d(sum, ds);
+        sum = cu_block_reduce<double, CuSum>(sum, ds);
         if (threadIdx.x == 0) losses[i] = (float)((double)mx + log(sum) - (double)lt);
         if (dloss != 0.0f) {
             float sc = (float)((double)dloss / sum);
@@ -105,11 +78,11 @@ __global__ void __launch_bounds__(256) k_softmax_chunk_stats(const T *logits, co
         const T *l = logits + (size_t)i * nr;
         float mx = -INFINITY;
         for (int j = threadIdx.x; j < nr; j += blockDim.x) mx = fmaxf(mx, cu_load(&l[j]));
-        mx = cu_block_max(mx, fs);
+        mx = cu_block_reduce<float, CuMax>(mx, fs);
         float old = rmax[i], m = mx > old ? mx : old;
         double sum = 0;
         for (int j = threadIdx.x; j < nr; j += blockDim.x) sum += (double)expf(cu_load(&l[j]) - m);
-        sum = cu_block_sum_d(sum, ds);
+        sum = cu_block_reduce<double, CuSum>(sum, ds);
         if (threadIdx.x == 0) {
             double rs = rsum[i];
             if (mx > old) rs *= exp((double)old - (double)mx); /* rescale the sum so far */
