@@ -6,7 +6,8 @@
  * CUDA backend's cuBLASLt workspace, in a build with it), and cuda refused where this build
  * has no CUDA backend (saying how to build it) or, in one with it, where there is no GPU;
  * the matmul modes' names (st_backend_matmul_parse: fp32, tf32, bf16; another refused naming
- * the key 'matmul') and st_backend_set_matmul on the CPU (fp32 only).
+ * the key 'matmul') and st_backend_set_matmul on the CPU (fp32 only); st_backend_device_built
+ * (cpu always, cuda only in a build with the CUDA backend).
  * Needs no GPU: where one is, the cuda device is made and freed. */
 #include <string.h>
 
@@ -113,7 +114,13 @@ int main(void) {
     }
 
     size_t big = (size_t)1 << 30;
+    /* st_backend_device_built: whether the build has the device's backend, nothing created */
+    CHECK(st_backend_device_built("cpu", &err) == ST_OK && st_backend_device_built(NULL, &err) == ST_OK,
+          "cpu is always built: %s", err.msg);
+    CHECK(st_backend_device_built("banana", &err) == ST_ERR_INVALID && strstr(err.msg, "cpu, cuda or cuda:N"),
+          "a bad name is refused by the form: '%s'", err.msg);
 #ifdef STRATA_HAVE_CUDA
+    CHECK(st_backend_device_built("cuda:1", &err) == ST_OK, "cuda:1 is built here: %s", err.msg);
     size_t ws = st_backend_cuda_matmul_workspace(big);
     CHECK(ws > 0 && st_backend_device_usable_bytes("cuda:1", big) == big - ws,
           "a GPU's plan gets the budget less cuBLASLt's workspace (%zu): %zu", ws,
@@ -129,6 +136,9 @@ int main(void) {
               "cuda without a GPU refused: %d '%s'", s, err.msg);
     }
 #else
+    CHECK(st_backend_device_built("cuda:1", &err) == ST_ERR_UNSUPPORTED && strstr(err.msg, "cuda:1") &&
+              strstr(err.msg, "-DSTRATA_CUDA=ON"),
+          "cuda:1 is not built here, saying how to build it: '%s'", err.msg);
     CHECK(st_backend_device_usable_bytes("cuda", big) == big, "no CUDA backend: nothing carved");
     st_status s = st_backend_device_create(&dev, "cuda:2", host, budget, &err);
     CHECK(s == ST_ERR_UNSUPPORTED && !dev && strstr(err.msg, "cuda:2") &&

@@ -234,6 +234,11 @@ st_status st_backend_device_create(st_backend **out, const char *device, st_back
 /* The form of a device name alone, as st_backend_device_create takes it (nothing created;
  * cuda accepted in any build): *cuda_index -1 for "cpu" (or NULL or ""), N for "cuda"/"cuda:N". */
 st_status st_backend_device_parse(const char *device, int *cuda_index, st_err *err);
+/* Whether this strata has the backend of a device name (nothing created, no GPU touched):
+ * ST_OK for cpu, and for cuda/cuda:N in a build with the CUDA backend; for cuda in one
+ * without it ST_ERR_UNSUPPORTED, st_backend_device_create's message (how to build it). A
+ * caller checks it before it writes anything (strata train: before the run directory). */
+st_status st_backend_device_built(const char *device, st_err *err);
 /* The first error a backend's ops met since it was created, where its ops run
  * asynchronously and return nothing (the CUDA backend: a kernel, copy or cuBLAS call,
  * after synchronizing its stream): a caller checks after a step and stops instead of

@@ -52,8 +52,20 @@ st_status st_backend_device_create(st_backend **out, const char *device, st_back
             return st_errf(err, ST_ERR_INVALID, "device 'cpu': no host backend to carve the budget over");
         return st_backend_with_budget(out, host, budget, err);
     }
+    if ((s = st_backend_device_built(device, err))) return s;
 #ifdef STRATA_HAVE_CUDA
     return st_backend_cuda_create(out, index, budget, err);
+#else
+    return ST_ERR_UNSUPPORTED; /* st_backend_device_built refused it */
+#endif
+}
+
+st_status st_backend_device_built(const char *device, st_err *err) {
+    int index;
+    st_status s = st_backend_device_parse(device, &index, err);
+    if (s || index < 0) return s;
+#ifdef STRATA_HAVE_CUDA
+    return ST_OK;
 #else
     return st_errf(err, ST_ERR_UNSUPPORTED, "device '%s': this strata was built without the CUDA backend; build it "
                    "with cmake -DSTRATA_CUDA=ON (nvcc and the CUDA toolkit installed), or use device cpu", device);

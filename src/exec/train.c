@@ -1177,6 +1177,9 @@ static st_status place_state(st_train_config *c, st_err *err) {
 st_status st_train_run(const st_train_config *c, st_train_result *res, st_err *err) {
     st_status s = st_train_config_check(c, err);
     if (s) return s;
+    /* a device this build lacks (cuda without the CUDA backend) is refused before anything
+     * is planned or written: no run directory, no config.json */
+    if ((s = st_backend_device_built(c->device, err))) return st_err_prefix(err, "key 'device'");
     /* plan_state auto: the state's format and tier chosen now, and run (and recorded in
      * config.json) as if given */
     st_train_config placed;
