@@ -9,13 +9,15 @@
  * outside st_matmul_mode refused, and cuBLASLt's workspace inside the arena (the free bytes less exactly
  * st_backend_cuda_matmul_workspace). Outputs an op writes start as NaN; outputs it adds
  * into start random. Last, a refused op (a head size over 128) must be the error
- * st_backend_cuda_status reports, by the op's name. Built twice:
+ * st_backend_cuda_status reports, by the op's name; a device index past the count
+ * (cuda:1 on the emulation's one device) refused naming it and the count. Built twice:
  *   - test_cuda_backend: the nvcc-built backend in libstrata, on a GPU; exits 77 where
  *     there is no CUDA device. Not yet run on a GPU.
  *   - test_cuda_backend_emu (-DST_CUDA_EMU): backend_cuda.cu compiled by g++ against the
  *     emulated CUDA runtime, cuBLAS as OpenBLAS and the emulated execution model of
  *     tests/cuda_emu, so the backend's glue (argument order, strides, which kernel and
  *     which gemm each op calls, the arena, copies) runs here without a GPU. */
+#include <cuda_runtime.h> /* cudaGetDeviceCount: the emulation's (one device) in test_cuda_backend_emu */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -540,6 +542,22 @@ int main(void) {
         for (float *p : {q, o, l}) gpu->ops->dealloc(gpu, p);
     }
     st_backend_free(gpu);
+    gpu = nullptr;
+    /* cuda:N past the devices there are (cuda:1 on the emulation's one device) is refused
+     * naming the device, the count and the devices to give; cuda:0 worked above */
+    int count = 0;
+    CHECK(cudaGetDeviceCount(&count) == cudaSuccess && count >= 1, "cudaGetDeviceCount: %d devices", count);
+    for (int dev : {count, count + 7, -1}) {
+        err = {};
+        s = st_backend_cuda_create(&gpu, dev, (size_t)1 << 20, &err);
+        char want[64], give[64];
+        snprintf(want, sizeof want, "no CUDA device %d (%d found", dev, count);
+        snprintf(give, sizeof give, count == 1 ? "give device cuda:0 or cpu" : "cuda:0 to cuda:%d, or cpu", count - 1);
+        CHECK(s == ST_ERR_UNSUPPORTED && !gpu && strstr(err.msg, want) && strstr(err.msg, give),
+              "device %d of %d refused naming it, the count and the devices there are (status %d: %s)", dev, count,
+              (int)s, err.msg);
+        if (gpu) st_backend_free(gpu), gpu = nullptr;
+    }
     st_backend_free(cpu);
     return test_finish("test_cuda_backend");
 }

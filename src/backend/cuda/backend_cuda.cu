@@ -513,9 +513,16 @@ extern "C" st_status st_backend_cuda_create(st_backend **out, int device, size_t
     *out = nullptr;
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess || device < 0 || device >= count)
-        return st_errf(err, ST_ERR_UNSUPPORTED, "cuda backend: no CUDA device %d (%d found%s%s)", device, count,
-                       e != cudaSuccess ? ": " : "", e != cudaSuccess ? cudaGetErrorString(e) : "");
+    if (e != cudaSuccess) count = 0;
+    if (e != cudaSuccess || device < 0 || device >= count) {
+        char give[64] = "give device cpu"; /* the devices there are, as the key takes them */
+        if (count == 1) snprintf(give, sizeof give, "give device cuda:0 or cpu");
+        if (count > 1) snprintf(give, sizeof give, "give device cuda:0 to cuda:%d, or cpu", count - 1);
+        const char *vis = getenv("CUDA_VISIBLE_DEVICES"); /* what hides devices from the count */
+        return st_errf(err, ST_ERR_UNSUPPORTED, "cuda backend: no CUDA device %d (%d found%s%s%s%s): %s", device,
+                       count, e != cudaSuccess ? ": " : "", e != cudaSuccess ? cudaGetErrorString(e) : "",
+                       vis ? "; CUDA_VISIBLE_DEVICES=" : "", vis ? vis : "", give);
+    }
     if ((e = cudaSetDevice(device)) != cudaSuccess)
         return st_errf(err, ST_ERR_UNSUPPORTED, "cuda backend: cudaSetDevice(%d): %s", device, cudaGetErrorString(e));
     st_backend *be = (st_backend *)calloc(1, sizeof *be);
