@@ -14,9 +14,153 @@
 
 #include "strata/optim.h"
 #include "strata/plan.h"
+#include "strata/store.h"
+#include "strata/train.h"
 #include "testutil.h"
 
 static int close_to(double a, double b) { return fabs(a - b) <= 1e-12 + 1e-9 * fabs(b); }
+
+/* the store's side of a step: a zero gradient, the executor's order beside the backward */
+static float *zero_grads;
+static const void *grads_at(void *ctx, size_t first, size_t n) {
+    (void)ctx, (void)n;
+    return zero_grads + first;
+}
+static st_status landed(void *ctx, size_t first, size_t n, st_err *err) {
+    (void)ctx, (void)first, (void)n, (void)err;
+    return ST_OK;
+}
+static double blocks_down(void *ctx, size_t first, size_t end) { /* stream_step.c's store_order */
+    const st_arch_layout *y = ctx;
+    return first >= y->block_offset0 && end <= y->norm_offset ? -(double)end : (double)first;
+}
+
+/* The store's host budget chosen (st_plan_state_budget): a 124M-parameter GPT-2's state (1.5 GB)
+ * on a slow disk after the backward: with 8 GiB of host memory to spare a larger budget than
+ * the default, predicted faster; the candidates ascending and within the host; with less host
+ * than twice the default, the default alone. */
+static void budget_chosen(const st_plan_profile *hw, const char *dir) {
+    st_err err = {0};
+    st_gpt2_config cfg = {.vocab_size = 50257, .max_seq = 1024, .n_layer = 12, .n_head = 12, .n_embd = 768};
+    st_arch *a = NULL;
+    if (st_arch_gpt2(&a, &cfg, &err)) {
+        CHECK(0, "%s", err.msg);
+        return;
+    }
+    st_stream_plan *p = malloc(sizeof *p);
+    st_stream_plan_default(p, a->lay.n_blocks);
+    st_stream_plan_set_all(p, ST_STREAM_ACT_KEEP);
+    double bw = 1e8;
+    st_plan_disk d = {.paths = &dir, .n_paths = 1, .mixed_bytes_per_s = &bw, .fmt = ST_OPTIM_STATE_F32,
+                      .optim_ns_per_param = 1.0, .host_budget = ST_TRAIN_STATE_BUDGET_DEFAULT, .weight_decay = 0.1f};
+    st_plan_prediction def, ch;
+    st_plan_disk_cost kd;
+    st_plan_config_disk *cd = calloc(1, sizeof *cd);
+    CHECK(st_plan_predict_disk(a, 1, 64, hw, p, &d, &def, &kd, &err) == ST_OK, "%s", err.msg);
+    CHECK(st_plan_state_budget(a, 1, 64, hw, p, &d, 8.0 * (1u << 30), &ch, cd, &err) == ST_OK, "%s", err.msg);
+    int pick = cd->budget_pick;
+    CHECK(cd->budget_chosen && cd->n_budgets >= 3 && cd->budgets[0].budget == ST_TRAIN_STATE_BUDGET_DEFAULT &&
+              cd->dc.state_budget == cd->budgets[pick].budget && cd->dc.state_budget > ST_TRAIN_STATE_BUDGET_DEFAULT &&
+              ch.step_s < def.step_s && ch.step_s == cd->budgets[pick].step_s && cd->budgets[0].step_s == def.step_s,
+          "8 GiB to spare: %d candidates, chose %llu (step %g s; the default's %g s)", cd->n_budgets,
+          cd->dc.state_budget, ch.step_s, def.step_s);
+    for (int i = 0; i < cd->n_budgets; i++) {
+        char line[256];
+        st_plan_state_budget_describe(cd, i, line, sizeof line);
+        printf("  %s\n", line);
+        CHECK(cd->budgets[i].budget <= 8.0 * (1u << 30) && (i == 0 || cd->budgets[i].budget > cd->budgets[i - 1].budget),
+              "candidate %d: %llu bytes", i, cd->budgets[i].budget);
+        CHECK(cd->budgets[pick].step_s <= cd->budgets[i].step_s, "candidate %d predicted faster than the choice", i);
+    }
+    CHECK(cd->budgets[cd->n_budgets - 1].whole && cd->budgets[cd->n_budgets - 1].hits == cd->budgets[cd->n_budgets - 1].n_subgroups,
+          "the last candidate is the whole state cached");
+    CHECK(st_plan_state_budget(a, 1, 64, hw, p, &d, 400.0 * (1u << 20), &ch, cd, &err) == ST_OK && cd->n_budgets == 1 &&
+              cd->dc.state_budget == ST_TRAIN_STATE_BUDGET_DEFAULT && ch.step_s == def.step_s,
+          "400 MiB to spare: %d candidates, chose %llu", cd->n_budgets, cd->dc.state_budget);
+    free(cd);
+    free(p);
+    st_arch_free(a);
+}
+
+/* The cache in the prediction: a store laid out as the planner lays it out (the model's
+ * segments, a host budget of a few subgroups), stepped for real, reads what
+ * st_plan_predict_disk says, to the byte, in both orders (after the backward: alternating;
+ * beside it: the gradients' order, read ahead with every buffer). */
+static void cache_matches_store(const st_plan_profile *hw, const char *dir) {
+    st_err err = {0};
+    st_gpt2_config cfg = {.vocab_size = 512, .max_seq = 64, .n_layer = 6, .n_head = 2, .n_embd = 128};
+    st_arch *a = NULL;
+    if (st_arch_gpt2(&a, &cfg, &err)) {
+        CHECK(0, "%s", err.msg);
+        return;
+    }
+    const st_arch_layout *y = &a->lay;
+    st_stream_plan *p = malloc(sizeof *p);
+    st_stream_plan_default(p, y->n_blocks);
+    st_stream_plan_set_all(p, ST_STREAM_ACT_KEEP);
+    st_optim_segment *segs = calloc((size_t)y->n_tensors, sizeof *segs);
+    zero_grads = calloc(y->n_params, sizeof(float));
+    st_train_decay_segments(y->tensors, y->n_tensors, 0.1f, segs);
+    double bw = 1e9;
+    for (int beside = 0; beside < 2; beside++) {
+        st_plan_disk d = {.paths = &dir, .n_paths = 1, .mixed_bytes_per_s = &bw, .fmt = ST_OPTIM_STATE_F32,
+                          .optim_ns_per_param = 1.0, .host_budget = 6u << 20, .beside = beside, .weight_decay = 0.1f};
+        st_plan_prediction pr;
+        st_plan_disk_cost k;
+        CHECK(st_plan_predict_disk(a, 2, 32, hw, p, &d, &pr, &k, &err) == ST_OK, "%s", err.msg);
+        st_store_config sc = {.paths = &dir, .n_paths = 1, .segs = segs, .n_segs = y->n_tensors,
+                              .fmt = ST_OPTIM_STATE_F32, .host_budget = d.host_budget,
+                              .name = beside ? "beside" : "after"};
+        st_store *st = NULL;
+        CHECK(st_store_create(&st, &sc, NULL, NULL, &err) == ST_OK, "create: %s", err.msg);
+        if (!st) break;
+        st_store_stats ss;
+        st_store_get_stats(st, &ss);
+        CHECK(ss.n_subgroups == k.n_subgroups && ss.n_buffers == k.n_buffers && ss.n_subgroups >= 3 * ss.n_buffers / 2 &&
+                  ss.n_buffers >= 4,
+              "layout: %d subgroups, %d buffers; predicted %d, %d", ss.n_subgroups, ss.n_buffers, k.n_subgroups,
+              k.n_buffers);
+        st_adamw_params hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .grad_scale = 1};
+        st_store_step_args sa = {.grads = grads_at, .grad_dtype = ST_F32, .grad_sumsq = 0};
+        if (beside) {
+            sa.wait = landed;
+            sa.order_key = blocks_down;
+            sa.ctx = (void *)y;
+        }
+        st_store_layout lay;
+        CHECK(st_store_plan_step(&sc, &sa, &lay, &err) == ST_OK, "%s", err.msg);
+        int hits2 = 0;
+        unsigned long long read2 = 0;
+        for (int step = 1; step <= 4; step++) { /* the store's step counter before it: step - 1 */
+            hp.step = step;
+            CHECK(st_store_step(st, &sa, &hp, &err) == ST_OK, "step %d: %s", step, err.msg);
+            st_store_get_stats(st, &ss);
+            if (step < 3) continue; /* the cache warm: as the planner predicts a step */
+            int o = (step - 1) % 2;
+            CHECK(ss.hits == lay.hits[o] && ss.read_bytes == lay.read_bytes[o][0] && ss.write_bytes == k.write_bytes &&
+                      ss.write_bytes == lay.write_bytes[0],
+                  "%s, step %d: the store hit %d, read %llu, wrote %llu bytes; predicted %d, %llu, %llu",
+                  beside ? "beside" : "after", step, ss.hits, (unsigned long long)ss.read_bytes,
+                  (unsigned long long)ss.write_bytes, lay.hits[o], (unsigned long long)lay.read_bytes[o][0],
+                  k.write_bytes);
+            hits2 += ss.hits;
+            read2 += ss.read_bytes;
+        }
+        CHECK(hits2 == 2 * k.cache_hits && read2 == 2 * k.read_bytes,
+              "%s: the planner's mean step %g hits, %llu bytes read; the store's two steps %d, %llu",
+              beside ? "beside" : "after", k.cache_hits, k.read_bytes, hits2, read2);
+        CHECK(close_to(k.io_s, (double)(k.read_bytes + k.write_bytes) / bw) && (beside || k.read_bytes < k.write_bytes),
+              "io %g s for %llu + %llu bytes", k.io_s, k.read_bytes, k.write_bytes);
+        if (!beside) CHECK(k.cache_hits > 0, "after the backward the cache hit nothing");
+        printf("cache, %s the backward: %d subgroups, %d buffers, %g hits, %llu bytes read, %llu written a step\n",
+               beside ? "beside" : "after", k.n_subgroups, k.n_buffers, k.cache_hits, k.read_bytes, k.write_bytes);
+        st_store_close(st);
+    }
+    free(zero_grads);
+    free(segs);
+    free(p);
+    st_arch_free(a);
+}
 
 int main(void) {
     st_err err = {0};
@@ -75,8 +219,11 @@ int main(void) {
     /* the layout's bytes: both regions of master + two fp32 moments, padded to 4096 a buffer */
     CHECK(k32.disk_bytes >= 2 * 12 * n && k32.disk_bytes <= 2 * 12 * n * 1.2 + (1 << 20),
           "disk %llu bytes for %g parameters", k32.disk_bytes, n);
-    CHECK(k32.read_bytes + k32.write_bytes == k32.disk_bytes, "read %llu + written %llu != %llu", k32.read_bytes,
-          k32.write_bytes, k32.disk_bytes);
+    /* every region written (one of two, past the file's 4096-byte header); the whole state in
+     * 64 MiB of buffers: every subgroup cached, nothing read */
+    CHECK(2 * k32.write_bytes + 4096 == k32.disk_bytes && k32.read_bytes == 0 && k32.cache_hits == k32.n_subgroups,
+          "read %llu + written %llu of %llu, %g of %d subgroups cached", k32.read_bytes, k32.write_bytes,
+          k32.disk_bytes, k32.cache_hits, k32.n_subgroups);
     size_t in_ram = st_plan_host_bytes(a, B, T, p), on_disk = st_plan_host_bytes_disk(a, B, T, p);
     size_t backups = (a->lay.norm_offset - a->lay.block_offset0) * 12;
     CHECK(on_disk == in_ram - a->lay.n_params * 8 - backups, "host bytes %zu on disk, %zu in RAM", on_disk, in_ram);
@@ -146,6 +293,9 @@ int main(void) {
           kb.cpu_s, r2.step_s, b2.step_s);
     bw = bw_was;
     d.cpu_slowdown = 0;
+
+    cache_matches_store(&hw, dir);
+    budget_chosen(&hw, dir);
 
     /* refusals */
     bw = 0;

@@ -15,7 +15,7 @@ T=$(mktemp -d /tmp/strata-plan-state-XXXXXX)
 trap 'rm -rf "$T"' EXIT
 fail=0; checks=0
 check() { checks=$((checks+1)); if ! eval "$1"; then echo "FAIL: $2"; fail=$((fail+1)); fi; }
-mkdir -p "$T/disk"
+mkdir -p "$T/disk" "$T/disk2"
 m="--model gpt2-tiny --vocab_size 256 --batch 2 --seq 16"
 # the machine measured once (strata train measures its own)
 "$S" plan $m --save_profile "$T/hw.json" >/dev/null 2>&1 || { echo "FAIL: strata plan --save_profile"; exit 1; }
@@ -58,14 +58,17 @@ check 'echo "$l" | grep -q "in host memory" && echo "$l" | grep -q "taken only w
        cand "f32 on state_paths" | grep -q "time unknown"' \
   "state_paths without state_profile but the host fits: host memory: $l"
 # the objective against the old order: a slow disk (1 MB/s) streams 8-bit's fewer bytes faster
-D="--state_paths $T/disk --state_budget 4096 --state_profile $T/slow.json"
-l=$(plan --host_budget $((n8 - 1)) $D)
+# (a wider model, whose moments outweigh the store's smallest buffers: three of 1 MiB)
+D="--state_paths $T/disk --state_budget 3e6 --state_profile $T/slow.json"
+W="--n_embd 256 --n_layer 4 --max_seq 32 --seq 32"
+l=$(plan $W --host_budget 1e12 $D); nW8=$(cand "8bit in host memory" | bytes)
+l=$(plan $W --host_budget $((nW8 - 1)) $D)
 s32=$(cand "f32 on state_paths" | sed -n 's/.*predicted step \([0-9.]*\) s.*/\1/p')
 s8=$(cand "8bit on state_paths" | sed -n 's/.*predicted step \([0-9.]*\) s.*/\1/p')
 check 'echo "$l" | grep -q "state 8bit on state_paths" && [ -n "$s32" ] && [ -n "$s8" ] &&
        awk -v a="$s8" -v b="$s32" "BEGIN { exit !(a < b) }"' \
   "a slow disk with state_profile: 8-bit on state_paths, predicted faster ($s8 s) than f32 there ($s32 s): $l"
-l=$(plan --host_budget 1e12 $D)
+l=$(plan $W --host_budget 1e12 $D)
 check 'echo "$l" | grep -q "in host memory" && cand "8bit on state_paths" | grep -q "predicted step"' \
   "the host fits and the slow disk is predicted: host memory: $l"
 l=$("$S" plan $m --plan_state maybe 2>&1 | head -1)
@@ -95,6 +98,35 @@ else
     "streamed, a slow disk: strata train chooses as strata plan (rc $rc): $(grep -m1 -A4 plan_state "$T/train.out")"
   check 'grep -q "\"optim_state\": *\"8bit\"" "$T/run2/config.json" && grep -q "\"state_paths\": *\".*disk\"" "$T/run2/config.json"' \
     "config.json records 8-bit on state_paths: $(grep -E 'state_paths|optim_state' "$T/run2/config.json" | tr -d '\n')"
+fi
+
+# the store's host budget (state_budget left 0, plan auto): the planner's choice by predicted
+# step. A 124M-parameter state (1.5 GB) on the slow disk with ample host memory: a larger
+# budget than the default 256 MiB caches more of it and is predicted faster; given, it is used
+G="--model gpt2-124m --batch 1 --seq 64 --device_budget 2e9 --state_paths $T/disk --state_profile $T/slow.json --host_budget 1e12 --profile $T/hw.json"
+"$S" plan $G >"$T/b.out" 2>&1
+cb=$(sed -n 's/.*the store.s cache: state_budget \([0-9]*\) bytes chosen.*/\1/p' "$T/b.out")
+sd=$(sed -n 's/.*state_budget 268435456 (the default): predicted step \([0-9.]*\) s.*/\1/p' "$T/b.out")
+sc=$(sed -n 's/.*state_budget '"$cb"'.*: predicted step \([0-9.]*\) s.*: chosen$/\1/p' "$T/b.out")
+check '[ -n "$cb" ] && [ "$cb" -gt 268435456 ] && [ -n "$sd" ] && [ -n "$sc" ] &&
+       awk -v a="$sc" -v b="$sd" "BEGIN { exit !(a < b) }"' \
+  "a slow disk, ample host: a state_budget above the default ($cb), predicted faster ($sc s) than the default's ($sd s): $(grep -A6 "store.s cache" "$T/b.out")"
+"$S" plan $G --json >"$T/b.json" 2>/dev/null
+check 'jq -e ".disk.state_budget == $cb and .disk.state_budget_chosen == true" "$T/b.json" >/dev/null' \
+  "the plan JSON records the chosen state_budget: $(jq -c .disk "$T/b.json" 2>&1 | head -c 400)"
+"$S" plan $G --state_budget 268435456 >"$T/g.out" 2>&1
+check 'grep -q "the store.s cache: state_budget 268435456 bytes as given" "$T/g.out" && ! grep -q "candidates" "$T/g.out"' \
+  "an explicit state_budget is used as given, nothing chosen: $(grep -A2 "store.s cache" "$T/g.out")"
+# strata train runs and records what it chose (a resume runs it: config.json)
+sed "s|$T/disk\"|$T/disk2\"|" "$T/slow.json" >"$T/slow2.json"
+"$S" train $m --device_budget 6e6 --state_paths "$T/disk2" --state_profile "$T/slow2.json" --steps 1 --eval_every 0 --sample_every 0 \
+  --quiet 1 --run_dir "$T/run3" >"$T/t3.out" 2>&1; rc=$?
+if [ $rc -ne 0 ] && grep -q GLPK "$T/t3.out"; then echo "built without GLPK: the state_budget run skipped"
+else
+  tb=$(sed -n 's/.*planner:   state_budget \([0-9]*\).*: chosen$/\1/p' "$T/t3.out")
+  check '[ $rc -eq 0 ] && [ -n "$tb" ] && jq -e ".state_budget == $tb" "$T/run3/config.json" >/dev/null &&
+         jq -e ".disk.state_budget == $tb" "$T/run3/plan.json" >/dev/null' \
+    "strata train runs and records the chosen state_budget ($tb; rc $rc): $(grep state_budget "$T/t3.out" "$T/run3/config.json")"
 fi
 echo "plan_state: $checks checks, $((checks - fail)) passed, $fail failed"
 [ $fail -eq 0 ]

@@ -217,9 +217,12 @@ st_status st_plan_stream(const st_arch *a, int B, int T, size_t device_budget, c
  * executor keeps no moments in host memory (st_stream_config.external_optimizer) and each
  * step the store reads every subgroup's master weights and moments, updates them and writes
  * them to the other region. Its time in the model:
- *   io_s    the busiest path's bytes read and written per step (one region each way: half
- *           its st_store_plan bytes each) over that path's probed mixed bandwidth
- *           (st_io_probe: requests alternating read and write, as the store streams);
+ *   io_s    the busiest path's bytes read and written per step over that path's probed mixed
+ *           bandwidth (st_io_probe: requests alternating read and write, as the store
+ *           streams): every subgroup's region written, and read but for the cache's hits,
+ *           the subgroups still resident from the step before (st_store_plan_step: the
+ *           store's own pipeline run on its layout, in the order the step takes: alternating
+ *           after the backward, the gradients' order beside it);
  *   cpu_s   the update (optim_ns_per_param of the state format, per parameter), the CRC-32C
  *           of every byte read and written (crc_bytes_per_s) and, at the profile's host
  *           memory rate, the working copy of the weights (4 bytes a parameter);
@@ -229,9 +232,9 @@ st_status st_plan_stream(const st_arch *a, int B, int T, size_t device_budget, c
  * cpu_slowdown of its seconds, and the backward (the blocks' backward and their recomputed
  * forwards) so stretched hides the store up to its stretched length: the step ends when
  * the later of the two does, max(backward + cpu, store) after the first gradient. Either way the in-RAM optimizer's terms
- * (its update, its speculative backups) are gone. The store's read-ahead cache (a few
- * subgroups kept from one step to the next) is not counted: with the default 256 MiB of
- * buffers it saves a few percent of the reads. The program (st_plan_stream) does not see
+ * (its update, its speculative backups) are gone. The store's host buffers (host_budget,
+ * strata train's state_budget) set how many subgroups stay cached: st_plan_predict_config
+ * chooses that budget where the user leaves it (st_plan_state_budget). The program (st_plan_stream) does not see
  * these terms: they add the same time to every plan but where recompute lengthens a
  * backward the store hides behind. */
 typedef struct st_plan_disk {
@@ -264,6 +267,11 @@ typedef struct st_plan_disk_cost {
     unsigned long long read_bytes, write_bytes; /* per step, all paths */
     unsigned long long disk_bytes; /* the store's files on every path (both regions: st_store_plan) */
     unsigned long long store_host_bytes; /* the store's host buffers (st_store_plan) */
+    unsigned long long state_budget; /* the host_budget the store was laid out for */
+    int n_subgroups, n_buffers;  /* the store's layout (st_store_plan_step) */
+    unsigned long long region_bytes; /* its largest subgroup region */
+    double cache_hits;           /* subgroups a step finds cached, not read (read_bytes is without them):
+                                    the mean of two steps, as read_bytes */
     size_t host_bytes;           /* the executor's and the store's host bytes together
                                     (st_plan_host_bytes_disk) */
 } st_plan_disk_cost;
@@ -303,6 +311,23 @@ int st_plan_store_beside(const st_plan_profile *hw);
  * 128 MiB 0.30-0.45 GB/s in 4, 1.1-1.4 s; 256 MiB 0.43-0.61 GB/s in 3, 1.7-2.2 s) */
 #define ST_PLAN_PROBE_BYTES (128ull << 20)
 
+/* The store's host budget (strata train's key state_budget) where the user leaves it 0 under
+ * plan auto: the candidates ST_TRAIN_STATE_BUDGET_DEFAULT, doubled while it stays within the
+ * host bytes left for the store (host_budget, else MemAvailable, less the executor's
+ * st_plan_host_bytes_disk), and the budget that caches every subgroup where that fits; each
+ * predicted (st_plan_predict_disk: a larger cache reads less), the least step taken, a tie
+ * (within ST_PLAN_STATE_BUDGET_TIE of it, relative) to the smaller budget. */
+#define ST_PLAN_STATE_BUDGETS 24
+#define ST_PLAN_STATE_BUDGET_TIE 1e-9
+typedef struct st_plan_state_budget_cand {
+    unsigned long long budget;
+    int whole;                     /* 1: the smallest budget found that caches every subgroup */
+    double step_s;
+    double hits;
+    int n_subgroups;
+    unsigned long long read_bytes, store_host_bytes;
+} st_plan_state_budget_cand;
+
 typedef struct st_plan_config_disk {
     int on_disk;      /* 1: the configuration's state is on disk (state_paths): pred is st_plan_predict_disk's */
     int n_paths;
@@ -313,8 +338,23 @@ typedef struct st_plan_config_disk {
     double mixed_bytes_per_s[16]; /* each path's (ST_STORE_MAX_PATHS) */
     double crc_bytes_per_s;       /* st_plan_crc_bytes_per_s, measured now */
     char state_paths[2048];       /* the key state_paths the figures are for (st_train_config.state_paths) */
-    st_plan_disk_cost dc;
+    st_plan_disk_cost dc;         /* dc.state_budget: the store's host budget predicted (chosen or given) */
+    int budget_chosen;            /* 1: dc.state_budget chosen (st_plan_state_budget), 0: the key's */
+    double host_cap;              /* chosen: the host bytes the store's buffers could take */
+    int n_budgets, budget_pick;   /* chosen: the candidates, ascending, and the index taken */
+    st_plan_state_budget_cand budgets[ST_PLAN_STATE_BUDGETS];
 } st_plan_config_disk;
+
+/* Choose disk->host_budget's value as above for plan p, host_cap bytes for the store's buffers
+ * (disk->host_budget is not read): the candidates and the choice in cd (budgets, n_budgets,
+ * budget_pick, host_cap, budget_chosen 1), the chosen one's prediction in pred and cd->dc. */
+st_status st_plan_state_budget(const st_arch *a, int B, int T, const st_plan_profile *hw, const st_stream_plan *p,
+                               const st_plan_disk *disk, double host_cap, st_plan_prediction *pred,
+                               st_plan_config_disk *cd, st_err *err);
+
+/* Candidate i of cd's choice as one line ("state_budget 536870912: predicted step 0.1234 s,
+ * 8 of 16 subgroups cached, 123 bytes read a step: chosen"). */
+void st_plan_state_budget_describe(const st_plan_config_disk *cd, int i, char *buf, size_t cap);
 
 struct st_train_config;
 /* The prediction of plan p for configuration c (its batch, seq, optim_state, weight_decay,
@@ -325,7 +365,9 @@ struct st_train_config;
  * of probe_bytes written in the path now (cd->probed; 0: never probe, and fail saying to
  * give state_profile); the CRC-32C rate measured now (about 0.1 s); the update beside the
  * backward per st_plan_store_beside; the update of c->optim_state's format per
- * st_plan_optim_ns_per_param; cpu_slowdown 1 (the CPU backend). cd: what was used and the
+ * st_plan_optim_ns_per_param; cpu_slowdown 1 (the CPU backend); the store's host budget
+ * c->state_budget, or where that is 0 and c->plan "auto" chosen by st_plan_state_budget
+ * (cd->budget_chosen; the caller runs cd->dc.state_budget). cd: what was used and the
  * store's figures (st_plan_config_disk_to_json: the plan file's key "disk"). */
 st_status st_plan_predict_config(const struct st_train_config *c, const st_arch *a, const st_plan_profile *hw,
                                  const st_stream_plan *p, unsigned long long probe_bytes, st_plan_prediction *pred,
@@ -340,8 +382,8 @@ st_status st_plan_predict_config_ex(const struct st_train_config *c, const st_ar
                                     st_plan_prediction *pred, st_plan_config_disk *cd, st_err *err);
 struct json_object;
 /* {"io_s", "cpu_s", "store_s", "hidden_s", "beside", "probed", "reused", "state_paths",
- *  "mixed_bytes_per_s": [...], "crc_bytes_per_s", "read_bytes", "write_bytes", "host_bytes"}:
- *  a new json-c object. */
+ *  "mixed_bytes_per_s": [...], "crc_bytes_per_s", "read_bytes", "write_bytes", "host_bytes",
+ *  "state_budget", "state_budget_chosen", "cache_hits", "n_subgroups"}: a new json-c object. */
 struct json_object *st_plan_config_disk_to_json(const st_plan_config_disk *cd);
 
 /* The update's time per parameter in state format fmt on the machine hw: fp32's is the

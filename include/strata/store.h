@@ -174,6 +174,26 @@ typedef struct st_store_info {
 /* The disk bytes a store of this configuration needs on each path (path_bytes[n_paths]),
  * without creating anything: the plan's capacity check. */
 st_status st_store_plan(const st_store_config *cfg, uint64_t *path_bytes, uint64_t *host_bytes, st_err *err);
+/* A step of a store of this configuration, predicted without creating or reading anything
+ * (the planner's disk term): the layout and buffers st_store_create would make, and what
+ * steps read and write once the cache is warm (the steps before took the same order rule).
+ * Alternating, the two orders hit alike in count but not in bytes (the subgroups at the two
+ * ends differ in size): [0] is a step of the store's even steps (visiting up), [1] odd. */
+typedef struct st_store_layout {
+    int n_subgroups, n_buffers;
+    uint64_t region_bytes;                    /* the largest subgroup region */
+    uint64_t host_bytes;                      /* the buffers: n_buffers x region_bytes */
+    uint64_t path_bytes[ST_STORE_MAX_PATHS];  /* each path's file, as st_store_plan */
+    int hits[2];                              /* subgroups still resident from the step before: not read */
+    uint64_t read_bytes[2][ST_STORE_MAX_PATHS]; /* a step's reads on each path (st_store_stats.read_bytes) */
+    uint64_t write_bytes[ST_STORE_MAX_PATHS]; /* its writes: every subgroup's region, cached or not */
+} st_store_layout;
+/* a: the step's arguments as st_store_step gets them, of which only order_key and whether
+ * wait is set are looked at (NULL: neither, the order alternating up and down); the
+ * pipeline's own buffer choices, run on the layout alone. Fails as st_store_create would
+ * for a host budget below the pipeline's buffers. */
+st_status st_store_plan_step(const st_store_config *cfg, const st_store_step_args *a, st_store_layout *out,
+                             st_err *err);
 /* Disk bytes per parameter of the state: fp32 master weights plus the moments (fp32: 12;
  * 8-bit: 6.03 with one fp32 absmax per 256), before padding and the second region. */
 double st_store_bytes_per_param(st_optim_state_format fmt);

@@ -263,7 +263,20 @@ static int plan_device(const st_arch *a, const st_train_config *cfg, double devi
                "above is the store's\n",
                cd.dc.store_s, cd.dc.io_s, cd.dc.cpu_s, cfg->state_profile, cd.crc_bytes_per_s / 1e9,
                cd.beside ? "beside" : "after", cd.dc.hidden_s);
-    else if (disk_unknown)
+    if (cd.on_disk && !disk_unknown) {
+        printf("  the store's cache: state_budget %llu bytes %s, %g of %d subgroups cached (not read: %llu bytes read "
+               "a step, %llu written)\n", cd.dc.state_budget,
+               cd.budget_chosen ? "chosen (the key left 0)" : "as given", cd.dc.cache_hits, cd.dc.n_subgroups,
+               cd.dc.read_bytes, cd.dc.write_bytes);
+        if (cd.budget_chosen)
+            printf("    of %d candidates, each within the %.0f host bytes left for the store's buffers:\n", cd.n_budgets,
+                   cd.host_cap);
+        for (int i = 0; i < cd.n_budgets; i++) {
+            char line[256];
+            st_plan_state_budget_describe(&cd, i, line, sizeof line);
+            printf("      %s\n", line);
+        }
+    } else if (disk_unknown)
         printf("  the state on disk: the step's time with it is not predicted (%s); the step above is the state "
                "in RAM's\n", derr.msg);
     printf("  (one block: forward %.3f ms, backward %.3f ms; %d keep, %d offload, %d recompute)\n",

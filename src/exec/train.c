@@ -542,10 +542,15 @@ static void predict_disk(const st_train_config *c, const st_arch *arch, const st
            : cd->probed ? "each path's bandwidth probed now (no state_profile)"
                         : "the paths' bandwidth from state_profile",
            cd->dc.store_s, cd->dc.io_s, cd->dc.cpu_s, cd->beside ? "beside" : "after", cd->dc.hidden_s);
+    char line[256];
+    for (int i = 0; i < cd->n_budgets; i++) { /* key state_budget left 0: the planner's choice */
+        st_plan_state_budget_describe(cd, i, line, sizeof line);
+        st_log(1, "%s:   %s\n", who, line);
+    }
 }
 
 static st_status open_streamed(const st_train_config *c, st_model *m, const st_arch *arch, st_backend *be, int ranks,
-                               st_backend **dev, st_stream_exec **sx, st_err *err) {
+                               st_backend **dev, st_stream_exec **sx, double *state_budget, st_err *err) {
     /* the moments live in the disk state store; under ranks the step updates the rank's shard
      * (the executor hands over each micro-batch's gradient: no optimizer, one micro-batch) */
     int external = c->state_paths[0] != 0 || ranks > 1;
@@ -677,6 +682,8 @@ static st_status open_streamed(const st_train_config *c, st_model *m, const st_a
            "chunk)\n", c->device_budget / 1048576.0, cuda_index >= 0 ? c->device : "the CPU", usable,
            plan.act[0] == ST_STREAM_ACT_KEEP ? "kept" : plan.act[0] == ST_STREAM_ACT_OFFLOAD ? "offloaded" : "recomputed",
            plan.vocab_chunk ? "chunked" : "resident", plan.vocab_chunk);
+    /* the store's host budget the planner chose (key state_budget left 0): the run's */
+    if (cdisk.on_disk && cdisk.budget_chosen) *state_budget = (double)cdisk.dc.state_budget;
     /* the file's budget is the one given, so that --plan RUN_DIR/plan.json alone sizes the device alike */
     return ranks > 1 ? ST_OK
                      : save_run_plan(c, arch, &sc, (size_t)c->device_budget, &plan, has_pred ? &pred : NULL, &cdisk,
@@ -1182,7 +1189,8 @@ st_status st_train_run(const st_train_config *c, st_train_result *res, st_err *e
     if ((s = st_backend_device_built(c->device, err))) return st_err_prefix(err, "key 'device'");
     /* plan_state auto: the state's format and tier chosen now, and run (and recorded in
      * config.json) as if given */
-    st_train_config placed;
+    st_train_config placed, budgeted;
+    double chosen_budget = 0; /* the store's host budget, where the planner chose it */
     if (!strcmp(c->plan_state, "auto")) {
         placed = *c;
         if ((s = place_state(&placed, err))) return s;
@@ -1255,7 +1263,16 @@ st_status st_train_run(const st_train_config *c, st_train_result *res, st_err *e
         else if ((s = st_model_check_finite(m, c->init_from, err))) goto done;
     }
     if (c->device_budget > 0) {
-        if ((s = st_arch_of_model(&arch, m, err)) || (s = open_streamed(c, m, arch, be, dist.world, &dev, &sx, err))) goto done;
+        if ((s = st_arch_of_model(&arch, m, err)) || (s = open_streamed(c, m, arch, be, dist.world, &dev, &sx, &chosen_budget, err))) goto done;
+        if (chosen_budget > 0 && !(c->state_budget > 0)) { /* run it, and resume with it (config.json) */
+            budgeted = *c;
+            budgeted.state_budget = chosen_budget;
+            c = &budgeted;
+            if (snprintf(path, sizeof path, "%s/config.json", c->run_dir) >= (int)sizeof path)
+                s = st_errf(err, ST_ERR_INVALID, "key 'run_dir': %s is too long", c->run_dir);
+            else if (lead) s = st_train_config_save_json(c, path, err);
+            if (s) goto done;
+        }
         opt = st_stream_optim(sx);
         st_stream_set_params(sx, m->params); /* the device copies of the embedding and head */
     }

@@ -48,6 +48,80 @@ static int reuse_figures(const char *path, const char *state_paths, int n, doubl
     return ok;
 }
 
+/* Candidate budget b predicted: the cost and its summary in k. */
+static st_status budget_predict(const st_arch *a, int B, int T, const st_plan_profile *hw, const st_stream_plan *p,
+                                const st_plan_disk *disk, unsigned long long b, st_plan_prediction *pred,
+                                st_plan_disk_cost *dc, st_plan_state_budget_cand *k, st_err *err) {
+    st_plan_disk d = *disk;
+    d.host_budget = b;
+    st_status s = st_plan_predict_disk(a, B, T, hw, p, &d, pred, dc, err);
+    if (s) return s;
+    memset(k, 0, sizeof *k);
+    k->budget = b;
+    k->step_s = pred->step_s;
+    k->hits = dc->cache_hits;
+    k->n_subgroups = dc->n_subgroups;
+    k->read_bytes = dc->read_bytes;
+    k->store_host_bytes = dc->store_host_bytes;
+    return ST_OK;
+}
+
+st_status st_plan_state_budget(const st_arch *a, int B, int T, const st_plan_profile *hw, const st_stream_plan *p,
+                               const st_plan_disk *disk, double host_cap, st_plan_prediction *pred,
+                               st_plan_config_disk *cd, st_err *err) {
+    st_plan_prediction pr;
+    st_plan_disk_cost dc;
+    st_plan_state_budget_cand *k = cd->budgets;
+    cd->n_budgets = 0;
+    cd->host_cap = host_cap;
+    /* the default always (a smaller host leaves it to the memory check), doubled while it fits */
+    unsigned long long b = ST_TRAIN_STATE_BUDGET_DEFAULT;
+    st_status s = budget_predict(a, B, T, hw, p, disk, b, &pr, &dc, &k[cd->n_budgets++], err);
+    if (s) return s;
+    int whole_known = dc.cache_hits == dc.n_subgroups;
+    /* the budget that caches every subgroup: the buffers of a layout's every region, again for
+     * the layout that budget makes (its region size follows the budget), a few times */
+    unsigned long long whole = 0;
+    unsigned long long try_b = dc.write_bytes > b ? dc.write_bytes : (unsigned long long)dc.n_subgroups * dc.region_bytes;
+    for (int it = 0; it < 6 && !whole_known && (double)try_b <= host_cap; it++) {
+        st_plan_state_budget_cand t;
+        st_err e = {0};
+        if (budget_predict(a, B, T, hw, p, disk, try_b, &pr, &dc, &t, &e)) break; /* too few buffers: not a candidate */
+        if (t.hits == t.n_subgroups) {
+            whole = try_b;
+            break;
+        }
+        unsigned long long next = (unsigned long long)t.n_subgroups * dc.region_bytes;
+        try_b = next > try_b ? next : try_b + dc.region_bytes;
+    }
+    /* the doubled budgets below the whole state's, then that one */
+    for (b *= 2; !whole_known && (double)b <= host_cap && cd->n_budgets < ST_PLAN_STATE_BUDGETS - 1; b *= 2) {
+        if (whole && whole <= b) break;
+        if ((s = budget_predict(a, B, T, hw, p, disk, b, &pr, &dc, &k[cd->n_budgets++], err))) return s;
+        whole_known = dc.cache_hits == dc.n_subgroups;
+    }
+    if (whole && !whole_known) {
+        if ((s = budget_predict(a, B, T, hw, p, disk, whole, &pr, &dc, &k[cd->n_budgets], err))) return s;
+        k[cd->n_budgets++].whole = 1;
+    }
+    int pick = 0;
+    for (int i = 1; i < cd->n_budgets; i++)
+        if (k[i].step_s < k[pick].step_s * (1 - ST_PLAN_STATE_BUDGET_TIE)) pick = i;
+    cd->budget_pick = pick;
+    cd->budget_chosen = 1;
+    int was_whole = k[pick].whole;
+    if ((s = budget_predict(a, B, T, hw, p, disk, k[pick].budget, pred, &cd->dc, &k[pick], err))) return s;
+    k[pick].whole = was_whole;
+    return ST_OK;
+}
+
+void st_plan_state_budget_describe(const st_plan_config_disk *cd, int i, char *buf, size_t cap) {
+    const st_plan_state_budget_cand *k = &cd->budgets[i];
+    snprintf(buf, cap, "state_budget %llu%s: predicted step %.6f s, %g of %d subgroups cached, %llu bytes read a step%s",
+             k->budget, k->whole ? " (the whole state cached)" : i == 0 ? " (the default)" : "", k->step_s, k->hits,
+             k->n_subgroups, k->read_bytes, i == cd->budget_pick ? ": chosen" : "");
+}
+
 st_status st_plan_predict_config(const st_train_config *c, const st_arch *a, const st_plan_profile *hw,
                                  const st_stream_plan *p, unsigned long long probe_bytes, st_plan_prediction *pred,
                                  st_plan_config_disk *cd, st_err *err) {
@@ -98,7 +172,14 @@ st_status st_plan_predict_config_ex(const st_train_config *c, const st_arch *a, 
                        .beside = cd->beside, .weight_decay = (float)c->weight_decay,
                        .crc_bytes_per_s = cd->crc_bytes_per_s, .cpu_slowdown = 1.0};
     st_plan_prediction solved = *pred, dp;
-    if ((s = st_plan_predict_disk(a, c->batch, c->seq, hw, p, &dk, &dp, &cd->dc, err))) return s;
+    if (!(c->state_budget > 0) && !strcmp(c->plan, "auto")) { /* the store's cache: the planner's choice */
+        double host = c->host_budget > 0 ? c->host_budget : st_prof_host_available_bytes();
+        s = st_plan_state_budget(a, c->batch, c->seq, hw, p, &dk, host - (double)st_plan_host_bytes_disk(a, c->batch, c->seq, p),
+                                 &dp, cd, err);
+    } else {
+        s = st_plan_predict_disk(a, c->batch, c->seq, hw, p, &dk, &dp, &cd->dc, err);
+    }
+    if (s) return s;
     dp.solve_s = solved.solve_s;
     dp.program_s = solved.program_s;
     dp.optimal = solved.optimal;
@@ -123,6 +204,10 @@ struct json_object *st_plan_config_disk_to_json(const st_plan_config_disk *cd) {
     json_object_object_add(o, "read_bytes", json_object_new_int64((int64_t)cd->dc.read_bytes));
     json_object_object_add(o, "write_bytes", json_object_new_int64((int64_t)cd->dc.write_bytes));
     json_object_object_add(o, "host_bytes", json_object_new_int64((int64_t)cd->dc.host_bytes));
+    json_object_object_add(o, "state_budget", json_object_new_int64((int64_t)cd->dc.state_budget));
+    json_object_object_add(o, "state_budget_chosen", json_object_new_boolean(cd->budget_chosen));
+    json_object_object_add(o, "cache_hits", json_object_new_double(cd->dc.cache_hits));
+    json_object_object_add(o, "n_subgroups", json_object_new_int(cd->dc.n_subgroups));
     return o;
 }
 

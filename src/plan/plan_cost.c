@@ -199,6 +199,18 @@ st_status st_plan_predict(const st_arch *a, int B, int T, const st_plan_profile 
     return s ? s : predict(&c, a, B, T, p, NULL, 0, 0, pred, err);
 }
 
+/* The executor's order of the store's subgroups beside the backward (stream_step.c's
+ * store_order, ctx the blocks' span [block_offset0, norm_offset)), and a wait that is only
+ * looked at for being set. */
+static double grad_order(void *ctx, size_t first, size_t end) {
+    const size_t *span = ctx;
+    return first >= span[0] && end <= span[1] ? -(double)end : (double)first;
+}
+static st_status never_wait(void *ctx, size_t first, size_t n, st_err *err) {
+    (void)ctx, (void)first, (void)n, (void)err;
+    return ST_OK;
+}
+
 st_status st_plan_predict_disk(const st_arch *a, int B, int T, const st_plan_profile *hw, const st_stream_plan *p,
                                const st_plan_disk *disk, st_plan_prediction *pred, st_plan_disk_cost *dc,
                                st_err *err) {
@@ -224,26 +236,38 @@ st_status st_plan_predict_disk(const st_arch *a, int B, int T, const st_plan_pro
     st_store_config sc = {.paths = disk->paths, .n_paths = disk->n_paths, .path_weight = disk->path_weight,
                           .segs = segs, .n_segs = y->n_tensors, .fmt = (st_optim_state_format)disk->fmt,
                           .host_budget = disk->host_budget};
-    uint64_t pb[ST_STORE_MAX_PATHS], hb = 0;
-    s = st_store_plan(&sc, pb, &hb, err);
+    /* the order the store's step takes: beside the backward the gradients' (st_stream_exec's
+     * store_order: the blocks last to first, then the rest), read ahead with every buffer;
+     * after it, alternating up and down */
+    size_t span[2] = {y->block_offset0, y->norm_offset};
+    st_store_step_args beside_args = {.wait = never_wait, .order_key = grad_order, .ctx = span};
+    st_store_layout lay;
+    s = st_store_plan_step(&sc, disk->beside ? &beside_args : NULL, &lay, err);
     free(segs);
     if (s) return s;
     st_plan_disk_cost k;
     memset(&k, 0, sizeof k);
     for (int i = 0; i < disk->n_paths; i++) {
-        /* one region read, the other written: the path's bytes (both regions) each step */
-        double t = (double)pb[i] / disk->mixed_bytes_per_s[i];
+        /* the cache's hits are not read (the mean of a step up and a step down: whole 4 KiB
+         * regions, so exact); every region is written */
+        uint64_t rd = (lay.read_bytes[0][i] + lay.read_bytes[1][i]) / 2;
+        double t = (double)(rd + lay.write_bytes[i]) / disk->mixed_bytes_per_s[i];
         k.io_s = t > k.io_s ? t : k.io_s;
-        k.disk_bytes += pb[i];
-        k.read_bytes += pb[i] / 2;
-        k.write_bytes += pb[i] - pb[i] / 2;
+        k.disk_bytes += lay.path_bytes[i];
+        k.read_bytes += rd;
+        k.write_bytes += lay.write_bytes[i];
     }
+    k.state_budget = disk->host_budget;
+    k.n_subgroups = lay.n_subgroups;
+    k.n_buffers = lay.n_buffers;
+    k.cache_hits = (lay.hits[0] + lay.hits[1]) / 2.0;
+    k.region_bytes = lay.region_bytes;
     double n = (double)y->n_params;
     double crc = disk->crc_bytes_per_s > 0 ? disk->crc_bytes_per_s : c.mem_bps;
     k.cpu_s = n * disk->optim_ns_per_param * 1e-9 + ((double)k.read_bytes + (double)k.write_bytes) / crc + 4.0 * n / c.mem_bps;
     k.store_s = k.io_s > k.cpu_s ? k.io_s : k.cpu_s;
-    k.store_host_bytes = hb;
-    k.host_bytes = st_plan_host_bytes_disk(a, B, T, p) + (size_t)hb;
+    k.store_host_bytes = lay.host_bytes;
+    k.host_bytes = st_plan_host_bytes_disk(a, B, T, p) + (size_t)lay.host_bytes;
     if ((s = predict(&c, a, B, T, p, &k, disk->beside != 0, disk->cpu_slowdown > 0 ? disk->cpu_slowdown : c.slow, pred, err)))
         return s;
     if (dc) *dc = k;

@@ -1056,6 +1056,77 @@ static int pick_buffer(const st_store *s, int lo, int hi) {
     return best;
 }
 
+/* A step's reads, predicted: the layout and the buffers st_store_step would have, and the
+ * pipeline's own choices (set_order, pick_buffer: this file's code) run over four steps
+ * without data, the last two reported. No file is opened. */
+st_status st_store_plan_step(const st_store_config *cfg, const st_store_step_args *a, st_store_layout *out,
+                             st_err *err) {
+    memset(out, 0, sizeof *out);
+    st_store *s;
+    st_status st = store_alloc(&s, cfg, err);
+    if (st) return st;
+    if ((st = store_layout(s, err))) goto done;
+    uint64_t budget = cfg->host_budget ? cfg->host_budget : 1ull << 30, nb = budget / s->max_region;
+    int need = s->n_sg < 3 ? s->n_sg : 3; /* as buffers_create */
+    if (nb < (uint64_t)need) {
+        st = st_errf(err, ST_ERR_NOMEM, "state store: host budget %llu bytes holds %llu subgroup buffers of %llu bytes; "
+                     "the pipeline needs %d: raise the host budget to at least %llu bytes", (unsigned long long)budget,
+                     (unsigned long long)nb, (unsigned long long)s->max_region, need,
+                     (unsigned long long)(need * s->max_region));
+        goto done;
+    }
+    if (nb > (uint64_t)s->n_sg) nb = (uint64_t)s->n_sg;
+    if (nb > 64) nb = 64;
+    if (!(s->buf = calloc(nb, sizeof *s->buf))) {
+        st = st_errf(err, ST_ERR_NOMEM, "state store: out of memory");
+        goto done;
+    }
+    s->n_buf = (int)nb;
+    for (int b = 0; b < s->n_buf; b++) s->buf[b].sg = -1;
+    st_store_step_args none = {0};
+    if (!a) a = &none;
+    int n = s->n_sg, ahead = a->wait && s->n_buf - 1 > READ_AHEAD ? s->n_buf - 1 : READ_AHEAD;
+    for (int k = 0; k < 4 && !st; k++) { /* as st_store_step, bookkeeping only */
+        s->step = (uint64_t)k;
+        if ((st = set_order(s, a, err))) break;
+        s->step_id++;
+        int *hits = &out->hits[k % 2];
+        uint64_t *read = out->read_bytes[k % 2];
+        *hits = 0;
+        memset(read, 0, sizeof out->read_bytes[0]);
+        memset(out->write_bytes, 0, sizeof out->write_bytes);
+        for (int i = 0, next = 0; i < n; i++) {
+            while (next < n && next <= i + ahead) {
+                int g = order_at(s, next);
+                if (s->sg[g].buf >= 0) {
+                    if (s->sg[g].done != s->step_id) (*hits)++;
+                    next++;
+                    continue;
+                }
+                int b = pick_buffer(s, i, next);
+                if (b < 0) break;
+                if (s->buf[b].sg >= 0) s->sg[s->buf[b].sg].buf = -1; /* stage() */
+                s->buf[b].sg = g;
+                s->sg[g].buf = b;
+                read[s->sg[g].path] += s->sg[g].bytes;
+                next++;
+            }
+            subgroup *sg = &s->sg[order_at(s, i)];
+            out->write_bytes[sg->path] += sg->bytes;
+            s->buf[sg->buf].last_use = ++s->use_clock;
+            sg->done = s->step_id;
+        }
+    }
+    out->n_subgroups = n;
+    out->n_buffers = s->n_buf;
+    out->region_bytes = s->max_region;
+    out->host_bytes = (uint64_t)s->n_buf * s->max_region;
+    for (int p = 0; p < cfg->n_paths; p++) out->path_bytes[p] = s->path_bytes[p];
+done:
+    st_store_close(s);
+    return st;
+}
+
 static st_status stage(st_store *s, int g, int b, st_err *err) {
     sbuf *x = &s->buf[b];
     st_status st = wait_ticket(s, &x->wt, &s->stats.write_wait_s, err);
