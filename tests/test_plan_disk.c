@@ -6,7 +6,10 @@
  * in-RAM prediction's without the in-RAM optimizer; the disk bytes are the store's layout
  * (both regions of 12 fp32 bytes a parameter, padded), the host bytes the executor's without
  * moments plus the store's buffers; the CRC-32C's measured rate is a rate and is charged
- * for every byte read and written; a path without bandwidth or not a directory is refused. */
+ * for every byte read and written; a path without bandwidth or not a directory is refused.
+ * The store's cache: a real store at the planner's layout reads and hits exactly what the
+ * prediction says, in both orders; the store's host budget chosen by predicted step (a larger
+ * one on a slow disk with host to spare, the default alone without). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

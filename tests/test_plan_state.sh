@@ -8,7 +8,9 @@
 # a bad value is refused by key. The budgets come from strata plan's own figures, so the
 # test follows the memory model. A slow disk in a hand-written probe profile makes 8-bit on
 # state_paths (half the bytes to stream) faster than f32 there: the old first-fit rule
-# took f32 on state_paths.
+# took f32 on state_paths. The store's host budget (state_budget left 0) is chosen by
+# predicted step alike (a larger one on a slow disk with host to spare), used as given when
+# given, and recorded by strata train in config.json and plan.json.
 set -u
 S=${STRATA_BIN:?}
 T=$(mktemp -d /tmp/strata-plan-state-XXXXXX)
