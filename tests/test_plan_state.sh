@@ -113,6 +113,15 @@ sc=$(sed -n 's/.*state_budget '"$cb"'.*: predicted step \([0-9.]*\) s.*: chosen$
 check '[ -n "$cb" ] && [ "$cb" -gt 268435456 ] && [ -n "$sd" ] && [ -n "$sc" ] &&
        awk -v a="$sc" -v b="$sd" "BEGIN { exit !(a < b) }"' \
   "a slow disk, ample host: a state_budget above the default ($cb), predicted faster ($sc s) than the default's ($sd s): $(grep -A6 "store.s cache" "$T/b.out")"
+# the host left for the store is the memory plan's (what train checks, at a resume too): the
+# whole state cached fits a host budget of the rest of the run plus its bytes, not one byte less
+hn=$(awk '$1 == "host" && $2 ~ /^[0-9]+$/ { print $2; exit }' "$T/b.out")
+rest=$((hn - 268435456))
+"$S" plan $G --host_budget $((rest + cb)) >"$T/h1.out" 2>&1
+"$S" plan $G --host_budget $((rest + cb - 1)) >"$T/h0.out" 2>&1
+check '[ -n "$hn" ] && grep -q "state_budget $cb bytes chosen" "$T/h1.out" && grep -q "bytes chosen" "$T/h0.out" &&
+       ! grep -q "state_budget $cb bytes chosen" "$T/h0.out"' \
+  "the whole state cached within host_budget $((rest + cb)), not one byte less: $(grep "cache: " "$T/h1.out" "$T/h0.out")"
 "$S" plan $G --json >"$T/b.json" 2>/dev/null
 check 'jq -e ".disk.state_budget == $cb and .disk.state_budget_chosen == true" "$T/b.json" >/dev/null' \
   "the plan JSON records the chosen state_budget: $(jq -c .disk "$T/b.json" 2>&1 | head -c 400)"

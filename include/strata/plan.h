@@ -313,8 +313,9 @@ int st_plan_store_beside(const st_plan_profile *hw);
 
 /* The store's host budget (strata train's key state_budget) where the user leaves it 0 under
  * plan auto: the candidates ST_TRAIN_STATE_BUDGET_DEFAULT, doubled while it stays within the
- * host bytes left for the store (host_budget, else MemAvailable, less the executor's
- * st_plan_host_bytes_disk), and the budget that caches every subgroup where that fits; each
+ * host bytes left for the store (host_budget, else MemAvailable, less the rest of the run: the
+ * memory plan's need, or the executor's st_plan_host_bytes_disk where larger), and the budget
+ * that caches every subgroup where that fits; each
  * predicted (st_plan_predict_disk: a larger cache reads less), the least step taken, a tie
  * (within ST_PLAN_STATE_BUDGET_TIE of it, relative) to the smaller budget. */
 #define ST_PLAN_STATE_BUDGETS 24

@@ -122,6 +122,25 @@ void st_plan_state_budget_describe(const st_plan_config_disk *cd, int i, char *b
              k->n_subgroups, k->read_bytes, i == cd->budget_pick ? ": chosen" : "");
 }
 
+/* The host bytes the store's buffers may take for c: host_budget (else MemAvailable) less the
+ * rest of the run, the larger of the memory plan's need without the buffers (what strata train
+ * checks, so a resume with the budget chosen fits as this start did) and the executor's own for
+ * plan p (st_plan_host_bytes_disk). */
+static st_status store_host_cap(const st_train_config *c, const st_arch *a, const st_stream_plan *p, double *cap,
+                                st_err *err) {
+    st_model_overrides ov = st_train_config_overrides(c);
+    st_prof_mem_estimate e;
+    st_status s = st_model_mem_estimate(c->model, c->init_from, &ov, c->batch, c->seq, !strcmp(c->optim_state, "8bit"),
+                                        &e, err);
+    if (s) return s;
+    st_train_mem_state_on_disk(c, &e);
+    double rest = e.tier_need[ST_PROF_TIER_HOST] - e.state_buffers;
+    double exec = (double)st_plan_host_bytes_disk(a, c->batch, c->seq, p);
+    double host = c->host_budget > 0 ? c->host_budget : st_prof_host_available_bytes();
+    *cap = host - (rest > exec ? rest : exec);
+    return ST_OK;
+}
+
 st_status st_plan_predict_config(const st_train_config *c, const st_arch *a, const st_plan_profile *hw,
                                  const st_stream_plan *p, unsigned long long probe_bytes, st_plan_prediction *pred,
                                  st_plan_config_disk *cd, st_err *err) {
@@ -173,9 +192,8 @@ st_status st_plan_predict_config_ex(const st_train_config *c, const st_arch *a, 
                        .crc_bytes_per_s = cd->crc_bytes_per_s, .cpu_slowdown = 1.0};
     st_plan_prediction solved = *pred, dp;
     if (!(c->state_budget > 0) && !strcmp(c->plan, "auto")) { /* the store's cache: the planner's choice */
-        double host = c->host_budget > 0 ? c->host_budget : st_prof_host_available_bytes();
-        s = st_plan_state_budget(a, c->batch, c->seq, hw, p, &dk, host - (double)st_plan_host_bytes_disk(a, c->batch, c->seq, p),
-                                 &dp, cd, err);
+        double cap = 0;
+        if (!(s = store_host_cap(c, a, p, &cap, err))) s = st_plan_state_budget(a, c->batch, c->seq, hw, p, &dk, cap, &dp, cd, err);
     } else {
         s = st_plan_predict_disk(a, c->batch, c->seq, hw, p, &dk, &dp, &cd->dc, err);
     }
