@@ -6,8 +6,9 @@
  * shapes, forward and backward, fp32, and the asynchronous copies (test_copy_async), with
  * tests/test_ops_diff.c's tolerances; matmul also in the tf32 and bf16 precision modes
  * (st_backend_cuda_set_matmul: a bound derived from the rounding, see test_matmul), a mode
- * outside st_matmul_mode refused, and cuBLASLt's workspace inside the arena (the free bytes less exactly
- * st_backend_cuda_matmul_workspace). Outputs an op writes start as NaN; outputs it adds
+ * outside st_matmul_mode refused, cuBLASLt's workspace inside the arena (the free bytes
+ * less exactly st_backend_cuda_matmul_workspace), and the arena's used, peak and capacity
+ * through st_backend_memory (the vtable's memory entry). Outputs an op writes start as NaN; outputs it adds
  * into start random. Last, a refused op (a head size over 128) must be the error
  * st_backend_cuda_status reports, by the op's name; a device index past the count
  * (cuda:1 on the emulation's one device) refused naming it and the count. Built twice:
@@ -470,6 +471,12 @@ int main(void) {
             if (!e[i] && !nnull++) first = i;
         CHECK(nnull == 0, "%zu entries of st_backend_ops are NULL (the first is pointer %zu)", nnull, first);
     }
+    /* st_backend_memory through the vtable's memory entry: the arena's figures, cuBLASLt's
+     * workspace a block of it from the start (bench stream's device_peak_bytes) */
+    size_t used = 0, peak = 0, cap = 0, ws0 = st_backend_cuda_matmul_workspace(budget);
+    CHECK(st_backend_memory(gpu, &used, &peak, &cap, &err) == ST_OK && used == ws0 && peak == ws0 && cap == budget,
+          "a fresh arena: used %zu, peak %zu (want the workspace, %zu), capacity %zu (want %zu): %s", used, peak, ws0,
+          cap, budget, err.msg);
     /* the arena: zeroed blocks, nothing past the budget */
     float *z = (float *)gpu->ops->alloc(gpu, 4096 * sizeof(float));
     vecf zh = down(z, 4096);
@@ -488,6 +495,12 @@ int main(void) {
     void *all = gpu->ops->alloc(gpu, budget - ws), *more = gpu->ops->alloc(gpu, 1);
     CHECK(all && !more, "budget - workspace fits once, and then nothing more (%p, %p)", all, more);
     gpu->ops->dealloc(gpu, all);
+    void *blk = gpu->ops->alloc(gpu, 1000); /* a block of 1024 */
+    CHECK(st_backend_memory(gpu, &used, &peak, &cap, &err) == ST_OK && used == ws + 1024 && peak == budget &&
+              cap == budget,
+          "after the whole arena was taken and given back, 1000 bytes held: used %zu (want %zu), peak %zu, capacity "
+          "%zu (want %zu both)", used, ws + 1024, peak, cap, budget);
+    gpu->ops->dealloc(gpu, blk);
     /* a value outside st_matmul_mode is refused naming it (the names are st_backend_matmul_parse's,
      * checked by test_device) */
     for (int bad : {-1, 3, 99}) {

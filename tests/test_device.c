@@ -7,7 +7,8 @@
  * has no CUDA backend (saying how to build it) or, in one with it, where there is no GPU;
  * the matmul modes' names (st_backend_matmul_parse: fp32, tf32, bf16; another refused naming
  * the key 'matmul') and st_backend_set_matmul on the CPU (fp32 only); st_backend_device_built
- * (cpu always, cuda only in a build with the CUDA backend).
+ * (cpu always, cuda only in a build with the CUDA backend); st_backend_memory on the cpu
+ * device (its arena's used, peak and capacity) and the cpu backend (nothing to measure).
  * Needs no GPU: where one is, the cuda device is made and freed. */
 #include <string.h>
 
@@ -90,10 +91,26 @@ int main(void) {
         CHECK(p != NULL, "the whole budget fits");
         if (p) dev->ops->dealloc(dev, p);
         CHECK(st_backend_status(dev, &err) == ST_OK, "status of the cpu device: %s", err.msg);
+        /* st_backend_memory: the arena's figures (bench stream's device_peak_bytes) */
+        size_t used = 1, peak = 1, cap = 1;
+        CHECK(st_backend_memory(dev, &used, &peak, &cap, &err) == ST_OK && cap == budget && used == 0 &&
+                  peak == budget,
+              "the cpu device's memory after the whole budget was taken and given back: used %zu peak %zu capacity "
+              "%zu (%s)", used, peak, cap, err.msg);
+        void *q = dev->ops->alloc(dev, 1000);
+        CHECK(q && st_backend_memory(dev, &used, NULL, NULL, &err) == ST_OK && used >= 1000 && used < 2000,
+              "1000 bytes held: used %zu", used);
+        if (q) dev->ops->dealloc(dev, q);
         st_backend_free(dev);
         dev = NULL;
     }
     CHECK(st_backend_status(host, &err) == ST_OK, "status of the cpu backend");
+    {
+        size_t used = 1, peak = 1, cap = 1;
+        st_status s1 = st_backend_memory(host, &used, &peak, &cap, &err);
+        CHECK(s1 == ST_ERR_UNSUPPORTED && !used && !peak && !cap && strstr(err.msg, "cpu"),
+              "the cpu backend has no bounded memory to measure: %d '%s'", s1, err.msg);
+    }
     CHECK(st_backend_status(NULL, &err) == ST_OK, "status of no backend");
     CHECK(st_backend_device_create(&dev, "cpu", host, 0, &err) == ST_ERR_INVALID && !dev &&
               strstr(err.msg, "device_budget"),

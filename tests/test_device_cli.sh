@@ -6,7 +6,8 @@
 # and in a strata built without the CUDA backend, cuda is refused (exit 1) saying so and how
 # to build it (-DSTRATA_CUDA=ON), before the run directory is made (no config.json). In a
 # build with the CUDA backend (CMakeCache STRATA_CUDA ON) the cuda run is either refused for
-# want of a device or runs: no GPU is needed here. Nothing trains: a few seconds.
+# want of a device or runs: no GPU is needed here. bench stream --json reports the device's
+# peak (st_backend_memory) within its budget. Nothing trains long: a few seconds.
 set -u
 S=${STRATA_BIN:?STRATA_BIN not set}
 T=$(mktemp -d /tmp/strata-test-device-cli-XXXXXX)
@@ -32,6 +33,14 @@ check '[ $rc -eq 2 ] && grep -q "$T/bad.json" "$T/json.out" && grep -q "key '"'"
 "$S" bench stream --device banana --steps 1 >"$T/bench.out" 2>&1; rc=$?
 check '[ $rc -eq 2 ] && grep -q -- "--device" "$T/bench.out" && grep -q "$FORMS" "$T/bench.out"' \
   "bench stream --device banana is refused (rc $rc): $(cat "$T/bench.out")"
+
+# bench stream's device peak: the device's own figure (st_backend_memory), on the cpu device
+# the arena's high-water mark, above 0 and within the budget
+"$S" bench stream --model gpt2-tiny --seq 16 --steps 1 --device-budget 4e6 --json >"$T/peak.json" 2>"$T/peak.err"; rc=$?
+peak=$(sed -n 's/.*"device_peak_bytes":\([0-9]*\).*/\1/p' "$T/peak.json")
+bud=$(sed -n 's/.*"device_budget_bytes":\([0-9]*\).*/\1/p' "$T/peak.json")
+check '[ $rc -eq 0 ] && [ "${peak:-0}" -gt 0 ] && [ "${bud:-0}" -eq 4000000 ] && [ "$peak" -le "$bud" ]' \
+  "bench stream reports the device's peak within its budget (rc $rc, peak '$peak', budget '$bud'): $(cat "$T/peak.err")"
 
 # key 'matmul': fp32, tf32 or bf16; tf32 and bf16 are device cuda's tensor cores, refused on
 # the CPU (with or without a budget) before the run directory is made

@@ -207,6 +207,13 @@ typedef struct st_backend_ops {
     void (*copy_sync)(st_backend *be, int d2h, uint64_t ticket);
     /* Nonzero when that direction's copies up to `ticket` are done; never blocks. */
     int (*copy_query)(st_backend *be, int d2h, uint64_t ticket);
+
+    /* ---- device memory (appended; NULL where allocations are unbounded host memory, as the
+     * CPU and reference backends'): the bytes the backend's allocations hold now (*used),
+     * their high-water mark since it was made (*peak) and all they can hold (*capacity),
+     * in the blocks it carves (the CUDA backend: its arena, cuBLASLt's workspace a block of
+     * it). Read through st_backend_memory, which also knows the budgeted arena. */
+    void (*memory)(st_backend *be, size_t *used, size_t *peak, size_t *capacity);
 } st_backend_ops;
 
 struct st_backend {
@@ -245,6 +252,14 @@ st_status st_backend_device_built(const char *device, st_err *err);
  * computing on garbage. ST_OK for the CPU and reference backends and the budgeted arena,
  * whose ops cannot fail once they return. */
 st_status st_backend_status(st_backend *be, st_err *err);
+/* A device's memory in bytes: *used now, *peak (the high-water mark since the device was
+ * made) and *capacity (all its allocations can hold), any of them NULL if not wanted: the
+ * budgeted arena's (st_backend_with_budget: capacity the budget) or the backend's `memory`
+ * entry (the CUDA backend: its arena, capacity the budget rounded down to 256 bytes, used
+ * and peak counting cuBLASLt's workspace). ST_ERR_UNSUPPORTED, and 0s, for a backend
+ * without bounded memory (cpu, ref without a budget). What bench stream reports as
+ * device_peak_bytes on every device. */
+st_status st_backend_memory(st_backend *be, size_t *used, size_t *peak, size_t *capacity, st_err *err);
 /* The bytes of a device budget that allocations get on st_backend_device_create's device:
  * all of it on the CPU; on a GPU the budget less the cuBLASLt workspace the CUDA backend
  * carves from its arena at creation. What an executor plans against. */

@@ -1,7 +1,7 @@
 /* device.c - the device backend a run computes on, chosen by name (strata train's key
  * 'device', strata bench stream --device): the host's cores behind a budgeted arena, or
- * the CUDA backend where this strata was built with it; and the error status of a
- * backend whose ops report nothing. */
+ * the CUDA backend where this strata was built with it; the error status of a backend
+ * whose ops report nothing; and the matmul precision. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

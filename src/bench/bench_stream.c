@@ -286,9 +286,11 @@ int bench_stream(int argc, char **argv) {
             if (st.h2d_act_bytes > h2d_act) h2d_act = st.h2d_act_bytes;
             if (st.d2h_act_bytes > d2h_act) d2h_act = st.d2h_act_bytes;
             if (st.d2h_bytes > d2h_max) d2h_max = st.d2h_bytes;
-            if (st.device_peak_bytes > peak) peak = st.device_peak_bytes;
         }
     }
+    /* the device's own figures, on any device (the step's stats know the CPU arena only) */
+    size_t dev_budget = 0;
+    if (st_backend_memory(dev, NULL, &peak, &dev_budget, &err)) goto fail;
     double step_s = bench_median(ts, steps), un_s = bench_median(tu, steps), eff = bench_median(te, steps), ratio = bench_median(rr, steps);
     double comp_s = bench_median(tc, steps), tail_s = bench_median(tt, steps);
     char state_json[1400] = "";
@@ -309,7 +311,7 @@ int bench_stream(int argc, char **argv) {
                "\"compute_s\":%.4f,\"optim_tail_s\":%.4f,\"step_s\":%.4f,\"unstreamed_step_s\":%.4f,"
                "\"ratio\":%.3f,\"loss\":%.5f,\"unstreamed_loss\":%.5f%s}\n",
                device, model, ly->n_blocks, ly->n_embd, ly->vocab_size, B, T, n, omp_get_max_threads(), steps, depth, acts,
-               overlap ? "true" : "false", clip, gdt, plan.vocab_chunk, state, weight_bytes, st.device_budget_bytes, peak,
+               overlap ? "true" : "false", clip, gdt, plan.vocab_chunk, state, weight_bytes, dev_budget, peak,
                (unsigned long long)h2d_max, (unsigned long long)d2h_max, (unsigned long long)h2d_act,
                (unsigned long long)d2h_act, (double)(h2d_max - h2d_act) / weight_bytes, eff, comp_s, tail_s, step_s,
                un_s, ratio, loss_s, loss_u, state_json);
@@ -318,7 +320,7 @@ int bench_stream(int argc, char **argv) {
                "streamed %.3f s/step vs unstreamed %.3f s (ratio %.3f), overlap efficiency %.3f\n"
                "h2d %.1f MB/step (weights and embeddings %.2f x weights, offloaded activations %.1f MB), "
                "d2h %.1f MB/step\n",
-               model, n, state / 1e6, st.device_budget_bytes / 1e6, peak / 1e6, B, T, step_s, un_s, ratio, eff,
+               model, n, state / 1e6, dev_budget / 1e6, peak / 1e6, B, T, step_s, un_s, ratio, eff,
                h2d_max / 1e6, (double)(h2d_max - h2d_act) / weight_bytes, h2d_act / 1e6, d2h_max / 1e6);
         if (xd)
             printf("disk state (%s): %.3f s/step, %.3f x the streamed step with the state in RAM; %d of %d steps "

@@ -110,6 +110,11 @@ static void be_copy_to_device(st_backend *be, void *dst, const void *host_src, s
 static void be_copy_to_host(st_backend *be, void *host_dst, const void *src, size_t bytes) {
     be_copy(be, host_dst, src, bytes, "copy_to_host");
 }
+/* the arena's figures: every block it carved, cuBLASLt's workspace among them */
+static void be_memory(st_backend *be, size_t *used, size_t *peak, size_t *capacity) {
+    const CuArena &a = ctx_of(be)->arena;
+    *used = a.used, *peak = a.peak, *capacity = a.cap;
+}
 static void be_synchronize(st_backend *be) { note(ctx_of(be), cudaStreamSynchronize(ctx_of(be)->stream), "synchronize"); }
 
 /* ---------------------------------------------------------------- asynchronous copies
@@ -505,6 +510,7 @@ static st_backend_ops make_ops(void) {
     o.attention_doc_backward = be_attention_doc_backward;
     o.attention_gqa_doc_forward = be_attention_gqa_doc_forward;
     o.attention_gqa_doc_backward = be_attention_gqa_doc_backward;
+    o.memory = be_memory;
     return o;
 }
 static const st_backend_ops cuda_ops = make_ops();
