@@ -12,7 +12,10 @@
  * max rises); only out and lse are kept. The backward recomputes the probabilities from q,
  * k and lse, in two kernels so that no sum needs atomics: one per (query head, query tile)
  * sums dq over the key tiles in order; one per (kv head, key tile) sums dk and dv over the
- * group's query heads and the query rows in order. Each output element is written once,
+ * group's query heads and the query rows in order. The two share their tile products
+ * (cu_att_acc: dS K, or the transposed dS^T Q and P^T dO) and their stores
+ * (cu_att_add_rows); their loops stay apart, each walking the other's tiles in its own
+ * fixed order, which is what keeps atomics out. Each output element is written once,
  * from an fp32 accumulator (a bf16 result is the fp32 one rounded once), and the bits
  * never depend on timing. Head sizes up to CU_ATT_HS (cu_attn_supported). This is the
  * plain-FMA version, checked under the emulation; tensor-core tiles are later work. */
@@ -177,6 +180,49 @@ __device__ __forceinline__ void cu_att_probs(float (*P)[CU_ATT_BK + 1], float (*
     }
 }
 
+/* The two backward kernels' products of a tile, into the fp32 accumulators of the rows o =
+ * warp + CU_ATT_NW i a warp owns (its lanes over the head elements d = lane + 32 s < hs):
+ * acc[i][s] += sum over x of M(o, x) X[x][d], x in order (the bits never depend on timing).
+ * M(o, x) = M[o][x] for dq (o a query row, x its keys: dS K) or M[x][o] for dk and dv (o a
+ * key, x the query rows: dS^T Q, P^T dO). */
+template <bool TRANSPOSED>
+__device__ __forceinline__ void cu_att_acc(float (&acc)[CU_ATT_RW][CU_ATT_DS], const float (*M)[CU_ATT_BK + 1],
+                                           const float (*X)[CU_ATT_LDS], int hs) {
+    static_assert(CU_ATT_BQ == CU_ATT_BK, "x runs over keys (dq) or query rows (dk, dv) alike");
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    CU_ATT_UNROLL
+    for (int i = 0; i < CU_ATT_RW; i++) {
+        int o = warp + CU_ATT_NW * i;
+        CU_ATT_UNROLL
+        for (int s = 0; s < CU_ATT_DS; s++) {
+            int d = lane + 32 * s;
+            if (d >= hs) continue; /* not break: constant trip counts keep acc[][] in registers */
+            float a = acc[i][s];
+            CU_ATT_UNROLL
+            for (int x = 0; x < CU_ATT_BK; x++) a += (TRANSPOSED ? M[x][o] : M[o][x]) * X[x][d];
+            acc[i][s] = a;
+        }
+    }
+}
+
+/* rows o < n of base (ld apart) += acc, as cu_att_acc owns them: each element written once */
+template <class T>
+__device__ __forceinline__ void cu_att_add_rows(T *base, size_t ld, const float (&acc)[CU_ATT_RW][CU_ATT_DS], int n,
+                                                int hs) {
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    CU_ATT_UNROLL
+    for (int i = 0; i < CU_ATT_RW; i++) {
+        int o = warp + CU_ATT_NW * i;
+        if (o >= n) continue;
+        T *row = base + (size_t)o * ld;
+        CU_ATT_UNROLL
+        for (int s = 0; s < CU_ATT_DS; s++) {
+            int d = lane + 32 * s;
+            if (d < hs) cu_store(row + d, cu_load(row + d) + acc[i][s]);
+        }
+    }
+}
+
 /* dq += sum over keys of dS K; a block per (b, h, query tile) */
 template <class T>
 __global__ void __launch_bounds__(CU_ATT_THREADS)
@@ -186,7 +232,6 @@ __global__ void __launch_bounds__(CU_ATT_THREADS)
     __shared__ float Ks[CU_ATT_BK][CU_ATT_LDS], Vs[CU_ATT_BK][CU_ATT_LDS];
     __shared__ float dS[CU_ATT_BQ][CU_ATT_BK + 1], Ls[CU_ATT_BQ], Dl[CU_ATT_BQ];
     int nt = (T_ + CU_ATT_BQ - 1) / CU_ATT_BQ, G = NH / NKV;
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     for (int w = blockIdx.x; w < B * NH * nt; w += gridDim.x) {
         int b = w / (NH * nt), h = w / nt % NH, t0 = w % nt * CU_ATT_BQ;
         int nr = T_ - t0 < CU_ATT_BQ ? T_ - t0 : CU_ATT_BQ;
@@ -205,31 +250,9 @@ __global__ void __launch_bounds__(CU_ATT_THREADS)
             __syncthreads();
             cu_att_probs(nullptr, dS, Qs, dOs, Ks, Vs, Ls, Dl, ds, t0, nr, k0, nk, hs, scale);
             __syncthreads();
-            CU_ATT_UNROLL
-            for (int i = 0; i < CU_ATT_RW; i++) {
-                int r = warp + CU_ATT_NW * i;
-                CU_ATT_UNROLL
-                for (int s = 0; s < CU_ATT_DS; s++) {
-                    int d = lane + 32 * s;
-                    if (d >= hs) continue;
-                    float a = acc[i][s];
-                    CU_ATT_UNROLL
-                    for (int j = 0; j < CU_ATT_BK; j++) a += dS[r][j] * Ks[j][d];
-                    acc[i][s] = a;
-                }
-            }
+            cu_att_acc<false>(acc, dS, Ks, hs);
         }
-        CU_ATT_UNROLL
-        for (int i = 0; i < CU_ATT_RW; i++) {
-            int r = warp + CU_ATT_NW * i;
-            if (r >= nr) continue;
-            T *row = dq + (row0 + t0 + r) * ld + (size_t)h * hs;
-            CU_ATT_UNROLL
-            for (int s = 0; s < CU_ATT_DS; s++) {
-                int d = lane + 32 * s;
-                if (d < hs) cu_store(row + d, cu_load(row + d) + acc[i][s]);
-            }
-        }
+        cu_att_add_rows(dq + (row0 + t0) * ld + (size_t)h * hs, ld, acc, nr, hs);
     }
 }
 
@@ -244,7 +267,6 @@ __global__ void __launch_bounds__(CU_ATT_THREADS)
     __shared__ float Ks[CU_ATT_BK][CU_ATT_LDS], Vs[CU_ATT_BK][CU_ATT_LDS];
     __shared__ float P[CU_ATT_BQ][CU_ATT_BK + 1], dS[CU_ATT_BQ][CU_ATT_BK + 1], Ls[CU_ATT_BQ], Dl[CU_ATT_BQ];
     int nt = (T_ + CU_ATT_BK - 1) / CU_ATT_BK, G = NH / NKV;
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     for (int w = blockIdx.x; w < B * NKV * nt; w += gridDim.x) {
         int b = w / (NKV * nt), kvh = w / nt % NKV, k0 = w % nt * CU_ATT_BK;
         int nk = T_ - k0 < CU_ATT_BK ? T_ - k0 : CU_ATT_BK;
@@ -263,36 +285,12 @@ __global__ void __launch_bounds__(CU_ATT_THREADS)
                 __syncthreads();
                 cu_att_probs(P, dS, Qs, dOs, Ks, Vs, Ls, Dl, ds, t0, nr, k0, nk, hs, scale);
                 __syncthreads();
-                CU_ATT_UNROLL
-                for (int i = 0; i < CU_ATT_RW; i++) {
-                    int j = warp + CU_ATT_NW * i;
-                    CU_ATT_UNROLL
-                    for (int s = 0; s < CU_ATT_DS; s++) {
-                        int d = lane + 32 * s;
-                        if (d >= hs) continue;
-                        float a = ak[i][s], c = av[i][s];
-                        for (int r = 0; r < CU_ATT_BQ; r++) {
-                            a += dS[r][j] * Qs[r][d];
-                            c += P[r][j] * dOs[r][d];
-                        }
-                        ak[i][s] = a, av[i][s] = c;
-                    }
-                }
+                cu_att_acc<true>(ak, dS, Qs, hs);
+                cu_att_acc<true>(av, P, dOs, hs);
             }
-        CU_ATT_UNROLL
-        for (int i = 0; i < CU_ATT_RW; i++) {
-            int j = warp + CU_ATT_NW * i;
-            if (j >= nk) continue;
-            size_t o = (row0 + k0 + j) * ld + (size_t)kvh * hs;
-            CU_ATT_UNROLL
-            for (int s = 0; s < CU_ATT_DS; s++) {
-                int d = lane + 32 * s;
-                if (d < hs) {
-                    cu_store(dk + o + d, cu_load(dk + o + d) + ak[i][s]);
-                    cu_store(dv + o + d, cu_load(dv + o + d) + av[i][s]);
-                }
-            }
-        }
+        size_t o = (row0 + k0) * ld + (size_t)kvh * hs;
+        cu_att_add_rows(dk + o, ld, ak, nk, hs);
+        cu_att_add_rows(dv + o, ld, av, nk, hs);
     }
 }
 
