@@ -138,6 +138,15 @@ else
   check '[ $rc -eq 0 ] && [ -n "$tb" ] && jq -e ".state_budget == $tb" "$T/run3/config.json" >/dev/null &&
          jq -e ".disk.state_budget == $tb" "$T/run3/plan.json" >/dev/null' \
     "strata train runs and records the chosen state_budget ($tb; rc $rc): $(grep state_budget "$T/t3.out" "$T/run3/config.json")"
+  # a saved plan runs the store's host budget it was predicted with (state_budget left 0)
+  # (a budget other than the one chosen here: the file's own, 512 MiB)
+  mkdir -p "$T/disk3"; sed "s|$T/disk\"|$T/disk3\"|" "$T/slow.json" >"$T/slow3.json"
+  jq '.disk.state_budget = 536870912' "$T/run3/plan.json" >"$T/plan512.json"; tb=536870912
+  "$S" train $m --device_budget 6e6 --state_paths "$T/disk3" --state_profile "$T/slow3.json" --steps 1 --eval_every 0 \
+    --sample_every 0 --quiet 1 --plan "$T/plan512.json" --run_dir "$T/run4" >"$T/t4.out" 2>&1; rc=$?
+  check '[ $rc -eq 0 ] && [ -n "$tb" ] && grep -q "host budget $tb bytes, as $T/plan512.json was predicted with" "$T/t4.out" &&
+         jq -e ".state_budget == $tb" "$T/run4/config.json" >/dev/null && jq -e ".disk.state_budget == $tb" "$T/run4/plan.json" >/dev/null' \
+    "--plan FILE runs the file's state_budget ($tb; rc $rc): $(tail -4 "$T/t4.out")"
 fi
 echo "plan_state: $checks checks, $((checks - fail)) passed, $fail failed"
 [ $fail -eq 0 ]

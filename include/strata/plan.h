@@ -313,13 +313,15 @@ int st_plan_store_beside(const st_plan_profile *hw);
 
 /* The store's host budget (strata train's key state_budget) where the user leaves it 0 under
  * plan auto: the candidates ST_TRAIN_STATE_BUDGET_DEFAULT, doubled while it stays within the
- * host bytes left for the store (host_budget, else MemAvailable, less the rest of the run: the
- * memory plan's need, or the executor's st_plan_host_bytes_disk where larger), and the budget
+ * host bytes left for the store (host_budget less the rest of the run, the memory plan's need or
+ * the executor's st_plan_host_bytes_disk where larger; without host_budget half of what
+ * MemAvailable leaves after it), and the budget
  * that caches every subgroup where that fits; each
- * predicted (st_plan_predict_disk: a larger cache reads less), the least step taken, a tie
- * (within ST_PLAN_STATE_BUDGET_TIE of it, relative) to the smaller budget. */
+ * predicted (st_plan_predict_disk: a larger cache reads less), the least step taken; a larger
+ * budget is taken only where it predicts a step at least ST_PLAN_STATE_BUDGET_TIE (relative)
+ * shorter than the smaller one taken so far: host memory must buy a step 1% shorter. */
 #define ST_PLAN_STATE_BUDGETS 24
-#define ST_PLAN_STATE_BUDGET_TIE 1e-9
+#define ST_PLAN_STATE_BUDGET_TIE 0.01
 typedef struct st_plan_state_budget_cand {
     unsigned long long budget;
     int whole;                     /* 1: the smallest budget found that caches every subgroup */
@@ -469,6 +471,7 @@ typedef struct st_plan_file {
     int has_prediction;    /* 1: pred holds step_s, its five parts and one block's times */
     st_plan_prediction pred;
     st_stream_plan plan;      /* n_layer == n_blocks */
+    unsigned long long state_budget; /* "disk": the state store's host budget predicted with (0: none) */
 } st_plan_file;
 
 struct json_object;

@@ -71,8 +71,12 @@ static int plan_disk(const st_train_config *c, double n_params) {
         printf("\ndisk state: %s\n", err.msg);
         return 1;
     }
-    printf("\ndisk state (state_paths, two regions per subgroup for crash safety; host buffers %.1f MiB):\n",
-           (double)host / 1048576.0);
+    printf("\ndisk state (state_paths, two regions per subgroup for crash safety; host buffers %.1f MiB%s):\n",
+           (double)host / 1048576.0,
+           c->state_budget > 0 ? ""
+           : !strcmp(c->plan, "auto") && c->device_budget > 0 ? " at the default state_budget; the planner's choice "
+                                                                "of it below"
+                                                              : " at the default state_budget");
     int short_ = 0;
     for (int p = 0; p < n; p++) { /* paths on one filesystem are judged by what they need together */
         int ok = avail[p] >= fs_need[p];

@@ -436,7 +436,7 @@ static st_status machine_profile(st_backend *be, const st_arch *arch, int B, int
  * file's prediction, if it has one (has_pred). */
 static st_status plan_from_file(const st_train_config *c, const char *path, st_plan_file *loaded, const st_arch *arch,
                                 const st_stream_config *sc, size_t budget, st_stream_plan *plan, st_plan_prediction *pred,
-                                int *has_pred, st_err *err) {
+                                int *has_pred, unsigned long long *state_budget, st_err *err) {
     st_plan_file *pf = loaded ? loaded : malloc(sizeof *pf); /* loaded: path read and checked already (taken) */
     if (!pf) return st_errf(err, ST_ERR_NOMEM, "out of memory");
     st_status s = loaded ? ST_OK : st_plan_file_load(path, pf, err);
@@ -450,6 +450,7 @@ static st_status plan_from_file(const st_train_config *c, const char *path, st_p
         *plan = pf->plan;
         *pred = pf->pred;
         *has_pred = pf->has_prediction;
+        *state_budget = pf->state_budget;
         int n[3] = {0, 0, 0};
         for (int l = 0; l < plan->n_layer; l++) n[plan->act[l]]++;
         st_log(1, "plan: %s (%d keep, %d offload, %d recompute, prefetch depth %d, vocab_chunk %d; %zu device bytes of "
@@ -598,7 +599,10 @@ static st_status open_streamed(const st_train_config *c, st_model *m, const st_a
         (resumed_pf = resume_plan(c, arch, &sc, budget, fixed, resumed, sizeof resumed)))
         plan_path = resumed;
     if (plan_path) { /* a saved plan, run exactly (or refused) */
-        if ((s = plan_from_file(c, plan_path, resumed_pf, arch, &sc, budget, &plan, &pred, &has_pred, err))) return s;
+        unsigned long long file_state_budget = 0;
+        if ((s = plan_from_file(c, plan_path, resumed_pf, arch, &sc, budget, &plan, &pred, &has_pred, &file_state_budget,
+                                err)))
+            return s;
         for (int l = 0; l < L; l++)
             if (fixed[l] != ST_PLAN_ACT_FREE && plan.act[l] != fixed[l])
                 return st_errf(err, ST_ERR_INVALID, "key 'act': block %d %s, but plan file %s has it %s: give act auto "
@@ -621,7 +625,17 @@ static st_status open_streamed(const st_train_config *c, st_model *m, const st_a
             has_pred = 1;
             pred.device_budget = budget;
             pred.solve_s = 0;
-            if (ranks <= 1 && c->state_paths[0]) predict_disk(c, arch, &hw, &plan, "plan", &pred, &cdisk);
+            if (ranks <= 1 && c->state_paths[0]) {
+                /* the store's host budget the file was predicted with, where the key leaves it 0 */
+                st_train_config fc = *c;
+                if (!(c->state_budget > 0) && file_state_budget > 0) fc.state_budget = (double)file_state_budget;
+                predict_disk(&fc, arch, &hw, &plan, "plan", &pred, &cdisk);
+                if (fc.state_budget != c->state_budget && cdisk.on_disk) {
+                    *state_budget = fc.state_budget;
+                    st_log(1, "plan: the state store's host budget %llu bytes, as %s was predicted with\n",
+                           file_state_budget, plan_path);
+                }
+            }
             char was[64] = "no prediction";
             if (filed_has) snprintf(was, sizeof was, "%.3f s a step", filed.step_s);
             st_log(1, "plan: %s predicted on this machine %.3f s a step%s (the file: %s)\n", plan_path, pred.step_s,

@@ -122,10 +122,12 @@ void st_plan_state_budget_describe(const st_plan_config_disk *cd, int i, char *b
              k->n_subgroups, k->read_bytes, i == cd->budget_pick ? ": chosen" : "");
 }
 
-/* The host bytes the store's buffers may take for c: host_budget (else MemAvailable) less the
- * rest of the run, the larger of the memory plan's need without the buffers (what strata train
- * checks, so a resume with the budget chosen fits as this start did) and the executor's own for
- * plan p (st_plan_host_bytes_disk). */
+/* The host bytes the store's buffers may take for c: host_budget less the rest of the run, the
+ * larger of the memory plan's need without the buffers (what strata train checks, so a resume
+ * with the budget chosen fits as this start did) and the executor's own for plan p
+ * (st_plan_host_bytes_disk); without host_budget, half of what MemAvailable leaves after the
+ * rest of the run: a cache is worth some speed, not the machine's last free bytes (the page
+ * cache, the data pipeline, other processes). */
 static st_status store_host_cap(const st_train_config *c, const st_arch *a, const st_stream_plan *p, double *cap,
                                 st_err *err) {
     st_model_overrides ov = st_train_config_overrides(c);
@@ -138,6 +140,7 @@ static st_status store_host_cap(const st_train_config *c, const st_arch *a, cons
     double exec = (double)st_plan_host_bytes_disk(a, c->batch, c->seq, p);
     double host = c->host_budget > 0 ? c->host_budget : st_prof_host_available_bytes();
     *cap = host - (rest > exec ? rest : exec);
+    if (!(c->host_budget > 0)) *cap /= 2;
     return ST_OK;
 }
 

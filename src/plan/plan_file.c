@@ -419,6 +419,16 @@ static st_status parse_plan(const char *path, json_object *o, st_plan_file *f, s
     if (json_object_object_get_ex(o, "disk", &v) && !json_object_is_type(v, json_type_object))
         return st_errf(err, ST_ERR_FORMAT, "plan file %s: key 'disk' must be an object, not %s", path,
                        json_type_to_name(json_object_get_type(v)));
+    /* the store's host budget the plan was predicted with (run where the key state_budget is 0) */
+    json_object *dk = NULL, *sb;
+    if (json_object_object_get_ex(o, "disk", &dk) && json_object_object_get_ex(dk, "state_budget", &sb)) {
+        double b = json_object_get_double(sb);
+        if (!json_object_is_type(sb, json_type_int) || !(b > 0) || b > 1e15)
+            return st_errf(err, ST_ERR_FORMAT, "plan file %s: key 'disk.state_budget' must be a positive whole number "
+                           "of bytes, not %s (make the plan again: strata plan ... -o FILE)", path,
+                           json_object_to_json_string(sb));
+        f->state_budget = (unsigned long long)json_object_get_int64(sb);
+    }
     double sec;
     if (json_object_object_get_ex(o, "solve_s", &v) && (s = get_seconds(path, o, "", "solve_s", &sec, err))) return s;
     int opt;
