@@ -33,9 +33,9 @@ static st_status landed(void *ctx, size_t first, size_t n, st_err *err) {
     (void)ctx, (void)first, (void)n, (void)err;
     return ST_OK;
 }
-static double blocks_down(void *ctx, size_t first, size_t end) { /* stream_step.c's store_order */
+static double blocks_down(void *ctx, size_t first, size_t end) { /* the executor's order */
     const st_arch_layout *y = ctx;
-    return first >= y->block_offset0 && end <= y->norm_offset ? -(double)end : (double)first;
+    return st_stream_store_order(first, end, y->block_offset0, y->norm_offset);
 }
 
 /* The store's host budget chosen (st_plan_state_budget): a 124M-parameter GPT-2's state (1.5 GB)

@@ -177,6 +177,13 @@ typedef struct st_stream_exec st_stream_exec;
  * st_stream_exec_create fails with ST_ERR_NOMEM, naming the bytes missing, above the
  * budget's free bytes. */
 size_t st_stream_device_bytes(const st_stream_config *c, const st_stream_plan *p);
+
+/* The order the disk state's store updates element ranges in beside the backward (a key for
+ * st_store_step_args.order_key, the smaller first): a range within the blocks' parameters
+ * [blocks_first, blocks_end) as its gradient lands, the last block's first (-end); a range
+ * holding the embedding's or the head's gradient after every block (first). The executor
+ * runs by it and the planner predicts the store's cache by it. */
+double st_stream_store_order(size_t first, size_t end, size_t blocks_first, size_t blocks_end);
 /* dev: the device backend (a budgeted one reports its arena; any backend works). */
 st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c, const st_stream_plan *p, st_backend *dev,
                              st_err *err);

@@ -74,10 +74,13 @@ static st_status store_wait(void *ctx, size_t first, size_t n, st_err *err) {
                             "disk-state update was abandoned (the store holds the previous step)")
                   : ST_OK;
 }
+double st_stream_store_order(size_t first, size_t end, size_t blocks_first, size_t blocks_end) {
+    if (first >= blocks_first && end <= blocks_end) return -(double)end;
+    return (double)first; /* with the embedding's or the head's gradient: after every block */
+}
 static double store_order(void *ctx, size_t first, size_t end) {
     st_stream_exec *x = ctx;
-    if (first >= x->b0 && end <= x->post_off) return -(double)end;
-    return (double)first; /* with the embedding's or the head's gradient: after every block */
+    return st_stream_store_order(first, end, x->b0, x->post_off);
 }
 static int store_commit(void *ctx) {
     st_stream_exec *x = ctx;

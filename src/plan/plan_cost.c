@@ -203,8 +203,8 @@ st_status st_plan_predict(const st_arch *a, int B, int T, const st_plan_profile 
  * store_order, ctx the blocks' span [block_offset0, norm_offset)), and a wait that is only
  * looked at for being set. */
 static double grad_order(void *ctx, size_t first, size_t end) {
-    const size_t *span = ctx;
-    return first >= span[0] && end <= span[1] ? -(double)end : (double)first;
+    const size_t *span = ctx; /* the executor's order (stream_step.c) */
+    return st_stream_store_order(first, end, span[0], span[1]);
 }
 static st_status never_wait(void *ctx, size_t first, size_t n, st_err *err) {
     (void)ctx, (void)first, (void)n, (void)err;
