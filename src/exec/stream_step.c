@@ -488,9 +488,10 @@ out:
     stats->d2h_bytes = x->d2h_bytes - d2h0;
     stats->h2d_act_bytes = x->h2d_act_bytes - ha0;
     stats->d2h_act_bytes = x->d2h_act_bytes - da0;
-    st_arena *ar = st_backend_arena(dev);
-    stats->device_peak_bytes = ar ? st_arena_peak(ar) : 0;
-    stats->device_budget_bytes = ar ? st_arena_budget(ar) : 0;
+    size_t peak = 0, cap = 0; /* the budgeted arena's, or the GPU's own (0s where unbounded) */
+    (void)st_backend_memory(dev, NULL, &peak, &cap, NULL);
+    stats->device_peak_bytes = peak;
+    stats->device_budget_bytes = cap;
     stats->compute_s = compute_s;
     stats->wait_s = x->wait_s;
     stats->wall_s = st_now() - t_start;
