@@ -309,19 +309,34 @@ static st_status store_alloc(st_store **out, const st_store_config *cfg, st_err 
     return ST_OK;
 }
 
+/* The subgroup buffers a laid-out store takes from its host budget (0: 1 GiB): as many regions as
+ * the budget holds, at most one per subgroup and 64 (the io engine registers up to 64 buffers);
+ * a reader stages one region at a time. */
+static uint64_t buffer_count(const st_store *s) {
+    uint64_t budget = s->cfg.host_budget ? s->cfg.host_budget : 1ull << 30;
+    uint64_t nb = s->readonly ? 1 : budget / s->max_region;
+    if (nb > (uint64_t)s->n_sg) nb = (uint64_t)s->n_sg;
+    return nb > 64 ? 64 : nb;
+}
+
+/* The pipeline needs 3 buffers (fewer subgroups: one each); a reader, one. */
+static st_status buffers_enough(const st_store *s, uint64_t nb, st_err *err) {
+    int need = s->readonly ? 1 : s->n_sg < 3 ? s->n_sg : 3;
+    if (nb >= (uint64_t)need) return ST_OK;
+    return st_errf(err, ST_ERR_NOMEM,
+                   "state store: host budget %llu bytes holds %llu subgroup buffers of %llu bytes; the pipeline "
+                   "needs %d: raise the host budget to at least %llu bytes or use smaller subgroups",
+                   (unsigned long long)(s->cfg.host_budget ? s->cfg.host_budget : 1ull << 30), (unsigned long long)nb,
+                   (unsigned long long)s->max_region, need, (unsigned long long)(need * s->max_region));
+}
+
 st_status st_store_plan(const st_store_config *cfg, uint64_t *path_bytes, uint64_t *host_bytes, st_err *err) {
     st_store *s;
     st_status st = store_alloc(&s, cfg, err);
     if (st) return st;
     if (!(st = store_layout(s, err))) {
         for (int p = 0; p < cfg->n_paths; p++) path_bytes[p] = s->path_bytes[p];
-        if (host_bytes) {
-            uint64_t budget = cfg->host_budget ? cfg->host_budget : 1ull << 30;
-            uint64_t nb = budget / s->max_region;
-            if (nb > (uint64_t)s->n_sg) nb = (uint64_t)s->n_sg;
-            if (nb > 64) nb = 64; /* as buffers_create */
-            *host_bytes = nb * s->max_region;
-        }
+        if (host_bytes) *host_bytes = buffer_count(s) * s->max_region;
     }
     st_store_close(s);
     return st;
@@ -349,17 +364,9 @@ int st_store_exists(const st_store_config *cfg) {
 /* ------------------------------------------------------------------ buffers and io */
 
 static st_status buffers_create(st_store *s, st_err *err) {
-    uint64_t budget = s->cfg.host_budget ? s->cfg.host_budget : 1ull << 30;
-    uint64_t nb = s->readonly ? 1 : budget / s->max_region; /* a reader stages one region at a time */
-    int need = s->readonly ? 1 : s->n_sg < 3 ? s->n_sg : 3;
-    if (nb < (uint64_t)need)
-        return st_errf(err, ST_ERR_NOMEM,
-                       "state store: host budget %llu bytes holds %llu subgroup buffers of %llu bytes; the pipeline "
-                       "needs %d: raise the host budget to at least %llu bytes or use smaller subgroups",
-                       (unsigned long long)budget, (unsigned long long)nb, (unsigned long long)s->max_region, need,
-                       (unsigned long long)(need * s->max_region));
-    if (nb > (uint64_t)s->n_sg) nb = (uint64_t)s->n_sg;
-    if (nb > 64) nb = 64; /* the io engine registers up to 64 buffers */
+    uint64_t nb = buffer_count(s);
+    st_status st = buffers_enough(s, nb, err);
+    if (st) return st;
     s->buf = calloc(nb, sizeof *s->buf);
     if (!s->buf) return st_errf(err, ST_ERR_NOMEM, "state store: out of memory");
     s->n_buf = (int)nb;
@@ -1056,6 +1063,34 @@ static int pick_buffer(const st_store *s, int lo, int hi) {
     return best;
 }
 
+/* How far a step reads ahead of the subgroup it updates: beside a backward (a->wait) every
+ * buffer but the current one (from the forward on), else READ_AHEAD, leaving the rest as a
+ * cache for the next step. */
+static int read_ahead(const st_store *s, const st_store_step_args *a) {
+    return a->wait && s->n_buf - 1 > READ_AHEAD ? s->n_buf - 1 : READ_AHEAD;
+}
+
+/* Subgroup g into buffer b, in the books (the buffer's old subgroup no longer resident). */
+static void assign_buffer(st_store *s, int g, int b) {
+    sbuf *x = &s->buf[b];
+    if (x->sg >= 0) s->sg[x->sg].buf = -1;
+    x->sg = g;
+    s->sg[g].buf = b;
+}
+
+/* The read-ahead window [i, *next) of a step's order grown towards i + ahead: resident
+ * subgroups are passed (a hit where not yet updated this step); returns the next subgroup to
+ * read, its buffer in *buf (the caller reads it and moves *next past it), or -1 when the
+ * window is full or no buffer is free. */
+static int window_next(st_store *s, int i, int *next, int ahead, int *hits, int *buf) {
+    for (; *next < s->n_sg && *next <= i + ahead; ++*next) {
+        int g = order_at(s, *next);
+        if (s->sg[g].buf < 0) return (*buf = pick_buffer(s, i, *next)) < 0 ? -1 : g;
+        if (s->sg[g].done != s->step_id) ++*hits;
+    }
+    return -1;
+}
+
 /* A step's reads, predicted: the layout and the buffers st_store_step would have, and the
  * pipeline's own choices (set_order, pick_buffer: this file's code) run over four steps
  * without data, the last two reported. No file is opened. */
@@ -1066,17 +1101,8 @@ st_status st_store_plan_step(const st_store_config *cfg, const st_store_step_arg
     st_status st = store_alloc(&s, cfg, err);
     if (st) return st;
     if ((st = store_layout(s, err))) goto done;
-    uint64_t budget = cfg->host_budget ? cfg->host_budget : 1ull << 30, nb = budget / s->max_region;
-    int need = s->n_sg < 3 ? s->n_sg : 3; /* as buffers_create */
-    if (nb < (uint64_t)need) {
-        st = st_errf(err, ST_ERR_NOMEM, "state store: host budget %llu bytes holds %llu subgroup buffers of %llu bytes; "
-                     "the pipeline needs %d: raise the host budget to at least %llu bytes", (unsigned long long)budget,
-                     (unsigned long long)nb, (unsigned long long)s->max_region, need,
-                     (unsigned long long)(need * s->max_region));
-        goto done;
-    }
-    if (nb > (uint64_t)s->n_sg) nb = (uint64_t)s->n_sg;
-    if (nb > 64) nb = 64;
+    uint64_t nb = buffer_count(s);
+    if ((st = buffers_enough(s, nb, err))) goto done;
     if (!(s->buf = calloc(nb, sizeof *s->buf))) {
         st = st_errf(err, ST_ERR_NOMEM, "state store: out of memory");
         goto done;
@@ -1085,7 +1111,7 @@ st_status st_store_plan_step(const st_store_config *cfg, const st_store_step_arg
     for (int b = 0; b < s->n_buf; b++) s->buf[b].sg = -1;
     st_store_step_args none = {0};
     if (!a) a = &none;
-    int n = s->n_sg, ahead = a->wait && s->n_buf - 1 > READ_AHEAD ? s->n_buf - 1 : READ_AHEAD;
+    int n = s->n_sg, ahead = read_ahead(s, a);
     for (int k = 0; k < 4 && !st; k++) { /* as st_store_step, bookkeeping only */
         s->step = (uint64_t)k;
         if ((st = set_order(s, a, err))) break;
@@ -1095,21 +1121,10 @@ st_status st_store_plan_step(const st_store_config *cfg, const st_store_step_arg
         *hits = 0;
         memset(read, 0, sizeof out->read_bytes[0]);
         memset(out->write_bytes, 0, sizeof out->write_bytes);
-        for (int i = 0, next = 0; i < n; i++) {
-            while (next < n && next <= i + ahead) {
-                int g = order_at(s, next);
-                if (s->sg[g].buf >= 0) {
-                    if (s->sg[g].done != s->step_id) (*hits)++;
-                    next++;
-                    continue;
-                }
-                int b = pick_buffer(s, i, next);
-                if (b < 0) break;
-                if (s->buf[b].sg >= 0) s->sg[s->buf[b].sg].buf = -1; /* stage() */
-                s->buf[b].sg = g;
-                s->sg[g].buf = b;
+        for (int i = 0, next = 0, g, b; i < n; i++) {
+            for (; (g = window_next(s, i, &next, ahead, hits, &b)) >= 0; next++) {
+                assign_buffer(s, g, b); /* stage(), without its read */
                 read[s->sg[g].path] += s->sg[g].bytes;
-                next++;
             }
             subgroup *sg = &s->sg[order_at(s, i)];
             out->write_bytes[sg->path] += sg->bytes;
@@ -1135,10 +1150,8 @@ static st_status stage(st_store *s, int g, int b, st_err *err) {
         st_io_wait(s->io, x->rt, NULL);
         x->rt = 0;
     }
-    if (x->sg >= 0) s->sg[x->sg].buf = -1;
+    assign_buffer(s, g, b);
     subgroup *sg = &s->sg[g];
-    x->sg = g;
-    sg->buf = b;
     return st_io_read(s->io, sg->path, sg->off[sg->cur], x->data, sg->bytes, &x->rt, err);
 }
 
@@ -1218,24 +1231,13 @@ st_status st_store_step(st_store *s, const st_store_step_args *a, const st_adamw
     int abandon = 0;
     if (s->cfg.in_place && (st = manifest_write(s, 1, err))) return st; /* nothing written yet: not failed */
     int n = s->n_sg, next = 0;
-    /* beside a backward, the step waits for gradients: every buffer but the current one reads
-     * ahead (from the forward on), rather than the few that leave the rest as a cache */
-    int ahead = a->wait && s->n_buf - 1 > READ_AHEAD ? s->n_buf - 1 : READ_AHEAD;
+    int ahead = read_ahead(s, a);
     for (int i = 0; i < n && !st; i++) {
         /* read ahead: the window [i, next) is staged or resident */
-        while (next < n && next <= i + ahead) {
-            int g = order_at(s, next);
-            if (s->sg[g].buf >= 0) {
-                if (s->sg[g].done != s->step_id) s->stats.hits++;
-                next++;
-                continue;
-            }
-            int b = pick_buffer(s, i, next);
-            if (b < 0) break;
+        for (int g, b; (g = window_next(s, i, &next, ahead, &s->stats.hits, &b)) >= 0; next++) {
             if ((st = stage(s, g, b, err))) break;
             s->stats.misses++;
             s->stats.read_bytes += s->sg[g].bytes;
-            next++;
         }
         if (st) break;
         int g = order_at(s, i);
