@@ -1195,6 +1195,14 @@ static st_status place_state(st_train_config *c, st_err *err) {
     return ST_OK;
 }
 
+/* The run's configuration as RUN_DIR/config.json (what a resume reads). */
+static st_status save_run_config(const st_train_config *c, st_err *err) {
+    char path[2200];
+    if (snprintf(path, sizeof path, "%s/config.json", c->run_dir) >= (int)sizeof path)
+        return st_errf(err, ST_ERR_INVALID, "key 'run_dir': %s is too long", c->run_dir);
+    return st_train_config_save_json(c, path, err);
+}
+
 st_status st_train_run(const st_train_config *c, st_train_result *res, st_err *err) {
     st_status s = st_train_config_check(c, err);
     if (s) return s;
@@ -1237,8 +1245,7 @@ st_status st_train_run(const st_train_config *c, st_train_result *res, st_err *e
         s = st_mkdirs(c->run_dir, err);
         snprintf(path, sizeof path, "%s/strata.lock", c->run_dir);
         if (!s) s = st_lock_acquire(&run_lock, path, "run directory", err);
-        snprintf(path, sizeof path, "%s/config.json", c->run_dir);
-        if (!s && (s = st_train_config_save_json(c, path, err))) st_lock_release(&run_lock);
+        if (!s && (s = save_run_config(c, err))) st_lock_release(&run_lock);
     }
     if ((s = agree(&dist, s, "opening the run directory", err))) return s;
 
@@ -1282,10 +1289,7 @@ st_status st_train_run(const st_train_config *c, st_train_result *res, st_err *e
             budgeted = *c;
             budgeted.state_budget = chosen_budget;
             c = &budgeted;
-            if (snprintf(path, sizeof path, "%s/config.json", c->run_dir) >= (int)sizeof path)
-                s = st_errf(err, ST_ERR_INVALID, "key 'run_dir': %s is too long", c->run_dir);
-            else if (lead) s = st_train_config_save_json(c, path, err);
-            if (s) goto done;
+            if (lead && (s = save_run_config(c, err))) goto done;
         }
         opt = st_stream_optim(sx);
         st_stream_set_params(sx, m->params); /* the device copies of the embedding and head */
