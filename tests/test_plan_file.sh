@@ -165,6 +165,10 @@ refused "a string for a number" "--plan $T/ptype.json" "key 'prefetch_depth' mus
 bad '.clip = "sometimes"' clip
 refused "an unknown clip" "--plan $T/clip.json" "key 'clip': 'sometimes' is not speculate, defer or auto"
 refused "a file that holds no plan" "--plan $T/nofit.out" "holds no plan"
+bad '.disk = {"state_budget": -5}' sbneg
+refused "a negative disk.state_budget" "--plan $T/sbneg.json" "key 'disk.state_budget' must be a positive whole number of bytes, not -5"
+bad '.disk = {"state_budget": "1GiB"}' sbstr
+refused "a string for disk.state_budget" "--plan $T/sbstr.json" "key 'disk.state_budget' must be a positive whole number of bytes, not \"1GiB\""
 # a bf16 drain with the disk state: the store reads the blocks' gradients as bf16, the run
 # equals the same plan with the state in RAM
 "$S" train $A $R --plan "$T/bf16.json" --run_dir "$T/b16ram" >"$T/b16ram.log" 2>&1; rc1=$?

@@ -416,12 +416,13 @@ static st_status parse_plan(const char *path, json_object *o, st_plan_file *f, s
         return st_errf(err, ST_ERR_FORMAT, "plan file %s: key 'profile' must be an object, not %s", path,
                        json_type_to_name(json_object_get_type(v)));
     /* the disk state's figures beside the prediction (st_plan_config_disk_to_json), for people */
-    if (json_object_object_get_ex(o, "disk", &v) && !json_object_is_type(v, json_type_object))
+    json_object *sb;
+    int has_disk = json_object_object_get_ex(o, "disk", &v);
+    if (has_disk && !json_object_is_type(v, json_type_object))
         return st_errf(err, ST_ERR_FORMAT, "plan file %s: key 'disk' must be an object, not %s", path,
                        json_type_to_name(json_object_get_type(v)));
     /* the store's host budget the plan was predicted with (run where the key state_budget is 0) */
-    json_object *dk = NULL, *sb;
-    if (json_object_object_get_ex(o, "disk", &dk) && json_object_object_get_ex(dk, "state_budget", &sb)) {
+    if (has_disk && json_object_object_get_ex(v, "state_budget", &sb)) {
         double b = json_object_get_double(sb);
         if (!json_object_is_type(sb, json_type_int) || !(b > 0) || b > 1e15)
             return st_errf(err, ST_ERR_FORMAT, "plan file %s: key 'disk.state_budget' must be a positive whole number "
