@@ -26,6 +26,7 @@
 #define STRATA_CORE_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdarg.h>
 
@@ -74,6 +75,17 @@ double st_now(void);
 void st_log_set_level(int level);
 int st_log_level(void);
 void st_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Numbers as a person writes them on a command line. st_parse_count: "100M", "2.5B", "64K",
+ * "1G" (decimal multipliers K/M/B or G) into a count; st_parse_bytes: "512MiB", "2GiB", "1e9",
+ * "64KB" (B, K/KB, M/MB, G/GB, T/TB decimal; KiB, MiB, GiB, TiB binary) into bytes. Each
+ * returns -1 for anything else (a negative number, an unknown suffix, trailing text). */
+double st_parse_count(const char *s);
+double st_parse_bytes(const char *s);
+
+/* Write s[0..n) to f as one JSON string: quotes and backslashes escaped, control bytes and
+ * bytes >= 127 as \u00XX (a byte as a code point: valid JSON whatever the bytes are). */
+void st_fput_json_string(FILE *f, const char *s, size_t n);
 
 /* CRC-32C (Castagnoli) of a byte range, continuing from crc (start with 0). */
 uint32_t st_crc32c(uint32_t crc, const void *data, size_t n);

@@ -16,9 +16,7 @@ int bench_offload(int argc, char **argv); /* the optimizer step with its state o
 int bench_tokenize(int argc, char **argv); /* tokenizer.json encode: MB/s on 1 and all threads */
 int bench_plan(int argc, char **argv);    /* the planner's prediction vs the measured step */
 int bench_dist(int argc, char **argv);    /* data parallel under mpirun vs one process's step */
-/* KV-cached generation vs recomputing the prefix; still in src/cli/cmd_sample.c, whose
- * option parser and model opening it shares with strata sample. */
-int bench_sample(int argc, char **argv);
+int bench_sample(int argc, char **argv);  /* KV-cached generation vs recomputing the prefix */
 
 /* Helpers the benchmarks share (bench_util.c): the median of v[n] (sorts v); a cheap
  * deterministic value in [-0.5, 0.5) per index (fills of 10^8 elements, in parallel); a

@@ -14,7 +14,6 @@
 #include <unistd.h>
 
 #include "bench/bench.h"
-#include "cli/cli.h"
 #include "strata/core.h"
 #include "strata/data.h"
 
@@ -157,7 +156,7 @@ int bench_data(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--keep")) keep = 1;
-        else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) tokens = cli_parse_count(argv[++i]);
+        else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) tokens = st_parse_count(argv[++i]);
         else if (!strcmp(argv[i], "--seq-len") && i + 1 < argc) T = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) B = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) seconds = atof(argv[++i]);

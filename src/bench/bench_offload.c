@@ -22,7 +22,6 @@
 #include <unistd.h>
 
 #include "bench/bench.h"
-#include "cli/cli.h"
 #include "strata/io.h"
 #include "strata/store.h"
 
@@ -93,7 +92,7 @@ int bench_offload(int argc, char **argv) {
             if (n_paths == MAX_PATHS) { fprintf(stderr, "strata bench offload: at most %d paths\n", MAX_PATHS); return 2; }
             paths[n_paths++] = v;
         } else if (!strcmp(a, "--params")) {
-            nparams = cli_parse_count(v);
+            nparams = st_parse_count(v);
             if (nparams < ST_OPTIM_CHUNK_ELEMS) { fprintf(stderr, "strata bench offload: --params '%s': give a count >= 16K (e.g. 1B)\n", v); return 2; }
         } else if (!strcmp(a, "--states")) {
             if (!strcmp(v, "f32")) states = ST_OPTIM_STATE_F32;
@@ -104,10 +103,10 @@ int bench_offload(int argc, char **argv) {
             else if (!strcmp(v, "f32")) gdt = ST_F32;
             else { fprintf(stderr, "strata bench offload: --grad '%s': use bf16 or f32\n", v); return 2; }
         } else if (!strcmp(a, "--host-budget")) {
-            budget = cli_parse_bytes(v);
+            budget = st_parse_bytes(v);
             if (budget < 16 * 1048576.0) { fprintf(stderr, "strata bench offload: --host-budget '%s': give >= 16MiB\n", v); return 2; }
         } else if (!strcmp(a, "--probe-bytes")) {
-            probe_bytes = cli_parse_bytes(v);
+            probe_bytes = st_parse_bytes(v);
             if (probe_bytes < 4096) { fprintf(stderr, "strata bench offload: --probe-bytes '%s' is not a size\n", v); return 2; }
         } else if (!strcmp(a, "--steps")) {
             steps = atoi(v);

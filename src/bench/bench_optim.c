@@ -13,7 +13,6 @@
 #include <string.h>
 
 #include "bench/bench.h"
-#include "cli/cli.h"
 #include "strata/optim.h"
 
 static const char *bench_optim_usage =
@@ -56,7 +55,7 @@ int bench_optim(int argc, char **argv) {
             fprintf(stderr, "strata bench optim: %s needs a value\n%s", a, bench_optim_usage);
             return 2;
         } else if (!strcmp(a, "--params")) {
-            nparams = cli_parse_count(v);
+            nparams = st_parse_count(v);
             if (nparams < 1) { fprintf(stderr, "strata bench optim: --params '%s' is not a count (e.g. 100M)\n", v); return 2; }
             i++;
         } else if (!strcmp(a, "--states")) {

@@ -45,7 +45,6 @@
 #include <unistd.h>
 
 #include "bench/bench.h"
-#include "cli/cli.h"
 #include "strata/block.h"
 #include "strata/model.h"
 #include "strata/plan.h"

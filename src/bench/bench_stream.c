@@ -19,7 +19,6 @@
 #include <unistd.h>
 
 #include "bench/bench.h"
-#include "cli/cli.h"
 #include "strata/block.h"
 #include "strata/model.h"
 #include "strata/train.h"
@@ -83,7 +82,7 @@ int bench_stream(int argc, char **argv) {
         else if (v && !strcmp(a, "--model")) { model = v; i++; }
         else if (v && !strcmp(a, "--device")) { device = v; i++; }
         else if (v && !strcmp(a, "--device-budget")) {
-            budget_arg = cli_parse_bytes(v);
+            budget_arg = st_parse_bytes(v);
             i++;
             if (budget_arg <= 0) { fprintf(stderr, "strata bench stream: bad --device-budget '%s'\n", v); return 2; }
         }
@@ -104,7 +103,7 @@ int bench_stream(int argc, char **argv) {
             i++;
         }
         else if (v && !strcmp(a, "--state-budget")) {
-            state_budget = cli_parse_bytes(v);
+            state_budget = st_parse_bytes(v);
             i++;
             if (!(state_budget > 0)) { fprintf(stderr, "strata bench stream: bad --state-budget '%s'\n", v); return 2; }
         }

@@ -337,7 +337,7 @@ int cmd_plan(int argc, char **argv) {
                    : !strcmp(a, "--disk_budget") ? ST_PROF_TIER_DISK
                                                  : -1;
         if (tier >= 0) {
-            budget[tier] = cli_parse_bytes(v);
+            budget[tier] = st_parse_bytes(v);
             if (budget[tier] < 0) {
                 fprintf(stderr, "strata plan: %s '%s' is not a byte count (e.g. 8GiB, 512MiB, 2e9)\n", a, v);
                 return 2;

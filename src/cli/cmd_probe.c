@@ -85,7 +85,7 @@ int cmd_probe(int argc, char **argv) {
             }
             paths[n_paths++] = v;
         } else if (!strcmp(a, "--bytes") || !strcmp(a, "--request")) {
-            double b = cli_parse_bytes(v);
+            double b = st_parse_bytes(v);
             if (b <= 0) {
                 fprintf(stderr, "strata probe: %s '%s' is not a byte count (e.g. 1GiB, 64MiB)\n", a, v);
                 return 2;

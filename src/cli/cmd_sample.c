@@ -1,12 +1,9 @@
-/* cmd_sample.c - strata sample: text from a trained model, streamed as it is drawn; and
- * strata bench sample: the KV-cached decoder against recomputing the whole prefix, in
- * the same run, with the same weights and prompt (greedy, so both must give the same
- * tokens). */
+/* cmd_sample.c - strata sample: text from a trained model, streamed as it is drawn (strata
+ * bench sample, the KV-cached decoder against recomputing the prefix, is src/bench/bench_sample.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench/bench.h"
 #include "strata/backend.h"
 #include "strata/generate.h"
 
@@ -38,19 +35,9 @@ static const char *sample_usage =
     "  --threads N         compute threads (default: all cores)\n"
     "  --json              no streamed text: one JSON object with the tokens, text and speed\n";
 
-static const char *bench_usage =
-    "usage: strata bench sample [--model PRESET | --from DIR] [--prompt_len N] [--max_new N]\n"
-    "                           [--threads N] [--json]\n"
-    "\n"
-    "Greedy generation of max_new tokens (default 256) after a prompt of prompt_len\n"
-    "tokens (default 16, fixed pseudo-random ids), first with the KV cache, then\n"
-    "recomputing the whole prefix for every token (strata sample --no-cache), in the same\n"
-    "run on the same weights (--model: random, default gpt2-124m). Prints tokens/s of\n"
-    "each, the speedup per token, and whether both produced the same tokens (exit 1 if not).\n";
-
 typedef struct cli_opts {
     const char *from, *preset, *prompt;
-    int max_new, prompt_len, threads, json, no_cache;
+    int max_new, threads, json, no_cache;
     st_sampler sampler;
     unsigned long long seed;
 } cli_opts;
@@ -78,12 +65,12 @@ static int parse_float(const char *opt, const char *v, float *out) {
 }
 
 /* 0: parsed; 1: bad option (message printed); 2: --help printed. */
-static int parse_opts(int argc, char **argv, cli_opts *o, const char *usage, int bench) {
+static int parse_opts(int argc, char **argv, cli_opts *o, const char *usage) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(usage, stdout); return 2; }
         if (!strcmp(a, "--json")) { o->json = 1; continue; }
-        if (!bench && (!strcmp(a, "--no-cache") || !strcmp(a, "--no_cache"))) { o->no_cache = 1; continue; }
+        if ((!strcmp(a, "--no-cache") || !strcmp(a, "--no_cache"))) { o->no_cache = 1; continue; }
         if (i + 1 >= argc) {
             fprintf(stderr, "strata: option '%s' needs a value (or is unknown)\n%s", a, usage);
             return 1;
@@ -92,14 +79,13 @@ static int parse_opts(int argc, char **argv, cli_opts *o, const char *usage, int
         int bad = 0;
         if (!strcmp(a, "--from")) o->from = v;
         else if (!strcmp(a, "--model")) o->preset = v;
-        else if (!bench && !strcmp(a, "--prompt")) o->prompt = v;
+        else if (!strcmp(a, "--prompt")) o->prompt = v;
         else if (!strcmp(a, "--max_new")) bad = parse_int(a, v, 0, 1 << 24, &o->max_new);
-        else if (bench && !strcmp(a, "--prompt_len")) bad = parse_int(a, v, 1, 1 << 24, &o->prompt_len);
         else if (!strcmp(a, "--threads")) bad = parse_int(a, v, 0, 4096, &o->threads);
-        else if (!bench && !strcmp(a, "--temperature")) bad = parse_float(a, v, &o->sampler.temperature);
-        else if (!bench && !strcmp(a, "--top_k")) bad = parse_int(a, v, 0, 1 << 24, &o->sampler.top_k);
-        else if (!bench && !strcmp(a, "--top_p")) bad = parse_float(a, v, &o->sampler.top_p);
-        else if (!bench && !strcmp(a, "--seed")) {
+        else if (!strcmp(a, "--temperature")) bad = parse_float(a, v, &o->sampler.temperature);
+        else if (!strcmp(a, "--top_k")) bad = parse_int(a, v, 0, 1 << 24, &o->sampler.top_k);
+        else if (!strcmp(a, "--top_p")) bad = parse_float(a, v, &o->sampler.top_p);
+        else if (!strcmp(a, "--seed")) {
             char *end;
             o->seed = strtoull(v, &end, 10);
             bad = end == v || *end || v[0] == '-';
@@ -145,20 +131,9 @@ static int print_token(void *ctx, int32_t tok) {
     return 0;
 }
 
-static void json_string(FILE *f, const char *s, size_t n) {
-    fputc('"', f);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
-        else if (ch < 32 || ch >= 127) fprintf(f, "\\u%04x", ch); /* bytes as code points: valid JSON for any byte */
-        else fputc(ch, f);
-    }
-    fputc('"', f);
-}
-
 int cmd_sample(int argc, char **argv) {
     cli_opts o = {.max_new = 256, .sampler = {1.0f, 0, 1.0f}, .seed = 1337};
-    int r = parse_opts(argc, argv, &o, sample_usage, 0);
+    int r = parse_opts(argc, argv, &o, sample_usage);
     if (r) return r == 2 ? 0 : 2;
     st_err err = {0};
     st_backend *be = NULL;
@@ -215,7 +190,7 @@ int cmd_sample(int argc, char **argv) {
                 res.stopped ? "; stopped at the end-of-document token" : "");
     } else {
         printf("{\"from\":");
-        json_string(stdout, desc, strlen(desc));
+        st_fput_json_string(stdout, desc, strlen(desc));
         printf(",\"cache\":%s,\"prompt_tokens\":%d,\"new_tokens\":%d,\"prefill_s\":%.6f,\"decode_s\":%.6f,"
                "\"tokens_per_s\":%.3f,\"stopped\":%s,\"tokens\":[",
                o.no_cache ? "false" : "true", res.n_prompt, res.n_new, res.prefill_s, res.decode_s, res.tokens_per_s,
@@ -226,7 +201,7 @@ int cmd_sample(int argc, char **argv) {
         size_t len = 0;
         if (txt)
             for (int i = 0; i < res.n_new; i++) len += st_text_decode(&text, out[i], txt + len, ST_TEXT_TOKEN_MAX);
-        json_string(stdout, txt ? txt : "", len);
+        st_fput_json_string(stdout, txt ? txt : "", len);
         free(txt);
         printf("}\n");
     }
@@ -238,75 +213,6 @@ done:
     st_text_close(&text);
     free(prompt);
     free(out);
-    st_model_free(m);
-    st_backend_free(be);
-    return rc;
-}
-
-int bench_sample(int argc, char **argv) {
-    cli_opts o = {.max_new = 256, .prompt_len = 16, .sampler = {0.0f, 0, 1.0f}};
-    const char *preset_default = "gpt2-124m";
-    int has_model = 0;
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--model") || !strcmp(argv[i], "--from")) has_model = 1;
-    if (!has_model) o.preset = preset_default;
-    int r = parse_opts(argc, argv, &o, bench_usage, 1);
-    if (r) return r == 2 ? 0 : 2;
-    st_err err = {0};
-    st_backend *be = NULL;
-    st_model *m = NULL;
-    int32_t *prompt = NULL, *out[2] = {NULL, NULL};
-    int rc = 1;
-    char desc[4800];
-    if (st_backend_cpu_create(&be, o.threads, &err) || open_model(&o, be, &m, desc, sizeof desc, &err)) goto fail;
-    if (o.prompt_len + o.max_new > m->max_seq) {
-        fprintf(stderr, "strata bench sample: prompt_len %d + max_new %d pass the model's %d positions\n", o.prompt_len,
-                o.max_new, m->max_seq);
-        rc = 2;
-        goto done;
-    }
-    prompt = malloc(sizeof(int32_t) * (size_t)o.prompt_len);
-    out[0] = malloc(sizeof(int32_t) * (size_t)(o.max_new + 1));
-    out[1] = malloc(sizeof(int32_t) * (size_t)(o.max_new + 1));
-    if (!prompt || !out[0] || !out[1]) goto fail;
-    st_rng rng;
-    st_rng_seed(&rng, 42);
-    for (int i = 0; i < o.prompt_len; i++) prompt[i] = (int32_t)(st_rng_u64(&rng) % (uint64_t)m->vocab_size);
-    st_generate_result res[2];
-    for (int pass = 0; pass < 2; pass++) {
-        st_generate_config gc = {.max_new = o.max_new, .sampler = o.sampler, .seed = 1, .no_cache = pass,
-                                 .stop_token = -1};
-        if (!o.json)
-            fprintf(stderr, "strata bench sample: %s, %d tokens after %d...\n", pass ? "no cache" : "KV cache",
-                    o.max_new, o.prompt_len);
-        if (st_generate(m, prompt, o.prompt_len, &gc, NULL, NULL, out[pass], &res[pass], &err)) goto fail;
-    }
-    int same = res[0].n_new == res[1].n_new && !memcmp(out[0], out[1], sizeof(int32_t) * (size_t)res[0].n_new);
-    double speedup = res[0].tokens_per_s > 0 && res[1].tokens_per_s > 0 ? res[0].tokens_per_s / res[1].tokens_per_s : 0;
-    if (o.json) {
-        printf("{\"bench\":\"sample\",\"model\":");
-        json_string(stdout, desc, strlen(desc));
-        printf(",\"threads\":%d,\"prompt_tokens\":%d,\"new_tokens\":%d,\"cache_tokens_per_s\":%.3f,"
-               "\"cache_prefill_s\":%.6f,\"cache_decode_s\":%.6f,\"nocache_tokens_per_s\":%.4f,\"nocache_s\":%.3f,"
-               "\"speedup\":%.2f,\"same_tokens\":%s}\n",
-               o.threads, o.prompt_len, res[0].n_new, res[0].tokens_per_s, res[0].prefill_s, res[0].decode_s,
-               res[1].tokens_per_s, res[1].prefill_s + res[1].decode_s, speedup, same ? "true" : "false");
-    } else {
-        printf("model: %s\n", desc);
-        printf("greedy, %d tokens after a prompt of %d:\n", res[0].n_new, o.prompt_len);
-        printf("  KV cache     %10.2f tokens/s  (%.3f s; prompt %.1f ms)\n", res[0].tokens_per_s,
-               res[0].prefill_s + res[0].decode_s, res[0].prefill_s * 1e3);
-        printf("  no cache     %10.2f tokens/s  (%.3f s)\n", res[1].tokens_per_s, res[1].prefill_s + res[1].decode_s);
-        printf("  speedup per token: %.1fx; same tokens: %s\n", speedup, same ? "yes" : "NO");
-    }
-    rc = same ? 0 : 1;
-    goto done;
-fail:
-    fprintf(stderr, "strata bench sample: %s\n", err.msg[0] ? err.msg : "out of memory");
-done:
-    free(prompt);
-    free(out[0]);
-    free(out[1]);
     st_model_free(m);
     st_backend_free(be);
     return rc;

@@ -223,3 +223,40 @@ float st_rng_normal(st_rng *r) {
     if (u1 < 1e-7f) u1 = 1e-7f;
     return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853071795864f * u2);
 }
+
+double st_parse_count(const char *s) {
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || v < 0) return -1;
+    switch (*end) {
+    case 'K': case 'k': v *= 1e3; end++; break;
+    case 'M': case 'm': v *= 1e6; end++; break;
+    case 'B': case 'G': case 'g': v *= 1e9; end++; break;
+    default: break;
+    }
+    return *end ? -1 : v;
+}
+
+double st_parse_bytes(const char *s) {
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || v < 0) return -1;
+    static const struct { const char *suf; double mul; } sufs[] = {
+        {"", 1}, {"B", 1}, {"K", 1e3}, {"KB", 1e3}, {"KiB", 1024.0}, {"M", 1e6}, {"MB", 1e6},
+        {"MiB", 1048576.0}, {"G", 1e9}, {"GB", 1e9}, {"GiB", 1073741824.0}, {"T", 1e12},
+        {"TB", 1e12}, {"TiB", 1099511627776.0}};
+    for (size_t i = 0; i < sizeof sufs / sizeof sufs[0]; i++)
+        if (!strcmp(end, sufs[i].suf)) return v * sufs[i].mul;
+    return -1;
+}
+
+void st_fput_json_string(FILE *f, const char *s, size_t n) {
+    fputc('"', f);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
+        else if (ch < 32 || ch >= 127) fprintf(f, "\\u%04x", ch);
+        else fputc(ch, f);
+    }
+    fputc('"', f);
+}
