@@ -62,7 +62,7 @@ int main(void) {
     /* three AdamW steps on the same batch: weight decay on 2-D tensors, by role */
     st_gpt2_load_safetensors(&m, test_source_path("tests/fixtures/gpt2_tiny.safetensors"), &err);
     st_optim_segment *segs = calloc((size_t)m.n_tensors, sizeof *segs);
-    st_train_decay_segments(m.tensors, m.n_tensors, 0.1f, segs); /* the fixture decays every 2-D tensor */
+    st_params_decay_segments(m.tensors, m.n_tensors, 0.1f, segs); /* the fixture decays every 2-D tensor */
     st_optim *opt;
     CHECK(st_optim_create(&opt, segs, m.n_tensors, ST_OPTIM_STATE_F32, &err) == ST_OK, "optim_create: %s", err.msg);
     float *ref_losses = test_read_f32(fx, "adamw_losses", 3);

@@ -145,7 +145,7 @@ static void run_fixture(const char *file) {
         CHECK((r == ST_ROLE_MATMUL_WEIGHT || r == ST_ROLE_EMBEDDING) == (m.tensors[i].ndim == 2),
               "%s: role %s of %s disagrees with its rank", file, st_role_name(r), m.tensors[i].name);
     }
-    st_train_decay_segments(m.tensors, m.n_tensors, 0.1f, segs); /* the fixture decays every 2-D tensor */
+    st_params_decay_segments(m.tensors, m.n_tensors, 0.1f, segs); /* the fixture decays every 2-D tensor */
     st_optim *opt;
     CHECK(st_optim_create(&opt, segs, m.n_tensors, ST_OPTIM_STATE_F32, &err) == ST_OK, "optim_create: %s", err.msg);
     float *ref_losses = test_read_f32(fx, "adamw_losses", 3);

@@ -55,15 +55,15 @@ static void budget_chosen(const st_plan_profile *hw, const char *dir) {
     st_stream_plan_set_all(p, ST_STREAM_ACT_KEEP);
     double bw = 1e8;
     st_plan_disk d = {.paths = &dir, .n_paths = 1, .mixed_bytes_per_s = &bw, .fmt = ST_OPTIM_STATE_F32,
-                      .optim_ns_per_param = 1.0, .host_budget = ST_TRAIN_STATE_BUDGET_DEFAULT, .weight_decay = 0.1f};
+                      .optim_ns_per_param = 1.0, .host_budget = ST_STORE_HOST_BUDGET_DEFAULT, .weight_decay = 0.1f};
     st_plan_prediction def, ch;
     st_plan_disk_cost kd;
     st_plan_config_disk *cd = calloc(1, sizeof *cd);
     CHECK(st_plan_predict_disk(a, 1, 64, hw, p, &d, &def, &kd, &err) == ST_OK, "%s", err.msg);
     CHECK(st_plan_state_budget(a, 1, 64, hw, p, &d, 8.0 * (1u << 30), &ch, cd, &err) == ST_OK, "%s", err.msg);
     int pick = cd->budget_pick;
-    CHECK(cd->budget_chosen && cd->n_budgets >= 3 && cd->budgets[0].budget == ST_TRAIN_STATE_BUDGET_DEFAULT &&
-              cd->dc.state_budget == cd->budgets[pick].budget && cd->dc.state_budget > ST_TRAIN_STATE_BUDGET_DEFAULT &&
+    CHECK(cd->budget_chosen && cd->n_budgets >= 3 && cd->budgets[0].budget == ST_STORE_HOST_BUDGET_DEFAULT &&
+              cd->dc.state_budget == cd->budgets[pick].budget && cd->dc.state_budget > ST_STORE_HOST_BUDGET_DEFAULT &&
               ch.step_s < def.step_s && ch.step_s == cd->budgets[pick].step_s && cd->budgets[0].step_s == def.step_s,
           "8 GiB to spare: %d candidates, chose %llu (step %g s; the default's %g s)", cd->n_budgets,
           cd->dc.state_budget, ch.step_s, def.step_s);
@@ -78,7 +78,7 @@ static void budget_chosen(const st_plan_profile *hw, const char *dir) {
     CHECK(cd->budgets[cd->n_budgets - 1].whole && cd->budgets[cd->n_budgets - 1].hits == cd->budgets[cd->n_budgets - 1].n_subgroups,
           "the last candidate is the whole state cached");
     CHECK(st_plan_state_budget(a, 1, 64, hw, p, &d, 400.0 * (1u << 20), &ch, cd, &err) == ST_OK && cd->n_budgets == 1 &&
-              cd->dc.state_budget == ST_TRAIN_STATE_BUDGET_DEFAULT && ch.step_s == def.step_s,
+              cd->dc.state_budget == ST_STORE_HOST_BUDGET_DEFAULT && ch.step_s == def.step_s,
           "400 MiB to spare: %d candidates, chose %llu", cd->n_budgets, cd->dc.state_budget);
     free(cd);
     free(p);
@@ -103,7 +103,7 @@ static void cache_matches_store(const st_plan_profile *hw, const char *dir) {
     st_stream_plan_set_all(p, ST_STREAM_ACT_KEEP);
     st_optim_segment *segs = calloc((size_t)y->n_tensors, sizeof *segs);
     zero_grads = calloc(y->n_params, sizeof(float));
-    st_train_decay_segments(y->tensors, y->n_tensors, 0.1f, segs);
+    st_params_decay_segments(y->tensors, y->n_tensors, 0.1f, segs);
     double bw = 1e9;
     for (int beside = 0; beside < 2; beside++) {
         st_plan_disk d = {.paths = &dir, .n_paths = 1, .mixed_bytes_per_s = &bw, .fmt = ST_OPTIM_STATE_F32,

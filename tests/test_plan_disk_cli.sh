@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_plan_disk_cli.sh - with the training state on disk (state_paths) strata plan and
-# strata train predict the plan's step alike (st_plan_predict_config: the plan printed is
+# strata train predict the plan's step alike (st_train_plan_predict: the plan printed is
 # the plan run): a 2-step streamed train with a hand-written strata probe profile saves
 # RUN_DIR/plan.json and RUN_DIR/plan_profile.json; strata plan --json with the same keys and
 # that machine profile prints the same plan and the same predicted step (to the CRC-32C

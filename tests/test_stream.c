@@ -84,7 +84,7 @@ static void ref_train_ex(st_backend *cpu, const st_gpt2_config *cfg, int B, int 
     CHECK(st_gpt2_create(&m, cfg, cpu, &err) == ST_OK && st_gpt2_alloc_acts(&m, B, T, &err) == ST_OK, "ref: %s", err.msg);
     st_gpt2_init_random(&m, 5);
     st_optim_segment *segs = calloc((size_t)m.n_tensors, sizeof *segs);
-    st_train_decay_segments(m.tensors, m.n_tensors, WD, segs);
+    st_params_decay_segments(m.tensors, m.n_tensors, WD, segs);
     st_optim *o;
     CHECK(st_optim_create(&o, segs, m.n_tensors, ST_OPTIM_STATE_F32, &err) == ST_OK, "optim: %s", err.msg);
     int N = B * T;
@@ -305,7 +305,7 @@ static void store_run(st_backend *cpu, const st_gpt2_config *cfg, const st_strea
     const st_arch_layout *ly = &st_stream_arch(x)->lay;
     size_t n = ly->n_params;
     st_optim_segment *segs = calloc((size_t)ly->n_tensors, sizeof *segs);
-    st_train_decay_segments(ly->tensors, ly->n_tensors, WD, segs);
+    st_params_decay_segments(ly->tensors, ly->n_tensors, WD, segs);
     st_store *store = NULL;
     long blob = 0;
     if (disk) {

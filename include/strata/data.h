@@ -259,6 +259,10 @@ st_status st_data_plane_check(st_data_plane *p, st_err *err);
  * to; removes the shared memory. */
 void st_data_plane_close(st_data_plane *p);
 
+/* The embedded default corpus: deterministic English-like text (byte tokens, 0..255) written to
+ * buf[0..cap); returns the bytes written. */
+size_t st_data_embedded_generate(uint8_t *buf, size_t cap, uint64_t seed);
+
 #ifdef __cplusplus
 }
 #endif

@@ -162,13 +162,4 @@ st_status st_generate(st_model *m, const int32_t *prompt, int n_prompt, const st
 st_status st_generate_print_sample(st_model *m, const int32_t *prompt, int n_prompt, int max_new, uint64_t seed,
                                    const char *label, FILE *f, st_err *err);
 
-/* ------------------------------------------------------------------ models to sample */
-
-/* A model and its weights from `from`: a run directory (its newest checkpoint, or the
- * final model.safetensors of a disk-state run), a checkpoint directory
- * (checkpoints/step_N), or a Hugging Face model directory (GPT2LMHeadModel or a Llama
- * family architecture). desc (may be NULL) gets one line saying which weights. */
-st_status st_gen_open_model(st_model **out, const char *from, st_backend *be, char *desc, size_t desc_cap,
-                            st_err *err);
-
 #endif

@@ -37,6 +37,7 @@
 
 #include "strata/backend.h"
 #include "strata/core.h"
+#include "strata/optim.h"
 #include "strata/tensor.h"
 
 typedef struct st_gpt2_config {
@@ -76,6 +77,9 @@ typedef struct st_param_info {
 
 /* The tensor called name in a table of n, or NULL. */
 const st_param_info *st_params_find(const st_param_info *t, int n, const char *name);
+/* The optimizer's segments of a tensor table, weight decay by role (which comes from each
+ * tensor's name): matmul weights and embeddings decay, norms and biases do not. out[n]. */
+void st_params_decay_segments(const st_param_info *t, int n, float weight_decay, st_optim_segment *out);
 /* Initialise a flat host vector by role (deterministic in seed, tensors in table order):
  * norm weights 1, biases and norm biases 0, everything else N(0, 0.02), scaled by
  * resid_scale for tensors whose name ends with resid_suffix (the projections into the

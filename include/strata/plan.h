@@ -233,7 +233,7 @@ st_status st_plan_stream(const st_arch *a, int B, int T, size_t device_budget, c
  * forwards) so stretched hides the store up to its stretched length: the step ends when
  * the later of the two does, max(backward + cpu, store) after the first gradient. Either way the in-RAM optimizer's terms
  * (its update, its speculative backups) are gone. The store's host buffers (host_budget,
- * strata train's state_budget) set how many subgroups stay cached: st_plan_predict_config
+ * strata train's state_budget) set how many subgroups stay cached: st_train_plan_predict
  * chooses that budget where the user leaves it (st_plan_state_budget). The program (st_plan_stream) does not see
  * these terms: they add the same time to every plan but where recompute lengthens a
  * backward the store hides behind. */
@@ -248,7 +248,7 @@ typedef struct st_plan_disk {
                                    optim_ns_per_param is fp32's) */
     unsigned long long host_budget; /* st_store_config.host_budget (0: the store's 1 GiB) */
     int beside;                 /* st_stream_config.store_beside */
-    float weight_decay;         /* for the store's segments (st_train_decay_segments) */
+    float weight_decay;         /* for the store's segments (st_params_decay_segments) */
     double crc_bytes_per_s;     /* the CRC-32C rate as the store computes it (st_plan_crc_bytes_per_s;
                                    0: the profile's mem_bytes_per_s) */
     double cpu_slowdown;        /* beside the backward: seconds of compute lost per second of the store's
@@ -312,7 +312,7 @@ int st_plan_store_beside(const st_plan_profile *hw);
 #define ST_PLAN_PROBE_BYTES (128ull << 20)
 
 /* The store's host budget (strata train's key state_budget) where the user leaves it 0 under
- * plan auto: the candidates ST_TRAIN_STATE_BUDGET_DEFAULT, doubled while it stays within the
+ * plan auto: the candidates ST_STORE_HOST_BUDGET_DEFAULT, doubled while it stays within the
  * host bytes left for the store (host_budget less the rest of the run, the memory plan's need or
  * the executor's st_plan_host_bytes_disk where larger; without host_budget half of what
  * MemAvailable leaves after it), and the budget
@@ -336,7 +336,7 @@ typedef struct st_plan_config_disk {
     int n_paths;
     int probed;       /* 1: the bandwidths were probed (no state_profile; now, or at the start reused), 0:
                          state_profile's */
-    int reused;       /* 1: the bandwidths are those of the run's previous start (st_plan_predict_config_ex) */
+    int reused;       /* 1: the bandwidths are those of the run's previous start (st_train_plan_predict_ex) */
     int beside;       /* st_plan_store_beside(hw) */
     double mixed_bytes_per_s[16]; /* each path's (ST_STORE_MAX_PATHS) */
     double crc_bytes_per_s;       /* st_plan_crc_bytes_per_s, measured now */
@@ -359,30 +359,6 @@ st_status st_plan_state_budget(const st_arch *a, int B, int T, const st_plan_pro
  * 8 of 16 subgroups cached, 123 bytes read a step: chosen"). */
 void st_plan_state_budget_describe(const st_plan_config_disk *cd, int i, char *buf, size_t cap);
 
-struct st_train_config;
-/* The prediction of plan p for configuration c (its batch, seq, optim_state, weight_decay,
- * state_paths, state_profile, state_budget) on the machine hw. pred: in, the solver's
- * (st_plan_stream_ex) for p; out, unchanged with the state in RAM (c->state_paths empty),
- * else st_plan_predict_disk's (solve_s, program_s, optimal and device_budget kept): each
- * path's mixed bandwidth from c->state_profile (a strata probe -o file), else from a probe
- * of probe_bytes written in the path now (cd->probed; 0: never probe, and fail saying to
- * give state_profile); the CRC-32C rate measured now (about 0.1 s); the update beside the
- * backward per st_plan_store_beside; the update of c->optim_state's format per
- * st_plan_optim_ns_per_param; cpu_slowdown 1 (the CPU backend); the store's host budget
- * c->state_budget, or where that is 0 and c->plan "auto" chosen by st_plan_state_budget
- * (cd->budget_chosen; the caller runs cd->dc.state_budget). cd: what was used and the
- * store's figures (st_plan_config_disk_to_json: the plan file's key "disk"). */
-st_status st_plan_predict_config(const struct st_train_config *c, const st_arch *a, const st_plan_profile *hw,
-                                 const st_stream_plan *p, unsigned long long probe_bytes, st_plan_prediction *pred,
-                                 st_plan_config_disk *cd, st_err *err);
-/* st_plan_predict_config, but where the paths' bandwidths would be probed now (no
- * state_profile) and reuse_plan names a plan file (a resumed run's RUN_DIR/plan.json) whose
- * "disk" figures are for the same state_paths, those are taken instead (cd->reused): a resume
- * probes no path. A reuse_plan that is missing or holds other paths is no error (the paths
- * are probed). */
-st_status st_plan_predict_config_ex(const struct st_train_config *c, const st_arch *a, const st_plan_profile *hw,
-                                    const st_stream_plan *p, unsigned long long probe_bytes, const char *reuse_plan,
-                                    st_plan_prediction *pred, st_plan_config_disk *cd, st_err *err);
 struct json_object;
 /* {"io_s", "cpu_s", "store_s", "hidden_s", "beside", "probed", "reused", "state_paths",
  *  "mixed_bytes_per_s": [...], "crc_bytes_per_s", "read_bytes", "write_bytes", "host_bytes",
@@ -399,12 +375,12 @@ st_status st_plan_optim_ns_per_param(const st_plan_profile *hw, int fmt, double 
  * The optimizer state's format and tier where the user leaves them to the planner (the key
  * plan_state auto; f32 / 8-bit changes the optimizer's results): the placements f32 in host
  * memory, 8-bit in host memory, f32 on state_paths, 8-bit on state_paths (the last two only
- * with state_paths), in that order. st_plan_state_fit checks which fit (the host budget, the
- * paths' free space for the store's two regions); st_plan_state_choose predicts the step of
+ * with state_paths), in that order. st_train_state_fit checks which fit (the host budget, the
+ * paths' free space for the store's two regions); st_train_state_choose predicts the step of
  * each that fits, as strata plan and strata train predict a run (with device_budget the
  * program at that budget, else the streamed model of every block kept and the head
  * resident; the update's ns/param of the format, st_plan_optim_ns_per_param; a disk
- * placement through st_plan_predict_config), and takes the fastest. A tie (the same step
+ * placement through st_train_plan_predict), and takes the fastest. A tie (the same step
  * to ST_PLAN_STATE_TIE_S, the precision printed) goes to the earlier placement. A disk
  * placement's time needs the paths' bandwidth from state_profile (neither command probes a
  * disk to choose): without it its time is unknown, and a disk placement is taken only where
@@ -426,21 +402,10 @@ typedef struct st_plan_state_candidate {
 typedef struct st_plan_state_choice {
     int n;                 /* 2 (no state_paths) or 4, in the order above */
     st_plan_state_candidate cand[ST_PLAN_STATE_PLACEMENTS];
-    int chosen;            /* st_plan_state_choose's index (-1 before) */
-    int needs_profile;     /* st_plan_state_fit: 1 where two or more placements that fit can be timed */
+    int chosen;            /* st_train_state_choose's index (-1 before) */
+    int needs_profile;     /* st_train_state_fit: 1 where two or more placements that fit can be timed */
 } st_plan_state_choice;
 
-/* Which placements fit configuration c (plan_state auto). Refused with ST_ERR_NOMEM, naming
- * each placement's bytes, where none fits. */
-st_status st_plan_state_fit(const struct st_train_config *c, st_plan_state_choice *ch, st_err *err);
-/* Predict and choose (above) for c and model a on the machine hw (NULL: the first that fits),
- * and set c's optim_state, state_paths (emptied for host memory) and plan_state "fixed", so
- * config.json records what runs and a resume runs the same. why: one line saying what was
- * chosen and why. */
-st_status st_plan_state_choose(struct st_train_config *c, const st_arch *a, const st_plan_profile *hw,
-                               st_plan_state_choice *ch, char *why, size_t why_cap, st_err *err);
-/* Candidate i as one line ("8bit in host memory: predicted step 0.0123 s"). */
-void st_plan_state_describe(const st_plan_state_choice *ch, int i, char *buf, size_t cap);
 
 
 /* ------------------------------------------------------------------ plan files

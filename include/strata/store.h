@@ -77,6 +77,9 @@
 #include "strata/optim.h"
 
 #define ST_STORE_MAX_PATHS 16
+/* Host bytes for the store's buffers and cache where none is given (strata train's key
+ * state_budget 0, the planner's first candidate, the benchmarks). */
+#define ST_STORE_HOST_BUDGET_DEFAULT (256ull << 20)
 #define ST_STORE_MAX_BLOB (64u << 10)
 #define ST_STORE_CRC_BLOCK (1u << 20) /* one CRC-32C per MiB of a region */
 #define ST_STORE_MAX_REGION (256u << 20) /* bytes: the largest subgroup region chosen from host_budget */

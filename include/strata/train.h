@@ -32,9 +32,7 @@
 #include "strata/core.h"
 #include "strata/model.h"
 #include "strata/optim.h"
-
-/* Host bytes for the disk state's buffers and cache when the key state_budget is 0. */
-#define ST_TRAIN_STATE_BUDGET_DEFAULT (256ull << 20)
+#include "strata/plan.h"
 
 typedef struct st_train_config {
     char model[64];       /* preset name; the shape keys below override it when > 0 */
@@ -66,14 +64,14 @@ typedef struct st_train_config {
                              (default), "cuda" or "cuda:N" (needs device_budget > 0) */
     char state_paths[2048]; /* comma-separated directories: keep the master weights and optimizer
                                moments there (the disk tier, strata/store.h), committed every step */
-    double state_budget;  /* host bytes for the state store's buffers (0: ST_TRAIN_STATE_BUDGET_DEFAULT) */
+    double state_budget;  /* host bytes for the state store's buffers (0: ST_STORE_HOST_BUDGET_DEFAULT) */
     char state_profile[1024]; /* strata probe -o profile: split the state by the paths' bandwidth */
     char matmul[8];       /* "fp32", "tf32" or "bf16": the device's matmuls (st_backend_set_matmul) */
     char plan_head[12];   /* "resident" (the head on the device whenever it fits) or "fastest"
                              (st_train_config_plan_head) */
     char plan_state[8];   /* "fixed" (optim_state and state_paths as given) or "auto": of f32 in host
                              memory, 8-bit in host memory, f32 on state_paths, 8-bit on state_paths,
-                             the fitting one with the fastest predicted step (st_plan_state_choose) */
+                             the fitting one with the fastest predicted step (st_train_state_choose) */
     char plan[1024];      /* the stream plan (device_budget > 0): "auto" (the planner, now) or a plan
                              file (plan.h: strata plan -o, or a streamed run's RUN_DIR/plan.json) */
     char act[1024];       /* activation choices the plan must make (st_plan_act_parse): "auto" (none),
@@ -111,8 +109,6 @@ st_status st_train_config_check(const st_train_config *c, st_err *err);
 /* plan_head as the planner's st_plan_options.prefer_resident_head: ST_PLAN_HEAD_RESIDENT_IF_FITS
  * (resident) or ST_PLAN_HEAD_RESIDENT_ON_TIE (fastest). */
 int st_train_config_plan_head(const st_train_config *c);
-/* plan_state auto (the optimizer state's format and tier chosen by the predicted step):
- * st_plan_state_fit and st_plan_state_choose in strata/plan.h. */
 /* The shape overrides c sets (0: the preset's value). */
 st_model_overrides st_train_config_overrides(const st_train_config *c);
 
@@ -125,6 +121,54 @@ struct st_prof_mem_estimate;
 /* With state_paths: the moments leave the host's plan and the store's buffers join it. */
 void st_train_mem_state_on_disk(const st_train_config *c, struct st_prof_mem_estimate *e);
 
+/* ------------------------------------------------------------------ the plan a run gets
+ * (src/run/plan_state.c): the run's configuration put to the planner (strata/plan.h). */
+
+/* The prediction of plan p for configuration c (its batch, seq, optim_state, weight_decay,
+ * state_paths, state_profile, state_budget) on the machine hw. pred: in, the solver's
+ * (st_plan_stream_ex) for p; out, unchanged with the state in RAM (c->state_paths empty),
+ * else st_plan_predict_disk's (solve_s, program_s, optimal and device_budget kept): each
+ * path's mixed bandwidth from c->state_profile (a strata probe -o file), else from a probe
+ * of probe_bytes written in the path now (cd->probed; 0: never probe, and fail saying to
+ * give state_profile); the CRC-32C rate measured now (about 0.1 s); the update beside the
+ * backward per st_plan_store_beside; the update of c->optim_state's format per
+ * st_plan_optim_ns_per_param; cpu_slowdown 1 (the CPU backend); the store's host budget
+ * c->state_budget, or where that is 0 and c->plan "auto" chosen by st_plan_state_budget
+ * (cd->budget_chosen; the caller runs cd->dc.state_budget). cd: what was used and the
+ * store's figures (st_plan_config_disk_to_json: the plan file's key "disk"). */
+st_status st_train_plan_predict(const st_train_config *c, const st_arch *a, const st_plan_profile *hw,
+                                 const st_stream_plan *p, unsigned long long probe_bytes, st_plan_prediction *pred,
+                                 st_plan_config_disk *cd, st_err *err);
+/* st_train_plan_predict, but where the paths' bandwidths would be probed now (no
+ * state_profile) and reuse_plan names a plan file (a resumed run's RUN_DIR/plan.json) whose
+ * "disk" figures are for the same state_paths, those are taken instead (cd->reused): a resume
+ * probes no path. A reuse_plan that is missing or holds other paths is no error (the paths
+ * are probed). */
+st_status st_train_plan_predict_ex(const st_train_config *c, const st_arch *a, const st_plan_profile *hw,
+                                    const st_stream_plan *p, unsigned long long probe_bytes, const char *reuse_plan,
+                                    st_plan_prediction *pred, st_plan_config_disk *cd, st_err *err);
+/* Which placements fit configuration c (plan_state auto). Refused with ST_ERR_NOMEM, naming
+ * each placement's bytes, where none fits. */
+st_status st_train_state_fit(const st_train_config *c, st_plan_state_choice *ch, st_err *err);
+/* Predict and choose (above) for c and model a on the machine hw (NULL: the first that fits),
+ * and set c's optim_state, state_paths (emptied for host memory) and plan_state "fixed", so
+ * config.json records what runs and a resume runs the same. why: one line saying what was
+ * chosen and why. */
+st_status st_train_state_choose(st_train_config *c, const st_arch *a, const st_plan_profile *hw,
+                               st_plan_state_choice *ch, char *why, size_t why_cap, st_err *err);
+
+/* Candidate i as one line ("8bit in host memory: predicted step 0.0123 s"). */
+void st_train_state_describe(const st_plan_state_choice *ch, int i, char *buf, size_t cap);
+
+/* ------------------------------------------------------------------ a run's model, to sample */
+
+/* A model and its weights from `from`: a run directory (its newest checkpoint, or the
+ * final model.safetensors of a disk-state run), a checkpoint directory
+ * (checkpoints/step_N), or a Hugging Face model directory (GPT2LMHeadModel or a Llama
+ * family architecture). desc (may be NULL) gets one line saying which weights. */
+st_status st_train_open_model(st_model **out, const char *from, st_backend *be, char *desc, size_t desc_cap,
+                            st_err *err);
+
 typedef struct st_train_result {
     long steps_done;  /* the run's step at the end */
     long steps_run;   /* steps this call trained (0: the run was already at its end) */
@@ -135,14 +179,8 @@ typedef struct st_train_result {
 
 st_status st_train_run(const st_train_config *c, st_train_result *res, st_err *err);
 
-/* One optimizer segment per tensor of a table: decoupled weight decay on matmul weights
- * and embeddings (chosen by role, which comes from the name), none on biases and norms. */
-void st_train_decay_segments(const st_param_info *t, int n, float weight_decay, st_optim_segment *out);
-
 /* Learning rate at step (1-based): linear warmup, then cosine to min_lr_frac * lr. */
 double st_train_lr_at(const st_train_config *c, long step);
 
-/* The embedded default corpus: deterministic English-like text (byte tokens, 0..255). */
-size_t st_corpus_embedded_generate(uint8_t *buf, size_t cap, uint64_t seed);
 
 #endif

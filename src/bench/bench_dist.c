@@ -90,7 +90,7 @@ int bench_dist(int argc, char **argv) {
     in = malloc(sizeof(int32_t) * (size_t)B * T);
     tg = malloc(sizeof(int32_t) * (size_t)B * T);
     if (!segs || !shard_segs || !bounds || !in || !tg) { s = st_errf(&err, ST_ERR_NOMEM, "out of memory"); goto done; }
-    st_train_decay_segments(m->tensors, m->n_tensors, 0.1f, segs);
+    st_params_decay_segments(m->tensors, m->n_tensors, 0.1f, segs);
     st_zero_bounds(segs, m->n_tensors, m->n_params, W, bounds);
     size_t lo = zero ? bounds[rank] : 0, hi = zero ? bounds[rank + 1] : m->n_params;
     int ns = st_zero_clip_segments(segs, m->n_tensors, lo, hi, shard_segs);

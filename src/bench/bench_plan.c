@@ -263,10 +263,10 @@ static st_status run_open(bp_run *r, st_backend *cpu, const st_stream_config *sc
     if (state_dir) { /* the state in a store, its master weights the executor's random ones */
         const st_arch_layout *y = &sc->arch->lay;
         if (!(r->segs = calloc((size_t)y->n_tensors, sizeof *r->segs))) return st_errf(err, ST_ERR_NOMEM, "out of memory");
-        st_train_decay_segments(y->tensors, y->n_tensors, sc->weight_decay, r->segs);
+        st_params_decay_segments(y->tensors, y->n_tensors, sc->weight_decay, r->segs);
         const char *paths[1] = {state_dir};
         st_store_config stc = {.paths = paths, .n_paths = 1, .segs = r->segs, .n_segs = y->n_tensors,
-                               .fmt = ST_OPTIM_STATE_F32, .host_budget = ST_TRAIN_STATE_BUDGET_DEFAULT,
+                               .fmt = ST_OPTIM_STATE_F32, .host_budget = ST_STORE_HOST_BUDGET_DEFAULT,
                                .name = BP_STORE_NAME};
         if (st_store_exists(&stc))
             return st_errf(err, ST_ERR_INVALID, "%s already holds %s.manifest (another bench running, or one killed): "
@@ -419,7 +419,7 @@ static st_status bench_one(const bp_config *cfg, st_backend *cpu, st_plan_profil
     const char *dpaths[1] = {state_dir};
     double mixed = 0;
     st_plan_disk dk = {.paths = dpaths, .n_paths = 1, .mixed_bytes_per_s = &mixed, .fmt = ST_OPTIM_STATE_F32,
-                       .optim_ns_per_param = hw->optim_ns_per_param, .host_budget = ST_TRAIN_STATE_BUDGET_DEFAULT,
+                       .optim_ns_per_param = hw->optim_ns_per_param, .host_budget = ST_STORE_HOST_BUDGET_DEFAULT,
                        .weight_decay = sc.weight_decay,
                        .cpu_slowdown = 1.0}; /* the CPU backend: the store's all-core work is the compute's cores */
     if (state_dir) {

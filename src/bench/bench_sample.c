@@ -8,6 +8,7 @@
 #include "bench/bench.h"
 #include "strata/backend.h"
 #include "strata/generate.h"
+#include "strata/train.h"
 
 static const char *usage =
     "usage: strata bench sample [--model PRESET | --from DIR] [--prompt_len N] [--max_new N]\n"
@@ -80,7 +81,7 @@ int bench_sample(int argc, char **argv) {
     char desc[4800];
     if (st_backend_cpu_create(&be, o.threads, &err)) goto fail;
     if (o.from) {
-        if (st_gen_open_model(&m, o.from, be, desc, sizeof desc, &err)) goto fail;
+        if (st_train_open_model(&m, o.from, be, desc, sizeof desc, &err)) goto fail;
     } else {
         if (st_model_create(&m, o.preset, NULL, be, &err)) goto fail;
         m->ops->init_random(m, 1337);

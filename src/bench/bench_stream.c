@@ -70,7 +70,7 @@ static void usage(FILE *f) {
 int bench_stream(int argc, char **argv) {
     const char *model = "gpt2-124m", *acts = "auto", *clip = "auto", *gdt = "f32";
     int B = 2, T = 256, steps = 3, depth = 1, overlap = 1, threads = 0, json = 0, vchunk = -1;
-    double budget_arg = 0, max_norm = 1.0, state_budget = (double)ST_TRAIN_STATE_BUDGET_DEFAULT;
+    double budget_arg = 0, max_norm = 1.0, state_budget = (double)ST_STORE_HOST_BUDGET_DEFAULT;
     const char *state_path = NULL, *device = "cpu";
     int store_beside = 0, cuda_index = -1;
     st_model_overrides ov = {0};
@@ -190,7 +190,7 @@ int bench_stream(int argc, char **argv) {
     st_stream_set_params(x, m->params); /* the CPU backend's memory is host memory */
     segs = calloc((size_t)m->n_tensors, sizeof *segs);
     if (!segs) { st_errf(&err, ST_ERR_NOMEM, "out of memory"); goto fail; }
-    st_train_decay_segments(m->tensors, m->n_tensors, 0.1f, segs);
+    st_params_decay_segments(m->tensors, m->n_tensors, 0.1f, segs);
     if (st_optim_create(&opt, segs, m->n_tensors, ST_OPTIM_STATE_F32, &err)) goto fail;
     const char *spaths[1] = {state_path};
     st_store_config stc = {.paths = spaths, .n_paths = 1, .segs = segs, .n_segs = m->n_tensors,

@@ -65,7 +65,7 @@ static int plan_disk(const st_train_config *c, double n_params) {
     st_optim_segment seg = {0, (size_t)n_params, 0.0f}; /* one tensor: the layout within a few KiB */
     st_store_config sc = {.paths = paths, .n_paths = n, .path_weight = weighted ? w : NULL, .segs = &seg,
                           .n_segs = 1, .fmt = strcmp(c->optim_state, "8bit") ? ST_OPTIM_STATE_F32 : ST_OPTIM_STATE_8BIT,
-                          .host_budget = c->state_budget > 0 ? (uint64_t)c->state_budget : ST_TRAIN_STATE_BUDGET_DEFAULT};
+                          .host_budget = c->state_budget > 0 ? (uint64_t)c->state_budget : ST_STORE_HOST_BUDGET_DEFAULT};
     uint64_t need[ST_STORE_MAX_PATHS], avail[ST_STORE_MAX_PATHS], fs_need[ST_STORE_MAX_PATHS], host = 0;
     if (st_store_plan(&sc, need, &host, &err) || st_store_space(&sc, need, avail, fs_need, &err)) {
         printf("\ndisk state: %s\n", err.msg);
@@ -160,7 +160,7 @@ static int plan_device(const st_arch *a, const st_train_config *cfg, double devi
     st_plan_config_disk cd;
     memset(&cd, 0, sizeof cd);
     st_err derr = {0};
-    int disk_unknown = !s && st_plan_predict_config(cfg, a, &hw, p, 0, &pr, &cd, &derr) != ST_OK;
+    int disk_unknown = !s && st_train_plan_predict(cfg, a, &hw, p, 0, &pr, &cd, &derr) != ST_OK;
     int rc = s == ST_OK ? 0 : s == ST_ERR_NOMEM ? 3 : 2;
     json_object *o = NULL;
     if (json || (out && !s)) { /* the plan file's document, and what people read beside it */
@@ -375,7 +375,7 @@ int cmd_plan(int argc, char **argv) {
         if (budget[ST_PROF_TIER_HOST] > 0 && !(cfg.host_budget > 0)) cfg.host_budget = budget[ST_PROF_TIER_HOST];
         st_plan_state_choice ch;
         st_arch *pa = NULL;
-        int bad = st_plan_state_fit(&cfg, &ch, &err) != ST_OK;
+        int bad = st_train_state_fit(&cfg, &ch, &err) != ST_OK;
         if (!bad && ch.needs_profile) {
             bad = st_model_resolve(cfg.model, cfg.init_from, &ov, cfg.batch, cfg.seq, &shape, &pa, &err) != ST_OK;
             if (!bad && machine(pa, &cfg, profile, 1, &hw, &have_hw)) {
@@ -383,7 +383,7 @@ int cmd_plan(int argc, char **argv) {
                 return 2;
             }
         }
-        if (!bad) bad = st_plan_state_choose(&cfg, pa, have_hw ? &hw : NULL, &ch, why, sizeof why, &err) != ST_OK;
+        if (!bad) bad = st_train_state_choose(&cfg, pa, have_hw ? &hw : NULL, &ch, why, sizeof why, &err) != ST_OK;
         st_arch_free(pa);
         if (bad) {
             fprintf(stderr, "strata plan: %s\n", err.msg);
@@ -392,7 +392,7 @@ int cmd_plan(int argc, char **argv) {
         FILE *f = json ? stderr : stdout;
         fprintf(f, "%s\n", why);
         for (int i = 0; i < ch.n; i++) {
-            st_plan_state_describe(&ch, i, line, sizeof line);
+            st_train_state_describe(&ch, i, line, sizeof line);
             fprintf(f, "  %s\n", line);
         }
     }

@@ -6,6 +6,7 @@
 
 #include "strata/backend.h"
 #include "strata/generate.h"
+#include "strata/train.h"
 
 int cmd_sample(int argc, char **argv);
 
@@ -110,7 +111,7 @@ static int parse_opts(int argc, char **argv, cli_opts *o, const char *usage) {
 
 /* The model to sample: a directory's weights, or a preset with random weights. */
 static st_status open_model(const cli_opts *o, st_backend *be, st_model **m, char *desc, size_t cap, st_err *err) {
-    if (o->from) return st_gen_open_model(m, o->from, be, desc, cap, err);
+    if (o->from) return st_train_open_model(m, o->from, be, desc, cap, err);
     st_status s = st_model_create(m, o->preset, NULL, be, err);
     if (s) return s;
     (*m)->ops->init_random(*m, 1337);

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "strata/core.h"
-#include "strata/train.h"
+#include "strata/data.h"
 
 static const char *nouns_s[] = {"cat", "dog", "bird", "child", "farmer", "teacher", "river", "storm", "king",
                                 "queen", "robot", "sailor", "painter", "wolf", "fox", "engineer", "garden",
@@ -87,7 +87,7 @@ static void sentence(sink *s, st_rng *r) {
     put(s, st_rng_u64(r) % 8 == 0 ? ".\n" : ". ");
 }
 
-size_t st_corpus_embedded_generate(uint8_t *buf, size_t cap, uint64_t seed) {
+size_t st_data_embedded_generate(uint8_t *buf, size_t cap, uint64_t seed) {
     st_rng rng;
     st_rng_seed(&rng, seed);
     sink s = {buf, cap, 0};

@@ -7,7 +7,6 @@
 
 #include "exec/stream_internal.h"
 #include "optim/adamw_kernels.h" /* SUMSQ_CHUNK: the number of norm partials */
-#include "strata/train.h"
 
 /* ------------------------------------------------------------------ plan */
 
@@ -274,7 +273,7 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
     }
     x->segs = calloc((size_t)y->n_tensors, sizeof *x->segs);
     if (!x->segs) FAIL(ST_ERR_NOMEM, "stream: out of memory");
-    st_train_decay_segments(y->tensors, y->n_tensors, c->weight_decay, x->segs);
+    st_params_decay_segments(y->tensors, y->n_tensors, c->weight_decay, x->segs);
     x->external = c->external_optimizer;
     if (!x->external && (s = st_optim_create(&x->opt, x->segs, y->n_tensors, c->state_format, err))) goto fail;
     if (!x->external && p->overlap_optim && p->clip != ST_STREAM_CLIP_DEFER && c->state_format == ST_OPTIM_STATE_F32) {

@@ -7,7 +7,6 @@
 
 #include "plan/plan_cost.h"
 #include "strata/store.h"
-#include "strata/train.h"
 
 static int pos(double v) { return isfinite(v) && v > 0; }
 
@@ -232,7 +231,7 @@ st_status st_plan_predict_disk(const st_arch *a, int B, int T, const st_plan_pro
     const st_arch_layout *y = &a->lay;
     st_optim_segment *segs = calloc((size_t)y->n_tensors, sizeof *segs);
     if (!segs) return st_errf(err, ST_ERR_NOMEM, "out of memory");
-    st_train_decay_segments(y->tensors, y->n_tensors, disk->weight_decay, segs);
+    st_params_decay_segments(y->tensors, y->n_tensors, disk->weight_decay, segs);
     st_store_config sc = {.paths = disk->paths, .n_paths = disk->n_paths, .path_weight = disk->path_weight,
                           .segs = segs, .n_segs = y->n_tensors, .fmt = (st_optim_state_format)disk->fmt,
                           .host_budget = disk->host_budget};

@@ -75,10 +75,10 @@ static st_status data_open(train_data *d, const st_train_config *c, const char *
             free(text);
             return st_errf(err, ST_ERR_NOMEM, "out of memory for the embedded corpus");
         }
-        size_t n = st_corpus_embedded_generate(text, cap, 20261129), first = 0;
+        size_t n = st_data_embedded_generate(text, cap, 20261129), first = 0;
         if (val) { /* the generator is sequential: a longer text starts with the training text */
             first = n;
-            n = st_corpus_embedded_generate(text, cap + held, 20261129);
+            n = st_data_embedded_generate(text, cap + held, 20261129);
         }
         for (size_t i = first; i < n; i++) d->corpus[i - first] = text[i];
         free(text);
@@ -392,14 +392,6 @@ static st_status dist_check_config(const st_train_config *c, const train_dist *d
     return s;
 }
 
-void st_train_decay_segments(const st_param_info *t, int n, float weight_decay, st_optim_segment *out) {
-    for (int i = 0; i < n; i++) {
-        st_role r = t[i].role;
-        out[i] = (st_optim_segment){t[i].offset, t[i].numel,
-                                 (r == ST_ROLE_MATMUL_WEIGHT || r == ST_ROLE_EMBEDDING) ? weight_decay : 0.0f};
-    }
-}
-
 /* ------------------------------------------------------------------ layer streaming */
 
 /* The plan strata train gives the streaming executor: the whole vocabulary on the
@@ -519,7 +511,7 @@ static st_status save_run_plan(const st_train_config *c, const st_arch *arch, co
 }
 
 /* With the state on disk, pred (the plan's, the state in RAM) becomes the disk state's
- * (st_plan_predict_config_ex): each path's bandwidth from state_profile, else on a resume the
+ * (st_train_plan_predict_ex): each path's bandwidth from state_profile, else on a resume the
  * figures the run's last start saved in RUN_DIR/plan.json for the same state_paths, else a
  * short probe of each path now; logged under who. On failure pred is kept and cd zeroed. */
 static void predict_disk(const st_train_config *c, const st_arch *arch, const st_plan_profile *hw,
@@ -528,7 +520,7 @@ static void predict_disk(const st_train_config *c, const st_arch *arch, const st
     snprintf(prev, sizeof prev, "%s/plan.json", c->run_dir);
     st_err derr = {0};
     st_plan_prediction in_ram = *pred;
-    if (st_plan_predict_config_ex(c, arch, hw, plan, ST_PLAN_PROBE_BYTES, c->resume[0] ? prev : NULL, pred, cd,
+    if (st_train_plan_predict_ex(c, arch, hw, plan, ST_PLAN_PROBE_BYTES, c->resume[0] ? prev : NULL, pred, cd,
                                   &derr)) {
         st_log(2, "%s: the disk state's time is not predicted (%s); the prediction is the state in RAM's\n", who,
                derr.msg);
@@ -1014,7 +1006,7 @@ static st_status reshard_store(const st_train_config *c, const train_dist *d, st
     reshard r = {.base = base, .n_paths = sc->n_paths, .fmt = sc->fmt, .lo = d->lo, .n_segs = m->n_tensors};
     st_optim_segment *segs = calloc((size_t)m->n_tensors, sizeof *segs);
     if (!segs) return st_errf(err, ST_ERR_NOMEM, "out of memory");
-    st_train_decay_segments(m->tensors, m->n_tensors, (float)c->weight_decay, segs);
+    st_params_decay_segments(m->tensors, m->n_tensors, (float)c->weight_decay, segs);
     r.segs = segs;
     st_status s = reshard_find_world(base[0], d->world, d->rank, &r.W, err);
     if (!s) s = reshard_plan(&r, m->n_params, err);
@@ -1065,7 +1057,7 @@ static st_status open_store(const st_train_config *c, const train_dist *d, st_mo
     float *mine = m->params + d->lo; /* this rank's first element */
     st_store_config sc = {.paths = paths, .n_paths = n, .path_weight = weighted ? weights : NULL,
                           .segs = segs, .n_segs = n_segs, .fmt = fmt,
-                          .host_budget = c->state_budget > 0 ? (uint64_t)c->state_budget : ST_TRAIN_STATE_BUDGET_DEFAULT};
+                          .host_budget = c->state_budget > 0 ? (uint64_t)c->state_budget : ST_STORE_HOST_BUDGET_DEFAULT};
     if (!c->resume[0]) {
         s = st_store_exists(&sc) ? st_errf(err, ST_ERR_INVALID, "key 'state_paths': %s/strata-state.manifest already "
                                            "holds a run's state; continue it with --resume %s, or remove the store to "
@@ -1161,11 +1153,11 @@ static const char *json_num(char buf[32], double v, const char *fmt) {
 
 /* plan_state auto: the placements that fit, each predicted with the machine's profile (the
  * one the planner then uses: machine_profile, measured once per process) where two or more
- * can be timed, as strata plan chooses (st_plan_state_choose). Under mpirun the ranks'
+ * can be timed, as strata plan chooses (st_train_state_choose). Under mpirun the ranks'
  * measured profiles may differ, so they take the first that fits, alike. */
 static st_status place_state(st_train_config *c, st_err *err) {
     st_plan_state_choice ch;
-    st_status s = st_plan_state_fit(c, &ch, err);
+    st_status s = st_train_state_fit(c, &ch, err);
     if (s) return s;
     st_plan_profile hw;
     int have_hw = 0;
@@ -1184,12 +1176,12 @@ static st_status place_state(st_train_config *c, st_err *err) {
         have_hw = 1;
     }
     char why[1024], line[512];
-    s = st_plan_state_choose(c, arch, have_hw ? &hw : NULL, &ch, why, sizeof why, err);
+    s = st_train_state_choose(c, arch, have_hw ? &hw : NULL, &ch, why, sizeof why, err);
     st_arch_free(arch);
     if (s) return s;
     st_log(1, "%s\n", why);
     for (int i = 0; i < ch.n; i++) {
-        st_plan_state_describe(&ch, i, line, sizeof line);
+        st_train_state_describe(&ch, i, line, sizeof line);
         st_log(1, "  %s\n", line);
     }
     return ST_OK;
@@ -1298,7 +1290,7 @@ st_status st_train_run(const st_train_config *c, st_train_result *res, st_err *e
     /* weight decay by role, which comes from each tensor's name */
     segs = calloc((size_t)m->n_tensors, sizeof *segs);
     if (!segs) { s = st_errf(err, ST_ERR_NOMEM, "out of memory"); goto done; }
-    st_train_decay_segments(m->tensors, m->n_tensors, (float)c->weight_decay, segs);
+    st_params_decay_segments(m->tensors, m->n_tensors, (float)c->weight_decay, segs);
     st_optim_state_format fmt = strcmp(c->optim_state, "8bit") ? ST_OPTIM_STATE_F32 : ST_OPTIM_STATE_8BIT;
     dist.hi = m->n_params;
     n_opt_segs = m->n_tensors;

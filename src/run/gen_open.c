@@ -1,4 +1,4 @@
-/* gen_open.c - the model strata sample reads (strata/generate.h, st_gen_open_model): a
+/* gen_open.c - the model strata sample reads (strata/generate.h, st_train_open_model): a
  * run directory, a checkpoint directory or a Hugging Face model directory, told apart
  * by their config.json (a training configuration, or a Hugging Face one). */
 #include <json-c/json.h>
@@ -46,7 +46,7 @@ static st_status open_run(st_model **out, const char *dir, const char *cfg_path,
     return s;
 }
 
-st_status st_gen_open_model(st_model **out, const char *from, st_backend *be, char *desc, size_t desc_cap,
+st_status st_train_open_model(st_model **out, const char *from, st_backend *be, char *desc, size_t desc_cap,
                             st_err *err) {
     *out = NULL;
     char cfg_path[4200], weights[4400] = "";
