@@ -109,6 +109,9 @@ st_status st_train_config_check(const st_train_config *c, st_err *err);
 /* plan_head as the planner's st_plan_options.prefer_resident_head: ST_PLAN_HEAD_RESIDENT_IF_FITS
  * (resident) or ST_PLAN_HEAD_RESIDENT_ON_TIE (fastest). */
 int st_train_config_plan_head(const st_train_config *c);
+/* The keys optim_state and save_hf_dtype as what they name (a checked configuration's). */
+st_optim_state_format st_train_config_state_format(const st_train_config *c);
+st_dtype st_train_config_save_hf_dtype(const st_train_config *c);
 /* The shape overrides c sets (0: the preset's value). */
 st_model_overrides st_train_config_overrides(const st_train_config *c);
 

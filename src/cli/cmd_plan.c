@@ -64,7 +64,7 @@ static int plan_disk(const st_train_config *c, double n_params) {
     }
     st_optim_segment seg = {0, (size_t)n_params, 0.0f}; /* one tensor: the layout within a few KiB */
     st_store_config sc = {.paths = paths, .n_paths = n, .path_weight = weighted ? w : NULL, .segs = &seg,
-                          .n_segs = 1, .fmt = strcmp(c->optim_state, "8bit") ? ST_OPTIM_STATE_F32 : ST_OPTIM_STATE_8BIT,
+                          .n_segs = 1, .fmt = st_train_config_state_format(c),
                           .host_budget = c->state_budget > 0 ? (uint64_t)c->state_budget : ST_STORE_HOST_BUDGET_DEFAULT};
     uint64_t need[ST_STORE_MAX_PATHS], avail[ST_STORE_MAX_PATHS], fs_need[ST_STORE_MAX_PATHS], host = 0;
     if (st_store_plan(&sc, need, &host, &err) || st_store_space(&sc, need, avail, fs_need, &err)) {
@@ -412,7 +412,7 @@ int cmd_plan(int argc, char **argv) {
     }
     /* the family's own estimate (GPT-2's counts checkpointing; the Llama family's, its stored
      * activations), through the model layer */
-    if (st_model_mem_estimate(cfg.model, cfg.init_from, &ov, cfg.batch, cfg.seq, !strcmp(cfg.optim_state, "8bit"), &e,
+    if (st_model_mem_estimate(cfg.model, cfg.init_from, &ov, cfg.batch, cfg.seq, st_train_config_state_format(&cfg) == ST_OPTIM_STATE_8BIT, &e,
                               &err)) {
         st_arch_free(planned_arch);
         fprintf(stderr, "strata plan: %s\n", err.msg);

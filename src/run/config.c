@@ -133,6 +133,24 @@ void st_train_config_print_help(FILE *f) {
     for (size_t i = 0; i < N_KEYS; i++) fprintf(f, "  --%-14s %s\n", keys[i].name, keys[i].help);
 }
 
+/* The one place each of these keys' text is read; -1: not one of its names (refused by
+ * st_train_config_resolve naming the key). */
+static int parse_optim_state(const char *v) {
+    return !strcmp(v, "f32") ? (int)ST_OPTIM_STATE_F32 : !strcmp(v, "8bit") ? (int)ST_OPTIM_STATE_8BIT : -1;
+}
+
+static int parse_save_hf_dtype(const char *v) {
+    return !strcmp(v, "f32") ? (int)ST_F32 : !strcmp(v, "bf16") ? (int)ST_BF16 : -1;
+}
+
+st_optim_state_format st_train_config_state_format(const st_train_config *c) {
+    return parse_optim_state(c->optim_state) == (int)ST_OPTIM_STATE_8BIT ? ST_OPTIM_STATE_8BIT : ST_OPTIM_STATE_F32;
+}
+
+st_dtype st_train_config_save_hf_dtype(const st_train_config *c) {
+    return parse_save_hf_dtype(c->save_hf_dtype) == (int)ST_BF16 ? ST_BF16 : ST_F32;
+}
+
 static const key_def *find_key(const char *name) {
     for (size_t i = 0; i < N_KEYS; i++)
         if (!strcmp(keys[i].name, name)) return &keys[i];
@@ -445,9 +463,9 @@ st_status st_train_config_resolve(const st_train_config *c, st_model_shape *shap
     if (c->seq > shape->max_seq)
         return st_errf(err, ST_ERR_INVALID, "key 'seq': %d exceeds the model's max_seq %d; lower seq%s", c->seq,
                        shape->max_seq, shape->from_dir ? " (the init_from directory fixes max_seq)" : " or raise max_seq");
-    if (strcmp(c->optim_state, "f32") && strcmp(c->optim_state, "8bit"))
+    if (parse_optim_state(c->optim_state) < 0)
         return st_errf(err, ST_ERR_INVALID, "key 'optim_state': '%s' is not f32 or 8bit", c->optim_state);
-    if (strcmp(c->save_hf_dtype, "f32") && strcmp(c->save_hf_dtype, "bf16"))
+    if (parse_save_hf_dtype(c->save_hf_dtype) < 0)
         return st_errf(err, ST_ERR_INVALID, "key 'save_hf_dtype': '%s' is not f32 or bf16", c->save_hf_dtype);
     st_matmul_mode matmul;
     if ((s = st_backend_matmul_parse(c->matmul, &matmul, err))) return s; /* names the key */
@@ -517,7 +535,7 @@ double st_train_lr_at(const st_train_config *c, long step) {
 void st_train_mem_state_on_disk(const st_train_config *c, st_prof_mem_estimate *e) {
     if (!c->state_paths[0]) return;
     /* the moments go to disk; the store's buffers stay (its disk space it checks itself) */
-    double mom = !strcmp(c->optim_state, "8bit") ? e->moments_8bit : e->moments_f32;
+    double mom = st_train_config_state_format(c) == ST_OPTIM_STATE_8BIT ? e->moments_8bit : e->moments_f32;
     double buffers = c->state_budget > 0 ? c->state_budget : 256.0 * 1048576.0;
     e->tier_need[ST_PROF_TIER_HOST] += buffers - mom;
     e->moments_on_disk = 1;

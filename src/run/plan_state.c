@@ -50,7 +50,7 @@ static st_status store_host_cap(const st_train_config *c, const st_arch *a, cons
                                 st_err *err) {
     st_model_overrides ov = st_train_config_overrides(c);
     st_prof_mem_estimate e;
-    st_status s = st_model_mem_estimate(c->model, c->init_from, &ov, c->batch, c->seq, !strcmp(c->optim_state, "8bit"),
+    st_status s = st_model_mem_estimate(c->model, c->init_from, &ov, c->batch, c->seq, st_train_config_state_format(c) == ST_OPTIM_STATE_8BIT,
                                         &e, err);
     if (s) return s;
     st_train_mem_state_on_disk(c, &e);
@@ -102,7 +102,7 @@ st_status st_train_plan_predict_ex(const st_train_config *c, const st_arch *a, c
     }
     if ((s = st_plan_crc_bytes_per_s(&cd->crc_bytes_per_s, err))) return s;
     cd->beside = st_plan_store_beside(hw);
-    int fmt = strcmp(c->optim_state, "8bit") ? ST_OPTIM_STATE_F32 : ST_OPTIM_STATE_8BIT;
+    int fmt = st_train_config_state_format(c);
     double ns = 0;
     if ((s = st_plan_optim_ns_per_param(hw, fmt, &ns, err))) return s;
     st_plan_disk dk = {.paths = paths, .n_paths = n, .mixed_bytes_per_s = cd->mixed_bytes_per_s,
