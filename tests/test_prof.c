@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "strata/optim.h"
+#include "strata/model.h"
 #include "strata/prof.h"
 #include "testutil.h"
 
@@ -230,8 +231,8 @@ static void test_mem_estimate(void) {
         st_gpt2_config mc;
         st_err err = {0};
         st_gpt2_config_preset(shapes[k], &mc, &err);
-        st_prof_mem_estimate e;
-        st_prof_mem_estimate_gpt2(&mc, Bs[k], Ts[k], 1, &e);
+        st_mem_plan e;
+        st_mem_plan_gpt2(&mc, Bs[k], Ts[k], 1, &e);
         st_backend *be = NULL;
         st_gpt2_model m;
         CHECK(st_backend_ref_create(&be, &err) == ST_OK, "%s", err.msg);
@@ -263,14 +264,14 @@ static void test_mem_estimate(void) {
         st_gpt2_free(&m);
         st_backend_free(be);
         /* refusal: a host budget of half the need is short by the other half */
-        double budget[ST_PROF_TIER_COUNT] = {0, e.tier_need[ST_PROF_TIER_HOST] / 2, 0};
-        st_status s = st_prof_mem_check(&e, budget, &err);
+        double budget[ST_MEM_TIER_COUNT] = {0, e.tier_need[ST_MEM_TIER_HOST] / 2, 0};
+        st_status s = st_mem_plan_check(&e, budget, &err);
         char want[64];
-        snprintf(want, sizeof want, "%.0f bytes", e.tier_need[ST_PROF_TIER_HOST] - budget[ST_PROF_TIER_HOST]);
+        snprintf(want, sizeof want, "%.0f bytes", e.tier_need[ST_MEM_TIER_HOST] - budget[ST_MEM_TIER_HOST]);
         CHECK(s == ST_ERR_NOMEM && strstr(err.msg, "host") && strstr(err.msg, want) && strstr(err.msg, "missing"),
               "refusal names the tier and the %s missing: %s", want, err.msg);
-        budget[ST_PROF_TIER_HOST] = e.tier_need[ST_PROF_TIER_HOST] * 2;
-        CHECK(st_prof_mem_check(&e, budget, &err) == ST_OK, "fits in twice its need");
+        budget[ST_MEM_TIER_HOST] = e.tier_need[ST_MEM_TIER_HOST] * 2;
+        CHECK(st_mem_plan_check(&e, budget, &err) == ST_OK, "fits in twice its need");
     }
 }
 

@@ -56,7 +56,6 @@
 #include <stdio.h>
 
 #include "strata/core.h"
-#include "strata/model.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -167,41 +166,6 @@ double st_prof_host_available_bytes(void);
  * the current OpenMP thread count; measured once per process (about 0.1 s). */
 double st_prof_peak_flops(void);
 
-/* ------------------------------------------------------------------ memory estimate */
-
-enum { ST_PROF_TIER_DEVICE = 0, ST_PROF_TIER_HOST = 1, ST_PROF_TIER_DISK = 2, ST_PROF_TIER_COUNT = 3 };
-const char *st_prof_tier_name(int tier);
-
-/* Bytes per class of training state for a GPT-2 shape, batch B x seq T, as the executor
- * allocates them today (fp32 weights that are their own master copy, fp32 gradients, all
- * activations stored), plus the alternatives it does not use yet. */
-typedef struct st_prof_mem_estimate {
-    double n_params;
-    double weights;        /* fp32 working weights */
-    double grads;          /* fp32 gradients */
-    double master;         /* separate fp32 master copy: 0 while the weights are fp32 */
-    double master_if_bf16; /* what it would be with bf16 working weights */
-    double moments_f32;    /* AdamW m and v, fp32 */
-    double moments_8bit;   /* m and v, 8-bit blockwise with fp32 absmax per block */
-    double acts_stored;    /* every activation kept for backward (what runs today) */
-    double acts_ckpt;      /* with per-block checkpointing: block inputs + one block's working set */
-    double init_scratch;   /* transient host buffer of st_gpt2_init_random, freed before the optimizer */
-    double runtime;        /* code, libraries, data pipeline, BLAS buffers: measured once, a constant */
-    int moments_8bit_used;
-    int moments_on_disk;   /* state_paths: master copy and moments in the disk state store */
-    double state_buffers;  /* ...and its host buffers */
-    double tier_need[ST_PROF_TIER_COUNT]; /* peak bytes each tier must hold */
-} st_prof_mem_estimate;
-
-void st_prof_mem_estimate_gpt2(const st_gpt2_config *mc, int B, int T, int optim_8bit, st_prof_mem_estimate *out);
-/* Any architecture, from its parameter count and stored activation bytes. */
-void st_prof_mem_estimate_generic(double n_params, double act_bytes, int B, int T, int optim_8bit, st_prof_mem_estimate *out);
-/* Refuse a plan that does not fit: budgets in bytes per tier (host <= 0: MemAvailable now;
- * device and disk <= 0: none). ST_ERR_NOMEM names each tier short and the bytes missing. */
-st_status st_prof_mem_check(const st_prof_mem_estimate *e, const double budget[ST_PROF_TIER_COUNT], st_err *err);
-/* The estimate as a table, for strata plan. */
-void st_prof_mem_print(FILE *f, const st_prof_mem_estimate *e, const double budget[ST_PROF_TIER_COUNT]);
-
 /* ------------------------------------------------------------------ a training run */
 
 typedef struct st_prof_run_config {
@@ -212,7 +176,7 @@ typedef struct st_prof_run_config {
     double flops_per_step;   /* model FLOPs of one optimizer step */
     double tokens_per_step;
     long last_step;          /* for the ETA */
-    double host_plan_bytes;  /* the memory estimate's peak host bytes (st_prof_mem_estimate) */
+    double host_plan_bytes;  /* the memory estimate's peak host bytes (st_mem_plan) */
     int progress;            /* 1: a live progress line when stdout is a terminal */
     double gpu_hz;           /* NVML sampling rate; 0: 20 Hz */
 } st_prof_run_config;

@@ -120,9 +120,9 @@ st_model_overrides st_train_config_overrides(const st_train_config *c);
 st_status st_train_state_paths(const st_train_config *c, char *buf, size_t cap, const char **paths, int *n,
                             double *weights, int *weighted, st_err *err);
 
-struct st_prof_mem_estimate;
+struct st_mem_plan;
 /* With state_paths: the moments leave the host's plan and the store's buffers join it. */
-void st_train_mem_state_on_disk(const st_train_config *c, struct st_prof_mem_estimate *e);
+void st_train_mem_state_on_disk(const st_train_config *c, struct st_mem_plan *e);
 
 /* ------------------------------------------------------------------ the plan a run gets
  * (src/run/plan_state.c): the run's configuration put to the planner (strata/plan.h). */

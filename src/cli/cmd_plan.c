@@ -295,7 +295,7 @@ int cmd_plan(int argc, char **argv) {
     st_train_config cfg;
     st_train_config_defaults(&cfg);
     st_err err = {0};
-    double budget[ST_PROF_TIER_COUNT] = {0, 0, 0};
+    double budget[ST_MEM_TIER_COUNT] = {0, 0, 0};
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             plan_usage(stdout);
@@ -332,9 +332,9 @@ int cmd_plan(int argc, char **argv) {
             time_limit_ms = atoi(v);
             continue;
         }
-        int tier = !strcmp(a, "--device_budget") ? ST_PROF_TIER_DEVICE
-                   : !strcmp(a, "--host_budget") ? ST_PROF_TIER_HOST
-                   : !strcmp(a, "--disk_budget") ? ST_PROF_TIER_DISK
+        int tier = !strcmp(a, "--device_budget") ? ST_MEM_TIER_DEVICE
+                   : !strcmp(a, "--host_budget") ? ST_MEM_TIER_HOST
+                   : !strcmp(a, "--disk_budget") ? ST_MEM_TIER_DISK
                                                  : -1;
         if (tier >= 0) {
             budget[tier] = st_parse_bytes(v);
@@ -355,13 +355,13 @@ int cmd_plan(int argc, char **argv) {
             return 2;
         }
     }
-    if (out && !(budget[ST_PROF_TIER_DEVICE] > 0)) {
+    if (out && !(budget[ST_MEM_TIER_DEVICE] > 0)) {
         fprintf(stderr, "strata plan: -o %s writes the device plan: give --device_budget BYTES too\n", out);
         return 2;
     }
     st_model_shape shape;
     st_arch *planned_arch = NULL;
-    st_prof_mem_estimate e;
+    st_mem_plan e;
     if (st_train_config_resolve(&cfg, &shape, &err)) {
         fprintf(stderr, "strata plan: %s\n", err.msg);
         return 2;
@@ -372,7 +372,7 @@ int cmd_plan(int argc, char **argv) {
     if (!strcmp(cfg.plan_state, "auto")) { /* as strata train places the state (its profile, where two or
                                             more placements that fit can be timed, is the planner's) */
         char why[1024], line[512];
-        if (budget[ST_PROF_TIER_HOST] > 0 && !(cfg.host_budget > 0)) cfg.host_budget = budget[ST_PROF_TIER_HOST];
+        if (budget[ST_MEM_TIER_HOST] > 0 && !(cfg.host_budget > 0)) cfg.host_budget = budget[ST_MEM_TIER_HOST];
         st_plan_state_choice ch;
         st_arch *pa = NULL;
         int bad = st_train_state_fit(&cfg, &ch, &err) != ST_OK;
@@ -396,14 +396,14 @@ int cmd_plan(int argc, char **argv) {
             fprintf(f, "  %s\n", line);
         }
     }
-    if (json || budget[ST_PROF_TIER_DEVICE] > 0 || save_profile) {
+    if (json || budget[ST_MEM_TIER_DEVICE] > 0 || save_profile) {
         st_arch *arch = NULL;
         if (st_model_resolve(cfg.model, cfg.init_from, &ov, cfg.batch, cfg.seq, &shape, &arch, &err)) {
             fprintf(stderr, "strata plan: %s\n", err.msg);
             return 2;
         }
         if (json) {
-            int prc = plan_device(arch, &cfg, budget[ST_PROF_TIER_DEVICE], profile, &hw, &have_hw, save_profile,
+            int prc = plan_device(arch, &cfg, budget[ST_MEM_TIER_DEVICE], profile, &hw, &have_hw, save_profile,
                                   time_limit_ms, 1, out);
             st_arch_free(arch);
             return prc;
@@ -421,15 +421,15 @@ int cmd_plan(int argc, char **argv) {
     printf("plan for %s (%s), batch %d x seq %d, optim_state %s\n", cfg.init_from[0] ? cfg.init_from : cfg.model,
            shape.desc, cfg.batch, cfg.seq, cfg.optim_state);
     st_train_mem_state_on_disk(&cfg, &e);
-    st_prof_mem_print(stdout, &e, budget);
+    st_mem_plan_print(stdout, &e, budget);
     int rc = 0;
-    if (st_prof_mem_check(&e, budget, &err)) {
+    if (st_mem_plan_check(&e, budget, &err)) {
         printf("\n%s\n", err.msg);
         rc = 3;
     }
     if (cfg.state_paths[0] && plan_disk(&cfg, e.n_params) && !rc) rc = 3;
     if (planned_arch) {
-        int prc = plan_device(planned_arch, &cfg, budget[ST_PROF_TIER_DEVICE], profile, &hw, &have_hw, save_profile,
+        int prc = plan_device(planned_arch, &cfg, budget[ST_MEM_TIER_DEVICE], profile, &hw, &have_hw, save_profile,
                               time_limit_ms, 0, out);
         st_arch_free(planned_arch);
         if (prc == 2) return 2;

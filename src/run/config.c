@@ -532,12 +532,12 @@ double st_train_lr_at(const st_train_config *c, long step) {
     return min_lr + 0.5 * (c->lr - min_lr) * (1.0 + cos(M_PI * progress));
 }
 
-void st_train_mem_state_on_disk(const st_train_config *c, st_prof_mem_estimate *e) {
+void st_train_mem_state_on_disk(const st_train_config *c, st_mem_plan *e) {
     if (!c->state_paths[0]) return;
     /* the moments go to disk; the store's buffers stay (its disk space it checks itself) */
     double mom = st_train_config_state_format(c) == ST_OPTIM_STATE_8BIT ? e->moments_8bit : e->moments_f32;
     double buffers = c->state_budget > 0 ? c->state_budget : 256.0 * 1048576.0;
-    e->tier_need[ST_PROF_TIER_HOST] += buffers - mom;
+    e->tier_need[ST_MEM_TIER_HOST] += buffers - mom;
     e->moments_on_disk = 1;
     e->state_buffers = buffers;
 }

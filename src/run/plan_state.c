@@ -49,12 +49,12 @@ static int reuse_figures(const char *path, const char *state_paths, int n, doubl
 static st_status store_host_cap(const st_train_config *c, const st_arch *a, const st_stream_plan *p, double *cap,
                                 st_err *err) {
     st_model_overrides ov = st_train_config_overrides(c);
-    st_prof_mem_estimate e;
+    st_mem_plan e;
     st_status s = st_model_mem_estimate(c->model, c->init_from, &ov, c->batch, c->seq, st_train_config_state_format(c) == ST_OPTIM_STATE_8BIT,
                                         &e, err);
     if (s) return s;
     st_train_mem_state_on_disk(c, &e);
-    double rest = e.tier_need[ST_PROF_TIER_HOST] - e.state_buffers;
+    double rest = e.tier_need[ST_MEM_TIER_HOST] - e.state_buffers;
     double exec = (double)st_plan_host_bytes_disk(a, c->batch, c->seq, p);
     double host = c->host_budget > 0 ? c->host_budget : st_prof_host_available_bytes();
     *cap = host - (rest > exec ? rest : exec);
@@ -177,16 +177,16 @@ st_status st_train_state_fit(const st_train_config *c, st_plan_state_choice *ch,
             k->on_disk = tier;
             st_train_config t;
             placed_config(c, k, &t);
-            st_prof_mem_estimate e;
+            st_mem_plan e;
             if ((s = st_model_mem_estimate(t.model, t.init_from, &ov, t.batch, t.seq, f == 1, &e, err))) return s;
             st_train_mem_state_on_disk(&t, &e);
-            double budgets[ST_PROF_TIER_COUNT] = {0, t.host_budget, 0};
+            double budgets[ST_MEM_TIER_COUNT] = {0, t.host_budget, 0};
             st_err fit = {0};
-            int host_ok = st_prof_mem_check(&e, budgets, &fit) == ST_OK;
+            int host_ok = st_mem_plan_check(&e, budgets, &fit) == ST_OK;
             /* the store's two regions (the committed step and the one being written) */
             k->disk_bytes = tier ? 2.0 * shape.n_params * st_store_bytes_per_param(k->fmt) : 0;
             k->disk_free = disk_free;
-            k->host_bytes = e.tier_need[ST_PROF_TIER_HOST];
+            k->host_bytes = e.tier_need[ST_MEM_TIER_HOST];
             int disk_ok = !tier || k->disk_bytes <= disk_free;
             k->fits = host_ok && disk_ok;
             if (!host_ok)

@@ -34,7 +34,7 @@ typedef struct train_run {
     int quiet;                   /* no lines: the key quiet, or a rank other than 0 */
     int threads;
     st_lock lock;                /* RUN_DIR/strata.lock, held by rank 0 */
-    st_prof_mem_estimate mem;    /* the memory plan checked before anything was allocated */
+    st_mem_plan mem;    /* the memory plan checked before anything was allocated */
     int B, T;
     long end;                    /* the last step this call trains (stop_at or steps) */
     double step_tokens;          /* tokens of one step over all ranks */
@@ -103,8 +103,8 @@ static st_status run_check(train_run *r, const st_train_config *given, st_err *e
                                    &r->mem, err)))
         return s;
     st_train_mem_state_on_disk(c, &r->mem);
-    double budgets[ST_PROF_TIER_COUNT] = {0, c->host_budget, 0};
-    if ((s = st_prof_mem_check(&r->mem, budgets, err))) return s;
+    double budgets[ST_MEM_TIER_COUNT] = {0, c->host_budget, 0};
+    if ((s = st_mem_plan_check(&r->mem, budgets, err))) return s;
     if (!c->run_dir[0]) return st_errf(err, ST_ERR_INVALID, "key 'run_dir' is empty; name a directory for the run");
     r->dist = (run_dist){.comm = c->comm, .rank = st_comm_rank(c->comm), .world = st_comm_size(c->comm),
                          .zero = c->zero};
@@ -297,7 +297,7 @@ static st_status open_outputs(train_run *r, st_err *err) {
     if (!r->lead) snprintf(label, sizeof label, "strata train %s rank %d", c->model, r->dist.rank);
     st_prof_run_config pc = {.run_dir = r->lead ? c->run_dir : rank_dir, .trace = c->trace, .label = label,
                              .flops_per_step = r->flops_per_step, .tokens_per_step = r->step_tokens,
-                             .last_step = r->end, .host_plan_bytes = r->mem.tier_need[ST_PROF_TIER_HOST],
+                             .last_step = r->end, .host_plan_bytes = r->mem.tier_need[ST_MEM_TIER_HOST],
                              .progress = !r->quiet && r->dist.world == 1}; /* mpirun's forwarding garbles a live line */
     return st_prof_run_open(&r->pr, &pc, err);
 }
@@ -453,7 +453,7 @@ static st_status run_log_step(train_run *r, const train_step *o, st_err *err) {
                           "perf/achieved_gflops", "memory/host_rss_bytes", "memory/host_peak_bytes",
                           "memory/host_plan_bytes"};
     double vals[] = {o->loss, o->lr, o->norm, o->dt * 1e3, o->tok_s, o->gflops, ps ? ps->host_rss_bytes : 0,
-                     ps ? ps->host_peak_bytes : 0, r->mem.tier_need[ST_PROF_TIER_HOST]};
+                     ps ? ps->host_peak_bytes : 0, r->mem.tier_need[ST_MEM_TIER_HOST]};
     return st_prof_tb_scalars(r->tb, step, tags, vals, (int)(sizeof vals / sizeof vals[0]), err);
 }
 

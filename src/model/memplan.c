@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "strata/optim.h"
+#include "strata/model.h"
 #include "strata/prof.h"
 
 /* Code, shared libraries, OpenMP and OpenBLAS buffers, the data pipeline (the embedded
@@ -22,9 +23,9 @@
  * within 4% when its state is a few hundred MiB (tests/test_prof_mem.sh). */
 #define RUNTIME_BYTES (26.0 * 1048576.0)
 
-const char *st_prof_tier_name(int tier) {
-    static const char *n[ST_PROF_TIER_COUNT] = {"device", "host", "disk"};
-    return (unsigned)tier < ST_PROF_TIER_COUNT ? n[tier] : "?";
+const char *st_mem_tier_name(int tier) {
+    static const char *n[ST_MEM_TIER_COUNT] = {"device", "host", "disk"};
+    return (unsigned)tier < ST_MEM_TIER_COUNT ? n[tier] : "?";
 }
 
 /* 8-bit moments of one tensor: a code byte per element for m and for v, padded to whole
@@ -34,7 +35,7 @@ static double q8_bytes(double numel) {
     return 2.0 * blocks * ST_OPTIM_Q8_BLOCK + 2.0 * blocks * sizeof(float);
 }
 
-void st_prof_mem_estimate_gpt2(const st_gpt2_config *mc, int B, int T, int optim_8bit, st_prof_mem_estimate *e) {
+void st_mem_plan_gpt2(const st_gpt2_config *mc, int B, int T, int optim_8bit, st_mem_plan *e) {
     memset(e, 0, sizeof *e);
     double C = mc->n_embd, L = mc->n_layer, V = mc->vocab_size, maxT = mc->max_seq, NH = mc->n_head;
     double N = (double)B * T;
@@ -63,11 +64,11 @@ void st_prof_mem_estimate_gpt2(const st_gpt2_config *mc, int B, int T, int optim
     double moments = optim_8bit ? e->moments_8bit : e->moments_f32;
     /* The checkpoint at the end of a run stages the weights while everything else is
      * allocated: that is the peak. */
-    e->tier_need[ST_PROF_TIER_HOST] = e->runtime + e->weights + e->grads + e->master + moments + e->acts_stored +
+    e->tier_need[ST_MEM_TIER_HOST] = e->runtime + e->weights + e->grads + e->master + moments + e->acts_stored +
                                    e->init_scratch;
 }
 
-void st_prof_mem_estimate_generic(double n_params, double act_bytes, int B, int T, int optim_8bit, st_prof_mem_estimate *e) {
+void st_mem_plan_generic(double n_params, double act_bytes, int B, int T, int optim_8bit, st_mem_plan *e) {
     memset(e, 0, sizeof *e);
     double N = (double)B * T;
     e->n_params = n_params;
@@ -84,7 +85,7 @@ void st_prof_mem_estimate_generic(double n_params, double act_bytes, int B, int 
     e->init_scratch = 4.0 * n_params;
     e->runtime = RUNTIME_BYTES + 8.0 * N;
     double moments = optim_8bit ? e->moments_8bit : e->moments_f32;
-    e->tier_need[ST_PROF_TIER_HOST] = e->runtime + e->weights + e->grads + moments + e->acts_stored + e->init_scratch;
+    e->tier_need[ST_MEM_TIER_HOST] = e->runtime + e->weights + e->grads + moments + e->acts_stored + e->init_scratch;
 }
 
 static void fmt_bytes(char *buf, size_t cap, double b) {
@@ -94,23 +95,23 @@ static void fmt_bytes(char *buf, size_t cap, double b) {
     else snprintf(buf, cap, "%.0f B", b);
 }
 
-static double host_budget(const double budget[ST_PROF_TIER_COUNT]) {
-    return budget[ST_PROF_TIER_HOST] > 0 ? budget[ST_PROF_TIER_HOST] : st_prof_host_available_bytes();
+static double host_budget(const double budget[ST_MEM_TIER_COUNT]) {
+    return budget[ST_MEM_TIER_HOST] > 0 ? budget[ST_MEM_TIER_HOST] : st_prof_host_available_bytes();
 }
 
-st_status st_prof_mem_check(const st_prof_mem_estimate *e, const double budget[ST_PROF_TIER_COUNT], st_err *err) {
-    double have[ST_PROF_TIER_COUNT] = {budget[0] > 0 ? budget[0] : 0, host_budget(budget), budget[2] > 0 ? budget[2] : 0};
+st_status st_mem_plan_check(const st_mem_plan *e, const double budget[ST_MEM_TIER_COUNT], st_err *err) {
+    double have[ST_MEM_TIER_COUNT] = {budget[0] > 0 ? budget[0] : 0, host_budget(budget), budget[2] > 0 ? budget[2] : 0};
     char msg[ST_ERR_MSG_MAX] = "";
     int short_tiers = 0;
-    for (int t = 0; t < ST_PROF_TIER_COUNT; t++) {
+    for (int t = 0; t < ST_MEM_TIER_COUNT; t++) {
         if (e->tier_need[t] <= have[t] || e->tier_need[t] <= 0) continue;
-        if (t == ST_PROF_TIER_HOST && have[t] <= 0) continue; /* MemAvailable unreadable: cannot judge */
+        if (t == ST_MEM_TIER_HOST && have[t] <= 0) continue; /* MemAvailable unreadable: cannot judge */
         char need[32], got[32], miss[32];
         fmt_bytes(need, sizeof need, e->tier_need[t]);
         fmt_bytes(got, sizeof got, have[t]);
         fmt_bytes(miss, sizeof miss, e->tier_need[t] - have[t]);
         snprintf(msg + strlen(msg), sizeof msg - strlen(msg), "%s%s needs %.0f bytes (%s), budget %.0f (%s): "
-                 "%.0f bytes (%s) missing", short_tiers ? "; " : "", st_prof_tier_name(t), e->tier_need[t], need,
+                 "%.0f bytes (%s) missing", short_tiers ? "; " : "", st_mem_tier_name(t), e->tier_need[t], need,
                  have[t], got, e->tier_need[t] - have[t], miss);
         short_tiers++;
     }
@@ -119,7 +120,7 @@ st_status st_prof_mem_check(const st_prof_mem_estimate *e, const double budget[S
                    "8bit, or raise host_budget (see strata plan)", msg);
 }
 
-void st_prof_mem_print(FILE *f, const st_prof_mem_estimate *e, const double budget[ST_PROF_TIER_COUNT]) {
+void st_mem_plan_print(FILE *f, const st_mem_plan *e, const double budget[ST_MEM_TIER_COUNT]) {
     char b[32];
     const char *h = "host";
 #define ROW(label, bytes, where, note)                                                              \
@@ -145,16 +146,16 @@ void st_prof_mem_print(FILE *f, const st_prof_mem_estimate *e, const double budg
     ROW("staging (init, checkpoint save)", e->init_scratch, h, "transient, at the end-of-run checkpoint");
     ROW("runtime (code, BLAS, data)", e->runtime, h, "measured constant");
     fprintf(f, "\n  %-34s %16s  %11s  %s\n", "tier", "peak need", "", "budget");
-    for (int t = 0; t < ST_PROF_TIER_COUNT; t++) {
-        double have = t == ST_PROF_TIER_HOST ? host_budget(budget) : budget[t];
+    for (int t = 0; t < ST_MEM_TIER_COUNT; t++) {
+        double have = t == ST_MEM_TIER_HOST ? host_budget(budget) : budget[t];
         char hb[32] = "none";
         if (have > 0) fmt_bytes(hb, sizeof hb, have);
         fmt_bytes(b, sizeof b, e->tier_need[t]);
         const char *verdict = e->tier_need[t] <= 0 ? "" : (have > 0 && e->tier_need[t] > have) ? "DOES NOT FIT"
                                                                                               : "fits";
-        if (e->tier_need[t] > 0 && have <= 0) verdict = t == ST_PROF_TIER_HOST ? "unknown budget" : "DOES NOT FIT";
-        fprintf(f, "  %-34s %16.0f  %11s  %s%s%s%s\n", st_prof_tier_name(t), e->tier_need[t], b, hb,
-                t == ST_PROF_TIER_HOST && budget[t] <= 0 ? " (MemAvailable)" : "", verdict[0] ? ": " : "", verdict);
+        if (e->tier_need[t] > 0 && have <= 0) verdict = t == ST_MEM_TIER_HOST ? "unknown budget" : "DOES NOT FIT";
+        fprintf(f, "  %-34s %16.0f  %11s  %s%s%s%s\n", st_mem_tier_name(t), e->tier_need[t], b, hb,
+                t == ST_MEM_TIER_HOST && budget[t] <= 0 ? " (MemAvailable)" : "", verdict[0] ? ": " : "", verdict);
     }
 #undef ROW
 }
