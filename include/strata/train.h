@@ -172,6 +172,30 @@ void st_train_state_describe(const st_plan_state_choice *ch, int i, char *buf, s
 st_status st_train_open_model(st_model **out, const char *from, st_backend *be, char *desc, size_t desc_cap,
                             st_err *err);
 
+/* ------------------------------------------------------------------ the run directory
+ * Every name strata gives under RUN_DIR, in one place (src/run/rundir.c), for train, sample,
+ * report and inspect alike:
+ *     config.json          the run's configuration (what a resume reads)
+ *     metrics.jsonl        one line per step
+ *     plan.json            layer streaming's plan as run; plan_profile.json the machine's figures
+ *     strata.lock          held by the one process that runs it
+ *     model.safetensors    the final weights of a run whose state is on disk
+ *     report.html          strata report's page
+ *     checkpoints/step_NNNNNNNN/  a checkpoint (ckpt.h names its files); checkpoints/latest
+ *                          the newest complete one's name
+ *     rank_R/              rank R's trace under mpirun
+ * (trace.json and TensorBoard's events.out.tfevents.* are prof's, written where it is told.) */
+typedef enum st_run_file {
+    ST_RUN_CONFIG, ST_RUN_METRICS, ST_RUN_PLAN, ST_RUN_PLAN_PROFILE, ST_RUN_LOCK, ST_RUN_MODEL,
+    ST_RUN_REPORT, ST_RUN_CHECKPOINTS, ST_RUN_LATEST
+} st_run_file;
+/* RUN_DIR/NAME into buf[cap]; snprintf's count (>= cap: cut short). */
+int st_run_path(char *buf, size_t cap, const char *run_dir, st_run_file f);
+/* RUN_DIR/checkpoints/step_NNNNNNNN (8 digits, zero-padded) into buf[cap]; snprintf's count. */
+int st_run_checkpoint_path(char *buf, size_t cap, const char *run_dir, unsigned long long step);
+/* RUN_DIR/rank_R into buf[cap]; snprintf's count. */
+int st_run_rank_path(char *buf, size_t cap, const char *run_dir, int rank);
+
 typedef struct st_train_result {
     long steps_done;  /* the run's step at the end */
     long steps_run;   /* steps this call trained (0: the run was already at its end) */

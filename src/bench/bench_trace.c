@@ -45,7 +45,7 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
  * by their "traced" field. */
 static int read_step_times(const char *run_dir, double *on, int *n_on, double *off, int *n_off, int cap) {
     char path[2048];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
+    st_run_path(path, sizeof path, run_dir, ST_RUN_METRICS);
     FILE *f = fopen(path, "r");
     if (!f) return -1;
     char line[8192];

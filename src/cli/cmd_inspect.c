@@ -13,6 +13,7 @@
 #include "strata/llama.h"
 #include "strata/safetensors.h"
 #include "strata/store.h"
+#include "strata/train.h"
 
 static int inspect_safetensors(const char *path) {
     st_err err = {0};
@@ -125,11 +126,11 @@ int cmd_inspect(int argc, char **argv) {
     if (!S_ISDIR(sb.st_mode)) return inspect_safetensors(p);
     char path[8300], dir[4200];
     char probe1[4300], probe2[4300];
-    snprintf(probe1, sizeof probe1, "%s/checkpoints/latest", p);
+    st_run_path(probe1, sizeof probe1, p, ST_RUN_LATEST);
     snprintf(probe2, sizeof probe2, "%s/train_state.bin", p);
     snprintf(path, sizeof path, "%s/" ST_SHARDS_JSON, p);
     int sharded_ckpt = access(path, R_OK) == 0;
-    snprintf(path, sizeof path, "%s/config.json", p);
+    st_run_path(path, sizeof path, p, ST_RUN_CONFIG);
     /* a run or checkpoint directory has a config.json too (strata's own), so those first */
     if (access(probe1, R_OK) != 0 && access(probe2, R_OK) != 0 && !sharded_ckpt && access(path, R_OK) == 0) {
         int B = 1, T = 2048;
@@ -147,7 +148,7 @@ int cmd_inspect(int argc, char **argv) {
         return 0;
     }
     snprintf(dir, sizeof dir, "%s", p);
-    snprintf(path, sizeof path, "%s/checkpoints/latest", p);
+    st_run_path(path, sizeof path, p, ST_RUN_LATEST);
     FILE *f = fopen(path, "r");
     if (f) {
         char name[256] = "";

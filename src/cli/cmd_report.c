@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cli/cli_prof.h"
+#include "strata/train.h"
 
 #define MAX_PHASES 24
 #define MAX_POINTS 1200 /* series longer than this are averaged into buckets for drawing */
@@ -79,7 +80,7 @@ static int phase_index(run_data *d, const char *name) {
 
 static int load_metrics(const char *run_dir, run_data *d, char *why, size_t whycap) {
     char path[4096];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
+    st_run_path(path, sizeof path, run_dir, ST_RUN_METRICS);
     FILE *f = fopen(path, "r");
     if (!f) {
         snprintf(why, whycap, "%s: cannot open: %s (is %s a run directory of strata train?)", path, strerror(errno),
@@ -440,7 +441,7 @@ static void summarize(const run_data *d, const char *run_dir, summary *s) {
     for (int k = 0; k < d->n_phases; k++) s->phase_med[k] = quantile(d->phase_ms[k], d->n, from, 0.5);
     snprintf(s->title, sizeof s->title, "%s", run_dir);
     char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", run_dir);
+    st_run_path(path, sizeof path, run_dir, ST_RUN_CONFIG);
     json_object *cfg = json_object_from_file(path);
     if (cfg) {
         json_object *v;
@@ -698,7 +699,7 @@ int cmd_report(int argc, char **argv) {
     summarize(&d, run_dir, &s);
     char path[4200];
     if (out) snprintf(path, sizeof path, "%s", out);
-    else snprintf(path, sizeof path, "%s/report.html", run_dir);
+    else st_run_path(path, sizeof path, run_dir, ST_RUN_REPORT);
     FILE *f = fopen(path, "w");
     if (!f) {
         fprintf(stderr, "strata report: %s: cannot create: %s\n", path, strerror(errno));

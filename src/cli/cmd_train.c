@@ -125,7 +125,7 @@ int cmd_train(int argc, char **argv) {
         if (!strcmp(argv[i], "--resume")) {
             /* a run directory carries its configuration; resume with it */
             char path[2048];
-            snprintf(path, sizeof path, "%s/config.json", argv[i + 1]);
+            st_run_path(path, sizeof path, argv[i + 1], ST_RUN_CONFIG);
             if (access(path, F_OK) == 0) {
                 if (st_train_config_load_json(&cfg, path, &err)) {
                     fprintf(stderr, "strata train: %s\n", err.msg);

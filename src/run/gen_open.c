@@ -20,7 +20,7 @@ static st_status open_run(st_model **out, const char *dir, const char *cfg_path,
     st_status s = st_train_config_load_json(&c, cfg_path, err);
     if (s) return s;
     char latest[4200];
-    snprintf(latest, sizeof latest, "%s/checkpoints/latest", dir);
+    st_run_path(latest, sizeof latest, dir, ST_RUN_LATEST);
     FILE *f = fopen(latest, "r");
     if (f) {
         char name[256] = "";
@@ -50,7 +50,7 @@ st_status st_train_open_model(st_model **out, const char *from, st_backend *be, 
                             st_err *err) {
     *out = NULL;
     char cfg_path[4200], weights[4400] = "";
-    snprintf(cfg_path, sizeof cfg_path, "%s/config.json", from);
+    st_run_path(cfg_path, sizeof cfg_path, from, ST_RUN_CONFIG);
     json_object *root = json_object_from_file(cfg_path);
     if (!root)
         return st_errf(err, ST_ERR_IO, "%s: cannot read config.json (%s); give a run directory, a checkpoint "

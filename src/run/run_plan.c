@@ -85,7 +85,7 @@ static st_status plan_from_file(const st_train_config *c, const char *path, st_p
  * path (checked; the caller frees it), or NULL having logged why the run plans anew. */
 static st_plan_file *resume_plan(const st_train_config *c, const st_arch *arch, const st_stream_config *sc,
                                  size_t budget, const unsigned char *fixed, char *path, size_t cap) {
-    snprintf(path, cap, "%s/plan.json", c->run_dir);
+    st_run_path(path, cap, c->run_dir, ST_RUN_PLAN);
     st_plan_file *pf = malloc(sizeof *pf);
     st_err e = {0};
     const char *why = NULL;
@@ -113,7 +113,7 @@ static st_status save_run_plan(const st_train_config *c, const st_arch *arch, co
                                const st_stream_plan *plan, const st_plan_prediction *pred,
                                const st_plan_config_disk *cd, const st_plan_profile *hw, st_err *err) {
     char path[1100];
-    snprintf(path, sizeof path, "%s/plan.json", c->run_dir);
+    st_run_path(path, sizeof path, c->run_dir, ST_RUN_PLAN);
     st_plan_file *pf = malloc(sizeof *pf);
     if (!pf) return st_errf(err, ST_ERR_NOMEM, "out of memory");
     st_plan_file_init(pf, arch, c->init_from[0] ? c->init_from : c->model, c->batch, c->seq, budget, plan, pred);
@@ -126,7 +126,7 @@ static st_status save_run_plan(const st_train_config *c, const st_arch *arch, co
     /* the machine's figures the plan was made from: strata plan --profile RUN_DIR/plan_profile.json
      * (with this run's keys) makes and predicts the same plan */
     if (!s && hw) {
-        snprintf(path, sizeof path, "%s/plan_profile.json", c->run_dir);
+        st_run_path(path, sizeof path, c->run_dir, ST_RUN_PLAN_PROFILE);
         s = st_plan_profile_save(path, hw, err);
     }
     return s;
@@ -139,7 +139,7 @@ static st_status save_run_plan(const st_train_config *c, const st_arch *arch, co
 static void predict_disk(const st_train_config *c, const st_arch *arch, const st_plan_profile *hw,
                          const st_stream_plan *plan, const char *who, st_plan_prediction *pred, st_plan_config_disk *cd) {
     char prev[1100];
-    snprintf(prev, sizeof prev, "%s/plan.json", c->run_dir);
+    st_run_path(prev, sizeof prev, c->run_dir, ST_RUN_PLAN);
     st_err derr = {0};
     st_plan_prediction in_ram = *pred;
     if (st_train_plan_predict_ex(c, arch, hw, plan, ST_PLAN_PROBE_BYTES, c->resume[0] ? prev : NULL, pred, cd,

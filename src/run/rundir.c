@@ -41,7 +41,7 @@ static int cmp_u64(const void *a, const void *b) {
 }
 static int list_checkpoints(const char *run_dir, unsigned long long **steps) {
     char ckdir[2100];
-    snprintf(ckdir, sizeof ckdir, "%s/checkpoints", run_dir);
+    st_run_path(ckdir, sizeof ckdir, run_dir, ST_RUN_CHECKPOINTS);
     *steps = NULL;
     DIR *d = opendir(ckdir);
     if (!d) return 0;
@@ -75,14 +75,14 @@ st_status run_resolve_resume(const char *path, char *ckpt_dir, size_t cap, st_er
         return ST_OK;
     }
     char ckdir[2100];
-    snprintf(ckdir, sizeof ckdir, "%s/checkpoints", path);
+    st_run_path(ckdir, sizeof ckdir, path, ST_RUN_CHECKPOINTS);
     unsigned long long *steps;
     int n = list_checkpoints(path, &steps);
     unsigned long long newest = n ? steps[n - 1] : 0;
     free(steps);
     unsigned long long latest_step = 0;
     int latest_ok = 0;
-    snprintf(buf, sizeof buf, "%s/checkpoints/latest", path);
+    st_run_path(buf, sizeof buf, path, ST_RUN_LATEST);
     FILE *f = fopen(buf, "r");
     int have_latest = f != NULL;
     if (f) {
@@ -104,7 +104,7 @@ st_status run_resolve_resume(const char *path, char *ckpt_dir, size_t cap, st_er
                have_latest ? "names an older or incomplete checkpoint" : "is missing", newest);
         use = newest;
     }
-    snprintf(ckpt_dir, cap, "%s/checkpoints/step_%08llu", path, use);
+    st_run_checkpoint_path(ckpt_dir, cap, path, use);
     return ST_OK;
 }
 
@@ -117,7 +117,7 @@ void run_prune_checkpoints(const st_train_config *c) {
     int n = list_checkpoints(c->run_dir, &steps);
     for (int i = 0; i + c->keep_checkpoints < n; i++) {
         char dir[2200];
-        snprintf(dir, sizeof dir, "%s/checkpoints/step_%08llu", c->run_dir, steps[i]);
+        st_run_checkpoint_path(dir, sizeof dir, c->run_dir, steps[i]);
         st_err e = {0};
         if (st_rmtree(dir, &e)) st_log(1, "warning: keep_checkpoints: %s\n", e.msg);
     }
@@ -129,7 +129,7 @@ void run_prune_checkpoints(const st_train_config *c) {
  * go, with a torn last line. */
 st_status run_metrics_truncate(const char *run_dir, unsigned long long step, st_err *err) {
     char path[2200];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
+    st_run_path(path, sizeof path, run_dir, ST_RUN_METRICS);
     FILE *f = fopen(path, "r");
     if (!f) return ST_OK; /* nothing logged yet */
     char *line = NULL;
@@ -181,7 +181,7 @@ st_status run_agree(const run_dist *d, st_status mine, const char *what, st_err 
 st_status run_save_checkpoint(const st_train_config *c, const run_dist *d, st_model *m, st_optim *o,
                                  const st_train_state_header *h, st_err *err) {
     char dir[2048], tmp[2100], path[2200], old[2100];
-    snprintf(dir, sizeof dir, "%s/checkpoints/step_%08llu", c->run_dir, (unsigned long long)h->step);
+    st_run_checkpoint_path(dir, sizeof dir, c->run_dir, (unsigned long long)h->step);
     snprintf(tmp, sizeof tmp, "%s.partial", dir);
     snprintf(old, sizeof old, "%s.old", dir);
     st_status s = ST_OK;
@@ -202,7 +202,7 @@ st_status run_save_checkpoint(const st_train_config *c, const run_dist *d, st_mo
             s = st_train_state_save_shards_json(tmp, d->world, d->zero, st_optim_format(o), m->n_params, d->bounds, err);
         snprintf(path, sizeof path, "%s/train_state.bin", tmp);
         if (!s && !sharded) s = st_train_state_save(path, h, o, err);
-        snprintf(path, sizeof path, "%s/config.json", tmp);
+        st_run_path(path, sizeof path, tmp, ST_RUN_CONFIG);
         if (!s) s = st_train_config_save_json(c, path, err);
     }
     if ((s = run_agree(d, s, "writing the checkpoint", err))) return s;
@@ -220,9 +220,9 @@ st_status run_save_checkpoint(const st_train_config *c, const run_dist *d, st_mo
         st_err rerr = {0};
         if (st_rmtree(old, &rerr)) st_log(1, "warning: %s\n", rerr.msg);
         char ckdir[2100];
-        snprintf(ckdir, sizeof ckdir, "%s/checkpoints", c->run_dir);
+        st_run_path(ckdir, sizeof ckdir, c->run_dir, ST_RUN_CHECKPOINTS);
         if ((s = st_fsync_dir(ckdir, err))) goto commit;
-        snprintf(path, sizeof path, "%s/checkpoints/latest", c->run_dir);
+        st_run_path(path, sizeof path, c->run_dir, ST_RUN_LATEST);
         char name[64];
         snprintf(name, sizeof name, "step_%08llu", (unsigned long long)h->step);
         s = st_write_text(path, name, err);
@@ -254,7 +254,22 @@ st_status run_dist_check_config(const st_train_config *c, const run_dist *d, st_
 /* The run's configuration as RUN_DIR/config.json (what a resume reads). */
 st_status run_save_config(const st_train_config *c, st_err *err) {
     char path[2200];
-    if (snprintf(path, sizeof path, "%s/config.json", c->run_dir) >= (int)sizeof path)
+    if (st_run_path(path, sizeof path, c->run_dir, ST_RUN_CONFIG) >= (int)sizeof path)
         return st_errf(err, ST_ERR_INVALID, "key 'run_dir': %s is too long", c->run_dir);
     return st_train_config_save_json(c, path, err);
+}
+
+int st_run_path(char *buf, size_t cap, const char *run_dir, st_run_file f) {
+    static const char *names[] = {"config.json", "metrics.jsonl", "plan.json", "plan_profile.json", "strata.lock",
+                                  "model.safetensors", "report.html", "checkpoints", "checkpoints/latest"};
+    _Static_assert(sizeof names / sizeof names[0] == ST_RUN_LATEST + 1, "a name for every st_run_file");
+    return snprintf(buf, cap, "%s/%s", run_dir, (unsigned)f <= ST_RUN_LATEST ? names[f] : "?");
+}
+
+int st_run_checkpoint_path(char *buf, size_t cap, const char *run_dir, unsigned long long step) {
+    return snprintf(buf, cap, "%s/checkpoints/step_%08llu", run_dir, step);
+}
+
+int st_run_rank_path(char *buf, size_t cap, const char *run_dir, int rank) {
+    return snprintf(buf, cap, "%s/rank_%d", run_dir, rank);
 }

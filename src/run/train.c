@@ -124,7 +124,7 @@ static st_status run_open_dir(train_run *r, st_err *err) {
     if (r->dist.rank == 0) {
         char path[2200];
         s = st_mkdirs(r->c.run_dir, err);
-        snprintf(path, sizeof path, "%s/strata.lock", r->c.run_dir);
+        st_run_path(path, sizeof path, r->c.run_dir, ST_RUN_LOCK);
         if (!s) s = st_lock_acquire(&r->lock, path, "run directory", err);
         if (!s && (s = run_save_config(&r->c, err))) st_lock_release(&r->lock);
     }
@@ -274,7 +274,7 @@ static st_status open_outputs(train_run *r, st_err *err) {
     const st_train_config *c = &r->c;
     st_status s;
     char path[2200];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", c->run_dir);
+    st_run_path(path, sizeof path, c->run_dir, ST_RUN_METRICS);
     if (r->lead && !(r->metrics = fopen(path, "a")))
         return st_errf(err, ST_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     if (r->lead && (s = st_prof_tb_open(&r->tb, c->run_dir, err))) return s;
@@ -292,7 +292,7 @@ static st_status open_outputs(train_run *r, st_err *err) {
     r->flops_per_step = r->m->ops->flops_per_token(r->m, r->T) * r->step_tokens;
     char label[128], rank_dir[2200];
     snprintf(label, sizeof label, "strata train %s", c->model);
-    snprintf(rank_dir, sizeof rank_dir, "%s/rank_%d", c->run_dir, r->dist.rank);
+    st_run_rank_path(rank_dir, sizeof rank_dir, c->run_dir, r->dist.rank);
     if (!r->lead && c->trace && (s = st_mkdirs(rank_dir, err))) return s;
     if (!r->lead) snprintf(label, sizeof label, "strata train %s rank %d", c->model, r->dist.rank);
     st_prof_run_config pc = {.run_dir = r->lead ? c->run_dir : rank_dir, .trace = c->trace, .label = label,
@@ -430,7 +430,7 @@ static st_status run_log_step(train_run *r, const train_step *o, st_err *err) {
         snprintf(jdist, sizeof jdist, ",\"ranks\":%d,\"comm_wait_ms\":%.3f,\"comm_sent_bytes\":%llu,"
                  "\"comm_received_bytes\":%llu", r->dist.world, o->sr.comm_wait_s * 1e3,
                  (unsigned long long)o->sr.sent_bytes, (unsigned long long)o->sr.received_bytes);
-    snprintf(path, sizeof path, "%s/metrics.jsonl", c->run_dir);
+    st_run_path(path, sizeof path, c->run_dir, ST_RUN_METRICS);
     int mfault = st_iofault("file.write", path);
     if (mfault) errno = mfault > 0 ? mfault : ENOSPC;
     int mn = mfault ? -1
@@ -504,7 +504,7 @@ static st_status run_checkpoint(train_run *r, long step, int stop, st_err *err) 
     st_status s = st_step_sync(&r->stp, err);
     if (s || (s = run_save_checkpoint(c, &r->dist, r->m, r->opt, r->hs, err))) return s;
     char path[2200];
-    snprintf(path, sizeof path, "%s/checkpoints/step_%08ld", c->run_dir, step);
+    st_run_checkpoint_path(path, sizeof path, c->run_dir, (unsigned long long)step);
     st_prof_end_bytes(&pw, st_prof_dir_bytes(path));
     if (r->lead) run_prune_checkpoints(c);
     r->saved_at_end = step == r->end || stop;
@@ -544,7 +544,7 @@ static st_status run_finish(train_run *r, st_train_result *res, st_err *err) {
     if (!s && !r->store && !r->saved_at_end && hs->step > 0 && c->resume[0] == 0 && (long)hs->step == r->end)
         s = run_save_checkpoint(c, &r->dist, r->m, r->opt, hs, err);
     if (r->store && !s && r->lead) { /* the store is the checkpoint; the weights go beside it for users */
-        snprintf(path, sizeof path, "%s/model.safetensors", c->run_dir);
+        st_run_path(path, sizeof path, c->run_dir, ST_RUN_MODEL);
         s = r->m->ops->save(r->m, path, err);
     }
     if (!s && c->save_hf[0] && r->lead) { /* the whole model is on every rank after the gather */
