@@ -316,6 +316,146 @@ st_status st_plan_stream_ex(const st_arch *a, int B, int T, size_t device_budget
     return solve_program(a, B, T, device_budget, hw, o, t0, out, pred, err);
 }
 
+#ifdef STRATA_HAVE_GLPK
+/* What one attempt of the program is built from (solve_program's). */
+typedef struct program {
+    const cols *cl;
+    const plan_cost *c, *cm;  /* cm: the times in milliseconds */
+    const device_model *m;
+    const unsigned char *fx;  /* fixed choices (NULL: none) */
+    const double *base;       /* each (vocabulary chunk, depth) pair's bytes */
+    const int *vcs;
+    int L, np, nd;
+    double bunit;             /* 1/256 of the budget: the byte row's unit */
+} program;
+
+/* The program (the columns' kinds and bounds, the objective, the rows) for budget bytes, in
+ * GLPK's problem lp; 0, or 1 when a row could not be stored (out of memory). */
+static int program_build(glp_prob *lp, const program *pg, double budget) {
+    const cols *cl = pg->cl;
+    const plan_cost *cc = pg->c, *cmp = pg->cm;
+    const device_model *mm = pg->m;
+    const unsigned char *fx = pg->fx;
+    const double *base = pg->base;
+    const int *vcs = pg->vcs;
+    int L = pg->L, np = pg->np, nd = pg->nd, ncol = cl->n;
+    int ck = cl->k, co = cl->o, cr = cl->r, cres = cl->res, ctop = cl->top, czk = cl->zk, czo = cl->zo;
+    int cpp = cl->pp, cef = cl->ef, ceb = cl->eb, copt = cl->opt, cnk = cl->nk, cno = cl->no;
+    glp_set_obj_dir(lp, GLP_MIN);
+    glp_add_cols(lp, ncol);
+    for (int j = 1; j < cef; j++) glp_set_col_kind(lp, j, GLP_BV);
+    for (int j = cef; j < copt; j++) glp_set_col_bnds(lp, j, GLP_LO, 0, 0);
+    glp_set_col_bnds(lp, copt, GLP_LO, cmp->opt_block, 0);
+    for (int l = 0; fx && l < L; l++) /* a fixed choice: its three binaries are constants */
+        if (fx[l] != ST_PLAN_ACT_FREE) {
+            glp_set_col_bnds(lp, ck + l, GLP_FX, fx[l] == ST_STREAM_ACT_KEEP, 0);
+            glp_set_col_bnds(lp, co + l, GLP_FX, fx[l] == ST_STREAM_ACT_OFFLOAD, 0);
+            glp_set_col_bnds(lp, cr + l, GLP_FX, fx[l] == ST_STREAM_ACT_RECOMPUTE, 0);
+        }
+    /* the counts as integers of their own: branching on them splits the program's
+     * many equivalent block orders at once */
+    for (int j = cnk; j <= cno; j++) {
+        glp_set_col_kind(lp, j, GLP_IV);
+        glp_set_col_bnds(lp, j, GLP_DB, 0, L);
+    }
+    /* objective: the pair's constants, the reruns, the exposures */
+    for (int p = 0; p < np; p++) {
+        double hc, ce, cop;
+        plan_cost_const(cc, vcs[p / nd], &hc, &ce, &cop);
+        glp_set_obj_coef(lp, cpp + p, (hc + ce + cop + plan_cost_host_work(cc, vcs[p / nd], 1 + p % nd)) * 1e3);
+    }
+    double move_work = cmp->slow * (cmp->ta_out + cmp->ta_in); /* an offloaded block that moves (not one of the last two) */
+    for (int l = 0; l < L; l++) {
+        glp_set_obj_coef(lp, cr + l, cmp->fwd);
+        glp_set_obj_coef(lp, ctop + l, -cmp->fwd);
+        glp_set_obj_coef(lp, co + l, move_work);
+        glp_set_obj_coef(lp, cres + l, -move_work);
+        glp_set_obj_coef(lp, cef + l, 1);
+        glp_set_obj_coef(lp, ceb + l, 1);
+    }
+    glp_set_obj_coef(lp, copt, 1);
+    glp_set_obj_coef(lp, 0, (double)L * (cmp->fwd + cmp->bwd));
+
+    triplets t = {0};
+    int row = 0, bad = 0;
+#define ROW(type, lo, hi) (row++, glp_add_rows(lp, 1), glp_set_row_bnds(lp, row, (type), (lo), (hi)))
+#define E(col, v) (bad |= tp_add(&t, row, (col), (v)))
+    for (int l = 0; l < L; l++) { /* one choice per block */
+        ROW(GLP_FX, 1, 1);
+        E(ck + l, 1), E(co + l, 1), E(cr + l, 1);
+    }
+    ROW(GLP_FX, 1, 1); /* n_keep, one-hot */
+    for (int k = 0; k <= L; k++) E(czk + k, 1);
+    ROW(GLP_FX, 0, 0);
+    for (int k = 1; k <= L; k++) E(czk + k, k);
+    E(cnk, -1);
+    ROW(GLP_FX, 0, 0);
+    E(cnk, 1);
+    for (int l = 0; l < L; l++) E(ck + l, -1);
+    ROW(GLP_FX, 1, 1); /* n_offload, one-hot */
+    for (int k = 0; k <= L; k++) E(czo + k, 1);
+    ROW(GLP_FX, 0, 0);
+    for (int k = 1; k <= L; k++) E(czo + k, k);
+    E(cno, -1);
+    ROW(GLP_FX, 0, 0);
+    E(cno, 1);
+    for (int l = 0; l < L; l++) E(co + l, -1);
+    /* top_l: block l is the highest recompute block (its forward is not run again) */
+    for (int l = 0; l < L; l++) {
+        ROW(GLP_UP, 0, 0);
+        E(ctop + l, 1), E(cr + l, -1);
+        ROW(GLP_LO, 0, 0);
+        E(ctop + l, 1), E(cr + l, -1);
+        for (int j = l + 1; j < L; j++) E(cr + j, 1);
+    }
+    ROW(GLP_UP, 0, 1);
+    for (int l = 0; l < L; l++) E(ctop + l, 1);
+    /* res_l: block l is one of the two highest offloaded blocks (stays on the device) */
+    for (int l = 0; l < L; l++) {
+        ROW(GLP_UP, 0, 0);
+        E(cres + l, 1), E(co + l, -1);
+        ROW(GLP_LO, 0, 0);
+        E(cres + l, 1), E(co + l, -1);
+        for (int j = l + 1; j < L; j++) E(co + j, 0.5);
+    }
+    ROW(GLP_UP, 0, 2);
+    for (int l = 0; l < L; l++) E(cres + l, 1);
+    /* device bytes (in units of 1/256 of the budget): base + keep[n_keep] + off[n_offload] + rc0 (1 - any recompute) <= budget */
+    ROW(GLP_UP, 0, (budget - mm->rc0) / pg->bunit);
+    for (int p = 0; p < np; p++) E(cpp + p, base[p] / pg->bunit);
+    for (int k = 0; k <= L; k++) E(czk + k, mm->keep[k] / pg->bunit), E(czo + k, mm->off[k] / pg->bunit);
+    for (int l = 0; l < L; l++) E(ctop + l, -mm->rc0 / pg->bunit);
+    ROW(GLP_FX, 1, 1); /* one (vocabulary chunk, depth) */
+    for (int p = 0; p < np; p++) E(cpp + p, 1);
+    /* forward windows: e >= weight fetches + the drain of a moving offloaded block w-1 - fwd */
+    for (int w = 0; w < L; w++) {
+        ROW(GLP_LO, -cmp->fwd, 0);
+        E(cef + w, 1);
+        for (int p = 0; p < np; p++) E(cpp + p, -plan_cost_wfetch_fwd(cmp, 1 + p % nd, w));
+        if (w > 0) E(co + w - 1, -cmp->ta_out), E(cres + w - 1, cmp->ta_out);
+    }
+    /* backward windows: e >= weight fetches + block w+1's gradient + the fetch of a moving
+     * offloaded block w-1 - (bwd + a rerun forward) */
+    for (int w = 0; w < L; w++) {
+        ROW(GLP_LO, (w + 1 < L ? cmp->tg : 0) - cmp->bwd, 0);
+        E(ceb + w, 1);
+        for (int p = 0; p < np; p++) E(cpp + p, -plan_cost_wfetch_bwd(cmp, 1 + p % nd, w));
+        if (w > 0) E(co + w - 1, -cmp->ta_in), E(cres + w - 1, cmp->ta_in);
+        E(cr + w, cmp->fwd), E(ctop + w, -cmp->fwd);
+    }
+    /* the optimizer behind the backward of the blocks below the last */
+    ROW(GLP_LO, (double)L * cmp->opt_block - (double)(L - 1) * cmp->bwd, 0);
+    E(copt, 1);
+    for (int l = 0; l < L - 1; l++) E(cr + l, cmp->fwd), E(ctop + l, -cmp->fwd);
+#undef ROW
+#undef E
+    if (!bad) glp_load_matrix(lp, t.n, t.i, t.j, t.v);
+    free(t.i), free(t.j), free(t.v);
+    return bad;
+}
+
+#endif
+
 /* The program itself (st_plan_stream_ex less the head policies), with options o (defaults
  * filled in), started at t0. */
 static st_status solve_program(const st_arch *a, int B, int T, size_t device_budget, const st_plan_profile *hw,
@@ -407,128 +547,19 @@ static st_status solve_program(const st_arch *a, int B, int T, size_t device_bud
     double budget = (double)device_budget;
     plan_cost cm = c;
     cm.fwd *= 1e3, cm.bwd *= 1e3, cm.tw *= 1e3, cm.tg *= 1e3, cm.ta_out *= 1e3, cm.ta_in *= 1e3, cm.opt_block *= 1e3;
+    program pg = {.cl = &cl, .c = &c, .cm = &cm, .m = &m, .fx = fx, .base = base, .vcs = vcs, .L = L, .np = np, .nd = nd,
+                  .bunit = bunit};
     for (int attempt = 0; attempt < 4; attempt++) {
         volatile int si = best_simple(a, B, T, hw, (size_t)budget, vcs, np, nd, fx, simple, work, &simple_s);
         if (si >= 0) fill_cols(&cl, &cm, simple, si, nd, x0);
         heur_ctx hx = {x0, si < 0 || o.no_incumbent};
         glp_term_hook(glpk_quiet_hook, NULL);
         glp_prob *lp = glp_create_prob();
-        glp_set_obj_dir(lp, GLP_MIN);
-        glp_add_cols(lp, ncol);
-        for (int j = 1; j < cef; j++) glp_set_col_kind(lp, j, GLP_BV);
-        for (int j = cef; j < copt; j++) glp_set_col_bnds(lp, j, GLP_LO, 0, 0);
-        glp_set_col_bnds(lp, copt, GLP_LO, cm.opt_block, 0);
-        for (int l = 0; fx && l < L; l++) /* a fixed choice: its three binaries are constants */
-            if (fx[l] != ST_PLAN_ACT_FREE) {
-                glp_set_col_bnds(lp, ck + l, GLP_FX, fx[l] == ST_STREAM_ACT_KEEP, 0);
-                glp_set_col_bnds(lp, co + l, GLP_FX, fx[l] == ST_STREAM_ACT_OFFLOAD, 0);
-                glp_set_col_bnds(lp, cr + l, GLP_FX, fx[l] == ST_STREAM_ACT_RECOMPUTE, 0);
-            }
-        /* the counts as integers of their own: branching on them splits the program's
-         * many equivalent block orders at once */
-        for (int j = cnk; j <= cno; j++) {
-            glp_set_col_kind(lp, j, GLP_IV);
-            glp_set_col_bnds(lp, j, GLP_DB, 0, L);
-        }
-        /* objective: the pair's constants, the reruns, the exposures */
-        for (int p = 0; p < np; p++) {
-            double hc, ce, cop;
-            plan_cost_const(&c, vcs[p / nd], &hc, &ce, &cop);
-            glp_set_obj_coef(lp, cpp + p, (hc + ce + cop + plan_cost_host_work(&c, vcs[p / nd], 1 + p % nd)) * 1e3);
-        }
-        double move_work = cm.slow * (cm.ta_out + cm.ta_in); /* an offloaded block that moves (not one of the last two) */
-        for (int l = 0; l < L; l++) {
-            glp_set_obj_coef(lp, cr + l, cm.fwd);
-            glp_set_obj_coef(lp, ctop + l, -cm.fwd);
-            glp_set_obj_coef(lp, co + l, move_work);
-            glp_set_obj_coef(lp, cres + l, -move_work);
-            glp_set_obj_coef(lp, cef + l, 1);
-            glp_set_obj_coef(lp, ceb + l, 1);
-        }
-        glp_set_obj_coef(lp, copt, 1);
-        glp_set_obj_coef(lp, 0, (double)L * (cm.fwd + cm.bwd));
-
-        triplets t = {0};
-        int row = 0, bad = 0;
-#define ROW(type, lo, hi) (row++, glp_add_rows(lp, 1), glp_set_row_bnds(lp, row, (type), (lo), (hi)))
-#define E(col, v) (bad |= tp_add(&t, row, (col), (v)))
-        for (int l = 0; l < L; l++) { /* one choice per block */
-            ROW(GLP_FX, 1, 1);
-            E(ck + l, 1), E(co + l, 1), E(cr + l, 1);
-        }
-        ROW(GLP_FX, 1, 1); /* n_keep, one-hot */
-        for (int k = 0; k <= L; k++) E(czk + k, 1);
-        ROW(GLP_FX, 0, 0);
-        for (int k = 1; k <= L; k++) E(czk + k, k);
-        E(cnk, -1);
-        ROW(GLP_FX, 0, 0);
-        E(cnk, 1);
-        for (int l = 0; l < L; l++) E(ck + l, -1);
-        ROW(GLP_FX, 1, 1); /* n_offload, one-hot */
-        for (int k = 0; k <= L; k++) E(czo + k, 1);
-        ROW(GLP_FX, 0, 0);
-        for (int k = 1; k <= L; k++) E(czo + k, k);
-        E(cno, -1);
-        ROW(GLP_FX, 0, 0);
-        E(cno, 1);
-        for (int l = 0; l < L; l++) E(co + l, -1);
-        /* top_l: block l is the highest recompute block (its forward is not run again) */
-        for (int l = 0; l < L; l++) {
-            ROW(GLP_UP, 0, 0);
-            E(ctop + l, 1), E(cr + l, -1);
-            ROW(GLP_LO, 0, 0);
-            E(ctop + l, 1), E(cr + l, -1);
-            for (int j = l + 1; j < L; j++) E(cr + j, 1);
-        }
-        ROW(GLP_UP, 0, 1);
-        for (int l = 0; l < L; l++) E(ctop + l, 1);
-        /* res_l: block l is one of the two highest offloaded blocks (stays on the device) */
-        for (int l = 0; l < L; l++) {
-            ROW(GLP_UP, 0, 0);
-            E(cres + l, 1), E(co + l, -1);
-            ROW(GLP_LO, 0, 0);
-            E(cres + l, 1), E(co + l, -1);
-            for (int j = l + 1; j < L; j++) E(co + j, 0.5);
-        }
-        ROW(GLP_UP, 0, 2);
-        for (int l = 0; l < L; l++) E(cres + l, 1);
-        /* device bytes (in units of 1/256 of the budget): base + keep[n_keep] + off[n_offload] + rc0 (1 - any recompute) <= budget */
-        ROW(GLP_UP, 0, (budget - m.rc0) / bunit);
-        for (int p = 0; p < np; p++) E(cpp + p, base[p] / bunit);
-        for (int k = 0; k <= L; k++) E(czk + k, m.keep[k] / bunit), E(czo + k, m.off[k] / bunit);
-        for (int l = 0; l < L; l++) E(ctop + l, -m.rc0 / bunit);
-        ROW(GLP_FX, 1, 1); /* one (vocabulary chunk, depth) */
-        for (int p = 0; p < np; p++) E(cpp + p, 1);
-        /* forward windows: e >= weight fetches + the drain of a moving offloaded block w-1 - fwd */
-        for (int w = 0; w < L; w++) {
-            ROW(GLP_LO, -cm.fwd, 0);
-            E(cef + w, 1);
-            for (int p = 0; p < np; p++) E(cpp + p, -plan_cost_wfetch_fwd(&cm, 1 + p % nd, w));
-            if (w > 0) E(co + w - 1, -cm.ta_out), E(cres + w - 1, cm.ta_out);
-        }
-        /* backward windows: e >= weight fetches + block w+1's gradient + the fetch of a moving
-         * offloaded block w-1 - (bwd + a rerun forward) */
-        for (int w = 0; w < L; w++) {
-            ROW(GLP_LO, (w + 1 < L ? cm.tg : 0) - cm.bwd, 0);
-            E(ceb + w, 1);
-            for (int p = 0; p < np; p++) E(cpp + p, -plan_cost_wfetch_bwd(&cm, 1 + p % nd, w));
-            if (w > 0) E(co + w - 1, -cm.ta_in), E(cres + w - 1, cm.ta_in);
-            E(cr + w, cm.fwd), E(ctop + w, -cm.fwd);
-        }
-        /* the optimizer behind the backward of the blocks below the last */
-        ROW(GLP_LO, (double)L * cm.opt_block - (double)(L - 1) * cm.bwd, 0);
-        E(copt, 1);
-        for (int l = 0; l < L - 1; l++) E(cr + l, cm.fwd), E(ctop + l, -cm.fwd);
-#undef ROW
-#undef E
-        if (bad) {
-            free(t.i), free(t.j), free(t.v);
+        if (program_build(lp, &pg, budget)) {
             glp_delete_prob(lp);
             s = st_errf(err, ST_ERR_NOMEM, "plan: out of memory");
             break;
         }
-        glp_load_matrix(lp, t.n, t.i, t.j, t.v);
-        free(t.i), free(t.j), free(t.v);
         glp_smcp sp;
         glp_init_smcp(&sp);
         sp.msg_lev = GLP_MSG_OFF;
