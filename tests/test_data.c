@@ -1,6 +1,7 @@
 /* test_data.c - the loader's stream: deterministic, the same global stream for 1, 2
  * and 4 ranks, identical after resuming at any step (also under another world size),
- * no sample repeated or skipped when the mix changes, packing boundaries right. */
+ * no sample repeated or skipped when the mix changes, packing boundaries right; a data
+ * list checked before a run writes anything refuses what the loader would. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -498,8 +499,63 @@ static void test_lookahead(void) {
     st_data_source_close(src);
 }
 
+/* st_data_list_check: what the loader refuses, refused at the check, naming the key and the
+ * file; a good list and "embedded" pass; st_data_list_parse cuts paths and weights. */
+static void test_list_check(void) {
+    st_err err = {0};
+    char list[2048], junk[600], dir[600];
+    snprintf(list, sizeof list, "%s:0.5,%s,%s:2", path_a, path_b, path_c);
+    CHECK(st_data_list_check("data", list, T_, VOCAB, &err) == ST_OK, "a good list: %s", err.msg);
+    CHECK(st_data_list_check("data", "embedded", T_, 0, &err) == ST_OK, "embedded: %s", err.msg);
+    st_data_loader_config c;
+    st_data_loader_config_init(&c);
+    CHECK(st_data_list_parse(&c, list, "data", &err) == ST_OK, "%s", err.msg);
+    CHECK(c.n_sources == 3 && !strcmp(c.sources[0].path, path_a) && c.sources[0].weight == 0.5 &&
+              !strcmp(c.sources[1].path, path_b) && c.sources[1].weight == 1.0 && c.sources[2].weight == 2.0,
+          "parse: %d sources", c.n_sources);
+    /* a file of no known format, a missing one, a directory, a bad weight, too short for a row */
+    snprintf(junk, sizeof junk, "%s/junk.bin", test_tmpdir());
+    FILE *f = fopen(junk, "wb");
+    fputs("not tokens, no header!", f); /* 22 bytes: 11 uint16 tokens */
+    fclose(f);
+    snprintf(list, sizeof list, "%s,%s", path_a, junk);
+    CHECK(st_data_list_check("val_data", list, T_, VOCAB, &err) != ST_OK && strstr(err.msg, "key 'val_data'") &&
+              strstr(err.msg, "junk.bin") && strstr(err.msg, "raw16@"),
+          "unknown format: %s", err.msg);
+    snprintf(list, sizeof list, "%s/missing.bin", test_tmpdir());
+    CHECK(st_data_list_check("data", list, T_, VOCAB, &err) == ST_ERR_IO && strstr(err.msg, "missing.bin: cannot open"),
+          "missing file: %s", err.msg);
+    snprintf(dir, sizeof dir, "%s", test_tmpdir());
+    snprintf(list, sizeof list, "raw16@%s", dir);
+    CHECK(st_data_list_check("data", list, T_, VOCAB, &err) == ST_ERR_INVALID && strstr(err.msg, "is a directory"),
+          "a directory: %s", err.msg);
+    snprintf(list, sizeof list, "%s:-1", path_a);
+    CHECK(st_data_list_check("data", list, T_, VOCAB, &err) == ST_ERR_INVALID && strstr(err.msg, "weight '-1'"),
+          "negative weight: %s", err.msg);
+    snprintf(list, sizeof list, "raw16@%s", junk);
+    CHECK(st_data_list_check("data", list, T_, VOCAB, &err) == ST_ERR_INVALID && strstr(err.msg, "fewer than one sample"),
+          "too short for a row: %s", err.msg);
+    CHECK(st_data_list_check("data", ",", T_, VOCAB, &err) == ST_ERR_INVALID && strstr(err.msg, "is empty"),
+          "empty list: %s", err.msg);
+    /* a sidecar saying vocab_size 600: refused under 600, taken at 600 */
+    char prefix[600];
+    snprintf(prefix, sizeof prefix, "%s/side", test_tmpdir());
+    st_data_pack_writer *w;
+    CHECK(st_data_pack_open(&w, prefix, ST_DATA_DTYPE_U16, &err) == ST_OK, "%s", err.msg);
+    int32_t doc[100];
+    for (int i = 0; i < 100; i++) doc[i] = i;
+    st_data_pack_meta meta = {.vocab_size = 600, .eod = 0, .tokenizer = "test"};
+    CHECK(st_data_pack_add(w, doc, 100, &err) == ST_OK && st_data_pack_set_meta(w, &meta, &err) == ST_OK &&
+              st_data_pack_close(w, &err) == ST_OK, "%s", err.msg);
+    CHECK(st_data_list_check("data", prefix, 16, 599, &err) == ST_ERR_INVALID && strstr(err.msg, "side.json") &&
+              strstr(err.msg, "600"),
+          "sidecar vocab 600 with vocab_size 599: %s", err.msg);
+    CHECK(st_data_list_check("data", prefix, 16, 600, &err) == ST_OK, "sidecar vocab 600: %s", err.msg);
+}
+
 int main(void) {
     make_sources();
+    test_list_check();
     test_lookahead();
     test_perm();
     test_packing();

@@ -101,6 +101,7 @@ check '[ $rc -ne 0 ] && grep -q "js.json" "$T/small.err" && grep -q "600" "$T/sm
 rc=$?
 check '[ $rc -ne 0 ] && grep -q "js.json" "$T/train.out" && grep -q "vocab_size" "$T/train.out"' \
   "strata train with vocab_size 500 on a 600-token pack is not refused by the sidecar (rc $rc): $(tail -2 "$T/train.out")"
+check '[ ! -e "$T/run" ]' "the sidecar's refusal leaves no run directory ($(ls "$T/run" 2>/dev/null | tr '\n' ' '))"
 
 # decode gives the texts back; --tokens gives the ids and the end-of-document id
 "$S" data cat "$T/js" --all --decode --tokenizer "$TK" >"$T/back.txt" 2>"$T/back.err"

@@ -6,7 +6,8 @@
 # every byte between the ranks crosses the network path between hosts. ZeRO 1 at 2 ranks
 # equals one process with grad_accum 2 bit for bit (losses and final weights), and the
 # bytes each rank sent are the stage's volume.
-# Skips (77) where mpirun is missing or namespaces cannot be made (no root, no ip).
+# Skips (77) where mpirun is missing or namespaces cannot be made or entered (no root, no
+# ip, a chroot); test_skip_reasons.sh checks that skip with a stand-in ip.
 set -u
 S=${STRATA_BIN:?STRATA_BIN not set}
 command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (apt-get install openmpi-bin libopenmpi-dev)"; exit 77; }
@@ -20,6 +21,14 @@ cleanup() { ip netns del "$A_NS" 2>/dev/null; ip netns del "$B_NS" 2>/dev/null; 
 trap cleanup EXIT
 if ! ip netns add "$A_NS" 2>"$T/ns.err"; then
   echo "SKIP: cannot make a network namespace here: $(cat "$T/ns.err")"; exit 77
+fi
+# what the test does with it: run a command inside (ip remounts / and /sys there, which fails
+# in a chroot or wherever / is not a mount point, after the add succeeded)
+if ! ip netns exec "$A_NS" true 2>"$T/ns.err"; then
+  echo "SKIP: cannot run a command in a network namespace here ('ip netns exec $A_NS true' failed:" \
+       "$(tr '\n' ' ' <"$T/ns.err" | sed 's/ *$//')); a chroot, or a system whose / is not a mount point, cannot enter one:" \
+       "run it on a system whose / is a mount point, as root"
+  exit 77
 fi
 set -e
 ip netns add "$B_NS"

@@ -141,7 +141,7 @@ check '! head -5 "$T/help.txt" | grep -q "Trains a GPT-2 model" && grep -q "Llam
 check 'grep -q "PATH\[:WEIGHT\]" "$T/help.txt" && grep -q "0.8" "$T/help.txt" && grep -q "T+1" "$T/help.txt"' \
   "train --help describes weighted lists and the windowing"
 check 'grep -q -- "--val_data" "$T/help.txt" && grep -q -- "--keep_checkpoints" "$T/help.txt"' "train --help lists the new keys"
-when="a little over a minute on two idle cores (145 s of CPU time)"
+when="about 40 s on two idle cores (70 s of CPU time)"
 check 'tr "\n" " " <"$T/help.txt" | grep -qF "$when" && tr "\n" " " <"${STRATA_SOURCE_DIR:?}/README.md" | grep -qF "${when% (*}"' \
   "README and train --help give the same time for the default run"
 "$S" train --model nope --run_dir "$T/x" >"$T/model.out" 2>&1

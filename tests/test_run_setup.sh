@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # test_run_setup.sh - tools/setup.sh as a user who is not root and has no sudo (a fresh
 # Debian 12 account): it must not die on "sudo: command not found" (exit 127) but say what
-# is missing and print the exact apt-get line to run as root, exiting 1. The user is
-# nobody (setpriv); the PATH holds a fake dpkg-query that reports nothing installed, and
-# no sudo. Skipped (77) where no unprivileged user can be made.
+# is missing and print the exact apt-get line to run as root, exiting 1; that line holds
+# python3-venv (test_tb_events.sh's venv). With everything installed it says so in one line
+# and exits 0. The user is nobody (setpriv); the PATH holds a fake dpkg-query that reports
+# nothing (then everything) installed, and no sudo. Skipped (77) where no unprivileged user
+# can be made.
 set -u
 SRC=${STRATA_SOURCE_DIR:?}
 T=$(mktemp -d /tmp/strata-setup-XXXXXX)
@@ -29,6 +31,17 @@ check '! grep -q "command not found" "$T/out.txt"' "no 'command not found'"
 check 'grep -q "not root and has no sudo" "$T/out.txt"' "says why it cannot install"
 check 'grep -qx "  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y build-essential cmake .*jq.*" "$T/out.txt"' \
   "prints the apt-get line to run as root: $(tail -1 "$T/out.txt")"
+check 'grep -qx "  apt-get update && .* python3-venv\( .*\)\?" "$T/out.txt"' \
+  "the line installs python3-venv, which test_tb_events.sh's venv needs: $(tail -1 "$T/out.txt")"
+
+# everything installed: one line saying how many packages it checked, exit 0
+printf '#!/bin/bash\nprintf "install ok installed"\n' >"$T/bin/dpkg-query"
+as_user /usr/bin/env -i PATH="$T/bin" /bin/bash "$T/setup.sh" >"$T/out2.txt" 2>&1
+rc=$?
+n=$(bash -c 'source <(sed -n "/^pkgs=/,/^missing=/p" "$1"); echo ${#pkgs[@]}' _ "$SRC/tools/setup.sh")
+check '[ $rc -eq 0 ]' "nothing missing: exit status 0, not $rc: $(cat "$T/out2.txt")"
+check '[ "$(wc -l < "$T/out2.txt")" -eq 1 ] && grep -q "^strata setup: all $n Debian packages .* are installed (build-essential .*); nothing to do$" "$T/out2.txt"' \
+  "nothing missing: one line naming the $n packages checked, all present (got: '$(cat "$T/out2.txt")')"
 echo "run_setup: $checks checks, $((checks-fail)) passed, $fail failed"
 [ $fail -eq 0 ] && rm -rf "$T"
 [ $fail -eq 0 ]

@@ -17,12 +17,21 @@ command -v python3 >/dev/null || { echo "no python3: skipped"; exit 77; }
 # TensorBoard's reader: a venv kept between runs (the first install takes about half a minute)
 V=${STRATA_TB_VENV:-/tmp/strata-tb-venv}
 PY="$V/bin/python"
+# Each way this can fail is said as what it is: the venv (Debian's python3 makes one only
+# with python3-venv installed) or the install from PyPI (the network, a proxy, the index).
 if ! "$PY" -c "import tensorboard" 2>/dev/null; then
   rm -rf "$V"
-  if ! { python3 -m venv "$V" && "$PY" -m pip install --quiet --disable-pip-version-check tensorboard; } \
-       >"$T/pip.txt" 2>&1; then
+  if ! python3 -m venv "$V" >"$T/venv.txt" 2>&1; then
+    tail -n 5 "$T/venv.txt"
+    echo "SKIP: python3 -m venv failed ($(command -v python3), the lines above): install python3-venv" \
+         "(tools/setup.sh does), then run the test again"
+    rm -rf "$V"
+    exit 77
+  fi
+  if ! "$PY" -m pip install --quiet --disable-pip-version-check tensorboard >"$T/pip.txt" 2>&1; then
     tail -n 5 "$T/pip.txt"
-    echo "cannot install the tensorboard package from PyPI into $V: skipped"
+    echo "SKIP: pip could not install the tensorboard package from PyPI into the venv $V" \
+         "(the lines above say why: no route to pypi.org, a proxy, the index): TensorBoard's reader is needed"
     rm -rf "$V"
     exit 77
   fi

@@ -178,6 +178,16 @@ void st_data_loader_get_state(const st_data_loader *dl, st_data_loader_state *st
 st_status st_data_loader_set_state(st_data_loader *dl, const st_data_loader_state *st, st_err *err);
 void st_data_loader_get_stats(const st_data_loader *dl, st_data_loader_stats *s);
 void st_data_loader_close(st_data_loader *dl);
+/* A data list as the training configuration's data and val_data keys give it,
+ * "PATH[:WEIGHT],PATH[:WEIGHT],..." (a weight is a positive number, 1 when not given; each
+ * PATH may begin FORMAT@), cut in place: cfg's sources point into list. Sets n_sources and
+ * the sources' path and weight only. Errors name KEY, the source and what to give. */
+st_status st_data_list_parse(st_data_loader_config *cfg, char *list, const char *key, st_err *err);
+/* Every source of the data list opened and checked as a loader for rows of T+1 tokens and
+ * a model of vocab_size (0: not checked) opens them (format, header, index, sidecar, enough
+ * tokens for a row), then closed, no token read: what a run calls before it writes
+ * anything. "embedded" (the built-in corpus) passes. Errors are prefixed "key 'KEY'". */
+st_status st_data_list_check(const char *key, const char *list, int T, int64_t vocab_size, st_err *err);
 /* The model's inputs and targets ([B][T] each) of a batch: inputs[r*T+t] = tokens[r*(T+1)+t],
  * targets the next token, or -1 (ignored by every loss) where loss_mask is 0. */
 void st_data_batch_targets(const st_data_batch *b, int32_t *inputs, int32_t *targets);

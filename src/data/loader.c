@@ -292,6 +292,8 @@ st_status st_data_loader_open(st_data_loader **out, const st_data_loader_config 
     for (int i = 0; i < cfg->n_sources; i++) {
         rc = st_data_source_open(&dl->src[i], &cfg->sources[i], err);
         if (rc) goto fail;
+        /* data packed for a larger vocabulary: refused now, not at the first read */
+        if ((rc = data_sidecar_check(dl->src[i], cfg->vocab_size, err))) goto fail;
         dl->cfg.sources[i].path = NULL; /* the caller's string need not outlive open */
         dl->src[i]->mask_in_sign = 1;
         rc = data_stream_init(&dl->stream[i], dl->src[i], i, cfg->seed, cfg->T, !cfg->no_shuffle,

@@ -91,6 +91,12 @@ static st_status open_file(const char *path, int *fd, uint64_t *bytes, st_err *e
         *fd = -1;
         return st_errf(err, ST_ERR_IO, "%s: fstat failed: %s", path, strerror(e));
     }
+    if (S_ISDIR(st.st_mode)) { /* opens, but its size is not tokens and every read fails */
+        close(*fd);
+        *fd = -1;
+        return st_errf(err, ST_ERR_INVALID, "%s: is a directory, not a token file; check the path in the data source list",
+                       path);
+    }
     *bytes = (uint64_t)st.st_size;
     return ST_OK;
 }

@@ -113,7 +113,13 @@ static st_status run_check(train_run *r, const st_train_config *given, st_err *e
         st_comm_set_timeout(r->dist.comm, c->dist_timeout);
         if ((s = run_dist_check_config(c, &r->dist, err))) return s;
     }
-    return ST_OK;
+    /* the data lists opened and checked on every rank: a list refused here leaves no run
+     * directory behind */
+    st_model_shape shape;
+    s = st_train_config_resolve(c, &shape, err);
+    if (!s) s = st_data_list_check("data", c->data, c->seq, shape.vocab_size, err);
+    if (!s && run_val_spec(c)) s = st_data_list_check("val_data", run_val_spec(c), c->seq, shape.vocab_size, err);
+    return run_agree(&r->dist, s, "checking the data lists", err);
 }
 
 /* One process per run directory: a second would interleave metrics and mix one process's
