@@ -185,6 +185,13 @@ st_status st_plan_profile_measure(st_backend *dev, st_plan_profile *hw, st_err *
  * cost model then uses these times for that shape. Needs one block's weights, gradients
  * and activations and a ST_PLAN_HEAD_ROWS chunk of the classifier on dev; a few runs of each. */
 st_status st_plan_profile_measure_shape(st_backend *dev, const st_arch *a, int B, int T, st_plan_profile *hw, st_err *err);
+/* The profile every plan of this process is made from: measured on be (the CPU backend, or a
+ * GPU's; plan_profile.c synchronizes before reading the clock) once per process and kind of
+ * device, and a's block and classifier timed at batch B x seq T once per shape (a NULL: none; a
+ * shape that cannot be timed is logged, and predicted from the reference rates). strata train,
+ * strata plan and the benchmarks that plan all take it, so a second request in the same
+ * process plans from the same figures at no cost. Thread-safe. */
+st_status st_plan_profile_cached(st_backend *be, const st_arch *a, int B, int T, st_plan_profile *hw, st_err *err);
 /* The entry of hw for a at B x T, or NULL. */
 const st_plan_shape_time *st_plan_profile_shape(const st_plan_profile *hw, const st_arch *a, int B, int T);
 st_status st_plan_profile_save(const char *path, const st_plan_profile *hw, st_err *err);
@@ -209,6 +216,16 @@ st_status st_plan_predict(const st_arch *a, int B, int T, const st_plan_profile 
  * without GLPK fails with ST_ERR_UNSUPPORTED. opt NULL: defaults. */
 st_status st_plan_stream_ex(const st_arch *a, int B, int T, size_t device_budget, const st_plan_profile *hw,
                          const st_plan_options *opt, st_stream_plan *out, st_plan_prediction *pred, st_err *err);
+
+/* The fixed rule, where no program is solved (a strata built without GLPK, or no plan found):
+ * the first of ST_PLAN_RULE_CANDIDATES plans, the vocabulary resident then in
+ * ST_PLAN_RULE_VOCAB_CHUNK-row chunks, each with every block keep, then offload, then recompute
+ * (st_plan_rule_candidate i, the rest st_stream_plan_default's), whose st_stream_device_bytes(sc)
+ * fits budget, fixed's choices kept (NULL: none). 1: p is it; 0: none fits (p the last tried,
+ * the smallest). */
+#define ST_PLAN_RULE_CANDIDATES 6
+void st_plan_rule_candidate(const st_stream_config *sc, int i, st_stream_plan *p);
+int st_plan_rule(const st_stream_config *sc, const unsigned char *fixed, size_t budget, st_stream_plan *p);
 st_status st_plan_stream(const st_arch *a, int B, int T, size_t device_budget, const st_plan_profile *hw,
                       st_stream_plan *out, st_plan_prediction *pred, st_err *err);
 

@@ -112,6 +112,10 @@ int st_train_config_plan_head(const st_train_config *c);
 /* The keys optim_state and save_hf_dtype as what they name (a checked configuration's). */
 st_optim_state_format st_train_config_state_format(const st_train_config *c);
 st_dtype st_train_config_save_hf_dtype(const st_train_config *c);
+/* The key act against a model of n_blocks blocks: fixed[n_blocks] each block's choice
+ * (ST_PLAN_ACT_FREE: the planner's), *n_fixed how many are fixed. Refused naming the key: act for
+ * a bad spec; act or, where act is auto, device_budget for more blocks than layer streaming takes. */
+st_status st_train_config_act(const st_train_config *c, int n_blocks, unsigned char *fixed, int *n_fixed, st_err *err);
 /* The shape overrides c sets (0: the preset's value). */
 st_model_overrides st_train_config_overrides(const st_train_config *c);
 

@@ -140,33 +140,12 @@ static void usage(FILE *f) {
     fprintf(f, "  defaults: --steps 3\n");
 }
 
-/* The fixed rule's candidate i of RULE_CANDIDATES, in the order strata train tries them when
- * it falls back to the rule (open_streamed): the vocabulary resident, then in
- * ST_PLAN_RULE_VOCAB_CHUNK-row chunks; every block keep, then offload, then recompute. */
-#define RULE_CANDIDATES 6
-static void rule_candidate(const st_stream_config *sc, int i, st_stream_plan *p) {
-    static const st_stream_act order[] = {ST_STREAM_ACT_KEEP, ST_STREAM_ACT_OFFLOAD, ST_STREAM_ACT_RECOMPUTE};
-    st_stream_plan_default(p, sc->arch->lay.n_blocks);
-    p->vocab_chunk = i / 3 ? ST_PLAN_RULE_VOCAB_CHUNK : 0;
-    st_stream_plan_set_all(p, order[i % 3]);
-}
-
-/* The plan strata train falls back to (open_streamed): the first candidate that fits; 0 when
- * none fits. */
-static int rule_plan(const st_stream_config *sc, size_t budget, st_stream_plan *p) {
-    for (int i = 0; i < RULE_CANDIDATES; i++) {
-        rule_candidate(sc, i, p);
-        if (st_stream_device_bytes(sc, p) <= budget) return 1;
-    }
-    return 0;
-}
-
 /* The smallest budget at which the rule's plan recomputes no block: its smallest keep or
  * offload candidate (below it only its recompute candidates can fit). p is scratch. */
 static size_t rule_no_recompute_bytes(const st_stream_config *sc, st_stream_plan *p) {
     size_t m = (size_t)-1;
-    for (int i = 0; i < RULE_CANDIDATES; i++) {
-        rule_candidate(sc, i, p);
+    for (int i = 0; i < ST_PLAN_RULE_CANDIDATES; i++) {
+        st_plan_rule_candidate(sc, i, p);
         if (p->act[0] == ST_STREAM_ACT_RECOMPUTE) continue;
         size_t b = st_stream_device_bytes(sc, p);
         m = b < m ? b : m;
@@ -388,7 +367,7 @@ static st_status bench_one(const bp_config *cfg, st_backend *cpu, st_plan_profil
         size_t lo = uniform_min_bytes(&sc, vcs, nv, ST_STREAM_ACT_RECOMPUTE, tp);
         size_t hi = uniform_min_bytes(&sc, vcs, nv, ST_STREAM_ACT_OFFLOAD, tp);
         budget = lo + (hi > lo ? (hi - lo) / 2 : 0);
-        rule_candidate(&sc, RULE_CANDIDATES - 1, tp);
+        st_plan_rule_candidate(&sc, ST_PLAN_RULE_CANDIDATES - 1, tp);
         size_t rule_min = st_stream_device_bytes(&sc, tp);
         if (budget < rule_min) budget = rule_min;
     } else if (cfg->budget == BP_BUDGET_RULE_RECOMPUTES) {
@@ -444,7 +423,7 @@ static st_status bench_one(const bp_config *cfg, st_backend *cpu, st_plan_profil
         free(ref);
         if (s) goto done;
     }
-    if (!rule_plan(&sc, budget, rp)) {
+    if (!st_plan_rule(&sc, NULL, budget, rp)) {
         s = st_errf(err, ST_ERR_NOMEM, "%s: the fixed rule finds no plan within %zu device bytes", cfg->name, budget);
         goto done;
     }

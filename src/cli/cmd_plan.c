@@ -105,8 +105,7 @@ static int machine(const st_arch *a, const st_train_config *cfg, const char *pro
     } else {
         st_backend *be = NULL;
         st_status s = st_backend_cpu_create(&be, 0, &err);
-        if (!s) s = st_plan_profile_measure(be, hw, &err);
-        if (!s && with_shape) s = st_plan_profile_measure_shape(be, a, cfg->batch, cfg->seq, hw, &err);
+        if (!s) s = st_plan_profile_cached(be, with_shape ? a : NULL, cfg->batch, cfg->seq, hw, &err);
         if (be) st_backend_free(be);
         if (s) {
             fprintf(stderr, "strata plan: measuring the machine: %s\n", err.msg);
@@ -145,10 +144,8 @@ static int plan_device(const st_arch *a, const st_train_config *cfg, double devi
     /* key 'act': choices the plan must make, as strata train takes them */
     unsigned char fixed[ST_STREAM_MAX_LAYERS];
     int n_fixed = 0, L = a->lay.n_blocks;
-    if (L > ST_STREAM_MAX_LAYERS || st_plan_act_parse(cfg->act, L, fixed, &n_fixed, &err)) {
-        if (L > ST_STREAM_MAX_LAYERS) fprintf(stderr, "strata plan: %d blocks, layer streaming takes at most %d\n", L,
-                                           ST_STREAM_MAX_LAYERS);
-        else fprintf(stderr, "strata plan: key 'act': %s\n", err.msg);
+    if (st_train_config_act(cfg, L, fixed, &n_fixed, &err)) {
+        fprintf(stderr, "strata plan: %s\n", err.msg);
         free(p);
         return 2;
     }

@@ -489,3 +489,23 @@ st_status st_plan_crc_bytes_per_s(double *bytes_per_s, st_err *err) {
     st_free(d);
     return ST_OK;
 }
+
+st_status st_plan_profile_cached(st_backend *be, const st_arch *arch, int B, int T, st_plan_profile *hw, st_err *err) {
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static st_plan_profile cached[2]; /* [0] the CPU, [1] a GPU: a run on one never plans from the other's figures */
+    static int have[2];
+    int k = strcmp(be->ops->name, "cpu") != 0;
+    st_status s = ST_OK;
+    pthread_mutex_lock(&mu);
+    if (!have[k] && !(s = st_plan_profile_measure(be, &cached[k], err))) have[k] = 1;
+    /* the model's own block and classifier timed at this batch and sequence (once per shape
+     * per process): the prediction from the real ops at this shape, not reference rates */
+    st_err serr = {0};
+    if (have[k] && arch && !st_plan_profile_shape(&cached[k], arch, B, T) &&
+        st_plan_profile_measure_shape(be, arch, B, T, &cached[k], &serr))
+        st_log(2, "planner: the model's shape could not be timed on %s (%s); predicting from the reference rates\n",
+               be->ops->name, serr.msg);
+    if (have[k]) *hw = cached[k];
+    pthread_mutex_unlock(&mu);
+    return s;
+}

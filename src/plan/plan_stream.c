@@ -661,3 +661,20 @@ st_status st_plan_stream(const st_arch *a, int B, int T, size_t device_budget, c
                       st_stream_plan *out, st_plan_prediction *pred, st_err *err) {
     return st_plan_stream_ex(a, B, T, device_budget, hw, NULL, out, pred, err);
 }
+
+void st_plan_rule_candidate(const st_stream_config *sc, int i, st_stream_plan *p) {
+    static const st_stream_act order[] = {ST_STREAM_ACT_KEEP, ST_STREAM_ACT_OFFLOAD, ST_STREAM_ACT_RECOMPUTE};
+    st_stream_plan_default(p, sc->arch->lay.n_blocks);
+    p->vocab_chunk = i / 3 ? ST_PLAN_RULE_VOCAB_CHUNK : 0;
+    st_stream_plan_set_all(p, order[i % 3]);
+}
+
+int st_plan_rule(const st_stream_config *sc, const unsigned char *fixed, size_t budget, st_stream_plan *p) {
+    for (int i = 0; i < ST_PLAN_RULE_CANDIDATES; i++) {
+        st_plan_rule_candidate(sc, i, p);
+        for (int l = 0; fixed && l < p->n_layer; l++)
+            if (fixed[l] != ST_PLAN_ACT_FREE) p->act[l] = fixed[l];
+        if (st_stream_device_bytes(sc, p) <= budget) return 1;
+    }
+    return 0;
+}

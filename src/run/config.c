@@ -505,16 +505,22 @@ st_status st_train_config_check(const st_train_config *c, st_err *err) {
                     c->device[0] ? c->device : "cpu");
     if (!s && strcmp(c->act, "auto")) { /* the spec against the model's blocks */
         unsigned char fixed[ST_STREAM_MAX_LAYERS];
-        int n_fixed, L = shape.n_layer;
-        if (L > ST_STREAM_MAX_LAYERS || st_plan_act_parse(c->act, L, fixed, &n_fixed, err))
-            s = L > ST_STREAM_MAX_LAYERS ? st_errf(err, ST_ERR_INVALID, "key 'act': %d blocks, layer streaming takes at "
-                                                "most %d", L, ST_STREAM_MAX_LAYERS)
-                                      : st_err_prefix(err, "key 'act'");
-        else if (!(c->device_budget > 0) && !strcmp(c->plan, "auto"))
+        int n_fixed;
+        s = st_train_config_act(c, shape.n_layer, fixed, &n_fixed, err);
+        if (!s && !(c->device_budget > 0) && !strcmp(c->plan, "auto"))
             s = st_errf(err, ST_ERR_INVALID, "key 'act' fixes activation choices of the layer-streaming plan: give "
                         "device_budget too (in memory every block keeps its activations), or act auto");
     }
     return s;
+}
+
+st_status st_train_config_act(const st_train_config *c, int n_blocks, unsigned char *fixed, int *n_fixed, st_err *err) {
+    *n_fixed = 0;
+    if (n_blocks > ST_STREAM_MAX_LAYERS) /* the key the user gave: act where it is set, else the streaming itself */
+        return st_errf(err, ST_ERR_INVALID, "key '%s': %d blocks, layer streaming takes at most %d",
+                       strcmp(c->act, "auto") ? "act" : "device_budget", n_blocks, ST_STREAM_MAX_LAYERS);
+    st_status s = st_plan_act_parse(c->act, n_blocks, fixed, n_fixed, err);
+    return s ? st_err_prefix(err, "key 'act'") : ST_OK;
 }
 
 st_model_overrides st_train_config_overrides(const st_train_config *c) {

@@ -232,9 +232,7 @@ static st_status predict_candidate(const st_train_config *c, const st_arch *a, c
         unsigned char fixed[ST_STREAM_MAX_LAYERS];
         int n_fixed = 0;
         st_plan_options po = {.mip_gap = -1, .allow_vocab_chunk = 1, .prefer_resident_head = st_train_config_plan_head(c)};
-        if (L > ST_STREAM_MAX_LAYERS) s = st_errf(&e, ST_ERR_INVALID, "%d blocks, layer streaming takes at most %d", L,
-                                                ST_STREAM_MAX_LAYERS);
-        else s = st_plan_act_parse(c->act, L, fixed, &n_fixed, &e);
+        s = st_train_config_act(c, L, fixed, &n_fixed, &e);
         if (!s && n_fixed) po.fixed_act = fixed;
         if (!s) s = st_plan_stream_ex(a, c->batch, c->seq, (size_t)c->device_budget, &h, &po, p, &pred, &e);
     } else { /* in memory: every block kept, the head resident */

@@ -46,7 +46,6 @@ st_status run_metrics_truncate(const char *run_dir, unsigned long long step, st_
 st_status run_agree(const run_dist *d, st_status mine, const char *what, st_err *err);
 st_status run_save_checkpoint(const st_train_config *c, const run_dist *d, st_model *m, st_optim *o, const st_train_state_header *h, st_err *err);
 st_status run_dist_check_config(const st_train_config *c, const run_dist *d, st_err *err);
-st_status run_machine_profile(st_backend *be, const st_arch *arch, int B, int T, st_plan_profile *hw, st_err *err);
 st_status run_open_streamed(const st_train_config *c, st_model *m, const st_arch *arch, st_backend *be, int ranks, st_backend **dev, st_stream_exec **sx, double *state_budget, st_err *err);
 const char *run_val_spec(const st_train_config *c);
 st_status run_eval_loss(const st_train_config *c, st_model *m, st_stream_exec *sx, run_eval *ev, int32_t *inputs, int32_t *targets, int32_t *positions, int32_t *doc_start, double *out, st_err *err);

@@ -16,33 +16,6 @@
 
 /* ------------------------------------------------------------------ layer streaming */
 
-/* The plan strata train gives the streaming executor: the whole vocabulary on the
- * device if it fits, else 2048-row chunks; activations kept if they fit, else
- * offloaded, else recomputed (the cheapest first, on this backend). */
-/* The machine's profile for the planner, measured on the device be the run computes on
- * (the CPU backend, or the CUDA backend's arena: plan_profile.c synchronizes before reading
- * the clock), once per process and kind of device, and the model's shape once per shape (a
- * second run in the same process, as tests and sweeps make, plans from the same figures at
- * no cost). */
-st_status run_machine_profile(st_backend *be, const st_arch *arch, int B, int T, st_plan_profile *hw, st_err *err) {
-    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-    static st_plan_profile cached[2]; /* [0] the CPU, [1] a GPU: a run on one never plans from the other's figures */
-    static int have[2];
-    int k = strcmp(be->ops->name, "cpu") != 0;
-    st_status s = ST_OK;
-    pthread_mutex_lock(&mu);
-    if (!have[k] && !(s = st_plan_profile_measure(be, &cached[k], err))) have[k] = 1;
-    /* the model's own block and classifier timed at this batch and sequence (once per shape
-     * per process): the prediction from the real ops at this shape, not reference rates */
-    st_err serr = {0};
-    if (have[k] && !st_plan_profile_shape(&cached[k], arch, B, T) &&
-        st_plan_profile_measure_shape(be, arch, B, T, &cached[k], &serr))
-        st_log(2, "planner: the model's shape could not be timed on %s (%s); predicting from the reference rates\n",
-               be->ops->name, serr.msg);
-    if (have[k]) *hw = cached[k];
-    pthread_mutex_unlock(&mu);
-    return s;
-}
 
 /* key 'plan' a file: its plan, when it was made for this model at this batch and seq and
  * fits this run's budget with this run's configuration (st_stream_device_bytes: an 8-bit or
@@ -191,10 +164,7 @@ st_status run_open_streamed(const st_train_config *c, st_model *m, const st_arch
     st_status s;
     /* key 'act': choices every plan must make (the program's constraints, the rule's too) */
     unsigned char fixed[ST_STREAM_MAX_LAYERS];
-    if (L > ST_STREAM_MAX_LAYERS || (s = st_plan_act_parse(c->act, L, fixed, &n_fixed, err)))
-        return L > ST_STREAM_MAX_LAYERS ? st_errf(err, ST_ERR_INVALID, "key 'device_budget': %d blocks, layer streaming "
-                                               "takes at most %d", L, ST_STREAM_MAX_LAYERS)
-                                     : st_err_prefix(err, "key 'act'");
+    if ((s = st_train_config_act(c, L, fixed, &n_fixed, err))) return s;
     if (n_fixed) po.fixed_act = fixed;
     /* a GPU (key 'device') exists before the plan: the planner measures it. The CPU device,
      * the host's cores, is measured through the host backend (the profile's buffers outside
@@ -227,7 +197,7 @@ st_status run_open_streamed(const st_train_config *c, st_model *m, const st_arch
          * was made on, perhaps another), as the planner predicts: saved in RUN_DIR/plan.json */
         st_plan_prediction filed = pred;
         int filed_has = has_pred;
-        if ((s = run_machine_profile(*dev ? *dev : be, arch, c->batch, c->seq, &hw, &perr)) == ST_OK) {
+        if ((s = st_plan_profile_cached(*dev ? *dev : be, arch, c->batch, c->seq, &hw, &perr)) == ST_OK) {
             have_hw = 1;
             if (external && ranks <= 1) sc.store_beside = st_plan_store_beside(&hw);
             s = st_plan_predict(arch, c->batch, c->seq, &hw, &plan, &pred, &perr);
@@ -256,7 +226,7 @@ st_status run_open_streamed(const st_train_config *c, st_model *m, const st_arch
                    cdisk.on_disk ? " with the state on disk" : "", was);
         }
     } else {
-        s = run_machine_profile(*dev ? *dev : be, arch, c->batch, c->seq, &hw, &perr);
+        s = st_plan_profile_cached(*dev ? *dev : be, arch, c->batch, c->seq, &hw, &perr);
         have_hw = s == ST_OK;
         /* the disk state's update beside the backward pays only where host work leaves the
          * device's compute alone (not on the CPU backend, whose device is the host's cores) */
@@ -282,16 +252,7 @@ st_status run_open_streamed(const st_train_config *c, st_model *m, const st_arch
         else
             st_log(2, "planner: %s; the fixed rule chooses the plan\n", perr.msg);
     }
-    static const st_stream_act order[] = {ST_STREAM_ACT_KEEP, ST_STREAM_ACT_OFFLOAD, ST_STREAM_ACT_RECOMPUTE};
-    for (int chunk = 0; chunk < 2 && !found; chunk++) {
-        plan.vocab_chunk = chunk ? ST_PLAN_RULE_VOCAB_CHUNK : 0;
-        for (int a = 0; a < 3 && !found; a++) {
-            st_stream_plan_set_all(&plan, order[a]);
-            for (int l = 0; l < L; l++)
-                if (fixed[l] != ST_PLAN_ACT_FREE) plan.act[l] = fixed[l];
-            found = st_stream_device_bytes(&sc, &plan) <= budget;
-        }
-    }
+    if (!found) found = st_plan_rule(&sc, fixed, budget, &plan);
     if (!found) /* the smallest plan strata train makes (recompute, chunks) is the last one tried */
         return st_errf(err, ST_ERR_NOMEM, "key 'device_budget': %.0f bytes is too small for this model at batch %d x "
                        "seq %d: the smallest plan (every block recomputed, the vocabulary in 2048-row chunks) needs "
@@ -319,7 +280,7 @@ st_status run_open_streamed(const st_train_config *c, st_model *m, const st_arch
 }
 
 /* plan_state auto: the placements that fit, each predicted with the machine's profile (the
- * one the planner then uses: run_machine_profile, measured once per process) where two or more
+ * one the planner then uses: st_plan_profile_cached, measured once per process) where two or more
  * can be timed, as strata plan chooses (st_train_state_choose). Under mpirun the ranks'
  * measured profiles may differ, so they take the first that fits, alike. */
 st_status run_place_state(st_train_config *c, st_err *err) {
@@ -334,7 +295,7 @@ st_status run_place_state(st_train_config *c, st_err *err) {
         st_model_shape shape;
         st_backend *tmp = NULL;
         if ((s = st_model_resolve(c->model, c->init_from, &ov, c->batch, c->seq, &shape, &arch, err))) return s;
-        if (!(s = st_backend_cpu_create(&tmp, c->threads, err))) s = run_machine_profile(tmp, arch, c->batch, c->seq, &hw, err);
+        if (!(s = st_backend_cpu_create(&tmp, c->threads, err))) s = st_plan_profile_cached(tmp, arch, c->batch, c->seq, &hw, err);
         if (tmp) st_backend_free(tmp);
         if (s) {
             st_arch_free(arch);
