@@ -116,6 +116,10 @@ st_dtype st_train_config_save_hf_dtype(const st_train_config *c);
  * (ST_PLAN_ACT_FREE: the planner's), *n_fixed how many are fixed. Refused naming the key: act for
  * a bad spec; act or, where act is auto, device_budget for more blocks than layer streaming takes. */
 st_status st_train_config_act(const st_train_config *c, int n_blocks, unsigned char *fixed, int *n_fixed, st_err *err);
+/* plan_state auto: the planner places the optimizer state (st_train_state_choose). */
+int st_train_config_places_state(const st_train_config *c);
+/* The key plan as a plan file to run (NULL: auto, the planner's plan). */
+const char *st_train_config_plan_file(const st_train_config *c);
 /* The shape overrides c sets (0: the preset's value). */
 st_model_overrides st_train_config_overrides(const st_train_config *c);
 

@@ -74,7 +74,7 @@ static int plan_disk(const st_train_config *c, double n_params) {
     printf("\ndisk state (state_paths, two regions per subgroup for crash safety; host buffers %.1f MiB%s):\n",
            (double)host / 1048576.0,
            c->state_budget > 0 ? ""
-           : !strcmp(c->plan, "auto") && c->device_budget > 0 ? " at the default state_budget; the planner's choice "
+           : !st_train_config_plan_file(c) && c->device_budget > 0 ? " at the default state_budget; the planner's choice "
                                                                 "of it below"
                                                               : " at the default state_budget");
     int short_ = 0;
@@ -366,7 +366,7 @@ int cmd_plan(int argc, char **argv) {
     st_model_overrides ov = st_train_config_overrides(&cfg);
     st_plan_profile hw;
     int have_hw = 0;
-    if (!strcmp(cfg.plan_state, "auto")) { /* as strata train places the state (its profile, where two or
+    if (st_train_config_places_state(&cfg)) { /* as strata train places the state (its profile, where two or
                                             more placements that fit can be timed, is the planner's) */
         char why[1024], line[512];
         if (budget[ST_MEM_TIER_HOST] > 0 && !(cfg.host_budget > 0)) cfg.host_budget = budget[ST_MEM_TIER_HOST];

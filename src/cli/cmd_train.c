@@ -163,7 +163,7 @@ int cmd_train(int argc, char **argv) {
             return 2;
         }
     }
-    if (strcmp(cfg.plan, "auto") && cfg.plan[0] && !(cfg.device_budget > 0)) {
+    if (st_train_config_plan_file(&cfg) && cfg.plan[0] && !(cfg.device_budget > 0)) {
         /* a plan file and no device_budget: the budget the plan was made for (it fits it) */
         st_plan_file *pf = malloc(sizeof *pf);
         if (!pf || st_plan_file_load(cfg.plan, pf, &err)) {

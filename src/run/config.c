@@ -143,6 +143,15 @@ static int parse_save_hf_dtype(const char *v) {
     return !strcmp(v, "f32") ? (int)ST_F32 : !strcmp(v, "bf16") ? (int)ST_BF16 : -1;
 }
 
+/* plan_state: 0 fixed, 1 auto, -1 neither. */
+static int parse_plan_state(const char *v) { return !strcmp(v, "fixed") ? 0 : !strcmp(v, "auto") ? 1 : -1; }
+
+int st_train_config_places_state(const st_train_config *c) { return parse_plan_state(c->plan_state) == 1; }
+
+const char *st_train_config_plan_file(const st_train_config *c) {
+    return strcmp(c->plan, "auto") ? c->plan : NULL;
+}
+
 st_optim_state_format st_train_config_state_format(const st_train_config *c) {
     return parse_optim_state(c->optim_state) == (int)ST_OPTIM_STATE_8BIT ? ST_OPTIM_STATE_8BIT : ST_OPTIM_STATE_F32;
 }
@@ -471,7 +480,7 @@ st_status st_train_config_resolve(const st_train_config *c, st_model_shape *shap
     if ((s = st_backend_matmul_parse(c->matmul, &matmul, err))) return s; /* names the key */
     if (strcmp(c->plan_head, "resident") && strcmp(c->plan_head, "fastest"))
         return st_errf(err, ST_ERR_INVALID, "key 'plan_head': '%s' is not resident or fastest", c->plan_head);
-    if (strcmp(c->plan_state, "fixed") && strcmp(c->plan_state, "auto"))
+    if (parse_plan_state(c->plan_state) < 0)
         return st_errf(err, ST_ERR_INVALID, "key 'plan_state': '%s' is not fixed or auto", c->plan_state);
     if (!strcmp(c->data, "embedded") && shape->vocab_size < 256)
         return st_errf(err, ST_ERR_INVALID, "the embedded corpus has byte tokens (0..255); vocab_size %d is too small",
@@ -489,7 +498,7 @@ st_status st_train_config_check(const st_train_config *c, st_err *err) {
     st_model_shape shape;
     st_status s = st_train_config_resolve(c, &shape, err);
     if (!s && !c->plan[0]) s = st_errf(err, ST_ERR_INVALID, "key 'plan' is empty: give auto or a plan file");
-    if (!s && strcmp(c->plan, "auto") && !(c->device_budget > 0)) /* strata train fills it from the file */
+    if (!s && st_train_config_plan_file(c) && !(c->device_budget > 0)) /* strata train fills it from the file */
         s = st_errf(err, ST_ERR_INVALID, "key 'plan': the plan file %s is a layer-streaming plan: give device_budget "
                     "(strata train takes the plan's own when none is given), or plan auto", c->plan);
     int cuda_index = -1; /* a GPU runs only the layer-streaming executor, whose device memory the budget is */
@@ -507,7 +516,7 @@ st_status st_train_config_check(const st_train_config *c, st_err *err) {
         unsigned char fixed[ST_STREAM_MAX_LAYERS];
         int n_fixed;
         s = st_train_config_act(c, shape.n_layer, fixed, &n_fixed, err);
-        if (!s && !(c->device_budget > 0) && !strcmp(c->plan, "auto"))
+        if (!s && !(c->device_budget > 0) && !st_train_config_plan_file(c))
             s = st_errf(err, ST_ERR_INVALID, "key 'act' fixes activation choices of the layer-streaming plan: give "
                         "device_budget too (in memory every block keeps its activations), or act auto");
     }

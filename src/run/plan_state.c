@@ -112,7 +112,7 @@ st_status st_train_plan_predict_ex(const st_train_config *c, const st_arch *a, c
                        .beside = cd->beside, .weight_decay = (float)c->weight_decay,
                        .crc_bytes_per_s = cd->crc_bytes_per_s, .cpu_slowdown = 1.0};
     st_plan_prediction solved = *pred, dp;
-    if (!(c->state_budget > 0) && !strcmp(c->plan, "auto")) { /* the store's cache: the planner's choice */
+    if (!(c->state_budget > 0) && !st_train_config_plan_file(c)) { /* the store's cache: the planner's choice */
         double cap = 0;
         if (!(s = store_host_cap(c, a, p, &cap, err))) s = st_plan_state_budget(a, c->batch, c->seq, hw, p, &dk, cap, &dp, cd, err);
     } else {

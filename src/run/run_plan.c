@@ -177,7 +177,7 @@ st_status run_open_streamed(const st_train_config *c, st_model *m, const st_arch
     if ((s = st_backend_set_matmul(*dev, c->matmul, err))) return st_err_prefix(err, "key 'matmul'");
     budget = st_backend_device_usable_bytes(c->device, budget); /* what the plan gets (a GPU: less cuBLASLt's) */
     char resumed[1100];
-    const char *plan_path = strcmp(c->plan, "auto") ? c->plan : NULL;
+    const char *plan_path = st_train_config_plan_file(c);
     st_plan_file *resumed_pf = NULL;
     if (!plan_path && c->resume[0] && ranks <= 1 &&
         (resumed_pf = resume_plan(c, arch, &sc, budget, fixed, resumed, sizeof resumed)))

@@ -96,7 +96,7 @@ static st_status run_check(train_run *r, const st_train_config *given, st_err *e
     if ((s = st_backend_device_built(c->device, err))) return st_err_prefix(err, "key 'device'");
     /* plan_state auto: the state's format and tier chosen now, and run (and recorded in
      * config.json) as if given */
-    if (!strcmp(c->plan_state, "auto") && (s = run_place_state(c, err))) return s;
+    if (st_train_config_places_state(c) && (s = run_place_state(c, err))) return s;
     /* the memory plan, checked before anything is allocated or written */
     st_model_overrides ov = st_train_config_overrides(c);
     if ((s = st_model_mem_estimate(c->model, c->init_from, &ov, c->batch, c->seq, st_train_config_state_format(c) == ST_OPTIM_STATE_8BIT,
