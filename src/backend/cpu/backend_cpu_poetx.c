@@ -25,6 +25,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define ST_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define ST_CLONES
+#endif
+
 static void fill_nan(float *p, size_t n) {
     if (!p) return;
     for (size_t i = 0; i < n; i++) p[i] = NAN;
@@ -137,11 +143,28 @@ static const int32_t *block_cols(const int32_t *perm, int32_t *ident, int j, int
     return ident;
 }
 
-static void gather(float *U, const float *x, const int32_t *cols, int n0, int R, int d, int b) {
+/* U (R,b) = the rows n0.. of x at the columns cols (b of them) */
+ST_CLONES
+static void gather(float *restrict U, const float *restrict x, const int32_t *restrict cols, int n0, int R, int d,
+                   int b) {
     for (int r = 0; r < R; r++) {
         const float *xr = x + (size_t)(n0 + r) * d;
         float *u = U + (size_t)r * b;
         for (int c = 0; c < b; c++) u[c] = xr[cols[c]];
+    }
+}
+
+/* the rows n0.. of y at the columns cols = V (R,b); accumulate: += */
+ST_CLONES
+static void scatter(float *restrict y, const float *restrict V, const int32_t *restrict cols, int n0, int R, int d,
+                    int b, int accumulate) {
+    for (int r = 0; r < R; r++) {
+        float *yr = y + (size_t)(n0 + r) * d;
+        const float *v = V + (size_t)r * b;
+        if (accumulate)
+            for (int c = 0; c < b; c++) yr[cols[c]] += v[c];
+        else
+            for (int c = 0; c < b; c++) yr[cols[c]] = v[c];
     }
 }
 
@@ -166,11 +189,7 @@ void cpu_poet_apply_forward(st_backend *be, float *y, const float *x, const floa
             /* rows: v = G u, i.e. V = U G^T (trans: V = U G) */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, trans ? CblasNoTrans : CblasTrans, rows, b, b, 1.0f, U, b,
                         G + j * bb, b, 0.0f, V, b);
-            for (int r = 0; r < rows; r++) {
-                float *yr = y + (size_t)(n0 + r) * d;
-                const float *v = V + (size_t)r * b;
-                for (int cc = 0; cc < b; cc++) yr[cols[cc]] = v[cc];
-            }
+            scatter(y, V, cols, n0, rows, d, b, 0);
         }
         free(U), free(V), free(ident);
     }
@@ -215,11 +234,7 @@ void cpu_poet_apply_backward(st_backend *be, float *dx, float *dG, const float *
                 /* du = G^T dv, i.e. dU = dV G (trans: dV G^T); U is free to hold it */
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, trans ? CblasTrans : CblasNoTrans, rows, b, b, 1.0f, dV, b,
                             Gj, b, 0.0f, U, b);
-                for (int r = 0; r < rows; r++) {
-                    float *xr = dx + (size_t)(n0 + r) * d;
-                    const float *g = U + (size_t)r * b;
-                    for (int cc = 0; cc < b; cc++) xr[cols[cc]] += g[cc];
-                }
+                scatter(dx, U, cols, n0, rows, d, b, 1);
             }
         }
         free(U), free(dV), free(ident);
