@@ -14,7 +14,8 @@
  * STRATA_TEST_VERBOSE=1 prints each comparison's margin.
  *
  * With --bench b d N k: times the CPU ops for one block-diagonal transform of an (N,d)
- * activation, and the dense (N,d) x (d,d) matmul beside it for scale (median of 7).
+ * activation, and the dense (N,d) x (d,d) matmul beside it for scale, all five in turn in
+ * each of 7 rounds; prints each op's median and the apply's ratios to the matmul.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -205,9 +206,9 @@ static int bench(st_backend *cpu, int argc, char **argv) {
     double fl_ap = 2.0 * N * d * b, fl_mm = 2.0 * N * d * d;
     printf("poetx ops b=%d d=%d N=%d k=%d, median of %d (ms): cayley_forward %.3f | apply_forward %.3f (%.1f GFLOP/s) | "
            "apply_backward dx+dG %.3f (%.1f GFLOP/s) | cayley_backward %.3f | dense matmul_forward N x d x d %.3f "
-           "(%.1f GFLOP/s)\n",
+           "(%.1f GFLOP/s) | apply_forward / matmul_forward %.3f, apply_backward / matmul_forward %.3f\n",
            b, d, N, k, REPS, m[0], m[1], fl_ap / m[1] * 1e-6, m[2], 2 * fl_ap / m[2] * 1e-6, m[3], m[4],
-           fl_mm / m[4] * 1e-6);
+           fl_mm / m[4] * 1e-6, m[1] / m[4], m[2] / m[4]);
     free(x), free(dy), free(y), free(dx), free(q), free(G), free(dG), free(dq), free(W), free(perm);
     return 0;
 }
