@@ -14,7 +14,8 @@
  * STRATA_TEST_VERBOSE=1 prints each comparison's margin.
  *
  * With --bench b d N k: times the CPU ops for one block-diagonal transform of an (N,d)
- * activation, and the dense (N,d) x (d,d) matmul beside it for scale, all five in turn in
+ * activation (a random permutation, or none with "identity"), and the dense (N,d) x (d,d)
+ * matmul beside it for scale, all five in turn in
  * each of 7 rounds; prints each op's median and the apply's ratios to the matmul.
  */
 #include <math.h>
@@ -171,10 +172,11 @@ static double median(double *v, int n) {
 
 static int bench(st_backend *cpu, int argc, char **argv) {
     if (argc < 6) {
-        fprintf(stderr, "usage: test_ops_poetx_diff --bench b d N k\n");
+        fprintf(stderr, "usage: test_ops_poetx_diff --bench b d N k [identity]\n");
         return 2;
     }
     int b = atoi(argv[2]), d = atoi(argv[3]), N = atoi(argv[4]), k = atoi(argv[5]);
+    int identity = argc > 6 && !strcmp(argv[6], "identity"); /* perm NULL: no gather, no scatter */
     if (b < 2 || d < b || d % b || N < 1 || k < 0) {
         fprintf(stderr, "test_ops_poetx_diff --bench: need b >= 2 dividing d, N >= 1, k >= 0\n");
         return 2;
@@ -184,7 +186,7 @@ static int bench(st_backend *cpu, int argc, char **argv) {
     float *x = host_randn(n, 1, 0), *dy = host_randn(n, 1, 0), *y = zeros(n), *dx = zeros(n);
     float *q = random_q(nb, b), *G = zeros(ng), *dG = zeros(ng), *dq = zeros(nq);
     float *W = host_randn((size_t)d * d, 0.02f, 0);
-    int32_t *perm = random_perm(d);
+    int32_t *perm = identity ? NULL : random_perm(d);
     enum { REPS = 7, OPS = 5 };
     double t[OPS][REPS];
     for (int r = 0; r < REPS; r++) {
@@ -204,10 +206,11 @@ static int bench(st_backend *cpu, int argc, char **argv) {
     double m[OPS];
     for (int o = 0; o < OPS; o++) m[o] = median(t[o], REPS) * 1e3;
     double fl_ap = 2.0 * N * d * b, fl_mm = 2.0 * N * d * d;
-    printf("poetx ops b=%d d=%d N=%d k=%d, median of %d (ms): cayley_forward %.3f | apply_forward %.3f (%.1f GFLOP/s) | "
+    printf("poetx ops b=%d d=%d N=%d k=%d%s, median of %d (ms): cayley_forward %.3f | apply_forward %.3f (%.1f GFLOP/s) | "
            "apply_backward dx+dG %.3f (%.1f GFLOP/s) | cayley_backward %.3f | dense matmul_forward N x d x d %.3f "
            "(%.1f GFLOP/s) | apply_forward / matmul_forward %.3f, apply_backward / matmul_forward %.3f\n",
-           b, d, N, k, REPS, m[0], m[1], fl_ap / m[1] * 1e-6, m[2], 2 * fl_ap / m[2] * 1e-6, m[3], m[4],
+           b, d, N, k, identity ? " identity permutation" : "", REPS, m[0], m[1], fl_ap / m[1] * 1e-6, m[2],
+           2 * fl_ap / m[2] * 1e-6, m[3], m[4],
            fl_mm / m[4] * 1e-6, m[1] / m[4], m[2] / m[4]);
     free(x), free(dy), free(y), free(dx), free(q), free(G), free(dG), free(dq), free(W), free(perm);
     return 0;
@@ -242,6 +245,7 @@ int main(int argc, char **argv) {
     test_apply(33, 20, 5, 0, 0);    /* identity permutation (NULL), odd b */
     test_apply(600, 128, 64, 1, 0); /* three units of 256 rows, the last partial */
     test_apply(600, 128, 64, 1, 1);
+    test_apply(600, 128, 64, 0, 1); /* no permutation: the panels read in place */
     test_apply(1, 8, 8, 1, 0);      /* one row, one block */
     test_threads(600, 128, 32, 3);
 
