@@ -161,6 +161,25 @@ static void test_threads(int N, int d, int b, int k) {
     free(x), free(dy), free(G), free(q), free(perm);
 }
 
+/* No rows: the apply writes nothing and its backward adds nothing (no NaN for a failed
+ * zero-size scratch) on either backend. */
+static void test_empty(void) {
+    for (int r = 0; r < 2; r++) {
+        st_backend *be = bes[r];
+        float G[64], dG[64], y = 7;
+        for (int i = 0; i < 64; i++) G[i] = dG[i] = 1;
+        float *d_G = UPF(be, G, 64), *d_dG = UPF(be, dG, 64), *d_y = UPF(be, &y, 1);
+        be->ops->poet_apply_forward(be, d_y, d_y, d_G, NULL, 0, 8, 8, 0);
+        be->ops->poet_apply_backward(be, d_y, d_dG, d_y, d_y, d_G, NULL, 0, 8, 8, 0);
+        float *h = down(be, d_dG, 64), *hy = down(be, d_y, 1);
+        int same = hy[0] == 7;
+        for (int i = 0; i < 64; i++) same &= h[i] == 1;
+        CHECK(same, "%s: N = 0 changed y or dG", be->ops->name);
+        free(h), free(hy);
+        be->ops->dealloc(be, d_G);
+    }
+}
+
 static double median(double *v, int n) {
     for (int i = 1; i < n; i++)
         for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
@@ -248,6 +267,7 @@ int main(int argc, char **argv) {
     test_apply(600, 128, 64, 0, 1); /* no permutation: the panels read in place */
     test_apply(1, 8, 8, 1, 0);      /* one row, one block */
     test_threads(600, 128, 32, 3);
+    test_empty();
 
     st_backend_free(bes[FAST]);
     st_backend_free(bes[REF]);

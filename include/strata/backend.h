@@ -216,8 +216,8 @@ typedef struct st_backend_ops {
     void (*memory)(st_backend *be, size_t *used, size_t *peak, size_t *capacity);
 
     /* ---- orthogonal block transforms of POET-X (appended; NULL in a backend without them,
-     * the CUDA backend's today). Names: b block size, nb blocks, k Neumann terms, d = nb*b
-     * features of a row, N rows. A skew-symmetric block Q (b,b) is stored as its strict
+     * the CUDA backend's today). Names: b block size (>= 2), nb blocks, k Neumann terms, d = nb*b
+     * features of a row (b divides d), N rows (0 does nothing). A skew-symmetric block Q (b,b) is stored as its strict
      * upper triangle, row by row: q[p] = Q[i][j] for i < j, p counting (0,1), (0,2) ..
      * (0,b-1), (1,2) ..; Q[j][i] = -Q[i][j], Q[i][i] = 0: b(b-1)/2 floats per block.
      * G is the Cayley-Neumann polynomial of Q: the Cayley transform (I + Q)(I - Q)^-1 with

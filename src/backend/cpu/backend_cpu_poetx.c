@@ -173,6 +173,7 @@ static void scatter(float *restrict y, const float *restrict V, const int32_t *r
 void cpu_poet_apply_forward(st_backend *be, float *y, const float *x, const float *G, const int32_t *perm, int N,
                             int d, int b, int trans) {
     (void)be;
+    if (N <= 0 || d <= 0) return;
     int nb = d / b, R = cpu_poet_rows_per_unit(N, d, b), nc = (N + R - 1) / R, failed = 0;
     size_t bb = (size_t)b * b;
 #pragma omp parallel reduction(| : failed)
@@ -212,7 +213,7 @@ void cpu_poet_apply_forward(st_backend *be, float *y, const float *x, const floa
 void cpu_poet_apply_backward(st_backend *be, float *dx, float *dG, const float *dy, const float *x, const float *G,
                              const int32_t *perm, int N, int d, int b, int trans) {
     (void)be;
-    if (!dx && !dG) return;
+    if ((!dx && !dG) || N <= 0 || d <= 0) return; /* no rows: dG += 0 */
     int nb = d / b, R = cpu_poet_rows_per_unit(N, d, b), nc = (N + R - 1) / R, failed = 0;
     size_t bb = (size_t)b * b;
     float *part = dG ? malloc(sizeof(float) * (size_t)nc * nb * bb) : NULL; /* unit (c, j)'s dG_j */
