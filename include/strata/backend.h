@@ -216,16 +216,17 @@ typedef struct st_backend_ops {
     void (*memory)(st_backend *be, size_t *used, size_t *peak, size_t *capacity);
 
     /* ---- orthogonal block transforms of POET-X (appended; NULL in a backend without them,
-     * the CUDA backend's today). Names: b block size (>= 2), nb blocks, k Neumann terms, d = nb*b
-     * features of a row (b divides d), N rows (0 does nothing). A skew-symmetric block Q (b,b) is stored as its strict
-     * upper triangle, row by row: q[p] = Q[i][j] for i < j, p counting (0,1), (0,2) ..
-     * (0,b-1), (1,2) ..; Q[j][i] = -Q[i][j], Q[i][i] = 0: b(b-1)/2 floats per block.
+     * the CUDA backend's today). Names: b block size (>= 2), nb blocks, k Neumann terms,
+     * d = nb*b features of a row (b divides d), N rows (0 does nothing). A skew-symmetric
+     * block Q (b,b) is stored as its strict upper triangle, row by row: q[p] = Q[i][j] for
+     * i < j, p counting (0,1), (0,2) .. (0,b-1), (1,2) ..; Q[j][i] = -Q[i][j], Q[i][i] = 0:
+     * b(b-1)/2 floats per block.
      * G is the Cayley-Neumann polynomial of Q: the Cayley transform (I + Q)(I - Q)^-1 with
      * the inverse cut to k Neumann terms, G = (I + Q)(I + Q + Q^2 + ... + Q^k) =
      * I + 2Q + ... + 2Q^k + Q^(k+1). It is orthogonal up to G^T G - I, which for Q of
      * spectral norm t has eigenvalues e(s) = s^(2k+2) - 2 cos((k+1) pi/2) s^(k+1), s the
      * magnitudes of Q's eigenvalues (so |e| <= t^(2k+2) for even k, 2 t^(k+1) + t^(2k+2)
-     * for odd k): docs/ARCHITECTURE.md derives it. */
+     * for odd k): derived in src/backend/ref/ops_ref_poetx.c, docs/ARCHITECTURE.md. */
     /* G (nb,b,b) from q (nb, b(b-1)/2), k >= 0. writes G. */
     void (*poet_cayley_forward)(st_backend *be, float *G, const float *q, int nb, int b, int k);
     /* dq (nb, b(b-1)/2) += the gradient through the polynomial of dG (nb,b,b), the
