@@ -38,7 +38,9 @@ static void fill_nan(float *p, size_t n) {
     for (size_t i = 0; i < n; i++) p[i] = NAN;
 }
 
-static void no_scratch(const char *op) { st_log(0, "cpu backend: out of memory for scratch in %s; outputs set to NaN\n", op); }
+static void no_scratch(const char *op) {
+    st_log(0, "cpu backend: out of memory for scratch in %s; outputs set to NaN\n", op);
+}
 
 /* Q (b,b) from the packed strict upper triangle q (b(b-1)/2) */
 static void unpack_skew(float *Q, const float *q, int b) {
@@ -245,9 +247,11 @@ void cpu_poet_apply_backward(st_backend *be, float *dx, float *dG, const float *
                 /* dG_j = sum_rows dv u^T = dV^T U (trans: U^T dV) */
                 float *pj = part + ((size_t)c * nb + j) * bb;
                 if (trans)
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, b, b, rows, 1.0f, pu, ld, pdv, ld, 0.0f, pj, b);
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, b, b, rows, 1.0f, pu, ld, pdv, ld, 0.0f, pj,
+                                b);
                 else
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, b, b, rows, 1.0f, pdv, ld, pu, ld, 0.0f, pj, b);
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, b, b, rows, 1.0f, pdv, ld, pu, ld, 0.0f, pj,
+                                b);
             }
             if (dx && !perm && dx != dy) { /* du = G^T dv, i.e. dU = dV G (trans: dV G^T), added in place */
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, trans ? CblasTrans : CblasNoTrans, rows, b, b, 1.0f, pdv, ld,
