@@ -19,6 +19,7 @@
  *     tests/cuda_emu, so the backend's glue (argument order, strides, which kernel and
  *     which gemm each op calls, the arena, copies) runs here without a GPU. */
 #include <cuda_runtime.h> /* cudaGetDeviceCount: the emulation's (one device) in test_cuda_backend_emu */
+#include <stddef.h> /* offsetof */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -461,13 +462,15 @@ int main(void) {
     if (s != ST_OK) return test_finish("test_cuda_backend");
     if (st_backend_cpu_create(&cpu, 1, &err) != ST_OK) return 1;
     st_rng_seed(&rng, 15);
-    /* the whole vtable: st_backend_ops is a name and function pointers, none of them NULL */
+    /* the whole vtable: st_backend_ops is a name and function pointers, none of them NULL
+     * up to the POET-X entries, which this backend does not have yet (NULL, as backend.h
+     * allows) */
     {
         void *e[sizeof(st_backend_ops) / sizeof(void *)];
         static_assert(sizeof e == sizeof(st_backend_ops), "st_backend_ops is not all pointers");
         memcpy(e, gpu->ops, sizeof e);
-        size_t nnull = 0, first = 0;
-        for (size_t i = 0; i < sizeof e / sizeof e[0]; i++)
+        size_t nnull = 0, first = 0, upto = offsetof(st_backend_ops, poet_cayley_forward) / sizeof(void *);
+        for (size_t i = 0; i < upto; i++)
             if (!e[i] && !nnull++) first = i;
         CHECK(nnull == 0, "%zu entries of st_backend_ops are NULL (the first is pointer %zu)", nnull, first);
     }

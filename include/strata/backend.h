@@ -214,6 +214,38 @@ typedef struct st_backend_ops {
      * in the blocks it carves (the CUDA backend: its arena, cuBLASLt's workspace a block of
      * it). Read through st_backend_memory, which also knows the budgeted arena. */
     void (*memory)(st_backend *be, size_t *used, size_t *peak, size_t *capacity);
+
+    /* ---- orthogonal block transforms of POET-X (appended; NULL in a backend without them,
+     * the CUDA backend's today). Names: b block size (>= 2), nb blocks, k Neumann terms,
+     * d = nb*b features of a row (b divides d), N rows (0 does nothing). A skew-symmetric
+     * block Q (b,b) is stored as its strict upper triangle, row by row: q[p] = Q[i][j] for
+     * i < j, p counting (0,1), (0,2) .. (0,b-1), (1,2) ..; Q[j][i] = -Q[i][j], Q[i][i] = 0:
+     * b(b-1)/2 floats per block.
+     * G is the Cayley-Neumann polynomial of Q: the Cayley transform (I + Q)(I - Q)^-1 with
+     * the inverse cut to k Neumann terms, G = (I + Q)(I + Q + Q^2 + ... + Q^k) =
+     * I + 2Q + ... + 2Q^k + Q^(k+1). It is orthogonal up to G^T G - I, which for Q of
+     * spectral norm t has eigenvalues e(s) = s^(2k+2) - 2 cos((k+1) pi/2) s^(k+1), s the
+     * magnitudes of Q's eigenvalues (so |e| <= t^(2k+2) for even k, 2 t^(k+1) + t^(2k+2)
+     * for odd k): derived in src/backend/ref/ops_ref_poetx.c, docs/ARCHITECTURE.md. */
+    /* G (nb,b,b) from q (nb, b(b-1)/2), k >= 0. writes G. */
+    void (*poet_cayley_forward)(st_backend *be, float *G, const float *q, int nb, int b, int k);
+    /* dq (nb, b(b-1)/2) += the gradient through the polynomial of dG (nb,b,b), the
+     * gradient w.r.t. G: dQ = sum over the terms, packed as dq[p] = dQ[i][j] - dQ[j][i]. */
+    void (*poet_cayley_backward)(st_backend *be, float *dq, const float *dG, const float *q, int nb, int b, int k);
+    /* The permuted block-diagonal apply, row by row: for each row x (d) of x (N,d),
+     * y = P^T blockdiag(G_1 .. G_nb) P x with (P x)[i] = x[perm[i]], i.e.
+     *   y[perm[j*b + r]] = sum_c G_j[r][c] x[perm[j*b + c]]      (trans 0)
+     * and G_j^T in place of G_j for trans 1 (the inverse rotation). perm (d) int32, a
+     * permutation of 0..d-1 in backend memory; NULL is the identity. writes y (N,d);
+     * y may be x (in place). */
+    void (*poet_apply_forward)(st_backend *be, float *y, const float *x, const float *G, const int32_t *perm,
+                               int N, int d, int b, int trans);
+    /* dx (N,d) += P^T blockdiag(G^T) P dy (G for trans 1); dG (nb,b,b) += sum over rows of
+     * (P dy)_j (P x)_j^T ((P x)_j (P dy)_j^T for trans 1); either may be NULL. The gradient
+     * of the packed q is then poet_cayley_backward of dG. The CPU backend sums dG over
+     * fixed chunks of rows in a fixed order: the same bits for any thread count. */
+    void (*poet_apply_backward)(st_backend *be, float *dx, float *dG, const float *dy, const float *x,
+                                const float *G, const int32_t *perm, int N, int d, int b, int trans);
 } st_backend_ops;
 
 struct st_backend {

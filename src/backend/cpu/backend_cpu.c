@@ -17,6 +17,7 @@
 
 #include "backend_cpu_chunk.h"
 #include "backend/cpu/backend_cpu_llama.h"
+#include "backend/cpu/backend_cpu_poetx.h"
 #include "backend/cpu/fastmath.h"
 #include "strata/backend.h"
 
@@ -461,6 +462,11 @@ static const st_backend_ops cpu_ops = {
     .attention_doc_backward = cpu_attention_doc_backward,
     .attention_gqa_doc_forward = cpu_attention_gqa_doc_forward,
     .attention_gqa_doc_backward = cpu_attention_gqa_doc_backward,
+    /* POET-X: backend_cpu_poetx.c */
+    .poet_cayley_forward = cpu_poet_cayley_forward,
+    .poet_cayley_backward = cpu_poet_cayley_backward,
+    .poet_apply_forward = cpu_poet_apply_forward,
+    .poet_apply_backward = cpu_poet_apply_backward,
 };
 
 st_status st_backend_cpu_create(st_backend **out, int threads, st_err *err) {

@@ -546,6 +546,70 @@ static void ref_attention_gqa_backward_f32(st_backend *be, float *dq, float *dk,
     ref_attention_gqa_doc_backward_f32(be, dq, dk, dv, dout, q, k, v, out, lse, NULL, ld, B, T, NH, NKV, hs);
 }
 
+/* ---- POET-X: ops_ref_poetx.c in double ---- */
+
+static void ref_poet_cayley_forward_f32(st_backend *be, float *G, const float *q, int nb, int b, int k) {
+    size_t nq = (size_t)nb * b * (b - 1) / 2, ng = (size_t)nb * b * b;
+    ref_arena a;
+    if (!arena_init(&a, nq + ng)) {
+        op_failed(be, "poet_cayley_forward");
+        fill_nan(G, ng);
+        return;
+    }
+    double *qd = take_f64(&a, q, nq), *g = take(&a, ng);
+    ref_poet_cayley_forward(g, qd, nb, b, k);
+    store_f32(G, g, ng);
+    free(a.base);
+}
+
+static void ref_poet_cayley_backward_f32(st_backend *be, float *dq, const float *dG, const float *q, int nb, int b,
+                                         int k) {
+    size_t nq = (size_t)nb * b * (b - 1) / 2, ng = (size_t)nb * b * b;
+    ref_arena a;
+    if (!arena_init(&a, 2 * nq + ng)) {
+        op_failed(be, "poet_cayley_backward");
+        fill_nan(dq, nq);
+        return;
+    }
+    double *dqd = take_f64(&a, dq, nq), *qd = take_f64(&a, q, nq), *dg = take_f64(&a, dG, ng);
+    ref_poet_cayley_backward(dqd, dg, qd, nb, b, k);
+    store_f32(dq, dqd, nq);
+    free(a.base);
+}
+
+static void ref_poet_apply_forward_f32(st_backend *be, float *y, const float *x, const float *G, const int32_t *perm,
+                                       int N, int d, int b, int trans) {
+    size_t n = (size_t)N * d, ng = (size_t)d * b;
+    ref_arena a;
+    if (!arena_init(&a, 2 * n + ng)) {
+        op_failed(be, "poet_apply_forward");
+        fill_nan(y, n);
+        return;
+    }
+    double *xd = take_f64(&a, x, n), *g = take_f64(&a, G, ng), *yd = take(&a, n);
+    ref_poet_apply_forward(yd, xd, g, perm, N, d, b, trans);
+    store_f32(y, yd, n); /* after reading x: y may be x */
+    free(a.base);
+}
+
+static void ref_poet_apply_backward_f32(st_backend *be, float *dx, float *dG, const float *dy, const float *x,
+                                        const float *G, const int32_t *perm, int N, int d, int b, int trans) {
+    size_t n = (size_t)N * d, ng = (size_t)d * b;
+    ref_arena a;
+    if (!arena_init(&a, 3 * n + 2 * ng)) {
+        op_failed(be, "poet_apply_backward");
+        fill_nan(dx, n);
+        fill_nan(dG, ng);
+        return;
+    }
+    double *dxd = take_f64(&a, dx, n), *dg = take_f64(&a, dG, ng), *dyd = take_f64(&a, dy, n);
+    double *xd = take_f64(&a, x, n), *g = take_f64(&a, G, ng);
+    ref_poet_apply_backward(dxd, dg, dyd, xd, g, perm, N, d, b, trans);
+    store_f32(dx, dxd, n);
+    store_f32(dG, dg, ng);
+    free(a.base);
+}
+
 static const st_backend_ops ref_ops = {
     .name = "ref",
     .free = ref_free,
@@ -586,6 +650,10 @@ static const st_backend_ops ref_ops = {
     .attention_doc_backward = ref_attention_doc_backward_f32,
     .attention_gqa_doc_forward = ref_attention_gqa_doc_forward_f32,
     .attention_gqa_doc_backward = ref_attention_gqa_doc_backward_f32,
+    .poet_cayley_forward = ref_poet_cayley_forward_f32,
+    .poet_cayley_backward = ref_poet_cayley_backward_f32,
+    .poet_apply_forward = ref_poet_apply_forward_f32,
+    .poet_apply_backward = ref_poet_apply_backward_f32,
 };
 
 st_status st_backend_ref_create(st_backend **out, st_err *err) {

@@ -108,4 +108,23 @@ void ref_attention_gqa_doc_backward(double *dq, double *dk, double *dv, const do
                                     const double *k, const double *v, const double *out, const double *lse,
                                     const int32_t *doc_start, int ld, int B, int T, int NH, int NKV, int hs);
 
+/* ---- POET-X orthogonal block transforms (ops_ref_poetx.c). b block size, nb blocks, k
+ * Neumann terms, d = nb*b, N rows; q (nb, b(b-1)/2) packed strict upper triangles, as in
+ * st_backend_ops. */
+
+/* G (nb,b,b) = (I + Q)(I + Q + ... + Q^k), from explicit powers of Q. writes. */
+void ref_poet_cayley_forward(double *G, const double *q, int nb, int b, int k);
+/* dq += packed(dQ), dQ = sum_m c_m sum_{a<m} (Q^T)^a dG (Q^T)^(m-1-a) over the polynomial's
+ * coefficients c_m (1, 2, .., 2, 1). */
+void ref_poet_cayley_backward(double *dq, const double *dG, const double *q, int nb, int b, int k);
+/* y[perm[j*b+r]] = sum_c G_j[r][c] x[perm[j*b+c]] per row (G_j^T for trans); perm NULL is
+ * the identity. writes y (N,d); y must not be x. */
+void ref_poet_apply_forward(double *y, const double *x, const double *G, const int32_t *perm, int N, int d, int b,
+                            int trans);
+/* dx (N,d) +=, dG (nb,b,b) +=; either may be NULL. */
+void ref_poet_apply_backward(double *dx, double *dG, const double *dy, const double *x, const double *G,
+                             const int32_t *perm, int N, int d, int b, int trans);
+/* The strict upper triangle's index of (i, j), i < j < b, in the packed layout. */
+static inline long ref_poet_tri_index(int b, int i, int j) { return (long)i * (2L * b - i - 1) / 2 + (j - i - 1); }
+
 #endif

@@ -1,0 +1,159 @@
+#!/usr/bin/python3
+"""Generate tests/fixtures/poetx_linear.safetensors: an fp64 PyTorch reference of one POET-X linear layer.
+
+Rerun (from the repo root, with Debian's system PyTorch, torch 1.13; no network):
+
+    /usr/bin/python3 tools/gen_poetx_fixtures.py
+
+The parameterisation, written here from the papers' equations (POET, Qiu et al. 2025; POET-X):
+a weight W0 (d_out, d_in), frozen, is used as W = R W0 P with R (d_out, d_out) and P (d_in, d_in)
+orthogonal. POET-X makes each of them block-diagonal under a random permutation,
+
+    P = Pi_in^T  blockdiag(G_in_1 .. G_in_m)  Pi_in,     (Pi x)[i] = x[perm[i]],
+
+and each block the Cayley transform of a skew-symmetric Q, (I + Q)(I - Q)^-1, with the inverse cut
+to k Neumann terms: G = (I + Q)(I + Q + Q^2 + ... + Q^k). Q is stored as its strict upper triangle,
+row by row (b(b-1)/2 floats per block). The layer's output for a row x is y = R W0 P x, i.e.
+y = x W^T as nn.Linear computes it.
+
+Everything here is dense and explicit: the permutation matrices, torch.block_diag, the product
+(I + Q) S_k with S_k summed from matrix powers, W = R W0 P formed and applied; gradients by
+autograd, all in float64. strata computes the same thing without forming any of these matrices
+(gather, per-block products, scatter), so the two are independent.
+
+Contents (F32 unless noted): x (N, d_in), W0 (d_out, d_in), q_in (d_in/b, b(b-1)/2),
+q_out (d_out/b, b(b-1)/2), perm_in (d_in) I32, perm_out (d_out) I32, G_in, G_out (blocks, b, b),
+y (N, d_out), dy (N, d_out) (the upstream gradient: the loss is sum(y * dy)), grad.x, grad.q_in,
+grad.q_out, W_merged = R W0 P (d_out, d_in) (what a merge folds into W0).
+Metadata: b, k, N, d_in, d_out. Parameters are drawn in float32 from a seeded generator (so every
+stored value is exactly an fp32) and the math is float64. The output is byte-identical across
+runs; the script reads the file back and checks it.
+"""
+import json
+import os
+import struct
+
+import numpy as np
+import torch
+
+B_BLK, K_TERMS, N, D_IN, D_OUT = 8, 3, 6, 16, 24
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "poetx_linear.safetensors")
+
+
+def skew_from_packed(q, b):
+    """Q (b, b) with Q[i][j] = q[p] for i < j in row order, Q[j][i] = -Q[i][j]."""
+    iu = torch.triu_indices(b, b, offset=1)
+    Q = torch.zeros(b, b, dtype=q.dtype)
+    Q = Q.index_put((iu[0], iu[1]), q)
+    return Q - Q.t()
+
+
+def cayley_neumann(Q, k):
+    """(I + Q)(I + Q + ... + Q^k)"""
+    eye = torch.eye(Q.shape[0], dtype=Q.dtype)
+    S = sum(torch.matrix_power(Q, m) for m in range(0, k + 1))
+    return (eye + Q) @ S
+
+
+def perm_matrix(perm):
+    """Pi with (Pi x)[i] = x[perm[i]]: Pi[i, perm[i]] = 1"""
+    d = len(perm)
+    Pm = torch.zeros(d, d, dtype=torch.float64)
+    Pm[torch.arange(d), torch.as_tensor(perm, dtype=torch.long)] = 1.0
+    return Pm
+
+
+def orthogonal_factor(qs, perm, b, k):
+    """Pi^T blockdiag(G_1 .. G_m) Pi, and the blocks"""
+    Gs = [cayley_neumann(skew_from_packed(qs[j], b), k) for j in range(qs.shape[0])]
+    Pm = perm_matrix(perm)
+    return Pm.t() @ torch.block_diag(*Gs) @ Pm, torch.stack(Gs)
+
+
+def save_safetensors(path, tensors, metadata):
+    dt = {np.dtype("<f4"): "F32", np.dtype("<i4"): "I32"}
+    header, blobs, off = {"__metadata__": metadata}, [], 0
+    for name in sorted(tensors):
+        a = np.ascontiguousarray(tensors[name])
+        raw = a.tobytes()
+        header[name] = {"dtype": dt[a.dtype], "shape": list(a.shape), "data_offsets": [off, off + len(raw)]}
+        blobs.append(raw)
+        off += len(raw)
+    hb = json.dumps(header, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    hb += b" " * (-len(hb) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(hb)) + hb + b"".join(blobs))
+
+
+def load_safetensors(path):
+    with open(path, "rb") as f:
+        buf = f.read()
+    n = struct.unpack("<Q", buf[:8])[0]
+    header = json.loads(buf[8:8 + n].decode("utf-8"))
+    meta = header.pop("__metadata__")
+    inv = {"F32": np.dtype("<f4"), "I32": np.dtype("<i4")}
+    out = {}
+    for name, h in header.items():
+        s, e = h["data_offsets"]
+        out[name] = np.frombuffer(buf[8 + n + s:8 + n + e], dtype=inv[h["dtype"]]).reshape(h["shape"])
+    return out, meta
+
+
+def f32(t):
+    return t.detach().to(torch.float32).numpy().astype("<f4")
+
+
+def main():
+    torch.set_num_threads(1)  # fixed reduction order -> reproducible bytes
+    b, k = B_BLK, K_TERMS
+    nq = b * (b - 1) // 2
+    g = torch.Generator().manual_seed(2029)
+    # float32 draws: x ~ 1, W0 ~ 1/sqrt(d_in), packed q so that each block's spectral norm is ~0.5
+    # (large enough that the k-term polynomial differs from the exact Cayley transform by far more
+    # than the test's tolerance)
+    x32 = torch.randn(N, D_IN, generator=g)
+    w32 = torch.randn(D_OUT, D_IN, generator=g) / D_IN ** 0.5
+    qin32 = torch.randn(D_IN // b, nq, generator=g) * (0.25 / b ** 0.5)
+    qout32 = torch.randn(D_OUT // b, nq, generator=g) * (0.25 / b ** 0.5)
+    dy32 = torch.randn(N, D_OUT, generator=g)
+    perm_in = torch.randperm(D_IN, generator=g).to(torch.int32)
+    perm_out = torch.randperm(D_OUT, generator=g).to(torch.int32)
+
+    x = x32.double().requires_grad_(True)
+    q_in = qin32.double().requires_grad_(True)
+    q_out = qout32.double().requires_grad_(True)
+    W0, dy = w32.double(), dy32.double()
+    P, G_in = orthogonal_factor(q_in, perm_in, b, k)
+    R, G_out = orthogonal_factor(q_out, perm_out, b, k)
+    W = R @ W0 @ P
+    y = x @ W.t()
+    (y * dy).sum().backward()
+
+    # what the fixture is for: the polynomial is not orthogonal, and not the exact Cayley transform
+    eye = torch.eye(b, dtype=torch.float64)
+    for G, qs in ((G_in, q_in), (G_out, q_out)):
+        for j in range(G.shape[0]):
+            Q = skew_from_packed(qs[j].detach(), b)
+            exact = (eye + Q) @ torch.linalg.inv(eye - Q)
+            assert (G[j].detach() - exact).abs().max().item() > 1e-4, "the polynomial is too close to exact Cayley"
+
+    tensors = {
+        "x": f32(x32), "W0": f32(w32), "q_in": f32(qin32), "q_out": f32(qout32), "dy": f32(dy32),
+        "perm_in": perm_in.numpy().astype("<i4"), "perm_out": perm_out.numpy().astype("<i4"),
+        "G_in": f32(G_in), "G_out": f32(G_out), "y": f32(y), "W_merged": f32(W),
+        "grad.x": f32(x.grad), "grad.q_in": f32(q_in.grad), "grad.q_out": f32(q_out.grad),
+    }
+    meta = {"b": str(b), "k": str(k), "N": str(N), "d_in": str(D_IN), "d_out": str(D_OUT),
+            "form": "G = (I + Q)(I + Q + ... + Q^k), Q packed strict upper triangle row-major",
+            "generator": "tools/gen_poetx_fixtures.py"}
+    save_safetensors(OUT, tensors, meta)
+    back, meta2 = load_safetensors(OUT)
+    assert meta2 == meta and sorted(back) == sorted(tensors)
+    for name, a in tensors.items():
+        assert np.array_equal(back[name], a), name
+    print(f"wrote {os.path.normpath(OUT)}: {len(tensors)} tensors, |y| max {y.abs().max().item():.3g}, "
+          f"|grad.q_in| max {q_in.grad.abs().max().item():.3g}, |grad.q_out| max {q_out.grad.abs().max().item():.3g}")
+
+
+if __name__ == "__main__":
+    main()
