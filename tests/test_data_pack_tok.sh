@@ -5,7 +5,9 @@
 # tools/gen_tokenizer_fixtures.py) plus the end-of-document id, in a pair read here the way
 # Megatron's _IndexReader reads it; 1 and 2 threads write identical bytes; the sidecar is
 # there and a smaller vocab_size is refused by the loader; cat --decode gives the texts
-# back; a missing tokenizer, a missing --eod and a stale sidecar are refused by name.
+# back; a missing tokenizer, a missing --eod and a stale sidecar are refused by name; a tiktoken
+# rank file needs its pattern said and packs tiktoken's ids with it, special tokens past the
+# ranks being end-of-document ids.
 set -u
 S=${STRATA_BIN:?STRATA_BIN not set}
 SRC=${STRATA_SOURCE_DIR:?STRATA_SOURCE_DIR not set}
@@ -139,6 +141,64 @@ printf '{"eos_token": "<|endoftext|>"}\n' >"$T/model/tokenizer_config.json"
 rc=$?
 check '[ $rc -eq 0 ] && cmp -s "$T/md.bin" "$T/js.bin" && grep -q "\"name\":\"model/tokenizer.json\"" "$T/md.json" \
   && grep -q "\"eod\":0" "$T/md.json"' "model directory with eos_token (rc $rc): $(tail -2 "$T/md.out") $(cat "$T/md.json")"
+
+# a tiktoken rank file: the pre-tokenizer pattern is said (--pattern, a tokenizer_config.json
+# beside it), never guessed, and recorded in the sidecar; special tokens are named with their
+# ids (--special, added_tokens_decoder) and --eod takes one past the ranks, as Qwen's
+# <|endoftext|>. The ids are PyPI tiktoken's (tok_ranks_patterns_expected.json,
+# tools/gen_rank_pattern_fixtures.py) of the fullwidth digits "第１０章：２０２０年...".
+RK="$SRC/tests/fixtures/tok_ranks_digits.tiktoken"
+"$PY" - "$SRC/tests/fixtures/tok_ranks_patterns_expected.json" "$T" <<'EOF'
+import json, sys
+fx, out = json.load(open(sys.argv[1], encoding="utf-8")), sys.argv[2]
+open(out + "/jp.txt", "wb").write(fx["texts"][0].encode("utf-8"))
+eot = fx["special_tokens"]["<|endoftext|>"]
+for name in ("qwen2", "llama3"):
+    open("%s/jp_%s.ids" % (out, name), "w").write(" ".join(map(str, fx["patterns"][name]["ids"][0] + [eot])))
+open(out + "/qwen2.regex", "w").write(fx["patterns"]["qwen2"]["regex"])
+open(out + "/n_ranks", "w").write(str(fx["n_ranks"]))
+EOF
+N=$(cat "$T/n_ranks")
+"$S" data pack -o "$T/r0" --tokenizer "$RK" --eod 0 "$T/jp.txt" >/dev/null 2>"$T/r0.err"
+rc=$?
+check '[ $rc -ne 0 ] && grep -q "tok_ranks_digits.tiktoken" "$T/r0.err" && grep -q -- "--pattern NAME|REGEX" "$T/r0.err" \
+  && [ ! -e "$T/r0.bin" ]' "a rank file with no pattern not refused naming the file and --pattern (rc $rc): $(cat "$T/r0.err")"
+for p in qwen2 llama3; do
+  "$S" data pack -o "$T/r_$p" --tokenizer "$RK" --pattern $p --special "<|endoftext|>=$N" --eod $N "$T/jp.txt" \
+    >"$T/r_$p.out" 2>&1
+  rc=$?
+  check '[ $rc -eq 0 ] && [ "$("$S" data cat "$T/r_$p" --tokens)" = "$(cat "$T/jp_$p.ids")" ]' \
+    "--pattern $p: rc $rc, ids $("$S" data cat "$T/r_$p" --tokens 2>&1), tiktoken's $(cat "$T/jp_$p.ids"): $(tail -2 "$T/r_$p.out")"
+done
+check '! cmp -s "$T/r_qwen2.bin" "$T/r_llama3.bin"' "qwen2's and llama3's split give the same ids on the fullwidth digits"
+"$PY" -c 'import json,sys; t=json.load(open(sys.argv[1]))["tokenizer"]; assert t["pattern"] == open(sys.argv[2]).read() and t["pattern_name"] == "qwen2", t' \
+  "$T/r_qwen2.json" "$T/qwen2.regex" 2>"$T/rside.err"
+rc=$?
+check '[ $rc -eq 0 ]' "the sidecar does not record the pattern: $(cat "$T/rside.err")"
+"$S" data pack -o "$T/r_re" --tokenizer "$RK" --pattern "$(cat "$T/qwen2.regex")" --special "<|endoftext|>=$N" --eod $N \
+  "$T/jp.txt" >/dev/null 2>&1
+check 'cmp -s "$T/r_re.bin" "$T/r_qwen2.bin"' "--pattern with Qwen's regex differs from --pattern qwen2"
+# cat --decode reads the pattern from the sidecar
+"$S" data cat "$T/r_qwen2" --decode --tokenizer "$RK" --special "<|endoftext|>=$N" >"$T/r.back" 2>"$T/r.err"
+check 'cmp -s "$T/r.back" "$T/jp.txt"' "cat --decode of the rank-file pack: $(cat "$T/r.err")"
+# --eod: a special token past the ranks is one of the tokenizer's ids; an id past all is refused
+"$S" data pack -o "$T/r1" --tokenizer "$RK" --pattern qwen2 --eod $N "$T/jp.txt" >/dev/null 2>"$T/r1.err"
+rc=$?
+check '[ $rc -ne 0 ] && grep -q -- "--eod $N is no token" "$T/r1.err" && grep -q -- "--special TEXT=ID" "$T/r1.err"' \
+  "--eod $N with no special token there not refused naming --eod and --special (rc $rc): $(cat "$T/r1.err")"
+"$S" data pack -o "$T/r2" --tokenizer "$RK" --pattern qwen2 --special "<|endoftext|>=$N" --eod $((N + 50)) "$T/jp.txt" \
+  >/dev/null 2>"$T/r2.err"
+rc=$?
+check '[ $rc -ne 0 ] && grep -q -- "--eod $((N + 50)) is no token" "$T/r2.err" && [ ! -e "$T/r2.bin" ]' \
+  "--eod past every id not refused naming the key (rc $rc): $(cat "$T/r2.err")"
+# a tokenizer_config.json beside the rank file says the pattern, the special tokens and eos
+mkdir -p "$T/qwen" && cp "$RK" "$T/qwen/ranks.tiktoken"
+printf '{"tokenizer_class": "QWenTokenizer", "eos_token": "<|endoftext|>", "added_tokens_decoder": {"%d": {"content": "<|endoftext|>", "special": true}, "%d": {"content": "<|im_start|>", "special": true}}}\n' \
+  "$N" "$((N + 1))" >"$T/qwen/tokenizer_config.json"
+"$S" data pack -o "$T/r_cfg" --tokenizer "$T/qwen/ranks.tiktoken" "$T/jp.txt" >"$T/r_cfg.out" 2>&1
+rc=$?
+check '[ $rc -eq 0 ] && cmp -s "$T/r_cfg.bin" "$T/r_qwen2.bin" && grep -q "\"pattern_name\":\"qwen2\"" "$T/r_cfg.json"' \
+  "a rank file with Qwen's tokenizer_config.json beside it (rc $rc): $(tail -2 "$T/r_cfg.out") $(cat "$T/r_cfg.json")"
 
 # refusals: a missing tokenizer file (named), no --eod (said how), a stale sidecar (named)
 "$S" data pack -o "$T/x" --tokenizer "$T/nope/tokenizer.json" --eod 0 "$T/d000.txt" >/dev/null 2>"$T/nope.err"

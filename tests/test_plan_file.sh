@@ -108,7 +108,7 @@ jq '.blocks = ["recompute","recompute","recompute","recompute"] | .prefetch_dept
 "$S" train $A $R --plan "$T/recompute.json" --run_dir "$T/rec" >"$T/rec.log" 2>&1; rc=$?
 check '[ $rc -eq 0 ] && grep -q "device_budget 6000000 bytes, the budget of plan file $T/recompute.json" "$T/rec.log" &&
        grep -q "plan: $T/recompute.json (0 keep, 0 offload, 4 recompute, prefetch depth 1, vocab_chunk 0; .*no prediction)" "$T/rec.log" &&
-       grep -q "activations recomputed" "$T/rec.log" &&
+       grep -q "activations (blocks 0-3 recompute)" "$T/rec.log" &&
        grep -q "plan: $T/recompute.json predicted on this machine [0-9.]* s a step (the file: no prediction)" "$T/rec.log" &&
        jq -e ".predicted.step_s > 0" "$T/rec/plan.json" >/dev/null' "the all-recompute plan runs and its log says so ($rc): $(cat "$T/rec.log")"
 # every plan with the head resident is the in-memory step bit for bit, so the same run

@@ -58,6 +58,42 @@ wait $pid 2>/dev/null
 rc=$?
 check '[ $rc -eq 0 ]' "after SIGKILL of the holder the run directory stays locked: rc $rc: $(tail -2 "$T/third.out")"
 
+# --- a copied run directory (cp -a) carries its lock file's record of a process that is gone:
+# a refusal names the live holder on this host (here flock(1), holding the copy's lock) and
+# says the record is stale and why: no such pid, the pid reused by another process (another
+# start time), or another host
+"$S" train $A --steps 100000 --run_dir "$T/orig" >"$T/orig.out" 2>&1 &
+opid=$!
+for _ in $(seq 100); do [ -s "$T/orig/metrics.jsonl" ] && break; sleep 0.1; done
+kill -9 $opid 2>/dev/null
+wait $opid 2>/dev/null
+cp -a "$T/orig" "$T/copy"
+check 'grep -q "^pid $opid " "$T/copy/strata.lock"' "the copy's lock file does not record pid $opid: $(cat "$T/copy/strata.lock")"
+# no one holds the copy's lock: a run on it starts (the record is information only)
+"$S" train $A --steps 2 --run_dir "$T/copy" >"$T/copy1.out" 2>&1
+rc=$?
+check '[ $rc -eq 0 ]' "a run on a copied run directory nobody holds is refused: rc $rc: $(tail -2 "$T/copy1.out")"
+refused() { # $1: what the copy's lock file records; prints strata's refusal while flock(1) holds it
+  cp -a "$T/orig/strata.lock" "$T/copy/strata.lock"
+  [ -n "$1" ] && printf '%s\n' "$1" >"$T/copy/strata.lock"
+  flock "$T/copy/strata.lock" sleep 30 &
+  hpid=$!
+  for _ in $(seq 50); do grep -q " $hpid " /proc/locks 2>/dev/null && break; sleep 0.05; done
+  "$S" train $A --steps 100000 --run_dir "$T/copy" --resume "$T/copy" 2>&1
+  kill $hpid 2>/dev/null
+  wait $hpid 2>/dev/null
+}
+out=$(refused "")
+check 'echo "$out" | grep -q "in use by another process (pid [0-9]* on this host: flock " &&
+       echo "$out" | grep -q "record is stale: it names pid $opid on this host, and no such process exists" &&
+       ! echo "$out" | grep -q "strata process (pid $opid "' "a copy's dead holder: $out"
+out=$(refused "pid $$ on $(hostname) since 1, start 1")
+check 'echo "$out" | grep -q "on this host: flock " &&
+       echo "$out" | grep -q "it names pid $$, a number now used by another process"' "a reused pid: $out"
+out=$(refused "pid 1234 on elsewhere.example since 1, start 5")
+check 'echo "$out" | grep -q "on this host: flock " &&
+       echo "$out" | grep -q "it names pid 1234 on elsewhere.example, another host"' "another host's record: $out"
+
 # --- two processes on one state store
 mkdir -p "$T/st"
 "$S" train $A --steps 100000 --run_dir "$T/s1" --state_paths "$T/st" --state_budget 4000000 >"$T/s1.out" 2>&1 &

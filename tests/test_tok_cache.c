@@ -140,7 +140,7 @@ int main(void) {
     check_file("tests/fixtures/tok_llama3.json", NULL, text, len);
     check_file("tests/fixtures/tok_llama2.json", NULL, text, len);
     const char *const special[] = {"<|endoftext|>"};
-    st_tokenizer_opts ro = {.special = special, .n_special = 1};
+    st_tokenizer_opts ro = {.pattern = "llama3", .special = special, .n_special = 1};
     check_file("tests/fixtures/tok_ranks.tiktoken", &ro, text, len);
     free(text);
     return test_finish("tok_cache");

@@ -321,7 +321,7 @@ static void check_bytes_rule(void) {
         {"ab  \xff<|endoftext|>  cd\xfe  x  y", {323, 256, 255, 599, 256, 99, 100, 254, 256, 120, 256, 121},
          {324, 257, 188, 0, 257, 67, 68, 187, 257, 88, 257, 89}, 12},
     };
-    st_tokenizer_opts ro = {.special = RANK_SPECIALS, .n_special = 2};
+    st_tokenizer_opts ro = {.pattern = "llama3", .special = RANK_SPECIALS, .n_special = 2};
     for (int json = 0; json < 2; json++) {
         st_tokenizer *tok = NULL;
         st_err err = {0};
@@ -351,7 +351,7 @@ static void check_bytes_rule(void) {
  * a JSON file named .tiktoken is read as JSON. */
 static void check_rank_files(void) {
     const char *text = "Hello world<|endoftext|> 中文 🙂 x<|im_start|>  42\n";
-    st_tokenizer_opts ro = {.special = RANK_SPECIALS, .n_special = 2, .eos_token = "<|endoftext|>"};
+    st_tokenizer_opts ro = {.pattern = "llama3", .special = RANK_SPECIALS, .n_special = 2, .eos_token = "<|endoftext|>"};
     st_tokenizer *ref = NULL, *tok = NULL;
     st_err err = {0};
     st_status s = st_tokenizer_load_ex(&ref, test_source_path("tests/fixtures/tok_ranks.tiktoken"), &ro, &err);
@@ -397,13 +397,172 @@ static void check_rank_files(void) {
     CHECK(s == ST_ERR_UNSUPPORTED && !tok && strstr(err.msg, "pattern: regex '(unclosed'"), "bad pattern: %s",
           err.msg);
     static const int32_t taken[] = {5};
-    st_tokenizer_opts bad2 = {.special = RANK_SPECIALS, .special_ids = taken, .n_special = 1};
+    st_tokenizer_opts bad2 = {.pattern = "llama3", .special = RANK_SPECIALS, .special_ids = taken, .n_special = 1};
     s = st_tokenizer_load_ex(&tok, test_source_path("tests/fixtures/tok_ranks.tiktoken"), &bad2, &err);
     CHECK(s == ST_ERR_INVALID && !tok && strstr(err.msg, "'<|endoftext|>' has id 5"), "taken id: %s", err.msg);
-    st_tokenizer_opts bad3 = {.eos_token = "<|eot_id|>"};
+    st_tokenizer_opts bad3 = {.pattern = "llama3", .eos_token = "<|eot_id|>"};
     s = st_tokenizer_load_ex(&tok, test_source_path("tests/fixtures/tok_ranks.tiktoken"), &bad3, &err);
     CHECK(s == ST_ERR_FORMAT && !tok && strstr(err.msg, "eos_token '<|eot_id|>'"), "eos not a token: %s", err.msg);
     st_tokenizer_free(ref);
+}
+
+/* A rank file's pre-tokenizer pattern is said, never guessed. tok_ranks_digits.tiktoken and the
+ * ids PyPI tiktoken gives with each known pattern (its publisher's regex: tiktoken's own for
+ * gpt2, cl100k, o200k; Meta's for llama3; Qwen's for qwen2), special tokens after the ranks as
+ * Qwen's, come from tools/gen_rank_pattern_fixtures.py. Each pattern, by its name and by its
+ * regex, must give those ids; Qwen's single digits and Llama-3's \p{N}{1,3} give other ids on
+ * the fullwidth digits of "第１０章：２０２０年..."; with no pattern said the file is refused,
+ * naming the file and --pattern; a known file name (qwen.tiktoken) or a tokenizer_config.json
+ * beside the file (tokenizer_class QWenTokenizer, pat_str; added_tokens_decoder for the
+ * special tokens, eos_token) says it. */
+static int ids_equal(const st_tokenizer *tok, const char *text, size_t len, json_object *want) {
+    int32_t ids[512];
+    size_t n = 0;
+    st_err err = {0};
+    if (st_tokenizer_encode(tok, text, len, ids, 512, &n, &err) != ST_OK || n != json_object_array_length(want))
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] != json_object_get_int(json_object_array_get_idx(want, i))) return 0;
+    return 1;
+}
+
+static void check_named_patterns(void) {
+    const char *rank_rel = "tests/fixtures/tok_ranks_digits.tiktoken";
+    json_object *fx = json_object_from_file(test_source_path("tests/fixtures/tok_ranks_patterns_expected.json"));
+    json_object *texts = NULL, *pats = NULL, *spec = NULL, *nr = NULL;
+    CHECK(fx && json_object_object_get_ex(fx, "texts", &texts) && json_object_object_get_ex(fx, "patterns", &pats) &&
+              json_object_object_get_ex(fx, "special_tokens", &spec) && json_object_object_get_ex(fx, "n_ranks", &nr),
+          "tok_ranks_patterns_expected.json: cannot read");
+    if (!texts || !pats || !spec || !nr) {
+        json_object_put(fx);
+        return;
+    }
+    int n_ranks = json_object_get_int(nr);
+    const char *sp[8];
+    int32_t sp_ids[8];
+    size_t n_sp = 0;
+    json_object_object_foreach(spec, sk, sv) {
+        if (n_sp < 8) sp[n_sp] = sk, sp_ids[n_sp++] = json_object_get_int(sv);
+    }
+    size_t n_texts = json_object_array_length(texts);
+    CHECK(n_texts >= 10 && json_object_object_length(pats) == 5 && n_sp == 3, "fixture: %zu texts, %d patterns",
+          n_texts, json_object_object_length(pats));
+    int32_t digits[2][64];
+    size_t n_digits[2] = {0, 0};
+    json_object_object_foreach(pats, name, pv) {
+        json_object *jr, *jids;
+        json_object_object_get_ex(pv, "regex", &jr);
+        json_object_object_get_ex(pv, "ids", &jids);
+        for (int form = 0; form < 2; form++) { /* by name, then by regex */
+            st_tokenizer_opts o = {.pattern = form ? json_object_get_string(jr) : name, .special = sp,
+                                   .special_ids = sp_ids, .n_special = n_sp};
+            st_tokenizer *tok = NULL;
+            st_err err = {0};
+            st_status s = st_tokenizer_load_ex(&tok, test_source_path(rank_rel), &o, &err);
+            CHECK(s == ST_OK, "pattern %s (%s): %s", name, form ? "regex" : "name", err.msg);
+            if (s != ST_OK) continue;
+            const char *nm = NULL, *from = NULL, *re = st_tokenizer_pattern(tok, &nm, &from);
+            CHECK(re && !strcmp(re, json_object_get_string(jr)) && (form || (nm && !strcmp(nm, name))) &&
+                      from && !strcmp(from, "the load options"),
+                  "pattern %s: st_tokenizer_pattern gives '%s' (%s, from %s)", name, re ? re : "(null)",
+                  nm ? nm : "no name", from ? from : "?");
+            for (size_t k = 0; k < n_texts; k++) {
+                json_object *jt = json_object_array_get_idx(texts, k);
+                CHECK(ids_equal(tok, json_object_get_string(jt), (size_t)json_object_get_string_len(jt),
+                                json_object_array_get_idx(jids, k)),
+                      "pattern %s (%s): text %zu (\"%s\") is not tiktoken's ids", name, form ? "regex" : "name", k,
+                      json_object_get_string(jt));
+            }
+            int which = !strcmp(name, "qwen2") ? 0 : !strcmp(name, "llama3") ? 1 : -1;
+            if (which >= 0 && form == 0) {
+                json_object *jt = json_object_array_get_idx(texts, 0);
+                s = st_tokenizer_encode(tok, json_object_get_string(jt), (size_t)json_object_get_string_len(jt),
+                                        digits[which], 64, &n_digits[which], &err);
+                CHECK(s == ST_OK, "%s: %s", name, err.msg);
+            }
+            st_tokenizer_free(tok);
+        }
+    }
+    /* strata's own ids: the two patterns split the fullwidth digits apart */
+    CHECK(n_digits[0] > 0 && n_digits[1] > 0 &&
+              (n_digits[0] != n_digits[1] || memcmp(digits[0], digits[1], n_digits[0] * sizeof(int32_t))),
+          "qwen2 and llama3 give the same %zu ids on the fullwidth digits", n_digits[0]);
+    json_object *q_ids = NULL, *l_ids = NULL, *q;
+    if (json_object_object_get_ex(pats, "qwen2", &q)) json_object_object_get_ex(q, "ids", &q_ids);
+    if (json_object_object_get_ex(pats, "llama3", &q)) json_object_object_get_ex(q, "ids", &l_ids);
+    json_object *t0 = json_object_array_get_idx(texts, 0);
+    const char *t0s = json_object_get_string(t0);
+    size_t t0n = (size_t)json_object_get_string_len(t0);
+
+    /* nothing says the pattern: refused, naming the file and the option */
+    st_tokenizer *tok = NULL;
+    st_err err = {0};
+    st_tokenizer_opts none = {.special = sp, .special_ids = sp_ids, .n_special = n_sp};
+    st_status s = st_tokenizer_load_ex(&tok, test_source_path(rank_rel), &none, &err);
+    CHECK(s == ST_ERR_INVALID && !tok && strstr(err.msg, "tok_ranks_digits.tiktoken") &&
+              strstr(err.msg, "--pattern NAME|REGEX") && strstr(err.msg, "qwen2"),
+          "a rank file with no pattern: %d %s", (int)s, err.msg);
+    st_tokenizer_free(tok);
+    tok = NULL;
+    /* a known file name says it */
+    char dir[512], path[600];
+    snprintf(dir, sizeof dir, "%s/qwen_named", test_tmpdir());
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/qwen.tiktoken", dir);
+    copy_fixture(rank_rel, path);
+    s = st_tokenizer_load_ex(&tok, path, &none, &err);
+    const char *nm = NULL, *from = NULL;
+    CHECK(s == ST_OK && tok && st_tokenizer_pattern(tok, &nm, &from) && nm && !strcmp(nm, "qwen2") &&
+              !strcmp(from, "the file's name") && q_ids && ids_equal(tok, t0s, t0n, json_object_array_get_idx(q_ids, 0)),
+          "qwen.tiktoken: %s (pattern %s from %s)", s ? err.msg : "loaded", nm ? nm : "?", from ? from : "?");
+    st_tokenizer_free(tok);
+    tok = NULL;
+    /* a tokenizer_config.json beside the file: Qwen's class, its special tokens and eos */
+    snprintf(dir, sizeof dir, "%s/qwen_config", test_tmpdir());
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    char cfg[1024];
+    int cl = snprintf(cfg, sizeof cfg,
+                      "{\"tokenizer_class\": \"QWenTokenizer\", \"eos_token\": \"<|endoftext|>\", "
+                      "\"added_tokens_decoder\": {\"%d\": {\"content\": \"<|endoftext|>\", \"special\": true}, "
+                      "\"%d\": {\"content\": \"<|im_start|>\", \"special\": true}, "
+                      "\"%d\": {\"content\": \"<|im_end|>\", \"special\": true}}}",
+                      n_ranks, n_ranks + 1, n_ranks + 2);
+    write_file(path, cfg, (size_t)cl);
+    snprintf(path, sizeof path, "%s/ranks.tiktoken", dir);
+    copy_fixture(rank_rel, path);
+    s = st_tokenizer_load(&tok, path, &err);
+    int all = s == ST_OK && q_ids;
+    for (size_t k = 0; all && k < n_texts; k++) {
+        json_object *jt = json_object_array_get_idx(texts, k);
+        all = ids_equal(tok, json_object_get_string(jt), (size_t)json_object_get_string_len(jt),
+                        json_object_array_get_idx(q_ids, k));
+    }
+    CHECK(all && st_tokenizer_eos_id(tok) == n_ranks && st_tokenizer_vocab_size(tok) == (size_t)n_ranks + 3 &&
+              st_tokenizer_pattern(tok, &nm, &from) && !strcmp(nm, "qwen2") &&
+              !strcmp(from, "tokenizer_config.json's tokenizer_class QWenTokenizer"),
+          "ranks with Qwen's tokenizer_config.json beside: %s (eos %d, vocab %zu)", s ? err.msg : "ids differ",
+          tok ? st_tokenizer_eos_id(tok) : -1, tok ? st_tokenizer_vocab_size(tok) : 0);
+    st_tokenizer_free(tok);
+    tok = NULL;
+    /* pat_str names the pattern; the options win over the config */
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    write_file(path, "{\"pat_str\": \"llama3\"}", 21);
+    snprintf(path, sizeof path, "%s/ranks.tiktoken", dir);
+    s = st_tokenizer_load_ex(&tok, path, &none, &err);
+    CHECK(s == ST_OK && st_tokenizer_pattern(tok, &nm, &from) && !strcmp(nm, "llama3") &&
+              !strcmp(from, "tokenizer_config.json's pat_str") && l_ids &&
+              ids_equal(tok, t0s, t0n, json_object_array_get_idx(l_ids, 0)),
+          "pat_str llama3: %s", s ? err.msg : "other ids");
+    st_tokenizer_free(tok);
+    tok = NULL;
+    st_tokenizer_opts qwen = none;
+    qwen.pattern = "qwen2";
+    s = st_tokenizer_load_ex(&tok, path, &qwen, &err);
+    CHECK(s == ST_OK && q_ids && ids_equal(tok, t0s, t0n, json_object_array_get_idx(q_ids, 0)),
+          "--pattern over pat_str: %s", s ? err.msg : "other ids");
+    st_tokenizer_free(tok);
+    json_object_put(fx);
 }
 
 /* Encode and decode share nothing mutable: four threads on one tokenizer each get the
@@ -484,18 +643,19 @@ int main(void) {
     check_fixture("spm_old", 0, "<s>", NULL);
     check_byte_fallback();
     check_model_dir();
-    /* tiktoken rank file: the ids of PyPI tiktoken with the Llama-3 (default) and GPT-2 patterns */
-    st_tokenizer_opts ro = {.special = RANK_SPECIALS, .n_special = 2};
+    /* tiktoken rank file: the ids of PyPI tiktoken with the Llama-3 and GPT-2 patterns */
+    st_tokenizer_opts ro = {.pattern = "llama3", .special = RANK_SPECIALS, .n_special = 2};
     check_files("ranks_llama3", "tests/fixtures/tok_ranks.tiktoken", "tests/fixtures/tok_ranks_llama3_expected.json",
                 &ro, 1, "<|endoftext|>", junk_space);
     ro.pattern = "gpt2";
     check_files("ranks_gpt2", "tests/fixtures/tok_ranks.tiktoken", "tests/fixtures/tok_ranks_gpt2_expected.json", &ro,
                 1, "<|im_start|>", junk_space);
     /* tokens merges cannot reach: tiktoken takes a piece that is itself a token */
-    ro.pattern = NULL;
+    ro.pattern = "llama3";
     check_files("ranks_small", "tests/fixtures/tok_ranks_small.tiktoken",
                 "tests/fixtures/tok_ranks_small_expected.json", &ro, 1, "<|im_start|>", junk_space);
     check_rank_files();
+    check_named_patterns();
     check_bytes_rule();
     check_threads("tests/fixtures/tok_llama3.json");
     check_threads("tests/fixtures/tok_llama2.json");

@@ -238,6 +238,9 @@ typedef struct st_data_pack_meta {
     uint64_t tokenizer_bytes;
     const char *mask_kind;       /* with st_data_pack_add_masked: what the mask keeps ("assistant",
                                     "all"; a static string), written beside the mask's name */
+    const char *pattern;         /* a rank file's pre-tokenizer regex (st_tokenizer_pattern), NULL
+                                    for none; written as tokenizer.pattern (copied) */
+    const char *pattern_name;    /* its known name (gpt2, ..., qwen2) or NULL; tokenizer.pattern_name */
 } st_data_pack_meta;
 st_status st_data_pack_set_meta(st_data_pack_writer *w, const st_data_pack_meta *m, st_err *err);
 

@@ -9,7 +9,13 @@
  *   - a model directory: its tokenizer.json (or else a rank file named tokenizer.model) and,
  *     when present, tokenizer_config.json for BOS/EOS/pad, add_bos_token and the chat template;
  *   - a tiktoken rank file (*.tiktoken, Llama-3's tokenizer.model: "base64token rank" lines)
- *     with a pre-tokenizer pattern and special tokens given in st_tokenizer_opts.
+ *     with a pre-tokenizer pattern and special tokens given in st_tokenizer_opts, or else said
+ *     by a tokenizer_config.json beside it (pat_str, a name or a regex, or tokenizer_class
+ *     QWenTokenizer: qwen2; added_tokens_decoder for the special tokens; bos/eos/pad as for a
+ *     directory), or for the pattern by a known file name (qwen.tiktoken: qwen2,
+ *     cl100k_base.tiktoken, o200k_base.tiktoken, r50k_base.tiktoken and p50k_base.tiktoken:
+ *     tiktoken's). A rank file whose pattern nothing says is refused: the same ranks split
+ *     two ways give other ids (Llama-3's \p{N}{1,3} and Qwen's \p{N} differ on "2020").
  * The format is read from the content (a JSON object, or rank lines), never from the name.
  * Anything else (a WordPiece or Unigram model, an unknown normalizer, pre-tokenizer or
  * decoder) is refused with ST_ERR_UNSUPPORTED naming the field.
@@ -53,11 +59,15 @@ st_status st_tokenizer_load(st_tokenizer **out, const char *path, st_err *err);
 
 /* What a rank file does not say (a tokenizer.json ignores pattern and special). */
 typedef struct st_tokenizer_opts {
-    /* pre-tokenizer regex: NULL, "llama3" or "cl100k" for Llama-3's (cl100k_base's) pattern,
-     * "gpt2" for GPT-2's (r50k, p50k), or the regex itself */
+    /* pre-tokenizer regex (a rank file's): a name, "gpt2" (tiktoken's r50k_base, p50k_base),
+     * "cl100k", "o200k" (tiktoken's), "llama3" (Meta's tokenizer.py), "qwen2" (Qwen's: single
+     * digits), or the regex itself (as tiktoken's pat_str: $ is the text's end); NULL: what
+     * beside the file says (above), else the load is refused (ST_ERR_INVALID) */
     const char *pattern;
     /* special tokens, found in the text before pre-tokenization (leftmost, longest); ids from
-     * special_ids, or when that is NULL the largest rank + 1, + 2, ... in order */
+     * special_ids, or when that is NULL the largest rank + 1, + 2, ... in order (tiktoken's
+     * special_tokens: Qwen's <|endoftext|> is 151643, one past its ranks). n_special 0: a
+     * tokenizer_config.json's added_tokens_decoder beside a rank file, else none */
     const char *const *special;
     const int32_t *special_ids;
     size_t n_special;
@@ -79,6 +89,12 @@ int st_tokenizer_add_bos(const st_tokenizer *tok);
 /* tokenizer_config.json's chat_template (the "default" one of a list), or else the
  * directory's chat_template.jinja; NULL when there is none. Owned by tok. */
 const char *st_tokenizer_chat_template(const st_tokenizer *tok);
+
+/* A rank file's pre-tokenizer regex, as it was said (NULL for a tokenizer.json, whose
+ * pre-tokenizer is in the file); *name (may be NULL) gets the known name ("qwen2", ...) or
+ * NULL for a regex given as such, *from (may be NULL) what said it ("the load options",
+ * "tokenizer_config.json's pat_str", "the file's name", ...). Owned by tok. */
+const char *st_tokenizer_pattern(const st_tokenizer *tok, const char **name, const char **from);
 
 /* Largest id (model vocabulary and added tokens) plus one. */
 size_t st_tokenizer_vocab_size(const st_tokenizer *tok);

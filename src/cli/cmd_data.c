@@ -27,7 +27,8 @@
 static const char *data_usage =
     "usage: strata data <pack|inspect|cat> [options]\n"
     "\n"
-    "  strata data pack -o PREFIX [--tokenizer PATH --eod ID] [--jsonl] [--key K]\n"
+    "  strata data pack -o PREFIX [--tokenizer PATH [--pattern P] [--special T=ID] --eod ID]\n"
+    "                   [--jsonl] [--key K]\n"
     "                   [--split file|line|blank] [--threads N] [--progress] FILE...\n"
     "      Tokenize text into PREFIX.bin + PREFIX.idx (Megatron-LM indexed dataset: uint16\n"
     "      for vocabularies up to 65536, else int32), with --tokenizer also PREFIX.json (the\n"
@@ -37,8 +38,18 @@ static const char *data_usage =
     "      --tokenizer P  a Hugging Face tokenizer.json, a tiktoken rank file or a model\n"
     "                     directory; without it the built-in byte-level tokenizer (token =\n"
     "                     byte, 256 = end of document, vocabulary 257)\n"
-    "      --eod ID       the end-of-document id; default the tokenizer's EOS (a model\n"
-    "                     directory's tokenizer_config.json eos_token), else it must be given\n"
+    "      --pattern NAME|REGEX  a tiktoken rank file's pre-tokenizer pattern: gpt2,\n"
+    "                     cl100k, o200k, llama3, qwen2 (Qwen's: single digits) or the regex;\n"
+    "                     needed unless a tokenizer_config.json beside the file says it\n"
+    "                     (pat_str; tokenizer_class QWenTokenizer) or the file is qwen.tiktoken,\n"
+    "                     cl100k_base.tiktoken, o200k_base.tiktoken, r50k_base or p50k_base;\n"
+    "                     recorded in the sidecar\n"
+    "      --special TEXT=ID  a rank file's special token and its id (tiktoken's special_tokens;\n"
+    "                     repeat for each); default tokenizer_config.json's added_tokens_decoder\n"
+    "      --eod ID       the end-of-document id, any id the tokenizer defines (a rank or a\n"
+    "                     special token); default the tokenizer's EOS (tokenizer_config.json\n"
+    "                     eos_token, beside a rank file or in a model directory), else it must\n"
+    "                     be given\n"
     "      --threads N    tokenize on N threads (default: all CPUs); the output is the same\n"
     "      --progress     MB/s, documents and ETA on stderr once a second (default when\n"
     "                     stderr is a terminal)\n"
@@ -70,11 +81,13 @@ static const char *data_usage =
     "      checks it is below VOCAB.\n"
     "\n"
     "  strata data cat PATH [--doc N | --all] [--tokens | --decode --tokenizer P [--eod ID]\n"
-    "                  [--trained]]\n"
+    "                  [--pattern P] [--special T=ID] [--trained]]\n"
     "      Print document N (default 0; --all: every document, each followed by a newline)\n"
     "      as bytes (byte-level data; token 256 is dropped), as token ids with --tokens, or\n"
     "      as text decoded with the tokenizer P (the end-of-document id the sidecar or --eod\n"
     "      names is dropped). Sources without an index have one document.\n"
+    "      --pattern, --special  as for pack, for a rank file; --pattern defaults to the\n"
+    "                     one the sidecar records\n"
     "      --trained      (--decode, a pack with a loss mask) only the tokens trained on as\n"
     "                     targets: each run of them, decoded, on a line of its own\n";
 
@@ -409,14 +422,78 @@ static int pack_file(pack_ctx *c, const char *path, int jsonl, const char *key, 
     return rc;
 }
 
+/* What a rank file does not say, from the command line: --pattern and --special TEXT=ID
+ * (repeatable). 1 where argv[*i] was one of them (*i advanced), 0 where not, -1 on a bad value
+ * (said on stderr). The option strings point into argv. */
+typedef struct rank_opts {
+    const char *pattern;
+    const char **special;
+    int32_t *special_ids;
+    size_t n_special;
+    char **owned; /* the TEXT parts, cut from TEXT=ID */
+} rank_opts;
+
+static int rank_opt(rank_opts *r, int argc, char **argv, int *i, const char *cmd) {
+    if (!strcmp(argv[*i], "--pattern") && *i + 1 < argc) {
+        r->pattern = argv[++*i];
+        return 1;
+    }
+    if (strcmp(argv[*i], "--special") || *i + 1 >= argc) return 0;
+    const char *v = argv[++*i], *eq = strrchr(v, '=');
+    char *end = NULL;
+    long long id = eq && eq[1] ? strtoll(eq + 1, &end, 10) : -1;
+    if (!eq || eq == v || !end || *end || id < 0 || id > INT32_MAX - 2) {
+        fprintf(stderr, "strata data %s: --special '%s' is not TEXT=ID (a special token and its id, e.g. "
+                "'<|endoftext|>=151643')\n", cmd, v);
+        return -1;
+    }
+    const char **sp = realloc(r->special, (r->n_special + 1) * sizeof *sp);
+    if (sp) r->special = sp;
+    int32_t *ids = sp ? realloc(r->special_ids, (r->n_special + 1) * sizeof *ids) : NULL;
+    if (ids) r->special_ids = ids;
+    char **own = ids ? realloc(r->owned, (r->n_special + 1) * sizeof *own) : NULL;
+    if (own) r->owned = own;
+    char *text = own ? strndup(v, (size_t)(eq - v)) : NULL;
+    if (!text) {
+        fprintf(stderr, "strata data %s: out of memory\n", cmd);
+        return -1;
+    }
+    r->owned[r->n_special] = text;
+    r->special[r->n_special] = text;
+    r->special_ids[r->n_special++] = (int32_t)id;
+    return 1;
+}
+
+static void rank_opts_free(rank_opts *r) {
+    for (size_t k = 0; k < r->n_special; k++) free(r->owned[k]);
+    free(r->owned);
+    free(r->special);
+    free(r->special_ids);
+    memset(r, 0, sizeof *r); /* a second call frees nothing */
+}
+
+/* The tokenizer at path with the rank file's options given. */
+static st_status load_tokenizer(st_tokenizer **tok, const char *path, const rank_opts *r, st_err *err) {
+    st_tokenizer_opts o = {.pattern = r->pattern, .special = r->special, .special_ids = r->special_ids,
+                           .n_special = r->n_special};
+    return st_tokenizer_load_ex(tok, path, &o, err);
+}
+
 static int data_pack_cmd(int argc, char **argv) {
     const char *out = NULL, *key = "text", *split = "file", *tok_path = NULL;
     int jsonl = 0, nfiles = 0, progress = 0, chat = 0;
     const char *chat_format = NULL, *mask_kind = "assistant";
     long threads = sysconf(_SC_NPROCESSORS_ONLN);
     long long eod = -1;
+    rank_opts ro = {0};
+    int ro_rc = 0;
     const char **files = calloc((size_t)argc, sizeof *files);
     for (int i = 1; i < argc; i++) {
+        if ((ro_rc = rank_opt(&ro, argc, argv, &i, "pack")) < 0) {
+            free(files);
+            rank_opts_free(&ro);
+            return 2;
+        } else if (ro_rc) continue;
         if (!strcmp(argv[i], "-o") && i + 1 < argc) out = argv[++i];
         else if (!strcmp(argv[i], "--jsonl")) jsonl = 1;
         else if (!strcmp(argv[i], "--key") && i + 1 < argc) key = argv[++i];
@@ -431,6 +508,7 @@ static int data_pack_cmd(int argc, char **argv) {
             if (*end || eod < 0) {
                 fprintf(stderr, "strata data pack: --eod '%s' is not a token id\n", argv[i]);
                 free(files);
+                rank_opts_free(&ro);
                 return 2;
             }
         } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
@@ -439,16 +517,19 @@ static int data_pack_cmd(int argc, char **argv) {
             if (*end || threads < 1 || threads > PACK_MAX_THREADS) {
                 fprintf(stderr, "strata data pack: --threads '%s': give 1 to %d\n", argv[i], PACK_MAX_THREADS);
                 free(files);
+                rank_opts_free(&ro);
                 return 2;
             }
         } else if (!strcmp(argv[i], "--progress")) progress = 1;
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(data_usage, stdout);
             free(files);
+            rank_opts_free(&ro);
             return 0;
         } else if (argv[i][0] == '-' && argv[i][1]) {
             fprintf(stderr, "strata data pack: unknown option '%s'\n\n%s", argv[i], data_usage);
             free(files);
+            rank_opts_free(&ro);
             return 2;
         } else files[nfiles++] = argv[i];
     }
@@ -456,12 +537,14 @@ static int data_pack_cmd(int argc, char **argv) {
         fprintf(stderr, "strata data pack: need -o PREFIX and at least one FILE (split: file|line|blank)\n\n%s",
                 data_usage);
         free(files);
+        rank_opts_free(&ro);
         return 2;
     }
     if (chat && (!tok_path || jsonl || (strcmp(mask_kind, "assistant") && strcmp(mask_kind, "all")))) {
         fprintf(stderr, "strata data pack: --chat needs --tokenizer (a model directory), takes JSON lines "
                 "without --jsonl, and --mask assistant|all\n");
         free(files);
+        rank_opts_free(&ro);
         return 2;
     }
     if (threads < 1) threads = 1;
@@ -473,9 +556,10 @@ static int data_pack_cmd(int argc, char **argv) {
     char tok_name[512];
     st_data_pack_meta meta = {.vocab_size = ST_DATA_BYTE_VOCAB, .eod = ST_DATA_BYTE_EOD, .tokenizer = "bytes"};
     if (tok_path) {
-        if (st_tokenizer_load(&tok, tok_path, &c.err)) {
+        if (load_tokenizer(&tok, tok_path, &ro, &c.err)) {
             fprintf(stderr, "strata data pack: --tokenizer %s: %s\n", tok_path, c.err.msg);
             free(files);
+            rank_opts_free(&ro);
             return 1;
         }
         meta.vocab_size = (int64_t)st_tokenizer_vocab_size(tok);
@@ -483,6 +567,7 @@ static int data_pack_cmd(int argc, char **argv) {
         meta.has_digest = tokenizer_digest(tok_path, &meta.tokenizer_crc32c, &meta.tokenizer_bytes, digested) == 0;
         snprintf(tok_name, sizeof tok_name, "%s%s%s", base_name(tok_path), digested[0] ? "/" : "", digested);
         meta.tokenizer = tok_name;
+        meta.pattern = st_tokenizer_pattern(tok, &meta.pattern_name, NULL); /* a rank file's: the sidecar says it */
         if (eod < 0) eod = st_tokenizer_eos_id(tok); /* a model directory's tokenizer_config.json eos_token */
         if (eod < 0) {
             int32_t hint = st_tokenizer_token_id(tok, "<|endoftext|>");
@@ -494,6 +579,7 @@ static int data_pack_cmd(int argc, char **argv) {
                     "--eod ID%s\n", tok_path, h);
             st_tokenizer_free(tok);
             free(files);
+            rank_opts_free(&ro);
             return 2;
         }
         meta.eod = eod;
@@ -502,19 +588,30 @@ static int data_pack_cmd(int argc, char **argv) {
             fprintf(stderr, "strata data pack: --tokenizer %s: %s\n", tok_path, c.err.msg);
             st_tokenizer_free(tok);
             free(files);
+            rank_opts_free(&ro);
             return 2;
         }
         if (chat) meta.mask_kind = strcmp(mask_kind, "all") ? "assistant" : "all";
+    } else if (ro.pattern || ro.n_special) {
+        fprintf(stderr, "strata data pack: --pattern and --special are for --tokenizer (a rank file)\n");
+        free(files);
+        rank_opts_free(&ro);
+        return 2;
     } else if (eod >= 0) {
         fprintf(stderr, "strata data pack: --eod is for --tokenizer; the byte-level tokenizer's is %d\n", ST_DATA_BYTE_EOD);
         free(files);
+        rank_opts_free(&ro);
         return 2;
     }
-    if (meta.eod >= meta.vocab_size) {
-        fprintf(stderr, "strata data pack: --eod %lld is outside the vocabulary of %s [0, %lld)\n", eod, tok_path,
-                (long long)meta.vocab_size);
+    if (meta.eod >= meta.vocab_size || (tok && !st_tokenizer_id_token(tok, (int32_t)meta.eod))) {
+        /* any id the tokenizer defines: a rank, an added or special token (a rank file's come
+         * from --special or tokenizer_config.json's added_tokens_decoder) */
+        fprintf(stderr, "strata data pack: --eod %lld is no token of %s (its ids are the ranks and special tokens, "
+                "[0, %lld)%s); give a token's id, or name the special token with --special TEXT=ID\n", eod, tok_path,
+                (long long)meta.vocab_size, meta.eod < meta.vocab_size ? ", and no token has this one" : "");
         st_tokenizer_free(tok);
         free(files);
+        rank_opts_free(&ro);
         return 2;
     }
     /* Megatron's reader picks uint16 for vocabularies up to 65536 ids, int32 above */
@@ -566,6 +663,7 @@ static int data_pack_cmd(int argc, char **argv) {
     pack_ctx_free(&c);
     st_tokenizer_free(tok);
     free(files);
+    rank_opts_free(&ro);
     return rc;
 }
 
@@ -683,7 +781,14 @@ static int data_cat_cmd(int argc, char **argv) {
     long long doc = 0, eod_arg = -1;
     int as_tokens = 0, decode = 0, all = 0, trained = 0;
     uint8_t *mk = NULL;
+    rank_opts ro = {0};
     for (int i = 1; i < argc; i++) {
+        int r = rank_opt(&ro, argc, argv, &i, "cat");
+        if (r < 0) {
+            rank_opts_free(&ro);
+            return 2;
+        }
+        if (r) continue;
         if (!strcmp(argv[i], "--doc") && i + 1 < argc) doc = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--trained")) trained = decode = 1;
         else if (!strcmp(argv[i], "--all")) all = 1;
@@ -707,19 +812,31 @@ static int data_cat_cmd(int argc, char **argv) {
     }
     st_err err = {0};
     st_tokenizer *tok = NULL;
-    if (decode && st_tokenizer_load(&tok, tok_path, &err)) {
-        fprintf(stderr, "strata data cat: --tokenizer %s: %s\n", tok_path, err.msg);
-        return 1;
-    }
     st_data_source *s;
     st_data_source_config sc = {.path = path};
     if (st_data_source_open(&s, &sc, &err)) {
         fprintf(stderr, "strata data cat: %s\n", err.msg);
-        st_tokenizer_free(tok);
+        rank_opts_free(&ro);
         return 1;
     }
     st_data_source_info info;
     st_data_source_get_info(s, &info);
+    /* a rank file's pattern: --pattern, else the one the sidecar records (decoding does not
+     * depend on it, but the load asks for it) */
+    json_object *side = decode && !ro.pattern && info.sidecar_path ? json_object_from_file(info.sidecar_path) : NULL;
+    json_object *st, *sp;
+    if (side && json_object_object_get_ex(side, "tokenizer", &st) && json_object_object_get_ex(st, "pattern", &sp) &&
+        json_object_is_type(sp, json_type_string))
+        ro.pattern = json_object_get_string(sp);
+    st_status ls = decode ? load_tokenizer(&tok, tok_path, &ro, &err) : ST_OK;
+    json_object_put(side);
+    ro.pattern = NULL; /* it pointed into the sidecar's JSON or argv */
+    rank_opts_free(&ro);
+    if (ls) {
+        fprintf(stderr, "strata data cat: --tokenizer %s: %s\n", tok_path, err.msg);
+        st_data_source_close(s);
+        return 1;
+    }
     int64_t eod = eod_arg >= 0 ? eod_arg : info.eod;
     if (decode) cat_check_tokenizer(info.sidecar_path, tok_path);
     uint64_t first = all ? 0 : (uint64_t)doc, end = all ? (info.n_docs ? info.n_docs : 1) : (uint64_t)doc + 1;

@@ -40,9 +40,13 @@ st_status st_rmtree(const char *path, st_err *err);
 
 /* An exclusive advisory lock (flock) on the file PATH, created if absent, held until
  * st_lock_release or the process ends (also by a crash or SIGKILL: the kernel drops it,
- * so a stale lock never blocks a resume). The file records the holder (pid, host,
- * command line's start time); a second process is refused with ST_ERR_BUSY naming the
- * holder and WHAT (for the message: "run directory", "state store"). */
+ * so a stale lock never blocks a resume). The file records the holder (pid, host, time,
+ * and the process's start time, which with the pid names one process); a second process is
+ * refused with ST_ERR_BUSY and WHAT (for the message: "run directory", "state store"),
+ * naming the live holder on this host (the kernel's /proc/locks) and, where the record names
+ * another (a copy made with cp -a carries it), that the record is stale and how that is known
+ * (no such pid, the pid reused with another start time, another host); where no holder can
+ * be seen here (a network file system, another pid namespace), what the record says. */
 typedef struct st_lock {
     int fd;
 } st_lock;

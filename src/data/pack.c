@@ -33,6 +33,7 @@ struct st_data_pack_writer {
     int has_meta; /* write PREFIX.json at close; without it a stale one is removed */
     st_data_pack_meta meta;
     char tok_name[256];
+    char *pattern, *pattern_name; /* meta's, copied */
     char json_path[DATA_PATH_MAX], json_tmp[DATA_PATH_MAX + 8];
     /* PREFIX.mask: one byte a token (1 = a target to train on), when documents come with masks */
     char mask_path[DATA_PATH_MAX], mask_tmp[DATA_PATH_MAX + 8];
@@ -202,9 +203,17 @@ st_status st_data_pack_set_meta(st_data_pack_writer *w, const st_data_pack_meta 
     if (m->vocab_size <= 0 || m->eod < 0 || m->eod >= m->vocab_size)
         return st_errf(err, ST_ERR_INVALID, "data pack: end-of-document id %lld is outside the vocabulary [0, %lld)",
                        (long long)m->eod, (long long)m->vocab_size);
+    free(w->pattern);
+    free(w->pattern_name);
+    w->pattern = m->pattern ? strdup(m->pattern) : NULL;
+    w->pattern_name = m->pattern_name ? strdup(m->pattern_name) : NULL;
+    if ((m->pattern && !w->pattern) || (m->pattern_name && !w->pattern_name))
+        return st_errf(err, ST_ERR_NOMEM, "data pack: out of memory");
     w->meta = *m;
     snprintf(w->tok_name, sizeof w->tok_name, "%s", m->tokenizer ? m->tokenizer : "");
     w->meta.tokenizer = w->tok_name;
+    w->meta.pattern = w->pattern;
+    w->meta.pattern_name = w->pattern_name;
     w->has_meta = 1;
     return ST_OK;
 }
@@ -225,6 +234,10 @@ static st_status write_sidecar(st_data_pack_writer *w, st_err *err) {
         snprintf(hex, sizeof hex, "%08x", w->meta.tokenizer_crc32c);
         json_object_object_add(t, "crc32c", json_object_new_string(hex));
         json_object_object_add(t, "bytes", json_object_new_int64((int64_t)w->meta.tokenizer_bytes));
+    }
+    if (w->pattern) { /* a rank file's split: the ids depend on it as on the ranks */
+        json_object_object_add(t, "pattern", json_object_new_string(w->pattern));
+        if (w->pattern_name) json_object_object_add(t, "pattern_name", json_object_new_string(w->pattern_name));
     }
     json_object_object_add(o, "tokenizer", t);
     if (w->masked) { /* the mask file by its name beside the sidecar, and what it keeps */
@@ -343,6 +356,8 @@ st_status st_data_pack_close(st_data_pack_writer *w, st_err *err) {
         return rc;
     }
     free(w->sizes);
+    free(w->pattern);
+    free(w->pattern_name);
     free(w);
     return ST_OK;
 }
@@ -356,6 +371,8 @@ void st_data_pack_abort(st_data_pack_writer *w) {
     unlink(w->idx_tmp);
     unlink(w->json_tmp);
     free(w->sizes);
+    free(w->pattern);
+    free(w->pattern_name);
     free(w);
 }
 

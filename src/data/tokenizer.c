@@ -423,15 +423,59 @@ st_status st_tokenizer_load(st_tokenizer **out, const char *path, st_err *err) {
     return st_tokenizer_load_ex(out, path, NULL, err);
 }
 
-/* One file, by its content: a JSON object (after any white space) or rank lines. */
-static st_status load_file(st_tokenizer *t, const st_tokenizer_opts *opts, st_err *err) {
+/* The rank files whose name says their pattern: tiktoken's own files and Qwen's. */
+static const char *pattern_of_name(const char *path) {
+    static const struct { const char *file, *pattern; } KNOWN[] = {
+        {"qwen.tiktoken", "qwen2"},       {"cl100k_base.tiktoken", "cl100k"}, {"o200k_base.tiktoken", "o200k"},
+        {"r50k_base.tiktoken", "gpt2"},   {"p50k_base.tiktoken", "gpt2"},
+    };
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    for (size_t i = 0; i < sizeof KNOWN / sizeof *KNOWN; i++)
+        if (!strcmp(base, KNOWN[i].file)) return KNOWN[i].pattern;
+    return NULL;
+}
+
+/* A rank file with what the options leave unsaid taken from beside it: the pattern from
+ * tokenizer_config.json (pat_str; tokenizer_class QWenTokenizer) or else the file's known name,
+ * the special tokens from tokenizer_config.json's added_tokens_decoder. */
+static st_status load_ranks(st_tokenizer *t, const char *buf, size_t len, const st_tokenizer_opts *opts,
+                            const char *dir, st_err *err) {
+    tok_rank_config rc;
+    st_status s = tok_rank_config_read(dir, &rc, err);
+    if (s != ST_OK) return s;
+    st_tokenizer_opts eff = opts ? *opts : (st_tokenizer_opts){0};
+    const char *from = "the load options";
+    if (!eff.pattern && rc.pattern) {
+        eff.pattern = rc.pattern;
+        from = !strcmp(rc.pattern_key, "pat_str") ? "tokenizer_config.json's pat_str"
+                                                  : "tokenizer_config.json's tokenizer_class QWenTokenizer";
+    } else if (!eff.pattern && (eff.pattern = pattern_of_name(t->path))) {
+        from = "the file's name";
+    }
+    if (!eff.n_special && rc.n_special) {
+        eff.special = rc.special;
+        eff.special_ids = rc.special_ids;
+        eff.n_special = rc.n_special;
+    }
+    s = tok_load_tiktoken(t, buf, len, &eff, err);
+    if (s == ST_OK) t->pattern_from = from;
+    tok_rank_config_free(&rc);
+    return s;
+}
+
+/* One file, by its content: a JSON object (after any white space) or rank lines; *ranks is set
+ * for rank lines. */
+static st_status load_file(st_tokenizer *t, const st_tokenizer_opts *opts, const char *dir, int *ranks,
+                           st_err *err) {
     char *buf = NULL;
     size_t len = 0;
     st_status s = tok_read_file(t->path, &buf, &len, err);
     if (s != ST_OK) return s;
     size_t i = 0;
     while (i < len && (buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\n' || buf[i] == '\r')) i++;
-    s = i < len && buf[i] == '{' ? tok_load_json(t, buf, len, err) : tok_load_tiktoken(t, buf, len, opts, err);
+    *ranks = !(i < len && buf[i] == '{');
+    s = *ranks ? load_ranks(t, buf, len, opts, dir, err) : tok_load_json(t, buf, len, err);
     free(buf);
     return s;
 }
@@ -449,11 +493,20 @@ st_status st_tokenizer_load_ex(st_tokenizer **out, const char *path, const st_to
     } else if (!(t->path = strdup(path))) {
         s = st_errf(err, ST_ERR_NOMEM, "tokenizer %s: out of memory", path);
     }
+    /* the directory the file is in: a rank file's tokenizer_config.json is read from it */
+    char *in_dir = s == ST_OK ? strdup(t->path) : NULL;
+    int ranks = 0;
+    if (s == ST_OK && !in_dir) s = st_errf(err, ST_ERR_NOMEM, "tokenizer %s: out of memory", path);
     if (s == ST_OK) {
+        char *slash = strrchr(in_dir, '/');
+        if (!slash) strcpy(in_dir, ".");
+        else if (slash == in_dir) in_dir[1] = 0; /* "/tokenizer.model": "/" */
+        else *slash = 0;
         byte_alphabet(t);
-        s = load_file(t, opts, err);
+        s = load_file(t, opts, in_dir, &ranks, err);
     }
-    if (s == ST_OK && dir) s = tok_load_config(t, path, err);
+    if (s == ST_OK && (dir || ranks)) s = tok_load_config(t, dir ? path : in_dir, err);
+    free(in_dir);
     if (s == ST_OK && opts) s = tok_apply_opts(t, opts, err);
     if (s == ST_OK && !(t->enc = calloc(TOK_ENC_SLOTS, sizeof *t->enc)))
         s = st_errf(err, ST_ERR_NOMEM, "tokenizer %s: out of memory", path);
@@ -506,11 +559,18 @@ void st_tokenizer_free(st_tokenizer *t) {
     free(t->merges);
     free(t->added);
     free(t->chat_template);
+    free(t->pattern);
     free(t->path);
     free(t);
 }
 
 size_t st_tokenizer_vocab_size(const st_tokenizer *t) { return t->n_ids; }
+
+const char *st_tokenizer_pattern(const st_tokenizer *t, const char **name, const char **from) {
+    if (name) *name = t->pattern_name;
+    if (from) *from = t->pattern_from;
+    return t->pattern;
+}
 
 int32_t st_tokenizer_token_id(const st_tokenizer *t, const char *token) {
     int32_t id = tok_vocab_find(t, token, strlen(token));

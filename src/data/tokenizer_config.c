@@ -166,3 +166,68 @@ int32_t st_tokenizer_eos_id(const st_tokenizer *t) { return t->eos_id; }
 int32_t st_tokenizer_pad_id(const st_tokenizer *t) { return t->pad_id; }
 int st_tokenizer_add_bos(const st_tokenizer *t) { return t->add_bos; }
 const char *st_tokenizer_chat_template(const st_tokenizer *t) { return t->chat_template; }
+
+/* ---- what a rank file's tokenizer_config.json says of it --------------------------------- */
+
+void tok_rank_config_free(tok_rank_config *rc) {
+    json_object_put(rc->root);
+    free(rc->special);
+    free(rc->special_ids);
+    memset(rc, 0, sizeof *rc);
+}
+
+st_status tok_rank_config_read(const char *dir, tok_rank_config *rc, st_err *err) {
+    memset(rc, 0, sizeof *rc);
+    char *file = join(dir, "tokenizer_config.json");
+    if (!file) return st_errf(err, ST_ERR_NOMEM, "tokenizer %s: out of memory", dir);
+    if (!is_file(file)) {
+        free(file);
+        return ST_OK;
+    }
+    st_status s = ST_OK;
+    json_object *root = json_object_from_file(file), *v;
+    if (!root || !json_object_is_type(root, json_type_object)) {
+        json_object_put(root);
+        s = st_errf(err, ST_ERR_FORMAT, "%s: not a JSON object: %s", file, json_util_get_last_err());
+        free(file);
+        return s;
+    }
+    rc->root = root;
+    if (json_object_object_get_ex(root, "pat_str", &v) && v) {
+        if (!json_object_is_type(v, json_type_string) || !json_object_get_string_len(v))
+            s = st_errf(err, ST_ERR_FORMAT, "%s: pat_str is not a pattern's name or regex (a non-empty string)", file);
+        rc->pattern = json_object_get_string(v);
+        rc->pattern_key = "pat_str";
+    } else if (json_object_object_get_ex(root, "tokenizer_class", &v) && json_object_is_type(v, json_type_string) &&
+               !strcmp(json_object_get_string(v), "QWenTokenizer")) {
+        /* Qwen's tiktoken tokenizer (tokenization_qwen.py): Qwen2's pattern */
+        rc->pattern = "qwen2";
+        rc->pattern_key = "tokenizer_class QWenTokenizer";
+    }
+    /* added_tokens_decoder: {"151643": {"content": "<|endoftext|>", ...}, ...} */
+    if (s == ST_OK && json_object_object_get_ex(root, "added_tokens_decoder", &v) && v) {
+        size_t n = json_object_is_type(v, json_type_object) ? (size_t)json_object_object_length(v) : 0;
+        if (!json_object_is_type(v, json_type_object))
+            s = st_errf(err, ST_ERR_FORMAT, "%s: added_tokens_decoder is not an object of id: {content}", file);
+        else if (n && (!(rc->special = calloc(n, sizeof *rc->special)) ||
+                       !(rc->special_ids = calloc(n, sizeof *rc->special_ids))))
+            s = st_errf(err, ST_ERR_NOMEM, "%s: out of memory", file);
+        json_object_object_foreach(v, key, tok) {
+            if (s != ST_OK) break;
+            char *end;
+            long id = strtol(key, &end, 10);
+            json_object *c;
+            if (!*key || *end || id < 0 || id > INT32_MAX - 2 || !json_object_object_get_ex(tok, "content", &c) ||
+                !json_object_is_type(c, json_type_string) || !json_object_get_string_len(c)) {
+                s = st_errf(err, ST_ERR_FORMAT, "%s: added_tokens_decoder[\"%.40s\"] is not id: {\"content\": token}",
+                            file, key);
+                break;
+            }
+            rc->special[rc->n_special] = json_object_get_string(c);
+            rc->special_ids[rc->n_special++] = (int32_t)id;
+        }
+    }
+    free(file);
+    if (s != ST_OK) tok_rank_config_free(rc);
+    return s;
+}

@@ -19,11 +19,37 @@
 /* The regex of tokenizers' ByteLevel pre-tokenizer (use_regex true): GPT-2's pattern. */
 #define TOK_GPT2_PATTERN \
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
-/* Llama-3's pattern (Meta's tokenizer.py), which is cl100k_base's as tiktoken first shipped it:
- * the default for rank files. */
+/* The pre-tokenizer patterns a rank file's user names (st_tokenizer_opts.pattern), each as its
+ * publisher spells it; tests/test_tokenizer.c checks each against PyPI tiktoken with the
+ * publisher's string (tools/gen_tokenizer_fixtures.py writes the ids).
+ * Llama-3's (Meta's tokenizer.py), which is cl100k_base's as tiktoken first shipped it. */
 #define TOK_LLAMA3_PATTERN \
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*" \
     "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+/* Qwen's (Qwen-7B's tokenization_qwen.py PAT_STR, Qwen2's tokenizer.json Split regex): Llama-3's
+ * with single digits, \p{N} for \p{N}{1,3} */
+#define TOK_QWEN2_PATTERN \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*" \
+    "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+/* tiktoken's r50k_base / p50k_base / gpt2 (tiktoken_ext/openai_public.py r50k_pat_str) */
+#define TOK_R50K_PATTERN \
+    "'(?:[sdmt]|ll|ve|re)| ?\\p{L}++| ?\\p{N}++| ?[^\\s\\p{L}\\p{N}]++|\\s++$|\\s+(?!\\S)|\\s"
+/* tiktoken's cl100k_base as it ships it now */
+#define TOK_CL100K_PATTERN \
+    "'(?i:[sdmt]|ll|ve|re)|[^\\r\\n\\p{L}\\p{N}]?+\\p{L}++|\\p{N}{1,3}+| ?[^\\s\\p{L}\\p{N}]++[\\r\\n]*+" \
+    "|\\s++$|\\s*[\\r\\n]|\\s+(?!\\S)|\\s"
+/* tiktoken's o200k_base */
+#define TOK_O200K_PATTERN \
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+" \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)?" \
+    "|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*" \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)?" \
+    "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+/* A known pattern by its name (gpt2, cl100k, o200k, llama3, qwen2): the name (static) and in
+ * *regex its regex; NULL (and *regex NULL) where name is none of them. */
+const char *tok_named_pattern(const char *name, const char **regex);
+/* The names tok_named_pattern knows, for messages. */
+#define TOK_PATTERN_NAMES "gpt2, cl100k, o200k, llama3, qwen2"
 
 enum { STEP_SPLIT, STEP_PREFIX_SPACE, STEP_METASPACE };
 /* Metaspace's prepend_scheme */
@@ -111,6 +137,11 @@ struct st_tokenizer {
     int32_t bos_id, eos_id, pad_id;
     int add_bos;         /* add_bos_token: 1, 0, or -1 where not given */
     char *chat_template; /* NULL where none */
+    /* a rank file's pre-tokenizer regex (owned), its name where it is a known one, and what
+     * said it ("the load options", "tokenizer_config.json", "the file's name"); NULL for a
+     * tokenizer.json, whose pre-tokenizer is in the file */
+    char *pattern;
+    const char *pattern_name, *pattern_from;
     tok_enc_slot *enc;    /* TOK_ENC_SLOTS encoder states, each made on first use */
     size_t cache_entries; /* pre-tokens each encoder state caches; 0: none */
     /* per added-token pass: how many distinct first bytes its tokens have, and the byte
@@ -142,6 +173,22 @@ void tok_set_cache_entries(st_tokenizer *t, size_t entries);
 st_status tok_load_json(st_tokenizer *t, const char *buf, size_t len, st_err *err);
 st_status tok_load_tiktoken(st_tokenizer *t, const char *buf, size_t len, const st_tokenizer_opts *opts,
                             st_err *err);
+
+/* What a tokenizer_config.json beside a rank file says of what the rank file does not: the
+ * pre-tokenizer pattern (pat_str, a name or a regex; or tokenizer_class QWenTokenizer, Qwen's
+ * tiktoken tokenizer: qwen2) and the special tokens with their ids (added_tokens_decoder).
+ * Strings point into root (json-c), freed by tok_rank_config_free. */
+typedef struct tok_rank_config {
+    void *root;
+    const char *pattern;     /* NULL where the config does not say */
+    const char *pattern_key; /* the key that said it, for messages */
+    const char **special;
+    int32_t *special_ids;
+    size_t n_special;
+} tok_rank_config;
+/* dir's tokenizer_config.json; all zero where there is none. */
+st_status tok_rank_config_read(const char *dir, tok_rank_config *rc, st_err *err);
+void tok_rank_config_free(tok_rank_config *rc);
 
 /* tokenizer_config.c: the file a model directory's tokenizer is read from (malloc'd path),
  * its tokenizer_config.json, and the options' BOS/EOS. */

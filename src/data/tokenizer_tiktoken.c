@@ -5,6 +5,8 @@
  * adjacent pair of parts whose concatenation has the lowest rank (leftmost on a tie) until no
  * pair is a token. That is BPE over raw bytes where every split of a token into two tokens is a
  * merge ranked by the token's rank, with ignore_merges: tokenizer.c's encoder, unchanged.
+ * The pattern is never guessed: st_tokenizer_opts names it (gpt2, cl100k, o200k, llama3, qwen2
+ * or a regex), or tokenizer.c finds it said beside the file; without one the file is refused.
  * Special tokens come from st_tokenizer_opts (a rank file does not list them) and are found
  * leftmost-longest; tiktoken's alternation takes the first listed where one special token is
  * a prefix of another at the same place (not so in the Llama-3 or cl100k sets: each is "<|...|>").
@@ -66,6 +68,21 @@ static int parse_line(const char *l, size_t n, uint8_t *arena, size_t *used, ran
     r->rank = (int32_t)rank;
     *used += (size_t)bl;
     return 1;
+}
+
+static const struct { const char *name, *regex; } NAMED_PATTERNS[] = {
+    {"gpt2", TOK_R50K_PATTERN},     {"cl100k", TOK_CL100K_PATTERN}, {"o200k", TOK_O200K_PATTERN},
+    {"llama3", TOK_LLAMA3_PATTERN}, {"qwen2", TOK_QWEN2_PATTERN},
+};
+
+const char *tok_named_pattern(const char *name, const char **regex) {
+    *regex = NULL;
+    for (size_t i = 0; name && i < sizeof NAMED_PATTERNS / sizeof *NAMED_PATTERNS; i++)
+        if (!strcmp(name, NAMED_PATTERNS[i].name)) {
+            *regex = NAMED_PATTERNS[i].regex;
+            return NAMED_PATTERNS[i].name;
+        }
+    return NULL;
 }
 
 static st_status load_specials(st_tokenizer *t, const st_tokenizer_opts *opts, int32_t first_id, st_err *err) {
@@ -215,10 +232,25 @@ st_status tok_load_tiktoken(st_tokenizer *t, const char *buf, size_t len, const 
     t->ignore_merges = 1;
     t->dec[0].kind = DEC_FUSE; /* tokens are bytes: decode concatenates them */
     t->n_dec = 1;
+    /* the pattern is said (the options, a tokenizer_config.json beside the file, a known file
+     * name: tokenizer.c), never guessed: the same ranks split two ways give other ids */
     const char *pat = opts ? opts->pattern : NULL;
-    if (!pat || strcmp(pat, "llama3") == 0 || strcmp(pat, "cl100k") == 0) pat = TOK_LLAMA3_PATTERN;
-    else if (strcmp(pat, "gpt2") == 0) pat = TOK_GPT2_PATTERN;
-    if ((s = tok_add_split(t, pat, 0, "pattern", err)) != ST_OK) goto done;
+    if (!pat || !*pat) {
+        s = st_errf(err, ST_ERR_INVALID,
+                    "tokenizer %s: a tiktoken rank file does not say how text is split before merging (its "
+                    "pre-tokenizer pattern), and nothing beside it says (a tokenizer_config.json with pat_str, or "
+                    "tokenizer_class QWenTokenizer; a known file name: qwen.tiktoken, cl100k_base.tiktoken, "
+                    "o200k_base.tiktoken, r50k_base.tiktoken, p50k_base.tiktoken); give it with --pattern NAME|REGEX "
+                    "(NAME one of " TOK_PATTERN_NAMES "; the model's own, as its tokenizer code or tokenizer.json "
+                    "spells it)",
+                    t->path);
+        goto done;
+    }
+    const char *regex = NULL;
+    t->pattern_name = tok_named_pattern(pat, &regex);
+    if ((s = tok_dup_str(t, regex ? regex : pat, strlen(regex ? regex : pat), &t->pattern, err)) != ST_OK) goto done;
+    /* tiktoken's regex engine (Rust's) reads $ as the end of the text only */
+    if ((s = tok_add_split(t, t->pattern, PCRE2_DOLLAR_ENDONLY, "pattern", err)) != ST_OK) goto done;
     s = load_specials(t, opts, max_rank + 1, err);
 done:
     free(lines);

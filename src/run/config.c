@@ -31,7 +31,7 @@ typedef struct key_def {
 #define OFF(f) offsetof(st_train_config, f)
 #define STR(f) OFF(f), sizeof(((st_train_config *)0)->f)
 static const key_def keys[] = {
-    {"model", K_STR, STR(model), 0, 0, "model preset: GPT-2 (gpt2-mini, gpt2-124m, gpt2-350m, gpt2-tiny) or Llama family (llama3.2-1b, qwen2.5-0.5b, llama-tiny, qwen2-tiny, qwen3-tiny)"},
+    {"model", K_STR, STR(model), 0, 0, "model preset: GPT-2 (gpt2-mini, gpt2-124m, gpt2-350m) or Llama family (llama3.2-1b, qwen2.5-0.5b)"},
     {"init_from", K_STR, STR(init_from), 0, 0, "fine-tune a Hugging Face model directory (GPT-2, Llama, Qwen2, Qwen3, Mistral); its config.json sets the shape"},
     {"save_hf", K_STR, STR(save_hf), 0, 0, "write the final model as a Hugging Face directory here"},
     {"save_hf_dtype", K_STR, STR(save_hf_dtype), 0, 0, "dtype of --save_hf weights: f32 or bf16"},

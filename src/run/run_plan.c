@@ -267,9 +267,10 @@ st_status run_open_streamed(const st_train_config *c, st_model *m, const st_arch
     if (cuda_index >= 0)
         snprintf(usable, sizeof usable, " (%.1f MiB of it for the plan, the rest cuBLASLt's workspace)",
                  budget / 1048576.0);
-    st_log(1, "layer streaming: device budget %.1f MiB on %s%s, block 0's activations %s, vocabulary %s (%d rows a "
-           "chunk)\n", c->device_budget / 1048576.0, cuda_index >= 0 ? c->device : "the CPU", usable,
-           plan.act[0] == ST_STREAM_ACT_KEEP ? "kept" : plan.act[0] == ST_STREAM_ACT_OFFLOAD ? "offloaded" : "recomputed",
+    char acts[256]; /* every block's choice, as runs: "blocks 0-2 recompute" */
+    st_plan_act_describe(plan.act, L, acts, sizeof acts);
+    st_log(1, "layer streaming: device budget %.1f MiB on %s%s, activations (%s), vocabulary %s (%d rows a chunk)\n",
+           c->device_budget / 1048576.0, cuda_index >= 0 ? c->device : "the CPU", usable, acts,
            plan.vocab_chunk ? "chunked" : "resident", plan.vocab_chunk);
     /* the store's host budget the planner chose (key state_budget left 0): the run's */
     if (cdisk.on_disk && cdisk.budget_chosen) *state_budget = (double)cdisk.dc.state_budget;
