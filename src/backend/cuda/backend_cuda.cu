@@ -229,6 +229,11 @@ extern "C" st_status st_backend_cuda_set_matmul(st_backend *be, st_matmul_mode m
     ctx_of(be)->matmul_mode = (int)mode;
     return ST_OK;
 }
+extern "C" void st_backend_cuda_matmul_stats(st_backend *be, st_cuda_matmul_stats *out) {
+    const CuLtMatmul *L = ctx_of(be)->mm;
+    for (int i = 0; i < 3; i++) out->calls[i] = L->calls[i];
+    out->fallbacks = L->fallbacks, out->bias_rows = L->bias_rows;
+}
 /* out (N, OC) rows = bias (OC): the biased matmul starts from it with beta 1, as the CPU's */
 static __global__ void k_bias_rows(float *out, const float *bias, int N, int OC) {
     size_t n = (size_t)N * OC, step = (size_t)gridDim.x * blockDim.x;
