@@ -470,10 +470,50 @@ static void test_copy_async(void) {
     for (size_t i = 0; i < n; i++) bad += hout[i] != (i < 300 ? (float)i + 0.25f : 0.5f * (float)i + 1);
     CHECK(t3 == 2 && bad == 0, "300 one-float copies through the event ring: %zu of %zu floats wrong (d2h ticket %llu)",
           bad, n, (unsigned long long)t3);
+    /* host_free waits for the copies still queued on the block (the emulation counts a
+     * block freed under a queued copy) */
+#ifdef ST_CUDA_EMU
+    uint64_t fif = st_emu::rt().freed_in_flight;
+#endif
+    gpu->ops->copy_async(gpu, 1, hout, d, n * sizeof(float)); /* not waited for */
+    gpu->ops->host_free(gpu, h);
     gpu->ops->dealloc(gpu, d);
     gpu->ops->dealloc(gpu, d2);
-    gpu->ops->host_free(gpu, h);
+#ifdef ST_CUDA_EMU
+    CHECK(st_emu::rt().freed_in_flight == fif, "host_free freed a block under a queued copy (%llu)",
+          (unsigned long long)(st_emu::rt().freed_in_flight - fif));
+#endif
 }
+
+#ifdef ST_CUDA_EMU
+#include <thread>
+/* An asynchronous fault (the emulation's sticky fault after a gelu, as a GPU's illegal
+ * address) met first by another thread's copy wait: st_backend_cuda_status says it was
+ * asynchronous, where it surfaced and the last op queued before it. Several threads
+ * waiting at once keep one error (note() is locked). Last: the emulated context is lost. */
+static void test_async_fault(void) {
+    st_err err = {};
+    st_backend *b = nullptr;
+    CHECK(st_backend_cuda_create(&b, 0, (size_t)1 << 20, &err) == ST_OK, "st_backend_cuda_create: %s", err.msg);
+    if (!b) return;
+    float *d = (float *)b->ops->alloc(b, 64 * sizeof(float));
+    float *h = (float *)b->ops->host_alloc(b, 64 * sizeof(float));
+    b->ops->gelu_forward(b, d, d, 64);
+    st_emu::fault(cudaErrorIllegalAddress); /* what the gelu did, on a GPU */
+    uint64_t t = b->ops->copy_async(b, 1, h, d, 64 * sizeof(float));
+    std::vector<std::thread> th;
+    for (int i = 0; i < 4; i++) th.emplace_back([b, t] { b->ops->copy_sync(b, 1, t); b->ops->copy_query(b, 1, t); });
+    for (auto &x : th) x.join();
+    err = {};
+    st_status s = st_backend_cuda_status(b, &err);
+    CHECK(s == ST_ERR_INVALID && strstr(err.msg, "asynchronous") && strstr(err.msg, "gelu_forward") &&
+              strstr(err.msg, "cudaErrorIllegalAddress") && strstr(err.msg, "compute-sanitizer"),
+          "an asynchronous fault seen first by a copy's wait on another thread should be reported as asynchronous, "
+          "naming the last op queued (gelu_forward) and how to find it: status %d: %s", (int)s, err.msg);
+    b->ops->host_free(b, h);
+    st_backend_free(b);
+}
+#endif
 
 int main(void) {
     st_err err = {};
@@ -584,6 +624,18 @@ int main(void) {
     }
     st_backend_free(gpu);
     gpu = nullptr;
+    /* an arena that leaves under 512 MiB of the device's free memory is refused, naming the
+     * largest budget that fits: lazily loaded kernels and the runtime need room beside it */
+    {
+        size_t fr = 0, tot = 0;
+        CHECK(cudaMemGetInfo(&fr, &tot) == cudaSuccess && fr > ((size_t)600 << 20), "cudaMemGetInfo: %zu free", fr);
+        err = {};
+        s = st_backend_cuda_create(&gpu, 0, fr - ((size_t)128 << 20), &err);
+        CHECK(s == ST_ERR_NOMEM && !gpu && strstr(err.msg, "at most"),
+              "an arena of all but 128 MiB of the free device memory should be refused naming the largest budget "
+              "(status %d: %s)", (int)s, err.msg);
+        if (gpu) st_backend_free(gpu), gpu = nullptr;
+    }
     /* cuda:N past the devices there are (cuda:1 on the emulation's one device) is refused
      * naming the device, the count and the devices to give; cuda:0 worked above */
     int count = 0;
@@ -600,5 +652,8 @@ int main(void) {
         if (gpu) st_backend_free(gpu), gpu = nullptr;
     }
     st_backend_free(cpu);
+#ifdef ST_CUDA_EMU
+    test_async_fault(); /* last: the emulated device is lost after it */
+#endif
     return test_finish("test_cuda_backend");
 }

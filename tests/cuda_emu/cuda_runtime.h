@@ -308,7 +308,11 @@ inline cudaError_t cudaFreeHost(void *p) {
         if (it == st_emu::rt().pinned.end()) return st_emu::ret(cudaErrorInvalidValue);
         n = it->second;
     }
-    if (st_emu::copy_pending_on(p, n ? n : 1)) st_emu::rt().freed_in_flight++;
+    if (st_emu::copy_pending_on(p, n ? n : 1)) { /* counted; performed first, so nothing writes freed memory */
+        st_emu::rt().freed_in_flight++;
+        std::lock_guard<std::recursive_mutex> g(st_emu::rt().qmu);
+        for (auto &kv : st_emu::rt().streams) st_emu::perform(kv.first, UINT64_MAX);
+    }
     {
         std::lock_guard<std::mutex> g(st_emu::rt().mu);
         st_emu::rt().pinned.erase(p);
@@ -339,7 +343,11 @@ inline cudaError_t cudaHostUnregister(void *p) {
         if (it == st_emu::rt().registered.end()) return st_emu::ret(cudaErrorHostMemoryNotRegistered);
         n = it->second;
     }
-    if (st_emu::copy_pending_on(p, n)) st_emu::rt().freed_in_flight++;
+    if (st_emu::copy_pending_on(p, n)) {
+        st_emu::rt().freed_in_flight++;
+        std::lock_guard<std::recursive_mutex> g(st_emu::rt().qmu);
+        for (auto &kv : st_emu::rt().streams) st_emu::perform(kv.first, UINT64_MAX);
+    }
     std::lock_guard<std::mutex> g(st_emu::rt().mu);
     st_emu::rt().registered.erase(p);
     return cudaSuccess;

@@ -23,6 +23,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <mutex>
 #include <new>
 #include <stdio.h>
@@ -44,6 +45,8 @@ extern "C" {
 /* events per direction: a ring slot is recorded again only once the ticket that used it
  * is known complete (copy_async waits for it in the rare case it is not) */
 #define CU_COPY_RING 256
+/* device memory left beside the arena (st_backend_cuda_create) */
+#define CU_DEVICE_HEADROOM ((size_t)512 << 20)
 
 struct cuda_ctx {
     int device = 0;
@@ -52,9 +55,14 @@ struct cuda_ctx {
     CuArena arena;
     struct CuLtMatmul *mm = nullptr; /* cuBLASLt: handle, workspace in the arena, algorithms (cuda_matmul.cuh) */
     int matmul_mode = ST_MATMUL_FP32; /* index into cu_lt_compute: st_backend_cuda_set_matmul */
+    /* the first error, kept by note() from any thread (the step's, the optimizer's waits,
+     * the trace's observer): under err_mu */
+    std::mutex err_mu;
     cudaError_t first = cudaSuccess; /* the first error an op met */
     cublasStatus_t first_blas = CUBLAS_STATUS_SUCCESS; /* or the first cuBLAS error, if that came first */
     const char *first_op = "";
+    const char *first_after = ""; /* an asynchronous fault: the last op queued before it surfaced */
+    std::atomic<const char *> last_op{"(none)"}; /* the last op queued on the compute stream */
     /* asynchronous copies (copy_async): a stream per direction ([0] h2d, [1] d2h), each
      * copy's completion event in a fixed ring per direction; tickets count per direction */
     cudaStream_t copy_stream[2] = {nullptr, nullptr};
@@ -67,13 +75,27 @@ struct cuda_ctx {
 static cuda_ctx *ctx_of(st_backend *be) { return (cuda_ctx *)be->ctx; }
 
 static bool failed(const cuda_ctx *c) { return c->first != cudaSuccess || c->first_blas != CUBLAS_STATUS_SUCCESS; }
+/* A fault on the device (an illegal or misaligned address, a trap, a failed launch): the
+ * context is lost, the error is sticky, and it surfaces at whatever call comes next,
+ * often a copy's wait on another thread, not at the kernel that raised it. */
+static bool async_fault(cudaError_t e) {
+    switch ((int)e) {
+    case 700: case 710: case 714: case 715: case 716: case 717: case 718: case 719: return true;
+    }
+    return false;
+}
 static void note(cuda_ctx *c, cudaError_t e, const char *op) {
-    if (e != cudaSuccess && !failed(c)) c->first = e, c->first_op = op;
+    if (e == cudaSuccess) return;
+    std::lock_guard<std::mutex> g(c->err_mu);
+    if (!failed(c)) c->first = e, c->first_op = op, c->first_after = c->last_op.load();
 }
 static void note_blas(cuda_ctx *c, cublasStatus_t e, const char *op) {
-    if (e != CUBLAS_STATUS_SUCCESS && !failed(c)) c->first_blas = e, c->first_op = op;
+    if (e == CUBLAS_STATUS_SUCCESS) return;
+    std::lock_guard<std::mutex> g(c->err_mu);
+    if (!failed(c)) c->first_blas = e, c->first_op = op, c->first_after = c->last_op.load();
 }
-#define LAUNCHED(be, op) note(ctx_of(be), cudaGetLastError(), op)
+/* after queuing op on the compute stream: its launch error, and op as the last one queued */
+#define LAUNCHED(be, op) (ctx_of(be)->last_op.store(op), note(ctx_of(be), cudaGetLastError(), op))
 
 /* ---------------------------------------------------------------- memory */
 
@@ -145,7 +167,9 @@ static void *be_host_alloc(st_backend *be, size_t bytes) {
     return p;
 }
 static void be_host_free(st_backend *be, void *p) {
-    if (p) note(ctx_of(be), cudaFreeHost(p), "host_free");
+    if (!p) return;
+    copies_drain(ctx_of(be)); /* a copy still queued may read or write the block */
+    note(ctx_of(be), cudaFreeHost(p), "host_free");
 }
 
 static uint64_t be_copy_async(st_backend *be, int d2h, void *dst, const void *src, size_t bytes) {
@@ -257,6 +281,7 @@ static void mm_gemm(st_backend *be, bool ta, bool tb, int M, int N, int K, const
                     int ldb, float beta, const float *bias, float *C, int ldc, const char *op) {
     cuda_ctx *c = ctx_of(be);
     bool added = false;
+    c->last_op.store(op);
     cublasStatus_t s =
         cu_lt_gemm(c->mm, c->matmul_mode, c->stream, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, bias, &added);
     if (s == CUBLAS_STATUS_SUCCESS && bias && !added) {
@@ -570,6 +595,20 @@ extern "C" st_status st_backend_cuda_create(st_backend **out, int device, size_t
         be_free(be);
         return st_errf(err, ST_ERR_UNSUPPORTED, "cuda backend: cublasLtCreate: %s", cublasGetStatusString(bs));
     }
+    /* the arena must leave room beside it: CUDA loads kernels lazily (ours, cuBLASLt's) into
+     * device memory at their first launch, and the runtime allocates for itself; an arena
+     * of nearly all the free memory fails there, at a later op, not here */
+    size_t free0 = 0, total0 = 0;
+    if (cudaMemGetInfo(&free0, &total0) == cudaSuccess && (free0 < CU_DEVICE_HEADROOM ||
+                                                          arena_bytes > free0 - CU_DEVICE_HEADROOM)) {
+        size_t most = free0 > CU_DEVICE_HEADROOM ? free0 - CU_DEVICE_HEADROOM : 0;
+        be_free(be);
+        return st_errf(err, ST_ERR_NOMEM,
+                       "cuda backend: a device budget of %zu bytes leaves less than the %zu bytes that lazily loaded "
+                       "kernels and the CUDA runtime need beside it on device %d (%zu of %zu bytes free): give a "
+                       "device budget of at most %zu bytes",
+                       arena_bytes, CU_DEVICE_HEADROOM, device, free0, total0, most);
+    }
     if ((e = cudaMalloc((void **)&c->base, arena_bytes)) != cudaSuccess) {
         size_t free_b = 0, total_b = 0;
         cudaGetLastError(); /* the failed cudaMalloc is reported here, not by the next op */
@@ -595,10 +634,19 @@ extern "C" st_status st_backend_cuda_create(st_backend **out, int device, size_t
 extern "C" st_status st_backend_cuda_status(st_backend *be, st_err *err) {
     cuda_ctx *c = ctx_of(be);
     note(c, cudaStreamSynchronize(c->stream), "synchronize");
+    std::lock_guard<std::mutex> g(c->err_mu);
     if (!failed(c)) return ST_OK;
     if (c->first_blas != CUBLAS_STATUS_SUCCESS)
         return st_errf(err, ST_ERR_INVALID, "cuda backend: %s: cuBLAS: %s", c->first_op,
                        cublasGetStatusString(c->first_blas));
+    if (async_fault(c->first))
+        return st_errf(err, ST_ERR_INVALID,
+                       "cuda backend: an asynchronous fault on device %d, %s (%s), surfaced at %s: a kernel, copy or "
+                       "cuBLAS call queued before it raised it (the last op queued on the compute stream was %s); "
+                       "the device is unusable until the process ends; rerun under compute-sanitizer or with "
+                       "CUDA_LAUNCH_BLOCKING=1 to name the op",
+                       c->device, cudaGetErrorName(c->first), cudaGetErrorString(c->first), c->first_op,
+                       c->first_after);
     return st_errf(err, c->first == cudaErrorMemoryAllocation ? ST_ERR_NOMEM : ST_ERR_INVALID,
                    "cuda backend: %s: %s (%s)", c->first_op, cudaGetErrorName(c->first), cudaGetErrorString(c->first));
 }
