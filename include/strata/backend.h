@@ -214,6 +214,17 @@ typedef struct st_backend_ops {
      * in the blocks it carves (the CUDA backend: its arena, cuBLASLt's workspace a block of
      * it). Read through st_backend_memory, which also knows the budgeted arena. */
     void (*memory)(st_backend *be, size_t *used, size_t *peak, size_t *capacity);
+
+    /* ---- the caller's host memory page-locked for copies (appended; NULL where copies are
+     * host work, as on the CPU and reference backends). host_register page-locks
+     * [p, p + bytes) of memory the caller allocated (the CUDA backend: cudaHostRegister), so
+     * that copy_async to and from it runs at pinned bandwidth and overlaps the compute, as
+     * host_alloc's memory does; 0 on success, nonzero when refused (the memory stays
+     * pageable: copies remain correct, only slower and synchronous). host_unregister undoes
+     * it once no copy touches the memory (it waits for queued copies first), before the
+     * caller frees it. */
+    int (*host_register)(st_backend *be, void *p, size_t bytes);
+    void (*host_unregister)(st_backend *be, void *p);
 } st_backend_ops;
 
 struct st_backend {

@@ -62,6 +62,7 @@ struct st_stream_exec {
 
     /* host tier */
     float *hp, *hg;
+    int hp_registered, hg_registered; /* the caller's hp, hg page-locked by the device (host_register) */
     float *hg2;                /* gradient accumulation: micro-batches 2.. land here, then hg += hg2 */
     float *tgv;                /* where this micro-batch's gradients land: hg or hg2 */
     uint16_t *hg16;            /* bf16 drain: block gradients as drained (flat index) */

@@ -104,6 +104,7 @@ struct Runtime {
     /* pageable host sides of cudaMemcpyAsync, and blocks freed under a queued copy (see the
      * head of this file); tests read and reset them */
     uint64_t pageable_copies = 0, pageable_bytes = 0, freed_in_flight = 0;
+    std::map<int, uint64_t> pageable_by_stream; /* stream id (0: the null stream) -> pageable bytes */
     cudaError_t sticky = cudaSuccess; /* a fault: every later call returns it */
     int device = 0;
     /* streams and their deferred copies: under qmu (recursive: performing a stream's
@@ -388,7 +389,8 @@ inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cud
         else if (kind == cudaMemcpyDeviceToHost) host = dst;
         else if (kind == cudaMemcpyDefault) host = !st_emu::on_device(src, bytes) ? src : !st_emu::on_device(dst, bytes) ? dst : nullptr;
         std::lock_guard<std::mutex> g(r.mu);
-        if (host && !st_emu::page_locked_locked(r, host, bytes)) r.pageable_copies++, r.pageable_bytes += bytes;
+        if (host && !st_emu::page_locked_locked(r, host, bytes))
+            r.pageable_copies++, r.pageable_bytes += bytes, r.pageable_by_stream[s ? s->id : 0] += bytes;
     }
     if (!s) return cudaMemcpy(dst, src, bytes, kind);
     cudaError_t e = st_emu::check_copy(dst, src, bytes, kind);

@@ -172,6 +172,21 @@ static void be_host_free(st_backend *be, void *p) {
     note(ctx_of(be), cudaFreeHost(p), "host_free");
 }
 
+static int be_host_register(st_backend *be, void *p, size_t bytes) {
+    (void)be;
+    if (!p || !bytes) return -1;
+    if (cudaHostRegister(p, bytes, cudaHostRegisterDefault) != cudaSuccess) {
+        cudaGetLastError(); /* refused (no error of an op): the memory stays pageable */
+        return -1;
+    }
+    return 0;
+}
+static void be_host_unregister(st_backend *be, void *p) {
+    if (!p) return;
+    copies_drain(ctx_of(be)); /* a copy still queued may read or write the range */
+    note(ctx_of(be), cudaHostUnregister(p), "host_unregister");
+}
+
 static uint64_t be_copy_async(st_backend *be, int d2h, void *dst, const void *src, size_t bytes) {
     cuda_ctx *c = ctx_of(be);
     int d = d2h ? 1 : 0;
@@ -541,6 +556,8 @@ static st_backend_ops make_ops(void) {
     o.attention_gqa_doc_forward = be_attention_gqa_doc_forward;
     o.attention_gqa_doc_backward = be_attention_gqa_doc_backward;
     o.memory = be_memory;
+    o.host_register = be_host_register;
+    o.host_unregister = be_host_unregister;
     return o;
 }
 static const st_backend_ops cuda_ops = make_ops();
