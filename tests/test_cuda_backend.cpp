@@ -604,6 +604,23 @@ int main(void) {
     test_classifier(7, 53);
     test_classifier(6, 300);
     test_copy_async();
+    /* device timing: marks increase; the seconds between two bound the work queued between
+     * them (a gelu over 1M floats: > 0); reversed, or older than the ring's 4096, unknown */
+    {
+        size_t n = (size_t)1 << 20;
+        float *d = (float *)gpu->ops->alloc(gpu, n * sizeof(float));
+        uint64_t m0 = gpu->ops->timer_mark(gpu);
+        gpu->ops->gelu_forward(gpu, d, d, (int)n);
+        uint64_t m1 = gpu->ops->timer_mark(gpu);
+        double sec = gpu->ops->timer_seconds(gpu, m0, m1), rev = gpu->ops->timer_seconds(gpu, m1, m0);
+        for (int i = 0; i < 4100; i++) gpu->ops->timer_mark(gpu);
+        double old = gpu->ops->timer_seconds(gpu, m0, m1);
+        CHECK(m0 > 0 && m1 == m0 + 1 && sec > 0 && sec < 10 && rev < 0 && old < 0,
+              "timer marks %llu, %llu: %g s around a gelu of 1M floats (want > 0), reversed %g, after 4100 more "
+              "marks %g (want < 0 both)", (unsigned long long)m0, (unsigned long long)m1, sec, rev, old);
+        printf("timer: a gelu over 1M floats took %.3g ms on the device\n", sec * 1e3);
+        gpu->ops->dealloc(gpu, d);
+    }
     s = st_backend_cuda_status(gpu, &err);
     CHECK(s == ST_OK, "the backend kept an error: %s", err.msg);
     st_backend_free(gpu);

@@ -19,7 +19,9 @@
  * (host_alloc), each once at its size: the emulation lists them; for gpt2-tiny the parameters
  * and gradients are the caller's pageable vectors (as strata train's), which the executor
  * must page-lock (host_register), so that no copy on the copy streams touches pageable
- * memory (the emulation counts such copies per stream). First, the copy engine
+ * memory (the emulation counts such copies per stream). Each step's compute_s is timed by
+ * the backend's events (compute_on_device), and a trace of the CUDA run draws the blocks'
+ * forward and backward on its GPU track. First, the copy engine
  * alone on that backend: tickets, waits, stats and the trace's observer. */
 #define st_backend_cuda_create st_backend_cuda_emu_create
 #define st_backend_cuda_status st_backend_cuda_emu_status
@@ -27,11 +29,15 @@
 
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
+
+#include <string>
 #include <vector>
 
 extern "C" {
 #include "strata/block.h"
 #include "strata/model.h"
+#include "strata/prof.h"
 #include "strata/stream.h"
 #include "strata/tier.h"
 #include "testutil.h"
@@ -52,6 +58,8 @@ struct Variant {
 
 struct Run {
     std::vector<float> losses, params;
+    int on_device = 0;          /* steps whose compute_s the device's marks timed */
+    double compute_s = 0, wall_s = 0;
     size_t n_pinned = 0, pinned_bytes = 0, budget = 0, n_registered = 0, registered_bytes = 0;
     uint64_t h2d = 0, d2h = 0;
     uint64_t pageable_async = 0, pageable_sync = 0; /* pageable bytes on the copy streams; on the compute stream */
@@ -124,6 +132,7 @@ static bool run(st_backend *inner, const st_arch *arch, const Variant &v, int B,
             break;
         }
         out->losses.push_back(st.loss);
+        out->on_device += st.compute_on_device, out->compute_s += st.compute_s, out->wall_s += st.wall_s;
         out->h2d += st.h2d_bytes, out->d2h += st.d2h_bytes;
     }
     out->params.assign(st_stream_params(x), st_stream_params(x) + arch->lay.n_params);
@@ -152,7 +161,29 @@ static void test_variant(st_backend *gpu, st_backend *cpu, const Variant &v) {
     const st_arch_layout *y = &arch->lay;
     size_t n = y->n_params;
     Run g, c;
-    bool ok = run(gpu, arch, v, B, T, &g) && run(cpu, arch, v, B, T, &c);
+    /* the CUDA run traced: its compute spans must be on the GPU track, timed by events */
+    char trace[] = "/tmp/strata-emu-stream-trace-XXXXXX";
+    int tfd = mkstemp(trace);
+    if (tfd >= 0) close(tfd);
+    CHECK(tfd >= 0 && st_prof_trace_start(trace, "test_cuda_emu_stream", &err) == ST_OK, "trace: %s", err.msg);
+    bool okg = run(gpu, arch, v, B, T, &g);
+    CHECK(st_prof_trace_stop(&err) == ST_OK, "trace stop: %s", err.msg);
+    bool ok = okg && run(cpu, arch, v, B, T, &c);
+    {
+        std::string text;
+        FILE *f = fopen(trace, "rb");
+        char buf[65536];
+        size_t k;
+        while (f && (k = fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, k);
+        if (f) fclose(f);
+        unlink(trace);
+        CHECK(text.find("\"forward block 0\",\"pid\":2") != std::string::npos &&
+                  text.find("\"backward block 1\",\"pid\":2") != std::string::npos,
+              "%s: the trace has no device-timed compute spans on its GPU track (%zu bytes)", v.preset, text.size());
+    }
+    CHECK(!ok || (g.on_device == STEPS && c.on_device == 0 && g.compute_s > 0 && g.compute_s <= g.wall_s),
+          "%s: compute_s timed by the device's events in %d of %d CUDA steps (want all; the CPU's %d, want 0); "
+          "%.4f s of %.4f s wall", v.preset, g.on_device, STEPS, c.on_device, g.compute_s, g.wall_s);
     st_err serr = {};
     CHECK(st_backend_cuda_emu_status(gpu, &serr) == ST_OK, "%s: the CUDA backend kept an error: %s", v.preset,
           serr.msg);

@@ -225,6 +225,17 @@ typedef struct st_backend_ops {
      * caller frees it. */
     int (*host_register)(st_backend *be, void *p, size_t bytes);
     void (*host_unregister)(st_backend *be, void *p);
+
+    /* ---- device timing (appended; NULL where the ops run when called, as on the CPU and
+     * reference backends, so the host's clock around them is their time). timer_mark
+     * records a mark behind every op queued so far (the CUDA backend: an event on the
+     * compute stream) and returns its number (> 0, increasing; 0 on failure), from the
+     * thread that queues the ops. timer_seconds waits until mark `to` is reached and
+     * returns the device's seconds between marks `from` and `to`: what the ops queued
+     * between them took on the device, queueing excluded; < 0 when unknown (a mark among
+     * the last 4096 only). */
+    uint64_t (*timer_mark)(st_backend *be);
+    double (*timer_seconds)(st_backend *be, uint64_t from, uint64_t to);
 } st_backend_ops;
 
 struct st_backend {

@@ -363,6 +363,7 @@ void st_stream_exec_free(st_stream_exec *x) {
     host_buf_free(x, x->h_dres);
     host_buf_free(x, x->h_logits);
     free(x->vw_ticket);
+    free(x->gspans);
     st_optim_free(x->opt);
     free(x->segs);
     free(x->ord);

@@ -45,6 +45,8 @@ extern "C" {
 /* events per direction: a ring slot is recorded again only once the ticket that used it
  * is known complete (copy_async waits for it in the rare case it is not) */
 #define CU_COPY_RING 256
+/* timing events (timer_mark): a mark's event is recorded again 4096 marks later */
+#define CU_TIMER_RING 4096
 /* device memory left beside the arena (st_backend_cuda_create) */
 #define CU_DEVICE_HEADROOM ((size_t)512 << 20)
 
@@ -70,6 +72,9 @@ struct cuda_ctx {
     cudaEvent_t copy_ev[2][CU_COPY_RING] = {};
     uint64_t copy_issued[2] = {0, 0}, copy_done[2] = {0, 0}; /* last ticket queued; known complete */
     std::mutex copy_mu; /* the copy state above: the copy engine's waits come from any thread */
+    /* device timing: mark i is event timer_ev[i % CU_TIMER_RING] on the compute stream */
+    cudaEvent_t timer_ev[CU_TIMER_RING] = {};
+    uint64_t timer_issued = 0;
 };
 
 static cuda_ctx *ctx_of(st_backend *be) { return (cuda_ctx *)be->ctx; }
@@ -253,6 +258,31 @@ static void copies_drain(cuda_ctx *c) {
     }
     st_backend tmp = {nullptr, c};
     for (int d = 0; d < 2; d++) be_copy_sync(&tmp, d, last[d]);
+}
+
+/* ---------------------------------------------------------------- device timing
+ * A mark is a timing event recorded on the compute stream; the seconds between two are
+ * cudaEventElapsedTime's, so a span of ops is timed as the device ran it, not as the host
+ * queued it (the executor's compute_s and its trace's GPU spans). Marks are made by the
+ * thread that queues the ops; the ring keeps the last CU_TIMER_RING. */
+static uint64_t be_timer_mark(st_backend *be) {
+    cuda_ctx *c = ctx_of(be);
+    uint64_t t = c->timer_issued + 1;
+    cudaError_t e = cudaEventRecord(c->timer_ev[t % CU_TIMER_RING], c->stream);
+    if (e != cudaSuccess) return note(c, e, "timer_mark"), 0;
+    c->timer_issued = t;
+    return t;
+}
+static double be_timer_seconds(st_backend *be, uint64_t from, uint64_t to) {
+    cuda_ctx *c = ctx_of(be);
+    uint64_t last = c->timer_issued;
+    if (!from || from > to || to > last || last - from >= CU_TIMER_RING) return -1;
+    cudaEvent_t a = c->timer_ev[from % CU_TIMER_RING], b = c->timer_ev[to % CU_TIMER_RING];
+    float ms = 0;
+    cudaError_t e = cudaEventSynchronize(b);
+    if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, a, b);
+    if (e != cudaSuccess) return note(c, e, "timer_seconds"), -1;
+    return ms * 1e-3;
 }
 
 /* ---------------------------------------------------------------- matmul (cuBLASLt) */
@@ -500,6 +530,8 @@ static void be_free(st_backend *be) {
             if (c->copy_stream[d]) cudaStreamDestroy(c->copy_stream[d]);
         }
         if (c->compute_mark) cudaEventDestroy(c->compute_mark);
+        for (int i = 0; i < CU_TIMER_RING; i++)
+            if (c->timer_ev[i]) cudaEventDestroy(c->timer_ev[i]);
         if (c->mm && c->mm->lt) cublasLtDestroy(c->mm->lt);
         delete c->mm; /* its workspace is a block of the arena */
         if (c->stream) cudaStreamDestroy(c->stream);
@@ -558,6 +590,8 @@ static st_backend_ops make_ops(void) {
     o.memory = be_memory;
     o.host_register = be_host_register;
     o.host_unregister = be_host_unregister;
+    o.timer_mark = be_timer_mark;
+    o.timer_seconds = be_timer_seconds;
     return o;
 }
 static const st_backend_ops cuda_ops = make_ops();
@@ -598,6 +632,8 @@ extern "C" st_status st_backend_cuda_create(st_backend **out, int device, size_t
             e = cudaEventCreateWithFlags(&c->copy_ev[d][i], cudaEventDisableTiming | cudaEventBlockingSync);
     }
     if (e == cudaSuccess) e = cudaEventCreateWithFlags(&c->compute_mark, cudaEventDisableTiming);
+    for (int i = 0; i < CU_TIMER_RING && e == cudaSuccess; i++) /* timing events; a waiting thread sleeps */
+        e = cudaEventCreateWithFlags(&c->timer_ev[i], cudaEventBlockingSync);
     if (e != cudaSuccess) {
         be_free(be);
         return st_errf(err, ST_ERR_UNSUPPORTED, "cuda backend: the copy streams and their events: %s",
