@@ -309,13 +309,67 @@ static __global__ void k_bias_rows(float *out, const float *bias, int N, int OC)
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) out[i] = bias[i % OC];
 }
 /* dbias (OC) += the rows of dout (N, OC): a thread per column adds the rows in order, the
- * CPU backend's order, so the bits are its bits (no atomics) */
+ * CPU backend's order, so the bits are its bits (no atomics). The fallback of the two
+ * kernels below, where cuBLASLt's workspace cannot hold their partial sums. */
 static __global__ void k_bias_grad(float *dbias, const float *dout, int N, int OC) {
     for (int o = blockIdx.x * blockDim.x + threadIdx.x; o < OC; o += gridDim.x * blockDim.x) {
         float acc = dbias[o];
         for (int i = 0; i < N; i++) acc += dout[(size_t)i * OC + o];
         dbias[o] = acc;
     }
+}
+/* The bias gradient spread over the device: block (bx, by) of 32 x 8 threads sums columns
+ * [32 bx, 32 bx + 32) over the rows i = 8 r + ty (r = by, by + R, ...) in order, then its 8
+ * row lanes in order, into part[by][col]; k_bias_grad_sum adds the R partial sums of each
+ * column in order. A fixed order, so the same bits every run (not the CPU's: within the
+ * fp32 tolerance of its sum). One thread per column gave 3 blocks for 768 columns. */
+enum { CU_BG_X = 32, CU_BG_Y = 8 };
+static __global__ void k_bias_grad_part(float *part, const float *dout, int N, int OC, int R) {
+    __shared__ float acc[CU_BG_Y][CU_BG_X];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    for (int cb = blockIdx.x; cb * CU_BG_X < OC; cb += gridDim.x) {
+        int o = cb * CU_BG_X + tx;
+        for (int r = blockIdx.y; r < R; r += gridDim.y) {
+            float a = 0;
+            if (o < OC)
+                for (int i = r * CU_BG_Y + ty; i < N; i += R * CU_BG_Y) a += dout[(size_t)i * OC + o];
+            acc[ty][tx] = a;
+            __syncthreads();
+            if (ty == 0 && o < OC) {
+                float t = acc[0][tx];
+                for (int y = 1; y < CU_BG_Y; y++) t += acc[y][tx];
+                part[(size_t)r * OC + o] = t;
+            }
+            __syncthreads();
+        }
+    }
+}
+static __global__ void k_bias_grad_sum(float *dbias, const float *part, int OC, int R) {
+    for (int o = blockIdx.x * blockDim.x + threadIdx.x; o < OC; o += gridDim.x * blockDim.x) {
+        float t = 0;
+        for (int r = 0; r < R; r++) t += part[(size_t)r * OC + o];
+        dbias[o] += t;
+    }
+}
+/* dbias (OC) += column sums of dout (N, OC), on the compute stream; the partial sums in
+ * cuBLASLt's workspace, which only the gemms on this stream use */
+static void bias_grad(st_backend *be, float *dbias, const float *dout, int N, int OC, const char *op) {
+    cuda_ctx *c = ctx_of(be);
+    size_t cap = c->mm->ws ? c->mm->ws_bytes / ((size_t)OC * 4) : 0;
+    int R = (N + CU_BG_Y - 1) / CU_BG_Y;
+    if (R > 64) R = 64;
+    if ((size_t)R > cap) R = (int)cap;
+    if (R < 2) {
+        ST_CUDA_LAUNCH(k_bias_grad, st_cuda_grid((size_t)OC, 256), 256, 0, c->stream, dbias, dout, N, OC);
+        LAUNCHED(be, op);
+        return;
+    }
+    float *part = (float *)c->mm->ws;
+    unsigned gx = st_cuda_grid((size_t)OC, CU_BG_X), gy = st_cuda_grid((size_t)R, 1);
+    ST_CUDA_LAUNCH(k_bias_grad_part, dim3(gx, gy), dim3(CU_BG_X, CU_BG_Y), 0, c->stream, part, dout, N, OC, R);
+    LAUNCHED(be, op);
+    ST_CUDA_LAUNCH(k_bias_grad_sum, st_cuda_grid((size_t)OC, 256), 256, 0, c->stream, dbias, part, OC, R);
+    LAUNCHED(be, op);
 }
 /* Row-major C (M, N) = op(A) (M, K) op(B) (K, N) + beta C (+ bias, N floats, on every
  * row: only with beta 0 and ldc N), the CPU backend's cblas_sgemm(CblasRowMajor, ...) call
@@ -353,10 +407,7 @@ static void be_matmul_backward(st_backend *be, float *dinp, float *dw, float *db
         if (dinp) mm_gemm(be, false, false, N, C, OC, dout, OC, w, C, 1.0f, nullptr, dinp, C, "matmul_backward");
         if (dw) mm_gemm(be, true, false, OC, C, N, dout, OC, inp, C, 1.0f, nullptr, dw, C, "matmul_backward");
     }
-    if (dbias) {
-        ST_CUDA_LAUNCH(k_bias_grad, st_cuda_grid((size_t)OC, 256), 256, 0, ctx_of(be)->stream, dbias, dout, N, OC);
-        LAUNCHED(be, "matmul_backward");
-    }
+    if (dbias) bias_grad(be, dbias, dout, N, OC, "matmul_backward");
 }
 
 /* ---------------------------------------------------------------- ops (fp32 storage) */
