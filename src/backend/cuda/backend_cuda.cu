@@ -440,7 +440,9 @@ static void be_layernorm_forward(st_backend *be, float *out, float *mean, float 
 static void be_layernorm_backward(st_backend *be, float *dinp, float *dw, float *db, const float *dout,
                                   const float *inp, const float *w, const float *mean, const float *rstd, int N,
                                   int C) {
-    cu_layernorm_backward<float>(dinp, dw, db, dout, inp, w, mean, rstd, N, C, ctx_of(be)->stream);
+    cuda_ctx *c = ctx_of(be); /* the weight gradients' partial sums in cuBLASLt's workspace (stream-ordered) */
+    cu_layernorm_backward<float>(dinp, dw, db, dout, inp, w, mean, rstd, N, C, c->stream, (float *)c->mm->ws,
+                                 c->mm->ws ? c->mm->ws_bytes / 4 : 0);
     LAUNCHED(be, "layernorm_backward");
 }
 static void be_rmsnorm_forward(st_backend *be, float *out, float *rstd, const float *inp, const float *w, int N,
@@ -450,7 +452,9 @@ static void be_rmsnorm_forward(st_backend *be, float *out, float *rstd, const fl
 }
 static void be_rmsnorm_backward(st_backend *be, float *dinp, float *dw, const float *dout, const float *inp,
                                 const float *w, const float *rstd, int N, int H, int hs, int ld) {
-    cu_rmsnorm_backward<float>(dinp, dw, dout, inp, w, rstd, N, H, hs, ld, ctx_of(be)->stream);
+    cuda_ctx *c = ctx_of(be);
+    cu_rmsnorm_backward<float>(dinp, dw, dout, inp, w, rstd, N, H, hs, ld, c->stream, (float *)c->mm->ws,
+                               c->mm->ws ? c->mm->ws_bytes / 4 : 0);
     LAUNCHED(be, "rmsnorm_backward");
 }
 static void be_gelu_forward(st_backend *be, float *out, const float *inp, int n) {
