@@ -503,7 +503,9 @@ static void att_bwd(st_backend *be, float *dq, float *dk, float *dv, const float
                     const float *v, const float *out, const float *lse, const int32_t *ds, int ld, int B, int T, int NH,
                     int NKV, int hs, const char *op) {
     if (!cu_attn_supported(hs)) return note(ctx_of(be), cudaErrorInvalidValue, op);
-    cu_attn_backward<float>(dq, dk, dv, dout, q, k, v, out, lse, ds, ld, B, T, NH, NKV, hs, ctx_of(be)->stream);
+    cuda_ctx *c = ctx_of(be); /* delta once per row, in cuBLASLt's workspace (stream-ordered) */
+    cu_attn_backward<float>(dq, dk, dv, dout, q, k, v, out, lse, ds, ld, B, T, NH, NKV, hs, c->stream,
+                            (float *)c->mm->ws, c->mm->ws ? c->mm->ws_bytes / 4 : 0);
     LAUNCHED(be, op);
 }
 static void be_attention_forward(st_backend *be, float *out, float *lse, const float *qkv, int B, int T, int C,

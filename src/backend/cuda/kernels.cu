@@ -32,7 +32,8 @@
     template void cu_attn_forward<T>(T *, float *, const T *, const T *, const T *, const int32_t *, int, int, int, \
                                      int, int, int, cudaStream_t);                                               \
     template void cu_attn_backward<T>(T *, T *, T *, const T *, const T *, const T *, const T *, const T *,        \
-                                      const float *, const int32_t *, int, int, int, int, int, int, cudaStream_t); \
+                                      const float *, const int32_t *, int, int, int, int, int, int, cudaStream_t,  \
+                                      float *, size_t);                                                          \
     template void cu_crossentropy<T>(T *, float *, const int32_t *, int, int, float, cudaStream_t);              \
     template void cu_softmax_chunk_stats<T>(const T *, const int32_t *, int, int, int, float *, double *, float *, \
                                             cudaStream_t);                                                       \
