@@ -16,7 +16,12 @@
  * with the same budget, from the same initial weights: the losses agree within 1e-5
  * relative and the final host parameters within 1e-5 max|cpu| + 1e-4 |cpu|. The host
  * buffers the executor allocates itself must be the backend's page-locked ones
- * (host_alloc), each once at its size: the emulation lists them. First, the copy engine
+ * (host_alloc), each once at its size: the emulation lists them; for gpt2-tiny the parameters
+ * and gradients are the caller's pageable vectors (as strata train's), which the executor
+ * must page-lock (host_register), so that no copy on the copy streams touches pageable
+ * memory (the emulation counts such copies per stream). Each step's compute_s is timed by
+ * the backend's events (compute_on_device), and a trace of the CUDA run draws the blocks'
+ * forward and backward on its GPU track. First, the copy engine
  * alone on that backend: tickets, waits, stats and the trace's observer. */
 #define st_backend_cuda_create st_backend_cuda_emu_create
 #define st_backend_cuda_status st_backend_cuda_emu_status
@@ -24,11 +29,15 @@
 
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
+
+#include <string>
 #include <vector>
 
 extern "C" {
 #include "strata/block.h"
 #include "strata/model.h"
+#include "strata/prof.h"
 #include "strata/stream.h"
 #include "strata/tier.h"
 #include "testutil.h"
@@ -44,12 +53,16 @@ struct Variant {
     int grad_accum, n_micro, depth, vocab_chunk; /* grad_accum: the executor's bound (> 1: hg2) */
     st_dtype grad_dtype;
     unsigned char act[2];
+    bool caller_host; /* the parameters and gradients are the caller's pageable vectors, as strata train's */
 };
 
 struct Run {
     std::vector<float> losses, params;
-    size_t n_pinned = 0, pinned_bytes = 0, budget = 0;
+    int on_device = 0;          /* steps whose compute_s the device's marks timed */
+    double compute_s = 0, wall_s = 0;
+    size_t n_pinned = 0, pinned_bytes = 0, budget = 0, n_registered = 0, registered_bytes = 0;
     uint64_t h2d = 0, d2h = 0;
+    uint64_t pageable_async = 0, pageable_sync = 0; /* pageable bytes on the copy streams; on the compute stream */
 };
 
 static void batch(int step, int n, int V, std::vector<int32_t> &in, std::vector<int32_t> &tg) {
@@ -72,6 +85,11 @@ static bool run(st_backend *inner, const st_arch *arch, const Variant &v, int B,
     for (int l = 0; l < arch->lay.n_blocks; l++) plan.act[l] = v.act[l];
     st_stream_config sc = {};
     sc.arch = arch, sc.B = B, sc.T = T, sc.weight_decay = 0.1f, sc.grad_accum = v.grad_accum;
+    std::vector<float> caller_p, caller_g; /* pageable, as a model's vectors on the CPU backend */
+    if (v.caller_host) {
+        caller_p.assign(arch->lay.n_params, 0.0f), caller_g.assign(arch->lay.n_params, 0.0f);
+        sc.host_params = caller_p.data(), sc.host_grads = caller_g.data();
+    }
     size_t budget = st_stream_device_bytes(&sc, &plan);
     st_backend *dev = nullptr;
     st_stream_exec *x = nullptr;
@@ -87,7 +105,21 @@ static bool run(st_backend *inner, const st_arch *arch, const Variant &v, int B,
         std::lock_guard<std::mutex> g(r.mu);
         out->n_pinned = r.pinned.size();
         for (auto &kv : r.pinned) out->pinned_bytes += kv.second;
+        out->n_registered = r.registered.size();
+        for (auto &kv : r.registered) out->registered_bytes += kv.second;
     }
+    /* the pageable bytes copied on the backend's copy streams (the streamed path: weights,
+     * gradients, activations, logits) and on its compute stream (copy_to_device/_host) */
+    bool is_cuda = inner->ops->free == be_free;
+    auto pageable = [&](uint64_t *async_b, uint64_t *sync_b) {
+        st_emu::Runtime &r = st_emu::rt();
+        std::lock_guard<std::mutex> g(r.mu);
+        cuda_ctx *cc = (cuda_ctx *)inner->ctx;
+        *async_b = r.pageable_by_stream[cc->copy_stream[0]->id] + r.pageable_by_stream[cc->copy_stream[1]->id];
+        *sync_b = r.pageable_by_stream[cc->stream->id];
+    };
+    uint64_t pa0 = 0, ps0 = 0;
+    if (is_cuda) pageable(&pa0, &ps0);
     st_stream_init_random(x, 7);
     int n = v.n_micro * B * T;
     std::vector<int32_t> in(n), tg(n);
@@ -100,10 +132,19 @@ static bool run(st_backend *inner, const st_arch *arch, const Variant &v, int B,
             break;
         }
         out->losses.push_back(st.loss);
+        out->on_device += st.compute_on_device, out->compute_s += st.compute_s, out->wall_s += st.wall_s;
         out->h2d += st.h2d_bytes, out->d2h += st.d2h_bytes;
     }
     out->params.assign(st_stream_params(x), st_stream_params(x) + arch->lay.n_params);
     st_stream_exec_free(x);
+    if (is_cuda) {
+        uint64_t pa1 = 0, ps1 = 0;
+        pageable(&pa1, &ps1);
+        out->pageable_async = pa1 - pa0, out->pageable_sync = ps1 - ps0;
+        std::lock_guard<std::mutex> g(st_emu::rt().mu);
+        CHECK(st_emu::rt().registered.empty(), "%s: %zu host ranges still registered after the executor was freed",
+              v.preset, st_emu::rt().registered.size());
+    }
     st_backend_free(dev);
     return (int)out->losses.size() == STEPS;
 }
@@ -120,7 +161,29 @@ static void test_variant(st_backend *gpu, st_backend *cpu, const Variant &v) {
     const st_arch_layout *y = &arch->lay;
     size_t n = y->n_params;
     Run g, c;
-    bool ok = run(gpu, arch, v, B, T, &g) && run(cpu, arch, v, B, T, &c);
+    /* the CUDA run traced: its compute spans must be on the GPU track, timed by events */
+    char trace[] = "/tmp/strata-emu-stream-trace-XXXXXX";
+    int tfd = mkstemp(trace);
+    if (tfd >= 0) close(tfd);
+    CHECK(tfd >= 0 && st_prof_trace_start(trace, "test_cuda_emu_stream", &err) == ST_OK, "trace: %s", err.msg);
+    bool okg = run(gpu, arch, v, B, T, &g);
+    CHECK(st_prof_trace_stop(&err) == ST_OK, "trace stop: %s", err.msg);
+    bool ok = okg && run(cpu, arch, v, B, T, &c);
+    {
+        std::string text;
+        FILE *f = fopen(trace, "rb");
+        char buf[65536];
+        size_t k;
+        while (f && (k = fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, k);
+        if (f) fclose(f);
+        unlink(trace);
+        CHECK(text.find("\"forward block 0\",\"pid\":2") != std::string::npos &&
+                  text.find("\"backward block 1\",\"pid\":2") != std::string::npos,
+              "%s: the trace has no device-timed compute spans on its GPU track (%zu bytes)", v.preset, text.size());
+    }
+    CHECK(!ok || (g.on_device == STEPS && c.on_device == 0 && g.compute_s > 0 && g.compute_s <= g.wall_s),
+          "%s: compute_s timed by the device's events in %d of %d CUDA steps (want all; the CPU's %d, want 0); "
+          "%.4f s of %.4f s wall", v.preset, g.on_device, STEPS, c.on_device, g.compute_s, g.wall_s);
     st_err serr = {};
     CHECK(st_backend_cuda_emu_status(gpu, &serr) == ST_OK, "%s: the CUDA backend kept an error: %s", v.preset,
           serr.msg);
@@ -131,7 +194,7 @@ static void test_variant(st_backend *gpu, st_backend *cpu, const Variant &v) {
         size_t N = (size_t)B * T, C = (size_t)y->n_embd, setf = st_block_act_floats(arch, B, T);
         size_t n_off = 0, vc = v.vocab_chunk ? (size_t)v.vocab_chunk : 0, nvc = vc ? (y->vocab_size + vc - 1) / vc : 0;
         for (int l = 0; l < y->n_blocks; l++) n_off += v.act[l] == ST_STREAM_ACT_OFFLOAD;
-        size_t want_n = 2, want_bytes = 2 * n * 4;
+        size_t want_n = v.caller_host ? 0 : 2, want_bytes = v.caller_host ? 0 : 2 * n * 4;
         if (v.grad_accum > 1) want_n++, want_bytes += n * 4;
         if (v.grad_dtype == ST_BF16) want_n++, want_bytes += n * 2;
         if (n_off) want_n++, want_bytes += n_off * setf * 4;
@@ -141,6 +204,14 @@ static void test_variant(st_backend *gpu, st_backend *cpu, const Variant &v) {
               "%s: %zu page-locked host buffers of %zu bytes, want %zu of %zu", v.preset, g.n_pinned,
               g.pinned_bytes, want_n, want_bytes);
         CHECK(c.n_pinned == 0, "%s: the CPU backend's run took %zu page-locked buffers", v.preset, c.n_pinned);
+        /* the caller's vectors are page-locked where they are (cudaHostRegister), and no
+         * streamed copy (a copy stream's) touches pageable memory */
+        size_t want_reg = v.caller_host ? 2 : 0;
+        CHECK(g.n_registered == want_reg && g.registered_bytes == want_reg * n * 4,
+              "%s: %zu host ranges of %zu bytes registered, want %zu of %zu (the caller's parameters and gradients)",
+              v.preset, g.n_registered, g.registered_bytes, want_reg, want_reg * n * 4);
+        CHECK(g.pageable_async == 0, "%s: %llu bytes of the streamed copies (the copy streams') were to or from "
+              "pageable host memory", v.preset, (unsigned long long)g.pageable_async);
         CHECK(g.h2d == c.h2d && g.d2h == c.d2h, "%s: bytes moved differ: h2d %llu vs %llu, d2h %llu vs %llu",
               v.preset, (unsigned long long)g.h2d, (unsigned long long)c.h2d, (unsigned long long)g.d2h,
               (unsigned long long)c.d2h);
@@ -162,8 +233,10 @@ static void test_variant(st_backend *gpu, st_backend *cpu, const Variant &v) {
             if (!(e <= worst)) worst = e;
         }
         printf("%s: %zu parameters (%zu bytes), device budget %zu bytes; losses %.6f -> %.6f, worst rel %.2g; "
-               "worst parameter err/tol %.3g; %zu page-locked buffers\n",
-               v.preset, n, n * 4, g.budget, c.losses[0], c.losses[STEPS - 1], worst_loss, worst, g.n_pinned);
+               "worst parameter err/tol %.3g; %zu page-locked buffers, %zu registered; pageable bytes: %llu "
+               "streamed, %llu in synchronous copies\n",
+               v.preset, n, n * 4, g.budget, c.losses[0], c.losses[STEPS - 1], worst_loss, worst, g.n_pinned,
+               g.n_registered, (unsigned long long)g.pageable_async, (unsigned long long)g.pageable_sync);
     }
     st_arch_free(arch);
 }
@@ -229,8 +302,8 @@ int main(void) {
     CHECK(gpu->ops->copy_async && gpu->ops->host_alloc, "the CUDA backend has asynchronous copies");
     CHECK(!cpu->ops->copy_async && !cpu->ops->host_alloc, "the CPU backend's copies stay host work");
     const Variant vs[] = {
-        {"gpt2-tiny", 2, 1, 1, 0, ST_F32, {ST_STREAM_ACT_OFFLOAD, ST_STREAM_ACT_OFFLOAD}},
-        {"llama-tiny", 1, 1, 2, 22, ST_BF16, {ST_STREAM_ACT_OFFLOAD, ST_STREAM_ACT_KEEP}},
+        {"gpt2-tiny", 2, 1, 1, 0, ST_F32, {ST_STREAM_ACT_OFFLOAD, ST_STREAM_ACT_OFFLOAD}, true},
+        {"llama-tiny", 1, 1, 2, 22, ST_BF16, {ST_STREAM_ACT_OFFLOAD, ST_STREAM_ACT_KEEP}, false},
     };
     test_engine(gpu);
     for (const Variant &v : vs) {

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # test_gpu_script.sh - tests/gpu/run.sh's logic without a GPU: STRATA_GPU_DRYRUN=1 runs its
-# whole pipeline with this build's strata on --device cpu and tiny models, and a bundle made
-# here of stand-in CUDA tests (one passes, one skips). Its gpu_run.json must say every check
-# passed or was skipped, with the figures each check reports (identical losses, a state 8 x
-# the device budget, tokens/s and both TFLOPS); then, with the device side given another seed
-# and a stand-in test that fails, the comparison and the CUDA tests must fail and the script
-# exit 1; without the dry run, no GPU here must exit 77.
+# five stages with this build's strata on --device cpu and tiny models, and a bundle made
+# here of stand-in CUDA tests (one passes, one skips). Its gpu_run.json must say every stage
+# and check passed or was skipped, with the figures each check reports (identical losses and
+# both tolerances, a state 8 x the device budget, tokens/s and both TFLOPS), each stage must
+# print one status line and leave its log, the summary table last; then, with the device
+# side given another seed and a stand-in test that fails, the comparison and the CUDA tests
+# must fail and the script exit 1; a stage that hangs past its limit is killed, recorded as
+# timed out, and the later stages still run and pass; without the dry run, no GPU here must
+# exit 77.
 set -u
 S=${STRATA_BIN:?}
 SRC=${STRATA_SOURCE_DIR:?}
@@ -33,8 +36,13 @@ python3 - "$T/ok/gpu_run.json" >"$T/ok.py.out" 2>&1 <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 c = d["checks"]
-want = {"gpu": "skipped", "cuda_tests": "passed", "loss_gpt2": "passed", "loss_qwen": "passed",
-        "loss_bf16": "skipped", "stream_8x": "passed", "large_model": "passed"}
+want = {"gpu": "skipped", "bundle": "passed", "cuda_tests": "passed", "sanitizer": "skipped", "probe": "skipped",
+        "loss_gpt2": "passed", "loss_qwen": "passed", "loss_bf16": "skipped", "stream_8x": "passed",
+        "large_model": "passed"}
+stages = [(s["name"], s["status"]) for s in d.get("stages", [])]
+if stages != [("env", "passed"), ("cuda_tests", "passed"), ("probe", "skipped"), ("losses", "passed"),
+              ("large", "passed")]:
+    bad.append("stages: %r" % stages)
 bad = []
 for k, v in want.items():
     if c.get(k, {}).get("status") != v:
@@ -47,6 +55,8 @@ for k in ("loss_gpt2", "loss_qwen"):  # --device cpu on both sides: the same bit
     f = c[k]["figures"]
     if f.get("max_rel_diff") != 0 or len(f.get("dev_losses", [])) != f.get("steps") or None in f["dev_losses"]:
         bad.append("%s figures: %r" % (k, f))
+    if "largest difference 0 relative" not in c[k]["message"] or f.get("rel_tol_step1") != 1e-5 or f.get("rel_tol") != 1e-4:
+        bad.append("%s: the largest difference and both tolerances are not said: %s %r" % (k, c[k]["message"], f))
 f = c["stream_8x"]["figures"]
 if not (f.get("state_over_budget", 0) >= 8 and 0 < f.get("plan_device_bytes", 0) <= f["device_budget"]):
     bad.append("stream_8x figures: %r" % f)
@@ -58,6 +68,10 @@ sys.exit(1 if bad else 0)
 PY
 rc=$?
 check '[ $rc -eq 0 ]' "gpu_run.json of the dry run: $(cat "$T/ok.py.out")"
+# one status line per stage, each stage's log under OUT, the summary table last
+check '[ "$(grep -c "^stage [1-5] " "$T/ok/gpu_run.log")" = 5 ] && ls "$T/ok"/stage_[1-5]_*.log >/dev/null 2>&1 &&
+  [ "$(ls "$T/ok"/stage_*.log | wc -l)" = 5 ] && tail -3 "$T/ok/gpu_run.log" | grep -q "^summary: 5 stages"' \
+  "five status lines, five stage logs and the summary last: $(grep -E "^(stage|summary)" "$T/ok/gpu_run.log" | tr '\n' '|')"
 
 # broken on purpose: the device side trains from another seed; a CUDA test fails
 printf '#!/bin/sh\necho "mismatch"\nexit 1\n' >"$T/bundle/test_cuda_fail"
@@ -77,6 +91,35 @@ sys.exit(0 if ok else 1)
 PY
 rc=$?
 check '[ $rc -eq 0 ]' "gpu_run.json names the failed checks: $(head -c 1500 "$T/bad.py.out")"
+
+# a stage that fails (the CUDA tests' stage hangs: a stand-in test that sleeps, under a 3 s
+# stage limit) is killed at its limit and recorded as timed out, and the later stages
+# still run and pass; the script exits 1
+mkdir -p "$T/hang"
+cp "$T/bundle/VERSION" "$T/bundle/test_cuda_pass" "$T/hang/"
+printf '#!/bin/sh\ntrap "" TERM\nsleep 60\n' >"$T/hang/test_cuda_hang" # deaf to the test's own timeout's TERM
+chmod +x "$T/hang/test_cuda_hang"
+t0=$(date +%s)
+STRATA_GPU_BUNDLE="$T/hang" STRATA_GPU_OUT="$T/hang_out" STRATA_GPU_STAGE_LIMITS=cuda_tests=3 \
+  STRATA_GPU_CHECKS=bundle,cuda_tests,loss_gpt2,large_model bash "$SRC/tests/gpu/run.sh" >"$T/hang.log" 2>&1; rc=$?
+t=$(($(date +%s) - t0))
+check '[ $rc -eq 1 ] && [ $t -lt 50 ]' "a stage past its limit exits 1, killed (exit $rc in $t s): $(tail -4 "$T/hang.log")"
+python3 - "$T/hang_out/gpu_run.json" >"$T/hang.py.out" 2>&1 <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+st = {s["name"]: s["status"] for s in d["stages"]}
+c = d["checks"]
+ok = (st == {"env": "passed", "cuda_tests": "timed out", "probe": "skipped", "losses": "passed", "large": "passed"}
+      and c["cuda_tests"]["status"] == "failed" and "timed out" in c["cuda_tests"]["message"]
+      and c["loss_gpt2"]["status"] == "passed" and c["large_model"]["status"] == "passed"
+      and d["failed_stages"] == ["cuda_tests"] and not d["passed"])
+print("ok" if ok else json.dumps({"stages": d["stages"], "checks": c}, indent=1))
+sys.exit(0 if ok else 1)
+PY
+rc=$?
+check '[ $rc -eq 0 ]' "after a timed-out stage the later stages run: $(head -c 1500 "$T/hang.py.out")"
+check 'grep -qE "^stage 2 cuda_tests +timed out" "$T/hang.log" && [ -s "$T/hang_out/stage_2_cuda_tests.log" ]' \
+  "the timed-out stage's status line and log: $(grep "^stage" "$T/hang.log" | tr '\n' '|')"
 
 # not a dry run, and no GPU here: 77, saying so
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then

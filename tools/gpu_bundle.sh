@@ -7,7 +7,8 @@
 #
 # Configures and builds BUILD_DIR with -DSTRATA_CUDA=ON (Release), then makes
 # BUILD_DIR/bundle/:
-#   strata, test_cuda_* (the CUDA tests that run natively: not the emulated test_cuda_emu*)
+#   strata, test_cuda_* (the CUDA tests that run natively: not the emulated test_cuda_emu*),
+#   cuda_probe (tests/gpu/run.sh's shape probe)
 #   lib/      every shared library they load that is neither glibc's nor the CUDA toolkit's
 #             (found with ldd, the real files copied under their sonames); those over 1 MiB
 #             compressed as NAME.xz (OpenBLAS, with a kernel set for every CPU, is 37 MB
@@ -42,12 +43,12 @@ for src in "$ROOT"/tests/test_cuda_*.cpp; do
   case "$name" in test_cuda_emu*) continue ;; esac
   tests+=("$name")
 done
-cmake --build "$BUILD" -j"${JOBS:-2}" --target strata_cli "${tests[@]}"
+cmake --build "$BUILD" -j"${JOBS:-2}" --target strata_cli cuda_probe "${tests[@]}"
 
 rm -rf "$BUNDLE"
 mkdir -p "$BUNDLE/lib"
 BUNDLE=$(cd "$BUNDLE" && pwd -P)
-bins=("$BUILD/strata")
+bins=("$BUILD/strata" "$BUILD/tests/cuda_probe") # cuda_probe: tests/gpu/run.sh's shape probe (stage 3)
 for t in "${tests[@]}"; do bins+=("$BUILD/tests/$t"); done
 cp "${bins[@]}" "$BUNDLE/"
 
@@ -86,7 +87,7 @@ fi
 # every library the bundle does not carry must be the machine's: glibc or CUDA. Looked up
 # as tests/gpu/run.sh runs them, lib/ first on LD_LIBRARY_PATH: the machine's cuBLAS needs
 # libgcc_s, which RUNPATH alone would take from the machine (as it may)
-for f in "$BUNDLE"/strata "$BUNDLE"/test_cuda_* "$BUNDLE"/lib/*; do
+for f in "$BUNDLE"/strata "$BUNDLE"/cuda_probe "$BUNDLE"/test_cuda_* "$BUNDLE"/lib/*; do
   while read -r name arrow path _; do
     [ "$arrow" = "=>" ] || continue
     keep_machine "$name" "$(readlink -f "$path" 2>/dev/null || echo "$path")" && continue
@@ -99,7 +100,7 @@ done
 
 raw=$(du -sb "$BUNDLE" | cut -f1)
 # the newest glibc symbol version any of them asks for: the machine's glibc must have it
-glibc_need=$(cd "$BUNDLE" && objdump -T strata test_cuda_* lib/* 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1 | sed 's/GLIBC_//')
+glibc_need=$(cd "$BUNDLE" && objdump -T strata cuda_probe test_cuda_* lib/* 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1 | sed 's/GLIBC_//')
 for f in "$BUNDLE"/lib/*; do
   if [ "$(stat -c %s "$f")" -gt $((1024 * 1024)) ]; then xz -6 -T"${JOBS:-2}" "$f"; fi
 done

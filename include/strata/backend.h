@@ -246,6 +246,28 @@ typedef struct st_backend_ops {
      * fixed chunks of rows in a fixed order: the same bits for any thread count. */
     void (*poet_apply_backward)(st_backend *be, float *dx, float *dG, const float *dy, const float *x,
                                 const float *G, const int32_t *perm, int N, int d, int b, int trans);
+
+    /* ---- the caller's host memory page-locked for copies (appended; NULL where copies are
+     * host work, as on the CPU and reference backends). host_register page-locks
+     * [p, p + bytes) of memory the caller allocated (the CUDA backend: cudaHostRegister), so
+     * that copy_async to and from it runs at pinned bandwidth and overlaps the compute, as
+     * host_alloc's memory does; 0 on success, nonzero when refused (the memory stays
+     * pageable: copies remain correct, only slower and synchronous). host_unregister undoes
+     * it once no copy touches the memory (it waits for queued copies first), before the
+     * caller frees it. */
+    int (*host_register)(st_backend *be, void *p, size_t bytes);
+    void (*host_unregister)(st_backend *be, void *p);
+
+    /* ---- device timing (appended; NULL where the ops run when called, as on the CPU and
+     * reference backends, so the host's clock around them is their time). timer_mark
+     * records a mark behind every op queued so far (the CUDA backend: an event on the
+     * compute stream) and returns its number (> 0, increasing; 0 on failure), from the
+     * thread that queues the ops. timer_seconds waits until mark `to` is reached and
+     * returns the device's seconds between marks `from` and `to`: what the ops queued
+     * between them took on the device, queueing excluded; < 0 when unknown (a mark among
+     * the last 4096 only). */
+    uint64_t (*timer_mark)(st_backend *be);
+    double (*timer_seconds)(st_backend *be, uint64_t from, uint64_t to);
 } st_backend_ops;
 
 struct st_backend {

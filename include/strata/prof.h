@@ -103,6 +103,10 @@ static inline void st_prof_scope_end_(st_prof_span *s) { st_prof_end(s); }
 #define ST_PROF_SCOPE(cat, name, index) \
     st_prof_span ST_PROF_CONCAT_(prof_scope_, __LINE__) __attribute__((cleanup(st_prof_scope_end_))) = st_prof_begin(cat, name, index)
 
+/* A span measured elsewhere, between t0_ns and t1_ns on st_prof_now_ns's clock, drawn on
+ * the GPU process's track (the executor's device-timed compute: CUDA events); no-op when
+ * no trace is open. */
+void st_prof_span_gpu(st_prof_cat cat, const char *name, int index, uint64_t t0_ns, uint64_t t1_ns);
 /* A sample of a counter track (process "strata"); no-op when no trace is open. */
 void st_prof_counter(const char *name, double value);
 /* The same on the GPU process's tracks (NVML samples). */

@@ -227,13 +227,17 @@ typedef struct st_stream_step_stats {
                                               chunked classifier's logits (the rest:
                                               weights, gradients, embeddings, targets) */
     size_t device_peak_bytes, device_budget_bytes; /* arena high-water mark (0: no arena) */
-    double compute_s;  /* device compute on the step thread (forward, recompute, backward) */
+    double compute_s;  /* device compute queued by the step thread (forward, recompute, backward):
+                          the device's own time where it has timing marks (CUDA events), else the
+                          host's clock around the ops (compute_on_device says which) */
     double wall_s;     /* the whole step, optimizer included */
     double overlap_efficiency; /* compute_s / wall_s */
     double wait_s;     /* the step thread waiting on copies */
     double optim_tail_s; /* after backward: waiting for or running the optimizer */
     int store_beside;    /* the disk state's update ran beside the backward (then rolled_back:
                             abandoned, nothing committed, and redone with the clip scale) */
+    int compute_on_device; /* compute_s (and the trace's compute spans, on its GPU track) timed by
+                              the device's marks (backend timer_mark) */
 } st_stream_step_stats;
 
 /* One training step: forward (mean loss over targets >= 0, dloss 1/(B*T)), backward,

@@ -71,20 +71,18 @@ static float *logits_slot(st_stream_exec *x, int c) {
 float stream_chunked_head_forward(st_stream_exec *x, const float *xin, const int32_t *targets, double *compute_s) {
     st_backend *dev = x->dev;
     int N = x->cfg.B * x->cfg.T, C = x->ly->n_embd;
-    double t0 = st_now();
-    st_prof_span sp = st_prof_begin(ST_PROF_CAT_COMPUTE, "forward head norm", -1);
+    stream_tspan ts;
+    stream_compute_begin(x, &ts, ST_PROF_CAT_COMPUTE, "forward head norm", -1);
     x->arch->ops->norm_forward(x->db, x->d_post_w, xin, x->d_xn, x->d_nstats);
     dev->ops->softmax_chunk_init(dev, x->d_rmax, x->d_rsum, x->d_tlogit, N);
-    st_prof_end(&sp);
-    *compute_s += st_now() - t0;
+    stream_compute_end(x, &ts, compute_s);
     uint64_t lg[2] = {0, 0}; /* each slot's logits on their way to the host */
     for (int c = 0; c < x->nvc; c++) {
         wait_ticket(x, x->vw_ticket[c], "wait head chunk", c);
         wait_ticket(x, lg[c % 2], "wait logits slot", c);
         int nr = vchunk_rows(x, c);
         float *lo = logits_slot(x, c);
-        t0 = st_now();
-        sp = st_prof_begin(ST_PROF_CAT_COMPUTE, "forward head chunk", c);
+        stream_compute_begin(x, &ts, ST_PROF_CAT_COMPUTE, "forward head chunk", c);
         dev->ops->matmul_forward(dev, lo, x->d_xn, x->d_vw + (size_t)(c % 2) * x->vc * C, NULL, N, C, nr,
                                  ST_W_OUT_IN);
         /* kept for backward (the last two chunks stay in their slots); the stats only read */
@@ -94,8 +92,7 @@ float stream_chunked_head_forward(st_stream_exec *x, const float *xin, const int
             lg[c % 2] = d2h(x, x->h_logits + (size_t)c * N * x->vc, lo, (size_t)N * nr * 4);
         }
         dev->ops->softmax_chunk_stats(dev, lo, x->d_tgt, N, nr, c * x->vc, x->d_rmax, x->d_rsum, x->d_tlogit);
-        st_prof_end(&sp);
-        *compute_s += st_now() - t0;
+        stream_compute_end(x, &ts, compute_s);
         if (c + 2 < x->nvc) stream_fetch_vchunk(x, c + 2);
     }
     dev->ops->copy_to_host(dev, x->h_rmax, x->d_rmax, (size_t)N * 4);
@@ -128,22 +125,20 @@ void stream_chunked_head_backward(st_stream_exec *x, const float *xin, float dlo
         }
         wait_ticket(x, lgt[c % 2], "wait logits", c);
         float *lo = logits_slot(x, c);
-        double t0 = st_now();
-        st_prof_span sp = st_prof_begin(ST_PROF_CAT_COMPUTE, "backward head chunk", c);
+        stream_tspan ts;
+        stream_compute_begin(x, &ts, ST_PROF_CAT_COMPUTE, "backward head chunk", c);
         dev->ops->softmax_chunk_grad(dev, lo, x->d_tgt, N, nr, c * x->vc, x->d_rmax, x->d_rsum, dloss);
         dev->ops->memset0(dev, g, (size_t)nr * C * 4);
         dev->ops->matmul_backward(dev, x->d_dxn, g, NULL, lo, x->d_xn, w, N, C, nr, ST_W_OUT_IN);
-        st_prof_end(&sp);
-        *compute_s += st_now() - t0;
+        stream_compute_end(x, &ts, compute_s);
         x->vg_ticket[c % 2] = d2h(x, x->tgv + x->ly->head_offset + (size_t)c * vcC, g, (size_t)nr * C * 4);
         if (c - 2 >= 0) stream_fetch_vchunk(x, c - 2);
     }
-    double t0 = st_now();
-    st_prof_span sp = st_prof_begin(ST_PROF_CAT_COMPUTE, "backward head norm", -1);
+    stream_tspan ts;
+    stream_compute_begin(x, &ts, ST_PROF_CAT_COMPUTE, "backward head norm", -1);
     dev->ops->memset0(dev, x->d_dres, x->NC * 4);
     x->arch->ops->norm_backward(x->db, x->d_dres, x->d_post_g, x->d_dxn, xin, x->d_post_w, x->d_nstats);
-    st_prof_end(&sp);
-    *compute_s += st_now() - t0;
+    stream_compute_end(x, &ts, compute_s);
 }
 
 /* The embedding forward: on the device, or (chunked vocabulary) on the host from its

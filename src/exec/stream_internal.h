@@ -62,6 +62,14 @@ struct st_stream_exec {
 
     /* host tier */
     float *hp, *hg;
+    int hp_registered, hg_registered; /* the caller's hp, hg page-locked by the device (host_register) */
+    /* device-timed compute spans (stream_compute_*): marks, names, until the step's flush */
+    struct stream_gspan {
+        uint64_t m0, m1;
+        const char *name;
+        int index, cat;
+    } *gspans;
+    int n_gspans, cap_gspans;
     float *hg2;                /* gradient accumulation: micro-batches 2.. land here, then hg += hg2 */
     float *tgv;                /* where this micro-batch's gradients land: hg or hg2 */
     uint16_t *hg16;            /* bf16 drain: block gradients as drained (flat index) */
@@ -167,6 +175,19 @@ uint64_t stream_embed_forward(st_stream_exec *x, const int32_t *inputs);
 float stream_head_forward(st_stream_exec *x, const float *xin, const int32_t *targets, float dloss);
 void stream_head_backward(st_stream_exec *x, const float *xin);
 void stream_fetch_vchunk(st_stream_exec *x, int c);
+/* A span of device work queued by the step thread: timed by the device's marks where it has
+ * them (timer_mark: CUDA events, so the time is the device's, not the enqueueing's), else
+ * by the host clock around it (the CPU backend computes when called). stream_step.c. */
+typedef struct stream_tspan {
+    st_prof_span sp;
+    double t0;
+    uint64_t m0; /* the device's mark before it; 0: host-timed */
+} stream_tspan;
+void stream_compute_begin(st_stream_exec *x, stream_tspan *t, st_prof_cat cat, const char *name, int index);
+void stream_compute_end(st_stream_exec *x, stream_tspan *t, double *compute_s);
+/* the device-timed spans since the last flush: their seconds added to *compute_s and drawn
+ * on the trace's GPU track; returns how many there were */
+int stream_compute_flush(st_stream_exec *x, double *compute_s);
 float stream_chunked_head_forward(st_stream_exec *x, const float *xin, const int32_t *targets, double *compute_s);
 void stream_chunked_head_backward(st_stream_exec *x, const float *xin, float dloss, double *compute_s);
 

@@ -254,10 +254,24 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
             FAIL(ST_ERR_NOMEM, "stream: out of memory");
     }
 
-    /* host tier. The caller's vectors (strata train passes the model's) stay the caller's:
-     * pageable memory is correct on a device with host_alloc, only its copies are slower. */
+    /* host tier. The caller's vectors (strata train passes the model's) stay the caller's,
+     * page-locked here where the device can (host_register: the CUDA backend's
+     * cudaHostRegister), since every weight fetch and gradient drain copies them: from
+     * pageable memory a copy is staged by the driver, synchronous device-to-host, overlaps
+     * nothing and runs slower than the pinned bandwidth the planner measured. Refused, they
+     * stay pageable: correct, slower, and said. */
     x->hp = c->host_params ? c->host_params : host_buf(x, x->n * 4);
     x->hg = c->host_grads ? c->host_grads : host_buf(x, x->n * 4);
+    if (dev->ops->host_register && dev->ops->host_unregister) {
+        if (c->host_params && x->hp) x->hp_registered = dev->ops->host_register(dev, x->hp, x->n * 4) == 0;
+        if (c->host_grads && x->hg) x->hg_registered = dev->ops->host_register(dev, x->hg, x->n * 4) == 0;
+        if ((c->host_params && !x->hp_registered) || (c->host_grads && !x->hg_registered))
+            st_log(1, "stream: the device could not page-lock the caller's %s (%zu bytes each): their copies stay "
+                   "pageable, slower than the planner's pinned bandwidth and not overlapped (raise the memlock "
+                   "limit, ulimit -l, or leave the host vectors to the executor)\n",
+                   c->host_params && !x->hp_registered ? (c->host_grads && !x->hg_registered ? "parameters and "
+                   "gradients" : "parameters") : "gradients", x->n * 4);
+    }
     if (c->grad_accum > 1) {
         if (x->bf16)
             FAIL(ST_ERR_UNSUPPORTED, "stream: gradient accumulation adds fp32 gradients; drain them as fp32, not bf16");
@@ -335,7 +349,9 @@ void st_stream_exec_free(st_stream_exec *x) {
     free(x->h_tlogit);
     free(x->h_rsum);
     if (x->hp != x->cfg.host_params) host_buf_free(x, x->hp);
+    else if (x->hp_registered) dev->ops->host_unregister(dev, x->hp);
     if (x->hg != x->cfg.host_grads) host_buf_free(x, x->hg);
+    else if (x->hg_registered) dev->ops->host_unregister(dev, x->hg);
     host_buf_free(x, x->hg2);
     host_buf_free(x, x->hg16);
     st_free(x->bk_p);
@@ -346,6 +362,7 @@ void st_stream_exec_free(st_stream_exec *x) {
     host_buf_free(x, x->h_dres);
     host_buf_free(x, x->h_logits);
     free(x->vw_ticket);
+    free(x->gspans);
     st_optim_free(x->opt);
     free(x->segs);
     free(x->ord);

@@ -14,6 +14,7 @@
  */
 #include <math.h>
 #include <omp.h>
+#include <stdlib.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -40,6 +41,62 @@ void st_stream_init_random(st_stream_exec *x, uint64_t seed) {
     x->arch->ops->init(x->arch, x->hp, seed); /* the values of the model's init_random */
     send_nonblock(x);
     st_copy_wait(x->ce, x->nb_ticket);
+}
+
+/* ------------------------------------------------------------------ compute timing
+ * On a device that runs ops asynchronously (CUDA) the host's clock around a span measures
+ * its enqueueing: the device's time lands in whatever waits next. There the device's marks
+ * time each span (timer_mark before and after), read once per step (stream_compute_flush:
+ * compute_s is the device's, and the trace draws each span on the GPU track at the time
+ * the device ran it). */
+enum { GSPAN_FLUSH = 1024 }; /* spans kept before a flush: the CUDA ring holds 4096 marks */
+
+void stream_compute_begin(st_stream_exec *x, stream_tspan *t, st_prof_cat cat, const char *name, int index) {
+    t->sp = st_prof_begin(cat, name, index);
+    t->t0 = st_now();
+    t->m0 = x->dev->ops->timer_mark && x->dev->ops->timer_seconds ? x->dev->ops->timer_mark(x->dev) : 0;
+}
+
+void stream_compute_end(st_stream_exec *x, stream_tspan *t, double *compute_s) {
+    uint64_t m1 = t->m0 ? x->dev->ops->timer_mark(x->dev) : 0;
+    st_prof_end(&t->sp);
+    if (m1 && x->n_gspans == x->cap_gspans) {
+        int cap = x->cap_gspans ? 2 * x->cap_gspans : 64;
+        void *g = realloc(x->gspans, sizeof *x->gspans * (size_t)cap);
+        if (g) x->gspans = g, x->cap_gspans = cap;
+    }
+    if (!m1 || x->n_gspans == x->cap_gspans) { /* no marks (or no room): the host's clock */
+        *compute_s += st_now() - t->t0;
+        return;
+    }
+    x->gspans[x->n_gspans++] = (struct stream_gspan){t->m0, m1, t->sp.name, t->sp.index, t->sp.cat};
+    if (x->n_gspans >= GSPAN_FLUSH) stream_compute_flush(x, compute_s);
+}
+
+int stream_compute_flush(st_stream_exec *x, double *compute_s) {
+    int n = x->n_gspans;
+    if (!n) return 0;
+    st_backend *dev = x->dev;
+    /* the clocks' anchor: a mark behind the last span, waited for now, ran about now (the
+     * compute stream has nothing else queued) */
+    uint64_t anchor = dev->ops->timer_mark(dev);
+    double last = anchor ? dev->ops->timer_seconds(dev, x->gspans[n - 1].m1, anchor) : -1;
+    uint64_t now_ns = st_prof_now_ns();
+    int trace = st_prof_trace_active() && last >= 0;
+    for (int i = 0; i < n; i++) {
+        const struct stream_gspan *g = &x->gspans[i];
+        double d = dev->ops->timer_seconds(dev, g->m0, g->m1);
+        if (d < 0) continue;
+        *compute_s += d;
+        if (trace) {
+            double before = dev->ops->timer_seconds(dev, g->m1, anchor); /* from the span's end to the anchor */
+            if (before < 0) continue;
+            uint64_t t1 = now_ns - (uint64_t)(before * 1e9), t0 = t1 - (uint64_t)(d * 1e9);
+            st_prof_span_gpu((st_prof_cat)g->cat, g->name, g->index, t0, t1);
+        }
+    }
+    x->n_gspans = 0;
+    return n;
 }
 
 /* ------------------------------------------------------------------ the step */
@@ -171,11 +228,10 @@ st_status st_stream_step_accum(st_stream_exec *x, int n_micro, const int32_t *in
     st_prof_span step_span = st_prof_begin(ST_PROF_CAT_STEP, "stream step", (int)hp->step);
 #define COMPUTE_(cat, name, idx, stmt)                     \
     do {                                                   \
-        double t0_ = st_now();                             \
-        st_prof_span sp_ = st_prof_begin(cat, name, idx);        \
+        stream_tspan ts_;                                  \
+        stream_compute_begin(x, &ts_, cat, name, idx);     \
         stmt;                                              \
-        st_prof_end(&sp_);                                    \
-        compute_s += st_now() - t0_;                       \
+        stream_compute_end(x, &ts_, &compute_s);           \
     } while (0)
 
     /* this step's optimizer jobs */
@@ -492,6 +548,7 @@ out:
     (void)st_backend_memory(dev, NULL, &peak, &cap, NULL);
     stats->device_peak_bytes = peak;
     stats->device_budget_bytes = cap;
+    stats->compute_on_device = stream_compute_flush(x, &compute_s) > 0;
     stats->compute_s = compute_s;
     stats->wait_s = x->wait_s;
     stats->wall_s = st_now() - t_start;
@@ -566,6 +623,7 @@ st_status st_stream_eval(st_stream_exec *x, const int32_t *inputs, const int32_t
     }
     if (x->vc) *loss = stream_chunked_head_forward(x, block_out(x, L - 1), targets, &compute_s);
     else *loss = stream_head_forward(x, block_out(x, L - 1), targets, 0.0f);
+    stream_compute_flush(x, &compute_s); /* the head's spans, drawn on the trace */
     /* copies still queued (the logits' drain, head chunks) complete before anything the
      * next step waits on: the copy engine completes in order */
     st_prof_end(&span);

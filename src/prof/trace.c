@@ -180,6 +180,14 @@ void st_prof_end_bytes(st_prof_span *s, int64_t bytes) {
 
 void st_prof_end(st_prof_span *s) { st_prof_end_bytes(s, -1); }
 
+void st_prof_span_gpu(st_prof_cat cat, const char *name, int index, uint64_t t0_ns, uint64_t t1_ns) {
+    if (!atomic_load_explicit(&g_trace_on, memory_order_relaxed)) return;
+    ev e = {.t0 = t0_ns, .t1 = t1_ns < t0_ns ? t0_ns : t1_ns, .name = name, .index = index, .kind = EV_SPAN,
+            .cat = (uint8_t)cat, .pid = PID_GPU};
+    e.u.bytes = -1;
+    ring_push(&e);
+}
+
 static void counter_push(const char *name, double value, int pid) {
     if (!atomic_load_explicit(&g_trace_on, memory_order_relaxed)) return;
     ev e = {.t0 = st_prof_now_ns(), .name = name, .index = -1, .kind = EV_COUNTER, .pid = (uint8_t)pid};
@@ -237,6 +245,7 @@ static void write_event(const ring *r, const ev *e) {
     put_escaped(g_w.f, e->name);
     if (e->index >= 0) fprintf(g_w.f, " %d", e->index);
     fprintf(g_w.f, "\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f", e->pid, r->tid, rel_us(t0), dur);
+    if (e->pid == PID_GPU) g_w.gpu_used = 1; /* device-timed spans (st_prof_span_gpu) */
     if (e->index >= 0 || e->u.bytes >= 0) {
         fputs(",\"args\":{", g_w.f);
         if (e->index >= 0) fprintf(g_w.f, "\"index\":%d%s", e->index, e->u.bytes >= 0 ? "," : "");

@@ -15,9 +15,20 @@
  * call must pass, lying inside one cudaMalloc block, and the emulated algorithm writes
  * garbage over it, so a workspace that overlaps live data shows as wrong results; the
  * pointers must be as aligned as the preference said (the default, as cuBLASLt's, is
- * 256 bytes). The bias epilogue is offered only for a 16-byte aligned bias, so that the
- * backend's fallback for a bias without an epilogue algorithm runs too. Synchronous, as
- * the rest of the emulation. */
+ * 256 bytes). Synchronous, as the rest of the emulation.
+ *
+ * Where the real library's answer depends on things the emulation cannot know, the
+ * strictest answer it is documented to give (issue 30):
+ *   - The bias epilogue is offered whatever the bias pointer's alignment (the preferences
+ *     have no attribute for it, so the heuristic may pick a kernel that assumes 16
+ *     bytes), and the matmul FAULTS on a bias under 16-byte alignment: it returns success,
+ *     as a launch does, and the emulated context gets a sticky cudaErrorMisalignedAddress
+ *     (cuda_runtime.h), which every later synchronisation returns.
+ *   - The reduced-precision compute types (CUBLAS_COMPUTE_32F_FAST_TF32, _FAST_16BF) run
+ *     on tensor-core kernels, which cuBLAS documents for leading dimensions and pointers
+ *     that are multiples of 16 bytes: for any other leading dimension, or an alignment
+ *     preference under 16 bytes, the heuristic offers no algorithm (NOT_SUPPORTED, no
+ *     result), so the backend must answer for it (it falls back to fp32, counted). */
 #ifndef STRATA_CUDA_EMU_CUBLASLT_H
 #define STRATA_CUDA_EMU_CUBLASLT_H
 
@@ -219,9 +230,13 @@ inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasL
         return CUBLAS_STATUS_NOT_SUPPORTED;
     if (d->epilogue != CUBLASLT_EPILOGUE_DEFAULT && d->epilogue != CUBLASLT_EPILOGUE_BIAS)
         return CUBLAS_STATUS_NOT_SUPPORTED;
-    /* no bias epilogue for a bias vector under 16-byte alignment (cuBLASLt's choice for
-     * such a pointer is its own; here it is none), so the tests run the backend's fallback */
-    if (d->epilogue == CUBLASLT_EPILOGUE_BIAS && st_emu::lt_aligned(d->bias) < 16) return CUBLAS_STATUS_NOT_SUPPORTED;
+    /* tensor-core compute types: leading dimensions and alignments of 16 bytes, or nothing */
+    if (d->compute != CUBLAS_COMPUTE_32F) {
+        bool ok = true;
+        for (cublasLtMatrixLayout_t l : {a, b, c, dd}) ok &= l->ld * 4 % 16 == 0;
+        for (int i = 0; i < 4; i++) ok &= pref->align[i] >= 16;
+        if (!ok) return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
     cublasLtMatmulHeuristicResult_t r = {};
     uint64_t ws = (uint64_t)1 << 20;
     r.workspaceSize = ws < pref->max_ws ? ws : pref->max_ws;
@@ -251,6 +266,12 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d,
     for (int i = 0; i < 4; i++)
         if (st_emu::lt_aligned(ptrs[i]) < algo->data[2 + i]) return CUBLAS_STATUS_INVALID_VALUE;
     if (d->epilogue == CUBLASLT_EPILOGUE_BIAS && !d->bias) return CUBLAS_STATUS_INVALID_VALUE;
+    if (st_emu::sticky()) return CUBLAS_STATUS_EXECUTION_FAILED;
+    /* the kernel's vector loads of the bias: a misaligned address, found on the device */
+    if (d->epilogue == CUBLASLT_EPILOGUE_BIAS && st_emu::lt_aligned(d->bias) < 16) {
+        st_emu::fault(cudaErrorMisalignedAddress);
+        return CUBLAS_STATUS_SUCCESS;
+    }
     if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
     float *Dp = (float *)D;
     const float *Cp = (const float *)C;

@@ -16,6 +16,7 @@ enum cublasStatus_t {
     CUBLAS_STATUS_SUCCESS = 0,
     CUBLAS_STATUS_NOT_INITIALIZED = 1,
     CUBLAS_STATUS_INVALID_VALUE = 7,
+    CUBLAS_STATUS_EXECUTION_FAILED = 13,
     CUBLAS_STATUS_NOT_SUPPORTED = 15,
 };
 enum cublasOperation_t { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1, CUBLAS_OP_C = 2 };
@@ -31,6 +32,7 @@ inline const char *cublasGetStatusString(cublasStatus_t s) {
     case CUBLAS_STATUS_NOT_INITIALIZED: return "the library was not initialized";
     case CUBLAS_STATUS_INVALID_VALUE: return "an invalid numeric value was used as an argument";
     case CUBLAS_STATUS_NOT_SUPPORTED: return "the functionality requested is not supported";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "the GPU program failed to execute";
     }
     return "unknown error";
 }
@@ -40,6 +42,7 @@ inline const char *cublasGetStatusName(cublasStatus_t s) {
     case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
     case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
     case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
     }
     return "CUBLAS_STATUS_UNKNOWN";
 }

@@ -29,7 +29,24 @@
  * return fails, cudaFreeHost of one that cudaHostAlloc/cudaMallocHost did not return
  * fails, and a cudaMalloc over the emulated device's memory (ST_EMU_DEVICE_BYTES, 1 GiB)
  * fails with cudaErrorMemoryAllocation. One device. C++ linkage, so these never clash
- * with the real cudart the test also links. */
+ * with the real cudart the test also links.
+ *
+ * As strict as the real runtime where the backend could otherwise pass here and fail on a
+ * GPU (issue 30):
+ *   - Faults are sticky: st_emu::fault (the emulated cuBLASLt's misaligned bias, a test's
+ *     injected fault) kills the emulated context, and from then on cudaGetLastError, every
+ *     synchronisation, copy, memset and event call returns that error, as a GPU's
+ *     asynchronous "misaligned address" or "illegal address" does.
+ *   - A cudaMemcpyAsync whose host side is pageable (neither cudaHostAlloc'd nor inside a
+ *     cudaHostRegister'd range) is performed, but counted in Runtime::pageable_copies and
+ *     _bytes: on a GPU it is staged through the driver's buffers, synchronous for
+ *     device-to-host, and overlaps nothing, so a test of the streamed path asserts zero.
+ *   - cudaFreeHost or cudaHostUnregister of a block that a queued, not yet performed copy
+ *     still touches is counted in Runtime::freed_in_flight (the copy would write freed
+ *     memory on a GPU; the backend must wait for its copies first).
+ *   - Events remember the host clock when recorded, so cudaEventElapsedTime answers in
+ *     milliseconds (events made with cudaEventDisableTiming are refused, as the runtime
+ *     refuses them); an event never recorded is refused too. */
 #ifndef STRATA_CUDA_EMU_RUNTIME_H
 #define STRATA_CUDA_EMU_RUNTIME_H
 
@@ -53,6 +70,10 @@ enum cudaError_t {
     cudaErrorInvalidDevice = 101,
     cudaErrorInvalidResourceHandle = 400,
     cudaErrorNotReady = 600,
+    cudaErrorIllegalAddress = 700,
+    cudaErrorHostMemoryAlreadyRegistered = 712,
+    cudaErrorHostMemoryNotRegistered = 713,
+    cudaErrorMisalignedAddress = 716,
 };
 typedef cudaError_t cudaError;
 enum cudaMemcpyKind {
@@ -68,6 +89,8 @@ enum cudaMemcpyKind {
 #define cudaEventBlockingSync 0x1u
 #define cudaEventDisableTiming 0x2u
 #define cudaHostAllocDefault 0x0u
+#define cudaHostRegisterDefault 0x0u
+#define cudaHostRegisterPortable 0x1u
 typedef struct st_emu_event *cudaEvent_t;
 
 namespace st_emu {
@@ -77,6 +100,12 @@ struct Runtime {
     std::map<const char *, size_t> dev; /* live cudaMalloc blocks: base -> bytes */
     size_t dev_used = 0;
     std::map<void *, size_t> pinned;    /* live cudaHostAlloc blocks: base -> bytes (tests read it) */
+    std::map<void *, size_t> registered; /* live cudaHostRegister ranges: base -> bytes */
+    /* pageable host sides of cudaMemcpyAsync, and blocks freed under a queued copy (see the
+     * head of this file); tests read and reset them */
+    uint64_t pageable_copies = 0, pageable_bytes = 0, freed_in_flight = 0;
+    std::map<int, uint64_t> pageable_by_stream; /* stream id (0: the null stream) -> pageable bytes */
+    cudaError_t sticky = cudaSuccess; /* a fault: every later call returns it */
     int device = 0;
     /* streams and their deferred copies: under qmu (recursive: performing a stream's
      * copies may be asked while holding it) */
@@ -96,6 +125,24 @@ inline cudaError_t &last_error() {
 inline cudaError_t ret(cudaError_t e) {
     if (e != cudaSuccess) last_error() = e;
     return e;
+}
+/* the emulated context's sticky fault, or cudaSuccess */
+inline cudaError_t sticky() { return rt().sticky; }
+/* a fault on the device (asynchronous on a GPU): sticky from now on */
+inline void fault(cudaError_t e) {
+    if (rt().sticky == cudaSuccess) rt().sticky = e;
+}
+/* true if [p, p + n) lies inside one live page-locked block: cudaHostAlloc'd or registered
+ * (under r.mu) */
+inline bool page_locked_locked(Runtime &r, const void *p, size_t n) {
+    for (std::map<void *, size_t> *m : {&r.pinned, &r.registered}) {
+        auto it = m->upper_bound((void *)p);
+        if (it == m->begin()) continue;
+        --it;
+        const char *b = (const char *)it->first, *q = (const char *)p;
+        if (q >= b && q + n <= b + it->second) return true;
+    }
+    return false;
 }
 /* true if [p, p + n) lies inside one live cudaMalloc block */
 inline bool on_device(const void *p, size_t n) {
@@ -145,6 +192,8 @@ struct st_emu_stream {
 struct st_emu_event {
     int stream;
     uint64_t seq;
+    unsigned flags;
+    double t; /* the host clock (s) when last recorded; < 0: never recorded */
 };
 
 inline const char *cudaGetErrorName(cudaError_t e) {
@@ -155,6 +204,10 @@ inline const char *cudaGetErrorName(cudaError_t e) {
     case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
     case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
     case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
+    case cudaErrorHostMemoryAlreadyRegistered: return "cudaErrorHostMemoryAlreadyRegistered";
+    case cudaErrorHostMemoryNotRegistered: return "cudaErrorHostMemoryNotRegistered";
+    case cudaErrorMisalignedAddress: return "cudaErrorMisalignedAddress";
     }
     return "cudaErrorUnknown";
 }
@@ -166,15 +219,20 @@ inline const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorNotReady: return "device not ready";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    case cudaErrorHostMemoryAlreadyRegistered: return "part or all of the requested memory range is already mapped";
+    case cudaErrorHostMemoryNotRegistered: return "pointer does not correspond to a registered memory region";
+    case cudaErrorMisalignedAddress: return "misaligned address";
     }
     return "unknown error";
 }
 inline cudaError_t cudaGetLastError(void) {
+    if (st_emu::sticky()) return st_emu::sticky(); /* not cleared: the context is lost */
     cudaError_t e = st_emu::last_error();
     st_emu::last_error() = cudaSuccess;
     return e;
 }
-inline cudaError_t cudaPeekAtLastError(void) { return st_emu::last_error(); }
+inline cudaError_t cudaPeekAtLastError(void) { return st_emu::sticky() ? st_emu::sticky() : st_emu::last_error(); }
 
 inline cudaError_t cudaGetDeviceCount(int *n) {
     *n = 1;
@@ -229,16 +287,74 @@ inline cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned flags) {
     (void)flags;
     return cudaMallocHost(p, bytes);
 }
+namespace st_emu {
+/* whether a queued, not yet performed copy touches the host block [p, p + n) */
+inline bool copy_pending_on(const void *p, size_t n) {
+    Runtime &r = rt();
+    std::lock_guard<std::recursive_mutex> g(r.qmu);
+    const char *b = (const char *)p;
+    for (auto &kv : r.streams)
+        for (const Copy &c : kv.second->pending)
+            for (const char *q : {(const char *)c.dst, (const char *)c.src})
+                if (q < b + n && b < q + c.bytes) return true;
+    return false;
+}
+} // namespace st_emu
 inline cudaError_t cudaFreeHost(void *p) {
     if (!p) return cudaSuccess;
+    size_t n = 0;
     {
         std::lock_guard<std::mutex> g(st_emu::rt().mu);
-        if (!st_emu::rt().pinned.erase(p)) return st_emu::ret(cudaErrorInvalidValue);
+        auto it = st_emu::rt().pinned.find(p);
+        if (it == st_emu::rt().pinned.end()) return st_emu::ret(cudaErrorInvalidValue);
+        n = it->second;
+    }
+    if (st_emu::copy_pending_on(p, n ? n : 1)) { /* counted; performed first, so nothing writes freed memory */
+        st_emu::rt().freed_in_flight++;
+        std::lock_guard<std::recursive_mutex> g(st_emu::rt().qmu);
+        for (auto &kv : st_emu::rt().streams) st_emu::perform(kv.first, UINT64_MAX);
+    }
+    {
+        std::lock_guard<std::mutex> g(st_emu::rt().mu);
+        st_emu::rt().pinned.erase(p);
     }
     free(p);
     return cudaSuccess;
 }
+/* page-locks [p, p + bytes) of pageable memory (host memory here: only the bookkeeping) */
+inline cudaError_t cudaHostRegister(void *p, size_t bytes, unsigned flags) {
+    (void)flags;
+    if (!p || !bytes) return st_emu::ret(cudaErrorInvalidValue);
+    if (st_emu::sticky()) return st_emu::sticky();
+    st_emu::Runtime &r = st_emu::rt();
+    std::lock_guard<std::mutex> g(r.mu);
+    const char *b = (const char *)p;
+    for (std::map<void *, size_t> *m : {&r.pinned, &r.registered})
+        for (auto &kv : *m)
+            if ((const char *)kv.first < b + bytes && b < (const char *)kv.first + kv.second)
+                return st_emu::ret(cudaErrorHostMemoryAlreadyRegistered);
+    r.registered[p] = bytes;
+    return cudaSuccess;
+}
+inline cudaError_t cudaHostUnregister(void *p) {
+    size_t n = 0;
+    {
+        std::lock_guard<std::mutex> g(st_emu::rt().mu);
+        auto it = st_emu::rt().registered.find(p);
+        if (it == st_emu::rt().registered.end()) return st_emu::ret(cudaErrorHostMemoryNotRegistered);
+        n = it->second;
+    }
+    if (st_emu::copy_pending_on(p, n)) {
+        st_emu::rt().freed_in_flight++;
+        std::lock_guard<std::recursive_mutex> g(st_emu::rt().qmu);
+        for (auto &kv : st_emu::rt().streams) st_emu::perform(kv.first, UINT64_MAX);
+    }
+    std::lock_guard<std::mutex> g(st_emu::rt().mu);
+    st_emu::rt().registered.erase(p);
+    return cudaSuccess;
+}
 inline cudaError_t cudaMemset(void *p, int v, size_t bytes) {
+    if (st_emu::sticky()) return st_emu::sticky();
     if (bytes && !st_emu::on_device(p, bytes)) return st_emu::ret(cudaErrorInvalidValue);
     memset(p, v, bytes);
     return cudaSuccess;
@@ -257,6 +373,7 @@ inline cudaError_t check_copy(void *dst, const void *src, size_t bytes, cudaMemc
 }
 } // namespace st_emu
 inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
+    if (st_emu::sticky()) return st_emu::sticky();
     cudaError_t e = st_emu::check_copy(dst, src, bytes, kind);
     if (e == cudaSuccess && bytes) memmove(dst, src, bytes);
     return e;
@@ -264,10 +381,20 @@ inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemc
 /* deferred on a non-null stream (see the head of this file), at once on the null stream */
 inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
                                    cudaStream_t s = nullptr) {
+    if (st_emu::sticky()) return st_emu::sticky();
+    st_emu::Runtime &r = st_emu::rt();
+    if (bytes) { /* the host side, by kind (cudaMemcpyDefault: the side that is not device memory) */
+        const void *host = nullptr;
+        if (kind == cudaMemcpyHostToDevice) host = src;
+        else if (kind == cudaMemcpyDeviceToHost) host = dst;
+        else if (kind == cudaMemcpyDefault) host = !st_emu::on_device(src, bytes) ? src : !st_emu::on_device(dst, bytes) ? dst : nullptr;
+        std::lock_guard<std::mutex> g(r.mu);
+        if (host && !st_emu::page_locked_locked(r, host, bytes))
+            r.pageable_copies++, r.pageable_bytes += bytes, r.pageable_by_stream[s ? s->id : 0] += bytes;
+    }
     if (!s) return cudaMemcpy(dst, src, bytes, kind);
     cudaError_t e = st_emu::check_copy(dst, src, bytes, kind);
     if (e != cudaSuccess) return e;
-    st_emu::Runtime &r = st_emu::rt();
     std::lock_guard<std::recursive_mutex> g(r.qmu);
     auto it = r.streams.find(s->id);
     if (it == r.streams.end()) return st_emu::ret(cudaErrorInvalidResourceHandle);
@@ -291,7 +418,7 @@ inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
 inline cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     if (s) st_emu::perform(s->id, UINT64_MAX);
-    return cudaSuccess;
+    return st_emu::sticky();
 }
 inline cudaError_t cudaStreamQuery(cudaStream_t s) { return cudaStreamSynchronize(s); }
 inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
@@ -313,11 +440,10 @@ inline cudaError_t cudaDeviceSynchronize(void) {
     st_emu::Runtime &r = st_emu::rt();
     std::lock_guard<std::recursive_mutex> g(r.qmu);
     for (auto &kv : r.streams) st_emu::perform(kv.first, UINT64_MAX);
-    return cudaSuccess;
+    return st_emu::sticky();
 }
 inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
-    (void)flags;
-    *e = new st_emu_event{0, 0};
+    *e = new st_emu_event{0, 0, flags, -1};
     return cudaSuccess;
 }
 inline cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, cudaEventDefault); }
@@ -327,6 +453,10 @@ inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
 }
 inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr) {
     if (!e) return st_emu::ret(cudaErrorInvalidResourceHandle);
+    if (st_emu::sticky()) return st_emu::sticky();
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    e->t = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
     if (!s) {
         e->stream = 0, e->seq = 0;
         return cudaSuccess;
@@ -343,6 +473,17 @@ inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     st_emu::Runtime &r = st_emu::rt();
     std::lock_guard<std::recursive_mutex> g(r.qmu); /* the event may be recorded again meanwhile */
     st_emu::perform(e->stream, e->seq);
+    return st_emu::sticky();
+}
+/* milliseconds between two recorded events (the host clock when each was recorded: every
+ * launch here finishes before it returns, so that is when the work before it was done) */
+inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
+    if (!ms || !start || !end) return st_emu::ret(cudaErrorInvalidValue);
+    if (st_emu::sticky()) return st_emu::sticky();
+    if ((start->flags | end->flags) & cudaEventDisableTiming) return st_emu::ret(cudaErrorInvalidResourceHandle);
+    if (start->t < 0 || end->t < 0) return st_emu::ret(cudaErrorInvalidResourceHandle);
+    if (cudaEventSynchronize(end) != cudaSuccess) return st_emu::sticky();
+    *ms = (float)((end->t - start->t) * 1e3);
     return cudaSuccess;
 }
 /* performs, so never cudaErrorNotReady (see the head of this file) */

@@ -23,6 +23,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <mutex>
 #include <new>
 #include <stdio.h>
@@ -44,6 +45,10 @@ extern "C" {
 /* events per direction: a ring slot is recorded again only once the ticket that used it
  * is known complete (copy_async waits for it in the rare case it is not) */
 #define CU_COPY_RING 256
+/* timing events (timer_mark): a mark's event is recorded again 4096 marks later */
+#define CU_TIMER_RING 4096
+/* device memory left beside the arena (st_backend_cuda_create) */
+#define CU_DEVICE_HEADROOM ((size_t)512 << 20)
 
 struct cuda_ctx {
     int device = 0;
@@ -52,9 +57,14 @@ struct cuda_ctx {
     CuArena arena;
     struct CuLtMatmul *mm = nullptr; /* cuBLASLt: handle, workspace in the arena, algorithms (cuda_matmul.cuh) */
     int matmul_mode = ST_MATMUL_FP32; /* index into cu_lt_compute: st_backend_cuda_set_matmul */
+    /* the first error, kept by note() from any thread (the step's, the optimizer's waits,
+     * the trace's observer): under err_mu */
+    std::mutex err_mu;
     cudaError_t first = cudaSuccess; /* the first error an op met */
     cublasStatus_t first_blas = CUBLAS_STATUS_SUCCESS; /* or the first cuBLAS error, if that came first */
     const char *first_op = "";
+    const char *first_after = ""; /* an asynchronous fault: the last op queued before it surfaced */
+    std::atomic<const char *> last_op{"(none)"}; /* the last op queued on the compute stream */
     /* asynchronous copies (copy_async): a stream per direction ([0] h2d, [1] d2h), each
      * copy's completion event in a fixed ring per direction; tickets count per direction */
     cudaStream_t copy_stream[2] = {nullptr, nullptr};
@@ -62,18 +72,35 @@ struct cuda_ctx {
     cudaEvent_t copy_ev[2][CU_COPY_RING] = {};
     uint64_t copy_issued[2] = {0, 0}, copy_done[2] = {0, 0}; /* last ticket queued; known complete */
     std::mutex copy_mu; /* the copy state above: the copy engine's waits come from any thread */
+    /* device timing: mark i is event timer_ev[i % CU_TIMER_RING] on the compute stream */
+    cudaEvent_t timer_ev[CU_TIMER_RING] = {};
+    uint64_t timer_issued = 0;
 };
 
 static cuda_ctx *ctx_of(st_backend *be) { return (cuda_ctx *)be->ctx; }
 
 static bool failed(const cuda_ctx *c) { return c->first != cudaSuccess || c->first_blas != CUBLAS_STATUS_SUCCESS; }
+/* A fault on the device (an illegal or misaligned address, a trap, a failed launch): the
+ * context is lost, the error is sticky, and it surfaces at whatever call comes next,
+ * often a copy's wait on another thread, not at the kernel that raised it. */
+static bool async_fault(cudaError_t e) {
+    switch ((int)e) {
+    case 700: case 710: case 714: case 715: case 716: case 717: case 718: case 719: return true;
+    }
+    return false;
+}
 static void note(cuda_ctx *c, cudaError_t e, const char *op) {
-    if (e != cudaSuccess && !failed(c)) c->first = e, c->first_op = op;
+    if (e == cudaSuccess) return;
+    std::lock_guard<std::mutex> g(c->err_mu);
+    if (!failed(c)) c->first = e, c->first_op = op, c->first_after = c->last_op.load();
 }
 static void note_blas(cuda_ctx *c, cublasStatus_t e, const char *op) {
-    if (e != CUBLAS_STATUS_SUCCESS && !failed(c)) c->first_blas = e, c->first_op = op;
+    if (e == CUBLAS_STATUS_SUCCESS) return;
+    std::lock_guard<std::mutex> g(c->err_mu);
+    if (!failed(c)) c->first_blas = e, c->first_op = op, c->first_after = c->last_op.load();
 }
-#define LAUNCHED(be, op) note(ctx_of(be), cudaGetLastError(), op)
+/* after queuing op on the compute stream: its launch error, and op as the last one queued */
+#define LAUNCHED(be, op) (ctx_of(be)->last_op.store(op), note(ctx_of(be), cudaGetLastError(), op))
 
 /* ---------------------------------------------------------------- memory */
 
@@ -145,7 +172,24 @@ static void *be_host_alloc(st_backend *be, size_t bytes) {
     return p;
 }
 static void be_host_free(st_backend *be, void *p) {
-    if (p) note(ctx_of(be), cudaFreeHost(p), "host_free");
+    if (!p) return;
+    copies_drain(ctx_of(be)); /* a copy still queued may read or write the block */
+    note(ctx_of(be), cudaFreeHost(p), "host_free");
+}
+
+static int be_host_register(st_backend *be, void *p, size_t bytes) {
+    (void)be;
+    if (!p || !bytes) return -1;
+    if (cudaHostRegister(p, bytes, cudaHostRegisterDefault) != cudaSuccess) {
+        cudaGetLastError(); /* refused (no error of an op): the memory stays pageable */
+        return -1;
+    }
+    return 0;
+}
+static void be_host_unregister(st_backend *be, void *p) {
+    if (!p) return;
+    copies_drain(ctx_of(be)); /* a copy still queued may read or write the range */
+    note(ctx_of(be), cudaHostUnregister(p), "host_unregister");
 }
 
 static uint64_t be_copy_async(st_backend *be, int d2h, void *dst, const void *src, size_t bytes) {
@@ -216,6 +260,31 @@ static void copies_drain(cuda_ctx *c) {
     for (int d = 0; d < 2; d++) be_copy_sync(&tmp, d, last[d]);
 }
 
+/* ---------------------------------------------------------------- device timing
+ * A mark is a timing event recorded on the compute stream; the seconds between two are
+ * cudaEventElapsedTime's, so a span of ops is timed as the device ran it, not as the host
+ * queued it (the executor's compute_s and its trace's GPU spans). Marks are made by the
+ * thread that queues the ops; the ring keeps the last CU_TIMER_RING. */
+static uint64_t be_timer_mark(st_backend *be) {
+    cuda_ctx *c = ctx_of(be);
+    uint64_t t = c->timer_issued + 1;
+    cudaError_t e = cudaEventRecord(c->timer_ev[t % CU_TIMER_RING], c->stream);
+    if (e != cudaSuccess) return note(c, e, "timer_mark"), 0;
+    c->timer_issued = t;
+    return t;
+}
+static double be_timer_seconds(st_backend *be, uint64_t from, uint64_t to) {
+    cuda_ctx *c = ctx_of(be);
+    uint64_t last = c->timer_issued;
+    if (!from || from > to || to > last || last - from >= CU_TIMER_RING) return -1;
+    cudaEvent_t a = c->timer_ev[from % CU_TIMER_RING], b = c->timer_ev[to % CU_TIMER_RING];
+    float ms = 0;
+    cudaError_t e = cudaEventSynchronize(b);
+    if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, a, b);
+    if (e != cudaSuccess) return note(c, e, "timer_seconds"), -1;
+    return ms * 1e-3;
+}
+
 /* ---------------------------------------------------------------- matmul (cuBLASLt) */
 
 #include "backend/cuda/cuda_matmul.cuh"
@@ -229,19 +298,78 @@ extern "C" st_status st_backend_cuda_set_matmul(st_backend *be, st_matmul_mode m
     ctx_of(be)->matmul_mode = (int)mode;
     return ST_OK;
 }
+extern "C" void st_backend_cuda_matmul_stats(st_backend *be, st_cuda_matmul_stats *out) {
+    const CuLtMatmul *L = ctx_of(be)->mm;
+    for (int i = 0; i < 3; i++) out->calls[i] = L->calls[i];
+    out->fallbacks = L->fallbacks, out->bias_rows = L->bias_rows;
+}
 /* out (N, OC) rows = bias (OC): the biased matmul starts from it with beta 1, as the CPU's */
 static __global__ void k_bias_rows(float *out, const float *bias, int N, int OC) {
     size_t n = (size_t)N * OC, step = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) out[i] = bias[i % OC];
 }
 /* dbias (OC) += the rows of dout (N, OC): a thread per column adds the rows in order, the
- * CPU backend's order, so the bits are its bits (no atomics) */
+ * CPU backend's order, so the bits are its bits (no atomics). The fallback of the two
+ * kernels below, where cuBLASLt's workspace cannot hold their partial sums. */
 static __global__ void k_bias_grad(float *dbias, const float *dout, int N, int OC) {
     for (int o = blockIdx.x * blockDim.x + threadIdx.x; o < OC; o += gridDim.x * blockDim.x) {
         float acc = dbias[o];
         for (int i = 0; i < N; i++) acc += dout[(size_t)i * OC + o];
         dbias[o] = acc;
     }
+}
+/* The bias gradient spread over the device: block (bx, by) of 32 x 8 threads sums columns
+ * [32 bx, 32 bx + 32) over the rows i = 8 r + ty (r = by, by + R, ...) in order, then its 8
+ * row lanes in order, into part[by][col]; k_bias_grad_sum adds the R partial sums of each
+ * column in order. A fixed order, so the same bits every run (not the CPU's: within the
+ * fp32 tolerance of its sum). One thread per column gave 3 blocks for 768 columns. */
+enum { CU_BG_X = 32, CU_BG_Y = 8 };
+static __global__ void k_bias_grad_part(float *part, const float *dout, int N, int OC, int R) {
+    __shared__ float acc[CU_BG_Y][CU_BG_X];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    for (int cb = blockIdx.x; cb * CU_BG_X < OC; cb += gridDim.x) {
+        int o = cb * CU_BG_X + tx;
+        for (int r = blockIdx.y; r < R; r += gridDim.y) {
+            float a = 0;
+            if (o < OC)
+                for (int i = r * CU_BG_Y + ty; i < N; i += R * CU_BG_Y) a += dout[(size_t)i * OC + o];
+            acc[ty][tx] = a;
+            __syncthreads();
+            if (ty == 0 && o < OC) {
+                float t = acc[0][tx];
+                for (int y = 1; y < CU_BG_Y; y++) t += acc[y][tx];
+                part[(size_t)r * OC + o] = t;
+            }
+            __syncthreads();
+        }
+    }
+}
+static __global__ void k_bias_grad_sum(float *dbias, const float *part, int OC, int R) {
+    for (int o = blockIdx.x * blockDim.x + threadIdx.x; o < OC; o += gridDim.x * blockDim.x) {
+        float t = 0;
+        for (int r = 0; r < R; r++) t += part[(size_t)r * OC + o];
+        dbias[o] += t;
+    }
+}
+/* dbias (OC) += column sums of dout (N, OC), on the compute stream; the partial sums in
+ * cuBLASLt's workspace, which only the gemms on this stream use */
+static void bias_grad(st_backend *be, float *dbias, const float *dout, int N, int OC, const char *op) {
+    cuda_ctx *c = ctx_of(be);
+    size_t cap = c->mm->ws ? c->mm->ws_bytes / ((size_t)OC * 4) : 0;
+    int R = (N + CU_BG_Y - 1) / CU_BG_Y;
+    if (R > 64) R = 64;
+    if ((size_t)R > cap) R = (int)cap;
+    if (R < 2) {
+        ST_CUDA_LAUNCH(k_bias_grad, st_cuda_grid((size_t)OC, 256), 256, 0, c->stream, dbias, dout, N, OC);
+        LAUNCHED(be, op);
+        return;
+    }
+    float *part = (float *)c->mm->ws;
+    unsigned gx = st_cuda_grid((size_t)OC, CU_BG_X), gy = st_cuda_grid((size_t)R, 1);
+    ST_CUDA_LAUNCH(k_bias_grad_part, dim3(gx, gy), dim3(CU_BG_X, CU_BG_Y), 0, c->stream, part, dout, N, OC, R);
+    LAUNCHED(be, op);
+    ST_CUDA_LAUNCH(k_bias_grad_sum, st_cuda_grid((size_t)OC, 256), 256, 0, c->stream, dbias, part, OC, R);
+    LAUNCHED(be, op);
 }
 /* Row-major C (M, N) = op(A) (M, K) op(B) (K, N) + beta C (+ bias, N floats, on every
  * row: only with beta 0 and ldc N), the CPU backend's cblas_sgemm(CblasRowMajor, ...) call
@@ -252,6 +380,7 @@ static void mm_gemm(st_backend *be, bool ta, bool tb, int M, int N, int K, const
                     int ldb, float beta, const float *bias, float *C, int ldc, const char *op) {
     cuda_ctx *c = ctx_of(be);
     bool added = false;
+    c->last_op.store(op);
     cublasStatus_t s =
         cu_lt_gemm(c->mm, c->matmul_mode, c->stream, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, bias, &added);
     if (s == CUBLAS_STATUS_SUCCESS && bias && !added) {
@@ -278,10 +407,7 @@ static void be_matmul_backward(st_backend *be, float *dinp, float *dw, float *db
         if (dinp) mm_gemm(be, false, false, N, C, OC, dout, OC, w, C, 1.0f, nullptr, dinp, C, "matmul_backward");
         if (dw) mm_gemm(be, true, false, OC, C, N, dout, OC, inp, C, 1.0f, nullptr, dw, C, "matmul_backward");
     }
-    if (dbias) {
-        ST_CUDA_LAUNCH(k_bias_grad, st_cuda_grid((size_t)OC, 256), 256, 0, ctx_of(be)->stream, dbias, dout, N, OC);
-        LAUNCHED(be, "matmul_backward");
-    }
+    if (dbias) bias_grad(be, dbias, dout, N, OC, "matmul_backward");
 }
 
 /* ---------------------------------------------------------------- ops (fp32 storage) */
@@ -314,7 +440,9 @@ static void be_layernorm_forward(st_backend *be, float *out, float *mean, float 
 static void be_layernorm_backward(st_backend *be, float *dinp, float *dw, float *db, const float *dout,
                                   const float *inp, const float *w, const float *mean, const float *rstd, int N,
                                   int C) {
-    cu_layernorm_backward<float>(dinp, dw, db, dout, inp, w, mean, rstd, N, C, ctx_of(be)->stream);
+    cuda_ctx *c = ctx_of(be); /* the weight gradients' partial sums in cuBLASLt's workspace (stream-ordered) */
+    cu_layernorm_backward<float>(dinp, dw, db, dout, inp, w, mean, rstd, N, C, c->stream, (float *)c->mm->ws,
+                                 c->mm->ws ? c->mm->ws_bytes / 4 : 0);
     LAUNCHED(be, "layernorm_backward");
 }
 static void be_rmsnorm_forward(st_backend *be, float *out, float *rstd, const float *inp, const float *w, int N,
@@ -324,7 +452,9 @@ static void be_rmsnorm_forward(st_backend *be, float *out, float *rstd, const fl
 }
 static void be_rmsnorm_backward(st_backend *be, float *dinp, float *dw, const float *dout, const float *inp,
                                 const float *w, const float *rstd, int N, int H, int hs, int ld) {
-    cu_rmsnorm_backward<float>(dinp, dw, dout, inp, w, rstd, N, H, hs, ld, ctx_of(be)->stream);
+    cuda_ctx *c = ctx_of(be);
+    cu_rmsnorm_backward<float>(dinp, dw, dout, inp, w, rstd, N, H, hs, ld, c->stream, (float *)c->mm->ws,
+                               c->mm->ws ? c->mm->ws_bytes / 4 : 0);
     LAUNCHED(be, "rmsnorm_backward");
 }
 static void be_gelu_forward(st_backend *be, float *out, const float *inp, int n) {
@@ -373,7 +503,9 @@ static void att_bwd(st_backend *be, float *dq, float *dk, float *dv, const float
                     const float *v, const float *out, const float *lse, const int32_t *ds, int ld, int B, int T, int NH,
                     int NKV, int hs, const char *op) {
     if (!cu_attn_supported(hs)) return note(ctx_of(be), cudaErrorInvalidValue, op);
-    cu_attn_backward<float>(dq, dk, dv, dout, q, k, v, out, lse, ds, ld, B, T, NH, NKV, hs, ctx_of(be)->stream);
+    cuda_ctx *c = ctx_of(be); /* delta once per row, in cuBLASLt's workspace (stream-ordered) */
+    cu_attn_backward<float>(dq, dk, dv, dout, q, k, v, out, lse, ds, ld, B, T, NH, NKV, hs, c->stream,
+                            (float *)c->mm->ws, c->mm->ws ? c->mm->ws_bytes / 4 : 0);
     LAUNCHED(be, op);
 }
 static void be_attention_forward(st_backend *be, float *out, float *lse, const float *qkv, int B, int T, int C,
@@ -455,6 +587,8 @@ static void be_free(st_backend *be) {
             if (c->copy_stream[d]) cudaStreamDestroy(c->copy_stream[d]);
         }
         if (c->compute_mark) cudaEventDestroy(c->compute_mark);
+        for (int i = 0; i < CU_TIMER_RING; i++)
+            if (c->timer_ev[i]) cudaEventDestroy(c->timer_ev[i]);
         if (c->mm && c->mm->lt) cublasLtDestroy(c->mm->lt);
         delete c->mm; /* its workspace is a block of the arena */
         if (c->stream) cudaStreamDestroy(c->stream);
@@ -511,6 +645,10 @@ static st_backend_ops make_ops(void) {
     o.attention_gqa_doc_forward = be_attention_gqa_doc_forward;
     o.attention_gqa_doc_backward = be_attention_gqa_doc_backward;
     o.memory = be_memory;
+    o.host_register = be_host_register;
+    o.host_unregister = be_host_unregister;
+    o.timer_mark = be_timer_mark;
+    o.timer_seconds = be_timer_seconds;
     return o;
 }
 static const st_backend_ops cuda_ops = make_ops();
@@ -551,6 +689,8 @@ extern "C" st_status st_backend_cuda_create(st_backend **out, int device, size_t
             e = cudaEventCreateWithFlags(&c->copy_ev[d][i], cudaEventDisableTiming | cudaEventBlockingSync);
     }
     if (e == cudaSuccess) e = cudaEventCreateWithFlags(&c->compute_mark, cudaEventDisableTiming);
+    for (int i = 0; i < CU_TIMER_RING && e == cudaSuccess; i++) /* timing events; a waiting thread sleeps */
+        e = cudaEventCreateWithFlags(&c->timer_ev[i], cudaEventBlockingSync);
     if (e != cudaSuccess) {
         be_free(be);
         return st_errf(err, ST_ERR_UNSUPPORTED, "cuda backend: the copy streams and their events: %s",
@@ -564,6 +704,20 @@ extern "C" st_status st_backend_cuda_create(st_backend **out, int device, size_t
     if (bs != CUBLAS_STATUS_SUCCESS) {
         be_free(be);
         return st_errf(err, ST_ERR_UNSUPPORTED, "cuda backend: cublasLtCreate: %s", cublasGetStatusString(bs));
+    }
+    /* the arena must leave room beside it: CUDA loads kernels lazily (ours, cuBLASLt's) into
+     * device memory at their first launch, and the runtime allocates for itself; an arena
+     * of nearly all the free memory fails there, at a later op, not here */
+    size_t free0 = 0, total0 = 0;
+    if (cudaMemGetInfo(&free0, &total0) == cudaSuccess && (free0 < CU_DEVICE_HEADROOM ||
+                                                          arena_bytes > free0 - CU_DEVICE_HEADROOM)) {
+        size_t most = free0 > CU_DEVICE_HEADROOM ? free0 - CU_DEVICE_HEADROOM : 0;
+        be_free(be);
+        return st_errf(err, ST_ERR_NOMEM,
+                       "cuda backend: a device budget of %zu bytes leaves less than the %zu bytes that lazily loaded "
+                       "kernels and the CUDA runtime need beside it on device %d (%zu of %zu bytes free): give a "
+                       "device budget of at most %zu bytes",
+                       arena_bytes, CU_DEVICE_HEADROOM, device, free0, total0, most);
     }
     if ((e = cudaMalloc((void **)&c->base, arena_bytes)) != cudaSuccess) {
         size_t free_b = 0, total_b = 0;
@@ -590,10 +744,19 @@ extern "C" st_status st_backend_cuda_create(st_backend **out, int device, size_t
 extern "C" st_status st_backend_cuda_status(st_backend *be, st_err *err) {
     cuda_ctx *c = ctx_of(be);
     note(c, cudaStreamSynchronize(c->stream), "synchronize");
+    std::lock_guard<std::mutex> g(c->err_mu);
     if (!failed(c)) return ST_OK;
     if (c->first_blas != CUBLAS_STATUS_SUCCESS)
         return st_errf(err, ST_ERR_INVALID, "cuda backend: %s: cuBLAS: %s", c->first_op,
                        cublasGetStatusString(c->first_blas));
+    if (async_fault(c->first))
+        return st_errf(err, ST_ERR_INVALID,
+                       "cuda backend: an asynchronous fault on device %d, %s (%s), surfaced at %s: a kernel, copy or "
+                       "cuBLAS call queued before it raised it (the last op queued on the compute stream was %s); "
+                       "the device is unusable until the process ends; rerun under compute-sanitizer or with "
+                       "CUDA_LAUNCH_BLOCKING=1 to name the op",
+                       c->device, cudaGetErrorName(c->first), cudaGetErrorString(c->first), c->first_op,
+                       c->first_after);
     return st_errf(err, c->first == cudaErrorMemoryAllocation ? ST_ERR_NOMEM : ST_ERR_INVALID,
                    "cuda backend: %s: %s (%s)", c->first_op, cudaGetErrorName(c->first), cudaGetErrorString(c->first));
 }

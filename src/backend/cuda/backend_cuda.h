@@ -12,6 +12,7 @@
 #ifdef ST_CUDA_EMU
 #define st_backend_cuda_set_matmul st_backend_cuda_emu_set_matmul
 #define st_backend_cuda_matmul_workspace st_backend_cuda_emu_matmul_workspace
+#define st_backend_cuda_matmul_stats st_backend_cuda_emu_matmul_stats
 #endif
 
 #ifdef __cplusplus
@@ -51,6 +52,15 @@ st_status st_backend_cuda_status(struct st_backend *be, st_err *err);
  * products, fp32 sums). Names are read by st_backend_matmul_parse; a value outside the
  * enum is refused (ST_ERR_INVALID) naming it. */
 st_status st_backend_cuda_set_matmul(struct st_backend *be, st_matmul_mode mode, st_err *err);
+/* What the backend's matmuls ran since it was made: gemms per compute type actually used
+ * (calls[ST_MATMUL_FP32], [_TF32], [_BF16]), gemms of a reduced mode computed in fp32
+ * because cuBLASLt offered no algorithm for their shape (fallbacks: also logged once per
+ * shape), and biases added as rows because their pointer was under the bias epilogue's
+ * 16-byte alignment (bias_rows). */
+typedef struct st_cuda_matmul_stats {
+    uint64_t calls[3], fallbacks, bias_rows;
+} st_cuda_matmul_stats;
+void st_backend_cuda_matmul_stats(struct st_backend *be, st_cuda_matmul_stats *out);
 
 #ifdef __cplusplus
 }

@@ -55,7 +55,17 @@ struct CuLtMatmul {
     size_t ws_bytes = 0;
     CuLtEntry cache[CU_LT_CACHE];
     int n_cache = 0, next = 0; /* entries used; the one to replace next when full */
+    /* what ran: gemms per compute type actually used (fp32, tf32, bf16: st_matmul_mode's
+     * order), gemms of a reduced mode computed in fp32 for want of an algorithm, and biases
+     * added as rows because their pointer was under the epilogue's 16 bytes */
+    uint64_t calls[3] = {0, 0, 0}, fallbacks = 0, bias_rows = 0;
 };
+
+/* The bias epilogue's kernels load the bias vector 16 bytes at a time; cuBLASLt's
+ * preferences have no alignment attribute for it, so the heuristic may pick such a kernel
+ * for any pointer and a bias under 16-byte alignment faults on the device ("misaligned
+ * address", sticky). The epilogue is used only for an aligned bias. */
+#define CU_LT_BIAS_ALIGN 16u
 
 /* the largest power of two (at most 256) dividing the address */
 static inline unsigned cu_lt_align(const void *p) {
@@ -90,9 +100,38 @@ struct CuLtCall {
  * an algorithm for it; *bias_added says whether it did (if not, nothing was computed and
  * the caller adds the bias itself). CUBLAS_STATUS_NOT_SUPPORTED when the heuristic
  * offers no algorithm at all. */
+static cublasStatus_t cu_lt_gemm_mode(CuLtMatmul *L, int mode, cudaStream_t stream, bool ta, bool tb, int M, int N,
+                                      int K, const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                                      int ldc, const float *bias, bool *bias_added);
+/* The gemm below in `mode`; a reduced mode (tf32, bf16) for which cuBLASLt offers no
+ * algorithm (tensor-core kernels want leading dimensions and pointers of 16-byte
+ * multiples; GPT-2's 50257-row head has neither) runs in fp32 instead, counted in
+ * L->fallbacks and said once per shape (the algorithm table remembers it), so a run
+ * neither fails nor stays fp32 unseen. */
 static cublasStatus_t cu_lt_gemm(CuLtMatmul *L, int mode, cudaStream_t stream, bool ta, bool tb, int M, int N, int K,
                                  const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc,
                                  const float *bias, bool *bias_added) {
+    if (bias && cu_lt_align(bias) < CU_LT_BIAS_ALIGN) { /* nothing computed: the caller adds it as rows */
+        *bias_added = false;
+        L->bias_rows++;
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    cublasStatus_t s = cu_lt_gemm_mode(L, mode, stream, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, bias, bias_added);
+    if (bias) { /* no algorithm with the epilogue: the caller adds the rows and calls again without */
+        if (s == CUBLAS_STATUS_SUCCESS && *bias_added) L->calls[mode]++;
+        return s;
+    }
+    if (mode != 0 && s == CUBLAS_STATUS_NOT_SUPPORTED) {
+        L->fallbacks++, mode = 0;
+        s = cu_lt_gemm_mode(L, 0, stream, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, nullptr, nullptr);
+    }
+    if (s == CUBLAS_STATUS_SUCCESS) L->calls[mode]++;
+    return s;
+}
+
+static cublasStatus_t cu_lt_gemm_mode(CuLtMatmul *L, int mode, cudaStream_t stream, bool ta, bool tb, int M, int N,
+                                      int K, const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                                      int ldc, const float *bias, bool *bias_added) {
     if (bias_added) *bias_added = false;
     /* cuBLASLt's operands: its A is our B, its B our A (see the top of this file) */
     cublasOperation_t opa = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -152,6 +191,9 @@ static cublasStatus_t cu_lt_gemm(CuLtMatmul *L, int mode, cudaStream_t stream, b
         e->key = key;
         e->found = s == CUBLAS_STATUS_SUCCESS && found > 0 && res.state == CUBLAS_STATUS_SUCCESS;
         e->algo = res.algo;
+        if (!e->found && mode != 0 && !bias)
+            st_log(1, "cuda backend: cuBLASLt has no %s algorithm for the gemm m %d n %d k %d (ld %d %d %d%s): "
+                   "computed in fp32 there\n", mode == 1 ? "tf32" : "bf16", m, n, k, ldb, lda, ldc, "");
     }
     if (!e->found) return bias ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED; /* with bias: caller adds it */
     const float one = 1.0f;

@@ -20,11 +20,11 @@
     template void cu_layernorm_forward<T>(T *, float *, float *, const T *, const T *, const T *, int, int,      \
                                           cudaStream_t);                                                         \
     template void cu_layernorm_backward<T>(T *, float *, float *, const T *, const T *, const T *, const float *, \
-                                           const float *, int, int, cudaStream_t);                               \
+                                           const float *, int, int, cudaStream_t, float *, size_t);              \
     template void cu_rmsnorm_forward<T>(T *, float *, const T *, const T *, int, int, int, int, float,            \
                                         cudaStream_t);                                                           \
     template void cu_rmsnorm_backward<T>(T *, float *, const T *, const T *, const T *, const float *, int, int,  \
-                                         int, int, cudaStream_t);                                                \
+                                         int, int, cudaStream_t, float *, size_t);                               \
     template void cu_rope_forward<T>(T *, const float *, const float *, int, int, int, int, int, cudaStream_t);   \
     template void cu_rope_backward<T>(T *, const float *, const float *, int, int, int, int, int, cudaStream_t);   \
     template void cu_embed_forward<T>(T *, const int32_t *, const T *, const T *, int, int, int, cudaStream_t);   \
@@ -32,7 +32,8 @@
     template void cu_attn_forward<T>(T *, float *, const T *, const T *, const T *, const int32_t *, int, int, int, \
                                      int, int, int, cudaStream_t);                                               \
     template void cu_attn_backward<T>(T *, T *, T *, const T *, const T *, const T *, const T *, const T *,        \
-                                      const float *, const int32_t *, int, int, int, int, int, int, cudaStream_t); \
+                                      const float *, const int32_t *, int, int, int, int, int, int, cudaStream_t,  \
+                                      float *, size_t);                                                          \
     template void cu_crossentropy<T>(T *, float *, const int32_t *, int, int, float, cudaStream_t);              \
     template void cu_softmax_chunk_stats<T>(const T *, const int32_t *, int, int, int, float *, double *, float *, \
                                             cudaStream_t);                                                       \

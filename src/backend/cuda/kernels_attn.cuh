@@ -140,22 +140,43 @@ __global__ void __launch_bounds__(CU_ATT_THREADS)
 
 /* ---------------------------------------------------------------- backward */
 
-/* Qs, dOs: query rows t0.. of head h; Ls, Dl: their lse and delta = dot(dout, out) */
+/* delta of query row t of head h in batch b = dot(dout, out) over the head, the sum in order */
+template <class T>
+__device__ __forceinline__ float cu_att_delta(const T *dout, const T *out, size_t row, int h, int NH, int hs) {
+    size_t o = row * (size_t)(NH * hs) + (size_t)h * hs;
+    float dl = 0;
+    for (int d = 0; d < hs; d++) dl += cu_load(dout + o + d) * cu_load(out + o + d);
+    return dl;
+}
+/* delta[(b NH + h) T + t] for every row once (the backward kernels read it instead of
+ * recomputing it with 16 of their 64 threads for every tile pair); the same sums, so the
+ * same bits */
+template <class T>
+__global__ void k_attn_delta(float *delta, const T *dout, const T *out, int B, int T_, int NH, int hs) {
+    size_t n = (size_t)B * NH * T_;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        size_t t = i % T_, bh = i / T_;
+        int h = (int)(bh % NH);
+        size_t b = bh / NH;
+        delta[i] = cu_att_delta(dout, out, b * T_ + t, h, NH, hs);
+    }
+}
+
+/* Qs, dOs: query rows t0.. of head h; Ls, Dl: their lse and delta = dot(dout, out) (from
+ * the precomputed delta where given) */
 template <class T>
 __device__ __forceinline__ void cu_att_load_queries(float (*Qs)[CU_ATT_LDS], float (*dOs)[CU_ATT_LDS], float *Ls,
                                                     float *Dl, const T *q, const T *dout, const T *out,
                                                     const float *lse, size_t row0, int t0, int nr, int h, int ld,
-                                                    int T_, int NH, int hs) {
+                                                    int T_, int NH, int hs, const float *delta) {
     int C = NH * hs;
     cu_att_load(Qs, q + (row0 + t0) * ld + (size_t)h * hs, ld, nr, hs);
     cu_att_load(dOs, dout + (row0 + t0) * C + (size_t)h * hs, (size_t)C, nr, hs);
     for (int r = threadIdx.x; r < CU_ATT_BQ; r += blockDim.x) {
         float dl = 0;
-        if (r < nr) {
-            size_t o = (row0 + t0 + r) * C + (size_t)h * hs;
-            const T *orow = out + o, *drow = dout + o;
-            for (int d = 0; d < hs; d++) dl += cu_load(drow + d) * cu_load(orow + d);
-        }
+        if (r < nr)
+            dl = delta ? delta[((size_t)(row0 / T_) * NH + h) * T_ + t0 + r]
+                       : cu_att_delta(dout, out, row0 + t0 + r, h, NH, hs);
         Dl[r] = dl;
         Ls[r] = r < nr ? lse[((size_t)(row0 / T_) * NH + h) * T_ + t0 + r] : 0.0f;
     }
@@ -227,7 +248,8 @@ __device__ __forceinline__ void cu_att_add_rows(T *base, size_t ld, const float 
 template <class T>
 __global__ void __launch_bounds__(CU_ATT_THREADS)
     k_attn_backward_dq(T *dq, const T *dout, const T *q, const T *k, const T *v, const T *out, const float *lse,
-                       const int32_t *doc_start, int ld, int B, int T_, int NH, int NKV, int hs, float scale) {
+                       const int32_t *doc_start, int ld, int B, int T_, int NH, int NKV, int hs, float scale,
+                       const float *delta) {
     __shared__ float Qs[CU_ATT_BQ][CU_ATT_LDS], dOs[CU_ATT_BQ][CU_ATT_LDS];
     __shared__ float Ks[CU_ATT_BK][CU_ATT_LDS], Vs[CU_ATT_BK][CU_ATT_LDS];
     __shared__ float dS[CU_ATT_BQ][CU_ATT_BK + 1], Ls[CU_ATT_BQ], Dl[CU_ATT_BQ];
@@ -239,7 +261,7 @@ __global__ void __launch_bounds__(CU_ATT_THREADS)
         const int32_t *ds = doc_start ? doc_start + row0 : nullptr;
         const T *kh = k + row0 * ld + (size_t)(h / G) * hs, *vh = v + row0 * ld + (size_t)(h / G) * hs;
         __syncthreads();
-        cu_att_load_queries(Qs, dOs, Ls, Dl, q, dout, out, lse, row0, t0, nr, h, ld, T_, NH, hs);
+        cu_att_load_queries(Qs, dOs, Ls, Dl, q, dout, out, lse, row0, t0, nr, h, ld, T_, NH, hs, delta);
         float acc[CU_ATT_RW][CU_ATT_DS] = {};
         int kbeg = ds ? ds[t0] / CU_ATT_BK * CU_ATT_BK : 0;
         for (int k0 = kbeg; k0 < t0 + nr; k0 += CU_ATT_BK) {
@@ -262,7 +284,7 @@ template <class T>
 __global__ void __launch_bounds__(CU_ATT_THREADS)
     k_attn_backward_dkv(T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v, const T *out,
                         const float *lse, const int32_t *doc_start, int ld, int B, int T_, int NH, int NKV, int hs,
-                        float scale) {
+                        float scale, const float *delta) {
     __shared__ float Qs[CU_ATT_BQ][CU_ATT_LDS], dOs[CU_ATT_BQ][CU_ATT_LDS];
     __shared__ float Ks[CU_ATT_BK][CU_ATT_LDS], Vs[CU_ATT_BK][CU_ATT_LDS];
     __shared__ float P[CU_ATT_BQ][CU_ATT_BK + 1], dS[CU_ATT_BQ][CU_ATT_BK + 1], Ls[CU_ATT_BQ], Dl[CU_ATT_BQ];
@@ -281,7 +303,7 @@ __global__ void __launch_bounds__(CU_ATT_THREADS)
                 if (ds && ds[t0] >= k0 + nk) break; /* later rows start their documents after this tile */
                 int nr = T_ - t0 < CU_ATT_BQ ? T_ - t0 : CU_ATT_BQ;
                 __syncthreads(); /* the previous rows' readers are done with Qs, dOs, P, dS */
-                cu_att_load_queries(Qs, dOs, Ls, Dl, q, dout, out, lse, row0, t0, nr, h, ld, T_, NH, hs);
+                cu_att_load_queries(Qs, dOs, Ls, Dl, q, dout, out, lse, row0, t0, nr, h, ld, T_, NH, hs, delta);
                 __syncthreads();
                 cu_att_probs(P, dS, Qs, dOs, Ks, Vs, Ls, Dl, ds, t0, nr, k0, nk, hs, scale);
                 __syncthreads();
@@ -304,17 +326,22 @@ void cu_attn_forward(T *out, float *lse, const T *q, const T *k, const T *v, con
     ST_CUDA_LAUNCH(k_attn_forward<T>, st_cuda_grid(items, 1), CU_ATT_THREADS, 0, s, out, lse, q, k, v, doc_start, ld,
                    B, T_, NH, NKV, hs, 1.0f / sqrtf((float)hs));
 }
+/* scratch (device, scratch_floats floats, free on stream s): where delta is computed once
+ * for every row when it holds B NH T floats; without it each tile pair recomputes it */
 template <class T>
 void cu_attn_backward(T *dq, T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v, const T *out,
                       const float *lse, const int32_t *doc_start, int ld, int B, int T_, int NH, int NKV, int hs,
-                      cudaStream_t s) {
+                      cudaStream_t s, float *scratch = nullptr, size_t scratch_floats = 0) {
     float scale = 1.0f / sqrtf((float)hs);
     size_t qitems = (size_t)B * NH * ((T_ + CU_ATT_BQ - 1) / CU_ATT_BQ);
     size_t kitems = (size_t)B * NKV * ((T_ + CU_ATT_BK - 1) / CU_ATT_BK);
+    size_t rows = (size_t)B * NH * T_;
+    float *delta = scratch && scratch_floats >= rows ? scratch : nullptr;
+    if (delta) ST_CUDA_LAUNCH(k_attn_delta<T>, st_cuda_grid(rows, 256), 256, 0, s, delta, dout, out, B, T_, NH, hs);
     ST_CUDA_LAUNCH(k_attn_backward_dq<T>, st_cuda_grid(qitems, 1), CU_ATT_THREADS, 0, s, dq, dout, q, k, v, out, lse,
-                   doc_start, ld, B, T_, NH, NKV, hs, scale);
+                   doc_start, ld, B, T_, NH, NKV, hs, scale, (const float *)delta);
     ST_CUDA_LAUNCH(k_attn_backward_dkv<T>, st_cuda_grid(kitems, 1), CU_ATT_THREADS, 0, s, dk, dv, dout, q, k, v, out,
-                   lse, doc_start, ld, B, T_, NH, NKV, hs, scale);
+                   lse, doc_start, ld, B, T_, NH, NKV, hs, scale, (const float *)delta);
 }
 
 #endif

@@ -67,32 +67,52 @@ __global__ void k_layernorm_backward_dinp(T *dinp, const T *dout, const T *inp, 
     }
 }
 
-/* dw, db (C) += sums over the N rows; block (CU_COL_X, CU_COL_Y) */
+/* dw, db (C) += sums over the N rows; block (CU_COL_X, CU_COL_Y). With part (R > 1 row
+ * groups): block row blockIdx.y takes groups r, and group r's rows i = r CU_COL_Y + ty,
+ * stepping R CU_COL_Y, summed into part[r C + c] (dw) and part[(R + r) C + c] (db), which
+ * k_cols_sum then adds in order: a grid of C/32 x R blocks, not C/32, in a fixed order. */
 template <class T>
 __global__ void k_layernorm_backward_params(float *dw, float *db, const T *dout, const T *inp, const float *mean,
-                                            const float *rstd, int N, int C) {
+                                            const float *rstd, int N, int C, float *part, int R) {
     __shared__ float pw[CU_COL_Y][CU_COL_X + 1], pb[CU_COL_Y][CU_COL_X + 1];
     int tx = threadIdx.x, ty = threadIdx.y;
-    for (int c0 = blockIdx.x * CU_COL_X; c0 < C; c0 += gridDim.x * CU_COL_X) {
-        int c = c0 + tx;
-        float sw = 0, sb = 0;
-        if (c < C)
-            for (int i = ty; i < N; i += CU_COL_Y) {
-                size_t o = (size_t)i * C + c;
-                float d = cu_load(dout + o);
-                sw += (cu_load(inp + o) - mean[i]) * rstd[i] * d;
-                sb += d;
+    for (int c0 = blockIdx.x * CU_COL_X; c0 < C; c0 += gridDim.x * CU_COL_X)
+        for (int r = blockIdx.y; r < R; r += gridDim.y) {
+            int c = c0 + tx;
+            float sw = 0, sb = 0;
+            if (c < C)
+                for (int i = r * CU_COL_Y + ty; i < N; i += R * CU_COL_Y) {
+                    size_t o = (size_t)i * C + c;
+                    float d = cu_load(dout + o);
+                    sw += (cu_load(inp + o) - mean[i]) * rstd[i] * d;
+                    sb += d;
+                }
+            pw[ty][tx] = sw, pb[ty][tx] = sb;
+            __syncthreads();
+            if (ty == 0 && c < C) {
+                float a = 0, b = 0;
+                for (int y = 0; y < CU_COL_Y; y++) a += pw[y][tx], b += pb[y][tx];
+                if (part) part[(size_t)r * C + c] = a, part[(size_t)(R + r) * C + c] = b;
+                else dw[c] += a, db[c] += b;
             }
-        pw[ty][tx] = sw, pb[ty][tx] = sb;
-        __syncthreads();
-        if (ty == 0 && c < C) {
-            float a = 0, b = 0;
-            for (int y = 0; y < CU_COL_Y; y++) a += pw[y][tx], b += pb[y][tx];
-            dw[c] += a;
-            db[c] += b;
+            __syncthreads(); /* pw, pb are read before the next columns overwrite them */
         }
-        __syncthreads(); /* pw, pb are read before the next columns overwrite them */
+}
+/* dst (C) += the R partial sums part[r C + c], in order of r */
+static __global__ void k_cols_sum(float *dst, const float *part, int C, int R) {
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x) {
+        float t = 0;
+        for (int r = 0; r < R; r++) t += part[(size_t)r * C + c];
+        dst[c] += t;
     }
+}
+/* the row groups for `rows` rows of `cols` columns and `vecs` partial vectors in a scratch
+ * of `floats` floats: at most 64, at least 2 (else 1: no scratch used) */
+static inline int cu_row_groups(size_t rows, size_t cols, int vecs, size_t floats) {
+    size_t r = (rows + CU_COL_Y - 1) / CU_COL_Y, cap = floats / (cols * (size_t)vecs);
+    if (r > 64) r = 64;
+    if (r > cap) r = cap;
+    return r < 2 ? 1 : (int)r;
 }
 
 /* ---------------------------------------------------------------- rmsnorm */
@@ -135,29 +155,32 @@ __global__ void k_rmsnorm_backward_dinp(T *dinp, const T *dout, const T *inp, co
     }
 }
 
-/* dw (hs) += the sum over the N*H groups of dout * inp * rstd; block (CU_COL_X, CU_COL_Y) */
+/* dw (hs) += the sum over the N*H groups of dout * inp * rstd; block (CU_COL_X, CU_COL_Y);
+ * with part, R row groups as k_layernorm_backward_params (part[r hs + c]) */
 template <class T>
 __global__ void k_rmsnorm_backward_params(float *dw, const T *dout, const T *inp, const float *rstd, int N, int H,
-                                          int hs, int ld) {
+                                          int hs, int ld, float *part, int R) {
     __shared__ float pw[CU_COL_Y][CU_COL_X + 1];
     int tx = threadIdx.x, ty = threadIdx.y;
-    for (int c0 = blockIdx.x * CU_COL_X; c0 < hs; c0 += gridDim.x * CU_COL_X) {
-        int c = c0 + tx;
-        float sw = 0;
-        if (c < hs)
-            for (int g = ty; g < N * H; g += CU_COL_Y) {
-                size_t o = (size_t)(g / H) * ld + (size_t)(g % H) * hs + c;
-                sw += cu_load(dout + o) * cu_load(inp + o) * rstd[g];
+    for (int c0 = blockIdx.x * CU_COL_X; c0 < hs; c0 += gridDim.x * CU_COL_X)
+        for (int r = blockIdx.y; r < R; r += gridDim.y) {
+            int c = c0 + tx;
+            float sw = 0;
+            if (c < hs)
+                for (int g = r * CU_COL_Y + ty; g < N * H; g += R * CU_COL_Y) {
+                    size_t o = (size_t)(g / H) * ld + (size_t)(g % H) * hs + c;
+                    sw += cu_load(dout + o) * cu_load(inp + o) * rstd[g];
+                }
+            pw[ty][tx] = sw;
+            __syncthreads();
+            if (ty == 0 && c < hs) {
+                float a = 0;
+                for (int y = 0; y < CU_COL_Y; y++) a += pw[y][tx];
+                if (part) part[(size_t)r * hs + c] = a;
+                else dw[c] += a;
             }
-        pw[ty][tx] = sw;
-        __syncthreads();
-        if (ty == 0 && c < hs) {
-            float a = 0;
-            for (int y = 0; y < CU_COL_Y; y++) a += pw[y][tx];
-            dw[c] += a;
+            __syncthreads();
         }
-        __syncthreads();
-    }
 }
 
 /* ---------------------------------------------------------------- launchers (host) */
@@ -168,13 +191,23 @@ void cu_layernorm_forward(T *out, float *mean, float *rstd, const T *inp, const 
     ST_CUDA_LAUNCH(k_layernorm_forward<T>, st_cuda_grid(N, 1), cu_row_block(C), 0, s, out, mean, rstd, inp, w, b, N,
                    C);
 }
+/* scratch (device, scratch_floats floats, free on stream s): where the weight gradients'
+ * partial sums over row groups go, so that the grid spreads over rows too; without it
+ * (the kernel tests) C/32 blocks each sum every row in order, the CPU's bits */
 template <class T>
 void cu_layernorm_backward(T *dinp, float *dw, float *db, const T *dout, const T *inp, const T *w, const float *mean,
-                           const float *rstd, int N, int C, cudaStream_t s) {
+                           const float *rstd, int N, int C, cudaStream_t s, float *scratch = nullptr,
+                           size_t scratch_floats = 0) {
     ST_CUDA_LAUNCH(k_layernorm_backward_dinp<T>, st_cuda_grid(N, 1), cu_row_block(C), 0, s, dinp, dout, inp, w, mean,
                    rstd, N, C);
-    ST_CUDA_LAUNCH(k_layernorm_backward_params<T>, st_cuda_grid(C, CU_COL_X), dim3(CU_COL_X, CU_COL_Y), 0, s, dw, db,
-                   dout, inp, mean, rstd, N, C);
+    int R = scratch ? cu_row_groups((size_t)N, (size_t)C, 2, scratch_floats) : 1;
+    float *part = R > 1 ? scratch : nullptr;
+    ST_CUDA_LAUNCH(k_layernorm_backward_params<T>, dim3(st_cuda_grid(C, CU_COL_X), st_cuda_grid((size_t)R, 1)),
+                   dim3(CU_COL_X, CU_COL_Y), 0, s, dw, db, dout, inp, mean, rstd, N, C, part, R);
+    if (part) {
+        ST_CUDA_LAUNCH(k_cols_sum, st_cuda_grid(C, 256), 256, 0, s, dw, (const float *)part, C, R);
+        ST_CUDA_LAUNCH(k_cols_sum, st_cuda_grid(C, 256), 256, 0, s, db, (const float *)(part + (size_t)R * C), C, R);
+    }
 }
 template <class T>
 void cu_rmsnorm_forward(T *out, float *rstd, const T *inp, const T *w, int N, int H, int hs, int ld, float eps,
@@ -184,11 +217,14 @@ void cu_rmsnorm_forward(T *out, float *rstd, const T *inp, const T *w, int N, in
 }
 template <class T>
 void cu_rmsnorm_backward(T *dinp, float *dw, const T *dout, const T *inp, const T *w, const float *rstd, int N, int H,
-                         int hs, int ld, cudaStream_t s) {
+                         int hs, int ld, cudaStream_t s, float *scratch = nullptr, size_t scratch_floats = 0) {
     ST_CUDA_LAUNCH(k_rmsnorm_backward_dinp<T>, st_cuda_grid((size_t)N * H, 1), cu_row_block(hs), 0, s, dinp, dout,
                    inp, w, rstd, N, H, hs, ld);
-    ST_CUDA_LAUNCH(k_rmsnorm_backward_params<T>, st_cuda_grid(hs, CU_COL_X), dim3(CU_COL_X, CU_COL_Y), 0, s, dw,
-                   dout, inp, rstd, N, H, hs, ld);
+    int R = scratch ? cu_row_groups((size_t)N * H, (size_t)hs, 1, scratch_floats) : 1;
+    float *part = R > 1 ? scratch : nullptr;
+    ST_CUDA_LAUNCH(k_rmsnorm_backward_params<T>, dim3(st_cuda_grid(hs, CU_COL_X), st_cuda_grid((size_t)R, 1)),
+                   dim3(CU_COL_X, CU_COL_Y), 0, s, dw, dout, inp, rstd, N, H, hs, ld, part, R);
+    if (part) ST_CUDA_LAUNCH(k_cols_sum, st_cuda_grid(hs, 256), 256, 0, s, dw, (const float *)part, hs, R);
 }
 
 #endif
