@@ -1218,6 +1218,17 @@ st_status st_train_run(const st_train_config *c, st_train_result *res, st_err *e
         if ((s = place_state(&placed, err))) return s;
         c = &placed;
     }
+    /* matmul auto: the precision this machine takes (bf16 where it has bf16 matrix units),
+     * logged, and run and recorded in config.json as if given */
+    st_train_config matmul_chosen;
+    if (!strcmp(c->matmul, "auto")) {
+        char why[200];
+        matmul_chosen = *c;
+        snprintf(matmul_chosen.matmul, sizeof matmul_chosen.matmul, "%s",
+                 st_backend_matmul_name(st_backend_matmul_auto(c->device, why, sizeof why)));
+        st_log(1, "matmul auto: %s (%s)\n", matmul_chosen.matmul, why);
+        c = &matmul_chosen;
+    }
     st_model_overrides ov = st_train_config_overrides(c);
     /* the memory plan, checked before anything is allocated or written */
     st_prof_mem_estimate mem;
@@ -1276,6 +1287,7 @@ st_status st_train_run(const st_train_config *c, st_train_result *res, st_err *e
     int threads = c->threads;
     if (!threads && dist.world > 1) threads = st_comm_threads(dist.comm); /* the cores shared by the ranks here */
     if ((s = st_backend_cpu_create(&be, threads, err))) goto done;
+    if ((s = st_backend_set_matmul(be, c->matmul, err))) goto done; /* key 'matmul' on the host's cores (named) */
     {
         /* a preset with overrides, or init_from's shape and weights (GPT-2 or the Llama family) */
         if ((s = st_model_create_from(&m, c->model, c->init_from, &ov, 1, be, err))) goto done;
