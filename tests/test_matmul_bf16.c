@@ -11,6 +11,8 @@
  *      product have standard deviation u sqrt(2/3), so this is a 7-sigma bound that is
  *      <= 6 u sqrt(K) max|a b|) plus the fp32 accumulation bound; and that the result is
  *      NOT fp32's, so a path that forgot to round would fail 1;
+ *   0. the operands' conversion (cpu_bf16_operand, vectorised) equal bit for bit to
+ *      st_f32_to_bf16 over random bit patterns, NaNs, infinities, denormals and ties;
  *   3. fp32 mode (the default, and again after bf16 was switched off) equal bit for bit to
  *      OpenBLAS sgemm called as the backend called it before matmul bf16 existed.
  * Skips (77) in a build without oneDNN or on a CPU without bf16 matrix units. */
@@ -20,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/matmul_bf16.h"
 #include "strata/backend.h"
 #include "strata/tensor.h"
 #include "testutil.h"
@@ -205,6 +208,33 @@ int main(void) {
           "tf32 on the cpu refused naming the key: %s", err.msg);
     CHECK(st_backend_matmul_check("cpu", "tf32", &err) == ST_ERR_UNSUPPORTED, "the key's check refuses tf32 on cpu");
     CHECK(st_backend_matmul_check("cpu", "bf16", &err) == ST_OK, "the key's check takes bf16 on cpu: %s", err.msg);
+    { /* 0: the conversion, every class of float, lengths with tails, over the threads */
+        cpu_bf16 *b16 = NULL;
+        CHECK(cpu_bf16_create(&b16, &err) == ST_OK, "cpu_bf16_create: %s", err.msg);
+        size_t n = (1u << 20) + 7;
+        float *x = malloc(n * 4);
+        unsigned s = 12345;
+        for (size_t i = 0; i < n; i++) {
+            s = s * 1664525u + 1013904223u;
+            uint32_t u = s;
+            if (i % 7 == 1) u = (u & 0x807fffffu);                        /* denormal or zero */
+            if (i % 7 == 2) u = (u & 0xffff0000u) | 0x8000u;               /* a tie */
+            if (i % 7 == 3) u = (u | 0x7f800000u);                        /* inf or NaN */
+            if (i % 7 == 4) u = (u & 0x80000000u) | 0x7f7fffffu;          /* the largest finite: rounds to inf */
+            memcpy(&x[i], &u, 4);
+        }
+        for (size_t len = 1; len <= n && b16; len = len < 64 ? len + 1 : len * 8 + 3) {
+            size_t off = n - len, bad = 0, first = 0;
+            cpu_bf16_lock(b16);
+            const uint16_t *h = cpu_bf16_operand(b16, 1, x + off, len);
+            for (size_t i = 0; h && i < len; i++)
+                if (h[i] != st_f32_to_bf16(x[off + i])) first = bad++ ? first : i;
+            cpu_bf16_unlock(b16);
+            CHECK(h && bad == 0, "conversion of %zu floats: %zu differ from st_f32_to_bf16 (first %zu)", len, bad, first);
+        }
+        free(x);
+        cpu_bf16_free(b16);
+    }
     /* odd shapes, shapes of GPT-2's blocks cut down, a head-like wide one; K from 1 to 768 */
     static const int shapes[][3] = {{1, 1, 1},   {3, 5, 7},     {17, 33, 9},   {64, 64, 64},
                                     {37, 96, 288}, {128, 768, 64}, {96, 300, 257}, {256, 64, 768}};

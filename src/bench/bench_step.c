@@ -96,7 +96,8 @@ static void usage(FILE *f) {
                "  --matmul fp32 (default), bf16 or auto: the step's matmul precision (strata train's key);\n"
                "  under bf16 the ceiling is oneDNN's bf16 matmul at the same shapes (operands already bf16)\n"
                "  and weight_to_bf16_s the time to round every parameter to bf16 twice (a step's weight\n"
-               "  conversions, forward and backward)\n"
+               "  conversions, forward and backward); step_convert_weights_s, step_convert_acts_s and\n"
+               "  step_onednn_s are what the timed steps spent in them (mean a step)\n"
                "  defaults: --model gpt2-124m --batch 4 --seq 256 --steps 5\n",
             st_model_preset_names(), "6 x (matmul weights incl. the head) + 6 x L x T x NH*head_dim (causal attention)");
 }
@@ -173,7 +174,10 @@ int bench_step(int argc, char **argv) {
         fprintf(stderr, "strata bench step: %s\n", err.msg);
         return 1;
     }
+    cpu_bf16_stats st0 = {0}, st1 = {0}; /* the step's own bf16 conversions and oneDNN time, over the timed steps */
+    cpu_bf16 *step_bf16 = mode == ST_MATMUL_BF16 ? cpu_backend_bf16(be) : NULL;
     for (int s = -1; s < steps; s++) {
+        if (s == 0 && step_bf16) cpu_bf16_get_stats(step_bf16, &st0);
         st_step_hp hp = {.adam = {1e-4f, 0.9f, 0.95f, 1e-8f, s + 2, 1.0f}, .grad_clip = 1.0f};
         st_step_result r;
         double t0 = st_now();
@@ -192,6 +196,10 @@ int bench_step(int argc, char **argv) {
         }
         if (!json) fprintf(stderr, "  step %d: %.3f s (loss %.4f), %s pass %.3f s\n", s + 1, t3 - t0, loss, ceiling, g);
     }
+    if (step_bf16) cpu_bf16_get_stats(step_bf16, &st1);
+    double conv_w = (st1.convert_s[1] - st0.convert_s[1]) / steps,
+           conv_a = (st1.convert_s[0] + st1.convert_s[2] - st0.convert_s[0] - st0.convert_s[2]) / steps,
+           in_gemm = (st1.gemm_s - st0.gemm_s) / steps;
     double step_s = bench_median(ts, steps), fwd_s = bench_median(tf, steps), bwd_s = bench_median(tb, steps), opt_s = bench_median(to, steps);
     double achieved = flops / step_s / 1e9, matmul_flops = gb.flops;
     double sgemm = gb.flops / bench_median(tg, steps) / 1e9;
@@ -203,7 +211,9 @@ int bench_step(int argc, char **argv) {
                "\"achieved_gflops\":%.2f,\"matmul\":\"%s\",\"%s_gflops\":%.2f,\"ratio\":%.3f,\"loss\":%.4f",
                model, B, T, m->n_params, omp_get_max_threads(), steps, step_s, fwd_s, bwd_s, opt_s, N / step_s,
                flops, matmul_flops, achieved, st_backend_matmul_name(mode), ceiling, sgemm, ratio, loss);
-        if (mode == ST_MATMUL_BF16) printf(",\"weight_to_bf16_s\":%.4f", w16_s);
+        if (mode == ST_MATMUL_BF16)
+            printf(",\"weight_to_bf16_s\":%.4f,\"step_convert_weights_s\":%.4f,\"step_convert_acts_s\":%.4f,"
+                   "\"step_onednn_s\":%.4f", w16_s, conv_w, conv_a, in_gemm);
         printf("}\n");
     } else {
         printf("model %s (%zu params), batch %d x seq %d: step %.3f s (forward %.3f, backward %.3f, optimizer %.3f), "
@@ -211,7 +221,8 @@ int bench_step(int argc, char **argv) {
                model, m->n_params, B, T, step_s, fwd_s, bwd_s, opt_s, N / step_s, st_backend_matmul_name(mode),
                achieved, mode == ST_MATMUL_BF16 ? "oneDNN bf16" : "sgemm", sgemm, ratio);
         if (mode == ST_MATMUL_BF16)
-            printf("every parameter rounded to bf16 twice (a step's weight conversions): %.4f s\n", w16_s);
+            printf("every parameter rounded to bf16 twice: %.4f s; in a step (mean): weights to bf16 %.4f s, "
+                   "activations to bf16 %.4f s, oneDNN's matmuls %.4f s\n", w16_s, conv_w, conv_a, in_gemm);
     }
     free(ts); free(tf); free(tb); free(to); free(tg); free(rr);
     gemm_bench_free(&gb);

@@ -479,8 +479,8 @@ static void bf16_emulation_note(cpu_bf16 *b) {
     enum { M = 256, N = 768, K = 768 };
     float *A = st_alloc(sizeof(float) * M * K), *B = st_alloc(sizeof(float) * K * N), *C = st_alloc(sizeof(float) * M * N);
     if (!A || !B || !C) goto done;
-    for (int i = 0; i < M * K; i++) A[i] = (float)((i * 7919) % 1000) * 1e-3f;
-    for (int i = 0; i < K * N; i++) B[i] = (float)((i * 104729) % 1000) * 1e-3f;
+    for (int i = 0; i < M * K; i++) A[i] = (float)(((unsigned)i * 7919u) % 1000u) * 1e-3f;
+    for (int i = 0; i < K * N; i++) B[i] = (float)(((unsigned)i * 104729u) % 1000u) * 1e-3f;
     double best_bf16 = 1e30, best_f32 = 1e30;
     st_err e = {0};
     for (int rep = 0; rep < 3; rep++) {
@@ -525,6 +525,7 @@ st_status cpu_backend_set_matmul(st_backend *be, st_matmul_mode mode, st_err *er
 }
 
 st_matmul_mode cpu_backend_matmul(const st_backend *be) { return ((const cpu_ctx *)be->ctx)->matmul; }
+cpu_bf16 *cpu_backend_bf16(const st_backend *be) { return ((const cpu_ctx *)be->ctx)->bf16; }
 
 /* ---------------------------------------------------------------- vtable */
 

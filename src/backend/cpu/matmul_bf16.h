@@ -44,6 +44,11 @@ void cpu_bf16_unlock(cpu_bf16 *b);
  * for (M, N, K, ta, tb, bias, accumulate) is made on the first call and kept. */
 st_status cpu_bf16_gemm(cpu_bf16 *b, int ta, int tb, int M, int N, int K, const uint16_t *A, const uint16_t *B,
                         const float *bias, int accumulate, float *C, st_err *err);
+/* Seconds spent since creation converting operands, by slot (the CPU backend's matmuls put
+ * the weight in slot 1, activations and their gradients in 0 and 2), and in oneDNN's
+ * matmuls (gemm_s); calls counts cpu_bf16_gemm. For the step benchmark's breakdown. */
+typedef struct cpu_bf16_stats { double convert_s[CPU_BF16_SLOTS], gemm_s; unsigned long long calls; } cpu_bf16_stats;
+void cpu_bf16_get_stats(cpu_bf16 *b, cpu_bf16_stats *out);
 /* oneDNN's implementation of that shape's primitive ("brg:avx512_core_amx", ...), made if
  * needed; "" where it cannot be made. */
 const char *cpu_bf16_impl(cpu_bf16 *b, int ta, int tb, int M, int N, int K, int bias, int accumulate);
@@ -54,5 +59,7 @@ const char *cpu_bf16_impl(cpu_bf16 *b, int ta, int tb, int M, int N, int K, int 
  * call in a process measures the emulated rate against sgemm and logs it once. */
 st_status cpu_backend_set_matmul(st_backend *be, st_matmul_mode mode, st_err *err);
 st_matmul_mode cpu_backend_matmul(const st_backend *be);
+/* The CPU backend's bf16 engine (NULL until matmul bf16 was set on it). */
+cpu_bf16 *cpu_backend_bf16(const st_backend *be);
 
 #endif
