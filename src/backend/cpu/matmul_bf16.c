@@ -113,6 +113,8 @@ typedef struct bf16_prim {
     int M, N, K, ta, tb, bias, acc;
     dnnl_primitive_t prim;
     dnnl_memory_t a, b, c, bs; /* bound to each call's pointers by set_data_handle */
+    dnnl_memory_t pad;         /* its scratchpad, bound to the shared buffer (NULL: needs none) */
+    size_t pad_bytes;
     char impl[64];
     unsigned long long used;   /* the call count when last used: the oldest is replaced */
 } bf16_prim;
@@ -126,6 +128,11 @@ struct cpu_bf16 {
     unsigned long long calls;
     uint16_t *slot[CPU_BF16_SLOTS];
     size_t cap[CPU_BF16_SLOTS]; /* elements */
+    /* One scratchpad for every primitive (their calls are serialised by mu), grown to the
+     * largest: oneDNN's own (library mode) is allocated at every call, and the pages of a
+     * fresh allocation are zeroed by the kernel: a third of a bf16 step went there. */
+    void *pad;
+    size_t pad_cap;
     cpu_bf16_stats stats;
 };
 
@@ -161,6 +168,7 @@ static void prim_free(bf16_prim *p) {
     if (p->b) dnnl_memory_destroy(p->b);
     if (p->c) dnnl_memory_destroy(p->c);
     if (p->bs) dnnl_memory_destroy(p->bs);
+    if (p->pad) dnnl_memory_destroy(p->pad);
     memset(p, 0, sizeof *p);
 }
 
@@ -168,6 +176,7 @@ void cpu_bf16_free(cpu_bf16 *b) {
     if (!b) return;
     for (int i = 0; i < b->n; i++) prim_free(&b->cache[i]);
     for (int i = 0; i < CPU_BF16_SLOTS; i++) st_free(b->slot[i]);
+    st_free(b->pad);
     dnnl_stream_destroy(b->stream);
     dnnl_engine_destroy(b->engine);
     pthread_mutex_destroy(&b->mu);
@@ -245,7 +254,9 @@ static bf16_prim *prim_get(cpu_bf16 *b, int ta, int tb, int M, int N, int K, int
     what = "matmul descriptor";
     if ((st = dnnl_matmul_desc_init(&desc, &a_md, &b_md, bias ? &bias_md : NULL, &c_md))) goto fail;
     what = "primitive attributes";
-    if ((st = dnnl_primitive_attr_create(&attr))) goto fail;
+    if ((st = dnnl_primitive_attr_create(&attr)) ||
+        (st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user)))
+        goto fail;
     if (acc) { /* C += : a sum post-op adds the old C (fp32) to the fp32 product */
         if ((st = dnnl_post_ops_create(&po)) || (st = dnnl_post_ops_append_sum(po, 1.0f)) ||
             (st = dnnl_primitive_attr_set_post_ops(attr, po)))
@@ -264,6 +275,9 @@ static bf16_prim *prim_get(cpu_bf16 *b, int ta, int tb, int M, int N, int K, int
         (st = dnnl_memory_create(&p->c, &c_md, b->engine, DNNL_MEMORY_NONE)) ||
         (bias && (st = dnnl_memory_create(&p->bs, &bias_md, b->engine, DNNL_MEMORY_NONE))))
         goto fail;
+    const dnnl_memory_desc_t *pad_md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    p->pad_bytes = pad_md ? dnnl_memory_desc_get_size(pad_md) : 0;
+    if (p->pad_bytes && (st = dnnl_memory_create(&p->pad, pad_md, b->engine, DNNL_MEMORY_NONE))) goto fail;
     dnnl_primitive_desc_destroy(pd);
     if (po) dnnl_post_ops_destroy(po);
     dnnl_primitive_attr_destroy(attr);
@@ -290,8 +304,20 @@ st_status cpu_bf16_gemm(cpu_bf16 *b, int ta, int tb, int M, int N, int K, const 
     dnnl_memory_set_data_handle(p->a, (void *)A);
     dnnl_memory_set_data_handle(p->b, (void *)B);
     dnnl_memory_set_data_handle(p->c, C);
-    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, p->a}, {DNNL_ARG_WEIGHTS, p->b}, {DNNL_ARG_DST, p->c}, {0, NULL}};
+    dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, p->a}, {DNNL_ARG_WEIGHTS, p->b}, {DNNL_ARG_DST, p->c}};
     int nargs = 3;
+    if (p->pad_bytes) {
+        if (p->pad_bytes > b->pad_cap) {
+            st_free(b->pad);
+            b->pad = st_alloc(p->pad_bytes);
+            b->pad_cap = b->pad ? p->pad_bytes : 0;
+            if (!b->pad)
+                return st_errf(err, ST_ERR_NOMEM, "matmul bf16: out of memory for oneDNN's scratchpad (%zu bytes) of "
+                               "M %d N %d K %d", p->pad_bytes, M, N, K);
+        }
+        dnnl_memory_set_data_handle(p->pad, b->pad);
+        args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, p->pad};
+    }
     if (bias) {
         dnnl_memory_set_data_handle(p->bs, (void *)bias);
         args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, p->bs};
