@@ -47,6 +47,11 @@ class GPT2(nn.Module):
         self.blocks = nn.ModuleList(Block(C, NH) for _ in range(L))
         self.lnf = nn.LayerNorm(C)
         self.register_buffer("mask", torch.triu(torch.ones(maxT, maxT, dtype=torch.bool), 1), persistent=False)
+        for mod in self.modules():  # GPT-2's initialisation: weights N(0, 0.02), biases 0
+            if isinstance(mod, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(mod.weight, std=0.02)
+            if isinstance(mod, nn.Linear):
+                nn.init.zeros_(mod.bias)
 
     def forward(self, idx, targets):
         T = idx.shape[1]
