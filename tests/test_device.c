@@ -5,8 +5,9 @@
  * the bytes a plan gets (all of the budget on the CPU; on a GPU the budget less the
  * CUDA backend's cuBLASLt workspace, in a build with it), and cuda refused where this build
  * has no CUDA backend (saying how to build it) or, in one with it, where there is no GPU;
- * the matmul modes' names (st_backend_matmul_parse: fp32, tf32, bf16; another refused naming
- * the key 'matmul') and st_backend_set_matmul on the CPU (fp32 only); st_backend_device_built
+ * the matmul modes' names (st_backend_matmul_parse: fp32, tf32, bf16, auto; another refused
+ * naming the key 'matmul') and st_backend_set_matmul on the CPU (tf32 refused; bf16 taken
+ * where oneDNN was built, else refused naming it; auto one of them); st_backend_device_built
  * (cpu always, cuda only in a build with the CUDA backend); st_backend_memory on the cpu
  * device (its arena's used, peak and capacity) and the cpu backend (nothing to measure).
  * Needs no GPU: where one is, the cuda device is made and freed. */
@@ -51,7 +52,7 @@ static void matmul_bad(const char *name, st_backend *cpu) {
     st_err err = {0};
     st_matmul_mode m = (st_matmul_mode)-7;
     char want[64];
-    snprintf(want, sizeof want, "key 'matmul': '%s' is not fp32, tf32 or bf16", name);
+    snprintf(want, sizeof want, "key 'matmul': '%s' is not fp32, tf32, bf16 or auto", name);
     st_status s = st_backend_matmul_parse(name, &m, &err);
     CHECK(s == ST_ERR_INVALID && m == ST_MATMUL_FP32 && strstr(err.msg, want), "matmul '%s' refused naming the key: "
           "status %d mode %d '%s'", name, s, (int)m, err.msg);
@@ -121,13 +122,35 @@ int main(void) {
     matmul_ok(NULL, ST_MATMUL_FP32);
     matmul_ok("tf32", ST_MATMUL_TF32);
     matmul_ok("bf16", ST_MATMUL_BF16);
-    const char *mm_bad[] = {"banana", "", "FP32", "fp16", "bf16 ", "tf3"};
+    matmul_ok("auto", ST_MATMUL_AUTO);
+    CHECK(!strcmp(st_backend_matmul_name(ST_MATMUL_AUTO), "auto") && !strcmp(st_backend_matmul_name(ST_MATMUL_BF16),
+                                                                             "bf16"), "the modes' names");
+    const char *mm_bad[] = {"banana", "", "FP32", "fp16", "bf16 ", "tf3", "Auto"};
     for (size_t i = 0; i < sizeof mm_bad / sizeof mm_bad[0]; i++) matmul_bad(mm_bad[i], host);
     CHECK(st_backend_set_matmul(host, "fp32", &err) == ST_OK, "fp32 on the cpu backend: %s", err.msg);
-    for (const char *m = "tf32"; m; m = strcmp(m, "tf32") ? NULL : "bf16") {
-        st_status s2 = st_backend_set_matmul(host, m, &err);
-        CHECK(s2 == ST_ERR_UNSUPPORTED && strstr(err.msg, m) && strstr(err.msg, "fp32 only"),
-              "%s on the cpu backend refused: %d '%s'", m, s2, err.msg);
+    {
+        st_status s2 = st_backend_set_matmul(host, "tf32", &err);
+        CHECK(s2 == ST_ERR_UNSUPPORTED && strstr(err.msg, "key 'matmul': tf32") && strstr(err.msg, "fp32 or bf16"),
+              "tf32 on the cpu backend refused: %d '%s'", s2, err.msg);
+        CHECK(st_backend_matmul_check("cpu", "tf32", &err) == ST_ERR_UNSUPPORTED && strstr(err.msg, "key 'matmul'"),
+              "the key's check refuses tf32 on cpu: '%s'", err.msg);
+        CHECK(st_backend_matmul_check("cuda:1", "tf32", &err) == ST_OK, "the key's check takes tf32 on cuda");
+        /* bf16: oneDNN's where this build has it, else refused naming the key and the package */
+        char why[200];
+        st_matmul_mode a = st_backend_matmul_auto("cpu", why, sizeof why);
+        s2 = st_backend_set_matmul(host, "bf16", &err);
+        st_status c2 = st_backend_matmul_check("cpu", "bf16", &err);
+#ifdef STRATA_HAVE_DNNL
+        CHECK(s2 == ST_OK && c2 == ST_OK, "bf16 on the cpu backend with oneDNN: %d '%s'", s2, err.msg);
+#else
+        CHECK(s2 == ST_ERR_UNSUPPORTED && c2 == ST_ERR_UNSUPPORTED && strstr(err.msg, "key 'matmul'") &&
+                  strstr(err.msg, "libdnnl-dev") && a == ST_MATMUL_FP32,
+              "bf16 on the cpu backend without oneDNN refused naming the key and how to build: %d '%s'", s2, err.msg);
+#endif
+        CHECK((a == ST_MATMUL_FP32 || a == ST_MATMUL_BF16) && why[0], "auto on the cpu is fp32 or bf16, with a reason");
+        CHECK(st_backend_matmul_auto("cuda", NULL, 0) == ST_MATMUL_BF16, "auto on a GPU is bf16");
+        CHECK(st_backend_set_matmul(host, "auto", &err) == ST_OK, "auto on the cpu backend: %s", err.msg);
+        CHECK(st_backend_set_matmul(host, "fp32", &err) == ST_OK, "back to fp32: %s", err.msg);
     }
 
     size_t big = (size_t)1 << 30;

@@ -42,16 +42,26 @@ bud=$(sed -n 's/.*"device_budget_bytes":\([0-9]*\).*/\1/p' "$T/peak.json")
 check '[ $rc -eq 0 ] && [ "${peak:-0}" -gt 0 ] && [ "${bud:-0}" -eq 4000000 ] && [ "$peak" -le "$bud" ]' \
   "bench stream reports the device's peak within its budget (rc $rc, peak '$peak', budget '$bud'): $(cat "$T/peak.err")"
 
-# key 'matmul': fp32, tf32 or bf16; tf32 and bf16 are device cuda's tensor cores, refused on
-# the CPU (with or without a budget) before the run directory is made
+# key 'matmul': fp32, tf32, bf16 or auto; tf32 is device cuda's tensor cores, refused on the
+# CPU (with or without a budget) before the run directory is made; bf16 runs on the CPU
+# through oneDNN, or, in a build without it, is refused naming the key and the package
 "$S" train $A $R --matmul banana --run_dir "$T/mm" >"$T/mm.out" 2>&1; rc=$?
-check '[ $rc -ne 0 ] && grep -q "key .matmul.: .banana. is not fp32, tf32 or bf16" "$T/mm.out" && [ ! -e "$T/mm" ]' \
+check '[ $rc -ne 0 ] && grep -q "key .matmul.: .banana. is not fp32, tf32, bf16 or auto" "$T/mm.out" && [ ! -e "$T/mm" ]' \
   "matmul banana is refused naming the key (rc $rc): $(cat "$T/mm.out")"
-for m in tf32 bf16; do
-    "$S" train $A $R --matmul $m --device_budget 6e6 --run_dir "$T/mm" >"$T/mm.out" 2>&1; rc=$?
-    check '[ $rc -ne 0 ] && grep -q "key .matmul.: $m is the tensor cores of device cuda; device cpu computes fp32 only" "$T/mm.out" &&
-           [ ! -e "$T/mm" ]' "matmul $m on the CPU is refused naming the key (rc $rc): $(cat "$T/mm.out")"
+"$S" train $A $R --matmul tf32 --device_budget 6e6 --run_dir "$T/mm" >"$T/mm.out" 2>&1; rc=$?
+check '[ $rc -ne 0 ] && grep -q "key .matmul.: tf32 is the tensor cores of device cuda; device cpu computes fp32 or bf16" "$T/mm.out" &&
+       [ ! -e "$T/mm" ]' "matmul tf32 on the CPU is refused naming the key (rc $rc): $(cat "$T/mm.out")"
+for budget in 0 6e6; do
+    "$S" train $A $R --matmul bf16 --device_budget $budget --run_dir "$T/mmbf$budget" >"$T/mm.out" 2>&1; rc=$?
+    check '{ [ $rc -eq 0 ] && grep -q "\"matmul\": *\"bf16\"" "$T/mmbf$budget/config.json"; } ||
+           { [ $rc -ne 0 ] && grep -q "key .matmul.: bf16 on the CPU needs oneDNN.*libdnnl-dev" "$T/mm.out" && [ ! -e "$T/mmbf$budget" ]; }' \
+      "matmul bf16 on the CPU (device_budget $budget) runs, or is refused naming oneDNN (rc $rc): $(tail -3 "$T/mm.out")"
 done
+# auto: the choice logged, and config.json records it (never auto), so a resume runs it
+"$S" train $A $R --matmul auto --run_dir "$T/mmauto" >"$T/mmauto.out" 2>&1; rc=$?
+check '[ $rc -eq 0 ] && grep -q "matmul auto: \(bf16\|fp32\) (" "$T/mmauto.out" &&
+       grep -q "\"matmul\": *\"\(bf16\|fp32\)\"" "$T/mmauto/config.json"' \
+  "matmul auto runs, logs and records its choice (rc $rc): $(head -3 "$T/mmauto.out")"
 "$S" train $A $R --matmul fp32 --device_budget 6e6 --run_dir "$T/mm32" >"$T/mm32.out" 2>&1; rc=$?
 check '[ $rc -eq 0 ] && grep -q "\"matmul\": *\"fp32\"" "$T/mm32/config.json"' \
   "matmul fp32 on the CPU runs and config.json records it (rc $rc): $(tail -2 "$T/mm32.out")"

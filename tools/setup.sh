@@ -9,6 +9,9 @@ pkgs+=(libglpk-dev)
 # data parallel (src/dist): OpenMPI and its launcher; the cross-machine test makes network
 # namespaces with ip (iproute2)
 pkgs+=(libopenmpi-dev openmpi-bin iproute2)
+# matmul bf16 on the CPU backend: oneDNN's matmul primitive (AMX, AVX512-BF16) behind
+# src/backend/cpu/matmul_bf16.c; without it the build refuses matmul bf16 on the CPU
+pkgs+=(libdnnl-dev)
 # tools/gpu_bundle.sh: the carried GPU bundle's binaries find their libraries by RUNPATH;
 # its large libraries travel as xz
 pkgs+=(patchelf xz-utils)

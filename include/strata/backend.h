@@ -319,17 +319,40 @@ st_status st_backend_memory(st_backend *be, size_t *used, size_t *peak, size_t *
  * carves from its arena at creation. What an executor plans against. */
 size_t st_backend_device_usable_bytes(const char *device, size_t budget);
 /* The precision of a device's fp32 matmuls (strata train's key 'matmul'): ST_MATMUL_FP32
- * (every backend; exact to the CPU backend's 1e-5), ST_MATMUL_TF32 or ST_MATMUL_BF16 (the
- * CUDA backend's tensor cores: fp32 in and out, the products of tf32- or bf16-rounded
- * inputs, fp32 accumulation). Append-only: the CUDA backend indexes its compute types by it. */
-typedef enum st_matmul_mode { ST_MATMUL_FP32 = 0, ST_MATMUL_TF32 = 1, ST_MATMUL_BF16 = 2 } st_matmul_mode;
-/* The mode named "fp32", "tf32" or "bf16" (NULL: fp32, the default), the one place the
- * names are read (the key's check, st_backend_set_matmul). Another name is ST_ERR_INVALID
- * naming the key 'matmul', the name and the three accepted; *mode is then ST_MATMUL_FP32. */
+ * (every backend, the default; exact to the CPU backend's 1e-5), ST_MATMUL_TF32 (the CUDA
+ * backend's tensor cores) or ST_MATMUL_BF16 (the CUDA backend's tensor cores, and the CPU
+ * backend through oneDNN: AMX, AVX512-BF16, or emulated on AVX-512/AVX2): fp32 in and out,
+ * the products of tf32- or bf16-rounded inputs, fp32 accumulation. ST_MATMUL_AUTO is a
+ * request, never a backend's state: bf16 where the device has bf16 matrix units (a GPU; a
+ * CPU with AMX-BF16 or AVX512-BF16 in a build with oneDNN), fp32 elsewhere
+ * (st_backend_matmul_auto). Append-only: the CUDA backend indexes its compute types by it. */
+typedef enum st_matmul_mode {
+    ST_MATMUL_FP32 = 0,
+    ST_MATMUL_TF32 = 1,
+    ST_MATMUL_BF16 = 2,
+    ST_MATMUL_AUTO = 3
+} st_matmul_mode;
+/* The mode named "fp32", "tf32", "bf16" or "auto" (NULL: fp32, the default), the one place
+ * the names are read (the key's check, st_backend_set_matmul). Another name is
+ * ST_ERR_INVALID naming the key 'matmul', the name and the four accepted; *mode is then
+ * ST_MATMUL_FP32. */
 st_status st_backend_matmul_parse(const char *name, st_matmul_mode *mode, st_err *err);
-/* Sets a device's matmul precision by name (st_backend_matmul_parse; the CUDA backend:
- * st_backend_cuda_set_matmul). A name that is not a mode, or tf32/bf16 on a backend
- * without tensor cores (cpu, ref, the budgeted arena), is refused naming it. */
+/* The name of a mode ("fp32", ...; "?" outside the enum). */
+const char *st_backend_matmul_name(st_matmul_mode mode);
+/* What matmul auto is on a device (st_backend_device_parse's names): ST_MATMUL_BF16 on cuda
+ * and on a CPU with bf16 matrix units (cpuid: AMX-BF16 or AVX512-BF16, enabled by the OS) in
+ * a build with oneDNN, else ST_MATMUL_FP32; why (may be NULL) gets the reason in words. */
+st_matmul_mode st_backend_matmul_auto(const char *device, char *why, size_t why_size);
+/* Whether a mode name is one a device of this build computes (nothing created): the name
+ * (st_backend_matmul_parse), tf32 on cpu refused, and bf16 on cpu in a build without oneDNN
+ * refused (ST_ERR_UNSUPPORTED, naming the key 'matmul' and how to build it); cuda takes all.
+ * The key's check, before a run writes anything. */
+st_status st_backend_matmul_check(const char *device, const char *mode, st_err *err);
+/* Sets a device's matmul precision by name (st_backend_matmul_parse; auto resolved by
+ * st_backend_matmul_auto and logged; the CUDA backend: st_backend_cuda_set_matmul; the CPU
+ * backend: bf16 through oneDNN, where a CPU without bf16 units is told once, with the
+ * emulated rate measured, to prefer fp32). tf32 on the CPU, bf16 in a build without oneDNN
+ * and tf32/bf16 on the reference backend are refused naming them. */
 st_status st_backend_set_matmul(st_backend *be, const char *mode, st_err *err);
 
 /* OpenBLAS releases older than the machine fall back to their slowest kernels

@@ -38,7 +38,7 @@ static const key_def keys[] = {
     {"device_budget", K_DOUBLE, OFF(device_budget), 0, 0, 1e18, "bytes of device memory: > 0 streams the layers (any model)"},
     {"device", K_STR, STR(device), 0, 0, "where the layers stream to under device_budget: cpu (the host's cores; default), cuda or cuda:N (the CUDA backend on GPU N, built with cmake -DSTRATA_CUDA=ON; needs device_budget > 0); the state stays on the host, so a resume may change it"},
     {"plan", K_STR, STR(plan), 0, 0, "the stream plan under device_budget: auto (the planner chooses it now; saved to RUN_DIR/plan.json) or a plan file (strata plan --device_budget B -o FILE, or a run's plan.json) run exactly; without device_budget the file's budget is used"},
-    {"matmul", K_STR, STR(matmul), 0, 0, "the precision of the device's matmuls under device_budget: fp32 (default; the only one of device cpu), tf32 or bf16 (device cuda's tensor cores: fp32 in and out, products of tf32- or bf16-rounded inputs, fp32 accumulation)"},
+    {"matmul", K_STR, STR(matmul), 0, 0, "the precision of the matmuls: fp32 (default), bf16 (device cpu through oneDNN: AMX or AVX512-BF16, emulated elsewhere; device cuda's tensor cores), tf32 (device cuda only) or auto (bf16 where the device has bf16 matrix units, else fp32; the choice logged and recorded): fp32 in and out, products of tf32- or bf16-rounded inputs, fp32 accumulation"},
     {"plan_head", K_STR, STR(plan_head), 0, 0, "where the planner puts the classifier (the vocabulary's head) under device_budget: resident (default: on the device whenever it fits, so the streamed step equals the in-memory one bit for bit; the predicted step may rise once as the budget grows, where the head first fits) or fastest (the fastest predicted plan, the head resident on a tie: the predicted step never rises with the budget; a chunked head equals the resident one to float rounding)"},
     {"act", K_STR, STR(act), 0, 0, "activation choices under device_budget, which the planner keeps while it chooses the rest: auto (none), keep, offload or recompute (every block), or BLOCKS:CHOICE items (0-3:recompute,11:keep); a budget they cannot fit is refused naming the bytes missing"},
     {"state_paths", K_STR, STR(state_paths), 0, 0, "dir[,dir...]: optimizer state and fp32 master weights on disk, committed every step (it is the checkpoint: no checkpoints/ are written; the final weights go to RUN_DIR/model.safetensors); resume with --resume RUN_DIR"},
@@ -507,11 +507,7 @@ st_status st_train_config_check(const st_train_config *c, st_err *err) {
         s = st_errf(err, ST_ERR_INVALID, "key 'device_budget': device %s streams the layers through the GPU's memory: "
                     "give device_budget, the bytes of it the run may use (for example --device_budget 16e9)",
                     c->device);
-    st_matmul_mode matmul = ST_MATMUL_FP32; /* the name was checked by st_train_config_resolve */
-    if (!s && !st_backend_matmul_parse(c->matmul, &matmul, NULL) && matmul != ST_MATMUL_FP32 && cuda_index < 0)
-        s = st_errf(err, ST_ERR_UNSUPPORTED, "key 'matmul': %s is the tensor cores of device cuda; device %s computes "
-                    "fp32 only: give matmul fp32, or device cuda with device_budget", c->matmul,
-                    c->device[0] ? c->device : "cpu");
+    if (!s) s = st_backend_matmul_check(c->device, c->matmul, err); /* tf32 on cpu; bf16 on cpu without oneDNN */
     if (!s && strcmp(c->act, "auto")) { /* the spec against the model's blocks */
         unsigned char fixed[ST_STREAM_MAX_LAYERS];
         int n_fixed;

@@ -97,6 +97,13 @@ static st_status run_check(train_run *r, const st_train_config *given, st_err *e
     /* plan_state auto: the state's format and tier chosen now, and run (and recorded in
      * config.json) as if given */
     if (st_train_config_places_state(c) && (s = run_place_state(c, err))) return s;
+    /* matmul auto: the precision this machine takes (bf16 where it has bf16 matrix units),
+     * logged, and run and recorded in config.json as if given */
+    if (!strcmp(c->matmul, "auto")) {
+        char why[200];
+        snprintf(c->matmul, sizeof c->matmul, "%s", st_backend_matmul_name(st_backend_matmul_auto(c->device, why, sizeof why)));
+        st_log(1, "matmul auto: %s (%s)\n", c->matmul, why);
+    }
     /* the memory plan, checked before anything is allocated or written */
     st_model_overrides ov = st_train_config_overrides(c);
     if ((s = st_model_mem_estimate(c->model, c->init_from, &ov, c->batch, c->seq, st_train_config_state_format(c) == ST_OPTIM_STATE_8BIT,
@@ -148,6 +155,7 @@ static st_status open_model(train_run *r, st_err *err) {
     r->threads = c->threads;
     if (!r->threads && r->dist.world > 1) r->threads = st_comm_threads(r->dist.comm); /* the cores shared by the ranks here */
     if ((s = st_backend_cpu_create(&r->be, r->threads, err))) return s;
+    if ((s = st_backend_set_matmul(r->be, c->matmul, err))) return s; /* key 'matmul' on the host's cores (named) */
     st_model_overrides ov = st_train_config_overrides(c);
     if ((s = st_model_create_from(&r->m, c->model, c->init_from, &ov, 1, r->be, err))) return s;
     if (c->device_budget <= 0 && (s = r->m->ops->alloc_acts(r->m, r->B, r->T, err))) return s;

@@ -1,5 +1,6 @@
-/* backend_cpu.c - the CPU backend: matrix products through OpenBLAS sgemm, everything
- * else in OpenMP loops the compiler vectorises.
+/* backend_cpu.c - the CPU backend: matrix products through OpenBLAS sgemm (or, under
+ * matmul bf16, oneDNN over bf16 operands: matmul_bf16.c), everything else in OpenMP loops
+ * the compiler vectorises.
  *
  * Determinism: every reduction over rows (parameter gradients of layernorm, bias,
  * embeddings) is parallelised over columns, so each output element is summed by one
@@ -19,6 +20,7 @@
 #include "backend/cpu/backend_cpu_llama.h"
 #include "backend/cpu/backend_cpu_poetx.h"
 #include "backend/cpu/fastmath.h"
+#include "backend/cpu/matmul_bf16.h"
 #include "strata/backend.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -29,6 +31,8 @@
 
 typedef struct cpu_ctx {
     int threads;
+    st_matmul_mode matmul; /* ST_MATMUL_FP32 (sgemm) or ST_MATMUL_BF16 (oneDNN, bf16 below) */
+    cpu_bf16 *bf16;        /* made by the first cpu_backend_set_matmul to bf16 */
 } cpu_ctx;
 
 /* ---------------------------------------------------------------- memory */
@@ -139,9 +143,60 @@ static void cpu_layernorm_backward(st_backend *be, float *dinp, float *dw, float
 
 /* ---------------------------------------------------------------- matmul */
 
+/* matmul bf16: the operands rounded to bf16 once per call (the weight too, every call:
+ * see docs/BENCHMARKS.md for what keeping a bf16 copy would save), products summed in
+ * fp32 by oneDNN. A failure inside oneDNN (it cannot happen for a shape it made once) is
+ * logged once and that call computes with sgemm, so a result is always written. */
+static int bf16_failed(st_status s, const st_err *e) {
+    static int told;
+    if (!s) return 0;
+    if (!__atomic_exchange_n(&told, 1, __ATOMIC_RELAXED))
+        st_log(1, "warning: %s; this call and any other that fails compute in fp32 (sgemm)\n", e->msg);
+    return 1;
+}
+
+static int bf16_matmul_forward(cpu_ctx *x, float *out, const float *inp, const float *w, const float *bias, int N,
+                               int C, int OC, st_wlayout layout) {
+    st_err e = {0};
+    st_status s = ST_ERR_NOMEM;
+    cpu_bf16_lock(x->bf16);
+    const uint16_t *a = cpu_bf16_operand(x->bf16, 0, inp, (size_t)N * C);
+    const uint16_t *b = a ? cpu_bf16_operand(x->bf16, 1, w, (size_t)C * OC) : NULL;
+    if (b) s = cpu_bf16_gemm(x->bf16, 0, layout == ST_W_OUT_IN, N, OC, C, a, b, bias, 0, out, &e);
+    else st_errf(&e, s, "matmul bf16: out of memory for the bf16 operands of %d x %d x %d", N, OC, C);
+    cpu_bf16_unlock(x->bf16);
+    return !bf16_failed(s, &e);
+}
+
+/* Sets *dinp and *dw to NULL as each product is done, so that sgemm does only what is left. */
+static void bf16_matmul_backward(cpu_ctx *x, float **dinp, float **dw, const float *dout, const float *inp,
+                                 const float *w, int N, int C, int OC, st_wlayout layout) {
+    st_err e = {0};
+    st_status s = ST_OK;
+    cpu_bf16_lock(x->bf16);
+    const uint16_t *d = cpu_bf16_operand(x->bf16, 0, dout, (size_t)N * OC); /* shared by both products */
+    if (!d) s = st_errf(&e, ST_ERR_NOMEM, "matmul bf16: out of memory for the bf16 operands");
+    if (!s && *dinp) { /* dinp (N,C) += dout (N,OC) x w^T */
+        const uint16_t *b = cpu_bf16_operand(x->bf16, 1, w, (size_t)C * OC);
+        s = b ? cpu_bf16_gemm(x->bf16, 0, layout == ST_W_IN_OUT, N, C, OC, d, b, NULL, 1, *dinp, &e)
+              : st_errf(&e, ST_ERR_NOMEM, "matmul bf16: out of memory for the bf16 operands");
+        if (!s) *dinp = NULL;
+    }
+    if (!s && *dw) { /* IN_OUT: dw (C,OC) += inp^T dout; OUT_IN: dw (OC,C) += dout^T inp */
+        const uint16_t *a = cpu_bf16_operand(x->bf16, 2, inp, (size_t)N * C);
+        if (!a) s = st_errf(&e, ST_ERR_NOMEM, "matmul bf16: out of memory for the bf16 operands");
+        else if (layout == ST_W_IN_OUT) s = cpu_bf16_gemm(x->bf16, 1, 0, C, OC, N, a, d, NULL, 1, *dw, &e);
+        else s = cpu_bf16_gemm(x->bf16, 1, 0, OC, C, N, d, a, NULL, 1, *dw, &e);
+        if (!s) *dw = NULL;
+    }
+    cpu_bf16_unlock(x->bf16);
+    bf16_failed(s, &e);
+}
+
 static void cpu_matmul_forward(st_backend *be, float *out, const float *inp, const float *w, const float *bias,
                                int N, int C, int OC, st_wlayout layout) {
-    (void)be;
+    cpu_ctx *x = be->ctx;
+    if (x->matmul == ST_MATMUL_BF16 && bf16_matmul_forward(x, out, inp, w, bias, N, C, OC, layout)) return;
     float beta = 0.0f;
     if (bias) {
 #pragma omp parallel for schedule(static)
@@ -156,7 +211,8 @@ static void cpu_matmul_forward(st_backend *be, float *out, const float *inp, con
 
 static void cpu_matmul_backward(st_backend *be, float *dinp, float *dw, float *dbias, const float *dout,
                                 const float *inp, const float *w, int N, int C, int OC, st_wlayout layout) {
-    (void)be;
+    cpu_ctx *x = be->ctx;
+    if (x->matmul == ST_MATMUL_BF16 && (dinp || dw)) bf16_matmul_backward(x, &dinp, &dw, dout, inp, w, N, C, OC, layout);
     if (layout == ST_W_IN_OUT) {
         if (dinp) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, C, OC, 1.0f, dout, OC, w, OC, 1.0f, dinp, C);
         if (dw) cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, C, OC, N, 1.0f, inp, C, dout, OC, 1.0f, dw, OC);
@@ -413,10 +469,70 @@ static void cpu_crossentropy(st_backend *be, float *logits, float *losses, const
     }
 }
 
+/* ---------------------------------------------------------------- matmul mode */
+
+/* A CPU without bf16 units runs matmul bf16 through oneDNN's emulation: measured once
+ * per process at a GPT-2-small shape against sgemm, and said, with the advice to stay in
+ * fp32. The measure takes well under a second even where oneDNN falls back to plain loops. */
+static void bf16_emulation_note(cpu_bf16 *b) {
+    static int told;
+    if (__atomic_exchange_n(&told, 1, __ATOMIC_RELAXED)) return;
+    enum { M = 256, N = 768, K = 768 };
+    float *A = st_alloc(sizeof(float) * M * K), *B = st_alloc(sizeof(float) * K * N), *C = st_alloc(sizeof(float) * M * N);
+    if (!A || !B || !C) goto done;
+    for (int i = 0; i < M * K; i++) A[i] = (float)(((unsigned)i * 7919u) % 1000u) * 1e-3f;
+    for (int i = 0; i < K * N; i++) B[i] = (float)(((unsigned)i * 104729u) % 1000u) * 1e-3f;
+    double best_bf16 = 1e30, best_f32 = 1e30;
+    st_err e = {0};
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = st_now();
+        cpu_bf16_lock(b);
+        const uint16_t *a = cpu_bf16_operand(b, 0, A, (size_t)M * K), *bb = cpu_bf16_operand(b, 1, B, (size_t)K * N);
+        st_status s = a && bb ? cpu_bf16_gemm(b, 0, 0, M, N, K, a, bb, NULL, 0, C, &e) : ST_ERR_NOMEM;
+        cpu_bf16_unlock(b);
+        double t1 = st_now();
+        if (s) goto done;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, A, K, B, N, 0.0f, C, N);
+        double t2 = st_now();
+        best_bf16 = t1 - t0 < best_bf16 ? t1 - t0 : best_bf16;
+        best_f32 = t2 - t1 < best_f32 ? t2 - t1 : best_f32;
+    }
+    double fl = 2.0 * M * N * K;
+    st_log(1, "matmul bf16: this CPU has no bf16 matrix units (neither AMX-BF16 nor AVX512-BF16): oneDNN emulates "
+              "them at %.1f GFLOP/s (%s) against sgemm's %.1f GFLOP/s at %dx%dx%d; give matmul fp32 for speed\n",
+           fl / best_bf16 / 1e9, cpu_bf16_impl(b, 0, 0, M, N, K, 0, 0), fl / best_f32 / 1e9, M, N, K);
+done:
+    st_free(A);
+    st_free(B);
+    st_free(C);
+}
+
+st_status cpu_backend_set_matmul(st_backend *be, st_matmul_mode mode, st_err *err) {
+    cpu_ctx *x = be->ctx;
+    if (mode == ST_MATMUL_FP32) {
+        x->matmul = mode;
+        return ST_OK;
+    }
+    if (mode != ST_MATMUL_BF16)
+        return st_errf(err, ST_ERR_UNSUPPORTED, "key 'matmul': tf32 is the tensor cores of device cuda; the CPU "
+                       "computes fp32 or bf16: give matmul fp32, bf16 or auto");
+    if (!x->bf16) {
+        st_status s = cpu_bf16_create(&x->bf16, err);
+        if (s) return s;
+    }
+    if (cpu_bf16_detect() == CPU_BF16_NONE) bf16_emulation_note(x->bf16);
+    x->matmul = mode;
+    return ST_OK;
+}
+
+st_matmul_mode cpu_backend_matmul(const st_backend *be) { return ((const cpu_ctx *)be->ctx)->matmul; }
+cpu_bf16 *cpu_backend_bf16(const st_backend *be) { return ((const cpu_ctx *)be->ctx)->bf16; }
+
 /* ---------------------------------------------------------------- vtable */
 
 static void cpu_free(st_backend *be) {
     if (!be) return;
+    cpu_bf16_free(((cpu_ctx *)be->ctx)->bf16);
     free(be->ctx);
     free(be);
 }
