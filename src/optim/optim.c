@@ -81,6 +81,8 @@ st_status st_optim_set_isa(st_optim *o, st_optim_isa isa, st_err *err) {
                        st_optim_isa_name(isa), st_optim_isa_name(best));
     o->isa = isa;
     o->kern = kernels_for(isa);
+    /* the SIMD quantisers need the inverse tables (every map's are; tests check) */
+    if (o->fmt == ST_OPTIM_STATE_8BIT && !(o->q8.s.inv_ok && o->q8.u.inv_ok)) o->kern = &adamw_kernels_portable;
     return ST_OK;
 }
 
