@@ -51,10 +51,11 @@ HELPER VI vi_blend(M m, VI a, VI b) {
     return _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b), m));
 }
 HELPER VI vi_load_u8(const uint8_t *p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)); }
-HELPER void vi_store_u8(uint8_t *p, VI x) { /* low 8 bits of each lane, as vpmovdb (packs saturate) */
-    x = _mm256_and_si256(x, _mm256_set1_epi32(255));
-    __m128i h = _mm_packus_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
-    _mm_storel_epi64((__m128i *)p, _mm_packus_epi16(h, h));
+HELPER void vi_store_u8(uint8_t *p, VI x) { /* low 8 bits of each lane, as vpmovdb: byte shuffle, lane join */
+    const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                          0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+    x = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(x, pick), _mm256_setr_epi32(0, 4, 1, 1, 1, 1, 1, 1));
+    _mm_storel_epi64((__m128i *)p, _mm256_castsi256_si128(x));
 }
 
 HELPER V v_load_grad(const void *g, int dt, size_t i) {
@@ -121,15 +122,14 @@ HELPER const int *q8_inv_base(const q8_map *q) {
 }
 
 /* A map's tables: the decode tables' first 8 entries (decades 0..7; the two levels outside
- * are patched) in registers, the inverse table and the codes for gathers. */
+ * are patched) in registers, the inverse table for gathers. */
 typedef struct simd_map {
     V t1, t2;
     const int *inv;
-    const float *dec;
 } simd_map;
 
 HELPER simd_map simd_map_make(const q8_map *q) {
-    simd_map s = {_mm256_loadu_ps(q->t1), _mm256_loadu_ps(q->t2), q8_inv_base(q), q->dec};
+    simd_map s = {_mm256_loadu_ps(q->t1), _mm256_loadu_ps(q->t2), q8_inv_base(q)};
     return s;
 }
 
@@ -138,7 +138,6 @@ HELPER VI vi_maxu(VI a, VI b) { return _mm256_max_epu32(a, b); }
 HELPER VI vi_max(VI a, VI b) { return _mm256_max_epi32(a, b); }
 HELPER VI vi_srli16(VI a) { return _mm256_srli_epi32(a, 16); }
 HELPER VI vi_gather(const int *base, VI idx) { return _mm256_i32gather_epi32(base, idx, 4); }
-HELPER V v_gather(const float *base, VI idx) { return _mm256_i32gather_ps(base, idx, 4); }
 
 /* code of a level: k from the float exponent (no vector lzcnt); level 0 (signed zero,
  * unsigned byte 0 = one) falls outside the 8 entries and is patched */
@@ -151,7 +150,4 @@ HELPER V simd_code(VI level, const simd_map *q, int is_signed) {
     return _mm256_blendv_ps(val, _mm256_set1_ps(1.0f), _mm256_castsi256_ps(_mm256_cmpeq_epi32(level, _mm256_setzero_si256())));
 }
 
-#ifndef Q8_DEQUANT_GATHER
-#define Q8_DEQUANT_GATHER 0
-#endif
 #include "optim/adamw_simd_body.h"

@@ -126,7 +126,6 @@ HELPER void vb_store(void *p, size_t esize, VB x) {
 }
 HELPER void vb_keep(VB x) { __asm__ volatile("" : : "v"(x)); }
 
-HELPER V v_perm16(V t, VI k) { return _mm512_permutexvar_ps(k, t); }
 HELPER VI v_cvt_rn(V a) { return _mm512_cvtps_epi32(a); } /* current rounding mode, as nearbyintf */
 HELPER VI vi_abs(VI a) { return _mm512_abs_epi32(a); }
 
@@ -135,16 +134,14 @@ HELPER const int *q8_inv_base(const q8_map *q) {
     return (const int *)((uintptr_t)q->inv - ((uintptr_t)Q8_INV_EMIN << (23 - Q8_INV_SHIFT)) * 4);
 }
 
-/* A map's tables: the decode tables by lzcnt in registers, the inverse table and the codes
- * for gathers. */
+/* A map's tables: the decode tables by lzcnt in registers, the inverse table for gathers. */
 typedef struct simd_map {
     V t1z, t2z;
     const int *inv;
-    const float *dec;
 } simd_map;
 
 HELPER simd_map simd_map_make(const q8_map *q) {
-    simd_map s = {_mm512_loadu_ps(q->t1z), _mm512_loadu_ps(q->t2z), q8_inv_base(q), q->dec};
+    simd_map s = {_mm512_loadu_ps(q->t1z), _mm512_loadu_ps(q->t2z), q8_inv_base(q)};
     return s;
 }
 
@@ -153,9 +150,7 @@ HELPER VI vi_maxu(VI a, VI b) { return _mm512_max_epu32(a, b); }
 HELPER VI vi_max(VI a, VI b) { return _mm512_max_epi32(a, b); }
 HELPER VI vi_srli16(VI a) { return _mm512_srli_epi32(a, 16); }
 HELPER VI vi_gather(const int *base, VI idx) { return _mm512_i32gather_epi32(idx, base, 4); }
-HELPER V v_gather(const float *base, VI idx) { return _mm512_i32gather_ps(idx, base, 4); }
 
-HELPER VI vi_perm16(VI t, VI k) { return _mm512_permutexvar_epi32(k, t); }
 
 /* code of a level: tables by lzcnt & 15 (level 0: lzcnt 32, entry 0: zero, or one for the
  * unsigned map, whose byte 0 is level 256) */
@@ -166,7 +161,4 @@ HELPER V simd_code(VI level, const simd_map *q, int is_signed) {
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(j), _mm512_permutexvar_ps(lz, q->t2z), _mm512_permutexvar_ps(lz, q->t1z));
 }
 
-#ifndef Q8_DEQUANT_GATHER
-#define Q8_DEQUANT_GATHER 0
-#endif
 #include "optim/adamw_simd_body.h"

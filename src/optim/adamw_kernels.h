@@ -48,10 +48,13 @@ typedef struct adamw_consts {
  * moment) 0 = zero, 1..127 the codes, 128 = one; unsigned map (second moment) 1 = zero,
  * 2..255 the codes, 256 = one. Decade k holds levels [2^k, 2^(k+1)) with equally spaced codes
  * (zero and one are one-level decades -1/0 and 7/8), so a level decodes from its bit length
- * with two 16-entry register tables, and a magnitude encodes by finding its decade and
- * rounding its position inside it. The decade thresholds are the rounding boundaries between
- * neighbouring decades' edge codes, not the powers of ten, so that rounding inside the decade
- * is the nearest code overall. No gathers: here they cost several times a register permute.
+ * with two 16-entry register tables, and a magnitude encodes (q8_level, the definition) by
+ * finding its decade and rounding its position inside it. The decade thresholds are the
+ * rounding boundaries between neighbouring decades' edge codes, not the powers of ten, so
+ * that rounding inside the decade is the nearest code overall. The SIMD kernels encode
+ * through the inverse table below instead (one gather replaces the decade search and three
+ * table permutes: 1.2x the AVX-512 pass, 1.6x the AVX2 pass, docs/BENCHMARKS.md) and decode
+ * with the register tables (a gather from dec is no faster there).
  * Bytes: signed 127 + level * sign; unsigned level & 255 (256, one, is byte 0). Tables by
  * decade use index k & 15. */
 /* The inverse table's cells: every a below 2^(Q8_INV_EMIN - 127) (about 6e-8) quantises to

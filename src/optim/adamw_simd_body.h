@@ -97,17 +97,13 @@ ALWAYS_INLINE VI simd_quant(V x, V inv, const simd_map *q, const int is_signed) 
     return vi_blend(v_cmp_lt(x, v_set1(0.0f)), r, vi_max(vi_sub(vi_set1(254), r), vi_set1(0)));
 }
 
-/* dec[byte] on W lanes */
+/* dec[byte] on W lanes: the level's code from its bit length (register tables; a gather
+ * from dec measured no faster on AVX2 and slower on AVX-512) */
 ALWAYS_INLINE V simd_dequant(VI u, const simd_map *q, const int is_signed) {
-    (void)is_signed;
-#if Q8_DEQUANT_GATHER
-    return v_gather(q->dec, u);
-#else
     VI level = is_signed ? vi_sub(u, vi_set1(127)) : u;
     V val = simd_code(is_signed ? vi_abs(level) : level, q, is_signed);
     if (is_signed) val = v_from_bits(vi_xor(v_bits(val), vi_and(level, vi_set1((int)0x80000000u))));
     return val;
-#endif
 }
 
 ALWAYS_INLINE void quant_block(const float *x, size_t n, float inv, const q8_map *q, const simd_map *sq,

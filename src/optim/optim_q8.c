@@ -7,9 +7,11 @@
  * n_i = 2^i for the signed map (mirrored for negatives), 2^(i+1) for the unsigned map;
  * plus 0 and 1. We number the levels so that decade k holds levels [2^k, 2^(k+1)), which
  * makes a level an integer monotone in value whose decade is its bit length (see
- * adamw_kernels.h for how the kernels decode and encode with register tables).
+ * adamw_kernels.h for how the kernels decode with register tables and encode through the
+ * inverse table built here).
  */
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "optim/adamw_kernels.h"
@@ -117,15 +119,24 @@ static void map_init(q8_map *q, int is_signed) {
     inv_init(q, is_signed);
 }
 
+/* The maps are constants: built once per process (the inverse tables' binary searches take
+ * ~0.25 ms), copied into every optimizer (the state store makes one per subgroup). */
+static q8_tables tables_once;
+static pthread_once_t tables_once_flag = PTHREAD_ONCE_INIT;
+
+static void tables_build(void) {
+    map_init(&tables_once.s, 1);
+    map_init(&tables_once.u, 0);
+}
+
 void q8_tables_init(q8_tables *t) {
-    map_init(&t->s, 1);
-    map_init(&t->u, 0);
+    pthread_once(&tables_once_flag, tables_build);
+    memcpy(t, &tables_once, sizeof *t);
 }
 
 void st_optim_q8_map(int is_signed, float code[256]) {
-    q8_map q;
-    map_init(&q, is_signed);
-    memcpy(code, q.dec, sizeof q.dec);
+    pthread_once(&tables_once_flag, tables_build);
+    memcpy(code, is_signed ? tables_once.s.dec : tables_once.u.dec, sizeof tables_once.s.dec);
 }
 
 /* Nearest rounding errs by at most half the gap between neighbouring codes; negatives
