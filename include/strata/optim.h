@@ -96,10 +96,14 @@ int st_optim_segment_count(const st_optim *o);
 st_optim_state_format st_optim_format(const st_optim *o);
 
 /* Choose the kernels (tests and benchmarks compare them); ST_ERR_UNSUPPORTED where the CPU
- * lacks the instructions. The default is ST_OPTIM_ISA_AUTO. */
+ * lacks the instructions. The default is ST_OPTIM_ISA_AUTO. The environment variable
+ * STRATA_OPTIM_ISA (portable, avx2, avx512, avx512bf16, auto), read once per process, caps
+ * what the CPU is taken to offer: STRATA_OPTIM_ISA=avx2 runs an AVX-512 machine as an
+ * AVX2-only one (AUTO picks AVX2, AVX-512 is refused); another value makes st_optim_create
+ * fail naming it. */
 st_status st_optim_set_isa(st_optim *o, st_optim_isa isa, st_err *err);
 st_optim_isa st_optim_get_isa(const st_optim *o); /* the kernels in use, never AUTO */
-st_optim_isa st_optim_isa_best(void);          /* what AUTO picks on this CPU */
+st_optim_isa st_optim_isa_best(void);          /* what AUTO picks on this CPU (under STRATA_OPTIM_ISA) */
 const char *st_optim_isa_name(st_optim_isa isa);
 
 /* One AdamW step over every segment: params and grads are fp32 flat vectors. Runs the

@@ -6,6 +6,7 @@
  */
 #pragma GCC target("avx2,fma,f16c,prfchw")
 #include <immintrin.h>
+#include <stdint.h>
 
 #include "optim/adamw_kernels.h"
 
@@ -50,10 +51,11 @@ HELPER VI vi_blend(M m, VI a, VI b) {
     return _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b), m));
 }
 HELPER VI vi_load_u8(const uint8_t *p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)); }
-HELPER void vi_store_u8(uint8_t *p, VI x) { /* low 8 bits of each lane, as vpmovdb (packs saturate) */
-    x = _mm256_and_si256(x, _mm256_set1_epi32(255));
-    __m128i h = _mm_packus_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
-    _mm_storel_epi64((__m128i *)p, _mm_packus_epi16(h, h));
+HELPER void vi_store_u8(uint8_t *p, VI x) { /* low 8 bits of each lane, as vpmovdb: byte shuffle, lane join */
+    const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                          0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+    x = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(x, pick), _mm256_setr_epi32(0, 4, 1, 1, 1, 1, 1, 1));
+    _mm_storel_epi64((__m128i *)p, _mm256_castsi256_si128(x));
 }
 
 HELPER V v_load_grad(const void *g, int dt, size_t i) {
@@ -112,55 +114,30 @@ HELPER void vb_store(void *p, size_t esize, VB x) {
 }
 HELPER void vb_keep(VB x) { __asm__ volatile("" : : "x"(x)); }
 
-/* A 16-entry table (index k & 15) as two 8-entry halves. */
-typedef struct tab16 { V lo, hi; } tab16;
-typedef struct itab16 { VI lo, hi; } itab16;
-HELPER tab16 tab16_load(const float *t) { tab16 r = {_mm256_loadu_ps(t), _mm256_loadu_ps(t + 8)}; return r; }
-HELPER itab16 itab16_load(const int32_t *t) {
-    itab16 r = {_mm256_loadu_si256((const __m256i *)t), _mm256_loadu_si256((const __m256i *)(t + 8))};
-    return r;
-}
-HELPER V tab16_get(tab16 t, VI k) {
-    __m256 hi = _mm256_castsi256_ps(_mm256_slli_epi32(k, 28)); /* bit 3 of k into the sign */
-    return _mm256_blendv_ps(_mm256_permutevar8x32_ps(t.lo, k), _mm256_permutevar8x32_ps(t.hi, k), hi);
-}
-HELPER VI itab16_get(itab16 t, VI k) {
-    __m256 hi = _mm256_castsi256_ps(_mm256_slli_epi32(k, 28));
-    return _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(_mm256_permutevar8x32_epi32(t.lo, k)),
-                                                _mm256_castsi256_ps(_mm256_permutevar8x32_epi32(t.hi, k)), hi));
-}
-#define v_perm16(t, k) tab16_get(t, k)
-#define vi_perm16(t, k) itab16_get(t, k)
 HELPER VI v_cvt_rn(V a) { return _mm256_cvtps_epi32(a); } /* current rounding mode, as nearbyintf */
 HELPER VI vi_abs(VI a) { return _mm256_abs_epi32(a); }
-/* A map's tables in registers: the decode tables' first 8 entries (decades 0..7; the two
- * levels outside are patched), the 16-entry quantiser tables, the decade boundaries. */
+/* The inverse table's address as gathers index it: by absolute cell (bits >> 16). */
+HELPER const int *q8_inv_base(const q8_map *q) {
+    return (const int *)((uintptr_t)q->inv - ((uintptr_t)Q8_INV_EMIN << (23 - Q8_INV_SHIFT)) * 4);
+}
+
+/* A map's tables: the decode tables' first 8 entries (decades 0..7; the two levels outside
+ * are patched) in registers, the inverse table for gathers. */
 typedef struct simd_map {
-    V t1, t2, thr[8];
-    tab16 ia, ib;
-    itab16 lmax;
-    VI koff;
+    V t1, t2;
+    const int *inv;
 } simd_map;
 
 HELPER simd_map simd_map_make(const q8_map *q) {
-    simd_map s;
-    s.t1 = _mm256_loadu_ps(q->t1);
-    s.t2 = _mm256_loadu_ps(q->t2);
-    s.ia = tab16_load(q->ia);
-    s.ib = tab16_load(q->ib);
-    for (int t = 0; t < 8; t++) s.thr[t] = _mm256_set1_ps(q->thr[t]);
-    s.koff = _mm256_set1_epi32(q->koff);
-    s.lmax = itab16_load(q->lmax);
+    simd_map s = {_mm256_loadu_ps(q->t1), _mm256_loadu_ps(q->t2), q8_inv_base(q)};
     return s;
 }
 
-/* decade k = #{boundaries <= a} - koff: the same k as the scalar exponent table */
-HELPER VI simd_decade(V a, const simd_map *q) {
-    VI cnt = _mm256_setzero_si256();
-    for (int t = 0; t < 8; t++) cnt = _mm256_sub_epi32(cnt, _mm256_castps_si256(_mm256_cmp_ps(a, q->thr[t], _CMP_GE_OQ)));
-    return _mm256_sub_epi32(cnt, q->koff);
-}
-
+HELPER VI vi_minu(VI a, VI b) { return _mm256_min_epu32(a, b); }
+HELPER VI vi_maxu(VI a, VI b) { return _mm256_max_epu32(a, b); }
+HELPER VI vi_max(VI a, VI b) { return _mm256_max_epi32(a, b); }
+HELPER VI vi_srli16(VI a) { return _mm256_srli_epi32(a, 16); }
+HELPER VI vi_gather(const int *base, VI idx) { return _mm256_i32gather_epi32(base, idx, 4); }
 
 /* code of a level: k from the float exponent (no vector lzcnt); level 0 (signed zero,
  * unsigned byte 0 = one) falls outside the 8 entries and is patched */

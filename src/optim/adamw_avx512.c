@@ -12,6 +12,7 @@
 #define KERNELS_NAME adamw_kernels_avx512
 #endif
 #include <immintrin.h>
+#include <stdint.h>
 
 #include "optim/adamw_kernels.h"
 
@@ -125,32 +126,31 @@ HELPER void vb_store(void *p, size_t esize, VB x) {
 }
 HELPER void vb_keep(VB x) { __asm__ volatile("" : : "v"(x)); }
 
-HELPER V v_perm16(V t, VI k) { return _mm512_permutexvar_ps(k, t); }
 HELPER VI v_cvt_rn(V a) { return _mm512_cvtps_epi32(a); } /* current rounding mode, as nearbyintf */
 HELPER VI vi_abs(VI a) { return _mm512_abs_epi32(a); }
 
-/* A map's tables in registers: 16-entry tables, and the 32-entry decade-by-exponent table. */
+/* The inverse table's address as gathers index it: by absolute cell (bits >> 16). */
+HELPER const int *q8_inv_base(const q8_map *q) {
+    return (const int *)((uintptr_t)q->inv - ((uintptr_t)Q8_INV_EMIN << (23 - Q8_INV_SHIFT)) * 4);
+}
+
+/* A map's tables: the decode tables by lzcnt in registers, the inverse table for gathers. */
 typedef struct simd_map {
-    V t1z, t2z, ia, ib, kthr_a, kthr_b;
-    VI klo_a, klo_b, lmax;
+    V t1z, t2z;
+    const int *inv;
 } simd_map;
 
 HELPER simd_map simd_map_make(const q8_map *q) {
-    simd_map s = {_mm512_loadu_ps(q->t1z), _mm512_loadu_ps(q->t2z),       _mm512_loadu_ps(q->ia),
-                  _mm512_loadu_ps(q->ib),  _mm512_loadu_ps(q->kthr),      _mm512_loadu_ps(q->kthr + 16),
-                  _mm512_loadu_si512(q->klo), _mm512_loadu_si512(q->klo + 16), _mm512_loadu_si512(q->lmax)};
+    simd_map s = {_mm512_loadu_ps(q->t1z), _mm512_loadu_ps(q->t2z), q8_inv_base(q)};
     return s;
 }
 
-/* decade k = klo[e] + (a >= kthr[e]) with e the float exponent, clamped to [96, 127] */
-HELPER VI simd_decade(V a, const simd_map *q) {
-    VI e = _mm512_max_epi32(_mm512_srli_epi32(_mm512_castps_si512(a), 23), _mm512_set1_epi32(96));
-    VI k = _mm512_permutex2var_epi32(q->klo_a, e, q->klo_b);
-    V thr = _mm512_permutex2var_ps(q->kthr_a, e, q->kthr_b);
-    return _mm512_mask_add_epi32(k, _mm512_cmp_ps_mask(a, thr, _CMP_GE_OQ), k, _mm512_set1_epi32(1));
-}
+HELPER VI vi_minu(VI a, VI b) { return _mm512_min_epu32(a, b); }
+HELPER VI vi_maxu(VI a, VI b) { return _mm512_max_epu32(a, b); }
+HELPER VI vi_max(VI a, VI b) { return _mm512_max_epi32(a, b); }
+HELPER VI vi_srli16(VI a) { return _mm512_srli_epi32(a, 16); }
+HELPER VI vi_gather(const int *base, VI idx) { return _mm512_i32gather_epi32(idx, base, 4); }
 
-HELPER VI vi_perm16(VI t, VI k) { return _mm512_permutexvar_epi32(k, t); }
 
 /* code of a level: tables by lzcnt & 15 (level 0: lzcnt 32, entry 0: zero, or one for the
  * unsigned map, whose byte 0 is level 256) */

@@ -48,12 +48,23 @@ typedef struct adamw_consts {
  * moment) 0 = zero, 1..127 the codes, 128 = one; unsigned map (second moment) 1 = zero,
  * 2..255 the codes, 256 = one. Decade k holds levels [2^k, 2^(k+1)) with equally spaced codes
  * (zero and one are one-level decades -1/0 and 7/8), so a level decodes from its bit length
- * with two 16-entry register tables, and a magnitude encodes by finding its decade and
- * rounding its position inside it. The decade thresholds are the rounding boundaries between
- * neighbouring decades' edge codes, not the powers of ten, so that rounding inside the decade
- * is the nearest code overall. No gathers: here they cost several times a register permute.
+ * with two 16-entry register tables, and a magnitude encodes (q8_level, the definition) by
+ * finding its decade and rounding its position inside it. The decade thresholds are the
+ * rounding boundaries between neighbouring decades' edge codes, not the powers of ten, so
+ * that rounding inside the decade is the nearest code overall. The SIMD kernels encode
+ * through the inverse table below instead (one gather replaces the decade search and three
+ * table permutes: 1.2x the AVX-512 pass, 1.6x the AVX2 pass, docs/BENCHMARKS.md) and decode
+ * with the register tables (a gather from dec is no faster there).
  * Bytes: signed 127 + level * sign; unsigned level & 255 (256, one, is byte 0). Tables by
  * decade use index k & 15. */
+/* The inverse table's cells: every a below 2^(Q8_INV_EMIN - 127) (about 6e-8) quantises to
+ * the zero level in both maps (their first boundaries are near 2.7e-7 and 1.6e-7); a cell
+ * is 2^16 consecutive float bit patterns, 1/128 of a binade, narrower than the closest two
+ * boundaries (0.7% apart, at the top of the unsigned map); the last cell is 1.0 alone. */
+#define Q8_INV_EMIN 103
+#define Q8_INV_SHIFT 16
+#define Q8_INV_CELLS (((127 - Q8_INV_EMIN) << (23 - Q8_INV_SHIFT)) + 1)
+
 typedef struct q8_map {
     float t1[16], t2[16];   /* by k: code(2^k + j) = fma((float)j, t2[k], t1[k]) */
     float t1z[16], t2z[16]; /* the same by lzcnt(level) & 15 (AVX-512 decodes with lzcnt) */
@@ -65,6 +76,15 @@ typedef struct q8_map {
     float kthr[32];         /*   k = klo + (a >= kthr) */
     int off;                /* level = byte + off (unsigned byte 0 is level 256) */
     float dec[256];         /* byte -> code */
+    /* The quantiser's inverse table (what the SIMD kernels use): a in [0, 1] as float bits
+     * b, clamped below to Q8_INV_EMIN << 23, falls in cell b >> Q8_INV_SHIFT; every cell
+     * holds at most one rounding boundary of q8_level, so its entry E gives the result as
+     * (E + b) >> 16 (mod 2^32): E = (out << 16) + 0x10000 - thr - (cell << 16), out the
+     * result at the cell's start, thr the offset of the first bits past the boundary
+     * (0x10000: none). The result is the level (unsigned map) or 127 + level (signed map,
+     * a positive value's byte). Built from q8_level by binary search at init. */
+    uint32_t inv[Q8_INV_CELLS]; /* by cell - (Q8_INV_EMIN << (23 - Q8_INV_SHIFT)) */
+    int inv_ok;                 /* every cell has at most one boundary (a test checks) */
 } q8_map;
 
 typedef struct q8_tables {

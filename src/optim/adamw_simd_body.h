@@ -84,22 +84,21 @@ static void simd_step_f32(const adamw_chunk *c, const adamw_consts *k, int gdt, 
 
 /* ---- 8-bit states ---- */
 
-/* q8_level on W lanes; the decade comes from simd_decade (a table permute on AVX-512,
- * threshold counting on AVX2: both equal the scalar table). */
-ALWAYS_INLINE VI simd_level(V a, const simd_map *q) {
-    VI k = simd_decade(a, q);
-    return vi_min(v_cvt_rn(v_fma(a, v_perm16(q->ia, k), v_perm16(q->ib, k))), vi_perm16(q->lmax, k));
-}
-
+/* q8_quant_elem on W lanes through the inverse table (adamw_kernels.h): a = min(|x| inv, 1)
+ * as bits (an unsigned min: a NaN's bits exceed 1.0's, and fminf gives 1 for NaN too),
+ * clamped below into the first cell; one gather; (E + a) >> 16 is the level (unsigned) or
+ * a positive value's byte (signed); negatives (x < 0 as the scalar compares) take
+ * 127 - min(level, 127) = max(254 - byte, 0). */
 ALWAYS_INLINE VI simd_quant(V x, V inv, const simd_map *q, const int is_signed) {
-    V a = v_min(v_mul(v_abs(x), inv), v_set1(1.0f));
-    VI l = simd_level(a, q);
-    if (!is_signed) return l; /* the byte store keeps the low 8 bits: 256 (one) -> 0 */
-    l = vi_blend(v_cmp_lt(x, v_set1(0.0f)), l, vi_sub(vi_set1(0), vi_min(l, vi_set1(127))));
-    return vi_add(l, vi_set1(127));
+    VI b = vi_and(v_bits(v_mul(x, inv)), vi_set1(0x7fffffff));
+    b = vi_maxu(vi_minu(b, vi_set1(0x3f800000)), vi_set1(Q8_INV_EMIN << 23));
+    VI r = vi_srli16(vi_add(vi_gather(q->inv, vi_srli16(b)), b));
+    if (!is_signed) return r; /* the byte store keeps the low 8 bits: 256 (one) -> 0 */
+    return vi_blend(v_cmp_lt(x, v_set1(0.0f)), r, vi_max(vi_sub(vi_set1(254), r), vi_set1(0)));
 }
 
-/* dec[byte] on W lanes: the level's code from its bit length. */
+/* dec[byte] on W lanes: the level's code from its bit length (register tables; a gather
+ * from dec measured no faster on AVX2 and slower on AVX-512) */
 ALWAYS_INLINE V simd_dequant(VI u, const simd_map *q, const int is_signed) {
     VI level = is_signed ? vi_sub(u, vi_set1(127)) : u;
     V val = simd_code(is_signed ? vi_abs(level) : level, q, is_signed);

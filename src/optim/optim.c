@@ -8,6 +8,7 @@
 #include "strata/optim.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,13 +43,37 @@ struct st_optim {
 
 /* ---- dispatch ---- */
 
-st_optim_isa st_optim_isa_best(void) {
+/* STRATA_OPTIM_ISA (portable, avx2, avx512, avx512bf16 or auto) caps the kernels this CPU
+ * offers, e.g. to measure the AVX2 kernels on an AVX-512 machine; read once per process.
+ * 0: not read yet, -1: unset or auto, -2: not a kernel set (st_optim_create refuses). */
+static int isa_env_cap(void) {
+    static _Atomic int cap = 0;
+    int c = atomic_load(&cap);
+    if (c) return c;
+    const char *e = getenv("STRATA_OPTIM_ISA");
+    if (!e || !*e || !strcmp(e, "auto")) c = -1;
+    else if (!strcmp(e, "portable")) c = ST_OPTIM_ISA_PORTABLE;
+    else if (!strcmp(e, "avx2")) c = ST_OPTIM_ISA_AVX2;
+    else if (!strcmp(e, "avx512")) c = ST_OPTIM_ISA_AVX512;
+    else if (!strcmp(e, "avx512bf16")) c = ST_OPTIM_ISA_AVX512_BF16;
+    else c = -2;
+    atomic_store(&cap, c);
+    return c;
+}
+
+static st_optim_isa isa_cpu_best(void) {
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("fma") &&
         __builtin_cpu_supports("f16c"))
         return __builtin_cpu_supports("avx512bf16") ? ST_OPTIM_ISA_AVX512_BF16 : ST_OPTIM_ISA_AVX512;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
         return ST_OPTIM_ISA_AVX2;
     return ST_OPTIM_ISA_PORTABLE;
+}
+
+st_optim_isa st_optim_isa_best(void) {
+    st_optim_isa best = isa_cpu_best();
+    int cap = isa_env_cap();
+    return cap > 0 && cap < (int)best ? (st_optim_isa)cap : best;
 }
 
 const char *st_optim_isa_name(st_optim_isa isa) {
@@ -81,6 +106,8 @@ st_status st_optim_set_isa(st_optim *o, st_optim_isa isa, st_err *err) {
                        st_optim_isa_name(isa), st_optim_isa_name(best));
     o->isa = isa;
     o->kern = kernels_for(isa);
+    /* the SIMD quantisers need the inverse tables (every map's are; tests check) */
+    if (o->fmt == ST_OPTIM_STATE_8BIT && !(o->q8.s.inv_ok && o->q8.u.inv_ok)) o->kern = &adamw_kernels_portable;
     return ST_OK;
 }
 
@@ -110,6 +137,9 @@ static st_status create_impl(st_optim **out, const st_optim_segment *segs, int n
                              st_err *err) {
     *out = NULL;
     if (n_segs <= 0) return st_errf(err, ST_ERR_INVALID, "optimizer: no parameter segments");
+    if (isa_env_cap() == -2)
+        return st_errf(err, ST_ERR_INVALID, "optimizer: STRATA_OPTIM_ISA=%s is not a kernel set; use portable, "
+                       "avx2, avx512, avx512bf16 or auto (or unset it)", getenv("STRATA_OPTIM_ISA"));
     if (fmt != ST_OPTIM_STATE_F32 && fmt != ST_OPTIM_STATE_8BIT)
         return st_errf(err, ST_ERR_INVALID, "optimizer: unknown state format %d (use f32 or 8bit)", (int)fmt);
     /* overlapping segments would update an element twice */

@@ -7,12 +7,16 @@
  * n_i = 2^i for the signed map (mirrored for negatives), 2^(i+1) for the unsigned map;
  * plus 0 and 1. We number the levels so that decade k holds levels [2^k, 2^(k+1)), which
  * makes a level an integer monotone in value whose decade is its bit length (see
- * adamw_kernels.h for how the kernels decode and encode with register tables).
+ * adamw_kernels.h for how the kernels decode with register tables and encode through the
+ * inverse table built here).
  */
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "optim/adamw_kernels.h"
+
+_Static_assert(Q8_INV_SHIFT == 16, "the inverse table's entries give the result as (E + bits) >> 16");
 
 /* Decade k's table entries: signed codes in k = 0..6 (scale 10^(k-6)), unsigned in
  * k = 1..7 (scale 10^(k-7)); both code(2^k + j) = P (0.1 + 0.9 (j + 0.5) / 2^k), computed as
@@ -33,6 +37,42 @@ static float level_code(int is_signed, int level) {
     float t1, t2;
     decade_entries(is_signed, k, &t1, &t2);
     return fmaf((float)(level - (level ? 1 << k : 0)), t2, t1);
+}
+
+/* q8_level of the float with these bits, as the inverse table's result: the level, or
+ * 127 + level for the signed map. */
+static int inv_out(const q8_map *q, int is_signed, uint32_t bits) {
+    float a;
+    memcpy(&a, &bits, 4);
+    return q8_level(a, q) + (is_signed ? 127 : 0);
+}
+
+/* The inverse table (adamw_kernels.h) from the scalar quantiser itself: each cell's result
+ * at its start and end, and where they differ, the first bits past the boundary by binary
+ * search (q8_level is monotone in a: tests/test_optim_q8_simd.c compares every float). */
+static void inv_init(q8_map *q, int is_signed) {
+    const uint32_t first = (uint32_t)Q8_INV_EMIN << (23 - Q8_INV_SHIFT), one = 0x3f800000u;
+    int zero = is_signed ? 127 : 1;
+    /* everything the clamp folds into the first cell's start must give the zero level */
+    q->inv_ok = inv_out(q, is_signed, 0) == zero && inv_out(q, is_signed, first << Q8_INV_SHIFT) == zero;
+    for (uint32_t c = 0; c < Q8_INV_CELLS; c++) {
+        uint32_t cell = first + c, lo = cell << Q8_INV_SHIFT, hi = lo + ((1u << Q8_INV_SHIFT) - 1);
+        if (hi > one) hi = one;
+        int out = inv_out(q, is_signed, lo), top = inv_out(q, is_signed, hi);
+        uint32_t thr = 1u << Q8_INV_SHIFT;
+        if (top == out + 1) {
+            uint32_t a = lo, b = hi; /* out at a, top at b */
+            while (b - a > 1) {
+                uint32_t mid = a + (b - a) / 2;
+                if (inv_out(q, is_signed, mid) == out) a = mid;
+                else b = mid;
+            }
+            thr = b - lo;
+        } else if (top != out) {
+            q->inv_ok = 0; /* two boundaries in one cell: the kernels would round wrongly */
+        }
+        q->inv[c] = ((uint32_t)out << 16) + (1u << Q8_INV_SHIFT) - thr - (cell << 16);
+    }
 }
 
 static void map_init(q8_map *q, int is_signed) {
@@ -76,17 +116,27 @@ static void map_init(q8_map *q, int is_signed) {
         float c = level_code(is_signed, level < 0 ? -level : level);
         q->dec[byte] = level < 0 ? -c : c;
     }
+    inv_init(q, is_signed);
+}
+
+/* The maps are constants: built once per process (the inverse tables' binary searches take
+ * ~0.25 ms), copied into every optimizer (the state store makes one per subgroup). */
+static q8_tables tables_once;
+static pthread_once_t tables_once_flag = PTHREAD_ONCE_INIT;
+
+static void tables_build(void) {
+    map_init(&tables_once.s, 1);
+    map_init(&tables_once.u, 0);
 }
 
 void q8_tables_init(q8_tables *t) {
-    map_init(&t->s, 1);
-    map_init(&t->u, 0);
+    pthread_once(&tables_once_flag, tables_build);
+    memcpy(t, &tables_once, sizeof *t);
 }
 
 void st_optim_q8_map(int is_signed, float code[256]) {
-    q8_map q;
-    map_init(&q, is_signed);
-    memcpy(code, q.dec, sizeof q.dec);
+    pthread_once(&tables_once_flag, tables_build);
+    memcpy(code, is_signed ? tables_once.s.dec : tables_once.u.dec, sizeof tables_once.s.dec);
 }
 
 /* Nearest rounding errs by at most half the gap between neighbouring codes; negatives
@@ -120,7 +170,8 @@ float st_optim_q8_quantize_block(const float *x, size_t n, int is_signed, uint8_
     float amax = 0;
     for (size_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(x[i]));
     float inv = amax > 0 ? 1.0f / amax : 0.0f;
-    best_kernels()->quant(x, n, inv, is_signed ? &t.s : &t.u, is_signed, q);
+    const adamw_kernels *k = t.s.inv_ok && t.u.inv_ok ? best_kernels() : &adamw_kernels_portable;
+    k->quant(x, n, inv, is_signed ? &t.s : &t.u, is_signed, q);
     return amax;
 }
 
