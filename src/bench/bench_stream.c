@@ -23,6 +23,7 @@
 #include "strata/model.h"
 #include "strata/train.h"
 #include "strata/optim.h"
+#include "strata/plan.h"
 #include "strata/step.h"
 #include "strata/store.h"
 #include "strata/stream.h"
@@ -67,285 +68,362 @@ static void usage(FILE *f) {
             "            --max-norm 1.0\n");
 }
 
-int bench_stream(int argc, char **argv) {
-    const char *model = "gpt2-124m", *acts = "auto", *clip = "auto", *gdt = "f32";
-    int B = 2, T = 256, steps = 3, depth = 1, overlap = 1, threads = 0, json = 0, vchunk = -1;
-    double budget_arg = 0, max_norm = 1.0, state_budget = (double)ST_STORE_HOST_BUDGET_DEFAULT;
-    const char *state_path = NULL, *device = "cpu";
-    int store_beside = 0, cuda_index = -1;
-    st_model_overrides ov = {0};
+/* What was asked: the command line, parsed and checked once. */
+typedef struct stream_opts {
+    const char *model, *acts, *clip, *gdt, *state_path, *device;
+    int B, T, steps, depth, overlap, threads, json, vchunk, store_beside, cuda_index, act_auto;
+    double budget_arg, max_norm, state_budget;
+    st_stream_act act;
+    st_model_overrides ov;
+} stream_opts;
+
+/* What was set up: the model, the in-memory step, the streamed step and (--state-path) the
+ * streamed step with its state in a disk store, and the one batch they all train on. */
+typedef struct stream_bench {
+    st_backend *cpu, *dev, *dev2;
+    st_model *m;
+    st_arch *arch;
+    st_stream_exec *x, *xd;
+    st_store *store;
+    int store_made;
+    st_step mem_step, str_step, disk_step;
+    st_optim *opt;
+    st_optim_segment *segs;
+    st_stream_plan plan;
+    st_stream_config sc;
+    const char *spaths[1];
+    st_store_config stc;
+    int32_t *inp, *tgt;
+    size_t n, state, weight_bytes, budget;
+} stream_bench;
+
+/* What was measured: per timed step (steps of each), and the maxima over them. */
+typedef struct stream_figures {
+    double *ts, *tu, *te, *rr, *tc, *tt; /* streamed, unstreamed, efficiency, ratio, compute, tail */
+    double *td, *rd, *tw;                /* the disk-state side: step, ratio to streamed, tail */
+    int beside, abandoned, loss_equal;
+    uint64_t h2d_max, d2h_max, h2d_act, d2h_act;
+    size_t peak, dev_budget;
+    float loss_s, loss_u;
+} stream_figures;
+
+/* The options into o: -1 to go on, else the exit code (0 for --help, 2 for a bad option). */
+static int stream_parse_args(int argc, char **argv, stream_opts *o) {
+    *o = (stream_opts){.model = "gpt2-124m", .acts = "auto", .clip = "auto", .gdt = "f32", .device = "cpu",
+                       .B = 2, .T = 256, .steps = 3, .depth = 1, .overlap = 1, .vchunk = -1, .cuda_index = -1,
+                       .max_norm = 1.0, .state_budget = (double)ST_STORE_HOST_BUDGET_DEFAULT};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
-        else if (!strcmp(a, "--json")) json = 1;
-        else if (!strcmp(a, "--no-overlap")) overlap = 0;
-        else if (v && !strcmp(a, "--model")) { model = v; i++; }
-        else if (v && !strcmp(a, "--device")) { device = v; i++; }
+        else if (!strcmp(a, "--json")) o->json = 1;
+        else if (!strcmp(a, "--no-overlap")) o->overlap = 0;
+        else if (v && !strcmp(a, "--model")) { o->model = v; i++; }
+        else if (v && !strcmp(a, "--device")) { o->device = v; i++; }
         else if (v && !strcmp(a, "--device-budget")) {
-            budget_arg = st_parse_bytes(v);
+            o->budget_arg = st_parse_bytes(v);
             i++;
-            if (budget_arg <= 0) { fprintf(stderr, "strata bench stream: bad --device-budget '%s'\n", v); return 2; }
+            if (o->budget_arg <= 0) { fprintf(stderr, "strata bench stream: bad --device-budget '%s'\n", v); return 2; }
         }
-        else if (v && !strcmp(a, "--batch")) { B = atoi(v); i++; }
-        else if (v && !strcmp(a, "--seq")) { T = atoi(v); i++; }
-        else if (v && !strcmp(a, "--steps")) { steps = atoi(v); i++; }
-        else if (v && !strcmp(a, "--depth")) { depth = atoi(v); i++; }
-        else if (v && !strcmp(a, "--acts")) { acts = v; i++; }
-        else if (v && !strcmp(a, "--vocab-chunk")) { vchunk = atoi(v); i++; }
-        else if (v && !strcmp(a, "--grad-dtype")) { gdt = v; i++; }
-        else if (v && !strcmp(a, "--state-path")) { state_path = v; i++; }
+        else if (v && !strcmp(a, "--batch")) { o->B = atoi(v); i++; }
+        else if (v && !strcmp(a, "--seq")) { o->T = atoi(v); i++; }
+        else if (v && !strcmp(a, "--steps")) { o->steps = atoi(v); i++; }
+        else if (v && !strcmp(a, "--depth")) { o->depth = atoi(v); i++; }
+        else if (v && !strcmp(a, "--acts")) { o->acts = v; i++; }
+        else if (v && !strcmp(a, "--vocab-chunk")) { o->vchunk = atoi(v); i++; }
+        else if (v && !strcmp(a, "--grad-dtype")) { o->gdt = v; i++; }
+        else if (v && !strcmp(a, "--state-path")) { o->state_path = v; i++; }
         else if (v && !strcmp(a, "--store-beside")) {
             if (strcmp(v, "0") && strcmp(v, "1")) {
                 fprintf(stderr, "strata bench stream: --store-beside '%s': use 1 (beside the backward) or 0 (after)\n", v);
                 return 2;
             }
-            store_beside = *v == '1';
+            o->store_beside = *v == '1';
             i++;
         }
         else if (v && !strcmp(a, "--state-budget")) {
-            state_budget = st_parse_bytes(v);
+            o->state_budget = st_parse_bytes(v);
             i++;
-            if (!(state_budget > 0)) { fprintf(stderr, "strata bench stream: bad --state-budget '%s'\n", v); return 2; }
+            if (!(o->state_budget > 0)) { fprintf(stderr, "strata bench stream: bad --state-budget '%s'\n", v); return 2; }
         }
-        else if (v && !strcmp(a, "--clip")) { clip = v; i++; }
-        else if (v && !strcmp(a, "--max-norm")) { max_norm = atof(v); i++; }
-        else if (v && !strcmp(a, "--threads")) { threads = atoi(v); i++; }
-        else if (v && !strcmp(a, "--layers")) { ov.n_layer = atoi(v); i++; }
-        else if (v && !strcmp(a, "--embd")) { ov.n_embd = atoi(v); i++; }
-        else if (v && !strcmp(a, "--heads")) { ov.n_head = atoi(v); i++; }
-        else if (v && !strcmp(a, "--vocab")) { ov.vocab_size = atoi(v); i++; }
-        else if (v && !strcmp(a, "--max-seq")) { ov.max_seq = atoi(v); i++; }
+        else if (v && !strcmp(a, "--clip")) { o->clip = v; i++; }
+        else if (v && !strcmp(a, "--max-norm")) { o->max_norm = atof(v); i++; }
+        else if (v && !strcmp(a, "--threads")) { o->threads = atoi(v); i++; }
+        else if (v && !strcmp(a, "--layers")) { o->ov.n_layer = atoi(v); i++; }
+        else if (v && !strcmp(a, "--embd")) { o->ov.n_embd = atoi(v); i++; }
+        else if (v && !strcmp(a, "--heads")) { o->ov.n_head = atoi(v); i++; }
+        else if (v && !strcmp(a, "--vocab")) { o->ov.vocab_size = atoi(v); i++; }
+        else if (v && !strcmp(a, "--max-seq")) { o->ov.max_seq = atoi(v); i++; }
         else { fprintf(stderr, "strata bench stream: unknown or incomplete option '%s'\n", a); usage(stderr); return 2; }
     }
-    if (B < 1 || T < 1 || steps < 1) {
+    return -1;
+}
+
+/* The values the loop could not judge alone: 0 when they hold, else 2 (the exit code). */
+static int stream_check_args(stream_opts *o) {
+    if (o->B < 1 || o->T < 1 || o->steps < 1) {
         fprintf(stderr, "strata bench stream: --batch, --seq, --steps must be >= 1\n");
         return 2;
     }
-    int act_auto = !strcmp(acts, "auto");
-    st_stream_act act = !strcmp(acts, "keep") ? ST_STREAM_ACT_KEEP : !strcmp(acts, "offload") || act_auto ? ST_STREAM_ACT_OFFLOAD
-                   : !strcmp(acts, "recompute") ? ST_STREAM_ACT_RECOMPUTE : (st_stream_act)-1;
-    if ((int)act < 0) {
+    const char *acts = o->acts;
+    o->act_auto = !strcmp(acts, "auto");
+    o->act = !strcmp(acts, "keep") ? ST_STREAM_ACT_KEEP : !strcmp(acts, "offload") || o->act_auto ? ST_STREAM_ACT_OFFLOAD
+           : !strcmp(acts, "recompute") ? ST_STREAM_ACT_RECOMPUTE : (st_stream_act)-1;
+    if ((int)o->act < 0) {
         fprintf(stderr, "strata bench stream: --acts '%s': use auto, recompute, keep or offload\n", acts);
         return 2;
     }
-    if (strcmp(gdt, "f32") && strcmp(gdt, "bf16")) {
-        fprintf(stderr, "strata bench stream: --grad-dtype '%s': use f32 or bf16\n", gdt);
+    if (strcmp(o->gdt, "f32") && strcmp(o->gdt, "bf16")) {
+        fprintf(stderr, "strata bench stream: --grad-dtype '%s': use f32 or bf16\n", o->gdt);
         return 2;
     }
-    if (strcmp(clip, "speculate") && strcmp(clip, "defer") && strcmp(clip, "auto")) {
-        fprintf(stderr, "strata bench stream: --clip '%s': use auto, speculate or defer\n", clip);
+    if (strcmp(o->clip, "speculate") && strcmp(o->clip, "defer") && strcmp(o->clip, "auto")) {
+        fprintf(stderr, "strata bench stream: --clip '%s': use auto, speculate or defer\n", o->clip);
         return 2;
     }
     st_err err = {0};
-    if (st_backend_device_parse(device, &cuda_index, &err)) { /* whether this build has it: when it is created */
+    if (st_backend_device_parse(o->device, &o->cuda_index, &err)) { /* whether this build has it: when it is created */
         fprintf(stderr, "strata bench stream: --device: %s\n", err.msg);
         return 2;
     }
+    return 0;
+}
 
-    st_backend *cpu = NULL, *dev = NULL, *dev2 = NULL;
-    st_model *m = NULL;
-    st_arch *arch = NULL;
-    st_stream_exec *x = NULL, *xd = NULL;
-    st_store *store = NULL;
-    int store_made = 0;
-    st_step mem_step = {0}, str_step = {0}, disk_step = {0};
-    double *td = NULL, *rd = NULL, *tw = NULL;
-    int beside = 0, abandoned = 0, loss_equal = 1;
-    st_optim *opt = NULL;
-    st_optim_segment *segs = NULL;
-    int32_t *inp = NULL, *tgt = NULL;
-    double *ts = NULL, *tu = NULL, *te = NULL, *rr = NULL, *tc = NULL, *tt = NULL;
-    int rc = 1;
-    if (st_backend_cpu_create(&cpu, threads, &err) || st_model_create(&m, model, &ov, cpu, &err) ||
-        m->ops->alloc_acts(m, B, T, &err) || st_arch_of_model(&arch, m, &err))
-        goto fail;
-    const st_arch_layout *ly = &arch->lay;
-    size_t n = m->n_params, state = n * 16, weight_bytes = n * 4;
-    size_t budget = budget_arg > 0 ? (size_t)budget_arg : state / 8;
-    st_stream_plan plan;
-    st_stream_plan_default(&plan, ly->n_blocks);
-    plan.prefetch_depth = depth;
-    plan.overlap_optim = overlap;
-    plan.clip = !strcmp(clip, "defer") ? ST_STREAM_CLIP_DEFER : !strcmp(clip, "auto") ? ST_STREAM_CLIP_AUTO : ST_STREAM_CLIP_SPECULATE;
-    plan.grad_dtype = strcmp(gdt, "bf16") ? ST_F32 : ST_BF16;
-    st_stream_plan_set_all(&plan, act);
-    st_stream_config sc = {.arch = arch, .B = B, .T = T, .weight_decay = 0.1f};
-    /* a small planner: the cheapest plan that fits (offload saves the recompute; a
-     * resident wte saves the second pass over it) */
-    size_t usable = st_backend_device_usable_bytes(device, budget); /* a GPU: less cuBLASLt's workspace */
-    plan.vocab_chunk = vchunk >= 0 ? vchunk : 0;
-    if (vchunk < 0 && st_stream_device_bytes(&sc, &plan) > usable) plan.vocab_chunk = 2048;
-    if (act_auto && st_stream_device_bytes(&sc, &plan) > usable) {
-        st_stream_plan_set_all(&plan, ST_STREAM_ACT_RECOMPUTE);
-        if (vchunk < 0) {
-            plan.vocab_chunk = 0;
-            if (st_stream_device_bytes(&sc, &plan) > usable) plan.vocab_chunk = 2048;
+/* The streamed step's plan: the options', then a small planner for what they left open, the
+ * cheapest plan that fits (offload saves the recompute; a resident wte saves the second pass
+ * over it; a chunked wte takes ST_PLAN_RULE_VOCAB_CHUNK rows at a time, as strata train's
+ * rule). --acts auto becomes the choice made, for the figures. */
+static void stream_choose_plan(stream_bench *b, stream_opts *o) {
+    st_stream_plan *plan = &b->plan;
+    st_stream_plan_default(plan, b->arch->lay.n_blocks);
+    plan->prefetch_depth = o->depth;
+    plan->overlap_optim = o->overlap;
+    plan->clip = !strcmp(o->clip, "defer") ? ST_STREAM_CLIP_DEFER
+               : !strcmp(o->clip, "auto")  ? ST_STREAM_CLIP_AUTO : ST_STREAM_CLIP_SPECULATE;
+    plan->grad_dtype = strcmp(o->gdt, "bf16") ? ST_F32 : ST_BF16;
+    st_stream_plan_set_all(plan, o->act);
+    size_t usable = st_backend_device_usable_bytes(o->device, b->budget); /* a GPU: less cuBLASLt's workspace */
+    plan->vocab_chunk = o->vchunk >= 0 ? o->vchunk : 0;
+    if (o->vchunk < 0 && st_stream_device_bytes(&b->sc, plan) > usable) plan->vocab_chunk = ST_PLAN_RULE_VOCAB_CHUNK;
+    if (o->act_auto && st_stream_device_bytes(&b->sc, plan) > usable) {
+        st_stream_plan_set_all(plan, ST_STREAM_ACT_RECOMPUTE);
+        if (o->vchunk < 0) {
+            plan->vocab_chunk = 0;
+            if (st_stream_device_bytes(&b->sc, plan) > usable) plan->vocab_chunk = ST_PLAN_RULE_VOCAB_CHUNK;
         }
     }
-    if (act_auto) acts = plan.act[0] == ST_STREAM_ACT_OFFLOAD ? "offload" : "recompute";
-    if (st_backend_device_create(&dev, device, cpu, budget, &err) || st_stream_exec_create(&x, &sc, &plan, dev, &err))
-        goto fail;
+    if (o->act_auto) o->acts = plan->act[0] == ST_STREAM_ACT_OFFLOAD ? "offload" : "recompute";
+}
 
-    m->ops->init_random(m, 1);
-    st_stream_set_params(x, m->params); /* the CPU backend's memory is host memory */
-    segs = calloc((size_t)m->n_tensors, sizeof *segs);
-    if (!segs) { st_errf(&err, ST_ERR_NOMEM, "out of memory"); goto fail; }
-    st_params_decay_segments(m->tensors, m->n_tensors, 0.1f, segs);
-    if (st_optim_create(&opt, segs, m->n_tensors, ST_OPTIM_STATE_F32, &err)) goto fail;
-    const char *spaths[1] = {state_path};
-    st_store_config stc = {.paths = spaths, .n_paths = 1, .segs = segs, .n_segs = m->n_tensors,
-                           .fmt = ST_OPTIM_STATE_F32, .host_budget = (uint64_t)state_budget,
-                           .name = "strata-bench-stream-state"};
-    if (state_path) { /* the third side: streamed, the state on disk */
-        st_stream_config scd = sc;
-        scd.external_optimizer = 1;
-        scd.store_beside = store_beside;
-        if (st_store_exists(&stc)) {
-            st_errf(&err, ST_ERR_INVALID, "--state-path %s already holds strata-bench-stream-state.manifest (another "
-                    "bench running, or one killed): remove strata-bench-stream-state.* there", state_path);
-            goto fail;
-        }
-        if (st_backend_device_create(&dev2, device, cpu, budget, &err) || st_stream_exec_create(&xd, &scd, &plan, dev2, &err))
-            goto fail;
-        st_stream_set_params(xd, m->params);
-        if (st_store_create(&store, &stc, st_store_init_copy, m->params, &err)) goto fail;
-        store_made = 1;
-        if (st_stream_attach_store(xd, store, NULL, 0, &err)) goto fail;
-        st_step_init_streamed(&disk_step, xd, 1);
+/* The third side (--state-path): the same streamed step, its optimizer state in a disk
+ * store that this bench creates and must not find already there. */
+static int stream_setup_disk(stream_bench *b, const stream_opts *o, st_err *err) {
+    st_stream_config scd = b->sc;
+    scd.external_optimizer = 1;
+    scd.store_beside = o->store_beside;
+    if (st_store_exists(&b->stc)) {
+        st_errf(err, ST_ERR_INVALID, "--state-path %s already holds strata-bench-stream-state.manifest (another "
+                "bench running, or one killed): remove strata-bench-stream-state.* there", o->state_path);
+        return 1;
     }
+    if (st_backend_device_create(&b->dev2, o->device, b->cpu, b->budget, err) ||
+        st_stream_exec_create(&b->xd, &scd, &b->plan, b->dev2, err))
+        return 1;
+    st_stream_set_params(b->xd, b->m->params);
+    if (st_store_create(&b->store, &b->stc, st_store_init_copy, b->m->params, err)) return 1;
+    b->store_made = 1;
+    if (st_stream_attach_store(b->xd, b->store, NULL, 0, err)) return 1;
+    st_step_init_streamed(&b->disk_step, b->xd, 1);
+    return 0;
+}
 
-    int N = B * T;
-    inp = malloc(sizeof(int32_t) * (size_t)N);
-    tgt = malloc(sizeof(int32_t) * (size_t)N);
-    ts = calloc((size_t)steps, sizeof(double)), tu = calloc((size_t)steps, sizeof(double));
-    te = calloc((size_t)steps, sizeof(double)), rr = calloc((size_t)steps, sizeof(double));
-    tc = calloc((size_t)steps, sizeof(double)), tt = calloc((size_t)steps, sizeof(double));
-    td = calloc((size_t)steps, sizeof(double)), rd = calloc((size_t)steps, sizeof(double));
-    tw = calloc((size_t)steps, sizeof(double));
-    if (!inp || !tgt || !ts || !tu || !te || !rr || !tc || !tt || !td || !rd || !tw) {
-        st_errf(&err, ST_ERR_NOMEM, "out of memory");
-        goto fail;
-    }
+/* The model, its optimizer, the streamed executor (and the disk side), one batch of random
+ * tokens, and both sides' steps (strata train's step, strata/step.h). */
+static int stream_setup(stream_bench *b, stream_opts *o, st_err *err) {
+    if (st_backend_cpu_create(&b->cpu, o->threads, err) || st_model_create(&b->m, o->model, &o->ov, b->cpu, err) ||
+        b->m->ops->alloc_acts(b->m, o->B, o->T, err) || st_arch_of_model(&b->arch, b->m, err))
+        return 1;
+    const st_arch_layout *ly = &b->arch->lay;
+    b->n = b->m->n_params, b->state = b->n * 16, b->weight_bytes = b->n * 4;
+    b->budget = o->budget_arg > 0 ? (size_t)o->budget_arg : b->state / 8;
+    b->sc = (st_stream_config){.arch = b->arch, .B = o->B, .T = o->T, .weight_decay = 0.1f};
+    stream_choose_plan(b, o);
+    if (st_backend_device_create(&b->dev, o->device, b->cpu, b->budget, err) ||
+        st_stream_exec_create(&b->x, &b->sc, &b->plan, b->dev, err))
+        return 1;
+    b->m->ops->init_random(b->m, 1);
+    st_stream_set_params(b->x, b->m->params); /* the CPU backend's memory is host memory */
+    b->segs = calloc((size_t)b->m->n_tensors, sizeof *b->segs);
+    if (!b->segs) return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    st_params_decay_segments(b->m->tensors, b->m->n_tensors, 0.1f, b->segs);
+    if (st_optim_create(&b->opt, b->segs, b->m->n_tensors, ST_OPTIM_STATE_F32, err)) return 1;
+    b->spaths[0] = o->state_path;
+    b->stc = (st_store_config){.paths = b->spaths, .n_paths = 1, .segs = b->segs, .n_segs = b->m->n_tensors,
+                               .fmt = ST_OPTIM_STATE_F32, .host_budget = (uint64_t)o->state_budget,
+                               .name = "strata-bench-stream-state"};
+    if (o->state_path && stream_setup_disk(b, o, err)) return 1;
+    size_t N = (size_t)o->B * (size_t)o->T;
+    b->inp = malloc(sizeof(int32_t) * N);
+    b->tgt = malloc(sizeof(int32_t) * N);
+    if (!b->inp || !b->tgt) return st_errf(err, ST_ERR_NOMEM, "out of memory");
     st_rng rng;
     st_rng_seed(&rng, 7);
-    for (int i = 0; i < N; i++) inp[i] = (int32_t)(st_rng_u64(&rng) % (uint64_t)ly->vocab_size);
-    for (int i = 0; i < N; i++) tgt[i] = (int32_t)(st_rng_u64(&rng) % (uint64_t)ly->vocab_size);
-    st_stream_step_stats st = {0};
-    uint64_t h2d_max = 0, d2h_max = 0, h2d_act = 0, d2h_act = 0;
-    size_t peak = 0;
-    float loss_s = 0, loss_u = 0;
-    /* both sides run strata train's step (strata/step.h) */
-    if (st_step_init_memory(&mem_step, m, opt, NULL, 1, &err)) goto fail;
-    st_step_init_streamed(&str_step, x, 1);
-    for (int s = -1; s < steps; s++) {
-        st_step_hp hp = {.adam = {1e-4f, 0.9f, 0.95f, 1e-8f, s + 2, 1.0f}, .grad_clip = (float)max_norm};
-        st_step_result ru;
+    for (size_t i = 0; i < N; i++) b->inp[i] = (int32_t)(st_rng_u64(&rng) % (uint64_t)ly->vocab_size);
+    for (size_t i = 0; i < N; i++) b->tgt[i] = (int32_t)(st_rng_u64(&rng) % (uint64_t)ly->vocab_size);
+    if (st_step_init_memory(&b->mem_step, b->m, b->opt, NULL, 1, err)) return 1;
+    st_step_init_streamed(&b->str_step, b->x, 1);
+    return 0;
+}
+
+/* The disk side's step s (-1: the warm-up) after the streamed one (st, its stats). */
+static int stream_disk_step(stream_bench *b, const stream_opts *o, int s, const st_step_hp *hp,
+                                  const st_stream_step_stats *st, stream_figures *f, st_err *err) {
+    st_step_result rdk;
+    if (st_step_run(&b->disk_step, 1, o->B, o->T, b->inp, b->tgt, hp, &rdk, err) || st_backend_status(b->dev2, err))
+        return 1;
+    st_stream_step_stats sd = rdk.stream;
+    f->loss_equal &= memcmp(&sd.loss, &st->loss, sizeof(float)) == 0;
+    st_store_stats ss;
+    st_store_get_stats(b->store, &ss);
+    if (!o->json)
+        fprintf(stderr, "  step %d: disk state %.3f s (loss %.4f, %s%s, optimizer tail %.3f s; the store's "
+                        "last step %.3f s: update %.3f, crc %.3f, waits for reads %.3f, writes %.3f, "
+                        "gradients %.3f, commit %.3f)\n", s + 1, sd.wall_s, sd.loss,
+                sd.store_beside ? "beside the backward" : "after the backward",
+                sd.rolled_back ? ", abandoned and redone" : "", sd.optim_tail_s, ss.step_s, ss.update_s,
+                ss.crc_s, ss.read_wait_s, ss.write_wait_s, ss.grad_wait_s, ss.commit_s);
+    if (s >= 0) {
+        f->td[s] = sd.wall_s;
+        f->rd[s] = sd.wall_s / st->wall_s;
+        f->tw[s] = sd.optim_tail_s;
+        f->beside += sd.store_beside;
+        f->abandoned += sd.store_beside && sd.rolled_back;
+    }
+    return 0;
+}
+
+/* One warm-up and o->steps timed steps, the sides alternating within each; then the
+ * device's own peak and budget (on any device: the step's stats know the CPU arena only). */
+static int stream_run_steps(stream_bench *b, const stream_opts *o, stream_figures *f, st_err *err) {
+    for (int s = -1; s < o->steps; s++) {
+        st_step_hp hp = {.adam = {1e-4f, 0.9f, 0.95f, 1e-8f, s + 2, 1.0f}, .grad_clip = (float)o->max_norm};
+        st_step_result ru, rs;
         double t0 = st_now();
-        if (st_step_run(&mem_step, 1, B, T, inp, tgt, &hp, &ru, &err)) goto fail;
-        loss_u = (float)ru.loss;
+        if (st_step_run(&b->mem_step, 1, o->B, o->T, b->inp, b->tgt, &hp, &ru, err)) return 1;
+        f->loss_u = (float)ru.loss;
         double tun = st_now() - t0;
-        /* streamed */
-        st_step_result rs;
-        if (st_step_run(&str_step, 1, B, T, inp, tgt, &hp, &rs, &err)) goto fail;
-        if (st_backend_status(dev, &err)) goto fail; /* a failed kernel: no figures from garbage */
-        st = rs.stream;
-        loss_s = st.loss;
-        st_stream_step_stats sd = {0};
-        if (xd) { /* the same step with the state on disk */
-            st_step_result rdk;
-            if (st_step_run(&disk_step, 1, B, T, inp, tgt, &hp, &rdk, &err) || st_backend_status(dev2, &err)) goto fail;
-            sd = rdk.stream;
-            loss_equal &= memcmp(&sd.loss, &st.loss, sizeof(float)) == 0;
-            st_store_stats ss;
-            st_store_get_stats(store, &ss);
-            if (!json)
-                fprintf(stderr, "  step %d: disk state %.3f s (loss %.4f, %s%s, optimizer tail %.3f s; the store's "
-                                "last step %.3f s: update %.3f, crc %.3f, waits for reads %.3f, writes %.3f, "
-                                "gradients %.3f, commit %.3f)\n", s + 1, sd.wall_s, sd.loss,
-                        sd.store_beside ? "beside the backward" : "after the backward",
-                        sd.rolled_back ? ", abandoned and redone" : "", sd.optim_tail_s, ss.step_s, ss.update_s,
-                        ss.crc_s, ss.read_wait_s, ss.write_wait_s, ss.grad_wait_s, ss.commit_s);
-            if (s >= 0) {
-                td[s] = sd.wall_s;
-                rd[s] = sd.wall_s / st.wall_s;
-                tw[s] = sd.optim_tail_s;
-                beside += sd.store_beside;
-                abandoned += sd.store_beside && sd.rolled_back;
-            }
-        }
-        if (!json)
+        if (st_step_run(&b->str_step, 1, o->B, o->T, b->inp, b->tgt, &hp, &rs, err)) return 1;
+        if (st_backend_status(b->dev, err)) return 1; /* a failed kernel: no figures from garbage */
+        st_stream_step_stats st = rs.stream;
+        f->loss_s = st.loss;
+        if (b->xd && stream_disk_step(b, o, s, &hp, &st, f, err)) return 1;
+        if (!o->json)
             fprintf(stderr, "  step %d: streamed %.3f s (loss %.4f, compute %.3f, waits %.3f, optimizer tail %.3f, "
                             "efficiency %.3f), unstreamed %.3f s (loss %.4f)\n",
                     s + 1, st.wall_s, st.loss, st.compute_s, st.wait_s, st.optim_tail_s, st.overlap_efficiency, tun,
-                    loss_u);
-        if (s >= 0) {
-            ts[s] = st.wall_s; tu[s] = tun; te[s] = st.overlap_efficiency; rr[s] = st.wall_s / tun;
-            tc[s] = st.compute_s; tt[s] = st.optim_tail_s;
-            if (st.h2d_bytes > h2d_max) h2d_max = st.h2d_bytes;
-            if (st.h2d_act_bytes > h2d_act) h2d_act = st.h2d_act_bytes;
-            if (st.d2h_act_bytes > d2h_act) d2h_act = st.d2h_act_bytes;
-            if (st.d2h_bytes > d2h_max) d2h_max = st.d2h_bytes;
-        }
+                    f->loss_u);
+        if (s < 0) continue; /* warm-up */
+        f->ts[s] = st.wall_s; f->tu[s] = tun; f->te[s] = st.overlap_efficiency; f->rr[s] = st.wall_s / tun;
+        f->tc[s] = st.compute_s; f->tt[s] = st.optim_tail_s;
+        if (st.h2d_bytes > f->h2d_max) f->h2d_max = st.h2d_bytes;
+        if (st.h2d_act_bytes > f->h2d_act) f->h2d_act = st.h2d_act_bytes;
+        if (st.d2h_act_bytes > f->d2h_act) f->d2h_act = st.d2h_act_bytes;
+        if (st.d2h_bytes > f->d2h_max) f->d2h_max = st.d2h_bytes;
     }
-    /* the device's own figures, on any device (the step's stats know the CPU arena only) */
-    size_t dev_budget = 0;
-    if (st_backend_memory(dev, NULL, &peak, &dev_budget, &err)) goto fail;
-    double step_s = bench_median(ts, steps), un_s = bench_median(tu, steps), eff = bench_median(te, steps), ratio = bench_median(rr, steps);
-    double comp_s = bench_median(tc, steps), tail_s = bench_median(tt, steps);
+    if (st_backend_memory(b->dev, NULL, &f->peak, &f->dev_budget, err)) return 1;
+    return 0;
+}
+
+/* --json: one object; the disk side's keys only with --state-path. */
+static void stream_print_json(const stream_bench *b, const stream_opts *o, stream_figures *f) {
+    const st_arch_layout *ly = &b->arch->lay;
+    int steps = o->steps;
     char state_json[1400] = "";
-    if (xd)
+    if (b->xd)
         snprintf(state_json, sizeof state_json,
                  ",\"state_path\":\"%s\",\"store_beside\":%d,\"state_budget_bytes\":%.0f,\"state_step_s\":%.4f,\"state_ratio\":%.3f,"
                  "\"state_optim_tail_s\":%.4f,\"state_steps_beside\":%d,\"state_steps_abandoned\":%d,"
                  "\"state_loss_equal\":%s",
-                 state_path, store_beside, state_budget, bench_median(td, steps), bench_median(rd, steps), bench_median(tw, steps),
-                 beside, abandoned, loss_equal ? "true" : "false");
-    if (json) {
-        printf("{\"bench\":\"stream\",\"device\":\"%s\",\"model\":\"%s\",\"n_layer\":%d,\"n_embd\":%d,\"vocab_size\":%d,"
-               "\"batch\":%d,\"seq\":%d,\"params\":%zu,\"threads\":%d,\"steps\":%d,\"prefetch_depth\":%d,"
-               "\"acts\":\"%s\",\"overlap_optim\":%s,\"clip\":\"%s\",\"grad_dtype\":\"%s\",\"vocab_chunk\":%d,"
-               "\"training_state_bytes\":%zu,\"weight_bytes\":%zu,\"device_budget_bytes\":%zu,"
-               "\"device_peak_bytes\":%zu,\"h2d_bytes\":%llu,\"d2h_bytes\":%llu,\"h2d_act_bytes\":%llu,"
-               "\"d2h_act_bytes\":%llu,\"h2d_weight_per_weight\":%.3f,\"overlap_efficiency\":%.3f,"
-               "\"compute_s\":%.4f,\"optim_tail_s\":%.4f,\"step_s\":%.4f,\"unstreamed_step_s\":%.4f,"
-               "\"ratio\":%.3f,\"loss\":%.5f,\"unstreamed_loss\":%.5f%s}\n",
-               device, model, ly->n_blocks, ly->n_embd, ly->vocab_size, B, T, n, omp_get_max_threads(), steps, depth, acts,
-               overlap ? "true" : "false", clip, gdt, plan.vocab_chunk, state, weight_bytes, dev_budget, peak,
-               (unsigned long long)h2d_max, (unsigned long long)d2h_max, (unsigned long long)h2d_act,
-               (unsigned long long)d2h_act, (double)(h2d_max - h2d_act) / weight_bytes, eff, comp_s, tail_s, step_s,
-               un_s, ratio, loss_s, loss_u, state_json);
+                 o->state_path, o->store_beside, o->state_budget, bench_median(f->td, steps), bench_median(f->rd, steps),
+                 bench_median(f->tw, steps), f->beside, f->abandoned, f->loss_equal ? "true" : "false");
+    printf("{\"bench\":\"stream\",\"device\":\"%s\",\"model\":\"%s\",\"n_layer\":%d,\"n_embd\":%d,\"vocab_size\":%d,"
+           "\"batch\":%d,\"seq\":%d,\"params\":%zu,\"threads\":%d,\"steps\":%d,\"prefetch_depth\":%d,"
+           "\"acts\":\"%s\",\"overlap_optim\":%s,\"clip\":\"%s\",\"grad_dtype\":\"%s\",\"vocab_chunk\":%d,"
+           "\"training_state_bytes\":%zu,\"weight_bytes\":%zu,\"device_budget_bytes\":%zu,"
+           "\"device_peak_bytes\":%zu,\"h2d_bytes\":%llu,\"d2h_bytes\":%llu,\"h2d_act_bytes\":%llu,"
+           "\"d2h_act_bytes\":%llu,\"h2d_weight_per_weight\":%.3f,\"overlap_efficiency\":%.3f,"
+           "\"compute_s\":%.4f,\"optim_tail_s\":%.4f,\"step_s\":%.4f,\"unstreamed_step_s\":%.4f,"
+           "\"ratio\":%.3f,\"loss\":%.5f,\"unstreamed_loss\":%.5f%s}\n",
+           o->device, o->model, ly->n_blocks, ly->n_embd, ly->vocab_size, o->B, o->T, b->n, omp_get_max_threads(),
+           steps, o->depth, o->acts, o->overlap ? "true" : "false", o->clip, o->gdt, b->plan.vocab_chunk, b->state,
+           b->weight_bytes, f->dev_budget, f->peak, (unsigned long long)f->h2d_max, (unsigned long long)f->d2h_max,
+           (unsigned long long)f->h2d_act, (unsigned long long)f->d2h_act,
+           (double)(f->h2d_max - f->h2d_act) / b->weight_bytes, bench_median(f->te, steps),
+           bench_median(f->tc, steps), bench_median(f->tt, steps), bench_median(f->ts, steps),
+           bench_median(f->tu, steps), bench_median(f->rr, steps), f->loss_s, f->loss_u, state_json);
+}
+
+/* The same figures as lines of text. */
+static void stream_print_text(const stream_bench *b, const stream_opts *o, stream_figures *f) {
+    int steps = o->steps;
+    printf("model %s (%zu params, state %.1f MB), device budget %.1f MB (peak %.1f MB), batch %d x seq %d\n"
+           "streamed %.3f s/step vs unstreamed %.3f s (ratio %.3f), overlap efficiency %.3f\n"
+           "h2d %.1f MB/step (weights and embeddings %.2f x weights, offloaded activations %.1f MB), "
+           "d2h %.1f MB/step\n",
+           o->model, b->n, b->state / 1e6, f->dev_budget / 1e6, f->peak / 1e6, o->B, o->T,
+           bench_median(f->ts, steps), bench_median(f->tu, steps), bench_median(f->rr, steps),
+           bench_median(f->te, steps), f->h2d_max / 1e6, (double)(f->h2d_max - f->h2d_act) / b->weight_bytes,
+           f->h2d_act / 1e6, f->d2h_max / 1e6);
+    if (b->xd)
+        printf("disk state (%s): %.3f s/step, %.3f x the streamed step with the state in RAM; %d of %d steps "
+               "beside the backward (%d abandoned); losses %s\n", o->state_path, bench_median(f->td, steps),
+               bench_median(f->rd, steps), f->beside, steps, f->abandoned, f->loss_equal ? "equal" : "DIFFER");
+}
+
+/* Room for every per-step series, in one block (f->ts owns it). */
+static int stream_figures_alloc(stream_figures *f, int steps, st_err *err) {
+    double *all = calloc((size_t)steps * 9, sizeof(double));
+    if (!all) return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    double **series[9] = {&f->ts, &f->tu, &f->te, &f->rr, &f->tc, &f->tt, &f->td, &f->rd, &f->tw};
+    for (int k = 0; k < 9; k++) *series[k] = all + (size_t)k * (size_t)steps;
+    return 0;
+}
+
+/* Everything stream_setup made, in the reverse order; the disk store's files removed. */
+static void stream_free(stream_bench *b, const stream_opts *o) {
+    free(b->inp); free(b->tgt);
+    st_step_free(&b->disk_step);
+    st_stream_exec_free(b->xd);
+    if (b->dev2) st_backend_free(b->dev2);
+    st_store_close(b->store);
+    if (b->store_made) bench_store_remove(o->state_path, b->stc.name);
+    free(b->segs);
+    st_optim_free(b->opt);
+    st_stream_exec_free(b->x);
+    if (b->dev) st_backend_free(b->dev);
+    st_step_free(&b->mem_step);
+    st_step_free(&b->str_step);
+    st_model_free(b->m);
+    st_arch_free(b->arch);
+    if (b->cpu) st_backend_free(b->cpu);
+}
+
+int bench_stream(int argc, char **argv) {
+    stream_opts o;
+    int rc = stream_parse_args(argc, argv, &o);
+    if (rc >= 0) return rc;
+    if ((rc = stream_check_args(&o))) return rc;
+    stream_bench b = {0};
+    stream_figures f = {.loss_equal = 1};
+    st_err err = {0};
+    if (stream_setup(&b, &o, &err) || stream_figures_alloc(&f, o.steps, &err) || stream_run_steps(&b, &o, &f, &err)) {
+        fprintf(stderr, "strata bench stream: %s\n", err.msg);
+        rc = 1;
+    } else if (o.json) {
+        stream_print_json(&b, &o, &f);
     } else {
-        printf("model %s (%zu params, state %.1f MB), device budget %.1f MB (peak %.1f MB), batch %d x seq %d\n"
-               "streamed %.3f s/step vs unstreamed %.3f s (ratio %.3f), overlap efficiency %.3f\n"
-               "h2d %.1f MB/step (weights and embeddings %.2f x weights, offloaded activations %.1f MB), "
-               "d2h %.1f MB/step\n",
-               model, n, state / 1e6, dev_budget / 1e6, peak / 1e6, B, T, step_s, un_s, ratio, eff,
-               h2d_max / 1e6, (double)(h2d_max - h2d_act) / weight_bytes, h2d_act / 1e6, d2h_max / 1e6);
-        if (xd)
-            printf("disk state (%s): %.3f s/step, %.3f x the streamed step with the state in RAM; %d of %d steps "
-                   "beside the backward (%d abandoned); losses %s\n", state_path, bench_median(td, steps),
-                   bench_median(rd, steps), beside, steps, abandoned, loss_equal ? "equal" : "DIFFER");
+        stream_print_text(&b, &o, &f);
     }
-    rc = 0;
-    goto done;
-fail:
-    fprintf(stderr, "strata bench stream: %s\n", err.msg);
-done:
-    free(inp); free(tgt); free(ts); free(tu); free(te); free(rr); free(tc); free(tt);
-    free(td); free(rd); free(tw);
-    st_step_free(&disk_step);
-    st_stream_exec_free(xd);
-    if (dev2) st_backend_free(dev2);
-    st_store_close(store);
-    if (store_made) bench_store_remove(state_path, stc.name);
-    free(segs);
-    st_optim_free(opt);
-    st_stream_exec_free(x);
-    if (dev) st_backend_free(dev);
-    st_step_free(&mem_step);
-    st_step_free(&str_step);
-    st_model_free(m);
-    st_arch_free(arch);
-    if (cpu) st_backend_free(cpu);
+    free(f.ts);
+    stream_free(&b, &o);
     return rc;
 }
