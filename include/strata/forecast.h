@@ -76,6 +76,12 @@ void st_forecast_areas(const st_schedule *sc, double lambda, long step, double *
 st_status st_forecast_fit(st_forecast *f, const st_schedule *sc, double lambda, double flops_per_step,
                           const long *steps, const double *loss, int n, st_err *err);
 
+/* The first of n ascending points to fit: the first at or after step from, or where from is
+ * negative the default: past the first ST_FORECAST_SKIP of the last point's step, where a
+ * model's loss falls faster than the law (its first rapid phase). */
+#define ST_FORECAST_SKIP 0.1
+int st_forecast_first_point(const long *steps, int n, long from);
+
 /* The law's loss at step under schedule sc (the fit's own, or one whose decay starts
  * elsewhere); *band (NULL: not wanted) the half-width of the ST_FORECAST_LEVEL band of the
  * true curve there (the parameters' covariance through the law's gradient, times band_t). */
@@ -124,5 +130,25 @@ typedef struct st_stop_decision {
  * continues to its end. A budget already spent at step is refused naming the key. */
 st_status st_stop_rule_decide(const st_stop_rule *r, const st_forecast *f, const st_schedule *sc, long step,
                               double flops_per_step, st_stop_decision *d, st_err *err);
+
+/* A run's evaluation points, as metrics.jsonl holds them: the records with a val_loss, by
+ * ascending step; a step logged twice (a resume re-runs the steps after its checkpoint)
+ * keeps its last record. The fit's inputs, so that a resume refits from exactly the points
+ * the uninterrupted run had (the loop fits the values as printed, %.6f). */
+typedef struct st_forecast_points {
+    int n, cap;
+    long *step;
+    double *loss;
+    double flops_per_step; /* the records' achieved_gflops * step_ms (their median; 0: none) */
+    long last_step;        /* the last record's step, evaluated or not */
+    long decay_start;      /* the latest record's decay_start (a stopping rule's; 0: none) */
+} st_forecast_points;
+
+/* Read path (a metrics.jsonl), the records up to step up_to (0: all). A last line cut short
+ * (a run still writing) is skipped; any other malformed line is refused naming path:line. */
+st_status st_forecast_points_read(const char *path, long up_to, st_forecast_points *p, st_err *err);
+/* Add the point (step, loss); points at or after step are dropped first. */
+st_status st_forecast_points_add(st_forecast_points *p, long step, double loss, st_err *err);
+void st_forecast_points_free(st_forecast_points *p);
 
 #endif

@@ -203,8 +203,9 @@ st_status st_forecast_fit(st_forecast *f, const st_schedule *sc, double lambda, 
         not_converged(f, "not converged: the solver stopped: %s", gsl_strerror(gs));
     else if (!finite)
         not_converged(f, "not converged: %s", "a parameter or its variance is not finite");
-    else if (!(f->alpha > 0 && f->alpha < 20) || !(f->A > 0))
-        not_converged(f, "not converged: %s", "alpha or A left the law's range (alpha in (0, 20), A > 0)");
+    else if (!(f->alpha > 0 && f->alpha < 20) || !(f->A > 0) || !(f->C >= 0))
+        not_converged(f, "not converged: %s", "a parameter left the law's range (alpha in (0, 20), A > 0, C >= 0: "
+                      "annealing lowers the loss)");
     else {
         f->state = ST_FORECAST_OK;
         f->band_t = gsl_cdf_tdist_Pinv(0.5 + ST_FORECAST_LEVEL / 2, (double)(n - p));
@@ -216,6 +217,14 @@ st_status st_forecast_fit(st_forecast *f, const st_schedule *sc, double lambda, 
     free(S1);
     free(S2);
     return ST_OK;
+}
+
+int st_forecast_first_point(const long *steps, int n, long from) {
+    if (n <= 0) return 0;
+    if (from < 0) from = (long)ceil(ST_FORECAST_SKIP * (double)steps[n - 1]);
+    int i = 0;
+    while (i < n && steps[i] < from) i++;
+    return i;
 }
 
 double st_forecast_loss(const st_forecast *f, const st_schedule *sc, long step, double *band) {
