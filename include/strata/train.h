@@ -43,6 +43,7 @@ typedef struct st_train_config {
     char schedule[16];    /* cosine, wsd or constant (strata/schedule.h) */
     double decay_frac;    /* wsd: the decay's length as a fraction of steps */
     char decay_shape[16]; /* wsd: linear, 1-sqrt or cosine */
+    char stop_rule[64];   /* "" / none, marginal:EPS, target:LOSS or budget:FLOPS (strata/forecast.h) */
     uint64_t seed;
     char data[1024];      /* "embedded" or sources "path[:weight],..." (see --help) */
     char val_data[1024];  /* validation sources, same syntax; "" : the embedded corpus's held-out

@@ -15,6 +15,7 @@
 #include "strata/model.h"
 #include "strata/plan.h"
 #include "strata/prof.h"
+#include "strata/forecast.h"
 #include "strata/schedule.h"
 #include "strata/store.h"
 #include "strata/train.h"
@@ -73,6 +74,7 @@ static const key_def keys[] = {
     {"data", K_STR, STR(data), 0, 0, "\"embedded\" or token sources [FORMAT@]PATH[:WEIGHT],... (FORMAT megatron, llmc, raw16 or raw32, needed where no header says it; see Data below)"},
     {"val_data", K_STR, STR(val_data), 0, 0, "validation sources, the same syntax as data (default: the embedded corpus's held-out tail when data is \"embedded\", else none; \"none\": off)"},
     {"eval_every", K_LONG, OFF(eval_every), 0, 0, 1e15, "validation loss every N steps and at the last step (0: never)"},
+    {"stop_rule", K_STR, STR(stop_rule), 0, 0, "stop early on the loss forecast (strata forecast): marginal:EPS (one more step buys less than EPS loss per PFLOP), target:LOSS (the forecast reaches LOSS, or cannot within the run), budget:FLOPS (the run, decay included, within FLOPS); a wsd run starts its decay then ends, the others end; none (default)"},
     {"eval_tokens", K_LONG, OFF(eval_tokens), 0, 0, 1e12, "tokens per validation, rounded up to whole batches; the same tokens every time (0: 8 batches)"},
     {"keep_checkpoints", K_LONG, OFF(keep_checkpoints), 0, 0, 1e15, "keep the newest N complete checkpoints, remove older ones (0: keep all)"},
     {"sample_every", K_LONG, OFF(sample_every), 0, 0, 1e15, "print a short text sample (KV-cached, temperature 1) every N steps and at the last step (0: never; strata sample for more)"},
@@ -491,6 +493,10 @@ st_status st_train_config_resolve(const st_train_config *c, st_model_shape *shap
         return st_errf(err, ST_ERR_INVALID, "key 'plan_state': '%s' is not fixed or auto", c->plan_state);
     st_schedule sc;
     if ((s = st_train_config_schedule(c, &sc, err))) return s; /* names the key */
+    st_stop_rule rule;
+    int has_val = strcmp(c->val_data, "none") && (c->val_data[0] || !strcmp(c->data, "embedded"));
+    if ((s = st_stop_rule_parse(c->stop_rule, &rule, err)) || (s = st_stop_rule_check(&rule, c->eval_every, has_val, err)))
+        return s; /* names the key */
     if (!strcmp(c->data, "embedded") && shape->vocab_size < 256)
         return st_errf(err, ST_ERR_INVALID, "the embedded corpus has byte tokens (0..255); vocab_size %d is too small",
                        shape->vocab_size);
