@@ -142,6 +142,7 @@ typedef struct st_forecast_points {
     double flops_per_step; /* the records' achieved_gflops * step_ms (their median; 0: none) */
     long last_step;        /* the last record's step, evaluated or not */
     long decay_start;      /* the latest record's decay_start (a stopping rule's; 0: none) */
+    long end_step;         /* the latest record's end_step (a stopping rule's; 0: none) */
 } st_forecast_points;
 
 /* Read path (a metrics.jsonl), the records up to step up_to (0: all). A last line cut short

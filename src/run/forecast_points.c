@@ -66,11 +66,12 @@ st_status st_forecast_points_read(const char *path, long up_to, st_forecast_poin
         /* a resume's records replace those after its checkpoint */
         while (p->n > 0 && p->step[p->n - 1] >= step) p->n--;
         p->last_step = step;
-        if (json_object_object_get_ex(o, "decay_start", &v)) {
-            p->decay_start = (long)json_object_get_int64(v);
+        if (json_object_object_get_ex(o, "end_step", &v)) { /* a stopping rule's decision */
+            p->end_step = (long)json_object_get_int64(v);
+            p->decay_start = json_object_object_get_ex(o, "decay_start", &v) ? (long)json_object_get_int64(v) : 0;
             decided_at = step;
         } else if (step <= decided_at) { /* a resume from before the decision */
-            p->decay_start = 0;
+            p->decay_start = p->end_step = 0;
             decided_at = 0;
         }
         if (json_object_object_get_ex(o, "val_loss", &v) && json_object_is_type(v, json_type_double)) {
