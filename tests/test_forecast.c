@@ -193,6 +193,7 @@ int main(void) {
     CHECK(!st_stop_rule_parse("marginal:0.5", &rule, &err) && st_stop_rule_check(&rule, 0, 1, &err) == ST_ERR_INVALID &&
               strstr(err.msg, "'eval_every'"), "eval_every 0: %s", err.msg);
     CHECK(st_stop_rule_check(&rule, 50, 0, &err) == ST_ERR_INVALID && strstr(err.msg, "'val_data'"), "no val: %s", err.msg);
-    CHECK(!st_stop_rule_parse("budget:1e18", &rule, &err) && !st_stop_rule_check(&rule, 0, 0, &err), "budget needs no eval");
+    CHECK(!st_stop_rule_parse("budget:1e18", &rule, &err) && st_stop_rule_check(&rule, 0, 1, &err) == ST_ERR_INVALID &&
+              strstr(err.msg, "'eval_every'"), "budget decides after evaluations too: %s", err.msg);
     return test_finish("forecast");
 }

@@ -104,8 +104,8 @@ typedef struct st_stop_rule {
 /* Parse the key's text ("" or "none": no rule). EPS >= 0, LOSS > 0, FLOPS > 0, finite;
  * a refusal names the key 'stop_rule'. */
 st_status st_stop_rule_parse(const char *text, st_stop_rule *r, st_err *err);
-/* The rule against the run's other keys, before anything is written: it needs evaluations
- * (eval_every > 0, validation data). */
+/* The rule against the run's other keys, before anything is written: the run decides after
+ * its evaluations, so every rule needs them (eval_every > 0, validation data). */
 st_status st_stop_rule_check(const st_stop_rule *r, long eval_every, int has_val_data, st_err *err);
 
 typedef enum {

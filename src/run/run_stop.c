@@ -12,12 +12,20 @@ st_status st_run_stop_open(st_run_stop *rs, const st_train_config *c, double flo
     memset(rs, 0, sizeof *rs);
     rs->flops_per_step = flops_per_step;
     rs->end = end;
+    rs->eval_every = c->eval_every;
     st_status s = st_train_config_schedule(c, &rs->sched, err);
     if (!s) s = st_stop_rule_parse(c->stop_rule, &rs->rule, err);
     if (s || rs->rule.kind == ST_STOP_RULE_NONE || resume_step <= 0) return s;
     char path[2200];
     snprintf(path, sizeof path, "%s/metrics.jsonl", c->run_dir);
     if ((s = st_forecast_points_read(path, resume_step, &rs->points, err))) return s;
+    int k = 0; /* the regular evaluations' points */
+    for (int i = 0; i < rs->points.n; i++)
+        if (rs->points.step[i] % rs->eval_every == 0) {
+            rs->points.step[k] = rs->points.step[i];
+            rs->points.loss[k++] = rs->points.loss[i];
+        }
+    rs->points.n = k;
     if (rs->points.end_step > 0) { /* the decision the run took before it stopped */
         rs->sched.decay_start = rs->points.decay_start;
         rs->end = rs->points.end_step;
@@ -30,7 +38,7 @@ double st_run_stop_lr(const st_run_stop *rs, long step) { return st_schedule_lr_
 
 st_status st_run_stop_eval(st_run_stop *rs, long step, double val, int quiet, char *json, size_t cap, st_err *err) {
     json[0] = 0;
-    if (rs->rule.kind == ST_STOP_RULE_NONE || !isfinite(val)) return ST_OK;
+    if (rs->rule.kind == ST_STOP_RULE_NONE || !isfinite(val) || rs->eval_every <= 0 || step % rs->eval_every) return ST_OK;
     char txt[32];
     snprintf(txt, sizeof txt, "%.6f", val); /* the value metrics.jsonl keeps */
     st_status s = st_forecast_points_add(&rs->points, step, strtod(txt, NULL), err);

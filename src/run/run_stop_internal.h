@@ -15,6 +15,7 @@ typedef struct st_run_stop {
     st_forecast_points points;
     double flops_per_step;
     long end;                 /* the run's last step (a decision's end_step, or the planned one) */
+    long eval_every;          /* the points are the regular evaluations' (a stop_at's extra one is not) */
     int decided;
 } st_run_stop;
 
@@ -25,7 +26,8 @@ st_status st_run_stop_open(st_run_stop *rs, const st_train_config *c, double flo
                            long end, st_err *err);
 /* The learning rate of step (the schedule as it runs). */
 double st_run_stop_lr(const st_run_stop *rs, long step);
-/* After the evaluation of step (val as metrics.jsonl prints it, %.6f, so that a resume fits
+/* After the evaluation of step, if it is a regular one (a multiple of eval_every: an
+ * evaluation at a stop_at would give a resumed run a point the uninterrupted one lacks) (val as metrics.jsonl prints it, %.6f, so that a resume fits
  * the same numbers): refit, decide, take the decision (rs->end, the decay). json receives
  * the record's fields (,"forecast_final":..., and at a decision "decay_start", "end_step",
  * "stop":"why"); a log line is printed when a decision is taken and quiet is 0. */

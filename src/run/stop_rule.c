@@ -36,13 +36,15 @@ st_status st_stop_rule_parse(const char *text, st_stop_rule *r, st_err *err) {
 }
 
 st_status st_stop_rule_check(const st_stop_rule *r, long eval_every, int has_val_data, st_err *err) {
-    if (r->kind == ST_STOP_RULE_NONE || r->kind == ST_STOP_RULE_BUDGET) return ST_OK; /* a budget needs no forecast */
+    /* the run decides after its evaluations (a budget too: it needs no forecast, but the
+     * decision, logged with the forecast, is taken there) */
+    if (r->kind == ST_STOP_RULE_NONE) return ST_OK;
     if (eval_every <= 0)
-        return st_errf(err, ST_ERR_INVALID, "key 'stop_rule': it decides on the forecast of the validation loss, and "
-                       "key 'eval_every' is %ld: give eval_every > 0 (for example 25)", eval_every);
+        return st_errf(err, ST_ERR_INVALID, "key 'stop_rule': it decides after each evaluation, and key 'eval_every' "
+                       "is %ld: give eval_every > 0 (for example 25)", eval_every);
     if (!has_val_data)
-        return st_errf(err, ST_ERR_INVALID, "key 'stop_rule': it decides on the forecast of the validation loss, and "
-                       "key 'val_data' gives none: give validation sources");
+        return st_errf(err, ST_ERR_INVALID, "key 'stop_rule': it decides after each evaluation of the validation loss, "
+                       "and key 'val_data' gives none: give validation sources");
     return ST_OK;
 }
 
