@@ -77,9 +77,9 @@ st_status st_forecast_fit(st_forecast *f, const st_schedule *sc, double lambda, 
                           const long *steps, const double *loss, int n, st_err *err);
 
 /* The first of n ascending points to fit: the first at or after step from, or where from is
- * negative the default: past the first ST_FORECAST_SKIP of the last point's step, where a
+ * negative the default: past the first ST_FORECAST_SKIP (a fifth) of the last point's step, where a
  * model's loss falls faster than the law (its first rapid phase). */
-#define ST_FORECAST_SKIP 0.1
+#define ST_FORECAST_SKIP 0.2
 int st_forecast_first_point(const long *steps, int n, long from);
 
 /* The law's loss at step under schedule sc (the fit's own, or one whose decay starts

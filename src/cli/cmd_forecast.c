@@ -17,7 +17,7 @@ static const char *usage =
     "  the loss forecast L(s) = L0 + A S1^-alpha - C S2 (learning-rate areas; Tissue et al. 2024) fitted to\n"
     "  RUN_DIR's validation losses, its 95% band, the loss at 2x and 4x the FLOPs spent, and where one more\n"
     "  step's gain falls below EPS loss per PFLOP (default: a tenth of the gain now)\n"
-    "  --from STEP    fit only the evaluations from STEP on (default: past the first tenth of the points' steps,\n"
+    "  --from STEP    fit only the evaluations from STEP on (default: past the first fifth of the points' steps,\n"
     "                 where the loss falls faster than the law: the model's first rapid phase)\n"
     "  --up_to STEP   fit only the evaluations up to STEP (what the run knew then)\n"
     "  --json         one JSON object\n";
@@ -154,7 +154,10 @@ int cmd_forecast(int argc, char **argv) {
         } else {
             printf("  fit         L(s) = %.4f + %.4f * S1^-%.4f - %.5f * S2  (%s)\n", f.L0, f.A, f.alpha, f.C, f.why);
             printf("  spent       %.4g FLOPs (%.4g a step)\n", spent, fps);
-            printf("  planned end step %ld: loss %.4f +- %.4f (%.0f%% band)\n", end, l_end, b_end, ST_FORECAST_LEVEL * 100);
+            printf("  planned end step %ld: loss %.4f +- %.4f (%.0f%% band)%s\n", end, l_end, b_end, ST_FORECAST_LEVEL * 100,
+                   f.annealed || end <= st_schedule_decay_begin(&sc) || sc.kind != ST_SCHEDULE_WSD
+                       ? ""
+                       : "\n              an upper bound: no annealing seen yet, so the decay's drop (C) is not in it nor in the band");
             printf("  2x FLOPs    step %ld: loss %.4f +- %.4f\n", s2, l2, b2);
             printf("  4x FLOPs    step %ld: loss %.4f +- %.4f\n", s4, l4, b4);
             printf("  gain        %.4g loss per PFLOP now, %.4g at the planned end\n", g_now, g_end);
