@@ -6,6 +6,8 @@ pkgs=(build-essential cmake pkg-config libopenblas-dev libopenblas-openmp-dev li
 pkgs+=(clang libclang-rt-14-dev libomp-dev)
 # the planner (src/plan): its mixed-integer program is solved with GLPK
 pkgs+=(libglpk-dev)
+# the loss forecast (src/run/forecast.c): GSL's nonlinear least squares and t quantiles
+pkgs+=(libgsl-dev)
 # data parallel (src/dist): OpenMPI and its launcher; the cross-machine test makes network
 # namespaces with ip (iproute2)
 pkgs+=(libopenmpi-dev openmpi-bin iproute2)

@@ -40,6 +40,10 @@ typedef struct st_train_config {
     int batch, seq, grad_accum;
     long steps, warmup_steps, stop_at, ckpt_every, log_every;
     double lr, min_lr_frac, weight_decay, beta1, beta2, eps, grad_clip;
+    char schedule[16];    /* cosine, wsd or constant (strata/schedule.h) */
+    double decay_frac;    /* wsd: the decay's length as a fraction of steps */
+    char decay_shape[16]; /* wsd: linear, 1-sqrt or cosine */
+    char stop_rule[64];   /* "" / none, marginal:EPS, target:LOSS or budget:FLOPS (strata/forecast.h) */
     uint64_t seed;
     char data[1024];      /* "embedded" or sources "path[:weight],..." (see --help) */
     char val_data[1024];  /* validation sources, same syntax; "" : the embedded corpus's held-out
@@ -214,7 +218,12 @@ typedef struct st_train_result {
 
 st_status st_train_run(const st_train_config *c, st_train_result *res, st_err *err);
 
-/* Learning rate at step (1-based): linear warmup, then cosine to min_lr_frac * lr. */
+struct st_schedule;
+/* The schedule the keys schedule, decay_shape, decay_frac, lr, min_lr_frac, steps and
+ * warmup_steps give (strata/schedule.h), checked; a refusal names the key. */
+st_status st_train_config_schedule(const st_train_config *c, struct st_schedule *sc, st_err *err);
+/* Learning rate at step (1-based) of that schedule (cosine: linear warmup, then cosine to
+ * min_lr_frac * lr); NaN for keys st_train_config_resolve refuses. */
 double st_train_lr_at(const st_train_config *c, long step);
 
 

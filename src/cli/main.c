@@ -10,6 +10,7 @@
 #include "strata/backend.h"
 
 int cmd_sample(int argc, char **argv); /* cmd_sample.c: strata sample */
+int cmd_forecast(int argc, char **argv); /* cmd_forecast.c: strata forecast */
 
 static const char *usage =
     "strata - train transformer language models whose state exceeds the memory that computes them\n"
@@ -24,7 +25,8 @@ static const char *usage =
     "  plan      the memory each class of training state needs, and whether it fits\n"
     "  probe     measure each disk path's read and write bandwidth (a hardware profile)\n"
     "  report    an HTML report (charts) and a summary of a run directory\n"
-    "  sample    generate text from a run, a checkpoint or a Hugging Face model (KV cache)\n";
+    "  sample    generate text from a run, a checkpoint or a Hugging Face model (KV cache)\n"
+    "  forecast  fit a run's validation losses and forecast what more compute would buy\n";
 
 int cmd_bench(int argc, char **argv) {
     static const char *bench_usage =
@@ -77,6 +79,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "plan")) return cmd_plan(argc - 1, argv + 1);
     if (!strcmp(cmd, "probe")) return cmd_probe(argc - 1, argv + 1);
     if (!strcmp(cmd, "sample")) return cmd_sample(argc - 1, argv + 1);
+    if (!strcmp(cmd, "forecast")) return cmd_forecast(argc - 1, argv + 1);
     fprintf(stderr, "strata: unknown command '%s'\n\n%s", cmd, usage);
     return 2;
 }

@@ -15,6 +15,8 @@
 #include "strata/model.h"
 #include "strata/plan.h"
 #include "strata/prof.h"
+#include "strata/forecast.h"
+#include "strata/schedule.h"
 #include "strata/store.h"
 #include "strata/train.h"
 
@@ -59,7 +61,10 @@ static const key_def keys[] = {
     {"ckpt_every", K_LONG, OFF(ckpt_every), 0, 0, 1e15, "checkpoint every N steps (0: only at the end)"},
     {"log_every", K_LONG, OFF(log_every), 0, 1, 1e15, "print a line every N steps"},
     {"lr", K_DOUBLE, OFF(lr), 0, 0, 10, "peak learning rate"},
-    {"min_lr_frac", K_DOUBLE, OFF(min_lr_frac), 0, 0, 1, "final learning rate as a fraction of lr (cosine)"},
+    {"min_lr_frac", K_DOUBLE, OFF(min_lr_frac), 0, 0, 1, "final learning rate as a fraction of lr (cosine, wsd)"},
+    {"schedule", K_STR, STR(schedule), 0, 0, "the learning-rate schedule after the warmup: cosine (default), wsd (warmup, stable, then a decay over decay_frac of the run; a stop_rule may start it early) or constant"},
+    {"decay_frac", K_DOUBLE, OFF(decay_frac), 0, 0, 1, "wsd: the decay's length as a fraction of steps"},
+    {"decay_shape", K_STR, STR(decay_shape), 0, 0, "wsd: the decay's shape: linear, 1-sqrt (default) or cosine"},
     {"weight_decay", K_DOUBLE, OFF(weight_decay), 0, 0, 10, "decoupled weight decay (matmul weights, embeddings)"},
     {"beta1", K_DOUBLE, OFF(beta1), 0, 0, 0.999999, "AdamW beta1"},
     {"beta2", K_DOUBLE, OFF(beta2), 0, 0, 0.99999999, "AdamW beta2"},
@@ -69,6 +74,7 @@ static const key_def keys[] = {
     {"data", K_STR, STR(data), 0, 0, "\"embedded\" or token sources [FORMAT@]PATH[:WEIGHT],... (FORMAT megatron, llmc, raw16 or raw32, needed where no header says it; see Data below)"},
     {"val_data", K_STR, STR(val_data), 0, 0, "validation sources, the same syntax as data (default: the embedded corpus's held-out tail when data is \"embedded\", else none; \"none\": off)"},
     {"eval_every", K_LONG, OFF(eval_every), 0, 0, 1e15, "validation loss every N steps and at the last step (0: never)"},
+    {"stop_rule", K_STR, STR(stop_rule), 0, 0, "stop early on the loss forecast (strata forecast): marginal:EPS (one more step buys less than EPS loss per PFLOP), target:LOSS (the forecast reaches LOSS, or cannot within the run), budget:FLOPS (the run, decay included, within FLOPS); a wsd run starts its decay then ends, the others end; none (default)"},
     {"eval_tokens", K_LONG, OFF(eval_tokens), 0, 0, 1e12, "tokens per validation, rounded up to whole batches; the same tokens every time (0: 8 batches)"},
     {"keep_checkpoints", K_LONG, OFF(keep_checkpoints), 0, 0, 1e15, "keep the newest N complete checkpoints, remove older ones (0: keep all)"},
     {"sample_every", K_LONG, OFF(sample_every), 0, 0, 1e15, "print a short text sample (KV-cached, temperature 1) every N steps and at the last step (0: never; strata sample for more)"},
@@ -97,6 +103,9 @@ void st_train_config_defaults(st_train_config *c) {
     c->log_every = 1;
     c->lr = 3e-3;
     c->min_lr_frac = 0.1;
+    snprintf(c->schedule, sizeof c->schedule, "cosine");
+    c->decay_frac = 0.2;
+    snprintf(c->decay_shape, sizeof c->decay_shape, "1-sqrt");
     c->weight_decay = 0.1;
     c->beta1 = 0.9;
     c->beta2 = 0.95;
@@ -482,6 +491,12 @@ st_status st_train_config_resolve(const st_train_config *c, st_model_shape *shap
         return st_errf(err, ST_ERR_INVALID, "key 'plan_head': '%s' is not resident or fastest", c->plan_head);
     if (parse_plan_state(c->plan_state) < 0)
         return st_errf(err, ST_ERR_INVALID, "key 'plan_state': '%s' is not fixed or auto", c->plan_state);
+    st_schedule sc;
+    if ((s = st_train_config_schedule(c, &sc, err))) return s; /* names the key */
+    st_stop_rule rule;
+    int has_val = strcmp(c->val_data, "none") && (c->val_data[0] || !strcmp(c->data, "embedded"));
+    if ((s = st_stop_rule_parse(c->stop_rule, &rule, err)) || (s = st_stop_rule_check(&rule, c->eval_every, has_val, err)))
+        return s; /* names the key */
     if (!strcmp(c->data, "embedded") && shape->vocab_size < 256)
         return st_errf(err, ST_ERR_INVALID, "the embedded corpus has byte tokens (0..255); vocab_size %d is too small",
                        shape->vocab_size);
@@ -533,14 +548,15 @@ st_model_overrides st_train_config_overrides(const st_train_config *c) {
     return ov;
 }
 
+st_status st_train_config_schedule(const st_train_config *c, st_schedule *sc, st_err *err) {
+    return st_schedule_init(sc, c->schedule, c->decay_shape, c->lr, c->min_lr_frac, c->decay_frac, c->steps,
+                            c->warmup_steps, err);
+}
+
 double st_train_lr_at(const st_train_config *c, long step) {
-    if (c->warmup_steps > 0 && step <= c->warmup_steps) return c->lr * (double)step / (double)c->warmup_steps;
-    long decay = c->steps - c->warmup_steps;
-    if (decay <= 0) return c->lr;
-    double progress = (double)(step - c->warmup_steps) / (double)decay;
-    if (progress > 1) progress = 1;
-    double min_lr = c->lr * c->min_lr_frac;
-    return min_lr + 0.5 * (c->lr - min_lr) * (1.0 + cos(M_PI * progress));
+    st_schedule sc; /* the keys were checked by st_train_config_resolve */
+    if (st_train_config_schedule(c, &sc, NULL)) return NAN;
+    return st_schedule_lr_at(&sc, step);
 }
 
 void st_train_mem_state_on_disk(const st_train_config *c, st_mem_plan *e) {

@@ -23,6 +23,7 @@
 
 #include "core/fileutil.h"
 #include "run/run_internal.h"
+#include "run/run_stop_internal.h"
 #include "strata/generate.h"
 
 /* A run: the configuration it runs (the caller's, with what the planner chose filled in),
@@ -64,6 +65,7 @@ typedef struct train_run {
     long timed, steps_run, skipped_run; /* skipped_run: consecutive skipped steps */
     float last_loss;
     int saved_at_end;
+    st_run_stop stop;            /* the schedule as it runs and the stopping rule (issue 28) */
 } train_run;
 
 /* One step as the loop accounts it. */
@@ -74,6 +76,7 @@ typedef struct train_step {
     int skipped;
     double val;                  /* validation loss at this step (NAN: none) */
     double eval_s;
+    char forecast_json[400];     /* the stopping rule's fields of an evaluation's record */
 } train_step;
 
 /* A number for a JSON document: JSON has no NaN or infinity, so those are null. */
@@ -328,7 +331,11 @@ static st_status run_open(train_run *r, st_err *err) {
     if ((s = open_model(r, err)) || (s = open_optimizer(r, err)) || (s = open_data(r, err)) ||
         (s = open_state(r, err)) || (s = open_step(r, err)))
         return s;
-    return open_outputs(r, err);
+    if ((s = open_outputs(r, err)) ||
+        (s = st_run_stop_open(&r->stop, c, r->flops_per_step, (long)r->hs->step, r->end, err)))
+        return s;
+    if (r->stop.end < r->end) r->end = r->stop.end; /* a resumed run's decision */
+    return ST_OK;
 }
 
 /* ------------------------------------------------------------------ the loop */
@@ -350,7 +357,7 @@ static st_status run_step(train_run *r, long step, train_step *o, st_err *err) {
         st_prof_end(&pd);
     }
     if (s) return s;
-    st_step_hp shp = {.adam = {(float)st_train_lr_at(c, step), (float)c->beta1, (float)c->beta2, (float)c->eps,
+    st_step_hp shp = {.adam = {(float)st_run_stop_lr(&r->stop, step), (float)c->beta1, (float)c->beta2, (float)c->eps,
                                (long)hs->adam_step + 1, 1.0f},
                       .grad_clip = (float)c->grad_clip};
     if (r->store) { /* the loop's state after this step: committed with the update */
@@ -378,7 +385,7 @@ static st_status run_step(train_run *r, long step, train_step *o, st_err *err) {
     } else if (r->store) {
         st_failpoint("train_step_committed"); /* committed, not yet logged */
     }
-    o->lr = st_train_lr_at(c, step);
+    o->lr = st_run_stop_lr(&r->stop, step);
     hs->step = (uint64_t)step;
     run_data_save_state(&r->td, hs);
     o->dt = st_now() - t0;
@@ -399,6 +406,7 @@ static st_status run_step(train_run *r, long step, train_step *o, st_err *err) {
 static st_status run_evaluate(train_run *r, train_step *o, st_err *err) {
     o->val = NAN;
     o->eval_s = 0;
+    o->forecast_json[0] = 0;
     if (!r->lead || !r->ev.spec || (o->step % r->c.eval_every != 0 && o->step != r->end)) return ST_OK;
     st_status s = st_step_sync(&r->stp, err);
     if (s) return s;
@@ -408,7 +416,17 @@ static st_status run_evaluate(train_run *r, train_step *o, st_err *err) {
     st_prof_end(&pv);
     if (s) return s;
     o->eval_s = st_now() - te;
-    return st_prof_tb_scalar(r->tb, "val/loss", o->step, o->val, err);
+    if ((s = st_prof_tb_scalar(r->tb, "val/loss", o->step, o->val, err))) return s;
+    return st_run_stop_eval(&r->stop, o->step, o->val, r->quiet, o->forecast_json, sizeof o->forecast_json, err);
+}
+
+/* The stopping rule's decision, rank 0's on every rank, taken: the run ends at its end. */
+static st_status run_stop_rule(train_run *r, long step, st_err *err) {
+    st_status s = ST_OK;
+    if (r->dist.world > 1 && r->c.eval_every > 0 && (step % r->c.eval_every == 0 || step == r->end))
+        s = st_run_stop_share(&r->stop, r->dist.comm, r->lead, err);
+    if (r->stop.end < r->end) r->end = r->stop.end;
+    return s;
 }
 
 /* The step's record, one definition written three ways: the console line, a line of
@@ -418,12 +436,13 @@ static st_status run_log_step(train_run *r, const train_step *o, st_err *err) {
     const st_train_config *c = &r->c;
     long step = o->step;
     int has_val = r->lead && r->ev.spec && (step % c->eval_every == 0 || step == r->end);
-    char vtxt[64] = "", vjson[128] = "";
+    char vtxt[64] = "", vjson[640] = "";
     if (has_val) {
         char jv[32], jp[32]; /* a diverged model's loss is not a JSON number */
         snprintf(vtxt, sizeof vtxt, " | val %.4f (ppl %.2f)", o->val, exp(o->val));
         snprintf(vjson, sizeof vjson, ",\"val_loss\":%s,\"val_ppl\":%s,\"eval_ms\":%.3f",
                  json_num(jv, o->val, "%.6f"), json_num(jp, exp(o->val), "%.4f"), o->eval_s * 1e3);
+        snprintf(vjson + strlen(vjson), sizeof vjson - strlen(vjson), "%s", o->forecast_json);
     }
     if (!r->quiet && (step % c->log_every == 0 || step == r->end || vtxt[0]))
         printf("step %6ld/%ld | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %8.0f tok/s | %6.1f GFLOP/s%s%s\n", step,
@@ -532,7 +551,7 @@ static st_status run_loop(train_run *r, st_err *err) {
         int stop = 0;
         long step = (long)r->hs->step + 1;
         if ((s = run_step(r, step, &o, err)) || (s = run_evaluate(r, &o, err)) || (s = run_log_step(r, &o, err)) ||
-            (s = run_sample(r, step, err)))
+            (s = run_stop_rule(r, step, err)) || (s = run_sample(r, step, err)))
             break;
         st_prof_progress(r->pr, step, o.loss);
         if ((s = run_check_skipped(r, &o, err)) || (s = run_stop_requested(r, &stop, err)) ||
@@ -578,6 +597,7 @@ static st_status run_finish(train_run *r, st_train_result *res, st_err *err) {
 /* Everything the run opened, in reverse; a trace or an event file that cannot be finished
  * fails the run only if nothing else did. */
 static st_status run_close(train_run *r, st_status s, st_err *err) {
+    st_run_stop_close(&r->stop);
     if (r->pr) {
         st_err perr = {0};
         st_status ps = st_prof_run_close(r->pr, &perr);

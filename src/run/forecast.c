@@ -1,0 +1,258 @@
+/* forecast.c - the learning-rate-aware loss forecast (strata/forecast.h): the areas of a
+ * schedule, the law fitted by GSL's trust-region nonlinear least squares from a start that
+ * a grid over alpha finds (for a fixed alpha the law is linear in L0, A and C, so each grid
+ * point is one linear least-squares solve), the parameters' covariance for the band. */
+#include "strata/forecast.h"
+
+#include <gsl/gsl_blas.h>
+#include <gsl/gsl_cdf.h>
+#include <gsl/gsl_errno.h>
+#include <gsl/gsl_multifit.h>
+#include <gsl/gsl_multifit_nlinear.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* S1 and S2 at each of n ascending steps, in one walk of the schedule */
+static void areas_many(const st_schedule *sc, double lambda, const long *steps, int n, double *S1, double *S2) {
+    double peak = sc->lr > 0 ? sc->lr : 1.0, s1 = 0, s2 = 0, m = 0, prev = st_schedule_lr_at(sc, 1) / peak;
+    long i = 1;
+    for (int k = 0; k < n; k++) {
+        for (; i <= steps[k]; i++) {
+            double e = st_schedule_lr_at(sc, i) / peak;
+            m = lambda * m + (prev > e ? prev - e : 0.0);
+            s1 += e;
+            s2 += m;
+            prev = e;
+        }
+        S1[k] = s1;
+        S2[k] = s2;
+    }
+}
+
+void st_forecast_areas(const st_schedule *sc, double lambda, long step, double *S1, double *S2) {
+    areas_many(sc, lambda, &step, 1, S1, S2);
+}
+
+typedef struct fit_data {
+    int n, p;
+    const double *S1, *S2, *y;
+} fit_data;
+
+static int law_f(const gsl_vector *x, void *params, gsl_vector *f) {
+    const fit_data *d = params;
+    double L0 = gsl_vector_get(x, 0), A = gsl_vector_get(x, 1), al = gsl_vector_get(x, 2);
+    double C = d->p == 4 ? gsl_vector_get(x, 3) : 0.0;
+    for (int i = 0; i < d->n; i++)
+        gsl_vector_set(f, (size_t)i, L0 + A * pow(d->S1[i], -al) - C * d->S2[i] - d->y[i]);
+    return GSL_SUCCESS;
+}
+
+static int law_df(const gsl_vector *x, void *params, gsl_matrix *J) {
+    const fit_data *d = params;
+    double A = gsl_vector_get(x, 1), al = gsl_vector_get(x, 2);
+    for (int i = 0; i < d->n; i++) {
+        double t = pow(d->S1[i], -al);
+        gsl_matrix_set(J, (size_t)i, 0, 1.0);
+        gsl_matrix_set(J, (size_t)i, 1, t);
+        gsl_matrix_set(J, (size_t)i, 2, -A * t * log(d->S1[i]));
+        if (d->p == 4) gsl_matrix_set(J, (size_t)i, 3, -d->S2[i]);
+    }
+    return GSL_SUCCESS;
+}
+
+/* For fixed alpha: L0, A (and C) by linear least squares; the residuals' sum of squares */
+static double linear_at(const fit_data *d, double al, double *x) {
+    size_t n = (size_t)d->n, q = (size_t)d->p - 1;
+    gsl_matrix *X = gsl_matrix_alloc(n, q), *cov = gsl_matrix_alloc(q, q);
+    gsl_vector *y = gsl_vector_alloc(n), *c = gsl_vector_alloc(q);
+    gsl_multifit_linear_workspace *w = gsl_multifit_linear_alloc(n, q);
+    double chisq = INFINITY;
+    if (X && cov && y && c && w) {
+        for (size_t i = 0; i < n; i++) {
+            gsl_matrix_set(X, i, 0, 1.0);
+            gsl_matrix_set(X, i, 1, pow(d->S1[i], -al));
+            if (q == 3) gsl_matrix_set(X, i, 2, -d->S2[i]);
+            gsl_vector_set(y, i, d->y[i]);
+        }
+        if (gsl_multifit_linear(X, y, c, cov, &chisq, w) == GSL_SUCCESS) {
+            x[0] = gsl_vector_get(c, 0);
+            x[1] = gsl_vector_get(c, 1);
+            x[2] = al;
+            x[3] = q == 3 ? gsl_vector_get(c, 2) : 0.0;
+        } else {
+            chisq = INFINITY;
+        }
+    }
+    if (w) gsl_multifit_linear_free(w);
+    if (X) gsl_matrix_free(X);
+    if (cov) gsl_matrix_free(cov);
+    if (y) gsl_vector_free(y);
+    if (c) gsl_vector_free(c);
+    return isfinite(chisq) ? chisq : INFINITY;
+}
+
+static void not_converged(st_forecast *f, const char *fmt, const char *what) {
+    f->state = ST_FORECAST_NOT_CONVERGED;
+    snprintf(f->why, sizeof f->why, fmt, what);
+}
+
+st_status st_forecast_fit(st_forecast *f, const st_schedule *sc, double lambda, double flops_per_step,
+                          const long *steps, const double *loss, int n, st_err *err) {
+    memset(f, 0, sizeof *f);
+    f->lambda = lambda;
+    f->flops_per_step = flops_per_step;
+    f->n_points = n;
+    if (!(lambda >= 0 && lambda < 1))
+        return st_errf(err, ST_ERR_INVALID, "forecast: lambda %g is not within [0, 1)", lambda);
+    if (!(flops_per_step >= 0) || !isfinite(flops_per_step))
+        return st_errf(err, ST_ERR_INVALID, "forecast: %g FLOPs a step is not a count", flops_per_step);
+    if (n < 0 || (n > 0 && (!steps || !loss))) return st_errf(err, ST_ERR_INVALID, "forecast: %d points", n);
+    for (int i = 0; i < n; i++) {
+        if (steps[i] < 1 || (i > 0 && steps[i] <= steps[i - 1]))
+            return st_errf(err, ST_ERR_INVALID, "forecast: point %d's step %ld is not after the previous one's (%ld); "
+                           "give the points by ascending step, each >= 1", i, steps[i], i ? steps[i - 1] : 0L);
+        if (!isfinite(loss[i]))
+            return st_errf(err, ST_ERR_NONFINITE, "forecast: the loss at step %ld is %g, not a number to fit", steps[i],
+                           loss[i]);
+    }
+    f->last_step = n ? steps[n - 1] : 0;
+    double *S1 = malloc(sizeof(double) * (size_t)(n ? n : 1)), *S2 = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    if (!S1 || !S2) {
+        free(S1);
+        free(S2);
+        return st_errf(err, ST_ERR_NOMEM, "forecast: out of memory for %d points", n);
+    }
+    if (n) areas_many(sc, lambda, steps, n, S1, S2);
+    double lo = INFINITY, hi = -INFINITY;
+    for (int i = 0; i < n; i++) {
+        lo = fmin(lo, S2[i]);
+        hi = fmax(hi, S2[i]);
+    }
+    f->annealed = n > 0 && hi - lo > 1e-9 * (1.0 + fabs(hi));
+    f->n_params = f->annealed ? 4 : 3;
+    int p = f->n_params;
+    int ok_areas = 1;
+    for (int i = 0; i < n; i++) ok_areas &= S1[i] > 0;
+    if (n < p + 1) {
+        f->state = ST_FORECAST_TOO_FEW;
+        snprintf(f->why, sizeof f->why, "too few points: %d evaluation%s, the law has %d parameters%s and needs at least "
+                 "%d", n, n == 1 ? "" : "s", p, f->annealed ? "" : " (no annealing seen: C not fitted)", p + 1);
+        free(S1);
+        free(S2);
+        return ST_OK;
+    }
+    if (!ok_areas) { /* the learning rate was 0 up to a point: the law has no value there */
+        free(S1);
+        free(S2);
+        return st_errf(err, ST_ERR_INVALID, "forecast: the learning rate's sum is 0 at step %ld; give points where it "
+                       "has trained", steps[0]);
+    }
+    gsl_set_error_handler_off(); /* GSL's default handler aborts; its statuses are read here */
+    fit_data d = {n, p, S1, S2, loss};
+    /* the start: the best alpha of a grid from 0.01 to 4, each with its linear solve */
+    double best[4] = {0}, best_chi = INFINITY, x[4];
+    for (int g = 0; g < 96; g++) {
+        double al = 0.01 * pow(400.0, g / 95.0);
+        double chi = linear_at(&d, al, x);
+        if (chi < best_chi) {
+            best_chi = chi;
+            memcpy(best, x, sizeof best);
+        }
+    }
+    if (!isfinite(best_chi)) {
+        not_converged(f, "not converged: %s", "no start: the linear solves failed for every alpha");
+        free(S1);
+        free(S2);
+        return ST_OK;
+    }
+    gsl_multifit_nlinear_fdf fdf = {.f = law_f, .df = law_df, .fvv = NULL, .n = (size_t)n, .p = (size_t)p, .params = &d};
+    gsl_multifit_nlinear_parameters fp = gsl_multifit_nlinear_default_parameters();
+    gsl_multifit_nlinear_workspace *w = gsl_multifit_nlinear_alloc(gsl_multifit_nlinear_trust, &fp, (size_t)n, (size_t)p);
+    gsl_matrix *covar = gsl_matrix_alloc((size_t)p, (size_t)p);
+    if (!w || !covar) {
+        if (w) gsl_multifit_nlinear_free(w);
+        if (covar) gsl_matrix_free(covar);
+        free(S1);
+        free(S2);
+        return st_errf(err, ST_ERR_NOMEM, "forecast: out of memory for the solver");
+    }
+    gsl_vector_view x0 = gsl_vector_view_array(best, (size_t)p);
+    int info = 0, gs = gsl_multifit_nlinear_init(&x0.vector, &fdf, w);
+    if (gs == GSL_SUCCESS) gs = gsl_multifit_nlinear_driver(200, 1e-12, 1e-12, 1e-14, NULL, NULL, &info, w);
+    f->iterations = (int)gsl_multifit_nlinear_niter(w);
+    const gsl_vector *xs = gsl_multifit_nlinear_position(w), *res = gsl_multifit_nlinear_residual(w);
+    double chisq = 0;
+    gsl_blas_ddot(res, res, &chisq);
+    if (gs == GSL_EMAXITER && chisq <= best_chi) gs = GSL_SUCCESS; /* at the tolerances' floor: the fit stands */
+    if (gs == GSL_SUCCESS) gs = gsl_multifit_nlinear_covar(gsl_multifit_nlinear_jac(w), 0.0, covar);
+    f->L0 = gsl_vector_get(xs, 0);
+    f->A = gsl_vector_get(xs, 1);
+    f->alpha = gsl_vector_get(xs, 2);
+    f->C = p == 4 ? gsl_vector_get(xs, 3) : 0.0;
+    double s2 = chisq / (double)(n - p);
+    f->rms = sqrt(chisq / n);
+    int finite = isfinite(f->L0) && isfinite(f->A) && isfinite(f->alpha) && isfinite(f->C) && isfinite(s2);
+    for (int i = 0; i < p && finite; i++)
+        for (int j = 0; j < p; j++) {
+            f->cov[i][j] = gsl_matrix_get(covar, (size_t)i, (size_t)j) * s2;
+            finite &= isfinite(f->cov[i][j]);
+        }
+    if (gs != GSL_SUCCESS)
+        not_converged(f, "not converged: the solver stopped: %s", gsl_strerror(gs));
+    else if (!finite)
+        not_converged(f, "not converged: %s", "a parameter or its variance is not finite");
+    else if (!(f->alpha > 0 && f->alpha < 20) || !(f->A > 0) || !(f->C >= 0))
+        not_converged(f, "not converged: %s", "a parameter left the law's range (alpha in (0, 20), A > 0, C >= 0: "
+                      "annealing lowers the loss)");
+    else {
+        f->state = ST_FORECAST_OK;
+        f->band_t = gsl_cdf_tdist_Pinv(0.5 + ST_FORECAST_LEVEL / 2, (double)(n - p));
+        snprintf(f->why, sizeof f->why, "fitted on %d points to step %ld (rms %.3g, %d iterations)%s", n, f->last_step,
+                 f->rms, f->iterations, f->annealed ? "" : "; no annealing seen: C fixed at 0");
+    }
+    gsl_multifit_nlinear_free(w);
+    gsl_matrix_free(covar);
+    free(S1);
+    free(S2);
+    return ST_OK;
+}
+
+int st_forecast_first_point(const long *steps, int n, long from) {
+    if (n <= 0) return 0;
+    if (from < 0) from = (long)ceil(ST_FORECAST_SKIP * (double)steps[n - 1]);
+    int i = 0;
+    while (i < n && steps[i] < from) i++;
+    return i;
+}
+
+double st_forecast_loss(const st_forecast *f, const st_schedule *sc, long step, double *band) {
+    double S1, S2;
+    st_forecast_areas(sc, f->lambda, step, &S1, &S2);
+    double t = pow(S1, -f->alpha), L = f->L0 + f->A * t - f->C * S2;
+    if (band) {
+        double g[4] = {1.0, t, -f->A * t * log(S1), -S2}, v = 0;
+        for (int i = 0; i < f->n_params; i++)
+            for (int j = 0; j < f->n_params; j++) v += g[i] * f->cov[i][j] * g[j];
+        *band = f->band_t * sqrt(v > 0 ? v : 0);
+    }
+    return L;
+}
+
+long st_forecast_step_at_flops(const st_forecast *f, double flops) {
+    return f->flops_per_step > 0 ? (long)floor(flops / f->flops_per_step) : 0;
+}
+
+double st_forecast_gain_per_pflop(const st_forecast *f, const st_schedule *sc, long step) {
+    double per = f->flops_per_step > 0 ? f->flops_per_step / 1e15 : NAN, dl;
+    if (sc->kind == ST_SCHEDULE_WSD) {
+        st_schedule a = *sc, b = *sc;
+        a.decay_start = step;
+        b.decay_start = step + 1;
+        dl = st_forecast_loss(f, &a, st_schedule_end(&a), NULL) - st_forecast_loss(f, &b, st_schedule_end(&b), NULL);
+    } else {
+        dl = st_forecast_loss(f, sc, step, NULL) - st_forecast_loss(f, sc, step + 1, NULL);
+    }
+    return dl / per;
+}
