@@ -1,4 +1,4 @@
-/* train_config.c - the training configuration: one table of keys drives defaults,
+/* config.c - the training configuration: one table of keys drives defaults,
  * parsing from text (--key value), JSON files, validation and saving. */
 #include <errno.h>
 #include <json-c/json.h>

@@ -1,7 +1,7 @@
 /* run_stop_internal.h - the stopping rule as the run's loop uses it: the schedule it runs
  * (with a decay the rule moved), the evaluation points so far (read back from
  * metrics.jsonl on a resume), the fit and the decision after each evaluation, shared by
- * the ranks. Private to the library (the loop in src/exec/train.c). */
+ * the ranks. Private to the library (the loop in src/run/train.c). */
 #ifndef STRATA_RUN_STOP_INTERNAL_H
 #define STRATA_RUN_STOP_INTERNAL_H
 
