@@ -156,14 +156,14 @@ st_status st_data_select(const char *out, const st_data_select_config *cfg, st_d
     const int need_scores = cfg->keep != ST_DATA_KEEP_ALL || cfg->order != ST_DATA_ORDER_BASE;
     if ((cfg->keep == ST_DATA_KEEP_LOWEST || cfg->keep == ST_DATA_KEEP_HIGHEST) &&
         !(cfg->fraction > 0 && cfg->fraction <= 1))
-        return st_errf(err, ST_ERR_INVALID, "%s: key 'fraction' (--fraction) is %g; it must be in (0, 1]: the share of "
+        return st_errf(err, ST_ERR_INVALID, "%s: key 'fraction' (--keep lowest|highest F) is %g; it must be in (0, 1]: the share of "
                        "the documents kept", out, cfg->fraction);
     if (cfg->keep == ST_DATA_KEEP_BAND) {
         if (!(cfg->band_lo >= 0 && cfg->band_lo <= 1 && cfg->band_hi >= 0 && cfg->band_hi <= 1))
-            return st_errf(err, ST_ERR_INVALID, "%s: key 'band' (--band LO HI) is [%g, %g); both ends are quantiles of "
+            return st_errf(err, ST_ERR_INVALID, "%s: key 'band' (--keep band LO HI) is [%g, %g); both ends are quantiles of "
                            "the ranked scores, in [0, 1]", out, cfg->band_lo, cfg->band_hi);
         if (cfg->band_lo > cfg->band_hi)
-            return st_errf(err, ST_ERR_INVALID, "%s: key 'band' (--band LO HI): low %g > high %g; give the lower "
+            return st_errf(err, ST_ERR_INVALID, "%s: key 'band' (--keep band LO HI): low %g > high %g; give the lower "
                            "quantile first", out, cfg->band_lo, cfg->band_hi);
     }
     if (need_scores && !cfg->scores)
@@ -239,8 +239,8 @@ st_status st_data_select(const char *out, const st_data_select_config *cfg, st_d
     if (count == 0) {
         rc = st_errf(err, ST_ERR_INVALID, "%s: the selection is empty (0 of %llu documents%s); %s", out,
                      (unsigned long long)ident.n_docs, dropped ? " after dropping duplicates" : "",
-                     cfg->keep == ST_DATA_KEEP_BAND ? "widen key 'band' (--band LO HI)"
-                                                    : "raise key 'fraction' (--fraction)");
+                     cfg->keep == ST_DATA_KEEP_BAND ? "widen key 'band' (--keep band LO HI)"
+                                                    : "raise key 'fraction' (--keep lowest|highest F)");
         goto done;
     }
     ranked *kept = r + first;
