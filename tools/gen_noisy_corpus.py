@@ -153,7 +153,7 @@ def noisy(rng, clean, share):
 
 def synthetic(rng, total):
     docs, made = [], 0
-    alphabet = bytes(range(32, 127))
+    table = bytes(32 + x % 95 for x in range(256))  # any byte to a printable one (no newline)
     while made < total:
         r = rng.random()
         if docs and r < 0.05:
@@ -162,7 +162,7 @@ def synthetic(rng, total):
             b = near_copy(rng, docs[rng.randrange(len(docs))])
         else:
             n = rng.randrange(200, 2001)
-            b = bytes(alphabet[x % 95] for x in rng.randbytes(n))
+            b = rng.randbytes(n).translate(table)
         docs.append(b)
         made += len(b) + 1
     return docs

@@ -5,10 +5,11 @@
  * document a 128-bit hash of its tokens and a MinHash signature over its token n-grams.
  * Exact duplicates: documents sorted by (hash, id); each member of a group is compared
  * token by token with the group's first, and points at it when equal. Near duplicates:
- * banded LSH, one band at a time (a sorted array of (band hash, id), so memory is one
- * entry per document whatever the band count); each document of a bucket is compared with
- * up to max_compare earlier members by the estimated Jaccard similarity (the fraction of
- * equal signature entries), and points at the earliest verified one over all bands.
+ * banded LSH, a band at a time on each thread (a sorted array of (band hash, id) per
+ * thread, so memory is one entry per document and thread whatever the band count); each
+ * document of a bucket is compared with up to max_compare earlier members by the
+ * estimated Jaccard similarity (the fraction of equal signature entries), and points at
+ * the earliest verified one over all bands.
  *
  * MinHash hash i of a shingle with 32-bit hash x is a_i * x + b_i mod 2^32 (a_i odd: a
  * permutation of the 32-bit values), so the signature update of a shingle is a vector
@@ -250,54 +251,71 @@ st_status st_data_dedup(const char *dataset, const st_data_dedup_config *cfg_in,
     }
     stats->exact_s = st_now() - t1;
 
-    /* Near duplicates: one band at a time, over the documents that are not exact duplicates. */
+    /* Near duplicates: the bands over the threads, each thread a band at a time (its own
+     * key array), over the documents that are not exact duplicates. A document's match is
+     * the earliest verified one over all bands: an atomic minimum, so the result does not
+     * depend on which band finds it first; a comparison with a document later than the
+     * match found so far is skipped, as it could not lower it. */
     t1 = st_now();
     for (uint64_t d = 0; d < N; d++) nref[d] = -1, nsim[d] = 0;
     {
-        bkey *k = malloc(sizeof *k * (N ? N : 1));
-        if (!k) {
-            rc = st_errf(err, ST_ERR_NOMEM, "dedup: out of memory");
+        const int nbt = nt < cfg.bands ? nt : cfg.bands;
+        bkey *keys = malloc(sizeof *keys * (N ? N : 1) * (size_t)nbt);
+        if (!keys) {
+            rc = st_errf(err, ST_ERR_NOMEM, "dedup: out of memory for the LSH keys (%zu bytes)",
+                         sizeof *keys * N * (size_t)nbt);
             goto done;
         }
-        if (sizeof *k * N > exact_peak) mem += sizeof *k * N - exact_peak; /* the larger of the two phases */
+        size_t kb = sizeof *keys * N * (size_t)nbt;
+        if (kb > exact_peak) mem += kb - exact_peak; /* the larger of the two phases */
         uint64_t cand = 0, ver = 0;
-        for (int band = 0; band < cfg.bands; band++) {
-            uint64_t m = 0;
-            for (uint64_t d = 0; d < N; d++) {
-                if (out->dup[d]) continue;
-                const uint32_t *r = sig + (size_t)H * d + (size_t)band * cfg.rows;
-                uint64_t h = data_mix64((uint64_t)band + 0x51ed27ull);
-                for (int i = 0; i < cfg.rows; i++) h = data_mix64(h ^ r[i]);
-                k[m++] = (bkey){h, d};
-            }
-            qsort(k, m, sizeof *k, bkey_cmp);
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 256) reduction(+ : cand, ver)
-            for (uint64_t s = 0; s < m; s++) {
-                if (s > 0 && k[s - 1].h == k[s].h) continue; /* not a bucket's first */
-                uint64_t end = s + 1;
-                while (end < m && k[end].h == k[s].h) end++;
-                /* each later member compared with the earliest members before it */
-                for (uint64_t i = s + 1; i < end; i++) {
-                    uint64_t d = k[i].doc;
-                    const uint32_t *sd = sig + (size_t)H * d;
-                    for (uint64_t j = s; j < i && j < s + (uint64_t)cfg.max_compare; j++) {
-                        uint64_t e = k[j].doc;
-                        if (nref[d] >= 0 && (uint64_t)nref[d] <= e) break; /* an earlier one is verified */
-                        const uint32_t *se = sig + (size_t)H * e;
-                        int eq = 0;
-                        for (int h = 0; h < H; h++) eq += sd[h] == se[h];
-                        cand++;
-                        double jac = (double)eq / H;
-                        if (jac >= cfg.threshold) {
-                            ver++;
-                            nref[d] = (int64_t)e, nsim[d] = (float)jac;
-                            break;
+#pragma omp parallel num_threads(nbt) reduction(+ : cand, ver)
+        {
+            bkey *k = keys + N * (size_t)omp_get_thread_num();
+#pragma omp for schedule(dynamic, 1)
+            for (int band = 0; band < cfg.bands; band++) {
+                uint64_t m = 0;
+                for (uint64_t d = 0; d < N; d++) {
+                    if (out->dup[d]) continue;
+                    const uint32_t *r = sig + (size_t)H * d + (size_t)band * cfg.rows;
+                    uint64_t h = data_mix64((uint64_t)band + 0x51ed27ull);
+                    for (int i = 0; i < cfg.rows; i++) h = data_mix64(h ^ r[i]);
+                    k[m++] = (bkey){h, d};
+                }
+                qsort(k, m, sizeof *k, bkey_cmp);
+                for (uint64_t s = 0, end; s < m; s = end) {
+                    end = s + 1;
+                    while (end < m && k[end].h == k[s].h) end++;
+                    /* each later member compared with the earliest members before it */
+                    for (uint64_t i = s + 1; i < end; i++) {
+                        uint64_t d = k[i].doc;
+                        const uint32_t *sd = sig + (size_t)H * d;
+                        for (uint64_t j = s; j < i && j < s + (uint64_t)cfg.max_compare; j++) {
+                            uint64_t e = k[j].doc;
+                            int64_t now = __atomic_load_n(&nref[d], __ATOMIC_RELAXED);
+                            if (now >= 0 && (uint64_t)now <= e) break; /* an earlier one is verified */
+                            const uint32_t *se = sig + (size_t)H * e;
+                            int eq = 0;
+                            for (int h = 0; h < H; h++) eq += sd[h] == se[h];
+                            cand++;
+                            double jac = (double)eq / H;
+                            if (jac >= cfg.threshold) {
+                                ver++;
+#pragma omp critical(dedup_near)
+                                {
+                                    if (nref[d] < 0 || (uint64_t)nref[d] > e) {
+                                        __atomic_store_n(&nref[d], (int64_t)e, __ATOMIC_RELAXED);
+                                        nsim[d] = (float)jac;
+                                    }
+                                }
+                                break;
+                            }
                         }
                     }
                 }
             }
         }
-        free(k);
+        free(keys);
         stats->candidates = cand;
         stats->verified = ver;
     }
