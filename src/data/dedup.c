@@ -231,6 +231,7 @@ st_status st_data_dedup(const char *dataset, const st_data_dedup_config *cfg_in,
         for (uint64_t d = 0; d < N; d++) k[d] = (hkey){hash[d][0], hash[d][1], d};
         qsort(k, N, sizeof *k, hkey_cmp);
         int32_t *other = malloc(sizeof(int32_t) * CHUNK_TOKENS);
+        if (!other) rc = st_errf(err, ST_ERR_NOMEM, "dedup: out of memory");
         for (uint64_t i = 0; i < N && !rc;) {
             uint64_t j = i + 1;
             while (j < N && k[j].h0 == k[i].h0 && k[j].h1 == k[i].h1) j++;
