@@ -104,6 +104,7 @@ static void views(void) {
     st_data_scores sc;
     CHECK(st_data_scores_from_text(tp(1, "scores.txt"), base, &sc, &err) == ST_OK, "%s", err.msg);
     CHECK(st_data_scores_write(tp(2, "s.scores"), &sc, &err) == ST_OK, "%s", err.msg);
+    st_data_scores_free(&sc);
 
     st_data_select_config c = {.dataset = base, .scores = tp(2, "s.scores"), .keep = ST_DATA_KEEP_LOWEST, .fraction = 0.5};
     st_data_view_info vi;
