@@ -4,8 +4,9 @@
 # vocabulary 128 trains 3 steps on the view (3 x 8 x 33 tokens, more than the view's 612:
 # every kept document is read), alone and mixed with weights with another view, while
 # the base itself is refused at its first out-of-vocabulary token; strata data cat of the
-# view gives the base's kept documents; inspect describes the view; the CLI refuses bad
-# input naming the file and key and leaves no file.
+# view gives the base's kept documents; inspect describes the view; a run on views stopped
+# and resumed logs the losses of one that did not stop; the CLI refuses bad input naming
+# the file and key and leaves no file.
 set -u
 S=${STRATA_BIN:?STRATA_BIN not set}
 command -v python3 >/dev/null || { echo "python3 not found: skipped"; exit 77; }
@@ -71,6 +72,16 @@ check '[ $rc -eq 0 ]' "train on two views mixed with weights (rc $rc): $(tail -3
 "$S" train $small --data "$T/base" --run_dir "$T/r3" > "$T/r3.out" 2>&1
 rc=$?
 check '[ $rc -ne 0 ] && grep -q "token 150" "$T/r3.out"' "training on the base should meet token 150 (rc $rc): $(tail -2 "$T/r3.out")"
+
+# a run on views (shuffled and ordered, mixed) stopped at step 3 and resumed gives the
+# losses of the run that did not stop
+"$S" train $small --steps 6 --data "$T/low.view:0.7,$T/asc.view:0.3" --run_dir "$T/s1" > "$T/s1.out" 2>&1
+"$S" train $small --steps 6 --stop_at 3 --data "$T/low.view:0.7,$T/asc.view:0.3" --run_dir "$T/s2" > "$T/s2.out" 2>&1
+"$S" train --resume "$T/s2" --steps 6 > "$T/s3.out" 2>&1
+rc=$?
+losses() { python3 -c 'import json,sys; print(" ".join("%s:%s" % (j["step"], j["loss"]) for j in map(json.loads, open(sys.argv[1])) if "loss" in j))' "$1"; }
+check '[ $rc -eq 0 ] && [ "$(losses "$T/s1/metrics.jsonl")" = "$(losses "$T/s2/metrics.jsonl")" ] &&
+       [ $(losses "$T/s1/metrics.jsonl" | wc -w) -eq 6 ]'   "resumed run on views: $(losses "$T/s2/metrics.jsonl") vs $(losses "$T/s1/metrics.jsonl") (rc $rc: $(tail -1 "$T/s3.out"))"
 
 # bad input: refused naming the file and the key, no file left
 bad() { # args: WHAT PATTERN select-args...
