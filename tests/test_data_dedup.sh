@@ -23,7 +23,8 @@ if [ $rc -eq 77 ]; then cat "$T/gen.out"; rm -rf "$T"; exit 77; fi
 check '[ $rc -eq 0 ]' "gen_noisy_corpus (rc $rc): $(cat "$T/gen.out")"
 
 "$S" data dedup "$T/noisy" -o "$T/noisy.dedup" --threads 2 --json > "$T/dedup.json" 2>&1
-check '[ $? -eq 0 ]' "dedup: $(cat "$T/dedup.json")"
+rc=$?
+check '[ $rc -eq 0 ]' "dedup: $(cat "$T/dedup.json")"
 "$S" data dedup "$T/noisy" -o "$T/noisy1.dedup" --threads 1 > /dev/null 2>&1
 check 'cmp -s "$T/noisy.dedup" "$T/noisy1.dedup"' "the score file differs between 1 and 2 threads"
 "$S" data inspect "$T/noisy.dedup" --docs 100000000 > "$T/dedup.txt" 2>&1
@@ -68,7 +69,8 @@ echo "data_dedup: $(cat "$T/eval.out")"
 flagged=$(grep -c "dup \(exact\|near\)" "$T/dedup.txt")
 total=$(grep -c "^  document" "$T/dedup.txt")
 "$S" data select "$T/noisy" -o "$T/nodup.view" --drop_duplicates "$T/noisy.dedup" > "$T/sel.out" 2>&1
-check '[ $? -eq 0 ] && grep -q "^[^ ]*: $((total - flagged)) of $total documents" "$T/sel.out"' \
+rc=$?
+check '[ $rc -eq 0 ] && grep -q "^[^ ]*: $((total - flagged)) of $total documents" "$T/sel.out"' \
   "select --drop_duplicates ($flagged flagged of $total): $(cat "$T/sel.out")"
 
 # another dataset: refused naming the score file and the dataset

@@ -40,11 +40,14 @@ with open(t + "/nan.txt", "w") as f:
     f.write("1\n" * 5 + "nan\n" + "1\n" * 18)
 EOF
 "$S" data score "$T/base" --from_text "$T/scores.txt" -o "$T/s.scores" > "$T/score.out" 2>&1
-check '[ $? -eq 0 ]' "data score --from_text: $(cat "$T/score.out")"
+rc=$?
+check '[ $rc -eq 0 ]' "data score --from_text: $(cat "$T/score.out")"
 "$S" data select "$T/base" -o "$T/low.view" --scores "$T/s.scores" --keep lowest 0.5 > "$T/sel.out" 2>&1
-check '[ $? -eq 0 ] && grep -q "12 of 24 documents" "$T/sel.out"' "select lowest 0.5: $(cat "$T/sel.out")"
+rc=$?
+check '[ $rc -eq 0 ] && grep -q "12 of 24 documents" "$T/sel.out"' "select lowest 0.5: $(cat "$T/sel.out")"
 "$S" data select "$T/base" -o "$T/asc.view" --scores "$T/s.scores" --keep lowest 0.5 --order ascending > "$T/sel2.out" 2>&1
-check '[ $? -eq 0 ]' "select ascending: $(cat "$T/sel2.out")"
+rc=$?
+check '[ $rc -eq 0 ]' "select ascending: $(cat "$T/sel2.out")"
 
 # inspect: base, rule, kept fraction and tokens
 "$S" data inspect "$T/low.view" --json > "$T/insp.json" 2>&1
@@ -81,7 +84,8 @@ check '[ $rc -ne 0 ] && grep -q "token 150" "$T/r3.out"' "training on the base s
 rc=$?
 losses() { python3 -c 'import json,sys; print(" ".join("%s:%s" % (j["step"], j["loss"]) for j in map(json.loads, open(sys.argv[1])) if "loss" in j))' "$1"; }
 check '[ $rc -eq 0 ] && [ "$(losses "$T/s1/metrics.jsonl")" = "$(losses "$T/s2/metrics.jsonl")" ] &&
-       [ $(losses "$T/s1/metrics.jsonl" | wc -w) -eq 6 ]'   "resumed run on views: $(losses "$T/s2/metrics.jsonl") vs $(losses "$T/s1/metrics.jsonl") (rc $rc: $(tail -1 "$T/s3.out"))"
+       [ $(losses "$T/s1/metrics.jsonl" | wc -w) -eq 6 ]' \
+  "resumed run on views: $(losses "$T/s2/metrics.jsonl") vs $(losses "$T/s1/metrics.jsonl") (rc $rc: $(tail -1 "$T/s3.out"))"
 
 # bad input: refused naming the file and the key, no file left
 bad() { # args: WHAT PATTERN select-args...
@@ -99,6 +103,14 @@ bad "empty band" "selection is empty" --scores "$T/s.scores" --keep band 0.5 0.5
 "$S" data score "$T/base" --from_text "$T/nan.txt" -o "$T/nan.scores" > "$T/nan.out" 2>&1
 rc=$?
 check '[ $rc -ne 0 ] && grep -q "nan.txt: line 6" "$T/nan.out" && [ ! -e "$T/nan.scores" ]' "NaN score (rc $rc): $(cat "$T/nan.out")"
+
+"$S" data select "$T/low.view" -o "$T/bad.view" --scores "$T/s.scores" --keep lowest 0.5 > "$T/bad.out" 2>&1
+rc=$?
+check '[ $rc -ne 0 ] && grep -q "low.view is a view; .* give the view.s base" "$T/bad.out" && [ ! -e "$T/bad.view" ]' \
+  "select over a view: $(cat "$T/bad.out")"
+"$S" data dedup "$T/low.view" -o "$T/bad.dedup" > "$T/bad.out" 2>&1
+rc=$?
+check '[ $rc -ne 0 ] && grep -q "low.view is a view" "$T/bad.out" && [ ! -e "$T/bad.dedup" ]' "dedup of a view: $(cat "$T/bad.out")"
 
 # the base changes under the view: train and inspect refuse it naming both
 printf '\x07' | dd of="$T/base.bin" bs=1 seek=3 conv=notrunc status=none

@@ -71,6 +71,8 @@ st_status data_source_open_megatron(st_data_source *s, const char *prefix, st_er
 st_status data_view_open(st_data_source *s, const char *path, st_err *err);
 /* The identity of an opened Megatron source (score.c). */
 st_status data_source_ident(st_data_source *s, st_data_ident *id, st_err *err);
+/* ST_INVALID naming dataset when it is a view, where a Megatron dataset is needed (score.c). */
+st_status data_refuse_view(const char *dataset, st_err *err);
 /* A dataset's PREFIX (given as PREFIX, PREFIX.bin or PREFIX.idx), absolute (score.c). */
 st_status data_dataset_abspath(const char *dataset, char *out, size_t cap, st_err *err);
 /* A whole file into malloc'd memory (score.c). */

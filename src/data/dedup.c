@@ -146,7 +146,9 @@ st_status st_data_dedup(const char *dataset, const st_data_dedup_config *cfg_in,
 
     st_data_source *s0;
     st_data_source_config sc = {.path = dataset, .format = ST_DATA_FORMAT_MEGATRON};
-    st_status rc = st_data_source_open(&s0, &sc, err);
+    st_status rc = data_refuse_view(dataset, err);
+    if (rc) return rc;
+    rc = st_data_source_open(&s0, &sc, err);
     if (rc) return rc;
     st_data_ident ident;
     rc = data_source_ident(s0, &ident, err);

@@ -63,7 +63,20 @@ st_status data_source_ident(st_data_source *s, st_data_ident *id, st_err *err) {
     return rc;
 }
 
+st_status data_refuse_view(const char *dataset, st_err *err) {
+    char magic[8];
+    FILE *f = fopen(dataset, "rb");
+    size_t got = f ? fread(magic, 1, 8, f) : 0;
+    if (f) fclose(f);
+    if (got == 8 && !memcmp(magic, ST_DATA_VIEW_MAGIC, 8))
+        return st_errf(err, ST_ERR_INVALID, "%s is a view; scores, deduplication and views are made over a Megatron "
+                       "dataset: give the view's base (strata data inspect %s names it)", dataset, dataset);
+    return ST_OK;
+}
+
 st_status st_data_ident_compute(const char *dataset, st_data_ident *id, st_err *err) {
+    st_status vrc = data_refuse_view(dataset, err);
+    if (vrc) return vrc;
     st_data_source *s;
     st_data_source_config c = {.path = dataset, .format = ST_DATA_FORMAT_MEGATRON};
     st_status rc = st_data_source_open(&s, &c, err);
