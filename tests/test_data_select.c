@@ -144,6 +144,45 @@ static void views(void) {
     CHECK(st_data_select(tp(5, "band.view"), &c, &vi, &err) == ST_OK && vi.n_kept == NDOC / 2, "%s (kept %llu)",
           err.msg, (unsigned long long)vi.n_kept);
 
+    /* a loader state saved on one view is refused on another of as many documents and
+     * tokens: documents {0, 3} and {1, 2} hold 43 tokens each */
+    {
+        write_text(tp(5, "a.txt"), "0\n9\n9\n0\n9\n9\n9\n9\n9\n9\n9\n9\n9\n9\n9\n9\n9\n9\n9\n9\n"
+                                   "9\n9\n9\n9\n9\n9\n9\n9\n9\n9\n9\n9\n9\n9\n9\n9\n9\n9\n9\n9\n");
+        write_text(tp(6, "b.txt"), "9\n0\n0\n9\n9\n9\n9\n9\n9\n9\n9\n9\n9\n9\n9\n9\n9\n9\n9\n9\n"
+                                   "9\n9\n9\n9\n9\n9\n9\n9\n9\n9\n9\n9\n9\n9\n9\n9\n9\n9\n9\n9\n");
+        const char *names[2][3] = {{"a.txt", "a.scores", "a.view"}, {"b.txt", "b.scores", "b.view"}};
+        st_data_loader *dl[2] = {NULL, NULL};
+        for (int v = 0; v < 2; v++) {
+            char t[600], sp[600], vp[600];
+            snprintf(t, sizeof t, "%s", tp(7, names[v][0]));
+            snprintf(sp, sizeof sp, "%s", tp(7, names[v][1]));
+            snprintf(vp, sizeof vp, "%s", tp(7, names[v][2]));
+            CHECK(st_data_scores_from_text(t, base, &sc, &err) == ST_OK && st_data_scores_write(sp, &sc, &err) == ST_OK,
+                  "%s", err.msg);
+            st_data_scores_free(&sc);
+            st_data_select_config b = {.dataset = base, .scores = sp, .keep = ST_DATA_KEEP_LOWEST, .fraction = 0.05};
+            CHECK(st_data_select(vp, &b, &vi, &err) == ST_OK && vi.n_kept == 2 && vi.kept_tokens == 43, "%s (%llu %llu)",
+                  err.msg, (unsigned long long)vi.n_kept, (unsigned long long)vi.kept_tokens);
+            st_data_loader_config lc;
+            st_data_loader_config_init(&lc);
+            lc.n_sources = 1, lc.sources[0] = (st_data_source_config){.path = vp, .weight = 1};
+            lc.T = 8, lc.B = 1, lc.prefetch = 0;
+            CHECK(st_data_loader_open(&dl[v], &lc, &err) == ST_OK, "%s", err.msg);
+        }
+        if (dl[0] && dl[1]) {
+            st_data_batch bt;
+            st_data_loader_state ls;
+            CHECK(st_data_loader_next(dl[0], &bt, &err) == ST_OK, "%s", err.msg);
+            st_data_loader_get_state(dl[0], &ls);
+            CHECK(st_data_loader_set_state(dl[1], &ls, &err) != ST_OK && strstr(err.msg, "b.view"),
+                  "a state of view a accepted by view b: %s", err.msg);
+            CHECK(st_data_loader_set_state(dl[0], &ls, &err) == ST_OK, "%s", err.msg);
+        }
+        st_data_loader_close(dl[0]);
+        st_data_loader_close(dl[1]);
+    }
+
     /* bad input: refused naming the key, no file, no temporary */
     const double bad_fraction[] = {0, -0.25, 1.5, NAN};
     for (int i = 0; i < 4; i++) {

@@ -58,6 +58,7 @@ struct st_data_source {
      * struct opened (n_docs, the index and the .bin are the base's); n_tokens is theirs.
      * view_ordered: read them in the view's order, never shuffled (a curriculum). */
     uint64_t *view_docs, n_view;
+    uint64_t view_crc;       /* CRC-32C of the ids, in the loader state's fingerprint */
     int view_ordered;
     char view_path[DATA_PATH_MAX + 8];
 };

@@ -483,7 +483,9 @@ void st_data_source_get_info(const st_data_source *s, st_data_source_info *info)
 }
 
 uint64_t data_source_fingerprint(const st_data_source *s) {
-    return data_mix64(s->n_tokens * 0x100000001b3ull ^ data_mix64(data_source_n_docs(s) + 1) ^ (uint64_t)s->dtype);
+    uint64_t fp = data_mix64(s->n_tokens * 0x100000001b3ull ^ data_mix64(data_source_n_docs(s) + 1) ^ (uint64_t)s->dtype);
+    /* a view: also which documents, in which order (another selection of as many tokens) */
+    return s->view_docs ? data_mix64(fp ^ s->view_crc) : fp;
 }
 
 /* The checks every index entry gets before it is used: sequence d says n tokens at

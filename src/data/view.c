@@ -105,6 +105,7 @@ st_status data_view_open(st_data_source *s, const char *path, st_err *err) {
     free(b);
     if (rc) return rc;
     s->n_view = info.n_kept;
+    s->view_crc = st_crc32c(0, s->view_docs, sizeof *s->view_docs * info.n_kept);
     s->n_tokens = tokens;
     s->view_ordered = info.ordered;
     snprintf(s->view_path, sizeof s->view_path, "%s", path);
