@@ -70,7 +70,9 @@ typedef enum st_data_format {
     ST_DATA_FORMAT_LLMC = 2,     /* llm.c shard: 256 int32 header, uint16 (v1) or uint32 (v7) tokens */
     ST_DATA_FORMAT_RAW_U16 = 3,  /* headerless little-endian uint16 tokens */
     ST_DATA_FORMAT_RAW_U32 = 4,  /* headerless little-endian uint32 tokens */
-    ST_DATA_FORMAT_MEMORY = 5    /* tokens already in memory (mem, mem_tokens, mem_itemsize) */
+    ST_DATA_FORMAT_MEMORY = 5,   /* tokens already in memory (mem, mem_tokens, mem_itemsize) */
+    ST_DATA_FORMAT_VIEW = 6      /* a view (st_data_select): documents of a Megatron dataset by id,
+                                    no token copied; known by its magic "STRATAVW" */
 } st_data_format;
 
 /* Megatron dtype codes, as stored in byte 17 of the .idx. */
@@ -275,6 +277,131 @@ void st_data_plane_close(st_data_plane *p);
 /* The embedded default corpus: deterministic English-like text (byte tokens, 0..255) written to
  * buf[0..cap); returns the bytes written. */
 size_t st_data_embedded_generate(uint8_t *buf, size_t cap, uint64_t seed);
+
+/* ---------------------------------------------------------------------------
+ * Scores, deduplication and views (data selection without copying tokens).
+ *
+ * A dataset's identity binds a score file or a view to the Megatron pair it was made
+ * from: document and token counts, dtype, the byte sizes of .idx and .bin, the CRC-32C
+ * of the whole .idx (every document's length and place) and the CRC-32C of the .bin's
+ * sampled blocks (ST_DATA_IDENT_BLOCKS blocks of ST_DATA_IDENT_BLOCK_BYTES spread evenly
+ * over it, the whole file when it is smaller): opening costs the .idx plus at most 4 MiB,
+ * whatever the dataset's size. A re-packed, grown, truncated or swapped dataset changes
+ * it; an edit of tokens in place that keeps every length and misses the sampled blocks
+ * does not. */
+#define ST_DATA_IDENT_BLOCKS 64
+#define ST_DATA_IDENT_BLOCK_BYTES (64u * 1024u)
+typedef struct st_data_ident {
+    uint64_t n_docs, n_tokens;
+    uint64_t idx_bytes, bin_bytes;
+    uint32_t idx_crc32c, bin_crc32c;  /* whole .idx; sampled .bin blocks */
+    uint32_t dtype, reserved;
+} st_data_ident;
+/* The identity of the Megatron dataset PREFIX (or its .bin/.idx). */
+st_status st_data_ident_compute(const char *dataset, st_data_ident *id, st_err *err);
+/* ST_OK when a and b are the same dataset; otherwise the error names file (the score file
+ * or view), dataset, and the first field that differs. */
+st_status st_data_ident_check(const st_data_ident *want, const st_data_ident *have, const char *file,
+                              const char *dataset, st_err *err);
+
+/* A score file: one score per document of a dataset, bound to it by identity.
+ * On disk (little-endian): "STRATASC", u32 version (1), u32 header bytes, the identity
+ * (48 bytes), u64 documents, char kind[32], char params[256], char dataset[4096] (its
+ * absolute path), then f64 score[n], i64 ref[n], u8 dup[n], and a u32 CRC-32C of
+ * everything before it. Written to a temporary and renamed: a crash leaves no partial
+ * file under the name. */
+#define ST_DATA_SCORES_MAGIC "STRATASC"
+#define ST_DATA_SCORES_VERSION 1u
+enum { ST_DATA_DUP_NONE = 0, ST_DATA_DUP_EXACT = 1, ST_DATA_DUP_NEAR = 2 };
+typedef struct st_data_scores {
+    st_data_ident ident;
+    char dataset[4096];    /* the dataset's absolute path (PREFIX) */
+    char kind[32];         /* "dedup" or "external" */
+    char params[256];      /* how they were made, for people */
+    uint64_t n_docs;
+    double *score;         /* [n_docs] dedup: estimated Jaccard similarity with ref (1 exact), 0 unique */
+    int64_t *ref;          /* [n_docs] dedup: the earliest document this one repeats; -1: none */
+    uint8_t *dup;          /* [n_docs] ST_DATA_DUP_* */
+} st_data_scores;
+/* Allocates the arrays for n documents (score 0, ref -1, dup 0); the rest is the caller's. */
+st_status st_data_scores_alloc(st_data_scores *sc, uint64_t n, st_err *err);
+void st_data_scores_free(st_data_scores *sc);
+st_status st_data_scores_write(const char *path, const st_data_scores *sc, st_err *err);
+/* Read and check a score file; when dataset is not NULL it must be the dataset the file
+ * was made for (same identity), else refused naming both. */
+st_status st_data_scores_read(const char *path, const char *dataset, st_data_scores *sc, st_err *err);
+/* One score per line of a text file (external scores, e.g. a proxy model's losses) for the
+ * documents of dataset, in order; refused (naming the file and line) when the count
+ * differs or a score is not a finite number. */
+st_status st_data_scores_from_text(const char *text_path, const char *dataset, st_data_scores *sc, st_err *err);
+
+/* Deduplication: exact duplicates by a 128-bit hash of the token content (confirmed by
+ * comparing the tokens), near duplicates by MinHash over token n-grams with banded LSH,
+ * candidate pairs verified by the estimated Jaccard similarity. Every duplicate points at
+ * the earliest document it repeats (ref); the earliest of a group is kept (ref -1).
+ * Memory: 4 * num_hashes + 40 bytes a document (signatures in one array) plus a token
+ * buffer per thread; tokens are streamed a document at a time, never held. */
+typedef struct st_data_dedup_config {
+    int ngram;           /* tokens per shingle (default 5); shorter documents: one shingle */
+    int num_hashes;      /* MinHash signature length (default 128) */
+    int bands, rows;     /* LSH: bands x rows <= num_hashes (default 32 x 4) */
+    double threshold;    /* near duplicate: estimated Jaccard >= threshold (default 0.7) */
+    uint64_t seed;       /* hash functions (default 1) */
+    int threads;         /* OpenMP threads; 0 = the default */
+    int max_compare;     /* per LSH bucket, each document is compared with at most this many
+                            earlier ones (default 16): bounds the work of huge buckets */
+} st_data_dedup_config;
+void st_data_dedup_config_init(st_data_dedup_config *cfg);
+typedef struct st_data_dedup_stats {
+    uint64_t n_docs, n_tokens, exact, near, candidates, verified;
+    double exact_s, minhash_s, lsh_s, total_s;
+    size_t mem_bytes;    /* what the deduplication allocated, at most at once */
+} st_data_dedup_stats;
+/* Scores of dataset: out->kind "dedup". out is allocated here (st_data_scores_free). */
+st_status st_data_dedup(const char *dataset, const st_data_dedup_config *cfg, st_data_scores *out,
+                        st_data_dedup_stats *stats, st_err *err);
+
+/* A view: the documents of a Megatron dataset by id, in order, no token copied. Every
+ * data option of strata train opens it as a source (its format known by its magic).
+ * On disk: "STRATAVW", u32 version (1), u32 header bytes, the base identity (48 bytes),
+ * u64 kept documents, u64 kept tokens, u32 ordered (1: read in the view's order, not
+ * shuffled), u32 reserved, char rule[512], char base[4096] (absolute path of the base
+ * PREFIX), then u64 document ids [kept], then a u32 CRC-32C of everything before it. */
+#define ST_DATA_VIEW_MAGIC "STRATAVW"
+#define ST_DATA_VIEW_VERSION 1u
+typedef enum st_data_keep {
+    ST_DATA_KEEP_ALL = 0,     /* no score rule */
+    ST_DATA_KEEP_LOWEST = 1,  /* the fraction with the lowest scores */
+    ST_DATA_KEEP_HIGHEST = 2, /* the fraction with the highest */
+    ST_DATA_KEEP_BAND = 3     /* ranked by score ascending, the quantiles [band_lo, band_hi) */
+} st_data_keep;
+typedef enum st_data_order {
+    ST_DATA_ORDER_BASE = 0,   /* the base's order; the loader shuffles as for any dataset */
+    ST_DATA_ORDER_ASCENDING = 1,  /* by score, lowest first, read in that order (curriculum) */
+    ST_DATA_ORDER_DESCENDING = 2
+} st_data_order;
+typedef struct st_data_select_config {
+    const char *dataset;      /* the base Megatron PREFIX */
+    const char *scores;       /* score file for keep/order (NULL: none) */
+    st_data_keep keep;
+    double fraction;          /* LOWEST/HIGHEST: in (0, 1] */
+    double band_lo, band_hi;  /* BAND: 0 <= lo <= hi <= 1 (lo = hi keeps nothing: refused) */
+    const char *dedup;        /* a dedup score file: its duplicates are dropped first (NULL: none) */
+    st_data_order order;
+} st_data_select_config;
+typedef struct st_data_view_info {
+    st_data_ident base;
+    char base_path[4096];
+    char rule[512];
+    uint64_t n_kept, kept_tokens;
+    int ordered;
+} st_data_view_info;
+/* Write the view out (temporary + rename: nothing partial under the name). Refused, with
+ * the file and the key: fraction outside (0, 1], band lo > hi or outside [0, 1], NaN
+ * scores, score files of another dataset, an empty selection. */
+st_status st_data_select(const char *out, const st_data_select_config *cfg, st_data_view_info *info, st_err *err);
+/* Read a view's header (and check its base is unchanged when check_base). */
+st_status st_data_view_inspect(const char *path, int check_base, st_data_view_info *info, st_err *err);
 
 #ifdef __cplusplus
 }

@@ -1,9 +1,12 @@
-/* cmd_data.c - strata data {pack, inspect, cat} (strata bench data: src/bench/bench_data.c).
+/* cmd_data.c - strata data {pack, inspect, cat, dedup, score, select} (strata bench data:
+ * src/bench/bench_data.c).
  *
  * pack turns text or JSON-lines into a Megatron .bin/.idx pair and its sidecar .json,
  * with a tokenizer.json (on many threads) or the byte-level tokenizer (one token per
  * byte, end of document 256); inspect describes any source the loader reads; cat prints
- * a document back (decoded with the tokenizer), which closes the round trip.
+ * a document back (decoded with the tokenizer), which closes the round trip; dedup and
+ * score write score files, select writes a view over a dataset (src/data/dedup.c,
+ * score.c, view.c), and inspect describes those too.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -25,7 +28,7 @@
 #include "strata/tokenizer.h"
 
 static const char *data_usage =
-    "usage: strata data <pack|inspect|cat> [options]\n"
+    "usage: strata data <pack|inspect|cat|dedup|score|select> [options]\n"
     "\n"
     "  strata data pack -o PREFIX [--tokenizer PATH [--pattern P] [--special T=ID] --eod ID]\n"
     "                   [--jsonl] [--key K]\n"
@@ -89,7 +92,31 @@ static const char *data_usage =
     "      --pattern, --special  as for pack, for a rank file; --pattern defaults to the\n"
     "                     one the sidecar records\n"
     "      --trained      (--decode, a pack with a loss mask) only the tokens trained on as\n"
-    "                     targets: each run of them, decoded, on a line of its own\n";
+    "                     targets: each run of them, decoded, on a line of its own\n"
+    "\n"
+    "  strata data dedup DATASET -o SCORES [--ngram N] [--hashes H] [--bands B] [--rows R]\n"
+    "                    [--threshold J] [--seed S] [--threads N] [--max_compare K] [--json]\n"
+    "      Exact duplicates (a 128-bit hash of the tokens, confirmed token by token) and near\n"
+    "      duplicates (MinHash over token N-grams, default 5; H hashes, default 128; banded\n"
+    "      LSH of B bands x R rows, default 32 x 4; a candidate pair counts when its estimated\n"
+    "      Jaccard similarity is >= J, default 0.7) of a Megatron dataset. Each duplicate\n"
+    "      points at the earliest document it repeats. SCORES is a score file bound to the\n"
+    "      dataset (its sizes and checksums). Also: strata data score --dedup ...\n"
+    "\n"
+    "  strata data score DATASET --from_text FILE -o SCORES\n"
+    "      A score file from one score per line of FILE (a proxy model's loss, ...), in the\n"
+    "      dataset's document order; a count that differs or a non-finite score is refused.\n"
+    "\n"
+    "  strata data select DATASET -o VIEW [--scores SCORES --keep lowest|highest F]\n"
+    "                     [--scores SCORES --keep band LO HI] [--drop_duplicates DEDUP]\n"
+    "                     [--order base|ascending|descending]\n"
+    "      A view: the ids of the kept documents of DATASET, no token copied, bound to it\n"
+    "      by its sizes and checksums. lowest/highest keep the fraction F (0 < F <= 1) of the\n"
+    "      documents with the lowest/highest scores; band keeps the quantiles [LO, HI) of the\n"
+    "      scores ranked ascending; duplicates of a dedup score file are dropped first.\n"
+    "      --order ascending|descending: read in that order of the scores (a curriculum),\n"
+    "      not shuffled. A view is a data source: strata train --data VIEW[:W],...\n"
+    "      strata data inspect VIEW (or SCORES) describes it.\n";
 
 static int parse_format(const char *s, st_data_format *f) {
     if (!strcmp(s, "auto")) *f = ST_DATA_FORMAT_AUTO;
@@ -108,6 +135,7 @@ static const char *format_name(st_data_format f) {
     case ST_DATA_FORMAT_RAW_U16: return "raw16";
     case ST_DATA_FORMAT_RAW_U32: return "raw32";
     case ST_DATA_FORMAT_MEMORY: return "memory";
+    case ST_DATA_FORMAT_VIEW: return "view";
     default: return "auto";
     }
 }
@@ -669,6 +697,35 @@ static int data_pack_cmd(int argc, char **argv) {
 
 /* ---- inspect, cat ---------------------------------------------------------------- */
 
+/* strata data inspect SCORES: its header, and with --docs N its first N documents' records. */
+static int inspect_scores(const char *path, long long ndocs, int json) {
+    st_err err = {0};
+    st_data_scores sc;
+    if (st_data_scores_read(path, NULL, &sc, &err)) {
+        fprintf(stderr, "strata data inspect: %s\n", err.msg);
+        return 1;
+    }
+    uint64_t exact = 0, near = 0;
+    for (uint64_t d = 0; d < sc.n_docs; d++) exact += sc.dup[d] == ST_DATA_DUP_EXACT, near += sc.dup[d] == ST_DATA_DUP_NEAR;
+    if (json)
+        printf("{\"path\": \"%s\", \"format\": \"scores\", \"kind\": \"%s\", \"params\": \"%s\", \"dataset\": "
+               "\"%s\", \"documents\": %llu, \"exact_duplicates\": %llu, \"near_duplicates\": %llu}\n",
+               path, sc.kind, sc.params, sc.dataset, (unsigned long long)sc.n_docs, (unsigned long long)exact,
+               (unsigned long long)near);
+    else
+        printf("path:      %s\nformat:    scores (version %u)\nkind:      %s\nparams:    %s\ndataset:   %s\n"
+               "documents: %llu\nexact duplicates: %llu\nnear duplicates:  %llu\n",
+               path, ST_DATA_SCORES_VERSION, sc.kind, sc.params, sc.dataset, (unsigned long long)sc.n_docs,
+               (unsigned long long)exact, (unsigned long long)near);
+    if (!json)
+        for (long long d = 0; d < ndocs && (uint64_t)d < sc.n_docs; d++)
+            printf("  document %lld: score %.9g dup %s of %lld\n", d, sc.score[d],
+                   sc.dup[d] == ST_DATA_DUP_EXACT ? "exact" : sc.dup[d] == ST_DATA_DUP_NEAR ? "near" : "none",
+                   (long long)sc.ref[d]);
+    st_data_scores_free(&sc);
+    return 0;
+}
+
 static int data_inspect_cmd(int argc, char **argv) {
     const char *path = NULL;
     st_data_format fmt = ST_DATA_FORMAT_AUTO;
@@ -695,6 +752,15 @@ static int data_inspect_cmd(int argc, char **argv) {
     if (!path) {
         fprintf(stderr, "strata data inspect: need a PATH\n\n%s", data_usage);
         return 2;
+    }
+    {   /* a score file is described, not opened as a source */
+        char magic[8] = {0};
+        FILE *f = fopen(path, "rb");
+        if (f) {
+            size_t got = fread(magic, 1, 8, f);
+            fclose(f);
+            if (got == 8 && !memcmp(magic, ST_DATA_SCORES_MAGIC, 8)) return inspect_scores(path, ndocs, json);
+        }
     }
     st_err err = {0};
     st_data_source *s;
@@ -727,13 +793,32 @@ static int data_inspect_cmd(int argc, char **argv) {
     if (info.sidecar_path)
         snprintf(side, sizeof side, json ? ", \"vocab_size\": %lld, \"eod\": %lld" : "vocab_size: %lld (sidecar)\neod:       %lld\n",
                  (long long)info.vocab_size, (long long)info.eod);
+    char view[6000] = "";
+    if (info.format == ST_DATA_FORMAT_VIEW) {
+        st_data_view_info vi;
+        if (st_data_view_inspect(path, 0, &vi, &err) == ST_OK) {
+            double frac = (double)vi.n_kept / (double)vi.base.n_docs;
+            if (json)
+                snprintf(view, sizeof view, ", \"base\": \"%s\", \"base_documents\": %llu, \"base_tokens\": %llu, "
+                         "\"rule\": \"%s\", \"kept_fraction\": %.6f, \"kept_tokens\": %llu, \"ordered\": %s",
+                         vi.base_path, (unsigned long long)vi.base.n_docs, (unsigned long long)vi.base.n_tokens,
+                         vi.rule, frac, (unsigned long long)vi.kept_tokens, vi.ordered ? "true" : "false");
+            else
+                snprintf(view, sizeof view, "base:      %s (%llu documents, %llu tokens; unchanged)\nrule:      %s\n"
+                         "kept:      %llu documents (fraction %.4f), %llu tokens (fraction %.4f)\n",
+                         vi.base_path, (unsigned long long)vi.base.n_docs, (unsigned long long)vi.base.n_tokens,
+                         vi.rule, (unsigned long long)vi.n_kept, frac, (unsigned long long)vi.kept_tokens,
+                         (double)vi.kept_tokens / (double)vi.base.n_tokens);
+        }
+    }
     if (json) {
         printf("{\"path\": \"%s\", \"format\": \"%s\", \"dtype\": \"%s\", \"documents\": %llu, \"tokens\": %llu, "
-               "\"open_s\": %.6f%s%s}\n",
+               "\"open_s\": %.6f%s%s%s}\n",
                path, format_name(info.format), st_data_dtype_name(info.dtype), (unsigned long long)info.n_docs,
                (unsigned long long)info.n_tokens, open_s,
-               vocab > 0 ? (rc ? ", \"valid\": false" : ", \"valid\": true") : "", side);
+               vocab > 0 ? (rc ? ", \"valid\": false" : ", \"valid\": true") : "", side, view);
     } else {
+        fputs(view, stdout);
         fputs(side, stdout);
         printf("path:      %s\nformat:    %s\ndtype:     %s\ndocuments: %llu%s\ntokens:    %llu\nopened in: %.6f s\n",
                path, format_name(info.format), st_data_dtype_name(info.dtype), (unsigned long long)info.n_docs,
@@ -930,6 +1015,172 @@ static int data_cat_cmd(int argc, char **argv) {
     return rc;
 }
 
+/* A number option's value, or a refusal naming the key. */
+static int num_arg(const char *cmd, const char *key, const char *v, double *out) {
+    char *end;
+    *out = strtod(v, &end);
+    if (end == v || *end) {
+        fprintf(stderr, "strata data %s: %s '%s' is not a number\n", cmd, key, v);
+        return 1;
+    }
+    return 0;
+}
+
+static int data_dedup_cmd(int argc, char **argv, const char *cmd) {
+    const char *dataset = NULL, *outp = NULL;
+    int json = 0;
+    st_data_dedup_config cfg;
+    st_data_dedup_config_init(&cfg);
+    for (int i = 1; i < argc; i++) {
+        double x;
+        const char *a = argv[i];
+        if (!strcmp(a, "--dedup")) continue; /* strata data score --dedup */
+        if (!strcmp(a, "--json")) json = 1;
+        else if (!strcmp(a, "-o") && i + 1 < argc) outp = argv[++i];
+        else if ((!strcmp(a, "--ngram") || !strcmp(a, "--hashes") || !strcmp(a, "--bands") || !strcmp(a, "--rows") ||
+                  !strcmp(a, "--threshold") || !strcmp(a, "--seed") || !strcmp(a, "--threads") ||
+                  !strcmp(a, "--max_compare")) && i + 1 < argc) {
+            if (num_arg(cmd, a, argv[++i], &x)) return 2;
+            if (!strcmp(a, "--ngram")) cfg.ngram = (int)x;
+            else if (!strcmp(a, "--hashes")) cfg.num_hashes = (int)x;
+            else if (!strcmp(a, "--bands")) cfg.bands = (int)x;
+            else if (!strcmp(a, "--rows")) cfg.rows = (int)x;
+            else if (!strcmp(a, "--threshold")) cfg.threshold = x;
+            else if (!strcmp(a, "--seed")) cfg.seed = (uint64_t)x;
+            else if (!strcmp(a, "--threads")) cfg.threads = (int)x;
+            else cfg.max_compare = (int)x;
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(data_usage, stdout);
+            return 0;
+        } else if (!dataset && a[0] != '-') dataset = a;
+        else {
+            fprintf(stderr, "strata data %s: unexpected '%s'\n\n%s", cmd, a, data_usage);
+            return 2;
+        }
+    }
+    if (!dataset || !outp) {
+        fprintf(stderr, "strata data %s: need a DATASET and -o SCORES\n\n%s", cmd, data_usage);
+        return 2;
+    }
+    st_err err = {0};
+    st_data_scores sc;
+    st_data_dedup_stats st;
+    if (st_data_dedup(dataset, &cfg, &sc, &st, &err) || st_data_scores_write(outp, &sc, &err)) {
+        fprintf(stderr, "strata data %s: %s\n", cmd, err.msg);
+        st_data_scores_free(&sc);
+        return 1;
+    }
+    st_data_scores_free(&sc);
+    if (json)
+        printf("{\"dataset\": \"%s\", \"scores\": \"%s\", \"documents\": %llu, \"tokens\": %llu, \"exact\": %llu, "
+               "\"near\": %llu, \"candidates\": %llu, \"verified\": %llu, \"ngram\": %d, \"hashes\": %d, \"bands\": %d, "
+               "\"rows\": %d, \"threshold\": %g, \"minhash_s\": %.4f, \"exact_s\": %.4f, \"lsh_s\": %.4f, "
+               "\"total_s\": %.4f, \"tokens_per_s\": %.6g, \"mem_bytes\": %zu}\n",
+               dataset, outp, (unsigned long long)st.n_docs, (unsigned long long)st.n_tokens,
+               (unsigned long long)st.exact, (unsigned long long)st.near, (unsigned long long)st.candidates,
+               (unsigned long long)st.verified, cfg.ngram, cfg.num_hashes, cfg.bands, cfg.rows, cfg.threshold,
+               st.minhash_s, st.exact_s, st.lsh_s, st.total_s, st.total_s > 0 ? (double)st.n_tokens / st.total_s : 0,
+               st.mem_bytes);
+    else
+        printf("%s: %llu documents, %llu tokens: %llu exact and %llu near duplicates (%llu candidate pairs, %llu "
+               "verified) in %.3f s (MinHash pass %.3f s, %.3g tokens/s); %.1f MiB\n",
+               outp, (unsigned long long)st.n_docs, (unsigned long long)st.n_tokens, (unsigned long long)st.exact,
+               (unsigned long long)st.near, (unsigned long long)st.candidates, (unsigned long long)st.verified,
+               st.total_s, st.minhash_s, st.total_s > 0 ? (double)st.n_tokens / st.total_s : 0,
+               (double)st.mem_bytes / (1 << 20));
+    return 0;
+}
+
+static int data_score_cmd(int argc, char **argv) {
+    const char *dataset = NULL, *outp = NULL, *text = NULL;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--dedup")) return data_dedup_cmd(argc, argv, "score --dedup");
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-o") && i + 1 < argc) outp = argv[++i];
+        else if (!strcmp(argv[i], "--from_text") && i + 1 < argc) text = argv[++i];
+        else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(data_usage, stdout);
+            return 0;
+        } else if (!dataset && argv[i][0] != '-') dataset = argv[i];
+        else {
+            fprintf(stderr, "strata data score: unexpected '%s' (the proxy-model and run-signal scores are not built "
+                    "yet: --from_text FILE or --dedup)\n\n%s", argv[i], data_usage);
+            return 2;
+        }
+    }
+    if (!dataset || !outp || !text) {
+        fprintf(stderr, "strata data score: need a DATASET, --from_text FILE (or --dedup) and -o SCORES\n\n%s",
+                data_usage);
+        return 2;
+    }
+    st_err err = {0};
+    st_data_scores sc;
+    if (st_data_scores_from_text(text, dataset, &sc, &err) || st_data_scores_write(outp, &sc, &err)) {
+        fprintf(stderr, "strata data score: %s\n", err.msg);
+        st_data_scores_free(&sc);
+        return 1;
+    }
+    printf("%s: %llu scores for %s\n", outp, (unsigned long long)sc.n_docs, dataset);
+    st_data_scores_free(&sc);
+    return 0;
+}
+
+static int data_select_cmd(int argc, char **argv) {
+    const char *outp = NULL;
+    st_data_select_config c = {0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-o") && i + 1 < argc) outp = argv[++i];
+        else if (!strcmp(a, "--scores") && i + 1 < argc) c.scores = argv[++i];
+        else if (!strcmp(a, "--drop_duplicates") && i + 1 < argc) c.dedup = argv[++i];
+        else if (!strcmp(a, "--keep") && i + 2 < argc) {
+            const char *k = argv[++i];
+            if (!strcmp(k, "lowest") || !strcmp(k, "highest")) {
+                c.keep = k[0] == 'l' ? ST_DATA_KEEP_LOWEST : ST_DATA_KEEP_HIGHEST;
+                if (num_arg("select", "--keep fraction", argv[++i], &c.fraction)) return 2;
+            } else if (!strcmp(k, "band") && i + 2 < argc) {
+                c.keep = ST_DATA_KEEP_BAND;
+                if (num_arg("select", "--keep band LO", argv[++i], &c.band_lo) ||
+                    num_arg("select", "--keep band HI", argv[++i], &c.band_hi))
+                    return 2;
+            } else {
+                fprintf(stderr, "strata data select: --keep '%s': give lowest F, highest F or band LO HI\n", k);
+                return 2;
+            }
+        } else if (!strcmp(a, "--order") && i + 1 < argc) {
+            const char *o = argv[++i];
+            if (!strcmp(o, "base")) c.order = ST_DATA_ORDER_BASE;
+            else if (!strcmp(o, "ascending")) c.order = ST_DATA_ORDER_ASCENDING;
+            else if (!strcmp(o, "descending")) c.order = ST_DATA_ORDER_DESCENDING;
+            else {
+                fprintf(stderr, "strata data select: --order '%s': give base, ascending or descending\n", o);
+                return 2;
+            }
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(data_usage, stdout);
+            return 0;
+        } else if (!c.dataset && a[0] != '-') c.dataset = a;
+        else {
+            fprintf(stderr, "strata data select: unexpected '%s'\n\n%s", a, data_usage);
+            return 2;
+        }
+    }
+    if (!c.dataset || !outp) {
+        fprintf(stderr, "strata data select: need a DATASET and -o VIEW\n\n%s", data_usage);
+        return 2;
+    }
+    st_err err = {0};
+    st_data_view_info vi;
+    if (st_data_select(outp, &c, &vi, &err)) {
+        fprintf(stderr, "strata data select: %s\n", err.msg);
+        return 1;
+    }
+    printf("%s: %llu of %llu documents (%.4f), %llu of %llu tokens; %s\n", outp, (unsigned long long)vi.n_kept,
+           (unsigned long long)vi.base.n_docs, (double)vi.n_kept / (double)vi.base.n_docs,
+           (unsigned long long)vi.kept_tokens, (unsigned long long)vi.base.n_tokens, vi.rule);
+    return 0;
+}
+
 int cmd_data(int argc, char **argv) {
     if (argc < 2) {
         fputs(data_usage, stderr);
@@ -943,6 +1194,9 @@ int cmd_data(int argc, char **argv) {
     if (!strcmp(sub, "pack")) return data_pack_cmd(argc - 1, argv + 1);
     if (!strcmp(sub, "inspect")) return data_inspect_cmd(argc - 1, argv + 1);
     if (!strcmp(sub, "cat")) return data_cat_cmd(argc - 1, argv + 1);
+    if (!strcmp(sub, "dedup")) return data_dedup_cmd(argc - 1, argv + 1, "dedup");
+    if (!strcmp(sub, "score")) return data_score_cmd(argc - 1, argv + 1);
+    if (!strcmp(sub, "select")) return data_select_cmd(argc - 1, argv + 1);
     fprintf(stderr, "strata data: unknown subcommand '%s'\n\n%s", sub, data_usage);
     return 2;
 }

@@ -54,7 +54,30 @@ struct st_data_source {
      * mask_in_sign (set by the loader) reads return such a token as token | INT32_MIN. */
     char mask_path[DATA_PATH_MAX + 8];
     int has_mask, mask_fd, mask_in_sign;
+    /* A view (view.c): the documents seen are view_docs[0, n_view) of the base dataset this
+     * struct opened (n_docs, the index and the .bin are the base's); n_tokens is theirs.
+     * view_ordered: read them in the view's order, never shuffled (a curriculum). */
+    uint64_t *view_docs, n_view;
+    uint64_t view_crc;       /* CRC-32C of the ids, in the loader state's fingerprint */
+    int view_ordered;
+    char view_path[DATA_PATH_MAX + 8];
 };
+
+/* Documents a reader sees: a view's, else the index's. */
+static inline uint64_t data_source_n_docs(const st_data_source *s) { return s->view_docs ? s->n_view : s->n_docs; }
+/* Open the Megatron pair PREFIX.bin/.idx into s (source.c). */
+st_status data_source_open_megatron(st_data_source *s, const char *prefix, st_err *err);
+/* Open the view file path into s: its base dataset, checked against the identity the view
+ * was made for, and its document ids (view.c). */
+st_status data_view_open(st_data_source *s, const char *path, st_err *err);
+/* The identity of an opened Megatron source (score.c). */
+st_status data_source_ident(st_data_source *s, st_data_ident *id, st_err *err);
+/* ST_INVALID naming dataset when it is a view, where a Megatron dataset is needed (score.c). */
+st_status data_refuse_view(const char *dataset, st_err *err);
+/* A dataset's PREFIX (given as PREFIX, PREFIX.bin or PREFIX.idx), absolute (score.c). */
+st_status data_dataset_abspath(const char *dataset, char *out, size_t cap, st_err *err);
+/* A whole file into malloc'd memory (score.c). */
+st_status data_read_file(const char *path, uint8_t **out, size_t *n, st_err *err);
 
 /* The sidecar of a Megatron source (pack.c): read PREFIX.json if there, after the pair is
  * checked (refused when damaged or when its counts are not the pair's); and refuse a

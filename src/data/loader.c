@@ -430,7 +430,7 @@ st_status st_data_loader_set_state(st_data_loader *dl, const st_data_loader_stat
             return st_errf(err, ST_ERR_INVALID,
                            "data loader state: source %d (%s) is not the dataset the state was saved "
                            "with (size fingerprint differs); resume with the same files in the same order",
-                           i, dl->src[i]->bin_path);
+                           i, dl->src[i]->view_docs ? dl->src[i]->view_path : dl->src[i]->bin_path);
         if (dl->stream[i].windowed && st->seq_len != (uint32_t)dl->cfg.T)
             return st_errf(err, ST_ERR_INVALID,
                            "data loader state: saved with T=%u but T=%d now; source %d (%s) has no "

@@ -101,7 +101,7 @@ static st_status open_file(const char *path, int *fd, uint64_t *bytes, st_err *e
     return ST_OK;
 }
 
-static st_status open_megatron(st_data_source *s, const char *prefix, st_err *err) {
+st_status data_source_open_megatron(st_data_source *s, const char *prefix, st_err *err) {
     snprintf(s->idx_path, sizeof s->idx_path, "%s.idx", prefix);
     snprintf(s->bin_path, sizeof s->bin_path, "%s.bin", prefix);
     int ifd;
@@ -288,9 +288,9 @@ static const struct {
 } spec_names[] = {
     {"megatron", ST_DATA_FORMAT_MEGATRON, 0}, {"megatron-unordered", ST_DATA_FORMAT_MEGATRON, 1},
     {"llmc", ST_DATA_FORMAT_LLMC, 0},         {"raw16", ST_DATA_FORMAT_RAW_U16, 0},
-    {"raw32", ST_DATA_FORMAT_RAW_U32, 0},
+    {"raw32", ST_DATA_FORMAT_RAW_U32, 0},      {"view", ST_DATA_FORMAT_VIEW, 0},
 };
-#define SPEC_NAMES "megatron, megatron-unordered, llmc, raw16 or raw32"
+#define SPEC_NAMES "megatron, megatron-unordered, llmc, raw16, raw32 or view"
 
 /* Split "FORMAT@PATH" into its format and path. A path whose text before the first '@'
  * holds a '/' or is an existing file's whole name is a plain path. */
@@ -351,6 +351,10 @@ static st_status detect(const char *path, char *prefix, size_t cap, st_data_form
     if (r < 0) return st_errf(err, ST_ERR_IO, "%s: reading its first bytes failed: %s", path, strerror(errno));
     int32_t w[3] = {0, 0, 0};
     memcpy(w, head, r >= 12 ? 12 : (size_t)r);
+    if (r >= 8 && !memcmp(head, ST_DATA_VIEW_MAGIC, 8)) {
+        *fmt = ST_DATA_FORMAT_VIEW;
+        return ST_OK;
+    }
     if (r >= 4 && (w[0] == DATA_LLMC_MAGIC_U16 || w[0] == DATA_LLMC_MAGIC_U32)) {
         *fmt = ST_DATA_FORMAT_LLMC;
         return ST_OK;
@@ -402,7 +406,8 @@ static st_status open_path(st_data_source *s, const st_data_source_config *cfg, 
             prefix[strlen(prefix) - 4] = 0;
     }
     switch (s->format) {
-    case ST_DATA_FORMAT_MEGATRON: return open_megatron(s, prefix, err);
+    case ST_DATA_FORMAT_MEGATRON: return data_source_open_megatron(s, prefix, err);
+    case ST_DATA_FORMAT_VIEW: return data_view_open(s, path, err);
     case ST_DATA_FORMAT_LLMC: return open_llmc(s, err);
     case ST_DATA_FORMAT_RAW_U16:
         s->dtype = ST_DATA_DTYPE_U16, s->itemsize = 2;
@@ -461,6 +466,7 @@ void st_data_source_close(st_data_source *s) {
     if (s->idx_fd >= 0) close(s->idx_fd);
     if (s->fd >= 0) close(s->fd);
     if (s->has_mask) close(s->mask_fd);
+    free(s->view_docs);
     st_free(s->stage);
     free(s);
 }
@@ -468,7 +474,7 @@ void st_data_source_close(st_data_source *s) {
 void st_data_source_get_info(const st_data_source *s, st_data_source_info *info) {
     info->format = s->format;
     info->dtype = s->dtype;
-    info->n_docs = s->n_docs;
+    info->n_docs = data_source_n_docs(s);
     info->n_tokens = s->n_tokens;
     info->bin_path = s->bin_path;
     info->sidecar_path = s->sidecar_path[0] ? s->sidecar_path : NULL;
@@ -477,7 +483,9 @@ void st_data_source_get_info(const st_data_source *s, st_data_source_info *info)
 }
 
 uint64_t data_source_fingerprint(const st_data_source *s) {
-    return data_mix64(s->n_tokens * 0x100000001b3ull ^ data_mix64(s->n_docs + 1) ^ (uint64_t)s->dtype);
+    uint64_t fp = data_mix64(s->n_tokens * 0x100000001b3ull ^ data_mix64(data_source_n_docs(s) + 1) ^ (uint64_t)s->dtype);
+    /* a view: also which documents, in which order (another selection of as many tokens) */
+    return s->view_docs ? data_mix64(fp ^ s->view_crc) : fp;
 }
 
 /* The checks every index entry gets before it is used: sequence d says n tokens at
@@ -517,6 +525,12 @@ static st_status check_entry(const st_data_source *s, uint64_t d, int32_t n, uin
 
 st_status data_source_doc(st_data_source *s, uint64_t d, uint64_t *ptr, uint64_t *len, st_err *err) {
     if (!s->idx_map) return st_errf(err, ST_ERR_INVALID, "%s: has no document index", s->bin_path);
+    if (s->view_docs) { /* document d of the view is document view_docs[d] of its base */
+        if (d >= s->n_view)
+            return st_errf(err, ST_ERR_INVALID, "%s: document %llu out of range (the view keeps %llu documents)",
+                           s->view_path, (unsigned long long)d, (unsigned long long)s->n_view);
+        d = s->view_docs[d];
+    }
     if (d >= s->n_docs)
         return st_errf(err, ST_ERR_INVALID, "%s: document %llu out of range (%llu documents)",
                        s->idx_path, (unsigned long long)d, (unsigned long long)s->n_docs);
@@ -569,6 +583,8 @@ st_status data_source_doc_runs(st_data_source *s, const uint64_t *keys, size_t n
     uint8_t *out = which ? (uint8_t *)ptr : (uint8_t *)len;
     if (s->unordered) prev_end = NULL; /* nothing to check against the previous sequence */
     if (!s->idx_map) return st_errf(err, ST_ERR_INVALID, "%s: has no document index", s->bin_path);
+    if (s->view_docs) /* views look documents up one at a time (data_stream_set_lookahead) */
+        return st_errf(err, ST_ERR_INVALID, "%s: a view has no batched index lookups", s->view_path);
     if (n && (keys[n - 1] >> DATA_KEY_POS_BITS) >= s->n_docs)
         return st_errf(err, ST_ERR_INVALID, "%s: document %llu out of range (%llu documents)", s->idx_path,
                        (unsigned long long)(keys[n - 1] >> DATA_KEY_POS_BITS), (unsigned long long)s->n_docs);

@@ -72,7 +72,7 @@ st_status data_stream_init(data_stream *s, st_data_source *src, int index, uint6
     s->index = index;
     s->seed = seed;
     s->T = T;
-    s->shuffle = shuffle;
+    s->shuffle = shuffle && !src->view_ordered; /* an ordered view (a curriculum) is read in its order */
     s->vocab_size = vocab_size;
     s->eod_token = eod_token;
     s->windowed = src->idx_map == NULL;
@@ -84,7 +84,7 @@ st_status data_stream_init(data_stream *s, st_data_source *src, int index, uint6
                            src->bin_path, (unsigned long long)src->n_tokens, T + 1);
         s->n_units = (src->n_tokens - 1) / (uint64_t)T;
     } else {
-        s->n_units = src->n_docs;
+        s->n_units = data_source_n_docs(src);
         return data_stream_set_lookahead(s, DATA_LOOKAHEAD_DEFAULT, err);
     }
     return ST_OK;
@@ -106,7 +106,9 @@ void data_stream_free(data_stream *s) {
 
 st_status data_stream_set_lookahead(data_stream *s, uint32_t cap, st_err *err) {
     data_stream_free(s);
-    if (s->windowed || cap == 0) return ST_OK;
+    /* A view's documents are scattered over its base's index, so a window's entries would
+     * not share preads: it looks each document up on its own. */
+    if (s->windowed || cap == 0 || s->src->view_docs) return ST_OK;
     if (cap > (1u << DATA_KEY_POS_BITS)) cap = 1u << DATA_KEY_POS_BITS;
     if ((uint64_t)cap > s->n_units) cap = (uint32_t)s->n_units;
     size_t n = cap;
