@@ -15,9 +15,9 @@ if [ -d /dev/shm ] && [ "$(stat -f -c %T /dev/shm)" = "tmpfs" ]; then SHM=$(mkte
 P2=${SHM:-$T/disk2}
 mkdir -p "$P2"
 
-# 48 MiB: the store, one subgroup's buffers and the program itself (its resident size at start, with
+# 36 MiB: the store, one subgroup's buffers and the program itself (its resident size at start, with
 # OpenBLAS, oneDNN and GSL loaded, about 12 MiB), which the bench counts inside the budget
-"$S" bench offload --path "$P2" --path "$T/disk" --params 40M --host-budget 48MiB --probe-bytes 64MiB --steps 2 \
+"$S" bench offload --path "$P2" --path "$T/disk" --params 40M --host-budget 36MiB --probe-bytes 64MiB --steps 2 \
   --json >"$T/out.json" 2>"$T/err.txt"
 rc=$?
 check '[ $rc -eq 0 ]' "bench offload failed: $(tail -3 "$T/err.txt")"

@@ -215,32 +215,46 @@ st_status st_stream_step(st_stream_exec *x, const int32_t *inputs, const int32_t
     return st_stream_step_accum(x, 1, inputs, targets, hp, max_norm, stats, err);
 }
 
-st_status st_stream_step_accum(st_stream_exec *x, int n_micro, const int32_t *inputs_all, const int32_t *targets_all,
-                            const st_adamw_params *hp, float max_norm, st_stream_step_stats *stats, st_err *err) {
-    const st_arch_ops *ao = x->arch->ops;
-    st_backend *dev = x->dev;
-    int L = x->L, D = x->depth, N = x->cfg.B * x->cfg.T;
-    double compute_s = 0;
-    double t_start = st_now();
-    uint64_t h2d0 = x->h2d_bytes, d2h0 = x->d2h_bytes, ha0 = x->h2d_act_bytes, da0 = x->d2h_act_bytes;
-    x->wait_s = 0;
-    memset(stats, 0, sizeof *stats);
-    st_prof_span step_span = st_prof_begin(ST_PROF_CAT_STEP, "stream step", (int)hp->step);
+/* One step of st_stream_step_accum across its phases: what the step's schedule decided at its
+ * start (overlap, speculation), what carries from one micro-batch to the next, and its time. */
+typedef struct step_run {
+    st_stream_exec *x;
+    int n_micro, N;
+    int overlap;           /* the optimizer worker takes each block's gradient as it lands */
+    int speculate;         /* the blocks updated in RAM before the norm is known (fp32 states) */
+    int store_spec;        /* the disk state updated beside the backward, committed after it */
+    float dloss;           /* 1 / the step's targets >= 0 (the ranks': all of theirs) */
+    long n_targets;
+    double loss_sum;       /* the micro-batches' losses, as st_step_micro_loss sums them */
+    double compute_s;      /* the device's compute (CUDA events where the backend has them) */
+    uint64_t last;         /* the ticket of the micro-batch's last drain */
+    int rc_holds;          /* the block whose activations the recompute set holds (-1: none) */
+    st_status docs_st;     /* a later micro-batch's documents refused (checked at the start) */
+    st_err docs_err;
+} step_run;
+
+/* stmt timed as the device's compute, into r->compute_s, and drawn in the trace. */
 #define COMPUTE_(cat, name, idx, stmt)                     \
     do {                                                   \
         stream_tspan ts_;                                  \
-        stream_compute_begin(x, &ts_, cat, name, idx);     \
+        stream_compute_begin(r->x, &ts_, cat, name, idx);  \
         stmt;                                              \
-        stream_compute_end(x, &ts_, &compute_s);           \
+        stream_compute_end(r->x, &ts_, &r->compute_s);     \
     } while (0)
 
+/* The step's start: its schedule chosen (overlap, speculation), the micro-batches' documents
+ * checked, the optimizer worker's jobs reset and, beside the backward, the store's thread
+ * started; the step's dloss. */
+static st_status step_begin(step_run *r, const int32_t *targets_all, const st_adamw_params *hp, st_err *err) {
+    st_stream_exec *x = r->x;
+    int n_micro = r->n_micro;
     /* this step's optimizer jobs */
-    int overlap = x->plan.overlap_optim;
+    r->overlap = x->plan.overlap_optim;
     /* the clip policy allows an update before the norm is known (in RAM, or the disk state's) */
-    int spec_ok = overlap && !x->dist_mode &&
+    int spec_ok = r->overlap && !x->dist_mode &&
                   (x->plan.clip == ST_STREAM_CLIP_SPECULATE || (x->plan.clip == ST_STREAM_CLIP_AUTO && !x->last_clipped));
-    int speculate = spec_ok && !x->external && x->cfg.state_format == ST_OPTIM_STATE_F32;
-    int store_spec = spec_ok && x->cfg.store_beside && x->store && !st_store_in_place(x->store);
+    r->speculate = spec_ok && !x->external && x->cfg.state_format == ST_OPTIM_STATE_F32;
+    r->store_spec = spec_ok && x->cfg.store_beside && x->store && !st_store_in_place(x->store);
     if (x->external && !x->store && !x->dist_mode)
         return st_errf(err, ST_ERR_INVALID, "stream: external optimizer but no state store attached");
     if (n_micro < 1 || (n_micro > 1 && !x->hg2))
@@ -254,7 +268,7 @@ st_status st_stream_step_accum(st_stream_exec *x, int n_micro, const int32_t *in
     }
     pthread_mutex_lock(&x->mu);
     x->n_jobs = x->jobs_done = 0;
-    x->speculate = speculate;
+    x->speculate = r->speculate;
     x->job_hp = *hp;
     x->job_hp.grad_scale = 1.0f;
     x->landed_lo = x->n;
@@ -263,7 +277,7 @@ st_status st_stream_step_accum(st_stream_exec *x, int n_micro, const int32_t *in
     x->land_all = x->store_cancel = 0;
     x->store_gate = -1;
     pthread_mutex_unlock(&x->mu);
-    if (store_spec) { /* reads start during the forward; updates as the backward's gradients land */
+    if (r->store_spec) { /* reads start during the forward; updates as the backward's gradients land */
         x->store_hp = *hp;
         x->store_hp.grad_scale = 1.0f;
         x->store_args = store_args(x, 0.0);
@@ -274,37 +288,20 @@ st_status st_stream_step_accum(st_stream_exec *x, int n_micro, const int32_t *in
         x->store_spec = pthread_create(&x->store_th, NULL, store_thread, x) == 0; /* else: after backward */
     }
     memset(x->chunk_done, 0, x->nchunks);
-
-    /* Micro-batches: each one's gradient is computed fresh (device slots and the
-     * embedding's and head's gradients zeroed), the first lands in hg, the later ones in
-     * hg2 and are added to hg block by block as they land, in micro-batch order: the one
-     * accumulation rule of every executor (see stream.h). */
-    double loss_sum = 0;
     /* the step's loss is the mean over all its targets >= 0 (strata/step.h) */
-    long n_targets = 0;
-    float dloss = st_step_dloss(targets_all, (size_t)N * n_micro, &n_targets);
-    if (x->dist_mode) dloss = x->dist_dloss; /* the step's, over every rank's targets */
-    uint64_t last = 0;
-    size_t V = (size_t)x->ly->vocab_size, C = (size_t)x->ly->n_embd;
-    st_status docs_st = ST_OK;
-    st_err docs_err = {0};
-    for (int mb = 0; mb < n_micro; mb++) {
-    const int32_t *inputs = inputs_all + (size_t)mb * N, *targets = targets_all + (size_t)mb * N;
-    int add = mb > 0, final = mb == n_micro - 1;
-    if (add && overlap) { /* hg2 is rewritten below: the previous micro-batch's adds are done */
-        stream_wait_jobs(x);
-        pthread_mutex_lock(&x->mu);
-        x->n_jobs = x->jobs_done = 0;
-        pthread_mutex_unlock(&x->mu);
-    }
-    x->tgv = add ? x->hg2 : x->hg;
-    /* the previous micro-batch's drains (device gradient slots, the embedding's and head's
-     * gradients) have left the device before anything rewrites them (in-order engine) */
-    wait_ticket(x, last, "wait previous micro-batch", mb);
-    if (mb > 0 && !docs_st) docs_st = docs_apply(x, mb, &docs_err); /* mb 0's: set above */
+    r->dloss = st_step_dloss(targets_all, (size_t)r->N * n_micro, &r->n_targets);
+    if (x->dist_mode) r->dloss = x->dist_dloss; /* the step's, over every rank's targets */
+    return ST_OK;
+}
 
-    /* ---- forward */
-    dev->ops->copy_to_device(dev, x->d_tgt, targets, sizeof(int32_t) * (size_t)N);
+/* Micro-batch mb's forward: the embedding, every block (weights fetched depth ahead,
+ * activations kept, offloaded or left to recompute), and the head with its backward. */
+static float micro_forward(step_run *r, int mb, const int32_t *inputs, const int32_t *targets) {
+    st_stream_exec *x = r->x;
+    const st_arch_ops *ao = x->arch->ops;
+    st_backend *dev = x->dev;
+    int L = x->L, D = x->depth;
+    dev->ops->copy_to_device(dev, x->d_tgt, targets, sizeof(int32_t) * (size_t)r->N);
     stream_weights_at(x, 0, x->b0);
     if (x->fresh && !x->vc) x->nb_ticket = h2d(x, x->d_pre_w, x->hp, x->emb_n * 4); /* the ranks' update */
     uint64_t enc_ticket = x->vc ? stream_embed_forward(x, inputs) : 0;
@@ -324,14 +321,14 @@ st_status st_stream_step_accum(st_stream_exec *x, int n_micro, const int32_t *in
     if (x->vc) wait_ticket(x, enc_ticket, "wait embedding", -1);
     else COMPUTE_(ST_PROF_CAT_COMPUTE, "forward embed", -1, stream_embed_forward(x, inputs));
     x->off_slot_ticket[0] = x->off_slot_ticket[1] = 0;
-    int rc_holds = -1; /* the block whose activations the recompute set holds */
+    r->rc_holds = -1;
     for (int l = 0; l < L; l++) {
         wait_ticket(x, x->w_ticket[l], "wait weights", l);
         int off = x->plan.act[l] == ST_STREAM_ACT_OFFLOAD, k = x->ord[l];
         if (off) wait_ticket(x, x->off_slot_ticket[k % 2], "wait act slot", l);
         float *a = block_acts(x, l);
         COMPUTE_(ST_PROF_CAT_COMPUTE, "forward block", l, ao->block_forward(x->db, wslot(x, l), block_in(x, l), a, block_out(x, l)));
-        if (x->plan.act[l] == ST_STREAM_ACT_RECOMPUTE) rc_holds = l;
+        if (x->plan.act[l] == ST_STREAM_ACT_RECOMPUTE) r->rc_holds = l;
         if (l + D + 1 < L) {
             x->w_ticket[l + D + 1] = fetch_block(x, l + D + 1);
             /* the classifier's first chunks queue behind the last block */
@@ -346,20 +343,32 @@ st_status st_stream_step_accum(st_stream_exec *x, int n_micro, const int32_t *in
         }
     }
     float loss;
-    float *dres = x->d_dres;
     if (x->fresh) { /* the rest (the norm, an untied head), once the ranks' gather has brought it */
         stream_weights_at(x, x->post_off, x->n - x->post_off);
         wait_ticket(x, h2d(x, x->d_post_w, x->hp + x->post_off, x->post_n * 4), "wait head weights", -1);
         x->fresh = 0;
     }
     if (x->vc) {
-        loss = stream_chunked_head_forward(x, block_out(x, L - 1), targets, &compute_s);
-        stream_chunked_head_backward(x, block_out(x, L - 1), dloss, &compute_s);
+        loss = stream_chunked_head_forward(x, block_out(x, L - 1), targets, &r->compute_s);
+        stream_chunked_head_backward(x, block_out(x, L - 1), r->dloss, &r->compute_s);
     } else {
-        COMPUTE_(ST_PROF_CAT_COMPUTE, "forward head", -1, loss = stream_head_forward(x, block_out(x, L - 1), targets, dloss));
+        COMPUTE_(ST_PROF_CAT_COMPUTE, "forward head", -1,
+                 loss = stream_head_forward(x, block_out(x, L - 1), targets, r->dloss));
         COMPUTE_(ST_PROF_CAT_COMPUTE, "backward head", -1, stream_head_backward(x, block_out(x, L - 1)));
     }
+    return loss;
+}
 
+/* Micro-batch mb's backward: every block from the last (recomputed where the plan says, its
+ * gradient drained as it completes and, overlapped, handed to the optimizer worker), then the
+ * embedding; r->last the last drain's ticket. */
+static void micro_backward(step_run *r, int add, int final) {
+    st_stream_exec *x = r->x;
+    const st_arch_ops *ao = x->arch->ops;
+    st_backend *dev = x->dev;
+    int L = x->L, D = x->depth;
+    float *dres = x->d_dres;
+    size_t V = (size_t)x->ly->vocab_size, C = (size_t)x->ly->n_embd;
     /* ---- backward */
     x->g_ticket[0] = x->g_ticket[1] = 0;
     for (int l = L - 1; l >= 0; l--) {
@@ -367,10 +376,10 @@ st_status st_stream_step_accum(st_stream_exec *x, int n_micro, const int32_t *in
         int act = x->plan.act[l], k = x->ord[l];
         float *a = block_acts(x, l);
         /* the last recomputed block's forward is still in the set: nothing to redo */
-        if (act == ST_STREAM_ACT_RECOMPUTE && rc_holds != l) {
+        if (act == ST_STREAM_ACT_RECOMPUTE && r->rc_holds != l) {
             COMPUTE_(ST_PROF_CAT_RECOMPUTE, "recompute block", l,
                      ao->block_forward(x->db, wslot(x, l), block_in(x, l), a, block_out(x, l)));
-            rc_holds = l;
+            r->rc_holds = l;
         }
         if (act == ST_STREAM_ACT_OFFLOAD && k < x->n_off - 2) wait_ticket(x, x->act_ticket[k], "wait acts", l);
         float *g = x->d_g + (size_t)(l % 2) * x->bn;
@@ -388,7 +397,7 @@ st_status st_stream_step_accum(st_stream_exec *x, int n_micro, const int32_t *in
         } else {
             x->g_ticket[l % 2] = d2h(x, x->tgv + x->b0 + (size_t)l * x->bn, g, x->bn * 4);
         }
-        if (overlap && (add || final)) stream_push_job(x, l, x->g_ticket[l % 2], add, final);
+        if (r->overlap && (add || final)) stream_push_job(x, l, x->g_ticket[l % 2], add, final);
         if (l - D - 1 >= 0) x->w_ticket[l - D - 1] = fetch_block(x, l - D - 1);
         if (act == ST_STREAM_ACT_OFFLOAD && k - 2 >= 0) {
             x->h2d_act_bytes += x->setf * 4;
@@ -411,11 +420,16 @@ st_status st_stream_step_accum(st_stream_exec *x, int n_micro, const int32_t *in
         COMPUTE_(ST_PROF_CAT_COMPUTE, "backward embed", -1, ao->embed_backward(x->db, x->d_pre_g, dres));
         d2h(x, x->tgv, x->d_pre_g, x->emb_n * 4);
     }
-    last = d2h(x, x->tgv + x->post_off, x->d_post_g, x->post_n * 4);
-    loss_sum += st_step_micro_loss(loss, targets, (size_t)N, n_micro, n_targets);
-    if (!final && add && overlap) stream_push_job(x, -1, last, 1, 0);
-    if (add && !overlap) { /* on the step thread, every core */
-        wait_ticket(x, last, "wait grads", -1);
+    r->last = d2h(x, x->tgv + x->post_off, x->d_post_g, x->post_n * 4);
+}
+
+/* A later micro-batch's gradient added into the step's: handed to the worker with its last
+ * drain (overlapped), or summed on the step thread over every core. */
+static void micro_accumulate(step_run *r, int mb, int add, int final) {
+    st_stream_exec *x = r->x;
+    if (!final && add && r->overlap) stream_push_job(x, -1, r->last, 1, 0);
+    if (add && !r->overlap) { /* on the step thread, every core */
+        wait_ticket(x, r->last, "wait grads", -1);
         st_prof_span ap = st_prof_begin(ST_PROF_CAT_OPTIM, "accumulate", mb);
         const size_t piece = 1u << 18;
         long np = (long)((x->n + piece - 1) / piece);
@@ -426,87 +440,103 @@ st_status st_stream_step_accum(st_stream_exec *x, int n_micro, const int32_t *in
         }
         st_prof_end(&ap);
     }
-    } /* micro-batches */
-    float loss = (float)loss_sum;
-    double t_tail = st_now();
-    st_status s = ST_OK;
-    if (docs_st) { /* not reached: checked above */
-        *err = docs_err;
-        s = docs_st;
-        goto out;
-    }
-    double ss;
-    if (x->dist_mode) { /* every block's gradient landed and handed over; the rest with the last copy */
-        if (overlap) {
-            stream_wait_jobs(x);
-            if (x->worker_status) { *err = x->worker_err; s = x->worker_status; }
-        }
-        wait_ticket(x, last, "wait grads", -1);
-        if (!overlap)
-            for (int l = L - 1; l >= 0; l--) x->ghook(x->gctx, x->b0 + (size_t)l * x->bn, x->bn);
-        goto out;
-    }
+}
 
-    /* ---- norm, clip, update */
-    if (overlap) {
-        stream_push_job(x, -1, last, n_micro > 1, 1);
-        st_prof_span w = st_prof_begin(ST_PROF_CAT_OPTIM, "wait optimizer", -1);
+/* Micro-batches: each one's gradient is computed fresh (device slots and the embedding's and
+ * head's gradients zeroed), the first lands in hg, the later ones in hg2 and are added to hg
+ * block by block as they land, in micro-batch order: the one accumulation rule of every
+ * executor (see stream.h). */
+static void step_micro_batches(step_run *r, const int32_t *inputs_all, const int32_t *targets_all) {
+    st_stream_exec *x = r->x;
+    int n_micro = r->n_micro, N = r->N;
+    for (int mb = 0; mb < n_micro; mb++) {
+        const int32_t *inputs = inputs_all + (size_t)mb * N, *targets = targets_all + (size_t)mb * N;
+        int add = mb > 0, final = mb == n_micro - 1;
+        if (add && r->overlap) { /* hg2 is rewritten below: the previous micro-batch's adds are done */
+            stream_wait_jobs(x);
+            pthread_mutex_lock(&x->mu);
+            x->n_jobs = x->jobs_done = 0;
+            pthread_mutex_unlock(&x->mu);
+        }
+        x->tgv = add ? x->hg2 : x->hg;
+        /* the previous micro-batch's drains (device gradient slots, the embedding's and head's
+         * gradients) have left the device before anything rewrites them (in-order engine) */
+        wait_ticket(x, r->last, "wait previous micro-batch", mb);
+        if (mb > 0 && !r->docs_st) r->docs_st = docs_apply(x, mb, &r->docs_err); /* mb 0's: set in step_begin */
+        float loss = micro_forward(r, mb, inputs, targets);
+        micro_backward(r, add, final);
+        r->loss_sum += st_step_micro_loss(loss, targets, (size_t)N, n_micro, r->n_targets);
+        micro_accumulate(r, mb, add, final);
+    }
+}
+
+/* The ranks' step: every block's gradient landed and handed over, the rest with the last copy;
+ * the ranks' step reduces and updates. */
+static st_status update_dist(step_run *r, st_err *err) {
+    st_stream_exec *x = r->x;
+    st_status s = ST_OK;
+    if (r->overlap) {
         stream_wait_jobs(x);
-        st_prof_end(&w);
-        ss = stream_chunks_total(x);
-        if (x->worker_status) { *err = x->worker_err; s = x->worker_status; goto out; }
-    } else {
-        wait_ticket(x, last, "wait grads", -1);
-        st_prof_span w = st_prof_begin(ST_PROF_CAT_OPTIM, "grad norm", -1);
-        stream_take_chunks(x, 0, x->n);
-        ss = stream_chunks_total(x);
-        st_prof_end(&w);
+        if (x->worker_status) { *err = x->worker_err; s = x->worker_status; }
     }
-    double norm = sqrt(ss);
-    stats->grad_norm = norm;
-    stats->skipped = !isfinite(norm);
-    stats->clipped = !stats->skipped && max_norm > 0 && norm > max_norm;
-    x->last_clipped = stats->clipped || stats->skipped;
-    if (x->store) { /* the disk tier: the update and its commit, through the store */
-        if (x->store_spec) { /* updated beside the backward with clip scale 1: commit it, or not */
-            stats->store_beside = 1;
-            int commit = !stats->skipped && !stats->clipped;
-            st_prof_span w = st_prof_begin(ST_PROF_CAT_OPTIM, commit ? "wait state commit" : "abandon state step", -1);
-            s = store_finish(x, commit, err);
-            st_prof_end(&w);
-            if (s) goto out;
-            if (commit) {
-                send_nonblock(x);
-                goto out;
-            }
-            stats->rolled_back = 1; /* nothing committed; the host weights hold the speculation */
-            if (stats->skipped) {
-                st_prof_span r = st_prof_begin(ST_PROF_CAT_OPTIM, "rollback", -1);
-                s = st_store_read_master(x->store, x->hp, err);
-                st_prof_end(&r);
-                goto out;
-            }
+    wait_ticket(x, r->last, "wait grads", -1);
+    if (!r->overlap)
+        for (int l = x->L - 1; l >= 0; l--) x->ghook(x->gctx, x->b0 + (size_t)l * x->bn, x->bn);
+    return s;
+}
+
+/* The disk tier: the update and its commit, through the store (beside the backward: commit it,
+ * or abandon it and redo it with the clip scale). */
+static st_status update_store(step_run *r, const st_adamw_params *hp, float max_norm, double ss, double norm,
+                              st_stream_step_stats *stats, st_err *err) {
+    st_stream_exec *x = r->x;
+    st_status s = ST_OK;
+    if (x->store_spec) { /* updated beside the backward with clip scale 1: commit it, or not */
+        stats->store_beside = 1;
+        int commit = !stats->skipped && !stats->clipped;
+        st_prof_span w = st_prof_begin(ST_PROF_CAT_OPTIM, commit ? "wait state commit" : "abandon state step", -1);
+        s = store_finish(x, commit, err);
+        st_prof_end(&w);
+        if (s) return s;
+        if (commit) {
+            send_nonblock(x);
+            return ST_OK;
         }
-        if (!stats->skipped) { /* redone with the clip scale: every host weight rewritten */
-            st_adamw_params h = *hp;
-            h.grad_scale = stats->clipped ? (float)(max_norm / norm) : 1.0f;
-            st_store_step_args sa = store_args(x, ss);
-            st_prof_span u = st_prof_begin(ST_PROF_CAT_OPTIM, "optim step (disk state)", -1);
-            s = st_store_step(x->store, &sa, &h, err);
-            st_prof_end(&u);
-            if (!s) send_nonblock(x);
+        stats->rolled_back = 1; /* nothing committed; the host weights hold the speculation */
+        if (stats->skipped) {
+            st_prof_span rb = st_prof_begin(ST_PROF_CAT_OPTIM, "rollback", -1);
+            s = st_store_read_master(x->store, x->hp, err);
+            st_prof_end(&rb);
+            return s;
         }
-        goto out;
     }
-    int need_update = !speculate;
-    if (speculate && (stats->skipped || stats->clipped)) {
+    if (!stats->skipped) { /* redone with the clip scale: every host weight rewritten */
+        st_adamw_params h = *hp;
+        h.grad_scale = stats->clipped ? (float)(max_norm / norm) : 1.0f;
+        st_store_step_args sa = store_args(x, ss);
+        st_prof_span u = st_prof_begin(ST_PROF_CAT_OPTIM, "optim step (disk state)", -1);
+        s = st_store_step(x->store, &sa, &h, err);
+        st_prof_end(&u);
+        if (!s) send_nonblock(x);
+    }
+    return s;
+}
+
+/* The state in RAM: where the blocks were updated speculatively, kept (the embedding and
+ * ln_f then updated with the true sum) or rolled back and redone with the clip scale. */
+static st_status update_ram(step_run *r, const st_adamw_params *hp, float max_norm, double ss, double norm,
+                            st_stream_step_stats *stats, st_err *err) {
+    st_stream_exec *x = r->x;
+    st_status s = ST_OK;
+    int need_update = !r->speculate;
+    if (r->speculate && (stats->skipped || stats->clipped)) {
         /* only the blocks were updated speculatively */
-        st_prof_span r = st_prof_begin(ST_PROF_CAT_OPTIM, "rollback", -1);
+        st_prof_span rb = st_prof_begin(ST_PROF_CAT_OPTIM, "rollback", -1);
         stream_restore_range(x, x->b0, x->post_off);
-        st_prof_end(&r);
+        st_prof_end(&rb);
         stats->rolled_back = 1;
         need_update = 1;
-    } else if (speculate && !stats->skipped) {
+    } else if (r->speculate && !stats->skipped) {
         /* not clipped: the blocks are done; the embedding and ln_f, with the true sum */
         st_adamw_params h = *hp;
         h.grad_scale = 1.0f;
@@ -517,7 +547,7 @@ st_status st_stream_step_accum(st_stream_exec *x, int n_micro, const int32_t *in
         st_prof_end(&u);
         if (s) { /* never half a step: the blocks' speculative updates go too */
             stream_restore_range(x, x->b0, x->post_off);
-            goto out;
+            return s;
         }
     }
     if (need_update && !stats->skipped) {
@@ -526,10 +556,64 @@ st_status st_stream_step_accum(st_stream_exec *x, int n_micro, const int32_t *in
         st_prof_span u = st_prof_begin(ST_PROF_CAT_OPTIM, "optim step", -1);
         s = stream_update_segs(x, 0, x->ly->n_tensors, &h, ss, err);
         st_prof_end(&u);
-        if (s) goto out;
+        if (s) return s;
     }
     if (!stats->skipped) send_nonblock(x);
-out:
+    return ST_OK;
+}
+
+/* Norm, clip and update, once every micro-batch's gradient has landed: the ranks', the disk
+ * state's or the one in RAM. */
+static st_status step_update(step_run *r, const st_adamw_params *hp, float max_norm, st_stream_step_stats *stats,
+                             st_err *err) {
+    st_stream_exec *x = r->x;
+    if (x->dist_mode) return update_dist(r, err);
+    double ss;
+    if (r->overlap) {
+        stream_push_job(x, -1, r->last, r->n_micro > 1, 1);
+        st_prof_span w = st_prof_begin(ST_PROF_CAT_OPTIM, "wait optimizer", -1);
+        stream_wait_jobs(x);
+        st_prof_end(&w);
+        ss = stream_chunks_total(x);
+        if (x->worker_status) {
+            *err = x->worker_err;
+            return x->worker_status;
+        }
+    } else {
+        wait_ticket(x, r->last, "wait grads", -1);
+        st_prof_span w = st_prof_begin(ST_PROF_CAT_OPTIM, "grad norm", -1);
+        stream_take_chunks(x, 0, x->n);
+        ss = stream_chunks_total(x);
+        st_prof_end(&w);
+    }
+    double norm = sqrt(ss);
+    stats->grad_norm = norm;
+    stats->skipped = !isfinite(norm);
+    stats->clipped = !stats->skipped && max_norm > 0 && norm > max_norm;
+    x->last_clipped = stats->clipped || stats->skipped;
+    return x->store ? update_store(r, hp, max_norm, ss, norm, stats, err)
+                    : update_ram(r, hp, max_norm, ss, norm, stats, err);
+}
+
+st_status st_stream_step_accum(st_stream_exec *x, int n_micro, const int32_t *inputs_all, const int32_t *targets_all,
+                            const st_adamw_params *hp, float max_norm, st_stream_step_stats *stats, st_err *err) {
+    step_run run = {.x = x, .n_micro = n_micro, .N = x->cfg.B * x->cfg.T}, *r = &run;
+    double t_start = st_now();
+    uint64_t h2d0 = x->h2d_bytes, d2h0 = x->d2h_bytes, ha0 = x->h2d_act_bytes, da0 = x->d2h_act_bytes;
+    x->wait_s = 0;
+    memset(stats, 0, sizeof *stats);
+    st_prof_span step_span = st_prof_begin(ST_PROF_CAT_STEP, "stream step", (int)hp->step);
+    st_status s = step_begin(r, targets_all, hp, err);
+    if (s) return s;
+    step_micro_batches(r, inputs_all, targets_all);
+    float loss = (float)r->loss_sum;
+    double t_tail = st_now();
+    if (r->docs_st) { /* not reached: checked in step_begin */
+        *err = r->docs_err;
+        s = r->docs_st;
+    } else {
+        s = step_update(r, hp, max_norm, stats, err);
+    }
     if (x->store_spec) { /* the step failed before its verdict: nothing committed, and the host
                             weights some subgroups' updates reached are the committed ones again */
         store_finish(x, -1, NULL);
@@ -545,17 +629,17 @@ out:
     stats->h2d_act_bytes = x->h2d_act_bytes - ha0;
     stats->d2h_act_bytes = x->d2h_act_bytes - da0;
     size_t peak = 0, cap = 0; /* the budgeted arena's, or the GPU's own (0s where unbounded) */
-    (void)st_backend_memory(dev, NULL, &peak, &cap, NULL);
+    (void)st_backend_memory(x->dev, NULL, &peak, &cap, NULL);
     stats->device_peak_bytes = peak;
     stats->device_budget_bytes = cap;
-    stats->compute_on_device = stream_compute_flush(x, &compute_s) > 0;
-    stats->compute_s = compute_s;
+    stats->compute_on_device = stream_compute_flush(x, &r->compute_s) > 0;
+    stats->compute_s = r->compute_s;
     stats->wait_s = x->wait_s;
     stats->wall_s = st_now() - t_start;
-    stats->overlap_efficiency = stats->wall_s > 0 ? compute_s / stats->wall_s : 0;
-#undef COMPUTE_
+    stats->overlap_efficiency = stats->wall_s > 0 ? r->compute_s / stats->wall_s : 0;
     return s;
 }
+#undef COMPUTE_
 
 /* ------------------------------------------------------------------ data parallel */
 
