@@ -126,27 +126,121 @@ static int bkey_cmp(const void *x, const void *y) {
     return a->doc < b->doc ? -1 : a->doc > b->doc;
 }
 
+/* The configuration's ranges, refused naming the option. */
+static st_status dedup_check_config(const st_data_dedup_config *c, st_err *err) {
+    if (c->ngram < 1 || c->ngram > 64)
+        return st_errf(err, ST_ERR_INVALID, "dedup: ngram %d must be in [1, 64]", c->ngram);
+    if (c->num_hashes < 1 || c->num_hashes > 4096)
+        return st_errf(err, ST_ERR_INVALID, "dedup: hashes %d must be in [1, 4096]", c->num_hashes);
+    if (c->bands < 1 || c->rows < 1 || (long)c->bands * c->rows > c->num_hashes)
+        return st_errf(err, ST_ERR_INVALID, "dedup: bands x rows = %d x %d must be at least 1 x 1 and at most the "
+                       "%d hashes", c->bands, c->rows, c->num_hashes);
+    if (!(c->threshold > 0 && c->threshold <= 1))
+        return st_errf(err, ST_ERR_INVALID, "dedup: threshold %g must be in (0, 1]", c->threshold);
+    return ST_OK;
+}
+
+/* Exact duplicates: documents of one content hash compared token by token; each duplicate
+ * points at the earliest document it repeats. */
+static st_status dedup_exact(dedup_worker *w0, const uint64_t (*hash)[2], const uint32_t *len, uint64_t N,
+                             st_data_scores *out, st_data_dedup_stats *stats, st_err *err) {
+    st_status rc = ST_OK;
+    hkey *k = malloc(sizeof *k * (N ? N : 1));
+    if (!k) return st_errf(err, ST_ERR_NOMEM, "dedup: out of memory");
+    for (uint64_t d = 0; d < N; d++) k[d] = (hkey){hash[d][0], hash[d][1], d};
+    qsort(k, N, sizeof *k, hkey_cmp);
+    int32_t *other = malloc(sizeof(int32_t) * CHUNK_TOKENS);
+    if (!other) rc = st_errf(err, ST_ERR_NOMEM, "dedup: out of memory");
+    for (uint64_t i = 0; i < N && !rc;) {
+        uint64_t j = i + 1;
+        while (j < N && k[j].h0 == k[i].h0 && k[j].h1 == k[i].h1) j++;
+        for (uint64_t m = i + 1; m < j && !rc; m++) {
+            uint64_t a = k[i].doc, b = k[m].doc;
+            int same = 0;
+            if (len[a] == len[b]) rc = same_tokens(w0, other, a, b, len[a], &same, err);
+            if (!rc && same) {
+                out->ref[b] = (int64_t)a, out->dup[b] = ST_DATA_DUP_EXACT, out->score[b] = 1.0;
+                stats->exact++;
+            }
+        }
+        i = j;
+    }
+    free(other);
+    free(k);
+    return rc;
+}
+
+/* Near duplicates over the LSH bands, nbt threads each a band at a time with its own N keys
+ * (keys: N x nbt): nref[d] the earliest document whose signatures agree with d's on at least
+ * the threshold's share of the hashes (-1: none), nsim[d] that share. */
+static void dedup_near(const st_data_dedup_config *cfg, int nbt, const uint32_t *sig, uint64_t N, bkey *keys,
+                       const st_data_scores *out, int64_t *nref, float *nsim, st_data_dedup_stats *stats) {
+    const int H = cfg->num_hashes;
+    uint64_t cand = 0, ver = 0;
+#pragma omp parallel num_threads(nbt) reduction(+ : cand, ver)
+    {
+        bkey *k = keys + N * (size_t)omp_get_thread_num();
+#pragma omp for schedule(dynamic, 1)
+        for (int band = 0; band < cfg->bands; band++) {
+            uint64_t m = 0;
+            for (uint64_t d = 0; d < N; d++) {
+                if (out->dup[d]) continue;
+                const uint32_t *r = sig + (size_t)H * d + (size_t)band * cfg->rows;
+                uint64_t h = data_mix64((uint64_t)band + 0x51ed27ull);
+                for (int i = 0; i < cfg->rows; i++) h = data_mix64(h ^ r[i]);
+                k[m++] = (bkey){h, d};
+            }
+            qsort(k, m, sizeof *k, bkey_cmp);
+            for (uint64_t s = 0, end; s < m; s = end) {
+                end = s + 1;
+                while (end < m && k[end].h == k[s].h) end++;
+                /* each later member compared with the earliest members before it */
+                for (uint64_t i = s + 1; i < end; i++) {
+                    uint64_t d = k[i].doc;
+                    const uint32_t *sd = sig + (size_t)H * d;
+                    for (uint64_t j = s; j < i && j < s + (uint64_t)cfg->max_compare; j++) {
+                        uint64_t e = k[j].doc;
+                        int64_t now = __atomic_load_n(&nref[d], __ATOMIC_RELAXED);
+                        if (now >= 0 && (uint64_t)now <= e) break; /* an earlier one is verified */
+                        const uint32_t *se = sig + (size_t)H * e;
+                        int eq = 0;
+                        for (int h = 0; h < H; h++) eq += sd[h] == se[h];
+                        cand++;
+                        double jac = (double)eq / H;
+                        if (jac >= cfg->threshold) {
+                            ver++;
+#pragma omp critical(dedup_near)
+                            {
+                                if (nref[d] < 0 || (uint64_t)nref[d] > e) {
+                                    __atomic_store_n(&nref[d], (int64_t)e, __ATOMIC_RELAXED);
+                                    nsim[d] = (float)jac;
+                                }
+                            }
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    stats->candidates = cand;
+    stats->verified = ver;
+}
+
 st_status st_data_dedup(const char *dataset, const st_data_dedup_config *cfg_in, st_data_scores *out,
                         st_data_dedup_stats *stats, st_err *err) {
     st_data_dedup_config cfg = *cfg_in;
     memset(out, 0, sizeof *out);
     memset(stats, 0, sizeof *stats);
-    if (cfg.ngram < 1 || cfg.ngram > 64)
-        return st_errf(err, ST_ERR_INVALID, "dedup: ngram %d must be in [1, 64]", cfg.ngram);
-    if (cfg.num_hashes < 1 || cfg.num_hashes > 4096)
-        return st_errf(err, ST_ERR_INVALID, "dedup: hashes %d must be in [1, 4096]", cfg.num_hashes);
-    if (cfg.bands < 1 || cfg.rows < 1 || (long)cfg.bands * cfg.rows > cfg.num_hashes)
-        return st_errf(err, ST_ERR_INVALID, "dedup: bands x rows = %d x %d must be at least 1 x 1 and at most the "
-                       "%d hashes", cfg.bands, cfg.rows, cfg.num_hashes);
-    if (!(cfg.threshold > 0 && cfg.threshold <= 1))
-        return st_errf(err, ST_ERR_INVALID, "dedup: threshold %g must be in (0, 1]", cfg.threshold);
+    st_status rc = dedup_check_config(&cfg, err);
+    if (rc) return rc;
     if (cfg.max_compare < 1) cfg.max_compare = 1;
     int nt = cfg.threads > 0 ? cfg.threads : omp_get_max_threads();
     double t0 = st_now();
 
     st_data_source *s0;
     st_data_source_config sc = {.path = dataset, .format = ST_DATA_FORMAT_MEGATRON};
-    st_status rc = data_refuse_view(dataset, err);
+    rc = data_refuse_view(dataset, err);
     if (rc) return rc;
     rc = st_data_source_open(&s0, &sc, err);
     if (rc) return rc;
@@ -224,34 +318,7 @@ st_status st_data_dedup(const char *dataset, const st_data_dedup_config *cfg_in,
     /* Exact duplicates. */
     t1 = st_now();
     mem += exact_peak = sizeof(hkey) * N + sizeof(int32_t) * CHUNK_TOKENS;
-    {
-        hkey *k = malloc(sizeof *k * (N ? N : 1));
-        if (!k) {
-            rc = st_errf(err, ST_ERR_NOMEM, "dedup: out of memory");
-            goto done;
-        }
-        for (uint64_t d = 0; d < N; d++) k[d] = (hkey){hash[d][0], hash[d][1], d};
-        qsort(k, N, sizeof *k, hkey_cmp);
-        int32_t *other = malloc(sizeof(int32_t) * CHUNK_TOKENS);
-        if (!other) rc = st_errf(err, ST_ERR_NOMEM, "dedup: out of memory");
-        for (uint64_t i = 0; i < N && !rc;) {
-            uint64_t j = i + 1;
-            while (j < N && k[j].h0 == k[i].h0 && k[j].h1 == k[i].h1) j++;
-            for (uint64_t m = i + 1; m < j && !rc; m++) {
-                uint64_t a = k[i].doc, b = k[m].doc;
-                int same = 0;
-                if (len[a] == len[b]) rc = same_tokens(&wk[0], other, a, b, len[a], &same, err);
-                if (!rc && same) {
-                    out->ref[b] = (int64_t)a, out->dup[b] = ST_DATA_DUP_EXACT, out->score[b] = 1.0;
-                    stats->exact++;
-                }
-            }
-            i = j;
-        }
-        free(other);
-        free(k);
-        if (rc) goto done;
-    }
+    if ((rc = dedup_exact(&wk[0], hash, len, N, out, stats, err))) goto done;
     stats->exact_s = st_now() - t1;
 
     /* Near duplicates: the bands over the threads, each thread a band at a time (its own
@@ -271,56 +338,8 @@ st_status st_data_dedup(const char *dataset, const st_data_dedup_config *cfg_in,
         }
         size_t kb = sizeof *keys * N * (size_t)nbt;
         if (kb > exact_peak) mem += kb - exact_peak; /* the larger of the two phases */
-        uint64_t cand = 0, ver = 0;
-#pragma omp parallel num_threads(nbt) reduction(+ : cand, ver)
-        {
-            bkey *k = keys + N * (size_t)omp_get_thread_num();
-#pragma omp for schedule(dynamic, 1)
-            for (int band = 0; band < cfg.bands; band++) {
-                uint64_t m = 0;
-                for (uint64_t d = 0; d < N; d++) {
-                    if (out->dup[d]) continue;
-                    const uint32_t *r = sig + (size_t)H * d + (size_t)band * cfg.rows;
-                    uint64_t h = data_mix64((uint64_t)band + 0x51ed27ull);
-                    for (int i = 0; i < cfg.rows; i++) h = data_mix64(h ^ r[i]);
-                    k[m++] = (bkey){h, d};
-                }
-                qsort(k, m, sizeof *k, bkey_cmp);
-                for (uint64_t s = 0, end; s < m; s = end) {
-                    end = s + 1;
-                    while (end < m && k[end].h == k[s].h) end++;
-                    /* each later member compared with the earliest members before it */
-                    for (uint64_t i = s + 1; i < end; i++) {
-                        uint64_t d = k[i].doc;
-                        const uint32_t *sd = sig + (size_t)H * d;
-                        for (uint64_t j = s; j < i && j < s + (uint64_t)cfg.max_compare; j++) {
-                            uint64_t e = k[j].doc;
-                            int64_t now = __atomic_load_n(&nref[d], __ATOMIC_RELAXED);
-                            if (now >= 0 && (uint64_t)now <= e) break; /* an earlier one is verified */
-                            const uint32_t *se = sig + (size_t)H * e;
-                            int eq = 0;
-                            for (int h = 0; h < H; h++) eq += sd[h] == se[h];
-                            cand++;
-                            double jac = (double)eq / H;
-                            if (jac >= cfg.threshold) {
-                                ver++;
-#pragma omp critical(dedup_near)
-                                {
-                                    if (nref[d] < 0 || (uint64_t)nref[d] > e) {
-                                        __atomic_store_n(&nref[d], (int64_t)e, __ATOMIC_RELAXED);
-                                        nsim[d] = (float)jac;
-                                    }
-                                }
-                                break;
-                            }
-                        }
-                    }
-                }
-            }
-        }
+        dedup_near(&cfg, nbt, sig, N, keys, out, nref, nsim, stats);
         free(keys);
-        stats->candidates = cand;
-        stats->verified = ver;
     }
     for (uint64_t d = 0; d < N; d++)
         if (!out->dup[d] && nref[d] >= 0) {
