@@ -66,24 +66,8 @@ st_status run_data_open(run_data *d, const st_train_config *c, const char *key, 
     } else {
         d->spec = strdup(spec);
         if (!d->spec) return st_errf(err, ST_ERR_NOMEM, "out of memory");
-        char *save = NULL;
-        for (char *tok = strtok_r(d->spec, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-            if (dc.n_sources == ST_DATA_MAX_SOURCES)
-                return st_errf(err, ST_ERR_INVALID, "key '%s': more than %d sources", key, ST_DATA_MAX_SOURCES);
-            double w = 1.0;
-            char *colon = strrchr(tok, ':');
-            if (colon) {
-                char *end;
-                w = strtod(colon + 1, &end);
-                if (end == colon + 1 || *end || !(w > 0))
-                    return st_errf(err, ST_ERR_INVALID, "key '%s': weight '%s' of source '%.*s' must be a positive "
-                                   "number", key, colon + 1, (int)(colon - tok), tok);
-                *colon = 0;
-            }
-            dc.sources[dc.n_sources++] = (st_data_source_config){.path = tok, .weight = w};
-        }
-        if (!dc.n_sources)
-            return st_errf(err, ST_ERR_INVALID, "key '%s' is empty; give \"embedded\" or token files", key);
+        st_status ls = st_data_list_parse(&dc, d->spec, key, err); /* the loader keeps the paths in d->spec */
+        if (ls) return ls;
     }
     st_status s = st_data_loader_open(&d->dl, &dc, err);
     return s ? st_err_prefix(err, "key '%s'", key) : ST_OK;
