@@ -85,9 +85,14 @@ typedef struct st_train_config {
     int doc_mask;         /* 1: positions restart at each document of a packed row and attention stays
                              inside it; 0: rows attended whole; -1 (default): 1, in memory and
                              under device_budget */
-    volatile int *stop_flag; /* set to nonzero (e.g. by SIGINT) to checkpoint and stop */
-    struct st_comm *comm; /* the ranks of this run (st_comm_open); NULL: one process */
 } st_train_config;
+
+/* What a run is given besides its configuration: the process's handles, not keys (they are
+ * neither saved in config.json nor compared between ranks). */
+typedef struct st_train_hooks {
+    volatile int *stop_flag; /* set to nonzero (e.g. by SIGINT) to checkpoint and stop; NULL: none */
+    struct st_comm *comm;    /* the ranks of this run (st_comm_open); NULL: one process */
+} st_train_hooks;
 
 void st_train_config_defaults(st_train_config *c);
 /* Set one key from text, with the key's type and range checked. */
@@ -217,6 +222,8 @@ typedef struct st_train_result {
 } st_train_result;
 
 st_status st_train_run(const st_train_config *c, st_train_result *res, st_err *err);
+/* st_train_run with the process's handles (NULL: none, as st_train_run). */
+st_status st_train_run_with(const st_train_config *c, const st_train_hooks *hooks, st_train_result *res, st_err *err);
 
 struct st_schedule;
 /* The schedule the keys schedule, decay_shape, decay_frac, lr, min_lr_frac, steps and

@@ -188,17 +188,16 @@ int cmd_train(int argc, char **argv) {
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    cfg.stop_flag = &g_stop;
     /* under mpirun (or srun) this process is one rank of the run; else a world of one */
     st_comm *comm = NULL;
     if (st_comm_open(&comm, cfg.dist_timeout, &err)) {
         fprintf(stderr, "strata train: %s\n", err.msg);
         return 1;
     }
-    cfg.comm = comm;
     int rank = st_comm_rank(comm), world = st_comm_size(comm);
     st_train_result res;
-    if (st_train_run(&cfg, &res, &err)) {
+    st_train_hooks hooks = {.stop_flag = &g_stop, .comm = comm};
+    if (st_train_run_with(&cfg, &hooks, &res, &err)) {
         if (world > 1) fprintf(stderr, "strata train: rank %d of %d: %s\n", rank, world, err.msg);
         else fprintf(stderr, "strata train: %s\n", err.msg);
         fflush(stderr);

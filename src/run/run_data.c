@@ -28,7 +28,7 @@ void run_data_close(run_data *d) {
 /* KEY "data" (training) or "val_data" (validation: produced on the caller's thread, and
  * "embedded" is the corpus's held-out tail: the text that follows the training part, from
  * the same generator, so the training tokens are the same with or without validation). */
-st_status run_data_open(run_data *d, const st_train_config *c, const char *key, const char *spec, int vocab,
+st_status run_data_open(run_data *d, const st_train_config *c, const run_dist *dist, const char *key, const char *spec, int vocab,
                            st_err *err) {
     memset(d, 0, sizeof *d);
     int val = strcmp(key, "data") != 0;
@@ -40,8 +40,8 @@ st_status run_data_open(run_data *d, const st_train_config *c, const char *key, 
     dc.vocab_size = vocab;
     if (val) dc.prefetch = 0;
     else { /* under mpirun rank r reads its rows of each global batch (the loader's global order) */
-        dc.rank = st_comm_rank(c->comm);
-        dc.world = st_comm_size(c->comm);
+        dc.rank = dist ? dist->rank : 0;
+        dc.world = dist ? dist->world : 1;
     }
     if (!strcmp(spec, "embedded")) {
         size_t cap = 4u << 20; /* 4 MiB of text; the default run reads a fifth of it */
@@ -128,7 +128,7 @@ st_status run_eval_loss(const st_train_config *c, st_model *m, st_stream_exec *s
                            int32_t *targets, int32_t *positions, int32_t *doc_start, double *out, st_err *err) {
     st_status s;
     if (!ev->vd.dl) {
-        if ((s = run_data_open(&ev->vd, c, "val_data", ev->spec, m->vocab_size, err))) return s;
+        if ((s = run_data_open(&ev->vd, c, NULL, "val_data", ev->spec, m->vocab_size, err))) return s;
         st_data_loader_get_state(ev->vd.dl, &ev->start);
     }
     s = st_data_loader_set_state(ev->vd.dl, &ev->start, err);

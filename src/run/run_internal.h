@@ -36,7 +36,7 @@ typedef struct run_eval {
 } run_eval;
 
 void run_data_close(run_data *d);
-st_status run_data_open(run_data *d, const st_train_config *c, const char *key, const char *spec, int vocab, st_err *err);
+st_status run_data_open(run_data *d, const st_train_config *c, const run_dist *dist, const char *key, const char *spec, int vocab, st_err *err);
 st_status run_data_next(run_data *d, int B, int T, int32_t *inputs, int32_t *targets, int32_t *positions, int32_t *doc_start, st_err *err);
 void run_data_save_state(const run_data *d, st_train_state_header *h);
 st_status run_data_restore_state(run_data *d, const st_train_state_header *h, const char *path, st_err *err);
@@ -51,7 +51,7 @@ const char *run_val_spec(const st_train_config *c);
 st_status run_eval_loss(const st_train_config *c, st_model *m, st_stream_exec *sx, run_eval *ev, int32_t *inputs, int32_t *targets, int32_t *positions, int32_t *doc_start, double *out, st_err *err);
 st_status run_open_store(const st_train_config *c, const run_dist *d, st_model *m, const st_optim_segment *segs, int n_segs, st_optim_state_format fmt, run_data *td, st_train_state_header *hs, st_store **out, st_err *err);
 
-st_status run_place_state(st_train_config *c, st_err *err);
+st_status run_place_state(st_train_config *c, int world, st_err *err);
 st_status run_save_config(const st_train_config *c, st_err *err);
 
 #endif

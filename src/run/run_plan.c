@@ -284,14 +284,14 @@ st_status run_open_streamed(const st_train_config *c, st_model *m, const st_arch
  * one the planner then uses: st_plan_profile_cached, measured once per process) where two or more
  * can be timed, as strata plan chooses (st_train_state_choose). Under mpirun the ranks'
  * measured profiles may differ, so they take the first that fits, alike. */
-st_status run_place_state(st_train_config *c, st_err *err) {
+st_status run_place_state(st_train_config *c, int world, st_err *err) {
     st_plan_state_choice ch;
     st_status s = st_train_state_fit(c, &ch, err);
     if (s) return s;
     st_plan_profile hw;
     int have_hw = 0;
     st_arch *arch = NULL;
-    if (ch.needs_profile && st_comm_size(c->comm) <= 1) {
+    if (ch.needs_profile && world <= 1) {
         st_model_overrides ov = st_train_config_overrides(c);
         st_model_shape shape;
         st_backend *tmp = NULL;

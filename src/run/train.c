@@ -30,6 +30,7 @@
  * what it opened, and what changes as it runs. */
 typedef struct train_run {
     st_train_config c;           /* as run: plan_state auto's placement, the chosen state_budget */
+    volatile int *stop_flag;     /* the caller's (st_train_hooks); NULL: none */
     run_dist dist;               /* the ranks (one process: a world of one) */
     int lead;                    /* rank 0: writes what is the run's, not a rank's */
     int quiet;                   /* no lines: the key quiet, or a rank other than 0 */
@@ -88,9 +89,12 @@ static const char *json_num(char buf[32], double v, const char *fmt) {
 
 /* ------------------------------------------------------------------ before anything is written */
 
-static st_status run_check(train_run *r, const st_train_config *given, st_err *err) {
+static st_status run_check(train_run *r, const st_train_config *given, const st_train_hooks *h, st_err *err) {
     st_train_config *c = &r->c;
     *c = *given;
+    st_comm *comm = h ? h->comm : NULL;
+    r->stop_flag = h ? h->stop_flag : NULL;
+    r->dist = (run_dist){.comm = comm, .rank = st_comm_rank(comm), .world = st_comm_size(comm), .zero = c->zero};
     r->lock.fd = -1;
     st_status s = st_train_config_check(c, err);
     if (s) return s;
@@ -99,7 +103,7 @@ static st_status run_check(train_run *r, const st_train_config *given, st_err *e
     if ((s = st_backend_device_built(c->device, err))) return st_err_prefix(err, "key 'device'");
     /* plan_state auto: the state's format and tier chosen now, and run (and recorded in
      * config.json) as if given */
-    if (st_train_config_places_state(c) && (s = run_place_state(c, err))) return s;
+    if (st_train_config_places_state(c) && (s = run_place_state(c, r->dist.world, err))) return s;
     /* matmul auto: the precision this machine takes (bf16 where it has bf16 matrix units),
      * logged, and run and recorded in config.json as if given */
     if (!strcmp(c->matmul, "auto")) {
@@ -116,8 +120,6 @@ static st_status run_check(train_run *r, const st_train_config *given, st_err *e
     double budgets[ST_MEM_TIER_COUNT] = {0, c->host_budget, 0};
     if ((s = st_mem_plan_check(&r->mem, budgets, err))) return s;
     if (!c->run_dir[0]) return st_errf(err, ST_ERR_INVALID, "key 'run_dir' is empty; name a directory for the run");
-    r->dist = (run_dist){.comm = c->comm, .rank = st_comm_rank(c->comm), .world = st_comm_size(c->comm),
-                         .zero = c->zero};
     r->lead = r->dist.rank == 0;
     if (r->dist.world > 1) {
         st_comm_set_timeout(r->dist.comm, c->dist_timeout);
@@ -213,11 +215,11 @@ static st_status open_optimizer(train_run *r, st_err *err) {
 /* The training data, and validation's when it is token files (a bad one is said now, not
  * at step 50). */
 static st_status open_data(train_run *r, st_err *err) {
-    st_status s = run_data_open(&r->td, &r->c, "data", r->c.data, r->m->vocab_size, err);
+    st_status s = run_data_open(&r->td, &r->c, &r->dist, "data", r->c.data, r->m->vocab_size, err);
     if (s) return s;
     r->ev.spec = run_val_spec(&r->c);
     if (r->ev.spec && strcmp(r->ev.spec, "embedded")) {
-        if ((s = run_data_open(&r->ev.vd, &r->c, "val_data", r->ev.spec, r->m->vocab_size, err))) return s;
+        if ((s = run_data_open(&r->ev.vd, &r->c, NULL, "val_data", r->ev.spec, r->m->vocab_size, err))) return s;
         st_data_loader_get_state(r->ev.vd.dl, &r->ev.start);
     }
     return ST_OK;
@@ -520,7 +522,7 @@ static st_status run_check_skipped(train_run *r, const train_step *o, st_err *er
 /* Whether the caller asked the run to stop (Ctrl-C): a signal reaches the ranks at different
  * steps, so they agree and stop at the same one. */
 static st_status run_stop_requested(train_run *r, int *stop, st_err *err) {
-    *stop = r->c.stop_flag && *r->c.stop_flag;
+    *stop = r->stop_flag && *r->stop_flag;
     if (r->dist.world == 1) return ST_OK;
     double st1[1] = {*stop};
     st_status s = st_comm_allreduce_f64(r->dist.comm, st1, 1, "stop flag", err);
@@ -637,9 +639,13 @@ static st_status run_close(train_run *r, st_status s, st_err *err) {
 }
 
 st_status st_train_run(const st_train_config *c, st_train_result *res, st_err *err) {
+    return st_train_run_with(c, NULL, res, err);
+}
+
+st_status st_train_run_with(const st_train_config *c, const st_train_hooks *hooks, st_train_result *res, st_err *err) {
     train_run *r = calloc(1, sizeof *r);
     if (!r) return st_errf(err, ST_ERR_NOMEM, "out of memory");
-    st_status s = run_check(r, c, err);
+    st_status s = run_check(r, c, hooks, err);
     if (!s) s = run_open_dir(r, err);
     if (s) { /* nothing was opened; a lock taken before another rank failed is let go */
         st_lock_release(&r->lock);
