@@ -31,10 +31,13 @@ runs; the script reads the file back and checks it.
 """
 import json
 import os
-import struct
+import sys
 
 import numpy as np
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gen_fixtures import f32, load_safetensors, save_safetensors  # noqa: E402 (the fixtures' one writer)
 
 B_BLK, K_TERMS, N, D_IN, D_OUT = 8, 3, 6, 16, 24
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "poetx_linear.safetensors")
@@ -68,39 +71,6 @@ def orthogonal_factor(qs, perm, b, k):
     Gs = [cayley_neumann(skew_from_packed(qs[j], b), k) for j in range(qs.shape[0])]
     Pm = perm_matrix(perm)
     return Pm.t() @ torch.block_diag(*Gs) @ Pm, torch.stack(Gs)
-
-
-def save_safetensors(path, tensors, metadata):
-    dt = {np.dtype("<f4"): "F32", np.dtype("<i4"): "I32"}
-    header, blobs, off = {"__metadata__": metadata}, [], 0
-    for name in sorted(tensors):
-        a = np.ascontiguousarray(tensors[name])
-        raw = a.tobytes()
-        header[name] = {"dtype": dt[a.dtype], "shape": list(a.shape), "data_offsets": [off, off + len(raw)]}
-        blobs.append(raw)
-        off += len(raw)
-    hb = json.dumps(header, sort_keys=True, separators=(",", ":")).encode("utf-8")
-    hb += b" " * (-len(hb) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(hb)) + hb + b"".join(blobs))
-
-
-def load_safetensors(path):
-    with open(path, "rb") as f:
-        buf = f.read()
-    n = struct.unpack("<Q", buf[:8])[0]
-    header = json.loads(buf[8:8 + n].decode("utf-8"))
-    meta = header.pop("__metadata__")
-    inv = {"F32": np.dtype("<f4"), "I32": np.dtype("<i4")}
-    out = {}
-    for name, h in header.items():
-        s, e = h["data_offsets"]
-        out[name] = np.frombuffer(buf[8 + n + s:8 + n + e], dtype=inv[h["dtype"]]).reshape(h["shape"])
-    return out, meta
-
-
-def f32(t):
-    return t.detach().to(torch.float32).numpy().astype("<f4")
 
 
 def main():
