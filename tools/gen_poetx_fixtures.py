@@ -29,7 +29,6 @@ Metadata: b, k, N, d_in, d_out. Parameters are drawn in float32 from a seeded ge
 stored value is exactly an fp32) and the math is float64. The output is byte-identical across
 runs; the script reads the file back and checks it.
 """
-import json
 import os
 import sys
 
