@@ -43,16 +43,7 @@ static float *zeros(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
 /* q entries of scale 0.2/sqrt(b): the skew block's spectral norm is about 0.4 */
 static float *random_q(int nb, int b) { return host_randn((size_t)nb * b * (b - 1) / 2, 0.2f / sqrtf((float)b), 0); }
 
-static int32_t *random_perm(int d) {
-    int32_t *p = xmalloc(sizeof(int32_t) * (size_t)d);
-    for (int i = 0; i < d; i++) p[i] = i;
-    for (int i = d - 1; i > 0; i--) {
-        int j = (int)(st_rng_u64(&rng) % (uint64_t)(i + 1));
-        int32_t t = p[i];
-        p[i] = p[j], p[j] = t;
-    }
-    return p;
-}
+static int32_t *random_perm(int d) { return test_random_perm(&rng, d); }
 
 static void test_cayley(int nb, int b, int k) {
     size_t nq = (size_t)nb * b * (b - 1) / 2, ng = (size_t)nb * b * b;

@@ -34,16 +34,7 @@ static void pack(double *q, const double *Q, int b) {
         for (int j = i + 1; j < b; j++) q[ref_poet_tri_index(b, i, j)] = Q[(size_t)i * b + j];
 }
 
-static int32_t *random_perm(int d) {
-    int32_t *p = malloc(sizeof(int32_t) * (size_t)d);
-    for (int i = 0; i < d; i++) p[i] = i;
-    for (int i = d - 1; i > 0; i--) {
-        int j = (int)(st_rng_u64(&rng) % (uint64_t)(i + 1));
-        int32_t t = p[i];
-        p[i] = p[j], p[j] = t;
-    }
-    return p;
-}
+static int32_t *random_perm(int d) { return test_random_perm(&rng, d); }
 
 /* ---------------- hand-computed values ---------------- */
 

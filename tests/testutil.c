@@ -121,3 +121,18 @@ int test_load_params(struct st_safetensors *fx, const struct st_param_info *t, i
     free(host);
     return s;
 }
+
+int32_t *test_random_perm(st_rng *r, int d) {
+    int32_t *p = malloc(sizeof(int32_t) * (size_t)(d > 0 ? d : 1));
+    if (!p) {
+        fprintf(stderr, "test_random_perm: out of memory\n");
+        exit(1);
+    }
+    for (int i = 0; i < d; i++) p[i] = i;
+    for (int i = d - 1; i > 0; i--) {
+        int j = (int)(st_rng_u64(r) % (uint64_t)(i + 1));
+        int32_t t = p[i];
+        p[i] = p[j], p[j] = t;
+    }
+    return p;
+}

@@ -3,7 +3,10 @@
 #define STRATA_TESTUTIL_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
+
+#include "strata/core.h"
 
 extern int test_failures;
 extern int test_checks;
@@ -48,5 +51,7 @@ int test_same_file(const char *a, const char *b);
 
 /* Print the summary line and return the exit code (0 pass, 1 fail). */
 int test_finish(const char *name);
+/* A permutation of 0..d-1 (malloc'd; exits on out of memory), Fisher-Yates from r's draws. */
+int32_t *test_random_perm(st_rng *r, int d);
 
 #endif
