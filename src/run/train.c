@@ -106,7 +106,8 @@ static st_status run_check(train_run *r, const st_train_config *given, const st_
     if (st_train_config_places_state(c) && (s = run_place_state(c, r->dist.world, err))) return s;
     /* matmul auto: the precision this machine takes (bf16 where it has bf16 matrix units),
      * logged, and run and recorded in config.json as if given */
-    if (!strcmp(c->matmul, "auto")) {
+    st_matmul_mode matmul = ST_MATMUL_FP32; /* the key's one parser (backend.h); checked above */
+    if (!st_backend_matmul_parse(c->matmul, &matmul, NULL) && matmul == ST_MATMUL_AUTO) {
         char why[200];
         snprintf(c->matmul, sizeof c->matmul, "%s", st_backend_matmul_name(st_backend_matmul_auto(c->device, why, sizeof why)));
         st_log(1, "matmul auto: %s (%s)\n", c->matmul, why);
@@ -128,9 +129,10 @@ static st_status run_check(train_run *r, const st_train_config *given, const st_
     /* the data lists opened and checked on every rank: a list refused here leaves no run
      * directory behind */
     st_model_shape shape;
+    const char *val = run_val_spec(c);
     s = st_train_config_resolve(c, &shape, err);
     if (!s) s = st_data_list_check("data", c->data, c->seq, shape.vocab_size, err);
-    if (!s && run_val_spec(c)) s = st_data_list_check("val_data", run_val_spec(c), c->seq, shape.vocab_size, err);
+    if (!s && val) s = st_data_list_check("val_data", val, c->seq, shape.vocab_size, err);
     return run_agree(&r->dist, s, "checking the data lists", err);
 }
 
