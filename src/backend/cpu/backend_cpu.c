@@ -39,7 +39,22 @@ typedef struct cpu_ctx {
 
 static void *cpu_alloc(st_backend *be, size_t bytes) { (void)be; return st_alloc(bytes); }
 static void cpu_dealloc(st_backend *be, void *p) { (void)be; st_free(p); }
-static void cpu_memset0(st_backend *be, void *p, size_t bytes) { (void)be; memset(p, 0, bytes); }
+/* Large buffers (a step's gradients: 4 bytes a parameter) are cleared by every thread, a
+ * slice each: one core's stores do not reach the memory's bandwidth. */
+static void cpu_memset0(st_backend *be, void *p, size_t bytes) {
+    (void)be;
+    const size_t slice = (size_t)1 << 20;
+    if (bytes < 4 * slice) {
+        memset(p, 0, bytes);
+        return;
+    }
+    long ns = (long)((bytes + slice - 1) / slice);
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < ns; i++) {
+        size_t o = (size_t)i * slice;
+        memset((char *)p + o, 0, bytes - o < slice ? bytes - o : slice);
+    }
+}
 static void cpu_copy(st_backend *be, void *dst, const void *src, size_t bytes) {
     (void)be;
     memcpy(dst, src, bytes);
@@ -440,7 +455,60 @@ static void cpu_residual_backward(st_backend *be, float *da, float *db, const fl
 
 /* ---------------------------------------------------------------- softmax + cross-entropy */
 
+/* A row's max, 16 lanes at a time (the compiler keeps the lanes in one vector register;
+ * a single running max is a loop-carried dependence it does not vectorise). NaN never
+ * wins a comparison, as in the plain loop. */
 ST_CLONES
+static float ce_row_max(const float *l, int V) {
+    float m[16];
+    for (int k = 0; k < 16; k++) m[k] = -INFINITY;
+    int j = 0;
+    for (; j + 16 <= V; j += 16)
+        for (int k = 0; k < 16; k++) m[k] = l[j + k] > m[k] ? l[j + k] : m[k];
+    float mx = -INFINITY;
+    for (int k = 0; k < 16; k++) mx = m[k] > mx ? m[k] : mx;
+    for (; j < V; j++) mx = l[j] > mx ? l[j] : mx;
+    return mx;
+}
+
+/* sum over the row of e^(l - mx), written back into l when `write`: 16 float lanes over
+ * blocks of CE_BLOCK elements, each block's lanes added into a double (V can be 150k:
+ * the total keeps its digits; a lane sums at most CE_BLOCK/16 terms in float). */
+#define CE_BLOCK 1024
+ST_CLONES
+static double ce_row_expsum(float *l, int V, float mx, int write) {
+    double total = 0;
+    for (int j0 = 0; j0 < V; j0 += CE_BLOCK) {
+        int j1 = V - j0 < CE_BLOCK ? V : j0 + CE_BLOCK, j = j0;
+        float s[16] = {0};
+        if (write) {
+            for (; j + 16 <= j1; j += 16)
+                for (int k = 0; k < 16; k++) {
+                    float e = st_fast_expf(l[j + k] - mx);
+                    l[j + k] = e;
+                    s[k] += e;
+                }
+        } else {
+            for (; j + 16 <= j1; j += 16)
+                for (int k = 0; k < 16; k++) s[k] += st_fast_expf(l[j + k] - mx);
+        }
+        for (; j < j1; j++) {
+            float e = st_fast_expf(l[j] - mx);
+            if (write) l[j] = e;
+            s[0] += e;
+        }
+        double b = 0;
+        for (int k = 0; k < 16; k++) b += s[k];
+        total += b;
+    }
+    return total;
+}
+
+ST_CLONES
+static void ce_row_scale(float *l, int V, float sc) {
+    for (int j = 0; j < V; j++) l[j] *= sc;
+}
+
 static void cpu_crossentropy(st_backend *be, float *logits, float *losses, const int32_t *targets, int N, int V,
                              float dloss) {
     (void)be;
@@ -453,17 +521,11 @@ static void cpu_crossentropy(st_backend *be, float *logits, float *losses, const
             if (dloss != 0.0f) memset(l, 0, sizeof(float) * V);
             continue;
         }
-        float mx = -INFINITY;
-        for (int j = 0; j < V; j++) mx = l[j] > mx ? l[j] : mx;
-        float lt = l[tgt];
-        double sum = 0; /* V can be 150k: sum in double so the loss keeps its digits */
+        float mx = ce_row_max(l, V), lt = l[tgt];
+        double sum = ce_row_expsum(l, V, mx, dloss != 0.0f);
         if (dloss != 0.0f) {
-            for (int j = 0; j < V; j++) { l[j] = st_fast_expf(l[j] - mx); sum += l[j]; }
-            float sc = (float)(dloss / sum);
-            for (int j = 0; j < V; j++) l[j] *= sc;
+            ce_row_scale(l, V, (float)(dloss / sum));
             l[tgt] -= dloss;
-        } else {
-            for (int j = 0; j < V; j++) sum += st_fast_expf(l[j] - mx);
         }
         losses[i] = (float)(mx + log(sum) - lt);
     }
