@@ -71,6 +71,8 @@ typedef struct st_train_config {
     double state_budget;  /* host bytes for the state store's buffers (0: ST_STORE_HOST_BUDGET_DEFAULT) */
     char state_profile[1024]; /* strata probe -o profile: split the state by the paths' bandwidth */
     char matmul[8];       /* "fp32", "tf32" or "bf16": the device's matmuls (st_backend_set_matmul) */
+    int force_resume;     /* 1: resume even with another matmul mode than the run's (warned); this
+                             resume only: recorded as 0 */
     char plan_head[12];   /* "resident" (the head on the device whenever it fits) or "fastest"
                              (st_train_config_plan_head) */
     char plan_state[8];   /* "fixed" (optim_state and state_paths as given) or "auto": of f32 in host

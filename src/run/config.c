@@ -81,6 +81,7 @@ static const key_def keys[] = {
     {"max_skipped_steps", K_LONG, OFF(max_skipped_steps), 0, 1, 1e15, "stop with an error after this many consecutive steps skipped for a non-finite gradient (the last checkpoint is kept)"},
     {"run_dir", K_STR, STR(run_dir), 0, 0, "where metrics.jsonl and checkpoints go"},
     {"resume", K_STR, STR(resume), 0, 0, "run or checkpoint directory to resume from"},
+    {"force_resume", K_INT, OFF(force_resume), 0, 0, 1, "1: resume even where this resume's matmul differs from the run's (its numerics change from the resumed step on; warned); for this resume only (recorded as 0). 0 (default): such a resume is refused before anything is written"},
     {"optim_state", K_STR, STR(optim_state), 0, 0, "optimizer state format: f32 or 8bit"},
     {"threads", K_INT, OFF(threads), 0, 0, 4096, "compute threads (0: all cores; under mpirun: the cores divided by the ranks on this machine)"},
     {"zero", K_INT, OFF(zero), 0, 0, 2, "under mpirun: 0 replicates the optimizer state (gradients all-reduced); 1 shards it over the ranks (ZeRO-1); 2 also shards the summed gradient (ZeRO-2); results are the same bits"},

@@ -108,6 +108,59 @@ st_status run_resolve_resume(const char *path, char *ckpt_dir, size_t cap, st_er
     return ST_OK;
 }
 
+/* The config.json of the run that RESUME belongs to: RESUME/config.json for a run
+ * directory; for a checkpoint directory (train_state.bin or shards.json in it, and a
+ * config.json of the model's, not the run's) RUN/checkpoints/step_N, RUN/config.json; 0
+ * where there is none (a checkpoint elsewhere). */
+static int resume_config_path(const char *resume, char *out, size_t cap) {
+    char r[2048];
+    snprintf(r, sizeof r, "%s", resume);
+    size_t n = strlen(r);
+    while (n > 1 && r[n - 1] == '/') r[--n] = 0;
+    snprintf(out, cap, "%s/train_state.bin", r);
+    int ckpt = access(out, F_OK) == 0;
+    snprintf(out, cap, "%s/" ST_SHARDS_JSON, r);
+    ckpt = ckpt || access(out, F_OK) == 0;
+    if (!ckpt) {
+        snprintf(out, cap, "%s/config.json", r);
+        return access(out, R_OK) == 0;
+    }
+    char *slash = strrchr(r, '/');
+    if (!slash) return 0; /* a bare step_N: not known to be a run's */
+    *slash = 0;
+    const char *parent = strrchr(r, '/') ? strrchr(r, '/') + 1 : r;
+    snprintf(out, cap, "%s/../config.json", r);
+    return !strcmp(parent, "checkpoints") && access(out, R_OK) == 0;
+}
+
+st_status run_check_resume_matmul(st_train_config *c, st_err *err) {
+    char path[2200];
+    int forced = c->force_resume;
+    c->force_resume = 0; /* recorded as 0: a later resume is checked again */
+    if (!c->resume[0] || !resume_config_path(c->resume, path, sizeof path)) return ST_OK;
+    json_object *root = json_object_from_file(path), *v = NULL;
+    char was[16] = "fp32"; /* a config.json from before the key: an fp32 run */
+    if (root && json_object_object_get_ex(root, "matmul", &v) && json_object_is_type(v, json_type_string))
+        snprintf(was, sizeof was, "%s", json_object_get_string(v));
+    json_object_put(root);
+    if (!root) return ST_OK; /* unreadable: the resume itself says what is wrong with the run */
+    st_matmul_mode a, b;
+    if (st_backend_matmul_parse(was, &a, NULL) || st_backend_matmul_parse(c->matmul, &b, NULL)) return ST_OK;
+    if (a == ST_MATMUL_AUTO) a = st_backend_matmul_auto(c->device, NULL, 0);
+    if (b == ST_MATMUL_AUTO) b = st_backend_matmul_auto(c->device, NULL, 0);
+    if (a == b) return ST_OK;
+    if (forced) {
+        st_log(1, "warning: key 'matmul': %s was trained with matmul %s and this resume computes %s, as force_resume "
+               "1 asks: the run's numerics change from the resumed step on\n", c->resume, st_backend_matmul_name(a),
+               st_backend_matmul_name(b));
+        return ST_OK;
+    }
+    return st_errf(err, ST_ERR_INVALID, "key 'matmul': %s was trained with matmul %s (%s) and this resume gives %s: "
+                   "the run's numerics would change; resume with matmul %s, or give force_resume 1 to change it "
+                   "anyway", c->resume, st_backend_matmul_name(a), path, st_backend_matmul_name(b),
+                   st_backend_matmul_name(a));
+}
+
 /* keep_checkpoints: after a new checkpoint is complete, the oldest complete ones beyond
  * the newest N go (with a recursive delete, never a shell). A failure is a warning: the
  * run's state is safe in the new checkpoint. */
