@@ -13,6 +13,7 @@
  *      NOT fp32's, so a path that forgot to round would fail 1;
  *   0. the operands' conversion (cpu_bf16_operand, vectorised) equal bit for bit to
  *      st_f32_to_bf16 over random bit patterns, NaNs, infinities, denormals and ties;
+ *   4. attention under bf16 against the fp32 path, normwise (attention_bf16 below);
  *   3. fp32 mode (the default, and again after bf16 was switched off) equal bit for bit to
  *      OpenBLAS sgemm called as the backend called it before matmul bf16 existed.
  * Skips (77) in a build without oneDNN or on a CPU without bf16 matrix units. */
@@ -193,6 +194,49 @@ static void one_shape(st_backend *bf, st_backend *f32, int N, int C, int OC, st_
     free(dinp0), free(dw0), free(db0), free(dinp), free(dw), free(db), free(dinp32), free(dw32), free(db32);
 }
 
+/* ||a - b||_2 / ||b||_2 over n values */
+static double rel_l2(const float *a, const float *b, size_t n) {
+    double d = 0, w = 0;
+    for (size_t i = 0; i < n; i++) d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), w += (double)b[i] * b[i];
+    return sqrt(d / (w > 0 ? w : 1));
+}
+
+/* 4. attention under matmul bf16 (oneDNN batched products over bf16 q, k, v, P, dO, dS)
+ * against the fp32 backend's blocked sgemm path: output, lse and the accumulated gradient
+ * within bf16's rounding (normwise: a few units of 2^-8), and not fp32's bits (the bf16 path
+ * ran). A causal mask lost, a head or a sequence misplaced, or a missing scale is O(1). */
+static void attention_bf16(st_backend *bf, st_backend *f32, int B, int T, int C, int NH) {
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    float *qkv = malloc(nq * 4), *dout = malloc(no * 4), *o16 = malloc(no * 4), *o32 = malloc(no * 4);
+    float *l16 = malloc(nl * 4), *l32 = malloc(nl * 4), *g16 = malloc(nq * 4), *g32 = malloc(nq * 4);
+    fill(qkv, nq, 11, 1.5f), fill(dout, no, 12, 1), fill(g16, nq, 13, 0.5f);
+    memcpy(g32, g16, nq * 4);
+    bf->ops->attention_forward(bf, o16, l16, qkv, B, T, C, NH);
+    f32->ops->attention_forward(f32, o32, l32, qkv, B, T, C, NH);
+    bf->ops->attention_backward(bf, g16, dout, qkv, o16, l16, B, T, C, NH);
+    f32->ops->attention_backward(f32, g32, dout, qkv, o32, l32, B, T, C, NH);
+    double eo = rel_l2(o16, o32, no), el = rel_l2(l16, l32, nl), eg = 0, e0;
+    for (int p = 0; p < 3; p++) { /* dq, dk, dv separately: the initial gradient would hide them */
+        float *a = malloc(no * 4), *b = malloc(no * 4), *init = malloc(nq * 4);
+        fill(init, nq, 13, 0.5f);
+        for (size_t bt = 0; bt < (size_t)B * T; bt++)
+            for (int c = 0; c < C; c++) {
+                size_t i = bt * 3 * C + (size_t)p * C + c;
+                a[bt * C + c] = g16[i] - init[i], b[bt * C + c] = g32[i] - init[i];
+            }
+        e0 = rel_l2(a, b, no);
+        eg = e0 > eg ? e0 : eg;
+        free(a), free(b), free(init);
+    }
+    printf("matmul_bf16: attention B %d T %d C %d NH %d: normwise error against fp32: out %.2e, lse %.2e, worst of "
+           "dq, dk, dv %.2e\n", B, T, C, NH, eo, el, eg);
+    CHECK(eo < 8 * u_bf16 && eo > 0, "attention out: normwise error %.3e against fp32 (want (0, %.3e))", eo, 8 * u_bf16);
+    CHECK(el < 2 * u_bf16 && el > 0, "attention lse: normwise error %.3e against fp32 (want (0, %.3e))", el, 2 * u_bf16);
+    CHECK(eg < 12 * u_bf16 && eg > 0, "attention dq/dk/dv: normwise error %.3e against fp32 (want (0, %.3e))", eg,
+          12 * u_bf16);
+    free(qkv), free(dout), free(o16), free(o32), free(l16), free(l32), free(g16), free(g32);
+}
+
 int main(void) {
     st_err err = {0};
     st_backend *bf = NULL, *f32 = NULL;
@@ -242,6 +286,8 @@ int main(void) {
         for (int layout = 0; layout < 2; layout++)
             for (int bias = 0; bias < 2; bias++)
                 one_shape(bf, f32, shapes[i][0], shapes[i][1], shapes[i][2], (st_wlayout)layout, bias);
+    attention_bf16(bf, f32, 2, 37, 96, 3);
+    attention_bf16(bf, f32, 3, 128, 256, 4);
     /* back to fp32 on the backend that ran bf16: sgemm's bits again */
     CHECK(st_backend_set_matmul(bf, "fp32", &err) == ST_OK, "set fp32: %s", err.msg);
     {

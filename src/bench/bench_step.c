@@ -198,7 +198,8 @@ int bench_step(int argc, char **argv) {
     }
     if (step_bf16) cpu_bf16_get_stats(step_bf16, &st1);
     double conv_w = (st1.convert_s[1] - st0.convert_s[1]) / steps,
-           conv_a = (st1.convert_s[0] + st1.convert_s[2] - st0.convert_s[0] - st0.convert_s[2]) / steps,
+           conv_a = (st1.convert_s[0] + st1.convert_s[2] + st1.convert_s[3] + st1.convert_s[4] - st0.convert_s[0] -
+                     st0.convert_s[2] - st0.convert_s[3] - st0.convert_s[4]) / steps,
            in_gemm = (st1.gemm_s - st0.gemm_s) / steps;
     double step_s = bench_median(ts, steps), fwd_s = bench_median(tf, steps), bwd_s = bench_median(tb, steps), opt_s = bench_median(to, steps);
     double achieved = flops / step_s / 1e9, matmul_flops = gb.flops;

@@ -33,6 +33,10 @@ typedef struct cpu_ctx {
     int threads;
     st_matmul_mode matmul; /* ST_MATMUL_FP32 (sgemm) or ST_MATMUL_BF16 (oneDNN, bf16 below) */
     cpu_bf16 *bf16;        /* made by the first cpu_backend_set_matmul to bf16 */
+    float *att_s, *att_dp; /* matmul bf16's attention: scores and their gradient (att16_*) */
+    size_t att_cap;        /* floats in each */
+    float *att_o;          /* O, or dQ, dK, dV, head-major, and delta (rowsum(dO o O)) */
+    size_t o_cap;
 } cpu_ctx;
 
 /* ---------------------------------------------------------------- memory */
@@ -304,9 +308,247 @@ static void att_forward(float *out, float *lse, const float *qkv, const int32_t 
     }
 }
 
+/* ---- attention under matmul bf16 (causal, no documents): q, k, v (and dO) rounded to bf16
+ * and laid out head-major, (B, NH, T, hs) dense, in one pass; for a chunk of sequences each
+ * product over all heads at once is one oneDNN batched matmul (dense operands: its AMX
+ * kernels; strided ones in place in (B, T, 3C) fall back to its slower jit gemm). Scores are
+ * full T x T, the causal half masked in the fp32 softmax, where the scale is applied;
+ * probabilities and dS rounded to bf16 for their products; lse and delta fp32; O, dQ, dK, dV
+ * computed head-major in fp32 and scattered (added, for the gradients) into their rows. The
+ * same quantities as the blocked fp32 path above. */
+
+#define ATT16_SCORES_MAX ((size_t)1 << 24) /* floats in each scores buffer (64 MiB) */
+enum { ATT16_QKV = 3, ATT16_DOUT = 4, ATT16_P = 5 }; /* cpu_bf16 scratch slots */
+
+/* Sequences per chunk (0: T too long for the buffers, keep fp32); buffers grown. */
+static int att16_chunk(cpu_ctx *x, int B, int T, int C, int NH) {
+    size_t per = (size_t)NH * T * T;
+    if (per > ATT16_SCORES_MAX) return 0;
+    int nb = (int)(ATT16_SCORES_MAX / per);
+    nb = nb > B ? B : nb;
+    size_t need = per * (size_t)nb;
+    if (need > x->att_cap) {
+        st_free(x->att_s), st_free(x->att_dp);
+        x->att_s = st_alloc(need * sizeof(float));
+        x->att_dp = st_alloc(need * sizeof(float));
+        x->att_cap = x->att_s && x->att_dp ? need : 0;
+        if (!x->att_cap) return 0;
+    }
+    size_t o = (size_t)B * T * 3 * C + (size_t)B * NH * T; /* O or dQ, dK, dV head-major; delta */
+    if (o > x->o_cap) {
+        st_free(x->att_o);
+        x->att_o = st_alloc(o * sizeof(float));
+        x->o_cap = x->att_o ? o : 0;
+        if (!x->o_cap) return 0;
+    }
+    return nb;
+}
+
+/* dst (parts x B x NH x T x hs, bf16) = the `parts` C-column groups of src's rows
+ * (B x T rows of ld floats), rounded, head-major. */
+static void att16_gather(uint16_t *dst, const float *src, int parts, int B, int T, int C, int NH, int ld) {
+    int hs = C / NH;
+    size_t part = (size_t)B * T * C;
+#pragma omp parallel for schedule(static)
+    for (long bt = 0; bt < (long)B * T; bt++) {
+        int b = (int)(bt / T), t = (int)(bt % T);
+        for (int p = 0; p < parts; p++)
+            for (int h = 0; h < NH; h++)
+                cpu_bf16_round(dst + p * part + (((size_t)b * NH + h) * T + t) * hs, src + (size_t)bt * ld + p * C + h * hs,
+                               (size_t)hs);
+    }
+}
+
+/* rows (B x T of ld floats) = (or += when add) the parts' head-major fp32 values */
+static void att16_scatter(float *dst, const float *src, int parts, int B, int T, int C, int NH, int ld, int add) {
+    int hs = C / NH;
+    size_t part = (size_t)B * T * C;
+#pragma omp parallel for schedule(static)
+    for (long bt = 0; bt < (long)B * T; bt++) {
+        int b = (int)(bt / T), t = (int)(bt % T);
+        for (int p = 0; p < parts; p++)
+            for (int h = 0; h < NH; h++) {
+                const float *s = src + p * part + (((size_t)b * NH + h) * T + t) * hs;
+                float *d = dst + (size_t)bt * ld + p * C + h * hs;
+                if (add)
+                    for (int k = 0; k < hs; k++) d[k] += s[k];
+                else
+                    memcpy(d, s, sizeof(float) * hs);
+            }
+    }
+}
+
+/* The batch descriptions over nb sequences x NH heads, all dense: S = Q K^T, O = P V,
+ * dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q. */
+typedef struct att16_shapes { cpu_bf16_batch qk, pv, dv, dp, dq, dk; } att16_shapes;
+static att16_shapes att16_describe(int nb, int T, int C, int NH) {
+    int hs = C / NH;
+    int64_t sx = (int64_t)T * C, hx = (int64_t)T * hs, ss = (int64_t)NH * T * T, sh = (int64_t)T * T;
+    att16_shapes a;
+    a.qk = (cpu_bf16_batch){nb, NH, T, T, hs, 0, 1, 0, hs, hs, T, {sx, hx}, {sx, hx}, {ss, sh}};
+    a.pv = (cpu_bf16_batch){nb, NH, T, hs, T, 0, 0, 0, T, hs, hs, {ss, sh}, {sx, hx}, {sx, hx}};
+    a.dv = (cpu_bf16_batch){nb, NH, T, hs, T, 1, 0, 0, T, hs, hs, {ss, sh}, {sx, hx}, {sx, hx}};
+    a.dp = (cpu_bf16_batch){nb, NH, T, T, hs, 0, 1, 0, hs, hs, T, {sx, hx}, {sx, hx}, {ss, sh}};
+    a.dq = a.pv;
+    a.dk = a.dv;
+    return a;
+}
+
+/* Whether every product of the pass runs (primitives made now, once per shape). */
+static int att16_ready(cpu_ctx *x, const att16_shapes *a, int backward) {
+    st_err e = {0};
+    st_status s = cpu_bf16_batched_ready(x->bf16, &a->qk, &e);
+    if (!s) s = cpu_bf16_batched_ready(x->bf16, &a->pv, &e);
+    if (!s && backward) s = cpu_bf16_batched_ready(x->bf16, &a->dv, &e);
+    if (!s && backward) s = cpu_bf16_batched_ready(x->bf16, &a->dp, &e);
+    return !bf16_failed(s, &e);
+}
+
+/* Rows of scores (nb x NH x T rows of T) -> scaled, bf16 probabilities in P16 (keys after the
+ * row's query zero), lse per row. */
+ST_CLONES
+static void att16_softmax(float *S, uint16_t *P16, float *lse, long rows, int T, float scale) {
+#pragma omp parallel for schedule(static)
+    for (long r = 0; r < rows; r++) {
+        int t = (int)(r % T);
+        float *s = S + (size_t)r * T;
+        float mx = -INFINITY;
+        for (int j = 0; j <= t; j++) {
+            s[j] *= scale;
+            mx = s[j] > mx ? s[j] : mx;
+        }
+        float sum = 0;
+        for (int j = 0; j <= t; j++) { s[j] = st_fast_expf(s[j] - mx); sum += s[j]; }
+        float inv = 1.0f / sum;
+        for (int j = 0; j <= t; j++) s[j] *= inv;
+        for (int j = t + 1; j < T; j++) s[j] = 0.0f;
+        cpu_bf16_round(P16 + (size_t)r * T, s, (size_t)T);
+        lse[r] = mx + logf(sum);
+    }
+}
+
+static int att16_forward(cpu_ctx *x, float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
+    int nb = att16_chunk(x, B, T, C, NH), hs = C / NH;
+    if (!nb) return 0;
+    att16_shapes a = att16_describe(nb, T, C, NH);
+    int rest = B % nb;
+    att16_shapes r = rest ? att16_describe(rest, T, C, NH) : a;
+    st_err e = {0};
+    st_status s = ST_OK;
+    size_t part = (size_t)B * T * C;
+    cpu_bf16_lock(x->bf16);
+    uint16_t *h16 = cpu_bf16_scratch(x->bf16, ATT16_QKV, 3 * part);
+    uint16_t *p16 = cpu_bf16_scratch(x->bf16, ATT16_P, (size_t)nb * NH * T * T);
+    if (!h16 || !p16 || !att16_ready(x, &a, 0) || (rest && !att16_ready(x, &r, 0))) {
+        cpu_bf16_unlock(x->bf16);
+        return 0;
+    }
+    double t0 = st_now();
+    att16_gather(h16, qkv, 3, B, T, C, NH, 3 * C);
+    cpu_bf16_add_convert_s(x->bf16, ATT16_QKV, st_now() - t0);
+    float scale = 1.0f / sqrtf((float)hs);
+    for (int b0 = 0; b0 < B && !s; b0 += nb) {
+        int n = B - b0 < nb ? B - b0 : nb;
+        const att16_shapes *c = n == nb ? &a : &r;
+        size_t o = (size_t)b0 * T * C;
+        s = cpu_bf16_gemm_batched(x->bf16, &c->qk, h16 + o, h16 + part + o, x->att_s, &e);
+        if (s) break;
+        att16_softmax(x->att_s, p16, lse + (size_t)b0 * NH * T, (long)n * NH * T, T, scale);
+        s = cpu_bf16_gemm_batched(x->bf16, &c->pv, p16, h16 + 2 * part + o, x->att_o + o, &e);
+    }
+    cpu_bf16_unlock(x->bf16);
+    if (bf16_failed(s, &e)) return 0; /* redone in fp32: nothing was accumulated */
+    att16_scatter(out, x->att_o, 1, B, T, C, NH, C, 0);
+    return 1;
+}
+
+/* P = exp(S scale - lse) (fp32 in S, bf16 in P16) for rows of nb x NH x T; each row's delta,
+ * rowsum(dO o O) over its head's columns (dout, out: the chunk's rows). */
+ST_CLONES
+static void att16_probs(float *S, uint16_t *P16, const float *lse, float *delta, const float *dout, const float *out,
+                        long rows, int T, int C, int NH, float scale) {
+    int hs = C / NH;
+#pragma omp parallel for schedule(static)
+    for (long r = 0; r < rows; r++) {
+        int t = (int)(r % T), h = (int)(r / T % NH), b = (int)(r / T / NH);
+        float *s = S + (size_t)r * T;
+        float l = lse[r];
+        for (int j = 0; j <= t; j++) s[j] = st_fast_expf(s[j] * scale - l);
+        for (int j = t + 1; j < T; j++) s[j] = 0.0f;
+        cpu_bf16_round(P16 + (size_t)r * T, s, (size_t)T);
+        const float *o = out + ((size_t)b * T + t) * C + h * hs, *d = dout + ((size_t)b * T + t) * C + h * hs;
+        float acc = 0;
+        for (int k = 0; k < hs; k++) acc += o[k] * d[k];
+        delta[r] = acc;
+    }
+}
+
+/* dS = P (dP - delta) scale (in P's place), rounded into dS16. */
+ST_CLONES
+static void att16_dscores(float *P, const float *dP, const float *delta, uint16_t *dS16, long rows, int T,
+                          float scale) {
+#pragma omp parallel for schedule(static)
+    for (long r = 0; r < rows; r++) {
+        int t = (int)(r % T);
+        float *p = P + (size_t)r * T;
+        const float *dp = dP + (size_t)r * T;
+        float dl = delta[r];
+        for (int j = 0; j <= t; j++) p[j] = p[j] * (dp[j] - dl) * scale;
+        for (int j = t + 1; j < T; j++) p[j] = 0.0f;
+        cpu_bf16_round(dS16 + (size_t)r * T, p, (size_t)T);
+    }
+}
+
+static int att16_backward(cpu_ctx *x, float *dqkv, const float *dout, const float *qkv, const float *out,
+                          const float *lse, int B, int T, int C, int NH) {
+    int nb = att16_chunk(x, B, T, C, NH), hs = C / NH;
+    if (!nb) return 0;
+    att16_shapes a = att16_describe(nb, T, C, NH);
+    int rest = B % nb;
+    att16_shapes r = rest ? att16_describe(rest, T, C, NH) : a;
+    st_err e = {0};
+    st_status s = ST_OK;
+    size_t part = (size_t)B * T * C;
+    cpu_bf16_lock(x->bf16);
+    uint16_t *h16 = cpu_bf16_scratch(x->bf16, ATT16_QKV, 3 * part);
+    uint16_t *d16 = cpu_bf16_scratch(x->bf16, ATT16_DOUT, part);
+    uint16_t *p16 = cpu_bf16_scratch(x->bf16, ATT16_P, (size_t)nb * NH * T * T);
+    if (!h16 || !d16 || !p16 || !att16_ready(x, &a, 1) || (rest && !att16_ready(x, &r, 1))) {
+        cpu_bf16_unlock(x->bf16);
+        return 0;
+    }
+    double t0 = st_now();
+    att16_gather(h16, qkv, 3, B, T, C, NH, 3 * C);
+    att16_gather(d16, dout, 1, B, T, C, NH, C);
+    cpu_bf16_add_convert_s(x->bf16, ATT16_QKV, st_now() - t0);
+    float scale = 1.0f / sqrtf((float)hs), *dh = x->att_o, *delta = x->att_o + 3 * part;
+    for (int b0 = 0; b0 < B && !s; b0 += nb) {
+        int n = B - b0 < nb ? B - b0 : nb;
+        const att16_shapes *c = n == nb ? &a : &r;
+        size_t o = (size_t)b0 * T * C;
+        const uint16_t *q = h16 + o, *k = h16 + part + o, *v = h16 + 2 * part + o, *d = d16 + o;
+        long rows = (long)n * NH * T;
+        s = cpu_bf16_gemm_batched(x->bf16, &c->qk, q, k, x->att_s, &e);
+        if (s) break;
+        att16_probs(x->att_s, p16, lse + (size_t)b0 * NH * T, delta, dout + o, out + o, rows, T, C, NH, scale);
+        if ((s = cpu_bf16_gemm_batched(x->bf16, &c->dv, p16, d, dh + 2 * part + o, &e)) ||
+            (s = cpu_bf16_gemm_batched(x->bf16, &c->dp, d, v, x->att_dp, &e)))
+            break;
+        att16_dscores(x->att_s, x->att_dp, delta, p16, rows, T, scale);
+        if ((s = cpu_bf16_gemm_batched(x->bf16, &c->dq, p16, k, dh + o, &e)) ||
+            (s = cpu_bf16_gemm_batched(x->bf16, &c->dk, p16, q, dh + part + o, &e)))
+            break;
+    }
+    cpu_bf16_unlock(x->bf16);
+    if (bf16_failed(s, &e)) return 0; /* redone in fp32: nothing was added to dqkv yet */
+    att16_scatter(dqkv, dh, 3, B, T, C, NH, 3 * C, 1);
+    return 1;
+}
+
 static void cpu_attention_forward(st_backend *be, float *out, float *lse, const float *qkv, int B, int T,
                                   int C, int NH) {
-    (void)be;
+    cpu_ctx *x = be->ctx;
+    if (x->matmul == ST_MATMUL_BF16 && att16_forward(x, out, lse, qkv, B, T, C, NH)) return;
     att_forward(out, lse, qkv, NULL, B, T, C, NH);
 }
 
@@ -399,7 +641,8 @@ static void att_backward(float *dqkv, const float *dout, const float *qkv, const
 
 static void cpu_attention_backward(st_backend *be, float *dqkv, const float *dout, const float *qkv,
                                    const float *out, const float *lse, int B, int T, int C, int NH) {
-    (void)be;
+    cpu_ctx *x = be->ctx;
+    if (x->matmul == ST_MATMUL_BF16 && att16_backward(x, dqkv, dout, qkv, out, lse, B, T, C, NH)) return;
     att_backward(dqkv, dout, qkv, out, lse, NULL, B, T, C, NH);
 }
 
@@ -594,7 +837,9 @@ cpu_bf16 *cpu_backend_bf16(const st_backend *be) { return ((const cpu_ctx *)be->
 
 static void cpu_free(st_backend *be) {
     if (!be) return;
-    cpu_bf16_free(((cpu_ctx *)be->ctx)->bf16);
+    cpu_ctx *x = be->ctx;
+    cpu_bf16_free(x->bf16);
+    st_free(x->att_s), st_free(x->att_dp), st_free(x->att_o);
     free(be->ctx);
     free(be);
 }

@@ -109,8 +109,18 @@ int cpu_bf16_built(void) { return 1; }
 
 #define BF16_CACHE_MAX 128 /* shapes kept; a model makes a few dozen */
 
+/* A product's shape, layouts and options: the cache's key (compared whole; zero-filled
+ * first so that padding compares equal). Batched products (nb0 x nb1 matrices, attention's
+ * batch x heads) give each operand's two batch strides; a plain product has nb0 = nb1 = 1 and
+ * zero batch strides. ld*: row strides of the stored matrices (A stored (M,K), or (K,M) when
+ * ta; B (K,N), or (N,K) when tb; C (M,N)). */
+typedef struct bf16_key {
+    int nb0, nb1, M, N, K, ta, tb, bias, acc, pad_;
+    int64_t lda, ldb, ldc, sa0, sa1, sb0, sb1, sc0, sc1;
+} bf16_key;
+
 typedef struct bf16_prim {
-    int M, N, K, ta, tb, bias, acc;
+    bf16_key key;
     dnnl_primitive_t prim;
     dnnl_memory_t a, b, c, bs; /* bound to each call's pointers by set_data_handle */
     dnnl_memory_t pad;         /* its scratchpad, bound to the shared buffer (NULL: needs none) */
@@ -200,29 +210,57 @@ uint16_t *cpu_bf16_operand(cpu_bf16 *b, int slot, const float *src, size_t n) {
     return b->slot[slot];
 }
 
+uint16_t *cpu_bf16_scratch(cpu_bf16 *b, int slot, size_t n) {
+    if (n > b->cap[slot]) {
+        st_free(b->slot[slot]);
+        size_t cap = n + n / 4;
+        b->slot[slot] = st_alloc(cap * sizeof(uint16_t));
+        b->cap[slot] = b->slot[slot] ? cap : 0;
+    }
+    return b->slot[slot];
+}
+
+void cpu_bf16_round(uint16_t *dst, const float *src, size_t n) {
+#ifdef BF16_HAVE_AVX512
+    static int avx512 = -1;
+    if (avx512 < 0) avx512 = __builtin_cpu_supports("avx512f") ? 1 : 0;
+    if (avx512) {
+        to_bf16_avx512(dst, src, n);
+        return;
+    }
+#endif
+    for (size_t i = 0; i < n; i++) dst[i] = st_f32_to_bf16(src[i]);
+}
+
+void cpu_bf16_add_convert_s(cpu_bf16 *b, int slot, double s) { b->stats.convert_s[slot] += s; }
+
 void cpu_bf16_get_stats(cpu_bf16 *b, cpu_bf16_stats *out) {
     cpu_bf16_lock(b);
     *out = b->stats;
     cpu_bf16_unlock(b);
 }
 
-/* The memory descriptor of a dense row-major (rows, cols) matrix read as its transpose
- * when t: dims (cols, rows) with strides (1, cols). */
-static dnnl_status_t md2(dnnl_memory_desc_t *md, int rows, int cols, int t, dnnl_data_type_t dt) {
+/* The memory descriptor of a stored row-major (rows, cols) matrix with row stride ld, read
+ * as its transpose when t (dims (cols, rows), strides (1, ld)); with batch dims (nb0, nb1)
+ * in front (strides s0, s1) where `batched`. */
+static dnnl_status_t md_of(dnnl_memory_desc_t *md, int batched, int nb0, int nb1, int64_t s0, int64_t s1, int rows,
+                           int cols, int64_t ld, int t, dnnl_data_type_t dt) {
     dnnl_dims_t dims = {0}, strides = {0};
+    int o = batched ? 2 : 0;
+    if (batched) dims[0] = nb0, dims[1] = nb1, strides[0] = s0, strides[1] = s1;
     if (!t) {
-        dims[0] = rows, dims[1] = cols, strides[0] = cols, strides[1] = 1;
+        dims[o] = rows, dims[o + 1] = cols, strides[o] = ld, strides[o + 1] = 1;
     } else {
-        dims[0] = cols, dims[1] = rows, strides[0] = 1, strides[1] = cols;
+        dims[o] = cols, dims[o + 1] = rows, strides[o] = 1, strides[o + 1] = ld;
     }
-    return dnnl_memory_desc_init_by_strides(md, 2, dims, dt, strides);
+    return dnnl_memory_desc_init_by_strides(md, o + 2, dims, dt, strides);
 }
 
-static bf16_prim *prim_get(cpu_bf16 *b, int ta, int tb, int M, int N, int K, int bias, int acc, st_err *err) {
+static bf16_prim *prim_get(cpu_bf16 *b, const bf16_key *k, st_err *err) {
     b->calls++;
     for (int i = 0; i < b->n; i++) {
         bf16_prim *p = &b->cache[i];
-        if (p->M == M && p->N == N && p->K == K && p->ta == ta && p->tb == tb && p->bias == bias && p->acc == acc) {
+        if (!memcmp(&p->key, k, sizeof *k)) {
             p->used = b->calls;
             return p;
         }
@@ -237,6 +275,7 @@ static bf16_prim *prim_get(cpu_bf16 *b, int ta, int tb, int M, int N, int K, int
         prim_free(p);
     }
     memset(p, 0, sizeof *p);
+    int M = k->M, N = k->N, K = k->K, batched = k->nb0 * k->nb1 > 1;
     dnnl_memory_desc_t a_md, b_md, c_md, bias_md;
     dnnl_dims_t bias_dims = {1, N};
     dnnl_matmul_desc_t desc;
@@ -246,18 +285,20 @@ static bf16_prim *prim_get(cpu_bf16 *b, int ta, int tb, int M, int N, int K, int
     dnnl_status_t st;
     const char *what = "memory descriptor";
     /* stored A (M,K) or (K,M); stored B (K,N) or (N,K) */
-    if ((st = ta ? md2(&a_md, K, M, 1, dnnl_bf16) : md2(&a_md, M, K, 0, dnnl_bf16)) ||
-        (st = tb ? md2(&b_md, N, K, 1, dnnl_bf16) : md2(&b_md, K, N, 0, dnnl_bf16)) ||
-        (st = md2(&c_md, M, N, 0, dnnl_f32)) ||
+    if ((st = k->ta ? md_of(&a_md, batched, k->nb0, k->nb1, k->sa0, k->sa1, K, M, k->lda, 1, dnnl_bf16)
+                    : md_of(&a_md, batched, k->nb0, k->nb1, k->sa0, k->sa1, M, K, k->lda, 0, dnnl_bf16)) ||
+        (st = k->tb ? md_of(&b_md, batched, k->nb0, k->nb1, k->sb0, k->sb1, N, K, k->ldb, 1, dnnl_bf16)
+                    : md_of(&b_md, batched, k->nb0, k->nb1, k->sb0, k->sb1, K, N, k->ldb, 0, dnnl_bf16)) ||
+        (st = md_of(&c_md, batched, k->nb0, k->nb1, k->sc0, k->sc1, M, N, k->ldc, 0, dnnl_f32)) ||
         (st = dnnl_memory_desc_init_by_tag(&bias_md, 2, bias_dims, dnnl_f32, dnnl_ab)))
         goto fail;
     what = "matmul descriptor";
-    if ((st = dnnl_matmul_desc_init(&desc, &a_md, &b_md, bias ? &bias_md : NULL, &c_md))) goto fail;
+    if ((st = dnnl_matmul_desc_init(&desc, &a_md, &b_md, k->bias ? &bias_md : NULL, &c_md))) goto fail;
     what = "primitive attributes";
     if ((st = dnnl_primitive_attr_create(&attr)) ||
         (st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user)))
         goto fail;
-    if (acc) { /* C += : a sum post-op adds the old C (fp32) to the fp32 product */
+    if (k->acc) { /* C += : a sum post-op adds the old C (fp32) to the fp32 product */
         if ((st = dnnl_post_ops_create(&po)) || (st = dnnl_post_ops_append_sum(po, 1.0f)) ||
             (st = dnnl_primitive_attr_set_post_ops(attr, po)))
             goto fail;
@@ -273,7 +314,7 @@ static bf16_prim *prim_get(cpu_bf16 *b, int ta, int tb, int M, int N, int K, int
     if ((st = dnnl_memory_create(&p->a, &a_md, b->engine, DNNL_MEMORY_NONE)) ||
         (st = dnnl_memory_create(&p->b, &b_md, b->engine, DNNL_MEMORY_NONE)) ||
         (st = dnnl_memory_create(&p->c, &c_md, b->engine, DNNL_MEMORY_NONE)) ||
-        (bias && (st = dnnl_memory_create(&p->bs, &bias_md, b->engine, DNNL_MEMORY_NONE))))
+        (k->bias && (st = dnnl_memory_create(&p->bs, &bias_md, b->engine, DNNL_MEMORY_NONE))))
         goto fail;
     const dnnl_memory_desc_t *pad_md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     p->pad_bytes = pad_md ? dnnl_memory_desc_get_size(pad_md) : 0;
@@ -281,7 +322,7 @@ static bf16_prim *prim_get(cpu_bf16 *b, int ta, int tb, int M, int N, int K, int
     dnnl_primitive_desc_destroy(pd);
     if (po) dnnl_post_ops_destroy(po);
     dnnl_primitive_attr_destroy(attr);
-    p->M = M, p->N = N, p->K = K, p->ta = ta, p->tb = tb, p->bias = bias, p->acc = acc, p->used = b->calls;
+    p->key = *k, p->used = b->calls;
     return p;
 fail:
     if (pd) dnnl_primitive_desc_destroy(pd);
@@ -290,16 +331,24 @@ fail:
     prim_free(p);
     b->n--; /* p is the last entry or a freed one; either way a hole is not kept */
     if (p != &b->cache[b->n]) *p = b->cache[b->n], memset(&b->cache[b->n], 0, sizeof b->cache[b->n]);
-    st_errf(err, ST_ERR_IO, "matmul bf16: oneDNN's %s failed for M %d N %d K %d%s%s (status %d)", what, M, N, K,
-            ta ? " A transposed" : "", tb ? " B transposed" : "", (int)st);
+    st_errf(err, ST_ERR_IO, "matmul bf16: oneDNN's %s failed for %sM %d N %d K %d%s%s (status %d)", what,
+            batched ? "a batch of " : "", M, N, K, k->ta ? " A transposed" : "", k->tb ? " B transposed" : "", (int)st);
     return NULL;
 }
 
-st_status cpu_bf16_gemm(cpu_bf16 *b, int ta, int tb, int M, int N, int K, const uint16_t *A, const uint16_t *B,
-                        const float *bias, int accumulate, float *C, st_err *err) {
-    if (M <= 0 || N <= 0) return ST_OK;
+static bf16_key key_batched(const cpu_bf16_batch *g);
+static bf16_key key_2d(int ta, int tb, int M, int N, int K, int bias, int acc) {
+    bf16_key k;
+    memset(&k, 0, sizeof k);
+    k.nb0 = k.nb1 = 1, k.M = M, k.N = N, k.K = K, k.ta = ta, k.tb = tb, k.bias = bias, k.acc = acc;
+    k.lda = ta ? M : K, k.ldb = tb ? K : N, k.ldc = N;
+    return k;
+}
+
+static st_status run_prim(cpu_bf16 *b, const bf16_key *k, const uint16_t *A, const uint16_t *B, const float *bias,
+                          float *C, st_err *err) {
     double t0 = st_now();
-    bf16_prim *p = prim_get(b, ta, tb, M, N, K, bias != NULL, accumulate, err);
+    bf16_prim *p = prim_get(b, k, err);
     if (!p) return ST_ERR_IO;
     dnnl_memory_set_data_handle(p->a, (void *)A);
     dnnl_memory_set_data_handle(p->b, (void *)B);
@@ -313,7 +362,7 @@ st_status cpu_bf16_gemm(cpu_bf16 *b, int ta, int tb, int M, int N, int K, const 
             b->pad_cap = b->pad ? p->pad_bytes : 0;
             if (!b->pad)
                 return st_errf(err, ST_ERR_NOMEM, "matmul bf16: out of memory for oneDNN's scratchpad (%zu bytes) of "
-                               "M %d N %d K %d", p->pad_bytes, M, N, K);
+                               "M %d N %d K %d", p->pad_bytes, k->M, k->N, k->K);
         }
         dnnl_memory_set_data_handle(p->pad, b->pad);
         args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, p->pad};
@@ -327,14 +376,44 @@ st_status cpu_bf16_gemm(cpu_bf16 *b, int ta, int tb, int M, int N, int K, const 
     b->stats.gemm_s += st_now() - t0;
     b->stats.calls++;
     if (st != dnnl_success)
-        return st_errf(err, ST_ERR_IO, "matmul bf16: oneDNN's matmul M %d N %d K %d failed (status %d)", M, N, K,
-                       (int)st);
+        return st_errf(err, ST_ERR_IO, "matmul bf16: oneDNN's matmul M %d N %d K %d failed (status %d)", k->M, k->N,
+                       k->K, (int)st);
     return ST_OK;
 }
 
+st_status cpu_bf16_gemm(cpu_bf16 *b, int ta, int tb, int M, int N, int K, const uint16_t *A, const uint16_t *B,
+                        const float *bias, int accumulate, float *C, st_err *err) {
+    if (M <= 0 || N <= 0) return ST_OK;
+    bf16_key k = key_2d(ta, tb, M, N, K, bias != NULL, accumulate);
+    return run_prim(b, &k, A, B, bias, C, err);
+}
+
+st_status cpu_bf16_gemm_batched(cpu_bf16 *b, const cpu_bf16_batch *g, const uint16_t *A, const uint16_t *B, float *C,
+                                st_err *err) {
+    if (g->M <= 0 || g->N <= 0 || g->nb0 <= 0 || g->nb1 <= 0) return ST_OK;
+    bf16_key k = key_batched(g);
+    return run_prim(b, &k, A, B, NULL, C, err);
+}
+
+static bf16_key key_batched(const cpu_bf16_batch *g) {
+    bf16_key k;
+    memset(&k, 0, sizeof k);
+    k.nb0 = g->nb0, k.nb1 = g->nb1, k.M = g->M, k.N = g->N, k.K = g->K, k.ta = g->ta, k.tb = g->tb,
+    k.acc = g->accumulate;
+    k.lda = g->lda, k.ldb = g->ldb, k.ldc = g->ldc, k.sa0 = g->sa[0], k.sa1 = g->sa[1], k.sb0 = g->sb[0],
+    k.sb1 = g->sb[1], k.sc0 = g->sc[0], k.sc1 = g->sc[1];
+    return k;
+}
+
+st_status cpu_bf16_batched_ready(cpu_bf16 *b, const cpu_bf16_batch *g, st_err *err) {
+    bf16_key k = key_batched(g);
+    return prim_get(b, &k, err) ? ST_OK : ST_ERR_IO;
+}
+
 const char *cpu_bf16_impl(cpu_bf16 *b, int ta, int tb, int M, int N, int K, int bias, int accumulate) {
+    bf16_key k = key_2d(ta, tb, M, N, K, bias, accumulate);
     cpu_bf16_lock(b);
-    bf16_prim *p = prim_get(b, ta, tb, M, N, K, bias, accumulate, NULL);
+    bf16_prim *p = prim_get(b, &k, NULL);
     cpu_bf16_unlock(b);
     return p ? p->impl : "";
 }
@@ -370,6 +449,21 @@ st_status cpu_bf16_gemm(cpu_bf16 *b, int ta, int tb, int M, int N, int K, const 
     return st_errf(err, ST_ERR_UNSUPPORTED, "matmul bf16: M %d N %d K %d: this strata was built without oneDNN", M,
                    N, K);
 }
+st_status cpu_bf16_gemm_batched(cpu_bf16 *b, const cpu_bf16_batch *g, const uint16_t *A, const uint16_t *B, float *C,
+                                st_err *err) {
+    (void)b, (void)g, (void)A, (void)B, (void)C;
+    return st_errf(err, ST_ERR_UNSUPPORTED, "matmul bf16: this strata was built without oneDNN");
+}
+st_status cpu_bf16_batched_ready(cpu_bf16 *b, const cpu_bf16_batch *g, st_err *err) {
+    (void)b, (void)g;
+    return st_errf(err, ST_ERR_UNSUPPORTED, "matmul bf16: this strata was built without oneDNN");
+}
+uint16_t *cpu_bf16_scratch(cpu_bf16 *b, int slot, size_t n) {
+    (void)b, (void)slot, (void)n;
+    return NULL;
+}
+void cpu_bf16_add_convert_s(cpu_bf16 *b, int slot, double s) { (void)b, (void)slot, (void)s; }
+void cpu_bf16_round(uint16_t *dst, const float *src, size_t n) { st_convert(dst, ST_BF16, src, ST_F32, n); }
 const char *cpu_bf16_impl(cpu_bf16 *b, int ta, int tb, int M, int N, int K, int bias, int accumulate) {
     (void)b, (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)bias, (void)accumulate;
     return "";

@@ -33,7 +33,7 @@ void cpu_bf16_free(cpu_bf16 *b);
  * scratch buffer `slot` (0..CPU_BF16_SLOTS-1), valid until that slot is used again;
  * NULL where memory ran out. Call between cpu_bf16_lock and cpu_bf16_unlock: the
  * scratch and the primitives are one caller's at a time. */
-#define CPU_BF16_SLOTS 3
+#define CPU_BF16_SLOTS 6
 uint16_t *cpu_bf16_operand(cpu_bf16 *b, int slot, const float *src, size_t n);
 void cpu_bf16_lock(cpu_bf16 *b);
 void cpu_bf16_unlock(cpu_bf16 *b);
@@ -44,6 +44,25 @@ void cpu_bf16_unlock(cpu_bf16 *b);
  * for (M, N, K, ta, tb, bias, accumulate) is made on the first call and kept. */
 st_status cpu_bf16_gemm(cpu_bf16 *b, int ta, int tb, int M, int N, int K, const uint16_t *A, const uint16_t *B,
                         const float *bias, int accumulate, float *C, st_err *err);
+/* A batch of nb0 x nb1 products C[i][j] (M,N) (+)= op(A[i][j]) op(B[i][j]), bf16 operands
+ * and fp32 results at any strides: matrix (i, j) of X starts at X + i sx[0] + j sx[1]; ld*
+ * are the stored matrices' row strides (A stored (M,K), or (K,M) when ta; B (K,N), or (N,K)
+ * when tb; C (M,N)). Attention's products over batch x heads, reading q, k and v in place
+ * in the (B, T, 3C) activations. Cached per shape, strides and options as cpu_bf16_gemm. */
+typedef struct cpu_bf16_batch {
+    int nb0, nb1, M, N, K, ta, tb, accumulate;
+    int64_t lda, ldb, ldc, sa[2], sb[2], sc[2];
+} cpu_bf16_batch;
+st_status cpu_bf16_gemm_batched(cpu_bf16 *b, const cpu_bf16_batch *g, const uint16_t *A, const uint16_t *B, float *C,
+                                st_err *err);
+/* Makes (or finds) the primitive of that batch without running it: ST_OK where it runs. */
+st_status cpu_bf16_batched_ready(cpu_bf16 *b, const cpu_bf16_batch *g, st_err *err);
+/* The scratch buffer `slot` grown to n bf16 values, not written (NULL: out of memory). */
+uint16_t *cpu_bf16_scratch(cpu_bf16 *b, int slot, size_t n);
+/* Adds s seconds to slot's conversion time (a conversion made by the caller, under the lock). */
+void cpu_bf16_add_convert_s(cpu_bf16 *b, int slot, double s);
+/* dst = src rounded to bf16 (st_f32_to_bf16 bit for bit), on the calling thread. */
+void cpu_bf16_round(uint16_t *dst, const float *src, size_t n);
 /* Seconds spent since creation converting operands, by slot (the CPU backend's matmuls put
  * the weight in slot 1, activations and their gradients in 0 and 2), and in oneDNN's
  * matmuls (gemm_s); calls counts cpu_bf16_gemm. For the step benchmark's breakdown. */
