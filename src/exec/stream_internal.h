@@ -132,6 +132,8 @@ struct st_stream_exec {
     /* packed documents (st_stream_set_docs): every micro-batch's positions and doc_start, the
      * caller's; docs_on: the blocks hold some (NULL, NULL is then set once to clear them) */
     const int32_t *doc_pos, *doc_ds;
+    st_row_loss_hook row_hook; /* st_stream_set_row_hook: each micro-batch's per-row losses */
+    void *row_hook_ctx;
     int docs_on;
 };
 

@@ -191,6 +191,13 @@ static float *block_acts(st_stream_exec *x, int l) {
     }
 }
 
+void st_stream_set_row_hook(st_stream_exec *x, st_row_loss_hook hook, void *ctx) {
+    x->row_hook = hook;
+    x->row_hook_ctx = ctx;
+}
+
+const float *st_stream_row_losses(const st_stream_exec *x) { return x->h_losses; }
+
 void st_stream_set_docs(st_stream_exec *x, const int32_t *positions_all, const int32_t *doc_start_all) {
     x->doc_pos = positions_all;
     x->doc_ds = doc_start_all;
@@ -464,6 +471,7 @@ static void step_micro_batches(step_run *r, const int32_t *inputs_all, const int
         wait_ticket(x, r->last, "wait previous micro-batch", mb);
         if (mb > 0 && !r->docs_st) r->docs_st = docs_apply(x, mb, &r->docs_err); /* mb 0's: set in step_begin */
         float loss = micro_forward(r, mb, inputs, targets);
+        if (x->row_hook) x->row_hook(x->row_hook_ctx, mb, x->h_losses, targets, (size_t)N);
         micro_backward(r, add, final);
         r->loss_sum += st_step_micro_loss(loss, targets, (size_t)N, n_micro, r->n_targets);
         micro_accumulate(r, mb, add, final);
