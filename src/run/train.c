@@ -2,8 +2,9 @@
  *
  *     st_train_run:  run_check    the configuration, the device, plan_state auto, the memory
  *                                 plan, the ranks' agreement (nothing written yet)
- *                    run_open_dir RUN_DIR, its lock and config.json
- *                    run_open     backend, model, executor, optimizer, data, state, outputs
+ *                    run_open_dir RUN_DIR and its lock
+ *                    run_open     backend, model, executor (and the planner's choices), then
+ *                                 config.json once, optimizer, data, state, outputs
  *                    run_loop     per step: next batch and step (run_step), validation
  *                                 (run_evaluate), the step's record (run_log_step), a sample
  *                                 (run_sample), the skip limit, the stop flag, a checkpoint
@@ -146,7 +147,6 @@ static st_status run_open_dir(train_run *r, st_err *err) {
         s = st_mkdirs(r->c.run_dir, err);
         st_run_path(path, sizeof path, r->c.run_dir, ST_RUN_LOCK);
         if (!s) s = st_lock_acquire(&r->lock, path, "run directory", err);
-        if (!s && (s = run_save_config(&r->c, err))) st_lock_release(&r->lock);
     }
     return run_agree(&r->dist, s, "opening the run directory", err);
 }
@@ -173,10 +173,7 @@ static st_status open_model(train_run *r, st_err *err) {
     if ((s = st_arch_of_model(&r->arch, r->m, err)) ||
         (s = run_open_streamed(c, r->m, r->arch, r->be, r->dist.world, &r->dev, &r->sx, &chosen_budget, err)))
         return s;
-    if (chosen_budget > 0 && !(c->state_budget > 0)) { /* run it, and resume with it (config.json) */
-        c->state_budget = chosen_budget;
-        if (r->lead && (s = run_save_config(c, err))) return s;
-    }
+    if (chosen_budget > 0 && !(c->state_budget > 0)) c->state_budget = chosen_budget; /* run, recorded, resumed */
     r->opt = st_stream_optim(r->sx);
     st_stream_set_params(r->sx, r->m->params); /* the device copies of the embedding and head */
     return ST_OK;
@@ -336,7 +333,12 @@ static st_status run_open(train_run *r, st_err *err) {
     r->quiet = c->quiet || !r->lead;
     r->step_tokens = (double)r->B * r->T * c->grad_accum * r->dist.world;
     r->last_loss = NAN;
-    if ((s = open_model(r, err)) || (s = open_optimizer(r, err)) || (s = open_data(r, err)) ||
+    if ((s = open_model(r, err))) return s;
+    /* config.json, once: the configuration as run, every choice made (plan_state, matmul
+     * auto, the planner's state_budget) recorded as if given, so a resume runs the same */
+    s = r->lead ? run_save_config(c, err) : ST_OK;
+    if ((s = run_agree(&r->dist, s, "writing config.json", err))) return s;
+    if ((s = open_optimizer(r, err)) || (s = open_data(r, err)) ||
         (s = open_state(r, err)) || (s = open_step(r, err)))
         return s;
     if ((s = open_outputs(r, err)) ||
