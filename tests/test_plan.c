@@ -203,6 +203,103 @@ static void fixed_choices(const st_arch *a, int B, int T, const st_plan_profile 
     free(e);
 }
 
+/* The plan request (st_plan_for_run): the rule alone (and st_plan_rule, which is it) equals
+ * the rule written out by hand at every budget;
+ * the activations-first order is bench stream's (each act with the vocabulary resident,
+ * then chunked); the program alone equals st_plan_stream_ex; fixed choices that do not fit
+ * are refused naming key 'act', never bypassed by the rule. */
+static void plan_request(const st_arch *a, int B, int T, const st_plan_profile *hw) {
+    st_err err = {0};
+    /* the rule's candidates differ in bytes where the activations and the vocabulary are
+     * large against the blocks: a wide vocabulary, long rows */
+    st_gpt2_config rc = {.vocab_size = 16384, .max_seq = 256, .n_layer = 4, .n_head = 2, .n_embd = 64};
+    st_arch *ra = NULL;
+    CHECK(st_arch_gpt2(&ra, &rc, &err) == ST_OK, "%s", err.msg);
+    if (!ra) return;
+    st_stream_config sc = {.arch = ra, .B = 8, .T = 256};
+    st_stream_plan *want = malloc(sizeof *want), *q = malloc(sizeof *q);
+    st_plan_result *res = malloc(sizeof *res);
+    if (!want || !q || !res) {
+        CHECK(0, "out of memory");
+        goto out;
+    }
+    st_stream_plan_default(q, ra->lay.n_blocks);
+    st_stream_plan_set_all(q, ST_STREAM_ACT_KEEP);
+    size_t top = st_stream_device_bytes(&sc, q) + 4096;
+    int mismatch = 0, acts_mismatch = 0, n = 0, kinds = 0;
+    int seen[3][2] = {{0}}; /* [act][chunked] */
+    for (size_t budget = top / 512; budget <= top; budget += top / 512, n++) {
+        st_plan_request rq = {.arch = ra, .B = sc.B, .T = sc.T, .budget = budget, .sc = &sc, .rule = 1, .vocab_chunk = -1};
+        int found = 0; /* the rule by hand: the vocabulary resident, then chunked; keep, offload, recompute */
+        static const st_stream_act order[] = {ST_STREAM_ACT_KEEP, ST_STREAM_ACT_OFFLOAD, ST_STREAM_ACT_RECOMPUTE};
+        for (int i = 0; i < 6 && !found; i++) {
+            st_stream_plan_default(want, ra->lay.n_blocks);
+            st_stream_plan_set_all(want, order[i % 3]);
+            want->vocab_chunk = i / 3 ? ST_PLAN_RULE_VOCAB_CHUNK : 0;
+            found = st_stream_device_bytes(&sc, want) <= budget;
+        }
+        st_status s = st_plan_for_run(&rq, res, &err);
+        if (found != st_plan_rule(&sc, NULL, budget, q) || (found && q->vocab_chunk != want->vocab_chunk)) mismatch++;
+        if ((s == ST_OK) != found || (found && (memcmp(res->plan.act, want->act, (size_t)want->n_layer) ||
+                                                res->plan.vocab_chunk != want->vocab_chunk)))
+            mismatch++;
+        if (!s) seen[res->plan.act[0]][res->plan.vocab_chunk != 0] = 1;
+        /* bench stream's order: offload (resident, chunked), then recompute (resident, chunked) */
+        static const st_stream_act acts[] = {ST_STREAM_ACT_OFFLOAD, ST_STREAM_ACT_RECOMPUTE};
+        rq.rule_order = ST_PLAN_RULE_ACTS_FIRST;
+        rq.rule_acts = acts;
+        rq.n_rule_acts = 2;
+        s = st_plan_for_run(&rq, res, &err);
+        int hand = 0; /* the same order by hand */
+        for (int i = 0; i < 4 && !hand; i++) {
+            st_stream_plan_default(q, ra->lay.n_blocks);
+            st_stream_plan_set_all(q, acts[i / 2]);
+            q->vocab_chunk = i % 2 ? ST_PLAN_RULE_VOCAB_CHUNK : 0;
+            hand = st_stream_device_bytes(&sc, q) <= budget;
+        }
+        if ((s == ST_OK) != hand || memcmp(res->plan.act, q->act, (size_t)q->n_layer) ||
+            res->plan.vocab_chunk != q->vocab_chunk)
+            acts_mismatch++;
+    }
+    for (int x = 0; x < 3; x++) kinds += seen[x][0] + seen[x][1];
+    CHECK(mismatch == 0 && kinds >= 3, "plan request, rule alone: %d of %d budgets differ from the rule by hand (%d kinds "
+          "of plan seen)", mismatch, n, kinds);
+    CHECK(acts_mismatch == 0, "plan request, activations first: %d of %d budgets differ from the order by hand",
+          acts_mismatch, n);
+    /* the program alone: st_plan_stream_ex's plan and prediction */
+    sc = (st_stream_config){.arch = a, .B = B, .T = T};
+    st_stream_plan_default(q, a->lay.n_blocks);
+    st_stream_plan_set_all(q, ST_STREAM_ACT_KEEP);
+    top = st_stream_device_bytes(&sc, q) + 4096;
+    size_t mid = top / 2;
+    st_plan_prediction pr;
+    st_plan_options po = {.mip_gap = -1, .allow_vocab_chunk = 1};
+    st_plan_request rq = {.arch = a, .B = B, .T = T, .budget = mid, .sc = &sc, .profile = hw, .solve = 1, .options = po};
+    st_status s1 = st_plan_stream_ex(a, B, T, mid, hw, &po, want, &pr, &err);
+    st_status s2 = st_plan_for_run(&rq, res, &err);
+    CHECK(s1 == ST_OK && s2 == ST_OK && !res->by_rule && res->has_pred && res->pred.step_s == pr.step_s &&
+              !memcmp(res->plan.act, want->act, (size_t)want->n_layer) && res->plan.vocab_chunk == want->vocab_chunk,
+          "plan request, the program: %d %d, by rule %d, %g s against %g s", s1, s2, res->by_rule, res->pred.step_s,
+          pr.step_s);
+    /* every block kept at a budget only recompute fits: refused, naming the key, not the rule's plan */
+    unsigned char fixed[ST_STREAM_MAX_LAYERS];
+    memset(fixed, ST_STREAM_ACT_KEEP, sizeof fixed);
+    rq.options.fixed_act = fixed;
+    rq.budget = top / 8;
+    rq.rule = 1;
+    rq.vocab_chunk = -1;
+    st_status s3 = st_plan_for_run(&rq, res, &err);
+    CHECK(s3 == ST_ERR_NOMEM && strstr(err.msg, "key 'act'"), "plan request, fixed keep at %zu bytes: %d (%s)",
+          rq.budget, s3, err.msg);
+    printf("plan request: %d budgets, the rule's %d kinds of plan as by hand, bench stream's order as by hand, "
+           "the program's plan and the refusal of fixed choices\n", n, kinds);
+out:
+    free(want);
+    free(q);
+    free(res);
+    st_arch_free(ra);
+}
+
 int main(void) {
     st_err err = {0};
     /* a GPT-2 shape small enough to brute-force: 6 blocks */
@@ -238,6 +335,7 @@ int main(void) {
     shared.host_work_slowdown = 0.6;
     sweep(a, 4, 64, &shared, "6 blocks, host work on the device's cores", 2);
     fixed_choices(a, 4, 64, &slow, "6 blocks, slow copies");
+    plan_request(a, 4, 64, &fast);
     fixed_choices(a, 4, 64, &shared, "6 blocks, host work on the device's cores");
     {
         st_stream_plan *q = malloc(sizeof *q);
