@@ -300,6 +300,57 @@ out:
     st_arch_free(ra);
 }
 
+/* The host account (st_plan_host_bytes, now the executor's own table) against the count
+ * written out by hand from what the executor allocates: every combination of activations,
+ * vocabulary chunking, drain dtype and clip mode, the state in RAM and on disk. */
+static size_t host_by_hand(const st_arch *a, int B, int T, const st_stream_plan *p, int disk) {
+    const st_arch_layout *y = &a->lay;
+    size_t n = y->n_params, N = (size_t)B * T, C = (size_t)y->n_embd;
+    size_t bytes = n * 4 * 2 + N * 20;
+    if (p->grad_dtype == ST_BF16) bytes += n * 2;
+    size_t n_off = 0;
+    for (int l = 0; l < p->n_layer; l++) n_off += p->act[l] == ST_STREAM_ACT_OFFLOAD;
+    bytes += n_off * st_block_act_floats(a, B, T) * 4;
+    if (p->vocab_chunk > 0) {
+        size_t V = (size_t)y->vocab_size, vc = (size_t)p->vocab_chunk < V ? (size_t)p->vocab_chunk : V;
+        size_t nvc = (V + vc - 1) / vc;
+        bytes += 2 * N * C * 4;
+        if (nvc > 2) bytes += N * (nvc - 2) * vc * 4;
+        bytes += a->ops->bind_bytes(a, B, T);
+    }
+    if (disk) return bytes;
+    bytes += n * 8;
+    if (p->overlap_optim && p->clip != ST_STREAM_CLIP_DEFER) bytes += (y->norm_offset - y->block_offset0) * 12;
+    return bytes;
+}
+
+static void host_account(const st_arch *a, int B, int T) {
+    st_stream_plan *p = malloc(sizeof *p);
+    if (!p) return;
+    int n = 0, bad = 0;
+    for (int v = 0; v < 2 * 3 * 2 * 3 * 2; v++, n++) {
+        st_stream_plan_default(p, a->lay.n_blocks);
+        for (int l = 0; l < p->n_layer; l++) p->act[l] = (unsigned char)((l + v) % 3);
+        if (v % 3 == 1) st_stream_plan_set_all(p, ST_STREAM_ACT_KEEP);
+        p->vocab_chunk = (v / 3) % 2 ? 64 : 0;
+        p->grad_dtype = (v / 6) % 2 ? ST_BF16 : ST_F32;
+        p->clip = (st_stream_clip)((v / 12) % 3);
+        p->overlap_optim = v / 36 == 0;
+        for (int disk = 0; disk < 2; disk++) {
+            size_t got = disk ? st_plan_host_bytes_disk(a, B, T, p) : st_plan_host_bytes(a, B, T, p);
+            size_t want = host_by_hand(a, B, T, p, disk);
+            if (got != want) {
+                if (!bad) fprintf(stderr, "host account: plan %d%s: %zu bytes, by hand %zu\n", v, disk ? " (disk)" : "",
+                                  got, want);
+                bad++;
+            }
+        }
+    }
+    CHECK(bad == 0, "host account: %d of %d plans differ from the count by hand", bad, 2 * n);
+    printf("host account: %d plans, the executor's table equals the count by hand\n", 2 * n);
+    free(p);
+}
+
 int main(void) {
     st_err err = {0};
     /* a GPT-2 shape small enough to brute-force: 6 blocks */
@@ -336,6 +387,7 @@ int main(void) {
     sweep(a, 4, 64, &shared, "6 blocks, host work on the device's cores", 2);
     fixed_choices(a, 4, 64, &slow, "6 blocks, slow copies");
     plan_request(a, 4, 64, &fast);
+    host_account(a, 4, 64);
     fixed_choices(a, 4, 64, &shared, "6 blocks, host work on the device's cores");
     {
         st_stream_plan *q = malloc(sizeof *q);
