@@ -156,6 +156,32 @@ HELPER V simd_code(VI level, const simd_map *q, int is_signed) {
  * max(254 - byte, 0) as one saturating byte subtraction, blended by their masks packed the
  * same way. (Per vector this was a shift, a shuffle and a permute.) */
 #define Q8_STORE_GROUP 1
+
+/* The bf16 working copy of 4 vectors: without NaNs (one unordered compare per vector, one
+ * test per group) the rounding alone, two vectors per saturating pack (the rounded values
+ * fit 16 bits); with a NaN, v_store_work's vector path. */
+#define WORK_STORE_GROUP 1
+HELPER __m256i bf16_round_nonan(V x) {
+    __m256i u = _mm256_castps_si256(x);
+    return _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)),
+                                              _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1))),
+                             16);
+}
+
+HELPER void v_store_work_group(void *w, int dt, size_t e, const V pp[4]) {
+    if (dt == ST_BF16) {
+        V nan = _mm256_or_ps(_mm256_or_ps(_mm256_cmp_ps(pp[0], pp[0], _CMP_UNORD_Q), _mm256_cmp_ps(pp[1], pp[1], _CMP_UNORD_Q)),
+                             _mm256_or_ps(_mm256_cmp_ps(pp[2], pp[2], _CMP_UNORD_Q), _mm256_cmp_ps(pp[3], pp[3], _CMP_UNORD_Q)));
+        if (__builtin_expect(_mm256_testz_ps(nan, nan), 1)) {
+            for (int j = 0; j < 4; j += 2) {
+                __m256i r = _mm256_packus_epi32(bf16_round_nonan(pp[j]), bf16_round_nonan(pp[j + 1]));
+                _mm256_storeu_si256((__m256i *)((uint16_t *)w + e + (size_t)j * 8), _mm256_permute4x64_epi64(r, 0xd8));
+            }
+            return;
+        }
+    }
+    for (int j = 0; j < 4; j++) v_store_work(w, dt, e + (size_t)j * 8, pp[j]);
+}
 HELPER __m256i pack_group(const __m256i r[4]) {
     __m256i acc = _mm256_setzero_si256();
     for (int j = 0; j < 4; j++) {

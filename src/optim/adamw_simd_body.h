@@ -120,6 +120,12 @@ ALWAYS_INLINE V simd_dequant(VI u, const simd_map *q, const int is_signed) {
 ALWAYS_INLINE void simd_dequant_group(const uint8_t *qb, const simd_map *q, const int is_signed, V out[Q8_GROUP]) {
     for (int j = 0; j < Q8_GROUP; j++) out[j] = simd_dequant(vi_load_u8(qb + j * W), q, is_signed);
 }
+#ifndef WORK_STORE_GROUP
+/* the working copy of Q8_GROUP vectors of parameters from element e */
+ALWAYS_INLINE void v_store_work_group(void *w, const int dt, size_t e, const V pp[Q8_GROUP]) {
+    for (int j = 0; j < Q8_GROUP; j++) v_store_work(w, dt, e + (size_t)j * W, pp[j]);
+}
+#endif
 #ifndef Q8_STORE_GROUP
 /* the bytes of Q8_GROUP inverse-table results (simd_quant_raw: the result in bits 16-23);
  * neg: the lanes with x < 0 (signed map) */
@@ -172,20 +178,20 @@ ALWAYS_INLINE void q8_update_group(const adamw_chunk *c, size_t off, size_t i, V
     for (size_t l = 0; l < ge * gs; l += 64) PREFETCH_R((const char *)c->g + (e + PF) * gs + l);
     if (wdt != WORK_NONE)
         for (size_t l = 0; l < ge * ws; l += 64) PREFETCH_W((char *)c->w + (e + PF) * ws + l);
-    V dm[Q8_GROUP], dv[Q8_GROUP];
+    V dm[Q8_GROUP], dv[Q8_GROUP], pp[Q8_GROUP];
     simd_dequant_group(c->qm + e, ss, 1, dm);
     simd_dequant_group(c->qv + e, su, 0, dv);
     for (int j = 0; j < Q8_GROUP; j++) {
         size_t ej = e + (size_t)j * W;
         V mm = v_mul(dm[j], vam), vv = v_mul(dv[j], vav);
-        V pp = simd_adamw(v_load(c->p + ej), &mm, &vv, v_load_grad(c->g, gdt, ej), s);
-        v_store(c->p + ej, pp);
-        if (wdt != WORK_NONE) v_store_work(c->w, wdt, ej, pp);
+        pp[j] = simd_adamw(v_load(c->p + ej), &mm, &vv, v_load_grad(c->g, gdt, ej), s);
+        v_store(c->p + ej, pp[j]);
         v_store(mb + i + (size_t)j * W, mm);
         v_store(vb + i + (size_t)j * W, vv);
         *mxm = v_max(*mxm, v_abs(mm));
         *mxv = v_max(*mxv, vv); /* v >= 0 */
     }
+    if (wdt != WORK_NONE) v_store_work_group(c->w, wdt, e, pp);
 }
 
 /* The 8-bit update of one vector of block elements [off + i, off + i + W): dequantise, AdamW,
