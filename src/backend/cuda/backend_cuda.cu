@@ -41,6 +41,17 @@ extern "C" {
 #include "backend/cuda/kernels_norm.cuh"
 #include "backend/cuda/kernels_rope.cuh"
 #include "backend/cuda/kernels_xent.cuh"
+/* cuDNN's fused attention (cudnn_attn.cu) in the nvcc build only: the emulated tests' g++
+ * build of this file has no device for it and runs the own kernels */
+#ifndef ST_CUDA_EMU
+#define CU_SDPA 1
+#include "backend/cuda/cudnn_attn.h"
+#ifdef STRATA_HAVE_CUDNN
+#include <cudnn_version.h>
+#endif
+#else
+#define CU_SDPA 0
+#endif
 
 /* events per direction: a ring slot is recorded again only once the ticket that used it
  * is known complete (copy_async waits for it in the rare case it is not) */
@@ -75,6 +86,14 @@ struct cuda_ctx {
     /* device timing: mark i is event timer_ev[i % CU_TIMER_RING] on the compute stream */
     cudaEvent_t timer_ev[CU_TIMER_RING] = {};
     uint64_t timer_issued = 0;
+    /* attention: st_backend_cuda_set_attention; cuDNN opened at its first use (sdpa_tried),
+     * a direction ([0] forward, [1] backward) turned off for good at its first failure */
+    int attention = ST_CUDA_ATTENTION_AUTO;
+#if CU_SDPA
+    struct CuSdpa *sdpa = nullptr;
+    bool sdpa_tried = false, sdpa_off[2] = {false, false}, said_docs = false;
+#endif
+    st_cuda_attention_stats astats = {};
 };
 
 static cuda_ctx *ctx_of(st_backend *be) { return (cuda_ctx *)be->ctx; }
@@ -298,6 +317,34 @@ extern "C" st_status st_backend_cuda_set_matmul(st_backend *be, st_matmul_mode m
     ctx_of(be)->matmul_mode = (int)mode;
     return ST_OK;
 }
+extern "C" st_status st_backend_cuda_set_attention(st_backend *be, st_cuda_attention mode, st_err *err) {
+    if (mode != ST_CUDA_ATTENTION_AUTO && mode != ST_CUDA_ATTENTION_OWN && mode != ST_CUDA_ATTENTION_CUDNN)
+        return st_errf(err, ST_ERR_INVALID, "cuda backend: attention mode %d is not ST_CUDA_ATTENTION_AUTO, _OWN or "
+                       "_CUDNN", (int)mode);
+#if !CU_SDPA || !defined(STRATA_HAVE_CUDNN)
+    if (mode == ST_CUDA_ATTENTION_CUDNN)
+        return st_errf(err, ST_ERR_UNSUPPORTED, "cuda backend: attention through cuDNN asked for, but this strata was "
+                       "built without cuDNN (%s): install cuDNN 9 (cudnn.h) and rebuild, or use the own kernels",
+                       st_backend_cuda_attention_built());
+#endif
+    ctx_of(be)->attention = (int)mode;
+    return ST_OK;
+}
+extern "C" const char *st_backend_cuda_attention_built(void) {
+#if CU_SDPA && defined(STRATA_HAVE_CUDNN)
+#define CU_STR2(x) #x
+#define CU_STR(x) CU_STR2(x)
+    return "cuDNN " CU_STR(CUDNN_MAJOR) "." CU_STR(CUDNN_MINOR) "." CU_STR(CUDNN_PATCHLEVEL)
+           " fused attention (libcudnn loaded at first use), own kernels as the fallback";
+#elif CU_SDPA
+    return "own kernels (built without cuDNN: CMake found no cudnn.h)";
+#else
+    return "own kernels (the emulation has no cuDNN)";
+#endif
+}
+extern "C" void st_backend_cuda_attention_stats(st_backend *be, st_cuda_attention_stats *out) {
+    *out = ctx_of(be)->astats;
+}
 extern "C" void st_backend_cuda_matmul_stats(st_backend *be, st_cuda_matmul_stats *out) {
     const CuLtMatmul *L = ctx_of(be)->mm;
     for (int i = 0; i < 3; i++) out->calls[i] = L->calls[i];
@@ -492,18 +539,90 @@ static void be_rope_backward(st_backend *be, float *dx, const float *cos, const 
     LAUNCHED(be, "rope_backward");
 }
 /* attention: GPT-2's packed qkv is the grouped case with NKV = NH, ld = 3C; doc_start NULL
- * without documents. A head size over CU_ATT_HS is refused as an invalid value. */
+ * without documents. A head size over CU_ATT_HS is refused as an invalid value. cuDNN's
+ * fused attention (st_backend_cuda_set_attention) runs it where asked for and able; the
+ * own kernels otherwise, and after any cuDNN failure (said once, on stderr). */
+static bool att_want_cudnn(const cuda_ctx *c) {
+    return c->attention == ST_CUDA_ATTENTION_CUDNN ||
+           (c->attention == ST_CUDA_ATTENTION_AUTO && c->matmul_mode == ST_MATMUL_BF16);
+}
+#if CU_SDPA
+static void att_why(cuda_ctx *c, const char *why) { snprintf(c->astats.why, sizeof c->astats.why, "%s", why); }
+/* cuDNN for direction dir, opened at the first call (and said once either way) */
+static CuSdpa *att_sdpa(cuda_ctx *c, int dir) {
+    if (c->sdpa_off[dir]) return nullptr;
+    if (!c->sdpa_tried) {
+        char why[256] = "";
+        c->sdpa_tried = true;
+        c->sdpa = cu_sdpa_open(c->stream, why, sizeof why);
+        if (c->sdpa)
+            st_log(1, "cuda backend: attention through cuDNN %d's fused scaled-dot-product attention (bf16, fp32 "
+                   "statistics); documents through the own kernels\n", cu_sdpa_version(c->sdpa));
+        else {
+            st_log(1, "cuda backend: cuDNN's attention is not available (%s): the own kernels run attention\n", why);
+            att_why(c, why);
+            c->sdpa_off[0] = c->sdpa_off[1] = true;
+        }
+    }
+    return c->sdpa;
+}
+/* a cuDNN call failed: said once for the direction, which runs the own kernels from now on */
+static void att_failed(cuda_ctx *c, int dir, const char *why, int B, int T, int NH, int NKV, int hs) {
+    st_log(1, "cuda backend: cuDNN attention %s (B %d, T %d, %d heads over %d kv heads, head size %d) failed: %s; the "
+           "own kernels run it from here on\n", dir ? "backward" : "forward", B, T, NH, NKV, hs, why);
+    att_why(c, why);
+    c->sdpa_off[dir] = true;
+}
+/* documents: cuDNN is not asked (the packed-document mask is not expressed), said once */
+static void att_docs(cuda_ctx *c) {
+    if (!c->said_docs)
+        st_log(1, "cuda backend: attention over documents runs the own kernels (cuDNN's fused attention is not "
+               "given the document mask)\n");
+    c->said_docs = true;
+    att_why(c, "documents run the own kernels");
+}
+#endif
 static void att_fwd(st_backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
                     const int32_t *ds, int ld, int B, int T, int NH, int NKV, int hs, const char *op) {
-    if (!cu_attn_supported(hs)) return note(ctx_of(be), cudaErrorInvalidValue, op);
-    cu_attn_forward<float>(out, lse, q, k, v, ds, ld, B, T, NH, NKV, hs, ctx_of(be)->stream);
+    cuda_ctx *c = ctx_of(be);
+    if (!cu_attn_supported(hs)) return note(c, cudaErrorInvalidValue, op);
+    if (att_want_cudnn(c)) {
+#if CU_SDPA
+        char why[256] = "";
+        CuSdpa *s = ds ? nullptr : att_sdpa(c, 0);
+        if (ds) att_docs(c);
+        if (s && cu_sdpa_forward(s, out, lse, q, k, v, ld, B, T, NH, NKV, hs, why, sizeof why) == 0) {
+            c->astats.cudnn[0]++;
+            return LAUNCHED(be, op);
+        }
+        if (s) att_failed(c, 0, why, B, T, NH, NKV, hs);
+#endif
+        c->astats.fallbacks++;
+    }
+    c->astats.own[0]++;
+    cu_attn_forward<float>(out, lse, q, k, v, ds, ld, B, T, NH, NKV, hs, c->stream);
     LAUNCHED(be, op);
 }
 static void att_bwd(st_backend *be, float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
                     const float *v, const float *out, const float *lse, const int32_t *ds, int ld, int B, int T, int NH,
                     int NKV, int hs, const char *op) {
-    if (!cu_attn_supported(hs)) return note(ctx_of(be), cudaErrorInvalidValue, op);
-    cuda_ctx *c = ctx_of(be); /* delta once per row, in cuBLASLt's workspace (stream-ordered) */
+    cuda_ctx *c = ctx_of(be);
+    if (!cu_attn_supported(hs)) return note(c, cudaErrorInvalidValue, op);
+    if (att_want_cudnn(c)) {
+#if CU_SDPA
+        char why[256] = "";
+        CuSdpa *s = ds ? nullptr : att_sdpa(c, 1);
+        if (ds) att_docs(c);
+        if (s && cu_sdpa_backward(s, dq, dk, dv, dout, q, k, v, out, lse, ld, B, T, NH, NKV, hs, why, sizeof why) == 0) {
+            c->astats.cudnn[1]++;
+            return LAUNCHED(be, op);
+        }
+        if (s) att_failed(c, 1, why, B, T, NH, NKV, hs);
+#endif
+        c->astats.fallbacks++;
+    }
+    c->astats.own[1]++;
+    /* delta once per row, in cuBLASLt's workspace (stream-ordered) */
     cu_attn_backward<float>(dq, dk, dv, dout, q, k, v, out, lse, ds, ld, B, T, NH, NKV, hs, c->stream,
                             (float *)c->mm->ws, c->mm->ws ? c->mm->ws_bytes / 4 : 0);
     LAUNCHED(be, op);
@@ -589,6 +708,9 @@ static void be_free(st_backend *be) {
         if (c->compute_mark) cudaEventDestroy(c->compute_mark);
         for (int i = 0; i < CU_TIMER_RING; i++)
             if (c->timer_ev[i]) cudaEventDestroy(c->timer_ev[i]);
+#if CU_SDPA
+        cu_sdpa_close(c->sdpa);
+#endif
         if (c->mm && c->mm->lt) cublasLtDestroy(c->mm->lt);
         delete c->mm; /* its workspace is a block of the arena */
         if (c->stream) cudaStreamDestroy(c->stream);
