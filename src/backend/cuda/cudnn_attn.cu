@@ -259,6 +259,11 @@ static void status_why(const CuSdpa *s, cudnnStatus_t st, const char *what, char
  * finalizes into a plan; the plan descriptor itself outlives the graph */
 static bool finish_plan(CuSdpa *s, Graph &g, CuPlan *p, char *why, size_t n) {
     const CuDnnApi &a = s->api;
+    if (!s->h) { /* cu_sdpa_selfcheck: the nodes only (an operation graph needs a handle, a handle a GPU) */
+        if (!g.ok()) return status_why(s, g.st, g.where, why, n), false;
+        p->ws = (int64_t)g.ops.size();
+        return true;
+    }
     cudnnBackendDescriptor_t og = g.make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph");
     g.set(og, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, (int64_t)g.ops.size(), g.ops.data(),
           "operation graph ops");
@@ -376,10 +381,14 @@ static bool build_backward(CuSdpa *s, CuPlan *p, int B, int T, int NH, int NKV, 
     cudnnBackendDescriptor_t Sm = g.causal(Ss, sd, lowest);
     g.pointwise(CUDNN_POINTWISE_SUB, Sm, stats, sub);
     g.pointwise(CUDNN_POINTWISE_EXP, sub, nullptr, P);
-    /* dV = P^T dO */
+    /* dV = P^T dO; with grouped KV heads a matmul's batch dims are the larger of its
+     * operands' (NH): dV and dK come as (B, NH, T, hs) and are summed over each group's
+     * query heads into (B, NKV, T, hs) */
     cudnnBackendDescriptor_t Pt = g.tensor(-1, CUDNN_DATA_FLOAT, tsd, tss);
     g.reshape(P, Pt);
-    g.matmul(Pt, dO, dV);
+    cudnnBackendDescriptor_t dVf = NH == NKV ? dV : g.virt(od);
+    g.matmul(Pt, dO, dVf);
+    if (dVf != dV) g.reduce(CUDNN_REDUCE_TENSOR_ADD, dVf, dV); /* the group's query heads summed */
     /* dS = P (dO V^T - delta) scale */
     cudnnBackendDescriptor_t dP = g.virt(sd), dPm = g.virt(sd), dS0 = g.virt(sd), dS = g.virt(sd);
     g.matmul(dO, Vt, dP);
@@ -391,7 +400,9 @@ static bool build_backward(CuSdpa *s, CuPlan *p, int B, int T, int NH, int NKV, 
     g.pointwise(CUDNN_POINTWISE_IDENTITY, dQacc, nullptr, dQ);
     cudnnBackendDescriptor_t dSt = g.tensor(-1, CUDNN_DATA_FLOAT, tsd, tss);
     g.reshape(dS, dSt);
-    g.matmul(dSt, Q, dK);
+    cudnnBackendDescriptor_t dKf = NH == NKV ? dK : g.virt(od);
+    g.matmul(dSt, Q, dKf);
+    if (dKf != dK) g.reduce(CUDNN_REDUCE_TENSOR_ADD, dKf, dK);
     return finish_plan(s, g, p, why, n);
 }
 
@@ -485,6 +496,23 @@ void cu_sdpa_close(CuSdpa *s) {
     delete s;
 }
 
+int cu_sdpa_selfcheck(int B, int T, int NH, int NKV, int hs, int *nodes, char *why, size_t n) {
+    CuSdpa *s = new (std::nothrow) CuSdpa();
+    if (!s) return say(why, n, "out of host memory"), -1;
+    int rc = 0;
+    if (!api_load(&s->api, why, n)) rc = -1;
+    for (int dir = 0; dir < 2 && rc == 0; dir++) {
+        CuPlan p;
+        char w[200] = "";
+        bool ok = dir == 0 ? build_forward(s, &p, B, T, NH, NKV, hs, w, sizeof w)
+                           : build_backward(s, &p, B, T, NH, NKV, hs, w, sizeof w);
+        if (!ok) rc = 1, say(why, n, "%s graph: %s", dir ? "backward" : "forward", w);
+        nodes[dir] = (int)p.ws;
+    }
+    cu_sdpa_close(s);
+    return rc;
+}
+
 static bool shape_ok(int B, int T, int NH, int NKV, int hs, char *why, size_t n) {
     if (hs % 8 || hs > 256 || NKV <= 0 || NH % NKV)
         return say(why, n, "head size %d / heads %d over %d kv heads: cuDNN's fused attention wants a head size of a "
@@ -566,6 +594,10 @@ CuSdpa *cu_sdpa_open(cudaStream_t, char *why, size_t n) {
     return nullptr;
 }
 void cu_sdpa_close(CuSdpa *) {}
+int cu_sdpa_selfcheck(int, int, int, int, int, int *, char *why, size_t n) {
+    if (why && n) snprintf(why, n, "this strata was built without cuDNN (CMake found no cudnn.h)");
+    return -1;
+}
 int cu_sdpa_forward(CuSdpa *, float *, float *, const float *, const float *, const float *, int, int, int, int, int,
                     int, char *, size_t) {
     return 1;

@@ -32,4 +32,11 @@ int cu_sdpa_backward(CuSdpa *s, float *dq, float *dk, float *dv, const float *do
                      const float *v, const float *out, const float *lse, int ld, int B, int T, int NH, int NKV, int hs,
                      char *why, size_t why_n);
 
+/* The forward and backward graphs' nodes (tensors and operations, every descriptor
+ * finalized) for one shape, built without a handle, so without a GPU: the check that the
+ * graphs are well formed for this libcudnn (test_cuda_cudnn). 0 with nodes[0], nodes[1]
+ * the operations of each; -1 where libcudnn cannot be loaded; 1 where a node is refused;
+ * why says which and why. */
+int cu_sdpa_selfcheck(int B, int T, int NH, int NKV, int hs, int *nodes, char *why, size_t why_n);
+
 #endif
