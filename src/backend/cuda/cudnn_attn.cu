@@ -4,12 +4,15 @@
  *
  * The graphs are the operation patterns cuDNN's flash-attention runtime-fusion engines
  * recognise, built node by node:
- *   forward   S = Q K^T (fp32) * scale; causal mask (row index >= column index, else the
- *             lowest float); softmax as max, exp(S - max), sum, P = exp / sum; the
- *             statistics max + log(sum) (our lse); O = P V (bf16).
- *   backward  delta = rowsum(dO * O); P recomputed as exp(mask(Q K^T scale) - lse);
- *             dV = P^T dO; dP = dO V^T; dS = P (dP - delta) scale; dQ = dS K (through
- *             an fp32 accumulator, zeroed first); dK = dS^T Q.
+ *   forward   S = Q K^T (fp32) * scale; causal mask (row index >= column index, else
+ *             -inf); softmax as max, exp(S - max), sum, P = exp / sum (bf16 for the
+ *             second product); the statistics max + log(sum) (our lse); O = P V (bf16).
+ *   backward  delta = rowsum(dO * O); P recomputed as exp(mask(Q K^T scale - lse));
+ *             dV = P^T dO; dP = dO V^T; dS = (dP - delta) P scale; dK = dS^T Q; dQ = dS K
+ *             (through an fp32 accumulator, zeroed first). The transposes are reshape
+ *             operations, in bf16.
+ * The patterns follow the node order and types cuDNN's own frontend lowers its SDPA nodes
+ * to (read, for the order and data types the fused engines expect; not copied).
  * K and V keep their NKV heads; the engine maps query head h to kv head h / (NH / NKV).
  * Documents (doc_start) are not expressed: the backend runs its own kernels for them.
  *
@@ -215,11 +218,12 @@ struct Graph {
         finalize(op, "reshape op");
         ops.push_back(op);
     }
-    /* the causal mask of S (B, H, T, T): entries above the diagonal become the lowest float */
+    /* the causal mask of S (B, H, T, T): entries above the diagonal become `lowest` (row and
+     * column indices as int32, compared as booleans, the selection in fp32) */
     cudnnBackendDescriptor_t causal(cudnnBackendDescriptor_t S, const int64_t sd[4], cudnnBackendDescriptor_t lowest) {
         cudnnBackendDescriptor_t row = virt(sd, CUDNN_DATA_INT32), col = virt(sd, CUDNN_DATA_INT32);
-        pointwise(CUDNN_POINTWISE_GEN_INDEX, S, nullptr, row, nullptr, 2, CUDNN_DATA_INT32);
-        pointwise(CUDNN_POINTWISE_GEN_INDEX, S, nullptr, col, nullptr, 3, CUDNN_DATA_INT32);
+        pointwise(CUDNN_POINTWISE_GEN_INDEX, S, nullptr, row, nullptr, 2);
+        pointwise(CUDNN_POINTWISE_GEN_INDEX, S, nullptr, col, nullptr, 3);
         cudnnBackendDescriptor_t keep = virt(sd, CUDNN_DATA_BOOLEAN), out = virt(sd);
         pointwise(CUDNN_POINTWISE_CMP_GE, row, col, keep, nullptr, -1, CUDNN_DATA_BOOLEAN);
         pointwise(CUDNN_POINTWISE_BINARY_SELECT, S, lowest, out, keep);
@@ -246,7 +250,9 @@ struct CuSdpa {
     enum { NPLAN = 8 };
     CuPlan plans[NPLAN]; /* forward and backward, by shape; replaced round robin */
     int next_plan = 0;
-    float scale_host = 1, lowest_host = std::numeric_limits<float>::lowest(); /* by-value scalars */
+    /* by-value scalars: the scale, and the masked scores' value (the lowest float before
+     * cuDNN 9.10, which prefers it in the softmax's mask; -inf from then on) */
+    float scale_host = 1, lowest_host = -std::numeric_limits<float>::infinity();
 };
 
 static void status_why(const CuSdpa *s, cudnnStatus_t st, const char *what, char *why, size_t n) {
@@ -335,7 +341,7 @@ static bool build_forward(CuSdpa *s, CuPlan *p, int B, int T, int NH, int NKV, i
     g.pointwise(CUDNN_POINTWISE_MUL, S, scale, Ss);
     cudnnBackendDescriptor_t Sm = g.causal(Ss, sd, lowest);
     cudnnBackendDescriptor_t mx = g.virt(ld), sub = g.virt(sd), ex = g.virt(sd), sum = g.virt(ld), lg = g.virt(ld);
-    cudnnBackendDescriptor_t P = g.virt(sd);
+    cudnnBackendDescriptor_t P = g.virt(sd, CUDNN_DATA_BFLOAT16); /* the second matmul's A in the i/o type */
     g.reduce(CUDNN_REDUCE_TENSOR_MAX, Sm, mx);
     g.pointwise(CUDNN_POINTWISE_SUB, Sm, mx, sub);
     g.pointwise(CUDNN_POINTWISE_EXP, sub, nullptr, ex);
@@ -354,13 +360,13 @@ static bool build_backward(CuSdpa *s, CuPlan *p, int B, int T, int NH, int NKV, 
     cudnnBackendDescriptor_t Q = g.tensor(U_Q, CUDNN_DATA_BFLOAT16, d, st), O = g.tensor(U_O, CUDNN_DATA_BFLOAT16, d, st);
     cudnnBackendDescriptor_t dO = g.tensor(U_DO, CUDNN_DATA_BFLOAT16, d, st);
     cudnnBackendDescriptor_t dQ = g.tensor(U_DQ, CUDNN_DATA_BFLOAT16, d, st);
-    cudnnBackendDescriptor_t dQacc = g.tensor(U_DQACC, CUDNN_DATA_FLOAT, d, st);
+    int64_t od[4] = {B, NH, T, hs}, os[4] = {(int64_t)NH * T * hs, (int64_t)T * hs, hs, 1};
+    cudnnBackendDescriptor_t dQacc = g.tensor(U_DQACC, CUDNN_DATA_FLOAT, od, os); /* (B, NH, T, hs) packed */
     tlayout(d, st, B, T, NKV, hs);
     cudnnBackendDescriptor_t Kt = g.tensor(U_K, CUDNN_DATA_BFLOAT16, d, st);
     cudnnBackendDescriptor_t Vt = g.tensor(U_V, CUDNN_DATA_BFLOAT16, d, st);
     qlayout(d, st, B, T, NKV, hs);
-    /* K and V again as (B, NKV, T, hs): the same ids and memory, a second view */
-    cudnnBackendDescriptor_t K = g.tensor(U_K, CUDNN_DATA_BFLOAT16, d, st);
+    cudnnBackendDescriptor_t K = g.tensor(-1, CUDNN_DATA_BFLOAT16, d, st); /* Kt seen as (B, NKV, T, hs) */
     cudnnBackendDescriptor_t dK = g.tensor(U_DK, CUDNN_DATA_BFLOAT16, d, st);
     cudnnBackendDescriptor_t dV = g.tensor(U_DV, CUDNN_DATA_BFLOAT16, d, st);
     int64_t ld[4] = {B, NH, T, 1}, ls[4] = {(int64_t)NH * T, T, 1, 1};
@@ -368,41 +374,44 @@ static bool build_backward(CuSdpa *s, CuPlan *p, int B, int T, int NH, int NKV, 
     cudnnBackendDescriptor_t delta = g.tensor(U_DELTA, CUDNN_DATA_FLOAT, ld, ls);
     cudnnBackendDescriptor_t scale = g.tensor(U_SCALE, CUDNN_DATA_FLOAT, one, one, true);
     cudnnBackendDescriptor_t lowest = g.tensor(U_LOWEST, CUDNN_DATA_FLOAT, one, one, true);
-    int64_t od[4] = {B, NH, T, hs}, sd[4] = {B, NH, T, T};
+    int64_t sd[4] = {B, NH, T, T};
     int64_t tsd[4] = {B, NH, T, T}, tss[4] = {(int64_t)NH * T * T, (int64_t)T * T, 1, T}; /* (kv, q): transposed */
     /* delta = rowsum(dO * O) */
     cudnnBackendDescriptor_t dOO = g.virt(od);
     g.pointwise(CUDNN_POINTWISE_MUL, dO, O, dOO);
     g.reduce(CUDNN_REDUCE_TENSOR_ADD, dOO, delta);
-    /* P = exp(mask(Q K^T scale) - lse) */
+    /* P = exp(mask(Q K^T scale - lse)) */
     cudnnBackendDescriptor_t S = g.virt(sd), Ss = g.virt(sd), sub = g.virt(sd), P = g.virt(sd);
     g.matmul(Q, Kt, S);
     g.pointwise(CUDNN_POINTWISE_MUL, S, scale, Ss);
-    cudnnBackendDescriptor_t Sm = g.causal(Ss, sd, lowest);
-    g.pointwise(CUDNN_POINTWISE_SUB, Sm, stats, sub);
-    g.pointwise(CUDNN_POINTWISE_EXP, sub, nullptr, P);
+    g.pointwise(CUDNN_POINTWISE_SUB, Ss, stats, sub);
+    cudnnBackendDescriptor_t subm = g.causal(sub, sd, lowest);
+    g.pointwise(CUDNN_POINTWISE_EXP, subm, nullptr, P);
     /* dV = P^T dO; with grouped KV heads a matmul's batch dims are the larger of its
      * operands' (NH): dV and dK come as (B, NH, T, hs) and are summed over each group's
-     * query heads into (B, NKV, T, hs) */
-    cudnnBackendDescriptor_t Pt = g.tensor(-1, CUDNN_DATA_FLOAT, tsd, tss);
+     * query heads into (B, NKV, T, hs). The transposes and the full-head products are in
+     * the i/o type (bf16), as cuDNN's fused engines take them. */
+    cudnnBackendDescriptor_t Pt = g.tensor(-1, CUDNN_DATA_BFLOAT16, tsd, tss);
     g.reshape(P, Pt);
-    cudnnBackendDescriptor_t dVf = NH == NKV ? dV : g.virt(od);
+    cudnnBackendDescriptor_t dVf = NH == NKV ? dV : g.tensor(-1, CUDNN_DATA_BFLOAT16, od, os);
     g.matmul(Pt, dO, dVf);
-    if (dVf != dV) g.reduce(CUDNN_REDUCE_TENSOR_ADD, dVf, dV); /* the group's query heads summed */
-    /* dS = P (dO V^T - delta) scale */
+    if (dVf != dV) g.reduce(CUDNN_REDUCE_TENSOR_ADD, dVf, dV);
+    /* dS = (dO V^T - delta) P scale */
     cudnnBackendDescriptor_t dP = g.virt(sd), dPm = g.virt(sd), dS0 = g.virt(sd), dS = g.virt(sd);
     g.matmul(dO, Vt, dP);
     g.pointwise(CUDNN_POINTWISE_SUB, dP, delta, dPm);
-    g.pointwise(CUDNN_POINTWISE_MUL, P, dPm, dS0);
+    g.pointwise(CUDNN_POINTWISE_MUL, dPm, P, dS0);
     g.pointwise(CUDNN_POINTWISE_MUL, dS0, scale, dS);
-    /* dQ = dS K (fp32 accumulator, then bf16); dK = dS^T Q */
-    g.matmul(dS, K, dQacc);
-    g.pointwise(CUDNN_POINTWISE_IDENTITY, dQacc, nullptr, dQ);
-    cudnnBackendDescriptor_t dSt = g.tensor(-1, CUDNN_DATA_FLOAT, tsd, tss);
+    /* dK = dS^T Q */
+    cudnnBackendDescriptor_t dSt = g.tensor(-1, CUDNN_DATA_BFLOAT16, tsd, tss);
     g.reshape(dS, dSt);
-    cudnnBackendDescriptor_t dKf = NH == NKV ? dK : g.virt(od);
+    cudnnBackendDescriptor_t dKf = NH == NKV ? dK : g.tensor(-1, CUDNN_DATA_BFLOAT16, od, os);
     g.matmul(dSt, Q, dKf);
     if (dKf != dK) g.reduce(CUDNN_REDUCE_TENSOR_ADD, dKf, dK);
+    /* dQ = dS K, through the fp32 accumulator */
+    g.reshape(Kt, K);
+    g.matmul(dS, K, dQacc);
+    g.pointwise(CUDNN_POINTWISE_IDENTITY, dQacc, nullptr, dQ);
     return finish_plan(s, g, p, why, n);
 }
 
@@ -477,6 +486,7 @@ CuSdpa *cu_sdpa_open(cudaStream_t st, char *why, size_t n) {
     if (!s) return say(why, n, "out of host memory"), nullptr;
     s->stream = st;
     if (!api_load(&s->api, why, n)) return cu_sdpa_close(s), nullptr;
+    if (s->api.getVersion() < 91000) s->lowest_host = std::numeric_limits<float>::lowest();
     cudnnStatus_t e = s->api.create(&s->h);
     if (e == CUDNN_STATUS_SUCCESS) e = s->api.setStream(s->h, st);
     if (e != CUDNN_STATUS_SUCCESS) {
