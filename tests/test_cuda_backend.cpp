@@ -359,6 +359,37 @@ static void test_attention(int B, int T, int NH, int NKV, int hs, bool gpt2, boo
     for (void *p : {(void *)d_ds, (void *)d_qkv, (void *)d_dout}) gpu->ops->dealloc(gpu, p);
 }
 
+/* POET-X through the vtable (issue 30: NULL before): the polynomial and its gradient, the
+ * permuted apply and its gradients, against the CPU */
+static void test_poetx(int nb, int b, int k, int N) {
+    int d = nb * b;
+    size_t bb = (size_t)b * b, nq = (size_t)b * (b - 1) / 2, n = (size_t)N * d;
+    vecf q = randn(nb * nq, 0.3f / b), dG = randn(nb * bb, 1), dq = randn(nb * nq, 1), G(nb * bb, NAN);
+    vecf x = randn(n, 1), dy = randn(n, 1), dx = randn(n, 1), y(n, NAN), dGa = randn(nb * bb, 1);
+    std::vector<int32_t> perm(d);
+    for (int i = 0; i < d; i++) perm[i] = (i * 7 + 3) % d; /* 7 is prime to the d used here */
+    float *d_q = up(q), *d_dG = up(dG), *d_dq = up(dq), *d_G = up(G), *d_x = up(x), *d_dy = up(dy), *d_dx = up(dx);
+    float *d_y = up(y), *d_dGa = up(dGa);
+    int32_t *d_perm = up(perm);
+    gpu->ops->poet_cayley_forward(gpu, d_G, d_q, nb, b, k);
+    gpu->ops->poet_cayley_backward(gpu, d_dq, d_dG, d_q, nb, b, k);
+    cpu->ops->poet_cayley_forward(cpu, G.data(), q.data(), nb, b, k);
+    cpu->ops->poet_cayley_backward(cpu, dq.data(), dG.data(), q.data(), nb, b, k);
+    gpu->ops->poet_apply_forward(gpu, d_y, d_x, d_G, d_perm, N, d, b, 0);
+    gpu->ops->poet_apply_backward(gpu, d_dx, d_dGa, d_dy, d_x, d_G, d_perm, N, d, b, 1);
+    cpu->ops->poet_apply_forward(cpu, y.data(), x.data(), G.data(), perm.data(), N, d, b, 0);
+    cpu->ops->poet_apply_backward(cpu, dx.data(), dGa.data(), dy.data(), x.data(), G.data(), perm.data(), N, d, b, 1);
+    char w[96];
+    snprintf(w, sizeof w, "poet nb %d b %d k %d N %d", nb, b, k, N);
+    std::string w0 = w;
+    compare((w0 + " cayley G").c_str(), down(d_G, nb * bb), G, 1e-5, 1e-4);
+    compare((w0 + " cayley dq (+=)").c_str(), down(d_dq, nb * nq), dq, 1e-5, 1e-4);
+    compare((w0 + " apply y").c_str(), down(d_y, n), y, 1e-5, 1e-4);
+    compare((w0 + " apply dx (+=, trans)").c_str(), down(d_dx, n), dx, 1e-5, 1e-4);
+    compare((w0 + " apply dG (+=, trans)").c_str(), down(d_dGa, nb * bb), dGa, 1e-5, 1e-4);
+    for (void *p : {(void *)d_q, (void *)d_dG, (void *)d_x, (void *)d_dy, (void *)d_perm}) gpu->ops->dealloc(gpu, p);
+}
+
 /* the classifier: crossentropy_forward_backward over full rows, then softmax_chunk_init,
  * _stats and _grad over chunks [0, 40), [40, 41), [41, V) of the same logits (r0 > 0);
  * every fourth row masked; targets in each chunk and outside it */
@@ -530,13 +561,12 @@ int main(void) {
     if (st_backend_cpu_create(&cpu, 1, &err) != ST_OK) return 1;
     st_rng_seed(&rng, 15);
     /* the whole vtable: st_backend_ops is a name and function pointers, none of them NULL
-     * up to the POET-X entries, which this backend does not have yet (NULL, as backend.h
-     * allows) */
+     * (the POET-X entries included, since issue 30) */
     {
         void *e[sizeof(st_backend_ops) / sizeof(void *)];
         static_assert(sizeof e == sizeof(st_backend_ops), "st_backend_ops is not all pointers");
         memcpy(e, gpu->ops, sizeof e);
-        size_t nnull = 0, first = 0, upto = offsetof(st_backend_ops, poet_cayley_forward) / sizeof(void *);
+        size_t nnull = 0, first = 0, upto = sizeof e / sizeof e[0];
         for (size_t i = 0; i < upto; i++)
             if (!e[i] && !nnull++) first = i;
         CHECK(nnull == 0, "%zu entries of st_backend_ops are NULL (the first is pointer %zu)", nnull, first);
@@ -606,6 +636,8 @@ int main(void) {
         test_attention(1, 21, 4, 2, 24, false, docs);
         test_attention(2, 17, 4, 1, 16, false, docs);
     }
+    test_poetx(4, 8, 2, 13);
+    test_poetx(2, 32, 3, 5);
     test_classifier(7, 53);
     test_classifier(6, 300);
     test_copy_async();

@@ -39,6 +39,7 @@ extern "C" {
 #include "backend/cuda/kernels_eltwise.cuh"
 #include "backend/cuda/kernels_embed.cuh"
 #include "backend/cuda/kernels_norm.cuh"
+#include "backend/cuda/kernels_poetx.cuh"
 #include "backend/cuda/kernels_rope.cuh"
 #include "backend/cuda/kernels_xent.cuh"
 /* cuDNN's fused attention (cudnn_attn.cu) in the nvcc build only: the emulated tests' g++
@@ -666,6 +667,42 @@ static void be_attention_gqa_doc_backward(st_backend *be, float *dq, float *dk, 
                                           int NKV, int hs) {
     att_bwd(be, dq, dk, dv, dout, q, k, v, out, lse, doc_start, ld, B, T, NH, NKV, hs, "attention_gqa_doc_backward");
 }
+/* POET-X (kernels_poetx.cuh): the polynomial and its gradient take their scratch from
+ * cuBLASLt's workspace (stream-ordered, as the bias and norm gradients do), the blocks in
+ * batches that fit it; a block size over CU_POET_MAXB, or one block's scratch over the
+ * workspace, is refused as an invalid value */
+static float *poet_scratch(cuda_ctx *c, size_t *floats) {
+    *floats = c->mm->ws ? c->mm->ws_bytes / 4 : 0;
+    return (float *)c->mm->ws;
+}
+static void be_poet_cayley_forward(st_backend *be, float *G, const float *q, int nb, int b, int k) {
+    cuda_ctx *c = ctx_of(be);
+    size_t n;
+    float *ws = poet_scratch(c, &n);
+    if (!cu_poet_supported(b) || k < 0 || !cu_poet_cayley_forward(G, q, nb, b, k, ws, n, c->stream))
+        return note(c, cudaErrorInvalidValue, "poet_cayley_forward");
+    LAUNCHED(be, "poet_cayley_forward");
+}
+static void be_poet_cayley_backward(st_backend *be, float *dq, const float *dG, const float *q, int nb, int b, int k) {
+    cuda_ctx *c = ctx_of(be);
+    size_t n;
+    float *ws = poet_scratch(c, &n);
+    if (!cu_poet_supported(b) || k < 0 || !cu_poet_cayley_backward(dq, dG, q, nb, b, k, ws, n, c->stream))
+        return note(c, cudaErrorInvalidValue, "poet_cayley_backward");
+    LAUNCHED(be, "poet_cayley_backward");
+}
+static void be_poet_apply_forward(st_backend *be, float *y, const float *x, const float *G, const int32_t *perm, int N,
+                                  int d, int b, int trans) {
+    if (!cu_poet_supported(b) || d % b) return note(ctx_of(be), cudaErrorInvalidValue, "poet_apply_forward");
+    cu_poet_apply_forward(y, x, G, perm, N, d, b, trans, ctx_of(be)->stream);
+    LAUNCHED(be, "poet_apply_forward");
+}
+static void be_poet_apply_backward(st_backend *be, float *dx, float *dG, const float *dy, const float *x,
+                                   const float *G, const int32_t *perm, int N, int d, int b, int trans) {
+    if (!cu_poet_supported(b) || d % b) return note(ctx_of(be), cudaErrorInvalidValue, "poet_apply_backward");
+    cu_poet_apply_backward(dx, dG, dy, x, G, perm, N, d, b, trans, ctx_of(be)->stream);
+    LAUNCHED(be, "poet_apply_backward");
+}
 /* the classifier: the fused cross-entropy over full rows and the chunked online softmax
  * (kernels_xent.cuh), rows with target < 0 masked */
 static void be_crossentropy(st_backend *be, float *logits, float *losses, const int32_t *targets, int N, int V,
@@ -767,6 +804,10 @@ static st_backend_ops make_ops(void) {
     o.attention_gqa_doc_forward = be_attention_gqa_doc_forward;
     o.attention_gqa_doc_backward = be_attention_gqa_doc_backward;
     o.memory = be_memory;
+    o.poet_cayley_forward = be_poet_cayley_forward;
+    o.poet_cayley_backward = be_poet_cayley_backward;
+    o.poet_apply_forward = be_poet_apply_forward;
+    o.poet_apply_backward = be_poet_apply_backward;
     o.host_register = be_host_register;
     o.host_unregister = be_host_unregister;
     o.timer_mark = be_timer_mark;
