@@ -313,7 +313,8 @@ static void test_rope(int B, int T, int H, int hs, int ld) {
 /* The four attentions: GPT-2's packed qkv (NKV = NH, gpt2) or grouped q, k, v inside rows
  * of ld = (NH + 2 NKV) hs; with documents (doc_start: documents of 5, 1, 9, 3, 12 tokens
  * in turn, restarting at each row) or without. */
-static void test_attention(int B, int T, int NH, int NKV, int hs, bool gpt2, bool docs) {
+static void test_attention(int B, int T, int NH, int NKV, int hs, bool gpt2, bool docs, double atol = 3e-5,
+                           double rtol = 3e-4, const char *tag = "") {
     int ld = (NH + 2 * NKV) * hs, C = NH * hs;
     size_t nq = (size_t)B * T * ld, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
     vecf qkv = randn(nq, 1), dout = randn(no, 1), dqkv = randn(nq, 1), out(no, NAN), lse(nl, NAN);
@@ -350,13 +351,59 @@ static void test_attention(int B, int T, int NH, int NKV, int hs, bool gpt2, boo
         }
     }
     char what[160];
-    snprintf(what, sizeof what, "attention%s%s B %d T %d NH %d NKV %d hs %d", gpt2 ? "" : "_gqa", docs ? "_doc" : "",
-             B, T, NH, NKV, hs);
+    snprintf(what, sizeof what, "attention%s%s B %d T %d NH %d NKV %d hs %d%s", gpt2 ? "" : "_gqa", docs ? "_doc" : "",
+             B, T, NH, NKV, hs, tag);
     std::string w0 = what;
-    compare((w0 + " out").c_str(), down(d_out, no), out, 3e-5, 3e-4);
-    compare((w0 + " lse").c_str(), down(d_lse, nl), lse, 3e-5, 3e-4);
-    compare((w0 + " dqkv (+=)").c_str(), down(d_dqkv, nq), dqkv, 3e-5, 3e-4);
+    compare((w0 + " out").c_str(), down(d_out, no), out, atol, rtol);
+    compare((w0 + " lse").c_str(), down(d_lse, nl), lse, atol, rtol);
+    compare((w0 + " dqkv (+=)").c_str(), down(d_dqkv, nq), dqkv, atol, rtol);
     for (void *p : {(void *)d_ds, (void *)d_qkv, (void *)d_dout}) gpu->ops->dealloc(gpu, p);
+}
+
+/* Which attention runs (st_backend_cuda_set_attention, issue 30): a value outside the enum
+ * refused; cuDNN refused where the build has none (the emulation), else run on a GQA and a
+ * GPT-2 shape against the CPU at bf16 tolerances, saying whether cuDNN ran or the own
+ * kernels took over (and why); documents always the own kernels; auto follows the matmul
+ * mode (bf16: cuDNN asked for, fp32: the own kernels, nothing asked). */
+static void test_attention_select(void) {
+    st_err err = {};
+    st_cuda_attention_stats a0, a1;
+    printf("attention built: %s\n", st_backend_cuda_attention_built());
+    CHECK(st_backend_cuda_set_attention(gpu, (st_cuda_attention)7, &err) == ST_ERR_INVALID,
+          "attention mode 7 accepted");
+    st_status s = st_backend_cuda_set_attention(gpu, ST_CUDA_ATTENTION_CUDNN, &err);
+#ifdef ST_CUDA_EMU
+    CHECK(s == ST_ERR_UNSUPPORTED && strstr(err.msg, "without cuDNN"),
+          "the emulation has no cuDNN, yet attention through it was accepted: %d %s", (int)s, err.msg);
+#endif
+    if (s == ST_OK) {
+        st_backend_cuda_attention_stats(gpu, &a0);
+        test_attention(1, 40, 4, 2, 64, false, false, 2e-2, 2e-2, " (cuDNN, bf16)");
+        test_attention(2, 33, 2, 2, 64, true, false, 2e-2, 2e-2, " (cuDNN, bf16)");
+        st_backend_cuda_attention_stats(gpu, &a1);
+        printf("attention through cuDNN: %llu of 2 forwards, %llu of 2 backwards%s%s\n",
+               (unsigned long long)(a1.cudnn[0] - a0.cudnn[0]), (unsigned long long)(a1.cudnn[1] - a0.cudnn[1]),
+               a1.why[0] ? "; own kernels because: " : "", a1.why);
+        CHECK(a1.cudnn[0] + a1.own[0] == a0.cudnn[0] + a0.own[0] + 2 && a1.cudnn[1] + a1.own[1] == a0.cudnn[1] +
+              a0.own[1] + 2, "attention stats do not count the 4 calls");
+    }
+    /* documents: the own kernels, counted as a fallback where cuDNN was asked for */
+    st_backend_cuda_set_attention(gpu, ST_CUDA_ATTENTION_AUTO, &err);
+    st_backend_cuda_set_matmul(gpu, ST_MATMUL_BF16, &err);
+    st_backend_cuda_attention_stats(gpu, &a0);
+    test_attention(1, 21, 4, 2, 24, false, true, 3e-5, 3e-4, " (auto, bf16 matmul: documents)");
+    st_backend_cuda_attention_stats(gpu, &a1);
+    CHECK(a1.own[0] == a0.own[0] + 1 && a1.own[1] == a0.own[1] + 1 && a1.fallbacks == a0.fallbacks + 2 &&
+          a1.cudnn[0] == a0.cudnn[0], "auto with a bf16 matmul over documents: own %llu/%llu more, fallbacks %llu "
+          "more (want 1, 1 and 2)", (unsigned long long)(a1.own[0] - a0.own[0]),
+          (unsigned long long)(a1.own[1] - a0.own[1]), (unsigned long long)(a1.fallbacks - a0.fallbacks));
+    /* auto with fp32 matmuls: the own kernels, cuDNN not asked */
+    st_backend_cuda_set_matmul(gpu, ST_MATMUL_FP32, &err);
+    st_backend_cuda_attention_stats(gpu, &a0);
+    test_attention(1, 21, 4, 2, 24, false, false, 3e-5, 3e-4, " (auto, fp32 matmul)");
+    st_backend_cuda_attention_stats(gpu, &a1);
+    CHECK(a1.own[0] == a0.own[0] + 1 && a1.fallbacks == a0.fallbacks && a1.cudnn[0] == a0.cudnn[0],
+          "auto with fp32 matmuls did not run the own kernels alone");
 }
 
 /* POET-X through the vtable (issue 30: NULL before): the polynomial and its gradient, the
@@ -636,6 +683,7 @@ int main(void) {
         test_attention(1, 21, 4, 2, 24, false, docs);
         test_attention(2, 17, 4, 1, 16, false, docs);
     }
+    test_attention_select();
     test_poetx(4, 8, 2, 13);
     test_poetx(2, 32, 3, 5);
     test_classifier(7, 53);
