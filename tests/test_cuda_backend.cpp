@@ -397,6 +397,32 @@ static void test_attention_select(void) {
           a1.cudnn[0] == a0.cudnn[0], "auto with a bf16 matmul over documents: own %llu/%llu more, fallbacks %llu "
           "more (want 1, 1 and 2)", (unsigned long long)(a1.own[0] - a0.own[0]),
           (unsigned long long)(a1.own[1] - a0.own[1]), (unsigned long long)(a1.fallbacks - a0.fallbacks));
+    /* STRATA_CUDA_ATTENTION: a bad value fails the create naming it; own starts there (so a
+     * bf16 matmul no longer asks for cuDNN) */
+    {
+        st_backend *b2 = nullptr;
+        setenv("STRATA_CUDA_ATTENTION", "flash", 1);
+        st_status s2 = st_backend_cuda_create(&b2, 0, (size_t)64 << 20, &err);
+        CHECK(s2 == ST_ERR_INVALID && !b2 && strstr(err.msg, "STRATA_CUDA_ATTENTION='flash'"),
+              "STRATA_CUDA_ATTENTION=flash: create gave %d: %s", (int)s2, err.msg);
+        setenv("STRATA_CUDA_ATTENTION", "own", 1);
+        s2 = st_backend_cuda_create(&b2, 0, (size_t)64 << 20, &err);
+        CHECK(s2 == ST_OK, "STRATA_CUDA_ATTENTION=own: %s", err.msg);
+        if (s2 == ST_OK) {
+            st_backend_cuda_set_matmul(b2, ST_MATMUL_BF16, &err);
+            st_backend *keep = gpu;
+            gpu = b2;
+            st_backend_cuda_attention_stats(gpu, &a0);
+            test_attention(1, 21, 4, 2, 24, false, false, 3e-5, 3e-4, " (STRATA_CUDA_ATTENTION=own, bf16 matmul)");
+            st_backend_cuda_attention_stats(gpu, &a1);
+            CHECK(a1.own[0] == 1 && a1.own[1] == 1 && a1.fallbacks == 0 && a1.cudnn[0] == 0,
+                  "STRATA_CUDA_ATTENTION=own with a bf16 matmul: own %llu, fallbacks %llu, cuDNN %llu",
+                  (unsigned long long)a1.own[0], (unsigned long long)a1.fallbacks, (unsigned long long)a1.cudnn[0]);
+            gpu = keep;
+            st_backend_free(b2);
+        }
+        unsetenv("STRATA_CUDA_ATTENTION");
+    }
     /* auto with fp32 matmuls: the own kernels, cuDNN not asked */
     st_backend_cuda_set_matmul(gpu, ST_MATMUL_FP32, &err);
     st_backend_cuda_attention_stats(gpu, &a0);

@@ -892,6 +892,25 @@ extern "C" st_status st_backend_cuda_create(st_backend **out, int device, size_t
                        "give a smaller device budget",
                        arena_bytes, device, free_b, total_b);
     }
+    /* STRATA_CUDA_ATTENTION=auto|own|cudnn: the attention's starting mode (as
+     * st_backend_cuda_set_attention), so that a run can be kept off cuDNN without a key;
+     * tests/gpu/run.sh sets it to own for its later stages where the probe found cuDNN's
+     * attention failing */
+    if (const char *am = getenv("STRATA_CUDA_ATTENTION")) {
+        st_cuda_attention mode = !strcmp(am, "auto") ? ST_CUDA_ATTENTION_AUTO
+                                 : !strcmp(am, "own") ? ST_CUDA_ATTENTION_OWN
+                                 : !strcmp(am, "cudnn") ? ST_CUDA_ATTENTION_CUDNN : (st_cuda_attention)-1;
+        st_status as;
+        if ((int)mode < 0) {
+            be_free(be);
+            return st_errf(err, ST_ERR_INVALID, "cuda backend: STRATA_CUDA_ATTENTION='%s' is not auto, own or cudnn "
+                           "(or unset it)", am);
+        }
+        if ((as = st_backend_cuda_set_attention(be, mode, err)) != ST_OK) {
+            be_free(be);
+            return as;
+        }
+    }
     c->arena.reset(arena_bytes);
     /* cuBLASLt's workspace, carved once: the arena is all the device memory the ops use */
     size_t ws_off = 0;

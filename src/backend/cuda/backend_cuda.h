@@ -76,7 +76,9 @@ void st_backend_cuda_matmul_stats(struct st_backend *be, st_cuda_matmul_stats *o
  * rounded to bf16; out and the gradients come back as fp32). Documents (the *_doc_* ops)
  * always run the own kernels. A cuDNN failure at run time (no libcudnn, a graph it
  * refuses, no engine, no scratch beside the arena, an execution error) is logged once and
- * that direction runs the own kernels from then on: the run goes on. */
+ * that direction runs the own kernels from then on: the run goes on. The environment
+ * variable STRATA_CUDA_ATTENTION (auto, own or cudnn) sets the mode st_backend_cuda_create
+ * starts with; another value, or cudnn where it is not built, fails the create. */
 typedef enum st_cuda_attention {
     ST_CUDA_ATTENTION_AUTO = 0,
     ST_CUDA_ATTENTION_OWN = 1,
