@@ -237,11 +237,19 @@ enum : int64_t {
 };
 
 /* A finalized execution plan (one shape, one direction) and its workspace bytes. */
+/* The graph's descriptors (tensors, operations, the operation graph, the engine
+ * configurations) are kept with it: the plan was finalized from them. */
 struct CuPlan {
     int key[6] = {0, 0, 0, 0, 0, -1};
     cudnnBackendDescriptor_t plan = nullptr;
+    std::vector<cudnnBackendDescriptor_t> keep;
     int64_t ws = 0;
 };
+static void plan_drop(const CuDnnApi &a, CuPlan *p) {
+    if (p->plan) a.beDestroy(p->plan);
+    for (size_t i = p->keep.size(); i-- > 0;) a.beDestroy(p->keep[i]);
+    p->plan = nullptr, p->keep.clear(), p->ws = 0;
+}
 
 struct CuSdpa {
     CuDnnApi api;
@@ -301,8 +309,9 @@ static bool finish_plan(CuSdpa *s, Graph &g, CuPlan *p, char *why, size_t n) {
         if (last == CUDNN_STATUS_SUCCESS)
             last = a.beGet(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &cnt, &ws);
         if (last == CUDNN_STATUS_SUCCESS) {
-            if (p->plan) a.beDestroy(p->plan);
+            plan_drop(a, p);
             p->plan = plan, p->ws = ws;
+            p->keep.swap(g.all); /* the graph's descriptors live as long as the plan */
             return true;
         }
         a.beDestroy(plan);
@@ -421,6 +430,7 @@ static CuPlan *get_plan(CuSdpa *s, int dir, int B, int T, int NH, int NKV, int h
         if (p.plan && !memcmp(p.key, key, sizeof key)) return &p;
     CuPlan *p = &s->plans[s->next_plan];
     s->next_plan = (s->next_plan + 1) % CuSdpa::NPLAN;
+    plan_drop(s->api, p);
     memset(p->key, 0, sizeof p->key), p->key[5] = -1; /* invalid until built */
     bool ok = dir == 0 ? build_forward(s, p, B, T, NH, NKV, hs, why, n) : build_backward(s, p, B, T, NH, NKV, hs, why, n);
     if (!ok) return nullptr;
@@ -500,7 +510,7 @@ CuSdpa *cu_sdpa_open(cudaStream_t st, char *why, size_t n) {
 void cu_sdpa_close(CuSdpa *s) {
     if (!s) return;
     for (CuPlan &p : s->plans)
-        if (p.plan) s->api.beDestroy(p.plan);
+        plan_drop(s->api, &p);
     if (s->h) s->api.destroy(s->h);
     if (s->api.lib) dlclose(s->api.lib);
     delete s;
