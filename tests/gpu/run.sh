@@ -462,6 +462,8 @@ stage_env() {
   free -g 2>/dev/null || cat /proc/meminfo | head -3
   if [ -f "$BUNDLE/VERSION" ]; then sed 's/^/bundle: /' "$BUNDLE/VERSION"; else echo "bundle: none at $BUNDLE"; fi
   command -v compute-sanitizer >/dev/null && echo "compute-sanitizer: $(compute-sanitizer --version 2>/dev/null | tail -1)"
+  # cuDNN (the fused attention; loaded with dlopen, not in ldd): where the loader finds it
+  echo "cuDNN: $( (ldconfig -p 2>/dev/null | grep -m1 'libcudnn.so.9 ' | sed 's/.*=> //'; ls /usr/local/cuda*/lib*/libcudnn.so.9 2>/dev/null) | head -2 | tr '\n' ' ')"
   echo "strata: $S"
   if [ ! -x "$S" ]; then
     problems="no strata at $S: make the bundle with tools/gpu_bundle.sh and carry build-gpu/bundle"
