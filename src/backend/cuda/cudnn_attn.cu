@@ -27,6 +27,8 @@
 
 #ifdef STRATA_HAVE_CUDNN
 
+#include "backend/cuda/kernels_sdpa_copy.cuh"
+
 #include <cuda_bf16.h>
 #include <cudnn_graph.h>
 #include <dlfcn.h>
@@ -450,28 +452,7 @@ static bool execute(CuSdpa *s, CuPlan *p, int nt, const int64_t *uids, void **pt
     return true;
 }
 
-/* ---------------------------------------------------------------- fp32 <-> bf16 copies */
-
-/* dst (B T rows, H heads, hs) bf16 packed = src rows ld apart (the head block at src) */
-static __global__ void k_sdpa_pack(__nv_bfloat16 *dst, const float *src, size_t rows, int H, int hs, int ld) {
-    size_t w = (size_t)H * hs, n = rows * w;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        dst[i] = __float2bfloat16_rn(src[i / w * ld + i % w]);
-}
-/* dst rows ld apart (=, or += when add) from the packed bf16 src */
-static __global__ void k_sdpa_unpack(float *dst, const __nv_bfloat16 *src, size_t rows, int H, int hs, int ld,
-                                     int add) {
-    size_t w = (size_t)H * hs, n = rows * w;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float v = __bfloat162float(src[i]);
-        float *o = dst + i / w * ld + i % w;
-        *o = add ? *o + v : v;
-    }
-}
-static unsigned grid_of(size_t n) {
-    size_t g = (n + 255) / 256;
-    return (unsigned)(g < 1 ? 1 : g > 65535 ? 65535 : g);
-}
+/* the fp32 <-> bf16 copies around cuDNN: kernels_sdpa_copy.cuh (checked under the emulation) */
 
 static size_t up256(size_t b) { return (b + 255) & ~(size_t)255; }
 
@@ -497,6 +478,16 @@ CuSdpa *cu_sdpa_open(cudaStream_t st, char *why, size_t n) {
     s->stream = st;
     if (!api_load(&s->api, why, n)) return cu_sdpa_close(s), nullptr;
     if (s->api.getVersion() < 91000) s->lowest_host = std::numeric_limits<float>::lowest();
+    /* the scratch comes from the device's default pool every call: keep what it frees
+     * (the default threshold 0 hands it back to the driver at every synchronisation, and
+     * each step would allocate again); best effort */
+    int dev = 0;
+    cudaMemPool_t pool;
+    if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetDefaultMemPool(&pool, dev) == cudaSuccess) {
+        uint64_t keep = UINT64_MAX;
+        cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+    }
+    cudaGetLastError();
     cudnnStatus_t e = s->api.create(&s->h);
     if (e == CUDNN_STATUS_SUCCESS) e = s->api.setStream(s->h, st);
     if (e != CUDNN_STATUS_SUCCESS) {
@@ -553,14 +544,14 @@ int cu_sdpa_forward(CuSdpa *s, float *out, float *lse, const float *q, const flo
     if (!m) return 1;
     __nv_bfloat16 *bq = (__nv_bfloat16 *)(m + oq), *bk = (__nv_bfloat16 *)(m + ok_), *bv = (__nv_bfloat16 *)(m + ov),
                   *bo = (__nv_bfloat16 *)(m + oo);
-    k_sdpa_pack<<<grid_of(nq), 256, 0, s->stream>>>(bq, q, rows, NH, hs, ld);
-    k_sdpa_pack<<<grid_of(nk), 256, 0, s->stream>>>(bk, k, rows, NKV, hs, ld);
-    k_sdpa_pack<<<grid_of(nk), 256, 0, s->stream>>>(bv, v, rows, NKV, hs, ld);
+    cu_sdpa_pack(bq, q, rows, NH, hs, ld, s->stream);
+    cu_sdpa_pack(bk, k, rows, NKV, hs, ld, s->stream);
+    cu_sdpa_pack(bv, v, rows, NKV, hs, ld, s->stream);
     s->scale_host = 1.0f / sqrtf((float)hs);
     int64_t uids[] = {U_Q, U_K, U_V, U_O, U_STATS, U_SCALE, U_LOWEST};
     void *ptrs[] = {bq, bk, bv, bo, lse, &s->scale_host, &s->lowest_host};
     bool ok = execute(s, p, 7, uids, ptrs, p->ws ? m + ows : nullptr, why, n);
-    if (ok) k_sdpa_unpack<<<grid_of(nq), 256, 0, s->stream>>>(out, bo, rows, NH, hs, NH * hs, 0);
+    if (ok) cu_sdpa_unpack(out, bo, rows, NH, hs, NH * hs, 0, s->stream);
     cudaFreeAsync(m, s->stream);
     cudaError_t e = cudaGetLastError();
     if (ok && e != cudaSuccess) return say(why, n, "a copy kernel around cuDNN: %s", cudaGetErrorString(e)), 2;
@@ -585,20 +576,20 @@ int cu_sdpa_backward(CuSdpa *s, float *dq, float *dk, float *dv, const float *do
                   *bdk = (__nv_bfloat16 *)(m + o[6]), *bdv = (__nv_bfloat16 *)(m + o[7]);
     float *delta = (float *)(m + o[8]), *dqacc = (float *)(m + o[9]);
     int C = NH * hs;
-    k_sdpa_pack<<<grid_of(nq), 256, 0, s->stream>>>(bq, q, rows, NH, hs, ld);
-    k_sdpa_pack<<<grid_of(nk), 256, 0, s->stream>>>(bk, k, rows, NKV, hs, ld);
-    k_sdpa_pack<<<grid_of(nk), 256, 0, s->stream>>>(bv, v, rows, NKV, hs, ld);
-    k_sdpa_pack<<<grid_of(nq), 256, 0, s->stream>>>(bo, out, rows, NH, hs, C);
-    k_sdpa_pack<<<grid_of(nq), 256, 0, s->stream>>>(bdo, dout, rows, NH, hs, C);
+    cu_sdpa_pack(bq, q, rows, NH, hs, ld, s->stream);
+    cu_sdpa_pack(bk, k, rows, NKV, hs, ld, s->stream);
+    cu_sdpa_pack(bv, v, rows, NKV, hs, ld, s->stream);
+    cu_sdpa_pack(bo, out, rows, NH, hs, C, s->stream);
+    cu_sdpa_pack(bdo, dout, rows, NH, hs, C, s->stream);
     cudaMemsetAsync(dqacc, 0, nq * 4, s->stream);
     s->scale_host = 1.0f / sqrtf((float)hs);
     int64_t uids[] = {U_Q, U_K, U_V, U_O, U_DO, U_STATS, U_SCALE, U_LOWEST, U_DQ, U_DK, U_DV, U_DELTA, U_DQACC};
     void *ptrs[] = {bq, bk, bv, bo, bdo, (void *)lse, &s->scale_host, &s->lowest_host, bdq, bdk, bdv, delta, dqacc};
     bool ok = execute(s, p, 13, uids, ptrs, p->ws ? m + o[10] : nullptr, why, n);
     if (ok) {
-        k_sdpa_unpack<<<grid_of(nq), 256, 0, s->stream>>>(dq, bdq, rows, NH, hs, ld, 1);
-        k_sdpa_unpack<<<grid_of(nk), 256, 0, s->stream>>>(dk, bdk, rows, NKV, hs, ld, 1);
-        k_sdpa_unpack<<<grid_of(nk), 256, 0, s->stream>>>(dv, bdv, rows, NKV, hs, ld, 1);
+        cu_sdpa_unpack(dq, bdq, rows, NH, hs, ld, 1, s->stream);
+        cu_sdpa_unpack(dk, bdk, rows, NKV, hs, ld, 1, s->stream);
+        cu_sdpa_unpack(dv, bdv, rows, NKV, hs, ld, 1, s->stream);
     }
     cudaFreeAsync(m, s->stream);
     cudaError_t e = cudaGetLastError();
