@@ -95,6 +95,7 @@ struct cuda_ctx {
     bool sdpa_tried = false, sdpa_off[2] = {false, false}, said_docs = false;
 #endif
     st_cuda_attention_stats astats = {};
+    bool said_own = false; /* the own kernels' line, once */
 };
 
 static cuda_ctx *ctx_of(st_backend *be) { return (cuda_ctx *)be->ctx; }
@@ -543,9 +544,16 @@ static void be_rope_backward(st_backend *be, float *dx, const float *cos, const 
  * without documents. A head size over CU_ATT_HS is refused as an invalid value. cuDNN's
  * fused attention (st_backend_cuda_set_attention) runs it where asked for and able; the
  * own kernels otherwise, and after any cuDNN failure (said once, on stderr). */
-static bool att_want_cudnn(const cuda_ctx *c) {
-    return c->attention == ST_CUDA_ATTENTION_CUDNN ||
-           (c->attention == ST_CUDA_ATTENTION_AUTO && c->matmul_mode == ST_MATMUL_BF16);
+static bool att_want_cudnn(cuda_ctx *c) {
+    bool want = c->attention == ST_CUDA_ATTENTION_CUDNN ||
+                (c->attention == ST_CUDA_ATTENTION_AUTO && c->matmul_mode == ST_MATMUL_BF16);
+    if (!want && !c->said_own) /* which attention a run uses, said once (cuDNN's line: att_sdpa) */
+        st_log(1, "cuda backend: attention through the own fp32 kernels (%s)\n",
+               c->attention == ST_CUDA_ATTENTION_OWN ? "asked for"
+                                                     : "auto with fp32 or tf32 matmuls; bf16 matmuls take cuDNN's fused "
+                                                       "attention where it is built");
+    c->said_own |= !want;
+    return want;
 }
 #if CU_SDPA
 static void att_why(cuda_ctx *c, const char *why) { snprintf(c->astats.why, sizeof c->astats.why, "%s", why); }
