@@ -316,7 +316,7 @@ enum { ST_DATA_DUP_NONE = 0, ST_DATA_DUP_EXACT = 1, ST_DATA_DUP_NEAR = 2 };
 typedef struct st_data_scores {
     st_data_ident ident;
     char dataset[4096];    /* the dataset's absolute path (PREFIX) */
-    char kind[32];         /* "dedup" or "external" */
+    char kind[32];         /* "dedup", "external" or "proxy" */
     char params[256];      /* how they were made, for people */
     uint64_t n_docs;
     double *score;         /* [n_docs] dedup: estimated Jaccard similarity with ref (1 exact), 0 unique */
@@ -334,6 +334,35 @@ st_status st_data_scores_read(const char *path, const char *dataset, st_data_sco
  * documents of dataset, in order; refused (naming the file and line) when the count
  * differs or a score is not a finite number. */
 st_status st_data_scores_from_text(const char *text_path, const char *dataset, st_data_scores *sc, st_err *err);
+
+/* Proxy-loss scores: the mean loss (nats per predicted token) of every document of dataset
+ * under model m, forward only. Documents are packed back to back into batches of B rows of
+ * T positions with document attention (st_model_set_docs: no document sees another's
+ * tokens; a document longer than what is left of a row goes on at the next row, its
+ * position restarting there); the per-position losses (ops->row_losses) are summed per
+ * document in document order, so the scores depend on B, T and the model only, not on the
+ * thread count (the backend's threads compute the forward). A document of one token has
+ * nothing to predict: score 0 (counted in empty_docs). A token outside the model's
+ * vocabulary is refused naming the .bin, the token, its byte offset and the vocabulary.
+ * out->kind "proxy"; allocated here (st_data_scores_free). */
+struct st_model;
+typedef struct st_data_proxy_config {
+    int B, T;               /* rows per forward (default 8) and row length (default min(256, the model's
+                               context); at most the context) */
+    int progress;           /* a progress line on stderr about once a second, and a last one */
+    const char *model_name; /* what the score file's params name the model by (NULL: its architecture) */
+} st_data_proxy_config;
+void st_data_proxy_config_init(st_data_proxy_config *cfg);
+typedef struct st_data_proxy_stats {
+    uint64_t n_docs, n_tokens, n_targets, forwards, empty_docs;
+    int B, T;               /* the batch used */
+    double flops;           /* the forwards' model FLOPs (a third of ops->flops_per_token a position,
+                               every position of every forward, padding included) */
+    double seconds;         /* the whole pass, reading included */
+    double forward_s;       /* in the model's forward */
+} st_data_proxy_stats;
+st_status st_data_score_proxy(const char *dataset, struct st_model *m, const st_data_proxy_config *cfg,
+                              st_data_scores *out, st_data_proxy_stats *stats, st_err *err);
 
 /* Deduplication: exact duplicates by a 128-bit hash of the token content (confirmed by
  * comparing the tokens), near duplicates by MinHash over token n-grams with banded LSH,

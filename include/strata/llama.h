@@ -152,6 +152,8 @@ st_status st_llama_set_docs(st_llama_model *m, const int32_t *positions, const i
 void st_llama_backward_hooked(st_llama_model *m, void (*hook)(void *ctx, size_t offset, size_t n), void *ctx);
 void st_llama_zero_grad(st_llama_model *m);
 const float *st_llama_logits(const st_llama_model *m);
+/* Per-row losses (B,T) of the last forward given targets (host memory; 0 where masked). */
+const float *st_llama_row_losses(const st_llama_model *m);
 /* Rotary tables cos, sin (T, head_dim/2) exactly as the forward uses them (theta,
  * Llama-3 scaling); implemented in src/model/llama_arch.c. */
 void st_llama_rope_tables(const st_llama_config *c, int T, float *cos_t, float *sin_t);

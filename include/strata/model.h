@@ -160,6 +160,8 @@ void st_gpt2_backward_hooked(st_gpt2_model *m, void (*hook)(void *ctx, size_t of
 void st_gpt2_zero_grad(st_gpt2_model *m);
 /* Logits (B,T,V) of the last forward made with dloss == 0 (backend memory). */
 const float *st_gpt2_logits(const st_gpt2_model *m);
+/* Per-row losses (B,T) of the last forward given targets (host memory; 0 where masked). */
+const float *st_gpt2_row_losses(const st_gpt2_model *m);
 
 /* Model FLOPs for one training step (forward + backward) per token at sequence length T:
  *   6 * (L*12*C^2 + V*C)   matmul weights, including the tied classifier
@@ -268,6 +270,9 @@ typedef struct st_model_ops {
     void (*rope_tables)(const st_model *m, int max_T, float *cos, float *sin);
     /* Packed documents (st_model_set_docs); NULL: the model has no document attention. */
     st_status (*set_docs)(st_model *m, const int32_t *positions, const int32_t *doc_start, st_err *err);
+    /* The per-row losses (B x T, host memory) of the last forward given targets: each
+     * position's cross-entropy, 0 where its target is < 0 (what the mean loss sums). */
+    const float *(*row_losses)(const st_model *m);
 } st_model_ops;
 
 /* A decoder block's kind, as a one-token decode step runs it. */

@@ -543,6 +543,7 @@ void st_gpt2_backward_hooked(st_gpt2_model *m, void (*hook)(void *ctx, size_t of
 void st_gpt2_zero_grad(st_gpt2_model *m) { OPS->memset0(m->be, m->grads, m->n_params * sizeof(float)); }
 
 const float *st_gpt2_logits(const st_gpt2_model *m) { return m->acts ? m->acts->logits : NULL; }
+const float *st_gpt2_row_losses(const st_gpt2_model *m) { return m->acts ? m->acts->losses_host : NULL; }
 
 double st_gpt2_flops_per_token(const st_gpt2_config *c, int T) {
     double C = c->n_embd, L = c->n_layer, V = c->vocab_size;

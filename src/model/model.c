@@ -73,9 +73,10 @@ static void g_decode_info(const st_model *m, st_decode_info *d) {
 static st_status g_set_docs(st_model *m, const int32_t *positions, const int32_t *doc_start, st_err *err) {
     return st_gpt2_set_docs(as_gpt2(m), positions, doc_start, err);
 }
+static const float *g_row_losses(const st_model *m) { return st_gpt2_row_losses(as_gpt2(m)); }
 static const st_model_ops gpt2_ops = {"gpt2", g_alloc_acts, g_forward, g_backward, g_init_random, g_save,
                                       g_load, g_flops, g_describe, g_destroy, g_step_gemms, g_get_arch,
-                                      g_save_hf, g_logits, g_decode_info, NULL, g_set_docs};
+                                      g_save_hf, g_logits, g_decode_info, NULL, g_set_docs, g_row_losses};
 
 st_status st_docs_check(const int32_t *positions, const int32_t *doc_start, int B, int T, int max_seq,
                         int *plain_pos, int *plain_ds, st_err *err) {
