@@ -339,7 +339,7 @@ st_status st_data_scores_from_text(const char *text_path, const char *dataset, s
  * under model m, forward only. Documents are packed back to back into batches of B rows of
  * T positions with document attention (st_model_set_docs: no document sees another's
  * tokens; a document longer than what is left of a row goes on at the next row, its
- * position restarting there); the per-position losses (ops->row_losses) are summed per
+ * position restarting there); the per-position losses (the model's row_losses) are summed per
  * document in document order, so the scores depend on B, T and the model only, not on the
  * thread count (the backend's threads compute the forward). A document of one token has
  * nothing to predict: score 0 (counted in empty_docs). A token outside the model's

@@ -134,6 +134,9 @@ const st_param_info *st_llama_find_tensor(const st_llama_model *m, const char *n
 /* Activations for B sequences of T tokens (T <= max_seq), the arch bound to (B, T)
  * (st_blocks_bind: scratch and rotary tables) included; st_llama_act_bytes counts both. */
 st_status st_llama_alloc_acts(st_llama_model *m, int B, int T, st_err *err);
+/* The last forward's per-row losses (host, B x T; rows with a target < 0 carry no loss):
+ * valid from st_llama_alloc_acts to the next one; NULL before. */
+const float *st_llama_row_losses(const st_llama_model *m);
 size_t st_llama_act_bytes(const st_llama_config *cfg, int B, int T);
 
 /* As st_gpt2_forward / st_gpt2_backward: mean loss over targets >= 0; dloss != 0 turns the
@@ -152,8 +155,6 @@ st_status st_llama_set_docs(st_llama_model *m, const int32_t *positions, const i
 void st_llama_backward_hooked(st_llama_model *m, void (*hook)(void *ctx, size_t offset, size_t n), void *ctx);
 void st_llama_zero_grad(st_llama_model *m);
 const float *st_llama_logits(const st_llama_model *m);
-/* Per-row losses (B,T) of the last forward given targets (host memory; 0 where masked). */
-const float *st_llama_row_losses(const st_llama_model *m);
 /* Rotary tables cos, sin (T, head_dim/2) exactly as the forward uses them (theta,
  * Llama-3 scaling); implemented in src/model/llama_arch.c. */
 void st_llama_rope_tables(const st_llama_config *c, int T, float *cos_t, float *sin_t);

@@ -51,7 +51,7 @@ static st_status batch_run(proxy_batch *b, st_model *m, double *sum, uint64_t *c
     double t0 = st_now();
     float mean = m->ops->forward(m, b->in, b->tgt, 0.0f);
     st->forward_s += st_now() - t0;
-    const float *loss = m->ops->row_losses ? m->ops->row_losses(m) : NULL;
+    const float *loss = m->row_losses;
     if (!loss) return st_errf(err, ST_ERR_UNSUPPORTED, "proxy model (%s) gives no per-position losses", m->ops->arch);
     if (!isfinite(mean))
         return st_errf(err, ST_ERR_INVALID, "proxy model: the forward's loss is %g (not finite); the model's weights "

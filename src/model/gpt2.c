@@ -148,6 +148,8 @@ size_t st_gpt2_scratch_bytes(const st_gpt2_config *cfg, int B, int T) { return s
 
 static st_status alloc_acts(st_gpt2_model *m, int B, int T, int n_layers, int scratch_only, st_err *err);
 st_status st_gpt2_alloc_scratch(st_gpt2_model *m, int B, int T, st_err *err) { return alloc_acts(m, B, T, 0, 1, err); }
+const float *st_gpt2_row_losses(const st_gpt2_model *m) { return m->acts ? m->acts->losses_host : NULL; }
+
 st_status st_gpt2_alloc_acts_layers(st_gpt2_model *m, int B, int T, int n_layers, st_err *err) {
     return alloc_acts(m, B, T, n_layers, 0, err);
 }
@@ -543,7 +545,6 @@ void st_gpt2_backward_hooked(st_gpt2_model *m, void (*hook)(void *ctx, size_t of
 void st_gpt2_zero_grad(st_gpt2_model *m) { OPS->memset0(m->be, m->grads, m->n_params * sizeof(float)); }
 
 const float *st_gpt2_logits(const st_gpt2_model *m) { return m->acts ? m->acts->logits : NULL; }
-const float *st_gpt2_row_losses(const st_gpt2_model *m) { return m->acts ? m->acts->losses_host : NULL; }
 
 double st_gpt2_flops_per_token(const st_gpt2_config *c, int T) {
     double C = c->n_embd, L = c->n_layer, V = c->vocab_size;

@@ -157,6 +157,8 @@ static void acts_free(st_llama_model *m) {
     m->acts = NULL;
 }
 
+const float *st_llama_row_losses(const st_llama_model *m) { return m->acts ? m->acts->losses_host : NULL; }
+
 st_status st_llama_alloc_acts(st_llama_model *m, int B, int T, st_err *err) {
     if (B < 1 || T < 1) return st_errf(err, ST_ERR_INVALID, "batch %d and seq %d must be >= 1", B, T);
     if (T > m->cfg.max_seq)
@@ -314,7 +316,6 @@ void st_llama_backward_hooked(st_llama_model *m, void (*hook)(void *ctx, size_t 
 void st_llama_zero_grad(st_llama_model *m) { OPS->memset0(m->be, m->grads, m->n_params * sizeof(float)); }
 
 const float *st_llama_logits(const st_llama_model *m) { return m->acts ? m->acts->logits : NULL; }
-const float *st_llama_row_losses(const st_llama_model *m) { return m->acts ? m->acts->losses_host : NULL; }
 
 double st_llama_flops_per_token(const st_llama_config *c, int T) {
     return c->n_layer * st_llama_block_flops_per_token(c, T) + 6.0 * c->vocab_size * (double)c->hidden_size;

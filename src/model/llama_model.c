@@ -14,7 +14,11 @@ static int is_file_path(const char *path) {
     return n >= k && !strcmp(path + n - k, ".safetensors");
 }
 
-static st_status l_alloc_acts(st_model *m, int B, int T, st_err *err) { return st_llama_alloc_acts(as_llama(m), B, T, err); }
+static st_status l_alloc_acts(st_model *m, int B, int T, st_err *err) {
+    st_status s = st_llama_alloc_acts(as_llama(m), B, T, err);
+    m->row_losses = st_llama_row_losses(as_llama(m));
+    return s;
+}
 static float l_forward(st_model *m, const int32_t *in, const int32_t *tg, float dloss) {
     return st_llama_forward_hooked(as_llama(m), in, tg, dloss, m->weight_hook, m->weight_hook_ctx);
 }
@@ -74,12 +78,9 @@ static st_status l_set_docs(st_model *m, const int32_t *positions, const int32_t
     return st_llama_set_docs(as_llama(m), positions, doc_start, err);
 }
 
-static const float *l_row_losses(const st_model *m) { return st_llama_row_losses(as_llama(m)); }
-
 static const st_model_ops llama_ops = {"llama", l_alloc_acts, l_forward, l_backward, l_init_random, l_save,
                                        l_load, l_flops, l_describe, l_destroy, l_step_gemms, l_get_arch,
-                                       l_save_hf, l_logits, l_decode_info, l_rope_tables, l_set_docs,
-                                       l_row_losses};
+                                       l_save_hf, l_logits, l_decode_info, l_rope_tables, l_set_docs};
 
 st_llama_model *st_model_llama(const st_model *m) { return m && m->ops == &llama_ops ? as_llama(m) : NULL; }
 

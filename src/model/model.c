@@ -12,7 +12,11 @@
 
 static st_gpt2_model *as_gpt2(const st_model *m) { return (st_gpt2_model *)m->impl; }
 
-static st_status g_alloc_acts(st_model *m, int B, int T, st_err *err) { return st_gpt2_alloc_acts(as_gpt2(m), B, T, err); }
+static st_status g_alloc_acts(st_model *m, int B, int T, st_err *err) {
+    st_status s = st_gpt2_alloc_acts(as_gpt2(m), B, T, err);
+    m->row_losses = st_gpt2_row_losses(as_gpt2(m));
+    return s;
+}
 static float g_forward(st_model *m, const int32_t *in, const int32_t *tg, float dloss) {
     return st_gpt2_forward_hooked(as_gpt2(m), in, tg, dloss, m->weight_hook, m->weight_hook_ctx);
 }
@@ -73,10 +77,9 @@ static void g_decode_info(const st_model *m, st_decode_info *d) {
 static st_status g_set_docs(st_model *m, const int32_t *positions, const int32_t *doc_start, st_err *err) {
     return st_gpt2_set_docs(as_gpt2(m), positions, doc_start, err);
 }
-static const float *g_row_losses(const st_model *m) { return st_gpt2_row_losses(as_gpt2(m)); }
 static const st_model_ops gpt2_ops = {"gpt2", g_alloc_acts, g_forward, g_backward, g_init_random, g_save,
                                       g_load, g_flops, g_describe, g_destroy, g_step_gemms, g_get_arch,
-                                      g_save_hf, g_logits, g_decode_info, NULL, g_set_docs, g_row_losses};
+                                      g_save_hf, g_logits, g_decode_info, NULL, g_set_docs};
 
 st_status st_docs_check(const int32_t *positions, const int32_t *doc_start, int B, int T, int max_seq,
                         int *plain_pos, int *plain_ds, st_err *err) {
