@@ -119,6 +119,8 @@ typedef struct st_data_loader_config {
     int online_mix;       /* 1 = every step's weights from st_data_loader_set_step_weights (online
                              mixing): the producer waits for a step's weights before building it;
                              the weights and the schedule above are not used */
+    int online_group;     /* online_mix: batches a weight step spans (the micro-batches of an optimizer
+                             step: its weights are those of weight step batch / online_group); 0 = 1 */
 } st_data_loader_config;
 
 /* Defaults: weights 1, eod_token -1, prefetch 4, B 1, world 1; the caller sets the rest. */
@@ -181,9 +183,10 @@ st_status st_data_loader_next(st_data_loader *dl, st_data_batch *b, st_err *err)
 void st_data_loader_get_state(const st_data_loader *dl, st_data_loader_state *st);
 /* Continue from st: same seed and sources required; schedule and world may differ. */
 st_status st_data_loader_set_state(st_data_loader *dl, const st_data_loader_state *st, st_err *err);
-/* Online mixing (config online_mix): the weights of global step `step` (n_sources of
- * them, as weights are checked), for a step not yet built and within 16 steps of the next
- * one built (refused otherwise, naming both). The batch of a step is built only once its
+/* Online mixing (config online_mix): the weights of weight step `step` (the batches
+ * [step * online_group, (step + 1) * online_group); n_sources of them, as weights are
+ * checked), for a step none of whose batches is built yet and within 16 steps of the next
+ * one (refused otherwise, naming both). The batch of a step is built only once its
  * weights are set, so the stream is the same however the prefetch thread runs. */
 st_status st_data_loader_set_step_weights(st_data_loader *dl, uint64_t step, const double *w, st_err *err);
 void st_data_loader_get_stats(const st_data_loader *dl, st_data_loader_stats *s);

@@ -62,6 +62,10 @@ void st_data_loader_config_init(st_data_loader_config *cfg) {
     cfg->prefetch = 4;
 }
 
+static uint64_t ow_group(const st_data_loader *dl) {
+    return dl->cfg.online_group > 1 ? (uint64_t)dl->cfg.online_group : 1;
+}
+
 static int ow_have(const st_data_loader *dl, uint64_t step) {
     int k = (int)(step % LOADER_OW_CAP);
     return dl->ow_set[k] && dl->ow_step[k] == step;
@@ -118,13 +122,14 @@ static st_status produce(st_data_loader *dl, data_slot *slot, st_err *err) {
     const double *w;
     if (dl->cfg.online_mix) { /* the run's weights for this step (the producer waited for them) */
         pthread_mutex_lock(&dl->mu);
-        int have = ow_have(dl, dl->prod.step);
-        if (have) memcpy(base, dl->ow[dl->prod.step % LOADER_OW_CAP], sizeof base);
+        uint64_t ws = dl->prod.step / ow_group(dl);
+        int have = ow_have(dl, ws);
+        if (have) memcpy(base, dl->ow[ws % LOADER_OW_CAP], sizeof base);
         pthread_mutex_unlock(&dl->mu);
         if (!have)
             return st_errf(err, ST_ERR_INVALID, "data loader: online mixing: no weights for step %llu; set them "
                            "(st_data_loader_set_step_weights) before its batch is taken",
-                           (unsigned long long)dl->prod.step);
+                           (unsigned long long)ws);
         w = base;
     } else {
         w = weights_at(dl, dl->prod.step, base);
@@ -186,7 +191,7 @@ static void *producer_main(void *arg) {
     pthread_mutex_lock(&dl->mu);
     while (!dl->stop) {
         while (!dl->stop && (dl->produced - dl->released >= (uint64_t)dl->n_slots ||
-                             (dl->cfg.online_mix && !ow_have(dl, dl->next_step))))
+                             (dl->cfg.online_mix && !ow_have(dl, dl->next_step / ow_group(dl)))))
             pthread_cond_wait(&dl->cv, &dl->mu);
         if (dl->stop) break;
         data_slot *slot = &dl->slots[dl->produced % (uint64_t)dl->n_slots];
@@ -498,10 +503,11 @@ st_status st_data_loader_set_step_weights(st_data_loader *dl, uint64_t step, con
     st_status rc = check_weights(w, dl->cfg.n_sources, where, err);
     if (rc) return rc;
     pthread_mutex_lock(&dl->mu);
-    uint64_t next = dl->next_step;
+    /* the first weight step whose first batch is not built yet */
+    uint64_t next = (dl->next_step + ow_group(dl) - 1) / ow_group(dl);
     if (step < next || step >= next + LOADER_OW_CAP) {
         pthread_mutex_unlock(&dl->mu);
-        return st_errf(err, ST_ERR_INVALID, "data loader: online weights for step %llu, but the next batch built is "
+        return st_errf(err, ST_ERR_INVALID, "data loader: online weights for step %llu, but the first step not yet built is "
                        "step %llu: weights are set for steps [%llu, %llu)", (unsigned long long)step,
                        (unsigned long long)next, (unsigned long long)next, (unsigned long long)(next + LOADER_OW_CAP));
     }

@@ -1,0 +1,42 @@
+/* run_mix.h - the run's side of online mixing (--mix online): the rows' sources of each
+ * micro-batch, their losses from the step's per-row hook, the sums of all ranks, the
+ * bandit's update (strata/data.h, st_data_mix_online) and the loader's weights for the
+ * step delay steps on; its state as a file of the checkpoint. Private to src/run. */
+#ifndef STRATA_RUN_MIX_H
+#define STRATA_RUN_MIX_H
+
+#include "strata/data.h"
+#include "strata/dist.h"
+
+#define RUN_MIX_FILE "mix_online.bin" /* in a checkpoint directory */
+
+typedef struct run_mix {
+    int on;                  /* 0: mixing by the data list's weights (nothing below is used) */
+    int K, B, T, n_micro;
+    st_data_mix_online bandit;
+    uint8_t *src;            /* [n_micro][B] the rows' sources of the step being run */
+    double sum[ST_DATA_MAX_SOURCES], cnt[ST_DATA_MAX_SOURCES]; /* this rank's, this step */
+    st_comm *comm;           /* the ranks (NULL: one process) */
+} run_mix;
+
+/* K sources, n_micro micro-batches of B x T a step; alpha in [0, 1), delay >= 1. */
+st_status run_mix_open(run_mix *x, int K, int n_micro, int B, int T, double alpha, int delay, st_comm *comm,
+                       st_err *err);
+void run_mix_close(run_mix *x);
+/* Give the loader the weights of steps [t, t + delay) (after open, or a restore). */
+st_status run_mix_start(run_mix *x, st_data_loader *dl, st_err *err);
+/* The sources of micro-batch k's rows (the loader's batch.source, B of them). */
+void run_mix_note_sources(run_mix *x, int k, const uint8_t *source);
+/* The step's per-row loss hook (st_row_loss_hook; ctx the run_mix). */
+void run_mix_row_hook(void *ctx, int k, const float *losses, const int32_t *targets, size_t n);
+/* After the step: the ranks' sums gathered and added in rank order (every rank the same
+ * numbers), the bandit updated, the loader given the weights of step + delay (step 0-based:
+ * the loader's batch index of the step just run). */
+st_status run_mix_after_step(run_mix *x, st_data_loader *dl, uint64_t step, st_err *err);
+/* The weights in force for the step just run, as a JSON array (for metrics.jsonl). */
+void run_mix_weights_json(const run_mix *x, uint64_t step, char *buf, size_t cap);
+/* The state as CKPT_DIR/mix_online.bin (temporary + fsync + rename) and back (checked). */
+st_status run_mix_save(run_mix *x, const char *ckpt_dir, st_err *err);
+st_status run_mix_load(run_mix *x, const char *ckpt_dir, st_err *err);
+
+#endif
