@@ -54,7 +54,7 @@ static int drive(st_data_loader *dl, run_mix *x, st_data_mix_online *ref, int fr
             }
             run_mix_row_hook(x, k, losses, targets, (size_t)B * T);
         }
-        if (run_mix_after_step(x, dl, (uint64_t)s, err)) return 1;
+        if (run_mix_after_step(x, dl, err)) return 1;
         if (st_data_mix_online_update(ref, sum, cnt, err)) return 1;
         CHECK(!memcmp(ref->weights, x->bandit.weights, sizeof ref->weights), "step %d: weights %.17g vs reference %.17g",
               s, x->bandit.weights[0], ref->weights[0]);

@@ -22,6 +22,23 @@ st_status run_mix_open(run_mix *x, int K, int n_micro, int B, int T, double alph
     return ST_OK;
 }
 
+st_status run_mix_open_run(run_mix *x, const st_train_config *c, st_comm *comm, st_err *err) {
+    memset(x, 0, sizeof *x);
+    if (!st_train_config_mix_online(c)) return ST_OK;
+    if (c->state_paths[0])
+        return st_errf(err, ST_ERR_UNSUPPORTED, "key 'mix': online mixing keeps its state in checkpoints, which a run "
+                       "with state_paths does not write; use mix weights there");
+    char list[sizeof c->data];
+    snprintf(list, sizeof list, "%s", c->data);
+    st_data_loader_config dc;
+    st_data_loader_config_init(&dc);
+    st_status s = strcmp(list, "embedded") ? st_data_list_parse(&dc, list, "data", err) : ST_OK;
+    if (s) return s;
+    if (!strcmp(list, "embedded")) dc.n_sources = 1;
+    s = run_mix_open(x, dc.n_sources, (int)c->grad_accum, c->batch, c->seq, c->mix_smoothing, c->mix_delay, comm, err);
+    return s ? st_err_prefix(err, "key 'mix'") : ST_OK;
+}
+
 void run_mix_close(run_mix *x) {
     free(x->src);
     memset(x, 0, sizeof *x);
@@ -54,8 +71,17 @@ void run_mix_row_hook(void *ctx, int k, const float *losses, const int32_t *targ
     }
 }
 
-st_status run_mix_after_step(run_mix *x, st_data_loader *dl, uint64_t step, st_err *err) {
+st_status run_mix_after_step(run_mix *x, st_data_loader *dl, st_err *err) {
     if (!x->on) return ST_OK;
+    uint64_t step = x->bandit.t;
+    st_data_loader_state ls;
+    st_data_loader_get_state(dl, &ls);
+    if (ls.step != (step + 1) * (uint64_t)x->n_micro)
+        return st_errf(err, ST_ERR_INVALID, "mix online: the bandit has seen %llu steps, the loader has given %llu "
+                       "batches (%d a step); the mixing state does not belong to this checkpoint",
+                       (unsigned long long)step, (unsigned long long)ls.step, x->n_micro);
+    const double *u = st_data_mix_online_weights_for(&x->bandit, step);
+    if (u) memcpy(x->used, u, sizeof(double) * (size_t)x->K);
     double sum[ST_DATA_MAX_SOURCES] = {0}, cnt[ST_DATA_MAX_SOURCES] = {0};
     const int K = x->K;
     if (x->comm && st_comm_size(x->comm) > 1) {
@@ -74,10 +100,6 @@ st_status run_mix_after_step(run_mix *x, st_data_loader *dl, uint64_t step, st_e
         memcpy(sum, x->sum, sizeof(double) * K), memcpy(cnt, x->cnt, sizeof(double) * K);
     }
     memset(x->sum, 0, sizeof x->sum), memset(x->cnt, 0, sizeof x->cnt);
-    if (x->bandit.t != step)
-        return st_errf(err, ST_ERR_INVALID, "mix online: the bandit has seen %llu steps, the run is at step %llu; "
-                       "its state does not belong to this checkpoint", (unsigned long long)x->bandit.t,
-                       (unsigned long long)step);
     st_status s = st_data_mix_online_update(&x->bandit, sum, cnt, err);
     if (s) return s;
     uint64_t q = step + x->bandit.delay;
@@ -85,14 +107,11 @@ st_status run_mix_after_step(run_mix *x, st_data_loader *dl, uint64_t step, st_e
     return s ? st_err_prefix(err, "mix online") : ST_OK;
 }
 
-void run_mix_weights_json(const run_mix *x, uint64_t step, char *buf, size_t cap) {
-    /* step's weights: what the loader drew it with (the ring still holds them before the
-     * update after it; after it, the update of step - delay made them: recomputed here
-     * from the ring is not possible, so the caller logs before run_mix_after_step) */
-    const double *w = st_data_mix_online_weights_for(&x->bandit, step);
-    size_t n = (size_t)snprintf(buf, cap, "[");
-    for (int i = 0; i < x->K && n < cap; i++)
-        n += (size_t)snprintf(buf + n, cap - n, "%s%.6f", i ? "," : "", w ? w[i] : 0.0);
+void run_mix_weights_json(const run_mix *x, char *buf, size_t cap) {
+    buf[0] = 0;
+    if (!x->on) return;
+    size_t n = (size_t)snprintf(buf, cap, ",\"mix_weights\":[");
+    for (int i = 0; i < x->K && n < cap; i++) n += (size_t)snprintf(buf + n, cap - n, "%s%.6f", i ? "," : "", x->used[i]);
     if (n < cap) snprintf(buf + n, cap - n, "]");
 }
 

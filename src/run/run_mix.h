@@ -7,6 +7,7 @@
 
 #include "strata/data.h"
 #include "strata/dist.h"
+#include "strata/train.h"
 
 #define RUN_MIX_FILE "mix_online.bin" /* in a checkpoint directory */
 
@@ -17,7 +18,12 @@ typedef struct run_mix {
     uint8_t *src;            /* [n_micro][B] the rows' sources of the step being run */
     double sum[ST_DATA_MAX_SOURCES], cnt[ST_DATA_MAX_SOURCES]; /* this rank's, this step */
     st_comm *comm;           /* the ranks (NULL: one process) */
+    double used[ST_DATA_MAX_SOURCES]; /* the weights of the step last run */
 } run_mix;
+
+/* The run's keys: mix weights leaves x off (x->on 0); mix online opens it for the sources of
+ * key 'data' (refused with state_paths: the state lives in checkpoints). */
+st_status run_mix_open_run(run_mix *x, const st_train_config *c, st_comm *comm, st_err *err);
 
 /* K sources, n_micro micro-batches of B x T a step; alpha in [0, 1), delay >= 1. */
 st_status run_mix_open(run_mix *x, int K, int n_micro, int B, int T, double alpha, int delay, st_comm *comm,
@@ -30,11 +36,11 @@ void run_mix_note_sources(run_mix *x, int k, const uint8_t *source);
 /* The step's per-row loss hook (st_row_loss_hook; ctx the run_mix). */
 void run_mix_row_hook(void *ctx, int k, const float *losses, const int32_t *targets, size_t n);
 /* After the step: the ranks' sums gathered and added in rank order (every rank the same
- * numbers), the bandit updated, the loader given the weights of step + delay (step 0-based:
- * the loader's batch index of the step just run). */
-st_status run_mix_after_step(run_mix *x, st_data_loader *dl, uint64_t step, st_err *err);
-/* The weights in force for the step just run, as a JSON array (for metrics.jsonl). */
-void run_mix_weights_json(const run_mix *x, uint64_t step, char *buf, size_t cap);
+ * numbers), the bandit updated, the loader given the weights of the step delay steps on
+ * (steps counted from 0 by the bandit; the loader's position is checked against it). */
+st_status run_mix_after_step(run_mix *x, st_data_loader *dl, st_err *err);
+/* ,"mix_weights":[...] of the step just run (for metrics.jsonl); "" when off. */
+void run_mix_weights_json(const run_mix *x, char *buf, size_t cap);
 /* The state as CKPT_DIR/mix_online.bin (temporary + fsync + rename) and back (checked). */
 st_status run_mix_save(run_mix *x, const char *ckpt_dir, st_err *err);
 st_status run_mix_load(run_mix *x, const char *ckpt_dir, st_err *err);
