@@ -17,7 +17,12 @@ st_status run_mix_open(run_mix *x, int K, int n_micro, int B, int T, double alph
     st_status s = st_data_mix_online_init(&x->bandit, K, alpha, delay, err);
     if (s) return s;
     x->src = calloc((size_t)n_micro * (size_t)B, 1);
-    if (!x->src) return st_errf(err, ST_ERR_NOMEM, "mix online: out of memory");
+    x->psum = calloc((size_t)n_micro * K, sizeof(double));
+    x->pcnt = calloc((size_t)n_micro * K, sizeof(double));
+    if (!x->src || !x->psum || !x->pcnt) {
+        run_mix_close(x);
+        return st_errf(err, ST_ERR_NOMEM, "mix online: out of memory");
+    }
     x->on = 1, x->K = K, x->B = B, x->T = T, x->n_micro = n_micro, x->comm = comm;
     return ST_OK;
 }
@@ -41,6 +46,8 @@ st_status run_mix_open_run(run_mix *x, const st_train_config *c, st_comm *comm, 
 
 void run_mix_close(run_mix *x) {
     free(x->src);
+    free(x->psum);
+    free(x->pcnt);
     memset(x, 0, sizeof *x);
 }
 
@@ -67,7 +74,7 @@ void run_mix_row_hook(void *ctx, int k, const float *losses, const int32_t *targ
             size_t j = (size_t)r * x->T + t;
             if (targets[j] >= 0) sum += losses[j], cnt++;
         }
-        x->sum[i] += sum, x->cnt[i] += cnt;
+        x->psum[(size_t)k * x->K + i] += sum, x->pcnt[(size_t)k * x->K + i] += cnt;
     }
 }
 
@@ -83,11 +90,16 @@ st_status run_mix_after_step(run_mix *x, st_data_loader *dl, st_err *err) {
     const double *u = st_data_mix_online_weights_for(&x->bandit, step);
     if (u) memcpy(x->used, u, sizeof(double) * (size_t)x->K);
     double sum[ST_DATA_MAX_SOURCES] = {0}, cnt[ST_DATA_MAX_SOURCES] = {0};
+    double lsum[ST_DATA_MAX_SOURCES] = {0}, lcnt[ST_DATA_MAX_SOURCES] = {0}; /* this rank's */
     const int K = x->K;
+    for (int k = 0; k < x->n_micro; k++)
+        for (int i = 0; i < K; i++) lsum[i] += x->psum[(size_t)k * K + i], lcnt[i] += x->pcnt[(size_t)k * K + i];
+    memset(x->psum, 0, sizeof(double) * (size_t)x->n_micro * K);
+    memset(x->pcnt, 0, sizeof(double) * (size_t)x->n_micro * K);
     if (x->comm && st_comm_size(x->comm) > 1) {
         int n = st_comm_size(x->comm);
         double mine[2 * ST_DATA_MAX_SOURCES];
-        memcpy(mine, x->sum, sizeof(double) * K), memcpy(mine + K, x->cnt, sizeof(double) * K);
+        memcpy(mine, lsum, sizeof(double) * K), memcpy(mine + K, lcnt, sizeof(double) * K);
         double *g = malloc(sizeof(double) * 2 * K * (size_t)n);
         if (!g) return st_errf(err, ST_ERR_NOMEM, "mix online: out of memory");
         st_status s = st_comm_allgather(x->comm, mine, sizeof(double) * 2 * K, g, "mix online losses", err);
@@ -97,9 +109,8 @@ st_status run_mix_after_step(run_mix *x, st_data_loader *dl, st_err *err) {
         free(g);
         if (s) return s;
     } else {
-        memcpy(sum, x->sum, sizeof(double) * K), memcpy(cnt, x->cnt, sizeof(double) * K);
+        memcpy(sum, lsum, sizeof(double) * K), memcpy(cnt, lcnt, sizeof(double) * K);
     }
-    memset(x->sum, 0, sizeof x->sum), memset(x->cnt, 0, sizeof x->cnt);
     st_status s = st_data_mix_online_update(&x->bandit, sum, cnt, err);
     if (s) return s;
     uint64_t q = step + x->bandit.delay;

@@ -16,7 +16,9 @@ typedef struct run_mix {
     int K, B, T, n_micro;
     st_data_mix_online bandit;
     uint8_t *src;            /* [n_micro][B] the rows' sources of the step being run */
-    double sum[ST_DATA_MAX_SOURCES], cnt[ST_DATA_MAX_SOURCES]; /* this rank's, this step */
+    double *psum, *pcnt;     /* [n_micro][K] this rank's, per micro-batch of this step: added in
+                                micro-batch order after the step, then the ranks' in rank order,
+                                so N ranks sum as one process with N times the micro-batches */
     st_comm *comm;           /* the ranks (NULL: one process) */
     double used[ST_DATA_MAX_SOURCES]; /* the weights of the step last run */
 } run_mix;
@@ -35,8 +37,9 @@ st_status run_mix_start(run_mix *x, st_data_loader *dl, st_err *err);
 void run_mix_note_sources(run_mix *x, int k, const uint8_t *source);
 /* The step's per-row loss hook (st_row_loss_hook; ctx the run_mix). */
 void run_mix_row_hook(void *ctx, int k, const float *losses, const int32_t *targets, size_t n);
-/* After the step: the ranks' sums gathered and added in rank order (every rank the same
- * numbers), the bandit updated, the loader given the weights of the step delay steps on
+/* After the step: this rank's micro-batches' sums added in order, the ranks' gathered and
+ * added in rank order (every rank the same numbers, and one process's with the ranks'
+ * micro-batches as its own), the bandit updated, the loader given the weights of the step delay steps on
  * (steps counted from 0 by the bandit; the loader's position is checked against it). */
 st_status run_mix_after_step(run_mix *x, st_data_loader *dl, st_err *err);
 /* ,"mix_weights":[...] of the step just run (for metrics.jsonl); "" when off. */
