@@ -39,13 +39,11 @@ st_status run_data_open(run_data *d, const st_train_config *c, const run_dist *d
     dc.seed = c->seed;
     dc.vocab_size = vocab;
     if (val) dc.prefetch = 0;
-    else if (st_train_config_mix_online(c)) { /* each step's weights from the run (run_mix.c) */
-        dc.online_mix = 1;
-        dc.online_group = (int)c->grad_accum;
-    }
     else { /* under mpirun rank r reads its rows of each global batch (the loader's global order) */
         dc.rank = dist ? dist->rank : 0;
         dc.world = dist ? dist->world : 1;
+        dc.online_mix = st_train_config_mix_online(c); /* each step's weights from the run (run_mix.c) */
+        dc.online_group = (int)c->grad_accum;
     }
     if (!strcmp(spec, "embedded")) {
         size_t cap = 4u << 20; /* 4 MiB of text; the default run reads a fifth of it */
