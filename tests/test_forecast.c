@@ -146,6 +146,13 @@ int main(void) {
     double eps = st_forecast_gain_per_pflop(&t, &lng, 2000);
     CHECK(eps > 0 && st_forecast_gain_per_pflop(&t, &lng, 1000) > eps && st_forecast_gain_per_pflop(&t, &lng, 3000) < eps,
           "the gain does not fall: %g", eps);
+    /* the gain is what a stable step buys now: the slope of the curve with the rate held */
+    {
+        st_schedule held = lng;
+        held.kind = ST_SCHEDULE_CONSTANT;
+        double g = (st_forecast_loss(&t, &held, 2000, NULL) - st_forecast_loss(&t, &held, 2001, NULL)) / 1e-3;
+        CHECK(fabs(eps / g - 1) < 1e-9, "wsd gain %g, the held curve's slope %g", eps, g);
+    }
     rule.kind = ST_STOP_RULE_MARGINAL, rule.value = eps;
     CHECK(!st_stop_rule_decide(&rule, &t, &lng, 1950, 1e12, &d, &err) && d.action == ST_STOP_CONTINUE, "1950: %s", d.why);
     CHECK(!st_stop_rule_decide(&rule, &t, &lng, 2050, 1e12, &d, &err) && d.action == ST_STOP_DECAY &&

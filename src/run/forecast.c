@@ -316,14 +316,9 @@ long st_forecast_step_at_flops(const st_forecast *f, double flops) {
 }
 
 double st_forecast_gain_per_pflop(const st_forecast *f, const st_schedule *sc, long step) {
-    double per = f->flops_per_step > 0 ? f->flops_per_step / 1e15 : NAN, dl;
-    if (sc->kind == ST_SCHEDULE_WSD) {
-        st_schedule a = *sc, b = *sc;
-        a.decay_start = step;
-        b.decay_start = step + 1;
-        dl = st_forecast_loss(f, &a, st_schedule_end(&a), NULL) - st_forecast_loss(f, &b, st_schedule_end(&b), NULL);
-    } else {
-        dl = st_forecast_loss(f, sc, step, NULL) - st_forecast_loss(f, sc, step + 1, NULL);
-    }
-    return dl / per;
+    double per = f->flops_per_step > 0 ? f->flops_per_step / 1e15 : NAN;
+    st_schedule now = *sc;
+    /* wsd: the curve with the rate held to step + 1 (the decay not begun: what a stable step buys) */
+    if (sc->kind == ST_SCHEDULE_WSD) now.decay_start = step + 1;
+    return (st_forecast_loss(f, &now, step, NULL) - st_forecast_loss(f, &now, step + 1, NULL)) / per;
 }
