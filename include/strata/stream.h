@@ -177,6 +177,11 @@ typedef struct st_stream_exec st_stream_exec;
  * st_stream_exec_create fails with ST_ERR_NOMEM, naming the bytes missing, above the
  * budget's free bytes. */
 size_t st_stream_device_bytes(const st_stream_config *c, const st_stream_plan *p);
+/* Host bytes the executor holds for the plan: the host vectors (parameters and gradients,
+ * the caller's or its own), every buffer st_stream_exec_create allocates in host memory (one
+ * table: the count and the allocation cannot differ), the chunked vocabulary's host
+ * bindings, and the optimizer's moments unless the state is external (c->state_format). */
+size_t st_stream_host_bytes(const st_stream_config *c, const st_stream_plan *p);
 
 /* The order the disk state's store updates element ranges in beside the backward (a key for
  * st_store_step_args.order_key, the smaller first): a range within the blocks' parameters
@@ -286,6 +291,11 @@ void st_stream_params_changed(st_stream_exec *x);
  * step in memory. NULL, NULL: one sequence a row (as before any call). Malformed ones are
  * refused by the call that reads them (ST_ERR_INVALID naming the row and position). */
 void st_stream_set_docs(st_stream_exec *x, const int32_t *positions_all, const int32_t *doc_start_all);
+/* Each micro-batch's per-row losses (model.h's st_row_loss_hook) after its forward in
+ * st_stream_step_accum (k: the micro-batch); NULL: none. st_stream_row_losses: the last
+ * forward's (host, B x T), as st_stream_micro_grads and st_stream_eval leave them. */
+void st_stream_set_row_hook(st_stream_exec *x, st_row_loss_hook hook, void *ctx);
+const float *st_stream_row_losses(const st_stream_exec *x);
 
 /* Forward only (validation): the mean loss over targets >= 0 of one (B, T) batch with the
  * current weights, streamed as the step streams them. Changes no parameter, gradient,

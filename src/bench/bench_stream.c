@@ -86,7 +86,7 @@ typedef struct stream_bench {
     st_stream_exec *x, *xd;
     st_store *store;
     int store_made;
-    st_step mem_step, str_step, disk_step;
+    st_step *mem_step, *str_step, *disk_step;
     st_optim *opt;
     st_optim_segment *segs;
     st_stream_plan plan;
@@ -188,10 +188,12 @@ static int stream_check_args(stream_opts *o) {
     return 0;
 }
 
-/* The streamed step's plan: the options', then a small planner for what they left open, the
- * cheapest plan that fits (offload saves the recompute; a resident wte saves the second pass
- * over it; a chunked wte takes ST_PLAN_RULE_VOCAB_CHUNK rows at a time, as strata train's
- * rule). --acts auto becomes the choice made, for the figures. */
+/* The streamed step's plan: the options', then the plan request's fixed rule (plan.h) for
+ * what they left open, with no program: the activations given (auto: offload, else
+ * recompute), each with the vocabulary resident, else in ST_PLAN_RULE_VOCAB_CHUNK-row
+ * chunks (offload saves the recompute; a resident wte saves the second pass over it). None
+ * fitting leaves the smallest, which the executor then refuses naming the bytes. --acts
+ * auto becomes the choice made, for the figures. */
 static void stream_choose_plan(stream_bench *b, stream_opts *o) {
     st_stream_plan *plan = &b->plan;
     st_stream_plan_default(plan, b->arch->lay.n_blocks);
@@ -200,17 +202,16 @@ static void stream_choose_plan(stream_bench *b, stream_opts *o) {
     plan->clip = !strcmp(o->clip, "defer") ? ST_STREAM_CLIP_DEFER
                : !strcmp(o->clip, "auto")  ? ST_STREAM_CLIP_AUTO : ST_STREAM_CLIP_SPECULATE;
     plan->grad_dtype = strcmp(o->gdt, "bf16") ? ST_F32 : ST_BF16;
-    st_stream_plan_set_all(plan, o->act);
-    size_t usable = st_backend_device_usable_bytes(o->device, b->budget); /* a GPU: less cuBLASLt's workspace */
-    plan->vocab_chunk = o->vchunk >= 0 ? o->vchunk : 0;
-    if (o->vchunk < 0 && st_stream_device_bytes(&b->sc, plan) > usable) plan->vocab_chunk = ST_PLAN_RULE_VOCAB_CHUNK;
-    if (o->act_auto && st_stream_device_bytes(&b->sc, plan) > usable) {
-        st_stream_plan_set_all(plan, ST_STREAM_ACT_RECOMPUTE);
-        if (o->vchunk < 0) {
-            plan->vocab_chunk = 0;
-            if (st_stream_device_bytes(&b->sc, plan) > usable) plan->vocab_chunk = ST_PLAN_RULE_VOCAB_CHUNK;
-        }
-    }
+    static const st_stream_act auto_acts[] = {ST_STREAM_ACT_OFFLOAD, ST_STREAM_ACT_RECOMPUTE};
+    st_plan_request rq = {.arch = b->arch, .B = o->B, .T = o->T, .sc = &b->sc, .rule = 1,
+                          .rule_order = ST_PLAN_RULE_ACTS_FIRST, .base = plan, .vocab_chunk = o->vchunk,
+                          .rule_acts = o->act_auto ? auto_acts : &o->act, .n_rule_acts = o->act_auto ? 2 : 1,
+                          /* a GPU: less cuBLASLt's workspace */
+                          .budget = st_backend_device_usable_bytes(o->device, b->budget)};
+    static st_plan_result res; /* the plan's act table is large; one bench at a time */
+    st_err ignored = {0};
+    st_plan_for_run(&rq, &res, &ignored);
+    *plan = res.plan;
     if (o->act_auto) o->acts = plan->act[0] == ST_STREAM_ACT_OFFLOAD ? "offload" : "recompute";
 }
 
@@ -232,8 +233,7 @@ static int stream_setup_disk(stream_bench *b, const stream_opts *o, st_err *err)
     if (st_store_create(&b->store, &b->stc, st_store_init_copy, b->m->params, err)) return 1;
     b->store_made = 1;
     if (st_stream_attach_store(b->xd, b->store, NULL, 0, err)) return 1;
-    st_step_init_streamed(&b->disk_step, b->xd, 1);
-    return 0;
+    return st_step_create(&b->disk_step, &(st_step_setup){.sx = b->xd, .max_micro = 1}, err) ? 1 : 0;
 }
 
 /* The model, its optimizer, the streamed executor (and the disk side), one batch of random
@@ -269,8 +269,9 @@ static int stream_setup(stream_bench *b, stream_opts *o, st_err *err) {
     st_rng_seed(&rng, 7);
     for (size_t i = 0; i < N; i++) b->inp[i] = (int32_t)(st_rng_u64(&rng) % (uint64_t)ly->vocab_size);
     for (size_t i = 0; i < N; i++) b->tgt[i] = (int32_t)(st_rng_u64(&rng) % (uint64_t)ly->vocab_size);
-    if (st_step_init_memory(&b->mem_step, b->m, b->opt, NULL, 1, err)) return 1;
-    st_step_init_streamed(&b->str_step, b->x, 1);
+    if (st_step_create(&b->mem_step, &(st_step_setup){.m = b->m, .opt = b->opt, .max_micro = 1}, err) ||
+        st_step_create(&b->str_step, &(st_step_setup){.sx = b->x, .max_micro = 1}, err))
+        return 1;
     return 0;
 }
 
@@ -278,7 +279,7 @@ static int stream_setup(stream_bench *b, stream_opts *o, st_err *err) {
 static int stream_disk_step(stream_bench *b, const stream_opts *o, int s, const st_step_hp *hp,
                                   const st_stream_step_stats *st, stream_figures *f, st_err *err) {
     st_step_result rdk;
-    if (st_step_run(&b->disk_step, 1, o->B, o->T, b->inp, b->tgt, hp, &rdk, err) || st_backend_status(b->dev2, err))
+    if (st_step_run(b->disk_step, 1, o->B, o->T, b->inp, b->tgt, hp, &rdk, err) || st_backend_status(b->dev2, err))
         return 1;
     st_stream_step_stats sd = rdk.stream;
     f->loss_equal &= memcmp(&sd.loss, &st->loss, sizeof(float)) == 0;
@@ -308,10 +309,10 @@ static int stream_run_steps(stream_bench *b, const stream_opts *o, stream_figure
         st_step_hp hp = {.adam = {1e-4f, 0.9f, 0.95f, 1e-8f, s + 2, 1.0f}, .grad_clip = (float)o->max_norm};
         st_step_result ru, rs;
         double t0 = st_now();
-        if (st_step_run(&b->mem_step, 1, o->B, o->T, b->inp, b->tgt, &hp, &ru, err)) return 1;
+        if (st_step_run(b->mem_step, 1, o->B, o->T, b->inp, b->tgt, &hp, &ru, err)) return 1;
         f->loss_u = (float)ru.loss;
         double tun = st_now() - t0;
-        if (st_step_run(&b->str_step, 1, o->B, o->T, b->inp, b->tgt, &hp, &rs, err)) return 1;
+        if (st_step_run(b->str_step, 1, o->B, o->T, b->inp, b->tgt, &hp, &rs, err)) return 1;
         if (st_backend_status(b->dev, err)) return 1; /* a failed kernel: no figures from garbage */
         st_stream_step_stats st = rs.stream;
         f->loss_s = st.loss;
@@ -391,7 +392,7 @@ static int stream_figures_alloc(stream_figures *f, int steps, st_err *err) {
 /* Everything stream_setup made, in the reverse order; the disk store's files removed. */
 static void stream_free(stream_bench *b, const stream_opts *o) {
     free(b->inp); free(b->tgt);
-    st_step_free(&b->disk_step);
+    st_step_destroy(b->disk_step);
     st_stream_exec_free(b->xd);
     if (b->dev2) st_backend_free(b->dev2);
     st_store_close(b->store);
@@ -400,8 +401,8 @@ static void stream_free(stream_bench *b, const stream_opts *o) {
     st_optim_free(b->opt);
     st_stream_exec_free(b->x);
     if (b->dev) st_backend_free(b->dev);
-    st_step_free(&b->mem_step);
-    st_step_free(&b->str_step);
+    st_step_destroy(b->mem_step);
+    st_step_destroy(b->str_step);
     st_model_free(b->m);
     st_arch_free(b->arch);
     if (b->cpu) st_backend_free(b->cpu);
