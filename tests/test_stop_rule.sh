@@ -68,6 +68,12 @@ check '[ "$(grep -c "| val [0-9.]* (ppl [0-9.]*) | forecast" "$T/n.out")" -eq 8 
   "the step line's forecast: $(grep -c forecast "$T/n.out") lines, $(grep val "$T/n.out" | tail -1)"
 check '[ "$(jq -s "map(select(.forecast_final)) | length" "$T/n/metrics.jsonl")" -ge 1 ] && grep -q "forecast/final_loss" "$T/n"/events.out.tfevents.*' \
   "the forecast in metrics.jsonl and TensorBoard"
+# without a rule too, a resume refits from the points read back: the same forecasts as the
+# uninterrupted run's (resumed at 40, compared to 80)
+"$S" train $small $wsd --stop_at 80 --run_dir "$T/n80" >/dev/null 2>&1
+"$S" train --resume "$T/n" --stop_at 80 >/dev/null 2>&1
+fc() { jq -c "select(.step > 40 and .forecast_final) | [.step, .forecast_final, .forecast_band]" "$1/metrics.jsonl" | tr '\n' ' '; }
+check '[ -n "$(fc "$T/n80")" ] && [ "$(fc "$T/n")" = "$(fc "$T/n80")" ]' "resumed forecasts: $(fc "$T/n") against $(fc "$T/n80")"
 # resumed before the decision and inside the decay: the same decision, the same bits
 for at in $((k - 3)) $((k + 7)); do
   "$S" train $small $wsd --stop_rule marginal:1e30 --stop_at $at --run_dir "$T/m$at" >/dev/null 2>&1
