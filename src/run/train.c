@@ -429,8 +429,8 @@ static st_status run_evaluate(train_run *r, train_step *o, st_err *err) {
     if ((s = st_prof_tb_scalar(r->tb, "val/loss", o->step, o->val, err)) ||
         (s = st_run_stop_eval(&r->stop, o->step, o->val, r->quiet, o->forecast_json, sizeof o->forecast_json, err)))
         return s;
-    if (r->stop.fc_ok && !(s = st_prof_tb_scalar(r->tb, "forecast/final_loss", o->step, r->stop.fc_final, err)))
-        s = st_prof_tb_scalar(r->tb, "forecast/band", o->step, r->stop.fc_band, err);
+    if (r->stop.fc_ok && !(s = st_prof_tb_scalar(r->tb, "forecast/forecast_final", o->step, r->stop.fc_final, err)))
+        s = st_prof_tb_scalar(r->tb, "forecast/forecast_band", o->step, r->stop.fc_band, err);
     return s;
 }
 
