@@ -66,7 +66,7 @@ fi
 "$S" train $small --quiet 0 --log_every 1000 $wsd --stop_at 40 --run_dir "$T/n" >"$T/n.out" 2>&1
 check '[ "$(grep -c "| val [0-9.]* (ppl [0-9.]*) | forecast" "$T/n.out")" -eq 8 ] && grep -q "| forecast [0-9.]* +- [0-9.]* at 200" "$T/n.out"' \
   "the step line's forecast: $(grep -c forecast "$T/n.out") lines, $(grep val "$T/n.out" | tail -1)"
-check '[ "$(jq -s "map(select(.forecast_final)) | length" "$T/n/metrics.jsonl")" -ge 1 ] && grep -q "forecast/final_loss" "$T/n"/events.out.tfevents.*' \
+check '[ "$(jq -s "map(select(.forecast_final)) | length" "$T/n/metrics.jsonl")" -ge 1 ] && grep -q "forecast/forecast_final" "$T/n"/events.out.tfevents.*' \
   "the forecast in metrics.jsonl and TensorBoard"
 # without a rule too, a resume refits from the points read back: the same forecasts as the
 # uninterrupted run's (resumed at 40, compared to 80)
