@@ -435,8 +435,12 @@ static st_status run_evaluate(train_run *r, train_step *o, st_err *err) {
     st_prof_end(&pv);
     if (s) return s;
     o->eval_s = st_now() - te;
-    if ((s = st_prof_tb_scalar(r->tb, "val/loss", o->step, o->val, err))) return s;
-    return st_run_stop_eval(&r->stop, o->step, o->val, r->quiet, o->forecast_json, sizeof o->forecast_json, err);
+    if ((s = st_prof_tb_scalar(r->tb, "val/loss", o->step, o->val, err)) ||
+        (s = st_run_stop_eval(&r->stop, o->step, o->val, r->quiet, o->forecast_json, sizeof o->forecast_json, err)))
+        return s;
+    if (r->stop.fc_ok && !(s = st_prof_tb_scalar(r->tb, "forecast/forecast_final", o->step, r->stop.fc_final, err)))
+        s = st_prof_tb_scalar(r->tb, "forecast/forecast_band", o->step, r->stop.fc_band, err);
+    return s;
 }
 
 /* The stopping rule's decision, rank 0's on every rank, taken: the run ends at its end. */
@@ -455,10 +459,10 @@ static st_status run_log_step(train_run *r, const train_step *o, st_err *err) {
     const st_train_config *c = &r->c;
     long step = o->step;
     int has_val = r->lead && r->ev.spec && (step % c->eval_every == 0 || step == r->end);
-    char vtxt[64] = "", vjson[640] = "";
+    char vtxt[160] = "", vjson[640] = "";
     if (has_val) {
         char jv[32], jp[32]; /* a diverged model's loss is not a JSON number */
-        snprintf(vtxt, sizeof vtxt, " | val %.4f (ppl %.2f)", o->val, exp(o->val));
+        snprintf(vtxt, sizeof vtxt, " | val %.4f (ppl %.2f)%s", o->val, exp(o->val), r->stop.line);
         snprintf(vjson, sizeof vjson, ",\"val_loss\":%s,\"val_ppl\":%s,\"eval_ms\":%.3f",
                  json_num(jv, o->val, "%.6f"), json_num(jp, exp(o->val), "%.4f"), o->eval_s * 1e3);
         snprintf(vjson + strlen(vjson), sizeof vjson - strlen(vjson), "%s", o->forecast_json);
