@@ -87,6 +87,10 @@ typedef struct st_train_config {
     int doc_mask;         /* 1: positions restart at each document of a packed row and attention stays
                              inside it; 0: rows attended whole; -1 (default): 1, in memory and
                              under device_budget */
+    char mix[8];          /* "weights" (the data list's weights; default) or "online" (the sources' weights
+                             adapted from their training loss, st_train_config_mix_online) */
+    double mix_smoothing; /* online: the rewards' moving average (default 0.9) */
+    int mix_delay;        /* online: steps from an update of the weights to their use (default 2) */
 } st_train_config;
 
 /* What a run is given besides its configuration: the process's handles, not keys (they are
@@ -120,6 +124,8 @@ st_status st_train_config_check(const st_train_config *c, st_err *err);
 /* plan_head as the planner's st_plan_options.prefer_resident_head: ST_PLAN_HEAD_RESIDENT_IF_FITS
  * (resident) or ST_PLAN_HEAD_RESIDENT_ON_TIE (fastest). */
 int st_train_config_plan_head(const st_train_config *c);
+/* 1 when key 'mix' is online (strata/data.h, st_data_mix_online), 0 for weights. */
+int st_train_config_mix_online(const st_train_config *c);
 /* The keys optim_state and save_hf_dtype as what they name (a checked configuration's). */
 st_optim_state_format st_train_config_state_format(const st_train_config *c);
 st_dtype st_train_config_save_hf_dtype(const st_train_config *c);

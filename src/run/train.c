@@ -24,6 +24,7 @@
 
 #include "core/fileutil.h"
 #include "run/run_internal.h"
+#include "run/run_mix.h"
 #include "run/run_stop_internal.h"
 #include "strata/generate.h"
 
@@ -33,6 +34,8 @@ typedef struct train_run {
     st_train_config c;           /* as run: plan_state auto's placement, the chosen state_budget */
     volatile int *stop_flag;     /* the caller's (st_train_hooks); NULL: none */
     run_dist dist;               /* the ranks (one process: a world of one) */
+    run_mix mix;                 /* mix online (run_mix.c); off otherwise */
+    run_ckpt_extra extra;        /* what checkpoints hold besides the state (ckpt_extra) */
     int lead;                    /* rank 0: writes what is the run's, not a rank's */
     int quiet;                   /* no lines: the key quiet, or a rank other than 0 */
     int threads;
@@ -216,7 +219,7 @@ static st_status open_optimizer(train_run *r, st_err *err) {
  * at step 50). */
 static st_status open_data(train_run *r, st_err *err) {
     st_status s = run_data_open(&r->td, &r->c, &r->dist, "data", r->c.data, r->m->vocab_size, err);
-    if (s) return s;
+    if (s || (s = run_mix_open_run(&r->mix, &r->c, r->dist.comm, err))) return s;
     r->ev.spec = run_val_spec(&r->c);
     if (r->ev.spec && strcmp(r->ev.spec, "embedded")) {
         if ((s = run_data_open(&r->ev.vd, &r->c, NULL, "val_data", r->ev.spec, r->m->vocab_size, err))) return s;
@@ -250,9 +253,11 @@ static st_status open_state(train_run *r, st_err *err) {
         if ((s = st_train_state_load_shard(ck, r->hs, r->opt, r->segs, m->n_tensors, r->dist.lo, r->dist.hi, err)))
             return s;
         if ((s = run_data_restore_state(&r->td, r->hs, path, err))) return s;
+        if (r->mix.on && (s = run_mix_load(&r->mix, ck, err))) return s;
         if (r->sx) st_stream_set_params(r->sx, st_stream_params(r->sx)); /* the device copies follow the host */
         st_log(1, "resumed from %s at step %llu\n", ck, (unsigned long long)r->hs->step);
     }
+    if (r->mix.on && (s = run_mix_start(&r->mix, r->td.dl, err))) return s;
     if (r->dist.rank == 0 && c->resume[0] && (s = run_metrics_truncate(c->run_dir, r->hs->step, err))) return s;
     if (r->hs->step > 0 && (long)r->hs->step >= r->end) /* said, never a silent zero-step run */
         st_log(1, "nothing to train: the run is at step %llu and %s is %ld; give --steps N with N > %llu to "
@@ -277,6 +282,7 @@ static st_status open_step(train_run *r, st_err *err) {
         su.overlap_gather = 1;
     }
     if ((s = st_step_create(&r->stp, &su, err))) return s;
+    if (r->mix.on) st_step_set_row_hook(r->stp, run_mix_row_hook, &r->mix);
     if (c->doc_mask != 0) { /* document-aware packing (unset: on), in memory and streamed */
         r->positions = malloc(sizeof(int32_t) * n);
         r->doc_start = malloc(sizeof(int32_t) * n);
@@ -366,6 +372,7 @@ static st_status run_step(train_run *r, long step, train_step *o, st_err *err) {
         s = run_data_next(&r->td, r->B, r->T, r->inputs + at, r->targets + at, r->positions ? r->positions + at : NULL,
                           r->doc_start ? r->doc_start + at : NULL, err);
         st_prof_end(&pd);
+        if (!s) run_mix_note_sources(&r->mix, (int)k, r->td.source);
     }
     if (s) return s;
     st_step_hp shp = {.adam = {(float)st_run_stop_lr(&r->stop, step), (float)c->beta1, (float)c->beta2, (float)c->eps,
@@ -378,7 +385,9 @@ static st_status run_step(train_run *r, long step, train_step *o, st_err *err) {
         shp.blob = hs;
         shp.blob_bytes = sizeof *hs;
     }
-    if ((s = st_step_run(r->stp, (int)c->grad_accum, r->B, r->T, r->inputs, r->targets, &shp, &o->sr, err))) return s;
+    if ((s = st_step_run(r->stp, (int)c->grad_accum, r->B, r->T, r->inputs, r->targets, &shp, &o->sr, err)) ||
+        (s = run_mix_after_step(&r->mix, r->td.dl, err)))
+        return s;
     /* a GPU's ops report nothing when they fail: a failed kernel or copy stops the run
      * here, before this step is logged or checkpointed, not trained on as garbage */
     if (r->dev && (s = st_backend_status(r->dev, err))) return st_err_prefix(err, "step %ld on device %s", step, c->device);
@@ -427,8 +436,12 @@ static st_status run_evaluate(train_run *r, train_step *o, st_err *err) {
     st_prof_end(&pv);
     if (s) return s;
     o->eval_s = st_now() - te;
-    if ((s = st_prof_tb_scalar(r->tb, "val/loss", o->step, o->val, err))) return s;
-    return st_run_stop_eval(&r->stop, o->step, o->val, r->quiet, o->forecast_json, sizeof o->forecast_json, err);
+    if ((s = st_prof_tb_scalar(r->tb, "val/loss", o->step, o->val, err)) ||
+        (s = st_run_stop_eval(&r->stop, o->step, o->val, r->quiet, o->forecast_json, sizeof o->forecast_json, err)))
+        return s;
+    if (r->stop.fc_ok && !(s = st_prof_tb_scalar(r->tb, "forecast/forecast_final", o->step, r->stop.fc_final, err)))
+        s = st_prof_tb_scalar(r->tb, "forecast/forecast_band", o->step, r->stop.fc_band, err);
+    return s;
 }
 
 /* The stopping rule's decision, rank 0's on every rank, taken: the run ends at its end. */
@@ -447,10 +460,10 @@ static st_status run_log_step(train_run *r, const train_step *o, st_err *err) {
     const st_train_config *c = &r->c;
     long step = o->step;
     int has_val = r->lead && r->ev.spec && (step % c->eval_every == 0 || step == r->end);
-    char vtxt[64] = "", vjson[640] = "";
+    char vtxt[160] = "", vjson[640] = "";
     if (has_val) {
         char jv[32], jp[32]; /* a diverged model's loss is not a JSON number */
-        snprintf(vtxt, sizeof vtxt, " | val %.4f (ppl %.2f)", o->val, exp(o->val));
+        snprintf(vtxt, sizeof vtxt, " | val %.4f (ppl %.2f)%s", o->val, exp(o->val), r->stop.line);
         snprintf(vjson, sizeof vjson, ",\"val_loss\":%s,\"val_ppl\":%s,\"eval_ms\":%.3f",
                  json_num(jv, o->val, "%.6f"), json_num(jp, exp(o->val), "%.4f"), o->eval_s * 1e3);
         snprintf(vjson + strlen(vjson), sizeof vjson - strlen(vjson), "%s", o->forecast_json);
@@ -469,7 +482,8 @@ static st_status run_log_step(train_run *r, const train_step *o, st_err *err) {
                  ss.step_s * 1e3, (unsigned long long)ss.read_bytes, (unsigned long long)ss.write_bytes,
                  ss.n_subgroups ? (double)ss.hits / ss.n_subgroups : 0.0, (ss.read_wait_s + ss.write_wait_s) * 1e3);
     }
-    char jloss[32], jnorm[32], jdist[160] = "", path[2200];
+    char jloss[32], jnorm[32], jdist[160] = "", path[2200], jmix[48 + 16 * ST_DATA_MAX_SOURCES];
+    run_mix_weights_json(&r->mix, jmix, sizeof jmix);
     if (r->dist.world > 1) /* this step's communication, rank 0's view */
         snprintf(jdist, sizeof jdist, ",\"ranks\":%d,\"comm_wait_ms\":%.3f,\"comm_sent_bytes\":%llu,"
                  "\"comm_received_bytes\":%llu", r->dist.world, o->sr.comm_wait_s * 1e3,
@@ -480,11 +494,11 @@ static st_status run_log_step(train_run *r, const train_step *o, st_err *err) {
     int mn = mfault ? -1
                     : fprintf(r->metrics,
                               "{\"step\":%ld,\"loss\":%s,\"lr\":%.6e,\"grad_norm\":%s,\"step_ms\":%.3f,\"tokens_per_s\":%.1f,"
-                              "\"achieved_gflops\":%.3f,\"tokens\":%llu,\"skipped\":%s%s%s%s%s}\n",
+                              "\"achieved_gflops\":%.3f,\"tokens\":%llu,\"skipped\":%s%s%s%s%s%s}\n",
                               step, json_num(jloss, o->loss, "%.6f"), o->lr, json_num(jnorm, o->norm, "%.6f"),
                               o->dt * 1e3, o->tok_s, o->gflops,
                               (unsigned long long)step * (unsigned long long)r->step_tokens,
-                              o->skipped ? "true" : "false", vjson, disk, jdist, st_prof_step_json(r->pr));
+                              o->skipped ? "true" : "false", vjson, disk, jdist, jmix, st_prof_step_json(r->pr));
     if (mn < 0 || fflush(r->metrics) != 0) {
         int e = errno ? errno : EIO;
         return st_errf(err, e == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "%s: cannot write step %ld's metrics: %s; %s",
@@ -541,12 +555,21 @@ static st_status run_stop_requested(train_run *r, int *stop, st_err *err) {
 
 /* Every ckpt_every steps, at the last and on a stop (the disk state commits every step: it
  * is its own checkpoint); the oldest complete ones pruned. */
+/* What a checkpoint holds beyond the weights, state and configuration: the online mixture's
+ * state, written inside it before it is committed. */
+static st_status write_mix(void *ctx, const char *dir, st_err *err) { return run_mix_save(ctx, dir, err); }
+static const run_ckpt_extra *ckpt_extra(train_run *r) {
+    static run_ckpt_extra none = {0};
+    r->extra = r->mix.on ? (run_ckpt_extra){write_mix, &r->mix} : none;
+    return &r->extra;
+}
+
 static st_status run_checkpoint(train_run *r, long step, int stop, st_err *err) {
     const st_train_config *c = &r->c;
     if (r->store || !((c->ckpt_every > 0 && step % c->ckpt_every == 0) || step == r->end || stop)) return ST_OK;
     st_prof_span pw = st_prof_begin(ST_PROF_CAT_IO, "checkpoint write", -1);
     st_status s = st_step_sync(r->stp, err);
-    if (s || (s = run_save_checkpoint(c, &r->dist, r->m, r->opt, r->hs, err))) return s;
+    if (s || (s = run_save_checkpoint(c, &r->dist, r->m, r->opt, r->hs, ckpt_extra(r), err))) return s;
     char path[2200];
     st_run_checkpoint_path(path, sizeof path, c->run_dir, (unsigned long long)step);
     st_prof_end_bytes(&pw, st_prof_dir_bytes(path));
@@ -585,8 +608,9 @@ static st_status run_finish(train_run *r, st_train_result *res, st_err *err) {
     st_train_state_header *hs = r->hs;
     char path[2200];
     st_status s = st_step_sync(r->stp, err);
-    if (!s && !r->store && !r->saved_at_end && hs->step > 0 && c->resume[0] == 0 && (long)hs->step == r->end)
-        s = run_save_checkpoint(c, &r->dist, r->m, r->opt, hs, err);
+    if (!s && !r->store && !r->saved_at_end && hs->step > 0 && c->resume[0] == 0 && (long)hs->step == r->end) {
+        s = run_save_checkpoint(c, &r->dist, r->m, r->opt, hs, ckpt_extra(r), err);
+    }
     if (r->store && !s && r->lead) { /* the store is the checkpoint; the weights go beside it for users */
         st_run_path(path, sizeof path, c->run_dir, ST_RUN_MODEL);
         s = r->m->ops->save(r->m, path, err);
@@ -633,6 +657,7 @@ static st_status run_close(train_run *r, st_status s, st_err *err) {
     st_step_destroy(r->stp);
     r->stp = NULL;
     run_data_close(&r->td);
+    run_mix_close(&r->mix);
     run_data_close(&r->ev.vd);
     if (r->sx && r->opt == st_stream_optim(r->sx)) r->opt = NULL; /* the executor's own (one process) */
     st_optim_free(r->opt); /* in memory, or a rank's shard under streaming */
