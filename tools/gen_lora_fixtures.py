@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """Generate tests/fixtures/lora_<name>.safetensors: LoRA adapters on the tiny GPT-2 and Llama
 fixtures through Hugging Face PEFT (PyPI `peft`), their loss and the gradient of every adapter
-matrix (test_lora_fixture.c). Also --check-adapter DIR BASE FIXTURE: load an adapter directory that
-`strata train --save_adapter` wrote into PEFT over the base fixture's weights and print the loss
-of the fixture's batch (test_lora_cli.sh compares it with strata's).
+matrix (test_lora_fixture.c). Also --check-adapter ADAPTER BASE MERGED: load an adapter directory that
+`strata train --save_adapter` wrote into PEFT over the base Hugging Face directory BASE, and
+compare its loss on a seeded batch with the merged directory strata's --save_hf wrote
+(test_lora_cli.sh).
 
 Rerun (from the repo root, with Debian's PyTorch 1.13 as tools/gen_fixtures.py, and PyPI
 transformers and peft):
@@ -132,26 +133,41 @@ def write(name, base, r, alpha, targets, seed):
           f"loss {loss.item():.10f} (base {base_loss:.10f})")
 
 
-def check_adapter(adir, base):
-    """The loss PEFT gives with the adapter directory over the base fixture (printed)."""
+def check_adapter(adir, base_dir, merged_dir):
+    """PEFT's loss with the adapter directory over the base Hugging Face directory, on a seeded
+    batch, against transformers' loss of the merged directory strata wrote (--save_hf) and the
+    base's own; exit status 1 unless the first two agree (1e-5 relative) and differ from the base."""
     import peft
+    import transformers as tr
     torch.set_num_threads(1)
-    model, params = hf_model(base)
-    pm = peft.PeftModel.from_pretrained(model, adir)
-    pm = pm.double()
-    pm.eval()
-    n = sum(1 for k, _ in pm.named_parameters() if "lora_" in k)
-    assert n > 0, "no adapter matrices loaded"
+
+    def load(d):
+        m = tr.AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float64)
+        m.eval()
+        return m
+
+    base = load(base_dir)
+    V = base.config.vocab_size
+    T = min(16, base.config.max_position_embeddings if hasattr(base.config, "max_position_embeddings")
+            else base.config.n_positions)
+    g = torch.Generator().manual_seed(29)
+    params = {"inputs": torch.randint(0, V, (2, T), generator=g).numpy(),
+              "targets": torch.randint(0, V, (2, T), generator=g).numpy()}
     with torch.no_grad():
+        base_loss = batch_loss(base, params).item()
+        pm = peft.PeftModel.from_pretrained(load(base_dir), adir)
+        pm.eval()
+        n = sum(1 for k, _ in pm.named_parameters() if "lora_" in k)
         loss = batch_loss(pm, params).item()
-        with pm.disable_adapter():
-            base_loss = batch_loss(pm, params).item()
-    print(f"peft-loss {loss:.9f} base-loss {base_loss:.9f} adapters {n}")
+        merged = batch_loss(load(merged_dir), params).item()
+    ok = n > 0 and abs(loss - merged) <= 1e-5 * abs(loss) and abs(loss - base_loss) > 1e-6
+    print(f"peft-loss {loss:.9f} merged-loss {merged:.9f} base-loss {base_loss:.9f} adapters {n}: "
+          f"{'ok' if ok else 'MISMATCH'}")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "--check-adapter":
-        check_adapter(sys.argv[2], sys.argv[3])
-        sys.exit(0)
+    if len(sys.argv) == 5 and sys.argv[1] == "--check-adapter":
+        sys.exit(check_adapter(sys.argv[2], sys.argv[3], sys.argv[4]))
     for k, (b, r, a, t, s) in CASES.items():
         write(k, b, r, a, t, s)
