@@ -133,4 +133,55 @@ void st_zero_bounds(const st_optim_segment *segs, int n_segs, size_t n, int size
  * its own buffers: params + lo, the gradient shard, base 0); how many. */
 int st_zero_clip_segments(const st_optim_segment *segs, int n_segs, size_t lo, size_t hi, st_optim_segment *out);
 
+/* The ranks' side of a data-parallel step (src/dist/zero.c), for an executor that hands
+ * it each block's gradient as backward completes it (exec/step.c runs the micro-batches
+ * and the update; everything that crosses ranks is here). n: the flat vector's elements;
+ * bounds: the ranks' shards (st_zero_bounds; copied). Stage 0: the gradient reduced onto
+ * the shards, then gathered whole, and the whole update on every rank; 1 and 2: the update
+ * on this rank's shard only, the updated weights gathered after it; with overlap_gather,
+ * part by part (the blocks' ranges the backward reported) while the next forward waits for
+ * each part as it reaches it. */
+typedef struct st_zero st_zero;
+st_status st_zero_create(st_zero **out, st_comm *c, int stage, const size_t *bounds, size_t n, int overlap_gather,
+                         st_err *err);
+void st_zero_destroy(st_zero *z);
+int st_zero_stage(const st_zero *z);
+void st_zero_shard_range(const st_zero *z, size_t *lo, size_t *hi);
+float *st_zero_shard(st_zero *z); /* the summed gradient on [lo, hi), counted from lo */
+
+/* One micro-batch's reduction of grads (the flat gradient, this rank's own) onto the
+ * shards: begin it, give st_zero_grad_ready (ctx: the pass) to the backward as its hook,
+ * end it after the backward (the ranges the hook did not see are reduced, then the wait,
+ * added to *wait_s). add (non-NULL): added into each range before it is reduced (the sum
+ * of the earlier micro-batches); accumulate: onto the shard's running sum (ZeRO 2). */
+typedef struct st_zero_pass {
+    st_zero *z;
+    float *grads;
+    const float *add;
+    int accumulate;
+    size_t done_lo, done_hi; /* the ranges reduced so far: blocks, from the last down */
+    st_status st;
+    st_err *err;
+} st_zero_pass;
+void st_zero_pass_begin(st_zero_pass *p, st_zero *z, float *grads, const float *add, int accumulate, st_err *err);
+void st_zero_grad_ready(void *pass, size_t offset, size_t n);
+st_status st_zero_pass_end(st_zero_pass *p, double *wait_s);
+/* The summed gradient the update reads: *g on [*lo, *hi) (the shard; stage 0: gathered
+ * into grads, the whole vector). */
+st_status st_zero_summed(st_zero *z, float *grads, const float **g, size_t *lo, size_t *hi, double *wait_s,
+                         st_err *err);
+/* Its squared norm over every rank: the bits st_optim_grad_sumsq gives on the whole vector. */
+st_status st_zero_grad_sumsq(st_zero *z, const float *g, size_t lo, size_t hi, double *sumsq, st_err *err);
+/* After the update (stages 1 and 2): every rank's updated shard of params to every rank,
+ * now or, with overlap_gather, in flight until the next forward's weight hook. */
+st_status st_zero_share_weights(st_zero *z, float *params, double *wait_s, st_err *err);
+int st_zero_gathering(const st_zero *z); /* the last update's weights still arriving */
+/* The next forward: st_zero_step_begin, then st_zero_weights_ready (ctx: z) as the model's
+ * weight hook, then st_zero_weights_done (its waits added to *wait_s, its first error,
+ * then whatever is still in flight). st_zero_sync: wait for all of it. */
+void st_zero_step_begin(st_zero *z);
+void st_zero_weights_ready(void *zero, size_t offset, size_t n);
+st_status st_zero_weights_done(st_zero *z, double *wait_s, st_err *err);
+st_status st_zero_sync(st_zero *z, st_err *err);
+
 #endif

@@ -135,6 +135,9 @@ const st_param_info *st_llama_find_tensor(const st_llama_model *m, const char *n
 /* Activations for B sequences of T tokens (T <= max_seq), the arch bound to (B, T)
  * (st_blocks_bind: scratch and rotary tables) included; st_llama_act_bytes counts both. */
 st_status st_llama_alloc_acts(st_llama_model *m, int B, int T, st_err *err);
+/* The last forward's per-row losses (host, B x T; rows with a target < 0 carry no loss):
+ * valid from st_llama_alloc_acts to the next one; NULL before. */
+const float *st_llama_row_losses(const st_llama_model *m);
 size_t st_llama_act_bytes(const st_llama_config *cfg, int B, int T);
 
 /* As st_gpt2_forward / st_gpt2_backward: mean loss over targets >= 0; dloss != 0 turns the

@@ -151,6 +151,9 @@ const st_param_info *st_gpt2_find_tensor(const st_gpt2_model *m, const char *nam
 /* Activations for batches of B sequences of T tokens (T <= max_seq). */
 st_status st_gpt2_alloc_acts(st_gpt2_model *m, int B, int T, st_err *err);
 size_t st_gpt2_act_bytes(const st_gpt2_config *cfg, int B, int T);
+/* The last forward's per-row losses (host, B x T; rows with a target < 0 carry no loss):
+ * valid from st_gpt2_alloc_acts* to the next one; NULL before. */
+const float *st_gpt2_row_losses(const st_gpt2_model *m);
 /* The same with per-layer activations for only the first n_layers layers (0..n_layer):
  * the shared buffers (tokens, embedding output, head, backward scratch) and n_layers
  * st_gpt2_layer_acts sets. An executor that places block activations itself passes 0. */
@@ -311,6 +314,9 @@ typedef struct st_decode_info {
  * while the blocks below run). The rest (head, final norm, embeddings) is complete when
  * backward returns. */
 typedef void (*st_grad_hook)(void *ctx, size_t offset, size_t n);
+/* Called after a forward with its per-row losses (host, n rows; a row whose target is < 0
+ * carries no loss): k counts the forwards of one step (its micro-batches). */
+typedef void (*st_row_loss_hook)(void *ctx, int k, const float *losses, const int32_t *targets, size_t n);
 
 struct st_model {
     const st_model_ops *ops;
@@ -328,6 +334,9 @@ struct st_model {
      * parallel waits there for the weights the ranks gather after their update). */
     st_grad_hook weight_hook; /* NULL: none */
     void *weight_hook_ctx;
+    /* The last forward's per-row losses (host, the B x T of alloc_acts; a row whose target
+     * is < 0 carries no loss), set by alloc_acts. */
+    const float *row_losses;
 };
 
 /* Packed documents: rows of B x T inputs that hold several documents each.

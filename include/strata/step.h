@@ -37,11 +37,11 @@
  *                      .grad_clip = 1.0f};
  *     st_step_result r;
  *     if (st_optim_create(&opt, segs, m->n_tensors, ST_OPTIM_STATE_F32, &err) == ST_OK &&
- *         st_step_init_memory(&st, m, opt, NULL, 1, &err) == ST_OK) {
- *         if (st_step_run(&st, 1, B, T, inputs, targets, &hp, &r, &err) == ST_OK)
+ *         st_step_create(&st, &(st_step_setup){.m = m, .opt = opt, .max_micro = 1}, &err) == ST_OK) {
+ *         if (st_step_run(st, 1, B, T, inputs, targets, &hp, &r, &err) == ST_OK)
  *             printf("loss %.3f, norm %.3f, skipped %d\n", r.loss, r.grad_norm, r.skipped);
- *         st_step_free(&st);
  *     }
+ *     st_step_destroy(st);
  *     st_optim_free(opt);
  *     free(segs);
  *     st_model_free(m);
@@ -60,35 +60,32 @@
 struct st_store;
 struct st_comm;
 
-typedef struct st_step {
-    st_model *m;               /* in memory: the model (its params and grads in host memory) */
-    st_optim *opt;                /* in memory with the state in RAM */
-    struct st_store *store;    /* in memory with the disk state (opt unused) */
-    struct st_stream_exec *sx;    /* streamed: the executor holds the rest */
-    float *gacc;               /* in memory, more than one micro-batch: the running sum */
-    int max_micro;
-    /* data parallel (st_step_set_dist): the ranks' step, in memory */
-    struct st_comm *comm;
-    int zero;                  /* 0: gradients all-reduced, state replicated; 1: state sharded; 2: also the
-                                  summed gradient (each micro-batch's reduced as it ends) */
-    size_t *bounds;            /* the ranks' shards of the flat vector (st_zero_bounds) */
-    size_t lo, hi;             /* this rank's shard */
-    float *shard;              /* the summed gradient on this rank's shard */
-    double *parts;             /* the norm's partial sums, one per ST_OPTIM_SUMSQ_CHUNK */
-    /* zero 1 and 2 with overlap_gather: the updated weights are gathered part by part (the
-     * embeddings, each block, the rest) on the communication thread while the next step's
-     * forward waits for each part as it reaches it (st_step_sync waits for all) */
+/* The step: opaque; made by st_step_create from its setup, freed by st_step_destroy. */
+typedef struct st_step st_step;
+
+/* What a step runs on. In memory: m (with activations for B x T) and the optimizer opt
+ * (RAM) or the store (the disk state). Streamed, one process: sx (made with
+ * stream_config.grad_accum >= max_micro), m unused. Data parallel (comm, in memory or,
+ * with sx, streamed: the model's vectors are the executor's host tier): every rank runs
+ * the same step on its own micro-batches, and the gradients of all ranks are summed in rank
+ * order (dist.h), so N ranks step as one process with N times the micro-batches. zero 0:
+ * the gradient all-reduced, opt (or the store) holds the whole state on every rank; zero 1
+ * and 2: opt (or the store) holds the shard [bounds[rank], bounds[rank + 1]) only (its
+ * segments clipped to it, st_zero_clip_segments, counted from the shard's start), the
+ * updated weights gathered after the update (overlap_gather: during the next forward);
+ * zero 2 keeps only the shard of the running gradient sum, reducing each micro-batch as it
+ * ends, so it is also bit-identical to one process at grad_accum N x max_micro. */
+typedef struct st_step_setup {
+    st_model *m;
+    st_optim *opt;
+    struct st_store *store;
+    struct st_stream_exec *sx;
+    int max_micro;              /* micro-batches per step, at most (> 1 in memory: one more fp32 gradient) */
+    struct st_comm *comm;       /* NULL: one process */
+    int zero;
+    const size_t *bounds;       /* the ranks' shards (st_zero_bounds) */
     int overlap_gather;
-    size_t *cuts;              /* the parts' starts (the blocks' offsets, from the backward hook), then n_params */
-    int n_cuts, cap_cuts;
-    uint64_t *gticket;         /* per part: the gather in flight (0: none) */
-    int g_next;                /* the first part not yet waited for */
-    double gwait_s;            /* the forward's waits, this step */
-    st_status gst;             /* the first error of a wait in the forward */
-    st_err gerr;
-    /* packed documents (st_step_set_docs): each micro-batch's positions and doc_start */
-    const int32_t *positions, *doc_start;
-} st_step;
+} st_step_setup;
 
 typedef struct st_step_hp {
     st_adamw_params adam;     /* .step: this update's Adam step; .grad_scale is ignored (the clip sets it) */
@@ -109,32 +106,21 @@ typedef struct st_step_result {
     uint64_t sent_bytes, received_bytes; /* data parallel: this rank's bytes in this step */
 } st_step_result;
 
-/* In memory: m (with activations for B x T), the optimizer opt (RAM) or the store (disk
- * state), up to max_micro micro-batches per step (> 1 allocates one more fp32 gradient). */
-st_status st_step_init_memory(st_step *s, st_model *m, st_optim *opt, struct st_store *store, int max_micro,
-                              st_err *err);
-/* Streamed: the executor (made with stream_config.grad_accum >= max_micro). */
-void st_step_init_streamed(st_step *s, struct st_stream_exec *sx, int max_micro);
-void st_step_free(st_step *s);
+st_status st_step_create(st_step **out, const st_step_setup *setup, st_err *err);
+void st_step_destroy(st_step *s);
 /* Packed documents: positions and doc_start (n_micro x B x T int32 each, model.h's
  * st_model_set_docs) of the micro-batches that st_step_run's inputs hold, read by every
  * following st_step_run (the caller refills them with the inputs); NULL, NULL: one
  * sequence a row. Streamed (one process or the ranks' step), the executor takes them
  * (st_stream_set_docs) and sets each micro-batch's before its forward. */
 void st_step_set_docs(st_step *s, const int32_t *positions, const int32_t *doc_start);
-/* Data parallel, in memory: every rank runs the same step on its own micro-batches, and
- * the gradients of all ranks are summed in rank order (dist.h), so N ranks step as one
- * process with N times the micro-batches. zero 0: the gradient all-reduced, opt (or the
- * store) holds the whole state on every rank; zero 1 and 2: opt (or the store) holds the
- * shard [bounds[rank], bounds[rank + 1]) only (its segments clipped to it,
- * st_zero_clip_segments, counted from the shard's start), the updated weights are gathered
- * after the update (overlap_gather = 1: during the next forward); zero 2 keeps
- * only the shard of the running gradient sum (no gacc), reducing each micro-batch as it
- * ends, so it is also bit-identical to one process at grad_accum N x max_micro. */
-st_status st_step_set_dist(st_step *s, struct st_comm *comm, int zero, const size_t *bounds, st_err *err);
+/* Called after each micro-batch's forward with its per-row losses (host, n = B x T; a row
+ * whose target is < 0 carries no loss): micro-batch k of the step, in memory, streamed and
+ * under ranks (each rank its own micro-batches). NULL: none. */
+void st_step_set_row_hook(st_step *s, st_row_loss_hook hook, void *ctx);
 /* Data parallel with overlap_gather: wait until the weights gathered after the last update
  * are all here. Call it before anything but the next st_step_run reads the model's weights
- * (an evaluation, a checkpoint, an export) and before st_step_free. Otherwise a no-op. */
+ * (an evaluation, a checkpoint, an export) and before st_step_destroy. Otherwise a no-op. */
 st_status st_step_sync(st_step *s, st_err *err);
 
 /* One step over n_micro micro-batches of B x T (inputs and targets n_micro x B x T ids,

@@ -286,6 +286,11 @@ void st_stream_params_changed(st_stream_exec *x);
  * step in memory. NULL, NULL: one sequence a row (as before any call). Malformed ones are
  * refused by the call that reads them (ST_ERR_INVALID naming the row and position). */
 void st_stream_set_docs(st_stream_exec *x, const int32_t *positions_all, const int32_t *doc_start_all);
+/* Each micro-batch's per-row losses (model.h's st_row_loss_hook) after its forward in
+ * st_stream_step_accum (k: the micro-batch); NULL: none. st_stream_row_losses: the last
+ * forward's (host, B x T), as st_stream_micro_grads and st_stream_eval leave them. */
+void st_stream_set_row_hook(st_stream_exec *x, st_row_loss_hook hook, void *ctx);
+const float *st_stream_row_losses(const st_stream_exec *x);
 
 /* Forward only (validation): the mean loss over targets >= 0 of one (B, T) batch with the
  * current weights, streamed as the step streams them. Changes no parameter, gradient,

@@ -75,7 +75,7 @@ int bench_dist(int argc, char **argv) {
     st_optim_segment *segs = NULL, *shard_segs = NULL;
     size_t *bounds = NULL;
     int32_t *in = NULL, *tg = NULL;
-    st_step one = {0}, dist = {0};
+    st_step *one = NULL, *dist = NULL;
     double *t_one = calloc((size_t)steps, sizeof(double)), *t_dist = calloc((size_t)steps, sizeof(double)),
            *exposed = calloc((size_t)steps, sizeof(double)), *bytes = calloc((size_t)steps, sizeof(double));
     st_status s = !t_one || !t_dist || !exposed || !bytes ? st_errf(&err, ST_ERR_NOMEM, "out of memory") : ST_OK;
@@ -95,12 +95,19 @@ int bench_dist(int argc, char **argv) {
     size_t lo = zero ? bounds[rank] : 0, hi = zero ? bounds[rank + 1] : m->n_params;
     int ns = st_zero_clip_segments(segs, m->n_tensors, lo, hi, shard_segs);
     if (!ns) { s = st_errf(&err, ST_ERR_INVALID, "rank %d's shard is empty: a larger model, or --zero 0", rank); goto done; }
-    if ((s = st_optim_create(&opt, shard_segs, ns, fmt, &err)) || (s = st_step_init_memory(&dist, m, opt, NULL, 1, &err)))
-        goto done;
-    if (W > 1 && (s = st_step_set_dist(&dist, c, zero, bounds, &err))) goto done;
-    dist.overlap_gather = overlap != 0;
-    if (rank == 0 && W > 1 && ((s = st_optim_create(&opt_one, segs, m->n_tensors, fmt, &err)) ||
-                               (s = st_step_init_memory(&one, m, opt_one, NULL, 1, &err))))
+    st_step_setup su = {.m = m, .opt = NULL, .max_micro = 1};
+    if (W > 1) {
+        su.comm = c;
+        su.zero = zero;
+        su.bounds = bounds;
+        su.overlap_gather = overlap != 0;
+    }
+    if ((s = st_optim_create(&opt, shard_segs, ns, fmt, &err))) goto done;
+    su.opt = opt;
+    if ((s = st_step_create(&dist, &su, &err))) goto done;
+    if (rank == 0 && W > 1 &&
+        ((s = st_optim_create(&opt_one, segs, m->n_tensors, fmt, &err)) ||
+         (s = st_step_create(&one, &(st_step_setup){.m = m, .opt = opt_one, .max_micro = 1}, &err))))
         goto done;
     for (size_t i = 0; i < (size_t)B * T; i++) { /* each rank its own tokens */
         in[i] = (int32_t)((bench_hash_unit(i * 131 + (uint64_t)rank * 7919) + 0.5f) * (float)(m->vocab_size - 1));
@@ -114,18 +121,18 @@ int bench_dist(int argc, char **argv) {
         st_step_result r;
         double t;
         if (W > 1) { /* (a) one process's step on rank 0, the others waiting */
-            if ((s = st_step_sync(&dist, &err))) break; /* the model's weights are whole */
+            if ((s = st_step_sync(dist, &err))) break; /* the model's weights are whole */
             if ((s = st_comm_barrier(c, "bench: one process's step", &err))) break;
             t = st_now();
-            if (rank == 0 && (s = st_step_run(&one, 1, B, T, in, tg, &hp, &r, &err))) break;
+            if (rank == 0 && (s = st_step_run(one, 1, B, T, in, tg, &hp, &r, &err))) break;
             if (k >= 0) t_one[k] = st_now() - t;
             if ((s = st_comm_barrier(c, "bench: one process's step", &err))) break;
         }
         /* (b) the ranks' steps: the first untimed, the second timed */
-        if ((s = st_step_run(&dist, 1, B, T, in, tg, &hp, &r, &err))) break;
+        if ((s = st_step_run(dist, 1, B, T, in, tg, &hp, &r, &err))) break;
         hp.adam.step++;
         t = st_now();
-        if ((s = st_step_run(&dist, 1, B, T, in, tg, &hp, &r, &err))) break;
+        if ((s = st_step_run(dist, 1, B, T, in, tg, &hp, &r, &err))) break;
         double dt = st_now() - t;
         hp.adam.step++;
         if (k < 0) continue;
@@ -158,10 +165,10 @@ done:
     if (s) fprintf(stderr, "strata bench dist: rank %d: %s\n", rank, err.msg);
     {
         st_err ignored = {0};
-        st_step_sync(&dist, &ignored);
+        st_step_sync(dist, &ignored);
     }
-    st_step_free(&one);
-    st_step_free(&dist);
+    st_step_destroy(one);
+    st_step_destroy(dist);
     st_optim_free(opt_one);
     st_optim_free(opt);
     free(segs);

@@ -88,8 +88,7 @@ static const bp_config CONFIGS[] = {
 typedef struct bp_run {
     st_backend *dev;
     st_stream_exec *x;
-    st_step step;
-    int have_step;
+    st_step *step;
     double *t;        /* timed steps' wall seconds */
     double *tc, *tt;  /* their device compute and optimizer tail (st_stream_step_stats) */
     double *share;    /* their process CPU seconds per wall second (cores this process got) */
@@ -255,13 +254,12 @@ static st_status run_open(bp_run *r, st_backend *cpu, const st_stream_config *sc
             (s = st_stream_attach_store(r->x, r->store, NULL, 0, err)))
             return s;
     }
-    st_step_init_streamed(&r->step, r->x, 1);
-    r->have_step = 1;
-    return ST_OK;
+    return st_step_create(&r->step, &(st_step_setup){.sx = r->x, .max_micro = 1}, err);
 }
 
 static void run_close(bp_run *r) {
-    if (r->have_step) st_step_free(&r->step);
+    st_step_destroy(r->step);
+    r->step = NULL;
     st_stream_exec_free(r->x);
     st_store_close(r->store);
     if (r->store_dir) store_files(r->store_dir, 1);
@@ -281,7 +279,7 @@ static st_status run_step(bp_run *r, int s, int B, int T, const int32_t *inp, co
     st_step_hp hp = {.adam = {1e-4f, 0.9f, 0.95f, 1e-8f, s + 2, 1.0f}, .grad_clip = r->store ? 0.0f : 1.0f};
     st_step_result res;
     double c0 = cpu_now(), w0 = st_now();
-    st_status st = st_step_run(&r->step, 1, B, T, inp, tgt, &hp, &res, err);
+    st_status st = st_step_run(r->step, 1, B, T, inp, tgt, &hp, &res, err);
     if (st) return st;
     if (s >= 0) r->share[s] = (cpu_now() - c0) / (st_now() - w0);
     if (s >= 0) r->t[s] = res.stream.wall_s, r->tc[s] = res.stream.compute_s, r->tt[s] = res.stream.optim_tail_s;

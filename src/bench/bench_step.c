@@ -169,8 +169,8 @@ int bench_step(int argc, char **argv) {
     const char *ceiling = mode == ST_MATMUL_BF16 ? "onednn_bf16" : "sgemm";
     gemm_bench_pass(&gb); /* warm up */
     float loss = 0;
-    st_step step; /* strata train's step (strata/step.h) */
-    if (st_step_init_memory(&step, m, opt, NULL, 1, &err)) {
+    st_step *step = NULL; /* strata train's step (strata/step.h) */
+    if (st_step_create(&step, &(st_step_setup){.m = m, .opt = opt, .max_micro = 1}, &err)) {
         fprintf(stderr, "strata bench step: %s\n", err.msg);
         return 1;
     }
@@ -181,7 +181,7 @@ int bench_step(int argc, char **argv) {
         st_step_hp hp = {.adam = {1e-4f, 0.9f, 0.95f, 1e-8f, s + 2, 1.0f}, .grad_clip = 1.0f};
         st_step_result r;
         double t0 = st_now();
-        if (st_step_run(&step, 1, B, T, inp, tgt, &hp, &r, &err)) {
+        if (st_step_run(step, 1, B, T, inp, tgt, &hp, &r, &err)) {
             fprintf(stderr, "strata bench step: %s\n", err.msg);
             return 1;
         }
@@ -226,7 +226,7 @@ int bench_step(int argc, char **argv) {
     }
     free(ts); free(tf); free(tb); free(to); free(tg); free(rr);
     gemm_bench_free(&gb);
-    st_step_free(&step);
+    st_step_destroy(step);
     free(inp); free(tgt); free(segs);
     st_optim_free(opt);
     st_model_free(m);

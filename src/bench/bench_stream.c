@@ -86,7 +86,7 @@ typedef struct stream_bench {
     st_stream_exec *x, *xd;
     st_store *store;
     int store_made;
-    st_step mem_step, str_step, disk_step;
+    st_step *mem_step, *str_step, *disk_step;
     st_optim *opt;
     st_optim_segment *segs;
     st_stream_plan plan;
@@ -232,8 +232,7 @@ static int stream_setup_disk(stream_bench *b, const stream_opts *o, st_err *err)
     if (st_store_create(&b->store, &b->stc, st_store_init_copy, b->m->params, err)) return 1;
     b->store_made = 1;
     if (st_stream_attach_store(b->xd, b->store, NULL, 0, err)) return 1;
-    st_step_init_streamed(&b->disk_step, b->xd, 1);
-    return 0;
+    return st_step_create(&b->disk_step, &(st_step_setup){.sx = b->xd, .max_micro = 1}, err) ? 1 : 0;
 }
 
 /* The model, its optimizer, the streamed executor (and the disk side), one batch of random
@@ -269,8 +268,9 @@ static int stream_setup(stream_bench *b, stream_opts *o, st_err *err) {
     st_rng_seed(&rng, 7);
     for (size_t i = 0; i < N; i++) b->inp[i] = (int32_t)(st_rng_u64(&rng) % (uint64_t)ly->vocab_size);
     for (size_t i = 0; i < N; i++) b->tgt[i] = (int32_t)(st_rng_u64(&rng) % (uint64_t)ly->vocab_size);
-    if (st_step_init_memory(&b->mem_step, b->m, b->opt, NULL, 1, err)) return 1;
-    st_step_init_streamed(&b->str_step, b->x, 1);
+    if (st_step_create(&b->mem_step, &(st_step_setup){.m = b->m, .opt = b->opt, .max_micro = 1}, err) ||
+        st_step_create(&b->str_step, &(st_step_setup){.sx = b->x, .max_micro = 1}, err))
+        return 1;
     return 0;
 }
 
@@ -278,7 +278,7 @@ static int stream_setup(stream_bench *b, stream_opts *o, st_err *err) {
 static int stream_disk_step(stream_bench *b, const stream_opts *o, int s, const st_step_hp *hp,
                                   const st_stream_step_stats *st, stream_figures *f, st_err *err) {
     st_step_result rdk;
-    if (st_step_run(&b->disk_step, 1, o->B, o->T, b->inp, b->tgt, hp, &rdk, err) || st_backend_status(b->dev2, err))
+    if (st_step_run(b->disk_step, 1, o->B, o->T, b->inp, b->tgt, hp, &rdk, err) || st_backend_status(b->dev2, err))
         return 1;
     st_stream_step_stats sd = rdk.stream;
     f->loss_equal &= memcmp(&sd.loss, &st->loss, sizeof(float)) == 0;
@@ -308,10 +308,10 @@ static int stream_run_steps(stream_bench *b, const stream_opts *o, stream_figure
         st_step_hp hp = {.adam = {1e-4f, 0.9f, 0.95f, 1e-8f, s + 2, 1.0f}, .grad_clip = (float)o->max_norm};
         st_step_result ru, rs;
         double t0 = st_now();
-        if (st_step_run(&b->mem_step, 1, o->B, o->T, b->inp, b->tgt, &hp, &ru, err)) return 1;
+        if (st_step_run(b->mem_step, 1, o->B, o->T, b->inp, b->tgt, &hp, &ru, err)) return 1;
         f->loss_u = (float)ru.loss;
         double tun = st_now() - t0;
-        if (st_step_run(&b->str_step, 1, o->B, o->T, b->inp, b->tgt, &hp, &rs, err)) return 1;
+        if (st_step_run(b->str_step, 1, o->B, o->T, b->inp, b->tgt, &hp, &rs, err)) return 1;
         if (st_backend_status(b->dev, err)) return 1; /* a failed kernel: no figures from garbage */
         st_stream_step_stats st = rs.stream;
         f->loss_s = st.loss;
@@ -391,7 +391,7 @@ static int stream_figures_alloc(stream_figures *f, int steps, st_err *err) {
 /* Everything stream_setup made, in the reverse order; the disk store's files removed. */
 static void stream_free(stream_bench *b, const stream_opts *o) {
     free(b->inp); free(b->tgt);
-    st_step_free(&b->disk_step);
+    st_step_destroy(b->disk_step);
     st_stream_exec_free(b->xd);
     if (b->dev2) st_backend_free(b->dev2);
     st_store_close(b->store);
@@ -400,8 +400,8 @@ static void stream_free(stream_bench *b, const stream_opts *o) {
     st_optim_free(b->opt);
     st_stream_exec_free(b->x);
     if (b->dev) st_backend_free(b->dev);
-    st_step_free(&b->mem_step);
-    st_step_free(&b->str_step);
+    st_step_destroy(b->mem_step);
+    st_step_destroy(b->str_step);
     st_model_free(b->m);
     st_arch_free(b->arch);
     if (b->cpu) st_backend_free(b->cpu);

@@ -14,10 +14,10 @@
 
 /* Where the head's rows live on the device when they are resident (unchunked). */
 static float *head_w(st_stream_exec *x) {
-    return x->ly->tied ? x->d_pre_w + x->ly->head_offset : x->d_post_w + (x->ly->head_offset - x->post_off);
+    return x->ly->tied ? x->d_pre_w + x->ly->head_offset : x->d_post_w + (x->ly->head_offset - x->post_offset);
 }
 static float *head_g(st_stream_exec *x) {
-    return x->ly->tied ? x->d_pre_g + x->ly->head_offset : x->d_post_g + (x->ly->head_offset - x->post_off);
+    return x->ly->tied ? x->d_pre_g + x->ly->head_offset : x->d_post_g + (x->ly->head_offset - x->post_offset);
 }
 
 /* The mean over targets >= 0 of per-row losses (host), as the models' own heads take it. */
@@ -35,7 +35,7 @@ static float mean_loss(const float *losses, const int32_t *targets, int N) {
 float stream_head_forward(st_stream_exec *x, const float *xin, const int32_t *targets, float dloss) {
     st_backend *dev = x->dev;
     int N = x->cfg.B * x->cfg.T, C = x->ly->n_embd, V = x->ly->vocab_size;
-    x->arch->ops->norm_forward(x->db, x->d_post_w, xin, x->d_xn, x->d_nstats);
+    x->arch->ops->norm_forward(x->dev_blocks, x->d_post_w, xin, x->d_xn, x->d_nstats);
     dev->ops->matmul_forward(dev, x->d_logits, x->d_xn, head_w(x), NULL, N, C, V, ST_W_OUT_IN);
     dev->ops->crossentropy_forward_backward(dev, x->d_logits, x->d_losses, x->d_tgt, N, V, dloss);
     dev->ops->copy_to_host(dev, x->h_losses, x->d_losses, sizeof(float) * (size_t)N);
@@ -46,26 +46,26 @@ void stream_head_backward(st_stream_exec *x, const float *xin) {
     st_backend *dev = x->dev;
     int N = x->cfg.B * x->cfg.T, C = x->ly->n_embd, V = x->ly->vocab_size;
     /* the logits buffer holds dlogits */
-    dev->ops->memset0(dev, x->d_dxn, x->NC * 4);
+    dev->ops->memset0(dev, x->d_dxn, x->resid_numel * 4);
     dev->ops->matmul_backward(dev, x->d_dxn, head_g(x), NULL, x->d_logits, x->d_xn, head_w(x), N, C, V, ST_W_OUT_IN);
-    dev->ops->memset0(dev, x->d_dres, x->NC * 4);
-    x->arch->ops->norm_backward(x->db, x->d_dres, x->d_post_g, x->d_dxn, xin, x->d_post_w, x->d_nstats);
+    dev->ops->memset0(dev, x->d_dres, x->resid_numel * 4);
+    x->arch->ops->norm_backward(x->dev_blocks, x->d_dres, x->d_post_g, x->d_dxn, xin, x->d_post_w, x->d_nstats);
 }
 
 static int vchunk_rows(const st_stream_exec *x, int c) {
-    int r0 = c * x->vc;
-    return r0 + x->vc <= x->ly->vocab_size ? x->vc : x->ly->vocab_size - r0;
+    int r0 = c * x->vocab_chunk;
+    return r0 + x->vocab_chunk <= x->ly->vocab_size ? x->vocab_chunk : x->ly->vocab_size - r0;
 }
 
 void stream_fetch_vchunk(st_stream_exec *x, int c) {
-    size_t C = (size_t)x->ly->n_embd, r0 = (size_t)c * x->vc;
-    stream_weights_at(x, x->post_off, x->n - x->post_off); /* an untied head's rows are there */
-    x->vw_ticket[c] = h2d(x, x->d_vw + (size_t)(c % 2) * x->vc * C, x->hp + x->ly->head_offset + r0 * C,
+    size_t C = (size_t)x->ly->n_embd, r0 = (size_t)c * x->vocab_chunk;
+    stream_weights_at(x, x->post_offset, x->n_params - x->post_offset); /* an untied head's rows are there */
+    x->vocab_w_ticket[c] = h2d(x, x->d_vocab_w + (size_t)(c % 2) * x->vocab_chunk * C, x->host_params + x->ly->head_offset + r0 * C,
                           (size_t)vchunk_rows(x, c) * C * 4);
 }
 
 static float *logits_slot(st_stream_exec *x, int c) {
-    return x->d_logits + (size_t)(c % 2) * (size_t)x->cfg.B * x->cfg.T * x->vc;
+    return x->d_logits + (size_t)(c % 2) * (size_t)x->cfg.B * x->cfg.T * x->vocab_chunk;
 }
 
 float stream_chunked_head_forward(st_stream_exec *x, const float *xin, const int32_t *targets, double *compute_s) {
@@ -73,27 +73,27 @@ float stream_chunked_head_forward(st_stream_exec *x, const float *xin, const int
     int N = x->cfg.B * x->cfg.T, C = x->ly->n_embd;
     stream_tspan ts;
     stream_compute_begin(x, &ts, ST_PROF_CAT_COMPUTE, "forward head norm", -1);
-    x->arch->ops->norm_forward(x->db, x->d_post_w, xin, x->d_xn, x->d_nstats);
+    x->arch->ops->norm_forward(x->dev_blocks, x->d_post_w, xin, x->d_xn, x->d_nstats);
     dev->ops->softmax_chunk_init(dev, x->d_rmax, x->d_rsum, x->d_tlogit, N);
     stream_compute_end(x, &ts, compute_s);
     uint64_t lg[2] = {0, 0}; /* each slot's logits on their way to the host */
-    for (int c = 0; c < x->nvc; c++) {
-        wait_ticket(x, x->vw_ticket[c], "wait head chunk", c);
+    for (int c = 0; c < x->n_vocab_chunks; c++) {
+        wait_ticket(x, x->vocab_w_ticket[c], "wait head chunk", c);
         wait_ticket(x, lg[c % 2], "wait logits slot", c);
         int nr = vchunk_rows(x, c);
         float *lo = logits_slot(x, c);
         stream_compute_begin(x, &ts, ST_PROF_CAT_COMPUTE, "forward head chunk", c);
-        dev->ops->matmul_forward(dev, lo, x->d_xn, x->d_vw + (size_t)(c % 2) * x->vc * C, NULL, N, C, nr,
+        dev->ops->matmul_forward(dev, lo, x->d_xn, x->d_vocab_w + (size_t)(c % 2) * x->vocab_chunk * C, NULL, N, C, nr,
                                  ST_W_OUT_IN);
         /* kept for backward (the last two chunks stay in their slots); the stats only read */
         lg[c % 2] = 0;
-        if (c + 2 < x->nvc) {
+        if (c + 2 < x->n_vocab_chunks) {
             x->d2h_act_bytes += (size_t)N * nr * 4; /* activations, not weights */
-            lg[c % 2] = d2h(x, x->h_logits + (size_t)c * N * x->vc, lo, (size_t)N * nr * 4);
+            lg[c % 2] = d2h(x, x->h_logits + (size_t)c * N * x->vocab_chunk, lo, (size_t)N * nr * 4);
         }
-        dev->ops->softmax_chunk_stats(dev, lo, x->d_tgt, N, nr, c * x->vc, x->d_rmax, x->d_rsum, x->d_tlogit);
+        dev->ops->softmax_chunk_stats(dev, lo, x->d_tgt, N, nr, c * x->vocab_chunk, x->d_rmax, x->d_rsum, x->d_tlogit);
         stream_compute_end(x, &ts, compute_s);
-        if (c + 2 < x->nvc) stream_fetch_vchunk(x, c + 2);
+        if (c + 2 < x->n_vocab_chunks) stream_fetch_vchunk(x, c + 2);
     }
     dev->ops->copy_to_host(dev, x->h_rmax, x->d_rmax, (size_t)N * 4);
     dev->ops->copy_to_host(dev, x->h_rsum, x->d_rsum, (size_t)N * 8);
@@ -106,50 +106,50 @@ float stream_chunked_head_forward(st_stream_exec *x, const float *xin, const int
 void stream_chunked_head_backward(st_stream_exec *x, const float *xin, float dloss, double *compute_s) {
     st_backend *dev = x->dev;
     int N = x->cfg.B * x->cfg.T, C = x->ly->n_embd;
-    size_t vcC = (size_t)x->vc * C;
-    dev->ops->memset0(dev, x->d_dxn, x->NC * 4);
-    x->vg_ticket[0] = x->vg_ticket[1] = 0;
+    size_t vcC = (size_t)x->vocab_chunk * C;
+    dev->ops->memset0(dev, x->d_dxn, x->resid_numel * 4);
+    x->vocab_g_ticket[0] = x->vocab_g_ticket[1] = 0;
     uint64_t lgt[2] = {0, 0};
     /* in reverse: the last two chunks of the first pass are still in their slots */
-    for (int c = x->nvc - 1; c >= 0; c--) {
-        wait_ticket(x, x->vw_ticket[c], "wait head chunk", c);
-        wait_ticket(x, x->vg_ticket[c % 2], "wait head grad slot", c);
+    for (int c = x->n_vocab_chunks - 1; c >= 0; c--) {
+        wait_ticket(x, x->vocab_w_ticket[c], "wait head chunk", c);
+        wait_ticket(x, x->vocab_g_ticket[c % 2], "wait head grad slot", c);
         int nr = vchunk_rows(x, c);
-        float *w = x->d_vw + (size_t)(c % 2) * vcC, *g = x->d_vg + (size_t)(c % 2) * vcC;
+        float *w = x->d_vocab_w + (size_t)(c % 2) * vcC, *g = x->d_vocab_g + (size_t)(c % 2) * vcC;
         /* the forward's logits: the last two chunks never left their slots; the one after
          * this one comes back into the other slot while this one computes */
-        if (c - 1 >= 0 && c - 1 + 2 < x->nvc) {
+        if (c - 1 >= 0 && c - 1 + 2 < x->n_vocab_chunks) {
             x->h2d_act_bytes += (size_t)N * vchunk_rows(x, c - 1) * 4;
-            lgt[(c - 1) % 2] = h2d(x, logits_slot(x, c - 1), x->h_logits + (size_t)(c - 1) * N * x->vc,
+            lgt[(c - 1) % 2] = h2d(x, logits_slot(x, c - 1), x->h_logits + (size_t)(c - 1) * N * x->vocab_chunk,
                                    (size_t)N * vchunk_rows(x, c - 1) * 4);
         }
         wait_ticket(x, lgt[c % 2], "wait logits", c);
         float *lo = logits_slot(x, c);
         stream_tspan ts;
         stream_compute_begin(x, &ts, ST_PROF_CAT_COMPUTE, "backward head chunk", c);
-        dev->ops->softmax_chunk_grad(dev, lo, x->d_tgt, N, nr, c * x->vc, x->d_rmax, x->d_rsum, dloss);
+        dev->ops->softmax_chunk_grad(dev, lo, x->d_tgt, N, nr, c * x->vocab_chunk, x->d_rmax, x->d_rsum, dloss);
         dev->ops->memset0(dev, g, (size_t)nr * C * 4);
         dev->ops->matmul_backward(dev, x->d_dxn, g, NULL, lo, x->d_xn, w, N, C, nr, ST_W_OUT_IN);
         stream_compute_end(x, &ts, compute_s);
-        x->vg_ticket[c % 2] = d2h(x, x->tgv + x->ly->head_offset + (size_t)c * vcC, g, (size_t)nr * C * 4);
+        x->vocab_g_ticket[c % 2] = d2h(x, x->grad_dest + x->ly->head_offset + (size_t)c * vcC, g, (size_t)nr * C * 4);
         if (c - 2 >= 0) stream_fetch_vchunk(x, c - 2);
     }
     stream_tspan ts;
     stream_compute_begin(x, &ts, ST_PROF_CAT_COMPUTE, "backward head norm", -1);
-    dev->ops->memset0(dev, x->d_dres, x->NC * 4);
-    x->arch->ops->norm_backward(x->db, x->d_dres, x->d_post_g, x->d_dxn, xin, x->d_post_w, x->d_nstats);
+    dev->ops->memset0(dev, x->d_dres, x->resid_numel * 4);
+    x->arch->ops->norm_backward(x->dev_blocks, x->d_dres, x->d_post_g, x->d_dxn, xin, x->d_post_w, x->d_nstats);
     stream_compute_end(x, &ts, compute_s);
 }
 
 /* The embedding forward: on the device, or (chunked vocabulary) on the host from its
  * master copy, the output crossing to the device. Returns that copy's ticket (0: none). */
 uint64_t stream_embed_forward(st_stream_exec *x, const int32_t *inputs) {
-    if (!x->vc) {
-        x->arch->ops->embed_forward(x->db, x->d_pre_w, inputs, x->d_emb_out);
+    if (!x->vocab_chunk) {
+        x->arch->ops->embed_forward(x->dev_blocks, x->d_pre_w, inputs, x->d_emb_out);
         return 0;
     }
     st_prof_span e = st_prof_begin(ST_PROF_CAT_OTHER, "forward embed (host)", -1);
-    x->arch->ops->embed_forward(x->hb, x->hp, inputs, x->h_enc);
+    x->arch->ops->embed_forward(x->host_blocks, x->host_params, inputs, x->h_enc);
     st_prof_end(&e);
-    return h2d(x, x->d_emb_out, x->h_enc, x->NC * 4);
+    return h2d(x, x->d_emb_out, x->h_enc, x->resid_numel * 4);
 }

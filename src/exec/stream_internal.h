@@ -39,13 +39,13 @@ struct st_stream_exec {
     st_copy_engine *ce;
     const st_arch *arch; /* the model, as blocks (block.h) */
     const st_arch_layout *ly;
-    st_blocks *db;       /* the arch bound to the device: token ids, block scratch */
-    st_blocks *hb;       /* ... and to the host (chunked vocabulary: the embedding runs there) */
+    st_blocks *dev_blocks;  /* the arch bound to the device: token ids, block scratch */
+    st_blocks *host_blocks; /* ... and to the host (chunked vocabulary: the embedding runs there) */
     /* chunked classifier (plan.vocab_chunk > 0): the head's rows stay on the host and cross
-     * in chunks of vc rows, twice per step; the embedding runs on the host */
-    int vc, nvc;
+     * in chunks of vocab_chunk rows, twice per step; the embedding runs on the host */
+    int vocab_chunk, n_vocab_chunks;
     st_backend *host_be, *own_host_be;
-    float *d_vw, *d_vg, *d_logits, *d_rmax, *d_tlogit;
+    float *d_vocab_w, *d_vocab_g, *d_logits, *d_rmax, *d_tlogit;
     double *d_rsum;
     int32_t *d_tgt;
     /* the head and the residual stream's ends, on the device */
@@ -55,14 +55,19 @@ struct st_stream_exec {
     float *h_enc, *h_dres;
     float *h_logits;          /* chunked classifier: every chunk's forward logits (N x V), so
                                  backward fetches them instead of recomputing the GEMM */
-    uint64_t *vw_ticket, vg_ticket[2];
-    int L, depth, nslots, n_keep, n_off, has_rc;
-    size_t n, bn, b0, emb_n, post_off, post_n, NC, setf; /* post: the device-resident part after
-                                                            the blocks (the norm, an untied head) */
+    uint64_t *vocab_w_ticket, vocab_g_ticket[2];
+    int n_blocks, depth, n_slots, n_keep, n_off, has_rc;
+    size_t n_params;       /* the flat vector's elements */
+    size_t block_numel;    /* one block's parameters */
+    size_t block_offset0;  /* block 0's first parameter */
+    size_t emb_numel;      /* the embedding's parameters, before the blocks */
+    size_t post_offset, post_numel; /* the device-resident part after the blocks (the norm, an untied head) */
+    size_t resid_numel;    /* one residual-stream tensor: B x T x C */
+    size_t act_set_floats; /* one block's activation set */
 
     /* host tier */
-    float *hp, *hg;
-    int hp_registered, hg_registered; /* the caller's hp, hg page-locked by the device (host_register) */
+    float *host_params, *host_grads;
+    int host_params_registered, host_grads_registered; /* the caller's vectors page-locked by the device (host_register) */
     /* device-timed compute spans (stream_compute_*): marks, names, until the step's flush */
     struct stream_gspan {
         uint64_t m0, m1;
@@ -70,27 +75,27 @@ struct st_stream_exec {
         int index, cat;
     } *gspans;
     int n_gspans, cap_gspans;
-    float *hg2;                /* gradient accumulation: micro-batches 2.. land here, then hg += hg2 */
-    float *tgv;                /* where this micro-batch's gradients land: hg or hg2 */
-    uint16_t *hg16;            /* bf16 drain: block gradients as drained (flat index) */
+    float *host_grads_micro;   /* gradient accumulation: micro-batches 2.. land here, then host_grads += it */
+    float *grad_dest;          /* where this micro-batch's gradients land: host_grads or host_grads_micro */
+    uint16_t *host_grads_bf16; /* bf16 drain: block gradients as drained (flat index) */
     int bf16;
     st_optim *opt;
     st_optim_segment *segs;
-    float *bk_p, *bk_m, *bk_v; /* speculative backups, n each */
-    float *host_acts;          /* offloaded activation sets, n_off x setf */
-    int *ord;                  /* per block: index among kept or offloaded blocks */
+    float *backup_params, *backup_m, *backup_v; /* speculative backups, n_params each */
+    float *host_acts;          /* offloaded activation sets, n_off x act_set_floats */
+    int *act_slot;             /* per block: its index among the kept or the offloaded blocks */
 
     /* device tier */
-    float *d_pre_w, *d_post_w, *d_pre_g, *d_post_g, *d_outs, *d_w, *d_g, *d_keep, *d_rc, *d_off;
+    float *d_pre_w, *d_post_w, *d_pre_g, *d_post_g, *d_outs, *d_w, *d_g, *d_keep, *d_recompute, *d_offload;
     uint16_t *d_g16; /* bf16 drain: two staging slots */
 
-    uint64_t *w_ticket, *act_ticket, g_ticket[2], off_slot_ticket[2], nb_ticket;
+    uint64_t *w_ticket, *act_ticket, g_ticket[2], off_slot_ticket[2], embed_w_ticket;
     uint64_t h2d_bytes, d2h_bytes; /* submitted, cumulative */
     uint64_t h2d_act_bytes, d2h_act_bytes; /* of which offloaded activations */
     double wait_s;
 
     /* optimizer worker */
-    pthread_t th;
+    pthread_t worker;
     int th_started;
     pthread_mutex_t mu;
     pthread_cond_t cv_job, cv_done;
@@ -124,20 +129,22 @@ struct st_stream_exec {
     /* data parallel (st_stream_micro_grads): one micro-batch's gradient, no norm, no update */
     int dist_mode;
     float dist_dloss;
-    void (*ghook)(void *ctx, size_t offset, size_t n); /* a block's gradient has landed */
-    void *gctx;
-    void (*whook)(void *ctx, size_t offset, size_t n); /* weights about to be read */
-    void *wctx;
+    void (*grad_hook)(void *ctx, size_t offset, size_t n); /* a block's gradient has landed */
+    void *grad_hook_ctx;
+    void (*weight_hook)(void *ctx, size_t offset, size_t n); /* weights about to be read */
+    void *weight_hook_ctx;
     int fresh; /* the host weights changed (st_stream_params_changed): the device copies are sent again */
     /* packed documents (st_stream_set_docs): every micro-batch's positions and doc_start, the
      * caller's; docs_on: the blocks hold some (NULL, NULL is then set once to clear them) */
-    const int32_t *doc_pos, *doc_ds;
+    const int32_t *doc_positions, *doc_start;
+    st_row_loss_hook row_hook; /* st_stream_set_row_hook: each micro-batch's per-row losses */
+    void *row_hook_ctx;
     int docs_on;
 };
 
 /* Data parallel: the weights [lo, lo + n) are here before they are read (st_stream_micro_grads). */
 static inline void stream_weights_at(st_stream_exec *x, size_t lo, size_t n) {
-    if (x->whook) x->whook(x->wctx, lo, n);
+    if (x->weight_hook) x->weight_hook(x->weight_hook_ctx, lo, n);
 }
 
 static inline uint64_t h2d(st_stream_exec *x, void *dst, const void *src, size_t bytes) {

@@ -16,19 +16,19 @@
 /* Sum-of-squares partials of every 65536-element chunk of [lo, hi) not yet taken. */
 void stream_take_chunks(st_stream_exec *x, size_t lo, size_t hi) {
     for (size_t c = lo / SUMSQ_CHUNK; c < x->nchunks; c++) {
-        size_t a = c * SUMSQ_CHUNK, b = a + SUMSQ_CHUNK < x->n ? a + SUMSQ_CHUNK : x->n;
+        size_t a = c * SUMSQ_CHUNK, b = a + SUMSQ_CHUNK < x->n_params ? a + SUMSQ_CHUNK : x->n_params;
         if (a < lo || b > hi || x->chunk_done[c]) continue;
         if (!x->bf16) {
-            x->chunk_part[c] = st_optim_grad_sumsq(x->hg + a, ST_F32, b - a);
+            x->chunk_part[c] = st_optim_grad_sumsq(x->host_grads + a, ST_F32, b - a);
         } else {
             /* blocks are bf16, the embedding and ln_f fp32: split the chunk where they meet */
-            size_t e = x->b0 + (size_t)x->L * x->bn;
+            size_t e = x->block_offset0 + (size_t)x->n_blocks * x->block_numel;
             double part = 0;
             for (size_t u = a; u < b;) {
-                int blk = u >= x->b0 && u < e;
-                size_t w = blk ? (b < e ? b : e) : (u < x->b0 ? (b < x->b0 ? b : x->b0) : b);
-                part += blk ? st_optim_grad_sumsq(x->hg16 + u, ST_BF16, w - u)
-                            : st_optim_grad_sumsq(x->hg + u, ST_F32, w - u);
+                int blk = u >= x->block_offset0 && u < e;
+                size_t w = blk ? (b < e ? b : e) : (u < x->block_offset0 ? (b < x->block_offset0 ? b : x->block_offset0) : b);
+                part += blk ? st_optim_grad_sumsq(x->host_grads_bf16 + u, ST_BF16, w - u)
+                            : st_optim_grad_sumsq(x->host_grads + u, ST_F32, w - u);
                 u = w;
             }
             x->chunk_part[c] = part;
@@ -46,10 +46,10 @@ double stream_chunks_total(const st_stream_exec *x) {
 static void backup_range(st_stream_exec *x, size_t lo, size_t hi) {
     size_t b;
     float *m = st_optim_state_buffer(x->opt, 0, &b), *v = st_optim_state_buffer(x->opt, 1, &b);
-    size_t o = lo - x->b0; /* backups hold [b0, post_off) */
-    memcpy(x->bk_p + o, x->hp + lo, (hi - lo) * sizeof(float));
-    memcpy(x->bk_m + o, m + lo, (hi - lo) * sizeof(float));
-    memcpy(x->bk_v + o, v + lo, (hi - lo) * sizeof(float));
+    size_t o = lo - x->block_offset0; /* backups hold [b0, post_off) */
+    memcpy(x->backup_params + o, x->host_params + lo, (hi - lo) * sizeof(float));
+    memcpy(x->backup_m + o, m + lo, (hi - lo) * sizeof(float));
+    memcpy(x->backup_v + o, v + lo, (hi - lo) * sizeof(float));
 }
 
 /* On the step thread after backward, when the device is idle: every core copies. */
@@ -61,16 +61,16 @@ void stream_restore_range(st_stream_exec *x, size_t lo, size_t hi) {
 #pragma omp parallel for schedule(static)
     for (long i = 0; i < np; i++) {
         size_t a = lo + (size_t)i * piece, e = a + piece < hi ? a + piece : hi;
-        memcpy(x->hp + a, x->bk_p + (a - x->b0), (e - a) * sizeof(float));
-        memcpy(m + a, x->bk_m + (a - x->b0), (e - a) * sizeof(float));
-        memcpy(v + a, x->bk_v + (a - x->b0), (e - a) * sizeof(float));
+        memcpy(x->host_params + a, x->backup_params + (a - x->block_offset0), (e - a) * sizeof(float));
+        memcpy(m + a, x->backup_m + (a - x->block_offset0), (e - a) * sizeof(float));
+        memcpy(v + a, x->backup_v + (a - x->block_offset0), (e - a) * sizeof(float));
     }
 }
 
 static st_status update_range(st_stream_exec *x, int s0, int s1, const st_adamw_params *hp, double sumsq, int blocks,
                               st_err *err) {
     int b16 = blocks && x->bf16;
-    st_optim_step_args a = {.params = x->hp, .grads = b16 ? (const void *)x->hg16 : (const void *)x->hg,
+    st_optim_step_args a = {.params = x->host_params, .grads = b16 ? (const void *)x->host_grads_bf16 : (const void *)x->host_grads,
                          .grad_dtype = b16 ? ST_BF16 : ST_F32, .seg_begin = s0, .seg_end = s1, .grad_sumsq = sumsq};
     return st_optim_step_ex(x->opt, &a, hp, err);
 }
@@ -88,18 +88,18 @@ st_status stream_update_segs(st_stream_exec *x, int s0, int s1, const st_adamw_p
     return ST_OK;
 }
 
-/* hg[lo, hi) += hg2[lo, hi): one micro-batch's gradient onto the sum of the earlier ones
+/* host_grads[lo, hi) += host_grads_micro[lo, hi): one micro-batch's gradient onto the sum of the earlier ones
  * (the one accumulation rule, strata/stream.h). */
 void stream_add_range(st_stream_exec *x, size_t lo, size_t hi) {
-    float *a = x->hg;
-    const float *b = x->hg2;
+    float *a = x->host_grads;
+    const float *b = x->host_grads_micro;
     for (size_t i = lo; i < hi; i++) a[i] += b[i];
 }
 
 /* The parts of the vector that are not blocks: the embedding, the norm and an untied head. */
 static void add_nonblock(st_stream_exec *x) {
-    stream_add_range(x, 0, x->b0);
-    stream_add_range(x, x->post_off, x->n);
+    stream_add_range(x, 0, x->block_offset0);
+    stream_add_range(x, x->post_offset, x->n_params);
 }
 
 static void run_job(st_stream_exec *x, const opt_job *j) {
@@ -107,7 +107,7 @@ static void run_job(st_stream_exec *x, const opt_job *j) {
     int l = j->block, pre = x->ly->n_pre_tensors, per = x->ly->tensors_per_block;
     st_prof_span s = st_prof_begin(ST_PROF_CAT_OPTIM, l >= 0 ? "optim block" : "optim embed+head", l);
     if (j->add) {
-        if (l >= 0) stream_add_range(x, x->b0 + (size_t)l * x->bn, x->b0 + (size_t)(l + 1) * x->bn);
+        if (l >= 0) stream_add_range(x, x->block_offset0 + (size_t)l * x->block_numel, x->block_offset0 + (size_t)(l + 1) * x->block_numel);
         else add_nonblock(x);
     }
     if (!j->final || (x->dist_mode && l < 0)) {
@@ -115,23 +115,23 @@ static void run_job(st_stream_exec *x, const opt_job *j) {
         return;
     }
     if (x->dist_mode) { /* the ranks reduce it (st_stream_micro_grads) */
-        x->ghook(x->gctx, x->b0 + (size_t)l * x->bn, x->bn);
+        x->grad_hook(x->grad_hook_ctx, x->block_offset0 + (size_t)l * x->block_numel, x->block_numel);
         st_prof_end(&s);
         return;
     }
     if (l >= 0) {
-        size_t lo = x->b0 + (size_t)l * x->bn;
+        size_t lo = x->block_offset0 + (size_t)l * x->block_numel;
         if (lo < x->landed_lo) x->landed_lo = lo;
-        stream_take_chunks(x, x->landed_lo, x->post_off); /* the norm lands last, with the embedding */
+        stream_take_chunks(x, x->landed_lo, x->post_offset); /* the norm lands last, with the embedding */
     } else {
-        stream_take_chunks(x, 0, x->n);
+        stream_take_chunks(x, 0, x->n_params);
     }
     if (x->speculate && l >= 0) {
         /* clip scale 1 and a finite sum (the real one is checked after the last block).
          * The embedding and ln_f (the last job) are not speculated: once they land the
          * whole norm is known, and the step thread updates them with every core. */
-        size_t lo = x->b0 + (size_t)l * x->bn;
-        backup_range(x, lo, lo + x->bn);
+        size_t lo = x->block_offset0 + (size_t)l * x->block_numel;
+        backup_range(x, lo, lo + x->block_numel);
         st_status st = stream_update_segs(x, pre + l * per, pre + (l + 1) * per, &x->job_hp, 0.0, &x->worker_err);
         if (st && !x->worker_status) x->worker_status = st;
     }
@@ -153,7 +153,7 @@ void *stream_opt_worker(void *arg) {
         run_job(x, &j);
         pthread_mutex_lock(&x->mu);
         if (j.final && !x->dist_mode) { /* what a disk-state update beside the backward waits for */
-            size_t lo = x->b0 + (size_t)(j.block >= 0 ? j.block : 0) * x->bn;
+            size_t lo = x->block_offset0 + (size_t)(j.block >= 0 ? j.block : 0) * x->block_numel;
             if (j.block < 0) x->land_all = 1;
             else if (lo < x->land_lo) x->land_lo = lo;
         }

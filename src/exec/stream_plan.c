@@ -111,8 +111,8 @@ static int alloc_table(const st_stream_config *c, const st_stream_plan *p, st_st
     A(d_tgt, N * 4);                                        /* targets */
     if (p->vocab_chunk > 0) {
         size_t vc = (size_t)p->vocab_chunk < V ? (size_t)p->vocab_chunk : V, nvc = (V + vc - 1) / vc;
-        A(d_vw, 2 * vc * C * 4);                            /* head chunk slots: weights */
-        A(d_vg, 2 * vc * C * 4);                            /* ... and gradients */
+        A(d_vocab_w, 2 * vc * C * 4);                            /* head chunk slots: weights */
+        A(d_vocab_g, 2 * vc * C * 4);                            /* ... and gradients */
         A(d_logits, (nvc < 2 ? 1 : 2) * N * vc * 4);        /* logits chunk slots */
         A(d_rmax, N * 4);                                   /* online-softmax row statistics */
         A(d_tlogit, N * 4);
@@ -132,8 +132,8 @@ static int alloc_table(const st_stream_config *c, const st_stream_plan *p, st_st
     A(d_g, 2 * bn * 4);                                     /* gradient slots */
     if (p->grad_dtype == ST_BF16) A(d_g16, 2 * bn * 2);     /* their bf16 staging */
     if (n_keep) A(d_keep, n_keep * setf * 4);
-    if (rc) A(d_rc, setf * 4);
-    if (n_off) A(d_off, (n_off < 2 ? n_off : 2) * setf * 4);
+    if (rc) A(d_recompute, setf * 4);
+    if (n_off) A(d_offload, (n_off < 2 ? n_off : 2) * setf * 4);
 #undef A
     return k;
 }
@@ -183,9 +183,9 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
     x->cfg = *c;
     x->plan = *p;
     x->dev = dev;
-    x->L = L;
+    x->n_blocks = L;
     x->depth = p->prefetch_depth;
-    x->nslots = x->depth + 1;
+    x->n_slots = x->depth + 1;
     pthread_mutex_init(&x->mu, NULL);
     pthread_cond_init(&x->cv_job, NULL);
     pthread_cond_init(&x->cv_done, NULL);
@@ -195,37 +195,37 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
     const st_arch_layout *y = x->ly;
     size_t N = (size_t)c->B * c->T, C = (size_t)y->n_embd;
     if (p->vocab_chunk > 0) {
-        x->vc = p->vocab_chunk < y->vocab_size ? p->vocab_chunk : y->vocab_size;
-        x->nvc = (y->vocab_size + x->vc - 1) / x->vc;
+        x->vocab_chunk = p->vocab_chunk < y->vocab_size ? p->vocab_chunk : y->vocab_size;
+        x->n_vocab_chunks = (y->vocab_size + x->vocab_chunk - 1) / x->vocab_chunk;
     }
-    x->n = y->n_params;
-    x->bn = y->block_numel;
-    x->b0 = y->block_offset0;
-    x->emb_n = y->emb_numel;
-    x->post_off = y->norm_offset;
-    x->post_n = x->vc ? y->norm_numel : x->n - y->norm_offset;
-    x->NC = N * C;
-    x->setf = st_block_act_floats(c->arch, c->B, c->T);
-    if ((s = st_blocks_bind(&x->db, c->arch, dev, c->B, c->T, err))) goto fail;
+    x->n_params = y->n_params;
+    x->block_numel = y->block_numel;
+    x->block_offset0 = y->block_offset0;
+    x->emb_numel = y->emb_numel;
+    x->post_offset = y->norm_offset;
+    x->post_numel = x->vocab_chunk ? y->norm_numel : x->n_params - y->norm_offset;
+    x->resid_numel = N * C;
+    x->act_set_floats = st_block_act_floats(c->arch, c->B, c->T);
+    if ((s = st_blocks_bind(&x->dev_blocks, c->arch, dev, c->B, c->T, err))) goto fail;
     x->host_be = c->host_be;
-    if (x->vc) {
+    if (x->vocab_chunk) {
         /* the embedding runs on the host: its own CPU backend unless the caller gave one
          * (a budgeted device must not hold the host side's token ids) */
         if (!x->host_be) {
             if ((s = st_backend_cpu_create(&x->own_host_be, 0, err))) goto fail;
             x->host_be = x->own_host_be;
         }
-        if ((s = st_blocks_bind(&x->hb, c->arch, x->host_be, c->B, c->T, err))) goto fail;
+        if ((s = st_blocks_bind(&x->host_blocks, c->arch, x->host_be, c->B, c->T, err))) goto fail;
     }
 
-    x->ord = calloc((size_t)L, sizeof *x->ord);
+    x->act_slot = calloc((size_t)L, sizeof *x->act_slot);
     x->w_ticket = calloc((size_t)L, sizeof *x->w_ticket);
     x->act_ticket = calloc((size_t)L, sizeof *x->act_ticket);
     x->jobs = calloc((size_t)L + 1, sizeof *x->jobs);
-    if (!x->ord || !x->w_ticket || !x->act_ticket || !x->jobs) FAIL(ST_ERR_NOMEM, "stream: out of memory");
+    if (!x->act_slot || !x->w_ticket || !x->act_ticket || !x->jobs) FAIL(ST_ERR_NOMEM, "stream: out of memory");
     for (int l = 0; l < L; l++) {
-        if (p->act[l] == ST_STREAM_ACT_KEEP) x->ord[l] = x->n_keep++;
-        else if (p->act[l] == ST_STREAM_ACT_OFFLOAD) x->ord[l] = x->n_off++;
+        if (p->act[l] == ST_STREAM_ACT_KEEP) x->act_slot[l] = x->n_keep++;
+        else if (p->act[l] == ST_STREAM_ACT_OFFLOAD) x->act_slot[l] = x->n_off++;
         else x->has_rc = 1;
     }
 
@@ -238,19 +238,19 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
                                tab[i].bytes, need);
     }
     x->bf16 = p->grad_dtype == ST_BF16;
-    if (x->bf16 && !(x->hg16 = host_buf(x, x->n * 2))) FAIL(ST_ERR_NOMEM, "stream: cannot allocate the bf16 gradients");
+    if (x->bf16 && !(x->host_grads_bf16 = host_buf(x, x->n_params * 2))) FAIL(ST_ERR_NOMEM, "stream: cannot allocate the bf16 gradients");
     x->h_losses = malloc(N * 4);
     x->h_rmax = malloc(N * 4);
     x->h_tlogit = malloc(N * 4);
     x->h_rsum = malloc(N * 8);
     if (!x->h_losses || !x->h_rmax || !x->h_tlogit || !x->h_rsum) FAIL(ST_ERR_NOMEM, "stream: out of memory");
-    if (x->vc) {
+    if (x->vocab_chunk) {
         x->h_enc = host_buf(x, N * C * 4);
         x->h_dres = host_buf(x, N * C * 4);
         /* only chunks 0..nvc-3 leave the device (the last two stay in their slots) */
-        x->h_logits = x->nvc > 2 ? host_buf(x, N * (size_t)(x->nvc - 2) * (size_t)x->vc * 4) : NULL;
-        x->vw_ticket = calloc((size_t)x->nvc, sizeof *x->vw_ticket);
-        if (!x->h_enc || !x->h_dres || (x->nvc > 2 && !x->h_logits) || !x->vw_ticket)
+        x->h_logits = x->n_vocab_chunks > 2 ? host_buf(x, N * (size_t)(x->n_vocab_chunks - 2) * (size_t)x->vocab_chunk * 4) : NULL;
+        x->vocab_w_ticket = calloc((size_t)x->n_vocab_chunks, sizeof *x->vocab_w_ticket);
+        if (!x->h_enc || !x->h_dres || (x->n_vocab_chunks > 2 && !x->h_logits) || !x->vocab_w_ticket)
             FAIL(ST_ERR_NOMEM, "stream: out of memory");
     }
 
@@ -260,29 +260,29 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
      * pageable memory a copy is staged by the driver, synchronous device-to-host, overlaps
      * nothing and runs slower than the pinned bandwidth the planner measured. Refused, they
      * stay pageable: correct, slower, and said. */
-    x->hp = c->host_params ? c->host_params : host_buf(x, x->n * 4);
-    x->hg = c->host_grads ? c->host_grads : host_buf(x, x->n * 4);
+    x->host_params = c->host_params ? c->host_params : host_buf(x, x->n_params * 4);
+    x->host_grads = c->host_grads ? c->host_grads : host_buf(x, x->n_params * 4);
     if (dev->ops->host_register && dev->ops->host_unregister) {
-        if (c->host_params && x->hp) x->hp_registered = dev->ops->host_register(dev, x->hp, x->n * 4) == 0;
-        if (c->host_grads && x->hg) x->hg_registered = dev->ops->host_register(dev, x->hg, x->n * 4) == 0;
-        if ((c->host_params && !x->hp_registered) || (c->host_grads && !x->hg_registered))
+        if (c->host_params && x->host_params) x->host_params_registered = dev->ops->host_register(dev, x->host_params, x->n_params * 4) == 0;
+        if (c->host_grads && x->host_grads) x->host_grads_registered = dev->ops->host_register(dev, x->host_grads, x->n_params * 4) == 0;
+        if ((c->host_params && !x->host_params_registered) || (c->host_grads && !x->host_grads_registered))
             st_log(1, "stream: the device could not page-lock the caller's %s (%zu bytes each): their copies stay "
                    "pageable, slower than the planner's pinned bandwidth and not overlapped (raise the memlock "
                    "limit, ulimit -l, or leave the host vectors to the executor)\n",
-                   c->host_params && !x->hp_registered ? (c->host_grads && !x->hg_registered ? "parameters and "
-                   "gradients" : "parameters") : "gradients", x->n * 4);
+                   c->host_params && !x->host_params_registered ? (c->host_grads && !x->host_grads_registered ? "parameters and "
+                   "gradients" : "parameters") : "gradients", x->n_params * 4);
     }
     if (c->grad_accum > 1) {
         if (x->bf16)
             FAIL(ST_ERR_UNSUPPORTED, "stream: gradient accumulation adds fp32 gradients; drain them as fp32, not bf16");
-        if (!(x->hg2 = host_buf(x, x->n * 4)))
+        if (!(x->host_grads_micro = host_buf(x, x->n_params * 4)))
             FAIL(ST_ERR_NOMEM, "stream: grad_accum %d needs %zu more host bytes (one more fp32 gradient) than the "
-                 "machine gives; use grad_accum 1 or a larger host", c->grad_accum, x->n * 4);
+                 "machine gives; use grad_accum 1 or a larger host", c->grad_accum, x->n_params * 4);
     }
-    if (!x->hp || !x->hg) FAIL(ST_ERR_NOMEM, "stream: cannot allocate %zu host bytes of parameters and gradients",
-                               x->n * 8);
+    if (!x->host_params || !x->host_grads) FAIL(ST_ERR_NOMEM, "stream: cannot allocate %zu host bytes of parameters and gradients",
+                               x->n_params * 8);
     if (x->n_off) {
-        x->host_acts = host_buf(x, (size_t)x->n_off * x->setf * 4);
+        x->host_acts = host_buf(x, (size_t)x->n_off * x->act_set_floats * 4);
         if (!x->host_acts) FAIL(ST_ERR_NOMEM, "stream: cannot allocate host memory for offloaded activations");
     }
     x->segs = calloc((size_t)y->n_tensors, sizeof *x->segs);
@@ -292,14 +292,14 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
     if (!x->external && (s = st_optim_create(&x->opt, x->segs, y->n_tensors, c->state_format, err))) goto fail;
     if (!x->external && p->overlap_optim && p->clip != ST_STREAM_CLIP_DEFER && c->state_format == ST_OPTIM_STATE_F32) {
         /* only the blocks are updated speculatively: backups of [b0, post_off), indexed from b0 */
-        size_t nb = x->post_off - x->b0;
-        x->bk_p = st_alloc(nb * 4);
-        x->bk_m = st_alloc(nb * 4);
-        x->bk_v = st_alloc(nb * 4);
-        if (!x->bk_p || !x->bk_m || !x->bk_v)
-            FAIL(ST_ERR_NOMEM, "stream: cannot allocate %zu host bytes of speculative-update backups", x->n * 12);
+        size_t nb = x->post_offset - x->block_offset0;
+        x->backup_params = st_alloc(nb * 4);
+        x->backup_m = st_alloc(nb * 4);
+        x->backup_v = st_alloc(nb * 4);
+        if (!x->backup_params || !x->backup_m || !x->backup_v)
+            FAIL(ST_ERR_NOMEM, "stream: cannot allocate %zu host bytes of speculative-update backups", x->n_params * 12);
     }
-    x->nchunks = (x->n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
+    x->nchunks = (x->n_params + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
     x->chunk_part = calloc(x->nchunks, sizeof *x->chunk_part);
     x->chunk_done = calloc(x->nchunks, 1);
     if (!x->chunk_part || !x->chunk_done) FAIL(ST_ERR_NOMEM, "stream: out of memory");
@@ -314,7 +314,7 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
     if ((s = st_copy_engine_create(&x->ce, &x->tbe.base, err))) goto fail;
     st_copy_engine_observe(x->ce, &(st_copy_observer){st_prof_trace_active, traced_async_done, x});
     if (p->overlap_optim) {
-        if (pthread_create(&x->th, NULL, stream_opt_worker, x) != 0)
+        if (pthread_create(&x->worker, NULL, stream_opt_worker, x) != 0)
             FAIL(ST_ERR_NOMEM, "stream: cannot start the optimizer thread");
         x->th_started = 1;
     }
@@ -333,7 +333,7 @@ void st_stream_exec_free(st_stream_exec *x) {
         x->stop = 1;
         pthread_cond_broadcast(&x->cv_job);
         pthread_mutex_unlock(&x->mu);
-        pthread_join(x->th, NULL);
+        pthread_join(x->worker, NULL);
     }
     st_copy_engine_destroy(x->ce); /* waits for outstanding copies before buffers go */
     st_backend *dev = x->dev;
@@ -341,31 +341,31 @@ void st_stream_exec_free(st_stream_exec *x) {
     int na = alloc_table(&x->cfg, &x->plan, x, tab);
     for (int i = 0; i < na; i++)
         if (*tab[i].ptr) dev->ops->dealloc(dev, *tab[i].ptr);
-    st_blocks_free(x->db);
-    st_blocks_free(x->hb);
+    st_blocks_free(x->dev_blocks);
+    st_blocks_free(x->host_blocks);
     st_backend_free(x->own_host_be);
     free(x->h_losses);
     free(x->h_rmax);
     free(x->h_tlogit);
     free(x->h_rsum);
-    if (x->hp != x->cfg.host_params) host_buf_free(x, x->hp);
-    else if (x->hp_registered) dev->ops->host_unregister(dev, x->hp);
-    if (x->hg != x->cfg.host_grads) host_buf_free(x, x->hg);
-    else if (x->hg_registered) dev->ops->host_unregister(dev, x->hg);
-    host_buf_free(x, x->hg2);
-    host_buf_free(x, x->hg16);
-    st_free(x->bk_p);
-    st_free(x->bk_m);
-    st_free(x->bk_v);
+    if (x->host_params != x->cfg.host_params) host_buf_free(x, x->host_params);
+    else if (x->host_params_registered) dev->ops->host_unregister(dev, x->host_params);
+    if (x->host_grads != x->cfg.host_grads) host_buf_free(x, x->host_grads);
+    else if (x->host_grads_registered) dev->ops->host_unregister(dev, x->host_grads);
+    host_buf_free(x, x->host_grads_micro);
+    host_buf_free(x, x->host_grads_bf16);
+    st_free(x->backup_params);
+    st_free(x->backup_m);
+    st_free(x->backup_v);
     host_buf_free(x, x->host_acts);
     host_buf_free(x, x->h_enc);
     host_buf_free(x, x->h_dres);
     host_buf_free(x, x->h_logits);
-    free(x->vw_ticket);
+    free(x->vocab_w_ticket);
     free(x->gspans);
     st_optim_free(x->opt);
     free(x->segs);
-    free(x->ord);
+    free(x->act_slot);
     free(x->w_ticket);
     free(x->act_ticket);
     free(x->jobs);
@@ -377,17 +377,17 @@ void st_stream_exec_free(st_stream_exec *x) {
     free(x);
 }
 
-float *st_stream_params(st_stream_exec *x) { return x->hp; }
-float *st_stream_grads(st_stream_exec *x) { return x->hg; }
+float *st_stream_params(st_stream_exec *x) { return x->host_params; }
+float *st_stream_grads(st_stream_exec *x) { return x->host_grads; }
 const st_arch *st_stream_arch(const st_stream_exec *x) { return x->arch; }
 st_optim *st_stream_optim(st_stream_exec *x) { return x->opt; }
 
 st_status st_stream_attach_store(st_stream_exec *x, st_store *store, const void *blob, size_t blob_bytes, st_err *err) {
     if (!x->external)
         return st_errf(err, ST_ERR_INVALID, "stream: a state store needs st_stream_config.external_optimizer = 1");
-    if (st_store_numel(store) != x->n)
+    if (st_store_numel(store) != x->n_params)
         return st_errf(err, ST_ERR_SHAPE, "stream: the state store holds %zu parameters, the model %zu",
-                       st_store_numel(store), x->n);
+                       st_store_numel(store), x->n_params);
     x->store = store;
     x->store_blob = blob;
     x->store_blob_bytes = blob_bytes;

@@ -26,21 +26,21 @@
 /* The embedding and head weights live on the device between steps: send them after
  * every change of the host copy. */
 static void send_nonblock(st_stream_exec *x) {
-    if (!x->vc) h2d(x, x->d_pre_w, x->hp, x->emb_n * 4);
-    x->nb_ticket = h2d(x, x->d_post_w, x->hp + x->post_off, x->post_n * 4);
+    if (!x->vocab_chunk) h2d(x, x->d_pre_w, x->host_params, x->emb_numel * 4);
+    x->embed_w_ticket = h2d(x, x->d_post_w, x->host_params + x->post_offset, x->post_numel * 4);
 }
 
 void st_stream_set_params(st_stream_exec *x, const float *host_params) {
-    if (host_params != x->hp) memcpy(x->hp, host_params, x->n * 4); /* also: "I edited st_stream_params" */
+    if (host_params != x->host_params) memcpy(x->host_params, host_params, x->n_params * 4); /* also: "I edited st_stream_params" */
     x->fresh = 0;
     send_nonblock(x);
-    st_copy_wait(x->ce, x->nb_ticket);
+    st_copy_wait(x->ce, x->embed_w_ticket);
 }
 
 void st_stream_init_random(st_stream_exec *x, uint64_t seed) {
-    x->arch->ops->init(x->arch, x->hp, seed); /* the values of the model's init_random */
+    x->arch->ops->init(x->arch, x->host_params, seed); /* the values of the model's init_random */
     send_nonblock(x);
-    st_copy_wait(x->ce, x->nb_ticket);
+    st_copy_wait(x->ce, x->embed_w_ticket);
 }
 
 /* ------------------------------------------------------------------ compute timing
@@ -105,17 +105,17 @@ int stream_compute_flush(st_stream_exec *x, double *compute_s) {
  * parameters in place. */
 static void *ext_work_at(void *ctx, size_t first, size_t n) {
     (void)n;
-    return ((st_stream_exec *)ctx)->hp + first;
+    return ((st_stream_exec *)ctx)->host_params + first;
 }
 /* The gradients as they landed: fp32, or with a bf16 drain the blocks' as bf16. */
 static st_dtype ext_grad_dtype_of(void *ctx, size_t i) {
     st_stream_exec *x = ctx;
-    return x->bf16 && i >= x->b0 && i < x->post_off ? ST_BF16 : ST_F32;
+    return x->bf16 && i >= x->block_offset0 && i < x->post_offset ? ST_BF16 : ST_F32;
 }
 static const void *ext_grads_as(void *ctx, size_t first, size_t n, st_dtype dt) {
     st_stream_exec *x = ctx;
     (void)n;
-    return dt == ST_BF16 ? (const void *)(x->hg16 + first) : (const void *)(x->hg + first);
+    return dt == ST_BF16 ? (const void *)(x->host_grads_bf16 + first) : (const void *)(x->host_grads + first);
 }
 /* The update beside the backward: a subgroup waits for its gradients (the blocks land from
  * the last to the first, the embedding's and the head's with the last job), the subgroups
@@ -123,7 +123,7 @@ static const void *ext_grads_as(void *ctx, size_t first, size_t n, st_dtype dt) 
 static st_status store_wait(void *ctx, size_t first, size_t n, st_err *err) {
     st_stream_exec *x = ctx;
     pthread_mutex_lock(&x->mu);
-    while (!x->store_cancel && !x->land_all && !(first >= x->land_lo && first + n <= x->post_off))
+    while (!x->store_cancel && !x->land_all && !(first >= x->land_lo && first + n <= x->post_offset))
         pthread_cond_wait(&x->cv_done, &x->mu);
     int cancel = x->store_cancel;
     pthread_mutex_unlock(&x->mu);
@@ -137,7 +137,7 @@ double st_stream_store_order(size_t first, size_t end, size_t blocks_first, size
 }
 static double store_order(void *ctx, size_t first, size_t end) {
     st_stream_exec *x = ctx;
-    return st_stream_store_order(first, end, x->b0, x->post_off);
+    return st_stream_store_order(first, end, x->block_offset0, x->post_offset);
 }
 static int store_commit(void *ctx) {
     st_stream_exec *x = ctx;
@@ -172,39 +172,46 @@ static st_store_step_args store_args(st_stream_exec *x, double ss) {
                                 .blob = x->store_blob, .blob_bytes = x->store_blob_bytes};
 }
 
-static float *wslot(st_stream_exec *x, int l) { return x->d_w + (size_t)(l % x->nslots) * x->bn; }
+static float *wslot(st_stream_exec *x, int l) { return x->d_w + (size_t)(l % x->n_slots) * x->block_numel; }
 static const float *block_in(st_stream_exec *x, int l) {
-    return l == 0 ? x->d_emb_out : x->d_outs + (size_t)(l - 1) * x->NC;
+    return l == 0 ? x->d_emb_out : x->d_outs + (size_t)(l - 1) * x->resid_numel;
 }
-static float *block_out(st_stream_exec *x, int l) { return x->d_outs + (size_t)l * x->NC; }
+static float *block_out(st_stream_exec *x, int l) { return x->d_outs + (size_t)l * x->resid_numel; }
 static uint64_t fetch_block(st_stream_exec *x, int l) {
-    stream_weights_at(x, x->b0 + (size_t)l * x->bn, x->bn);
-    return h2d(x, wslot(x, l), x->hp + x->b0 + (size_t)l * x->bn, x->bn * 4);
+    stream_weights_at(x, x->block_offset0 + (size_t)l * x->block_numel, x->block_numel);
+    return h2d(x, wslot(x, l), x->host_params + x->block_offset0 + (size_t)l * x->block_numel, x->block_numel * 4);
 }
 
 /* Where block l's activations live (offloaded: slot ord % 2). */
 static float *block_acts(st_stream_exec *x, int l) {
     switch (x->plan.act[l]) {
-    case ST_STREAM_ACT_KEEP: return x->d_keep + (size_t)x->ord[l] * x->setf;
-    case ST_STREAM_ACT_OFFLOAD: return x->d_off + (size_t)(x->ord[l] % 2) * x->setf;
-    default: return x->d_rc;
+    case ST_STREAM_ACT_KEEP: return x->d_keep + (size_t)x->act_slot[l] * x->act_set_floats;
+    case ST_STREAM_ACT_OFFLOAD: return x->d_offload + (size_t)(x->act_slot[l] % 2) * x->act_set_floats;
+    default: return x->d_recompute;
     }
 }
 
+void st_stream_set_row_hook(st_stream_exec *x, st_row_loss_hook hook, void *ctx) {
+    x->row_hook = hook;
+    x->row_hook_ctx = ctx;
+}
+
+const float *st_stream_row_losses(const st_stream_exec *x) { return x->h_losses; }
+
 void st_stream_set_docs(st_stream_exec *x, const int32_t *positions_all, const int32_t *doc_start_all) {
-    x->doc_pos = positions_all;
-    x->doc_ds = doc_start_all;
+    x->doc_positions = positions_all;
+    x->doc_start = doc_start_all;
 }
 
 /* Micro-batch mb's documents onto the blocks (the host's too: a chunked vocabulary's
  * embedding runs there); none set and none held: nothing to do (today's calls). */
 static st_status docs_apply(st_stream_exec *x, int mb, st_err *err) {
-    if (!x->doc_pos && !x->doc_ds && !x->docs_on) return ST_OK;
+    if (!x->doc_positions && !x->doc_start && !x->docs_on) return ST_OK;
     size_t N = (size_t)x->cfg.B * x->cfg.T;
-    const int32_t *pos = x->doc_pos ? x->doc_pos + (size_t)mb * N : NULL;
-    const int32_t *ds = x->doc_ds ? x->doc_ds + (size_t)mb * N : NULL;
-    st_status s = st_blocks_set_docs(x->db, pos, ds, err);
-    if (!s && x->hb) s = st_blocks_set_docs(x->hb, pos, ds, err);
+    const int32_t *pos = x->doc_positions ? x->doc_positions + (size_t)mb * N : NULL;
+    const int32_t *ds = x->doc_start ? x->doc_start + (size_t)mb * N : NULL;
+    st_status s = st_blocks_set_docs(x->dev_blocks, pos, ds, err);
+    if (!s && x->host_blocks) s = st_blocks_set_docs(x->host_blocks, pos, ds, err);
     if (s) return st_err_prefix(err, "stream: micro-batch %d's documents", mb);
     x->docs_on = pos || ds;
     return ST_OK;
@@ -257,7 +264,7 @@ static st_status step_begin(step_run *r, const int32_t *targets_all, const st_ad
     r->store_spec = spec_ok && x->cfg.store_beside && x->store && !st_store_in_place(x->store);
     if (x->external && !x->store && !x->dist_mode)
         return st_errf(err, ST_ERR_INVALID, "stream: external optimizer but no state store attached");
-    if (n_micro < 1 || (n_micro > 1 && !x->hg2))
+    if (n_micro < 1 || (n_micro > 1 && !x->host_grads_micro))
         return st_errf(err, ST_ERR_INVALID, "stream: %d micro-batches in a step; the executor was made for %d "
                        "(st_stream_config.grad_accum)", n_micro, x->cfg.grad_accum > 1 ? x->cfg.grad_accum : 1);
     /* every micro-batch's documents checked (and their device buffers made) before anything
@@ -271,9 +278,9 @@ static st_status step_begin(step_run *r, const int32_t *targets_all, const st_ad
     x->speculate = r->speculate;
     x->job_hp = *hp;
     x->job_hp.grad_scale = 1.0f;
-    x->landed_lo = x->n;
+    x->landed_lo = x->n_params;
     x->worker_status = ST_OK;
-    x->land_lo = x->n;
+    x->land_lo = x->n_params;
     x->land_all = x->store_cancel = 0;
     x->store_gate = -1;
     pthread_mutex_unlock(&x->mu);
@@ -300,55 +307,55 @@ static float micro_forward(step_run *r, int mb, const int32_t *inputs, const int
     st_stream_exec *x = r->x;
     const st_arch_ops *ao = x->arch->ops;
     st_backend *dev = x->dev;
-    int L = x->L, D = x->depth;
+    int L = x->n_blocks, D = x->depth;
     dev->ops->copy_to_device(dev, x->d_tgt, targets, sizeof(int32_t) * (size_t)r->N);
-    stream_weights_at(x, 0, x->b0);
-    if (x->fresh && !x->vc) x->nb_ticket = h2d(x, x->d_pre_w, x->hp, x->emb_n * 4); /* the ranks' update */
-    uint64_t enc_ticket = x->vc ? stream_embed_forward(x, inputs) : 0;
+    stream_weights_at(x, 0, x->block_offset0);
+    if (x->fresh && !x->vocab_chunk) x->embed_w_ticket = h2d(x, x->d_pre_w, x->host_params, x->emb_numel * 4); /* the ranks' update */
+    uint64_t enc_ticket = x->vocab_chunk ? stream_embed_forward(x, inputs) : 0;
     /* after a micro-batch's backward, blocks 0..depth (and head chunks 0, 1) are still in
      * their slots, and the weights do not change until the update */
     if (mb == 0) {
         for (int l = 0; l <= D && l < L; l++) x->w_ticket[l] = fetch_block(x, l);
-        if (x->vc && L <= D + 1) {
-            for (int c = 0; c < 2 && c < x->nvc; c++) stream_fetch_vchunk(x, c);
+        if (x->vocab_chunk && L <= D + 1) {
+            for (int c = 0; c < 2 && c < x->n_vocab_chunks; c++) stream_fetch_vchunk(x, c);
         }
     }
     COMPUTE_(ST_PROF_CAT_COMPUTE, "zero grads", -1, {
-        if (!x->vc) dev->ops->memset0(dev, x->d_pre_g, x->emb_n * 4);
-        dev->ops->memset0(dev, x->d_post_g, x->post_n * 4);
+        if (!x->vocab_chunk) dev->ops->memset0(dev, x->d_pre_g, x->emb_numel * 4);
+        dev->ops->memset0(dev, x->d_post_g, x->post_numel * 4);
     });
-    wait_ticket(x, x->nb_ticket, "wait embed weights", -1);
-    if (x->vc) wait_ticket(x, enc_ticket, "wait embedding", -1);
+    wait_ticket(x, x->embed_w_ticket, "wait embed weights", -1);
+    if (x->vocab_chunk) wait_ticket(x, enc_ticket, "wait embedding", -1);
     else COMPUTE_(ST_PROF_CAT_COMPUTE, "forward embed", -1, stream_embed_forward(x, inputs));
     x->off_slot_ticket[0] = x->off_slot_ticket[1] = 0;
     r->rc_holds = -1;
     for (int l = 0; l < L; l++) {
         wait_ticket(x, x->w_ticket[l], "wait weights", l);
-        int off = x->plan.act[l] == ST_STREAM_ACT_OFFLOAD, k = x->ord[l];
+        int off = x->plan.act[l] == ST_STREAM_ACT_OFFLOAD, k = x->act_slot[l];
         if (off) wait_ticket(x, x->off_slot_ticket[k % 2], "wait act slot", l);
         float *a = block_acts(x, l);
-        COMPUTE_(ST_PROF_CAT_COMPUTE, "forward block", l, ao->block_forward(x->db, wslot(x, l), block_in(x, l), a, block_out(x, l)));
+        COMPUTE_(ST_PROF_CAT_COMPUTE, "forward block", l, ao->block_forward(x->dev_blocks, wslot(x, l), block_in(x, l), a, block_out(x, l)));
         if (x->plan.act[l] == ST_STREAM_ACT_RECOMPUTE) r->rc_holds = l;
         if (l + D + 1 < L) {
             x->w_ticket[l + D + 1] = fetch_block(x, l + D + 1);
             /* the classifier's first chunks queue behind the last block */
-            if (x->vc && l + D + 1 == L - 1 && mb == 0)
-                for (int c = 0; c < 2 && c < x->nvc; c++) stream_fetch_vchunk(x, c);
+            if (x->vocab_chunk && l + D + 1 == L - 1 && mb == 0)
+                for (int c = 0; c < 2 && c < x->n_vocab_chunks; c++) stream_fetch_vchunk(x, c);
         }
         /* the last two offloaded blocks stay resident until their backward */
         if (off && k < x->n_off - 2) {
-            x->d2h_act_bytes += x->setf * 4;
-            x->off_slot_ticket[k % 2] = d2h(x, x->host_acts + (size_t)k * x->setf, x->d_off + (size_t)(k % 2) * x->setf,
-                                            x->setf * 4);
+            x->d2h_act_bytes += x->act_set_floats * 4;
+            x->off_slot_ticket[k % 2] = d2h(x, x->host_acts + (size_t)k * x->act_set_floats, x->d_offload + (size_t)(k % 2) * x->act_set_floats,
+                                            x->act_set_floats * 4);
         }
     }
     float loss;
     if (x->fresh) { /* the rest (the norm, an untied head), once the ranks' gather has brought it */
-        stream_weights_at(x, x->post_off, x->n - x->post_off);
-        wait_ticket(x, h2d(x, x->d_post_w, x->hp + x->post_off, x->post_n * 4), "wait head weights", -1);
+        stream_weights_at(x, x->post_offset, x->n_params - x->post_offset);
+        wait_ticket(x, h2d(x, x->d_post_w, x->host_params + x->post_offset, x->post_numel * 4), "wait head weights", -1);
         x->fresh = 0;
     }
-    if (x->vc) {
+    if (x->vocab_chunk) {
         loss = stream_chunked_head_forward(x, block_out(x, L - 1), targets, &r->compute_s);
         stream_chunked_head_backward(x, block_out(x, L - 1), r->dloss, &r->compute_s);
     } else {
@@ -366,61 +373,61 @@ static void micro_backward(step_run *r, int add, int final) {
     st_stream_exec *x = r->x;
     const st_arch_ops *ao = x->arch->ops;
     st_backend *dev = x->dev;
-    int L = x->L, D = x->depth;
+    int L = x->n_blocks, D = x->depth;
     float *dres = x->d_dres;
     size_t V = (size_t)x->ly->vocab_size, C = (size_t)x->ly->n_embd;
     /* ---- backward */
     x->g_ticket[0] = x->g_ticket[1] = 0;
     for (int l = L - 1; l >= 0; l--) {
         wait_ticket(x, x->w_ticket[l], "wait weights", l);
-        int act = x->plan.act[l], k = x->ord[l];
+        int act = x->plan.act[l], k = x->act_slot[l];
         float *a = block_acts(x, l);
         /* the last recomputed block's forward is still in the set: nothing to redo */
         if (act == ST_STREAM_ACT_RECOMPUTE && r->rc_holds != l) {
             COMPUTE_(ST_PROF_CAT_RECOMPUTE, "recompute block", l,
-                     ao->block_forward(x->db, wslot(x, l), block_in(x, l), a, block_out(x, l)));
+                     ao->block_forward(x->dev_blocks, wslot(x, l), block_in(x, l), a, block_out(x, l)));
             r->rc_holds = l;
         }
         if (act == ST_STREAM_ACT_OFFLOAD && k < x->n_off - 2) wait_ticket(x, x->act_ticket[k], "wait acts", l);
-        float *g = x->d_g + (size_t)(l % 2) * x->bn;
+        float *g = x->d_g + (size_t)(l % 2) * x->block_numel;
         wait_ticket(x, x->g_ticket[l % 2], "wait grad slot", l);
         COMPUTE_(ST_PROF_CAT_COMPUTE, "backward block", l, {
-            dev->ops->memset0(dev, g, x->bn * 4);
-            ao->block_backward(x->db, wslot(x, l), g, block_in(x, l), a, dres);
+            dev->ops->memset0(dev, g, x->block_numel * 4);
+            ao->block_backward(x->dev_blocks, wslot(x, l), g, block_in(x, l), a, dres);
         });
         if (x->bf16) {
             /* round on the device (on the CPU backend its memory is addressable; CUDA: a
              * kernel), drain half the bytes; the optimizer reads bf16 gradients natively */
-            uint16_t *g16 = x->d_g16 + (size_t)(l % 2) * x->bn;
-            COMPUTE_(ST_PROF_CAT_COMPUTE, "grad to bf16", l, dev->ops->to_bf16(dev, g16, g, x->bn));
-            x->g_ticket[l % 2] = d2h(x, x->hg16 + x->b0 + (size_t)l * x->bn, g16, x->bn * 2);
+            uint16_t *g16 = x->d_g16 + (size_t)(l % 2) * x->block_numel;
+            COMPUTE_(ST_PROF_CAT_COMPUTE, "grad to bf16", l, dev->ops->to_bf16(dev, g16, g, x->block_numel));
+            x->g_ticket[l % 2] = d2h(x, x->host_grads_bf16 + x->block_offset0 + (size_t)l * x->block_numel, g16, x->block_numel * 2);
         } else {
-            x->g_ticket[l % 2] = d2h(x, x->tgv + x->b0 + (size_t)l * x->bn, g, x->bn * 4);
+            x->g_ticket[l % 2] = d2h(x, x->grad_dest + x->block_offset0 + (size_t)l * x->block_numel, g, x->block_numel * 4);
         }
         if (r->overlap && (add || final)) stream_push_job(x, l, x->g_ticket[l % 2], add, final);
         if (l - D - 1 >= 0) x->w_ticket[l - D - 1] = fetch_block(x, l - D - 1);
         if (act == ST_STREAM_ACT_OFFLOAD && k - 2 >= 0) {
-            x->h2d_act_bytes += x->setf * 4;
-            x->act_ticket[k - 2] = h2d(x, x->d_off + (size_t)(k % 2) * x->setf,
-                                       x->host_acts + (size_t)(k - 2) * x->setf,
-                                       x->setf * 4);
+            x->h2d_act_bytes += x->act_set_floats * 4;
+            x->act_ticket[k - 2] = h2d(x, x->d_offload + (size_t)(k % 2) * x->act_set_floats,
+                                       x->host_acts + (size_t)(k - 2) * x->act_set_floats,
+                                       x->act_set_floats * 4);
         }
     }
-    if (x->vc) {
+    if (x->vocab_chunk) {
         /* the residual gradient goes to the host, which scatters it into the embedding; a
          * tied head's gradient (landed chunk by chunk, earlier in order) is already in its
          * first V rows, the rest starts from zero */
-        wait_ticket(x, d2h(x, x->h_dres, dres, x->NC * 4), "wait residual grad", -1);
+        wait_ticket(x, d2h(x, x->h_dres, dres, x->resid_numel * 4), "wait residual grad", -1);
         st_prof_span e = st_prof_begin(ST_PROF_CAT_OTHER, "backward embed (host)", -1);
         size_t z0 = x->ly->tied ? V * C : 0;
-        memset(x->tgv + z0, 0, (x->emb_n - z0) * 4);
-        ao->embed_backward(x->hb, x->tgv, x->h_dres);
+        memset(x->grad_dest + z0, 0, (x->emb_numel - z0) * 4);
+        ao->embed_backward(x->host_blocks, x->grad_dest, x->h_dres);
         st_prof_end(&e);
     } else {
-        COMPUTE_(ST_PROF_CAT_COMPUTE, "backward embed", -1, ao->embed_backward(x->db, x->d_pre_g, dres));
-        d2h(x, x->tgv, x->d_pre_g, x->emb_n * 4);
+        COMPUTE_(ST_PROF_CAT_COMPUTE, "backward embed", -1, ao->embed_backward(x->dev_blocks, x->d_pre_g, dres));
+        d2h(x, x->grad_dest, x->d_pre_g, x->emb_numel * 4);
     }
-    r->last = d2h(x, x->tgv + x->post_off, x->d_post_g, x->post_n * 4);
+    r->last = d2h(x, x->grad_dest + x->post_offset, x->d_post_g, x->post_numel * 4);
 }
 
 /* A later micro-batch's gradient added into the step's: handed to the worker with its last
@@ -432,10 +439,10 @@ static void micro_accumulate(step_run *r, int mb, int add, int final) {
         wait_ticket(x, r->last, "wait grads", -1);
         st_prof_span ap = st_prof_begin(ST_PROF_CAT_OPTIM, "accumulate", mb);
         const size_t piece = 1u << 18;
-        long np = (long)((x->n + piece - 1) / piece);
+        long np = (long)((x->n_params + piece - 1) / piece);
 #pragma omp parallel for schedule(static)
         for (long i = 0; i < np; i++) {
-            size_t a0 = (size_t)i * piece, e = a0 + piece < x->n ? a0 + piece : x->n;
+            size_t a0 = (size_t)i * piece, e = a0 + piece < x->n_params ? a0 + piece : x->n_params;
             stream_add_range(x, a0, e);
         }
         st_prof_end(&ap);
@@ -443,27 +450,28 @@ static void micro_accumulate(step_run *r, int mb, int add, int final) {
 }
 
 /* Micro-batches: each one's gradient is computed fresh (device slots and the embedding's and
- * head's gradients zeroed), the first lands in hg, the later ones in hg2 and are added to hg
- * block by block as they land, in micro-batch order: the one accumulation rule of every
- * executor (see stream.h). */
+ * head's gradients zeroed), the first lands in host_grads, the later ones in
+ * host_grads_micro and are added to host_grads block by block as they land, in micro-batch
+ * order: the one accumulation rule of every executor (see stream.h). */
 static void step_micro_batches(step_run *r, const int32_t *inputs_all, const int32_t *targets_all) {
     st_stream_exec *x = r->x;
     int n_micro = r->n_micro, N = r->N;
     for (int mb = 0; mb < n_micro; mb++) {
         const int32_t *inputs = inputs_all + (size_t)mb * N, *targets = targets_all + (size_t)mb * N;
         int add = mb > 0, final = mb == n_micro - 1;
-        if (add && r->overlap) { /* hg2 is rewritten below: the previous micro-batch's adds are done */
+        if (add && r->overlap) { /* host_grads_micro is rewritten below: the previous micro-batch's adds are done */
             stream_wait_jobs(x);
             pthread_mutex_lock(&x->mu);
             x->n_jobs = x->jobs_done = 0;
             pthread_mutex_unlock(&x->mu);
         }
-        x->tgv = add ? x->hg2 : x->hg;
+        x->grad_dest = add ? x->host_grads_micro : x->host_grads;
         /* the previous micro-batch's drains (device gradient slots, the embedding's and head's
          * gradients) have left the device before anything rewrites them (in-order engine) */
         wait_ticket(x, r->last, "wait previous micro-batch", mb);
         if (mb > 0 && !r->docs_st) r->docs_st = docs_apply(x, mb, &r->docs_err); /* mb 0's: set in step_begin */
         float loss = micro_forward(r, mb, inputs, targets);
+        if (x->row_hook) x->row_hook(x->row_hook_ctx, mb, x->h_losses, targets, (size_t)N);
         micro_backward(r, add, final);
         r->loss_sum += st_step_micro_loss(loss, targets, (size_t)N, n_micro, r->n_targets);
         micro_accumulate(r, mb, add, final);
@@ -481,7 +489,7 @@ static st_status update_dist(step_run *r, st_err *err) {
     }
     wait_ticket(x, r->last, "wait grads", -1);
     if (!r->overlap)
-        for (int l = x->L - 1; l >= 0; l--) x->ghook(x->gctx, x->b0 + (size_t)l * x->bn, x->bn);
+        for (int l = x->n_blocks - 1; l >= 0; l--) x->grad_hook(x->grad_hook_ctx, x->block_offset0 + (size_t)l * x->block_numel, x->block_numel);
     return s;
 }
 
@@ -505,7 +513,7 @@ static st_status update_store(step_run *r, const st_adamw_params *hp, float max_
         stats->rolled_back = 1; /* nothing committed; the host weights hold the speculation */
         if (stats->skipped) {
             st_prof_span rb = st_prof_begin(ST_PROF_CAT_OPTIM, "rollback", -1);
-            s = st_store_read_master(x->store, x->hp, err);
+            s = st_store_read_master(x->store, x->host_params, err);
             st_prof_end(&rb);
             return s;
         }
@@ -532,7 +540,7 @@ static st_status update_ram(step_run *r, const st_adamw_params *hp, float max_no
     if (r->speculate && (stats->skipped || stats->clipped)) {
         /* only the blocks were updated speculatively */
         st_prof_span rb = st_prof_begin(ST_PROF_CAT_OPTIM, "rollback", -1);
-        stream_restore_range(x, x->b0, x->post_off);
+        stream_restore_range(x, x->block_offset0, x->post_offset);
         st_prof_end(&rb);
         stats->rolled_back = 1;
         need_update = 1;
@@ -546,7 +554,7 @@ static st_status update_ram(step_run *r, const st_adamw_params *hp, float max_no
         if (!s) s = stream_update_segs(x, nt - x->ly->n_post_tensors, nt, &h, ss, err);
         st_prof_end(&u);
         if (s) { /* never half a step: the blocks' speculative updates go too */
-            stream_restore_range(x, x->b0, x->post_off);
+            stream_restore_range(x, x->block_offset0, x->post_offset);
             return s;
         }
     }
@@ -582,7 +590,7 @@ static st_status step_update(step_run *r, const st_adamw_params *hp, float max_n
     } else {
         wait_ticket(x, r->last, "wait grads", -1);
         st_prof_span w = st_prof_begin(ST_PROF_CAT_OPTIM, "grad norm", -1);
-        stream_take_chunks(x, 0, x->n);
+        stream_take_chunks(x, 0, x->n_params);
         ss = stream_chunks_total(x);
         st_prof_end(&w);
     }
@@ -618,7 +626,7 @@ st_status st_stream_step_accum(st_stream_exec *x, int n_micro, const int32_t *in
                             weights some subgroups' updates reached are the committed ones again */
         store_finish(x, -1, NULL);
         st_err e2 = {0};
-        if (st_store_read_master(x->store, x->hp, &e2)) st_log(2, "stream: %s\n", e2.msg);
+        if (st_store_read_master(x->store, x->host_params, &e2)) st_log(2, "stream: %s\n", e2.msg);
     }
     if (s) x->last_clipped = 1; /* after a failure, the next step does not speculate */
     stats->optim_tail_s = st_now() - t_tail;
@@ -645,7 +653,7 @@ st_status st_stream_step_accum(st_stream_exec *x, int n_micro, const int32_t *in
 
 void st_stream_params_changed(st_stream_exec *x) { x->fresh = 1; }
 
-int st_stream_can_hand_grads(const st_stream_exec *x) { return !x->bf16 && !x->hg2; }
+int st_stream_can_hand_grads(const st_stream_exec *x) { return !x->bf16 && !x->host_grads_micro; }
 
 st_status st_stream_micro_grads(st_stream_exec *x, const int32_t *inputs, const int32_t *targets, float dloss,
                              void (*grad_hook)(void *ctx, size_t offset, size_t n), void *grad_ctx,
@@ -657,13 +665,13 @@ st_status st_stream_micro_grads(st_stream_exec *x, const int32_t *inputs, const 
     static const st_adamw_params none = {0};
     x->dist_mode = 1;
     x->dist_dloss = dloss;
-    x->ghook = grad_hook;
-    x->gctx = grad_ctx;
-    x->whook = weight_hook;
-    x->wctx = weight_ctx;
+    x->grad_hook = grad_hook;
+    x->grad_hook_ctx = grad_ctx;
+    x->weight_hook = weight_hook;
+    x->weight_hook_ctx = weight_ctx;
     st_status s = st_stream_step_accum(x, 1, inputs, targets, &none, 0.0f, stats, err);
     x->dist_mode = 0;
-    x->ghook = x->whook = NULL;
+    x->grad_hook = x->weight_hook = NULL;
     *loss = stats->loss;
     return s;
 }
@@ -678,7 +686,7 @@ st_status st_stream_micro_grads(st_stream_exec *x, const int32_t *inputs, const 
 st_status st_stream_eval(st_stream_exec *x, const int32_t *inputs, const int32_t *targets, float *loss, st_err *err) {
     const st_arch_ops *ao = x->arch->ops;
     st_backend *dev = x->dev;
-    int L = x->L, D = x->depth, N = x->cfg.B * x->cfg.T;
+    int L = x->n_blocks, D = x->depth, N = x->cfg.B * x->cfg.T;
     double compute_s = 0;
     if (!inputs || !targets) return st_errf(err, ST_ERR_INVALID, "st_stream_eval: inputs and targets are required");
     st_status ds = docs_apply(x, 0, err); /* the first micro-batch's documents, as the step in memory */
@@ -689,23 +697,23 @@ st_status st_stream_eval(st_stream_exec *x, const int32_t *inputs, const int32_t
     }
     st_prof_span span = st_prof_begin(ST_PROF_CAT_OTHER, "stream eval", -1);
     dev->ops->copy_to_device(dev, x->d_tgt, targets, sizeof(int32_t) * (size_t)N);
-    uint64_t enc_ticket = x->vc ? stream_embed_forward(x, inputs) : 0;
+    uint64_t enc_ticket = x->vocab_chunk ? stream_embed_forward(x, inputs) : 0;
     for (int l = 0; l <= D && l < L; l++) x->w_ticket[l] = fetch_block(x, l);
-    if (x->vc && L <= D + 1)
-        for (int c = 0; c < 2 && c < x->nvc; c++) stream_fetch_vchunk(x, c);
-    wait_ticket(x, x->nb_ticket, "wait embed weights", -1);
-    if (x->vc) wait_ticket(x, enc_ticket, "wait embedding", -1);
+    if (x->vocab_chunk && L <= D + 1)
+        for (int c = 0; c < 2 && c < x->n_vocab_chunks; c++) stream_fetch_vchunk(x, c);
+    wait_ticket(x, x->embed_w_ticket, "wait embed weights", -1);
+    if (x->vocab_chunk) wait_ticket(x, enc_ticket, "wait embedding", -1);
     else stream_embed_forward(x, inputs);
     for (int l = 0; l < L; l++) {
         wait_ticket(x, x->w_ticket[l], "wait weights", l);
-        ao->block_forward(x->db, wslot(x, l), block_in(x, l), block_acts(x, l), block_out(x, l));
+        ao->block_forward(x->dev_blocks, wslot(x, l), block_in(x, l), block_acts(x, l), block_out(x, l));
         if (l + D + 1 < L) {
             x->w_ticket[l + D + 1] = fetch_block(x, l + D + 1);
-            if (x->vc && l + D + 1 == L - 1)
-                for (int c = 0; c < 2 && c < x->nvc; c++) stream_fetch_vchunk(x, c);
+            if (x->vocab_chunk && l + D + 1 == L - 1)
+                for (int c = 0; c < 2 && c < x->n_vocab_chunks; c++) stream_fetch_vchunk(x, c);
         }
     }
-    if (x->vc) *loss = stream_chunked_head_forward(x, block_out(x, L - 1), targets, &compute_s);
+    if (x->vocab_chunk) *loss = stream_chunked_head_forward(x, block_out(x, L - 1), targets, &compute_s);
     else *loss = stream_head_forward(x, block_out(x, L - 1), targets, 0.0f);
     stream_compute_flush(x, &compute_s); /* the head's spans, drawn on the trace */
     /* copies still queued (the logits' drain, head chunks) complete before anything the

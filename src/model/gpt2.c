@@ -148,6 +148,8 @@ size_t st_gpt2_scratch_bytes(const st_gpt2_config *cfg, int B, int T) { return s
 
 static st_status alloc_acts(st_gpt2_model *m, int B, int T, int n_layers, int scratch_only, st_err *err);
 st_status st_gpt2_alloc_scratch(st_gpt2_model *m, int B, int T, st_err *err) { return alloc_acts(m, B, T, 0, 1, err); }
+const float *st_gpt2_row_losses(const st_gpt2_model *m) { return m->acts ? m->acts->losses_host : NULL; }
+
 st_status st_gpt2_alloc_acts_layers(st_gpt2_model *m, int B, int T, int n_layers, st_err *err) {
     return alloc_acts(m, B, T, n_layers, 0, err);
 }

@@ -157,6 +157,8 @@ static void acts_free(st_llama_model *m) {
     m->acts = NULL;
 }
 
+const float *st_llama_row_losses(const st_llama_model *m) { return m->acts ? m->acts->losses_host : NULL; }
+
 st_status st_llama_alloc_acts(st_llama_model *m, int B, int T, st_err *err) {
     if (B < 1 || T < 1) return st_errf(err, ST_ERR_INVALID, "batch %d and seq %d must be >= 1", B, T);
     if (T > m->cfg.max_seq)

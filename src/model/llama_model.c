@@ -14,7 +14,11 @@ static int is_file_path(const char *path) {
     return n >= k && !strcmp(path + n - k, ".safetensors");
 }
 
-static st_status l_alloc_acts(st_model *m, int B, int T, st_err *err) { return st_llama_alloc_acts(as_llama(m), B, T, err); }
+static st_status l_alloc_acts(st_model *m, int B, int T, st_err *err) {
+    st_status s = st_llama_alloc_acts(as_llama(m), B, T, err);
+    m->row_losses = st_llama_row_losses(as_llama(m));
+    return s;
+}
 static float l_forward(st_model *m, const int32_t *in, const int32_t *tg, float dloss) {
     return st_llama_forward_hooked(as_llama(m), in, tg, dloss, m->weight_hook, m->weight_hook_ctx);
 }

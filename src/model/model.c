@@ -12,7 +12,11 @@
 
 static st_gpt2_model *as_gpt2(const st_model *m) { return (st_gpt2_model *)m->impl; }
 
-static st_status g_alloc_acts(st_model *m, int B, int T, st_err *err) { return st_gpt2_alloc_acts(as_gpt2(m), B, T, err); }
+static st_status g_alloc_acts(st_model *m, int B, int T, st_err *err) {
+    st_status s = st_gpt2_alloc_acts(as_gpt2(m), B, T, err);
+    m->row_losses = st_gpt2_row_losses(as_gpt2(m));
+    return s;
+}
 static float g_forward(st_model *m, const int32_t *in, const int32_t *tg, float dloss) {
     return st_gpt2_forward_hooked(as_gpt2(m), in, tg, dloss, m->weight_hook, m->weight_hook_ctx);
 }

@@ -2,8 +2,9 @@
  *
  *     st_train_run:  run_check    the configuration, the device, plan_state auto, the memory
  *                                 plan, the ranks' agreement (nothing written yet)
- *                    run_open_dir RUN_DIR, its lock and config.json
- *                    run_open     backend, model, executor, optimizer, data, state, outputs
+ *                    run_open_dir RUN_DIR and its lock
+ *                    run_open     backend, model, executor (and the planner's choices), then
+ *                                 config.json once, optimizer, data, state, outputs
  *                    run_loop     per step: next batch and step (run_step), validation
  *                                 (run_evaluate), the step's record (run_log_step), a sample
  *                                 (run_sample), the skip limit, the stop flag, a checkpoint
@@ -53,7 +54,7 @@ typedef struct train_run {
     st_optim_segment *opt_segs;  /* the optimizer's (and the store's): this rank's shard under ZeRO */
     int n_opt_segs;
     st_store *store;             /* the disk state (state_paths) */
-    st_step stp;                 /* the step: in memory or streamed */
+    st_step *stp;                /* the step: in memory or streamed */
     run_data td;
     run_eval ev;
     st_train_state_header *hs;   /* the loop's state: step, adam step, data position */
@@ -148,7 +149,6 @@ static st_status run_open_dir(train_run *r, st_err *err) {
         s = st_mkdirs(r->c.run_dir, err);
         st_run_path(path, sizeof path, r->c.run_dir, ST_RUN_LOCK);
         if (!s) s = st_lock_acquire(&r->lock, path, "run directory", err);
-        if (!s && (s = run_save_config(&r->c, err))) st_lock_release(&r->lock);
     }
     return run_agree(&r->dist, s, "opening the run directory", err);
 }
@@ -176,10 +176,7 @@ static st_status open_model(train_run *r, st_err *err) {
     if ((s = st_arch_of_model(&r->arch, r->m, err)) ||
         (s = run_open_streamed(c, r->m, r->arch, r->be, r->dist.world, &r->dev, &r->sx, &chosen_budget, err)))
         return s;
-    if (chosen_budget > 0 && !(c->state_budget > 0)) { /* run it, and resume with it (config.json) */
-        c->state_budget = chosen_budget;
-        if (r->lead && (s = run_save_config(c, err))) return s;
-    }
+    if (chosen_budget > 0 && !(c->state_budget > 0)) c->state_budget = chosen_budget; /* run, recorded, resumed */
     r->opt = st_stream_optim(r->sx);
     st_stream_set_params(r->sx, r->m->params); /* the device copies of the embedding and head */
     return ST_OK;
@@ -271,18 +268,22 @@ static st_status open_step(train_run *r, st_err *err) {
     const st_train_config *c = &r->c;
     st_status s;
     size_t n = (size_t)r->B * r->T * (size_t)c->grad_accum;
-    if (r->sx && r->dist.world == 1) st_step_init_streamed(&r->stp, r->sx, (int)c->grad_accum);
-    else if ((s = st_step_init_memory(&r->stp, r->m, r->opt, r->store, (int)c->grad_accum, err))) return s;
-    r->stp.sx = r->sx; /* under ranks the executor computes each micro-batch's gradient, the step does the rest */
-    if (r->dist.world > 1 && (s = st_step_set_dist(&r->stp, r->dist.comm, r->dist.zero, r->dist.bounds, err))) return s;
-    /* the updated weights are gathered while the next step's forward runs; whatever else
-     * reads them (validation, a sample, a checkpoint, the saved model) waits for them first */
-    r->stp.overlap_gather = 1;
+    /* under ranks the executor (if any) computes each micro-batch's gradient, the step does the
+     * rest; the updated weights are gathered while the next step's forward runs, and whatever
+     * else reads them (validation, a sample, a checkpoint, the saved model) waits for them first */
+    st_step_setup su = {.m = r->m, .opt = r->opt, .store = r->store, .sx = r->sx, .max_micro = (int)c->grad_accum};
+    if (r->dist.world > 1) {
+        su.comm = r->dist.comm;
+        su.zero = r->dist.zero;
+        su.bounds = r->dist.bounds;
+        su.overlap_gather = 1;
+    }
+    if ((s = st_step_create(&r->stp, &su, err))) return s;
     if (c->doc_mask != 0) { /* document-aware packing (unset: on), in memory and streamed */
         r->positions = malloc(sizeof(int32_t) * n);
         r->doc_start = malloc(sizeof(int32_t) * n);
         if (!r->positions || !r->doc_start) return st_errf(err, ST_ERR_NOMEM, "out of memory");
-        st_step_set_docs(&r->stp, r->positions, r->doc_start);
+        st_step_set_docs(r->stp, r->positions, r->doc_start);
     } else if (r->lead) {
         st_log(1, "doc_mask 0: rows are attended whole (positions 0..seq-1), packed documents see each other\n");
     }
@@ -335,7 +336,12 @@ static st_status run_open(train_run *r, st_err *err) {
     r->quiet = c->quiet || !r->lead;
     r->step_tokens = (double)r->B * r->T * c->grad_accum * r->dist.world;
     r->last_loss = NAN;
-    if ((s = open_model(r, err)) || (s = open_optimizer(r, err)) || (s = open_data(r, err)) ||
+    if ((s = open_model(r, err))) return s;
+    /* config.json, once: the configuration as run, every choice made (plan_state, matmul
+     * auto, the planner's state_budget) recorded as if given, so a resume runs the same */
+    s = r->lead ? run_save_config(c, err) : ST_OK;
+    if ((s = run_agree(&r->dist, s, "writing config.json", err))) return s;
+    if ((s = open_optimizer(r, err)) || (s = open_data(r, err)) ||
         (s = open_state(r, err)) || (s = open_step(r, err)))
         return s;
     if ((s = open_outputs(r, err)) ||
@@ -374,7 +380,7 @@ static st_status run_step(train_run *r, long step, train_step *o, st_err *err) {
         shp.blob = hs;
         shp.blob_bytes = sizeof *hs;
     }
-    if ((s = st_step_run(&r->stp, (int)c->grad_accum, r->B, r->T, r->inputs, r->targets, &shp, &o->sr, err))) return s;
+    if ((s = st_step_run(r->stp, (int)c->grad_accum, r->B, r->T, r->inputs, r->targets, &shp, &o->sr, err))) return s;
     /* a GPU's ops report nothing when they fail: a failed kernel or copy stops the run
      * here, before this step is logged or checkpointed, not trained on as garbage */
     if (r->dev && (s = st_backend_status(r->dev, err))) return st_err_prefix(err, "step %ld on device %s", step, c->device);
@@ -415,7 +421,7 @@ static st_status run_evaluate(train_run *r, train_step *o, st_err *err) {
     o->eval_s = 0;
     o->forecast_json[0] = 0;
     if (!r->lead || !r->ev.spec || (o->step % r->c.eval_every != 0 && o->step != r->end)) return ST_OK;
-    st_status s = st_step_sync(&r->stp, err);
+    st_status s = st_step_sync(r->stp, err);
     if (s) return s;
     double te = st_now();
     st_prof_span pv = st_prof_begin(ST_PROF_CAT_OTHER, "validation", -1);
@@ -504,7 +510,7 @@ static st_status run_sample(train_run *r, long step, st_err *err) {
     if (c->sample_every <= 0 || r->quiet || (step % c->sample_every != 0 && step != r->end)) return ST_OK;
     char label[64];
     snprintf(label, sizeof label, "sample at step %ld: ", step);
-    st_status s = st_step_sync(&r->stp, err);
+    st_status s = st_step_sync(r->stp, err);
     if (s) return s;
     st_err serr = {0};
     if (st_generate_print_sample(r->m, r->inputs, r->T < 16 ? r->T : 16, 96, c->seed + (uint64_t)step, label, stdout,
@@ -541,7 +547,7 @@ static st_status run_checkpoint(train_run *r, long step, int stop, st_err *err) 
     const st_train_config *c = &r->c;
     if (r->store || !((c->ckpt_every > 0 && step % c->ckpt_every == 0) || step == r->end || stop)) return ST_OK;
     st_prof_span pw = st_prof_begin(ST_PROF_CAT_IO, "checkpoint write", -1);
-    st_status s = st_step_sync(&r->stp, err);
+    st_status s = st_step_sync(r->stp, err);
     if (s || (s = run_save_checkpoint(c, &r->dist, r->m, r->opt, r->hs, err))) return s;
     char path[2200];
     st_run_checkpoint_path(path, sizeof path, c->run_dir, (unsigned long long)step);
@@ -580,7 +586,7 @@ static st_status run_finish(train_run *r, st_train_result *res, st_err *err) {
     const st_train_config *c = &r->c;
     st_train_state_header *hs = r->hs;
     char path[2200];
-    st_status s = st_step_sync(&r->stp, err);
+    st_status s = st_step_sync(r->stp, err);
     if (!s && !r->store && !r->saved_at_end && hs->step > 0 && c->resume[0] == 0 && (long)hs->step == r->end)
         s = run_save_checkpoint(c, &r->dist, r->m, r->opt, hs, err);
     if (r->store && !s && r->lead) { /* the store is the checkpoint; the weights go beside it for users */
@@ -625,9 +631,10 @@ static st_status run_close(train_run *r, st_status s, st_err *err) {
     free(r->doc_start);
     if (s) { /* nothing may still be landing in the weights when they are freed */
         st_err ignored = {0};
-        st_step_sync(&r->stp, &ignored);
+        st_step_sync(r->stp, &ignored);
     }
-    st_step_free(&r->stp);
+    st_step_destroy(r->stp);
+    r->stp = NULL;
     run_data_close(&r->td);
     run_data_close(&r->ev.vd);
     if (r->sx && r->opt == st_stream_optim(r->sx)) r->opt = NULL; /* the executor's own (one process) */
