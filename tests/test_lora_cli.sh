@@ -5,6 +5,7 @@
 #    model, and the base directory is untouched;
 #  - resume is bit-exact: 8 steps straight and 4 + 4 (--stop_at 4, then --resume) give the same
 #    losses and byte-identical adapters;
+#  - a resume with another method or lora_rank is refused, its config.json untouched;
 #  - the Llama family trains too (llama-tiny with every projection);
 #  - bad input refused before a run directory exists, naming the key (and the tensor): a rank
 #    above a projection's smaller dimension, a target the model lacks, an unknown method,
@@ -27,7 +28,8 @@ sum_base=$(md5sum <"$T/base_hf/model.safetensors")
 # --- a LoRA run, straight
 "$S" train --init_from "$T/base_hf" $tiny $lora --steps 8 --ckpt_every 4 --run_dir "$T/a" --save_adapter "$T/ad_a" \
   --save_hf "$T/merged_a" >"$T/a.out" 2>&1
-check '[ $? -eq 0 ] && [ -f "$T/ad_a/adapter_config.json" ] && [ -f "$T/ad_a/adapter_model.safetensors" ]' \
+rc=$?
+check '[ $rc -eq 0 ] && [ -f "$T/ad_a/adapter_config.json" ] && [ -f "$T/ad_a/adapter_model.safetensors" ]' \
   "lora run writes the adapter directory: $(tail -2 "$T/a.out")"
 check '[ -f "$T/merged_a/model.safetensors" ]' "lora run writes the merged model (--save_hf)"
 check '[ "$(md5sum <"$T/base_hf/model.safetensors")" = "$sum_base" ]' "the base directory is untouched"
@@ -42,15 +44,28 @@ check 'awk "BEGIN{exit !($last < $first)}"' "the loss falls over 8 lora steps ($
 # --- resume: 4 + 4
 "$S" train --init_from "$T/base_hf" $tiny $lora --steps 8 --ckpt_every 4 --stop_at 4 --run_dir "$T/b" >"$T/b1.out" 2>&1
 "$S" train --resume "$T/b" --stop_at 0 --save_adapter "$T/ad_b" >"$T/b2.out" 2>&1
-check '[ $? -eq 0 ]' "lora resume runs: $(tail -2 "$T/b2.out")"
+rc=$?
+check '[ $rc -eq 0 ]' "lora resume runs: $(tail -2 "$T/b2.out")"
 check '[ "$(losses "$T/b")" = "$a_losses" ]' "resumed losses ($(losses "$T/b")) equal the straight run's ($a_losses)"
 check 'cmp -s "$T/ad_a/adapter_model.safetensors" "$T/ad_b/adapter_model.safetensors"' \
   "the resumed run's adapters are byte-identical to the straight run's"
 
+# a resume with another method or rank is refused before anything is written
+sum_cfg=$(md5sum <"$T/b/config.json")
+"$S" train --resume "$T/b" --method full --steps 9 >"$T/b3.out" 2>&1
+rc=$?
+check '[ $rc -ne 0 ] && grep -q "key '"'"'method'"'"'" "$T/b3.out" && [ "$(md5sum <"$T/b/config.json")" = "$sum_cfg" ]' \
+  "resume with method full refused, config.json untouched: $(tail -1 "$T/b3.out")"
+"$S" train --resume "$T/b" --lora_rank 2 --steps 9 >"$T/b4.out" 2>&1
+rc=$?
+check '[ $rc -ne 0 ] && grep -q "key '"'"'lora_rank'"'"'" "$T/b4.out" && [ "$(md5sum <"$T/b/config.json")" = "$sum_cfg" ]' \
+  "resume with another lora_rank refused: $(tail -1 "$T/b4.out")"
+
 # --- the Llama family
 "$S" train --model llama-tiny $tiny --method lora --lora_rank 2 --lora_targets q,k,v,o,gate,up,down --steps 3 \
   --run_dir "$T/l" --save_adapter "$T/ad_l" >"$T/l.out" 2>&1
-check '[ $? -eq 0 ] && jq -e "(.target_modules | length) == 7 and .fan_in_fan_out == false" "$T/ad_l/adapter_config.json" >/dev/null' \
+rc=$?
+check '[ $rc -eq 0 ] && jq -e "(.target_modules | length) == 7 and .fan_in_fan_out == false" "$T/ad_l/adapter_config.json" >/dev/null' \
   "llama-tiny lora run with all seven projections: $(tail -2 "$T/l.out")"
 
 # --- bad input: refused before a run directory exists

@@ -4,7 +4,9 @@
  * from the same seed or directory on resume), and at the end save_adapter's PEFT directory and
  * save_hf's merged model. In memory, one process, for now. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "run/run_lora_internal.h"
 #include "strata/block.h"
@@ -18,9 +20,34 @@ static void lora_config(const st_train_config *c, const char *arch, st_lora_conf
     else snprintf(lc->targets, sizeof lc->targets, "%s", !strcmp(arch, "gpt2") ? "c_attn" : "q_proj,v_proj");
 }
 
+/* A resume continues the run's own method and adapters: the run directory's config.json
+ * (written at its start) against c's method, lora_rank and lora_targets. */
+static st_status check_resume(const st_train_config *c, st_err *err) {
+    char path[2200];
+    st_run_path(path, sizeof path, c->run_dir, ST_RUN_CONFIG);
+    if (!c->resume[0] || access(path, R_OK)) return ST_OK;
+    st_train_config *was = malloc(sizeof *was); /* large: not on the stack */
+    if (!was) return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    st_train_config_defaults(was);
+    st_status s = ST_OK;
+    if (!st_train_config_load_json(was, path, NULL)) {
+        const char *key = strcmp(was->method, c->method) ? "method"
+                          : strcmp(was->method, "lora") ? NULL
+                          : was->lora_rank != c->lora_rank ? "lora_rank"
+                          : strcmp(was->lora_targets, c->lora_targets) ? "lora_targets" : NULL;
+        if (key)
+            s = st_errf(err, ST_ERR_INVALID, "key '%s': the run in %s was trained with method %s (lora_rank %d, "
+                        "lora_targets '%s'); a resume continues it as it was: leave %s out, or start a new run",
+                        key, c->run_dir, was->method, was->lora_rank, was->lora_targets, key);
+    }
+    free(was);
+    return s;
+}
+
 st_status run_lora_check(const st_train_config *c, int world, st_err *err) {
     int lora;
     st_status s = st_train_config_method(c, &lora, err);
+    if (!s) s = check_resume(c, err);
     if (s) return s;
     if (!lora) {
         if (c->save_adapter[0])
