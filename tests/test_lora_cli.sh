@@ -10,6 +10,7 @@
 #  - bad input refused before a run directory exists, naming the key (and the tensor): a rank
 #    above a projection's smaller dimension, a target the model lacks, an unknown method,
 #    layer streaming and the disk state with lora, save_adapter without lora.
+#  - strata bench lora --json prints the state bytes per parameter by class.
 # The adapter loading in Hugging Face PEFT is test_lora_peft.sh.
 set -u
 S=${STRATA_BIN:?}
@@ -83,6 +84,11 @@ refused method "--model gpt2-tiny $tiny --method poet" "key 'method'" "'poet'"
 refused stream "--model gpt2-tiny $tiny --method lora --device_budget 1e9" "key 'device_budget'" "method lora"
 refused disk "--model gpt2-tiny $tiny --method lora --state_paths $T/st" "key 'state_paths'" "method lora"
 refused adapter "--model gpt2-tiny $tiny --save_adapter $T/x" "key 'save_adapter'" "method lora"
+
+# --- strata bench lora --json: one object, the state per parameter by class
+"$S" bench lora --model gpt2-tiny --batch 2 --seq 16 --rank 4 --steps 2 --json >"$T/bench.json" 2>"$T/bench.err"
+check 'jq -e ".full_bytes_per_param == 16 and .frozen_bytes_per_param == 4 and .adapter_bytes_per_param == 16 and .adapter_params == 4096 and .lora_bytes_per_base_param < 16 and .lora_step_s > 0 and .full_step_s > 0" "$T/bench.json" >/dev/null' \
+  "bench lora --json: $(cat "$T/bench.json" "$T/bench.err" | head -c 400)"
 
 rm -rf "$T"
 echo "lora_cli: $checks checks, $((checks-fail)) passed, $fail failed"
