@@ -203,6 +203,154 @@ static void fixed_choices(const st_arch *a, int B, int T, const st_plan_profile 
     free(e);
 }
 
+/* The plan request (st_plan_for_run): the rule alone (and st_plan_rule, which is it) equals
+ * the rule written out by hand at every budget;
+ * the activations-first order is bench stream's (each act with the vocabulary resident,
+ * then chunked); the program alone equals st_plan_stream_ex; fixed choices that do not fit
+ * are refused naming key 'act', never bypassed by the rule. */
+static void plan_request(const st_arch *a, int B, int T, const st_plan_profile *hw) {
+    st_err err = {0};
+    /* the rule's candidates differ in bytes where the activations and the vocabulary are
+     * large against the blocks: a wide vocabulary, long rows */
+    st_gpt2_config rc = {.vocab_size = 16384, .max_seq = 256, .n_layer = 4, .n_head = 2, .n_embd = 64};
+    st_arch *ra = NULL;
+    CHECK(st_arch_gpt2(&ra, &rc, &err) == ST_OK, "%s", err.msg);
+    if (!ra) return;
+    st_stream_config sc = {.arch = ra, .B = 8, .T = 256};
+    st_stream_plan *want = malloc(sizeof *want), *q = malloc(sizeof *q);
+    st_plan_result *res = malloc(sizeof *res);
+    if (!want || !q || !res) {
+        CHECK(0, "out of memory");
+        goto out;
+    }
+    st_stream_plan_default(q, ra->lay.n_blocks);
+    st_stream_plan_set_all(q, ST_STREAM_ACT_KEEP);
+    size_t top = st_stream_device_bytes(&sc, q) + 4096;
+    int mismatch = 0, acts_mismatch = 0, n = 0, kinds = 0;
+    int seen[3][2] = {{0}}; /* [act][chunked] */
+    for (size_t budget = top / 512; budget <= top; budget += top / 512, n++) {
+        st_plan_request rq = {.arch = ra, .B = sc.B, .T = sc.T, .budget = budget, .sc = &sc, .rule = 1, .vocab_chunk = -1};
+        int found = 0; /* the rule by hand: the vocabulary resident, then chunked; keep, offload, recompute */
+        static const st_stream_act order[] = {ST_STREAM_ACT_KEEP, ST_STREAM_ACT_OFFLOAD, ST_STREAM_ACT_RECOMPUTE};
+        for (int i = 0; i < 6 && !found; i++) {
+            st_stream_plan_default(want, ra->lay.n_blocks);
+            st_stream_plan_set_all(want, order[i % 3]);
+            want->vocab_chunk = i / 3 ? ST_PLAN_RULE_VOCAB_CHUNK : 0;
+            found = st_stream_device_bytes(&sc, want) <= budget;
+        }
+        st_status s = st_plan_for_run(&rq, res, &err);
+        if (found != st_plan_rule(&sc, NULL, budget, q) || (found && q->vocab_chunk != want->vocab_chunk)) mismatch++;
+        if ((s == ST_OK) != found || (found && (memcmp(res->plan.act, want->act, (size_t)want->n_layer) ||
+                                                res->plan.vocab_chunk != want->vocab_chunk)))
+            mismatch++;
+        if (!s) seen[res->plan.act[0]][res->plan.vocab_chunk != 0] = 1;
+        /* bench stream's order: offload (resident, chunked), then recompute (resident, chunked) */
+        static const st_stream_act acts[] = {ST_STREAM_ACT_OFFLOAD, ST_STREAM_ACT_RECOMPUTE};
+        rq.rule_order = ST_PLAN_RULE_ACTS_FIRST;
+        rq.rule_acts = acts;
+        rq.n_rule_acts = 2;
+        s = st_plan_for_run(&rq, res, &err);
+        int hand = 0; /* the same order by hand */
+        for (int i = 0; i < 4 && !hand; i++) {
+            st_stream_plan_default(q, ra->lay.n_blocks);
+            st_stream_plan_set_all(q, acts[i / 2]);
+            q->vocab_chunk = i % 2 ? ST_PLAN_RULE_VOCAB_CHUNK : 0;
+            hand = st_stream_device_bytes(&sc, q) <= budget;
+        }
+        if ((s == ST_OK) != hand || memcmp(res->plan.act, q->act, (size_t)q->n_layer) ||
+            res->plan.vocab_chunk != q->vocab_chunk)
+            acts_mismatch++;
+    }
+    for (int x = 0; x < 3; x++) kinds += seen[x][0] + seen[x][1];
+    CHECK(mismatch == 0 && kinds >= 3, "plan request, rule alone: %d of %d budgets differ from the rule by hand (%d kinds "
+          "of plan seen)", mismatch, n, kinds);
+    CHECK(acts_mismatch == 0, "plan request, activations first: %d of %d budgets differ from the order by hand",
+          acts_mismatch, n);
+    /* the program alone: st_plan_stream_ex's plan and prediction */
+    sc = (st_stream_config){.arch = a, .B = B, .T = T};
+    st_stream_plan_default(q, a->lay.n_blocks);
+    st_stream_plan_set_all(q, ST_STREAM_ACT_KEEP);
+    top = st_stream_device_bytes(&sc, q) + 4096;
+    size_t mid = top / 2;
+    st_plan_prediction pr;
+    st_plan_options po = {.mip_gap = -1, .allow_vocab_chunk = 1};
+    st_plan_request rq = {.arch = a, .B = B, .T = T, .budget = mid, .sc = &sc, .profile = hw, .solve = 1, .options = po};
+    st_status s1 = st_plan_stream_ex(a, B, T, mid, hw, &po, want, &pr, &err);
+    st_status s2 = st_plan_for_run(&rq, res, &err);
+    CHECK(s1 == ST_OK && s2 == ST_OK && !res->by_rule && res->has_pred && res->pred.step_s == pr.step_s &&
+              !memcmp(res->plan.act, want->act, (size_t)want->n_layer) && res->plan.vocab_chunk == want->vocab_chunk,
+          "plan request, the program: %d %d, by rule %d, %g s against %g s", s1, s2, res->by_rule, res->pred.step_s,
+          pr.step_s);
+    /* every block kept at a budget only recompute fits: refused, naming the key, not the rule's plan */
+    unsigned char fixed[ST_STREAM_MAX_LAYERS];
+    memset(fixed, ST_STREAM_ACT_KEEP, sizeof fixed);
+    rq.options.fixed_act = fixed;
+    rq.budget = top / 8;
+    rq.rule = 1;
+    rq.vocab_chunk = -1;
+    st_status s3 = st_plan_for_run(&rq, res, &err);
+    CHECK(s3 == ST_ERR_NOMEM && strstr(err.msg, "key 'act'"), "plan request, fixed keep at %zu bytes: %d (%s)",
+          rq.budget, s3, err.msg);
+    printf("plan request: %d budgets, the rule's %d kinds of plan as by hand, bench stream's order as by hand, "
+           "the program's plan and the refusal of fixed choices\n", n, kinds);
+out:
+    free(want);
+    free(q);
+    free(res);
+    st_arch_free(ra);
+}
+
+/* The host account (st_plan_host_bytes, now the executor's own table) against the count
+ * written out by hand from what the executor allocates: every combination of activations,
+ * vocabulary chunking, drain dtype and clip mode, the state in RAM and on disk. */
+static size_t host_by_hand(const st_arch *a, int B, int T, const st_stream_plan *p, int disk) {
+    const st_arch_layout *y = &a->lay;
+    size_t n = y->n_params, N = (size_t)B * T, C = (size_t)y->n_embd;
+    size_t bytes = n * 4 * 2 + N * 20;
+    if (p->grad_dtype == ST_BF16) bytes += n * 2;
+    size_t n_off = 0;
+    for (int l = 0; l < p->n_layer; l++) n_off += p->act[l] == ST_STREAM_ACT_OFFLOAD;
+    bytes += n_off * st_block_act_floats(a, B, T) * 4;
+    if (p->vocab_chunk > 0) {
+        size_t V = (size_t)y->vocab_size, vc = (size_t)p->vocab_chunk < V ? (size_t)p->vocab_chunk : V;
+        size_t nvc = (V + vc - 1) / vc;
+        bytes += 2 * N * C * 4;
+        if (nvc > 2) bytes += N * (nvc - 2) * vc * 4;
+        bytes += a->ops->bind_bytes(a, B, T);
+    }
+    if (disk) return bytes;
+    bytes += n * 8;
+    if (p->overlap_optim && p->clip != ST_STREAM_CLIP_DEFER) bytes += (y->norm_offset - y->block_offset0) * 12;
+    return bytes;
+}
+
+static void host_account(const st_arch *a, int B, int T) {
+    st_stream_plan *p = malloc(sizeof *p);
+    if (!p) return;
+    int n = 0, bad = 0;
+    for (int v = 0; v < 2 * 3 * 2 * 3 * 2; v++, n++) {
+        st_stream_plan_default(p, a->lay.n_blocks);
+        for (int l = 0; l < p->n_layer; l++) p->act[l] = (unsigned char)((l + v) % 3);
+        if (v % 3 == 1) st_stream_plan_set_all(p, ST_STREAM_ACT_KEEP);
+        p->vocab_chunk = (v / 3) % 2 ? 64 : 0;
+        p->grad_dtype = (v / 6) % 2 ? ST_BF16 : ST_F32;
+        p->clip = (st_stream_clip)((v / 12) % 3);
+        p->overlap_optim = v / 36 == 0;
+        for (int disk = 0; disk < 2; disk++) {
+            size_t got = disk ? st_plan_host_bytes_disk(a, B, T, p) : st_plan_host_bytes(a, B, T, p);
+            size_t want = host_by_hand(a, B, T, p, disk);
+            if (got != want) {
+                if (!bad) fprintf(stderr, "host account: plan %d%s: %zu bytes, by hand %zu\n", v, disk ? " (disk)" : "",
+                                  got, want);
+                bad++;
+            }
+        }
+    }
+    CHECK(bad == 0, "host account: %d of %d plans differ from the count by hand", bad, 2 * n);
+    printf("host account: %d plans, the executor's table equals the count by hand\n", 2 * n);
+    free(p);
+}
+
 int main(void) {
     st_err err = {0};
     /* a GPT-2 shape small enough to brute-force: 6 blocks */
@@ -238,6 +386,8 @@ int main(void) {
     shared.host_work_slowdown = 0.6;
     sweep(a, 4, 64, &shared, "6 blocks, host work on the device's cores", 2);
     fixed_choices(a, 4, 64, &slow, "6 blocks, slow copies");
+    plan_request(a, 4, 64, &fast);
+    host_account(a, 4, 64);
     fixed_choices(a, 4, 64, &shared, "6 blocks, host work on the device's cores");
     {
         st_stream_plan *q = malloc(sizeof *q);

@@ -212,7 +212,7 @@ typedef struct st_backend_ops {
      * CPU and reference backends'): the bytes the backend's allocations hold now (*used),
      * their high-water mark since it was made (*peak) and all they can hold (*capacity),
      * in the blocks it carves (the CUDA backend: its arena, cuBLASLt's workspace a block of
-     * it). Read through st_backend_memory, which also knows the budgeted arena. */
+     * it; tier's budgeted arena: the budget's). Read through st_backend_memory. */
     void (*memory)(st_backend *be, size_t *used, size_t *peak, size_t *capacity);
 
     /* ---- orthogonal block transforms of POET-X (appended; NULL in a backend without them,
@@ -288,16 +288,11 @@ st_status st_backend_cpu_create(st_backend **out, int threads, st_err *err);
 st_status st_backend_ref_create(st_backend **out, st_err *err);
 void st_backend_free(st_backend *be);
 
-/* A device backend by name (strata train's key 'device', strata bench stream --device):
- * "cpu": the host's cores, every allocation from an arena of `budget` bytes carved over
- * `host` (st_backend_with_budget; host stays the caller's and must outlive it); "cuda" or
- * "cuda:N": the CUDA backend on device N (0 for "cuda"), one cudaMalloc of `budget` bytes
- * (host unused). ST_ERR_UNSUPPORTED for cuda in a strata built without the CUDA backend
- * (cmake -DSTRATA_CUDA=ON builds it) or without such a device; ST_ERR_INVALID for another
- * name (naming it and the accepted forms) or a budget of 0; ST_ERR_NOMEM where the budget
- * cannot be had. */
-st_status st_backend_device_create(st_backend **out, const char *device, st_backend *host, size_t budget,
-                                   st_err *err);
+/* A GPU by name ("cuda", "cuda:N": the CUDA backend on device N, one cudaMalloc of `budget`
+ * bytes): ST_ERR_UNSUPPORTED in a strata built without the CUDA backend (cmake
+ * -DSTRATA_CUDA=ON builds it) or without such a device, ST_ERR_INVALID for "cpu" or another
+ * name. tier.h's st_backend_device_create takes any device name (cpu: a budgeted arena). */
+st_status st_backend_gpu_create(st_backend **out, const char *device, size_t budget, st_err *err);
 /* The form of a device name alone, as st_backend_device_create takes it (nothing created;
  * cuda accepted in any build): *cuda_index -1 for "cpu" (or NULL or ""), N for "cuda"/"cuda:N". */
 st_status st_backend_device_parse(const char *device, int *cuda_index, st_err *err);

@@ -229,6 +229,56 @@ int st_plan_rule(const st_stream_config *sc, const unsigned char *fixed, size_t 
 st_status st_plan_stream(const st_arch *a, int B, int T, size_t device_budget, const st_plan_profile *hw,
                       st_stream_plan *out, st_plan_prediction *pred, st_err *err);
 
+/* ------------------------------------------------------------------ the plan request
+ * The plan a run takes, one function for every caller: strata train, strata plan, bench plan
+ * and bench stream each fill a request and call st_plan_for_run; what differs between them
+ * is a field (strata plan loads a profile or measures one and never falls back to the rule;
+ * bench stream fixes the activations it measures and asks for the rule alone). The machine's
+ * profile: the one given, else measured on measure_on once per process
+ * (st_plan_profile_cached). The plan: the program's (st_plan_stream_ex) within budget, else,
+ * where the request allows it, the fixed rule's first candidate that fits. */
+typedef enum st_plan_rule_order {
+    ST_PLAN_RULE_HEAD_FIRST = 0, /* the vocabulary resident, then chunked; within each, every block
+                                    keep, offload, recompute (st_plan_rule) */
+    ST_PLAN_RULE_ACTS_FIRST = 1  /* each activation choice in turn, the vocabulary resident then
+                                    chunked within it (bench stream: offload before recompute) */
+} st_plan_rule_order;
+
+typedef struct st_plan_request {
+    const st_arch *arch;
+    int B, T;
+    size_t budget;                 /* the device bytes the plan may take */
+    const st_stream_config *sc;    /* the executor's configuration its bytes are counted for (the rule) */
+    const st_plan_profile *profile; /* the machine's figures, given (a file); NULL: measured on measure_on */
+    st_backend *measure_on;        /* NULL with no profile: no program, the rule alone */
+    int with_shape;                /* the model's own block and classifier timed at B x T */
+    int solve;                     /* 1: the program (st_plan_stream_ex with options) */
+    st_plan_options options;       /* its fixed_act is the rule's too */
+    int rule;                      /* 1: the fixed rule where no program is solved or it finds no plan */
+    st_plan_rule_order rule_order;
+    const st_stream_plan *base;    /* the rule's candidates start from it (its depth, overlap, clip,
+                                      drain); NULL: st_stream_plan_default */
+    int vocab_chunk;               /* >= 0: every candidate's; < 0: resident, then ST_PLAN_RULE_VOCAB_CHUNK */
+    const st_stream_act *rule_acts; /* the activation choices the rule tries, in order (NULL: keep,
+                                      offload, recompute) */
+    int n_rule_acts;
+} st_plan_request;
+
+typedef struct st_plan_result {
+    st_stream_plan plan;
+    st_plan_prediction pred;       /* the program's (has_pred); the rule's plan is not predicted */
+    int has_pred, by_rule;
+    st_plan_profile hw;            /* the profile the plan was made from */
+    int have_hw;
+    st_err why_rule;               /* by_rule: why the program did not choose */
+} st_plan_result;
+
+/* Fails with the program's error where the request allows no rule (ST_ERR_NOMEM: no plan
+ * fits; with fixed_act, prefixed "key 'act'", as the choices given are refused, not bypassed),
+ * with ST_ERR_NOMEM where no rule candidate fits either (out->plan the last tried, the
+ * smallest), or with the profile's error where it cannot be measured or the rule is not allowed. */
+st_status st_plan_for_run(const st_plan_request *rq, st_plan_result *out, st_err *err);
+
 /* ------------------------------------------------------------------ the disk state
  * The training state in a disk store (strata/store.h; strata train's state_paths): the
  * executor keeps no moments in host memory (st_stream_config.external_optimizer) and each

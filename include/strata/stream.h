@@ -177,6 +177,11 @@ typedef struct st_stream_exec st_stream_exec;
  * st_stream_exec_create fails with ST_ERR_NOMEM, naming the bytes missing, above the
  * budget's free bytes. */
 size_t st_stream_device_bytes(const st_stream_config *c, const st_stream_plan *p);
+/* Host bytes the executor holds for the plan: the host vectors (parameters and gradients,
+ * the caller's or its own), every buffer st_stream_exec_create allocates in host memory (one
+ * table: the count and the allocation cannot differ), the chunked vocabulary's host
+ * bindings, and the optimizer's moments unless the state is external (c->state_format). */
+size_t st_stream_host_bytes(const st_stream_config *c, const st_stream_plan *p);
 
 /* The order the disk state's store updates element ranges in beside the backward (a key for
  * st_store_step_args.order_key, the smaller first): a range within the blocks' parameters

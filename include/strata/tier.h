@@ -58,6 +58,16 @@ void st_arena_reset_peak(st_arena *a);
 st_status st_backend_with_budget(st_backend **out, st_backend *inner, size_t budget, st_err *err);
 /* The arena behind a budgeted backend, or NULL for any other backend. */
 st_arena *st_backend_arena(st_backend *be);
+/* A device backend by name (strata train's key 'device', strata bench stream --device):
+ * "cpu": the host's cores, every allocation from an arena of `budget` bytes carved over
+ * `host` (st_backend_with_budget; host stays the caller's and must outlive it); "cuda" or
+ * "cuda:N": the CUDA backend on device N (0 for "cuda"), one cudaMalloc of `budget` bytes
+ * (host unused). ST_ERR_UNSUPPORTED for cuda in a strata built without the CUDA backend
+ * (cmake -DSTRATA_CUDA=ON builds it) or without such a device; ST_ERR_INVALID for another
+ * name (naming it and the accepted forms) or a budget of 0; ST_ERR_NOMEM where the budget
+ * cannot be had. */
+st_status st_backend_device_create(st_backend **out, const char *device, st_backend *host, size_t budget,
+                                   st_err *err);
 
 /* ------------------------------------------------------------------ copy engine
  * Copies in submission order. Each copy returns a ticket; waiting for ticket t waits for

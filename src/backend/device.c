@@ -1,14 +1,13 @@
-/* device.c - the device backend a run computes on, chosen by name (strata train's key
- * 'device', strata bench stream --device): the host's cores behind a budgeted arena, or
- * the CUDA backend where this strata was built with it; the error status of a backend
- * whose ops report nothing; and the matmul precision. */
+/* device.c - the device names a run computes on (strata train's key 'device', strata bench
+ * stream --device: cpu, or the CUDA backend where this strata was built with it; tier's
+ * st_backend_device_create makes one), the error status of a backend whose ops report
+ * nothing, and the matmul precision. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/matmul_bf16.h"
 #include "strata/backend.h"
-#include "strata/tier.h"
 #ifdef STRATA_HAVE_CUDA
 #include "backend/cuda/backend_cuda.h"
 #endif
@@ -16,6 +15,21 @@
 #define DEVICE_MAX_INDEX 1023 /* far above any machine's GPU count; keeps the digits an int */
 
 #define DEVICE_FORMS "cpu, cuda or cuda:N (N: a CUDA device's index; cuda is cuda:0)"
+
+st_status st_backend_gpu_create(st_backend **out, const char *device, size_t budget, st_err *err) {
+    *out = NULL;
+    int index;
+    st_status s = st_backend_device_parse(device, &index, err);
+    if (s) return s;
+    if (index < 0) return st_errf(err, ST_ERR_INVALID, "device '%s' is not a GPU; give cuda or cuda:N", device ? device : "cpu");
+    if ((s = st_backend_device_built(device, err))) return s;
+#ifdef STRATA_HAVE_CUDA
+    return st_backend_cuda_create(out, index, budget, err);
+#else
+    (void)budget;
+    return ST_ERR_UNSUPPORTED; /* st_backend_device_built refused it */
+#endif
+}
 
 st_status st_backend_device_parse(const char *device, int *cuda_index, st_err *err) {
     *cuda_index = -1;
@@ -39,27 +53,6 @@ st_status st_backend_device_parse(const char *device, int *cuda_index, st_err *e
     return st_errf(err, ST_ERR_INVALID, "device '%s' is not one this strata knows; give " DEVICE_FORMS, device);
 }
 
-st_status st_backend_device_create(st_backend **out, const char *device, st_backend *host, size_t budget,
-                                   st_err *err) {
-    *out = NULL;
-    int index;
-    st_status s = st_backend_device_parse(device, &index, err);
-    if (s) return s;
-    if (!budget)
-        return st_errf(err, ST_ERR_INVALID, "device '%s': a device budget of 0 bytes; give the bytes of device memory "
-                       "the run may use (device_budget)", device ? device : "cpu");
-    if (index < 0) {
-        if (!host)
-            return st_errf(err, ST_ERR_INVALID, "device 'cpu': no host backend to carve the budget over");
-        return st_backend_with_budget(out, host, budget, err);
-    }
-    if ((s = st_backend_device_built(device, err))) return s;
-#ifdef STRATA_HAVE_CUDA
-    return st_backend_cuda_create(out, index, budget, err);
-#else
-    return ST_ERR_UNSUPPORTED; /* st_backend_device_built refused it */
-#endif
-}
 
 st_status st_backend_device_built(const char *device, st_err *err) {
     int index;

@@ -141,6 +141,25 @@ static void usage(FILE *f) {
 
 /* The smallest budget at which the rule's plan recomputes no block: its smallest keep or
  * offload candidate (below it only its recompute candidates can fit). p is scratch. */
+/* The plan request (plan.h) strata train makes: with a profile and options, the program's
+ * plan (no fallback: the bench compares it); without, the fixed rule's. */
+static st_status plan_request(const st_arch *arch, int B, int T, size_t budget, const st_stream_config *sc,
+                              const st_plan_profile *hw, const st_plan_options *po, st_stream_plan *out,
+                              st_plan_prediction *pred, st_err *err) {
+    st_plan_request rq = {.arch = arch, .B = B, .T = T, .budget = budget, .sc = sc, .profile = hw, .solve = hw != NULL,
+                          .rule = hw == NULL, .vocab_chunk = -1};
+    if (po) rq.options = *po;
+    st_plan_result *res = malloc(sizeof *res);
+    if (!res) return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    st_status s = st_plan_for_run(&rq, res, err);
+    if (!s) {
+        *out = res->plan;
+        if (pred) *pred = res->pred;
+    }
+    free(res);
+    return s;
+}
+
 static size_t rule_no_recompute_bytes(const st_stream_config *sc, st_stream_plan *p) {
     size_t m = (size_t)-1;
     for (int i = 0; i < ST_PLAN_RULE_CANDIDATES; i++) {
@@ -388,7 +407,7 @@ static st_status bench_one(const bp_config *cfg, st_backend *cpu, st_plan_profil
     if (!st_plan_profile_shape(hw, arch, cfg->B, cfg->T) &&
         (s = st_plan_profile_measure_shape(cpu, arch, cfg->B, cfg->T, hw, err)))
         goto done;
-    if ((s = st_plan_stream_ex(arch, cfg->B, cfg->T, budget, hw, &po, pp, &out->pred, err))) goto done;
+    if ((s = plan_request(arch, cfg->B, cfg->T, budget, &sc, hw, &po, pp, &out->pred, err))) goto done;
     out->pred_host = (double)st_plan_host_bytes(arch, cfg->B, cfg->T, pp);
     /* the disk state: the plan run's store beside the backward where strata train puts it, the
      * path probed now (and again after the steps), the prediction with the store's terms */
@@ -421,7 +440,7 @@ static st_status bench_one(const bp_config *cfg, st_backend *cpu, st_plan_profil
         free(ref);
         if (s) goto done;
     }
-    if (!st_plan_rule(&sc, NULL, budget, rp)) {
+    if (plan_request(arch, cfg->B, cfg->T, budget, &sc, NULL, NULL, rp, NULL, err)) {
         s = st_errf(err, ST_ERR_NOMEM, "%s: the fixed rule finds no plan within %zu device bytes", cfg->name, budget);
         goto done;
     }
@@ -585,7 +604,7 @@ static st_status bench_sweep(const char *model, int B, int T, int npts, int step
         if (budget < lo) budget = lo;
         st_plan_prediction pred;
         char txt[96];
-        if ((s = st_plan_stream_ex(arch, B, T, budget, hw, &po, pp, &pred, err))) goto done;
+        if ((s = plan_request(arch, B, T, budget, &sc, hw, &po, pp, &pred, err))) goto done;
         plan_summary(pp, txt, sizeof txt);
         if ((s = run_open(&run, cpu, &sc, pp, budget, steps, NULL, err))) goto done;
         for (int k = -1; k < steps && !s; k++) s = run_step(&run, k, B, T, inp, tgt, err);

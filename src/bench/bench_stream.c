@@ -188,10 +188,12 @@ static int stream_check_args(stream_opts *o) {
     return 0;
 }
 
-/* The streamed step's plan: the options', then a small planner for what they left open, the
- * cheapest plan that fits (offload saves the recompute; a resident wte saves the second pass
- * over it; a chunked wte takes ST_PLAN_RULE_VOCAB_CHUNK rows at a time, as strata train's
- * rule). --acts auto becomes the choice made, for the figures. */
+/* The streamed step's plan: the options', then the plan request's fixed rule (plan.h) for
+ * what they left open, with no program: the activations given (auto: offload, else
+ * recompute), each with the vocabulary resident, else in ST_PLAN_RULE_VOCAB_CHUNK-row
+ * chunks (offload saves the recompute; a resident wte saves the second pass over it). None
+ * fitting leaves the smallest, which the executor then refuses naming the bytes. --acts
+ * auto becomes the choice made, for the figures. */
 static void stream_choose_plan(stream_bench *b, stream_opts *o) {
     st_stream_plan *plan = &b->plan;
     st_stream_plan_default(plan, b->arch->lay.n_blocks);
@@ -200,17 +202,16 @@ static void stream_choose_plan(stream_bench *b, stream_opts *o) {
     plan->clip = !strcmp(o->clip, "defer") ? ST_STREAM_CLIP_DEFER
                : !strcmp(o->clip, "auto")  ? ST_STREAM_CLIP_AUTO : ST_STREAM_CLIP_SPECULATE;
     plan->grad_dtype = strcmp(o->gdt, "bf16") ? ST_F32 : ST_BF16;
-    st_stream_plan_set_all(plan, o->act);
-    size_t usable = st_backend_device_usable_bytes(o->device, b->budget); /* a GPU: less cuBLASLt's workspace */
-    plan->vocab_chunk = o->vchunk >= 0 ? o->vchunk : 0;
-    if (o->vchunk < 0 && st_stream_device_bytes(&b->sc, plan) > usable) plan->vocab_chunk = ST_PLAN_RULE_VOCAB_CHUNK;
-    if (o->act_auto && st_stream_device_bytes(&b->sc, plan) > usable) {
-        st_stream_plan_set_all(plan, ST_STREAM_ACT_RECOMPUTE);
-        if (o->vchunk < 0) {
-            plan->vocab_chunk = 0;
-            if (st_stream_device_bytes(&b->sc, plan) > usable) plan->vocab_chunk = ST_PLAN_RULE_VOCAB_CHUNK;
-        }
-    }
+    static const st_stream_act auto_acts[] = {ST_STREAM_ACT_OFFLOAD, ST_STREAM_ACT_RECOMPUTE};
+    st_plan_request rq = {.arch = b->arch, .B = o->B, .T = o->T, .sc = &b->sc, .rule = 1,
+                          .rule_order = ST_PLAN_RULE_ACTS_FIRST, .base = plan, .vocab_chunk = o->vchunk,
+                          .rule_acts = o->act_auto ? auto_acts : &o->act, .n_rule_acts = o->act_auto ? 2 : 1,
+                          /* a GPU: less cuBLASLt's workspace */
+                          .budget = st_backend_device_usable_bytes(o->device, b->budget)};
+    static st_plan_result res; /* the plan's act table is large; one bench at a time */
+    st_err ignored = {0};
+    st_plan_for_run(&rq, &res, &ignored);
+    *plan = res.plan;
     if (o->act_auto) o->acts = plan->act[0] == ST_STREAM_ACT_OFFLOAD ? "offload" : "recompute";
 }
 

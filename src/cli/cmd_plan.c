@@ -150,8 +150,18 @@ static int plan_device(const st_arch *a, const st_train_config *cfg, double devi
         return 2;
     }
     if (n_fixed) po.fixed_act = fixed;
-    st_status s = st_plan_stream_ex(a, cfg->batch, cfg->seq, (size_t)device_budget, &hw, &po, p, &pr, &err);
-    if (s && n_fixed) st_err_prefix(&err, "key 'act'");
+    /* the plan request strata train makes, from this profile, with no fallback to the rule:
+     * strata plan says what the program finds */
+    st_plan_request rq = {.arch = a, .B = cfg->batch, .T = cfg->seq, .budget = (size_t)device_budget,
+                          .profile = &hw, .solve = 1, .options = po};
+    st_plan_result *res = malloc(sizeof *res);
+    st_status s = res ? st_plan_for_run(&rq, res, &err) : st_errf(&err, ST_ERR_NOMEM, "out of memory");
+    if (res) {
+        *p = res->plan;
+        pr = res->pred;
+        free(res);
+    }
+    if (s && n_fixed && s != ST_ERR_NOMEM) st_err_prefix(&err, "key 'act'"); /* ST_ERR_NOMEM: named already */
     /* the prediction strata train logs and saves for this configuration (the state on disk:
      * the store's time, from state_profile only: strata plan writes nothing to probe a path) */
     st_plan_config_disk cd;

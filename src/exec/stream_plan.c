@@ -146,6 +146,79 @@ size_t st_stream_device_bytes(const st_stream_config *c, const st_stream_plan *p
     return b;
 }
 
+/* ------------------------------------------------------------------ host allocations */
+
+typedef enum host_kind { HOST_MALLOC, HOST_PINNED, HOST_ALIGNED } host_kind; /* malloc, host_buf, st_alloc */
+typedef struct host_alloc {
+    void **ptr;
+    size_t bytes;
+    host_kind kind;
+    const char *what;
+} host_alloc;
+
+/* The speculative update's backups: the blocks' p, m, v, with the state in RAM in fp32. */
+static int speculates(const st_stream_config *c, const st_stream_plan *p) {
+    return !c->external_optimizer && p->overlap_optim && p->clip != ST_STREAM_CLIP_DEFER &&
+           c->state_format == ST_OPTIM_STATE_F32;
+}
+
+/* Every host buffer the executor allocates besides the host vectors and the optimizer, in
+ * one table: st_stream_host_bytes sums it and st_stream_exec_create allocates it. */
+static int host_table(const st_stream_config *c, const st_stream_plan *p, st_stream_exec *x, host_alloc *t) {
+    const st_arch_layout *y = &c->arch->lay;
+    size_t N = (size_t)c->B * c->T, C = (size_t)y->n_embd, V = (size_t)y->vocab_size, n = y->n_params;
+    size_t n_off = 0;
+    for (int l = 0; l < p->n_layer; l++) n_off += p->act[l] == ST_STREAM_ACT_OFFLOAD;
+    int k = 0;
+#define H(field, nbytes, kind, what) t[k++] = (host_alloc){x ? (void **)&x->field : NULL, (nbytes), kind, what}
+    H(h_losses, N * 4, HOST_MALLOC, "the per-row losses");
+    H(h_rmax, N * 4, HOST_MALLOC, "the rows' running max");
+    H(h_tlogit, N * 4, HOST_MALLOC, "the target logits");
+    H(h_rsum, N * 8, HOST_MALLOC, "the rows' sums");
+    if (p->grad_dtype == ST_BF16) H(host_grads_bf16, n * 2, HOST_PINNED, "the bf16 gradients");
+    if (p->vocab_chunk > 0) {
+        size_t vc = (size_t)p->vocab_chunk < V ? (size_t)p->vocab_chunk : V, nvc = (V + vc - 1) / vc;
+        H(h_enc, N * C * 4, HOST_PINNED, "the embedding's output");
+        H(h_dres, N * C * 4, HOST_PINNED, "the residual stream's gradient");
+        /* only chunks 0..nvc-3 leave the device (the last two stay in their slots) */
+        if (nvc > 2) H(h_logits, N * (nvc - 2) * vc * 4, HOST_PINNED, "the chunks' logits");
+    }
+    if (c->grad_accum > 1) H(host_grads_micro, n * 4, HOST_PINNED, "grad_accum's second fp32 gradient");
+    if (n_off) H(host_acts, n_off * st_block_act_floats(c->arch, c->B, c->T) * 4, HOST_PINNED, "offloaded activations");
+    if (speculates(c, p)) { /* only the blocks are updated speculatively: [b0, post_off), indexed from b0 */
+        size_t nb = y->norm_offset - y->block_offset0;
+        H(backup_params, nb * 4, HOST_ALIGNED, "speculative-update backups");
+        H(backup_m, nb * 4, HOST_ALIGNED, "speculative-update backups");
+        H(backup_v, nb * 4, HOST_ALIGNED, "speculative-update backups");
+    }
+#undef H
+    return k;
+}
+
+/* The optimizer's moments for the arch's tensors in c->state_format (st_optim_create's layout:
+ * fp32 m, v; 8-bit codes per element, each segment padded to whole blocks, an fp32 absmax
+ * per block for each). */
+static size_t moment_bytes(const st_stream_config *c) {
+    const st_arch_layout *y = &c->arch->lay;
+    if (c->state_format != ST_OPTIM_STATE_8BIT) return y->n_params * 8;
+    size_t b = 0;
+    for (int i = 0; i < y->n_tensors; i++) {
+        size_t blocks = (y->tensors[i].numel + ST_OPTIM_Q8_BLOCK - 1) / ST_OPTIM_Q8_BLOCK;
+        b += 2 * blocks * ST_OPTIM_Q8_BLOCK + 2 * blocks * sizeof(float);
+    }
+    return b;
+}
+
+size_t st_stream_host_bytes(const st_stream_config *c, const st_stream_plan *p) {
+    host_alloc t[MAX_ALLOCS];
+    int k = host_table(c, p, NULL, t);
+    size_t b = c->arch->lay.n_params * 4 * 2; /* the host vectors: parameters, gradients (fp32) */
+    for (int i = 0; i < k; i++) b += t[i].bytes;
+    if (p->vocab_chunk > 0) b += c->arch->ops->bind_bytes(c->arch, c->B, c->T); /* the embedding's host bindings */
+    if (!c->external_optimizer) b += moment_bytes(c);
+    return b;
+}
+
 /* ------------------------------------------------------------------ create / free */
 
 st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c, const st_stream_plan *p, st_backend *dev,
@@ -238,20 +311,22 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
                                tab[i].bytes, need);
     }
     x->bf16 = p->grad_dtype == ST_BF16;
-    if (x->bf16 && !(x->host_grads_bf16 = host_buf(x, x->n_params * 2))) FAIL(ST_ERR_NOMEM, "stream: cannot allocate the bf16 gradients");
-    x->h_losses = malloc(N * 4);
-    x->h_rmax = malloc(N * 4);
-    x->h_tlogit = malloc(N * 4);
-    x->h_rsum = malloc(N * 8);
-    if (!x->h_losses || !x->h_rmax || !x->h_tlogit || !x->h_rsum) FAIL(ST_ERR_NOMEM, "stream: out of memory");
     if (x->vocab_chunk) {
-        x->h_enc = host_buf(x, N * C * 4);
-        x->h_dres = host_buf(x, N * C * 4);
-        /* only chunks 0..nvc-3 leave the device (the last two stay in their slots) */
-        x->h_logits = x->n_vocab_chunks > 2 ? host_buf(x, N * (size_t)(x->n_vocab_chunks - 2) * (size_t)x->vocab_chunk * 4) : NULL;
         x->vocab_w_ticket = calloc((size_t)x->n_vocab_chunks, sizeof *x->vocab_w_ticket);
-        if (!x->h_enc || !x->h_dres || (x->n_vocab_chunks > 2 && !x->h_logits) || !x->vocab_w_ticket)
-            FAIL(ST_ERR_NOMEM, "stream: out of memory");
+        if (!x->vocab_w_ticket) FAIL(ST_ERR_NOMEM, "stream: out of memory");
+    }
+    if (c->grad_accum > 1 && x->bf16)
+        FAIL(ST_ERR_UNSUPPORTED, "stream: gradient accumulation adds fp32 gradients; drain them as fp32, not bf16");
+    /* host buffers: the table st_stream_host_bytes sums */
+    host_alloc ht[MAX_ALLOCS];
+    int nh = host_table(c, p, x, ht);
+    for (int i = 0; i < nh; i++) {
+        *ht[i].ptr = ht[i].kind == HOST_MALLOC ? malloc(ht[i].bytes)
+                   : ht[i].kind == HOST_PINNED ? host_buf(x, ht[i].bytes) : st_alloc(ht[i].bytes);
+        if (!*ht[i].ptr)
+            FAIL(ST_ERR_NOMEM, "stream: cannot allocate %zu host bytes for %s (the plan's host tier: %zu bytes)%s",
+                 ht[i].bytes, ht[i].what, st_stream_host_bytes(c, p),
+                 ht[i].ptr == (void **)&x->host_grads_micro ? "; use grad_accum 1 or a larger host" : "");
     }
 
     /* host tier. The caller's vectors (strata train passes the model's) stay the caller's,
@@ -272,33 +347,13 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
                    c->host_params && !x->host_params_registered ? (c->host_grads && !x->host_grads_registered ? "parameters and "
                    "gradients" : "parameters") : "gradients", x->n_params * 4);
     }
-    if (c->grad_accum > 1) {
-        if (x->bf16)
-            FAIL(ST_ERR_UNSUPPORTED, "stream: gradient accumulation adds fp32 gradients; drain them as fp32, not bf16");
-        if (!(x->host_grads_micro = host_buf(x, x->n_params * 4)))
-            FAIL(ST_ERR_NOMEM, "stream: grad_accum %d needs %zu more host bytes (one more fp32 gradient) than the "
-                 "machine gives; use grad_accum 1 or a larger host", c->grad_accum, x->n_params * 4);
-    }
     if (!x->host_params || !x->host_grads) FAIL(ST_ERR_NOMEM, "stream: cannot allocate %zu host bytes of parameters and gradients",
                                x->n_params * 8);
-    if (x->n_off) {
-        x->host_acts = host_buf(x, (size_t)x->n_off * x->act_set_floats * 4);
-        if (!x->host_acts) FAIL(ST_ERR_NOMEM, "stream: cannot allocate host memory for offloaded activations");
-    }
     x->segs = calloc((size_t)y->n_tensors, sizeof *x->segs);
     if (!x->segs) FAIL(ST_ERR_NOMEM, "stream: out of memory");
     st_params_decay_segments(y->tensors, y->n_tensors, c->weight_decay, x->segs);
     x->external = c->external_optimizer;
     if (!x->external && (s = st_optim_create(&x->opt, x->segs, y->n_tensors, c->state_format, err))) goto fail;
-    if (!x->external && p->overlap_optim && p->clip != ST_STREAM_CLIP_DEFER && c->state_format == ST_OPTIM_STATE_F32) {
-        /* only the blocks are updated speculatively: backups of [b0, post_off), indexed from b0 */
-        size_t nb = x->post_offset - x->block_offset0;
-        x->backup_params = st_alloc(nb * 4);
-        x->backup_m = st_alloc(nb * 4);
-        x->backup_v = st_alloc(nb * 4);
-        if (!x->backup_params || !x->backup_m || !x->backup_v)
-            FAIL(ST_ERR_NOMEM, "stream: cannot allocate %zu host bytes of speculative-update backups", x->n_params * 12);
-    }
     x->nchunks = (x->n_params + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
     x->chunk_part = calloc(x->nchunks, sizeof *x->chunk_part);
     x->chunk_done = calloc(x->nchunks, 1);
@@ -344,23 +399,17 @@ void st_stream_exec_free(st_stream_exec *x) {
     st_blocks_free(x->dev_blocks);
     st_blocks_free(x->host_blocks);
     st_backend_free(x->own_host_be);
-    free(x->h_losses);
-    free(x->h_rmax);
-    free(x->h_tlogit);
-    free(x->h_rsum);
+    host_alloc ht[MAX_ALLOCS];
+    int nh = host_table(&x->cfg, &x->plan, x, ht);
+    for (int i = 0; i < nh; i++) {
+        if (ht[i].kind == HOST_MALLOC) free(*ht[i].ptr);
+        else if (ht[i].kind == HOST_PINNED) host_buf_free(x, *ht[i].ptr);
+        else st_free(*ht[i].ptr);
+    }
     if (x->host_params != x->cfg.host_params) host_buf_free(x, x->host_params);
     else if (x->host_params_registered) dev->ops->host_unregister(dev, x->host_params);
     if (x->host_grads != x->cfg.host_grads) host_buf_free(x, x->host_grads);
     else if (x->host_grads_registered) dev->ops->host_unregister(dev, x->host_grads);
-    host_buf_free(x, x->host_grads_micro);
-    host_buf_free(x, x->host_grads_bf16);
-    st_free(x->backup_params);
-    st_free(x->backup_m);
-    st_free(x->backup_v);
-    host_buf_free(x, x->host_acts);
-    host_buf_free(x, x->h_enc);
-    host_buf_free(x, x->h_dres);
-    host_buf_free(x, x->h_logits);
     free(x->vocab_w_ticket);
     free(x->gspans);
     st_optim_free(x->opt);

@@ -670,11 +670,15 @@ void st_plan_rule_candidate(const st_stream_config *sc, int i, st_stream_plan *p
 }
 
 int st_plan_rule(const st_stream_config *sc, const unsigned char *fixed, size_t budget, st_stream_plan *p) {
-    for (int i = 0; i < ST_PLAN_RULE_CANDIDATES; i++) {
-        st_plan_rule_candidate(sc, i, p);
-        for (int l = 0; fixed && l < p->n_layer; l++)
-            if (fixed[l] != ST_PLAN_ACT_FREE) p->act[l] = fixed[l];
-        if (st_stream_device_bytes(sc, p) <= budget) return 1;
-    }
-    return 0;
+    /* the plan request's rule alone (plan_request.c), the vocabulary outermost */
+    st_plan_request rq = {.arch = sc->arch, .B = sc->B, .T = sc->T, .budget = budget, .sc = sc, .rule = 1,
+                          .rule_order = ST_PLAN_RULE_HEAD_FIRST, .vocab_chunk = -1};
+    rq.options.fixed_act = fixed;
+    st_plan_result *res = malloc(sizeof *res);
+    if (!res) return 0;
+    st_err ignored = {0};
+    int found = st_plan_for_run(&rq, res, &ignored) == ST_OK;
+    *p = res->plan;
+    free(res);
+    return found;
 }

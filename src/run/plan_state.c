@@ -234,7 +234,15 @@ static st_status predict_candidate(const st_train_config *c, const st_arch *a, c
         st_plan_options po = {.mip_gap = -1, .allow_vocab_chunk = 1, .prefer_resident_head = st_train_config_plan_head(c)};
         s = st_train_config_act(c, L, fixed, &n_fixed, &e);
         if (!s && n_fixed) po.fixed_act = fixed;
-        if (!s) s = st_plan_stream_ex(a, c->batch, c->seq, (size_t)c->device_budget, &h, &po, p, &pred, &e);
+        st_plan_request rq = {.arch = a, .B = c->batch, .T = c->seq, .budget = (size_t)c->device_budget,
+                              .profile = &h, .solve = 1, .options = po}; /* the program, as both commands run it */
+        st_plan_result *res = s ? NULL : malloc(sizeof *res);
+        if (!s && !res) s = st_errf(&e, ST_ERR_NOMEM, "out of memory");
+        if (!s && !(s = st_plan_for_run(&rq, res, &e))) {
+            *p = res->plan;
+            pred = res->pred;
+        }
+        free(res);
     } else { /* in memory: every block kept, the head resident */
         st_stream_plan_default(p, L);
         st_stream_plan_set_all(p, ST_STREAM_ACT_KEEP);

@@ -225,22 +225,31 @@ st_status run_open_streamed(const st_train_config *c, st_model *m, const st_arch
             st_log(1, "plan: %s predicted on this machine %.3f s a step%s (the file: %s)\n", plan_path, pred.step_s,
                    cdisk.on_disk ? " with the state on disk" : "", was);
         }
-    } else {
-        s = st_plan_profile_cached(*dev ? *dev : be, arch, c->batch, c->seq, &hw, &perr);
-        have_hw = s == ST_OK;
+    } else { /* the plan request (plan.h): the machine measured, the program, the fixed rule */
+        st_plan_request rq = {.arch = arch, .B = c->batch, .T = c->seq, .budget = budget, .sc = &sc,
+                              .measure_on = *dev ? *dev : be, .with_shape = 1, .solve = 1, .options = po, .rule = 1,
+                              .vocab_chunk = -1};
+        st_plan_result res;
+        s = st_plan_for_run(&rq, &res, err);
+        if (s && !res.by_rule) return s; /* key 'act': the choices given do not fit */
+        if (s) /* the smallest plan strata train makes (recompute, chunks) is the last one tried */
+            return st_errf(err, ST_ERR_NOMEM, "key 'device_budget': %.0f bytes is too small for this model at batch "
+                           "%d x seq %d: the smallest plan (every block recomputed, the vocabulary in 2048-row "
+                           "chunks) needs %zu device bytes, %.0f bytes missing; give at least that, or a smaller "
+                           "batch or seq", c->device_budget, c->batch, c->seq, st_stream_device_bytes(&sc, &res.plan),
+                           (double)st_stream_device_bytes(&sc, &res.plan) - (double)budget);
+        plan = res.plan;
+        pred = res.pred;
+        hw = res.hw;
+        have_hw = res.have_hw;
+        found = has_pred = !res.by_rule;
         /* the disk state's update beside the backward pays only where host work leaves the
          * device's compute alone (not on the CPU backend, whose device is the host's cores) */
-        if (!s && external && ranks <= 1) {
+        if (have_hw && external && ranks <= 1) {
             sc.store_beside = st_plan_store_beside(&hw);
             st_log(1, "disk state: the store's update runs %s the backward (measured host_work_slowdown %.2f)\n",
                    sc.store_beside ? "beside" : "after", hw.host_work_slowdown);
         }
-        if (!s) s = st_plan_stream_ex(arch, c->batch, c->seq, budget, &hw, &po, &plan, &pred, &perr);
-        if (s == ST_ERR_NOMEM && n_fixed) { /* the choices given do not fit: refused, not bypassed */
-            *err = perr;
-            return st_err_prefix(err, "key 'act'");
-        }
-        found = has_pred = s == ST_OK;
         /* the prediction strata plan prints for this configuration: with the state on disk,
          * the store's time from state_profile or a short probe of each path now */
         if (found && ranks <= 1 && c->state_paths[0]) predict_disk(c, arch, &hw, &plan, "planner", &pred, &cdisk);
@@ -250,15 +259,8 @@ st_status run_open_streamed(const st_train_config *c, st_model *m, const st_arch
                    plan.prefetch_depth, plan.vocab_chunk, pred.step_s, cdisk.on_disk ? " with the state on disk" : "",
                    pred.device_bytes, pred.solve_s);
         else
-            st_log(2, "planner: %s; the fixed rule chooses the plan\n", perr.msg);
+            st_log(2, "planner: %s; the fixed rule chooses the plan\n", res.why_rule.msg);
     }
-    if (!found) found = st_plan_rule(&sc, fixed, budget, &plan);
-    if (!found) /* the smallest plan strata train makes (recompute, chunks) is the last one tried */
-        return st_errf(err, ST_ERR_NOMEM, "key 'device_budget': %.0f bytes is too small for this model at batch %d x "
-                       "seq %d: the smallest plan (every block recomputed, the vocabulary in 2048-row chunks) needs "
-                       "%zu device bytes, %.0f bytes missing; give at least that, or a smaller batch or seq",
-                       c->device_budget, c->batch, c->seq, st_stream_device_bytes(&sc, &plan),
-                       (double)st_stream_device_bytes(&sc, &plan) - (double)budget);
     if (ranks > 1) plan.grad_dtype = ST_F32; /* the ranks reduce fp32 gradients */
     if (!*dev && (s = st_backend_device_create(dev, c->device, be, budget, err)))
         return st_err_prefix(err, "key 'device_budget'");

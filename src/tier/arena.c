@@ -117,6 +117,12 @@ typedef struct budget_backend {
 
 static void *bb_alloc(st_backend *be, size_t bytes) { return st_arena_alloc(((budget_backend *)be)->arena, bytes); }
 static void bb_dealloc(st_backend *be, void *p) { st_arena_free(((budget_backend *)be)->arena, p); }
+static void bb_memory(st_backend *be, size_t *used, size_t *peak, size_t *capacity) {
+    st_arena *a = ((budget_backend *)be)->arena;
+    *used = st_arena_used(a);
+    *peak = st_arena_peak(a);
+    *capacity = st_arena_budget(a);
+}
 static void bb_free(st_backend *be) {
     budget_backend *b = (budget_backend *)be;
     st_arena_destroy(b->arena);
@@ -145,6 +151,7 @@ st_status st_backend_with_budget(st_backend **out, st_backend *inner, size_t bud
     b->ops.alloc = bb_alloc;
     b->ops.dealloc = bb_dealloc;
     b->ops.free = bb_free;
+    b->ops.memory = bb_memory; /* the budget's figures, not the inner backend's */
     b->base.ops = &b->ops;
     b->base.ctx = inner->ctx; /* the kernels see the inner backend's context */
     *out = &b->base;
