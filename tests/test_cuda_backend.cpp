@@ -313,7 +313,8 @@ static void test_rope(int B, int T, int H, int hs, int ld) {
 /* The four attentions: GPT-2's packed qkv (NKV = NH, gpt2) or grouped q, k, v inside rows
  * of ld = (NH + 2 NKV) hs; with documents (doc_start: documents of 5, 1, 9, 3, 12 tokens
  * in turn, restarting at each row) or without. */
-static void test_attention(int B, int T, int NH, int NKV, int hs, bool gpt2, bool docs) {
+static void test_attention(int B, int T, int NH, int NKV, int hs, bool gpt2, bool docs, double atol = 3e-5,
+                           double rtol = 3e-4, const char *tag = "") {
     int ld = (NH + 2 * NKV) * hs, C = NH * hs;
     size_t nq = (size_t)B * T * ld, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
     vecf qkv = randn(nq, 1), dout = randn(no, 1), dqkv = randn(nq, 1), out(no, NAN), lse(nl, NAN);
@@ -350,13 +351,116 @@ static void test_attention(int B, int T, int NH, int NKV, int hs, bool gpt2, boo
         }
     }
     char what[160];
-    snprintf(what, sizeof what, "attention%s%s B %d T %d NH %d NKV %d hs %d", gpt2 ? "" : "_gqa", docs ? "_doc" : "",
-             B, T, NH, NKV, hs);
+    snprintf(what, sizeof what, "attention%s%s B %d T %d NH %d NKV %d hs %d%s", gpt2 ? "" : "_gqa", docs ? "_doc" : "",
+             B, T, NH, NKV, hs, tag);
     std::string w0 = what;
-    compare((w0 + " out").c_str(), down(d_out, no), out, 3e-5, 3e-4);
-    compare((w0 + " lse").c_str(), down(d_lse, nl), lse, 3e-5, 3e-4);
-    compare((w0 + " dqkv (+=)").c_str(), down(d_dqkv, nq), dqkv, 3e-5, 3e-4);
+    compare((w0 + " out").c_str(), down(d_out, no), out, atol, rtol);
+    compare((w0 + " lse").c_str(), down(d_lse, nl), lse, atol, rtol);
+    compare((w0 + " dqkv (+=)").c_str(), down(d_dqkv, nq), dqkv, atol, rtol);
     for (void *p : {(void *)d_ds, (void *)d_qkv, (void *)d_dout}) gpu->ops->dealloc(gpu, p);
+}
+
+/* Which attention runs (st_backend_cuda_set_attention, issue 30): a value outside the enum
+ * refused; cuDNN refused where the build has none (the emulation), else run on a GQA and a
+ * GPT-2 shape against the CPU at bf16 tolerances, saying whether cuDNN ran or the own
+ * kernels took over (and why); documents always the own kernels; auto follows the matmul
+ * mode (bf16: cuDNN asked for, fp32: the own kernels, nothing asked). */
+static void test_attention_select(void) {
+    st_err err = {};
+    st_cuda_attention_stats a0, a1;
+    printf("attention built: %s\n", st_backend_cuda_attention_built());
+    CHECK(st_backend_cuda_set_attention(gpu, (st_cuda_attention)7, &err) == ST_ERR_INVALID,
+          "attention mode 7 accepted");
+    st_status s = st_backend_cuda_set_attention(gpu, ST_CUDA_ATTENTION_CUDNN, &err);
+#ifdef ST_CUDA_EMU
+    CHECK(s == ST_ERR_UNSUPPORTED && strstr(err.msg, "without cuDNN"),
+          "the emulation has no cuDNN, yet attention through it was accepted: %d %s", (int)s, err.msg);
+#endif
+    if (s == ST_OK) {
+        st_backend_cuda_attention_stats(gpu, &a0);
+        test_attention(1, 40, 4, 2, 64, false, false, 2e-2, 2e-2, " (cuDNN, bf16)");
+        test_attention(2, 33, 2, 2, 64, true, false, 2e-2, 2e-2, " (cuDNN, bf16)");
+        st_backend_cuda_attention_stats(gpu, &a1);
+        printf("attention through cuDNN: %llu of 2 forwards, %llu of 2 backwards%s%s\n",
+               (unsigned long long)(a1.cudnn[0] - a0.cudnn[0]), (unsigned long long)(a1.cudnn[1] - a0.cudnn[1]),
+               a1.why[0] ? "; own kernels because: " : "", a1.why);
+        CHECK(a1.cudnn[0] + a1.own[0] == a0.cudnn[0] + a0.own[0] + 2 && a1.cudnn[1] + a1.own[1] == a0.cudnn[1] +
+              a0.own[1] + 2, "attention stats do not count the 4 calls");
+    }
+    /* documents: the own kernels, counted as a fallback where cuDNN was asked for */
+    st_backend_cuda_set_attention(gpu, ST_CUDA_ATTENTION_AUTO, &err);
+    st_backend_cuda_set_matmul(gpu, ST_MATMUL_BF16, &err);
+    st_backend_cuda_attention_stats(gpu, &a0);
+    test_attention(1, 21, 4, 2, 24, false, true, 3e-5, 3e-4, " (auto, bf16 matmul: documents)");
+    st_backend_cuda_attention_stats(gpu, &a1);
+    CHECK(a1.own[0] == a0.own[0] + 1 && a1.own[1] == a0.own[1] + 1 && a1.fallbacks == a0.fallbacks + 2 &&
+          a1.cudnn[0] == a0.cudnn[0], "auto with a bf16 matmul over documents: own %llu/%llu more, fallbacks %llu "
+          "more (want 1, 1 and 2)", (unsigned long long)(a1.own[0] - a0.own[0]),
+          (unsigned long long)(a1.own[1] - a0.own[1]), (unsigned long long)(a1.fallbacks - a0.fallbacks));
+    /* STRATA_CUDA_ATTENTION: a bad value fails the create naming it; own starts there (so a
+     * bf16 matmul no longer asks for cuDNN) */
+    {
+        st_backend *b2 = nullptr;
+        setenv("STRATA_CUDA_ATTENTION", "flash", 1);
+        st_status s2 = st_backend_cuda_create(&b2, 0, (size_t)64 << 20, &err);
+        CHECK(s2 == ST_ERR_INVALID && !b2 && strstr(err.msg, "STRATA_CUDA_ATTENTION='flash'"),
+              "STRATA_CUDA_ATTENTION=flash: create gave %d: %s", (int)s2, err.msg);
+        setenv("STRATA_CUDA_ATTENTION", "own", 1);
+        s2 = st_backend_cuda_create(&b2, 0, (size_t)64 << 20, &err);
+        CHECK(s2 == ST_OK, "STRATA_CUDA_ATTENTION=own: %s", err.msg);
+        if (s2 == ST_OK) {
+            st_backend_cuda_set_matmul(b2, ST_MATMUL_BF16, &err);
+            st_backend *keep = gpu;
+            gpu = b2;
+            st_backend_cuda_attention_stats(gpu, &a0);
+            test_attention(1, 21, 4, 2, 24, false, false, 3e-5, 3e-4, " (STRATA_CUDA_ATTENTION=own, bf16 matmul)");
+            st_backend_cuda_attention_stats(gpu, &a1);
+            CHECK(a1.own[0] == 1 && a1.own[1] == 1 && a1.fallbacks == 0 && a1.cudnn[0] == 0,
+                  "STRATA_CUDA_ATTENTION=own with a bf16 matmul: own %llu, fallbacks %llu, cuDNN %llu",
+                  (unsigned long long)a1.own[0], (unsigned long long)a1.fallbacks, (unsigned long long)a1.cudnn[0]);
+            gpu = keep;
+            st_backend_free(b2);
+        }
+        unsetenv("STRATA_CUDA_ATTENTION");
+    }
+    /* auto with fp32 matmuls: the own kernels, cuDNN not asked */
+    st_backend_cuda_set_matmul(gpu, ST_MATMUL_FP32, &err);
+    st_backend_cuda_attention_stats(gpu, &a0);
+    test_attention(1, 21, 4, 2, 24, false, false, 3e-5, 3e-4, " (auto, fp32 matmul)");
+    st_backend_cuda_attention_stats(gpu, &a1);
+    CHECK(a1.own[0] == a0.own[0] + 1 && a1.fallbacks == a0.fallbacks && a1.cudnn[0] == a0.cudnn[0],
+          "auto with fp32 matmuls did not run the own kernels alone");
+}
+
+/* POET-X through the vtable (issue 30: NULL before): the polynomial and its gradient, the
+ * permuted apply and its gradients, against the CPU */
+static void test_poetx(int nb, int b, int k, int N) {
+    int d = nb * b;
+    size_t bb = (size_t)b * b, nq = (size_t)b * (b - 1) / 2, n = (size_t)N * d;
+    vecf q = randn(nb * nq, 0.3f / b), dG = randn(nb * bb, 1), dq = randn(nb * nq, 1), G(nb * bb, NAN);
+    vecf x = randn(n, 1), dy = randn(n, 1), dx = randn(n, 1), y(n, NAN), dGa = randn(nb * bb, 1);
+    std::vector<int32_t> perm(d);
+    for (int i = 0; i < d; i++) perm[i] = (i * 7 + 3) % d; /* 7 is prime to the d used here */
+    float *d_q = up(q), *d_dG = up(dG), *d_dq = up(dq), *d_G = up(G), *d_x = up(x), *d_dy = up(dy), *d_dx = up(dx);
+    float *d_y = up(y), *d_dGa = up(dGa);
+    int32_t *d_perm = up(perm);
+    gpu->ops->poet_cayley_forward(gpu, d_G, d_q, nb, b, k);
+    gpu->ops->poet_cayley_backward(gpu, d_dq, d_dG, d_q, nb, b, k);
+    cpu->ops->poet_cayley_forward(cpu, G.data(), q.data(), nb, b, k);
+    cpu->ops->poet_cayley_backward(cpu, dq.data(), dG.data(), q.data(), nb, b, k);
+    gpu->ops->poet_apply_forward(gpu, d_y, d_x, d_G, d_perm, N, d, b, 0);
+    gpu->ops->poet_apply_backward(gpu, d_dx, d_dGa, d_dy, d_x, d_G, d_perm, N, d, b, 1);
+    cpu->ops->poet_apply_forward(cpu, y.data(), x.data(), G.data(), perm.data(), N, d, b, 0);
+    cpu->ops->poet_apply_backward(cpu, dx.data(), dGa.data(), dy.data(), x.data(), G.data(), perm.data(), N, d, b, 1);
+    char w[96];
+    snprintf(w, sizeof w, "poet nb %d b %d k %d N %d", nb, b, k, N);
+    std::string w0 = w;
+    compare((w0 + " cayley G").c_str(), down(d_G, nb * bb), G, 1e-5, 1e-4);
+    compare((w0 + " cayley dq (+=)").c_str(), down(d_dq, nb * nq), dq, 1e-5, 1e-4);
+    compare((w0 + " apply y").c_str(), down(d_y, n), y, 1e-5, 1e-4);
+    compare((w0 + " apply dx (+=, trans)").c_str(), down(d_dx, n), dx, 1e-5, 1e-4);
+    compare((w0 + " apply dG (+=, trans)").c_str(), down(d_dGa, nb * bb), dGa, 1e-5, 1e-4);
+    for (void *p : {(void *)d_q, (void *)d_dG, (void *)d_x, (void *)d_dy, (void *)d_perm}) gpu->ops->dealloc(gpu, p);
 }
 
 /* the classifier: crossentropy_forward_backward over full rows, then softmax_chunk_init,
@@ -530,13 +634,12 @@ int main(void) {
     if (st_backend_cpu_create(&cpu, 1, &err) != ST_OK) return 1;
     st_rng_seed(&rng, 15);
     /* the whole vtable: st_backend_ops is a name and function pointers, none of them NULL
-     * up to the POET-X entries, which this backend does not have yet (NULL, as backend.h
-     * allows) */
+     * (the POET-X entries included, since issue 30) */
     {
         void *e[sizeof(st_backend_ops) / sizeof(void *)];
         static_assert(sizeof e == sizeof(st_backend_ops), "st_backend_ops is not all pointers");
         memcpy(e, gpu->ops, sizeof e);
-        size_t nnull = 0, first = 0, upto = offsetof(st_backend_ops, poet_cayley_forward) / sizeof(void *);
+        size_t nnull = 0, first = 0, upto = sizeof e / sizeof e[0];
         for (size_t i = 0; i < upto; i++)
             if (!e[i] && !nnull++) first = i;
         CHECK(nnull == 0, "%zu entries of st_backend_ops are NULL (the first is pointer %zu)", nnull, first);
@@ -606,6 +709,9 @@ int main(void) {
         test_attention(1, 21, 4, 2, 24, false, docs);
         test_attention(2, 17, 4, 1, 16, false, docs);
     }
+    test_attention_select();
+    test_poetx(4, 8, 2, 13);
+    test_poetx(2, 32, 3, 5);
     test_classifier(7, 53);
     test_classifier(6, 300);
     test_copy_async();

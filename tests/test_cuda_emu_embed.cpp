@@ -90,6 +90,10 @@ int main(void) {
         test_embed(2, 5, 1, 4, pos);
         test_embed(3, 7, 33, 9, pos);
         test_embed(2, 9, 300, 13, pos);
+        /* more positions than a block has threads: an id's rows span several chunks of the
+         * backward's scan (64 threads for C 40, 256 for C 300), ids dense and sparse */
+        test_embed(2, 100, 40, 7, pos);
+        test_embed(1, 280, 300, 200, pos);
     }
     st_backend_free(cpu);
     return test_finish("test_cuda_emu_embed");

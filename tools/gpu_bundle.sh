@@ -109,7 +109,7 @@ total=$(du -sb "$BUNDLE" | cut -f1)
   echo "strata GPU bundle"
   echo "commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)'), made $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n)"
   echo "$(nvcc --version | grep -m1 release), code for $(grep -o 'sm_[0-9a-z]*' "$BUILD/CMakeFiles/strata.dir/flags.make" 2>/dev/null | sort -u | tr '\n' ' ')"
-  echo "$rpath; from the machine: glibc (>= $glibc_need), the CUDA driver, cudart, cuBLAS, cuBLASLt"
+  echo "$rpath; from the machine: glibc (>= $glibc_need), the CUDA driver, cudart, cuBLAS, cuBLASLt; cuDNN 9 where it is there (dlopen; without it attention runs the own kernels)"
   echo "files (bytes):"
   (cd "$BUNDLE" && for f in * lib/*; do [ -f "$f" ] && [ "$f" != VERSION ] && printf '  %10d  %s\n' "$(stat -c %s "$f")" "$f"; done)
   echo "total $total bytes ($raw before xz)"

@@ -32,7 +32,7 @@
  *     st_optim_segment *segs = calloc((size_t)m->n_tensors, sizeof *segs);  // one per tensor
  *     if (!segs) return 1;
  *     st_params_decay_segments(m->tensors, m->n_tensors, 0.1f, segs);       // decay by role
- *     st_step st;
+ *     st_step *st = NULL;
  *     st_step_hp hp = {.adam = {.lr = 3e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 1},
  *                      .grad_clip = 1.0f};
  *     st_step_result r;

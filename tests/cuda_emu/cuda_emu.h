@@ -230,6 +230,8 @@ inline int __all_sync(unsigned mask, int pred) {
     unsigned all = w.lanes == 32 ? 0xffffffffu : (1u << w.lanes) - 1;
     return __ballot_sync(mask, pred) == all;
 }
+/* the set bits of a word (CUDA's integer intrinsic; with __ballot_sync, a warp's ranks) */
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
 
 /* ---------------------------------------------------------------- atomics */
 inline float atomicAdd(float *p, float v) {

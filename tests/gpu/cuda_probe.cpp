@@ -4,7 +4,9 @@
  * the backend's own timing marks (timer_mark / timer_seconds: CUDA events), a few
  * spot-checked against the CPU backend; the matmuls in fp32, tf32 and bf16 (GPT-2's
  * 512 x 768 x 50257 head among them, and 8192^3 as the card's ceiling) with TFLOPS and how
- * far bf16 lies from fp32; the copy bandwidth, pinned and pageable, both directions.
+ * far bf16 lies from fp32; the copy bandwidth, pinned and pageable, both directions; and
+ * cuDNN's fused attention (issue 30) timed at the same shapes and checked against the own
+ * kernels, forward and backward (a fallback to the own kernels counts as a failure).
  *
  *   cuda_probe [--json FILE] [--quick]
  *
@@ -265,6 +267,74 @@ int main(int argc, char **argv) {
                                         NH, NKV, HS);
         spot("attention gqa fwd (T 512)", down(os, nos), ho, 3e-5);
         for (float *p : {qs, os, ls}) gpu->ops->dealloc(gpu, p);
+    }
+    /* cuDNN's fused attention (issue 30): the same shapes timed through cuDNN, then at T 512
+     * (64 quick) cuDNN against the own kernels on the same inputs, forward (out, lse) and
+     * backward (dq, dk, dv), at bf16 tolerances; a fallback to the own kernels is a failure
+     * here, with cuDNN's reason */
+    {
+        st_err e = {};
+        if (st_backend_cuda_set_attention(gpu, ST_CUDA_ATTENTION_CUDNN, &e) != ST_OK) {
+            printf("probe attention cudnn: not built: %s\n", e.msg);
+            js += ",\"attention cudnn\":\"not built\"";
+        } else {
+            int ld = C + 2 * (C / NH) * NKV, ko = C, vo = C + (C / NH) * NKV;
+            size_t nq = (size_t)N * ld, no = (size_t)N * C;
+            float *q = dev_random(nq, 1), *o = (float *)gpu->ops->alloc(gpu, no * 4);
+            float *l = (float *)gpu->ops->alloc(gpu, (size_t)N * NH * 4), *dq = (float *)gpu->ops->alloc(gpu, nq * 4);
+            float *dy = dev_random(no, 1);
+            double fl = 2.0 * T * (double)T * HS * NH;
+            st_cuda_attention_stats a0, a1;
+            st_backend_cuda_attention_stats(gpu, &a0);
+            emit("attention gqa fwd cudnn", dev_time([&] {
+                     gpu->ops->attention_gqa_forward(gpu, o, l, q, q + ko, q + vo, ld, 1, T, NH, NKV, HS);
+                 }, 2), fl);
+            emit("attention gqa bwd cudnn", dev_time([&] {
+                     gpu->ops->attention_gqa_backward(gpu, dq, dq + ko, dq + vo, dy, q, q + ko, q + vo, o, l, ld, 1, T,
+                                                      NH, NKV, HS);
+                 }, 2), 2.5 * fl);
+            st_backend_cuda_attention_stats(gpu, &a1);
+            for (float *p : {q, o, l, dq, dy}) gpu->ops->dealloc(gpu, p);
+            bool fwd = a1.cudnn[0] > a0.cudnn[0], bwd = a1.cudnn[1] > a0.cudnn[1];
+            printf("probe attention cudnn: forward %s, backward %s%s%s\n", fwd ? "cuDNN" : "FELL BACK to the own kernels",
+                   bwd ? "cuDNN" : "FELL BACK to the own kernels", a1.why[0] ? ": " : "", a1.why);
+            failures += !fwd + !bwd;
+            char b[400];
+            snprintf(b, sizeof b, ",\"attention cudnn ran\":{\"forward\":%s,\"backward\":%s}", fwd ? "true" : "false",
+                     bwd ? "true" : "false");
+            js += b;
+            /* cuDNN against the own kernels on one input */
+            int Ts = quick ? 64 : 512;
+            size_t nqs = (size_t)Ts * ld, nos = (size_t)Ts * C, nls = (size_t)Ts * NH;
+            float *qs = dev_random(nqs, 1), *dys = dev_random(nos, 1);
+            std::vector<float> res[2][5]; /* [own, cudnn][out, lse, dq, dk, dv] */
+            for (int m = 0; m < 2; m++) {
+                st_backend_cuda_set_attention(gpu, m ? ST_CUDA_ATTENTION_CUDNN : ST_CUDA_ATTENTION_OWN, &e);
+                float *os = (float *)gpu->ops->alloc(gpu, nos * 4), *ls = (float *)gpu->ops->alloc(gpu, nls * 4);
+                float *dqs = (float *)gpu->ops->alloc(gpu, nqs * 4); /* zeroed: the backward adds */
+                gpu->ops->attention_gqa_forward(gpu, os, ls, qs, qs + ko, qs + vo, ld, 1, Ts, NH, NKV, HS);
+                gpu->ops->attention_gqa_backward(gpu, dqs, dqs + ko, dqs + vo, dys, qs, qs + ko, qs + vo, os, ls, ld, 1,
+                                                 Ts, NH, NKV, HS);
+                res[m][0] = down(os, nos), res[m][1] = down(ls, nls);
+                std::vector<float> g = down(dqs, nqs);
+                for (int part = 0; part < 3; part++) { /* dq, dk, dv: the columns of each in every row */
+                    int c0 = part == 0 ? 0 : part == 1 ? ko : vo, w = part == 0 ? C : (C / NH) * NKV;
+                    for (int t = 0; t < Ts; t++)
+                        res[m][2 + part].insert(res[m][2 + part].end(), g.begin() + (size_t)t * ld + c0,
+                                                g.begin() + (size_t)t * ld + c0 + w);
+                }
+                for (float *p : {os, ls, dqs}) gpu->ops->dealloc(gpu, p);
+            }
+            const char *names[5] = {"out", "lse", "dq", "dk", "dv"};
+            const double tols[5] = {2e-2, 1e-2, 3e-2, 3e-2, 3e-2};
+            for (int i = 0; i < 5; i++) {
+                char what[64];
+                snprintf(what, sizeof what, "attention cudnn vs own %s (T %d)", names[i], Ts);
+                spot(what, res[1][i], res[0][i], tols[i]);
+            }
+            for (float *p : {qs, dys}) gpu->ops->dealloc(gpu, p);
+            st_backend_cuda_set_attention(gpu, ST_CUDA_ATTENTION_AUTO, &e);
+        }
     }
     /* embedding backward: distinct ids x C x N; the classifier whole and chunked */
     {

@@ -11,15 +11,19 @@
 # failed, naming the stage). A summary table of stages and checks comes last.
 #   1 env (20 s)         nvidia-smi, the driver, ldd of strata, free, nproc, ulimit -l, the
 #                        bundle's VERSION; checks gpu, bundle (strata present and loadable)
-#   2 cuda_tests (120 s) every native CUDA test of the bundle (a skip, 77, on a GPU fails),
+#   2 cuda_tests (110 s) every native CUDA test of the bundle (a skip, 77, on a GPU fails),
 #                        then test_cuda_backend under compute-sanitizer memcheck and
 #                        synccheck; checks cuda_tests, sanitizer
-#   3 probe (75 s)       the bundle's cuda_probe: each op timed with CUDA events at 7B shapes
+#   3 probe (85 s)       the bundle's cuda_probe: each op timed with CUDA events at 7B shapes
 #                        (C 4096, 32 heads, 8 KV heads, head 128, T 4096, FFN 14336, vocabulary
 #                        128256 whole and in chunks), spot-checked against the CPU; matmul in
 #                        fp32, tf32 and bf16 (512 x 768 x 50257 among them) with TFLOPS and
 #                        whether bf16 differs from fp32; copy bandwidth pinned and pageable,
-#                        both directions; $OUT/probe.json; check probe
+#                        both directions; cuDNN's fused attention timed at the same shapes
+#                        and against the own kernels at T 512 (out, lse, dq, dk, dv at bf16
+#                        tolerances; a fallback fails); $OUT/probe.json; checks probe,
+#                        attention_cudnn (when it fails, stages 4 and 5 run with
+#                        STRATA_CUDA_ATTENTION=own: the own attention kernels)
 #   4 losses (160 s)     gpt2-124m (batch 2 x seq 256) and qwen2.5-0.5b (batch 1 x seq 256),
 #                        3 steps from seed 1234 on --device cuda against the same on --device
 #                        cpu (the CPU run's plan.json run exactly by the device run): fp32
@@ -88,7 +92,7 @@ else
   THREADS=${STRATA_GPU_THREADS:-1}
   export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} # a loaded shared machine
 fi
-CHECKS=",${STRATA_GPU_CHECKS:-gpu,bundle,cuda_tests,sanitizer,probe,loss_gpt2,loss_qwen,loss_bf16,stream_8x,large_model},"
+CHECKS=",${STRATA_GPU_CHECKS:-gpu,bundle,cuda_tests,sanitizer,probe,attention_cudnn,loss_gpt2,loss_qwen,loss_bf16,stream_8x,large_model},"
 DEVICE_EXTRA=${STRATA_GPU_DEVICE_EXTRA:-}
 want() { case "$CHECKS" in *",$1,"*) return 0 ;; esac; return 1; }
 now() { date +%s; }
@@ -374,8 +378,15 @@ PY
       "$lim" "$rc" "$log" "${wanted[@]}"
   }
   run_stage env 20 gpu bundle
-  run_stage cuda_tests 120 cuda_tests sanitizer
-  run_stage probe 75 probe
+  run_stage cuda_tests 110 cuda_tests sanitizer
+  run_stage probe 85 probe attention_cudnn
+  # cuDNN's attention failed in the probe (fell back, disagreed with the own kernels, or
+  # faulted): the later stages run the own attention kernels, so that a cuDNN fault cannot
+  # cost them their runs (the backend reads STRATA_CUDA_ATTENTION when it is created)
+  if ls "$W"/checks/*_attention_cudnn.json >/dev/null 2>&1 && grep -q '"status": "failed"' "$W"/checks/*_attention_cudnn.json; then
+    export STRATA_CUDA_ATTENTION=own
+    echo "attention_cudnn failed: stages 4 and 5 run with STRATA_CUDA_ATTENTION=own (the own attention kernels)"
+  fi
   run_stage losses 160 loss_gpt2 loss_qwen loss_bf16 stream_8x
   run_stage large 160 large_model
 
@@ -451,6 +462,8 @@ stage_env() {
   free -g 2>/dev/null || cat /proc/meminfo | head -3
   if [ -f "$BUNDLE/VERSION" ]; then sed 's/^/bundle: /' "$BUNDLE/VERSION"; else echo "bundle: none at $BUNDLE"; fi
   command -v compute-sanitizer >/dev/null && echo "compute-sanitizer: $(compute-sanitizer --version 2>/dev/null | tail -1)"
+  # cuDNN (the fused attention; loaded with dlopen, not in ldd): where the loader finds it
+  echo "cuDNN: $( (ldconfig -p 2>/dev/null | grep -m1 'libcudnn.so.9 ' | sed 's/.*=> //'; ls /usr/local/cuda*/lib*/libcudnn.so.9 2>/dev/null) | head -2 | tr '\n' ' ')"
   echo "strata: $S"
   if [ ! -x "$S" ]; then
     problems="no strata at $S: make the bundle with tools/gpu_bundle.sh and carry build-gpu/bundle"
@@ -523,13 +536,27 @@ stage_probe() {
   if [ ! -x "$p" ]; then
     if [ "$DRY" = 1 ]; then py record probe skipped "no cuda_probe in $BUNDLE (dry run)"
     else py record probe failed "no cuda_probe in $BUNDLE: tools/gpu_bundle.sh makes it"; fi
+    want attention_cudnn && py record attention_cudnn skipped "no cuda_probe in $BUNDLE to run it"
     return 0
   fi
-  timeout -k 5 "$(limit 70)" "$p" --json "$OUTDIR/probe.json" 2>&1 | tee "$W/logs/probe.log"
+  timeout -k 5 "$(limit 80)" "$p" --json "$OUTDIR/probe.json" 2>&1 | tee "$W/logs/probe.log"
   rc=${PIPESTATUS[0]}
   if [ "$rc" = 0 ]; then py record probe passed "$(tail -1 "$W/logs/probe.log")"
   elif [ "$rc" = 77 ] && [ "$DRY" = 1 ]; then py record probe skipped "no GPU (dry run)"
   else py record probe failed "cuda_probe exit $rc: $(grep -m3 -E '^(FAIL|probe)' "$W/logs/probe.log" | tr '\n' ' ')"; fi
+  # cuDNN's fused attention against the own kernels (the probe's lines): both directions
+  # through cuDNN and every comparison within its bf16 tolerance
+  if want attention_cudnn; then
+    local ran bad
+    ran=$(grep -m1 '^probe attention cudnn:' "$W/logs/probe.log")
+    bad=$(grep -E '^probe spot check attention cudnn vs own.* FAIL' "$W/logs/probe.log" | sed 's/^probe spot check //' | tr '\n' ';')
+    if [ -z "$ran" ]; then
+      if [ "$DRY" = 1 ]; then py record attention_cudnn skipped "the probe did not reach cuDNN's attention (dry run)"
+      else py record attention_cudnn failed "the probe printed no cuDNN attention line (exit $rc)"; fi
+    elif echo "$ran" | grep -q 'not built'; then py record attention_cudnn skipped "${ran#probe }"
+    elif echo "$ran" | grep -q 'FELL BACK' || [ -n "$bad" ]; then py record attention_cudnn failed "${ran#probe } ${bad}"
+    else py record attention_cudnn passed "${ran#probe }; out, lse, dq, dk, dv within bf16 tolerance of the own kernels"; fi
+  fi
 }
 
 # ------------------------------------------------------------------ 4 losses: device vs cpu, streamed

@@ -39,8 +39,20 @@ extern "C" {
 #include "backend/cuda/kernels_eltwise.cuh"
 #include "backend/cuda/kernels_embed.cuh"
 #include "backend/cuda/kernels_norm.cuh"
+#include "backend/cuda/kernels_poetx.cuh"
 #include "backend/cuda/kernels_rope.cuh"
 #include "backend/cuda/kernels_xent.cuh"
+/* cuDNN's fused attention (cudnn_attn.cu) in the nvcc build only: the emulated tests' g++
+ * build of this file has no device for it and runs the own kernels */
+#ifndef ST_CUDA_EMU
+#define CU_SDPA 1
+#include "backend/cuda/cudnn_attn.h"
+#ifdef STRATA_HAVE_CUDNN
+#include <cudnn_version.h>
+#endif
+#else
+#define CU_SDPA 0
+#endif
 
 /* events per direction: a ring slot is recorded again only once the ticket that used it
  * is known complete (copy_async waits for it in the rare case it is not) */
@@ -75,6 +87,15 @@ struct cuda_ctx {
     /* device timing: mark i is event timer_ev[i % CU_TIMER_RING] on the compute stream */
     cudaEvent_t timer_ev[CU_TIMER_RING] = {};
     uint64_t timer_issued = 0;
+    /* attention: st_backend_cuda_set_attention; cuDNN opened at its first use (sdpa_tried),
+     * a direction ([0] forward, [1] backward) turned off for good at its first failure */
+    int attention = ST_CUDA_ATTENTION_AUTO;
+#if CU_SDPA
+    struct CuSdpa *sdpa = nullptr;
+    bool sdpa_tried = false, sdpa_off[2] = {false, false}, said_docs = false;
+#endif
+    st_cuda_attention_stats astats = {};
+    bool said_own = false; /* the own kernels' line, once */
 };
 
 static cuda_ctx *ctx_of(st_backend *be) { return (cuda_ctx *)be->ctx; }
@@ -298,6 +319,34 @@ extern "C" st_status st_backend_cuda_set_matmul(st_backend *be, st_matmul_mode m
     ctx_of(be)->matmul_mode = (int)mode;
     return ST_OK;
 }
+extern "C" st_status st_backend_cuda_set_attention(st_backend *be, st_cuda_attention mode, st_err *err) {
+    if (mode != ST_CUDA_ATTENTION_AUTO && mode != ST_CUDA_ATTENTION_OWN && mode != ST_CUDA_ATTENTION_CUDNN)
+        return st_errf(err, ST_ERR_INVALID, "cuda backend: attention mode %d is not ST_CUDA_ATTENTION_AUTO, _OWN or "
+                       "_CUDNN", (int)mode);
+#if !CU_SDPA || !defined(STRATA_HAVE_CUDNN)
+    if (mode == ST_CUDA_ATTENTION_CUDNN)
+        return st_errf(err, ST_ERR_UNSUPPORTED, "cuda backend: attention through cuDNN asked for, but this strata was "
+                       "built without cuDNN (%s): install cuDNN 9 (cudnn.h) and rebuild, or use the own kernels",
+                       st_backend_cuda_attention_built());
+#endif
+    ctx_of(be)->attention = (int)mode;
+    return ST_OK;
+}
+extern "C" const char *st_backend_cuda_attention_built(void) {
+#if CU_SDPA && defined(STRATA_HAVE_CUDNN)
+#define CU_STR2(x) #x
+#define CU_STR(x) CU_STR2(x)
+    return "cuDNN " CU_STR(CUDNN_MAJOR) "." CU_STR(CUDNN_MINOR) "." CU_STR(CUDNN_PATCHLEVEL)
+           " fused attention (libcudnn loaded at first use), own kernels as the fallback";
+#elif CU_SDPA
+    return "own kernels (built without cuDNN: CMake found no cudnn.h)";
+#else
+    return "own kernels (the emulation has no cuDNN)";
+#endif
+}
+extern "C" void st_backend_cuda_attention_stats(st_backend *be, st_cuda_attention_stats *out) {
+    *out = ctx_of(be)->astats;
+}
 extern "C" void st_backend_cuda_matmul_stats(st_backend *be, st_cuda_matmul_stats *out) {
     const CuLtMatmul *L = ctx_of(be)->mm;
     for (int i = 0; i < 3; i++) out->calls[i] = L->calls[i];
@@ -492,18 +541,97 @@ static void be_rope_backward(st_backend *be, float *dx, const float *cos, const 
     LAUNCHED(be, "rope_backward");
 }
 /* attention: GPT-2's packed qkv is the grouped case with NKV = NH, ld = 3C; doc_start NULL
- * without documents. A head size over CU_ATT_HS is refused as an invalid value. */
+ * without documents. A head size over CU_ATT_HS is refused as an invalid value. cuDNN's
+ * fused attention (st_backend_cuda_set_attention) runs it where asked for and able; the
+ * own kernels otherwise, and after any cuDNN failure (said once, on stderr). */
+static bool att_want_cudnn(cuda_ctx *c) {
+    bool want = c->attention == ST_CUDA_ATTENTION_CUDNN ||
+                (c->attention == ST_CUDA_ATTENTION_AUTO && c->matmul_mode == ST_MATMUL_BF16);
+    if (!want && !c->said_own) /* which attention a run uses, said once (cuDNN's line: att_sdpa) */
+        st_log(1, "cuda backend: attention through the own fp32 kernels (%s)\n",
+               c->attention == ST_CUDA_ATTENTION_OWN ? "asked for"
+                                                     : "auto with fp32 or tf32 matmuls; bf16 matmuls take cuDNN's fused "
+                                                       "attention where it is built");
+    c->said_own |= !want;
+    return want;
+}
+#if CU_SDPA
+static void att_why(cuda_ctx *c, const char *why) { snprintf(c->astats.why, sizeof c->astats.why, "%s", why); }
+/* cuDNN for direction dir, opened at the first call (and said once either way) */
+static CuSdpa *att_sdpa(cuda_ctx *c, int dir) {
+    if (c->sdpa_off[dir]) return nullptr;
+    if (!c->sdpa_tried) {
+        char why[256] = "";
+        c->sdpa_tried = true;
+        c->sdpa = cu_sdpa_open(c->stream, why, sizeof why);
+        if (c->sdpa)
+            st_log(1, "cuda backend: attention through cuDNN %d's fused scaled-dot-product attention (bf16, fp32 "
+                   "statistics); documents through the own kernels\n", cu_sdpa_version(c->sdpa));
+        else {
+            st_log(1, "cuda backend: cuDNN's attention is not available (%s): the own kernels run attention\n", why);
+            att_why(c, why);
+            c->sdpa_off[0] = c->sdpa_off[1] = true;
+        }
+    }
+    return c->sdpa;
+}
+/* a cuDNN call failed: said once for the direction, which runs the own kernels from now on */
+static void att_failed(cuda_ctx *c, int dir, const char *why, int B, int T, int NH, int NKV, int hs) {
+    st_log(1, "cuda backend: cuDNN attention %s (B %d, T %d, %d heads over %d kv heads, head size %d) failed: %s; the "
+           "own kernels run it from here on\n", dir ? "backward" : "forward", B, T, NH, NKV, hs, why);
+    att_why(c, why);
+    c->sdpa_off[dir] = true;
+}
+/* documents: cuDNN is not asked (the packed-document mask is not expressed), said once */
+static void att_docs(cuda_ctx *c) {
+    if (!c->said_docs)
+        st_log(1, "cuda backend: attention over documents runs the own kernels (cuDNN's fused attention is not "
+               "given the document mask)\n");
+    c->said_docs = true;
+    att_why(c, "documents run the own kernels");
+}
+#endif
 static void att_fwd(st_backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
                     const int32_t *ds, int ld, int B, int T, int NH, int NKV, int hs, const char *op) {
-    if (!cu_attn_supported(hs)) return note(ctx_of(be), cudaErrorInvalidValue, op);
-    cu_attn_forward<float>(out, lse, q, k, v, ds, ld, B, T, NH, NKV, hs, ctx_of(be)->stream);
+    cuda_ctx *c = ctx_of(be);
+    if (!cu_attn_supported(hs)) return note(c, cudaErrorInvalidValue, op);
+    if (att_want_cudnn(c)) {
+#if CU_SDPA
+        char why[256] = "";
+        CuSdpa *s = ds ? nullptr : att_sdpa(c, 0);
+        if (ds) att_docs(c);
+        if (s && cu_sdpa_forward(s, out, lse, q, k, v, ld, B, T, NH, NKV, hs, why, sizeof why) == 0) {
+            c->astats.cudnn[0]++;
+            return LAUNCHED(be, op);
+        }
+        if (s) att_failed(c, 0, why, B, T, NH, NKV, hs);
+#endif
+        c->astats.fallbacks++;
+    }
+    c->astats.own[0]++;
+    cu_attn_forward<float>(out, lse, q, k, v, ds, ld, B, T, NH, NKV, hs, c->stream);
     LAUNCHED(be, op);
 }
 static void att_bwd(st_backend *be, float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
                     const float *v, const float *out, const float *lse, const int32_t *ds, int ld, int B, int T, int NH,
                     int NKV, int hs, const char *op) {
-    if (!cu_attn_supported(hs)) return note(ctx_of(be), cudaErrorInvalidValue, op);
-    cuda_ctx *c = ctx_of(be); /* delta once per row, in cuBLASLt's workspace (stream-ordered) */
+    cuda_ctx *c = ctx_of(be);
+    if (!cu_attn_supported(hs)) return note(c, cudaErrorInvalidValue, op);
+    if (att_want_cudnn(c)) {
+#if CU_SDPA
+        char why[256] = "";
+        CuSdpa *s = ds ? nullptr : att_sdpa(c, 1);
+        if (ds) att_docs(c);
+        if (s && cu_sdpa_backward(s, dq, dk, dv, dout, q, k, v, out, lse, ld, B, T, NH, NKV, hs, why, sizeof why) == 0) {
+            c->astats.cudnn[1]++;
+            return LAUNCHED(be, op);
+        }
+        if (s) att_failed(c, 1, why, B, T, NH, NKV, hs);
+#endif
+        c->astats.fallbacks++;
+    }
+    c->astats.own[1]++;
+    /* delta once per row, in cuBLASLt's workspace (stream-ordered) */
     cu_attn_backward<float>(dq, dk, dv, dout, q, k, v, out, lse, ds, ld, B, T, NH, NKV, hs, c->stream,
                             (float *)c->mm->ws, c->mm->ws ? c->mm->ws_bytes / 4 : 0);
     LAUNCHED(be, op);
@@ -547,6 +675,42 @@ static void be_attention_gqa_doc_backward(st_backend *be, float *dq, float *dk, 
                                           int NKV, int hs) {
     att_bwd(be, dq, dk, dv, dout, q, k, v, out, lse, doc_start, ld, B, T, NH, NKV, hs, "attention_gqa_doc_backward");
 }
+/* POET-X (kernels_poetx.cuh): the polynomial and its gradient take their scratch from
+ * cuBLASLt's workspace (stream-ordered, as the bias and norm gradients do), the blocks in
+ * batches that fit it; a block size over CU_POET_MAXB, or one block's scratch over the
+ * workspace, is refused as an invalid value */
+static float *poet_scratch(cuda_ctx *c, size_t *floats) {
+    *floats = c->mm->ws ? c->mm->ws_bytes / 4 : 0;
+    return (float *)c->mm->ws;
+}
+static void be_poet_cayley_forward(st_backend *be, float *G, const float *q, int nb, int b, int k) {
+    cuda_ctx *c = ctx_of(be);
+    size_t n;
+    float *ws = poet_scratch(c, &n);
+    if (!cu_poet_supported(b) || k < 0 || !cu_poet_cayley_forward(G, q, nb, b, k, ws, n, c->stream))
+        return note(c, cudaErrorInvalidValue, "poet_cayley_forward");
+    LAUNCHED(be, "poet_cayley_forward");
+}
+static void be_poet_cayley_backward(st_backend *be, float *dq, const float *dG, const float *q, int nb, int b, int k) {
+    cuda_ctx *c = ctx_of(be);
+    size_t n;
+    float *ws = poet_scratch(c, &n);
+    if (!cu_poet_supported(b) || k < 0 || !cu_poet_cayley_backward(dq, dG, q, nb, b, k, ws, n, c->stream))
+        return note(c, cudaErrorInvalidValue, "poet_cayley_backward");
+    LAUNCHED(be, "poet_cayley_backward");
+}
+static void be_poet_apply_forward(st_backend *be, float *y, const float *x, const float *G, const int32_t *perm, int N,
+                                  int d, int b, int trans) {
+    if (!cu_poet_supported(b) || d % b) return note(ctx_of(be), cudaErrorInvalidValue, "poet_apply_forward");
+    cu_poet_apply_forward(y, x, G, perm, N, d, b, trans, ctx_of(be)->stream);
+    LAUNCHED(be, "poet_apply_forward");
+}
+static void be_poet_apply_backward(st_backend *be, float *dx, float *dG, const float *dy, const float *x,
+                                   const float *G, const int32_t *perm, int N, int d, int b, int trans) {
+    if (!cu_poet_supported(b) || d % b) return note(ctx_of(be), cudaErrorInvalidValue, "poet_apply_backward");
+    cu_poet_apply_backward(dx, dG, dy, x, G, perm, N, d, b, trans, ctx_of(be)->stream);
+    LAUNCHED(be, "poet_apply_backward");
+}
 /* the classifier: the fused cross-entropy over full rows and the chunked online softmax
  * (kernels_xent.cuh), rows with target < 0 masked */
 static void be_crossentropy(st_backend *be, float *logits, float *losses, const int32_t *targets, int N, int V,
@@ -589,6 +753,9 @@ static void be_free(st_backend *be) {
         if (c->compute_mark) cudaEventDestroy(c->compute_mark);
         for (int i = 0; i < CU_TIMER_RING; i++)
             if (c->timer_ev[i]) cudaEventDestroy(c->timer_ev[i]);
+#if CU_SDPA
+        cu_sdpa_close(c->sdpa);
+#endif
         if (c->mm && c->mm->lt) cublasLtDestroy(c->mm->lt);
         delete c->mm; /* its workspace is a block of the arena */
         if (c->stream) cudaStreamDestroy(c->stream);
@@ -645,6 +812,10 @@ static st_backend_ops make_ops(void) {
     o.attention_gqa_doc_forward = be_attention_gqa_doc_forward;
     o.attention_gqa_doc_backward = be_attention_gqa_doc_backward;
     o.memory = be_memory;
+    o.poet_cayley_forward = be_poet_cayley_forward;
+    o.poet_cayley_backward = be_poet_cayley_backward;
+    o.poet_apply_forward = be_poet_apply_forward;
+    o.poet_apply_backward = be_poet_apply_backward;
     o.host_register = be_host_register;
     o.host_unregister = be_host_unregister;
     o.timer_mark = be_timer_mark;
@@ -728,6 +899,25 @@ extern "C" st_status st_backend_cuda_create(st_backend **out, int device, size_t
                        "cuda backend: a device arena of %zu bytes does not fit on device %d (%zu of %zu bytes free): "
                        "give a smaller device budget",
                        arena_bytes, device, free_b, total_b);
+    }
+    /* STRATA_CUDA_ATTENTION=auto|own|cudnn: the attention's starting mode (as
+     * st_backend_cuda_set_attention), so that a run can be kept off cuDNN without a key;
+     * tests/gpu/run.sh sets it to own for its later stages where the probe found cuDNN's
+     * attention failing */
+    if (const char *am = getenv("STRATA_CUDA_ATTENTION")) {
+        st_cuda_attention mode = !strcmp(am, "auto") ? ST_CUDA_ATTENTION_AUTO
+                                 : !strcmp(am, "own") ? ST_CUDA_ATTENTION_OWN
+                                 : !strcmp(am, "cudnn") ? ST_CUDA_ATTENTION_CUDNN : (st_cuda_attention)-1;
+        st_status as;
+        if ((int)mode < 0) {
+            be_free(be);
+            return st_errf(err, ST_ERR_INVALID, "cuda backend: STRATA_CUDA_ATTENTION='%s' is not auto, own or cudnn "
+                           "(or unset it)", am);
+        }
+        if ((as = st_backend_cuda_set_attention(be, mode, err)) != ST_OK) {
+            be_free(be);
+            return as;
+        }
     }
     c->arena.reset(arena_bytes);
     /* cuBLASLt's workspace, carved once: the arena is all the device memory the ops use */

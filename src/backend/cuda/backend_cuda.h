@@ -13,6 +13,9 @@
 #define st_backend_cuda_set_matmul st_backend_cuda_emu_set_matmul
 #define st_backend_cuda_matmul_workspace st_backend_cuda_emu_matmul_workspace
 #define st_backend_cuda_matmul_stats st_backend_cuda_emu_matmul_stats
+#define st_backend_cuda_set_attention st_backend_cuda_emu_set_attention
+#define st_backend_cuda_attention_stats st_backend_cuda_emu_attention_stats
+#define st_backend_cuda_attention_built st_backend_cuda_emu_attention_built
 #endif
 
 #ifdef __cplusplus
@@ -61,6 +64,38 @@ typedef struct st_cuda_matmul_stats {
     uint64_t calls[3], fallbacks, bias_rows;
 } st_cuda_matmul_stats;
 void st_backend_cuda_matmul_stats(struct st_backend *be, st_cuda_matmul_stats *out);
+
+/* Which attention the backend's eight attention ops run (issue 30):
+ * ST_CUDA_ATTENTION_AUTO (the default): cuDNN's fused scaled-dot-product attention while
+ *   the matmul mode is ST_MATMUL_BF16 (the run asked for bf16 arithmetic), the own fp32
+ *   kernels (kernels_attn.cuh) otherwise, so that fp32 runs keep their fp32 attention;
+ * ST_CUDA_ATTENTION_OWN: always the own kernels;
+ * ST_CUDA_ATTENTION_CUDNN: cuDNN whatever the matmul mode (refused, ST_ERR_UNSUPPORTED,
+ *   where this strata was built without cuDNN).
+ * cuDNN computes in bf16 with fp32 scores, softmax and statistics (q, k, v, out, dout are
+ * rounded to bf16; out and the gradients come back as fp32). Documents (the *_doc_* ops)
+ * always run the own kernels. A cuDNN failure at run time (no libcudnn, a graph it
+ * refuses, no engine, no scratch beside the arena, an execution error) is logged once and
+ * that direction runs the own kernels from then on: the run goes on. The environment
+ * variable STRATA_CUDA_ATTENTION (auto, own or cudnn) sets the mode st_backend_cuda_create
+ * starts with; another value, or cudnn where it is not built, fails the create. */
+typedef enum st_cuda_attention {
+    ST_CUDA_ATTENTION_AUTO = 0,
+    ST_CUDA_ATTENTION_OWN = 1,
+    ST_CUDA_ATTENTION_CUDNN = 2
+} st_cuda_attention;
+st_status st_backend_cuda_set_attention(struct st_backend *be, st_cuda_attention mode, st_err *err);
+/* What this library was built with: "cuDNN 9.19.0 fused attention (loaded at first use)"
+ * or "own kernels (built without cuDNN)". */
+const char *st_backend_cuda_attention_built(void);
+/* Attention calls since the backend was made, [0] forward, [1] backward: by cuDNN, by the
+ * own kernels; fallbacks: calls that asked for cuDNN and ran the own kernels (documents,
+ * a failure); why: the last reason cuDNN was not used ("" when it always was). */
+typedef struct st_cuda_attention_stats {
+    uint64_t cudnn[2], own[2], fallbacks;
+    char why[256];
+} st_cuda_attention_stats;
+void st_backend_cuda_attention_stats(struct st_backend *be, st_cuda_attention_stats *out);
 
 #ifdef __cplusplus
 }
