@@ -10,7 +10,8 @@
  *   float midpoints between neighbouring codes x absmax and their neighbours, values just over
  *   absmax, huge values, infinities and NaNs of both signs; random blocks too.
  * - A full 8-bit step from states holding every byte value, with absmax 0, denormal, normal
- *   and huge, gives the same parameters, working copy and state bytes on every kernel set.
+ *   and huge, and a few NaN and infinite parameters, gives the same parameters, bf16 working
+ *   copy and state bytes on every kernel set.
  */
 #include <float.h>
 #include <math.h>
@@ -140,6 +141,9 @@ static void check_step_states(int best) {
         p0[i] = st_rng_normal(&r);
         g[i] = st_rng_normal(&r) * powf(10.0f, -6.0f * st_rng_uniform(&r));
     }
+    /* non-finite parameters in a few groups: their bf16 working copy takes the NaN rule */
+    static const uint32_t odd[] = {0x7fc00000u, 0xffc12345u, 0x7f800001u, 0x7f800000u, 0xff800000u, 0x7fffffffu};
+    for (size_t k = 0; k < sizeof odd / sizeof odd[0]; k++) p0[100 + 517 * k] = from_bits(odd[k]);
     char *ref = NULL;
     float *pref = malloc(n * 4);
     uint16_t *wref = malloc(n * 2);

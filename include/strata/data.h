@@ -116,6 +116,11 @@ typedef struct st_data_loader_config {
     int mask_eod;         /* loss_mask = 0 where the target starts a new document */
     int prefetch;         /* ring depth (init default 4); 0 = produce on the caller's thread */
     int no_shuffle;       /* 1 = documents / windows in file order (tests, debugging) */
+    int online_mix;       /* 1 = every step's weights from st_data_loader_set_step_weights (online
+                             mixing): the producer waits for a step's weights before building it;
+                             the weights and the schedule above are not used */
+    int online_group;     /* online_mix: batches a weight step spans (the micro-batches of an optimizer
+                             step: its weights are those of weight step batch / online_group); 0 = 1 */
 } st_data_loader_config;
 
 /* Defaults: weights 1, eod_token -1, prefetch 4, B 1, world 1; the caller sets the rest. */
@@ -178,6 +183,12 @@ st_status st_data_loader_next(st_data_loader *dl, st_data_batch *b, st_err *err)
 void st_data_loader_get_state(const st_data_loader *dl, st_data_loader_state *st);
 /* Continue from st: same seed and sources required; schedule and world may differ. */
 st_status st_data_loader_set_state(st_data_loader *dl, const st_data_loader_state *st, st_err *err);
+/* Online mixing (config online_mix): the weights of weight step `step` (the batches
+ * [step * online_group, (step + 1) * online_group); n_sources of them, as weights are
+ * checked), for a step none of whose batches is built yet and within 16 steps of the next
+ * one (refused otherwise, naming both). The batch of a step is built only once its
+ * weights are set, so the stream is the same however the prefetch thread runs. */
+st_status st_data_loader_set_step_weights(st_data_loader *dl, uint64_t step, const double *w, st_err *err);
 void st_data_loader_get_stats(const st_data_loader *dl, st_data_loader_stats *s);
 void st_data_loader_close(st_data_loader *dl);
 /* A data list as the training configuration's data and val_data keys give it,
@@ -316,7 +327,7 @@ enum { ST_DATA_DUP_NONE = 0, ST_DATA_DUP_EXACT = 1, ST_DATA_DUP_NEAR = 2 };
 typedef struct st_data_scores {
     st_data_ident ident;
     char dataset[4096];    /* the dataset's absolute path (PREFIX) */
-    char kind[32];         /* "dedup" or "external" */
+    char kind[32];         /* "dedup", "external" or "proxy" */
     char params[256];      /* how they were made, for people */
     uint64_t n_docs;
     double *score;         /* [n_docs] dedup: estimated Jaccard similarity with ref (1 exact), 0 unique */
@@ -334,6 +345,68 @@ st_status st_data_scores_read(const char *path, const char *dataset, st_data_sco
  * documents of dataset, in order; refused (naming the file and line) when the count
  * differs or a score is not a finite number. */
 st_status st_data_scores_from_text(const char *text_path, const char *dataset, st_data_scores *sc, st_err *err);
+
+/* Proxy-loss scores: the mean loss (nats per predicted token) of every document of dataset
+ * under model m, forward only. Documents are packed back to back into batches of B rows of
+ * T positions with document attention (st_model_set_docs: no document sees another's
+ * tokens; a document longer than what is left of a row goes on at the next row, its
+ * position restarting there); the per-position losses (the model's row_losses) are summed per
+ * document in document order, so the scores depend on B, T and the model only, not on the
+ * thread count (the backend's threads compute the forward). A document of one token has
+ * nothing to predict: score 0 (counted in empty_docs). A token outside the model's
+ * vocabulary is refused naming the .bin, the token, its byte offset and the vocabulary.
+ * out->kind "proxy"; allocated here (st_data_scores_free). */
+struct st_model;
+typedef struct st_data_proxy_config {
+    int B, T;               /* rows per forward (default 8) and row length (default min(256, the model's
+                               context); at most the context) */
+    int progress;           /* a progress line on stderr about once a second, and a last one */
+    const char *model_name; /* what the score file's params name the model by (NULL: its architecture) */
+} st_data_proxy_config;
+void st_data_proxy_config_init(st_data_proxy_config *cfg);
+typedef struct st_data_proxy_stats {
+    uint64_t n_docs, n_tokens, n_targets, forwards, empty_docs;
+    int B, T;               /* the batch used */
+    double flops;           /* the forwards' model FLOPs (a third of ops->flops_per_token a position,
+                               every position of every forward, padding included) */
+    double seconds;         /* the whole pass, reading included */
+    double forward_s;       /* in the model's forward */
+} st_data_proxy_stats;
+st_status st_data_score_proxy(const char *dataset, struct st_model *m, const st_data_proxy_config *cfg,
+                              st_data_scores *out, st_data_proxy_stats *stats, st_err *err);
+
+/* Online data mixing (--mix online): the sources' weights adapted during the run from
+ * their training loss, an EXP3 bandit as in Albalak et al. 2023 (online data mixing). With
+ * K sources, after t updates: eps_t = min(1/K, sqrt(ln K / (K t))) (eps_0 taken as eps_1);
+ * the weights are pi_i = (1 - K eps_{t+1}) softmax(eps_t R)_i + eps_{t+1} (uniform at the
+ * start); an update with source i's loss sum L_i over n_i targets (n_i > 0) sets
+ * R_i = alpha R_i + (1 - alpha) (L_i / n_i) / pi_i (a source absent from the step keeps
+ * R_i). The weights of an update made after step s (0-based) are used from step
+ * s + delay: the data loader builds batches up to delay - 1 steps ahead while the run
+ * trains; steps [0, delay) use the uniform weights. The struct is the whole state, plain
+ * numbers (saved with a checkpoint as it is, after st_data_mix_online_seal). */
+#define ST_DATA_MIX_MAGIC 0x5354584du /* "STXM" */
+#define ST_DATA_MIX_VERSION 1u
+#define ST_DATA_MIX_MAX_DELAY 8
+typedef struct st_data_mix_online {
+    uint32_t magic, version, K, delay;
+    uint64_t t;                                  /* updates made (steps observed) */
+    double alpha;                                /* smoothing of the rewards */
+    double reward[ST_DATA_MAX_SOURCES];          /* R */
+    double weights[ST_DATA_MAX_SOURCES];         /* pi after the last update */
+    double ring[ST_DATA_MIX_MAX_DELAY][ST_DATA_MAX_SOURCES]; /* step q's weights at q % delay, q in [t, t + delay) */
+    uint32_t crc32c, reserved;                   /* CRC-32C of the bytes before it (seal) */
+} st_data_mix_online;
+/* K sources (2..ST_DATA_MAX_SOURCES), alpha in [0, 1), delay 1..ST_DATA_MIX_MAX_DELAY. */
+st_status st_data_mix_online_init(st_data_mix_online *m, int K, double alpha, int delay, st_err *err);
+/* One step's per-source loss sums and target counts (all ranks' together). */
+st_status st_data_mix_online_update(st_data_mix_online *m, const double *loss_sum, const double *count, st_err *err);
+/* The weights of global step `step`, or NULL when the state does not hold them (outside
+ * [t, t + delay)). */
+const double *st_data_mix_online_weights_for(const st_data_mix_online *m, uint64_t step);
+void st_data_mix_online_seal(st_data_mix_online *m);
+/* A state read back: magic, version, CRC and K sources checked; errors name where. */
+st_status st_data_mix_online_check(const st_data_mix_online *m, int K, const char *where, st_err *err);
 
 /* Deduplication: exact duplicates by a 128-bit hash of the token content (confirmed by
  * comparing the tokens), near duplicates by MinHash over token n-grams with banded LSH,

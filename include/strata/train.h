@@ -92,6 +92,10 @@ typedef struct st_train_config {
     char lora_targets[256]; /* method lora: the projections adapted, comma-separated ("": the
                                family's default, as PEFT's: c_attn for GPT-2, q_proj,v_proj) */
     char save_adapter[1024]; /* method lora: at the end, write a PEFT adapter directory here */
+    char mix[8];          /* "weights" (the data list's weights; default) or "online" (the sources' weights
+                             adapted from their training loss, st_train_config_mix_online) */
+    double mix_smoothing; /* online: the rewards' moving average (default 0.9) */
+    int mix_delay;        /* online: steps from an update of the weights to their use (default 2) */
 } st_train_config;
 
 /* What a run is given besides its configuration: the process's handles, not keys (they are
@@ -125,6 +129,8 @@ st_status st_train_config_check(const st_train_config *c, st_err *err);
 /* plan_head as the planner's st_plan_options.prefer_resident_head: ST_PLAN_HEAD_RESIDENT_IF_FITS
  * (resident) or ST_PLAN_HEAD_RESIDENT_ON_TIE (fastest). */
 int st_train_config_plan_head(const st_train_config *c);
+/* 1 when key 'mix' is online (strata/data.h, st_data_mix_online), 0 for weights. */
+int st_train_config_mix_online(const st_train_config *c);
 /* The keys optim_state and save_hf_dtype as what they name (a checked configuration's). */
 st_optim_state_format st_train_config_state_format(const st_train_config *c);
 st_dtype st_train_config_save_hf_dtype(const st_train_config *c);

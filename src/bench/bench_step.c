@@ -87,7 +87,8 @@ static void gemm_bench_free(gemm_bench *g) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: strata bench step [--model NAME] [--batch B] [--seq T] [--steps N] [--threads N] [--matmul M] "
+    fprintf(f, "usage: strata bench step [--model NAME] [--n_layer L] [--n_embd C] [--n_head H] [--vocab_size V] "
+               "[--max_seq S] [--batch B] [--seq T] [--steps N] [--threads N] [--matmul M] "
                "[--json]\n"
                "  NAME: %s\n"
                "  Times N training steps (median; one warm-up first) of a randomly initialised model and\n"
@@ -98,6 +99,8 @@ static void usage(FILE *f) {
                "  and weight_to_bf16_s the time to round every parameter to bf16 twice (a step's weight\n"
                "  conversions, forward and backward); step_convert_weights_s, step_convert_acts_s and\n"
                "  step_onednn_s are what the timed steps spent in them (mean a step)\n"
+               "  --n_layer, --n_embd, --n_head, --vocab_size, --max_seq: the preset's shape changed (as strata train's keys)\n"
+               "  forward_gflops (--json): a third of the step's FLOPs over the forward's time\n"
                "  defaults: --model gpt2-124m --batch 4 --seq 256 --steps 5\n",
             st_model_preset_names(), "6 x (matmul weights incl. the head) + 6 x L x T x NH*head_dim (causal attention)");
 }
@@ -106,6 +109,7 @@ int bench_step(int argc, char **argv) {
     const char *model = "gpt2-124m";
     const char *matmul = "fp32";
     int B = 4, T = 256, steps = 5, threads = 0, json = 0;
+    st_model_overrides ov = {0}; /* the preset's shape changed (a proxy model's, strata data score) */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
@@ -116,6 +120,11 @@ int bench_step(int argc, char **argv) {
         else if (v && !strcmp(a, "--steps")) { steps = atoi(v); i++; }
         else if (v && !strcmp(a, "--threads")) { threads = atoi(v); i++; }
         else if (v && !strcmp(a, "--matmul")) { matmul = v; i++; }
+        else if (v && !strcmp(a, "--n_layer")) { ov.n_layer = atoi(v); i++; }
+        else if (v && !strcmp(a, "--n_embd")) { ov.n_embd = atoi(v); i++; }
+        else if (v && !strcmp(a, "--n_head")) { ov.n_head = atoi(v); i++; }
+        else if (v && !strcmp(a, "--vocab_size")) { ov.vocab_size = atoi(v); i++; }
+        else if (v && !strcmp(a, "--max_seq")) { ov.max_seq = atoi(v); i++; }
         else { fprintf(stderr, "strata bench step: unknown or incomplete option '%s'\n", a); usage(stderr); return 2; }
     }
     if (B < 1 || T < 1 || steps < 1) { fprintf(stderr, "strata bench step: --batch, --seq, --steps must be >= 1\n"); return 2; }
@@ -124,7 +133,7 @@ int bench_step(int argc, char **argv) {
     st_model *m = NULL;
     st_optim *opt = NULL;
     if (st_backend_cpu_create(&be, threads, &err) || st_backend_set_matmul(be, matmul, &err) ||
-        st_model_create(&m, model, NULL, be, &err) ||
+        st_model_create(&m, model, &ov, be, &err) ||
         m->ops->alloc_acts(m, B, T, &err)) {
         fprintf(stderr, "strata bench step: %s\n", err.msg);
         return 1;
@@ -208,9 +217,10 @@ int bench_step(int argc, char **argv) {
         printf("{\"bench\":\"step\",\"model\":\"%s\",\"batch\":%d,\"seq\":%d,\"params\":%zu,\"threads\":%d,"
                "\"steps\":%d,\"step_s\":%.4f,\"forward_s\":%.4f,\"backward_s\":%.4f,\"optimizer_s\":%.4f,"
                "\"tokens_per_s\":%.1f,\"flops_per_step\":%.4e,\"matmul_flops_per_step\":%.4e,"
-               "\"achieved_gflops\":%.2f,\"matmul\":\"%s\",\"%s_gflops\":%.2f,\"ratio\":%.3f,\"loss\":%.4f",
+               "\"achieved_gflops\":%.2f,\"forward_gflops\":%.2f,\"matmul\":\"%s\",\"%s_gflops\":%.2f,"
+               "\"ratio\":%.3f,\"loss\":%.4f",
                model, B, T, m->n_params, omp_get_max_threads(), steps, step_s, fwd_s, bwd_s, opt_s, N / step_s,
-               flops, matmul_flops, achieved, st_backend_matmul_name(mode), ceiling, sgemm, ratio, loss);
+               flops, matmul_flops, achieved, flops / 3 / fwd_s / 1e9, st_backend_matmul_name(mode), ceiling, sgemm, ratio, loss);
         if (mode == ST_MATMUL_BF16)
             printf(",\"weight_to_bf16_s\":%.4f,\"step_convert_weights_s\":%.4f,\"step_convert_acts_s\":%.4f,"
                    "\"step_onednn_s\":%.4f", w16_s, conv_w, conv_a, in_gemm);

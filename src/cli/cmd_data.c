@@ -25,6 +25,9 @@
 #include "strata/chat.h"
 #include "strata/core.h"
 #include "strata/data.h"
+#include "strata/backend.h"
+#include "strata/model.h"
+#include "strata/train.h"
 #include "strata/tokenizer.h"
 
 static const char *data_usage =
@@ -102,6 +105,15 @@ static const char *data_usage =
     "      Jaccard similarity is >= J, default 0.7) of a Megatron dataset. Each duplicate\n"
     "      points at the earliest document it repeats. SCORES is a score file bound to the\n"
     "      dataset (its sizes and checksums). Also: strata data score --dedup ...\n"
+    "\n"
+    "  strata data score DATASET --proxy MODEL -o SCORES [--batch B] [--seq T] [--threads N]\n"
+    "                    [--json] [--quiet]\n"
+    "      Proxy loss: MODEL (a run directory of strata train, one of its checkpoints, or a\n"
+    "      Hugging Face model directory) run forward only over every document, packed\n"
+    "      back to back into B x T batches (default 8 x min(256, its context)) with document\n"
+    "      attention; a document's score is its mean loss in nats per predicted token. A\n"
+    "      progress line on stderr; the FLOPs and their rate at the end. A token outside\n"
+    "      the model's vocabulary is refused, naming the file, the token and the vocabulary.\n"
     "\n"
     "  strata data score DATASET --from_text FILE -o SCORES\n"
     "      A score file from one score per line of FILE (a proxy model's loss, ...), in the\n"
@@ -1091,28 +1103,88 @@ static int data_dedup_cmd(int argc, char **argv, const char *cmd) {
     return 0;
 }
 
+/* strata data score DATASET --proxy MODEL -o SCORES: a proxy model's mean loss a document. */
+static int data_score_proxy_cmd(const char *dataset, const char *proxy, const char *outp, int B, int T, int threads,
+                                int json, int quiet) {
+    st_err err = {0};
+    st_backend *be = NULL;
+    st_model *m = NULL;
+    st_data_scores sc = {0};
+    st_data_proxy_stats st;
+    char desc[4600] = "";
+    st_data_proxy_config cfg;
+    st_data_proxy_config_init(&cfg);
+    cfg.B = B, cfg.T = T, cfg.progress = !quiet, cfg.model_name = proxy;
+    int rc = 1;
+    if (st_backend_cpu_create(&be, threads, &err) || st_train_open_model(&m, proxy, be, desc, sizeof desc, &err)) {
+        fprintf(stderr, "strata data score: --proxy %s: %s\n", proxy, err.msg);
+        goto done;
+    }
+    if (!quiet) fprintf(stderr, "proxy: %s\n", desc);
+    if (st_data_score_proxy(dataset, m, &cfg, &sc, &st, &err) || st_data_scores_write(outp, &sc, &err)) {
+        fprintf(stderr, "strata data score: %s\n", err.msg);
+        goto done;
+    }
+    double fr = st.forward_s > 0 ? st.flops / st.forward_s : 0, r = st.seconds > 0 ? st.flops / st.seconds : 0;
+    if (json)
+        printf("{\"dataset\": \"%s\", \"scores\": \"%s\", \"proxy\": \"%s\", \"documents\": %llu, \"tokens\": %llu, "
+               "\"targets\": %llu, \"empty_documents\": %llu, \"forwards\": %llu, \"batch\": %d, \"seq\": %d, "
+               "\"threads\": %d, \"flops\": %.6g, \"seconds\": %.4f, \"forward_s\": %.4f, \"flops_per_s\": %.6g, "
+               "\"forward_flops_per_s\": %.6g, \"tokens_per_s\": %.6g}\n",
+               dataset, outp, proxy, (unsigned long long)st.n_docs, (unsigned long long)st.n_tokens,
+               (unsigned long long)st.n_targets, (unsigned long long)st.empty_docs, (unsigned long long)st.forwards,
+               st.B, st.T, threads, st.flops, st.seconds, st.forward_s, r, fr,
+               st.seconds > 0 ? (double)st.n_tokens / st.seconds : 0);
+    else
+        printf("%s: %llu proxy-loss scores for %s (%llu tokens, %llu documents with nothing to predict); "
+               "%.3g FLOPs in %.2f s (%.3g GFLOP/s, %.3g in the forward)\n",
+               outp, (unsigned long long)st.n_docs, dataset, (unsigned long long)st.n_tokens,
+               (unsigned long long)st.empty_docs, st.flops, st.seconds, r * 1e-9, fr * 1e-9);
+    rc = 0;
+done:
+    st_data_scores_free(&sc);
+    st_model_free(m);
+    st_backend_free(be);
+    return rc;
+}
+
 static int data_score_cmd(int argc, char **argv) {
-    const char *dataset = NULL, *outp = NULL, *text = NULL;
+    const char *dataset = NULL, *outp = NULL, *text = NULL, *proxy = NULL;
+    int B = 0, T = 0, threads = 0, json = 0, quiet = 0;
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--dedup")) return data_dedup_cmd(argc, argv, "score --dedup");
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-o") && i + 1 < argc) outp = argv[++i];
-        else if (!strcmp(argv[i], "--from_text") && i + 1 < argc) text = argv[++i];
-        else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+        double x;
+        const char *a = argv[i];
+        if (!strcmp(a, "-o") && i + 1 < argc) outp = argv[++i];
+        else if (!strcmp(a, "--from_text") && i + 1 < argc) text = argv[++i];
+        else if (!strcmp(a, "--proxy") && i + 1 < argc) proxy = argv[++i];
+        else if ((!strcmp(a, "--batch") || !strcmp(a, "--seq") || !strcmp(a, "--threads")) && i + 1 < argc) {
+            if (num_arg("score", a, argv[++i], &x)) return 2;
+            int lo = strcmp(a, "--threads") ? 1 : 0;
+            if (x != (int)x || x < lo || x > 1 << 20) {
+                fprintf(stderr, "strata data score: %s %s: give a whole number >= %d\n", a, argv[i], lo);
+                return 2;
+            }
+            *(!strcmp(a, "--batch") ? &B : !strcmp(a, "--seq") ? &T : &threads) = (int)x;
+        } else if (!strcmp(a, "--json")) json = 1;
+        else if (!strcmp(a, "--quiet")) quiet = 1;
+        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(data_usage, stdout);
             return 0;
-        } else if (!dataset && argv[i][0] != '-') dataset = argv[i];
+        } else if (!dataset && a[0] != '-') dataset = a;
         else {
-            fprintf(stderr, "strata data score: unexpected '%s' (the proxy-model and run-signal scores are not built "
-                    "yet: --from_text FILE or --dedup)\n\n%s", argv[i], data_usage);
+            fprintf(stderr, "strata data score: unexpected '%s' (--proxy MODEL, --from_text FILE or --dedup)\n\n%s",
+                    a, data_usage);
             return 2;
         }
     }
-    if (!dataset || !outp || !text) {
-        fprintf(stderr, "strata data score: need a DATASET, --from_text FILE (or --dedup) and -o SCORES\n\n%s",
-                data_usage);
+    if (!dataset || !outp || !!text + !!proxy != 1) {
+        fprintf(stderr, "strata data score: need a DATASET, one of --proxy MODEL and --from_text FILE (or --dedup), "
+                "and -o SCORES\n\n%s", data_usage);
         return 2;
     }
+    if (proxy) return data_score_proxy_cmd(dataset, proxy, outp, B, T, threads, json, quiet);
     st_err err = {0};
     st_data_scores sc;
     if (st_data_scores_from_text(text, dataset, &sc, &err) || st_data_scores_write(outp, &sc, &err)) {

@@ -14,6 +14,8 @@
 
 #include "data/data_internal.h"
 
+enum { LOADER_OW_CAP = 16 };
+
 typedef struct data_slot {
     int32_t *tokens, *positions, *cu_seqlens;
     uint8_t *mask, *source;
@@ -43,6 +45,12 @@ struct st_data_loader {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     st_data_loader_stats stats;
+    /* online mixing (cfg.online_mix): the weights of steps [next_step, next_step + LOADER_OW_CAP)
+     * as st_data_loader_set_step_weights gives them, step q at q % LOADER_OW_CAP (under mu) */
+    uint64_t next_step;        /* the step the producer builds next (under mu) */
+    double ow[LOADER_OW_CAP][ST_DATA_MAX_SOURCES];
+    uint64_t ow_step[LOADER_OW_CAP];
+    uint8_t ow_set[LOADER_OW_CAP];
 };
 
 void st_data_loader_config_init(st_data_loader_config *cfg) {
@@ -52,6 +60,15 @@ void st_data_loader_config_init(st_data_loader_config *cfg) {
     cfg->world = 1;
     cfg->eod_token = -1;
     cfg->prefetch = 4;
+}
+
+static uint64_t ow_group(const st_data_loader *dl) {
+    return dl->cfg.online_group > 1 ? (uint64_t)dl->cfg.online_group : 1;
+}
+
+static int ow_have(const st_data_loader *dl, uint64_t step) {
+    int k = (int)(step % LOADER_OW_CAP);
+    return dl->ow_set[k] && dl->ow_step[k] == step;
 }
 
 static const double *weights_at(const st_data_loader *dl, uint64_t step, double *base) {
@@ -102,7 +119,21 @@ static st_status produce(st_data_loader *dl, data_slot *slot, st_err *err) {
     uint64_t rd0, wr0;
     source_counters(dl, &rd0, &wr0);
     double base[ST_DATA_MAX_SOURCES];
-    const double *w = weights_at(dl, dl->prod.step, base);
+    const double *w;
+    if (dl->cfg.online_mix) { /* the run's weights for this step (the producer waited for them) */
+        pthread_mutex_lock(&dl->mu);
+        uint64_t ws = dl->prod.step / ow_group(dl);
+        int have = ow_have(dl, ws);
+        if (have) memcpy(base, dl->ow[ws % LOADER_OW_CAP], sizeof base);
+        pthread_mutex_unlock(&dl->mu);
+        if (!have)
+            return st_errf(err, ST_ERR_INVALID, "data loader: online mixing: no weights for step %llu; set them "
+                           "(st_data_loader_set_step_weights) before its batch is taken",
+                           (unsigned long long)ws);
+        w = base;
+    } else {
+        w = weights_at(dl, dl->prod.step, base);
+    }
     int n_seqs = 0, max_seqlen = 0;
     slot->cu_seqlens[0] = 0;
     memset(slot->mask, 1, (size_t)B * T);
@@ -159,7 +190,8 @@ static void *producer_main(void *arg) {
     st_data_loader *dl = arg;
     pthread_mutex_lock(&dl->mu);
     while (!dl->stop) {
-        while (!dl->stop && dl->produced - dl->released >= (uint64_t)dl->n_slots)
+        while (!dl->stop && (dl->produced - dl->released >= (uint64_t)dl->n_slots ||
+                             (dl->cfg.online_mix && !ow_have(dl, dl->next_step / ow_group(dl)))))
             pthread_cond_wait(&dl->cv, &dl->mu);
         if (dl->stop) break;
         data_slot *slot = &dl->slots[dl->produced % (uint64_t)dl->n_slots];
@@ -175,6 +207,7 @@ static void *producer_main(void *arg) {
             break;
         }
         dl->produced++;
+        dl->next_step++;
         /* A consumer that found the ring empty is woken once two batches are ready
          * (or the ring is full, or at the first batch): it then takes them back to
          * back, and the producer pays for a wake-up (a futex system call that also
@@ -369,6 +402,11 @@ st_status st_data_loader_next(st_data_loader *dl, st_data_batch *b, st_err *err)
     if (!dl->threaded) {
         if (dl->failed) return st_errf(err, dl->fail.code, "%s", dl->fail.msg);
         st_status rc = produce(dl, &dl->slots[0], &dl->fail);
+        if (!rc) {
+            pthread_mutex_lock(&dl->mu);
+            dl->next_step++;
+            pthread_mutex_unlock(&dl->mu);
+        }
         if (rc) {
             dl->failed = 1;
             dl->fail.code = rc;
@@ -446,6 +484,8 @@ st_status st_data_loader_set_state(st_data_loader *dl, const st_data_loader_stat
         st_log(1, "data: resuming with schedule version %u (saved: %u); per-source cursors carry over, "
                "so no sample repeats or is skipped\n", dl->cfg.schedule_version, st->schedule_version);
     stop_thread(dl);
+    dl->next_step = st->step;
+    memset(dl->ow_set, 0, sizeof dl->ow_set);
     dl->prod = *st;
     dl->prod.schedule_version = dl->cfg.schedule_version;
     dl->prod.seq_len = (uint32_t)dl->cfg.T;
@@ -453,6 +493,31 @@ st_status st_data_loader_set_state(st_data_loader *dl, const st_data_loader_stat
     dl->produced = dl->taken = dl->released = 0;
     dl->failed = 0;
     return start_thread(dl, err);
+}
+
+st_status st_data_loader_set_step_weights(st_data_loader *dl, uint64_t step, const double *w, st_err *err) {
+    if (!dl->cfg.online_mix)
+        return st_errf(err, ST_ERR_INVALID, "data loader: step weights are for online mixing (config online_mix)");
+    char where[64];
+    snprintf(where, sizeof where, "online weights of step %llu", (unsigned long long)step);
+    st_status rc = check_weights(w, dl->cfg.n_sources, where, err);
+    if (rc) return rc;
+    pthread_mutex_lock(&dl->mu);
+    /* the first weight step whose first batch is not built yet */
+    uint64_t next = (dl->next_step + ow_group(dl) - 1) / ow_group(dl);
+    if (step < next || step >= next + LOADER_OW_CAP) {
+        pthread_mutex_unlock(&dl->mu);
+        return st_errf(err, ST_ERR_INVALID, "data loader: online weights for step %llu, but the first step not yet built is "
+                       "step %llu: weights are set for steps [%llu, %llu)", (unsigned long long)step,
+                       (unsigned long long)next, (unsigned long long)next, (unsigned long long)(next + LOADER_OW_CAP));
+    }
+    int k = (int)(step % LOADER_OW_CAP);
+    memcpy(dl->ow[k], w, sizeof(double) * (size_t)dl->cfg.n_sources);
+    dl->ow_step[k] = step;
+    dl->ow_set[k] = 1;
+    pthread_cond_broadcast(&dl->cv);
+    pthread_mutex_unlock(&dl->mu);
+    return ST_OK;
 }
 
 void st_data_loader_get_stats(const st_data_loader *dl, st_data_loader_stats *s) { *s = dl->stats; }

@@ -150,4 +150,61 @@ HELPER V simd_code(VI level, const simd_map *q, int is_signed) {
     return _mm256_blendv_ps(val, _mm256_set1_ps(1.0f), _mm256_castsi256_ps(_mm256_cmpeq_epi32(level, _mm256_setzero_si256())));
 }
 
+/* Groups of 4 vectors (32 elements): the inverse table's results (bits 16-23 of E + bits)
+ * packed to bytes by one in-lane byte shuffle per vector (vector j's lane-L results to bytes
+ * 4j..4j+3 of lane L), ORs and one dword permute; negatives of the signed map take
+ * max(254 - byte, 0) as one saturating byte subtraction, blended by their masks packed the
+ * same way. (Per vector this was a shift, a shuffle and a permute.) */
+#define Q8_STORE_GROUP 1
+
+/* The bf16 working copy of 4 vectors: without NaNs (one unordered compare per vector, one
+ * test per group) the rounding alone, two vectors per saturating pack (the rounded values
+ * fit 16 bits); with a NaN, v_store_work's vector path. */
+#define WORK_STORE_GROUP 1
+HELPER __m256i bf16_round_nonan(V x) {
+    __m256i u = _mm256_castps_si256(x);
+    return _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)),
+                                              _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1))),
+                             16);
+}
+
+HELPER void v_store_work_group(void *w, int dt, size_t e, const V pp[4]) {
+    if (dt == ST_BF16) {
+        V nan = _mm256_or_ps(_mm256_or_ps(_mm256_cmp_ps(pp[0], pp[0], _CMP_UNORD_Q), _mm256_cmp_ps(pp[1], pp[1], _CMP_UNORD_Q)),
+                             _mm256_or_ps(_mm256_cmp_ps(pp[2], pp[2], _CMP_UNORD_Q), _mm256_cmp_ps(pp[3], pp[3], _CMP_UNORD_Q)));
+        if (__builtin_expect(_mm256_testz_ps(nan, nan), 1)) {
+            for (int j = 0; j < 4; j += 2) {
+                __m256i r = _mm256_packus_epi32(bf16_round_nonan(pp[j]), bf16_round_nonan(pp[j + 1]));
+                _mm256_storeu_si256((__m256i *)((uint16_t *)w + e + (size_t)j * 8), _mm256_permute4x64_epi64(r, 0xd8));
+            }
+            return;
+        }
+    }
+    for (int j = 0; j < 4; j++) v_store_work(w, dt, e + (size_t)j * 8, pp[j]);
+}
+HELPER __m256i pack_group(const __m256i r[4]) {
+    __m256i acc = _mm256_setzero_si256();
+    for (int j = 0; j < 4; j++) {
+        char m[16];
+        for (int b = 0; b < 16; b++) m[b] = (char)0x80;
+        for (int d = 0; d < 4; d++) m[4 * j + d] = (char)(4 * d + 2);
+        __m256i pick = _mm256_setr_epi8(m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7], m[8], m[9], m[10], m[11], m[12],
+                                        m[13], m[14], m[15], m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7], m[8], m[9],
+                                        m[10], m[11], m[12], m[13], m[14], m[15]);
+        acc = _mm256_or_si256(acc, _mm256_shuffle_epi8(r[j], pick));
+    }
+    /* dword 4L + j of the lanes holds elements 8j + 4L .. + 3: to dword 2j + L */
+    return _mm256_permutevar8x32_epi32(acc, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+HELPER void vi_store_group_u8(uint8_t *out, const VI raw[4], const M neg[4], int is_signed) {
+    __m256i b = pack_group(raw);
+    if (is_signed) {
+        __m256i n[4];
+        for (int j = 0; j < 4; j++) n[j] = _mm256_castps_si256(neg[j]);
+        b = _mm256_blendv_epi8(b, _mm256_subs_epu8(_mm256_set1_epi8((char)254), b), pack_group(n));
+    }
+    _mm256_storeu_si256((__m256i *)out, b);
+}
+
 #include "optim/adamw_simd_body.h"

@@ -89,10 +89,18 @@ static void simd_step_f32(const adamw_chunk *c, const adamw_consts *k, int gdt, 
  * clamped below into the first cell; one gather; (E + a) >> 16 is the level (unsigned) or
  * a positive value's byte (signed); negatives (x < 0 as the scalar compares) take
  * 127 - min(level, 127) = max(254 - byte, 0). */
-ALWAYS_INLINE VI simd_quant(V x, V inv, const simd_map *q, const int is_signed) {
+/* E + bits for x: bits 16 and up are the unsigned map's level, the signed map's byte if
+ * x >= 0 */
+ALWAYS_INLINE VI simd_quant_raw(V x, V inv, const simd_map *q) {
     VI b = vi_and(v_bits(v_mul(x, inv)), vi_set1(0x7fffffff));
     b = vi_maxu(vi_minu(b, vi_set1(0x3f800000)), vi_set1(Q8_INV_EMIN << 23));
-    VI r = vi_srli16(vi_add(vi_gather(q->inv, vi_srli16(b)), b));
+    return vi_add(vi_gather(q->inv, vi_srli16(b)), b);
+}
+
+ALWAYS_INLINE VI simd_quant_pos(V x, V inv, const simd_map *q) { return vi_srli16(simd_quant_raw(x, inv, q)); }
+
+ALWAYS_INLINE VI simd_quant(V x, V inv, const simd_map *q, const int is_signed) {
+    VI r = simd_quant_pos(x, inv, q);
     if (!is_signed) return r; /* the byte store keeps the low 8 bits: 256 (one) -> 0 */
     return vi_blend(v_cmp_lt(x, v_set1(0.0f)), r, vi_max(vi_sub(vi_set1(254), r), vi_set1(0)));
 }
@@ -106,11 +114,46 @@ ALWAYS_INLINE V simd_dequant(VI u, const simd_map *q, const int is_signed) {
     return val;
 }
 
+/* The block loops work in groups of Q8_GROUP vectors: an ISA may pack a whole group's bytes
+ * at once (Q8_STORE_GROUP: adamw_avx2.c); otherwise vector by vector. */
+#define Q8_GROUP 4
+ALWAYS_INLINE void simd_dequant_group(const uint8_t *qb, const simd_map *q, const int is_signed, V out[Q8_GROUP]) {
+    for (int j = 0; j < Q8_GROUP; j++) out[j] = simd_dequant(vi_load_u8(qb + j * W), q, is_signed);
+}
+#ifndef WORK_STORE_GROUP
+/* the working copy of Q8_GROUP vectors of parameters from element e */
+ALWAYS_INLINE void v_store_work_group(void *w, const int dt, size_t e, const V pp[Q8_GROUP]) {
+    for (int j = 0; j < Q8_GROUP; j++) v_store_work(w, dt, e + (size_t)j * W, pp[j]);
+}
+#endif
+#ifndef Q8_STORE_GROUP
+/* the bytes of Q8_GROUP inverse-table results (simd_quant_raw: the result in bits 16-23);
+ * neg: the lanes with x < 0 (signed map) */
+ALWAYS_INLINE void vi_store_group_u8(uint8_t *out, const VI raw[Q8_GROUP], const M neg[Q8_GROUP], const int is_signed) {
+    for (int j = 0; j < Q8_GROUP; j++) {
+        VI r = vi_srli16(raw[j]);
+        vi_store_u8(out + j * W, is_signed ? vi_blend(neg[j], r, vi_max(vi_sub(vi_set1(254), r), vi_set1(0))) : r);
+    }
+}
+#endif
+
+ALWAYS_INLINE void simd_quant_group(const float *x, V inv, const simd_map *q, const int is_signed, uint8_t *out) {
+    VI r[Q8_GROUP];
+    M neg[Q8_GROUP];
+    for (int j = 0; j < Q8_GROUP; j++) {
+        V xj = v_load(x + j * W);
+        r[j] = simd_quant_raw(xj, inv, q);
+        if (is_signed) neg[j] = v_cmp_lt(xj, v_set1(0.0f));
+    }
+    vi_store_group_u8(out, r, neg, is_signed);
+}
+
 ALWAYS_INLINE void quant_block(const float *x, size_t n, float inv, const q8_map *q, const simd_map *sq,
                                const int is_signed, uint8_t *out) {
-    size_t nv = n / W * W;
+    size_t ng = n / (Q8_GROUP * W) * (Q8_GROUP * W), nv = n / W * W;
     V vinv = v_set1(inv);
-    for (size_t i = 0; i < nv; i += W) vi_store_u8(out + i, simd_quant(v_load(x + i), vinv, sq, is_signed));
+    for (size_t i = 0; i < ng; i += Q8_GROUP * W) simd_quant_group(x + i, vinv, sq, is_signed, out + i);
+    for (size_t i = ng; i < nv; i += W) vi_store_u8(out + i, simd_quant(v_load(x + i), vinv, sq, is_signed));
     for (size_t i = nv; i < n; i++) out[i] = q8_quant_elem(x[i], inv, q, is_signed);
 }
 
@@ -118,6 +161,37 @@ static void simd_quant_ext(const float *x, size_t n, float inv, const q8_map *q,
     simd_map sq = simd_map_make(q);
     if (is_signed) quant_block(x, n, inv, q, &sq, 1, out);
     else quant_block(x, n, inv, q, &sq, 0, out);
+}
+
+/* The 8-bit update of one group of block elements [off + i, off + i + Q8_GROUP W): dequantise,
+ * AdamW, parameter and working copy out, new moments into the block buffers, running absmax.
+ * Prefetches once per cache line of each stream (per vector they repeated the byte streams'). */
+ALWAYS_INLINE void q8_update_group(const adamw_chunk *c, size_t off, size_t i, V vam, V vav, const simd_consts *s,
+                                   const simd_map *ss, const simd_map *su, float *mb, float *vb, V *mxm, V *mxv,
+                                   const int gdt, const int wdt) {
+    const size_t gs = gdt == ST_F32 ? 4 : 2, ws = wdt == ST_F32 ? 4 : 2, e = off + i, ge = Q8_GROUP * W;
+    for (size_t l = 0; l < ge * 4; l += 64) PREFETCH_W((char *)(c->p + e + PF) + l);
+    for (size_t l = 0; l < ge; l += 64) {
+        PREFETCH_W(c->qm + e + PF + l);
+        PREFETCH_W(c->qv + e + PF + l);
+    }
+    for (size_t l = 0; l < ge * gs; l += 64) PREFETCH_R((const char *)c->g + (e + PF) * gs + l);
+    if (wdt != WORK_NONE)
+        for (size_t l = 0; l < ge * ws; l += 64) PREFETCH_W((char *)c->w + (e + PF) * ws + l);
+    V dm[Q8_GROUP], dv[Q8_GROUP], pp[Q8_GROUP];
+    simd_dequant_group(c->qm + e, ss, 1, dm);
+    simd_dequant_group(c->qv + e, su, 0, dv);
+    for (int j = 0; j < Q8_GROUP; j++) {
+        size_t ej = e + (size_t)j * W;
+        V mm = v_mul(dm[j], vam), vv = v_mul(dv[j], vav);
+        pp[j] = simd_adamw(v_load(c->p + ej), &mm, &vv, v_load_grad(c->g, gdt, ej), s);
+        v_store(c->p + ej, pp[j]);
+        v_store(mb + i + (size_t)j * W, mm);
+        v_store(vb + i + (size_t)j * W, vv);
+        *mxm = v_max(*mxm, v_abs(mm));
+        *mxv = v_max(*mxv, vv); /* v >= 0 */
+    }
+    if (wdt != WORK_NONE) v_store_work_group(c->w, wdt, e, pp);
 }
 
 /* The 8-bit update of one vector of block elements [off + i, off + i + W): dequantise, AdamW,
@@ -182,19 +256,21 @@ ALWAYS_INLINE void body_q8(const adamw_chunk *c, const adamw_consts *k, const q8
         V vam = v_set1(upd ? c->am[b] : 0.0f), vav = v_set1(upd ? c->av[b] : 0.0f);
         V im = v_set1(req ? q8_inv(c->am[b - 1]) : 0.0f), iv = v_set1(req ? q8_inv(c->av[b - 1]) : 0.0f);
         uint8_t *qm = req ? c->qm + (b - 1) * Q8_BLOCK : NULL, *qv = req ? c->qv + (b - 1) * Q8_BLOCK : NULL;
+        const size_t G = Q8_GROUP * W;
+        _Static_assert(Q8_BLOCK % (Q8_GROUP * W) == 0, "a block is whole groups");
         if (upd && req) {
-            for (size_t i = 0; i < Q8_BLOCK; i += W) {
-                q8_update_vec(c, b * Q8_BLOCK, i, vam, vav, &s, &ss, &su, um, uv, &mxm, &mxv, gdt, wdt);
-                vi_store_u8(qm + i, simd_quant(v_load(rm + i), im, &ss, 1));
-                vi_store_u8(qv + i, simd_quant(v_load(rv + i), iv, &su, 0));
+            for (size_t i = 0; i < Q8_BLOCK; i += G) {
+                q8_update_group(c, b * Q8_BLOCK, i, vam, vav, &s, &ss, &su, um, uv, &mxm, &mxv, gdt, wdt);
+                simd_quant_group(rm + i, im, &ss, 1, qm + i);
+                simd_quant_group(rv + i, iv, &su, 0, qv + i);
             }
         } else if (upd) {
-            for (size_t i = 0; i < Q8_BLOCK; i += W)
-                q8_update_vec(c, b * Q8_BLOCK, i, vam, vav, &s, &ss, &su, um, uv, &mxm, &mxv, gdt, wdt);
+            for (size_t i = 0; i < Q8_BLOCK; i += G)
+                q8_update_group(c, b * Q8_BLOCK, i, vam, vav, &s, &ss, &su, um, uv, &mxm, &mxv, gdt, wdt);
         } else if (req) {
-            for (size_t i = 0; i < Q8_BLOCK; i += W) {
-                vi_store_u8(qm + i, simd_quant(v_load(rm + i), im, &ss, 1));
-                vi_store_u8(qv + i, simd_quant(v_load(rv + i), iv, &su, 0));
+            for (size_t i = 0; i < Q8_BLOCK; i += G) {
+                simd_quant_group(rm + i, im, &ss, 1, qm + i);
+                simd_quant_group(rv + i, iv, &su, 0, qv + i);
             }
         }
         if (upd) q8_block_tail(c, k, q, b, Q8_BLOCK, Q8_BLOCK, mxm, mxv, um, uv, gdt, wdt);

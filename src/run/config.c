@@ -86,6 +86,9 @@ static const key_def keys[] = {
     {"zero", K_INT, OFF(zero), 0, 0, 2, "under mpirun: 0 replicates the optimizer state (gradients all-reduced); 1 shards it over the ranks (ZeRO-1); 2 also shards the summed gradient (ZeRO-2); results are the same bits"},
     {"dist_timeout", K_DOUBLE, OFF(dist_timeout), 0, 1, 1e7, "under mpirun: seconds any rank waits for another before the job stops with an error naming it"},
     {"doc_mask", K_INT, OFF(doc_mask), 0, -1, 1, "1: packed documents stay apart (positions restart at each document, attention never crosses one; the data's document starts); 0: each row attended whole, positions 0..seq-1; default: 1, in memory and under device_budget (layer streaming)"},
+    {"mix", K_STR, STR(mix), 0, 0, "how the sources of key 'data' are mixed: weights (the list's weights; default) or online (an EXP3 bandit on each source's training loss, Albalak et al. 2023: weights adapted every step, the same on every rank, resumed exactly, logged as mix_weights in metrics.jsonl; 2 or more sources)"},
+    {"mix_smoothing", K_DOUBLE, OFF(mix_smoothing), 0, 0, 0.999999, "mix online: the moving average of each source's reward (its loss over its weight), in [0, 1)"},
+    {"mix_delay", K_INT, OFF(mix_delay), 0, 1, 8, "mix online: the weights updated after step s are used from step s + mix_delay (the loader builds batches up to mix_delay - 1 steps ahead)"},
     {"quiet", K_INT, OFF(quiet), 0, 0, 1, "1: no per-step lines"},
     {"trace", K_INT, OFF(trace), 0, 0, 2, "1: trace every phase to run_dir/trace.json (Perfetto); 2: odd steps only"},
     {"host_budget", K_DOUBLE, OFF(host_budget), 0, 0, 1e18, "host memory in bytes the run must fit (0: MemAvailable)"},
@@ -127,6 +130,9 @@ void st_train_config_defaults(st_train_config *c) {
     snprintf(c->optim_state, sizeof c->optim_state, "f32");
     snprintf(c->save_hf_dtype, sizeof c->save_hf_dtype, "f32");
     c->doc_mask = -1; /* unset: 1 */
+    snprintf(c->mix, sizeof c->mix, "weights");
+    c->mix_smoothing = 0.9;
+    c->mix_delay = 2;
     snprintf(c->plan, sizeof c->plan, "auto");
     snprintf(c->device, sizeof c->device, "cpu");
     snprintf(c->act, sizeof c->act, "auto");
@@ -504,6 +510,8 @@ st_status st_train_config_resolve(const st_train_config *c, st_model_shape *shap
     if ((s = st_backend_matmul_parse(c->matmul, &matmul, err))) return s; /* names the key */
     if (strcmp(c->plan_head, "resident") && strcmp(c->plan_head, "fastest"))
         return st_errf(err, ST_ERR_INVALID, "key 'plan_head': '%s' is not resident or fastest", c->plan_head);
+    if (strcmp(c->mix, "weights") && strcmp(c->mix, "online"))
+        return st_errf(err, ST_ERR_INVALID, "key 'mix': '%s' is not weights or online", c->mix);
     if (parse_plan_state(c->plan_state) < 0)
         return st_errf(err, ST_ERR_INVALID, "key 'plan_state': '%s' is not fixed or auto", c->plan_state);
     st_schedule sc;
@@ -602,6 +610,8 @@ st_status st_train_state_paths(const st_train_config *c, char *buf, size_t cap, 
     *weighted = 1;
     return ST_OK;
 }
+
+int st_train_config_mix_online(const st_train_config *c) { return !strcmp(c->mix, "online"); }
 
 int st_train_config_plan_head(const st_train_config *c) {
     return strcmp(c->plan_head, "fastest") ? ST_PLAN_HEAD_RESIDENT_IF_FITS : ST_PLAN_HEAD_RESIDENT_ON_TIE;

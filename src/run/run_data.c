@@ -42,6 +42,8 @@ st_status run_data_open(run_data *d, const st_train_config *c, const run_dist *d
     else { /* under mpirun rank r reads its rows of each global batch (the loader's global order) */
         dc.rank = dist ? dist->rank : 0;
         dc.world = dist ? dist->world : 1;
+        dc.online_mix = st_train_config_mix_online(c); /* each step's weights from the run (run_mix.c) */
+        dc.online_group = (int)c->grad_accum;
     }
     if (!strcmp(spec, "embedded")) {
         size_t cap = 4u << 20; /* 4 MiB of text; the default run reads a fifth of it */
@@ -86,6 +88,7 @@ st_status run_data_next(run_data *d, int B, int T, int32_t *inputs, int32_t *tar
     /* a target whose loss mask is 0 (an SFT mask: not the assistant's) becomes -1, which
      * every loss ignores; the step's loss is the mean over the rest (strata/step.h) */
     st_data_batch_targets(&b, inputs, targets);
+    d->source = b.source;
     if (positions) memcpy(positions, b.positions, sizeof(int32_t) * (size_t)B * T);
     if (doc_start)
         for (int i = 0; i < b.n_seqs; i++)

@@ -20,6 +20,7 @@ typedef struct run_data {
     st_data_loader *dl;
     uint16_t *corpus; /* the embedded corpus, when used; outlives the loader */
     char *spec;       /* copy of the data key, cut into paths */
+    const uint8_t *source; /* the last batch's rows' sources (the loader's, until the next batch) */
 } run_data;
 
 typedef struct run_dist {

@@ -25,6 +25,7 @@
 #include "core/fileutil.h"
 #include "run/run_internal.h"
 #include "run/run_lora_internal.h"
+#include "run/run_mix.h"
 #include "run/run_stop_internal.h"
 #include "strata/generate.h"
 
@@ -34,6 +35,7 @@ typedef struct train_run {
     st_train_config c;           /* as run: plan_state auto's placement, the chosen state_budget */
     volatile int *stop_flag;     /* the caller's (st_train_hooks); NULL: none */
     run_dist dist;               /* the ranks (one process: a world of one) */
+    run_mix mix;                 /* mix online (run_mix.c); off otherwise */
     int lead;                    /* rank 0: writes what is the run's, not a rank's */
     int quiet;                   /* no lines: the key quiet, or a rank other than 0 */
     int threads;
@@ -218,7 +220,7 @@ static st_status open_optimizer(train_run *r, st_err *err) {
  * at step 50). */
 static st_status open_data(train_run *r, st_err *err) {
     st_status s = run_data_open(&r->td, &r->c, &r->dist, "data", r->c.data, r->m->vocab_size, err);
-    if (s) return s;
+    if (s || (s = run_mix_open_run(&r->mix, &r->c, r->dist.comm, err))) return s;
     r->ev.spec = run_val_spec(&r->c);
     if (r->ev.spec && strcmp(r->ev.spec, "embedded")) {
         if ((s = run_data_open(&r->ev.vd, &r->c, NULL, "val_data", r->ev.spec, r->m->vocab_size, err))) return s;
@@ -252,9 +254,11 @@ static st_status open_state(train_run *r, st_err *err) {
         if ((s = st_train_state_load_shard(ck, r->hs, r->opt, r->segs, m->n_tensors, r->dist.lo, r->dist.hi, err)))
             return s;
         if ((s = run_data_restore_state(&r->td, r->hs, path, err))) return s;
+        if (r->mix.on && (s = run_mix_load(&r->mix, ck, err))) return s;
         if (r->sx) st_stream_set_params(r->sx, st_stream_params(r->sx)); /* the device copies follow the host */
         st_log(1, "resumed from %s at step %llu\n", ck, (unsigned long long)r->hs->step);
     }
+    if (r->mix.on && (s = run_mix_start(&r->mix, r->td.dl, err))) return s;
     if (r->dist.rank == 0 && c->resume[0] && (s = run_metrics_truncate(c->run_dir, r->hs->step, err))) return s;
     if (r->hs->step > 0 && (long)r->hs->step >= r->end) /* said, never a silent zero-step run */
         st_log(1, "nothing to train: the run is at step %llu and %s is %ld; give --steps N with N > %llu to "
@@ -279,6 +283,7 @@ static st_status open_step(train_run *r, st_err *err) {
         su.overlap_gather = 1;
     }
     if ((s = st_step_create(&r->stp, &su, err))) return s;
+    if (r->mix.on) st_step_set_row_hook(r->stp, run_mix_row_hook, &r->mix);
     if (c->doc_mask != 0) { /* document-aware packing (unset: on), in memory and streamed */
         r->positions = malloc(sizeof(int32_t) * n);
         r->doc_start = malloc(sizeof(int32_t) * n);
@@ -368,6 +373,7 @@ static st_status run_step(train_run *r, long step, train_step *o, st_err *err) {
         s = run_data_next(&r->td, r->B, r->T, r->inputs + at, r->targets + at, r->positions ? r->positions + at : NULL,
                           r->doc_start ? r->doc_start + at : NULL, err);
         st_prof_end(&pd);
+        if (!s) run_mix_note_sources(&r->mix, (int)k, r->td.source);
     }
     if (s) return s;
     st_step_hp shp = {.adam = {(float)st_run_stop_lr(&r->stop, step), (float)c->beta1, (float)c->beta2, (float)c->eps,
@@ -380,7 +386,9 @@ static st_status run_step(train_run *r, long step, train_step *o, st_err *err) {
         shp.blob = hs;
         shp.blob_bytes = sizeof *hs;
     }
-    if ((s = st_step_run(r->stp, (int)c->grad_accum, r->B, r->T, r->inputs, r->targets, &shp, &o->sr, err))) return s;
+    if ((s = st_step_run(r->stp, (int)c->grad_accum, r->B, r->T, r->inputs, r->targets, &shp, &o->sr, err)) ||
+        (s = run_mix_after_step(&r->mix, r->td.dl, err)))
+        return s;
     /* a GPU's ops report nothing when they fail: a failed kernel or copy stops the run
      * here, before this step is logged or checkpointed, not trained on as garbage */
     if (r->dev && (s = st_backend_status(r->dev, err))) return st_err_prefix(err, "step %ld on device %s", step, c->device);
@@ -471,7 +479,8 @@ static st_status run_log_step(train_run *r, const train_step *o, st_err *err) {
                  ss.step_s * 1e3, (unsigned long long)ss.read_bytes, (unsigned long long)ss.write_bytes,
                  ss.n_subgroups ? (double)ss.hits / ss.n_subgroups : 0.0, (ss.read_wait_s + ss.write_wait_s) * 1e3);
     }
-    char jloss[32], jnorm[32], jdist[160] = "", path[2200];
+    char jloss[32], jnorm[32], jdist[160] = "", path[2200], jmix[48 + 16 * ST_DATA_MAX_SOURCES];
+    run_mix_weights_json(&r->mix, jmix, sizeof jmix);
     if (r->dist.world > 1) /* this step's communication, rank 0's view */
         snprintf(jdist, sizeof jdist, ",\"ranks\":%d,\"comm_wait_ms\":%.3f,\"comm_sent_bytes\":%llu,"
                  "\"comm_received_bytes\":%llu", r->dist.world, o->sr.comm_wait_s * 1e3,
@@ -482,11 +491,11 @@ static st_status run_log_step(train_run *r, const train_step *o, st_err *err) {
     int mn = mfault ? -1
                     : fprintf(r->metrics,
                               "{\"step\":%ld,\"loss\":%s,\"lr\":%.6e,\"grad_norm\":%s,\"step_ms\":%.3f,\"tokens_per_s\":%.1f,"
-                              "\"achieved_gflops\":%.3f,\"tokens\":%llu,\"skipped\":%s%s%s%s%s}\n",
+                              "\"achieved_gflops\":%.3f,\"tokens\":%llu,\"skipped\":%s%s%s%s%s%s}\n",
                               step, json_num(jloss, o->loss, "%.6f"), o->lr, json_num(jnorm, o->norm, "%.6f"),
                               o->dt * 1e3, o->tok_s, o->gflops,
                               (unsigned long long)step * (unsigned long long)r->step_tokens,
-                              o->skipped ? "true" : "false", vjson, disk, jdist, st_prof_step_json(r->pr));
+                              o->skipped ? "true" : "false", vjson, disk, jdist, jmix, st_prof_step_json(r->pr));
     if (mn < 0 || fflush(r->metrics) != 0) {
         int e = errno ? errno : EIO;
         return st_errf(err, e == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "%s: cannot write step %ld's metrics: %s; %s",
@@ -551,6 +560,7 @@ static st_status run_checkpoint(train_run *r, long step, int stop, st_err *err) 
     if (s || (s = run_save_checkpoint(c, &r->dist, r->m, r->opt, r->hs, err))) return s;
     char path[2200];
     st_run_checkpoint_path(path, sizeof path, c->run_dir, (unsigned long long)step);
+    if (r->mix.on && r->lead && (s = run_mix_save(&r->mix, path, err))) return s;
     st_prof_end_bytes(&pw, st_prof_dir_bytes(path));
     if (r->lead) run_prune_checkpoints(c);
     r->saved_at_end = step == r->end || stop;
@@ -587,8 +597,11 @@ static st_status run_finish(train_run *r, st_train_result *res, st_err *err) {
     st_train_state_header *hs = r->hs;
     char path[2200];
     st_status s = st_step_sync(r->stp, err);
-    if (!s && !r->store && !r->saved_at_end && hs->step > 0 && c->resume[0] == 0 && (long)hs->step == r->end)
+    if (!s && !r->store && !r->saved_at_end && hs->step > 0 && c->resume[0] == 0 && (long)hs->step == r->end) {
         s = run_save_checkpoint(c, &r->dist, r->m, r->opt, hs, err);
+        st_run_checkpoint_path(path, sizeof path, c->run_dir, (unsigned long long)hs->step);
+        if (!s && r->mix.on && r->lead) s = run_mix_save(&r->mix, path, err);
+    }
     if (r->store && !s && r->lead) { /* the store is the checkpoint; the weights go beside it for users */
         st_run_path(path, sizeof path, c->run_dir, ST_RUN_MODEL);
         s = r->m->ops->save(r->m, path, err);
@@ -636,6 +649,7 @@ static st_status run_close(train_run *r, st_status s, st_err *err) {
     st_step_destroy(r->stp);
     r->stp = NULL;
     run_data_close(&r->td);
+    run_mix_close(&r->mix);
     run_data_close(&r->ev.vd);
     if (r->sx && r->opt == st_stream_optim(r->sx)) r->opt = NULL; /* the executor's own (one process) */
     st_optim_free(r->opt); /* in memory, or a rank's shard under streaming */
