@@ -58,6 +58,10 @@ static void run_fixture(st_backend *be, const char *file, const char *preset) {
     float loss = m->ops->forward(m, inputs, targets, 1.0f / N);
     m->ops->backward(m);
     CHECK(fabsf(loss - ref_loss[0]) <= 1e-5f * ref_loss[0], "%s: loss %.7f vs PEFT %.7f", file, loss, ref_loss[0]);
+    double rsum = 0; /* the per-row losses the run's hooks read are the LoRA forward's */
+    for (int i = 0; m->row_losses && i < N; i++) rsum += m->row_losses[i];
+    CHECK(m->row_losses && fabs(rsum / N - loss) <= 1e-5 * loss, "%s: row losses' mean %.7f vs loss %.7f", file,
+          rsum / N, loss);
     int n_checked = 0;
     for (int i = 0; i < m->n_tensors; i++) {
         const st_param_info *t = &m->tensors[i];

@@ -231,6 +231,7 @@ static st_status lo_alloc_acts(st_model *m, int B, int T, st_err *err) {
     st_backend *be = m->be;
     st_status s = li->base->ops->alloc_acts(li->base, B, T, err);
     if (s) return s;
+    m->row_losses = li->base->row_losses; /* the base's forward writes them */
     if (li->scratch) be->ops->dealloc(be, li->scratch);
     li->N = B * T;
     size_t n = 2 * (size_t)li->N * li->cfg.rank + (size_t)li->N * li->max_out + 2 * (size_t)li->max_norm;
