@@ -84,11 +84,13 @@ def compare(run_dir):
         return f"tags {sorted(tags)}: no memory scalars"
     compared = 0
     for tag in tags:
-        # validation is logged only on the steps it ran, as val_loss in metrics.jsonl
+        # validation is logged only on the steps it ran, as val_loss in metrics.jsonl, and the
+        # loss forecast on those of them where a fit was made
         key = "val_loss" if tag == "val/loss" else tag.rsplit("/", 1)[-1]
         events = acc.Scalars(tag)
         steps = [e.step for e in events]
-        logged = sorted(s for s in metrics if key in metrics[s]) if key == "val_loss" else sorted(metrics)
+        sparse = key in ("val_loss", "forecast_final", "forecast_band")
+        logged = sorted(s for s in metrics if key in metrics[s]) if sparse else sorted(metrics)
         if not logged or steps != logged:
             return f"{tag}: steps {steps} differ from metrics.jsonl's {logged}"
         for e in events:

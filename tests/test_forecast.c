@@ -117,6 +117,21 @@ int main(void) {
               strstr(f.why, "not converged"), "rising: %d %s", f.state, f.why);
     CHECK(!st_stop_rule_decide(&rule, &f, &wsd, 700, 1e12, &d, &err) && d.action == ST_STOP_CONTINUE &&
               strstr(d.why, "not converged"), "not converged: %d %s", d.action, d.why);
+    /* the parameters stay in the law's range: points where annealing raised the loss (C < 0 in
+     * truth) give C at its bound 0, a fit without it; a curve with no floor (L0 0 in truth, a
+     * pure power law) gives L0 at its bound, reported as not converged */
+    {
+        st_forecast up2 = truth(2.0, 1.5, 0.45, -3e-5, 1e12), nofloor = truth(0.0, 1.5, 0.45, 0.0, 1e12);
+        rng = 4242;
+        int m = draw(&up2, &cos_sc, 20, 2000, 1e-3, steps, y);
+        CHECK(!st_forecast_fit(&f, &cos_sc, ST_FORECAST_LAMBDA, 1e12, steps, y, m, &err) && f.state == ST_FORECAST_OK &&
+                  f.C == 0 && f.n_params == 3 && f.annealed && strstr(f.why, "C at its bound 0"),
+              "C < 0 in truth: %d C %g %s", f.state, f.C, f.why);
+        m = draw(&nofloor, &wsd, 20, 1500, 1e-4, steps, y);
+        CHECK(!st_forecast_fit(&f, &wsd, ST_FORECAST_LAMBDA, 1e12, steps, y, m, &err) &&
+                  f.state == ST_FORECAST_NOT_CONVERGED && strstr(f.why, "L0 went to its bound"),
+              "L0 0 in truth: %d L0 %g %s", f.state, f.L0, f.why);
+    }
     /* arguments refused */
     long sdown[] = {100, 50};
     CHECK(st_forecast_fit(&f, &wsd, 0.999, 1e12, sdown, y4, 2, &err) == ST_ERR_INVALID, "descending steps");
@@ -131,6 +146,13 @@ int main(void) {
     double eps = st_forecast_gain_per_pflop(&t, &lng, 2000);
     CHECK(eps > 0 && st_forecast_gain_per_pflop(&t, &lng, 1000) > eps && st_forecast_gain_per_pflop(&t, &lng, 3000) < eps,
           "the gain does not fall: %g", eps);
+    /* the gain is what a stable step buys now: the slope of the curve with the rate held */
+    {
+        st_schedule held = lng;
+        held.kind = ST_SCHEDULE_CONSTANT;
+        double g = (st_forecast_loss(&t, &held, 2000, NULL) - st_forecast_loss(&t, &held, 2001, NULL)) / 1e-3;
+        CHECK(fabs(eps / g - 1) < 1e-9, "wsd gain %g, the held curve's slope %g", eps, g);
+    }
     rule.kind = ST_STOP_RULE_MARGINAL, rule.value = eps;
     CHECK(!st_stop_rule_decide(&rule, &t, &lng, 1950, 1e12, &d, &err) && d.action == ST_STOP_CONTINUE, "1950: %s", d.why);
     CHECK(!st_stop_rule_decide(&rule, &t, &lng, 2050, 1e12, &d, &err) && d.action == ST_STOP_DECAY &&

@@ -42,6 +42,38 @@ check '[ -n "$k" ] && [ "$k" -gt 5 ] && [ "$(last_step "$T/m")" = $((k + 40)) ]'
 check 'jq -s -e "map(select(.step == $k))[0] | .forecast_final > 0 and .gain_per_pflop > 0" "$T/m/metrics.jsonl" >/dev/null' \
   "the decision's record has its forecast"
 check 'jq -s -e "map(select(.step == 10))[0] | .forecast == \"too few points\"" "$T/m/metrics.jsonl" >/dev/null' "too few points at step 10"
+# strata report: the forecast chart (the evaluations, the fit and its band, the decision at k
+# and the end), well-formed; the summary's forecast line
+"$S" report "$T/m" >"$T/m.rep" 2>&1
+check '[ $? -eq 0 ] && grep -q "Loss forecast" "$T/m/report.html" && grep -q "^  forecast    loss at step $((k + 40)):" "$T/m.rep"' \
+  "report's forecast: $(grep forecast "$T/m.rep")"
+if command -v python3 >/dev/null; then
+  python3 - "$T/m/report.html" "$k" "$((k + 40))" >"$T/m.svg" 2>&1 <<'PY'
+import re, sys, xml.etree.ElementTree as ET
+html, k, end = open(sys.argv[1]).read(), sys.argv[2], sys.argv[3]
+svg = [s for s in re.findall(r"<svg.*?</svg>", html, re.S) if "Loss forecast" in s][0]
+root, ns = ET.fromstring(svg), "{http://www.w3.org/2000/svg}"
+vals = [c for c in root.iter(ns + "circle") if c.get("class") == "fval"]
+band = [p for p in root.iter(ns + "polygon") if p.get("class") == "band"]
+stops = [t.text for t in root.iter(ns + "text") if t.text and t.text.split()[0] in ("decision", "end")]
+lines = root.findall(ns + "polyline")
+print(len(vals) > 5, len(band) == 1, stops == ["decision " + k, "end " + end], len(lines) == 2)
+PY
+  check '[ "$(cat "$T/m.svg")" = "True True True True" ]' "the forecast chart: $(cat "$T/m.svg")"
+fi
+# every run with evaluations forecasts, rule or not: the step line at each evaluation, the
+# record, TensorBoard's scalar
+"$S" train $small --quiet 0 --log_every 1000 $wsd --stop_at 40 --run_dir "$T/n" >"$T/n.out" 2>&1
+check '[ "$(grep -c "| val [0-9.]* (ppl [0-9.]*) | forecast" "$T/n.out")" -eq 8 ] && grep -q "| forecast [0-9.]* +- [0-9.]* at 200" "$T/n.out"' \
+  "the step line's forecast: $(grep -c forecast "$T/n.out") lines, $(grep val "$T/n.out" | tail -1)"
+check '[ "$(jq -s "map(select(.forecast_final)) | length" "$T/n/metrics.jsonl")" -ge 1 ] && grep -q "forecast/forecast_final" "$T/n"/events.out.tfevents.*' \
+  "the forecast in metrics.jsonl and TensorBoard"
+# without a rule too, a resume refits from the points read back: the same forecasts as the
+# uninterrupted run's (resumed at 40, compared to 80)
+"$S" train $small $wsd --stop_at 80 --run_dir "$T/n80" >/dev/null 2>&1
+"$S" train --resume "$T/n" --stop_at 80 >/dev/null 2>&1
+fc() { jq -c "select(.step > 40 and .forecast_final) | [.step, .forecast_final, .forecast_band]" "$1/metrics.jsonl" | tr '\n' ' '; }
+check '[ -n "$(fc "$T/n80")" ] && [ "$(fc "$T/n")" = "$(fc "$T/n80")" ]' "resumed forecasts: $(fc "$T/n") against $(fc "$T/n80")"
 # resumed before the decision and inside the decay: the same decision, the same bits
 for at in $((k - 3)) $((k + 7)); do
   "$S" train $small $wsd --stop_rule marginal:1e30 --stop_at $at --run_dir "$T/m$at" >/dev/null 2>&1

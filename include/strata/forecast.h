@@ -88,10 +88,11 @@ int st_forecast_first_point(const long *steps, int n, long from);
 double st_forecast_loss(const st_forecast *f, const st_schedule *sc, long step, double *band);
 /* The step that has spent flops (flops / flops_per_step, rounded down). */
 long st_forecast_step_at_flops(const st_forecast *f, double flops);
-/* What one more step buys, in loss per PFLOP (1e15 FLOPs), at step: for wsd the decrease of
- * the final loss of a run that starts its decay after step + 1 instead of after step
- * (the decay run either way); for cosine and constant the decrease from step to step + 1 of
- * the curve sc plans. */
+/* What the next step buys, in loss per PFLOP (1e15 FLOPs), at step: the decrease of the
+ * forecast curve from step to step + 1 as the run goes now (for wsd the stable curve, the
+ * rate held at its peak; for cosine and constant, the curve sc plans). The measured counterpart is the
+ * slope of the run's own evaluations there, so a rule on it can be checked against the
+ * curve it stops. */
 double st_forecast_gain_per_pflop(const st_forecast *f, const st_schedule *sc, long step);
 
 /* The stopping rule: --stop_rule marginal:EPS | target:LOSS | budget:FLOPS. */

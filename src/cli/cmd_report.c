@@ -1,6 +1,7 @@
 /* cmd_report.c - strata report RUN_DIR: one self-contained HTML page with inline SVG
  * charts of a run (loss, validation loss and learning rate, step time stacked by phase,
- * memory per tier over time, achieved FLOP/s against the measured peak) and a plain-text summary on the
+ * memory per tier over time, achieved FLOP/s against the measured peak, and the loss forecast:
+ * evaluations, the LR-aware law's fit, its band and the stopping point) and a plain-text summary on the
  * terminal. Reads only metrics.jsonl and config.json, so it works on a run in progress
  * and on runs made without a trace. No scripts, no external files: the page opens
  * anywhere and prints as it looks. */
@@ -12,6 +13,8 @@
 #include <string.h>
 
 #include "cli/cli_prof.h"
+#include "strata/forecast.h"
+#include "strata/schedule.h"
 #include "strata/train.h"
 
 #define MAX_PHASES 24
@@ -394,6 +397,126 @@ static void chart_line(chart *c, const double *x, const double *y, int n, const 
 
 static void chart_end(chart *c) { fputs("</svg>\n", c->f); }
 
+/* ------------------------------------------------------------------ the forecast */
+
+/* The run's forecast as strata forecast makes it (src/cli/cmd_forecast.c): config.json's
+ * schedule, metrics.jsonl's evaluations, the law fitted to those up to the stopping rule's
+ * decision when the run took one (the forecast the decision was made on), else to all. */
+typedef struct report_forecast {
+    int have;              /* a schedule and points were read */
+    st_forecast f;
+    st_schedule sc;        /* decay_start: the decision's, as the run took it */
+    st_forecast_points pts;
+    int first, n_fit;      /* the fitted points: pts[first .. first + n_fit) */
+    long decided, end;     /* the decision's step (0: none) and the run's last step */
+    char why[320];
+} report_forecast;
+
+static void load_forecast(const char *run_dir, report_forecast *rf) {
+    memset(rf, 0, sizeof *rf);
+    st_err err = {0};
+    st_train_config cfg;
+    st_train_config_defaults(&cfg);
+    char path[4200];
+    st_run_path(path, sizeof path, run_dir, ST_RUN_CONFIG);
+    if (st_train_config_load_json(&cfg, path, &err) || st_train_config_schedule(&cfg, &rf->sc, &err)) {
+        snprintf(rf->why, sizeof rf->why, "no forecast: %.300s", err.msg);
+        return;
+    }
+    st_run_path(path, sizeof path, run_dir, ST_RUN_METRICS);
+    if (st_forecast_points_read(path, 0, &rf->pts, &err)) {
+        snprintf(rf->why, sizeof rf->why, "no forecast: %.300s", err.msg);
+        return;
+    }
+    rf->have = 1;
+    rf->sc.decay_start = rf->pts.decay_start;
+    rf->end = st_schedule_end(&rf->sc);
+    if (rf->pts.end_step > 0) {
+        rf->decided = rf->pts.decay_start > 0 ? rf->pts.decay_start : rf->pts.end_step;
+        rf->end = rf->pts.end_step;
+    }
+    int n = rf->pts.n;
+    while (rf->decided > 0 && n > 0 && rf->pts.step[n - 1] > rf->decided) n--;
+    rf->first = st_forecast_first_point(rf->pts.step, n, -1);
+    rf->n_fit = n - rf->first;
+    if (st_forecast_fit(&rf->f, &rf->sc, ST_FORECAST_LAMBDA, rf->pts.flops_per_step, rf->pts.step + rf->first,
+                        rf->pts.loss + rf->first, rf->n_fit, &err)) {
+        rf->f.state = ST_FORECAST_NOT_CONVERGED;
+        snprintf(rf->f.why, sizeof rf->f.why, "%.250s", err.msg);
+    }
+    if (rf->f.state != ST_FORECAST_OK) snprintf(rf->why, sizeof rf->why, "no forecast: %.300s", rf->f.why);
+    else {
+        double band, L = st_forecast_loss(&rf->f, &rf->sc, rf->end, &band);
+        snprintf(rf->why, sizeof rf->why, "loss at step %ld: %.4f +- %.4f (%s)", rf->end, L, band, rf->f.why);
+    }
+}
+
+/* The chart: the evaluations (the fitted ones filled), the fit (solid over the fitted
+ * steps, dashed beyond), its band, the decision and the end. */
+static void forecast_chart(FILE *f, const report_forecast *rf) {
+    chart c;
+    const st_forecast_points *p = &rf->pts;
+    int ok = rf->f.state == ST_FORECAST_OK;
+    long x0s = p->n ? p->step[rf->first < p->n ? rf->first : 0] : 0, x1s = rf->end > 0 ? rf->end : 1;
+    for (int i = 0; i < p->n; i++) x1s = p->step[i] > x1s ? p->step[i] : x1s;
+    enum { K = 240 };
+    double xs[K], L[K], lo[K], hi[K], y0 = INFINITY, y1 = -INFINITY;
+    for (int i = rf->first; i < p->n; i++) y0 = fmin(y0, p->loss[i]), y1 = fmax(y1, p->loss[i]);
+    if (ok)
+        for (int k = 0; k < K; k++) {
+            long st = x0s + (long)((double)(x1s - x0s) * k / (K - 1));
+            double b;
+            xs[k] = (double)st;
+            L[k] = st_forecast_loss(&rf->f, &rf->sc, st, &b);
+            lo[k] = L[k] - b, hi[k] = L[k] + b;
+            y0 = fmin(y0, L[k]), y1 = fmax(y1, L[k]);
+        }
+    double x0 = (double)x0s, x1 = (double)x1s;
+    if (x1 <= x0) x1 = x0 + 1;
+    axis_range(&y0, &y1, 0);
+    const char *names[] = {"validation loss (fitted)", "fit, then forecast (dashed)", "95% band", "stop decision / end"},
+               *cols[] = {palette[2], palette[0], "#9ab8d8", palette[4]};
+    int dash[] = {0, 0, 0, 1};
+    legend lg = {names, cols, dash, ok ? 4 : 1};
+    fputs("<div class=\"card\">", f);
+    chart_begin(&c, f, "Loss forecast", &lg, x0, x1, y0, y1, "step", "validation loss", 0, 0, 0, "");
+    if (ok) {
+        fputs("<polygon class=\"band\" fill=\"#9ab8d8\" fill-opacity=\"0.35\" stroke=\"none\" points=\"", f);
+        for (int k = 0; k < K; k++) fprintf(f, "%.1f,%.1f ", px(&c, xs[k]), py(&c, hi[k]));
+        for (int k = K - 1; k >= 0; k--) fprintf(f, "%.1f,%.1f ", px(&c, xs[k]), py(&c, lo[k]));
+        fputs("\"/>\n", f);
+        int m = 0; /* the fitted steps: solid; beyond: dashed */
+        while (m < K && xs[m] <= (double)rf->f.last_step) m++;
+        if (m > 1) chart_line(&c, xs, L, m, palette[0], 2.0, 0, 0);
+        if (m > 0 && m < K) chart_line(&c, xs + m - 1, L + m - 1, K - m + 1, palette[0], 2.0, 1, 0);
+        else if (m == 0) chart_line(&c, xs, L, K, palette[0], 2.0, 1, 0);
+    }
+    for (int i = 0; i < p->n; i++) {
+        if (p->step[i] < x0s) continue;
+        int fitted = ok && i >= rf->first && i < rf->first + rf->n_fit;
+        fprintf(f, "<circle class=\"fval\" cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\" stroke=\"%s\"/>\n",
+                px(&c, (double)p->step[i]), py(&c, p->loss[i]), fitted ? palette[2] : "#fff", palette[2]);
+    }
+    long marks[2] = {rf->decided, rf->decided > 0 ? rf->end : 0};
+    const char *mlab[2] = {"decision", "end"};
+    for (int k = 0; k < 2; k++) {
+        if (marks[k] <= 0) continue;
+        double xx = px(&c, (double)marks[k]);
+        int right = xx > c.W - c.mr - 90; /* near the right edge: the label on the line's left */
+        fprintf(f, "<line class=\"stop\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"1.5\" "
+                "stroke-dasharray=\"5 3\"/>\n<text x=\"%.1f\" y=\"%d\" fill=\"%s\" text-anchor=\"%s\">%s %ld</text>\n",
+                xx, xx, c.mt, c.H - c.mb, palette[4], right ? xx - 4 : xx + 4, c.mt + 14 + 14 * k, palette[4],
+                right ? "end" : "start", mlab[k], marks[k]);
+    }
+    if (!ok) {
+        fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"#888\">", c.ml + 10, c.H / 2);
+        esc(f, rf->why);
+        fputs("</text>\n", f);
+    }
+    chart_end(&c);
+    fputs("</div>\n", f);
+}
+
 /* ------------------------------------------------------------------ the page */
 
 static void fmt_bytes(char *b, size_t cap, double v) {
@@ -484,7 +607,7 @@ static void print_summary(FILE *f, const run_data *d, const summary *s) {
     if (!d->has_prof) fprintf(f, "  (metrics without the profiler's fields: no phases or memory)\n");
 }
 
-static void write_html(FILE *f, const run_data *d, const summary *s) {
+static void write_html(FILE *f, const run_data *d, const summary *s, const report_forecast *rf) {
     int n = d->n;
     fputs("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>strata report: ", f);
     esc(f, s->title);
@@ -655,6 +778,8 @@ static void write_html(FILE *f, const run_data *d, const summary *s) {
         chart_end(&c);
         fputs("</div>\n", f);
     }
+    /* 5. the loss forecast (runs with evaluations at two steps or more) */
+    if (rf->have && rf->pts.n >= 2) forecast_chart(f, rf);
     fputs("</div>\n<p class=\"note\">From metrics.jsonl and config.json, written by <code>strata report</code>. "
           "Medians leave out the first step (warm-up). The step-time axis is scaled to the 98th percentile; "
           "taller steps are cut at the top. Phases are the spans directly inside each step; "
@@ -665,7 +790,7 @@ static void write_html(FILE *f, const run_data *d, const summary *s) {
 static void report_usage(FILE *f) {
     fprintf(f, "usage: strata report RUN_DIR [-o FILE.html] [--quiet]\n"
                "  Writes RUN_DIR/report.html (charts: loss and learning rate, step time by phase,\n"
-               "  memory per tier, achieved FLOP/s) and prints a summary of the run.\n");
+               "  memory per tier, achieved FLOP/s, the loss forecast) and prints a summary of the run.\n");
 }
 
 int cmd_report(int argc, char **argv) {
@@ -706,17 +831,22 @@ int cmd_report(int argc, char **argv) {
         free_run(&d);
         return 1;
     }
-    write_html(f, &d, &s);
+    report_forecast rf;
+    load_forecast(run_dir, &rf);
+    write_html(f, &d, &s, &rf);
     int bad = ferror(f) | (fclose(f) != 0);
     if (bad) {
         fprintf(stderr, "strata report: %s: write failed: %s\n", path, strerror(errno));
+        st_forecast_points_free(&rf.pts);
         free_run(&d);
         return 1;
     }
     if (!quiet) {
         print_summary(stdout, &d, &s);
+        if (rf.have && rf.pts.n >= 2) printf("  forecast    %s\n", rf.why);
         printf("  report      %s\n", path);
     }
+    st_forecast_points_free(&rf.pts);
     free_run(&d);
     return 0;
 }

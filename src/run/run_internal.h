@@ -45,7 +45,14 @@ st_status run_resolve_resume(const char *path, char *ckpt_dir, size_t cap, st_er
 void run_prune_checkpoints(const st_train_config *c);
 st_status run_metrics_truncate(const char *run_dir, unsigned long long step, st_err *err);
 st_status run_agree(const run_dist *d, st_status mine, const char *what, st_err *err);
-st_status run_save_checkpoint(const st_train_config *c, const run_dist *d, st_model *m, st_optim *o, const st_train_state_header *h, st_err *err);
+/* What else a checkpoint holds (the online mixture's state): written by rank 0 into the
+ * checkpoint's directory before it is committed, so it is whole or the checkpoint is not. */
+typedef struct run_ckpt_extra {
+    st_status (*write)(void *ctx, const char *dir, st_err *err);
+    void *ctx;
+} run_ckpt_extra;
+st_status run_save_checkpoint(const st_train_config *c, const run_dist *d, st_model *m, st_optim *o,
+                              const st_train_state_header *h, const run_ckpt_extra *extra, st_err *err);
 st_status run_dist_check_config(const st_train_config *c, const run_dist *d, st_err *err);
 st_status run_open_streamed(const st_train_config *c, st_model *m, const st_arch *arch, st_backend *be, int ranks, st_backend **dev, st_stream_exec **sx, double *state_budget, st_err *err);
 const char *run_val_spec(const st_train_config *c);

@@ -1,5 +1,6 @@
 /* run_stop.c - the stopping rule inside a run (run_stop_internal.h): the schedule the loop
- * asks for each step's learning rate, the refit and the decision after each evaluation. */
+ * asks for each step's learning rate, the refit after each evaluation (every run with
+ * evaluations: the step line, metrics.jsonl, TensorBoard) and the rule's decision. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +16,9 @@ st_status st_run_stop_open(st_run_stop *rs, const st_train_config *c, double flo
     rs->eval_every = c->eval_every;
     st_status s = st_train_config_schedule(c, &rs->sched, err);
     if (!s) s = st_stop_rule_parse(c->stop_rule, &rs->rule, err);
-    if (s || rs->rule.kind == ST_STOP_RULE_NONE || resume_step <= 0) return s;
+    /* every run with evaluations forecasts (the step line, metrics.jsonl, TensorBoard); a
+     * resume refits from the points the uninterrupted run had */
+    if (s || rs->eval_every <= 0 || resume_step <= 0) return s;
     char path[2200];
     snprintf(path, sizeof path, "%s/metrics.jsonl", c->run_dir);
     if ((s = st_forecast_points_read(path, resume_step, &rs->points, err))) return s;
@@ -26,7 +29,7 @@ st_status st_run_stop_open(st_run_stop *rs, const st_train_config *c, double flo
             rs->points.loss[k++] = rs->points.loss[i];
         }
     rs->points.n = k;
-    if (rs->points.end_step > 0) { /* the decision the run took before it stopped */
+    if (rs->rule.kind != ST_STOP_RULE_NONE && rs->points.end_step > 0) { /* the decision taken before it stopped */
         rs->sched.decay_start = rs->points.decay_start;
         rs->end = rs->points.end_step;
         rs->decided = 1;
@@ -38,7 +41,9 @@ double st_run_stop_lr(const st_run_stop *rs, long step) { return st_schedule_lr_
 
 st_status st_run_stop_eval(st_run_stop *rs, long step, double val, int quiet, char *json, size_t cap, st_err *err) {
     json[0] = 0;
-    if (rs->rule.kind == ST_STOP_RULE_NONE || !isfinite(val) || rs->eval_every <= 0 || step % rs->eval_every) return ST_OK;
+    rs->line[0] = 0;
+    rs->fc_ok = 0;
+    if (!isfinite(val) || rs->eval_every <= 0 || step % rs->eval_every) return ST_OK;
     char txt[32];
     snprintf(txt, sizeof txt, "%.6f", val); /* the value metrics.jsonl keeps */
     st_status s = st_forecast_points_add(&rs->points, step, strtod(txt, NULL), err);
@@ -50,14 +55,23 @@ st_status st_run_stop_eval(st_run_stop *rs, long step, double val, int quiet, ch
         return s;
     size_t n = 0;
     if (f.state == ST_FORECAST_OK) {
-        double band, L = st_forecast_loss(&f, &rs->sched, rs->end, &band);
+        /* at the run's planned end (a stop_at is a pause, not the plan), or its decision's */
+        long fend = rs->decided ? rs->end : st_schedule_end(&rs->sched);
+        double band, L = st_forecast_loss(&f, &rs->sched, fend, &band);
         n += (size_t)snprintf(json + n, cap - n, ",\"forecast_final\":%.6f,\"forecast_band\":%.6f", isfinite(L) ? L : 0,
                               isfinite(band) ? band : 0);
+        if (isfinite(L) && isfinite(band)) {
+            rs->fc_ok = 1, rs->fc_final = L, rs->fc_band = band;
+            snprintf(rs->line, sizeof rs->line, " | forecast %.4f +- %.4f at %ld%s", L, band, fend,
+                     f.annealed || rs->sched.kind != ST_SCHEDULE_WSD ? "" : " (no decay drop yet)");
+        }
     } else {
         n += (size_t)snprintf(json + n, cap - n, ",\"forecast\":\"%s\"",
                               f.state == ST_FORECAST_TOO_FEW ? "too few points" : "not converged");
+        snprintf(rs->line, sizeof rs->line, " | forecast: %s",
+                 f.state == ST_FORECAST_TOO_FEW ? "too few points" : "not converged");
     }
-    if (rs->decided) return ST_OK;
+    if (rs->rule.kind == ST_STOP_RULE_NONE || rs->decided) return ST_OK;
     st_stop_decision d;
     if ((s = st_stop_rule_decide(&rs->rule, &f, &rs->sched, step, rs->flops_per_step, &d, err))) return s;
     if (n < cap && isfinite(d.gain_per_pflop))

@@ -17,6 +17,9 @@ typedef struct st_run_stop {
     long end;                 /* the run's last step (a decision's end_step, or the planned one) */
     long eval_every;          /* the points are the regular evaluations' (a stop_at's extra one is not) */
     int decided;
+    int fc_ok;                /* the last evaluation's forecast: fc_final +- fc_band at step end */
+    double fc_final, fc_band;
+    char line[96];            /* its text for the step line (" | forecast ..."); "" without an evaluation */
 } st_run_stop;
 
 /* c's rule and schedule; on a resume (resume_step > 0) the points and any decision that
@@ -30,7 +33,8 @@ double st_run_stop_lr(const st_run_stop *rs, long step);
  * evaluation at a stop_at would give a resumed run a point the uninterrupted one lacks) (val as metrics.jsonl prints it, %.6f, so that a resume fits
  * the same numbers): refit, decide, take the decision (rs->end, the decay). json receives
  * the record's fields (,"forecast_final":..., and at a decision "decay_start", "end_step",
- * "stop":"why"); a log line is printed when a decision is taken and quiet is 0. */
+ * "stop":"why"); a log line is printed when a decision is taken and quiet is 0. Every run
+ * with evaluations is forecast (rs->line, fc_*); only a rule decides. */
 st_status st_run_stop_eval(st_run_stop *rs, long step, double val, int quiet, char *json, size_t cap, st_err *err);
 /* Under mpirun, at every evaluation step: rank 0's end and decay for every rank. */
 st_status st_run_stop_share(st_run_stop *rs, st_comm *comm, int lead, st_err *err);

@@ -179,7 +179,7 @@ st_status run_agree(const run_dist *d, st_status mine, const char *what, st_err 
 }
 
 st_status run_save_checkpoint(const st_train_config *c, const run_dist *d, st_model *m, st_optim *o,
-                                 const st_train_state_header *h, st_err *err) {
+                              const st_train_state_header *h, const run_ckpt_extra *extra, st_err *err) {
     char dir[2048], tmp[2100], path[2200], old[2100];
     st_run_checkpoint_path(dir, sizeof dir, c->run_dir, (unsigned long long)h->step);
     snprintf(tmp, sizeof tmp, "%s.partial", dir);
@@ -204,6 +204,7 @@ st_status run_save_checkpoint(const st_train_config *c, const run_dist *d, st_mo
         if (!s && !sharded) s = st_train_state_save(path, h, o, err);
         st_run_path(path, sizeof path, tmp, ST_RUN_CONFIG);
         if (!s) s = st_train_config_save_json(c, path, err);
+        if (!s && extra && extra->write) s = extra->write(extra->ctx, tmp, err);
     }
     if ((s = run_agree(d, s, "writing the checkpoint", err))) return s;
     if (d->rank == 0) {

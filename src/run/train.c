@@ -36,6 +36,7 @@ typedef struct train_run {
     volatile int *stop_flag;     /* the caller's (st_train_hooks); NULL: none */
     run_dist dist;               /* the ranks (one process: a world of one) */
     run_mix mix;                 /* mix online (run_mix.c); off otherwise */
+    run_ckpt_extra extra;        /* what checkpoints hold besides the state (ckpt_extra) */
     int lead;                    /* rank 0: writes what is the run's, not a rank's */
     int quiet;                   /* no lines: the key quiet, or a rank other than 0 */
     int threads;
@@ -437,8 +438,12 @@ static st_status run_evaluate(train_run *r, train_step *o, st_err *err) {
     st_prof_end(&pv);
     if (s) return s;
     o->eval_s = st_now() - te;
-    if ((s = st_prof_tb_scalar(r->tb, "val/loss", o->step, o->val, err))) return s;
-    return st_run_stop_eval(&r->stop, o->step, o->val, r->quiet, o->forecast_json, sizeof o->forecast_json, err);
+    if ((s = st_prof_tb_scalar(r->tb, "val/loss", o->step, o->val, err)) ||
+        (s = st_run_stop_eval(&r->stop, o->step, o->val, r->quiet, o->forecast_json, sizeof o->forecast_json, err)))
+        return s;
+    if (r->stop.fc_ok && !(s = st_prof_tb_scalar(r->tb, "forecast/forecast_final", o->step, r->stop.fc_final, err)))
+        s = st_prof_tb_scalar(r->tb, "forecast/forecast_band", o->step, r->stop.fc_band, err);
+    return s;
 }
 
 /* The stopping rule's decision, rank 0's on every rank, taken: the run ends at its end. */
@@ -457,10 +462,10 @@ static st_status run_log_step(train_run *r, const train_step *o, st_err *err) {
     const st_train_config *c = &r->c;
     long step = o->step;
     int has_val = r->lead && r->ev.spec && (step % c->eval_every == 0 || step == r->end);
-    char vtxt[64] = "", vjson[640] = "";
+    char vtxt[160] = "", vjson[640] = "";
     if (has_val) {
         char jv[32], jp[32]; /* a diverged model's loss is not a JSON number */
-        snprintf(vtxt, sizeof vtxt, " | val %.4f (ppl %.2f)", o->val, exp(o->val));
+        snprintf(vtxt, sizeof vtxt, " | val %.4f (ppl %.2f)%s", o->val, exp(o->val), r->stop.line);
         snprintf(vjson, sizeof vjson, ",\"val_loss\":%s,\"val_ppl\":%s,\"eval_ms\":%.3f",
                  json_num(jv, o->val, "%.6f"), json_num(jp, exp(o->val), "%.4f"), o->eval_s * 1e3);
         snprintf(vjson + strlen(vjson), sizeof vjson - strlen(vjson), "%s", o->forecast_json);
@@ -552,15 +557,23 @@ static st_status run_stop_requested(train_run *r, int *stop, st_err *err) {
 
 /* Every ckpt_every steps, at the last and on a stop (the disk state commits every step: it
  * is its own checkpoint); the oldest complete ones pruned. */
+/* What a checkpoint holds beyond the weights, state and configuration: the online mixture's
+ * state, written inside it before it is committed. */
+static st_status write_mix(void *ctx, const char *dir, st_err *err) { return run_mix_save(ctx, dir, err); }
+static const run_ckpt_extra *ckpt_extra(train_run *r) {
+    static run_ckpt_extra none = {0};
+    r->extra = r->mix.on ? (run_ckpt_extra){write_mix, &r->mix} : none;
+    return &r->extra;
+}
+
 static st_status run_checkpoint(train_run *r, long step, int stop, st_err *err) {
     const st_train_config *c = &r->c;
     if (r->store || !((c->ckpt_every > 0 && step % c->ckpt_every == 0) || step == r->end || stop)) return ST_OK;
     st_prof_span pw = st_prof_begin(ST_PROF_CAT_IO, "checkpoint write", -1);
     st_status s = st_step_sync(r->stp, err);
-    if (s || (s = run_save_checkpoint(c, &r->dist, r->m, r->opt, r->hs, err))) return s;
+    if (s || (s = run_save_checkpoint(c, &r->dist, r->m, r->opt, r->hs, ckpt_extra(r), err))) return s;
     char path[2200];
     st_run_checkpoint_path(path, sizeof path, c->run_dir, (unsigned long long)step);
-    if (r->mix.on && r->lead && (s = run_mix_save(&r->mix, path, err))) return s;
     st_prof_end_bytes(&pw, st_prof_dir_bytes(path));
     if (r->lead) run_prune_checkpoints(c);
     r->saved_at_end = step == r->end || stop;
@@ -598,9 +611,7 @@ static st_status run_finish(train_run *r, st_train_result *res, st_err *err) {
     char path[2200];
     st_status s = st_step_sync(r->stp, err);
     if (!s && !r->store && !r->saved_at_end && hs->step > 0 && c->resume[0] == 0 && (long)hs->step == r->end) {
-        s = run_save_checkpoint(c, &r->dist, r->m, r->opt, hs, err);
-        st_run_checkpoint_path(path, sizeof path, c->run_dir, (unsigned long long)hs->step);
-        if (!s && r->mix.on && r->lead) s = run_mix_save(&r->mix, path, err);
+        s = run_save_checkpoint(c, &r->dist, r->m, r->opt, hs, ckpt_extra(r), err);
     }
     if (r->store && !s && r->lead) { /* the store is the checkpoint; the weights go beside it for users */
         st_run_path(path, sizeof path, c->run_dir, ST_RUN_MODEL);
