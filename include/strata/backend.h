@@ -268,6 +268,12 @@ typedef struct st_backend_ops {
      * the last 4096 only). */
     uint64_t (*timer_mark)(st_backend *be);
     double (*timer_seconds)(st_backend *be, uint64_t from, uint64_t to);
+
+    /* ---- scaled add of row blocks (appended; NULL in a backend without it, the CUDA
+     * backend's today): for n < N and i < W, y[n*ldy + i] += alpha * x[n*ldx + i]. LoRA's
+     * low-rank term goes into columns of a packed projection's output with it (ldy the packed
+     * width, ldx = W), and its gradient comes back out (the strides swapped). */
+    void (*axpy_rows)(st_backend *be, float *y, int ldy, const float *x, int ldx, float alpha, int N, int W);
 } st_backend_ops;
 
 struct st_backend {

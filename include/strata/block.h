@@ -143,6 +143,8 @@ struct st_blocks {
     st_backend *be;
     int B, T;
     void *state; /* the architecture's (token ids, scratch, tables), on be */
+    st_linear_hook *hook; /* NULL: none; else called at each block matmul (model.h), its
+                           * layer set by whoever runs the blocks */
 };
 
 st_status st_arch_gpt2(st_arch **out, const st_gpt2_config *cfg, st_err *err);

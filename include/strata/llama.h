@@ -123,6 +123,7 @@ typedef struct st_llama_model {
     st_llama_acts *acts;
     int B, T;
     float mean_loss;
+    st_linear_hook *hook; /* NULL: none (LoRA sets it, strata/lora.h); given to the blocks */
 } st_llama_model;
 
 st_status st_llama_create(st_llama_model *m, const st_llama_config *cfg, st_backend *be, st_err *err);

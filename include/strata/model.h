@@ -89,6 +89,26 @@ void st_params_init_by_role(const st_param_info *t, int n, float *host, uint64_t
 
 typedef struct st_gpt2_acts st_gpt2_acts;
 
+/* A hook on a block's four matmuls (LoRA's adapters, strata/lora.h), called by the block
+ * functions of every architecture right after the base matmul. The matmuls, by id: ST_MM_QKV
+ * (GPT-2's c_attn; the Llama family's packed q|k|v), ST_MM_O (attention's c_proj; o_proj),
+ * ST_MM_UP (c_fc; the packed gate|up), ST_MM_DOWN (the MLP's c_proj; down_proj). */
+enum { ST_MM_QKV = 0, ST_MM_O = 1, ST_MM_UP = 2, ST_MM_DOWN = 3, ST_MM_COUNT = 4 };
+typedef struct st_linear_hook st_linear_hook;
+struct st_linear_hook {
+    /* out (N, the matmul's output width) += the hook's term of x (N, its input width) */
+    void (*forward)(st_linear_hook *h, int mm, float *out, const float *x, int N);
+    /* dx (N, input width) += the term's gradient to x from dout (N, output width); the
+     * hook's own parameters' gradients += */
+    void (*backward)(st_linear_hook *h, int mm, float *dx, const float *dout, const float *x, int N);
+    int layer;  /* the block being run: whoever runs the blocks sets it before each */
+    int frozen; /* 1: the base weights are frozen: no gradient of them is formed (the block,
+                 * head and embedding backwards take NULL gradient vectors and skip them) */
+    float *norm_scratch; /* frozen: backend memory for the norms' weight gradients, dropped
+                          * (the norm ops always form them): 2 * n_embd floats */
+};
+
+
 typedef struct st_gpt2_model {
     st_gpt2_config cfg;
     st_backend *be;
@@ -111,6 +131,7 @@ typedef struct st_gpt2_model {
      * the batch, NULL when off (positions 0..T-1, causal attention over the whole row). */
     int32_t *docs;                  /* the allocation: 2 (B,T) int32 */
     const int32_t *pos_dev, *ds_dev;
+    st_linear_hook *hook;           /* NULL: none (LoRA sets it, strata/lora.h) */
 } st_gpt2_model;
 
 st_status st_gpt2_create(st_gpt2_model *m, const st_gpt2_config *cfg, st_backend *be, st_err *err);

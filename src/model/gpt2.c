@@ -364,15 +364,20 @@ void st_gpt2_block_forward(st_gpt2_model *m, const float *wslab, const float *in
     float *scratch = m->acts->scratch;
     block_ptrs w = slab_ptrs(m, (float *)wslab);
     OPS->layernorm_forward(be, a->ln1, a->ln1_mean, a->ln1_rstd, in, w.ln1w, w.ln1b, N, C);
+    st_linear_hook *hk = m->hook;
     OPS->matmul_forward(be, a->qkv, a->ln1, w.qkvw, w.qkvb, N, C, 3 * C, ST_W_IN_OUT);
+    if (hk) hk->forward(hk, ST_MM_QKV, a->qkv, a->ln1, N);
     if (m->ds_dev) OPS->attention_doc_forward(be, a->atty, a->lse, a->qkv, m->ds_dev, B, T, C, NH);
     else OPS->attention_forward(be, a->atty, a->lse, a->qkv, B, T, C, NH);
     OPS->matmul_forward(be, scratch, a->atty, w.projw, w.projb, N, C, C, ST_W_IN_OUT);
+    if (hk) hk->forward(hk, ST_MM_O, scratch, a->atty, N);
     OPS->residual_forward(be, a->res2, in, scratch, (int)NC);
     OPS->layernorm_forward(be, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2w, w.ln2b, N, C);
     OPS->matmul_forward(be, a->fch, a->ln2, w.fcw, w.fcb, N, C, 4 * C, ST_W_IN_OUT);
+    if (hk) hk->forward(hk, ST_MM_UP, a->fch, a->ln2, N);
     OPS->gelu_forward(be, a->fchg, a->fch, (int)(NC * 4));
     OPS->matmul_forward(be, scratch, a->fchg, w.fcpw, w.fcpb, N, 4 * C, C, ST_W_IN_OUT);
+    if (hk) hk->forward(hk, ST_MM_DOWN, scratch, a->fchg, N);
     OPS->residual_forward(be, a->out, a->res2, scratch, (int)NC);
 }
 
@@ -382,23 +387,35 @@ void st_gpt2_block_backward(st_gpt2_model *m, const float *wslab, float *gslab, 
     st_backend *be = m->be;
     int B = m->B, T = m->T, C = m->cfg.n_embd, NH = m->cfg.n_head, N = B * T;
     size_t NC = (size_t)N * C;
-    block_ptrs w = slab_ptrs(m, (float *)wslab), g = slab_ptrs(m, gslab);
+    block_ptrs w = slab_ptrs(m, (float *)wslab), g;
+    st_linear_hook *hk = m->hook;
+    if (hk && hk->frozen) { /* no gradient of the base: the matmuls form none, the norms' go to scratch */
+        memset(&g, 0, sizeof g);
+        g.ln1w = g.ln2w = hk->norm_scratch;
+        g.ln1b = g.ln2b = hk->norm_scratch + C;
+    } else {
+        g = slab_ptrs(m, gslab);
+    }
     /* dres is the gradient of the residual stream; it flows through the block's
      * identity path unchanged and the two branches add into it. */
     OPS->memset0(be, s->dC4a, NC * 4 * sizeof(float));
     OPS->matmul_backward(be, s->dC4a, g.fcpw, g.fcpb, dres, a->fchg, w.fcpw, N, 4 * C, C, ST_W_IN_OUT);
+    if (hk) hk->backward(hk, ST_MM_DOWN, s->dC4a, dres, a->fchg, N);
     OPS->memset0(be, s->dC4b, NC * 4 * sizeof(float));
     OPS->gelu_backward(be, s->dC4b, a->fch, s->dC4a, (int)(NC * 4));
     OPS->memset0(be, s->dC, NC * sizeof(float));
     OPS->matmul_backward(be, s->dC, g.fcw, g.fcb, s->dC4b, a->ln2, w.fcw, N, C, 4 * C, ST_W_IN_OUT);
+    if (hk) hk->backward(hk, ST_MM_UP, s->dC, s->dC4b, a->ln2, N);
     OPS->layernorm_backward(be, dres, g.ln2w, g.ln2b, s->dC, a->res2, w.ln2w, a->ln2_mean, a->ln2_rstd, N, C);
     OPS->memset0(be, s->dC, NC * sizeof(float));
     OPS->matmul_backward(be, s->dC, g.projw, g.projb, dres, a->atty, w.projw, N, C, C, ST_W_IN_OUT);
+    if (hk) hk->backward(hk, ST_MM_O, s->dC, dres, a->atty, N);
     OPS->memset0(be, s->dC3, NC * 3 * sizeof(float));
     if (m->ds_dev) OPS->attention_doc_backward(be, s->dC3, s->dC, a->qkv, a->atty, a->lse, m->ds_dev, B, T, C, NH);
     else OPS->attention_backward(be, s->dC3, s->dC, a->qkv, a->atty, a->lse, B, T, C, NH);
     OPS->memset0(be, s->dC, NC * sizeof(float));
     OPS->matmul_backward(be, s->dC, g.qkvw, g.qkvb, s->dC3, a->ln1, w.qkvw, N, C, 3 * C, ST_W_IN_OUT);
+    if (hk) hk->backward(hk, ST_MM_QKV, s->dC, s->dC3, a->ln1, N);
     OPS->layernorm_backward(be, dres, g.ln1w, g.ln1b, s->dC, in, w.ln1w, a->ln1_mean, a->ln1_rstd, N, C);
 }
 
@@ -473,12 +490,13 @@ void st_gpt2_head_backward(st_gpt2_model *m, const float *x, float *dres) {
     st_backend *be = m->be;
     int C = m->cfg.n_embd, V = m->cfg.vocab_size, N = m->B * m->T;
     size_t NC = (size_t)N * C;
-    float *dlnfw = m->lnf_g, *dlnfb = dlnfw + C;
+    int frozen = m->hook && m->hook->frozen; /* no gradient of the head, the final norm's to scratch */
+    float *dlnfw = frozen ? m->hook->norm_scratch : m->lnf_g, *dlnfb = dlnfw + C;
     const float *lnfw = m->lnf_w;
     /* the logits buffer already holds dlogits */
     st_prof_span pk = st_prof_begin(ST_PROF_CAT_COMPUTE, "classifier backward", -1);
     OPS->memset0(be, a->dC, NC * sizeof(float));
-    OPS->matmul_backward(be, a->dC, m->emb_g, NULL, a->logits, a->lnf, m->emb_w, N, C, V, ST_W_OUT_IN);
+    OPS->matmul_backward(be, a->dC, frozen ? NULL : m->emb_g, NULL, a->logits, a->lnf, m->emb_w, N, C, V, ST_W_OUT_IN);
     OPS->memset0(be, dres, NC * sizeof(float));
     OPS->layernorm_backward(be, dres, dlnfw, dlnfb, a->dC, x, lnfw, a->lnf_mean, a->lnf_rstd, N, C);
     st_prof_end(&pk);
@@ -486,6 +504,7 @@ void st_gpt2_head_backward(st_gpt2_model *m, const float *x, float *dres) {
 
 void st_gpt2_embed_backward(st_gpt2_model *m, const float *dres) {
     int C = m->cfg.n_embd, V = m->cfg.vocab_size;
+    if (m->hook && m->hook->frozen) return; /* frozen embeddings: nothing to form */
     st_prof_span pe = st_prof_begin(ST_PROF_CAT_COMPUTE, "embedding backward", -1);
     if (m->pos_dev) {
         OPS->embedding_backward(m->be, m->emb_g, dres, m->acts->inputs, m->B, m->T, C);
@@ -513,6 +532,7 @@ float st_gpt2_forward_hooked(st_gpt2_model *m, const int32_t *inputs, const int3
     for (int l = 0; l < m->cfg.n_layer; l++) {
         size_t off = m->block_offset0 + (size_t)l * m->block_numel;
         if (hook) hook(ctx, off, m->block_numel);
+        if (m->hook) m->hook->layer = l;
         st_prof_span pb = st_prof_begin(ST_PROF_CAT_COMPUTE, "forward block", l);
         st_gpt2_block_acts a = st_gpt2_layer_acts(m, l);
         st_gpt2_block_forward(m, m->params + off, st_gpt2_layer_input(m, l), &a);
@@ -531,10 +551,11 @@ void st_gpt2_backward_hooked(st_gpt2_model *m, void (*hook)(void *ctx, size_t of
     float *dres = m->acts->dres;
     st_gpt2_head_backward(m, st_gpt2_layer_input(m, m->cfg.n_layer), dres);
     for (int l = m->cfg.n_layer - 1; l >= 0; l--) {
+        if (m->hook) m->hook->layer = l;
         st_prof_span pb = st_prof_begin(ST_PROF_CAT_COMPUTE, "backward block", l);
         st_gpt2_block_acts a = st_gpt2_layer_acts(m, l);
         size_t off = m->block_offset0 + (size_t)l * m->block_numel;
-        st_gpt2_block_backward(m, m->params + off, m->grads + off, st_gpt2_layer_input(m, l), &a, dres);
+        st_gpt2_block_backward(m, m->params + off, m->grads ? m->grads + off : NULL, st_gpt2_layer_input(m, l), &a, dres);
         st_prof_end(&pb);
         if (hook) hook(ctx, off, m->block_numel);
     }
@@ -542,7 +563,9 @@ void st_gpt2_backward_hooked(st_gpt2_model *m, void (*hook)(void *ctx, size_t of
     st_prof_end(&pbw);
 }
 
-void st_gpt2_zero_grad(st_gpt2_model *m) { OPS->memset0(m->be, m->grads, m->n_params * sizeof(float)); }
+void st_gpt2_zero_grad(st_gpt2_model *m) {
+    if (m->grads) OPS->memset0(m->be, m->grads, m->n_params * sizeof(float)); /* frozen (LoRA): freed */
+}
 
 const float *st_gpt2_logits(const st_gpt2_model *m) { return m->acts ? m->acts->logits : NULL; }
 

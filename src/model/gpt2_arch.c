@@ -98,6 +98,7 @@ static st_status g_set_docs(st_blocks *b, const int32_t *positions, const int32_
 
 static void g_block_forward(st_blocks *b, const float *w, const float *in, float *acts, float *out) {
     st_gpt2_model *m = shell_of(b);
+    m->hook = b->hook;
     st_gpt2_block_acts a = st_gpt2_block_acts_at(m, acts, out);
     st_gpt2_block_forward(m, w, in, &a);
 }
@@ -105,6 +106,7 @@ static void g_block_forward(st_blocks *b, const float *w, const float *in, float
 static void g_block_backward(st_blocks *b, const float *w, float *g, const float *in, const float *acts,
                              float *dres) {
     st_gpt2_model *m = shell_of(b);
+    m->hook = b->hook;
     st_gpt2_block_acts a = st_gpt2_block_acts_at(m, (float *)acts, NULL);
     st_gpt2_block_backward(m, w, g, in, &a, dres);
 }

@@ -268,9 +268,11 @@ float st_llama_forward_hooked(st_llama_model *m, const int32_t *inputs, const in
     size_t post = ly->block_offset0 + (size_t)L * ly->block_numel;
     if (hook) hook(ctx, 0, ly->block_offset0);
     ao->embed_forward(a->blk, m->params, inputs, a->encoded);
+    a->blk->hook = m->hook;
     for (int l = 0; l < L; l++) {
         size_t off = ly->block_offset0 + (size_t)l * ly->block_numel;
         if (hook) hook(ctx, off, ly->block_numel);
+        if (m->hook) m->hook->layer = l;
         ao->block_forward(a->blk, m->params + off, l ? a->outs + (l - 1) * NC : a->encoded, a->sets + l * set,
                           a->outs + l * NC);
     }
@@ -297,23 +299,29 @@ void st_llama_backward_hooked(st_llama_model *m, void (*hook)(void *ctx, size_t 
     const st_arch_layout *ly = &m->arch->lay;
     int L = ly->n_blocks, C = ly->n_embd, V = ly->vocab_size, N = m->B * m->T;
     size_t NC = (size_t)N * C, set = ao->block_act_floats(m->arch, m->B, m->T);
+    /* frozen base (LoRA): no gradient of the head, the norms' to the hook's scratch, none of the embedding */
+    int frozen = m->hook && m->hook->frozen;
+    a->blk->hook = m->hook;
     /* classifier: logits already hold dlogits; the head's gradient lands in the embedding's when tied */
     OPS->memset0(be, a->dxn, NC * sizeof(float));
-    OPS->matmul_backward(be, a->dxn, m->grads + ly->head_offset, NULL, a->logits, a->lnf, m->params + ly->head_offset,
-                         N, C, V, ST_W_OUT_IN);
+    OPS->matmul_backward(be, a->dxn, frozen ? NULL : m->grads + ly->head_offset, NULL, a->logits, a->lnf,
+                         m->params + ly->head_offset, N, C, V, ST_W_OUT_IN);
     OPS->memset0(be, a->dres, NC * sizeof(float));
-    ao->norm_backward(a->blk, a->dres, m->grads + ly->norm_offset, a->dxn, a->outs + (L - 1) * NC,
-                      m->params + ly->norm_offset, a->rstdf);
+    ao->norm_backward(a->blk, a->dres, frozen ? m->hook->norm_scratch : m->grads + ly->norm_offset, a->dxn,
+                      a->outs + (L - 1) * NC, m->params + ly->norm_offset, a->rstdf);
     for (int l = L - 1; l >= 0; l--) {
         size_t off = ly->block_offset0 + l * ly->block_numel;
-        ao->block_backward(a->blk, m->params + off, m->grads + off, l ? a->outs + (l - 1) * NC : a->encoded,
-                           a->sets + l * set, a->dres);
+        if (m->hook) m->hook->layer = l;
+        ao->block_backward(a->blk, m->params + off, frozen ? NULL : m->grads + off,
+                           l ? a->outs + (l - 1) * NC : a->encoded, a->sets + l * set, a->dres);
         if (hook) hook(ctx, off, ly->block_numel);
     }
-    ao->embed_backward(a->blk, m->grads, a->dres);
+    if (!frozen) ao->embed_backward(a->blk, m->grads, a->dres);
 }
 
-void st_llama_zero_grad(st_llama_model *m) { OPS->memset0(m->be, m->grads, m->n_params * sizeof(float)); }
+void st_llama_zero_grad(st_llama_model *m) {
+    if (m->grads) OPS->memset0(m->be, m->grads, m->n_params * sizeof(float)); /* frozen (LoRA): freed */
+}
 
 const float *st_llama_logits(const st_llama_model *m) { return m->acts ? m->acts->logits : NULL; }
 

@@ -380,6 +380,7 @@ static void a_block_forward(st_blocks *b, const float *wslab, const float *in, f
     OPS->rmsnorm_forward(be, a.ln1, a.rstd1, in, w.t[BLK_LN1], N, 1, C, C, eps);
     /* q|k|v weights (and biases) are adjacent: one (W, C) matmul */
     OPS->matmul_forward(be, a.qkv, a.ln1, w.t[BLK_QW], w.t[BLK_QB], N, C, W, ST_W_OUT_IN);
+    if (b->hook) b->hook->forward(b->hook, ST_MM_QKV, a.qkv, a.ln1, N);
     float *qk = a.qkv; /* the buffer holding the q and k that attention sees */
     if (c->qk_norm) {
         qk = a.qkvn;
@@ -394,11 +395,14 @@ static void a_block_forward(st_blocks *b, const float *wslab, const float *in, f
                                        hs);
     else OPS->attention_gqa_forward(be, a.atty, a.lse, qk, qk + Q, a.qkv + Q + NKV * hs, W, B, T, NH, NKV, hs);
     OPS->matmul_forward(be, scratch, a.atty, w.t[BLK_OW], w.t[BLK_OB], N, Q, C, ST_W_OUT_IN);
+    if (b->hook) b->hook->forward(b->hook, ST_MM_O, scratch, a.atty, N);
     OPS->residual_forward(be, a.res2, in, scratch, (int)NC);
     OPS->rmsnorm_forward(be, a.ln2, a.rstd2, a.res2, w.t[BLK_LN2], N, 1, C, C, eps);
     OPS->matmul_forward(be, a.gu, a.ln2, w.t[BLK_GATE], NULL, N, C, 2 * F, ST_W_OUT_IN); /* gate|up adjacent */
+    if (b->hook) b->hook->forward(b->hook, ST_MM_UP, a.gu, a.ln2, N);
     OPS->swiglu_forward(be, a.hmlp, a.gu, N, F);
     OPS->matmul_forward(be, scratch, a.hmlp, w.t[BLK_DOWN], NULL, N, F, C, ST_W_OUT_IN);
+    if (b->hook) b->hook->forward(b->hook, ST_MM_DOWN, scratch, a.hmlp, N);
     OPS->residual_forward(be, out, a.res2, scratch, (int)NC);
 }
 
@@ -412,20 +416,30 @@ static void a_block_backward(st_blocks *b, const float *wslab, float *gslab, con
     size_t NC = (size_t)N * C;
     float *dC = BD(b, BD_DC), *dA = BD(b, BD_DA), *dF = BD(b, BD_DF), *dGU = BD(b, BD_DGU);
     float *dQKV = BD(b, BD_DQKV);
-    blk_ptrs w = blk_at(c, wslab), g = blk_at(c, gslab);
+    blk_ptrs w = blk_at(c, wslab), g;
+    st_linear_hook *hk = b->hook;
+    if (hk && hk->frozen) { /* no gradient of the base: the matmuls form none, the norms' go to scratch */
+        memset(&g, 0, sizeof g);
+        g.t[BLK_LN1] = g.t[BLK_LN2] = g.t[BLK_QN] = g.t[BLK_KN] = hk->norm_scratch;
+    } else {
+        g = blk_at(c, gslab);
+    }
     llama_set a;
     set_layout(c, B, T, acts, &a);
     /* MLP branch */
     OPS->memset0(be, dF, (size_t)N * F * sizeof(float));
     OPS->matmul_backward(be, dF, g.t[BLK_DOWN], NULL, dres, a.hmlp, w.t[BLK_DOWN], N, F, C, ST_W_OUT_IN);
+    if (hk) hk->backward(hk, ST_MM_DOWN, dF, dres, a.hmlp, N);
     OPS->memset0(be, dGU, (size_t)N * 2 * F * sizeof(float));
     OPS->swiglu_backward(be, dGU, a.gu, dF, N, F);
     OPS->memset0(be, dC, NC * sizeof(float));
     OPS->matmul_backward(be, dC, g.t[BLK_GATE], NULL, dGU, a.ln2, w.t[BLK_GATE], N, C, 2 * F, ST_W_OUT_IN);
+    if (hk) hk->backward(hk, ST_MM_UP, dC, dGU, a.ln2, N);
     OPS->rmsnorm_backward(be, dres, g.t[BLK_LN2], dC, a.res2, w.t[BLK_LN2], a.rstd2, N, 1, C, C);
     /* attention branch */
     OPS->memset0(be, dA, (size_t)N * Q * sizeof(float));
     OPS->matmul_backward(be, dA, g.t[BLK_OW], g.t[BLK_OB], dres, a.atty, w.t[BLK_OW], N, Q, C, ST_W_OUT_IN);
+    if (hk) hk->backward(hk, ST_MM_O, dA, dres, a.atty, N);
     OPS->memset0(be, dQKV, (size_t)N * W * sizeof(float));
     float *qk = a.qkv, *dqk = dQKV;
     if (c->qk_norm) {
@@ -447,6 +461,7 @@ static void a_block_backward(st_blocks *b, const float *wslab, float *gslab, con
     }
     OPS->memset0(be, dC, NC * sizeof(float));
     OPS->matmul_backward(be, dC, g.t[BLK_QW], g.t[BLK_QB], dQKV, a.ln1, w.t[BLK_QW], N, C, W, ST_W_OUT_IN);
+    if (hk) hk->backward(hk, ST_MM_QKV, dC, dQKV, a.ln1, N);
     OPS->rmsnorm_backward(be, dres, g.t[BLK_LN1], dC, in, w.t[BLK_LN1], a.rstd1, N, 1, C, C);
 }
 

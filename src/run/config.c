@@ -93,6 +93,11 @@ static const key_def keys[] = {
     {"quiet", K_INT, OFF(quiet), 0, 0, 1, "1: no per-step lines"},
     {"trace", K_INT, OFF(trace), 0, 0, 2, "1: trace every phase to run_dir/trace.json (Perfetto); 2: odd steps only"},
     {"host_budget", K_DOUBLE, OFF(host_budget), 0, 0, 1e18, "host memory in bytes the run must fit (0: MemAvailable)"},
+    {"method", K_STR, STR(method), 0, 0, "what trains: full (every parameter, AdamW; default) or lora (low-rank adapters over the frozen base weights, as Hugging Face PEFT: lora_rank, lora_alpha, lora_targets; in memory, one process)"},
+    {"lora_rank", K_INT, OFF(lora_rank), 0, 1, 65536, "method lora: the adapters' rank r (at most each adapted projection's smaller dimension)"},
+    {"lora_alpha", K_DOUBLE, OFF(lora_alpha), 0, 1e-30, 1e30, "method lora: lora_alpha; the adapters' term is scaled by lora_alpha / lora_rank"},
+    {"lora_targets", K_STR, STR(lora_targets), 0, 0, "method lora: the projections adapted, comma-separated, as PEFT's target_modules (GPT-2: c_attn, c_proj, c_fc; the Llama family: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, or q, k, v, o, gate, up, down); empty: c_attn for GPT-2, q_proj,v_proj for the Llama family (PEFT's defaults)"},
+    {"save_adapter", K_STR, STR(save_adapter), 0, 0, "method lora: at the end, write the adapters as a PEFT directory here (adapter_config.json, adapter_model.safetensors: PeftModel.from_pretrained loads it)"},
 };
 #define N_KEYS (sizeof keys / sizeof keys[0])
 
@@ -135,6 +140,16 @@ void st_train_config_defaults(st_train_config *c) {
     snprintf(c->plan_state, sizeof c->plan_state, "fixed");
     snprintf(c->plan_head, sizeof c->plan_head, "resident");
     snprintf(c->matmul, sizeof c->matmul, "fp32");
+    snprintf(c->method, sizeof c->method, "full");
+    c->lora_rank = 8;
+    c->lora_alpha = 16;
+}
+
+st_status st_train_config_method(const st_train_config *c, int *lora, st_err *err) {
+    *lora = !strcmp(c->method, "lora");
+    if (!*lora && strcmp(c->method, "full"))
+        return st_errf(err, ST_ERR_INVALID, "key 'method': '%s' is not full or lora", c->method);
+    return ST_OK;
 }
 
 const char *st_train_config_keys(void) {

@@ -24,6 +24,7 @@
 
 #include "core/fileutil.h"
 #include "run/run_internal.h"
+#include "run/run_lora_internal.h"
 #include "run/run_mix.h"
 #include "run/run_stop_internal.h"
 #include "strata/generate.h"
@@ -101,6 +102,7 @@ static st_status run_check(train_run *r, const st_train_config *given, const st_
     r->dist = (run_dist){.comm = comm, .rank = st_comm_rank(comm), .world = st_comm_size(comm), .zero = c->zero};
     r->lock.fd = -1;
     st_status s = st_train_config_check(c, err);
+    if (!s) s = run_lora_check(c, r->dist.world, err); /* method and its keys (run_lora.c) */
     if (s) return s;
     /* a device this build lacks (cuda without the CUDA backend) is refused before anything
      * is planned or written: no run directory, no config.json */
@@ -172,6 +174,7 @@ static st_status open_model(train_run *r, st_err *err) {
     if (c->device_budget <= 0 && (s = r->m->ops->alloc_acts(r->m, r->B, r->T, err))) return s;
     if (!c->init_from[0]) r->m->ops->init_random(r->m, c->seed);
     else if ((s = st_model_check_finite(r->m, c->init_from, err))) return s;
+    if ((s = run_lora_open(c, &r->m, r->B, r->T, err))) return s; /* method lora: the adapters over the base */
     if (c->device_budget <= 0) return ST_OK;
     double chosen_budget = 0; /* the store's host budget, where the planner chose it */
     if ((s = st_arch_of_model(&r->arch, r->m, err)) ||
@@ -619,6 +622,7 @@ static st_status run_finish(train_run *r, st_train_result *res, st_err *err) {
         if ((s = r->m->ops->save_hf(r->m, c->save_hf, st_train_config_save_hf_dtype(c), err))) return s;
         if (!r->quiet) printf("wrote a Hugging Face model directory: %s\n", c->save_hf);
     }
+    if (!s && r->lead) s = run_lora_finish(c, r->m, r->quiet, err); /* save_adapter */
     if (!s && res) {
         res->steps_done = (long)hs->step;
         res->steps_run = r->steps_run;

@@ -687,6 +687,17 @@ static void cpu_residual_forward(st_backend *be, float *out, const float *a, con
     for (int i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
+/* y rows += alpha x rows (LoRA's low-rank term into a packed output, and back) */
+static void cpu_axpy_rows(st_backend *be, float *y, int ldy, const float *x, int ldx, float alpha, int N, int W) {
+    (void)be;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float *yr = y + (size_t)n * ldy;
+        const float *xr = x + (size_t)n * ldx;
+        for (int i = 0; i < W; i++) yr[i] += alpha * xr[i];
+    }
+}
+
 static void cpu_residual_backward(st_backend *be, float *da, float *db, const float *dout, int n) {
     (void)be;
 #pragma omp parallel for schedule(static)
@@ -890,6 +901,7 @@ static const st_backend_ops cpu_ops = {
     .poet_cayley_backward = cpu_poet_cayley_backward,
     .poet_apply_forward = cpu_poet_apply_forward,
     .poet_apply_backward = cpu_poet_apply_backward,
+    .axpy_rows = cpu_axpy_rows,
 };
 
 st_status st_backend_cpu_create(st_backend **out, int threads, st_err *err) {

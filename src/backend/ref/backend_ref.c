@@ -610,6 +610,17 @@ static void ref_poet_apply_backward_f32(st_backend *be, float *dx, float *dG, co
     free(a.base);
 }
 
+/* y rows += alpha x rows, each element in double (the sum of two floats rounds once, as
+ * the CPU backend's fused-free float add may not: the differential test allows that) */
+static void ref_axpy_rows(st_backend *be, float *y, int ldy, const float *x, int ldx, float alpha, int N, int W) {
+    (void)be;
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < W; i++) {
+            float *yp = y + (size_t)n * ldy + i;
+            *yp = (float)((double)*yp + (double)alpha * (double)x[(size_t)n * ldx + i]);
+        }
+}
+
 static const st_backend_ops ref_ops = {
     .name = "ref",
     .free = ref_free,
@@ -654,6 +665,7 @@ static const st_backend_ops ref_ops = {
     .poet_cayley_backward = ref_poet_cayley_backward_f32,
     .poet_apply_forward = ref_poet_apply_forward_f32,
     .poet_apply_backward = ref_poet_apply_backward_f32,
+    .axpy_rows = ref_axpy_rows,
 };
 
 st_status st_backend_ref_create(st_backend **out, st_err *err) {

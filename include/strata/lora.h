@@ -1,0 +1,78 @@
+/* lora.h - LoRA (low-rank adapters) over a model's frozen weights, as Hugging Face PEFT
+ * defines them: each target projection y = x W0 (+ b) gains (alpha / r) (x A^T) B^T with
+ * A (r, in) and B (out, r), PEFT's lora_A.weight and lora_B.weight; dropout 0, no bias
+ * trained. The base model's weights stay where they are, read-only: no gradient of them is
+ * formed (its gradient vector is freed), so no optimizer state either.
+ *
+ * A LoRA model is an st_model whose parameter vector holds only the adapters, A then B of
+ * each adapted projection in the base's tensor order, named as PEFT saves them
+ * ("base_model.model.transformer.h.0.attn.c_attn.lora_A.weight"); forward and backward run
+ * the base's blocks with a st_linear_hook (model.h) that adds the low-rank term after each
+ * adapted matmul and, in backward, takes its gradient to A, B and the input.
+ *
+ * Example:
+ *
+ *     st_err err = {0};
+ *     st_backend *be = NULL;
+ *     st_model *base = NULL, *m = NULL;
+ *     st_lora_config lc = {.rank = 4, .alpha = 8, .targets = "c_attn,c_proj"};
+ *     enum { B = 2, T = 8 };
+ *     int32_t in[B * T] = {0}, tgt[B * T] = {0};
+ *     if (st_backend_cpu_create(&be, 0, &err) || st_model_create(&base, "gpt2-tiny", NULL, be, &err)) {
+ *         fprintf(stderr, "strata: %s\n", err.msg);
+ *         return 1;
+ *     }
+ *     base->ops->init_random(base, 1);
+ *     if (st_lora_model_create(&m, base, &lc, 1, &err) || m->ops->alloc_acts(m, B, T, &err)) {
+ *         fprintf(stderr, "strata: %s\n", err.msg); // base is freed with m, or here on failure
+ *         return 1;
+ *     }
+ *     st_model_zero_grad(m);
+ *     float loss = m->ops->forward(m, in, tgt, 1.0f / (B * T));
+ *     m->ops->backward(m);                            // m->grads: the adapters' only
+ *     printf("loss %.3f, %zu trainable parameters\n", loss, m->n_params);
+ *     st_model_free(m);                               // and the base
+ *     st_backend_free(be);
+ *
+ * End of example.
+ */
+#ifndef STRATA_LORA_H
+#define STRATA_LORA_H
+
+#include "strata/model.h"
+
+typedef struct st_lora_config {
+    int rank;          /* r >= 1, at most each adapted projection's smaller dimension */
+    double alpha;      /* lora_alpha: the term is scaled by alpha / r */
+    char targets[256]; /* PEFT's target_modules, comma-separated: a module is adapted when its
+                        * name is a target or ends with "." + target (GPT-2: c_attn, c_proj,
+                        * c_fc; the Llama family: q_proj, k_proj, v_proj, o_proj, gate_proj,
+                        * up_proj, down_proj; short forms q, k, v, o, gate, up, down too) */
+} st_lora_config;
+
+/* The adapters of cfg over base (GPT-2 or the Llama family, weights already set), A drawn as
+ * PEFT does in kind (uniform in +-1/sqrt(in), from seed) and B zero, so the model starts as
+ * the base. Takes base (freed with the LoRA model; on failure freed here too) and frees its
+ * gradient vector. Refused, naming the key and the tensor: rank < 1 or above a projection's
+ * smaller dimension ('lora_rank'), alpha <= 0 ('lora_alpha'), a target that names no
+ * projection of the model ('lora_targets', with the model's). */
+st_status st_lora_model_create(st_model **out, st_model *base, const st_lora_config *cfg, uint64_t seed,
+                               st_err *err);
+/* The configuration checked against a model's tensor table (the same refusals), allocating
+ * nothing: how many adapter parameters it would train (*n_params, may be NULL). */
+st_status st_lora_check(const st_param_info *tensors, int n_tensors, const char *arch, const st_lora_config *cfg,
+                        size_t *n_params, st_err *err);
+/* 1 when m is a LoRA model. */
+int st_model_is_lora(const st_model *m);
+/* Its base model (frozen weights), and its configuration. */
+st_model *st_lora_base(const st_model *m);
+const st_lora_config *st_lora_config_of(const st_model *m);
+/* A PEFT adapter directory DIR: adapter_config.json (LORA, r, lora_alpha, target_modules,
+ * fan_in_fan_out for GPT-2's Conv1D, base_model_name_or_path = base_name) and
+ * adapter_model.safetensors (F32, PEFT's names). PEFT's PeftModel.from_pretrained loads it. */
+st_status st_lora_save_adapter(const st_model *m, const char *dir, const char *base_name, st_err *err);
+/* The base with every adapter merged in (W0 + (alpha/r) B A in the base's layout), written
+ * as the base's Hugging Face directory (its save_hf); the base's weights are unchanged after. */
+st_status st_lora_save_merged_hf(const st_model *m, const char *dir, st_dtype dtype, st_err *err);
+
+#endif

@@ -1,0 +1,595 @@
+/* lora.c - LoRA adapters over a frozen base model (strata/lora.h).
+ *
+ * The adapters of one projection: A (r, in), B (out, r), scale s = alpha / r. After the base
+ * matmul writes out (N, ld) (ld the packed width: GPT-2's c_attn is 3C wide, the Llama
+ * family's q|k|v and gate|up are one matmul each), the hook adds
+ *     t = x A^T (N, r),  u = t B^T (N, out),  out[:, col .. col + out) += s u
+ * and backward, from dout (N, ld):
+ *     du = s dout[:, col ..),  dB += du^T t,  dt = du B,  dA += dt^T x,  dx += dt A
+ * with t recomputed from x (r columns: cheaper than keeping it). No gradient of W0 is formed:
+ * the base's block functions skip their weight gradients when the hook says frozen.
+ */
+#include <errno.h>
+#include <json-c/json.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "strata/llama.h"
+#include "strata/lora.h"
+#include "strata/safetensors.h"
+
+/* The projections of each family: the suffix of the weight's name, the matmul it is part of. */
+typedef struct proj_kind { const char *suffix, *module, *short_name; int mm; } proj_kind;
+static const proj_kind gpt2_projs[] = {
+    {".attn.c_attn.weight", "c_attn", NULL, ST_MM_QKV},  {".attn.c_proj.weight", "c_proj", NULL, ST_MM_O},
+    {".mlp.c_fc.weight", "c_fc", NULL, ST_MM_UP},        {".mlp.c_proj.weight", "c_proj", NULL, ST_MM_DOWN},
+};
+static const proj_kind llama_projs[] = {
+    {".self_attn.q_proj.weight", "q_proj", "q", ST_MM_QKV}, {".self_attn.k_proj.weight", "k_proj", "k", ST_MM_QKV},
+    {".self_attn.v_proj.weight", "v_proj", "v", ST_MM_QKV}, {".self_attn.o_proj.weight", "o_proj", "o", ST_MM_O},
+    {".mlp.gate_proj.weight", "gate_proj", "gate", ST_MM_UP}, {".mlp.up_proj.weight", "up_proj", "up", ST_MM_UP},
+    {".mlp.down_proj.weight", "down_proj", "down", ST_MM_DOWN},
+};
+
+typedef struct lora_adapter {
+    int layer, mm;
+    int in, out, col, ld; /* input width, output rows, column in the packed output, its width */
+    size_t a_off, b_off;  /* A (r, in) and B (out, r) in the adapter vector */
+    const st_param_info *base_t;
+} lora_adapter;
+
+typedef struct lora_impl {
+    st_linear_hook hook; /* first: the block functions call it with &hook */
+    st_model *base;
+    st_model *self;
+    st_lora_config cfg;
+    int gpt2;            /* 1: GPT-2 ((in, out) weights, Conv1D); 0: the Llama family ((out, in)) */
+    float scale;
+    int n_ad, n_layer;
+    lora_adapter *ad;
+    int *first;          /* [n_layer * ST_MM_COUNT + 1]: adapters of (layer, mm) are ad[first[k] .. first[k+1]) */
+    st_param_info *tensors;
+    float *scratch;      /* t (N, r) | dt (N, r) | u (N, max out) | the norms' dropped gradients */
+    int N, max_out, max_norm;
+    char canon_targets[256]; /* the targets under the family's full names (adapter_config.json) */
+} lora_impl;
+
+static lora_impl *impl_of(const st_model *m) { return (lora_impl *)m->impl; }
+
+/* ------------------------------------------------------------------ the table */
+
+static int layer_of(const char *name) {
+    const char *p = strstr(name, ".h.");
+    if (!p) p = strstr(name, ".layers.");
+    if (!p) return -1;
+    p = strchr(p + 1, '.') + 1;
+    return atoi(p);
+}
+
+static int ends_with(const char *s, const char *x) {
+    size_t ls = strlen(s), lx = strlen(x);
+    return ls >= lx && !memcmp(s + ls - lx, x, lx);
+}
+
+/* Does module name `mod` (the weight's name less ".weight") match target tg, as PEFT's
+ * target_modules list does (equal, or ending in "." + tg)? */
+static int module_matches(const char *mod, const char *tg) {
+    size_t lm = strlen(mod), lt = strlen(tg);
+    if (lm == lt) return !strcmp(mod, tg);
+    return lm > lt && mod[lm - lt - 1] == '.' && !strcmp(mod + lm - lt, tg);
+}
+
+typedef struct targets {
+    int n;
+    char name[16][64];
+} targets;
+
+/* cfg->targets cut at commas, spaces trimmed, short forms (q, gate ...) made full. */
+static st_status parse_targets(const char *spec, const proj_kind *pk, int npk, targets *t, st_err *err) {
+    t->n = 0;
+    const char *p = spec;
+    while (*p) {
+        while (*p == ' ' || *p == ',') p++;
+        if (!*p) break;
+        size_t n = strcspn(p, ",");
+        while (n && p[n - 1] == ' ') n--;
+        if (t->n == 16 || n >= sizeof t->name[0])
+            return st_errf(err, ST_ERR_INVALID, "key 'lora_targets': '%s' has too many or too long names (at most 16 "
+                           "of 63 characters)", spec);
+        memcpy(t->name[t->n], p, n);
+        t->name[t->n][n] = 0;
+        for (int i = 0; i < npk; i++)
+            if (pk[i].short_name && !strcmp(t->name[t->n], pk[i].short_name))
+                snprintf(t->name[t->n], sizeof t->name[0], "%s", pk[i].module);
+        t->n++;
+        p += strcspn(p, ",");
+    }
+    if (!t->n)
+        return st_errf(err, ST_ERR_INVALID, "key 'lora_targets' is empty; name the projections to adapt, e.g. %s",
+                       npk == 4 ? "c_attn,c_proj,c_fc" : "q_proj,k_proj,v_proj,o_proj");
+    return ST_OK;
+}
+
+/* The adapters of cfg over a tensor table (ad may be NULL: count only). */
+static st_status build_adapters(const st_param_info *tt, int nt, const char *arch, const st_lora_config *cfg,
+                                lora_adapter *ad, int *n_ad, size_t *n_params, char *canon, size_t canon_cap,
+                                st_err *err) {
+    int gpt2 = !strcmp(arch, "gpt2");
+    const proj_kind *pk = gpt2 ? gpt2_projs : llama_projs;
+    int npk = gpt2 ? 4 : 7;
+    if (cfg->rank < 1) return st_errf(err, ST_ERR_INVALID, "key 'lora_rank' is %d; it must be >= 1", cfg->rank);
+    if (!(cfg->alpha > 0) || !isfinite(cfg->alpha))
+        return st_errf(err, ST_ERR_INVALID, "key 'lora_alpha' is %g; it must be > 0 (the scale is alpha / rank)",
+                       cfg->alpha);
+    targets tg;
+    st_status s = parse_targets(cfg->targets, pk, npk, &tg, err);
+    if (s) return s;
+    int used[16] = {0}, n = 0;
+    size_t np = 0;
+    /* packed widths: the column of each projection inside its matmul's output */
+    int col = 0, last_layer = -1, last_mm = -1;
+    for (int i = 0; i < nt; i++) {
+        const st_param_info *t = &tt[i];
+        int k = -1;
+        for (int j = 0; j < npk; j++)
+            if (ends_with(t->name, pk[j].suffix)) k = j;
+        if (k < 0) continue;
+        int layer = layer_of(t->name);
+        if (layer != last_layer || pk[k].mm != last_mm) col = 0;
+        last_layer = layer;
+        last_mm = pk[k].mm;
+        int in = gpt2 ? t->shape[0] : t->shape[1], out = gpt2 ? t->shape[1] : t->shape[0];
+        char mod[96];
+        snprintf(mod, sizeof mod, "%.*s", (int)(strlen(t->name) - strlen(".weight")), t->name);
+        int hit = 0;
+        for (int j = 0; j < tg.n; j++)
+            if (module_matches(mod, tg.name[j])) hit = used[j] = 1;
+        if (hit) {
+            int lo = in < out ? in : out;
+            if (cfg->rank > lo)
+                return st_errf(err, ST_ERR_INVALID, "key 'lora_rank' is %d, larger than tensor '%s' (%d x %d) allows "
+                               "(its smaller dimension, %d); lower lora_rank or leave that projection out of "
+                               "lora_targets", cfg->rank, t->name, t->shape[0], t->shape[1], lo);
+            if (ad) ad[n] = (lora_adapter){.layer = layer, .mm = pk[k].mm, .in = in, .out = out, .col = col,
+                                           .a_off = np, .b_off = np + (size_t)cfg->rank * in, .base_t = t};
+            n++;
+            np += (size_t)cfg->rank * (in + out);
+        }
+        col += out;
+    }
+    for (int j = 0; j < tg.n; j++)
+        if (!used[j]) {
+            char have[160] = "";
+            for (int i = 0; i < npk; i++)
+                if (!strstr(have, pk[i].module))
+                    snprintf(have + strlen(have), sizeof have - strlen(have), "%s%s", have[0] ? ", " : "", pk[i].module);
+            return st_errf(err, ST_ERR_INVALID, "key 'lora_targets': '%s' names no projection of this %s model; its "
+                           "projections are %s", tg.name[j], arch, have);
+        }
+    if (canon) {
+        canon[0] = 0;
+        for (int j = 0; j < tg.n; j++)
+            snprintf(canon + strlen(canon), canon_cap - strlen(canon), "%s%s", j ? "," : "", tg.name[j]);
+    }
+    *n_ad = n;
+    if (n_params) *n_params = np;
+    return ST_OK;
+}
+
+st_status st_lora_check(const st_param_info *tensors, int n_tensors, const char *arch, const st_lora_config *cfg,
+                        size_t *n_params, st_err *err) {
+    int n;
+    return build_adapters(tensors, n_tensors, arch, cfg, NULL, &n, n_params, NULL, 0, err);
+}
+
+/* ------------------------------------------------------------------ the hook */
+
+static void hook_forward(st_linear_hook *h, int mm, float *out, const float *x, int N) {
+    lora_impl *li = (lora_impl *)h;
+    st_backend *be = li->base->be;
+    const float *p = li->self->params;
+    int r = li->cfg.rank, k = h->layer * ST_MM_COUNT + mm;
+    float *t = li->scratch, *u = t + 2 * (size_t)li->N * r;
+    for (int i = li->first[k]; i < li->first[k + 1]; i++) {
+        const lora_adapter *a = &li->ad[i];
+        be->ops->matmul_forward(be, t, x, p + a->a_off, NULL, N, a->in, r, ST_W_OUT_IN);
+        be->ops->matmul_forward(be, u, t, p + a->b_off, NULL, N, r, a->out, ST_W_OUT_IN);
+        be->ops->axpy_rows(be, out + a->col, a->ld, u, a->out, li->scale, N, a->out);
+    }
+}
+
+static void hook_backward(st_linear_hook *h, int mm, float *dx, const float *dout, const float *x, int N) {
+    lora_impl *li = (lora_impl *)h;
+    st_backend *be = li->base->be;
+    const float *p = li->self->params;
+    float *g = li->self->grads;
+    int r = li->cfg.rank, k = h->layer * ST_MM_COUNT + mm;
+    float *t = li->scratch, *dt = t + (size_t)li->N * r, *du = dt + (size_t)li->N * r;
+    for (int i = li->first[k]; i < li->first[k + 1]; i++) {
+        const lora_adapter *a = &li->ad[i];
+        be->ops->memset0(be, du, (size_t)N * a->out * sizeof(float));
+        be->ops->axpy_rows(be, du, a->out, dout + a->col, a->ld, li->scale, N, a->out);
+        be->ops->matmul_forward(be, t, x, p + a->a_off, NULL, N, a->in, r, ST_W_OUT_IN);
+        be->ops->memset0(be, dt, (size_t)N * r * sizeof(float));
+        be->ops->matmul_backward(be, dt, g + a->b_off, NULL, du, t, p + a->b_off, N, r, a->out, ST_W_OUT_IN);
+        be->ops->matmul_backward(be, dx, g + a->a_off, NULL, dt, x, p + a->a_off, N, a->in, r, ST_W_OUT_IN);
+    }
+}
+
+/* ------------------------------------------------------------------ st_model ops */
+
+static void set_hook(lora_impl *li, st_linear_hook *h) {
+    if (li->gpt2) ((st_gpt2_model *)li->base->impl)->hook = h;
+    else ((st_llama_model *)li->base->impl)->hook = h;
+}
+
+static st_status lo_alloc_acts(st_model *m, int B, int T, st_err *err) {
+    lora_impl *li = impl_of(m);
+    st_backend *be = m->be;
+    st_status s = li->base->ops->alloc_acts(li->base, B, T, err);
+    if (s) return s;
+    m->row_losses = li->base->row_losses; /* the base's forward writes them */
+    if (li->scratch) be->ops->dealloc(be, li->scratch);
+    li->N = B * T;
+    size_t n = 2 * (size_t)li->N * li->cfg.rank + (size_t)li->N * li->max_out + 2 * (size_t)li->max_norm;
+    if (!(li->scratch = be->ops->alloc(be, n * sizeof(float))))
+        return st_errf(err, ST_ERR_NOMEM, "lora: cannot allocate %.1f MiB of adapter scratch for batch %d x seq %d",
+                       n * 4.0 / 1048576.0, B, T);
+    li->hook.norm_scratch = li->scratch + 2 * (size_t)li->N * li->cfg.rank + (size_t)li->N * li->max_out;
+    return ST_OK;
+}
+
+static float lo_forward(st_model *m, const int32_t *in, const int32_t *tg, float dloss) {
+    lora_impl *li = impl_of(m);
+    return li->base->ops->forward(li->base, in, tg, dloss);
+}
+
+static void lo_backward(st_model *m) {
+    lora_impl *li = impl_of(m);
+    li->base->ops->backward(li->base); /* the base's own grad hook is NULL: the adapters' are complete at the end */
+    if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, 0, m->n_params);
+}
+
+/* A ~ U(-1/sqrt(in), 1/sqrt(in)) (the bound of PEFT's kaiming_uniform(a = sqrt(5))), B = 0. */
+static void lo_init_random(st_model *m, uint64_t seed) {
+    lora_impl *li = impl_of(m);
+    float *host = calloc(m->n_params ? m->n_params : 1, sizeof(float));
+    if (!host) return;
+    st_rng rng;
+    st_rng_seed(&rng, seed ^ 0x4C6F5241ull); /* "LoRA": not the base's stream */
+    for (int i = 0; i < li->n_ad; i++) {
+        const lora_adapter *a = &li->ad[i];
+        float bound = 1.0f / sqrtf((float)a->in);
+        for (size_t j = 0; j < (size_t)li->cfg.rank * a->in; j++)
+            host[a->a_off + j] = bound * (2.0f * st_rng_uniform(&rng) - 1.0f);
+    }
+    m->be->ops->copy_to_device(m->be, m->params, host, m->n_params * sizeof(float));
+    free(host);
+}
+
+static st_status write_adapters(const st_model *m, const char *path, const char *const *meta, int n_meta,
+                                st_err *err) {
+    lora_impl *li = impl_of(m);
+    float *host = malloc(m->n_params * sizeof(float));
+    st_tensor_out *to = calloc((size_t)m->n_tensors, sizeof *to);
+    if (!host || !to) {
+        free(host);
+        free(to);
+        return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    }
+    m->be->ops->copy_to_host(m->be, host, m->params, m->n_params * sizeof(float));
+    for (int i = 0; i < m->n_tensors; i++) {
+        const st_param_info *t = &li->tensors[i];
+        to[i] = (st_tensor_out){.name = t->name, .dtype = ST_F32, .ndim = 2, .shape = {t->shape[0], t->shape[1]},
+                                .data = host + t->offset};
+    }
+    st_status s = st_safetensors_write(path, to, m->n_tensors, meta, n_meta, err);
+    free(host);
+    free(to);
+    return s;
+}
+
+static st_status lo_save(const st_model *m, const char *path, st_err *err) {
+    lora_impl *li = impl_of(m);
+    char r[16], a[32];
+    snprintf(r, sizeof r, "%d", li->cfg.rank);
+    snprintf(a, sizeof a, "%.17g", li->cfg.alpha);
+    const char *meta[] = {"format", "strata-lora", "r", r, "lora_alpha", a, "target_modules", li->canon_targets};
+    return write_adapters(m, path, meta, 4, err);
+}
+
+/* The adapters from a file lo_save or st_lora_save_adapter wrote (or PEFT's own
+ * adapter_model.safetensors): every adapter under its name and shape. */
+static st_status lo_load(st_model *m, const char *path, st_err *err) {
+    lora_impl *li = impl_of(m);
+    st_safetensors *st;
+    st_status s = st_safetensors_open(&st, path, err);
+    if (s) return s;
+    float *host = malloc(m->n_params * sizeof(float));
+    if (!host) {
+        st_safetensors_close(st);
+        return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    }
+    for (int i = 0; !s && i < m->n_tensors; i++) {
+        const st_param_info *t = &li->tensors[i];
+        int64_t shape[2] = {t->shape[0], t->shape[1]};
+        if (!st_safetensors_find(st, t->name))
+            s = st_errf(err, ST_ERR_FORMAT, "%s: no adapter '%s'; the file holds adapters of another rank, targets or "
+                        "model (this run: r %d, lora_targets %s)", path, t->name, li->cfg.rank, li->canon_targets);
+        else s = st_safetensors_read_f32(st, t->name, host + t->offset, t->numel, shape, 2, err);
+    }
+    if (!s) m->be->ops->copy_to_device(m->be, m->params, host, m->n_params * sizeof(float));
+    free(host);
+    st_safetensors_close(st);
+    return s;
+}
+
+static double lo_flops(const st_model *m, int T) {
+    /* the base's forward and its backward to the activations (2/3 of its step: no weight
+     * gradients) plus the adapters' 6 r (in + out) per token each (recompute included: 8) */
+    lora_impl *li = impl_of(m);
+    double f = li->base->ops->flops_per_token(li->base, T) * 2.0 / 3.0;
+    for (int i = 0; i < li->n_ad; i++) f += 8.0 * li->cfg.rank * (li->ad[i].in + li->ad[i].out);
+    return f;
+}
+
+static void lo_describe(const st_model *m, char *buf, size_t cap) {
+    lora_impl *li = impl_of(m);
+    char b[200];
+    li->base->ops->describe(li->base, b, sizeof b);
+    snprintf(buf, cap, "%s, LoRA r=%d alpha=%g on %s (%d adapted projections; %zu base weights frozen)", b,
+             li->cfg.rank, li->cfg.alpha, li->canon_targets, li->n_ad, li->base->n_params);
+}
+
+static void lo_destroy(st_model *m) {
+    lora_impl *li = impl_of(m);
+    if (li) {
+        if (li->scratch) m->be->ops->dealloc(m->be, li->scratch);
+        if (m->params) m->be->ops->dealloc(m->be, m->params);
+        if (m->grads) m->be->ops->dealloc(m->be, m->grads);
+        if (li->base) {
+            set_hook(li, NULL);
+            st_model_free(li->base);
+        }
+        free(li->ad);
+        free(li->first);
+        free(li->tensors);
+        free(li);
+    }
+    free(m);
+}
+
+static int lo_step_gemms(const st_model *m, int B, int T, st_gemm_shape *out, int max) {
+    const st_model *b = impl_of(m)->base;
+    return b->ops->step_gemms ? b->ops->step_gemms(b, B, T, out, max) : 0;
+}
+
+static st_status lo_save_hf(const st_model *m, const char *dir, st_dtype dtype, st_err *err) {
+    return st_lora_save_merged_hf(m, dir, dtype, err);
+}
+
+static const float *lo_logits(const st_model *m) {
+    const st_model *b = impl_of(m)->base;
+    return b->ops->logits(b);
+}
+
+static st_status lo_set_docs(st_model *m, const int32_t *positions, const int32_t *doc_start, st_err *err) {
+    return st_model_set_docs(impl_of(m)->base, positions, doc_start, err);
+}
+
+/* No decoder of its own (decode_info NULL): strata sample reads the merged model --save_hf writes. */
+static const st_model_ops lora_ops = {
+    .arch = "lora",
+    .alloc_acts = lo_alloc_acts,
+    .forward = lo_forward,
+    .backward = lo_backward,
+    .init_random = lo_init_random,
+    .save = lo_save,
+    .load = lo_load,
+    .flops_per_token = lo_flops,
+    .describe = lo_describe,
+    .destroy = lo_destroy,
+    .step_gemms = lo_step_gemms,
+    .save_hf = lo_save_hf,
+    .logits = lo_logits,
+    .set_docs = lo_set_docs,
+};
+
+int st_model_is_lora(const st_model *m) { return m && m->ops == &lora_ops; }
+st_model *st_lora_base(const st_model *m) { return st_model_is_lora(m) ? impl_of(m)->base : NULL; }
+const st_lora_config *st_lora_config_of(const st_model *m) { return st_model_is_lora(m) ? &impl_of(m)->cfg : NULL; }
+
+st_status st_lora_model_create(st_model **out, st_model *base, const st_lora_config *cfg, uint64_t seed,
+                               st_err *err) {
+    *out = NULL;
+    int gpt2 = !strcmp(base->ops->arch, "gpt2");
+    if (!gpt2 && strcmp(base->ops->arch, "llama")) {
+        st_model_free(base);
+        return st_errf(err, ST_ERR_UNSUPPORTED, "lora: no adapters for a %s model (GPT-2 and the Llama family have them)",
+                       base->ops->arch);
+    }
+    if (!base->be->ops->axpy_rows) {
+        const char *name = base->be->ops->name;
+        st_model_free(base);
+        return st_errf(err, ST_ERR_UNSUPPORTED, "lora: backend '%s' has no axpy_rows op; train LoRA on the cpu "
+                       "backend", name);
+    }
+    int n_ad = 0;
+    size_t np = 0;
+    st_status s = build_adapters(base->tensors, base->n_tensors, base->ops->arch, cfg, NULL, &n_ad, &np, NULL, 0, err);
+    if (s) {
+        st_model_free(base);
+        return s;
+    }
+    st_model *m = calloc(1, sizeof *m);
+    lora_impl *li = calloc(1, sizeof *li);
+    int L = 0;
+    for (int i = 0; i < base->n_tensors; i++) {
+        int l = layer_of(base->tensors[i].name);
+        if (l + 1 > L) L = l + 1;
+    }
+    if (li) {
+        li->ad = calloc((size_t)(n_ad ? n_ad : 1), sizeof *li->ad);
+        li->first = calloc((size_t)L * ST_MM_COUNT + 1, sizeof *li->first);
+        li->tensors = calloc((size_t)(n_ad ? 2 * n_ad : 1), sizeof *li->tensors);
+    }
+    if (!m || !li || !li->ad || !li->first || !li->tensors) {
+        if (li) {
+            free(li->ad);
+            free(li->first);
+            free(li->tensors);
+        }
+        free(li);
+        free(m);
+        st_model_free(base);
+        return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    }
+    m->ops = &lora_ops;
+    m->impl = li;
+    li->base = base;
+    li->self = m;
+    li->cfg = *cfg;
+    li->gpt2 = gpt2;
+    li->n_layer = L;
+    li->scale = (float)(cfg->alpha / cfg->rank);
+    build_adapters(base->tensors, base->n_tensors, base->ops->arch, cfg, li->ad, &li->n_ad, &np, li->canon_targets,
+                   sizeof li->canon_targets, err);
+    /* packed widths (the matmul's whole output), and the adapters of each (layer, mm) */
+    for (int i = 0; i < base->n_tensors; i++) {
+        const st_param_info *t = &base->tensors[i];
+        const proj_kind *pk = gpt2 ? gpt2_projs : llama_projs;
+        for (int j = 0; j < (gpt2 ? 4 : 7); j++)
+            if (ends_with(t->name, pk[j].suffix)) {
+                int out_w = gpt2 ? t->shape[1] : t->shape[0], layer = layer_of(t->name);
+                for (int k = 0; k < li->n_ad; k++)
+                    if (li->ad[k].layer == layer && li->ad[k].mm == pk[j].mm) li->ad[k].ld += out_w;
+            }
+    }
+    for (int k = 0, i = 0; k < L * ST_MM_COUNT; k++) { /* adapters come in (layer, mm) order in every table */
+        li->first[k] = i;
+        while (i < li->n_ad && li->ad[i].layer * ST_MM_COUNT + li->ad[i].mm == k) i++;
+        li->first[k + 1] = i;
+    }
+    li->max_norm = 1;
+    for (int i = 0; i < base->n_tensors; i++)
+        if (base->tensors[i].ndim == 1 && base->tensors[i].shape[0] > li->max_norm) li->max_norm = base->tensors[i].shape[0];
+    for (int i = 0; i < li->n_ad; i++) {
+        lora_adapter *a = &li->ad[i];
+        if (a->out > li->max_out) li->max_out = a->out;
+        char mod[96];
+        const char *bn = a->base_t->name;
+        snprintf(mod, sizeof mod, "%.*s", (int)(strlen(bn) - strlen(".weight")), bn);
+        st_param_info *ta = &li->tensors[2 * i], *tb = &li->tensors[2 * i + 1];
+        *ta = (st_param_info){.offset = a->a_off, .numel = (size_t)cfg->rank * a->in, .ndim = 2,
+                              .shape = {cfg->rank, a->in}, .role = ST_ROLE_MATMUL_WEIGHT};
+        *tb = (st_param_info){.offset = a->b_off, .numel = (size_t)a->out * cfg->rank, .ndim = 2,
+                              .shape = {a->out, cfg->rank}, .role = ST_ROLE_MATMUL_WEIGHT};
+        snprintf(ta->name, sizeof ta->name, "base_model.model.%.64s.lora_A.weight", mod);
+        snprintf(tb->name, sizeof tb->name, "base_model.model.%.64s.lora_B.weight", mod);
+    }
+    m->be = base->be;
+    m->n_params = np;
+    m->n_tensors = 2 * li->n_ad;
+    m->tensors = li->tensors;
+    m->max_seq = base->max_seq;
+    m->vocab_size = base->vocab_size;
+    m->params = m->be->ops->alloc(m->be, (np ? np : 1) * sizeof(float));
+    m->grads = m->be->ops->alloc(m->be, (np ? np : 1) * sizeof(float));
+    if (!m->params || !m->grads) {
+        lo_destroy(m);
+        return st_errf(err, ST_ERR_NOMEM, "lora: cannot allocate %.1f MiB for the adapters and their gradients",
+                       2.0 * np * 4 / 1048576.0);
+    }
+    /* the base is frozen: its gradient vector goes */
+    if (base->grads) {
+        base->be->ops->dealloc(base->be, base->grads);
+        base->grads = NULL;
+        if (gpt2) {
+            st_gpt2_model *g = base->impl;
+            g->grads = g->emb_g = g->lnf_g = NULL;
+        } else {
+            ((st_llama_model *)base->impl)->grads = NULL;
+        }
+    }
+    li->hook = (st_linear_hook){.forward = hook_forward, .backward = hook_backward, .frozen = 1};
+    set_hook(li, &li->hook);
+    lo_init_random(m, seed);
+    *out = m;
+    return ST_OK;
+}
+
+/* ------------------------------------------------------------------ PEFT adapter, merged model */
+
+st_status st_lora_save_adapter(const st_model *m, const char *dir, const char *base_name, st_err *err) {
+    if (!st_model_is_lora(m)) return st_errf(err, ST_ERR_INVALID, "save_adapter: the model has no adapters");
+    lora_impl *li = impl_of(m);
+    if (mkdir(dir, 0777) && errno != EEXIST)
+        return st_errf(err, ST_ERR_IO, "save_adapter: cannot create directory %s", dir);
+    json_object *o = json_object_new_object(), *tm = json_object_new_array();
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", li->canon_targets);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) json_object_array_add(tm, json_object_new_string(tok));
+    json_object_object_add(o, "peft_type", json_object_new_string("LORA"));
+    json_object_object_add(o, "task_type", json_object_new_string("CAUSAL_LM"));
+    json_object_object_add(o, "base_model_name_or_path", json_object_new_string(base_name ? base_name : ""));
+    json_object_object_add(o, "r", json_object_new_int(li->cfg.rank));
+    json_object_object_add(o, "lora_alpha", json_object_new_double(li->cfg.alpha));
+    json_object_object_add(o, "lora_dropout", json_object_new_double(0.0));
+    json_object_object_add(o, "target_modules", tm);
+    json_object_object_add(o, "fan_in_fan_out", json_object_new_boolean(li->gpt2));
+    json_object_object_add(o, "bias", json_object_new_string("none"));
+    json_object_object_add(o, "inference_mode", json_object_new_boolean(1));
+    json_object_object_add(o, "init_lora_weights", json_object_new_boolean(1));
+    json_object_object_add(o, "modules_to_save", NULL);
+    json_object_object_add(o, "use_rslora", json_object_new_boolean(0));
+    json_object_object_add(o, "use_dora", json_object_new_boolean(0));
+    char path[4200];
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    int bad = json_object_to_file_ext(path, o, JSON_C_TO_STRING_PRETTY);
+    json_object_put(o);
+    if (bad) return st_errf(err, ST_ERR_IO, "save_adapter: cannot write %s", path);
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    const char *meta[] = {"format", "pt"};
+    return write_adapters(m, path, meta, 1, err);
+}
+
+st_status st_lora_save_merged_hf(const st_model *m, const char *dir, st_dtype dtype, st_err *err) {
+    if (!st_model_is_lora(m)) return st_errf(err, ST_ERR_INVALID, "lora: the model has no adapters");
+    lora_impl *li = impl_of(m);
+    st_model *b = li->base;
+    st_backend *be = m->be;
+    size_t nb = b->n_params;
+    float *keep = malloc(nb * sizeof(float)), *w = malloc(nb * sizeof(float)), *ad = malloc(m->n_params * sizeof(float));
+    if (!keep || !w || !ad) {
+        free(keep);
+        free(w);
+        free(ad);
+        return st_errf(err, ST_ERR_NOMEM, "lora: out of memory for the merged weights (%.1f MiB)", 2.0 * nb * 4 / 1048576.0);
+    }
+    be->ops->copy_to_host(be, keep, b->params, nb * sizeof(float));
+    be->ops->copy_to_host(be, ad, m->params, m->n_params * sizeof(float));
+    memcpy(w, keep, nb * sizeof(float));
+    int r = li->cfg.rank;
+    for (int i = 0; i < li->n_ad; i++) { /* W0 += s B A, in double per element */
+        const lora_adapter *a = &li->ad[i];
+        const float *A = ad + a->a_off, *B = ad + a->b_off;
+        float *W = w + a->base_t->offset;
+        for (int o = 0; o < a->out; o++)
+            for (int j = 0; j < a->in; j++) {
+                double d = 0;
+                for (int k = 0; k < r; k++) d += (double)B[(size_t)o * r + k] * A[(size_t)k * a->in + j];
+                float *e = li->gpt2 ? &W[(size_t)j * a->out + o] : &W[(size_t)o * a->in + j];
+                *e = (float)(*e + li->scale * d);
+            }
+    }
+    be->ops->copy_to_device(be, b->params, w, nb * sizeof(float));
+    st_status s = b->ops->save_hf(b, dir, dtype, err);
+    be->ops->copy_to_device(be, b->params, keep, nb * sizeof(float)); /* the base as it was, bit for bit */
+    free(keep);
+    free(w);
+    free(ad);
+    return s;
+}

@@ -1,0 +1,20 @@
+/* run_lora_internal.h - strata train's method lora (run_lora.c): the keys checked before anything is
+ * written, the model wrapped in its adapters, the PEFT adapter written at the end. */
+#ifndef STRATA_RUN_LORA_INTERNAL_H
+#define STRATA_RUN_LORA_INTERNAL_H
+
+#include "strata/model.h"
+#include "strata/train.h"
+
+/* method and its keys against the model's tensor table, allocating no weights: a bad method,
+ * lora keys where what they need is absent (save_adapter without method lora), method lora
+ * with layer streaming, the disk state or several ranks (not yet), a rank or target the model
+ * refuses (naming the key and the tensor). world: the ranks of the run. */
+st_status run_lora_check(const st_train_config *c, int world, st_err *err);
+/* method lora: *m (the base, its weights set) becomes the LoRA model over it, its
+ * activations allocated for B x T; *m is NULL on failure (the base freed). Otherwise nothing. */
+st_status run_lora_open(const st_train_config *c, st_model **m, int B, int T, st_err *err);
+/* The end of a run: save_adapter's PEFT directory, said unless quiet. */
+st_status run_lora_finish(const st_train_config *c, const st_model *m, int quiet, st_err *err);
+
+#endif

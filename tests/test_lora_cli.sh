@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# test_lora_cli.sh - strata train --method lora end to end through the strata binary:
+#  - a LoRA run over a saved base (--init_from) trains only the adapters, writes
+#    --save_adapter's adapter_config.json and adapter_model.safetensors and --save_hf's merged
+#    model, and the base directory is untouched;
+#  - resume is bit-exact: 8 steps straight and 4 + 4 (--stop_at 4, then --resume) give the same
+#    losses and byte-identical adapters;
+#  - a resume with another method or lora_rank is refused, its config.json untouched;
+#  - the Llama family trains too (llama-tiny with every projection);
+#  - bad input refused before a run directory exists, naming the key (and the tensor): a rank
+#    above a projection's smaller dimension, a target the model lacks, an unknown method,
+#    layer streaming and the disk state with lora, save_adapter without lora.
+#  - strata bench lora --json prints the state bytes per parameter by class.
+# The adapter loading in Hugging Face PEFT is test_lora_peft.sh.
+set -u
+S=${STRATA_BIN:?}
+T=$(mktemp -d /tmp/strata-lora-XXXXXX)
+fail=0; checks=0
+check() { checks=$((checks+1)); if ! eval "$1"; then echo "FAIL: $2"; fail=$((fail+1)); fi; }
+command -v jq >/dev/null || { echo "no jq: skipped"; exit 77; }
+tiny="--vocab_size 256 --batch 2 --seq 16 --sample_every 0 --eval_every 0 --quiet 1"
+lora="--method lora --lora_rank 4 --lora_alpha 8 --lora_targets c_attn,c_proj,c_fc --lr 1e-2 --warmup_steps 2"
+losses() { jq -r .loss "$1/metrics.jsonl" | tr '\n' ' '; }
+
+"$S" train --model gpt2-tiny $tiny --steps 3 --run_dir "$T/base" --save_hf "$T/base_hf" >"$T/base.out" 2>&1
+check '[ -f "$T/base_hf/model.safetensors" ]' "the base model directory: $(tail -2 "$T/base.out")"
+sum_base=$(md5sum <"$T/base_hf/model.safetensors")
+
+# --- a LoRA run, straight
+"$S" train --init_from "$T/base_hf" $tiny $lora --steps 8 --ckpt_every 4 --run_dir "$T/a" --save_adapter "$T/ad_a" \
+  --save_hf "$T/merged_a" >"$T/a.out" 2>&1
+rc=$?
+check '[ $rc -eq 0 ] && [ -f "$T/ad_a/adapter_config.json" ] && [ -f "$T/ad_a/adapter_model.safetensors" ]' \
+  "lora run writes the adapter directory: $(tail -2 "$T/a.out")"
+check '[ -f "$T/merged_a/model.safetensors" ]' "lora run writes the merged model (--save_hf)"
+check '[ "$(md5sum <"$T/base_hf/model.safetensors")" = "$sum_base" ]' "the base directory is untouched"
+check 'jq -e ".r == 4 and .lora_alpha == 8 and .peft_type == \"LORA\" and .fan_in_fan_out == true and (.target_modules | sort) == [\"c_attn\",\"c_fc\",\"c_proj\"]" "$T/ad_a/adapter_config.json" >/dev/null' \
+  "adapter_config.json: r, lora_alpha, targets, fan_in_fan_out"
+n_steps=$(jq -r .step "$T/a/metrics.jsonl" | wc -l)
+check '[ "$n_steps" = 8 ]' "8 steps logged (got $n_steps)"
+a_losses=$(losses "$T/a")
+first=$(echo $a_losses | cut -d" " -f1); last=$(echo $a_losses | awk "{print \$NF}")
+check 'awk "BEGIN{exit !($last < $first)}"' "the loss falls over 8 lora steps ($a_losses)"
+
+# --- resume: 4 + 4
+"$S" train --init_from "$T/base_hf" $tiny $lora --steps 8 --ckpt_every 4 --stop_at 4 --run_dir "$T/b" >"$T/b1.out" 2>&1
+"$S" train --resume "$T/b" --stop_at 0 --save_adapter "$T/ad_b" >"$T/b2.out" 2>&1
+rc=$?
+check '[ $rc -eq 0 ]' "lora resume runs: $(tail -2 "$T/b2.out")"
+check '[ "$(losses "$T/b")" = "$a_losses" ]' "resumed losses ($(losses "$T/b")) equal the straight run's ($a_losses)"
+check 'cmp -s "$T/ad_a/adapter_model.safetensors" "$T/ad_b/adapter_model.safetensors"' \
+  "the resumed run's adapters are byte-identical to the straight run's"
+
+# a resume with another method or rank is refused before anything is written
+sum_cfg=$(md5sum <"$T/b/config.json")
+"$S" train --resume "$T/b" --method full --steps 9 >"$T/b3.out" 2>&1
+rc=$?
+check '[ $rc -ne 0 ] && grep -q "key '"'"'method'"'"'" "$T/b3.out" && [ "$(md5sum <"$T/b/config.json")" = "$sum_cfg" ]' \
+  "resume with method full refused, config.json untouched: $(tail -1 "$T/b3.out")"
+"$S" train --resume "$T/b" --lora_rank 2 --steps 9 >"$T/b4.out" 2>&1
+rc=$?
+check '[ $rc -ne 0 ] && grep -q "key '"'"'lora_rank'"'"'" "$T/b4.out" && [ "$(md5sum <"$T/b/config.json")" = "$sum_cfg" ]' \
+  "resume with another lora_rank refused: $(tail -1 "$T/b4.out")"
+
+# --- the Llama family
+"$S" train --model llama-tiny $tiny --method lora --lora_rank 2 --lora_targets q,k,v,o,gate,up,down --steps 3 \
+  --run_dir "$T/l" --save_adapter "$T/ad_l" >"$T/l.out" 2>&1
+rc=$?
+check '[ $rc -eq 0 ] && jq -e "(.target_modules | length) == 7 and .fan_in_fan_out == false" "$T/ad_l/adapter_config.json" >/dev/null' \
+  "llama-tiny lora run with all seven projections: $(tail -2 "$T/l.out")"
+
+# --- bad input: refused before a run directory exists
+refused() { # $1 name, $2 args, $3 $4 strings the message must hold
+  local name=$1 w1=$3 w2=$4 rc
+  "$S" train $2 --run_dir "$T/bad_$name" >"$T/bad_$name.out" 2>&1
+  rc=$?
+  check '[ $rc -ne 0 ] && grep -q -- "$w1" "$T/bad_$name.out" && grep -q -- "$w2" "$T/bad_$name.out" && [ ! -e "$T/bad_$name" ]' \
+    "$name: refused naming '$w1' and '$w2', no run directory (rc $rc): $(tail -1 "$T/bad_$name.out")"
+}
+refused rank "--init_from $T/base_hf $tiny --method lora --lora_rank 33" "lora_rank" "transformer.h.0.attn.c_attn.weight"
+refused target "--init_from $T/base_hf $tiny --method lora --lora_targets c_attn,q_proj" "lora_targets" "'q_proj'"
+refused llama_target "--model llama-tiny $tiny --method lora --lora_targets c_fc" "lora_targets" "'c_fc'"
+refused method "--model gpt2-tiny $tiny --method poet" "key 'method'" "'poet'"
+refused stream "--model gpt2-tiny $tiny --method lora --device_budget 1e9" "key 'device_budget'" "method lora"
+refused disk "--model gpt2-tiny $tiny --method lora --state_paths $T/st" "key 'state_paths'" "method lora"
+refused adapter "--model gpt2-tiny $tiny --save_adapter $T/x" "key 'save_adapter'" "method lora"
+
+# --- strata bench lora --json: one object, the state per parameter by class
+"$S" bench lora --model gpt2-tiny --batch 2 --seq 16 --rank 4 --steps 2 --json >"$T/bench.json" 2>"$T/bench.err"
+check 'jq -e ".full_bytes_per_param == 16 and .frozen_bytes_per_param == 4 and .adapter_bytes_per_param == 16 and .adapter_params == 4096 and .lora_bytes_per_base_param < 16 and .lora_step_s > 0 and .full_step_s > 0" "$T/bench.json" >/dev/null' \
+  "bench lora --json: $(cat "$T/bench.json" "$T/bench.err" | head -c 400)"
+
+rm -rf "$T"
+echo "lora_cli: $checks checks, $((checks-fail)) passed, $fail failed"
+[ $fail -eq 0 ]
