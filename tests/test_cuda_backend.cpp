@@ -132,6 +132,15 @@ static void test_eltwise(int N, int F) {
     compare("residual out", down(d_r, n), r, 1e-6, 1e-5);
     compare("residual da", down(d_ra, n), ra, 1e-6, 1e-5);
     compare("residual db", down(d_rb, n), rb, 1e-6, 1e-5);
+    /* axpy_rows: W columns of a packed (N, ldy) output += alpha x (N, ldx), and back */
+    {
+        int W = F / 2, ldy = F + 3, ldx = W + 1;
+        vecf y = randn((size_t)N * ldy, 1), x = randn((size_t)N * ldx, 1), y_ref = y;
+        float *d_y = up(y), *d_x = up(x);
+        gpu->ops->axpy_rows(gpu, d_y + 2, ldy, d_x, ldx, 0.375f, N, W);
+        cpu->ops->axpy_rows(cpu, y_ref.data() + 2, ldy, x.data(), ldx, 0.375f, N, W);
+        compare("axpy_rows", down(d_y, (size_t)N * ldy), y_ref, 1e-6, 1e-6);
+    }
     /* to_bf16: the CPU's bits */
     std::vector<uint16_t> h(n), want(n);
     uint16_t *d_h = (uint16_t *)gpu->ops->alloc(gpu, n * 2);

@@ -514,6 +514,10 @@ static void be_gelu_backward(st_backend *be, float *dinp, const float *inp, cons
     cu_gelu_backward<float>(dinp, inp, dout, (size_t)n, ctx_of(be)->stream);
     LAUNCHED(be, "gelu_backward");
 }
+static void be_axpy_rows(st_backend *be, float *y, int ldy, const float *x, int ldx, float alpha, int N, int W) {
+    cu_axpy_rows<float>(y, ldy, x, ldx, alpha, N, W, ctx_of(be)->stream);
+    LAUNCHED(be, "axpy_rows");
+}
 static void be_residual_forward(st_backend *be, float *out, const float *a, const float *b, int n) {
     cu_residual_forward<float>(out, a, b, (size_t)n, ctx_of(be)->stream);
     LAUNCHED(be, "residual_forward");
@@ -791,6 +795,7 @@ static st_backend_ops make_ops(void) {
     o.gelu_forward = be_gelu_forward;
     o.gelu_backward = be_gelu_backward;
     o.residual_forward = be_residual_forward;
+    o.axpy_rows = be_axpy_rows;
     o.residual_backward = be_residual_backward;
     o.rmsnorm_forward = be_rmsnorm_forward;
     o.rmsnorm_backward = be_rmsnorm_backward;

@@ -11,6 +11,7 @@
 
 #define CU_INSTANTIATE(T)                                                                                        \
     template void cu_residual_forward<T>(T *, const T *, const T *, size_t, cudaStream_t);                       \
+    template void cu_axpy_rows<T>(T *, int, const T *, int, float, int, int, cudaStream_t);                      \
     template void cu_residual_backward<T>(T *, T *, const T *, size_t, cudaStream_t);                            \
     template void cu_gelu_forward<T>(T *, const T *, size_t, cudaStream_t);                                      \
     template void cu_gelu_backward<T>(T *, const T *, const T *, size_t, cudaStream_t);                          \

@@ -87,8 +87,24 @@ template <class T> __global__ void k_to_bf16(__nv_bfloat16 *dst, const T *src, s
     CU_GRID_STRIDE(i, n) dst[i] = __float2bfloat16_rn(cu_load(src + i));
 }
 
+/* y[n ldy + i] += alpha x[n ldx + i] for n < N, i < W (LoRA's low-rank term into columns of a
+ * packed projection's output, and its gradient back out) */
+template <class T> __global__ void k_axpy_rows(T *y, int ldy, const T *x, int ldx, float alpha, int N, int W) {
+    size_t total = (size_t)N * (size_t)W;
+    CU_GRID_STRIDE(k, total) {
+        size_t n = k / (size_t)W, i = k % (size_t)W;
+        T *yp = y + n * (size_t)ldy + i;
+        cu_store(yp, cu_load(yp) + alpha * cu_load(x + n * (size_t)ldx + i));
+    }
+}
+
 /* ---------------------------------------------------------------- launchers (host) */
 
+template <class T> void cu_axpy_rows(T *y, int ldy, const T *x, int ldx, float alpha, int N, int W, cudaStream_t s) {
+    size_t n = (size_t)N * (size_t)W;
+    if (!n) return;
+    ST_CUDA_LAUNCH(k_axpy_rows<T>, st_cuda_grid(n, CU_EW_BLOCK), CU_EW_BLOCK, 0, s, y, ldy, x, ldx, alpha, N, W);
+}
 template <class T> void cu_residual_forward(T *out, const T *a, const T *b, size_t n, cudaStream_t s) {
     ST_CUDA_LAUNCH(k_residual_forward<T>, st_cuda_grid(n, CU_EW_BLOCK), CU_EW_BLOCK, 0, s, out, a, b, n);
 }
