@@ -116,7 +116,9 @@ void st_step_destroy(st_step *s);
 void st_step_set_docs(st_step *s, const int32_t *positions, const int32_t *doc_start);
 /* Called after each micro-batch's forward with its per-row losses (host, n = B x T; a row
  * whose target is < 0 carries no loss): micro-batch k of the step, in memory, streamed and
- * under ranks (each rank its own micro-batches). NULL: none. */
+ * under ranks (each rank its own micro-batches). NULL: none. Streamed in one process the
+ * hook is set on the executor (st_stream_set_row_hook), where it stays after
+ * st_step_destroy: clear it first if the executor runs on without the step. */
 void st_step_set_row_hook(st_step *s, st_row_loss_hook hook, void *ctx);
 /* Data parallel with overlap_gather: wait until the weights gathered after the last update
  * are all here. Call it before anything but the next st_step_run reads the model's weights

@@ -392,6 +392,8 @@ static int stream_figures_alloc(stream_figures *f, int steps, st_err *err) {
 /* Everything stream_setup made, in the reverse order; the disk store's files removed. */
 static void stream_free(stream_bench *b, const stream_opts *o) {
     free(b->inp); free(b->tgt);
+    st_step_destroy(b->mem_step); /* the steps before the executors they step */
+    st_step_destroy(b->str_step);
     st_step_destroy(b->disk_step);
     st_stream_exec_free(b->xd);
     if (b->dev2) st_backend_free(b->dev2);
@@ -401,8 +403,6 @@ static void stream_free(stream_bench *b, const stream_opts *o) {
     st_optim_free(b->opt);
     st_stream_exec_free(b->x);
     if (b->dev) st_backend_free(b->dev);
-    st_step_destroy(b->mem_step);
-    st_step_destroy(b->str_step);
     st_model_free(b->m);
     st_arch_free(b->arch);
     if (b->cpu) st_backend_free(b->cpu);

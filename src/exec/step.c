@@ -78,8 +78,7 @@ st_status st_step_create(st_step **out, const st_step_setup *su, st_err *err) {
 }
 
 void st_step_destroy(st_step *s) {
-    if (!s) return;
-    if (s->sx && !s->comm) st_stream_set_row_hook(s->sx, NULL, NULL);
+    if (!s) return; /* the executor is the caller's, perhaps freed already: not touched */
     st_free(s->grad_sum);
     st_zero_destroy(s->zero);
     free(s);
