@@ -1,6 +1,7 @@
 /* plan_request.c - the plan a run takes (plan.h's st_plan_for_run): the machine's profile,
  * the program's plan within the budget, and the fixed rule where the program finds none. One
  * function for strata train, strata plan, bench plan and bench stream. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "strata/plan.h"
@@ -67,4 +68,18 @@ st_status st_plan_for_run(const st_plan_request *rq, st_plan_result *out, st_err
         return st_errf(err, ST_ERR_INVALID, "plan: no profile of the machine to plan from, and no rule allowed");
     }
     return by_rule(rq, out, err);
+}
+
+/* The fixed rule alone (plan.h), the vocabulary outermost: the request with no program. */
+int st_plan_rule(const st_stream_config *sc, const unsigned char *fixed, size_t budget, st_stream_plan *p) {
+    st_plan_request rq = {.arch = sc->arch, .B = sc->B, .T = sc->T, .budget = budget, .sc = sc, .rule = 1,
+                          .rule_order = ST_PLAN_RULE_HEAD_FIRST, .vocab_chunk = -1};
+    rq.options.fixed_act = fixed;
+    st_plan_result *res = malloc(sizeof *res);
+    if (!res) return 0;
+    st_err ignored = {0};
+    int found = st_plan_for_run(&rq, res, &ignored) == ST_OK;
+    *p = res->plan;
+    free(res);
+    return found;
 }

@@ -669,16 +669,3 @@ void st_plan_rule_candidate(const st_stream_config *sc, int i, st_stream_plan *p
     st_stream_plan_set_all(p, order[i % 3]);
 }
 
-int st_plan_rule(const st_stream_config *sc, const unsigned char *fixed, size_t budget, st_stream_plan *p) {
-    /* the plan request's rule alone (plan_request.c), the vocabulary outermost */
-    st_plan_request rq = {.arch = sc->arch, .B = sc->B, .T = sc->T, .budget = budget, .sc = sc, .rule = 1,
-                          .rule_order = ST_PLAN_RULE_HEAD_FIRST, .vocab_chunk = -1};
-    rq.options.fixed_act = fixed;
-    st_plan_result *res = malloc(sizeof *res);
-    if (!res) return 0;
-    st_err ignored = {0};
-    int found = st_plan_for_run(&rq, res, &ignored) == ST_OK;
-    *p = res->plan;
-    free(res);
-    return found;
-}
