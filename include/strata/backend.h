@@ -287,6 +287,9 @@ st_status st_backend_cpu_create(st_backend **out, int threads, st_err *err);
  * oracle of the differential tests. */
 st_status st_backend_ref_create(st_backend **out, st_err *err);
 void st_backend_free(st_backend *be);
+/* 1 when the backend's allocations are plain host memory that the host may read and
+ * write in place (the CPU and reference backends); 0 for a GPU. */
+int st_backend_host_memory(const st_backend *be);
 
 /* A GPU by name ("cuda", "cuda:N": the CUDA backend on device N, one cudaMalloc of `budget`
  * bytes): ST_ERR_UNSUPPORTED in a strata built without the CUDA backend (cmake

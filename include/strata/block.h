@@ -103,8 +103,12 @@ typedef struct st_arch_ops {
     void (*unbind)(st_blocks *b);
 
     /* out (N, C) from host token ids (copied to the backend and kept for embed_backward)
-     * and the embedding's parameters emb_w ([0, emb_numel) of the vector, backend memory). */
+     * and the embedding's parameters emb_w ([0, emb_numel) of the vector, backend memory).
+     * host_inputs NULL: the ids the caller copied into token_ids(b) already (an executor
+     * that sends every token of a micro-batch in one traced copy). */
     void (*embed_forward)(st_blocks *b, const float *emb_w, const int32_t *host_inputs, float *out);
+    /* Where embed_forward keeps the token ids: B x T int32 in the backend's memory. */
+    int32_t *(*token_ids)(st_blocks *b);
     /* emb_g ([0, emb_numel) of the gradient) += d(embedding) for the last embed_forward. */
     void (*embed_backward)(st_blocks *b, float *emb_g, const float *dres);
     /* One block over its weight slab w (block_numel floats): out = block(in), keeping its

@@ -1,8 +1,11 @@
 /* step.h - one optimizer step, whatever the placement: micro-batches -> gradient ->
- * global norm -> clip -> AdamW update. In memory (the model's own forward and backward,
- * the optimizer in RAM or the disk state store) or streamed (the layer-streaming
- * executor, stream.h). strata train, strata bench step and strata bench stream all run
- * their steps through st_step_run, so what is benchmarked is what trains.
+ * global norm -> clip -> AdamW update. One body, the block executor (stream.h), serves
+ * every placement: in memory it runs with every block resident in the model's own vectors
+ * (nothing copied; the optimizer in RAM or the disk state store), streamed it moves the
+ * blocks through a device's budget, and under ranks it hands each block's gradient to dist's
+ * reduction as it lands. A model without blocks (LoRA's adapters) trains through its own
+ * forward and backward (st_step_in_blocks). strata train, strata bench step and strata bench
+ * stream all run their steps through st_step_run, so what is benchmarked is what trains.
  *
  * The rules every placement follows (so that they agree bit for bit):
  *   - the loss of a step is the mean over its targets >= 0, over all its micro-batches
@@ -63,8 +66,9 @@ struct st_comm;
 /* The step: opaque; made by st_step_create from its setup, freed by st_step_destroy. */
 typedef struct st_step st_step;
 
-/* What a step runs on. In memory: m (with activations for B x T) and the optimizer opt
- * (RAM) or the store (the disk state). Streamed, one process: sx (made with
+/* What a step runs on. In memory: m and the optimizer opt (RAM) or the store (the disk
+ * state); the executor over m's vectors is made at the first step, for its B x T (m's own
+ * activations are needed only where st_step_in_blocks says the model's forward runs). Streamed, one process: sx (made with
  * stream_config.grad_accum >= max_micro), m unused. Data parallel (comm, in memory or,
  * with sx, streamed: the model's vectors are the executor's host tier): every rank runs
  * the same step on its own micro-batches, and the gradients of all ranks are summed in rank
@@ -124,6 +128,22 @@ void st_step_set_row_hook(st_step *s, st_row_loss_hook hook, void *ctx);
  * are all here. Call it before anything but the next st_step_run reads the model's weights
  * (an evaluation, a checkpoint, an export) and before st_step_destroy. Otherwise a no-op. */
 st_status st_step_sync(st_step *s, st_err *err);
+
+/* 1 when st_step trains m in memory through the block executor (stream.h's resident plan:
+ * every block's weights and gradients are the model's own vectors, nothing copied): a model
+ * with a block interface (block.h) on a backend whose memory is the host's. The model's own
+ * activations (alloc_acts) are then unused by the step. st_step_create takes that body when
+ * its optimizer has one segment per model tensor (st_params_decay_segments), or the state
+ * is a store, or ranks update; otherwise, and for a model without blocks (LoRA's adapters
+ * over a frozen base), the model's own forward and backward. */
+int st_step_in_blocks(const st_model *m);
+
+/* Forward only (validation) of one (B, T) batch with the current weights, through the body
+ * that trains (the executor's st_stream_eval, or the model's forward): the mean loss over
+ * targets >= 0. positions and doc_start: packed documents (NULL, NULL: none). Changes no
+ * parameter, gradient or moment: the steps after it are those without it. */
+st_status st_step_eval(st_step *s, int B, int T, const int32_t *inputs, const int32_t *targets, const int32_t *positions,
+                       const int32_t *doc_start, float *loss, st_err *err);
 
 /* One step over n_micro micro-batches of B x T (inputs and targets n_micro x B x T ids,
  * micro-batch after micro-batch; a target < 0 is ignored). */

@@ -137,6 +137,12 @@ typedef struct st_stream_plan {
     int optim_threads;    /* OpenMP threads of the overlapped optimizer (<= 0: 1) */
     int vocab_chunk;      /* > 0: the classifier streams the head in chunks of this many rows
                              (two passes, online softmax); 0: the head lives on the device */
+    int resident;         /* 1: every weight and gradient is the host vectors themselves (the
+                             blocks', the embedding's, the head's): nothing is fetched or
+                             drained, the schedule is the same. For a device whose memory is
+                             the host's (the CPU backend, no budget): the in-memory step as
+                             this executor. Needs an fp32 drain and no vocabulary chunks;
+                             prefetch_depth is then unused. */
     int n_layer;          /* entries of act used */
     unsigned char act[ST_STREAM_MAX_LAYERS]; /* st_stream_act per block */
 } st_stream_plan;
@@ -161,6 +167,9 @@ typedef struct st_stream_config {
                                  blockwise; 8-bit never speculates (its moments cannot be
                                  restored from a cheap copy): the norm is summed as gradients
                                  land and the update runs after backward with every core */
+    st_optim *optim;          /* the caller's optimizer over the arch's tensors, in their order
+                                 (it keeps it, its state and format; state_format must match);
+                                 NULL: the executor makes its own */
     int external_optimizer;   /* 1: the master weights and moments live in a state store
                                  (st_stream_attach_store); no moments in host memory */
     int store_beside;         /* 1: the store's step runs beside the backward (below) where
@@ -225,6 +234,8 @@ void st_stream_set_params(st_stream_exec *x, const float *host_params);
 
 typedef struct st_stream_step_stats {
     float loss;
+    double loss_sum;   /* the same, unrounded: the micro-batches' shares summed in double
+                          (st_step_micro_loss), as the step reports it */
     double grad_norm;
     int clipped, skipped, rolled_back; /* rolled_back: a speculative update was undone */
     uint64_t h2d_bytes, d2h_bytes;     /* submitted to the copy engine during the step */

@@ -46,7 +46,7 @@ static void usage(FILE *f) {
             "usage: strata bench stream [--model NAME] [--device-budget BYTES] [--batch B] [--seq T] [--steps N]\n"
             "                           [--depth D] [--acts auto|recompute|keep|offload] [--no-overlap]\n"
             "                           [--clip auto|speculate|defer] [--max-norm X] [--vocab-chunk ROWS]\n"
-            "                           [--grad-dtype f32|bf16]\n"
+            "                           [--grad-dtype f32|bf16] [--resident]\n"
             "                           [--state-path DIR [--state-budget BYTES] [--store-beside 0|1]]\n"
             "                           [--layers L] [--embd C]\n"
             "                           [--heads NH] [--vocab V] [--max-seq T] [--threads N] [--device D] [--json]\n"
@@ -64,6 +64,9 @@ static void usage(FILE *f) {
             "  default 0, after the backward, what strata train chooses on the CPU backend)\n"
             "  --device: where the streamed side computes: cpu (default), cuda or cuda:N (a build with\n"
             "  -DSTRATA_CUDA=ON); the unstreamed side is always the CPU\n"
+            "  --resident: the executor's weights and gradients are its host vectors (a CPU backend without\n"
+            "  a budget, nothing copied, every block's activations kept unless --acts says otherwise): the\n"
+            "  in-memory step as the block executor, against the model's own forward and backward\n"
             "  defaults: --model gpt2-124m --batch 2 --seq 256 --steps 3 --depth 1 --acts auto\n"
             "            --max-norm 1.0\n");
 }
@@ -71,7 +74,7 @@ static void usage(FILE *f) {
 /* What was asked: the command line, parsed and checked once. */
 typedef struct stream_opts {
     const char *model, *acts, *clip, *gdt, *state_path, *device;
-    int B, T, steps, depth, overlap, threads, json, vchunk, store_beside, cuda_index, act_auto;
+    int B, T, steps, depth, overlap, threads, json, vchunk, store_beside, cuda_index, act_auto, resident;
     double budget_arg, max_norm, state_budget;
     st_stream_act act;
     st_model_overrides ov;
@@ -117,6 +120,7 @@ static int stream_parse_args(int argc, char **argv, stream_opts *o) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
         else if (!strcmp(a, "--json")) o->json = 1;
         else if (!strcmp(a, "--no-overlap")) o->overlap = 0;
+        else if (!strcmp(a, "--resident")) o->resident = 1;
         else if (v && !strcmp(a, "--model")) { o->model = v; i++; }
         else if (v && !strcmp(a, "--device")) { o->device = v; i++; }
         else if (v && !strcmp(a, "--device-budget")) {
@@ -180,6 +184,12 @@ static int stream_check_args(stream_opts *o) {
         fprintf(stderr, "strata bench stream: --clip '%s': use auto, speculate or defer\n", o->clip);
         return 2;
     }
+    if (o->resident && ((o->device && strcmp(o->device, "cpu")) || o->vchunk > 0 || o->budget_arg > 0 ||
+                        !strcmp(o->gdt, "bf16"))) {
+        fprintf(stderr, "strata bench stream: --resident keeps everything in the CPU's memory: no --device other "
+                "than cpu, no --device-budget, no --vocab-chunk, no --grad-dtype bf16\n");
+        return 2;
+    }
     st_err err = {0};
     if (st_backend_device_parse(o->device, &o->cuda_index, &err)) { /* whether this build has it: when it is created */
         fprintf(stderr, "strata bench stream: --device: %s\n", err.msg);
@@ -202,6 +212,12 @@ static void stream_choose_plan(stream_bench *b, stream_opts *o) {
     plan->clip = !strcmp(o->clip, "defer") ? ST_STREAM_CLIP_DEFER
                : !strcmp(o->clip, "auto")  ? ST_STREAM_CLIP_AUTO : ST_STREAM_CLIP_SPECULATE;
     plan->grad_dtype = strcmp(o->gdt, "bf16") ? ST_F32 : ST_BF16;
+    if (o->resident) { /* no budget to plan for: the activations the options say (auto: kept, as in memory) */
+        plan->resident = 1;
+        st_stream_plan_set_all(plan, o->act_auto ? ST_STREAM_ACT_KEEP : o->act);
+        if (o->act_auto) o->acts = "keep";
+        return;
+    }
     static const st_stream_act auto_acts[] = {ST_STREAM_ACT_OFFLOAD, ST_STREAM_ACT_RECOMPUTE};
     st_plan_request rq = {.arch = b->arch, .B = o->B, .T = o->T, .sc = &b->sc, .rule = 1,
                           .rule_order = ST_PLAN_RULE_ACTS_FIRST, .base = plan, .vocab_chunk = o->vchunk,
@@ -247,7 +263,9 @@ static int stream_setup(stream_bench *b, stream_opts *o, st_err *err) {
     b->budget = o->budget_arg > 0 ? (size_t)o->budget_arg : b->state / 8;
     b->sc = (st_stream_config){.arch = b->arch, .B = o->B, .T = o->T, .weight_decay = 0.1f};
     stream_choose_plan(b, o);
-    if (st_backend_device_create(&b->dev, o->device, b->cpu, b->budget, err) ||
+    if (o->resident) b->budget = 0; /* unbounded: the host's memory */
+    if ((o->resident ? st_backend_cpu_create(&b->dev, o->threads, err)
+                     : st_backend_device_create(&b->dev, o->device, b->cpu, b->budget, err)) ||
         st_stream_exec_create(&b->x, &b->sc, &b->plan, b->dev, err))
         return 1;
     b->m->ops->init_random(b->m, 1);
@@ -330,7 +348,7 @@ static int stream_run_steps(stream_bench *b, const stream_opts *o, stream_figure
         if (st.d2h_act_bytes > f->d2h_act) f->d2h_act = st.d2h_act_bytes;
         if (st.d2h_bytes > f->d2h_max) f->d2h_max = st.d2h_bytes;
     }
-    if (st_backend_memory(b->dev, NULL, &f->peak, &f->dev_budget, err)) return 1;
+    if (!o->resident && st_backend_memory(b->dev, NULL, &f->peak, &f->dev_budget, err)) return 1; /* resident: unbounded */
     return 0;
 }
 
@@ -348,14 +366,14 @@ static void stream_print_json(const stream_bench *b, const stream_opts *o, strea
                  bench_median(f->tw, steps), f->beside, f->abandoned, f->loss_equal ? "true" : "false");
     printf("{\"bench\":\"stream\",\"device\":\"%s\",\"model\":\"%s\",\"n_layer\":%d,\"n_embd\":%d,\"vocab_size\":%d,"
            "\"batch\":%d,\"seq\":%d,\"params\":%zu,\"threads\":%d,\"steps\":%d,\"prefetch_depth\":%d,"
-           "\"acts\":\"%s\",\"overlap_optim\":%s,\"clip\":\"%s\",\"grad_dtype\":\"%s\",\"vocab_chunk\":%d,"
+           "\"resident\":%s,\"acts\":\"%s\",\"overlap_optim\":%s,\"clip\":\"%s\",\"grad_dtype\":\"%s\",\"vocab_chunk\":%d,"
            "\"training_state_bytes\":%zu,\"weight_bytes\":%zu,\"device_budget_bytes\":%zu,"
            "\"device_peak_bytes\":%zu,\"h2d_bytes\":%llu,\"d2h_bytes\":%llu,\"h2d_act_bytes\":%llu,"
            "\"d2h_act_bytes\":%llu,\"h2d_weight_per_weight\":%.3f,\"overlap_efficiency\":%.3f,"
            "\"compute_s\":%.4f,\"optim_tail_s\":%.4f,\"step_s\":%.4f,\"unstreamed_step_s\":%.4f,"
            "\"ratio\":%.3f,\"loss\":%.5f,\"unstreamed_loss\":%.5f%s}\n",
            o->device, o->model, ly->n_blocks, ly->n_embd, ly->vocab_size, o->B, o->T, b->n, omp_get_max_threads(),
-           steps, o->depth, o->acts, o->overlap ? "true" : "false", o->clip, o->gdt, b->plan.vocab_chunk, b->state,
+           steps, o->depth, o->resident ? "true" : "false", o->acts, o->overlap ? "true" : "false", o->clip, o->gdt, b->plan.vocab_chunk, b->state,
            b->weight_bytes, f->dev_budget, f->peak, (unsigned long long)f->h2d_max, (unsigned long long)f->d2h_max,
            (unsigned long long)f->h2d_act, (unsigned long long)f->d2h_act,
            (double)(f->h2d_max - f->h2d_act) / b->weight_bytes, bench_median(f->te, steps),

@@ -29,7 +29,11 @@ struct st_step {
     st_model *m;               /* in memory: the model (its params and grads in host memory) */
     st_optim *opt;             /* in memory with the state in RAM */
     st_store *store;           /* in memory with the disk state (opt unused) */
-    st_stream_exec *sx;        /* streamed: the executor holds the rest */
+    st_stream_exec *sx;        /* streamed: the executor holds the rest; resident: the step's own */
+    int resident;              /* in memory through the block executor, every block resident in
+                                  the model's vectors (made at the first step, for its B x T) */
+    st_arch *arch;             /* resident: the model as blocks */
+    int B, T;                  /* resident: the executor's shape */
     float *grad_sum;           /* in memory, more than one micro-batch: the running sum */
     int max_micro;
     st_comm *comm;             /* data parallel */
@@ -50,6 +54,8 @@ st_status st_step_create(st_step **out, const st_step_setup *su, st_err *err) {
         return st_errf(err, ST_ERR_UNSUPPORTED, "data parallel with layer streaming: the executor must drain fp32 "
                        "gradients and take one micro-batch at a time (st_stream_config.grad_accum 1)");
     if (zero < 0 || zero > 2) return st_errf(err, ST_ERR_INVALID, "key 'zero': %d; give 0, 1 or 2", zero);
+    if (!su->sx && !su->comm && !su->opt && !su->store)
+        return st_errf(err, ST_ERR_INVALID, "step: in memory, neither an optimizer nor a state store");
     st_step *s = calloc(1, sizeof *s);
     if (!s) return st_errf(err, ST_ERR_NOMEM, "out of memory");
     s->m = su->m;
@@ -58,9 +64,19 @@ st_status st_step_create(st_step **out, const st_step_setup *su, st_err *err) {
     s->sx = su->sx;
     s->comm = su->comm;
     s->max_micro = su->max_micro < 1 ? 1 : su->max_micro;
-    /* the running sum of the micro-batches: in memory, and under ranks unless ZeRO 2 keeps
-     * only its shard's */
-    int in_memory = !s->sx || s->comm;
+    /* the executor updates tensor by tensor: the optimizer's segments must be the model's */
+    s->resident = !s->sx && st_step_in_blocks(s->m) &&
+                  (s->comm || s->store || st_optim_segment_count(s->opt) == s->m->n_tensors);
+    if (s->resident) {
+        st_status sa = st_arch_of_model(&s->arch, s->m, err);
+        if (sa) {
+            st_step_destroy(s);
+            return sa;
+        }
+    }
+    /* the running sum of the micro-batches: under ranks unless ZeRO 2 keeps only its shard's,
+     * and in memory through the model's own forward (the executor keeps its own) */
+    int in_memory = s->comm || (!s->sx && !s->resident);
     if (in_memory && s->max_micro > 1 && !(s->comm && zero == 2) &&
         !(s->grad_sum = st_alloc(s->m->n_params * sizeof(float)))) {
         size_t bytes = s->m->n_params * sizeof(float);
@@ -78,7 +94,11 @@ st_status st_step_create(st_step **out, const st_step_setup *su, st_err *err) {
 }
 
 void st_step_destroy(st_step *s) {
-    if (!s) return; /* the executor is the caller's, perhaps freed already: not touched */
+    if (!s) return; /* the caller's executor, perhaps freed already: not touched */
+    if (s->resident) {
+        st_stream_exec_free(s->sx);
+        st_arch_free(s->arch);
+    }
     st_free(s->grad_sum);
     st_zero_destroy(s->zero);
     free(s);
@@ -88,6 +108,35 @@ void st_step_set_row_hook(st_step *s, st_row_loss_hook hook, void *ctx) {
     s->row_hook = hook;
     s->row_hook_ctx = ctx;
     if (s->sx && !s->comm) st_stream_set_row_hook(s->sx, hook, ctx); /* the executor runs the micro-batches */
+}
+
+int st_step_in_blocks(const st_model *m) { return m && m->ops->get_arch && st_backend_host_memory(m->be); }
+
+/* Resident: the block executor over the model's own vectors, every block's weights and
+ * gradients in place, every block's activations kept (as the model's forward keeps them),
+ * the update after the backward (clip deferred: no speculative backups, no memory beyond
+ * the model's), for B x T; made again if the shape changes. The optimizer (or the store)
+ * is the caller's; under ranks the step updates and the executor hands each micro-batch's
+ * gradient over. */
+static st_status step_resident(st_step *s, int B, int T, st_err *err) {
+    if (s->sx && s->B == B && s->T == T) return ST_OK;
+    st_stream_exec_free(s->sx);
+    s->sx = NULL;
+    st_model *m = s->m;
+    st_stream_config sc = {.arch = s->arch, .host_params = m->params, .host_grads = m->grads, .B = B, .T = T,
+                           .grad_accum = s->comm ? 1 : s->max_micro,
+                           .state_format = s->opt ? st_optim_format(s->opt) : ST_OPTIM_STATE_F32,
+                           .optim = s->comm ? NULL : s->opt, .external_optimizer = s->comm || s->store};
+    st_stream_plan plan;
+    st_stream_plan_default(&plan, s->arch->lay.n_blocks);
+    plan.resident = 1;
+    plan.clip = ST_STREAM_CLIP_DEFER;
+    st_stream_plan_set_all(&plan, ST_STREAM_ACT_KEEP);
+    st_status st = st_stream_exec_create(&s->sx, &sc, &plan, m->be, err);
+    if (st) return st;
+    s->B = B, s->T = T;
+    if (!s->comm && s->row_hook) st_stream_set_row_hook(s->sx, s->row_hook, s->row_hook_ctx);
+    return ST_OK;
 }
 
 /* One micro-batch's gradient g into the running sum acc: mode 0 acc = g (the first),
@@ -208,6 +257,19 @@ static st_status step_update(st_step *s, const float *g, double sumsq, const st_
 
 st_status st_step_sync(st_step *s, st_err *err) { return s && s->zero ? st_zero_sync(s->zero, err) : ST_OK; }
 
+st_status st_step_eval(st_step *s, int B, int T, const int32_t *inputs, const int32_t *targets, const int32_t *positions,
+                       const int32_t *doc_start, float *loss, st_err *err) {
+    st_status st;
+    if (s->resident && (st = step_resident(s, B, T, err))) return st;
+    if (s->sx) {
+        if (doc_start) st_stream_set_docs(s->sx, positions, doc_start); /* as in training */
+        return st_stream_eval(s->sx, inputs, targets, loss, err);
+    }
+    if (doc_start && (st = st_model_set_docs(s->m, positions, doc_start, err))) return st;
+    *loss = s->m->ops->forward(s->m, inputs, targets, 0.0f); /* dloss 0: the logits stay, no gradient */
+    return ST_OK;
+}
+
 /* The ranks' step. Each rank's micro-batches are its own; the step's target count and loss
  * are summed over the ranks, so the dloss and the loss are one process's with n_micro x
  * size micro-batches (rank r's k-th micro-batch is that process's (k size + r)-th, as the
@@ -297,6 +359,10 @@ st_status st_step_run(st_step *s, int n_micro, int B, int T, const int32_t *inpu
                        s->max_micro);
     size_t N = (size_t)B * T;
     st_status st = ST_OK;
+    if (s->resident && (st = step_resident(s, B, T, err))) return st;
+    if (s->resident && s->store && !s->comm && /* the blob committed with this update */
+        (st = st_stream_attach_store(s->sx, s->store, hp->blob, hp->blob_bytes, err)))
+        return st;
     if (s->comm) return step_run_dist(s, n_micro, N, inputs, targets, hp, r, err);
     if (s->sx) {
         if ((st = step_docs(s, 0, N, err))) return st; /* every micro-batch's, from the first */
@@ -304,7 +370,7 @@ st_status st_step_run(st_step *s, int n_micro, int B, int T, const int32_t *inpu
         st_adamw_params a = hp->adam;
         if ((st = st_stream_step_accum(s->sx, n_micro, inputs, targets, &a, hp->grad_clip, ss, err))) return st;
         st_step_dloss(targets, N * (size_t)n_micro, &r->n_targets);
-        r->loss = ss->loss;
+        r->loss = ss->loss_sum;
         r->grad_norm = ss->grad_norm;
         r->clipped = ss->clipped;
         r->skipped = ss->skipped;

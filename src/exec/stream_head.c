@@ -38,7 +38,9 @@ float stream_head_forward(st_stream_exec *x, const float *xin, const int32_t *ta
     x->arch->ops->norm_forward(x->dev_blocks, x->d_post_w, xin, x->d_xn, x->d_nstats);
     dev->ops->matmul_forward(dev, x->d_logits, x->d_xn, head_w(x), NULL, N, C, V, ST_W_OUT_IN);
     dev->ops->crossentropy_forward_backward(dev, x->d_logits, x->d_losses, x->d_tgt, N, V, dloss);
+    st_prof_span lc = st_prof_begin(ST_PROF_CAT_COPY, "copy d2h losses", -1);
     dev->ops->copy_to_host(dev, x->h_losses, x->d_losses, sizeof(float) * (size_t)N);
+    st_prof_end_bytes(&lc, (int64_t)(sizeof(float) * (size_t)N));
     return mean_loss(x->h_losses, targets, N);
 }
 

@@ -167,6 +167,11 @@ static inline void wait_ticket(st_stream_exec *x, uint64_t t, const char *what, 
     x->wait_s += st_now() - t0;
 }
 
+/* Where this micro-batch's gradients land (host_grads, or host_grads_micro for a later
+ * micro-batch); resident (plan.resident): the device's gradient buffers are those host
+ * vectors themselves. stream_step.c. */
+void stream_bind_grads(st_stream_exec *x, float *dest);
+
 /* stream_optim.c */
 void *stream_opt_worker(void *arg);
 void stream_push_job(st_stream_exec *x, int block, uint64_t ticket, int add, int final);

@@ -120,16 +120,16 @@ static int alloc_table(const st_stream_config *c, const st_stream_plan *p, st_st
         A(d_post_w, y->norm_numel * 4);                     /* the norm (the head streams) */
         A(d_post_g, y->norm_numel * 4);
     } else {
-        A(d_pre_w, y->emb_numel * 4);                       /* the embedding */
-        A(d_pre_g, y->emb_numel * 4);
+        if (!p->resident) A(d_pre_w, y->emb_numel * 4);     /* the embedding (resident: the host's) */
+        if (!p->resident) A(d_pre_g, y->emb_numel * 4);
         A(d_logits, N * V * 4);
         A(d_losses, N * 4);
-        A(d_post_w, (y->n_params - y->norm_offset) * 4);    /* the norm and an untied head */
-        A(d_post_g, (y->n_params - y->norm_offset) * 4);
+        if (!p->resident) A(d_post_w, (y->n_params - y->norm_offset) * 4); /* the norm and an untied head */
+        if (!p->resident) A(d_post_g, (y->n_params - y->norm_offset) * 4);
     }
     A(d_outs, L * NC * 4);                                  /* block outputs (checkpoints) */
-    A(d_w, (size_t)(p->prefetch_depth + 1) * bn * 4);       /* weight slots */
-    A(d_g, 2 * bn * 4);                                     /* gradient slots */
+    if (!p->resident) A(d_w, (size_t)(p->prefetch_depth + 1) * bn * 4); /* weight slots */
+    if (!p->resident) A(d_g, 2 * bn * 4);                   /* gradient slots */
     if (p->grad_dtype == ST_BF16) A(d_g16, 2 * bn * 2);     /* their bf16 staging */
     if (n_keep) A(d_keep, n_keep * setf * 4);
     if (rc) A(d_recompute, setf * 4);
@@ -240,6 +240,11 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
     for (int l = 0; l < L; l++)
         if (p->act[l] > ST_STREAM_ACT_OFFLOAD)
             return st_errf(err, ST_ERR_INVALID, "stream plan: block %d has unknown activation policy %d", l, p->act[l]);
+    if (p->resident && (st_backend_arena(dev) || !st_backend_host_memory(dev) || p->vocab_chunk > 0 ||
+                        p->grad_dtype != ST_F32))
+        return st_errf(err, ST_ERR_INVALID, "stream plan: resident weights need a device whose memory is the host's "
+                       "(the CPU backend, no budget; this one: %s%s), an fp32 drain and no vocabulary chunks",
+                       dev->ops->name ? dev->ops->name : "?", st_backend_arena(dev) ? ", budgeted" : "");
     if (c->B < 1 || c->T < 1 || c->T > c->arch->lay.max_seq)
         return st_errf(err, ST_ERR_INVALID, "stream: batch %d x seq %d (max_seq %d)", c->B, c->T, c->arch->lay.max_seq);
     st_arena *arena = st_backend_arena(dev);
@@ -349,11 +354,29 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
     }
     if (!x->host_params || !x->host_grads) FAIL(ST_ERR_NOMEM, "stream: cannot allocate %zu host bytes of parameters and gradients",
                                x->n_params * 8);
+    if (p->resident) { /* the device's weights are the host's (the gradients: stream_bind_grads) */
+        x->d_pre_w = x->host_params;
+        x->d_post_w = x->host_params + x->post_offset;
+        x->d_w = x->host_params + x->block_offset0;
+        stream_bind_grads(x, x->host_grads);
+    }
     x->segs = calloc((size_t)y->n_tensors, sizeof *x->segs);
     if (!x->segs) FAIL(ST_ERR_NOMEM, "stream: out of memory");
     st_params_decay_segments(y->tensors, y->n_tensors, c->weight_decay, x->segs);
     x->external = c->external_optimizer;
-    if (!x->external && (s = st_optim_create(&x->opt, x->segs, y->n_tensors, c->state_format, err))) goto fail;
+    if (!x->external && c->optim) {
+        if (st_optim_format(c->optim) != c->state_format)
+            FAIL(ST_ERR_INVALID, "stream: the caller's optimizer keeps %s moments, the configuration says %s",
+                 st_optim_format(c->optim) == ST_OPTIM_STATE_8BIT ? "8-bit" : "fp32",
+                 c->state_format == ST_OPTIM_STATE_8BIT ? "8-bit" : "fp32");
+        if (st_optim_segment_count(c->optim) != y->n_tensors || st_optim_numel(c->optim) != y->n_params)
+            FAIL(ST_ERR_INVALID, "stream: the caller's optimizer has %d segments over %zu parameters; the executor "
+                 "updates the model's %d tensors (%zu parameters), one segment each (st_params_decay_segments)",
+                 st_optim_segment_count(c->optim), st_optim_numel(c->optim), y->n_tensors, y->n_params);
+        x->opt = c->optim;
+    } else if (!x->external && (s = st_optim_create(&x->opt, x->segs, y->n_tensors, c->state_format, err))) {
+        goto fail;
+    }
     x->nchunks = (x->n_params + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
     x->chunk_part = calloc(x->nchunks, sizeof *x->chunk_part);
     x->chunk_done = calloc(x->nchunks, 1);
@@ -412,7 +435,7 @@ void st_stream_exec_free(st_stream_exec *x) {
     else if (x->host_grads_registered) dev->ops->host_unregister(dev, x->host_grads);
     free(x->vocab_w_ticket);
     free(x->gspans);
-    st_optim_free(x->opt);
+    if (x->opt != x->cfg.optim) st_optim_free(x->opt);
     free(x->segs);
     free(x->act_slot);
     free(x->w_ticket);

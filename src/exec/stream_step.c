@@ -23,9 +23,19 @@
 
 /* ------------------------------------------------------------------ resident weights */
 
+/* ------------------------------------------------------------------ placement
+ * Where the schedule's weights and gradients are and what moves them: device slots filled
+ * and drained by the copy engine, or, resident (plan.resident), the host vectors themselves,
+ * where a fetch and a drain are nothing (ticket 0: done). The schedule below asks only
+ * these functions. */
+
 /* The embedding and head weights live on the device between steps: send them after
- * every change of the host copy. */
+ * every change of the host copy (resident: they are the host copy). */
 static void send_nonblock(st_stream_exec *x) {
+    if (x->plan.resident) {
+        x->embed_w_ticket = 0;
+        return;
+    }
     if (!x->vocab_chunk) h2d(x, x->d_pre_w, x->host_params, x->emb_numel * 4);
     x->embed_w_ticket = h2d(x, x->d_post_w, x->host_params + x->post_offset, x->post_numel * 4);
 }
@@ -172,13 +182,32 @@ static st_store_step_args store_args(st_stream_exec *x, double ss) {
                                 .blob = x->store_blob, .blob_bytes = x->store_blob_bytes};
 }
 
-static float *wslot(st_stream_exec *x, int l) { return x->d_w + (size_t)(l % x->n_slots) * x->block_numel; }
+static float *wslot(st_stream_exec *x, int l) {
+    return x->d_w + (size_t)(x->plan.resident ? l : l % x->n_slots) * x->block_numel;
+}
+/* Block l's gradient buffer: a device slot (two, alternating), or resident its place in
+ * this micro-batch's host gradient. */
+static float *gslot(st_stream_exec *x, int l) {
+    return x->plan.resident ? x->grad_dest + x->block_offset0 + (size_t)l * x->block_numel
+                            : x->d_g + (size_t)(l % 2) * x->block_numel;
+}
+void stream_bind_grads(st_stream_exec *x, float *dest) {
+    x->grad_dest = dest;
+    if (!x->plan.resident) return;
+    x->d_pre_g = dest;
+    x->d_post_g = dest + x->post_offset;
+}
+/* A device buffer's bytes to the host gradient (resident: already there). */
+static uint64_t drain(st_stream_exec *x, float *dst, const float *src, size_t n) {
+    return x->plan.resident ? 0 : d2h(x, dst, src, n * 4);
+}
 static const float *block_in(st_stream_exec *x, int l) {
     return l == 0 ? x->d_emb_out : x->d_outs + (size_t)(l - 1) * x->resid_numel;
 }
 static float *block_out(st_stream_exec *x, int l) { return x->d_outs + (size_t)l * x->resid_numel; }
 static uint64_t fetch_block(st_stream_exec *x, int l) {
     stream_weights_at(x, x->block_offset0 + (size_t)l * x->block_numel, x->block_numel);
+    if (x->plan.resident) return 0;
     return h2d(x, wslot(x, l), x->host_params + x->block_offset0 + (size_t)l * x->block_numel, x->block_numel * 4);
 }
 
@@ -308,9 +337,17 @@ static float micro_forward(step_run *r, int mb, const int32_t *inputs, const int
     const st_arch_ops *ao = x->arch->ops;
     st_backend *dev = x->dev;
     int L = x->n_blocks, D = x->depth;
-    dev->ops->copy_to_device(dev, x->d_tgt, targets, sizeof(int32_t) * (size_t)r->N);
+    size_t N = (size_t)r->N;
+    st_prof_span fw = st_prof_begin(ST_PROF_CAT_COMPUTE, "forward", -1);
+    /* the micro-batch's ids in one traced copy: the targets, and the inputs where the
+     * embedding runs on the device (a chunked vocabulary's runs on the host) */
+    st_prof_span tc = st_prof_begin(ST_PROF_CAT_COPY, "copy h2d tokens", -1);
+    dev->ops->copy_to_device(dev, x->d_tgt, targets, sizeof(int32_t) * N);
+    if (!x->vocab_chunk) dev->ops->copy_to_device(dev, ao->token_ids(x->dev_blocks), inputs, sizeof(int32_t) * N);
+    st_prof_end_bytes(&tc, (int64_t)(sizeof(int32_t) * N * (x->vocab_chunk ? 1 : 2)));
     stream_weights_at(x, 0, x->block_offset0);
-    if (x->fresh && !x->vocab_chunk) x->embed_w_ticket = h2d(x, x->d_pre_w, x->host_params, x->emb_numel * 4); /* the ranks' update */
+    if (x->fresh && !x->vocab_chunk && !x->plan.resident)
+        x->embed_w_ticket = h2d(x, x->d_pre_w, x->host_params, x->emb_numel * 4); /* the ranks' update */
     uint64_t enc_ticket = x->vocab_chunk ? stream_embed_forward(x, inputs) : 0;
     /* after a micro-batch's backward, blocks 0..depth (and head chunks 0, 1) are still in
      * their slots, and the weights do not change until the update */
@@ -326,7 +363,7 @@ static float micro_forward(step_run *r, int mb, const int32_t *inputs, const int
     });
     wait_ticket(x, x->embed_w_ticket, "wait embed weights", -1);
     if (x->vocab_chunk) wait_ticket(x, enc_ticket, "wait embedding", -1);
-    else COMPUTE_(ST_PROF_CAT_COMPUTE, "forward embed", -1, stream_embed_forward(x, inputs));
+    else COMPUTE_(ST_PROF_CAT_COMPUTE, "embedding", -1, stream_embed_forward(x, NULL)); /* the ids are there */
     x->off_slot_ticket[0] = x->off_slot_ticket[1] = 0;
     r->rc_holds = -1;
     for (int l = 0; l < L; l++) {
@@ -352,17 +389,13 @@ static float micro_forward(step_run *r, int mb, const int32_t *inputs, const int
     float loss;
     if (x->fresh) { /* the rest (the norm, an untied head), once the ranks' gather has brought it */
         stream_weights_at(x, x->post_offset, x->n_params - x->post_offset);
-        wait_ticket(x, h2d(x, x->d_post_w, x->host_params + x->post_offset, x->post_numel * 4), "wait head weights", -1);
+        if (!x->plan.resident)
+            wait_ticket(x, h2d(x, x->d_post_w, x->host_params + x->post_offset, x->post_numel * 4), "wait head weights", -1);
         x->fresh = 0;
     }
-    if (x->vocab_chunk) {
-        loss = stream_chunked_head_forward(x, block_out(x, L - 1), targets, &r->compute_s);
-        stream_chunked_head_backward(x, block_out(x, L - 1), r->dloss, &r->compute_s);
-    } else {
-        COMPUTE_(ST_PROF_CAT_COMPUTE, "forward head", -1,
-                 loss = stream_head_forward(x, block_out(x, L - 1), targets, r->dloss));
-        COMPUTE_(ST_PROF_CAT_COMPUTE, "backward head", -1, stream_head_backward(x, block_out(x, L - 1)));
-    }
+    if (x->vocab_chunk) loss = stream_chunked_head_forward(x, block_out(x, L - 1), targets, &r->compute_s);
+    else COMPUTE_(ST_PROF_CAT_COMPUTE, "classifier", -1, loss = stream_head_forward(x, block_out(x, L - 1), targets, r->dloss));
+    st_prof_end(&fw);
     return loss;
 }
 
@@ -376,7 +409,10 @@ static void micro_backward(step_run *r, int add, int final) {
     int L = x->n_blocks, D = x->depth;
     float *dres = x->d_dres;
     size_t V = (size_t)x->ly->vocab_size, C = (size_t)x->ly->n_embd;
-    /* ---- backward */
+    st_prof_span bw = st_prof_begin(ST_PROF_CAT_COMPUTE, "backward", -1);
+    /* the head's backward (the forward left dlogits) */
+    if (x->vocab_chunk) stream_chunked_head_backward(x, block_out(x, L - 1), r->dloss, &r->compute_s);
+    else COMPUTE_(ST_PROF_CAT_COMPUTE, "classifier backward", -1, stream_head_backward(x, block_out(x, L - 1)));
     x->g_ticket[0] = x->g_ticket[1] = 0;
     for (int l = L - 1; l >= 0; l--) {
         wait_ticket(x, x->w_ticket[l], "wait weights", l);
@@ -389,7 +425,7 @@ static void micro_backward(step_run *r, int add, int final) {
             r->rc_holds = l;
         }
         if (act == ST_STREAM_ACT_OFFLOAD && k < x->n_off - 2) wait_ticket(x, x->act_ticket[k], "wait acts", l);
-        float *g = x->d_g + (size_t)(l % 2) * x->block_numel;
+        float *g = gslot(x, l);
         wait_ticket(x, x->g_ticket[l % 2], "wait grad slot", l);
         COMPUTE_(ST_PROF_CAT_COMPUTE, "backward block", l, {
             dev->ops->memset0(dev, g, x->block_numel * 4);
@@ -402,7 +438,7 @@ static void micro_backward(step_run *r, int add, int final) {
             COMPUTE_(ST_PROF_CAT_COMPUTE, "grad to bf16", l, dev->ops->to_bf16(dev, g16, g, x->block_numel));
             x->g_ticket[l % 2] = d2h(x, x->host_grads_bf16 + x->block_offset0 + (size_t)l * x->block_numel, g16, x->block_numel * 2);
         } else {
-            x->g_ticket[l % 2] = d2h(x, x->grad_dest + x->block_offset0 + (size_t)l * x->block_numel, g, x->block_numel * 4);
+            x->g_ticket[l % 2] = drain(x, x->grad_dest + x->block_offset0 + (size_t)l * x->block_numel, g, x->block_numel);
         }
         if (r->overlap && (add || final)) stream_push_job(x, l, x->g_ticket[l % 2], add, final);
         if (l - D - 1 >= 0) x->w_ticket[l - D - 1] = fetch_block(x, l - D - 1);
@@ -424,10 +460,11 @@ static void micro_backward(step_run *r, int add, int final) {
         ao->embed_backward(x->host_blocks, x->grad_dest, x->h_dres);
         st_prof_end(&e);
     } else {
-        COMPUTE_(ST_PROF_CAT_COMPUTE, "backward embed", -1, ao->embed_backward(x->dev_blocks, x->d_pre_g, dres));
-        d2h(x, x->grad_dest, x->d_pre_g, x->emb_numel * 4);
+        COMPUTE_(ST_PROF_CAT_COMPUTE, "embedding backward", -1, ao->embed_backward(x->dev_blocks, x->d_pre_g, dres));
+        drain(x, x->grad_dest, x->d_pre_g, x->emb_numel);
     }
-    r->last = d2h(x, x->grad_dest + x->post_offset, x->d_post_g, x->post_numel * 4);
+    r->last = drain(x, x->grad_dest + x->post_offset, x->d_post_g, x->post_numel);
+    st_prof_end(&bw);
 }
 
 /* A later micro-batch's gradient added into the step's: handed to the worker with its last
@@ -465,7 +502,7 @@ static void step_micro_batches(step_run *r, const int32_t *inputs_all, const int
             x->n_jobs = x->jobs_done = 0;
             pthread_mutex_unlock(&x->mu);
         }
-        x->grad_dest = add ? x->host_grads_micro : x->host_grads;
+        stream_bind_grads(x, add ? x->host_grads_micro : x->host_grads);
         /* the previous micro-batch's drains (device gradient slots, the embedding's and head's
          * gradients) have left the device before anything rewrites them (in-order engine) */
         wait_ticket(x, r->last, "wait previous micro-batch", mb);
@@ -522,7 +559,7 @@ static st_status update_store(step_run *r, const st_adamw_params *hp, float max_
         st_adamw_params h = *hp;
         h.grad_scale = stats->clipped ? (float)(max_norm / norm) : 1.0f;
         st_store_step_args sa = store_args(x, ss);
-        st_prof_span u = st_prof_begin(ST_PROF_CAT_OPTIM, "optim step (disk state)", -1);
+        st_prof_span u = st_prof_begin(ST_PROF_CAT_OPTIM, "optimizer (disk state)", -1);
         s = st_store_step(x->store, &sa, &h, err);
         st_prof_end(&u);
         if (!s) send_nonblock(x);
@@ -561,7 +598,7 @@ static st_status update_ram(step_run *r, const st_adamw_params *hp, float max_no
     if (need_update && !stats->skipped) {
         st_adamw_params h = *hp;
         h.grad_scale = stats->clipped ? (float)(max_norm / norm) : 1.0f;
-        st_prof_span u = st_prof_begin(ST_PROF_CAT_OPTIM, "optim step", -1);
+        st_prof_span u = st_prof_begin(ST_PROF_CAT_OPTIM, "optimizer", -1);
         s = stream_update_segs(x, 0, x->ly->n_tensors, &h, ss, err);
         st_prof_end(&u);
         if (s) return s;
@@ -579,7 +616,8 @@ static st_status step_update(step_run *r, const st_adamw_params *hp, float max_n
     double ss;
     if (r->overlap) {
         stream_push_job(x, -1, r->last, r->n_micro > 1, 1);
-        st_prof_span w = st_prof_begin(ST_PROF_CAT_OPTIM, "wait optimizer", -1);
+        /* deferred, the worker has only summed the norm's partials as the gradients landed */
+        st_prof_span w = st_prof_begin(ST_PROF_CAT_OPTIM, r->speculate ? "wait optimizer" : "grad norm", -1);
         stream_wait_jobs(x);
         st_prof_end(&w);
         ss = stream_chunks_total(x);
@@ -632,6 +670,7 @@ st_status st_stream_step_accum(st_stream_exec *x, int n_micro, const int32_t *in
     stats->optim_tail_s = st_now() - t_tail;
     st_prof_end(&step_span);
     stats->loss = loss;
+    stats->loss_sum = r->loss_sum;
     stats->h2d_bytes = x->h2d_bytes - h2d0;
     stats->d2h_bytes = x->d2h_bytes - d2h0;
     stats->h2d_act_bytes = x->h2d_act_bytes - ha0;

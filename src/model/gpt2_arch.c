@@ -68,7 +68,7 @@ static void g_embed_forward(st_blocks *b, const float *emb_w, const int32_t *hos
     st_gpt2_model *m = shell_of(b);
     int C = m->cfg.n_embd, V = cfg_of(b->arch)->vocab_size, N = b->B * b->T;
     m->emb_w = (float *)emb_w;
-    m->be->ops->copy_to_device(m->be, st_gpt2_token_ids(m), host_inputs, sizeof(int32_t) * (size_t)N);
+    if (host_inputs) m->be->ops->copy_to_device(m->be, st_gpt2_token_ids(m), host_inputs, sizeof(int32_t) * (size_t)N);
     if (m->pos_dev) { /* packed documents: st_gpt2_embed_forward's ops, so the same bits as in memory */
         float *scratch = st_gpt2_scratch(m);
         m->be->ops->embedding_forward(m->be, out, st_gpt2_token_ids(m), emb_w, b->B, b->T, C);
@@ -78,6 +78,8 @@ static void g_embed_forward(st_blocks *b, const float *emb_w, const int32_t *hos
         m->be->ops->encoder_forward(m->be, out, st_gpt2_token_ids(m), emb_w, emb_w + (size_t)V * C, b->B, b->T, C);
     }
 }
+
+static int32_t *g_token_ids(st_blocks *b) { return st_gpt2_token_ids(shell_of(b)); }
 
 static void g_embed_backward(st_blocks *b, float *emb_g, const float *dres) {
     st_gpt2_model *m = shell_of(b);
@@ -148,6 +150,7 @@ static const st_arch_ops gpt2_arch_ops = {
     .bind = g_bind,
     .unbind = g_unbind,
     .embed_forward = g_embed_forward,
+    .token_ids = g_token_ids,
     .embed_backward = g_embed_backward,
     .block_forward = g_block_forward,
     .block_backward = g_block_backward,

@@ -356,9 +356,11 @@ static void rope_rows(st_blocks *b, float *x, int H, int W, int backward) {
 static void a_embed_forward(st_blocks *b, const float *emb_w, const int32_t *host_inputs, float *out) {
     st_backend *be = b->be;
     int32_t *inputs = (int32_t *)((llama_bound *)b->state)->p[BD_INPUTS];
-    OPS->copy_to_device(be, inputs, host_inputs, sizeof(int32_t) * (size_t)b->B * b->T);
+    if (host_inputs) OPS->copy_to_device(be, inputs, host_inputs, sizeof(int32_t) * (size_t)b->B * b->T);
     OPS->embedding_forward(be, out, inputs, emb_w, b->B, b->T, cfg_of(b->arch)->hidden_size);
 }
+
+static int32_t *a_token_ids(st_blocks *b) { return (int32_t *)((llama_bound *)b->state)->p[BD_INPUTS]; }
 
 static void a_embed_backward(st_blocks *b, float *emb_g, const float *dres) {
     st_backend *be = b->be;
@@ -510,6 +512,7 @@ static const st_arch_ops llama_arch_ops = {
     .bind = a_bind,
     .unbind = a_unbind,
     .embed_forward = a_embed_forward,
+    .token_ids = a_token_ids,
     .embed_backward = a_embed_backward,
     .block_forward = a_block_forward,
     .block_backward = a_block_backward,

@@ -117,8 +117,8 @@ st_status run_data_restore_state(run_data *d, const st_train_state_header *h, co
 /* ------------------------------------------------------------------ validation
  * The mean loss over the same eval_tokens of val_data at every evaluation (the loader goes
  * back to its start each time), forward only: no parameter, gradient, moment or training
- * data position changes, so a run is bit-identical with and without validation. Under
- * streaming the executor's forward-only pass runs it (st_stream_eval). */
+ * data position changes, so a run is bit-identical with and without validation. The step's
+ * body runs it (st_step_eval: the executor's forward-only pass, streamed or resident). */
 
 /* val_data, or the embedded corpus's held-out tail for the embedded corpus; NULL: none. */
 const char *run_val_spec(const st_train_config *c) {
@@ -127,7 +127,7 @@ const char *run_val_spec(const st_train_config *c) {
     return !strcmp(c->data, "embedded") ? "embedded" : NULL;
 }
 
-st_status run_eval_loss(const st_train_config *c, st_model *m, st_stream_exec *sx, run_eval *ev, int32_t *inputs,
+st_status run_eval_loss(const st_train_config *c, st_model *m, st_step *stp, run_eval *ev, int32_t *inputs,
                            int32_t *targets, int32_t *positions, int32_t *doc_start, double *out, st_err *err) {
     st_status s;
     if (!ev->vd.dl) {
@@ -142,13 +142,7 @@ st_status run_eval_loss(const st_train_config *c, st_model *m, st_stream_exec *s
         if ((s = run_data_next(&ev->vd, c->batch, c->seq, inputs, targets, positions, doc_start, err)))
             return st_err_prefix(err, "key 'val_data'");
         float l;
-        if (doc_start && sx) st_stream_set_docs(sx, positions, doc_start); /* as in training */
-        else if (doc_start && (s = st_model_set_docs(m, positions, doc_start, err))) return s;
-        if (sx) {
-            if ((s = st_stream_eval(sx, inputs, targets, &l, err))) return s;
-        } else {
-            l = m->ops->forward(m, inputs, targets, 0.0f); /* dloss 0: the logits stay, no gradient */
-        }
+        if ((s = st_step_eval(stp, c->batch, c->seq, inputs, targets, positions, doc_start, &l, err))) return s;
         sum += l;
     }
     *out = sum / (double)n;

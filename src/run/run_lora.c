@@ -76,7 +76,7 @@ st_status run_lora_check(const st_train_config *c, int world, st_err *err) {
     return s;
 }
 
-st_status run_lora_open(const st_train_config *c, st_model **m, int B, int T, st_err *err) {
+st_status run_lora_open(const st_train_config *c, st_model **m, st_err *err) {
     int lora = 0;
     st_status s = st_train_config_method(c, &lora, err);
     if (s || !lora) return s;
@@ -84,8 +84,7 @@ st_status run_lora_open(const st_train_config *c, st_model **m, int B, int T, st
     lora_config(c, (*m)->ops->arch, &lc);
     st_model *lm = NULL;
     s = st_lora_model_create(&lm, *m, &lc, c->seed, err); /* takes the base, frees it on failure */
-    *m = lm;
-    if (!s) s = lm->ops->alloc_acts(lm, B, T, err);
+    *m = lm; /* its activations: the run's, as for any model the step trains through its own forward */
     return s;
 }
 

@@ -12,8 +12,8 @@
  * refuses (naming the key and the tensor). world: the ranks of the run. */
 st_status run_lora_check(const st_train_config *c, int world, st_err *err);
 /* method lora: *m (the base, its weights set) becomes the LoRA model over it, its
- * activations allocated for B x T; *m is NULL on failure (the base freed). Otherwise nothing. */
-st_status run_lora_open(const st_train_config *c, st_model **m, int B, int T, st_err *err);
+ * activations the run's to allocate; *m is NULL on failure (the base freed). Otherwise nothing. */
+st_status run_lora_open(const st_train_config *c, st_model **m, st_err *err);
 /* The end of a run: save_adapter's PEFT directory, said unless quiet. */
 st_status run_lora_finish(const st_train_config *c, const st_model *m, int quiet, st_err *err);
 

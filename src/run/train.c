@@ -171,10 +171,13 @@ static st_status open_model(train_run *r, st_err *err) {
     if ((s = st_backend_set_matmul(r->be, c->matmul, err))) return s; /* key 'matmul' on the host's cores (named) */
     st_model_overrides ov = st_train_config_overrides(c);
     if ((s = st_model_create_from(&r->m, c->model, c->init_from, &ov, 1, r->be, err))) return s;
-    if (c->device_budget <= 0 && (s = r->m->ops->alloc_acts(r->m, r->B, r->T, err))) return s;
     if (!c->init_from[0]) r->m->ops->init_random(r->m, c->seed);
     else if ((s = st_model_check_finite(r->m, c->init_from, err))) return s;
-    if ((s = run_lora_open(c, &r->m, r->B, r->T, err))) return s; /* method lora: the adapters over the base */
+    if ((s = run_lora_open(c, &r->m, err))) return s; /* method lora: the adapters over the base */
+    /* in memory the step trains a model with blocks through the executor (its own
+     * activations); the model's own forward needs its activations */
+    if (c->device_budget <= 0 && !st_step_in_blocks(r->m) && (s = r->m->ops->alloc_acts(r->m, r->B, r->T, err)))
+        return s;
     if (c->device_budget <= 0) return ST_OK;
     double chosen_budget = 0; /* the store's host budget, where the planner chose it */
     if ((s = st_arch_of_model(&r->arch, r->m, err)) ||
@@ -435,7 +438,7 @@ static st_status run_evaluate(train_run *r, train_step *o, st_err *err) {
     if (s) return s;
     double te = st_now();
     st_prof_span pv = st_prof_begin(ST_PROF_CAT_OTHER, "validation", -1);
-    s = run_eval_loss(&r->c, r->m, r->sx, &r->ev, r->inputs, r->targets, r->positions, r->doc_start, &o->val, err);
+    s = run_eval_loss(&r->c, r->m, r->stp, &r->ev, r->inputs, r->targets, r->positions, r->doc_start, &o->val, err);
     st_prof_end(&pv);
     if (s) return s;
     o->eval_s = st_now() - te;
