@@ -2,7 +2,8 @@
  * curves drawn from the law with known parameters and Gaussian noise: the parameters
  * recovered within 1%, the band covering the true curve at its stated rate over many seeds,
  * the areas against a direct fp64 sum, too few points and a failed fit reported and never
- * used, the rule's decisions, and its refusals naming the key. */
+ * used, a probe anneal's points fixing the decay term C that a wsd run's stable part cannot,
+ * the rule's decisions, and its refusals naming the key. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -202,6 +203,43 @@ int main(void) {
           "target later: %d %s", d.action, d.why);
     /* a decay that has begun runs to its end */
     CHECK(!st_stop_rule_decide(&rule, &t, &at, 3100, 1e12, &d, &err) && d.action == ST_STOP_CONTINUE, "decaying: %s", d.why);
+
+    /* a probe anneal: the stable part of a wsd run to step 500 cannot fit C (S2 0 at all of its
+     * points), a branch that forked there and decayed over 100 steps can: with its points (each
+     * with its own schedule's areas) the law comes back and so does the planned end's loss,
+     * its decay's drop included; without them the end is the curve without the drop */
+    {
+        st_schedule probe;
+        CHECK(!st_schedule_init(&probe, "wsd", "1-sqrt", 3e-3, 0.1, 100.0 / 600, 600, 50, &err), "%s", err.msg);
+        CHECK(st_schedule_decay_begin(&probe) == 500, "the probe forks at %ld", st_schedule_decay_begin(&probe));
+        static long ps[64];
+        static double py[64];
+        rng = 4242;
+        int n = draw(&t, &wsd, 10, 500, 2e-4, steps, y), np = 0;
+        for (long s = 510; s <= 600; s += 10, np++) {
+            ps[np] = s;
+            py[np] = st_forecast_loss(&t, &probe, s, NULL) + 2e-4 * gauss();
+        }
+        int first = st_forecast_first_point(steps, n, -1);
+        double truth_end = st_forecast_loss(&t, &wsd, 2000, NULL), band;
+        CHECK(!st_forecast_fit(&f, &wsd, ST_FORECAST_LAMBDA, 1e12, steps + first, y + first, n - first, &err) &&
+                  f.state == ST_FORECAST_OK && !f.annealed && f.C == 0, "without the probe: %s", f.why);
+        double plain = st_forecast_loss(&f, &wsd, 2000, NULL);
+        CHECK(!st_forecast_fit_probe(&f, &wsd, ST_FORECAST_LAMBDA, 1e12, steps + first, y + first, n - first, &probe, ps,
+                                     py, np, &err),
+              "%s", err.msg);
+        double end = st_forecast_loss(&f, &wsd, 2000, &band);
+        CHECK(f.state == ST_FORECAST_OK && f.annealed && f.n_probe == np && f.last_step == 500 && strstr(f.why, "probe"),
+              "with the probe: %s", f.why);
+        CHECK(fabs(f.C / t.C - 1) < 0.05 && fabs(end / truth_end - 1) < 0.002 && fabs(end - truth_end) < band,
+              "probe: C %g (truth %g), end %.5f +- %.5f (truth %.5f)", f.C, t.C, end, band, truth_end);
+        CHECK(plain - truth_end > 0.05, "without the probe the end misses the drop: %.5f against %.5f", plain, truth_end);
+        printf("probe anneal: C %.6f (truth %.6f), end %.5f +- %.5f (truth %.5f; without the probe %.5f)\n", f.C, t.C,
+               end, band, truth_end, plain);
+        ps[3] = ps[2]; /* the probe's points out of order: refused, naming the probe's */
+        CHECK(st_forecast_fit_probe(&f, &wsd, ST_FORECAST_LAMBDA, 1e12, steps, y, n, &probe, ps, py, np, &err) ==
+                      ST_ERR_INVALID && strstr(err.msg, "probe's"), "%s", err.msg);
+    }
 
     /* the key's refusals, each naming it */
     const char *bad[] = {"marginal:-1", "marginal:nan", "marginal:", "target:0", "target:inf", "budget:-5", "budget:1e3x",

@@ -4,7 +4,7 @@
 # (its areas summed by awk, independently of the library): the parameters and the final
 # loss come back, --up_to fits what the run knew then, a record cut short at the end (a run
 # still writing) is skipped, a malformed record is refused naming its line, too few points
-# and bad arguments are refused.
+# and bad arguments are refused, a probe anneal's points fit C, a probe with other keys is refused.
 set -u
 bin=${STRATA_BIN:-build/strata}
 [ -x "$bin" ] || { echo "no strata binary at $bin"; exit 77; }
@@ -38,6 +38,20 @@ check "echo '$out' | jq -e --argjson f $final '(.loss_end - \$f | fabs) < 1e-3 a
 # is the curve without the decay's drop
 out=$("$bin" forecast "$run" --json --up_to 1000)
 check "echo '$out' | jq -e '.state == \"ok\" and (.annealed | not) and .last_step == 1000 and .crossing_step > 1000'" "up_to 1000: $out"
+# a probe anneal: the run's own decay as the probe (its keys the same, its decay from step
+# 1600): fitted to step 1000 with the probe's points after 1600, C is fitted and the end comes back
+mkdir -p "$tmp/probe" && cp "$run/config.json" "$run/metrics.jsonl" "$tmp/probe/"
+out=$("$bin" forecast "$run" --json --up_to 1000 --probe "$tmp/probe")
+check "echo '$out' | jq -e --argjson f $final '.state == \"ok\" and .annealed and .probe_points == 20 and .probe_fork == 1600 and .probe_steps == 400 and .probe_flops_frac == 0.2 and (.C - 0.004 | fabs) < 0.0004 and (.loss_end - \$f | fabs) < 2e-3'" "probe: $out"
+# a probe with another peak rate is refused naming the key; one without an evaluation in its decay too
+sed 's/"lr": 0.003/"lr": 0.002/' "$run/config.json" > "$tmp/probe/config.json"
+msg=$("$bin" forecast "$run" --up_to 1000 --probe "$tmp/probe" 2>&1)
+check '[ $? -eq 1 ]' "a probe with another lr: exit 1"
+check 'echo "$msg" | grep -q "key .lr. differs"' "a probe's lr named: $msg"
+cp "$run/config.json" "$tmp/probe/config.json" && head -1500 "$run/metrics.jsonl" > "$tmp/probe/metrics.jsonl"
+msg=$("$bin" forecast "$run" --up_to 1000 --probe "$tmp/probe" 2>&1)
+check '[ $? -eq 1 ]' "a probe without annealed points: exit 1"
+check 'echo "$msg" | grep -q "no evaluation after its decay"' "a probe without annealed points said: $msg"
 # a record cut short at the end is a run still writing
 head -c -30 "$run/metrics.jsonl" > "$tmp/m" && cp "$tmp/m" "$run/metrics.jsonl"
 check "\"$bin\" forecast \"$run\" --json | jq -e '.last_step == 1999'" "a cut last line is skipped"

@@ -57,7 +57,8 @@ typedef struct st_forecast {
     double cov[4][4];       /* their covariance (L0, A, alpha, C), from the Jacobian and the residuals */
     int n_params;           /* 4, or 3 without annealing */
     int annealed;           /* the points saw the rate decrease (S2 varies over them) */
-    int n_points;
+    int n_points;           /* all fitted, a probe's included */
+    int n_probe;            /* of them a probe anneal's (st_forecast_fit_probe) */
     double rms;             /* the residuals' root mean square */
     double band_t;          /* Student's t quantile of level ST_FORECAST_LEVEL, n - n_params dof */
     double lambda;
@@ -75,6 +76,18 @@ void st_forecast_areas(const st_schedule *sc, double lambda, long step, double *
  * its parameters must not be used. */
 st_status st_forecast_fit(st_forecast *f, const st_schedule *sc, double lambda, double flops_per_step,
                           const long *steps, const double *loss, int n, st_err *err);
+
+/* The fit with a probe anneal's points as well: a short branch of the same run that forked
+ * from it at a step F (the same state, so the same curve to F) and ran a decay there, its
+ * schedule probe_sc (the run's, with its decay begun at F), its np points after F (ascending).
+ * Each point enters with the areas of its own schedule, so the probe's annealed points fix C,
+ * which the run's own points before any decay cannot (S2 is 0 at all of them); the forecast
+ * is then the run's schedule's curve, its planned decay's drop included. The probe's steps are
+ * not the run's: they are spent beside it (the caller counts them). np 0 (or probe_sc NULL) is
+ * st_forecast_fit. The points are refused as st_forecast_fit's, "probe's" named. */
+st_status st_forecast_fit_probe(st_forecast *f, const st_schedule *sc, double lambda, double flops_per_step,
+                                const long *steps, const double *loss, int n, const st_schedule *probe_sc,
+                                const long *probe_steps, const double *probe_loss, int np, st_err *err);
 
 /* The first of n ascending points to fit: the first at or after step from, or where from is
  * negative the default: past the first ST_FORECAST_SKIP (a fifth) of the last point's step, where a

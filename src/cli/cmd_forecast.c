@@ -20,6 +20,11 @@ static const char *usage =
     "  --from STEP    fit only the evaluations from STEP on (default: past the first fifth of the points' steps,\n"
     "                 where the loss falls faster than the law: the model's first rapid phase)\n"
     "  --up_to STEP   fit only the evaluations up to STEP (what the run knew then)\n"
+    "  --probe DIR    also fit the points of a probe anneal: a wsd run DIR identical to RUN_DIR up to its decay's\n"
+    "                 start F (the same keys, seed and data; its steps and decay_frac chosen so the decay starts at\n"
+    "                 F) whose evaluations after F saw the rate decay, so the law's annealing term C is fitted;\n"
+    "                 its steps after F are FLOPs spent beside the run (probe_flops_frac). Measured in\n"
+    "                 docs/BENCHMARKS.md: the drop of a short early decay does not carry to the planned one\n"
     "  --json         one JSON object\n";
 
 /* the same schedule, ending at step T (wsd: its decay moved, not before `now`) */
@@ -39,8 +44,49 @@ static void jnum(char *b, size_t n, double x) {
     else snprintf(b, n, "null");
 }
 
+/* A probe anneal's schedule and its points after its fork (pfirst: the first of them), checked
+ * against the run's schedule sc: a wsd run with the same peak rate, warmup and floor, whose
+ * decay starts at the fork. 0, or 1 with the message printed. */
+static int probe_points(const char *dir, const st_schedule *sc, st_schedule *psc, st_forecast_points *p, int *pfirst,
+                        long *fork) {
+    st_err err = {0};
+    st_train_config cfg;
+    st_train_config_defaults(&cfg);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (st_train_config_load_json(&cfg, path, &err) || st_train_config_schedule(&cfg, psc, &err)) {
+        fprintf(stderr, "strata forecast: --probe: %s\n", err.msg);
+        return 1;
+    }
+    const char *bad = psc->kind != ST_SCHEDULE_WSD ? "schedule (a probe is a wsd run)"
+                      : psc->lr != sc->lr                ? "lr"
+                      : psc->warmup_steps != sc->warmup_steps ? "warmup_steps"
+                      : psc->min_lr_frac != sc->min_lr_frac   ? "min_lr_frac"
+                                                              : NULL;
+    if (bad) {
+        fprintf(stderr, "strata forecast: --probe %s: key '%s' differs from the run's; a probe anneal is the run's "
+                "own keys with its decay started at the fork\n", path, bad);
+        return 1;
+    }
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    if (st_forecast_points_read(path, 0, p, &err)) {
+        fprintf(stderr, "strata forecast: --probe: %s\n", err.msg);
+        return 1;
+    }
+    psc->decay_start = p->decay_start;
+    *fork = st_schedule_decay_begin(psc);
+    *pfirst = st_forecast_first_point(p->step, p->n, *fork + 1);
+    if (*pfirst >= p->n) {
+        fprintf(stderr, "strata forecast: --probe %s: no evaluation after its decay's start (step %ld); evaluate "
+                "during the probe's decay (eval_every)\n", path, *fork);
+        st_forecast_points_free(p);
+        return 1;
+    }
+    return 0;
+}
+
 int cmd_forecast(int argc, char **argv) {
-    const char *dir = NULL;
+    const char *dir = NULL, *probe_dir = NULL;
     int json = 0;
     double threshold = NAN;
     long up_to = 0, from = -1;
@@ -63,6 +109,8 @@ int cmd_forecast(int argc, char **argv) {
             else if (argv[i][2] == 'f') from = (long)x;
             else threshold = x;
             i++;
+        } else if (!strcmp(argv[i], "--probe") && i + 1 < argc) {
+            probe_dir = argv[++i];
         } else if (argv[i][0] == '-' || dir) {
             fprintf(stderr, "strata forecast: unexpected argument '%s'\n%s", argv[i], usage);
             return 2;
@@ -92,13 +140,27 @@ int cmd_forecast(int argc, char **argv) {
     }
     sc.decay_start = pts.decay_start; /* a stopping rule's decision, as the run took it */
     int first = st_forecast_first_point(pts.step, pts.n, from);
-    st_forecast f;
-    if (st_forecast_fit(&f, &sc, ST_FORECAST_LAMBDA, pts.flops_per_step, pts.step + first, pts.loss + first,
-                        pts.n - first, &err)) {
-        fprintf(stderr, "strata forecast: %s\n", err.msg);
+    st_schedule psc;
+    st_forecast_points probe = {0};
+    int pfirst = 0;
+    long fork = 0;
+    if (probe_dir && probe_points(probe_dir, &sc, &psc, &probe, &pfirst, &fork)) {
         st_forecast_points_free(&pts);
         return 1;
     }
+    st_forecast f;
+    if (st_forecast_fit_probe(&f, &sc, ST_FORECAST_LAMBDA, pts.flops_per_step, pts.step + first, pts.loss + first,
+                              pts.n - first, probe_dir ? &psc : NULL, probe.step + pfirst, probe.loss + pfirst,
+                              probe.n - pfirst, &err)) {
+        fprintf(stderr, "strata forecast: %s\n", err.msg);
+        st_forecast_points_free(&pts);
+        st_forecast_points_free(&probe);
+        return 1;
+    }
+    /* the probe's steps after its fork: spent beside the run, as a share of the run's planned end */
+    long probe_steps = probe_dir ? probe.last_step - fork : 0;
+    double probe_frac = (double)probe_steps / (double)st_schedule_end(&sc);
+    st_forecast_points_free(&probe);
     long now = pts.last_step, end = st_schedule_end(&sc);
     double fps = pts.flops_per_step, spent = (double)now * fps;
     int ok = f.state == ST_FORECAST_OK && now > 0;
@@ -141,11 +203,12 @@ int cmd_forecast(int argc, char **argv) {
                "\"annealed\":%s,\"L0\":%s,\"A\":%s,\"alpha\":%s,\"C\":%s,\"rms\":%s,\"level\":%.2f,"
                "\"loss_end\":%s,\"band_end\":%s,\"steps_2x\":%ld,\"loss_2x\":%s,\"band_2x\":%s,\"steps_4x\":%ld,"
                "\"loss_4x\":%s,\"band_4x\":%s,\"gain_per_pflop_now\":%s,\"gain_per_pflop_end\":%s,\"threshold\":%s,"
-               "\"crossing_step\":%ld}\n",
+               "\"crossing_step\":%ld,\"probe_points\":%d,\"probe_fork\":%ld,\"probe_steps\":%ld,"
+               "\"probe_flops_frac\":%.6g}\n",
                dir, pts.n, now, fps, spent, st_schedule_kind_name(sc.kind), pts.decay_start, end,
                f.state == ST_FORECAST_OK ? "ok" : f.state == ST_FORECAST_TOO_FEW ? "too_few_points" : "not_converged",
                f.why, f.annealed ? "true" : "false", a[0], a[1], a[2], a[3], rms, ST_FORECAST_LEVEL, a[4], a[5], s2, a[6],
-               a[7], s4, a[8], a[9], a[10], a[11], th, cross);
+               a[7], s4, a[8], a[9], a[10], a[11], th, cross, f.n_probe, fork, probe_steps, probe_frac);
     } else {
         printf("forecast of %s: %d evaluation points, to step %ld of %ld (schedule %s)\n", dir, pts.n, now, end,
                st_schedule_kind_name(sc.kind));
@@ -154,6 +217,9 @@ int cmd_forecast(int argc, char **argv) {
         } else {
             printf("  fit         L(s) = %.4f + %.4f * S1^-%.4f - %.5f * S2  (%s)\n", f.L0, f.A, f.alpha, f.C, f.why);
             printf("  spent       %.4g FLOPs (%.4g a step)\n", spent, fps);
+            if (probe_dir)
+                printf("  probe       %s: %d points after its fork at step %ld, %ld steps (%.2f%% of the run's)\n", probe_dir,
+                       f.n_probe, fork, probe_steps, 100 * probe_frac);
             printf("  planned end step %ld: loss %.4f +- %.4f (%.0f%% band)%s\n", end, l_end, b_end, ST_FORECAST_LEVEL * 100,
                    f.annealed || end <= st_schedule_decay_begin(&sc) || sc.kind != ST_SCHEDULE_WSD
                        ? ""

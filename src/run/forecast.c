@@ -187,31 +187,54 @@ static st_status fit_p(st_forecast *f, fit_data *d, double *cov_u, double *u_bes
 
 st_status st_forecast_fit(st_forecast *f, const st_schedule *sc, double lambda, double flops_per_step,
                           const long *steps, const double *loss, int n, st_err *err) {
+    return st_forecast_fit_probe(f, sc, lambda, flops_per_step, steps, loss, n, NULL, NULL, NULL, 0, err);
+}
+
+/* steps ascending, each >= 1, losses finite; what names the set in a refusal */
+static st_status check_points(const long *steps, const double *loss, int n, const char *what, st_err *err) {
+    if (n < 0 || (n > 0 && (!steps || !loss))) return st_errf(err, ST_ERR_INVALID, "forecast: %d %spoints", n, what);
+    for (int i = 0; i < n; i++) {
+        if (steps[i] < 1 || (i > 0 && steps[i] <= steps[i - 1]))
+            return st_errf(err, ST_ERR_INVALID, "forecast: %spoint %d's step %ld is not after the previous one's (%ld); "
+                           "give the points by ascending step, each >= 1", what, i, steps[i], i ? steps[i - 1] : 0L);
+        if (!isfinite(loss[i]))
+            return st_errf(err, ST_ERR_NONFINITE, "forecast: the %sloss at step %ld is %g, not a number to fit", what,
+                           steps[i], loss[i]);
+    }
+    return ST_OK;
+}
+
+st_status st_forecast_fit_probe(st_forecast *f, const st_schedule *sc, double lambda, double flops_per_step,
+                                const long *steps, const double *base_loss, int nb, const st_schedule *probe_sc,
+                                const long *probe_steps, const double *probe_loss, int np, st_err *err) {
     memset(f, 0, sizeof *f);
     f->lambda = lambda;
     f->flops_per_step = flops_per_step;
+    if (!probe_sc) np = 0;
+    int n = nb + (np > 0 ? np : 0);
     f->n_points = n;
+    f->n_probe = np > 0 ? np : 0;
     if (!(lambda >= 0 && lambda < 1))
         return st_errf(err, ST_ERR_INVALID, "forecast: lambda %g is not within [0, 1)", lambda);
     if (!(flops_per_step >= 0) || !isfinite(flops_per_step))
         return st_errf(err, ST_ERR_INVALID, "forecast: %g FLOPs a step is not a count", flops_per_step);
-    if (n < 0 || (n > 0 && (!steps || !loss))) return st_errf(err, ST_ERR_INVALID, "forecast: %d points", n);
-    for (int i = 0; i < n; i++) {
-        if (steps[i] < 1 || (i > 0 && steps[i] <= steps[i - 1]))
-            return st_errf(err, ST_ERR_INVALID, "forecast: point %d's step %ld is not after the previous one's (%ld); "
-                           "give the points by ascending step, each >= 1", i, steps[i], i ? steps[i - 1] : 0L);
-        if (!isfinite(loss[i]))
-            return st_errf(err, ST_ERR_NONFINITE, "forecast: the loss at step %ld is %g, not a number to fit", steps[i],
-                           loss[i]);
-    }
-    f->last_step = n ? steps[n - 1] : 0;
+    st_status cs = check_points(steps, base_loss, nb, "", err);
+    if (!cs) cs = check_points(probe_steps, probe_loss, np, "probe's ", err);
+    if (cs) return cs;
+    f->last_step = nb ? steps[nb - 1] : 0;
+    /* the run's points then the probe's, each with the areas of its own schedule */
     double *S1 = malloc(sizeof(double) * (size_t)(n ? n : 1)), *S2 = malloc(sizeof(double) * (size_t)(n ? n : 1));
-    if (!S1 || !S2) {
+    double *loss = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    if (!S1 || !S2 || !loss) {
         free(S1);
         free(S2);
+        free(loss);
         return st_errf(err, ST_ERR_NOMEM, "forecast: out of memory for %d points", n);
     }
-    if (n) areas_many(sc, lambda, steps, n, S1, S2);
+    if (nb) areas_many(sc, lambda, steps, nb, S1, S2);
+    if (np > 0) areas_many(probe_sc, lambda, probe_steps, np, S1 + nb, S2 + nb);
+    if (nb) memcpy(loss, base_loss, sizeof(double) * (size_t)nb);
+    if (np > 0) memcpy(loss + nb, probe_loss, sizeof(double) * (size_t)np);
     double lo = INFINITY, hi = -INFINITY;
     for (int i = 0; i < n; i++) {
         lo = fmin(lo, S2[i]);
@@ -228,13 +251,15 @@ st_status st_forecast_fit(st_forecast *f, const st_schedule *sc, double lambda, 
                  "%d", n, n == 1 ? "" : "s", p, f->annealed ? "" : " (no annealing seen: C not fitted)", p + 1);
         free(S1);
         free(S2);
+        free(loss);
         return ST_OK;
     }
     if (!ok_areas) { /* the learning rate was 0 up to a point: the law has no value there */
         free(S1);
         free(S2);
+        free(loss);
         return st_errf(err, ST_ERR_INVALID, "forecast: the learning rate's sum is 0 at step %ld; give points where it "
-                       "has trained", steps[0]);
+                       "has trained", nb ? steps[0] : probe_steps[0]);
     }
     gsl_set_error_handler_off(); /* GSL's default handler aborts; its statuses are read here */
     fit_data d = {n, p, S1, S2, loss};
@@ -250,6 +275,7 @@ st_status st_forecast_fit(st_forecast *f, const st_schedule *sc, double lambda, 
     if (s) {
         free(S1);
         free(S2);
+        free(loss);
         return s;
     }
     double th[4] = {exp(u[0]), exp(u[1]), exp(u[2]), p == 4 ? exp(u[3]) : 0.0}, chisq = 0;
@@ -280,13 +306,16 @@ st_status st_forecast_fit(st_forecast *f, const st_schedule *sc, double lambda, 
     else {
         f->state = ST_FORECAST_OK;
         f->band_t = gsl_cdf_tdist_Pinv(0.5 + ST_FORECAST_LEVEL / 2, (double)(n - p));
-        snprintf(f->why, sizeof f->why, "fitted on %d points to step %ld (rms %.3g, %d iterations)%s", n, f->last_step,
-                 f->rms, f->iterations,
+        char probe[64] = "";
+        if (f->n_probe) snprintf(probe, sizeof probe, " and %d of a probe anneal", f->n_probe);
+        snprintf(f->why, sizeof f->why, "fitted on %d points to step %ld%s (rms %.3g, %d iterations)%s", nb, f->last_step,
+                 probe, f->rms, f->iterations,
                  c_bound ? "; the annealing seen did not lower the loss: C at its bound 0"
                  : f->annealed ? "" : "; no annealing seen: C fixed at 0");
     }
     free(S1);
     free(S2);
+    free(loss);
     return ST_OK;
 }
 
