@@ -29,6 +29,7 @@ typedef __m512d VD;
 HELPER V v_set1(float x) { return _mm512_set1_ps(x); }
 HELPER V v_load(const float *p) { return _mm512_loadu_ps(p); }
 HELPER void v_store(float *p, V x) { _mm512_storeu_ps(p, x); }
+HELPER V v_sub(V a, V b) { return _mm512_sub_ps(a, b); }
 HELPER V v_mul(V a, V b) { return _mm512_mul_ps(a, b); }
 HELPER V v_div(V a, V b) { return _mm512_div_ps(a, b); }
 HELPER V v_fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
@@ -46,6 +47,9 @@ HELPER VI vi_sub(VI a, VI b) { return _mm512_sub_epi32(a, b); }
 HELPER VI vi_min(VI a, VI b) { return _mm512_min_epi32(a, b); }
 HELPER VI vi_sllv(VI a, VI b) { return _mm512_sllv_epi32(a, b); }
 HELPER VI vi_and(VI a, VI b) { return _mm512_and_si512(a, b); }
+HELPER VI vi_or(VI a, VI b) { return _mm512_or_si512(a, b); }
+HELPER VI vi_slli(VI a, const unsigned n) { return _mm512_slli_epi32(a, n); } /* n: a constant once inlined */
+HELPER VI vi_srli(VI a, const unsigned n) { return _mm512_srli_epi32(a, n); }
 HELPER VI vi_xor(VI a, VI b) { return _mm512_xor_si512(a, b); }
 HELPER VI vi_blend(M m, VI a, VI b) { return _mm512_mask_blend_epi32(m, a, b); }
 HELPER VI vi_load_u8(const uint8_t *p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)); }
