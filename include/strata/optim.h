@@ -97,7 +97,7 @@ typedef enum st_optim_isa {
     ST_OPTIM_ISA_AUTO = 0,     /* the best the CPU supports */
     ST_OPTIM_ISA_PORTABLE = 1, /* plain C (fmaf): any CPU */
     ST_OPTIM_ISA_AVX2 = 2,     /* AVX2 + FMA + F16C */
-    ST_OPTIM_ISA_AVX512 = 3,   /* AVX-512F + AVX-512CD + F16C */
+    ST_OPTIM_ISA_AVX512 = 3,   /* AVX-512F + AVX-512CD + AVX-512BW + F16C */
     ST_OPTIM_ISA_AVX512_BF16 = 4 /* the same + AVX512-BF16 (bf16 working copy in one instruction) */
 } st_optim_isa;
 

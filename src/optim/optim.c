@@ -62,8 +62,9 @@ static int isa_env_cap(void) {
 }
 
 static st_optim_isa isa_cpu_best(void) {
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c"))
+    /* BW: the float map packs its codes with byte packs (every AVX-512 Xeon has it) */
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
         return __builtin_cpu_supports("avx512bf16") ? ST_OPTIM_ISA_AVX512_BF16 : ST_OPTIM_ISA_AVX512;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
         return ST_OPTIM_ISA_AVX2;
