@@ -1,6 +1,7 @@
 /* test_optim_kernels.c - the SIMD optimizer kernels equal the portable C kernels bit for bit.
  *
- * Every ISA this CPU has (AVX2, AVX-512) against the portable kernels: both state formats,
+ * Every ISA this CPU has (AVX2, AVX-512) against the portable kernels: every state format
+ * (f32, 8-bit dynamic map, 8-bit float map),
  * every gradient dtype x working-copy dtype, segment lengths that leave vector tails and
  * partial 8-bit blocks, gradients spanning many decades with exact zeros; plus the sum of
  * squares lanes and block quantisation. Bit equality is the design (same float operations
@@ -131,10 +132,13 @@ int main(void) {
     static const st_dtype gdts[3] = {ST_F32, ST_BF16, ST_F16};
     static const int wdts[4] = {-1, ST_F32, ST_BF16, ST_F16};
     for (int isa = ST_OPTIM_ISA_AVX2; isa <= (int)best; isa++)
-        for (int f = 0; f < 2; f++)
+        for (int f = 0; f < 3; f++)
             for (int gi = 0; gi < 3; gi++)
                 for (int wi = 0; wi < 4; wi++) {
-                    st_optim_state_format fmt = f ? ST_OPTIM_STATE_8BIT : ST_OPTIM_STATE_F32;
+                    static const st_optim_state_format fmts[3] = {ST_OPTIM_STATE_F32, ST_OPTIM_STATE_8BIT,
+                                                                  ST_OPTIM_STATE_8BIT_FP};
+                    static const char *fname[3] = {"f32", "8bit", "8bit-fp"};
+                    st_optim_state_format fmt = fmts[f];
                     int ok1, ok2;
                     run_out a = run(ST_OPTIM_ISA_PORTABLE, fmt, gdts[gi], wdts[wi], &ok1);
                     run_out b = run((st_optim_isa)isa, fmt, gdts[gi], wdts[wi], &ok2);
@@ -143,12 +147,12 @@ int main(void) {
                         size_t diff_p = 0;
                         for (size_t i = 0; i < NTOT; i++) diff_p += memcmp(&a.p[i], &b.p[i], 4) != 0;
                         CHECK(diff_p == 0, "%s %s grad %s work %d: %zu params differ from portable",
-                              st_optim_isa_name((st_optim_isa)isa), f ? "8bit" : "f32", st_dtype_name(gdts[gi]), wdts[wi], diff_p);
+                              st_optim_isa_name((st_optim_isa)isa), fname[f], st_dtype_name(gdts[gi]), wdts[wi], diff_p);
                         CHECK(memcmp(a.w, b.w, NTOT * 4) == 0, "%s %s grad %s work %d: working copy differs",
-                              st_optim_isa_name((st_optim_isa)isa), f ? "8bit" : "f32", st_dtype_name(gdts[gi]), wdts[wi]);
+                              st_optim_isa_name((st_optim_isa)isa), fname[f], st_dtype_name(gdts[gi]), wdts[wi]);
                         CHECK(a.state_bytes == b.state_bytes && memcmp(a.state, b.state, a.state_bytes) == 0,
                               "%s %s grad %s work %d: state differs", st_optim_isa_name((st_optim_isa)isa),
-                              f ? "8bit" : "f32", st_dtype_name(gdts[gi]), wdts[wi]);
+                              fname[f], st_dtype_name(gdts[gi]), wdts[wi]);
                     }
                     free_out(&a);
                     free_out(&b);
@@ -193,6 +197,10 @@ int main(void) {
                 ks[0]->quant(x, len, inv, sgn ? &t.s : &t.u, sgn, q0);
                 ks[isa - 1]->quant(x, len, inv, sgn ? &t.s : &t.u, sgn, q1);
                 CHECK(memcmp(q0, q1, len) == 0, "%s quantisation differs (len %zu signed %d)",
+                      st_optim_isa_name((st_optim_isa)isa), len, sgn);
+                ks[0]->quantf(x, len, inv, sgn, q0);
+                ks[isa - 1]->quantf(x, len, inv, sgn, q1);
+                CHECK(memcmp(q0, q1, len) == 0, "%s float-map quantisation differs (len %zu signed %d)",
                       st_optim_isa_name((st_optim_isa)isa), len, sgn);
             }
     free(g);

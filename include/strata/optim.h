@@ -57,7 +57,20 @@
 #include "strata/core.h"
 #include "strata/tensor.h"
 
-typedef enum st_optim_state_format { ST_OPTIM_STATE_F32 = 0, ST_OPTIM_STATE_8BIT = 1 } st_optim_state_format;
+/* ST_OPTIM_STATE_8BIT_FP: the same blocks and absmax, another byte code: a tiny float
+ * format computed from the fp32 bits, no tables (adamw_kernels.h has the definition).
+ * First moment: sign bit 7, then a 7-bit code for |m| / absmax: 16 binades with 3 mantissa
+ * bits from 1 down to 1.7e-5, linear steps of ~2.1e-6 below; second moment: an 8-bit code,
+ * 32 binades with 3 mantissa bits from 1 down to 2.6e-10. Relative rounding error <= 1/16
+ * inside the binades (the dynamic map's is smaller near absmax, larger below 0.1 absmax);
+ * its measured effect on training against fp32 states is in docs/BENCHMARKS.md (issue 31).
+ * A different byte code: states of one format are never read as the other (the state store
+ * and checkpoints accept f32 and 8bit only and refuse this format by number). */
+typedef enum st_optim_state_format {
+    ST_OPTIM_STATE_F32 = 0,
+    ST_OPTIM_STATE_8BIT = 1,   /* the dynamic map (bitsandbytes' value set) */
+    ST_OPTIM_STATE_8BIT_FP = 2 /* the float map */
+} st_optim_state_format;
 
 #define ST_OPTIM_Q8_BLOCK 256 /* elements per absmax block of 8-bit states */
 /* Elements per optimizer work item (the engine's chunk): a multiple of ST_OPTIM_Q8_BLOCK and
@@ -84,7 +97,7 @@ typedef enum st_optim_isa {
     ST_OPTIM_ISA_AUTO = 0,     /* the best the CPU supports */
     ST_OPTIM_ISA_PORTABLE = 1, /* plain C (fmaf): any CPU */
     ST_OPTIM_ISA_AVX2 = 2,     /* AVX2 + FMA + F16C */
-    ST_OPTIM_ISA_AVX512 = 3,   /* AVX-512F + AVX-512CD + F16C */
+    ST_OPTIM_ISA_AVX512 = 3,   /* AVX-512F + AVX-512CD + AVX-512BW + F16C */
     ST_OPTIM_ISA_AVX512_BF16 = 4 /* the same + AVX512-BF16 (bf16 working copy in one instruction) */
 } st_optim_isa;
 
@@ -182,6 +195,14 @@ void st_optim_q8_map(int is_signed, float code[256]);
 double st_optim_q8_max_error(int is_signed);
 float st_optim_q8_quantize_block(const float *x, size_t n, int is_signed, uint8_t *q);
 void st_optim_q8_dequantize_block(const uint8_t *q, size_t n, float absmax, int is_signed, float *x);
+/* The same for either 8-bit format (ST_OPTIM_STATE_8BIT or ST_OPTIM_STATE_8BIT_FP); the
+ * float map's code 0 is 0 and its top code 1 - delta (1.7e-5 signed, 2.6e-10 unsigned); dequantised as
+ * code * absmax; quantise rounds a / absmax + delta to the nearest code, so per element
+ * |x - code * absmax| <= |x| / 16 + ~2.2e-6 absmax (signed) or ~1.7e-10 absmax (unsigned). */
+void st_optim_q8_codes(st_optim_state_format fmt, int is_signed, float code[256]);
+float st_optim_q8_quantize(st_optim_state_format fmt, const float *x, size_t n, int is_signed, uint8_t *q);
+void st_optim_q8_dequantize(st_optim_state_format fmt, const uint8_t *q, size_t n, float absmax, int is_signed,
+                            float *x);
 
 /* The bandwidth ceiling for `strata bench optim`: moves the same arrays as st_optim_step_ex
  * with the same arguments (same sizes, chunks, threads, vector width), reading and writing

@@ -18,7 +18,7 @@
 static const char *bench_optim_usage =
     "usage: strata bench optim [options] [--json]\n"
     "  --params N       parameters, e.g. 100M (default 100M)\n"
-    "  --states F       optimizer state format: f32 | 8bit (default f32)\n"
+    "  --states F       optimizer state format: f32 | 8bit | 8bit-fp (8-bit, float map) (default f32)\n"
     "  --grad D         gradient dtype read by the pass: f32 | bf16 | f16 (default bf16)\n"
     "  --work D         working copy written by the pass: bf16 | f16 | f32 | none (default bf16)\n"
     "  --steps N        timed repetitions of step and ceiling, medians reported (default 7)\n"
@@ -61,7 +61,8 @@ int bench_optim(int argc, char **argv) {
         } else if (!strcmp(a, "--states")) {
             if (!strcmp(v, "f32")) states = ST_OPTIM_STATE_F32;
             else if (!strcmp(v, "8bit")) states = ST_OPTIM_STATE_8BIT;
-            else { fprintf(stderr, "strata bench optim: --states '%s': use f32 or 8bit\n", v); return 2; }
+            else if (!strcmp(v, "8bit-fp")) states = ST_OPTIM_STATE_8BIT_FP;
+            else { fprintf(stderr, "strata bench optim: --states '%s': use f32, 8bit or 8bit-fp\n", v); return 2; }
             i++;
         } else if (!strcmp(a, "--grad")) {
             if (parse_dtype(v, &gdt, 0)) { fprintf(stderr, "strata bench optim: --grad '%s': use f32, bf16 or f16\n", v); return 2; }
@@ -143,7 +144,7 @@ int bench_optim(int argc, char **argv) {
     double bpp = st_optim_step_bytes_per_param(o, (st_dtype)gdt, ws ? wdt : -1);
     double pps = (double)n / t_step, gbps = pps * bpp / 1e9, ceil_gbps = (double)n * bpp / t_ceil / 1e9;
     double state_bpp = 4.0 + st_optim_state_bytes_per_param(o), norm_gbps = (double)n * (double)gs / t_norm / 1e9;
-    const char *sname = states == ST_OPTIM_STATE_F32 ? "f32" : "8bit";
+    const char *sname = states == ST_OPTIM_STATE_F32 ? "f32" : states == ST_OPTIM_STATE_8BIT ? "8bit" : "8bit-fp";
     if (json) {
         printf("{\"bench\": \"optim\", \"params\": %zu, \"states\": \"%s\", \"grad\": \"%s\", \"work\": \"%s\", "
                "\"isa\": \"%s\", \"threads\": %d, \"steps\": %d, \"step_s\": %.6f, \"ceiling_s\": %.6f, "

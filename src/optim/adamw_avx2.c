@@ -24,6 +24,7 @@ typedef __m256d VD;
 HELPER V v_set1(float x) { return _mm256_set1_ps(x); }
 HELPER V v_load(const float *p) { return _mm256_loadu_ps(p); }
 HELPER void v_store(float *p, V x) { _mm256_storeu_ps(p, x); }
+HELPER V v_sub(V a, V b) { return _mm256_sub_ps(a, b); }
 HELPER V v_mul(V a, V b) { return _mm256_mul_ps(a, b); }
 HELPER V v_div(V a, V b) { return _mm256_div_ps(a, b); }
 HELPER V v_fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
@@ -46,6 +47,9 @@ HELPER VI vi_sub(VI a, VI b) { return _mm256_sub_epi32(a, b); }
 HELPER VI vi_min(VI a, VI b) { return _mm256_min_epi32(a, b); }
 HELPER VI vi_sllv(VI a, VI b) { return _mm256_sllv_epi32(a, b); }
 HELPER VI vi_and(VI a, VI b) { return _mm256_and_si256(a, b); }
+HELPER VI vi_or(VI a, VI b) { return _mm256_or_si256(a, b); }
+HELPER VI vi_slli(VI a, const unsigned n) { return _mm256_slli_epi32(a, n); } /* n: a constant once inlined */
+HELPER VI vi_srli(VI a, const unsigned n) { return _mm256_srli_epi32(a, n); }
 HELPER VI vi_xor(VI a, VI b) { return _mm256_xor_si256(a, b); }
 HELPER VI vi_blend(M m, VI a, VI b) {
     return _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b), m));
@@ -182,6 +186,14 @@ HELPER void v_store_work_group(void *w, int dt, size_t e, const V pp[4]) {
     }
     for (int j = 0; j < 4; j++) v_store_work(w, dt, e + (size_t)j * 8, pp[j]);
 }
+/* The float map's codes (0..255 in each lane) of 4 vectors: two saturating packs to bytes
+ * in lane order, one dword permute back to element order. */
+#define Q8F_STORE_GROUP 1
+HELPER void vi_store_group_u8f(uint8_t *out, const __m256i c[4]) {
+    __m256i b = _mm256_packus_epi16(_mm256_packus_epi32(c[0], c[1]), _mm256_packus_epi32(c[2], c[3]));
+    _mm256_storeu_si256((__m256i *)out, _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+}
+
 HELPER __m256i pack_group(const __m256i r[4]) {
     __m256i acc = _mm256_setzero_si256();
     for (int j = 0; j < 4; j++) {

@@ -1,14 +1,14 @@
-/* adamw_avx512.c - the optimizer kernels for AVX-512F+CD (+F16C), 16 lanes.
+/* adamw_avx512.c - the optimizer kernels for AVX-512F+CD+BW (+F16C), 16 lanes.
  *
  * Compiled with a target pragma (the build has no -march) and chosen at run time by
  * st_optim_isa_best(); the kernel bodies are adamw_simd_body.h. adamw_avx512bf16.c compiles
  * this file again with ADAMW_AVX512_BF16 for CPUs with the bf16 conversion instruction.
  */
 #ifdef ADAMW_AVX512_BF16
-#pragma GCC target("avx512f,avx512cd,avx512bf16,avx512vl,avx2,fma,f16c,prfchw")
+#pragma GCC target("avx512f,avx512cd,avx512bw,avx512bf16,avx512vl,avx2,fma,f16c,prfchw")
 #define KERNELS_NAME adamw_kernels_avx512bf16
 #else
-#pragma GCC target("avx512f,avx512cd,avx2,fma,f16c,prfchw")
+#pragma GCC target("avx512f,avx512cd,avx512bw,avx2,fma,f16c,prfchw")
 #define KERNELS_NAME adamw_kernels_avx512
 #endif
 #include <immintrin.h>
@@ -29,6 +29,7 @@ typedef __m512d VD;
 HELPER V v_set1(float x) { return _mm512_set1_ps(x); }
 HELPER V v_load(const float *p) { return _mm512_loadu_ps(p); }
 HELPER void v_store(float *p, V x) { _mm512_storeu_ps(p, x); }
+HELPER V v_sub(V a, V b) { return _mm512_sub_ps(a, b); }
 HELPER V v_mul(V a, V b) { return _mm512_mul_ps(a, b); }
 HELPER V v_div(V a, V b) { return _mm512_div_ps(a, b); }
 HELPER V v_fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
@@ -46,6 +47,9 @@ HELPER VI vi_sub(VI a, VI b) { return _mm512_sub_epi32(a, b); }
 HELPER VI vi_min(VI a, VI b) { return _mm512_min_epi32(a, b); }
 HELPER VI vi_sllv(VI a, VI b) { return _mm512_sllv_epi32(a, b); }
 HELPER VI vi_and(VI a, VI b) { return _mm512_and_si512(a, b); }
+HELPER VI vi_or(VI a, VI b) { return _mm512_or_si512(a, b); }
+HELPER VI vi_slli(VI a, const unsigned n) { return _mm512_slli_epi32(a, n); } /* n: a constant once inlined */
+HELPER VI vi_srli(VI a, const unsigned n) { return _mm512_srli_epi32(a, n); }
 HELPER VI vi_xor(VI a, VI b) { return _mm512_xor_si512(a, b); }
 HELPER VI vi_blend(M m, VI a, VI b) { return _mm512_mask_blend_epi32(m, a, b); }
 HELPER VI vi_load_u8(const uint8_t *p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)); }
@@ -151,6 +155,17 @@ HELPER VI vi_max(VI a, VI b) { return _mm512_max_epi32(a, b); }
 HELPER VI vi_srli16(VI a) { return _mm512_srli_epi32(a, 16); }
 HELPER VI vi_gather(const int *base, VI idx) { return _mm512_i32gather_epi32(idx, base, 4); }
 
+
+/* The float map's codes (0..255 in each lane) of 4 vectors: two saturating packs to bytes
+ * in lane order, one dword permute back to element order, one store (vpmovdb is 2 uops a
+ * vector on Intel: 8 for a group, against 4 here). */
+#define Q8F_STORE_GROUP 1
+HELPER void vi_store_group_u8f(uint8_t *out, const __m512i c[4]) {
+    __m512i b = _mm512_packus_epi16(_mm512_packus_epi32(c[0], c[1]), _mm512_packus_epi32(c[2], c[3]));
+    /* dword 4L + j (128-bit lane L) holds elements 4L..4L+3 of vector j: to dword 4j + L */
+    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm512_storeu_si512(out, _mm512_permutexvar_epi32(idx, b));
+}
 
 /* code of a level: tables by lzcnt & 15 (level 0: lzcnt 32, entry 0: zero, or one for the
  * unsigned map, whose byte 0 is level 256) */

@@ -87,9 +87,55 @@ typedef struct q8_map {
     int inv_ok;                 /* every cell has at most one boundary (a test checks) */
 } q8_map;
 
+/* The float map (ST_OPTIM_STATE_8BIT_FP): codes computed from their bits, no tables.
+ * A magnitude a in [0, 1] (|x| / absmax) is shifted by delta, a' = a + delta, and a' in
+ * [delta, 1] is rounded to a tiny float: its fp32 bits, less the base bits Q8F_BASE (the bits
+ * of delta), rounded to a multiple of 2^sh; the code is that multiple (0 .. top). Decoding
+ * is the reverse: fp32 bits (code << sh) + base, less delta. So code 0 is exactly zero,
+ * the top code is 1 - delta, and between them the codes are a float format with 23 - sh
+ * mantissa bits whose lowest binades run linearly into zero (delta acts as subnormals):
+ *   first moment (signed): sign bit 7, magnitude code 0..127, sh 20 (3 mantissa bits, 16
+ *     binades: delta = 1.125 * 2^-16 ~ 1.7e-5), relative rounding error <= 2^-4;
+ *   second moment (unsigned): code 0..255, sh 20 (3 mantissa bits, 32 binades: delta =
+ *     1.125 * 2^-32 ~ 2.6e-10), relative rounding error <= 2^-4.
+ * Encode: code = (bits(min(fma(|x|, inv, delta), 1)) - base + 2^(sh-1)) >> sh (nearest,
+ * ties up; the unsigned min also sends NaN to the top code); decode: code -> (bits - delta)
+ * * absmax. q8f_code/q8f_quant_elem are the definitions; the SIMD kernels mirror them. */
+#define Q8F_SH 20
+#define Q8F_TOP_S 127u
+#define Q8F_TOP_U 255u
+#define Q8F_ONE 0x3f800000u
+#define Q8F_BASE(top) (Q8F_ONE - ((top) << Q8F_SH))
+
+static inline float q8f_bits_float(uint32_t b) {
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+}
+
+/* delta of a map: the float whose bits are the base */
+static inline float q8f_delta(int is_signed) { return q8f_bits_float(Q8F_BASE(is_signed ? Q8F_TOP_S : Q8F_TOP_U)); }
+
+/* the code value (fraction of absmax) of a byte */
+static inline float q8f_code(uint8_t byte, int is_signed) {
+    uint32_t c = is_signed ? byte & 127u : byte, base = Q8F_BASE(is_signed ? Q8F_TOP_S : Q8F_TOP_U);
+    float a = q8f_bits_float((c << Q8F_SH) + base) - q8f_bits_float(base);
+    return is_signed && (byte & 128u) ? -a : a;
+}
+
+static inline uint8_t q8f_quant_elem(float x, float inv, int is_signed) {
+    uint32_t base = Q8F_BASE(is_signed ? Q8F_TOP_S : Q8F_TOP_U), b;
+    float a = fmaf(fabsf(x), inv, q8f_bits_float(base));
+    memcpy(&b, &a, 4);
+    if (b > Q8F_ONE) b = Q8F_ONE;
+    uint32_t c = (b - base + (1u << (Q8F_SH - 1))) >> Q8F_SH;
+    return (uint8_t)(is_signed && x < 0 ? c | 128u : c);
+}
+
 typedef struct q8_tables {
     q8_map s; /* signed, first moment */
     q8_map u; /* unsigned, second moment */
+    float fs[256], fu[256]; /* the float map's codes (q8f_code), for the scalar paths */
 } q8_tables;
 
 void q8_tables_init(q8_tables *t);
@@ -109,12 +155,15 @@ typedef struct adamw_chunk {
 typedef struct adamw_kernels {
     void (*step_f32)(const adamw_chunk *c, const adamw_consts *k, int gdt, int wdt);
     void (*step_q8)(const adamw_chunk *c, const adamw_consts *k, const q8_tables *q, int gdt, int wdt);
+    /* the same with the float map (ST_OPTIM_STATE_8BIT_FP) */
+    void (*step_q8f)(const adamw_chunk *c, const adamw_consts *k, const q8_tables *q, int gdt, int wdt);
     /* one chunk: lanes[part * SUMSQ_LANES + i % SUMSQ_LANES] += g^2, part by part, in order */
     void (*sumsq)(const void *g, int dt, size_t n, double *lanes);
     /* the bandwidth ceiling: same arrays, same traffic, no arithmetic */
     void (*ceiling)(const adamw_chunk *c, int q8, int gdt, int wdt);
     /* quantise one block of n <= Q8_BLOCK values with this absmax's reciprocal */
     void (*quant)(const float *x, size_t n, float inv, const q8_map *q, int is_signed, uint8_t *out);
+    void (*quantf)(const float *x, size_t n, float inv, int is_signed, uint8_t *out); /* the float map */
 } adamw_kernels;
 
 extern const adamw_kernels adamw_kernels_portable;

@@ -19,14 +19,19 @@ static void portable_quant(const float *x, size_t n, float inv, const q8_map *q,
     for (size_t i = 0; i < n; i++) out[i] = q8_quant_elem(x[i], inv, q, is_signed);
 }
 
-static void portable_step_q8(const adamw_chunk *c, const adamw_consts *k, const q8_tables *q,
-                             int gdt, int wdt) {
+static void portable_quantf(const float *x, size_t n, float inv, int is_signed, uint8_t *out) {
+    for (size_t i = 0; i < n; i++) out[i] = q8f_quant_elem(x[i], inv, is_signed);
+}
+
+/* fp: the float map (codes q->fs / q->fu) instead of the dynamic map */
+static void portable_q8(const adamw_chunk *c, const adamw_consts *k, const q8_tables *q, int gdt, int wdt, int fp) {
     float mb[Q8_BLOCK], vb[Q8_BLOCK];
+    const float *ds = fp ? q->fs : q->s.dec, *du = fp ? q->fu : q->u.dec;
     for (size_t off = 0, blk = 0; off < c->n; off += Q8_BLOCK, blk++) {
         size_t nb = c->n - off < Q8_BLOCK ? c->n - off : Q8_BLOCK;
         float am = c->am[blk], av = c->av[blk], mmax = 0, vmax = 0;
         for (size_t i = 0; i < nb; i++) {
-            float m = q->s.dec[c->qm[off + i]] * am, v = q->u.dec[c->qv[off + i]] * av;
+            float m = ds[c->qm[off + i]] * am, v = du[c->qv[off + i]] * av;
             adamw_elem(&c->p[off + i], &m, &v, adamw_load_grad(c->g, gdt, off + i), k, c->wd);
             adamw_store_work(c->w, wdt, off + i, c->p[off + i]);
             mb[i] = m;
@@ -36,9 +41,23 @@ static void portable_step_q8(const adamw_chunk *c, const adamw_consts *k, const 
         }
         c->am[blk] = mmax;
         c->av[blk] = vmax;
-        portable_quant(mb, nb, mmax > 0 ? 1.0f / mmax : 0.0f, &q->s, 1, c->qm + off);
-        portable_quant(vb, nb, vmax > 0 ? 1.0f / vmax : 0.0f, &q->u, 0, c->qv + off);
+        float im = mmax > 0 ? 1.0f / mmax : 0.0f, iv = vmax > 0 ? 1.0f / vmax : 0.0f;
+        if (fp) {
+            portable_quantf(mb, nb, im, 1, c->qm + off);
+            portable_quantf(vb, nb, iv, 0, c->qv + off);
+        } else {
+            portable_quant(mb, nb, im, &q->s, 1, c->qm + off);
+            portable_quant(vb, nb, iv, &q->u, 0, c->qv + off);
+        }
     }
+}
+
+static void portable_step_q8(const adamw_chunk *c, const adamw_consts *k, const q8_tables *q, int gdt, int wdt) {
+    portable_q8(c, k, q, gdt, wdt, 0);
+}
+
+static void portable_step_q8f(const adamw_chunk *c, const adamw_consts *k, const q8_tables *q, int gdt, int wdt) {
+    portable_q8(c, k, q, gdt, wdt, 1);
 }
 
 static void portable_sumsq(const void *g, int dt, size_t n, double *lanes) {
@@ -80,7 +99,9 @@ static void portable_ceiling(const adamw_chunk *c, int q8, int gdt, int wdt) {
 const adamw_kernels adamw_kernels_portable = {
     .step_f32 = portable_step_f32,
     .step_q8 = portable_step_q8,
+    .step_q8f = portable_step_q8f,
     .sumsq = portable_sumsq,
     .ceiling = portable_ceiling,
     .quant = portable_quant,
+    .quantf = portable_quantf,
 };

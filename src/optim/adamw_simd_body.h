@@ -114,11 +114,35 @@ ALWAYS_INLINE V simd_dequant(VI u, const simd_map *q, const int is_signed) {
     return val;
 }
 
+/* ---- the float map (adamw_kernels.h: q8f_code, q8f_quant_elem) ---- */
+
+/* the code on W lanes (positive magnitudes; signed: the sign blended in as bit 7) */
+ALWAYS_INLINE VI simd_quantf(V x, V inv, const int is_signed) {
+    const uint32_t base = Q8F_BASE(is_signed ? Q8F_TOP_S : Q8F_TOP_U);
+    V a = v_fma(v_abs(x), inv, v_from_bits(vi_set1((int)base)));
+    VI b = vi_minu(v_bits(a), vi_set1((int)Q8F_ONE));
+    VI c = vi_srli(vi_add(b, vi_set1((int)((1u << (Q8F_SH - 1)) - base))), Q8F_SH);
+    if (!is_signed) return c;
+    return vi_blend(v_cmp_lt(x, v_set1(0.0f)), c, vi_or(c, vi_set1(128)));
+}
+
+/* q8f_code on W lanes of bytes: (bits - delta), the sign xored in */
+ALWAYS_INLINE V simd_dequantf(VI u, const int is_signed) {
+    const uint32_t base = Q8F_BASE(is_signed ? Q8F_TOP_S : Q8F_TOP_U);
+    VI mag = vi_slli(u, Q8F_SH);
+    if (is_signed) mag = vi_and(mag, vi_set1((int)(Q8F_TOP_S << Q8F_SH)));
+    V val = v_sub(v_from_bits(vi_add(mag, vi_set1((int)base))), v_from_bits(vi_set1((int)base)));
+    if (is_signed) val = v_from_bits(vi_xor(v_bits(val), vi_and(vi_slli(u, 24), vi_set1((int)0x80000000u))));
+    return val;
+}
+
 /* The block loops work in groups of Q8_GROUP vectors: an ISA may pack a whole group's bytes
  * at once (Q8_STORE_GROUP: adamw_avx2.c); otherwise vector by vector. */
 #define Q8_GROUP 4
-ALWAYS_INLINE void simd_dequant_group(const uint8_t *qb, const simd_map *q, const int is_signed, V out[Q8_GROUP]) {
-    for (int j = 0; j < Q8_GROUP; j++) out[j] = simd_dequant(vi_load_u8(qb + j * W), q, is_signed);
+ALWAYS_INLINE void simd_dequant_group(const uint8_t *qb, const simd_map *q, const int is_signed, V out[Q8_GROUP],
+                                      const int fp) {
+    for (int j = 0; j < Q8_GROUP; j++)
+        out[j] = fp ? simd_dequantf(vi_load_u8(qb + j * W), is_signed) : simd_dequant(vi_load_u8(qb + j * W), q, is_signed);
 }
 #ifndef WORK_STORE_GROUP
 /* the working copy of Q8_GROUP vectors of parameters from element e */
@@ -136,8 +160,21 @@ ALWAYS_INLINE void vi_store_group_u8(uint8_t *out, const VI raw[Q8_GROUP], const
     }
 }
 #endif
+#ifndef Q8F_STORE_GROUP
+/* the bytes of Q8_GROUP float-map codes (each lane's low 8 bits) */
+ALWAYS_INLINE void vi_store_group_u8f(uint8_t *out, const VI c[Q8_GROUP]) {
+    for (int j = 0; j < Q8_GROUP; j++) vi_store_u8(out + j * W, c[j]);
+}
+#endif
 
-ALWAYS_INLINE void simd_quant_group(const float *x, V inv, const simd_map *q, const int is_signed, uint8_t *out) {
+ALWAYS_INLINE void simd_quant_group(const float *x, V inv, const simd_map *q, const int is_signed, uint8_t *out,
+                                    const int fp) {
+    if (fp) {
+        VI c[Q8_GROUP];
+        for (int j = 0; j < Q8_GROUP; j++) c[j] = simd_quantf(v_load(x + j * W), inv, is_signed);
+        vi_store_group_u8f(out, c);
+        return;
+    }
     VI r[Q8_GROUP];
     M neg[Q8_GROUP];
     for (int j = 0; j < Q8_GROUP; j++) {
@@ -149,18 +186,24 @@ ALWAYS_INLINE void simd_quant_group(const float *x, V inv, const simd_map *q, co
 }
 
 ALWAYS_INLINE void quant_block(const float *x, size_t n, float inv, const q8_map *q, const simd_map *sq,
-                               const int is_signed, uint8_t *out) {
+                               const int is_signed, uint8_t *out, const int fp) {
     size_t ng = n / (Q8_GROUP * W) * (Q8_GROUP * W), nv = n / W * W;
     V vinv = v_set1(inv);
-    for (size_t i = 0; i < ng; i += Q8_GROUP * W) simd_quant_group(x + i, vinv, sq, is_signed, out + i);
-    for (size_t i = ng; i < nv; i += W) vi_store_u8(out + i, simd_quant(v_load(x + i), vinv, sq, is_signed));
-    for (size_t i = nv; i < n; i++) out[i] = q8_quant_elem(x[i], inv, q, is_signed);
+    for (size_t i = 0; i < ng; i += Q8_GROUP * W) simd_quant_group(x + i, vinv, sq, is_signed, out + i, fp);
+    for (size_t i = ng; i < nv; i += W)
+        vi_store_u8(out + i, fp ? simd_quantf(v_load(x + i), vinv, is_signed) : simd_quant(v_load(x + i), vinv, sq, is_signed));
+    for (size_t i = nv; i < n; i++) out[i] = fp ? q8f_quant_elem(x[i], inv, is_signed) : q8_quant_elem(x[i], inv, q, is_signed);
+}
+
+static void simd_quantf_ext(const float *x, size_t n, float inv, int is_signed, uint8_t *out) {
+    if (is_signed) quant_block(x, n, inv, NULL, NULL, 1, out, 1);
+    else quant_block(x, n, inv, NULL, NULL, 0, out, 1);
 }
 
 static void simd_quant_ext(const float *x, size_t n, float inv, const q8_map *q, int is_signed, uint8_t *out) {
     simd_map sq = simd_map_make(q);
-    if (is_signed) quant_block(x, n, inv, q, &sq, 1, out);
-    else quant_block(x, n, inv, q, &sq, 0, out);
+    if (is_signed) quant_block(x, n, inv, q, &sq, 1, out, 0);
+    else quant_block(x, n, inv, q, &sq, 0, out, 0);
 }
 
 /* The 8-bit update of one group of block elements [off + i, off + i + Q8_GROUP W): dequantise,
@@ -168,7 +211,7 @@ static void simd_quant_ext(const float *x, size_t n, float inv, const q8_map *q,
  * Prefetches once per cache line of each stream (per vector they repeated the byte streams'). */
 ALWAYS_INLINE void q8_update_group(const adamw_chunk *c, size_t off, size_t i, V vam, V vav, const simd_consts *s,
                                    const simd_map *ss, const simd_map *su, float *mb, float *vb, V *mxm, V *mxv,
-                                   const int gdt, const int wdt) {
+                                   const int gdt, const int wdt, const int fp) {
     const size_t gs = gdt == ST_F32 ? 4 : 2, ws = wdt == ST_F32 ? 4 : 2, e = off + i, ge = Q8_GROUP * W;
     for (size_t l = 0; l < ge * 4; l += 64) PREFETCH_W((char *)(c->p + e + PF) + l);
     for (size_t l = 0; l < ge; l += 64) {
@@ -179,8 +222,8 @@ ALWAYS_INLINE void q8_update_group(const adamw_chunk *c, size_t off, size_t i, V
     if (wdt != WORK_NONE)
         for (size_t l = 0; l < ge * ws; l += 64) PREFETCH_W((char *)c->w + (e + PF) * ws + l);
     V dm[Q8_GROUP], dv[Q8_GROUP], pp[Q8_GROUP];
-    simd_dequant_group(c->qm + e, ss, 1, dm);
-    simd_dequant_group(c->qv + e, su, 0, dv);
+    simd_dequant_group(c->qm + e, ss, 1, dm, fp);
+    simd_dequant_group(c->qv + e, su, 0, dv, fp);
     for (int j = 0; j < Q8_GROUP; j++) {
         size_t ej = e + (size_t)j * W;
         V mm = v_mul(dm[j], vam), vv = v_mul(dv[j], vav);
@@ -198,15 +241,15 @@ ALWAYS_INLINE void q8_update_group(const adamw_chunk *c, size_t off, size_t i, V
  * parameter and working copy out, new moments into the block buffers, running absmax. */
 ALWAYS_INLINE void q8_update_vec(const adamw_chunk *c, size_t off, size_t i, V vam, V vav, const simd_consts *s,
                                  const simd_map *ss, const simd_map *su, float *mb, float *vb, V *mxm, V *mxv,
-                                 const int gdt, const int wdt) {
+                                 const int gdt, const int wdt, const int fp) {
     size_t gs = gdt == ST_F32 ? 4 : 2, ws = wdt == ST_F32 ? 4 : 2, e = off + i;
     PREFETCH_W(c->p + e + PF);
     PREFETCH_W(c->qm + e + PF);
     PREFETCH_W(c->qv + e + PF);
     PREFETCH_R((const char *)c->g + (e + PF) * gs);
     if (wdt != WORK_NONE) PREFETCH_W((char *)c->w + (e + PF) * ws);
-    V mm = v_mul(simd_dequant(vi_load_u8(c->qm + e), ss, 1), vam);
-    V vv = v_mul(simd_dequant(vi_load_u8(c->qv + e), su, 0), vav);
+    V mm = v_mul(fp ? simd_dequantf(vi_load_u8(c->qm + e), 1) : simd_dequant(vi_load_u8(c->qm + e), ss, 1), vam);
+    V vv = v_mul(fp ? simd_dequantf(vi_load_u8(c->qv + e), 0) : simd_dequant(vi_load_u8(c->qv + e), su, 0), vav);
     V pp = simd_adamw(v_load(c->p + e), &mm, &vv, v_load_grad(c->g, gdt, e), s);
     v_store(c->p + e, pp);
     if (wdt != WORK_NONE) v_store_work(c->w, wdt, e, pp);
@@ -219,11 +262,12 @@ ALWAYS_INLINE void q8_update_vec(const adamw_chunk *c, size_t off, size_t i, V v
 /* Block blk's new absmaxes from the vector maxima and the scalar tail [nv, nb); stored. */
 ALWAYS_INLINE void q8_block_tail(const adamw_chunk *c, const adamw_consts *k, const q8_tables *q, size_t blk,
                                  size_t nv, size_t nb, V mxm, V mxv, float *mb, float *vb, const int gdt,
-                                 const int wdt) {
+                                 const int wdt, const int fp) {
     size_t off = blk * Q8_BLOCK;
+    const float *ds = fp ? q->fs : q->s.dec, *du = fp ? q->fu : q->u.dec;
     float am = c->am[blk], av = c->av[blk], mmax = v_reduce_max(mxm), vmax = v_reduce_max(mxv);
     for (size_t i = nv; i < nb; i++) {
-        float m = q->s.dec[c->qm[off + i]] * am, v = q->u.dec[c->qv[off + i]] * av;
+        float m = ds[c->qm[off + i]] * am, v = du[c->qv[off + i]] * av;
         adamw_elem(&c->p[off + i], &m, &v, adamw_load_grad(c->g, gdt, off + i), k, c->wd);
         adamw_store_work(c->w, wdt, off + i, c->p[off + i]);
         mb[i] = m;
@@ -241,8 +285,8 @@ static inline float q8_inv(float amax) { return amax > 0 ? 1.0f / amax : 0.0f; }
  * Blocks are software-pipelined: block b's update runs in the same loop as block b-1's
  * requantisation, so the divider-bound update and the ALU-bound quantiser share the core
  * instead of taking turns (every element's operations are unchanged). */
-ALWAYS_INLINE void body_q8(const adamw_chunk *c, const adamw_consts *k, const q8_tables *q, const int gdt,
-                           const int wdt) {
+ALWAYS_INLINE void body_q8(const adamw_chunk *c, const adamw_consts *k, const q8_tables *q, const int fp,
+                           const int gdt, const int wdt) {
     simd_consts s = simd_consts_make(k, c->wd);
     simd_map ss = simd_map_make(&q->s), su = simd_map_make(&q->u);
     float mb[2][Q8_BLOCK] __attribute__((aligned(64))), vb[2][Q8_BLOCK] __attribute__((aligned(64)));
@@ -260,34 +304,38 @@ ALWAYS_INLINE void body_q8(const adamw_chunk *c, const adamw_consts *k, const q8
         _Static_assert(Q8_BLOCK % (Q8_GROUP * W) == 0, "a block is whole groups");
         if (upd && req) {
             for (size_t i = 0; i < Q8_BLOCK; i += G) {
-                q8_update_group(c, b * Q8_BLOCK, i, vam, vav, &s, &ss, &su, um, uv, &mxm, &mxv, gdt, wdt);
-                simd_quant_group(rm + i, im, &ss, 1, qm + i);
-                simd_quant_group(rv + i, iv, &su, 0, qv + i);
+                q8_update_group(c, b * Q8_BLOCK, i, vam, vav, &s, &ss, &su, um, uv, &mxm, &mxv, gdt, wdt, fp);
+                simd_quant_group(rm + i, im, &ss, 1, qm + i, fp);
+                simd_quant_group(rv + i, iv, &su, 0, qv + i, fp);
             }
         } else if (upd) {
             for (size_t i = 0; i < Q8_BLOCK; i += G)
-                q8_update_group(c, b * Q8_BLOCK, i, vam, vav, &s, &ss, &su, um, uv, &mxm, &mxv, gdt, wdt);
+                q8_update_group(c, b * Q8_BLOCK, i, vam, vav, &s, &ss, &su, um, uv, &mxm, &mxv, gdt, wdt, fp);
         } else if (req) {
             for (size_t i = 0; i < Q8_BLOCK; i += G) {
-                simd_quant_group(rm + i, im, &ss, 1, qm + i);
-                simd_quant_group(rv + i, iv, &su, 0, qv + i);
+                simd_quant_group(rm + i, im, &ss, 1, qm + i, fp);
+                simd_quant_group(rv + i, iv, &su, 0, qv + i, fp);
             }
         }
-        if (upd) q8_block_tail(c, k, q, b, Q8_BLOCK, Q8_BLOCK, mxm, mxv, um, uv, gdt, wdt);
+        if (upd) q8_block_tail(c, k, q, b, Q8_BLOCK, Q8_BLOCK, mxm, mxv, um, uv, gdt, wdt, fp);
     }
     if (tail) { /* the segment's last, partial block: on its own */
         size_t nv = tail / W * W, off = nfull * Q8_BLOCK;
         V mxm = zero, mxv = zero, vam = v_set1(c->am[nfull]), vav = v_set1(c->av[nfull]);
         for (size_t i = 0; i < nv; i += W)
-            q8_update_vec(c, off, i, vam, vav, &s, &ss, &su, mb[0], vb[0], &mxm, &mxv, gdt, wdt);
-        q8_block_tail(c, k, q, nfull, nv, tail, mxm, mxv, mb[0], vb[0], gdt, wdt);
-        quant_block(mb[0], tail, q8_inv(c->am[nfull]), &q->s, &ss, 1, c->qm + off);
-        quant_block(vb[0], tail, q8_inv(c->av[nfull]), &q->u, &su, 0, c->qv + off);
+            q8_update_vec(c, off, i, vam, vav, &s, &ss, &su, mb[0], vb[0], &mxm, &mxv, gdt, wdt, fp);
+        q8_block_tail(c, k, q, nfull, nv, tail, mxm, mxv, mb[0], vb[0], gdt, wdt, fp);
+        quant_block(mb[0], tail, q8_inv(c->am[nfull]), &q->s, &ss, 1, c->qm + off, fp);
+        quant_block(vb[0], tail, q8_inv(c->av[nfull]), &q->u, &su, 0, c->qv + off, fp);
     }
 }
 
 static void simd_step_q8(const adamw_chunk *c, const adamw_consts *k, const q8_tables *q, int gdt, int wdt) {
-    FOR_DTYPES(body_q8, c, k, q)
+    FOR_DTYPES(body_q8, c, k, q, 0)
+}
+
+static void simd_step_q8f(const adamw_chunk *c, const adamw_consts *k, const q8_tables *q, int gdt, int wdt) {
+    FOR_DTYPES(body_q8, c, k, q, 1)
 }
 
 /* ---- gradient sum of squares ---- */
@@ -391,7 +439,9 @@ static void simd_ceiling(const adamw_chunk *c, int q8, int gdt, int wdt) {
 const adamw_kernels KERNELS_NAME = {
     .step_f32 = simd_step_f32,
     .step_q8 = simd_step_q8,
+    .step_q8f = simd_step_q8f,
     .sumsq = simd_sumsq,
     .ceiling = simd_ceiling,
     .quant = simd_quant_ext,
+    .quantf = simd_quantf_ext,
 };

@@ -62,8 +62,9 @@ static int isa_env_cap(void) {
 }
 
 static st_optim_isa isa_cpu_best(void) {
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c"))
+    /* BW: the float map packs its codes with byte packs (every AVX-512 Xeon has it) */
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
         return __builtin_cpu_supports("avx512bf16") ? ST_OPTIM_ISA_AVX512_BF16 : ST_OPTIM_ISA_AVX512;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
         return ST_OPTIM_ISA_AVX2;
@@ -106,7 +107,7 @@ st_status st_optim_set_isa(st_optim *o, st_optim_isa isa, st_err *err) {
                        st_optim_isa_name(isa), st_optim_isa_name(best));
     o->isa = isa;
     o->kern = kernels_for(isa);
-    /* the SIMD quantisers need the inverse tables (every map's are; tests check) */
+    /* the SIMD quantisers of the dynamic map need the inverse tables (every map's are; tests check) */
     if (o->fmt == ST_OPTIM_STATE_8BIT && !(o->q8.s.inv_ok && o->q8.u.inv_ok)) o->kern = &adamw_kernels_portable;
     return ST_OK;
 }
@@ -140,8 +141,8 @@ static st_status create_impl(st_optim **out, const st_optim_segment *segs, int n
     if (isa_env_cap() == -2)
         return st_errf(err, ST_ERR_INVALID, "optimizer: STRATA_OPTIM_ISA=%s is not a kernel set; use portable, "
                        "avx2, avx512, avx512bf16 or auto (or unset it)", getenv("STRATA_OPTIM_ISA"));
-    if (fmt != ST_OPTIM_STATE_F32 && fmt != ST_OPTIM_STATE_8BIT)
-        return st_errf(err, ST_ERR_INVALID, "optimizer: unknown state format %d (use f32 or 8bit)", (int)fmt);
+    if (fmt != ST_OPTIM_STATE_F32 && fmt != ST_OPTIM_STATE_8BIT && fmt != ST_OPTIM_STATE_8BIT_FP)
+        return st_errf(err, ST_ERR_INVALID, "optimizer: unknown state format %d (use f32, 8bit or 8bit-fp)", (int)fmt);
     /* overlapping segments would update an element twice */
     st_optim_segment *sorted = malloc(sizeof *segs * (size_t)n_segs);
     if (!sorted) return st_errf(err, ST_ERR_NOMEM, "optimizer: out of memory");
@@ -346,11 +347,12 @@ st_status st_optim_step_ex(st_optim *o, const st_optim_step_args *a, const st_ad
     const adamw_kernels *kern = o->kern;
     int gdt = a->grad_dtype, wdt = a->work ? (int)a->work_dtype : WORK_NONE;
     int c0 = o->chunk_first[s0], c1 = o->chunk_first[s1];
-    int q8 = o->fmt == ST_OPTIM_STATE_8BIT;
+    int q8 = o->fmt == ST_OPTIM_STATE_8BIT, q8f = o->fmt == ST_OPTIM_STATE_8BIT_FP;
 #pragma omp parallel for schedule(static)
     for (int ci = c0; ci < c1; ci++) {
         adamw_chunk c = chunk_make(o, ci, a, gs, ws);
         if (q8) kern->step_q8(&c, &k, &o->q8, gdt, wdt);
+        else if (q8f) kern->step_q8f(&c, &k, &o->q8, gdt, wdt);
         else kern->step_f32(&c, &k, gdt, wdt);
     }
     return ST_OK;
@@ -367,7 +369,7 @@ void st_optim_bench_ceiling(st_optim *o, const st_optim_step_args *a) {
     if (check_args(o, a, &s0, &s1, NULL) != ST_OK) return;
     size_t gs = st_dtype_size(a->grad_dtype), ws = a->work ? st_dtype_size(a->work_dtype) : 0;
     int gdt = a->grad_dtype, wdt = a->work ? (int)a->work_dtype : WORK_NONE;
-    int c0 = o->chunk_first[s0], c1 = o->chunk_first[s1], q8 = o->fmt == ST_OPTIM_STATE_8BIT;
+    int c0 = o->chunk_first[s0], c1 = o->chunk_first[s1], q8 = o->fmt != ST_OPTIM_STATE_F32;
     const adamw_kernels *kern = o->kern;
 #pragma omp parallel for schedule(static)
     for (int ci = c0; ci < c1; ci++) {

@@ -127,6 +127,10 @@ static pthread_once_t tables_once_flag = PTHREAD_ONCE_INIT;
 static void tables_build(void) {
     map_init(&tables_once.s, 1);
     map_init(&tables_once.u, 0);
+    for (int b = 0; b < 256; b++) {
+        tables_once.fs[b] = q8f_code((uint8_t)b, 1);
+        tables_once.fu[b] = q8f_code((uint8_t)b, 0);
+    }
 }
 
 void q8_tables_init(q8_tables *t) {
@@ -178,5 +182,28 @@ float st_optim_q8_quantize_block(const float *x, size_t n, int is_signed, uint8_
 void st_optim_q8_dequantize_block(const uint8_t *q, size_t n, float absmax, int is_signed, float *x) {
     float code[256];
     st_optim_q8_map(is_signed, code);
+    for (size_t i = 0; i < n; i++) x[i] = code[q[i]] * absmax;
+}
+
+void st_optim_q8_codes(st_optim_state_format fmt, int is_signed, float code[256]) {
+    if (fmt != ST_OPTIM_STATE_8BIT_FP) {
+        st_optim_q8_map(is_signed, code);
+        return;
+    }
+    for (int b = 0; b < 256; b++) code[b] = q8f_code((uint8_t)b, is_signed);
+}
+
+float st_optim_q8_quantize(st_optim_state_format fmt, const float *x, size_t n, int is_signed, uint8_t *q) {
+    if (fmt != ST_OPTIM_STATE_8BIT_FP) return st_optim_q8_quantize_block(x, n, is_signed, q);
+    float amax = 0;
+    for (size_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(x[i]));
+    best_kernels()->quantf(x, n, amax > 0 ? 1.0f / amax : 0.0f, is_signed, q);
+    return amax;
+}
+
+void st_optim_q8_dequantize(st_optim_state_format fmt, const uint8_t *q, size_t n, float absmax, int is_signed,
+                            float *x) {
+    float code[256];
+    st_optim_q8_codes(fmt, is_signed, code);
     for (size_t i = 0; i < n; i++) x[i] = code[q[i]] * absmax;
 }
