@@ -312,11 +312,23 @@ static void next_unit(const data_stream *s, st_data_cursor *c) {
 
 st_status data_stream_take(data_stream *s, st_data_cursor *c, int32_t *row, int32_t *starts,
                            int *n_starts, st_err *err) {
+    return data_stream_take_docs(s, c, row, starts, n_starts, NULL, NULL, err);
+}
+
+/* The document a reader's position d is: a view's position is a document of its base. */
+static uint64_t global_doc(const data_stream *s, uint64_t d) {
+    return s->src->view_docs && d < s->src->n_view ? s->src->view_docs[d] : d;
+}
+
+st_status data_stream_take_docs(data_stream *s, st_data_cursor *c, int32_t *row, int32_t *starts,
+                                int *n_starts, uint64_t *docs, uint32_t *visits, st_err *err) {
     const uint64_t T = (uint64_t)s->T;
     int ns = 0;
     st_status rc;
     if (s->windowed) {
         uint64_t w = unit_at(s, c->epoch, c->doc);
+        if (docs) /* no document index: no document ids (the segments are unknown documents) */
+            for (uint64_t i = 0; i <= T; i++) docs[i] = UINT64_MAX, visits[i] = (uint32_t)c->epoch;
         if (row) {
             rc = st_data_source_read(s->src, 0, w * T, T + 1, row, s->vocab_size, err);
             if (rc) return rc;
@@ -349,7 +361,11 @@ st_status data_stream_take(data_stream *s, st_data_cursor *c, int32_t *row, int3
             next_unit(s, &cur);
             continue;
         }
-        if (cur.offset == 0 && pos > 0 && pos <= T) starts[ns++] = (int32_t)pos;
+        if (docs && pos == 0) docs[0] = global_doc(s, d), visits[0] = (uint32_t)cur.epoch;
+        if (cur.offset == 0 && pos > 0 && pos <= T) {
+            if (docs) docs[ns + 1] = global_doc(s, d), visits[ns + 1] = (uint32_t)cur.epoch;
+            starts[ns++] = (int32_t)pos;
+        }
         uint64_t k = len - cur.offset;
         if (k > T + 1 - pos) k = T + 1 - pos;
         if (!have_after && pos + k > T) {
