@@ -88,10 +88,12 @@ fi
 # a view: the records name the base's ids of its documents, and no other
 "$S" data score "$T/tiny" --from_text "$T/tiny_scores.txt" -o "$T/tiny.scores" > /dev/null 2>&1
 "$S" data select "$T/tiny" -o "$T/tiny.view" --scores "$T/tiny.scores" --keep lowest 0.34 > "$T/sel.out" 2>&1
-check '[ $? -eq 0 ]' "select: $(cat "$T/sel.out")"
+rc=$?
+check '[ $rc -eq 0 ]' "select: $(cat "$T/sel.out")"
 V="${A/--steps 24/--steps 30}"
 "$S" train $V --data "$T/tiny.view" --run_dir "$T/view" > "$T/view.out" 2>&1
-check '[ $? -eq 0 ]' "the run on the view: $(tail -3 "$T/view.out")"
+rc=$?
+check '[ $rc -eq 0 ]' "the run on the view: $(tail -3 "$T/view.out")"
 python3 - "$T/view/doc_signals.bin" > "$T/eval.out" 2>&1 <<'PY'
 import sys
 from docsig import records
@@ -99,14 +101,17 @@ docs = sorted({r[0] for r in records(sys.argv[1])})
 assert docs == [0, 3, 6, 9], "documents %s, the view keeps 0 3 6 9" % docs
 print("the view's documents:", docs)
 PY
-check '[ $? -eq 0 ]' "view records: $(cat "$T/eval.out")"
+rc=$?
+check '[ $rc -eq 0 ]' "view records: $(cat "$T/eval.out")"
 
 # dynamics: several visits of 12 short documents; scores against a recomputation
 "$S" train $V --data "$T/tiny" --run_dir "$T/tinyrun" > "$T/tiny.out" 2>&1
-check '[ $? -eq 0 ]' "the run on tiny: $(tail -3 "$T/tiny.out")"
+rc=$?
+check '[ $rc -eq 0 ]' "the run on tiny: $(tail -3 "$T/tiny.out")"
 for m in first drop forget; do
   "$S" data score "$T/tiny" --dynamics "$T/tinyrun" --metric $m -o "$T/dyn_$m.scores" > "$T/dyn_$m.out" 2>&1
-  check '[ $? -eq 0 ]' "score --dynamics --metric $m: $(cat "$T/dyn_$m.out")"
+  rc=$?
+  check '[ $rc -eq 0 ]' "score --dynamics --metric $m: $(cat "$T/dyn_$m.out")"
   "$S" data inspect "$T/dyn_$m.scores" --docs 100 | sed -n 's/^  document \([0-9]*\): score \([^ ]*\).*/\1 \2/p' > "$T/dyn_$m.txt"
 done
 python3 - "$T/tinyrun/doc_signals.bin" "$T" > "$T/eval.out" 2>&1 <<'PY'
@@ -135,7 +140,8 @@ for m in ref:
 print("12 documents, %d-%d visits; drop median %.3f; forgetting events %d" % (min(len(v) for v in visits.values()),
       max(len(v) for v in visits.values()), sorted(ref["drop"].values())[6], sum(ref["forget"].values())))
 PY
-check '[ $? -eq 0 ]' "dynamics scores: $(cat "$T/eval.out")"
+rc=$?
+check '[ $rc -eq 0 ]' "dynamics scores: $(cat "$T/eval.out")"
 echo "train_doc_signals: $(cat "$T/eval.out")"
 
 # refused: unseen documents (the 200 easy ones, 24 steps read a few), another dataset
@@ -143,7 +149,8 @@ echo "train_doc_signals: $(cat "$T/eval.out")"
 rc=$?
 check '[ $rc -ne 0 ] && grep -q "of the 200 documents of .* have no record" "$T/u.out" && [ ! -e "$T/u.scores" ]' "unseen (rc $rc): $(cat "$T/u.out")"
 "$S" data score "$T/easy" --dynamics "$T/full" --unseen 0 -o "$T/u.scores" > "$T/u2.out" 2>&1
-check '[ $? -eq 0 ] && grep -q "source 0" "$T/u2.out"' "--unseen 0: $(cat "$T/u2.out")"
+rc=$?
+check '[ $rc -eq 0 ] && grep -q "source 0" "$T/u2.out"' "--unseen 0: $(cat "$T/u2.out")"
 "$S" data score "$T/tiny" --dynamics "$T/full" --unseen 0 -o "$T/o.scores" > "$T/o.out" 2>&1
 rc=$?
 check '[ $rc -ne 0 ] && grep -q "none of them is" "$T/o.out" && [ ! -e "$T/o.scores" ]' "another dataset (rc $rc): $(cat "$T/o.out")"

@@ -487,12 +487,39 @@ st_status st_data_dedup(const char *dataset, const st_data_dedup_config *cfg, st
 
 /* A view: the documents of a Megatron dataset by id, in order, no token copied. Every
  * data option of strata train opens it as a source (its format known by its magic).
- * On disk: "STRATAVW", u32 version (1), u32 header bytes, the base identity (48 bytes),
- * u64 kept documents, u64 kept tokens, u32 ordered (1: read in the view's order, not
- * shuffled), u32 reserved, char rule[512], char base[4096] (absolute path of the base
- * PREFIX), then u64 document ids [kept], then a u32 CRC-32C of everything before it. */
+ * On disk: "STRATAVW", u32 version (1, or 2 for a paced curriculum), u32 header bytes,
+ * the base identity (48 bytes), u64 kept documents, u64 kept tokens, u32 ordered (1: read
+ * in the view's order, not shuffled; 2: paced), u32 reserved, char rule[512], char
+ * base[4096] (absolute path of the base PREFIX), version 2 only: the pacing (u32 kind, u32
+ * steps, f64 start, f64 length, f64 band), then u64 document ids [kept], then a u32
+ * CRC-32C of everything before it.
+ *
+ * Pacing (a competence-based curriculum, Platanios et al. 2019): the view's documents are
+ * ranked easiest first (its order); draw g of the source's stream (g = epoch x n + position,
+ * n documents) while g < P = ceil(length x n) takes a document at random (seeded by the run's
+ * seed and g) among the easiest ceil(c(g / P) x n), or, with band W > 0, in a band of
+ * ceil(W x n) documents that slides from the easiest to the hardest as c grows; from draw P
+ * on, every document in a shuffled order each epoch. The competence c(t), c0 = start: linear
+ * c0 + (1 - c0) t; root sqrt(c0^2 + (1 - c0^2) t); step (K steps) c0 + (1 - c0) floor(K t) / (K - 1),
+ * each at most 1. */
 #define ST_DATA_VIEW_MAGIC "STRATAVW"
 #define ST_DATA_VIEW_VERSION 1u
+#define ST_DATA_VIEW_VERSION_PACED 2u
+typedef enum st_data_pace {
+    ST_DATA_PACE_NONE = 0,
+    ST_DATA_PACE_LINEAR = 1,
+    ST_DATA_PACE_ROOT = 2,
+    ST_DATA_PACE_STEP = 3
+} st_data_pace;
+typedef struct st_data_pacing {
+    uint32_t kind;            /* st_data_pace */
+    uint32_t steps;           /* STEP: K, 2..1000 */
+    double start;             /* c0, in (0, 1] (default 0.1) */
+    double length;            /* P / n: pacing lasts this many of the view's documents' worth of draws, > 0 (default 1) */
+    double band;              /* 0: the easiest prefix; in (0, 1): the width of a sliding band */
+} st_data_pacing;
+/* The competence at t in [0, 1] (1 beyond). */
+double st_data_pacing_competence(const st_data_pacing *p, double t);
 typedef enum st_data_keep {
     ST_DATA_KEEP_ALL = 0,     /* no score rule */
     ST_DATA_KEEP_LOWEST = 1,  /* the fraction with the lowest scores */
@@ -512,13 +539,16 @@ typedef struct st_data_select_config {
     double band_lo, band_hi;  /* BAND: 0 <= lo <= hi <= 1 (lo = hi keeps nothing: refused) */
     const char *dedup;        /* a dedup score file: its duplicates are dropped first (NULL: none) */
     st_data_order order;
+    st_data_pacing pace;      /* kind NONE: no pacing; else ordered by score (ascending unless order says
+                                 descending: hard to easy) and paced */
 } st_data_select_config;
 typedef struct st_data_view_info {
     st_data_ident base;
     char base_path[4096];
     char rule[512];
     uint64_t n_kept, kept_tokens;
-    int ordered;
+    int ordered;              /* 1: in the view's order; 2: paced */
+    st_data_pacing pace;
 } st_data_view_info;
 /* Write the view out (temporary + rename: nothing partial under the name). Refused, with
  * the file and the key: fraction outside (0, 1], band lo > hi or outside [0, 1], NaN

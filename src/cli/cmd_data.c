@@ -136,6 +136,13 @@ static const char *data_usage =
     "      scores ranked ascending; duplicates of a dedup score file are dropped first.\n"
     "      --order ascending|descending: read in that order of the scores (a curriculum),\n"
     "      not shuffled. A view is a data source: strata train --data VIEW[:W],...\n"
+    "      --pace linear|root|step [--pace_start C0] [--pace_length L] [--pace_band W]\n"
+    "      [--pace_steps K]: a paced curriculum (ordered by score, ascending unless --order\n"
+    "      descending): while the source's draws are under L x its documents (default 1),\n"
+    "      each takes a random document among the easiest c(t) of them, c growing from C0\n"
+    "      (default 0.1) to 1 linearly, as a square root or in K steps (default 4); with W\n"
+    "      in (0, 1), from a band of W of the documents sliding from easy to hard. Then\n"
+    "      every document, shuffled each epoch.\n"
     "      strata data inspect VIEW (or SCORES) describes it.\n";
 
 static int parse_format(const char *s, st_data_format *f) {
@@ -820,9 +827,10 @@ static int data_inspect_cmd(int argc, char **argv) {
             double frac = (double)vi.n_kept / (double)vi.base.n_docs;
             if (json)
                 snprintf(view, sizeof view, ", \"base\": \"%s\", \"base_documents\": %llu, \"base_tokens\": %llu, "
-                         "\"rule\": \"%s\", \"kept_fraction\": %.6f, \"kept_tokens\": %llu, \"ordered\": %s",
+                         "\"rule\": \"%s\", \"kept_fraction\": %.6f, \"kept_tokens\": %llu, \"ordered\": %s, \"paced\": %s",
                          vi.base_path, (unsigned long long)vi.base.n_docs, (unsigned long long)vi.base.n_tokens,
-                         vi.rule, frac, (unsigned long long)vi.kept_tokens, vi.ordered ? "true" : "false");
+                         vi.rule, frac, (unsigned long long)vi.kept_tokens, vi.ordered ? "true" : "false",
+                         vi.ordered == 2 ? "true" : "false");
             else
                 snprintf(view, sizeof view, "base:      %s (%llu documents, %llu tokens; unchanged)\nrule:      %s\n"
                          "kept:      %llu documents (fraction %.4f), %llu tokens (fraction %.4f)\n",
@@ -1244,9 +1252,29 @@ static int data_score_cmd(int argc, char **argv) {
 static int data_select_cmd(int argc, char **argv) {
     const char *outp = NULL;
     st_data_select_config c = {0};
+    c.pace.start = 0.1, c.pace.length = 1, c.pace.steps = 4;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        double x;
         if (!strcmp(a, "-o") && i + 1 < argc) outp = argv[++i];
+        else if (!strcmp(a, "--pace") && i + 1 < argc) {
+            const char *p = argv[++i];
+            c.pace.kind = !strcmp(p, "linear") ? ST_DATA_PACE_LINEAR : !strcmp(p, "root") ? ST_DATA_PACE_ROOT
+                        : !strcmp(p, "step") ? ST_DATA_PACE_STEP : 0;
+            if (!c.pace.kind) {
+                fprintf(stderr, "strata data select: --pace '%s': give linear, root or step\n", p);
+                return 2;
+            }
+        } else if (!strcmp(a, "--pace_start") && i + 1 < argc) {
+            if (num_arg("select", a, argv[++i], &c.pace.start)) return 2;
+        } else if (!strcmp(a, "--pace_length") && i + 1 < argc) {
+            if (num_arg("select", a, argv[++i], &c.pace.length)) return 2;
+        } else if (!strcmp(a, "--pace_band") && i + 1 < argc) {
+            if (num_arg("select", a, argv[++i], &c.pace.band)) return 2;
+        } else if (!strcmp(a, "--pace_steps") && i + 1 < argc) {
+            if (num_arg("select", a, argv[++i], &x)) return 2;
+            c.pace.steps = x >= 0 && x <= 1e6 && x == (int)x ? (uint32_t)x : 0;
+        }
         else if (!strcmp(a, "--scores") && i + 1 < argc) c.scores = argv[++i];
         else if (!strcmp(a, "--drop_duplicates") && i + 1 < argc) c.dedup = argv[++i];
         else if (!strcmp(a, "--keep") && i + 2 < argc) {

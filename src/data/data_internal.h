@@ -60,6 +60,8 @@ struct st_data_source {
     uint64_t *view_docs, n_view;
     uint64_t view_crc;       /* CRC-32C of the ids, in the loader state's fingerprint */
     int view_ordered;
+    st_data_pacing view_pace; /* kind NONE: not paced */
+    st_data_ident view_base;  /* the base's identity, checked when the view was opened */
     char view_path[DATA_PATH_MAX + 8];
 };
 

@@ -423,8 +423,13 @@ st_status st_data_loader_source_ident(st_data_loader *dl, int i, st_data_ident *
         snprintf(path, cap, "%s", s->bin_path);
         return ST_OK;
     }
-    st_status rc = data_source_ident(s, id, err);
-    if (rc) return rc;
+    if (s->view_docs) { /* a view: its base's identity, as checked when it was opened */
+        *id = s->view_base;
+        snprintf(path, cap, "%s", s->bin_path);
+    } else {
+        st_status rc = data_source_ident(s, id, err);
+        if (rc) return rc;
+    }
     size_t n = strlen(s->bin_path);
     if (n >= 4 && !strcmp(s->bin_path + n - 4, ".bin")) n -= 4;
     snprintf(path, cap, "%.*s", (int)n, s->bin_path);
