@@ -5,7 +5,8 @@
 # metrics.jsonl logs for it (the records cover every counted target: an independent check of
 # the segment bookkeeping against the step's own mean); documents and sources in range; a run
 # stopped at 12 and resumed from its step-10 checkpoint writes the uninterrupted run's file
-# byte for byte (the records after step 10 cut back); a run on a view records the base's
+# byte for byte (the records after step 10 cut back); a layer-streamed run records the
+# in-memory run's documents and counts; a run on a view records the base's
 # document ids of the view's documents only; 2 ranks (mpirun, when there) write the file of
 # one process with grad_accum 2. --dynamics: first / drop / forget scores equal a Python
 # recomputation from the records (a small source read for several epochs, so documents
@@ -69,6 +70,22 @@ rm -f "$T/part/doc_signals.bin"
 "$S" train $A --data "$T/easy,$T/hard" --steps 30 --resume "$T/part" --run_dir "$T/part" > "$T/gone.out" 2>&1
 rc=$?
 check '[ $rc -ne 0 ] && grep -q "doc_signals.bin: missing" "$T/gone.out"' "a resume without its records (rc $rc): $(cat "$T/gone.out")"
+
+# layer streaming (device_budget on the CPU): the row hook runs in the executor; the same
+# documents, steps, counts and visits as in memory, the losses to float rounding
+"$S" train ${A/--steps 24/--steps 6} --n_layer 2 --data "$T/easy,$T/hard" --run_dir "$T/mem" > /dev/null 2>&1
+"$S" train ${A/--steps 24/--steps 6} --n_layer 2 --device_budget 2e6 --data "$T/easy,$T/hard" --run_dir "$T/str" > "$T/str.out" 2>&1
+rc=$?
+python3 - "$T/mem/doc_signals.bin" "$T/str/doc_signals.bin" > "$T/eval.out" 2>&1 <<'PY'
+import sys
+from docsig import records
+a, b = records(sys.argv[1]), records(sys.argv[2])
+assert len(a) == len(b) == 48, "records: %d in memory, %d streamed" % (len(a), len(b))
+for x, y in zip(a, b):
+    assert x[:2] == y[:2] and x[3:] == y[3:] and abs(x[2] - y[2]) <= 1e-4 * abs(x[2]), "in memory %s, streamed %s" % (x, y)
+PY
+prc=$?
+check '[ $rc -eq 0 ] && [ $prc -eq 0 ]' "streamed (rc $rc): $(cat "$T/eval.out"; tail -n 2 "$T/str.out")"
 
 # 2 ranks write one process's file
 if command -v mpirun > /dev/null; then
