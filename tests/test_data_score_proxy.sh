@@ -12,17 +12,9 @@
 # vocabulary does not cover the dataset's tokens is refused naming the .bin, the token and
 # the vocabulary, and leaves no score file.
 set -u
-S=${STRATA_BIN:?STRATA_BIN not set}
-SRC=${STRATA_SOURCE_DIR:?STRATA_SOURCE_DIR not set}
-command -v python3 >/dev/null || { echo "python3 not found: skipped"; exit 77; }
-T=$(mktemp -d /tmp/strata-test-proxy-XXXXXX)
-fail=0
-check() { if ! eval "$1"; then echo "FAIL: $2"; fail=1; fi; }
-
-python3 "$SRC/tools/gen_noisy_corpus.py" --strata "$S" --out "$T" --docs 3000 --seed 27 > "$T/gen.out" 2>&1
-rc=$?
-if [ $rc -eq 77 ]; then cat "$T/gen.out"; rm -rf "$T"; exit 77; fi
-check '[ $rc -eq 0 ]' "gen_noisy_corpus (rc $rc): $(cat "$T/gen.out")"
+. "$(dirname "$0")/lib_corpus.sh"
+corpus_begin proxy
+corpus_noisy
 
 # the proxy: byte tokens are 0..255 and the packer's end-of-document 256, so vocabulary 320
 proxy="--model gpt2-mini --n_layer 2 --n_embd 64 --n_head 2 --vocab_size 320 --batch 16 --seq 64"
@@ -75,19 +67,9 @@ echo "data_score_proxy: $(cat "$T/eval.out")"
 
 # packing: three documents in one row score as each does alone
 python3 - "$T" <<'EOF'
-import struct, sys
+import sys
+from strata_megatron import write
 t = sys.argv[1]
-def write(prefix, docs):
-    with open(prefix + ".bin", "wb") as f:
-        for d in docs:
-            f.write(struct.pack("<%dH" % len(d), *d))
-    with open(prefix + ".idx", "wb") as f:
-        f.write(b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 8, len(docs), len(docs) + 1))
-        f.write(struct.pack("<%di" % len(docs), *[len(d) for d in docs]))
-        p = 0
-        for d in docs:
-            f.write(struct.pack("<q", p)); p += 2 * len(d)
-        f.write(struct.pack("<%dq" % (len(docs) + 1), *range(len(docs) + 1)))
 texts = [b"The licence grants permission to copy.", b"Permission is hereby granted, free of charge, to any",
          b"NAME ls - list"]
 docs = [list(x) for x in texts]

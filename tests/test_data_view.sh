@@ -8,31 +8,20 @@
 # and resumed logs the losses of one that did not stop; the CLI refuses bad input naming
 # the file and key and leaves no file.
 set -u
-S=${STRATA_BIN:?STRATA_BIN not set}
-command -v python3 >/dev/null || { echo "python3 not found: skipped"; exit 77; }
-T=$(mktemp -d /tmp/strata-test-view-XXXXXX)
-fail=0
-check() { if ! eval "$1"; then echo "FAIL: $2"; fail=1; fi; }
+. "$(dirname "$0")/lib_corpus.sh"
+corpus_begin view
 
 # The dataset, written from the Megatron layout (not by strata): 24 documents, even ones
 # tokens 1..99 (document d: (d*7 + k) % 99 + 1), odd ones token 150; scores: even low.
 python3 - "$T" <<'EOF'
-import struct, sys
+import sys
+from strata_megatron import write
 t = sys.argv[1]
 docs = []
 for d in range(24):
     n = 40 + d
     docs.append([(d * 7 + k) % 99 + 1 for k in range(n)] if d % 2 == 0 else [150] * n)
-with open(t + "/base.bin", "wb") as f:
-    for doc in docs:
-        f.write(struct.pack("<%dH" % len(doc), *doc))
-with open(t + "/base.idx", "wb") as f:
-    f.write(b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 8, len(docs), len(docs) + 1))
-    f.write(struct.pack("<%di" % len(docs), *[len(d) for d in docs]))
-    p = 0
-    for d in docs:
-        f.write(struct.pack("<q", p)); p += 2 * len(d)
-    f.write(struct.pack("<%dq" % (len(docs) + 1), *range(len(docs) + 1)))
+write(t + "/base", docs)
 with open(t + "/scores.txt", "w") as f:
     for d in range(24):
         f.write("%g\n" % (d if d % 2 == 0 else 100 + d))

@@ -7,30 +7,10 @@
 # same; a single source, a bad mix and online mixing with state_paths are refused naming the
 # key.
 set -u
-S=${STRATA_BIN:?STRATA_BIN not set}
-command -v python3 >/dev/null || { echo "python3 not found: skipped"; exit 77; }
-T=$(mktemp -d /tmp/strata-test-mixo-XXXXXX)
-fail=0
-check() { if ! eval "$1"; then echo "FAIL: $2"; fail=1; fi; }
+. "$(dirname "$0")/lib_corpus.sh"
+corpus_begin mixo
 
-python3 - "$T" <<'EOF'
-import random, struct, sys
-t = sys.argv[1]
-def write(prefix, docs):
-    with open(prefix + ".bin", "wb") as f:
-        for d in docs:
-            f.write(struct.pack("<%dH" % len(d), *d))
-    with open(prefix + ".idx", "wb") as f:
-        f.write(b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 8, len(docs), len(docs) + 1))
-        f.write(struct.pack("<%di" % len(docs), *[len(d) for d in docs]))
-        p = 0
-        for d in docs:
-            f.write(struct.pack("<q", p)); p += 2 * len(d)
-        f.write(struct.pack("<%dq" % (len(docs) + 1), *range(len(docs) + 1)))
-rng = random.Random(3)
-write(t + "/easy", [list(b"the cat sat on the mat. " * 8) for _ in range(200)])
-write(t + "/hard", [[rng.randrange(256) for _ in range(192)] for _ in range(200)])
-EOF
+corpus_easy_hard
 A="--model gpt2-mini --n_layer 1 --n_embd 32 --n_head 2 --vocab_size 256 --batch 4 --seq 32 --grad_accum 2
    --steps 24 --lr 1e-2 --eval_every 0 --quiet 1 --threads 2 --seed 7 --mix online --data $T/easy,$T/hard"
 "$S" train $A --run_dir "$T/full" > "$T/full.out" 2>&1

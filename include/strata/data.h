@@ -140,6 +140,9 @@ typedef struct st_data_batch {
     int n_seqs;
     int max_seqlen;            /* longest segment, in tokens */
     const uint8_t *source;     /* [B] which source each row came from */
+    const uint64_t *seg_doc;   /* [n_seqs] the document each segment is of, in its source (a view's:
+                                  the id in its base dataset; UINT64_MAX: a source without an index) */
+    const uint32_t *seg_visit; /* [n_seqs] the epoch of its source's stream there (0: first pass) */
     uint64_t step;             /* global batch index */
     uint64_t first_sample;     /* global sample index of this rank's row 0 */
 } st_data_batch;
@@ -203,6 +206,15 @@ st_status st_data_list_parse(st_data_loader_config *cfg, char *list, const char 
 st_status st_data_list_check(const char *key, const char *list, int T, int64_t vocab_size, st_err *err);
 /* The model's inputs and targets ([B][T] each) of a batch: inputs[r*T+t] = tokens[r*(T+1)+t],
  * targets the next token, or -1 (ignored by every loss) where loss_mask is 0. */
+/* The batch the last st_data_loader_next handed out (valid until the next call): 1, or 0
+ * when none was. */
+int st_data_loader_last_batch(const st_data_loader *dl, st_data_batch *b);
+struct st_data_ident;
+/* Source i's dataset identity (strata/data.h's st_data_ident; a view's: its base's) and the
+ * path of its .bin/.idx PREFIX; a source without a document index: identity all zero and
+ * its token file's path. */
+st_status st_data_loader_source_ident(st_data_loader *dl, int i, struct st_data_ident *id, char *path, size_t cap,
+                                      st_err *err);
 void st_data_batch_targets(const st_data_batch *b, int32_t *inputs, int32_t *targets);
 
 /* One source opened on its own (inspection, tests). */
@@ -375,6 +387,45 @@ typedef struct st_data_proxy_stats {
 st_status st_data_score_proxy(const char *dataset, struct st_model *m, const st_data_proxy_config *cfg,
                               st_data_scores *out, st_data_proxy_stats *stats, st_err *err);
 
+/* Per-document signals of a run (key doc_signals): for every document a step trained on,
+ * per segment of a row (a document cut over rows or steps gives several records), the loss
+ * summed over its counted targets. RUN_DIR/doc_signals.bin (little-endian): a header of
+ * ST_DATA_DOCSIG_HEADER_BYTES: "STRATADS", u32 version (1), u32 header bytes, u32 record
+ * bytes (40), u32 sources, u64 the most records kept (the bound), u32 rows a step
+ * (batch x grad_accum x ranks), u32 T, u32 0, u32 CRC-32C of the header with this field 0, then 24 reserved bytes; then per
+ * source (ST_DATA_MAX_SOURCES slots) its identity (48 bytes, all 0 for a source without a
+ * document index) and its PREFIX (464 bytes, NUL-padded). Then records, in the order of the
+ * global samples (step, micro-batch, rank, row, segment): the same whatever the ranks. */
+#define ST_DATA_DOCSIG_MAGIC "STRATADS"
+#define ST_DATA_DOCSIG_VERSION 1u
+#define ST_DATA_DOCSIG_FILE "doc_signals.bin"
+#define ST_DATA_DOCSIG_PATH_BYTES 464
+#define ST_DATA_DOCSIG_HEADER_BYTES (64 + ST_DATA_MAX_SOURCES * (48 + ST_DATA_DOCSIG_PATH_BYTES))
+typedef struct st_data_docsig {
+    uint64_t doc;          /* the document's id in its source (a view's: in its base) */
+    uint64_t step;         /* the run's step (from 1) */
+    double loss_sum;       /* nats, over its counted targets in this segment */
+    uint32_t count;        /* counted targets */
+    uint32_t visit;        /* the epoch of the source's stream (0: first pass over it) */
+    uint16_t source;       /* index in the run's data list */
+    uint16_t micro;        /* in memory only: the micro-batch (0 on disk) */
+    uint32_t reserved;
+} st_data_docsig;
+
+/* Learning-dynamics scores of dataset from a run's doc_signals.bin (run_dir's): the run's
+ * source whose identity is dataset's (refused naming both when none is). Per document, the
+ * records of each visit summed; metric "first": the mean loss of its first visit; "drop":
+ * first visit's mean loss minus its last visit's (0 with one visit); "forget": forgetting
+ * events, visits whose mean loss rose over the visit before. A document no record covers
+ * gets `unseen` when unseen_ok, else the call is refused naming how many. out->kind
+ * "dynamics"; allocated here. */
+typedef struct st_data_dynamics_stats {
+    uint64_t records, docs_seen, unseen, max_visits;
+    int source;            /* the run's source it scored */
+} st_data_dynamics_stats;
+st_status st_data_score_dynamics(const char *dataset, const char *run_dir, const char *metric, int unseen_ok,
+                                 double unseen, st_data_scores *out, st_data_dynamics_stats *stats, st_err *err);
+
 /* Online data mixing (--mix online): the sources' weights adapted during the run from
  * their training loss, an EXP3 bandit as in Albalak et al. 2023 (online data mixing). With
  * K sources, after t updates: eps_t = min(1/K, sqrt(ln K / (K t))) (eps_0 taken as eps_1);
@@ -436,12 +487,39 @@ st_status st_data_dedup(const char *dataset, const st_data_dedup_config *cfg, st
 
 /* A view: the documents of a Megatron dataset by id, in order, no token copied. Every
  * data option of strata train opens it as a source (its format known by its magic).
- * On disk: "STRATAVW", u32 version (1), u32 header bytes, the base identity (48 bytes),
- * u64 kept documents, u64 kept tokens, u32 ordered (1: read in the view's order, not
- * shuffled), u32 reserved, char rule[512], char base[4096] (absolute path of the base
- * PREFIX), then u64 document ids [kept], then a u32 CRC-32C of everything before it. */
+ * On disk: "STRATAVW", u32 version (1, or 2 for a paced curriculum), u32 header bytes,
+ * the base identity (48 bytes), u64 kept documents, u64 kept tokens, u32 ordered (1: read
+ * in the view's order, not shuffled; 2: paced), u32 reserved, char rule[512], char
+ * base[4096] (absolute path of the base PREFIX), version 2 only: the pacing (u32 kind, u32
+ * steps, f64 start, f64 length, f64 band), then u64 document ids [kept], then a u32
+ * CRC-32C of everything before it.
+ *
+ * Pacing (a competence-based curriculum, Platanios et al. 2019): the view's documents are
+ * ranked easiest first (its order); draw g of the source's stream (g = epoch x n + position,
+ * n documents) while g < P = ceil(length x n) takes a document at random (seeded by the run's
+ * seed and g) among the easiest ceil(c(g / P) x n), or, with band W > 0, in a band of
+ * ceil(W x n) documents that slides from the easiest to the hardest as c grows; from draw P
+ * on, every document in a shuffled order each epoch. The competence c(t), c0 = start: linear
+ * c0 + (1 - c0) t; root sqrt(c0^2 + (1 - c0^2) t); step (K steps) c0 + (1 - c0) floor(K t) / (K - 1),
+ * each at most 1. */
 #define ST_DATA_VIEW_MAGIC "STRATAVW"
 #define ST_DATA_VIEW_VERSION 1u
+#define ST_DATA_VIEW_VERSION_PACED 2u
+typedef enum st_data_pace {
+    ST_DATA_PACE_NONE = 0,
+    ST_DATA_PACE_LINEAR = 1,
+    ST_DATA_PACE_ROOT = 2,
+    ST_DATA_PACE_STEP = 3
+} st_data_pace;
+typedef struct st_data_pacing {
+    uint32_t kind;            /* st_data_pace */
+    uint32_t steps;           /* STEP: K, 2..1000 */
+    double start;             /* c0, in (0, 1] (default 0.1) */
+    double length;            /* P / n: pacing lasts this many of the view's documents' worth of draws, > 0 (default 1) */
+    double band;              /* 0: the easiest prefix; in (0, 1): the width of a sliding band */
+} st_data_pacing;
+/* The competence at t in [0, 1] (1 beyond). */
+double st_data_pacing_competence(const st_data_pacing *p, double t);
 typedef enum st_data_keep {
     ST_DATA_KEEP_ALL = 0,     /* no score rule */
     ST_DATA_KEEP_LOWEST = 1,  /* the fraction with the lowest scores */
@@ -461,13 +539,16 @@ typedef struct st_data_select_config {
     double band_lo, band_hi;  /* BAND: 0 <= lo <= hi <= 1 (lo = hi keeps nothing: refused) */
     const char *dedup;        /* a dedup score file: its duplicates are dropped first (NULL: none) */
     st_data_order order;
+    st_data_pacing pace;      /* kind NONE: no pacing; else ordered by score (ascending unless order says
+                                 descending: hard to easy) and paced */
 } st_data_select_config;
 typedef struct st_data_view_info {
     st_data_ident base;
     char base_path[4096];
     char rule[512];
     uint64_t n_kept, kept_tokens;
-    int ordered;
+    int ordered;              /* 1: in the view's order; 2: paced */
+    st_data_pacing pace;
 } st_data_view_info;
 /* Write the view out (temporary + rename: nothing partial under the name). Refused, with
  * the file and the key: fraction outside (0, 1], band lo > hi or outside [0, 1], NaN

@@ -98,6 +98,7 @@ typedef struct st_train_config {
                              adapted from their training loss, st_train_config_mix_online) */
     double mix_smoothing; /* online: the rewards' moving average (default 0.9) */
     int mix_delay;        /* online: steps from an update of the weights to their use (default 2) */
+    int doc_signals;      /* MiB of per-document records in RUN_DIR/doc_signals.bin at most; 0 (default): off */
 } st_train_config;
 
 /* What a run is given besides its configuration: the process's handles, not keys (they are

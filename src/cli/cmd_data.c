@@ -115,6 +115,14 @@ static const char *data_usage =
     "      progress line on stderr; the FLOPs and their rate at the end. A token outside\n"
     "      the model's vocabulary is refused, naming the file, the token and the vocabulary.\n"
     "\n"
+    "  strata data score DATASET --dynamics RUN_DIR -o SCORES [--metric first|drop|forget]\n"
+    "                    [--unseen X]\n"
+    "      Learning dynamics of a run that trained on DATASET with --doc_signals MIB (its\n"
+    "      RUN_DIR/doc_signals.bin): per document, first: the mean loss of its first visit\n"
+    "      (default); drop: first visit's mean loss minus its last visit's; forget: the\n"
+    "      forgetting events (visits whose loss rose over the visit before). Documents the\n"
+    "      run never reached are refused unless --unseen X gives their score.\n"
+    "\n"
     "  strata data score DATASET --from_text FILE -o SCORES\n"
     "      A score file from one score per line of FILE (a proxy model's loss, ...), in the\n"
     "      dataset's document order; a count that differs or a non-finite score is refused.\n"
@@ -128,6 +136,13 @@ static const char *data_usage =
     "      scores ranked ascending; duplicates of a dedup score file are dropped first.\n"
     "      --order ascending|descending: read in that order of the scores (a curriculum),\n"
     "      not shuffled. A view is a data source: strata train --data VIEW[:W],...\n"
+    "      --pace linear|root|step [--pace_start C0] [--pace_length L] [--pace_band W]\n"
+    "      [--pace_steps K]: a paced curriculum (ordered by score, ascending unless --order\n"
+    "      descending): while the source's draws are under L x its documents (default 1),\n"
+    "      each takes a random document among the easiest c(t) of them, c growing from C0\n"
+    "      (default 0.1) to 1 linearly, as a square root or in K steps (default 4); with W\n"
+    "      in (0, 1), from a band of W of the documents sliding from easy to hard. Then\n"
+    "      every document, shuffled each epoch.\n"
     "      strata data inspect VIEW (or SCORES) describes it.\n";
 
 static int parse_format(const char *s, st_data_format *f) {
@@ -812,9 +827,10 @@ static int data_inspect_cmd(int argc, char **argv) {
             double frac = (double)vi.n_kept / (double)vi.base.n_docs;
             if (json)
                 snprintf(view, sizeof view, ", \"base\": \"%s\", \"base_documents\": %llu, \"base_tokens\": %llu, "
-                         "\"rule\": \"%s\", \"kept_fraction\": %.6f, \"kept_tokens\": %llu, \"ordered\": %s",
+                         "\"rule\": \"%s\", \"kept_fraction\": %.6f, \"kept_tokens\": %llu, \"ordered\": %s, \"paced\": %s",
                          vi.base_path, (unsigned long long)vi.base.n_docs, (unsigned long long)vi.base.n_tokens,
-                         vi.rule, frac, (unsigned long long)vi.kept_tokens, vi.ordered ? "true" : "false");
+                         vi.rule, frac, (unsigned long long)vi.kept_tokens, vi.ordered ? "true" : "false",
+                         vi.ordered == 2 ? "true" : "false");
             else
                 snprintf(view, sizeof view, "base:      %s (%llu documents, %llu tokens; unchanged)\nrule:      %s\n"
                          "kept:      %llu documents (fraction %.4f), %llu tokens (fraction %.4f)\n",
@@ -1148,8 +1164,37 @@ done:
     return rc;
 }
 
+/* strata data score DATASET --dynamics RUN_DIR -o SCORES: a run's per-document records. */
+static int data_score_dynamics_cmd(const char *dataset, const char *run_dir, const char *outp, const char *metric,
+                                   int unseen_ok, double unseen, int json) {
+    st_err err = {0};
+    st_data_scores sc;
+    st_data_dynamics_stats st;
+    if (st_data_score_dynamics(dataset, run_dir, metric, unseen_ok, unseen, &sc, &st, &err) ||
+        st_data_scores_write(outp, &sc, &err)) {
+        fprintf(stderr, "strata data score: --dynamics %s: %s\n", run_dir, err.msg);
+        st_data_scores_free(&sc);
+        return 1;
+    }
+    if (json)
+        printf("{\"dataset\": \"%s\", \"scores\": \"%s\", \"run_dir\": \"%s\", \"metric\": \"%s\", \"source\": %d, "
+               "\"records\": %llu, \"documents\": %llu, \"seen\": %llu, \"unseen\": %llu, \"max_visits\": %llu}\n",
+               dataset, outp, run_dir, metric, st.source, (unsigned long long)st.records,
+               (unsigned long long)sc.n_docs, (unsigned long long)st.docs_seen, (unsigned long long)st.unseen,
+               (unsigned long long)st.max_visits);
+    else
+        printf("%s: %llu learning-dynamics scores (%s) for %s from %llu records of %s (source %d; %llu documents "
+               "seen, %llu unseen, at most %llu visits)\n", outp, (unsigned long long)sc.n_docs, metric, dataset,
+               (unsigned long long)st.records, run_dir, st.source, (unsigned long long)st.docs_seen,
+               (unsigned long long)st.unseen, (unsigned long long)st.max_visits);
+    st_data_scores_free(&sc);
+    return 0;
+}
+
 static int data_score_cmd(int argc, char **argv) {
-    const char *dataset = NULL, *outp = NULL, *text = NULL, *proxy = NULL;
+    const char *dataset = NULL, *outp = NULL, *text = NULL, *proxy = NULL, *dyn = NULL, *metric = "first";
+    int unseen_ok = 0;
+    double unseen = 0;
     int B = 0, T = 0, threads = 0, json = 0, quiet = 0;
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--dedup")) return data_dedup_cmd(argc, argv, "score --dedup");
@@ -1159,7 +1204,12 @@ static int data_score_cmd(int argc, char **argv) {
         if (!strcmp(a, "-o") && i + 1 < argc) outp = argv[++i];
         else if (!strcmp(a, "--from_text") && i + 1 < argc) text = argv[++i];
         else if (!strcmp(a, "--proxy") && i + 1 < argc) proxy = argv[++i];
-        else if ((!strcmp(a, "--batch") || !strcmp(a, "--seq") || !strcmp(a, "--threads")) && i + 1 < argc) {
+        else if (!strcmp(a, "--dynamics") && i + 1 < argc) dyn = argv[++i];
+        else if (!strcmp(a, "--metric") && i + 1 < argc) metric = argv[++i];
+        else if (!strcmp(a, "--unseen") && i + 1 < argc) {
+            if (num_arg("score", a, argv[++i], &unseen)) return 2;
+            unseen_ok = 1;
+        } else if ((!strcmp(a, "--batch") || !strcmp(a, "--seq") || !strcmp(a, "--threads")) && i + 1 < argc) {
             if (num_arg("score", a, argv[++i], &x)) return 2;
             int lo = strcmp(a, "--threads") ? 1 : 0;
             if (x != (int)x || x < lo || x > 1 << 20) {
@@ -1174,16 +1224,18 @@ static int data_score_cmd(int argc, char **argv) {
             return 0;
         } else if (!dataset && a[0] != '-') dataset = a;
         else {
-            fprintf(stderr, "strata data score: unexpected '%s' (--proxy MODEL, --from_text FILE or --dedup)\n\n%s",
+            fprintf(stderr, "strata data score: unexpected '%s' (--proxy MODEL, --dynamics RUN_DIR, --from_text FILE or --dedup)\n\n%s",
                     a, data_usage);
             return 2;
         }
     }
-    if (!dataset || !outp || !!text + !!proxy != 1) {
-        fprintf(stderr, "strata data score: need a DATASET, one of --proxy MODEL and --from_text FILE (or --dedup), "
+    if (!dataset || !outp || !!text + !!proxy + !!dyn != 1) {
+        fprintf(stderr, "strata data score: need a DATASET, one of --proxy MODEL, --dynamics RUN_DIR and --from_text "
+                "FILE (or --dedup), "
                 "and -o SCORES\n\n%s", data_usage);
         return 2;
     }
+    if (dyn) return data_score_dynamics_cmd(dataset, dyn, outp, metric, unseen_ok, unseen, json);
     if (proxy) return data_score_proxy_cmd(dataset, proxy, outp, B, T, threads, json, quiet);
     st_err err = {0};
     st_data_scores sc;
@@ -1200,9 +1252,29 @@ static int data_score_cmd(int argc, char **argv) {
 static int data_select_cmd(int argc, char **argv) {
     const char *outp = NULL;
     st_data_select_config c = {0};
+    c.pace.start = 0.1, c.pace.length = 1, c.pace.steps = 4;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        double x;
         if (!strcmp(a, "-o") && i + 1 < argc) outp = argv[++i];
+        else if (!strcmp(a, "--pace") && i + 1 < argc) {
+            const char *p = argv[++i];
+            c.pace.kind = !strcmp(p, "linear") ? ST_DATA_PACE_LINEAR : !strcmp(p, "root") ? ST_DATA_PACE_ROOT
+                        : !strcmp(p, "step") ? ST_DATA_PACE_STEP : 0;
+            if (!c.pace.kind) {
+                fprintf(stderr, "strata data select: --pace '%s': give linear, root or step\n", p);
+                return 2;
+            }
+        } else if (!strcmp(a, "--pace_start") && i + 1 < argc) {
+            if (num_arg("select", a, argv[++i], &c.pace.start)) return 2;
+        } else if (!strcmp(a, "--pace_length") && i + 1 < argc) {
+            if (num_arg("select", a, argv[++i], &c.pace.length)) return 2;
+        } else if (!strcmp(a, "--pace_band") && i + 1 < argc) {
+            if (num_arg("select", a, argv[++i], &c.pace.band)) return 2;
+        } else if (!strcmp(a, "--pace_steps") && i + 1 < argc) {
+            if (num_arg("select", a, argv[++i], &x)) return 2;
+            c.pace.steps = x >= 0 && x <= 1e6 && x == (int)x ? (uint32_t)x : 0;
+        }
         else if (!strcmp(a, "--scores") && i + 1 < argc) c.scores = argv[++i];
         else if (!strcmp(a, "--drop_duplicates") && i + 1 < argc) c.dedup = argv[++i];
         else if (!strcmp(a, "--keep") && i + 2 < argc) {

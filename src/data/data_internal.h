@@ -60,6 +60,8 @@ struct st_data_source {
     uint64_t *view_docs, n_view;
     uint64_t view_crc;       /* CRC-32C of the ids, in the loader state's fingerprint */
     int view_ordered;
+    st_data_pacing view_pace; /* kind NONE: not paced */
+    st_data_ident view_base;  /* the base's identity, checked when the view was opened */
     char view_path[DATA_PATH_MAX + 8];
 };
 
@@ -184,6 +186,12 @@ void data_stream_free(data_stream *s);
  * them, at most T). Advances c by T tokens. */
 st_status data_stream_take(data_stream *s, st_data_cursor *c, int32_t *row, int32_t *starts,
                            int *n_starts, st_err *err);
+/* data_stream_take, and the documents of the row's segments: docs[0] the one the row starts
+ * in, docs[k + 1] the one starting at starts[k] (T + 1 entries at most; a view's documents
+ * as ids of its base; UINT64_MAX for a source without an index) and visits[] the epoch of the
+ * stream at each (the how-many-th pass over the source). docs and visits may be NULL. */
+st_status data_stream_take_docs(data_stream *s, st_data_cursor *c, int32_t *row, int32_t *starts,
+                                int *n_starts, uint64_t *docs, uint32_t *visits, st_err *err);
 
 uint64_t data_source_fingerprint(const st_data_source *s);
 

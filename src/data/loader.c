@@ -19,6 +19,8 @@ enum { LOADER_OW_CAP = 16 };
 typedef struct data_slot {
     int32_t *tokens, *positions, *cu_seqlens;
     uint8_t *mask, *source;
+    uint64_t *seg_doc;                  /* [B*T] each segment's document (cu_seqlens' order) */
+    uint32_t *seg_visit;                /* [B*T] its source's epoch there */
     int n_seqs, max_seqlen;
     uint64_t step, first_sample;
     uint64_t bytes_read, bytes_written; /* moved while producing this batch */
@@ -31,6 +33,8 @@ struct st_data_loader {
     st_data_source *src[ST_DATA_MAX_SOURCES];
     data_stream stream[ST_DATA_MAX_SOURCES];
     int32_t *starts;           /* T+1 scratch: document starts within one row */
+    uint64_t *docs;            /* T+2 scratch: the row's segments' documents */
+    uint32_t *visits;          /* T+2 scratch: and their epochs */
     st_data_loader_state prod;    /* producer side: the next batch to build */
     st_data_loader_state cons;    /* consumer side: after the last batch handed out */
     /* the ring: slot k % n_slots holds batch k */
@@ -45,6 +49,7 @@ struct st_data_loader {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     st_data_loader_stats stats;
+    const data_slot *last;     /* the batch last handed out (st_data_loader_last_batch) */
     /* online mixing (cfg.online_mix): the weights of steps [next_step, next_step + LOADER_OW_CAP)
      * as st_data_loader_set_step_weights gives them, step q at q % LOADER_OW_CAP (under mu) */
     uint64_t next_step;        /* the step the producer builds next (under mu) */
@@ -144,7 +149,8 @@ static st_status produce(st_data_loader *dl, data_slot *slot, st_err *err) {
         int r = (int)(i - (uint64_t)rank * B);
         int32_t *row = mine ? slot->tokens + (size_t)r * (T + 1) : NULL;
         int ns = 0;
-        st_status rc = data_stream_take(&dl->stream[s], &dl->prod.cursor[s], row, dl->starts, &ns, err);
+        st_status rc = data_stream_take_docs(&dl->stream[s], &dl->prod.cursor[s], row, dl->starts, &ns,
+                                             mine ? dl->docs : NULL, mine ? dl->visits : NULL, err);
         if (rc) return st_err_prefix(err, "data loader, global sample %llu", (unsigned long long)g);
         if (!mine) continue;
         slot->source[r] = (uint8_t)s;
@@ -164,6 +170,8 @@ static st_status produce(st_data_loader *dl, data_slot *slot, st_err *err) {
             if (b > T) b = T;
             if (b <= a) continue;
             fill_positions(pos, a, b);
+            slot->seg_doc[n_seqs] = dl->docs[k];
+            slot->seg_visit[n_seqs] = dl->visits[k];
             slot->cu_seqlens[n_seqs + 1] = r * T + b;
             n_seqs++;
             if (b - a > max_seqlen) max_seqlen = b - a;
@@ -342,14 +350,16 @@ st_status st_data_loader_open(st_data_loader **out, const st_data_loader_config 
             rc = data_stream_set_lookahead(&dl->stream[i], DATA_LOOKAHEAD_TOTAL / (uint32_t)n_indexed, err);
     if (rc) goto fail;
     dl->starts = malloc(sizeof *dl->starts * ((size_t)cfg->T + 2));
-    if (!dl->starts) { rc = st_errf(err, ST_ERR_NOMEM, "data loader: out of memory"); goto fail; }
+    dl->docs = malloc(sizeof *dl->docs * ((size_t)cfg->T + 2));
+    dl->visits = malloc(sizeof *dl->visits * ((size_t)cfg->T + 2));
+    if (!dl->starts || !dl->docs || !dl->visits) { rc = st_errf(err, ST_ERR_NOMEM, "data loader: out of memory"); goto fail; }
     /* The ring: prefetch slots the producer may fill plus the one the consumer holds. */
     dl->threaded = cfg->prefetch > 0;
     dl->n_slots = cfg->prefetch + 1;
     size_t B = (size_t)cfg->B, T = (size_t)cfg->T;
     size_t sz_tok = align64(B * (T + 1) * 4), sz_pos = align64(B * T * 4), sz_cu = align64((B * T + 1) * 4);
-    size_t sz_mask = align64(B * T), sz_src = align64(B);
-    size_t per = sz_tok + sz_pos + sz_cu + sz_mask + sz_src;
+    size_t sz_mask = align64(B * T), sz_src = align64(B), sz_sd = align64(B * T * 8), sz_sv = align64(B * T * 4);
+    size_t per = sz_tok + sz_pos + sz_cu + sz_mask + sz_src + sz_sd + sz_sv;
     dl->ring_bytes = per * (size_t)dl->n_slots;
     dl->arena = st_alloc(dl->ring_bytes);
     dl->slots = calloc((size_t)dl->n_slots, sizeof *dl->slots);
@@ -365,7 +375,9 @@ st_status st_data_loader_open(st_data_loader **out, const st_data_loader_config 
         s->positions = (int32_t *)p, p += sz_pos;
         s->cu_seqlens = (int32_t *)p, p += sz_cu;
         s->mask = p, p += sz_mask;
-        s->source = p;
+        s->source = p, p += sz_src;
+        s->seg_doc = (uint64_t *)p, p += sz_sd;
+        s->seg_visit = (uint32_t *)p;
     }
     dl->stats.ring_bytes = dl->ring_bytes;
     initial_state(dl, &dl->prod);
@@ -379,7 +391,7 @@ fail:
     return rc;
 }
 
-static void deliver(st_data_loader *dl, const data_slot *s, st_data_batch *b) {
+static void batch_of(const st_data_loader *dl, const data_slot *s, st_data_batch *b) {
     b->B = dl->cfg.B;
     b->T = dl->cfg.T;
     b->tokens = s->tokens;
@@ -389,6 +401,54 @@ static void deliver(st_data_loader *dl, const data_slot *s, st_data_batch *b) {
     b->n_seqs = s->n_seqs;
     b->max_seqlen = s->max_seqlen;
     b->source = s->source;
+    b->seg_doc = s->seg_doc;
+    b->seg_visit = s->seg_visit;
+    b->step = s->step;
+    b->first_sample = s->first_sample;
+}
+
+int st_data_loader_last_batch(const st_data_loader *dl, st_data_batch *b) {
+    if (!dl->last) return 0;
+    batch_of(dl, dl->last, b);
+    return 1;
+}
+
+st_status st_data_loader_source_ident(st_data_loader *dl, int i, st_data_ident *id, char *path, size_t cap,
+                                      st_err *err) {
+    if (i < 0 || i >= dl->cfg.n_sources)
+        return st_errf(err, ST_ERR_INVALID, "data loader: source %d of %d", i, dl->cfg.n_sources);
+    st_data_source *s = dl->src[i];
+    if (!s->idx_map) { /* no document index: no identity of documents */
+        memset(id, 0, sizeof *id);
+        snprintf(path, cap, "%s", s->bin_path);
+        return ST_OK;
+    }
+    if (s->view_docs) { /* a view: its base's identity, as checked when it was opened */
+        *id = s->view_base;
+        snprintf(path, cap, "%s", s->bin_path);
+    } else {
+        st_status rc = data_source_ident(s, id, err);
+        if (rc) return rc;
+    }
+    size_t n = strlen(s->bin_path);
+    if (n >= 4 && !strcmp(s->bin_path + n - 4, ".bin")) n -= 4;
+    snprintf(path, cap, "%.*s", (int)n, s->bin_path);
+    return ST_OK;
+}
+
+static void deliver(st_data_loader *dl, const data_slot *s, st_data_batch *b) {
+    dl->last = s;
+    b->B = dl->cfg.B;
+    b->T = dl->cfg.T;
+    b->tokens = s->tokens;
+    b->positions = s->positions;
+    b->loss_mask = s->mask;
+    b->cu_seqlens = s->cu_seqlens;
+    b->n_seqs = s->n_seqs;
+    b->max_seqlen = s->max_seqlen;
+    b->source = s->source;
+    b->seg_doc = s->seg_doc;
+    b->seg_visit = s->seg_visit;
     b->step = s->step;
     b->first_sample = s->first_sample;
     dl->cons = s->after;
@@ -532,6 +592,8 @@ void st_data_loader_close(st_data_loader *dl) {
     st_free(dl->arena);
     free(dl->slots);
     free(dl->starts);
+    free(dl->docs);
+    free(dl->visits);
     free(dl->schedule);
     pthread_mutex_destroy(&dl->mu);
     pthread_cond_destroy(&dl->cv);

@@ -24,6 +24,7 @@
  * a failed read of the index is reported by the lookup whose step made it, which can
  * come before the documents it was for.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -136,7 +137,33 @@ static uint64_t perm_key(const data_stream *s, uint64_t epoch) {
     return data_mix64(s->seed ^ data_mix64(((uint64_t)s->index << 40) ^ (epoch + 0x51ed27)));
 }
 
+/* A paced view's draw g (before the pacing's end): a document among the easiest, or in the band. */
+static uint64_t paced_at(const data_stream *s, uint64_t g, uint64_t P) {
+    const st_data_pacing *p = &s->src->view_pace;
+    const uint64_t n = s->n_units;
+    double c = st_data_pacing_competence(p, (double)g / (double)P);
+    uint64_t r = perm_key(s, g ^ 0x7ace5eedull);
+    if (p->band > 0) {
+        uint64_t w = (uint64_t)ceil(p->band * (double)n);
+        if (w < 1) w = 1;
+        if (w > n) w = n;
+        double f = p->start < 1 ? (c - p->start) / (1 - p->start) : 1;
+        uint64_t lo = (uint64_t)floor(f * (double)(n - w));
+        if (lo > n - w) lo = n - w;
+        return lo + r % w;
+    }
+    uint64_t w = (uint64_t)ceil(c * (double)n);
+    if (w < 1) w = 1;
+    if (w > n) w = n;
+    return r % w;
+}
+
 static uint64_t unit_at(const data_stream *s, uint64_t epoch, uint64_t j) {
+    if (s->src->view_pace.kind != ST_DATA_PACE_NONE && !s->windowed) {
+        uint64_t n = s->n_units, P = (uint64_t)ceil(s->src->view_pace.length * (double)n), g = epoch * n + j;
+        if (g < P) return paced_at(s, g, P);
+        return data_perm(j, n, perm_key(s, epoch)); /* paced to the end: every document, shuffled */
+    }
     if (!s->shuffle) return j;
     return data_perm(j, s->n_units, perm_key(s, epoch));
 }
@@ -312,11 +339,23 @@ static void next_unit(const data_stream *s, st_data_cursor *c) {
 
 st_status data_stream_take(data_stream *s, st_data_cursor *c, int32_t *row, int32_t *starts,
                            int *n_starts, st_err *err) {
+    return data_stream_take_docs(s, c, row, starts, n_starts, NULL, NULL, err);
+}
+
+/* The document a reader's position d is: a view's position is a document of its base. */
+static uint64_t global_doc(const data_stream *s, uint64_t d) {
+    return s->src->view_docs && d < s->src->n_view ? s->src->view_docs[d] : d;
+}
+
+st_status data_stream_take_docs(data_stream *s, st_data_cursor *c, int32_t *row, int32_t *starts,
+                                int *n_starts, uint64_t *docs, uint32_t *visits, st_err *err) {
     const uint64_t T = (uint64_t)s->T;
     int ns = 0;
     st_status rc;
     if (s->windowed) {
         uint64_t w = unit_at(s, c->epoch, c->doc);
+        if (docs) /* no document index: no document ids (the segments are unknown documents) */
+            for (uint64_t i = 0; i <= T; i++) docs[i] = UINT64_MAX, visits[i] = (uint32_t)c->epoch;
         if (row) {
             rc = st_data_source_read(s->src, 0, w * T, T + 1, row, s->vocab_size, err);
             if (rc) return rc;
@@ -349,7 +388,11 @@ st_status data_stream_take(data_stream *s, st_data_cursor *c, int32_t *row, int3
             next_unit(s, &cur);
             continue;
         }
-        if (cur.offset == 0 && pos > 0 && pos <= T) starts[ns++] = (int32_t)pos;
+        if (docs && pos == 0) docs[0] = global_doc(s, d), visits[0] = (uint32_t)cur.epoch;
+        if (cur.offset == 0 && pos > 0 && pos <= T) {
+            if (docs) docs[ns + 1] = global_doc(s, d), visits[ns + 1] = (uint32_t)cur.epoch;
+            starts[ns++] = (int32_t)pos;
+        }
         uint64_t k = len - cur.offset;
         if (k > T + 1 - pos) k = T + 1 - pos;
         if (!have_after && pos + k > T) {
@@ -370,4 +413,21 @@ st_status data_stream_take(data_stream *s, st_data_cursor *c, int32_t *row, int3
     *c = after;
     *n_starts = ns;
     return ST_OK;
+}
+
+double st_data_pacing_competence(const st_data_pacing *p, double t) {
+    double c0 = p->start, c;
+    if (t >= 1) return 1;
+    if (t < 0) t = 0;
+    switch (p->kind) {
+    case ST_DATA_PACE_LINEAR: c = c0 + (1 - c0) * t; break;
+    case ST_DATA_PACE_ROOT: c = sqrt(c0 * c0 + (1 - c0 * c0) * t); break;
+    case ST_DATA_PACE_STEP: {
+        double K = p->steps >= 2 ? (double)p->steps : 2;
+        c = c0 + (1 - c0) * floor(K * t) / (K - 1);
+        break;
+    }
+    default: return 1;
+    }
+    return c < 1 ? c : 1;
 }

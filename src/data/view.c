@@ -16,6 +16,31 @@
 #define VW_RULE_BYTES 512
 #define VW_PATH_BYTES 4096
 #define VW_HEADER_BYTES (8 + 4 + 4 + sizeof(st_data_ident) + 8 + 8 + 4 + 4 + VW_RULE_BYTES + VW_PATH_BYTES)
+#define VW_PACE_BYTES (4 + 4 + 8 + 8 + 8)
+#define VW_HEADER_BYTES_PACED (VW_HEADER_BYTES + VW_PACE_BYTES)
+
+/* A pacing read back or asked for: ST_OK, or what is wrong with it naming the key. */
+static st_status pace_check(const st_data_pacing *p, const char *path, st_err *err) {
+    if (p->kind < ST_DATA_PACE_LINEAR || p->kind > ST_DATA_PACE_STEP)
+        return st_errf(err, ST_ERR_INVALID, "%s: key 'pace' is %u; it is linear, root or step", path, p->kind);
+    if (!(p->start > 0 && p->start <= 1))
+        return st_errf(err, ST_ERR_INVALID, "%s: key 'pace_start' (--pace_start C0) is %g; the share of the documents "
+                       "drawn from at the start is in (0, 1]", path, p->start);
+    if (!(p->length > 0 && p->length <= 1e6))
+        return st_errf(err, ST_ERR_INVALID, "%s: key 'pace_length' (--pace_length L) is %g; pacing lasts L times the "
+                       "view's documents in draws, L in (0, 1e6]", path, p->length);
+    if (!(p->band >= 0 && p->band < 1))
+        return st_errf(err, ST_ERR_INVALID, "%s: key 'pace_band' (--pace_band W) is %g; 0 paces the easiest prefix, a "
+                       "band's width is in (0, 1)", path, p->band);
+    if (p->kind == ST_DATA_PACE_STEP && (p->steps < 2 || p->steps > 1000))
+        return st_errf(err, ST_ERR_INVALID, "%s: key 'pace_steps' (--pace_steps K) is %u; a stepwise pacing has 2 to "
+                       "1000 steps", path, p->steps);
+    return ST_OK;
+}
+
+static const char *pace_name(uint32_t k) {
+    return k == ST_DATA_PACE_LINEAR ? "linear" : k == ST_DATA_PACE_ROOT ? "root" : k == ST_DATA_PACE_STEP ? "step" : "none";
+}
 
 /* Parse a view file held in memory (b, n bytes): header into info, ids pointed at. */
 static st_status view_parse(const char *path, const uint8_t *b, size_t n, st_data_view_info *info,
@@ -26,13 +51,15 @@ static st_status view_parse(const char *path, const uint8_t *b, size_t n, st_dat
     uint32_t v, hb;
     memcpy(&v, b + 8, 4);
     memcpy(&hb, b + 12, 4);
-    if (v != ST_DATA_VIEW_VERSION || hb != VW_HEADER_BYTES)
+    if (!(v == ST_DATA_VIEW_VERSION && hb == VW_HEADER_BYTES) &&
+        !(v == ST_DATA_VIEW_VERSION_PACED && hb == VW_HEADER_BYTES_PACED))
         return st_errf(err, ST_ERR_FORMAT, "%s: offset 8: view version %u (header %u bytes); this strata reads version "
-                       "%u (%zu bytes): make the view again with strata data select", path, v, hb,
-                       ST_DATA_VIEW_VERSION, (size_t)VW_HEADER_BYTES);
-    if (n < VW_HEADER_BYTES + 4)
-        return st_errf(err, ST_ERR_TRUNCATED, "%s: %zu bytes, shorter than the %zu-byte view header; the file is "
-                       "truncated, make it again", path, n, (size_t)VW_HEADER_BYTES + 4);
+                       "%u (%zu bytes) and %u (paced, %zu bytes): make the view again with strata data select", path, v,
+                       hb, ST_DATA_VIEW_VERSION, (size_t)VW_HEADER_BYTES, ST_DATA_VIEW_VERSION_PACED,
+                       (size_t)VW_HEADER_BYTES_PACED);
+    if (n < (size_t)hb + 4)
+        return st_errf(err, ST_ERR_TRUNCATED, "%s: %zu bytes, shorter than the %u-byte view header; the file is "
+                       "truncated, make it again", path, n, hb + 4);
     size_t o = 16;
     uint32_t ordered, reserved;
     memcpy(&info->base, b + o, sizeof info->base), o += sizeof info->base;
@@ -42,19 +69,28 @@ static st_status view_parse(const char *path, const uint8_t *b, size_t n, st_dat
     memcpy(&reserved, b + o, 4), o += 4;
     memcpy(info->rule, b + o, VW_RULE_BYTES - 1), o += VW_RULE_BYTES;
     memcpy(info->base_path, b + o, VW_PATH_BYTES - 1), o += VW_PATH_BYTES;
-    info->ordered = ordered != 0;
-    if (info->n_kept == 0 || info->n_kept > info->base.n_docs || n != VW_HEADER_BYTES + 8 * info->n_kept + 4)
+    info->ordered = ordered == 0 ? 0 : v == ST_DATA_VIEW_VERSION_PACED ? 2 : 1;
+    if (v == ST_DATA_VIEW_VERSION_PACED) {
+        memcpy(&info->pace.kind, b + o, 4), memcpy(&info->pace.steps, b + o + 4, 4);
+        memcpy(&info->pace.start, b + o + 8, 8), memcpy(&info->pace.length, b + o + 16, 8);
+        memcpy(&info->pace.band, b + o + 24, 8);
+        uint32_t crc, want = st_crc32c(0, b, n - 4);
+        memcpy(&crc, b + n - 4, 4);
+        st_status rc = crc == want ? pace_check(&info->pace, path, err) : ST_OK; /* a damaged file: said below */
+        if (rc) return st_err_prefix(err, "offset %zu (the pacing)", o);
+    }
+    if (info->n_kept == 0 || info->n_kept > info->base.n_docs || n != hb + 8 * info->n_kept + 4)
         return st_errf(err, ST_ERR_TRUNCATED, "%s: %zu bytes, but its header (offset %zu: %llu of %llu documents kept) "
                        "needs %llu; the file is truncated or damaged, make it again", path, n,
                        (size_t)16 + sizeof info->base, (unsigned long long)info->n_kept,
                        (unsigned long long)info->base.n_docs,
-                       (unsigned long long)(VW_HEADER_BYTES + 8 * info->n_kept + 4));
+                       (unsigned long long)(hb + 8 * info->n_kept + 4));
     uint32_t crc, want = st_crc32c(0, b, n - 4);
     memcpy(&crc, b + n - 4, 4);
     if (crc != want)
         return st_errf(err, ST_ERR_FORMAT, "%s: offset %zu: CRC-32C %08x, the content gives %08x; the view is damaged, "
                        "make it again", path, n - 4, crc, want);
-    *ids = b + VW_HEADER_BYTES;
+    *ids = b + hb;
     return ST_OK;
 }
 
@@ -90,7 +126,7 @@ st_status data_view_open(st_data_source *s, const char *path, st_err *err) {
         memcpy(&d, ids + 8 * i, 8);
         if (d >= s->n_docs) {
             rc = st_errf(err, ST_ERR_FORMAT, "%s: offset %zu: document %llu of a base of %llu documents; the view is "
-                         "damaged, make it again", path, (size_t)VW_HEADER_BYTES + 8 * (size_t)i,
+                         "damaged, make it again", path, (size_t)(ids - b) + 8 * (size_t)i,
                          (unsigned long long)d, (unsigned long long)s->n_docs);
             break;
         }
@@ -107,7 +143,11 @@ st_status data_view_open(st_data_source *s, const char *path, st_err *err) {
     s->n_view = info.n_kept;
     s->view_crc = st_crc32c(0, s->view_docs, sizeof *s->view_docs * info.n_kept);
     s->n_tokens = tokens;
-    s->view_ordered = info.ordered;
+    s->view_ordered = info.ordered != 0;
+    s->view_pace = info.pace;
+    s->view_base = info.base;
+    if (info.ordered == 2) /* the pacing too is in the loader state's fingerprint */
+        s->view_crc = st_crc32c((uint32_t)s->view_crc, &info.pace, sizeof info.pace);
     snprintf(s->view_path, sizeof s->view_path, "%s", path);
     return ST_OK;
 }
@@ -154,7 +194,13 @@ static const char *keep_name(st_data_keep k) {
 
 st_status st_data_select(const char *out, const st_data_select_config *cfg, st_data_view_info *info, st_err *err) {
     memset(info, 0, sizeof *info);
-    const int need_scores = cfg->keep != ST_DATA_KEEP_ALL || cfg->order != ST_DATA_ORDER_BASE;
+    const int paced = cfg->pace.kind != ST_DATA_PACE_NONE;
+    st_data_order order = paced && cfg->order == ST_DATA_ORDER_BASE ? ST_DATA_ORDER_ASCENDING : cfg->order;
+    if (paced) {
+        st_status pr = pace_check(&cfg->pace, out, err);
+        if (pr) return pr;
+    }
+    const int need_scores = cfg->keep != ST_DATA_KEEP_ALL || order != ST_DATA_ORDER_BASE;
     if ((cfg->keep == ST_DATA_KEEP_LOWEST || cfg->keep == ST_DATA_KEEP_HIGHEST) &&
         !(cfg->fraction > 0 && cfg->fraction <= 1))
         return st_errf(err, ST_ERR_INVALID, "%s: key 'fraction' (--keep lowest|highest F) is %g; it must be in (0, 1]: the share of "
@@ -245,12 +291,19 @@ st_status st_data_select(const char *out, const st_data_select_config *cfg, st_d
         goto done;
     }
     ranked *kept = r + first;
-    if (cfg->order == ST_DATA_ORDER_BASE) qsort(kept, count, sizeof *kept, doc_cmp);
-    else qsort(kept, count, sizeof *kept, cfg->order == ST_DATA_ORDER_ASCENDING ? ranked_cmp : ranked_cmp_desc);
+    if (order == ST_DATA_ORDER_BASE) qsort(kept, count, sizeof *kept, doc_cmp);
+    else qsort(kept, count, sizeof *kept, order == ST_DATA_ORDER_ASCENDING ? ranked_cmp : ranked_cmp_desc);
     rl += (size_t)snprintf(rule + rl, sizeof rule - rl, "order %s",
-                           cfg->order == ST_DATA_ORDER_BASE ? "of the base (shuffled by the loader)"
-                           : cfg->order == ST_DATA_ORDER_ASCENDING ? "by score ascending, read in order"
+                           order == ST_DATA_ORDER_BASE ? "of the base (shuffled by the loader)"
+                           : order == ST_DATA_ORDER_ASCENDING ? "by score ascending, read in order"
                                                                    : "by score descending, read in order");
+    if (paced)
+        rl += (size_t)snprintf(rule + rl, sizeof rule - rl, ", paced %s from %g over %g x the documents%s",
+                               pace_name(cfg->pace.kind), cfg->pace.start, cfg->pace.length,
+                               cfg->pace.band > 0 ? " in a sliding band" : "");
+    if (paced && cfg->pace.band > 0) rl += (size_t)snprintf(rule + rl, sizeof rule - rl, " of %g", cfg->pace.band);
+    if (paced && cfg->pace.kind == ST_DATA_PACE_STEP)
+        rl += (size_t)snprintf(rule + rl, sizeof rule - rl, " (%u steps)", cfg->pace.steps);
     (void)rl;
     /* kept tokens from the base's index */
     st_data_source_config bc = {.path = cfg->dataset, .format = ST_DATA_FORMAT_MEGATRON};
@@ -273,15 +326,18 @@ st_status st_data_select(const char *out, const st_data_select_config *cfg, st_d
     snprintf(info->rule, sizeof info->rule, "%s", rule);
     info->n_kept = count;
     info->kept_tokens = tokens;
-    info->ordered = cfg->order != ST_DATA_ORDER_BASE;
+    info->ordered = paced ? 2 : order != ST_DATA_ORDER_BASE;
+    if (paced) info->pace = cfg->pace;
     {
-        uint8_t *h = calloc(1, VW_HEADER_BYTES);
+        const size_t HB = paced ? VW_HEADER_BYTES_PACED : VW_HEADER_BYTES;
+        uint8_t *h = calloc(1, HB);
         if (!h) {
             rc = st_errf(err, ST_ERR_NOMEM, "out of memory");
             goto done;
         }
         size_t o = 0;
-        uint32_t v = ST_DATA_VIEW_VERSION, hb = (uint32_t)VW_HEADER_BYTES, ordered = (uint32_t)info->ordered, res = 0;
+        uint32_t v = paced ? ST_DATA_VIEW_VERSION_PACED : ST_DATA_VIEW_VERSION, hb = (uint32_t)HB;
+        uint32_t ordered = (uint32_t)(info->ordered != 0), res = 0;
         memcpy(h + o, ST_DATA_VIEW_MAGIC, 8), o += 8;
         memcpy(h + o, &v, 4), o += 4;
         memcpy(h + o, &hb, 4), o += 4;
@@ -292,9 +348,14 @@ st_status st_data_select(const char *out, const st_data_select_config *cfg, st_d
         memcpy(h + o, &res, 4), o += 4;
         memcpy(h + o, info->rule, strlen(info->rule)), o += VW_RULE_BYTES;
         memcpy(h + o, abs, strlen(abs)), o += VW_PATH_BYTES;
+        if (paced) {
+            memcpy(h + o, &cfg->pace.kind, 4), memcpy(h + o + 4, &cfg->pace.steps, 4);
+            memcpy(h + o + 8, &cfg->pace.start, 8), memcpy(h + o + 16, &cfg->pace.length, 8);
+            memcpy(h + o + 24, &cfg->pace.band, 8), o += VW_PACE_BYTES;
+        }
         st_file_writer w;
         rc = st_file_writer_open(&w, out, err);
-        if (!rc) rc = st_file_writer_put(&w, h, VW_HEADER_BYTES, err);
+        if (!rc) rc = st_file_writer_put(&w, h, HB, err);
         if (!rc) rc = st_file_writer_put(&w, ids, sizeof *ids * count, err);
         uint32_t crc = w.crc;
         if (!rc) rc = st_file_writer_put(&w, &crc, 4, err);

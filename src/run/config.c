@@ -89,6 +89,7 @@ static const key_def keys[] = {
     {"doc_mask", K_INT, OFF(doc_mask), 0, -1, 1, "1: packed documents stay apart (positions restart at each document, attention never crosses one; the data's document starts); 0: each row attended whole, positions 0..seq-1; default: 1, in memory and under device_budget (layer streaming)"},
     {"mix", K_STR, STR(mix), 0, 0, "how the sources of key 'data' are mixed: weights (the list's weights; default) or online (an EXP3 bandit on each source's training loss, Albalak et al. 2023: weights adapted every step, the same on every rank, resumed exactly, logged as mix_weights in metrics.jsonl; 2 or more sources)"},
     {"mix_smoothing", K_DOUBLE, OFF(mix_smoothing), 0, 0, 0.999999, "mix online: the moving average of each source's reward (its loss over its weight), in [0, 1)"},
+    {"doc_signals", K_INT, OFF(doc_signals), 0, 0, 1 << 20, "MiB: record every document each step trains on (loss summed and counted over its targets, step, visit) in run_dir/doc_signals.bin, at most this many MiB (40 bytes a record); 0 (default): off. strata data score --dynamics reads it"},
     {"mix_delay", K_INT, OFF(mix_delay), 0, 1, 8, "mix online: the weights updated after step s are used from step s + mix_delay (the loader builds batches up to mix_delay - 1 steps ahead)"},
     {"quiet", K_INT, OFF(quiet), 0, 0, 1, "1: no per-step lines"},
     {"trace", K_INT, OFF(trace), 0, 0, 2, "1: trace every phase to run_dir/trace.json (Perfetto); 2: odd steps only"},

@@ -25,6 +25,7 @@
 #include "core/fileutil.h"
 #include "run/run_internal.h"
 #include "run/run_lora_internal.h"
+#include "run/run_docs.h"
 #include "run/run_mix.h"
 #include "run/run_stop_internal.h"
 #include "strata/generate.h"
@@ -36,6 +37,7 @@ typedef struct train_run {
     volatile int *stop_flag;     /* the caller's (st_train_hooks); NULL: none */
     run_dist dist;               /* the ranks (one process: a world of one) */
     run_mix mix;                 /* mix online (run_mix.c); off otherwise */
+    run_docs docs;               /* doc_signals (run_docs.c); off otherwise */
     run_ckpt_extra extra;        /* what checkpoints hold besides the state (ckpt_extra) */
     int lead;                    /* rank 0: writes what is the run's, not a rank's */
     int quiet;                   /* no lines: the key quiet, or a rank other than 0 */
@@ -288,7 +290,10 @@ static st_status open_step(train_run *r, st_err *err) {
         su.overlap_gather = 1;
     }
     if ((s = st_step_create(&r->stp, &su, err))) return s;
-    if (r->mix.on) st_step_set_row_hook(r->stp, run_mix_row_hook, &r->mix);
+    if ((s = run_docs_open(&r->docs, c, r->td.dl, r->dist.comm, r->lead, r->hs->step, c->resume[0] != 0, &r->mix, err)))
+        return s;
+    if (r->docs.on) st_step_set_row_hook(r->stp, run_docs_row_hook, &r->docs); /* it calls mix's */
+    else if (r->mix.on) st_step_set_row_hook(r->stp, run_mix_row_hook, &r->mix);
     if (c->doc_mask != 0) { /* document-aware packing (unset: on), in memory and streamed */
         r->positions = malloc(sizeof(int32_t) * n);
         r->doc_start = malloc(sizeof(int32_t) * n);
@@ -379,6 +384,7 @@ static st_status run_step(train_run *r, long step, train_step *o, st_err *err) {
                           r->doc_start ? r->doc_start + at : NULL, err);
         st_prof_end(&pd);
         if (!s) run_mix_note_sources(&r->mix, (int)k, r->td.source);
+        if (!s) run_docs_note(&r->docs, (int)k, r->td.dl);
     }
     if (s) return s;
     st_step_hp shp = {.adam = {(float)st_run_stop_lr(&r->stop, step), (float)c->beta1, (float)c->beta2, (float)c->eps,
@@ -392,7 +398,7 @@ static st_status run_step(train_run *r, long step, train_step *o, st_err *err) {
         shp.blob_bytes = sizeof *hs;
     }
     if ((s = st_step_run(r->stp, (int)c->grad_accum, r->B, r->T, r->inputs, r->targets, &shp, &o->sr, err)) ||
-        (s = run_mix_after_step(&r->mix, r->td.dl, err)))
+        (s = run_mix_after_step(&r->mix, r->td.dl, err)) || (s = run_docs_after_step(&r->docs, step, err)))
         return s;
     /* a GPU's ops report nothing when they fail: a failed kernel or copy stops the run
      * here, before this step is logged or checkpointed, not trained on as garbage */
@@ -665,6 +671,7 @@ static st_status run_close(train_run *r, st_status s, st_err *err) {
     r->stp = NULL;
     run_data_close(&r->td);
     run_mix_close(&r->mix);
+    run_docs_close(&r->docs);
     run_data_close(&r->ev.vd);
     if (r->sx && r->opt == st_stream_optim(r->sx)) r->opt = NULL; /* the executor's own (one process) */
     st_optim_free(r->opt); /* in memory, or a rank's shard under streaming */
