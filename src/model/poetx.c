@@ -70,6 +70,7 @@ typedef struct poet_impl {
 } poet_impl;
 
 static poet_impl *impl_of(const st_model *m) { return (poet_impl *)m->impl; }
+static int is_perm_(const int32_t *p, int d);
 
 static int layer_of(const char *name) {
     const char *p = strstr(name, ".h.");
@@ -275,36 +276,80 @@ static void po_init_random(st_model *m, uint64_t seed) {
     st_poetx_draw_perms(m, seed, 0);
 }
 
+/* The file: the trainable tensors and Q's under the table's names, then each weight's W0 (the
+ * base's name and layout: merges change it) and its permutations ("<w>.perm_in", ".perm_out",
+ * I32), so that a checkpoint resumes bit for bit across a merge. */
 static st_status po_save(const st_model *m, const char *path, st_err *err) {
     poet_impl *pi = impl_of(m);
-    float *host = malloc(m->n_params * sizeof(float));
-    st_tensor_out *to = calloc((size_t)m->n_tensors, sizeof *to);
-    if (!host || !to) {
-        free(host);
-        free(to);
-        return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    st_backend *be = m->be;
+    size_t nw0 = 0, np = 0;
+    for (int i = 0; i < pi->n_w; i++) {
+        nw0 += pi->w[i].base_t->numel;
+        np += (size_t)pi->w[i].in + pi->w[i].out;
     }
-    m->be->ops->copy_to_host(m->be, host, m->params, m->n_params * sizeof(float));
-    for (int i = 0; i < m->n_tensors; i++) {
+    int nt = m->n_tensors + 3 * pi->n_w;
+    float *host = malloc(m->n_params * sizeof(float)), *w0 = malloc((nw0 ? nw0 : 1) * sizeof(float));
+    int32_t *perm = malloc((np ? np : 1) * sizeof(int32_t));
+    st_tensor_out *to = calloc((size_t)nt, sizeof *to);
+    char(*names)[160] = calloc((size_t)(2 * pi->n_w + 1), sizeof *names);
+    st_status s = ST_OK;
+    if (!host || !w0 || !perm || !to || !names) {
+        s = st_errf(err, ST_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    be->ops->copy_to_host(be, host, m->params, m->n_params * sizeof(float));
+    be->ops->copy_to_host(be, perm, pi->perms, np * sizeof(int32_t));
+    int k = 0;
+    for (int i = 0; i < m->n_tensors; i++, k++) {
         const st_param_info *t = &pi->tensors[i];
-        to[i] = (st_tensor_out){.name = t->name, .dtype = ST_F32, .ndim = t->ndim, .data = host + t->offset};
-        for (int d = 0; d < t->ndim; d++) to[i].shape[d] = t->shape[d];
+        to[k] = (st_tensor_out){.name = t->name, .dtype = ST_F32, .ndim = t->ndim, .data = host + t->offset};
+        for (int d = 0; d < t->ndim; d++) to[k].shape[d] = t->shape[d];
     }
-    char b[16], k[16];
+    size_t wo = 0, po = 0;
+    for (int i = 0; i < pi->n_w; i++) {
+        const poet_weight *a = &pi->w[i];
+        const st_param_info *t = a->base_t;
+        be->ops->copy_to_host(be, w0 + wo, pi->base->params + t->offset, t->numel * sizeof(float));
+        to[k++] = (st_tensor_out){.name = t->name, .dtype = ST_F32, .ndim = 2, .shape = {t->shape[0], t->shape[1]},
+                                  .data = w0 + wo};
+        int lw = (int)(strlen(t->name) - strlen(".weight"));
+        snprintf(names[2 * i], sizeof names[0], "%.*s.perm_in", lw, t->name);
+        snprintf(names[2 * i + 1], sizeof names[0], "%.*s.perm_out", lw, t->name);
+        to[k++] = (st_tensor_out){.name = names[2 * i], .dtype = ST_I32, .ndim = 1, .shape = {a->in}, .data = perm + po};
+        to[k++] = (st_tensor_out){.name = names[2 * i + 1], .dtype = ST_I32, .ndim = 1, .shape = {a->out},
+                                  .data = perm + po + a->in};
+        wo += t->numel;
+        po += (size_t)a->in + a->out;
+    }
+    char b[16], kk[16];
     snprintf(b, sizeof b, "%d", pi->cfg.block);
-    snprintf(k, sizeof k, "%d", pi->cfg.terms);
-    const char *meta[] = {"format", "strata-poetx", "poetx_block", b, "poetx_terms", k};
-    st_status s = st_safetensors_write(path, to, m->n_tensors, meta, 3, err);
+    snprintf(kk, sizeof kk, "%d", pi->cfg.terms);
+    const char *meta[] = {"format", "strata-poetx", "poetx_block", b, "poetx_terms", kk};
+    s = st_safetensors_write(path, to, nt, meta, 3, err);
+done:
     free(host);
+    free(w0);
+    free(perm);
     free(to);
+    free(names);
     return s;
 }
 
+/* A file po_save wrote: every tensor of the table; W0 and the permutations where present (a
+ * checkpoint has them; without them the base's W0 and the drawn permutations stay). */
 static st_status po_load(st_model *m, const char *path, st_err *err) {
     poet_impl *pi = impl_of(m);
+    st_backend *be = m->be;
     st_safetensors *st;
     st_status s = st_safetensors_open(&st, path, err);
     if (s) return s;
+    const char *fb = st_safetensors_meta(st, "poetx_block");
+    if (fb && atoi(fb) != pi->cfg.block) {
+        s = st_errf(err, ST_ERR_INVALID, "key 'poetx_block': %s was written with poetx_block %s, this run has %d; "
+                    "resume with the block size the run was trained with", path, fb, pi->cfg.block);
+        st_safetensors_close(st);
+        return s;
+    }
     float *host = malloc(m->n_params * sizeof(float));
     if (!host) {
         st_safetensors_close(st);
@@ -319,7 +364,50 @@ static st_status po_load(st_model *m, const char *path, st_err *err) {
                         "(this run: poetx_block %d)", path, t->name, pi->cfg.block);
         else s = st_safetensors_read_f32(st, t->name, host + t->offset, t->numel, shape, t->ndim, err);
     }
-    if (!s) m->be->ops->copy_to_device(m->be, m->params, host, m->n_params * sizeof(float));
+    /* W0 and the permutations: all read before any is set, so a bad file changes nothing */
+    size_t nw0 = 0;
+    for (int i = 0; i < pi->n_w; i++) nw0 += pi->w[i].base_t->numel;
+    int have = 0;
+    float *w0 = NULL;
+    if (!s && st_safetensors_find(st, pi->w[0].base_t->name) && !(w0 = malloc(nw0 * sizeof(float))))
+        s = st_errf(err, ST_ERR_NOMEM, "out of memory");
+    if (w0) {
+        have = 1;
+        for (int i = 0, wo = 0; !s && i < pi->n_w; wo += (int)pi->w[i].base_t->numel, i++) {
+            const poet_weight *a = &pi->w[i];
+            const st_param_info *t = a->base_t;
+            int64_t shape[2] = {t->shape[0], t->shape[1]};
+            char pn[2][160];
+            int lw = (int)(strlen(t->name) - strlen(".weight"));
+            snprintf(pn[0], sizeof pn[0], "%.*s.perm_in", lw, t->name);
+            snprintf(pn[1], sizeof pn[1], "%.*s.perm_out", lw, t->name);
+            const st_tensor_entry *e0 = st_safetensors_find(st, pn[0]), *e1 = st_safetensors_find(st, pn[1]);
+            if (!st_safetensors_find(st, t->name) || !e0 || !e1 || e0->dtype != ST_I32 || e1->dtype != ST_I32 ||
+                e0->shape[0] != a->in || e1->shape[0] != a->out)
+                s = st_errf(err, ST_ERR_FORMAT, "%s: '%s' or its permutations (%s, %s: I32 [%d], [%d]) missing or of "
+                            "another shape; the file is no POET-X checkpoint of this model", path, t->name, pn[0],
+                            pn[1], a->in, a->out);
+            else if (!(s = st_safetensors_read_f32(st, t->name, w0 + wo, t->numel, shape, 2, err)) &&
+                     (!is_perm_(st_safetensors_data(st, e0), a->in) || !is_perm_(st_safetensors_data(st, e1), a->out)))
+                s = st_errf(err, ST_ERR_FORMAT, "%s: %s or %s is not a permutation", path, pn[0], pn[1]);
+        }
+    }
+    if (!s) {
+        be->ops->copy_to_device(be, m->params, host, m->n_params * sizeof(float));
+        for (int i = 0, wo = 0; have && i < pi->n_w; wo += (int)pi->w[i].base_t->numel, i++) {
+            const poet_weight *a = &pi->w[i];
+            char pn[160];
+            int lw = (int)(strlen(a->base_t->name) - strlen(".weight"));
+            be->ops->copy_to_device(be, pi->base->params + a->base_t->offset, w0 + wo, a->base_t->numel * sizeof(float));
+            snprintf(pn, sizeof pn, "%.*s.perm_in", lw, a->base_t->name);
+            be->ops->copy_to_device(be, a->perm_in, st_safetensors_data(st, st_safetensors_find(st, pn)),
+                                    (size_t)a->in * sizeof(int32_t));
+            snprintf(pn, sizeof pn, "%.*s.perm_out", lw, a->base_t->name);
+            be->ops->copy_to_device(be, a->perm_out, st_safetensors_data(st, st_safetensors_find(st, pn)),
+                                    (size_t)a->out * sizeof(int32_t));
+        }
+    }
+    free(w0);
     free(host);
     st_safetensors_close(st);
     return s;
@@ -458,7 +546,7 @@ void st_poetx_draw_perms(st_model *m, uint64_t seed, int64_t step) {
     }
 }
 
-static int is_perm(const int32_t *p, int d) {
+static int is_perm_(const int32_t *p, int d) {
     char *seen = calloc((size_t)d, 1);
     int ok = seen != NULL;
     for (int i = 0; ok && i < d; i++) {
@@ -479,7 +567,7 @@ st_status st_poetx_set_perms(st_model *m, const char *weight, const int32_t *per
         const char *n = a->base_t->name;
         if (strcmp(n, weight) && !(strlen(n) == lw + 7 && !strncmp(n, weight, lw) && !strcmp(n + lw, ".weight")))
             continue;
-        if (!is_perm(perm_in, a->in) || !is_perm(perm_out, a->out))
+        if (!is_perm_(perm_in, a->in) || !is_perm_(perm_out, a->out))
             return st_errf(err, ST_ERR_INVALID, "poetx: the permutations given for '%s' are not permutations of 0..%d "
                            "and 0..%d", n, a->in - 1, a->out - 1);
         m->be->ops->copy_to_device(m->be, a->perm_in, perm_in, sizeof(int32_t) * (size_t)a->in);
