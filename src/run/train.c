@@ -25,6 +25,7 @@
 #include "core/fileutil.h"
 #include "run/run_internal.h"
 #include "run/run_lora_internal.h"
+#include "run/run_poetx_internal.h"
 #include "run/run_mix.h"
 #include "run/run_stop_internal.h"
 #include "strata/generate.h"
@@ -103,6 +104,7 @@ static st_status run_check(train_run *r, const st_train_config *given, const st_
     r->lock.fd = -1;
     st_status s = st_train_config_check(c, err);
     if (!s) s = run_lora_check(c, r->dist.world, err); /* method and its keys (run_lora.c) */
+    if (!s) s = run_poetx_check(c, r->dist.world, err); /* method poetx's keys (run_poetx.c) */
     if (s) return s;
     /* a device this build lacks (cuda without the CUDA backend) is refused before anything
      * is planned or written: no run directory, no config.json */
@@ -175,6 +177,7 @@ static st_status open_model(train_run *r, st_err *err) {
     if (!c->init_from[0]) r->m->ops->init_random(r->m, c->seed);
     else if ((s = st_model_check_finite(r->m, c->init_from, err))) return s;
     if ((s = run_lora_open(c, &r->m, r->B, r->T, err))) return s; /* method lora: the adapters over the base */
+    if ((s = run_poetx_open(c, &r->m, r->B, r->T, err))) return s; /* method poetx: R W0 P over the base */
     if (c->device_budget <= 0) return ST_OK;
     double chosen_budget = 0; /* the store's host budget, where the planner chose it */
     if ((s = st_arch_of_model(&r->arch, r->m, err)) ||
@@ -389,7 +392,8 @@ static st_status run_step(train_run *r, long step, train_step *o, st_err *err) {
         shp.blob_bytes = sizeof *hs;
     }
     if ((s = st_step_run(r->stp, (int)c->grad_accum, r->B, r->T, r->inputs, r->targets, &shp, &o->sr, err)) ||
-        (s = run_mix_after_step(&r->mix, r->td.dl, err)))
+        (s = run_mix_after_step(&r->mix, r->td.dl, err)) ||
+        (s = run_poetx_after_step(c, r->m, r->opt, step, err))) /* method poetx: a merge every interval */
         return s;
     /* a GPU's ops report nothing when they fail: a failed kernel or copy stops the run
      * here, before this step is logged or checkpointed, not trained on as garbage */
