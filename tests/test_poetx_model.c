@@ -6,7 +6,8 @@
  *   loss        |d| <= 1e-5 relative
  *   gradients   |d| <= 1e-6 + 1e-3 |ref|  (every packed Q, every embedding, norm and bias)
  *   merged W    |d| <= 1e-5 max|ref| + 1e-4 |ref|  (test_poetx_fixture.c's)
- * Also: no gradient of W0 is formed (the base's gradient of every matmul weight stays 0); a
+ * Also: save_hf's dense model (R W0 P folded) read back gives the same loss (1e-5 relative); no
+ * gradient of W0 is formed (the base's gradient of every matmul weight stays 0); a
  * merge leaves the loss within 1e-5 relative, Q at 0; a block size that divides no dimension of
  * some weight is refused naming the key and the tensor, before anything is allocated.
  */
@@ -133,6 +134,22 @@ static void run_fixture(st_backend *be, const char *file, const char *preset) {
             for (size_t j = 0; j < base->tensors[i].numel; j++) nonzero += bg[base->tensors[i].offset + j] != 0.0f;
     CHECK(nonzero == 0, "%s: %zu entries of W0's gradient formed", file, nonzero);
     free(bg);
+
+    /* --save_hf's merged dense model, read back as a plain model: the same loss; the POET-X model
+     * itself unchanged by the save */
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/merged_%s", test_tmpdir(), file);
+    st_model *mm = NULL;
+    if (m->ops->save_hf(m, dir, ST_F32, &err) || st_model_create_from(&mm, NULL, dir, NULL, 1, be, &err) ||
+        mm->ops->alloc_acts(mm, B, T, &err)) {
+        CHECK(0, "%s: merged model: %s", file, err.msg);
+    } else {
+        float lm = mm->ops->forward(mm, inputs, targets, 0.0f);
+        CHECK(fabsf(lm - loss) <= 1e-5f * loss, "%s: save_hf's model's loss %.7f vs %.7f", file, lm, loss);
+        float again = m->ops->forward(m, inputs, targets, 0.0f);
+        CHECK(again == loss, "%s: loss after save_hf %.9g vs before %.9g", file, again, loss);
+    }
+    st_model_free(mm);
 
     /* a merge: W0 <- R W0 P as the reference's, Q <- 0, the loss unchanged */
     CHECK(!st_poetx_merge(m, 7, 200, &err), "%s: merge: %s", file, err.msg);
