@@ -369,11 +369,11 @@ static st_status po_load(st_model *m, const char *path, st_err *err) {
     for (int i = 0; i < pi->n_w; i++) nw0 += pi->w[i].base_t->numel;
     int have = 0;
     float *w0 = NULL;
-    if (!s && st_safetensors_find(st, pi->w[0].base_t->name) && !(w0 = malloc(nw0 * sizeof(float))))
+    if (!s && pi->n_w && st_safetensors_find(st, pi->w[0].base_t->name) && !(w0 = malloc(nw0 * sizeof(float))))
         s = st_errf(err, ST_ERR_NOMEM, "out of memory");
     if (w0) {
         have = 1;
-        for (int i = 0, wo = 0; !s && i < pi->n_w; wo += (int)pi->w[i].base_t->numel, i++) {
+        for (size_t i = 0, wo = 0; !s && i < (size_t)pi->n_w; wo += pi->w[i].base_t->numel, i++) {
             const poet_weight *a = &pi->w[i];
             const st_param_info *t = a->base_t;
             int64_t shape[2] = {t->shape[0], t->shape[1]};
@@ -394,7 +394,7 @@ static st_status po_load(st_model *m, const char *path, st_err *err) {
     }
     if (!s) {
         be->ops->copy_to_device(be, m->params, host, m->n_params * sizeof(float));
-        for (int i = 0, wo = 0; have && i < pi->n_w; wo += (int)pi->w[i].base_t->numel, i++) {
+        for (size_t i = 0, wo = 0; have && i < (size_t)pi->n_w; wo += pi->w[i].base_t->numel, i++) {
             const poet_weight *a = &pi->w[i];
             char pn[160];
             int lw = (int)(strlen(a->base_t->name) - strlen(".weight"));
