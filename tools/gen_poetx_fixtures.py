@@ -1,5 +1,7 @@
 #!/usr/bin/python3
-"""Generate tests/fixtures/poetx_linear.safetensors: an fp64 PyTorch reference of one POET-X linear layer.
+"""Generate tests/fixtures/poetx_linear.safetensors (an fp64 PyTorch reference of one POET-X linear layer)
+and tests/fixtures/poetx_gpt2_tiny.safetensors, poetx_llama_tiny.safetensors (every matmul weight of the
+tiny GPT-2 and Llama fixtures under POET-X: the loss, every gradient, the weights after a merge).
 
 Rerun (from the repo root, with Debian's system PyTorch, torch 1.13; no network):
 
@@ -25,7 +27,19 @@ Contents (F32 unless noted): x (N, d_in), W0 (d_out, d_in), q_in (d_in/b, b(b-1)
 q_out (d_out/b, b(b-1)/2), perm_in (d_in) I32, perm_out (d_out) I32, G_in, G_out (blocks, b, b),
 y (N, d_out), dy (N, d_out) (the upstream gradient: the loss is sum(y * dy)), grad.x, grad.q_in,
 grad.q_out, W_merged = R W0 P (d_out, d_in) (what a merge folds into W0).
-Metadata: b, k, N, d_in, d_out. Parameters are drawn in float32 from a seeded generator (so every
+Metadata: b, k, N, d_in, d_out.
+
+The model fixtures (test_poetx_model.c): the base fixture's weights (gpt2_tiny, llama_tiny), every
+matmul weight of every block (GPT-2: attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj, Conv1D (in, out),
+so W0 is their transpose; the Llama family: q, k, v, o, gate, up, down_proj, each its own R and P)
+replaced by R W0 P; the bias is added after R (y = R W0 P x + b); embeddings, norms and biases as
+in the base. The forward is tools/gen_fixtures.py's own (forward, llama_forward) over a parameter
+dict in which each matmul weight is the dense R W0 P. Contents: inputs, targets I32 (the base
+fixture's batch), loss [1]; for each matmul weight <w> (its Hugging Face name less ".weight"):
+<w>.poet_q_in (d_in/b, b(b-1)/2), <w>.poet_q_out (d_out/b, ...), <w>.perm_in, <w>.perm_out I32, and
+grad.<w>.poet_q_in, grad.<w>.poet_q_out; grad.<name> of every embedding, norm and bias (trained as
+usual); merged.<name> of every matmul weight: R W0 P in the base's layout (what a merge folds into
+W0). Metadata: b, k, weights (the base fixture's file). Parameters are drawn in float32 from a seeded generator (so every
 stored value is exactly an fp32) and the math is float64. The output is byte-identical across
 runs; the script reads the file back and checks it.
 """
@@ -70,6 +84,71 @@ def orthogonal_factor(qs, perm, b, k):
     Gs = [cayley_neumann(skew_from_packed(qs[j], b), k) for j in range(qs.shape[0])]
     Pm = perm_matrix(perm)
     return Pm.t() @ torch.block_diag(*Gs) @ Pm, torch.stack(Gs)
+
+
+def model_case(base, b, k, seed):
+    """One model fixture (see the docstring): base is gpt2_tiny or llama_tiny."""
+    import gen_fixtures as gf
+    torch.set_num_threads(1)
+    params, _ = load_safetensors(os.path.join(os.path.dirname(OUT), base + ".safetensors"))
+    gpt2 = base.startswith("gpt2")
+    if gpt2:
+        names = [n for n, _, _ in gf.param_specs()]
+        mm = [n for n in names if n.endswith(("c_attn.weight", "c_proj.weight", "c_fc.weight"))]
+    else:
+        c = gf.LLAMA_CFGS[base]
+        names = [n for n, _, _ in gf.llama_param_specs(c)]
+        mm = [n for n in names if n.endswith("_proj.weight")]
+    g = torch.Generator().manual_seed(seed)
+    nq = b * (b - 1) // 2
+    P = {n: torch.from_numpy(np.array(params[n])).double() for n in names}
+    train = {n: P[n].requires_grad_(True) for n in names if n not in mm}
+    out = {"inputs": np.array(params["inputs"]).astype("<i4"), "targets": np.array(params["targets"]).astype("<i4")}
+    qs, eff = {}, {}
+    for n in mm:
+        w = n[: -len(".weight")]
+        W0 = P[n].t() if gpt2 else P[n]  # (d_out, d_in)
+        d_out, d_in = W0.shape
+        q_in32 = torch.randn(d_in // b, nq, generator=g) * (0.25 / b ** 0.5)
+        q_out32 = torch.randn(d_out // b, nq, generator=g) * (0.25 / b ** 0.5)
+        perm_in = torch.randperm(d_in, generator=g).to(torch.int32)
+        perm_out = torch.randperm(d_out, generator=g).to(torch.int32)
+        q_in, q_out = q_in32.double().requires_grad_(True), q_out32.double().requires_grad_(True)
+        Pm, _ = orthogonal_factor(q_in, perm_in, b, k)
+        Rm, _ = orthogonal_factor(q_out, perm_out, b, k)
+        W = Rm @ W0 @ Pm
+        eff[n] = W.t() if gpt2 else W
+        qs[w] = (q_in, q_out)
+        out.update({w + ".poet_q_in": f32(q_in32), w + ".poet_q_out": f32(q_out32),
+                    w + ".perm_in": perm_in.numpy().astype("<i4"), w + ".perm_out": perm_out.numpy().astype("<i4")})
+    D = dict(P)
+    D.update(eff)
+    inputs = torch.from_numpy(out["inputs"]).long()
+    targets = torch.from_numpy(out["targets"]).long()
+    _, loss = gf.forward(D, inputs, targets) if gpt2 else gf.llama_forward(D, c, inputs, targets)
+    loss.backward()
+    out["loss"] = f32(loss.detach().reshape(1))
+    for w, (qi, qo) in qs.items():
+        out["grad." + w + ".poet_q_in"], out["grad." + w + ".poet_q_out"] = f32(qi.grad), f32(qo.grad)
+    for n, p in train.items():
+        out["grad." + n] = f32(p.grad)
+    for n in mm:
+        out["merged." + n] = f32(eff[n])
+    # the rotations do something: the base's own loss differs
+    with torch.no_grad():
+        Pd = {n: p.detach() for n, p in P.items()}
+        _, base_loss = gf.forward(Pd, inputs, targets) if gpt2 else gf.llama_forward(Pd, c, inputs, targets)
+    assert abs(base_loss.item() - loss.item()) > 1e-3, (base_loss.item(), loss.item())
+    meta = {"format": "strata-poetx-fixture", "version": "1", "b": str(b), "k": str(k),
+            "weights": base + ".safetensors", "generator": "tools/gen_poetx_fixtures.py"}
+    path = os.path.join(os.path.dirname(OUT), "poetx_" + base + ".safetensors")
+    save_safetensors(path, out, meta)
+    back, meta2 = load_safetensors(path)
+    assert meta2 == meta and sorted(back) == sorted(out)
+    for name, a in out.items():
+        assert np.array_equal(back[name], a), name
+    print(f"wrote {os.path.normpath(path)}: {len(out)} tensors, {len(mm)} POET-X weights, loss {loss.item():.10f} "
+          f"(base {base_loss.item():.10f})")
 
 
 def main():
@@ -126,3 +205,5 @@ def main():
 
 if __name__ == "__main__":
     main()
+    model_case("gpt2_tiny", 8, 3, 2931)
+    model_case("llama_tiny", 8, 4, 2932)

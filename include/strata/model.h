@@ -106,6 +106,15 @@ struct st_linear_hook {
                  * head and embedding backwards take NULL gradient vectors and skip them) */
     float *norm_scratch; /* frozen: backend memory for the norms' weight gradients, dropped
                           * (the norm ops always form them): 2 * n_embd floats */
+    /* Optional (NULL: the block's own matmul): the matmul itself, in place of the block's
+     * (POET-X, strata/poetx.h). out (N, output width) = the hook's linear map of x with the
+     * block's weight w (as the block stores it) and bias (NULL: none) added; backward: dx +=
+     * its gradient to x, dbias += (dbias NULL: none), the hook's own parameters' gradients +=;
+     * no gradient of w is formed. forward and backward above may be NULL beside these. */
+    void (*linear_forward)(st_linear_hook *h, int mm, float *out, const float *x, const float *w, const float *bias,
+                           int N);
+    void (*linear_backward)(st_linear_hook *h, int mm, float *dx, float *dbias, const float *dout, const float *x,
+                            const float *w, int N);
 };
 
 

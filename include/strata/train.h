@@ -87,13 +87,17 @@ typedef struct st_train_config {
     int doc_mask;         /* 1: positions restart at each document of a packed row and attention stays
                              inside it; 0: rows attended whole; -1 (default): 1, in memory and
                              under device_budget */
-    char method[8];       /* "full" (every parameter trains, the default) or "lora" (adapters over
-                             the frozen base, strata/lora.h; st_train_config_method) */
+    char method[8];       /* "full" (every parameter trains, the default), "lora" (adapters over
+                             the frozen base, strata/lora.h; st_train_config_method) or "poetx"
+                             (W = R W0 P over the frozen matmul weights, strata/poetx.h) */
     int lora_rank;        /* method lora: the adapters' rank r */
     double lora_alpha;    /* method lora: lora_alpha (the term is scaled by alpha / r) */
     char lora_targets[256]; /* method lora: the projections adapted, comma-separated ("": the
                                family's default, as PEFT's: c_attn for GPT-2, q_proj,v_proj) */
     char save_adapter[1024]; /* method lora: at the end, write a PEFT adapter directory here */
+    int poetx_block;      /* method poetx: the block size b of R and P (strata/poetx.h) */
+    int poetx_terms;      /* method poetx: the Neumann terms k of the Cayley polynomial */
+    int poetx_merge_every; /* method poetx: steps between merges of R and P into W0 */
     char mix[8];          /* "weights" (the data list's weights; default) or "online" (the sources' weights
                              adapted from their training loss, st_train_config_mix_online) */
     double mix_smoothing; /* online: the rewards' moving average (default 0.9) */
@@ -145,7 +149,8 @@ st_status st_train_config_act(const st_train_config *c, int n_blocks, unsigned c
 int st_train_config_places_state(const st_train_config *c);
 /* The key plan as a plan file to run (NULL: auto, the planner's plan). */
 const char *st_train_config_plan_file(const st_train_config *c);
-/* The key method as what it names: *lora 1 for "lora", 0 for "full"; refused naming the key. */
+/* The key method as what it names: *lora 1 for "lora", 0 for "full" and "poetx"; refused naming
+ * the key. */
 st_status st_train_config_method(const st_train_config *c, int *lora, st_err *err);
 /* The shape overrides c sets (0: the preset's value). */
 st_model_overrides st_train_config_overrides(const st_train_config *c);

@@ -41,7 +41,8 @@ int cmd_bench(int argc, char **argv) {
         "  tokenize a tokenizer.json encoding a text file: MB/s and tokens/s, 1 and all threads\n"
         "  plan    the planner's predicted step time and peaks vs measured, and the fixed rule's step\n"
         "  dist    (under mpirun) the ZeRO step at N ranks vs one process's step: scaling, bytes, exposed comm\n"
-        "  lora    LoRA over the frozen base vs full AdamW: training-state bytes per parameter, step time\n";
+        "  lora    LoRA over the frozen base vs full AdamW: training-state bytes per parameter, step time\n"
+        "  poet    POET-X over the frozen matmul weights vs full AdamW: state bytes per weight parameter, step time\n";
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         fputs(bench_usage, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
@@ -57,6 +58,7 @@ int cmd_bench(int argc, char **argv) {
     if (!strcmp(argv[1], "plan")) return bench_plan(argc - 1, argv + 1);
     if (!strcmp(argv[1], "dist")) return bench_dist(argc - 1, argv + 1);
     if (!strcmp(argv[1], "lora")) return bench_lora(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "poet")) return bench_poet(argc - 1, argv + 1);
     fprintf(stderr, "strata bench: unknown benchmark '%s'\n%s", argv[1], bench_usage);
     return 2;
 }

@@ -357,6 +357,24 @@ const float *st_gpt2_layer_input(const st_gpt2_model *m, int l) {
     return l == 0 ? m->acts->encoded : m->acts->res3 + (size_t)(l - 1) * m->B * m->T * m->cfg.n_embd;
 }
 
+/* The block's matmul (Conv1D weights, ST_W_IN_OUT), or the hook's linear map in its place, then
+ * the hook's additive term (model.h's st_linear_hook). */
+static void mm_forward(st_gpt2_model *m, int mm, float *out, const float *x, const float *w, const float *bias, int N,
+                       int C, int OC) {
+    st_linear_hook *hk = m->hook;
+    if (hk && hk->linear_forward) hk->linear_forward(hk, mm, out, x, w, bias, N);
+    else OPS->matmul_forward(m->be, out, x, w, bias, N, C, OC, ST_W_IN_OUT);
+    if (hk && hk->forward) hk->forward(hk, mm, out, x, N);
+}
+
+static void mm_backward(st_gpt2_model *m, int mm, float *dx, float *dw, float *dbias, const float *dout,
+                        const float *x, const float *w, int N, int C, int OC) {
+    st_linear_hook *hk = m->hook;
+    if (hk && hk->linear_backward) hk->linear_backward(hk, mm, dx, dbias, dout, x, w, N);
+    else OPS->matmul_backward(m->be, dx, dw, dbias, dout, x, w, N, C, OC, ST_W_IN_OUT);
+    if (hk && hk->backward) hk->backward(hk, mm, dx, dout, x, N);
+}
+
 void st_gpt2_block_forward(st_gpt2_model *m, const float *wslab, const float *in, const st_gpt2_block_acts *a) {
     st_backend *be = m->be;
     int B = m->B, T = m->T, C = m->cfg.n_embd, NH = m->cfg.n_head, N = B * T;
@@ -364,20 +382,15 @@ void st_gpt2_block_forward(st_gpt2_model *m, const float *wslab, const float *in
     float *scratch = m->acts->scratch;
     block_ptrs w = slab_ptrs(m, (float *)wslab);
     OPS->layernorm_forward(be, a->ln1, a->ln1_mean, a->ln1_rstd, in, w.ln1w, w.ln1b, N, C);
-    st_linear_hook *hk = m->hook;
-    OPS->matmul_forward(be, a->qkv, a->ln1, w.qkvw, w.qkvb, N, C, 3 * C, ST_W_IN_OUT);
-    if (hk) hk->forward(hk, ST_MM_QKV, a->qkv, a->ln1, N);
+    mm_forward(m, ST_MM_QKV, a->qkv, a->ln1, w.qkvw, w.qkvb, N, C, 3 * C);
     if (m->ds_dev) OPS->attention_doc_forward(be, a->atty, a->lse, a->qkv, m->ds_dev, B, T, C, NH);
     else OPS->attention_forward(be, a->atty, a->lse, a->qkv, B, T, C, NH);
-    OPS->matmul_forward(be, scratch, a->atty, w.projw, w.projb, N, C, C, ST_W_IN_OUT);
-    if (hk) hk->forward(hk, ST_MM_O, scratch, a->atty, N);
+    mm_forward(m, ST_MM_O, scratch, a->atty, w.projw, w.projb, N, C, C);
     OPS->residual_forward(be, a->res2, in, scratch, (int)NC);
     OPS->layernorm_forward(be, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2w, w.ln2b, N, C);
-    OPS->matmul_forward(be, a->fch, a->ln2, w.fcw, w.fcb, N, C, 4 * C, ST_W_IN_OUT);
-    if (hk) hk->forward(hk, ST_MM_UP, a->fch, a->ln2, N);
+    mm_forward(m, ST_MM_UP, a->fch, a->ln2, w.fcw, w.fcb, N, C, 4 * C);
     OPS->gelu_forward(be, a->fchg, a->fch, (int)(NC * 4));
-    OPS->matmul_forward(be, scratch, a->fchg, w.fcpw, w.fcpb, N, 4 * C, C, ST_W_IN_OUT);
-    if (hk) hk->forward(hk, ST_MM_DOWN, scratch, a->fchg, N);
+    mm_forward(m, ST_MM_DOWN, scratch, a->fchg, w.fcpw, w.fcpb, N, 4 * C, C);
     OPS->residual_forward(be, a->out, a->res2, scratch, (int)NC);
 }
 
@@ -399,23 +412,19 @@ void st_gpt2_block_backward(st_gpt2_model *m, const float *wslab, float *gslab, 
     /* dres is the gradient of the residual stream; it flows through the block's
      * identity path unchanged and the two branches add into it. */
     OPS->memset0(be, s->dC4a, NC * 4 * sizeof(float));
-    OPS->matmul_backward(be, s->dC4a, g.fcpw, g.fcpb, dres, a->fchg, w.fcpw, N, 4 * C, C, ST_W_IN_OUT);
-    if (hk) hk->backward(hk, ST_MM_DOWN, s->dC4a, dres, a->fchg, N);
+    mm_backward(m, ST_MM_DOWN, s->dC4a, g.fcpw, g.fcpb, dres, a->fchg, w.fcpw, N, 4 * C, C);
     OPS->memset0(be, s->dC4b, NC * 4 * sizeof(float));
     OPS->gelu_backward(be, s->dC4b, a->fch, s->dC4a, (int)(NC * 4));
     OPS->memset0(be, s->dC, NC * sizeof(float));
-    OPS->matmul_backward(be, s->dC, g.fcw, g.fcb, s->dC4b, a->ln2, w.fcw, N, C, 4 * C, ST_W_IN_OUT);
-    if (hk) hk->backward(hk, ST_MM_UP, s->dC, s->dC4b, a->ln2, N);
+    mm_backward(m, ST_MM_UP, s->dC, g.fcw, g.fcb, s->dC4b, a->ln2, w.fcw, N, C, 4 * C);
     OPS->layernorm_backward(be, dres, g.ln2w, g.ln2b, s->dC, a->res2, w.ln2w, a->ln2_mean, a->ln2_rstd, N, C);
     OPS->memset0(be, s->dC, NC * sizeof(float));
-    OPS->matmul_backward(be, s->dC, g.projw, g.projb, dres, a->atty, w.projw, N, C, C, ST_W_IN_OUT);
-    if (hk) hk->backward(hk, ST_MM_O, s->dC, dres, a->atty, N);
+    mm_backward(m, ST_MM_O, s->dC, g.projw, g.projb, dres, a->atty, w.projw, N, C, C);
     OPS->memset0(be, s->dC3, NC * 3 * sizeof(float));
     if (m->ds_dev) OPS->attention_doc_backward(be, s->dC3, s->dC, a->qkv, a->atty, a->lse, m->ds_dev, B, T, C, NH);
     else OPS->attention_backward(be, s->dC3, s->dC, a->qkv, a->atty, a->lse, B, T, C, NH);
     OPS->memset0(be, s->dC, NC * sizeof(float));
-    OPS->matmul_backward(be, s->dC, g.qkvw, g.qkvb, s->dC3, a->ln1, w.qkvw, N, C, 3 * C, ST_W_IN_OUT);
-    if (hk) hk->backward(hk, ST_MM_QKV, s->dC, s->dC3, a->ln1, N);
+    mm_backward(m, ST_MM_QKV, s->dC, g.qkvw, g.qkvb, s->dC3, a->ln1, w.qkvw, N, C, 3 * C);
     OPS->layernorm_backward(be, dres, g.ln1w, g.ln1b, s->dC, in, w.ln1w, a->ln1_mean, a->ln1_rstd, N, C);
 }
 

@@ -368,6 +368,26 @@ static void a_embed_backward(st_blocks *b, float *emb_g, const float *dres) {
     OPS->embedding_backward(be, emb_g, dres, inputs, b->B, b->T, cfg_of(b->arch)->hidden_size);
 }
 
+/* The block's matmul (ST_W_OUT_IN), or the hook's linear map in its place, then the hook's
+ * additive term (model.h's st_linear_hook). */
+static void mm_forward(st_blocks *b, int mm, float *out, const float *x, const float *w, const float *bias, int N,
+                       int C, int OC) {
+    st_linear_hook *hk = b->hook;
+    st_backend *be = b->be;
+    if (hk && hk->linear_forward) hk->linear_forward(hk, mm, out, x, w, bias, N);
+    else OPS->matmul_forward(be, out, x, w, bias, N, C, OC, ST_W_OUT_IN);
+    if (hk && hk->forward) hk->forward(hk, mm, out, x, N);
+}
+
+static void mm_backward(st_blocks *b, int mm, float *dx, float *dw, float *dbias, const float *dout, const float *x,
+                        const float *w, int N, int C, int OC) {
+    st_linear_hook *hk = b->hook;
+    st_backend *be = b->be;
+    if (hk && hk->linear_backward) hk->linear_backward(hk, mm, dx, dbias, dout, x, w, N);
+    else OPS->matmul_backward(be, dx, dw, dbias, dout, x, w, N, C, OC, ST_W_OUT_IN);
+    if (hk && hk->backward) hk->backward(hk, mm, dx, dout, x, N);
+}
+
 static void a_block_forward(st_blocks *b, const float *wslab, const float *in, float *acts, float *out) {
     st_backend *be = b->be;
     const st_llama_config *c = cfg_of(b->arch);
@@ -381,8 +401,7 @@ static void a_block_forward(st_blocks *b, const float *wslab, const float *in, f
     set_layout(c, B, T, acts, &a);
     OPS->rmsnorm_forward(be, a.ln1, a.rstd1, in, w.t[BLK_LN1], N, 1, C, C, eps);
     /* q|k|v weights (and biases) are adjacent: one (W, C) matmul */
-    OPS->matmul_forward(be, a.qkv, a.ln1, w.t[BLK_QW], w.t[BLK_QB], N, C, W, ST_W_OUT_IN);
-    if (b->hook) b->hook->forward(b->hook, ST_MM_QKV, a.qkv, a.ln1, N);
+    mm_forward(b, ST_MM_QKV, a.qkv, a.ln1, w.t[BLK_QW], w.t[BLK_QB], N, C, W);
     float *qk = a.qkv; /* the buffer holding the q and k that attention sees */
     if (c->qk_norm) {
         qk = a.qkvn;
@@ -396,15 +415,12 @@ static void a_block_forward(st_blocks *b, const float *wslab, const float *in, f
                                        (const int32_t *)((llama_bound *)b->state)->p[BD_DOCSTART], W, B, T, NH, NKV,
                                        hs);
     else OPS->attention_gqa_forward(be, a.atty, a.lse, qk, qk + Q, a.qkv + Q + NKV * hs, W, B, T, NH, NKV, hs);
-    OPS->matmul_forward(be, scratch, a.atty, w.t[BLK_OW], w.t[BLK_OB], N, Q, C, ST_W_OUT_IN);
-    if (b->hook) b->hook->forward(b->hook, ST_MM_O, scratch, a.atty, N);
+    mm_forward(b, ST_MM_O, scratch, a.atty, w.t[BLK_OW], w.t[BLK_OB], N, Q, C);
     OPS->residual_forward(be, a.res2, in, scratch, (int)NC);
     OPS->rmsnorm_forward(be, a.ln2, a.rstd2, a.res2, w.t[BLK_LN2], N, 1, C, C, eps);
-    OPS->matmul_forward(be, a.gu, a.ln2, w.t[BLK_GATE], NULL, N, C, 2 * F, ST_W_OUT_IN); /* gate|up adjacent */
-    if (b->hook) b->hook->forward(b->hook, ST_MM_UP, a.gu, a.ln2, N);
+    mm_forward(b, ST_MM_UP, a.gu, a.ln2, w.t[BLK_GATE], NULL, N, C, 2 * F); /* gate|up adjacent */
     OPS->swiglu_forward(be, a.hmlp, a.gu, N, F);
-    OPS->matmul_forward(be, scratch, a.hmlp, w.t[BLK_DOWN], NULL, N, F, C, ST_W_OUT_IN);
-    if (b->hook) b->hook->forward(b->hook, ST_MM_DOWN, scratch, a.hmlp, N);
+    mm_forward(b, ST_MM_DOWN, scratch, a.hmlp, w.t[BLK_DOWN], NULL, N, F, C);
     OPS->residual_forward(be, out, a.res2, scratch, (int)NC);
 }
 
@@ -430,18 +446,15 @@ static void a_block_backward(st_blocks *b, const float *wslab, float *gslab, con
     set_layout(c, B, T, acts, &a);
     /* MLP branch */
     OPS->memset0(be, dF, (size_t)N * F * sizeof(float));
-    OPS->matmul_backward(be, dF, g.t[BLK_DOWN], NULL, dres, a.hmlp, w.t[BLK_DOWN], N, F, C, ST_W_OUT_IN);
-    if (hk) hk->backward(hk, ST_MM_DOWN, dF, dres, a.hmlp, N);
+    mm_backward(b, ST_MM_DOWN, dF, g.t[BLK_DOWN], NULL, dres, a.hmlp, w.t[BLK_DOWN], N, F, C);
     OPS->memset0(be, dGU, (size_t)N * 2 * F * sizeof(float));
     OPS->swiglu_backward(be, dGU, a.gu, dF, N, F);
     OPS->memset0(be, dC, NC * sizeof(float));
-    OPS->matmul_backward(be, dC, g.t[BLK_GATE], NULL, dGU, a.ln2, w.t[BLK_GATE], N, C, 2 * F, ST_W_OUT_IN);
-    if (hk) hk->backward(hk, ST_MM_UP, dC, dGU, a.ln2, N);
+    mm_backward(b, ST_MM_UP, dC, g.t[BLK_GATE], NULL, dGU, a.ln2, w.t[BLK_GATE], N, C, 2 * F);
     OPS->rmsnorm_backward(be, dres, g.t[BLK_LN2], dC, a.res2, w.t[BLK_LN2], a.rstd2, N, 1, C, C);
     /* attention branch */
     OPS->memset0(be, dA, (size_t)N * Q * sizeof(float));
-    OPS->matmul_backward(be, dA, g.t[BLK_OW], g.t[BLK_OB], dres, a.atty, w.t[BLK_OW], N, Q, C, ST_W_OUT_IN);
-    if (hk) hk->backward(hk, ST_MM_O, dA, dres, a.atty, N);
+    mm_backward(b, ST_MM_O, dA, g.t[BLK_OW], g.t[BLK_OB], dres, a.atty, w.t[BLK_OW], N, Q, C);
     OPS->memset0(be, dQKV, (size_t)N * W * sizeof(float));
     float *qk = a.qkv, *dqk = dQKV;
     if (c->qk_norm) {
@@ -462,8 +475,7 @@ static void a_block_backward(st_blocks *b, const float *wslab, float *gslab, con
         OPS->rmsnorm_backward(be, dQKV + Q, g.t[BLK_KN], dqk + Q, a.qkv + Q, w.t[BLK_KN], a.rstdk, N, NKV, hs, W);
     }
     OPS->memset0(be, dC, NC * sizeof(float));
-    OPS->matmul_backward(be, dC, g.t[BLK_QW], g.t[BLK_QB], dQKV, a.ln1, w.t[BLK_QW], N, C, W, ST_W_OUT_IN);
-    if (hk) hk->backward(hk, ST_MM_QKV, dC, dQKV, a.ln1, N);
+    mm_backward(b, ST_MM_QKV, dC, g.t[BLK_QW], g.t[BLK_QB], dQKV, a.ln1, w.t[BLK_QW], N, C, W);
     OPS->rmsnorm_backward(be, dres, g.t[BLK_LN1], dC, in, w.t[BLK_LN1], a.rstd1, N, 1, C, C);
 }
 

@@ -94,11 +94,14 @@ static const key_def keys[] = {
     {"quiet", K_INT, OFF(quiet), 0, 0, 1, "1: no per-step lines"},
     {"trace", K_INT, OFF(trace), 0, 0, 2, "1: trace every phase to run_dir/trace.json (Perfetto); 2: odd steps only"},
     {"host_budget", K_DOUBLE, OFF(host_budget), 0, 0, 1e18, "host memory in bytes the run must fit (0: MemAvailable)"},
-    {"method", K_STR, STR(method), 0, 0, "what trains: full (every parameter, AdamW; default) or lora (low-rank adapters over the frozen base weights, as Hugging Face PEFT: lora_rank, lora_alpha, lora_targets; in memory, one process)"},
+    {"method", K_STR, STR(method), 0, 0, "what trains: full (every parameter, AdamW; default), lora (low-rank adapters over the frozen base weights, as Hugging Face PEFT: lora_rank, lora_alpha, lora_targets; in memory, one process) or poetx (every matmul weight of the blocks as R W0 P, W0 frozen, R and P block-orthogonal: poetx_block, poetx_terms, poetx_merge_every; in memory, one process)"},
     {"lora_rank", K_INT, OFF(lora_rank), 0, 1, 65536, "method lora: the adapters' rank r (at most each adapted projection's smaller dimension)"},
     {"lora_alpha", K_DOUBLE, OFF(lora_alpha), 0, 1e-30, 1e30, "method lora: lora_alpha; the adapters' term is scaled by lora_alpha / lora_rank"},
     {"lora_targets", K_STR, STR(lora_targets), 0, 0, "method lora: the projections adapted, comma-separated, as PEFT's target_modules (GPT-2: c_attn, c_proj, c_fc; the Llama family: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, or q, k, v, o, gate, up, down); empty: c_attn for GPT-2, q_proj,v_proj for the Llama family (PEFT's defaults)"},
     {"save_adapter", K_STR, STR(save_adapter), 0, 0, "method lora: at the end, write the adapters as a PEFT directory here (adapter_config.json, adapter_model.safetensors: PeftModel.from_pretrained loads it)"},
+    {"poetx_block", K_INT, OFF(poetx_block), 0, 2, 65536, "method poetx: the block size b of the orthogonal factors R and P (it must divide both dimensions of every matmul weight of the blocks)"},
+    {"poetx_terms", K_INT, OFF(poetx_terms), 0, 0, 64, "method poetx: the Neumann terms k of each block's Cayley polynomial (I + Q)(I + Q + ... + Q^k)"},
+    {"poetx_merge_every", K_INT, OFF(poetx_merge_every), 0, 1, 1000000000, "method poetx: steps between merges (R and P folded into W0, Q and its Adam moments reset, the permutations redrawn)"},
 };
 #define N_KEYS (sizeof keys / sizeof keys[0])
 
@@ -144,12 +147,15 @@ void st_train_config_defaults(st_train_config *c) {
     snprintf(c->method, sizeof c->method, "full");
     c->lora_rank = 8;
     c->lora_alpha = 16;
+    c->poetx_block = 64;
+    c->poetx_terms = 4;
+    c->poetx_merge_every = 200;
 }
 
 st_status st_train_config_method(const st_train_config *c, int *lora, st_err *err) {
     *lora = !strcmp(c->method, "lora");
-    if (!*lora && strcmp(c->method, "full"))
-        return st_errf(err, ST_ERR_INVALID, "key 'method': '%s' is not full or lora", c->method);
+    if (!*lora && strcmp(c->method, "full") && strcmp(c->method, "poetx"))
+        return st_errf(err, ST_ERR_INVALID, "key 'method': '%s' is not full, lora or poetx", c->method);
     return ST_OK;
 }
 

@@ -26,6 +26,7 @@
 #include "run/run_internal.h"
 #include "run/run_lora_internal.h"
 #include "run/run_docs.h"
+#include "run/run_poetx_internal.h"
 #include "run/run_mix.h"
 #include "run/run_stop_internal.h"
 #include "strata/generate.h"
@@ -105,6 +106,7 @@ static st_status run_check(train_run *r, const st_train_config *given, const st_
     r->lock.fd = -1;
     st_status s = st_train_config_check(c, err);
     if (!s) s = run_lora_check(c, r->dist.world, err); /* method and its keys (run_lora.c) */
+    if (!s) s = run_poetx_check(c, r->dist.world, err); /* method poetx's keys (run_poetx.c) */
     if (s) return s;
     /* a device this build lacks (cuda without the CUDA backend) is refused before anything
      * is planned or written: no run directory, no config.json */
@@ -175,9 +177,10 @@ static st_status open_model(train_run *r, st_err *err) {
     if ((s = st_model_create_from(&r->m, c->model, c->init_from, &ov, 1, r->be, err))) return s;
     if (!c->init_from[0]) r->m->ops->init_random(r->m, c->seed);
     else if ((s = st_model_check_finite(r->m, c->init_from, err))) return s;
-    if ((s = run_lora_open(c, &r->m, err))) return s; /* method lora: the adapters over the base */
+    if ((s = run_lora_open(c, &r->m, err))) return s;  /* method lora: the adapters over the base */
+    if ((s = run_poetx_open(c, &r->m, err))) return s; /* method poetx: R W0 P over the base */
     /* in memory the step trains a model with blocks through the executor (its own
-     * activations); the model's own forward needs its activations */
+     * activations); the model's own forward (LoRA, POET-X) needs its activations */
     if (c->device_budget <= 0 && !st_step_in_blocks(r->m) && (s = r->m->ops->alloc_acts(r->m, r->B, r->T, err)))
         return s;
     if (c->device_budget <= 0) return ST_OK;
@@ -398,7 +401,8 @@ static st_status run_step(train_run *r, long step, train_step *o, st_err *err) {
         shp.blob_bytes = sizeof *hs;
     }
     if ((s = st_step_run(r->stp, (int)c->grad_accum, r->B, r->T, r->inputs, r->targets, &shp, &o->sr, err)) ||
-        (s = run_mix_after_step(&r->mix, r->td.dl, err)) || (s = run_docs_after_step(&r->docs, step, err)))
+        (s = run_mix_after_step(&r->mix, r->td.dl, err)) || (s = run_docs_after_step(&r->docs, step, err)) ||
+        (s = run_poetx_after_step(c, r->m, r->opt, step, err))) /* method poetx: a merge every interval */
         return s;
     /* a GPU's ops report nothing when they fail: a failed kernel or copy stops the run
      * here, before this step is logged or checkpointed, not trained on as garbage */

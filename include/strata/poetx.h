@@ -1,0 +1,84 @@
+/* poetx.h - POET-X: every matmul weight of a block trained as W = R W0 P with W0 frozen and R,
+ * P orthogonal (Qiu et al., POET 2025; POET-X 2026), the rest of the model (embeddings, norms,
+ * biases, an untied head) trained as usual.
+ *
+ * R (d_out, d_out) and P (d_in, d_in) are block-diagonal under random permutations,
+ *     P = Pi_in^T blockdiag(G_1 .. G_m) Pi_in,   (Pi x)[i] = x[perm[i]],
+ * each block G the Cayley-Neumann polynomial (I + Q)(I + Q + ... + Q^k) of a skew-symmetric Q
+ * (b, b) stored as its b(b-1)/2 strict upper entries (backend.h's poet_* ops). The map is applied
+ * to the activations, y = R (W0 (P x)) + bias, never formed; no gradient of W0 is formed. Each
+ * weight of the Hugging Face model has its own R and P (the Llama family's q, k, v, gate, up each;
+ * GPT-2's c_attn one of width 3C).
+ *
+ * A POET-X model is an st_model over a base model (its weights set): its parameter vector holds
+ * the base's trainable tensors (every tensor but the blocks' matmul weights, under the base's
+ * names) and then the packed Q of every weight ("<weight less .weight>.poet_q_in" (d_in/b,
+ * b(b-1)/2), ".poet_q_out" (d_out/b, ...)), all Q at the end, [st_poetx_q_offset, n_params).
+ * Q starts at 0 (the model starts as the base). A merge (st_poetx_merge) folds R and P into W0
+ * (fp32), sets Q to 0 and redraws the permutations from the seed and the step; the optimizer's
+ * moments of the Q range are the caller's to reset.
+ *
+ * Example:
+ *
+ *     st_err err = {0};
+ *     st_backend *be = NULL;
+ *     st_model *base = NULL, *m = NULL;
+ *     st_poetx_config pc = {.block = 8, .terms = 4};
+ *     enum { B = 2, T = 8 };
+ *     int32_t in[B * T] = {0}, tgt[B * T] = {0};
+ *     if (st_backend_cpu_create(&be, 0, &err) || st_model_create(&base, "gpt2-tiny", NULL, be, &err)) {
+ *         fprintf(stderr, "strata: %s\n", err.msg);
+ *         return 1;
+ *     }
+ *     base->ops->init_random(base, 1);
+ *     if (st_poetx_model_create(&m, base, &pc, 1, &err) || m->ops->alloc_acts(m, B, T, &err)) {
+ *         fprintf(stderr, "strata: %s\n", err.msg); // base is freed with m, or here on failure
+ *         return 1;
+ *     }
+ *     st_model_zero_grad(m);
+ *     float loss = m->ops->forward(m, in, tgt, 1.0f / (B * T));
+ *     m->ops->backward(m);                          // m->grads: the Q's and the base's trainables
+ *     st_poetx_merge(m, 1, 200, &err);              // W0 <- R W0 P, Q <- 0, new permutations
+ *     printf("loss %.3f, %zu trainable parameters\n", loss, m->n_params);
+ *     st_model_free(m);                             // and the base
+ *     st_backend_free(be);
+ *
+ * End of example.
+ */
+#ifndef STRATA_POETX_H
+#define STRATA_POETX_H
+
+#include "strata/model.h"
+
+typedef struct st_poetx_config {
+    int block; /* b >= 2: divides both dimensions of every matmul weight of the blocks */
+    int terms; /* k >= 0: the Neumann terms of the Cayley polynomial */
+} st_poetx_config;
+
+/* The POET-X model over base (GPT-2 or the Llama family, its weights set): Q = 0, the
+ * permutations drawn from (seed, step 0). Takes base (freed with the POET-X model; on failure
+ * freed here too). Refused, naming the key and the tensor: a block size that does not divide
+ * both dimensions of some weight ('poetx_block'), terms < 0 ('poetx_terms'), a backend without
+ * the poet_* ops. */
+st_status st_poetx_model_create(st_model **out, st_model *base, const st_poetx_config *cfg, uint64_t seed,
+                                st_err *err);
+/* The configuration checked against a tensor table, allocating nothing: the parameters it
+ * would train (*n_params, may be NULL) and of them the packed Q's (*n_q, may be NULL). */
+st_status st_poetx_check(const st_param_info *tensors, int n_tensors, const char *arch, const st_poetx_config *cfg,
+                         size_t *n_params, size_t *n_q, st_err *err);
+int st_model_is_poetx(const st_model *m);
+st_model *st_poetx_base(const st_model *m);
+const st_poetx_config *st_poetx_config_of(const st_model *m);
+/* Where the Q's start in the parameter vector (they run to n_params). */
+size_t st_poetx_q_offset(const st_model *m);
+/* The permutations of weight `weight` (its Hugging Face name, with or without ".weight"), host
+ * int32 arrays of d_in and d_out entries, each a permutation of 0..d-1 (checked). */
+st_status st_poetx_set_perms(st_model *m, const char *weight, const int32_t *perm_in, const int32_t *perm_out,
+                             st_err *err);
+/* The permutations of every weight drawn afresh from (seed, step) (what a merge at step does). */
+void st_poetx_draw_perms(st_model *m, uint64_t seed, int64_t step);
+/* A merge: W0 <- R W0 P in fp32 for every weight (the base's vector), Q <- 0, the permutations
+ * redrawn from (seed, step). The model's function is unchanged up to fp32 rounding. */
+st_status st_poetx_merge(st_model *m, uint64_t seed, int64_t step, st_err *err);
+
+#endif

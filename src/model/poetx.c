@@ -1,0 +1,757 @@
+/* poetx.c - POET-X over a base model's frozen matmul weights (strata/poetx.h).
+ *
+ * The base's block functions call the st_linear_hook's linear_forward in place of each of the
+ * four matmuls (model.h). For the projections j of that matmul (one for GPT-2; q|k|v and
+ * gate|up are packed for the Llama family, each with its own R and P), out (N, ld):
+ *     u = P_j x (N, in)            poet_apply_forward (G_in, perm_in)
+ *     h = u W0_j^T (N, out_j)      matmul_forward, W0 as the block stores it
+ *     h = R_j h                    poet_apply_forward (G_out, perm_out), in place
+ *     out[:, col_j ..) = h + bias
+ * G_in, G_out from the packed Q by poet_cayley_forward in the forward, kept for the backward.
+ * Backward from dout: dbias += column sums; per projection u and h recomputed (the layer keeps
+ * only its input: nothing per layer is stored), dh = R^T dy (and dG_out), du = dh W0_j (no dW0),
+ * dx += P^T du (and dG_in), dq += poet_cayley_backward of dG.
+ *
+ * The parameter vector is the base's trainable tensors (copied into the base's own vector before
+ * each forward; their gradients gathered from the base's after each backward) and the Q's.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "strata/llama.h"
+#include "strata/poetx.h"
+#include "strata/safetensors.h"
+
+/* The matmul weights of each family: the suffix of the name, the matmul it is part of. */
+typedef struct proj_kind { const char *suffix; int mm; } proj_kind;
+static const proj_kind gpt2_projs[] = {
+    {".attn.c_attn.weight", ST_MM_QKV}, {".attn.c_proj.weight", ST_MM_O},
+    {".mlp.c_fc.weight", ST_MM_UP},     {".mlp.c_proj.weight", ST_MM_DOWN},
+};
+static const proj_kind llama_projs[] = {
+    {".self_attn.q_proj.weight", ST_MM_QKV}, {".self_attn.k_proj.weight", ST_MM_QKV},
+    {".self_attn.v_proj.weight", ST_MM_QKV}, {".self_attn.o_proj.weight", ST_MM_O},
+    {".mlp.gate_proj.weight", ST_MM_UP},     {".mlp.up_proj.weight", ST_MM_UP},
+    {".mlp.down_proj.weight", ST_MM_DOWN},
+};
+
+typedef struct poet_weight {
+    int layer, mm;
+    int in, out, col, ld;  /* input width, output rows, column in the packed output, its width */
+    size_t w_rel;          /* W0_j inside the packed weight the block passes (floats) */
+    size_t qi_off, qo_off; /* packed Q in the POET-X vector */
+    size_t gi_off, go_off; /* G_in, G_out in the G buffer */
+    const st_param_info *base_t;
+    int32_t *perm_in, *perm_out; /* backend memory */
+} poet_weight;
+
+typedef struct poet_train { /* a trainable tensor of the base: where it is in each vector */
+    size_t base_off, off, numel;
+} poet_train;
+
+typedef struct poet_impl {
+    st_linear_hook hook; /* first: the block functions call it with &hook */
+    st_model *base, *self;
+    st_poetx_config cfg;
+    int gpt2;
+    int n_w, n_layer;
+    poet_weight *w;
+    int *first; /* [n_layer * ST_MM_COUNT + 1]: weights of (layer, mm) are w[first[k] .. first[k+1]) */
+    int n_train;
+    poet_train *train;
+    st_param_info *tensors;
+    size_t q_off;
+    float *G;       /* every weight's G_in, G_out */
+    int32_t *perms; /* every weight's perm_in, perm_out */
+    float *scratch; /* u | h | dy | dh | du (N x max width each) | dG_in | dG_out */
+    int N, max_d, max_nb;
+} poet_impl;
+
+static poet_impl *impl_of(const st_model *m) { return (poet_impl *)m->impl; }
+static int is_perm_(const int32_t *p, int d);
+
+static int layer_of(const char *name) {
+    const char *p = strstr(name, ".h.");
+    if (!p) p = strstr(name, ".layers.");
+    if (!p) return -1;
+    p = strchr(p + 1, '.') + 1;
+    return atoi(p);
+}
+
+static int ends_with(const char *s, const char *x) {
+    size_t ls = strlen(s), lx = strlen(x);
+    return ls >= lx && !memcmp(s + ls - lx, x, lx);
+}
+
+static int proj_of(const char *name, int gpt2) {
+    const proj_kind *pk = gpt2 ? gpt2_projs : llama_projs;
+    for (int j = 0; j < (gpt2 ? 4 : 7); j++)
+        if (ends_with(name, pk[j].suffix)) return pk[j].mm;
+    return -1;
+}
+
+/* The weights and trainables of cfg over a tensor table (w, tr NULL: count only). */
+static st_status build(const st_param_info *tt, int nt, const char *arch, const st_poetx_config *cfg, poet_weight *w,
+                       int *n_w, poet_train *tr, int *n_tr, size_t *n_params, size_t *n_q, size_t *n_g, st_err *err) {
+    int gpt2 = !strcmp(arch, "gpt2");
+    if (!gpt2 && strcmp(arch, "llama"))
+        return st_errf(err, ST_ERR_UNSUPPORTED, "poetx: no POET-X for a %s model (GPT-2 and the Llama family have it)",
+                       arch);
+    int b = cfg->block;
+    if (b < 2) return st_errf(err, ST_ERR_INVALID, "key 'poetx_block' is %d; it must be >= 2", b);
+    if (cfg->terms < 0) return st_errf(err, ST_ERR_INVALID, "key 'poetx_terms' is %d; it must be >= 0", cfg->terms);
+    size_t nq = (size_t)b * (b - 1) / 2, np = 0, qn = 0, gn = 0;
+    int n = 0, ntr = 0;
+    for (int i = 0; i < nt; i++) { /* the base's trainables first, in its order */
+        if (proj_of(tt[i].name, gpt2) >= 0) continue;
+        if (tr) tr[ntr] = (poet_train){.base_off = tt[i].offset, .off = np, .numel = tt[i].numel};
+        ntr++;
+        np += tt[i].numel;
+    }
+    int col = 0, last_layer = -1, last_mm = -1;
+    for (int i = 0; i < nt; i++) {
+        const st_param_info *t = &tt[i];
+        int mm = proj_of(t->name, gpt2);
+        if (mm < 0) continue;
+        int layer = layer_of(t->name);
+        if (layer != last_layer || mm != last_mm) col = 0;
+        last_layer = layer;
+        last_mm = mm;
+        int in = gpt2 ? t->shape[0] : t->shape[1], out = gpt2 ? t->shape[1] : t->shape[0];
+        if (in % b || out % b)
+            return st_errf(err, ST_ERR_INVALID, "key 'poetx_block' is %d, which does not divide %s of tensor '%s' "
+                           "(%d x %d); POET-X trains every matmul weight of the blocks: pick a block size that "
+                           "divides every weight's dimensions", b, in % b ? "the input width" : "the output width",
+                           t->name, t->shape[0], t->shape[1]);
+        if (w)
+            w[n] = (poet_weight){.layer = layer, .mm = mm, .in = in, .out = out, .col = col,
+                                 .w_rel = gpt2 ? 0 : (size_t)col * in, .qi_off = np + qn,
+                                 .qo_off = np + qn + (size_t)(in / b) * nq, .gi_off = gn,
+                                 .go_off = gn + (size_t)in * b, .base_t = t};
+        n++;
+        qn += (size_t)(in / b + out / b) * nq;
+        gn += (size_t)(in + out) * b;
+        col += out;
+    }
+    *n_w = n;
+    if (n_tr) *n_tr = ntr;
+    if (n_params) *n_params = np + qn;
+    if (n_q) *n_q = qn;
+    if (n_g) *n_g = gn;
+    return ST_OK;
+}
+
+st_status st_poetx_check(const st_param_info *tensors, int n_tensors, const char *arch, const st_poetx_config *cfg,
+                         size_t *n_params, size_t *n_q, st_err *err) {
+    int n;
+    return build(tensors, n_tensors, arch, cfg, NULL, &n, NULL, NULL, n_params, n_q, NULL, err);
+}
+
+/* ------------------------------------------------------------------ the hook */
+
+static void hook_linear_forward(st_linear_hook *h, int mm, float *out, const float *x, const float *w,
+                                const float *bias, int N) {
+    poet_impl *pi = (poet_impl *)h;
+    st_backend *be = pi->base->be;
+    const st_backend_ops *o = be->ops;
+    const float *p = pi->self->params;
+    int b = pi->cfg.block, k = pi->cfg.terms, key = h->layer * ST_MM_COUNT + mm;
+    st_wlayout lay = pi->gpt2 ? ST_W_IN_OUT : ST_W_OUT_IN;
+    float *u = pi->scratch, *hh = u + (size_t)pi->N * pi->max_d;
+    const poet_weight *w0 = &pi->w[pi->first[key]];
+    int ld = w0->ld;
+    o->memset0(be, out, (size_t)N * ld * sizeof(float));
+    if (bias) o->axpy_rows(be, out, ld, bias, 0, 1.0f, N, ld); /* every row += bias */
+    for (int i = pi->first[key]; i < pi->first[key + 1]; i++) {
+        const poet_weight *a = &pi->w[i];
+        float *Gi = pi->G + a->gi_off, *Go = pi->G + a->go_off;
+        o->poet_cayley_forward(be, Gi, p + a->qi_off, a->in / b, b, k);
+        o->poet_cayley_forward(be, Go, p + a->qo_off, a->out / b, b, k);
+        o->poet_apply_forward(be, u, x, Gi, a->perm_in, N, a->in, b, 0);
+        o->matmul_forward(be, hh, u, w + a->w_rel, NULL, N, a->in, a->out, lay);
+        o->poet_apply_forward(be, hh, hh, Go, a->perm_out, N, a->out, b, 0);
+        o->axpy_rows(be, out + a->col, ld, hh, a->out, 1.0f, N, a->out);
+    }
+}
+
+static void hook_linear_backward(st_linear_hook *h, int mm, float *dx, float *dbias, const float *dout,
+                                 const float *x, const float *w, int N) {
+    poet_impl *pi = (poet_impl *)h;
+    st_backend *be = pi->base->be;
+    const st_backend_ops *o = be->ops;
+    const float *p = pi->self->params;
+    float *g = pi->self->grads;
+    int b = pi->cfg.block, k = pi->cfg.terms, key = h->layer * ST_MM_COUNT + mm;
+    st_wlayout lay = pi->gpt2 ? ST_W_IN_OUT : ST_W_OUT_IN;
+    size_t S = (size_t)pi->N * pi->max_d;
+    float *u = pi->scratch, *hh = u + S, *dy = hh + S, *dh = dy + S, *du = dh + S, *dGi = du + S;
+    float *dGo = dGi + (size_t)pi->max_nb * b * b;
+    const poet_weight *w0 = &pi->w[pi->first[key]];
+    int ld = w0->ld;
+    if (dbias) o->matmul_backward(be, NULL, NULL, dbias, dout, NULL, NULL, N, w0->in, ld, lay);
+    for (int i = pi->first[key]; i < pi->first[key + 1]; i++) {
+        const poet_weight *a = &pi->w[i];
+        const float *Gi = pi->G + a->gi_off, *Go = pi->G + a->go_off, *W0 = w + a->w_rel;
+        o->poet_apply_forward(be, u, x, Gi, a->perm_in, N, a->in, b, 0);
+        o->matmul_forward(be, hh, u, W0, NULL, N, a->in, a->out, lay);
+        o->memset0(be, dy, (size_t)N * a->out * sizeof(float));
+        o->axpy_rows(be, dy, a->out, dout + a->col, ld, 1.0f, N, a->out);
+        o->memset0(be, dh, (size_t)N * a->out * sizeof(float));
+        o->memset0(be, dGo, (size_t)a->out * b * sizeof(float));
+        o->poet_apply_backward(be, dh, dGo, dy, hh, Go, a->perm_out, N, a->out, b, 0);
+        o->memset0(be, du, (size_t)N * a->in * sizeof(float));
+        o->matmul_backward(be, du, NULL, NULL, dh, u, W0, N, a->in, a->out, lay);
+        o->memset0(be, dGi, (size_t)a->in * b * sizeof(float));
+        o->poet_apply_backward(be, dx, dGi, du, x, Gi, a->perm_in, N, a->in, b, 0);
+        o->poet_cayley_backward(be, g + a->qi_off, dGi, p + a->qi_off, a->in / b, b, k);
+        o->poet_cayley_backward(be, g + a->qo_off, dGo, p + a->qo_off, a->out / b, b, k);
+    }
+}
+
+/* ------------------------------------------------------------------ st_model ops */
+
+static void set_hook(poet_impl *pi, st_linear_hook *h) {
+    if (pi->gpt2) ((st_gpt2_model *)pi->base->impl)->hook = h;
+    else ((st_llama_model *)pi->base->impl)->hook = h;
+}
+
+/* dst[i] = src[i] on the backend (no copy op: zero, then add) */
+static void dev_copy(st_backend *be, float *dst, const float *src, size_t n) {
+    be->ops->memset0(be, dst, n * sizeof(float));
+    for (size_t i = 0; i < n; i += 1u << 30) {
+        size_t c = n - i < (1u << 30) ? n - i : (1u << 30);
+        be->ops->axpy_rows(be, dst + i, (int)c, src + i, (int)c, 1.0f, 1, (int)c);
+    }
+}
+
+static st_status po_alloc_acts(st_model *m, int B, int T, st_err *err) {
+    poet_impl *pi = impl_of(m);
+    st_backend *be = m->be;
+    st_status s = pi->base->ops->alloc_acts(pi->base, B, T, err);
+    if (s) return s;
+    m->row_losses = pi->base->row_losses;
+    if (pi->scratch) be->ops->dealloc(be, pi->scratch);
+    pi->N = B * T;
+    size_t n = 5 * (size_t)pi->N * pi->max_d + 2 * (size_t)pi->max_nb * pi->cfg.block * pi->cfg.block;
+    if (!(pi->scratch = be->ops->alloc(be, n * sizeof(float))))
+        return st_errf(err, ST_ERR_NOMEM, "poetx: cannot allocate %.1f MiB of scratch for batch %d x seq %d",
+                       n * 4.0 / 1048576.0, B, T);
+    return ST_OK;
+}
+
+static float po_forward(st_model *m, const int32_t *in, const int32_t *tg, float dloss) {
+    poet_impl *pi = impl_of(m);
+    for (int i = 0; i < pi->n_train; i++) /* the trainables as the optimizer left them */
+        dev_copy(m->be, pi->base->params + pi->train[i].base_off, m->params + pi->train[i].off, pi->train[i].numel);
+    return pi->base->ops->forward(pi->base, in, tg, dloss);
+}
+
+static void po_backward(st_model *m) {
+    poet_impl *pi = impl_of(m);
+    st_backend *be = m->be;
+    st_model *b = pi->base;
+    for (int i = 0; i < pi->n_train; i++)
+        be->ops->memset0(be, b->grads + pi->train[i].base_off, pi->train[i].numel * sizeof(float));
+    b->ops->backward(b); /* the Q's gradients accumulate into m->grads through the hook */
+    for (int i = 0; i < pi->n_train; i++) {
+        const poet_train *t = &pi->train[i];
+        for (size_t j = 0; j < t->numel; j += 1u << 30) {
+            size_t c = t->numel - j < (1u << 30) ? t->numel - j : (1u << 30);
+            be->ops->axpy_rows(be, m->grads + t->off + j, (int)c, b->grads + t->base_off + j, (int)c, 1.0f, 1, (int)c);
+        }
+    }
+    if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, 0, m->n_params);
+}
+
+/* The base's trainables as they are, Q = 0 (G = I: the model is the base), permutations of
+ * (seed, step 0). */
+static void po_init_random(st_model *m, uint64_t seed) {
+    poet_impl *pi = impl_of(m);
+    st_backend *be = m->be;
+    be->ops->memset0(be, m->params, m->n_params * sizeof(float));
+    for (int i = 0; i < pi->n_train; i++)
+        dev_copy(be, m->params + pi->train[i].off, pi->base->params + pi->train[i].base_off, pi->train[i].numel);
+    st_poetx_draw_perms(m, seed, 0);
+}
+
+/* The file: the trainable tensors and Q's under the table's names, then each weight's W0 (the
+ * base's name and layout: merges change it) and its permutations ("<w>.perm_in", ".perm_out",
+ * I32), so that a checkpoint resumes bit for bit across a merge. */
+static st_status po_save(const st_model *m, const char *path, st_err *err) {
+    poet_impl *pi = impl_of(m);
+    st_backend *be = m->be;
+    size_t nw0 = 0, np = 0;
+    for (int i = 0; i < pi->n_w; i++) {
+        nw0 += pi->w[i].base_t->numel;
+        np += (size_t)pi->w[i].in + pi->w[i].out;
+    }
+    int nt = m->n_tensors + 3 * pi->n_w;
+    float *host = malloc(m->n_params * sizeof(float)), *w0 = malloc((nw0 ? nw0 : 1) * sizeof(float));
+    int32_t *perm = malloc((np ? np : 1) * sizeof(int32_t));
+    st_tensor_out *to = calloc((size_t)nt, sizeof *to);
+    char(*names)[160] = calloc((size_t)(2 * pi->n_w + 1), sizeof *names);
+    st_status s = ST_OK;
+    if (!host || !w0 || !perm || !to || !names) {
+        s = st_errf(err, ST_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    be->ops->copy_to_host(be, host, m->params, m->n_params * sizeof(float));
+    be->ops->copy_to_host(be, perm, pi->perms, np * sizeof(int32_t));
+    int k = 0;
+    for (int i = 0; i < m->n_tensors; i++, k++) {
+        const st_param_info *t = &pi->tensors[i];
+        to[k] = (st_tensor_out){.name = t->name, .dtype = ST_F32, .ndim = t->ndim, .data = host + t->offset};
+        for (int d = 0; d < t->ndim; d++) to[k].shape[d] = t->shape[d];
+    }
+    size_t wo = 0, po = 0;
+    for (int i = 0; i < pi->n_w; i++) {
+        const poet_weight *a = &pi->w[i];
+        const st_param_info *t = a->base_t;
+        be->ops->copy_to_host(be, w0 + wo, pi->base->params + t->offset, t->numel * sizeof(float));
+        to[k++] = (st_tensor_out){.name = t->name, .dtype = ST_F32, .ndim = 2, .shape = {t->shape[0], t->shape[1]},
+                                  .data = w0 + wo};
+        int lw = (int)(strlen(t->name) - strlen(".weight"));
+        snprintf(names[2 * i], sizeof names[0], "%.*s.perm_in", lw, t->name);
+        snprintf(names[2 * i + 1], sizeof names[0], "%.*s.perm_out", lw, t->name);
+        to[k++] = (st_tensor_out){.name = names[2 * i], .dtype = ST_I32, .ndim = 1, .shape = {a->in}, .data = perm + po};
+        to[k++] = (st_tensor_out){.name = names[2 * i + 1], .dtype = ST_I32, .ndim = 1, .shape = {a->out},
+                                  .data = perm + po + a->in};
+        wo += t->numel;
+        po += (size_t)a->in + a->out;
+    }
+    char b[16], kk[16];
+    snprintf(b, sizeof b, "%d", pi->cfg.block);
+    snprintf(kk, sizeof kk, "%d", pi->cfg.terms);
+    const char *meta[] = {"format", "strata-poetx", "poetx_block", b, "poetx_terms", kk};
+    s = st_safetensors_write(path, to, nt, meta, 3, err);
+done:
+    free(host);
+    free(w0);
+    free(perm);
+    free(to);
+    free(names);
+    return s;
+}
+
+/* A file po_save wrote: every tensor of the table; W0 and the permutations where present (a
+ * checkpoint has them; without them the base's W0 and the drawn permutations stay). */
+static st_status po_load(st_model *m, const char *path, st_err *err) {
+    poet_impl *pi = impl_of(m);
+    st_backend *be = m->be;
+    st_safetensors *st;
+    st_status s = st_safetensors_open(&st, path, err);
+    if (s) return s;
+    const char *fb = st_safetensors_meta(st, "poetx_block");
+    if (fb && atoi(fb) != pi->cfg.block) {
+        s = st_errf(err, ST_ERR_INVALID, "key 'poetx_block': %s was written with poetx_block %s, this run has %d; "
+                    "resume with the block size the run was trained with", path, fb, pi->cfg.block);
+        st_safetensors_close(st);
+        return s;
+    }
+    float *host = malloc(m->n_params * sizeof(float));
+    if (!host) {
+        st_safetensors_close(st);
+        return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    }
+    for (int i = 0; !s && i < m->n_tensors; i++) {
+        const st_param_info *t = &pi->tensors[i];
+        int64_t shape[4];
+        for (int d = 0; d < t->ndim; d++) shape[d] = t->shape[d];
+        if (!st_safetensors_find(st, t->name))
+            s = st_errf(err, ST_ERR_FORMAT, "%s: no tensor '%s'; the file holds another model or another poetx_block "
+                        "(this run: poetx_block %d)", path, t->name, pi->cfg.block);
+        else s = st_safetensors_read_f32(st, t->name, host + t->offset, t->numel, shape, t->ndim, err);
+    }
+    /* W0 and the permutations: all read before any is set, so a bad file changes nothing */
+    size_t nw0 = 0;
+    for (int i = 0; i < pi->n_w; i++) nw0 += pi->w[i].base_t->numel;
+    int have = 0;
+    float *w0 = NULL;
+    if (!s && pi->n_w && st_safetensors_find(st, pi->w[0].base_t->name) && !(w0 = malloc(nw0 * sizeof(float))))
+        s = st_errf(err, ST_ERR_NOMEM, "out of memory");
+    if (w0) {
+        have = 1;
+        for (size_t i = 0, wo = 0; !s && i < (size_t)pi->n_w; wo += pi->w[i].base_t->numel, i++) {
+            const poet_weight *a = &pi->w[i];
+            const st_param_info *t = a->base_t;
+            int64_t shape[2] = {t->shape[0], t->shape[1]};
+            char pn[2][160];
+            int lw = (int)(strlen(t->name) - strlen(".weight"));
+            snprintf(pn[0], sizeof pn[0], "%.*s.perm_in", lw, t->name);
+            snprintf(pn[1], sizeof pn[1], "%.*s.perm_out", lw, t->name);
+            const st_tensor_entry *e0 = st_safetensors_find(st, pn[0]), *e1 = st_safetensors_find(st, pn[1]);
+            if (!st_safetensors_find(st, t->name) || !e0 || !e1 || e0->dtype != ST_I32 || e1->dtype != ST_I32 ||
+                e0->shape[0] != a->in || e1->shape[0] != a->out)
+                s = st_errf(err, ST_ERR_FORMAT, "%s: '%s' or its permutations (%s, %s: I32 [%d], [%d]) missing or of "
+                            "another shape; the file is no POET-X checkpoint of this model", path, t->name, pn[0],
+                            pn[1], a->in, a->out);
+            else if (!(s = st_safetensors_read_f32(st, t->name, w0 + wo, t->numel, shape, 2, err)) &&
+                     (!is_perm_(st_safetensors_data(st, e0), a->in) || !is_perm_(st_safetensors_data(st, e1), a->out)))
+                s = st_errf(err, ST_ERR_FORMAT, "%s: %s or %s is not a permutation", path, pn[0], pn[1]);
+        }
+    }
+    if (!s) {
+        be->ops->copy_to_device(be, m->params, host, m->n_params * sizeof(float));
+        for (size_t i = 0, wo = 0; have && i < (size_t)pi->n_w; wo += pi->w[i].base_t->numel, i++) {
+            const poet_weight *a = &pi->w[i];
+            char pn[160];
+            int lw = (int)(strlen(a->base_t->name) - strlen(".weight"));
+            be->ops->copy_to_device(be, pi->base->params + a->base_t->offset, w0 + wo, a->base_t->numel * sizeof(float));
+            snprintf(pn, sizeof pn, "%.*s.perm_in", lw, a->base_t->name);
+            be->ops->copy_to_device(be, a->perm_in, st_safetensors_data(st, st_safetensors_find(st, pn)),
+                                    (size_t)a->in * sizeof(int32_t));
+            snprintf(pn, sizeof pn, "%.*s.perm_out", lw, a->base_t->name);
+            be->ops->copy_to_device(be, a->perm_out, st_safetensors_data(st, st_safetensors_find(st, pn)),
+                                    (size_t)a->out * sizeof(int32_t));
+        }
+    }
+    free(w0);
+    free(host);
+    st_safetensors_close(st);
+    return s;
+}
+
+static double po_flops(const st_model *m, int T) {
+    const st_model *b = impl_of(m)->base;
+    return b->ops->flops_per_token(b, T);
+}
+
+static void po_describe(const st_model *m, char *buf, size_t cap) {
+    poet_impl *pi = impl_of(m);
+    char inner[200] = "";
+    if (pi->base->ops->describe) pi->base->ops->describe(pi->base, inner, sizeof inner);
+    snprintf(buf, cap, "%s, POET-X b %d k %d over %d weights (%zu trainable)", inner, pi->cfg.block, pi->cfg.terms,
+             pi->n_w, m->n_params);
+}
+
+static void po_destroy(st_model *m) {
+    if (!m) return;
+    poet_impl *pi = impl_of(m);
+    if (pi) {
+        st_backend *be = m->be;
+        if (pi->scratch) be->ops->dealloc(be, pi->scratch);
+        if (pi->G) be->ops->dealloc(be, pi->G);
+        if (pi->perms) be->ops->dealloc(be, pi->perms);
+        if (m->params) be->ops->dealloc(be, m->params);
+        if (m->grads) be->ops->dealloc(be, m->grads);
+        if (pi->base) {
+            set_hook(pi, NULL);
+            st_model_free(pi->base);
+        }
+        free(pi->w);
+        free(pi->first);
+        free(pi->train);
+        free(pi->tensors);
+        free(pi);
+    }
+    free(m);
+}
+
+static int po_step_gemms(const st_model *m, int B, int T, st_gemm_shape *out, int max) {
+    const st_model *b = impl_of(m)->base;
+    return b->ops->step_gemms ? b->ops->step_gemms(b, B, T, out, max) : 0;
+}
+
+/* The merged dense model (R W0 P folded, the trainables as they are) as the base's Hugging
+ * Face directory; the base's vector as it was after. */
+static st_status po_save_hf(const st_model *m, const char *dir, st_dtype dtype, st_err *err) {
+    poet_impl *pi = impl_of(m);
+    st_model *b = pi->base;
+    size_t nb = b->n_params;
+    float *keep = malloc(nb * sizeof(float)), *qkeep = malloc(m->n_params * sizeof(float));
+    int32_t *pkeep = NULL;
+    size_t np = 0;
+    for (int i = 0; i < pi->n_w; i++) np += (size_t)pi->w[i].in + pi->w[i].out;
+    pkeep = malloc((np ? np : 1) * sizeof(int32_t));
+    if (!keep || !qkeep || !pkeep) {
+        free(keep);
+        free(qkeep);
+        free(pkeep);
+        return st_errf(err, ST_ERR_NOMEM, "poetx: out of memory for the merged weights (%.1f MiB)", nb * 4 / 1048576.0);
+    }
+    st_backend *be = m->be;
+    be->ops->copy_to_host(be, keep, b->params, nb * sizeof(float));
+    be->ops->copy_to_host(be, qkeep, m->params, m->n_params * sizeof(float));
+    be->ops->copy_to_host(be, pkeep, pi->perms, np * sizeof(int32_t));
+    for (int i = 0; i < pi->n_train; i++)
+        dev_copy(be, b->params + pi->train[i].base_off, m->params + pi->train[i].off, pi->train[i].numel);
+    st_status s = st_poetx_merge((st_model *)m, 0, 0, err);
+    if (!s) s = b->ops->save_hf(b, dir, dtype, err);
+    be->ops->copy_to_device(be, b->params, keep, nb * sizeof(float)); /* as it was, bit for bit */
+    be->ops->copy_to_device(be, m->params, qkeep, m->n_params * sizeof(float));
+    be->ops->copy_to_device(be, pi->perms, pkeep, np * sizeof(int32_t));
+    free(keep);
+    free(qkeep);
+    free(pkeep);
+    return s;
+}
+
+static const float *po_logits(const st_model *m) {
+    const st_model *b = impl_of(m)->base;
+    return b->ops->logits(b);
+}
+
+static st_status po_set_docs(st_model *m, const int32_t *positions, const int32_t *doc_start, st_err *err) {
+    return st_model_set_docs(impl_of(m)->base, positions, doc_start, err);
+}
+
+static const st_model_ops poetx_ops = {
+    .arch = "poetx",
+    .alloc_acts = po_alloc_acts,
+    .forward = po_forward,
+    .backward = po_backward,
+    .init_random = po_init_random,
+    .save = po_save,
+    .load = po_load,
+    .flops_per_token = po_flops,
+    .describe = po_describe,
+    .destroy = po_destroy,
+    .step_gemms = po_step_gemms,
+    .save_hf = po_save_hf,
+    .logits = po_logits,
+    .set_docs = po_set_docs,
+};
+
+int st_model_is_poetx(const st_model *m) { return m && m->ops == &poetx_ops; }
+st_model *st_poetx_base(const st_model *m) { return st_model_is_poetx(m) ? impl_of(m)->base : NULL; }
+const st_poetx_config *st_poetx_config_of(const st_model *m) { return st_model_is_poetx(m) ? &impl_of(m)->cfg : NULL; }
+size_t st_poetx_q_offset(const st_model *m) { return st_model_is_poetx(m) ? impl_of(m)->q_off : 0; }
+
+/* ------------------------------------------------------------------ permutations, merge */
+
+static void draw_perm(st_rng *r, int32_t *p, int d) {
+    for (int i = 0; i < d; i++) p[i] = i;
+    for (int i = d - 1; i > 0; i--) { /* Fisher-Yates */
+        int j = (int)(st_rng_u64(r) % (uint64_t)(i + 1));
+        int32_t t = p[i];
+        p[i] = p[j];
+        p[j] = t;
+    }
+}
+
+void st_poetx_draw_perms(st_model *m, uint64_t seed, int64_t step) {
+    poet_impl *pi = impl_of(m);
+    st_rng r;
+    st_rng_seed(&r, seed ^ 0x504F4554ull ^ ((uint64_t)step * 0x9E3779B97F4A7C15ull)); /* "POET", the step */
+    for (int i = 0; i < pi->n_w; i++) {
+        poet_weight *a = &pi->w[i];
+        int32_t *h = malloc(sizeof(int32_t) * (size_t)(a->in + a->out));
+        if (!h) return;
+        draw_perm(&r, h, a->in);
+        draw_perm(&r, h + a->in, a->out);
+        m->be->ops->copy_to_device(m->be, a->perm_in, h, sizeof(int32_t) * (size_t)(a->in + a->out));
+        free(h);
+    }
+}
+
+static int is_perm_(const int32_t *p, int d) {
+    char *seen = calloc((size_t)d, 1);
+    int ok = seen != NULL;
+    for (int i = 0; ok && i < d; i++) {
+        ok = p[i] >= 0 && p[i] < d && !seen[p[i]];
+        if (ok) seen[p[i]] = 1;
+    }
+    free(seen);
+    return ok;
+}
+
+st_status st_poetx_set_perms(st_model *m, const char *weight, const int32_t *perm_in, const int32_t *perm_out,
+                             st_err *err) {
+    if (!st_model_is_poetx(m)) return st_errf(err, ST_ERR_INVALID, "poetx: the model is not a POET-X model");
+    poet_impl *pi = impl_of(m);
+    size_t lw = strlen(weight);
+    for (int i = 0; i < pi->n_w; i++) {
+        poet_weight *a = &pi->w[i];
+        const char *n = a->base_t->name;
+        if (strcmp(n, weight) && !(strlen(n) == lw + 7 && !strncmp(n, weight, lw) && !strcmp(n + lw, ".weight")))
+            continue;
+        if (!is_perm_(perm_in, a->in) || !is_perm_(perm_out, a->out))
+            return st_errf(err, ST_ERR_INVALID, "poetx: the permutations given for '%s' are not permutations of 0..%d "
+                           "and 0..%d", n, a->in - 1, a->out - 1);
+        m->be->ops->copy_to_device(m->be, a->perm_in, perm_in, sizeof(int32_t) * (size_t)a->in);
+        m->be->ops->copy_to_device(m->be, a->perm_out, perm_out, sizeof(int32_t) * (size_t)a->out);
+        return ST_OK;
+    }
+    return st_errf(err, ST_ERR_INVALID, "poetx: no matmul weight '%s' in this model", weight);
+}
+
+static void transpose(float *dst, const float *src, int rows, int cols) {
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) dst[(size_t)c * rows + r] = src[(size_t)r * cols + c];
+}
+
+/* W0 (out, in) <- R W0 P: the rows of W0 through P^T (apply with G_in^T, trans 1) give W0 P; the
+ * rows of its transpose through R (trans 0) give (R W0 P)^T. In fp32, with the backend's ops. */
+st_status st_poetx_merge(st_model *m, uint64_t seed, int64_t step, st_err *err) {
+    if (!st_model_is_poetx(m)) return st_errf(err, ST_ERR_INVALID, "poetx: the model is not a POET-X model");
+    poet_impl *pi = impl_of(m);
+    st_backend *be = m->be;
+    const st_backend_ops *o = be->ops;
+    int b = pi->cfg.block, k = pi->cfg.terms;
+    size_t mx = 0;
+    for (int i = 0; i < pi->n_w; i++)
+        if ((size_t)pi->w[i].in * pi->w[i].out > mx) mx = (size_t)pi->w[i].in * pi->w[i].out;
+    float *h1 = malloc(mx * sizeof(float)), *h2 = malloc(mx * sizeof(float));
+    float *d = o->alloc(be, mx * sizeof(float));
+    if (!h1 || !h2 || !d) {
+        free(h1);
+        free(h2);
+        if (d) o->dealloc(be, d);
+        return st_errf(err, ST_ERR_NOMEM, "poetx: out of memory for a merge (%.1f MiB)", 3.0 * mx * 4 / 1048576.0);
+    }
+    for (int i = 0; i < pi->n_w; i++) {
+        const poet_weight *a = &pi->w[i];
+        float *W = pi->base->params + a->base_t->offset;
+        size_t n = (size_t)a->in * a->out;
+        float *Gi = pi->G + a->gi_off, *Go = pi->G + a->go_off;
+        o->poet_cayley_forward(be, Gi, m->params + a->qi_off, a->in / b, b, k);
+        o->poet_cayley_forward(be, Go, m->params + a->qo_off, a->out / b, b, k);
+        o->copy_to_host(be, h1, W, n * sizeof(float));
+        if (pi->gpt2) { /* Conv1D (in, out): W0^T */
+            transpose(h2, h1, a->in, a->out);
+            memcpy(h1, h2, n * sizeof(float));
+        }
+        o->copy_to_device(be, d, h1, n * sizeof(float));
+        o->poet_apply_forward(be, d, d, Gi, a->perm_in, a->out, a->in, b, 1); /* W0 P, (out, in) */
+        o->copy_to_host(be, h1, d, n * sizeof(float));
+        transpose(h2, h1, a->out, a->in);                                     /* (W0 P)^T, (in, out) */
+        o->copy_to_device(be, d, h2, n * sizeof(float));
+        o->poet_apply_forward(be, d, d, Go, a->perm_out, a->in, a->out, b, 0); /* (R W0 P)^T */
+        o->copy_to_host(be, h1, d, n * sizeof(float));
+        if (!pi->gpt2) {
+            transpose(h2, h1, a->in, a->out);
+            memcpy(h1, h2, n * sizeof(float));
+        }
+        o->copy_to_device(be, W, h1, n * sizeof(float));
+    }
+    o->dealloc(be, d);
+    free(h1);
+    free(h2);
+    o->memset0(be, m->params + pi->q_off, (m->n_params - pi->q_off) * sizeof(float));
+    st_poetx_draw_perms(m, seed, step);
+    return ST_OK;
+}
+
+/* ------------------------------------------------------------------ creation */
+
+st_status st_poetx_model_create(st_model **out, st_model *base, const st_poetx_config *cfg, uint64_t seed,
+                                st_err *err) {
+    *out = NULL;
+    const st_backend_ops *bo = base->be->ops;
+    if (!bo->poet_cayley_forward || !bo->poet_cayley_backward || !bo->poet_apply_forward ||
+        !bo->poet_apply_backward || !bo->axpy_rows) {
+        const char *name = bo->name;
+        st_model_free(base);
+        return st_errf(err, ST_ERR_UNSUPPORTED, "poetx: backend '%s' lacks the poet_* or axpy_rows ops; train POET-X "
+                       "on the cpu backend", name);
+    }
+    int n_w = 0, n_tr = 0;
+    size_t np = 0, nq = 0, ng = 0;
+    st_status s = build(base->tensors, base->n_tensors, base->ops->arch, cfg, NULL, &n_w, NULL, &n_tr, &np, &nq, &ng,
+                        err);
+    if (!s && !base->grads)
+        s = st_errf(err, ST_ERR_INVALID, "poetx: the base model has no gradient vector (its embeddings, norms and "
+                    "biases train)");
+    if (s) {
+        st_model_free(base);
+        return s;
+    }
+    int gpt2 = !strcmp(base->ops->arch, "gpt2"), L = 0;
+    for (int i = 0; i < base->n_tensors; i++) {
+        int l = layer_of(base->tensors[i].name);
+        if (l + 1 > L) L = l + 1;
+    }
+    st_model *m = calloc(1, sizeof *m);
+    poet_impl *pi = calloc(1, sizeof *pi);
+    if (pi) {
+        pi->w = calloc((size_t)(n_w ? n_w : 1), sizeof *pi->w);
+        pi->train = calloc((size_t)(n_tr ? n_tr : 1), sizeof *pi->train);
+        pi->first = calloc((size_t)L * ST_MM_COUNT + 1, sizeof *pi->first);
+        pi->tensors = calloc((size_t)(n_tr + 2 * n_w + 1), sizeof *pi->tensors);
+    }
+    if (!m || !pi || !pi->w || !pi->train || !pi->first || !pi->tensors) {
+        if (pi) {
+            free(pi->w);
+            free(pi->train);
+            free(pi->first);
+            free(pi->tensors);
+        }
+        free(pi);
+        free(m);
+        st_model_free(base);
+        return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    }
+    m->ops = &poetx_ops;
+    m->impl = pi;
+    m->be = base->be;
+    pi->base = base;
+    pi->self = m;
+    pi->cfg = *cfg;
+    pi->gpt2 = gpt2;
+    pi->n_layer = L;
+    build(base->tensors, base->n_tensors, base->ops->arch, cfg, pi->w, &pi->n_w, pi->train, &pi->n_train, &np, &nq,
+          &ng, err);
+    pi->q_off = np - nq;
+    for (int i = 0; i < pi->n_w; i++) /* packed widths */
+        for (int j = 0; j < pi->n_w; j++)
+            if (pi->w[j].layer == pi->w[i].layer && pi->w[j].mm == pi->w[i].mm) pi->w[i].ld += pi->w[j].out;
+    for (int kk = 0, i = 0; kk < L * ST_MM_COUNT; kk++) { /* weights come in (layer, mm) order */
+        pi->first[kk] = i;
+        while (i < pi->n_w && pi->w[i].layer * ST_MM_COUNT + pi->w[i].mm == kk) i++;
+        pi->first[kk + 1] = i;
+    }
+    /* the tensor table: the base's trainables under their names, then each weight's Q's */
+    int nt = 0;
+    for (int i = 0; i < base->n_tensors; i++) {
+        if (proj_of(base->tensors[i].name, gpt2) >= 0) continue;
+        pi->tensors[nt] = base->tensors[i];
+        pi->tensors[nt].offset = pi->train[nt].off;
+        nt++;
+    }
+    int b = cfg->block, nqb = b * (b - 1) / 2;
+    size_t nperm = 0;
+    for (int i = 0; i < pi->n_w; i++) {
+        poet_weight *a = &pi->w[i];
+        const char *bn = a->base_t->name;
+        int lw = (int)(strlen(bn) - strlen(".weight"));
+        st_param_info *ti = &pi->tensors[nt++], *to = &pi->tensors[nt++];
+        /* role bias: no weight decay (Adam on the packed parameters, as published), zero init */
+        *ti = (st_param_info){.offset = a->qi_off, .numel = (size_t)(a->in / b) * nqb, .ndim = 2,
+                              .shape = {a->in / b, nqb}, .role = ST_ROLE_BIAS};
+        *to = (st_param_info){.offset = a->qo_off, .numel = (size_t)(a->out / b) * nqb, .ndim = 2,
+                              .shape = {a->out / b, nqb}, .role = ST_ROLE_BIAS};
+        snprintf(ti->name, sizeof ti->name, "%.*s.poet_q_in", lw, bn);
+        snprintf(to->name, sizeof to->name, "%.*s.poet_q_out", lw, bn);
+        if (a->in > pi->max_d) pi->max_d = a->in;
+        if (a->out > pi->max_d) pi->max_d = a->out;
+        if (a->in / b > pi->max_nb) pi->max_nb = a->in / b;
+        if (a->out / b > pi->max_nb) pi->max_nb = a->out / b;
+        nperm += (size_t)a->in + a->out;
+    }
+    m->n_params = np;
+    m->n_tensors = nt;
+    m->tensors = pi->tensors;
+    m->max_seq = base->max_seq;
+    m->vocab_size = base->vocab_size;
+    m->params = m->be->ops->alloc(m->be, (np ? np : 1) * sizeof(float));
+    m->grads = m->be->ops->alloc(m->be, (np ? np : 1) * sizeof(float));
+    pi->G = m->be->ops->alloc(m->be, (ng ? ng : 1) * sizeof(float));
+    pi->perms = m->be->ops->alloc(m->be, (nperm ? nperm : 1) * sizeof(int32_t));
+    if (!m->params || !m->grads || !pi->G || !pi->perms) {
+        po_destroy(m);
+        return st_errf(err, ST_ERR_NOMEM, "poetx: cannot allocate %.1f MiB for the trainable parameters, their "
+                       "gradients and the blocks' G", (2.0 * np + ng + nperm) * 4 / 1048576.0);
+    }
+    for (size_t i = 0, off = 0; i < (size_t)pi->n_w; i++) {
+        pi->w[i].perm_in = pi->perms + off;
+        pi->w[i].perm_out = pi->perms + off + pi->w[i].in;
+        off += (size_t)pi->w[i].in + pi->w[i].out;
+    }
+    pi->hook = (st_linear_hook){.linear_forward = hook_linear_forward, .linear_backward = hook_linear_backward};
+    set_hook(pi, &pi->hook);
+    po_init_random(m, seed);
+    *out = m;
+    return ST_OK;
+}

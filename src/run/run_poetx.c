@@ -1,0 +1,93 @@
+/* run_poetx.c - strata train's method poetx: every matmul weight of the blocks trained as
+ * R W0 P (strata/poetx.h) over the base model (a preset, randomly initialised from the seed, or
+ * init_from's weights), the optimizer over the base's other tensors and the packed Q's (Adam on
+ * Q without weight decay: the Q's have the bias role), a merge every poetx_merge_every steps,
+ * checkpoints holding W0 and the permutations besides the trained tensors (the model's save).
+ * In memory, one process, fp32 optimizer state, for now. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "run/run_poetx_internal.h"
+#include "strata/block.h"
+#include "strata/poetx.h"
+
+static int is_poetx(const st_train_config *c) { return !strcmp(c->method, "poetx"); }
+
+static st_poetx_config poetx_config(const st_train_config *c) {
+    return (st_poetx_config){.block = c->poetx_block, .terms = c->poetx_terms};
+}
+
+/* A resume continues the run's own block size and terms (the method itself: run_lora_check). */
+static st_status check_resume(const st_train_config *c, st_err *err) {
+    char path[2200];
+    st_run_path(path, sizeof path, c->run_dir, ST_RUN_CONFIG);
+    if (!c->resume[0] || access(path, R_OK)) return ST_OK;
+    st_train_config *was = malloc(sizeof *was);
+    if (!was) return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    st_train_config_defaults(was);
+    st_status s = ST_OK;
+    if (!st_train_config_load_json(was, path, NULL) && !strcmp(was->method, "poetx")) {
+        const char *key = was->poetx_block != c->poetx_block ? "poetx_block"
+                          : was->poetx_terms != c->poetx_terms ? "poetx_terms" : NULL;
+        if (key)
+            s = st_errf(err, ST_ERR_INVALID, "key '%s': the run in %s was trained with poetx_block %d, poetx_terms %d; "
+                        "a resume continues it as it was: leave %s out, or start a new run", key, c->run_dir,
+                        was->poetx_block, was->poetx_terms, key);
+    }
+    free(was);
+    return s;
+}
+
+st_status run_poetx_check(const st_train_config *c, int world, st_err *err) {
+    if (!is_poetx(c)) return ST_OK;
+    st_status s = check_resume(c, err);
+    if (s) return s;
+    const char *why = NULL;
+    if (c->device_budget > 0) why = "device_budget";
+    else if (c->state_paths[0]) why = "state_paths";
+    else if (!strcmp(c->plan_state, "auto")) why = "plan_state";
+    if (why)
+        return st_errf(err, ST_ERR_UNSUPPORTED, "key '%s': method poetx trains in memory for now (no layer streaming, "
+                       "no disk state); leave %s out", why, why);
+    if (st_train_config_state_format(c) != ST_OPTIM_STATE_F32)
+        return st_errf(err, ST_ERR_UNSUPPORTED, "key 'optim_state': method poetx keeps f32 optimizer state for now "
+                       "(a merge resets Q's moments in place); give --optim_state f32");
+    if (world > 1)
+        return st_errf(err, ST_ERR_UNSUPPORTED, "key 'method': method poetx runs in one process for now, not under "
+                       "mpirun (%d ranks); run it without mpirun", world);
+    st_model_overrides ov = st_train_config_overrides(c);
+    st_model_shape shape;
+    st_arch *arch = NULL;
+    if ((s = st_model_resolve(c->model, c->init_from, &ov, 0, 0, &shape, &arch, err))) return s;
+    st_poetx_config pc = poetx_config(c);
+    s = st_poetx_check(arch->lay.tensors, arch->lay.n_tensors, shape.arch, &pc, NULL, NULL, err);
+    st_arch_free(arch);
+    return s;
+}
+
+st_status run_poetx_open(const st_train_config *c, st_model **m, st_err *err) {
+    if (!is_poetx(c)) return ST_OK;
+    st_poetx_config pc = poetx_config(c);
+    st_model *pm = NULL;
+    st_status s = st_poetx_model_create(&pm, *m, &pc, c->seed, err); /* takes the base, frees it on failure */
+    *m = pm; /* its activations: the run's, as for any model the step trains through its own forward */
+    return s;
+}
+
+st_status run_poetx_after_step(const st_train_config *c, st_model *m, st_optim *o, long step, st_err *err) {
+    if (!st_model_is_poetx(m) || step % c->poetx_merge_every) return ST_OK;
+    st_status s = st_poetx_merge(m, c->seed, step, err);
+    if (s) return s;
+    size_t q0 = st_poetx_q_offset(m);
+    for (int i = 0; o && i < st_optim_state_count(o); i++) { /* f32: m then v, each the vector's layout */
+        size_t bytes = 0;
+        float *st = st_optim_state_buffer(o, i, &bytes);
+        if (bytes != m->n_params * sizeof(float))
+            return st_errf(err, ST_ERR_UNSUPPORTED, "poetx: optimizer state %d holds %zu bytes, not the %zu of the "
+                           "vector; cannot reset Q's moments", i, bytes, m->n_params * sizeof(float));
+        memset(st + q0, 0, (m->n_params - q0) * sizeof(float));
+    }
+    return ST_OK;
+}

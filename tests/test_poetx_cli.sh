@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# test_poetx_cli.sh - strata train --method poetx end to end through the strata binary:
+#  - a POET-X run (gpt2-tiny, b 8, a merge every 3 steps) trains, the loss falls;
+#  - resume is bit-exact across merges: 8 steps straight and 3 + 5 (--stop_at 3: the checkpoint
+#    right after the merge at step 3, then --resume over the merge at 6) give the same losses and
+#    byte-identical final checkpoints (the trained tensors, Q, W0 and the permutations);
+#  - a resume with another method or poetx_block is refused, its config.json untouched;
+#  - the Llama family trains too (llama-tiny);
+#  - bad input refused before a run directory exists, naming the key (and the tensor): a block
+#    size that divides no dimension of a weight, the disk state, 8-bit optimizer state;
+#  - strata bench poet --json prints the state bytes per matmul-weight parameter by class.
+set -u
+S=${STRATA_BIN:?}
+T=$(mktemp -d /tmp/strata-poetx-XXXXXX)
+fail=0; checks=0
+check() { checks=$((checks+1)); if ! eval "$1"; then echo "FAIL: $2"; fail=$((fail+1)); fi; }
+command -v jq >/dev/null || { echo "no jq: skipped"; exit 77; }
+tiny="--vocab_size 256 --batch 2 --seq 16 --sample_every 0 --eval_every 0 --quiet 1"
+poet="--method poetx --poetx_block 8 --poetx_terms 4 --poetx_merge_every 3 --lr 1e-2 --warmup_steps 2"
+losses() { jq -r .loss "$1/metrics.jsonl" | tr '\n' ' '; }
+ck() { echo "$1/checkpoints/step_0000000$2/model.safetensors"; }
+
+# --- straight
+"$S" train --model gpt2-tiny $tiny $poet --steps 8 --ckpt_every 3 --run_dir "$T/a" >"$T/a.out" 2>&1
+rc=$?
+check '[ $rc -eq 0 ]' "poetx run: $(tail -2 "$T/a.out")"
+a_losses=$(losses "$T/a")
+n=$(echo $a_losses | wc -w)
+check '[ "$n" = 8 ]' "8 steps logged (got $n)"
+first=$(echo $a_losses | cut -d" " -f1); last=$(echo $a_losses | awk "{print \$NF}")
+check 'awk "BEGIN{exit !($last < $first)}"' "the loss falls over 8 poetx steps ($a_losses)"
+
+# --- resume: 3 (a merge, then the checkpoint) + 5 (over the merge at 6)
+"$S" train --model gpt2-tiny $tiny $poet --steps 8 --ckpt_every 3 --stop_at 3 --run_dir "$T/b" >"$T/b1.out" 2>&1
+"$S" train --resume "$T/b" --stop_at 0 >"$T/b2.out" 2>&1
+rc=$?
+check '[ $rc -eq 0 ]' "poetx resume runs: $(tail -2 "$T/b2.out")"
+check '[ "$(losses "$T/b")" = "$a_losses" ]' "resumed losses ($(losses "$T/b")) equal the straight run's ($a_losses)"
+check '[ -f "$(ck "$T/a" 8)" ] && cmp -s "$(ck "$T/a" 8)" "$(ck "$T/b" 8)"' \
+  "the resumed run's final checkpoint is byte-identical to the straight run's"
+
+# a resume with another method or block size is refused before anything is written
+sum_cfg=$(md5sum <"$T/b/config.json")
+"$S" train --resume "$T/b" --method full --steps 9 >"$T/b3.out" 2>&1
+rc=$?
+check '[ $rc -ne 0 ] && grep -q "key '"'"'method'"'"'" "$T/b3.out" && [ "$(md5sum <"$T/b/config.json")" = "$sum_cfg" ]' \
+  "resume with method full refused, config.json untouched: $(tail -1 "$T/b3.out")"
+"$S" train --resume "$T/b" --poetx_block 4 --steps 9 >"$T/b4.out" 2>&1
+rc=$?
+check '[ $rc -ne 0 ] && grep -q "key '"'"'poetx_block'"'"'" "$T/b4.out" && [ "$(md5sum <"$T/b/config.json")" = "$sum_cfg" ]' \
+  "resume with another poetx_block refused: $(tail -1 "$T/b4.out")"
+
+# --- the Llama family
+"$S" train --model llama-tiny $tiny $poet --steps 4 --run_dir "$T/l" >"$T/l.out" 2>&1
+rc=$?
+check '[ $rc -eq 0 ]' "llama-tiny poetx run: $(tail -2 "$T/l.out")"
+
+# --- bad input: refused before a run directory exists
+refused() { # $1 name, $2 args, $3 $4 strings the message must hold
+  local name=$1 w1=$3 w2=$4 rc
+  "$S" train $2 --run_dir "$T/bad_$name" >"$T/bad_$name.out" 2>&1
+  rc=$?
+  check '[ $rc -ne 0 ] && grep -q -- "$w1" "$T/bad_$name.out" && grep -q -- "$w2" "$T/bad_$name.out" && [ ! -e "$T/bad_$name" ]' \
+    "$name: refused naming '$w1' and '$w2', no run directory (rc $rc): $(tail -1 "$T/bad_$name.out")"
+}
+refused block "--model gpt2-tiny $tiny --steps 2 $poet --poetx_block 12" "poetx_block" "transformer.h.0.attn.c_attn.weight"
+refused llama_block "--model llama-tiny $tiny --steps 2 $poet --poetx_block 32" "poetx_block" "model.layers.0.self_attn.k_proj.weight"
+refused disk "--model gpt2-tiny $tiny --steps 2 $poet --state_paths $T/st" "state_paths" "poetx"
+refused q8 "--model gpt2-tiny $tiny --steps 2 $poet --optim_state 8bit" "optim_state" "poetx"
+
+# --- strata bench poet --json: one object; gpt2-tiny (C 32), b 8: Q is (32+96 + 32+32 + 32+128 + 128+32)(7/2)
+# = 1792 per layer, 3584 in all, over 2 x 12288 matmul-weight parameters
+"$S" bench poet --model gpt2-tiny --block 8 --batch 2 --seq 16 --steps 2 --json >"$T/bench.json" 2>"$T/bench.err"
+check 'jq -e ".adamw_bytes_per_param == 16 and .w0_bytes_per_param == 4 and .q_params == 3584 and .matmul_params == 24576 and .poetx_step_s > 0 and .adamw_step_s > 0" "$T/bench.json" >/dev/null' \
+  "bench poet --json: $(cat "$T/bench.json" "$T/bench.err" | head -c 400)"
+
+echo "poetx_cli: $checks checks, $((checks - fail)) passed, $fail failed"
+[ $fail -eq 0 ] && rm -rf "$T"
+[ $fail -eq 0 ]
