@@ -419,7 +419,7 @@ int cmd_plan(int argc, char **argv) {
     }
     /* the family's own estimate (GPT-2's counts checkpointing; the Llama family's, its stored
      * activations), through the model layer */
-    if (st_model_mem_estimate(cfg.model, cfg.init_from, &ov, cfg.batch, cfg.seq, st_train_config_state_format(&cfg) == ST_OPTIM_STATE_8BIT, &e,
+    if (st_model_mem_estimate(cfg.model, cfg.init_from, &ov, cfg.batch, cfg.seq, st_train_config_state_format(&cfg) != ST_OPTIM_STATE_F32, &e,
                               &err)) {
         st_arch_free(planned_arch);
         fprintf(stderr, "strata plan: %s\n", err.msg);

@@ -200,7 +200,7 @@ static int host_table(const st_stream_config *c, const st_stream_plan *p, st_str
  * per block for each). */
 static size_t moment_bytes(const st_stream_config *c) {
     const st_arch_layout *y = &c->arch->lay;
-    if (c->state_format != ST_OPTIM_STATE_8BIT) return y->n_params * 8;
+    if (c->state_format == ST_OPTIM_STATE_F32) return y->n_params * 8; /* either 8-bit map: the same bytes */
     size_t b = 0;
     for (int i = 0; i < y->n_tensors; i++) {
         size_t blocks = (y->tensors[i].numel + ST_OPTIM_Q8_BLOCK - 1) / ST_OPTIM_Q8_BLOCK;
@@ -367,8 +367,8 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
     if (!x->external && c->optim) {
         if (st_optim_format(c->optim) != c->state_format)
             FAIL(ST_ERR_INVALID, "stream: the caller's optimizer keeps %s moments, the configuration says %s",
-                 st_optim_format(c->optim) == ST_OPTIM_STATE_8BIT ? "8-bit" : "fp32",
-                 c->state_format == ST_OPTIM_STATE_8BIT ? "8-bit" : "fp32");
+                 st_optim_format(c->optim) == ST_OPTIM_STATE_F32 ? "fp32" : "8-bit",
+                 c->state_format == ST_OPTIM_STATE_F32 ? "fp32" : "8-bit");
         if (st_optim_segment_count(c->optim) != y->n_tensors || st_optim_numel(c->optim) != y->n_params)
             FAIL(ST_ERR_INVALID, "stream: the caller's optimizer has %d segments over %zu parameters; the executor "
                  "updates the model's %d tensors (%zu parameters), one segment each (st_params_decay_segments)",

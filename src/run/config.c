@@ -82,7 +82,7 @@ static const key_def keys[] = {
     {"run_dir", K_STR, STR(run_dir), 0, 0, "where metrics.jsonl and checkpoints go"},
     {"resume", K_STR, STR(resume), 0, 0, "run or checkpoint directory to resume from"},
     {"force_resume", K_INT, OFF(force_resume), 0, 0, 1, "1: resume even where this resume's matmul differs from the run's (its numerics change from the resumed step on; warned); for this resume only (recorded as 0). 0 (default): such a resume is refused before anything is written"},
-    {"optim_state", K_STR, STR(optim_state), 0, 0, "optimizer state format: f32 or 8bit"},
+    {"optim_state", K_STR, STR(optim_state), 0, 0, "optimizer state format: f32, 8bit (blocks of 256, the dynamic map) or 8bit-fp (the same blocks, each byte a small float coded by bit arithmetic: about 1.3x the update rate of 8bit, docs/BENCHMARKS.md; in host memory only, not with state_paths)"},
     {"threads", K_INT, OFF(threads), 0, 0, 4096, "compute threads (0: all cores; under mpirun: the cores divided by the ranks on this machine)"},
     {"zero", K_INT, OFF(zero), 0, 0, 2, "under mpirun: 0 replicates the optimizer state (gradients all-reduced); 1 shards it over the ranks (ZeRO-1); 2 also shards the summed gradient (ZeRO-2); results are the same bits"},
     {"dist_timeout", K_DOUBLE, OFF(dist_timeout), 0, 1, 1e7, "under mpirun: seconds any rank waits for another before the job stops with an error naming it"},
@@ -174,7 +174,8 @@ void st_train_config_print_help(FILE *f) {
 /* The one place each of these keys' text is read; -1: not one of its names (refused by
  * st_train_config_resolve naming the key). */
 static int parse_optim_state(const char *v) {
-    return !strcmp(v, "f32") ? (int)ST_OPTIM_STATE_F32 : !strcmp(v, "8bit") ? (int)ST_OPTIM_STATE_8BIT : -1;
+    return !strcmp(v, "f32") ? (int)ST_OPTIM_STATE_F32 : !strcmp(v, "8bit") ? (int)ST_OPTIM_STATE_8BIT
+         : !strcmp(v, "8bit-fp") ? (int)ST_OPTIM_STATE_8BIT_FP : -1;
 }
 
 static int parse_save_hf_dtype(const char *v) {
@@ -191,7 +192,8 @@ const char *st_train_config_plan_file(const st_train_config *c) {
 }
 
 st_optim_state_format st_train_config_state_format(const st_train_config *c) {
-    return parse_optim_state(c->optim_state) == (int)ST_OPTIM_STATE_8BIT ? ST_OPTIM_STATE_8BIT : ST_OPTIM_STATE_F32;
+    int f = parse_optim_state(c->optim_state);
+    return f < 0 ? ST_OPTIM_STATE_F32 : (st_optim_state_format)f;
 }
 
 st_dtype st_train_config_save_hf_dtype(const st_train_config *c) {
@@ -511,7 +513,10 @@ st_status st_train_config_resolve(const st_train_config *c, st_model_shape *shap
         return st_errf(err, ST_ERR_INVALID, "key 'seq': %d exceeds the model's max_seq %d; lower seq%s", c->seq,
                        shape->max_seq, shape->from_dir ? " (the init_from directory fixes max_seq)" : " or raise max_seq");
     if (parse_optim_state(c->optim_state) < 0)
-        return st_errf(err, ST_ERR_INVALID, "key 'optim_state': '%s' is not f32 or 8bit", c->optim_state);
+        return st_errf(err, ST_ERR_INVALID, "key 'optim_state': '%s' is not f32, 8bit or 8bit-fp", c->optim_state);
+    if (parse_optim_state(c->optim_state) == (int)ST_OPTIM_STATE_8BIT_FP && c->state_paths[0])
+        return st_errf(err, ST_ERR_UNSUPPORTED, "key 'optim_state': 8bit-fp is kept in host memory only; the disk state "
+                       "(state_paths %s) takes f32 or 8bit", c->state_paths);
     if (parse_save_hf_dtype(c->save_hf_dtype) < 0)
         return st_errf(err, ST_ERR_INVALID, "key 'save_hf_dtype': '%s' is not f32 or bf16", c->save_hf_dtype);
     st_matmul_mode matmul;
@@ -593,7 +598,7 @@ double st_train_lr_at(const st_train_config *c, long step) {
 void st_train_mem_state_on_disk(const st_train_config *c, st_mem_plan *e) {
     if (!c->state_paths[0]) return;
     /* the moments go to disk; the store's buffers stay (its disk space it checks itself) */
-    double mom = st_train_config_state_format(c) == ST_OPTIM_STATE_8BIT ? e->moments_8bit : e->moments_f32;
+    double mom = st_train_config_state_format(c) != ST_OPTIM_STATE_F32 ? e->moments_8bit : e->moments_f32;
     double buffers = c->state_budget > 0 ? c->state_budget : 256.0 * 1048576.0;
     e->tier_need[ST_MEM_TIER_HOST] += buffers - mom;
     e->moments_on_disk = 1;

@@ -50,7 +50,7 @@ static st_status store_host_cap(const st_train_config *c, const st_arch *a, cons
                                 st_err *err) {
     st_model_overrides ov = st_train_config_overrides(c);
     st_mem_plan e;
-    st_status s = st_model_mem_estimate(c->model, c->init_from, &ov, c->batch, c->seq, st_train_config_state_format(c) == ST_OPTIM_STATE_8BIT,
+    st_status s = st_model_mem_estimate(c->model, c->init_from, &ov, c->batch, c->seq, st_train_config_state_format(c) != ST_OPTIM_STATE_F32,
                                         &e, err);
     if (s) return s;
     st_train_mem_state_on_disk(c, &e);

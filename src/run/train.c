@@ -125,7 +125,7 @@ static st_status run_check(train_run *r, const st_train_config *given, const st_
     if ((s = run_check_resume_matmul(c, err))) return s; /* another matmul than the resumed run's */
     /* the memory plan, checked before anything is allocated or written */
     st_model_overrides ov = st_train_config_overrides(c);
-    if ((s = st_model_mem_estimate(c->model, c->init_from, &ov, c->batch, c->seq, st_train_config_state_format(c) == ST_OPTIM_STATE_8BIT,
+    if ((s = st_model_mem_estimate(c->model, c->init_from, &ov, c->batch, c->seq, st_train_config_state_format(c) != ST_OPTIM_STATE_F32,
                                    &r->mem, err)))
         return s;
     st_train_mem_state_on_disk(c, &r->mem);
