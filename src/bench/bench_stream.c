@@ -65,8 +65,9 @@ static void usage(FILE *f) {
             "  --device: where the streamed side computes: cpu (default), cuda or cuda:N (a build with\n"
             "  -DSTRATA_CUDA=ON); the unstreamed side is always the CPU\n"
             "  --resident: the executor's weights and gradients are its host vectors (a CPU backend without\n"
-            "  a budget, nothing copied, every block's activations kept unless --acts says otherwise): the\n"
-            "  in-memory step as the block executor, against the model's own forward and backward\n"
+            "  a budget, nothing copied, every block's activations kept unless --acts says otherwise), with\n"
+            "  its update overlapped as --clip says; the in-memory side is strata train's in-memory step,\n"
+            "  itself this executor resident with the clip deferred\n"
             "  defaults: --model gpt2-124m --batch 2 --seq 256 --steps 3 --depth 1 --acts auto\n"
             "            --max-norm 1.0\n");
 }
