@@ -7,7 +7,6 @@
 #include "strata/llama.h"
 #include "strata/block.h"
 #include "strata/model.h"
-#include "strata/prof.h"
 #include "model_internal.h"
 
 static st_gpt2_model *as_gpt2(const st_model *m) { return (st_gpt2_model *)m->impl; }
