@@ -5,15 +5,17 @@
 # numbers agree with each other and with references computed here: each run's FLOPs a token
 # is GPT-2's 6 (12 L C^2 + V C) + 6 L T C for its shape, its tokens steps x batch x seq, its
 # FLOPs their product; the proxy's training FLOPs the same for the proxy's shape and steps;
-# the scoring a third of the proxy's FLOPs a token over the corpus's inputs (every token
-# but a document's last; padding to a whole batch at most); the selection side's overhead the proxy's training plus the scoring;
-# the step where a run reaches the full run's final validation loss lies on its curve (the
-# curve interpolated there gives that loss, and no earlier evaluation is below it), its
-# FLOPs the FLOPs a step times that step plus the overhead, the ratio the full run's FLOPs
-# over them, meets_1_3x that ratio >= 1.3; a run that never reaches it has every evaluation
-# above. The view keeps no more documents than the corpus less its duplicates. The clean
-# corpus's comparison is there, without curriculum and online runs. No --corpus, and a corpus
-# without held-out documents, are refused.
+# the scoring a third of the proxy's FLOPs a token over the corpus's inputs (every token but
+# a document's last; padding to a whole batch at most); the selection side's overhead the
+# proxy's training plus the scoring; the step where a run reaches the full run's final
+# validation loss lies on its curve (the curve interpolated there gives that loss, and no
+# earlier evaluation is below it), its FLOPs the FLOPs a step times that step plus the
+# overhead, the ratio the full run's FLOPs over them, meets_1_3x that ratio >= 1.3; a run
+# that never reaches it has every evaluation above. The budget run is the longest whose
+# FLOPs with the overhead stay under the full run's over --budget, and says whether its
+# final loss reaches the full run's. The view keeps no more documents than the corpus less
+# its duplicates. The clean corpus's comparison is there, without curriculum and online
+# runs. No --corpus, and a corpus without held-out documents, are refused.
 set -u
 . "$(dirname "$0")/lib_corpus.sh"
 corpus_begin bsel
@@ -25,7 +27,8 @@ check "[ $rc -eq 0 ]" "gen_noisy_corpus (rc $rc): $(cat "$T/gen.out")"
 
 A="--n_layer 1 --n_embd 32 --n_head 2 --batch 4 --seq 32 --steps 40 --eval_every 10 --eval_tokens 1024
    --proxy_layers 1 --proxy_embd 16 --proxy_heads 2 --proxy_steps 20 --proxy_batch 4 --proxy_seq 32 --threads 2"
-"$S" bench select --corpus "$T/c" $A --json > "$T/out.json" 2> "$T/err.txt"
+# --budget: the scoring alone is 10x the tiny run's FLOPs; 0.06 leaves the budget run room
+"$S" bench select --corpus "$T/c" $A --budget 0.06 --json > "$T/out.json" 2> "$T/err.txt"
 rc=$?
 check '[ $rc -eq 0 ]' "bench select (rc $rc): $(tail -n 3 "$T/err.txt")"
 python3 - "$T/out.json" > "$T/eval.out" 2>&1 <<'PY'
@@ -95,6 +98,16 @@ for side, arms in (("noisy", ("selected", "curriculum", "online")), ("clean", ("
         else:
             need(all(v > L for _, v in c) and r["flop_ratio"] is None and r["meets_1_3x"] is False,
                  "%s: never reaches %s but its curve %s does" % (w, L, c))
+    b = s["budget"]
+    n = b["steps"]
+    need(b["ratio"] == j["budget"] and n > j["warmup"], "%s: budget %s" % (side, b))
+    if n > 0:
+        cap = full["train_flops"] / b["ratio"]
+        per = want_fpt * B * T
+        need(close(b["train_flops"], per * n) and close(b["total_flops"], per * n + over), "%s: budget FLOPs %s" % (side, b))
+        need(b["total_flops"] <= cap * (1 + 1e-5) and b["total_flops"] + per > cap * (1 - 1e-5),
+             "%s: budget run of %d steps (%s FLOPs) is not the longest under %s" % (side, n, b["total_flops"], cap))
+        need(b["reaches_full_loss"] == (b["final_val_loss"] <= full["final_val_loss"]), "%s: budget reach %s" % (side, b))
     print("%s: full %.4f, selected %.4f (ratio %s)" % (side, full["final_val_loss"], s["selected"]["final_val_loss"],
                                                        s["selected"]["flop_ratio"]))
 for b in bad:

@@ -48,6 +48,9 @@ static void usage(FILE *f) {
           "                     0.25 over the first half of the run) on the noisy corpus (default 1)\n"
           "  --online 0|1       also online mixing (EXP3) over the four proxy-loss quartiles of the\n"
           "                     deduplicated noisy corpus (default 1)\n"
+          "  --budget R         also the view for the steps that put the selection side's FLOPs at the\n"
+          "                     full run's / R, decayed to 0 over them: its final loss against the full\n"
+          "                     run's (default 1.3, the issue's bar; 0: off)\n"
           "  --threads N        (0: all cores)   --seed S (default 1)\n"
           "  --keep DIR         keep the runs, scores and views in DIR (default: a temporary, removed)\n"
           "  --json             print one JSON object\n"
@@ -64,7 +67,7 @@ typedef struct bopts {
     long steps, warmup, eval_every, eval_tokens;
     int p_layers, p_embd, p_heads, p_B, p_T;
     long p_steps;
-    double lr, band_lo, band_hi;
+    double lr, band_lo, band_hi, budget;
     unsigned long long seed;
     int json;
 } bopts;
@@ -91,6 +94,7 @@ typedef struct bside {
     uint64_t exact, near;
     uint64_t view_docs, view_tokens;
     brun full, sel, cur, onl;
+    brun bud;                /* the view at the steps that put its total at the full run's / budget */
 } bside;
 
 static st_status set(st_train_config *c, const char *key, st_err *err, const char *fmt, ...)
@@ -269,6 +273,17 @@ static st_status run_side(const bopts *o, const char *root, bside *sd, int extra
     log_line(o, "%s: the selected run (%ld steps on %llu documents)", sd->name, o->steps,
              (unsigned long long)sd->view_docs);
     if ((s = train(o, proxy, view, val, 0, 0, &sd->sel, err))) return s;
+    if (o->budget > 0) { /* the bar taken directly: a shorter selected run, itself decayed to 0 */
+        double per_step = sd->sel.fpt * o->B * o->T, over = sd->proxy_flops + sd->score_flops;
+        long n = (long)floor((sd->full.flops / o->budget - over) / per_step);
+        if (n > o->warmup && n >= 2) {
+            bopts ob = *o;
+            ob.steps = n;
+            snprintf(proxy, sizeof proxy, "%s/budget", dir);
+            log_line(o, "%s: the selected run at 1/%.2f of the full run's FLOPs (%ld steps)", sd->name, o->budget, n);
+            if ((s = train(&ob, proxy, view, val, 0, 0, &sd->bud, err))) return s;
+        }
+    }
     if (!extras) return ST_OK;
 
     if (o->curriculum) {
@@ -333,7 +348,19 @@ static void print_side(const bopts *o, const bside *sd, int extras) {
            (unsigned long long)sd->near, (unsigned long long)sd->view_docs, (unsigned long long)sd->view_tokens);
     int cur = extras && o->curriculum, onl = extras && o->online;
     print_cmp(sd, "full", &sd->full, 0, 0);
-    print_cmp(sd, "selected", &sd->sel, 1, !cur && !onl);
+    print_cmp(sd, "selected", &sd->sel, 1, o->budget <= 0 && !cur && !onl);
+    if (o->budget > 0) {
+        const brun *b = &sd->bud;
+        double over = sd->proxy_flops + sd->score_flops;
+        if (b->ok)
+            printf("\"budget\":{\"ratio\":%.6g,\"steps\":%ld,\"final_val_loss\":%.6f,\"train_flops\":%.6g,"
+                   "\"total_flops\":%.6g,\"flop_ratio\":%.6g,\"reaches_full_loss\":%s,\"seconds\":%.2f}%s",
+                   o->budget, b->steps, b->final_val, b->flops, b->flops + over, sd->full.flops / (b->flops + over),
+                   b->final_val <= sd->full.final_val ? "true" : "false", b->seconds, cur || onl ? "," : "");
+        else /* the overhead alone leaves no room */
+            printf("\"budget\":{\"ratio\":%.6g,\"steps\":0,\"final_val_loss\":null,\"reaches_full_loss\":false}%s",
+                   o->budget, cur || onl ? "," : "");
+    }
     if (cur) print_cmp(sd, "curriculum", &sd->cur, 1, !onl);
     if (onl) print_cmp(sd, "online", &sd->onl, 1, 1);
     printf("}");
@@ -347,6 +374,12 @@ static void print_text(const bopts *o, const bside *sd, int extras) {
            sd->proxy_s, sd->score_flops, sd->score_s, sd->dedup_s);
     printf("  full:       final val %.4f, %.4g FLOPs (%.1f s)\n", sd->full.final_val, sd->full.flops,
            sd->full.seconds);
+    if (o->budget > 0 && sd->bud.ok) {
+        double tot = sd->bud.flops + sd->proxy_flops + sd->score_flops;
+        printf("  selected at 1/%.2f: %ld steps decayed to 0, final val %.4f (%s the full run's), %.4g FLOPs (%.3fx fewer)\n",
+               o->budget, sd->bud.steps, sd->bud.final_val, sd->bud.final_val <= sd->full.final_val ? "reaches" : "short of",
+               tot, sd->full.flops / tot);
+    }
     const brun *rs[3] = {&sd->sel, extras && o->curriculum ? &sd->cur : NULL, extras && o->online ? &sd->onl : NULL};
     const char *names[3] = {"selected", "curriculum", "online"};
     for (int i = 0; i < 3; i++) {
@@ -383,7 +416,7 @@ int bench_select(int argc, char **argv) {
     bopts o = {.model = "gpt2-mini", .vocab = 320, .B = 8, .T = 128, .steps = 1000, .warmup = -1, .eval_every = 0,
                .eval_tokens = 32768, .p_layers = 2, .p_embd = 64, .p_heads = 2, .p_B = 16, .p_T = 64,
                .p_steps = 500, .lr = 2e-3, .band_lo = 0, .band_hi = 0.85, .dedup = 1, .clean = 1, .curriculum = 1,
-               .online = 1, .seed = 1};
+               .online = 1, .seed = 1, .budget = 1.3};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int more = i + 1 < argc;
@@ -414,6 +447,7 @@ int bench_select(int argc, char **argv) {
         else if (!strcmp(a, "--clean") && more) o.clean = atoi(argv[++i]);
         else if (!strcmp(a, "--curriculum") && more) o.curriculum = atoi(argv[++i]);
         else if (!strcmp(a, "--online") && more) o.online = atoi(argv[++i]);
+        else if (!strcmp(a, "--budget") && more) o.budget = atof(argv[++i]);
         else if (!strcmp(a, "--threads") && more) o.threads = atoi(argv[++i]);
         else if (!strcmp(a, "--seed") && more) o.seed = strtoull(argv[++i], NULL, 10);
         else {
@@ -477,11 +511,11 @@ int bench_select(int argc, char **argv) {
         printf("{\"corpus\":\"%s\",\"model\":\"%s\",\"n_layer\":%d,\"n_embd\":%d,\"n_head\":%d,\"vocab_size\":%d,"
                "\"batch\":%d,\"seq\":%d,\"steps\":%ld,\"lr\":%.6g,\"warmup\":%ld,\"schedule\":\"cosine\","
                "\"min_lr_frac\":0,\"eval_every\":%ld,\"eval_tokens\":%ld,\"proxy\":{\"n_layer\":%d,\"n_embd\":%d,"
-               "\"n_head\":%d,\"steps\":%ld,\"batch\":%d,\"seq\":%d},\"band\":[%g,%g],\"dedup\":%s,\"threads\":%d,"
+               "\"n_head\":%d,\"steps\":%ld,\"batch\":%d,\"seq\":%d},\"band\":[%g,%g],\"dedup\":%s,\"budget\":%g,\"threads\":%d,"
                "\"seed\":%llu,",
                o.corpus, o.model, o.n_layer, o.n_embd, o.n_head, o.vocab, o.B, o.T, o.steps, o.lr, o.warmup,
                o.eval_every, o.eval_tokens, o.p_layers, o.p_embd, o.p_heads, o.p_steps, o.p_B, o.p_T, o.band_lo,
-               o.band_hi, o.dedup ? "true" : "false", o.threads, o.seed);
+               o.band_hi, o.dedup ? "true" : "false", o.budget, o.threads, o.seed);
         for (int k = 0; k < n_sides; k++) {
             print_side(&o, &sides[k], k == 0);
             printf(",");
