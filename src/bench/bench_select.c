@@ -376,7 +376,7 @@ static void print_text(const bopts *o, const bside *sd, int extras) {
            sd->full.seconds);
     if (o->budget > 0 && sd->bud.ok) {
         double tot = sd->bud.flops + sd->proxy_flops + sd->score_flops;
-        printf("  selected at 1/%.2f: %ld steps decayed to 0, final val %.4f (%s the full run's), %.4g FLOPs (%.3fx fewer)\n",
+        printf("  selected at 1/%.2f: %ld steps decayed to 0, final val %.4f (%s the full run's), %.4g FLOPs (the full run's over these: %.3f)\n",
                o->budget, sd->bud.steps, sd->bud.final_val, sd->bud.final_val <= sd->full.final_val ? "reaches" : "short of",
                tot, sd->full.flops / tot);
     }
@@ -390,7 +390,7 @@ static void print_text(const bopts *o, const bside *sd, int extras) {
                r->flops + over, r->seconds);
         if (s >= 0) {
             double f = r->fpt * (r->tokens / (double)r->steps) * s + over;
-            printf("; reaches %.4f at step %.1f: %.4g FLOPs, %.3fx fewer\n", sd->full.final_val, s, f,
+            printf("; reaches %.4f at step %.1f: %.4g FLOPs (the full run's over these: %.3f)\n", sd->full.final_val, s, f,
                    sd->full.flops / f);
         } else
             printf("; never reaches %.4f\n", sd->full.final_val);
