@@ -386,6 +386,11 @@ typedef struct st_data_proxy_stats {
 } st_data_proxy_stats;
 st_status st_data_score_proxy(const char *dataset, struct st_model *m, const st_data_proxy_config *cfg,
                               st_data_scores *out, st_data_proxy_stats *stats, st_err *err);
+/* Reducible loss: m's proxy score minus ref's (a model trained on held-out data), document by
+ * document, kind "reducible"; stats add both passes. ref_name names it in the file's params. */
+st_status st_data_score_reducible(const char *dataset, struct st_model *m, struct st_model *ref,
+                                  const st_data_proxy_config *cfg, const char *ref_name, st_data_scores *out,
+                                  st_data_proxy_stats *stats, st_err *err);
 
 /* Per-document signals of a run (key doc_signals): for every document a step trained on,
  * per segment of a row (a document cut over rows or steps gives several records), the loss
