@@ -95,6 +95,9 @@ typedef struct st_train_config {
     char lora_targets[256]; /* method lora: the projections adapted, comma-separated ("": the
                                family's default, as PEFT's: c_attn for GPT-2, q_proj,v_proj) */
     char save_adapter[1024]; /* method lora: at the end, write a PEFT adapter directory here */
+    char init_adapter[1024]; /* method lora: the adapters start from this PEFT adapter directory (strata's
+                                save_adapter or PEFT's save_pretrained) instead of A random, B zero; an
+                                init_from that is an adapter directory becomes its base and this */
     int poetx_block;      /* method poetx: the block size b of R and P (strata/poetx.h) */
     int poetx_terms;      /* method poetx: the Neumann terms k of the Cayley polynomial */
     int poetx_merge_every; /* method poetx: steps between merges of R and P into W0 */
