@@ -22,7 +22,7 @@ static const char *usage =
     "  --threads N      compute threads (0: all cores)\n"
     "  --json           print one JSON object\n"
     "Reports, per parameter of the blocks' matmul weights, the bytes each class of POET-X training\n"
-    "state holds as allocated (W0; the base's gradient slots of W0, allocated and never written;\n"
+    "state holds as allocated (W0; the base's gradient slots of W0 where a gradient vector is kept;\n"
     "the packed Q's weights + gradients + moments; the blocks' G kept from the forward) against\n"
     "AdamW's (weights + gradients + moments), the two steps' median times and their ratio, and each\n"
     "one's loss after the timed steps.\n";

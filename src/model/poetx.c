@@ -49,6 +49,7 @@ typedef struct poet_weight {
 
 typedef struct poet_train { /* a trainable tensor of the base: where it is in each vector */
     size_t base_off, off, numel;
+    int aliased; /* the base reads it from the POET-X vector (GPT-2's wte, wpe, ln_f): no copy */
 } poet_train;
 
 typedef struct poet_impl {
@@ -63,6 +64,7 @@ typedef struct poet_impl {
     poet_train *train;
     st_param_info *tensors;
     size_t q_off;
+    size_t blk0, blk_numel; /* the base's block slabs: [blk0 + l * blk_numel, + blk_numel) */
     float *G;       /* every weight's G_in, G_out */
     int32_t *perms; /* every weight's perm_in, perm_out */
     float *scratch; /* u | h | dy | dh | du (N x max width each) | dG_in | dG_out */
@@ -244,25 +246,28 @@ static st_status po_alloc_acts(st_model *m, int B, int T, st_err *err) {
 static float po_forward(st_model *m, const int32_t *in, const int32_t *tg, float dloss) {
     poet_impl *pi = impl_of(m);
     for (int i = 0; i < pi->n_train; i++) /* the trainables as the optimizer left them */
-        dev_copy(m->be, pi->base->params + pi->train[i].base_off, m->params + pi->train[i].off, pi->train[i].numel);
+        if (!pi->train[i].aliased)
+            dev_copy(m->be, pi->base->params + pi->train[i].base_off, m->params + pi->train[i].off,
+                     pi->train[i].numel);
     return pi->base->ops->forward(pi->base, in, tg, dloss);
 }
 
+/* The base has no gradient vector: its backward asks the hook where each trainable tensor's
+ * gradient goes (m->grads), the matmul weights' none; the Q's accumulate through the hook. */
 static void po_backward(st_model *m) {
     poet_impl *pi = impl_of(m);
-    st_backend *be = m->be;
-    st_model *b = pi->base;
-    for (int i = 0; i < pi->n_train; i++)
-        be->ops->memset0(be, b->grads + pi->train[i].base_off, pi->train[i].numel * sizeof(float));
-    b->ops->backward(b); /* the Q's gradients accumulate into m->grads through the hook */
+    pi->base->ops->backward(pi->base);
+    if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, 0, m->n_params);
+}
+
+static float *hook_grad_at(st_linear_hook *h, int layer, size_t offset) {
+    poet_impl *pi = (poet_impl *)h;
+    size_t o = layer >= 0 ? pi->blk0 + (size_t)layer * pi->blk_numel + offset : offset;
     for (int i = 0; i < pi->n_train; i++) {
         const poet_train *t = &pi->train[i];
-        for (size_t j = 0; j < t->numel; j += 1u << 30) {
-            size_t c = t->numel - j < (1u << 30) ? t->numel - j : (1u << 30);
-            be->ops->axpy_rows(be, m->grads + t->off + j, (int)c, b->grads + t->base_off + j, (int)c, 1.0f, 1, (int)c);
-        }
+        if (o >= t->base_off && o < t->base_off + t->numel) return pi->self->grads + t->off + (o - t->base_off);
     }
-    if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, 0, m->n_params);
+    return NULL; /* a matmul weight: W0 forms no gradient */
 }
 
 /* The base's trainables as they are, Q = 0 (G = I: the model is the base), permutations of
@@ -651,9 +656,6 @@ st_status st_poetx_model_create(st_model **out, st_model *base, const st_poetx_c
     size_t np = 0, nq = 0, ng = 0;
     st_status s = build(base->tensors, base->n_tensors, base->ops->arch, cfg, NULL, &n_w, NULL, &n_tr, &np, &nq, &ng,
                         err);
-    if (!s && !base->grads)
-        s = st_errf(err, ST_ERR_INVALID, "poetx: the base model has no gradient vector (its embeddings, norms and "
-                    "biases train)");
     if (s) {
         st_model_free(base);
         return s;
@@ -749,7 +751,37 @@ st_status st_poetx_model_create(st_model **out, st_model *base, const st_poetx_c
         pi->w[i].perm_out = pi->perms + off + pi->w[i].in;
         off += (size_t)pi->w[i].in + pi->w[i].out;
     }
-    pi->hook = (st_linear_hook){.linear_forward = hook_linear_forward, .linear_backward = hook_linear_backward};
+    /* The base's gradient vector goes: what trains has its gradient in m->grads (hook_grad_at),
+     * the frozen matmul weights none. GPT-2's embedding and final norm are read and trained
+     * in place in m's vectors (their pointers moved), the block tensors copied before each
+     * forward. */
+    if (gpt2) {
+        st_gpt2_model *g = base->impl;
+        pi->blk0 = g->block_offset0;
+        pi->blk_numel = g->block_numel;
+        size_t lnf = (size_t)(g->lnf_w - g->params);
+        for (int i = 0; i < pi->n_train; i++) {
+            poet_train *t = &pi->train[i];
+            if (t->base_off == 0) {
+                g->emb_w = m->params + t->off;
+                g->emb_g = m->grads + t->off;
+            } else if (t->base_off == lnf) {
+                g->lnf_w = m->params + t->off;
+                g->lnf_g = m->grads + t->off;
+            }
+            t->aliased = t->base_off < pi->blk0 || t->base_off >= lnf; /* wte, wpe; ln_f weight, bias */
+        }
+        g->grads = NULL;
+    } else {
+        st_llama_model *l = base->impl;
+        pi->blk0 = l->block_offset0;
+        pi->blk_numel = l->block_numel;
+        l->grads = NULL;
+    }
+    if (base->grads) m->be->ops->dealloc(m->be, base->grads);
+    base->grads = NULL;
+    pi->hook = (st_linear_hook){.linear_forward = hook_linear_forward, .linear_backward = hook_linear_backward,
+                                .grad_at = hook_grad_at};
     set_hook(pi, &pi->hook);
     po_init_random(m, seed);
     *out = m;
