@@ -175,8 +175,7 @@ static void hook_linear_forward(st_linear_hook *h, int mm, float *out, const flo
         const poet_weight *a = &pi->w[i];
         float *Gi = pi->G, *Go = pi->G + (size_t)a->in * b;
         float *hk = pi->h_keep ? pi->h_keep + (size_t)N * a->h_off : hh; /* kept for the backward */
-        o->poet_cayley_forward(be, Gi, p + a->qi_off, a->in / b, b, k);
-        o->poet_cayley_forward(be, Go, p + a->qo_off, a->out / b, b, k);
+        o->poet_cayley_forward(be, Gi, p + a->qi_off, (a->in + a->out) / b, b, k); /* G_in | G_out: Q's adjacent */
         o->poet_apply_forward(be, u, x, Gi, a->perm_in, N, a->in, b, 0);
         o->matmul_forward(be, hk, u, w + a->w_rel, NULL, N, a->in, a->out, lay);
         if (single) { /* R h straight into out (GPT-2, the Llama family's o and down) */
@@ -202,7 +201,6 @@ static void hook_linear_backward(st_linear_hook *h, int mm, float *dx, float *db
     st_wlayout lay = pi->gpt2 ? ST_W_IN_OUT : ST_W_OUT_IN;
     size_t S = (size_t)pi->N * pi->max_d;
     float *u = pi->scratch, *hh = u + S, *dy = hh + S, *dh = dy + S, *du = dh + S, *dGi = du + S;
-    float *dGo = dGi + (size_t)pi->max_nb * b * b;
     const poet_weight *w0 = &pi->w[pi->first[key]];
     int ld = w0->ld;
     if (dbias) o->matmul_backward(be, NULL, NULL, dbias, dout, NULL, NULL, N, w0->in, ld, lay);
@@ -210,8 +208,8 @@ static void hook_linear_backward(st_linear_hook *h, int mm, float *dx, float *db
         const poet_weight *a = &pi->w[i];
         float *Gi = pi->G, *Go = pi->G + (size_t)a->in * b;
         const float *W0 = w + a->w_rel, *hk = hh, *dya = dout;
-        o->poet_cayley_forward(be, Gi, p + a->qi_off, a->in / b, b, k);
-        o->poet_cayley_forward(be, Go, p + a->qo_off, a->out / b, b, k);
+        float *dGo = dGi + (size_t)a->in * b; /* dG_in | dG_out adjacent, as the Q's */
+        o->poet_cayley_forward(be, Gi, p + a->qi_off, (a->in + a->out) / b, b, k);
         if (pi->h_keep) {
             hk = pi->h_keep + (size_t)N * a->h_off;
         } else {
@@ -230,8 +228,7 @@ static void hook_linear_backward(st_linear_hook *h, int mm, float *dx, float *db
         o->matmul_backward(be, du, NULL, NULL, dh, NULL, W0, N, a->in, a->out, lay); /* no dW0 */
         o->memset0(be, dGi, (size_t)a->in * b * sizeof(float));
         o->poet_apply_backward(be, dx, dGi, du, x, Gi, a->perm_in, N, a->in, b, 0);
-        o->poet_cayley_backward(be, g + a->qi_off, dGi, p + a->qi_off, a->in / b, b, k);
-        o->poet_cayley_backward(be, g + a->qo_off, dGo, p + a->qo_off, a->out / b, b, k);
+        o->poet_cayley_backward(be, g + a->qi_off, dGi, p + a->qi_off, (a->in + a->out) / b, b, k);
     }
 }
 
@@ -649,8 +646,7 @@ st_status st_poetx_merge(st_model *m, uint64_t seed, int64_t step, st_err *err) 
         float *W = pi->base->params + a->base_t->offset;
         size_t n = (size_t)a->in * a->out;
         float *Gi = pi->G, *Go = pi->G + (size_t)a->in * b;
-        o->poet_cayley_forward(be, Gi, m->params + a->qi_off, a->in / b, b, k);
-        o->poet_cayley_forward(be, Go, m->params + a->qo_off, a->out / b, b, k);
+        o->poet_cayley_forward(be, Gi, m->params + a->qi_off, (a->in + a->out) / b, b, k);
         o->copy_to_host(be, h1, W, n * sizeof(float));
         if (pi->gpt2) { /* Conv1D (in, out): W0^T */
             transpose(h2, h1, a->in, a->out);
