@@ -304,7 +304,9 @@ void st_llama_backward_hooked(st_llama_model *m, void (*hook)(void *ctx, size_t 
     /* no gradient vector of the base: the hook says where each trainable's goes (POET-X) */
     st_linear_hook *ga = !frozen && !m->grads && m->hook && m->hook->grad_at ? m->hook : NULL;
     float *head_g = frozen ? NULL : ga ? ga->grad_at(ga, -1, ly->head_offset) : m->grads + ly->head_offset;
-    float *norm_g = frozen ? m->hook->norm_scratch : ga ? ga->grad_at(ga, -1, ly->norm_offset) : m->grads + ly->norm_offset;
+    float *norm_g = frozen ? m->hook->norm_scratch
+                    : ga   ? ga->grad_at(ga, -1, ly->norm_offset)
+                           : m->grads + ly->norm_offset;
     float *emb_g = frozen ? NULL : ga ? ga->grad_at(ga, -1, 0) : m->grads;
     a->blk->hook = m->hook;
     /* classifier: logits already hold dlogits; the head's gradient lands in the embedding's when tied */
