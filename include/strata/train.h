@@ -101,6 +101,7 @@ typedef struct st_train_config {
     int poetx_block;      /* method poetx: the block size b of R and P (strata/poetx.h) */
     int poetx_terms;      /* method poetx: the Neumann terms k of the Cayley polynomial */
     int poetx_merge_every; /* method poetx: steps between merges of R and P into W0 */
+    int poetx_recompute;  /* method poetx: 1 recomputes the rotated inputs in the backward (st_poetx_config.recompute) */
     char mix[8];          /* "weights" (the data list's weights; default) or "online" (the sources' weights
                              adapted from their training loss, st_train_config_mix_online) */
     double mix_smoothing; /* online: the rewards' moving average (default 0.9) */

@@ -16,7 +16,7 @@
 static int is_poetx(const st_train_config *c) { return !strcmp(c->method, "poetx"); }
 
 static st_poetx_config poetx_config(const st_train_config *c) {
-    return (st_poetx_config){.block = c->poetx_block, .terms = c->poetx_terms};
+    return (st_poetx_config){.block = c->poetx_block, .terms = c->poetx_terms, .recompute = c->poetx_recompute};
 }
 
 /* A resume continues the run's own block size and terms (the method itself: run_lora_check). */
