@@ -156,6 +156,9 @@ const char *st_train_config_plan_file(const st_train_config *c);
 /* The key method as what it names: *lora 1 for "lora", 0 for "full" and "poetx"; refused naming
  * the key. */
 st_status st_train_config_method(const st_train_config *c, int *lora, st_err *err);
+/* The key method as its enum (ST_TRAIN_METHOD_FULL for a value st_train_config_method refuses). */
+typedef enum st_train_method { ST_TRAIN_METHOD_FULL = 0, ST_TRAIN_METHOD_LORA = 1, ST_TRAIN_METHOD_POETX = 2 } st_train_method;
+st_train_method st_train_config_method_of(const st_train_config *c);
 /* The shape overrides c sets (0: the preset's value). */
 st_model_overrides st_train_config_overrides(const st_train_config *c);
 

@@ -154,11 +154,22 @@ void st_train_config_defaults(st_train_config *c) {
     c->poetx_merge_every = 200;
 }
 
+/* The key method's one parse: -1 for a value it is not. */
+static int parse_method(const char *v) {
+    return !strcmp(v, "full") ? ST_TRAIN_METHOD_FULL : !strcmp(v, "lora") ? ST_TRAIN_METHOD_LORA
+           : !strcmp(v, "poetx") ? ST_TRAIN_METHOD_POETX : -1;
+}
+
 st_status st_train_config_method(const st_train_config *c, int *lora, st_err *err) {
-    *lora = !strcmp(c->method, "lora");
-    if (!*lora && strcmp(c->method, "full") && strcmp(c->method, "poetx"))
-        return st_errf(err, ST_ERR_INVALID, "key 'method': '%s' is not full, lora or poetx", c->method);
+    int m = parse_method(c->method);
+    *lora = m == ST_TRAIN_METHOD_LORA;
+    if (m < 0) return st_errf(err, ST_ERR_INVALID, "key 'method': '%s' is not full, lora or poetx", c->method);
     return ST_OK;
+}
+
+st_train_method st_train_config_method_of(const st_train_config *c) {
+    int m = parse_method(c->method);
+    return m < 0 ? ST_TRAIN_METHOD_FULL : (st_train_method)m;
 }
 
 const char *st_train_config_keys(void) {
@@ -609,7 +620,7 @@ st_status st_train_mem_plan(const st_train_config *c, const st_stream_plan *plan
         return st_err_prefix(err, "key 'device'");
     }
     /* method lora or poetx (checked by st_train_config_method): the model's own forward */
-    int own_forward = c->method[0] && strcmp(c->method, "full") != 0;
+    int own_forward = st_train_config_method_of(c) != ST_TRAIN_METHOD_FULL;
     st_mem_request rq = {.arch = a, .B = c->batch, .T = c->seq, .grad_accum = (int)c->grad_accum,
                          .state_format = st_train_config_state_format(c), .streamed = c->device_budget > 0,
                          .plan = plan, .device_is_host = cuda_index < 0, .state_on_disk = c->state_paths[0] != 0,

@@ -33,8 +33,9 @@ static st_status check_resume(const st_train_config *c, st_err *err) {
     st_train_config_defaults(was);
     st_status s = ST_OK;
     if (!st_train_config_load_json(was, path, NULL)) {
-        const char *key = strcmp(was->method, c->method) ? "method"
-                          : strcmp(was->method, "lora") ? NULL
+        st_train_method m = st_train_config_method_of(was);
+        const char *key = m != st_train_config_method_of(c) ? "method"
+                          : m != ST_TRAIN_METHOD_LORA ? NULL
                           : was->lora_rank != c->lora_rank ? "lora_rank"
                           : strcmp(was->lora_targets, c->lora_targets) ? "lora_targets" : NULL;
         if (key)
@@ -101,7 +102,7 @@ st_status run_lora_check(const st_train_config *c, int world, st_err *err) {
     const char *why = NULL;
     if (c->device_budget > 0) why = "device_budget";
     else if (c->state_paths[0]) why = "state_paths";
-    else if (!strcmp(c->plan_state, "auto")) why = "plan_state";
+    else if (st_train_config_places_state(c)) why = "plan_state";
     if (why)
         return st_errf(err, ST_ERR_UNSUPPORTED, "key '%s': method lora trains in memory for now (no layer streaming, "
                        "no disk state: the adapters' state is small); leave %s out", why, why);
