@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 
 #include "core/fileutil.h"
+#include "run/run_lora_internal.h"
+#include "run/run_poetx_internal.h"
 #include "strata/backend.h"
 #include "strata/model.h"
 #include "strata/plan.h"
@@ -619,9 +621,18 @@ st_status st_train_mem_plan(const st_train_config *c, const st_stream_plan *plan
         st_arch_free(a);
         return st_err_prefix(err, "key 'device'");
     }
-    /* method lora or poetx (checked by st_train_config_method): the model's own forward */
-    int own_forward = st_train_config_method_of(c) != ST_TRAIN_METHOD_FULL;
-    st_mem_request rq = {.arch = a, .B = c->batch, .T = c->seq, .grad_accum = (int)c->grad_accum,
+    /* method lora or poetx (checked by st_train_config_method): the model's own forward, the
+     * base's weights frozen (no gradient), only what the method trains with gradients and moments */
+    st_train_method method = st_train_config_method_of(c);
+    int own_forward = method != ST_TRAIN_METHOD_FULL;
+    size_t trainable = 0;
+    if (method == ST_TRAIN_METHOD_LORA) s = run_lora_trainable(c, a, shape.arch, &trainable, err);
+    if (method == ST_TRAIN_METHOD_POETX) s = run_poetx_trainable(c, a, shape.arch, &trainable, err);
+    if (s) {
+        st_arch_free(a);
+        return s;
+    }
+    st_mem_request rq = {.trainable_params = own_forward ? (double)trainable : 0,.arch = a, .B = c->batch, .T = c->seq, .grad_accum = (int)c->grad_accum,
                          .state_format = st_train_config_state_format(c), .streamed = c->device_budget > 0,
                          .plan = plan, .device_is_host = cuda_index < 0, .state_on_disk = c->state_paths[0] != 0,
                          .state_budget = c->state_budget, .model_act_bytes = own_forward ? shape.act_bytes : 0};

@@ -122,6 +122,12 @@ st_status run_lora_check(const st_train_config *c, int world, st_err *err) {
     return s;
 }
 
+st_status run_lora_trainable(const st_train_config *c, const st_arch *a, const char *family, size_t *n, st_err *err) {
+    st_lora_config lc;
+    lora_config(c, family, &lc);
+    return st_lora_check(a->lay.tensors, a->lay.n_tensors, family, &lc, n, err);
+}
+
 st_status run_lora_open(const st_train_config *c, st_model **m, st_err *err) {
     int lora = 0;
     st_status s = st_train_config_method(c, &lora, err);

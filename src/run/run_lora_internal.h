@@ -18,6 +18,8 @@ st_status run_lora_check(const st_train_config *c, int world, st_err *err);
 st_status run_lora_init_from(st_train_config *c, st_err *err);
 /* method lora: *m (the base, its weights set) becomes the LoRA model over it (its adapters
  * from init_adapter when given, unless resuming), its activations the run's to allocate; *m is NULL on failure (the base freed). Otherwise nothing. */
+/* The adapter parameters method lora trains for c over the model a of family ("gpt2", "llama"). */
+st_status run_lora_trainable(const st_train_config *c, const st_arch *a, const char *family, size_t *n, st_err *err);
 st_status run_lora_open(const st_train_config *c, st_model **m, st_err *err);
 /* The end of a run: save_adapter's PEFT directory, said unless quiet. */
 st_status run_lora_finish(const st_train_config *c, const st_model *m, int quiet, st_err *err);

@@ -67,6 +67,11 @@ st_status run_poetx_check(const st_train_config *c, int world, st_err *err) {
     return s;
 }
 
+st_status run_poetx_trainable(const st_train_config *c, const st_arch *a, const char *family, size_t *n, st_err *err) {
+    st_poetx_config pc = poetx_config(c);
+    return st_poetx_check(a->lay.tensors, a->lay.n_tensors, family, &pc, n, NULL, err);
+}
+
 st_status run_poetx_open(const st_train_config *c, st_model **m, st_err *err) {
     if (!is_poetx(c)) return ST_OK;
     st_poetx_config pc = poetx_config(c);
