@@ -386,11 +386,6 @@ st_status st_model_check_finite(const st_model *m, const char *from, st_err *err
  * a preset name with overrides (as st_model_create). */
 st_status st_model_create_from(st_model **out, const char *preset, const char *hf_dir, const st_model_overrides *ov,
                                int with_weights, st_backend *be, st_err *err);
-struct st_mem_plan;
-/* The memory plan (prof.h) of training the model st_model_create_from would make, at batch
- * B x T, without allocating it: the family's own estimate (GPT-2's counts checkpointing). */
-st_status st_model_mem_estimate(const char *preset, const char *hf_dir, const st_model_overrides *ov, int B, int T,
-                                int optim_8bit, struct st_mem_plan *out, st_err *err);
 /* A model's shape whatever its family: what a configuration check or a planner needs
  * without building the model. */
 typedef struct st_model_shape {
@@ -414,40 +409,5 @@ st_status st_model_resolve(const char *preset, const char *hf_dir, const st_mode
                            st_model_shape *out, struct st_arch **arch, st_err *err);
 /* Wrap an existing GPT-2 (the st_model does not own it). */
 void st_model_wrap_gpt2(st_model *out, st_gpt2_model *g);
-
-/* ------------------------------------------------------------------ memory estimate (memplan.c) */
-
-enum { ST_MEM_TIER_DEVICE = 0, ST_MEM_TIER_HOST = 1, ST_MEM_TIER_DISK = 2, ST_MEM_TIER_COUNT = 3 };
-const char *st_mem_tier_name(int tier);
-
-/* Bytes per class of training state for a GPT-2 shape, batch B x seq T, as the executor
- * allocates them today (fp32 weights that are their own master copy, fp32 gradients, all
- * activations stored), plus the alternatives it does not use yet. */
-typedef struct st_mem_plan {
-    double n_params;
-    double weights;        /* fp32 working weights */
-    double grads;          /* fp32 gradients */
-    double master;         /* separate fp32 master copy: 0 while the weights are fp32 */
-    double master_if_bf16; /* what it would be with bf16 working weights */
-    double moments_f32;    /* AdamW m and v, fp32 */
-    double moments_8bit;   /* m and v, 8-bit blockwise with fp32 absmax per block */
-    double acts_stored;    /* every activation kept for backward (what runs today) */
-    double acts_ckpt;      /* with per-block checkpointing: block inputs + one block's working set */
-    double init_scratch;   /* transient host buffer of st_gpt2_init_random, freed before the optimizer */
-    double runtime;        /* code, libraries, data pipeline, BLAS buffers: measured once, a constant */
-    int moments_8bit_used;
-    int moments_on_disk;   /* state_paths: master copy and moments in the disk state store */
-    double state_buffers;  /* ...and its host buffers */
-    double tier_need[ST_MEM_TIER_COUNT]; /* peak bytes each tier must hold */
-} st_mem_plan;
-
-void st_mem_plan_gpt2(const st_gpt2_config *mc, int B, int T, int optim_8bit, st_mem_plan *out);
-/* Any architecture, from its parameter count and stored activation bytes. */
-void st_mem_plan_generic(double n_params, double act_bytes, int B, int T, int optim_8bit, st_mem_plan *out);
-/* Refuse a plan that does not fit: budgets in bytes per tier (host <= 0: MemAvailable now;
- * device and disk <= 0: none). ST_ERR_NOMEM names each tier short and the bytes missing. */
-st_status st_mem_plan_check(const st_mem_plan *e, const double budget[ST_MEM_TIER_COUNT], st_err *err);
-/* The estimate as a table, for strata plan. */
-void st_mem_plan_print(FILE *f, const st_mem_plan *e, const double budget[ST_MEM_TIER_COUNT]);
 
 #endif

@@ -51,6 +51,7 @@
 #define STRATA_PLAN_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "strata/backend.h"
 #include "strata/block.h"
@@ -361,6 +362,60 @@ size_t st_plan_host_bytes(const st_arch *a, int B, int T, const st_stream_plan *
  * backups in host memory; the store's own buffers are not in it (st_plan_disk_cost.host_bytes
  * adds them). */
 size_t st_plan_host_bytes_disk(const st_arch *a, int B, int T, const st_stream_plan *p);
+
+/* ------------------------------------------------------------------ the memory account (plan_memory.c)
+ * The bytes each tier holds for a configuration, by class of training state, read from the
+ * executor's allocation tables (st_stream_device_bytes, st_stream_host_bytes) for the step's
+ * plan: in memory the resident plan (st_stream_plan_resident: every block in the host
+ * vectors, every activation kept), streamed the plan given. strata train checks it against
+ * host_budget before anything is written, strata plan prints it, plan_state auto compares
+ * placements with it. */
+enum { ST_MEM_TIER_DEVICE = 0, ST_MEM_TIER_HOST = 1, ST_MEM_TIER_DISK = 2, ST_MEM_TIER_COUNT = 3 };
+const char *st_mem_tier_name(int tier);
+
+typedef struct st_mem_request {
+    const st_arch *arch;       /* the model as blocks */
+    int B, T;                  /* batch and sequence length of a micro-batch */
+    int grad_accum;            /* micro-batches a step (<= 1: one; more: the executor's second gradient) */
+    st_optim_state_format state_format; /* the moments' format */
+    int streamed;              /* 1: through a device budget (layer streaming); 0: in memory */
+    const st_stream_plan *plan;/* streamed: the plan (NULL: the smallest, every block recomputed) */
+    int device_is_host;        /* streamed on the CPU: the device tier's bytes are host memory too */
+    int state_on_disk;         /* the moments in the disk state store (state_paths) */
+    double state_budget;       /* ...its host buffers (<= 0: the store's default, 256 MiB) */
+    double model_act_bytes;    /* > 0: the model trains through its own forward (LoRA, POET-X),
+                                  these its activations, the executor's tables unused */
+} st_mem_request;
+
+/* Bytes per class of training state and the peak each tier must hold. */
+typedef struct st_mem_plan {
+    double n_params;
+    double weights;        /* fp32 working weights (the host vector) */
+    double grads;          /* fp32 gradients (the host vector) */
+    double master;         /* separate fp32 master copy: 0 while the weights are fp32 */
+    double master_if_bf16; /* what it would be with bf16 working weights */
+    double moments_f32;    /* AdamW m and v, fp32 */
+    double moments_8bit;   /* m and v, 8-bit blockwise with fp32 absmax per block (either map) */
+    double acts_stored;    /* the step's activations and working buffers under its plan (the
+                              executor's device table: host memory in memory) */
+    double acts_ckpt;      /* the same with every block recomputed */
+    double exec_host;      /* the executor's other host buffers (per-row sums, grad_accum's
+                              second gradient, offloaded activation sets, backups) */
+    double init_scratch;   /* transient host buffer of initialisation and checkpoints */
+    double runtime;        /* code, libraries, data pipeline, BLAS buffers: measured once, a constant */
+    int moments_8bit_used;
+    int streamed;          /* the activations are the device tier's */
+    int moments_on_disk;   /* state_paths: master copy and moments in the disk state store */
+    double state_buffers;  /* ...and its host buffers */
+    double tier_need[ST_MEM_TIER_COUNT]; /* peak bytes each tier must hold */
+} st_mem_plan;
+
+st_status st_plan_memory(const st_mem_request *rq, st_mem_plan *out, st_err *err);
+/* Refuse a plan that does not fit: budgets in bytes per tier (host <= 0: MemAvailable now;
+ * device and disk <= 0: none). ST_ERR_NOMEM names each tier short and the bytes missing. */
+st_status st_mem_plan_check(const st_mem_plan *e, const double budget[ST_MEM_TIER_COUNT], st_err *err);
+/* The account as a table, for strata plan. */
+void st_mem_plan_print(FILE *f, const st_mem_plan *e, const double budget[ST_MEM_TIER_COUNT]);
 
 /* ------------------------------------------------------------------ a run's prediction
  * What strata plan prints and strata train logs and saves (RUN_DIR/plan.json) for the plan

@@ -151,6 +151,10 @@ typedef struct st_stream_plan {
 void st_stream_plan_default(st_stream_plan *p, int n_layer);
 /* Every block the same policy. */
 void st_stream_plan_set_all(st_stream_plan *p, st_stream_act a);
+/* The in-memory step's plan (step.c), which the memory account reads too (plan.h's
+ * st_plan_memory): every block resident in the host vectors and its activations kept, the
+ * clip deferred (no speculative backups). */
+void st_stream_plan_resident(st_stream_plan *p, int n_layer);
 
 typedef struct st_stream_config {
     const st_arch *arch;      /* the model (block.h); outlives the executor */

@@ -161,8 +161,13 @@ st_status st_train_state_paths(const st_train_config *c, char *buf, size_t cap, 
                             double *weights, int *weighted, st_err *err);
 
 struct st_mem_plan;
-/* With state_paths: the moments leave the host's plan and the store's buffers join it. */
-void st_train_mem_state_on_disk(const st_train_config *c, struct st_mem_plan *e);
+struct st_stream_plan;
+/* The memory account of the run c configures (plan.h's st_plan_memory, from the executor's
+ * tables): in memory, or streamed under plan (NULL: the smallest plan, every block
+ * recomputed, before the planner has chosen); with state_paths the moments on disk and the
+ * store's buffers in host memory; method lora or poetx through the model's own forward. */
+st_status st_train_mem_plan(const st_train_config *c, const struct st_stream_plan *plan, struct st_mem_plan *out,
+                            st_err *err);
 
 /* ------------------------------------------------------------------ the plan a run gets
  * (src/run/plan_state.c): the run's configuration put to the planner (strata/plan.h). */

@@ -349,8 +349,10 @@ int cmd_plan(int argc, char **argv) {
                 fprintf(stderr, "strata plan: %s '%s' is not a byte count (e.g. 8GiB, 512MiB, 2e9)\n", a, v);
                 return 2;
             }
-            /* the train key too, where this strata has it, so the check below is train's */
-            st_train_config_set(&cfg, a + 2, v, NULL);
+            /* the train key too (a number of bytes), so the check below is train's */
+            char num[32];
+            snprintf(num, sizeof num, "%.0f", budget[tier]);
+            st_train_config_set(&cfg, a + 2, num, NULL);
             continue;
         }
         char key[128];
@@ -417,17 +419,15 @@ int cmd_plan(int argc, char **argv) {
         }
         planned_arch = arch; /* its section is printed after the estimate */
     }
-    /* the family's own estimate (GPT-2's counts checkpointing; the Llama family's, its stored
-     * activations), through the model layer */
-    if (st_model_mem_estimate(cfg.model, cfg.init_from, &ov, cfg.batch, cfg.seq, st_train_config_state_format(&cfg) != ST_OPTIM_STATE_F32, &e,
-                              &err)) {
+    /* the run's memory account (the executor's tables; streamed: the smallest plan's, the
+     * planner's section below gives the plan's device bytes) */
+    if (st_train_mem_plan(&cfg, NULL, &e, &err)) {
         st_arch_free(planned_arch);
         fprintf(stderr, "strata plan: %s\n", err.msg);
         return 2;
     }
     printf("plan for %s (%s), batch %d x seq %d, optim_state %s\n", cfg.init_from[0] ? cfg.init_from : cfg.model,
            shape.desc, cfg.batch, cfg.seq, cfg.optim_state);
-    st_train_mem_state_on_disk(&cfg, &e);
     st_mem_plan_print(stdout, &e, budget);
     int rc = 0;
     if (st_mem_plan_check(&e, budget, &err)) {

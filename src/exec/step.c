@@ -128,10 +128,7 @@ static st_status step_resident(st_step *s, int B, int T, st_err *err) {
                            .state_format = s->opt ? st_optim_format(s->opt) : ST_OPTIM_STATE_F32,
                            .optim = s->comm ? NULL : s->opt, .external_optimizer = s->comm || s->store};
     st_stream_plan plan;
-    st_stream_plan_default(&plan, s->arch->lay.n_blocks);
-    plan.resident = 1;
-    plan.clip = ST_STREAM_CLIP_DEFER;
-    st_stream_plan_set_all(&plan, ST_STREAM_ACT_KEEP);
+    st_stream_plan_resident(&plan, s->arch->lay.n_blocks);
     st_status st = st_stream_exec_create(&s->sx, &sc, &plan, m->be, err);
     if (st) return st;
     s->B = B, s->T = T;

@@ -26,6 +26,13 @@ void st_stream_plan_set_all(st_stream_plan *p, st_stream_act a) {
     for (int l = 0; l < L; l++) p->act[l] = (unsigned char)a;
 }
 
+void st_stream_plan_resident(st_stream_plan *p, int n_layer) {
+    st_stream_plan_default(p, n_layer);
+    p->resident = 1;
+    p->clip = ST_STREAM_CLIP_DEFER;
+    st_stream_plan_set_all(p, ST_STREAM_ACT_KEEP);
+}
+
 /* ------------------------------------------------------------------ a traced copy backend
  * On a backend without copy_async the copy engine calls its backend's copy ops on its
  * worker thread; wrapping them puts every transfer in the trace as a COPY span with its

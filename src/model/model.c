@@ -7,7 +7,6 @@
 #include "strata/llama.h"
 #include "strata/block.h"
 #include "strata/model.h"
-#include "strata/prof.h"
 #include "model_internal.h"
 
 static st_gpt2_model *as_gpt2(const st_model *m) { return (st_gpt2_model *)m->impl; }
@@ -187,21 +186,6 @@ st_status st_model_create_from(st_model **out, const char *preset, const char *h
     st_status s = model_family_resolve(preset, hf_dir, ov, &llama, &g, &l, err);
     if (s) return s;
     return llama ? st_model_create_llama(out, &l, be, err) : st_model_create_gpt2(out, &g, be, err);
-}
-
-st_status st_model_mem_estimate(const char *preset, const char *hf_dir, const st_model_overrides *ov, int B, int T,
-                                int optim_8bit, st_mem_plan *out, st_err *err) {
-    st_gpt2_config g;
-    st_llama_config l;
-    int llama;
-    st_status s = model_family_resolve(preset, hf_dir, ov, &llama, &g, &l, err);
-    if (s) return s;
-    if (llama) /* parameters and stored activations from the model's own counts */
-        st_mem_plan_generic((double)st_llama_param_count(&l), (double)st_llama_act_bytes(&l, B, T), B, T,
-                                  optim_8bit, out);
-    else
-        st_mem_plan_gpt2(&g, B, T, optim_8bit, out);
-    return ST_OK;
 }
 
 void st_model_free(st_model *m) {

@@ -47,7 +47,7 @@ static void shape_llama(const st_llama_config *l, int B, int T, st_model_shape *
 }
 
 /* The family and its typed configuration, checked (model_internal.h): the dispatch that
- * st_model_resolve, st_model_create_from and st_model_mem_estimate share. */
+ * st_model_resolve and st_model_create_from share. */
 st_status model_family_resolve(const char *preset, const char *hf_dir, const st_model_overrides *ov, int *is_llama,
                                   st_gpt2_config *g, st_llama_config *l, st_err *err) {
     memset(g, 0, sizeof *g);

@@ -595,14 +595,26 @@ double st_train_lr_at(const st_train_config *c, long step) {
     return st_schedule_lr_at(&sc, step);
 }
 
-void st_train_mem_state_on_disk(const st_train_config *c, st_mem_plan *e) {
-    if (!c->state_paths[0]) return;
-    /* the moments go to disk; the store's buffers stay (its disk space it checks itself) */
-    double mom = st_train_config_state_format(c) != ST_OPTIM_STATE_F32 ? e->moments_8bit : e->moments_f32;
-    double buffers = c->state_budget > 0 ? c->state_budget : 256.0 * 1048576.0;
-    e->tier_need[ST_MEM_TIER_HOST] += buffers - mom;
-    e->moments_on_disk = 1;
-    e->state_buffers = buffers;
+st_status st_train_mem_plan(const st_train_config *c, const st_stream_plan *plan, st_mem_plan *out, st_err *err) {
+    st_model_overrides ov = st_train_config_overrides(c);
+    st_model_shape shape;
+    st_arch *a = NULL;
+    st_status s = st_model_resolve(c->model, c->init_from, &ov, c->batch, c->seq, &shape, &a, err);
+    if (s) return s;
+    int cuda_index = -1;
+    if (c->device_budget > 0 && (s = st_backend_device_parse(c->device, &cuda_index, err))) {
+        st_arch_free(a);
+        return st_err_prefix(err, "key 'device'");
+    }
+    /* method lora or poetx (checked by st_train_config_method): the model's own forward */
+    int own_forward = c->method[0] && strcmp(c->method, "full") != 0;
+    st_mem_request rq = {.arch = a, .B = c->batch, .T = c->seq, .grad_accum = (int)c->grad_accum,
+                         .state_format = st_train_config_state_format(c), .streamed = c->device_budget > 0,
+                         .plan = plan, .device_is_host = cuda_index < 0, .state_on_disk = c->state_paths[0] != 0,
+                         .state_budget = c->state_budget, .model_act_bytes = own_forward ? shape.act_bytes : 0};
+    s = st_plan_memory(&rq, out, err);
+    st_arch_free(a);
+    return s;
 }
 
 st_status st_train_state_paths(const st_train_config *c, char *buf, size_t cap, const char **paths, int *n,

@@ -48,12 +48,9 @@ static int reuse_figures(const char *path, const char *state_paths, int n, doubl
  * cache, the data pipeline, other processes). */
 static st_status store_host_cap(const st_train_config *c, const st_arch *a, const st_stream_plan *p, double *cap,
                                 st_err *err) {
-    st_model_overrides ov = st_train_config_overrides(c);
     st_mem_plan e;
-    st_status s = st_model_mem_estimate(c->model, c->init_from, &ov, c->batch, c->seq, st_train_config_state_format(c) != ST_OPTIM_STATE_F32,
-                                        &e, err);
+    st_status s = st_train_mem_plan(c, NULL, &e, err);
     if (s) return s;
-    st_train_mem_state_on_disk(c, &e);
     double rest = e.tier_need[ST_MEM_TIER_HOST] - e.state_buffers;
     double exec = (double)st_plan_host_bytes_disk(a, c->batch, c->seq, p);
     double host = c->host_budget > 0 ? c->host_budget : st_prof_host_available_bytes();
@@ -178,8 +175,7 @@ st_status st_train_state_fit(const st_train_config *c, st_plan_state_choice *ch,
             st_train_config t;
             placed_config(c, k, &t);
             st_mem_plan e;
-            if ((s = st_model_mem_estimate(t.model, t.init_from, &ov, t.batch, t.seq, f == 1, &e, err))) return s;
-            st_train_mem_state_on_disk(&t, &e);
+            if ((s = st_train_mem_plan(&t, NULL, &e, err))) return s;
             double budgets[ST_MEM_TIER_COUNT] = {0, t.host_budget, 0};
             st_err fit = {0};
             int host_ok = st_mem_plan_check(&e, budgets, &fit) == ST_OK;

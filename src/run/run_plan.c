@@ -138,7 +138,8 @@ static void predict_disk(const st_train_config *c, const st_arch *arch, const st
 }
 
 st_status run_open_streamed(const st_train_config *c, st_model *m, const st_arch *arch, st_backend *be, int ranks,
-                               st_backend **dev, st_stream_exec **sx, double *state_budget, st_err *err) {
+                               st_backend **dev, st_stream_exec **sx, double *state_budget, st_stream_plan *chosen,
+                               st_err *err) {
     /* the moments live in the disk state store; under ranks the step updates the rank's shard
      * (the executor hands over each micro-batch's gradient: no optimizer, one micro-batch) */
     int external = c->state_paths[0] != 0 || ranks > 1;
@@ -265,6 +266,7 @@ st_status run_open_streamed(const st_train_config *c, st_model *m, const st_arch
     if (!*dev && (s = st_backend_device_create(dev, c->device, be, budget, err)))
         return st_err_prefix(err, "key 'device_budget'");
     if ((s = st_stream_exec_create(sx, &sc, &plan, *dev, err))) return st_err_prefix(err, "key 'device_budget'");
+    *chosen = plan;
     char usable[96] = "";
     if (cuda_index >= 0)
         snprintf(usable, sizeof usable, " (%.1f MiB of it for the plan, the rest cuBLASLt's workspace)",

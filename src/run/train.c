@@ -124,11 +124,7 @@ static st_status run_check(train_run *r, const st_train_config *given, const st_
     }
     if ((s = run_check_resume_matmul(c, err))) return s; /* another matmul than the resumed run's */
     /* the memory plan, checked before anything is allocated or written */
-    st_model_overrides ov = st_train_config_overrides(c);
-    if ((s = st_model_mem_estimate(c->model, c->init_from, &ov, c->batch, c->seq, st_train_config_state_format(c) != ST_OPTIM_STATE_F32,
-                                   &r->mem, err)))
-        return s;
-    st_train_mem_state_on_disk(c, &r->mem);
+    if ((s = st_train_mem_plan(c, NULL, &r->mem, err))) return s; /* streamed: the smallest plan's */
     double budgets[ST_MEM_TIER_COUNT] = {0, c->host_budget, 0};
     if ((s = st_mem_plan_check(&r->mem, budgets, err))) return s;
     if (!c->run_dir[0]) return st_errf(err, ST_ERR_INVALID, "key 'run_dir' is empty; name a directory for the run");
@@ -185,10 +181,14 @@ static st_status open_model(train_run *r, st_err *err) {
         return s;
     if (c->device_budget <= 0) return ST_OK;
     double chosen_budget = 0; /* the store's host budget, where the planner chose it */
+    st_stream_plan plan;
     if ((s = st_arch_of_model(&r->arch, r->m, err)) ||
-        (s = run_open_streamed(c, r->m, r->arch, r->be, r->dist.world, &r->dev, &r->sx, &chosen_budget, err)))
+        (s = run_open_streamed(c, r->m, r->arch, r->be, r->dist.world, &r->dev, &r->sx, &chosen_budget, &plan, err)))
         return s;
     if (chosen_budget > 0 && !(c->state_budget > 0)) c->state_budget = chosen_budget; /* run, recorded, resumed */
+    /* the memory account again under the plan chosen (run_check's was the smallest plan's) */
+    double budgets[ST_MEM_TIER_COUNT] = {0, c->host_budget, 0};
+    if ((s = st_train_mem_plan(c, &plan, &r->mem, err)) || (s = st_mem_plan_check(&r->mem, budgets, err))) return s;
     r->opt = st_stream_optim(r->sx);
     st_stream_set_params(r->sx, r->m->params); /* the device copies of the embedding and head */
     return ST_OK;

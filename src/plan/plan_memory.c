@@ -1,0 +1,186 @@
+/* plan_memory.c - the one account of memory: the bytes each tier holds for a configuration,
+ * by class of training state, and the refusal of a run that cannot fit its budgets.
+ *
+ * Every byte the step allocates is read from the executor's own allocation tables
+ * (st_stream_device_bytes, st_stream_host_bytes: the tables st_stream_exec_create allocates
+ * from), never from a copy of them: in memory the step is the block executor with every
+ * block resident (st_stream_plan_resident), so its "device" allocations are host memory;
+ * streamed, they are the device tier's, and host memory too where the device is the CPU.
+ * Only what is not the executor's is counted here: the staging buffer of initialisation and
+ * checkpoints, the runtime's constant, a model that trains through its own forward (LoRA,
+ * POET-X: their activations given by the model layer), and the disk state's host buffers.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "strata/optim.h"
+#include "strata/plan.h"
+#include "strata/prof.h"
+
+/* Code, shared libraries, OpenMP and OpenBLAS buffers, the data pipeline (the embedded
+ * corpus: 4 MiB of text while 8 MiB of tokens are filled) and stdio. Measured as VmHWM
+ * minus the training state on the development machine (2 threads), with checkpoints every
+ * step: 18.3 MiB for gpt2-mini at batch 1 x seq 16, 19.3 to 19.5 MiB for weight-heavy
+ * runs, 31.1 MiB for an activation-heavy one (batch 32 x seq 256: OpenBLAS touches more
+ * of its packing buffers on large matrices). The middle, so that either kind of run is
+ * within 4% when its state is a few hundred MiB (tests/test_prof_mem.sh). */
+#define RUNTIME_BYTES (26.0 * 1048576.0)
+/* the disk state's host buffers when state_budget is not given (the store's default) */
+#define STATE_BUFFERS_DEFAULT (256.0 * 1048576.0)
+
+const char *st_mem_tier_name(int tier) {
+    static const char *n[ST_MEM_TIER_COUNT] = {"device", "host", "disk"};
+    return (unsigned)tier < ST_MEM_TIER_COUNT ? n[tier] : "?";
+}
+
+/* The executor's tables for plan p in state format fmt: device bytes, host bytes without
+ * the moments, and the moments. */
+static void exec_bytes(const st_mem_request *rq, const st_stream_plan *p, st_optim_state_format fmt, double *dev,
+                       double *host, double *moments) {
+    st_stream_config sc = {.arch = rq->arch, .B = rq->B, .T = rq->T, .grad_accum = rq->grad_accum > 1 ? rq->grad_accum : 1,
+                           .state_format = fmt, .external_optimizer = 1};
+    *dev = (double)st_stream_device_bytes(&sc, p);
+    *host = (double)st_stream_host_bytes(&sc, p);
+    sc.external_optimizer = 0;
+    *moments = (double)st_stream_host_bytes(&sc, p) - *host;
+}
+
+st_status st_plan_memory(const st_mem_request *rq, st_mem_plan *e, st_err *err) {
+    memset(e, 0, sizeof *e);
+    if (!rq->arch || rq->B < 1 || rq->T < 1)
+        return st_errf(err, ST_ERR_INVALID, "memory account: no model or batch %d x seq %d", rq->B, rq->T);
+    const st_arch_layout *y = &rq->arch->lay;
+    double n = (double)y->n_params, N = (double)rq->B * rq->T;
+    st_stream_plan p;
+    if (rq->plan) p = *rq->plan;
+    else if (rq->streamed) st_stream_plan_default(&p, y->n_blocks); /* the smallest: every block recomputed */
+    else st_stream_plan_resident(&p, y->n_blocks);
+    st_stream_plan all_rc = p; /* the same plan recomputing every block: the checkpointed figure */
+    st_stream_plan_set_all(&all_rc, ST_STREAM_ACT_RECOMPUTE);
+    double dev, host, dev_rc, host_rc, m8, mf, mf_rc;
+    exec_bytes(rq, &p, ST_OPTIM_STATE_8BIT, &dev, &host, &m8);
+    exec_bytes(rq, &p, ST_OPTIM_STATE_F32, &dev, &host, &mf);
+    exec_bytes(rq, &all_rc, ST_OPTIM_STATE_F32, &dev_rc, &host_rc, &mf_rc);
+    (void)host_rc, (void)mf_rc;
+    int q8 = rq->state_format != ST_OPTIM_STATE_F32;
+    e->n_params = n;
+    e->weights = 4.0 * n; /* the host vectors, which the executor counts first */
+    e->grads = 4.0 * n;
+    e->master_if_bf16 = 4.0 * n;
+    e->moments_f32 = mf;
+    e->moments_8bit = m8;
+    e->moments_8bit_used = q8;
+    e->streamed = rq->streamed || rq->plan;
+    e->exec_host = host - 8.0 * n; /* per-row buffers, grad_accum's gradient, offloaded sets, backups */
+    if (rq->model_act_bytes > 0) { /* the model's own forward: its activations, its per-row losses */
+        e->acts_stored = rq->model_act_bytes + 4.0 * N;
+        e->acts_ckpt = e->acts_stored; /* the model's forward keeps them all */
+        e->exec_host = 0;
+    } else {
+        e->acts_stored = dev;
+        e->acts_ckpt = dev_rc;
+    }
+    /* st_gpt2_init_random and the checkpoint's save and load stage all weights in one buffer */
+    e->init_scratch = 4.0 * n;
+    e->runtime = RUNTIME_BYTES + 8.0 * N; /* ... and the loop's inputs and targets */
+    double moments = q8 ? m8 : mf;
+    if (rq->state_on_disk) {
+        e->moments_on_disk = 1;
+        e->state_buffers = rq->state_budget > 0 ? rq->state_budget : STATE_BUFFERS_DEFAULT;
+        moments = e->state_buffers;
+    }
+    double acts_host = e->streamed && !rq->device_is_host && rq->model_act_bytes <= 0 ? 0 : e->acts_stored;
+    if (e->streamed && rq->model_act_bytes <= 0) e->tier_need[ST_MEM_TIER_DEVICE] = e->acts_stored;
+    /* The checkpoint at the end of a run stages the weights while everything else is
+     * allocated: that is the peak. */
+    e->tier_need[ST_MEM_TIER_HOST] = e->runtime + e->weights + e->grads + e->master + moments + e->exec_host + acts_host +
+                                     e->init_scratch;
+    return ST_OK;
+}
+
+size_t st_plan_host_bytes(const st_arch *a, int B, int T, const st_stream_plan *p) {
+    st_stream_config sc = {.arch = a, .B = B, .T = T, .state_format = ST_OPTIM_STATE_F32};
+    return st_stream_host_bytes(&sc, p);
+}
+
+size_t st_plan_host_bytes_disk(const st_arch *a, int B, int T, const st_stream_plan *p) {
+    st_stream_config sc = {.arch = a, .B = B, .T = T, .state_format = ST_OPTIM_STATE_F32, .external_optimizer = 1};
+    return st_stream_host_bytes(&sc, p);
+}
+
+static void fmt_bytes(char *buf, size_t cap, double b) {
+    if (b >= 1073741824.0) snprintf(buf, cap, "%.2f GiB", b / 1073741824.0);
+    else if (b >= 1048576.0) snprintf(buf, cap, "%.1f MiB", b / 1048576.0);
+    else if (b >= 1024.0) snprintf(buf, cap, "%.1f KiB", b / 1024.0);
+    else snprintf(buf, cap, "%.0f B", b);
+}
+
+static double host_budget(const double budget[ST_MEM_TIER_COUNT]) {
+    return budget[ST_MEM_TIER_HOST] > 0 ? budget[ST_MEM_TIER_HOST] : st_prof_host_available_bytes();
+}
+
+st_status st_mem_plan_check(const st_mem_plan *e, const double budget[ST_MEM_TIER_COUNT], st_err *err) {
+    double have[ST_MEM_TIER_COUNT] = {budget[0] > 0 ? budget[0] : 0, host_budget(budget), budget[2] > 0 ? budget[2] : 0};
+    char msg[ST_ERR_MSG_MAX] = "";
+    int short_tiers = 0;
+    for (int t = 0; t < ST_MEM_TIER_COUNT; t++) {
+        if (e->tier_need[t] <= have[t] || e->tier_need[t] <= 0) continue;
+        if (t == ST_MEM_TIER_HOST && have[t] <= 0) continue; /* MemAvailable unreadable: cannot judge */
+        if (t == ST_MEM_TIER_DEVICE && have[t] <= 0) continue; /* no device budget: the plan's own check */
+        char need[32], got[32], miss[32];
+        fmt_bytes(need, sizeof need, e->tier_need[t]);
+        fmt_bytes(got, sizeof got, have[t]);
+        fmt_bytes(miss, sizeof miss, e->tier_need[t] - have[t]);
+        snprintf(msg + strlen(msg), sizeof msg - strlen(msg), "%s%s needs %.0f bytes (%s), budget %.0f (%s): "
+                 "%.0f bytes (%s) missing", short_tiers ? "; " : "", st_mem_tier_name(t), e->tier_need[t], need,
+                 have[t], got, e->tier_need[t] - have[t], miss);
+        short_tiers++;
+    }
+    if (!short_tiers) return ST_OK;
+    return st_errf(err, ST_ERR_NOMEM, "the run does not fit its memory: %s. Lower batch or seq, use optim_state "
+                   "8bit, or raise host_budget (see strata plan)", msg);
+}
+
+void st_mem_plan_print(FILE *f, const st_mem_plan *e, const double budget[ST_MEM_TIER_COUNT]) {
+    char b[32];
+    const char *h = "host", *at = e->streamed ? "device" : h;
+#define ROW(label, bytes, where, note)                                                              \
+    do {                                                                                            \
+        fmt_bytes(b, sizeof b, bytes);                                                              \
+        fprintf(f, "  %-34s %16.0f  %11s  %-6s %s\n", label, (double)(bytes), b, where, note);     \
+    } while (0)
+    fprintf(f, "parameters: %.0f\n\n", e->n_params);
+    fprintf(f, "  %-34s %16s  %11s  %-6s %s\n", "class", "bytes", "", "tier", "");
+    ROW("weights (fp32)", e->weights, h, "");
+    ROW("gradients (fp32)", e->grads, h, "");
+    ROW("master copy (fp32)", e->master, "-", "the fp32 weights are the master copy");
+    ROW("  master copy with bf16 weights", e->master_if_bf16, "-", "(not used: weights are fp32)");
+    const char *mh = e->moments_on_disk ? "disk" : h;
+    ROW("moments, fp32 (m, v)", e->moments_f32, e->moments_8bit_used ? "-" : mh,
+        e->moments_8bit_used ? "(not used: optim_state 8bit)" : "optim_state f32");
+    ROW("moments, 8-bit blockwise (m, v)", e->moments_8bit, e->moments_8bit_used ? mh : "-",
+        e->moments_8bit_used ? "optim_state 8bit" : "(not used: optim_state f32)");
+    if (e->moments_on_disk)
+        ROW("disk state's host buffers", e->state_buffers, h, "state_budget (see the disk state below)");
+    ROW("activations, all stored", e->acts_stored, at,
+        e->streamed ? "the executor's device tables (the plan below; at least every block recomputed)"
+                    : "the executor's tables, every block kept");
+    ROW("activations, checkpointed", e->acts_ckpt, "-", "(every block recomputed: a streamed plan's choice)");
+    if (e->exec_host > 0) ROW("executor's host buffers", e->exec_host, h, "per-row buffers, grad_accum, offloads");
+    ROW("staging (init, checkpoint save)", e->init_scratch, h, "transient, at the end-of-run checkpoint");
+    ROW("runtime (code, BLAS, data)", e->runtime, h, "measured constant");
+    fprintf(f, "\n  %-34s %16s  %11s  %s\n", "tier", "peak need", "", "budget");
+    for (int t = 0; t < ST_MEM_TIER_COUNT; t++) {
+        double have = t == ST_MEM_TIER_HOST ? host_budget(budget) : budget[t];
+        char hb[32] = "none";
+        if (have > 0) fmt_bytes(hb, sizeof hb, have);
+        fmt_bytes(b, sizeof b, e->tier_need[t]);
+        const char *verdict = e->tier_need[t] <= 0 ? "" : (have > 0 && e->tier_need[t] > have) ? "DOES NOT FIT"
+                                                                                              : "fits";
+        if (e->tier_need[t] > 0 && have <= 0) verdict = t == ST_MEM_TIER_HOST ? "unknown budget" : "DOES NOT FIT";
+        fprintf(f, "  %-34s %16.0f  %11s  %s%s%s%s\n", st_mem_tier_name(t), e->tier_need[t], b, hb,
+                t == ST_MEM_TIER_HOST && budget[t] <= 0 ? " (MemAvailable)" : "", verdict[0] ? ": " : "", verdict);
+    }
+#undef ROW
+}
