@@ -10,6 +10,10 @@
 #                       machine has too little text.
 #   corpus_easy_hard    two sources in T: easy (a phrase repeated, 200 documents) and hard
 #                       (uniformly random tokens, 200 documents of 192).
+#   corpus_ranked SEED  T/base, 48 documents of 40 to 46 random tokens (1..99), and
+#                       T/s.scores, each document's score its id (0 the easiest).
+#   corpus_mpi          MPI (the mpirun command line the tests use), with OpenMPI's leaks
+#                       suppressed under the sanitized build; skips (77) without mpirun.
 corpus_begin() {
     S=${STRATA_BIN:?STRATA_BIN not set}
     SRC=${STRATA_SOURCE_DIR:-}
@@ -34,6 +38,7 @@ PY
     export PYTHONPATH="$T/.py${PYTHONPATH:+:$PYTHONPATH}"
 }
 check() { if ! eval "$1"; then echo "FAIL: $2"; fail=1; fi; }
+LIB_CORPUS_DIR=$(dirname "${BASH_SOURCE[0]}")
 
 corpus_noisy() {
     : "${SRC:?STRATA_SOURCE_DIR not set}"
@@ -41,6 +46,26 @@ corpus_noisy() {
     local rc=$?
     if [ $rc -eq 77 ]; then cat "$T/gen.out"; rm -rf "$T"; exit 77; fi
     check "[ $rc -eq 0 ]" "gen_noisy_corpus (rc $rc): $(cat "$T/gen.out")"
+}
+
+corpus_ranked() {
+    python3 - "$T" "$1" <<'PY'
+import random, sys
+from strata_megatron import write
+t = sys.argv[1]
+rng = random.Random(int(sys.argv[2]))
+write(t + "/base", [[rng.randrange(1, 100) for _ in range(40 + d % 7)] for d in range(48)])
+open(t + "/scores.txt", "w").write("".join("%d\n" % d for d in range(48)))
+PY
+    "$S" data score "$T/base" --from_text "$T/scores.txt" -o "$T/s.scores" > "$T/score.out" 2>&1
+    local rc=$?
+    check "[ $rc -eq 0 ]" "score: $(cat "$T/score.out")"
+}
+
+corpus_mpi() {
+    command -v mpirun >/dev/null || { echo "SKIP: mpirun not found"; rm -rf "$T"; exit 77; }
+    . "$LIB_CORPUS_DIR/mpi_sanitized.sh"
+    MPI="mpirun --allow-run-as-root --oversubscribe --bind-to none"
 }
 
 corpus_easy_hard() {

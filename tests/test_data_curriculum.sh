@@ -11,17 +11,7 @@
 # inspect says the view is paced.
 . "$(dirname "$0")/lib_corpus.sh"
 corpus_begin curric
-python3 - "$T" <<'PY'
-import random, sys
-from strata_megatron import write
-t = sys.argv[1]
-rng = random.Random(11)
-write(t + "/base", [[rng.randrange(1, 100) for _ in range(40 + d % 7)] for d in range(48)])
-open(t + "/scores.txt", "w").write("".join("%d\n" % d for d in range(48)))
-PY
-"$S" data score "$T/base" --from_text "$T/scores.txt" -o "$T/s.scores" > "$T/score.out" 2>&1
-rc=$?
-check '[ $rc -eq 0 ]' "score: $(cat "$T/score.out")"
+corpus_ranked 11
 A="--model gpt2-mini --n_layer 1 --n_embd 32 --n_head 2 --vocab_size 128 --batch 4 --seq 32 --steps 40 --lr 1e-2
    --eval_every 0 --sample_every 0 --quiet 1 --threads 2 --seed 3 --doc_signals 4"
 cat > "$T/.py/draws.py" <<'PY'

@@ -10,7 +10,9 @@
 # document attention: three documents scored together in one row get the scores each gets
 # alone (a dataset of that one document). Scoring again gives the same file. A proxy whose
 # vocabulary does not cover the dataset's tokens is refused naming the .bin, the token and
-# the vocabulary, and leaves no score file.
+# the vocabulary, and leaves no score file. Reducible loss (--reference): the proxy minus a
+# 100-step reference, document by document exactly the difference of the two score files,
+# the proxy minus itself 0 everywhere; --reference without --proxy refused, no file.
 set -u
 . "$(dirname "$0")/lib_corpus.sh"
 corpus_begin proxy
@@ -34,6 +36,47 @@ echo "data_score_proxy: $(cat "$T/score.out")"
 check 'cmp -s "$T/noisy.proxy" "$T/again.proxy"' "scoring twice gives two different score files"
 "$S" data inspect "$T/noisy.proxy" --json > "$T/insp.json" 2>&1
 check 'grep -q "\"kind\": \"proxy\"" "$T/insp.json"' "inspect: $(cat "$T/insp.json")"
+
+# reducible loss (--reference): the proxy's loss minus a reference's, document by document,
+# exactly the difference of the two proxy-score files; the proxy against itself is 0 everywhere
+"$S" train $proxy --steps 100 --lr 3e-3 --warmup_steps 10 --eval_every 0 --quiet 1 --threads 2 --seed 2 \
+  --data "$T/clean" --run_dir "$T/ref" > "$T/ref.out" 2>&1
+rc=$?
+check '[ $rc -eq 0 ]' "training the reference (rc $rc): $(tail -3 "$T/ref.out")"
+"$S" data score "$T/noisy" --proxy "$T/ref" -o "$T/ref.proxy" --batch 16 --seq 64 --threads 2 --quiet > /dev/null 2>&1
+"$S" data score "$T/noisy" --proxy "$T/proxy" --reference "$T/ref" -o "$T/noisy.red" --batch 16 --seq 64 --threads 2 \
+  --quiet --json > "$T/red.json" 2>&1
+rc=$?
+check '[ $rc -eq 0 ] && grep -q "\"kind\": \"reducible\"" "$T/red.json"' "score --reference (rc $rc): $(cat "$T/red.json")"
+"$S" data score "$T/noisy" --proxy "$T/proxy" --reference "$T/proxy" -o "$T/self.red" --batch 16 --seq 64 --threads 2 \
+  --quiet > /dev/null 2>&1
+python3 - "$T" > "$T/red.out" 2>&1 <<'EOF'
+import struct, sys
+t = sys.argv[1]
+def scores(name):
+    b = open("%s/%s" % (t, name), "rb").read()
+    hb = struct.unpack_from("<I", b, 12)[0]
+    n = struct.unpack_from("<Q", b, 16 + 48)[0]
+    kind = b[16 + 56:16 + 56 + 32].split(b"\0")[0].decode()
+    return kind, struct.unpack_from("<%dd" % n, b, hb)
+kp, p = scores("noisy.proxy")
+kr, r = scores("ref.proxy")
+kd, d = scores("noisy.red")
+ks, z = scores("self.red")
+assert kp == kr == "proxy" and kd == ks == "reducible", (kp, kr, kd, ks)
+assert len(p) == len(d) == 4000
+bad = [i for i in range(len(p)) if d[i] != p[i] - r[i]]
+assert not bad, "document %d: reducible %r, proxy %r minus reference %r" % (bad[0], d[bad[0]], p[bad[0]], r[bad[0]])
+assert all(x == 0.0 for x in z), "the proxy minus itself is not 0 everywhere"
+assert min(d) < 0, "the 1000-step proxy predicts no document better than the 100-step reference"
+print("reducible: 4000 documents equal proxy minus reference; mean %.4f" % (sum(d) / len(d)))
+EOF
+rc=$?
+check '[ $rc -eq 0 ]' "$(cat "$T/red.out")"
+"$S" data score "$T/noisy" --reference "$T/ref" -o "$T/x.red" > "$T/noproxy.out" 2>&1
+rc=$?
+check '[ $rc -eq 2 ] && grep -q "needs --proxy" "$T/noproxy.out" && [ ! -e "$T/x.red" ]' \
+  "--reference without --proxy (rc $rc): $(cat "$T/noproxy.out")"
 
 "$S" data dedup "$T/noisy" -o "$T/noisy.dedup" --threads 2 > /dev/null 2>&1
 "$S" data select "$T/noisy" -o "$T/sel.view" --scores "$T/noisy.proxy" --keep band 0 0.85 \

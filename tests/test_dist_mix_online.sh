@@ -8,9 +8,7 @@
 set -u
 . "$(dirname "$0")/lib_corpus.sh"
 corpus_begin dmixo
-command -v mpirun >/dev/null || { echo "SKIP: mpirun not found"; exit 77; }
-. "$(dirname "$0")/mpi_sanitized.sh"
-MPI="mpirun --allow-run-as-root --oversubscribe --bind-to none"
+corpus_mpi
 corpus_easy_hard
 A="--model gpt2-mini --n_layer 1 --n_embd 32 --n_head 2 --vocab_size 256 --batch 4 --seq 32 --steps 12
    --lr 1e-2 --eval_every 0 --sample_every 0 --quiet 1 --threads 1 --seed 7 --mix online --data $T/easy,$T/hard"

@@ -9,20 +9,8 @@
 set -u
 . "$(dirname "$0")/lib_corpus.sh"
 corpus_begin dselect
-command -v mpirun >/dev/null || { echo "SKIP: mpirun not found"; exit 77; }
-. "$(dirname "$0")/mpi_sanitized.sh"
-MPI="mpirun --allow-run-as-root --oversubscribe --bind-to none"
-python3 - "$T" <<'PY'
-import random, sys
-from strata_megatron import write
-t = sys.argv[1]
-rng = random.Random(5)
-write(t + "/base", [[rng.randrange(1, 100) for _ in range(40 + d % 7)] for d in range(48)])
-open(t + "/scores.txt", "w").write("".join("%d\n" % d for d in range(48)))
-PY
-"$S" data score "$T/base" --from_text "$T/scores.txt" -o "$T/s.scores" > "$T/score.out" 2>&1
-rc=$?
-check '[ $rc -eq 0 ]' "score: $(cat "$T/score.out")"
+corpus_mpi
+corpus_ranked 5
 "$S" data select "$T/base" -o "$T/band.view" --scores "$T/s.scores" --keep band 0.2 0.8 > "$T/band.sel" 2>&1
 rc=$?
 check '[ $rc -eq 0 ]' "select band: $(cat "$T/band.sel")"

@@ -4,7 +4,9 @@
 # on a seeded batch equals, within 1e-5 relative, the loss of the merged model strata wrote
 # with --save_hf (whose loss equals strata's own LoRA forward: test_lora_fixture.c), and differs
 # from the base's (tools/gen_lora_fixtures.py --check-adapter). GPT-2 (Conv1D, fan_in_fan_out)
-# and the Llama family. Skips (77) without /usr/bin/python3 with torch, transformers and peft.
+# and the Llama family. The adapter PEFT writes again (save_pretrained: its own
+# adapter_config.json) continues in strata (--init_adapter): a step at learning rate 0 saves
+# adapters byte-identical to strata's first ones. Skips (77) without /usr/bin/python3 with torch, transformers and peft.
 set -u
 S=${STRATA_BIN:?}
 SRC=${STRATA_SOURCE_DIR:?}
@@ -26,10 +28,15 @@ for fam in gpt2 llama; do
     >"$T/lora_$fam.out" 2>&1
   check '[ -f "$T/ad_$fam/adapter_model.safetensors" ]' "$fam: strata wrote the adapter: $(tail -2 "$T/lora_$fam.out")"
   "$PY" "$SRC/tools/gen_lora_fixtures.py" --check-adapter "$T/ad_$fam" "$T/base_hf_$fam" "$T/merged_$fam" \
-    >"$T/check_$fam.out" 2>&1
+    "$T/peft_$fam" >"$T/check_$fam.out" 2>&1
   rc=$?
   check '[ $rc -eq 0 ]' "$fam: PEFT loads strata's adapter with strata's loss: $(grep -E "loss|Error" "$T/check_$fam.out" | tail -2)"
   grep "peft-loss" "$T/check_$fam.out"
+  "$S" train --init_from "$T/base_hf_$fam" --init_adapter "$T/peft_$fam" $tiny --method lora --lora_rank 4 \
+    --lora_alpha 8 --lora_targets $targets --lr 0 --steps 1 --run_dir "$T/cont_$fam" --save_adapter "$T/ad2_$fam" \
+    >"$T/cont_$fam.out" 2>&1
+  check 'cmp -s "$T/ad_$fam/adapter_model.safetensors" "$T/ad2_$fam/adapter_model.safetensors"' \
+    "$fam: strata continues from PEFT's save_pretrained of its adapter, unchanged at lr 0: $(tail -1 "$T/cont_$fam.out")"
 done
 
 rm -rf "$T"

@@ -30,6 +30,12 @@ check '[ "$n" = 8 ]' "8 steps logged (got $n)"
 first=$(echo $a_losses | cut -d" " -f1); last=$(echo $a_losses | awk "{print \$NF}")
 check 'awk "BEGIN{exit !($last < $first)}"' "the loss falls over 8 poetx steps ($a_losses)"
 
+# --- poetx_recompute 1: the rotated inputs formed again in the backward, the same numbers
+"$S" train --model gpt2-tiny $tiny $poet --steps 8 --ckpt_every 3 --poetx_recompute 1 --run_dir "$T/rc" >"$T/rc.out" 2>&1
+rc=$?
+check '[ $rc -eq 0 ] && [ "$(losses "$T/rc")" = "$a_losses" ] && grep -q "\"poetx_recompute\": *1" "$T/rc/config.json"' \
+  "poetx_recompute 1 (rc $rc): losses $(losses "$T/rc") against $a_losses, config.json records it"
+
 # --- resume: 3 (a merge, then the checkpoint) + 5 (over the merge at 6)
 "$S" train --model gpt2-tiny $tiny $poet --steps 8 --ckpt_every 3 --stop_at 3 --run_dir "$T/b" >"$T/b1.out" 2>&1
 "$S" train --resume "$T/b" --stop_at 0 >"$T/b2.out" 2>&1

@@ -4,7 +4,8 @@ fixtures through Hugging Face PEFT (PyPI `peft`), their loss and the gradient of
 matrix (test_lora_fixture.c). Also --check-adapter ADAPTER BASE MERGED: load an adapter directory that
 `strata train --save_adapter` wrote into PEFT over the base Hugging Face directory BASE, and
 compare its loss on a seeded batch with the merged directory strata's --save_hf wrote
-(test_lora_cli.sh).
+(test_lora_peft.sh); --check-adapter ADAPTER BASE MERGED RESAVE also writes it again as PEFT's
+save_pretrained does into RESAVE (fp32), for strata to continue from.
 
 Rerun (from the repo root, with Debian's PyTorch 1.13 as tools/gen_fixtures.py, and PyPI
 transformers and peft):
@@ -133,10 +134,13 @@ def write(name, base, r, alpha, targets, seed):
           f"loss {loss.item():.10f} (base {base_loss:.10f})")
 
 
-def check_adapter(adir, base_dir, merged_dir):
+def check_adapter(adir, base_dir, merged_dir, resave=None):
     """PEFT's loss with the adapter directory over the base Hugging Face directory, on a seeded
     batch, against transformers' loss of the merged directory strata wrote (--save_hf) and the
-    base's own; exit status 1 unless the first two agree (1e-5 relative) and differ from the base."""
+    base's own; exit status 1 unless the first two agree (1e-5 relative) and differ from the base.
+    With resave, PEFT then writes the adapter there in fp32 as save_pretrained does (its
+    config's save_pretrained, get_peft_model_state_dict's names), for strata to continue from
+    (test_lora_peft.sh)."""
     import peft
     import transformers as tr
     torch.set_num_threads(1)
@@ -161,13 +165,20 @@ def check_adapter(adir, base_dir, merged_dir):
         loss = batch_loss(pm, params).item()
         merged = batch_loss(load(merged_dir), params).item()
     ok = n > 0 and abs(loss - merged) <= 1e-5 * abs(loss) and abs(loss - base_loss) > 1e-6
+    if resave:  # save_pretrained's two files, without its model card (which needs Jinja2)
+        import safetensors.torch
+        pm.to(torch.float32)
+        os.makedirs(resave, exist_ok=True)
+        pm.peft_config["default"].save_pretrained(resave)
+        sd = {k: v.contiguous() for k, v in peft.get_peft_model_state_dict(pm).items()}
+        safetensors.torch.save_file(sd, os.path.join(resave, "adapter_model.safetensors"), metadata={"format": "pt"})
     print(f"peft-loss {loss:.9f} merged-loss {merged:.9f} base-loss {base_loss:.9f} adapters {n}: "
           f"{'ok' if ok else 'MISMATCH'}")
     return 0 if ok else 1
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 5 and sys.argv[1] == "--check-adapter":
-        sys.exit(check_adapter(sys.argv[2], sys.argv[3], sys.argv[4]))
+    if len(sys.argv) in (5, 6) and sys.argv[1] == "--check-adapter":
+        sys.exit(check_adapter(*sys.argv[2:]))
     for k, (b, r, a, t, s) in CASES.items():
         write(k, b, r, a, t, s)

@@ -20,6 +20,8 @@ Everything is deterministic for --seed on a given machine. Clean paragraphs are 
 after collapsing white space (licence texts repeat across packages).
 
   tools/gen_noisy_corpus.py --strata build/strata --out DIR [--docs 3000] [--noise 0.25]
+      [--heldout N]  (also OUT/heldout.{bin,idx,json}: N more clean paragraphs, in neither
+                     clean nor noisy, for validation; clean and noisy are the same as without)
   tools/gen_noisy_corpus.py --strata build/strata --out DIR --synthetic 100000000
       (the benchmark's stream: random-token documents of 200-2000 tokens with 5% exact and
       5% near duplicates, packed the same way; tokens from 32..126 so lines stay documents)
@@ -175,6 +177,7 @@ def main():
     ap.add_argument("--docs", type=int, default=3000, help="clean documents")
     ap.add_argument("--noise", type=float, default=0.25, help="share of noise documents in noisy")
     ap.add_argument("--seed", type=int, default=27)
+    ap.add_argument("--heldout", type=int, default=0, help="clean documents held out for validation")
     ap.add_argument("--synthetic", type=int, default=0, help="tokens of a synthetic stream instead")
     a = ap.parse_args()
     rng = random.Random(a.seed)
@@ -188,10 +191,15 @@ def main():
         r = subprocess.run([a.strata, "data", "pack", "-o", os.path.join(a.out, "synthetic"), "--split", "line", txt])
         os.unlink(txt)
         sys.exit(r.returncode)
-    clean = gather(rng, a.docs)
-    if len(clean) < min(a.docs, 500):
-        print("gen_noisy_corpus: only %d paragraphs of text on this machine (want %d)" % (len(clean), a.docs))
+    # gather reads its files in a seeded order and stops at the count: the first --docs
+    # paragraphs are the same with or without --heldout, and the held-out ones come after
+    got = gather(rng, a.docs + a.heldout)
+    clean, held = got[:a.docs], got[a.docs:]
+    if len(clean) < min(a.docs, 500) or len(held) < min(a.heldout, 100):
+        print("gen_noisy_corpus: only %d paragraphs of text on this machine (want %d)" % (len(got), a.docs + a.heldout))
         sys.exit(77)
+    if held:
+        pack(a.strata, os.path.join(a.out, "heldout"), held, a.out)
     pack(a.strata, os.path.join(a.out, "clean"), clean, a.out)
     docs, labels = noisy(rng, clean, a.noise)
     pack(a.strata, os.path.join(a.out, "noisy"), docs, a.out)

@@ -47,6 +47,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "strata/core.h"
 
@@ -386,6 +387,11 @@ typedef struct st_data_proxy_stats {
 } st_data_proxy_stats;
 st_status st_data_score_proxy(const char *dataset, struct st_model *m, const st_data_proxy_config *cfg,
                               st_data_scores *out, st_data_proxy_stats *stats, st_err *err);
+/* Reducible loss: m's proxy score minus ref's (a model trained on held-out data), document by
+ * document, kind "reducible"; stats add both passes. ref_name names it in the file's params. */
+st_status st_data_score_reducible(const char *dataset, struct st_model *m, struct st_model *ref,
+                                  const st_data_proxy_config *cfg, const char *ref_name, st_data_scores *out,
+                                  st_data_proxy_stats *stats, st_err *err);
 
 /* Per-document signals of a run (key doc_signals): for every document a step trained on,
  * per segment of a row (a document cut over rows or steps gives several records), the loss
@@ -412,6 +418,11 @@ typedef struct st_data_docsig {
     uint32_t reserved;
 } st_data_docsig;
 
+/* Open run_dir's doc_signals.bin and check its header (magic, version, sizes, CRC-32C), read
+ * into h (ST_DATA_DOCSIG_HEADER_BYTES; its CRC field zeroed); *f is left at the first record
+ * (read them with fread, st_data_docsig each), *n_sources the run's sources. Refusals name
+ * the file and the offset. */
+st_status st_data_docsig_open(const char *run_dir, FILE **f, uint8_t *h, uint32_t *n_sources, st_err *err);
 /* Learning-dynamics scores of dataset from a run's doc_signals.bin (run_dir's): the run's
  * source whose identity is dataset's (refused naming both when none is). Per document, the
  * records of each visit summed; metric "first": the mean loss of its first visit; "drop":

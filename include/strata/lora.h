@@ -75,4 +75,19 @@ st_status st_lora_save_adapter(const st_model *m, const char *dir, const char *b
  * as the base's Hugging Face directory (its save_hf); the base's weights are unchanged after. */
 st_status st_lora_save_merged_hf(const st_model *m, const char *dir, st_dtype dtype, st_err *err);
 
+/* A PEFT adapter directory's adapter_config.json read back: peft_type LORA (no DoRA, rsLoRA,
+ * bias or modules_to_save: refused, naming the file and the field), its r, lora_alpha and
+ * target_modules (a list of names, joined with commas) into *cfg, base_model_name_or_path into
+ * base (base_cap bytes; base may be NULL). */
+st_status st_lora_read_adapter_config(const char *dir, st_lora_config *cfg, char *base, size_t base_cap,
+                                      st_err *err);
+/* The adapter directory dir against a configuration over a model's tensor table, allocating no
+ * weights: the same r (else refused naming 'lora_rank'), lora_alpha ('lora_alpha') and adapted
+ * projections ('lora_targets'), and adapter_model.safetensors holding every adapter under its
+ * PEFT name and this model's shape (naming the tensor). */
+st_status st_lora_check_adapter(const st_param_info *tensors, int n_tensors, const char *arch, const st_lora_config *cfg,
+                                const char *dir, st_err *err);
+/* m's adapters set from dir/adapter_model.safetensors (every one under its name and shape). */
+st_status st_lora_load_adapter(st_model *m, const char *dir, st_err *err);
+
 #endif

@@ -115,6 +115,12 @@ struct st_linear_hook {
                            int N);
     void (*linear_backward)(st_linear_hook *h, int mm, float *dx, float *dbias, const float *dout, const float *x,
                             const float *w, int N);
+    /* Optional (NULL: the base's gradient vector): where the gradient of the base's tensor
+     * element at `offset` goes, NULL for a tensor that forms none (POET-X keeps the gradients
+     * of what trains in its own vector and the base has none, strata/poetx.h). layer >= 0:
+     * offset inside that block's slab; layer < 0: offset in the base's vector. Read by the
+     * backwards when the base's gradient vector is NULL and frozen is 0. */
+    float *(*grad_at)(st_linear_hook *h, int layer, size_t offset);
 };
 
 

@@ -385,6 +385,8 @@ typedef struct st_mem_request {
     double state_budget;       /* ...its host buffers (<= 0: the store's default, 256 MiB) */
     double model_act_bytes;    /* > 0: the model trains through its own forward (LoRA, POET-X),
                                   these its activations, the executor's tables unused */
+    double trainable_params;   /* > 0: a method over frozen base weights (LoRA, POET-X): the base's
+                                  n_params held as fp32 without gradient or moments, these trained */
 } st_mem_request;
 
 /* Bytes per class of training state and the peak each tier must hold. */
@@ -402,6 +404,8 @@ typedef struct st_mem_plan {
     double exec_host;      /* the executor's other host buffers (per-row sums, grad_accum's
                               second gradient, offloaded activation sets, backups) */
     double init_scratch;   /* transient host buffer of initialisation and checkpoints */
+    double n_trainable;    /* LoRA, POET-X: the parameters trained (0: every one) */
+    double frozen;         /* ...and the base's frozen fp32 weights */
     double runtime;        /* code, libraries, data pipeline, BLAS buffers: measured once, a constant */
     int moments_8bit_used;
     int streamed;          /* the activations are the device tier's */

@@ -53,7 +53,15 @@
 typedef struct st_poetx_config {
     int block; /* b >= 2: divides both dimensions of every matmul weight of the blocks */
     int terms; /* k >= 0: the Neumann terms of the Cayley polynomial */
+    int recompute; /* 0: each weight's h = u W0^T (N x d_out floats per weight) is kept from the
+                    * forward for the backward; 1: the backward forms u = P x and h again from
+                    * the layer's input (one more W0 product and apply per weight, nothing kept) */
 } st_poetx_config;
+
+/* What the POET-X model holds besides its vectors and the base's: the scratch for one weight's
+ * G (G is formed where it is used, never kept across a step) and the kept h of every weight
+ * (recompute 0; for the activations allocated, 0 before alloc_acts), in bytes. */
+void st_poetx_extra_bytes(const st_model *m, size_t *g_scratch, size_t *kept_h);
 
 /* The POET-X model over base (GPT-2 or the Llama family, its weights set): Q = 0, the
  * permutations drawn from (seed, step 0). Takes base (freed with the POET-X model; on failure

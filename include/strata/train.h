@@ -95,9 +95,13 @@ typedef struct st_train_config {
     char lora_targets[256]; /* method lora: the projections adapted, comma-separated ("": the
                                family's default, as PEFT's: c_attn for GPT-2, q_proj,v_proj) */
     char save_adapter[1024]; /* method lora: at the end, write a PEFT adapter directory here */
+    char init_adapter[1024]; /* method lora: the adapters start from this PEFT adapter directory (strata's
+                                save_adapter or PEFT's save_pretrained) instead of A random, B zero; an
+                                init_from that is an adapter directory becomes its base and this */
     int poetx_block;      /* method poetx: the block size b of R and P (strata/poetx.h) */
     int poetx_terms;      /* method poetx: the Neumann terms k of the Cayley polynomial */
     int poetx_merge_every; /* method poetx: steps between merges of R and P into W0 */
+    int poetx_recompute;  /* method poetx: 1 recomputes the rotated inputs in the backward (st_poetx_config.recompute) */
     char mix[8];          /* "weights" (the data list's weights; default) or "online" (the sources' weights
                              adapted from their training loss, st_train_config_mix_online) */
     double mix_smoothing; /* online: the rewards' moving average (default 0.9) */
@@ -152,6 +156,9 @@ const char *st_train_config_plan_file(const st_train_config *c);
 /* The key method as what it names: *lora 1 for "lora", 0 for "full" and "poetx"; refused naming
  * the key. */
 st_status st_train_config_method(const st_train_config *c, int *lora, st_err *err);
+/* The key method as its enum (ST_TRAIN_METHOD_FULL for a value st_train_config_method refuses). */
+typedef enum st_train_method { ST_TRAIN_METHOD_FULL = 0, ST_TRAIN_METHOD_LORA = 1, ST_TRAIN_METHOD_POETX = 2 } st_train_method;
+st_train_method st_train_config_method_of(const st_train_config *c);
 /* The shape overrides c sets (0: the preset's value). */
 st_model_overrides st_train_config_overrides(const st_train_config *c);
 

@@ -18,6 +18,7 @@ int bench_plan(int argc, char **argv);    /* the planner's prediction vs the mea
 int bench_dist(int argc, char **argv);    /* data parallel under mpirun vs one process's step */
 int bench_sample(int argc, char **argv);  /* KV-cached generation vs recomputing the prefix */
 int bench_poet(int argc, char **argv);    /* POET-X over the frozen matmul weights vs full AdamW */
+int bench_select(int argc, char **argv); /* data selection vs the full corpus, all FLOPs counted */
 int bench_lora(int argc, char **argv);    /* LoRA over the frozen base vs full AdamW: state bytes, step time */
 
 /* Helpers the benchmarks share (bench_util.c): the median of v[n] (sorts v); a cheap

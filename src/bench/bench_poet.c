@@ -17,15 +17,17 @@ static const char *usage =
     "  --model NAME     preset (default gpt2-mini; any GPT-2 or Llama-family preset)\n"
     "  --block B        poetx_block (default 64)\n"
     "  --terms K        poetx_terms (default 4)\n"
+    "  --recompute      poetx_recompute 1: the backward forms each weight's h again (nothing kept)\n"
     "  --batch B --seq T  the micro-batch (default 8 x 128)\n"
     "  --steps N        timed pairs of steps, alternated full / poetx (default 7)\n"
     "  --threads N      compute threads (0: all cores)\n"
     "  --json           print one JSON object\n"
     "Reports, per parameter of the blocks' matmul weights, the bytes each class of POET-X training\n"
-    "state holds as allocated (W0; the base's gradient slots of W0, allocated and never written;\n"
-    "the packed Q's weights + gradients + moments; the blocks' G kept from the forward) against\n"
-    "AdamW's (weights + gradients + moments), the two steps' median times and their ratio, and each\n"
-    "one's loss after the timed steps.\n";
+    "state holds as allocated (W0; the base's gradient slots of W0 where a gradient vector is kept;\n"
+    "the packed Q's weights + gradients + moments; the scratch of one weight's G, formed where used)\n"
+    "against AdamW's (weights + gradients + moments), the kept h (activations, N x d_out per weight;\n"
+    "0 with --recompute), the two steps' median times and their ratio, and each one's loss after\n"
+    "the timed steps.\n";
 
 typedef struct side {
     st_model *m;
@@ -61,7 +63,7 @@ static void close_side(side *s) {
 
 int bench_poet(int argc, char **argv) {
     const char *model = "gpt2-mini";
-    int block = 64, terms = 4, B = 8, T = 128, steps = 7, threads = 0, json = 0;
+    int block = 64, terms = 4, B = 8, T = 128, steps = 7, threads = 0, json = 0, recompute = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -69,6 +71,9 @@ int bench_poet(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--json")) {
             json = 1;
+            continue;
+        } else if (!strcmp(a, "--recompute")) {
+            recompute = 1;
             continue;
         } else if (!v) {
             fprintf(stderr, "strata bench poet: %s needs a value\n%s", a, usage);
@@ -104,7 +109,7 @@ int bench_poet(int argc, char **argv) {
     full.m->ops->init_random(full.m, 1);
     if (st_model_create(&base, model, NULL, be, &err)) goto fail;
     base->ops->init_random(base, 1);
-    st_poetx_config pc = {.block = block, .terms = terms};
+    st_poetx_config pc = {.block = block, .terms = terms, .recompute = recompute};
     st_status s = st_poetx_model_create(&po.m, base, &pc, 1, &err); /* takes base */
     base = NULL;
     if (s || po.m->ops->alloc_acts(po.m, B, T, &err) || open_optim(&full, &err) || open_optim(&po, &err)) goto fail;
@@ -133,13 +138,12 @@ int bench_poet(int argc, char **argv) {
     size_t q0 = st_poetx_q_offset(po.m);
     double nq = (double)(po.m->n_params - q0), ntrain = (double)q0;
     double nmm = (double)bm->n_params - ntrain; /* the base's matmul weights: W0 */
-    double ng = 0;
-    for (int i = 0; i < po.m->n_tensors; i++)
-        if (strstr(po.m->tensors[i].name, ".poet_q_")) ng += (double)po.m->tensors[i].shape[0] * block * block;
+    size_t g_scratch = 0, kept_h = 0;
+    st_poetx_extra_bytes(po.m, &g_scratch, &kept_h);
     double mom = st_optim_state_bytes_per_param(full.opt);
     double adamw_pp = 4.0 + 4.0 + mom;
     double w0_pp = 4.0, w0_grad_pp = bm->grads ? 4.0 : 0.0;
-    double q_pp = nq * (4.0 + 4.0 + st_optim_state_bytes_per_param(po.opt)) / nmm, g_pp = ng * 4.0 / nmm;
+    double q_pp = nq * (4.0 + 4.0 + st_optim_state_bytes_per_param(po.opt)) / nmm, g_pp = (double)g_scratch / nmm;
     double poet_pp = w0_pp + w0_grad_pp + q_pp + g_pp;
     double load[3] = {0};
     FILE *f = fopen("/proc/loadavg", "r");
@@ -155,14 +159,14 @@ int bench_poet(int argc, char **argv) {
                "\"adamw_bytes_per_param\":%.3f,\"w0_bytes_per_param\":%.3f,\"w0_grad_slot_bytes_per_param\":%.3f,"
                "\"q_state_bytes_per_param\":%.4f,\"g_bytes_per_param\":%.4f,\"poetx_bytes_per_param\":%.3f,"
                "\"adamw_step_s\":%.6f,\"poetx_step_s\":%.6f,\"poetx_over_adamw\":%.4f,"
-               "\"adamw_loss\":%.6f,\"poetx_loss\":%.6f,\"loadavg\":%.2f}\n",
+               "\"adamw_loss\":%.6f,\"poetx_loss\":%.6f,\"recompute\":%d,\"kept_h_mib\":%.2f,\"loadavg\":%.2f}\n",
                model, block, terms, B, T, steps, nmm, nq, ntrain, adamw_pp, w0_pp, w0_grad_pp, q_pp, g_pp, poet_pp,
-               med_f, med_p, med_p / med_f, full.loss, po.loss, load[0]);
+               med_f, med_p, med_p / med_f, full.loss, po.loss, recompute, kept_h / 1048576.0, load[0]);
     } else {
         printf("%s\n", desc);
         printf("training state per matmul-weight parameter (%.0f of them), bytes: AdamW %.2f; POET-X %.3f = W0 %.1f + "
-               "W0's unused gradient slot %.1f + Q state %.4f (%.0f Q parameters) + G %.4f\n", nmm, adamw_pp, poet_pp,
-               w0_pp, w0_grad_pp, q_pp, nq, g_pp);
+               "W0's gradient slot %.1f + Q state %.4f (%.0f Q parameters) + G scratch %.4f; kept h %.2f MiB\n", nmm,
+               adamw_pp, poet_pp, w0_pp, w0_grad_pp, q_pp, nq, g_pp, kept_h / 1048576.0);
         printf("step (batch %d x seq %d, %d pairs alternated, medians): AdamW %.2f ms, POET-X %.2f ms (%.3fx); "
                "load %.2f\n", B, T, steps, med_f * 1e3, med_p * 1e3, med_p / med_f, load[0]);
         printf("loss after %d steps: AdamW %.4f, POET-X %.4f\n", steps + 1, full.loss, po.loss);

@@ -106,14 +106,17 @@ static const char *data_usage =
     "      points at the earliest document it repeats. SCORES is a score file bound to the\n"
     "      dataset (its sizes and checksums). Also: strata data score --dedup ...\n"
     "\n"
-    "  strata data score DATASET --proxy MODEL -o SCORES [--batch B] [--seq T] [--threads N]\n"
-    "                    [--json] [--quiet]\n"
+    "  strata data score DATASET --proxy MODEL -o SCORES [--reference REF] [--batch B] [--seq T]\n"
+    "                    [--threads N] [--json] [--quiet]\n"
     "      Proxy loss: MODEL (a run directory of strata train, one of its checkpoints, or a\n"
     "      Hugging Face model directory) run forward only over every document, packed\n"
     "      back to back into B x T batches (default 8 x min(256, its context)) with document\n"
     "      attention; a document's score is its mean loss in nats per predicted token. A\n"
     "      progress line on stderr; the FLOPs and their rate at the end. A token outside\n"
     "      the model's vocabulary is refused, naming the file, the token and the vocabulary.\n"
+    "      With --reference REF (a model trained on held-out data, given as MODEL is): the\n"
+    "      reducible loss, MODEL's mean loss minus REF's, document by document (kind\n"
+    "      'reducible'; high: learnable and not yet learnt, low: learnt or unlearnable noise).\n"
     "\n"
     "  strata data score DATASET --dynamics RUN_DIR -o SCORES [--metric first|drop|forget]\n"
     "                    [--unseen X]\n"
@@ -1120,11 +1123,11 @@ static int data_dedup_cmd(int argc, char **argv, const char *cmd) {
 }
 
 /* strata data score DATASET --proxy MODEL -o SCORES: a proxy model's mean loss a document. */
-static int data_score_proxy_cmd(const char *dataset, const char *proxy, const char *outp, int B, int T, int threads,
-                                int json, int quiet) {
+static int data_score_proxy_cmd(const char *dataset, const char *proxy, const char *refp, const char *outp, int B, int T,
+                                int threads, int json, int quiet) {
     st_err err = {0};
     st_backend *be = NULL;
-    st_model *m = NULL;
+    st_model *m = NULL, *ref = NULL;
     st_data_scores sc = {0};
     st_data_proxy_stats st;
     char desc[4600] = "";
@@ -1137,28 +1140,36 @@ static int data_score_proxy_cmd(const char *dataset, const char *proxy, const ch
         goto done;
     }
     if (!quiet) fprintf(stderr, "proxy: %s\n", desc);
-    if (st_data_score_proxy(dataset, m, &cfg, &sc, &st, &err) || st_data_scores_write(outp, &sc, &err)) {
+    if (refp && st_train_open_model(&ref, refp, be, desc, sizeof desc, &err)) {
+        fprintf(stderr, "strata data score: --reference %s: %s\n", refp, err.msg);
+        goto done;
+    }
+    if (refp && !quiet) fprintf(stderr, "reference: %s\n", desc);
+    if ((refp ? st_data_score_reducible(dataset, m, ref, &cfg, refp, &sc, &st, &err)
+              : st_data_score_proxy(dataset, m, &cfg, &sc, &st, &err)) ||
+        st_data_scores_write(outp, &sc, &err)) {
         fprintf(stderr, "strata data score: %s\n", err.msg);
         goto done;
     }
     double fr = st.forward_s > 0 ? st.flops / st.forward_s : 0, r = st.seconds > 0 ? st.flops / st.seconds : 0;
     if (json)
-        printf("{\"dataset\": \"%s\", \"scores\": \"%s\", \"proxy\": \"%s\", \"documents\": %llu, \"tokens\": %llu, "
+        printf("{\"dataset\": \"%s\", \"scores\": \"%s\", \"kind\": \"%s\", \"proxy\": \"%s\", \"documents\": %llu, \"tokens\": %llu, "
                "\"targets\": %llu, \"empty_documents\": %llu, \"forwards\": %llu, \"batch\": %d, \"seq\": %d, "
                "\"threads\": %d, \"flops\": %.6g, \"seconds\": %.4f, \"forward_s\": %.4f, \"flops_per_s\": %.6g, "
                "\"forward_flops_per_s\": %.6g, \"tokens_per_s\": %.6g}\n",
-               dataset, outp, proxy, (unsigned long long)st.n_docs, (unsigned long long)st.n_tokens,
+               dataset, outp, sc.kind, proxy, (unsigned long long)st.n_docs, (unsigned long long)st.n_tokens,
                (unsigned long long)st.n_targets, (unsigned long long)st.empty_docs, (unsigned long long)st.forwards,
                st.B, st.T, threads, st.flops, st.seconds, st.forward_s, r, fr,
                st.seconds > 0 ? (double)st.n_tokens / st.seconds : 0);
     else
-        printf("%s: %llu proxy-loss scores for %s (%llu tokens, %llu documents with nothing to predict); "
+        printf("%s: %llu %s scores for %s (%llu tokens, %llu documents with nothing to predict); "
                "%.3g FLOPs in %.2f s (%.3g GFLOP/s, %.3g in the forward)\n",
-               outp, (unsigned long long)st.n_docs, dataset, (unsigned long long)st.n_tokens,
+               outp, (unsigned long long)st.n_docs, refp ? "reducible-loss" : "proxy-loss", dataset, (unsigned long long)st.n_tokens,
                (unsigned long long)st.empty_docs, st.flops, st.seconds, r * 1e-9, fr * 1e-9);
     rc = 0;
 done:
     st_data_scores_free(&sc);
+    st_model_free(ref);
     st_model_free(m);
     st_backend_free(be);
     return rc;
@@ -1192,7 +1203,7 @@ static int data_score_dynamics_cmd(const char *dataset, const char *run_dir, con
 }
 
 static int data_score_cmd(int argc, char **argv) {
-    const char *dataset = NULL, *outp = NULL, *text = NULL, *proxy = NULL, *dyn = NULL, *metric = "first";
+    const char *dataset = NULL, *outp = NULL, *text = NULL, *proxy = NULL, *dyn = NULL, *metric = "first", *refp = NULL;
     int unseen_ok = 0;
     double unseen = 0;
     int B = 0, T = 0, threads = 0, json = 0, quiet = 0;
@@ -1205,6 +1216,7 @@ static int data_score_cmd(int argc, char **argv) {
         else if (!strcmp(a, "--from_text") && i + 1 < argc) text = argv[++i];
         else if (!strcmp(a, "--proxy") && i + 1 < argc) proxy = argv[++i];
         else if (!strcmp(a, "--dynamics") && i + 1 < argc) dyn = argv[++i];
+        else if (!strcmp(a, "--reference") && i + 1 < argc) refp = argv[++i];
         else if (!strcmp(a, "--metric") && i + 1 < argc) metric = argv[++i];
         else if (!strcmp(a, "--unseen") && i + 1 < argc) {
             if (num_arg("score", a, argv[++i], &unseen)) return 2;
@@ -1229,6 +1241,11 @@ static int data_score_cmd(int argc, char **argv) {
             return 2;
         }
     }
+    if (refp && !proxy) {
+        fprintf(stderr, "strata data score: --reference %s needs --proxy MODEL (the reducible loss is MODEL's loss minus "
+                "the reference's)\n", refp);
+        return 2;
+    }
     if (!dataset || !outp || !!text + !!proxy + !!dyn != 1) {
         fprintf(stderr, "strata data score: need a DATASET, one of --proxy MODEL, --dynamics RUN_DIR and --from_text "
                 "FILE (or --dedup), "
@@ -1236,7 +1253,7 @@ static int data_score_cmd(int argc, char **argv) {
         return 2;
     }
     if (dyn) return data_score_dynamics_cmd(dataset, dyn, outp, metric, unseen_ok, unseen, json);
-    if (proxy) return data_score_proxy_cmd(dataset, proxy, outp, B, T, threads, json, quiet);
+    if (proxy) return data_score_proxy_cmd(dataset, proxy, refp, outp, B, T, threads, json, quiet);
     st_err err = {0};
     st_data_scores sc;
     if (st_data_scores_from_text(text, dataset, &sc, &err) || st_data_scores_write(outp, &sc, &err)) {

@@ -1,9 +1,10 @@
 /* cmd_report.c - strata report RUN_DIR: one self-contained HTML page with inline SVG
  * charts of a run (loss, validation loss and learning rate, step time stacked by phase,
  * memory per tier over time, achieved FLOP/s against the measured peak, and the loss forecast:
- * evaluations, the LR-aware law's fit, its band and the stopping point) and a plain-text summary on the
- * terminal. Reads only metrics.jsonl and config.json, so it works on a run in progress
- * and on runs made without a trace. No scripts, no external files: the page opens
+ * evaluations, the LR-aware law's fit, its band and the stopping point; with mix online the
+ * sources' weights; with doc_signals the loss distribution of the documents seen, early and
+ * late) and a plain-text summary on the terminal. Reads only metrics.jsonl, config.json and
+ * doc_signals.bin, so it works on a run in progress and on runs made without a trace. No scripts, no external files: the page opens
  * anywhere and prints as it looks. */
 #include <errno.h>
 #include <json-c/json.h>
@@ -11,14 +12,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli_prof.h"
+#include "strata/data.h"
 #include "strata/forecast.h"
 #include "strata/schedule.h"
 #include "strata/train.h"
 
 #define MAX_PHASES 24
 #define MAX_POINTS 1200 /* series longer than this are averaged into buckets for drawing */
+#define MAX_MIX 16      /* sources drawn in the mixture-weights chart */
 
 static const char *palette[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948",
                                 "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac", "#1f77b4", "#8c564b"};
@@ -37,6 +41,8 @@ typedef struct run_data {
     double *phase_ms[MAX_PHASES];
     int has_prof; /* lines with the profiler's fields */
     int has_gpu;
+    int n_mix;    /* mix online: the sources' weights a step (mix_weights), NAN where a line has none */
+    double *mixw[MAX_MIX];
 } run_data;
 
 #define NCOLS 14
@@ -59,6 +65,11 @@ static int grow(run_data *d) {
         double *p = realloc(d->phase_ms[k], sizeof(double) * (size_t)nc);
         if (!p) return -1;
         d->phase_ms[k] = p;
+    }
+    for (int k = 0; k < d->n_mix; k++) {
+        double *p = realloc(d->mixw[k], sizeof(double) * (size_t)nc);
+        if (!p) return -1;
+        d->mixw[k] = p;
     }
     d->cap = nc;
     return 0;
@@ -133,6 +144,18 @@ static int load_metrics(const char *run_dir, run_data *d, char *why, size_t whyc
         d->gpu_lost[i] = jnum(o, "gpu_freq_lost", NAN);
         d->val_loss[i] = jnum(o, "val_loss", NAN);
         if (!isnan(d->gpu_lost[i])) d->has_gpu = 1;
+        for (int k = 0; k < d->n_mix; k++) d->mixw[k][i] = NAN;
+        json_object *mw;
+        if (json_object_object_get_ex(o, "mix_weights", &mw) && json_object_is_type(mw, json_type_array)) {
+            int K = (int)json_object_array_length(mw);
+            for (; d->n_mix < K && d->n_mix < MAX_MIX; d->n_mix++) { /* a source first seen: NAN before */
+                double *p = malloc(sizeof(double) * (size_t)d->cap);
+                if (!p) break;
+                for (int j = 0; j <= i; j++) p[j] = NAN;
+                d->mixw[d->n_mix] = p;
+            }
+            for (int k = 0; k < K && k < d->n_mix; k++) d->mixw[k][i] = json_object_get_double(json_object_array_get_idx(mw, k));
+        }
         for (int k = 0; k < d->n_phases; k++) d->phase_ms[k][i] = 0;
         json_object *ph;
         if (json_object_object_get_ex(o, "phase_ms", &ph) && json_object_is_type(ph, json_type_object)) {
@@ -169,7 +192,67 @@ static void free_run(run_data *d) {
     columns(d, cols);
     for (int i = 0; i < NCOLS; i++) free(*cols[i]);
     for (int k = 0; k < d->n_phases; k++) free(d->phase_name[k]), free(d->phase_ms[k]);
+    for (int k = 0; k < d->n_mix; k++) free(d->mixw[k]);
 }
+
+/* ------------------------------------------------------------------ the documents seen (doc_signals) */
+
+/* Every record of RUN_DIR/doc_signals.bin with targets: its mean loss, its targets (the
+ * weight) and its step. */
+typedef struct doc_losses {
+    long n, cap;
+    double *mean, *w, *step;
+    double last_step, mean_loss; /* mean_loss: every target's loss averaged (sum / count) */
+    int have;
+    char why[4400];
+} doc_losses;
+
+static void load_doc_losses(const char *run_dir, doc_losses *dl) {
+    memset(dl, 0, sizeof *dl);
+    uint8_t *h = malloc(ST_DATA_DOCSIG_HEADER_BYTES);
+    FILE *f = NULL;
+    uint32_t ns = 0;
+    st_err err = {0};
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s/%s", run_dir, ST_DATA_DOCSIG_FILE);
+    if (!h || access(probe, F_OK) || st_data_docsig_open(run_dir, &f, h, &ns, &err)) {
+        if (err.msg[0]) snprintf(dl->why, sizeof dl->why, "%s", err.msg); /* a file that is there and bad */
+        free(h);
+        return;
+    }
+    free(h);
+    st_data_docsig r[1024];
+    size_t got;
+    double sum = 0, cnt = 0;
+    while ((got = fread(r, sizeof *r, 1024, f)) > 0)
+        for (size_t i = 0; i < got; i++) {
+            if (!r[i].count) continue;
+            if (dl->n == dl->cap) {
+                long nc = dl->cap ? dl->cap * 2 : 4096;
+                double *a = realloc(dl->mean, sizeof(double) * (size_t)nc), *b = a ? realloc(dl->w, sizeof(double) * (size_t)nc) : NULL;
+                if (a) dl->mean = a;
+                if (b) dl->w = b;
+                double *c = b ? realloc(dl->step, sizeof(double) * (size_t)nc) : NULL;
+                if (!c) {
+                    snprintf(dl->why, sizeof dl->why, "out of memory reading %s", probe);
+                    fclose(f);
+                    return;
+                }
+                dl->step = c, dl->cap = nc;
+            }
+            dl->mean[dl->n] = r[i].loss_sum / r[i].count;
+            dl->w[dl->n] = r[i].count;
+            dl->step[dl->n] = (double)r[i].step;
+            if (dl->step[dl->n] > dl->last_step) dl->last_step = dl->step[dl->n];
+            sum += r[i].loss_sum, cnt += r[i].count;
+            dl->n++;
+        }
+    fclose(f);
+    dl->mean_loss = cnt > 0 ? sum / cnt : NAN;
+    dl->have = dl->n > 0;
+}
+
+static void free_doc_losses(doc_losses *dl) { free(dl->mean), free(dl->w), free(dl->step); }
 
 /* ------------------------------------------------------------------ statistics */
 
@@ -607,7 +690,71 @@ static void print_summary(FILE *f, const run_data *d, const summary *s) {
     if (!d->has_prof) fprintf(f, "  (metrics without the profiler's fields: no phases or memory)\n");
 }
 
-static void write_html(FILE *f, const run_data *d, const summary *s, const report_forecast *rf) {
+/* mix online: each source's weight a step */
+static void mix_chart(FILE *f, const run_data *d) {
+    int n = d->n;
+    chart c;
+    double x0 = d->step[0], x1 = d->step[n - 1], y0 = 0, y1 = 0;
+    if (x1 <= x0) x1 = x0 + 1;
+    for (int k = 0; k < d->n_mix; k++)
+        if (any_finite(d->mixw[k], n) && vmax(d->mixw[k], n) > y1) y1 = vmax(d->mixw[k], n);
+    axis_range(&y0, &y1, 1);
+    char names[MAX_MIX][16];
+    const char *ln[MAX_MIX], *lc[MAX_MIX];
+    for (int k = 0; k < d->n_mix; k++) {
+        snprintf(names[k], sizeof names[k], "source %d", k);
+        ln[k] = names[k], lc[k] = palette[k % NPAL];
+    }
+    legend lg = {ln, lc, NULL, d->n_mix};
+    fputs("<div class=\"card\">", f);
+    chart_begin(&c, f, "Mixture weights (mix online)", &lg, x0, x1, y0, y1, "step", "weight", 0, 0, 0, "");
+    for (int k = 0; k < d->n_mix; k++) chart_line(&c, d->step, d->mixw[k], n, palette[k % NPAL], 1.8, 0, 0);
+    chart_end(&c);
+    fputs("</div>\n", f);
+}
+
+#define DOC_BINS 30
+/* doc_signals: the share of the targets whose segment's mean loss falls in each bin, for the
+ * records of the first half of the steps and of the second */
+static void doc_chart(FILE *f, const doc_losses *dl) {
+    double *v = malloc(sizeof(double) * (size_t)dl->n);
+    if (!v) return;
+    memcpy(v, dl->mean, sizeof(double) * (size_t)dl->n);
+    double lo = quantile(v, (int)dl->n, 0, 0.005), hi = quantile(v, (int)dl->n, 0, 0.995);
+    free(v);
+    if (!(hi > lo)) hi = lo + 1;
+    double h[2][DOC_BINS] = {{0}}, tot[2] = {0, 0}, half = dl->last_step / 2;
+    for (long i = 0; i < dl->n; i++) {
+        int b = (int)((dl->mean[i] - lo) / (hi - lo) * DOC_BINS), part = dl->step[i] > half;
+        b = b < 0 ? 0 : b >= DOC_BINS ? DOC_BINS - 1 : b;
+        h[part][b] += dl->w[i], tot[part] += dl->w[i];
+    }
+    double xs[2 * DOC_BINS], ys[2][2 * DOC_BINS], y1 = 0, y0 = 0;
+    for (int p = 0; p < 2; p++)
+        for (int b = 0; b < DOC_BINS; b++) {
+            double share = tot[p] > 0 ? h[p][b] / tot[p] : 0;
+            xs[2 * b] = lo + (hi - lo) * b / DOC_BINS, xs[2 * b + 1] = lo + (hi - lo) * (b + 1) / DOC_BINS;
+            ys[p][2 * b] = ys[p][2 * b + 1] = share;
+            if (share > y1) y1 = share;
+        }
+    axis_range(&y0, &y1, 1);
+    char n0[64], n1[64];
+    snprintf(n0, sizeof n0, "steps 1-%.0f", half);
+    snprintf(n1, sizeof n1, "steps %.0f-%.0f", half + 1, dl->last_step);
+    const char *ln[2] = {n0, n1}, *lc[2] = {palette[0], palette[2]};
+    legend lg = {ln, lc, NULL, tot[1] > 0 ? 2 : 1};
+    chart c;
+    fputs("<div class=\"card\">", f);
+    chart_begin(&c, f, "Loss of the documents seen (doc_signals)", &lg, lo, hi, y0, y1,
+                "a document segment's mean loss (nats per token)", "share of the targets", 0, 0, 0, "");
+    for (int p = 0; p < 2; p++)
+        if (tot[p] > 0) chart_line(&c, xs, ys[p], 2 * DOC_BINS, lc[p], 1.8, 0, 0);
+    chart_end(&c);
+    fputs("</div>\n", f);
+}
+
+static void write_html(FILE *f, const run_data *d, const summary *s, const report_forecast *rf,
+                       const doc_losses *dl) {
     int n = d->n;
     fputs("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>strata report: ", f);
     esc(f, s->title);
@@ -780,6 +927,9 @@ static void write_html(FILE *f, const run_data *d, const summary *s, const repor
     }
     /* 5. the loss forecast (runs with evaluations at two steps or more) */
     if (rf->have && rf->pts.n >= 2) forecast_chart(f, rf);
+    /* 6. mix online's weights; 7. the documents' losses */
+    if (d->n_mix) mix_chart(f, d);
+    if (dl->have) doc_chart(f, dl);
     fputs("</div>\n<p class=\"note\">From metrics.jsonl and config.json, written by <code>strata report</code>. "
           "Medians leave out the first step (warm-up). The step-time axis is scaled to the 98th percentile; "
           "taller steps are cut at the top. Phases are the spans directly inside each step; "
@@ -790,7 +940,9 @@ static void write_html(FILE *f, const run_data *d, const summary *s, const repor
 static void report_usage(FILE *f) {
     fprintf(f, "usage: strata report RUN_DIR [-o FILE.html] [--quiet]\n"
                "  Writes RUN_DIR/report.html (charts: loss and learning rate, step time by phase,\n"
-               "  memory per tier, achieved FLOP/s, the loss forecast) and prints a summary of the run.\n");
+               "  memory per tier, achieved FLOP/s, the loss forecast; with mix online the sources'\n"
+               "  weights, with doc_signals the loss distribution of the documents seen) and prints a\n"
+               "  summary of the run.\n");
 }
 
 int cmd_report(int argc, char **argv) {
@@ -833,20 +985,32 @@ int cmd_report(int argc, char **argv) {
     }
     report_forecast rf;
     load_forecast(run_dir, &rf);
-    write_html(f, &d, &s, &rf);
+    doc_losses dl;
+    load_doc_losses(run_dir, &dl);
+    if (dl.why[0]) fprintf(stderr, "strata report: the documents' chart left out: %s\n", dl.why);
+    write_html(f, &d, &s, &rf, &dl);
     int bad = ferror(f) | (fclose(f) != 0);
     if (bad) {
         fprintf(stderr, "strata report: %s: write failed: %s\n", path, strerror(errno));
         st_forecast_points_free(&rf.pts);
+        free_doc_losses(&dl);
         free_run(&d);
         return 1;
     }
     if (!quiet) {
         print_summary(stdout, &d, &s);
         if (rf.have && rf.pts.n >= 2) printf("  forecast    %s\n", rf.why);
+        if (d.n_mix) {
+            printf("  mix online  weights at step %.0f:", d.step[d.n - 1]);
+            for (int k = 0; k < d.n_mix; k++) printf(" %.4f", d.mixw[k][d.n - 1]);
+            putchar('\n');
+        }
+        if (dl.have)
+            printf("  documents   %ld records (doc_signals), mean loss %.6f nats per token\n", dl.n, dl.mean_loss);
         printf("  report      %s\n", path);
     }
     st_forecast_points_free(&rf.pts);
+    free_doc_losses(&dl);
     free_run(&d);
     return 0;
 }

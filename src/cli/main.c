@@ -42,7 +42,8 @@ int cmd_bench(int argc, char **argv) {
         "  plan    the planner's predicted step time and peaks vs measured, and the fixed rule's step\n"
         "  dist    (under mpirun) the ZeRO step at N ranks vs one process's step: scaling, bytes, exposed comm\n"
         "  lora    LoRA over the frozen base vs full AdamW: training-state bytes per parameter, step time\n"
-        "  poet    POET-X over the frozen matmul weights vs full AdamW: state bytes per weight parameter, step time\n";
+        "  poet    POET-X over the frozen matmul weights vs full AdamW: state bytes per weight parameter, step time\n"
+        "  select  data selection by a proxy's loss vs the full corpus: validation loss, FLOPs counted whole\n";
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         fputs(bench_usage, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
@@ -59,6 +60,7 @@ int cmd_bench(int argc, char **argv) {
     if (!strcmp(argv[1], "dist")) return bench_dist(argc - 1, argv + 1);
     if (!strcmp(argv[1], "lora")) return bench_lora(argc - 1, argv + 1);
     if (!strcmp(argv[1], "poet")) return bench_poet(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "select")) return bench_select(argc - 1, argv + 1);
     fprintf(stderr, "strata bench: unknown benchmark '%s'\n%s", argv[1], bench_usage);
     return 2;
 }

@@ -32,31 +32,15 @@ static void close_visit(dyn_doc *d) {
     d->sum = 0, d->cnt = 0;
 }
 
-st_status st_data_score_dynamics(const char *dataset, const char *run_dir, const char *metric, int unseen_ok,
-                                 double unseen, st_data_scores *out, st_data_dynamics_stats *stats, st_err *err) {
-    memset(out, 0, sizeof *out);
-    memset(stats, 0, sizeof *stats);
-    int which = !strcmp(metric, "first") ? 0 : !strcmp(metric, "drop") ? 1 : !strcmp(metric, "forget") ? 2 : -1;
-    if (which < 0)
-        return st_errf(err, ST_ERR_INVALID, "key 'metric' (--metric) is '%s'; it is first (the first visit's mean "
-                       "loss), drop (first visit's minus last visit's) or forget (forgetting events)", metric);
-    st_data_ident id;
-    st_status rc = st_data_ident_compute(dataset, &id, err);
-    if (rc) return rc;
-    char abs[4096], path[4200];
-    rc = data_dataset_abspath(dataset, abs, sizeof abs, err);
-    if (rc) return rc;
+st_status st_data_docsig_open(const char *run_dir, FILE **out, uint8_t *h, uint32_t *n_sources, st_err *err) {
+    char path[4200];
     snprintf(path, sizeof path, "%s/%s", run_dir, ST_DATA_DOCSIG_FILE);
+    *out = NULL;
     FILE *f = fopen(path, "rb");
     if (!f)
         return st_errf(err, ST_ERR_IO, "%s: cannot open (%s); a run writes it with key doc_signals (strata train "
                        "--doc_signals MIB)", path, strerror(errno));
-    uint8_t *h = malloc(ST_DATA_DOCSIG_HEADER_BYTES);
-    dyn_doc *dd = NULL;
-    if (!h) {
-        fclose(f);
-        return st_errf(err, ST_ERR_NOMEM, "out of memory");
-    }
+    st_status rc = ST_OK;
     uint32_t v = 0, hb = 0, rb = 0, ns = 0, crc = 0;
     size_t got = fread(h, 1, ST_DATA_DOCSIG_HEADER_BYTES, f);
     if (got >= 48) {
@@ -75,6 +59,40 @@ st_status st_data_score_dynamics(const char *dataset, const char *run_dir, const
     else if (crc != st_crc32c(0, h, ST_DATA_DOCSIG_HEADER_BYTES))
         rc = st_errf(err, ST_ERR_FORMAT, "%s: offset 44: the header's CRC-32C %08x does not match it; the file is "
                      "damaged", path, crc);
+    if (rc) {
+        fclose(f);
+        return rc;
+    }
+    *n_sources = ns;
+    *out = f;
+    return ST_OK;
+}
+
+st_status st_data_score_dynamics(const char *dataset, const char *run_dir, const char *metric, int unseen_ok,
+                                 double unseen, st_data_scores *out, st_data_dynamics_stats *stats, st_err *err) {
+    memset(out, 0, sizeof *out);
+    memset(stats, 0, sizeof *stats);
+    int which = !strcmp(metric, "first") ? 0 : !strcmp(metric, "drop") ? 1 : !strcmp(metric, "forget") ? 2 : -1;
+    if (which < 0)
+        return st_errf(err, ST_ERR_INVALID, "key 'metric' (--metric) is '%s'; it is first (the first visit's mean "
+                       "loss), drop (first visit's minus last visit's) or forget (forgetting events)", metric);
+    st_data_ident id;
+    st_status rc = st_data_ident_compute(dataset, &id, err);
+    if (rc) return rc;
+    char abs[4096], path[4200];
+    rc = data_dataset_abspath(dataset, abs, sizeof abs, err);
+    if (rc) return rc;
+    snprintf(path, sizeof path, "%s/%s", run_dir, ST_DATA_DOCSIG_FILE);
+    uint8_t *h = malloc(ST_DATA_DOCSIG_HEADER_BYTES);
+    dyn_doc *dd = NULL;
+    if (!h) return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    uint32_t ns = 0;
+    FILE *f = NULL;
+    rc = st_data_docsig_open(run_dir, &f, h, &ns, err);
+    if (rc) {
+        free(h);
+        return rc;
+    }
     int src = -1;
     for (uint32_t i = 0; !rc && i < ns && src < 0; i++) {
         st_data_ident have;

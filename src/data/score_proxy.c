@@ -169,3 +169,33 @@ done:
     st_data_source_close(s);
     return rc;
 }
+
+/* Reducible loss (Mindermann et al. 2022's RHO-LOSS, per document): m's mean loss minus the
+ * reference's, both from st_data_score_proxy over the same packing, so a document's score is
+ * what m has still to learn of it that a model trained on held-out data already predicts.
+ * High: learnable, not yet learnt; low or negative: learnt, or noise the reference cannot
+ * predict either. */
+st_status st_data_score_reducible(const char *dataset, struct st_model *m, struct st_model *ref,
+                                  const st_data_proxy_config *cfg, const char *ref_name, st_data_scores *out,
+                                  st_data_proxy_stats *stats, st_err *err) {
+    st_data_scores rs = {0};
+    st_data_proxy_stats rst;
+    st_status rc = st_data_score_proxy(dataset, m, cfg, out, stats, err);
+    if (rc) return rc;
+    st_data_proxy_config rcfg = *cfg;
+    rcfg.model_name = ref_name;
+    if ((rc = st_data_score_proxy(dataset, ref, &rcfg, &rs, &rst, err))) {
+        st_data_scores_free(out);
+        return st_err_prefix(err, "the reference model");
+    }
+    for (uint64_t d = 0; d < out->n_docs; d++) out->score[d] -= rs.score[d];
+    snprintf(out->kind, sizeof out->kind, "reducible");
+    char was[sizeof out->params];
+    snprintf(was, sizeof was, "%s", out->params);
+    snprintf(out->params, sizeof out->params, "%.120s minus the reference %.100s", was,
+             ref_name ? ref_name : ref->ops->arch);
+    stats->flops += rst.flops, stats->seconds += rst.seconds, stats->forward_s += rst.forward_s;
+    stats->forwards += rst.forwards;
+    st_data_scores_free(&rs);
+    return ST_OK;
+}

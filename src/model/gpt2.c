@@ -406,6 +406,11 @@ void st_gpt2_block_backward(st_gpt2_model *m, const float *wslab, float *gslab, 
         memset(&g, 0, sizeof g);
         g.ln1w = g.ln2w = hk->norm_scratch;
         g.ln1b = g.ln2b = hk->norm_scratch + C;
+    } else if (!gslab && hk && hk->grad_at) { /* the hook keeps the gradients (POET-X) */
+        g = w;
+        float **gs[BLK_COUNT] = {&g.ln1w, &g.ln1b, &g.qkvw, &g.qkvb, &g.projw, &g.projb,
+                                 &g.ln2w, &g.ln2b, &g.fcw,  &g.fcb,  &g.fcpw, &g.fcpb};
+        for (int i = 0; i < BLK_COUNT; i++) *gs[i] = hk->grad_at(hk, hk->layer, (size_t)(*gs[i] - wslab));
     } else {
         g = slab_ptrs(m, gslab);
     }

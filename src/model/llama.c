@@ -301,22 +301,28 @@ void st_llama_backward_hooked(st_llama_model *m, void (*hook)(void *ctx, size_t 
     size_t NC = (size_t)N * C, set = ao->block_act_floats(m->arch, m->B, m->T);
     /* frozen base (LoRA): no gradient of the head, the norms' to the hook's scratch, none of the embedding */
     int frozen = m->hook && m->hook->frozen;
+    /* no gradient vector of the base: the hook says where each trainable's goes (POET-X) */
+    st_linear_hook *ga = !frozen && !m->grads && m->hook && m->hook->grad_at ? m->hook : NULL;
+    float *head_g = frozen ? NULL : ga ? ga->grad_at(ga, -1, ly->head_offset) : m->grads + ly->head_offset;
+    float *norm_g = frozen ? m->hook->norm_scratch
+                    : ga   ? ga->grad_at(ga, -1, ly->norm_offset)
+                           : m->grads + ly->norm_offset;
+    float *emb_g = frozen ? NULL : ga ? ga->grad_at(ga, -1, 0) : m->grads;
     a->blk->hook = m->hook;
     /* classifier: logits already hold dlogits; the head's gradient lands in the embedding's when tied */
     OPS->memset0(be, a->dxn, NC * sizeof(float));
-    OPS->matmul_backward(be, a->dxn, frozen ? NULL : m->grads + ly->head_offset, NULL, a->logits, a->lnf,
-                         m->params + ly->head_offset, N, C, V, ST_W_OUT_IN);
+    OPS->matmul_backward(be, a->dxn, head_g, NULL, a->logits, a->lnf, m->params + ly->head_offset, N, C, V,
+                         ST_W_OUT_IN);
     OPS->memset0(be, a->dres, NC * sizeof(float));
-    ao->norm_backward(a->blk, a->dres, frozen ? m->hook->norm_scratch : m->grads + ly->norm_offset, a->dxn,
-                      a->outs + (L - 1) * NC, m->params + ly->norm_offset, a->rstdf);
+    ao->norm_backward(a->blk, a->dres, norm_g, a->dxn, a->outs + (L - 1) * NC, m->params + ly->norm_offset, a->rstdf);
     for (int l = L - 1; l >= 0; l--) {
         size_t off = ly->block_offset0 + l * ly->block_numel;
         if (m->hook) m->hook->layer = l;
-        ao->block_backward(a->blk, m->params + off, frozen ? NULL : m->grads + off,
+        ao->block_backward(a->blk, m->params + off, frozen || !m->grads ? NULL : m->grads + off,
                            l ? a->outs + (l - 1) * NC : a->encoded, a->sets + l * set, a->dres);
         if (hook) hook(ctx, off, ly->block_numel);
     }
-    if (!frozen) ao->embed_backward(a->blk, m->grads, a->dres);
+    if (emb_g) ao->embed_backward(a->blk, emb_g, a->dres);
 }
 
 void st_llama_zero_grad(st_llama_model *m) {

@@ -439,6 +439,9 @@ static void a_block_backward(st_blocks *b, const float *wslab, float *gslab, con
     if (hk && hk->frozen) { /* no gradient of the base: the matmuls form none, the norms' go to scratch */
         memset(&g, 0, sizeof g);
         g.t[BLK_LN1] = g.t[BLK_LN2] = g.t[BLK_QN] = g.t[BLK_KN] = hk->norm_scratch;
+    } else if (!gslab && hk && hk->grad_at) { /* the hook keeps the gradients (POET-X) */
+        for (int i = 0; i < BLK_COUNT; i++)
+            g.t[i] = w.t[i] ? hk->grad_at(hk, hk->layer, (size_t)(w.t[i] - wslab)) : NULL;
     } else {
         g = blk_at(c, gslab);
     }

@@ -593,3 +593,126 @@ st_status st_lora_save_merged_hf(const st_model *m, const char *dir, st_dtype dt
     free(ad);
     return s;
 }
+
+/* ------------------------------------------------------------------ a saved adapter, read back */
+
+st_status st_lora_read_adapter_config(const char *dir, st_lora_config *cfg, char *base, size_t base_cap,
+                                      st_err *err) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    memset(cfg, 0, sizeof *cfg);
+    if (base && base_cap) base[0] = 0;
+    json_object *o = json_object_from_file(path), *v;
+    if (!o)
+        return st_errf(err, ST_ERR_IO, "%s: cannot read it as JSON; an adapter directory holds adapter_config.json "
+                       "and adapter_model.safetensors (strata train --save_adapter, PEFT's save_pretrained)", path);
+    st_status s = ST_OK;
+    const char *pt = json_object_object_get_ex(o, "peft_type", &v) ? json_object_get_string(v) : NULL;
+    if (!pt || strcmp(pt, "LORA"))
+        s = st_errf(err, ST_ERR_UNSUPPORTED, "%s: peft_type is %s, not LORA; strata continues LoRA adapters only", path,
+                    pt ? pt : "missing");
+    /* what strata's adapters are not: refused rather than read as plain LoRA */
+    static const char *const flags[] = {"use_dora", "use_rslora"};
+    for (int i = 0; !s && i < 2; i++)
+        if (json_object_object_get_ex(o, flags[i], &v) && json_object_get_boolean(v))
+            s = st_errf(err, ST_ERR_UNSUPPORTED, "%s: %s is true; strata's LoRA is plain LoRA (scale alpha / r, no "
+                        "DoRA)", path, flags[i]);
+    if (!s && json_object_object_get_ex(o, "bias", &v) && json_object_is_type(v, json_type_string) &&
+        strcmp(json_object_get_string(v), "none"))
+        s = st_errf(err, ST_ERR_UNSUPPORTED, "%s: bias is '%s'; strata trains no biases (bias 'none')", path,
+                    json_object_get_string(v));
+    if (!s && json_object_object_get_ex(o, "modules_to_save", &v) && json_object_is_type(v, json_type_array) &&
+        json_object_array_length(v) > 0)
+        s = st_errf(err, ST_ERR_UNSUPPORTED, "%s: modules_to_save is not empty; strata's adapters train the "
+                    "projections' A and B only", path);
+    if (!s && !(json_object_object_get_ex(o, "r", &v) && json_object_is_type(v, json_type_int) &&
+                (cfg->rank = json_object_get_int(v)) >= 1))
+        s = st_errf(err, ST_ERR_FORMAT, "%s: 'r' is missing or not an integer >= 1", path);
+    if (!s && !(json_object_object_get_ex(o, "lora_alpha", &v) &&
+                (json_object_is_type(v, json_type_int) || json_object_is_type(v, json_type_double)) &&
+                (cfg->alpha = json_object_get_double(v)) > 0))
+        s = st_errf(err, ST_ERR_FORMAT, "%s: 'lora_alpha' is missing or not a number > 0", path);
+    if (!s && !(json_object_object_get_ex(o, "target_modules", &v) && json_object_is_type(v, json_type_array) &&
+                json_object_array_length(v) > 0))
+        s = st_errf(err, ST_ERR_FORMAT, "%s: 'target_modules' is missing or not a list of module names (a string is "
+                    "PEFT's regular expression, which strata does not read)", path);
+    for (size_t i = 0; !s && i < json_object_array_length(v); i++) {
+        const char *t = json_object_get_string(json_object_array_get_idx(v, i));
+        size_t have = strlen(cfg->targets);
+        if (!t || !*t || strchr(t, ',') || have + strlen(t) + 2 > sizeof cfg->targets)
+            s = st_errf(err, ST_ERR_FORMAT, "%s: target_modules item %zu is not a module name strata can hold", path, i);
+        else snprintf(cfg->targets + have, sizeof cfg->targets - have, "%s%s", have ? "," : "", t);
+    }
+    if (!s && base && base_cap && json_object_object_get_ex(o, "base_model_name_or_path", &v) &&
+        json_object_is_type(v, json_type_string))
+        snprintf(base, base_cap, "%s", json_object_get_string(v));
+    json_object_put(o);
+    return s;
+}
+
+st_status st_lora_check_adapter(const st_param_info *tensors, int n_tensors, const char *arch, const st_lora_config *cfg,
+                                const char *dir, st_err *err) {
+    st_lora_config was;
+    st_status s = st_lora_read_adapter_config(dir, &was, NULL, 0, err);
+    if (s) return s;
+    if (was.rank != cfg->rank)
+        return st_errf(err, ST_ERR_INVALID, "key 'lora_rank' is %d, but the adapter in %s has r %d; give --lora_rank %d "
+                       "to continue it", cfg->rank, dir, was.rank, was.rank);
+    if (was.alpha != cfg->alpha)
+        return st_errf(err, ST_ERR_INVALID, "key 'lora_alpha' is %g, but the adapter in %s has lora_alpha %g; give "
+                       "--lora_alpha %g to continue it", cfg->alpha, dir, was.alpha, was.alpha);
+    int n_run = 0, n_was = 0;
+    if ((s = build_adapters(tensors, n_tensors, arch, cfg, NULL, &n_run, NULL, NULL, 0, err))) return s;
+    lora_adapter *ar = calloc((size_t)n_run + 1, sizeof *ar), *aw = NULL;
+    st_err e2 = {0};
+    if (!ar) return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    build_adapters(tensors, n_tensors, arch, cfg, ar, &n_run, NULL, NULL, 0, err);
+    int same = !build_adapters(tensors, n_tensors, arch, &was, NULL, &n_was, NULL, NULL, 0, &e2) && n_was == n_run;
+    if (same && (aw = calloc((size_t)n_was + 1, sizeof *aw))) {
+        build_adapters(tensors, n_tensors, arch, &was, aw, &n_was, NULL, NULL, 0, &e2);
+        for (int i = 0; i < n_run; i++) same = same && ar[i].base_t == aw[i].base_t;
+    }
+    free(aw);
+    if (!same) {
+        free(ar);
+        return st_errf(err, ST_ERR_INVALID, "key 'lora_targets' ('%s') adapts other projections of this %s model than "
+                       "the adapter in %s (target_modules %s); give --lora_targets %s to continue it", cfg->targets,
+                       arch, dir, was.targets, was.targets);
+    }
+    /* every adapter under its PEFT name and shape */
+    char path[4200];
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    st_safetensors *st;
+    if ((s = st_safetensors_open(&st, path, err))) {
+        free(ar);
+        return s;
+    }
+    for (int i = 0; !s && i < n_run; i++) {
+        const char *bn = ar[i].base_t->name;
+        for (int ab = 0; !s && ab < 2; ab++) {
+            char name[160];
+            snprintf(name, sizeof name, "base_model.model.%.*s.lora_%c.weight", (int)(strlen(bn) - strlen(".weight")),
+                     bn, ab ? 'B' : 'A');
+            int64_t want[2] = {ab ? ar[i].out : cfg->rank, ab ? cfg->rank : ar[i].in};
+            const st_tensor_entry *e = st_safetensors_find(st, name);
+            if (!e)
+                s = st_errf(err, ST_ERR_FORMAT, "%s: no tensor '%s'; the adapter was saved over another model than "
+                            "init_from's", path, name);
+            else if (e->ndim != 2 || e->shape[0] != want[0] || e->shape[1] != want[1])
+                s = st_errf(err, ST_ERR_FORMAT, "%s: tensor '%s' is %s%lld x %lld, this model's adapter is %lld x %lld; "
+                            "the adapter was saved over a model of another shape than init_from's", path, name,
+                            e->ndim != 2 ? "not 2-D, " : "", (long long)e->shape[0],
+                            (long long)(e->ndim > 1 ? e->shape[1] : 0), (long long)want[0], (long long)want[1]);
+        }
+    }
+    st_safetensors_close(st);
+    free(ar);
+    return s;
+}
+
+st_status st_lora_load_adapter(st_model *m, const char *dir, st_err *err) {
+    if (!st_model_is_lora(m)) return st_errf(err, ST_ERR_INVALID, "lora: the model has no adapters to load into");
+    char path[4200];
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    return lo_load(m, path, err);
+}

@@ -5,15 +5,19 @@
  * gate|up are packed for the Llama family, each with its own R and P), out (N, ld):
  *     u = P_j x (N, in)            poet_apply_forward (G_in, perm_in)
  *     h = u W0_j^T (N, out_j)      matmul_forward, W0 as the block stores it
- *     h = R_j h                    poet_apply_forward (G_out, perm_out), in place
- *     out[:, col_j ..) = h + bias
- * G_in, G_out from the packed Q by poet_cayley_forward in the forward, kept for the backward.
- * Backward from dout: dbias += column sums; per projection u and h recomputed (the layer keeps
- * only its input: nothing per layer is stored), dh = R^T dy (and dG_out), du = dh W0_j (no dW0),
- * dx += P^T du (and dG_in), dq += poet_cayley_backward of dG.
+ *     y = R_j h                    poet_apply_forward (G_out, perm_out)
+ *     out[:, col_j ..) = y + bias  (one projection: y written straight into out)
+ * G_in, G_out from the packed Q by poet_cayley_forward where they are used (forward, backward,
+ * merge), one weight's at a time: never kept across a step. h is kept for the backward
+ * (poetx_recompute 0: N x out_j per weight) or formed again from the layer's input (1).
+ * Backward from dout: dbias += column sums; G formed again, dh = R^T dy (and dG_out from h),
+ * du = dh W0_j (no dW0; u itself is not needed), dx += P^T du (and dG_in from x), dq +=
+ * poet_cayley_backward of dG.
  *
- * The parameter vector is the base's trainable tensors (copied into the base's own vector before
- * each forward; their gradients gathered from the base's after each backward) and the Q's.
+ * The parameter vector is the base's trainable tensors and the Q's. The base keeps no gradient
+ * vector: its backwards ask the hook (grad_at) where each trainable's gradient goes, here.
+ * GPT-2's embeddings and final norm are read in place from this vector (the base's pointers
+ * moved); the blocks' norms and biases are copied into the base's vector before each forward.
  */
 #include <math.h>
 #include <stdio.h>
@@ -42,13 +46,14 @@ typedef struct poet_weight {
     int in, out, col, ld;  /* input width, output rows, column in the packed output, its width */
     size_t w_rel;          /* W0_j inside the packed weight the block passes (floats) */
     size_t qi_off, qo_off; /* packed Q in the POET-X vector */
-    size_t gi_off, go_off; /* G_in, G_out in the G buffer */
+    size_t h_off;          /* its kept h (N x out) at h_keep + N * h_off (recompute 0) */
     const st_param_info *base_t;
     int32_t *perm_in, *perm_out; /* backend memory */
 } poet_weight;
 
 typedef struct poet_train { /* a trainable tensor of the base: where it is in each vector */
     size_t base_off, off, numel;
+    int aliased; /* the base reads it from the POET-X vector (GPT-2's wte, wpe, ln_f): no copy */
 } poet_train;
 
 typedef struct poet_impl {
@@ -63,9 +68,12 @@ typedef struct poet_impl {
     poet_train *train;
     st_param_info *tensors;
     size_t q_off;
-    float *G;       /* every weight's G_in, G_out */
+    size_t blk0, blk_numel; /* the base's block slabs: [blk0 + l * blk_numel, + blk_numel) */
+    float *G;       /* one weight's G_in | G_out at a time (2 max_d b): formed where used */
     int32_t *perms; /* every weight's perm_in, perm_out */
     float *scratch; /* u | h | dy | dh | du (N x max width each) | dG_in | dG_out */
+    float *h_keep;  /* recompute 0: every weight's h = u W0^T (N x out) from the forward */
+    size_t h_total; /* the sum of the weights' out */
     int N, max_d, max_nb;
 } poet_impl;
 
@@ -128,11 +136,10 @@ static st_status build(const st_param_info *tt, int nt, const char *arch, const 
         if (w)
             w[n] = (poet_weight){.layer = layer, .mm = mm, .in = in, .out = out, .col = col,
                                  .w_rel = gpt2 ? 0 : (size_t)col * in, .qi_off = np + qn,
-                                 .qo_off = np + qn + (size_t)(in / b) * nq, .gi_off = gn,
-                                 .go_off = gn + (size_t)in * b, .base_t = t};
+                                 .qo_off = np + qn + (size_t)(in / b) * nq, .h_off = gn, .base_t = t};
         n++;
         qn += (size_t)(in / b + out / b) * nq;
-        gn += (size_t)(in + out) * b;
+        gn += (size_t)out;
         col += out;
     }
     *n_w = n;
@@ -159,23 +166,30 @@ static void hook_linear_forward(st_linear_hook *h, int mm, float *out, const flo
     const float *p = pi->self->params;
     int b = pi->cfg.block, k = pi->cfg.terms, key = h->layer * ST_MM_COUNT + mm;
     st_wlayout lay = pi->gpt2 ? ST_W_IN_OUT : ST_W_OUT_IN;
-    float *u = pi->scratch, *hh = u + (size_t)pi->N * pi->max_d;
+    size_t S = (size_t)pi->N * pi->max_d;
+    float *u = pi->scratch, *hh = u + S, *y = hh + S;
     const poet_weight *w0 = &pi->w[pi->first[key]];
-    int ld = w0->ld;
-    o->memset0(be, out, (size_t)N * ld * sizeof(float));
-    if (bias) o->axpy_rows(be, out, ld, bias, 0, 1.0f, N, ld); /* every row += bias */
+    int ld = w0->ld, single = pi->first[key + 1] - pi->first[key] == 1;
+    if (!single) o->memset0(be, out, (size_t)N * ld * sizeof(float));
     for (int i = pi->first[key]; i < pi->first[key + 1]; i++) {
         const poet_weight *a = &pi->w[i];
-        float *Gi = pi->G + a->gi_off, *Go = pi->G + a->go_off;
-        o->poet_cayley_forward(be, Gi, p + a->qi_off, a->in / b, b, k);
-        o->poet_cayley_forward(be, Go, p + a->qo_off, a->out / b, b, k);
+        float *Gi = pi->G, *Go = pi->G + (size_t)a->in * b;
+        float *hk = pi->h_keep ? pi->h_keep + (size_t)N * a->h_off : hh; /* kept for the backward */
+        o->poet_cayley_forward(be, Gi, p + a->qi_off, (a->in + a->out) / b, b, k); /* G_in | G_out: Q's adjacent */
         o->poet_apply_forward(be, u, x, Gi, a->perm_in, N, a->in, b, 0);
-        o->matmul_forward(be, hh, u, w + a->w_rel, NULL, N, a->in, a->out, lay);
-        o->poet_apply_forward(be, hh, hh, Go, a->perm_out, N, a->out, b, 0);
-        o->axpy_rows(be, out + a->col, ld, hh, a->out, 1.0f, N, a->out);
+        o->matmul_forward(be, hk, u, w + a->w_rel, NULL, N, a->in, a->out, lay);
+        if (single) { /* R h straight into out (GPT-2, the Llama family's o and down) */
+            o->poet_apply_forward(be, out, hk, Go, a->perm_out, N, a->out, b, 0);
+        } else {
+            o->poet_apply_forward(be, y, hk, Go, a->perm_out, N, a->out, b, 0);
+            o->axpy_rows(be, out + a->col, ld, y, a->out, 1.0f, N, a->out);
+        }
     }
+    if (bias) o->axpy_rows(be, out, ld, bias, 0, 1.0f, N, ld); /* every row += bias */
 }
 
+/* G is formed again (not kept: 0.44 bytes per weight parameter at b = 64); h = u W0^T is the
+ * forward's (or, recompute, formed again from x with u = P x). */
 static void hook_linear_backward(st_linear_hook *h, int mm, float *dx, float *dbias, const float *dout,
                                  const float *x, const float *w, int N) {
     poet_impl *pi = (poet_impl *)h;
@@ -187,26 +201,34 @@ static void hook_linear_backward(st_linear_hook *h, int mm, float *dx, float *db
     st_wlayout lay = pi->gpt2 ? ST_W_IN_OUT : ST_W_OUT_IN;
     size_t S = (size_t)pi->N * pi->max_d;
     float *u = pi->scratch, *hh = u + S, *dy = hh + S, *dh = dy + S, *du = dh + S, *dGi = du + S;
-    float *dGo = dGi + (size_t)pi->max_nb * b * b;
     const poet_weight *w0 = &pi->w[pi->first[key]];
     int ld = w0->ld;
     if (dbias) o->matmul_backward(be, NULL, NULL, dbias, dout, NULL, NULL, N, w0->in, ld, lay);
     for (int i = pi->first[key]; i < pi->first[key + 1]; i++) {
         const poet_weight *a = &pi->w[i];
-        const float *Gi = pi->G + a->gi_off, *Go = pi->G + a->go_off, *W0 = w + a->w_rel;
-        o->poet_apply_forward(be, u, x, Gi, a->perm_in, N, a->in, b, 0);
-        o->matmul_forward(be, hh, u, W0, NULL, N, a->in, a->out, lay);
-        o->memset0(be, dy, (size_t)N * a->out * sizeof(float));
-        o->axpy_rows(be, dy, a->out, dout + a->col, ld, 1.0f, N, a->out);
+        float *Gi = pi->G, *Go = pi->G + (size_t)a->in * b;
+        const float *W0 = w + a->w_rel, *hk = hh, *dya = dout;
+        float *dGo = dGi + (size_t)a->in * b; /* dG_in | dG_out adjacent, as the Q's */
+        o->poet_cayley_forward(be, Gi, p + a->qi_off, (a->in + a->out) / b, b, k);
+        if (pi->h_keep) {
+            hk = pi->h_keep + (size_t)N * a->h_off;
+        } else {
+            o->poet_apply_forward(be, u, x, Gi, a->perm_in, N, a->in, b, 0);
+            o->matmul_forward(be, hh, u, W0, NULL, N, a->in, a->out, lay);
+        }
+        if (ld != a->out) { /* the projection's columns of dout */
+            o->memset0(be, dy, (size_t)N * a->out * sizeof(float));
+            o->axpy_rows(be, dy, a->out, dout + a->col, ld, 1.0f, N, a->out);
+            dya = dy;
+        }
         o->memset0(be, dh, (size_t)N * a->out * sizeof(float));
         o->memset0(be, dGo, (size_t)a->out * b * sizeof(float));
-        o->poet_apply_backward(be, dh, dGo, dy, hh, Go, a->perm_out, N, a->out, b, 0);
+        o->poet_apply_backward(be, dh, dGo, dya, hk, Go, a->perm_out, N, a->out, b, 0);
         o->memset0(be, du, (size_t)N * a->in * sizeof(float));
-        o->matmul_backward(be, du, NULL, NULL, dh, u, W0, N, a->in, a->out, lay);
+        o->matmul_backward(be, du, NULL, NULL, dh, NULL, W0, N, a->in, a->out, lay); /* no dW0 */
         o->memset0(be, dGi, (size_t)a->in * b * sizeof(float));
         o->poet_apply_backward(be, dx, dGi, du, x, Gi, a->perm_in, N, a->in, b, 0);
-        o->poet_cayley_backward(be, g + a->qi_off, dGi, p + a->qi_off, a->in / b, b, k);
-        o->poet_cayley_backward(be, g + a->qo_off, dGo, p + a->qo_off, a->out / b, b, k);
+        o->poet_cayley_backward(be, g + a->qi_off, dGi, p + a->qi_off, (a->in + a->out) / b, b, k);
     }
 }
 
@@ -233,36 +255,44 @@ static st_status po_alloc_acts(st_model *m, int B, int T, st_err *err) {
     if (s) return s;
     m->row_losses = pi->base->row_losses;
     if (pi->scratch) be->ops->dealloc(be, pi->scratch);
+    if (pi->h_keep) be->ops->dealloc(be, pi->h_keep);
+    pi->scratch = pi->h_keep = NULL;
     pi->N = B * T;
     size_t n = 5 * (size_t)pi->N * pi->max_d + 2 * (size_t)pi->max_nb * pi->cfg.block * pi->cfg.block;
-    if (!(pi->scratch = be->ops->alloc(be, n * sizeof(float))))
-        return st_errf(err, ST_ERR_NOMEM, "poetx: cannot allocate %.1f MiB of scratch for batch %d x seq %d",
-                       n * 4.0 / 1048576.0, B, T);
+    size_t nh = pi->cfg.recompute ? 0 : (size_t)pi->N * pi->h_total;
+    if (!(pi->scratch = be->ops->alloc(be, n * sizeof(float))) ||
+        (nh && !(pi->h_keep = be->ops->alloc(be, nh * sizeof(float)))))
+        return st_errf(err, ST_ERR_NOMEM, "poetx: cannot allocate %.1f MiB of scratch and %.1f MiB of kept activations "
+                       "(poetx_recompute 1 keeps none) for batch %d x seq %d", n * 4.0 / 1048576.0,
+                       nh * 4.0 / 1048576.0, B, T);
     return ST_OK;
 }
 
 static float po_forward(st_model *m, const int32_t *in, const int32_t *tg, float dloss) {
     poet_impl *pi = impl_of(m);
     for (int i = 0; i < pi->n_train; i++) /* the trainables as the optimizer left them */
-        dev_copy(m->be, pi->base->params + pi->train[i].base_off, m->params + pi->train[i].off, pi->train[i].numel);
+        if (!pi->train[i].aliased)
+            dev_copy(m->be, pi->base->params + pi->train[i].base_off, m->params + pi->train[i].off,
+                     pi->train[i].numel);
     return pi->base->ops->forward(pi->base, in, tg, dloss);
 }
 
+/* The base has no gradient vector: its backward asks the hook where each trainable tensor's
+ * gradient goes (m->grads), the matmul weights' none; the Q's accumulate through the hook. */
 static void po_backward(st_model *m) {
     poet_impl *pi = impl_of(m);
-    st_backend *be = m->be;
-    st_model *b = pi->base;
-    for (int i = 0; i < pi->n_train; i++)
-        be->ops->memset0(be, b->grads + pi->train[i].base_off, pi->train[i].numel * sizeof(float));
-    b->ops->backward(b); /* the Q's gradients accumulate into m->grads through the hook */
+    pi->base->ops->backward(pi->base);
+    if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, 0, m->n_params);
+}
+
+static float *hook_grad_at(st_linear_hook *h, int layer, size_t offset) {
+    poet_impl *pi = (poet_impl *)h;
+    size_t o = layer >= 0 ? pi->blk0 + (size_t)layer * pi->blk_numel + offset : offset;
     for (int i = 0; i < pi->n_train; i++) {
         const poet_train *t = &pi->train[i];
-        for (size_t j = 0; j < t->numel; j += 1u << 30) {
-            size_t c = t->numel - j < (1u << 30) ? t->numel - j : (1u << 30);
-            be->ops->axpy_rows(be, m->grads + t->off + j, (int)c, b->grads + t->base_off + j, (int)c, 1.0f, 1, (int)c);
-        }
+        if (o >= t->base_off && o < t->base_off + t->numel) return pi->self->grads + t->off + (o - t->base_off);
     }
-    if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, 0, m->n_params);
+    return NULL; /* a matmul weight: W0 forms no gradient */
 }
 
 /* The base's trainables as they are, Q = 0 (G = I: the model is the base), permutations of
@@ -432,6 +462,7 @@ static void po_destroy(st_model *m) {
     if (pi) {
         st_backend *be = m->be;
         if (pi->scratch) be->ops->dealloc(be, pi->scratch);
+        if (pi->h_keep) be->ops->dealloc(be, pi->h_keep);
         if (pi->G) be->ops->dealloc(be, pi->G);
         if (pi->perms) be->ops->dealloc(be, pi->perms);
         if (m->params) be->ops->dealloc(be, m->params);
@@ -517,6 +548,15 @@ static const st_model_ops poetx_ops = {
 int st_model_is_poetx(const st_model *m) { return m && m->ops == &poetx_ops; }
 st_model *st_poetx_base(const st_model *m) { return st_model_is_poetx(m) ? impl_of(m)->base : NULL; }
 const st_poetx_config *st_poetx_config_of(const st_model *m) { return st_model_is_poetx(m) ? &impl_of(m)->cfg : NULL; }
+void st_poetx_extra_bytes(const st_model *m, size_t *g_scratch, size_t *kept_h) {
+    const poet_impl *pi = st_model_is_poetx(m) ? impl_of(m) : NULL;
+    size_t gmax = 0;
+    for (int i = 0; pi && i < pi->n_w; i++)
+        if ((size_t)(pi->w[i].in + pi->w[i].out) * pi->cfg.block > gmax)
+            gmax = (size_t)(pi->w[i].in + pi->w[i].out) * pi->cfg.block;
+    if (g_scratch) *g_scratch = gmax * sizeof(float);
+    if (kept_h) *kept_h = pi && pi->h_keep ? (size_t)pi->N * pi->h_total * sizeof(float) : 0;
+}
 size_t st_poetx_q_offset(const st_model *m) { return st_model_is_poetx(m) ? impl_of(m)->q_off : 0; }
 
 /* ------------------------------------------------------------------ permutations, merge */
@@ -605,9 +645,8 @@ st_status st_poetx_merge(st_model *m, uint64_t seed, int64_t step, st_err *err) 
         const poet_weight *a = &pi->w[i];
         float *W = pi->base->params + a->base_t->offset;
         size_t n = (size_t)a->in * a->out;
-        float *Gi = pi->G + a->gi_off, *Go = pi->G + a->go_off;
-        o->poet_cayley_forward(be, Gi, m->params + a->qi_off, a->in / b, b, k);
-        o->poet_cayley_forward(be, Go, m->params + a->qo_off, a->out / b, b, k);
+        float *Gi = pi->G, *Go = pi->G + (size_t)a->in * b;
+        o->poet_cayley_forward(be, Gi, m->params + a->qi_off, (a->in + a->out) / b, b, k);
         o->copy_to_host(be, h1, W, n * sizeof(float));
         if (pi->gpt2) { /* Conv1D (in, out): W0^T */
             transpose(h2, h1, a->in, a->out);
@@ -651,9 +690,6 @@ st_status st_poetx_model_create(st_model **out, st_model *base, const st_poetx_c
     size_t np = 0, nq = 0, ng = 0;
     st_status s = build(base->tensors, base->n_tensors, base->ops->arch, cfg, NULL, &n_w, NULL, &n_tr, &np, &nq, &ng,
                         err);
-    if (!s && !base->grads)
-        s = st_errf(err, ST_ERR_INVALID, "poetx: the base model has no gradient vector (its embeddings, norms and "
-                    "biases train)");
     if (s) {
         st_model_free(base);
         return s;
@@ -737,6 +773,11 @@ st_status st_poetx_model_create(st_model **out, st_model *base, const st_poetx_c
     m->vocab_size = base->vocab_size;
     m->params = m->be->ops->alloc(m->be, (np ? np : 1) * sizeof(float));
     m->grads = m->be->ops->alloc(m->be, (np ? np : 1) * sizeof(float));
+    pi->h_total = ng; /* build's count: the weights' out summed */
+    size_t gmax = 0;
+    for (int i = 0; i < pi->n_w; i++)
+        if ((size_t)(pi->w[i].in + pi->w[i].out) * b > gmax) gmax = (size_t)(pi->w[i].in + pi->w[i].out) * b;
+    ng = gmax;
     pi->G = m->be->ops->alloc(m->be, (ng ? ng : 1) * sizeof(float));
     pi->perms = m->be->ops->alloc(m->be, (nperm ? nperm : 1) * sizeof(int32_t));
     if (!m->params || !m->grads || !pi->G || !pi->perms) {
@@ -749,7 +790,37 @@ st_status st_poetx_model_create(st_model **out, st_model *base, const st_poetx_c
         pi->w[i].perm_out = pi->perms + off + pi->w[i].in;
         off += (size_t)pi->w[i].in + pi->w[i].out;
     }
-    pi->hook = (st_linear_hook){.linear_forward = hook_linear_forward, .linear_backward = hook_linear_backward};
+    /* The base's gradient vector goes: what trains has its gradient in m->grads (hook_grad_at),
+     * the frozen matmul weights none. GPT-2's embedding and final norm are read and trained
+     * in place in m's vectors (their pointers moved), the block tensors copied before each
+     * forward. */
+    if (gpt2) {
+        st_gpt2_model *g = base->impl;
+        pi->blk0 = g->block_offset0;
+        pi->blk_numel = g->block_numel;
+        size_t lnf = (size_t)(g->lnf_w - g->params);
+        for (int i = 0; i < pi->n_train; i++) {
+            poet_train *t = &pi->train[i];
+            if (t->base_off == 0) {
+                g->emb_w = m->params + t->off;
+                g->emb_g = m->grads + t->off;
+            } else if (t->base_off == lnf) {
+                g->lnf_w = m->params + t->off;
+                g->lnf_g = m->grads + t->off;
+            }
+            t->aliased = t->base_off < pi->blk0 || t->base_off >= lnf; /* wte, wpe; ln_f weight, bias */
+        }
+        g->grads = NULL;
+    } else {
+        st_llama_model *l = base->impl;
+        pi->blk0 = l->block_offset0;
+        pi->blk_numel = l->block_numel;
+        l->grads = NULL;
+    }
+    if (base->grads) m->be->ops->dealloc(m->be, base->grads);
+    base->grads = NULL;
+    pi->hook = (st_linear_hook){.linear_forward = hook_linear_forward, .linear_backward = hook_linear_backward,
+                                .grad_at = hook_grad_at};
     set_hook(pi, &pi->hook);
     po_init_random(m, seed);
     *out = m;

@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 
 #include "core/fileutil.h"
+#include "run/run_lora_internal.h"
+#include "run/run_poetx_internal.h"
 #include "strata/backend.h"
 #include "strata/model.h"
 #include "strata/plan.h"
@@ -99,9 +101,11 @@ static const key_def keys[] = {
     {"lora_alpha", K_DOUBLE, OFF(lora_alpha), 0, 1e-30, 1e30, "method lora: lora_alpha; the adapters' term is scaled by lora_alpha / lora_rank"},
     {"lora_targets", K_STR, STR(lora_targets), 0, 0, "method lora: the projections adapted, comma-separated, as PEFT's target_modules (GPT-2: c_attn, c_proj, c_fc; the Llama family: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, or q, k, v, o, gate, up, down); empty: c_attn for GPT-2, q_proj,v_proj for the Llama family (PEFT's defaults)"},
     {"save_adapter", K_STR, STR(save_adapter), 0, 0, "method lora: at the end, write the adapters as a PEFT directory here (adapter_config.json, adapter_model.safetensors: PeftModel.from_pretrained loads it)"},
+    {"init_adapter", K_STR, STR(init_adapter), 0, 0, "method lora: start the adapters from this PEFT adapter directory (save_adapter's, or PEFT's save_pretrained) instead of A random, B zero; its r, lora_alpha and target_modules must be the run's (the base: init_from or model). An init_from that is an adapter directory sets this and takes the adapter's base_model_name_or_path as init_from"},
     {"poetx_block", K_INT, OFF(poetx_block), 0, 2, 65536, "method poetx: the block size b of the orthogonal factors R and P (it must divide both dimensions of every matmul weight of the blocks)"},
     {"poetx_terms", K_INT, OFF(poetx_terms), 0, 0, 64, "method poetx: the Neumann terms k of each block's Cayley polynomial (I + Q)(I + Q + ... + Q^k)"},
     {"poetx_merge_every", K_INT, OFF(poetx_merge_every), 0, 1, 1000000000, "method poetx: steps between merges (R and P folded into W0, Q and its Adam moments reset, the permutations redrawn)"},
+    {"poetx_recompute", K_INT, OFF(poetx_recompute), 0, 0, 1, "method poetx: 1 forms each weight's rotated input again in the backward instead of keeping it from the forward (less memory, a slower step; the same numbers)"},
 };
 #define N_KEYS (sizeof keys / sizeof keys[0])
 
@@ -152,11 +156,22 @@ void st_train_config_defaults(st_train_config *c) {
     c->poetx_merge_every = 200;
 }
 
+/* The key method's one parse: -1 for a value it is not. */
+static int parse_method(const char *v) {
+    return !strcmp(v, "full") ? ST_TRAIN_METHOD_FULL : !strcmp(v, "lora") ? ST_TRAIN_METHOD_LORA
+           : !strcmp(v, "poetx") ? ST_TRAIN_METHOD_POETX : -1;
+}
+
 st_status st_train_config_method(const st_train_config *c, int *lora, st_err *err) {
-    *lora = !strcmp(c->method, "lora");
-    if (!*lora && strcmp(c->method, "full") && strcmp(c->method, "poetx"))
-        return st_errf(err, ST_ERR_INVALID, "key 'method': '%s' is not full, lora or poetx", c->method);
+    int m = parse_method(c->method);
+    *lora = m == ST_TRAIN_METHOD_LORA;
+    if (m < 0) return st_errf(err, ST_ERR_INVALID, "key 'method': '%s' is not full, lora or poetx", c->method);
     return ST_OK;
+}
+
+st_train_method st_train_config_method_of(const st_train_config *c) {
+    int m = parse_method(c->method);
+    return m < 0 ? ST_TRAIN_METHOD_FULL : (st_train_method)m;
 }
 
 const char *st_train_config_keys(void) {
@@ -606,9 +621,18 @@ st_status st_train_mem_plan(const st_train_config *c, const st_stream_plan *plan
         st_arch_free(a);
         return st_err_prefix(err, "key 'device'");
     }
-    /* method lora or poetx (checked by st_train_config_method): the model's own forward */
-    int own_forward = c->method[0] && strcmp(c->method, "full") != 0;
-    st_mem_request rq = {.arch = a, .B = c->batch, .T = c->seq, .grad_accum = (int)c->grad_accum,
+    /* method lora or poetx (checked by st_train_config_method): the model's own forward, the
+     * base's weights frozen (no gradient), only what the method trains with gradients and moments */
+    st_train_method method = st_train_config_method_of(c);
+    int own_forward = method != ST_TRAIN_METHOD_FULL;
+    size_t trainable = 0;
+    if (method == ST_TRAIN_METHOD_LORA) s = run_lora_trainable(c, a, shape.arch, &trainable, err);
+    if (method == ST_TRAIN_METHOD_POETX) s = run_poetx_trainable(c, a, shape.arch, &trainable, err);
+    if (s) {
+        st_arch_free(a);
+        return s;
+    }
+    st_mem_request rq = {.trainable_params = own_forward ? (double)trainable : 0,.arch = a, .B = c->batch, .T = c->seq, .grad_accum = (int)c->grad_accum,
                          .state_format = st_train_config_state_format(c), .streamed = c->device_budget > 0,
                          .plan = plan, .device_is_host = cuda_index < 0, .state_on_disk = c->state_paths[0] != 0,
                          .state_budget = c->state_budget, .model_act_bytes = own_forward ? shape.act_bytes : 0};

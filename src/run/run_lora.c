@@ -2,9 +2,11 @@
  * base model (a preset, randomly initialised from the seed, or init_from's weights), the
  * optimizer over the adapters alone, checkpoints of the adapters alone (the base is rebuilt
  * from the same seed or directory on resume), and at the end save_adapter's PEFT directory and
- * save_hf's merged model. In memory, one process, for now. */
+ * save_hf's merged model. The adapters start as PEFT's (A random, B zero) or from a saved
+ * adapter directory (init_adapter, or an init_from that is one). In memory, one process, for now. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -31,8 +33,9 @@ static st_status check_resume(const st_train_config *c, st_err *err) {
     st_train_config_defaults(was);
     st_status s = ST_OK;
     if (!st_train_config_load_json(was, path, NULL)) {
-        const char *key = strcmp(was->method, c->method) ? "method"
-                          : strcmp(was->method, "lora") ? NULL
+        st_train_method m = st_train_config_method_of(was);
+        const char *key = m != st_train_config_method_of(c) ? "method"
+                          : m != ST_TRAIN_METHOD_LORA ? NULL
                           : was->lora_rank != c->lora_rank ? "lora_rank"
                           : strcmp(was->lora_targets, c->lora_targets) ? "lora_targets" : NULL;
         if (key)
@@ -44,6 +47,44 @@ static st_status check_resume(const st_train_config *c, st_err *err) {
     return s;
 }
 
+static int has_file(const char *dir, const char *name) {
+    char path[2200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    struct stat st;
+    return !stat(path, &st) && S_ISREG(st.st_mode);
+}
+
+st_status run_lora_init_from(st_train_config *c, st_err *err) {
+    if (!c->init_from[0] || !has_file(c->init_from, "adapter_config.json") || has_file(c->init_from, "config.json"))
+        return ST_OK;
+    if (c->init_adapter[0])
+        return st_errf(err, ST_ERR_INVALID, "key 'init_from' is the adapter directory %s and key 'init_adapter' is %s: "
+                       "give the adapter once (init_from ADAPTER, or init_from BASE with init_adapter ADAPTER)",
+                       c->init_from, c->init_adapter);
+    st_lora_config was;
+    char base[1024];
+    st_status s = st_lora_read_adapter_config(c->init_from, &was, base, sizeof base, err);
+    if (s) return s;
+    if (!base[0] || !has_file(base, "config.json")) {
+        st_model_overrides ov = {0};
+        st_model_shape shape;
+        st_err e2 = {0};
+        int preset = base[0] && !st_model_resolve(base, "", &ov, 0, 0, &shape, NULL, &e2);
+        if (preset)
+            return st_errf(err, ST_ERR_INVALID, "key 'init_from': the adapter in %s was trained over preset %s, whose "
+                           "weights a run draws from its seed and overrides; give --model %s --init_adapter %s with "
+                           "that run's seed and overrides", c->init_from, base, base, c->init_from);
+        return st_errf(err, ST_ERR_INVALID, "key 'init_from': %s/adapter_config.json names base_model_name_or_path "
+                       "'%s', which is no model directory (config.json) from here; give the base as --init_from BASE "
+                       "and the adapter as --init_adapter %s", c->init_from, base, c->init_from);
+    }
+    snprintf(c->init_adapter, sizeof c->init_adapter, "%s", c->init_from);
+    snprintf(c->init_from, sizeof c->init_from, "%s", base);
+    st_log(1, "strata train: init_from %s is a LoRA adapter (r %d, lora_alpha %g, target_modules %s): its base %s, "
+           "the adapters from it (init_adapter)\n", c->init_adapter, was.rank, was.alpha, was.targets, c->init_from);
+    return ST_OK;
+}
+
 st_status run_lora_check(const st_train_config *c, int world, st_err *err) {
     int lora;
     st_status s = st_train_config_method(c, &lora, err);
@@ -53,12 +94,15 @@ st_status run_lora_check(const st_train_config *c, int world, st_err *err) {
         if (c->save_adapter[0])
             return st_errf(err, ST_ERR_INVALID, "key 'save_adapter' writes LoRA adapters: give --method lora too, or "
                            "leave save_adapter out");
+        if (c->init_adapter[0])
+            return st_errf(err, ST_ERR_INVALID, "key 'init_adapter' starts LoRA adapters from %s: give --method lora "
+                           "too, or leave init_adapter out", c->init_adapter);
         return ST_OK;
     }
     const char *why = NULL;
     if (c->device_budget > 0) why = "device_budget";
     else if (c->state_paths[0]) why = "state_paths";
-    else if (!strcmp(c->plan_state, "auto")) why = "plan_state";
+    else if (st_train_config_places_state(c)) why = "plan_state";
     if (why)
         return st_errf(err, ST_ERR_UNSUPPORTED, "key '%s': method lora trains in memory for now (no layer streaming, "
                        "no disk state: the adapters' state is small); leave %s out", why, why);
@@ -72,8 +116,16 @@ st_status run_lora_check(const st_train_config *c, int world, st_err *err) {
     st_lora_config lc;
     lora_config(c, shape.arch, &lc);
     s = st_lora_check(arch->lay.tensors, arch->lay.n_tensors, shape.arch, &lc, NULL, err);
+    if (!s && c->init_adapter[0] && !c->resume[0]) /* a resume's adapters come from its checkpoint */
+        s = st_lora_check_adapter(arch->lay.tensors, arch->lay.n_tensors, shape.arch, &lc, c->init_adapter, err);
     st_arch_free(arch);
     return s;
+}
+
+st_status run_lora_trainable(const st_train_config *c, const st_arch *a, const char *family, size_t *n, st_err *err) {
+    st_lora_config lc;
+    lora_config(c, family, &lc);
+    return st_lora_check(a->lay.tensors, a->lay.n_tensors, family, &lc, n, err);
 }
 
 st_status run_lora_open(const st_train_config *c, st_model **m, st_err *err) {
@@ -84,6 +136,7 @@ st_status run_lora_open(const st_train_config *c, st_model **m, st_err *err) {
     lora_config(c, (*m)->ops->arch, &lc);
     st_model *lm = NULL;
     s = st_lora_model_create(&lm, *m, &lc, c->seed, err); /* takes the base, frees it on failure */
+    if (!s && c->init_adapter[0] && !c->resume[0]) s = st_lora_load_adapter(lm, c->init_adapter, err);
     *m = lm; /* its activations: the run's, as for any model the step trains through its own forward */
     return s;
 }

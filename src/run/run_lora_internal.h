@@ -11,8 +11,15 @@
  * with layer streaming, the disk state or several ranks (not yet), a rank or target the model
  * refuses (naming the key and the tensor). world: the ranks of the run. */
 st_status run_lora_check(const st_train_config *c, int world, st_err *err);
-/* method lora: *m (the base, its weights set) becomes the LoRA model over it, its
- * activations the run's to allocate; *m is NULL on failure (the base freed). Otherwise nothing. */
+/* An init_from that is a PEFT adapter directory (adapter_config.json, no config.json) becomes
+ * its base (base_model_name_or_path, a model directory) and init_adapter the adapter, before
+ * anything else reads c; a base that is a preset or no directory from here is refused, saying
+ * to give --model or --init_from with --init_adapter. Otherwise nothing. */
+st_status run_lora_init_from(st_train_config *c, st_err *err);
+/* method lora: *m (the base, its weights set) becomes the LoRA model over it (its adapters
+ * from init_adapter when given, unless resuming), its activations the run's to allocate; *m is NULL on failure (the base freed). Otherwise nothing. */
+/* The adapter parameters method lora trains for c over the model a of family ("gpt2", "llama"). */
+st_status run_lora_trainable(const st_train_config *c, const st_arch *a, const char *family, size_t *n, st_err *err);
 st_status run_lora_open(const st_train_config *c, st_model **m, st_err *err);
 /* The end of a run: save_adapter's PEFT directory, said unless quiet. */
 st_status run_lora_finish(const st_train_config *c, const st_model *m, int quiet, st_err *err);

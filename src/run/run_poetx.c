@@ -13,10 +13,10 @@
 #include "strata/block.h"
 #include "strata/poetx.h"
 
-static int is_poetx(const st_train_config *c) { return !strcmp(c->method, "poetx"); }
+static int is_poetx(const st_train_config *c) { return st_train_config_method_of(c) == ST_TRAIN_METHOD_POETX; }
 
 static st_poetx_config poetx_config(const st_train_config *c) {
-    return (st_poetx_config){.block = c->poetx_block, .terms = c->poetx_terms};
+    return (st_poetx_config){.block = c->poetx_block, .terms = c->poetx_terms, .recompute = c->poetx_recompute};
 }
 
 /* A resume continues the run's own block size and terms (the method itself: run_lora_check). */
@@ -28,7 +28,7 @@ static st_status check_resume(const st_train_config *c, st_err *err) {
     if (!was) return st_errf(err, ST_ERR_NOMEM, "out of memory");
     st_train_config_defaults(was);
     st_status s = ST_OK;
-    if (!st_train_config_load_json(was, path, NULL) && !strcmp(was->method, "poetx")) {
+    if (!st_train_config_load_json(was, path, NULL) && is_poetx(was)) {
         const char *key = was->poetx_block != c->poetx_block ? "poetx_block"
                           : was->poetx_terms != c->poetx_terms ? "poetx_terms" : NULL;
         if (key)
@@ -47,7 +47,7 @@ st_status run_poetx_check(const st_train_config *c, int world, st_err *err) {
     const char *why = NULL;
     if (c->device_budget > 0) why = "device_budget";
     else if (c->state_paths[0]) why = "state_paths";
-    else if (!strcmp(c->plan_state, "auto")) why = "plan_state";
+    else if (st_train_config_places_state(c)) why = "plan_state";
     if (why)
         return st_errf(err, ST_ERR_UNSUPPORTED, "key '%s': method poetx trains in memory for now (no layer streaming, "
                        "no disk state); leave %s out", why, why);
@@ -65,6 +65,11 @@ st_status run_poetx_check(const st_train_config *c, int world, st_err *err) {
     s = st_poetx_check(arch->lay.tensors, arch->lay.n_tensors, shape.arch, &pc, NULL, NULL, err);
     st_arch_free(arch);
     return s;
+}
+
+st_status run_poetx_trainable(const st_train_config *c, const st_arch *a, const char *family, size_t *n, st_err *err) {
+    st_poetx_config pc = poetx_config(c);
+    return st_poetx_check(a->lay.tensors, a->lay.n_tensors, family, &pc, n, NULL, err);
 }
 
 st_status run_poetx_open(const st_train_config *c, st_model **m, st_err *err) {

@@ -14,6 +14,9 @@
 st_status run_poetx_check(const st_train_config *c, int world, st_err *err);
 /* method poetx: *m (the base, its weights set) becomes the POET-X model over it, its
  * activations the run's to allocate; *m is NULL on failure (the base freed). Otherwise nothing. */
+/* The parameters method poetx trains for c over the model a of family (the packed Q's, the
+ * embeddings, norms and biases). */
+st_status run_poetx_trainable(const st_train_config *c, const st_arch *a, const char *family, size_t *n, st_err *err);
 st_status run_poetx_open(const st_train_config *c, st_model **m, st_err *err);
 /* After the update of step `step`: every poetx_merge_every steps, the merge (R and P folded into
  * W0, Q reset, the permutations redrawn from the seed and the step) and Q's Adam moments reset
