@@ -6,7 +6,10 @@
  * For GPT-2 and a Llama, three steps each of: one micro-batch; two micro-batches with
  * uneven masks; a clip below the norm (scaled updates); packed documents; 8-bit moments.
  * After every step the loss, every parameter and every moment are compared with memcmp,
- * and the forward-only evaluation (st_step_eval) with the model's forward. */
+ * and the forward-only evaluation (st_step_eval) with the model's forward. The same again
+ * under matmul bf16 (a build with oneDNN), where the executor's matmuls read the weights'
+ * bf16 copy that the optimizer's pass writes and the model's forward rounds every weight at
+ * every call: the same bits expected. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,16 +82,17 @@ static int same_state(const side *a, const side *b) {
     return 1;
 }
 
-static void check(const char *preset, int n_micro, float clip, int docs, st_optim_state_format fmt) {
+static void check(const char *preset, int n_micro, float clip, int docs, st_optim_state_format fmt, int bf16) {
     st_err err = {0};
     st_backend *be = NULL;
     side res = {0}, ref = {0};
     st_step *step = NULL;
     float *acc = NULL;
     char what[96];
-    snprintf(what, sizeof what, "%s, %d micro-batches, clip %g%s%s", preset, n_micro, clip, docs ? ", documents" : "",
-             fmt == ST_OPTIM_STATE_8BIT ? ", 8-bit" : "");
-    if (st_backend_cpu_create(&be, 1, &err) || side_open(&res, preset, be, fmt, &err) ||
+    snprintf(what, sizeof what, "%s, %d micro-batches, clip %g%s%s%s", preset, n_micro, clip, docs ? ", documents" : "",
+             fmt == ST_OPTIM_STATE_8BIT ? ", 8-bit" : "", bf16 ? ", bf16" : "");
+    if (st_backend_cpu_create(&be, 1, &err) || (bf16 && st_backend_set_matmul(be, "bf16", &err)) ||
+        side_open(&res, preset, be, fmt, &err) ||
         side_open(&ref, preset, be, fmt, &err)) {
         CHECK(0, "%s: %s", what, err.msg);
         goto out;
@@ -149,11 +153,22 @@ out:
 int main(void) {
     const char *models[] = {"gpt2-tiny", "llama-tiny"};
     for (int i = 0; i < 2; i++) {
-        check(models[i], 1, 0.0f, 0, ST_OPTIM_STATE_F32);
-        check(models[i], 2, 0.0f, 0, ST_OPTIM_STATE_F32);
-        check(models[i], 2, 0.05f, 0, ST_OPTIM_STATE_F32);
-        check(models[i], 1, 1.0f, 1, ST_OPTIM_STATE_F32);
-        check(models[i], 3, 1.0f, 0, ST_OPTIM_STATE_8BIT);
+        check(models[i], 1, 0.0f, 0, ST_OPTIM_STATE_F32, 0);
+        check(models[i], 2, 0.0f, 0, ST_OPTIM_STATE_F32, 0);
+        check(models[i], 2, 0.05f, 0, ST_OPTIM_STATE_F32, 0);
+        check(models[i], 1, 1.0f, 1, ST_OPTIM_STATE_F32, 0);
+        check(models[i], 3, 1.0f, 0, ST_OPTIM_STATE_8BIT, 0);
+    }
+    /* matmul bf16: the weights' bf16 copy (a build without oneDNN has no bf16 matmuls) */
+    st_err e = {0};
+    if (st_backend_matmul_check("cpu", "bf16", &e) == ST_OK) {
+        for (int i = 0; i < 2; i++) {
+            check(models[i], 1, 0.0f, 0, ST_OPTIM_STATE_F32, 1);
+            check(models[i], 2, 0.05f, 0, ST_OPTIM_STATE_F32, 1);
+            check(models[i], 1, 1.0f, 1, ST_OPTIM_STATE_8BIT, 1);
+        }
+    } else {
+        printf("  matmul bf16 not checked: %s\n", e.msg);
     }
     return test_finish("step_resident");
 }

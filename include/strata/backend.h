@@ -359,6 +359,22 @@ st_status st_backend_matmul_check(const char *device, const char *mode, st_err *
  * and tf32/bf16 on the reference backend are refused naming them. */
 st_status st_backend_set_matmul(st_backend *be, const char *mode, st_err *err);
 
+/* A bf16 copy of the weights that a device's bf16 matmuls read instead of rounding each
+ * weight at each call (the CPU backend under matmul bf16: oneDNN reads bf16 operands; the
+ * CUDA backend's cuBLAS rounds inside its products and reads none). _read: 1 where the
+ * matmuls would read a mapped copy now, else 0 (then _map and _round do nothing useful).
+ * _map: until region is mapped again or cleared, a matmul whose weight operand lies wholly
+ * inside base[0, n) reads it from copy at the same offset; the caller keeps copy equal to
+ * base rounded by st_f32_to_bf16 (bit for bit what the matmul would round) while it is
+ * mapped. copy NULL clears the region; region -1 clears all of them; st_backend_set_matmul
+ * clears them too. _round: dst = src rounded so, over the threads (the CPU backend counts
+ * its time as its weights' conversion). The block executor keeps such a copy, written by the
+ * optimizer's pass (stream.h). */
+#define ST_BF16_WEIGHT_REGIONS 4
+int st_backend_bf16_weights_read(const st_backend *be);
+void st_backend_bf16_weights_map(st_backend *be, int region, const float *base, const uint16_t *copy, size_t n);
+void st_backend_bf16_weights_round(st_backend *be, uint16_t *dst, const float *src, size_t n);
+
 /* OpenBLAS releases older than the machine fall back to their slowest kernels
  * (Prescott, SSE3) on CPUs they do not recognise: a 4x loss in every matmul. OpenBLAS
  * reads OPENBLAS_CORETYPE only when it is loaded, so a program calls this first thing

@@ -138,6 +138,10 @@ st_status st_step_sync(st_step *s, st_err *err);
  * over a frozen base), the model's own forward and backward. */
 int st_step_in_blocks(const st_model *m);
 
+/* The model's weights were written other than by the step (a load, an edit) between steps:
+ * the step's executor forgets what it derived from them (the bf16 copy that matmul bf16's
+ * products read, stream.h; a streamed device's copies of the embedding and head). */
+void st_step_params_changed(st_step *s);
 /* Forward only (validation) of one (B, T) batch with the current weights, through the body
  * that trains (the executor's st_stream_eval, or the model's forward): the mean loss over
  * targets >= 0. positions and doc_start: packed documents (NULL, NULL: none). Changes no

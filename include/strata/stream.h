@@ -195,6 +195,15 @@ size_t st_stream_device_bytes(const st_stream_config *c, const st_stream_plan *p
  * table: the count and the allocation cannot differ), the chunked vocabulary's host
  * bindings, and the optimizer's moments unless the state is external (c->state_format). */
 size_t st_stream_host_bytes(const st_stream_config *c, const st_stream_plan *p);
+/* Host bytes of the weights' bf16 copy (2 a parameter), held besides st_stream_host_bytes
+ * where the device's bf16 matmuls read one (the CPU backend under matmul bf16,
+ * st_backend_bf16_weights_read), allocated at the first step or eval that reads it: kept
+ * equal to the host weights rounded to bf16, written by the optimizer's pass as it updates
+ * them (rounded whole only after the weights changed otherwise: st_stream_set_params,
+ * st_stream_params_changed, a rollback, the disk state's update), so the forward's and the
+ * backward's matmuls read bf16 weights without rounding them at each use, bit for bit the
+ * same products. Not for the ranks' step (rounded at each use there). */
+size_t st_stream_bf16_weight_bytes(const st_stream_config *c);
 
 /* The order the disk state's store updates element ranges in beside the backward (a key for
  * st_store_step_args.order_key, the smaller first): a range within the blocks' parameters

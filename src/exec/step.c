@@ -252,6 +252,10 @@ static st_status step_update(st_step *s, const float *g, double sumsq, const st_
     return st;
 }
 
+void st_step_params_changed(st_step *s) {
+    if (s && s->sx) st_stream_set_params(s->sx, st_stream_params(s->sx));
+}
+
 st_status st_step_sync(st_step *s, st_err *err) { return s && s->zero ? st_zero_sync(s->zero, err) : ST_OK; }
 
 st_status st_step_eval(st_step *s, int B, int T, const int32_t *inputs, const int32_t *targets, const int32_t *positions,

@@ -1,12 +1,13 @@
 /* stream_internal.h - the layer-streaming executor's state and the functions its files
- * share (public API: strata/stream.h). The executor is four files, one concept each:
+ * share (public API: strata/stream.h). The executor is five files, one concept each:
  *   stream_plan.c   the plan's defaults; the table of device allocations that both
  *                   st_stream_device_bytes and st_stream_exec_create read; create and free;
  *   stream_optim.c  the optimizer worker: its jobs, the gradient norm's chunk partials,
  *                   the speculative update's backups and rollback, accumulation adds;
  *   stream_head.c   the model's ends: the embedding forward and the generic head, whole
  *                   on the device or in vocabulary chunks (online softmax);
- *   stream_step.c   the schedule: st_stream_step_accum, st_stream_eval, block and weight fetches.
+ *   stream_step.c   the schedule: st_stream_step_accum, st_stream_eval, block and weight fetches;
+ *   stream_w16.c    the weights' bf16 copy that matmul bf16 on the CPU reads, kept by the optimizer.
  * The ordering rules between the step thread, the copy engine and the optimizer worker
  * are listed at the head of stream_step.c. Not installed: only these files include it. */
 #ifndef STRATA_STREAM_INTERNAL_H
@@ -140,6 +141,10 @@ struct st_stream_exec {
     st_row_loss_hook row_hook; /* st_stream_set_row_hook: each micro-batch's per-row losses */
     void *row_hook_ctx;
     int docs_on;
+    /* the weights' bf16 copy for a device whose bf16 matmuls read one (stream_w16.c):
+     * w16_valid: it equals host_params rounded; w16_on: this step maps and keeps it */
+    uint16_t *w16;
+    int w16_valid, w16_on, w16_failed;
 };
 
 /* Data parallel: the weights [lo, lo + n) are here before they are read (st_stream_micro_grads). */
@@ -181,6 +186,15 @@ double stream_chunks_total(const st_stream_exec *x);
 void stream_restore_range(st_stream_exec *x, size_t lo, size_t hi);
 st_status stream_update_segs(st_stream_exec *x, int s0, int s1, const st_adamw_params *hp, double sumsq, st_err *err);
 void stream_add_range(st_stream_exec *x, size_t lo, size_t hi);
+
+/* stream_w16.c: at a step's (or eval's) start: whether the copy is read this time (then it
+ * is made valid, rounded whole if need be, and mapped); before a streamed block's compute:
+ * its slot mapped; at the end: unmapped. Whoever writes host_params without writing the copy
+ * sets w16_valid = 0; the optimizer's pass writes it where w16_on. */
+int stream_w16_begin(st_stream_exec *x);
+void stream_w16_block(st_stream_exec *x, const float *slot, int l);
+void stream_w16_end(st_stream_exec *x);
+void stream_w16_free(st_stream_exec *x);
 
 /* stream_head.c */
 uint64_t stream_embed_forward(st_stream_exec *x, const int32_t *inputs);

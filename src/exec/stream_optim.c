@@ -58,6 +58,7 @@ void stream_restore_range(st_stream_exec *x, size_t lo, size_t hi) {
     float *m = st_optim_state_buffer(x->opt, 0, &b), *v = st_optim_state_buffer(x->opt, 1, &b);
     const size_t piece = 1u << 18;
     long np = (long)((hi - lo + piece - 1) / piece);
+    x->w16_valid = 0; /* the weights' bf16 copy holds the update: rounded again when next read */
 #pragma omp parallel for schedule(static)
     for (long i = 0; i < np; i++) {
         size_t a = lo + (size_t)i * piece, e = a + piece < hi ? a + piece : hi;
@@ -71,7 +72,9 @@ static st_status update_range(st_stream_exec *x, int s0, int s1, const st_adamw_
                               st_err *err) {
     int b16 = blocks && x->bf16;
     st_optim_step_args a = {.params = x->host_params, .grads = b16 ? (const void *)x->host_grads_bf16 : (const void *)x->host_grads,
-                         .grad_dtype = b16 ? ST_BF16 : ST_F32, .seg_begin = s0, .seg_end = s1, .grad_sumsq = sumsq};
+                         .grad_dtype = b16 ? ST_BF16 : ST_F32, .seg_begin = s0, .seg_end = s1, .grad_sumsq = sumsq,
+                         /* the weights' bf16 copy written in the same pass (stream_w16.c) */
+                         .work = x->w16_on ? x->w16 : NULL, .work_dtype = ST_BF16};
     return st_optim_step_ex(x->opt, &a, hp, err);
 }
 

@@ -440,6 +440,7 @@ void st_stream_exec_free(st_stream_exec *x) {
     else if (x->host_params_registered) dev->ops->host_unregister(dev, x->host_params);
     if (x->host_grads != x->cfg.host_grads) host_buf_free(x, x->host_grads);
     else if (x->host_grads_registered) dev->ops->host_unregister(dev, x->host_grads);
+    stream_w16_free(x);
     free(x->vocab_w_ticket);
     free(x->gspans);
     if (x->opt != x->cfg.optim) st_optim_free(x->opt);

@@ -43,12 +43,14 @@ static void send_nonblock(st_stream_exec *x) {
 void st_stream_set_params(st_stream_exec *x, const float *host_params) {
     if (host_params != x->host_params) memcpy(x->host_params, host_params, x->n_params * 4); /* also: "I edited st_stream_params" */
     x->fresh = 0;
+    x->w16_valid = 0;
     send_nonblock(x);
     st_copy_wait(x->ce, x->embed_w_ticket);
 }
 
 void st_stream_init_random(st_stream_exec *x, uint64_t seed) {
     x->arch->ops->init(x->arch, x->host_params, seed); /* the values of the model's init_random */
+    x->w16_valid = 0;
     send_nonblock(x);
     st_copy_wait(x->ce, x->embed_w_ticket);
 }
@@ -324,6 +326,7 @@ static st_status step_begin(step_run *r, const int32_t *targets_all, const st_ad
         x->store_spec = pthread_create(&x->store_th, NULL, store_thread, x) == 0; /* else: after backward */
     }
     memset(x->chunk_done, 0, x->nchunks);
+    stream_w16_begin(x); /* the weights' bf16 copy, where the matmuls read one */
     /* the step's loss is the mean over all its targets >= 0 (strata/step.h) */
     r->dloss = st_step_dloss(targets_all, (size_t)r->N * n_micro, &r->n_targets);
     if (x->dist_mode) r->dloss = x->dist_dloss; /* the step's, over every rank's targets */
@@ -371,6 +374,7 @@ static float micro_forward(step_run *r, int mb, const int32_t *inputs, const int
         int off = x->plan.act[l] == ST_STREAM_ACT_OFFLOAD, k = x->act_slot[l];
         if (off) wait_ticket(x, x->off_slot_ticket[k % 2], "wait act slot", l);
         float *a = block_acts(x, l);
+        stream_w16_block(x, wslot(x, l), l);
         COMPUTE_(ST_PROF_CAT_COMPUTE, "forward block", l, ao->block_forward(x->dev_blocks, wslot(x, l), block_in(x, l), a, block_out(x, l)));
         if (x->plan.act[l] == ST_STREAM_ACT_RECOMPUTE) r->rc_holds = l;
         if (l + D + 1 < L) {
@@ -419,6 +423,7 @@ static void micro_backward(step_run *r, int add, int final) {
         int act = x->plan.act[l], k = x->act_slot[l];
         float *a = block_acts(x, l);
         /* the last recomputed block's forward is still in the set: nothing to redo */
+        stream_w16_block(x, wslot(x, l), l);
         if (act == ST_STREAM_ACT_RECOMPUTE && r->rc_holds != l) {
             COMPUTE_(ST_PROF_CAT_RECOMPUTE, "recompute block", l,
                      ao->block_forward(x->dev_blocks, wslot(x, l), block_in(x, l), a, block_out(x, l)));
@@ -536,6 +541,7 @@ static st_status update_store(step_run *r, const st_adamw_params *hp, float max_
                               st_stream_step_stats *stats, st_err *err) {
     st_stream_exec *x = r->x;
     st_status s = ST_OK;
+    x->w16_valid = 0; /* the store writes the weights, not their bf16 copy */
     if (x->store_spec) { /* updated beside the backward with clip scale 1: commit it, or not */
         stats->store_beside = 1;
         int commit = !stats->skipped && !stats->clipped;
@@ -666,7 +672,9 @@ st_status st_stream_step_accum(st_stream_exec *x, int n_micro, const int32_t *in
         st_err e2 = {0};
         if (st_store_read_master(x->store, x->host_params, &e2)) st_log(2, "stream: %s\n", e2.msg);
     }
-    if (s) x->last_clipped = 1; /* after a failure, the next step does not speculate */
+    stream_w16_end(x);
+    if (s) x->last_clipped = 1, x->w16_valid = 0; /* after a failure, the next step does not speculate
+                                                     and rounds the weights' bf16 copy again */
     stats->optim_tail_s = st_now() - t_tail;
     st_prof_end(&step_span);
     stats->loss = loss;
@@ -690,7 +698,10 @@ st_status st_stream_step_accum(st_stream_exec *x, int n_micro, const int32_t *in
 
 /* ------------------------------------------------------------------ data parallel */
 
-void st_stream_params_changed(st_stream_exec *x) { x->fresh = 1; }
+void st_stream_params_changed(st_stream_exec *x) {
+    x->fresh = 1;
+    x->w16_valid = 0;
+}
 
 int st_stream_can_hand_grads(const st_stream_exec *x) { return !x->bf16 && !x->host_grads_micro; }
 
@@ -735,6 +746,7 @@ st_status st_stream_eval(st_stream_exec *x, const int32_t *inputs, const int32_t
         x->fresh = 0;
     }
     st_prof_span span = st_prof_begin(ST_PROF_CAT_OTHER, "stream eval", -1);
+    stream_w16_begin(x); /* the weights' bf16 copy, where the matmuls read one: unchanged by the eval */
     dev->ops->copy_to_device(dev, x->d_tgt, targets, sizeof(int32_t) * (size_t)N);
     uint64_t enc_ticket = x->vocab_chunk ? stream_embed_forward(x, inputs) : 0;
     for (int l = 0; l <= D && l < L; l++) x->w_ticket[l] = fetch_block(x, l);
@@ -745,6 +757,7 @@ st_status st_stream_eval(st_stream_exec *x, const int32_t *inputs, const int32_t
     else stream_embed_forward(x, inputs);
     for (int l = 0; l < L; l++) {
         wait_ticket(x, x->w_ticket[l], "wait weights", l);
+        stream_w16_block(x, wslot(x, l), l);
         ao->block_forward(x->dev_blocks, wslot(x, l), block_in(x, l), block_acts(x, l), block_out(x, l));
         if (l + D + 1 < L) {
             x->w_ticket[l + D + 1] = fetch_block(x, l + D + 1);
@@ -755,6 +768,7 @@ st_status st_stream_eval(st_stream_exec *x, const int32_t *inputs, const int32_t
     if (x->vocab_chunk) *loss = stream_chunked_head_forward(x, block_out(x, L - 1), targets, &compute_s);
     else *loss = stream_head_forward(x, block_out(x, L - 1), targets, 0.0f);
     stream_compute_flush(x, &compute_s); /* the head's spans, drawn on the trace */
+    stream_w16_end(x);
     /* copies still queued (the logits' drain, head chunks) complete before anything the
      * next step waits on: the copy engine completes in order */
     st_prof_end(&span);

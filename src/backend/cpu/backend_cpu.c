@@ -37,6 +37,9 @@ typedef struct cpu_ctx {
     size_t att_cap;        /* floats in each */
     float *att_o;          /* O, or dQ, dK, dV, head-major, and delta (rowsum(dO o O)) */
     size_t o_cap;
+    /* matmul bf16's weights already in bf16 (st_backend_bf16_weights_map): region r says
+     * base[0, n) is rounded in copy[0, n); base NULL: region unused */
+    struct { const float *base; const uint16_t *copy; size_t n; } w16[ST_BF16_WEIGHT_REGIONS];
 } cpu_ctx;
 
 /* ---------------------------------------------------------------- memory */
@@ -162,8 +165,9 @@ static void cpu_layernorm_backward(st_backend *be, float *dinp, float *dw, float
 
 /* ---------------------------------------------------------------- matmul */
 
-/* matmul bf16: the operands rounded to bf16 once per call (the weight too, every call:
- * see docs/BENCHMARKS.md for what keeping a bf16 copy would save), products summed in
+/* matmul bf16: the operands rounded to bf16 once per call, except a weight that lies wholly
+ * inside a region the caller mapped to its bf16 copy (st_backend_bf16_weights_map: the
+ * executor's copy, written by the optimizer's pass), read from there; products summed in
  * fp32 by oneDNN. A failure inside oneDNN (it cannot happen for a shape it made once) is
  * logged once and that call computes with sgemm, so a result is always written. */
 static int bf16_failed(st_status s, const st_err *e) {
@@ -174,13 +178,49 @@ static int bf16_failed(st_status s, const st_err *e) {
     return 1;
 }
 
+/* The weight w (n floats) in bf16: from a mapped copy where one holds it whole, else
+ * rounded into scratch slot 1 (the same bits: the copy's rounding is st_f32_to_bf16's). */
+static const uint16_t *w16_operand(cpu_ctx *x, const float *w, size_t n) {
+    for (int r = 0; r < ST_BF16_WEIGHT_REGIONS; r++) {
+        const float *b = x->w16[r].base;
+        if (b && w >= b && n <= x->w16[r].n && (size_t)(w - b) <= x->w16[r].n - n) return x->w16[r].copy + (w - b);
+    }
+    return cpu_bf16_operand(x->bf16, 1, w, n);
+}
+
+int cpu_backend_bf16_weights_read(const st_backend *be) {
+    const cpu_ctx *x = be->ctx;
+    return x->matmul == ST_MATMUL_BF16 && x->bf16;
+}
+
+void cpu_backend_bf16_weights_map(st_backend *be, int region, const float *base, const uint16_t *copy, size_t n) {
+    cpu_ctx *x = be->ctx;
+    if (region < 0) {
+        memset(x->w16, 0, sizeof x->w16);
+        return;
+    }
+    if (region >= ST_BF16_WEIGHT_REGIONS) return;
+    x->w16[region].base = copy ? base : NULL;
+    x->w16[region].copy = copy;
+    x->w16[region].n = copy ? n : 0;
+}
+
+void cpu_backend_bf16_weights_round(st_backend *be, uint16_t *dst, const float *src, size_t n) {
+    cpu_ctx *x = be->ctx;
+    if (x->bf16) {
+        cpu_bf16_round_into(x->bf16, 1, dst, src, n);
+        return;
+    }
+    cpu_bf16_round(dst, src, n);
+}
+
 static int bf16_matmul_forward(cpu_ctx *x, float *out, const float *inp, const float *w, const float *bias, int N,
                                int C, int OC, st_wlayout layout) {
     st_err e = {0};
     st_status s = ST_ERR_NOMEM;
     cpu_bf16_lock(x->bf16);
     const uint16_t *a = cpu_bf16_operand(x->bf16, 0, inp, (size_t)N * C);
-    const uint16_t *b = a ? cpu_bf16_operand(x->bf16, 1, w, (size_t)C * OC) : NULL;
+    const uint16_t *b = a ? w16_operand(x, w, (size_t)C * OC) : NULL;
     if (b) s = cpu_bf16_gemm(x->bf16, 0, layout == ST_W_OUT_IN, N, OC, C, a, b, bias, 0, out, &e);
     else st_errf(&e, s, "matmul bf16: out of memory for the bf16 operands of %d x %d x %d", N, OC, C);
     cpu_bf16_unlock(x->bf16);
@@ -196,7 +236,7 @@ static void bf16_matmul_backward(cpu_ctx *x, float **dinp, float **dw, const flo
     const uint16_t *d = cpu_bf16_operand(x->bf16, 0, dout, (size_t)N * OC); /* shared by both products */
     if (!d) s = st_errf(&e, ST_ERR_NOMEM, "matmul bf16: out of memory for the bf16 operands");
     if (!s && *dinp) { /* dinp (N,C) += dout (N,OC) x w^T */
-        const uint16_t *b = cpu_bf16_operand(x->bf16, 1, w, (size_t)C * OC);
+        const uint16_t *b = w16_operand(x, w, (size_t)C * OC);
         s = b ? cpu_bf16_gemm(x->bf16, 0, layout == ST_W_IN_OUT, N, C, OC, d, b, NULL, 1, *dinp, &e)
               : st_errf(&e, ST_ERR_NOMEM, "matmul bf16: out of memory for the bf16 operands");
         if (!s) *dinp = NULL;
@@ -825,6 +865,7 @@ done:
 
 st_status cpu_backend_set_matmul(st_backend *be, st_matmul_mode mode, st_err *err) {
     cpu_ctx *x = be->ctx;
+    memset(x->w16, 0, sizeof x->w16); /* a caller maps its copy again for its next pass */
     if (mode == ST_MATMUL_FP32) {
         x->matmul = mode;
         return ST_OK;

@@ -232,6 +232,14 @@ void cpu_bf16_round(uint16_t *dst, const float *src, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = st_f32_to_bf16(src[i]);
 }
 
+void cpu_bf16_round_into(cpu_bf16 *b, int slot, uint16_t *dst, const float *src, size_t n) {
+    cpu_bf16_lock(b);
+    double t0 = st_now();
+    to_bf16(dst, src, n);
+    b->stats.convert_s[slot] += st_now() - t0;
+    cpu_bf16_unlock(b);
+}
+
 void cpu_bf16_add_convert_s(cpu_bf16 *b, int slot, double s) { b->stats.convert_s[slot] += s; }
 
 void cpu_bf16_get_stats(cpu_bf16 *b, cpu_bf16_stats *out) {
@@ -464,6 +472,10 @@ uint16_t *cpu_bf16_scratch(cpu_bf16 *b, int slot, size_t n) {
 }
 void cpu_bf16_add_convert_s(cpu_bf16 *b, int slot, double s) { (void)b, (void)slot, (void)s; }
 void cpu_bf16_round(uint16_t *dst, const float *src, size_t n) { st_convert(dst, ST_BF16, src, ST_F32, n); }
+void cpu_bf16_round_into(cpu_bf16 *b, int slot, uint16_t *dst, const float *src, size_t n) {
+    (void)b, (void)slot;
+    st_convert(dst, ST_BF16, src, ST_F32, n);
+}
 const char *cpu_bf16_impl(cpu_bf16 *b, int ta, int tb, int M, int N, int K, int bias, int accumulate) {
     (void)b, (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)bias, (void)accumulate;
     return "";

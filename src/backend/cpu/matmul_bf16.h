@@ -59,6 +59,9 @@ st_status cpu_bf16_gemm_batched(cpu_bf16 *b, const cpu_bf16_batch *g, const uint
 st_status cpu_bf16_batched_ready(cpu_bf16 *b, const cpu_bf16_batch *g, st_err *err);
 /* The scratch buffer `slot` grown to n bf16 values, not written (NULL: out of memory). */
 uint16_t *cpu_bf16_scratch(cpu_bf16 *b, int slot, size_t n);
+/* dst = src rounded to bf16 (st_f32_to_bf16 bit for bit) over the OpenMP threads, its time
+ * counted as slot's conversion (the CPU backend: slot 1, the weights); takes the lock. */
+void cpu_bf16_round_into(cpu_bf16 *b, int slot, uint16_t *dst, const float *src, size_t n);
 /* Adds s seconds to slot's conversion time (a conversion made by the caller, under the lock). */
 void cpu_bf16_add_convert_s(cpu_bf16 *b, int slot, double s);
 /* dst = src rounded to bf16 (st_f32_to_bf16 bit for bit), on the calling thread. */
@@ -80,5 +83,9 @@ st_status cpu_backend_set_matmul(st_backend *be, st_matmul_mode mode, st_err *er
 st_matmul_mode cpu_backend_matmul(const st_backend *be);
 /* The CPU backend's bf16 engine (NULL until matmul bf16 was set on it). */
 cpu_bf16 *cpu_backend_bf16(const st_backend *be);
+/* st_backend_bf16_weights_read, _map and _round (strata/backend.h) on the CPU backend. */
+int cpu_backend_bf16_weights_read(const st_backend *be);
+void cpu_backend_bf16_weights_map(st_backend *be, int region, const float *base, const uint16_t *copy, size_t n);
+void cpu_backend_bf16_weights_round(st_backend *be, uint16_t *dst, const float *src, size_t n);
 
 #endif
