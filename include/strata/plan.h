@@ -387,6 +387,8 @@ typedef struct st_mem_request {
                                   these its activations, the executor's tables unused */
     double trainable_params;   /* > 0: a method over frozen base weights (LoRA, POET-X): the base's
                                   n_params held as fp32 without gradient or moments, these trained */
+    int bf16_weights;          /* matmul bf16 on the CPU: the executor's bf16 copy of the weights
+                                  (st_stream_bf16_weight_bytes) in host memory */
 } st_mem_request;
 
 /* Bytes per class of training state and the peak each tier must hold. */
@@ -402,7 +404,8 @@ typedef struct st_mem_plan {
                               executor's device table: host memory in memory) */
     double acts_ckpt;      /* the same with every block recomputed */
     double exec_host;      /* the executor's other host buffers (per-row sums, grad_accum's
-                              second gradient, offloaded activation sets, backups) */
+                              second gradient, offloaded activation sets, backups; matmul bf16's
+                              copy of the weights) */
     double init_scratch;   /* transient host buffer of initialisation and checkpoints */
     double n_trainable;    /* LoRA, POET-X: the parameters trained (0: every one) */
     double frozen;         /* ...and the base's frozen fp32 weights */

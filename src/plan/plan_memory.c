@@ -73,6 +73,10 @@ st_status st_plan_memory(const st_mem_request *rq, st_mem_plan *e, st_err *err) 
     e->moments_8bit_used = q8;
     e->streamed = rq->streamed || rq->plan;
     e->exec_host = host - 8.0 * n; /* per-row buffers, grad_accum's gradient, offloaded sets, backups */
+    if (rq->bf16_weights) {        /* matmul bf16 on the CPU: the copy the optimizer's pass writes */
+        st_stream_config sc = {.arch = rq->arch, .B = rq->B, .T = rq->T};
+        e->exec_host += (double)st_stream_bf16_weight_bytes(&sc);
+    }
     if (rq->model_act_bytes > 0) { /* the model's own forward: its activations, its per-row losses */
         e->acts_stored = rq->model_act_bytes + 4.0 * N;
         e->acts_ckpt = e->acts_stored; /* the model's forward keeps them all */
@@ -188,7 +192,7 @@ void st_mem_plan_print(FILE *f, const st_mem_plan *e, const double budget[ST_MEM
         : e->streamed      ? "the executor's device tables (the plan below; at least every block recomputed)"
                            : "the executor's tables, every block kept");
     ROW("activations, checkpointed", e->acts_ckpt, "-", "(every block recomputed: a streamed plan's choice)");
-    if (e->exec_host > 0) ROW("executor's host buffers", e->exec_host, h, "per-row buffers, grad_accum, offloads");
+    if (e->exec_host > 0) ROW("executor's host buffers", e->exec_host, h, "per-row buffers, grad_accum, offloads, bf16 copy");
     ROW("staging (init, checkpoint save)", e->init_scratch, h, "transient, at the end-of-run checkpoint");
     ROW("runtime (code, BLAS, data)", e->runtime, h, "measured constant");
     fprintf(f, "\n  %-34s %16s  %11s  %s\n", "tier", "peak need", "", "budget");

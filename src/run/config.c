@@ -632,7 +632,10 @@ st_status st_train_mem_plan(const st_train_config *c, const st_stream_plan *plan
         st_arch_free(a);
         return s;
     }
-    st_mem_request rq = {.trainable_params = own_forward ? (double)trainable : 0,.arch = a, .B = c->batch, .T = c->seq, .grad_accum = (int)c->grad_accum,
+    st_matmul_mode mm = ST_MATMUL_FP32; /* matmul auto is resolved before the run's account */
+    st_backend_matmul_parse(c->matmul, &mm, NULL);
+    st_mem_request rq = {.trainable_params = own_forward ? (double)trainable : 0,
+                         .bf16_weights = mm == ST_MATMUL_BF16 && cuda_index < 0,.arch = a, .B = c->batch, .T = c->seq, .grad_accum = (int)c->grad_accum,
                          .state_format = st_train_config_state_format(c), .streamed = c->device_budget > 0,
                          .plan = plan, .device_is_host = cuda_index < 0, .state_on_disk = c->state_paths[0] != 0,
                          .state_budget = c->state_budget, .model_act_bytes = own_forward ? shape.act_bytes : 0};
