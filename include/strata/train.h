@@ -156,6 +156,11 @@ const char *st_train_config_plan_file(const st_train_config *c);
 /* The key method as what it names: *lora 1 for "lora", 0 for "full" and "poetx"; refused naming
  * the key. */
 st_status st_train_config_method(const st_train_config *c, int *lora, st_err *err);
+/* The data key's (or a copy of it) reading "embedded": the built-in corpus, no data list. */
+int st_train_config_data_embedded(const char *data);
+/* A validation set this configuration has: val_data given and not "none", or the embedded
+ * corpus's held-out tail (evaluations every eval_every steps aside). */
+int st_train_config_has_val(const st_train_config *c);
 /* The key method as its enum (ST_TRAIN_METHOD_FULL for a value st_train_config_method refuses). */
 typedef enum st_train_method { ST_TRAIN_METHOD_FULL = 0, ST_TRAIN_METHOD_LORA = 1, ST_TRAIN_METHOD_POETX = 2 } st_train_method;
 st_train_method st_train_config_method_of(const st_train_config *c);

@@ -169,6 +169,12 @@ st_status st_train_config_method(const st_train_config *c, int *lora, st_err *er
     return ST_OK;
 }
 
+int st_train_config_data_embedded(const char *data) { return !strcmp(data, "embedded"); }
+
+int st_train_config_has_val(const st_train_config *c) {
+    return strcmp(c->val_data, "none") && (c->val_data[0] || st_train_config_data_embedded(c->data));
+}
+
 st_train_method st_train_config_method_of(const st_train_config *c) {
     int m = parse_method(c->method);
     return m < 0 ? ST_TRAIN_METHOD_FULL : (st_train_method)m;
@@ -545,10 +551,10 @@ st_status st_train_config_resolve(const st_train_config *c, st_model_shape *shap
     st_schedule sc;
     if ((s = st_train_config_schedule(c, &sc, err))) return s; /* names the key */
     st_stop_rule rule;
-    int has_val = strcmp(c->val_data, "none") && (c->val_data[0] || !strcmp(c->data, "embedded"));
+    int has_val = st_train_config_has_val(c);
     if ((s = st_stop_rule_parse(c->stop_rule, &rule, err)) || (s = st_stop_rule_check(&rule, c->eval_every, has_val, err)))
         return s; /* names the key */
-    if (!strcmp(c->data, "embedded") && shape->vocab_size < 256)
+    if (st_train_config_data_embedded(c->data) && shape->vocab_size < 256)
         return st_errf(err, ST_ERR_INVALID, "the embedded corpus has byte tokens (0..255); vocab_size %d is too small",
                        shape->vocab_size);
     /* An absurd configuration is refused before anything is allocated: weights, gradients

@@ -45,7 +45,7 @@ st_status run_data_open(run_data *d, const st_train_config *c, const run_dist *d
         dc.online_mix = st_train_config_mix_online(c); /* each step's weights from the run (run_mix.c) */
         dc.online_group = (int)c->grad_accum;
     }
-    if (!strcmp(spec, "embedded")) {
+    if (st_train_config_data_embedded(spec)) {
         size_t cap = 4u << 20; /* 4 MiB of text; the default run reads a fifth of it */
         size_t held = val ? 512u << 10 : 0; /* validation: 512 KiB after it */
         uint8_t *text = malloc(cap + held);
@@ -122,9 +122,8 @@ st_status run_data_restore_state(run_data *d, const st_train_state_header *h, co
 
 /* val_data, or the embedded corpus's held-out tail for the embedded corpus; NULL: none. */
 const char *run_val_spec(const st_train_config *c) {
-    if (c->eval_every <= 0 || !strcmp(c->val_data, "none")) return NULL;
-    if (c->val_data[0]) return c->val_data;
-    return !strcmp(c->data, "embedded") ? "embedded" : NULL;
+    if (c->eval_every <= 0 || !st_train_config_has_val(c)) return NULL;
+    return c->val_data[0] ? c->val_data : "embedded";
 }
 
 st_status run_eval_loss(const st_train_config *c, st_model *m, st_step *stp, run_eval *ev, int32_t *inputs,

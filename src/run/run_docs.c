@@ -109,7 +109,7 @@ st_status run_docs_open(run_docs *x, const st_train_config *c, st_data_loader *d
     char list[sizeof c->data];
     snprintf(list, sizeof list, "%s", c->data);
     int n_sources = 1;
-    if (strcmp(list, "embedded")) {
+    if (!st_train_config_data_embedded(list)) {
         st_status s = st_data_list_parse(&dc, list, "data", err);
         if (s) return s;
         n_sources = dc.n_sources;

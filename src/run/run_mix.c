@@ -37,9 +37,10 @@ st_status run_mix_open_run(run_mix *x, const st_train_config *c, st_comm *comm, 
     snprintf(list, sizeof list, "%s", c->data);
     st_data_loader_config dc;
     st_data_loader_config_init(&dc);
-    st_status s = strcmp(list, "embedded") ? st_data_list_parse(&dc, list, "data", err) : ST_OK;
+    int embedded = st_train_config_data_embedded(list);
+    st_status s = embedded ? ST_OK : st_data_list_parse(&dc, list, "data", err);
     if (s) return s;
-    if (!strcmp(list, "embedded")) dc.n_sources = 1;
+    if (embedded) dc.n_sources = 1;
     s = run_mix_open(x, dc.n_sources, (int)c->grad_accum, c->batch, c->seq, c->mix_smoothing, c->mix_delay, comm, err);
     return s ? st_err_prefix(err, "key 'mix'") : ST_OK;
 }

@@ -233,7 +233,7 @@ static st_status open_data(train_run *r, st_err *err) {
     st_status s = run_data_open(&r->td, &r->c, &r->dist, "data", r->c.data, r->m->vocab_size, err);
     if (s || (s = run_mix_open_run(&r->mix, &r->c, r->dist.comm, err))) return s;
     r->ev.spec = run_val_spec(&r->c);
-    if (r->ev.spec && strcmp(r->ev.spec, "embedded")) {
+    if (r->ev.spec && !st_train_config_data_embedded(r->ev.spec)) {
         if ((s = run_data_open(&r->ev.vd, &r->c, NULL, "val_data", r->ev.spec, r->m->vocab_size, err))) return s;
         st_data_loader_get_state(r->ev.vd.dl, &r->ev.start);
     }
