@@ -8,7 +8,6 @@
 
 #include "backend/cpu/matmul_bf16.h"
 #include "strata/backend.h"
-#include "strata/tensor.h"
 #ifdef STRATA_HAVE_CUDA
 #include "backend/cuda/backend_cuda.h"
 #endif
@@ -158,21 +157,4 @@ st_status st_backend_set_matmul(st_backend *be, const char *mode, st_err *err) {
         return st_errf(err, ST_ERR_UNSUPPORTED, "matmul '%s': the %s backend computes its matmuls in fp32 only; bf16 "
                        "is the cpu backend's (oneDNN) and tf32 the tensor cores of device cuda", mode, name);
     return ST_OK;
-}
-
-/* The CPU backend (and its budgeted arena, which shares its context) reads a bf16 weight
- * copy under matmul bf16; every other backend reads none. */
-static int is_cpu(const st_backend *be) {
-    return be && be->ops && be->ctx && be->ops->name && !strcmp(be->ops->name, "cpu");
-}
-
-int st_backend_bf16_weights_read(const st_backend *be) { return is_cpu(be) && cpu_backend_bf16_weights_read(be); }
-
-void st_backend_bf16_weights_map(st_backend *be, int region, const float *base, const uint16_t *copy, size_t n) {
-    if (is_cpu(be)) cpu_backend_bf16_weights_map(be, region, base, copy, n);
-}
-
-void st_backend_bf16_weights_round(st_backend *be, uint16_t *dst, const float *src, size_t n) {
-    if (is_cpu(be)) cpu_backend_bf16_weights_round(be, dst, src, n);
-    else st_convert(dst, ST_BF16, src, ST_F32, n);
 }
