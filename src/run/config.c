@@ -11,8 +11,6 @@
 #include <sys/stat.h>
 
 #include "core/fileutil.h"
-#include "run/run_lora_internal.h"
-#include "run/run_poetx_internal.h"
 #include "strata/backend.h"
 #include "strata/model.h"
 #include "strata/plan.h"
@@ -614,40 +612,6 @@ double st_train_lr_at(const st_train_config *c, long step) {
     st_schedule sc; /* the keys were checked by st_train_config_resolve */
     if (st_train_config_schedule(c, &sc, NULL)) return NAN;
     return st_schedule_lr_at(&sc, step);
-}
-
-st_status st_train_mem_plan(const st_train_config *c, const st_stream_plan *plan, st_mem_plan *out, st_err *err) {
-    st_model_overrides ov = st_train_config_overrides(c);
-    st_model_shape shape;
-    st_arch *a = NULL;
-    st_status s = st_model_resolve(c->model, c->init_from, &ov, c->batch, c->seq, &shape, &a, err);
-    if (s) return s;
-    int cuda_index = -1;
-    if (c->device_budget > 0 && (s = st_backend_device_parse(c->device, &cuda_index, err))) {
-        st_arch_free(a);
-        return st_err_prefix(err, "key 'device'");
-    }
-    /* method lora or poetx (checked by st_train_config_method): the model's own forward, the
-     * base's weights frozen (no gradient), only what the method trains with gradients and moments */
-    st_train_method method = st_train_config_method_of(c);
-    int own_forward = method != ST_TRAIN_METHOD_FULL;
-    size_t trainable = 0;
-    if (method == ST_TRAIN_METHOD_LORA) s = run_lora_trainable(c, a, shape.arch, &trainable, err);
-    if (method == ST_TRAIN_METHOD_POETX) s = run_poetx_trainable(c, a, shape.arch, &trainable, err);
-    if (s) {
-        st_arch_free(a);
-        return s;
-    }
-    st_matmul_mode mm = ST_MATMUL_FP32; /* matmul auto is resolved before the run's account */
-    st_backend_matmul_parse(c->matmul, &mm, NULL);
-    st_mem_request rq = {.trainable_params = own_forward ? (double)trainable : 0,
-                         .bf16_weights = mm == ST_MATMUL_BF16 && cuda_index < 0,.arch = a, .B = c->batch, .T = c->seq, .grad_accum = (int)c->grad_accum,
-                         .state_format = st_train_config_state_format(c), .streamed = c->device_budget > 0,
-                         .plan = plan, .device_is_host = cuda_index < 0, .state_on_disk = c->state_paths[0] != 0,
-                         .state_budget = c->state_budget, .model_act_bytes = own_forward ? shape.act_bytes : 0};
-    s = st_plan_memory(&rq, out, err);
-    st_arch_free(a);
-    return s;
 }
 
 st_status st_train_state_paths(const st_train_config *c, char *buf, size_t cap, const char **paths, int *n,
