@@ -34,18 +34,6 @@ const char *st_mem_tier_name(int tier) {
     return (unsigned)tier < ST_MEM_TIER_COUNT ? n[tier] : "?";
 }
 
-/* The executor's tables for plan p in state format fmt: device bytes, host bytes without
- * the moments, and the moments. */
-static void exec_bytes(const st_mem_request *rq, const st_stream_plan *p, st_optim_state_format fmt, double *dev,
-                       double *host, double *moments) {
-    st_stream_config sc = {.arch = rq->arch, .B = rq->B, .T = rq->T, .grad_accum = rq->grad_accum > 1 ? rq->grad_accum : 1,
-                           .state_format = fmt, .external_optimizer = 1};
-    *dev = (double)st_stream_device_bytes(&sc, p);
-    *host = (double)st_stream_host_bytes(&sc, p);
-    sc.external_optimizer = 0;
-    *moments = (double)st_stream_host_bytes(&sc, p) - *host;
-}
-
 st_status st_plan_memory(const st_mem_request *rq, st_mem_plan *e, st_err *err) {
     memset(e, 0, sizeof *e);
     if (!rq->arch || rq->B < 1 || rq->T < 1)
@@ -58,11 +46,16 @@ st_status st_plan_memory(const st_mem_request *rq, st_mem_plan *e, st_err *err) 
     else st_stream_plan_resident(&p, y->n_blocks);
     st_stream_plan all_rc = p; /* the same plan recomputing every block: the checkpointed figure */
     st_stream_plan_set_all(&all_rc, ST_STREAM_ACT_RECOMPUTE);
-    double dev, host, dev_rc, host_rc, m8, mf, mf_rc;
-    exec_bytes(rq, &p, ST_OPTIM_STATE_8BIT, &dev, &host, &m8);
-    exec_bytes(rq, &p, ST_OPTIM_STATE_F32, &dev, &host, &mf);
-    exec_bytes(rq, &all_rc, ST_OPTIM_STATE_F32, &dev_rc, &host_rc, &mf_rc);
-    (void)host_rc, (void)mf_rc;
+    /* the executor's tables: device bytes, host bytes without the moments, and the moments in
+     * either format (what the optimizer adds to the host table) */
+    st_stream_config sc = {.arch = rq->arch, .B = rq->B, .T = rq->T, .grad_accum = rq->grad_accum > 1 ? rq->grad_accum : 1,
+                           .state_format = ST_OPTIM_STATE_F32, .external_optimizer = 1};
+    double dev = (double)st_stream_device_bytes(&sc, &p), dev_rc = (double)st_stream_device_bytes(&sc, &all_rc);
+    double host = (double)st_stream_host_bytes(&sc, &p);
+    sc.external_optimizer = 0;
+    double mf = (double)st_stream_host_bytes(&sc, &p) - host;
+    sc.state_format = ST_OPTIM_STATE_8BIT;
+    double m8 = (double)st_stream_host_bytes(&sc, &p) - host;
     int q8 = rq->state_format != ST_OPTIM_STATE_F32;
     e->n_params = n;
     e->weights = 4.0 * n; /* the host vectors, which the executor counts first */
@@ -73,10 +66,7 @@ st_status st_plan_memory(const st_mem_request *rq, st_mem_plan *e, st_err *err) 
     e->moments_8bit_used = q8;
     e->streamed = rq->streamed || rq->plan;
     e->exec_host = host - 8.0 * n; /* per-row buffers, grad_accum's gradient, offloaded sets, backups */
-    if (rq->bf16_weights) {        /* matmul bf16 on the CPU: the copy the optimizer's pass writes */
-        st_stream_config sc = {.arch = rq->arch, .B = rq->B, .T = rq->T};
-        e->exec_host += (double)st_stream_bf16_weight_bytes(&sc);
-    }
+    if (rq->bf16_weights) e->exec_host += (double)st_stream_bf16_weight_bytes(&sc); /* matmul bf16's copy */
     if (rq->model_act_bytes > 0) { /* the model's own forward: its activations, its per-row losses */
         e->acts_stored = rq->model_act_bytes + 4.0 * N;
         e->acts_ckpt = e->acts_stored; /* the model's forward keeps them all */
