@@ -22,6 +22,9 @@ after collapsing white space (licence texts repeat across packages).
   tools/gen_noisy_corpus.py --strata build/strata --out DIR [--docs 3000] [--noise 0.25]
       [--heldout N]  (also OUT/heldout.{bin,idx,json}: N more clean paragraphs, in neither
                      clean nor noisy, for validation; clean and noisy are the same as without)
+      [--small N]    (also OUT/small.{bin,idx,json}: the first N clean documents, a subset
+                     of clean, for the regime of a small corpus seen for several epochs;
+                     everything else is the same as without)
   tools/gen_noisy_corpus.py --strata build/strata --out DIR --synthetic 100000000
       (the benchmark's stream: random-token documents of 200-2000 tokens with 5% exact and
       5% near duplicates, packed the same way; tokens from 32..126 so lines stay documents)
@@ -178,8 +181,11 @@ def main():
     ap.add_argument("--noise", type=float, default=0.25, help="share of noise documents in noisy")
     ap.add_argument("--seed", type=int, default=27)
     ap.add_argument("--heldout", type=int, default=0, help="clean documents held out for validation")
+    ap.add_argument("--small", type=int, default=0, help="also OUT/small: the first N clean documents")
     ap.add_argument("--synthetic", type=int, default=0, help="tokens of a synthetic stream instead")
     a = ap.parse_args()
+    if not 0 <= a.small <= a.docs:
+        sys.exit("gen_noisy_corpus: --small %d: give 1 to --docs (%d) documents" % (a.small, a.docs))
     rng = random.Random(a.seed)
     os.makedirs(a.out, exist_ok=True)
     if a.synthetic:
@@ -201,6 +207,8 @@ def main():
     if held:
         pack(a.strata, os.path.join(a.out, "heldout"), held, a.out)
     pack(a.strata, os.path.join(a.out, "clean"), clean, a.out)
+    if a.small:
+        pack(a.strata, os.path.join(a.out, "small"), clean[:a.small], a.out)
     docs, labels = noisy(rng, clean, a.noise)
     pack(a.strata, os.path.join(a.out, "noisy"), docs, a.out)
     with open(os.path.join(a.out, "noisy.labels"), "w") as f:
