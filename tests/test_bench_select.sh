@@ -16,11 +16,19 @@
 # final loss reaches the full run's. The view keeps no more documents than the corpus less
 # its duplicates. The clean corpus's comparison is there, without curriculum and online
 # runs. No --corpus, and a corpus without held-out documents, are refused.
+# --bands 1 (the regime question, on OUT/small from --small 150 and on OUT/clean): per corpus
+# the three bands' views hold the documents the bench ranks from the score files, a third
+# each of the corpus less its duplicates (together all of them), their proxy losses in order
+# (the easy band's highest at most the middle's lowest, and so on); every run has the same
+# steps and FLOPs; the epochs are the tokens trained over the band's (or corpus's) tokens;
+# the reach of the whole corpus's final loss is checked as above; the winner is the band of
+# the lowest final loss, its margin the next band's loss less its own. A corpus without
+# small is refused.
 set -u
 . "$(dirname "$0")/lib_corpus.sh"
 corpus_begin bsel
 : "${SRC:?STRATA_SOURCE_DIR not set}"
-python3 "$SRC/tools/gen_noisy_corpus.py" --strata "$S" --out "$T/c" --docs 500 --heldout 100 --seed 27 > "$T/gen.out" 2>&1
+python3 "$SRC/tools/gen_noisy_corpus.py" --strata "$S" --out "$T/c" --docs 500 --heldout 100 --small 150 --seed 27 > "$T/gen.out" 2>&1
 rc=$?
 if [ $rc -eq 77 ]; then cat "$T/gen.out"; rm -rf "$T"; exit 77; fi
 check "[ $rc -eq 0 ]" "gen_noisy_corpus (rc $rc): $(cat "$T/gen.out")"
@@ -117,6 +125,88 @@ PY
 rc=$?
 check '[ $rc -eq 0 ]' "the JSON: $(cat "$T/eval.out")"
 echo "bench_select: $(tr '\n' ';' < "$T/eval.out")"
+
+"$S" bench select --corpus "$T/c" $A --bands 1 --json > "$T/bands.json" 2> "$T/err.txt"
+rc=$?
+check '[ $rc -eq 0 ]' "bench select --bands 1 (rc $rc): $(tail -n 3 "$T/err.txt")"
+python3 - "$T/bands.json" > "$T/evalb.out" 2>&1 <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+bad = []
+def close(a, b, rel=1e-4):
+    return abs(a - b) <= rel * max(abs(a), abs(b), 1e-30)
+def need(cond, what):
+    if not cond:
+        bad.append(what)
+def fpt(L, C, V, T):
+    return 6.0 * (L * 12.0 * C * C + V * C) + 6.0 * L * T * C
+need(j.get("mode") == "bands" and j["min_lr_frac"] == 0 and j["schedule"] == "cosine", "mode or schedule: %s" % j.get("mode"))
+B, T, steps, V, p = j["batch"], j["seq"], j["steps"], j["vocab_size"], j["proxy"]
+want_fpt = fpt(j["n_layer"], j["n_embd"], V, T)
+trained = steps * B * T
+for side, ndocs in (("small", 150), ("clean", 500)):
+    s = j[side]
+    need(s["documents"] == ndocs, "%s: %s documents, want %s" % (side, s["documents"], ndocs))
+    over = s["proxy_train_flops"] + s["score_flops"]
+    full, bands = s["full"], s["bands"]
+    need(list(bands) == ["easy", "middle", "hard"], "%s: bands %s" % (side, list(bands)))
+    need(close(s["epochs"], trained / s["tokens"]), "%s: epochs %s, want %s" % (side, s["epochs"], trained / s["tokens"]))
+    m = s["documents"] - s["exact_duplicates"] - s["near_duplicates"]
+    need(sum(b["view_documents"] for b in bands.values()) == m, "%s: the bands hold %s documents, want %s"
+         % (side, [b["view_documents"] for b in bands.values()], m))
+    need(sum(b["view_tokens"] for b in bands.values()) <= s["tokens"], "%s: the bands' tokens exceed the corpus's" % side)
+    prev = None
+    for name, b in bands.items():
+        w = "%s %s" % (side, name)
+        need(b["view_documents"] == b["ranked_documents"] and abs(b["view_documents"] - m / 3) < 1,
+             "%s: %s documents in the view, %s ranked, want a third of %s" % (w, b["view_documents"], b["ranked_documents"], m))
+        q = b["proxy_loss"]
+        need(q["min"] <= q["mean"] <= q["max"], "%s: proxy loss %s" % (w, q))
+        need(prev is None or prev <= q["min"], "%s: lowest proxy loss %s below the previous band's highest %s" % (w, q["min"], prev))
+        prev = q["max"]
+        need(close(b["epochs"], trained / b["view_tokens"]), "%s: epochs %s, want %s" % (w, b["epochs"], trained / b["view_tokens"]))
+    for name, r in [("full", full)] + list(bands.items()):
+        w = "%s %s" % (side, name)
+        need(close(r["flops_per_token"], want_fpt) and r["tokens"] == trained and close(r["train_flops"], want_fpt * trained),
+             "%s: FLOPs a token %s, tokens %s, FLOPs %s" % (w, r["flops_per_token"], r["tokens"], r["train_flops"]))
+        c = r["curve"]
+        need(len(c) == steps // j["eval_every"] and c[-1][0] == steps and abs(c[-1][1] - r["final_val_loss"]) < 1e-6,
+             "%s: curve %s against final %s" % (w, c, r["final_val_loss"]))
+        if name == "full":
+            continue
+        need(close(r["overhead_flops"], over) and close(r["total_flops"], r["train_flops"] + over), "%s: overhead %s" % (w, r["overhead_flops"]))
+        L = full["final_val_loss"]
+        if r["reaches_full_loss"]:
+            x = r["step_at_full_loss"]
+            i = next(i for i, (st, v) in enumerate(c) if v <= L)
+            need(all(v > L for _, v in c[:i]), "%s: an evaluation before the reach is below %s" % (w, L))
+            if i > 0:
+                (s0, v0), (s1, v1) = c[i - 1], c[i]
+                need(s0 <= x <= s1 and abs(v0 + (v1 - v0) * (x - s0) / (s1 - s0) - L) < 1e-5 * max(1, abs(v0 - v1)) + 1e-6,
+                     "%s: step %s does not give %s on the curve %s" % (w, x, L, c))
+            f = want_fpt * B * T * x + over
+            need(close(r["flop_ratio"], full["train_flops"] / f, 1e-3), "%s: ratio %s, want %s" % (w, r["flop_ratio"], full["train_flops"] / f))
+        else:
+            need(all(v > L for _, v in c) and r["flop_ratio"] is None, "%s: never reaches %s but its curve %s does" % (w, L, c))
+    ranked = sorted(bands, key=lambda n: bands[n]["final_val_loss"])
+    need(s["winner"] == ranked[0], "%s: winner %s, want %s" % (side, s["winner"], ranked[0]))
+    need(abs(s["winner_margin"] - (bands[ranked[1]]["final_val_loss"] - bands[ranked[0]]["final_val_loss"])) < 2e-6,
+         "%s: margin %s" % (side, s["winner_margin"]))
+    need(abs(s["winner_minus_full"] - (bands[ranked[0]]["final_val_loss"] - full["final_val_loss"])) < 2e-6,
+         "%s: winner against the whole corpus %s" % (side, s["winner_minus_full"]))
+    print("%s: full %.4f, %s" % (side, full["final_val_loss"],
+                                 ", ".join("%s %.4f" % (n, b["final_val_loss"]) for n, b in bands.items())))
+for b in bad:
+    print("FAIL:", b)
+sys.exit(1 if bad else 0)
+PY
+rc=$?
+check '[ $rc -eq 0 ]' "the --bands JSON: $(cat "$T/evalb.out")"
+echo "bench_select --bands: $(tr '\n' ';' < "$T/evalb.out")"
+mkdir "$T/nosmall" && cp "$T/c/clean".* "$T/c/heldout".* "$T/nosmall/"
+"$S" bench select --corpus "$T/nosmall" $A --bands 1 --json > "$T/s.out" 2>&1
+rc=$?
+check '[ $rc -eq 1 ] && grep -q "small" "$T/s.out"' "--bands 1 on a corpus without small (rc $rc): $(cat "$T/s.out")"
 
 "$S" bench select --json > "$T/u.out" 2>&1
 rc=$?

@@ -11,7 +11,10 @@
  * selected run reaches the full run's final validation loss, read from its validation curve
  * by linear interpolation between evaluations. Optionally the same against a paced
  * curriculum (easy to hard by proxy loss) and online mixing (EXP3) over the proxy-loss
- * quartiles. Everything goes through the library; the bench only configures, reads
+ * quartiles. With --bands 1, instead, the regime question: on a small corpus (seen for
+ * several epochs) and a larger one (seen less than once), each with its own proxy, the
+ * thirds of the proxy losses (easy, middle, hard) and the whole corpus, trained for the same
+ * steps, decayed to 0. Everything goes through the library; the bench only configures, reads
  * metrics.jsonl and compares. */
 #define _XOPEN_SOURCE 700
 #include <ftw.h>
@@ -51,6 +54,11 @@ static void usage(FILE *f) {
           "  --budget R         also the view for the steps that put the selection side's FLOPs at the\n"
           "                     full run's / R, decayed to 0 over them: its final loss against the full\n"
           "                     run's (default 1.3, the issue's bar; 0: off)\n"
+          "  --bands 0|1        instead, the regime question (default 0): on DIR/small (a small corpus, seen\n"
+          "                     for several epochs; gen_noisy_corpus.py --small N) and on DIR/clean (one seen\n"
+          "                     less than once), each with its own proxy, the three thirds of the proxy\n"
+          "                     losses (easy, middle, hard; duplicates dropped first) and the whole corpus,\n"
+          "                     each trained --steps steps decayed to 0 (equal FLOPs): which band wins\n"
           "  --threads N        (0: all cores)   --seed S (default 1)\n"
           "  --keep DIR         keep the runs, scores and views in DIR (default: a temporary, removed)\n"
           "  --json             print one JSON object\n"
@@ -63,7 +71,7 @@ static void usage(FILE *f) {
 
 typedef struct bopts {
     const char *corpus, *model, *keep;
-    int n_layer, n_embd, n_head, vocab, B, T, threads, dedup, clean, curriculum, online;
+    int n_layer, n_embd, n_head, vocab, B, T, threads, dedup, clean, curriculum, online, bands;
     long steps, warmup, eval_every, eval_tokens;
     int p_layers, p_embd, p_heads, p_B, p_T;
     long p_steps;
@@ -208,15 +216,14 @@ static void log_line(const bopts *o, const char *fmt, ...) {
     va_end(ap);
 }
 
-/* The selection side of one corpus, then its runs. */
-static st_status run_side(const bopts *o, const char *root, bside *sd, int extras, st_err *err) {
-    char dir[1100], proxy[1200], scores[1200], dedup[1200], view[1200], data[4000], val[1100];
-    snprintf(dir, sizeof dir, "%s/%s", root, sd->name);
+/* The selection side's preparation on one corpus: the proxy trained on it (in dir/proxy),
+ * its loss on every document (written to scores) and, with dedup, its duplicates (written
+ * to dedup); their FLOPs and times into sd. */
+static st_status prepare_side(const bopts *o, const char *dir, bside *sd, const char *scores, const char *dedup,
+                              st_err *err) {
+    char proxy[1200], val[1100];
     snprintf(val, sizeof val, "%s/heldout", o->corpus);
     snprintf(proxy, sizeof proxy, "%s/proxy", dir);
-    snprintf(scores, sizeof scores, "%s/proxy.scores", dir);
-    snprintf(dedup, sizeof dedup, "%s/dedup.scores", dir);
-    snprintf(view, sizeof view, "%s/selected.view", dir);
     if (mkdir(dir, 0755) && access(dir, F_OK)) return st_errf(err, ST_ERR_IO, "%s: cannot create it", dir);
     st_data_ident id;
     st_status s = st_data_ident_compute(sd->dataset, &id, err);
@@ -259,10 +266,23 @@ static st_status run_side(const bopts *o, const char *root, bside *sd, int extra
         if (s) return s;
         sd->dedup_s = ds.total_s, sd->exact = ds.exact, sd->near = ds.near;
     }
+    return ST_OK;
+}
+
+/* The selection side of one corpus, then its runs. */
+static st_status run_side(const bopts *o, const char *root, bside *sd, int extras, st_err *err) {
+    char dir[1100], proxy[1200], scores[1200], dedup[1200], view[1200], data[4000], val[1100];
+    snprintf(dir, sizeof dir, "%s/%s", root, sd->name);
+    snprintf(val, sizeof val, "%s/heldout", o->corpus);
+    snprintf(scores, sizeof scores, "%s/proxy.scores", dir);
+    snprintf(dedup, sizeof dedup, "%s/dedup.scores", dir);
+    snprintf(view, sizeof view, "%s/selected.view", dir);
+    st_status s = prepare_side(o, dir, sd, scores, dedup, err);
+    if (s) return s;
+    st_data_view_info vi;
 
     st_data_select_config sel = {.dataset = sd->dataset, .scores = scores, .keep = ST_DATA_KEEP_BAND,
                                  .band_lo = o->band_lo, .band_hi = o->band_hi, .dedup = o->dedup ? dedup : NULL};
-    st_data_view_info vi;
     if ((s = st_data_select(view, &sel, &vi, err))) return s;
     sd->view_docs = vi.n_kept, sd->view_tokens = vi.kept_tokens;
 
@@ -316,14 +336,111 @@ static st_status run_side(const bopts *o, const char *root, bside *sd, int extra
     return ST_OK;
 }
 
+/* The regime question (--bands 1): on a corpus, three bands of equal size by proxy loss
+ * (thirds of the ranked losses, duplicates dropped first: easy the lowest, middle, hard the
+ * highest), each trained for the same steps as the whole corpus, decayed to 0. */
+static const char *const band_names[3] = {"easy", "middle", "hard"};
+
+typedef struct bband {
+    double lo, hi;                  /* quantiles of the ranked proxy losses */
+    uint64_t docs, tokens;          /* the view's */
+    uint64_t sdocs;                 /* documents in the band by the bench's own ranking of the scores */
+    double smin, smean, smax;       /* their proxy losses */
+    brun r;
+} bband;
+
+typedef struct bregime {
+    bside sd;                       /* the corpus, its proxy and scoring; sd.full the whole corpus's run */
+    bband band[3];
+} bregime;
+
+static int dbl_cmp(const void *x, const void *y) {
+    double a = *(const double *)x, b = *(const double *)y;
+    return a < b ? -1 : a > b;
+}
+
+/* The bands' proxy losses, ranked here from the score files (not from the views): the
+ * documents the views should hold, to check them against. */
+static st_status band_stats(const bopts *o, const char *scores, const char *dedup, bregime *rg, st_err *err) {
+    st_data_scores sc = {0}, dd = {0};
+    st_status s = st_data_scores_read(scores, rg->sd.dataset, &sc, err);
+    if (!s && o->dedup) s = st_data_scores_read(dedup, rg->sd.dataset, &dd, err);
+    double *v = s ? NULL : malloc(sizeof *v * (sc.n_docs ? sc.n_docs : 1));
+    if (!s && !v) s = st_errf(err, ST_ERR_NOMEM, "out of memory ranking %llu scores", (unsigned long long)sc.n_docs);
+    if (!s) {
+        uint64_t m = 0;
+        for (uint64_t d = 0; d < sc.n_docs; d++)
+            if (!o->dedup || !dd.dup[d]) v[m++] = sc.score[d];
+        qsort(v, m, sizeof *v, dbl_cmp);
+        for (int b = 0; b < 3; b++) {
+            bband *bd = &rg->band[b];
+            uint64_t i0 = (uint64_t)floor(bd->lo * (double)m), i1 = (uint64_t)floor(bd->hi * (double)m);
+            double sum = 0;
+            for (uint64_t i = i0; i < i1; i++) sum += v[i];
+            bd->sdocs = i1 - i0;
+            bd->smin = i1 > i0 ? v[i0] : NAN, bd->smax = i1 > i0 ? v[i1 - 1] : NAN;
+            bd->smean = i1 > i0 ? sum / (double)(i1 - i0) : NAN;
+        }
+    }
+    free(v);
+    st_data_scores_free(&sc);
+    st_data_scores_free(&dd);
+    return s;
+}
+
+static st_status run_bands(const bopts *o, const char *root, bregime *rg, st_err *err) {
+    bside *sd = &rg->sd;
+    char dir[1100], scores[1200], dedup[1200], view[1200], run[1200], val[1100];
+    snprintf(dir, sizeof dir, "%s/bands-%s", root, sd->name);
+    snprintf(val, sizeof val, "%s/heldout", o->corpus);
+    snprintf(scores, sizeof scores, "%s/proxy.scores", dir);
+    snprintf(dedup, sizeof dedup, "%s/dedup.scores", dir);
+    st_status s = prepare_side(o, dir, sd, scores, dedup, err);
+    if (s) return s;
+    for (int b = 0; b < 3; b++) {
+        bband *bd = &rg->band[b];
+        bd->lo = b / 3.0, bd->hi = b == 2 ? 1.0 : (b + 1) / 3.0;
+        snprintf(view, sizeof view, "%s/%s.view", dir, band_names[b]);
+        st_data_select_config sel = {.dataset = sd->dataset, .scores = scores, .keep = ST_DATA_KEEP_BAND,
+                                     .band_lo = bd->lo, .band_hi = bd->hi, .dedup = o->dedup ? dedup : NULL};
+        st_data_view_info vi;
+        if ((s = st_data_select(view, &sel, &vi, err))) return s;
+        bd->docs = vi.n_kept, bd->tokens = vi.kept_tokens;
+    }
+    if ((s = band_stats(o, scores, dedup, rg, err))) return s;
+    snprintf(run, sizeof run, "%s/full", dir);
+    log_line(o, "%s: the whole corpus (%ld steps on %llu documents)", sd->name, o->steps, (unsigned long long)sd->docs);
+    if ((s = train(o, run, sd->dataset, val, 0, 0, &sd->full, err))) return s;
+    for (int b = 0; b < 3; b++) {
+        snprintf(view, sizeof view, "%s/%s.view", dir, band_names[b]);
+        snprintf(run, sizeof run, "%s/%s", dir, band_names[b]);
+        log_line(o, "%s: the %s band (%ld steps on %llu documents)", sd->name, band_names[b], o->steps,
+                 (unsigned long long)rg->band[b].docs);
+        if ((s = train(o, run, view, val, 0, 0, &rg->band[b].r, err))) return s;
+    }
+    return ST_OK;
+}
+
+/* The band with the lowest final validation loss, and the second lowest. */
+static void band_rank(const bregime *rg, int *best, int *second) {
+    int o[3] = {0, 1, 2};
+    for (int i = 0; i < 3; i++)
+        for (int j = i + 1; j < 3; j++)
+            if (rg->band[o[j]].r.final_val < rg->band[o[i]].r.final_val) {
+                int t = o[i];
+                o[i] = o[j], o[j] = t;
+            }
+    *best = o[0], *second = o[1];
+}
+
 /* One run against the full run: its figures and where it reaches the full run's final loss. */
-static void print_cmp(const bside *sd, const char *name, const brun *r, int with_overhead, int last) {
+static void print_cmp(const bside *sd, const char *name, const brun *r, int with_overhead, int last, const char *extra) {
     double over = with_overhead ? sd->proxy_flops + sd->score_flops : 0;
     double target = sd->full.final_val, s = reach_step(r, target);
     double per_step = r->tokens / (double)r->steps;
-    printf("\"%s\":{\"final_val_loss\":%.6f,\"flops_per_token\":%.6g,\"tokens\":%.0f,\"train_flops\":%.6g,"
+    printf("\"%s\":{%s\"final_val_loss\":%.6f,\"flops_per_token\":%.6g,\"tokens\":%.0f,\"train_flops\":%.6g,"
            "\"overhead_flops\":%.6g,\"total_flops\":%.6g,\"seconds\":%.2f,",
-           name, r->final_val, r->fpt, r->tokens, r->flops, over, r->flops + over, r->seconds);
+           name, extra, r->final_val, r->fpt, r->tokens, r->flops, over, r->flops + over, r->seconds);
     if (with_overhead) {
         if (s >= 0) {
             double f = r->fpt * per_step * s + over;
@@ -347,8 +464,8 @@ static void print_side(const bopts *o, const bside *sd, int extras) {
            sd->proxy_flops, sd->proxy_s, sd->score_flops, sd->score_s, sd->dedup_s, (unsigned long long)sd->exact,
            (unsigned long long)sd->near, (unsigned long long)sd->view_docs, (unsigned long long)sd->view_tokens);
     int cur = extras && o->curriculum, onl = extras && o->online;
-    print_cmp(sd, "full", &sd->full, 0, 0);
-    print_cmp(sd, "selected", &sd->sel, 1, o->budget <= 0 && !cur && !onl);
+    print_cmp(sd, "full", &sd->full, 0, 0, "");
+    print_cmp(sd, "selected", &sd->sel, 1, o->budget <= 0 && !cur && !onl, "");
     if (o->budget > 0) {
         const brun *b = &sd->bud;
         double over = sd->proxy_flops + sd->score_flops;
@@ -361,8 +478,8 @@ static void print_side(const bopts *o, const bside *sd, int extras) {
             printf("\"budget\":{\"ratio\":%.6g,\"steps\":0,\"final_val_loss\":null,\"reaches_full_loss\":false}%s",
                    o->budget, cur || onl ? "," : "");
     }
-    if (cur) print_cmp(sd, "curriculum", &sd->cur, 1, !onl);
-    if (onl) print_cmp(sd, "online", &sd->onl, 1, 1);
+    if (cur) print_cmp(sd, "curriculum", &sd->cur, 1, !onl, "");
+    if (onl) print_cmp(sd, "online", &sd->onl, 1, 1, "");
     printf("}");
 }
 
@@ -395,6 +512,52 @@ static void print_text(const bopts *o, const bside *sd, int extras) {
         } else
             printf("; never reaches %.4f\n", sd->full.final_val);
     }
+}
+
+static void print_bands(const bopts *o, const bregime *rg) {
+    const bside *sd = &rg->sd;
+    int best, second;
+    band_rank(rg, &best, &second);
+    printf("\"%s\":{\"dataset\":\"%s\",\"documents\":%llu,\"tokens\":%llu,\"proxy_flops_per_token\":%.6g,"
+           "\"proxy_train_flops\":%.6g,\"proxy_train_s\":%.2f,\"score_flops\":%.6g,\"score_s\":%.2f,\"dedup_s\":%.3f,"
+           "\"exact_duplicates\":%llu,\"near_duplicates\":%llu,\"epochs\":%.6g,",
+           sd->name, sd->dataset, (unsigned long long)sd->docs, (unsigned long long)sd->tokens, sd->proxy_fpt,
+           sd->proxy_flops, sd->proxy_s, sd->score_flops, sd->score_s, sd->dedup_s, (unsigned long long)sd->exact,
+           (unsigned long long)sd->near, sd->full.tokens / (double)sd->tokens);
+    print_cmp(sd, "full", &sd->full, 0, 0, "");
+    printf("\"bands\":{");
+    for (int b = 0; b < 3; b++) {
+        const bband *bd = &rg->band[b];
+        char extra[512];
+        snprintf(extra, sizeof extra,
+                 "\"band\":[%.9g,%.9g],\"view_documents\":%llu,\"view_tokens\":%llu,\"epochs\":%.6g,\"ranked_documents\":%llu,"
+                 "\"proxy_loss\":{\"min\":%.6f,\"mean\":%.6f,\"max\":%.6f},",
+                 bd->lo, bd->hi, (unsigned long long)bd->docs, (unsigned long long)bd->tokens,
+                 bd->r.tokens / (double)bd->tokens, (unsigned long long)bd->sdocs, bd->smin, bd->smean, bd->smax);
+        print_cmp(sd, band_names[b], &bd->r, 1, b == 2, extra);
+    }
+    printf("},\"winner\":\"%s\",\"winner_margin\":%.6f,\"winner_minus_full\":%.6f}", band_names[best],
+           rg->band[second].r.final_val - rg->band[best].r.final_val,
+           rg->band[best].r.final_val - sd->full.final_val);
+    (void)o;
+}
+
+static void print_bands_text(const bregime *rg) {
+    const bside *sd = &rg->sd;
+    int best, second;
+    band_rank(rg, &best, &second);
+    printf("%s corpus: %llu documents, %llu tokens; proxy training %.3g FLOPs, scoring %.3g FLOPs\n", sd->name,
+           (unsigned long long)sd->docs, (unsigned long long)sd->tokens, sd->proxy_flops, sd->score_flops);
+    printf("  whole corpus: %.2f epochs, final val %.4f, %.4g FLOPs (%.1f s)\n", sd->full.tokens / (double)sd->tokens,
+           sd->full.final_val, sd->full.flops, sd->full.seconds);
+    for (int b = 0; b < 3; b++) {
+        const bband *bd = &rg->band[b];
+        printf("  %-6s [%.3f, %.3f): %llu documents, %llu tokens, proxy loss %.3f-%.3f, %.2f epochs, final val %.4f "
+               "(%.1f s)\n", band_names[b], bd->lo, bd->hi, (unsigned long long)bd->docs, (unsigned long long)bd->tokens,
+               bd->smin, bd->smax, bd->r.tokens / (double)bd->tokens, bd->r.final_val, bd->r.seconds);
+    }
+    printf("  best band: %s, by %.4f over the next; %+.4f against the whole corpus\n", band_names[best],
+           rg->band[second].r.final_val - rg->band[best].r.final_val, rg->band[best].r.final_val - sd->full.final_val);
 }
 
 static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
@@ -447,6 +610,7 @@ int bench_select(int argc, char **argv) {
         else if (!strcmp(a, "--clean") && more) o.clean = atoi(argv[++i]);
         else if (!strcmp(a, "--curriculum") && more) o.curriculum = atoi(argv[++i]);
         else if (!strcmp(a, "--online") && more) o.online = atoi(argv[++i]);
+        else if (!strcmp(a, "--bands") && more) o.bands = atoi(argv[++i]);
         else if (!strcmp(a, "--budget") && more) o.budget = atof(argv[++i]);
         else if (!strcmp(a, "--threads") && more) o.threads = atoi(argv[++i]);
         else if (!strcmp(a, "--seed") && more) o.seed = strtoull(argv[++i], NULL, 10);
@@ -487,16 +651,51 @@ int bench_select(int argc, char **argv) {
         static const char *names[3] = {"noisy", "clean", "heldout"};
         char path[1100];
         st_data_ident id;
-        snprintf(path, sizeof path, "%s/%s", o.corpus, names[k]);
-        if ((k != 1 || o.clean) && st_data_ident_compute(path, &id, &err)) {
+        snprintf(path, sizeof path, "%s/%s", o.corpus, k == 0 && o.bands ? "small" : names[k]);
+        if ((k != 1 || o.clean || o.bands) && st_data_ident_compute(path, &id, &err)) {
             fprintf(stderr, "strata bench select: --corpus %s: %s (tools/gen_noisy_corpus.py --out DIR --heldout N "
-                            "writes noisy, clean and heldout)\n", o.corpus, err.msg);
+                            "writes noisy, clean and heldout%s)\n", o.corpus, err.msg,
+                    o.bands ? "; --bands 1 needs small too: add --small N" : "");
             if (!o.keep) rmdir(root);
             return 1;
         }
     }
     loadavg(load0, sizeof load0);
     double t0 = st_now();
+    if (o.bands) {
+        static bregime rg[2]; /* large: the runs' curves */
+        static const char *names[2] = {"small", "clean"};
+        int rc = 0;
+        for (int k = 0; k < 2 && !rc; k++) {
+            rg[k].sd.name = names[k];
+            snprintf(rg[k].sd.dataset, sizeof rg[k].sd.dataset, "%s/%s", o.corpus, names[k]);
+            if (run_bands(&o, root, &rg[k], &err)) {
+                fprintf(stderr, "strata bench select --bands: %s corpus: %s\n", names[k], err.msg);
+                rc = 1;
+            }
+        }
+        loadavg(load1, sizeof load1);
+        if (!rc && o.json) {
+            printf("{\"mode\":\"bands\",\"corpus\":\"%s\",\"model\":\"%s\",\"n_layer\":%d,\"n_embd\":%d,\"n_head\":%d,"
+                   "\"vocab_size\":%d,\"batch\":%d,\"seq\":%d,\"steps\":%ld,\"lr\":%.6g,\"warmup\":%ld,"
+                   "\"schedule\":\"cosine\",\"min_lr_frac\":0,\"eval_every\":%ld,\"eval_tokens\":%ld,\"proxy\":{"
+                   "\"n_layer\":%d,\"n_embd\":%d,\"n_head\":%d,\"steps\":%ld,\"batch\":%d,\"seq\":%d},\"dedup\":%s,"
+                   "\"threads\":%d,\"seed\":%llu,",
+                   o.corpus, o.model, o.n_layer, o.n_embd, o.n_head, o.vocab, o.B, o.T, o.steps, o.lr, o.warmup,
+                   o.eval_every, o.eval_tokens, o.p_layers, o.p_embd, o.p_heads, o.p_steps, o.p_B, o.p_T,
+                   o.dedup ? "true" : "false", o.threads, o.seed);
+            for (int k = 0; k < 2; k++) {
+                print_bands(&o, &rg[k]);
+                printf(",");
+            }
+            printf("\"seconds\":%.1f,\"load_before\":%s,\"load_after\":%s}\n", st_now() - t0, load0, load1);
+        } else if (!rc) {
+            for (int k = 0; k < 2; k++) print_bands_text(&rg[k]);
+            printf("%.1f s in all; load %s -> %s\n", st_now() - t0, load0, load1);
+        }
+        if (!o.keep) nftw(root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+        return rc;
+    }
     bside sides[2] = {{.name = "noisy"}, {.name = "clean"}};
     int n_sides = o.clean ? 2 : 1, rc = 0;
     for (int k = 0; k < n_sides && !rc; k++) {
