@@ -164,7 +164,7 @@ static st_status reshard_plan(reshard *r, size_t n_params, st_err *err) {
         if (in.fmt != r->fmt || in.n_paths != r->n_paths)
             s = st_errf(err, ST_ERR_SHAPE, "key 'state_paths': %s/strata-state.manifest holds %s states on %d paths; "
                         "this run has %s states on %d: resume with the same optim_state and state paths", paths[0],
-                        in.fmt ? "8bit" : "f32", in.n_paths, r->fmt ? "8bit" : "f32", r->n_paths);
+                        st_optim_state_name(in.fmt), in.n_paths, st_optim_state_name(r->fmt), r->n_paths);
         else if (in.numel == n_params) { /* ZeRO 0 (every rank a copy) or one rank */
             r->qlo[q] = 0;
             r->qhi[q] = n_params;
