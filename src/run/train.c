@@ -108,7 +108,7 @@ static st_status run_check(train_run *r, const st_train_config *given, const st_
     r->lock.fd = -1;
     st_status s = run_lora_init_from(c, err); /* an init_from that is a LoRA adapter: its base, init_adapter */
     if (!s) s = st_train_config_check(c, err);
-    if (!s) s = run_lora_check(c, r->dist.world, err); /* method and its keys (run_lora.c) */
+    if (!s) s = run_lora_check(c, err); /* method and its keys (run_lora.c) */
     if (!s) s = run_poetx_check(c, r->dist.world, err); /* method poetx's keys (run_poetx.c) */
     if (s) return s;
     /* a device this build lacks (cuda without the CUDA backend) is refused before anything
