@@ -72,13 +72,24 @@ st_status run_poetx_trainable(const st_train_config *c, const st_arch *a, const 
     return st_poetx_check(a->lay.tensors, a->lay.n_tensors, family, &pc, n, NULL, err);
 }
 
+int run_poetx_initialises(const st_train_config *c) { return is_poetx(c) && !c->init_from[0]; }
+
 st_status run_poetx_open(const st_train_config *c, st_model **m, st_err *err) {
     if (!is_poetx(c)) return ST_OK;
     st_poetx_config pc = poetx_config(c);
     st_model *pm = NULL;
     st_status s = st_poetx_model_create(&pm, *m, &pc, c->seed, err); /* takes the base, frees it on failure */
     *m = pm; /* its activations: the run's, as for any model the step trains through its own forward */
-    return s;
+    if (s || !run_poetx_initialises(c)) return s;
+    /* A preset's weights from the seed, drawn only now: the wrap has freed the base's gradient
+     * vector, so its start holds the base's weights and the initialisation's staging buffer (8
+     * bytes a parameter) and not the gradients besides (12: a 2B model's 24 GB). Then the
+     * trainables copied into the POET-X vector again and the permutations of step 0 drawn, as
+     * the wrap did: the same model bit for bit as initialising before the wrap. */
+    st_model *base = st_poetx_base(pm);
+    base->ops->init_random(base, c->seed);
+    pm->ops->init_random(pm, c->seed);
+    return ST_OK;
 }
 
 st_status run_poetx_after_step(const st_train_config *c, st_model *m, st_optim *o, long step, st_err *err) {
