@@ -15,6 +15,21 @@ st_status run_poetx_check(const st_train_config *c, int world, st_err *err);
 /* The parameters method poetx trains for c over the model a of family (the packed Q's, the
  * embeddings, norms and biases). */
 st_status run_poetx_trainable(const st_train_config *c, const st_arch *a, const char *family, size_t *n, st_err *err);
+/* What method poetx holds besides the base's weights and the trained vector's state, in bytes,
+ * counted from the tensor table as src/model/poetx.c allocates it (nothing allocated here). */
+typedef struct run_poetx_bytes {
+    double kept_h;       /* recompute 0: every matmul weight's h = u W0^T (N x d_out floats) kept from
+                            the forward for the backward; 0 with poetx_recompute 1 */
+    double scratch;      /* u | h | dy | dh | du (5 N max_d floats), dG_in | dG_out (2 max_nb b^2),
+                            one weight's G_in | G_out ((d_in + d_out) b at most), the permutations */
+    double save_staging; /* a checkpoint's staging: the trained vector, every W0, the permutations */
+    double start;        /* the start (run_poetx_open): the base's weights and gradient vector
+                            allocated (8 bytes a parameter), then, wrapped (the gradients freed), its
+                            weights, the initialisation's staging, the trained vector and its
+                            gradients, G and the permutations */
+} run_poetx_bytes;
+st_status run_poetx_bytes_of(const st_train_config *c, const st_arch *a, const char *family, int B, int T,
+                             run_poetx_bytes *out, st_err *err);
 /* method poetx: *m (the base: init_from's weights, or uninitialised where
  * run_poetx_initialises, then initialised here from the seed after the wrap) becomes the POET-X
  * model over it, its activations the run's to allocate; *m is NULL on failure (the base
