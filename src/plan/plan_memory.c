@@ -88,6 +88,7 @@ st_status st_plan_memory(const st_mem_request *rq, st_mem_plan *e, st_err *err) 
     /* st_gpt2_init_random and the checkpoint's save and load stage all weights in one buffer (a
      * method over frozen weights: what it trains, at the end-of-run checkpoint) */
     e->init_scratch = 4.0 * (rq->trainable_params > 0 ? rq->trainable_params : n);
+    if (rq->method_staging > 0) e->init_scratch = rq->method_staging;
     e->runtime = RUNTIME_BYTES + 8.0 * N; /* ... and the loop's inputs and targets */
     double moments = q8 ? e->moments_8bit : e->moments_f32;
     if (rq->state_on_disk) {
@@ -107,7 +108,7 @@ st_status st_plan_memory(const st_mem_request *rq, st_mem_plan *e, st_err *err) 
     /* A method over frozen weights builds the whole model first, its weights, its gradients (freed
      * once the method wraps it) and the initialisation's staging buffer: that start can be the
      * peak (measured: gpt2-mini at width 512, B2 T64, LoRA 169 MB against 182 here, POET-X 201) */
-    double start = e->runtime + 12.0 * n;
+    double start = e->runtime + (rq->method_start > 0 ? rq->method_start : 12.0 * n);
     if (rq->trainable_params > 0 && start > e->tier_need[ST_MEM_TIER_HOST]) e->tier_need[ST_MEM_TIER_HOST] = start;
     return ST_OK;
 }

@@ -59,7 +59,9 @@ st_status st_train_mem_plan(const st_train_config *c, const st_stream_plan *plan
     int own_forward = method != ST_TRAIN_METHOD_FULL;
     size_t trainable = 0;
     if (method == ST_TRAIN_METHOD_LORA) s = run_lora_trainable(c, a, shape.arch, &trainable, err);
-    if (method == ST_TRAIN_METHOD_POETX) s = run_poetx_trainable(c, a, shape.arch, &trainable, err);
+    run_poetx_bytes pb = {0};
+    if (method == ST_TRAIN_METHOD_POETX && !(s = run_poetx_trainable(c, a, shape.arch, &trainable, err)))
+        s = run_poetx_bytes_of(c, a, shape.arch, c->batch, c->seq, &pb, err);
     if (s) {
         st_arch_free(a);
         return s;
@@ -70,7 +72,10 @@ st_status st_train_mem_plan(const st_train_config *c, const st_stream_plan *plan
                          .bf16_weights = mm == ST_MATMUL_BF16 && cuda_index < 0,.arch = a, .B = c->batch, .T = c->seq, .grad_accum = (int)c->grad_accum,
                          .state_format = st_train_config_state_format(c), .streamed = c->device_budget > 0,
                          .plan = plan, .device_is_host = cuda_index < 0, .state_on_disk = c->state_paths[0] != 0,
-                         .state_budget = c->state_budget, .model_act_bytes = own_forward ? shape.act_bytes : 0};
+                         .state_budget = c->state_budget, .model_act_bytes = own_forward ? shape.act_bytes : 0,
+                         /* POET-X: its kept h (poetx_recompute 0) and scratch are activations too */
+                         .method_start = pb.start, .method_staging = pb.save_staging};
+    if (own_forward) rq.model_act_bytes += pb.kept_h + pb.scratch;
     s = st_plan_memory(&rq, out, err);
     st_arch_free(a);
     return s;

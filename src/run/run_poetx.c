@@ -72,13 +72,54 @@ st_status run_poetx_trainable(const st_train_config *c, const st_arch *a, const 
     return st_poetx_check(a->lay.tensors, a->lay.n_tensors, family, &pc, n, NULL, err);
 }
 
+int run_poetx_initialises(const st_train_config *c) { return is_poetx(c) && !c->init_from[0]; }
+
+st_status run_poetx_bytes_of(const st_train_config *c, const st_arch *a, const char *family, int B, int T,
+                             run_poetx_bytes *out, st_err *err) {
+    memset(out, 0, sizeof *out);
+    st_poetx_config pc = poetx_config(c);
+    size_t n_tr = 0;
+    st_status s = st_poetx_check(a->lay.tensors, a->lay.n_tensors, family, &pc, &n_tr, NULL, err);
+    if (s) return s;
+    int gpt2 = !strcmp(family, "gpt2");
+    double N = (double)B * T, b = pc.block, h_total = 0, nperm = 0, nw0 = 0, max_d = 0, gmax = 0;
+    for (int i = 0; i < a->lay.n_tensors; i++) {
+        const st_param_info *t = &a->lay.tensors[i];
+        size_t nq = 0;
+        /* one tensor alone: Q's counted only where it is one of the matmul weights POET-X wraps */
+        if (t->ndim != 2 || st_poetx_check(t, 1, family, &pc, NULL, &nq, NULL) || !nq) continue;
+        double d_out = gpt2 ? t->shape[1] : t->shape[0], d_in = gpt2 ? t->shape[0] : t->shape[1];
+        h_total += d_out; /* Hugging Face layouts: GPT-2's Conv1D (in, out), the Llama family's (out, in) */
+        nperm += d_in + d_out;
+        nw0 += (double)t->numel;
+        if (d_in > max_d) max_d = d_in;
+        if (d_out > max_d) max_d = d_out;
+        if ((d_in + d_out) * b > gmax) gmax = (d_in + d_out) * b;
+    }
+    out->kept_h = pc.recompute ? 0 : 4.0 * N * h_total;
+    out->scratch = 4.0 * (5.0 * N * max_d + 2.0 * (max_d / b) * b * b + gmax + nperm);
+    out->save_staging = 4.0 * ((double)n_tr + nw0 + nperm);
+    double n = (double)a->lay.n_params;
+    out->start = 8.0 * n + 8.0 * (double)n_tr + 4.0 * (gmax + nperm);
+    return ST_OK;
+}
+
 st_status run_poetx_open(const st_train_config *c, st_model **m, st_err *err) {
     if (!is_poetx(c)) return ST_OK;
     st_poetx_config pc = poetx_config(c);
     st_model *pm = NULL;
     st_status s = st_poetx_model_create(&pm, *m, &pc, c->seed, err); /* takes the base, frees it on failure */
     *m = pm; /* its activations: the run's, as for any model the step trains through its own forward */
-    return s;
+    if (s || !run_poetx_initialises(c)) return s;
+    /* A preset's weights from the seed, drawn only now: the wrap has freed the base's gradient
+     * vector, so its start holds the base's weights and the initialisation's staging buffer (8
+     * bytes a parameter) and not the gradients besides (12: a 2B model's 24 GB). Then the
+     * trainables copied into the POET-X vector again and the permutations of step 0 drawn, as
+     * the wrap did: the same model bit for bit as initialising before the wrap. */
+    st_model *base = st_poetx_base(pm);
+    base->ops->init_random(base, c->seed);
+    pm->ops->init_random(pm, c->seed);
+    return ST_OK;
 }
 
 st_status run_poetx_after_step(const st_train_config *c, st_model *m, st_optim *o, long step, st_err *err) {

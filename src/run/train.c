@@ -174,7 +174,7 @@ static st_status open_model(train_run *r, st_err *err) {
     if ((s = st_backend_set_matmul(r->be, c->matmul, err))) return s; /* key 'matmul' on the host's cores (named) */
     st_model_overrides ov = st_train_config_overrides(c);
     if ((s = st_model_create_from(&r->m, c->model, c->init_from, &ov, 1, r->be, err))) return s;
-    if (!c->init_from[0]) r->m->ops->init_random(r->m, c->seed);
+    if (!c->init_from[0] && !run_poetx_initialises(c)) r->m->ops->init_random(r->m, c->seed); /* poetx: once wrapped */
     else if ((s = st_model_check_finite(r->m, c->init_from, err))) return s;
     if ((s = run_lora_open(c, &r->m, err))) return s;  /* method lora: the adapters over the base */
     if ((s = run_poetx_open(c, &r->m, err))) return s; /* method poetx: R W0 P over the base */
