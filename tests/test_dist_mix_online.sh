@@ -3,7 +3,8 @@
 # with grad_accum 2: the same losses and the same mix_weights in metrics.jsonl every step, bit
 # for bit (the ranks' per-source loss sums gathered and added in rank order, as one process
 # adds its micro-batches'), and a 2-rank run stopped at step 6 and resumed at 2 ranks
-# continues as the uninterrupted one. Two sources written here (a repeated phrase, random
+# continues as the uninterrupted one, from checkpoints and from the disk state killed between
+# the store's commit and the bandit's update. Two sources written here (a repeated phrase, random
 # tokens). Skips (77) where mpirun is missing or strata was built without MPI.
 set -u
 . "$(dirname "$0")/lib_corpus.sh"
@@ -22,9 +23,23 @@ $MPI -np 2 "$S" train $A --stop_at 6 --run_dir "$T/part" > "$T/part.out" 2>&1
 $MPI -np 2 "$S" train $A --resume "$T/part" --run_dir "$T/part" > "$T/res.out" 2>&1
 rc=$?
 check '[ $rc -eq 0 ]' "2 ranks resumed: $(tail -5 "$T/res.out")"
-python3 - "$T/one/metrics.jsonl" "$T/two/metrics.jsonl" "$T/part/metrics.jsonl" > "$T/eval.out" 2>&1 <<'EOF'
+# with the disk state: both ranks killed right after step 6's commit, before the bandit's
+# update, and resumed from their stores: each replays the update from its own committed sums,
+# gathered again, and steps 7 to 12 are the uninterrupted run's
+mkdir -p "$T/st"
+{ $MPI -np 2 env STRATA_FAILPOINT=train_update_committed:6 "$S" train $A --state_paths "$T/st" --run_dir "$T/dk" > "$T/dk.out" 2>&1; } 2>/dev/null
+$MPI -np 2 "$S" train $A --state_paths "$T/st" --resume "$T/dk" --run_dir "$T/dk" > "$T/dkres.out" 2>&1
+rc=$?
+check '[ $rc -eq 0 ] && grep -q "resumed from the state store .* at step 6" "$T/dkres.out"' \
+  "2 ranks resumed from their stores: rc $rc $(tail -5 "$T/dkres.out")"
+python3 - "$T/one/metrics.jsonl" "$T/two/metrics.jsonl" "$T/part/metrics.jsonl" "$T/dk/metrics.jsonl" > "$T/eval.out" 2>&1 <<'EOF'
 import json, sys
-one, two, part = [[json.loads(l) for l in open(p)] for p in sys.argv[1:]]
+one, two, part, dk = [[json.loads(l) for l in open(p)] for p in sys.argv[1:]]
+got = {r["step"]: r for r in dk}
+for a in one[6:]:
+    b = got.get(a["step"])
+    assert b is not None and a["loss"] == b["loss"] and a["mix_weights"] == b["mix_weights"], \
+        "step %d: 2 ranks killed and resumed from their stores %s, one process %s %s" % (a["step"], b and (b["loss"], b["mix_weights"]), a["loss"], a["mix_weights"])
 assert len(one) == len(two) == len(part) == 12, "steps %d %d %d" % (len(one), len(two), len(part))
 for a, b, c in zip(one, two, part):
     assert a["loss"] == b["loss"] and a["mix_weights"] == b["mix_weights"], \

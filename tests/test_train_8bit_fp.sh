@@ -2,10 +2,10 @@
 # test_train_8bit_fp.sh - optim_state 8bit-fp (the float-map 8-bit moments, optim.h) as a
 # run option: a run trains with it (its loss falls, as an f32 run's does, and ends within 5%
 # of it), is recorded as such in config.json, and a run stopped at step 3 and resumed to 6
-# logs the same losses, bit for bit in metrics.jsonl, as one run of 6 steps. Refused before
-# anything is written: with state_paths (the disk state keeps f32 or 8bit), and a resume of
-# an 8bit run with 8bit-fp (its moments are the other map's: the checkpoint is named). A toy
-# GPT-2, a few seconds.
+# logs the same losses, bit for bit in metrics.jsonl, as one run of 6 steps. With the disk
+# state (state_paths) the same losses bit for bit, resumed too. Refused before anything is
+# written: a resume of an 8bit run with 8bit-fp (its moments are the other map's: the
+# checkpoint or the store's manifest is named). A toy GPT-2, a few seconds.
 set -u
 S=${STRATA_BIN:?STRATA_BIN not set}
 T=$(mktemp -d /tmp/strata-test-8bit-fp-XXXXXX)
@@ -38,12 +38,40 @@ check '[ $rc -eq 0 ]' "the resume failed: $(tail -3 "$T/res.out")"
 check '[ "$(losses "$T/cut/metrics.jsonl")" = "$(losses "$T/fp/metrics.jsonl")" ]' \
     "stopped and resumed: $(losses "$T/cut/metrics.jsonl"), one run: $(losses "$T/fp/metrics.jsonl")"
 
-# refused with the disk state, naming the key, nothing written
-"$S" train $TOY --steps 2 --optim_state 8bit-fp --state_paths "$T/disk" --run_dir "$T/nodisk" >"$T/d.out" 2>&1
+# with the disk state (state_paths): the moments live in the store in the float map; the
+# losses equal the in-memory run's bit for bit, the manifest records the format, a run stopped
+# at 3 and resumed from the store continues bit for bit, and an 8bit store resumed as 8bit-fp
+# is refused naming the manifest, the store left as it was
+mkdir -p "$T/disk" "$T/disk3" "$T/disk8"
+"$S" train $TOY --steps 6 --optim_state 8bit-fp --state_paths "$T/disk" --run_dir "$T/d6" >"$T/d6.out" 2>&1
 rc=$?
-check '[ $rc -ne 0 ] && grep -q "key .optim_state.: 8bit-fp is kept in host memory only" "$T/d.out"' \
-    "8bit-fp with state_paths was not refused naming the key: $(tail -2 "$T/d.out")"
-check '[ ! -e "$T/nodisk" ] && [ ! -e "$T/disk" ]' "the refused run wrote files"
+check '[ $rc -eq 0 ]' "8bit-fp with state_paths failed: $(tail -3 "$T/d6.out")"
+check '[ "$(losses "$T/d6/metrics.jsonl")" = "$(losses "$T/fp/metrics.jsonl")" ]' \
+    "8bit-fp on disk: $(losses "$T/d6/metrics.jsonl"), in memory: $(losses "$T/fp/metrics.jsonl")"
+# strata plan's disk tier: the store's two regions of master and moments, within 5% of the
+# file the run wrote (its regions are aligned), the moments named in their format
+"$S" plan $TOY --steps 6 --optim_state 8bit-fp --state_paths "$T/disk" >"$T/plan.out" 2>&1
+pdisk=$(awk '$1 == "disk" && $2 ~ /^[0-9]+$/ {print $2}' "$T/plan.out")
+fsize=$(stat -c %s "$T/disk/strata-state.bin" 2>/dev/null || echo 0)
+check 'python3 -c "import sys; p,f=float(sys.argv[1] or 0),float(sys.argv[2]); sys.exit(0 if p > 0 and abs(p-f) <= 0.05*f else 1)" "$pdisk" "$fsize"' \
+    "strata plan's disk tier ${pdisk:-none} bytes, the store's file $fsize"
+check 'grep -q "moments, 8-bit blockwise.*disk *optim_state 8bit-fp" "$T/plan.out"' \
+    "strata plan does not place 8bit-fp moments on disk: $(grep moments "$T/plan.out")"
+"$S" inspect "$T/disk/strata-state.manifest" >"$T/insp.out" 2>&1
+check 'grep -q "8bit-fp states" "$T/insp.out"' "strata inspect does not name the store's 8bit-fp format: $(head -3 "$T/insp.out")"
+"$S" train $TOY --steps 3 --optim_state 8bit-fp --state_paths "$T/disk3" --run_dir "$T/dcut" >"$T/dcut.out" 2>&1
+"$S" train --resume "$T/dcut" --steps 6 >"$T/dres.out" 2>&1
+rc=$?
+check '[ $rc -eq 0 ]' "the disk-state resume failed: $(tail -3 "$T/dres.out")"
+check '[ "$(losses "$T/dcut/metrics.jsonl")" = "$(losses "$T/fp/metrics.jsonl")" ]' \
+    "8bit-fp on disk stopped and resumed: $(losses "$T/dcut/metrics.jsonl"), one run: $(losses "$T/fp/metrics.jsonl")"
+"$S" train $TOY --steps 3 --optim_state 8bit --state_paths "$T/disk8" --run_dir "$T/d8" >"$T/d8.out" 2>&1
+sum_before=$(cat "$T"/disk8/strata-state.bin "$T"/disk8/strata-state.manifest* | md5sum)
+"$S" train --resume "$T/d8" --steps 6 --optim_state 8bit-fp >"$T/d8x.out" 2>&1
+rc=$?
+check '[ $rc -ne 0 ] && grep -q "strata-state.manifest.*8bit states.*8bit-fp" "$T/d8x.out"' \
+    "an 8bit store resumed as 8bit-fp was not refused naming the manifest: $(tail -2 "$T/d8x.out")"
+check '[ "$(cat "$T"/disk8/strata-state.bin "$T"/disk8/strata-state.manifest* | md5sum)" = "$sum_before" ]' "the refused resume changed the 8bit store (its state or manifests; the lock records its holder)"
 
 # an 8bit run resumed as 8bit-fp: refused, the checkpoint named
 "$S" train $TOY --steps 3 --optim_state 8bit --run_dir "$T/q8" >"$T/q8.out" 2>&1

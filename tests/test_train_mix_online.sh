@@ -4,8 +4,8 @@
 # of metrics.jsonl logs mix_weights, two numbers summing to 1; the weights move towards the
 # source with the higher loss (the random one); a run stopped at step 12 and resumed logs the
 # same losses and weights as one that did not stop, bit for bit; the same run twice is the
-# same; a single source, a bad mix and online mixing with state_paths are refused naming the
-# key.
+# same; with the disk state too, and killed between the store's commit and the bandit's
+# update; a single source and a bad mix are refused naming the key.
 set -u
 . "$(dirname "$0")/lib_corpus.sh"
 corpus_begin mixo
@@ -50,10 +50,40 @@ check '[ $rc -ne 0 ] && grep -q "key .mix.*1 sources" "$T/one.out"' "one source:
 "$S" train $A --mix bandit --run_dir "$T/bad" > "$T/bad.out" 2>&1
 rc=$?
 check '[ $rc -ne 0 ] && grep -q "key .mix.: .bandit. is not weights or online" "$T/bad.out"' "mix bandit: $(cat "$T/bad.out")"
+# with the disk state (state_paths): the mixture's state is committed with each step in the
+# store; the same losses and weights as the run in memory, bit for bit, and a run killed right
+# after step 12's commit, before the bandit's update, resumes from the store (the update
+# replayed from the committed sums) and logs steps 13 to 24 as the full run did
+mkdir -p "$T/st" "$T/st2"
 "$S" train $A --state_paths "$T/st" --run_dir "$T/sp" > "$T/sp.out" 2>&1
 rc=$?
-check '[ $rc -ne 0 ] && grep -q "key .mix.: online mixing keeps its state in checkpoints" "$T/sp.out"' \
-  "state_paths: $(cat "$T/sp.out")"
+check '[ $rc -eq 0 ]' "online mixing with state_paths: $(tail -3 "$T/sp.out")"
+{ STRATA_FAILPOINT=train_update_committed:12 "$S" train $A --state_paths "$T/st2" --run_dir "$T/kill" > "$T/kill.out" 2>&1; } 2>/dev/null
+rc=$?
+check '[ $rc -eq 137 ]' "the run was not killed at the failpoint (rc $rc): $(tail -2 "$T/kill.out")"
+"$S" train $A --state_paths "$T/st2" --resume "$T/kill" --run_dir "$T/kill" > "$T/kres.out" 2>&1
+rc=$?
+check '[ $rc -eq 0 ] && grep -q "resumed from the state store .* at step 12" "$T/kres.out"' \
+  "the resume from the store: rc $rc $(tail -3 "$T/kres.out")"
+python3 - "$T/full/metrics.jsonl" "$T/sp/metrics.jsonl" "$T/kill/metrics.jsonl" > "$T/sp.eval" 2>&1 <<'EOF'
+import json, sys
+full, disk, kill = [[json.loads(l) for l in open(p)] for p in sys.argv[1:]]
+assert len(disk) == 24, "disk-state steps logged: %d" % len(disk)
+for a, b in zip(full, disk):
+    assert a["loss"] == b["loss"] and a["mix_weights"] == b["mix_weights"], \
+        "step %d: disk state %s %s, in memory %s %s" % (a["step"], b["loss"], b["mix_weights"], a["loss"], a["mix_weights"])
+got = {r["step"]: r for r in kill}
+assert all(s in got for s in range(13, 25)), "steps after the kill: %s" % sorted(got)
+for a in full:
+    b = got.get(a["step"])
+    if b is None: continue
+    assert a["loss"] == b["loss"] and a["mix_weights"] == b["mix_weights"], \
+        "step %d: killed and resumed %s %s, full %s %s" % (a["step"], b["loss"], b["mix_weights"], a["loss"], a["mix_weights"])
+print("disk state and kill-resume equal the run in memory, %d and %d steps" % (len(disk), len(got)))
+EOF
+rc=$?
+check '[ $rc -eq 0 ]' "disk state: $(cat "$T/sp.eval")"
+echo "train_mix_online: $(cat "$T/sp.eval")"
 
 [ $fail -eq 0 ] && rm -rf "$T"
 exit $fail

@@ -64,13 +64,17 @@
  * 32 binades with 3 mantissa bits from 1 down to 2.6e-10. Relative rounding error <= 1/16
  * inside the binades (the dynamic map's is smaller near absmax, larger below 0.1 absmax);
  * its measured effect on training against fp32 states is in docs/BENCHMARKS.md (issue 31).
- * A different byte code: states of one format are never read as the other (the state store
- * and checkpoints accept f32 and 8bit only and refuse this format by number). */
+ * A different byte code: states of one format are never read as the other (the state store's
+ * manifest and the checkpoints record the format's number and refuse the other map). */
 typedef enum st_optim_state_format {
     ST_OPTIM_STATE_F32 = 0,
     ST_OPTIM_STATE_8BIT = 1,   /* the dynamic map (bitsandbytes' value set) */
     ST_OPTIM_STATE_8BIT_FP = 2 /* the float map */
 } st_optim_state_format;
+
+/* The format's name as the key optim_state spells it ("f32", "8bit", "8bit-fp"); "?" for
+ * a number that is none of them. */
+const char *st_optim_state_name(st_optim_state_format fmt);
 
 #define ST_OPTIM_Q8_BLOCK 256 /* elements per absmax block of 8-bit states */
 /* Elements per optimizer work item (the engine's chunk): a multiple of ST_OPTIM_Q8_BLOCK and

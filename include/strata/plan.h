@@ -411,15 +411,18 @@ typedef struct st_mem_plan {
     double frozen;         /* ...and the base's frozen fp32 weights */
     double runtime;        /* code, libraries, data pipeline, BLAS buffers: measured once, a constant */
     int moments_8bit_used;
+    int state_format;      /* st_optim_state_format of the moments (either 8-bit map, or f32) */
     int streamed;          /* the activations are the device tier's */
     int moments_on_disk;   /* state_paths: master copy and moments in the disk state store */
-    double state_buffers;  /* ...and its host buffers */
+    double state_buffers;  /* ...and its host buffers; the disk tier's need is the store's two
+                              regions of master and moments (st_store_bytes_per_param) */
     double tier_need[ST_MEM_TIER_COUNT]; /* peak bytes each tier must hold */
 } st_mem_plan;
 
 st_status st_plan_memory(const st_mem_request *rq, st_mem_plan *out, st_err *err);
 /* Refuse a plan that does not fit: budgets in bytes per tier (host <= 0: MemAvailable now;
- * device and disk <= 0: none). ST_ERR_NOMEM names each tier short and the bytes missing. */
+ * device and disk <= 0: none; the disk state's store checks its paths' free space itself).
+ * ST_ERR_NOMEM names each tier short and the bytes missing. */
 st_status st_mem_plan_check(const st_mem_plan *e, const double budget[ST_MEM_TIER_COUNT], st_err *err);
 /* The account as a table, for strata plan. */
 void st_mem_plan_print(FILE *f, const st_mem_plan *e, const double budget[ST_MEM_TIER_COUNT]);

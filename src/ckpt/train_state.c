@@ -221,7 +221,7 @@ st_status st_train_state_save_shards_json(const char *dir, int world, int zero, 
     json_object_object_add(root, "version", json_object_new_int(1));
     json_object_object_add(root, "world", json_object_new_int(world));
     json_object_object_add(root, "zero", json_object_new_int(zero));
-    json_object_object_add(root, "optim_state", json_object_new_string(fmt == ST_OPTIM_STATE_8BIT ? "8bit" : fmt == ST_OPTIM_STATE_8BIT_FP ? "8bit-fp" : "f32"));
+    json_object_object_add(root, "optim_state", json_object_new_string(st_optim_state_name(fmt)));
     json_object_object_add(root, "n_params", json_object_new_uint64(n_params));
     for (int r = 0; r <= world; r++) json_object_array_add(b, json_object_new_uint64(bounds[r]));
     json_object_object_add(root, "bounds", b);

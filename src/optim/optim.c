@@ -387,6 +387,10 @@ float st_optim_clip_scale(double sumsq, float loss_scale, float max_norm) {
 
 /* ---- state buffers ---- */
 
+const char *st_optim_state_name(st_optim_state_format fmt) {
+    return fmt == ST_OPTIM_STATE_F32 ? "f32" : fmt == ST_OPTIM_STATE_8BIT ? "8bit" : fmt == ST_OPTIM_STATE_8BIT_FP ? "8bit-fp" : "?";
+}
+
 int st_optim_state_count(const st_optim *o) { return o->fmt == ST_OPTIM_STATE_F32 ? 2 : 4; }
 
 size_t st_optim_state_buffer_bytes(const st_optim *o, int i) {

@@ -136,11 +136,12 @@ static double time_update(st_optim *o, float *p, const float *g, long step) {
 /* The best of OPT_RATIO_REPS updates in each format, the two taken in turns (after one each
  * to warm the pages and threads), so that a busy machine slows both alike. */
 #define OPT_RATIO_REPS 7
-static st_status best_updates_s(float *p, const float *g, double *t32, double *t8, st_err *err) {
+static st_status best_updates_s(float *p, const float *g, st_optim_state_format fmt, double *t32, double *t8,
+                                st_err *err) {
     st_optim_segment seg = {0, OPT_RATIO_N, 0.1f};
     st_optim *o[2] = {NULL, NULL};
     st_status s = st_optim_create(&o[0], &seg, 1, ST_OPTIM_STATE_F32, err);
-    if (!s) s = st_optim_create(&o[1], &seg, 1, ST_OPTIM_STATE_8BIT, err);
+    if (!s) s = st_optim_create(&o[1], &seg, 1, fmt, err);
     double best[2] = {1e30, 1e30};
     for (long k = 0; !s && k <= OPT_RATIO_REPS; k++)
         for (int f = 0; f < 2; f++) {
@@ -156,24 +157,26 @@ static st_status best_updates_s(float *p, const float *g, double *t32, double *t
 
 st_status st_plan_optim_ns_per_param(const st_plan_profile *hw, int fmt, double *ns, st_err *err) {
     static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-    static double ratio; /* the 8-bit update's time over fp32's, once per process */
+    static double ratios[3]; /* each 8-bit format's update time over fp32's, once per process */
     *ns = hw->optim_ns_per_param;
     if (fmt == ST_OPTIM_STATE_F32) return ST_OK;
-    if (fmt != ST_OPTIM_STATE_8BIT) return st_errf(err, ST_ERR_INVALID, "plan: unknown state format %d", fmt);
+    if (fmt != ST_OPTIM_STATE_8BIT && fmt != ST_OPTIM_STATE_8BIT_FP)
+        return st_errf(err, ST_ERR_INVALID, "plan: unknown state format %d", fmt);
     st_status s = ST_OK;
     pthread_mutex_lock(&mu);
-    if (!(ratio > 0)) {
+    double *ratio = &ratios[fmt];
+    if (!(*ratio > 0)) {
         float *p = st_alloc((size_t)OPT_RATIO_N * sizeof(float)), *g = st_alloc((size_t)OPT_RATIO_N * sizeof(float));
         double t32 = 0, t8 = 0;
         if (!p || !g) s = st_errf(err, ST_ERR_NOMEM, "plan: timing the 8-bit update needs %u host bytes", 8u * OPT_RATIO_N);
         for (size_t i = 0; !s && i < OPT_RATIO_N; i++) p[i] = 0.01f, g[i] = 1e-3f * (float)(i % 7 + 1);
-        if (!s) s = best_updates_s(p, g, &t32, &t8, err);
-        if (!s && t32 > 0 && t8 > 0) ratio = t8 / t32;
+        if (!s) s = best_updates_s(p, g, (st_optim_state_format)fmt, &t32, &t8, err);
+        if (!s && t32 > 0 && t8 > 0) *ratio = t8 / t32;
         else if (!s) s = st_errf(err, ST_ERR_INVALID, "plan: the timed updates took no time (fp32 %g s, 8-bit %g s)", t32, t8);
         st_free(p);
         st_free(g);
     }
-    if (!s) *ns = hw->optim_ns_per_param * ratio;
+    if (!s) *ns = hw->optim_ns_per_param * *ratio;
     pthread_mutex_unlock(&mu);
     return s;
 }

@@ -219,7 +219,7 @@ st_status st_plan_predict_disk(const st_arch *a, int B, int T, const st_plan_pro
     if (!disk || disk->n_paths < 1 || disk->n_paths > ST_STORE_MAX_PATHS || !disk->paths || !disk->mixed_bytes_per_s)
         return st_errf(err, ST_ERR_INVALID, "plan: the disk state needs 1 to %d paths and each one's mixed bandwidth",
                        ST_STORE_MAX_PATHS);
-    if (disk->fmt != ST_OPTIM_STATE_F32 && disk->fmt != ST_OPTIM_STATE_8BIT)
+    if (disk->fmt != ST_OPTIM_STATE_F32 && disk->fmt != ST_OPTIM_STATE_8BIT && disk->fmt != ST_OPTIM_STATE_8BIT_FP)
         return st_errf(err, ST_ERR_INVALID, "plan: unknown state format %d", disk->fmt);
     if (!(isfinite(disk->optim_ns_per_param) && disk->optim_ns_per_param >= 0))
         return st_errf(err, ST_ERR_INVALID, "plan: the disk state's optimizer figure %g ns/param", disk->optim_ns_per_param);

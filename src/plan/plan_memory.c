@@ -17,6 +17,7 @@
 #include "strata/optim.h"
 #include "strata/plan.h"
 #include "strata/prof.h"
+#include "strata/store.h"
 
 /* Code, shared libraries, OpenMP and OpenBLAS buffers, the data pipeline (the embedded
  * corpus: 4 MiB of text while 8 MiB of tokens are filled) and stdio. Measured as VmHWM
@@ -64,6 +65,7 @@ st_status st_plan_memory(const st_mem_request *rq, st_mem_plan *e, st_err *err) 
     e->moments_f32 = mf;
     e->moments_8bit = m8;
     e->moments_8bit_used = q8;
+    e->state_format = rq->state_format;
     e->streamed = rq->streamed || rq->plan;
     e->exec_host = host - 8.0 * n; /* per-row buffers, grad_accum's gradient, offloaded sets, backups */
     if (rq->bf16_weights) e->exec_host += (double)st_stream_bf16_weight_bytes(&sc); /* matmul bf16's copy */
@@ -92,6 +94,9 @@ st_status st_plan_memory(const st_mem_request *rq, st_mem_plan *e, st_err *err) 
         e->moments_on_disk = 1;
         e->state_buffers = rq->state_budget > 0 ? rq->state_budget : STATE_BUFFERS_DEFAULT;
         moments = e->state_buffers;
+        /* two regions a subgroup (crash-safe), each the master weights and the moments */
+        e->tier_need[ST_MEM_TIER_DISK] = 2.0 * (e->n_trainable > 0 ? e->n_trainable : n) *
+                                         st_store_bytes_per_param((st_optim_state_format)rq->state_format);
     }
     double acts_host = e->streamed && !rq->device_is_host && rq->model_act_bytes <= 0 ? 0 : e->acts_stored;
     if (e->streamed && rq->model_act_bytes <= 0) e->tier_need[ST_MEM_TIER_DEVICE] = e->acts_stored;
@@ -136,6 +141,7 @@ st_status st_mem_plan_check(const st_mem_plan *e, const double budget[ST_MEM_TIE
         if (e->tier_need[t] <= have[t] || e->tier_need[t] <= 0) continue;
         if (t == ST_MEM_TIER_HOST && have[t] <= 0) continue; /* MemAvailable unreadable: cannot judge */
         if (t == ST_MEM_TIER_DEVICE && have[t] <= 0) continue; /* no device budget: the plan's own check */
+        if (t == ST_MEM_TIER_DISK && have[t] <= 0) continue; /* no disk budget: the store checks its paths */
         char need[32], got[32], miss[32];
         fmt_bytes(need, sizeof need, e->tier_need[t]);
         fmt_bytes(got, sizeof got, have[t]);
@@ -171,10 +177,12 @@ void st_mem_plan_print(FILE *f, const st_mem_plan *e, const double budget[ST_MEM
     ROW("master copy (fp32)", e->master, "-", "the fp32 weights are the master copy");
     ROW("  master copy with bf16 weights", e->master_if_bf16, "-", "(not used: weights are fp32)");
     const char *mh = e->moments_on_disk ? "disk" : h;
-    ROW("moments, fp32 (m, v)", e->moments_f32, e->moments_8bit_used ? "-" : mh,
-        e->moments_8bit_used ? "(not used: optim_state 8bit)" : "optim_state f32");
+    char used[64], unused[96];
+    snprintf(used, sizeof used, "optim_state %s", st_optim_state_name((st_optim_state_format)e->state_format));
+    snprintf(unused, sizeof unused, "(not used: %s)", used);
+    ROW("moments, fp32 (m, v)", e->moments_f32, e->moments_8bit_used ? "-" : mh, e->moments_8bit_used ? unused : used);
     ROW("moments, 8-bit blockwise (m, v)", e->moments_8bit, e->moments_8bit_used ? mh : "-",
-        e->moments_8bit_used ? "optim_state 8bit" : "(not used: optim_state f32)");
+        e->moments_8bit_used ? used : unused);
     if (e->moments_on_disk)
         ROW("disk state's host buffers", e->state_buffers, h, "state_budget (see the disk state below)");
     ROW("activations, all stored", e->acts_stored, at,
@@ -193,7 +201,9 @@ void st_mem_plan_print(FILE *f, const st_mem_plan *e, const double budget[ST_MEM
         fmt_bytes(b, sizeof b, e->tier_need[t]);
         const char *verdict = e->tier_need[t] <= 0 ? "" : (have > 0 && e->tier_need[t] > have) ? "DOES NOT FIT"
                                                                                               : "fits";
-        if (e->tier_need[t] > 0 && have <= 0) verdict = t == ST_MEM_TIER_HOST ? "unknown budget" : "DOES NOT FIT";
+        if (e->tier_need[t] > 0 && have <= 0)
+            verdict = t == ST_MEM_TIER_HOST ? "unknown budget"
+                    : t == ST_MEM_TIER_DISK ? "see the disk state below" : "DOES NOT FIT";
         fprintf(f, "  %-34s %16.0f  %11s  %s%s%s%s\n", st_mem_tier_name(t), e->tier_need[t], b, hb,
                 t == ST_MEM_TIER_HOST && budget[t] <= 0 ? " (MemAvailable)" : "", verdict[0] ? ": " : "", verdict);
     }

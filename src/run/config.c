@@ -82,7 +82,7 @@ static const key_def keys[] = {
     {"run_dir", K_STR, STR(run_dir), 0, 0, "where metrics.jsonl and checkpoints go"},
     {"resume", K_STR, STR(resume), 0, 0, "run or checkpoint directory to resume from"},
     {"force_resume", K_INT, OFF(force_resume), 0, 0, 1, "1: resume even where this resume's matmul differs from the run's (its numerics change from the resumed step on; warned); for this resume only (recorded as 0). 0 (default): such a resume is refused before anything is written"},
-    {"optim_state", K_STR, STR(optim_state), 0, 0, "optimizer state format: f32, 8bit (blocks of 256, the dynamic map) or 8bit-fp (the same blocks, each byte a small float coded by bit arithmetic: about 1.3x the update rate of 8bit, docs/BENCHMARKS.md; in host memory only, not with state_paths)"},
+    {"optim_state", K_STR, STR(optim_state), 0, 0, "optimizer state format: f32, 8bit (blocks of 256, the dynamic map) or 8bit-fp (the same blocks, each byte a small float coded by bit arithmetic: about 1.3x the update rate of 8bit, docs/BENCHMARKS.md)"},
     {"threads", K_INT, OFF(threads), 0, 0, 4096, "compute threads (0: all cores; under mpirun: the cores divided by the ranks on this machine)"},
     {"zero", K_INT, OFF(zero), 0, 0, 2, "under mpirun: 0 replicates the optimizer state (gradients all-reduced); 1 shards it over the ranks (ZeRO-1); 2 also shards the summed gradient (ZeRO-2); results are the same bits"},
     {"dist_timeout", K_DOUBLE, OFF(dist_timeout), 0, 1, 1e7, "under mpirun: seconds any rank waits for another before the job stops with an error naming it"},
@@ -94,7 +94,7 @@ static const key_def keys[] = {
     {"quiet", K_INT, OFF(quiet), 0, 0, 1, "1: no per-step lines"},
     {"trace", K_INT, OFF(trace), 0, 0, 2, "1: trace every phase to run_dir/trace.json (Perfetto); 2: odd steps only"},
     {"host_budget", K_DOUBLE, OFF(host_budget), 0, 0, 1e18, "host memory in bytes the run must fit (0: MemAvailable)"},
-    {"method", K_STR, STR(method), 0, 0, "what trains: full (every parameter, AdamW; default), lora (low-rank adapters over the frozen base weights, as Hugging Face PEFT: lora_rank, lora_alpha, lora_targets; in memory, one process) or poetx (every matmul weight of the blocks as R W0 P, W0 frozen, R and P block-orthogonal: poetx_block, poetx_terms, poetx_merge_every; in memory, one process)"},
+    {"method", K_STR, STR(method), 0, 0, "what trains: full (every parameter, AdamW; default), lora (low-rank adapters over the frozen base weights, as Hugging Face PEFT: lora_rank, lora_alpha, lora_targets; in memory or with the disk state, under mpirun too; not with layer streaming) or poetx (every matmul weight of the blocks as R W0 P, W0 frozen, R and P block-orthogonal: poetx_block, poetx_terms, poetx_merge_every; in memory, one process)"},
     {"lora_rank", K_INT, OFF(lora_rank), 0, 1, 65536, "method lora: the adapters' rank r (at most each adapted projection's smaller dimension)"},
     {"lora_alpha", K_DOUBLE, OFF(lora_alpha), 0, 1e-30, 1e30, "method lora: lora_alpha; the adapters' term is scaled by lora_alpha / lora_rank"},
     {"lora_targets", K_STR, STR(lora_targets), 0, 0, "method lora: the projections adapted, comma-separated, as PEFT's target_modules (GPT-2: c_attn, c_proj, c_fc; the Llama family: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, or q, k, v, o, gate, up, down); empty: c_attn for GPT-2, q_proj,v_proj for the Llama family (PEFT's defaults)"},
@@ -533,9 +533,6 @@ st_status st_train_config_resolve(const st_train_config *c, st_model_shape *shap
                        shape->max_seq, shape->from_dir ? " (the init_from directory fixes max_seq)" : " or raise max_seq");
     if (parse_optim_state(c->optim_state) < 0)
         return st_errf(err, ST_ERR_INVALID, "key 'optim_state': '%s' is not f32, 8bit or 8bit-fp", c->optim_state);
-    if (parse_optim_state(c->optim_state) == (int)ST_OPTIM_STATE_8BIT_FP && c->state_paths[0])
-        return st_errf(err, ST_ERR_UNSUPPORTED, "key 'optim_state': 8bit-fp is kept in host memory only; the disk state "
-                       "(state_paths %s) takes f32 or 8bit", c->state_paths);
     if (parse_save_hf_dtype(c->save_hf_dtype) < 0)
         return st_errf(err, ST_ERR_INVALID, "key 'save_hf_dtype': '%s' is not f32 or bf16", c->save_hf_dtype);
     st_matmul_mode matmul;

@@ -181,7 +181,7 @@ static double paths_free_bytes(const char *list) {
     return sum;
 }
 
-static const char *fmt_name(int fmt) { return fmt == ST_OPTIM_STATE_8BIT ? "8bit" : "f32"; }
+static const char *fmt_name(int fmt) { return st_optim_state_name((st_optim_state_format)fmt); }
 
 static const char *tier_name(int on_disk) { return on_disk ? "on state_paths" : "in host memory"; }
 

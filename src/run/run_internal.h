@@ -62,7 +62,7 @@ st_status run_dist_check_config(const st_train_config *c, const run_dist *d, st_
 st_status run_open_streamed(const st_train_config *c, st_model *m, const st_arch *arch, st_backend *be, int ranks, st_backend **dev, st_stream_exec **sx, double *state_budget, st_stream_plan *chosen, st_err *err);
 const char *run_val_spec(const st_train_config *c);
 st_status run_eval_loss(const st_train_config *c, st_model *m, st_step *stp, run_eval *ev, int32_t *inputs, int32_t *targets, int32_t *positions, int32_t *doc_start, double *out, st_err *err);
-st_status run_open_store(const st_train_config *c, const run_dist *d, st_model *m, const st_optim_segment *segs, int n_segs, st_optim_state_format fmt, run_data *td, st_train_state_header *hs, st_store **out, st_err *err);
+st_status run_open_store(const st_train_config *c, const run_dist *d, st_model *m, const st_optim_segment *segs, int n_segs, st_optim_state_format fmt, run_data *td, st_train_state_header *hs, size_t blob_bytes, st_store **out, st_err *err);
 
 st_status run_place_state(st_train_config *c, int world, st_err *err);
 st_status run_save_config(const st_train_config *c, st_err *err);

@@ -8,9 +8,9 @@
 
 /* method and its keys against the model's tensor table, allocating no weights: a bad method,
  * lora keys where what they need is absent (save_adapter without method lora), method lora
- * with layer streaming, the disk state or several ranks (not yet), a rank or target the model
- * refuses (naming the key and the tensor). world: the ranks of the run. */
-st_status run_lora_check(const st_train_config *c, int world, st_err *err);
+ * with layer streaming (not yet), a rank or target the model refuses (naming the key and the
+ * tensor). The disk state and ranks train the adapters' vector as any run's. */
+st_status run_lora_check(const st_train_config *c, st_err *err);
 /* An init_from that is a PEFT adapter directory (adapter_config.json, no config.json) becomes
  * its base (base_model_name_or_path, a model directory) and init_adapter the adapter, before
  * anything else reads c; a base that is a preset or no directory from here is refused, saying

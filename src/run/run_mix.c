@@ -10,6 +10,8 @@
 
 #include "core/fileutil.h"
 #include "run/run_mix.h"
+#include "strata/ckpt.h"
+#include "strata/store.h"
 
 st_status run_mix_open(run_mix *x, int K, int n_micro, int B, int T, double alpha, int delay, st_comm *comm,
                        st_err *err) {
@@ -30,9 +32,6 @@ st_status run_mix_open(run_mix *x, int K, int n_micro, int B, int T, double alph
 st_status run_mix_open_run(run_mix *x, const st_train_config *c, st_comm *comm, st_err *err) {
     memset(x, 0, sizeof *x);
     if (!st_train_config_mix_online(c)) return ST_OK;
-    if (c->state_paths[0])
-        return st_errf(err, ST_ERR_UNSUPPORTED, "key 'mix': online mixing keeps its state in checkpoints, which a run "
-                       "with state_paths does not write; use mix weights there");
     char list[sizeof c->data];
     snprintf(list, sizeof list, "%s", c->data);
     st_data_loader_config dc;
@@ -42,13 +41,20 @@ st_status run_mix_open_run(run_mix *x, const st_train_config *c, st_comm *comm, 
     if (s) return s;
     if (embedded) dc.n_sources = 1;
     s = run_mix_open(x, dc.n_sources, (int)c->grad_accum, c->batch, c->seq, c->mix_smoothing, c->mix_delay, comm, err);
-    return s ? st_err_prefix(err, "key 'mix'") : ST_OK;
+    if (s) return st_err_prefix(err, "key 'mix'");
+    if (c->state_paths[0] && sizeof(st_train_state_header) + run_mix_blob_bytes(x) > ST_STORE_MAX_BLOB) {
+        size_t b = run_mix_blob_bytes(x);
+        run_mix_close(x);
+        return st_errf(err, ST_ERR_UNSUPPORTED, "key 'mix': online mixing with state_paths commits %zu bytes of "
+                       "state a step (grad_accum %ld x %d sources), past the store's %u with the loop's header; lower "
+                       "grad_accum", b, (long)c->grad_accum, dc.n_sources, ST_STORE_MAX_BLOB);
+    }
+    return ST_OK;
 }
 
 void run_mix_close(run_mix *x) {
     free(x->src);
-    free(x->psum);
-    free(x->pcnt);
+    if (!x->region) free(x->psum), free(x->pcnt);
     memset(x, 0, sizeof *x);
 }
 
@@ -79,17 +85,32 @@ void run_mix_row_hook(void *ctx, int k, const float *losses, const int32_t *targ
     }
 }
 
-st_status run_mix_after_step(run_mix *x, st_data_loader *dl, st_err *err) {
-    if (!x->on) return ST_OK;
-    uint64_t step = x->bandit.t;
-    st_data_loader_state ls;
-    st_data_loader_get_state(dl, &ls);
-    if (ls.step != (step + 1) * (uint64_t)x->n_micro)
-        return st_errf(err, ST_ERR_INVALID, "mix online: the bandit has seen %llu steps, the loader has given %llu "
-                       "batches (%d a step); the mixing state does not belong to this checkpoint",
-                       (unsigned long long)step, (unsigned long long)ls.step, x->n_micro);
-    const double *u = st_data_mix_online_weights_for(&x->bandit, step);
-    if (u) memcpy(x->used, u, sizeof(double) * (size_t)x->K);
+size_t run_mix_blob_bytes(const run_mix *x) {
+    return x->on ? sizeof(run_mix_blob_head) + 2 * sizeof(double) * (size_t)x->n_micro * (size_t)x->K : 0;
+}
+
+void run_mix_bind(run_mix *x, void *region) {
+    if (!x->on || !region) return;
+    size_t n = (size_t)x->n_micro * (size_t)x->K;
+    double *ps = (double *)((char *)region + sizeof(run_mix_blob_head)), *pc = ps + n;
+    memcpy(ps, x->psum, sizeof(double) * n), memcpy(pc, x->pcnt, sizeof(double) * n);
+    if (!x->region) free(x->psum), free(x->pcnt);
+    x->psum = ps, x->pcnt = pc, x->region = region;
+    run_mix_stage(x, 0);
+}
+
+void run_mix_stage(run_mix *x, int pending) {
+    if (!x->region) return;
+    run_mix_blob_head *h = x->region;
+    h->pending = pending ? 1 : 0;
+    h->reserved = 0;
+    st_data_mix_online_seal(&x->bandit);
+    h->bandit = x->bandit;
+}
+
+/* This rank's micro-batches' sums in order, the ranks' in rank order, the bandit updated;
+ * the sums cleared for the next step. */
+static st_status mix_update(run_mix *x, st_err *err) {
     double sum[ST_DATA_MAX_SOURCES] = {0}, cnt[ST_DATA_MAX_SOURCES] = {0};
     double lsum[ST_DATA_MAX_SOURCES] = {0}, lcnt[ST_DATA_MAX_SOURCES] = {0}; /* this rank's */
     const int K = x->K;
@@ -112,7 +133,35 @@ st_status run_mix_after_step(run_mix *x, st_data_loader *dl, st_err *err) {
     } else {
         memcpy(sum, lsum, sizeof(double) * K), memcpy(cnt, lcnt, sizeof(double) * K);
     }
-    st_status s = st_data_mix_online_update(&x->bandit, sum, cnt, err);
+    return st_data_mix_online_update(&x->bandit, sum, cnt, err);
+}
+
+st_status run_mix_resume_blob(run_mix *x, const char *where, st_err *err) {
+    if (!x->region) return ST_OK;
+    run_mix_blob_head *h = x->region;
+    st_status s = st_data_mix_online_check(&h->bandit, x->K, where, err);
+    if (s) return st_err_prefix(err, "mix online (the state store's loop state)");
+    if (h->pending > 1)
+        return st_errf(err, ST_ERR_FORMAT, "%s: the online-mixing state's pending flag is %llu (0 or 1): the store's "
+                       "loop state is not this strata's", where, (unsigned long long)h->pending);
+    x->bandit = h->bandit;
+    if (h->pending && (s = mix_update(x, err))) return st_err_prefix(err, "mix online, replaying the last step");
+    run_mix_stage(x, 0);
+    return ST_OK;
+}
+
+st_status run_mix_after_step(run_mix *x, st_data_loader *dl, st_err *err) {
+    if (!x->on) return ST_OK;
+    uint64_t step = x->bandit.t;
+    st_data_loader_state ls;
+    st_data_loader_get_state(dl, &ls);
+    if (ls.step != (step + 1) * (uint64_t)x->n_micro)
+        return st_errf(err, ST_ERR_INVALID, "mix online: the bandit has seen %llu steps, the loader has given %llu "
+                       "batches (%d a step); the mixing state does not belong to this checkpoint",
+                       (unsigned long long)step, (unsigned long long)ls.step, x->n_micro);
+    const double *u = st_data_mix_online_weights_for(&x->bandit, step);
+    if (u) memcpy(x->used, u, sizeof(double) * (size_t)x->K);
+    st_status s = mix_update(x, err);
     if (s) return s;
     uint64_t q = step + x->bandit.delay;
     s = st_data_loader_set_step_weights(dl, q, st_data_mix_online_weights_for(&x->bandit, q), err);

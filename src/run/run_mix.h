@@ -21,10 +21,34 @@ typedef struct run_mix {
                                 so N ranks sum as one process with N times the micro-batches */
     st_comm *comm;           /* the ranks (NULL: one process) */
     double used[ST_DATA_MAX_SOURCES]; /* the weights of the step last run */
+    void *region;            /* with the disk state: the part of the store's blob that is ours
+                                (run_mix_bind); psum and pcnt then live in it */
 } run_mix;
 
+/* With the disk state the mixing state is committed with each step, in the store's blob after
+ * the loop's header: the bandit before the step's update, and the step's per-micro-batch sums
+ * (psum, pcnt: the row hook writes them there, complete before the store commits). The update
+ * is made after the commit; a resume from the store replays it from the sums (every rank its
+ * own, gathered again: the same numbers), so a run killed anywhere continues bit for bit. */
+typedef struct run_mix_blob_head {
+    uint64_t pending; /* 1: the sums below are a step's that the bandit has not seen yet */
+    uint64_t reserved;
+    st_data_mix_online bandit;
+} run_mix_blob_head;
+/* The bytes of that part (0 when mixing is off). */
+size_t run_mix_blob_bytes(const run_mix *x);
+/* Put the sums in `region` (run_mix_blob_bytes of it, zeroed) and the current bandit with no step
+ * pending. */
+void run_mix_bind(run_mix *x, void *region);
+/* Before a step: the bandit as it is, the sums to come pending. After a step's update, before a
+ * commit that holds no new sums (a skipped step's): the bandit updated, nothing pending. */
+void run_mix_stage(run_mix *x, int pending);
+/* After the blob was read back from the store: the bandit restored from it and a pending
+ * step's update replayed (the ranks' sums gathered again); `where` names the store. */
+st_status run_mix_resume_blob(run_mix *x, const char *where, st_err *err);
+
 /* The run's keys: mix weights leaves x off (x->on 0); mix online opens it for the sources of
- * key 'data' (refused with state_paths: the state lives in checkpoints). */
+ * key 'data' (with state_paths its state is the store's, above; in checkpoints otherwise). */
 st_status run_mix_open_run(run_mix *x, const st_train_config *c, st_comm *comm, st_err *err);
 
 /* K sources, n_micro micro-batches of B x T a step; alpha in [0, 1), delay >= 1. */

@@ -164,7 +164,7 @@ static st_status reshard_plan(reshard *r, size_t n_params, st_err *err) {
         if (in.fmt != r->fmt || in.n_paths != r->n_paths)
             s = st_errf(err, ST_ERR_SHAPE, "key 'state_paths': %s/strata-state.manifest holds %s states on %d paths; "
                         "this run has %s states on %d: resume with the same optim_state and state paths", paths[0],
-                        in.fmt ? "8bit" : "f32", in.n_paths, r->fmt ? "8bit" : "f32", r->n_paths);
+                        st_optim_state_name(in.fmt), in.n_paths, st_optim_state_name(r->fmt), r->n_paths);
         else if (in.numel == n_params) { /* ZeRO 0 (every rank a copy) or one rank */
             r->qlo[q] = 0;
             r->qhi[q] = n_params;
@@ -307,8 +307,8 @@ static st_status reshard_store(const st_train_config *c, const run_dist *d, st_m
  * the shard's start) in its own directory PATH/rankR-of-W of every state path. A resume at
  * another number of ranks than the state's re-shards it (above). */
 st_status run_open_store(const st_train_config *c, const run_dist *d, st_model *m, const st_optim_segment *segs,
-                            int n_segs, st_optim_state_format fmt, run_data *td, st_train_state_header *hs, st_store **out,
-                            st_err *err) {
+                            int n_segs, st_optim_state_format fmt, run_data *td, st_train_state_header *hs,
+                            size_t blob_bytes, st_store **out, st_err *err) {
     char buf[sizeof c->state_paths], rbuf[ST_STORE_MAX_PATHS][1200];
     const char *paths[ST_STORE_MAX_PATHS];
     double weights[ST_STORE_MAX_PATHS];
@@ -338,7 +338,7 @@ st_status run_open_store(const st_train_config *c, const run_dist *d, st_model *
         st_failpoint("train_store_created");
         /* step 0 with the loop's state, so a run killed before its first step resumes */
         run_data_save_state(td, hs);
-        return run_agree(d, st_store_commit_blob(*out, hs, sizeof *hs, err), "committing step 0", err);
+        return run_agree(d, st_store_commit_blob(*out, hs, blob_bytes, err), "committing step 0", err);
     }
     /* no store for this rank at this world size: the state written at another one, re-sharded
      * (a rank whose new store a failed attempt already committed opens it) */
@@ -389,13 +389,14 @@ st_status run_open_store(const st_train_config *c, const run_dist *d, st_model *
             run_data_save_state(td, hs);
             st_log(1, "the state store %s was created but never stepped; starting at step 0\n",
                    st_store_manifest_path(*out));
-            s = st_store_commit_blob(*out, hs, sizeof *hs, err);
+            s = st_store_commit_blob(*out, hs, blob_bytes, err);
         }
-    } else if (!blob || bb != sizeof *hs) {
-        s = st_errf(err, ST_ERR_FORMAT, "%s: the store's loop state has %zu bytes, this strata's %zu: resume with "
-                    "the strata that wrote it", st_store_manifest_path(*out), bb, sizeof *hs);
+    } else if (!blob || bb != blob_bytes) {
+        s = st_errf(err, ST_ERR_FORMAT, "%s: the store's loop state has %zu bytes, this run's %zu: resume with the "
+                    "strata that wrote it and the same keys mix and grad_accum (online mixing commits its state "
+                    "there)", st_store_manifest_path(*out), bb, blob_bytes);
     } else {
-        memcpy(hs, blob, sizeof *hs);
+        memcpy(hs, blob, blob_bytes);
         if (hs->n_params != m->n_params)
             s = st_errf(err, ST_ERR_SHAPE, "%s: the store was written for %llu parameters, the model has %zu",
                         st_store_manifest_path(*out), (unsigned long long)hs->n_params, m->n_params);

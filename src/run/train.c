@@ -64,6 +64,8 @@ typedef struct train_run {
     run_data td;
     run_eval ev;
     st_train_state_header *hs;   /* the loop's state: step, adam step, data position */
+    size_t blob_bytes;           /* with the disk state, what each step commits: hs, then the online
+                                    mixture's state (run_mix.h) */
     int32_t *inputs, *targets;   /* a step's micro-batches at once */
     int32_t *positions, *doc_start; /* doc_mask: each micro-batch's documents */
     FILE *metrics;               /* RUN_DIR/metrics.jsonl (rank 0) */
@@ -106,7 +108,7 @@ static st_status run_check(train_run *r, const st_train_config *given, const st_
     r->lock.fd = -1;
     st_status s = run_lora_init_from(c, err); /* an init_from that is a LoRA adapter: its base, init_adapter */
     if (!s) s = st_train_config_check(c, err);
-    if (!s) s = run_lora_check(c, r->dist.world, err); /* method and its keys (run_lora.c) */
+    if (!s) s = run_lora_check(c, err); /* method and its keys (run_lora.c) */
     if (!s) s = run_poetx_check(c, r->dist.world, err); /* method poetx's keys (run_poetx.c) */
     if (s) return s;
     /* a device this build lacks (cuda without the CUDA backend) is refused before anything
@@ -251,14 +253,17 @@ static st_status open_state(train_run *r, st_err *err) {
     const st_train_config *c = &r->c;
     st_model *m = r->m;
     st_status s;
-    if (!(r->hs = calloc(1, sizeof *r->hs))) return st_errf(err, ST_ERR_NOMEM, "out of memory"); /* 4 KiB: not on the stack */
+    r->blob_bytes = sizeof *r->hs + (c->state_paths[0] ? run_mix_blob_bytes(&r->mix) : 0);
+    if (!(r->hs = calloc(1, r->blob_bytes))) return st_errf(err, ST_ERR_NOMEM, "out of memory"); /* 4 KiB: not on the stack */
     r->hs->n_params = m->n_params;
     if (c->state_paths[0]) {
+        run_mix_bind(&r->mix, r->hs + 1); /* the mixture's state committed with each step, after hs */
         if ((s = run_open_store(c, &r->dist, m, r->opt_segs, r->n_opt_segs, st_train_config_state_format(c), &r->td,
-                                r->hs, &r->store, err)))
+                                r->hs, r->blob_bytes, &r->store, err)) ||
+            (s = run_mix_resume_blob(&r->mix, st_store_manifest_path(r->store), err)))
             return s;
         if (r->sx && r->dist.world == 1) { /* the executor updates through the store; its device copies follow the host */
-            if ((s = st_stream_attach_store(r->sx, r->store, r->hs, sizeof *r->hs, err))) return s;
+            if ((s = st_stream_attach_store(r->sx, r->store, r->hs, r->blob_bytes, err))) return s;
             st_stream_set_params(r->sx, st_stream_params(r->sx));
         }
     } else if (c->resume[0]) {
@@ -403,11 +408,14 @@ static st_status run_step(train_run *r, long step, train_step *o, st_err *err) {
         hs->step = (uint64_t)step;
         run_data_save_state(&r->td, hs);
         hs->adam_step++;
+        run_mix_stage(&r->mix, 1); /* the bandit before this step's update; the row hook writes the sums */
         shp.blob = hs;
-        shp.blob_bytes = sizeof *hs;
+        shp.blob_bytes = r->blob_bytes;
     }
-    if ((s = st_step_run(r->stp, (int)c->grad_accum, r->B, r->T, r->inputs, r->targets, &shp, &o->sr, err)) ||
-        (s = run_mix_after_step(&r->mix, r->td.dl, err)) || (s = run_docs_after_step(&r->docs, step, err)) ||
+    if ((s = st_step_run(r->stp, (int)c->grad_accum, r->B, r->T, r->inputs, r->targets, &shp, &o->sr, err)))
+        return s;
+    if (r->store) st_failpoint("train_update_committed"); /* tests: the store has the step, the mixture not yet */
+    if ((s = run_mix_after_step(&r->mix, r->td.dl, err)) || (s = run_docs_after_step(&r->docs, step, err)) ||
         (s = run_poetx_after_step(c, r->m, r->opt, step, err))) /* method poetx: a merge every interval */
         return s;
     /* a GPU's ops report nothing when they fail: a failed kernel or copy stops the run
@@ -422,7 +430,8 @@ static st_status run_step(train_run *r, long step, train_step *o, st_err *err) {
         st_log(1, "step %ld: non-finite gradient norm; update skipped, no state changed\n", step);
         if (r->store) { /* no update: only the loop's state moves on */
             hs->adam_step--;
-            if ((s = st_store_commit_blob(r->store, hs, sizeof *hs, err))) return s;
+            run_mix_stage(&r->mix, 0); /* the update made: nothing pending */
+            if ((s = st_store_commit_blob(r->store, hs, r->blob_bytes, err))) return s;
         }
     } else if (r->store) {
         st_failpoint("train_step_committed"); /* committed, not yet logged */

@@ -214,7 +214,7 @@ static st_status check_config(const st_store_config *c, st_err *err) {
     if (!c || !c->paths || c->n_paths < 1 || c->n_paths > ST_STORE_MAX_PATHS)
         return st_errf(err, ST_ERR_INVALID, "state store: give 1 to %d disk paths", ST_STORE_MAX_PATHS);
     if (!c->segs || c->n_segs < 1) return st_errf(err, ST_ERR_INVALID, "state store: no parameter segments");
-    if (c->fmt != ST_OPTIM_STATE_F32 && c->fmt != ST_OPTIM_STATE_8BIT)
+    if (c->fmt != ST_OPTIM_STATE_F32 && c->fmt != ST_OPTIM_STATE_8BIT && c->fmt != ST_OPTIM_STATE_8BIT_FP)
         return st_errf(err, ST_ERR_INVALID, "state store: unknown state format %d", (int)c->fmt);
     for (int p = 0; p < c->n_paths; p++) {
         struct stat sb;
@@ -566,6 +566,10 @@ static st_status manifest_load(const char *path, unsigned char **buf, mread *r, 
     if (h->np > ST_STORE_MAX_PATHS)
         return st_errf(err, ST_ERR_FORMAT, "%s: the manifest names %u paths; at most %d", path, h->np,
                        ST_STORE_MAX_PATHS);
+    if (h->fmt > ST_OPTIM_STATE_8BIT_FP)
+        return st_errf(err, ST_ERR_FORMAT, "%s: state format number %u at offset 12; this strata knows 0 (f32), 1 "
+                       "(8bit) and 2 (8bit-fp): a newer strata wrote it, or the file is not a state manifest", path,
+                       h->fmt);
     return ST_OK;
 }
 
@@ -583,8 +587,8 @@ static st_status manifest_read(st_store *s, st_err *err) {
     if (fmt != (uint32_t)s->cfg.fmt || numel != s->numel || nseg != (uint32_t)s->n_segs)
         { st = st_errf(err, ST_ERR_SHAPE, "%s: the store holds %s states of %llu parameters in %u tensors; this run has "
                        "%s states of %zu in %d: resume with the same model and optim_state, or start a new store",
-                       s->manifest, fmt ? "8bit" : "f32", (unsigned long long)numel, nseg,
-                       s->cfg.fmt ? "8bit" : "f32", s->numel, s->n_segs); goto out; }
+                       s->manifest, st_optim_state_name((st_optim_state_format)fmt), (unsigned long long)numel, nseg,
+                       st_optim_state_name(s->cfg.fmt), s->numel, s->n_segs); goto out; }
     if (np != (uint32_t)s->cfg.n_paths)
         { st = st_errf(err, ST_ERR_INVALID, "%s: the store spans %u paths; this run names %d: give the same paths",
                        s->manifest, np, s->cfg.n_paths); goto out; }
@@ -670,7 +674,7 @@ st_status st_store_inspect(const char *manifest, FILE *out, st_err *err) {
     fprintf(out, "%s: strata state store %016llx, step %llu (%llu commits)%s\n", manifest, (unsigned long long)h.id,
             (unsigned long long)h.step, (unsigned long long)h.commits, h.dty ? ", TORN: an in-place update was interrupted" : "");
     fprintf(out, "  %llu parameters in %u tensors, %s states (fp32 master weights + moments), %s\n",
-            (unsigned long long)h.numel, h.nseg, h.fmt ? "8-bit" : "fp32",
+            (unsigned long long)h.numel, h.nseg, st_optim_state_name((st_optim_state_format)h.fmt),
             h.inpl ? "one region per subgroup (in place, not crash-safe)" : "two regions per subgroup (crash-safe)");
     fprintf(out, "  %u subgroups of up to %.1f MiB, a CRC-32C per MiB; caller state %u bytes\n", h.nsg,
             (double)maxr / 1048576.0, h.bb);
@@ -891,7 +895,7 @@ static st_status create_impl(st_store **out, const st_store_config *cfg, st_stor
     if (st || (st = manifest_write(s, 0, err))) goto fail;
     st_log(1, "state store: %d subgroups of up to %.1f MiB on %d path(s), %d host buffers (%.1f MiB), %s%s\n", s->n_sg,
            (double)s->max_region / 1048576.0, s->cfg.n_paths, s->n_buf,
-           (double)s->n_buf * (double)s->max_region / 1048576.0, s->cfg.fmt ? "8-bit" : "fp32",
+           (double)s->n_buf * (double)s->max_region / 1048576.0, st_optim_state_name(s->cfg.fmt),
            s->cfg.in_place ? ", in place" : "");
     *out = s;
     return ST_OK;
@@ -970,7 +974,7 @@ st_status st_store_peek(const st_store_config *cfg, int previous, st_store_info 
     if (!st) {
         info->step = h.step;
         info->numel = h.numel;
-        info->fmt = h.fmt ? ST_OPTIM_STATE_8BIT : ST_OPTIM_STATE_F32;
+        info->fmt = (st_optim_state_format)h.fmt; /* 0 to 2: manifest_load refuses others */
         info->n_paths = (int)h.np;
         info->dirty = (int)h.dty;
     }
@@ -1409,7 +1413,7 @@ size_t st_store_moment_offset(const st_optim_segment *segs, int n_segs, st_optim
 /* An 8-bit store's state is cut only where the blocks of the segment the cut falls in are:
  * elsewhere the bytes of a range are not its own. */
 static st_status check_grid(const st_store *s, size_t x, st_err *err) {
-    if (s->cfg.fmt != ST_OPTIM_STATE_8BIT) return ST_OK;
+    if (s->cfg.fmt == ST_OPTIM_STATE_F32) return ST_OK;
     for (int k = 0; k < s->n_segs; k++)
         if (x > s->segs[k].offset && x < s->segs[k].offset + s->segs[k].n &&
             (x - s->segs[k].offset) % ST_OPTIM_Q8_BLOCK)
