@@ -14,14 +14,9 @@
 #  - strata bench lora --json prints the state bytes per parameter by class.
 # The adapter loading in Hugging Face PEFT is test_lora_peft.sh.
 set -u
-S=${STRATA_BIN:?}
-T=$(mktemp -d /tmp/strata-lora-XXXXXX)
-fail=0; checks=0
-check() { checks=$((checks+1)); if ! eval "$1"; then echo "FAIL: $2"; fail=$((fail+1)); fi; }
-command -v jq >/dev/null || { echo "no jq: skipped"; exit 77; }
-tiny="--vocab_size 256 --batch 2 --seq 16 --sample_every 0 --eval_every 0 --quiet 1"
+. "$(dirname "$0")/lib_method_cli.sh"
+method_begin lora
 lora="--method lora --lora_rank 4 --lora_alpha 8 --lora_targets c_attn,c_proj,c_fc --lr 1e-2 --warmup_steps 2"
-losses() { jq -r .loss "$1/metrics.jsonl" | tr '\n' ' '; }
 
 "$S" train --model gpt2-tiny $tiny --steps 3 --run_dir "$T/base" --save_hf "$T/base_hf" >"$T/base.out" 2>&1
 check '[ -f "$T/base_hf/model.safetensors" ]' "the base model directory: $(tail -2 "$T/base.out")"
@@ -53,15 +48,8 @@ check 'cmp -s "$T/ad_a/adapter_model.safetensors" "$T/ad_b/adapter_model.safeten
   "the resumed run's adapters are byte-identical to the straight run's"
 
 # a resume with another method or rank is refused before anything is written
-sum_cfg=$(md5sum <"$T/b/config.json")
-"$S" train --resume "$T/b" --method full --steps 9 >"$T/b3.out" 2>&1
-rc=$?
-check '[ $rc -ne 0 ] && grep -q "key '"'"'method'"'"'" "$T/b3.out" && [ "$(md5sum <"$T/b/config.json")" = "$sum_cfg" ]' \
-  "resume with method full refused, config.json untouched: $(tail -1 "$T/b3.out")"
-"$S" train --resume "$T/b" --lora_rank 2 --steps 9 >"$T/b4.out" 2>&1
-rc=$?
-check '[ $rc -ne 0 ] && grep -q "key '"'"'lora_rank'"'"'" "$T/b4.out" && [ "$(md5sum <"$T/b/config.json")" = "$sum_cfg" ]' \
-  "resume with another lora_rank refused: $(tail -1 "$T/b4.out")"
+resume_refused "$T/b" method --method full
+resume_refused "$T/b" lora_rank --lora_rank 2
 
 # --- the Llama family
 "$S" train --model llama-tiny $tiny --method lora --lora_rank 2 --lora_targets q,k,v,o,gate,up,down --steps 3 \
@@ -71,13 +59,6 @@ check '[ $rc -eq 0 ] && jq -e "(.target_modules | length) == 7 and .fan_in_fan_o
   "llama-tiny lora run with all seven projections: $(tail -2 "$T/l.out")"
 
 # --- bad input: refused before a run directory exists
-refused() { # $1 name, $2 args, $3 $4 strings the message must hold
-  local name=$1 w1=$3 w2=$4 rc
-  "$S" train $2 --run_dir "$T/bad_$name" >"$T/bad_$name.out" 2>&1
-  rc=$?
-  check '[ $rc -ne 0 ] && grep -q -- "$w1" "$T/bad_$name.out" && grep -q -- "$w2" "$T/bad_$name.out" && [ ! -e "$T/bad_$name" ]' \
-    "$name: refused naming '$w1' and '$w2', no run directory (rc $rc): $(tail -1 "$T/bad_$name.out")"
-}
 refused rank "--init_from $T/base_hf $tiny --method lora --lora_rank 33" "lora_rank" "transformer.h.0.attn.c_attn.weight"
 refused target "--init_from $T/base_hf $tiny --method lora --lora_targets c_attn,q_proj" "lora_targets" "'q_proj'"
 refused llama_target "--model llama-tiny $tiny --method lora --lora_targets c_fc" "lora_targets" "'c_fc'"
@@ -90,6 +71,4 @@ refused adapter "--model gpt2-tiny $tiny --save_adapter $T/x" "key 'save_adapter
 check 'jq -e ".full_bytes_per_param == 16 and .frozen_bytes_per_param == 4 and .adapter_bytes_per_param == 16 and .adapter_params == 4096 and .lora_bytes_per_base_param < 16 and .lora_step_s > 0 and .full_step_s > 0" "$T/bench.json" >/dev/null' \
   "bench lora --json: $(cat "$T/bench.json" "$T/bench.err" | head -c 400)"
 
-rm -rf "$T"
-echo "lora_cli: $checks checks, $((checks-fail)) passed, $fail failed"
-[ $fail -eq 0 ]
+method_end lora_cli

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "optim_q8_common.h"
 #include "strata/optim.h"
 #include "testutil.h"
 
@@ -117,15 +118,12 @@ static void check_step_reference(void) {
     st_optim_segment seg = {0, n, 0.1f};
     st_optim *o;
     CHECK(st_optim_create(&o, &seg, 1, ST_OPTIM_STATE_8BIT, &err) == ST_OK, "create: %s", err.msg);
-    size_t qb, ab;
-    uint8_t *qm = st_optim_state_buffer(o, 0, &qb), *qv = st_optim_state_buffer(o, 1, &qb);
-    float *am = st_optim_state_buffer(o, 2, &ab), *av = st_optim_state_buffer(o, 3, &ab);
-    size_t nblocks = ab / 4;
-    CHECK(nblocks == 10 && qb == 2560, "layout: %zu blocks, %zu bytes", nblocks, qb);
     st_rng r;
     st_rng_seed(&r, 3);
-    for (size_t i = 0; i < qb; i++) { qm[i] = (uint8_t)st_rng_u64(&r); qv[i] = (uint8_t)st_rng_u64(&r); }
-    for (size_t b = 0; b < nblocks; b++) { am[b] = 0.01f * st_rng_uniform(&r); av[b] = 1e-4f * st_rng_uniform(&r); }
+    q8_state q = q8_state_random(o, &r);
+    uint8_t *qm = q.qm, *qv = q.qv;
+    float *am = q.am, *av = q.av;
+    CHECK(q.nblocks == 10 && q.qb == 2560, "layout: %zu blocks, %zu bytes", q.nblocks, q.qb);
     float *p = malloc(n * 4), *g = malloc(n * 4), *pr = malloc(n * 4);
     for (size_t i = 0; i < n; i++) { pr[i] = p[i] = st_rng_normal(&r); g[i] = 0.01f * st_rng_normal(&r); }
     float cs[256], cu[256];
@@ -133,24 +131,8 @@ static void check_step_reference(void) {
     st_optim_q8_map(0, cu);
     /* the reference, from the state before the step */
     st_adamw_params hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 7, .grad_scale = 1.0f};
-    /* the engine's folded constants (adamw_kernels.h), computed in double */
-    float c1 = (float)(1.0 - (double)0.9f), c2 = (float)(1.0 - (double)0.95f);
-    double bc1 = 1.0 - pow(0.9f, 7), bc2 = 1.0 - pow(0.95f, 7);
-    float sd = (float)(bc1 / sqrt(bc2)), epsd = (float)(bc1 * 1e-8f);
     float *mr = malloc(n * 4), *vr = malloc(n * 4), amr[10], avr[10];
-    for (size_t b = 0; b < nblocks; b++) {
-        amr[b] = avr[b] = 0;
-        for (size_t i = b * 256; i < n && i < (b + 1) * 256; i++) {
-            float m = cs[qm[i]] * am[b], v = cu[qv[i]] * av[b], gi = g[i];
-            m = fmaf(c1, gi, 0.9f * m);
-            v = fmaf(c2 * gi, gi, 0.95f * v);
-            pr[i] = fmaf(-1e-3f, fmaf(0.1f, pr[i], m / fmaf(sqrtf(v), sd, epsd)), pr[i]);
-            mr[i] = m;
-            vr[i] = v;
-            amr[b] = fmaxf(amr[b], fabsf(m));
-            avr[b] = fmaxf(avr[b], v);
-        }
-    }
+    q8_reference_step(&q, n, cs, cu, g, pr, mr, vr, amr, avr);
     st_optim_step_args a = {.params = p, .grads = g, .grad_dtype = ST_F32, .grad_sumsq = -1};
     CHECK(st_optim_step_ex(o, &a, &hp, &err) == ST_OK, "step: %s", err.msg);
     CHECK(memcmp(p, pr, n * 4) == 0, "8-bit step params differ from the reference");
@@ -221,36 +203,9 @@ static void check_training(void) {
 
 /* Save the state buffers at step 5, continue to 10; restore into a fresh optimizer, same bits. */
 static void check_resume(void) {
-    for (int f = 0; f < 2; f++) {
-        st_err err = {0};
-        st_optim_state_format fmt = f ? ST_OPTIM_STATE_8BIT : ST_OPTIM_STATE_F32;
-        st_optim_segment segs[2] = {{0, 3000, 0.1f}, {3000, 1234, 0.0f}};
-        size_t n = 4234, bytes;
-        st_optim *a, *b;
-        st_optim_create(&a, segs, 2, fmt, &err);
-        st_optim_create(&b, segs, 2, fmt, &err);
-        float *p = malloc(n * 4), *ps = malloc(n * 4), *grads = malloc(10 * n * 4);
-        st_rng r;
-        st_rng_seed(&r, 17);
-        for (size_t i = 0; i < n; i++) p[i] = st_rng_normal(&r);
-        for (size_t i = 0; i < 10 * n; i++) grads[i] = st_rng_normal(&r);
-        for (int s = 1; s <= 10; s++) {
-            if (s == 6) {
-                memcpy(ps, p, n * 4);
-                for (int i = 0; i < st_optim_state_count(a); i++) {
-                    void *src = st_optim_state_buffer(a, i, &bytes), *dst = st_optim_state_buffer(b, i, &bytes);
-                    memcpy(dst, src, bytes);
-                }
-            }
-            st_adamw_params hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = s, .grad_scale = 1.0f};
-            st_optim_step(a, p, grads + (size_t)(s - 1) * n, &hp);
-            if (s >= 6) st_optim_step(b, ps, grads + (size_t)(s - 1) * n, &hp);
-        }
-        CHECK(memcmp(p, ps, n * 4) == 0, "format %d: a run restored from its state buffers diverges", f);
-        st_optim_free(a);
-        st_optim_free(b);
-        free(p); free(ps); free(grads);
-    }
+    for (int f = 0; f < 2; f++)
+        CHECK(q8_resume_same(f ? ST_OPTIM_STATE_8BIT : ST_OPTIM_STATE_F32),
+              "format %d: a run restored from its state buffers diverges", f);
 }
 
 int main(void) {

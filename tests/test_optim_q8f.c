@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "optim/adamw_kernels.h"
+#include "optim_q8_common.h"
 #include "strata/ckpt.h"
 #include "strata/optim.h"
 #include "testutil.h"
@@ -158,14 +159,11 @@ static void check_step_reference(void) {
     st_optim_segment seg = {0, n, 0.1f};
     st_optim *o;
     CHECK(st_optim_create(&o, &seg, 1, FP, &err) == ST_OK, "create: %s", err.msg);
-    size_t qb, ab;
-    uint8_t *qm = st_optim_state_buffer(o, 0, &qb), *qv = st_optim_state_buffer(o, 1, &qb);
-    float *am = st_optim_state_buffer(o, 2, &ab), *av = st_optim_state_buffer(o, 3, &ab);
-    size_t nblocks = ab / 4;
     st_rng r;
     st_rng_seed(&r, 31);
-    for (size_t i = 0; i < qb; i++) { qm[i] = (uint8_t)st_rng_u64(&r); qv[i] = (uint8_t)st_rng_u64(&r); }
-    for (size_t b = 0; b < nblocks; b++) { am[b] = 0.01f * st_rng_uniform(&r); av[b] = 1e-4f * st_rng_uniform(&r); }
+    q8_state q = q8_state_random(o, &r);
+    uint8_t *qm = q.qm, *qv = q.qv;
+    float *am = q.am, *av = q.av;
     float *p = malloc(n * 4), *g = malloc(n * 4), *pr = malloc(n * 4), *mr = malloc(n * 4), *vr = malloc(n * 4);
     for (size_t i = 0; i < n; i++) { pr[i] = p[i] = st_rng_normal(&r); g[i] = 0.01f * st_rng_normal(&r); }
     double ds[256], du[256];
@@ -174,22 +172,8 @@ static void check_step_reference(void) {
     ref_codes(0, du);
     for (int b = 0; b < 256; b++) { cs[b] = (float)ds[b]; cu[b] = (float)du[b]; }
     st_adamw_params hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 7, .grad_scale = 1.0f};
-    float c1 = (float)(1.0 - (double)0.9f), c2 = (float)(1.0 - (double)0.95f);
-    double bc1 = 1.0 - pow(0.9f, 7), bc2 = 1.0 - pow(0.95f, 7);
-    float sd = (float)(bc1 / sqrt(bc2)), epsd = (float)(bc1 * 1e-8f), amr[10], avr[10];
-    for (size_t b = 0; b < nblocks; b++) {
-        amr[b] = avr[b] = 0;
-        for (size_t i = b * 256; i < n && i < (b + 1) * 256; i++) {
-            float m = cs[qm[i]] * am[b], v = cu[qv[i]] * av[b], gi = g[i];
-            m = fmaf(c1, gi, 0.9f * m);
-            v = fmaf(c2 * gi, gi, 0.95f * v);
-            pr[i] = fmaf(-1e-3f, fmaf(0.1f, pr[i], m / fmaf(sqrtf(v), sd, epsd)), pr[i]);
-            mr[i] = m;
-            vr[i] = v;
-            amr[b] = fmaxf(amr[b], fabsf(m));
-            avr[b] = fmaxf(avr[b], v);
-        }
-    }
+    float amr[10], avr[10];
+    q8_reference_step(&q, n, cs, cu, g, pr, mr, vr, amr, avr);
     st_optim_step_args a = {.params = p, .grads = g, .grad_dtype = ST_F32, .grad_sumsq = -1};
     CHECK(st_optim_step_ex(o, &a, &hp, &err) == ST_OK, "step: %s", err.msg);
     CHECK(memcmp(p, pr, n * 4) == 0, "float-map step params differ from the reference");
@@ -208,33 +192,7 @@ static void check_step_reference(void) {
 
 /* Save the state buffers at step 5, continue to 10; restore into a fresh optimizer, same bits. */
 static void check_resume(void) {
-    st_err err = {0};
-    st_optim_segment segs[2] = {{0, 3000, 0.1f}, {3000, 1234, 0.0f}};
-    size_t n = 4234, bytes;
-    st_optim *a, *b;
-    st_optim_create(&a, segs, 2, FP, &err);
-    st_optim_create(&b, segs, 2, FP, &err);
-    float *p = malloc(n * 4), *ps = malloc(n * 4), *grads = malloc(10 * n * 4);
-    st_rng r;
-    st_rng_seed(&r, 17);
-    for (size_t i = 0; i < n; i++) p[i] = st_rng_normal(&r);
-    for (size_t i = 0; i < 10 * n; i++) grads[i] = st_rng_normal(&r);
-    for (int s = 1; s <= 10; s++) {
-        if (s == 6) {
-            memcpy(ps, p, n * 4);
-            for (int i = 0; i < st_optim_state_count(a); i++) {
-                void *src = st_optim_state_buffer(a, i, &bytes), *dst = st_optim_state_buffer(b, i, &bytes);
-                memcpy(dst, src, bytes);
-            }
-        }
-        st_adamw_params hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = s, .grad_scale = 1.0f};
-        st_optim_step(a, p, grads + (size_t)(s - 1) * n, &hp);
-        if (s >= 6) st_optim_step(b, ps, grads + (size_t)(s - 1) * n, &hp);
-    }
-    CHECK(memcmp(p, ps, n * 4) == 0, "a float-map run restored from its state buffers diverges");
-    st_optim_free(a);
-    st_optim_free(b);
-    free(p); free(ps); free(grads);
+    CHECK(q8_resume_same(FP), "a float-map run restored from its state buffers diverges");
 }
 
 /* ---- against fp64 AdamW on a realistic gradient stream ---- */

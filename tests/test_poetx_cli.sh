@@ -10,14 +10,9 @@
 #    size that divides no dimension of a weight, the disk state, 8-bit optimizer state;
 #  - strata bench poet --json prints the state bytes per matmul-weight parameter by class.
 set -u
-S=${STRATA_BIN:?}
-T=$(mktemp -d /tmp/strata-poetx-XXXXXX)
-fail=0; checks=0
-check() { checks=$((checks+1)); if ! eval "$1"; then echo "FAIL: $2"; fail=$((fail+1)); fi; }
-command -v jq >/dev/null || { echo "no jq: skipped"; exit 77; }
-tiny="--vocab_size 256 --batch 2 --seq 16 --sample_every 0 --eval_every 0 --quiet 1"
+. "$(dirname "$0")/lib_method_cli.sh"
+method_begin poetx
 poet="--method poetx --poetx_block 8 --poetx_terms 4 --poetx_merge_every 3 --lr 1e-2 --warmup_steps 2"
-losses() { jq -r .loss "$1/metrics.jsonl" | tr '\n' ' '; }
 ck() { echo "$1/checkpoints/step_0000000$2/model.safetensors"; }
 
 # --- straight
@@ -46,15 +41,8 @@ check '[ -f "$(ck "$T/a" 8)" ] && cmp -s "$(ck "$T/a" 8)" "$(ck "$T/b" 8)"' \
   "the resumed run's final checkpoint is byte-identical to the straight run's"
 
 # a resume with another method or block size is refused before anything is written
-sum_cfg=$(md5sum <"$T/b/config.json")
-"$S" train --resume "$T/b" --method full --steps 9 >"$T/b3.out" 2>&1
-rc=$?
-check '[ $rc -ne 0 ] && grep -q "key '"'"'method'"'"'" "$T/b3.out" && [ "$(md5sum <"$T/b/config.json")" = "$sum_cfg" ]' \
-  "resume with method full refused, config.json untouched: $(tail -1 "$T/b3.out")"
-"$S" train --resume "$T/b" --poetx_block 4 --steps 9 >"$T/b4.out" 2>&1
-rc=$?
-check '[ $rc -ne 0 ] && grep -q "key '"'"'poetx_block'"'"'" "$T/b4.out" && [ "$(md5sum <"$T/b/config.json")" = "$sum_cfg" ]' \
-  "resume with another poetx_block refused: $(tail -1 "$T/b4.out")"
+resume_refused "$T/b" method --method full
+resume_refused "$T/b" poetx_block --poetx_block 4
 
 # --- the Llama family
 "$S" train --model llama-tiny $tiny $poet --steps 4 --run_dir "$T/l" >"$T/l.out" 2>&1
@@ -62,13 +50,6 @@ rc=$?
 check '[ $rc -eq 0 ]' "llama-tiny poetx run: $(tail -2 "$T/l.out")"
 
 # --- bad input: refused before a run directory exists
-refused() { # $1 name, $2 args, $3 $4 strings the message must hold
-  local name=$1 w1=$3 w2=$4 rc
-  "$S" train $2 --run_dir "$T/bad_$name" >"$T/bad_$name.out" 2>&1
-  rc=$?
-  check '[ $rc -ne 0 ] && grep -q -- "$w1" "$T/bad_$name.out" && grep -q -- "$w2" "$T/bad_$name.out" && [ ! -e "$T/bad_$name" ]' \
-    "$name: refused naming '$w1' and '$w2', no run directory (rc $rc): $(tail -1 "$T/bad_$name.out")"
-}
 refused block "--model gpt2-tiny $tiny --steps 2 $poet --poetx_block 12" "poetx_block" "transformer.h.0.attn.c_attn.weight"
 refused llama_block "--model llama-tiny $tiny --steps 2 $poet --poetx_block 32" "poetx_block" "model.layers.0.self_attn.k_proj.weight"
 refused disk "--model gpt2-tiny $tiny --steps 2 $poet --state_paths $T/st" "state_paths" "poetx"
@@ -80,6 +61,4 @@ refused q8 "--model gpt2-tiny $tiny --steps 2 $poet --optim_state 8bit" "optim_s
 check 'jq -e ".adamw_bytes_per_param == 16 and .w0_bytes_per_param == 4 and .q_params == 3584 and .matmul_params == 24576 and .poetx_step_s > 0 and .adamw_step_s > 0" "$T/bench.json" >/dev/null' \
   "bench poet --json: $(cat "$T/bench.json" "$T/bench.err" | head -c 400)"
 
-echo "poetx_cli: $checks checks, $((checks - fail)) passed, $fail failed"
-[ $fail -eq 0 ] && rm -rf "$T"
-[ $fail -eq 0 ]
+method_end poetx_cli

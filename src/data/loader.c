@@ -438,19 +438,7 @@ st_status st_data_loader_source_ident(st_data_loader *dl, int i, st_data_ident *
 
 static void deliver(st_data_loader *dl, const data_slot *s, st_data_batch *b) {
     dl->last = s;
-    b->B = dl->cfg.B;
-    b->T = dl->cfg.T;
-    b->tokens = s->tokens;
-    b->positions = s->positions;
-    b->loss_mask = s->mask;
-    b->cu_seqlens = s->cu_seqlens;
-    b->n_seqs = s->n_seqs;
-    b->max_seqlen = s->max_seqlen;
-    b->source = s->source;
-    b->seg_doc = s->seg_doc;
-    b->seg_visit = s->seg_visit;
-    b->step = s->step;
-    b->first_sample = s->first_sample;
+    batch_of(dl, s, b);
     dl->cons = s->after;
     dl->stats.batches++;
     dl->stats.tokens += (uint64_t)dl->cfg.B * dl->cfg.T;

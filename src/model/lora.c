@@ -20,37 +20,21 @@
 #include "strata/llama.h"
 #include "strata/lora.h"
 #include "strata/safetensors.h"
-
-/* The projections of each family: the suffix of the weight's name, the matmul it is part of. */
-typedef struct proj_kind { const char *suffix, *module, *short_name; int mm; } proj_kind;
-static const proj_kind gpt2_projs[] = {
-    {".attn.c_attn.weight", "c_attn", NULL, ST_MM_QKV},  {".attn.c_proj.weight", "c_proj", NULL, ST_MM_O},
-    {".mlp.c_fc.weight", "c_fc", NULL, ST_MM_UP},        {".mlp.c_proj.weight", "c_proj", NULL, ST_MM_DOWN},
-};
-static const proj_kind llama_projs[] = {
-    {".self_attn.q_proj.weight", "q_proj", "q", ST_MM_QKV}, {".self_attn.k_proj.weight", "k_proj", "k", ST_MM_QKV},
-    {".self_attn.v_proj.weight", "v_proj", "v", ST_MM_QKV}, {".self_attn.o_proj.weight", "o_proj", "o", ST_MM_O},
-    {".mlp.gate_proj.weight", "gate_proj", "gate", ST_MM_UP}, {".mlp.up_proj.weight", "up_proj", "up", ST_MM_UP},
-    {".mlp.down_proj.weight", "down_proj", "down", ST_MM_DOWN},
-};
+#include "model/frozen_base_internal.h"
 
 typedef struct lora_adapter {
-    int layer, mm;
+    int key;              /* first (frozen_base_index): layer * ST_MM_COUNT + the block matmul */
     int in, out, col, ld; /* input width, output rows, column in the packed output, its width */
     size_t a_off, b_off;  /* A (r, in) and B (out, r) in the adapter vector */
     const st_param_info *base_t;
 } lora_adapter;
 
 typedef struct lora_impl {
-    st_linear_hook hook; /* first: the block functions call it with &hook */
-    st_model *base;
-    st_model *self;
+    frozen_base fb;      /* first: the hook, the base; fb.first[k] .. [k + 1]: the adapters of matmul key k */
     st_lora_config cfg;
-    int gpt2;            /* 1: GPT-2 ((in, out) weights, Conv1D); 0: the Llama family ((out, in)) */
     float scale;
-    int n_ad, n_layer;
+    int n_ad;
     lora_adapter *ad;
-    int *first;          /* [n_layer * ST_MM_COUNT + 1]: adapters of (layer, mm) are ad[first[k] .. first[k+1]) */
     st_param_info *tensors;
     float *scratch;      /* t (N, r) | dt (N, r) | u (N, max out) | the norms' dropped gradients */
     int N, max_out, max_norm;
@@ -60,19 +44,6 @@ typedef struct lora_impl {
 static lora_impl *impl_of(const st_model *m) { return (lora_impl *)m->impl; }
 
 /* ------------------------------------------------------------------ the table */
-
-static int layer_of(const char *name) {
-    const char *p = strstr(name, ".h.");
-    if (!p) p = strstr(name, ".layers.");
-    if (!p) return -1;
-    p = strchr(p + 1, '.') + 1;
-    return atoi(p);
-}
-
-static int ends_with(const char *s, const char *x) {
-    size_t ls = strlen(s), lx = strlen(x);
-    return ls >= lx && !memcmp(s + ls - lx, x, lx);
-}
 
 /* Does module name `mod` (the weight's name less ".weight") match target tg, as PEFT's
  * target_modules list does (equal, or ending in "." + tg)? */
@@ -88,7 +59,7 @@ typedef struct targets {
 } targets;
 
 /* cfg->targets cut at commas, spaces trimmed, short forms (q, gate ...) made full. */
-static st_status parse_targets(const char *spec, const proj_kind *pk, int npk, targets *t, st_err *err) {
+static st_status parse_targets(const char *spec, const frozen_proj *pk, int npk, targets *t, st_err *err) {
     t->n = 0;
     const char *p = spec;
     while (*p) {
@@ -117,9 +88,8 @@ static st_status parse_targets(const char *spec, const proj_kind *pk, int npk, t
 static st_status build_adapters(const st_param_info *tt, int nt, const char *arch, const st_lora_config *cfg,
                                 lora_adapter *ad, int *n_ad, size_t *n_params, char *canon, size_t canon_cap,
                                 st_err *err) {
-    int gpt2 = !strcmp(arch, "gpt2");
-    const proj_kind *pk = gpt2 ? gpt2_projs : llama_projs;
-    int npk = gpt2 ? 4 : 7;
+    int gpt2 = !strcmp(arch, "gpt2"), npk;
+    const frozen_proj *pk = frozen_base_projs(gpt2, &npk);
     if (cfg->rank < 1) return st_errf(err, ST_ERR_INVALID, "key 'lora_rank' is %d; it must be >= 1", cfg->rank);
     if (!(cfg->alpha > 0) || !isfinite(cfg->alpha))
         return st_errf(err, ST_ERR_INVALID, "key 'lora_alpha' is %g; it must be > 0 (the scale is alpha / rank)",
@@ -129,19 +99,10 @@ static st_status build_adapters(const st_param_info *tt, int nt, const char *arc
     if (s) return s;
     int used[16] = {0}, n = 0;
     size_t np = 0;
-    /* packed widths: the column of each projection inside its matmul's output */
-    int col = 0, last_layer = -1, last_mm = -1;
-    for (int i = 0; i < nt; i++) {
-        const st_param_info *t = &tt[i];
-        int k = -1;
-        for (int j = 0; j < npk; j++)
-            if (ends_with(t->name, pk[j].suffix)) k = j;
-        if (k < 0) continue;
-        int layer = layer_of(t->name);
-        if (layer != last_layer || pk[k].mm != last_mm) col = 0;
-        last_layer = layer;
-        last_mm = pk[k].mm;
-        int in = gpt2 ? t->shape[0] : t->shape[1], out = gpt2 ? t->shape[1] : t->shape[0];
+    frozen_site site;
+    for (int cur = 0; frozen_base_next_site(tt, nt, gpt2, &cur, &site);) {
+        const st_param_info *t = site.t;
+        int in = site.in, out = site.out;
         char mod[96];
         snprintf(mod, sizeof mod, "%.*s", (int)(strlen(t->name) - strlen(".weight")), t->name);
         int hit = 0;
@@ -153,12 +114,11 @@ static st_status build_adapters(const st_param_info *tt, int nt, const char *arc
                 return st_errf(err, ST_ERR_INVALID, "key 'lora_rank' is %d, larger than tensor '%s' (%d x %d) allows "
                                "(its smaller dimension, %d); lower lora_rank or leave that projection out of "
                                "lora_targets", cfg->rank, t->name, t->shape[0], t->shape[1], lo);
-            if (ad) ad[n] = (lora_adapter){.layer = layer, .mm = pk[k].mm, .in = in, .out = out, .col = col,
+            if (ad) ad[n] = (lora_adapter){.key = site.key, .in = in, .out = out, .col = site.col, .ld = site.ld,
                                            .a_off = np, .b_off = np + (size_t)cfg->rank * in, .base_t = t};
             n++;
             np += (size_t)cfg->rank * (in + out);
         }
-        col += out;
     }
     for (int j = 0; j < tg.n; j++)
         if (!used[j]) {
@@ -189,11 +149,11 @@ st_status st_lora_check(const st_param_info *tensors, int n_tensors, const char 
 
 static void hook_forward(st_linear_hook *h, int mm, float *out, const float *x, int N) {
     lora_impl *li = (lora_impl *)h;
-    st_backend *be = li->base->be;
-    const float *p = li->self->params;
+    st_backend *be = li->fb.base->be;
+    const float *p = li->fb.self->params;
     int r = li->cfg.rank, k = h->layer * ST_MM_COUNT + mm;
     float *t = li->scratch, *u = t + 2 * (size_t)li->N * r;
-    for (int i = li->first[k]; i < li->first[k + 1]; i++) {
+    for (int i = li->fb.first[k]; i < li->fb.first[k + 1]; i++) {
         const lora_adapter *a = &li->ad[i];
         be->ops->matmul_forward(be, t, x, p + a->a_off, NULL, N, a->in, r, ST_W_OUT_IN);
         be->ops->matmul_forward(be, u, t, p + a->b_off, NULL, N, r, a->out, ST_W_OUT_IN);
@@ -203,12 +163,12 @@ static void hook_forward(st_linear_hook *h, int mm, float *out, const float *x, 
 
 static void hook_backward(st_linear_hook *h, int mm, float *dx, const float *dout, const float *x, int N) {
     lora_impl *li = (lora_impl *)h;
-    st_backend *be = li->base->be;
-    const float *p = li->self->params;
-    float *g = li->self->grads;
+    st_backend *be = li->fb.base->be;
+    const float *p = li->fb.self->params;
+    float *g = li->fb.self->grads;
     int r = li->cfg.rank, k = h->layer * ST_MM_COUNT + mm;
     float *t = li->scratch, *dt = t + (size_t)li->N * r, *du = dt + (size_t)li->N * r;
-    for (int i = li->first[k]; i < li->first[k + 1]; i++) {
+    for (int i = li->fb.first[k]; i < li->fb.first[k + 1]; i++) {
         const lora_adapter *a = &li->ad[i];
         be->ops->memset0(be, du, (size_t)N * a->out * sizeof(float));
         be->ops->axpy_rows(be, du, a->out, dout + a->col, a->ld, li->scale, N, a->out);
@@ -221,36 +181,24 @@ static void hook_backward(st_linear_hook *h, int mm, float *dx, const float *dou
 
 /* ------------------------------------------------------------------ st_model ops */
 
-static void set_hook(lora_impl *li, st_linear_hook *h) {
-    if (li->gpt2) ((st_gpt2_model *)li->base->impl)->hook = h;
-    else ((st_llama_model *)li->base->impl)->hook = h;
-}
-
 static st_status lo_alloc_acts(st_model *m, int B, int T, st_err *err) {
     lora_impl *li = impl_of(m);
     st_backend *be = m->be;
-    st_status s = li->base->ops->alloc_acts(li->base, B, T, err);
+    st_status s = frozen_base_alloc_acts(m, B, T, err);
     if (s) return s;
-    m->row_losses = li->base->row_losses; /* the base's forward writes them */
     if (li->scratch) be->ops->dealloc(be, li->scratch);
     li->N = B * T;
     size_t n = 2 * (size_t)li->N * li->cfg.rank + (size_t)li->N * li->max_out + 2 * (size_t)li->max_norm;
     if (!(li->scratch = be->ops->alloc(be, n * sizeof(float))))
         return st_errf(err, ST_ERR_NOMEM, "lora: cannot allocate %.1f MiB of adapter scratch for batch %d x seq %d",
                        n * 4.0 / 1048576.0, B, T);
-    li->hook.norm_scratch = li->scratch + 2 * (size_t)li->N * li->cfg.rank + (size_t)li->N * li->max_out;
+    li->fb.hook.norm_scratch = li->scratch + 2 * (size_t)li->N * li->cfg.rank + (size_t)li->N * li->max_out;
     return ST_OK;
 }
 
 static float lo_forward(st_model *m, const int32_t *in, const int32_t *tg, float dloss) {
     lora_impl *li = impl_of(m);
-    return li->base->ops->forward(li->base, in, tg, dloss);
-}
-
-static void lo_backward(st_model *m) {
-    lora_impl *li = impl_of(m);
-    li->base->ops->backward(li->base); /* the base's own grad hook is NULL: the adapters' are complete at the end */
-    if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, 0, m->n_params);
+    return li->fb.base->ops->forward(li->fb.base, in, tg, dloss);
 }
 
 /* A ~ U(-1/sqrt(in), 1/sqrt(in)) (the bound of PEFT's kaiming_uniform(a = sqrt(5))), B = 0. */
@@ -331,7 +279,7 @@ static double lo_flops(const st_model *m, int T) {
     /* the base's forward and its backward to the activations (2/3 of its step: no weight
      * gradients) plus the adapters' 6 r (in + out) per token each (recompute included: 8) */
     lora_impl *li = impl_of(m);
-    double f = li->base->ops->flops_per_token(li->base, T) * 2.0 / 3.0;
+    double f = li->fb.base->ops->flops_per_token(li->fb.base, T) * 2.0 / 3.0;
     for (int i = 0; i < li->n_ad; i++) f += 8.0 * li->cfg.rank * (li->ad[i].in + li->ad[i].out);
     return f;
 }
@@ -339,45 +287,25 @@ static double lo_flops(const st_model *m, int T) {
 static void lo_describe(const st_model *m, char *buf, size_t cap) {
     lora_impl *li = impl_of(m);
     char b[200];
-    li->base->ops->describe(li->base, b, sizeof b);
+    li->fb.base->ops->describe(li->fb.base, b, sizeof b);
     snprintf(buf, cap, "%s, LoRA r=%d alpha=%g on %s (%d adapted projections; %zu base weights frozen)", b,
-             li->cfg.rank, li->cfg.alpha, li->canon_targets, li->n_ad, li->base->n_params);
+             li->cfg.rank, li->cfg.alpha, li->canon_targets, li->n_ad, li->fb.base->n_params);
 }
 
 static void lo_destroy(st_model *m) {
     lora_impl *li = impl_of(m);
     if (li) {
         if (li->scratch) m->be->ops->dealloc(m->be, li->scratch);
-        if (m->params) m->be->ops->dealloc(m->be, m->params);
-        if (m->grads) m->be->ops->dealloc(m->be, m->grads);
-        if (li->base) {
-            set_hook(li, NULL);
-            st_model_free(li->base);
-        }
+        frozen_base_free(m, &li->fb);
         free(li->ad);
-        free(li->first);
         free(li->tensors);
         free(li);
     }
     free(m);
 }
 
-static int lo_step_gemms(const st_model *m, int B, int T, st_gemm_shape *out, int max) {
-    const st_model *b = impl_of(m)->base;
-    return b->ops->step_gemms ? b->ops->step_gemms(b, B, T, out, max) : 0;
-}
-
 static st_status lo_save_hf(const st_model *m, const char *dir, st_dtype dtype, st_err *err) {
     return st_lora_save_merged_hf(m, dir, dtype, err);
-}
-
-static const float *lo_logits(const st_model *m) {
-    const st_model *b = impl_of(m)->base;
-    return b->ops->logits(b);
-}
-
-static st_status lo_set_docs(st_model *m, const int32_t *positions, const int32_t *doc_start, st_err *err) {
-    return st_model_set_docs(impl_of(m)->base, positions, doc_start, err);
 }
 
 /* No decoder of its own (decode_info NULL): strata sample reads the merged model --save_hf writes. */
@@ -385,21 +313,21 @@ static const st_model_ops lora_ops = {
     .arch = "lora",
     .alloc_acts = lo_alloc_acts,
     .forward = lo_forward,
-    .backward = lo_backward,
+    .backward = frozen_base_backward,
     .init_random = lo_init_random,
     .save = lo_save,
     .load = lo_load,
     .flops_per_token = lo_flops,
     .describe = lo_describe,
     .destroy = lo_destroy,
-    .step_gemms = lo_step_gemms,
+    .step_gemms = frozen_base_step_gemms,
     .save_hf = lo_save_hf,
-    .logits = lo_logits,
-    .set_docs = lo_set_docs,
+    .logits = frozen_base_logits,
+    .set_docs = frozen_base_set_docs,
 };
 
 int st_model_is_lora(const st_model *m) { return m && m->ops == &lora_ops; }
-st_model *st_lora_base(const st_model *m) { return st_model_is_lora(m) ? impl_of(m)->base : NULL; }
+st_model *st_lora_base(const st_model *m) { return st_model_is_lora(m) ? impl_of(m)->fb.base : NULL; }
 const st_lora_config *st_lora_config_of(const st_model *m) { return st_model_is_lora(m) ? &impl_of(m)->cfg : NULL; }
 
 st_status st_lora_model_create(st_model **out, st_model *base, const st_lora_config *cfg, uint64_t seed,
@@ -426,20 +354,14 @@ st_status st_lora_model_create(st_model **out, st_model *base, const st_lora_con
     }
     st_model *m = calloc(1, sizeof *m);
     lora_impl *li = calloc(1, sizeof *li);
-    int L = 0;
-    for (int i = 0; i < base->n_tensors; i++) {
-        int l = layer_of(base->tensors[i].name);
-        if (l + 1 > L) L = l + 1;
-    }
     if (li) {
         li->ad = calloc((size_t)(n_ad ? n_ad : 1), sizeof *li->ad);
-        li->first = calloc((size_t)L * ST_MM_COUNT + 1, sizeof *li->first);
         li->tensors = calloc((size_t)(n_ad ? 2 * n_ad : 1), sizeof *li->tensors);
     }
-    if (!m || !li || !li->ad || !li->first || !li->tensors) {
+    if (!m || !li || frozen_base_init(&li->fb, m, base) || !li->ad || !li->tensors) {
         if (li) {
             free(li->ad);
-            free(li->first);
+            free(li->fb.first);
             free(li->tensors);
         }
         free(li);
@@ -449,30 +371,11 @@ st_status st_lora_model_create(st_model **out, st_model *base, const st_lora_con
     }
     m->ops = &lora_ops;
     m->impl = li;
-    li->base = base;
-    li->self = m;
     li->cfg = *cfg;
-    li->gpt2 = gpt2;
-    li->n_layer = L;
     li->scale = (float)(cfg->alpha / cfg->rank);
     build_adapters(base->tensors, base->n_tensors, base->ops->arch, cfg, li->ad, &li->n_ad, &np, li->canon_targets,
                    sizeof li->canon_targets, err);
-    /* packed widths (the matmul's whole output), and the adapters of each (layer, mm) */
-    for (int i = 0; i < base->n_tensors; i++) {
-        const st_param_info *t = &base->tensors[i];
-        const proj_kind *pk = gpt2 ? gpt2_projs : llama_projs;
-        for (int j = 0; j < (gpt2 ? 4 : 7); j++)
-            if (ends_with(t->name, pk[j].suffix)) {
-                int out_w = gpt2 ? t->shape[1] : t->shape[0], layer = layer_of(t->name);
-                for (int k = 0; k < li->n_ad; k++)
-                    if (li->ad[k].layer == layer && li->ad[k].mm == pk[j].mm) li->ad[k].ld += out_w;
-            }
-    }
-    for (int k = 0, i = 0; k < L * ST_MM_COUNT; k++) { /* adapters come in (layer, mm) order in every table */
-        li->first[k] = i;
-        while (i < li->n_ad && li->ad[i].layer * ST_MM_COUNT + li->ad[i].mm == k) i++;
-        li->first[k + 1] = i;
-    }
+    frozen_base_index(li->fb.first, li->fb.n_layer * ST_MM_COUNT, li->ad, sizeof *li->ad, li->n_ad);
     li->max_norm = 1;
     for (int i = 0; i < base->n_tensors; i++)
         if (base->tensors[i].ndim == 1 && base->tensors[i].shape[0] > li->max_norm) li->max_norm = base->tensors[i].shape[0];
@@ -490,32 +393,16 @@ st_status st_lora_model_create(st_model **out, st_model *base, const st_lora_con
         snprintf(ta->name, sizeof ta->name, "base_model.model.%.64s.lora_A.weight", mod);
         snprintf(tb->name, sizeof tb->name, "base_model.model.%.64s.lora_B.weight", mod);
     }
-    m->be = base->be;
-    m->n_params = np;
     m->n_tensors = 2 * li->n_ad;
     m->tensors = li->tensors;
-    m->max_seq = base->max_seq;
-    m->vocab_size = base->vocab_size;
-    m->params = m->be->ops->alloc(m->be, (np ? np : 1) * sizeof(float));
-    m->grads = m->be->ops->alloc(m->be, (np ? np : 1) * sizeof(float));
-    if (!m->params || !m->grads) {
+    if (frozen_base_vectors(m, &li->fb, np)) {
         lo_destroy(m);
         return st_errf(err, ST_ERR_NOMEM, "lora: cannot allocate %.1f MiB for the adapters and their gradients",
                        2.0 * np * 4 / 1048576.0);
     }
-    /* the base is frozen: its gradient vector goes */
-    if (base->grads) {
-        base->be->ops->dealloc(base->be, base->grads);
-        base->grads = NULL;
-        if (gpt2) {
-            st_gpt2_model *g = base->impl;
-            g->grads = g->emb_g = g->lnf_g = NULL;
-        } else {
-            ((st_llama_model *)base->impl)->grads = NULL;
-        }
-    }
-    li->hook = (st_linear_hook){.forward = hook_forward, .backward = hook_backward, .frozen = 1};
-    set_hook(li, &li->hook);
+    frozen_base_drop_grads(&li->fb); /* the base is frozen: its gradient vector goes */
+    li->fb.hook = (st_linear_hook){.forward = hook_forward, .backward = hook_backward, .frozen = 1};
+    frozen_base_set_hook(&li->fb, &li->fb.hook);
     lo_init_random(m, seed);
     *out = m;
     return ST_OK;
@@ -539,7 +426,7 @@ st_status st_lora_save_adapter(const st_model *m, const char *dir, const char *b
     json_object_object_add(o, "lora_alpha", json_object_new_double(li->cfg.alpha));
     json_object_object_add(o, "lora_dropout", json_object_new_double(0.0));
     json_object_object_add(o, "target_modules", tm);
-    json_object_object_add(o, "fan_in_fan_out", json_object_new_boolean(li->gpt2));
+    json_object_object_add(o, "fan_in_fan_out", json_object_new_boolean(li->fb.gpt2));
     json_object_object_add(o, "bias", json_object_new_string("none"));
     json_object_object_add(o, "inference_mode", json_object_new_boolean(1));
     json_object_object_add(o, "init_lora_weights", json_object_new_boolean(1));
@@ -559,7 +446,7 @@ st_status st_lora_save_adapter(const st_model *m, const char *dir, const char *b
 st_status st_lora_save_merged_hf(const st_model *m, const char *dir, st_dtype dtype, st_err *err) {
     if (!st_model_is_lora(m)) return st_errf(err, ST_ERR_INVALID, "lora: the model has no adapters");
     lora_impl *li = impl_of(m);
-    st_model *b = li->base;
+    st_model *b = li->fb.base;
     st_backend *be = m->be;
     size_t nb = b->n_params;
     float *keep = malloc(nb * sizeof(float)), *w = malloc(nb * sizeof(float)), *ad = malloc(m->n_params * sizeof(float));
@@ -581,7 +468,7 @@ st_status st_lora_save_merged_hf(const st_model *m, const char *dir, st_dtype dt
             for (int j = 0; j < a->in; j++) {
                 double d = 0;
                 for (int k = 0; k < r; k++) d += (double)B[(size_t)o * r + k] * A[(size_t)k * a->in + j];
-                float *e = li->gpt2 ? &W[(size_t)j * a->out + o] : &W[(size_t)o * a->in + j];
+                float *e = li->fb.gpt2 ? &W[(size_t)j * a->out + o] : &W[(size_t)o * a->in + j];
                 *e = (float)(*e + li->scale * d);
             }
     }

@@ -27,22 +27,10 @@
 #include "strata/llama.h"
 #include "strata/poetx.h"
 #include "strata/safetensors.h"
-
-/* The matmul weights of each family: the suffix of the name, the matmul it is part of. */
-typedef struct proj_kind { const char *suffix; int mm; } proj_kind;
-static const proj_kind gpt2_projs[] = {
-    {".attn.c_attn.weight", ST_MM_QKV}, {".attn.c_proj.weight", ST_MM_O},
-    {".mlp.c_fc.weight", ST_MM_UP},     {".mlp.c_proj.weight", ST_MM_DOWN},
-};
-static const proj_kind llama_projs[] = {
-    {".self_attn.q_proj.weight", ST_MM_QKV}, {".self_attn.k_proj.weight", ST_MM_QKV},
-    {".self_attn.v_proj.weight", ST_MM_QKV}, {".self_attn.o_proj.weight", ST_MM_O},
-    {".mlp.gate_proj.weight", ST_MM_UP},     {".mlp.up_proj.weight", ST_MM_UP},
-    {".mlp.down_proj.weight", ST_MM_DOWN},
-};
+#include "model/frozen_base_internal.h"
 
 typedef struct poet_weight {
-    int layer, mm;
+    int key;               /* first (frozen_base_index): layer * ST_MM_COUNT + the block matmul */
     int in, out, col, ld;  /* input width, output rows, column in the packed output, its width */
     size_t w_rel;          /* W0_j inside the packed weight the block passes (floats) */
     size_t qi_off, qo_off; /* packed Q in the POET-X vector */
@@ -57,13 +45,10 @@ typedef struct poet_train { /* a trainable tensor of the base: where it is in ea
 } poet_train;
 
 typedef struct poet_impl {
-    st_linear_hook hook; /* first: the block functions call it with &hook */
-    st_model *base, *self;
+    frozen_base fb; /* first: the hook, the base; fb.first[k] .. [k + 1]: the weights of matmul key k */
     st_poetx_config cfg;
-    int gpt2;
-    int n_w, n_layer;
+    int n_w;
     poet_weight *w;
-    int *first; /* [n_layer * ST_MM_COUNT + 1]: weights of (layer, mm) are w[first[k] .. first[k+1]) */
     int n_train;
     poet_train *train;
     st_param_info *tensors;
@@ -80,26 +65,6 @@ typedef struct poet_impl {
 static poet_impl *impl_of(const st_model *m) { return (poet_impl *)m->impl; }
 static int is_perm_(const int32_t *p, int d);
 
-static int layer_of(const char *name) {
-    const char *p = strstr(name, ".h.");
-    if (!p) p = strstr(name, ".layers.");
-    if (!p) return -1;
-    p = strchr(p + 1, '.') + 1;
-    return atoi(p);
-}
-
-static int ends_with(const char *s, const char *x) {
-    size_t ls = strlen(s), lx = strlen(x);
-    return ls >= lx && !memcmp(s + ls - lx, x, lx);
-}
-
-static int proj_of(const char *name, int gpt2) {
-    const proj_kind *pk = gpt2 ? gpt2_projs : llama_projs;
-    for (int j = 0; j < (gpt2 ? 4 : 7); j++)
-        if (ends_with(name, pk[j].suffix)) return pk[j].mm;
-    return -1;
-}
-
 /* The weights and trainables of cfg over a tensor table (w, tr NULL: count only). */
 static st_status build(const st_param_info *tt, int nt, const char *arch, const st_poetx_config *cfg, poet_weight *w,
                        int *n_w, poet_train *tr, int *n_tr, size_t *n_params, size_t *n_q, size_t *n_g, st_err *err) {
@@ -113,34 +78,27 @@ static st_status build(const st_param_info *tt, int nt, const char *arch, const 
     size_t nq = (size_t)b * (b - 1) / 2, np = 0, qn = 0, gn = 0;
     int n = 0, ntr = 0;
     for (int i = 0; i < nt; i++) { /* the base's trainables first, in its order */
-        if (proj_of(tt[i].name, gpt2) >= 0) continue;
+        if (frozen_base_proj_of(tt[i].name, gpt2) >= 0) continue;
         if (tr) tr[ntr] = (poet_train){.base_off = tt[i].offset, .off = np, .numel = tt[i].numel};
         ntr++;
         np += tt[i].numel;
     }
-    int col = 0, last_layer = -1, last_mm = -1;
-    for (int i = 0; i < nt; i++) {
-        const st_param_info *t = &tt[i];
-        int mm = proj_of(t->name, gpt2);
-        if (mm < 0) continue;
-        int layer = layer_of(t->name);
-        if (layer != last_layer || mm != last_mm) col = 0;
-        last_layer = layer;
-        last_mm = mm;
-        int in = gpt2 ? t->shape[0] : t->shape[1], out = gpt2 ? t->shape[1] : t->shape[0];
+    frozen_site site;
+    for (int cur = 0; frozen_base_next_site(tt, nt, gpt2, &cur, &site);) {
+        const st_param_info *t = site.t;
+        int in = site.in, out = site.out, col = site.col;
         if (in % b || out % b)
             return st_errf(err, ST_ERR_INVALID, "key 'poetx_block' is %d, which does not divide %s of tensor '%s' "
                            "(%d x %d); POET-X trains every matmul weight of the blocks: pick a block size that "
                            "divides every weight's dimensions", b, in % b ? "the input width" : "the output width",
                            t->name, t->shape[0], t->shape[1]);
         if (w)
-            w[n] = (poet_weight){.layer = layer, .mm = mm, .in = in, .out = out, .col = col,
+            w[n] = (poet_weight){.key = site.key, .in = in, .out = out, .col = col, .ld = site.ld,
                                  .w_rel = gpt2 ? 0 : (size_t)col * in, .qi_off = np + qn,
                                  .qo_off = np + qn + (size_t)(in / b) * nq, .h_off = gn, .base_t = t};
         n++;
         qn += (size_t)(in / b + out / b) * nq;
         gn += (size_t)out;
-        col += out;
     }
     *n_w = n;
     if (n_tr) *n_tr = ntr;
@@ -161,17 +119,17 @@ st_status st_poetx_check(const st_param_info *tensors, int n_tensors, const char
 static void hook_linear_forward(st_linear_hook *h, int mm, float *out, const float *x, const float *w,
                                 const float *bias, int N) {
     poet_impl *pi = (poet_impl *)h;
-    st_backend *be = pi->base->be;
+    st_backend *be = pi->fb.base->be;
     const st_backend_ops *o = be->ops;
-    const float *p = pi->self->params;
+    const float *p = pi->fb.self->params;
     int b = pi->cfg.block, k = pi->cfg.terms, key = h->layer * ST_MM_COUNT + mm;
-    st_wlayout lay = pi->gpt2 ? ST_W_IN_OUT : ST_W_OUT_IN;
+    st_wlayout lay = pi->fb.gpt2 ? ST_W_IN_OUT : ST_W_OUT_IN;
     size_t S = (size_t)pi->N * pi->max_d;
     float *u = pi->scratch, *hh = u + S, *y = hh + S;
-    const poet_weight *w0 = &pi->w[pi->first[key]];
-    int ld = w0->ld, single = pi->first[key + 1] - pi->first[key] == 1;
+    const poet_weight *w0 = &pi->w[pi->fb.first[key]];
+    int ld = w0->ld, single = pi->fb.first[key + 1] - pi->fb.first[key] == 1;
     if (!single) o->memset0(be, out, (size_t)N * ld * sizeof(float));
-    for (int i = pi->first[key]; i < pi->first[key + 1]; i++) {
+    for (int i = pi->fb.first[key]; i < pi->fb.first[key + 1]; i++) {
         const poet_weight *a = &pi->w[i];
         float *Gi = pi->G, *Go = pi->G + (size_t)a->in * b;
         float *hk = pi->h_keep ? pi->h_keep + (size_t)N * a->h_off : hh; /* kept for the backward */
@@ -193,18 +151,18 @@ static void hook_linear_forward(st_linear_hook *h, int mm, float *out, const flo
 static void hook_linear_backward(st_linear_hook *h, int mm, float *dx, float *dbias, const float *dout,
                                  const float *x, const float *w, int N) {
     poet_impl *pi = (poet_impl *)h;
-    st_backend *be = pi->base->be;
+    st_backend *be = pi->fb.base->be;
     const st_backend_ops *o = be->ops;
-    const float *p = pi->self->params;
-    float *g = pi->self->grads;
+    const float *p = pi->fb.self->params;
+    float *g = pi->fb.self->grads;
     int b = pi->cfg.block, k = pi->cfg.terms, key = h->layer * ST_MM_COUNT + mm;
-    st_wlayout lay = pi->gpt2 ? ST_W_IN_OUT : ST_W_OUT_IN;
+    st_wlayout lay = pi->fb.gpt2 ? ST_W_IN_OUT : ST_W_OUT_IN;
     size_t S = (size_t)pi->N * pi->max_d;
     float *u = pi->scratch, *hh = u + S, *dy = hh + S, *dh = dy + S, *du = dh + S, *dGi = du + S;
-    const poet_weight *w0 = &pi->w[pi->first[key]];
+    const poet_weight *w0 = &pi->w[pi->fb.first[key]];
     int ld = w0->ld;
     if (dbias) o->matmul_backward(be, NULL, NULL, dbias, dout, NULL, NULL, N, w0->in, ld, lay);
-    for (int i = pi->first[key]; i < pi->first[key + 1]; i++) {
+    for (int i = pi->fb.first[key]; i < pi->fb.first[key + 1]; i++) {
         const poet_weight *a = &pi->w[i];
         float *Gi = pi->G, *Go = pi->G + (size_t)a->in * b;
         const float *W0 = w + a->w_rel, *hk = hh, *dya = dout;
@@ -234,11 +192,6 @@ static void hook_linear_backward(st_linear_hook *h, int mm, float *dx, float *db
 
 /* ------------------------------------------------------------------ st_model ops */
 
-static void set_hook(poet_impl *pi, st_linear_hook *h) {
-    if (pi->gpt2) ((st_gpt2_model *)pi->base->impl)->hook = h;
-    else ((st_llama_model *)pi->base->impl)->hook = h;
-}
-
 /* dst[i] = src[i] on the backend (no copy op: zero, then add) */
 static void dev_copy(st_backend *be, float *dst, const float *src, size_t n) {
     be->ops->memset0(be, dst, n * sizeof(float));
@@ -251,9 +204,8 @@ static void dev_copy(st_backend *be, float *dst, const float *src, size_t n) {
 static st_status po_alloc_acts(st_model *m, int B, int T, st_err *err) {
     poet_impl *pi = impl_of(m);
     st_backend *be = m->be;
-    st_status s = pi->base->ops->alloc_acts(pi->base, B, T, err);
+    st_status s = frozen_base_alloc_acts(m, B, T, err);
     if (s) return s;
-    m->row_losses = pi->base->row_losses;
     if (pi->scratch) be->ops->dealloc(be, pi->scratch);
     if (pi->h_keep) be->ops->dealloc(be, pi->h_keep);
     pi->scratch = pi->h_keep = NULL;
@@ -272,25 +224,20 @@ static float po_forward(st_model *m, const int32_t *in, const int32_t *tg, float
     poet_impl *pi = impl_of(m);
     for (int i = 0; i < pi->n_train; i++) /* the trainables as the optimizer left them */
         if (!pi->train[i].aliased)
-            dev_copy(m->be, pi->base->params + pi->train[i].base_off, m->params + pi->train[i].off,
+            dev_copy(m->be, pi->fb.base->params + pi->train[i].base_off, m->params + pi->train[i].off,
                      pi->train[i].numel);
-    return pi->base->ops->forward(pi->base, in, tg, dloss);
+    return pi->fb.base->ops->forward(pi->fb.base, in, tg, dloss);
 }
 
-/* The base has no gradient vector: its backward asks the hook where each trainable tensor's
- * gradient goes (m->grads), the matmul weights' none; the Q's accumulate through the hook. */
-static void po_backward(st_model *m) {
-    poet_impl *pi = impl_of(m);
-    pi->base->ops->backward(pi->base);
-    if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, 0, m->n_params);
-}
-
+/* The backward is the base's (frozen_base_backward): having no gradient vector, it asks the
+ * hook where each trainable tensor's gradient goes (m->grads), the matmul weights' none; the
+ * Q's accumulate through the hook. */
 static float *hook_grad_at(st_linear_hook *h, int layer, size_t offset) {
     poet_impl *pi = (poet_impl *)h;
     size_t o = layer >= 0 ? pi->blk0 + (size_t)layer * pi->blk_numel + offset : offset;
     for (int i = 0; i < pi->n_train; i++) {
         const poet_train *t = &pi->train[i];
-        if (o >= t->base_off && o < t->base_off + t->numel) return pi->self->grads + t->off + (o - t->base_off);
+        if (o >= t->base_off && o < t->base_off + t->numel) return pi->fb.self->grads + t->off + (o - t->base_off);
     }
     return NULL; /* a matmul weight: W0 forms no gradient */
 }
@@ -302,7 +249,7 @@ static void po_init_random(st_model *m, uint64_t seed) {
     st_backend *be = m->be;
     be->ops->memset0(be, m->params, m->n_params * sizeof(float));
     for (int i = 0; i < pi->n_train; i++)
-        dev_copy(be, m->params + pi->train[i].off, pi->base->params + pi->train[i].base_off, pi->train[i].numel);
+        dev_copy(be, m->params + pi->train[i].off, pi->fb.base->params + pi->train[i].base_off, pi->train[i].numel);
     st_poetx_draw_perms(m, seed, 0);
 }
 
@@ -339,7 +286,7 @@ static st_status po_save(const st_model *m, const char *path, st_err *err) {
     for (int i = 0; i < pi->n_w; i++) {
         const poet_weight *a = &pi->w[i];
         const st_param_info *t = a->base_t;
-        be->ops->copy_to_host(be, w0 + wo, pi->base->params + t->offset, t->numel * sizeof(float));
+        be->ops->copy_to_host(be, w0 + wo, pi->fb.base->params + t->offset, t->numel * sizeof(float));
         to[k++] = (st_tensor_out){.name = t->name, .dtype = ST_F32, .ndim = 2, .shape = {t->shape[0], t->shape[1]},
                                   .data = w0 + wo};
         int lw = (int)(strlen(t->name) - strlen(".weight"));
@@ -428,7 +375,7 @@ static st_status po_load(st_model *m, const char *path, st_err *err) {
             const poet_weight *a = &pi->w[i];
             char pn[160];
             int lw = (int)(strlen(a->base_t->name) - strlen(".weight"));
-            be->ops->copy_to_device(be, pi->base->params + a->base_t->offset, w0 + wo, a->base_t->numel * sizeof(float));
+            be->ops->copy_to_device(be, pi->fb.base->params + a->base_t->offset, w0 + wo, a->base_t->numel * sizeof(float));
             snprintf(pn, sizeof pn, "%.*s.perm_in", lw, a->base_t->name);
             be->ops->copy_to_device(be, a->perm_in, st_safetensors_data(st, st_safetensors_find(st, pn)),
                                     (size_t)a->in * sizeof(int32_t));
@@ -444,14 +391,14 @@ static st_status po_load(st_model *m, const char *path, st_err *err) {
 }
 
 static double po_flops(const st_model *m, int T) {
-    const st_model *b = impl_of(m)->base;
+    const st_model *b = impl_of(m)->fb.base;
     return b->ops->flops_per_token(b, T);
 }
 
 static void po_describe(const st_model *m, char *buf, size_t cap) {
     poet_impl *pi = impl_of(m);
     char inner[200] = "";
-    if (pi->base->ops->describe) pi->base->ops->describe(pi->base, inner, sizeof inner);
+    if (pi->fb.base->ops->describe) pi->fb.base->ops->describe(pi->fb.base, inner, sizeof inner);
     snprintf(buf, cap, "%s, POET-X b %d k %d over %d weights (%zu trainable)", inner, pi->cfg.block, pi->cfg.terms,
              pi->n_w, m->n_params);
 }
@@ -465,14 +412,8 @@ static void po_destroy(st_model *m) {
         if (pi->h_keep) be->ops->dealloc(be, pi->h_keep);
         if (pi->G) be->ops->dealloc(be, pi->G);
         if (pi->perms) be->ops->dealloc(be, pi->perms);
-        if (m->params) be->ops->dealloc(be, m->params);
-        if (m->grads) be->ops->dealloc(be, m->grads);
-        if (pi->base) {
-            set_hook(pi, NULL);
-            st_model_free(pi->base);
-        }
+        frozen_base_free(m, &pi->fb);
         free(pi->w);
-        free(pi->first);
         free(pi->train);
         free(pi->tensors);
         free(pi);
@@ -480,16 +421,11 @@ static void po_destroy(st_model *m) {
     free(m);
 }
 
-static int po_step_gemms(const st_model *m, int B, int T, st_gemm_shape *out, int max) {
-    const st_model *b = impl_of(m)->base;
-    return b->ops->step_gemms ? b->ops->step_gemms(b, B, T, out, max) : 0;
-}
-
 /* The merged dense model (R W0 P folded, the trainables as they are) as the base's Hugging
  * Face directory; the base's vector as it was after. */
 static st_status po_save_hf(const st_model *m, const char *dir, st_dtype dtype, st_err *err) {
     poet_impl *pi = impl_of(m);
-    st_model *b = pi->base;
+    st_model *b = pi->fb.base;
     size_t nb = b->n_params;
     float *keep = malloc(nb * sizeof(float)), *qkeep = malloc(m->n_params * sizeof(float));
     int32_t *pkeep = NULL;
@@ -519,34 +455,25 @@ static st_status po_save_hf(const st_model *m, const char *dir, st_dtype dtype, 
     return s;
 }
 
-static const float *po_logits(const st_model *m) {
-    const st_model *b = impl_of(m)->base;
-    return b->ops->logits(b);
-}
-
-static st_status po_set_docs(st_model *m, const int32_t *positions, const int32_t *doc_start, st_err *err) {
-    return st_model_set_docs(impl_of(m)->base, positions, doc_start, err);
-}
-
 static const st_model_ops poetx_ops = {
     .arch = "poetx",
     .alloc_acts = po_alloc_acts,
     .forward = po_forward,
-    .backward = po_backward,
+    .backward = frozen_base_backward,
     .init_random = po_init_random,
     .save = po_save,
     .load = po_load,
     .flops_per_token = po_flops,
     .describe = po_describe,
     .destroy = po_destroy,
-    .step_gemms = po_step_gemms,
+    .step_gemms = frozen_base_step_gemms,
     .save_hf = po_save_hf,
-    .logits = po_logits,
-    .set_docs = po_set_docs,
+    .logits = frozen_base_logits,
+    .set_docs = frozen_base_set_docs,
 };
 
 int st_model_is_poetx(const st_model *m) { return m && m->ops == &poetx_ops; }
-st_model *st_poetx_base(const st_model *m) { return st_model_is_poetx(m) ? impl_of(m)->base : NULL; }
+st_model *st_poetx_base(const st_model *m) { return st_model_is_poetx(m) ? impl_of(m)->fb.base : NULL; }
 const st_poetx_config *st_poetx_config_of(const st_model *m) { return st_model_is_poetx(m) ? &impl_of(m)->cfg : NULL; }
 void st_poetx_extra_bytes(const st_model *m, size_t *g_scratch, size_t *kept_h) {
     const poet_impl *pi = st_model_is_poetx(m) ? impl_of(m) : NULL;
@@ -643,12 +570,12 @@ st_status st_poetx_merge(st_model *m, uint64_t seed, int64_t step, st_err *err) 
     }
     for (int i = 0; i < pi->n_w; i++) {
         const poet_weight *a = &pi->w[i];
-        float *W = pi->base->params + a->base_t->offset;
+        float *W = pi->fb.base->params + a->base_t->offset;
         size_t n = (size_t)a->in * a->out;
         float *Gi = pi->G, *Go = pi->G + (size_t)a->in * b;
         o->poet_cayley_forward(be, Gi, m->params + a->qi_off, (a->in + a->out) / b, b, k);
         o->copy_to_host(be, h1, W, n * sizeof(float));
-        if (pi->gpt2) { /* Conv1D (in, out): W0^T */
+        if (pi->fb.gpt2) { /* Conv1D (in, out): W0^T */
             transpose(h2, h1, a->in, a->out);
             memcpy(h1, h2, n * sizeof(float));
         }
@@ -659,7 +586,7 @@ st_status st_poetx_merge(st_model *m, uint64_t seed, int64_t step, st_err *err) 
         o->copy_to_device(be, d, h2, n * sizeof(float));
         o->poet_apply_forward(be, d, d, Go, a->perm_out, a->in, a->out, b, 0); /* (R W0 P)^T */
         o->copy_to_host(be, h1, d, n * sizeof(float));
-        if (!pi->gpt2) {
+        if (!pi->fb.gpt2) {
             transpose(h2, h1, a->in, a->out);
             memcpy(h1, h2, n * sizeof(float));
         }
@@ -694,24 +621,18 @@ st_status st_poetx_model_create(st_model **out, st_model *base, const st_poetx_c
         st_model_free(base);
         return s;
     }
-    int gpt2 = !strcmp(base->ops->arch, "gpt2"), L = 0;
-    for (int i = 0; i < base->n_tensors; i++) {
-        int l = layer_of(base->tensors[i].name);
-        if (l + 1 > L) L = l + 1;
-    }
     st_model *m = calloc(1, sizeof *m);
     poet_impl *pi = calloc(1, sizeof *pi);
     if (pi) {
         pi->w = calloc((size_t)(n_w ? n_w : 1), sizeof *pi->w);
         pi->train = calloc((size_t)(n_tr ? n_tr : 1), sizeof *pi->train);
-        pi->first = calloc((size_t)L * ST_MM_COUNT + 1, sizeof *pi->first);
         pi->tensors = calloc((size_t)(n_tr + 2 * n_w + 1), sizeof *pi->tensors);
     }
-    if (!m || !pi || !pi->w || !pi->train || !pi->first || !pi->tensors) {
+    if (!m || !pi || frozen_base_init(&pi->fb, m, base) || !pi->w || !pi->train || !pi->tensors) {
         if (pi) {
             free(pi->w);
             free(pi->train);
-            free(pi->first);
+            free(pi->fb.first);
             free(pi->tensors);
         }
         free(pi);
@@ -719,29 +640,19 @@ st_status st_poetx_model_create(st_model **out, st_model *base, const st_poetx_c
         st_model_free(base);
         return st_errf(err, ST_ERR_NOMEM, "out of memory");
     }
+    int gpt2 = pi->fb.gpt2;
     m->ops = &poetx_ops;
     m->impl = pi;
     m->be = base->be;
-    pi->base = base;
-    pi->self = m;
     pi->cfg = *cfg;
-    pi->gpt2 = gpt2;
-    pi->n_layer = L;
     build(base->tensors, base->n_tensors, base->ops->arch, cfg, pi->w, &pi->n_w, pi->train, &pi->n_train, &np, &nq,
           &ng, err);
     pi->q_off = np - nq;
-    for (int i = 0; i < pi->n_w; i++) /* packed widths */
-        for (int j = 0; j < pi->n_w; j++)
-            if (pi->w[j].layer == pi->w[i].layer && pi->w[j].mm == pi->w[i].mm) pi->w[i].ld += pi->w[j].out;
-    for (int kk = 0, i = 0; kk < L * ST_MM_COUNT; kk++) { /* weights come in (layer, mm) order */
-        pi->first[kk] = i;
-        while (i < pi->n_w && pi->w[i].layer * ST_MM_COUNT + pi->w[i].mm == kk) i++;
-        pi->first[kk + 1] = i;
-    }
+    frozen_base_index(pi->fb.first, pi->fb.n_layer * ST_MM_COUNT, pi->w, sizeof *pi->w, pi->n_w);
     /* the tensor table: the base's trainables under their names, then each weight's Q's */
     int nt = 0;
     for (int i = 0; i < base->n_tensors; i++) {
-        if (proj_of(base->tensors[i].name, gpt2) >= 0) continue;
+        if (frozen_base_proj_of(base->tensors[i].name, gpt2) >= 0) continue;
         pi->tensors[nt] = base->tensors[i];
         pi->tensors[nt].offset = pi->train[nt].off;
         nt++;
@@ -766,13 +677,9 @@ st_status st_poetx_model_create(st_model **out, st_model *base, const st_poetx_c
         if (a->out / b > pi->max_nb) pi->max_nb = a->out / b;
         nperm += (size_t)a->in + a->out;
     }
-    m->n_params = np;
     m->n_tensors = nt;
     m->tensors = pi->tensors;
-    m->max_seq = base->max_seq;
-    m->vocab_size = base->vocab_size;
-    m->params = m->be->ops->alloc(m->be, (np ? np : 1) * sizeof(float));
-    m->grads = m->be->ops->alloc(m->be, (np ? np : 1) * sizeof(float));
+    int vectors = frozen_base_vectors(m, &pi->fb, np);
     pi->h_total = ng; /* build's count: the weights' out summed */
     size_t gmax = 0;
     for (int i = 0; i < pi->n_w; i++)
@@ -780,7 +687,7 @@ st_status st_poetx_model_create(st_model **out, st_model *base, const st_poetx_c
     ng = gmax;
     pi->G = m->be->ops->alloc(m->be, (ng ? ng : 1) * sizeof(float));
     pi->perms = m->be->ops->alloc(m->be, (nperm ? nperm : 1) * sizeof(int32_t));
-    if (!m->params || !m->grads || !pi->G || !pi->perms) {
+    if (vectors || !pi->G || !pi->perms) {
         po_destroy(m);
         return st_errf(err, ST_ERR_NOMEM, "poetx: cannot allocate %.1f MiB for the trainable parameters, their "
                        "gradients and the blocks' G", (2.0 * np + ng + nperm) * 4 / 1048576.0);
@@ -794,6 +701,7 @@ st_status st_poetx_model_create(st_model **out, st_model *base, const st_poetx_c
      * the frozen matmul weights none. GPT-2's embedding and final norm are read and trained
      * in place in m's vectors (their pointers moved), the block tensors copied before each
      * forward. */
+    frozen_base_drop_grads(&pi->fb);
     if (gpt2) {
         st_gpt2_model *g = base->impl;
         pi->blk0 = g->block_offset0;
@@ -810,18 +718,14 @@ st_status st_poetx_model_create(st_model **out, st_model *base, const st_poetx_c
             }
             t->aliased = t->base_off < pi->blk0 || t->base_off >= lnf; /* wte, wpe; ln_f weight, bias */
         }
-        g->grads = NULL;
     } else {
         st_llama_model *l = base->impl;
         pi->blk0 = l->block_offset0;
         pi->blk_numel = l->block_numel;
-        l->grads = NULL;
     }
-    if (base->grads) m->be->ops->dealloc(m->be, base->grads);
-    base->grads = NULL;
-    pi->hook = (st_linear_hook){.linear_forward = hook_linear_forward, .linear_backward = hook_linear_backward,
-                                .grad_at = hook_grad_at};
-    set_hook(pi, &pi->hook);
+    pi->fb.hook = (st_linear_hook){.linear_forward = hook_linear_forward, .linear_backward = hook_linear_backward,
+                                   .grad_at = hook_grad_at};
+    frozen_base_set_hook(&pi->fb, &pi->fb.hook);
     po_init_random(m, seed);
     *out = m;
     return ST_OK;
