@@ -54,9 +54,7 @@ st_status run_poetx_check(const st_train_config *c, int world, st_err *err) {
     if (st_train_config_state_format(c) != ST_OPTIM_STATE_F32)
         return st_errf(err, ST_ERR_UNSUPPORTED, "key 'optim_state': method poetx keeps f32 optimizer state for now "
                        "(a merge resets Q's moments in place); give --optim_state f32");
-    if (world > 1)
-        return st_errf(err, ST_ERR_UNSUPPORTED, "key 'method': method poetx runs in one process for now, not under "
-                       "mpirun (%d ranks); run it without mpirun", world);
+    (void)world; /* ranks: every rank merges its whole copy alike (run_poetx_after_step) */
     st_model_overrides ov = st_train_config_overrides(c);
     st_model_shape shape;
     st_arch *arch = NULL;
@@ -122,18 +120,20 @@ st_status run_poetx_open(const st_train_config *c, st_model **m, st_err *err) {
     return ST_OK;
 }
 
-st_status run_poetx_after_step(const st_train_config *c, st_model *m, st_optim *o, long step, st_err *err) {
+st_status run_poetx_after_step(const st_train_config *c, st_model *m, st_optim *o, st_step *stp, size_t lo, size_t hi,
+                               long step, st_err *err) {
     if (!st_model_is_poetx(m) || step % c->poetx_merge_every) return ST_OK;
-    st_status s = st_poetx_merge(m, c->seed, step, err);
-    if (s) return s;
-    size_t q0 = st_poetx_q_offset(m);
-    for (int i = 0; o && i < st_optim_state_count(o); i++) { /* f32: m then v, each the vector's layout */
+    st_status s = stp ? st_step_sync(stp, err) : ST_OK; /* ranks: the whole vector gathered first */
+    if (s || (s = st_poetx_merge(m, c->seed, step, err))) return s;
+    size_t q0 = st_poetx_q_offset(m), a = q0 > lo ? q0 : lo;
+    for (int i = 0; o && i < st_optim_state_count(o); i++) { /* f32: m then v, each [lo, hi) of the vector */
         size_t bytes = 0;
         float *st = st_optim_state_buffer(o, i, &bytes);
-        if (bytes != m->n_params * sizeof(float))
+        if (hi > m->n_params || lo > hi || bytes != (hi - lo) * sizeof(float))
             return st_errf(err, ST_ERR_UNSUPPORTED, "poetx: optimizer state %d holds %zu bytes, not the %zu of the "
-                           "vector; cannot reset Q's moments", i, bytes, m->n_params * sizeof(float));
-        memset(st + q0, 0, (m->n_params - q0) * sizeof(float));
+                           "vector's elements [%zu, %zu); cannot reset Q's moments", i, bytes,
+                           (hi - lo) * sizeof(float), lo, hi);
+        if (a < hi) memset(st + (a - lo), 0, (hi - a) * sizeof(float));
     }
     return ST_OK;
 }

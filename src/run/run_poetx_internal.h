@@ -5,6 +5,7 @@
 
 #include "strata/model.h"
 #include "strata/optim.h"
+#include "strata/step.h"
 #include "strata/train.h"
 
 /* method poetx's keys against the model's tensor table, allocating no weights: layer streaming,
@@ -41,7 +42,10 @@ st_status run_poetx_open(const st_train_config *c, st_model **m, st_err *err);
 int run_poetx_initialises(const st_train_config *c);
 /* After the update of step `step`: every poetx_merge_every steps, the merge (R and P folded into
  * W0, Q reset, the permutations redrawn from the seed and the step) and Q's Adam moments reset
- * in o. Nothing for other models. */
-st_status run_poetx_after_step(const st_train_config *c, st_model *m, st_optim *o, long step, st_err *err);
+ * in o, which holds the elements [lo, hi) of the vector (a rank's ZeRO shard, or all of it).
+ * Under ranks every rank merges its whole copy alike, after the step's weights are gathered
+ * (stp: st_step_sync). Nothing for other models. */
+st_status run_poetx_after_step(const st_train_config *c, st_model *m, st_optim *o, st_step *stp, size_t lo, size_t hi,
+                               long step, st_err *err);
 
 #endif

@@ -416,7 +416,7 @@ static st_status run_step(train_run *r, long step, train_step *o, st_err *err) {
         return s;
     if (r->store) st_failpoint("train_update_committed"); /* tests: the store has the step, the mixture not yet */
     if ((s = run_mix_after_step(&r->mix, r->td.dl, err)) || (s = run_docs_after_step(&r->docs, step, err)) ||
-        (s = run_poetx_after_step(c, r->m, r->opt, step, err))) /* method poetx: a merge every interval */
+        (s = run_poetx_after_step(c, r->m, r->opt, r->stp, r->dist.lo, r->dist.hi, step, err))) /* method poetx: a merge every interval */
         return s;
     /* a GPU's ops report nothing when they fail: a failed kernel or copy stops the run
      * here, before this step is logged or checkpointed, not trained on as garbage */
