@@ -265,7 +265,10 @@ static st_status po_save(const st_model *m, const char *path, st_err *err) {
         np += (size_t)pi->w[i].in + pi->w[i].out;
     }
     int nt = m->n_tensors + 3 * pi->n_w;
-    float *host = malloc(m->n_params * sizeof(float)), *w0 = malloc((nw0 ? nw0 : 1) * sizeof(float));
+    /* in host memory W0 is written from the base's own vector: no staging copy of it (at 2B
+     * parameters that copy was 7.9 GB, the run's peak at its checkpoint) */
+    const int direct = st_backend_host_memory(be);
+    float *host = malloc(m->n_params * sizeof(float)), *w0 = malloc((direct || !nw0 ? 1 : nw0) * sizeof(float));
     int32_t *perm = malloc((np ? np : 1) * sizeof(int32_t));
     st_tensor_out *to = calloc((size_t)nt, sizeof *to);
     char(*names)[160] = calloc((size_t)(2 * pi->n_w + 1), sizeof *names);
@@ -286,9 +289,10 @@ static st_status po_save(const st_model *m, const char *path, st_err *err) {
     for (int i = 0; i < pi->n_w; i++) {
         const poet_weight *a = &pi->w[i];
         const st_param_info *t = a->base_t;
-        be->ops->copy_to_host(be, w0 + wo, pi->fb.base->params + t->offset, t->numel * sizeof(float));
+        const float *src = pi->fb.base->params + t->offset;
+        if (!direct) be->ops->copy_to_host(be, w0 + wo, src, t->numel * sizeof(float));
         to[k++] = (st_tensor_out){.name = t->name, .dtype = ST_F32, .ndim = 2, .shape = {t->shape[0], t->shape[1]},
-                                  .data = w0 + wo};
+                                  .data = direct ? src : w0 + wo};
         int lw = (int)(strlen(t->name) - strlen(".weight"));
         snprintf(names[2 * i], sizeof names[0], "%.*s.perm_in", lw, t->name);
         snprintf(names[2 * i + 1], sizeof names[0], "%.*s.perm_out", lw, t->name);

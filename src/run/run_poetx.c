@@ -80,7 +80,7 @@ st_status run_poetx_bytes_of(const st_train_config *c, const st_arch *a, const c
     st_status s = st_poetx_check(a->lay.tensors, a->lay.n_tensors, family, &pc, &n_tr, NULL, err);
     if (s) return s;
     int gpt2 = !strcmp(family, "gpt2");
-    double N = (double)B * T, b = pc.block, h_total = 0, nperm = 0, nw0 = 0, max_d = 0, gmax = 0;
+    double N = (double)B * T, b = pc.block, h_total = 0, nperm = 0, max_d = 0, gmax = 0;
     for (int i = 0; i < a->lay.n_tensors; i++) {
         const st_param_info *t = &a->lay.tensors[i];
         size_t nq = 0;
@@ -89,14 +89,13 @@ st_status run_poetx_bytes_of(const st_train_config *c, const st_arch *a, const c
         double d_out = gpt2 ? t->shape[1] : t->shape[0], d_in = gpt2 ? t->shape[0] : t->shape[1];
         h_total += d_out; /* Hugging Face layouts: GPT-2's Conv1D (in, out), the Llama family's (out, in) */
         nperm += d_in + d_out;
-        nw0 += (double)t->numel;
         if (d_in > max_d) max_d = d_in;
         if (d_out > max_d) max_d = d_out;
         if ((d_in + d_out) * b > gmax) gmax = (d_in + d_out) * b;
     }
     out->kept_h = pc.recompute ? 0 : 4.0 * N * h_total;
     out->scratch = 4.0 * (5.0 * N * max_d + 2.0 * (max_d / b) * b * b + gmax + nperm);
-    out->save_staging = 4.0 * ((double)n_tr + nw0 + nperm);
+    out->save_staging = 4.0 * ((double)n_tr + nperm); /* W0 written from the base's vector (host memory) */
     double n = (double)a->lay.n_params;
     out->start = 8.0 * n + 8.0 * (double)n_tr + 4.0 * (gmax + nperm);
     return ST_OK;
