@@ -514,6 +514,16 @@ static void print_text(const bopts *o, const bside *sd, int extras) {
     }
 }
 
+/* The JSON keys both modes print first: the corpus, the model and its run, the proxy. */
+static void print_run_keys(const bopts *o) {
+    printf("\"corpus\":\"%s\",\"model\":\"%s\",\"n_layer\":%d,\"n_embd\":%d,\"n_head\":%d,\"vocab_size\":%d,"
+           "\"batch\":%d,\"seq\":%d,\"steps\":%ld,\"lr\":%.6g,\"warmup\":%ld,\"schedule\":\"cosine\","
+           "\"min_lr_frac\":0,\"eval_every\":%ld,\"eval_tokens\":%ld,\"proxy\":{\"n_layer\":%d,\"n_embd\":%d,"
+           "\"n_head\":%d,\"steps\":%ld,\"batch\":%d,\"seq\":%d}",
+           o->corpus, o->model, o->n_layer, o->n_embd, o->n_head, o->vocab, o->B, o->T, o->steps, o->lr, o->warmup,
+           o->eval_every, o->eval_tokens, o->p_layers, o->p_embd, o->p_heads, o->p_steps, o->p_B, o->p_T);
+}
+
 static void print_bands(const bopts *o, const bregime *rg) {
     const bside *sd = &rg->sd;
     int best, second;
@@ -676,14 +686,9 @@ int bench_select(int argc, char **argv) {
         }
         loadavg(load1, sizeof load1);
         if (!rc && o.json) {
-            printf("{\"mode\":\"bands\",\"corpus\":\"%s\",\"model\":\"%s\",\"n_layer\":%d,\"n_embd\":%d,\"n_head\":%d,"
-                   "\"vocab_size\":%d,\"batch\":%d,\"seq\":%d,\"steps\":%ld,\"lr\":%.6g,\"warmup\":%ld,"
-                   "\"schedule\":\"cosine\",\"min_lr_frac\":0,\"eval_every\":%ld,\"eval_tokens\":%ld,\"proxy\":{"
-                   "\"n_layer\":%d,\"n_embd\":%d,\"n_head\":%d,\"steps\":%ld,\"batch\":%d,\"seq\":%d},\"dedup\":%s,"
-                   "\"threads\":%d,\"seed\":%llu,",
-                   o.corpus, o.model, o.n_layer, o.n_embd, o.n_head, o.vocab, o.B, o.T, o.steps, o.lr, o.warmup,
-                   o.eval_every, o.eval_tokens, o.p_layers, o.p_embd, o.p_heads, o.p_steps, o.p_B, o.p_T,
-                   o.dedup ? "true" : "false", o.threads, o.seed);
+            printf("{\"mode\":\"bands\",");
+            print_run_keys(&o);
+            printf(",\"dedup\":%s,\"threads\":%d,\"seed\":%llu,", o.dedup ? "true" : "false", o.threads, o.seed);
             for (int k = 0; k < 2; k++) {
                 print_bands(&o, &rg[k]);
                 printf(",");
@@ -707,14 +712,10 @@ int bench_select(int argc, char **argv) {
     }
     loadavg(load1, sizeof load1);
     if (!rc && o.json) {
-        printf("{\"corpus\":\"%s\",\"model\":\"%s\",\"n_layer\":%d,\"n_embd\":%d,\"n_head\":%d,\"vocab_size\":%d,"
-               "\"batch\":%d,\"seq\":%d,\"steps\":%ld,\"lr\":%.6g,\"warmup\":%ld,\"schedule\":\"cosine\","
-               "\"min_lr_frac\":0,\"eval_every\":%ld,\"eval_tokens\":%ld,\"proxy\":{\"n_layer\":%d,\"n_embd\":%d,"
-               "\"n_head\":%d,\"steps\":%ld,\"batch\":%d,\"seq\":%d},\"band\":[%g,%g],\"dedup\":%s,\"budget\":%g,\"threads\":%d,"
-               "\"seed\":%llu,",
-               o.corpus, o.model, o.n_layer, o.n_embd, o.n_head, o.vocab, o.B, o.T, o.steps, o.lr, o.warmup,
-               o.eval_every, o.eval_tokens, o.p_layers, o.p_embd, o.p_heads, o.p_steps, o.p_B, o.p_T, o.band_lo,
-               o.band_hi, o.dedup ? "true" : "false", o.budget, o.threads, o.seed);
+        printf("{");
+        print_run_keys(&o);
+        printf(",\"band\":[%g,%g],\"dedup\":%s,\"budget\":%g,\"threads\":%d,\"seed\":%llu,", o.band_lo, o.band_hi,
+               o.dedup ? "true" : "false", o.budget, o.threads, o.seed);
         for (int k = 0; k < n_sides; k++) {
             print_side(&o, &sides[k], k == 0);
             printf(",");
