@@ -33,15 +33,8 @@ rc=$?
 if [ $rc -eq 77 ]; then cat "$T/gen.out"; rm -rf "$T"; exit 77; fi
 check "[ $rc -eq 0 ]" "gen_noisy_corpus (rc $rc): $(cat "$T/gen.out")"
 
-A="--n_layer 1 --n_embd 32 --n_head 2 --batch 4 --seq 32 --steps 40 --eval_every 10 --eval_tokens 1024
-   --proxy_layers 1 --proxy_embd 16 --proxy_heads 2 --proxy_steps 20 --proxy_batch 4 --proxy_seq 32 --threads 2"
-# --budget: the scoring alone is 10x the tiny run's FLOPs; 0.06 leaves the budget run room
-"$S" bench select --corpus "$T/c" $A --budget 0.06 --json > "$T/out.json" 2> "$T/err.txt"
-rc=$?
-check '[ $rc -eq 0 ]' "bench select (rc $rc): $(tail -n 3 "$T/err.txt")"
-python3 - "$T/out.json" > "$T/eval.out" 2>&1 <<'PY'
-import json, sys
-j = json.load(open(sys.argv[1]))
+# the checks both JSON readings below share (bad collects what failed)
+cat > "$T/bsel_checks.py" <<'PY'
 bad = []
 def close(a, b, rel=1e-4):
     return abs(a - b) <= rel * max(abs(a), abs(b), 1e-30)
@@ -50,6 +43,19 @@ def need(cond, what):
         bad.append(what)
 def fpt(L, C, V, T):
     return 6.0 * (L * 12.0 * C * C + V * C) + 6.0 * L * T * C
+PY
+
+A="--n_layer 1 --n_embd 32 --n_head 2 --batch 4 --seq 32 --steps 40 --eval_every 10 --eval_tokens 1024
+   --proxy_layers 1 --proxy_embd 16 --proxy_heads 2 --proxy_steps 20 --proxy_batch 4 --proxy_seq 32 --threads 2"
+# --budget: the scoring alone is 10x the tiny run's FLOPs; 0.06 leaves the budget run room
+"$S" bench select --corpus "$T/c" $A --budget 0.06 --json > "$T/out.json" 2> "$T/err.txt"
+rc=$?
+check '[ $rc -eq 0 ]' "bench select (rc $rc): $(tail -n 3 "$T/err.txt")"
+python3 - "$T/out.json" > "$T/eval.out" "$T" 2>&1 <<'PY'
+import json, sys
+sys.path.insert(0, sys.argv[2])
+from bsel_checks import bad, close, need, fpt
+j = json.load(open(sys.argv[1]))
 for k in ("corpus", "model", "batch", "seq", "steps", "lr", "schedule", "min_lr_frac", "eval_every", "proxy", "band",
           "noisy", "clean", "seconds", "load_before", "load_after"):
     need(k in j, "no key " + k)
@@ -129,17 +135,11 @@ echo "bench_select: $(tr '\n' ';' < "$T/eval.out")"
 "$S" bench select --corpus "$T/c" $A --bands 1 --json > "$T/bands.json" 2> "$T/err.txt"
 rc=$?
 check '[ $rc -eq 0 ]' "bench select --bands 1 (rc $rc): $(tail -n 3 "$T/err.txt")"
-python3 - "$T/bands.json" > "$T/evalb.out" 2>&1 <<'PY'
+python3 - "$T/bands.json" > "$T/evalb.out" "$T" 2>&1 <<'PY'
 import json, sys
+sys.path.insert(0, sys.argv[2])
+from bsel_checks import bad, close, need, fpt
 j = json.load(open(sys.argv[1]))
-bad = []
-def close(a, b, rel=1e-4):
-    return abs(a - b) <= rel * max(abs(a), abs(b), 1e-30)
-def need(cond, what):
-    if not cond:
-        bad.append(what)
-def fpt(L, C, V, T):
-    return 6.0 * (L * 12.0 * C * C + V * C) + 6.0 * L * T * C
 need(j.get("mode") == "bands" and j["min_lr_frac"] == 0 and j["schedule"] == "cosine", "mode or schedule: %s" % j.get("mode"))
 B, T, steps, V, p = j["batch"], j["seq"], j["steps"], j["vocab_size"], j["proxy"]
 want_fpt = fpt(j["n_layer"], j["n_embd"], V, T)
