@@ -84,6 +84,17 @@ EOF
 rc=$?
 check '[ $rc -eq 0 ]' "disk state: $(cat "$T/sp.eval")"
 echo "train_mix_online: $(cat "$T/sp.eval")"
+# refused before anything is written, naming the key or the store: a resume of that disk state
+# without online mixing (its loop state holds the mixture's), and a grad_accum whose per-step
+# sums would not fit the store's blob (no store made)
+"$S" train $A --mix weights --state_paths "$T/st" --resume "$T/sp" --run_dir "$T/sp" > "$T/nomix.out" 2>&1
+rc=$?
+check '[ $rc -ne 0 ] && grep -q "strata-state.manifest: the store.s loop state has [0-9]* bytes, this run.s [0-9]*" "$T/nomix.out"' \
+  "a resume without mix online: rc $rc $(tail -2 "$T/nomix.out")"
+"$S" train $A --grad_accum 4096 --state_paths "$T/st3" --run_dir "$T/big" > "$T/big.out" 2>&1
+rc=$?
+check '[ $rc -ne 0 ] && grep -q "key .mix.: online mixing with state_paths commits" "$T/big.out" && [ ! -e "$T/st3/strata-state.manifest" ]' \
+  "grad_accum 4096 with the disk state: rc $rc $(tail -2 "$T/big.out")"
 
 [ $fail -eq 0 ] && rm -rf "$T"
 exit $fail
