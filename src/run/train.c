@@ -401,8 +401,9 @@ static st_status run_step(train_run *r, long step, train_step *o, st_err *err) {
         if (!s) run_docs_note(&r->docs, (int)k, r->td.dl);
     }
     if (s) return s;
-    st_step_hp shp = {.adam = {(float)st_run_stop_lr(&r->stop, step), (float)c->beta1, (float)c->beta2, (float)c->eps,
-                               (long)hs->adam_step + 1, 1.0f},
+    st_step_hp shp = {.adam = {.lr = (float)st_run_stop_lr(&r->stop, step), .beta1 = (float)c->beta1,
+                               .beta2 = (float)c->beta2, .eps = (float)c->eps, .step = (long)hs->adam_step + 1,
+                               .grad_scale = 1.0f},
                       .grad_clip = (float)c->grad_clip};
     if (r->store) { /* the loop's state after this step: committed with the update */
         hs->step = (uint64_t)step;
