@@ -7,8 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
+#include "run/run_internal.h"
 #include "run/run_poetx_internal.h"
 #include "strata/block.h"
 #include "strata/poetx.h"
@@ -22,18 +22,14 @@ static st_poetx_config poetx_config(const st_train_config *c) {
 /* A resume continues the run's own block size and terms (the method itself: run_lora_check). */
 static st_status check_resume(const st_train_config *c, st_err *err) {
     char path[2200];
-    st_run_path(path, sizeof path, c->run_dir, ST_RUN_CONFIG);
-    if (!c->resume[0] || access(path, R_OK)) return ST_OK;
-    st_train_config *was = malloc(sizeof *was);
-    if (!was) return st_errf(err, ST_ERR_NOMEM, "out of memory");
-    st_train_config_defaults(was);
+    st_train_config *was = run_resumed_config(c, path, sizeof path);
     st_status s = ST_OK;
-    if (!st_train_config_load_json(was, path, NULL) && is_poetx(was)) {
+    if (was && is_poetx(was)) {
         const char *key = was->poetx_block != c->poetx_block ? "poetx_block"
                           : was->poetx_terms != c->poetx_terms ? "poetx_terms" : NULL;
         if (key)
             s = st_errf(err, ST_ERR_INVALID, "key '%s': the run in %s was trained with poetx_block %d, poetx_terms %d; "
-                        "a resume continues it as it was: leave %s out, or start a new run", key, c->run_dir,
+                        "a resume continues it as it was: leave %s out, or start a new run", key, c->resume,
                         was->poetx_block, was->poetx_terms, key);
     }
     free(was);
