@@ -426,6 +426,14 @@ int cmd_plan(int argc, char **argv) {
             fprintf(f, "  %s\n", line);
         }
     }
+    /* method poetx: its recompute chosen as strata train chooses it */
+    if (budget[ST_MEM_TIER_HOST] > 0 && !(cfg.host_budget > 0)) cfg.host_budget = budget[ST_MEM_TIER_HOST];
+    char why[320];
+    if (st_train_poetx_recompute_choose(&cfg, why, sizeof why, &err)) {
+        fprintf(stderr, "strata plan: %s\n", err.msg);
+        return 2;
+    }
+    if (why[0]) fprintf(json ? stderr : stdout, "%s\n", why);
     /* the run's memory account (the executor's tables; streamed: the smallest plan's, the
      * planner's section below gives the plan's device bytes) */
     if (st_train_mem_plan(&cfg, NULL, &e, &err)) {
