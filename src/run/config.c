@@ -103,7 +103,7 @@ static const key_def keys[] = {
     {"poetx_block", K_INT, OFF(poetx_block), 0, 2, 65536, "method poetx: the block size b of the orthogonal factors R and P (it must divide both dimensions of every matmul weight of the blocks)"},
     {"poetx_terms", K_INT, OFF(poetx_terms), 0, 0, 64, "method poetx: the Neumann terms k of each block's Cayley polynomial (I + Q)(I + Q + ... + Q^k)"},
     {"poetx_merge_every", K_INT, OFF(poetx_merge_every), 0, 1, 1000000000, "method poetx: steps between merges (R and P folded into W0, Q reset and its Adam moments with poetx_adam_restart, the permutations redrawn)"},
-    {"poetx_recompute", K_INT, OFF(poetx_recompute), 0, 0, 1, "method poetx: 1 forms each weight's rotated input again in the backward instead of keeping it from the forward (less memory, a slower step; the same numbers)"},
+    {"poetx_recompute", K_INT, OFF(poetx_recompute), 0, -1, 1, "method poetx: 1 forms each weight's rotated input again in the backward instead of keeping it from the forward (less memory, a slower step; the same numbers); 0 keeps it; -1 (default, auto) keeps it where the run's memory with it fits host_budget (else MemAvailable), else recomputes: the choice logged and recorded in config.json as if given"},
     {"poetx_lr", K_DOUBLE, OFF(poetx_lr), 0, -1, 10, "method poetx: the peak learning rate of the packed Q's (R and P), on lr's schedule (warmup, decay); the embeddings, norms and biases keep lr. -1 (default): lr"},
     {"poetx_clip_ramp", K_INT, OFF(poetx_clip_ramp), 0, 0, 1000000000, "method poetx: after each merge the gradient clip threshold starts at poetx_clip_start x grad_clip and rises linearly back to grad_clip over this many steps (step j after a merge, 1 <= j <= N: start + (1 - start) (j - 1) / N of grad_clip); at most poetx_merge_every; needs grad_clip > 0. 0 (default): off"},
     {"poetx_clip_start", K_DOUBLE, OFF(poetx_clip_start), 0, 1e-6, 1, "method poetx: the clip ramp's first threshold after a merge, as a fraction of grad_clip"},
@@ -156,6 +156,7 @@ void st_train_config_defaults(st_train_config *c) {
     c->poetx_block = 64;
     c->poetx_terms = 4;
     c->poetx_merge_every = 200;
+    c->poetx_recompute = -1; /* auto: kept where it fits (st_train_poetx_recompute_choose) */
     c->poetx_lr = -1; /* lr */
     c->poetx_clip_start = 0.1;
     c->poetx_adam_restart = 1;
