@@ -133,25 +133,22 @@ static int resume_config_path(const char *resume, char *out, size_t cap) {
     return !strcmp(parent, "checkpoints") && access(out, R_OK) == 0;
 }
 
-/* The resumed run's config.json's string key (was: its value, or dflt where the file is from
- * before the key); 0 where there is no such file or it cannot be read (the resume itself
- * says what is wrong with the run). */
-static int resume_config_str(const st_train_config *c, const char *key, const char *dflt, char *was, size_t cap,
-                             char *path, size_t path_cap) {
-    if (!c->resume[0] || !resume_config_path(c->resume, path, path_cap)) return 0;
-    json_object *root = json_object_from_file(path), *v = NULL;
-    snprintf(was, cap, "%s", dflt);
-    if (root && json_object_object_get_ex(root, key, &v) && json_object_is_type(v, json_type_string))
-        snprintf(was, cap, "%s", json_object_get_string(v));
-    json_object_put(root);
-    return root != NULL;
+st_train_config *run_resumed_config(const st_train_config *c, char *path, size_t cap) {
+    if (!c->resume[0] || !resume_config_path(c->resume, path, cap)) return NULL;
+    st_train_config *was = malloc(sizeof *was); /* large: not on the stack */
+    if (!was) return NULL;
+    st_train_config_defaults(was); /* a config.json from before a key: its default */
+    if (st_train_config_load_json(was, path, NULL)) {
+        free(was);
+        return NULL; /* unreadable: the resume itself says what is wrong with the run */
+    }
+    return was;
 }
 
-static st_status check_resume_matmul(const st_train_config *c, int forced, st_err *err) {
-    char path[2200], was[16];
-    if (!resume_config_str(c, "matmul", "fp32", was, sizeof was, path, sizeof path)) return ST_OK;
+static st_status check_resume_matmul(const st_train_config *c, const st_train_config *was, const char *path,
+                                     int forced, st_err *err) {
     st_matmul_mode a, b;
-    if (st_backend_matmul_parse(was, &a, NULL) || st_backend_matmul_parse(c->matmul, &b, NULL)) return ST_OK;
+    if (st_backend_matmul_parse(was->matmul, &a, NULL) || st_backend_matmul_parse(c->matmul, &b, NULL)) return ST_OK;
     if (a == ST_MATMUL_AUTO) a = st_backend_matmul_auto(c->device, NULL, 0);
     if (b == ST_MATMUL_AUTO) b = st_backend_matmul_auto(c->device, NULL, 0);
     if (a == b) return ST_OK;
@@ -167,27 +164,31 @@ static st_status check_resume_matmul(const st_train_config *c, int forced, st_er
                    st_backend_matmul_name(a));
 }
 
-/* act_dtype as the matmul mode: the activations the backward reads are rounded or not. */
-static st_status check_resume_act_dtype(const st_train_config *c, int forced, st_err *err) {
-    char path[2200], was[16];
-    if (!resume_config_str(c, "act_dtype", "f32", was, sizeof was, path, sizeof path)) return ST_OK;
-    if (!strcmp(was, c->act_dtype)) return ST_OK;
+/* act_dtype as the matmul mode: whether the activations the backward reads are rounded. */
+static st_status check_resume_act_dtype(const st_train_config *c, const st_train_config *was, const char *path,
+                                        int forced, st_err *err) {
+    if (!strcmp(was->act_dtype, c->act_dtype)) return ST_OK;
     if (forced) {
         st_log(1, "warning: key 'act_dtype': %s was trained with act_dtype %s and this resume keeps %s activations, as "
-               "force_resume 1 asks: the run's numerics change from the resumed step on\n", c->resume, was,
+               "force_resume 1 asks: the run's numerics change from the resumed step on\n", c->resume, was->act_dtype,
                c->act_dtype);
         return ST_OK;
     }
     return st_errf(err, ST_ERR_INVALID, "key 'act_dtype': %s was trained with act_dtype %s (%s) and this resume gives "
                    "%s: the run's numerics would change; resume with act_dtype %s, or give force_resume 1 to change it "
-                   "anyway", c->resume, was, path, c->act_dtype, was);
+                   "anyway", c->resume, was->act_dtype, path, c->act_dtype, was->act_dtype);
 }
 
 st_status run_check_resume_numerics(st_train_config *c, st_err *err) {
+    char path[2200];
     int forced = c->force_resume;
     c->force_resume = 0; /* recorded as 0: a later resume is checked again */
-    st_status s = check_resume_matmul(c, forced, err);
-    return s ? s : check_resume_act_dtype(c, forced, err);
+    st_train_config *was = run_resumed_config(c, path, sizeof path);
+    if (!was) return ST_OK;
+    st_status s = check_resume_matmul(c, was, path, forced, err);
+    if (!s) s = check_resume_act_dtype(c, was, path, forced, err);
+    free(was);
+    return s;
 }
 
 /* keep_checkpoints: after a new checkpoint is complete, the oldest complete ones beyond
