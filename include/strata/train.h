@@ -102,6 +102,8 @@ typedef struct st_train_config {
     int poetx_terms;      /* method poetx: the Neumann terms k of the Cayley polynomial */
     int poetx_merge_every; /* method poetx: steps between merges of R and P into W0 */
     int poetx_recompute;  /* method poetx: 1 recomputes the rotated inputs in the backward (st_poetx_config.recompute) */
+    char frozen_dtype[8]; /* method poetx: W0's precision, "fp32" (default), "bf16" or "int8"
+                             (st_poetx_config.frozen_dtype; st_train_config_frozen_dtype) */
     char mix[8];          /* "weights" (the data list's weights; default) or "online" (the sources' weights
                              adapted from their training loss, st_train_config_mix_online) */
     double mix_smoothing; /* online: the rewards' moving average (default 0.9) */
@@ -154,7 +156,8 @@ int st_train_config_places_state(const st_train_config *c);
 /* The key plan as a plan file to run (NULL: auto, the planner's plan). */
 const char *st_train_config_plan_file(const st_train_config *c);
 /* The key method as what it names: *lora 1 for "lora", 0 for "full" and "poetx"; refused naming
- * the key. */
+ * the key. Refused too, naming key frozen_dtype: a value not fp32, bf16 or int8, and bf16 or int8
+ * with a method other than poetx. */
 st_status st_train_config_method(const st_train_config *c, int *lora, st_err *err);
 /* The data key's (or a copy of it) reading "embedded": the built-in corpus, no data list. */
 int st_train_config_data_embedded(const char *data);
@@ -164,6 +167,9 @@ int st_train_config_has_val(const st_train_config *c);
 /* The key method as its enum (ST_TRAIN_METHOD_FULL for a value st_train_config_method refuses). */
 typedef enum st_train_method { ST_TRAIN_METHOD_FULL = 0, ST_TRAIN_METHOD_LORA = 1, ST_TRAIN_METHOD_POETX = 2 } st_train_method;
 st_train_method st_train_config_method_of(const st_train_config *c);
+/* The key frozen_dtype as strata/poetx.h's st_frozen_dtype (0 fp32, 1 bf16, 2 int8), -1 for a
+ * value st_train_config_method refuses. */
+int st_train_config_frozen_dtype(const st_train_config *c);
 /* The shape overrides c sets (0: the preset's value). */
 st_model_overrides st_train_config_overrides(const st_train_config *c);
 

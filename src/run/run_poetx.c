@@ -16,10 +16,13 @@
 static int is_poetx(const st_train_config *c) { return st_train_config_method_of(c) == ST_TRAIN_METHOD_POETX; }
 
 static st_poetx_config poetx_config(const st_train_config *c) {
-    return (st_poetx_config){.block = c->poetx_block, .terms = c->poetx_terms, .recompute = c->poetx_recompute};
+    int fd = st_train_config_frozen_dtype(c); /* checked by st_train_config_method */
+    return (st_poetx_config){.block = c->poetx_block, .terms = c->poetx_terms, .recompute = c->poetx_recompute,
+                             .frozen_dtype = fd < 0 ? ST_FROZEN_F32 : (st_frozen_dtype)fd};
 }
 
-/* A resume continues the run's own block size and terms (the method itself: run_lora_check). */
+/* A resume continues the run's own block size, terms and W0's precision (the method itself:
+ * run_lora_check). */
 static st_status check_resume(const st_train_config *c, st_err *err) {
     char path[2200];
     st_run_path(path, sizeof path, c->run_dir, ST_RUN_CONFIG);
@@ -31,6 +34,10 @@ static st_status check_resume(const st_train_config *c, st_err *err) {
     if (!st_train_config_load_json(was, path, NULL) && is_poetx(was)) {
         const char *key = was->poetx_block != c->poetx_block ? "poetx_block"
                           : was->poetx_terms != c->poetx_terms ? "poetx_terms" : NULL;
+        if (!key && strcmp(was->frozen_dtype, c->frozen_dtype))
+            s = st_errf(err, ST_ERR_INVALID, "key 'frozen_dtype': the run in %s holds W0 in %s, this resume asks for "
+                        "%s; a resume continues it as it was: leave frozen_dtype out, or start a new run", c->run_dir,
+                        was->frozen_dtype, c->frozen_dtype);
         if (key)
             s = st_errf(err, ST_ERR_INVALID, "key '%s': the run in %s was trained with poetx_block %d, poetx_terms %d; "
                         "a resume continues it as it was: leave %s out, or start a new run", key, c->run_dir,
@@ -54,6 +61,12 @@ st_status run_poetx_check(const st_train_config *c, int world, st_err *err) {
     if (st_train_config_state_format(c) != ST_OPTIM_STATE_F32)
         return st_errf(err, ST_ERR_UNSUPPORTED, "key 'optim_state': method poetx keeps f32 optimizer state for now "
                        "(a merge resets Q's moments in place); give --optim_state f32");
+    int cuda_index = -1;
+    if (st_train_config_frozen_dtype(c) > 0 && !st_backend_device_parse(c->device, &cuda_index, NULL) &&
+        cuda_index >= 0)
+        return st_errf(err, ST_ERR_UNSUPPORTED, "key 'frozen_dtype': %s W0 is dequantised by the host; device %s "
+                       "keeps the weights elsewhere: train on device cpu, or give frozen_dtype fp32", c->frozen_dtype,
+                       c->device);
     (void)world; /* ranks: every rank merges its whole copy alike (run_poetx_after_step) */
     st_model_overrides ov = st_train_config_overrides(c);
     st_model_shape shape;
@@ -80,7 +93,7 @@ st_status run_poetx_bytes_of(const st_train_config *c, const st_arch *a, const c
     st_status s = st_poetx_check(a->lay.tensors, a->lay.n_tensors, family, &pc, &n_tr, NULL, err);
     if (s) return s;
     int gpt2 = !strcmp(family, "gpt2");
-    double N = (double)B * T, b = pc.block, h_total = 0, nperm = 0, max_d = 0, gmax = 0;
+    double N = (double)B * T, b = pc.block, h_total = 0, nperm = 0, max_d = 0, gmax = 0, n_w0 = 0, w0_held = 0;
     for (int i = 0; i < a->lay.n_tensors; i++) {
         const st_param_info *t = &a->lay.tensors[i];
         size_t nq = 0;
@@ -88,6 +101,8 @@ st_status run_poetx_bytes_of(const st_train_config *c, const st_arch *a, const c
         if (t->ndim != 2 || st_poetx_check(t, 1, family, &pc, NULL, &nq, NULL) || !nq) continue;
         double d_out = gpt2 ? t->shape[1] : t->shape[0], d_in = gpt2 ? t->shape[0] : t->shape[1];
         h_total += d_out; /* Hugging Face layouts: GPT-2's Conv1D (in, out), the Llama family's (out, in) */
+        n_w0 += (double)t->numel;
+        w0_held += (double)st_frozen_bytes(pc.frozen_dtype, t->numel);
         nperm += d_in + d_out;
         if (d_in > max_d) max_d = d_in;
         if (d_out > max_d) max_d = d_out;
@@ -97,7 +112,13 @@ st_status run_poetx_bytes_of(const st_train_config *c, const st_arch *a, const c
     out->scratch = 4.0 * (5.0 * N * max_d + 2.0 * (max_d / b) * b * b + gmax + nperm);
     out->save_staging = 4.0 * ((double)n_tr + nperm); /* W0 written from the base's vector (host memory) */
     double n = (double)a->lay.n_params;
+    /* bf16, int8: the store's codes and its panel buffer; the base's fp32 pages of W0 given back */
+    double panel = pc.frozen_dtype == ST_FROZEN_F32 ? 0 : (double)ST_FROZEN_PANEL_BYTES;
+    out->frozen = pc.frozen_dtype == ST_FROZEN_F32 ? 4.0 * n : 4.0 * (n - n_w0) + w0_held + panel;
     out->start = 8.0 * n + 8.0 * (double)n_tr + 4.0 * (gmax + nperm);
+    /* ... and the store, filled at the wrap, stays while a preset's initialisation writes the
+     * base's whole vector again (then W0 rounded anew and its pages given back) */
+    if (pc.frozen_dtype != ST_FROZEN_F32) out->start += w0_held + panel;
     return ST_OK;
 }
 
