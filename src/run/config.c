@@ -104,7 +104,7 @@ static const key_def keys[] = {
     {"poetx_block", K_INT, OFF(poetx_block), 0, 2, 65536, "method poetx: the block size b of the orthogonal factors R and P (it must divide both dimensions of every matmul weight of the blocks)"},
     {"poetx_terms", K_INT, OFF(poetx_terms), 0, 0, 64, "method poetx: the Neumann terms k of each block's Cayley polynomial (I + Q)(I + Q + ... + Q^k)"},
     {"poetx_merge_every", K_INT, OFF(poetx_merge_every), 0, 1, 1000000000, "method poetx: steps between merges (R and P folded into W0, Q and its Adam moments reset, the permutations redrawn)"},
-    {"poetx_recompute", K_INT, OFF(poetx_recompute), 0, 0, 1, "method poetx: 1 forms each weight's rotated input again in the backward instead of keeping it from the forward (less memory, a slower step; the same numbers)"},
+    {"poetx_recompute", K_INT, OFF(poetx_recompute), 0, -1, 1, "method poetx: 1 forms each weight's rotated input again in the backward instead of keeping it from the forward (less memory, a slower step; the same numbers); 0 keeps it; -1 (default, auto) keeps it where the run's memory with it fits host_budget (else MemAvailable), else recomputes: the choice logged and recorded in config.json as if given"},
     {"frozen_dtype", K_STR, STR(frozen_dtype), 0, 0, "method poetx: the precision the frozen W0 is held in: fp32 (default), bf16 (2 bytes a value) or int8 (1 byte a value and an fp32 scale and zero per group of 256; asymmetric, round to nearest); bf16 and int8 are dequantised a panel at a time inside the matmuls, a merge is done in fp32 and rounded back, checkpoints keep W0 as held; on the cpu backend. Methods full and lora take fp32 only"},
 };
 #define N_KEYS (sizeof keys / sizeof keys[0])
@@ -155,6 +155,7 @@ void st_train_config_defaults(st_train_config *c) {
     c->poetx_terms = 4;
     c->poetx_merge_every = 200;
     snprintf(c->frozen_dtype, sizeof c->frozen_dtype, "fp32");
+    c->poetx_recompute = -1; /* auto: kept where it fits (st_train_poetx_recompute_choose) */
 }
 
 /* The key method's one parse: -1 for a value it is not. */
