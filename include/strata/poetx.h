@@ -66,6 +66,9 @@ int st_frozen_dtype_parse(const char *s, st_frozen_dtype *out);
 /* The groups (int8) and bytes a weight of numel values holds in d. */
 size_t st_frozen_groups(size_t numel);
 size_t st_frozen_bytes(st_frozen_dtype d, size_t numel);
+/* The panel buffer of the dequantising matmuls for weights of at most max_numel values:
+ * ST_FROZEN_PANEL_BYTES, or the largest weight's fp32 bytes where smaller. */
+size_t st_frozen_panel_bytes(size_t max_numel);
 
 typedef struct st_poetx_config {
     int block; /* b >= 2: divides both dimensions of every matmul weight of the blocks */

@@ -30,6 +30,11 @@ size_t st_frozen_bytes(st_frozen_dtype d, size_t numel) {
                                  : 4 * numel;
 }
 
+size_t st_frozen_panel_bytes(size_t max_numel) {
+    size_t b = max_numel * sizeof(float);
+    return b < ST_FROZEN_PANEL_BYTES ? b : ST_FROZEN_PANEL_BYTES;
+}
+
 int frozen_weight_alloc(frozen_weight *w, st_frozen_dtype d, int rows, int cols, st_wlayout layout) {
     memset(w, 0, sizeof *w);
     *w = (frozen_weight){.dtype = d, .rows = rows, .cols = cols, .layout = layout};

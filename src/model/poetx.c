@@ -62,10 +62,9 @@ typedef struct poet_impl {
     size_t h_total; /* the sum of the weights' out */
     int N, max_d, max_nb;
     frozen_weight *fw; /* [n_w]: each W0 in cfg.frozen_dtype (fp32: the base's own) */
-    float *panel;      /* bf16, int8: the dequantising matmuls' panel (ST_FROZEN_PANEL_BYTES, host) */
+    float *panel;      /* bf16, int8: the dequantising matmuls' panel (host) */
+    size_t panel_bytes;/* st_frozen_panel_bytes of the largest weight */
 } poet_impl;
-
-#define PANEL_FLOATS (ST_FROZEN_PANEL_BYTES / sizeof(float))
 
 static poet_impl *impl_of(const st_model *m) { return (poet_impl *)m->impl; }
 static int is_perm_(const int32_t *p, int d);
@@ -141,7 +140,7 @@ static void hook_linear_forward(st_linear_hook *h, int mm, float *out, const flo
         float *hk = pi->h_keep ? pi->h_keep + (size_t)N * a->h_off : hh; /* kept for the backward */
         o->poet_cayley_forward(be, Gi, p + a->qi_off, (a->in + a->out) / b, b, k); /* G_in | G_out: Q's adjacent */
         o->poet_apply_forward(be, u, x, Gi, a->perm_in, N, a->in, b, 0);
-        frozen_matmul_forward(be, &pi->fw[i], hk, u, N, pi->panel, PANEL_FLOATS, y); /* y: free until R h */
+        frozen_matmul_forward(be, &pi->fw[i], hk, u, N, pi->panel, pi->panel_bytes / sizeof(float), y); /* y: free until R h */
         if (single) { /* R h straight into out (GPT-2, the Llama family's o and down) */
             o->poet_apply_forward(be, out, hk, Go, a->perm_out, N, a->out, b, 0);
         } else {
@@ -178,7 +177,7 @@ static void hook_linear_backward(st_linear_hook *h, int mm, float *dx, float *db
             hk = pi->h_keep + (size_t)N * a->h_off;
         } else {
             o->poet_apply_forward(be, u, x, Gi, a->perm_in, N, a->in, b, 0);
-            frozen_matmul_forward(be, &pi->fw[i], hh, u, N, pi->panel, PANEL_FLOATS, dy); /* dy: free until below */
+            frozen_matmul_forward(be, &pi->fw[i], hh, u, N, pi->panel, pi->panel_bytes / sizeof(float), dy); /* dy: free until below */
         }
         if (ld != a->out) { /* the projection's columns of dout */
             o->memset0(be, dy, (size_t)N * a->out * sizeof(float));
@@ -189,7 +188,7 @@ static void hook_linear_backward(st_linear_hook *h, int mm, float *dx, float *db
         o->memset0(be, dGo, (size_t)a->out * b * sizeof(float));
         o->poet_apply_backward(be, dh, dGo, dya, hk, Go, a->perm_out, N, a->out, b, 0);
         o->memset0(be, du, (size_t)N * a->in * sizeof(float));
-        frozen_matmul_backward_dx(be, &pi->fw[i], du, dh, N, pi->panel, PANEL_FLOATS, u); /* no dW0; u: free */
+        frozen_matmul_backward_dx(be, &pi->fw[i], du, dh, N, pi->panel, pi->panel_bytes / sizeof(float), u); /* no dW0; u: free */
         o->memset0(be, dGi, (size_t)a->in * b * sizeof(float));
         o->poet_apply_backward(be, dx, dGi, du, x, Gi, a->perm_in, N, a->in, b, 0);
         o->poet_cayley_backward(be, g + a->qi_off, dGi, p + a->qi_off, (a->in + a->out) / b, b, k);
@@ -605,7 +604,7 @@ void st_poetx_frozen_bytes(const st_model *m, size_t *w0, size_t *panel) {
     size_t n = 0;
     for (int i = 0; pi && i < pi->n_w; i++) n += st_frozen_bytes(pi->cfg.frozen_dtype, pi->w[i].base_t->numel);
     if (w0) *w0 = n;
-    if (panel) *panel = pi && pi->panel ? ST_FROZEN_PANEL_BYTES : 0;
+    if (panel) *panel = pi ? pi->panel_bytes : 0;
 }
 size_t st_poetx_q_offset(const st_model *m) { return st_model_is_poetx(m) ? impl_of(m)->q_off : 0; }
 
@@ -849,7 +848,11 @@ st_status st_poetx_model_create(st_model **out, st_model *base, const st_poetx_c
                                         gpt2 ? ST_W_IN_OUT : ST_W_OUT_IN);
         pi->fw[i].f32 = base->params + t->offset;
     }
-    if (store_ok && cfg->frozen_dtype != ST_FROZEN_F32) store_ok = (pi->panel = malloc(ST_FROZEN_PANEL_BYTES)) != NULL;
+    size_t max_numel = 0;
+    for (int i = 0; i < pi->n_w; i++)
+        if (pi->w[i].base_t->numel > max_numel) max_numel = pi->w[i].base_t->numel;
+    pi->panel_bytes = cfg->frozen_dtype == ST_FROZEN_F32 ? 0 : st_frozen_panel_bytes(max_numel);
+    if (store_ok && pi->panel_bytes) store_ok = (pi->panel = malloc(pi->panel_bytes)) != NULL;
     if (!store_ok) {
         po_destroy(m);
         return st_errf(err, ST_ERR_NOMEM, "poetx: cannot allocate W0 in frozen_dtype %s",

@@ -90,7 +90,7 @@ st_status run_poetx_bytes_of(const st_train_config *c, const st_arch *a, const c
     st_status s = st_poetx_check(a->lay.tensors, a->lay.n_tensors, family, &pc, &n_tr, NULL, err);
     if (s) return s;
     int gpt2 = !strcmp(family, "gpt2");
-    double N = (double)B * T, b = pc.block, h_total = 0, nperm = 0, max_d = 0, gmax = 0, n_w0 = 0, w0_held = 0;
+    double N = (double)B * T, b = pc.block, h_total = 0, nperm = 0, max_d = 0, gmax = 0, n_w0 = 0, w0_held = 0, max_numel = 0;
     for (int i = 0; i < a->lay.n_tensors; i++) {
         const st_param_info *t = &a->lay.tensors[i];
         size_t nq = 0;
@@ -99,6 +99,7 @@ st_status run_poetx_bytes_of(const st_train_config *c, const st_arch *a, const c
         double d_out = gpt2 ? t->shape[1] : t->shape[0], d_in = gpt2 ? t->shape[0] : t->shape[1];
         h_total += d_out; /* Hugging Face layouts: GPT-2's Conv1D (in, out), the Llama family's (out, in) */
         n_w0 += (double)t->numel;
+        if ((double)t->numel > max_numel) max_numel = (double)t->numel;
         w0_held += (double)st_frozen_bytes(pc.frozen_dtype, t->numel);
         nperm += d_in + d_out;
         if (d_in > max_d) max_d = d_in;
@@ -110,7 +111,7 @@ st_status run_poetx_bytes_of(const st_train_config *c, const st_arch *a, const c
     out->save_staging = 4.0 * ((double)n_tr + nperm); /* W0 written from the base's vector (host memory) */
     double n = (double)a->lay.n_params;
     /* bf16, int8: the store's codes and its panel buffer; the base's fp32 pages of W0 given back */
-    double panel = pc.frozen_dtype == ST_FROZEN_F32 ? 0 : (double)ST_FROZEN_PANEL_BYTES;
+    double panel = pc.frozen_dtype == ST_FROZEN_F32 ? 0 : (double)st_frozen_panel_bytes((size_t)max_numel);
     out->frozen = pc.frozen_dtype == ST_FROZEN_F32 ? 4.0 * n : 4.0 * (n - n_w0) + w0_held + panel;
     out->start = 8.0 * n + 8.0 * (double)n_tr + 4.0 * (gmax + nperm);
     /* ... and the store, filled at the wrap, stays while a preset's initialisation writes the
