@@ -274,6 +274,12 @@ typedef struct st_backend_ops {
      * low-rank term goes into columns of a packed projection's output with it (ldy the packed
      * width, ldx = W), and its gradient comes back out (the strides swapped). */
     void (*axpy_rows)(st_backend *be, float *y, int ldy, const float *x, int ldx, float alpha, int N, int W);
+
+    /* ---- bf16 back to fp32 (appended; NULL in a backend without it): dst (n f32) = src (n
+     * bf16), exact (a bf16 is the top half of its fp32). With to_bf16 it keeps the block
+     * executor's activation sets in bf16 (st_stream_plan.act_dtype): rounded after the
+     * forward, widened where the backward reads them. writes. */
+    void (*from_bf16)(st_backend *be, float *dst, const uint16_t *src, size_t n);
 } st_backend_ops;
 
 struct st_backend {

@@ -42,6 +42,7 @@ static const key_def keys[] = {
     {"device", K_STR, STR(device), 0, 0, "where the layers stream to under device_budget: cpu (the host's cores; default), cuda or cuda:N (the CUDA backend on GPU N, built with cmake -DSTRATA_CUDA=ON; needs device_budget > 0); the state stays on the host, so a resume may change it"},
     {"plan", K_STR, STR(plan), 0, 0, "the stream plan under device_budget: auto (the planner chooses it now; saved to RUN_DIR/plan.json) or a plan file (strata plan --device_budget B -o FILE, or a run's plan.json) run exactly; without device_budget the file's budget is used"},
     {"matmul", K_STR, STR(matmul), 0, 0, "the precision of the matmuls: fp32 (default), bf16 (device cpu through oneDNN: AMX or AVX512-BF16, emulated elsewhere; device cuda's tensor cores), tf32 (device cuda only) or auto (bf16 where the device has bf16 matrix units, else fp32; the choice logged and recorded): fp32 in and out, products of tf32- or bf16-rounded inputs, fp32 accumulation"},
+    {"act_dtype", K_STR, STR(act_dtype), 0, 0, "the activations each block keeps for its backward: f32 (default) or bf16 (kept, offloaded and recomputed sets rounded to bf16 after the forward and widened where the backward reads them: half their memory and their copies, one conversion each way; kept, offloaded and recomputed give the same bits; method full only)"},
     {"plan_head", K_STR, STR(plan_head), 0, 0, "where the planner puts the classifier (the vocabulary's head) under device_budget: resident (default: on the device whenever it fits, so the streamed step equals the in-memory one bit for bit; the predicted step may rise once as the budget grows, where the head first fits) or fastest (the fastest predicted plan, the head resident on a tie: the predicted step never rises with the budget; a chunked head equals the resident one to float rounding)"},
     {"act", K_STR, STR(act), 0, 0, "activation choices under device_budget, which the planner keeps while it chooses the rest: auto (none), keep, offload or recompute (every block), or BLOCKS:CHOICE items (0-3:recompute,11:keep); a budget they cannot fit is refused naming the bytes missing"},
     {"state_paths", K_STR, STR(state_paths), 0, 0, "dir[,dir...]: optimizer state and fp32 master weights on disk, committed every step (it is the checkpoint: no checkpoints/ are written; the final weights go to RUN_DIR/model.safetensors); resume with --resume RUN_DIR"},
@@ -82,7 +83,7 @@ static const key_def keys[] = {
     {"max_skipped_steps", K_LONG, OFF(max_skipped_steps), 0, 1, 1e15, "stop with an error after this many consecutive steps skipped for a non-finite gradient (the last checkpoint is kept)"},
     {"run_dir", K_STR, STR(run_dir), 0, 0, "where metrics.jsonl and checkpoints go"},
     {"resume", K_STR, STR(resume), 0, 0, "run or checkpoint directory to resume from"},
-    {"force_resume", K_INT, OFF(force_resume), 0, 0, 1, "1: resume even where this resume's matmul differs from the run's (its numerics change from the resumed step on; warned); for this resume only (recorded as 0). 0 (default): such a resume is refused before anything is written"},
+    {"force_resume", K_INT, OFF(force_resume), 0, 0, 1, "1: resume even where this resume's matmul or act_dtype differs from the run's (its numerics change from the resumed step on; warned); for this resume only (recorded as 0). 0 (default): such a resume is refused before anything is written"},
     {"optim_state", K_STR, STR(optim_state), 0, 0, "optimizer state format: f32, 8bit (blocks of 256, the dynamic map) or 8bit-fp (the same blocks, each byte a small float coded by bit arithmetic: about 1.3x the update rate of 8bit, docs/BENCHMARKS.md)"},
     {"threads", K_INT, OFF(threads), 0, 0, 4096, "compute threads (0: all cores; under mpirun: the cores divided by the ranks on this machine)"},
     {"zero", K_INT, OFF(zero), 0, 0, 2, "under mpirun: 0 replicates the optimizer state (gradients all-reduced); 1 shards it over the ranks (ZeRO-1); 2 also shards the summed gradient (ZeRO-2); results are the same bits"},
@@ -148,6 +149,7 @@ void st_train_config_defaults(st_train_config *c) {
     snprintf(c->plan_state, sizeof c->plan_state, "fixed");
     snprintf(c->plan_head, sizeof c->plan_head, "resident");
     snprintf(c->matmul, sizeof c->matmul, "fp32");
+    snprintf(c->act_dtype, sizeof c->act_dtype, "f32");
     snprintf(c->method, sizeof c->method, "full");
     c->lora_rank = 8;
     c->lora_alpha = 16;
@@ -180,6 +182,16 @@ st_status st_train_config_method(const st_train_config *c, int *lora, st_err *er
 int st_train_config_frozen_dtype(const st_train_config *c) {
     st_frozen_dtype d;
     return st_frozen_dtype_parse(c->frozen_dtype, &d) ? -1 : (int)d;
+}
+
+st_status st_train_config_act_dtype(const st_train_config *c, st_dtype *out, st_err *err) {
+    *out = ST_F32;
+    if (!strcmp(c->act_dtype, "f32")) return ST_OK;
+    if (!strcmp(c->act_dtype, "bf16")) {
+        *out = ST_BF16;
+        return ST_OK;
+    }
+    return st_errf(err, ST_ERR_INVALID, "key 'act_dtype': '%s' is not f32 or bf16", c->act_dtype);
 }
 
 int st_train_config_data_embedded(const char *data) { return !strcmp(data, "embedded"); }
@@ -552,6 +564,12 @@ st_status st_train_config_resolve(const st_train_config *c, st_model_shape *shap
         return st_errf(err, ST_ERR_INVALID, "key 'save_hf_dtype': '%s' is not f32 or bf16", c->save_hf_dtype);
     st_matmul_mode matmul;
     if ((s = st_backend_matmul_parse(c->matmul, &matmul, err))) return s; /* names the key */
+    st_dtype act_dtype;
+    if ((s = st_train_config_act_dtype(c, &act_dtype, err))) return s; /* names the key */
+    if (act_dtype == ST_BF16 && parse_method(c->method) > ST_TRAIN_METHOD_FULL)
+        return st_errf(err, ST_ERR_UNSUPPORTED, "key 'act_dtype': bf16 activations are the block executor's (method "
+                       "full); method %s trains through its own forward, whose activations stay fp32: use act_dtype "
+                       "f32", c->method);
     if (strcmp(c->plan_head, "resident") && strcmp(c->plan_head, "fastest"))
         return st_errf(err, ST_ERR_INVALID, "key 'plan_head': '%s' is not resident or fastest", c->plan_head);
     if (strcmp(c->mix, "weights") && strcmp(c->mix, "online"))

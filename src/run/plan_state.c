@@ -78,6 +78,7 @@ st_status st_train_mem_plan(const st_train_config *c, const st_stream_plan *plan
                          .frozen_dtype = method == ST_TRAIN_METHOD_POETX && st_train_config_frozen_dtype(c) > 0
                                              ? st_train_config_frozen_dtype(c) : 0};
     if (own_forward) rq.model_act_bytes += pb.kept_h + pb.scratch;
+    st_train_config_act_dtype(c, &rq.act_dtype, NULL); /* checked by st_train_config_resolve; else f32 */
     s = st_plan_memory(&rq, out, err);
     st_arch_free(a);
     return s;

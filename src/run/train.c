@@ -125,7 +125,7 @@ static st_status run_check(train_run *r, const st_train_config *given, const st_
         snprintf(c->matmul, sizeof c->matmul, "%s", st_backend_matmul_name(st_backend_matmul_auto(c->device, why, sizeof why)));
         st_log(1, "matmul auto: %s (%s)\n", c->matmul, why);
     }
-    if ((s = run_check_resume_matmul(c, err))) return s; /* another matmul than the resumed run's */
+    if ((s = run_check_resume_numerics(c, err))) return s; /* another matmul or act_dtype than the resumed run's */
     char why[320]; /* poetx_recompute auto: kept where it fits, logged and recorded as if given */
     if ((s = st_train_poetx_recompute_choose(c, why, sizeof why, err))) return s;
     if (why[0]) st_log(1, "%s\n", why);
@@ -300,6 +300,7 @@ static st_status open_step(train_run *r, st_err *err) {
      * rest; the updated weights are gathered while the next step's forward runs, and whatever
      * else reads them (validation, a sample, a checkpoint, the saved model) waits for them first */
     st_step_setup su = {.m = r->m, .opt = r->opt, .store = r->store, .sx = r->sx, .max_micro = (int)c->grad_accum};
+    if ((s = st_train_config_act_dtype(c, &su.act_dtype, err))) return s; /* in memory: the executor's sets */
     if (r->dist.world > 1) {
         su.comm = r->dist.comm;
         su.zero = r->dist.zero;

@@ -932,7 +932,7 @@ static const st_backend_ops cpu_ops = {
     .softmax_chunk_init = st_host_softmax_chunk_init,
     .softmax_chunk_stats = st_host_softmax_chunk_stats,
     .softmax_chunk_grad = st_host_softmax_chunk_grad,
-    .to_bf16 = st_host_to_bf16,
+    .to_bf16 = st_cpu_to_bf16,
     .attention_doc_forward = cpu_attention_doc_forward,
     .attention_doc_backward = cpu_attention_doc_backward,
     .attention_gqa_doc_forward = cpu_attention_gqa_doc_forward,
@@ -943,6 +943,7 @@ static const st_backend_ops cpu_ops = {
     .poet_apply_forward = cpu_poet_apply_forward,
     .poet_apply_backward = cpu_poet_apply_backward,
     .axpy_rows = cpu_axpy_rows,
+    .from_bf16 = st_cpu_from_bf16,
 };
 
 st_status st_backend_cpu_create(st_backend **out, int threads, st_err *err) {
