@@ -10,7 +10,7 @@
 #  - save_hf writes the merged dense weights in fp32;
 #  - bad input refused, naming the key: a resume with another frozen_dtype (config.json
 #    untouched), an unknown value, frozen_dtype with method full or lora (before a run directory
-#    exists);
+#    exists), and by strata plan;
 #  - strata plan counts W0 at its precision: the frozen class falls by 2 (bf16) and by 3 - 8/256
 #    (int8) bytes a matmul-weight parameter, less the panel buffer.
 set -u
@@ -69,5 +69,9 @@ check '[ "$(awk "BEGIN{print $p32 - $p16}")" = "$(awk "BEGIN{print 2 * 786432 - 
   "plan: frozen fp32 $p32 - bf16 $p16 = 2 x 786432 - the panel 262144"
 check '[ "$(awk "BEGIN{print $p32 - $p8}")" = "$(awk "BEGIN{print 3 * 786432 - 8 * 786432 / 256 - 262144}")" ]' \
   "plan: frozen fp32 $p32 - int8 $p8 = (3 - 8/256) x 786432 - the panel 262144"
+
+"$S" plan $model --frozen_dtype int8 >"$T/plan_full.out" 2>&1
+rc=$?
+check '[ $rc -ne 0 ] && grep -q "key .frozen_dtype." "$T/plan_full.out"' "strata plan refuses frozen_dtype int8 with method full (rc $rc): $(tail -1 "$T/plan_full.out")"
 
 method_end poetx_frozen_dtype

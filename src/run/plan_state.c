@@ -43,6 +43,9 @@ static int reuse_figures(const char *path, const char *state_paths, int n, doubl
 }
 
 st_status st_train_mem_plan(const st_train_config *c, const st_stream_plan *plan, st_mem_plan *out, st_err *err) {
+    int lora = 0;
+    st_status ms = st_train_config_method(c, &lora, err); /* method and frozen_dtype, as strata train refuses them */
+    if (ms) return ms;
     st_model_overrides ov = st_train_config_overrides(c);
     st_model_shape shape;
     st_arch *a = NULL;
