@@ -91,7 +91,9 @@ void st_poetx_frozen_bytes(const st_model *m, size_t *w0, size_t *panel);
  * permutations drawn from (seed, step 0). Takes base (freed with the POET-X model; on failure
  * freed here too). Refused, naming the key and the tensor: a block size that does not divide
  * both dimensions of some weight ('poetx_block'), terms < 0 ('poetx_terms'), a backend without
- * the poet_* ops. */
+ * the poet_* ops, a frozen_dtype other than fp32 on a backend whose memory is not the host's
+ * ('frozen_dtype'). W0 is rounded into frozen_dtype from the base's weights as they are (and again
+ * by init_random, which takes the base's weights anew), the base's fp32 pages of it given back. */
 st_status st_poetx_model_create(st_model **out, st_model *base, const st_poetx_config *cfg, uint64_t seed,
                                 st_err *err);
 /* The configuration checked against a tensor table, allocating nothing: the parameters it
