@@ -107,6 +107,12 @@ typedef struct st_train_config {
                              -1 auto (st_train_poetx_recompute_choose) */
     char frozen_dtype[8]; /* method poetx: W0's precision, "fp32" (default), "bf16" or "int8"
                              (st_poetx_config.frozen_dtype; st_train_config_frozen_dtype) */
+    double poetx_lr;      /* method poetx: the packed Q's peak learning rate (the schedule's shape as lr's);
+                             -1 (default): lr */
+    int poetx_clip_ramp;  /* method poetx: steps after each merge over which the clip threshold ramps
+                             from poetx_clip_start * grad_clip back to grad_clip (0: off) */
+    double poetx_clip_start; /* method poetx: the ramp's first threshold as a fraction of grad_clip */
+    int poetx_adam_restart; /* method poetx: 1 (default) zeroes Q's Adam moments at each merge */
     char mix[8];          /* "weights" (the data list's weights; default) or "online" (the sources' weights
                              adapted from their training loss, st_train_config_mix_online) */
     double mix_smoothing; /* online: the rewards' moving average (default 0.9) */

@@ -151,7 +151,8 @@ int bench_step(int argc, char **argv) {
     }
     m->ops->init_random(m, 1);
     st_optim_segment *segs = calloc((size_t)m->n_tensors, sizeof *segs);
-    for (int i = 0; i < m->n_tensors; i++) segs[i] = (st_optim_segment){m->tensors[i].offset, m->tensors[i].numel, 0.1f};
+    for (int i = 0; i < m->n_tensors; i++)
+        segs[i] = (st_optim_segment){.offset = m->tensors[i].offset, .n = m->tensors[i].numel, .weight_decay = 0.1f};
     if (st_optim_create(&opt, segs, m->n_tensors, ST_OPTIM_STATE_F32, &err)) {
         fprintf(stderr, "strata bench step: %s\n", err.msg);
         return 1;

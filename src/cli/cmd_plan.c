@@ -64,7 +64,7 @@ static int plan_disk(const st_train_config *c, double n_params) {
         printf("\ndisk state: %s\n", err.msg);
         return 1;
     }
-    st_optim_segment seg = {0, (size_t)n_params, 0.0f}; /* one tensor: the layout within a few KiB */
+    st_optim_segment seg = {.offset = 0, .n = (size_t)n_params, .weight_decay = 0.0f}; /* one tensor: the layout within a few KiB */
     st_store_config sc = {.paths = paths, .n_paths = n, .path_weight = weighted ? w : NULL, .segs = &seg,
                           .n_segs = 1, .fmt = st_train_config_state_format(c),
                           .host_budget = c->state_budget > 0 ? (uint64_t)c->state_budget : ST_STORE_HOST_BUDGET_DEFAULT};
