@@ -401,6 +401,9 @@ typedef struct st_mem_request {
                                   in place of 12 bytes a base parameter */
     double method_staging;     /* > 0: the method's checkpoint staging (POET-X: its W0 too), in
                                   place of 4 bytes a trained parameter */
+    double frozen_bytes;       /* > 0: the frozen base as held (POET-X's W0 in frozen_dtype), in
+                                  place of 4 bytes a base parameter */
+    int frozen_dtype;          /* ...W0's precision, strata/poetx.h's st_frozen_dtype (0: fp32) */
 } st_mem_request;
 
 /* Bytes per class of training state and the peak each tier must hold. */
@@ -420,7 +423,8 @@ typedef struct st_mem_plan {
                               copy of the weights) */
     double init_scratch;   /* transient host buffer of initialisation and checkpoints */
     double n_trainable;    /* LoRA, POET-X: the parameters trained (0: every one) */
-    double frozen;         /* ...and the base's frozen fp32 weights */
+    double frozen;         /* ...and the base's frozen weights as held (fp32, or W0 in frozen_dtype) */
+    int frozen_dtype;      /* W0's precision (strata/poetx.h's st_frozen_dtype; 0: fp32) */
     double runtime;        /* code, libraries, data pipeline, BLAS buffers: measured once, a constant */
     int moments_8bit_used;
     int state_format;      /* st_optim_state_format of the moments (either 8-bit map, or f32) */

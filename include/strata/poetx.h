@@ -50,24 +50,50 @@
 
 #include "strata/model.h"
 
+/* The precision the frozen W0 is held in (src/model/frozen_store.c): fp32 (the base's own
+ * vector), bf16 (round to nearest even) or int8 (asymmetric, per group of ST_FROZEN_GROUP
+ * consecutive values of the weight as stored: an fp32 scale and zero each, codes rounded to the
+ * nearest). bf16 and int8 are dequantised a panel at a time inside the matmuls (a buffer of
+ * ST_FROZEN_PANEL_BYTES), never as a whole fp32 copy; the fp32 pages of W0 are given back once
+ * rounded. A merge is done in fp32 for the weight merged, then rounded back. */
+typedef enum st_frozen_dtype { ST_FROZEN_F32 = 0, ST_FROZEN_BF16 = 1, ST_FROZEN_INT8 = 2 } st_frozen_dtype;
+#define ST_FROZEN_GROUP 256
+#define ST_FROZEN_PANEL_BYTES ((size_t)2 << 20)
+/* "fp32", "bf16", "int8" */
+const char *st_frozen_dtype_name(st_frozen_dtype d);
+/* The dtype named s (st_frozen_dtype_name's spelling): 0, or -1 for no such name. */
+int st_frozen_dtype_parse(const char *s, st_frozen_dtype *out);
+/* The groups (int8) and bytes a weight of numel values holds in d. */
+size_t st_frozen_groups(size_t numel);
+size_t st_frozen_bytes(st_frozen_dtype d, size_t numel);
+/* The panel buffer of the dequantising matmuls for weights of at most max_numel values:
+ * ST_FROZEN_PANEL_BYTES, or the largest weight's fp32 bytes where smaller. */
+size_t st_frozen_panel_bytes(size_t max_numel);
+
 typedef struct st_poetx_config {
     int block; /* b >= 2: divides both dimensions of every matmul weight of the blocks */
     int terms; /* k >= 0: the Neumann terms of the Cayley polynomial */
     int recompute; /* 0: each weight's h = u W0^T (N x d_out floats per weight) is kept from the
                     * forward for the backward; 1: the backward forms u = P x and h again from
                     * the layer's input (one more W0 product and apply per weight, nothing kept) */
+    st_frozen_dtype frozen_dtype; /* W0's precision (0: fp32); bf16 and int8 on the cpu backend */
 } st_poetx_config;
 
 /* What the POET-X model holds besides its vectors and the base's: the scratch for one weight's
  * G (G is formed where it is used, never kept across a step) and the kept h of every weight
  * (recompute 0; for the activations allocated, 0 before alloc_acts), in bytes. */
 void st_poetx_extra_bytes(const st_model *m, size_t *g_scratch, size_t *kept_h);
+/* W0 as held: the bytes of every matmul weight in frozen_dtype (fp32: the base's vector's share)
+ * and the panel buffer of the dequantising matmuls (0 with fp32). */
+void st_poetx_frozen_bytes(const st_model *m, size_t *w0, size_t *panel);
 
 /* The POET-X model over base (GPT-2 or the Llama family, its weights set): Q = 0, the
  * permutations drawn from (seed, step 0). Takes base (freed with the POET-X model; on failure
  * freed here too). Refused, naming the key and the tensor: a block size that does not divide
  * both dimensions of some weight ('poetx_block'), terms < 0 ('poetx_terms'), a backend without
- * the poet_* ops. */
+ * the poet_* ops, a frozen_dtype other than fp32 on a backend whose memory is not the host's
+ * ('frozen_dtype'). W0 is rounded into frozen_dtype from the base's weights as they are (and again
+ * by init_random, which takes the base's weights anew), the base's fp32 pages of it given back. */
 st_status st_poetx_model_create(st_model **out, st_model *base, const st_poetx_config *cfg, uint64_t seed,
                                 st_err *err);
 /* The configuration checked against a tensor table, allocating nothing: the parameters it
@@ -85,8 +111,9 @@ st_status st_poetx_set_perms(st_model *m, const char *weight, const int32_t *per
                              st_err *err);
 /* The permutations of every weight drawn afresh from (seed, step) (what a merge at step does). */
 void st_poetx_draw_perms(st_model *m, uint64_t seed, int64_t step);
-/* A merge: W0 <- R W0 P in fp32 for every weight (the base's vector), Q <- 0, the permutations
- * redrawn from (seed, step). The model's function is unchanged up to fp32 rounding. */
+/* A merge: W0 <- R W0 P in fp32 for every weight (one weight's fp32 copy at a time; stored back
+ * in frozen_dtype), Q <- 0, the permutations redrawn from (seed, step). The model's function is
+ * unchanged up to fp32 rounding (and frozen_dtype's). */
 st_status st_poetx_merge(st_model *m, uint64_t seed, int64_t step, st_err *err);
 
 #endif

@@ -105,6 +105,8 @@ typedef struct st_train_config {
     int poetx_merge_every; /* method poetx: steps between merges of R and P into W0 */
     int poetx_recompute;  /* method poetx: 1 recomputes the rotated inputs in the backward (st_poetx_config.recompute);
                              -1 auto (st_train_poetx_recompute_choose) */
+    char frozen_dtype[8]; /* method poetx: W0's precision, "fp32" (default), "bf16" or "int8"
+                             (st_poetx_config.frozen_dtype; st_train_config_frozen_dtype) */
     double poetx_lr;      /* method poetx: the packed Q's peak learning rate (the schedule's shape as lr's);
                              -1 (default): lr */
     int poetx_clip_ramp;  /* method poetx: steps after each merge over which the clip threshold ramps
@@ -163,7 +165,8 @@ int st_train_config_places_state(const st_train_config *c);
 /* The key plan as a plan file to run (NULL: auto, the planner's plan). */
 const char *st_train_config_plan_file(const st_train_config *c);
 /* The key method as what it names: *lora 1 for "lora", 0 for "full" and "poetx"; refused naming
- * the key. */
+ * the key. Refused too, naming key frozen_dtype: a value not fp32, bf16 or int8, and bf16 or int8
+ * with a method other than poetx. */
 st_status st_train_config_method(const st_train_config *c, int *lora, st_err *err);
 /* The key act_dtype's one parse: "f32" ST_F32, "bf16" ST_BF16; else ST_ERR_INVALID naming the key. */
 st_status st_train_config_act_dtype(const st_train_config *c, st_dtype *out, st_err *err);
@@ -175,6 +178,9 @@ int st_train_config_has_val(const st_train_config *c);
 /* The key method as its enum (ST_TRAIN_METHOD_FULL for a value st_train_config_method refuses). */
 typedef enum st_train_method { ST_TRAIN_METHOD_FULL = 0, ST_TRAIN_METHOD_LORA = 1, ST_TRAIN_METHOD_POETX = 2 } st_train_method;
 st_train_method st_train_config_method_of(const st_train_config *c);
+/* The key frozen_dtype as strata/poetx.h's st_frozen_dtype (0 fp32, 1 bf16, 2 int8), -1 for a
+ * value st_train_config_method refuses. */
+int st_train_config_frozen_dtype(const st_train_config *c);
 /* The shape overrides c sets (0: the preset's value). */
 st_model_overrides st_train_config_overrides(const st_train_config *c);
 

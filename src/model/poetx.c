@@ -28,6 +28,7 @@
 #include "strata/poetx.h"
 #include "strata/safetensors.h"
 #include "model/frozen_base_internal.h"
+#include "model/frozen_store.h"
 
 typedef struct poet_weight {
     int key;               /* first (frozen_base_index): layer * ST_MM_COUNT + the block matmul */
@@ -60,10 +61,14 @@ typedef struct poet_impl {
     float *h_keep;  /* recompute 0: every weight's h = u W0^T (N x out) from the forward */
     size_t h_total; /* the sum of the weights' out */
     int N, max_d, max_nb;
+    frozen_weight *fw; /* [n_w]: each W0 in cfg.frozen_dtype (fp32: the base's own) */
+    float *panel;      /* bf16, int8: the dequantising matmuls' panel (host) */
+    size_t panel_bytes;/* st_frozen_panel_bytes of the largest weight */
 } poet_impl;
 
 static poet_impl *impl_of(const st_model *m) { return (poet_impl *)m->impl; }
 static int is_perm_(const int32_t *p, int d);
+static st_status fold_all(st_model *m, int to_base, st_err *err);
 
 /* The weights and trainables of cfg over a tensor table (w, tr NULL: count only). */
 static st_status build(const st_param_info *tt, int nt, const char *arch, const st_poetx_config *cfg, poet_weight *w,
@@ -123,9 +128,9 @@ static void hook_linear_forward(st_linear_hook *h, int mm, float *out, const flo
     const st_backend_ops *o = be->ops;
     const float *p = pi->fb.self->params;
     int b = pi->cfg.block, k = pi->cfg.terms, key = h->layer * ST_MM_COUNT + mm;
-    st_wlayout lay = pi->fb.gpt2 ? ST_W_IN_OUT : ST_W_OUT_IN;
     size_t S = (size_t)pi->N * pi->max_d;
     float *u = pi->scratch, *hh = u + S, *y = hh + S;
+    (void)w; /* W0 is the store's (pi->fw), in its precision */
     const poet_weight *w0 = &pi->w[pi->fb.first[key]];
     int ld = w0->ld, single = pi->fb.first[key + 1] - pi->fb.first[key] == 1;
     if (!single) o->memset0(be, out, (size_t)N * ld * sizeof(float));
@@ -135,7 +140,7 @@ static void hook_linear_forward(st_linear_hook *h, int mm, float *out, const flo
         float *hk = pi->h_keep ? pi->h_keep + (size_t)N * a->h_off : hh; /* kept for the backward */
         o->poet_cayley_forward(be, Gi, p + a->qi_off, (a->in + a->out) / b, b, k); /* G_in | G_out: Q's adjacent */
         o->poet_apply_forward(be, u, x, Gi, a->perm_in, N, a->in, b, 0);
-        o->matmul_forward(be, hk, u, w + a->w_rel, NULL, N, a->in, a->out, lay);
+        frozen_matmul_forward(be, &pi->fw[i], hk, u, N, pi->panel, pi->panel_bytes / sizeof(float), y); /* y: free until R h */
         if (single) { /* R h straight into out (GPT-2, the Llama family's o and down) */
             o->poet_apply_forward(be, out, hk, Go, a->perm_out, N, a->out, b, 0);
         } else {
@@ -156,23 +161,23 @@ static void hook_linear_backward(st_linear_hook *h, int mm, float *dx, float *db
     const float *p = pi->fb.self->params;
     float *g = pi->fb.self->grads;
     int b = pi->cfg.block, k = pi->cfg.terms, key = h->layer * ST_MM_COUNT + mm;
-    st_wlayout lay = pi->fb.gpt2 ? ST_W_IN_OUT : ST_W_OUT_IN;
     size_t S = (size_t)pi->N * pi->max_d;
     float *u = pi->scratch, *hh = u + S, *dy = hh + S, *dh = dy + S, *du = dh + S, *dGi = du + S;
+    (void)w; /* W0 is the store's (pi->fw), in its precision */
     const poet_weight *w0 = &pi->w[pi->fb.first[key]];
     int ld = w0->ld;
-    if (dbias) o->matmul_backward(be, NULL, NULL, dbias, dout, NULL, NULL, N, w0->in, ld, lay);
+    if (dbias) o->matmul_backward(be, NULL, NULL, dbias, dout, NULL, NULL, N, w0->in, ld, pi->fb.gpt2 ? ST_W_IN_OUT : ST_W_OUT_IN);
     for (int i = pi->fb.first[key]; i < pi->fb.first[key + 1]; i++) {
         const poet_weight *a = &pi->w[i];
         float *Gi = pi->G, *Go = pi->G + (size_t)a->in * b;
-        const float *W0 = w + a->w_rel, *hk = hh, *dya = dout;
+        const float *hk = hh, *dya = dout;
         float *dGo = dGi + (size_t)a->in * b; /* dG_in | dG_out adjacent, as the Q's */
         o->poet_cayley_forward(be, Gi, p + a->qi_off, (a->in + a->out) / b, b, k);
         if (pi->h_keep) {
             hk = pi->h_keep + (size_t)N * a->h_off;
         } else {
             o->poet_apply_forward(be, u, x, Gi, a->perm_in, N, a->in, b, 0);
-            o->matmul_forward(be, hh, u, W0, NULL, N, a->in, a->out, lay);
+            frozen_matmul_forward(be, &pi->fw[i], hh, u, N, pi->panel, pi->panel_bytes / sizeof(float), dy); /* dy: free until below */
         }
         if (ld != a->out) { /* the projection's columns of dout */
             o->memset0(be, dy, (size_t)N * a->out * sizeof(float));
@@ -183,7 +188,7 @@ static void hook_linear_backward(st_linear_hook *h, int mm, float *dx, float *db
         o->memset0(be, dGo, (size_t)a->out * b * sizeof(float));
         o->poet_apply_backward(be, dh, dGo, dya, hk, Go, a->perm_out, N, a->out, b, 0);
         o->memset0(be, du, (size_t)N * a->in * sizeof(float));
-        o->matmul_backward(be, du, NULL, NULL, dh, NULL, W0, N, a->in, a->out, lay); /* no dW0 */
+        frozen_matmul_backward_dx(be, &pi->fw[i], du, dh, N, pi->panel, pi->panel_bytes / sizeof(float), u); /* no dW0; u: free */
         o->memset0(be, dGi, (size_t)a->in * b * sizeof(float));
         o->poet_apply_backward(be, dx, dGi, du, x, Gi, a->perm_in, N, a->in, b, 0);
         o->poet_cayley_backward(be, g + a->qi_off, dGi, p + a->qi_off, (a->in + a->out) / b, b, k);
@@ -242,20 +247,36 @@ static float *hook_grad_at(st_linear_hook *h, int layer, size_t offset) {
     return NULL; /* a matmul weight: W0 forms no gradient */
 }
 
-/* The base's trainables as they are, Q = 0 (G = I: the model is the base), permutations of
- * (seed, step 0). */
+/* The base's W0 of weight i (fp32, as the base stores it). */
+static float *base_w0(const poet_impl *pi, int i) { return pi->fb.base->params + pi->w[i].base_t->offset; }
+
+/* bf16, int8: every W0 rounded from the base's vector into the store, and the base's fp32 pages
+ * of it given back (the store's is the one W0 from now on). */
+static void store_from_base(poet_impl *pi) {
+    if (pi->cfg.frozen_dtype == ST_FROZEN_F32) return;
+    for (int i = 0; i < pi->n_w; i++) {
+        frozen_weight_set(&pi->fw[i], base_w0(pi, i));
+        frozen_release(base_w0(pi, i), pi->w[i].base_t->numel * sizeof(float));
+    }
+}
+
+/* The base's trainables and W0 as they are (W0 into the store, in its precision), Q = 0 (G = I:
+ * the model is the base), permutations of (seed, step 0). */
 static void po_init_random(st_model *m, uint64_t seed) {
     poet_impl *pi = impl_of(m);
     st_backend *be = m->be;
     be->ops->memset0(be, m->params, m->n_params * sizeof(float));
     for (int i = 0; i < pi->n_train; i++)
         dev_copy(be, m->params + pi->train[i].off, pi->fb.base->params + pi->train[i].base_off, pi->train[i].numel);
+    store_from_base(pi);
     st_poetx_draw_perms(m, seed, 0);
 }
 
 /* The file: the trainable tensors and Q's under the table's names, then each weight's W0 (the
- * base's name and layout: merges change it) and its permutations ("<w>.perm_in", ".perm_out",
- * I32), so that a checkpoint resumes bit for bit across a merge. */
+ * base's name and layout: merges change it) in its precision (fp32 F32; bf16 BF16; int8 the codes
+ * U8 and "<w>.w0_scale", ".w0_zero" F32, one per group; metadata frozen_dtype) and its
+ * permutations ("<w>.perm_in", ".perm_out", I32), so that a checkpoint resumes bit for bit
+ * across a merge. */
 static st_status po_save(const st_model *m, const char *path, st_err *err) {
     poet_impl *pi = impl_of(m);
     st_backend *be = m->be;
@@ -264,14 +285,16 @@ static st_status po_save(const st_model *m, const char *path, st_err *err) {
         nw0 += pi->w[i].base_t->numel;
         np += (size_t)pi->w[i].in + pi->w[i].out;
     }
-    int nt = m->n_tensors + 3 * pi->n_w;
+    const st_frozen_dtype fd = pi->cfg.frozen_dtype;
+    int q8 = fd == ST_FROZEN_INT8, nt = m->n_tensors + (3 + 2 * q8) * pi->n_w;
     /* in host memory W0 is written from the base's own vector: no staging copy of it (at 2B
      * parameters that copy was 7.9 GB, the run's peak at its checkpoint) */
     const int direct = st_backend_host_memory(be);
+    if (fd != ST_FROZEN_F32) nw0 = 0; /* the store's, in host memory */
     float *host = malloc(m->n_params * sizeof(float)), *w0 = malloc((direct || !nw0 ? 1 : nw0) * sizeof(float));
     int32_t *perm = malloc((np ? np : 1) * sizeof(int32_t));
     st_tensor_out *to = calloc((size_t)nt, sizeof *to);
-    char(*names)[160] = calloc((size_t)(2 * pi->n_w + 1), sizeof *names);
+    char(*names)[160] = calloc((size_t)(4 * pi->n_w + 1), sizeof *names);
     st_status s = ST_OK;
     if (!host || !w0 || !perm || !to || !names) {
         s = st_errf(err, ST_ERR_NOMEM, "out of memory");
@@ -290,10 +313,26 @@ static st_status po_save(const st_model *m, const char *path, st_err *err) {
         const poet_weight *a = &pi->w[i];
         const st_param_info *t = a->base_t;
         const float *src = pi->fb.base->params + t->offset;
-        if (!direct) be->ops->copy_to_host(be, w0 + wo, src, t->numel * sizeof(float));
-        to[k++] = (st_tensor_out){.name = t->name, .dtype = ST_F32, .ndim = 2, .shape = {t->shape[0], t->shape[1]},
-                                  .data = direct ? src : w0 + wo};
+        const frozen_weight *fw = &pi->fw[i];
         int lw = (int)(strlen(t->name) - strlen(".weight"));
+        if (fd == ST_FROZEN_F32) {
+            if (!direct) be->ops->copy_to_host(be, w0 + wo, src, t->numel * sizeof(float));
+            to[k++] = (st_tensor_out){.name = t->name, .dtype = ST_F32, .ndim = 2,
+                                      .shape = {t->shape[0], t->shape[1]}, .data = direct ? src : w0 + wo};
+        } else {
+            to[k++] = (st_tensor_out){.name = t->name, .dtype = q8 ? ST_U8 : ST_BF16, .ndim = 2,
+                                      .shape = {t->shape[0], t->shape[1]},
+                                      .data = q8 ? (const void *)fw->q : (const void *)fw->bf16};
+        }
+        if (q8) {
+            int64_t ng = (int64_t)st_frozen_groups(t->numel);
+            snprintf(names[2 * pi->n_w + 2 * i], sizeof names[0], "%.*s.w0_scale", lw, t->name);
+            snprintf(names[2 * pi->n_w + 2 * i + 1], sizeof names[0], "%.*s.w0_zero", lw, t->name);
+            to[k++] = (st_tensor_out){.name = names[2 * pi->n_w + 2 * i], .dtype = ST_F32, .ndim = 1, .shape = {ng},
+                                      .data = fw->scale};
+            to[k++] = (st_tensor_out){.name = names[2 * pi->n_w + 2 * i + 1], .dtype = ST_F32, .ndim = 1,
+                                      .shape = {ng}, .data = fw->zero};
+        }
         snprintf(names[2 * i], sizeof names[0], "%.*s.perm_in", lw, t->name);
         snprintf(names[2 * i + 1], sizeof names[0], "%.*s.perm_out", lw, t->name);
         to[k++] = (st_tensor_out){.name = names[2 * i], .dtype = ST_I32, .ndim = 1, .shape = {a->in}, .data = perm + po};
@@ -305,8 +344,9 @@ static st_status po_save(const st_model *m, const char *path, st_err *err) {
     char b[16], kk[16];
     snprintf(b, sizeof b, "%d", pi->cfg.block);
     snprintf(kk, sizeof kk, "%d", pi->cfg.terms);
-    const char *meta[] = {"format", "strata-poetx", "poetx_block", b, "poetx_terms", kk};
-    s = st_safetensors_write(path, to, nt, meta, 3, err);
+    const char *meta[] = {"format", "strata-poetx", "poetx_block", b, "poetx_terms", kk,
+                          "frozen_dtype", st_frozen_dtype_name(fd)};
+    s = st_safetensors_write(path, to, nt, meta, 4, err);
 done:
     free(host);
     free(w0);
@@ -314,6 +354,46 @@ done:
     free(to);
     free(names);
     return s;
+}
+
+/* W0 of tensor t in the file in precision fd (bf16: BF16; int8: U8 codes and the F32 scales and
+ * zeros of its groups), of t's shape: ST_OK, or the error naming the tensor. */
+static st_status check_stored_w0(const st_safetensors *st, const char *path, const st_param_info *t,
+                                 st_frozen_dtype fd, st_err *err) {
+    const st_tensor_entry *e = st_safetensors_find(st, t->name);
+    int ok = e && e->dtype == (fd == ST_FROZEN_BF16 ? ST_BF16 : ST_U8) && e->ndim == 2 &&
+             e->shape[0] == t->shape[0] && e->shape[1] == t->shape[1];
+    char sn[2][160];
+    int lw = (int)(strlen(t->name) - strlen(".weight"));
+    snprintf(sn[0], sizeof sn[0], "%.*s.w0_scale", lw, t->name);
+    snprintf(sn[1], sizeof sn[1], "%.*s.w0_zero", lw, t->name);
+    for (int j = 0; ok && fd == ST_FROZEN_INT8 && j < 2; j++) {
+        const st_tensor_entry *g = st_safetensors_find(st, sn[j]);
+        ok = g && g->dtype == ST_F32 && g->ndim == 1 && (size_t)g->shape[0] == st_frozen_groups(t->numel);
+    }
+    if (ok) return ST_OK;
+    return st_errf(err, ST_ERR_FORMAT, "%s: W0 '%s' is not %s of shape [%d, %d]%s; the file is no "
+                   "frozen_dtype %s checkpoint of this model", path, t->name,
+                   fd == ST_FROZEN_BF16 ? "BF16" : "U8", t->shape[0], t->shape[1],
+                   fd == ST_FROZEN_INT8 ? " with F32 .w0_scale and .w0_zero, one per group of 256" : "",
+                   st_frozen_dtype_name(fd));
+}
+
+/* W0 of tensor t from the file (check_stored_w0 passed) into the store, byte for byte. */
+static void load_stored_w0(const st_safetensors *st, const st_param_info *t, frozen_weight *fw) {
+    const void *d = st_safetensors_data(st, st_safetensors_find(st, t->name));
+    if (fw->dtype == ST_FROZEN_BF16) {
+        memcpy(fw->bf16, d, t->numel * sizeof(uint16_t));
+        return;
+    }
+    memcpy(fw->q, d, t->numel);
+    char sn[160];
+    int lw = (int)(strlen(t->name) - strlen(".weight"));
+    size_t ng = st_frozen_groups(t->numel);
+    snprintf(sn, sizeof sn, "%.*s.w0_scale", lw, t->name);
+    memcpy(fw->scale, st_safetensors_data(st, st_safetensors_find(st, sn)), ng * sizeof(float));
+    snprintf(sn, sizeof sn, "%.*s.w0_zero", lw, t->name);
+    memcpy(fw->zero, st_safetensors_data(st, st_safetensors_find(st, sn)), ng * sizeof(float));
 }
 
 /* A file po_save wrote: every tensor of the table; W0 and the permutations where present (a
@@ -328,6 +408,17 @@ static st_status po_load(st_model *m, const char *path, st_err *err) {
     if (fb && atoi(fb) != pi->cfg.block) {
         s = st_errf(err, ST_ERR_INVALID, "key 'poetx_block': %s was written with poetx_block %s, this run has %d; "
                     "resume with the block size the run was trained with", path, fb, pi->cfg.block);
+        st_safetensors_close(st);
+        return s;
+    }
+    /* W0's precision: the file's (none said: fp32, as before the key) must be the run's */
+    const st_frozen_dtype fd = pi->cfg.frozen_dtype;
+    const char *fdm = st_safetensors_meta(st, "frozen_dtype");
+    st_frozen_dtype was = ST_FROZEN_F32;
+    if ((fdm && st_frozen_dtype_parse(fdm, &was)) || was != fd) {
+        s = st_errf(err, ST_ERR_INVALID, "key 'frozen_dtype': %s holds W0 in %s, this run has frozen_dtype %s; resume "
+                    "with the frozen_dtype the run was trained with", path, fdm ? fdm : "fp32",
+                    st_frozen_dtype_name(fd));
         st_safetensors_close(st);
         return s;
     }
@@ -350,6 +441,7 @@ static st_status po_load(st_model *m, const char *path, st_err *err) {
     for (int i = 0; i < pi->n_w; i++) nw0 += pi->w[i].base_t->numel;
     int have = 0;
     float *w0 = NULL;
+    if (fd != ST_FROZEN_F32) nw0 = 1; /* no staging: the store's checked in the file first, then copied */
     if (!s && pi->n_w && st_safetensors_find(st, pi->w[0].base_t->name) && !(w0 = malloc(nw0 * sizeof(float))))
         s = st_errf(err, ST_ERR_NOMEM, "out of memory");
     if (w0) {
@@ -368,8 +460,11 @@ static st_status po_load(st_model *m, const char *path, st_err *err) {
                 s = st_errf(err, ST_ERR_FORMAT, "%s: '%s' or its permutations (%s, %s: I32 [%d], [%d]) missing or of "
                             "another shape; the file is no POET-X checkpoint of this model", path, t->name, pn[0],
                             pn[1], a->in, a->out);
-            else if (!(s = st_safetensors_read_f32(st, t->name, w0 + wo, t->numel, shape, 2, err)) &&
-                     (!is_perm_(st_safetensors_data(st, e0), a->in) || !is_perm_(st_safetensors_data(st, e1), a->out)))
+            else if (fd != ST_FROZEN_F32)
+                s = check_stored_w0(st, path, t, fd, err);
+            else
+                s = st_safetensors_read_f32(st, t->name, w0 + wo, t->numel, shape, 2, err);
+            if (!s && (!is_perm_(st_safetensors_data(st, e0), a->in) || !is_perm_(st_safetensors_data(st, e1), a->out)))
                 s = st_errf(err, ST_ERR_FORMAT, "%s: %s or %s is not a permutation", path, pn[0], pn[1]);
         }
     }
@@ -379,7 +474,11 @@ static st_status po_load(st_model *m, const char *path, st_err *err) {
             const poet_weight *a = &pi->w[i];
             char pn[160];
             int lw = (int)(strlen(a->base_t->name) - strlen(".weight"));
-            be->ops->copy_to_device(be, pi->fb.base->params + a->base_t->offset, w0 + wo, a->base_t->numel * sizeof(float));
+            if (fd == ST_FROZEN_F32)
+                be->ops->copy_to_device(be, pi->fb.base->params + a->base_t->offset, w0 + wo,
+                                        a->base_t->numel * sizeof(float));
+            else
+                load_stored_w0(st, a->base_t, &pi->fw[i]);
             snprintf(pn, sizeof pn, "%.*s.perm_in", lw, a->base_t->name);
             be->ops->copy_to_device(be, a->perm_in, st_safetensors_data(st, st_safetensors_find(st, pn)),
                                     (size_t)a->in * sizeof(int32_t));
@@ -403,8 +502,8 @@ static void po_describe(const st_model *m, char *buf, size_t cap) {
     poet_impl *pi = impl_of(m);
     char inner[200] = "";
     if (pi->fb.base->ops->describe) pi->fb.base->ops->describe(pi->fb.base, inner, sizeof inner);
-    snprintf(buf, cap, "%s, POET-X b %d k %d over %d weights (%zu trainable)", inner, pi->cfg.block, pi->cfg.terms,
-             pi->n_w, m->n_params);
+    snprintf(buf, cap, "%s, POET-X b %d k %d over %d weights (%zu trainable, W0 %s)", inner, pi->cfg.block,
+             pi->cfg.terms, pi->n_w, m->n_params, st_frozen_dtype_name(pi->cfg.frozen_dtype));
 }
 
 static void po_destroy(st_model *m) {
@@ -416,6 +515,9 @@ static void po_destroy(st_model *m) {
         if (pi->h_keep) be->ops->dealloc(be, pi->h_keep);
         if (pi->G) be->ops->dealloc(be, pi->G);
         if (pi->perms) be->ops->dealloc(be, pi->perms);
+        for (int i = 0; pi->fw && i < pi->n_w; i++) frozen_weight_free(&pi->fw[i]);
+        free(pi->fw);
+        free(pi->panel);
         frozen_base_free(m, &pi->fb);
         free(pi->w);
         free(pi->train);
@@ -430,6 +532,15 @@ static void po_destroy(st_model *m) {
 static st_status po_save_hf(const st_model *m, const char *dir, st_dtype dtype, st_err *err) {
     poet_impl *pi = impl_of(m);
     st_model *b = pi->fb.base;
+    if (pi->cfg.frozen_dtype != ST_FROZEN_F32) { /* the dense fp32 weights in the base's vector for the
+                                                   * write, given back after; the store unchanged */
+        for (int i = 0; i < pi->n_train; i++)
+            dev_copy(m->be, b->params + pi->train[i].base_off, m->params + pi->train[i].off, pi->train[i].numel);
+        st_status s = fold_all((st_model *)m, 1, err);
+        if (!s) s = b->ops->save_hf(b, dir, dtype, err);
+        for (int i = 0; i < pi->n_w; i++) frozen_release(base_w0(pi, i), pi->w[i].base_t->numel * sizeof(float));
+        return s;
+    }
     size_t nb = b->n_params;
     float *keep = malloc(nb * sizeof(float)), *qkeep = malloc(m->n_params * sizeof(float));
     int32_t *pkeep = NULL;
@@ -487,6 +598,13 @@ void st_poetx_extra_bytes(const st_model *m, size_t *g_scratch, size_t *kept_h) 
             gmax = (size_t)(pi->w[i].in + pi->w[i].out) * pi->cfg.block;
     if (g_scratch) *g_scratch = gmax * sizeof(float);
     if (kept_h) *kept_h = pi && pi->h_keep ? (size_t)pi->N * pi->h_total * sizeof(float) : 0;
+}
+void st_poetx_frozen_bytes(const st_model *m, size_t *w0, size_t *panel) {
+    const poet_impl *pi = st_model_is_poetx(m) ? impl_of(m) : NULL;
+    size_t n = 0;
+    for (int i = 0; pi && i < pi->n_w; i++) n += st_frozen_bytes(pi->cfg.frozen_dtype, pi->w[i].base_t->numel);
+    if (w0) *w0 = n;
+    if (panel) *panel = pi ? pi->panel_bytes : 0;
 }
 size_t st_poetx_q_offset(const st_model *m) { return st_model_is_poetx(m) ? impl_of(m)->q_off : 0; }
 
@@ -553,14 +671,40 @@ static void transpose(float *dst, const float *src, int rows, int cols) {
         for (int c = 0; c < cols; c++) dst[(size_t)c * rows + r] = src[(size_t)r * cols + c];
 }
 
-/* W0 (out, in) <- R W0 P: the rows of W0 through P^T (apply with G_in^T, trans 1) give W0 P; the
- * rows of its transpose through R (trans 0) give (R W0 P)^T. In fp32, with the backend's ops. */
-st_status st_poetx_merge(st_model *m, uint64_t seed, int64_t step, st_err *err) {
-    if (!st_model_is_poetx(m)) return st_errf(err, ST_ERR_INVALID, "poetx: the model is not a POET-X model");
+/* One weight's W0 in h1 (host, fp32, as the base stores it) <- R W0 P: the rows of W0 (out, in)
+ * through P^T (apply with G_in^T, trans 1) give W0 P; the rows of its transpose through R (trans
+ * 0) give (R W0 P)^T. In fp32, with the backend's ops; h2 (host) and d (backend) as large. */
+static void fold_weight(st_model *m, const poet_weight *a, float *h1, float *h2, float *d) {
     poet_impl *pi = impl_of(m);
     st_backend *be = m->be;
     const st_backend_ops *o = be->ops;
     int b = pi->cfg.block, k = pi->cfg.terms;
+    size_t n = (size_t)a->in * a->out;
+    float *Gi = pi->G, *Go = pi->G + (size_t)a->in * b;
+    o->poet_cayley_forward(be, Gi, m->params + a->qi_off, (a->in + a->out) / b, b, k);
+    if (pi->fb.gpt2) { /* Conv1D (in, out): W0^T */
+        transpose(h2, h1, a->in, a->out);
+        memcpy(h1, h2, n * sizeof(float));
+    }
+    o->copy_to_device(be, d, h1, n * sizeof(float));
+    o->poet_apply_forward(be, d, d, Gi, a->perm_in, a->out, a->in, b, 1); /* W0 P, (out, in) */
+    o->copy_to_host(be, h1, d, n * sizeof(float));
+    transpose(h2, h1, a->out, a->in);                                     /* (W0 P)^T, (in, out) */
+    o->copy_to_device(be, d, h2, n * sizeof(float));
+    o->poet_apply_forward(be, d, d, Go, a->perm_out, a->in, a->out, b, 0); /* (R W0 P)^T */
+    o->copy_to_host(be, h1, d, n * sizeof(float));
+    if (!pi->fb.gpt2) {
+        transpose(h2, h1, a->in, a->out);
+        memcpy(h1, h2, n * sizeof(float));
+    }
+}
+
+/* Every weight's R W0 P in fp32, one weight at a time: into the store (to_base 0: W0 <- R W0 P,
+ * in frozen_dtype) or, dense, into the base's vector (to_base 1, the store unchanged: save_hf). */
+static st_status fold_all(st_model *m, int to_base, st_err *err) {
+    poet_impl *pi = impl_of(m);
+    st_backend *be = m->be;
+    const st_backend_ops *o = be->ops;
     size_t mx = 0;
     for (int i = 0; i < pi->n_w; i++)
         if ((size_t)pi->w[i].in * pi->w[i].out > mx) mx = (size_t)pi->w[i].in * pi->w[i].out;
@@ -572,34 +716,28 @@ st_status st_poetx_merge(st_model *m, uint64_t seed, int64_t step, st_err *err) 
         if (d) o->dealloc(be, d);
         return st_errf(err, ST_ERR_NOMEM, "poetx: out of memory for a merge (%.1f MiB)", 3.0 * mx * 4 / 1048576.0);
     }
+    int f32 = pi->cfg.frozen_dtype == ST_FROZEN_F32;
     for (int i = 0; i < pi->n_w; i++) {
         const poet_weight *a = &pi->w[i];
-        float *W = pi->fb.base->params + a->base_t->offset;
         size_t n = (size_t)a->in * a->out;
-        float *Gi = pi->G, *Go = pi->G + (size_t)a->in * b;
-        o->poet_cayley_forward(be, Gi, m->params + a->qi_off, (a->in + a->out) / b, b, k);
-        o->copy_to_host(be, h1, W, n * sizeof(float));
-        if (pi->fb.gpt2) { /* Conv1D (in, out): W0^T */
-            transpose(h2, h1, a->in, a->out);
-            memcpy(h1, h2, n * sizeof(float));
-        }
-        o->copy_to_device(be, d, h1, n * sizeof(float));
-        o->poet_apply_forward(be, d, d, Gi, a->perm_in, a->out, a->in, b, 1); /* W0 P, (out, in) */
-        o->copy_to_host(be, h1, d, n * sizeof(float));
-        transpose(h2, h1, a->out, a->in);                                     /* (W0 P)^T, (in, out) */
-        o->copy_to_device(be, d, h2, n * sizeof(float));
-        o->poet_apply_forward(be, d, d, Go, a->perm_out, a->in, a->out, b, 0); /* (R W0 P)^T */
-        o->copy_to_host(be, h1, d, n * sizeof(float));
-        if (!pi->fb.gpt2) {
-            transpose(h2, h1, a->in, a->out);
-            memcpy(h1, h2, n * sizeof(float));
-        }
-        o->copy_to_device(be, W, h1, n * sizeof(float));
+        if (f32) o->copy_to_host(be, h1, base_w0(pi, i), n * sizeof(float));
+        else frozen_weight_get(&pi->fw[i], 0, n, h1);
+        fold_weight(m, a, h1, h2, d);
+        if (f32 || to_base) o->copy_to_device(be, base_w0(pi, i), h1, n * sizeof(float));
+        else frozen_weight_set(&pi->fw[i], h1);
     }
     o->dealloc(be, d);
     free(h1);
     free(h2);
-    o->memset0(be, m->params + pi->q_off, (m->n_params - pi->q_off) * sizeof(float));
+    return ST_OK;
+}
+
+st_status st_poetx_merge(st_model *m, uint64_t seed, int64_t step, st_err *err) {
+    if (!st_model_is_poetx(m)) return st_errf(err, ST_ERR_INVALID, "poetx: the model is not a POET-X model");
+    poet_impl *pi = impl_of(m);
+    st_status s = fold_all(m, 0, err);
+    if (s) return s;
+    m->be->ops->memset0(m->be, m->params + pi->q_off, (m->n_params - pi->q_off) * sizeof(float));
     st_poetx_draw_perms(m, seed, step);
     return ST_OK;
 }
@@ -616,6 +754,17 @@ st_status st_poetx_model_create(st_model **out, st_model *base, const st_poetx_c
         st_model_free(base);
         return st_errf(err, ST_ERR_UNSUPPORTED, "poetx: backend '%s' lacks the poet_* or axpy_rows ops; train POET-X "
                        "on the cpu backend", name);
+    }
+    if ((unsigned)cfg->frozen_dtype > ST_FROZEN_INT8 ||
+        (cfg->frozen_dtype != ST_FROZEN_F32 && !st_backend_host_memory(base->be))) {
+        const char *name = bo->name;
+        int fd = (int)cfg->frozen_dtype;
+        st_model_free(base);
+        if ((unsigned)fd > ST_FROZEN_INT8)
+            return st_errf(err, ST_ERR_INVALID, "key 'frozen_dtype': %d is not fp32, bf16 or int8", fd);
+        return st_errf(err, ST_ERR_UNSUPPORTED, "key 'frozen_dtype': %s W0 is dequantised by the host, and backend "
+                       "'%s' keeps its weights elsewhere; train it on the cpu backend or give frozen_dtype fp32",
+                       st_frozen_dtype_name((st_frozen_dtype)fd), name);
     }
     int n_w = 0, n_tr = 0;
     size_t np = 0, nq = 0, ng = 0;
@@ -691,6 +840,24 @@ st_status st_poetx_model_create(st_model **out, st_model *base, const st_poetx_c
     ng = gmax;
     pi->G = m->be->ops->alloc(m->be, (ng ? ng : 1) * sizeof(float));
     pi->perms = m->be->ops->alloc(m->be, (nperm ? nperm : 1) * sizeof(int32_t));
+    /* the store: fp32 is the base's own W0; bf16 and int8 their codes, filled by po_init_random */
+    int store_ok = (pi->fw = calloc((size_t)(pi->n_w ? pi->n_w : 1), sizeof *pi->fw)) != NULL;
+    for (int i = 0; store_ok && i < pi->n_w; i++) {
+        const st_param_info *t = pi->w[i].base_t;
+        store_ok = !frozen_weight_alloc(&pi->fw[i], cfg->frozen_dtype, t->shape[0], t->shape[1],
+                                        gpt2 ? ST_W_IN_OUT : ST_W_OUT_IN);
+        pi->fw[i].f32 = base->params + t->offset;
+    }
+    size_t max_numel = 0;
+    for (int i = 0; i < pi->n_w; i++)
+        if (pi->w[i].base_t->numel > max_numel) max_numel = pi->w[i].base_t->numel;
+    pi->panel_bytes = cfg->frozen_dtype == ST_FROZEN_F32 ? 0 : st_frozen_panel_bytes(max_numel);
+    if (store_ok && pi->panel_bytes) store_ok = (pi->panel = malloc(pi->panel_bytes)) != NULL;
+    if (!store_ok) {
+        po_destroy(m);
+        return st_errf(err, ST_ERR_NOMEM, "poetx: cannot allocate W0 in frozen_dtype %s",
+                       st_frozen_dtype_name(cfg->frozen_dtype));
+    }
     if (vectors || !pi->G || !pi->perms) {
         po_destroy(m);
         return st_errf(err, ST_ERR_NOMEM, "poetx: cannot allocate %.1f MiB for the trainable parameters, their "

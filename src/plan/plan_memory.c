@@ -17,6 +17,7 @@
 
 #include "strata/optim.h"
 #include "strata/plan.h"
+#include "strata/poetx.h"
 #include "strata/prof.h"
 #include "strata/store.h"
 
@@ -82,7 +83,8 @@ st_status st_plan_memory(const st_mem_request *rq, st_mem_plan *e, st_err *err) 
     if (rq->trainable_params > 0) { /* LoRA, POET-X: the base frozen, only what the method trains updated */
         double t = rq->trainable_params;
         e->n_trainable = t;
-        e->frozen = 4.0 * n;
+        e->frozen = rq->frozen_bytes > 0 ? rq->frozen_bytes : 4.0 * n;
+        e->frozen_dtype = rq->frozen_dtype;
         e->weights = e->grads = e->master_if_bf16 = 4.0 * t;
         e->moments_f32 = 8.0 * t;
         e->moments_8bit = 2.0 * t + 8.0 * ceil(t / ST_OPTIM_Q8_BLOCK);
@@ -174,7 +176,12 @@ void st_mem_plan_print(FILE *f, const st_mem_plan *e, const double budget[ST_MEM
                                     e->n_params);
     fputc('\n', f);
     fprintf(f, "  %-34s %16s  %11s  %-6s %s\n", "class", "bytes", "", "tier", "");
-    if (e->n_trainable > 0) ROW("frozen base weights (fp32)", e->frozen, h, "no gradient, no moments");
+    if (e->n_trainable > 0)
+        ROW(e->frozen_dtype == ST_FROZEN_BF16   ? "frozen base weights (W0 bf16)"
+            : e->frozen_dtype == ST_FROZEN_INT8 ? "frozen base weights (W0 int8)"
+                                                : "frozen base weights (fp32)",
+            e->frozen, h, e->frozen_dtype ? "no gradient, no moments; W0's panel buffer, the rest fp32"
+                                          : "no gradient, no moments");
     ROW(e->n_trainable > 0 ? "trained weights (fp32)" : "weights (fp32)", e->weights, h, "");
     ROW("gradients (fp32)", e->grads, h, "");
     ROW("master copy (fp32)", e->master, "-", "the fp32 weights are the master copy");
@@ -230,6 +237,7 @@ json_object *st_mem_plan_to_json(const st_mem_plan *e, const double budget[ST_ME
         double state = e->frozen + e->weights + e->grads + (e->moments_8bit_used ? e->moments_8bit : e->moments_f32);
         json_object_object_add(o, "bytes_per_base_param", json_object_new_double(state / e->n_params));
         class_json(cl, "frozen_weights", e->frozen, h);
+        json_object_object_add(o, "frozen_dtype", json_object_new_string(st_frozen_dtype_name((st_frozen_dtype)e->frozen_dtype)));
     }
     class_json(cl, "weights", e->weights, h);
     class_json(cl, "grads", e->grads, h);

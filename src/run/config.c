@@ -14,6 +14,7 @@
 #include "strata/backend.h"
 #include "strata/model.h"
 #include "strata/plan.h"
+#include "strata/poetx.h"
 #include "strata/prof.h"
 #include "strata/forecast.h"
 #include "strata/schedule.h"
@@ -105,6 +106,7 @@ static const key_def keys[] = {
     {"poetx_terms", K_INT, OFF(poetx_terms), 0, 0, 64, "method poetx: the Neumann terms k of each block's Cayley polynomial (I + Q)(I + Q + ... + Q^k)"},
     {"poetx_merge_every", K_INT, OFF(poetx_merge_every), 0, 1, 1000000000, "method poetx: steps between merges (R and P folded into W0, Q reset and its Adam moments with poetx_adam_restart, the permutations redrawn)"},
     {"poetx_recompute", K_INT, OFF(poetx_recompute), 0, -1, 1, "method poetx: 1 forms each weight's rotated input again in the backward instead of keeping it from the forward (less memory, a slower step; the same numbers); 0 keeps it; -1 (default, auto) keeps it where the run's memory with it fits host_budget (else MemAvailable), else recomputes: the choice logged and recorded in config.json as if given"},
+    {"frozen_dtype", K_STR, STR(frozen_dtype), 0, 0, "method poetx: the precision the frozen W0 is held in: fp32 (default), bf16 (2 bytes a value) or int8 (1 byte a value and an fp32 scale and zero per group of 256; asymmetric, round to nearest); bf16 and int8 are dequantised a panel at a time inside the matmuls, a merge is done in fp32 and rounded back, checkpoints keep W0 as held; on the cpu backend. Methods full and lora take fp32 only"},
     {"poetx_lr", K_DOUBLE, OFF(poetx_lr), 0, -1, 10, "method poetx: the peak learning rate of the packed Q's (R and P), on lr's schedule (warmup, decay); the embeddings, norms and biases keep lr. -1 (default): lr"},
     {"poetx_clip_ramp", K_INT, OFF(poetx_clip_ramp), 0, 0, 1000000000, "method poetx: after each merge the gradient clip threshold starts at poetx_clip_start x grad_clip and rises linearly back to grad_clip over this many steps (step j after a merge, 1 <= j <= N: start + (1 - start) (j - 1) / N of grad_clip); at most poetx_merge_every; needs grad_clip > 0. 0 (default): off"},
     {"poetx_clip_start", K_DOUBLE, OFF(poetx_clip_start), 0, 1e-6, 1, "method poetx: the clip ramp's first threshold after a merge, as a fraction of grad_clip"},
@@ -158,6 +160,7 @@ void st_train_config_defaults(st_train_config *c) {
     c->poetx_block = 64;
     c->poetx_terms = 4;
     c->poetx_merge_every = 200;
+    snprintf(c->frozen_dtype, sizeof c->frozen_dtype, "fp32");
     c->poetx_recompute = -1; /* auto: kept where it fits (st_train_poetx_recompute_choose) */
     c->poetx_lr = -1; /* lr */
     c->poetx_clip_start = 0.1;
@@ -174,7 +177,18 @@ st_status st_train_config_method(const st_train_config *c, int *lora, st_err *er
     int m = parse_method(c->method);
     *lora = m == ST_TRAIN_METHOD_LORA;
     if (m < 0) return st_errf(err, ST_ERR_INVALID, "key 'method': '%s' is not full, lora or poetx", c->method);
+    int fd = st_train_config_frozen_dtype(c);
+    if (fd < 0) return st_errf(err, ST_ERR_INVALID, "key 'frozen_dtype': '%s' is not fp32, bf16 or int8", c->frozen_dtype);
+    if (fd != ST_FROZEN_F32 && m != ST_TRAIN_METHOD_POETX)
+        return st_errf(err, ST_ERR_UNSUPPORTED, "key 'frozen_dtype': %s W0 is for method poetx; method %s keeps its "
+                       "base weights in fp32 for now: give frozen_dtype fp32 or leave it out", c->frozen_dtype,
+                       c->method);
     return ST_OK;
+}
+
+int st_train_config_frozen_dtype(const st_train_config *c) {
+    st_frozen_dtype d;
+    return st_frozen_dtype_parse(c->frozen_dtype, &d) ? -1 : (int)d;
 }
 
 st_status st_train_config_act_dtype(const st_train_config *c, st_dtype *out, st_err *err) {

@@ -43,6 +43,9 @@ static int reuse_figures(const char *path, const char *state_paths, int n, doubl
 }
 
 st_status st_train_mem_plan(const st_train_config *c, const st_stream_plan *plan, st_mem_plan *out, st_err *err) {
+    int lora = 0;
+    st_status ms = st_train_config_method(c, &lora, err); /* method and frozen_dtype, as strata train refuses them */
+    if (ms) return ms;
     st_model_overrides ov = st_train_config_overrides(c);
     st_model_shape shape;
     st_arch *a = NULL;
@@ -74,7 +77,9 @@ st_status st_train_mem_plan(const st_train_config *c, const st_stream_plan *plan
                          .plan = plan, .device_is_host = cuda_index < 0, .state_on_disk = c->state_paths[0] != 0,
                          .state_budget = c->state_budget, .model_act_bytes = own_forward ? shape.act_bytes : 0,
                          /* POET-X: its kept h (poetx_recompute 0) and scratch are activations too */
-                         .method_start = pb.start, .method_staging = pb.save_staging};
+                         .method_start = pb.start, .method_staging = pb.save_staging, .frozen_bytes = pb.frozen,
+                         .frozen_dtype = method == ST_TRAIN_METHOD_POETX && st_train_config_frozen_dtype(c) > 0
+                                             ? st_train_config_frozen_dtype(c) : 0};
     if (own_forward) rq.model_act_bytes += pb.kept_h + pb.scratch;
     st_train_config_act_dtype(c, &rq.act_dtype, NULL); /* checked by st_train_config_resolve; else f32 */
     s = st_plan_memory(&rq, out, err);

@@ -18,11 +18,15 @@
 static int is_poetx(const st_train_config *c) { return st_train_config_method_of(c) == ST_TRAIN_METHOD_POETX; }
 
 static st_poetx_config poetx_config(const st_train_config *c) {
-    return (st_poetx_config){.block = c->poetx_block, .terms = c->poetx_terms, .recompute = c->poetx_recompute > 0}; /* auto: kept, until chosen */
+    int fd = st_train_config_frozen_dtype(c); /* checked by st_train_config_method */
+    return (st_poetx_config){.block = c->poetx_block, .terms = c->poetx_terms,
+                             .recompute = c->poetx_recompute > 0, /* auto: kept, until chosen */
+                             .frozen_dtype = fd < 0 ? ST_FROZEN_F32 : (st_frozen_dtype)fd};
 }
 
 /* A resume continues the run's own numerics: the block size and terms (the method itself:
- * run_lora_check), Q's learning rate, the clip ramp and the moments' restart at a merge. */
+ * run_lora_check), Q's learning rate, the clip ramp and the moments' restart at a merge,
+ * W0's precision (frozen_dtype). */
 static st_status check_resume(const st_train_config *c, st_err *err) {
     char path[2200];
     st_train_config *was = run_resumed_config(c, path, sizeof path);
@@ -50,6 +54,9 @@ static st_status check_resume(const st_train_config *c, st_err *err) {
             key = "poetx_adam_restart";
             snprintf(then, sizeof then, "%d", was->poetx_adam_restart);
             snprintf(now, sizeof now, "%d", c->poetx_adam_restart);
+        } else if (strcmp(was->frozen_dtype, c->frozen_dtype)) {
+            key = "frozen_dtype";
+            snprintf(then, sizeof then, "%s", was->frozen_dtype), snprintf(now, sizeof now, "%s", c->frozen_dtype);
         }
         if (key)
             s = st_errf(err, ST_ERR_INVALID, "key '%s': the run in %s was trained with %s %s, this resume gives %s; "
@@ -86,6 +93,12 @@ st_status run_poetx_check(const st_train_config *c, int world, st_err *err) {
     if (why)
         return st_errf(err, ST_ERR_UNSUPPORTED, "key '%s': method poetx trains in memory for now (no layer streaming, "
                        "no disk state); leave %s out", why, why);
+    int cuda_index = -1;
+    if (st_train_config_frozen_dtype(c) > 0 && !st_backend_device_parse(c->device, &cuda_index, NULL) &&
+        cuda_index >= 0)
+        return st_errf(err, ST_ERR_UNSUPPORTED, "key 'frozen_dtype': %s W0 is dequantised by the host; device %s "
+                       "keeps the weights elsewhere: train on device cpu, or give frozen_dtype fp32", c->frozen_dtype,
+                       c->device);
     (void)world; /* ranks: every rank merges its whole copy alike (run_poetx_after_step) */
     st_model_overrides ov = st_train_config_overrides(c);
     st_model_shape shape;
@@ -112,7 +125,7 @@ st_status run_poetx_bytes_of(const st_train_config *c, const st_arch *a, const c
     st_status s = st_poetx_check(a->lay.tensors, a->lay.n_tensors, family, &pc, &n_tr, NULL, err);
     if (s) return s;
     int gpt2 = !strcmp(family, "gpt2");
-    double N = (double)B * T, b = pc.block, h_total = 0, nperm = 0, max_d = 0, gmax = 0;
+    double N = (double)B * T, b = pc.block, h_total = 0, nperm = 0, max_d = 0, gmax = 0, n_w0 = 0, w0_held = 0, max_numel = 0;
     for (int i = 0; i < a->lay.n_tensors; i++) {
         const st_param_info *t = &a->lay.tensors[i];
         size_t nq = 0;
@@ -120,6 +133,9 @@ st_status run_poetx_bytes_of(const st_train_config *c, const st_arch *a, const c
         if (t->ndim != 2 || st_poetx_check(t, 1, family, &pc, NULL, &nq, NULL) || !nq) continue;
         double d_out = gpt2 ? t->shape[1] : t->shape[0], d_in = gpt2 ? t->shape[0] : t->shape[1];
         h_total += d_out; /* Hugging Face layouts: GPT-2's Conv1D (in, out), the Llama family's (out, in) */
+        n_w0 += (double)t->numel;
+        if ((double)t->numel > max_numel) max_numel = (double)t->numel;
+        w0_held += (double)st_frozen_bytes(pc.frozen_dtype, t->numel);
         nperm += d_in + d_out;
         if (d_in > max_d) max_d = d_in;
         if (d_out > max_d) max_d = d_out;
@@ -129,7 +145,13 @@ st_status run_poetx_bytes_of(const st_train_config *c, const st_arch *a, const c
     out->scratch = 4.0 * (5.0 * N * max_d + 2.0 * (max_d / b) * b * b + gmax + nperm);
     out->save_staging = 4.0 * ((double)n_tr + nperm); /* W0 written from the base's vector (host memory) */
     double n = (double)a->lay.n_params;
+    /* bf16, int8: the store's codes and its panel buffer; the base's fp32 pages of W0 given back */
+    double panel = pc.frozen_dtype == ST_FROZEN_F32 ? 0 : (double)st_frozen_panel_bytes((size_t)max_numel);
+    out->frozen = pc.frozen_dtype == ST_FROZEN_F32 ? 4.0 * n : 4.0 * (n - n_w0) + w0_held + panel;
     out->start = 8.0 * n + 8.0 * (double)n_tr + 4.0 * (gmax + nperm);
+    /* ... and the store, filled at the wrap, stays while a preset's initialisation writes the
+     * base's whole vector again (then W0 rounded anew and its pages given back) */
+    if (pc.frozen_dtype != ST_FROZEN_F32) out->start += w0_held + panel;
     return ST_OK;
 }
 

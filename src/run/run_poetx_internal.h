@@ -24,6 +24,9 @@ typedef struct run_poetx_bytes {
     double scratch;      /* u | h | dy | dh | du (5 N max_d floats), dG_in | dG_out (2 max_nb b^2),
                             one weight's G_in | G_out ((d_in + d_out) b at most), the permutations */
     double save_staging; /* a checkpoint's staging: the trained vector, every W0, the permutations */
+    double frozen;       /* the base's weights as held: fp32 4 bytes a parameter; with frozen_dtype
+                            bf16 or int8, W0 in it (st_frozen_bytes) and the panel buffer, the rest
+                            of the base fp32 */
     double start;        /* the start (run_poetx_open): the base's weights and gradient vector
                             allocated (8 bytes a parameter), then, wrapped (the gradients freed), its
                             weights, the initialisation's staging, the trained vector and its
