@@ -274,6 +274,19 @@ typedef struct st_backend_ops {
      * low-rank term goes into columns of a packed projection's output with it (ldy the packed
      * width, ldx = W), and its gradient comes back out (the strides swapped). */
     void (*axpy_rows)(st_backend *be, float *y, int ldy, const float *x, int ldx, float alpha, int N, int W);
+
+    /* ---- input gradients written, not added (appended; NULL in a backend without them, the
+     * CUDA backend's today, where the caller clears the gradient and calls the op above). Each
+     * is exactly the op it names (shapes, bits, dw and dbias +=) except that the input
+     * gradient is WRITTEN: what dinp / dqkv held before is never read, so the clearing pass
+     * and the re-reading of zeros go. attention_backward_write takes doc_start as
+     * attention_doc_backward does; NULL is the causal op. */
+    void (*matmul_backward_write)(st_backend *be, float *dinp, float *dw, float *dbias, const float *dout,
+                                  const float *inp, const float *w, int N, int C, int OC, st_wlayout layout);
+    void (*gelu_backward_write)(st_backend *be, float *dinp, const float *inp, const float *dout, int n);
+    void (*attention_backward_write)(st_backend *be, float *dqkv, const float *dout, const float *qkv,
+                                     const float *out, const float *lse, const int32_t *doc_start, int B, int T,
+                                     int C, int NH);
 } st_backend_ops;
 
 struct st_backend {
