@@ -129,27 +129,29 @@ static void cpu_layernorm_backward(st_backend *be, float *dinp, float *dw, float
                                    const float *inp, const float *w, const float *mean, const float *rstd,
                                    int N, int C) {
     (void)be;
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; i++) {
-        const float *d = dout + (size_t)i * C, *x = inp + (size_t)i * C;
-        float m = mean[i], s = rstd[i];
-        float dnorm_mean = 0, dnorm_norm_mean = 0;
-        for (int c = 0; c < C; c++) {
-            float norm = (x[c] - m) * s, dn = w[c] * d[c];
-            dnorm_mean += dn;
-            dnorm_norm_mean += dn * norm;
-        }
-        dnorm_mean /= C;
-        dnorm_norm_mean /= C;
-        float *di = dinp + (size_t)i * C;
-        for (int c = 0; c < C; c++) {
-            float norm = (x[c] - m) * s, dn = w[c] * d[c];
-            di[c] += (dn - dnorm_mean - norm * dnorm_norm_mean) * s;
-        }
-    }
-    /* parameter gradients: columns per thread, rows summed in order */
+    /* one parallel region: the rows' input gradients, then (no barrier: the columns read
+     * only dout, inp and the statistics) the parameter gradients by columns */
 #pragma omp parallel
     {
+#pragma omp for schedule(static) nowait
+        for (int i = 0; i < N; i++) {
+            const float *d = dout + (size_t)i * C, *x = inp + (size_t)i * C;
+            float m = mean[i], s = rstd[i];
+            float dnorm_mean = 0, dnorm_norm_mean = 0;
+            for (int c = 0; c < C; c++) {
+                float norm = (x[c] - m) * s, dn = w[c] * d[c];
+                dnorm_mean += dn;
+                dnorm_norm_mean += dn * norm;
+            }
+            dnorm_mean /= C;
+            dnorm_norm_mean /= C;
+            float *di = dinp + (size_t)i * C;
+            for (int c = 0; c < C; c++) {
+                float norm = (x[c] - m) * s, dn = w[c] * d[c];
+                di[c] += (dn - dnorm_mean - norm * dnorm_norm_mean) * s;
+            }
+        }
+        /* parameter gradients: columns per thread, rows summed in order */
         int nth = omp_get_num_threads(), th = omp_get_thread_num();
         int c0 = (int)((long)C * th / nth), c1 = (int)((long)C * (th + 1) / nth);
         for (int i = 0; i < N; i++) {
