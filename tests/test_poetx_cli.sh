@@ -4,6 +4,8 @@
 #  - resume is bit-exact across merges: 8 steps straight and 3 + 5 (--stop_at 3: the checkpoint
 #    right after the merge at step 3, then --resume over the merge at 6) give the same losses and
 #    byte-identical final checkpoints (the trained tensors, Q, W0 and the permutations);
+#  - poetx_recompute auto (the default) keeps the rotated inputs where the run fits and recomputes
+#    them where only that fits host_budget (strata plan and strata train alike; the same losses);
 #  - a resume with another method or poetx_block is refused, its config.json untouched;
 #  - the Llama family trains too (llama-tiny);
 #  - bad input refused before a run directory exists, naming the key (and the tensor): a block
@@ -30,6 +32,26 @@ check 'awk "BEGIN{exit !($last < $first)}"' "the loss falls over 8 poetx steps (
 rc=$?
 check '[ $rc -eq 0 ] && [ "$(losses "$T/rc")" = "$a_losses" ] && grep -q "\"poetx_recompute\": *1" "$T/rc/config.json"' \
   "poetx_recompute 1 (rc $rc): losses $(losses "$T/rc") against $a_losses, config.json records it"
+
+# --- poetx_recompute auto (the default): kept where the run fits, else recomputed; logged and
+# recorded as if given. The budget between the two accounts strata plan prints.
+check 'grep -q "poetx_recompute auto: 0" "$T/a.out" && grep -q "\"poetx_recompute\": *0" "$T/a/config.json"' \
+  "auto with room: kept, logged and recorded: $(grep -m1 poetx_recompute "$T/a.out")"
+need() { "$S" plan --model gpt2-tiny $tiny $poet --poetx_recompute $1 --json 2>/dev/null | jq '.memory.tiers.host.need | floor'; }
+n0=$(need 0) n1=$(need 1)
+check '[ -n "$n0" ] && [ -n "$n1" ] && [ "$n1" -lt "$n0" ]' "the account without the kept inputs ($n1) is below the one with them ($n0)"
+mid=$(( (n0 + n1) / 2 ))
+"$S" plan --model gpt2-tiny $tiny $poet --host_budget $mid >"$T/auto-plan.out" 2>&1
+rc=$?
+check '[ $rc -eq 0 ] && grep -q "poetx_recompute auto: 1" "$T/auto-plan.out"' "strata plan chooses recompute under host_budget $mid: rc $rc $(head -2 "$T/auto-plan.out")"
+"$S" train --model gpt2-tiny $tiny $poet --steps 8 --ckpt_every 3 --host_budget $mid --run_dir "$T/auto" >"$T/auto.out" 2>&1
+rc=$?
+check '[ $rc -eq 0 ] && grep -q "poetx_recompute auto: 1" "$T/auto.out" && grep -q "\"poetx_recompute\": *1" "$T/auto/config.json" && [ "$(losses "$T/auto")" = "$a_losses" ]' \
+  "auto under host_budget $mid: recomputed, the same losses (rc $rc): $(grep -m1 -e poetx_recompute -e "strata train:" "$T/auto.out")"
+"$S" train --model gpt2-tiny $tiny $poet --steps 2 --host_budget $((n1 - 4096)) --run_dir "$T/auto-short" >"$T/auto-short.out" 2>&1
+rc=$?
+check '[ $rc -ne 0 ] && grep -q "does not fit its memory" "$T/auto-short.out" && [ ! -e "$T/auto-short" ]' \
+  "auto with no room for either: refused, no run directory (rc $rc): $(tail -1 "$T/auto-short.out")"
 
 # --- resume: 3 (a merge, then the checkpoint) + 5 (over the merge at 6)
 "$S" train --model gpt2-tiny $tiny $poet --steps 8 --ckpt_every 3 --stop_at 3 --run_dir "$T/b" >"$T/b1.out" 2>&1

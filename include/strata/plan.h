@@ -430,6 +430,12 @@ st_status st_plan_memory(const st_mem_request *rq, st_mem_plan *out, st_err *err
 st_status st_mem_plan_check(const st_mem_plan *e, const double budget[ST_MEM_TIER_COUNT], st_err *err);
 /* The account as a table, for strata plan. */
 void st_mem_plan_print(FILE *f, const st_mem_plan *e, const double budget[ST_MEM_TIER_COUNT]);
+/* The same account as JSON, for strata plan --json: "classes" (each class's bytes, its tier or
+ * "-" where the configuration does not use it), "tiers" (each tier's peak need, its budget or
+ * null, and whether it fits: null where the budget is unknown), "fits", and for a method over
+ * frozen weights "bytes_per_base_param". The caller owns the object. */
+struct json_object;
+struct json_object *st_mem_plan_to_json(const st_mem_plan *e, const double budget[ST_MEM_TIER_COUNT]);
 
 /* ------------------------------------------------------------------ a run's prediction
  * What strata plan prints and strata train logs and saves (RUN_DIR/plan.json) for the plan

@@ -101,7 +101,8 @@ typedef struct st_train_config {
     int poetx_block;      /* method poetx: the block size b of R and P (strata/poetx.h) */
     int poetx_terms;      /* method poetx: the Neumann terms k of the Cayley polynomial */
     int poetx_merge_every; /* method poetx: steps between merges of R and P into W0 */
-    int poetx_recompute;  /* method poetx: 1 recomputes the rotated inputs in the backward (st_poetx_config.recompute) */
+    int poetx_recompute;  /* method poetx: 1 recomputes the rotated inputs in the backward (st_poetx_config.recompute);
+                             -1 auto (st_train_poetx_recompute_choose) */
     char mix[8];          /* "weights" (the data list's weights; default) or "online" (the sources' weights
                              adapted from their training loss, st_train_config_mix_online) */
     double mix_smoothing; /* online: the rewards' moving average (default 0.9) */
@@ -180,6 +181,12 @@ struct st_stream_plan;
  * store's buffers in host memory; method lora or poetx through the model's own forward. */
 st_status st_train_mem_plan(const st_train_config *c, const struct st_stream_plan *plan, struct st_mem_plan *out,
                             st_err *err);
+/* Method poetx with poetx_recompute -1 (auto): 0 (each weight's rotated input kept for the
+ * backward) where the run's memory account with it fits host_budget (or MemAvailable), else 1
+ * (formed again in the backward: the same numbers, less memory, a slower step); c's key set
+ * to the choice and why written to why (empty where there was nothing to choose). strata
+ * train and strata plan choose alike. */
+st_status st_train_poetx_recompute_choose(st_train_config *c, char *why, size_t cap, st_err *err);
 
 /* ------------------------------------------------------------------ the plan a run gets
  * (src/run/plan_state.c): the run's configuration put to the planner (strata/plan.h). */

@@ -42,8 +42,10 @@ static void plan_usage(FILE *f) {
             "With --plan_state auto, each placement of the optimizer state that fits (f32 or 8-bit, in\n"
             "host memory or on state_paths) is predicted with this machine's profile, as strata train\n"
             "predicts it, and the fastest is taken; every candidate's step is printed.\n"
-            "--json prints only the plan, as JSON. -o PLAN.json (with --device_budget) writes that\n"
-            "JSON to a file (crash-safely); strata train --plan PLAN.json runs the plan exactly,\n"
+            "--json prints only the plan, as JSON: the memory account (\"memory\": each class's bytes and\n"
+            "tier, each tier's need, budget and fit) and, with --device_budget, the device plan.\n"
+            "-o PLAN.json (with --device_budget) writes that JSON to a file (crash-safely); strata\n"
+            "train --plan PLAN.json runs the plan exactly,\n"
             "refusing it for another model shape, batch or seq, or a device_budget it does not fit.\n"
             "Exit status: 0 fits, 3 does not fit, 2 bad options.\n"
             "\n"
@@ -121,21 +123,37 @@ static int machine(const st_arch *a, const st_train_config *cfg, const char *pro
  * no plan fits, 2 bad input. */
 static int plan_device(const st_arch *a, const st_train_config *cfg, double device_budget, const char *profile,
                        st_plan_profile *hw_in, int *have_hw, const char *save_profile, int time_limit_ms, int json,
-                       const char *out) {
+                       const char *out, json_object *memory) {
     st_err err = {0};
-    if (machine(a, cfg, profile, device_budget > 0, hw_in, have_hw)) return 2;
+    if ((device_budget > 0 || save_profile) && machine(a, cfg, profile, device_budget > 0, hw_in, have_hw)) {
+        json_object_put(memory);
+        return 2;
+    }
     st_plan_profile hw = *hw_in;
     if (save_profile && st_plan_profile_save(save_profile, &hw, &err)) {
         fprintf(stderr, "strata plan: %s\n", err.msg);
+        json_object_put(memory);
         return 2;
     }
-    if (!(device_budget > 0)) {
-        if (json) printf("{\"profile_saved\": %s}\n", save_profile ? "true" : "false");
+    if (!(device_budget > 0)) { /* --json: the memory account alone */
+        if (json) {
+            json_object *o = json_object_new_object();
+            json_object_object_add(o, "model", json_object_new_string(cfg->init_from[0] ? cfg->init_from : cfg->model));
+            json_object_object_add(o, "batch", json_object_new_int(cfg->batch));
+            json_object_object_add(o, "seq", json_object_new_int(cfg->seq));
+            json_object_object_add(o, "n_blocks", json_object_new_int(a->lay.n_blocks));
+            json_object_object_add(o, "profile_saved", json_object_new_boolean(save_profile != NULL));
+            json_object_object_add(o, "memory", json_object_get(memory));
+            printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE));
+            json_object_put(o);
+        }
+        json_object_put(memory);
         return 0;
     }
     st_stream_plan *p = malloc(sizeof *p);
     if (!p) {
         fprintf(stderr, "strata plan: out of memory\n");
+        json_object_put(memory);
         return 2;
     }
     st_plan_prediction pr;
@@ -185,6 +203,7 @@ static int plan_device(const st_arch *a, const st_train_config *cfg, double devi
             if (!pf) {
                 fprintf(stderr, "strata plan: out of memory\n");
                 json_object_put(prof);
+                json_object_put(memory);
                 free(p);
                 return 2;
             }
@@ -205,6 +224,7 @@ static int plan_device(const st_arch *a, const st_train_config *cfg, double devi
         json_object_object_add(prof, "measured_shape",
                                json_object_new_boolean(st_plan_profile_shape(&hw, a, cfg->batch, cfg->seq) != NULL));
         json_object_object_add(o, "profile", prof);
+        if (memory) json_object_object_add(o, "memory", json_object_get(memory)); /* the run's account */
         if (s) {
             json_object_object_add(o, "error", json_object_new_string(err.msg));
         } else {
@@ -219,6 +239,7 @@ static int plan_device(const st_arch *a, const st_train_config *cfg, double devi
             }
         }
     }
+    json_object_put(memory); /* the document holds its own reference */
     if (out && s) {
         fprintf(stderr, "strata plan: no plan fits the device budget: %s not written\n", out);
     } else if (out) { /* the same text --json prints */
@@ -405,26 +426,34 @@ int cmd_plan(int argc, char **argv) {
             fprintf(f, "  %s\n", line);
         }
     }
+    /* method poetx: its recompute chosen as strata train chooses it */
+    if (budget[ST_MEM_TIER_HOST] > 0 && !(cfg.host_budget > 0)) cfg.host_budget = budget[ST_MEM_TIER_HOST];
+    char why[320];
+    if (st_train_poetx_recompute_choose(&cfg, why, sizeof why, &err)) {
+        fprintf(stderr, "strata plan: %s\n", err.msg);
+        return 2;
+    }
+    if (why[0]) fprintf(json ? stderr : stdout, "%s\n", why);
+    /* the run's memory account (the executor's tables; streamed: the smallest plan's, the
+     * planner's section below gives the plan's device bytes) */
+    if (st_train_mem_plan(&cfg, NULL, &e, &err)) {
+        fprintf(stderr, "strata plan: %s\n", err.msg);
+        return 2;
+    }
     if (json || budget[ST_MEM_TIER_DEVICE] > 0 || save_profile) {
         st_arch *arch = NULL;
         if (st_model_resolve(cfg.model, cfg.init_from, &ov, cfg.batch, cfg.seq, &shape, &arch, &err)) {
             fprintf(stderr, "strata plan: %s\n", err.msg);
             return 2;
         }
-        if (json) {
+        if (json) { /* one document: the device plan (with --device_budget) and the memory account */
+            int short_ = st_mem_plan_check(&e, budget, &err) != ST_OK;
             int prc = plan_device(arch, &cfg, budget[ST_MEM_TIER_DEVICE], profile, &hw, &have_hw, save_profile,
-                                  time_limit_ms, 1, out);
+                                  time_limit_ms, 1, out, st_mem_plan_to_json(&e, budget));
             st_arch_free(arch);
-            return prc;
+            return prc == 0 && short_ ? 3 : prc;
         }
         planned_arch = arch; /* its section is printed after the estimate */
-    }
-    /* the run's memory account (the executor's tables; streamed: the smallest plan's, the
-     * planner's section below gives the plan's device bytes) */
-    if (st_train_mem_plan(&cfg, NULL, &e, &err)) {
-        st_arch_free(planned_arch);
-        fprintf(stderr, "strata plan: %s\n", err.msg);
-        return 2;
     }
     printf("plan for %s (%s), batch %d x seq %d, optim_state %s\n", cfg.init_from[0] ? cfg.init_from : cfg.model,
            shape.desc, cfg.batch, cfg.seq, cfg.optim_state);
@@ -437,7 +466,7 @@ int cmd_plan(int argc, char **argv) {
     if (cfg.state_paths[0] && plan_disk(&cfg, e.n_params) && !rc) rc = 3;
     if (planned_arch) {
         int prc = plan_device(planned_arch, &cfg, budget[ST_MEM_TIER_DEVICE], profile, &hw, &have_hw, save_profile,
-                              time_limit_ms, 0, out);
+                              time_limit_ms, 0, out, out ? st_mem_plan_to_json(&e, budget) : NULL);
         st_arch_free(planned_arch);
         if (prc == 2) return 2;
         if (prc == 3) rc = 3; /* the executor's device bytes: no plan fits */

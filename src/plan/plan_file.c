@@ -207,7 +207,7 @@ static st_status read_text(const char *path, char **out, size_t *len, st_err *er
 static const char *const known_keys[] = {
     "strata_plan", "model", "arch", "n_blocks", "n_embd", "vocab_size", "n_params", "batch", "seq",
     "device_budget", "device_bytes", "prefetch_depth", "vocab_chunk", "overlap_optim", "clip", "grad_dtype",
-    "optim_threads", "blocks", "predicted", "fits", "profile", "solve_s", "optimal", "disk"};
+    "optim_threads", "blocks", "predicted", "fits", "profile", "solve_s", "optimal", "disk", "memory"};
 
 /* An integer key in [lo, hi]: a JSON integer, or a number with no fraction (6e6). */
 static st_status get_int(const char *path, json_object *o, const char *key, int required, long long lo, long long hi,

@@ -10,6 +10,7 @@
  * checkpoints, the runtime's constant, a model that trains through its own forward (LoRA,
  * POET-X: their activations given by the model layer), and the disk state's host buffers.
  */
+#include <json-c/json.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -209,4 +210,55 @@ void st_mem_plan_print(FILE *f, const st_mem_plan *e, const double budget[ST_MEM
                 t == ST_MEM_TIER_HOST && budget[t] <= 0 ? " (MemAvailable)" : "", verdict[0] ? ": " : "", verdict);
     }
 #undef ROW
+}
+
+/* One class of the account: its bytes and where it lives ("-": not used by this run). */
+static void class_json(json_object *cl, const char *name, double bytes, const char *tier) {
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "bytes", json_object_new_double(bytes));
+    json_object_object_add(o, "tier", json_object_new_string(tier));
+    json_object_object_add(cl, name, o);
+}
+
+json_object *st_mem_plan_to_json(const st_mem_plan *e, const double budget[ST_MEM_TIER_COUNT]) {
+    json_object *o = json_object_new_object(), *cl = json_object_new_object(), *tiers = json_object_new_object();
+    const char *h = "host", *at = e->streamed ? "device" : h, *mh = e->moments_on_disk ? "disk" : h;
+    json_object_object_add(o, "n_params", json_object_new_double(e->n_params));
+    if (e->n_trainable > 0) {
+        json_object_object_add(o, "n_trainable", json_object_new_double(e->n_trainable));
+        double state = e->frozen + e->weights + e->grads + (e->moments_8bit_used ? e->moments_8bit : e->moments_f32);
+        json_object_object_add(o, "bytes_per_base_param", json_object_new_double(state / e->n_params));
+        class_json(cl, "frozen_weights", e->frozen, h);
+    }
+    class_json(cl, "weights", e->weights, h);
+    class_json(cl, "grads", e->grads, h);
+    class_json(cl, "master", e->master, "-");
+    class_json(cl, "moments_f32", e->moments_f32, e->moments_8bit_used ? "-" : mh);
+    class_json(cl, "moments_8bit", e->moments_8bit, e->moments_8bit_used ? mh : "-");
+    if (e->moments_on_disk) class_json(cl, "state_buffers", e->state_buffers, h);
+    class_json(cl, "activations", e->acts_stored, at);
+    class_json(cl, "activations_checkpointed", e->acts_ckpt, "-");
+    if (e->exec_host > 0) class_json(cl, "executor_host", e->exec_host, h);
+    class_json(cl, "staging", e->init_scratch, h);
+    class_json(cl, "runtime", e->runtime, h);
+    json_object_object_add(o, "optim_state",
+                           json_object_new_string(st_optim_state_name((st_optim_state_format)e->state_format)));
+    json_object_object_add(o, "classes", cl);
+    int fits = 1;
+    for (int t = 0; t < ST_MEM_TIER_COUNT; t++) {
+        double have = t == ST_MEM_TIER_HOST ? host_budget(budget) : budget[t] > 0 ? budget[t] : 0;
+        json_object *ti = json_object_new_object();
+        json_object_object_add(ti, "need", json_object_new_double(e->tier_need[t]));
+        json_object_object_add(ti, "budget", have > 0 ? json_object_new_double(have) : NULL);
+        /* as st_mem_plan_check judges: a tier with no budget is not judged here (the device's
+         * plan and the disk state's paths are checked on their own) */
+        int judged = have > 0 && e->tier_need[t] > 0;
+        int ok = !judged || e->tier_need[t] <= have;
+        fits &= ok;
+        json_object_object_add(ti, "fits", judged ? json_object_new_boolean(ok) : NULL);
+        json_object_object_add(tiers, st_mem_tier_name(t), ti);
+    }
+    json_object_object_add(o, "tiers", tiers);
+    json_object_object_add(o, "fits", json_object_new_boolean(fits));
+    return o;
 }

@@ -103,7 +103,7 @@ static const key_def keys[] = {
     {"poetx_block", K_INT, OFF(poetx_block), 0, 2, 65536, "method poetx: the block size b of the orthogonal factors R and P (it must divide both dimensions of every matmul weight of the blocks)"},
     {"poetx_terms", K_INT, OFF(poetx_terms), 0, 0, 64, "method poetx: the Neumann terms k of each block's Cayley polynomial (I + Q)(I + Q + ... + Q^k)"},
     {"poetx_merge_every", K_INT, OFF(poetx_merge_every), 0, 1, 1000000000, "method poetx: steps between merges (R and P folded into W0, Q and its Adam moments reset, the permutations redrawn)"},
-    {"poetx_recompute", K_INT, OFF(poetx_recompute), 0, 0, 1, "method poetx: 1 forms each weight's rotated input again in the backward instead of keeping it from the forward (less memory, a slower step; the same numbers)"},
+    {"poetx_recompute", K_INT, OFF(poetx_recompute), 0, -1, 1, "method poetx: 1 forms each weight's rotated input again in the backward instead of keeping it from the forward (less memory, a slower step; the same numbers); 0 keeps it; -1 (default, auto) keeps it where the run's memory with it fits host_budget (else MemAvailable), else recomputes: the choice logged and recorded in config.json as if given"},
 };
 #define N_KEYS (sizeof keys / sizeof keys[0])
 
@@ -152,6 +152,7 @@ void st_train_config_defaults(st_train_config *c) {
     c->poetx_block = 64;
     c->poetx_terms = 4;
     c->poetx_merge_every = 200;
+    c->poetx_recompute = -1; /* auto: kept where it fits (st_train_poetx_recompute_choose) */
 }
 
 /* The key method's one parse: -1 for a value it is not. */

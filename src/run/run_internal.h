@@ -42,6 +42,12 @@ st_status run_data_next(run_data *d, int B, int T, int32_t *inputs, int32_t *tar
 void run_data_save_state(const run_data *d, st_train_state_header *h);
 st_status run_data_restore_state(run_data *d, const st_train_state_header *h, const char *path, st_err *err);
 st_status run_resolve_resume(const char *path, char *ckpt_dir, size_t cap, st_err *err);
+/* The configuration a resume (c->resume) continues: the config.json of the run directory,
+ * or of RUN for RUN/checkpoints/step_N (its path in path), loaded over the defaults (a key
+ * the file predates: its default); malloc'ed, the caller frees it. NULL where there is no
+ * resume, no such file, or it is unreadable (the resume itself then says what is wrong).
+ * Every check of a key a resume may not change reads it here. */
+st_train_config *run_resumed_config(const st_train_config *c, char *path, size_t cap);
 /* A resume (c->resume) whose matmul differs from the one its run recorded (config.json of
  * the run directory, or of RUN for RUN/checkpoints/step_N): refused naming the key
  * 'matmul' and both modes, or, with force_resume 1, warned (force_resume then set to 0: it

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "run/run_internal.h"
 #include "run/run_lora_internal.h"
 #include "strata/block.h"
 #include "strata/lora.h"
@@ -26,13 +27,9 @@ static void lora_config(const st_train_config *c, const char *arch, st_lora_conf
  * (written at its start) against c's method, lora_rank and lora_targets. */
 static st_status check_resume(const st_train_config *c, st_err *err) {
     char path[2200];
-    st_run_path(path, sizeof path, c->run_dir, ST_RUN_CONFIG);
-    if (!c->resume[0] || access(path, R_OK)) return ST_OK;
-    st_train_config *was = malloc(sizeof *was); /* large: not on the stack */
-    if (!was) return st_errf(err, ST_ERR_NOMEM, "out of memory");
-    st_train_config_defaults(was);
+    st_train_config *was = run_resumed_config(c, path, sizeof path);
     st_status s = ST_OK;
-    if (!st_train_config_load_json(was, path, NULL)) {
+    if (was) {
         st_train_method m = st_train_config_method_of(was);
         const char *key = m != st_train_config_method_of(c) ? "method"
                           : m != ST_TRAIN_METHOD_LORA ? NULL
@@ -41,7 +38,7 @@ static st_status check_resume(const st_train_config *c, st_err *err) {
         if (key)
             s = st_errf(err, ST_ERR_INVALID, "key '%s': the run in %s was trained with method %s (lora_rank %d, "
                         "lora_targets '%s'); a resume continues it as it was: leave %s out, or start a new run",
-                        key, c->run_dir, was->method, was->lora_rank, was->lora_targets, key);
+                        key, c->resume, was->method, was->lora_rank, was->lora_targets, key);
     }
     free(was);
     return s;

@@ -7,8 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
+#include "run/run_internal.h"
 #include "run/run_poetx_internal.h"
 #include "strata/block.h"
 #include "strata/poetx.h"
@@ -16,24 +16,20 @@
 static int is_poetx(const st_train_config *c) { return st_train_config_method_of(c) == ST_TRAIN_METHOD_POETX; }
 
 static st_poetx_config poetx_config(const st_train_config *c) {
-    return (st_poetx_config){.block = c->poetx_block, .terms = c->poetx_terms, .recompute = c->poetx_recompute};
+    return (st_poetx_config){.block = c->poetx_block, .terms = c->poetx_terms, .recompute = c->poetx_recompute > 0}; /* auto: kept, until chosen */
 }
 
 /* A resume continues the run's own block size and terms (the method itself: run_lora_check). */
 static st_status check_resume(const st_train_config *c, st_err *err) {
     char path[2200];
-    st_run_path(path, sizeof path, c->run_dir, ST_RUN_CONFIG);
-    if (!c->resume[0] || access(path, R_OK)) return ST_OK;
-    st_train_config *was = malloc(sizeof *was);
-    if (!was) return st_errf(err, ST_ERR_NOMEM, "out of memory");
-    st_train_config_defaults(was);
+    st_train_config *was = run_resumed_config(c, path, sizeof path);
     st_status s = ST_OK;
-    if (!st_train_config_load_json(was, path, NULL) && is_poetx(was)) {
+    if (was && is_poetx(was)) {
         const char *key = was->poetx_block != c->poetx_block ? "poetx_block"
                           : was->poetx_terms != c->poetx_terms ? "poetx_terms" : NULL;
         if (key)
             s = st_errf(err, ST_ERR_INVALID, "key '%s': the run in %s was trained with poetx_block %d, poetx_terms %d; "
-                        "a resume continues it as it was: leave %s out, or start a new run", key, c->run_dir,
+                        "a resume continues it as it was: leave %s out, or start a new run", key, c->resume,
                         was->poetx_block, was->poetx_terms, key);
     }
     free(was);
@@ -134,5 +130,28 @@ st_status run_poetx_after_step(const st_train_config *c, st_model *m, st_optim *
                            (hi - lo) * sizeof(float), lo, hi);
         if (a < hi) memset(st + (a - lo), 0, (hi - a) * sizeof(float));
     }
+    return ST_OK;
+}
+
+st_status st_train_poetx_recompute_choose(st_train_config *c, char *why, size_t cap, st_err *err) {
+    if (cap) why[0] = 0;
+    if (!is_poetx(c) || c->poetx_recompute >= 0) return ST_OK;
+    c->poetx_recompute = 0; /* the account with the rotated inputs kept */
+    st_mem_plan e;
+    st_status s = st_train_mem_plan(c, NULL, &e, err);
+    if (s) return s;
+    double budgets[ST_MEM_TIER_COUNT] = {0, c->host_budget, 0}, kept = e.tier_need[ST_MEM_TIER_HOST];
+    st_err fit = {0};
+    if (st_mem_plan_check(&e, budgets, &fit) == ST_OK) {
+        snprintf(why, cap, "poetx_recompute auto: 0, the rotated inputs kept for the backward (host memory %.1f MiB "
+                 "with them fits %s)", kept / 1048576.0, c->host_budget > 0 ? "host_budget" : "MemAvailable");
+        return ST_OK;
+    }
+    c->poetx_recompute = 1;
+    if ((s = st_train_mem_plan(c, NULL, &e, err))) return s;
+    snprintf(why, cap, "poetx_recompute auto: 1, the rotated inputs formed again in the backward (host memory %.1f "
+             "MiB with them kept does not fit %s; %.1f MiB without: the same numbers, a slower step)",
+             kept / 1048576.0, c->host_budget > 0 ? "host_budget" : "MemAvailable",
+             e.tier_need[ST_MEM_TIER_HOST] / 1048576.0);
     return ST_OK;
 }

@@ -133,19 +133,28 @@ static int resume_config_path(const char *resume, char *out, size_t cap) {
     return !strcmp(parent, "checkpoints") && access(out, R_OK) == 0;
 }
 
+st_train_config *run_resumed_config(const st_train_config *c, char *path, size_t cap) {
+    if (!c->resume[0] || !resume_config_path(c->resume, path, cap)) return NULL;
+    st_train_config *was = malloc(sizeof *was); /* large: not on the stack */
+    if (!was) return NULL;
+    st_train_config_defaults(was); /* a config.json from before a key: its default */
+    if (st_train_config_load_json(was, path, NULL)) {
+        free(was);
+        return NULL; /* unreadable: the resume itself says what is wrong with the run */
+    }
+    return was;
+}
+
 st_status run_check_resume_matmul(st_train_config *c, st_err *err) {
     char path[2200];
     int forced = c->force_resume;
     c->force_resume = 0; /* recorded as 0: a later resume is checked again */
-    if (!c->resume[0] || !resume_config_path(c->resume, path, sizeof path)) return ST_OK;
-    json_object *root = json_object_from_file(path), *v = NULL;
-    char was[16] = "fp32"; /* a config.json from before the key: an fp32 run */
-    if (root && json_object_object_get_ex(root, "matmul", &v) && json_object_is_type(v, json_type_string))
-        snprintf(was, sizeof was, "%s", json_object_get_string(v));
-    json_object_put(root);
-    if (!root) return ST_OK; /* unreadable: the resume itself says what is wrong with the run */
+    st_train_config *was = run_resumed_config(c, path, sizeof path);
+    if (!was) return ST_OK;
     st_matmul_mode a, b;
-    if (st_backend_matmul_parse(was, &a, NULL) || st_backend_matmul_parse(c->matmul, &b, NULL)) return ST_OK;
+    int bad = st_backend_matmul_parse(was->matmul, &a, NULL) || st_backend_matmul_parse(c->matmul, &b, NULL);
+    free(was);
+    if (bad) return ST_OK;
     if (a == ST_MATMUL_AUTO) a = st_backend_matmul_auto(c->device, NULL, 0);
     if (b == ST_MATMUL_AUTO) b = st_backend_matmul_auto(c->device, NULL, 0);
     if (a == b) return ST_OK;

@@ -126,6 +126,9 @@ static st_status run_check(train_run *r, const st_train_config *given, const st_
         st_log(1, "matmul auto: %s (%s)\n", c->matmul, why);
     }
     if ((s = run_check_resume_matmul(c, err))) return s; /* another matmul than the resumed run's */
+    char why[320]; /* poetx_recompute auto: kept where it fits, logged and recorded as if given */
+    if ((s = st_train_poetx_recompute_choose(c, why, sizeof why, err))) return s;
+    if (why[0]) st_log(1, "%s\n", why);
     /* the memory plan, checked before anything is allocated or written */
     if ((s = st_train_mem_plan(c, NULL, &r->mem, err))) return s; /* streamed: the smallest plan's */
     double budgets[ST_MEM_TIER_COUNT] = {0, c->host_budget, 0};
