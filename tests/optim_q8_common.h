@@ -65,7 +65,7 @@ static void q8_reference_step(const q8_state *s, size_t n, const float *cs, cons
  * (and parameters) after step 5 that takes steps 6 to 10: 1 when their parameters end equal. */
 static int q8_resume_same(st_optim_state_format fmt) {
     st_err err = {0};
-    st_optim_segment segs[2] = {{0, 3000, 0.1f}, {3000, 1234, 0.0f}};
+    st_optim_segment segs[2] = {{.offset = 0, .n = 3000, .weight_decay = 0.1f}, {.offset = 3000, .n = 1234, .weight_decay = 0.0f}};
     size_t n = 4234, bytes;
     st_optim *a, *b;
     st_optim_create(&a, segs, 2, fmt, &err);

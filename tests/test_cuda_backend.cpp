@@ -189,7 +189,15 @@ static void test_eltwise(int N, int F) {
     gpu->ops->copy_to_host(gpu, h.data(), d_h, n * 2);
     cpu->ops->to_bf16(cpu, want.data(), a.data(), n);
     CHECK(memcmp(h.data(), want.data(), n * 2) == 0, "to_bf16: bits differ from the CPU backend's");
-    for (void *p : {(void *)d_a, (void *)d_b, (void *)d_dout, (void *)d_h}) gpu->ops->dealloc(gpu, p);
+    /* from_bf16: the CPU's bits (widened back from the rounded values) */
+    vecf wide(n, NAN), wide_want(n, NAN);
+    float *d_wide = up(wide);
+    gpu->ops->from_bf16(gpu, d_wide, d_h, n);
+    gpu->ops->synchronize(gpu);
+    gpu->ops->copy_to_host(gpu, wide.data(), d_wide, n * 4);
+    cpu->ops->from_bf16(cpu, wide_want.data(), want.data(), n);
+    CHECK(memcmp(wide.data(), wide_want.data(), n * 4) == 0, "from_bf16: bits differ from the CPU backend's");
+    for (void *p : {(void *)d_a, (void *)d_b, (void *)d_dout, (void *)d_h, (void *)d_wide}) gpu->ops->dealloc(gpu, p);
 }
 
 /* The precision modes of st_backend_cuda_set_matmul and the relative error of one

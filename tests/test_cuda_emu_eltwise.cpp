@@ -1,6 +1,6 @@
 /* test_cuda_emu_eltwise.cpp - the CUDA elementwise kernels (src/backend/cuda/
  * kernels_eltwise.cuh): residual add, GELU-tanh and SwiGLU forward and backward in fp32
- * and bf16 storage, and fp32 -> bf16 rounding, run under the CUDA emulation against the
+ * and bf16 storage, fp32 -> bf16 rounding and bf16 -> fp32, run under the CUDA emulation against the
  * CPU backend (the checks are described in cuda_emu/emu_diff.h; the tolerances are
  * tests/test_ops_diff.c's and test_ops_llama_diff.c's for the same ops). Sizes: 1, 31,
  * 33, 257 and 2309 elements (the last is more than the 4 x 256 threads of the capped
@@ -142,6 +142,26 @@ static void test_to_bf16(size_t n) {
           bad, n, first, bad ? dst[first].__x : 0, bad ? want[first] : 0);
 }
 
+/* bf16 -> fp32: the CPU backend's from_bf16 bit for bit on every one of the 65536 bf16
+ * patterns (NaNs with their payloads, infinities, subnormals, signed zeros), in fp32 storage;
+ * in bf16 storage the widened value stored again is the pattern itself. */
+static void test_from_bf16(void) {
+    size_t n = 65536;
+    std::vector<bf16> src(n);
+    for (size_t i = 0; i < n; i++) src[i].__x = (uint16_t)i;
+    std::vector<float> dst(n, NAN), want(n, NAN);
+    std::vector<bf16> dst16(n, __nv_bfloat16{0xdead});
+    cu_from_bf16<float>(dst.data(), src.data(), n, nullptr);
+    cu_from_bf16<bf16>(dst16.data(), src.data(), n, nullptr);
+    std::vector<uint16_t> src_bits(n);
+    for (size_t i = 0; i < n; i++) src_bits[i] = src[i].__x;
+    cpu->ops->from_bf16(cpu, want.data(), src_bits.data(), n);
+    CHECK(memcmp(dst.data(), want.data(), n * 4) == 0, "from_bf16: bits differ from the CPU backend's");
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += (src[i].__x & 0x7fff) <= 0x7f80 && dst16[i].__x != src[i].__x;
+    CHECK(bad == 0, "from_bf16 into bf16 storage: %zu of the non-NaN patterns changed", bad);
+}
+
 int main(void) {
     emu_setup(29);
     int shapes[][2] = {{1, 1}, {1, 31}, {1, 33}, {1, 257}, {1, 2309}};
@@ -150,6 +170,7 @@ int main(void) {
     int sw[][2] = {{1, 1}, {3, 31}, {2, 33}, {3, 257}, {3, 768}};
     for (auto &s : sw) test_ew(SWIGLU, s[0], s[1]);
     for (size_t n : {10, 33, 257, 2309}) test_to_bf16(n);
+    test_from_bf16();
     st_backend_free(cpu);
     return test_finish("test_cuda_emu_eltwise");
 }

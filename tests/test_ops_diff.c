@@ -398,6 +398,71 @@ static void test_crossentropy(int N, int V, float logit_scale) {
     free(logits), free(nan_N), free(tg);
 }
 
+/* ---------------------------------------------------------------- bf16 conversions
+ * to_bf16 on n fp32 patterns (random bits, ties both ways, the largest finite value, which
+ * rounds to infinity, infinities, subnormals, signed zeros, NaNs) and from_bf16 on all 65536
+ * bf16 patterns: the fast backend bit for bit the reference's (which decodes a bf16 from
+ * its fields), NaN for NaN; and every finite normal x within 2^-8 |x| of from(to(x))
+ * (half an ulp of 8 significant bits). n crosses the CPU's vector width and its
+ * 16 Ki-element chunks. STRATA_CPU_CONVERT=plain runs the CPU's plain loops instead of
+ * AVX-512 (ctest ops_diff_convert_plain). */
+static int is_nan_bits(uint32_t u) { return (u & 0x7fffffffu) > 0x7f800000u; }
+
+static void test_bf16_convert(size_t n) {
+    uint32_t specials[] = {0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x7f7fffffu, 0x7f800000u, 0xff800000u,
+                           0x00000001u, 0x80000000u, 0x007fffffu, 0x7fc00001u, 0xff800001u, 0x00000000u};
+    size_t ns = sizeof specials / sizeof specials[0];
+    uint32_t *bits = xmalloc(n * 4);
+    for (size_t i = 0; i < n; i++) bits[i] = i < ns ? specials[i] : (uint32_t)st_rng_u64(&rng);
+    uint16_t *h16[2];
+    float *back[2];
+    size_t m = 65536;
+    uint16_t *all = xmalloc(m * 2);
+    for (size_t i = 0; i < m; i++) all[i] = (uint16_t)i;
+    float *wide[2];
+    for (int k = 0; k < 2; k++) {
+        st_backend *be = bes[k];
+        CHECK(be->ops->to_bf16 && be->ops->from_bf16, "%s: no to_bf16/from_bf16", be->ops->name);
+        if (!be->ops->to_bf16 || !be->ops->from_bf16) return;
+        float *d_x = up(be, bits, n * 4), *d_back = be->ops->alloc(be, n * 4), *d_w = be->ops->alloc(be, m * 4);
+        uint16_t *d_h = be->ops->alloc(be, n * 2), *d_all = up(be, all, m * 2);
+        CHECK(d_back && d_w && d_h, "%s: alloc failed", be->ops->name);
+        if (!d_back || !d_w || !d_h) exit(1);
+        be->ops->to_bf16(be, d_h, d_x, n);
+        be->ops->from_bf16(be, d_back, d_h, n);
+        be->ops->from_bf16(be, d_w, d_all, m);
+        be->ops->synchronize(be);
+        h16[k] = xmalloc(n * 2);
+        be->ops->copy_to_host(be, h16[k], d_h, n * 2);
+        back[k] = down(be, d_back, n);
+        wide[k] = down(be, d_w, m);
+        be->ops->dealloc(be, d_x), be->ops->dealloc(be, d_h), be->ops->dealloc(be, d_all);
+    }
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++)
+        if (h16[FAST][i] != h16[REF][i] && !bad++) first = i;
+    CHECK(bad == 0, "to_bf16 n=%zu: %zu differ from ref (first [%zu] %#010x: %#06x, ref %#06x)", n, bad, first,
+          bits[first], h16[FAST][first], h16[REF][first]);
+    bad = 0;
+    for (size_t i = 0; i < m; i++) {
+        uint32_t a, b;
+        memcpy(&a, &wide[FAST][i], 4), memcpy(&b, &wide[REF][i], 4);
+        int ok = is_nan_bits(b) ? is_nan_bits(a) && a == (uint32_t)i << 16 : a == b;
+        if (!ok && !bad++) first = i;
+    }
+    CHECK(bad == 0, "from_bf16: %zu of 65536 patterns differ from ref (first %#06zx)", bad, first);
+    bad = 0;
+    for (size_t i = ns; i < n; i++) {
+        float x, y = back[FAST][i];
+        memcpy(&x, &bits[i], 4);
+        if (!isfinite(x) || fabsf(x) < 1.1754944e-38f || fabsf(x) > 3.38e38f) continue; /* normal, not rounding up to inf */
+        if (!(fabs((double)y - x) <= ldexp(fabs((double)x), -8)) && !bad++) first = i;
+    }
+    CHECK(bad == 0, "from_bf16(to_bf16(x)) n=%zu: %zu beyond 2^-8 |x| (first [%zu])", n, bad, first);
+    for (int k = 0; k < 2; k++) free(h16[k]), free(back[k]), free(wide[k]);
+    free(bits), free(all);
+}
+
 int main(void) {
     verbose = getenv("STRATA_TEST_VERBOSE") != NULL;
     st_err err = {0};
@@ -455,6 +520,9 @@ int main(void) {
     test_crossentropy(B * T, V, 3.0f);
     test_crossentropy(4, 50257, 10.0f); /* GPT-2 vocabulary, large logits: must not overflow */
     test_crossentropy(2, 2, 1.0f);
+
+    test_bf16_convert(12);
+    test_bf16_convert(5 * 16384 + 7); /* over the OpenMP chunks, a tail past the vector width */
 
     st_backend_free(bes[FAST]);
     st_backend_free(bes[REF]);

@@ -19,7 +19,9 @@
 #include "testutil.h"
 
 #define N_ELEMS 6000
-static const st_optim_segment SEGS[3] = {{0, 2500, 0.1f}, {2500, 1499, 0.0f}, {3999, 2001, 0.01f}};
+static const st_optim_segment SEGS[3] = {{.offset = 0, .n = 2500, .weight_decay = 0.1f},
+                                         {.offset = 2500, .n = 1499, .weight_decay = 0.0f},
+                                         {.offset = 3999, .n = 2001, .weight_decay = 0.01f}};
 
 static float rand_grad(st_rng *r) {
     /* magnitudes over four decades, so moments and the update span a wide range */
@@ -148,7 +150,7 @@ static float *run_threads(st_optim_state_format fmt, int threads, int steps, siz
     st_err err = {0};
     st_optim *o;
     size_t n = 70000, bytes;
-    st_optim_segment segs[2] = {{0, 40000, 0.1f}, {40000, 30000, 0.0f}};
+    st_optim_segment segs[2] = {{.offset = 0, .n = 40000, .weight_decay = 0.1f}, {.offset = 40000, .n = 30000, .weight_decay = 0.0f}};
     st_optim_create(&o, segs, 2, fmt, &err);
     float *p = malloc(n * 4);
     uint16_t *g = malloc(n * 2);

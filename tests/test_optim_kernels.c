@@ -15,9 +15,10 @@
 #include "strata/optim.h"
 #include "testutil.h"
 
-static const st_optim_segment SEGS[] = {{0, 1, 0.1f},     {1, 15, 0.0f},     {16, 17, 0.1f},
-                                     {33, 255, 0.02f}, {288, 257, 0.0f},  {545, 1000, 0.1f},
-                                     {1545, 16384 + 333, 0.05f}};
+#define SEG(o, n_, wd) {.offset = (o), .n = (n_), .weight_decay = (wd)}
+static const st_optim_segment SEGS[] = {SEG(0, 1, 0.1f),     SEG(1, 15, 0.0f),     SEG(16, 17, 0.1f),
+                                        SEG(33, 255, 0.02f), SEG(288, 257, 0.0f),  SEG(545, 1000, 0.1f),
+                                        SEG(1545, 16384 + 333, 0.05f)};
 #define NSEG ((int)(sizeof SEGS / sizeof SEGS[0]))
 #define NTOT (1545 + 16384 + 333)
 
@@ -91,7 +92,7 @@ static void check_work_specials(st_optim_isa best) {
         if (i < nb) memcpy(&p0[i], &bits[i], 4);
         else p0[i] = st_rng_normal(&r) * powf(2.0f, (float)(i % 40) - 20.0f);
     }
-    st_optim_segment seg = {0, N, 0.0f};
+    st_optim_segment seg = {.offset = 0, .n = N, .weight_decay = 0.0f};
     float g[N] = {0};
     for (int isa = ST_OPTIM_ISA_PORTABLE; isa <= (int)best; isa++)
         for (int wd = 0; wd < 2; wd++) {

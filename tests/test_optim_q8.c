@@ -115,7 +115,7 @@ static void check_quant(void) {
 static void check_step_reference(void) {
     st_err err = {0};
     size_t n = 256 * 9 + 77;
-    st_optim_segment seg = {0, n, 0.1f};
+    st_optim_segment seg = {.offset = 0, .n = n, .weight_decay = 0.1f};
     st_optim *o;
     CHECK(st_optim_create(&o, &seg, 1, ST_OPTIM_STATE_8BIT, &err) == ST_OK, "create: %s", err.msg);
     st_rng r;
@@ -158,7 +158,7 @@ static void check_step_reference(void) {
 /* Noisy least squares: minimise 0.5 |A x - y|^2 with minibatch-like gradient noise. */
 static double train(st_optim_state_format fmt, int steps, float *x_out, size_t dim) {
     st_err err = {0};
-    st_optim_segment segs[2] = {{0, dim / 2, 0.0f}, {dim / 2, dim - dim / 2, 0.01f}};
+    st_optim_segment segs[2] = {{.offset = 0, .n = dim / 2, .weight_decay = 0.0f}, {.offset = dim / 2, .n = dim - dim / 2, .weight_decay = 0.01f}};
     st_optim *o;
     st_optim_create(&o, segs, 2, fmt, &err);
     float *x = malloc(dim * 4), *target = malloc(dim * 4);

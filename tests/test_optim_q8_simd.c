@@ -133,7 +133,7 @@ static void check_edge_blocks(const q8_tables *t, int best) {
 /* One step from states holding every byte, several absmax magnitudes, on every kernel set. */
 static void check_step_states(int best) {
     size_t n = 256 * 12 + 37;
-    st_optim_segment seg = {0, n, 0.1f};
+    st_optim_segment seg = {.offset = 0, .n = n, .weight_decay = 0.1f};
     float *p0 = malloc(n * 4), *g = malloc(n * 4);
     st_rng r;
     st_rng_seed(&r, 5);

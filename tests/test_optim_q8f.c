@@ -156,7 +156,7 @@ static void check_sweep(void) {
 static void check_step_reference(void) {
     st_err err = {0};
     size_t n = 256 * 9 + 77;
-    st_optim_segment seg = {0, n, 0.1f};
+    st_optim_segment seg = {.offset = 0, .n = n, .weight_decay = 0.1f};
     st_optim *o;
     CHECK(st_optim_create(&o, &seg, 1, FP, &err) == ST_OK, "create: %s", err.msg);
     st_rng r;
@@ -215,7 +215,7 @@ static dev stream_run(int fmt) {
         mu[i] = 0.3f * st_rng_normal(&r);
         p0[i] = 0.02f * st_rng_normal(&r);
     }
-    st_optim_segment segs[2] = {{0, SD / 2, 0.1f}, {SD / 2, SD / 2, 0.0f}};
+    st_optim_segment segs[2] = {{.offset = 0, .n = SD / 2, .weight_decay = 0.1f}, {.offset = SD / 2, .n = SD / 2, .weight_decay = 0.0f}};
     st_optim *o = NULL;
     st_err err = {0};
     if (fmt >= 0) st_optim_create(&o, segs, 2, (st_optim_state_format)fmt, &err);
@@ -302,7 +302,7 @@ static void check_fp64(void) {
 /* Noisy least squares (as test_optim_q8): the float map reaches 98% of fp32's reduction. */
 static double train(st_optim_state_format fmt, int steps, size_t dim) {
     st_err err = {0};
-    st_optim_segment segs[2] = {{0, dim / 2, 0.0f}, {dim / 2, dim - dim / 2, 0.01f}};
+    st_optim_segment segs[2] = {{.offset = 0, .n = dim / 2, .weight_decay = 0.0f}, {.offset = dim / 2, .n = dim - dim / 2, .weight_decay = 0.01f}};
     st_optim *o;
     st_optim_create(&o, segs, 2, fmt, &err);
     float *x = malloc(dim * 4), *target = malloc(dim * 4);
@@ -342,7 +342,7 @@ static void check_training(void) {
 /* A checkpoint of the dynamic map loaded into a float-map optimizer (and back): refused,
  * naming the file, nothing copied. */
 static void check_checkpoint_refused(void) {
-    st_optim_segment seg = {0, 1000, 0.0f};
+    st_optim_segment seg = {.offset = 0, .n = 1000, .weight_decay = 0.0f};
     st_optim *a, *b;
     st_err err = {0};
     st_optim_create(&a, &seg, 1, ST_OPTIM_STATE_8BIT, &err);

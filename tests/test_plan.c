@@ -5,7 +5,10 @@
  * the predicted time never rises as the budget grows; a budget below the smallest plan is
  * refused naming the bytes missing; explicit activation choices (plan_options.fixed_act, the
  * key 'act') are honoured with the rest still optimised (brute force's best among the plans
- * that make them), and a budget they cannot fit is refused naming them and the bytes missing; 80 blocks solve in under a second; the profile's
+ * that make them), and a budget they cannot fit is refused naming them and the bytes missing;
+ * with bf16 activation sets (plan_options.act_dtype) the program still equals brute force, and
+ * a plan's bytes, block times and copies move as the executor's table and the cost model say
+ * (act_bf16); 80 blocks solve in under a second; the profile's
  * file round-trips and a wrong version is refused; a shape the profile timed (the
  * model's own block and classifier) is predicted from exactly those times, another
  * from the reference block's measured rates. */
@@ -24,13 +27,15 @@ typedef struct bf_entry {
 } bf_entry;
 
 /* Every plan of the model: 3^L activation choices x depths x vocabulary chunks. */
-static bf_entry *brute_force(const st_arch *a, int B, int T, const st_plan_profile *hw, int *n_out) {
+static bf_entry *brute_force_dt(const st_arch *a, int B, int T, const st_plan_profile *hw, st_dtype act_dtype,
+                                int *n_out) {
     int L = a->lay.n_blocks, vcs[ST_PLAN_MAX_VCHUNKS], nv = st_plan_vocab_chunks(a, NULL, vcs);
     int nd = ST_PLAN_MAX_DEPTH < L ? ST_PLAN_MAX_DEPTH : L, n3 = 1;
     for (int l = 0; l < L; l++) n3 *= 3;
     bf_entry *e = malloc(sizeof *e * (size_t)n3 * nv * nd);
     st_stream_plan *p = malloc(sizeof *p);
     st_stream_plan_default(p, L);
+    p->act_dtype = act_dtype;
     int n = 0;
     st_err err = {0};
     for (int v = 0; v < nv; v++)
@@ -51,10 +56,15 @@ static bf_entry *brute_force(const st_arch *a, int B, int T, const st_plan_profi
     *n_out = n;
     return e;
 }
+static bf_entry *brute_force(const st_arch *a, int B, int T, const st_plan_profile *hw, int *n_out) {
+    return brute_force_dt(a, B, T, hw, ST_F32, n_out);
+}
 
-static void sweep(const st_arch *a, int B, int T, const st_plan_profile *hw, const char *name, int min_distinct) {
+/* act_dtype: every plan's activation sets (the program's option, brute force's plans). */
+static void sweep_dt(const st_arch *a, int B, int T, const st_plan_profile *hw, st_dtype act_dtype, const char *name,
+                     int min_distinct) {
     int n;
-    bf_entry *e = brute_force(a, B, T, hw, &n);
+    bf_entry *e = brute_force_dt(a, B, T, hw, act_dtype, &n);
     size_t lo = (size_t)-1, hi = 0;
     for (int i = 0; i < n; i++) {
         if (e[i].bytes < lo) lo = e[i].bytes;
@@ -65,7 +75,8 @@ static void sweep(const st_arch *a, int B, int T, const st_plan_profile *hw, con
     st_err err = {0};
     st_plan_prediction pr;
     /* below the smallest plan: refused, naming the bytes missing */
-    st_status s = st_plan_stream(a, B, T, lo - 1000, hw, p, &pr, &err);
+    st_plan_options dflt = {.mip_gap = -1, .allow_vocab_chunk = 1, .act_dtype = act_dtype}; /* st_plan_stream's */
+    st_status s = st_plan_stream_ex(a, B, T, lo - 1000, hw, &dflt, p, &pr, &err);
     CHECK(s == ST_ERR_NOMEM, "%s: budget %zu below the smallest plan (%zu) gave %d", name, lo - 1000, lo, (int)s);
     CHECK(strstr(err.msg, "1000 bytes missing") != NULL, "%s: message does not name 1000 bytes missing: %s", name,
           err.msg);
@@ -79,9 +90,12 @@ static void sweep(const st_arch *a, int B, int T, const st_plan_profile *hw, con
         for (int k = 0; k < n; k++)
             if (e[k].bytes <= budget && e[k].step_s < best) best = e[k].step_s;
         /* the program alone (no simple plan to start from), proving its optimum */
-        st_plan_options po = {.time_limit_ms = 20000, .mip_gap = 0, .allow_vocab_chunk = 1, .no_incumbent = 1};
+        st_plan_options po = {.time_limit_ms = 20000, .mip_gap = 0, .allow_vocab_chunk = 1, .no_incumbent = 1,
+                              .act_dtype = act_dtype};
         s = st_plan_stream_ex(a, B, T, budget, hw, &po, p, &pr, &err);
         CHECK(s == ST_OK, "%s: budget %zu: %s", name, budget, err.msg);
+        CHECK(s || p->act_dtype == act_dtype, "%s: budget %zu: the plan's act_dtype %d, asked %d", name, budget,
+              (int)p->act_dtype, (int)act_dtype);
         if (!s)
             CHECK(fabs(pr.program_s - pr.step_s) <= 1e-9 + 1e-7 * pr.step_s, "%s: budget %zu: the program's objective "
                   "%.9g s, the cost model's prediction of its plan %.9g s", name, budget, pr.program_s, pr.step_s);
@@ -104,6 +118,43 @@ static void sweep(const st_arch *a, int B, int T, const st_plan_profile *hw, con
     printf("%s: %d plans brute-forced, budgets %zu..%zu bytes, %d distinct optima\n", name, n, lo, hi, distinct);
     free(p);
     free(e);
+}
+static void sweep(const st_arch *a, int B, int T, const st_plan_profile *hw, const char *name, int min_distinct) {
+    sweep_dt(a, B, T, hw, ST_F32, name, min_distinct);
+}
+
+/* bf16 activation sets against fp32's, plan by plan: every kept, offloaded or recomputed set
+ * at 2 bytes an element and one fp32 working set more (the executor's table), an offloaded
+ * set's copies at half their time and one conversion more each forward and backward (6 bytes
+ * an element at the memory bandwidth); the program's optimum equals brute force's under bf16. */
+static void act_bf16(const st_arch *a, int B, int T, const st_plan_profile *hw) {
+    int L = a->lay.n_blocks;
+    double S = (double)st_block_act_floats(a, B, T), conv = 6.0 * S / hw->mem_bytes_per_s;
+    st_stream_plan *p = malloc(sizeof *p);
+    st_stream_config sc = {.arch = a, .B = B, .T = T};
+    st_err err = {0};
+    for (int act = ST_STREAM_ACT_KEEP; act <= ST_STREAM_ACT_OFFLOAD; act++) {
+        st_stream_plan_default(p, L);
+        st_stream_plan_set_all(p, (st_stream_act)act);
+        st_plan_prediction p32, p16;
+        size_t b32 = st_stream_device_bytes(&sc, p);
+        CHECK(st_plan_predict(a, B, T, hw, p, &p32, &err) == ST_OK, "%s", err.msg);
+        p->act_dtype = ST_BF16;
+        size_t b16 = st_stream_device_bytes(&sc, p);
+        CHECK(st_plan_predict(a, B, T, hw, p, &p16, &err) == ST_OK, "%s", err.msg);
+        int sets = act == ST_STREAM_ACT_KEEP ? L : act == ST_STREAM_ACT_OFFLOAD ? 2 : 1; /* sets on the device */
+        double want = (double)b32 - 2.0 * S * sets + 4.0 * S; /* halved, and the working set */
+        CHECK(fabs((double)b16 - want) <= 64.0 * (sets + 2), "%s: bf16 device bytes %zu, want about %.0f (fp32 %zu)",
+              st_plan_act_name((st_stream_act)act), b16, want, b32);
+        CHECK(fabs(p16.block_fwd_s - p32.block_fwd_s - conv) <= 1e-12 && fabs(p16.block_bwd_s - p32.block_bwd_s - conv) <= 1e-12,
+              "%s: a block's forward/backward %.9g/%.9g s under bf16, fp32's %.9g/%.9g plus %.9g each",
+              st_plan_act_name((st_stream_act)act), p16.block_fwd_s, p16.block_bwd_s, p32.block_fwd_s, p32.block_bwd_s,
+              conv);
+        if (act == ST_STREAM_ACT_OFFLOAD)
+            CHECK(p16.transfer_exposed_s < p32.transfer_exposed_s, "offload: exposed copies %.9g s under bf16, not below "
+                  "fp32's %.9g", p16.transfer_exposed_s, p32.transfer_exposed_s);
+    }
+    free(p);
 }
 
 /* Whether brute force's entry e makes the choices fixed (ST_PLAN_ACT_FREE: any). */
@@ -385,6 +436,8 @@ int main(void) {
     shared.h2d_bytes_per_s = shared.d2h_bytes_per_s = 2e9;
     shared.host_work_slowdown = 0.6;
     sweep(a, 4, 64, &shared, "6 blocks, host work on the device's cores", 2);
+    sweep_dt(a, 4, 64, &slow, ST_BF16, "6 blocks, slow copies, bf16 activations", 8);
+    act_bf16(a, 4, 64, &slow);
     fixed_choices(a, 4, 64, &slow, "6 blocks, slow copies");
     plan_request(a, 4, 64, &fast);
     host_account(a, 4, 64);

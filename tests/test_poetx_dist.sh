@@ -6,14 +6,15 @@
 # and resets Q's moments in its own shard of the optimizer (ZeRO 1, 2) or all of them (ZeRO 0).
 # Checked: the same losses every step and byte-identical merged weights (--save_hf) for ZeRO
 # 0, 1 and 2 against one process, 8 steps with merges at 3 and 6; and a 2-rank run stopped at
-# step 4 and resumed continues bit for bit. Skips (77) where mpirun is missing or strata was
-# built without MPI.
+# step 4 and resumed continues bit for bit. Q at its own learning rate (the optimizer's second
+# class, which each shard's clipped segments keep) and a clip ramp after each merge. Skips (77)
+# where mpirun is missing or strata was built without MPI.
 set -u
 . "$(dirname "$0")/lib_corpus.sh"
 corpus_begin poetxdist
 corpus_mpi
 P="--model gpt2-tiny --vocab_size 256 --batch 2 --seq 16 --sample_every 0 --eval_every 0 --quiet 1 --threads 1
-   --method poetx --poetx_block 16 --poetx_merge_every 3 --steps 8 --lr 1e-2"
+   --method poetx --poetx_block 16 --poetx_merge_every 3 --steps 8 --lr 1e-2 --poetx_lr 3e-2 --poetx_clip_ramp 2"
 losses() { python3 -c "import json,sys; print(' '.join(repr(json.loads(l)['loss']) for l in open(sys.argv[1]) if 'loss' in l))" "$1/metrics.jsonl" 2>/dev/null; }
 $MPI -np 2 "$S" train $P --zero 0 --run_dir "$T/z0" --save_hf "$T/hf_z0" >"$T/z0.out" 2>&1
 if grep -q "built without MPI" "$T/z0.out"; then echo "SKIP: this strata was built without MPI"; rm -rf "$T"; exit 77; fi

@@ -257,7 +257,8 @@ static void test_mem_estimate(void) {
         CHECK(e.acts_ckpt < e.acts_stored, "checkpointing stores less");
         for (int fmt = 0; fmt < 2; fmt++) {
             st_optim_segment *segs = calloc((size_t)m.n_tensors, sizeof *segs);
-            for (int i = 0; i < m.n_tensors; i++) segs[i] = (st_optim_segment){m.tensors[i].offset, m.tensors[i].numel, 0};
+            for (int i = 0; i < m.n_tensors; i++)
+                segs[i] = (st_optim_segment){.offset = m.tensors[i].offset, .n = m.tensors[i].numel};
             st_optim *o = NULL;
             CHECK(st_optim_create(&o, segs, m.n_tensors, fmt ? ST_OPTIM_STATE_8BIT : ST_OPTIM_STATE_F32, &err) == ST_OK, "%s",
                   err.msg);

@@ -52,7 +52,7 @@ static void check_model(const char *preset) {
     }
     m->ops->init_random(m, 3);
     ref->ops->init_random(ref, 3);
-    st_optim_segment seg = {0, m->n_params, 0.0f};
+    st_optim_segment seg = {.offset = 0, .n = m->n_params, .weight_decay = 0.0f};
     CHECK(st_optim_create(&opt, &seg, 1, ST_OPTIM_STATE_F32, &err) == ST_OK, "optim: %s", err.msg);
     CHECK(st_step_create(&step, &(st_step_setup){.m = m, .opt = opt, .max_micro = 2}, &err) == ST_OK, "step: %s",
           err.msg);

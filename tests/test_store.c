@@ -45,7 +45,7 @@ static void init_from(void *ctx, size_t first, size_t n, float *dst) {
 static void make_segs(st_optim_segment *segs, size_t *numel) {
     size_t at = 0;
     for (int i = 0; i < NSEG; i++) {
-        segs[i] = (st_optim_segment){at, seg_n[i], (i % 2) ? 0.0f : 0.1f};
+        segs[i] = (st_optim_segment){.offset = at, .n = seg_n[i], .weight_decay = (i % 2) ? 0.0f : 0.1f};
         at += seg_n[i] + (i == 2 ? 5 : 0); /* a gap, as a model with padding would have */
     }
     *numel = at;
@@ -284,7 +284,7 @@ static void test_capacity(void) {
     char dir[4000];
     snprintf(dir, sizeof dir, "%s/capacity", test_tmpdir());
     mkdir(dir, 0755);
-    st_optim_segment seg = {0, 40000000000ull, 0.0f}; /* 40e9 parameters: 960 GB in two regions */
+    st_optim_segment seg = {.offset = 0, .n = 40000000000ull, .weight_decay = 0.0f}; /* 40e9 parameters: 960 GB in two regions */
     const char *paths[1] = {dir};
     st_store_config sc = {.paths = paths, .n_paths = 1, .segs = &seg, .n_segs = 1, .fmt = ST_OPTIM_STATE_F32,
                           .region_bytes = 64ull << 30, .host_budget = 1u << 30};
@@ -311,7 +311,7 @@ static int test_full_disk(void) {
         fprintf(stderr, "note: cannot mount a tmpfs (%s); full-disk case not run\n", strerror(errno));
         return 0;
     }
-    st_optim_segment seg = {0, 65536, 0.0f};
+    st_optim_segment seg = {.offset = 0, .n = 65536, .weight_decay = 0.0f};
     const char *paths[1] = {mnt};
     st_store_config sc = {.paths = paths, .n_paths = 1, .segs = &seg, .n_segs = 1, .fmt = ST_OPTIM_STATE_F32,
                           .region_bytes = 400000, .host_budget = 16u << 20};
@@ -514,7 +514,7 @@ static void test_spec_in_place(void) {
     snprintf(dir, sizeof dir, "%s/specip", test_tmpdir());
     mkdir(dir, 0755);
     const char *paths[1] = {dir};
-    st_optim_segment segs[1] = {{0, 65536, 0.1f}};
+    st_optim_segment segs[1] = {{.offset = 0, .n = 65536, .weight_decay = 0.1f}};
     st_store_config sc = {.paths = paths, .n_paths = 1, .segs = segs, .n_segs = 1, .in_place = 1};
     st_err err = {0};
     st_store *st = NULL;

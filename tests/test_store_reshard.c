@@ -25,7 +25,7 @@ static const size_t seg_n[NSEG] = {70001, 300, 100000, 16384, 45000};
 static void make_segs(st_optim_segment *segs, size_t *numel) {
     size_t at = 0;
     for (int i = 0; i < NSEG; i++) {
-        segs[i] = (st_optim_segment){at, seg_n[i], (i % 2) ? 0.0f : 0.1f};
+        segs[i] = (st_optim_segment){.offset = at, .n = seg_n[i], .weight_decay = (i % 2) ? 0.0f : 0.1f};
         at += seg_n[i] + (i == 1 ? 7 : 0); /* a gap */
     }
     *numel = at;

@@ -73,7 +73,7 @@ static const st_arch *arch_of(const st_gpt2_config *cfg) {
     return arches[n_arches++] = a;
 }
 
-static st_adamw_params hparams(long step) { return (st_adamw_params){LR, 0.9f, 0.95f, 1e-8f, step, 1.0f}; }
+static st_adamw_params hparams(long step) { return (st_adamw_params){.lr = LR, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = step, .grad_scale = 1.0f}; }
 
 /* train.c's step, on the plain CPU backend; bf16_blocks: the blocks' gradients rounded
  * to bf16 first (what a bf16 drain delivers to the optimizer). */

@@ -32,7 +32,7 @@ static void batch(int step, int V, int32_t *in, int32_t *tg) {
     }
 }
 
-static st_adamw_params hparams(long step) { return (st_adamw_params){LR, 0.9f, 0.95f, 1e-8f, step, 1.0f}; }
+static st_adamw_params hparams(long step) { return (st_adamw_params){.lr = LR, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = step, .grad_scale = 1.0f}; }
 
 /* The model's own step under the backend's matmul mode; the edit before step EDIT_AT. */
 static void ref_train(st_backend *cpu, float max_norm, float *losses, double *norms, float *params, float *eval) {

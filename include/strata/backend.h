@@ -275,8 +275,14 @@ typedef struct st_backend_ops {
      * width, ldx = W), and its gradient comes back out (the strides swapped). */
     void (*axpy_rows)(st_backend *be, float *y, int ldy, const float *x, int ldx, float alpha, int N, int W);
 
-    /* ---- input gradients written, not added (appended; NULL in a backend without them, the
-     * CUDA backend's today, where the caller clears the gradient and calls the op above). Each
+    /* ---- bf16 back to fp32 (appended; NULL in a backend without it): dst (n f32) = src (n
+     * bf16), exact (a bf16 is the top half of its fp32). With to_bf16 it keeps the block
+     * executor's activation sets in bf16 (st_stream_plan.act_dtype): rounded after the
+     * forward, widened where the backward reads them. writes. */
+    void (*from_bf16)(st_backend *be, float *dst, const uint16_t *src, size_t n);
+
+    /* ---- input gradients written, not added (appended; NULL in a backend without them, where
+     * the caller clears the gradient and calls the op above). Each
      * is exactly the op it names (shapes, bits, dw and dbias +=) except that the input
      * gradient is WRITTEN: what dinp / dqkv held before is never read, so the clearing pass
      * and the re-reading of zeros go. attention_backward_write takes doc_start as

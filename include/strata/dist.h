@@ -130,7 +130,8 @@ st_status st_comm_allgather_f32(st_comm *c, float *x, size_t lo, size_t hi, cons
  * shard may be empty when n is small. */
 void st_zero_bounds(const st_optim_segment *segs, int n_segs, size_t n, int size, size_t *bounds);
 /* segs clipped to [lo, hi) into out, offsets counted from lo (the shard's optimizer indexes
- * its own buffers: params + lo, the gradient shard, base 0); how many. */
+ * its own buffers: params + lo, the gradient shard, base 0), each keeping its weight decay and
+ * learning-rate class; how many. */
 int st_zero_clip_segments(const st_optim_segment *segs, int n_segs, size_t lo, size_t hi, st_optim_segment *out);
 
 /* The ranks' side of a data-parallel step (src/dist/zero.c), for an executor that hands

@@ -8,7 +8,8 @@
  *
  *     st_err err = {0};
  *     static float params[1010], grads[1010];       // the flat vector and its gradient
- *     st_optim_segment segs[] = {{0, 1000, 0.1f}, {1000, 10, 0.0f}};  // a matrix, then a bias
+ *     st_optim_segment segs[] = {{.offset = 0, .n = 1000, .weight_decay = 0.1f},    // a matrix
+ *                                {.offset = 1000, .n = 10, .weight_decay = 0.0f}};  // a bias
  *     st_optim *o = NULL;
  *     if (st_optim_create(&o, segs, 2, ST_OPTIM_STATE_F32, &err) != ST_OK) {
  *         fprintf(stderr, "strata: %s\n", err.msg);
@@ -82,16 +83,25 @@ const char *st_optim_state_name(st_optim_state_format fmt);
  * subgroups) cuts on this grid, so results stay bit-identical to the in-memory optimizer. */
 #define ST_OPTIM_CHUNK_ELEMS 16384
 
+/* A segment's learning-rate class: which of st_adamw_params' rates updates it. */
+typedef enum st_optim_lr_class {
+    ST_OPTIM_LR_MAIN = 0,  /* st_adamw_params.lr (every segment unless said) */
+    ST_OPTIM_LR_SECOND = 1 /* st_adamw_params.lr2 (method poetx: the packed Q's own rate) */
+} st_optim_lr_class;
+
 typedef struct st_optim_segment {
     size_t offset;      /* elements from the start of the flat vector */
     size_t n;           /* elements */
-    float weight_decay; /* decoupled: p -= lr * wd * p */
+    float weight_decay; /* decoupled: p -= lr * wd * p (lr: the segment's class's) */
+    int lr_class;       /* st_optim_lr_class; 0 (a zeroed or {offset, n, wd} segment): lr */
 } st_optim_segment;
 
 typedef struct st_adamw_params {
     float lr, beta1, beta2, eps;
     long step;        /* 1-based step number, for bias correction */
     float grad_scale; /* every gradient is multiplied by this first (clip * 1/loss_scale) */
+    float lr2;        /* the learning rate of ST_OPTIM_LR_SECOND segments (read only where the
+                         optimizer has one; the caller applies its schedule, as to lr) */
 } st_adamw_params;
 
 typedef struct st_optim st_optim;
@@ -160,6 +170,11 @@ float st_optim_clip_scale(double sumsq, float loss_scale, float max_norm);
  * m absmax, v absmax (fp32, one per block). */
 int st_optim_state_count(const st_optim *o);
 void *st_optim_state_buffer(st_optim *o, int i, size_t *bytes);
+/* Zero the moments of every segment of class lr_class (f32: m and v; 8-bit: codes and
+ * absmax, as a fresh state), leaving the others' untouched: Adam restarted for those
+ * parameters (method poetx's merge). ST_ERR_INVALID without state (unbound, none bound) or
+ * for a class that is not an st_optim_lr_class; *n_reset (may be NULL): the elements reset. */
+st_status st_optim_reset_class(st_optim *o, int lr_class, size_t *n_reset, st_err *err);
 /* Host bytes of moment state per parameter (fp32: 8; 8-bit: about 2.03 with absmax). The
  * fp32 master weights add 4 more. */
 double st_optim_state_bytes_per_param(const st_optim *o);

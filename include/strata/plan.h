@@ -141,6 +141,11 @@ typedef struct st_plan_options {
                           step wherever the head fits, which their tests check) */
     int no_incumbent;  /* 1: do not seed the program with the best simple plan (tests: the
                           program alone must find the optimum) */
+    st_dtype act_dtype;  /* the plans' activation sets (st_stream_plan.act_dtype): ST_F32 (0) or ST_BF16,
+                          which sizes every kept, offloaded and recomputed set at 2 bytes an element
+                          (plus one fp32 working set), halves an offloaded set's copies and adds its
+                          conversions (to bf16 after each forward, back before each backward) at the
+                          profile's memory bandwidth; every plan made carries it */
     const unsigned char *fixed_act; /* NULL: every block's activation choice is the program's; else
                           n_blocks entries (st_plan_act_parse): a st_stream_act fixes that block's choice
                           (a constraint of the program: the depth, the vocabulary chunk and the
@@ -387,6 +392,9 @@ typedef struct st_mem_request {
                                   these its activations, the executor's tables unused */
     double trainable_params;   /* > 0: a method over frozen base weights (LoRA, POET-X): the base's
                                   n_params held as fp32 without gradient or moments, these trained */
+    st_dtype act_dtype;        /* plan NULL: the activation sets of the plan taken here (the resident
+                                  one, or streamed the smallest), ST_F32 (0) or ST_BF16
+                                  (st_step_setup.act_dtype); a plan given carries its own */
     int bf16_weights;          /* matmul bf16 on the CPU: the executor's bf16 copy of the weights
                                   (st_stream_bf16_weight_bytes) in host memory */
     double method_start;       /* > 0: the method's own start-up peak besides the runtime (POET-X),
@@ -556,8 +564,9 @@ typedef struct st_plan_state_choice {
  *     {"strata_plan": 1, "model": "gpt2-tiny", "arch": "gpt2", "n_blocks": 4, "n_embd": 128,
  *      "vocab_size": 256, "n_params": 830208, "batch": 2, "seq": 32, "device_budget": 6000000,
  *      "device_bytes": 5704960, "prefetch_depth": 1, "vocab_chunk": 0, "overlap_optim": true,
- *      "clip": "auto", "grad_dtype": "f32", "optim_threads": 1,
+ *      "clip": "auto", "grad_dtype": "f32", "act_dtype": "f32", "optim_threads": 1,
  *      "blocks": ["offload", "offload", "offload", "keep"], "predicted": {"step_s": ..., ...}}
+ * ("act_dtype", st_stream_plan.act_dtype, may be absent in a file from before it: f32.)
  * The model is identified by its shape (arch, n_blocks, n_embd, vocab_size, n_params), not
  * by its name (an init_from directory may move). strata plan's --json adds what a reader
  * does not need ("fits", "profile", "solve_s", "optimal"); with the state on disk, strata plan

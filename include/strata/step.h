@@ -89,6 +89,10 @@ typedef struct st_step_setup {
     int zero;
     const size_t *bounds;       /* the ranks' shards (st_zero_bounds) */
     int overlap_gather;
+    st_dtype act_dtype;         /* in memory: the activations kept for the backward, ST_F32 (0, the
+                                   default) or ST_BF16 (st_stream_plan.act_dtype of the executor over
+                                   m's vectors; refused for a model that trains through its own
+                                   forward). Streamed: sx's plan says it. */
 } st_step_setup;
 
 typedef struct st_step_hp {

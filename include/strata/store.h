@@ -6,7 +6,7 @@
  *
  *     st_err err = {0};
  *     const char *paths[] = {"/tmp"};                   // e.g. "/nvme0/run", "/nvme1/run"
- *     st_optim_segment segs[] = {{0, 1 << 20, 0.1f}};      // one tensor of 1 Mi parameters
+ *     st_optim_segment segs[] = {{.offset = 0, .n = 1 << 20, .weight_decay = 0.1f}}; // one tensor of 1 Mi parameters
  *     st_store_config sc = {.paths = paths, .n_paths = 1, .segs = segs, .n_segs = 1,
  *                           .fmt = ST_OPTIM_STATE_F32, .host_budget = 64u << 20,
  *                           .name = "example-state"};

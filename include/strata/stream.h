@@ -88,6 +88,17 @@
  * (normally the last block) still holds its forward at its backward and is not run
  * again. The default recomputes every block.
  *
+ * Activations in bf16 (plan.act_dtype ST_BF16): every block computes its forward into one
+ * fp32 working set (act_work), which is rounded to bf16 (the backend's to_bf16) into the
+ * block's kept set, its offload slot or the shared recompute set; its backward reads the
+ * working set widened back from there (from_bf16). Kept, offloaded and recomputed sets hold
+ * 2 bytes an element on the device and the offloaded ones on the host (half the bytes
+ * cross), for one fp32 working set more. Every block rounds the same way at the same point,
+ * so the backward reads the same bits whether a block was kept, offloaded or recomputed:
+ * the three give the same step, bit for bit (a different one from fp32's). The forward
+ * itself, its block outputs (the checkpoints) and the loss are fp32's unchanged. Needs a
+ * backend with from_bf16.
+ *
  * Chunked vocabulary (plan.vocab_chunk > 0), for a head that does not fit the device
  * (gpt2-124m: 154 MB, against a budget of 249 MB for one eighth of its state): the
  * embedding (a gather) and its backward (a scatter-add) run on the host, whose copy of
@@ -143,6 +154,9 @@ typedef struct st_stream_plan {
                              the host's (the CPU backend, no budget): the in-memory step as
                              this executor. Needs an fp32 drain and no vocabulary chunks;
                              prefetch_depth is then unused. */
+    st_dtype act_dtype;   /* the activation sets saved for the backward: ST_F32, or ST_BF16
+                             (kept, offloaded and recomputed sets alike, 2 bytes an element;
+                             see "Activations in bf16" above) */
     int n_layer;          /* entries of act used */
     unsigned char act[ST_STREAM_MAX_LAYERS]; /* st_stream_act per block */
 } st_stream_plan;

@@ -71,8 +71,10 @@ typedef struct st_train_config {
     double state_budget;  /* host bytes for the state store's buffers (0: ST_STORE_HOST_BUDGET_DEFAULT) */
     char state_profile[1024]; /* strata probe -o profile: split the state by the paths' bandwidth */
     char matmul[8];       /* "fp32", "tf32" or "bf16": the device's matmuls (st_backend_set_matmul) */
-    int force_resume;     /* 1: resume even with another matmul mode than the run's (warned); this
-                             resume only: recorded as 0 */
+    char act_dtype[8];    /* "f32" or "bf16": the activations the step keeps for the backward
+                             (st_stream_plan.act_dtype; st_train_config_act_dtype) */
+    int force_resume;     /* 1: resume even with another matmul mode or act_dtype than the run's
+                             (warned); this resume only: recorded as 0 */
     char plan_head[12];   /* "resident" (the head on the device whenever it fits) or "fastest"
                              (st_train_config_plan_head) */
     char plan_state[8];   /* "fixed" (optim_state and state_paths as given) or "auto": of f32 in host
@@ -103,6 +105,12 @@ typedef struct st_train_config {
     int poetx_merge_every; /* method poetx: steps between merges of R and P into W0 */
     int poetx_recompute;  /* method poetx: 1 recomputes the rotated inputs in the backward (st_poetx_config.recompute);
                              -1 auto (st_train_poetx_recompute_choose) */
+    double poetx_lr;      /* method poetx: the packed Q's peak learning rate (the schedule's shape as lr's);
+                             -1 (default): lr */
+    int poetx_clip_ramp;  /* method poetx: steps after each merge over which the clip threshold ramps
+                             from poetx_clip_start * grad_clip back to grad_clip (0: off) */
+    double poetx_clip_start; /* method poetx: the ramp's first threshold as a fraction of grad_clip */
+    int poetx_adam_restart; /* method poetx: 1 (default) zeroes Q's Adam moments at each merge */
     char mix[8];          /* "weights" (the data list's weights; default) or "online" (the sources' weights
                              adapted from their training loss, st_train_config_mix_online) */
     double mix_smoothing; /* online: the rewards' moving average (default 0.9) */
@@ -157,6 +165,8 @@ const char *st_train_config_plan_file(const st_train_config *c);
 /* The key method as what it names: *lora 1 for "lora", 0 for "full" and "poetx"; refused naming
  * the key. */
 st_status st_train_config_method(const st_train_config *c, int *lora, st_err *err);
+/* The key act_dtype's one parse: "f32" ST_F32, "bf16" ST_BF16; else ST_ERR_INVALID naming the key. */
+st_status st_train_config_act_dtype(const st_train_config *c, st_dtype *out, st_err *err);
 /* The data key's (or a copy of it) reading "embedded": the built-in corpus, no data list. */
 int st_train_config_data_embedded(const char *data);
 /* A validation set this configuration has: val_data given and not "none", or the embedded

@@ -176,7 +176,8 @@ static int offload_size(offload_bench *b, const offload_opts *o) {
     if (!b->segs) return 1;
     for (int i = 0; i < b->n_segs; i++) {
         size_t off = (size_t)i * seg_len;
-        b->segs[i] = (st_optim_segment){off, n - off < seg_len ? n - off : seg_len, i % 2 ? 0.0f : 0.1f};
+        b->segs[i] = (st_optim_segment){.offset = off, .n = n - off < seg_len ? n - off : seg_len,
+                                        .weight_decay = i % 2 ? 0.0f : 0.1f};
     }
     /* the budget: regions of 1/8 of it (at most ST_STORE_MAX_REGION, as the store chooses), then the gradient and working-copy
      * buffers of one subgroup and the process itself (its resident size now + 8 MiB); the

@@ -91,7 +91,7 @@ int bench_optim(int argc, char **argv) {
     size_t n = (size_t)nparams;
     st_err err = {0};
     st_optim *o;
-    st_optim_segment seg = {0, n, 0.1f};
+    st_optim_segment seg = {.offset = 0, .n = n, .weight_decay = 0.1f};
     if (st_optim_create(&o, &seg, 1, (st_optim_state_format)states, &err) != ST_OK ||
         st_optim_set_isa(o, isa, &err) != ST_OK) {
         fprintf(stderr, "strata bench optim: %s\n", err.msg);

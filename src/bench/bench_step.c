@@ -14,6 +14,7 @@
 #include "backend/cpu/matmul_bf16.h"
 #include "bench/bench.h"
 #include "strata/model.h"
+#include "strata/plan.h"
 #include "strata/step.h"
 #include "strata/optim.h"
 #include "strata/tensor.h"
@@ -89,7 +90,7 @@ static void gemm_bench_free(gemm_bench *g) {
 static void usage(FILE *f) {
     fprintf(f, "usage: strata bench step [--model NAME] [--n_layer L] [--n_embd C] [--n_head H] [--vocab_size V] "
                "[--max_seq S] [--batch B] [--seq T] [--steps N] [--threads N] [--matmul M] "
-               "[--json]\n"
+               "[--act_dtype f32|bf16] [--json]\n"
                "  NAME: %s\n"
                "  Times N training steps (median; one warm-up first) of a randomly initialised model and\n"
                "  OpenBLAS sgemm at the same matmul shapes, one sgemm pass right after each step;\n"
@@ -99,6 +100,9 @@ static void usage(FILE *f) {
                "  and weight_to_bf16_s the time to round every parameter to bf16 twice (a step's weight\n"
                "  conversions, forward and backward); step_convert_weights_s, step_convert_acts_s and\n"
                "  step_onednn_s are what the timed steps spent in them (mean a step)\n"
+               "  --act_dtype f32 (default) or bf16: the activations the step keeps for the backward (strata\n"
+               "  train's key); act_bytes is the memory account's figure for them (the executor's sets and\n"
+               "  working buffers, plan.h's acts_stored)\n"
                "  --n_layer, --n_embd, --n_head, --vocab_size, --max_seq: the preset's shape changed (as strata train's keys)\n"
                "  forward_gflops (--json): a third of the step's FLOPs over the forward's time\n"
                "  defaults: --model gpt2-124m --batch 4 --seq 256 --steps 5\n",
@@ -108,6 +112,7 @@ static void usage(FILE *f) {
 int bench_step(int argc, char **argv) {
     const char *model = "gpt2-124m";
     const char *matmul = "fp32";
+    const char *act_dtype = "f32";
     int B = 4, T = 256, steps = 5, threads = 0, json = 0;
     st_model_overrides ov = {0}; /* the preset's shape changed (a proxy model's, strata data score) */
     for (int i = 1; i < argc; i++) {
@@ -120,6 +125,7 @@ int bench_step(int argc, char **argv) {
         else if (v && !strcmp(a, "--steps")) { steps = atoi(v); i++; }
         else if (v && !strcmp(a, "--threads")) { threads = atoi(v); i++; }
         else if (v && !strcmp(a, "--matmul")) { matmul = v; i++; }
+        else if (v && !strcmp(a, "--act_dtype")) { act_dtype = v; i++; }
         else if (v && !strcmp(a, "--n_layer")) { ov.n_layer = atoi(v); i++; }
         else if (v && !strcmp(a, "--n_embd")) { ov.n_embd = atoi(v); i++; }
         else if (v && !strcmp(a, "--n_head")) { ov.n_head = atoi(v); i++; }
@@ -128,6 +134,11 @@ int bench_step(int argc, char **argv) {
         else { fprintf(stderr, "strata bench step: unknown or incomplete option '%s'\n", a); usage(stderr); return 2; }
     }
     if (B < 1 || T < 1 || steps < 1) { fprintf(stderr, "strata bench step: --batch, --seq, --steps must be >= 1\n"); return 2; }
+    if (strcmp(act_dtype, "f32") && strcmp(act_dtype, "bf16")) {
+        fprintf(stderr, "strata bench step: --act_dtype '%s' is not f32 or bf16\n", act_dtype);
+        return 2;
+    }
+    st_dtype adt = strcmp(act_dtype, "bf16") ? ST_F32 : ST_BF16;
     st_err err = {0};
     st_backend *be = NULL;
     st_model *m = NULL;
@@ -140,7 +151,8 @@ int bench_step(int argc, char **argv) {
     }
     m->ops->init_random(m, 1);
     st_optim_segment *segs = calloc((size_t)m->n_tensors, sizeof *segs);
-    for (int i = 0; i < m->n_tensors; i++) segs[i] = (st_optim_segment){m->tensors[i].offset, m->tensors[i].numel, 0.1f};
+    for (int i = 0; i < m->n_tensors; i++)
+        segs[i] = (st_optim_segment){.offset = m->tensors[i].offset, .n = m->tensors[i].numel, .weight_decay = 0.1f};
     if (st_optim_create(&opt, segs, m->n_tensors, ST_OPTIM_STATE_F32, &err)) {
         fprintf(stderr, "strata bench step: %s\n", err.msg);
         return 1;
@@ -179,10 +191,18 @@ int bench_step(int argc, char **argv) {
     gemm_bench_pass(&gb); /* warm up */
     float loss = 0;
     st_step *step = NULL; /* strata train's step (strata/step.h) */
-    if (st_step_create(&step, &(st_step_setup){.m = m, .opt = opt, .max_micro = 1}, &err)) {
+    if (st_step_create(&step, &(st_step_setup){.m = m, .opt = opt, .max_micro = 1, .act_dtype = adt}, &err)) {
         fprintf(stderr, "strata bench step: %s\n", err.msg);
         return 1;
     }
+    /* the memory account's activations for this step (the resident executor's table) */
+    double act_bytes = 0;
+    st_arch *arch = NULL;
+    st_mem_plan mp;
+    if (st_arch_of_model(&arch, m, &err) == ST_OK &&
+        st_plan_memory(&(st_mem_request){.arch = arch, .B = B, .T = T, .act_dtype = adt}, &mp, &err) == ST_OK)
+        act_bytes = mp.acts_stored;
+    st_arch_free(arch);
     cpu_bf16_stats st0 = {0}, st1 = {0}; /* the step's own bf16 conversions and oneDNN time, over the timed steps */
     cpu_bf16 *step_bf16 = mode == ST_MATMUL_BF16 ? cpu_backend_bf16(be) : NULL;
     for (int s = -1; s < steps; s++) {
@@ -219,9 +239,10 @@ int bench_step(int argc, char **argv) {
                "\"steps\":%d,\"step_s\":%.4f,\"forward_s\":%.4f,\"backward_s\":%.4f,\"optimizer_s\":%.4f,"
                "\"tokens_per_s\":%.1f,\"flops_per_step\":%.4e,\"matmul_flops_per_step\":%.4e,"
                "\"achieved_gflops\":%.2f,\"forward_gflops\":%.2f,\"matmul\":\"%s\",\"%s_gflops\":%.2f,"
-               "\"ratio\":%.3f,\"loss\":%.4f",
+               "\"ratio\":%.3f,\"loss\":%.4f,\"act_dtype\":\"%s\",\"act_bytes\":%.0f",
                model, B, T, m->n_params, omp_get_max_threads(), steps, step_s, fwd_s, bwd_s, opt_s, N / step_s,
-               flops, matmul_flops, achieved, flops / 3 / fwd_s / 1e9, st_backend_matmul_name(mode), ceiling, sgemm, ratio, loss);
+               flops, matmul_flops, achieved, flops / 3 / fwd_s / 1e9, st_backend_matmul_name(mode), ceiling, sgemm, ratio, loss,
+               act_dtype, act_bytes);
         if (mode == ST_MATMUL_BF16)
             printf(",\"weight_to_bf16_s\":%.4f,\"step_convert_weights_s\":%.4f,\"step_convert_acts_s\":%.4f,"
                    "\"step_onednn_s\":%.4f", w16_s, conv_w, conv_a, in_gemm);
@@ -231,6 +252,7 @@ int bench_step(int argc, char **argv) {
                "%.0f tokens/s\nmatmul %s: achieved %.1f GFLOP/s, %s at the model's shapes %.1f GFLOP/s, ratio %.3f\n",
                model, m->n_params, B, T, step_s, fwd_s, bwd_s, opt_s, N / step_s, st_backend_matmul_name(mode),
                achieved, mode == ST_MATMUL_BF16 ? "oneDNN bf16" : "sgemm", sgemm, ratio);
+        printf("activations %s: %.1f MB (the memory account's)\n", act_dtype, act_bytes / 1e6);
         if (mode == ST_MATMUL_BF16)
             printf("every parameter rounded to bf16 twice: %.4f s; in a step (mean): weights to bf16 %.4f s, "
                    "activations to bf16 %.4f s, oneDNN's matmuls %.4f s\n", w16_s, conv_w, conv_a, in_gemm);

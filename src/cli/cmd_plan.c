@@ -64,7 +64,7 @@ static int plan_disk(const st_train_config *c, double n_params) {
         printf("\ndisk state: %s\n", err.msg);
         return 1;
     }
-    st_optim_segment seg = {0, (size_t)n_params, 0.0f}; /* one tensor: the layout within a few KiB */
+    st_optim_segment seg = {.offset = 0, .n = (size_t)n_params, .weight_decay = 0.0f}; /* one tensor: the layout within a few KiB */
     st_store_config sc = {.paths = paths, .n_paths = n, .path_weight = weighted ? w : NULL, .segs = &seg,
                           .n_segs = 1, .fmt = st_train_config_state_format(c),
                           .host_budget = c->state_budget > 0 ? (uint64_t)c->state_budget : ST_STORE_HOST_BUDGET_DEFAULT};
@@ -168,6 +168,7 @@ static int plan_device(const st_arch *a, const st_train_config *cfg, double devi
         return 2;
     }
     if (n_fixed) po.fixed_act = fixed;
+    st_train_config_act_dtype(cfg, &po.act_dtype, NULL); /* key 'act_dtype' (checked by the resolve) */
     /* the plan request strata train makes, from this profile, with no fallback to the rule:
      * strata plan says what the program finds */
     st_plan_request rq = {.arch = a, .B = cfg->batch, .T = cfg->seq, .budget = (size_t)device_budget,
@@ -282,7 +283,8 @@ static int plan_device(const st_arch *a, const st_train_config *cfg, double devi
         st_plan_act_describe(fixed, L, what, sizeof what);
         printf("  fixed by key 'act' (%d of %d blocks; the rest chosen): %s\n", n_fixed, L, what);
     }
-    printf("  prefetch depth %d, vocabulary %s\n", p->prefetch_depth, p->vocab_chunk ? "chunked" : "resident");
+    printf("  prefetch depth %d, vocabulary %s, activations in %s\n", p->prefetch_depth,
+           p->vocab_chunk ? "chunked" : "resident", p->act_dtype == ST_BF16 ? "bf16" : "f32");
     if (p->vocab_chunk) printf("    (in chunks of %d rows)\n", p->vocab_chunk);
     printf("  device bytes %zu of %zu (%.1f MiB of %.1f MiB)\n", pr.device_bytes, pr.device_budget,
            pr.device_bytes / 1048576.0, pr.device_budget / 1048576.0);
@@ -455,8 +457,9 @@ int cmd_plan(int argc, char **argv) {
         }
         planned_arch = arch; /* its section is printed after the estimate */
     }
-    printf("plan for %s (%s), batch %d x seq %d, optim_state %s\n", cfg.init_from[0] ? cfg.init_from : cfg.model,
-           shape.desc, cfg.batch, cfg.seq, cfg.optim_state);
+    printf("plan for %s (%s), batch %d x seq %d, optim_state %s, act_dtype %s\n",
+           cfg.init_from[0] ? cfg.init_from : cfg.model, shape.desc, cfg.batch, cfg.seq, cfg.optim_state,
+           cfg.act_dtype);
     st_mem_plan_print(stdout, &e, budget);
     int rc = 0;
     if (st_mem_plan_check(&e, budget, &err)) {

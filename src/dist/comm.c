@@ -961,7 +961,11 @@ int st_zero_clip_segments(const st_optim_segment *segs, int n_segs, size_t lo, s
         size_t a = segs[i].offset, e = a + segs[i].n;
         if (a < lo) a = lo;
         if (e > hi) e = hi;
-        if (e > a) out[k++] = (st_optim_segment){a - lo, e - a, segs[i].weight_decay};
+        if (e > a) {
+            out[k] = segs[i]; /* its weight decay and learning-rate class */
+            out[k].offset = a - lo;
+            out[k++].n = e - a;
+        }
     }
     return k;
 }

@@ -34,6 +34,7 @@ struct st_step {
                                   the model's vectors (made at the first step, for its B x T) */
     st_arch *arch;             /* resident: the model as blocks */
     int B, T;                  /* resident: the executor's shape */
+    st_dtype act_dtype;        /* resident: its activation sets' dtype (st_step_setup) */
     float *grad_sum;           /* in memory, more than one micro-batch: the running sum */
     int max_micro;
     st_comm *comm;             /* data parallel */
@@ -56,8 +57,12 @@ st_status st_step_create(st_step **out, const st_step_setup *su, st_err *err) {
     if (zero < 0 || zero > 2) return st_errf(err, ST_ERR_INVALID, "key 'zero': %d; give 0, 1 or 2", zero);
     if (!su->sx && !su->comm && !su->opt && !su->store)
         return st_errf(err, ST_ERR_INVALID, "step: in memory, neither an optimizer nor a state store");
+    if (su->act_dtype != ST_F32 && su->act_dtype != ST_BF16)
+        return st_errf(err, ST_ERR_INVALID, "key 'act_dtype': activation dtype %s (f32 or bf16)",
+                       st_dtype_name(su->act_dtype));
     st_step *s = calloc(1, sizeof *s);
     if (!s) return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    s->act_dtype = su->act_dtype;
     s->m = su->m;
     s->opt = su->opt;
     s->store = su->store;
@@ -67,6 +72,11 @@ st_status st_step_create(st_step **out, const st_step_setup *su, st_err *err) {
     /* the executor updates tensor by tensor: the optimizer's segments must be the model's */
     s->resident = !s->sx && st_step_in_blocks(s->m) &&
                   (s->comm || s->store || st_optim_segment_count(s->opt) == s->m->n_tensors);
+    if (!s->resident && !s->sx && s->act_dtype == ST_BF16) {
+        st_step_destroy(s);
+        return st_errf(err, ST_ERR_UNSUPPORTED, "key 'act_dtype': bf16 activations are the block executor's; this "
+                       "model trains through its own forward (LoRA, POET-X) and keeps fp32 ones: use act_dtype f32");
+    }
     if (s->resident) {
         st_status sa = st_arch_of_model(&s->arch, s->m, err);
         if (sa) {
@@ -129,6 +139,7 @@ static st_status step_resident(st_step *s, int B, int T, st_err *err) {
                            .optim = s->comm ? NULL : s->opt, .external_optimizer = s->comm || s->store};
     st_stream_plan plan;
     st_stream_plan_resident(&plan, s->arch->lay.n_blocks);
+    plan.act_dtype = s->act_dtype;
     st_status st = st_stream_exec_create(&s->sx, &sc, &plan, m->be, err);
     if (st) return st;
     s->B = B, s->T = T;

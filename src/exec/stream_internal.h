@@ -65,6 +65,8 @@ struct st_stream_exec {
     size_t post_offset, post_numel; /* the device-resident part after the blocks (the norm, an untied head) */
     size_t resid_numel;    /* one residual-stream tensor: B x T x C */
     size_t act_set_floats; /* one block's activation set */
+    size_t act_set_bytes;  /* ... as stored for the backward: 4 or (plan.act_dtype bf16) 2 an element */
+    int act16;             /* plan.act_dtype bf16: sets stored rounded, computed in act_work */
 
     /* host tier */
     float *host_params, *host_grads;
@@ -83,11 +85,15 @@ struct st_stream_exec {
     st_optim *opt;
     st_optim_segment *segs;
     float *backup_params, *backup_m, *backup_v; /* speculative backups, n_params each */
-    float *host_acts;          /* offloaded activation sets, n_off x act_set_floats */
+    unsigned char *host_acts;  /* offloaded activation sets, n_off x act_set_bytes */
     int *act_slot;             /* per block: its index among the kept or the offloaded blocks */
 
     /* device tier */
-    float *d_pre_w, *d_post_w, *d_pre_g, *d_post_g, *d_outs, *d_w, *d_g, *d_keep, *d_recompute, *d_offload;
+    float *d_pre_w, *d_post_w, *d_pre_g, *d_post_g, *d_outs, *d_w, *d_g;
+    /* the stored activation sets (act_set_bytes each, fp32 or bf16): kept ones, the shared
+     * recompute set, two offload slots; under bf16 every block computes in act_work (fp32) */
+    unsigned char *d_keep, *d_recompute, *d_offload;
+    float *d_act_work;
     uint16_t *d_g16; /* bf16 drain: two staging slots */
 
     uint64_t *w_ticket, *act_ticket, g_ticket[2], off_slot_ticket[2], embed_w_ticket;

@@ -16,6 +16,7 @@ void st_stream_plan_default(st_stream_plan *p, int n_layer) {
     p->overlap_optim = 1;
     p->clip = ST_STREAM_CLIP_AUTO;
     p->grad_dtype = ST_F32;
+    p->act_dtype = ST_F32;
     p->optim_threads = 1;
     p->n_layer = n_layer;
     st_stream_plan_set_all(p, ST_STREAM_ACT_RECOMPUTE);
@@ -138,9 +139,11 @@ static int alloc_table(const st_stream_config *c, const st_stream_plan *p, st_st
     if (!p->resident) A(d_w, (size_t)(p->prefetch_depth + 1) * bn * 4); /* weight slots */
     if (!p->resident) A(d_g, 2 * bn * 4);                   /* gradient slots */
     if (p->grad_dtype == ST_BF16) A(d_g16, 2 * bn * 2);     /* their bf16 staging */
-    if (n_keep) A(d_keep, n_keep * setf * 4);
-    if (rc) A(d_recompute, setf * 4);
-    if (n_off) A(d_offload, (n_off < 2 ? n_off : 2) * setf * 4);
+    size_t esz = p->act_dtype == ST_BF16 ? 2 : 4;            /* a stored activation */
+    if (n_keep) A(d_keep, n_keep * setf * esz);
+    if (rc) A(d_recompute, setf * esz);
+    if (n_off) A(d_offload, (n_off < 2 ? n_off : 2) * setf * esz);
+    if (esz == 2) A(d_act_work, setf * 4);                  /* bf16: the set every block computes in */
 #undef A
     return k;
 }
@@ -191,7 +194,8 @@ static int host_table(const st_stream_config *c, const st_stream_plan *p, st_str
         if (nvc > 2) H(h_logits, N * (nvc - 2) * vc * 4, HOST_PINNED, "the chunks' logits");
     }
     if (c->grad_accum > 1) H(host_grads_micro, n * 4, HOST_PINNED, "grad_accum's second fp32 gradient");
-    if (n_off) H(host_acts, n_off * st_block_act_floats(c->arch, c->B, c->T) * 4, HOST_PINNED, "offloaded activations");
+    if (n_off) H(host_acts, n_off * st_block_act_floats(c->arch, c->B, c->T) * (p->act_dtype == ST_BF16 ? 2 : 4),
+                 HOST_PINNED, "offloaded activations");
     if (speculates(c, p)) { /* only the blocks are updated speculatively: [b0, post_off), indexed from b0 */
         size_t nb = y->norm_offset - y->block_offset0;
         H(backup_params, nb * 4, HOST_ALIGNED, "speculative-update backups");
@@ -244,6 +248,12 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
         return st_errf(err, ST_ERR_UNSUPPORTED,
                        "stream plan: gradient drain dtype %s is not supported (use F32 or BF16)",
                        st_dtype_name(p->grad_dtype));
+    if (p->act_dtype != ST_F32 && p->act_dtype != ST_BF16)
+        return st_errf(err, ST_ERR_UNSUPPORTED, "stream plan: activation dtype %s is not supported (use F32 or BF16)",
+                       st_dtype_name(p->act_dtype));
+    if (p->act_dtype == ST_BF16 && (!dev->ops->to_bf16 || !dev->ops->from_bf16))
+        return st_errf(err, ST_ERR_UNSUPPORTED, "stream plan: activations in bf16 need the backend's to_bf16 and "
+                       "from_bf16; backend '%s' lacks them (act_dtype f32)", dev->ops->name ? dev->ops->name : "?");
     for (int l = 0; l < L; l++)
         if (p->act[l] > ST_STREAM_ACT_OFFLOAD)
             return st_errf(err, ST_ERR_INVALID, "stream plan: block %d has unknown activation policy %d", l, p->act[l]);
@@ -291,6 +301,8 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
     x->post_numel = x->vocab_chunk ? y->norm_numel : x->n_params - y->norm_offset;
     x->resid_numel = N * C;
     x->act_set_floats = st_block_act_floats(c->arch, c->B, c->T);
+    x->act16 = p->act_dtype == ST_BF16;
+    x->act_set_bytes = x->act_set_floats * (x->act16 ? 2 : 4);
     if ((s = st_blocks_bind(&x->dev_blocks, c->arch, dev, c->B, c->T, err))) goto fail;
     x->host_be = c->host_be;
     if (x->vocab_chunk) {

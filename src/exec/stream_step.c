@@ -213,14 +213,18 @@ static uint64_t fetch_block(st_stream_exec *x, int l) {
     return h2d(x, wslot(x, l), x->host_params + x->block_offset0 + (size_t)l * x->block_numel, x->block_numel * 4);
 }
 
-/* Where block l's activations live (offloaded: slot ord % 2). */
-static float *block_acts(st_stream_exec *x, int l) {
+/* Where block l's activations are stored for its backward (offloaded: slot ord % 2), fp32
+ * or bf16 (act_set_bytes each). */
+static void *block_acts(st_stream_exec *x, int l) {
     switch (x->plan.act[l]) {
-    case ST_STREAM_ACT_KEEP: return x->d_keep + (size_t)x->act_slot[l] * x->act_set_floats;
-    case ST_STREAM_ACT_OFFLOAD: return x->d_offload + (size_t)(x->act_slot[l] % 2) * x->act_set_floats;
+    case ST_STREAM_ACT_KEEP: return x->d_keep + (size_t)x->act_slot[l] * x->act_set_bytes;
+    case ST_STREAM_ACT_OFFLOAD: return x->d_offload + (size_t)(x->act_slot[l] % 2) * x->act_set_bytes;
     default: return x->d_recompute;
     }
 }
+/* The fp32 set block l's forward writes and its backward reads: the stored one, or under
+ * bf16 the working set (widened from the stored one, from_bf16, before the backward). */
+static float *block_set(st_stream_exec *x, int l) { return x->act16 ? x->d_act_work : (float *)block_acts(x, l); }
 
 void st_stream_set_row_hook(st_stream_exec *x, st_row_loss_hook hook, void *ctx) {
     x->row_hook = hook;
@@ -373,9 +377,11 @@ static float micro_forward(step_run *r, int mb, const int32_t *inputs, const int
         wait_ticket(x, x->w_ticket[l], "wait weights", l);
         int off = x->plan.act[l] == ST_STREAM_ACT_OFFLOAD, k = x->act_slot[l];
         if (off) wait_ticket(x, x->off_slot_ticket[k % 2], "wait act slot", l);
-        float *a = block_acts(x, l);
+        float *a = block_set(x, l);
         stream_w16_block(x, wslot(x, l), l);
         COMPUTE_(ST_PROF_CAT_COMPUTE, "forward block", l, ao->block_forward(x->dev_blocks, wslot(x, l), block_in(x, l), a, block_out(x, l)));
+        if (x->act16) /* stored rounded: what every kind of block's backward reads */
+            COMPUTE_(ST_PROF_CAT_COMPUTE, "acts to bf16", l, dev->ops->to_bf16(dev, block_acts(x, l), a, x->act_set_floats));
         if (x->plan.act[l] == ST_STREAM_ACT_RECOMPUTE) r->rc_holds = l;
         if (l + D + 1 < L) {
             x->w_ticket[l + D + 1] = fetch_block(x, l + D + 1);
@@ -385,9 +391,8 @@ static float micro_forward(step_run *r, int mb, const int32_t *inputs, const int
         }
         /* the last two offloaded blocks stay resident until their backward */
         if (off && k < x->n_off - 2) {
-            x->d2h_act_bytes += x->act_set_floats * 4;
-            x->off_slot_ticket[k % 2] = d2h(x, x->host_acts + (size_t)k * x->act_set_floats, x->d_offload + (size_t)(k % 2) * x->act_set_floats,
-                                            x->act_set_floats * 4);
+            x->d2h_act_bytes += x->act_set_bytes;
+            x->off_slot_ticket[k % 2] = d2h(x, x->host_acts + (size_t)k * x->act_set_bytes, block_acts(x, l), x->act_set_bytes);
         }
     }
     float loss;
@@ -421,15 +426,19 @@ static void micro_backward(step_run *r, int add, int final) {
     for (int l = L - 1; l >= 0; l--) {
         wait_ticket(x, x->w_ticket[l], "wait weights", l);
         int act = x->plan.act[l], k = x->act_slot[l];
-        float *a = block_acts(x, l);
+        float *a = block_set(x, l);
         /* the last recomputed block's forward is still in the set: nothing to redo */
         stream_w16_block(x, wslot(x, l), l);
         if (act == ST_STREAM_ACT_RECOMPUTE && r->rc_holds != l) {
-            COMPUTE_(ST_PROF_CAT_RECOMPUTE, "recompute block", l,
-                     ao->block_forward(x->dev_blocks, wslot(x, l), block_in(x, l), a, block_out(x, l)));
+            COMPUTE_(ST_PROF_CAT_RECOMPUTE, "recompute block", l, {
+                ao->block_forward(x->dev_blocks, wslot(x, l), block_in(x, l), a, block_out(x, l));
+                if (x->act16) dev->ops->to_bf16(dev, block_acts(x, l), a, x->act_set_floats); /* the forward's rounding */
+            });
             r->rc_holds = l;
         }
         if (act == ST_STREAM_ACT_OFFLOAD && k < x->n_off - 2) wait_ticket(x, x->act_ticket[k], "wait acts", l);
+        if (x->act16) /* the backward reads the stored bits, whichever way they were kept */
+            COMPUTE_(ST_PROF_CAT_COMPUTE, "acts from bf16", l, dev->ops->from_bf16(dev, a, block_acts(x, l), x->act_set_floats));
         float *g = gslot(x, l);
         wait_ticket(x, x->g_ticket[l % 2], "wait grad slot", l);
         COMPUTE_(ST_PROF_CAT_COMPUTE, "backward block", l, {
@@ -448,10 +457,9 @@ static void micro_backward(step_run *r, int add, int final) {
         if (r->overlap && (add || final)) stream_push_job(x, l, x->g_ticket[l % 2], add, final);
         if (l - D - 1 >= 0) x->w_ticket[l - D - 1] = fetch_block(x, l - D - 1);
         if (act == ST_STREAM_ACT_OFFLOAD && k - 2 >= 0) {
-            x->h2d_act_bytes += x->act_set_floats * 4;
-            x->act_ticket[k - 2] = h2d(x, x->d_offload + (size_t)(k % 2) * x->act_set_floats,
-                                       x->host_acts + (size_t)(k - 2) * x->act_set_floats,
-                                       x->act_set_floats * 4);
+            x->h2d_act_bytes += x->act_set_bytes;
+            x->act_ticket[k - 2] = h2d(x, x->d_offload + (size_t)(k % 2) * x->act_set_bytes,
+                                       x->host_acts + (size_t)(k - 2) * x->act_set_bytes, x->act_set_bytes);
         }
     }
     if (x->vocab_chunk) {
@@ -758,7 +766,7 @@ st_status st_stream_eval(st_stream_exec *x, const int32_t *inputs, const int32_t
     for (int l = 0; l < L; l++) {
         wait_ticket(x, x->w_ticket[l], "wait weights", l);
         stream_w16_block(x, wslot(x, l), l);
-        ao->block_forward(x->dev_blocks, wslot(x, l), block_in(x, l), block_acts(x, l), block_out(x, l));
+        ao->block_forward(x->dev_blocks, wslot(x, l), block_in(x, l), block_set(x, l), block_out(x, l));
         if (l + D + 1 < L) {
             x->w_ticket[l + D + 1] = fetch_block(x, l + D + 1);
             if (x->vocab_chunk && l + D + 1 == L - 1)

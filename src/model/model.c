@@ -274,7 +274,7 @@ st_status st_model_check_finite(const st_model *m, const char *from, st_err *err
 void st_params_decay_segments(const st_param_info *t, int n, float weight_decay, st_optim_segment *out) {
     for (int i = 0; i < n; i++) {
         st_role r = t[i].role;
-        out[i] = (st_optim_segment){t[i].offset, t[i].numel,
-                                    (r == ST_ROLE_MATMUL_WEIGHT || r == ST_ROLE_EMBEDDING) ? weight_decay : 0.0f};
+        out[i] = (st_optim_segment){.offset = t[i].offset, .n = t[i].numel,
+                                    .weight_decay = (r == ST_ROLE_MATMUL_WEIGHT || r == ST_ROLE_EMBEDDING) ? weight_decay : 0.0f};
     }
 }

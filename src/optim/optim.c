@@ -157,6 +157,11 @@ static st_status create_impl(st_optim **out, const st_optim_segment *segs, int n
                            "must belong to one segment", a, b);
         }
     free(sorted);
+    for (int i = 0; i < n_segs; i++)
+        if (segs[i].lr_class != ST_OPTIM_LR_MAIN && segs[i].lr_class != ST_OPTIM_LR_SECOND)
+            return st_errf(err, ST_ERR_INVALID, "optimizer: segment %d (element %zu) has learning-rate class %d; "
+                           "use %d (lr) or %d (lr2)", i, segs[i].offset, segs[i].lr_class, ST_OPTIM_LR_MAIN,
+                           ST_OPTIM_LR_SECOND);
 
     st_optim *o = calloc(1, sizeof *o);
     if (!o) return st_errf(err, ST_ERR_NOMEM, "optimizer: out of memory");
@@ -261,7 +266,7 @@ void st_adamw_ref_f32(float *p, const float *g, float *m, float *v, size_t n, fl
 
 /* ---- the step ---- */
 
-static adamw_consts consts_make(const st_adamw_params *hp) {
+static adamw_consts consts_make(const st_adamw_params *hp, float lr) {
     /* in double: beta2^step and the folded products lose float precision otherwise */
     double s = hp->grad_scale, t = (double)hp->step;
     adamw_consts k;
@@ -272,7 +277,7 @@ static adamw_consts consts_make(const st_adamw_params *hp) {
     double bc1 = 1.0 - pow(hp->beta1, t), bc2 = 1.0 - pow(hp->beta2, t);
     k.sd = (float)(bc1 / sqrt(bc2));
     k.epsd = (float)(bc1 * hp->eps);
-    k.nlr = -hp->lr;
+    k.nlr = -lr;
     return k;
 }
 
@@ -343,7 +348,8 @@ st_status st_optim_step_ex(st_optim *o, const st_optim_step_args *a, const st_ad
                        "optimizer: gradient is not finite (sum of squares %g); step %ld skipped, no state "
                        "changed; lower the loss scale or check the data", ss, hp->step);
     }
-    adamw_consts k = consts_make(hp);
+    /* one set of constants per learning-rate class; they differ only in nlr */
+    const adamw_consts k[2] = {consts_make(hp, hp->lr), consts_make(hp, hp->lr2)};
     const adamw_kernels *kern = o->kern;
     int gdt = a->grad_dtype, wdt = a->work ? (int)a->work_dtype : WORK_NONE;
     int c0 = o->chunk_first[s0], c1 = o->chunk_first[s1];
@@ -351,9 +357,10 @@ st_status st_optim_step_ex(st_optim *o, const st_optim_step_args *a, const st_ad
 #pragma omp parallel for schedule(static)
     for (int ci = c0; ci < c1; ci++) {
         adamw_chunk c = chunk_make(o, ci, a, gs, ws);
-        if (q8) kern->step_q8(&c, &k, &o->q8, gdt, wdt);
-        else if (q8f) kern->step_q8f(&c, &k, &o->q8, gdt, wdt);
-        else kern->step_f32(&c, &k, gdt, wdt);
+        const adamw_consts *kc = &k[o->segs[o->chunks[ci].seg].lr_class];
+        if (q8) kern->step_q8(&c, kc, &o->q8, gdt, wdt);
+        else if (q8f) kern->step_q8f(&c, kc, &o->q8, gdt, wdt);
+        else kern->step_f32(&c, kc, gdt, wdt);
     }
     return ST_OK;
 }
@@ -426,6 +433,31 @@ void *st_optim_state_buffer(st_optim *o, int i, size_t *bytes) {
     case 3: *bytes = o->nblocks * sizeof(float); return o->av;
     default: return NULL;
     }
+}
+
+st_status st_optim_reset_class(st_optim *o, int lr_class, size_t *n_reset, st_err *err) {
+    if (n_reset) *n_reset = 0;
+    if (lr_class != ST_OPTIM_LR_MAIN && lr_class != ST_OPTIM_LR_SECOND)
+        return st_errf(err, ST_ERR_INVALID, "optimizer: learning-rate class %d is not %d or %d", lr_class,
+                       ST_OPTIM_LR_MAIN, ST_OPTIM_LR_SECOND);
+    if (!(o->m || o->qm))
+        return st_errf(err, ST_ERR_INVALID, "optimizer: no state to reset (unbound, no buffers bound)");
+    for (int i = 0; i < o->n_segs; i++) {
+        const st_optim_segment *sg = &o->segs[i];
+        if (sg->lr_class != lr_class) continue;
+        if (o->fmt == ST_OPTIM_STATE_F32) {
+            memset(o->m + sg->offset, 0, sg->n * sizeof(float));
+            memset(o->v + sg->offset, 0, sg->n * sizeof(float));
+        } else { /* the segment's whole blocks: all zero bytes, absmax 0 (a fresh state) */
+            size_t q0 = o->seg_q[i], nq = o->seg_q[i + 1] - q0, b0 = o->seg_blk[i], nb = o->seg_blk[i + 1] - b0;
+            memset(o->qm + q0, 0, nq);
+            memset(o->qv + q0, 0, nq);
+            memset(o->am + b0, 0, nb * sizeof(float));
+            memset(o->av + b0, 0, nb * sizeof(float));
+        }
+        if (n_reset) *n_reset += sg->n;
+    }
+    return ST_OK;
 }
 
 double st_optim_state_bytes_per_param(const st_optim *o) {

@@ -138,7 +138,7 @@ static double time_update(st_optim *o, float *p, const float *g, long step) {
 #define OPT_RATIO_REPS 7
 static st_status best_updates_s(float *p, const float *g, st_optim_state_format fmt, double *t32, double *t8,
                                 st_err *err) {
-    st_optim_segment seg = {0, OPT_RATIO_N, 0.1f};
+    st_optim_segment seg = {.offset = 0, .n = OPT_RATIO_N, .weight_decay = 0.1f};
     st_optim *o[2] = {NULL, NULL};
     st_status s = st_optim_create(&o[0], &seg, 1, ST_OPTIM_STATE_F32, err);
     if (!s) s = st_optim_create(&o[1], &seg, 1, fmt, err);

@@ -61,6 +61,15 @@ st_status plan_cost_init(plan_cost *c, const st_arch *a, int B, int T, const st_
     return ST_OK;
 }
 
+void plan_cost_act(plan_cost *c, st_dtype dt) {
+    if (dt != ST_BF16) return;
+    double conv = 6.0 * (double)st_block_act_floats(c->a, c->B, c->T) / c->mem_bps;
+    c->ta_out /= 2.0;
+    c->ta_in /= 2.0;
+    c->fwd += conv;
+    c->bwd += conv;
+}
+
 void plan_cost_const(const plan_cost *c, int vchunk, double *compute_s, double *exposed_s, double *optim_s) {
     const st_arch_layout *y = &c->a->lay;
     double N = (double)c->B * c->T, C = y->n_embd, V = y->vocab_size;
@@ -131,6 +140,7 @@ double plan_cost_wfetch_bwd(const plan_cost *c, int d, int w) {
 static st_status predict(const plan_cost *cp, const st_arch *a, int B, int T, const st_stream_plan *p,
                          st_plan_disk_cost *dk, int beside, double cpu_slow, st_plan_prediction *pred, st_err *err) {
     plan_cost c = *cp;
+    plan_cost_act(&c, p->act_dtype); /* the sets' dtype: their copies and conversions */
     int L = c.L, d = p->prefetch_depth;
     if (p->n_layer != L) return st_errf(err, ST_ERR_INVALID, "plan: the plan is for %d blocks, the model has %d", p->n_layer, L);
     if (d < 1) return st_errf(err, ST_ERR_INVALID, "plan: prefetch depth %d (>= 1)", d);

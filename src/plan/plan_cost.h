@@ -24,6 +24,12 @@ typedef struct plan_cost {
 /* Fills c; fails on a profile with a missing or non-positive figure. */
 st_status plan_cost_init(plan_cost *c, const st_arch *a, int B, int T, const st_plan_profile *hw, st_err *err);
 
+/* The activation sets of a plan in dt: under ST_BF16 an offloaded set's copies take half the
+ * time, and each block's forward and backward one conversion more (to bf16 after the
+ * forward and its recompute, back to fp32 before the backward: 4 bytes read and 2 written an
+ * element, or the reverse, at the profile's memory bandwidth). ST_F32: unchanged. */
+void plan_cost_act(plan_cost *c, st_dtype dt);
+
 /* The exposed and compute time that depend only on the vocabulary chunk (the head, the
  * embedding's and head's copies, the first block's fetch and the last gradient's drain,
  * the non-block optimizer). */

@@ -140,6 +140,7 @@ json_object *st_plan_file_to_json(const st_plan_file *f) {
     json_object_object_add(o, "overlap_optim", json_object_new_boolean(p->overlap_optim));
     json_object_object_add(o, "clip", json_object_new_string(st_plan_clip_name(p->clip)));
     json_object_object_add(o, "grad_dtype", json_object_new_string(p->grad_dtype == ST_BF16 ? "bf16" : "f32"));
+    json_object_object_add(o, "act_dtype", json_object_new_string(p->act_dtype == ST_BF16 ? "bf16" : "f32"));
     json_object_object_add(o, "optim_threads", json_object_new_int(p->optim_threads > 0 ? p->optim_threads : 1));
     for (int l = 0; l < p->n_layer && l < ST_STREAM_MAX_LAYERS; l++)
         json_object_array_add(blocks, json_object_new_string(st_plan_act_name(p->act[l])));
@@ -207,7 +208,7 @@ static st_status read_text(const char *path, char **out, size_t *len, st_err *er
 static const char *const known_keys[] = {
     "strata_plan", "model", "arch", "n_blocks", "n_embd", "vocab_size", "n_params", "batch", "seq",
     "device_budget", "device_bytes", "prefetch_depth", "vocab_chunk", "overlap_optim", "clip", "grad_dtype",
-    "optim_threads", "blocks", "predicted", "fits", "profile", "solve_s", "optimal", "disk", "memory"};
+    "act_dtype", "optim_threads", "blocks", "predicted", "fits", "profile", "solve_s", "optimal", "disk", "memory"};
 
 /* An integer key in [lo, hi]: a JSON integer, or a number with no fraction (6e6). */
 static st_status get_int(const char *path, json_object *o, const char *key, int required, long long lo, long long hi,
@@ -311,7 +312,7 @@ static st_status parse_plan(const char *path, json_object *o, st_plan_file *f, s
         if (i == sizeof known_keys / sizeof known_keys[0])
             return st_errf(err, ST_ERR_FORMAT, "plan file %s: unknown key '%.80s' (a misspelling?); remove it. Keys: "
                            "strata_plan, model, arch, n_blocks, n_embd, vocab_size, n_params, batch, seq, device_budget, "
-                           "device_bytes, prefetch_depth, vocab_chunk, overlap_optim, clip, grad_dtype, optim_threads, "
+                           "device_bytes, prefetch_depth, vocab_chunk, overlap_optim, clip, grad_dtype, act_dtype, optim_threads, "
                            "blocks, predicted, disk (and strata plan's fits, profile, solve_s, optimal)", path, key);
     }
     const char *str;
@@ -362,6 +363,10 @@ static st_status parse_plan(const char *path, json_object *o, st_plan_file *f, s
     if (strcmp(str, "f32") && strcmp(str, "bf16"))
         return st_errf(err, ST_ERR_FORMAT, "plan file %s: key 'grad_dtype': '%.40s' is not f32 or bf16", path, str);
     p->grad_dtype = strcmp(str, "f32") ? ST_BF16 : ST_F32;
+    if ((s = get_str(path, o, "act_dtype", 0, &str, err))) return s; /* a file from before the key: f32 */
+    if (str && strcmp(str, "f32") && strcmp(str, "bf16"))
+        return st_errf(err, ST_ERR_FORMAT, "plan file %s: key 'act_dtype': '%.40s' is not f32 or bf16", path, str);
+    p->act_dtype = str && !strcmp(str, "bf16") ? ST_BF16 : ST_F32;
     if ((s = get_int(path, o, "optim_threads", 1, 1, 4096, &x, err))) return s;
     p->optim_threads = (int)x;
 

@@ -46,6 +46,7 @@ st_status st_plan_memory(const st_mem_request *rq, st_mem_plan *e, st_err *err) 
     if (rq->plan) p = *rq->plan;
     else if (rq->streamed) st_stream_plan_default(&p, y->n_blocks); /* the smallest: every block recomputed */
     else st_stream_plan_resident(&p, y->n_blocks);
+    if (!rq->plan) p.act_dtype = rq->act_dtype; /* the step's activation sets: 4 or 2 bytes an element */
     st_stream_plan all_rc = p; /* the same plan recomputing every block: the checkpointed figure */
     st_stream_plan_set_all(&all_rc, ST_STREAM_ACT_RECOMPUTE);
     /* the executor's tables: device bytes, host bytes without the moments, and the moments in

@@ -343,7 +343,7 @@ st_status st_plan_profile_measure(st_backend *dev, st_plan_profile *hw, st_err *
     copy_host_free(dev, c.host);
     st_free(host2);
 
-    st_optim_segment seg = {0, PROF_OPT_N, 0.1f};
+    st_optim_segment seg = {.offset = 0, .n = PROF_OPT_N, .weight_decay = 0.1f};
     c.p = st_alloc((size_t)PROF_OPT_N * 4);
     c.g = st_alloc((size_t)PROF_OPT_N * 4);
     st_status s = ST_OK;

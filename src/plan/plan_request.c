@@ -14,6 +14,7 @@ static void rule_candidate(const st_plan_request *rq, const st_stream_act *acts,
     if (rq->base) *p = *rq->base;
     else st_stream_plan_default(p, rq->arch->lay.n_blocks);
     p->vocab_chunk = rq->vocab_chunk >= 0 ? rq->vocab_chunk : vocab_i ? ST_PLAN_RULE_VOCAB_CHUNK : 0;
+    p->act_dtype = rq->options.act_dtype;
     st_stream_plan_set_all(p, acts[act_i]);
     const unsigned char *fixed = rq->options.fixed_act;
     for (int l = 0; fixed && l < p->n_layer; l++)

@@ -198,7 +198,8 @@ static void fill_cols(const cols *cl, const plan_cost *c, const st_stream_plan *
  * so it never returns a plan slower than these rules, the executor's fixed rule among
  * them. Returns the pair index, -1 when none fits. */
 static int best_simple(const st_arch *a, int B, int T, const st_plan_profile *hw, size_t budget, const int *vcs, int np,
-                       int nd, const unsigned char *fx, st_stream_plan *best, st_stream_plan *work, double *best_s) {
+                       int nd, const unsigned char *fx, st_dtype act_dtype, st_stream_plan *best, st_stream_plan *work,
+                       double *best_s) {
     int L = a->lay.n_blocks, bi = -1;
     st_stream_config sc = {.arch = a, .B = B, .T = T};
     *best_s = INFINITY;
@@ -206,6 +207,7 @@ static int best_simple(const st_arch *a, int B, int T, const st_plan_profile *hw
         for (int rest = ST_STREAM_ACT_RECOMPUTE; rest <= ST_STREAM_ACT_OFFLOAD; rest++)
             for (int k = L; k >= 0; k--) {
                 st_stream_plan_default(work, L);
+                work->act_dtype = act_dtype;
                 work->vocab_chunk = vcs[p / nd];
                 work->prefetch_depth = 1 + p % nd;
                 for (int l = 0; l < L; l++)
@@ -463,6 +465,9 @@ static st_status solve_program(const st_arch *a, int B, int T, size_t device_bud
     plan_cost c;
     st_status s = plan_cost_init(&c, a, B, T, hw, err);
     if (s) return s;
+    if (o.act_dtype != ST_F32 && o.act_dtype != ST_BF16)
+        return st_errf(err, ST_ERR_INVALID, "plan: activation dtype %s (f32 or bf16)", st_dtype_name(o.act_dtype));
+    plan_cost_act(&c, o.act_dtype); /* the program's terms are its plans' predictions */
     int L = c.L;
     if (L < 1 || L > ST_STREAM_MAX_LAYERS) return st_errf(err, ST_ERR_INVALID, "plan: %d blocks", L);
     /* explicit choices: fixed columns of the program, and fewer plans to fit */
@@ -488,6 +493,7 @@ static st_status solve_program(const st_arch *a, int B, int T, size_t device_bud
         return st_errf(err, ST_ERR_NOMEM, "plan: out of memory");
     }
     st_stream_plan_default(work, L);
+    work->act_dtype = o.act_dtype; /* the sets' bytes: 4 or 2 an element */
     if ((s = device_model_init(&m, &sc, work, vcs[0], 1, err))) goto done;
     for (int p = 0; p < np; p++) {
         base[p] = (double)bytes_of(&sc, work, vcs[p / nd], 1 + p % nd, 0, 0);
@@ -550,7 +556,7 @@ static st_status solve_program(const st_arch *a, int B, int T, size_t device_bud
     program pg = {.cl = &cl, .c = &c, .cm = &cm, .m = &m, .fx = fx, .base = base, .vcs = vcs, .L = L, .np = np, .nd = nd,
                   .bunit = bunit};
     for (int attempt = 0; attempt < 4; attempt++) {
-        volatile int si = best_simple(a, B, T, hw, (size_t)budget, vcs, np, nd, fx, simple, work, &simple_s);
+        volatile int si = best_simple(a, B, T, hw, (size_t)budget, vcs, np, nd, fx, o.act_dtype, simple, work, &simple_s);
         if (si >= 0) fill_cols(&cl, &cm, simple, si, nd, x0);
         heur_ctx hx = {x0, si < 0 || o.no_incumbent};
         glp_term_hook(glpk_quiet_hook, NULL);
@@ -607,6 +613,7 @@ static st_status solve_program(const st_arch *a, int B, int T, size_t device_bud
             break;
         }
         st_stream_plan_default(out, L);
+        out->act_dtype = o.act_dtype;
         int pbest = 0;
         for (int p = 0; p < np; p++)
             if (glp_mip_col_val(lp, cpp + p) > 0.5) pbest = p;

@@ -41,6 +41,7 @@ static const key_def keys[] = {
     {"device", K_STR, STR(device), 0, 0, "where the layers stream to under device_budget: cpu (the host's cores; default), cuda or cuda:N (the CUDA backend on GPU N, built with cmake -DSTRATA_CUDA=ON; needs device_budget > 0); the state stays on the host, so a resume may change it"},
     {"plan", K_STR, STR(plan), 0, 0, "the stream plan under device_budget: auto (the planner chooses it now; saved to RUN_DIR/plan.json) or a plan file (strata plan --device_budget B -o FILE, or a run's plan.json) run exactly; without device_budget the file's budget is used"},
     {"matmul", K_STR, STR(matmul), 0, 0, "the precision of the matmuls: fp32 (default), bf16 (device cpu through oneDNN: AMX or AVX512-BF16, emulated elsewhere; device cuda's tensor cores), tf32 (device cuda only) or auto (bf16 where the device has bf16 matrix units, else fp32; the choice logged and recorded): fp32 in and out, products of tf32- or bf16-rounded inputs, fp32 accumulation"},
+    {"act_dtype", K_STR, STR(act_dtype), 0, 0, "the activations each block keeps for its backward: f32 (default) or bf16 (kept, offloaded and recomputed sets rounded to bf16 after the forward and widened where the backward reads them: half their memory and their copies, one conversion each way; kept, offloaded and recomputed give the same bits; method full only)"},
     {"plan_head", K_STR, STR(plan_head), 0, 0, "where the planner puts the classifier (the vocabulary's head) under device_budget: resident (default: on the device whenever it fits, so the streamed step equals the in-memory one bit for bit; the predicted step may rise once as the budget grows, where the head first fits) or fastest (the fastest predicted plan, the head resident on a tie: the predicted step never rises with the budget; a chunked head equals the resident one to float rounding)"},
     {"act", K_STR, STR(act), 0, 0, "activation choices under device_budget, which the planner keeps while it chooses the rest: auto (none), keep, offload or recompute (every block), or BLOCKS:CHOICE items (0-3:recompute,11:keep); a budget they cannot fit is refused naming the bytes missing"},
     {"state_paths", K_STR, STR(state_paths), 0, 0, "dir[,dir...]: optimizer state and fp32 master weights on disk, committed every step (it is the checkpoint: no checkpoints/ are written; the final weights go to RUN_DIR/model.safetensors); resume with --resume RUN_DIR"},
@@ -81,7 +82,7 @@ static const key_def keys[] = {
     {"max_skipped_steps", K_LONG, OFF(max_skipped_steps), 0, 1, 1e15, "stop with an error after this many consecutive steps skipped for a non-finite gradient (the last checkpoint is kept)"},
     {"run_dir", K_STR, STR(run_dir), 0, 0, "where metrics.jsonl and checkpoints go"},
     {"resume", K_STR, STR(resume), 0, 0, "run or checkpoint directory to resume from"},
-    {"force_resume", K_INT, OFF(force_resume), 0, 0, 1, "1: resume even where this resume's matmul differs from the run's (its numerics change from the resumed step on; warned); for this resume only (recorded as 0). 0 (default): such a resume is refused before anything is written"},
+    {"force_resume", K_INT, OFF(force_resume), 0, 0, 1, "1: resume even where this resume's matmul or act_dtype differs from the run's (its numerics change from the resumed step on; warned); for this resume only (recorded as 0). 0 (default): such a resume is refused before anything is written"},
     {"optim_state", K_STR, STR(optim_state), 0, 0, "optimizer state format: f32, 8bit (blocks of 256, the dynamic map) or 8bit-fp (the same blocks, each byte a small float coded by bit arithmetic: about 1.3x the update rate of 8bit, docs/BENCHMARKS.md)"},
     {"threads", K_INT, OFF(threads), 0, 0, 4096, "compute threads (0: all cores; under mpirun: the cores divided by the ranks on this machine)"},
     {"zero", K_INT, OFF(zero), 0, 0, 2, "under mpirun: 0 replicates the optimizer state (gradients all-reduced); 1 shards it over the ranks (ZeRO-1); 2 also shards the summed gradient (ZeRO-2); results are the same bits"},
@@ -94,7 +95,7 @@ static const key_def keys[] = {
     {"quiet", K_INT, OFF(quiet), 0, 0, 1, "1: no per-step lines"},
     {"trace", K_INT, OFF(trace), 0, 0, 2, "1: trace every phase to run_dir/trace.json (Perfetto); 2: odd steps only"},
     {"host_budget", K_DOUBLE, OFF(host_budget), 0, 0, 1e18, "host memory in bytes the run must fit (0: MemAvailable)"},
-    {"method", K_STR, STR(method), 0, 0, "what trains: full (every parameter, AdamW; default), lora (low-rank adapters over the frozen base weights, as Hugging Face PEFT: lora_rank, lora_alpha, lora_targets; in memory or with the disk state, under mpirun too; not with layer streaming) or poetx (every matmul weight of the blocks as R W0 P, W0 frozen, R and P block-orthogonal: poetx_block, poetx_terms, poetx_merge_every; in memory, under mpirun too; not with layer streaming or the disk state)"},
+    {"method", K_STR, STR(method), 0, 0, "what trains: full (every parameter, AdamW; default), lora (low-rank adapters over the frozen base weights, as Hugging Face PEFT: lora_rank, lora_alpha, lora_targets; in memory or with the disk state, under mpirun too; not with layer streaming) or poetx (every matmul weight of the blocks as R W0 P, W0 frozen, R and P block-orthogonal: poetx_block, poetx_terms, poetx_merge_every, poetx_lr, poetx_clip_ramp, poetx_adam_restart; in memory, under mpirun too; not with layer streaming or the disk state)"},
     {"lora_rank", K_INT, OFF(lora_rank), 0, 1, 65536, "method lora: the adapters' rank r (at most each adapted projection's smaller dimension)"},
     {"lora_alpha", K_DOUBLE, OFF(lora_alpha), 0, 1e-30, 1e30, "method lora: lora_alpha; the adapters' term is scaled by lora_alpha / lora_rank"},
     {"lora_targets", K_STR, STR(lora_targets), 0, 0, "method lora: the projections adapted, comma-separated, as PEFT's target_modules (GPT-2: c_attn, c_proj, c_fc; the Llama family: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, or q, k, v, o, gate, up, down); empty: c_attn for GPT-2, q_proj,v_proj for the Llama family (PEFT's defaults)"},
@@ -102,8 +103,12 @@ static const key_def keys[] = {
     {"init_adapter", K_STR, STR(init_adapter), 0, 0, "method lora: start the adapters from this PEFT adapter directory (save_adapter's, or PEFT's save_pretrained) instead of A random, B zero; its r, lora_alpha and target_modules must be the run's (the base: init_from or model). An init_from that is an adapter directory sets this and takes the adapter's base_model_name_or_path as init_from"},
     {"poetx_block", K_INT, OFF(poetx_block), 0, 2, 65536, "method poetx: the block size b of the orthogonal factors R and P (it must divide both dimensions of every matmul weight of the blocks)"},
     {"poetx_terms", K_INT, OFF(poetx_terms), 0, 0, 64, "method poetx: the Neumann terms k of each block's Cayley polynomial (I + Q)(I + Q + ... + Q^k)"},
-    {"poetx_merge_every", K_INT, OFF(poetx_merge_every), 0, 1, 1000000000, "method poetx: steps between merges (R and P folded into W0, Q and its Adam moments reset, the permutations redrawn)"},
+    {"poetx_merge_every", K_INT, OFF(poetx_merge_every), 0, 1, 1000000000, "method poetx: steps between merges (R and P folded into W0, Q reset and its Adam moments with poetx_adam_restart, the permutations redrawn)"},
     {"poetx_recompute", K_INT, OFF(poetx_recompute), 0, -1, 1, "method poetx: 1 forms each weight's rotated input again in the backward instead of keeping it from the forward (less memory, a slower step; the same numbers); 0 keeps it; -1 (default, auto) keeps it where the run's memory with it fits host_budget (else MemAvailable), else recomputes: the choice logged and recorded in config.json as if given"},
+    {"poetx_lr", K_DOUBLE, OFF(poetx_lr), 0, -1, 10, "method poetx: the peak learning rate of the packed Q's (R and P), on lr's schedule (warmup, decay); the embeddings, norms and biases keep lr. -1 (default): lr"},
+    {"poetx_clip_ramp", K_INT, OFF(poetx_clip_ramp), 0, 0, 1000000000, "method poetx: after each merge the gradient clip threshold starts at poetx_clip_start x grad_clip and rises linearly back to grad_clip over this many steps (step j after a merge, 1 <= j <= N: start + (1 - start) (j - 1) / N of grad_clip); at most poetx_merge_every; needs grad_clip > 0. 0 (default): off"},
+    {"poetx_clip_start", K_DOUBLE, OFF(poetx_clip_start), 0, 1e-6, 1, "method poetx: the clip ramp's first threshold after a merge, as a fraction of grad_clip"},
+    {"poetx_adam_restart", K_INT, OFF(poetx_adam_restart), 0, 0, 1, "method poetx: 1 (default) zeroes the Adam moments of the Q's at each merge (Q restarts at 0 under new permutations); 0 keeps them"},
 };
 #define N_KEYS (sizeof keys / sizeof keys[0])
 
@@ -146,6 +151,7 @@ void st_train_config_defaults(st_train_config *c) {
     snprintf(c->plan_state, sizeof c->plan_state, "fixed");
     snprintf(c->plan_head, sizeof c->plan_head, "resident");
     snprintf(c->matmul, sizeof c->matmul, "fp32");
+    snprintf(c->act_dtype, sizeof c->act_dtype, "f32");
     snprintf(c->method, sizeof c->method, "full");
     c->lora_rank = 8;
     c->lora_alpha = 16;
@@ -153,6 +159,9 @@ void st_train_config_defaults(st_train_config *c) {
     c->poetx_terms = 4;
     c->poetx_merge_every = 200;
     c->poetx_recompute = -1; /* auto: kept where it fits (st_train_poetx_recompute_choose) */
+    c->poetx_lr = -1; /* lr */
+    c->poetx_clip_start = 0.1;
+    c->poetx_adam_restart = 1;
 }
 
 /* The key method's one parse: -1 for a value it is not. */
@@ -166,6 +175,16 @@ st_status st_train_config_method(const st_train_config *c, int *lora, st_err *er
     *lora = m == ST_TRAIN_METHOD_LORA;
     if (m < 0) return st_errf(err, ST_ERR_INVALID, "key 'method': '%s' is not full, lora or poetx", c->method);
     return ST_OK;
+}
+
+st_status st_train_config_act_dtype(const st_train_config *c, st_dtype *out, st_err *err) {
+    *out = ST_F32;
+    if (!strcmp(c->act_dtype, "f32")) return ST_OK;
+    if (!strcmp(c->act_dtype, "bf16")) {
+        *out = ST_BF16;
+        return ST_OK;
+    }
+    return st_errf(err, ST_ERR_INVALID, "key 'act_dtype': '%s' is not f32 or bf16", c->act_dtype);
 }
 
 int st_train_config_data_embedded(const char *data) { return !strcmp(data, "embedded"); }
@@ -538,6 +557,12 @@ st_status st_train_config_resolve(const st_train_config *c, st_model_shape *shap
         return st_errf(err, ST_ERR_INVALID, "key 'save_hf_dtype': '%s' is not f32 or bf16", c->save_hf_dtype);
     st_matmul_mode matmul;
     if ((s = st_backend_matmul_parse(c->matmul, &matmul, err))) return s; /* names the key */
+    st_dtype act_dtype;
+    if ((s = st_train_config_act_dtype(c, &act_dtype, err))) return s; /* names the key */
+    if (act_dtype == ST_BF16 && parse_method(c->method) > ST_TRAIN_METHOD_FULL)
+        return st_errf(err, ST_ERR_UNSUPPORTED, "key 'act_dtype': bf16 activations are the block executor's (method "
+                       "full); method %s trains through its own forward, whose activations stay fp32: use act_dtype "
+                       "f32", c->method);
     if (strcmp(c->plan_head, "resident") && strcmp(c->plan_head, "fastest"))
         return st_errf(err, ST_ERR_INVALID, "key 'plan_head': '%s' is not resident or fastest", c->plan_head);
     if (strcmp(c->mix, "weights") && strcmp(c->mix, "online"))

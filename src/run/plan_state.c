@@ -76,6 +76,7 @@ st_status st_train_mem_plan(const st_train_config *c, const st_stream_plan *plan
                          /* POET-X: its kept h (poetx_recompute 0) and scratch are activations too */
                          .method_start = pb.start, .method_staging = pb.save_staging};
     if (own_forward) rq.model_act_bytes += pb.kept_h + pb.scratch;
+    st_train_config_act_dtype(c, &rq.act_dtype, NULL); /* checked by st_train_config_resolve; else f32 */
     s = st_plan_memory(&rq, out, err);
     st_arch_free(a);
     return s;

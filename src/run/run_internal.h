@@ -48,11 +48,11 @@ st_status run_resolve_resume(const char *path, char *ckpt_dir, size_t cap, st_er
  * resume, no such file, or it is unreadable (the resume itself then says what is wrong).
  * Every check of a key a resume may not change reads it here. */
 st_train_config *run_resumed_config(const st_train_config *c, char *path, size_t cap);
-/* A resume (c->resume) whose matmul differs from the one its run recorded (config.json of
- * the run directory, or of RUN for RUN/checkpoints/step_N): refused naming the key
- * 'matmul' and both modes, or, with force_resume 1, warned (force_resume then set to 0: it
+/* A resume (c->resume) whose matmul or act_dtype differs from the one its run recorded
+ * (run_resumed_config; a file from before the key: its default, fp32, f32): refused naming
+ * the key and both values, or, with force_resume 1, warned (force_resume then set to 0: it
  * is for this resume only). Call before anything is written. */
-st_status run_check_resume_matmul(st_train_config *c, st_err *err);
+st_status run_check_resume_numerics(st_train_config *c, st_err *err);
 void run_prune_checkpoints(const st_train_config *c);
 st_status run_metrics_truncate(const char *run_dir, unsigned long long step, st_err *err);
 st_status run_agree(const run_dist *d, st_status mine, const char *what, st_err *err);

@@ -62,8 +62,12 @@ static st_plan_file *resume_plan(const st_train_config *c, const st_arch *arch, 
     st_plan_file *pf = malloc(sizeof *pf);
     st_err e = {0};
     const char *why = NULL;
+    st_dtype act_dtype = ST_F32;
+    st_train_config_act_dtype(c, &act_dtype, NULL); /* checked before */
     if (!pf || st_plan_file_load(path, pf, &e) || st_plan_file_check(path, pf, arch, c->batch, c->seq, &e))
         why = pf ? e.msg : "out of memory";
+    else if (pf->plan.act_dtype != act_dtype)
+        why = "key 'act_dtype' asks other activations (force_resume)";
     else if (pf->device_budget != (size_t)c->device_budget)
         why = "it was made for another device_budget";
     else if (st_stream_device_bytes(sc, &pf->plan) > budget)
@@ -167,6 +171,9 @@ st_status run_open_streamed(const st_train_config *c, st_model *m, const st_arch
     unsigned char fixed[ST_STREAM_MAX_LAYERS];
     if ((s = st_train_config_act(c, L, fixed, &n_fixed, err))) return s;
     if (n_fixed) po.fixed_act = fixed;
+    /* key 'act_dtype': every plan's sets (the program's bytes and costs, the rule's candidates) */
+    if ((s = st_train_config_act_dtype(c, &po.act_dtype, err))) return s;
+    plan.act_dtype = po.act_dtype;
     /* a GPU (key 'device') exists before the plan: the planner measures it. The CPU device,
      * the host's cores, is measured through the host backend (the profile's buffers outside
      * the budget), and its arena carved once the plan is known, below. */
@@ -188,6 +195,11 @@ st_status run_open_streamed(const st_train_config *c, st_model *m, const st_arch
         if ((s = plan_from_file(c, plan_path, resumed_pf, arch, &sc, budget, &plan, &pred, &has_pred, &file_state_budget,
                                 err)))
             return s;
+        if (plan.act_dtype != po.act_dtype)
+            return st_errf(err, ST_ERR_INVALID, "key 'act_dtype': %s, but plan file %s keeps %s activations: give "
+                           "act_dtype %s to run the file, or make a plan with it (strata plan --act_dtype %s ... -o "
+                           "FILE)", c->act_dtype, plan_path, po.act_dtype == ST_BF16 ? "f32" : "bf16",
+                           po.act_dtype == ST_BF16 ? "f32" : "bf16", c->act_dtype);
         for (int l = 0; l < L; l++)
             if (fixed[l] != ST_PLAN_ACT_FREE && plan.act[l] != fixed[l])
                 return st_errf(err, ST_ERR_INVALID, "key 'act': block %d %s, but plan file %s has it %s: give act auto "

@@ -3,7 +3,9 @@
  * init_from's weights), the optimizer over the base's other tensors and the packed Q's (Adam on
  * Q without weight decay: the Q's have the bias role), a merge every poetx_merge_every steps,
  * checkpoints holding W0 and the permutations besides the trained tensors (the model's save).
- * In memory, one process, fp32 optimizer state, for now. */
+ * Q's segments are the optimizer's second learning-rate class (poetx_lr); after each merge the
+ * clip threshold may ramp back to grad_clip (poetx_clip_ramp). In memory (fp32 or 8-bit
+ * optimizer state), under ranks too. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,27 +21,64 @@ static st_poetx_config poetx_config(const st_train_config *c) {
     return (st_poetx_config){.block = c->poetx_block, .terms = c->poetx_terms, .recompute = c->poetx_recompute > 0}; /* auto: kept, until chosen */
 }
 
-/* A resume continues the run's own block size and terms (the method itself: run_lora_check). */
+/* A resume continues the run's own numerics: the block size and terms (the method itself:
+ * run_lora_check), Q's learning rate, the clip ramp and the moments' restart at a merge. */
 static st_status check_resume(const st_train_config *c, st_err *err) {
     char path[2200];
     st_train_config *was = run_resumed_config(c, path, sizeof path);
     st_status s = ST_OK;
     if (was && is_poetx(was)) {
-        const char *key = was->poetx_block != c->poetx_block ? "poetx_block"
-                          : was->poetx_terms != c->poetx_terms ? "poetx_terms" : NULL;
+        char then[64] = "", now[64] = "";
+        const char *key = NULL;
+        if (was->poetx_block != c->poetx_block) {
+            key = "poetx_block";
+            snprintf(then, sizeof then, "%d", was->poetx_block), snprintf(now, sizeof now, "%d", c->poetx_block);
+        } else if (was->poetx_terms != c->poetx_terms) {
+            key = "poetx_terms";
+            snprintf(then, sizeof then, "%d", was->poetx_terms), snprintf(now, sizeof now, "%d", c->poetx_terms);
+        } else if (was->poetx_lr != c->poetx_lr) {
+            key = "poetx_lr";
+            snprintf(then, sizeof then, "%.17g", was->poetx_lr), snprintf(now, sizeof now, "%.17g", c->poetx_lr);
+        } else if (was->poetx_clip_ramp != c->poetx_clip_ramp) {
+            key = "poetx_clip_ramp";
+            snprintf(then, sizeof then, "%d", was->poetx_clip_ramp), snprintf(now, sizeof now, "%d", c->poetx_clip_ramp);
+        } else if (was->poetx_clip_ramp && was->poetx_clip_start != c->poetx_clip_start) {
+            key = "poetx_clip_start";
+            snprintf(then, sizeof then, "%.17g", was->poetx_clip_start);
+            snprintf(now, sizeof now, "%.17g", c->poetx_clip_start);
+        } else if (was->poetx_adam_restart != c->poetx_adam_restart) {
+            key = "poetx_adam_restart";
+            snprintf(then, sizeof then, "%d", was->poetx_adam_restart);
+            snprintf(now, sizeof now, "%d", c->poetx_adam_restart);
+        }
         if (key)
-            s = st_errf(err, ST_ERR_INVALID, "key '%s': the run in %s was trained with poetx_block %d, poetx_terms %d; "
-                        "a resume continues it as it was: leave %s out, or start a new run", key, c->resume,
-                        was->poetx_block, was->poetx_terms, key);
+            s = st_errf(err, ST_ERR_INVALID, "key '%s': the run in %s was trained with %s %s, this resume gives %s; "
+                        "a resume continues it as it was: leave %s out, or start a new run", key, c->resume, key,
+                        then, now, key);
     }
     free(was);
     return s;
 }
 
+/* The keys' values a run of method poetx cannot use, each named. */
+static st_status check_keys(const st_train_config *c, st_err *err) {
+    if (c->poetx_lr < 0 && c->poetx_lr != -1)
+        return st_errf(err, ST_ERR_INVALID, "key 'poetx_lr': %g is not a learning rate; give one >= 0, or -1 (lr's)",
+                       c->poetx_lr);
+    if (c->poetx_clip_ramp > 0 && !(c->grad_clip > 0))
+        return st_errf(err, ST_ERR_INVALID, "key 'poetx_clip_ramp': the ramp rises back to grad_clip, which is %g "
+                       "(no clipping); give grad_clip > 0, or poetx_clip_ramp 0", c->grad_clip);
+    if (c->poetx_clip_ramp > c->poetx_merge_every)
+        return st_errf(err, ST_ERR_INVALID, "key 'poetx_clip_ramp': %d steps is longer than the %d between merges "
+                       "(poetx_merge_every); give at most %d", c->poetx_clip_ramp, c->poetx_merge_every,
+                       c->poetx_merge_every);
+    return ST_OK;
+}
+
 st_status run_poetx_check(const st_train_config *c, int world, st_err *err) {
     if (!is_poetx(c)) return ST_OK;
-    st_status s = check_resume(c, err);
-    if (s) return s;
+    st_status s = check_keys(c, err);
+    if (s || (s = check_resume(c, err))) return s;
     const char *why = NULL;
     if (c->device_budget > 0) why = "device_budget";
     else if (c->state_paths[0]) why = "state_paths";
@@ -47,9 +86,6 @@ st_status run_poetx_check(const st_train_config *c, int world, st_err *err) {
     if (why)
         return st_errf(err, ST_ERR_UNSUPPORTED, "key '%s': method poetx trains in memory for now (no layer streaming, "
                        "no disk state); leave %s out", why, why);
-    if (st_train_config_state_format(c) != ST_OPTIM_STATE_F32)
-        return st_errf(err, ST_ERR_UNSUPPORTED, "key 'optim_state': method poetx keeps f32 optimizer state for now "
-                       "(a merge resets Q's moments in place); give --optim_state f32");
     (void)world; /* ranks: every rank merges its whole copy alike (run_poetx_after_step) */
     st_model_overrides ov = st_train_config_overrides(c);
     st_model_shape shape;
@@ -115,21 +151,33 @@ st_status run_poetx_open(const st_train_config *c, st_model **m, st_err *err) {
     return ST_OK;
 }
 
-st_status run_poetx_after_step(const st_train_config *c, st_model *m, st_optim *o, st_step *stp, size_t lo, size_t hi,
-                               long step, st_err *err) {
+double run_poetx_lr(const st_train_config *c) { return c->poetx_lr >= 0 ? c->poetx_lr : c->lr; }
+
+double run_poetx_clip_at(const st_train_config *c, long step) {
+    long n = c->poetx_clip_ramp, every = c->poetx_merge_every;
+    if (!is_poetx(c) || n <= 0 || every <= 0 || step <= every) return c->grad_clip; /* no merge before it yet */
+    long j = (step - 1) % every + 1; /* the step's place after the last merge, 1-based */
+    if (j > n) return c->grad_clip;
+    double f = c->poetx_clip_start;
+    return c->grad_clip * (f + (1.0 - f) * (double)(j - 1) / (double)n);
+}
+
+void run_poetx_lr_classes(const st_model *m, st_optim_segment *segs, int n) {
+    if (!st_model_is_poetx(m)) return;
+    size_t q0 = st_poetx_q_offset(m);
+    for (int i = 0; i < n; i++)
+        if (segs[i].offset >= q0) segs[i].lr_class = ST_OPTIM_LR_SECOND;
+}
+
+st_status run_poetx_after_step(const st_train_config *c, st_model *m, st_optim *o, st_step *stp, long step,
+                               st_err *err) {
     if (!st_model_is_poetx(m) || step % c->poetx_merge_every) return ST_OK;
     st_status s = stp ? st_step_sync(stp, err) : ST_OK; /* ranks: the whole vector gathered first */
     if (s || (s = st_poetx_merge(m, c->seed, step, err))) return s;
-    size_t q0 = st_poetx_q_offset(m), a = q0 > lo ? q0 : lo;
-    for (int i = 0; o && i < st_optim_state_count(o); i++) { /* f32: m then v, each [lo, hi) of the vector */
-        size_t bytes = 0;
-        float *st = st_optim_state_buffer(o, i, &bytes);
-        if (hi > m->n_params || lo > hi || bytes != (hi - lo) * sizeof(float))
-            return st_errf(err, ST_ERR_UNSUPPORTED, "poetx: optimizer state %d holds %zu bytes, not the %zu of the "
-                           "vector's elements [%zu, %zu); cannot reset Q's moments", i, bytes,
-                           (hi - lo) * sizeof(float), lo, hi);
-        if (a < hi) memset(st + (a - lo), 0, (hi - a) * sizeof(float));
-    }
+    /* Q's segments are the optimizer's second class (run_poetx_lr_classes); under ZeRO o holds
+     * this rank's shard of them, whatever the state's format */
+    if (o && c->poetx_adam_restart && (s = st_optim_reset_class(o, ST_OPTIM_LR_SECOND, NULL, err)))
+        return st_err_prefix(err, "poetx: the merge at step %ld", step);
     return ST_OK;
 }
 

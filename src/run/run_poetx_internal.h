@@ -40,12 +40,23 @@ st_status run_poetx_open(const st_train_config *c, st_model **m, st_err *err);
  * the caller leaves the base uninitialised, so the base's gradient vector is freed by the wrap
  * before the initialisation's staging buffer is allocated. */
 int run_poetx_initialises(const st_train_config *c);
+/* Q's peak learning rate: poetx_lr, or lr where it is -1 (any method: only method poetx's
+ * optimizer has segments of the second class). */
+double run_poetx_lr(const st_train_config *c);
+/* The gradient clip threshold of step (1-based): grad_clip, except on method poetx's steps
+ * j = 1 .. poetx_clip_ramp after a merge (steps every+1 .., 2 every+1 .., ...), where it is
+ * grad_clip * (poetx_clip_start + (1 - poetx_clip_start) (j - 1) / poetx_clip_ramp). */
+double run_poetx_clip_at(const st_train_config *c, long step);
+/* The segments of a POET-X model's Q's (offset at or past st_poetx_q_offset) made the
+ * optimizer's second learning-rate class; nothing for other models. segs: the whole vector's,
+ * before ZeRO clips them. */
+void run_poetx_lr_classes(const st_model *m, st_optim_segment *segs, int n);
 /* After the update of step `step`: every poetx_merge_every steps, the merge (R and P folded into
- * W0, Q reset, the permutations redrawn from the seed and the step) and Q's Adam moments reset
- * in o, which holds the elements [lo, hi) of the vector (a rank's ZeRO shard, or all of it).
- * Under ranks every rank merges its whole copy alike, after the step's weights are gathered
- * (stp: st_step_sync). Nothing for other models. */
-st_status run_poetx_after_step(const st_train_config *c, st_model *m, st_optim *o, st_step *stp, size_t lo, size_t hi,
-                               long step, st_err *err);
+ * W0, Q reset, the permutations redrawn from the seed and the step) and, with
+ * poetx_adam_restart, Q's Adam moments zeroed in o (the second class's segments: a rank's ZeRO
+ * shard of them, or all; f32 or 8-bit). Under ranks every rank merges its whole copy alike,
+ * after the step's weights are gathered (stp: st_step_sync). Nothing for other models. */
+st_status run_poetx_after_step(const st_train_config *c, st_model *m, st_optim *o, st_step *stp, long step,
+                               st_err *err);
 
 #endif

@@ -39,6 +39,12 @@ st_status st_run_stop_open(st_run_stop *rs, const st_train_config *c, double flo
 
 double st_run_stop_lr(const st_run_stop *rs, long step) { return st_schedule_lr_at(&rs->sched, step); }
 
+double st_run_stop_lr_peak(const st_run_stop *rs, long step, double peak) {
+    st_schedule sc = rs->sched; /* warmup, decay and min_lr_frac as lr's: only the peak differs */
+    sc.lr = peak;
+    return st_schedule_lr_at(&sc, step);
+}
+
 st_status st_run_stop_eval(st_run_stop *rs, long step, double val, int quiet, char *json, size_t cap, st_err *err) {
     json[0] = 0;
     rs->line[0] = 0;

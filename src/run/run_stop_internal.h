@@ -29,6 +29,8 @@ st_status st_run_stop_open(st_run_stop *rs, const st_train_config *c, double flo
                            long end, st_err *err);
 /* The learning rate of step (the schedule as it runs). */
 double st_run_stop_lr(const st_run_stop *rs, long step);
+/* The same schedule's value at step for another peak rate (method poetx's Q: poetx_lr). */
+double st_run_stop_lr_peak(const st_run_stop *rs, long step, double peak);
 /* After the evaluation of step, if it is a regular one (a multiple of eval_every: an
  * evaluation at a stop_at would give a resumed run a point the uninterrupted one lacks) (val as metrics.jsonl prints it, %.6f, so that a resume fits
  * the same numbers): refit, decide, take the decision (rs->end, the decay). json receives

@@ -145,16 +145,10 @@ st_train_config *run_resumed_config(const st_train_config *c, char *path, size_t
     return was;
 }
 
-st_status run_check_resume_matmul(st_train_config *c, st_err *err) {
-    char path[2200];
-    int forced = c->force_resume;
-    c->force_resume = 0; /* recorded as 0: a later resume is checked again */
-    st_train_config *was = run_resumed_config(c, path, sizeof path);
-    if (!was) return ST_OK;
+static st_status check_resume_matmul(const st_train_config *c, const st_train_config *was, const char *path,
+                                     int forced, st_err *err) {
     st_matmul_mode a, b;
-    int bad = st_backend_matmul_parse(was->matmul, &a, NULL) || st_backend_matmul_parse(c->matmul, &b, NULL);
-    free(was);
-    if (bad) return ST_OK;
+    if (st_backend_matmul_parse(was->matmul, &a, NULL) || st_backend_matmul_parse(c->matmul, &b, NULL)) return ST_OK;
     if (a == ST_MATMUL_AUTO) a = st_backend_matmul_auto(c->device, NULL, 0);
     if (b == ST_MATMUL_AUTO) b = st_backend_matmul_auto(c->device, NULL, 0);
     if (a == b) return ST_OK;
@@ -168,6 +162,33 @@ st_status run_check_resume_matmul(st_train_config *c, st_err *err) {
                    "the run's numerics would change; resume with matmul %s, or give force_resume 1 to change it "
                    "anyway", c->resume, st_backend_matmul_name(a), path, st_backend_matmul_name(b),
                    st_backend_matmul_name(a));
+}
+
+/* act_dtype as the matmul mode: whether the activations the backward reads are rounded. */
+static st_status check_resume_act_dtype(const st_train_config *c, const st_train_config *was, const char *path,
+                                        int forced, st_err *err) {
+    if (!strcmp(was->act_dtype, c->act_dtype)) return ST_OK;
+    if (forced) {
+        st_log(1, "warning: key 'act_dtype': %s was trained with act_dtype %s and this resume keeps %s activations, as "
+               "force_resume 1 asks: the run's numerics change from the resumed step on\n", c->resume, was->act_dtype,
+               c->act_dtype);
+        return ST_OK;
+    }
+    return st_errf(err, ST_ERR_INVALID, "key 'act_dtype': %s was trained with act_dtype %s (%s) and this resume gives "
+                   "%s: the run's numerics would change; resume with act_dtype %s, or give force_resume 1 to change it "
+                   "anyway", c->resume, was->act_dtype, path, c->act_dtype, was->act_dtype);
+}
+
+st_status run_check_resume_numerics(st_train_config *c, st_err *err) {
+    char path[2200];
+    int forced = c->force_resume;
+    c->force_resume = 0; /* recorded as 0: a later resume is checked again */
+    st_train_config *was = run_resumed_config(c, path, sizeof path);
+    if (!was) return ST_OK;
+    st_status s = check_resume_matmul(c, was, path, forced, err);
+    if (!s) s = check_resume_act_dtype(c, was, path, forced, err);
+    free(was);
+    return s;
 }
 
 /* keep_checkpoints: after a new checkpoint is complete, the oldest complete ones beyond

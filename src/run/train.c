@@ -30,6 +30,7 @@
 #include "run/run_mix.h"
 #include "run/run_stop_internal.h"
 #include "strata/generate.h"
+#include "strata/poetx.h"
 
 /* A run: the configuration it runs (the caller's, with what the planner chose filled in),
  * what it opened, and what changes as it runs. */
@@ -84,6 +85,7 @@ typedef struct train_step {
     long step;
     st_step_result sr;
     double loss, norm, lr, dt, tok_s, gflops;
+    double lr2, clip;            /* method poetx: Q's learning rate and the clip threshold of the step */
     int skipped;
     double val;                  /* validation loss at this step (NAN: none) */
     double eval_s;
@@ -125,7 +127,7 @@ static st_status run_check(train_run *r, const st_train_config *given, const st_
         snprintf(c->matmul, sizeof c->matmul, "%s", st_backend_matmul_name(st_backend_matmul_auto(c->device, why, sizeof why)));
         st_log(1, "matmul auto: %s (%s)\n", c->matmul, why);
     }
-    if ((s = run_check_resume_matmul(c, err))) return s; /* another matmul than the resumed run's */
+    if ((s = run_check_resume_numerics(c, err))) return s; /* another matmul or act_dtype than the resumed run's */
     char why[320]; /* poetx_recompute auto: kept where it fits, logged and recorded as if given */
     if ((s = st_train_poetx_recompute_choose(c, why, sizeof why, err))) return s;
     if (why[0]) st_log(1, "%s\n", why);
@@ -212,6 +214,7 @@ static st_status open_optimizer(train_run *r, st_err *err) {
     run_dist *d = &r->dist;
     if (!(r->segs = calloc((size_t)m->n_tensors, sizeof *r->segs))) return st_errf(err, ST_ERR_NOMEM, "out of memory");
     st_params_decay_segments(m->tensors, m->n_tensors, (float)r->c.weight_decay, r->segs);
+    run_poetx_lr_classes(m, r->segs, m->n_tensors); /* method poetx: Q's own learning rate */
     d->hi = m->n_params;
     r->n_opt_segs = m->n_tensors;
     r->opt_segs = r->segs;
@@ -300,6 +303,7 @@ static st_status open_step(train_run *r, st_err *err) {
      * rest; the updated weights are gathered while the next step's forward runs, and whatever
      * else reads them (validation, a sample, a checkpoint, the saved model) waits for them first */
     st_step_setup su = {.m = r->m, .opt = r->opt, .store = r->store, .sx = r->sx, .max_micro = (int)c->grad_accum};
+    if ((s = st_train_config_act_dtype(c, &su.act_dtype, err))) return s; /* in memory: the executor's sets */
     if (r->dist.world > 1) {
         su.comm = r->dist.comm;
         su.zero = r->dist.zero;
@@ -404,9 +408,11 @@ static st_status run_step(train_run *r, long step, train_step *o, st_err *err) {
         if (!s) run_docs_note(&r->docs, (int)k, r->td.dl);
     }
     if (s) return s;
-    st_step_hp shp = {.adam = {(float)st_run_stop_lr(&r->stop, step), (float)c->beta1, (float)c->beta2, (float)c->eps,
-                               (long)hs->adam_step + 1, 1.0f},
-                      .grad_clip = (float)c->grad_clip};
+    /* method poetx: Q's rate on the same schedule, the clip threshold ramped after a merge */
+    st_step_hp shp = {.adam = {.lr = (float)st_run_stop_lr(&r->stop, step), .beta1 = (float)c->beta1,
+                               .beta2 = (float)c->beta2, .eps = (float)c->eps, .step = (long)hs->adam_step + 1,
+                               .grad_scale = 1.0f, .lr2 = (float)st_run_stop_lr_peak(&r->stop, step, run_poetx_lr(c))},
+                      .grad_clip = (float)run_poetx_clip_at(c, step)};
     if (r->store) { /* the loop's state after this step: committed with the update */
         hs->step = (uint64_t)step;
         run_data_save_state(&r->td, hs);
@@ -419,7 +425,7 @@ static st_status run_step(train_run *r, long step, train_step *o, st_err *err) {
         return s;
     if (r->store) st_failpoint("train_update_committed"); /* tests: the store has the step, the mixture not yet */
     if ((s = run_mix_after_step(&r->mix, r->td.dl, err)) || (s = run_docs_after_step(&r->docs, step, err)) ||
-        (s = run_poetx_after_step(c, r->m, r->opt, r->stp, r->dist.lo, r->dist.hi, step, err))) /* method poetx: a merge every interval */
+        (s = run_poetx_after_step(c, r->m, r->opt, r->stp, step, err))) /* method poetx: a merge every interval */
         return s;
     /* a GPU's ops report nothing when they fail: a failed kernel or copy stops the run
      * here, before this step is logged or checkpointed, not trained on as garbage */
@@ -440,6 +446,8 @@ static st_status run_step(train_run *r, long step, train_step *o, st_err *err) {
         st_failpoint("train_step_committed"); /* committed, not yet logged */
     }
     o->lr = st_run_stop_lr(&r->stop, step);
+    o->lr2 = shp.adam.lr2;
+    o->clip = shp.grad_clip;
     hs->step = (uint64_t)step;
     run_data_save_state(&r->td, hs);
     o->dt = st_now() - t0;
@@ -516,7 +524,9 @@ static st_status run_log_step(train_run *r, const train_step *o, st_err *err) {
                  ss.step_s * 1e3, (unsigned long long)ss.read_bytes, (unsigned long long)ss.write_bytes,
                  ss.n_subgroups ? (double)ss.hits / ss.n_subgroups : 0.0, (ss.read_wait_s + ss.write_wait_s) * 1e3);
     }
-    char jloss[32], jnorm[32], jdist[160] = "", path[2200], jmix[48 + 16 * ST_DATA_MAX_SOURCES];
+    char jloss[32], jnorm[32], jdist[160] = "", path[2200], jmix[48 + 16 * ST_DATA_MAX_SOURCES], jpoetx[80] = "";
+    if (st_model_is_poetx(r->m)) /* the rates and threshold the update used (float, as the optimizer got them) */
+        snprintf(jpoetx, sizeof jpoetx, ",\"poetx_lr\":%.6e,\"grad_clip\":%.6e", o->lr2, o->clip);
     run_mix_weights_json(&r->mix, jmix, sizeof jmix);
     if (r->dist.world > 1) /* this step's communication, rank 0's view */
         snprintf(jdist, sizeof jdist, ",\"ranks\":%d,\"comm_wait_ms\":%.3f,\"comm_sent_bytes\":%llu,"
@@ -528,11 +538,11 @@ static st_status run_log_step(train_run *r, const train_step *o, st_err *err) {
     int mn = mfault ? -1
                     : fprintf(r->metrics,
                               "{\"step\":%ld,\"loss\":%s,\"lr\":%.6e,\"grad_norm\":%s,\"step_ms\":%.3f,\"tokens_per_s\":%.1f,"
-                              "\"achieved_gflops\":%.3f,\"tokens\":%llu,\"skipped\":%s%s%s%s%s%s}\n",
+                              "\"achieved_gflops\":%.3f,\"tokens\":%llu,\"skipped\":%s%s%s%s%s%s%s}\n",
                               step, json_num(jloss, o->loss, "%.6f"), o->lr, json_num(jnorm, o->norm, "%.6f"),
                               o->dt * 1e3, o->tok_s, o->gflops,
                               (unsigned long long)step * (unsigned long long)r->step_tokens,
-                              o->skipped ? "true" : "false", vjson, disk, jdist, jmix, st_prof_step_json(r->pr));
+                              o->skipped ? "true" : "false", vjson, disk, jdist, jmix, jpoetx, st_prof_step_json(r->pr));
     if (mn < 0 || fflush(r->metrics) != 0) {
         int e = errno ? errno : EIO;
         return st_errf(err, e == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "%s: cannot write step %ld's metrics: %s; %s",

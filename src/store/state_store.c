@@ -116,7 +116,9 @@ static st_status sg_build(subgroup *g, const st_optim_segment *segs, int n_segs,
             return st_errf(err, ST_ERR_FORMAT, "state store: subgroup [%zu, %zu) cuts segment %d off its %u-element grid",
                            g->first, g->end, i, ST_OPTIM_CHUNK_ELEMS);
         }
-        pc[n++] = (st_optim_segment){lo - g->first, hi - lo, segs[i].weight_decay};
+        pc[n] = segs[i]; /* its weight decay and learning-rate class */
+        pc[n].offset = lo - g->first;
+        pc[n++].n = hi - lo;
     }
     st_status s = n ? st_optim_create_unbound(&g->o, pc, n, fmt, err)
                     : st_errf(err, ST_ERR_FORMAT, "state store: subgroup [%zu, %zu) holds no parameters", g->first, g->end);

@@ -8,7 +8,7 @@
 int fuzz_train_state(const uint8_t *d, size_t n) {
     static st_optim *opt[2];
     if (!opt[0]) {
-        st_optim_segment segs[2] = {{0, 48, 0.1f}, {48, 16, 0.0f}};
+        st_optim_segment segs[2] = {{.offset = 0, .n = 48, .weight_decay = 0.1f}, {.offset = 48, .n = 16, .weight_decay = 0.0f}};
         st_err err = {0};
         if (st_optim_create(&opt[0], segs, 2, ST_OPTIM_STATE_F32, &err) ||
             st_optim_create(&opt[1], segs, 2, ST_OPTIM_STATE_8BIT, &err)) {

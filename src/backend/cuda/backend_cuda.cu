@@ -762,6 +762,10 @@ static void be_to_bf16(st_backend *be, uint16_t *dst, const float *src, size_t n
     cu_to_bf16<float>((__nv_bfloat16 *)dst, src, n, ctx_of(be)->stream);
     LAUNCHED(be, "to_bf16");
 }
+static void be_from_bf16(st_backend *be, float *dst, const uint16_t *src, size_t n) {
+    cu_from_bf16<float>(dst, (const __nv_bfloat16 *)src, n, ctx_of(be)->stream);
+    LAUNCHED(be, "from_bf16");
+}
 
 /* ---------------------------------------------------------------- lifetime */
 
@@ -826,6 +830,7 @@ static st_backend_ops make_ops(void) {
     o.rope_forward = be_rope_forward;
     o.rope_backward = be_rope_backward;
     o.to_bf16 = be_to_bf16;
+    o.from_bf16 = be_from_bf16;
     o.crossentropy_forward_backward = be_crossentropy;
     o.softmax_chunk_init = be_softmax_chunk_init;
     o.softmax_chunk_stats = be_softmax_chunk_stats;

@@ -18,6 +18,7 @@
     template void cu_swiglu_forward<T>(T *, const T *, int, int, cudaStream_t);                                  \
     template void cu_swiglu_backward<T>(T *, const T *, const T *, int, int, cudaStream_t);                      \
     template void cu_to_bf16<T>(__nv_bfloat16 *, const T *, size_t, cudaStream_t);                               \
+    template void cu_from_bf16<T>(T *, const __nv_bfloat16 *, size_t, cudaStream_t);                             \
     template void cu_layernorm_forward<T>(T *, float *, float *, const T *, const T *, const T *, int, int,      \
                                           cudaStream_t);                                                         \
     template void cu_layernorm_backward<T>(T *, float *, float *, const T *, const T *, const T *, const float *, \

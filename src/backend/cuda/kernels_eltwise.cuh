@@ -87,6 +87,11 @@ template <class T> __global__ void k_to_bf16(__nv_bfloat16 *dst, const T *src, s
     CU_GRID_STRIDE(i, n) dst[i] = __float2bfloat16_rn(cu_load(src + i));
 }
 
+/* dst (n, fp32 or bf16 storage in the backend) = src (n bf16) widened: exact */
+template <class T> __global__ void k_from_bf16(T *dst, const __nv_bfloat16 *src, size_t n) {
+    CU_GRID_STRIDE(i, n) cu_store(dst + i, __bfloat162float(src[i]));
+}
+
 /* y[n ldy + i] += alpha x[n ldx + i] for n < N, i < W (LoRA's low-rank term into columns of a
  * packed projection's output, and its gradient back out) */
 template <class T> __global__ void k_axpy_rows(T *y, int ldy, const T *x, int ldx, float alpha, int N, int W) {
@@ -127,6 +132,10 @@ template <class T> void cu_swiglu_backward(T *dinp, const T *inp, const T *dout,
 }
 template <class T> void cu_to_bf16(__nv_bfloat16 *dst, const T *src, size_t n, cudaStream_t s) {
     ST_CUDA_LAUNCH(k_to_bf16<T>, st_cuda_grid(n, CU_EW_BLOCK), CU_EW_BLOCK, 0, s, dst, src, n);
+}
+template <class T> void cu_from_bf16(T *dst, const __nv_bfloat16 *src, size_t n, cudaStream_t s) {
+    if (!n) return;
+    ST_CUDA_LAUNCH(k_from_bf16<T>, st_cuda_grid(n, CU_EW_BLOCK), CU_EW_BLOCK, 0, s, dst, src, n);
 }
 
 #endif

@@ -642,6 +642,17 @@ static void ref_attention_backward_write_f32(st_backend *be, float *dqkv, const 
     ref_attention_doc_backward_f32(be, dqkv, dout, qkv, out, lse, doc_start, B, T, C, NH);
 }
 
+/* bf16 -> fp32 from the format's definition (sign, 8-bit exponent, 7-bit mantissa), not by
+ * the bit shift the CPU backend uses: the differential test's oracle. */
+static void ref_from_bf16(st_backend *be, float *dst, const uint16_t *src, size_t n) {
+    (void)be;
+    for (size_t i = 0; i < n; i++) {
+        unsigned h = src[i], e = (h >> 7) & 0xffu, m = h & 0x7fu;
+        double v = e == 0 ? ldexp((double)m, -133) : e == 255 ? (m ? NAN : INFINITY) : ldexp(128.0 + m, (int)e - 134);
+        dst[i] = (float)((h & 0x8000u) ? -v : v);
+    }
+}
+
 static const st_backend_ops ref_ops = {
     .name = "ref",
     .free = ref_free,
@@ -687,6 +698,7 @@ static const st_backend_ops ref_ops = {
     .poet_apply_forward = ref_poet_apply_forward_f32,
     .poet_apply_backward = ref_poet_apply_backward_f32,
     .axpy_rows = ref_axpy_rows,
+    .from_bf16 = ref_from_bf16,
     .matmul_backward_write = ref_matmul_backward_write_f32,
     .gelu_backward_write = ref_gelu_backward_write_f32,
     .attention_backward_write = ref_attention_backward_write_f32,
