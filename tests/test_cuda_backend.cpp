@@ -67,6 +67,46 @@ static void compare(const char *what, const vecf &a, const vecf &ref, double ato
     check_close_f32(what, a.data(), ref.data(), a.size(), atol * (m > 0 ? m : 1), rtol);
 }
 
+/* The write variants: the input gradient NaN on the device (a variant that reads it fails),
+ * against the CPU backend's write variants (themselves held to the accumulating ops by
+ * test_ops_diff). dw and dbias still accumulate from random values. */
+static void test_write_variants(int B, int T, int C, int NH) {
+    int N = B * T;
+    size_t n = (size_t)N * C, n4 = 4 * n, nw = (size_t)C * 4 * C;
+    vecf x = randn(n, 1), w = randn(nw, 0.05f), dout = randn(n4, 1), gw = randn(nw, 1), gb = randn(4 * C, 1);
+    vecf dx(n, NAN), a = randn(n4, 2.5f), da(n4, NAN);
+    float *d_x = up(x), *d_w = up(w), *d_dout = up(dout), *d_gw = up(gw), *d_gb = up(gb), *d_dx = up(dx);
+    float *d_a = up(a), *d_da = up(da);
+    gpu->ops->matmul_backward_write(gpu, d_dx, d_gw, d_gb, d_dout, d_x, d_w, N, C, 4 * C, ST_W_IN_OUT);
+    gpu->ops->gelu_backward_write(gpu, d_da, d_a, d_dout, (int)n4);
+    cpu->ops->matmul_backward_write(cpu, dx.data(), gw.data(), gb.data(), dout.data(), x.data(), w.data(), N, C, 4 * C,
+                                    ST_W_IN_OUT);
+    cpu->ops->gelu_backward_write(cpu, da.data(), a.data(), dout.data(), (int)n4);
+    compare("matmul_backward_write dinp (=)", down(d_dx, n), dx, 3e-5, 1e-4);
+    compare("matmul_backward_write dw (+=)", down(d_gw, nw), gw, 3e-5, 1e-4);
+    compare("matmul_backward_write dbias (+=)", down(d_gb, 4 * C), gb, 3e-5, 1e-4);
+    compare("gelu_backward_write dinp (=)", down(d_da, n4), da, 1e-5, 1e-5);
+    gpu->ops->dealloc(gpu, d_x), gpu->ops->dealloc(gpu, d_w), gpu->ops->dealloc(gpu, d_dout);
+    gpu->ops->dealloc(gpu, d_a);
+    for (int docs = 0; docs < 2; docs++) {
+        vecf qkv = randn(3 * n, 1), dy = randn(n, 1), o(n, NAN), l((size_t)B * NH * T, NAN), dq(3 * n, NAN);
+        std::vector<int32_t> ds((size_t)N);
+        for (int i = 0; i < N; i++) ds[i] = docs ? (i % T) / 5 * 5 : 0;
+        float *d_q = up(qkv), *d_y = up(dy), *d_o = up(o), *d_l = up(l), *d_dq = up(dq);
+        int32_t *d_ds = docs ? up(ds) : nullptr;
+        gpu->ops->attention_doc_forward(gpu, d_o, d_l, d_q, d_ds, B, T, C, NH);
+        gpu->ops->attention_backward_write(gpu, d_dq, d_y, d_q, d_o, d_l, d_ds, B, T, C, NH);
+        cpu->ops->attention_doc_forward(cpu, o.data(), l.data(), qkv.data(), ds.data(), B, T, C, NH);
+        cpu->ops->attention_backward_write(cpu, dq.data(), dy.data(), qkv.data(), o.data(), l.data(),
+                                           docs ? ds.data() : nullptr, B, T, C, NH);
+        compare(docs ? "attention_backward_write dqkv (=), documents" : "attention_backward_write dqkv (=)",
+                down(d_dq, 3 * n), dq, 3e-5, 3e-4);
+        gpu->ops->dealloc(gpu, d_q), gpu->ops->dealloc(gpu, d_y), gpu->ops->dealloc(gpu, d_o);
+        gpu->ops->dealloc(gpu, d_l);
+        if (d_ds) gpu->ops->dealloc(gpu, d_ds);
+    }
+}
+
 static void test_layernorm(int N, int C) {
     size_t n = (size_t)N * C;
     vecf x = randn(n, 1.5f, 0.3f), w = randn(C, 0.2f, 1), b = randn(C, 0.2f), dout = randn(n, 1);
@@ -706,6 +746,7 @@ int main(void) {
     test_rmsnorm(3, 4, 128, 640);
     test_rmsnorm(33, 1, 4096, 4096);
     test_eltwise(3, 2309);
+    test_write_variants(2, 19, 48, 3);
     for (int lay = 0; lay < 2; lay++) {
         test_matmul(7, 33, 19, (st_wlayout)lay, true, true);
         test_matmul(5, 24, 41, (st_wlayout)lay, false, true);

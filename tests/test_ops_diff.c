@@ -258,6 +258,102 @@ static void test_elementwise(int n) {
     free(x), free(y), free(dout), free(g_x), free(g_y), free(nan_n);
 }
 
+/* ---------------------------------------------------------------- write variants
+ * matmul_backward_write, gelu_backward_write, attention_backward_write: the input gradient
+ * pre-filled with NaN, so a variant that reads (adds to) it fails; on the fast backend
+ * equal element for element to the accumulating op run from a zeroed gradient (the bits the
+ * model had when it cleared first), and within the op's tolerance of ref's write variant.
+ * The parameter gradients (dw, dbias) still accumulate: pre-filled with random values. */
+
+static void check_same(const char *what, const float *a, const float *b, size_t n) {
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!(a[i] == b[i]) && !bad++) first = i;
+    CHECK(!bad, "%s: %zu of %zu elements differ from the accumulating op (first %zu: %.9g vs %.9g)", what, bad, n,
+          first, bad ? a[first] : 0.0, bad ? b[first] : 0.0);
+}
+
+static void test_write_matmul(int N, int C, int OC, st_wlayout layout) {
+    size_t ni = (size_t)N * C, nw = (size_t)C * OC, no = (size_t)N * OC;
+    int large_k = C > 256 || OC > 256 || N > 256;
+    double atol = large_k ? TOL_MMK_ATOL : TOL_MM_ATOL, rtol = large_k ? TOL_MMK_RTOL : TOL_MM_RTOL;
+    float *x = host_randn(ni, 1, 0), *w = host_randn(nw, 0.05f, 0), *dout = host_randn(no, 1, 0);
+    float *g_w = host_randn(nw, 1, 0), *g_b = host_randn(OC, 1, 0), *nan_i = host_nan(ni), *zero_i = calloc(ni, 4);
+    float *dx[3], *dw[3], *db[3]; /* fast write, ref write, fast accumulate from zeros */
+    for (int k = 0; k < 3; k++) {
+        st_backend *be = bes[k == 1 ? REF : FAST];
+        float *d_x = UPF(be, x, ni), *d_w = UPF(be, w, nw), *d_dout = UPF(be, dout, no);
+        float *d_gx = UPF(be, k == 2 ? zero_i : nan_i, ni), *d_gw = UPF(be, g_w, nw), *d_gb = UPF(be, g_b, OC);
+        if (k < 2) be->ops->matmul_backward_write(be, d_gx, d_gw, d_gb, d_dout, d_x, d_w, N, C, OC, layout);
+        else be->ops->matmul_backward(be, d_gx, d_gw, d_gb, d_dout, d_x, d_w, N, C, OC, layout);
+        dx[k] = down(be, d_gx, ni), dw[k] = down(be, d_gw, nw), db[k] = down(be, d_gb, OC);
+        be->ops->dealloc(be, d_x), be->ops->dealloc(be, d_w), be->ops->dealloc(be, d_dout);
+    }
+    char what[160], tag[96];
+    snprintf(tag, sizeof tag, "matmul_backward_write %s N=%d C=%d OC=%d", layout == ST_W_IN_OUT ? "in_out" : "out_in",
+             N, C, OC);
+    snprintf(what, sizeof what, "%s dinp (=)", tag);
+    compare(what, dx[0], dx[1], ni, atol, rtol);
+    check_same(what, dx[0], dx[2], ni);
+    snprintf(what, sizeof what, "%s dw (+=)", tag);
+    compare(what, dw[0], dw[1], nw, atol, rtol);
+    check_same(what, dw[0], dw[2], nw);
+    snprintf(what, sizeof what, "%s dbias (+=)", tag);
+    compare(what, db[0], db[1], OC, atol, rtol);
+    check_same(what, db[0], db[2], OC);
+    for (int k = 0; k < 3; k++) free(dx[k]), free(dw[k]), free(db[k]);
+    free(x), free(w), free(dout), free(g_w), free(g_b), free(nan_i), free(zero_i);
+}
+
+static void test_write_gelu(int n) {
+    float *x = host_randn(n, 2.5f, 0), *dout = host_randn(n, 1, 0), *nan_n = host_nan(n), *zero_n = calloc(n, 4);
+    float *dx[3];
+    for (int k = 0; k < 3; k++) {
+        st_backend *be = bes[k == 1 ? REF : FAST];
+        float *d_x = UPF(be, x, n), *d_dout = UPF(be, dout, n), *d_gx = UPF(be, k == 2 ? zero_n : nan_n, n);
+        if (k < 2) be->ops->gelu_backward_write(be, d_gx, d_x, d_dout, n);
+        else be->ops->gelu_backward(be, d_gx, d_x, d_dout, n);
+        dx[k] = down(be, d_gx, n);
+        be->ops->dealloc(be, d_x), be->ops->dealloc(be, d_dout);
+    }
+    char what[96];
+    snprintf(what, sizeof what, "gelu_backward_write dinp (=) n=%d", n);
+    compare(what, dx[0], dx[1], n, TOL_GELU_BWD_ATOL, TOL_GELU_BWD_RTOL);
+    check_same(what, dx[0], dx[2], n);
+    for (int k = 0; k < 3; k++) free(dx[k]);
+    free(x), free(dout), free(nan_n), free(zero_n);
+}
+
+/* doc: 0 causal, else documents starting every doc tokens of each row */
+static void test_write_attention(int B, int T, int C, int NH, int doc) {
+    size_t n = (size_t)B * T * C, nq = 3 * n, nl = (size_t)B * NH * T;
+    float *qkv = host_randn(nq, 1, 0), *dout = host_randn(n, 1, 0), *nan_q = host_nan(nq), *zero_q = calloc(nq, 4);
+    int32_t *ds = malloc(sizeof(int32_t) * (size_t)B * T);
+    for (int i = 0; i < B * T; i++) ds[i] = doc ? (i % T) / doc * doc : 0;
+    float *dq[3];
+    for (int k = 0; k < 3; k++) {
+        st_backend *be = bes[k == 1 ? REF : FAST];
+        float *d_qkv = UPF(be, qkv, nq), *d_out = UPF(be, nan_q, n), *d_lse = UPF(be, nan_q, nl);
+        int32_t *d_ds = doc ? UPI(be, ds, (size_t)B * T) : NULL;
+        if (doc) be->ops->attention_doc_forward(be, d_out, d_lse, d_qkv, d_ds, B, T, C, NH);
+        else be->ops->attention_forward(be, d_out, d_lse, d_qkv, B, T, C, NH);
+        float *d_dout = UPF(be, dout, n), *d_gq = UPF(be, k == 2 ? zero_q : nan_q, nq);
+        if (k < 2) be->ops->attention_backward_write(be, d_gq, d_dout, d_qkv, d_out, d_lse, d_ds, B, T, C, NH);
+        else if (doc) be->ops->attention_doc_backward(be, d_gq, d_dout, d_qkv, d_out, d_lse, d_ds, B, T, C, NH);
+        else be->ops->attention_backward(be, d_gq, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
+        dq[k] = down(be, d_gq, nq);
+        be->ops->dealloc(be, d_qkv), be->ops->dealloc(be, d_dout), be->ops->dealloc(be, d_out);
+        be->ops->dealloc(be, d_lse);
+        if (d_ds) be->ops->dealloc(be, d_ds);
+    }
+    char what[128];
+    snprintf(what, sizeof what, "attention_backward_write dqkv (=) B=%d T=%d C=%d NH=%d doc=%d", B, T, C, NH, doc);
+    compare(what, dq[0], dq[1], nq, TOL_ATT_ATOL, TOL_ATT_RTOL);
+    check_same(what, dq[0], dq[2], nq);
+    for (int k = 0; k < 3; k++) free(dq[k]);
+    free(qkv), free(dout), free(nan_q), free(zero_q), free(ds);
+}
+
 /* ---------------------------------------------------------------- cross-entropy */
 
 static void test_crossentropy(int N, int V, float logit_scale) {
@@ -409,6 +505,17 @@ int main(void) {
 
     test_elementwise(B * T * 4 * C);
     test_elementwise(17); /* shorter than any vector width */
+
+    for (int layout = 0; layout < 2; layout++) {
+        test_write_matmul(B * T, C, 3 * C, (st_wlayout)layout);
+        test_write_matmul(B * T, 64, 1024, (st_wlayout)layout); /* K = OC long in the dinp product */
+        test_write_matmul(1, 3, 5, (st_wlayout)layout);
+    }
+    test_write_gelu(B * T * 4 * C);
+    test_write_gelu(17);
+    test_write_attention(B, T, C, NH, 0);
+    test_write_attention(1, 128, 128, 2, 0);
+    test_write_attention(2, 70, 64, 4, 24); /* documents of 24 tokens */
 
     test_crossentropy(B * T, V, 3.0f);
     test_crossentropy(4, 50257, 10.0f); /* GPT-2 vocabulary, large logits: must not overflow */

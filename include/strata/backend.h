@@ -280,6 +280,19 @@ typedef struct st_backend_ops {
      * executor's activation sets in bf16 (st_stream_plan.act_dtype): rounded after the
      * forward, widened where the backward reads them. writes. */
     void (*from_bf16)(st_backend *be, float *dst, const uint16_t *src, size_t n);
+
+    /* ---- input gradients written, not added (appended; NULL in a backend without them, where
+     * the caller clears the gradient and calls the op above). Each
+     * is exactly the op it names (shapes, bits, dw and dbias +=) except that the input
+     * gradient is WRITTEN: what dinp / dqkv held before is never read, so the clearing pass
+     * and the re-reading of zeros go. attention_backward_write takes doc_start as
+     * attention_doc_backward does; NULL is the causal op. */
+    void (*matmul_backward_write)(st_backend *be, float *dinp, float *dw, float *dbias, const float *dout,
+                                  const float *inp, const float *w, int N, int C, int OC, st_wlayout layout);
+    void (*gelu_backward_write)(st_backend *be, float *dinp, const float *inp, const float *dout, int n);
+    void (*attention_backward_write)(st_backend *be, float *dqkv, const float *dout, const float *qkv,
+                                     const float *out, const float *lse, const int32_t *doc_start, int B, int T,
+                                     int C, int NH);
 } st_backend_ops;
 
 struct st_backend {

@@ -47,9 +47,15 @@ float stream_head_forward(st_stream_exec *x, const float *xin, const int32_t *ta
 void stream_head_backward(st_stream_exec *x, const float *xin) {
     st_backend *dev = x->dev;
     int N = x->cfg.B * x->cfg.T, C = x->ly->n_embd, V = x->ly->vocab_size;
-    /* the logits buffer holds dlogits */
-    dev->ops->memset0(dev, x->d_dxn, x->resid_numel * 4);
-    dev->ops->matmul_backward(dev, x->d_dxn, head_g(x), NULL, x->d_logits, x->d_xn, head_w(x), N, C, V, ST_W_OUT_IN);
+    /* the logits buffer holds dlogits; dxn written (the same bits as cleared, then added to) */
+    if (dev->ops->matmul_backward_write) {
+        dev->ops->matmul_backward_write(dev, x->d_dxn, head_g(x), NULL, x->d_logits, x->d_xn, head_w(x), N, C, V,
+                                        ST_W_OUT_IN);
+    } else {
+        dev->ops->memset0(dev, x->d_dxn, x->resid_numel * 4);
+        dev->ops->matmul_backward(dev, x->d_dxn, head_g(x), NULL, x->d_logits, x->d_xn, head_w(x), N, C, V,
+                                  ST_W_OUT_IN);
+    }
     dev->ops->memset0(dev, x->d_dres, x->resid_numel * 4);
     x->arch->ops->norm_backward(x->dev_blocks, x->d_dres, x->d_post_g, x->d_dxn, xin, x->d_post_w, x->d_nstats);
 }

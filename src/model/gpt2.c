@@ -367,11 +367,18 @@ static void mm_forward(st_gpt2_model *m, int mm, float *out, const float *x, con
     if (hk && hk->forward) hk->forward(hk, mm, out, x, N);
 }
 
+/* dx (N,C) is WRITTEN (the block's input gradients start here): by the backend's
+ * matmul_backward_write where it has one, else cleared and accumulated into. */
 static void mm_backward(st_gpt2_model *m, int mm, float *dx, float *dw, float *dbias, const float *dout,
                         const float *x, const float *w, int N, int C, int OC) {
     st_linear_hook *hk = m->hook;
-    if (hk && hk->linear_backward) hk->linear_backward(hk, mm, dx, dbias, dout, x, w, N);
-    else OPS->matmul_backward(m->be, dx, dw, dbias, dout, x, w, N, C, OC, ST_W_IN_OUT);
+    if (!(hk && hk->linear_backward) && OPS->matmul_backward_write) {
+        OPS->matmul_backward_write(m->be, dx, dw, dbias, dout, x, w, N, C, OC, ST_W_IN_OUT);
+    } else {
+        OPS->memset0(m->be, dx, (size_t)N * C * sizeof(float));
+        if (hk && hk->linear_backward) hk->linear_backward(hk, mm, dx, dbias, dout, x, w, N);
+        else OPS->matmul_backward(m->be, dx, dw, dbias, dout, x, w, N, C, OC, ST_W_IN_OUT);
+    }
     if (hk && hk->backward) hk->backward(hk, mm, dx, dout, x, N);
 }
 
@@ -415,20 +422,27 @@ void st_gpt2_block_backward(st_gpt2_model *m, const float *wslab, float *gslab, 
         g = slab_ptrs(m, gslab);
     }
     /* dres is the gradient of the residual stream; it flows through the block's
-     * identity path unchanged and the two branches add into it. */
-    OPS->memset0(be, s->dC4a, NC * 4 * sizeof(float));
+     * identity path unchanged and the two branches add into it. The branches' own
+     * gradients (dC4a, dC4b, dC, dC3) are written by the op that forms them, not
+     * cleared and added to, where the backend has the write variants. */
     mm_backward(m, ST_MM_DOWN, s->dC4a, g.fcpw, g.fcpb, dres, a->fchg, w.fcpw, N, 4 * C, C);
-    OPS->memset0(be, s->dC4b, NC * 4 * sizeof(float));
-    OPS->gelu_backward(be, s->dC4b, a->fch, s->dC4a, (int)(NC * 4));
-    OPS->memset0(be, s->dC, NC * sizeof(float));
+    if (OPS->gelu_backward_write) {
+        OPS->gelu_backward_write(be, s->dC4b, a->fch, s->dC4a, (int)(NC * 4));
+    } else {
+        OPS->memset0(be, s->dC4b, NC * 4 * sizeof(float));
+        OPS->gelu_backward(be, s->dC4b, a->fch, s->dC4a, (int)(NC * 4));
+    }
     mm_backward(m, ST_MM_UP, s->dC, g.fcw, g.fcb, s->dC4b, a->ln2, w.fcw, N, C, 4 * C);
     OPS->layernorm_backward(be, dres, g.ln2w, g.ln2b, s->dC, a->res2, w.ln2w, a->ln2_mean, a->ln2_rstd, N, C);
-    OPS->memset0(be, s->dC, NC * sizeof(float));
     mm_backward(m, ST_MM_O, s->dC, g.projw, g.projb, dres, a->atty, w.projw, N, C, C);
-    OPS->memset0(be, s->dC3, NC * 3 * sizeof(float));
-    if (m->ds_dev) OPS->attention_doc_backward(be, s->dC3, s->dC, a->qkv, a->atty, a->lse, m->ds_dev, B, T, C, NH);
-    else OPS->attention_backward(be, s->dC3, s->dC, a->qkv, a->atty, a->lse, B, T, C, NH);
-    OPS->memset0(be, s->dC, NC * sizeof(float));
+    if (OPS->attention_backward_write) {
+        OPS->attention_backward_write(be, s->dC3, s->dC, a->qkv, a->atty, a->lse, m->ds_dev, B, T, C, NH);
+    } else {
+        OPS->memset0(be, s->dC3, NC * 3 * sizeof(float));
+        if (m->ds_dev)
+            OPS->attention_doc_backward(be, s->dC3, s->dC, a->qkv, a->atty, a->lse, m->ds_dev, B, T, C, NH);
+        else OPS->attention_backward(be, s->dC3, s->dC, a->qkv, a->atty, a->lse, B, T, C, NH);
+    }
     mm_backward(m, ST_MM_QKV, s->dC, g.qkvw, g.qkvb, s->dC3, a->ln1, w.qkvw, N, C, 3 * C);
     OPS->layernorm_backward(be, dres, g.ln1w, g.ln1b, s->dC, in, w.ln1w, a->ln1_mean, a->ln1_rstd, N, C);
 }
@@ -509,8 +523,14 @@ void st_gpt2_head_backward(st_gpt2_model *m, const float *x, float *dres) {
     const float *lnfw = m->lnf_w;
     /* the logits buffer already holds dlogits */
     st_prof_span pk = st_prof_begin(ST_PROF_CAT_COMPUTE, "classifier backward", -1);
-    OPS->memset0(be, a->dC, NC * sizeof(float));
-    OPS->matmul_backward(be, a->dC, frozen ? NULL : m->emb_g, NULL, a->logits, a->lnf, m->emb_w, N, C, V, ST_W_OUT_IN);
+    if (OPS->matmul_backward_write) {
+        OPS->matmul_backward_write(be, a->dC, frozen ? NULL : m->emb_g, NULL, a->logits, a->lnf, m->emb_w, N, C, V,
+                                   ST_W_OUT_IN);
+    } else {
+        OPS->memset0(be, a->dC, NC * sizeof(float));
+        OPS->matmul_backward(be, a->dC, frozen ? NULL : m->emb_g, NULL, a->logits, a->lnf, m->emb_w, N, C, V,
+                             ST_W_OUT_IN);
+    }
     OPS->memset0(be, dres, NC * sizeof(float));
     OPS->layernorm_backward(be, dres, dlnfw, dlnfb, a->dC, x, lnfw, a->lnf_mean, a->lnf_rstd, N, C);
     st_prof_end(&pk);

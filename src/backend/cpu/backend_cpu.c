@@ -129,27 +129,29 @@ static void cpu_layernorm_backward(st_backend *be, float *dinp, float *dw, float
                                    const float *inp, const float *w, const float *mean, const float *rstd,
                                    int N, int C) {
     (void)be;
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; i++) {
-        const float *d = dout + (size_t)i * C, *x = inp + (size_t)i * C;
-        float m = mean[i], s = rstd[i];
-        float dnorm_mean = 0, dnorm_norm_mean = 0;
-        for (int c = 0; c < C; c++) {
-            float norm = (x[c] - m) * s, dn = w[c] * d[c];
-            dnorm_mean += dn;
-            dnorm_norm_mean += dn * norm;
-        }
-        dnorm_mean /= C;
-        dnorm_norm_mean /= C;
-        float *di = dinp + (size_t)i * C;
-        for (int c = 0; c < C; c++) {
-            float norm = (x[c] - m) * s, dn = w[c] * d[c];
-            di[c] += (dn - dnorm_mean - norm * dnorm_norm_mean) * s;
-        }
-    }
-    /* parameter gradients: columns per thread, rows summed in order */
+    /* one parallel region: the rows' input gradients, then (no barrier: the columns read
+     * only dout, inp and the statistics) the parameter gradients by columns */
 #pragma omp parallel
     {
+#pragma omp for schedule(static) nowait
+        for (int i = 0; i < N; i++) {
+            const float *d = dout + (size_t)i * C, *x = inp + (size_t)i * C;
+            float m = mean[i], s = rstd[i];
+            float dnorm_mean = 0, dnorm_norm_mean = 0;
+            for (int c = 0; c < C; c++) {
+                float norm = (x[c] - m) * s, dn = w[c] * d[c];
+                dnorm_mean += dn;
+                dnorm_norm_mean += dn * norm;
+            }
+            dnorm_mean /= C;
+            dnorm_norm_mean /= C;
+            float *di = dinp + (size_t)i * C;
+            for (int c = 0; c < C; c++) {
+                float norm = (x[c] - m) * s, dn = w[c] * d[c];
+                di[c] += (dn - dnorm_mean - norm * dnorm_norm_mean) * s;
+            }
+        }
+        /* parameter gradients: columns per thread, rows summed in order */
         int nth = omp_get_num_threads(), th = omp_get_thread_num();
         int c0 = (int)((long)C * th / nth), c1 = (int)((long)C * (th + 1) / nth);
         for (int i = 0; i < N; i++) {
@@ -229,15 +231,15 @@ static int bf16_matmul_forward(cpu_ctx *x, float *out, const float *inp, const f
 
 /* Sets *dinp and *dw to NULL as each product is done, so that sgemm does only what is left. */
 static void bf16_matmul_backward(cpu_ctx *x, float **dinp, float **dw, const float *dout, const float *inp,
-                                 const float *w, int N, int C, int OC, st_wlayout layout) {
+                                 const float *w, int N, int C, int OC, st_wlayout layout, int add_dinp) {
     st_err e = {0};
     st_status s = ST_OK;
     cpu_bf16_lock(x->bf16);
     const uint16_t *d = cpu_bf16_operand(x->bf16, 0, dout, (size_t)N * OC); /* shared by both products */
     if (!d) s = st_errf(&e, ST_ERR_NOMEM, "matmul bf16: out of memory for the bf16 operands");
-    if (!s && *dinp) { /* dinp (N,C) += dout (N,OC) x w^T */
+    if (!s && *dinp) { /* dinp (N,C) (+)= dout (N,OC) x w^T */
         const uint16_t *b = w16_operand(x, w, (size_t)C * OC);
-        s = b ? cpu_bf16_gemm(x->bf16, 0, layout == ST_W_IN_OUT, N, C, OC, d, b, NULL, 1, *dinp, &e)
+        s = b ? cpu_bf16_gemm(x->bf16, 0, layout == ST_W_IN_OUT, N, C, OC, d, b, NULL, add_dinp, *dinp, &e)
               : st_errf(&e, ST_ERR_NOMEM, "matmul bf16: out of memory for the bf16 operands");
         if (!s) *dinp = NULL;
     }
@@ -268,15 +270,17 @@ static void cpu_matmul_forward(st_backend *be, float *out, const float *inp, con
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, beta, out, OC);
 }
 
-static void cpu_matmul_backward(st_backend *be, float *dinp, float *dw, float *dbias, const float *dout,
-                                const float *inp, const float *w, int N, int C, int OC, st_wlayout layout) {
-    cpu_ctx *x = be->ctx;
-    if (x->matmul == ST_MATMUL_BF16 && (dinp || dw)) bf16_matmul_backward(x, &dinp, &dw, dout, inp, w, N, C, OC, layout);
+/* dinp += (add_dinp) or = (matmul_backward_write) the product; dw, dbias += */
+static void matmul_backward(cpu_ctx *x, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                            const float *w, int N, int C, int OC, st_wlayout layout, int add_dinp) {
+    float beta = add_dinp ? 1.0f : 0.0f;
+    if (x->matmul == ST_MATMUL_BF16 && (dinp || dw))
+        bf16_matmul_backward(x, &dinp, &dw, dout, inp, w, N, C, OC, layout, add_dinp);
     if (layout == ST_W_IN_OUT) {
-        if (dinp) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, C, OC, 1.0f, dout, OC, w, OC, 1.0f, dinp, C);
+        if (dinp) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, C, OC, 1.0f, dout, OC, w, OC, beta, dinp, C);
         if (dw) cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, C, OC, N, 1.0f, inp, C, dout, OC, 1.0f, dw, OC);
     } else {
-        if (dinp) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 1.0f, dinp, C);
+        if (dinp) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, beta, dinp, C);
         if (dw) cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
     }
     if (dbias) {
@@ -290,6 +294,16 @@ static void cpu_matmul_backward(st_backend *be, float *dinp, float *dw, float *d
             }
         }
     }
+}
+
+static void cpu_matmul_backward(st_backend *be, float *dinp, float *dw, float *dbias, const float *dout,
+                                const float *inp, const float *w, int N, int C, int OC, st_wlayout layout) {
+    matmul_backward(be->ctx, dinp, dw, dbias, dout, inp, w, N, C, OC, layout, 1);
+}
+
+static void cpu_matmul_backward_write(st_backend *be, float *dinp, float *dw, float *dbias, const float *dout,
+                                      const float *inp, const float *w, int N, int C, int OC, st_wlayout layout) {
+    matmul_backward(be->ctx, dinp, dw, dbias, dout, inp, w, N, C, OC, layout, 0);
 }
 
 /* ---------------------------------------------------------------- attention
@@ -540,7 +554,7 @@ static void att16_dscores(float *P, const float *dP, const float *delta, uint16_
 }
 
 static int att16_backward(cpu_ctx *x, float *dqkv, const float *dout, const float *qkv, const float *out,
-                          const float *lse, int B, int T, int C, int NH) {
+                          const float *lse, int B, int T, int C, int NH, int add) {
     int nb = att16_chunk(x, B, T, C, NH), hs = C / NH;
     if (!nb) return 0;
     att16_shapes a = att16_describe(nb, T, C, NH);
@@ -581,7 +595,7 @@ static int att16_backward(cpu_ctx *x, float *dqkv, const float *dout, const floa
     }
     cpu_bf16_unlock(x->bf16);
     if (bf16_failed(s, &e)) return 0; /* redone in fp32: nothing was added to dqkv yet */
-    att16_scatter(dqkv, dh, 3, B, T, C, NH, 3 * C, 1);
+    att16_scatter(dqkv, dh, 3, B, T, C, NH, 3 * C, add);
     return 1;
 }
 
@@ -626,8 +640,10 @@ static void att_probs_block(float *S, const float *lse, int r0, int nr, int nk, 
     }
 }
 
+/* dqkv += (add) or = the gradient; written, each (batch, head) task first clears its own
+ * columns of dqkv (in cache, where a separate clearing pass would stream all of it) */
 static void att_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
-                         const int32_t *doc_start, int B, int T, int C, int NH) {
+                         const int32_t *doc_start, int B, int T, int C, int NH, int add) {
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel
@@ -645,6 +661,9 @@ static void att_backward(float *dqkv, const float *dout, const float *qkv, const
             const float *o = out + (size_t)b * T * C + h * hs, *dO = dout + (size_t)b * T * C + h * hs;
             const float *l = lse + (size_t)bh * T;
             const int32_t *ds = doc_start ? doc_start + (size_t)b * T : NULL;
+            if (!add)
+                for (int t = 0; t < T; t++)
+                    for (int p = 0; p < 3; p++) memset(dq + (size_t)t * C3 + (size_t)p * C, 0, sizeof(float) * hs);
             for (int r0 = 0, r1; r0 < T; r0 = r1) {
                 int k0 = cpu_att_doc_block(ds, r0, T, ATT_BQ, &r1), nr = r1 - r0, nk = r1 - k0;
                 const float *kb = k + (size_t)k0 * C3, *vb = v + (size_t)k0 * C3;
@@ -682,15 +701,24 @@ static void att_backward(float *dqkv, const float *dout, const float *qkv, const
 static void cpu_attention_backward(st_backend *be, float *dqkv, const float *dout, const float *qkv,
                                    const float *out, const float *lse, int B, int T, int C, int NH) {
     cpu_ctx *x = be->ctx;
-    if (x->matmul == ST_MATMUL_BF16 && att16_backward(x, dqkv, dout, qkv, out, lse, B, T, C, NH)) return;
-    att_backward(dqkv, dout, qkv, out, lse, NULL, B, T, C, NH);
+    if (x->matmul == ST_MATMUL_BF16 && att16_backward(x, dqkv, dout, qkv, out, lse, B, T, C, NH, 1)) return;
+    att_backward(dqkv, dout, qkv, out, lse, NULL, B, T, C, NH, 1);
 }
 
 static void cpu_attention_doc_backward(st_backend *be, float *dqkv, const float *dout, const float *qkv,
                                        const float *out, const float *lse, const int32_t *doc_start, int B, int T,
                                        int C, int NH) {
     (void)be;
-    att_backward(dqkv, dout, qkv, out, lse, doc_start, B, T, C, NH);
+    att_backward(dqkv, dout, qkv, out, lse, doc_start, B, T, C, NH, 1);
+}
+
+static void cpu_attention_backward_write(st_backend *be, float *dqkv, const float *dout, const float *qkv,
+                                         const float *out, const float *lse, const int32_t *doc_start, int B, int T,
+                                         int C, int NH) {
+    cpu_ctx *x = be->ctx;
+    if (!doc_start && x->matmul == ST_MATMUL_BF16 && att16_backward(x, dqkv, dout, qkv, out, lse, B, T, C, NH, 0))
+        return;
+    att_backward(dqkv, dout, qkv, out, lse, doc_start, B, T, C, NH, 0);
 }
 
 /* ---------------------------------------------------------------- gelu, residual */
@@ -708,17 +736,26 @@ static void cpu_gelu_forward(st_backend *be, float *out, const float *inp, int n
     }
 }
 
+static inline float gelu_grad(float x) {
+    float u = GELU_K * (x + 0.044715f * x * x * x);
+    float e = st_fast_expf(-2.0f * u), s = 1.0f / (1.0f + e); /* s = 0.5 (1 + tanh u) */
+    float one_minus_s = e * s; /* = e / (1 + e), without the cancellation of 1 - s */
+    float du = GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+    return s + x * 2.0f * s * one_minus_s * du;
+}
+
 ST_CLONES
 static void cpu_gelu_backward(st_backend *be, float *dinp, const float *inp, const float *dout, int n) {
     (void)be;
 #pragma omp parallel for schedule(static)
-    for (int i = 0; i < n; i++) {
-        float x = inp[i], u = GELU_K * (x + 0.044715f * x * x * x);
-        float e = st_fast_expf(-2.0f * u), s = 1.0f / (1.0f + e); /* s = 0.5 (1 + tanh u) */
-        float one_minus_s = e * s; /* = e / (1 + e), without the cancellation of 1 - s */
-        float du = GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] += dout[i] * (s + x * 2.0f * s * one_minus_s * du);
-    }
+    for (int i = 0; i < n; i++) dinp[i] += dout[i] * gelu_grad(inp[i]);
+}
+
+ST_CLONES
+static void cpu_gelu_backward_write(st_backend *be, float *dinp, const float *inp, const float *dout, int n) {
+    (void)be;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < n; i++) dinp[i] = dout[i] * gelu_grad(inp[i]);
 }
 
 static void cpu_residual_forward(st_backend *be, float *out, const float *a, const float *b, int n) {
@@ -944,6 +981,9 @@ static const st_backend_ops cpu_ops = {
     .poet_apply_backward = cpu_poet_apply_backward,
     .axpy_rows = cpu_axpy_rows,
     .from_bf16 = st_cpu_from_bf16,
+    .matmul_backward_write = cpu_matmul_backward_write,
+    .gelu_backward_write = cpu_gelu_backward_write,
+    .attention_backward_write = cpu_attention_backward_write,
 };
 
 st_status st_backend_cpu_create(st_backend **out, int threads, st_err *err) {

@@ -447,16 +447,25 @@ static void be_matmul_forward(st_backend *be, float *out, const float *inp, cons
     else
         mm_gemm(be, false, true, N, OC, C, inp, C, w, C, 0.0f, bias, out, OC, "matmul_forward");
 }
+/* dinp += (beta 1, matmul_backward) or = (beta 0, matmul_backward_write) the product */
+static void mm_backward(st_backend *be, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                        const float *w, int N, int C, int OC, st_wlayout layout, float beta, const char *op) {
+    if (layout == ST_W_IN_OUT) {
+        if (dinp) mm_gemm(be, false, true, N, C, OC, dout, OC, w, OC, beta, nullptr, dinp, C, op);
+        if (dw) mm_gemm(be, true, false, C, OC, N, inp, C, dout, OC, 1.0f, nullptr, dw, OC, op);
+    } else {
+        if (dinp) mm_gemm(be, false, false, N, C, OC, dout, OC, w, C, beta, nullptr, dinp, C, op);
+        if (dw) mm_gemm(be, true, false, OC, C, N, dout, OC, inp, C, 1.0f, nullptr, dw, C, op);
+    }
+    if (dbias) bias_grad(be, dbias, dout, N, OC, op);
+}
 static void be_matmul_backward(st_backend *be, float *dinp, float *dw, float *dbias, const float *dout,
                                const float *inp, const float *w, int N, int C, int OC, st_wlayout layout) {
-    if (layout == ST_W_IN_OUT) {
-        if (dinp) mm_gemm(be, false, true, N, C, OC, dout, OC, w, OC, 1.0f, nullptr, dinp, C, "matmul_backward");
-        if (dw) mm_gemm(be, true, false, C, OC, N, inp, C, dout, OC, 1.0f, nullptr, dw, OC, "matmul_backward");
-    } else {
-        if (dinp) mm_gemm(be, false, false, N, C, OC, dout, OC, w, C, 1.0f, nullptr, dinp, C, "matmul_backward");
-        if (dw) mm_gemm(be, true, false, OC, C, N, dout, OC, inp, C, 1.0f, nullptr, dw, C, "matmul_backward");
-    }
-    if (dbias) bias_grad(be, dbias, dout, N, OC, "matmul_backward");
+    mm_backward(be, dinp, dw, dbias, dout, inp, w, N, C, OC, layout, 1.0f, "matmul_backward");
+}
+static void be_matmul_backward_write(st_backend *be, float *dinp, float *dw, float *dbias, const float *dout,
+                                     const float *inp, const float *w, int N, int C, int OC, st_wlayout layout) {
+    mm_backward(be, dinp, dw, dbias, dout, inp, w, N, C, OC, layout, 0.0f, "matmul_backward_write");
 }
 
 /* ---------------------------------------------------------------- ops (fp32 storage) */
@@ -513,6 +522,12 @@ static void be_gelu_forward(st_backend *be, float *out, const float *inp, int n)
 static void be_gelu_backward(st_backend *be, float *dinp, const float *inp, const float *dout, int n) {
     cu_gelu_backward<float>(dinp, inp, dout, (size_t)n, ctx_of(be)->stream);
     LAUNCHED(be, "gelu_backward");
+}
+/* written: cleared on the stream, then the accumulating kernel (the CPU backend's saving is
+ * a pass over host memory; here the clear is one more small launch) */
+static void be_gelu_backward_write(st_backend *be, float *dinp, const float *inp, const float *dout, int n) {
+    be_memset0(be, dinp, sizeof(float) * (size_t)n);
+    be_gelu_backward(be, dinp, inp, dout, n);
 }
 static void be_axpy_rows(st_backend *be, float *y, int ldy, const float *x, int ldx, float alpha, int N, int W) {
     cu_axpy_rows<float>(y, ldy, x, ldx, alpha, N, W, ctx_of(be)->stream);
@@ -658,6 +673,13 @@ static void be_attention_doc_backward(st_backend *be, float *dqkv, const float *
                                       int C, int NH) {
     att_bwd(be, dqkv, dqkv + C, dqkv + 2 * C, dout, qkv, qkv + C, qkv + 2 * C, out, lse, doc_start, 3 * C, B, T, NH,
             NH, C / NH, "attention_doc_backward");
+}
+static void be_attention_backward_write(st_backend *be, float *dqkv, const float *dout, const float *qkv,
+                                        const float *out, const float *lse, const int32_t *doc_start, int B, int T,
+                                        int C, int NH) {
+    be_memset0(be, dqkv, sizeof(float) * 3 * (size_t)B * T * C);
+    if (doc_start) be_attention_doc_backward(be, dqkv, dout, qkv, out, lse, doc_start, B, T, C, NH);
+    else be_attention_backward(be, dqkv, dout, qkv, out, lse, B, T, C, NH);
 }
 static void be_attention_gqa_forward(st_backend *be, float *out, float *lse, const float *q, const float *k,
                                      const float *v, int ld, int B, int T, int NH, int NKV, int hs) {
@@ -830,6 +852,9 @@ static st_backend_ops make_ops(void) {
     o.host_unregister = be_host_unregister;
     o.timer_mark = be_timer_mark;
     o.timer_seconds = be_timer_seconds;
+    o.matmul_backward_write = be_matmul_backward_write;
+    o.gelu_backward_write = be_gelu_backward_write;
+    o.attention_backward_write = be_attention_backward_write;
     return o;
 }
 static const st_backend_ops cuda_ops = make_ops();

@@ -621,6 +621,27 @@ static void ref_axpy_rows(st_backend *be, float *y, int ldy, const float *x, int
         }
 }
 
+/* The write variants: the input gradient cleared, then the accumulating op (the contract's
+ * own definition, so the differential tests hold the CPU backend's variants to it). */
+static void ref_matmul_backward_write_f32(st_backend *be, float *dinp, float *dw, float *dbias, const float *dout,
+                                          const float *inp, const float *w, int N, int C, int OC,
+                                          st_wlayout layout) {
+    if (dinp) memset(dinp, 0, sizeof(float) * (size_t)N * C);
+    ref_matmul_backward_f32(be, dinp, dw, dbias, dout, inp, w, N, C, OC, layout);
+}
+
+static void ref_gelu_backward_write_f32(st_backend *be, float *dinp, const float *inp, const float *dout, int n) {
+    memset(dinp, 0, sizeof(float) * (size_t)n);
+    ref_gelu_backward_f32(be, dinp, inp, dout, n);
+}
+
+static void ref_attention_backward_write_f32(st_backend *be, float *dqkv, const float *dout, const float *qkv,
+                                             const float *out, const float *lse, const int32_t *doc_start, int B,
+                                             int T, int C, int NH) {
+    memset(dqkv, 0, sizeof(float) * 3 * (size_t)B * T * C);
+    ref_attention_doc_backward_f32(be, dqkv, dout, qkv, out, lse, doc_start, B, T, C, NH);
+}
+
 /* bf16 -> fp32 from the format's definition (sign, 8-bit exponent, 7-bit mantissa), not by
  * the bit shift the CPU backend uses: the differential test's oracle. */
 static void ref_from_bf16(st_backend *be, float *dst, const uint16_t *src, size_t n) {
@@ -678,6 +699,9 @@ static const st_backend_ops ref_ops = {
     .poet_apply_backward = ref_poet_apply_backward_f32,
     .axpy_rows = ref_axpy_rows,
     .from_bf16 = ref_from_bf16,
+    .matmul_backward_write = ref_matmul_backward_write_f32,
+    .gelu_backward_write = ref_gelu_backward_write_f32,
+    .attention_backward_write = ref_attention_backward_write_f32,
 };
 
 st_status st_backend_ref_create(st_backend **out, st_err *err) {
