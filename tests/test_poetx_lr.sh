@@ -69,7 +69,7 @@ check '[ $rc -eq 0 ] && [ $prc -eq 0 ]' "lr 0: Q moves, nothing else: $(cat "$T/
 # --- the schedule on both rates: 12 steps, warmup 2, cosine; poetx_lr 3x lr; the default is lr
 "$S" train --model gpt2-tiny $tiny $poet --steps 12 --poetx_merge_every 4 --lr 2e-3 --poetx_lr 6e-3 \
   --run_dir "$T/sch" >"$T/sch.out" 2>&1
-check '[ $? -eq 0 ] && jq -e -s "length == 12 and all(.[]; (.poetx_lr / .lr - 3 | fabs) < 1e-6) and (.[0].lr < .[1].lr) and (.[11].lr < .[5].lr)" "$T/sch/metrics.jsonl" >/dev/null' \
+check '[ $? -eq 0 ] && jq -e -s "length == 12 and all(.[]; (.poetx_lr / .lr - 3 | fabs) < 1e-5) and (.[0].lr < .[1].lr) and (.[11].lr < .[5].lr)" "$T/sch/metrics.jsonl" >/dev/null' \
   "poetx_lr on lr's schedule: $(jq -c "[.lr, .poetx_lr]" "$T/sch/metrics.jsonl" 2>/dev/null | tr '\n' ' ' | head -c 300)"
 "$S" train --model gpt2-tiny $tiny $poet --steps 3 --lr 2e-3 --run_dir "$T/def" >"$T/def.out" 2>&1
 check '[ $? -eq 0 ] && jq -e -s "all(.[]; .poetx_lr == .lr)" "$T/def/metrics.jsonl" >/dev/null && grep -q "\"poetx_lr\": *-1" "$T/def/config.json"' \

@@ -67,7 +67,8 @@ typedef struct st_backend_ops {
     /* out (N,C), mean and rstd (N) saved for backward */
     void (*layernorm_forward)(st_backend *be, float *out, float *mean, float *rstd, const float *inp,
                               const float *w, const float *b, int N, int C);
-    /* dinp, dw, db += */
+    /* dinp, dw, db += (dinp aliases neither dout nor inp: the CPU backend's rows write dinp while
+     * the parameter gradients' columns still read dout and inp, with no barrier between) */
     void (*layernorm_backward)(st_backend *be, float *dinp, float *dw, float *db, const float *dout,
                                const float *inp, const float *w, const float *mean, const float *rstd,
                                int N, int C);

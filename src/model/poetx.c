@@ -852,6 +852,16 @@ st_status st_poetx_model_create(st_model **out, st_model *base, const st_poetx_c
     for (int i = 0; i < pi->n_w; i++)
         if (pi->w[i].base_t->numel > max_numel) max_numel = pi->w[i].base_t->numel;
     pi->panel_bytes = cfg->frozen_dtype == ST_FROZEN_F32 ? 0 : st_frozen_panel_bytes(max_numel);
+    for (int i = 0; pi->panel_bytes && i < pi->n_w; i++) /* a panel holds at least one output row */
+        if ((size_t)pi->w[i].in * sizeof(float) > pi->panel_bytes) {
+            int in = pi->w[i].in;
+            char name[96];
+            snprintf(name, sizeof name, "%s", pi->w[i].base_t->name);
+            po_destroy(m);
+            return st_errf(err, ST_ERR_UNSUPPORTED, "key 'frozen_dtype': %s has %d inputs, more than one output row "
+                           "of the %zu-byte dequantising panel holds; use frozen_dtype fp32 for this model", name, in,
+                           st_frozen_panel_bytes(max_numel));
+        }
     if (store_ok && pi->panel_bytes) store_ok = (pi->panel = malloc(pi->panel_bytes)) != NULL;
     if (!store_ok) {
         po_destroy(m);

@@ -144,6 +144,9 @@ st_status run_poetx_bytes_of(const st_train_config *c, const st_arch *a, const c
     out->kept_h = pc.recompute ? 0 : 4.0 * N * h_total;
     out->scratch = 4.0 * (5.0 * N * max_d + 2.0 * (max_d / b) * b * b + gmax + nperm);
     out->save_staging = 4.0 * ((double)n_tr + nperm); /* W0 written from the base's vector (host memory) */
+    /* --save_hf: the merged dense weights, every W0 at once in fp32 (with fp32 W0 a copy kept to
+     * restore the run's; with bf16 or int8 the base's pages touched again, given back after) */
+    if (c->save_hf[0]) out->save_staging += 4.0 * n_w0;
     double n = (double)a->lay.n_params;
     /* bf16, int8: the store's codes and its panel buffer; the base's fp32 pages of W0 given back */
     double panel = pc.frozen_dtype == ST_FROZEN_F32 ? 0 : (double)st_frozen_panel_bytes((size_t)max_numel);

@@ -129,7 +129,25 @@ static st_status run_check(train_run *r, const st_train_config *given, const st_
     }
     if ((s = run_check_resume_numerics(c, err))) return s; /* another matmul or act_dtype than the resumed run's */
     char why[320]; /* poetx_recompute auto: kept where it fits, logged and recorded as if given */
-    if ((s = st_train_poetx_recompute_choose(c, why, sizeof why, err))) return s;
+    s = st_train_poetx_recompute_choose(c, why, sizeof why, err);
+    if (r->dist.world > 1 && given->poetx_recompute < 0 && st_train_config_method_of(c) == ST_TRAIN_METHOD_POETX) {
+        /* every rank the same choice (the ranks compare their keys below): recomputed where any
+         * rank's memory needs it, each rank having judged its own */
+        if (!(s = run_agree(&r->dist, s, "choosing poetx_recompute", err))) {
+            int mine = c->poetx_recompute, *all = malloc(sizeof(int) * (size_t)r->dist.world);
+            if (!all) return st_errf(err, ST_ERR_NOMEM, "out of memory");
+            st_err cerr = {0};
+            if (!(s = st_comm_allgather(r->dist.comm, &mine, sizeof mine, all, "poetx_recompute", &cerr)))
+                for (int i = 0; i < r->dist.world; i++)
+                    if (all[i] > c->poetx_recompute) c->poetx_recompute = all[i];
+            free(all);
+            if (s) return st_errf(err, s, "%s", cerr.msg);
+            if (c->poetx_recompute != mine)
+                snprintf(why, sizeof why, "poetx_recompute auto: 1, as another rank's memory needs it (this rank's "
+                         "would keep the rotated inputs)");
+        }
+    }
+    if (s) return s;
     if (why[0]) st_log(1, "%s\n", why);
     /* the memory plan, checked before anything is allocated or written */
     if ((s = st_train_mem_plan(c, NULL, &r->mem, err))) return s; /* streamed: the smallest plan's */
