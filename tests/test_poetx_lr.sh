@@ -127,5 +127,8 @@ refused ramp_long "$bad --poetx_merge_every 3 --poetx_clip_ramp 4" "poetx_clip_r
 refused ramp_noclip "$bad --poetx_clip_ramp 2 --grad_clip 0" "poetx_clip_ramp" "grad_clip"
 refused start0 "$bad --poetx_clip_start 0" "poetx_clip_start" "outside"
 refused restart2 "$bad --poetx_adam_restart 2" "poetx_adam_restart" "outside"
+# POET-X's keys with another method: refused naming the key, not recorded and ignored
+refused full_lr "--model gpt2-tiny $tiny --steps 2 --poetx_lr 1e-2" "poetx_lr" "method poetx"
+refused lora_ramp "--model gpt2-tiny $tiny --steps 2 --method lora --poetx_clip_ramp 2" "poetx_clip_ramp" "method poetx"
 
 method_end poetx_lr

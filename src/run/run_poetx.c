@@ -82,8 +82,25 @@ static st_status check_keys(const st_train_config *c, st_err *err) {
     return ST_OK;
 }
 
+/* Another method given POET-X's optimizer keys: refused naming the key (they would be
+ * recorded in config.json and do nothing). */
+static st_status check_not_poetx(const st_train_config *c, st_err *err) {
+    st_train_config *d = malloc(sizeof *d); /* large: not on the stack */
+    if (!d) return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    st_train_config_defaults(d);
+    const char *key = c->poetx_lr != d->poetx_lr                   ? "poetx_lr"
+                      : c->poetx_clip_ramp != d->poetx_clip_ramp   ? "poetx_clip_ramp"
+                      : c->poetx_clip_start != d->poetx_clip_start ? "poetx_clip_start"
+                      : c->poetx_adam_restart != d->poetx_adam_restart ? "poetx_adam_restart"
+                                                                       : NULL;
+    free(d);
+    if (!key) return ST_OK;
+    return st_errf(err, ST_ERR_INVALID, "key '%s' is method poetx's and this run's method is %s: leave %s out, or "
+                   "give --method poetx", key, c->method, key);
+}
+
 st_status run_poetx_check(const st_train_config *c, int world, st_err *err) {
-    if (!is_poetx(c)) return ST_OK;
+    if (!is_poetx(c)) return check_not_poetx(c, err);
     st_status s = check_keys(c, err);
     if (s || (s = check_resume(c, err))) return s;
     const char *why = NULL;
