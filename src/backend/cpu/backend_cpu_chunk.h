@@ -14,6 +14,8 @@ void st_host_to_bf16(st_backend *be, uint16_t *dst, const float *src, size_t n);
 /* convert_bf16.c: the CPU backend's conversions, AVX-512 where present, over the OpenMP
  * threads; the same bits as st_f32_to_bf16 and st_bf16_to_f32. */
 void st_cpu_to_bf16(st_backend *be, uint16_t *dst, const float *src, size_t n);
+/* The same rounding on the calling thread alone (inside another parallel region). */
+void st_cpu_to_bf16_serial(uint16_t *dst, const float *src, size_t n);
 void st_cpu_from_bf16(st_backend *be, float *dst, const uint16_t *src, size_t n);
 
 #endif

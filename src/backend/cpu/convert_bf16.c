@@ -71,6 +71,16 @@ static int use_avx512(void) {
 #endif
 }
 
+void st_cpu_to_bf16_serial(uint16_t *dst, const float *src, size_t n) {
+#ifdef CONV_HAVE_AVX512
+    if (use_avx512()) {
+        to_bf16_avx512(dst, src, n);
+        return;
+    }
+#endif
+    to_bf16_plain(dst, src, n);
+}
+
 void st_cpu_to_bf16(st_backend *be, uint16_t *dst, const float *src, size_t n) {
     (void)be;
     void (*f)(uint16_t *, const float *, size_t) = to_bf16_plain;

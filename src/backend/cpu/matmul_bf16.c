@@ -1,5 +1,5 @@
 /* matmul_bf16.c - bf16 matrix products on the CPU through oneDNN's matmul primitive
- * (matmul_bf16.h). Operands are rounded to bf16 here (st_convert: nearest even), oneDNN
+ * (matmul_bf16.h). Operands are rounded to bf16 here (convert_bf16.c: nearest even), oneDNN
  * multiplies them with fp32 accumulation into an fp32 result, choosing its kernel at run
  * time (AMX tiles, AVX512-BF16, or AVX-512 emulating bf16). A primitive is made once per
  * shape and kept: making one costs about as much as running it. */
@@ -11,10 +11,10 @@
 #include <string.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
-#include <immintrin.h>
 #endif
 #include <omp.h>
 
+#include "backend/cpu/backend_cpu_chunk.h"
 #include "strata/tensor.h"
 
 /* ------------------------------------------------------------------ what the CPU has */
@@ -59,45 +59,9 @@ const char *cpu_bf16_units_name(cpu_bf16_units u) {
 /* ------------------------------------------------------------------ fp32 -> bf16 */
 #ifdef STRATA_HAVE_DNNL
 
-/* st_f32_to_bf16 sixteen at a time, bit for bit (nearest even; NaN kept quiet, its top
- * half with 0x40 set; denormals rounded as any number, not flushed as the AVX512-BF16
- * instruction would): st_convert, built for baseline x86-64, converts about 1 G floats a
- * second on two cores here, a third of what the operands' bytes allow. */
-#if defined(__x86_64__) && defined(__GNUC__)
-#define BF16_HAVE_AVX512 1
-__attribute__((target("avx512f"))) static void to_bf16_avx512(uint16_t *dst, const float *src, size_t n) {
-    const __m512i bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1), abs = _mm512_set1_epi32(0x7fffffff),
-                  inf = _mm512_set1_epi32(0x7f800000), quiet = _mm512_set1_epi32(0x400000);
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512i u = _mm512_loadu_si512((const void *)(src + i));
-        __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs), inf);
-        __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(bias, _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
-        r = _mm512_mask_or_epi32(r, nan, u, quiet);
-        _mm256_storeu_si256((__m256i *)(dst + i), _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
-    }
-    for (; i < n; i++) dst[i] = st_f32_to_bf16(src[i]);
-}
-#endif
-
-/* dst (n bf16) = src (n floats) rounded, over the OpenMP threads in chunks of 16 Ki. */
-static void to_bf16(uint16_t *dst, const float *src, size_t n) {
-#ifdef BF16_HAVE_AVX512
-    static int avx512 = -1;
-    if (avx512 < 0) avx512 = __builtin_cpu_supports("avx512f") ? 1 : 0;
-    if (avx512) {
-        const size_t chunk = 16384;
-        long nc = (long)((n + chunk - 1) / chunk);
-#pragma omp parallel for schedule(static) if (nc > 4)
-        for (long c = 0; c < nc; c++) {
-            size_t i0 = (size_t)c * chunk, m = n - i0 < chunk ? n - i0 : chunk;
-            to_bf16_avx512(dst + i0, src + i0, m);
-        }
-        return;
-    }
-#endif
-    st_convert(dst, ST_BF16, src, ST_F32, n);
-}
+/* dst (n bf16) = src (n floats) rounded to nearest even, over the OpenMP threads: the CPU
+ * backend's one conversion (convert_bf16.c, AVX-512 where present). */
+static void to_bf16(uint16_t *dst, const float *src, size_t n) { st_cpu_to_bf16(NULL, dst, src, n); }
 #endif
 
 /* ------------------------------------------------------------------ oneDNN */
@@ -221,15 +185,7 @@ uint16_t *cpu_bf16_scratch(cpu_bf16 *b, int slot, size_t n) {
 }
 
 void cpu_bf16_round(uint16_t *dst, const float *src, size_t n) {
-#ifdef BF16_HAVE_AVX512
-    static int avx512 = -1;
-    if (avx512 < 0) avx512 = __builtin_cpu_supports("avx512f") ? 1 : 0;
-    if (avx512) {
-        to_bf16_avx512(dst, src, n);
-        return;
-    }
-#endif
-    for (size_t i = 0; i < n; i++) dst[i] = st_f32_to_bf16(src[i]);
+    st_cpu_to_bf16_serial(dst, src, n);
 }
 
 void cpu_bf16_round_into(cpu_bf16 *b, int slot, uint16_t *dst, const float *src, size_t n) {
