@@ -87,6 +87,29 @@ st_status st_train_mem_plan(const st_train_config *c, const st_stream_plan *plan
     return s;
 }
 
+st_status st_train_poetx_recompute_choose(st_train_config *c, char *why, size_t cap, st_err *err) {
+    if (cap) why[0] = 0;
+    if (st_train_config_method_of(c) != ST_TRAIN_METHOD_POETX || c->poetx_recompute >= 0) return ST_OK;
+    c->poetx_recompute = 0; /* the account with the rotated inputs kept */
+    st_mem_plan e;
+    st_status s = st_train_mem_plan(c, NULL, &e, err);
+    if (s) return s;
+    double budgets[ST_MEM_TIER_COUNT] = {0, c->host_budget, 0}, kept = e.tier_need[ST_MEM_TIER_HOST];
+    st_err fit = {0};
+    if (st_mem_plan_check(&e, budgets, &fit) == ST_OK) {
+        snprintf(why, cap, "poetx_recompute auto: 0, the rotated inputs kept for the backward (host memory %.1f MiB "
+                 "with them fits %s)", kept / 1048576.0, c->host_budget > 0 ? "host_budget" : "MemAvailable");
+        return ST_OK;
+    }
+    c->poetx_recompute = 1;
+    if ((s = st_train_mem_plan(c, NULL, &e, err))) return s;
+    snprintf(why, cap, "poetx_recompute auto: 1, the rotated inputs formed again in the backward (host memory %.1f "
+             "MiB with them kept does not fit %s; %.1f MiB without: the same numbers, a slower step)",
+             kept / 1048576.0, c->host_budget > 0 ? "host_budget" : "MemAvailable",
+             e.tier_need[ST_MEM_TIER_HOST] / 1048576.0);
+    return ST_OK;
+}
+
 /* The host bytes the store's buffers may take for c: host_budget less the rest of the run, the
  * larger of the memory plan's need without the buffers (what strata train checks, so a resume
  * with the budget chosen fits as this start did) and the executor's own for plan p
