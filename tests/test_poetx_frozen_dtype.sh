@@ -9,8 +9,8 @@
 #  - the Llama family trains too (llama-tiny, int8);
 #  - save_hf writes the merged dense weights in fp32;
 #  - bad input refused, naming the key: a resume with another frozen_dtype (config.json
-#    untouched), an unknown value, frozen_dtype with method full or lora (before a run directory
-#    exists), and by strata plan;
+#    untouched), an unknown value, frozen_dtype with method full (before a run directory exists),
+#    and by strata plan (method lora holds its base in frozen_dtype too: test_lora_frozen_dtype.sh);
 #  - strata plan counts W0 at its precision: the frozen class falls by 2 (bf16) and by 3 - 8/256
 #    (int8) bytes a matmul-weight parameter, less the panel buffer.
 set -u
@@ -59,7 +59,6 @@ check '[ $rc -eq 0 ] && [ -n "$hf" ] && [ "$(st_dtype "$hf" model.layers.0.mlp.d
 # bad input: refused before a run directory exists, naming the key
 refused unknown "$model $poet --steps 2 --frozen_dtype int4" "frozen_dtype" "int4"
 refused full "$model --steps 2 --frozen_dtype bf16" "frozen_dtype" "method full"
-refused lora "$model --method lora --steps 2 --frozen_dtype int8" "frozen_dtype" "method lora"
 
 # strata plan: the frozen class at W0's precision (gpt2-mini: 4 layers of 12 C^2 = 786,432 matmul
 # weights, the largest 65,536 values: a 256 KiB panel)

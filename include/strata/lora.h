@@ -2,7 +2,8 @@
  * defines them: each target projection y = x W0 (+ b) gains (alpha / r) (x A^T) B^T with
  * A (r, in) and B (out, r), PEFT's lora_A.weight and lora_B.weight; dropout 0, no bias
  * trained. The base model's weights stay where they are, read-only: no gradient of them is
- * formed (its gradient vector is freed), so no optimizer state either.
+ * formed (its gradient vector is freed), so no optimizer state either; its blocks' matmul
+ * weights may be held in bf16 or int8 instead (frozen_dtype below, as QLoRA holds its base).
  *
  * A LoRA model is an st_model whose parameter vector holds only the adapters, A then B of
  * each adapted projection in the base's tensor order, named as PEFT saves them
@@ -40,6 +41,7 @@
 #define STRATA_LORA_H
 
 #include "strata/model.h"
+#include "strata/poetx.h" /* st_frozen_dtype */
 
 typedef struct st_lora_config {
     int rank;          /* r >= 1, at most each adapted projection's smaller dimension */
@@ -48,6 +50,12 @@ typedef struct st_lora_config {
                         * name is a target or ends with "." + target (GPT-2: c_attn, c_proj,
                         * c_fc; the Llama family: q_proj, k_proj, v_proj, o_proj, gate_proj,
                         * up_proj, down_proj; short forms q, k, v, o, gate, up, down too) */
+    st_frozen_dtype frozen_dtype; /* the precision every matmul weight of the base's blocks is
+                        * held in (adapted or not: all are frozen): fp32 (0, the base's own
+                        * vector), bf16 or int8 (src/model/frozen_store.h: rounded once from the
+                        * base's weights at creation, dequantised a panel at a time inside the
+                        * matmuls, the base's fp32 pages of them given back); on a backend whose
+                        * memory is the host's. The embeddings, head, norms and biases stay fp32. */
 } st_lora_config;
 
 /* The adapters of cfg over base (GPT-2 or the Llama family, weights already set), A drawn as
@@ -55,13 +63,19 @@ typedef struct st_lora_config {
  * the base. Takes base (freed with the LoRA model; on failure freed here too) and frees its
  * gradient vector. Refused, naming the key and the tensor: rank < 1 or above a projection's
  * smaller dimension ('lora_rank'), alpha <= 0 ('lora_alpha'), a target that names no
- * projection of the model ('lora_targets', with the model's). */
+ * projection of the model ('lora_targets', with the model's), a frozen_dtype other than fp32 on
+ * a backend whose memory is not the host's ('frozen_dtype'). */
 st_status st_lora_model_create(st_model **out, st_model *base, const st_lora_config *cfg, uint64_t seed,
                                st_err *err);
 /* The configuration checked against a model's tensor table (the same refusals), allocating
  * nothing: how many adapter parameters it would train (*n_params, may be NULL). */
 st_status st_lora_check(const st_param_info *tensors, int n_tensors, const char *arch, const st_lora_config *cfg,
                         size_t *n_params, st_err *err);
+/* The matmul weights of the blocks of a tensor table of family arch ("gpt2", "llama"), as
+ * frozen_dtype d holds them: their values (*numel), their bytes in d (*held) and the
+ * dequantising panel buffer (*panel; 0 with fp32). */
+void st_lora_held_bytes(const st_param_info *tensors, int n_tensors, const char *arch, st_frozen_dtype d, size_t *numel,
+                        size_t *held, size_t *panel);
 /* 1 when m is a LoRA model. */
 int st_model_is_lora(const st_model *m);
 /* Its base model (frozen weights), and its configuration. */
@@ -72,7 +86,9 @@ const st_lora_config *st_lora_config_of(const st_model *m);
  * adapter_model.safetensors (F32, PEFT's names). PEFT's PeftModel.from_pretrained loads it. */
 st_status st_lora_save_adapter(const st_model *m, const char *dir, const char *base_name, st_err *err);
 /* The base with every adapter merged in (W0 + (alpha/r) B A in the base's layout), written
- * as the base's Hugging Face directory (its save_hf); the base's weights are unchanged after. */
+ * as the base's Hugging Face directory (its save_hf); the base's weights are unchanged after.
+ * With frozen_dtype bf16 or int8, W0 is the held weight dequantised (the model trained), written
+ * into the base's vector for the save and its pages given back after. */
 st_status st_lora_save_merged_hf(const st_model *m, const char *dir, st_dtype dtype, st_err *err);
 
 /* A PEFT adapter directory's adapter_config.json read back: peft_type LORA (no DoRA, rsLoRA,

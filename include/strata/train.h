@@ -105,8 +105,9 @@ typedef struct st_train_config {
     int poetx_merge_every; /* method poetx: steps between merges of R and P into W0 */
     int poetx_recompute;  /* method poetx: 1 recomputes the rotated inputs in the backward (st_poetx_config.recompute);
                              -1 auto (st_train_poetx_recompute_choose) */
-    char frozen_dtype[8]; /* method poetx: W0's precision, "fp32" (default), "bf16" or "int8"
-                             (st_poetx_config.frozen_dtype; st_train_config_frozen_dtype) */
+    char frozen_dtype[8]; /* methods poetx and lora: W0's precision, "fp32" (default), "bf16" or
+                             "int8" (st_poetx_config.frozen_dtype, st_lora_config.frozen_dtype;
+                             st_train_config_frozen_dtype) */
     double poetx_lr;      /* method poetx: the packed Q's peak learning rate (the schedule's shape as lr's);
                              -1 (default): lr */
     int poetx_clip_ramp;  /* method poetx: steps after each merge over which the clip threshold ramps
@@ -166,7 +167,7 @@ int st_train_config_places_state(const st_train_config *c);
 const char *st_train_config_plan_file(const st_train_config *c);
 /* The key method as what it names: *lora 1 for "lora", 0 for "full" and "poetx"; refused naming
  * the key. Refused too, naming key frozen_dtype: a value not fp32, bf16 or int8, and bf16 or int8
- * with a method other than poetx. */
+ * with method full. */
 st_status st_train_config_method(const st_train_config *c, int *lora, st_err *err);
 /* The key act_dtype's one parse: "f32" ST_F32, "bf16" ST_BF16; else ST_ERR_INVALID naming the key. */
 st_status st_train_config_act_dtype(const st_train_config *c, st_dtype *out, st_err *err);

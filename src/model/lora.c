@@ -8,6 +8,13 @@
  *     du = s dout[:, col ..),  dB += du^T t,  dt = du B,  dA += dt^T x,  dx += dt A
  * with t recomputed from x (r columns: cheaper than keeping it). No gradient of W0 is formed:
  * the base's block functions skip their weight gradients when the hook says frozen.
+ *
+ * frozen_dtype bf16 or int8: every matmul weight of the base's blocks (all frozen, adapted or
+ * not) is held in the frozen store (frozen_store.h), one per projection, rounded once from the
+ * base's vector at creation, whose fp32 pages of them are then given back. The hook's
+ * linear_forward and linear_backward take the block's matmul in place: out = x W0^T through the
+ * store's panels (each projection of a packed matmul into its columns) plus the bias; backward
+ * dx += dout W0 the same way (no dW0). The adapters' term above is added on top, unchanged.
  */
 #include <errno.h>
 #include <json-c/json.h>
@@ -21,6 +28,7 @@
 #include "strata/lora.h"
 #include "strata/safetensors.h"
 #include "model/frozen_base_internal.h"
+#include "model/frozen_store.h"
 
 typedef struct lora_adapter {
     int key;              /* first (frozen_base_index): layer * ST_MM_COUNT + the block matmul */
@@ -28,6 +36,14 @@ typedef struct lora_adapter {
     size_t a_off, b_off;  /* A (r, in) and B (out, r) in the adapter vector */
     const st_param_info *base_t;
 } lora_adapter;
+
+/* A matmul weight of the base's blocks held in frozen_dtype (one projection, frozen_site's). */
+typedef struct lora_held {
+    int key;              /* first (frozen_base_index): layer * ST_MM_COUNT + the block matmul */
+    int out, col, ld;     /* output rows, column in the packed output, its width */
+    const st_param_info *base_t;
+    frozen_weight fw;
+} lora_held;
 
 typedef struct lora_impl {
     frozen_base fb;      /* first: the hook, the base; fb.first[k] .. [k + 1]: the adapters of matmul key k */
@@ -39,6 +55,13 @@ typedef struct lora_impl {
     float *scratch;      /* t (N, r) | dt (N, r) | u (N, max out) | the norms' dropped gradients */
     int N, max_out, max_norm;
     char canon_targets[256]; /* the targets under the family's full names (adapter_config.json) */
+    /* frozen_dtype bf16, int8: the held weights, held_first[k] .. [k + 1] those of matmul key k */
+    int n_held, *held_first, max_held_out, packed, paneled;
+    lora_held *held;
+    float *panel;        /* panel_bytes of host memory: a panel dequantised */
+    size_t panel_bytes;
+    float *mm_y, *mm_tmp;/* N x max_held_out each: one projection's product or dout columns
+                          * (packed matmuls only); the panels' partial products (paneled only) */
 } lora_impl;
 
 static lora_impl *impl_of(const st_model *m) { return (lora_impl *)m->impl; }
@@ -179,6 +202,56 @@ static void hook_backward(st_linear_hook *h, int mm, float *dx, const float *dou
     }
 }
 
+/* frozen_dtype bf16, int8: the block's matmul through the held weights, in place of the base's.
+ * out (N, ld) = x W0^T (+ bias); w, the block's own fp32 weight, is not read (its pages given
+ * back). */
+static void hook_linear_forward(st_linear_hook *h, int mm, float *out, const float *x, const float *w,
+                                const float *bias, int N) {
+    lora_impl *li = (lora_impl *)h;
+    st_backend *be = li->fb.base->be;
+    const st_backend_ops *o = be->ops;
+    int k = h->layer * ST_MM_COUNT + mm, i0 = li->held_first[k], i1 = li->held_first[k + 1];
+    size_t pf = li->panel_bytes / sizeof(float);
+    int ld = li->held[i0].ld;
+    (void)w;
+    if (i1 - i0 == 1) {
+        frozen_matmul_forward(be, &li->held[i0].fw, out, x, N, li->panel, pf, li->mm_tmp);
+    } else { /* q|k|v, gate|up: each projection into its columns */
+        o->memset0(be, out, (size_t)N * ld * sizeof(float));
+        for (int i = i0; i < i1; i++) {
+            const lora_held *a = &li->held[i];
+            frozen_matmul_forward(be, &a->fw, li->mm_y, x, N, li->panel, pf, li->mm_tmp);
+            o->axpy_rows(be, out + a->col, ld, li->mm_y, a->out, 1.0f, N, a->out);
+        }
+    }
+    if (bias) o->axpy_rows(be, out, ld, bias, 0, 1.0f, N, ld); /* every row += bias */
+}
+
+/* dx (N, in) += dout (N, ld) W0 through the held weights; no gradient of W0; dbias += the
+ * column sums where asked (frozen: the blocks pass none). */
+static void hook_linear_backward(st_linear_hook *h, int mm, float *dx, float *dbias, const float *dout,
+                                 const float *x, const float *w, int N) {
+    lora_impl *li = (lora_impl *)h;
+    st_backend *be = li->fb.base->be;
+    const st_backend_ops *o = be->ops;
+    int k = h->layer * ST_MM_COUNT + mm, i0 = li->held_first[k], i1 = li->held_first[k + 1];
+    size_t pf = li->panel_bytes / sizeof(float);
+    const lora_held *a0 = &li->held[i0];
+    int ld = a0->ld, in = a0->fw.layout == ST_W_IN_OUT ? a0->fw.rows : a0->fw.cols;
+    (void)x, (void)w;
+    if (dbias) o->matmul_backward(be, NULL, NULL, dbias, dout, NULL, NULL, N, in, ld, a0->fw.layout);
+    for (int i = i0; i < i1; i++) {
+        const lora_held *a = &li->held[i];
+        const float *d = dout;
+        if (a->out != ld) { /* the projection's columns of dout, contiguous */
+            o->memset0(be, li->mm_y, (size_t)N * a->out * sizeof(float));
+            o->axpy_rows(be, li->mm_y, a->out, dout + a->col, ld, 1.0f, N, a->out);
+            d = li->mm_y;
+        }
+        frozen_matmul_backward_dx(be, &a->fw, dx, d, N, li->panel, pf, li->mm_tmp);
+    }
+}
+
 /* ------------------------------------------------------------------ st_model ops */
 
 static st_status lo_alloc_acts(st_model *m, int B, int T, st_err *err) {
@@ -193,6 +266,14 @@ static st_status lo_alloc_acts(st_model *m, int B, int T, st_err *err) {
         return st_errf(err, ST_ERR_NOMEM, "lora: cannot allocate %.1f MiB of adapter scratch for batch %d x seq %d",
                        n * 4.0 / 1048576.0, B, T);
     li->fb.hook.norm_scratch = li->scratch + 2 * (size_t)li->N * li->cfg.rank + (size_t)li->N * li->max_out;
+    if (li->mm_y) be->ops->dealloc(be, li->mm_y);
+    if (li->mm_tmp) be->ops->dealloc(be, li->mm_tmp);
+    li->mm_y = li->mm_tmp = NULL;
+    size_t nh = (size_t)li->N * li->max_held_out;
+    if ((li->packed && !(li->mm_y = be->ops->alloc(be, nh * sizeof(float)))) ||
+        (li->paneled && !(li->mm_tmp = be->ops->alloc(be, nh * sizeof(float)))))
+        return st_errf(err, ST_ERR_NOMEM, "lora: cannot allocate %.1f MiB of frozen-weight scratch for batch %d x seq %d",
+                       (li->packed + li->paneled) * nh * 4.0 / 1048576.0, B, T);
     return ST_OK;
 }
 
@@ -288,14 +369,21 @@ static void lo_describe(const st_model *m, char *buf, size_t cap) {
     lora_impl *li = impl_of(m);
     char b[200];
     li->fb.base->ops->describe(li->fb.base, b, sizeof b);
-    snprintf(buf, cap, "%s, LoRA r=%d alpha=%g on %s (%d adapted projections; %zu base weights frozen)", b,
-             li->cfg.rank, li->cfg.alpha, li->canon_targets, li->n_ad, li->fb.base->n_params);
+    snprintf(buf, cap, "%s, LoRA r=%d alpha=%g on %s (%d adapted projections; %zu base weights frozen, the blocks' "
+             "matmul weights held in %s)", b, li->cfg.rank, li->cfg.alpha, li->canon_targets, li->n_ad,
+             li->fb.base->n_params, st_frozen_dtype_name(li->cfg.frozen_dtype));
 }
 
 static void lo_destroy(st_model *m) {
     lora_impl *li = impl_of(m);
     if (li) {
         if (li->scratch) m->be->ops->dealloc(m->be, li->scratch);
+        if (li->mm_y) m->be->ops->dealloc(m->be, li->mm_y);
+        if (li->mm_tmp) m->be->ops->dealloc(m->be, li->mm_tmp);
+        for (int i = 0; li->held && i < li->n_held; i++) frozen_weight_free(&li->held[i].fw);
+        free(li->held);
+        free(li->held_first);
+        free(li->panel);
         frozen_base_free(m, &li->fb);
         free(li->ad);
         free(li->tensors);
@@ -327,6 +415,69 @@ static const st_model_ops lora_ops = {
 };
 
 int st_model_is_lora(const st_model *m) { return m && m->ops == &lora_ops; }
+
+void st_lora_held_bytes(const st_param_info *tensors, int n_tensors, const char *arch, st_frozen_dtype d, size_t *numel,
+                        size_t *held, size_t *panel) {
+    size_t n = 0, h = 0, mx = 0;
+    frozen_site site;
+    for (int cur = 0; frozen_base_next_site(tensors, n_tensors, !strcmp(arch, "gpt2"), &cur, &site);) {
+        n += site.t->numel;
+        h += st_frozen_bytes(d, site.t->numel);
+        if (site.t->numel > mx) mx = site.t->numel;
+    }
+    *numel = n;
+    *held = h;
+    *panel = d == ST_FROZEN_F32 ? 0 : st_frozen_panel_bytes(mx);
+}
+
+/* frozen_dtype bf16, int8: every matmul weight of the base's blocks into the store, rounded from
+ * the base's vector as it is now, and the fp32 pages of them given back; the hook takes the
+ * blocks' matmuls. Returns ST_OK, or a refusal (the caller frees m). */
+static st_status hold_weights(st_model *m, lora_impl *li, st_err *err) {
+    st_model *b = li->fb.base;
+    int nk = li->fb.n_layer * ST_MM_COUNT, n = 0;
+    frozen_site site;
+    for (int cur = 0; frozen_base_next_site(b->tensors, b->n_tensors, li->fb.gpt2, &cur, &site);) n++;
+    li->held = calloc((size_t)(n ? n : 1), sizeof *li->held);
+    li->held_first = calloc((size_t)nk + 1, sizeof *li->held_first);
+    if (!li->held || !li->held_first) return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    size_t max_numel = 0;
+    for (int cur = 0; frozen_base_next_site(b->tensors, b->n_tensors, li->fb.gpt2, &cur, &site);) {
+        lora_held *a = &li->held[li->n_held];
+        *a = (lora_held){.key = site.key, .out = site.out, .col = site.col, .ld = site.ld, .base_t = site.t};
+        if (frozen_weight_alloc(&a->fw, li->cfg.frozen_dtype, site.t->shape[0], site.t->shape[1],
+                                li->fb.gpt2 ? ST_W_IN_OUT : ST_W_OUT_IN))
+            return st_errf(err, ST_ERR_NOMEM, "lora: cannot allocate the base's %s in frozen_dtype %s", site.t->name,
+                           st_frozen_dtype_name(li->cfg.frozen_dtype));
+        li->n_held++;
+        a->fw.f32 = b->params + site.t->offset;
+        if (site.t->numel > max_numel) max_numel = site.t->numel;
+        if (site.out > li->max_held_out) li->max_held_out = site.out;
+        if (site.out != site.ld) li->packed = 1;
+    }
+    frozen_base_index(li->held_first, nk, li->held, sizeof *li->held, li->n_held);
+    li->panel_bytes = st_frozen_panel_bytes(max_numel);
+    for (int i = 0; i < li->n_held; i++) {
+        const frozen_weight *fw = &li->held[i].fw;
+        int in = fw->layout == ST_W_IN_OUT ? fw->rows : fw->cols;
+        if ((size_t)in * sizeof(float) > li->panel_bytes) /* a panel holds at least one output row */
+            return st_errf(err, ST_ERR_UNSUPPORTED, "key 'frozen_dtype': %s has %d inputs, more than one output row "
+                           "of the %zu-byte dequantising panel holds; use frozen_dtype fp32 for this model",
+                           li->held[i].base_t->name, in, li->panel_bytes);
+        if (frozen_panel_rows(fw, li->panel_bytes / sizeof(float)) < li->held[i].out) li->paneled = 1;
+    }
+    if (!(li->panel = malloc(li->panel_bytes)))
+        return st_errf(err, ST_ERR_NOMEM, "lora: cannot allocate the %zu-byte dequantising panel", li->panel_bytes);
+    for (int i = 0; i < li->n_held; i++) {
+        lora_held *a = &li->held[i];
+        frozen_weight_set(&a->fw, b->params + a->base_t->offset);
+        frozen_release(b->params + a->base_t->offset, a->base_t->numel * sizeof(float));
+    }
+    li->fb.hook.linear_forward = hook_linear_forward;
+    li->fb.hook.linear_backward = hook_linear_backward;
+    (void)m;
+    return ST_OK;
+}
 st_model *st_lora_base(const st_model *m) { return st_model_is_lora(m) ? impl_of(m)->fb.base : NULL; }
 const st_lora_config *st_lora_config_of(const st_model *m) { return st_model_is_lora(m) ? &impl_of(m)->cfg : NULL; }
 
@@ -344,6 +495,17 @@ st_status st_lora_model_create(st_model **out, st_model *base, const st_lora_con
         st_model_free(base);
         return st_errf(err, ST_ERR_UNSUPPORTED, "lora: backend '%s' has no axpy_rows op; train LoRA on the cpu "
                        "backend", name);
+    }
+    if ((unsigned)cfg->frozen_dtype > ST_FROZEN_INT8 ||
+        (cfg->frozen_dtype != ST_FROZEN_F32 && !st_backend_host_memory(base->be))) {
+        const char *name = base->be->ops->name;
+        int fd = (int)cfg->frozen_dtype;
+        st_model_free(base);
+        if ((unsigned)fd > ST_FROZEN_INT8)
+            return st_errf(err, ST_ERR_INVALID, "key 'frozen_dtype': %d is not fp32, bf16 or int8", fd);
+        return st_errf(err, ST_ERR_UNSUPPORTED, "key 'frozen_dtype': %s base weights are dequantised by the host, and "
+                       "backend '%s' keeps its weights elsewhere; train LoRA on the cpu backend or give frozen_dtype "
+                       "fp32", st_frozen_dtype_name((st_frozen_dtype)fd), name);
     }
     int n_ad = 0;
     size_t np = 0;
@@ -402,6 +564,10 @@ st_status st_lora_model_create(st_model **out, st_model *base, const st_lora_con
     }
     frozen_base_drop_grads(&li->fb); /* the base is frozen: its gradient vector goes */
     li->fb.hook = (st_linear_hook){.forward = hook_forward, .backward = hook_backward, .frozen = 1};
+    if (cfg->frozen_dtype != ST_FROZEN_F32 && (s = hold_weights(m, li, err))) {
+        lo_destroy(m);
+        return s;
+    }
     frozen_base_set_hook(&li->fb, &li->fb.hook);
     lo_init_random(m, seed);
     *out = m;
@@ -443,24 +609,10 @@ st_status st_lora_save_adapter(const st_model *m, const char *dir, const char *b
     return write_adapters(m, path, meta, 1, err);
 }
 
-st_status st_lora_save_merged_hf(const st_model *m, const char *dir, st_dtype dtype, st_err *err) {
-    if (!st_model_is_lora(m)) return st_errf(err, ST_ERR_INVALID, "lora: the model has no adapters");
-    lora_impl *li = impl_of(m);
-    st_model *b = li->fb.base;
-    st_backend *be = m->be;
-    size_t nb = b->n_params;
-    float *keep = malloc(nb * sizeof(float)), *w = malloc(nb * sizeof(float)), *ad = malloc(m->n_params * sizeof(float));
-    if (!keep || !w || !ad) {
-        free(keep);
-        free(w);
-        free(ad);
-        return st_errf(err, ST_ERR_NOMEM, "lora: out of memory for the merged weights (%.1f MiB)", 2.0 * nb * 4 / 1048576.0);
-    }
-    be->ops->copy_to_host(be, keep, b->params, nb * sizeof(float));
-    be->ops->copy_to_host(be, ad, m->params, m->n_params * sizeof(float));
-    memcpy(w, keep, nb * sizeof(float));
+/* w (the base's whole vector, host) += s B A of every adapter, in double per element. */
+static void merge_into(const lora_impl *li, float *w, const float *ad) {
     int r = li->cfg.rank;
-    for (int i = 0; i < li->n_ad; i++) { /* W0 += s B A, in double per element */
+    for (int i = 0; i < li->n_ad; i++) {
         const lora_adapter *a = &li->ad[i];
         const float *A = ad + a->a_off, *B = ad + a->b_off;
         float *W = w + a->base_t->offset;
@@ -472,6 +624,39 @@ st_status st_lora_save_merged_hf(const st_model *m, const char *dir, st_dtype dt
                 *e = (float)(*e + li->scale * d);
             }
     }
+}
+
+st_status st_lora_save_merged_hf(const st_model *m, const char *dir, st_dtype dtype, st_err *err) {
+    if (!st_model_is_lora(m)) return st_errf(err, ST_ERR_INVALID, "lora: the model has no adapters");
+    lora_impl *li = impl_of(m);
+    st_model *b = li->fb.base;
+    st_backend *be = m->be;
+    size_t nb = b->n_params;
+    if (li->held) { /* W0 as held, dequantised into the base's vector (host memory) for the write, merged
+                     * there, its pages given back after: the store, the one W0, unchanged */
+        float *ad = malloc(m->n_params * sizeof(float));
+        if (!ad) return st_errf(err, ST_ERR_NOMEM, "lora: out of memory for the adapters");
+        be->ops->copy_to_host(be, ad, m->params, m->n_params * sizeof(float));
+        for (int i = 0; i < li->n_held; i++)
+            frozen_weight_get(&li->held[i].fw, 0, li->held[i].base_t->numel, b->params + li->held[i].base_t->offset);
+        merge_into(li, b->params, ad);
+        st_status s = b->ops->save_hf(b, dir, dtype, err);
+        for (int i = 0; i < li->n_held; i++)
+            frozen_release(b->params + li->held[i].base_t->offset, li->held[i].base_t->numel * sizeof(float));
+        free(ad);
+        return s;
+    }
+    float *keep = malloc(nb * sizeof(float)), *w = malloc(nb * sizeof(float)), *ad = malloc(m->n_params * sizeof(float));
+    if (!keep || !w || !ad) {
+        free(keep);
+        free(w);
+        free(ad);
+        return st_errf(err, ST_ERR_NOMEM, "lora: out of memory for the merged weights (%.1f MiB)", 2.0 * nb * 4 / 1048576.0);
+    }
+    be->ops->copy_to_host(be, keep, b->params, nb * sizeof(float));
+    be->ops->copy_to_host(be, ad, m->params, m->n_params * sizeof(float));
+    memcpy(w, keep, nb * sizeof(float));
+    merge_into(li, w, ad); /* W0 += s B A */
     be->ops->copy_to_device(be, b->params, w, nb * sizeof(float));
     st_status s = b->ops->save_hf(b, dir, dtype, err);
     be->ops->copy_to_device(be, b->params, keep, nb * sizeof(float)); /* the base as it was, bit for bit */

@@ -96,7 +96,7 @@ static const key_def keys[] = {
     {"quiet", K_INT, OFF(quiet), 0, 0, 1, "1: no per-step lines"},
     {"trace", K_INT, OFF(trace), 0, 0, 2, "1: trace every phase to run_dir/trace.json (Perfetto); 2: odd steps only"},
     {"host_budget", K_DOUBLE, OFF(host_budget), 0, 0, 1e18, "host memory in bytes the run must fit (0: MemAvailable)"},
-    {"method", K_STR, STR(method), 0, 0, "what trains: full (every parameter, AdamW; default), lora (low-rank adapters over the frozen base weights, as Hugging Face PEFT: lora_rank, lora_alpha, lora_targets; in memory or with the disk state, under mpirun too; not with layer streaming) or poetx (every matmul weight of the blocks as R W0 P, W0 frozen, R and P block-orthogonal: poetx_block, poetx_terms, poetx_merge_every, poetx_lr, poetx_clip_ramp, poetx_adam_restart; in memory, under mpirun too; not with layer streaming or the disk state)"},
+    {"method", K_STR, STR(method), 0, 0, "what trains: full (every parameter, AdamW; default), lora (low-rank adapters over the frozen base weights, as Hugging Face PEFT: lora_rank, lora_alpha, lora_targets; the base's block matmul weights held in frozen_dtype (QLoRA-style with bf16 or int8); in memory or with the disk state, under mpirun too; not with layer streaming) or poetx (every matmul weight of the blocks as R W0 P, W0 frozen, R and P block-orthogonal: poetx_block, poetx_terms, poetx_merge_every, poetx_lr, poetx_clip_ramp, poetx_adam_restart; in memory, under mpirun too; not with layer streaming or the disk state)"},
     {"lora_rank", K_INT, OFF(lora_rank), 0, 1, 65536, "method lora: the adapters' rank r (at most each adapted projection's smaller dimension)"},
     {"lora_alpha", K_DOUBLE, OFF(lora_alpha), 0, 1e-30, 1e30, "method lora: lora_alpha; the adapters' term is scaled by lora_alpha / lora_rank"},
     {"lora_targets", K_STR, STR(lora_targets), 0, 0, "method lora: the projections adapted, comma-separated, as PEFT's target_modules (GPT-2: c_attn, c_proj, c_fc; the Llama family: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, or q, k, v, o, gate, up, down); empty: c_attn for GPT-2, q_proj,v_proj for the Llama family (PEFT's defaults)"},
@@ -106,7 +106,7 @@ static const key_def keys[] = {
     {"poetx_terms", K_INT, OFF(poetx_terms), 0, 0, 64, "method poetx: the Neumann terms k of each block's Cayley polynomial (I + Q)(I + Q + ... + Q^k)"},
     {"poetx_merge_every", K_INT, OFF(poetx_merge_every), 0, 1, 1000000000, "method poetx: steps between merges (R and P folded into W0, Q reset and its Adam moments with poetx_adam_restart, the permutations redrawn)"},
     {"poetx_recompute", K_INT, OFF(poetx_recompute), 0, -1, 1, "method poetx: 1 forms each weight's rotated input again in the backward instead of keeping it from the forward (less memory, a slower step; the same numbers); 0 keeps it; -1 (default, auto) keeps it where the run's memory with it fits host_budget (else MemAvailable), else recomputes: the choice logged and recorded in config.json as if given"},
-    {"frozen_dtype", K_STR, STR(frozen_dtype), 0, 0, "method poetx: the precision the frozen W0 is held in: fp32 (default), bf16 (2 bytes a value) or int8 (1 byte a value and an fp32 scale and zero per group of 256; asymmetric, round to nearest); bf16 and int8 are dequantised a panel at a time inside the matmuls, a merge is done in fp32 and rounded back, checkpoints keep W0 as held; on the cpu backend. Methods full and lora take fp32 only"},
+    {"frozen_dtype", K_STR, STR(frozen_dtype), 0, 0, "methods poetx and lora: the precision the frozen matmul weights of the blocks (W0) are held in: fp32 (default), bf16 (2 bytes a value) or int8 (1 byte a value and an fp32 scale and zero per group of 256; asymmetric, round to nearest); bf16 and int8 are dequantised a panel at a time inside the matmuls and the base's fp32 copy of them given back; on the cpu backend (device cpu). poetx: a merge is done in fp32 and rounded back, checkpoints keep W0 as held. lora: every block matmul weight is held so (adapted or not; embeddings, head, norms and biases stay fp32), checkpoints hold the adapters only and a resume rounds the base again from init_from or the seed (so it must keep frozen_dtype), save_hf writes the held weights dequantised plus the adapters merged. Method full takes fp32 only"},
     {"poetx_lr", K_DOUBLE, OFF(poetx_lr), 0, -1, 10, "method poetx: the peak learning rate of the packed Q's (R and P), on lr's schedule (warmup, decay); the embeddings, norms and biases keep lr. -1 (default): lr"},
     {"poetx_clip_ramp", K_INT, OFF(poetx_clip_ramp), 0, 0, 1000000000, "method poetx: after each merge the gradient clip threshold starts at poetx_clip_start x grad_clip and rises linearly back to grad_clip over this many steps (step j after a merge, 1 <= j <= N: start + (1 - start) (j - 1) / N of grad_clip); at most poetx_merge_every; needs grad_clip > 0. 0 (default): off"},
     {"poetx_clip_start", K_DOUBLE, OFF(poetx_clip_start), 0, 1e-6, 1, "method poetx: the clip ramp's first threshold after a merge, as a fraction of grad_clip"},
@@ -179,10 +179,10 @@ st_status st_train_config_method(const st_train_config *c, int *lora, st_err *er
     if (m < 0) return st_errf(err, ST_ERR_INVALID, "key 'method': '%s' is not full, lora or poetx", c->method);
     int fd = st_train_config_frozen_dtype(c);
     if (fd < 0) return st_errf(err, ST_ERR_INVALID, "key 'frozen_dtype': '%s' is not fp32, bf16 or int8", c->frozen_dtype);
-    if (fd != ST_FROZEN_F32 && m != ST_TRAIN_METHOD_POETX)
-        return st_errf(err, ST_ERR_UNSUPPORTED, "key 'frozen_dtype': %s W0 is for method poetx; method %s keeps its "
-                       "base weights in fp32 for now: give frozen_dtype fp32 or leave it out", c->frozen_dtype,
-                       c->method);
+    if (fd != ST_FROZEN_F32 && m == ST_TRAIN_METHOD_FULL)
+        return st_errf(err, ST_ERR_UNSUPPORTED, "key 'frozen_dtype': %s W0 is for methods poetx and lora (frozen base "
+                       "weights); method full trains every weight in fp32: give frozen_dtype fp32 or leave it out",
+                       c->frozen_dtype);
     return ST_OK;
 }
 

@@ -61,8 +61,9 @@ st_status st_train_mem_plan(const st_train_config *c, const st_stream_plan *plan
     st_train_method method = st_train_config_method_of(c);
     int own_forward = method != ST_TRAIN_METHOD_FULL;
     size_t trainable = 0;
-    if (method == ST_TRAIN_METHOD_LORA) s = run_lora_trainable(c, a, shape.arch, &trainable, err);
-    run_poetx_bytes pb = {0};
+    run_poetx_bytes pb = {0}; /* LoRA: its frozen base as held only */
+    if (method == ST_TRAIN_METHOD_LORA && !(s = run_lora_trainable(c, a, shape.arch, &trainable, err)))
+        pb.frozen = run_lora_frozen_bytes(c, a, shape.arch); /* 0 for fp32: 4 bytes a base parameter */
     if (method == ST_TRAIN_METHOD_POETX && !(s = run_poetx_trainable(c, a, shape.arch, &trainable, err)))
         s = run_poetx_bytes_of(c, a, shape.arch, c->batch, c->seq, &pb, err);
     if (s) {
@@ -78,7 +79,7 @@ st_status st_train_mem_plan(const st_train_config *c, const st_stream_plan *plan
                          .state_budget = c->state_budget, .model_act_bytes = own_forward ? shape.act_bytes : 0,
                          /* POET-X: its kept h (poetx_recompute 0) and scratch are activations too */
                          .method_start = pb.start, .method_staging = pb.save_staging, .frozen_bytes = pb.frozen,
-                         .frozen_dtype = method == ST_TRAIN_METHOD_POETX && st_train_config_frozen_dtype(c) > 0
+                         .frozen_dtype = own_forward && st_train_config_frozen_dtype(c) > 0
                                              ? st_train_config_frozen_dtype(c) : 0};
     if (own_forward) rq.model_act_bytes += pb.kept_h + pb.scratch;
     st_train_config_act_dtype(c, &rq.act_dtype, NULL); /* checked by st_train_config_resolve; else f32 */

@@ -3,7 +3,9 @@
  * optimizer over the adapters alone, checkpoints of the adapters alone (the base is rebuilt
  * from the same seed or directory on resume), and at the end save_adapter's PEFT directory and
  * save_hf's merged model. The adapters start as PEFT's (A random, B zero) or from a saved
- * adapter directory (init_adapter, or an init_from that is one). In memory, one process, for now. */
+ * adapter directory (init_adapter, or an init_from that is one). The base's block matmul weights
+ * held in frozen_dtype (fp32, bf16 or int8: st_lora_config), rounded again from the same base on
+ * resume. In memory, one process, for now. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -21,10 +23,14 @@ static void lora_config(const st_train_config *c, const char *arch, st_lora_conf
     lc->alpha = c->lora_alpha;
     if (c->lora_targets[0]) snprintf(lc->targets, sizeof lc->targets, "%s", c->lora_targets);
     else snprintf(lc->targets, sizeof lc->targets, "%s", !strcmp(arch, "gpt2") ? "c_attn" : "q_proj,v_proj");
+    int fd = st_train_config_frozen_dtype(c); /* checked by st_train_config_method */
+    lc->frozen_dtype = fd < 0 ? ST_FROZEN_F32 : (st_frozen_dtype)fd;
 }
 
-/* A resume continues the run's own method and adapters: the run directory's config.json
- * (written at its start) against c's method, lora_rank and lora_targets. */
+/* A resume continues the run's own method, adapters and base: the run directory's config.json
+ * (written at its start) against c's method, lora_rank, lora_targets and frozen_dtype (the
+ * checkpoint holds the adapters only: the base is rounded again from init_from or the seed, and
+ * another precision would continue another model). */
 static st_status check_resume(const st_train_config *c, st_err *err) {
     char path[2200];
     st_train_config *was = run_resumed_config(c, path, sizeof path);
@@ -34,11 +40,13 @@ static st_status check_resume(const st_train_config *c, st_err *err) {
         const char *key = m != st_train_config_method_of(c) ? "method"
                           : m != ST_TRAIN_METHOD_LORA ? NULL
                           : was->lora_rank != c->lora_rank ? "lora_rank"
-                          : strcmp(was->lora_targets, c->lora_targets) ? "lora_targets" : NULL;
+                          : strcmp(was->lora_targets, c->lora_targets) ? "lora_targets"
+                          : strcmp(was->frozen_dtype, c->frozen_dtype) ? "frozen_dtype" : NULL;
         if (key)
             s = st_errf(err, ST_ERR_INVALID, "key '%s': the run in %s was trained with method %s (lora_rank %d, "
-                        "lora_targets '%s'); a resume continues it as it was: leave %s out, or start a new run",
-                        key, c->resume, was->method, was->lora_rank, was->lora_targets, key);
+                        "lora_targets '%s', frozen_dtype %s); a resume continues it as it was: leave %s out, or "
+                        "start a new run", key, c->resume, was->method, was->lora_rank, was->lora_targets,
+                        was->frozen_dtype, key);
     }
     free(was);
     return s;
@@ -96,6 +104,13 @@ st_status run_lora_check(const st_train_config *c, st_err *err) {
                            "too, or leave init_adapter out", c->init_adapter);
         return ST_OK;
     }
+    /* the held base is dequantised by the host: said before layer streaming, which a device needs */
+    int cuda_index = -1;
+    if (st_train_config_frozen_dtype(c) > 0 && !st_backend_device_parse(c->device, &cuda_index, NULL) &&
+        cuda_index >= 0)
+        return st_errf(err, ST_ERR_UNSUPPORTED, "key 'frozen_dtype': %s base weights are dequantised by the host; "
+                       "device %s keeps the weights elsewhere: train on device cpu, or give frozen_dtype fp32",
+                       c->frozen_dtype, c->device);
     /* the disk state and ranks hold the adapters' vector as any run's (test_lora_dist.sh); the
      * executor's layer streaming has no linear hook */
     const char *why = NULL;
@@ -121,6 +136,15 @@ st_status run_lora_trainable(const st_train_config *c, const st_arch *a, const c
     st_lora_config lc;
     lora_config(c, family, &lc);
     return st_lora_check(a->lay.tensors, a->lay.n_tensors, family, &lc, n, err);
+}
+
+double run_lora_frozen_bytes(const st_train_config *c, const st_arch *a, const char *family) {
+    st_lora_config lc;
+    lora_config(c, family, &lc);
+    if (lc.frozen_dtype == ST_FROZEN_F32) return 0;
+    size_t numel = 0, held = 0, panel = 0;
+    st_lora_held_bytes(a->lay.tensors, a->lay.n_tensors, family, lc.frozen_dtype, &numel, &held, &panel);
+    return 4.0 * ((double)a->lay.n_params - (double)numel) + (double)held + (double)panel;
 }
 
 st_status run_lora_open(const st_train_config *c, st_model **m, st_err *err) {
