@@ -24,7 +24,8 @@ command -v python3 >/dev/null || { echo "no python3: skipped"; exit 77; }
 lora="--method lora --lora_rank 4 --lora_alpha 8 --lora_targets c_attn,c_fc --warmup_steps 2"
 model="--vocab_size 256 --batch 2 --seq 16 --sample_every 0 --eval_every 0 --quiet 1"
 
-"$S" train --model gpt2-mini $model --steps 1 --lr 0 --run_dir "$T/x" --save_hf "$T/X" >"$T/x.out" 2>&1
+# (a step of full training: its biases are not zero, so the bias path counts)
+"$S" train --model gpt2-mini $model --steps 1 --lr 1e-3 --warmup_steps 0 --run_dir "$T/x" --save_hf "$T/X" >"$T/x.out" 2>&1
 check '[ -f "$T/X/model.safetensors" ]' "the base X: $(tail -1 "$T/x.out")"
 
 # compare.py X R D: every block matmul weight of R is X's rounded in D, every other tensor X's

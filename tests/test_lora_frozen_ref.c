@@ -81,6 +81,12 @@ static void run_case(st_backend *be, const char *preset, const st_model_override
         return;
     }
     bh->ops->init_random(bh, 5);
+    st_rng rng; /* biases and norms away from their initial 0 and 1, so the bias path counts */
+    st_rng_seed(&rng, 11);
+    for (int i = 0; i < bh->n_tensors; i++)
+        if (bh->tensors[i].ndim == 1)
+            for (size_t j = 0; j < bh->tensors[i].numel; j++)
+                bh->params[bh->tensors[i].offset + j] += 0.2f * (st_rng_uniform(&rng) - 0.5f);
     memcpy(bo->params, bh->params, bh->n_params * sizeof(float));
     memcpy(br->params, bh->params, bh->n_params * sizeof(float));
     size_t n_mm = 0;
