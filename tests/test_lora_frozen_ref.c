@@ -99,8 +99,8 @@ static void run_case(st_backend *be, const char *preset, const st_model_override
             for (size_t j = 0; j < t->numel; j++) x[j] = ref_bf16(x[j]);
         else ref_int8(x, t->numel);
     }
-    size_t numel = 0, held = 0, panel = 0;
-    st_lora_held_bytes(bh->tensors, bh->n_tensors, bh->ops->arch, d, &numel, &held, &panel);
+    size_t numel = 0, held = 0, panel = 0, row = 0;
+    st_lora_held_bytes(bh->tensors, bh->n_tensors, bh->ops->arch, d, &numel, &held, &panel, &row);
     CHECK(numel == n_mm, "%s: %zu matmul-weight values held, %zu by name", what, numel, n_mm);
     double per = d == ST_FROZEN_BF16 ? 2.0 : 1.0 + 8.0 / 256;
     CHECK(fabs((double)held - per * n_mm) <= 8.0 * br->n_tensors, "%s: %zu bytes held for %zu values (%.4f each)",

@@ -72,10 +72,12 @@ st_status st_lora_model_create(st_model **out, st_model *base, const st_lora_con
 st_status st_lora_check(const st_param_info *tensors, int n_tensors, const char *arch, const st_lora_config *cfg,
                         size_t *n_params, st_err *err);
 /* The matmul weights of the blocks of a tensor table of family arch ("gpt2", "llama"), as
- * frozen_dtype d holds them: their values (*numel), their bytes in d (*held) and the
- * dequantising panel buffer (*panel; 0 with fp32). */
+ * frozen_dtype d holds them: their values (*numel), their bytes in d (*held), the dequantising
+ * panel buffer (*panel; 0 with fp32) and the held matmuls' scratch in floats per row of the
+ * batch (*row_floats, B x T rows: a packed matmul's projection, a panel's partial product; 0
+ * with fp32). */
 void st_lora_held_bytes(const st_param_info *tensors, int n_tensors, const char *arch, st_frozen_dtype d, size_t *numel,
-                        size_t *held, size_t *panel);
+                        size_t *held, size_t *panel, size_t *row_floats);
 /* 1 when m is a LoRA model. */
 int st_model_is_lora(const st_model *m);
 /* Its base model (frozen weights), and its configuration. */

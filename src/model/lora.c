@@ -56,12 +56,12 @@ typedef struct lora_impl {
     int N, max_out, max_norm;
     char canon_targets[256]; /* the targets under the family's full names (adapter_config.json) */
     /* frozen_dtype bf16, int8: the held weights, held_first[k] .. [k + 1] those of matmul key k */
-    int n_held, *held_first, max_held_out, packed, paneled;
+    int n_held, *held_first, y_cols, tmp_cols;
     lora_held *held;
     float *panel;        /* panel_bytes of host memory: a panel dequantised */
     size_t panel_bytes;
-    float *mm_y, *mm_tmp;/* N x max_held_out each: one projection's product or dout columns
-                          * (packed matmuls only); the panels' partial products (paneled only) */
+    float *mm_y, *mm_tmp;/* N x y_cols: one projection's product or dout columns (packed matmuls);
+                          * N x tmp_cols: a panel's partial product (a weight of several panels) */
 } lora_impl;
 
 static lora_impl *impl_of(const st_model *m) { return (lora_impl *)m->impl; }
@@ -269,11 +269,11 @@ static st_status lo_alloc_acts(st_model *m, int B, int T, st_err *err) {
     if (li->mm_y) be->ops->dealloc(be, li->mm_y);
     if (li->mm_tmp) be->ops->dealloc(be, li->mm_tmp);
     li->mm_y = li->mm_tmp = NULL;
-    size_t nh = (size_t)li->N * li->max_held_out;
-    if ((li->packed && !(li->mm_y = be->ops->alloc(be, nh * sizeof(float)))) ||
-        (li->paneled && !(li->mm_tmp = be->ops->alloc(be, nh * sizeof(float)))))
+    size_t ny = (size_t)li->N * li->y_cols, nt = (size_t)li->N * li->tmp_cols;
+    if ((ny && !(li->mm_y = be->ops->alloc(be, ny * sizeof(float)))) ||
+        (nt && !(li->mm_tmp = be->ops->alloc(be, nt * sizeof(float)))))
         return st_errf(err, ST_ERR_NOMEM, "lora: cannot allocate %.1f MiB of frozen-weight scratch for batch %d x seq %d",
-                       (li->packed + li->paneled) * nh * 4.0 / 1048576.0, B, T);
+                       (ny + nt) * 4.0 / 1048576.0, B, T);
     return ST_OK;
 }
 
@@ -416,11 +416,26 @@ static const st_model_ops lora_ops = {
 
 int st_model_is_lora(const st_model *m) { return m && m->ops == &lora_ops; }
 
-void st_lora_held_bytes(const st_param_info *tensors, int n_tensors, const char *arch, st_frozen_dtype d, size_t *numel,
-                        size_t *held, size_t *panel) {
-    size_t n = 0, h = 0, mx = 0;
+/* The held matmuls' scratch columns over a table (panel_bytes the panel): *y the widest projection
+ * of a packed matmul (0: none packed), *tmp the most output rows of a panel of a weight that takes
+ * several (frozen_panel_rows' count; 0: every weight one panel). */
+static void held_scratch(const st_param_info *tt, int nt, int gpt2, size_t panel_bytes, int *y, int *tmp) {
     frozen_site site;
-    for (int cur = 0; frozen_base_next_site(tensors, n_tensors, !strcmp(arch, "gpt2"), &cur, &site);) {
+    *y = *tmp = 0;
+    for (int cur = 0; frozen_base_next_site(tt, nt, gpt2, &cur, &site);) {
+        size_t pw = panel_bytes / sizeof(float) / (size_t)site.in;
+        if (pw < 1) pw = 1;
+        if (site.out != site.ld && site.out > *y) *y = site.out;
+        if (pw < (size_t)site.out && (int)pw > *tmp) *tmp = (int)pw;
+    }
+}
+
+void st_lora_held_bytes(const st_param_info *tensors, int n_tensors, const char *arch, st_frozen_dtype d, size_t *numel,
+                        size_t *held, size_t *panel, size_t *row_floats) {
+    size_t n = 0, h = 0, mx = 0;
+    int gpt2 = !strcmp(arch, "gpt2"), y = 0, tmp = 0;
+    frozen_site site;
+    for (int cur = 0; frozen_base_next_site(tensors, n_tensors, gpt2, &cur, &site);) {
         n += site.t->numel;
         h += st_frozen_bytes(d, site.t->numel);
         if (site.t->numel > mx) mx = site.t->numel;
@@ -428,6 +443,8 @@ void st_lora_held_bytes(const st_param_info *tensors, int n_tensors, const char 
     *numel = n;
     *held = h;
     *panel = d == ST_FROZEN_F32 ? 0 : st_frozen_panel_bytes(mx);
+    if (*panel) held_scratch(tensors, n_tensors, gpt2, *panel, &y, &tmp);
+    *row_floats = (size_t)y + (size_t)tmp;
 }
 
 /* frozen_dtype bf16, int8: every matmul weight of the base's blocks into the store, rounded from
@@ -452,8 +469,6 @@ static st_status hold_weights(st_model *m, lora_impl *li, st_err *err) {
         li->n_held++;
         a->fw.f32 = b->params + site.t->offset;
         if (site.t->numel > max_numel) max_numel = site.t->numel;
-        if (site.out > li->max_held_out) li->max_held_out = site.out;
-        if (site.out != site.ld) li->packed = 1;
     }
     frozen_base_index(li->held_first, nk, li->held, sizeof *li->held, li->n_held);
     li->panel_bytes = st_frozen_panel_bytes(max_numel);
@@ -464,8 +479,8 @@ static st_status hold_weights(st_model *m, lora_impl *li, st_err *err) {
             return st_errf(err, ST_ERR_UNSUPPORTED, "key 'frozen_dtype': %s has %d inputs, more than one output row "
                            "of the %zu-byte dequantising panel holds; use frozen_dtype fp32 for this model",
                            li->held[i].base_t->name, in, li->panel_bytes);
-        if (frozen_panel_rows(fw, li->panel_bytes / sizeof(float)) < li->held[i].out) li->paneled = 1;
     }
+    held_scratch(b->tensors, b->n_tensors, li->fb.gpt2, li->panel_bytes, &li->y_cols, &li->tmp_cols);
     if (!(li->panel = malloc(li->panel_bytes)))
         return st_errf(err, ST_ERR_NOMEM, "lora: cannot allocate the %zu-byte dequantising panel", li->panel_bytes);
     for (int i = 0; i < li->n_held; i++) {

@@ -142,9 +142,11 @@ double run_lora_frozen_bytes(const st_train_config *c, const st_arch *a, const c
     st_lora_config lc;
     lora_config(c, family, &lc);
     if (lc.frozen_dtype == ST_FROZEN_F32) return 0;
-    size_t numel = 0, held = 0, panel = 0;
-    st_lora_held_bytes(a->lay.tensors, a->lay.n_tensors, family, lc.frozen_dtype, &numel, &held, &panel);
-    return 4.0 * ((double)a->lay.n_params - (double)numel) + (double)held + (double)panel;
+    size_t numel = 0, held = 0, panel = 0, row = 0;
+    st_lora_held_bytes(a->lay.tensors, a->lay.n_tensors, family, lc.frozen_dtype, &numel, &held, &panel, &row);
+    /* the held matmuls' scratch (B x T rows) with the panel: the store's own working memory */
+    return 4.0 * ((double)a->lay.n_params - (double)numel) + (double)held + (double)panel +
+           4.0 * (double)c->batch * (double)c->seq * (double)row;
 }
 
 st_status run_lora_open(const st_train_config *c, st_model **m, st_err *err) {
