@@ -116,4 +116,18 @@ void st_poetx_draw_perms(st_model *m, uint64_t seed, int64_t step);
  * unchanged up to fp32 rounding (and frozen_dtype's). */
 st_status st_poetx_merge(st_model *m, uint64_t seed, int64_t step, st_err *err);
 
+/* For a run from scratch (key poetx_init orthogonal): w (rows x cols, row-major, as initialised)
+ * replaced by s times a random matrix with orthonormal rows or columns (Haar: the Q of a QR of a
+ * Gaussian matrix drawn from seed), every singular value s = gain x w's RMS singular value
+ * (|w|_F / sqrt(min(rows, cols))): POET-X keeps W0's spectrum, so it starts flat and at the scale
+ * training wants rather than spread and small. name: for messages. Refused: gain not positive
+ * ('poetx_init_gain'); out of memory (8 bytes a value for the QR). */
+st_status st_poetx_orthogonal_w0(float *w, int rows, int cols, float gain, uint64_t seed, const char *name,
+                                 st_err *err);
+/* st_poetx_orthogonal_w0 over every matmul weight of the blocks of base (GPT-2 or the Llama
+ * family, its weights initialised), each from its own stream of seed; the rest unchanged. Before
+ * st_poetx_model_create, or before the POET-X model's init_random (which takes the base's weights
+ * anew). */
+st_status st_poetx_orthogonal_base(st_model *base, float gain, uint64_t seed, st_err *err);
+
 #endif
