@@ -3,14 +3,14 @@
 # (state_paths; W0 of each merge in its own file beside the store), against the same run in
 # memory (gpt2-tiny, b 8, a merge every 3 steps, 10 steps: merges at 3, 6 and 9):
 #  - the same losses, a byte-identical --save_hf directory's weights and final weights (the
-#    trained tensors, Q, W0, the permutations), with fp32 state and W0, and with 8-bit state and
-#    int8 W0;
+#    trained tensors, Q, W0, the permutations), with fp32 state and W0, with 8-bit state and
+#    int8 W0, and with Q's moments kept across a merge (poetx_adam_restart 0);
 #  - stopped right after a merge (--stop_at 3) and right before one (5), resumed from the store:
 #    the same losses, byte-identical weights;
 #  - killed at chosen instants (STRATA_FAILPOINT) and resumed, byte-identical: after the store
 #    committed the merge's step 6 and before W0's file (the merge made again on resume), after W0's
 #    file and before the older file is removed, after the step's commit and before its log line;
-#  - killed with SIGKILL at random moments of a 600-step run and resumed each time: every resume
+#  - killed with SIGKILL at random moments of a 1500-step run and resumed each time: every resume
 #    at the last logged step or the one after, the final weights bit for bit the in-memory run's;
 #  - a resume with another method, poetx_block or frozen_dtype refused naming the key; W0's file
 #    missing refused naming it;
@@ -33,9 +33,10 @@ same_run() { # same_run REF DIR HF LABEL [UNLOGGED]: DIR's logged losses are REF
 }
 
 # --- in memory against the disk state: fp32; 8-bit state with int8 W0
-for v in f32 q8; do
+for v in f32 q8 keep; do
   extra=""
   [ $v = q8 ] && extra="--optim_state 8bit --frozen_dtype int8"
+  [ $v = keep ] && extra="--poetx_adam_restart 0" # Q's master weights reset at a merge, its moments kept
   "$S" train $poet $extra --steps 10 --run_dir "$T/mem-$v" --save_hf "$T/mem-$v.hf" >"$T/mem-$v.out" 2>&1
   check '[ $? -eq 0 ] && [ -f "$(final "$T/mem-$v" 10)" ]' "$v in memory: $(tail -2 "$T/mem-$v.out")"
   mkdir -p "$T/st-$v"
@@ -98,7 +99,7 @@ check '[ -n "$pd" ] && [ -n "$pi8" ] && [ $((pd - pi8)) -gt $((2 * 24576 * 2)) ]
 # --- SIGKILL at random moments (the loop of test_store_kill.sh): every resume at the last logged
 # step k or k+1, and the run ends on the in-memory run's weights bit for bit
 last_step() { if [ -s "$1/metrics.jsonl" ]; then tail -n 1 "$1/metrics.jsonl" | sed 's/^{"step":\([0-9]*\),.*/\1/'; else echo 0; fi; }
-N=600
+N=1500
 "$S" train $poet --steps $N --run_dir "$T/kref" >"$T/kref.out" 2>&1
 check '[ $? -eq 0 ]' "the in-memory run of $N steps: $(tail -2 "$T/kref.out")"
 mkdir -p "$T/kst"
@@ -111,7 +112,7 @@ while [ $kills -lt 20 ] && [ $tries -lt 60 ] && [ $((SECONDS - t0)) -lt 40 ]; do
   before=$(last_step "$T/krun")
   "$S" train $poet --steps $N --run_dir "$T/krun" --state_paths "$T/kst" $R >"$T/kout.$tries" 2>&1 &
   pid=$!
-  sleep "0.$(printf %03d $((RANDOM % 250 + 30)))"
+  sleep "0.$(printf %03d $((RANDOM % 130 + 20)))"
   if kill -9 $pid 2>/dev/null; then kills=$((kills + 1)); fi
   wait $pid 2>/dev/null
   if [ -n "$R" ]; then
@@ -134,7 +135,7 @@ if [ ! -s "$T/krun/model.safetensors" ]; then # not finished, or killed before t
   "$S" train $poet --steps $N --run_dir "$T/krun" --state_paths "$T/kst" $R >"$T/kfinal.out" 2>&1
   check '[ $? -eq 0 ]' "the final resume: $(tail -2 "$T/kfinal.out")"
 fi
-echo "poetx-disk: killed $kills times in $tries tries, last logged step $(last_step "$T/krun")"
+echo "poetx-disk: killed $kills times in $tries tries, $(cat "$T"/kout.* | grep -c "made again") resumes merged again, last logged step $(last_step "$T/krun")"
 check 'cmp -s "$(final "$T/kref" $N)" "$T/krun/model.safetensors"' \
   "after $kills kills the final weights differ from the in-memory run's"
 

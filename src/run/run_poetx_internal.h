@@ -8,8 +8,8 @@
 #include "strata/step.h"
 #include "strata/train.h"
 
-/* method poetx's keys against the model's tensor table, allocating no weights: layer streaming,
- * the disk state, 8-bit optimizer state or several ranks (not yet), a block size that divides
+/* method poetx's keys against the model's tensor table, allocating no weights: layer streaming
+ * and the disk state under ranks (not yet), a block size that divides
  * no dimension of some weight (naming the key and the tensor), a resume with another
  * poetx_block or poetx_terms. Nothing for other methods. world: the ranks of the run. */
 st_status run_poetx_check(const st_train_config *c, int world, st_err *err);
