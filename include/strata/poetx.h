@@ -115,6 +115,15 @@ void st_poetx_draw_perms(st_model *m, uint64_t seed, int64_t step);
  * in frozen_dtype), Q <- 0, the permutations redrawn from (seed, step). The model's function is
  * unchanged up to fp32 rounding (and frozen_dtype's). */
 st_status st_poetx_merge(st_model *m, uint64_t seed, int64_t step, st_err *err);
+/* W0 alone, as held (frozen_dtype's bytes), and the permutations, to path atomically (temporary,
+ * fsync, rename), tagged with the step of the merge that made it (metadata poetx_merge_step):
+ * what a run with its trained vector on disk keeps besides it. The trained vector is not
+ * written. */
+st_status st_poetx_save_w0(const st_model *m, const char *path, int64_t merge_step, st_err *err);
+/* W0 and the permutations from a file st_poetx_save_w0 wrote for the merge at merge_step, byte
+ * for byte; the trained vector untouched. Another poetx_block, frozen_dtype or merge step is
+ * refused naming it, and nothing is changed. */
+st_status st_poetx_load_w0(st_model *m, const char *path, int64_t merge_step, st_err *err);
 
 /* For a run from scratch (key poetx_init orthogonal): w (rows x cols, row-major, as initialised)
  * replaced by s times a random matrix with orthonormal rows or columns (Haar: the Q of a QR of a
