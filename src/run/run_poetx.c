@@ -31,7 +31,8 @@ static st_poetx_config poetx_config(const st_train_config *c) {
 
 /* A resume continues the run's own numerics: the block size and terms (the method itself:
  * run_lora_check), Q's learning rate, the clip ramp and the moments' restart at a merge,
- * W0's precision (frozen_dtype). */
+ * W0's precision (frozen_dtype) and its initialisation (poetx_init: the disk state's resume before
+ * the first merge draws W0 again). */
 static st_status check_resume(const st_train_config *c, st_err *err) {
     char path[2200];
     st_train_config *was = run_resumed_config(c, path, sizeof path);
@@ -62,6 +63,13 @@ static st_status check_resume(const st_train_config *c, st_err *err) {
         } else if (strcmp(was->frozen_dtype, c->frozen_dtype)) {
             key = "frozen_dtype";
             snprintf(then, sizeof then, "%s", was->frozen_dtype), snprintf(now, sizeof now, "%s", c->frozen_dtype);
+        } else if (strcmp(was->poetx_init, c->poetx_init)) { /* a resume before the first merge draws W0 again */
+            key = "poetx_init";
+            snprintf(then, sizeof then, "%s", was->poetx_init), snprintf(now, sizeof now, "%s", c->poetx_init);
+        } else if (!strcmp(c->poetx_init, "orthogonal") && was->poetx_init_gain != c->poetx_init_gain) {
+            key = "poetx_init_gain";
+            snprintf(then, sizeof then, "%.17g", was->poetx_init_gain);
+            snprintf(now, sizeof now, "%.17g", c->poetx_init_gain);
         }
         if (key)
             s = st_errf(err, ST_ERR_INVALID, "key '%s': the run in %s was trained with %s %s, this resume gives %s; "
@@ -80,6 +88,12 @@ static st_status check_keys(const st_train_config *c, st_err *err) {
     if (c->poetx_clip_ramp > 0 && !(c->grad_clip > 0))
         return st_errf(err, ST_ERR_INVALID, "key 'poetx_clip_ramp': the ramp rises back to grad_clip, which is %g "
                        "(no clipping); give grad_clip > 0, or poetx_clip_ramp 0", c->grad_clip);
+    if (strcmp(c->poetx_init, "model") && strcmp(c->poetx_init, "orthogonal"))
+        return st_errf(err, ST_ERR_INVALID, "key 'poetx_init': '%s' is not model or orthogonal", c->poetx_init);
+    if (!strcmp(c->poetx_init, "orthogonal") && c->init_from[0])
+        return st_errf(err, ST_ERR_INVALID, "key 'poetx_init': orthogonal replaces the initialisation of a run from "
+                       "scratch, and init_from %s gives W0 itself; leave poetx_init out (or init_from, to train from "
+                       "scratch)", c->init_from);
     if (c->poetx_clip_ramp > c->poetx_merge_every)
         return st_errf(err, ST_ERR_INVALID, "key 'poetx_clip_ramp': %d steps is longer than the %d between merges "
                        "(poetx_merge_every); give at most %d", c->poetx_clip_ramp, c->poetx_merge_every,
@@ -97,6 +111,8 @@ static st_status check_not_poetx(const st_train_config *c, st_err *err) {
                       : c->poetx_clip_ramp != d->poetx_clip_ramp   ? "poetx_clip_ramp"
                       : c->poetx_clip_start != d->poetx_clip_start ? "poetx_clip_start"
                       : c->poetx_adam_restart != d->poetx_adam_restart ? "poetx_adam_restart"
+                      : strcmp(c->poetx_init, d->poetx_init)           ? "poetx_init"
+                      : c->poetx_init_gain != d->poetx_init_gain       ? "poetx_init_gain"
                                                                        : NULL;
     free(d);
     if (!key) return ST_OK;
@@ -201,6 +217,11 @@ st_status run_poetx_open(const st_train_config *c, st_model **m, st_err *err) {
      * the wrap did: the same model bit for bit as initialising before the wrap. */
     st_model *base = st_poetx_base(pm);
     base->ops->init_random(base, c->seed);
+    if (!strcmp(c->poetx_init, "orthogonal")) {
+        st_log(1, "strata train: poetx_init orthogonal: every block matmul weight's W0 a random orthogonal matrix with "
+               "one singular value, %g x its initialisation's RMS one\n", c->poetx_init_gain);
+        if ((s = st_poetx_orthogonal_base(base, (float)c->poetx_init_gain, c->seed, err))) return s;
+    }
     pm->ops->init_random(pm, c->seed);
     return ST_OK;
 }
