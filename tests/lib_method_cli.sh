@@ -1,5 +1,5 @@
 # lib_method_cli.sh - what the training-method CLI tests share (test_lora_cli.sh,
-# test_poetx_cli.sh; sourced by them, not a test itself: its name does not match test_*.sh).
+# test_poetx_cli.sh, test_poetx_disk.sh; sourced by them, not a test itself: its name does not match test_*.sh).
 # After `. "$(dirname "$0")/lib_method_cli.sh"`:
 #   method_begin NAME     S (strata), T (a fresh temporary directory /tmp/strata-NAME-*),
 #                         fail=0, checks=0, check COND MESSAGE (COND eval'd; counted), tiny (the

@@ -125,7 +125,7 @@ static bool run(st_backend *inner, const st_arch *arch, const Variant &v, int B,
     std::vector<int32_t> in(n), tg(n);
     for (int s = 0; s < STEPS; s++) {
         batch(s, n, arch->lay.vocab_size, in, tg);
-        st_adamw_params hp = {1e-3f, 0.9f, 0.95f, 1e-8f, s + 1, 1.0f};
+        st_adamw_params hp = {1e-3f, 0.9f, 0.95f, 1e-8f, s + 1, 1.0f, 0.0f}; // lr2: no second learning-rate class here
         st_stream_step_stats st;
         if (st_stream_step_accum(x, v.n_micro, in.data(), tg.data(), &hp, 1.0f, &st, &err) != ST_OK) {
             CHECK(0, "%s on %s, step %d: %s", v.preset, inner->ops->name, s, err.msg);

@@ -404,6 +404,8 @@ typedef struct st_mem_request {
     double frozen_bytes;       /* > 0: the frozen base as held (POET-X's W0 in frozen_dtype), in
                                   place of 4 bytes a base parameter */
     int frozen_dtype;          /* ...W0's precision, strata/poetx.h's st_frozen_dtype (0: fp32) */
+    double method_disk;        /* state_on_disk: what the method keeps on state_paths besides the
+                                  store (POET-X: W0 and the permutations of two merges' files) */
 } st_mem_request;
 
 /* Bytes per class of training state and the peak each tier must hold. */

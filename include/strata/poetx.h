@@ -115,5 +115,28 @@ void st_poetx_draw_perms(st_model *m, uint64_t seed, int64_t step);
  * in frozen_dtype), Q <- 0, the permutations redrawn from (seed, step). The model's function is
  * unchanged up to fp32 rounding (and frozen_dtype's). */
 st_status st_poetx_merge(st_model *m, uint64_t seed, int64_t step, st_err *err);
+/* W0 alone, as held (frozen_dtype's bytes), and the permutations, to path atomically (temporary,
+ * fsync, rename), tagged with the step of the merge that made it (metadata poetx_merge_step):
+ * what a run with its trained vector on disk keeps besides it. The trained vector is not
+ * written. */
+st_status st_poetx_save_w0(const st_model *m, const char *path, int64_t merge_step, st_err *err);
+/* W0 and the permutations from a file st_poetx_save_w0 wrote for the merge at merge_step, byte
+ * for byte; the trained vector untouched. Another poetx_block, frozen_dtype or merge step is
+ * refused naming it, and nothing is changed. */
+st_status st_poetx_load_w0(st_model *m, const char *path, int64_t merge_step, st_err *err);
+
+/* For a run from scratch (key poetx_init orthogonal): w (rows x cols, row-major, as initialised)
+ * replaced by s times a random matrix with orthonormal rows or columns (Haar: the Q of a QR of a
+ * Gaussian matrix drawn from seed), every singular value s = gain x w's RMS singular value
+ * (|w|_F / sqrt(min(rows, cols))): POET-X keeps W0's spectrum, so it starts flat and at the scale
+ * training wants rather than spread and small. name: for messages. Refused: gain not positive
+ * ('poetx_init_gain'); out of memory (8 bytes a value for the QR). */
+st_status st_poetx_orthogonal_w0(float *w, int rows, int cols, float gain, uint64_t seed, const char *name,
+                                 st_err *err);
+/* st_poetx_orthogonal_w0 over every matmul weight of the blocks of base (GPT-2 or the Llama
+ * family, its weights initialised), each from its own stream of seed; the rest unchanged. Before
+ * st_poetx_model_create, or before the POET-X model's init_random (which takes the base's weights
+ * anew). */
+st_status st_poetx_orthogonal_base(st_model *base, float gain, uint64_t seed, st_err *err);
 
 #endif

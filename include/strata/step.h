@@ -100,6 +100,10 @@ typedef struct st_step_hp {
     float grad_clip;       /* <= 0: no clipping */
     const void *blob;      /* the disk state: committed with the update (the loop's state after it) */
     size_t blob_bytes;
+    /* the disk state in memory (st_store_step_args' keys of the same names): before the update,
+     * the master weights (reset_master) and moments (reset_moments) of the segments of class
+     * reset_class reset, committed with it; elsewhere not read */
+    int reset_master, reset_moments, reset_class;
 } st_step_hp;
 
 typedef struct st_step_result {

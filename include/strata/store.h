@@ -147,6 +147,11 @@ typedef struct st_store_step_args {
                           speculative step: any finite value; the caller checks the norm) */
     const void *blob;  /* committed with the step (<= ST_STORE_MAX_BLOB bytes) */
     size_t blob_bytes;
+    /* Optional, before each subgroup's update: the master weights of the segments of
+     * learning-rate class reset_class set to 0 (reset_master), and their moments zeroed as
+     * st_optim_reset_class does (reset_moments); committed with the step, torn never (method
+     * poetx: Q and its moments after a merge, in the update that follows it). */
+    int reset_master, reset_moments, reset_class;
 } st_store_step_args;
 
 typedef struct st_store_stats {

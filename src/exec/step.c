@@ -248,7 +248,8 @@ static st_status step_update(st_step *s, const float *g, double sumsq, const st_
     if (s->store) { /* through the disk state, committed with the loop's state */
         st_store_step_args sa = {.grads = store_grads_at, .grad_dtype = ST_F32, .work = store_work_at,
                                  .work_dtype = ST_F32, .ctx = s, .grad_sumsq = sumsq, .blob = hp->blob,
-                                 .blob_bytes = hp->blob_bytes};
+                                 .blob_bytes = hp->blob_bytes, .reset_master = hp->reset_master,
+                                 .reset_moments = hp->reset_moments, .reset_class = hp->reset_class};
         st = st_store_step(s->store, &sa, &a, err);
     } else {
         /* the sum of squares is already known: the engine need not read the gradients twice;

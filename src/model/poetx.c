@@ -277,7 +277,8 @@ static void po_init_random(st_model *m, uint64_t seed) {
  * U8 and "<w>.w0_scale", ".w0_zero" F32, one per group; metadata frozen_dtype) and its
  * permutations ("<w>.perm_in", ".perm_out", I32), so that a checkpoint resumes bit for bit
  * across a merge. */
-static st_status po_save(const st_model *m, const char *path, st_err *err) {
+static st_status save_file(const st_model *m, const char *path, int with_trainables, const char *merge_step,
+                           st_err *err) {
     poet_impl *pi = impl_of(m);
     st_backend *be = m->be;
     size_t nw0 = 0, np = 0;
@@ -286,12 +287,13 @@ static st_status po_save(const st_model *m, const char *path, st_err *err) {
         np += (size_t)pi->w[i].in + pi->w[i].out;
     }
     const st_frozen_dtype fd = pi->cfg.frozen_dtype;
-    int q8 = fd == ST_FROZEN_INT8, nt = m->n_tensors + (3 + 2 * q8) * pi->n_w;
+    int q8 = fd == ST_FROZEN_INT8, nt = (with_trainables ? m->n_tensors : 0) + (3 + 2 * q8) * pi->n_w;
     /* in host memory W0 is written from the base's own vector: no staging copy of it (at 2B
      * parameters that copy was 7.9 GB, the run's peak at its checkpoint) */
     const int direct = st_backend_host_memory(be);
     if (fd != ST_FROZEN_F32) nw0 = 0; /* the store's, in host memory */
-    float *host = malloc(m->n_params * sizeof(float)), *w0 = malloc((direct || !nw0 ? 1 : nw0) * sizeof(float));
+    float *host = malloc((with_trainables ? m->n_params : 1) * sizeof(float));
+    float *w0 = malloc((direct || !nw0 ? 1 : nw0) * sizeof(float));
     int32_t *perm = malloc((np ? np : 1) * sizeof(int32_t));
     st_tensor_out *to = calloc((size_t)nt, sizeof *to);
     char(*names)[160] = calloc((size_t)(4 * pi->n_w + 1), sizeof *names);
@@ -300,10 +302,10 @@ static st_status po_save(const st_model *m, const char *path, st_err *err) {
         s = st_errf(err, ST_ERR_NOMEM, "out of memory");
         goto done;
     }
-    be->ops->copy_to_host(be, host, m->params, m->n_params * sizeof(float));
+    if (with_trainables) be->ops->copy_to_host(be, host, m->params, m->n_params * sizeof(float));
     be->ops->copy_to_host(be, perm, pi->perms, np * sizeof(int32_t));
     int k = 0;
-    for (int i = 0; i < m->n_tensors; i++, k++) {
+    for (int i = 0; with_trainables && i < m->n_tensors; i++, k++) {
         const st_param_info *t = &pi->tensors[i];
         to[k] = (st_tensor_out){.name = t->name, .dtype = ST_F32, .ndim = t->ndim, .data = host + t->offset};
         for (int d = 0; d < t->ndim; d++) to[k].shape[d] = t->shape[d];
@@ -345,8 +347,8 @@ static st_status po_save(const st_model *m, const char *path, st_err *err) {
     snprintf(b, sizeof b, "%d", pi->cfg.block);
     snprintf(kk, sizeof kk, "%d", pi->cfg.terms);
     const char *meta[] = {"format", "strata-poetx", "poetx_block", b, "poetx_terms", kk,
-                          "frozen_dtype", st_frozen_dtype_name(fd)};
-    s = st_safetensors_write(path, to, nt, meta, 4, err);
+                          "frozen_dtype", st_frozen_dtype_name(fd), "poetx_merge_step", merge_step};
+    s = st_safetensors_write(path, to, nt, meta, merge_step ? 5 : 4, err);
 done:
     free(host);
     free(w0);
@@ -354,6 +356,10 @@ done:
     free(to);
     free(names);
     return s;
+}
+
+static st_status po_save(const st_model *m, const char *path, st_err *err) {
+    return save_file(m, path, 1, NULL, err);
 }
 
 /* W0 of tensor t in the file in precision fd (bf16: BF16; int8: U8 codes and the F32 scales and
@@ -398,7 +404,7 @@ static void load_stored_w0(const st_safetensors *st, const st_param_info *t, fro
 
 /* A file po_save wrote: every tensor of the table; W0 and the permutations where present (a
  * checkpoint has them; without them the base's W0 and the drawn permutations stay). */
-static st_status po_load(st_model *m, const char *path, st_err *err) {
+static st_status load_file(st_model *m, const char *path, int with_trainables, int64_t merge_step, st_err *err) {
     poet_impl *pi = impl_of(m);
     st_backend *be = m->be;
     st_safetensors *st;
@@ -422,12 +428,21 @@ static st_status po_load(st_model *m, const char *path, st_err *err) {
         st_safetensors_close(st);
         return s;
     }
-    float *host = malloc(m->n_params * sizeof(float));
+    /* W0 alone (st_poetx_load_w0): the file of the merge asked for, holding W0 */
+    const char *ms = st_safetensors_meta(st, "poetx_merge_step");
+    if (merge_step >= 0 && (!ms || strtoll(ms, NULL, 10) != merge_step || !pi->n_w ||
+                            !st_safetensors_find(st, pi->w[0].base_t->name))) {
+        s = st_errf(err, ST_ERR_FORMAT, "%s: no W0 of the merge at step %lld (the file says merge step %s); the "
+                    "run's W0 files are not this state's", path, (long long)merge_step, ms ? ms : "none");
+        st_safetensors_close(st);
+        return s;
+    }
+    float *host = malloc((with_trainables ? m->n_params : 1) * sizeof(float));
     if (!host) {
         st_safetensors_close(st);
         return st_errf(err, ST_ERR_NOMEM, "out of memory");
     }
-    for (int i = 0; !s && i < m->n_tensors; i++) {
+    for (int i = 0; !s && with_trainables && i < m->n_tensors; i++) {
         const st_param_info *t = &pi->tensors[i];
         int64_t shape[4];
         for (int d = 0; d < t->ndim; d++) shape[d] = t->shape[d];
@@ -469,7 +484,7 @@ static st_status po_load(st_model *m, const char *path, st_err *err) {
         }
     }
     if (!s) {
-        be->ops->copy_to_device(be, m->params, host, m->n_params * sizeof(float));
+        if (with_trainables) be->ops->copy_to_device(be, m->params, host, m->n_params * sizeof(float));
         for (size_t i = 0, wo = 0; have && i < (size_t)pi->n_w; wo += pi->w[i].base_t->numel, i++) {
             const poet_weight *a = &pi->w[i];
             char pn[160];
@@ -492,6 +507,8 @@ static st_status po_load(st_model *m, const char *path, st_err *err) {
     st_safetensors_close(st);
     return s;
 }
+
+static st_status po_load(st_model *m, const char *path, st_err *err) { return load_file(m, path, 1, -1, err); }
 
 static double po_flops(const st_model *m, int T) {
     const st_model *b = impl_of(m)->fb.base;
@@ -605,6 +622,16 @@ void st_poetx_frozen_bytes(const st_model *m, size_t *w0, size_t *panel) {
     for (int i = 0; pi && i < pi->n_w; i++) n += st_frozen_bytes(pi->cfg.frozen_dtype, pi->w[i].base_t->numel);
     if (w0) *w0 = n;
     if (panel) *panel = pi ? pi->panel_bytes : 0;
+}
+st_status st_poetx_save_w0(const st_model *m, const char *path, int64_t merge_step, st_err *err) {
+    if (!st_model_is_poetx(m)) return st_errf(err, ST_ERR_INVALID, "poetx: the model is not a POET-X model");
+    char ms[24];
+    snprintf(ms, sizeof ms, "%lld", (long long)merge_step);
+    return save_file(m, path, 0, ms, err);
+}
+st_status st_poetx_load_w0(st_model *m, const char *path, int64_t merge_step, st_err *err) {
+    if (!st_model_is_poetx(m)) return st_errf(err, ST_ERR_INVALID, "poetx: the model is not a POET-X model");
+    return load_file(m, path, 0, merge_step < 0 ? 0 : merge_step, err);
 }
 size_t st_poetx_q_offset(const st_model *m) { return st_model_is_poetx(m) ? impl_of(m)->q_off : 0; }
 

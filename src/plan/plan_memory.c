@@ -101,7 +101,8 @@ st_status st_plan_memory(const st_mem_request *rq, st_mem_plan *e, st_err *err) 
         moments = e->state_buffers;
         /* two regions a subgroup (crash-safe), each the master weights and the moments */
         e->tier_need[ST_MEM_TIER_DISK] = 2.0 * (e->n_trainable > 0 ? e->n_trainable : n) *
-                                         st_store_bytes_per_param((st_optim_state_format)rq->state_format);
+                                         st_store_bytes_per_param((st_optim_state_format)rq->state_format) +
+                                     (rq->method_disk > 0 ? rq->method_disk : 0);
     }
     double acts_host = e->streamed && !rq->device_is_host && rq->model_act_bytes <= 0 ? 0 : e->acts_stored;
     if (e->streamed && rq->model_act_bytes <= 0) e->tier_need[ST_MEM_TIER_DEVICE] = e->acts_stored;

@@ -96,7 +96,7 @@ static const key_def keys[] = {
     {"quiet", K_INT, OFF(quiet), 0, 0, 1, "1: no per-step lines"},
     {"trace", K_INT, OFF(trace), 0, 0, 2, "1: trace every phase to run_dir/trace.json (Perfetto); 2: odd steps only"},
     {"host_budget", K_DOUBLE, OFF(host_budget), 0, 0, 1e18, "host memory in bytes the run must fit (0: MemAvailable)"},
-    {"method", K_STR, STR(method), 0, 0, "what trains: full (every parameter, AdamW; default), lora (low-rank adapters over the frozen base weights, as Hugging Face PEFT: lora_rank, lora_alpha, lora_targets; the base's block matmul weights held in frozen_dtype (QLoRA-style with bf16 or int8); in memory or with the disk state, under mpirun too; not with layer streaming) or poetx (every matmul weight of the blocks as R W0 P, W0 frozen, R and P block-orthogonal: poetx_block, poetx_terms, poetx_merge_every, poetx_lr, poetx_clip_ramp, poetx_adam_restart; in memory, under mpirun too; not with layer streaming or the disk state)"},
+    {"method", K_STR, STR(method), 0, 0, "what trains: full (every parameter, AdamW; default), lora (low-rank adapters over the frozen base weights, as Hugging Face PEFT: lora_rank, lora_alpha, lora_targets; the base's block matmul weights held in frozen_dtype (QLoRA-style with bf16 or int8); in memory or with the disk state, under mpirun too; not with layer streaming) or poetx (every matmul weight of the blocks as R W0 P, W0 frozen, R and P block-orthogonal: poetx_block, poetx_terms, poetx_merge_every, poetx_lr, poetx_clip_ramp, poetx_adam_restart, poetx_init; in memory (under mpirun too) or with the disk state in one process, W0 of each merge in a file beside the store; not with layer streaming)"},
     {"lora_rank", K_INT, OFF(lora_rank), 0, 1, 65536, "method lora: the adapters' rank r (at most each adapted projection's smaller dimension)"},
     {"lora_alpha", K_DOUBLE, OFF(lora_alpha), 0, 1e-30, 1e30, "method lora: lora_alpha; the adapters' term is scaled by lora_alpha / lora_rank"},
     {"lora_targets", K_STR, STR(lora_targets), 0, 0, "method lora: the projections adapted, comma-separated, as PEFT's target_modules (GPT-2: c_attn, c_proj, c_fc; the Llama family: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, or q, k, v, o, gate, up, down); empty: c_attn for GPT-2, q_proj,v_proj for the Llama family (PEFT's defaults)"},
@@ -110,6 +110,8 @@ static const key_def keys[] = {
     {"poetx_lr", K_DOUBLE, OFF(poetx_lr), 0, -1, 10, "method poetx: the peak learning rate of the packed Q's (R and P), on lr's schedule (warmup, decay); the embeddings, norms and biases keep lr. -1 (default): lr"},
     {"poetx_clip_ramp", K_INT, OFF(poetx_clip_ramp), 0, 0, 1000000000, "method poetx: after each merge the gradient clip threshold starts at poetx_clip_start x grad_clip and rises linearly back to grad_clip over this many steps (step j after a merge, 1 <= j <= N: start + (1 - start) (j - 1) / N of grad_clip); at most poetx_merge_every; needs grad_clip > 0. 0 (default): off"},
     {"poetx_clip_start", K_DOUBLE, OFF(poetx_clip_start), 0, 1e-6, 1, "method poetx: the clip ramp's first threshold after a merge, as a fraction of grad_clip"},
+    {"poetx_init", K_STR, STR(poetx_init), 0, 0, "method poetx trained from scratch: the W0 it starts from, whose singular values POET-X never changes: model (default: the model's own initialisation, a Gaussian's spread spectrum at its scale) or orthogonal (every block matmul weight a random orthogonal matrix times one singular value, poetx_init_gain x the RMS singular value of the model's initialisation; docs/BENCHMARKS.md measures it against AdamW); not with init_from, whose weights are the W0"},
+    {"poetx_init_gain", K_DOUBLE, OFF(poetx_init_gain), 0, 1e-3, 1e3, "method poetx with poetx_init orthogonal: W0's one singular value over the RMS singular value of the model's initialisation of that weight (1: the same Frobenius norm)"},
     {"poetx_adam_restart", K_INT, OFF(poetx_adam_restart), 0, 0, 1, "method poetx: 1 (default) zeroes the Adam moments of the Q's at each merge (Q restarts at 0 under new permutations); 0 keeps them"},
 };
 #define N_KEYS (sizeof keys / sizeof keys[0])
@@ -165,6 +167,8 @@ void st_train_config_defaults(st_train_config *c) {
     c->poetx_lr = -1; /* lr */
     c->poetx_clip_start = 0.1;
     c->poetx_adam_restart = 1;
+    snprintf(c->poetx_init, sizeof c->poetx_init, "model");
+    c->poetx_init_gain = 4.0;
 }
 
 /* The key method's one parse: -1 for a value it is not. */

@@ -79,6 +79,7 @@ st_status st_train_mem_plan(const st_train_config *c, const st_stream_plan *plan
                          .state_budget = c->state_budget, .model_act_bytes = own_forward ? shape.act_bytes : 0,
                          /* POET-X: its kept h (poetx_recompute 0) and scratch are activations too */
                          .method_start = pb.start, .method_staging = pb.save_staging, .frozen_bytes = pb.frozen,
+                         .method_disk = pb.disk,
                          .frozen_dtype = own_forward && st_train_config_frozen_dtype(c) > 0
                                              ? st_train_config_frozen_dtype(c) : 0};
     if (own_forward) rq.model_act_bytes += pb.kept_h + pb.scratch;

@@ -5,10 +5,15 @@
  * checkpoints holding W0 and the permutations besides the trained tensors (the model's save).
  * Q's segments are the optimizer's second learning-rate class (poetx_lr); after each merge the
  * clip threshold may ramp back to grad_clip (poetx_clip_ramp). In memory (fp32 or 8-bit
- * optimizer state), under ranks too. */
+ * optimizer state), under ranks too, or with the trained vector's state on disk (state_paths, one
+ * process): W0 in its own files beside the store, one per merge (run_poetx_open_disk). */
+#include <dirent.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "run/run_internal.h"
 #include "run/run_poetx_internal.h"
@@ -26,7 +31,8 @@ static st_poetx_config poetx_config(const st_train_config *c) {
 
 /* A resume continues the run's own numerics: the block size and terms (the method itself:
  * run_lora_check), Q's learning rate, the clip ramp and the moments' restart at a merge,
- * W0's precision (frozen_dtype). */
+ * W0's precision (frozen_dtype) and its initialisation (poetx_init: the disk state's resume before
+ * the first merge draws W0 again). */
 static st_status check_resume(const st_train_config *c, st_err *err) {
     char path[2200];
     st_train_config *was = run_resumed_config(c, path, sizeof path);
@@ -57,6 +63,13 @@ static st_status check_resume(const st_train_config *c, st_err *err) {
         } else if (strcmp(was->frozen_dtype, c->frozen_dtype)) {
             key = "frozen_dtype";
             snprintf(then, sizeof then, "%s", was->frozen_dtype), snprintf(now, sizeof now, "%s", c->frozen_dtype);
+        } else if (strcmp(was->poetx_init, c->poetx_init)) { /* a resume before the first merge draws W0 again */
+            key = "poetx_init";
+            snprintf(then, sizeof then, "%s", was->poetx_init), snprintf(now, sizeof now, "%s", c->poetx_init);
+        } else if (!strcmp(c->poetx_init, "orthogonal") && was->poetx_init_gain != c->poetx_init_gain) {
+            key = "poetx_init_gain";
+            snprintf(then, sizeof then, "%.17g", was->poetx_init_gain);
+            snprintf(now, sizeof now, "%.17g", c->poetx_init_gain);
         }
         if (key)
             s = st_errf(err, ST_ERR_INVALID, "key '%s': the run in %s was trained with %s %s, this resume gives %s; "
@@ -75,6 +88,12 @@ static st_status check_keys(const st_train_config *c, st_err *err) {
     if (c->poetx_clip_ramp > 0 && !(c->grad_clip > 0))
         return st_errf(err, ST_ERR_INVALID, "key 'poetx_clip_ramp': the ramp rises back to grad_clip, which is %g "
                        "(no clipping); give grad_clip > 0, or poetx_clip_ramp 0", c->grad_clip);
+    if (strcmp(c->poetx_init, "model") && strcmp(c->poetx_init, "orthogonal"))
+        return st_errf(err, ST_ERR_INVALID, "key 'poetx_init': '%s' is not model or orthogonal", c->poetx_init);
+    if (!strcmp(c->poetx_init, "orthogonal") && c->init_from[0])
+        return st_errf(err, ST_ERR_INVALID, "key 'poetx_init': orthogonal replaces the initialisation of a run from "
+                       "scratch, and init_from %s gives W0 itself; leave poetx_init out (or init_from, to train from "
+                       "scratch)", c->init_from);
     if (c->poetx_clip_ramp > c->poetx_merge_every)
         return st_errf(err, ST_ERR_INVALID, "key 'poetx_clip_ramp': %d steps is longer than the %d between merges "
                        "(poetx_merge_every); give at most %d", c->poetx_clip_ramp, c->poetx_merge_every,
@@ -92,6 +111,8 @@ static st_status check_not_poetx(const st_train_config *c, st_err *err) {
                       : c->poetx_clip_ramp != d->poetx_clip_ramp   ? "poetx_clip_ramp"
                       : c->poetx_clip_start != d->poetx_clip_start ? "poetx_clip_start"
                       : c->poetx_adam_restart != d->poetx_adam_restart ? "poetx_adam_restart"
+                      : strcmp(c->poetx_init, d->poetx_init)           ? "poetx_init"
+                      : c->poetx_init_gain != d->poetx_init_gain       ? "poetx_init_gain"
                                                                        : NULL;
     free(d);
     if (!key) return ST_OK;
@@ -103,20 +124,26 @@ st_status run_poetx_check(const st_train_config *c, int world, st_err *err) {
     if (!is_poetx(c)) return check_not_poetx(c, err);
     st_status s = check_keys(c, err);
     if (s || (s = check_resume(c, err))) return s;
+    /* the disk state holds the trained vector as any run's, W0 beside it (run_poetx_open_disk);
+     * the executor's layer streaming has no linear hook */
     const char *why = NULL;
     if (c->device_budget > 0) why = "device_budget";
-    else if (c->state_paths[0]) why = "state_paths";
     else if (st_train_config_places_state(c)) why = "plan_state";
     if (why)
-        return st_errf(err, ST_ERR_UNSUPPORTED, "key '%s': method poetx trains in memory for now (no layer streaming, "
-                       "no disk state); leave %s out", why, why);
+        return st_errf(err, ST_ERR_UNSUPPORTED, "key '%s': method poetx trains its model's own forward, without layer "
+                       "streaming (its trained vector's state on disk is taken: give state_paths); leave %s out", why,
+                       why);
+    if (c->state_paths[0] && world > 1)
+        return st_errf(err, ST_ERR_UNSUPPORTED, "key 'state_paths': method poetx keeps its state on disk in one process "
+                       "for now (W0's files beside one store); train under ranks with the state in memory, or in one "
+                       "process with state_paths");
     int cuda_index = -1;
     if (st_train_config_frozen_dtype(c) > 0 && !st_backend_device_parse(c->device, &cuda_index, NULL) &&
         cuda_index >= 0)
         return st_errf(err, ST_ERR_UNSUPPORTED, "key 'frozen_dtype': %s W0 is dequantised by the host; device %s "
                        "keeps the weights elsewhere: train on device cpu, or give frozen_dtype fp32", c->frozen_dtype,
                        c->device);
-    (void)world; /* ranks: every rank merges its whole copy alike (run_poetx_after_step) */
+    /* ranks (the state in memory): every rank merges its whole copy alike (run_poetx_after_step) */
     st_model_overrides ov = st_train_config_overrides(c);
     st_model_shape shape;
     st_arch *arch = NULL;
@@ -160,6 +187,7 @@ st_status run_poetx_bytes_of(const st_train_config *c, const st_arch *a, const c
     }
     out->kept_h = pc.recompute ? 0 : 4.0 * N * h_total;
     out->scratch = 4.0 * (5.0 * N * max_d + 2.0 * (max_d / b) * b * b + gmax + nperm);
+    if (c->state_paths[0]) out->disk = 2.0 * (w0_held + 4.0 * nperm);
     out->save_staging = 4.0 * ((double)n_tr + nperm); /* W0 written from the base's vector (host memory) */
     /* --save_hf: the merged dense weights, every W0 at once in fp32 (with fp32 W0 a copy kept to
      * restore the run's; with bf16 or int8 the base's pages touched again, given back after) */
@@ -189,6 +217,11 @@ st_status run_poetx_open(const st_train_config *c, st_model **m, st_err *err) {
      * the wrap did: the same model bit for bit as initialising before the wrap. */
     st_model *base = st_poetx_base(pm);
     base->ops->init_random(base, c->seed);
+    if (!strcmp(c->poetx_init, "orthogonal")) {
+        st_log(1, "strata train: poetx_init orthogonal: every block matmul weight's W0 a random orthogonal matrix with "
+               "one singular value, %g x its initialisation's RMS one\n", c->poetx_init_gain);
+        if ((s = st_poetx_orthogonal_base(base, (float)c->poetx_init_gain, c->seed, err))) return s;
+    }
     pm->ops->init_random(pm, c->seed);
     return ST_OK;
 }
@@ -220,5 +253,129 @@ st_status run_poetx_after_step(const st_train_config *c, st_model *m, st_optim *
      * this rank's shard of them, whatever the state's format */
     if (o && c->poetx_adam_restart && (s = st_optim_reset_class(o, ST_OPTIM_LR_SECOND, NULL, err)))
         return st_err_prefix(err, "poetx: the merge at step %ld", step);
+    return ST_OK;
+}
+
+/* ------------------------------------------------------------------ the disk state */
+
+#define W0_PREFIX "strata-state.poetx-w0-"
+
+size_t run_poetx_blob_bytes(const st_train_config *c) { return is_poetx(c) && c->state_paths[0] ? sizeof(uint64_t) : 0; }
+
+void run_poetx_bind(run_poetx_disk *x, const st_train_config *c, void *region) {
+    memset(x, 0, sizeof *x);
+    x->on = run_poetx_blob_bytes(c) > 0;
+    x->region = region;
+}
+
+static void w0_path(const run_poetx_disk *x, long step, char *out, size_t cap) {
+    snprintf(out, cap, "%s/" W0_PREFIX "%09ld.safetensors", x->dir, step);
+}
+
+/* W0 files of merges before `below` removed (a run started afresh: all of them). */
+static void prune(const run_poetx_disk *x, long below) {
+    DIR *d = opendir(x->dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        size_t lp = strlen(W0_PREFIX);
+        char *end = NULL;
+        if (strncmp(e->d_name, W0_PREFIX, lp)) continue;
+        long k = strtol(e->d_name + lp, &end, 10);
+        if (!end || strcmp(end, ".safetensors") || k >= below) continue;
+        char path[2400];
+        snprintf(path, sizeof path, "%s/%s", x->dir, e->d_name);
+        unlink(path); /* one left behind is harmless: a resume reads the file of its merge by name */
+    }
+    if (d) closedir(d);
+}
+
+static void set_w0_step(run_poetx_disk *x, uint64_t v) { memcpy(x->region, &v, sizeof v); }
+
+static void zero_q(st_model *m) {
+    size_t q0 = st_poetx_q_offset(m);
+    m->be->ops->memset0(m->be, m->params + q0, (m->n_params - q0) * sizeof(float));
+}
+
+static st_status load_w0(const run_poetx_disk *x, st_model *m, long step, st_err *err) {
+    char path[2400];
+    w0_path(x, step, path, sizeof path);
+    st_status s = st_poetx_load_w0(m, path, step, err);
+    return s ? st_err_prefix(err, "method poetx with state_paths: W0 of the merge at step %ld", step) : ST_OK;
+}
+
+st_status run_poetx_open_disk(run_poetx_disk *x, const st_train_config *c, st_model *m, const char *manifest,
+                              long hs_step, int fresh, st_err *err) {
+    if (!x->on) return ST_OK;
+    snprintf(x->dir, sizeof x->dir, "%s", manifest);
+    char *sl = strrchr(x->dir, '/');
+    if (sl) *sl = 0;
+    else snprintf(x->dir, sizeof x->dir, ".");
+    if (fresh) { /* a new store: W0 files beside it are another run's */
+        prune(x, LONG_MAX);
+        set_w0_step(x, 0);
+        return ST_OK;
+    }
+    uint64_t w;
+    memcpy(&w, x->region, sizeof w);
+    long every = c->poetx_merge_every, j = hs_step, ml = every > 0 ? j / every * every : 0;
+    if ((long)w > ml || (every > 0 && (long)w % every))
+        return st_errf(err, ST_ERR_FORMAT, "key 'poetx_merge_every': the state store %s at step %ld has taken the "
+                       "merge of step %llu, which merge interval %ld does not give; resume with the run's "
+                       "poetx_merge_every", manifest, j, (unsigned long long)w, every);
+    x->committed = w;
+    x->merged = ml;
+    if (!ml) return ST_OK; /* W0 is the base, as built */
+    char path[2400];
+    w0_path(x, ml, path, sizeof path);
+    struct stat sb;
+    if (!stat(path, &sb)) {
+        st_status s = load_w0(x, m, ml, err);
+        if (!s && w < (uint64_t)ml) zero_q(m); /* merged; the store's Q reset with the next update */
+        return s;
+    }
+    if (j != ml || w == (uint64_t)ml)
+        return st_errf(err, ST_ERR_FORMAT, "%s: missing; the state store %s is at step %ld, past the merge of step %ld "
+                       "whose W0 that file holds: the disk state is incomplete; start the run again", path, manifest,
+                       j, ml);
+    /* killed after the store committed the merge's step and before W0's file was renamed into
+     * place: the merge made again from W0 of the one before and the store's Q (zero where the
+     * store never took that one's reset: no update since) */
+    long prev = ml - every;
+    st_status s = prev > 0 ? load_w0(x, m, prev, err) : ST_OK;
+    if (s) return s;
+    if (w < (uint64_t)prev) zero_q(m);
+    st_log(1, "method poetx: the state store has step %ld; the merge of that step is made again (its W0 file was "
+           "not written)\n", j);
+    if ((s = st_poetx_merge(m, c->seed, ml, err))) return s;
+    if ((s = st_poetx_save_w0(m, path, ml, err))) return st_err_prefix(err, "method poetx with state_paths");
+    prune(x, ml);
+    return ST_OK;
+}
+
+void run_poetx_stage(run_poetx_disk *x, const st_train_config *c, st_step_hp *hp) {
+    if (!x->on) return;
+    if ((uint64_t)x->merged > x->committed) {
+        hp->reset_master = 1;
+        hp->reset_moments = c->poetx_adam_restart != 0;
+        hp->reset_class = ST_OPTIM_LR_SECOND;
+    }
+    set_w0_step(x, (uint64_t)x->merged);
+}
+
+st_status run_poetx_after_disk(run_poetx_disk *x, const st_train_config *c, const st_model *m, long step,
+                               int skipped, st_err *err) {
+    if (!x->on) return ST_OK;
+    if (skipped) set_w0_step(x, x->committed); /* no update: the blob committed alone keeps it */
+    else x->committed = (uint64_t)x->merged;
+    if (c->poetx_merge_every <= 0 || step % c->poetx_merge_every) return ST_OK;
+    char path[2400];
+    w0_path(x, step, path, sizeof path);
+    st_status s = st_poetx_save_w0(m, path, step, err);
+    if (s) return st_err_prefix(err, "method poetx with state_paths: the merge at step %ld", step);
+    st_failpoint("poetx_w0_written"); /* tests: W0's file in place, the older ones not yet removed */
+    x->merged = step;
+    /* the store has committed this step (skipped: it has not yet; the file of the merge before
+     * stays until the next merge) */
+    if (!skipped) prune(x, step);
     return ST_OK;
 }

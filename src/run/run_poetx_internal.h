@@ -8,8 +8,8 @@
 #include "strata/step.h"
 #include "strata/train.h"
 
-/* method poetx's keys against the model's tensor table, allocating no weights: layer streaming,
- * the disk state, 8-bit optimizer state or several ranks (not yet), a block size that divides
+/* method poetx's keys against the model's tensor table, allocating no weights: layer streaming
+ * and the disk state under ranks (not yet), a block size that divides
  * no dimension of some weight (naming the key and the tensor), a resume with another
  * poetx_block or poetx_terms. Nothing for other methods. world: the ranks of the run. */
 st_status run_poetx_check(const st_train_config *c, int world, st_err *err);
@@ -27,6 +27,8 @@ typedef struct run_poetx_bytes {
     double frozen;       /* the base's weights as held: fp32 4 bytes a parameter; with frozen_dtype
                             bf16 or int8, W0 in it (st_frozen_bytes) and the panel buffer, the rest
                             of the base fp32 */
+    double disk;         /* with state_paths: W0 as held and the permutations, twice (the file of
+                            the last merge stays until the next one's is in place) */
     double start;        /* the start (run_poetx_open): the base's weights and gradient vector
                             allocated (8 bytes a parameter), then, wrapped (the gradients freed), its
                             weights, the initialisation's staging, the trained vector and its
@@ -61,5 +63,40 @@ void run_poetx_lr_classes(const st_model *m, st_optim_segment *segs, int n);
  * after the step's weights are gathered (stp: st_step_sync). Nothing for other models. */
 st_status run_poetx_after_step(const st_train_config *c, st_model *m, st_optim *o, st_step *stp, long step,
                                st_err *err);
+
+/* Method poetx with the disk state (state_paths). The store holds the trained vector (Q's, the
+ * embeddings, norms, biases) and its moments as any run's; W0 and the permutations, which change
+ * at each merge, are written after the merge of step k (the store's commit of step k, which holds
+ * Q before the merge, comes first) to NAME.poetx-w0-STEP.safetensors in the store's first path
+ * (st_poetx_save_w0: temporary, fsync, rename), the older ones removed after. Q's reset (its
+ * master weights zero, with poetx_adam_restart its moments) goes into the store with the next
+ * update, committed with it (st_step_hp.reset_*); the blob each commit carries holds, after the
+ * loop's state and the mixture's, the merge whose reset the store has taken (w0_step). A resume at
+ * store step j with m the last merge at or before j loads W0@m; where a kill came between the
+ * store's commit of m and W0@m's rename (j == m, no file), the merge is made again, bit for bit,
+ * from W0 of the merge before and the store's Q. */
+typedef struct run_poetx_disk {
+    int on;
+    char dir[2048];          /* the store's first path */
+    unsigned char *region;   /* w0_step (uint64_t) in the blob: the merge the store's Q is relative to */
+    uint64_t committed;      /* w0_step of the last commit */
+    long merged;             /* the merge W0 in memory is (0: the base); > committed: Q's reset pending */
+} run_poetx_disk;
+/* The blob bytes method poetx with the disk state adds (8; else 0). */
+size_t run_poetx_blob_bytes(const st_train_config *c);
+/* x on (method poetx with the disk state) with its w0_step at region (zero); else off. */
+void run_poetx_bind(run_poetx_disk *x, const st_train_config *c, void *region);
+/* After the store is opened (created: fresh 1, its leftover W0 files removed) and its master
+ * weights read into m and its blob into the region: W0 and the permutations of the store's step
+ * (hs_step) in m, Q zero where the store's reset is pending. */
+st_status run_poetx_open_disk(run_poetx_disk *x, const st_train_config *c, st_model *m, const char *manifest,
+                              long hs_step, int fresh, st_err *err);
+/* Before a step's update: Q's reset asked of the store where pending (hp), the blob's w0_step the
+ * merge it comes from. */
+void run_poetx_stage(run_poetx_disk *x, const st_train_config *c, st_step_hp *hp);
+/* After run_poetx_after_step of step `step` (skipped: no update committed, the blob's w0_step as it
+ * was): with the merge of that step, W0's file written and the older ones removed. */
+st_status run_poetx_after_disk(run_poetx_disk *x, const st_train_config *c, const st_model *m, long step,
+                               int skipped, st_err *err);
 
 #endif

@@ -61,6 +61,7 @@ typedef struct train_run {
     st_optim_segment *opt_segs;  /* the optimizer's (and the store's): this rank's shard under ZeRO */
     int n_opt_segs;
     st_store *store;             /* the disk state (state_paths) */
+    run_poetx_disk px;           /* method poetx with the disk state: W0's files, Q's reset */
     st_step *stp;                /* the step: in memory or streamed */
     run_data td;
     run_eval ev;
@@ -277,14 +278,18 @@ static st_status open_state(train_run *r, st_err *err) {
     const st_train_config *c = &r->c;
     st_model *m = r->m;
     st_status s;
-    r->blob_bytes = sizeof *r->hs + (c->state_paths[0] ? run_mix_blob_bytes(&r->mix) : 0);
+    size_t mix_bytes = c->state_paths[0] ? run_mix_blob_bytes(&r->mix) : 0;
+    r->blob_bytes = sizeof *r->hs + mix_bytes + run_poetx_blob_bytes(c);
     if (!(r->hs = calloc(1, r->blob_bytes))) return st_errf(err, ST_ERR_NOMEM, "out of memory"); /* 4 KiB: not on the stack */
     r->hs->n_params = m->n_params;
     if (c->state_paths[0]) {
         run_mix_bind(&r->mix, r->hs + 1); /* the mixture's state committed with each step, after hs */
+        run_poetx_bind(&r->px, c, (char *)(r->hs + 1) + mix_bytes); /* ... then POET-X's merge taken */
         if ((s = run_open_store(c, &r->dist, m, r->opt_segs, r->n_opt_segs, st_train_config_state_format(c), &r->td,
                                 r->hs, r->blob_bytes, &r->store, err)) ||
-            (s = run_mix_resume_blob(&r->mix, st_store_manifest_path(r->store), err)))
+            (s = run_mix_resume_blob(&r->mix, st_store_manifest_path(r->store), err)) ||
+            (s = run_poetx_open_disk(&r->px, c, m, st_store_manifest_path(r->store), (long)r->hs->step,
+                                     !c->resume[0], err)))
             return s;
         if (r->sx && r->dist.world == 1) { /* the executor updates through the store; its device copies follow the host */
             if ((s = st_stream_attach_store(r->sx, r->store, r->hs, r->blob_bytes, err))) return s;
@@ -438,12 +443,14 @@ static st_status run_step(train_run *r, long step, train_step *o, st_err *err) {
         run_mix_stage(&r->mix, 1); /* the bandit before this step's update; the row hook writes the sums */
         shp.blob = hs;
         shp.blob_bytes = r->blob_bytes;
+        run_poetx_stage(&r->px, c, &shp); /* method poetx: Q's reset after a merge, committed with it */
     }
     if ((s = st_step_run(r->stp, (int)c->grad_accum, r->B, r->T, r->inputs, r->targets, &shp, &o->sr, err)))
         return s;
     if (r->store) st_failpoint("train_update_committed"); /* tests: the store has the step, the mixture not yet */
     if ((s = run_mix_after_step(&r->mix, r->td.dl, err)) || (s = run_docs_after_step(&r->docs, step, err)) ||
-        (s = run_poetx_after_step(c, r->m, r->opt, r->stp, step, err))) /* method poetx: a merge every interval */
+        (s = run_poetx_after_step(c, r->m, r->opt, r->stp, step, err)) || /* method poetx: a merge every interval */
+        (s = run_poetx_after_disk(&r->px, c, r->m, step, o->sr.skipped, err))) /* ... and W0's file */
         return s;
     /* a GPU's ops report nothing when they fail: a failed kernel or copy stops the run
      * here, before this step is logged or checkpointed, not trained on as garbage */

@@ -1211,6 +1211,21 @@ static st_status update_subgroup(subgroup *sg, char *data, const st_store_step_a
     return ST_OK;
 }
 
+/* A subgroup's master weights and moments of the class a->reset_class, reset as asked (its
+ * optimizer bound to the staged buffer), before its update. */
+static st_status reset_subgroup(const st_store *s, subgroup *sg, char *data, const st_store_step_args *a,
+                                st_err *err) {
+    if (a->reset_master)
+        for (int i = 0; i < s->n_segs; i++) {
+            const st_optim_segment *sgm = &s->segs[i];
+            size_t lo = sgm->offset > sg->first ? sgm->offset : sg->first;
+            size_t hi = sgm->offset + sgm->n < sg->end ? sgm->offset + sgm->n : sg->end;
+            if (sgm->lr_class == a->reset_class && lo < hi)
+                memset((float *)data + (lo - sg->first), 0, (hi - lo) * sizeof(float));
+        }
+    return a->reset_moments ? st_optim_reset_class(sg->o, a->reset_class, NULL, err) : ST_OK;
+}
+
 st_status st_store_step(st_store *s, const st_store_step_args *a, const st_adamw_params *hp, st_err *err) {
     if (s->readonly)
         return st_errf(err, ST_ERR_INVALID, "state store %s: opened to read; it takes no step", s->manifest);
@@ -1272,7 +1287,8 @@ st_status st_store_step(st_store *s, const st_store_step_args *a, const st_adamw
         }
         double tu = st_now();
         st_prof_span pu = st_prof_begin(ST_PROF_CAT_OPTIM, "state update", g);
-        st = update_subgroup(sg, x->data, a, hp, err);
+        st = reset_subgroup(s, sg, x->data, a, err);
+        if (!st) st = update_subgroup(sg, x->data, a, hp, err);
         st_prof_end(&pu);
         double tc = st_now();
         s->stats.update_s += tc - tu;

@@ -1,0 +1,100 @@
+/* poetx_init.c - W0 with a flat spectrum for a POET-X run from scratch (strata/poetx.h's
+ * st_poetx_orthogonal_w0).
+ *
+ * POET-X never changes a weight's singular values: W = R W0 P keeps W0's. From a Gaussian
+ * initialisation they stay spread as the Marchenko-Pastur law spreads them, at the size the
+ * initialisation's standard deviation gives, for the whole run. This gives W0 one singular value
+ * for all, s = gain x the RMS singular value of the weight as initialised (its Frobenius norm over
+ * sqrt(min(rows, cols))), in a random orientation: the Q factor of a Householder QR of a Gaussian
+ * matrix, each column's sign that of R's diagonal entry, which is Haar distributed (Mezzadri
+ * 2007). LAPACK's dgeqrf and dorgqr (OpenBLAS carries them) in fp64, rounded to fp32 once. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "strata/poetx.h"
+#include "model/frozen_base_internal.h"
+
+/* LAPACK (Fortran calling convention), from the OpenBLAS the library links */
+extern void dgeqrf_(const int *m, const int *n, double *a, const int *lda, double *tau, double *work, const int *lwork,
+                    int *info);
+extern void dorgqr_(const int *m, const int *n, const int *k, double *a, const int *lda, const double *tau,
+                    double *work, const int *lwork, int *info);
+
+st_status st_poetx_orthogonal_w0(float *w, int rows, int cols, float gain, uint64_t seed, const char *name,
+                                 st_err *err) {
+    const int M = rows > cols ? rows : cols, N = rows > cols ? cols : rows;
+    if (rows <= 0 || cols <= 0 || !(gain > 0.0f) || !isfinite(gain))
+        return st_errf(err, ST_ERR_INVALID, "key 'poetx_init_gain': %g for %s (%d x %d): give a positive gain",
+                       (double)gain, name, rows, cols);
+    double ss = 0.0;
+    for (size_t i = 0; i < (size_t)rows * cols; i++) ss += (double)w[i] * w[i];
+    const double s = gain * sqrt(ss / N);
+    double *a = malloc((size_t)M * N * sizeof(double)), *tau = malloc((size_t)N * sizeof(double)), *sign = NULL,
+           *work = NULL, q = 0.0;
+    int info = 0, lwork = -1;
+    if (a && tau) sign = malloc((size_t)N * sizeof(double));
+    if (!a || !tau || !sign) {
+        free(a), free(tau), free(sign);
+        return st_errf(err, ST_ERR_NOMEM, "poetx_init orthogonal: out of memory for %s (%d x %d, %zu bytes)", name,
+                       rows, cols, (size_t)M * N * sizeof(double));
+    }
+    st_rng r;
+    st_rng_seed(&r, seed);
+    for (size_t i = 0; i < (size_t)M * N; i++) a[i] = st_rng_normal(&r);
+    dgeqrf_(&M, &N, a, &M, tau, &q, &lwork, &info); /* the workspace it wants */
+    lwork = info ? 0 : (int)q;
+    if (lwork < N) lwork = N;
+    work = malloc((size_t)lwork * sizeof(double));
+    if (work) dgeqrf_(&M, &N, a, &M, tau, work, &lwork, &info);
+    for (int j = 0; work && !info && j < N; j++) sign[j] = a[j + (size_t)j * M] < 0.0 ? -1.0 : 1.0;
+    if (work && !info) {
+        int wl = -1;
+        dorgqr_(&M, &N, &N, a, &M, tau, &q, &wl, &info);
+        if (!info && (int)q > lwork) {
+            double *w2 = realloc(work, (size_t)q * sizeof(double));
+            if (w2) work = w2, lwork = (int)q;
+        }
+        if (!info) dorgqr_(&M, &N, &N, a, &M, tau, work, &lwork, &info);
+    }
+    st_status st = ST_OK;
+    if (!work) st = st_errf(err, ST_ERR_NOMEM, "poetx_init orthogonal: out of memory for %s's QR workspace", name);
+    else if (info) st = st_errf(err, ST_ERR_INVALID, "poetx_init orthogonal: LAPACK's QR of %s (%d x %d) said %d",
+                                name, rows, cols, info);
+    else /* Q (M x N, column-major, orthonormal columns); W = s Q (rows >= cols) or s Q^T, row-major */
+        for (int i = 0; i < rows; i++)
+            for (int j = 0; j < cols; j++) {
+                size_t k = rows >= cols ? (size_t)i + (size_t)j * M : (size_t)j + (size_t)i * M;
+                int col = rows >= cols ? j : i;
+                w[(size_t)i * cols + j] = (float)(s * sign[col] * a[k]);
+            }
+    free(a), free(tau), free(sign), free(work);
+    return st;
+}
+
+st_status st_poetx_orthogonal_base(st_model *base, float gain, uint64_t seed, st_err *err) {
+    const int gpt2 = !strcmp(base->ops->arch, "gpt2");
+    st_backend *be = base->be;
+    int cursor = 0, k = 0;
+    frozen_site site;
+    st_status s = ST_OK;
+    float *host = NULL;
+    size_t cap = 0;
+    while (!s && frozen_base_next_site(base->tensors, base->n_tensors, gpt2, &cursor, &site)) {
+        const st_param_info *t = site.t;
+        if (t->numel > cap) {
+            free(host);
+            cap = t->numel;
+            if (!(host = malloc(cap * sizeof *host)))
+                return st_errf(err, ST_ERR_NOMEM, "poetx_init orthogonal: out of memory for %s (%zu bytes)", t->name,
+                               cap * sizeof *host);
+        }
+        be->ops->copy_to_host(be, host, base->params + t->offset, t->numel * sizeof *host);
+        /* each weight its own stream of the seed: (seed, its index in the table's walk) */
+        uint64_t ws = seed * 0x9E3779B97F4A7C15ull + 0xD1B54A32D192ED03ull * (uint64_t)(++k);
+        s = st_poetx_orthogonal_w0(host, t->shape[0], t->shape[1], gain, ws, t->name, err);
+        if (!s) be->ops->copy_to_device(be, base->params + t->offset, host, t->numel * sizeof *host);
+    }
+    free(host);
+    return s;
+}
