@@ -44,10 +44,11 @@ st_status run_data_restore_state(run_data *d, const st_train_state_header *h, co
 st_status run_resolve_resume(const char *path, char *ckpt_dir, size_t cap, st_err *err);
 /* The configuration a resume (c->resume) continues: the config.json of the run directory,
  * or of RUN for RUN/checkpoints/step_N (its path in path), loaded over the defaults (a key
- * the file predates: its default); malloc'ed, the caller frees it. NULL where there is no
- * resume, no such file, or it is unreadable (the resume itself then says what is wrong).
- * Every check of a key a resume may not change reads it here. */
-st_train_config *run_resumed_config(const st_train_config *c, char *path, size_t cap);
+ * the file predates: its default), in *out, malloc'ed: the caller frees it. *out NULL where
+ * there is no resume, no such file, or it is unreadable (the resume itself then says what is
+ * wrong): ST_OK. Out of memory: an error (the checks must not be skipped then). Every check of
+ * a key a resume may not change reads it here. */
+st_status run_resumed_config(const st_train_config *c, st_train_config **out, char *path, size_t cap, st_err *err);
 /* A resume (c->resume) whose matmul or act_dtype differs from the one its run recorded
  * (run_resumed_config; a file from before the key: its default, fp32, f32): refused naming
  * the key and both values, or, with force_resume 1, warned (force_resume then set to 0: it

@@ -33,8 +33,8 @@ static void lora_config(const st_train_config *c, const char *arch, st_lora_conf
  * another precision would continue another model). */
 static st_status check_resume(const st_train_config *c, st_err *err) {
     char path[2200];
-    st_train_config *was = run_resumed_config(c, path, sizeof path);
-    st_status s = ST_OK;
+    st_train_config *was = NULL;
+    st_status s = run_resumed_config(c, &was, path, sizeof path, err);
     if (was) {
         st_train_method m = st_train_config_method_of(was);
         const char *key = m != st_train_config_method_of(c) ? "method"

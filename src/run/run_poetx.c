@@ -35,8 +35,8 @@ static st_poetx_config poetx_config(const st_train_config *c) {
  * the first merge draws W0 again). */
 static st_status check_resume(const st_train_config *c, st_err *err) {
     char path[2200];
-    st_train_config *was = run_resumed_config(c, path, sizeof path);
-    st_status s = ST_OK;
+    st_train_config *was = NULL;
+    st_status s = run_resumed_config(c, &was, path, sizeof path, err);
     if (was && is_poetx(was)) {
         char then[64] = "", now[64] = "";
         const char *key = NULL;

@@ -133,16 +133,20 @@ static int resume_config_path(const char *resume, char *out, size_t cap) {
     return !strcmp(parent, "checkpoints") && access(out, R_OK) == 0;
 }
 
-st_train_config *run_resumed_config(const st_train_config *c, char *path, size_t cap) {
-    if (!c->resume[0] || !resume_config_path(c->resume, path, cap)) return NULL;
+st_status run_resumed_config(const st_train_config *c, st_train_config **out, char *path, size_t cap, st_err *err) {
+    *out = NULL;
+    if (!c->resume[0] || !resume_config_path(c->resume, path, cap)) return ST_OK;
     st_train_config *was = malloc(sizeof *was); /* large: not on the stack */
-    if (!was) return NULL;
+    if (!was)
+        return st_errf(err, ST_ERR_NOMEM, "resume %s: out of memory reading %s (%zu bytes) to check what the resume may "
+                       "not change", c->resume, path, sizeof *was);
     st_train_config_defaults(was); /* a config.json from before a key: its default */
     if (st_train_config_load_json(was, path, NULL)) {
         free(was);
-        return NULL; /* unreadable: the resume itself says what is wrong with the run */
+        return ST_OK; /* unreadable: the resume itself says what is wrong with the run */
     }
-    return was;
+    *out = was;
+    return ST_OK;
 }
 
 static st_status check_resume_matmul(const st_train_config *c, const st_train_config *was, const char *path,
@@ -183,9 +187,10 @@ st_status run_check_resume_numerics(st_train_config *c, st_err *err) {
     char path[2200];
     int forced = c->force_resume;
     c->force_resume = 0; /* recorded as 0: a later resume is checked again */
-    st_train_config *was = run_resumed_config(c, path, sizeof path);
-    if (!was) return ST_OK;
-    st_status s = check_resume_matmul(c, was, path, forced, err);
+    st_train_config *was = NULL;
+    st_status s = run_resumed_config(c, &was, path, sizeof path, err);
+    if (s || !was) return s;
+    s = check_resume_matmul(c, was, path, forced, err);
     if (!s) s = check_resume_act_dtype(c, was, path, forced, err);
     free(was);
     return s;
