@@ -8,7 +8,8 @@
 # 0, 1 and 2 against one process, 8 steps with merges at 3 and 6; and a 2-rank run stopped at
 # step 4 and resumed continues bit for bit. Q at its own learning rate (the optimizer's second
 # class, which each shard's clipped segments keep) and a clip ramp after each merge. Skips (77)
-# where mpirun is missing or strata was built without MPI.
+# where mpirun is missing or strata was built without MPI. With poetx_init orthogonal too: every
+# rank draws the same flat W0 as one process.
 set -u
 . "$(dirname "$0")/lib_corpus.sh"
 corpus_begin poetxdist
@@ -30,6 +31,12 @@ $MPI -np 2 "$S" train $P --zero 1 --stop_at 4 --run_dir "$T/part" >"$T/part.out"
 $MPI -np 2 "$S" train $P --zero 1 --resume "$T/part" --run_dir "$T/part" >"$T/res.out" 2>&1
 check '[ $? -eq 0 ] && [ "$(losses "$T/part")" = "$(losses "$T/one")" ]' \
   "2 ranks stopped at 4 and resumed: $(losses "$T/part") against $(losses "$T/one"): $(tail -2 "$T/res.out")"
+# W0 started flat (poetx_init orthogonal): every rank draws the same W0 as one process
+O="--poetx_init orthogonal --poetx_init_gain 3"
+"$S" train $P $O --grad_accum 2 --run_dir "$T/o_one" --save_hf "$T/hf_o_one" >"$T/o_one.out" 2>&1
+$MPI -np 2 "$S" train $P $O --zero 1 --run_dir "$T/o_z1" --save_hf "$T/hf_o_z1" >"$T/o_z1.out" 2>&1
+check '[ -n "$(losses "$T/o_one")" ] && [ "$(losses "$T/o_z1")" = "$(losses "$T/o_one")" ] && [ "$(losses "$T/o_one")" != "$(losses "$T/one")" ] && cmp -s "$T/hf_o_z1/model.safetensors" "$T/hf_o_one/model.safetensors"' \
+  "poetx_init orthogonal, 2 ranks zero 1: $(losses "$T/o_z1") against one process's $(losses "$T/o_one") (and not the model init's), or the merged weights differ: $(tail -1 "$T/o_z1.out")"
 echo "poetx_dist: $(losses "$T/one")"
 [ $fail -eq 0 ] && rm -rf "$T"
 exit $fail

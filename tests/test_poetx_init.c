@@ -3,6 +3,7 @@
  * the weight given (W W^T or W^T W = s^2 I to 1e-5 of s^2), the same seed gives the same bits and
  * another seed another matrix, a bad gain is refused naming the key. */
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,22 @@ int main(void) {
     one(16, 16, 2.0f);
     one(128, 384, 2.0f);
     one(512, 128, 3.0f);
+    /* the same bits on one thread as on several (a run's ranks may have other thread counts) */
+    {
+        size_t n = (size_t)768 * 256;
+        float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+        for (size_t i = 0; i < n; i++) a[i] = b[i] = 0.02f * (float)((i * 2654435761u) % 1000) / 1000.0f;
+        st_err e = {0};
+        int nt = omp_get_max_threads();
+        omp_set_num_threads(1);
+        CHECK(!st_poetx_orthogonal_w0(a, 768, 256, 2.0f, 5, "w", &e), "%s", e.msg);
+        omp_set_num_threads(nt > 1 ? nt : 2);
+        CHECK(!st_poetx_orthogonal_w0(b, 768, 256, 2.0f, 5, "w", &e), "%s", e.msg);
+        CHECK(!memcmp(a, b, n * sizeof *a), "768 x 256: other bits on 1 thread than on %d", nt > 1 ? nt : 2);
+        CHECK(omp_get_max_threads() == (nt > 1 ? nt : 2), "the thread count not restored (%d)", omp_get_max_threads());
+        omp_set_num_threads(nt);
+        free(a), free(b);
+    }
     float w[6] = {1, 2, 3, 4, 5, 6};
     st_err err = {0};
     st_status s = st_poetx_orthogonal_w0(w, 2, 3, 0.0f, 1, "h.0.attn.c_attn.weight", &err);

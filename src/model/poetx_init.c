@@ -7,8 +7,12 @@
  * for all, s = gain x the RMS singular value of the weight as initialised (its Frobenius norm over
  * sqrt(min(rows, cols))), in a random orientation: the Q factor of a Householder QR of a Gaussian
  * matrix, each column's sign that of R's diagonal entry, which is Haar distributed (Mezzadri
- * 2007). LAPACK's dgeqrf and dorgqr (OpenBLAS carries them) in fp64, rounded to fp32 once. */
+ * 2007). LAPACK's dgeqrf and dorgqr (OpenBLAS carries them) in fp64 on one thread, so that the bits
+ * do not depend on the thread count (ranks of one run may have other counts than one process),
+ * rounded to fp32 once. */
+#include <cblas.h>
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,6 +46,9 @@ st_status st_poetx_orthogonal_w0(float *w, int rows, int cols, float gain, uint6
     st_rng r;
     st_rng_seed(&r, seed);
     for (size_t i = 0; i < (size_t)M * N; i++) a[i] = st_rng_normal(&r);
+    /* one thread (OpenBLAS's OpenMP build also sets OpenMP's count: both restored after) */
+    const int blas_threads = openblas_get_num_threads(), omp_threads = omp_get_max_threads();
+    openblas_set_num_threads(1);
     dgeqrf_(&M, &N, a, &M, tau, &q, &lwork, &info); /* the workspace it wants */
     lwork = info ? 0 : (int)q;
     if (lwork < N) lwork = N;
@@ -57,6 +64,8 @@ st_status st_poetx_orthogonal_w0(float *w, int rows, int cols, float gain, uint6
         }
         if (!info) dorgqr_(&M, &N, &N, a, &M, tau, work, &lwork, &info);
     }
+    openblas_set_num_threads(blas_threads);
+    omp_set_num_threads(omp_threads);
     st_status st = ST_OK;
     if (!work) st = st_errf(err, ST_ERR_NOMEM, "poetx_init orthogonal: out of memory for %s's QR workspace", name);
     else if (info) st = st_errf(err, ST_ERR_INVALID, "poetx_init orthogonal: LAPACK's QR of %s (%d x %d) said %d",
