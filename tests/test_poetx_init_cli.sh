@@ -3,7 +3,8 @@
 # (orthogonal, one singular value poetx_init_gain x the initialisation's RMS one; the spectrum
 # itself: test_poetx_init.c), through the strata binary:
 #  - it trains (the loss falls), logs the choice, records it in config.json, and starts from
-#    another W0 than the model's initialisation (another first loss);
+#    another W0 than the model's initialisation (another first loss); auto, the default, is
+#    orthogonal at gain 4 from scratch and model with init_from, recorded as chosen;
 #  - resume is bit-exact: from a checkpoint across a merge, and from the disk state before the
 #    first merge (where the resume draws W0 again from the seed): final weights byte-identical;
 #  - refused, before a run directory exists or leaving config.json untouched, naming the key: an
@@ -16,7 +17,7 @@ poet="--model gpt2-tiny $tiny --threads 1 --method poetx --poetx_block 8 --poetx
 ortho="--poetx_init orthogonal --poetx_init_gain 3"
 final() { echo "$1/checkpoints/step_$(printf %08d "$2")/model.safetensors"; }
 
-"$S" train $poet --steps 8 --run_dir "$T/model" >"$T/model.out" 2>&1
+"$S" train $poet --poetx_init model --steps 8 --run_dir "$T/model" >"$T/model.out" 2>&1
 check '[ $? -eq 0 ]' "poetx_init model: $(tail -2 "$T/model.out")"
 "$S" train $poet $ortho --steps 8 --run_dir "$T/a" >"$T/a.out" 2>&1
 check '[ $? -eq 0 ]' "poetx_init orthogonal: $(tail -2 "$T/a.out")"
@@ -27,6 +28,16 @@ m_first=$(losses "$T/model" | cut -d" " -f1)
 check '[ "$first" != "$m_first" ]' "orthogonal W0 starts from another loss than the model's initialisation ($first, $m_first)"
 check 'grep -q "poetx_init orthogonal" "$T/a.out" && jq -e ".poetx_init == \"orthogonal\" and .poetx_init_gain == 3" "$T/a/config.json" >/dev/null' \
   "logged and recorded: $(grep -m1 poetx_init "$T/a.out")"
+
+# --- auto (the default): orthogonal from scratch at gain 4, recorded as chosen; model with init_from
+"$S" train $poet --steps 8 --run_dir "$T/auto" >"$T/auto.out" 2>&1
+"$S" train $poet --steps 8 --poetx_init orthogonal --poetx_init_gain 4 --run_dir "$T/o4" >"$T/o4.out" 2>&1
+check '[ -n "$(losses "$T/auto")" ] && [ "$(losses "$T/auto")" = "$(losses "$T/o4")" ] && jq -e ".poetx_init == \"orthogonal\"" "$T/auto/config.json" >/dev/null' \
+  "auto from scratch is orthogonal at gain 4, recorded: $(losses "$T/auto") against $(losses "$T/o4"): $(tail -1 "$T/auto.out")"
+"$S" train --model gpt2-tiny $tiny --steps 0 --save_hf "$T/base" --run_dir "$T/base_run" >/dev/null 2>&1
+"$S" train $poet --steps 2 --init_from "$T/base" --run_dir "$T/auto_if" >"$T/auto_if.out" 2>&1
+check '[ $? -eq 0 ] && ! grep -q "poetx_init orthogonal" "$T/auto_if.out" && jq -e ".poetx_init == \"model\"" "$T/auto_if/config.json" >/dev/null' \
+  "auto with init_from is model (W0 the given weights), recorded: $(tail -1 "$T/auto_if.out")"
 
 # --- resume from a checkpoint, over the merge at step 6
 "$S" train $poet $ortho --steps 8 --stop_at 3 --ckpt_every 3 --run_dir "$T/b" >"$T/b1.out" 2>&1
@@ -44,8 +55,7 @@ check '[ $? -eq 0 ] && cmp -s "$T/c/model.safetensors" "$T/d/model.safetensors"'
   "disk-state resume before the first merge: final weights differ from the straight run's: $(tail -1 "$T/d2.out")"
 
 # --- bad input
-refused value "$poet --steps 2 --poetx_init flat" "poetx_init" "orthogonal"
-"$S" train --model gpt2-tiny $tiny --steps 0 --save_hf "$T/base" --run_dir "$T/base_run" >/dev/null 2>&1
+refused value "$poet --steps 2 --poetx_init flat" "poetx_init" "auto, model or orthogonal"
 refused init_from "$poet --steps 2 --poetx_init orthogonal --init_from $T/base" "poetx_init" "init_from"
 refused full "--model gpt2-tiny $tiny --steps 2 --poetx_init orthogonal" "poetx_init" "poetx"
 refused full_gain "--model gpt2-tiny $tiny --steps 2 --poetx_init_gain 2" "poetx_init_gain" "poetx"

@@ -110,7 +110,7 @@ static const key_def keys[] = {
     {"poetx_lr", K_DOUBLE, OFF(poetx_lr), 0, -1, 10, "method poetx: the peak learning rate of the packed Q's (R and P), on lr's schedule (warmup, decay); the embeddings, norms and biases keep lr. -1 (default): lr"},
     {"poetx_clip_ramp", K_INT, OFF(poetx_clip_ramp), 0, 0, 1000000000, "method poetx: after each merge the gradient clip threshold starts at poetx_clip_start x grad_clip and rises linearly back to grad_clip over this many steps (step j after a merge, 1 <= j <= N: start + (1 - start) (j - 1) / N of grad_clip); at most poetx_merge_every; needs grad_clip > 0. 0 (default): off"},
     {"poetx_clip_start", K_DOUBLE, OFF(poetx_clip_start), 0, 1e-6, 1, "method poetx: the clip ramp's first threshold after a merge, as a fraction of grad_clip"},
-    {"poetx_init", K_STR, STR(poetx_init), 0, 0, "method poetx trained from scratch: the W0 it starts from, whose singular values POET-X never changes: model (default: the model's own initialisation, a Gaussian's spread spectrum at its scale) or orthogonal (every block matmul weight a random orthogonal matrix times one singular value, poetx_init_gain x the RMS singular value of the model's initialisation; docs/BENCHMARKS.md measures it against AdamW); not with init_from, whose weights are the W0"},
+    {"poetx_init", K_STR, STR(poetx_init), 0, 0, "method poetx: the W0 it starts from, whose singular values POET-X never changes: orthogonal (every block matmul weight a random orthogonal matrix times one singular value, poetx_init_gain x the RMS singular value of the model's initialisation of it: a flat spectrum at the scale training wants), model (W0 as the model gives it: its Gaussian initialisation, a spread spectrum at std 0.02's scale, or init_from's weights) or auto (default: orthogonal from scratch, model with init_from; recorded in config.json as chosen); docs/BENCHMARKS.md measures both against AdamW; orthogonal is refused with init_from, whose weights are the W0"},
     {"poetx_init_gain", K_DOUBLE, OFF(poetx_init_gain), 0, 1e-3, 1e3, "method poetx with poetx_init orthogonal: W0's one singular value over the RMS singular value of the model's initialisation of that weight (1: the same Frobenius norm)"},
     {"poetx_adam_restart", K_INT, OFF(poetx_adam_restart), 0, 0, 1, "method poetx: 1 (default) zeroes the Adam moments of the Q's at each merge (Q restarts at 0 under new permutations); 0 keeps them"},
 };
@@ -167,7 +167,7 @@ void st_train_config_defaults(st_train_config *c) {
     c->poetx_lr = -1; /* lr */
     c->poetx_clip_start = 0.1;
     c->poetx_adam_restart = 1;
-    snprintf(c->poetx_init, sizeof c->poetx_init, "model");
+    snprintf(c->poetx_init, sizeof c->poetx_init, "auto");
     c->poetx_init_gain = 4.0;
 }
 

@@ -29,6 +29,19 @@ static st_poetx_config poetx_config(const st_train_config *c) {
                              .frozen_dtype = fd < 0 ? ST_FROZEN_F32 : (st_frozen_dtype)fd};
 }
 
+/* poetx_init as the run uses it: auto is orthogonal from scratch and model where W0 is given
+ * (init_from) or on a resume (a run that recorded auto predates the key: its W0 was the
+ * model's); a recorded config (was 1) says auto only where it predates the key. */
+static const char *init_of(const st_train_config *c, int was) {
+    if (strcmp(c->poetx_init, "auto")) return c->poetx_init;
+    return was || c->init_from[0] || c->resume[0] ? "model" : "orthogonal";
+}
+
+void run_poetx_resolve_init(st_train_config *c) {
+    if (!is_poetx(c) || strcmp(c->poetx_init, "auto")) return;
+    snprintf(c->poetx_init, sizeof c->poetx_init, "%s", init_of(c, 0));
+}
+
 /* A resume continues the run's own numerics: the block size and terms (the method itself:
  * run_lora_check), Q's learning rate, the clip ramp and the moments' restart at a merge,
  * W0's precision (frozen_dtype) and its initialisation (poetx_init: the disk state's resume before
@@ -63,10 +76,10 @@ static st_status check_resume(const st_train_config *c, st_err *err) {
         } else if (strcmp(was->frozen_dtype, c->frozen_dtype)) {
             key = "frozen_dtype";
             snprintf(then, sizeof then, "%s", was->frozen_dtype), snprintf(now, sizeof now, "%s", c->frozen_dtype);
-        } else if (strcmp(was->poetx_init, c->poetx_init)) { /* a resume before the first merge draws W0 again */
+        } else if (strcmp(init_of(was, 1), init_of(c, 0))) { /* a resume before the first merge draws W0 again */
             key = "poetx_init";
-            snprintf(then, sizeof then, "%s", was->poetx_init), snprintf(now, sizeof now, "%s", c->poetx_init);
-        } else if (!strcmp(c->poetx_init, "orthogonal") && was->poetx_init_gain != c->poetx_init_gain) {
+            snprintf(then, sizeof then, "%s", init_of(was, 1)), snprintf(now, sizeof now, "%s", init_of(c, 0));
+        } else if (!strcmp(init_of(c, 0), "orthogonal") && was->poetx_init_gain != c->poetx_init_gain) {
             key = "poetx_init_gain";
             snprintf(then, sizeof then, "%.17g", was->poetx_init_gain);
             snprintf(now, sizeof now, "%.17g", c->poetx_init_gain);
@@ -88,8 +101,8 @@ static st_status check_keys(const st_train_config *c, st_err *err) {
     if (c->poetx_clip_ramp > 0 && !(c->grad_clip > 0))
         return st_errf(err, ST_ERR_INVALID, "key 'poetx_clip_ramp': the ramp rises back to grad_clip, which is %g "
                        "(no clipping); give grad_clip > 0, or poetx_clip_ramp 0", c->grad_clip);
-    if (strcmp(c->poetx_init, "model") && strcmp(c->poetx_init, "orthogonal"))
-        return st_errf(err, ST_ERR_INVALID, "key 'poetx_init': '%s' is not model or orthogonal", c->poetx_init);
+    if (strcmp(c->poetx_init, "auto") && strcmp(c->poetx_init, "model") && strcmp(c->poetx_init, "orthogonal"))
+        return st_errf(err, ST_ERR_INVALID, "key 'poetx_init': '%s' is not auto, model or orthogonal", c->poetx_init);
     if (!strcmp(c->poetx_init, "orthogonal") && c->init_from[0])
         return st_errf(err, ST_ERR_INVALID, "key 'poetx_init': orthogonal replaces the initialisation of a run from "
                        "scratch, and init_from %s gives W0 itself; leave poetx_init out (or init_from, to train from "
@@ -217,9 +230,9 @@ st_status run_poetx_open(const st_train_config *c, st_model **m, st_err *err) {
      * the wrap did: the same model bit for bit as initialising before the wrap. */
     st_model *base = st_poetx_base(pm);
     base->ops->init_random(base, c->seed);
-    if (!strcmp(c->poetx_init, "orthogonal")) {
-        st_log(1, "strata train: poetx_init orthogonal: every block matmul weight's W0 a random orthogonal matrix with "
-               "one singular value, %g x its initialisation's RMS one\n", c->poetx_init_gain);
+    if (!strcmp(init_of(c, 0), "orthogonal")) {
+        st_log(1, "poetx_init orthogonal: every block matmul weight's W0 a random orthogonal matrix with "
+               "one singular value, %g x its initialisation's RMS one (poetx_init_gain)\n", c->poetx_init_gain);
         if ((s = st_poetx_orthogonal_base(base, (float)c->poetx_init_gain, c->seed, err))) return s;
     }
     pm->ops->init_random(pm, c->seed);
