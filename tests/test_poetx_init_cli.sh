@@ -45,14 +45,27 @@ check '[ $? -eq 0 ] && ! grep -q "poetx_init orthogonal" "$T/auto_if.out" && jq 
 check '[ $? -eq 0 ] && cmp -s "$(final "$T/a" 8)" "$(final "$T/b" 8)"' \
   "checkpoint resume across a merge: final weights differ from the straight run's: $(tail -1 "$T/b2.out")"
 
-# --- the disk state, stopped before the first merge: the resume draws W0 again from the seed
+# --- the default (auto) resumed from a checkpoint directory, no key given: the run's own W0
+"$S" train $poet --steps 8 --stop_at 3 --ckpt_every 3 --run_dir "$T/e" >"$T/e1.out" 2>&1
+"$S" train $poet --steps 8 --resume "$T/e/checkpoints/step_00000003" --run_dir "$T/e" >"$T/e2.out" 2>&1
+check '[ $? -eq 0 ] && cmp -s "$(final "$T/auto" 8)" "$(final "$T/e" 8)"' \
+  "auto resumed from its checkpoint directory: final weights differ from the straight run's: $(tail -1 "$T/e2.out")"
+
+# --- the disk state, stopped before the first merge: W0 of the start from its file in the store
 mkdir -p "$T/st" "$T/st2"
 "$S" train $poet $ortho --steps 8 --state_paths "$T/st" --run_dir "$T/c" >"$T/c.out" 2>&1
 check '[ $? -eq 0 ]' "with state_paths: $(tail -2 "$T/c.out")"
 "$S" train $poet $ortho --steps 8 --stop_at 2 --state_paths "$T/st2" --run_dir "$T/d" >"$T/d1.out" 2>&1
+check '[ -f "$T/st2/strata-state.poetx-w0-000000000.safetensors" ]' "the store keeps the start's W0 before the first merge"
+: >"$T/st2/strata-state.poetx-w0-000000003.safetensors.tmp.1" # a write a kill cut short
 "$S" train $poet $ortho --steps 8 --resume "$T/d" --state_paths "$T/st2" --run_dir "$T/d" >"$T/d2.out" 2>&1
 check '[ $? -eq 0 ] && cmp -s "$T/c/model.safetensors" "$T/d/model.safetensors"' \
   "disk-state resume before the first merge: final weights differ from the straight run's: $(tail -1 "$T/d2.out")"
+check '[ ! -e "$T/st2/strata-state.poetx-w0-000000003.safetensors.tmp.1" ] && [ ! -e "$T/st2/strata-state.poetx-w0-000000000.safetensors" ]' \
+  "a merge removes the start's W0 file and a cut-short write: $(ls "$T/st2" | tr '\n' ' ')"
+mkdir -p "$T/st3"
+"$S" train $poet $ortho --steps 8 --stop_at 2 --state_paths "$T/st3" --run_dir "$T/g" >"$T/g1.out" 2>&1
+resume_refused "$T/g" poetx_merge_every $poet $ortho --state_paths "$T/st3" --poetx_merge_every 4
 
 # --- bad input
 refused value "$poet --steps 2 --poetx_init flat" "poetx_init" "auto, model or orthogonal"

@@ -114,7 +114,8 @@ typedef struct st_train_config {
                              from poetx_clip_start * grad_clip back to grad_clip (0: off) */
     double poetx_clip_start; /* method poetx: the ramp's first threshold as a fraction of grad_clip */
     int poetx_adam_restart; /* method poetx: 1 (default) zeroes Q's Adam moments at each merge */
-    char poetx_init[16];  /* method poetx from scratch: "model" (W0 as the model initialises it; default) or
+    char poetx_init[16];  /* method poetx: "auto" (default: orthogonal from scratch, model with init_from;
+                             resolved by the run), "model" (W0 as the model initialises or loads it) or
                              "orthogonal" (st_poetx_orthogonal_base: one singular value, poetx_init_gain x
                              the initialisation's RMS one) */
     double poetx_init_gain; /* poetx_init orthogonal: the singular value over the initialisation's RMS one */

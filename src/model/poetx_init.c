@@ -28,7 +28,9 @@ extern void dorgqr_(const int *m, const int *n, const int *k, double *a, const i
 st_status st_poetx_orthogonal_w0(float *w, int rows, int cols, float gain, uint64_t seed, const char *name,
                                  st_err *err) {
     const int M = rows > cols ? rows : cols, N = rows > cols ? cols : rows;
-    if (rows <= 0 || cols <= 0 || !(gain > 0.0f) || !isfinite(gain))
+    if (rows <= 0 || cols <= 0)
+        return st_errf(err, ST_ERR_SHAPE, "poetx_init orthogonal: %s is %d x %d, not a matrix", name, rows, cols);
+    if (!(gain > 0.0f) || !isfinite(gain))
         return st_errf(err, ST_ERR_INVALID, "key 'poetx_init_gain': %g for %s (%d x %d): give a positive gain",
                        (double)gain, name, rows, cols);
     double ss = 0.0;

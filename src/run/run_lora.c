@@ -5,7 +5,7 @@
  * save_hf's merged model. The adapters start as PEFT's (A random, B zero) or from a saved
  * adapter directory (init_adapter, or an init_from that is one). The base's block matmul weights
  * held in frozen_dtype (fp32, bf16 or int8: st_lora_config), rounded again from the same base on
- * resume. In memory, one process, for now. */
+ * resume. In memory or with the disk state, under mpirun too (not with layer streaming). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>

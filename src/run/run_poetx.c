@@ -37,9 +37,22 @@ static const char *init_of(const st_train_config *c, int was) {
     return was || c->init_from[0] || c->resume[0] ? "model" : "orthogonal";
 }
 
-void run_poetx_resolve_init(st_train_config *c) {
-    if (!is_poetx(c) || strcmp(c->poetx_init, "auto")) return;
+st_status run_poetx_resolve_init(st_train_config *c, st_err *err) {
+    if (!is_poetx(c) || strcmp(c->poetx_init, "auto")) return ST_OK;
+    if (c->resume[0]) { /* left out on a resume: the run's own (its config.json, if the resume did not load it) */
+        char path[2200];
+        st_train_config *was = NULL;
+        st_status s = run_resumed_config(c, &was, path, sizeof path, err);
+        if (s) return s;
+        if (was) {
+            snprintf(c->poetx_init, sizeof c->poetx_init, "%s", init_of(was, 1));
+            c->poetx_init_gain = was->poetx_init_gain;
+            free(was);
+            return ST_OK;
+        }
+    }
     snprintf(c->poetx_init, sizeof c->poetx_init, "%s", init_of(c, 0));
+    return ST_OK;
 }
 
 /* A resume continues the run's own numerics: the block size and terms (the method itself:
@@ -76,10 +89,16 @@ static st_status check_resume(const st_train_config *c, st_err *err) {
         } else if (strcmp(was->frozen_dtype, c->frozen_dtype)) {
             key = "frozen_dtype";
             snprintf(then, sizeof then, "%s", was->frozen_dtype), snprintf(now, sizeof now, "%s", c->frozen_dtype);
-        } else if (strcmp(init_of(was, 1), init_of(c, 0))) { /* a resume before the first merge draws W0 again */
+        } else if (c->state_paths[0] && was->poetx_merge_every != c->poetx_merge_every) {
+            /* the store's W0 files are the merges of the run's interval */
+            key = "poetx_merge_every";
+            snprintf(then, sizeof then, "%d", was->poetx_merge_every);
+            snprintf(now, sizeof now, "%d", c->poetx_merge_every);
+        } else if (strcmp(c->poetx_init, "auto") && strcmp(init_of(was, 1), c->poetx_init)) {
+            /* given (auto: the run's own, run_poetx_resolve_init): W0 as the run drew it */
             key = "poetx_init";
-            snprintf(then, sizeof then, "%s", init_of(was, 1)), snprintf(now, sizeof now, "%s", init_of(c, 0));
-        } else if (!strcmp(init_of(c, 0), "orthogonal") && was->poetx_init_gain != c->poetx_init_gain) {
+            snprintf(then, sizeof then, "%s", init_of(was, 1)), snprintf(now, sizeof now, "%s", c->poetx_init);
+        } else if (!strcmp(c->poetx_init, "orthogonal") && was->poetx_init_gain != c->poetx_init_gain) {
             key = "poetx_init_gain";
             snprintf(then, sizeof then, "%.17g", was->poetx_init_gain);
             snprintf(now, sizeof now, "%.17g", c->poetx_init_gain);
@@ -230,7 +249,9 @@ st_status run_poetx_open(const st_train_config *c, st_model **m, st_err *err) {
      * the wrap did: the same model bit for bit as initialising before the wrap. */
     st_model *base = st_poetx_base(pm);
     base->ops->init_random(base, c->seed);
-    if (!strcmp(init_of(c, 0), "orthogonal")) {
+    /* a resume takes W0 from its checkpoint or, with the disk state, from the store's W0 file of
+     * the last merge or of the start (written for this W0: LAPACK's bits may differ elsewhere) */
+    if (!c->resume[0] && !strcmp(init_of(c, 0), "orthogonal")) {
         st_log(1, "poetx_init orthogonal: every block matmul weight's W0 a random orthogonal matrix with "
                "one singular value, %g x its initialisation's RMS one (poetx_init_gain)\n", c->poetx_init_gain);
         if ((s = st_poetx_orthogonal_base(base, (float)c->poetx_init_gain, c->seed, err))) return s;
@@ -294,7 +315,8 @@ static void prune(const run_poetx_disk *x, long below) {
         char *end = NULL;
         if (strncmp(e->d_name, W0_PREFIX, lp)) continue;
         long k = strtol(e->d_name + lp, &end, 10);
-        if (!end || strcmp(end, ".safetensors") || k >= below) continue;
+        int tmp = end && !strncmp(end, ".safetensors.tmp", 16); /* a write a kill cut short: never read */
+        if (!end || (!tmp && (strcmp(end, ".safetensors") || k >= below))) continue;
         char path[2400];
         snprintf(path, sizeof path, "%s/%s", x->dir, e->d_name);
         unlink(path); /* one left behind is harmless: a resume reads the file of its merge by name */
@@ -323,10 +345,15 @@ st_status run_poetx_open_disk(run_poetx_disk *x, const st_train_config *c, st_mo
     char *sl = strrchr(x->dir, '/');
     if (sl) *sl = 0;
     else snprintf(x->dir, sizeof x->dir, ".");
+    const int flat = !strcmp(c->poetx_init, "orthogonal"); /* W0 drawn by LAPACK: kept in a file, step 0 */
     if (fresh) { /* a new store: W0 files beside it are another run's */
         prune(x, LONG_MAX);
         set_w0_step(x, 0);
-        return ST_OK;
+        if (!flat) return ST_OK; /* the model's initialisation: drawn again alike from the seed */
+        char path0[2400];
+        w0_path(x, 0, path0, sizeof path0);
+        st_status s = st_poetx_save_w0(m, path0, 0, err);
+        return s ? st_err_prefix(err, "method poetx with state_paths: W0 of the start (poetx_init orthogonal)") : ST_OK;
     }
     uint64_t w;
     memcpy(&w, x->region, sizeof w);
@@ -337,7 +364,7 @@ st_status run_poetx_open_disk(run_poetx_disk *x, const st_train_config *c, st_mo
                        "poetx_merge_every", manifest, j, (unsigned long long)w, every);
     x->committed = w;
     x->merged = ml;
-    if (!ml) return ST_OK; /* W0 is the base, as built */
+    if (!ml) return flat ? load_w0(x, m, 0, err) : ST_OK; /* W0 of the start: its file, or the base as built */
     char path[2400];
     w0_path(x, ml, path, sizeof path);
     struct stat sb;
@@ -354,7 +381,7 @@ st_status run_poetx_open_disk(run_poetx_disk *x, const st_train_config *c, st_mo
      * place: the merge made again from W0 of the one before and the store's Q (zero where the
      * store never took that one's reset: no update since) */
     long prev = ml - every;
-    st_status s = prev > 0 ? load_w0(x, m, prev, err) : ST_OK;
+    st_status s = prev > 0 || flat ? load_w0(x, m, prev, err) : ST_OK;
     if (s) return s;
     if (w < (uint64_t)prev) zero_q(m);
     st_log(1, "method poetx: the state store has step %ld; the merge of that step is made again (its W0 file was "

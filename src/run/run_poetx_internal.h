@@ -14,8 +14,9 @@
  * poetx_block or poetx_terms. Nothing for other methods. world: the ranks of the run. */
 st_status run_poetx_check(const st_train_config *c, int world, st_err *err);
 /* poetx_init auto (method poetx) made what the run does, recorded in config.json as if given:
- * orthogonal from scratch, model with init_from or on a resume of a run that predates the key. */
-void run_poetx_resolve_init(st_train_config *c);
+ * orthogonal from scratch, model with init_from; on a resume the run's own (poetx_init and its
+ * gain from its config.json; model for a run that predates the key). Out of memory: an error. */
+st_status run_poetx_resolve_init(st_train_config *c, st_err *err);
 /* The parameters method poetx trains for c over the model a of family (the packed Q's, the
  * embeddings, norms and biases). */
 st_status run_poetx_trainable(const st_train_config *c, const st_arch *a, const char *family, size_t *n, st_err *err);

@@ -114,7 +114,7 @@ static st_status run_check(train_run *r, const st_train_config *given, const st_
     if (!s) s = run_lora_check(c, err); /* method and its keys (run_lora.c) */
     if (!s) s = run_poetx_check(c, r->dist.world, err); /* method poetx's keys (run_poetx.c) */
     if (s) return s;
-    run_poetx_resolve_init(c); /* poetx_init auto: what the run does, recorded as if given */
+    if ((s = run_poetx_resolve_init(c, err))) return s; /* poetx_init auto: what the run does, recorded as if given */
     /* a device this build lacks (cuda without the CUDA backend) is refused before anything
      * is planned or written: no run directory, no config.json */
     if ((s = st_backend_device_built(c->device, err))) return st_err_prefix(err, "key 'device'");
