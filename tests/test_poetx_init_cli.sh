@@ -29,6 +29,12 @@ check '[ "$first" != "$m_first" ]' "orthogonal W0 starts from another loss than 
 check 'grep -q "poetx_init orthogonal" "$T/a.out" && jq -e ".poetx_init == \"orthogonal\" and .poetx_init_gain == 3" "$T/a/config.json" >/dev/null' \
   "logged and recorded: $(grep -m1 poetx_init "$T/a.out")"
 
+# --- W0 the same for any thread count (one weight a thread, each QR on its thread alone)
+"$S" train $poet $ortho --threads 1 --steps 0 --save_hf "$T/t1" --run_dir "$T/t1r" >"$T/t1.out" 2>&1
+"$S" train $poet $ortho --threads 2 --steps 0 --save_hf "$T/t2" --run_dir "$T/t2r" >"$T/t2.out" 2>&1
+check '[ -s "$T/t1/model.safetensors" ] && cmp -s "$T/t1/model.safetensors" "$T/t2/model.safetensors"' \
+  "W0 on 1 thread and on 2 differs: $(tail -1 "$T/t2.out")"
+
 # --- auto (the default): orthogonal from scratch at gain 4, recorded as chosen; model with init_from
 "$S" train $poet --steps 8 --run_dir "$T/auto" >"$T/auto.out" 2>&1
 "$S" train $poet --steps 8 --poetx_init orthogonal --poetx_init_gain 4 --run_dir "$T/o4" >"$T/o4.out" 2>&1

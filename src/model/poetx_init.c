@@ -48,9 +48,11 @@ st_status st_poetx_orthogonal_w0(float *w, int rows, int cols, float gain, uint6
     st_rng r;
     st_rng_seed(&r, seed);
     for (size_t i = 0; i < (size_t)M * N; i++) a[i] = st_rng_normal(&r);
-    /* one thread (OpenBLAS's OpenMP build also sets OpenMP's count: both restored after) */
-    const int blas_threads = openblas_get_num_threads(), omp_threads = omp_get_max_threads();
-    openblas_set_num_threads(1);
+    /* one thread (OpenBLAS's OpenMP build also sets OpenMP's count: both restored after); inside
+     * a parallel region (st_poetx_orthogonal_base's) OpenBLAS runs on the calling thread alone */
+    const int nested = omp_in_parallel();
+    const int blas_threads = nested ? 0 : openblas_get_num_threads(), omp_threads = nested ? 0 : omp_get_max_threads();
+    if (!nested) openblas_set_num_threads(1);
     dgeqrf_(&M, &N, a, &M, tau, &q, &lwork, &info); /* the workspace it wants */
     lwork = info ? 0 : (int)q;
     if (lwork < N) lwork = N;
@@ -66,8 +68,10 @@ st_status st_poetx_orthogonal_w0(float *w, int rows, int cols, float gain, uint6
         }
         if (!info) dorgqr_(&M, &N, &N, a, &M, tau, work, &lwork, &info);
     }
-    openblas_set_num_threads(blas_threads);
-    omp_set_num_threads(omp_threads);
+    if (!nested) {
+        openblas_set_num_threads(blas_threads);
+        omp_set_num_threads(omp_threads);
+    }
     st_status st = ST_OK;
     if (!work) st = st_errf(err, ST_ERR_NOMEM, "poetx_init orthogonal: out of memory for %s's QR workspace", name);
     else if (info) st = st_errf(err, ST_ERR_INVALID, "poetx_init orthogonal: LAPACK's QR of %s (%d x %d) said %d",
@@ -83,12 +87,43 @@ st_status st_poetx_orthogonal_w0(float *w, int rows, int cols, float gain, uint6
     return st;
 }
 
+/* each weight its own stream of the seed: (seed, its place k >= 1 in the table's walk) */
+static uint64_t weight_seed(uint64_t seed, int k) {
+    return seed * 0x9E3779B97F4A7C15ull + 0xD1B54A32D192ED03ull * (uint64_t)k;
+}
+
 st_status st_poetx_orthogonal_base(st_model *base, float gain, uint64_t seed, st_err *err) {
     const int gpt2 = !strcmp(base->ops->arch, "gpt2");
     st_backend *be = base->be;
-    int cursor = 0, k = 0;
+    int cursor = 0, n = 0;
     frozen_site site;
     st_status s = ST_OK;
+    if (st_backend_host_memory(be)) {
+        /* the weights in place, one weight a thread (each QR on its thread alone: the same bits
+         * for any thread count) */
+        while (frozen_base_next_site(base->tensors, base->n_tensors, gpt2, &cursor, &site)) n++;
+        const st_param_info **t = malloc((size_t)(n ? n : 1) * sizeof *t);
+        if (!t) return st_errf(err, ST_ERR_NOMEM, "poetx_init orthogonal: out of memory");
+        cursor = 0;
+        for (int i = 0; frozen_base_next_site(base->tensors, base->n_tensors, gpt2, &cursor, &site); i++) t[i] = site.t;
+        st_status *st = calloc((size_t)(n ? n : 1), sizeof *st);
+        st_err *errs = calloc((size_t)(n ? n : 1), sizeof *errs);
+        if (!st || !errs) {
+            free(t), free(st), free(errs);
+            return st_errf(err, ST_ERR_NOMEM, "poetx_init orthogonal: out of memory");
+        }
+#pragma omp parallel for schedule(dynamic, 1)
+        for (int i = 0; i < n; i++)
+            st[i] = st_poetx_orthogonal_w0(base->params + t[i]->offset, t[i]->shape[0], t[i]->shape[1], gain,
+                                           weight_seed(seed, i + 1), t[i]->name, &errs[i]);
+        for (int i = 0; i < n && !s; i++)
+            if (st[i]) {
+                s = st[i];
+                *err = errs[i];
+            }
+        free(t), free(st), free(errs);
+        return s;
+    }
     float *host = NULL;
     size_t cap = 0;
     while (!s && frozen_base_next_site(base->tensors, base->n_tensors, gpt2, &cursor, &site)) {
@@ -101,9 +136,7 @@ st_status st_poetx_orthogonal_base(st_model *base, float gain, uint64_t seed, st
                                cap * sizeof *host);
         }
         be->ops->copy_to_host(be, host, base->params + t->offset, t->numel * sizeof *host);
-        /* each weight its own stream of the seed: (seed, its index in the table's walk) */
-        uint64_t ws = seed * 0x9E3779B97F4A7C15ull + 0xD1B54A32D192ED03ull * (uint64_t)(++k);
-        s = st_poetx_orthogonal_w0(host, t->shape[0], t->shape[1], gain, ws, t->name, err);
+        s = st_poetx_orthogonal_w0(host, t->shape[0], t->shape[1], gain, weight_seed(seed, ++n), t->name, err);
         if (!s) be->ops->copy_to_device(be, base->params + t->offset, host, t->numel * sizeof *host);
     }
     free(host);
