@@ -450,7 +450,7 @@ void st_lora_held_bytes(const st_param_info *tensors, int n_tensors, const char 
 /* frozen_dtype bf16, int8: every matmul weight of the base's blocks into the store, rounded from
  * the base's vector as it is now, and the fp32 pages of them given back; the hook takes the
  * blocks' matmuls. Returns ST_OK, or a refusal (the caller frees m). */
-static st_status hold_weights(st_model *m, lora_impl *li, st_err *err) {
+static st_status hold_weights(lora_impl *li, st_err *err) {
     st_model *b = li->fb.base;
     int nk = li->fb.n_layer * ST_MM_COUNT, n = 0;
     frozen_site site;
@@ -490,7 +490,6 @@ static st_status hold_weights(st_model *m, lora_impl *li, st_err *err) {
     }
     li->fb.hook.linear_forward = hook_linear_forward;
     li->fb.hook.linear_backward = hook_linear_backward;
-    (void)m;
     return ST_OK;
 }
 st_model *st_lora_base(const st_model *m) { return st_model_is_lora(m) ? impl_of(m)->fb.base : NULL; }
@@ -579,7 +578,7 @@ st_status st_lora_model_create(st_model **out, st_model *base, const st_lora_con
     }
     frozen_base_drop_grads(&li->fb); /* the base is frozen: its gradient vector goes */
     li->fb.hook = (st_linear_hook){.forward = hook_forward, .backward = hook_backward, .frozen = 1};
-    if (cfg->frozen_dtype != ST_FROZEN_F32 && (s = hold_weights(m, li, err))) {
+    if (cfg->frozen_dtype != ST_FROZEN_F32 && (s = hold_weights(li, err))) {
         lo_destroy(m);
         return s;
     }
