@@ -77,6 +77,7 @@ resume_refused "$T/g" poetx_merge_every $poet $ortho --state_paths "$T/st3" --po
 refused value "$poet --steps 2 --poetx_init flat" "poetx_init" "auto, model or orthogonal"
 refused init_from "$poet --steps 2 --poetx_init orthogonal --init_from $T/base" "poetx_init" "init_from"
 refused full "--model gpt2-tiny $tiny --steps 2 --poetx_init orthogonal" "poetx_init" "poetx"
+refused gain0 "$poet --steps 2 --poetx_init_gain 0" "poetx_init_gain" "outside"
 refused full_gain "--model gpt2-tiny $tiny --steps 2 --poetx_init_gain 2" "poetx_init_gain" "poetx"
 resume_refused "$T/b" poetx_init $poet --poetx_init model
 resume_refused "$T/b" poetx_init_gain $poet --poetx_init orthogonal --poetx_init_gain 2
