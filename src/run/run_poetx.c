@@ -235,7 +235,54 @@ st_status run_poetx_bytes_of(const st_train_config *c, const st_arch *a, const c
     return ST_OK;
 }
 
-st_status run_poetx_open(const st_train_config *c, st_model **m, st_err *err) {
+/* poetx_init orthogonal under ranks: rank r draws the weights k with k % world == r (the bits one
+ * process gives them), then each weight is broadcast from the rank that drew it: every rank holds
+ * the same W0 even where the ranks' CPUs run LAPACK with other kernels (other bits), each drawing 1 / world
+ * of the QRs. Collective: every rank calls it, a failure is agreed on first. */
+static st_status orthogonal_ranks(st_model *base, const st_train_config *c, st_comm *comm, st_err *err) {
+    int world = st_comm_size(comm), rank = st_comm_rank(comm);
+    st_status s = st_poetx_orthogonal_base_part(base, (float)c->poetx_init_gain, c->seed, rank, world, err);
+    int n = st_poetx_init_weights(base, NULL);
+    const st_param_info **t = malloc((size_t)(n ? n : 1) * sizeof *t);
+    if (!s && !t) s = st_errf(err, ST_ERR_NOMEM, "poetx_init orthogonal: out of memory");
+    st_err aerr = {0};
+    double bad = s ? 1.0 : 0.0; /* any rank's failure: every rank returns before the broadcasts */
+    st_status cs = st_comm_allreduce_f64(comm, &bad, 1, "poetx_init orthogonal", &aerr);
+    if (cs || bad > 0) {
+        free(t);
+        if (s) return s;
+        if (cs) return st_errf(err, cs, "%s", aerr.msg);
+        return st_errf(err, ST_ERR_INVALID,
+                       "poetx_init orthogonal: another rank failed drawing its W0 (its log says why)");
+    }
+    st_poetx_init_weights(base, t);
+    st_backend *be = base->be;
+    float *host = NULL; /* a device's weights cross through host memory */
+    size_t cap = 0;
+    for (int k = 0; k < n && !s; k++) {
+        const st_param_info *w = t[k];
+        float *buf = base->params + w->offset;
+        if (!st_backend_host_memory(be)) {
+            if (w->numel > cap) {
+                free(host);
+                cap = w->numel;
+                if (!(host = malloc(cap * sizeof *host))) {
+                    s = st_errf(err, ST_ERR_NOMEM, "poetx_init orthogonal: out of memory for %s", w->name);
+                    break; /* the ranks' timeout ends the others' wait */
+                }
+            }
+            if (k % world == rank) be->ops->copy_to_host(be, host, buf, w->numel * sizeof *host);
+            buf = host;
+        }
+        s = st_comm_bcast(comm, buf, w->numel * sizeof *buf, k % world, "poetx_init orthogonal W0", err);
+        if (!s && buf == host) be->ops->copy_to_device(be, base->params + w->offset, host, w->numel * sizeof *host);
+    }
+    free(host);
+    free(t);
+    return s;
+}
+
+st_status run_poetx_open(const st_train_config *c, st_comm *comm, st_model **m, st_err *err) {
     if (!is_poetx(c)) return ST_OK;
     st_poetx_config pc = poetx_config(c);
     st_model *pm = NULL;
@@ -254,7 +301,9 @@ st_status run_poetx_open(const st_train_config *c, st_model **m, st_err *err) {
     if (!c->resume[0] && !strcmp(init_of(c, 0), "orthogonal")) {
         st_log(1, "poetx_init orthogonal: every block matmul weight's W0 a random orthogonal matrix with "
                "one singular value, %g x its initialisation's RMS one (poetx_init_gain)\n", c->poetx_init_gain);
-        if ((s = st_poetx_orthogonal_base(base, (float)c->poetx_init_gain, c->seed, err))) return s;
+        if (comm && st_comm_size(comm) > 1) s = orthogonal_ranks(base, c, comm, err);
+        else s = st_poetx_orthogonal_base(base, (float)c->poetx_init_gain, c->seed, err);
+        if (s) return s;
     }
     pm->ops->init_random(pm, c->seed);
     return ST_OK;
