@@ -37,7 +37,8 @@ typedef struct run_poetx_bytes {
     double start;        /* the start (run_poetx_open): the base's weights and gradient vector
                             allocated (8 bytes a parameter), then, wrapped (the gradients freed), its
                             weights, the initialisation's staging, the trained vector and its
-                            gradients, G and the permutations */
+                            gradients, G and the permutations; with poetx_init orthogonal the
+                            threads' QRs in place of the staging where they are larger */
 } run_poetx_bytes;
 st_status run_poetx_bytes_of(const st_train_config *c, const st_arch *a, const char *family, int B, int T,
                              run_poetx_bytes *out, st_err *err);
