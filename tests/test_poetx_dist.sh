@@ -9,7 +9,9 @@
 # step 4 and resumed continues bit for bit. Q at its own learning rate (the optimizer's second
 # class, which each shard's clipped segments keep) and a clip ramp after each merge. Skips (77)
 # where mpirun is missing or strata was built without MPI. With poetx_init orthogonal too: every
-# rank draws the same flat W0 as one process.
+# rank draws the same flat W0 as one process. With the disk state (state_paths): 2 ranks against
+# one process, stopped and resumed at 2 ranks and in one process (the re-shard finds W0's file in
+# the ranks' directories), the stores one step apart across a merge.
 set -u
 . "$(dirname "$0")/lib_corpus.sh"
 corpus_begin poetxdist
@@ -37,6 +39,49 @@ O="--poetx_init orthogonal --poetx_init_gain 3"
 $MPI -np 2 "$S" train $P $O --zero 1 --run_dir "$T/o_z1" --save_hf "$T/hf_o_z1" >"$T/o_z1.out" 2>&1
 check '[ -n "$(losses "$T/o_one")" ] && [ "$(losses "$T/o_z1")" = "$(losses "$T/o_one")" ] && [ "$(losses "$T/o_one")" != "$(losses "$T/one")" ] && cmp -s "$T/hf_o_z1/model.safetensors" "$T/hf_o_one/model.safetensors"' \
   "poetx_init orthogonal, 2 ranks zero 1: $(losses "$T/o_z1") against one process's $(losses "$T/o_one") (and not the model init's), or the merged weights differ: $(tail -1 "$T/o_z1.out")"
+# --- the disk state (state_paths) under ranks: each rank's store in its own directory with its own
+# W0 files; bit for bit one process in memory
+mkdir -p "$T/st_z1"
+$MPI -np 2 "$S" train $P --zero 1 --state_paths "$T/st_z1" --run_dir "$T/d_z1" --save_hf "$T/hf_d_z1" >"$T/d_z1.out" 2>&1
+check '[ $? -eq 0 ] && [ "$(losses "$T/d_z1")" = "$(losses "$T/one")" ] && cmp -s "$T/hf_d_z1/model.safetensors" "$T/hf_one/model.safetensors"' \
+  "2 ranks, zero 1, state_paths: $(losses "$T/d_z1") against one process's $(losses "$T/one"): $(tail -2 "$T/d_z1.out")"
+check '[ -f "$T/st_z1/rank0-of-2/strata-state.poetx-w0-000000006.safetensors" ] && [ -f "$T/st_z1/rank1-of-2/strata-state.poetx-w0-000000006.safetensors" ] && cmp -s "$T/st_z1/rank0-of-2/strata-state.poetx-w0-000000006.safetensors" "$T/st_z1/rank1-of-2/strata-state.poetx-w0-000000006.safetensors"' \
+  "2 ranks, state_paths: the ranks' W0 files of the merge at 6 differ or are missing: $(ls "$T/st_z1"/rank*-of-2 | tr '\n' ' ')"
+# stopped at 4, resumed at 2 ranks; stopped at 4, resumed in one process (the re-shard: W0 of the
+# merge at 3 from the ranks' directories)
+for how in 2 1 1to2; do
+  d="$T/dstop$how"
+  mkdir -p "$d.st"
+  if [ $how = 1to2 ]; then # and the other way: one process stopped at 4, resumed at 2 ranks
+    "$S" train $P --grad_accum 2 --stop_at 4 --state_paths "$d.st" --run_dir "$d" >"$d.1.out" 2>&1
+  else
+    $MPI -np 2 "$S" train $P --zero 1 --stop_at 4 --state_paths "$d.st" --run_dir "$d" >"$d.1.out" 2>&1
+  fi
+  if [ $how != 1 ]; then # one micro-batch a rank (a resume takes the run's grad_accum where not given)
+    $MPI -np 2 "$S" train $P --zero 1 --grad_accum 1 --state_paths "$d.st" --resume "$d" --run_dir "$d" --save_hf "$d.hf" \
+      >"$d.2.out" 2>&1
+  else
+    "$S" train $P --grad_accum 2 --state_paths "$d.st" --resume "$d" --run_dir "$d" --save_hf "$d.hf" >"$d.2.out" 2>&1
+  fi
+  check '[ $? -eq 0 ] && [ "$(losses "$d")" = "$(losses "$T/one")" ] && cmp -s "$d.hf/model.safetensors" "$T/hf_one/model.safetensors"' \
+    "state_paths, 2 ranks stopped at 4, resumed at $how: $(losses "$d") against $(losses "$T/one"): $(tail -2 "$d.2.out")"
+done
+# the ranks' stores one step apart across a merge (what a kill between two ranks' commits leaves):
+# both stopped at 6, rank 1's store returned to its commit of 5 (the store's previous manifest);
+# the resume returns rank 0 to 5 as well, which needs W0 of the merge at 3 beside both stores
+d="$T/dapart"
+mkdir -p "$d.st"
+$MPI -np 2 "$S" train $P --zero 1 --stop_at 6 --state_paths "$d.st" --run_dir "$d" >"$d.1.out" 2>&1
+mv "$d.st/rank1-of-2/strata-state.manifest.prev" "$d.st/rank1-of-2/strata-state.manifest"
+$MPI -np 2 "$S" train $P --zero 1 --state_paths "$d.st" --resume "$d" --run_dir "$d" --save_hf "$d.hf" >"$d.2.out" 2>&1
+rc=$?
+check '[ $rc -eq 0 ] && grep -q "committed step 6, another rank only 5: returning to it" "$d.2.out" && [ "$(losses "$d")" = "$(losses "$T/one")" ] && cmp -s "$d.hf/model.safetensors" "$T/hf_one/model.safetensors"' \
+  "state_paths, the stores one step apart across a merge, resumed (rc $rc): $(losses "$d") against $(losses "$T/one"): $(grep -h "returning\|strata train:" "$d.2.out" | head -3)"
+# flat W0 with the disk state under ranks: the start's W0 file beside every rank's store
+mkdir -p "$T/st_o"
+$MPI -np 2 "$S" train $P $O --zero 1 --state_paths "$T/st_o" --run_dir "$T/d_o" --save_hf "$T/hf_d_o" >"$T/d_o.out" 2>&1
+check '[ $? -eq 0 ] && [ "$(losses "$T/d_o")" = "$(losses "$T/o_one")" ] && cmp -s "$T/hf_d_o/model.safetensors" "$T/hf_o_one/model.safetensors"' \
+  "poetx_init orthogonal, 2 ranks, state_paths: $(losses "$T/d_o") against one process's $(losses "$T/o_one"): $(tail -2 "$T/d_o.out")"
 echo "poetx_dist: $(losses "$T/one")"
 [ $fail -eq 0 ] && rm -rf "$T"
 exit $fail

@@ -5,8 +5,9 @@
  * checkpoints holding W0 and the permutations besides the trained tensors (the model's save).
  * Q's segments are the optimizer's second learning-rate class (poetx_lr); after each merge the
  * clip threshold may ramp back to grad_clip (poetx_clip_ramp). In memory (fp32 or 8-bit
- * optimizer state), under ranks too, or with the trained vector's state on disk (state_paths, one
- * process): W0 in its own files beside the store, one per merge (run_poetx_open_disk). */
+ * optimizer state) or with the trained vector's state on disk (state_paths): W0 in its own files
+ * beside the store, one per merge (run_poetx_open_disk); in one process or under ranks (each rank's
+ * store with its own W0 files, the same bits on every rank). */
 #include <dirent.h>
 #include <limits.h>
 #include <stdio.h>
@@ -152,7 +153,7 @@ static st_status check_not_poetx(const st_train_config *c, st_err *err) {
                    "give --method poetx", key, c->method, key);
 }
 
-st_status run_poetx_check(const st_train_config *c, int world, st_err *err) {
+st_status run_poetx_check(const st_train_config *c, st_err *err) {
     if (!is_poetx(c)) return check_not_poetx(c, err);
     st_status s = check_keys(c, err);
     if (s || (s = check_resume(c, err))) return s;
@@ -165,17 +166,13 @@ st_status run_poetx_check(const st_train_config *c, int world, st_err *err) {
         return st_errf(err, ST_ERR_UNSUPPORTED, "key '%s': method poetx trains its model's own forward, without layer "
                        "streaming (its trained vector's state on disk is taken: give state_paths); leave %s out", why,
                        why);
-    if (c->state_paths[0] && world > 1)
-        return st_errf(err, ST_ERR_UNSUPPORTED, "key 'state_paths': method poetx keeps its state on disk in one process "
-                       "for now (W0's files beside one store); train under ranks with the state in memory, or in one "
-                       "process with state_paths");
     int cuda_index = -1;
     if (st_train_config_frozen_dtype(c) > 0 && !st_backend_device_parse(c->device, &cuda_index, NULL) &&
         cuda_index >= 0)
         return st_errf(err, ST_ERR_UNSUPPORTED, "key 'frozen_dtype': %s W0 is dequantised by the host; device %s "
                        "keeps the weights elsewhere: train on device cpu, or give frozen_dtype fp32", c->frozen_dtype,
                        c->device);
-    /* ranks (the state in memory): every rank merges its whole copy alike (run_poetx_after_step) */
+    /* ranks: every rank merges its whole copy alike (run_poetx_after_step) */
     st_model_overrides ov = st_train_config_overrides(c);
     st_model_shape shape;
     st_arch *arch = NULL;
@@ -371,10 +368,11 @@ st_status run_poetx_after_step(const st_train_config *c, st_model *m, st_optim *
 
 size_t run_poetx_blob_bytes(const st_train_config *c) { return is_poetx(c) && c->state_paths[0] ? sizeof(uint64_t) : 0; }
 
-void run_poetx_bind(run_poetx_disk *x, const st_train_config *c, void *region) {
+void run_poetx_bind(run_poetx_disk *x, const st_train_config *c, void *region, st_comm *comm) {
     memset(x, 0, sizeof *x);
     x->on = run_poetx_blob_bytes(c) > 0;
     x->region = region;
+    x->comm = comm && st_comm_size(comm) > 1 ? comm : NULL;
 }
 
 static void w0_path(const run_poetx_disk *x, long step, char *out, size_t cap) {
@@ -406,10 +404,46 @@ static void zero_q(st_model *m) {
     m->be->ops->memset0(m->be, m->params + q0, (m->n_params - q0) * sizeof(float));
 }
 
+/* W0's file of the merge at step: this store's (1), else (a resume at another number of ranks,
+ * whose stores the re-shard made anew) the same merge's file beside a store of the other layout
+ * under the first state path, the plain store's or some rank's (every rank writes the same W0):
+ * its path in out (2); 0 where none is. */
+static int w0_locate(const run_poetx_disk *x, long step, char *out, size_t cap) {
+    struct stat sb;
+    w0_path(x, step, out, cap);
+    if (!stat(out, &sb)) return 1;
+    char base[2048], name[64];
+    snprintf(base, sizeof base, "%s", x->dir);
+    char *sl = strrchr(base, '/');
+    int q, w, len = 0;
+    if (sl && sscanf(sl + 1, "rank%d-of-%d%n", &q, &w, &len) == 2 && !sl[1 + len]) *sl = 0; /* a rank's: PATH */
+    snprintf(name, sizeof name, W0_PREFIX "%09ld.safetensors", step);
+    snprintf(out, cap, "%s/%s", base, name);
+    if (strcmp(base, x->dir) && !stat(out, &sb)) return 2;
+    DIR *d = opendir(base);
+    struct dirent *e;
+    int found = 0;
+    while (!found && d && (e = readdir(d))) {
+        if (sscanf(e->d_name, "rank%d-of-%d%n", &q, &w, &len) != 2 || e->d_name[len]) continue;
+        snprintf(out, cap, "%s/%s/%s", base, e->d_name, name);
+        found = strcmp(out, x->dir) && !stat(out, &sb);
+    }
+    if (d) closedir(d);
+    if (!found) w0_path(x, step, out, cap);
+    return found ? 2 : 0;
+}
+
 static st_status load_w0(const run_poetx_disk *x, st_model *m, long step, st_err *err) {
     char path[2400];
-    w0_path(x, step, path, sizeof path);
+    int where = w0_locate(x, step, path, sizeof path);
     st_status s = st_poetx_load_w0(m, path, step, err);
+    if (!s && where == 2) { /* this store's own copy, for its later resumes and its pruning */
+        char own[2400];
+        w0_path(x, step, own, sizeof own);
+        st_log(1, "method poetx: W0 of the merge at step %ld taken from %s (written at another number of ranks)\n",
+               step, path);
+        s = st_poetx_save_w0(m, own, step, err);
+    }
     return s ? st_err_prefix(err, "method poetx with state_paths: W0 of the merge at step %ld", step) : ST_OK;
 }
 
@@ -440,25 +474,29 @@ st_status run_poetx_open_disk(run_poetx_disk *x, const st_train_config *c, st_mo
     x->committed = w;
     x->merged = ml;
     char path[2400];
-    struct stat sb;
-    w0_path(x, ml, path, sizeof path);
-    if (!ml && flat && j == 0 && w == 0 && stat(path, &sb) && run_poetx_initialises(c)) {
+    int have = w0_locate(x, ml, path, sizeof path);
+    if (!ml && flat && j == 0 && w == 0 && run_poetx_initialises(c)) {
         /* killed after the store was created and before W0's file of the start was in place: the
          * store never stepped, so its trained vector is the start's; W0 drawn again from the seed
-         * (on this machine's LAPACK, as a fresh start would) and its file written now */
+         * (on this machine's LAPACK, as a fresh start would; under ranks every rank at step 0,
+         * collectively where any rank lacks its file) and its file written now */
+        double missing = have ? 0.0 : 1.0;
+        st_status s = x->comm ? st_comm_allreduce_f64(x->comm, &missing, 1, "poetx W0 of the start", err) : ST_OK;
+        if (s || !(missing > 0)) return s ? s : load_w0(x, m, 0, err);
         st_log(1, "method poetx: the state store never stepped and its start's W0 file was not written; W0 "
                "drawn again from the seed (poetx_init orthogonal)\n");
-        st_status s = draw_start(c, NULL, m, 1, err);
-        if (!s && (s = st_poetx_save_w0(m, path, 0, err)))
+        w0_path(x, 0, path, sizeof path);
+        if (!(s = draw_start(c, x->comm, m, 1, err)) && (s = st_poetx_save_w0(m, path, 0, err)))
             st_err_prefix(err, "method poetx with state_paths: W0 of the start (poetx_init orthogonal)");
         return s;
     }
     if (!ml) return flat ? load_w0(x, m, 0, err) : ST_OK; /* W0 of the start: its file, or the base as built */
-    if (!stat(path, &sb)) {
+    if (have) {
         st_status s = load_w0(x, m, ml, err);
         if (!s && w < (uint64_t)ml) zero_q(m); /* merged; the store's Q reset with the next update */
         return s;
     }
+    w0_path(x, ml, path, sizeof path);
     if (j != ml || w == (uint64_t)ml)
         return st_errf(err, ST_ERR_FORMAT, "%s: missing; the state store %s is at step %ld, past the merge of step %ld "
                        "whose W0 that file holds: the disk state is incomplete; start the run again", path, manifest,
@@ -474,7 +512,7 @@ st_status run_poetx_open_disk(run_poetx_disk *x, const st_train_config *c, st_mo
            "not written)\n", j);
     if ((s = st_poetx_merge(m, c->seed, ml, err))) return s;
     if ((s = st_poetx_save_w0(m, path, ml, err))) return st_err_prefix(err, "method poetx with state_paths");
-    prune(x, ml);
+    prune(x, x->comm ? prev : ml); /* under ranks the merge before kept (run_poetx_after_disk) */
     return ST_OK;
 }
 
@@ -501,7 +539,9 @@ st_status run_poetx_after_disk(run_poetx_disk *x, const st_train_config *c, cons
     st_failpoint("poetx_w0_written"); /* tests: W0's file in place, the older ones not yet removed */
     x->merged = step;
     /* the store has committed this step (skipped: it has not yet; the file of the merge before
-     * stays until the next merge) */
-    if (!skipped) prune(x, step);
+     * stays until the next merge). Under ranks another rank may not have committed it: after a
+     * kill this rank's store returns to the step before (run_open_store), whose merge's file must
+     * still be here, so the merge before this one is kept too */
+    if (!skipped) prune(x, x->comm ? step - c->poetx_merge_every : step);
     return ST_OK;
 }

@@ -10,10 +10,9 @@
 #include "strata/train.h"
 
 /* method poetx's keys against the model's tensor table, allocating no weights: layer streaming
- * and the disk state under ranks (not yet), a block size that divides
- * no dimension of some weight (naming the key and the tensor), a resume with another
- * poetx_block or poetx_terms. Nothing for other methods. world: the ranks of the run. */
-st_status run_poetx_check(const st_train_config *c, int world, st_err *err);
+ * (not yet), a block size that divides no dimension of some weight (naming the key and the
+ * tensor), a resume with another poetx_block or poetx_terms. Nothing for other methods. */
+st_status run_poetx_check(const st_train_config *c, st_err *err);
 /* poetx_init auto (method poetx) made what the run does, recorded in config.json as if given:
  * orthogonal from scratch, model with init_from; on a resume the run's own (poetx_init and its
  * gain from its config.json; model for a run that predates the key). Out of memory: an error. */
@@ -89,11 +88,13 @@ typedef struct run_poetx_disk {
     unsigned char *region;   /* w0_step (uint64_t) in the blob: the merge the store's Q is relative to */
     uint64_t committed;      /* w0_step of the last commit */
     long merged;             /* the merge W0 in memory is (0: the base); > committed: Q's reset pending */
+    st_comm *comm;           /* under ranks (NULL: one process): each rank's store in its own directory
+                                with its own W0 files, the same bits on every rank */
 } run_poetx_disk;
 /* The blob bytes method poetx with the disk state adds (8; else 0). */
 size_t run_poetx_blob_bytes(const st_train_config *c);
 /* x on (method poetx with the disk state) with its w0_step at region (zero); else off. */
-void run_poetx_bind(run_poetx_disk *x, const st_train_config *c, void *region);
+void run_poetx_bind(run_poetx_disk *x, const st_train_config *c, void *region, st_comm *comm);
 /* After the store is opened (created: fresh 1, its leftover W0 files removed) and its master
  * weights read into m and its blob into the region: W0 and the permutations of the store's step
  * (hs_step) in m, Q zero where the store's reset is pending. */

@@ -112,7 +112,7 @@ static st_status run_check(train_run *r, const st_train_config *given, const st_
     st_status s = run_lora_init_from(c, err); /* an init_from that is a LoRA adapter: its base, init_adapter */
     if (!s) s = st_train_config_check(c, err);
     if (!s) s = run_lora_check(c, err); /* method and its keys (run_lora.c) */
-    if (!s) s = run_poetx_check(c, r->dist.world, err); /* method poetx's keys (run_poetx.c) */
+    if (!s) s = run_poetx_check(c, err); /* method poetx's keys (run_poetx.c) */
     if (s) return s;
     if ((s = run_poetx_resolve_init(c, err))) return s; /* poetx_init auto: what the run does, recorded as if given */
     /* a device this build lacks (cuda without the CUDA backend) is refused before anything
@@ -285,7 +285,7 @@ static st_status open_state(train_run *r, st_err *err) {
     r->hs->n_params = m->n_params;
     if (c->state_paths[0]) {
         run_mix_bind(&r->mix, r->hs + 1); /* the mixture's state committed with each step, after hs */
-        run_poetx_bind(&r->px, c, (char *)(r->hs + 1) + mix_bytes); /* ... then POET-X's merge taken */
+        run_poetx_bind(&r->px, c, (char *)(r->hs + 1) + mix_bytes, r->dist.comm); /* ... then POET-X's merge taken */
         if ((s = run_open_store(c, &r->dist, m, r->opt_segs, r->n_opt_segs, st_train_config_state_format(c), &r->td,
                                 r->hs, r->blob_bytes, &r->store, err)) ||
             (s = run_mix_resume_blob(&r->mix, st_store_manifest_path(r->store), err)) ||
