@@ -6,6 +6,7 @@
 #    with every block recomputed, offloaded or kept, and grad_accum 2, gives the in-memory
 #    run's losses exactly and a byte-identical adapter file (the same ops in the same order);
 #    the merged model (--save_hf) is byte-identical too;
+#  - validation between the steps (eval_every 2) gives the in-memory run's losses and val_loss;
 #  - llama-tiny (4 blocks, 2 weight slots) with all seven projections, recomputed: the same;
 #  - a chunked vocabulary (a plan file with vocab_chunk 64): the losses within 1e-5 relative of
 #    the in-memory run's, the adapters within 1e-4 relative (the online softmax sums in another
@@ -51,6 +52,14 @@ for ab in recompute:400000 offload:400000 keep:650000; do
     check 'cmp -s "$T/mem.hf/model.safetensors" "$T/s_$act.hf/model.safetensors"' \
       "gpt2-tiny $act: the merged model (--save_hf) is byte-identical to the in-memory run's"
 done
+
+# --- validation every 2 steps between the steps (its forward takes the weight slots): the
+# same losses and validation losses
+vl() { jq -r '[.loss, .val_loss] | @text' "$1/metrics.jsonl" | tr '\n' ' '; }
+"$S" train $g6 --steps 6 --eval_every 2 --run_dir "$T/ev_mem" >"$T/ev_mem.out" 2>&1
+"$S" train $g6 --steps 6 --eval_every 2 --device_budget $budget --act recompute --run_dir "$T/ev_s" >"$T/ev_s.out" 2>&1
+check '[ "$(vl "$T/ev_s")" = "$(vl "$T/ev_mem")" ] && [ "$(jq -r .val_loss "$T/ev_s/metrics.jsonl" | grep -vc null)" = 3 ]' \
+  "eval_every 2: losses and validation losses ($(vl "$T/ev_s")) equal the in-memory run's ($(vl "$T/ev_mem"))"
 
 # --- grad_accum 2: each micro-batch's adapter gradient summed as in memory
 run "$T/mem_acc" $g6 --steps 4 --grad_accum 2
@@ -111,7 +120,7 @@ check 'cmp -s "$T/r8.ad/adapter_model.safetensors" "$T/r44.ad/adapter_model.safe
 # --- refusals naming the key, before a run directory exists
 refused bf16 "$g6 --steps 2 --device_budget $budget --frozen_dtype bf16" "key 'frozen_dtype'" "device_budget"
 refused int8 "$g6 --steps 2 --device_budget $budget --frozen_dtype int8" "key 'frozen_dtype'" "device_budget"
-refused cuda "$g6 --steps 2 --device_budget $budget --device cuda" "key 'device'" "device cpu"
+refused cuda "$g6 --steps 2 --device_budget $budget --device cuda" "key 'device'" "method lora"
 refused state "$g6 --steps 2 --device_budget $budget --state_paths $T/st" "key 'state_paths'" "device_budget"
 
 method_end lora_stream
