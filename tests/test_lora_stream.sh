@@ -12,6 +12,7 @@
 #    the in-memory run's, the adapters within 1e-4 relative (the online softmax sums in another
 #    order: float rounding, as for method full);
 #  - a streamed run resumed (4 + 4 steps) equals the straight streamed run bit for bit;
+#  - strata plan counts no gradient slots or embedding gradient for it;
 #  - refused before a run directory exists, naming the key: frozen_dtype bf16 with
 #    device_budget, device cuda with device_budget, state_paths with device_budget.
 set -u
@@ -116,6 +117,19 @@ check '[ "$(losses "$T/r44")" = "$(losses "$T/r8")" ] && [ "$(jq -r .step "$T/r4
   "streamed resume: losses ($(losses "$T/r44")) equal the straight streamed run's ($(losses "$T/r8"))"
 check 'cmp -s "$T/r8.ad/adapter_model.safetensors" "$T/r44.ad/adapter_model.safetensors"' \
   "streamed resume: the adapter file is byte-identical to the straight run's"
+
+# --- strata plan: a LoRA run's device account holds no gradient slots and no embedding gradient
+# (its smallest plan, every block recomputed): full's less 2 block slabs of 12 C^2 + 13 C
+# floats and the (V + max_seq) x C embedding, at C 32, V 256, max_seq 16: 136448 bytes
+for m in full lora; do
+    "$S" plan --model gpt2-tiny --n_layer 6 $tiny --method $m --device_budget $budget --act recompute --json \
+      >"$T/pj_$m.json" 2>"$T/pj_$m.err"
+done
+af=$(jq -r .memory.classes.activations.bytes "$T/pj_full.json"); al=$(jq -r .memory.classes.activations.bytes "$T/pj_lora.json")
+check '[ "$((af - al))" = $((2 * 4 * (12 * 32 * 32 + 13 * 32) + 4 * (256 + 16) * 32)) ]' \
+  "strata plan: lora's device bytes ($al) are full's ($af) less the gradient slots and the embedding's gradient"
+check 'jq -e ".memory.tiers.device.fits and .device_bytes <= $budget and .vocab_chunk == 0" "$T/pj_lora.json" >/dev/null' \
+  "strata plan: lora's plan fits $budget with the head resident: $(jq -c "[.device_bytes, .vocab_chunk]" "$T/pj_lora.json")"
 
 # --- refusals naming the key, before a run directory exists
 refused bf16 "$g6 --steps 2 --device_budget $budget --frozen_dtype bf16" "key 'frozen_dtype'" "device_budget"

@@ -9,7 +9,9 @@
  * each adapted projection in the base's tensor order, named as PEFT saves them
  * ("base_model.model.transformer.h.0.attn.c_attn.lora_A.weight"); forward and backward run
  * the base's blocks with a st_linear_hook (model.h) that adds the low-rank term after each
- * adapted matmul and, in backward, takes its gradient to A, B and the input.
+ * adapted matmul and, in backward, takes its gradient to A, B and the input. Under layer
+ * streaming (strata/stream.h) the executor runs the base's fp32 blocks with the same hook
+ * (st_lora_hook_bind) and the in-memory step's optimizer updates the adapters (strata/step.h).
  *
  * Example:
  *

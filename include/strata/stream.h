@@ -115,6 +115,15 @@
  * equal the unchunked ones to float rounding (the order of the sums differs), not bit
  * for bit.
  *
+ * A frozen base (st_stream_config.hook with frozen 1: LoRA's adapters, strata/lora.h): the
+ * hook runs on the device's blocks, its layer set before each block's forward, recompute and
+ * backward; nothing of the arch's is trained, so there are no gradient slots, no embedding or
+ * head gradients (the head's backward forms the residual gradient only), no host gradient
+ * vector, no optimizer or moments, and nothing is drained. st_stream_frozen_grads runs one
+ * micro-batch; the caller's optimizer updates the hook's parameters (strata/step.h). The base
+ * never changes: blocks 0..depth stay in their slots for the next call. The hook's memory is
+ * the host's, so the device must be one whose memory is (the CPU backend).
+ *
  * Why every block's input is a checkpoint (checkpoint every k = 1): recomputing a
  * segment of k blocks before its backward needs all k blocks' weights resident at once
  * (or fetched a third time) and k full activation sets (15 N C floats each), to save
