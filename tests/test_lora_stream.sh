@@ -39,7 +39,8 @@ run() { # DIR ARGS...: a run saving its adapter in DIR.ad; its status
 
 # --- gpt2-tiny in memory, then streamed three ways (the blocks stream: a prefetch depth under 5)
 run "$T/mem" $g6 --steps 4 --save_hf "$T/mem.hf"
-check '[ $? -eq 0 ]' "in-memory run: $(tail -2 "$T/mem.out")"
+rc=$?
+check '[ $rc -eq 0 ]' "in-memory run: $(tail -2 "$T/mem.out")"
 for ab in recompute:400000 offload:400000 keep:650000; do
     act=${ab%:*}
     run "$T/s_$act" $g6 --steps 4 --device_budget ${ab#*:} --act $act --save_hf "$T/s_$act.hf"
@@ -65,14 +66,16 @@ check '[ "$(vl "$T/ev_s")" = "$(vl "$T/ev_mem")" ] && [ "$(jq -r .val_loss "$T/e
 # --- grad_accum 2: each micro-batch's adapter gradient summed as in memory
 run "$T/mem_acc" $g6 --steps 4 --grad_accum 2
 run "$T/s_acc" $g6 --steps 4 --grad_accum 2 --device_budget $budget --act recompute
-check '[ $? -eq 0 ]' "streamed grad_accum 2 runs: $(tail -2 "$T/s_acc.out")"
+rc=$?
+check '[ $rc -eq 0 ]' "streamed grad_accum 2 runs: $(tail -2 "$T/s_acc.out")"
 same_run "grad_accum 2" "$T/mem_acc" "$T/s_acc"
 
 # --- llama-tiny at 4 blocks, every projection
 l4="--model llama-tiny --n_layer 4 $tiny $lora --lora_targets q,k,v,o,gate,up,down"
 run "$T/lmem" $l4 --steps 4
 run "$T/ls" $l4 --steps 4 --device_budget 300000 --act recompute
-check '[ $? -eq 0 ] && [ "$(depth_of "$T/ls.out")" = 1 ]' "llama-tiny streamed runs, prefetch depth 1: $(tail -2 "$T/ls.out")"
+rc=$?
+check '[ $rc -eq 0 ] && [ "$(depth_of "$T/ls.out")" = 1 ]' "llama-tiny streamed runs, prefetch depth 1: $(tail -2 "$T/ls.out")"
 same_run "llama-tiny recompute" "$T/lmem" "$T/ls"
 
 # --- a chunked vocabulary: a plan file with vocab_chunk 64 (four chunks of the 256 rows)
