@@ -70,5 +70,16 @@ refused adapter "--model gpt2-tiny $tiny --save_adapter $T/x" "key 'save_adapter
 "$S" bench lora --model gpt2-tiny --batch 2 --seq 16 --rank 4 --steps 2 --json >"$T/bench.json" 2>"$T/bench.err"
 check 'jq -e ".full_bytes_per_param == 16 and .frozen_bytes_per_param == 4 and .adapter_bytes_per_param == 16 and .adapter_params == 4096 and .lora_bytes_per_base_param < 16 and .lora_step_s > 0 and .full_step_s > 0" "$T/bench.json" >/dev/null' \
   "bench lora --json: $(cat "$T/bench.json" "$T/bench.err" | head -c 400)"
+# QLoRA-like: the base's block matmul weights held in int8. gpt2-tiny counted by hand: 28032
+# parameters, 24576 of them the blocks' matmul weights (2 x 12 x 32^2); int8 holds each weight
+# with an fp32 scale and zero per 256 values (25344 bytes), bf16 2 bytes a value, and either's
+# dequantising panel is the largest weight's fp32 bytes (4 x 4096); the rest stays fp32
+"$S" bench lora --model gpt2-tiny --batch 2 --seq 16 --rank 4 --steps 2 --frozen_dtype int8 --json >"$T/bench8.json" 2>"$T/bench8.err"
+check 'jq -e ".frozen_dtype == \"int8\" and (.frozen_bytes_per_param - (3456 * 4 + 25344 + 16384) / 28032 | fabs) < 1e-5 and (.frozen_bytes_per_param_by_frozen_dtype.bf16 - (3456 * 4 + 49152 + 16384) / 28032 | fabs) < 1e-5 and .frozen_bytes_per_param_by_frozen_dtype.fp32 == 4 and .lora_step_s > 0" "$T/bench8.json" >/dev/null' \
+  "bench lora --frozen_dtype int8 --json: $(cat "$T/bench8.json" "$T/bench8.err" | head -c 400)"
+rc16=0
+"$S" bench lora --model gpt2-tiny --frozen_dtype fp16 >"$T/bench16.out" 2>&1 || rc16=$?
+check '[ "$rc16" -eq 2 ] && grep -q "frozen_dtype fp16 is not fp32, bf16 or int8" "$T/bench16.out"' \
+  "bench lora --frozen_dtype fp16 refused: $(head -c 300 "$T/bench16.out")"
 
 method_end lora_cli

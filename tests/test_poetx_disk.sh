@@ -96,6 +96,19 @@ pd=$(disk --state_paths "$T/st-f32") pi8=$(disk --state_paths "$T/st-f32" --froz
 check '[ -n "$pd" ] && [ -n "$pi8" ] && [ $((pd - pi8)) -gt $((2 * 24576 * 2)) ] && [ "$pd" -gt $((2 * 24576 * 4)) ]' \
   "strata plan's disk tier with W0's files: fp32 $pd, int8 $pi8 bytes"
 
+# --- killed after the store was created and before the start's W0 file was in place (the kill
+# loop below found that window): a run of no step leaves the store at step 0, its W0 file removed;
+# the resume draws W0 again from the seed and ends on the in-memory run
+d="$T/nostep"
+mkdir -p "$d.st"
+"$S" train $poet --steps 0 --run_dir "$d" --state_paths "$d.st" >"$d.1.out" 2>&1
+check '[ -f "$d.st/strata-state.poetx-w0-000000000.safetensors" ]' "a run of no step: no W0 file of the start: $(ls "$d.st" | tr '\n' ' ')"
+rm -f "$d.st/strata-state.poetx-w0-000000000.safetensors"
+"$S" train $poet --steps 10 --resume "$d" --run_dir "$d" --state_paths "$d.st" --save_hf "$d.hf" >"$d.2.out" 2>&1
+rc=$?
+check '[ $rc -eq 0 ] && grep -q "W0 drawn again from the seed" "$d.2.out"' "the start's W0 file missing (rc $rc): $(tail -2 "$d.2.out")"
+same_run "$M" "$d" "$d.hf" "the start's W0 file missing, resumed"
+
 # --- SIGKILL at random moments (the loop of test_store_kill.sh): every resume at the last logged
 # step k or k+1, and the run ends on the in-memory run's weights bit for bit
 last_step() { if [ -s "$1/metrics.jsonl" ]; then tail -n 1 "$1/metrics.jsonl" | sed 's/^{"step":\([0-9]*\),.*/\1/'; else echo 0; fi; }

@@ -1,13 +1,16 @@
 /* test_poetx_init.c - st_poetx_orthogonal_w0 (key poetx_init orthogonal) against fp64 loops:
  * for wide, tall and square weights every singular value equals gain x the RMS singular value of
  * the weight given (W W^T or W^T W = s^2 I to 1e-5 of s^2), the same seed gives the same bits and
- * another seed another matrix, a bad gain is refused naming the key. */
+ * another seed another matrix, a bad gain is refused naming the key; over a model
+ * (st_poetx_orthogonal_base), its parts (as ranks draw them) put together give the whole's bits,
+ * each part changing only its own weights. */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "strata/backend.h"
 #include "strata/poetx.h"
 
 static int fails;
@@ -78,6 +81,43 @@ int main(void) {
         CHECK(omp_get_max_threads() == (nt > 1 ? nt : 2), "the thread count not restored (%d)", omp_get_max_threads());
         omp_set_num_threads(nt);
         free(a), free(b);
+    }
+    /* the parts of a model's W0 (ranks draw one each) against the whole, on llama-tiny (separate
+     * q, k, v, o, gate, up, down: 14 weights) */
+    {
+        st_err e = {0};
+        st_backend *be = NULL;
+        st_model *whole = NULL, *parts = NULL, *init = NULL;
+        CHECK(!st_backend_cpu_create(&be, 0, &e), "%s", e.msg);
+        CHECK(be && !st_model_create(&whole, "llama-tiny", NULL, be, &e) &&
+                  !st_model_create(&parts, "llama-tiny", NULL, be, &e) &&
+                  !st_model_create(&init, "llama-tiny", NULL, be, &e),
+              "%s", e.msg);
+        if (whole && parts && init) {
+            whole->ops->init_random(whole, 3), parts->ops->init_random(parts, 3), init->ops->init_random(init, 3);
+            int n = st_poetx_init_weights(whole, NULL);
+            CHECK(n == 14, "llama-tiny: %d weights walked, not 14", n);
+            const st_param_info **t = malloc((size_t)n * sizeof *t);
+            st_poetx_init_weights(whole, t);
+            CHECK(!st_poetx_orthogonal_base(whole, 2.0f, 9, &e), "%s", e.msg);
+            for (int part = 0; part < 3; part++) {
+                CHECK(!st_poetx_orthogonal_base_part(parts, 2.0f, 9, part, 3, &e), "%s", e.msg);
+                for (int k = 0; k < n; k++) { /* drawn so far: parts 0..part */
+                    size_t bytes = t[k]->numel * sizeof(float);
+                    const float *got = parts->params + t[k]->offset;
+                    const float *want = (k % 3 <= part ? whole : init)->params + t[k]->offset;
+                    CHECK(!memcmp(got, want, bytes), "after part %d of 3: %s is not %s", part, t[k]->name,
+                          k % 3 <= part ? "the whole's draw" : "as initialised");
+                }
+            }
+            CHECK(!memcmp(parts->params, whole->params, whole->n_params * sizeof(float)),
+                  "the three parts together differ from the whole");
+            st_status rs = st_poetx_orthogonal_base_part(parts, 2.0f, 9, 3, 3, &e);
+            CHECK(rs == ST_ERR_INVALID, "part 3 of 3: status %d", (int)rs);
+            free(t);
+        }
+        st_model_free(whole), st_model_free(parts), st_model_free(init);
+        st_backend_free(be);
     }
     float w[6] = {1, 2, 3, 4, 5, 6};
     st_err err = {0};

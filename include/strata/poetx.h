@@ -138,5 +138,14 @@ st_status st_poetx_orthogonal_w0(float *w, int rows, int cols, float gain, uint6
  * st_poetx_model_create, or before the POET-X model's init_random (which takes the base's weights
  * anew). */
 st_status st_poetx_orthogonal_base(st_model *base, float gain, uint64_t seed, st_err *err);
+/* The same for part `part` of `parts` (0 <= part < parts) only: the k-th weight of the walk
+ * (from 0) where k % parts == part, with the bits st_poetx_orthogonal_base gives it (its stream
+ * is k's whatever the parts), the rest unchanged. Ranks each draw a part and broadcast it (each
+ * weight from the rank that drew it), so every rank holds the same W0 whatever its CPU's LAPACK
+ * kernels, each rank drawing 1 / parts of them. */
+st_status st_poetx_orthogonal_base_part(st_model *base, float gain, uint64_t seed, int part, int parts, st_err *err);
+/* The matmul weights poetx_init walks, in its order: their count, and (out not NULL, room for
+ * the count) their entries of base's tensor table. */
+int st_poetx_init_weights(const st_model *base, const st_param_info **out);
 
 #endif

@@ -92,31 +92,48 @@ static uint64_t weight_seed(uint64_t seed, int k) {
     return seed * 0x9E3779B97F4A7C15ull + 0xD1B54A32D192ED03ull * (uint64_t)k;
 }
 
-st_status st_poetx_orthogonal_base(st_model *base, float gain, uint64_t seed, st_err *err) {
+int st_poetx_init_weights(const st_model *base, const st_param_info **out) {
     const int gpt2 = !strcmp(base->ops->arch, "gpt2");
-    st_backend *be = base->be;
     int cursor = 0, n = 0;
     frozen_site site;
+    while (frozen_base_next_site(base->tensors, base->n_tensors, gpt2, &cursor, &site)) {
+        if (out) out[n] = site.t;
+        n++;
+    }
+    return n;
+}
+
+st_status st_poetx_orthogonal_base(st_model *base, float gain, uint64_t seed, st_err *err) {
+    return st_poetx_orthogonal_base_part(base, gain, seed, 0, 1, err);
+}
+
+st_status st_poetx_orthogonal_base_part(st_model *base, float gain, uint64_t seed, int part, int parts, st_err *err) {
+    if (parts < 1 || part < 0 || part >= parts)
+        return st_errf(err, ST_ERR_INVALID, "poetx_init orthogonal: part %d of %d does not exist", part, parts);
+    st_backend *be = base->be;
+    int n = st_poetx_init_weights(base, NULL);
+    const st_param_info **t = malloc((size_t)(n ? n : 1) * sizeof *t);
+    if (!t) return st_errf(err, ST_ERR_NOMEM, "poetx_init orthogonal: out of memory");
+    st_poetx_init_weights(base, t);
+    /* this part's weights: the k-th (from 0) of the walk where k % parts == part, each from stream
+     * k + 1 of the seed whatever the parts */
+    int m = 0;
+    for (int k = part; k < n; k += parts) t[m++] = t[k];
     st_status s = ST_OK;
     if (st_backend_host_memory(be)) {
         /* the weights in place, one weight a thread (each QR on its thread alone: the same bits
          * for any thread count) */
-        while (frozen_base_next_site(base->tensors, base->n_tensors, gpt2, &cursor, &site)) n++;
-        const st_param_info **t = malloc((size_t)(n ? n : 1) * sizeof *t);
-        if (!t) return st_errf(err, ST_ERR_NOMEM, "poetx_init orthogonal: out of memory");
-        cursor = 0;
-        for (int i = 0; frozen_base_next_site(base->tensors, base->n_tensors, gpt2, &cursor, &site); i++) t[i] = site.t;
-        st_status *st = calloc((size_t)(n ? n : 1), sizeof *st);
-        st_err *errs = calloc((size_t)(n ? n : 1), sizeof *errs);
+        st_status *st = calloc((size_t)(m ? m : 1), sizeof *st);
+        st_err *errs = calloc((size_t)(m ? m : 1), sizeof *errs);
         if (!st || !errs) {
             free(t), free(st), free(errs);
             return st_errf(err, ST_ERR_NOMEM, "poetx_init orthogonal: out of memory");
         }
 #pragma omp parallel for schedule(dynamic, 1)
-        for (int i = 0; i < n; i++)
+        for (int i = 0; i < m; i++)
             st[i] = st_poetx_orthogonal_w0(base->params + t[i]->offset, t[i]->shape[0], t[i]->shape[1], gain,
-                                           weight_seed(seed, i + 1), t[i]->name, &errs[i]);
-        for (int i = 0; i < n && !s; i++)
+                                           weight_seed(seed, part + i * parts + 1), t[i]->name, &errs[i]);
+        for (int i = 0; i < m && !s; i++)
             if (st[i]) {
                 s = st[i];
                 *err = errs[i];
@@ -126,19 +143,23 @@ st_status st_poetx_orthogonal_base(st_model *base, float gain, uint64_t seed, st
     }
     float *host = NULL;
     size_t cap = 0;
-    while (!s && frozen_base_next_site(base->tensors, base->n_tensors, gpt2, &cursor, &site)) {
-        const st_param_info *t = site.t;
-        if (t->numel > cap) {
+    for (int i = 0; !s && i < m; i++) {
+        const st_param_info *tw = t[i];
+        if (tw->numel > cap) {
             free(host);
-            cap = t->numel;
-            if (!(host = malloc(cap * sizeof *host)))
-                return st_errf(err, ST_ERR_NOMEM, "poetx_init orthogonal: out of memory for %s (%zu bytes)", t->name,
-                               cap * sizeof *host);
+            cap = tw->numel;
+            if (!(host = malloc(cap * sizeof *host))) {
+                s = st_errf(err, ST_ERR_NOMEM, "poetx_init orthogonal: out of memory for %s (%zu bytes)", tw->name,
+                            cap * sizeof *host);
+                break;
+            }
         }
-        be->ops->copy_to_host(be, host, base->params + t->offset, t->numel * sizeof *host);
-        s = st_poetx_orthogonal_w0(host, t->shape[0], t->shape[1], gain, weight_seed(seed, ++n), t->name, err);
-        if (!s) be->ops->copy_to_device(be, base->params + t->offset, host, t->numel * sizeof *host);
+        be->ops->copy_to_host(be, host, base->params + tw->offset, tw->numel * sizeof *host);
+        s = st_poetx_orthogonal_w0(host, tw->shape[0], tw->shape[1], gain, weight_seed(seed, part + i * parts + 1),
+                                   tw->name, err);
+        if (!s) be->ops->copy_to_device(be, base->params + tw->offset, host, tw->numel * sizeof *host);
     }
     free(host);
+    free(t);
     return s;
 }

@@ -202,6 +202,13 @@ st_status run_poetx_bytes_of(const st_train_config *c, const st_arch *a, const c
     if (s) return s;
     int gpt2 = !strcmp(family, "gpt2");
     double N = (double)B * T, b = pc.block, h_total = 0, nperm = 0, max_d = 0, gmax = 0, n_w0 = 0, w0_held = 0, max_numel = 0;
+    /* poetx_init orthogonal: each thread's QR at once (src/model/poetx_init.c: the weight in fp64,
+     * tau, the signs and LAPACK's workspace, about 64 blocks of the smaller side); the threads'
+     * largest weights together bound it */
+    long threads = c->threads > 0 ? c->threads : sysconf(_SC_NPROCESSORS_ONLN);
+    if (threads < 1) threads = 1;
+    double *qr = run_poetx_initialises(c) && !strcmp(init_of(c, 0), "orthogonal") ? calloc((size_t)threads, sizeof *qr)
+                                                                                  : NULL;
     for (int i = 0; i < a->lay.n_tensors; i++) {
         const st_param_info *t = &a->lay.tensors[i];
         size_t nq = 0;
@@ -216,7 +223,18 @@ st_status run_poetx_bytes_of(const st_train_config *c, const st_arch *a, const c
         if (d_in > max_d) max_d = d_in;
         if (d_out > max_d) max_d = d_out;
         if ((d_in + d_out) * b > gmax) gmax = (d_in + d_out) * b;
+        /* the threads' largest QRs, kept in descending order */
+        double q = 8.0 * (double)t->numel + 8.0 * 66.0 * (d_in < d_out ? d_in : d_out);
+        for (long j = 0; qr && j < threads; j++)
+            if (q > qr[j]) {
+                double tmp = qr[j];
+                qr[j] = q;
+                q = tmp;
+            }
     }
+    double qr_bytes = 0;
+    for (long j = 0; qr && j < threads; j++) qr_bytes += qr[j];
+    free(qr);
     out->kept_h = pc.recompute ? 0 : 4.0 * N * h_total;
     out->scratch = 4.0 * (5.0 * N * max_d + 2.0 * (max_d / b) * b * b + gmax + nperm);
     if (c->state_paths[0]) out->disk = 2.0 * (w0_held + 4.0 * nperm);
@@ -229,35 +247,92 @@ st_status run_poetx_bytes_of(const st_train_config *c, const st_arch *a, const c
     double panel = pc.frozen_dtype == ST_FROZEN_F32 ? 0 : (double)st_frozen_panel_bytes((size_t)max_numel);
     out->frozen = pc.frozen_dtype == ST_FROZEN_F32 ? 4.0 * n : 4.0 * (n - n_w0) + w0_held + panel;
     out->start = 8.0 * n + 8.0 * (double)n_tr + 4.0 * (gmax + nperm);
+    /* ... or, where the QRs of an orthogonal W0 outgrow the initialisation's staging (many threads,
+     * few large weights), the base's weights with them */
+    if (4.0 * n + qr_bytes > 8.0 * n) out->start += qr_bytes - 4.0 * n;
     /* ... and the store, filled at the wrap, stays while a preset's initialisation writes the
      * base's whole vector again (then W0 rounded anew and its pages given back) */
     if (pc.frozen_dtype != ST_FROZEN_F32) out->start += w0_held + panel;
     return ST_OK;
 }
 
-st_status run_poetx_open(const st_train_config *c, st_model **m, st_err *err) {
+/* poetx_init orthogonal under ranks: rank r draws the weights k with k % world == r (the bits one
+ * process gives them), then each weight is broadcast from the rank that drew it: every rank holds
+ * the same W0 even where the ranks' CPUs run LAPACK with other kernels (other bits), each drawing 1 / world
+ * of the QRs. Collective: every rank calls it, a failure is agreed on first. */
+static st_status orthogonal_ranks(st_model *base, const st_train_config *c, st_comm *comm, st_err *err) {
+    int world = st_comm_size(comm), rank = st_comm_rank(comm);
+    st_status s = st_poetx_orthogonal_base_part(base, (float)c->poetx_init_gain, c->seed, rank, world, err);
+    int n = st_poetx_init_weights(base, NULL);
+    const st_param_info **t = malloc((size_t)(n ? n : 1) * sizeof *t);
+    if (!s && !t) s = st_errf(err, ST_ERR_NOMEM, "poetx_init orthogonal: out of memory");
+    st_err aerr = {0};
+    double bad = s ? 1.0 : 0.0; /* any rank's failure: every rank returns before the broadcasts */
+    st_status cs = st_comm_allreduce_f64(comm, &bad, 1, "poetx_init orthogonal", &aerr);
+    if (cs || bad > 0) {
+        free(t);
+        if (s) return s;
+        if (cs) return st_errf(err, cs, "%s", aerr.msg);
+        return st_errf(err, ST_ERR_INVALID,
+                       "poetx_init orthogonal: another rank failed drawing its W0 (its log says why)");
+    }
+    st_poetx_init_weights(base, t);
+    st_backend *be = base->be;
+    float *host = NULL; /* a device's weights cross through host memory */
+    size_t cap = 0;
+    for (int k = 0; k < n && !s; k++) {
+        const st_param_info *w = t[k];
+        float *buf = base->params + w->offset;
+        if (!st_backend_host_memory(be)) {
+            if (w->numel > cap) {
+                free(host);
+                cap = w->numel;
+                if (!(host = malloc(cap * sizeof *host))) {
+                    s = st_errf(err, ST_ERR_NOMEM, "poetx_init orthogonal: out of memory for %s", w->name);
+                    break; /* the ranks' timeout ends the others' wait */
+                }
+            }
+            if (k % world == rank) be->ops->copy_to_host(be, host, buf, w->numel * sizeof *host);
+            buf = host;
+        }
+        s = st_comm_bcast(comm, buf, w->numel * sizeof *buf, k % world, "poetx_init orthogonal W0", err);
+        if (!s && buf == host) be->ops->copy_to_device(be, base->params + w->offset, host, w->numel * sizeof *host);
+    }
+    free(host);
+    free(t);
+    return s;
+}
+
+/* A preset's weights from the seed, drawn only once wrapped: the wrap has freed the base's gradient
+ * vector, so the start holds the base's weights and the initialisation's staging buffer (8 bytes a
+ * parameter) and not the gradients besides (12: a 2B model's 24 GB). W0 then made flat where
+ * orthogonal says so, the trainables copied into the POET-X vector again and the permutations of
+ * step 0 drawn, as the wrap did: the same model bit for bit as initialising before the wrap. */
+static st_status draw_start(const st_train_config *c, st_comm *comm, st_model *pm, int orthogonal, st_err *err) {
+    st_model *base = st_poetx_base(pm);
+    st_status s = ST_OK;
+    base->ops->init_random(base, c->seed);
+    if (orthogonal) {
+        st_log(1, "poetx_init orthogonal: every block matmul weight's W0 a random orthogonal matrix with "
+               "one singular value, %g x its initialisation's RMS one (poetx_init_gain)\n", c->poetx_init_gain);
+        if (comm && st_comm_size(comm) > 1) s = orthogonal_ranks(base, c, comm, err);
+        else s = st_poetx_orthogonal_base(base, (float)c->poetx_init_gain, c->seed, err);
+        if (s) return s;
+    }
+    pm->ops->init_random(pm, c->seed);
+    return ST_OK;
+}
+
+st_status run_poetx_open(const st_train_config *c, st_comm *comm, st_model **m, st_err *err) {
     if (!is_poetx(c)) return ST_OK;
     st_poetx_config pc = poetx_config(c);
     st_model *pm = NULL;
     st_status s = st_poetx_model_create(&pm, *m, &pc, c->seed, err); /* takes the base, frees it on failure */
     *m = pm; /* its activations: the run's, as for any model the step trains through its own forward */
     if (s || !run_poetx_initialises(c)) return s;
-    /* A preset's weights from the seed, drawn only now: the wrap has freed the base's gradient
-     * vector, so its start holds the base's weights and the initialisation's staging buffer (8
-     * bytes a parameter) and not the gradients besides (12: a 2B model's 24 GB). Then the
-     * trainables copied into the POET-X vector again and the permutations of step 0 drawn, as
-     * the wrap did: the same model bit for bit as initialising before the wrap. */
-    st_model *base = st_poetx_base(pm);
-    base->ops->init_random(base, c->seed);
     /* a resume takes W0 from its checkpoint or, with the disk state, from the store's W0 file of
      * the last merge or of the start (written for this W0: LAPACK's bits may differ elsewhere) */
-    if (!c->resume[0] && !strcmp(init_of(c, 0), "orthogonal")) {
-        st_log(1, "poetx_init orthogonal: every block matmul weight's W0 a random orthogonal matrix with "
-               "one singular value, %g x its initialisation's RMS one (poetx_init_gain)\n", c->poetx_init_gain);
-        if ((s = st_poetx_orthogonal_base(base, (float)c->poetx_init_gain, c->seed, err))) return s;
-    }
-    pm->ops->init_random(pm, c->seed);
-    return ST_OK;
+    return draw_start(c, comm, pm, !c->resume[0] && !strcmp(init_of(c, 0), "orthogonal"), err);
 }
 
 double run_poetx_lr(const st_train_config *c) { return c->poetx_lr >= 0 ? c->poetx_lr : c->lr; }
@@ -364,10 +439,21 @@ st_status run_poetx_open_disk(run_poetx_disk *x, const st_train_config *c, st_mo
                        "poetx_merge_every", manifest, j, (unsigned long long)w, every);
     x->committed = w;
     x->merged = ml;
-    if (!ml) return flat ? load_w0(x, m, 0, err) : ST_OK; /* W0 of the start: its file, or the base as built */
     char path[2400];
-    w0_path(x, ml, path, sizeof path);
     struct stat sb;
+    w0_path(x, ml, path, sizeof path);
+    if (!ml && flat && j == 0 && w == 0 && stat(path, &sb) && run_poetx_initialises(c)) {
+        /* killed after the store was created and before W0's file of the start was in place: the
+         * store never stepped, so its trained vector is the start's; W0 drawn again from the seed
+         * (on this machine's LAPACK, as a fresh start would) and its file written now */
+        st_log(1, "method poetx: the state store never stepped and its start's W0 file was not written; W0 "
+               "drawn again from the seed (poetx_init orthogonal)\n");
+        st_status s = draw_start(c, NULL, m, 1, err);
+        if (!s && (s = st_poetx_save_w0(m, path, 0, err)))
+            st_err_prefix(err, "method poetx with state_paths: W0 of the start (poetx_init orthogonal)");
+        return s;
+    }
+    if (!ml) return flat ? load_w0(x, m, 0, err) : ST_OK; /* W0 of the start: its file, or the base as built */
     if (!stat(path, &sb)) {
         st_status s = load_w0(x, m, ml, err);
         if (!s && w < (uint64_t)ml) zero_q(m); /* merged; the store's Q reset with the next update */

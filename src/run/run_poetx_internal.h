@@ -3,6 +3,7 @@
 #ifndef STRATA_RUN_POETX_INTERNAL_H
 #define STRATA_RUN_POETX_INTERNAL_H
 
+#include "strata/dist.h"
 #include "strata/model.h"
 #include "strata/optim.h"
 #include "strata/step.h"
@@ -36,15 +37,18 @@ typedef struct run_poetx_bytes {
     double start;        /* the start (run_poetx_open): the base's weights and gradient vector
                             allocated (8 bytes a parameter), then, wrapped (the gradients freed), its
                             weights, the initialisation's staging, the trained vector and its
-                            gradients, G and the permutations */
+                            gradients, G and the permutations; with poetx_init orthogonal the
+                            threads' QRs in place of the staging where they are larger */
 } run_poetx_bytes;
 st_status run_poetx_bytes_of(const st_train_config *c, const st_arch *a, const char *family, int B, int T,
                              run_poetx_bytes *out, st_err *err);
 /* method poetx: *m (the base: init_from's weights, or uninitialised where
  * run_poetx_initialises, then initialised here from the seed after the wrap) becomes the POET-X
  * model over it, its activations the run's to allocate; *m is NULL on failure (the base
- * freed). Otherwise nothing. */
-st_status run_poetx_open(const st_train_config *c, st_model **m, st_err *err);
+ * freed). Otherwise nothing. comm (NULL: one process): the ranks' (collective then), which
+ * share the orthogonal initialisation's QRs and broadcast them, so that every rank starts from
+ * the same W0. */
+st_status run_poetx_open(const st_train_config *c, st_comm *comm, st_model **m, st_err *err);
 /* 1 where run_poetx_open initialises the model from the seed (method poetx without init_from):
  * the caller leaves the base uninitialised, so the base's gradient vector is freed by the wrap
  * before the initialisation's staging buffer is allocated. */

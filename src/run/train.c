@@ -206,7 +206,7 @@ static st_status open_model(train_run *r, st_err *err) {
     if (!c->init_from[0] && !run_poetx_initialises(c)) r->m->ops->init_random(r->m, c->seed); /* poetx: once wrapped */
     else if ((s = st_model_check_finite(r->m, c->init_from, err))) return s;
     if ((s = run_lora_open(c, &r->m, err))) return s;  /* method lora: the adapters over the base */
-    if ((s = run_poetx_open(c, &r->m, err))) return s; /* method poetx: R W0 P over the base */
+    if ((s = run_poetx_open(c, r->dist.comm, &r->m, err))) return s; /* method poetx: R W0 P over the base */
     /* in memory the step trains a model with blocks through the executor (its own
      * activations); the model's own forward (LoRA, POET-X) needs its activations */
     if (c->device_budget <= 0 && !st_step_in_blocks(r->m) && (s = r->m->ops->alloc_acts(r->m, r->B, r->T, err)))
