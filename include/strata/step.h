@@ -4,7 +4,8 @@
  * (nothing copied; the optimizer in RAM or the disk state store), streamed it moves the
  * blocks through a device's budget, and under ranks it hands each block's gradient to dist's
  * reduction as it lands. A model without blocks (LoRA's adapters) trains through its own
- * forward and backward (st_step_in_blocks). strata train, strata bench step and strata bench
+ * forward and backward in memory (st_step_in_blocks); streamed, through the executor over its
+ * frozen base (st_stream_frozen_grads, below). strata train, strata bench step and strata bench
  * stream all run their steps through st_step_run, so what is benchmarked is what trains.
  *
  * The rules every placement follows (so that they agree bit for bit):
