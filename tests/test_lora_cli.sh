@@ -9,7 +9,7 @@
 #  - the Llama family trains too (llama-tiny with every projection);
 #  - bad input refused before a run directory exists, naming the key (and the tensor): a rank
 #    above a projection's smaller dimension, a target the model lacks, an unknown method,
-#    layer streaming with lora, save_adapter without lora (the disk state and ranks:
+#    layer streaming with lora and the disk state, save_adapter without lora (the disk state and ranks:
 #    test_lora_dist.sh).
 #  - strata bench lora --json prints the state bytes per parameter by class.
 # The adapter loading in Hugging Face PEFT is test_lora_peft.sh.
@@ -63,7 +63,7 @@ refused rank "--init_from $T/base_hf $tiny --method lora --lora_rank 33" "lora_r
 refused target "--init_from $T/base_hf $tiny --method lora --lora_targets c_attn,q_proj" "lora_targets" "'q_proj'"
 refused llama_target "--model llama-tiny $tiny --method lora --lora_targets c_fc" "lora_targets" "'c_fc'"
 refused method "--model gpt2-tiny $tiny --method poet" "key 'method'" "'poet'"
-refused stream "--model gpt2-tiny $tiny --method lora --device_budget 1e9" "key 'device_budget'" "method lora"
+refused stream "--model gpt2-tiny $tiny --method lora --device_budget 1e9 --state_paths $T/st" "key 'state_paths'" "device_budget"
 refused adapter "--model gpt2-tiny $tiny --save_adapter $T/x" "key 'save_adapter'" "method lora"
 
 # --- strata bench lora --json: one object, the state per parameter by class

@@ -60,6 +60,11 @@ mkdir -p "$T/st3"
 $MPI -np 2 "$S" train $B --zero 1 --state_paths "$T/st3" --run_dir "$T/zd" --save_adapter "$T/ad_zd" >"$T/zd.out" 2>&1
 check '[ "$(losses "$T/zd")" = "$(losses "$T/ga")" ] && same_adapter "$T/ad_zd" "$T/ad_ga"' \
   "2 ranks, zero 1, the disk state: $(losses "$T/zd") against $(losses "$T/ga"): $(tail -2 "$T/zd.out")"
+# layer streaming is one process's: refused under ranks naming the key, before a run directory
+$MPI -np 2 "$S" train $B --device_budget 400000 --run_dir "$T/two_stream" >"$T/two_stream.out" 2>&1
+rc=$?
+check '[ $rc -ne 0 ] && grep -q "key .device_budget.: method lora" "$T/two_stream.out" && [ ! -e "$T/two_stream" ]' \
+  "2 ranks with device_budget refused naming the key, no run directory: $(tail -2 "$T/two_stream.out")"
 echo "lora_dist: losses $(losses "$T/mem")"
 [ $fail -eq 0 ] && rm -rf "$T"
 exit $fail

@@ -9,7 +9,9 @@
  * each adapted projection in the base's tensor order, named as PEFT saves them
  * ("base_model.model.transformer.h.0.attn.c_attn.lora_A.weight"); forward and backward run
  * the base's blocks with a st_linear_hook (model.h) that adds the low-rank term after each
- * adapted matmul and, in backward, takes its gradient to A, B and the input.
+ * adapted matmul and, in backward, takes its gradient to A, B and the input. Under layer
+ * streaming (strata/stream.h) the executor runs the base's fp32 blocks with the same hook
+ * (st_lora_hook_bind) and the in-memory step's optimizer updates the adapters (strata/step.h).
  *
  * Example:
  *
@@ -78,6 +80,12 @@ st_status st_lora_check(const st_param_info *tensors, int n_tensors, const char 
  * with fp32). */
 void st_lora_held_bytes(const st_param_info *tensors, int n_tensors, const char *arch, st_frozen_dtype d, size_t *numel,
                         size_t *held, size_t *panel, size_t *row_floats);
+/* Layer streaming (strata/stream.h): the hook an executor's blocks call over m's base (its
+ * st_stream_config.hook, frozen), with its scratch for B x T rows and none of the base's own
+ * activations. Its forward reads m->params, its backward adds to m->grads: host memory (the
+ * CPU backend's). frozen_dtype fp32 only (the executor moves the base's fp32 blocks): bf16 and
+ * int8 refused naming 'frozen_dtype'. Until the next alloc_acts or st_lora_hook_bind. */
+st_status st_lora_hook_bind(st_model *m, int B, int T, st_linear_hook **hook, st_err *err);
 /* 1 when m is a LoRA model. */
 int st_model_is_lora(const st_model *m);
 /* Its base model (frozen weights), and its configuration. */

@@ -150,6 +150,9 @@ typedef struct st_plan_options {
                           n_blocks entries (st_plan_act_parse): a st_stream_act fixes that block's choice
                           (a constraint of the program: the depth, the vocabulary chunk and the
                           other blocks are still solved), ST_PLAN_ACT_FREE leaves it to the program */
+    int frozen_base;   /* 1: the executor runs a frozen base (LoRA's, st_stream_config.hook frozen):
+                          its plans' device bytes without the gradient slots and the embedding's and
+                          head's gradients it does not allocate */
 } st_plan_options;
 
 #define ST_PLAN_ACT_FREE 0xff

@@ -4,7 +4,8 @@
  * (nothing copied; the optimizer in RAM or the disk state store), streamed it moves the
  * blocks through a device's budget, and under ranks it hands each block's gradient to dist's
  * reduction as it lands. A model without blocks (LoRA's adapters) trains through its own
- * forward and backward (st_step_in_blocks). strata train, strata bench step and strata bench
+ * forward and backward in memory (st_step_in_blocks); streamed, through the executor over its
+ * frozen base (st_stream_frozen_grads, below). strata train, strata bench step and strata bench
  * stream all run their steps through st_step_run, so what is benchmarked is what trains.
  *
  * The rules every placement follows (so that they agree bit for bit):
@@ -78,7 +79,12 @@ typedef struct st_step st_step;
  * segments clipped to it, st_zero_clip_segments, counted from the shard's start), the
  * updated weights gathered after the update (overlap_gather: during the next forward);
  * zero 2 keeps only the shard of the running gradient sum, reducing each micro-batch as it
- * ends, so it is also bit-identical to one process at grad_accum N x max_micro. */
+ * ends, so it is also bit-identical to one process at grad_accum N x max_micro.
+ * Streamed LoRA (one process): m the LoRA model, opt its optimizer over the adapters, sx a
+ * frozen executor over its base (st_stream_config.hook, st_lora_hook_bind): each micro-batch's
+ * forward and backward are the executor's (st_stream_frozen_grads), the rest is the in-memory
+ * step's (the adapters' gradient summed, its norm, clip and update by opt): the same steps as
+ * in memory, bit for bit where the executor's arithmetic is the model's (no vocabulary chunks). */
 typedef struct st_step_setup {
     st_model *m;
     st_optim *opt;

@@ -115,6 +115,15 @@
  * equal the unchunked ones to float rounding (the order of the sums differs), not bit
  * for bit.
  *
+ * A frozen base (st_stream_config.hook with frozen 1: LoRA's adapters, strata/lora.h): the
+ * hook runs on the device's blocks, its layer set before each block's forward, recompute and
+ * backward; nothing of the arch's is trained, so there are no gradient slots, no embedding or
+ * head gradients (the head's backward forms the residual gradient only), no host gradient
+ * vector, no optimizer or moments, and nothing is drained. st_stream_frozen_grads runs one
+ * micro-batch; the caller's optimizer updates the hook's parameters (strata/step.h). The base
+ * never changes: blocks 0..depth stay in their slots for the next call. The hook's memory is
+ * the host's, so the device must be one whose memory is (the CPU backend).
+ *
  * Why every block's input is a checkpoint (checkpoint every k = 1): recomputing a
  * segment of k blocks before its backward needs all k blocks' weights resident at once
  * (or fetched a third time) and k full activation sets (15 N C floats each), to save
@@ -196,6 +205,16 @@ typedef struct st_stream_config {
                                  the store's CRCs, copies and update take the compute's cores
                                  (measured slower: docs/BENCHMARKS.md), so strata train sets it
                                  from the measured profile (plan_profile.host_work_slowdown) */
+    st_linear_hook *hook;     /* NULL: none. Else called at each block matmul on the device's
+                                 blocks (model.h), its layer set before each block's forward,
+                                 recompute and backward. With hook->frozen (LoRA over a frozen
+                                 base, strata/lora.h) the executor trains nothing of the arch's:
+                                 no gradient slots, no embedding, head or block gradients, no
+                                 host gradient vector (host_grads ignored), no optimizer or
+                                 moments; the step is st_stream_frozen_grads, the hook's own
+                                 gradients are the caller's (its optimizer updates them). The
+                                 hook's memory is the caller's: a device whose memory is the
+                                 host's (the CPU backend) where it is host memory. */
 } st_stream_config;
 
 typedef struct st_stream_exec st_stream_exec;
@@ -314,6 +333,17 @@ st_status st_stream_step_accum(st_stream_exec *x, int n_micro, const int32_t *in
  * After the caller changes the host weights (its update), st_stream_params_changed: the
  * device copies of the embedding and head are sent again before their next use. */
 int st_stream_can_hand_grads(const st_stream_exec *x);
+/* A frozen executor (st_stream_config.hook->frozen): one micro-batch's forward and backward,
+ * the hook's gradients accumulated (+=) wherever the hook keeps them, with dloss given (the
+ * step's: 1 / its targets >= 0 over every micro-batch); its mean loss. No gradient of the
+ * arch's, no norm, no update (the caller's optimizer updates the hook's parameters, then
+ * nothing is sent again: the base does not change). The same bits as the model's own forward
+ * and backward with the hook (the blocks, the head and its dres in the same order), except
+ * with a chunked vocabulary (float rounding, as st_stream_step's). ST_ERR_INVALID from an
+ * executor that is not frozen; st_stream_step on a frozen one is refused the same way. */
+st_status st_stream_frozen_grads(st_stream_exec *x, const int32_t *inputs, const int32_t *targets, float dloss,
+                                 float *loss, st_stream_step_stats *stats, st_err *err);
+int st_stream_frozen(const st_stream_exec *x);
 st_status st_stream_micro_grads(st_stream_exec *x, const int32_t *inputs, const int32_t *targets, float dloss,
                              void (*grad_hook)(void *ctx, size_t offset, size_t n), void *grad_ctx,
                              void (*weight_hook)(void *ctx, size_t offset, size_t n), void *weight_ctx, float *loss,

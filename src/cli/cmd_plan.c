@@ -158,7 +158,8 @@ static int plan_device(const st_arch *a, const st_train_config *cfg, double devi
     }
     st_plan_prediction pr;
     st_plan_options po = {.time_limit_ms = time_limit_ms, .mip_gap = -1, .allow_vocab_chunk = 1,
-                       .prefer_resident_head = st_train_config_plan_head(cfg)}; /* as strata train */
+                       .prefer_resident_head = st_train_config_plan_head(cfg), /* as strata train */
+                       .frozen_base = st_train_config_method_of(cfg) == ST_TRAIN_METHOD_LORA}; /* LoRA: no base gradient */
     /* key 'act': choices the plan must make, as strata train takes them */
     unsigned char fixed[ST_STREAM_MAX_LAYERS];
     int n_fixed = 0, L = a->lay.n_blocks;

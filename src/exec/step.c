@@ -30,6 +30,7 @@ struct st_step {
     st_optim *opt;             /* in memory with the state in RAM */
     st_store *store;           /* in memory with the disk state (opt unused) */
     st_stream_exec *sx;        /* streamed: the executor holds the rest; resident: the step's own */
+    int frozen;                /* streamed LoRA: sx runs m's frozen base, the step updates m (opt) */
     int resident;              /* in memory through the block executor, every block resident in
                                   the model's vectors (made at the first step, for its B x T) */
     st_arch *arch;             /* resident: the model as blocks */
@@ -57,6 +58,10 @@ st_status st_step_create(st_step **out, const st_step_setup *su, st_err *err) {
     if (zero < 0 || zero > 2) return st_errf(err, ST_ERR_INVALID, "key 'zero': %d; give 0, 1 or 2", zero);
     if (!su->sx && !su->comm && !su->opt && !su->store)
         return st_errf(err, ST_ERR_INVALID, "step: in memory, neither an optimizer nor a state store");
+    int frozen = su->sx && st_stream_frozen(su->sx);
+    if (frozen && (!su->m || !su->opt || su->store || su->comm))
+        return st_errf(err, ST_ERR_UNSUPPORTED, "step: a frozen base's executor (LoRA streamed) needs the model and its "
+                       "optimizer in RAM, in one process (no state store, no ranks)");
     if (su->act_dtype != ST_F32 && su->act_dtype != ST_BF16)
         return st_errf(err, ST_ERR_INVALID, "key 'act_dtype': activation dtype %s (f32 or bf16)",
                        st_dtype_name(su->act_dtype));
@@ -67,6 +72,7 @@ st_status st_step_create(st_step **out, const st_step_setup *su, st_err *err) {
     s->opt = su->opt;
     s->store = su->store;
     s->sx = su->sx;
+    s->frozen = frozen;
     s->comm = su->comm;
     s->max_micro = su->max_micro < 1 ? 1 : su->max_micro;
     /* the executor updates tensor by tensor: the optimizer's segments must be the model's */
@@ -86,7 +92,7 @@ st_status st_step_create(st_step **out, const st_step_setup *su, st_err *err) {
     }
     /* the running sum of the micro-batches: under ranks unless ZeRO 2 keeps only its shard's,
      * and in memory through the model's own forward (the executor keeps its own) */
-    int in_memory = s->comm || (!s->sx && !s->resident);
+    int in_memory = s->comm || (!s->sx && !s->resident) || s->frozen;
     if (in_memory && s->max_micro > 1 && !(s->comm && zero == 2) &&
         !(s->grad_sum = st_alloc(s->m->n_params * sizeof(float)))) {
         size_t bytes = s->m->n_params * sizeof(float);
@@ -117,7 +123,8 @@ void st_step_destroy(st_step *s) {
 void st_step_set_row_hook(st_step *s, st_row_loss_hook hook, void *ctx) {
     s->row_hook = hook;
     s->row_hook_ctx = ctx;
-    if (s->sx && !s->comm) st_stream_set_row_hook(s->sx, hook, ctx); /* the executor runs the micro-batches */
+    /* the executor runs the micro-batches (streamed LoRA: one a call, the step calls the hook) */
+    if (s->sx && !s->comm && !s->frozen) st_stream_set_row_hook(s->sx, hook, ctx);
 }
 
 int st_step_in_blocks(const st_model *m) { return m && m->ops->get_arch && st_backend_host_memory(m->be); }
@@ -208,6 +215,24 @@ static st_status dist_micro(st_step *s, const int32_t *in, const int32_t *tg, fl
     st_stream_step_stats ss;
     st_status st = st_stream_micro_grads(s->sx, in, tg, dloss, m->grad_hook, m->grad_hook_ctx, m->weight_hook,
                                       m->weight_hook_ctx, mean, &ss, err);
+    r->forward_s += ss.compute_s;
+    r->stream.h2d_bytes += ss.h2d_bytes;
+    r->stream.d2h_bytes += ss.d2h_bytes;
+    r->stream.h2d_act_bytes += ss.h2d_act_bytes;
+    r->stream.d2h_act_bytes += ss.d2h_act_bytes;
+    r->stream.compute_s += ss.compute_s;
+    r->stream.wait_s += ss.wait_s;
+    r->stream.wall_s += ss.wall_s;
+    r->stream.device_peak_bytes = ss.device_peak_bytes;
+    r->stream.device_budget_bytes = ss.device_budget_bytes;
+    return st;
+}
+
+/* Streamed LoRA's micro-batch: the frozen base's executor, the hook's gradients into m's. */
+static st_status frozen_micro(st_step *s, const int32_t *in, const int32_t *tg, float dloss, float *mean,
+                              st_step_result *r, st_err *err) {
+    st_stream_step_stats ss;
+    st_status st = st_stream_frozen_grads(s->sx, in, tg, dloss, mean, &ss, err);
     r->forward_s += ss.compute_s;
     r->stream.h2d_bytes += ss.h2d_bytes;
     r->stream.d2h_bytes += ss.d2h_bytes;
@@ -377,7 +402,7 @@ st_status st_step_run(st_step *s, int n_micro, int B, int T, const int32_t *inpu
         (st = st_stream_attach_store(s->sx, s->store, hp->blob, hp->blob_bytes, err)))
         return st;
     if (s->comm) return step_run_dist(s, n_micro, N, inputs, targets, hp, r, err);
-    if (s->sx) {
+    if (s->sx && !s->frozen) {
         if ((st = step_docs(s, 0, N, err))) return st; /* every micro-batch's, from the first */
         st_stream_step_stats *ss = &r->stream;
         st_adamw_params a = hp->adam;
@@ -397,8 +422,14 @@ st_status st_step_run(st_step *s, int n_micro, int B, int T, const int32_t *inpu
     for (int k = 0; k < n_micro; k++) {
         const int32_t *in = inputs + (size_t)k * N, *tg = targets + (size_t)k * N;
         if ((st = step_docs(s, k, N, err))) return st;
-        float mean = micro_step(m, in, tg, dloss, r);
-        if (s->row_hook) s->row_hook(s->row_hook_ctx, k, m->row_losses, tg, N);
+        float mean;
+        if (s->frozen) { /* streamed LoRA: the executor's forward and backward into m's gradient */
+            st_model_zero_grad(m);
+            if ((st = frozen_micro(s, in, tg, dloss, &mean, r, err))) return st;
+        } else {
+            mean = micro_step(m, in, tg, dloss, r);
+        }
+        if (s->row_hook) s->row_hook(s->row_hook_ctx, k, s->frozen ? st_stream_row_losses(s->sx) : m->row_losses, tg, N);
         if (n_micro > 1) {
             st_prof_span pa = st_prof_begin(ST_PROF_CAT_OPTIM, "accumulate", k);
             accumulate(s->grad_sum, m->grads, m->n_params, k == 0 ? 0 : k < n_micro - 1 ? 1 : 2);

@@ -17,6 +17,7 @@ static float *head_w(st_stream_exec *x) {
     return x->ly->tied ? x->d_pre_w + x->ly->head_offset : x->d_post_w + (x->ly->head_offset - x->post_offset);
 }
 static float *head_g(st_stream_exec *x) {
+    if (x->frozen) return NULL; /* a frozen head forms no gradient (dxn only) */
     return x->ly->tied ? x->d_pre_g + x->ly->head_offset : x->d_post_g + (x->ly->head_offset - x->post_offset);
 }
 
@@ -123,7 +124,8 @@ void stream_chunked_head_backward(st_stream_exec *x, const float *xin, float dlo
         wait_ticket(x, x->vocab_w_ticket[c], "wait head chunk", c);
         wait_ticket(x, x->vocab_g_ticket[c % 2], "wait head grad slot", c);
         int nr = vchunk_rows(x, c);
-        float *w = x->d_vocab_w + (size_t)(c % 2) * vcC, *g = x->d_vocab_g + (size_t)(c % 2) * vcC;
+        float *w = x->d_vocab_w + (size_t)(c % 2) * vcC;
+        float *g = x->frozen ? NULL : x->d_vocab_g + (size_t)(c % 2) * vcC; /* frozen: dxn only */
         /* the forward's logits: the last two chunks never left their slots; the one after
          * this one comes back into the other slot while this one computes */
         if (c - 1 >= 0 && c - 1 + 2 < x->n_vocab_chunks) {
@@ -136,10 +138,10 @@ void stream_chunked_head_backward(st_stream_exec *x, const float *xin, float dlo
         stream_tspan ts;
         stream_compute_begin(x, &ts, ST_PROF_CAT_COMPUTE, "backward head chunk", c);
         dev->ops->softmax_chunk_grad(dev, lo, x->d_tgt, N, nr, c * x->vocab_chunk, x->d_rmax, x->d_rsum, dloss);
-        dev->ops->memset0(dev, g, (size_t)nr * C * 4);
+        if (g) dev->ops->memset0(dev, g, (size_t)nr * C * 4);
         dev->ops->matmul_backward(dev, x->d_dxn, g, NULL, lo, x->d_xn, w, N, C, nr, ST_W_OUT_IN);
         stream_compute_end(x, &ts, compute_s);
-        x->vocab_g_ticket[c % 2] = d2h(x, x->grad_dest + x->ly->head_offset + (size_t)c * vcC, g, (size_t)nr * C * 4);
+        if (g) x->vocab_g_ticket[c % 2] = d2h(x, x->grad_dest + x->ly->head_offset + (size_t)c * vcC, g, (size_t)nr * C * 4);
         if (c - 2 >= 0) stream_fetch_vchunk(x, c - 2);
     }
     stream_tspan ts;

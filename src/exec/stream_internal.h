@@ -133,6 +133,10 @@ struct st_stream_exec {
     st_status worker_status;
     st_err worker_err;
 
+    /* a frozen base (cfg.hook->frozen, st_stream_frozen_grads): the hook's gradients only, no
+     * gradient of the arch's, no optimizer; dist_dloss is the micro-batch's dloss */
+    int frozen;
+    int slots_warm; /* frozen: the last backward left blocks 0..depth (and head chunks 0, 1) in their slots */
     /* data parallel (st_stream_micro_grads): one micro-batch's gradient, no norm, no update */
     int dist_mode;
     float dist_dloss;
@@ -176,6 +180,11 @@ static inline void wait_ticket(st_stream_exec *x, uint64_t t, const char *what, 
     st_copy_wait(x->ce, t);
     st_prof_end(&s);
     x->wait_s += st_now() - t0;
+}
+
+/* The hook's layer (cfg.hook) before block l's forward, recompute or backward. */
+static inline void stream_hook_layer(st_stream_exec *x, int l) {
+    if (x->cfg.hook) x->cfg.hook->layer = l;
 }
 
 /* Where this micro-batch's gradients land (host_grads, or host_grads_micro for a later

@@ -88,6 +88,9 @@ static void host_buf_free(st_stream_exec *x, void *p) {
 
 /* ------------------------------------------------------------------ device allocations */
 
+/* A frozen base (st_stream_config.hook->frozen): no gradient of the arch's anywhere. */
+static int frozen_cfg(const st_stream_config *c) { return c->hook && c->hook->frozen; }
+
 static size_t rnd(size_t bytes) { return (bytes + ST_ARENA_ALIGN - 1) / ST_ARENA_ALIGN * ST_ARENA_ALIGN; }
 
 /* Every device allocation of a plan, in one table: st_stream_device_bytes sums it (with
@@ -104,6 +107,7 @@ static int alloc_table(const st_stream_config *c, const st_stream_plan *p, st_st
     size_t N = (size_t)c->B * c->T, C = (size_t)y->n_embd, L = (size_t)y->n_blocks, V = (size_t)y->vocab_size;
     size_t NC = N * C, bn = y->block_numel, setf = st_block_act_floats(c->arch, c->B, c->T);
     size_t n_keep = 0, n_off = 0, rc = 0;
+    int fz = frozen_cfg(c); /* the final norm's gradient still formed (the op always does), dropped */
     for (size_t l = 0; l < L; l++) {
         if (p->act[l] == ST_STREAM_ACT_KEEP) n_keep++;
         else if (p->act[l] == ST_STREAM_ACT_OFFLOAD) n_off++;
@@ -120,7 +124,7 @@ static int alloc_table(const st_stream_config *c, const st_stream_plan *p, st_st
     if (p->vocab_chunk > 0) {
         size_t vc = (size_t)p->vocab_chunk < V ? (size_t)p->vocab_chunk : V, nvc = (V + vc - 1) / vc;
         A(d_vocab_w, 2 * vc * C * 4);                            /* head chunk slots: weights */
-        A(d_vocab_g, 2 * vc * C * 4);                            /* ... and gradients */
+        if (!fz) A(d_vocab_g, 2 * vc * C * 4);                   /* ... and gradients */
         A(d_logits, (nvc < 2 ? 1 : 2) * N * vc * 4);        /* logits chunk slots */
         A(d_rmax, N * 4);                                   /* online-softmax row statistics */
         A(d_tlogit, N * 4);
@@ -129,16 +133,16 @@ static int alloc_table(const st_stream_config *c, const st_stream_plan *p, st_st
         A(d_post_g, y->norm_numel * 4);
     } else {
         if (!p->resident) A(d_pre_w, y->emb_numel * 4);     /* the embedding (resident: the host's) */
-        if (!p->resident) A(d_pre_g, y->emb_numel * 4);
+        if (!p->resident && !fz) A(d_pre_g, y->emb_numel * 4);
         A(d_logits, N * V * 4);
         A(d_losses, N * 4);
         if (!p->resident) A(d_post_w, (y->n_params - y->norm_offset) * 4); /* the norm and an untied head */
-        if (!p->resident) A(d_post_g, (y->n_params - y->norm_offset) * 4);
+        if (!p->resident) A(d_post_g, (fz ? y->norm_numel : y->n_params - y->norm_offset) * 4);
     }
     A(d_outs, L * NC * 4);                                  /* block outputs (checkpoints) */
     if (!p->resident) A(d_w, (size_t)(p->prefetch_depth + 1) * bn * 4); /* weight slots */
-    if (!p->resident) A(d_g, 2 * bn * 4);                   /* gradient slots */
-    if (p->grad_dtype == ST_BF16) A(d_g16, 2 * bn * 2);     /* their bf16 staging */
+    if (!p->resident && !fz) A(d_g, 2 * bn * 4);            /* gradient slots */
+    if (p->grad_dtype == ST_BF16 && !fz) A(d_g16, 2 * bn * 2); /* their bf16 staging */
     size_t esz = p->act_dtype == ST_BF16 ? 2 : 4;            /* a stored activation */
     if (n_keep) A(d_keep, n_keep * setf * esz);
     if (rc) A(d_recompute, setf * esz);
@@ -179,13 +183,13 @@ static int host_table(const st_stream_config *c, const st_stream_plan *p, st_str
     size_t N = (size_t)c->B * c->T, C = (size_t)y->n_embd, V = (size_t)y->vocab_size, n = y->n_params;
     size_t n_off = 0;
     for (int l = 0; l < p->n_layer; l++) n_off += p->act[l] == ST_STREAM_ACT_OFFLOAD;
-    int k = 0;
+    int k = 0, fz = frozen_cfg(c);
 #define H(field, nbytes, kind, what) t[k++] = (host_alloc){x ? (void **)&x->field : NULL, (nbytes), kind, what}
     H(h_losses, N * 4, HOST_MALLOC, "the per-row losses");
     H(h_rmax, N * 4, HOST_MALLOC, "the rows' running max");
     H(h_tlogit, N * 4, HOST_MALLOC, "the target logits");
     H(h_rsum, N * 8, HOST_MALLOC, "the rows' sums");
-    if (p->grad_dtype == ST_BF16) H(host_grads_bf16, n * 2, HOST_PINNED, "the bf16 gradients");
+    if (p->grad_dtype == ST_BF16 && !fz) H(host_grads_bf16, n * 2, HOST_PINNED, "the bf16 gradients");
     if (p->vocab_chunk > 0) {
         size_t vc = (size_t)p->vocab_chunk < V ? (size_t)p->vocab_chunk : V, nvc = (V + vc - 1) / vc;
         H(h_enc, N * C * 4, HOST_PINNED, "the embedding's output");
@@ -193,10 +197,10 @@ static int host_table(const st_stream_config *c, const st_stream_plan *p, st_str
         /* only chunks 0..nvc-3 leave the device (the last two stay in their slots) */
         if (nvc > 2) H(h_logits, N * (nvc - 2) * vc * 4, HOST_PINNED, "the chunks' logits");
     }
-    if (c->grad_accum > 1) H(host_grads_micro, n * 4, HOST_PINNED, "grad_accum's second fp32 gradient");
+    if (c->grad_accum > 1 && !fz) H(host_grads_micro, n * 4, HOST_PINNED, "grad_accum's second fp32 gradient");
     if (n_off) H(host_acts, n_off * st_block_act_floats(c->arch, c->B, c->T) * (p->act_dtype == ST_BF16 ? 2 : 4),
                  HOST_PINNED, "offloaded activations");
-    if (speculates(c, p)) { /* only the blocks are updated speculatively: [b0, post_off), indexed from b0 */
+    if (speculates(c, p) && !fz) { /* only the blocks are updated speculatively: [b0, post_off), indexed from b0 */
         size_t nb = y->norm_offset - y->block_offset0;
         H(backup_params, nb * 4, HOST_ALIGNED, "speculative-update backups");
         H(backup_m, nb * 4, HOST_ALIGNED, "speculative-update backups");
@@ -223,10 +227,12 @@ static size_t moment_bytes(const st_stream_config *c) {
 size_t st_stream_host_bytes(const st_stream_config *c, const st_stream_plan *p) {
     host_alloc t[MAX_ALLOCS];
     int k = host_table(c, p, NULL, t);
-    size_t b = c->arch->lay.n_params * 4 * 2; /* the host vectors: parameters, gradients (fp32) */
+    int fz = frozen_cfg(c);
+    /* the host vectors: parameters, gradients (fp32); a frozen base: its parameters only */
+    size_t b = c->arch->lay.n_params * 4 * (fz ? 1 : 2);
     for (int i = 0; i < k; i++) b += t[i].bytes;
     if (p->vocab_chunk > 0) b += c->arch->ops->bind_bytes(c->arch, c->B, c->T); /* the embedding's host bindings */
-    if (!c->external_optimizer) b += moment_bytes(c);
+    if (!c->external_optimizer && !fz) b += moment_bytes(c);
     return b;
 }
 
@@ -262,6 +268,11 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
         return st_errf(err, ST_ERR_INVALID, "stream plan: resident weights need a device whose memory is the host's "
                        "(the CPU backend, no budget; this one: %s%s), an fp32 drain and no vocabulary chunks",
                        dev->ops->name ? dev->ops->name : "?", st_backend_arena(dev) ? ", budgeted" : "");
+    if (frozen_cfg(c) && (p->resident || !st_backend_host_memory(dev) || c->external_optimizer || c->optim))
+        return st_errf(err, ST_ERR_UNSUPPORTED, "stream: a frozen base's hook (st_stream_config.hook) keeps its "
+                       "parameters and gradients in host memory: it streams to a device whose memory is the host's "
+                       "(the CPU backend; this one: %s), not resident, with no optimizer of the executor's (the "
+                       "caller's updates the hook's parameters)", dev->ops->name ? dev->ops->name : "?");
     if (c->B < 1 || c->T < 1 || c->T > c->arch->lay.max_seq)
         return st_errf(err, ST_ERR_INVALID, "stream: batch %d x seq %d (max_seq %d)", c->B, c->T, c->arch->lay.max_seq);
     st_arena *arena = st_backend_arena(dev);
@@ -278,6 +289,12 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
     x->cfg = *c;
     x->plan = *p;
     x->dev = dev;
+    x->frozen = frozen_cfg(c);
+    if (x->frozen) { /* nothing of the arch's is updated: no optimizer thread, no accumulation */
+        x->plan.overlap_optim = 0;
+        x->cfg.host_grads = NULL;
+        x->cfg.grad_accum = 1;
+    }
     x->n_blocks = L;
     x->depth = p->prefetch_depth;
     x->n_slots = x->depth + 1;
@@ -304,6 +321,7 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
     x->act16 = p->act_dtype == ST_BF16;
     x->act_set_bytes = x->act_set_floats * (x->act16 ? 2 : 4);
     if ((s = st_blocks_bind(&x->dev_blocks, c->arch, dev, c->B, c->T, err))) goto fail;
+    x->dev_blocks->hook = c->hook; /* the device's blocks call it; the host's only embed */
     x->host_be = c->host_be;
     if (x->vocab_chunk) {
         /* the embedding runs on the host: its own CPU backend unless the caller gave one
@@ -334,16 +352,16 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
         if (!*tab[i].ptr) FAIL(ST_ERR_NOMEM, "stream: device allocation %d (%zu bytes) of the plan's %zu failed", i,
                                tab[i].bytes, need);
     }
-    x->bf16 = p->grad_dtype == ST_BF16;
+    x->bf16 = p->grad_dtype == ST_BF16 && !x->frozen;
     if (x->vocab_chunk) {
         x->vocab_w_ticket = calloc((size_t)x->n_vocab_chunks, sizeof *x->vocab_w_ticket);
         if (!x->vocab_w_ticket) FAIL(ST_ERR_NOMEM, "stream: out of memory");
     }
-    if (c->grad_accum > 1 && x->bf16)
+    if (x->cfg.grad_accum > 1 && x->bf16)
         FAIL(ST_ERR_UNSUPPORTED, "stream: gradient accumulation adds fp32 gradients; drain them as fp32, not bf16");
     /* host buffers: the table st_stream_host_bytes sums */
     host_alloc ht[MAX_ALLOCS];
-    int nh = host_table(c, p, x, ht);
+    int nh = host_table(&x->cfg, p, x, ht);
     for (int i = 0; i < nh; i++) {
         *ht[i].ptr = ht[i].kind == HOST_MALLOC ? malloc(ht[i].bytes)
                    : ht[i].kind == HOST_PINNED ? host_buf(x, ht[i].bytes) : st_alloc(ht[i].bytes);
@@ -360,18 +378,18 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
      * nothing and runs slower than the pinned bandwidth the planner measured. Refused, they
      * stay pageable: correct, slower, and said. */
     x->host_params = c->host_params ? c->host_params : host_buf(x, x->n_params * 4);
-    x->host_grads = c->host_grads ? c->host_grads : host_buf(x, x->n_params * 4);
+    x->host_grads = x->frozen ? NULL : c->host_grads ? c->host_grads : host_buf(x, x->n_params * 4);
     if (dev->ops->host_register && dev->ops->host_unregister) {
         if (c->host_params && x->host_params) x->host_params_registered = dev->ops->host_register(dev, x->host_params, x->n_params * 4) == 0;
-        if (c->host_grads && x->host_grads) x->host_grads_registered = dev->ops->host_register(dev, x->host_grads, x->n_params * 4) == 0;
-        if ((c->host_params && !x->host_params_registered) || (c->host_grads && !x->host_grads_registered))
+        if (x->cfg.host_grads && x->host_grads) x->host_grads_registered = dev->ops->host_register(dev, x->host_grads, x->n_params * 4) == 0;
+        if ((c->host_params && !x->host_params_registered) || (x->cfg.host_grads && !x->host_grads_registered))
             st_log(1, "stream: the device could not page-lock the caller's %s (%zu bytes each): their copies stay "
                    "pageable, slower than the planner's pinned bandwidth and not overlapped (raise the memlock "
                    "limit, ulimit -l, or leave the host vectors to the executor)\n",
-                   c->host_params && !x->host_params_registered ? (c->host_grads && !x->host_grads_registered ? "parameters and "
+                   c->host_params && !x->host_params_registered ? (x->cfg.host_grads && !x->host_grads_registered ? "parameters and "
                    "gradients" : "parameters") : "gradients", x->n_params * 4);
     }
-    if (!x->host_params || !x->host_grads) FAIL(ST_ERR_NOMEM, "stream: cannot allocate %zu host bytes of parameters and gradients",
+    if (!x->host_params || (!x->host_grads && !x->frozen)) FAIL(ST_ERR_NOMEM, "stream: cannot allocate %zu host bytes of parameters and gradients",
                                x->n_params * 8);
     if (p->resident) { /* the device's weights are the host's (the gradients: stream_bind_grads) */
         x->d_pre_w = x->host_params;
@@ -383,7 +401,9 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
     if (!x->segs) FAIL(ST_ERR_NOMEM, "stream: out of memory");
     st_params_decay_segments(y->tensors, y->n_tensors, c->weight_decay, x->segs);
     x->external = c->external_optimizer;
-    if (!x->external && c->optim) {
+    if (x->frozen) {
+        /* no optimizer: the hook's parameters are the caller's to update */
+    } else if (!x->external && c->optim) {
         if (st_optim_format(c->optim) != c->state_format)
             FAIL(ST_ERR_INVALID, "stream: the caller's optimizer keeps %s moments, the configuration says %s",
                  st_optim_format(c->optim) == ST_OPTIM_STATE_F32 ? "fp32" : "8-bit",

@@ -44,6 +44,7 @@ void st_stream_set_params(st_stream_exec *x, const float *host_params) {
     if (host_params != x->host_params) memcpy(x->host_params, host_params, x->n_params * 4); /* also: "I edited st_stream_params" */
     x->fresh = 0;
     x->w16_valid = 0;
+    x->slots_warm = 0;
     send_nonblock(x);
     st_copy_wait(x->ce, x->embed_w_ticket);
 }
@@ -51,6 +52,7 @@ void st_stream_set_params(st_stream_exec *x, const float *host_params) {
 void st_stream_init_random(st_stream_exec *x, uint64_t seed) {
     x->arch->ops->init(x->arch, x->host_params, seed); /* the values of the model's init_random */
     x->w16_valid = 0;
+    x->slots_warm = 0;
     send_nonblock(x);
     st_copy_wait(x->ce, x->embed_w_ticket);
 }
@@ -290,7 +292,7 @@ typedef struct step_run {
 static st_status step_begin(step_run *r, const int32_t *targets_all, const st_adamw_params *hp, st_err *err) {
     st_stream_exec *x = r->x;
     int n_micro = r->n_micro;
-    /* this step's optimizer jobs */
+    /* this step's optimizer jobs (a frozen base has none: overlap is off there) */
     r->overlap = x->plan.overlap_optim;
     /* the clip policy allows an update before the norm is known (in RAM, or the disk state's) */
     int spec_ok = r->overlap && !x->dist_mode &&
@@ -333,7 +335,8 @@ static st_status step_begin(step_run *r, const int32_t *targets_all, const st_ad
     stream_w16_begin(x); /* the weights' bf16 copy, where the matmuls read one */
     /* the step's loss is the mean over all its targets >= 0 (strata/step.h) */
     r->dloss = st_step_dloss(targets_all, (size_t)r->N * n_micro, &r->n_targets);
-    if (x->dist_mode) r->dloss = x->dist_dloss; /* the step's, over every rank's targets */
+    if (x->dist_mode || x->frozen) r->dloss = x->dist_dloss; /* the step's, over every rank's targets, or
+                                                                 over the caller's micro-batches */
     return ST_OK;
 }
 
@@ -357,16 +360,20 @@ static float micro_forward(step_run *r, int mb, const int32_t *inputs, const int
         x->embed_w_ticket = h2d(x, x->d_pre_w, x->host_params, x->emb_numel * 4); /* the ranks' update */
     uint64_t enc_ticket = x->vocab_chunk ? stream_embed_forward(x, inputs) : 0;
     /* after a micro-batch's backward, blocks 0..depth (and head chunks 0, 1) are still in
-     * their slots, and the weights do not change until the update */
-    if (mb == 0) {
+     * their slots, and the weights do not change until the update (a frozen base's never: its
+     * next call finds them there, unless an eval or new weights came between) */
+    int first = mb == 0 && !(x->frozen && x->slots_warm);
+    x->slots_warm = 0;
+    if (first) {
         for (int l = 0; l <= D && l < L; l++) x->w_ticket[l] = fetch_block(x, l);
         if (x->vocab_chunk && L <= D + 1) {
             for (int c = 0; c < 2 && c < x->n_vocab_chunks; c++) stream_fetch_vchunk(x, c);
         }
     }
     COMPUTE_(ST_PROF_CAT_COMPUTE, "zero grads", -1, {
-        if (!x->vocab_chunk) dev->ops->memset0(dev, x->d_pre_g, x->emb_numel * 4);
-        dev->ops->memset0(dev, x->d_post_g, x->post_numel * 4);
+        if (!x->vocab_chunk && !x->frozen) dev->ops->memset0(dev, x->d_pre_g, x->emb_numel * 4);
+        /* frozen: the final norm's dropped gradient only */
+        dev->ops->memset0(dev, x->d_post_g, (x->frozen ? x->ly->norm_numel : x->post_numel) * 4);
     });
     wait_ticket(x, x->embed_w_ticket, "wait embed weights", -1);
     if (x->vocab_chunk) wait_ticket(x, enc_ticket, "wait embedding", -1);
@@ -379,6 +386,7 @@ static float micro_forward(step_run *r, int mb, const int32_t *inputs, const int
         if (off) wait_ticket(x, x->off_slot_ticket[k % 2], "wait act slot", l);
         float *a = block_set(x, l);
         stream_w16_block(x, wslot(x, l), l);
+        stream_hook_layer(x, l);
         COMPUTE_(ST_PROF_CAT_COMPUTE, "forward block", l, ao->block_forward(x->dev_blocks, wslot(x, l), block_in(x, l), a, block_out(x, l)));
         if (x->act16) /* stored rounded: what every kind of block's backward reads */
             COMPUTE_(ST_PROF_CAT_COMPUTE, "acts to bf16", l, dev->ops->to_bf16(dev, block_acts(x, l), a, x->act_set_floats));
@@ -386,7 +394,7 @@ static float micro_forward(step_run *r, int mb, const int32_t *inputs, const int
         if (l + D + 1 < L) {
             x->w_ticket[l + D + 1] = fetch_block(x, l + D + 1);
             /* the classifier's first chunks queue behind the last block */
-            if (x->vocab_chunk && l + D + 1 == L - 1 && mb == 0)
+            if (x->vocab_chunk && l + D + 1 == L - 1 && first)
                 for (int c = 0; c < 2 && c < x->n_vocab_chunks; c++) stream_fetch_vchunk(x, c);
         }
         /* the last two offloaded blocks stay resident until their backward */
@@ -429,6 +437,7 @@ static void micro_backward(step_run *r, int add, int final) {
         float *a = block_set(x, l);
         /* the last recomputed block's forward is still in the set: nothing to redo */
         stream_w16_block(x, wslot(x, l), l);
+        stream_hook_layer(x, l);
         if (act == ST_STREAM_ACT_RECOMPUTE && r->rc_holds != l) {
             COMPUTE_(ST_PROF_CAT_RECOMPUTE, "recompute block", l, {
                 ao->block_forward(x->dev_blocks, wslot(x, l), block_in(x, l), a, block_out(x, l));
@@ -439,22 +448,27 @@ static void micro_backward(step_run *r, int add, int final) {
         if (act == ST_STREAM_ACT_OFFLOAD && k < x->n_off - 2) wait_ticket(x, x->act_ticket[k], "wait acts", l);
         if (x->act16) /* the backward reads the stored bits, whichever way they were kept */
             COMPUTE_(ST_PROF_CAT_COMPUTE, "acts from bf16", l, dev->ops->from_bf16(dev, a, block_acts(x, l), x->act_set_floats));
-        float *g = gslot(x, l);
-        wait_ticket(x, x->g_ticket[l % 2], "wait grad slot", l);
-        COMPUTE_(ST_PROF_CAT_COMPUTE, "backward block", l, {
-            dev->ops->memset0(dev, g, x->block_numel * 4);
-            ao->block_backward(x->dev_blocks, wslot(x, l), g, block_in(x, l), a, dres);
-        });
-        if (x->bf16) {
-            /* round on the device (on the CPU backend its memory is addressable; CUDA: a
-             * kernel), drain half the bytes; the optimizer reads bf16 gradients natively */
-            uint16_t *g16 = x->d_g16 + (size_t)(l % 2) * x->block_numel;
-            COMPUTE_(ST_PROF_CAT_COMPUTE, "grad to bf16", l, dev->ops->to_bf16(dev, g16, g, x->block_numel));
-            x->g_ticket[l % 2] = d2h(x, x->host_grads_bf16 + x->block_offset0 + (size_t)l * x->block_numel, g16, x->block_numel * 2);
+        if (x->frozen) { /* the hook's gradients only (its own vector), dres through the block */
+            COMPUTE_(ST_PROF_CAT_COMPUTE, "backward block", l,
+                     ao->block_backward(x->dev_blocks, wslot(x, l), NULL, block_in(x, l), a, dres));
         } else {
-            x->g_ticket[l % 2] = drain(x, x->grad_dest + x->block_offset0 + (size_t)l * x->block_numel, g, x->block_numel);
+            float *g = gslot(x, l);
+            wait_ticket(x, x->g_ticket[l % 2], "wait grad slot", l);
+            COMPUTE_(ST_PROF_CAT_COMPUTE, "backward block", l, {
+                dev->ops->memset0(dev, g, x->block_numel * 4);
+                ao->block_backward(x->dev_blocks, wslot(x, l), g, block_in(x, l), a, dres);
+            });
+            if (x->bf16) {
+                /* round on the device (on the CPU backend its memory is addressable; CUDA: a
+                 * kernel), drain half the bytes; the optimizer reads bf16 gradients natively */
+                uint16_t *g16 = x->d_g16 + (size_t)(l % 2) * x->block_numel;
+                COMPUTE_(ST_PROF_CAT_COMPUTE, "grad to bf16", l, dev->ops->to_bf16(dev, g16, g, x->block_numel));
+                x->g_ticket[l % 2] = d2h(x, x->host_grads_bf16 + x->block_offset0 + (size_t)l * x->block_numel, g16, x->block_numel * 2);
+            } else {
+                x->g_ticket[l % 2] = drain(x, x->grad_dest + x->block_offset0 + (size_t)l * x->block_numel, g, x->block_numel);
+            }
+            if (r->overlap && (add || final)) stream_push_job(x, l, x->g_ticket[l % 2], add, final);
         }
-        if (r->overlap && (add || final)) stream_push_job(x, l, x->g_ticket[l % 2], add, final);
         if (l - D - 1 >= 0) x->w_ticket[l - D - 1] = fetch_block(x, l - D - 1);
         if (act == ST_STREAM_ACT_OFFLOAD && k - 2 >= 0) {
             x->h2d_act_bytes += x->act_set_bytes;
@@ -462,7 +476,9 @@ static void micro_backward(step_run *r, int add, int final) {
                                        x->host_acts + (size_t)(k - 2) * x->act_set_bytes, x->act_set_bytes);
         }
     }
-    if (x->vocab_chunk) {
+    if (x->frozen) {
+        r->last = 0; /* a frozen embedding: nothing formed, nothing drained */
+    } else if (x->vocab_chunk) {
         /* the residual gradient goes to the host, which scatters it into the embedding; a
          * tied head's gradient (landed chunk by chunk, earlier in order) is already in its
          * first V rows, the rest starts from zero */
@@ -476,7 +492,8 @@ static void micro_backward(step_run *r, int add, int final) {
         COMPUTE_(ST_PROF_CAT_COMPUTE, "embedding backward", -1, ao->embed_backward(x->dev_blocks, x->d_pre_g, dres));
         drain(x, x->grad_dest, x->d_pre_g, x->emb_numel);
     }
-    r->last = drain(x, x->grad_dest + x->post_offset, x->d_post_g, x->post_numel);
+    if (!x->frozen) r->last = drain(x, x->grad_dest + x->post_offset, x->d_post_g, x->post_numel);
+    else x->slots_warm = 1; /* blocks 0..depth and head chunks 0, 1 in their slots for the next call */
     st_prof_end(&bw);
 }
 
@@ -626,6 +643,7 @@ static st_status update_ram(step_run *r, const st_adamw_params *hp, float max_no
 static st_status step_update(step_run *r, const st_adamw_params *hp, float max_norm, st_stream_step_stats *stats,
                              st_err *err) {
     st_stream_exec *x = r->x;
+    if (x->frozen) return ST_OK; /* the caller updates the hook's parameters */
     if (x->dist_mode) return update_dist(r, err);
     double ss;
     if (r->overlap) {
@@ -655,7 +673,18 @@ static st_status step_update(step_run *r, const st_adamw_params *hp, float max_n
                     : update_ram(r, hp, max_norm, ss, norm, stats, err);
 }
 
+static st_status step_accum(st_stream_exec *x, int n_micro, const int32_t *inputs_all, const int32_t *targets_all,
+                            const st_adamw_params *hp, float max_norm, st_stream_step_stats *stats, st_err *err);
+
 st_status st_stream_step_accum(st_stream_exec *x, int n_micro, const int32_t *inputs_all, const int32_t *targets_all,
+                            const st_adamw_params *hp, float max_norm, st_stream_step_stats *stats, st_err *err) {
+    if (x->frozen)
+        return st_errf(err, ST_ERR_INVALID, "stream: this executor runs a frozen base (st_stream_config.hook); its "
+                       "step is st_stream_frozen_grads, and the caller's optimizer updates the hook's parameters");
+    return step_accum(x, n_micro, inputs_all, targets_all, hp, max_norm, stats, err);
+}
+
+static st_status step_accum(st_stream_exec *x, int n_micro, const int32_t *inputs_all, const int32_t *targets_all,
                             const st_adamw_params *hp, float max_norm, st_stream_step_stats *stats, st_err *err) {
     step_run run = {.x = x, .n_micro = n_micro, .N = x->cfg.B * x->cfg.T}, *r = &run;
     double t_start = st_now();
@@ -708,10 +737,26 @@ st_status st_stream_step_accum(st_stream_exec *x, int n_micro, const int32_t *in
 
 void st_stream_params_changed(st_stream_exec *x) {
     x->fresh = 1;
+    x->slots_warm = 0;
     x->w16_valid = 0;
 }
 
-int st_stream_can_hand_grads(const st_stream_exec *x) { return !x->bf16 && !x->host_grads_micro; }
+int st_stream_can_hand_grads(const st_stream_exec *x) { return !x->bf16 && !x->host_grads_micro && !x->frozen; }
+
+int st_stream_frozen(const st_stream_exec *x) { return x && x->frozen; }
+
+st_status st_stream_frozen_grads(st_stream_exec *x, const int32_t *inputs, const int32_t *targets, float dloss,
+                                 float *loss, st_stream_step_stats *stats, st_err *err) {
+    if (!x->frozen)
+        return st_errf(err, ST_ERR_INVALID, "stream: st_stream_frozen_grads needs a frozen base's hook "
+                       "(st_stream_config.hook with frozen 1); this executor trains the arch (st_stream_step)");
+    static const st_adamw_params none = {0};
+    x->dist_dloss = dloss;
+    st_status s = step_accum(x, 1, inputs, targets, &none, 0.0f, stats, err);
+    if (s) x->slots_warm = 0;
+    *loss = stats->loss;
+    return s;
+}
 
 st_status st_stream_micro_grads(st_stream_exec *x, const int32_t *inputs, const int32_t *targets, float dloss,
                              void (*grad_hook)(void *ctx, size_t offset, size_t n), void *grad_ctx,
@@ -753,6 +798,7 @@ st_status st_stream_eval(st_stream_exec *x, const int32_t *inputs, const int32_t
         send_nonblock(x);
         x->fresh = 0;
     }
+    x->slots_warm = 0; /* the eval's blocks take the slots */
     st_prof_span span = st_prof_begin(ST_PROF_CAT_OTHER, "stream eval", -1);
     stream_w16_begin(x); /* the weights' bf16 copy, where the matmuls read one: unchanged by the eval */
     dev->ops->copy_to_device(dev, x->d_tgt, targets, sizeof(int32_t) * (size_t)N);
@@ -766,6 +812,7 @@ st_status st_stream_eval(st_stream_exec *x, const int32_t *inputs, const int32_t
     for (int l = 0; l < L; l++) {
         wait_ticket(x, x->w_ticket[l], "wait weights", l);
         stream_w16_block(x, wslot(x, l), l);
+        stream_hook_layer(x, l);
         ao->block_forward(x->dev_blocks, wslot(x, l), block_in(x, l), block_set(x, l), block_out(x, l));
         if (l + D + 1 < L) {
             x->w_ticket[l + D + 1] = fetch_block(x, l + D + 1);

@@ -254,11 +254,10 @@ static void hook_linear_backward(st_linear_hook *h, int mm, float *dx, float *db
 
 /* ------------------------------------------------------------------ st_model ops */
 
-static st_status lo_alloc_acts(st_model *m, int B, int T, st_err *err) {
+/* The hook's scratch for B x T rows (t, dt, u, the norms' dropped gradients; the held matmuls'). */
+static st_status alloc_scratch(st_model *m, int B, int T, st_err *err) {
     lora_impl *li = impl_of(m);
     st_backend *be = m->be;
-    st_status s = frozen_base_alloc_acts(m, B, T, err);
-    if (s) return s;
     if (li->scratch) be->ops->dealloc(be, li->scratch);
     li->N = B * T;
     size_t n = 2 * (size_t)li->N * li->cfg.rank + (size_t)li->N * li->max_out + 2 * (size_t)li->max_norm;
@@ -275,6 +274,25 @@ static st_status lo_alloc_acts(st_model *m, int B, int T, st_err *err) {
         return st_errf(err, ST_ERR_NOMEM, "lora: cannot allocate %.1f MiB of frozen-weight scratch for batch %d x seq %d",
                        (ny + nt) * 4.0 / 1048576.0, B, T);
     return ST_OK;
+}
+
+static st_status lo_alloc_acts(st_model *m, int B, int T, st_err *err) {
+    st_status s = frozen_base_alloc_acts(m, B, T, err);
+    return s ? s : alloc_scratch(m, B, T, err);
+}
+
+st_status st_lora_hook_bind(st_model *m, int B, int T, st_linear_hook **hook, st_err *err) {
+    *hook = NULL;
+    if (!st_model_is_lora(m)) return st_errf(err, ST_ERR_INVALID, "lora: the model has no adapters");
+    lora_impl *li = impl_of(m);
+    if (li->cfg.frozen_dtype != ST_FROZEN_F32)
+        return st_errf(err, ST_ERR_UNSUPPORTED, "key 'frozen_dtype': %s base weights are held by the model, and layer "
+                       "streaming (device_budget) moves the base's fp32 blocks; give frozen_dtype fp32 with "
+                       "device_budget, or leave device_budget out", st_frozen_dtype_name(li->cfg.frozen_dtype));
+    if (B < 1 || T < 1) return st_errf(err, ST_ERR_INVALID, "lora: batch %d x seq %d", B, T);
+    st_status s = alloc_scratch(m, B, T, err);
+    if (!s) *hook = &li->fb.hook;
+    return s;
 }
 
 static float lo_forward(st_model *m, const int32_t *in, const int32_t *tg, float dloss) {

@@ -52,8 +52,13 @@ st_status st_plan_memory(const st_mem_request *rq, st_mem_plan *e, st_err *err) 
     st_stream_plan_set_all(&all_rc, ST_STREAM_ACT_RECOMPUTE);
     /* the executor's tables: device bytes, host bytes without the moments, and the moments in
      * either format (what the optimizer adds to the host table) */
+    /* LoRA streamed (what trains is not the arch's, and the executor's tables hold the
+     * activations): a frozen base's executor, no gradient slots or host gradient vector */
+    static st_linear_hook frozen_hook = {.frozen = 1};
+    int fz = rq->trainable_params > 0 && (rq->streamed || rq->plan) && rq->model_act_bytes <= 0;
     st_stream_config sc = {.arch = rq->arch, .B = rq->B, .T = rq->T, .grad_accum = rq->grad_accum > 1 ? rq->grad_accum : 1,
-                           .state_format = ST_OPTIM_STATE_F32, .external_optimizer = 1};
+                           .state_format = ST_OPTIM_STATE_F32, .external_optimizer = 1,
+                           .hook = fz ? &frozen_hook : NULL};
     double dev = (double)st_stream_device_bytes(&sc, &p), dev_rc = (double)st_stream_device_bytes(&sc, &all_rc);
     double host = (double)st_stream_host_bytes(&sc, &p);
     sc.external_optimizer = 0;
@@ -70,7 +75,7 @@ st_status st_plan_memory(const st_mem_request *rq, st_mem_plan *e, st_err *err) 
     e->moments_8bit_used = q8;
     e->state_format = rq->state_format;
     e->streamed = rq->streamed || rq->plan;
-    e->exec_host = host - 8.0 * n; /* per-row buffers, grad_accum's gradient, offloaded sets, backups */
+    e->exec_host = host - (fz ? 4.0 : 8.0) * n; /* per-row buffers, grad_accum's gradient, offloaded sets, backups */
     if (rq->bf16_weights) e->exec_host += (double)st_stream_bf16_weight_bytes(&sc); /* matmul bf16's copy */
     if (rq->model_act_bytes > 0) { /* the model's own forward: its activations, its per-row losses */
         e->acts_stored = rq->model_act_bytes + 4.0 * N;
@@ -197,7 +202,7 @@ void st_mem_plan_print(FILE *f, const st_mem_plan *e, const double budget[ST_MEM
     if (e->moments_on_disk)
         ROW("disk state's host buffers", e->state_buffers, h, "state_budget (see the disk state below)");
     ROW("activations, all stored", e->acts_stored, at,
-        e->n_trainable > 0 ? "the model's own forward (its activation count)"
+        e->n_trainable > 0 && !e->streamed ? "the model's own forward (its activation count)"
         : e->streamed      ? "the executor's device tables (the plan below; at least every block recomputed)"
                            : "the executor's tables, every block kept");
     ROW("activations, checkpointed", e->acts_ckpt, "-", "(every block recomputed: a streamed plan's choice)");

@@ -197,11 +197,15 @@ static void fill_cols(const cols *cl, const plan_cost *c, const st_stream_plan *
  * the rest all recompute or all offload, for every k) that fits: the program's first incumbent,
  * so it never returns a plan slower than these rules, the executor's fixed rule among
  * them. Returns the pair index, -1 when none fits. */
+/* A frozen base's executor (st_plan_options.frozen_base): no gradient slots; only the hook's
+ * frozen flag is read. */
+static st_linear_hook plan_frozen_hook = {.frozen = 1};
+
 static int best_simple(const st_arch *a, int B, int T, const st_plan_profile *hw, size_t budget, const int *vcs, int np,
                        int nd, const unsigned char *fx, st_dtype act_dtype, st_stream_plan *best, st_stream_plan *work,
-                       double *best_s) {
+                       double *best_s, const st_stream_config *scp) {
     int L = a->lay.n_blocks, bi = -1;
-    st_stream_config sc = {.arch = a, .B = B, .T = T};
+    st_stream_config sc = *scp;
     *best_s = INFINITY;
     for (int p = 0; p < np; p++)
         for (int rest = ST_STREAM_ACT_RECOMPUTE; rest <= ST_STREAM_ACT_OFFLOAD; rest++)
@@ -315,7 +319,12 @@ st_status st_plan_stream_ex(const st_arch *a, int B, int T, size_t device_budget
         if (o.mip_gap < 0) o.mip_gap = ST_PLAN_MIP_GAP;
         if (o.max_depth <= 0 || o.max_depth > ST_PLAN_MAX_DEPTH) o.max_depth = ST_PLAN_MAX_DEPTH;
     }
-    return solve_program(a, B, T, device_budget, hw, o, t0, out, pred, err);
+    st_status s = solve_program(a, B, T, device_budget, hw, o, t0, out, pred, err);
+    if (!s && o.frozen_base) { /* the prediction's bytes are a trained base's (st_plan_predict) */
+        st_stream_config sc = {.arch = a, .B = B, .T = T, .hook = &plan_frozen_hook};
+        pred->device_bytes = st_stream_device_bytes(&sc, out);
+    }
+    return s;
 }
 
 #ifdef STRATA_HAVE_GLPK
@@ -483,7 +492,7 @@ static st_status solve_program(const st_arch *a, int B, int T, size_t device_bud
     int fk = nfix[ST_STREAM_ACT_KEEP], fo = nfix[ST_STREAM_ACT_OFFLOAD], fr = nfix[ST_STREAM_ACT_RECOMPUTE];
     int vcs[ST_PLAN_MAX_VCHUNKS], nv = st_plan_vocab_chunks(a, &o, vcs);
     int nd = o.max_depth < L ? o.max_depth : L, np = nv * nd;
-    st_stream_config sc = {.arch = a, .B = B, .T = T};
+    st_stream_config sc = {.arch = a, .B = B, .T = T, .hook = o.frozen_base ? &plan_frozen_hook : NULL};
     st_stream_plan *work = malloc(sizeof *work);
     double *base = malloc(sizeof(double) * (size_t)np);
     device_model m = {0};
@@ -556,7 +565,7 @@ static st_status solve_program(const st_arch *a, int B, int T, size_t device_bud
     program pg = {.cl = &cl, .c = &c, .cm = &cm, .m = &m, .fx = fx, .base = base, .vcs = vcs, .L = L, .np = np, .nd = nd,
                   .bunit = bunit};
     for (int attempt = 0; attempt < 4; attempt++) {
-        volatile int si = best_simple(a, B, T, hw, (size_t)budget, vcs, np, nd, fx, o.act_dtype, simple, work, &simple_s);
+        volatile int si = best_simple(a, B, T, hw, (size_t)budget, vcs, np, nd, fx, o.act_dtype, simple, work, &simple_s, &sc);
         if (si >= 0) fill_cols(&cl, &cm, simple, si, nd, x0);
         heur_ctx hx = {x0, si < 0 || o.no_incumbent};
         glp_term_hook(glpk_quiet_hook, NULL);

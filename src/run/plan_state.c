@@ -60,6 +60,9 @@ st_status st_train_mem_plan(const st_train_config *c, const st_stream_plan *plan
      * base's weights frozen (no gradient), only what the method trains with gradients and moments */
     st_train_method method = st_train_config_method_of(c);
     int own_forward = method != ST_TRAIN_METHOD_FULL;
+    /* LoRA under layer streaming runs its base's blocks through the executor, whose tables count
+     * its activations (with the gradient slots a frozen base does not allocate: over, not under) */
+    int exec_acts = method == ST_TRAIN_METHOD_LORA && c->device_budget > 0;
     size_t trainable = 0;
     run_poetx_bytes pb = {0}; /* LoRA: its frozen base as held only */
     if (method == ST_TRAIN_METHOD_LORA && !(s = run_lora_trainable(c, a, shape.arch, &trainable, err)))
@@ -76,7 +79,7 @@ st_status st_train_mem_plan(const st_train_config *c, const st_stream_plan *plan
                          .bf16_weights = mm == ST_MATMUL_BF16 && cuda_index < 0,.arch = a, .B = c->batch, .T = c->seq, .grad_accum = (int)c->grad_accum,
                          .state_format = st_train_config_state_format(c), .streamed = c->device_budget > 0,
                          .plan = plan, .device_is_host = cuda_index < 0, .state_on_disk = c->state_paths[0] != 0,
-                         .state_budget = c->state_budget, .model_act_bytes = own_forward ? shape.act_bytes : 0,
+                         .state_budget = c->state_budget, .model_act_bytes = own_forward && !exec_acts ? shape.act_bytes : 0,
                          /* POET-X: its kept h (poetx_recompute 0) and scratch are activations too */
                          .method_start = pb.start, .method_staging = pb.save_staging, .frozen_bytes = pb.frozen,
                          .method_disk = pb.disk,

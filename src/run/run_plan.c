@@ -13,6 +13,7 @@
 
 #include "core/fileutil.h"
 #include "run/run_internal.h"
+#include "strata/lora.h"
 
 /* ------------------------------------------------------------------ layer streaming */
 
@@ -152,6 +153,17 @@ st_status run_open_streamed(const st_train_config *c, st_model *m, const st_arch
                         .grad_accum = ranks > 1 ? 1 : (int)c->grad_accum, .weight_decay = (float)c->weight_decay,
                         .state_format = st_train_config_state_format(c),
                         .external_optimizer = external};
+    st_status s;
+    if (st_model_is_lora(m)) { /* the frozen base streams; the adapters are the hook's, updated by the step */
+        if (ranks > 1 || c->state_paths[0])
+            return st_errf(err, ST_ERR_UNSUPPORTED, "key 'device_budget': method lora streams its base in one process "
+                           "with the adapters' state in RAM; leave device_budget out (mpirun and state_paths train "
+                           "LoRA in memory)");
+        sc.host_params = st_lora_base(m)->params;
+        sc.host_grads = NULL;
+        sc.external_optimizer = 0;
+        if ((s = st_lora_hook_bind(m, c->batch, c->seq, &sc.hook, err))) return s;
+    }
     st_stream_plan plan;
     st_stream_plan_default(&plan, arch->lay.n_blocks);
     size_t budget = (size_t)c->device_budget;
@@ -163,10 +175,10 @@ st_status run_open_streamed(const st_train_config *c, st_model *m, const st_arch
     st_plan_config_disk cdisk;
     memset(&cdisk, 0, sizeof cdisk);
     int have_hw = 0;
-    st_plan_options po = {.mip_gap = -1, .allow_vocab_chunk = 1, .prefer_resident_head = st_train_config_plan_head(c)};
+    st_plan_options po = {.mip_gap = -1, .allow_vocab_chunk = 1, .prefer_resident_head = st_train_config_plan_head(c),
+                          .frozen_base = sc.hook != NULL};
     st_err perr = {0};
     int found = 0, has_pred = 0, n_fixed = 0, L = arch->lay.n_blocks;
-    st_status s;
     /* key 'act': choices every plan must make (the program's constraints, the rule's too) */
     unsigned char fixed[ST_STREAM_MAX_LAYERS];
     if ((s = st_train_config_act(c, L, fixed, &n_fixed, err))) return s;

@@ -25,6 +25,7 @@
 #include "core/fileutil.h"
 #include "run/run_internal.h"
 #include "run/run_lora_internal.h"
+#include "strata/lora.h"
 #include "run/run_docs.h"
 #include "run/run_poetx_internal.h"
 #include "run/run_mix.h"
@@ -113,6 +114,9 @@ static st_status run_check(train_run *r, const st_train_config *given, const st_
     if (!s) s = st_train_config_check(c, err);
     if (!s) s = run_lora_check(c, err); /* method and its keys (run_lora.c) */
     if (!s) s = run_poetx_check(c, err); /* method poetx's keys (run_poetx.c) */
+    if (!s && r->dist.world > 1 && c->device_budget > 0 && st_train_config_method_of(c) == ST_TRAIN_METHOD_LORA)
+        s = st_errf(err, ST_ERR_UNSUPPORTED, "key 'device_budget': method lora streams its base in one process (the "
+                    "adapters' state in RAM); under mpirun leave device_budget out: the ranks train LoRA in memory");
     if (s) return s;
     if ((s = run_poetx_resolve_init(c, err))) return s; /* poetx_init auto: what the run does, recorded as if given */
     /* a device this build lacks (cuda without the CUDA backend) is refused before anything
@@ -210,7 +214,9 @@ static st_status open_model(train_run *r, st_err *err) {
     if (c->device_budget <= 0) return ST_OK;
     double chosen_budget = 0; /* the store's host budget, where the planner chose it */
     st_stream_plan plan;
-    if ((s = st_arch_of_model(&r->arch, r->m, err)) ||
+    /* method lora: the executor streams the frozen base, its hook the adapters (run_plan.c) */
+    st_model *host_m = st_model_is_lora(r->m) ? st_lora_base(r->m) : r->m;
+    if ((s = st_arch_of_model(&r->arch, host_m, err)) ||
         (s = run_open_streamed(c, r->m, r->arch, r->be, r->dist.world, &r->dev, &r->sx, &chosen_budget, &plan, err)))
         return s;
     if (chosen_budget > 0 && !(c->state_budget > 0)) c->state_budget = chosen_budget; /* run, recorded, resumed */
@@ -222,8 +228,8 @@ static st_status open_model(train_run *r, st_err *err) {
     st_err over = {0};
     if (c->host_budget > 0 && st_mem_plan_check(&r->mem, budgets, &over))
         st_log(1, "memory: under the plan chosen %s\n", over.msg);
-    r->opt = st_stream_optim(r->sx);
-    st_stream_set_params(r->sx, r->m->params); /* the device copies of the embedding and head */
+    r->opt = st_stream_optim(r->sx); /* NULL for LoRA's frozen base: open_optimizer makes the adapters' */
+    st_stream_set_params(r->sx, host_m->params); /* the device copies of the embedding and head */
     return ST_OK;
 }
 
@@ -255,7 +261,7 @@ static st_status open_optimizer(train_run *r, st_err *err) {
             r->n_opt_segs = st_zero_clip_segments(r->segs, m->n_tensors, d->lo, d->hi, r->opt_segs);
         }
     }
-    if ((!r->sx || d->world > 1) && !r->c.state_paths[0])
+    if ((!r->sx || d->world > 1 || st_stream_frozen(r->sx)) && !r->c.state_paths[0])
         return st_optim_create(&r->opt, r->opt_segs, r->n_opt_segs, st_train_config_state_format(&r->c), err);
     return ST_OK;
 }
