@@ -117,8 +117,9 @@ static void run_job(st_stream_exec *x, const opt_job *j) {
         st_prof_end(&s);
         return;
     }
-    if (x->dist_mode) { /* the ranks reduce it (st_stream_micro_grads) */
-        x->grad_hook(x->grad_hook_ctx, x->block_offset0 + (size_t)l * x->block_numel, x->block_numel);
+    if (x->dist_mode) { /* the ranks reduce it (st_stream_micro_grads; no hook: a micro-batch the
+                         * ranks' step sums before it reduces, ZeRO 0 and 1 with grad_accum > 1) */
+        if (x->grad_hook) x->grad_hook(x->grad_hook_ctx, x->block_offset0 + (size_t)l * x->block_numel, x->block_numel);
         st_prof_end(&s);
         return;
     }

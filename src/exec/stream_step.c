@@ -555,7 +555,7 @@ static st_status update_dist(step_run *r, st_err *err) {
         if (x->worker_status) { *err = x->worker_err; s = x->worker_status; }
     }
     wait_ticket(x, r->last, "wait grads", -1);
-    if (!r->overlap)
+    if (!r->overlap && x->grad_hook)
         for (int l = x->n_blocks - 1; l >= 0; l--) x->grad_hook(x->grad_hook_ctx, x->block_offset0 + (size_t)l * x->block_numel, x->block_numel);
     return s;
 }
