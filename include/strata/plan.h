@@ -152,7 +152,8 @@ typedef struct st_plan_options {
                           other blocks are still solved), ST_PLAN_ACT_FREE leaves it to the program */
     int frozen_base;   /* 1: the executor runs a frozen base (LoRA's, st_stream_config.hook frozen):
                           its plans' device bytes without the gradient slots and the embedding's and
-                          head's gradients it does not allocate */
+                          head's gradients it does not allocate; 2: a base whose ends a hook trains
+                          (POET-X's, hook frozen 0): without the gradient slots only */
 } st_plan_options;
 
 #define ST_PLAN_ACT_FREE 0xff
@@ -409,6 +410,10 @@ typedef struct st_mem_request {
     int frozen_dtype;          /* ...W0's precision, strata/poetx.h's st_frozen_dtype (0: fp32) */
     double method_disk;        /* state_on_disk: what the method keeps on state_paths besides the
                                   store (POET-X: W0 and the permutations of two merges' files) */
+    double hook_bytes;         /* > 0, streamed: the executor runs a hook that trains the base's
+                                  ends (POET-X, st_stream_config.hook frozen 0), these the hook's own
+                                  host bytes (kept h, scratch); its tables without gradient slots or
+                                  host gradient vector, with the embedding's and head's gradients */
 } st_mem_request;
 
 /* Bytes per class of training state and the peak each tier must hold. */

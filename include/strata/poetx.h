@@ -96,6 +96,18 @@ void st_poetx_frozen_bytes(const st_model *m, size_t *w0, size_t *panel);
  * by init_random, which takes the base's weights anew), the base's fp32 pages of it given back. */
 st_status st_poetx_model_create(st_model **out, st_model *base, const st_poetx_config *cfg, uint64_t seed,
                                 st_err *err);
+/* Layer streaming (strata/stream.h): the hook an executor's blocks call over m's base in place
+ * of each block matmul (its st_stream_config.hook, frozen 0: the executor forms the gradients of
+ * the base's embeddings, norms, biases and untied head and hands them to the hook's grad_at, in
+ * m->grads), with its scratch and kept h for B x T rows and none of the base's own activations.
+ * W0 is the block's weight as the executor passes it (its device copy of the base's fp32 vector);
+ * Q, the permutations and the gradients are m's, host memory (the CPU backend's). frozen_dtype
+ * fp32 only: bf16 and int8 refused naming 'frozen_dtype'. Until the next alloc_acts or bind. */
+st_status st_poetx_hook_bind(st_model *m, int B, int T, st_linear_hook **hook, st_err *err);
+/* The trainable tensors of m (embeddings, norms, biases, an untied head) copied into the base's
+ * vector, bit for bit as m's own forward reads them: what an executor streaming the base reads
+ * after m's optimizer has updated them (then st_stream_params_changed). Host memory only. */
+void st_poetx_to_base(st_model *m);
 /* The configuration checked against a tensor table, allocating nothing: the parameters it
  * would train (*n_params, may be NULL) and of them the packed Q's (*n_q, may be NULL). */
 st_status st_poetx_check(const st_param_info *tensors, int n_tensors, const char *arch, const st_poetx_config *cfg,

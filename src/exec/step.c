@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "strata/dist.h"
+#include "strata/poetx.h"
 #include "strata/prof.h"
 #include "strata/step.h"
 #include "strata/store.h"
@@ -60,8 +61,8 @@ st_status st_step_create(st_step **out, const st_step_setup *su, st_err *err) {
         return st_errf(err, ST_ERR_INVALID, "step: in memory, neither an optimizer nor a state store");
     int frozen = su->sx && st_stream_frozen(su->sx);
     if (frozen && (!su->m || !su->opt || su->store || su->comm))
-        return st_errf(err, ST_ERR_UNSUPPORTED, "step: a frozen base's executor (LoRA streamed) needs the model and its "
-                       "optimizer in RAM, in one process (no state store, no ranks)");
+        return st_errf(err, ST_ERR_UNSUPPORTED, "step: a hook's executor over a base (LoRA or POET-X streamed) needs the "
+                       "model and its optimizer in RAM, in one process (no state store, no ranks)");
     if (su->act_dtype != ST_F32 && su->act_dtype != ST_BF16)
         return st_errf(err, ST_ERR_INVALID, "key 'act_dtype': activation dtype %s (f32 or bf16)",
                        st_dtype_name(su->act_dtype));
@@ -289,6 +290,15 @@ static st_status step_update(st_step *s, const float *g, double sumsq, const st_
     return st;
 }
 
+/* Streamed POET-X: the base's trainable tensors in the executor's host vector made the model's
+ * (its optimizer updates its own vector; a load or a merge changes it, or W0), and the executor's
+ * device copies sent again. Nothing for LoRA (its base never changes). */
+static void base_follows(st_step *s) {
+    if (!st_model_is_poetx(s->m)) return;
+    st_poetx_to_base(s->m);
+    st_stream_params_changed(s->sx);
+}
+
 void st_step_params_changed(st_step *s) {
     if (s && s->sx) st_stream_set_params(s->sx, st_stream_params(s->sx));
 }
@@ -300,6 +310,7 @@ st_status st_step_eval(st_step *s, int B, int T, const int32_t *inputs, const in
     st_status st;
     if (s->resident && (st = step_resident(s, B, T, err))) return st;
     if (s->sx) {
+        if (s->frozen) base_follows(s);
         if (doc_start) st_stream_set_docs(s->sx, positions, doc_start); /* as in training */
         return st_stream_eval(s->sx, inputs, targets, loss, err);
     }
@@ -419,11 +430,12 @@ st_status st_step_run(st_step *s, int n_micro, int B, int T, const int32_t *inpu
     st_model *m = s->m;
     float dloss = st_step_dloss(targets, N * (size_t)n_micro, &r->n_targets);
     double loss = 0;
+    if (s->frozen) base_follows(s); /* POET-X: the base's trainables as the last update left them */
     for (int k = 0; k < n_micro; k++) {
         const int32_t *in = inputs + (size_t)k * N, *tg = targets + (size_t)k * N;
         if ((st = step_docs(s, k, N, err))) return st;
         float mean;
-        if (s->frozen) { /* streamed LoRA: the executor's forward and backward into m's gradient */
+        if (s->frozen) { /* streamed LoRA or POET-X: the executor's forward and backward into m's gradient */
             st_model_zero_grad(m);
             if ((st = frozen_micro(s, in, tg, dloss, &mean, r, err))) return st;
         } else {

@@ -17,7 +17,7 @@ static float *head_w(st_stream_exec *x) {
     return x->ly->tied ? x->d_pre_w + x->ly->head_offset : x->d_post_w + (x->ly->head_offset - x->post_offset);
 }
 static float *head_g(st_stream_exec *x) {
-    if (x->frozen) return NULL; /* a frozen head forms no gradient (dxn only) */
+    if (x->frozen && !x->ends) return NULL; /* a frozen head forms no gradient (dxn only) */
     return x->ly->tied ? x->d_pre_g + x->ly->head_offset : x->d_post_g + (x->ly->head_offset - x->post_offset);
 }
 

@@ -136,6 +136,10 @@ struct st_stream_exec {
     /* a frozen base (cfg.hook->frozen, st_stream_frozen_grads): the hook's gradients only, no
      * gradient of the arch's, no optimizer; dist_dloss is the micro-batch's dloss */
     int frozen;
+    /* cfg.hook with frozen 0 (POET-X, strata/poetx.h): besides, the embedding's and head's gradients
+     * formed on the device and handed to the hook's grad_at after each backward, the blocks' norms
+     * and biases to grad_at by the block functions (no gradient slots) */
+    int ends;
     int slots_warm; /* frozen: the last backward left blocks 0..depth (and head chunks 0, 1) in their slots */
     /* data parallel (st_stream_micro_grads): one micro-batch's gradient, no norm, no update */
     int dist_mode;

@@ -88,8 +88,11 @@ static void host_buf_free(st_stream_exec *x, void *p) {
 
 /* ------------------------------------------------------------------ device allocations */
 
-/* A frozen base (st_stream_config.hook->frozen): no gradient of the arch's anywhere. */
-static int frozen_cfg(const st_stream_config *c) { return c->hook && c->hook->frozen; }
+/* A hook's base (st_stream_config.hook): the caller's optimizer, no gradient slots, host gradient
+ * vector or moments. Frozen (LoRA): no gradient of the arch's anywhere; else (POET-X) the hook
+ * trains the ends: the embedding's and head's gradients formed on the device (ends_cfg). */
+static int frozen_cfg(const st_stream_config *c) { return c->hook != NULL; }
+static int ends_cfg(const st_stream_config *c) { return c->hook && !c->hook->frozen; }
 
 static size_t rnd(size_t bytes) { return (bytes + ST_ARENA_ALIGN - 1) / ST_ARENA_ALIGN * ST_ARENA_ALIGN; }
 
@@ -107,7 +110,8 @@ static int alloc_table(const st_stream_config *c, const st_stream_plan *p, st_st
     size_t N = (size_t)c->B * c->T, C = (size_t)y->n_embd, L = (size_t)y->n_blocks, V = (size_t)y->vocab_size;
     size_t NC = N * C, bn = y->block_numel, setf = st_block_act_floats(c->arch, c->B, c->T);
     size_t n_keep = 0, n_off = 0, rc = 0;
-    int fz = frozen_cfg(c); /* the final norm's gradient still formed (the op always does), dropped */
+    int fz = frozen_cfg(c) && !ends_cfg(c); /* the final norm's gradient still formed (the op always does), dropped */
+    int no_slots = frozen_cfg(c); /* the blocks' gradients: none, or the hook's (grad_at) */
     for (size_t l = 0; l < L; l++) {
         if (p->act[l] == ST_STREAM_ACT_KEEP) n_keep++;
         else if (p->act[l] == ST_STREAM_ACT_OFFLOAD) n_off++;
@@ -141,8 +145,8 @@ static int alloc_table(const st_stream_config *c, const st_stream_plan *p, st_st
     }
     A(d_outs, L * NC * 4);                                  /* block outputs (checkpoints) */
     if (!p->resident) A(d_w, (size_t)(p->prefetch_depth + 1) * bn * 4); /* weight slots */
-    if (!p->resident && !fz) A(d_g, 2 * bn * 4);            /* gradient slots */
-    if (p->grad_dtype == ST_BF16 && !fz) A(d_g16, 2 * bn * 2); /* their bf16 staging */
+    if (!p->resident && !no_slots) A(d_g, 2 * bn * 4);      /* gradient slots */
+    if (p->grad_dtype == ST_BF16 && !no_slots) A(d_g16, 2 * bn * 2); /* their bf16 staging */
     size_t esz = p->act_dtype == ST_BF16 ? 2 : 4;            /* a stored activation */
     if (n_keep) A(d_keep, n_keep * setf * esz);
     if (rc) A(d_recompute, setf * esz);
@@ -268,6 +272,10 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
         return st_errf(err, ST_ERR_INVALID, "stream plan: resident weights need a device whose memory is the host's "
                        "(the CPU backend, no budget; this one: %s%s), an fp32 drain and no vocabulary chunks",
                        dev->ops->name ? dev->ops->name : "?", st_backend_arena(dev) ? ", budgeted" : "");
+    if (ends_cfg(c) && p->vocab_chunk > 0)
+        return st_errf(err, ST_ERR_UNSUPPORTED, "stream: a hook that trains the base's embedding and head (POET-X) "
+                       "takes the head resident: vocab_chunk %d is not taken; give a plan without vocabulary chunks "
+                       "(a larger device_budget)", p->vocab_chunk);
     if (frozen_cfg(c) && (p->resident || !st_backend_host_memory(dev) || c->external_optimizer || c->optim))
         return st_errf(err, ST_ERR_UNSUPPORTED, "stream: a frozen base's hook (st_stream_config.hook) keeps its "
                        "parameters and gradients in host memory: it streams to a device whose memory is the host's "
@@ -290,6 +298,7 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
     x->plan = *p;
     x->dev = dev;
     x->frozen = frozen_cfg(c);
+    x->ends = ends_cfg(c);
     if (x->frozen) { /* nothing of the arch's is updated: no optimizer thread, no accumulation */
         x->plan.overlap_optim = 0;
         x->cfg.host_grads = NULL;

@@ -371,9 +371,9 @@ static float micro_forward(step_run *r, int mb, const int32_t *inputs, const int
         }
     }
     COMPUTE_(ST_PROF_CAT_COMPUTE, "zero grads", -1, {
-        if (!x->vocab_chunk && !x->frozen) dev->ops->memset0(dev, x->d_pre_g, x->emb_numel * 4);
+        if (!x->vocab_chunk && (!x->frozen || x->ends)) dev->ops->memset0(dev, x->d_pre_g, x->emb_numel * 4);
         /* frozen: the final norm's dropped gradient only */
-        dev->ops->memset0(dev, x->d_post_g, (x->frozen ? x->ly->norm_numel : x->post_numel) * 4);
+        dev->ops->memset0(dev, x->d_post_g, (x->frozen && !x->ends ? x->ly->norm_numel : x->post_numel) * 4);
     });
     wait_ticket(x, x->embed_w_ticket, "wait embed weights", -1);
     if (x->vocab_chunk) wait_ticket(x, enc_ticket, "wait embedding", -1);
@@ -416,6 +416,21 @@ static float micro_forward(step_run *r, int mb, const int32_t *inputs, const int
     return loss;
 }
 
+/* A hook that trains the ends (x->ends): the gradients of the tensors outside the blocks (the
+ * embedding's and the head's device buffers) copied where its grad_at says, tensor by tensor. */
+static void hand_ends(st_stream_exec *x) {
+    st_linear_hook *hk = x->cfg.hook;
+    const st_arch_layout *y = x->ly;
+    for (int i = 0; i < y->n_tensors; i++) {
+        const st_param_info *t = &y->tensors[i];
+        if (t->offset >= x->block_offset0 && t->offset < x->post_offset) continue; /* a block's: grad_at already */
+        float *dst = hk->grad_at(hk, -1, t->offset);
+        if (!dst) continue;
+        const float *src = t->offset < x->block_offset0 ? x->d_pre_g + t->offset : x->d_post_g + (t->offset - x->post_offset);
+        x->dev->ops->copy_to_host(x->dev, dst, src, t->numel * 4);
+    }
+}
+
 /* Micro-batch mb's backward: every block from the last (recomputed where the plan says, its
  * gradient drained as it completes and, overlapped, handed to the optimizer worker), then the
  * embedding; r->last the last drain's ticket. */
@@ -448,7 +463,7 @@ static void micro_backward(step_run *r, int add, int final) {
         if (act == ST_STREAM_ACT_OFFLOAD && k < x->n_off - 2) wait_ticket(x, x->act_ticket[k], "wait acts", l);
         if (x->act16) /* the backward reads the stored bits, whichever way they were kept */
             COMPUTE_(ST_PROF_CAT_COMPUTE, "acts from bf16", l, dev->ops->from_bf16(dev, a, block_acts(x, l), x->act_set_floats));
-        if (x->frozen) { /* the hook's gradients only (its own vector), dres through the block */
+        if (x->frozen) { /* the hook's gradients only (its own vector: grad_at), dres through the block */
             COMPUTE_(ST_PROF_CAT_COMPUTE, "backward block", l,
                      ao->block_backward(x->dev_blocks, wslot(x, l), NULL, block_in(x, l), a, dres));
         } else {
@@ -478,6 +493,10 @@ static void micro_backward(step_run *r, int add, int final) {
     }
     if (x->frozen) {
         r->last = 0; /* a frozen embedding: nothing formed, nothing drained */
+        if (x->ends) { /* the hook's: the embedding's, the final norm's and the head's into its grad_at */
+            COMPUTE_(ST_PROF_CAT_COMPUTE, "embedding backward", -1, ao->embed_backward(x->dev_blocks, x->d_pre_g, dres));
+            hand_ends(x);
+        }
     } else if (x->vocab_chunk) {
         /* the residual gradient goes to the host, which scatters it into the embedding; a
          * tied head's gradient (landed chunk by chunk, earlier in order) is already in its
@@ -754,6 +773,9 @@ st_status st_stream_frozen_grads(st_stream_exec *x, const int32_t *inputs, const
     x->dist_dloss = dloss;
     st_status s = step_accum(x, 1, inputs, targets, &none, 0.0f, stats, err);
     if (s) x->slots_warm = 0;
+    /* a hook that trains the ends: the caller changes the host weights next (its update), which
+     * the copies of the next call's first blocks must not be reading */
+    for (int l = 0; x->ends && l <= x->depth && l < x->n_blocks; l++) wait_ticket(x, x->w_ticket[l], "wait weights", l);
     *loss = stats->loss;
     return s;
 }

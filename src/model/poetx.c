@@ -121,6 +121,15 @@ st_status st_poetx_check(const st_param_info *tensors, int n_tensors, const char
 
 /* ------------------------------------------------------------------ the hook */
 
+/* Weight i's W0 as the matmuls read it: fp32, the block's weight w as the caller passes it (the
+ * base's own vector in memory, a layer-streaming executor's device copy of it: the same bits);
+ * bf16 and int8, the store's (the block's weight is not read). */
+static frozen_weight w0_of(const poet_impl *pi, int i, const float *w) {
+    frozen_weight fw = pi->fw[i];
+    if (w && fw.dtype == ST_FROZEN_F32) fw.f32 = (float *)w + pi->w[i].w_rel;
+    return fw;
+}
+
 static void hook_linear_forward(st_linear_hook *h, int mm, float *out, const float *x, const float *w,
                                 const float *bias, int N) {
     poet_impl *pi = (poet_impl *)h;
@@ -130,7 +139,6 @@ static void hook_linear_forward(st_linear_hook *h, int mm, float *out, const flo
     int b = pi->cfg.block, k = pi->cfg.terms, key = h->layer * ST_MM_COUNT + mm;
     size_t S = (size_t)pi->N * pi->max_d;
     float *u = pi->scratch, *hh = u + S, *y = hh + S;
-    (void)w; /* W0 is the store's (pi->fw), in its precision */
     const poet_weight *w0 = &pi->w[pi->fb.first[key]];
     int ld = w0->ld, single = pi->fb.first[key + 1] - pi->fb.first[key] == 1;
     if (!single) o->memset0(be, out, (size_t)N * ld * sizeof(float));
@@ -138,9 +146,10 @@ static void hook_linear_forward(st_linear_hook *h, int mm, float *out, const flo
         const poet_weight *a = &pi->w[i];
         float *Gi = pi->G, *Go = pi->G + (size_t)a->in * b;
         float *hk = pi->h_keep ? pi->h_keep + (size_t)N * a->h_off : hh; /* kept for the backward */
+        frozen_weight fw = w0_of(pi, i, w);
         o->poet_cayley_forward(be, Gi, p + a->qi_off, (a->in + a->out) / b, b, k); /* G_in | G_out: Q's adjacent */
         o->poet_apply_forward(be, u, x, Gi, a->perm_in, N, a->in, b, 0);
-        frozen_matmul_forward(be, &pi->fw[i], hk, u, N, pi->panel, pi->panel_bytes / sizeof(float), y); /* y: free until R h */
+        frozen_matmul_forward(be, &fw, hk, u, N, pi->panel, pi->panel_bytes / sizeof(float), y); /* y: free until R h */
         if (single) { /* R h straight into out (GPT-2, the Llama family's o and down) */
             o->poet_apply_forward(be, out, hk, Go, a->perm_out, N, a->out, b, 0);
         } else {
@@ -163,7 +172,6 @@ static void hook_linear_backward(st_linear_hook *h, int mm, float *dx, float *db
     int b = pi->cfg.block, k = pi->cfg.terms, key = h->layer * ST_MM_COUNT + mm;
     size_t S = (size_t)pi->N * pi->max_d;
     float *u = pi->scratch, *hh = u + S, *dy = hh + S, *dh = dy + S, *du = dh + S, *dGi = du + S;
-    (void)w; /* W0 is the store's (pi->fw), in its precision */
     const poet_weight *w0 = &pi->w[pi->fb.first[key]];
     int ld = w0->ld;
     if (dbias) o->matmul_backward(be, NULL, NULL, dbias, dout, NULL, NULL, N, w0->in, ld, pi->fb.gpt2 ? ST_W_IN_OUT : ST_W_OUT_IN);
@@ -172,12 +180,13 @@ static void hook_linear_backward(st_linear_hook *h, int mm, float *dx, float *db
         float *Gi = pi->G, *Go = pi->G + (size_t)a->in * b;
         const float *hk = hh, *dya = dout;
         float *dGo = dGi + (size_t)a->in * b; /* dG_in | dG_out adjacent, as the Q's */
+        frozen_weight fw = w0_of(pi, i, w);
         o->poet_cayley_forward(be, Gi, p + a->qi_off, (a->in + a->out) / b, b, k);
         if (pi->h_keep) {
             hk = pi->h_keep + (size_t)N * a->h_off;
         } else {
             o->poet_apply_forward(be, u, x, Gi, a->perm_in, N, a->in, b, 0);
-            frozen_matmul_forward(be, &pi->fw[i], hh, u, N, pi->panel, pi->panel_bytes / sizeof(float), dy); /* dy: free until below */
+            frozen_matmul_forward(be, &fw, hh, u, N, pi->panel, pi->panel_bytes / sizeof(float), dy); /* dy: free until below */
         }
         if (ld != a->out) { /* the projection's columns of dout */
             o->memset0(be, dy, (size_t)N * a->out * sizeof(float));
@@ -188,7 +197,7 @@ static void hook_linear_backward(st_linear_hook *h, int mm, float *dx, float *db
         o->memset0(be, dGo, (size_t)a->out * b * sizeof(float));
         o->poet_apply_backward(be, dh, dGo, dya, hk, Go, a->perm_out, N, a->out, b, 0);
         o->memset0(be, du, (size_t)N * a->in * sizeof(float));
-        frozen_matmul_backward_dx(be, &pi->fw[i], du, dh, N, pi->panel, pi->panel_bytes / sizeof(float), u); /* no dW0; u: free */
+        frozen_matmul_backward_dx(be, &fw, du, dh, N, pi->panel, pi->panel_bytes / sizeof(float), u); /* no dW0; u: free */
         o->memset0(be, dGi, (size_t)a->in * b * sizeof(float));
         o->poet_apply_backward(be, dx, dGi, du, x, Gi, a->perm_in, N, a->in, b, 0);
         o->poet_cayley_backward(be, g + a->qi_off, dGi, p + a->qi_off, (a->in + a->out) / b, b, k);
@@ -206,11 +215,10 @@ static void dev_copy(st_backend *be, float *dst, const float *src, size_t n) {
     }
 }
 
-static st_status po_alloc_acts(st_model *m, int B, int T, st_err *err) {
+/* The hook's scratch and kept h for B x T rows. */
+static st_status alloc_scratch(st_model *m, int B, int T, st_err *err) {
     poet_impl *pi = impl_of(m);
     st_backend *be = m->be;
-    st_status s = frozen_base_alloc_acts(m, B, T, err);
-    if (s) return s;
     if (pi->scratch) be->ops->dealloc(be, pi->scratch);
     if (pi->h_keep) be->ops->dealloc(be, pi->h_keep);
     pi->scratch = pi->h_keep = NULL;
@@ -223,6 +231,39 @@ static st_status po_alloc_acts(st_model *m, int B, int T, st_err *err) {
                        "(poetx_recompute 1 keeps none) for batch %d x seq %d", n * 4.0 / 1048576.0,
                        nh * 4.0 / 1048576.0, B, T);
     return ST_OK;
+}
+
+static st_status po_alloc_acts(st_model *m, int B, int T, st_err *err) {
+    st_status s = frozen_base_alloc_acts(m, B, T, err);
+    return s ? s : alloc_scratch(m, B, T, err);
+}
+
+st_status st_poetx_hook_bind(st_model *m, int B, int T, st_linear_hook **hook, st_err *err) {
+    *hook = NULL;
+    if (!st_model_is_poetx(m)) return st_errf(err, ST_ERR_INVALID, "poetx: the model is not a POET-X model");
+    poet_impl *pi = impl_of(m);
+    if (pi->cfg.frozen_dtype != ST_FROZEN_F32)
+        return st_errf(err, ST_ERR_UNSUPPORTED, "key 'frozen_dtype': %s W0 is held by the model, and layer streaming "
+                       "(device_budget) moves W0 in the base's fp32 blocks; give frozen_dtype fp32 with device_budget, "
+                       "or leave device_budget out", st_frozen_dtype_name(pi->cfg.frozen_dtype));
+    if (!st_backend_host_memory(m->be))
+        return st_errf(err, ST_ERR_UNSUPPORTED, "poetx: layer streaming runs the hook in host memory; backend '%s' "
+                       "keeps its memory elsewhere", m->be->ops->name ? m->be->ops->name : "?");
+    if (B < 1 || T < 1) return st_errf(err, ST_ERR_INVALID, "poetx: batch %d x seq %d", B, T);
+    st_status s = alloc_scratch(m, B, T, err);
+    if (!s) *hook = &pi->fb.hook;
+    return s;
+}
+
+void st_poetx_to_base(st_model *m) {
+    if (!st_model_is_poetx(m)) return;
+    poet_impl *pi = impl_of(m);
+    for (int i = 0; i < pi->n_train; i++) {
+        const poet_train *t = &pi->train[i];
+        float *dst = pi->fb.base->params + t->base_off;
+        if (t->aliased) memcpy(dst, m->params + t->off, t->numel * sizeof(float)); /* read in place in memory */
+        else dev_copy(m->be, dst, m->params + t->off, t->numel); /* po_forward's copy, bit for bit */
+    }
 }
 
 static float po_forward(st_model *m, const int32_t *in, const int32_t *tg, float dloss) {

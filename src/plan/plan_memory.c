@@ -54,11 +54,14 @@ st_status st_plan_memory(const st_mem_request *rq, st_mem_plan *e, st_err *err) 
      * either format (what the optimizer adds to the host table) */
     /* LoRA streamed (what trains is not the arch's, and the executor's tables hold the
      * activations): a frozen base's executor, no gradient slots or host gradient vector */
-    static st_linear_hook frozen_hook = {.frozen = 1};
+    /* POET-X streamed (hook_bytes): a hook that trains the ends, the same tables with the
+     * embedding's and head's gradients, and the hook's own host bytes besides */
+    static st_linear_hook frozen_hook = {.frozen = 1}, ends_hook = {.frozen = 0};
+    int ends = rq->hook_bytes > 0 && (rq->streamed || rq->plan) && rq->model_act_bytes <= 0;
     int fz = rq->trainable_params > 0 && (rq->streamed || rq->plan) && rq->model_act_bytes <= 0;
     st_stream_config sc = {.arch = rq->arch, .B = rq->B, .T = rq->T, .grad_accum = rq->grad_accum > 1 ? rq->grad_accum : 1,
                            .state_format = ST_OPTIM_STATE_F32, .external_optimizer = 1,
-                           .hook = fz ? &frozen_hook : NULL};
+                           .hook = ends ? &ends_hook : fz ? &frozen_hook : NULL};
     double dev = (double)st_stream_device_bytes(&sc, &p), dev_rc = (double)st_stream_device_bytes(&sc, &all_rc);
     double host = (double)st_stream_host_bytes(&sc, &p);
     sc.external_optimizer = 0;
@@ -77,6 +80,7 @@ st_status st_plan_memory(const st_mem_request *rq, st_mem_plan *e, st_err *err) 
     e->streamed = rq->streamed || rq->plan;
     e->exec_host = host - (fz ? 4.0 : 8.0) * n; /* per-row buffers, grad_accum's gradient, offloaded sets, backups */
     if (rq->bf16_weights) e->exec_host += (double)st_stream_bf16_weight_bytes(&sc); /* matmul bf16's copy */
+    if (ends) e->exec_host += rq->hook_bytes; /* POET-X's kept h and scratch, host memory */
     if (rq->model_act_bytes > 0) { /* the model's own forward: its activations, its per-row losses */
         e->acts_stored = rq->model_act_bytes + 4.0 * N;
         e->acts_ckpt = e->acts_stored; /* the model's forward keeps them all */

@@ -200,6 +200,12 @@ static void fill_cols(const cols *cl, const plan_cost *c, const st_stream_plan *
 /* A frozen base's executor (st_plan_options.frozen_base): no gradient slots; only the hook's
  * frozen flag is read. */
 static st_linear_hook plan_frozen_hook = {.frozen = 1};
+/* frozen_base 2 (POET-X's hook, which trains the base's ends): no gradient slots, the embedding's
+ * and head's gradients */
+static st_linear_hook plan_ends_hook = {.frozen = 0};
+static st_linear_hook *plan_hook(int frozen_base) {
+    return frozen_base == 2 ? &plan_ends_hook : frozen_base ? &plan_frozen_hook : NULL;
+}
 
 static int best_simple(const st_arch *a, int B, int T, const st_plan_profile *hw, size_t budget, const int *vcs, int np,
                        int nd, const unsigned char *fx, st_dtype act_dtype, st_stream_plan *best, st_stream_plan *work,
@@ -321,7 +327,7 @@ st_status st_plan_stream_ex(const st_arch *a, int B, int T, size_t device_budget
     }
     st_status s = solve_program(a, B, T, device_budget, hw, o, t0, out, pred, err);
     if (!s && o.frozen_base) { /* the prediction's bytes are a trained base's (st_plan_predict) */
-        st_stream_config sc = {.arch = a, .B = B, .T = T, .hook = &plan_frozen_hook};
+        st_stream_config sc = {.arch = a, .B = B, .T = T, .hook = plan_hook(o.frozen_base)};
         pred->device_bytes = st_stream_device_bytes(&sc, out);
     }
     return s;
@@ -492,7 +498,7 @@ static st_status solve_program(const st_arch *a, int B, int T, size_t device_bud
     int fk = nfix[ST_STREAM_ACT_KEEP], fo = nfix[ST_STREAM_ACT_OFFLOAD], fr = nfix[ST_STREAM_ACT_RECOMPUTE];
     int vcs[ST_PLAN_MAX_VCHUNKS], nv = st_plan_vocab_chunks(a, &o, vcs);
     int nd = o.max_depth < L ? o.max_depth : L, np = nv * nd;
-    st_stream_config sc = {.arch = a, .B = B, .T = T, .hook = o.frozen_base ? &plan_frozen_hook : NULL};
+    st_stream_config sc = {.arch = a, .B = B, .T = T, .hook = plan_hook(o.frozen_base)};
     st_stream_plan *work = malloc(sizeof *work);
     double *base = malloc(sizeof(double) * (size_t)np);
     device_model m = {0};

@@ -60,9 +60,9 @@ st_status st_train_mem_plan(const st_train_config *c, const st_stream_plan *plan
      * base's weights frozen (no gradient), only what the method trains with gradients and moments */
     st_train_method method = st_train_config_method_of(c);
     int own_forward = method != ST_TRAIN_METHOD_FULL;
-    /* LoRA under layer streaming runs its base's blocks through the executor, whose tables count
-     * its activations (with the gradient slots a frozen base does not allocate: over, not under) */
-    int exec_acts = method == ST_TRAIN_METHOD_LORA && c->device_budget > 0;
+    /* LoRA and POET-X under layer streaming run their base's blocks through the executor, whose
+     * tables count the activations (POET-X's hook bytes besides: hook_bytes) */
+    int exec_acts = (method == ST_TRAIN_METHOD_LORA || method == ST_TRAIN_METHOD_POETX) && c->device_budget > 0;
     size_t trainable = 0;
     run_poetx_bytes pb = {0}; /* LoRA: its frozen base as held only */
     if (method == ST_TRAIN_METHOD_LORA && !(s = run_lora_trainable(c, a, shape.arch, &trainable, err)))
@@ -85,7 +85,9 @@ st_status st_train_mem_plan(const st_train_config *c, const st_stream_plan *plan
                          .method_disk = pb.disk,
                          .frozen_dtype = own_forward && st_train_config_frozen_dtype(c) > 0
                                              ? st_train_config_frozen_dtype(c) : 0};
-    if (own_forward) rq.model_act_bytes += pb.kept_h + pb.scratch;
+    /* streamed, the hook's (the executor's tables with the embedding's and head's gradients) */
+    if (own_forward && exec_acts && method == ST_TRAIN_METHOD_POETX) rq.hook_bytes = pb.kept_h + pb.scratch;
+    else if (own_forward) rq.model_act_bytes += pb.kept_h + pb.scratch;
     st_train_config_act_dtype(c, &rq.act_dtype, NULL); /* checked by st_train_config_resolve; else f32 */
     s = st_plan_memory(&rq, out, err);
     st_arch_free(a);

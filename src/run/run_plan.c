@@ -14,6 +14,7 @@
 #include "core/fileutil.h"
 #include "run/run_internal.h"
 #include "strata/lora.h"
+#include "strata/poetx.h"
 
 /* ------------------------------------------------------------------ layer streaming */
 
@@ -163,6 +164,16 @@ st_status run_open_streamed(const st_train_config *c, st_model *m, const st_arch
         sc.host_grads = NULL;
         sc.external_optimizer = 0;
         if ((s = st_lora_hook_bind(m, c->batch, c->seq, &sc.hook, err))) return s;
+    } else if (st_model_is_poetx(m)) { /* W0 streams in the base's blocks; the hook trains Q and the base's
+                                         * ends, the step's optimizer updates the POET-X vector */
+        if (ranks > 1 || c->state_paths[0])
+            return st_errf(err, ST_ERR_UNSUPPORTED, "key 'device_budget': method poetx streams its base in one process "
+                           "with the trained vector's state in RAM; leave device_budget out (mpirun and state_paths "
+                           "train POET-X in memory)");
+        sc.host_params = st_poetx_base(m)->params;
+        sc.host_grads = NULL;
+        sc.external_optimizer = 0;
+        if ((s = st_poetx_hook_bind(m, c->batch, c->seq, &sc.hook, err))) return s;
     }
     st_stream_plan plan;
     st_stream_plan_default(&plan, arch->lay.n_blocks);
@@ -175,8 +186,11 @@ st_status run_open_streamed(const st_train_config *c, st_model *m, const st_arch
     st_plan_config_disk cdisk;
     memset(&cdisk, 0, sizeof cdisk);
     int have_hw = 0;
-    st_plan_options po = {.mip_gap = -1, .allow_vocab_chunk = 1, .prefer_resident_head = st_train_config_plan_head(c),
-                          .frozen_base = sc.hook != NULL};
+    /* LoRA: a frozen base's tables; POET-X: a hook's that trains the ends (frozen_base 2), the
+     * head resident (its gradient handed to the hook whole) */
+    st_plan_options po = {.mip_gap = -1, .allow_vocab_chunk = !st_model_is_poetx(m),
+                          .prefer_resident_head = st_train_config_plan_head(c),
+                          .frozen_base = !sc.hook ? 0 : sc.hook->frozen ? 1 : 2};
     st_err perr = {0};
     int found = 0, has_pred = 0, n_fixed = 0, L = arch->lay.n_blocks;
     /* key 'act': choices every plan must make (the program's constraints, the rule's too) */

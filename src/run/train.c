@@ -117,6 +117,10 @@ static st_status run_check(train_run *r, const st_train_config *given, const st_
     if (!s && r->dist.world > 1 && c->device_budget > 0 && st_train_config_method_of(c) == ST_TRAIN_METHOD_LORA)
         s = st_errf(err, ST_ERR_UNSUPPORTED, "key 'device_budget': method lora streams its base in one process (the "
                     "adapters' state in RAM); under mpirun leave device_budget out: the ranks train LoRA in memory");
+    if (!s && r->dist.world > 1 && c->device_budget > 0 && st_train_config_method_of(c) == ST_TRAIN_METHOD_POETX)
+        s = st_errf(err, ST_ERR_UNSUPPORTED, "key 'device_budget': method poetx streams its base in one process (the "
+                    "trained vector's state in RAM); under mpirun leave device_budget out: the ranks train POET-X in "
+                    "memory");
     if (s) return s;
     if ((s = run_poetx_resolve_init(c, err))) return s; /* poetx_init auto: what the run does, recorded as if given */
     /* a device this build lacks (cuda without the CUDA backend) is refused before anything
@@ -214,8 +218,9 @@ static st_status open_model(train_run *r, st_err *err) {
     if (c->device_budget <= 0) return ST_OK;
     double chosen_budget = 0; /* the store's host budget, where the planner chose it */
     st_stream_plan plan;
-    /* method lora: the executor streams the frozen base, its hook the adapters (run_plan.c) */
-    st_model *host_m = st_model_is_lora(r->m) ? st_lora_base(r->m) : r->m;
+    /* method lora: the executor streams the frozen base, its hook the adapters; method poetx: the
+     * base (W0 in its blocks), its hook R and P and the base's ends (run_plan.c) */
+    st_model *host_m = st_model_is_lora(r->m) ? st_lora_base(r->m) : st_model_is_poetx(r->m) ? st_poetx_base(r->m) : r->m;
     if ((s = st_arch_of_model(&r->arch, host_m, err)) ||
         (s = run_open_streamed(c, r->m, r->arch, r->be, r->dist.world, &r->dev, &r->sx, &chosen_budget, &plan, err)))
         return s;
@@ -228,7 +233,7 @@ static st_status open_model(train_run *r, st_err *err) {
     st_err over = {0};
     if (c->host_budget > 0 && st_mem_plan_check(&r->mem, budgets, &over))
         st_log(1, "memory: under the plan chosen %s\n", over.msg);
-    r->opt = st_stream_optim(r->sx); /* NULL for LoRA's frozen base: open_optimizer makes the adapters' */
+    r->opt = st_stream_optim(r->sx); /* NULL for a hook's base (LoRA, POET-X): open_optimizer makes the method's */
     st_stream_set_params(r->sx, host_m->params); /* the device copies of the embedding and head */
     return ST_OK;
 }

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# test_poetx_stream.sh - strata train --method poetx under layer streaming (device_budget on the
+# cpu device): the base's fp32 blocks (W0 in them) stream through the budget, POET-X's hook runs
+# R W0 P on them and takes the gradients of Q and of the base's embeddings, norms and biases to
+# the POET-X vector, and the in-memory step's optimizer updates it (a merge every 3 steps).
+#  - gpt2-tiny (6 blocks, fewer weight slots than blocks: they stream) with every block
+#    recomputed, offloaded or kept gives the in-memory run's losses exactly over 6 steps with two
+#    merges, a byte-identical checkpoint (the trained vector, W0 and the permutations; the
+#    optimizer state) and a byte-identical merged model (--save_hf): the same ops in the same order;
+#  - poetx_recompute 1 and grad_accum 2: the same;
+#  - validation between the steps (eval_every 2) gives the in-memory run's losses and val_loss;
+#  - llama-tiny (4 blocks, an untied head) recomputed: the same;
+#  - a streamed run resumed (4 + 4 steps, a merge at 6) equals the straight streamed run bit for bit;
+#  - strata train's memory account counts the executor's tables (no gradient slots, the
+#    embedding's and head's gradients) and the hook's bytes;
+#  - refused before a run directory exists, naming the key: frozen_dtype bf16 and int8 with
+#    device_budget, device cuda with device_budget, state_paths with device_budget, plan_state
+#    auto; under mpirun (where there is one) device_budget.
+set -u
+. "$(dirname "$0")/lib_method_cli.sh"
+method_begin poetx_stream
+px="--method poetx --poetx_block 8 --poetx_merge_every 3 --lr 1e-2 --warmup_steps 2"
+g6="--model gpt2-tiny --n_layer 6 $tiny $px"
+budget=400000 # every block recomputed: prefetch depth 1, the head resident
+
+depth_of() { sed -n 's/.*prefetch depth \([0-9]*\).*/\1/p' "$1" | head -1; }
+ck() { echo "$1/checkpoints/step_$(printf %08d "$2")"; }
+same_run() { # NAME DIR_A DIR_B STEPS: equal losses, byte-identical last checkpoint
+    local name=$1 a=$2 b=$3 n=$4
+    check '[ "$(losses "$a")" = "$(losses "$b")" ] && [ "$(jq -r .step "$b/metrics.jsonl" | wc -l)" = "$n" ]' \
+      "$name: losses ($(losses "$b")) equal the in-memory run's ($(losses "$a"))"
+    check 'cmp -s "$(ck "$a" $n)/model.safetensors" "$(ck "$b" $n)/model.safetensors" &&
+           cmp -s "$(ck "$a" $n)/train_state.bin" "$(ck "$b" $n)/train_state.bin"' \
+      "$name: the checkpoint of step $n (trained vector, W0, permutations, optimizer state) is byte-identical"
+}
+run() { # DIR ARGS...: its status
+    local d=$1
+    shift
+    "$S" train "$@" --run_dir "$d" >"$d.out" 2>&1
+}
+
+# --- gpt2-tiny in memory, then streamed three ways (the blocks stream: a prefetch depth under 5)
+run "$T/mem" $g6 --steps 6 --save_hf "$T/mem.hf"
+rc=$?
+check '[ $rc -eq 0 ]' "in-memory run: $(tail -2 "$T/mem.out")"
+for ab in recompute:$budget offload:460000 keep:700000; do
+    act=${ab%:*}
+    run "$T/s_$act" $g6 --steps 6 --device_budget ${ab#*:} --act $act --save_hf "$T/s_$act.hf"
+    rc=$?
+    check '[ $rc -eq 0 ] && grep -q "layer streaming: device budget" "$T/s_$act.out"' \
+      "streamed $act runs (rc $rc): $(tail -2 "$T/s_$act.out")"
+    d=$(depth_of "$T/s_$act.out")
+    check '[ -n "$d" ] && [ $((d + 1)) -lt 6 ] && grep -q "vocab_chunk 0" "$T/s_$act.out"' \
+      "streamed $act: fewer weight slots than blocks, the head resident (prefetch depth '$d' of 6 blocks)"
+    same_run "gpt2-tiny $act" "$T/mem" "$T/s_$act" 6
+    check 'cmp -s "$T/mem.hf/model.safetensors" "$T/s_$act.hf/model.safetensors"' \
+      "gpt2-tiny $act: the merged model (--save_hf) is byte-identical to the in-memory run's"
+done
+
+# --- poetx_recompute 1 (the hook forms h again in the backward) and grad_accum 2
+run "$T/mem_rc" $g6 --steps 4 --poetx_recompute 1 --grad_accum 2
+run "$T/s_rc" $g6 --steps 4 --poetx_recompute 1 --grad_accum 2 --device_budget $budget --act recompute
+rc=$?
+check '[ $rc -eq 0 ]' "streamed poetx_recompute 1, grad_accum 2 runs: $(tail -2 "$T/s_rc.out")"
+same_run "poetx_recompute 1, grad_accum 2" "$T/mem_rc" "$T/s_rc" 4
+
+# --- validation every 2 steps between the steps (and after the merge at 3)
+vl() { jq -r '[.loss, .val_loss] | @text' "$1/metrics.jsonl" | tr '\n' ' '; }
+run "$T/ev_mem" $g6 --steps 6 --eval_every 2
+run "$T/ev_s" $g6 --steps 6 --eval_every 2 --device_budget $budget --act recompute
+check '[ "$(vl "$T/ev_s")" = "$(vl "$T/ev_mem")" ] && [ "$(jq -r .val_loss "$T/ev_s/metrics.jsonl" | grep -vc null)" = 3 ]' \
+  "eval_every 2: losses and validation losses ($(vl "$T/ev_s")) equal the in-memory run's ($(vl "$T/ev_mem"))"
+
+# --- llama-tiny at 4 blocks (an untied head: the post-block gradients are the norm's and the head's)
+l4="--model llama-tiny --n_layer 4 $tiny $px"
+run "$T/lmem" $l4 --steps 6 --save_hf "$T/lmem.hf"
+run "$T/ls" $l4 --steps 6 --device_budget 380000 --act recompute --save_hf "$T/ls.hf"
+rc=$?
+d=$(depth_of "$T/ls.out")
+check '[ $rc -eq 0 ] && [ -n "$d" ] && [ $((d + 1)) -lt 4 ]' "llama-tiny streamed runs, prefetch depth '$d': $(tail -2 "$T/ls.out")"
+same_run "llama-tiny recompute" "$T/lmem" "$T/ls" 6
+check 'cmp -s "$T/lmem.hf/model.safetensors" "$T/ls.hf/model.safetensors"' \
+  "llama-tiny: the merged model (--save_hf) is byte-identical to the in-memory run's"
+
+# --- resume of a streamed run: 4 + 4 (the merge at 6 after the resume) equals 8 straight
+run "$T/r8" $g6 --steps 8 --ckpt_every 4 --device_budget 460000 --act offload
+run "$T/r44" $g6 --steps 8 --ckpt_every 4 --stop_at 4 --device_budget 460000 --act offload
+"$S" train --resume "$T/r44" --stop_at 0 >"$T/r44b.out" 2>&1
+rc=$?
+check '[ $rc -eq 0 ] && grep -q "layer streaming: device budget" "$T/r44b.out"' "streamed resume runs streamed (rc $rc): $(tail -2 "$T/r44b.out")"
+same_run "streamed resume" "$T/r8" "$T/r44" 8
+
+# --- strata plan's memory account: a streamed POET-X run's device tables are full's less the 2
+# gradient slots (12 C^2 + 13 C floats each at C 32) and nothing else (the embedding's and head's
+# gradients are formed); the hook's kept h and scratch on the host besides
+for m in full poetx; do
+    mk=$([ $m = poetx ] && echo "$px" || echo "--method full")
+    "$S" plan --model gpt2-tiny --n_layer 6 $tiny $mk --device_budget $budget --act recompute --json \
+      >"$T/pj_$m.json" 2>"$T/pj_$m.err"
+done
+af=$(jq -r .memory.classes.activations.bytes "$T/pj_full.json"); ap=$(jq -r .memory.classes.activations.bytes "$T/pj_poetx.json")
+check '[ "$((af - ap))" = $((2 * 4 * (12 * 32 * 32 + 13 * 32))) ]' \
+  "strata plan: poetx's device bytes ($ap) are full's ($af) less the gradient slots only"
+check 'jq -e ".memory.tiers.device.fits" "$T/pj_poetx.json" >/dev/null' \
+  "strata plan: the streamed POET-X plan fits $budget: $(head -c 300 "$T/pj_poetx.json") $(tail -1 "$T/pj_poetx.err")"
+
+# --- refusals naming the key, before a run directory exists
+refused bf16 "$g6 --steps 2 --device_budget $budget --frozen_dtype bf16" "key 'frozen_dtype'" "device_budget"
+refused int8 "$g6 --steps 2 --device_budget $budget --frozen_dtype int8" "key 'frozen_dtype'" "device_budget"
+refused cuda "$g6 --steps 2 --device_budget $budget --device cuda" "key 'device'" "method poetx"
+refused state "$g6 --steps 2 --device_budget $budget --state_paths $T/st" "key 'state_paths'" "device_budget"
+refused place "$g6 --steps 2 --device_budget $budget --plan_state auto" "key 'plan_state'" "poetx"
+if command -v mpirun >/dev/null; then
+    mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 "$S" train $g6 --steps 2 --device_budget $budget \
+      --run_dir "$T/two_stream" >"$T/two_stream.out" 2>&1
+    rc=$?
+    if grep -q "built without MPI" "$T/two_stream.out"; then
+        echo "mpirun: this strata was built without MPI (that refusal not checked)"
+    else
+        check '[ $rc -ne 0 ] && grep -q "key .device_budget.: method poetx" "$T/two_stream.out" && [ ! -e "$T/two_stream" ]' \
+          "2 ranks with device_budget refused naming the key, no run directory: $(tail -2 "$T/two_stream.out")"
+    fi
+fi
+
+method_end poetx_stream
