@@ -3,9 +3,9 @@
  * every placement: in memory it runs with every block resident in the model's own vectors
  * (nothing copied; the optimizer in RAM or the disk state store), streamed it moves the
  * blocks through a device's budget, and under ranks it hands each block's gradient to dist's
- * reduction as it lands. A model without blocks (LoRA's adapters) trains through its own
- * forward and backward in memory (st_step_in_blocks); streamed, through the executor over its
- * frozen base (st_stream_frozen_grads, below). strata train, strata bench step and strata bench
+ * reduction as it lands. A model without blocks (LoRA's adapters, POET-X) trains through its
+ * own forward and backward in memory (st_step_in_blocks); streamed, through the executor over
+ * its base with the method's hook (st_stream_frozen_grads, below). strata train, strata bench step and strata bench
  * stream all run their steps through st_step_run, so what is benchmarked is what trains.
  *
  * The rules every placement follows (so that they agree bit for bit):
@@ -84,7 +84,11 @@ typedef struct st_step st_step;
  * frozen executor over its base (st_stream_config.hook, st_lora_hook_bind): each micro-batch's
  * forward and backward are the executor's (st_stream_frozen_grads), the rest is the in-memory
  * step's (the adapters' gradient summed, its norm, clip and update by opt): the same steps as
- * in memory, bit for bit where the executor's arithmetic is the model's (no vocabulary chunks). */
+ * in memory, bit for bit where the executor's arithmetic is the model's (no vocabulary chunks).
+ * Streamed POET-X likewise (st_poetx_hook_bind; opt over the POET-X vector): before each step and
+ * each eval the base's trainables are copied from m into the executor's host vector
+ * (st_poetx_to_base) and the device copies sent again, so the update and a merge's W0 are
+ * what the executor reads; the same steps as in memory bit for bit (the head resident). */
 typedef struct st_step_setup {
     st_model *m;
     st_optim *opt;

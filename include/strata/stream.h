@@ -124,6 +124,16 @@
  * never changes: blocks 0..depth stay in their slots for the next call. The hook's memory is
  * the host's, so the device must be one whose memory is (the CPU backend).
  *
+ * A base whose ends a hook trains (hook with frozen 0: POET-X, strata/poetx.h): the same, except
+ * that the hook replaces the block matmuls (W0 read from the device's block) and the embedding's
+ * and head's gradients are formed on the device as a trained base's (its d_pre_g, d_post_g: no
+ * block gradient slots, no host gradient vector). The block functions send the norms' and
+ * biases' gradients to the hook's grad_at; after each backward the executor copies the
+ * embedding's, final norm's and an untied head's gradients to it, tensor by tensor. The head
+ * stays resident (a plan with vocabulary chunks is refused). The caller copies the updated
+ * trainables into the host vector and calls st_stream_params_changed before the next call
+ * (strata/step.h does), and the blocks are fetched again.
+ *
  * Why every block's input is a checkpoint (checkpoint every k = 1): recomputing a
  * segment of k blocks before its backward needs all k blocks' weights resident at once
  * (or fetched a third time) and k full activation sets (15 N C floats each), to save
@@ -214,7 +224,10 @@ typedef struct st_stream_config {
                                  moments; the step is st_stream_frozen_grads, the hook's own
                                  gradients are the caller's (its optimizer updates them). The
                                  hook's memory is the caller's: a device whose memory is the
-                                 host's (the CPU backend) where it is host memory. */
+                                 host's (the CPU backend) where it is host memory. With
+                                 frozen 0 (POET-X, strata/poetx.h) likewise, except that the
+                                 embedding's, norms', biases' and head's gradients are formed
+                                 and go to the hook's grad_at (above); no vocabulary chunks. */
 } st_stream_config;
 
 typedef struct st_stream_exec st_stream_exec;
@@ -333,8 +346,10 @@ st_status st_stream_step_accum(st_stream_exec *x, int n_micro, const int32_t *in
  * After the caller changes the host weights (its update), st_stream_params_changed: the
  * device copies of the embedding and head are sent again before their next use. */
 int st_stream_can_hand_grads(const st_stream_exec *x);
-/* A frozen executor (st_stream_config.hook->frozen): one micro-batch's forward and backward,
- * the hook's gradients accumulated (+=) wherever the hook keeps them, with dloss given (the
+/* A hook's executor (st_stream_config.hook; frozen, or POET-X's that trains the ends: those
+ * gradients handed to its grad_at too, and the caller copies the updated trainables into the
+ * host vector and calls st_stream_params_changed before the next call): one micro-batch's
+ * forward and backward, the hook's gradients accumulated (+=) wherever the hook keeps them, with dloss given (the
  * step's: 1 / its targets >= 0 over every micro-batch); its mean loss. No gradient of the
  * arch's, no norm, no update (the caller's optimizer updates the hook's parameters, then
  * nothing is sent again: the base does not change). The same bits as the model's own forward

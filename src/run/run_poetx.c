@@ -7,7 +7,10 @@
  * clip threshold may ramp back to grad_clip (poetx_clip_ramp). In memory (fp32 or 8-bit
  * optimizer state) or with the trained vector's state on disk (state_paths): W0 in its own files
  * beside the store, one per merge (run_poetx_open_disk); in one process or under ranks (each rank's
- * store with its own W0 files, the same bits on every rank). */
+ * store with its own W0 files, the same bits on every rank). Or with layer streaming
+ * (device_budget, one process, the cpu device, fp32 W0): the base's blocks, W0 in them, stream
+ * through the budget, the hook runs R W0 P on them and the optimizer over the POET-X vector is
+ * the one in memory (strata/step.h). */
 #include <dirent.h>
 #include <limits.h>
 #include <stdio.h>

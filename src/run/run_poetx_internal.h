@@ -9,8 +9,8 @@
 #include "strata/step.h"
 #include "strata/train.h"
 
-/* method poetx's keys against the model's tensor table, allocating no weights: layer streaming
- * (not yet), a block size that divides no dimension of some weight (naming the key and the
+/* method poetx's keys against the model's tensor table, allocating no weights: with layer
+ * streaming frozen_dtype other than fp32, device cuda or state_paths; a block size that divides no dimension of some weight (naming the key and the
  * tensor), a resume with another poetx_block or poetx_terms. Nothing for other methods. */
 st_status run_poetx_check(const st_train_config *c, st_err *err);
 /* poetx_init auto (method poetx) made what the run does, recorded in config.json as if given:
