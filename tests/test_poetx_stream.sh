@@ -11,8 +11,9 @@
 #  - validation between the steps (eval_every 2) gives the in-memory run's losses and val_loss;
 #  - llama-tiny (4 blocks, an untied head) recomputed: the same;
 #  - a streamed run resumed (4 + 4 steps, a merge at 6) equals the straight streamed run bit for bit;
-#  - strata train's memory account counts the executor's tables (no gradient slots, the
-#    embedding's and head's gradients) and the hook's bytes;
+#  - strata plan's memory account counts the executor's tables (no gradient slots, the
+#    embedding's and head's gradients);
+#  - a plan file with vocabulary chunks is refused naming vocab_chunk;
 #  - refused before a run directory exists, naming the key: frozen_dtype bf16 and int8 with
 #    device_budget, device cuda with device_budget, state_paths with device_budget, plan_state
 #    auto; under mpirun (where there is one) device_budget.
@@ -103,6 +104,15 @@ check '[ "$((af - ap))" = $((2 * 4 * (12 * 32 * 32 + 13 * 32))) ]' \
   "strata plan: poetx's device bytes ($ap) are full's ($af) less the gradient slots only"
 check 'jq -e ".memory.tiers.device.fits" "$T/pj_poetx.json" >/dev/null' \
   "strata plan: the streamed POET-X plan fits $budget: $(head -c 300 "$T/pj_poetx.json") $(tail -1 "$T/pj_poetx.err")"
+
+# --- a plan file with vocabulary chunks: refused naming vocab_chunk (the head's gradient is handed
+# to the hook whole)
+"$S" plan $g6 --device_budget $budget --act recompute -o "$T/plan0.json" >"$T/plan0.out" 2>&1
+jq '.vocab_chunk = 64' "$T/plan0.json" >"$T/plan_vc.json"
+run "$T/s_vc" $g6 --steps 2 --device_budget $budget --plan "$T/plan_vc.json"
+rc=$?
+check '[ $rc -ne 0 ] && grep -q "vocab_chunk 64 is not taken" "$T/s_vc.out"' \
+  "a plan file with vocab_chunk 64 refused naming it (rc $rc): $(tail -1 "$T/s_vc.out")"
 
 # --- refusals naming the key, before a run directory exists
 refused bf16 "$g6 --steps 2 --device_budget $budget --frozen_dtype bf16" "key 'frozen_dtype'" "device_budget"

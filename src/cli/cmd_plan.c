@@ -157,9 +157,12 @@ static int plan_device(const st_arch *a, const st_train_config *cfg, double devi
         return 2;
     }
     st_plan_prediction pr;
-    st_plan_options po = {.time_limit_ms = time_limit_ms, .mip_gap = -1, .allow_vocab_chunk = 1,
-                       .prefer_resident_head = st_train_config_plan_head(cfg), /* as strata train */
-                       .frozen_base = st_train_config_method_of(cfg) == ST_TRAIN_METHOD_LORA}; /* LoRA: no base gradient */
+    /* as strata train: LoRA no base gradient; POET-X the ends' gradients, the head resident */
+    st_train_method method = st_train_config_method_of(cfg);
+    st_plan_options po = {.time_limit_ms = time_limit_ms, .mip_gap = -1,
+                       .allow_vocab_chunk = method != ST_TRAIN_METHOD_POETX,
+                       .prefer_resident_head = st_train_config_plan_head(cfg),
+                       .frozen_base = method == ST_TRAIN_METHOD_LORA ? 1 : method == ST_TRAIN_METHOD_POETX ? 2 : 0};
     /* key 'act': choices the plan must make, as strata train takes them */
     unsigned char fixed[ST_STREAM_MAX_LAYERS];
     int n_fixed = 0, L = a->lay.n_blocks;
