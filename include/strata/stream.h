@@ -347,8 +347,9 @@ st_status st_stream_step_accum(st_stream_exec *x, int n_micro, const int32_t *in
  * device copies of the embedding and head are sent again before their next use. */
 int st_stream_can_hand_grads(const st_stream_exec *x);
 /* A hook's executor (st_stream_config.hook; frozen, or POET-X's that trains the ends: those
- * gradients handed to its grad_at too, and the caller copies the updated trainables into the
- * host vector and calls st_stream_params_changed before the next call): one micro-batch's
+ * gradients handed to its grad_at too, the embedding's and head's copied over, not added, so the
+ * caller zeroes them before each call as st_step does; and the caller copies the updated
+ * trainables into the host vector and calls st_stream_params_changed before the next call): one micro-batch's
  * forward and backward, the hook's gradients accumulated (+=) wherever the hook keeps them, with dloss given (the
  * step's: 1 / its targets >= 0 over every micro-batch); its mean loss. No gradient of the
  * arch's, no norm, no update (the caller's optimizer updates the hook's parameters, then

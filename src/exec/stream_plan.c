@@ -272,6 +272,9 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
         return st_errf(err, ST_ERR_INVALID, "stream plan: resident weights need a device whose memory is the host's "
                        "(the CPU backend, no budget; this one: %s%s), an fp32 drain and no vocabulary chunks",
                        dev->ops->name ? dev->ops->name : "?", st_backend_arena(dev) ? ", budgeted" : "");
+    if (ends_cfg(c) && !c->hook->grad_at)
+        return st_errf(err, ST_ERR_INVALID, "stream: a hook that trains the base (frozen 0) says where its gradients go "
+                       "(st_linear_hook.grad_at); this one does not");
     if (ends_cfg(c) && p->vocab_chunk > 0)
         return st_errf(err, ST_ERR_UNSUPPORTED, "stream: a hook that trains the base's embedding and head (POET-X) "
                        "takes the head resident: vocab_chunk %d is not taken; give a plan without vocabulary chunks "
