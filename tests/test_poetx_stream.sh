@@ -7,7 +7,7 @@
 #    recomputed, offloaded or kept gives the in-memory run's losses exactly over 6 steps with two
 #    merges, a byte-identical checkpoint (the trained vector, W0 and the permutations; the
 #    optimizer state) and a byte-identical merged model (--save_hf): the same ops in the same order;
-#  - poetx_recompute 1 and grad_accum 2: the same;
+#  - poetx_recompute 1 and grad_accum 2, and matmul bf16 (where there is one): the same;
 #  - validation between the steps (eval_every 2) gives the in-memory run's losses and val_loss;
 #  - llama-tiny (4 blocks, an untied head) recomputed: the same;
 #  - a streamed run resumed (4 + 4 steps, a merge at 6) equals the straight streamed run bit for bit;
@@ -64,6 +64,17 @@ run "$T/s_rc" $g6 --steps 4 --poetx_recompute 1 --grad_accum 2 --device_budget $
 rc=$?
 check '[ $rc -eq 0 ]' "streamed poetx_recompute 1, grad_accum 2 runs: $(tail -2 "$T/s_rc.out")"
 same_run "poetx_recompute 1, grad_accum 2" "$T/mem_rc" "$T/s_rc" 4
+
+# --- matmul bf16 (where this build and CPU have it): the executor's bf16 copy of the weights is
+# not what the hook reads (W0 from the fp32 block), the same steps as in memory
+if run "$T/mem_bf" $g6 --steps 6 --matmul bf16; then
+    run "$T/s_bf" $g6 --steps 6 --matmul bf16 --device_budget $budget --act recompute
+    rc=$?
+    check '[ $rc -eq 0 ]' "streamed matmul bf16 runs: $(tail -2 "$T/s_bf.out")"
+    same_run "matmul bf16" "$T/mem_bf" "$T/s_bf" 6
+else
+    echo "matmul bf16 not available here: $(tail -1 "$T/mem_bf.out")"
+fi
 
 # --- validation every 2 steps between the steps (and after the merge at 3)
 vl() { jq -r '[.loss, .val_loss] | @text' "$1/metrics.jsonl" | tr '\n' ' '; }
