@@ -73,6 +73,11 @@ st_status st_lora_model_create(st_model **out, st_model *base, const st_lora_con
  * nothing: how many adapter parameters it would train (*n_params, may be NULL). */
 st_status st_lora_check(const st_param_info *tensors, int n_tensors, const char *arch, const st_lora_config *cfg,
                         size_t *n_params, st_err *err);
+/* The adapters' hook scratch for B x T rows, in bytes (t, dt, u and the norms' dropped
+ * gradients: what the model allocates for its hook besides the base's activations, under layer
+ * streaming too); 0 for a configuration st_lora_check refuses. */
+size_t st_lora_hook_scratch_bytes(const st_param_info *tensors, int n_tensors, const char *arch,
+                                  const st_lora_config *cfg, int B, int T);
 /* The matmul weights of the blocks of a tensor table of family arch ("gpt2", "llama"), as
  * frozen_dtype d holds them: their values (*numel), their bytes in d (*held), the dequantising
  * panel buffer (*panel; 0 with fp32) and the held matmuls' scratch in floats per row of the

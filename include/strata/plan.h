@@ -414,6 +414,8 @@ typedef struct st_mem_request {
                                   ends (POET-X, st_stream_config.hook frozen 0), these the hook's own
                                   host bytes (kept h, scratch); its tables without gradient slots or
                                   host gradient vector, with the embedding's and head's gradients */
+    double frozen_hook_bytes;  /* > 0, streamed over a frozen base (LoRA): the hook's own host bytes
+                                  (the adapters' scratch) beside the executor's tables */
 } st_mem_request;
 
 /* Bytes per class of training state and the peak each tier must hold. */

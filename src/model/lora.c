@@ -448,6 +448,23 @@ static void held_scratch(const st_param_info *tt, int nt, int gpt2, size_t panel
     }
 }
 
+size_t st_lora_hook_scratch_bytes(const st_param_info *tensors, int n_tensors, const char *arch,
+                                  const st_lora_config *cfg, int B, int T) {
+    int n_ad = 0, max_out = 0, max_norm = 1;
+    st_err e = {0};
+    if (build_adapters(tensors, n_tensors, arch, cfg, NULL, &n_ad, NULL, NULL, 0, &e)) return 0;
+    lora_adapter *ad = calloc((size_t)(n_ad ? n_ad : 1), sizeof *ad);
+    if (!ad) return 0;
+    build_adapters(tensors, n_tensors, arch, cfg, ad, &n_ad, NULL, NULL, 0, &e);
+    for (int i = 0; i < n_ad; i++)
+        if (ad[i].out > max_out) max_out = ad[i].out;
+    free(ad);
+    for (int i = 0; i < n_tensors; i++)
+        if (tensors[i].ndim == 1 && tensors[i].shape[0] > max_norm) max_norm = tensors[i].shape[0];
+    size_t N = (size_t)B * (size_t)T; /* alloc_scratch's count */
+    return sizeof(float) * (2 * N * (size_t)cfg->rank + N * (size_t)max_out + 2 * (size_t)max_norm);
+}
+
 void st_lora_held_bytes(const st_param_info *tensors, int n_tensors, const char *arch, st_frozen_dtype d, size_t *numel,
                         size_t *held, size_t *panel, size_t *row_floats) {
     size_t n = 0, h = 0, mx = 0;

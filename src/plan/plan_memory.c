@@ -81,6 +81,7 @@ st_status st_plan_memory(const st_mem_request *rq, st_mem_plan *e, st_err *err) 
     e->exec_host = host - (fz ? 4.0 : 8.0) * n; /* per-row buffers, grad_accum's gradient, offloaded sets, backups */
     if (rq->bf16_weights) e->exec_host += (double)st_stream_bf16_weight_bytes(&sc); /* matmul bf16's copy */
     if (ends) e->exec_host += rq->hook_bytes; /* POET-X's kept h and scratch, host memory */
+    else if (fz && rq->frozen_hook_bytes > 0) e->exec_host += rq->frozen_hook_bytes; /* LoRA's adapter scratch */
     if (rq->model_act_bytes > 0) { /* the model's own forward: its activations, its per-row losses */
         e->acts_stored = rq->model_act_bytes + 4.0 * N;
         e->acts_ckpt = e->acts_stored; /* the model's forward keeps them all */

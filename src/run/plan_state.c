@@ -61,7 +61,7 @@ st_status st_train_mem_plan(const st_train_config *c, const st_stream_plan *plan
     st_train_method method = st_train_config_method_of(c);
     int own_forward = method != ST_TRAIN_METHOD_FULL;
     /* LoRA and POET-X under layer streaming run their base's blocks through the executor, whose
-     * tables count the activations (POET-X's hook bytes besides: hook_bytes) */
+     * tables count the activations (the hook's own bytes besides: hook_bytes) */
     int exec_acts = (method == ST_TRAIN_METHOD_LORA || method == ST_TRAIN_METHOD_POETX) && c->device_budget > 0;
     size_t trainable = 0;
     run_poetx_bytes pb = {0}; /* LoRA: its frozen base as held only */
@@ -87,6 +87,7 @@ st_status st_train_mem_plan(const st_train_config *c, const st_stream_plan *plan
                                              ? st_train_config_frozen_dtype(c) : 0};
     /* streamed, the hook's (the executor's tables with the embedding's and head's gradients) */
     if (own_forward && exec_acts && method == ST_TRAIN_METHOD_POETX) rq.hook_bytes = pb.kept_h + pb.scratch;
+    else if (exec_acts && method == ST_TRAIN_METHOD_LORA) rq.frozen_hook_bytes = run_lora_hook_bytes(c, a, shape.arch);
     else if (own_forward) rq.model_act_bytes += pb.kept_h + pb.scratch;
     st_train_config_act_dtype(c, &rq.act_dtype, NULL); /* checked by st_train_config_resolve; else f32 */
     s = st_plan_memory(&rq, out, err);

@@ -153,6 +153,12 @@ st_status run_lora_trainable(const st_train_config *c, const st_arch *a, const c
     return st_lora_check(a->lay.tensors, a->lay.n_tensors, family, &lc, n, err);
 }
 
+double run_lora_hook_bytes(const st_train_config *c, const st_arch *a, const char *family) {
+    st_lora_config lc;
+    lora_config(c, family, &lc);
+    return (double)st_lora_hook_scratch_bytes(a->lay.tensors, a->lay.n_tensors, family, &lc, c->batch, c->seq);
+}
+
 double run_lora_frozen_bytes(const st_train_config *c, const st_arch *a, const char *family) {
     st_lora_config lc;
     lora_config(c, family, &lc);

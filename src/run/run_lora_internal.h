@@ -20,6 +20,10 @@ st_status run_lora_init_from(st_train_config *c, st_err *err);
  * from init_adapter when given, unless resuming), its activations the run's to allocate; *m is NULL on failure (the base freed). Otherwise nothing. */
 /* The adapter parameters method lora trains for c over the model a of family ("gpt2", "llama"). */
 st_status run_lora_trainable(const st_train_config *c, const st_arch *a, const char *family, size_t *n, st_err *err);
+/* The adapters' hook scratch for the run's B x T, in bytes (st_lora_hook_scratch_bytes): counted
+ * beside the executor's tables under layer streaming, where the base's activations are the
+ * executor's. */
+double run_lora_hook_bytes(const st_train_config *c, const st_arch *a, const char *family);
 /* The frozen base as held for c's frozen_dtype (bf16, int8: the blocks' matmul weights in it, its
  * panel buffer and the held matmuls' scratch for c's batch x seq, the rest fp32), in bytes; 0 for
  * fp32 (the account's 4 bytes a parameter). */
