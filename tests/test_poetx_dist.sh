@@ -77,6 +77,25 @@ $MPI -np 2 "$S" train $P --zero 1 --state_paths "$d.st" --resume "$d" --run_dir 
 rc=$?
 check '[ $rc -eq 0 ] && grep -q "committed step 6, another rank only 5: returning to it" "$d.2.out" && [ "$(losses "$d")" = "$(losses "$T/one")" ] && cmp -s "$d.hf/model.safetensors" "$T/hf_one/model.safetensors"' \
   "state_paths, the stores one step apart across a merge, resumed (rc $rc): $(losses "$d") against $(losses "$T/one"): $(grep -h "returning\|strata train:" "$d.2.out" | head -3)"
+# a timeline left: the same two stores one step apart, resumed with another schedule (--steps 16:
+# the merge at 6 makes another W0) and killed on both ranks right after the store committed 6,
+# before the merge's file; resumed again, the merge is made again from W0 of 3 and the store's Q,
+# not read from the W0 of 6 the first timeline left beside the stores. Reference: one process
+# stopped at 5 and resumed with --steps 16.
+d="$T/dleft"
+mkdir -p "$d.st"
+$MPI -np 2 "$S" train $P --zero 1 --stop_at 6 --state_paths "$d.st" --run_dir "$d" >"$d.1.out" 2>&1
+mv "$d.st/rank1-of-2/strata-state.manifest.prev" "$d.st/rank1-of-2/strata-state.manifest"
+$MPI -np 2 env STRATA_FAILPOINT=train_update_committed:1 "$S" train $P --zero 1 --steps 16 --state_paths "$d.st" \
+  --resume "$d" --run_dir "$d" >"$d.2.out" 2>&1
+$MPI -np 2 "$S" train $P --zero 1 --steps 16 --state_paths "$d.st" --resume "$d" --run_dir "$d" --save_hf "$d.hf" \
+  >"$d.3.out" 2>&1
+rc=$?
+"$S" train $P --grad_accum 2 --stop_at 5 --run_dir "$T/left1" >"$T/left1.1.out" 2>&1
+"$S" train $P --grad_accum 2 --steps 16 --resume "$T/left1" --run_dir "$T/left1" --save_hf "$T/left1.hf" >"$T/left1.2.out" 2>&1
+# (the kill came before step 6's log line: the losses logged are the reference's less that one)
+check '[ $rc -eq 0 ] && grep -q "made again" "$d.3.out" && [ -n "$(losses "$T/left1")" ] && [ "$(losses "$d")" = "$(losses "$T/left1" | cut -d" " -f1-5,7-)" ] && cmp -s "$d.hf/model.safetensors" "$T/left1.hf/model.safetensors"' \
+  "state_paths, a timeline left and the merge at 6 cut short (rc $rc): $(losses "$d") against $(losses "$T/left1"): $(grep -h "made again\|strata train:" "$d.3.out" | head -3)"
 # flat W0 with the disk state under ranks: the start's W0 file beside every rank's store
 mkdir -p "$T/st_o"
 $MPI -np 2 "$S" train $P $O --zero 1 --state_paths "$T/st_o" --run_dir "$T/d_o" --save_hf "$T/hf_d_o" >"$T/d_o.out" 2>&1

@@ -343,7 +343,8 @@ st_status run_poetx_open(const st_train_config *c, st_comm *comm, st_model **m, 
     *m = pm; /* its activations: the run's, as for any model the step trains through its own forward */
     if (s || !run_poetx_initialises(c)) return s;
     /* a resume takes W0 from its checkpoint or, with the disk state, from the store's W0 file of
-     * the last merge or of the start (written for this W0: LAPACK's bits may differ elsewhere) */
+     * the last merge or of the start (written for this W0: LAPACK's bits may differ elsewhere;
+     * run_poetx_open_disk draws it again only for a store that never stepped and lacks it) */
     return draw_start(c, comm, pm, !c->resume[0] && !strcmp(init_of(c, 0), "orthogonal"), err);
 }
 
@@ -394,8 +395,10 @@ static void w0_path(const run_poetx_disk *x, long step, char *out, size_t cap) {
     snprintf(out, cap, "%s/" W0_PREFIX "%09ld.safetensors", x->dir, step);
 }
 
-/* W0 files of merges before `below` removed (a run started afresh: all of them). */
-static void prune(const run_poetx_disk *x, long below) {
+/* W0 files of merges before `below` removed (a run started afresh: all of them), and of merges
+ * after `above` (LONG_MAX: none): a timeline the store returned from (a rank's store back to its
+ * previous commit) or abandoned, whose file of a merge the run may make again otherwise. */
+static void prune_range(const run_poetx_disk *x, long below, long above) {
     DIR *d = opendir(x->dir);
     struct dirent *e;
     while (d && (e = readdir(d))) {
@@ -404,12 +407,27 @@ static void prune(const run_poetx_disk *x, long below) {
         if (strncmp(e->d_name, W0_PREFIX, lp)) continue;
         long k = strtol(e->d_name + lp, &end, 10);
         int tmp = end && !strncmp(end, ".safetensors.tmp", 16); /* a write a kill cut short: never read */
-        if (!end || (!tmp && (strcmp(end, ".safetensors") || k >= below))) continue;
+        if (!end || (!tmp && (strcmp(end, ".safetensors") || (k >= below && k <= above)))) continue;
         char path[2400];
         snprintf(path, sizeof path, "%s/%s", x->dir, e->d_name);
         unlink(path); /* one left behind is harmless: a resume reads the file of its merge by name */
     }
     if (d) closedir(d);
+}
+
+static void prune(const run_poetx_disk *x, long below) { prune_range(x, below, LONG_MAX); }
+
+/* 1 where this store's directory holds a W0 file of some merge */
+static int has_w0(const run_poetx_disk *x) {
+    DIR *d = opendir(x->dir);
+    struct dirent *e;
+    int any = 0;
+    while (!any && d && (e = readdir(d))) {
+        size_t lp = strlen(W0_PREFIX), n = strlen(e->d_name);
+        any = !strncmp(e->d_name, W0_PREFIX, lp) && n > 12 && !strcmp(e->d_name + n - 12, ".safetensors");
+    }
+    if (d) closedir(d);
+    return any;
 }
 
 static void set_w0_step(run_poetx_disk *x, uint64_t v) { memcpy(x->region, &v, sizeof v); }
@@ -432,6 +450,12 @@ static int w0_locate(const run_poetx_disk *x, long step, char *out, size_t cap) 
     char *sl = strrchr(base, '/');
     int q, w, len = 0;
     if (sl && sscanf(sl + 1, "rank%d-of-%d%n", &q, &w, &len) == 2 && !sl[1 + len]) *sl = 0; /* a rank's: PATH */
+    /* only for a store made by the re-shard, before it kept a file of its own: once it has one,
+     * the other layouts' files may be of a timeline this run left */
+    if (has_w0(x)) {
+        w0_path(x, step, out, cap);
+        return 0;
+    }
     snprintf(name, sizeof name, W0_PREFIX "%09ld.safetensors", step);
     snprintf(out, cap, "%s/%s", base, name);
     if (strcmp(base, x->dir) && !stat(out, &sb)) return 2;
@@ -440,8 +464,10 @@ static int w0_locate(const run_poetx_disk *x, long step, char *out, size_t cap) 
     int found = 0;
     while (!found && d && (e = readdir(d))) {
         if (sscanf(e->d_name, "rank%d-of-%d%n", &q, &w, &len) != 2 || e->d_name[len]) continue;
-        snprintf(out, cap, "%s/%s/%s", base, e->d_name, name);
-        found = strcmp(out, x->dir) && !stat(out, &sb);
+        char dir[2320];
+        snprintf(dir, sizeof dir, "%s/%s", base, e->d_name);
+        snprintf(out, cap, "%s/%s", dir, name);
+        found = strcmp(dir, x->dir) && !stat(out, &sb);
     }
     if (d) closedir(d);
     if (!found) w0_path(x, step, out, cap);
@@ -488,6 +514,7 @@ st_status run_poetx_open_disk(run_poetx_disk *x, const st_train_config *c, st_mo
                        "poetx_merge_every", manifest, j, (unsigned long long)w, every);
     x->committed = w;
     x->merged = ml;
+    prune_range(x, LONG_MIN, j); /* merges after the store's step: a timeline it returned from */
     char path[2400];
     int have = w0_locate(x, ml, path, sizeof path);
     if (!ml && flat && j == 0 && w == 0 && run_poetx_initialises(c)) {

@@ -75,7 +75,8 @@ st_status run_poetx_after_step(const st_train_config *c, st_model *m, st_optim *
  * embeddings, norms, biases) and its moments as any run's; W0 and the permutations, which change
  * at each merge, are written after the merge of step k (the store's commit of step k, which holds
  * Q before the merge, comes first) to NAME.poetx-w0-STEP.safetensors in the store's first path
- * (st_poetx_save_w0: temporary, fsync, rename), the older ones removed after. Q's reset (its
+ * (st_poetx_save_w0: temporary, fsync, rename), the older ones removed after (under ranks the
+ * merge before the last one kept too: a rank's store may return to the step before). Q's reset (its
  * master weights zero, with poetx_adam_restart its moments) goes into the store with the next
  * update, committed with it (st_step_hp.reset_*); the blob each commit carries holds, after the
  * loop's state and the mixture's, the merge whose reset the store has taken (w0_step). A resume at
@@ -97,14 +98,18 @@ size_t run_poetx_blob_bytes(const st_train_config *c);
 void run_poetx_bind(run_poetx_disk *x, const st_train_config *c, void *region, st_comm *comm);
 /* After the store is opened (created: fresh 1, its leftover W0 files removed) and its master
  * weights read into m and its blob into the region: W0 and the permutations of the store's step
- * (hs_step) in m, Q zero where the store's reset is pending. */
+ * (hs_step) in m, Q zero where the store's reset is pending; W0 files of merges after hs_step (a
+ * timeline the store returned from) removed; a store the re-shard made takes the merge's file
+ * from beside a store of the old layout (copied beside its own). Under ranks collective where a
+ * store never stepped (every rank draws the start's W0 again if any rank lacks its file). */
 st_status run_poetx_open_disk(run_poetx_disk *x, const st_train_config *c, st_model *m, const char *manifest,
                               long hs_step, int fresh, st_err *err);
 /* Before a step's update: Q's reset asked of the store where pending (hp), the blob's w0_step the
  * merge it comes from. */
 void run_poetx_stage(run_poetx_disk *x, const st_train_config *c, st_step_hp *hp);
 /* After run_poetx_after_step of step `step` (skipped: no update committed, the blob's w0_step as it
- * was): with the merge of that step, W0's file written and the older ones removed. */
+ * was): with the merge of that step, W0's file written and the older ones removed (under ranks
+ * the one before kept). */
 st_status run_poetx_after_disk(run_poetx_disk *x, const st_train_config *c, const st_model *m, long step,
                                int skipped, st_err *err);
 

@@ -298,11 +298,14 @@ static st_status open_state(train_run *r, st_err *err) {
         run_mix_bind(&r->mix, r->hs + 1); /* the mixture's state committed with each step, after hs */
         run_poetx_bind(&r->px, c, (char *)(r->hs + 1) + mix_bytes, r->dist.comm); /* ... then POET-X's merge taken */
         if ((s = run_open_store(c, &r->dist, m, r->opt_segs, r->n_opt_segs, st_train_config_state_format(c), &r->td,
-                                r->hs, r->blob_bytes, &r->store, err)) ||
-            (s = run_mix_resume_blob(&r->mix, st_store_manifest_path(r->store), err)) ||
-            (s = run_poetx_open_disk(&r->px, c, m, st_store_manifest_path(r->store), (long)r->hs->step,
-                                     !c->resume[0], err)))
-            return s;
+                                r->hs, r->blob_bytes, &r->store, err)))
+            return s; /* agreed by the ranks */
+        s = run_mix_resume_blob(&r->mix, st_store_manifest_path(r->store), err);
+        if (!s) s = run_poetx_open_disk(&r->px, c, m, st_store_manifest_path(r->store), (long)r->hs->step,
+                                        !c->resume[0], err);
+        /* one rank's failure (a W0 file it cannot read) stops every rank now, not at the step's
+         * first collective after the ranks' timeout */
+        if ((s = run_agree(&r->dist, s, "opening the files beside the state store", err))) return s;
         if (r->sx && r->dist.world == 1) { /* the executor updates through the store; its device copies follow the host */
             if ((s = st_stream_attach_store(r->sx, r->store, r->hs, r->blob_bytes, err))) return s;
             st_stream_set_params(r->sx, st_stream_params(r->sx));
