@@ -204,6 +204,20 @@ static st_status step_docs(st_step *s, int k, size_t N, st_err *err) {
                              s->doc_start ? s->doc_start + (size_t)k * N : NULL, err);
 }
 
+/* One micro-batch's executor figures added to the step's (the peak and the budget: the last). */
+static void add_stream_stats(st_step_result *r, const st_stream_step_stats *ss) {
+    r->forward_s += ss->compute_s;
+    r->stream.h2d_bytes += ss->h2d_bytes;
+    r->stream.d2h_bytes += ss->d2h_bytes;
+    r->stream.h2d_act_bytes += ss->h2d_act_bytes;
+    r->stream.d2h_act_bytes += ss->d2h_act_bytes;
+    r->stream.compute_s += ss->compute_s;
+    r->stream.wait_s += ss->wait_s;
+    r->stream.wall_s += ss->wall_s;
+    r->stream.device_peak_bytes = ss->device_peak_bytes;
+    r->stream.device_budget_bytes = ss->device_budget_bytes;
+}
+
 /* The ranks' micro-batch, in memory or streamed (the model's vectors are the executor's host
  * tier): the hooks are the model's (in memory) or handed to the executor. */
 static st_status dist_micro(st_step *s, const int32_t *in, const int32_t *tg, float dloss, float *mean,
@@ -216,16 +230,7 @@ static st_status dist_micro(st_step *s, const int32_t *in, const int32_t *tg, fl
     st_stream_step_stats ss;
     st_status st = st_stream_micro_grads(s->sx, in, tg, dloss, m->grad_hook, m->grad_hook_ctx, m->weight_hook,
                                       m->weight_hook_ctx, mean, &ss, err);
-    r->forward_s += ss.compute_s;
-    r->stream.h2d_bytes += ss.h2d_bytes;
-    r->stream.d2h_bytes += ss.d2h_bytes;
-    r->stream.h2d_act_bytes += ss.h2d_act_bytes;
-    r->stream.d2h_act_bytes += ss.d2h_act_bytes;
-    r->stream.compute_s += ss.compute_s;
-    r->stream.wait_s += ss.wait_s;
-    r->stream.wall_s += ss.wall_s;
-    r->stream.device_peak_bytes = ss.device_peak_bytes;
-    r->stream.device_budget_bytes = ss.device_budget_bytes;
+    add_stream_stats(r, &ss);
     return st;
 }
 
@@ -234,16 +239,7 @@ static st_status frozen_micro(st_step *s, const int32_t *in, const int32_t *tg, 
                               st_step_result *r, st_err *err) {
     st_stream_step_stats ss;
     st_status st = st_stream_frozen_grads(s->sx, in, tg, dloss, mean, &ss, err);
-    r->forward_s += ss.compute_s;
-    r->stream.h2d_bytes += ss.h2d_bytes;
-    r->stream.d2h_bytes += ss.d2h_bytes;
-    r->stream.h2d_act_bytes += ss.h2d_act_bytes;
-    r->stream.d2h_act_bytes += ss.d2h_act_bytes;
-    r->stream.compute_s += ss.compute_s;
-    r->stream.wait_s += ss.wait_s;
-    r->stream.wall_s += ss.wall_s;
-    r->stream.device_peak_bytes = ss.device_peak_bytes;
-    r->stream.device_budget_bytes = ss.device_budget_bytes;
+    add_stream_stats(r, &ss);
     return st;
 }
 

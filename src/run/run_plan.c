@@ -155,25 +155,22 @@ st_status run_open_streamed(const st_train_config *c, st_model *m, const st_arch
                         .state_format = st_train_config_state_format(c),
                         .external_optimizer = external};
     st_status s;
-    if (st_model_is_lora(m)) { /* the frozen base streams; the adapters are the hook's, updated by the step */
+    int lora = st_model_is_lora(m);
+    if (lora || st_model_is_poetx(m)) {
+        /* LoRA: the frozen base streams, the adapters are the hook's; POET-X: W0 streams in the base's
+         * blocks, the hook trains Q and the base's ends; the step's optimizer updates the method's
+         * vector */
+        const char *meth = lora ? "lora" : "poetx", *what = lora ? "the adapters'" : "the trained vector's";
         if (ranks > 1 || c->state_paths[0])
-            return st_errf(err, ST_ERR_UNSUPPORTED, "key 'device_budget': method lora streams its base in one process "
-                           "with the adapters' state in RAM; leave device_budget out (mpirun and state_paths train "
-                           "LoRA in memory)");
-        sc.host_params = st_lora_base(m)->params;
+            return st_errf(err, ST_ERR_UNSUPPORTED, "key 'device_budget': method %s streams its base in one process "
+                           "with %s state in RAM; leave device_budget out (mpirun and state_paths train %s in "
+                           "memory)", meth, what, lora ? "LoRA" : "POET-X");
+        sc.host_params = (lora ? st_lora_base(m) : st_poetx_base(m))->params;
         sc.host_grads = NULL;
         sc.external_optimizer = 0;
-        if ((s = st_lora_hook_bind(m, c->batch, c->seq, &sc.hook, err))) return s;
-    } else if (st_model_is_poetx(m)) { /* W0 streams in the base's blocks; the hook trains Q and the base's
-                                         * ends, the step's optimizer updates the POET-X vector */
-        if (ranks > 1 || c->state_paths[0])
-            return st_errf(err, ST_ERR_UNSUPPORTED, "key 'device_budget': method poetx streams its base in one process "
-                           "with the trained vector's state in RAM; leave device_budget out (mpirun and state_paths "
-                           "train POET-X in memory)");
-        sc.host_params = st_poetx_base(m)->params;
-        sc.host_grads = NULL;
-        sc.external_optimizer = 0;
-        if ((s = st_poetx_hook_bind(m, c->batch, c->seq, &sc.hook, err))) return s;
+        s = lora ? st_lora_hook_bind(m, c->batch, c->seq, &sc.hook, err)
+                 : st_poetx_hook_bind(m, c->batch, c->seq, &sc.hook, err);
+        if (s) return s;
     }
     st_stream_plan plan;
     st_stream_plan_default(&plan, arch->lay.n_blocks);
