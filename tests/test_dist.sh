@@ -4,7 +4,7 @@
 #   steps (every step's loss and norm, the final weights), with f32 and 8-bit states;
 # - ZeRO 2 at 2 ranks with grad_accum 2 equals one process with grad_accum 4 (its sum runs
 #   in the one process's order), ZeRO 0 and 1 with grad_accum 2 are within 1e-5 of it (each
-#   rank sums its own micro-batches first) and equal each other; 3 ranks with ZeRO 1 are within 1e-6 of one process with
+#   rank sums its own micro-batches first) and equal each other (ZeRO 1 streamed too); 3 ranks with ZeRO 1 are within 1e-6 of one process with
 #   grad_accum 3 (the issue's bound) and in fact equal to it, and two 3-rank runs are
 #   bit-identical;
 # - a run saved at 2 ranks resumes at 3 and at 1 rank, continuing exactly as an
@@ -135,6 +135,8 @@ same_run "$T/ref4" "$T/zs2_ga2" "2 ranks, zero 2, grad_accum 2, layer streaming 
 runN 2 --zero 0 --grad_accum 2 --run_dir "$T/z0_ga2"
 runN 2 --zero 1 --grad_accum 2 --run_dir "$T/z1_ga2"
 same_run "$T/z0_ga2" "$T/z1_ga2" "2 ranks, grad_accum 2: zero 1 against zero 0"
+runN 2 --zero 1 --grad_accum 2 --device_budget 5e6 --run_dir "$T/zs1_ga2"
+same_run "$T/z1_ga2" "$T/zs1_ga2" "2 ranks, zero 1, grad_accum 2, layer streaming against in memory"
 check '[ "$(jq -s "[.[] | .loss] | length" "$T/z1_ga2/metrics.jsonl" 2>/dev/null)" = "$STEPS" ] && jq -s -e --slurpfile r "$T/ref4/metrics.jsonl" "[range(length) as \$i | (.[\$i].loss - \$r[\$i].loss) / \$r[\$i].loss | fabs] | max < 1e-5" "$T/z1_ga2/metrics.jsonl" >/dev/null' \
   "2 ranks, zero 1, grad_accum 2: losses not within 1e-5 of one process with grad_accum 4: $(jq -c .loss "$T/z1_ga2/metrics.jsonl" 2>/dev/null | head -3 | tr '\n' ' ')"
 

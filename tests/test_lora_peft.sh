@@ -12,7 +12,7 @@ S=${STRATA_BIN:?}
 SRC=${STRATA_SOURCE_DIR:?}
 PY=/usr/bin/python3
 if ! "$PY" -c "import torch, transformers, peft" >/dev/null 2>&1; then
-  echo "skipped: $PY lacks torch, transformers or peft (pip install transformers==4.46.3 accelerate==1.0.1 peft)"
+  echo "skipped: $PY lacks torch, transformers or peft (apt-get install python3-torch; pip install transformers==4.46.3 accelerate==1.0.1 peft==0.13.2 --no-deps: a newer peft pulls a torch that transformers 4.46 does not run)"
   exit 77
 fi
 T=$(mktemp -d /tmp/strata-lora-peft-XXXXXX)
