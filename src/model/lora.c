@@ -254,13 +254,27 @@ static void hook_linear_backward(st_linear_hook *h, int mm, float *dx, float *db
 
 /* ------------------------------------------------------------------ st_model ops */
 
+/* The widest norm of a tensor table (the norms' dropped gradients' length; 1 where none). */
+static int widest_norm(const st_param_info *t, int n) {
+    int w = 1;
+    for (int i = 0; i < n; i++)
+        if (t[i].ndim == 1 && t[i].shape[0] > w) w = t[i].shape[0];
+    return w;
+}
+
+/* The hook's scratch in floats for N rows: t and dt (N x rank each), u (N x the widest adapted
+ * output), the norms' dropped gradients (2 x the widest norm). */
+static size_t scratch_floats(size_t N, int rank, int max_out, int max_norm) {
+    return 2 * N * (size_t)rank + N * (size_t)max_out + 2 * (size_t)max_norm;
+}
+
 /* The hook's scratch for B x T rows (t, dt, u, the norms' dropped gradients; the held matmuls'). */
 static st_status alloc_scratch(st_model *m, int B, int T, st_err *err) {
     lora_impl *li = impl_of(m);
     st_backend *be = m->be;
     if (li->scratch) be->ops->dealloc(be, li->scratch);
     li->N = B * T;
-    size_t n = 2 * (size_t)li->N * li->cfg.rank + (size_t)li->N * li->max_out + 2 * (size_t)li->max_norm;
+    size_t n = scratch_floats((size_t)li->N, li->cfg.rank, li->max_out, li->max_norm);
     if (!(li->scratch = be->ops->alloc(be, n * sizeof(float))))
         return st_errf(err, ST_ERR_NOMEM, "lora: cannot allocate %.1f MiB of adapter scratch for batch %d x seq %d",
                        n * 4.0 / 1048576.0, B, T);
@@ -450,7 +464,7 @@ static void held_scratch(const st_param_info *tt, int nt, int gpt2, size_t panel
 
 size_t st_lora_hook_scratch_bytes(const st_param_info *tensors, int n_tensors, const char *arch,
                                   const st_lora_config *cfg, int B, int T) {
-    int n_ad = 0, max_out = 0, max_norm = 1;
+    int n_ad = 0, max_out = 0;
     st_err e = {0};
     if (build_adapters(tensors, n_tensors, arch, cfg, NULL, &n_ad, NULL, NULL, 0, &e)) return 0;
     lora_adapter *ad = calloc((size_t)(n_ad ? n_ad : 1), sizeof *ad);
@@ -459,10 +473,7 @@ size_t st_lora_hook_scratch_bytes(const st_param_info *tensors, int n_tensors, c
     for (int i = 0; i < n_ad; i++)
         if (ad[i].out > max_out) max_out = ad[i].out;
     free(ad);
-    for (int i = 0; i < n_tensors; i++)
-        if (tensors[i].ndim == 1 && tensors[i].shape[0] > max_norm) max_norm = tensors[i].shape[0];
-    size_t N = (size_t)B * (size_t)T; /* alloc_scratch's count */
-    return sizeof(float) * (2 * N * (size_t)cfg->rank + N * (size_t)max_out + 2 * (size_t)max_norm);
+    return sizeof(float) * scratch_floats((size_t)B * (size_t)T, cfg->rank, max_out, widest_norm(tensors, n_tensors));
 }
 
 void st_lora_held_bytes(const st_param_info *tensors, int n_tensors, const char *arch, st_frozen_dtype d, size_t *numel,
@@ -587,9 +598,7 @@ st_status st_lora_model_create(st_model **out, st_model *base, const st_lora_con
     build_adapters(base->tensors, base->n_tensors, base->ops->arch, cfg, li->ad, &li->n_ad, &np, li->canon_targets,
                    sizeof li->canon_targets, err);
     frozen_base_index(li->fb.first, li->fb.n_layer * ST_MM_COUNT, li->ad, sizeof *li->ad, li->n_ad);
-    li->max_norm = 1;
-    for (int i = 0; i < base->n_tensors; i++)
-        if (base->tensors[i].ndim == 1 && base->tensors[i].shape[0] > li->max_norm) li->max_norm = base->tensors[i].shape[0];
+    li->max_norm = widest_norm(base->tensors, base->n_tensors);
     for (int i = 0; i < li->n_ad; i++) {
         lora_adapter *a = &li->ad[i];
         if (a->out > li->max_out) li->max_out = a->out;
