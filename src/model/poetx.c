@@ -1,18 +1,23 @@
 /* poetx.c - POET-X over a base model's frozen matmul weights (strata/poetx.h).
  *
  * The base's block functions call the st_linear_hook's linear_forward in place of each of the
- * four matmuls (model.h). For the projections j of that matmul (one for GPT-2; q|k|v and
- * gate|up are packed for the Llama family, each with its own R and P), out (N, ld):
- *     u = P_j x (N, in)            poet_apply_forward (G_in, perm_in)
- *     h = u W0_j^T (N, out_j)      matmul_forward, W0 as the block stores it
- *     y = R_j h                    poet_apply_forward (G_out, perm_out)
- *     out[:, col_j ..) = y + bias  (one projection: y written straight into out)
+ * four matmuls (model.h). W0 is held pre-permuted, W0'_j = Pi_out W0_j Pi_in^T (W0'[r][c] =
+ * W0[perm_out[r]][perm_in[c]]; strata/poetx.h), so that with P = Pi_in^T P' Pi_in and R =
+ * Pi_out^T R' Pi_out (P', R' block-diagonal) the rotations need no permutation. For the
+ * projections j of that matmul (one for GPT-2; q|k|v and gate|up are packed for the Llama
+ * family, each with its own R and P), out (N, ld):
+ *     x' = Pi_in x (N, in)         poet_permute, gather by perm_in
+ *     u' = P' x'                   poet_apply_forward (G_in, perm NULL)
+ *     h' = u' W0'_j^T (N, out_j)   matmul_forward, W0' as the block stores it (= Pi_out h)
+ *     y' = R' h'                   poet_apply_forward (G_out, perm NULL)
+ *     out[:, col_j + perm_out[i]] = y'[i]; then out += bias (the projections cover out's columns)
  * G_in, G_out from the packed Q by poet_cayley_forward where they are used (forward, backward,
- * merge), one weight's at a time: never kept across a step. h is kept for the backward
+ * merge), one weight's at a time: never kept across a step. h' is kept for the backward
  * (poetx_recompute 0: N x out_j per weight) or formed again from the layer's input (1).
- * Backward from dout: dbias += column sums; G formed again, dh = R^T dy (and dG_out from h),
- * du = dh W0_j (no dW0; u itself is not needed), dx += P^T du (and dG_in from x), dq +=
- * poet_cayley_backward of dG.
+ * Backward from dout: dbias += column sums; G formed again, dy' = dout's columns gathered by
+ * perm_out, dh' = R'^T dy' (and dG_out from h'), du' = dh' W0'_j (no dW0; u' itself is not
+ * needed), dx' = P'^T du' (and dG_in from x', gathered again), dx += dx' scattered by perm_in,
+ * dq += poet_cayley_backward of dG.
  *
  * The parameter vector is the base's trainable tensors and the Q's. The base keeps no gradient
  * vector: its backwards ask the hook (grad_at) where each trainable's gradient goes, here.
