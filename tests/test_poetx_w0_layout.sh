@@ -10,7 +10,9 @@
 #  - the same with the trained vector on disk (state_paths): the W0 file of the merge at 3
 #    rewritten so, resumed at 5 over the merge at 6;
 #  - the rewritten file really differs, and a file with an unknown poetx_w0_layout is refused
-#    naming the key.
+#    naming the key;
+#  - strata sample --from a POET-X run draws what its save_hf model draws (one seed), stopped
+#    between merges and right after one.
 set -u
 . "$(dirname "$0")/lib_method_cli.sh"
 method_begin poetx-w0-layout
@@ -110,4 +112,12 @@ check '[ -n "$w" ]' "the disk state's W0 file of the merge at 3 ($(ls -R "$T/spo
 rc=$?
 check '[ $rc -eq 0 ] && [ "$(losses "$T/disk-old")" = "$(losses "$T/disk")" ] && cmp -s "$T/disk/model.safetensors" "$T/disk-old/model.safetensors"' \
   "disk state resumed from an old-layout W0 file (rc $rc): losses $(losses "$T/disk-old") against $(losses "$T/disk"); $(tail -1 "$T/disk-old.2")"
+# strata sample from a POET-X run reads the merged model (R W0 P folded, W0 out of its frame): the
+# tokens of its save_hf directory's, greedy; and a run stopped right after a merge (Q = 0) too
+for st in 4 3; do
+  "$S" train $poet --model gpt2-tiny --poetx_block 8 --stop_at $st --save_hf "$T/s$st.hf" --run_dir "$T/s$st" >"$T/s$st.out" 2>&1
+  a=$("$S" sample --from "$T/s$st" --max_new 15 --seed 5 2>"$T/s$st.a")
+  b=$("$S" sample --from "$T/s$st.hf" --max_new 15 --seed 5 2>"$T/s$st.b")
+  check '[ -n "$a" ] && [ "$a" = "$b" ]' "sample from the run stopped at $st ('$a'; $(tail -n 1 "$T/s$st.a")) against its save_hf ('$b')"
+done
 method_end poetx-w0-layout

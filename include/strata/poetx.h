@@ -109,7 +109,8 @@ st_status st_poetx_model_create(st_model **out, st_model *base, const st_poetx_c
  * of each block matmul (its st_stream_config.hook, frozen 0: the executor forms the gradients of
  * the base's embeddings, norms, biases and untied head and hands them to the hook's grad_at, in
  * m->grads), with its scratch and kept h for B x T rows and none of the base's own activations.
- * W0 is the block's weight as the executor passes it (its device copy of the base's fp32 vector);
+ * W0 is the block's weight as the executor passes it (its device copy of the base's fp32 vector,
+ * which holds W0 pre-permuted);
  * Q, the permutations and the gradients are m's, host memory (the CPU backend's). frozen_dtype
  * fp32 only: bf16 and int8 refused naming 'frozen_dtype'. Until the next alloc_acts or bind. */
 st_status st_poetx_hook_bind(st_model *m, int B, int T, st_linear_hook **hook, st_err *err);
@@ -137,6 +138,10 @@ st_status st_poetx_draw_perms(st_model *m, uint64_t seed, int64_t step, st_err *
 /* Weight `weight`'s W0 (its Hugging Face name, with or without ".weight") in the base's layout
  * and fp32, as the held W0' unpermuted (R and P not folded in), into dst (host, numel floats). */
 st_status st_poetx_w0(const st_model *m, const char *weight, float *dst, st_err *err);
+/* The merged dense model, as save_hf writes it (the trainables as they are, every W = R W0 P
+ * folded in fp32, in the base's layout), into dst: a vector of the base's tensor table
+ * (base->n_params floats, m's backend memory). m unchanged. */
+st_status st_poetx_merged_into(const st_model *m, float *dst, st_err *err);
 /* A merge: W0 <- R W0 P in fp32 for every weight (one weight's fp32 copy at a time; stored back
  * in frozen_dtype), Q <- 0, the permutations redrawn from (seed, step). The model's function is
  * unchanged up to fp32 rounding (and frozen_dtype's). */

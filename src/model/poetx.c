@@ -80,7 +80,7 @@ enum {
     W0_RAW = 2,       /* the held W0 is in the base's layout (a file written before W0 was held permuted) */
     W0_FOLD = 4,      /* R W0 P folded in (in the frame held, fp32) */
 };
-static st_status w0_pass(st_model *m, int flags, const int32_t *newp, int only, st_err *err);
+static st_status w0_pass(st_model *m, int flags, const int32_t *newp, int only, float *dense, st_err *err);
 static void draw_perms_host(const poet_impl *pi, uint64_t seed, int64_t step, int32_t *h);
 static void w0_permute(const poet_weight *a, int gpt2, float *dst, const float *src, const int32_t *pin,
                        const int32_t *pout, int to);
@@ -316,7 +316,7 @@ static st_status init_state(st_model *m, uint64_t seed, st_err *err) {
     int32_t *np = malloc((pi->n_perm ? pi->n_perm : 1) * sizeof(int32_t));
     if (!np) return st_errf(err, ST_ERR_NOMEM, "poetx: out of memory for the permutations");
     draw_perms_host(pi, seed, 0, np);
-    st_status s = w0_pass(m, W0_FROM_BASE, np, -1, err);
+    st_status s = w0_pass(m, W0_FROM_BASE, np, -1, NULL, err);
     free(np);
     return s;
 }
@@ -571,7 +571,7 @@ static st_status load_file(st_model *m, const char *path, int with_trainables, i
             int32_t *np = malloc((pi->n_perm ? pi->n_perm : 1) * sizeof(int32_t));
             if (!np) s = st_errf(err, ST_ERR_NOMEM, "out of memory");
             else be->ops->copy_to_host(be, np, pi->perms, pi->n_perm * sizeof(int32_t));
-            if (np) s = w0_pass(m, W0_RAW, np, -1, err);
+            if (np) s = w0_pass(m, W0_RAW, np, -1, NULL, err);
             free(np);
         }
     }
@@ -633,7 +633,7 @@ static st_status po_save_hf(const st_model *m, const char *dir, st_dtype dtype, 
     if (f32) be->ops->copy_to_host(be, keep, b->params, nb * sizeof(float));
     for (int i = 0; i < pi->n_train; i++)
         dev_copy(be, b->params + pi->train[i].base_off, m->params + pi->train[i].off, pi->train[i].numel);
-    st_status s = w0_pass((st_model *)m, W0_FOLD, NULL, -1, err);
+    st_status s = w0_pass((st_model *)m, W0_FOLD, NULL, -1, NULL, err);
     if (!s) s = b->ops->save_hf(b, dir, dtype, err);
     if (f32) be->ops->copy_to_device(be, b->params, keep, nb * sizeof(float)); /* as it was, bit for bit */
     for (int i = 0; !f32 && i < pi->n_w; i++) frozen_release(base_w0(pi, i), pi->w[i].base_t->numel * sizeof(float));
@@ -688,6 +688,14 @@ st_status st_poetx_load_w0(st_model *m, const char *path, int64_t merge_step, st
     return load_file(m, path, 0, merge_step < 0 ? 0 : merge_step, err);
 }
 size_t st_poetx_q_offset(const st_model *m) { return st_model_is_poetx(m) ? impl_of(m)->q_off : 0; }
+
+st_status st_poetx_merged_into(const st_model *m, float *dst, st_err *err) {
+    if (!st_model_is_poetx(m)) return st_errf(err, ST_ERR_INVALID, "poetx: the model is not a POET-X model");
+    poet_impl *pi = impl_of(m);
+    for (int i = 0; i < pi->n_train; i++)
+        dev_copy(m->be, dst + pi->train[i].base_off, m->params + pi->train[i].off, pi->train[i].numel);
+    return w0_pass((st_model *)m, W0_FOLD, NULL, -1, dst, err);
+}
 
 st_status st_poetx_w0(const st_model *m, const char *weight, float *dst, st_err *err) {
     if (!st_model_is_poetx(m)) return st_errf(err, ST_ERR_INVALID, "poetx: the model is not a POET-X model");
@@ -745,7 +753,7 @@ st_status st_poetx_draw_perms(st_model *m, uint64_t seed, int64_t step, st_err *
     int32_t *np = malloc((pi->n_perm ? pi->n_perm : 1) * sizeof(int32_t));
     if (!np) return st_errf(err, ST_ERR_NOMEM, "poetx: out of memory for the permutations");
     draw_perms_host(pi, seed, step, np);
-    st_status s = w0_pass(m, 0, np, -1, err); /* W0 into the new frame */
+    st_status s = w0_pass(m, 0, np, -1, NULL, err); /* W0 into the new frame */
     free(np);
     return s;
 }
@@ -779,7 +787,7 @@ st_status st_poetx_set_perms(st_model *m, const char *weight, const int32_t *per
         m->be->ops->copy_to_host(m->be, np, pi->perms, pi->n_perm * sizeof(int32_t));
         memcpy(np + (a->perm_in - pi->perms), perm_in, sizeof(int32_t) * (size_t)a->in);
         memcpy(np + (a->perm_out - pi->perms), perm_out, sizeof(int32_t) * (size_t)a->out);
-        st_status s = w0_pass(m, 0, np, i, err); /* this W0 into the new frame */
+        st_status s = w0_pass(m, 0, np, i, NULL, err); /* this W0 into the new frame */
         free(np);
         return s;
     }
@@ -840,12 +848,13 @@ static void fold_weight(st_model *m, const poet_weight *a, float *h1, float *h2,
 
 /* Every weight's W0 (only >= 0: that weight's alone), one at a time through host fp32: from the
  * held W0 in the frame of the permutations held (or as flags say), R and P folded in (W0_FOLD),
- * out of the frame into the base's layout, then into the base's vector dense in its layout (newp
- * NULL: save_hf, the held W0 unchanged) or into the held W0 in the frame of newp (every weight's
+ * out of the frame into the base's layout, then into the base's vector (dense NULL) or dense (a
+ * vector of the base's table) in its layout (newp NULL: save_hf, the held W0 unchanged) or into
+ * the held W0 in the frame of newp (every weight's
  * permutations, host, laid out as pi->perms), rounded to frozen_dtype once; newp then becomes the
  * permutations held. With W0_FROM_BASE and frozen_dtype bf16 or int8 the base's fp32 pages of W0
  * are given back after (the store's is the one W0 from now on). */
-static st_status w0_pass(st_model *m, int flags, const int32_t *newp, int only, st_err *err) {
+static st_status w0_pass(st_model *m, int flags, const int32_t *newp, int only, float *dense, st_err *err) {
     poet_impl *pi = impl_of(m);
     st_backend *be = m->be;
     const st_backend_ops *o = be->ops;
@@ -876,7 +885,7 @@ static st_status w0_pass(st_model *m, int flags, const int32_t *newp, int only, 
             w = h2;
         }
         if (!newp) {
-            o->copy_to_device(be, base_w0(pi, i), w, n * sizeof(float));
+            o->copy_to_device(be, dense ? dense + a->base_t->offset : base_w0(pi, i), w, n * sizeof(float));
             continue;
         }
         float *v = w == h1 ? h2 : h1;
@@ -897,7 +906,7 @@ st_status st_poetx_merge(st_model *m, uint64_t seed, int64_t step, st_err *err) 
     int32_t *np = malloc((pi->n_perm ? pi->n_perm : 1) * sizeof(int32_t));
     if (!np) return st_errf(err, ST_ERR_NOMEM, "poetx: out of memory for the permutations");
     draw_perms_host(pi, seed, step, np);
-    st_status s = w0_pass(m, W0_FOLD, np, -1, err); /* W0 <- R W0 P, in the frame of the new permutations */
+    st_status s = w0_pass(m, W0_FOLD, np, -1, NULL, err); /* W0 <- R W0 P, in the frame of the new permutations */
     free(np);
     if (s) return s;
     m->be->ops->memset0(m->be, m->params + pi->q_off, (m->n_params - pi->q_off) * sizeof(float));
