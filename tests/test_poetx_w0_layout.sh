@@ -113,7 +113,7 @@ rc=$?
 check '[ $rc -eq 0 ] && [ "$(losses "$T/disk-old")" = "$(losses "$T/disk")" ] && cmp -s "$T/disk/model.safetensors" "$T/disk-old/model.safetensors"' \
   "disk state resumed from an old-layout W0 file (rc $rc): losses $(losses "$T/disk-old") against $(losses "$T/disk"); $(tail -1 "$T/disk-old.2")"
 # strata sample from a POET-X run reads the merged model (R W0 P folded, W0 out of its frame): the
-# tokens of its save_hf directory's, greedy; and a run stopped right after a merge (Q = 0) too
+# tokens of its save_hf directory's at temperature 1 and one seed; and a run stopped right after a merge (Q = 0) too
 for st in 4 3; do
   "$S" train $poet --model gpt2-tiny --poetx_block 8 --stop_at $st --save_hf "$T/s$st.hf" --run_dir "$T/s$st" >"$T/s$st.out" 2>&1
   a=$("$S" sample --from "$T/s$st" --max_new 15 --seed 5 2>"$T/s$st.a")
