@@ -1011,7 +1011,7 @@ st_status st_poetx_model_create(st_model **out, st_model *base, const st_poetx_c
     ng = gmax;
     pi->G = m->be->ops->alloc(m->be, (ng ? ng : 1) * sizeof(float));
     pi->perms = m->be->ops->alloc(m->be, (nperm ? nperm : 1) * sizeof(int32_t));
-    /* the store: fp32 is the base's own W0; bf16 and int8 their codes, filled by po_init_random */
+    /* the store: fp32 is the base's own W0; bf16 and int8 their codes, filled by init_state */
     int store_ok = (pi->fw = calloc((size_t)(pi->n_w ? pi->n_w : 1), sizeof *pi->fw)) != NULL;
     for (int i = 0; store_ok && i < pi->n_w; i++) {
         const st_param_info *t = pi->w[i].base_t;
