@@ -135,6 +135,11 @@ st_status st_poetx_set_perms(st_model *m, const char *weight, const int32_t *per
 /* The permutations of every weight drawn afresh from (seed, step) (what a merge at step does), W0
  * moved into their frame (exact for fp32 and bf16; int8's groups rounded again). */
 st_status st_poetx_draw_perms(st_model *m, uint64_t seed, int64_t step, st_err *err);
+/* What the model's init_random does, with its failure returned (out of memory for the
+ * permutations or W0's move into their frame: the model is then not to be trained): the base's
+ * trainables into the vector, Q = 0, the permutations of (seed, step 0), W0 from the base's vector
+ * into their frame and its precision. */
+st_status st_poetx_init_state(st_model *m, uint64_t seed, st_err *err);
 /* Weight `weight`'s W0 (its Hugging Face name, with or without ".weight") in the base's layout
  * and fp32, as the held W0' unpermuted (R and P not folded in), into dst (host, numel floats). */
 st_status st_poetx_w0(const st_model *m, const char *weight, float *dst, st_err *err);

@@ -321,9 +321,15 @@ static st_status init_state(st_model *m, uint64_t seed, st_err *err) {
     return s;
 }
 
+/* the vtable's (void): a failure said; a run calls st_poetx_init_state, which returns it */
 static void po_init_random(st_model *m, uint64_t seed) {
     st_err err = {0};
     if (init_state(m, seed, &err)) st_log(0, "poetx: %s\n", err.msg);
+}
+
+st_status st_poetx_init_state(st_model *m, uint64_t seed, st_err *err) {
+    if (!st_model_is_poetx(m)) return st_errf(err, ST_ERR_INVALID, "poetx: the model is not a POET-X model");
+    return init_state(m, seed, err);
 }
 
 /* The file: the trainable tensors and Q's under the table's names, then each weight's W0 (the
@@ -568,6 +574,10 @@ static st_status load_file(st_model *m, const char *path, int with_trainables, i
                                     (size_t)a->out * sizeof(int32_t));
         }
         if (have && raw) { /* W0 in the base's layout: into the frame of the permutations just read */
+            if (fd == ST_FROZEN_INT8)
+                st_log(1, "poetx: %s holds W0 in the base's layout (written before W0 was held permuted); its int8 "
+                       "codes are rounded again in the permuted layout's groups, so the run goes on within int8's "
+                       "rounding of the file's, not bit for bit\n", path);
             int32_t *np = malloc((pi->n_perm ? pi->n_perm : 1) * sizeof(int32_t));
             if (!np) s = st_errf(err, ST_ERR_NOMEM, "out of memory");
             else be->ops->copy_to_host(be, np, pi->perms, pi->n_perm * sizeof(int32_t));

@@ -331,8 +331,7 @@ static st_status draw_start(const st_train_config *c, st_comm *comm, st_model *p
         else s = st_poetx_orthogonal_base(base, (float)c->poetx_init_gain, c->seed, err);
         if (s) return s;
     }
-    pm->ops->init_random(pm, c->seed);
-    return ST_OK;
+    return st_poetx_init_state(pm, c->seed, err);
 }
 
 st_status run_poetx_open(const st_train_config *c, st_comm *comm, st_model **m, st_err *err) {
