@@ -122,7 +122,11 @@
  * vector, no optimizer or moments, and nothing is drained. st_stream_frozen_grads runs one
  * micro-batch; the caller's optimizer updates the hook's parameters (strata/step.h). The base
  * never changes: blocks 0..depth stay in their slots for the next call. The hook's memory is
- * the host's, so the device must be one whose memory is (the CPU backend).
+ * the host's, so the device must be one whose memory is (the CPU backend). A hook that holds the
+ * base's matmul weights in another precision (held_block_bytes > 0, model.h) makes every weight
+ * slot a held slab (block.h: the 1-D tensors packed) with the layer's held run beside it: the
+ * fp32 matmul weights are neither copied nor counted, and hook->held points at the slot's copy
+ * while the executor runs that layer (NULL again after each call).
  *
  * A base whose ends a hook trains (hook with frozen 0: POET-X, strata/poetx.h): the same, except
  * that the hook replaces the block matmuls (W0 read from the device's block) and the embedding's

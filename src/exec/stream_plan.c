@@ -96,6 +96,27 @@ static int ends_cfg(const st_stream_config *c) { return c->hook && !c->hook->fro
 
 static size_t rnd(size_t bytes) { return (bytes + ST_ARENA_ALIGN - 1) / ST_ARENA_ALIGN * ST_ARENA_ALIGN; }
 
+/* A hook holding the base's matmul weights (held_block_bytes > 0): the slots are held slabs. */
+static int held_cfg(const st_stream_config *c) { return c->hook && c->hook->held_block_bytes > 0; }
+
+/* The floats of a block's 1-D tensors (norms, biases): a held slab's fp32 part (block.h). */
+static size_t held_slab_floats(const st_arch_layout *y) {
+    size_t n = 0;
+    for (int i = 0; i < y->tensors_per_block; i++) {
+        const st_param_info *t = &y->tensors[y->n_pre_tensors + i];
+        if (t->ndim == 1) n += t->numel;
+    }
+    return n;
+}
+
+/* Where a held slab's held run starts, in bytes (its fp32 part rounded up to 64 bytes). */
+static size_t held_run_at(const st_stream_config *c) { return (held_slab_floats(&c->arch->lay) * 4 + 63) / 64 * 64; }
+
+/* One weight slot's bytes: a block's fp32 slab, or a held slab with the block's held run. */
+static size_t slot_bytes(const st_stream_config *c) {
+    return held_cfg(c) ? held_run_at(c) + c->hook->held_block_bytes : c->arch->lay.block_numel * 4;
+}
+
 /* Every device allocation of a plan, in one table: st_stream_device_bytes sums it (with
  * the arch's bound state) and st_stream_exec_create allocates it, so the two cannot differ.
  * x NULL: sizes only. */
@@ -144,7 +165,7 @@ static int alloc_table(const st_stream_config *c, const st_stream_plan *p, st_st
         if (!p->resident) A(d_post_g, (fz ? y->norm_numel : y->n_params - y->norm_offset) * 4);
     }
     A(d_outs, L * NC * 4);                                  /* block outputs (checkpoints) */
-    if (!p->resident) A(d_w, (size_t)(p->prefetch_depth + 1) * bn * 4); /* weight slots */
+    if (!p->resident) A(d_w, (size_t)(p->prefetch_depth + 1) * slot_bytes(c)); /* weight slots */
     if (!p->resident && !no_slots) A(d_g, 2 * bn * 4);      /* gradient slots */
     if (p->grad_dtype == ST_BF16 && !no_slots) A(d_g16, 2 * bn * 2); /* their bf16 staging */
     size_t esz = p->act_dtype == ST_BF16 ? 2 : 4;            /* a stored activation */
@@ -279,6 +300,9 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
         return st_errf(err, ST_ERR_UNSUPPORTED, "stream: a hook that trains the base's embedding and head (POET-X) "
                        "takes the head resident: vocab_chunk %d is not taken; give a plan without vocabulary chunks "
                        "(a larger device_budget)", p->vocab_chunk);
+    if (held_cfg(c) && !c->hook->held_host)
+        return st_errf(err, ST_ERR_INVALID, "stream: a hook that holds the base's matmul weights (held_block_bytes) "
+                       "says where each block's are (st_linear_hook.held_host); this one does not");
     if (frozen_cfg(c) && (p->resident || !st_backend_host_memory(dev) || c->external_optimizer || c->optim))
         return st_errf(err, ST_ERR_UNSUPPORTED, "stream: a frozen base's hook (st_stream_config.hook) keeps its "
                        "parameters and gradients in host memory: it streams to a device whose memory is the host's "
@@ -308,6 +332,9 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
         x->cfg.grad_accum = 1;
     }
     x->n_blocks = L;
+    x->held = held_cfg(c);
+    x->slot_bytes = slot_bytes(c);
+    x->held_at = x->held ? held_run_at(c) : 0;
     x->depth = p->prefetch_depth;
     x->n_slots = x->depth + 1;
     pthread_mutex_init(&x->mu, NULL);
@@ -345,6 +372,21 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
         if ((s = st_blocks_bind(&x->host_blocks, c->arch, x->host_be, c->B, c->T, err))) goto fail;
     }
 
+    if (x->held) { /* the 1-D tensors' runs of the host slab, packed into the slot */
+        const st_arch_layout *ly = &c->arch->lay;
+        x->held_runs = calloc((size_t)ly->tensors_per_block + 1, sizeof *x->held_runs);
+        if (!x->held_runs) FAIL(ST_ERR_NOMEM, "stream: out of memory");
+        size_t dst = 0;
+        for (int i = 0; i < ly->tensors_per_block; i++) {
+            const st_param_info *t = &ly->tensors[ly->n_pre_tensors + i];
+            if (t->ndim != 1) continue;
+            size_t src = t->offset - ly->block_offset0;
+            struct held_run *r = x->n_held_runs ? &x->held_runs[x->n_held_runs - 1] : NULL;
+            if (r && r->src + r->n == src) r->n += t->numel; /* adjacent in the host slab too: one copy */
+            else x->held_runs[x->n_held_runs++] = (struct held_run){src, dst, t->numel};
+            dst += t->numel;
+        }
+    }
     x->act_slot = calloc((size_t)L, sizeof *x->act_slot);
     x->w_ticket = calloc((size_t)L, sizeof *x->w_ticket);
     x->act_ticket = calloc((size_t)L, sizeof *x->act_ticket);
@@ -489,6 +531,7 @@ void st_stream_exec_free(st_stream_exec *x) {
     free(x->gspans);
     if (x->opt != x->cfg.optim) st_optim_free(x->opt);
     free(x->segs);
+    free(x->held_runs);
     free(x->act_slot);
     free(x->w_ticket);
     free(x->act_ticket);

@@ -187,7 +187,8 @@ static st_store_step_args store_args(st_stream_exec *x, double ss) {
 }
 
 static float *wslot(st_stream_exec *x, int l) {
-    return x->d_w + (size_t)(x->plan.resident ? l : l % x->n_slots) * x->block_numel;
+    if (x->plan.resident) return x->d_w + (size_t)l * x->block_numel;
+    return (float *)(void *)((unsigned char *)x->d_w + (size_t)(l % x->n_slots) * x->slot_bytes);
 }
 /* Block l's gradient buffer: a device slot (two, alternating), or resident its place in
  * this micro-batch's host gradient. */
@@ -212,7 +213,15 @@ static float *block_out(st_stream_exec *x, int l) { return x->d_outs + (size_t)l
 static uint64_t fetch_block(st_stream_exec *x, int l) {
     stream_weights_at(x, x->block_offset0 + (size_t)l * x->block_numel, x->block_numel);
     if (x->plan.resident) return 0;
-    return h2d(x, wslot(x, l), x->host_params + x->block_offset0 + (size_t)l * x->block_numel, x->block_numel * 4);
+    const float *host = x->host_params + x->block_offset0 + (size_t)l * x->block_numel;
+    if (!x->held) return h2d(x, wslot(x, l), host, x->block_numel * 4);
+    /* a held slab: the 1-D tensors (not the matmul weights' fp32, given back), then the held run;
+     * the copies complete in order, so the last one's ticket is the block's */
+    float *slot = wslot(x, l);
+    st_linear_hook *hk = x->cfg.hook;
+    for (int i = 0; i < x->n_held_runs; i++)
+        h2d(x, slot + x->held_runs[i].dst, host + x->held_runs[i].src, x->held_runs[i].n * 4);
+    return h2d(x, (unsigned char *)slot + x->held_at, hk->held_host(hk, l), hk->held_block_bytes);
 }
 
 /* Where block l's activations are stored for its backward (offloaded: slot ord % 2), fp32
@@ -386,7 +395,7 @@ static float micro_forward(step_run *r, int mb, const int32_t *inputs, const int
         if (off) wait_ticket(x, x->off_slot_ticket[k % 2], "wait act slot", l);
         float *a = block_set(x, l);
         stream_w16_block(x, wslot(x, l), l);
-        stream_hook_layer(x, l);
+        stream_hook_layer(x, l, wslot(x, l));
         COMPUTE_(ST_PROF_CAT_COMPUTE, "forward block", l, ao->block_forward(x->dev_blocks, wslot(x, l), block_in(x, l), a, block_out(x, l)));
         if (x->act16) /* stored rounded: what every kind of block's backward reads */
             COMPUTE_(ST_PROF_CAT_COMPUTE, "acts to bf16", l, dev->ops->to_bf16(dev, block_acts(x, l), a, x->act_set_floats));
@@ -452,7 +461,7 @@ static void micro_backward(step_run *r, int add, int final) {
         float *a = block_set(x, l);
         /* the last recomputed block's forward is still in the set: nothing to redo */
         stream_w16_block(x, wslot(x, l), l);
-        stream_hook_layer(x, l);
+        stream_hook_layer(x, l, wslot(x, l));
         if (act == ST_STREAM_ACT_RECOMPUTE && r->rc_holds != l) {
             COMPUTE_(ST_PROF_CAT_RECOMPUTE, "recompute block", l, {
                 ao->block_forward(x->dev_blocks, wslot(x, l), block_in(x, l), a, block_out(x, l));
@@ -776,6 +785,7 @@ st_status st_stream_frozen_grads(st_stream_exec *x, const int32_t *inputs, const
     /* a hook that trains the ends: the caller changes the host weights next (its update), which
      * the copies of the next call's first blocks must not be reading */
     for (int l = 0; x->ends && l <= x->depth && l < x->n_blocks; l++) wait_ticket(x, x->w_ticket[l], "wait weights", l);
+    stream_hook_done(x);
     *loss = stats->loss;
     return s;
 }
@@ -834,7 +844,7 @@ st_status st_stream_eval(st_stream_exec *x, const int32_t *inputs, const int32_t
     for (int l = 0; l < L; l++) {
         wait_ticket(x, x->w_ticket[l], "wait weights", l);
         stream_w16_block(x, wslot(x, l), l);
-        stream_hook_layer(x, l);
+        stream_hook_layer(x, l, wslot(x, l));
         ao->block_forward(x->dev_blocks, wslot(x, l), block_in(x, l), block_set(x, l), block_out(x, l));
         if (l + D + 1 < L) {
             x->w_ticket[l + D + 1] = fetch_block(x, l + D + 1);
@@ -846,6 +856,7 @@ st_status st_stream_eval(st_stream_exec *x, const int32_t *inputs, const int32_t
     else *loss = stream_head_forward(x, block_out(x, L - 1), targets, 0.0f);
     stream_compute_flush(x, &compute_s); /* the head's spans, drawn on the trace */
     stream_w16_end(x);
+    stream_hook_done(x);
     /* copies still queued (the logits' drain, head chunks) complete before anything the
      * next step waits on: the copy engine completes in order */
     st_prof_end(&span);
