@@ -11,7 +11,8 @@
 # where mpirun is missing or strata was built without MPI. With poetx_init orthogonal too: every
 # rank draws the same flat W0 as one process. With the disk state (state_paths): 2 ranks against
 # one process, stopped and resumed at 2 ranks and in one process (the re-shard finds W0's file in
-# the ranks' directories), the stores one step apart across a merge.
+# the ranks' directories), the stores one step apart across a merge, one rank's W0 file of the
+# start missing (every rank draws it again).
 set -u
 . "$(dirname "$0")/lib_corpus.sh"
 corpus_begin poetxdist
@@ -101,6 +102,25 @@ mkdir -p "$T/st_o"
 $MPI -np 2 "$S" train $P $O --zero 1 --state_paths "$T/st_o" --run_dir "$T/d_o" --save_hf "$T/hf_d_o" >"$T/d_o.out" 2>&1
 check '[ $? -eq 0 ] && [ "$(losses "$T/d_o")" = "$(losses "$T/o_one")" ] && cmp -s "$T/hf_d_o/model.safetensors" "$T/hf_o_one/model.safetensors"' \
   "poetx_init orthogonal, 2 ranks, state_paths: $(losses "$T/d_o") against one process's $(losses "$T/o_one"): $(tail -2 "$T/d_o.out")"
+# killed after the stores were created and before every rank's W0 file of the start was in place:
+# a run of no step at 2 ranks, then rank 1's file removed (the resume takes rank 0's, the same
+# bits), or both (every rank draws W0 again, the ranks agreeing that one lacks it); each resume
+# ends on one process's run
+for gone in 1 01; do
+  d="$T/nostep$gone"
+  mkdir -p "$d.st"
+  $MPI -np 2 "$S" train $P $O --zero 1 --steps 0 --state_paths "$d.st" --run_dir "$d" >"$d.1.out" 2>&1
+  w00=strata-state.poetx-w0-000000000.safetensors
+  check '[ -f "$d.st/rank0-of-2/$w00" ] && [ -f "$d.st/rank1-of-2/$w00" ]' \
+    "2 ranks, a run of no step: the start's W0 files: $(ls "$d.st"/rank*-of-2 | tr '\n' ' ')"
+  rm -f "$d.st/rank1-of-2/$w00"
+  [ $gone = 01 ] && rm -f "$d.st/rank0-of-2/$w00"
+  $MPI -np 2 "$S" train $P $O --zero 1 --state_paths "$d.st" --resume "$d" --run_dir "$d" --save_hf "$d.hf" >"$d.2.out" 2>&1
+  rc=$?
+  [ $gone = 1 ] && said="W0 of the merge at step 0 taken from .*rank0-of-2" || said="W0 drawn again from the seed"
+  check '[ $rc -eq 0 ] && grep -q "$said" "$d.2.out" && [ "$(losses "$d")" = "$(losses "$T/o_one")" ] && cmp -s "$d.hf/model.safetensors" "$T/hf_o_one/model.safetensors" && cmp -s "$d.st/rank0-of-2/strata-state.poetx-w0-000000006.safetensors" "$d.st/rank1-of-2/strata-state.poetx-w0-000000006.safetensors"' \
+    "2 ranks, W0 files of the start missing ($gone), resumed (rc $rc): $(losses "$d") against $(losses "$T/o_one"): $(grep -h "W0 \|strata train:" "$d.2.out" | head -3)"
+done
 echo "poetx_dist: $(losses "$T/one")"
 [ $fail -eq 0 ] && rm -rf "$T"
 exit $fail

@@ -477,8 +477,8 @@ static st_status load_w0(const run_poetx_disk *x, st_model *m, long step, st_err
     if (!s && where == 2) { /* this store's own copy, for its later resumes and its pruning */
         char own[2400];
         w0_path(x, step, own, sizeof own);
-        st_log(1, "method poetx: W0 of the merge at step %ld taken from %s (written at another number of ranks)\n",
-               step, path);
+        st_log(1, "method poetx: W0 of the merge at step %ld taken from %s (another rank's, or written at another "
+               "number of ranks)\n", step, path);
         s = st_poetx_save_w0(m, own, step, err);
     }
     return s ? st_err_prefix(err, "method poetx with state_paths: W0 of the merge at step %ld", step) : ST_OK;
