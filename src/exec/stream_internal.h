@@ -133,9 +133,10 @@ struct st_stream_exec {
     st_status worker_status;
     st_err worker_err;
 
-    /* a frozen base (cfg.hook->frozen, st_stream_frozen_grads): the hook's gradients only, no
-     * gradient of the arch's, no optimizer; dist_dloss is the micro-batch's dloss */
-    int frozen;
+    /* a hook's base (cfg.hook: LoRA's frozen one, or POET-X's, st_stream_hook_grads): the hook's
+     * gradients only, no gradient slot or host gradient of the arch's, no optimizer; dist_dloss
+     * is the micro-batch's dloss */
+    int hook_base;
     /* cfg.hook with frozen 0 (POET-X, strata/poetx.h): besides, the embedding's and head's gradients
      * formed on the device and handed to the hook's grad_at after each backward, the blocks' norms
      * and biases to grad_at by the block functions (no gradient slots) */

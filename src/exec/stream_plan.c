@@ -91,7 +91,7 @@ static void host_buf_free(st_stream_exec *x, void *p) {
 /* A hook's base (st_stream_config.hook): the caller's optimizer, no gradient slots, host gradient
  * vector or moments. Frozen (LoRA): no gradient of the arch's anywhere; else (POET-X) the hook
  * trains the ends: the embedding's and head's gradients formed on the device (ends_cfg). */
-static int frozen_cfg(const st_stream_config *c) { return c->hook != NULL; }
+static int hook_base_cfg(const st_stream_config *c) { return c->hook != NULL; }
 static int ends_cfg(const st_stream_config *c) { return c->hook && !c->hook->frozen; }
 
 static size_t rnd(size_t bytes) { return (bytes + ST_ARENA_ALIGN - 1) / ST_ARENA_ALIGN * ST_ARENA_ALIGN; }
@@ -131,8 +131,8 @@ static int alloc_table(const st_stream_config *c, const st_stream_plan *p, st_st
     size_t N = (size_t)c->B * c->T, C = (size_t)y->n_embd, L = (size_t)y->n_blocks, V = (size_t)y->vocab_size;
     size_t NC = N * C, bn = y->block_numel, setf = st_block_act_floats(c->arch, c->B, c->T);
     size_t n_keep = 0, n_off = 0, rc = 0;
-    int fz = frozen_cfg(c) && !ends_cfg(c); /* the final norm's gradient still formed (the op always does), dropped */
-    int no_slots = frozen_cfg(c); /* the blocks' gradients: none, or the hook's (grad_at) */
+    int fz = hook_base_cfg(c) && !ends_cfg(c); /* the final norm's gradient still formed (the op always does), dropped */
+    int no_slots = hook_base_cfg(c); /* the blocks' gradients: none, or the hook's (grad_at) */
     for (size_t l = 0; l < L; l++) {
         if (p->act[l] == ST_STREAM_ACT_KEEP) n_keep++;
         else if (p->act[l] == ST_STREAM_ACT_OFFLOAD) n_off++;
@@ -208,7 +208,7 @@ static int host_table(const st_stream_config *c, const st_stream_plan *p, st_str
     size_t N = (size_t)c->B * c->T, C = (size_t)y->n_embd, V = (size_t)y->vocab_size, n = y->n_params;
     size_t n_off = 0;
     for (int l = 0; l < p->n_layer; l++) n_off += p->act[l] == ST_STREAM_ACT_OFFLOAD;
-    int k = 0, fz = frozen_cfg(c);
+    int k = 0, fz = hook_base_cfg(c);
 #define H(field, nbytes, kind, what) t[k++] = (host_alloc){x ? (void **)&x->field : NULL, (nbytes), kind, what}
     H(h_losses, N * 4, HOST_MALLOC, "the per-row losses");
     H(h_rmax, N * 4, HOST_MALLOC, "the rows' running max");
@@ -252,7 +252,7 @@ static size_t moment_bytes(const st_stream_config *c) {
 size_t st_stream_host_bytes(const st_stream_config *c, const st_stream_plan *p) {
     host_alloc t[MAX_ALLOCS];
     int k = host_table(c, p, NULL, t);
-    int fz = frozen_cfg(c);
+    int fz = hook_base_cfg(c);
     /* the host vectors: parameters, gradients (fp32); a frozen base: its parameters only */
     size_t b = c->arch->lay.n_params * 4 * (fz ? 1 : 2);
     for (int i = 0; i < k; i++) b += t[i].bytes;
@@ -303,7 +303,7 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
     if (held_cfg(c) && !c->hook->held_host)
         return st_errf(err, ST_ERR_INVALID, "stream: a hook that holds the base's matmul weights (held_block_bytes) "
                        "says where each block's are (st_linear_hook.held_host); this one does not");
-    if (frozen_cfg(c) && (p->resident || !st_backend_host_memory(dev) || c->external_optimizer || c->optim))
+    if (hook_base_cfg(c) && (p->resident || !st_backend_host_memory(dev) || c->external_optimizer || c->optim))
         return st_errf(err, ST_ERR_UNSUPPORTED, "stream: a frozen base's hook (st_stream_config.hook) keeps its "
                        "parameters and gradients in host memory: it streams to a device whose memory is the host's "
                        "(the CPU backend; this one: %s), not resident, with no optimizer of the executor's (the "
@@ -324,9 +324,9 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
     x->cfg = *c;
     x->plan = *p;
     x->dev = dev;
-    x->frozen = frozen_cfg(c);
+    x->hook_base = hook_base_cfg(c);
     x->ends = ends_cfg(c);
-    if (x->frozen) { /* nothing of the arch's is updated: no optimizer thread, no accumulation */
+    if (x->hook_base) { /* nothing of the arch's is updated: no optimizer thread, no accumulation */
         x->plan.overlap_optim = 0;
         x->cfg.host_grads = NULL;
         x->cfg.grad_accum = 1;
@@ -406,7 +406,7 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
         if (!*tab[i].ptr) FAIL(ST_ERR_NOMEM, "stream: device allocation %d (%zu bytes) of the plan's %zu failed", i,
                                tab[i].bytes, need);
     }
-    x->bf16 = p->grad_dtype == ST_BF16 && !x->frozen;
+    x->bf16 = p->grad_dtype == ST_BF16 && !x->hook_base;
     if (x->vocab_chunk) {
         x->vocab_w_ticket = calloc((size_t)x->n_vocab_chunks, sizeof *x->vocab_w_ticket);
         if (!x->vocab_w_ticket) FAIL(ST_ERR_NOMEM, "stream: out of memory");
@@ -432,7 +432,7 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
      * nothing and runs slower than the pinned bandwidth the planner measured. Refused, they
      * stay pageable: correct, slower, and said. */
     x->host_params = c->host_params ? c->host_params : host_buf(x, x->n_params * 4);
-    x->host_grads = x->frozen ? NULL : c->host_grads ? c->host_grads : host_buf(x, x->n_params * 4);
+    x->host_grads = x->hook_base ? NULL : c->host_grads ? c->host_grads : host_buf(x, x->n_params * 4);
     if (dev->ops->host_register && dev->ops->host_unregister) {
         if (c->host_params && x->host_params) x->host_params_registered = dev->ops->host_register(dev, x->host_params, x->n_params * 4) == 0;
         if (x->cfg.host_grads && x->host_grads) x->host_grads_registered = dev->ops->host_register(dev, x->host_grads, x->n_params * 4) == 0;
@@ -443,7 +443,7 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
                    c->host_params && !x->host_params_registered ? (x->cfg.host_grads && !x->host_grads_registered ? "parameters and "
                    "gradients" : "parameters") : "gradients", x->n_params * 4);
     }
-    if (!x->host_params || (!x->host_grads && !x->frozen)) FAIL(ST_ERR_NOMEM, "stream: cannot allocate %zu host bytes of parameters and gradients",
+    if (!x->host_params || (!x->host_grads && !x->hook_base)) FAIL(ST_ERR_NOMEM, "stream: cannot allocate %zu host bytes of parameters and gradients",
                                x->n_params * 8);
     if (p->resident) { /* the device's weights are the host's (the gradients: stream_bind_grads) */
         x->d_pre_w = x->host_params;
@@ -455,7 +455,7 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
     if (!x->segs) FAIL(ST_ERR_NOMEM, "stream: out of memory");
     st_params_decay_segments(y->tensors, y->n_tensors, c->weight_decay, x->segs);
     x->external = c->external_optimizer;
-    if (x->frozen) {
+    if (x->hook_base) {
         /* no optimizer: the hook's parameters are the caller's to update */
     } else if (!x->external && c->optim) {
         if (st_optim_format(c->optim) != c->state_format)

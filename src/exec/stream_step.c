@@ -344,7 +344,7 @@ static st_status step_begin(step_run *r, const int32_t *targets_all, const st_ad
     stream_w16_begin(x); /* the weights' bf16 copy, where the matmuls read one */
     /* the step's loss is the mean over all its targets >= 0 (strata/step.h) */
     r->dloss = st_step_dloss(targets_all, (size_t)r->N * n_micro, &r->n_targets);
-    if (x->dist_mode || x->frozen) r->dloss = x->dist_dloss; /* the step's, over every rank's targets, or
+    if (x->dist_mode || x->hook_base) r->dloss = x->dist_dloss; /* the step's, over every rank's targets, or
                                                                  over the caller's micro-batches */
     return ST_OK;
 }
@@ -371,7 +371,7 @@ static float micro_forward(step_run *r, int mb, const int32_t *inputs, const int
     /* after a micro-batch's backward, blocks 0..depth (and head chunks 0, 1) are still in
      * their slots, and the weights do not change until the update (a frozen base's never: its
      * next call finds them there, unless an eval or new weights came between) */
-    int first = mb == 0 && !(x->frozen && x->slots_warm);
+    int first = mb == 0 && !(x->hook_base && x->slots_warm);
     x->slots_warm = 0;
     if (first) {
         for (int l = 0; l <= D && l < L; l++) x->w_ticket[l] = fetch_block(x, l);
@@ -380,9 +380,9 @@ static float micro_forward(step_run *r, int mb, const int32_t *inputs, const int
         }
     }
     COMPUTE_(ST_PROF_CAT_COMPUTE, "zero grads", -1, {
-        if (!x->vocab_chunk && (!x->frozen || x->ends)) dev->ops->memset0(dev, x->d_pre_g, x->emb_numel * 4);
+        if (!x->vocab_chunk && (!x->hook_base || x->ends)) dev->ops->memset0(dev, x->d_pre_g, x->emb_numel * 4);
         /* frozen: the final norm's dropped gradient only */
-        dev->ops->memset0(dev, x->d_post_g, (x->frozen && !x->ends ? x->ly->norm_numel : x->post_numel) * 4);
+        dev->ops->memset0(dev, x->d_post_g, (x->hook_base && !x->ends ? x->ly->norm_numel : x->post_numel) * 4);
     });
     wait_ticket(x, x->embed_w_ticket, "wait embed weights", -1);
     if (x->vocab_chunk) wait_ticket(x, enc_ticket, "wait embedding", -1);
@@ -472,7 +472,7 @@ static void micro_backward(step_run *r, int add, int final) {
         if (act == ST_STREAM_ACT_OFFLOAD && k < x->n_off - 2) wait_ticket(x, x->act_ticket[k], "wait acts", l);
         if (x->act16) /* the backward reads the stored bits, whichever way they were kept */
             COMPUTE_(ST_PROF_CAT_COMPUTE, "acts from bf16", l, dev->ops->from_bf16(dev, a, block_acts(x, l), x->act_set_floats));
-        if (x->frozen) { /* the hook's gradients only (its own vector: grad_at), dres through the block */
+        if (x->hook_base) { /* the hook's gradients only (its own vector: grad_at), dres through the block */
             COMPUTE_(ST_PROF_CAT_COMPUTE, "backward block", l,
                      ao->block_backward(x->dev_blocks, wslot(x, l), NULL, block_in(x, l), a, dres));
         } else {
@@ -500,7 +500,7 @@ static void micro_backward(step_run *r, int add, int final) {
                                        x->host_acts + (size_t)(k - 2) * x->act_set_bytes, x->act_set_bytes);
         }
     }
-    if (x->frozen) {
+    if (x->hook_base) {
         r->last = 0; /* a frozen embedding: nothing formed, nothing drained */
         if (x->ends) { /* the hook's: the embedding's, the final norm's and the head's into its grad_at */
             COMPUTE_(ST_PROF_CAT_COMPUTE, "embedding backward", -1, ao->embed_backward(x->dev_blocks, x->d_pre_g, dres));
@@ -520,7 +520,7 @@ static void micro_backward(step_run *r, int add, int final) {
         COMPUTE_(ST_PROF_CAT_COMPUTE, "embedding backward", -1, ao->embed_backward(x->dev_blocks, x->d_pre_g, dres));
         drain(x, x->grad_dest, x->d_pre_g, x->emb_numel);
     }
-    if (!x->frozen) r->last = drain(x, x->grad_dest + x->post_offset, x->d_post_g, x->post_numel);
+    if (!x->hook_base) r->last = drain(x, x->grad_dest + x->post_offset, x->d_post_g, x->post_numel);
     else x->slots_warm = 1; /* blocks 0..depth and head chunks 0, 1 in their slots for the next call */
     st_prof_end(&bw);
 }
@@ -671,7 +671,7 @@ static st_status update_ram(step_run *r, const st_adamw_params *hp, float max_no
 static st_status step_update(step_run *r, const st_adamw_params *hp, float max_norm, st_stream_step_stats *stats,
                              st_err *err) {
     st_stream_exec *x = r->x;
-    if (x->frozen) return ST_OK; /* the caller updates the hook's parameters */
+    if (x->hook_base) return ST_OK; /* the caller updates the hook's parameters */
     if (x->dist_mode) return update_dist(r, err);
     double ss;
     if (r->overlap) {
@@ -706,9 +706,9 @@ static st_status step_accum(st_stream_exec *x, int n_micro, const int32_t *input
 
 st_status st_stream_step_accum(st_stream_exec *x, int n_micro, const int32_t *inputs_all, const int32_t *targets_all,
                             const st_adamw_params *hp, float max_norm, st_stream_step_stats *stats, st_err *err) {
-    if (x->frozen)
-        return st_errf(err, ST_ERR_INVALID, "stream: this executor runs a frozen base (st_stream_config.hook); its "
-                       "step is st_stream_frozen_grads, and the caller's optimizer updates the hook's parameters");
+    if (x->hook_base)
+        return st_errf(err, ST_ERR_INVALID, "stream: this executor runs a hook's base (st_stream_config.hook); its "
+                       "step is st_stream_hook_grads, and the caller's optimizer updates the hook's parameters");
     return step_accum(x, n_micro, inputs_all, targets_all, hp, max_norm, stats, err);
 }
 
@@ -769,15 +769,15 @@ void st_stream_params_changed(st_stream_exec *x) {
     x->w16_valid = 0;
 }
 
-int st_stream_can_hand_grads(const st_stream_exec *x) { return !x->bf16 && !x->host_grads_micro && !x->frozen; }
+int st_stream_can_hand_grads(const st_stream_exec *x) { return !x->bf16 && !x->host_grads_micro && !x->hook_base; }
 
-int st_stream_frozen(const st_stream_exec *x) { return x && x->frozen; }
+int st_stream_hook_base(const st_stream_exec *x) { return x && x->hook_base; }
 
-st_status st_stream_frozen_grads(st_stream_exec *x, const int32_t *inputs, const int32_t *targets, float dloss,
-                                 float *loss, st_stream_step_stats *stats, st_err *err) {
-    if (!x->frozen)
-        return st_errf(err, ST_ERR_INVALID, "stream: st_stream_frozen_grads needs a frozen base's hook "
-                       "(st_stream_config.hook with frozen 1); this executor trains the arch (st_stream_step)");
+st_status st_stream_hook_grads(st_stream_exec *x, const int32_t *inputs, const int32_t *targets, float dloss,
+                               float *loss, st_stream_step_stats *stats, st_err *err) {
+    if (!x->hook_base)
+        return st_errf(err, ST_ERR_INVALID, "stream: st_stream_hook_grads needs a hook's base "
+                       "(st_stream_config.hook); this executor trains the arch (st_stream_step)");
     static const st_adamw_params none = {0};
     x->dist_dloss = dloss;
     st_status s = step_accum(x, 1, inputs, targets, &none, 0.0f, stats, err);
