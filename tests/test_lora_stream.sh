@@ -16,8 +16,8 @@
 #  - frozen_dtype bf16 and int8: each block's matmul weights stream as held (codes, int8's scales
 #    and zeros) beside its norms and biases; recomputed, offloaded and kept, grad_accum 2 with
 #    validation between the steps, each equals the same held run in memory bit for bit (losses,
-#    val_loss, adapter file, merged model), and an int8 streamed run resumed (4 + 4) equals 8 steps
-#    in memory; strata plan's device bytes count a held slot (the 1-D tensors and the held bytes)
+#    val_loss, adapter file, merged model), llama-tiny int8 too, and an int8 streamed run resumed
+#    (4 + 4) equals 8 steps in memory; strata plan's device bytes count a held slot (the 1-D tensors and the held bytes)
 #    in place of the fp32 slab, and a budget under fp32's smallest plan fits bf16's;
 #  - refused before a run directory exists, naming the key: device cuda with device_budget,
 #    state_paths with device_budget.
@@ -165,6 +165,14 @@ for fd in bf16 int8; do
       "$fd grad_accum 2, eval_every 2: losses and validation losses ($(vl "$T/hsa_$fd")) equal the in-memory run's ($(vl "$T/hma_$fd"))"
     same_run "$fd grad_accum 2, eval_every 2" "$T/hma_$fd" "$T/hsa_$fd"
 done
+# llama-tiny int8, every projection (the held slab packs the norms; q|k|v and gate|up held apart)
+run "$T/hlm" $l4 --steps 4 --frozen_dtype int8
+run "$T/hls" $l4 --steps 4 --frozen_dtype int8 --device_budget 240000 --act recompute
+rc=$?
+d=$(depth_of "$T/hls.out")
+check '[ $rc -eq 0 ] && [ -n "$d" ] && [ $((d + 1)) -lt 4 ] && grep -q "vocab_chunk 0" "$T/hls.out"' \
+  "llama-tiny int8 streamed runs, prefetch depth '$d', the head resident: $(tail -2 "$T/hls.out")"
+same_run "llama-tiny int8 recompute" "$T/hlm" "$T/hls"
 # a streamed int8 run stopped at 4 and resumed streamed equals 8 steps in memory
 run "$T/hr8" $g6 --steps 8 --frozen_dtype int8
 "$S" train $g6 --steps 8 --ckpt_every 4 --stop_at 4 --frozen_dtype int8 --device_budget 320000 --act offload \

@@ -18,7 +18,7 @@
 #    block's norms and biases, the merges round the new W0 into the host store and the blocks are
 #    sent again; recomputed, offloaded and kept, poetx_recompute 1 with grad_accum 2 and validation
 #    between the steps, each equals the same held run in memory bit for bit over 6 steps with two
-#    merges (losses, val_loss, checkpoint with W0 as held, merged model), and an int8 streamed run
+#    merges (losses, val_loss, checkpoint with W0 as held, merged model), llama-tiny bf16 too, and an int8 streamed run
 #    resumed (4 + 4, the merge at 6 after the resume) equals 8 steps in memory; strata plan's
 #    device bytes count a held slot in place of the fp32 slab;
 #  - refused before a run directory exists, naming the key: device cuda with device_budget,
@@ -157,6 +157,13 @@ for fd in bf16 int8; do
       "$fd poetx_recompute 1, grad_accum 2, eval_every 2: losses and validation losses ($(vl "$T/hsa_$fd")) equal the in-memory run's ($(vl "$T/hma_$fd"))"
     same_run "$fd poetx_recompute 1, grad_accum 2, eval_every 2" "$T/hma_$fd" "$T/hsa_$fd" 6
 done
+# llama-tiny bf16 (the held slab packs the norms; q|k|v and gate|up held apart)
+run "$T/hlm" $l4 --steps 6 --frozen_dtype bf16
+run "$T/hls" $l4 --steps 6 --frozen_dtype bf16 --device_budget 330000 --act recompute
+rc=$?
+d=$(depth_of "$T/hls.out")
+check '[ $rc -eq 0 ] && [ -n "$d" ] && [ $((d + 1)) -lt 4 ]' "llama-tiny bf16 streamed runs, prefetch depth '$d': $(tail -2 "$T/hls.out")"
+same_run "llama-tiny bf16 recompute" "$T/hlm" "$T/hls" 6
 # a streamed int8 run stopped at 4 and resumed streamed (the merge at 6 after it) equals 8 in memory
 run "$T/hr8" $g6 --steps 8 --ckpt_every 4 --frozen_dtype int8
 run "$T/hr44" $g6 --steps 8 --ckpt_every 4 --stop_at 4 --frozen_dtype int8 --device_budget 360000 --act offload
