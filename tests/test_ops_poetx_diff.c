@@ -1,6 +1,7 @@
 /* test_ops_poetx_diff.c - the CPU backend's POET-X ops against the double reference
  * backend ("ref"): the Cayley-Neumann polynomial of packed skew blocks and its backward,
- * the permuted block-diagonal apply and its backward, on the same random float inputs,
+ * the permuted block-diagonal apply and its backward, the columns' permutation (exact), on the
+ * same random float inputs,
  * through the vtable (as test_ops_diff.c: written outputs pre-filled with NaN, += outputs
  * with the same random values, a third run on ref from zeros checks ref's +=).
  * Then properties of the fast op alone: y = x in place gives the bits of y apart, the
@@ -15,7 +16,8 @@
  *
  * With --bench b d N k: times the CPU ops for one block-diagonal transform of an (N,d)
  * activation (a random permutation, or none with "identity"), and the dense (N,d) x (d,d)
- * matmul beside it for scale, all five in turn in
+ * matmul beside it for scale, and poet_permute's gather and scatter-add of the activation, all
+ * seven in turn in
  * each of 7 rounds; prints each op's median and the apply's ratios to the matmul.
  */
 #include <math.h>
@@ -152,6 +154,38 @@ static void test_threads(int N, int d, int b, int k) {
     free(x), free(dy), free(G), free(q), free(perm);
 }
 
+/* poet_permute, each mode with row strides wider than the width (y's other columns untouched):
+ * both backends equal, bit for bit, the plain loop here (copies, one add each). */
+static void test_permute(int N, int d, int ldx, int ldy) {
+    int32_t *perm = random_perm(d);
+    float *x = host_randn((size_t)N * ldx, 1, 0), *y0 = host_randn((size_t)N * ldy, 1, 0);
+    float *want = malloc(sizeof(float) * (size_t)N * ldy);
+    for (int mode = 0; mode < 3; mode++) {
+        memcpy(want, y0, sizeof(float) * (size_t)N * ldy);
+        for (int n = 0; n < N; n++)
+            for (int i = 0; i < d; i++) {
+                float *yr = want + (size_t)n * ldy;
+                const float *xr = x + (size_t)n * ldx;
+                if (mode == ST_PERMUTE_GATHER) yr[i] = xr[perm[i]];
+                else if (mode == ST_PERMUTE_SCATTER) yr[perm[i]] = xr[i];
+                else yr[perm[i]] += xr[i];
+            }
+        for (int r = 0; r < 2; r++) {
+            st_backend *be = bes[r];
+            float *d_x = UPF(be, x, (size_t)N * ldx), *d_y = UPF(be, y0, (size_t)N * ldy);
+            int32_t *d_p = UPI(be, perm, d);
+            be->ops->poet_permute(be, d_y, ldy, d_x, ldx, d_p, N, d, mode);
+            float *got = down(be, d_y, (size_t)N * ldy);
+            char w[128];
+            snprintf(w, sizeof w, "%s poet_permute mode %d N=%d d=%d ldx=%d ldy=%d", be->ops->name, mode, N, d, ldx, ldy);
+            compare(w, got, want, (size_t)N * ldy, 0, 0);
+            free(got);
+            be->ops->dealloc(be, d_x), be->ops->dealloc(be, d_p);
+        }
+    }
+    free(perm), free(x), free(y0), free(want);
+}
+
 /* No rows: the apply writes nothing and its backward adds nothing (no NaN for a failed
  * zero-size scratch) on either backend. */
 static void test_empty(void) {
@@ -196,8 +230,8 @@ static int bench(st_backend *cpu, int argc, char **argv) {
     float *x = host_randn(n, 1, 0), *dy = host_randn(n, 1, 0), *y = zeros(n), *dx = zeros(n);
     float *q = random_q(nb, b), *G = zeros(ng), *dG = zeros(ng), *dq = zeros(nq);
     float *W = host_randn((size_t)d * d, 0.02f, 0);
-    int32_t *perm = identity ? NULL : random_perm(d);
-    enum { REPS = 7, OPS = 5 };
+    int32_t *perm = identity ? NULL : random_perm(d), *pp = random_perm(d);
+    enum { REPS = 7, OPS = 7 };
     double t[OPS][REPS];
     for (int r = 0; r < REPS; r++) {
         double t0 = st_now();
@@ -211,18 +245,24 @@ static int bench(st_backend *cpu, int argc, char **argv) {
         double t4 = st_now();
         cpu->ops->matmul_forward(cpu, y, x, W, NULL, N, d, d, ST_W_OUT_IN);
         double t5 = st_now();
+        cpu->ops->poet_permute(cpu, y, d, x, d, pp, N, d, ST_PERMUTE_GATHER);
+        double t6 = st_now();
+        cpu->ops->poet_permute(cpu, dx, d, dy, d, pp, N, d, ST_PERMUTE_SCATTER_ADD);
+        double t7 = st_now();
         t[0][r] = t1 - t0, t[1][r] = t2 - t1, t[2][r] = t3 - t2, t[3][r] = t4 - t3, t[4][r] = t5 - t4;
+        t[5][r] = t6 - t5, t[6][r] = t7 - t6;
     }
     double m[OPS];
     for (int o = 0; o < OPS; o++) m[o] = median(t[o], REPS) * 1e3;
     double fl_ap = 2.0 * N * d * b, fl_mm = 2.0 * N * d * d;
     printf("poetx ops b=%d d=%d N=%d k=%d%s, median of %d (ms): cayley_forward %.3f | apply_forward %.3f (%.1f GFLOP/s) | "
            "apply_backward dx+dG %.3f (%.1f GFLOP/s) | cayley_backward %.3f | dense matmul_forward N x d x d %.3f "
-           "(%.1f GFLOP/s) | apply_forward / matmul_forward %.3f, apply_backward / matmul_forward %.3f\n",
+           "(%.1f GFLOP/s) | apply_forward / matmul_forward %.3f, apply_backward / matmul_forward %.3f | poet_permute "
+           "gather %.3f, scatter-add %.3f\n",
            b, d, N, k, identity ? " identity permutation" : "", REPS, m[0], m[1], fl_ap / m[1] * 1e-6, m[2],
            2 * fl_ap / m[2] * 1e-6, m[3], m[4],
-           fl_mm / m[4] * 1e-6, m[1] / m[4], m[2] / m[4]);
-    free(x), free(dy), free(y), free(dx), free(q), free(G), free(dG), free(dq), free(W), free(perm);
+           fl_mm / m[4] * 1e-6, m[1] / m[4], m[2] / m[4], m[5], m[6]);
+    free(x), free(dy), free(y), free(dx), free(q), free(G), free(dG), free(dq), free(W), free(perm), free(pp);
     return 0;
 }
 
@@ -259,6 +299,8 @@ int main(int argc, char **argv) {
     test_apply(1, 8, 8, 1, 0);      /* one row, one block */
     test_threads(600, 128, 32, 3);
     test_empty();
+    test_permute(37, 24, 24, 24);
+    test_permute(70, 48, 64, 96); /* a projection's columns of a packed output */
 
     st_backend_free(bes[FAST]);
     st_backend_free(bes[REF]);

@@ -294,7 +294,21 @@ typedef struct st_backend_ops {
     void (*attention_backward_write)(st_backend *be, float *dqkv, const float *dout, const float *qkv,
                                      const float *out, const float *lse, const int32_t *doc_start, int B, int T,
                                      int C, int NH);
+
+    /* ---- columns of rows through a permutation (appended; NULL in a backend without it): for
+     * n < N and i < d, with perm (d) int32 a permutation of 0..d-1 in backend memory,
+     *   ST_PERMUTE_GATHER       y[n*ldy + i]       = x[n*ldx + perm[i]]
+     *   ST_PERMUTE_SCATTER      y[n*ldy + perm[i]] = x[n*ldx + i]
+     *   ST_PERMUTE_SCATTER_ADD  y[n*ldy + perm[i]] += x[n*ldx + i]
+     * POET-X holds W0 pre-permuted: an activation enters its frame by one gather and leaves it
+     * by one scatter, and the block rotations in between take no permutation. y and x do not
+     * overlap. writes (or adds to) y. */
+    void (*poet_permute)(st_backend *be, float *y, int ldy, const float *x, int ldx, const int32_t *perm, int N,
+                         int d, int mode);
 } st_backend_ops;
+
+/* poet_permute's modes */
+enum { ST_PERMUTE_GATHER = 0, ST_PERMUTE_SCATTER = 1, ST_PERMUTE_SCATTER_ADD = 2 };
 
 struct st_backend {
     const st_backend_ops *ops;

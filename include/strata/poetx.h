@@ -18,6 +18,15 @@
  * (fp32), sets Q to 0 and redraws the permutations from the seed and the step; the optimizer's
  * moments of the Q range are the caller's to reset.
  *
+ * W0 is held pre-permuted, W0' = Pi_out W0 Pi_in^T (W0'[r][c] = W0[perm_out[r]][perm_in[c]], in
+ * the base's storage order: GPT-2's Conv1D transposed alike), so that the block rotations run on
+ * contiguous blocks: y = Pi_out^T R' W0' P' (Pi_in x) + bias, R' and P' the block-diagonal
+ * rotations, x gathered once on the way in and y scattered once on the way out. The base's
+ * vector (fp32) or the store (bf16, int8: their groups over the held layout) holds W0'; save_hf
+ * and st_poetx_w0 give W0 in the base's layout; checkpoints and st_poetx_save_w0 write W0' with
+ * metadata poetx_w0_layout "permuted" (a file without it holds W0 in the base's layout, as
+ * before: permuted at load).
+ *
  * Example:
  *
  *     st_err err = {0};
@@ -104,10 +113,10 @@ st_status st_poetx_model_create(st_model **out, st_model *base, const st_poetx_c
  * of each block matmul (its st_stream_config.hook, frozen 0: the executor forms the gradients of
  * the base's embeddings, norms, biases and untied head and hands them to the hook's grad_at, in
  * m->grads), with its scratch and kept h for B x T rows and none of the base's own activations.
- * W0 is the block's weight as the executor passes it (its device copy of the base's fp32 vector),
- * or with frozen_dtype bf16 or int8 the executor's copy of the layer's held run (held_block_bytes,
- * held_host: model.h); Q, the permutations and the gradients are m's, host memory (the CPU
- * backend's). Until the next alloc_acts or bind. */
+ * W0 is the block's weight as the executor passes it (its device copy of the base's fp32 vector,
+ * which holds W0 pre-permuted), or with frozen_dtype bf16 or int8 the executor's copy of the
+ * layer's held run (held_block_bytes, held_host: model.h); Q, the permutations and the gradients
+ * are m's, host memory (the CPU backend's). Until the next alloc_acts or bind. */
 st_status st_poetx_hook_bind(st_model *m, int B, int T, st_linear_hook **hook, st_err *err);
 /* The trainable tensors of m (embeddings, norms, biases, an untied head) copied into the base's
  * vector, bit for bit as m's own forward reads them: what an executor streaming the base reads
@@ -123,11 +132,25 @@ const st_poetx_config *st_poetx_config_of(const st_model *m);
 /* Where the Q's start in the parameter vector (they run to n_params). */
 size_t st_poetx_q_offset(const st_model *m);
 /* The permutations of weight `weight` (its Hugging Face name, with or without ".weight"), host
- * int32 arrays of d_in and d_out entries, each a permutation of 0..d-1 (checked). */
+ * int32 arrays of d_in and d_out entries, each a permutation of 0..d-1 (checked); its W0 moved
+ * into their frame (as st_poetx_draw_perms). */
 st_status st_poetx_set_perms(st_model *m, const char *weight, const int32_t *perm_in, const int32_t *perm_out,
                              st_err *err);
-/* The permutations of every weight drawn afresh from (seed, step) (what a merge at step does). */
-void st_poetx_draw_perms(st_model *m, uint64_t seed, int64_t step);
+/* The permutations of every weight drawn afresh from (seed, step) (what a merge at step does), W0
+ * moved into their frame (exact for fp32 and bf16; int8's groups rounded again). */
+st_status st_poetx_draw_perms(st_model *m, uint64_t seed, int64_t step, st_err *err);
+/* What the model's init_random does, with its failure returned (out of memory for the
+ * permutations or W0's move into their frame: the model is then not to be trained): the base's
+ * trainables into the vector, Q = 0, the permutations of (seed, step 0), W0 from the base's vector
+ * into their frame and its precision. */
+st_status st_poetx_init_state(st_model *m, uint64_t seed, st_err *err);
+/* Weight `weight`'s W0 (its Hugging Face name, with or without ".weight") in the base's layout
+ * and fp32, as the held W0' unpermuted (R and P not folded in), into dst (host, numel floats). */
+st_status st_poetx_w0(const st_model *m, const char *weight, float *dst, st_err *err);
+/* The merged dense model, as save_hf writes it (the trainables as they are, every W = R W0 P
+ * folded in fp32, in the base's layout), into dst: a vector of the base's tensor table
+ * (base->n_params floats, m's backend memory). m unchanged. */
+st_status st_poetx_merged_into(const st_model *m, float *dst, st_err *err);
 /* A merge: W0 <- R W0 P in fp32 for every weight (one weight's fp32 copy at a time; stored back
  * in frozen_dtype), Q <- 0, the permutations redrawn from (seed, step). The model's function is
  * unchanged up to fp32 rounding (and frozen_dtype's). */

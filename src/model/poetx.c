@@ -1,18 +1,23 @@
 /* poetx.c - POET-X over a base model's frozen matmul weights (strata/poetx.h).
  *
  * The base's block functions call the st_linear_hook's linear_forward in place of each of the
- * four matmuls (model.h). For the projections j of that matmul (one for GPT-2; q|k|v and
- * gate|up are packed for the Llama family, each with its own R and P), out (N, ld):
- *     u = P_j x (N, in)            poet_apply_forward (G_in, perm_in)
- *     h = u W0_j^T (N, out_j)      matmul_forward, W0 as the block stores it
- *     y = R_j h                    poet_apply_forward (G_out, perm_out)
- *     out[:, col_j ..) = y + bias  (one projection: y written straight into out)
+ * four matmuls (model.h). W0 is held pre-permuted, W0'_j = Pi_out W0_j Pi_in^T (W0'[r][c] =
+ * W0[perm_out[r]][perm_in[c]]; strata/poetx.h), so that with P = Pi_in^T P' Pi_in and R =
+ * Pi_out^T R' Pi_out (P', R' block-diagonal) the rotations need no permutation. For the
+ * projections j of that matmul (one for GPT-2; q|k|v and gate|up are packed for the Llama
+ * family, each with its own R and P), out (N, ld):
+ *     x' = Pi_in x (N, in)         poet_permute, gather by perm_in
+ *     u' = P' x'                   poet_apply_forward (G_in, perm NULL)
+ *     h' = u' W0'_j^T (N, out_j)   matmul_forward, W0' as the block stores it (= Pi_out h)
+ *     y' = R' h'                   poet_apply_forward (G_out, perm NULL)
+ *     out[:, col_j + perm_out[i]] = y'[i]; then out += bias (the projections cover out's columns)
  * G_in, G_out from the packed Q by poet_cayley_forward where they are used (forward, backward,
- * merge), one weight's at a time: never kept across a step. h is kept for the backward
+ * merge), one weight's at a time: never kept across a step. h' is kept for the backward
  * (poetx_recompute 0: N x out_j per weight) or formed again from the layer's input (1).
- * Backward from dout: dbias += column sums; G formed again, dh = R^T dy (and dG_out from h),
- * du = dh W0_j (no dW0; u itself is not needed), dx += P^T du (and dG_in from x), dq +=
- * poet_cayley_backward of dG.
+ * Backward from dout: dbias += column sums; G formed again, dy' = dout's columns gathered by
+ * perm_out, dh' = R'^T dy' (and dG_out from h'), du' = dh' W0'_j (no dW0; u' itself is not
+ * needed), dx' = P'^T du' (and dG_in from x', gathered again), dx += dx' scattered by perm_in,
+ * dq += poet_cayley_backward of dG.
  *
  * The parameter vector is the base's trainable tensors and the Q's. The base keeps no gradient
  * vector: its backwards ask the hook (grad_at) where each trainable's gradient goes, here.
@@ -57,6 +62,7 @@ typedef struct poet_impl {
     size_t blk0, blk_numel; /* the base's block slabs: [blk0 + l * blk_numel, + blk_numel) */
     float *G;       /* one weight's G_in | G_out at a time (2 max_d b): formed where used */
     int32_t *perms; /* every weight's perm_in, perm_out */
+    size_t n_perm;  /* their count (the weights' in + out summed) */
     float *scratch; /* u | h | dy | dh | du (N x max width each) | dG_in | dG_out */
     float *h_keep;  /* recompute 0: every weight's h = u W0^T (N x out) from the forward */
     size_t h_total; /* the sum of the weights' out */
@@ -68,7 +74,16 @@ typedef struct poet_impl {
 
 static poet_impl *impl_of(const st_model *m) { return (poet_impl *)m->impl; }
 static int is_perm_(const int32_t *p, int d);
-static st_status fold_all(st_model *m, int to_base, st_err *err);
+/* w0_pass's flags: where W0 comes from and what is done to it */
+enum {
+    W0_FROM_BASE = 1, /* the base's vector in its layout (fp32, as loaded or drawn), not the held W0 */
+    W0_RAW = 2,       /* the held W0 is in the base's layout (a file written before W0 was held permuted) */
+    W0_FOLD = 4,      /* R W0 P folded in (in the frame held, fp32) */
+};
+static st_status w0_pass(st_model *m, int flags, const int32_t *newp, int only, float *dense, st_err *err);
+static void draw_perms_host(const poet_impl *pi, uint64_t seed, int64_t step, int32_t *h);
+static void w0_permute(const poet_weight *a, int gpt2, float *dst, const float *src, const int32_t *pin,
+                       const int32_t *pout, int to);
 
 /* The weights and trainables of cfg over a tensor table (w, tr NULL: count only). */
 static st_status build(const st_param_info *tt, int nt, const char *arch, const st_poetx_config *cfg, poet_weight *w,
@@ -139,30 +154,26 @@ static void hook_linear_forward(st_linear_hook *h, int mm, float *out, const flo
     const float *p = pi->fb.self->params;
     int b = pi->cfg.block, k = pi->cfg.terms, key = h->layer * ST_MM_COUNT + mm;
     size_t S = (size_t)pi->N * pi->max_d;
-    float *u = pi->scratch, *hh = u + S, *y = hh + S;
-    const poet_weight *w0 = &pi->w[pi->fb.first[key]];
-    int ld = w0->ld, single = pi->fb.first[key + 1] - pi->fb.first[key] == 1;
-    if (!single) o->memset0(be, out, (size_t)N * ld * sizeof(float));
+    float *u = pi->scratch, *hh = u + S, *y = hh + S, *xp = y + S;
+    int ld = pi->w[pi->fb.first[key]].ld;
     for (int i = pi->fb.first[key]; i < pi->fb.first[key + 1]; i++) {
         const poet_weight *a = &pi->w[i];
         float *Gi = pi->G, *Go = pi->G + (size_t)a->in * b;
         float *hk = pi->h_keep ? pi->h_keep + (size_t)N * a->h_off : hh; /* kept for the backward */
         frozen_weight fw = w0_of(pi, i, w);
         o->poet_cayley_forward(be, Gi, p + a->qi_off, (a->in + a->out) / b, b, k); /* G_in | G_out: Q's adjacent */
-        o->poet_apply_forward(be, u, x, Gi, a->perm_in, N, a->in, b, 0);
-        frozen_matmul_forward(be, &fw, hk, u, N, pi->panel, pi->panel_bytes / sizeof(float), y); /* y: free until R h */
-        if (single) { /* R h straight into out (GPT-2, the Llama family's o and down) */
-            o->poet_apply_forward(be, out, hk, Go, a->perm_out, N, a->out, b, 0);
-        } else {
-            o->poet_apply_forward(be, y, hk, Go, a->perm_out, N, a->out, b, 0);
-            o->axpy_rows(be, out + a->col, ld, y, a->out, 1.0f, N, a->out);
-        }
+        o->poet_permute(be, xp, a->in, x, a->in, a->perm_in, N, a->in, ST_PERMUTE_GATHER); /* x' = Pi_in x */
+        o->poet_apply_forward(be, u, xp, Gi, NULL, N, a->in, b, 0);
+        frozen_matmul_forward(be, &fw, hk, u, N, pi->panel, pi->panel_bytes / sizeof(float), y); /* h' = Pi_out h */
+        o->poet_apply_forward(be, y, hk, Go, NULL, N, a->out, b, 0);
+        /* out's columns of the projection: y = Pi_out^T y' (the projections' columns cover out) */
+        o->poet_permute(be, out + a->col, ld, y, a->out, a->perm_out, N, a->out, ST_PERMUTE_SCATTER);
     }
     if (bias) o->axpy_rows(be, out, ld, bias, 0, 1.0f, N, ld); /* every row += bias */
 }
 
-/* G is formed again (not kept: 0.44 bytes per weight parameter at b = 64); h = u W0^T is the
- * forward's (or, recompute, formed again from x with u = P x). */
+/* G is formed again (not kept: 0.44 bytes per weight parameter at b = 64); h' = u' W0'^T is the
+ * forward's (or, recompute, formed again from x' = Pi_in x). */
 static void hook_linear_backward(st_linear_hook *h, int mm, float *dx, float *dbias, const float *dout,
                                  const float *x, const float *w, int N) {
     poet_impl *pi = (poet_impl *)h;
@@ -172,35 +183,37 @@ static void hook_linear_backward(st_linear_hook *h, int mm, float *dx, float *db
     float *g = pi->fb.self->grads;
     int b = pi->cfg.block, k = pi->cfg.terms, key = h->layer * ST_MM_COUNT + mm;
     size_t S = (size_t)pi->N * pi->max_d;
-    float *u = pi->scratch, *hh = u + S, *dy = hh + S, *dh = dy + S, *du = dh + S, *dGi = du + S;
+    /* five buffers of N x max_d: x' | h' or dx' | dy' | dh' | u' or du' */
+    float *xp = pi->scratch, *hh = xp + S, *dy = hh + S, *dh = dy + S, *du = dh + S, *dGi = du + S;
     const poet_weight *w0 = &pi->w[pi->fb.first[key]];
     int ld = w0->ld;
     if (dbias) o->matmul_backward(be, NULL, NULL, dbias, dout, NULL, NULL, N, w0->in, ld, pi->fb.gpt2 ? ST_W_IN_OUT : ST_W_OUT_IN);
     for (int i = pi->fb.first[key]; i < pi->fb.first[key + 1]; i++) {
         const poet_weight *a = &pi->w[i];
         float *Gi = pi->G, *Go = pi->G + (size_t)a->in * b;
-        const float *hk = hh, *dya = dout;
+        const float *hk = hh;
         float *dGo = dGi + (size_t)a->in * b; /* dG_in | dG_out adjacent, as the Q's */
         frozen_weight fw = w0_of(pi, i, w);
         o->poet_cayley_forward(be, Gi, p + a->qi_off, (a->in + a->out) / b, b, k);
+        o->poet_permute(be, xp, a->in, x, a->in, a->perm_in, N, a->in, ST_PERMUTE_GATHER); /* x' */
         if (pi->h_keep) {
             hk = pi->h_keep + (size_t)N * a->h_off;
         } else {
-            o->poet_apply_forward(be, u, x, Gi, a->perm_in, N, a->in, b, 0);
-            frozen_matmul_forward(be, &fw, hh, u, N, pi->panel, pi->panel_bytes / sizeof(float), dy); /* dy: free until below */
+            o->poet_apply_forward(be, du, xp, Gi, NULL, N, a->in, b, 0); /* u': du free until below */
+            frozen_matmul_forward(be, &fw, hh, du, N, pi->panel, pi->panel_bytes / sizeof(float), dy); /* dy: free */
         }
-        if (ld != a->out) { /* the projection's columns of dout */
-            o->memset0(be, dy, (size_t)N * a->out * sizeof(float));
-            o->axpy_rows(be, dy, a->out, dout + a->col, ld, 1.0f, N, a->out);
-            dya = dy;
-        }
+        /* dy' = Pi_out dy: the projection's columns of dout, into its frame */
+        o->poet_permute(be, dy, a->out, dout + a->col, ld, a->perm_out, N, a->out, ST_PERMUTE_GATHER);
         o->memset0(be, dh, (size_t)N * a->out * sizeof(float));
         o->memset0(be, dGo, (size_t)a->out * b * sizeof(float));
-        o->poet_apply_backward(be, dh, dGo, dya, hk, Go, a->perm_out, N, a->out, b, 0);
+        o->poet_apply_backward(be, dh, dGo, dy, hk, Go, NULL, N, a->out, b, 0);
         o->memset0(be, du, (size_t)N * a->in * sizeof(float));
-        frozen_matmul_backward_dx(be, &fw, du, dh, N, pi->panel, pi->panel_bytes / sizeof(float), u); /* no dW0; u: free */
+        frozen_matmul_backward_dx(be, &fw, du, dh, N, pi->panel, pi->panel_bytes / sizeof(float), dy); /* no dW0; dy: free */
+        float *dxp = hh; /* h' read for the last time above */
+        o->memset0(be, dxp, (size_t)N * a->in * sizeof(float));
         o->memset0(be, dGi, (size_t)a->in * b * sizeof(float));
-        o->poet_apply_backward(be, dx, dGi, du, x, Gi, a->perm_in, N, a->in, b, 0);
+        o->poet_apply_backward(be, dxp, dGi, du, xp, Gi, NULL, N, a->in, b, 0);
+        o->poet_permute(be, dx, a->in, dxp, a->in, a->perm_in, N, a->in, ST_PERMUTE_SCATTER_ADD); /* dx += Pi_in^T dx' */
         o->poet_cayley_backward(be, g + a->qi_off, dGi, p + a->qi_off, (a->in + a->out) / b, b, k);
     }
 }
@@ -288,30 +301,37 @@ static float *hook_grad_at(st_linear_hook *h, int layer, size_t offset) {
 /* The base's W0 of weight i (fp32, as the base stores it). */
 static float *base_w0(const poet_impl *pi, int i) { return pi->fb.base->params + pi->w[i].base_t->offset; }
 
-/* bf16, int8: every W0 rounded from the base's vector into the store, and the base's fp32 pages
- * of it given back (the store's is the one W0 from now on). */
-static void store_from_base(poet_impl *pi) {
-    if (pi->cfg.frozen_dtype == ST_FROZEN_F32) return;
-    for (int i = 0; i < pi->n_w; i++) {
-        frozen_weight_set(&pi->fw[i], base_w0(pi, i));
-        frozen_release(base_w0(pi, i), pi->w[i].base_t->numel * sizeof(float));
-    }
-}
-
-/* The base's trainables and W0 as they are (W0 into the store, in its precision), Q = 0 (G = I:
- * the model is the base), permutations of (seed, step 0). */
-static void po_init_random(st_model *m, uint64_t seed) {
+/* The base's trainables and W0 as they are, Q = 0 (G = I: the model is the base), permutations of
+ * (seed, step 0), W0 into their frame and the store (w0_pass, from the base's vector: the bf16
+ * and int8 codes rounded after the permutation, so their groups are the held layout's). */
+static st_status init_state(st_model *m, uint64_t seed, st_err *err) {
     poet_impl *pi = impl_of(m);
     st_backend *be = m->be;
     be->ops->memset0(be, m->params, m->n_params * sizeof(float));
     for (int i = 0; i < pi->n_train; i++)
         dev_copy(be, m->params + pi->train[i].off, pi->fb.base->params + pi->train[i].base_off, pi->train[i].numel);
-    store_from_base(pi);
-    st_poetx_draw_perms(m, seed, 0);
+    int32_t *np = malloc((pi->n_perm ? pi->n_perm : 1) * sizeof(int32_t));
+    if (!np) return st_errf(err, ST_ERR_NOMEM, "poetx: out of memory for the permutations");
+    draw_perms_host(pi, seed, 0, np);
+    st_status s = w0_pass(m, W0_FROM_BASE, np, -1, NULL, err);
+    free(np);
+    return s;
+}
+
+/* the vtable's (void): a failure said; a run calls st_poetx_init_state, which returns it */
+static void po_init_random(st_model *m, uint64_t seed) {
+    st_err err = {0};
+    if (init_state(m, seed, &err)) st_log(0, "poetx: %s\n", err.msg);
+}
+
+st_status st_poetx_init_state(st_model *m, uint64_t seed, st_err *err) {
+    if (!st_model_is_poetx(m)) return st_errf(err, ST_ERR_INVALID, "poetx: the model is not a POET-X model");
+    return init_state(m, seed, err);
 }
 
 /* The file: the trainable tensors and Q's under the table's names, then each weight's W0 (the
- * base's name and layout: merges change it) in its precision (fp32 F32; bf16 BF16; int8 the codes
+ * base's name and storage order, held pre-permuted as W0' in the frame of its permutations:
+ * metadata poetx_w0_layout "permuted"; merges change it) in its precision (fp32 F32; bf16 BF16; int8 the codes
  * U8 and "<w>.w0_scale", ".w0_zero" F32, one per group; metadata frozen_dtype) and its
  * permutations ("<w>.perm_in", ".perm_out", I32), so that a checkpoint resumes bit for bit
  * across a merge. */
@@ -385,8 +405,9 @@ static st_status save_file(const st_model *m, const char *path, int with_trainab
     snprintf(b, sizeof b, "%d", pi->cfg.block);
     snprintf(kk, sizeof kk, "%d", pi->cfg.terms);
     const char *meta[] = {"format", "strata-poetx", "poetx_block", b, "poetx_terms", kk,
-                          "frozen_dtype", st_frozen_dtype_name(fd), "poetx_merge_step", merge_step};
-    s = st_safetensors_write(path, to, nt, meta, merge_step ? 5 : 4, err);
+                          "frozen_dtype", st_frozen_dtype_name(fd), "poetx_w0_layout", "permuted",
+                          "poetx_merge_step", merge_step};
+    s = st_safetensors_write(path, to, nt, meta, merge_step ? 6 : 5, err);
 done:
     free(host);
     free(w0);
@@ -466,6 +487,16 @@ static st_status load_file(st_model *m, const char *path, int with_trainables, i
         st_safetensors_close(st);
         return s;
     }
+    /* W0 as held (pre-permuted), or (no poetx_w0_layout: written before W0 was held so) in the
+     * base's layout, moved into the frame of the file's permutations once read */
+    const char *lay = st_safetensors_meta(st, "poetx_w0_layout");
+    const int raw = !lay;
+    if (lay && strcmp(lay, "permuted")) {
+        s = st_errf(err, ST_ERR_FORMAT, "%s: metadata poetx_w0_layout is '%s'; this strata reads 'permuted' (or "
+                    "none: the base's layout)", path, lay);
+        st_safetensors_close(st);
+        return s;
+    }
     /* W0 alone (st_poetx_load_w0): the file of the merge asked for, holding W0 */
     const char *ms = st_safetensors_meta(st, "poetx_merge_step");
     if (merge_step >= 0 && (!ms || strtoll(ms, NULL, 10) != merge_step || !pi->n_w ||
@@ -539,6 +570,17 @@ static st_status load_file(st_model *m, const char *path, int with_trainables, i
             be->ops->copy_to_device(be, a->perm_out, st_safetensors_data(st, st_safetensors_find(st, pn)),
                                     (size_t)a->out * sizeof(int32_t));
         }
+        if (have && raw) { /* W0 in the base's layout: into the frame of the permutations just read */
+            if (fd == ST_FROZEN_INT8)
+                st_log(1, "poetx: %s holds W0 in the base's layout (written before W0 was held permuted); its int8 "
+                       "codes are rounded again in the permuted layout's groups, so the run goes on within int8's "
+                       "rounding of the file's, not bit for bit\n", path);
+            int32_t *np = malloc((pi->n_perm ? pi->n_perm : 1) * sizeof(int32_t));
+            if (!np) s = st_errf(err, ST_ERR_NOMEM, "out of memory");
+            else be->ops->copy_to_host(be, np, pi->perms, pi->n_perm * sizeof(int32_t));
+            if (np) s = w0_pass(m, W0_RAW, np, -1, NULL, err);
+            free(np);
+        }
     }
     free(w0);
     free(host);
@@ -582,46 +624,27 @@ static void po_destroy(st_model *m) {
     free(m);
 }
 
-/* The merged dense model (R W0 P folded, the trainables as they are) as the base's Hugging
- * Face directory; the base's vector as it was after. */
+/* The merged dense model (R W0 P folded, out of the permutations' frame, the trainables as they
+ * are) as the base's Hugging Face directory; the base's vector as it was after. */
 static st_status po_save_hf(const st_model *m, const char *dir, st_dtype dtype, st_err *err) {
     poet_impl *pi = impl_of(m);
     st_model *b = pi->fb.base;
-    if (pi->cfg.frozen_dtype != ST_FROZEN_F32) { /* the dense fp32 weights in the base's vector for the
-                                                   * write, given back after; the store unchanged */
-        for (int i = 0; i < pi->n_train; i++)
-            dev_copy(m->be, b->params + pi->train[i].base_off, m->params + pi->train[i].off, pi->train[i].numel);
-        st_status s = fold_all((st_model *)m, 1, err);
-        if (!s) s = b->ops->save_hf(b, dir, dtype, err);
-        for (int i = 0; i < pi->n_w; i++) frozen_release(base_w0(pi, i), pi->w[i].base_t->numel * sizeof(float));
-        return s;
-    }
-    size_t nb = b->n_params;
-    float *keep = malloc(nb * sizeof(float)), *qkeep = malloc(m->n_params * sizeof(float));
-    int32_t *pkeep = NULL;
-    size_t np = 0;
-    for (int i = 0; i < pi->n_w; i++) np += (size_t)pi->w[i].in + pi->w[i].out;
-    pkeep = malloc((np ? np : 1) * sizeof(int32_t));
-    if (!keep || !qkeep || !pkeep) {
-        free(keep);
-        free(qkeep);
-        free(pkeep);
-        return st_errf(err, ST_ERR_NOMEM, "poetx: out of memory for the merged weights (%.1f MiB)", nb * 4 / 1048576.0);
-    }
     st_backend *be = m->be;
-    be->ops->copy_to_host(be, keep, b->params, nb * sizeof(float));
-    be->ops->copy_to_host(be, qkeep, m->params, m->n_params * sizeof(float));
-    be->ops->copy_to_host(be, pkeep, pi->perms, np * sizeof(int32_t));
+    const int f32 = pi->cfg.frozen_dtype == ST_FROZEN_F32;
+    /* fp32: the base's vector holds W0' (kept and put back after); bf16, int8: the dense fp32
+     * weights in the base's vector for the write, its pages given back after; the store unchanged */
+    size_t nb = b->n_params;
+    float *keep = f32 ? malloc(nb * sizeof(float)) : NULL;
+    if (f32 && !keep)
+        return st_errf(err, ST_ERR_NOMEM, "poetx: out of memory for the merged weights (%.1f MiB)", nb * 4 / 1048576.0);
+    if (f32) be->ops->copy_to_host(be, keep, b->params, nb * sizeof(float));
     for (int i = 0; i < pi->n_train; i++)
         dev_copy(be, b->params + pi->train[i].base_off, m->params + pi->train[i].off, pi->train[i].numel);
-    st_status s = st_poetx_merge((st_model *)m, 0, 0, err);
+    st_status s = w0_pass((st_model *)m, W0_FOLD, NULL, -1, NULL, err);
     if (!s) s = b->ops->save_hf(b, dir, dtype, err);
-    be->ops->copy_to_device(be, b->params, keep, nb * sizeof(float)); /* as it was, bit for bit */
-    be->ops->copy_to_device(be, m->params, qkeep, m->n_params * sizeof(float));
-    be->ops->copy_to_device(be, pi->perms, pkeep, np * sizeof(int32_t));
+    if (f32) be->ops->copy_to_device(be, b->params, keep, nb * sizeof(float)); /* as it was, bit for bit */
+    for (int i = 0; !f32 && i < pi->n_w; i++) frozen_release(base_w0(pi, i), pi->w[i].base_t->numel * sizeof(float));
     free(keep);
-    free(qkeep);
-    free(pkeep);
     return s;
 }
 
@@ -673,6 +696,40 @@ st_status st_poetx_load_w0(st_model *m, const char *path, int64_t merge_step, st
 }
 size_t st_poetx_q_offset(const st_model *m) { return st_model_is_poetx(m) ? impl_of(m)->q_off : 0; }
 
+st_status st_poetx_merged_into(const st_model *m, float *dst, st_err *err) {
+    if (!st_model_is_poetx(m)) return st_errf(err, ST_ERR_INVALID, "poetx: the model is not a POET-X model");
+    poet_impl *pi = impl_of(m);
+    for (int i = 0; i < pi->n_train; i++)
+        dev_copy(m->be, dst + pi->train[i].base_off, m->params + pi->train[i].off, pi->train[i].numel);
+    return w0_pass((st_model *)m, W0_FOLD, NULL, -1, dst, err);
+}
+
+st_status st_poetx_w0(const st_model *m, const char *weight, float *dst, st_err *err) {
+    if (!st_model_is_poetx(m)) return st_errf(err, ST_ERR_INVALID, "poetx: the model is not a POET-X model");
+    poet_impl *pi = impl_of(m);
+    size_t lw = strlen(weight);
+    for (int i = 0; i < pi->n_w; i++) {
+        const poet_weight *a = &pi->w[i];
+        const char *n = a->base_t->name;
+        if (strcmp(n, weight) && !(strlen(n) == lw + 7 && !strncmp(n, weight, lw) && !strcmp(n + lw, ".weight")))
+            continue;
+        size_t ne = (size_t)a->in * a->out;
+        float *h = malloc(ne * sizeof(float));
+        int32_t *p = malloc(((size_t)a->in + a->out) * sizeof(int32_t));
+        if (!h || !p) {
+            free(h), free(p);
+            return st_errf(err, ST_ERR_NOMEM, "poetx: out of memory for W0 of '%s'", n);
+        }
+        if (pi->cfg.frozen_dtype == ST_FROZEN_F32) m->be->ops->copy_to_host(m->be, h, base_w0(pi, i), ne * sizeof(float));
+        else frozen_weight_get(&pi->fw[i], 0, ne, h);
+        m->be->ops->copy_to_host(m->be, p, a->perm_in, ((size_t)a->in + a->out) * sizeof(int32_t));
+        w0_permute(a, pi->fb.gpt2, dst, h, p, p + a->in, 0);
+        free(h), free(p);
+        return ST_OK;
+    }
+    return st_errf(err, ST_ERR_INVALID, "poetx: no matmul weight '%s' in this model", weight);
+}
+
 /* ------------------------------------------------------------------ permutations, merge */
 
 static void draw_perm(st_rng *r, int32_t *p, int d) {
@@ -685,19 +742,27 @@ static void draw_perm(st_rng *r, int32_t *p, int d) {
     }
 }
 
-void st_poetx_draw_perms(st_model *m, uint64_t seed, int64_t step) {
-    poet_impl *pi = impl_of(m);
+/* Every weight's perm_in, perm_out of (seed, step) into h (host), laid out as pi->perms. */
+static void draw_perms_host(const poet_impl *pi, uint64_t seed, int64_t step, int32_t *h) {
     st_rng r;
     st_rng_seed(&r, seed ^ 0x504F4554ull ^ ((uint64_t)step * 0x9E3779B97F4A7C15ull)); /* "POET", the step */
     for (int i = 0; i < pi->n_w; i++) {
-        poet_weight *a = &pi->w[i];
-        int32_t *h = malloc(sizeof(int32_t) * (size_t)(a->in + a->out));
-        if (!h) return;
-        draw_perm(&r, h, a->in);
-        draw_perm(&r, h + a->in, a->out);
-        m->be->ops->copy_to_device(m->be, a->perm_in, h, sizeof(int32_t) * (size_t)(a->in + a->out));
-        free(h);
+        const poet_weight *a = &pi->w[i];
+        int32_t *p = h + (a->perm_in - pi->perms);
+        draw_perm(&r, p, a->in);
+        draw_perm(&r, p + a->in, a->out);
     }
+}
+
+st_status st_poetx_draw_perms(st_model *m, uint64_t seed, int64_t step, st_err *err) {
+    if (!st_model_is_poetx(m)) return st_errf(err, ST_ERR_INVALID, "poetx: the model is not a POET-X model");
+    poet_impl *pi = impl_of(m);
+    int32_t *np = malloc((pi->n_perm ? pi->n_perm : 1) * sizeof(int32_t));
+    if (!np) return st_errf(err, ST_ERR_NOMEM, "poetx: out of memory for the permutations");
+    draw_perms_host(pi, seed, step, np);
+    st_status s = w0_pass(m, 0, np, -1, NULL, err); /* W0 into the new frame */
+    free(np);
+    return s;
 }
 
 static int is_perm_(const int32_t *p, int d) {
@@ -724,9 +789,14 @@ st_status st_poetx_set_perms(st_model *m, const char *weight, const int32_t *per
         if (!is_perm_(perm_in, a->in) || !is_perm_(perm_out, a->out))
             return st_errf(err, ST_ERR_INVALID, "poetx: the permutations given for '%s' are not permutations of 0..%d "
                            "and 0..%d", n, a->in - 1, a->out - 1);
-        m->be->ops->copy_to_device(m->be, a->perm_in, perm_in, sizeof(int32_t) * (size_t)a->in);
-        m->be->ops->copy_to_device(m->be, a->perm_out, perm_out, sizeof(int32_t) * (size_t)a->out);
-        return ST_OK;
+        int32_t *np = malloc(pi->n_perm * sizeof(int32_t));
+        if (!np) return st_errf(err, ST_ERR_NOMEM, "poetx: out of memory for the permutations");
+        m->be->ops->copy_to_host(m->be, np, pi->perms, pi->n_perm * sizeof(int32_t));
+        memcpy(np + (a->perm_in - pi->perms), perm_in, sizeof(int32_t) * (size_t)a->in);
+        memcpy(np + (a->perm_out - pi->perms), perm_out, sizeof(int32_t) * (size_t)a->out);
+        st_status s = w0_pass(m, 0, np, i, NULL, err); /* this W0 into the new frame */
+        free(np);
+        return s;
     }
     return st_errf(err, ST_ERR_INVALID, "poetx: no matmul weight '%s' in this model", weight);
 }
@@ -736,9 +806,27 @@ static void transpose(float *dst, const float *src, int rows, int cols) {
         for (int c = 0; c < cols; c++) dst[(size_t)c * rows + r] = src[(size_t)r * cols + c];
 }
 
-/* One weight's W0 in h1 (host, fp32, as the base stores it) <- R W0 P: the rows of W0 (out, in)
- * through P^T (apply with G_in^T, trans 1) give W0 P; the rows of its transpose through R (trans
- * 0) give (R W0 P)^T. In fp32, with the backend's ops; h2 (host) and d (backend) as large. */
+/* dst <- src, weight a's W0 (gpt2: stored (in, out), else (out, in)) between the base's layout and
+ * the frame of (pin, pout): W0'[r][c] = W0[pout[r]][pin[c]] as (out, in); to 1 into the frame,
+ * 0 out of it. */
+static void w0_permute(const poet_weight *a, int gpt2, float *dst, const float *src, const int32_t *pin,
+                       const int32_t *pout, int to) {
+    int in = a->in, out = a->out;
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < out; r++)
+        for (int c = 0; c < in; c++) {
+            size_t pe = gpt2 ? (size_t)c * out + r : (size_t)r * in + c;
+            size_t ba = gpt2 ? (size_t)pin[c] * out + pout[r] : (size_t)pout[r] * in + pin[c];
+            if (to) dst[pe] = src[ba];
+            else dst[ba] = src[pe];
+        }
+}
+
+/* One weight's held W0' in h1 (host, fp32, stored as the base stores W0) <- R' W0' P' with
+ * R' = blockdiag(G_out), P' = blockdiag(G_in) (the frame's: R W0 P = Pi_out^T R' W0' P' Pi_in):
+ * the rows of W0' (out, in) through P'^T (apply with G_in^T, trans 1) give W0' P'; the rows of
+ * its transpose through R' (trans 0) give (R' W0' P')^T. In fp32, with the backend's ops; h2
+ * (host) and d (backend) as large. */
 static void fold_weight(st_model *m, const poet_weight *a, float *h1, float *h2, float *d) {
     poet_impl *pi = impl_of(m);
     st_backend *be = m->be;
@@ -747,16 +835,16 @@ static void fold_weight(st_model *m, const poet_weight *a, float *h1, float *h2,
     size_t n = (size_t)a->in * a->out;
     float *Gi = pi->G, *Go = pi->G + (size_t)a->in * b;
     o->poet_cayley_forward(be, Gi, m->params + a->qi_off, (a->in + a->out) / b, b, k);
-    if (pi->fb.gpt2) { /* Conv1D (in, out): W0^T */
+    if (pi->fb.gpt2) { /* Conv1D (in, out): W0'^T */
         transpose(h2, h1, a->in, a->out);
         memcpy(h1, h2, n * sizeof(float));
     }
     o->copy_to_device(be, d, h1, n * sizeof(float));
-    o->poet_apply_forward(be, d, d, Gi, a->perm_in, a->out, a->in, b, 1); /* W0 P, (out, in) */
+    o->poet_apply_forward(be, d, d, Gi, NULL, a->out, a->in, b, 1); /* W0' P', (out, in) */
     o->copy_to_host(be, h1, d, n * sizeof(float));
-    transpose(h2, h1, a->out, a->in);                                     /* (W0 P)^T, (in, out) */
+    transpose(h2, h1, a->out, a->in);                                /* (W0' P')^T, (in, out) */
     o->copy_to_device(be, d, h2, n * sizeof(float));
-    o->poet_apply_forward(be, d, d, Go, a->perm_out, a->in, a->out, b, 0); /* (R W0 P)^T */
+    o->poet_apply_forward(be, d, d, Go, NULL, a->in, a->out, b, 0); /* (R' W0' P')^T */
     o->copy_to_host(be, h1, d, n * sizeof(float));
     if (!pi->fb.gpt2) {
         transpose(h2, h1, a->in, a->out);
@@ -764,46 +852,71 @@ static void fold_weight(st_model *m, const poet_weight *a, float *h1, float *h2,
     }
 }
 
-/* Every weight's R W0 P in fp32, one weight at a time: into the store (to_base 0: W0 <- R W0 P,
- * in frozen_dtype) or, dense, into the base's vector (to_base 1, the store unchanged: save_hf). */
-static st_status fold_all(st_model *m, int to_base, st_err *err) {
+
+/* Every weight's W0 (only >= 0: that weight's alone), one at a time through host fp32: from the
+ * held W0 in the frame of the permutations held (or as flags say), R and P folded in (W0_FOLD),
+ * out of the frame into the base's layout, then into the base's vector (dense NULL) or dense (a
+ * vector of the base's table) in its layout (newp NULL: save_hf, the held W0 unchanged) or into
+ * the held W0 in the frame of newp (every weight's
+ * permutations, host, laid out as pi->perms), rounded to frozen_dtype once; newp then becomes the
+ * permutations held. With W0_FROM_BASE and frozen_dtype bf16 or int8 the base's fp32 pages of W0
+ * are given back after (the store's is the one W0 from now on). */
+static st_status w0_pass(st_model *m, int flags, const int32_t *newp, int only, float *dense, st_err *err) {
     poet_impl *pi = impl_of(m);
     st_backend *be = m->be;
     const st_backend_ops *o = be->ops;
     size_t mx = 0;
     for (int i = 0; i < pi->n_w; i++)
         if ((size_t)pi->w[i].in * pi->w[i].out > mx) mx = (size_t)pi->w[i].in * pi->w[i].out;
-    float *h1 = malloc(mx * sizeof(float)), *h2 = malloc(mx * sizeof(float));
-    float *d = o->alloc(be, mx * sizeof(float));
-    if (!h1 || !h2 || !d) {
-        free(h1);
-        free(h2);
+    float *h1 = malloc((mx ? mx : 1) * sizeof(float)), *h2 = malloc((mx ? mx : 1) * sizeof(float));
+    float *d = (flags & W0_FOLD) ? o->alloc(be, (mx ? mx : 1) * sizeof(float)) : NULL;
+    int32_t *oldp = malloc((pi->n_perm ? pi->n_perm : 1) * sizeof(int32_t));
+    if (!h1 || !h2 || !oldp || ((flags & W0_FOLD) && !d)) {
+        free(h1), free(h2), free(oldp);
         if (d) o->dealloc(be, d);
-        return st_errf(err, ST_ERR_NOMEM, "poetx: out of memory for a merge (%.1f MiB)", 3.0 * mx * 4 / 1048576.0);
+        return st_errf(err, ST_ERR_NOMEM, "poetx: out of memory for W0 (%.1f MiB) in a merge or a change of its "
+                       "permutations", 3.0 * mx * 4 / 1048576.0);
     }
-    int f32 = pi->cfg.frozen_dtype == ST_FROZEN_F32;
+    o->copy_to_host(be, oldp, pi->perms, pi->n_perm * sizeof(int32_t));
+    const int f32 = pi->cfg.frozen_dtype == ST_FROZEN_F32, gpt2 = pi->fb.gpt2;
     for (int i = 0; i < pi->n_w; i++) {
         const poet_weight *a = &pi->w[i];
-        size_t n = (size_t)a->in * a->out;
-        if (f32) o->copy_to_host(be, h1, base_w0(pi, i), n * sizeof(float));
+        if (only >= 0 && i != only) continue;
+        size_t n = (size_t)a->in * a->out, po_in = (size_t)(a->perm_in - pi->perms), po_out = po_in + a->in;
+        if (f32 || (flags & W0_FROM_BASE)) o->copy_to_host(be, h1, base_w0(pi, i), n * sizeof(float));
         else frozen_weight_get(&pi->fw[i], 0, n, h1);
-        fold_weight(m, a, h1, h2, d);
-        if (f32 || to_base) o->copy_to_device(be, base_w0(pi, i), h1, n * sizeof(float));
-        else frozen_weight_set(&pi->fw[i], h1);
+        if (flags & W0_FOLD) fold_weight(m, a, h1, h2, d);
+        float *w = h1; /* W0 in the base's layout: w */
+        if (!(flags & (W0_FROM_BASE | W0_RAW))) {
+            w0_permute(a, gpt2, h2, h1, oldp + po_in, oldp + po_out, 0);
+            w = h2;
+        }
+        if (!newp) {
+            o->copy_to_device(be, dense ? dense + a->base_t->offset : base_w0(pi, i), w, n * sizeof(float));
+            continue;
+        }
+        float *v = w == h1 ? h2 : h1;
+        w0_permute(a, gpt2, v, w, newp + po_in, newp + po_out, 1);
+        if (f32) o->copy_to_device(be, base_w0(pi, i), v, n * sizeof(float));
+        else frozen_weight_set(&pi->fw[i], v);
+        if (!f32 && (flags & W0_FROM_BASE)) frozen_release(base_w0(pi, i), a->base_t->numel * sizeof(float));
     }
-    o->dealloc(be, d);
-    free(h1);
-    free(h2);
+    if (newp) o->copy_to_device(be, pi->perms, newp, pi->n_perm * sizeof(int32_t));
+    if (d) o->dealloc(be, d);
+    free(h1), free(h2), free(oldp);
     return ST_OK;
 }
 
 st_status st_poetx_merge(st_model *m, uint64_t seed, int64_t step, st_err *err) {
     if (!st_model_is_poetx(m)) return st_errf(err, ST_ERR_INVALID, "poetx: the model is not a POET-X model");
     poet_impl *pi = impl_of(m);
-    st_status s = fold_all(m, 0, err);
+    int32_t *np = malloc((pi->n_perm ? pi->n_perm : 1) * sizeof(int32_t));
+    if (!np) return st_errf(err, ST_ERR_NOMEM, "poetx: out of memory for the permutations");
+    draw_perms_host(pi, seed, step, np);
+    st_status s = w0_pass(m, W0_FOLD, np, -1, NULL, err); /* W0 <- R W0 P, in the frame of the new permutations */
+    free(np);
     if (s) return s;
     m->be->ops->memset0(m->be, m->params + pi->q_off, (m->n_params - pi->q_off) * sizeof(float));
-    st_poetx_draw_perms(m, seed, step);
     return ST_OK;
 }
 
@@ -814,7 +927,7 @@ st_status st_poetx_model_create(st_model **out, st_model *base, const st_poetx_c
     *out = NULL;
     const st_backend_ops *bo = base->be->ops;
     if (!bo->poet_cayley_forward || !bo->poet_cayley_backward || !bo->poet_apply_forward ||
-        !bo->poet_apply_backward || !bo->axpy_rows) {
+        !bo->poet_apply_backward || !bo->axpy_rows || !bo->poet_permute) {
         const char *name = bo->name;
         st_model_free(base);
         return st_errf(err, ST_ERR_UNSUPPORTED, "poetx: backend '%s' lacks the poet_* or axpy_rows ops; train POET-X "
@@ -905,7 +1018,7 @@ st_status st_poetx_model_create(st_model **out, st_model *base, const st_poetx_c
     ng = gmax;
     pi->G = m->be->ops->alloc(m->be, (ng ? ng : 1) * sizeof(float));
     pi->perms = m->be->ops->alloc(m->be, (nperm ? nperm : 1) * sizeof(int32_t));
-    /* the store: fp32 is the base's own W0; bf16 and int8 their codes, filled by po_init_random */
+    /* the store: fp32 is the base's own W0; bf16 and int8 their codes, filled by init_state */
     int store_ok = (pi->fw = calloc((size_t)(pi->n_w ? pi->n_w : 1), sizeof *pi->fw)) != NULL;
     for (int i = 0; store_ok && i < pi->n_w; i++) {
         const st_param_info *t = pi->w[i].base_t;
@@ -956,6 +1069,7 @@ st_status st_poetx_model_create(st_model **out, st_model *base, const st_poetx_c
         pi->w[i].perm_out = pi->perms + off + pi->w[i].in;
         off += (size_t)pi->w[i].in + pi->w[i].out;
     }
+    pi->n_perm = nperm;
     /* The base's gradient vector goes: what trains has its gradient in m->grads (hook_grad_at),
      * the frozen matmul weights none. GPT-2's embedding and final norm are read and trained
      * in place in m's vectors (their pointers moved), the block tensors copied before each
@@ -987,7 +1101,10 @@ st_status st_poetx_model_create(st_model **out, st_model *base, const st_poetx_c
     pi->fb.hook.linear_backward = hook_linear_backward;
     pi->fb.hook.grad_at = hook_grad_at;
     frozen_base_set_hook(&pi->fb, &pi->fb.hook);
-    po_init_random(m, seed);
+    if ((s = init_state(m, seed, err))) {
+        po_destroy(m);
+        return s;
+    }
     *out = m;
     return ST_OK;
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "run/run_poetx_internal.h"
 #include "strata/generate.h"
 #include "strata/train.h"
 
@@ -39,7 +40,10 @@ static st_status open_run(st_model **out, const char *dir, const char *cfg_path,
     st_model_overrides ov = st_train_config_overrides(&c); /* an init_from directory fixes the shape itself */
     s = st_model_create_from(out, c.model, c.init_from, &ov, 0, be, err); /* the run's weights are loaded below */
     if (s) return st_err_prefix(err, "%s", cfg_path);
-    if ((s = (*out)->ops->load(*out, weights, err))) {
+    /* a POET-X run's checkpoint holds W0 in its permutations' frame and R, P apart: merged */
+    if (st_train_config_method_of(&c) == ST_TRAIN_METHOD_POETX) s = run_poetx_load_merged(&c, *out, weights, err);
+    else s = (*out)->ops->load(*out, weights, err);
+    if (s) {
         st_model_free(*out);
         *out = NULL;
     }

@@ -327,8 +327,7 @@ static st_status draw_start(const st_train_config *c, st_comm *comm, st_model *p
         else s = st_poetx_orthogonal_base(base, (float)c->poetx_init_gain, c->seed, err);
         if (s) return s;
     }
-    pm->ops->init_random(pm, c->seed);
-    return ST_OK;
+    return st_poetx_init_state(pm, c->seed, err);
 }
 
 st_status run_poetx_open(const st_train_config *c, st_comm *comm, st_model **m, st_err *err) {
@@ -582,4 +581,15 @@ st_status run_poetx_after_disk(run_poetx_disk *x, const st_train_config *c, cons
      * still be here, so the merge before this one is kept too */
     if (!skipped) prune(x, x->comm ? step - c->poetx_merge_every : step);
     return ST_OK;
+}
+
+st_status run_poetx_load_merged(const st_train_config *c, st_model *dense, const char *weights, st_err *err) {
+    st_model *base = NULL, *pm = NULL;
+    st_model_overrides ov = st_train_config_overrides(c);
+    st_poetx_config pc = poetx_config(c);
+    st_status s = st_model_create_from(&base, c->model, c->init_from, &ov, 0, dense->be, err);
+    if (s || (s = st_poetx_model_create(&pm, base, &pc, c->seed, err))) return s; /* base freed either way */
+    if (!(s = pm->ops->load(pm, weights, err))) s = st_poetx_merged_into(pm, dense->params, err);
+    st_model_free(pm);
+    return s;
 }

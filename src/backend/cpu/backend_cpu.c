@@ -978,6 +978,7 @@ static const st_backend_ops cpu_ops = {
     .poet_cayley_forward = cpu_poet_cayley_forward,
     .poet_cayley_backward = cpu_poet_cayley_backward,
     .poet_apply_forward = cpu_poet_apply_forward,
+    .poet_permute = cpu_poet_permute,
     .poet_apply_backward = cpu_poet_apply_backward,
     .axpy_rows = cpu_axpy_rows,
     .from_bf16 = st_cpu_from_bf16,

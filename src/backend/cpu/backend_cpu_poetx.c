@@ -323,3 +323,19 @@ void cpu_poet_apply_backward(st_backend *be, float *dx, float *dG, const float *
         fill_nan(dG, (size_t)nb * bb);
     }
 }
+
+void cpu_poet_permute(st_backend *be, float *y, int ldy, const float *x, int ldx, const int32_t *perm, int N, int d,
+                      int mode) {
+    (void)be;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float *restrict yr = y + (size_t)n * ldy;
+        const float *restrict xr = x + (size_t)n * ldx;
+        if (mode == ST_PERMUTE_GATHER)
+            for (int i = 0; i < d; i++) yr[i] = xr[perm[i]];
+        else if (mode == ST_PERMUTE_SCATTER)
+            for (int i = 0; i < d; i++) yr[perm[i]] = xr[i];
+        else
+            for (int i = 0; i < d; i++) yr[perm[i]] += xr[i];
+    }
+}

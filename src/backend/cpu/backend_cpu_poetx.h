@@ -11,6 +11,8 @@ void cpu_poet_apply_forward(st_backend *be, float *y, const float *x, const floa
                             int d, int b, int trans);
 void cpu_poet_apply_backward(st_backend *be, float *dx, float *dG, const float *dy, const float *x, const float *G,
                              const int32_t *perm, int N, int d, int b, int trans);
+void cpu_poet_permute(st_backend *be, float *y, int ldy, const float *x, int ldx, const int32_t *perm, int N, int d,
+                      int mode);
 
 /* Rows per work unit of the apply's backward: each unit's part of dG is summed apart and
  * the parts added in unit order, so the bits depend on N, d and b only. Rows per unit

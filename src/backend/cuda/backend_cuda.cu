@@ -731,6 +731,11 @@ static void be_poet_apply_forward(st_backend *be, float *y, const float *x, cons
     cu_poet_apply_forward(y, x, G, perm, N, d, b, trans, ctx_of(be)->stream);
     LAUNCHED(be, "poet_apply_forward");
 }
+static void be_poet_permute(st_backend *be, float *y, int ldy, const float *x, int ldx, const int32_t *perm, int N,
+                            int d, int mode) {
+    cu_poet_permute(y, ldy, x, ldx, perm, N, d, mode, ctx_of(be)->stream);
+    LAUNCHED(be, "poet_permute");
+}
 static void be_poet_apply_backward(st_backend *be, float *dx, float *dG, const float *dy, const float *x,
                                    const float *G, const int32_t *perm, int N, int d, int b, int trans) {
     if (!cu_poet_supported(b) || d % b) return note(ctx_of(be), cudaErrorInvalidValue, "poet_apply_backward");
@@ -848,6 +853,7 @@ static st_backend_ops make_ops(void) {
     o.poet_cayley_backward = be_poet_cayley_backward;
     o.poet_apply_forward = be_poet_apply_forward;
     o.poet_apply_backward = be_poet_apply_backward;
+    o.poet_permute = be_poet_permute;
     o.host_register = be_host_register;
     o.host_unregister = be_host_unregister;
     o.timer_mark = be_timer_mark;

@@ -219,4 +219,23 @@ inline void cu_poet_apply_backward(float *dx, float *dG, const float *dy, const 
     }
 }
 
+/* columns of rows through a permutation (st_backend_ops.poet_permute): one thread an element */
+__global__ void k_poet_permute(float *y, int ldy, const float *x, int ldx, const int32_t *perm, int N, int d,
+                               int mode) {
+    size_t total = (size_t)N * (size_t)d;
+    for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += (size_t)gridDim.x * blockDim.x) {
+        size_t n = k / (size_t)d, i = k % (size_t)d;
+        if (mode == 0) y[n * ldy + i] = x[n * ldx + perm[i]];
+        else if (mode == 1) y[n * ldy + perm[i]] = x[n * ldx + i];
+        else y[n * ldy + perm[i]] += x[n * ldx + i];
+    }
+}
+
+inline void cu_poet_permute(float *y, int ldy, const float *x, int ldx, const int32_t *perm, int N, int d, int mode,
+                            cudaStream_t s) {
+    size_t n = (size_t)N * (size_t)d;
+    if (!n) return;
+    ST_CUDA_LAUNCH(k_poet_permute, st_cuda_grid(n, 256), 256, 0, s, y, ldy, x, ldx, perm, N, d, mode);
+}
+
 #endif

@@ -610,6 +610,18 @@ static void ref_poet_apply_backward_f32(st_backend *be, float *dx, float *dG, co
     free(a.base);
 }
 
+/* columns of rows through a permutation: copies (the add in double, rounded once, as one float add) */
+static void ref_poet_permute(st_backend *be, float *y, int ldy, const float *x, int ldx, const int32_t *perm, int N,
+                             int d, int mode) {
+    (void)be;
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < d; i++) {
+            float *yp = mode == ST_PERMUTE_GATHER ? y + (size_t)n * ldy + i : y + (size_t)n * ldy + perm[i];
+            double v = mode == ST_PERMUTE_GATHER ? x[(size_t)n * ldx + perm[i]] : x[(size_t)n * ldx + i];
+            *yp = mode == ST_PERMUTE_SCATTER_ADD ? (float)((double)*yp + v) : (float)v;
+        }
+}
+
 /* y rows += alpha x rows, each element in double (the sum of two floats rounds once, as
  * the CPU backend's fused-free float add may not: the differential test allows that) */
 static void ref_axpy_rows(st_backend *be, float *y, int ldy, const float *x, int ldx, float alpha, int N, int W) {
@@ -697,6 +709,7 @@ static const st_backend_ops ref_ops = {
     .poet_cayley_backward = ref_poet_cayley_backward_f32,
     .poet_apply_forward = ref_poet_apply_forward_f32,
     .poet_apply_backward = ref_poet_apply_backward_f32,
+    .poet_permute = ref_poet_permute,
     .axpy_rows = ref_axpy_rows,
     .from_bf16 = ref_from_bf16,
     .matmul_backward_write = ref_matmul_backward_write_f32,
