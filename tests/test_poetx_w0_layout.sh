@@ -113,9 +113,12 @@ rc=$?
 check '[ $rc -eq 0 ] && [ "$(losses "$T/disk-old")" = "$(losses "$T/disk")" ] && cmp -s "$T/disk/model.safetensors" "$T/disk-old/model.safetensors"' \
   "disk state resumed from an old-layout W0 file (rc $rc): losses $(losses "$T/disk-old") against $(losses "$T/disk"); $(tail -1 "$T/disk-old.2")"
 # strata sample from a POET-X run reads the merged model (R W0 P folded, W0 out of its frame): the
-# tokens of its save_hf directory's at temperature 1 and one seed; and a run stopped right after a merge (Q = 0) too
-for st in 4 3; do
-  "$S" train $poet --model gpt2-tiny --poetx_block 8 --stop_at $st --save_hf "$T/s$st.hf" --run_dir "$T/s$st" >"$T/s$st.out" 2>&1
+# tokens of its save_hf directory's at temperature 1 and one seed; and a run stopped right after a merge (Q = 0) too;
+# llama-tiny, and W0 held in bf16 (the base's given-back pages filled again with the merged W)
+for st in 4 3 4l 4b; do
+  m="--model gpt2-tiny --poetx_block 8"
+  case $st in 4l) m="--model llama-tiny --poetx_block 8" ;; 4b) m="$m --frozen_dtype bf16" ;; esac
+  "$S" train $poet $m --stop_at ${st%[lb]} --save_hf "$T/s$st.hf" --run_dir "$T/s$st" >"$T/s$st.out" 2>&1
   a=$("$S" sample --from "$T/s$st" --max_new 15 --seed 5 2>"$T/s$st.a")
   b=$("$S" sample --from "$T/s$st.hf" --max_new 15 --seed 5 2>"$T/s$st.b")
   check '[ -n "$a" ] && [ "$a" = "$b" ]' "sample from the run stopped at $st ('$a'; $(tail -n 1 "$T/s$st.a")) against its save_hf ('$b')"

@@ -148,9 +148,10 @@ st_status st_poetx_init_state(st_model *m, uint64_t seed, st_err *err);
  * and fp32, as the held W0' unpermuted (R and P not folded in), into dst (host, numel floats). */
 st_status st_poetx_w0(const st_model *m, const char *weight, float *dst, st_err *err);
 /* The merged dense model, as save_hf writes it (the trainables as they are, every W = R W0 P
- * folded in fp32, in the base's layout), into dst: a vector of the base's tensor table
- * (base->n_params floats, m's backend memory). m unchanged. */
-st_status st_poetx_merged_into(const st_model *m, float *dst, st_err *err);
+ * folded in fp32, in the base's layout), made in the base's own vector: *out the base, a plain
+ * model again with no gradient vector (for forwards: sampling, scoring). m is freed either way
+ * (on failure with its base, *out NULL). */
+st_status st_poetx_merged_base(st_model *m, st_model **out, st_err *err);
 /* A merge: W0 <- R W0 P in fp32 for every weight (one weight's fp32 copy at a time; stored back
  * in frozen_dtype), Q <- 0, the permutations redrawn from (seed, step). The model's function is
  * unchanged up to fp32 rounding (and frozen_dtype's). */

@@ -696,12 +696,35 @@ st_status st_poetx_load_w0(st_model *m, const char *path, int64_t merge_step, st
 }
 size_t st_poetx_q_offset(const st_model *m) { return st_model_is_poetx(m) ? impl_of(m)->q_off : 0; }
 
-st_status st_poetx_merged_into(const st_model *m, float *dst, st_err *err) {
-    if (!st_model_is_poetx(m)) return st_errf(err, ST_ERR_INVALID, "poetx: the model is not a POET-X model");
+st_status st_poetx_merged_base(st_model *m, st_model **out, st_err *err) {
+    *out = NULL;
+    if (!st_model_is_poetx(m)) {
+        st_model_free(m);
+        return st_errf(err, ST_ERR_INVALID, "poetx: the model is not a POET-X model");
+    }
     poet_impl *pi = impl_of(m);
+    st_model *b = pi->fb.base;
     for (int i = 0; i < pi->n_train; i++)
-        dev_copy(m->be, dst + pi->train[i].base_off, m->params + pi->train[i].off, pi->train[i].numel);
-    return w0_pass((st_model *)m, W0_FOLD, NULL, -1, dst, err);
+        dev_copy(m->be, b->params + pi->train[i].base_off, m->params + pi->train[i].off, pi->train[i].numel);
+    /* W = R W0 P into the base's own vector, one weight at a time (bf16, int8: its given-back
+     * pages filled again) */
+    st_status s = w0_pass(m, W0_FOLD, NULL, -1, NULL, err);
+    if (!s) { /* the base on its own again: no hook, GPT-2's embedding and final norm read from its vector */
+        frozen_base_set_hook(&pi->fb, NULL);
+        if (pi->fb.gpt2) {
+            st_gpt2_model *g = b->impl;
+            for (int i = 0; i < pi->n_train; i++) {
+                const poet_train *t = &pi->train[i];
+                if (g->emb_w == m->params + t->off) g->emb_w = b->params + t->base_off;
+                if (g->lnf_w == m->params + t->off) g->lnf_w = b->params + t->base_off;
+            }
+            g->emb_g = g->lnf_g = NULL;
+        }
+        pi->fb.base = NULL; /* not freed with m */
+        *out = b;
+    }
+    st_model_free(m);
+    return s;
 }
 
 st_status st_poetx_w0(const st_model *m, const char *weight, float *dst, st_err *err) {

@@ -41,7 +41,7 @@ static st_status open_run(st_model **out, const char *dir, const char *cfg_path,
     s = st_model_create_from(out, c.model, c.init_from, &ov, 0, be, err); /* the run's weights are loaded below */
     if (s) return st_err_prefix(err, "%s", cfg_path);
     /* a POET-X run's checkpoint holds W0 in its permutations' frame and R, P apart: merged */
-    if (st_train_config_method_of(&c) == ST_TRAIN_METHOD_POETX) s = run_poetx_load_merged(&c, *out, weights, err);
+    if (st_train_config_method_of(&c) == ST_TRAIN_METHOD_POETX) s = run_poetx_load_merged(&c, out, weights, err);
     else s = (*out)->ops->load(*out, weights, err);
     if (s) {
         st_model_free(*out);

@@ -583,13 +583,15 @@ st_status run_poetx_after_disk(run_poetx_disk *x, const st_train_config *c, cons
     return ST_OK;
 }
 
-st_status run_poetx_load_merged(const st_train_config *c, st_model *dense, const char *weights, st_err *err) {
-    st_model *base = NULL, *pm = NULL;
-    st_model_overrides ov = st_train_config_overrides(c);
+st_status run_poetx_load_merged(const st_train_config *c, st_model **m, const char *weights, st_err *err) {
+    st_model *pm = NULL;
     st_poetx_config pc = poetx_config(c);
-    st_status s = st_model_create_from(&base, c->model, c->init_from, &ov, 0, dense->be, err);
-    if (s || (s = st_poetx_model_create(&pm, base, &pc, c->seed, err))) return s; /* base freed either way */
-    if (!(s = pm->ops->load(pm, weights, err))) s = st_poetx_merged_into(pm, dense->params, err);
-    st_model_free(pm);
-    return s;
+    st_status s = st_poetx_model_create(&pm, *m, &pc, c->seed, err); /* takes the base, frees it on failure */
+    *m = NULL;
+    if (s) return s;
+    if ((s = pm->ops->load(pm, weights, err))) {
+        st_model_free(pm);
+        return s;
+    }
+    return st_poetx_merged_base(pm, m, err); /* the base again, merged; pm freed */
 }

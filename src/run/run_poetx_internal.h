@@ -113,9 +113,11 @@ void run_poetx_stage(run_poetx_disk *x, const st_train_config *c, st_step_hp *hp
 st_status run_poetx_after_disk(run_poetx_disk *x, const st_train_config *c, const st_model *m, long step,
                                int skipped, st_err *err);
 
-/* strata sample from a POET-X run: the checkpoint at weights (a POET-X model's file) merged into
- * dense, a plain model of the run's base (R W0 P folded, W0 out of its permutations' frame: the
- * model save_hf writes), through a POET-X model over a second base made for it and freed after. */
-st_status run_poetx_load_merged(const st_train_config *c, st_model *dense, const char *weights, st_err *err);
+/* strata sample from a POET-X run: *m, a plain model of the run's base, wrapped by a POET-X model,
+ * the checkpoint at weights (a POET-X model's file) loaded into it and merged into the base's own
+ * vector (R W0 P folded, W0 out of its permutations' frame: the model save_hf writes); *m the
+ * base again, without its gradient vector (forwards only), or NULL on failure (freed). One base in
+ * memory at a time. */
+st_status run_poetx_load_merged(const st_train_config *c, st_model **m, const char *weights, st_err *err);
 
 #endif
