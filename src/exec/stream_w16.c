@@ -51,7 +51,7 @@ int stream_w16_begin(st_stream_exec *x) {
 }
 
 void stream_w16_block(st_stream_exec *x, const float *slot, int l) {
-    if (!x->w16_on || x->plan.resident) return;
+    if (!x->w16_on || x->plan.resident || x->held) return; /* a held slab: no fp32 matmul weight in it */
     st_backend_bf16_weights_map(x->dev, W16_BLOCK, slot, x->w16 + x->block_offset0 + (size_t)l * x->block_numel,
                                 x->block_numel);
 }
