@@ -82,6 +82,7 @@ enum {
 };
 static st_status w0_pass(st_model *m, int flags, const int32_t *newp, int only, float *dense, st_err *err);
 static void draw_perms_host(const poet_impl *pi, uint64_t seed, int64_t step, int32_t *h);
+static st_status redraw(st_model *m, uint64_t seed, int64_t step, int flags, st_err *err);
 static void w0_permute(const poet_weight *a, int gpt2, float *dst, const float *src, const int32_t *pin,
                        const int32_t *pout, int to);
 
@@ -310,12 +311,7 @@ static st_status init_state(st_model *m, uint64_t seed, st_err *err) {
     be->ops->memset0(be, m->params, m->n_params * sizeof(float));
     for (int i = 0; i < pi->n_train; i++)
         dev_copy(be, m->params + pi->train[i].off, pi->fb.base->params + pi->train[i].base_off, pi->train[i].numel);
-    int32_t *np = malloc((pi->n_perm ? pi->n_perm : 1) * sizeof(int32_t));
-    if (!np) return st_errf(err, ST_ERR_NOMEM, "poetx: out of memory for the permutations");
-    draw_perms_host(pi, seed, 0, np);
-    st_status s = w0_pass(m, W0_FROM_BASE, np, -1, NULL, err);
-    free(np);
-    return s;
+    return redraw(m, seed, 0, W0_FROM_BASE, err);
 }
 
 /* the vtable's (void): a failure said; a run calls st_poetx_init_state, which returns it */
@@ -777,15 +773,21 @@ static void draw_perms_host(const poet_impl *pi, uint64_t seed, int64_t step, in
     }
 }
 
-st_status st_poetx_draw_perms(st_model *m, uint64_t seed, int64_t step, st_err *err) {
-    if (!st_model_is_poetx(m)) return st_errf(err, ST_ERR_INVALID, "poetx: the model is not a POET-X model");
+/* The permutations of (seed, step) drawn and W0 moved into their frame by w0_pass(flags): W0 as
+ * held (0), folded first (W0_FOLD), or taken from the base's vector (W0_FROM_BASE). */
+static st_status redraw(st_model *m, uint64_t seed, int64_t step, int flags, st_err *err) {
     poet_impl *pi = impl_of(m);
     int32_t *np = malloc((pi->n_perm ? pi->n_perm : 1) * sizeof(int32_t));
     if (!np) return st_errf(err, ST_ERR_NOMEM, "poetx: out of memory for the permutations");
     draw_perms_host(pi, seed, step, np);
-    st_status s = w0_pass(m, 0, np, -1, NULL, err); /* W0 into the new frame */
+    st_status s = w0_pass(m, flags, np, -1, NULL, err);
     free(np);
     return s;
+}
+
+st_status st_poetx_draw_perms(st_model *m, uint64_t seed, int64_t step, st_err *err) {
+    if (!st_model_is_poetx(m)) return st_errf(err, ST_ERR_INVALID, "poetx: the model is not a POET-X model");
+    return redraw(m, seed, step, 0, err); /* W0 into the new frame */
 }
 
 static int is_perm_(const int32_t *p, int d) {
@@ -933,11 +935,7 @@ static st_status w0_pass(st_model *m, int flags, const int32_t *newp, int only, 
 st_status st_poetx_merge(st_model *m, uint64_t seed, int64_t step, st_err *err) {
     if (!st_model_is_poetx(m)) return st_errf(err, ST_ERR_INVALID, "poetx: the model is not a POET-X model");
     poet_impl *pi = impl_of(m);
-    int32_t *np = malloc((pi->n_perm ? pi->n_perm : 1) * sizeof(int32_t));
-    if (!np) return st_errf(err, ST_ERR_NOMEM, "poetx: out of memory for the permutations");
-    draw_perms_host(pi, seed, step, np);
-    st_status s = w0_pass(m, W0_FOLD, np, -1, NULL, err); /* W0 <- R W0 P, in the frame of the new permutations */
-    free(np);
+    st_status s = redraw(m, seed, step, W0_FOLD, err); /* W0 <- R W0 P, in the frame of the new permutations */
     if (s) return s;
     m->be->ops->memset0(m->be, m->params + pi->q_off, (m->n_params - pi->q_off) * sizeof(float));
     return ST_OK;
