@@ -157,6 +157,14 @@ for fd in bf16 int8; do
       "$fd poetx_recompute 1, grad_accum 2, eval_every 2: losses and validation losses ($(vl "$T/hsa_$fd")) equal the in-memory run's ($(vl "$T/hma_$fd"))"
     same_run "$fd poetx_recompute 1, grad_accum 2, eval_every 2" "$T/hma_$fd" "$T/hsa_$fd" 6
 done
+# held W0 under matmul bf16 (where there is one): the executor's bf16 copy holds only the ends (the
+# blocks' matmul weights are held by the hook), the same steps as in memory
+if run "$T/hm_bf" $g6 --steps 6 --frozen_dtype int8 --matmul bf16; then
+    run "$T/hs_bf" $g6 --steps 6 --frozen_dtype int8 --matmul bf16 --device_budget 320000 --act recompute
+    rc=$?
+    check '[ $rc -eq 0 ]' "int8 streamed under matmul bf16 runs: $(tail -2 "$T/hs_bf.out")"
+    same_run "int8, matmul bf16" "$T/hm_bf" "$T/hs_bf" 6
+fi
 # llama-tiny bf16 (the held slab packs the norms; q|k|v and gate|up held apart)
 run "$T/hlm" $l4 --steps 6 --frozen_dtype bf16
 run "$T/hls" $l4 --steps 6 --frozen_dtype bf16 --device_budget 330000 --act recompute
