@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_poetx_stream.sh - strata train --method poetx under layer streaming (device_budget on the
-# cpu device): the base's fp32 blocks (W0 in them) stream through the budget, POET-X's hook runs
+# cpu device): the base's blocks (W0 in them: fp32, or as held in bf16/int8) stream through the budget, POET-X's hook runs
 # R W0 P on them and takes the gradients of Q and of the base's embeddings, norms and biases to
 # the POET-X vector, and the in-memory step's optimizer updates it (a merge every 3 steps).
 #  - gpt2-tiny (6 blocks, fewer weight slots than blocks: they stream) with every block

@@ -304,7 +304,7 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
         return st_errf(err, ST_ERR_INVALID, "stream: a hook that holds the base's matmul weights (held_block_bytes) "
                        "says where each block's are (st_linear_hook.held_host); this one does not");
     if (hook_base_cfg(c) && (p->resident || !st_backend_host_memory(dev) || c->external_optimizer || c->optim))
-        return st_errf(err, ST_ERR_UNSUPPORTED, "stream: a frozen base's hook (st_stream_config.hook) keeps its "
+        return st_errf(err, ST_ERR_UNSUPPORTED, "stream: a hook's base (st_stream_config.hook: LoRA's, POET-X's) keeps its "
                        "parameters and gradients in host memory: it streams to a device whose memory is the host's "
                        "(the CPU backend; this one: %s), not resident, with no optimizer of the executor's (the "
                        "caller's updates the hook's parameters)", dev->ops->name ? dev->ops->name : "?");
