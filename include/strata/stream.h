@@ -132,8 +132,9 @@
  * that the hook replaces the block matmuls (W0 read from the device's block, or held: the slot's
  * held run) and the embedding's and head's gradients are formed on the device as a trained
  * base's (its d_pre_g, d_post_g: no block gradient slots, no host gradient vector). The block
- * functions send the norms' and biases' gradients to the hook's grad_at; after each backward the executor copies the
- * embedding's, final norm's and an untied head's gradients to it, tensor by tensor. The head
+ * functions send the norms' and biases' gradients to the hook's grad_at; after each backward the
+ * executor copies the embedding's, final norm's and an untied head's gradients to it, tensor by
+ * tensor. The head
  * stays resident (a plan with vocabulary chunks is refused). The caller copies the updated
  * trainables into the host vector and calls st_stream_params_changed before the next call
  * (strata/step.h does), and the blocks are fetched again.
