@@ -13,8 +13,14 @@
 #    order: float rounding, as for method full);
 #  - a streamed run resumed (4 + 4 steps) equals the straight streamed run bit for bit;
 #  - strata plan counts no gradient slots or embedding gradient for it;
-#  - refused before a run directory exists, naming the key: frozen_dtype bf16 with
-#    device_budget, device cuda with device_budget, state_paths with device_budget.
+#  - frozen_dtype bf16 and int8: each block's matmul weights stream as held (codes, int8's scales
+#    and zeros) beside its norms and biases; recomputed, offloaded and kept, grad_accum 2 with
+#    validation between the steps, each equals the same held run in memory bit for bit (losses,
+#    val_loss, adapter file, merged model), llama-tiny int8 too, and an int8 streamed run resumed
+#    (4 + 4) equals 8 steps in memory; strata plan's device bytes count a held slot (the 1-D tensors and the held bytes)
+#    in place of the fp32 slab, and a budget under fp32's smallest plan fits bf16's;
+#  - refused before a run directory exists, naming the key: device cuda with device_budget,
+#    state_paths with device_budget.
 set -u
 . "$(dirname "$0")/lib_method_cli.sh"
 method_begin lora_stream
@@ -134,9 +140,63 @@ check '[ "$((af - al))" = $((2 * 4 * (12 * 32 * 32 + 13 * 32) + 4 * (256 + 16) *
 check 'jq -e ".memory.tiers.device.fits and .device_bytes <= $budget and .vocab_chunk == 0" "$T/pj_lora.json" >/dev/null' \
   "strata plan: lora's plan fits $budget with the head resident: $(jq -c "[.device_bytes, .vocab_chunk]" "$T/pj_lora.json")"
 
+# --- frozen_dtype bf16 and int8: the held weights stream (the slots are held slabs: more of them
+# fit a budget; these budgets still leave fewer slots than blocks)
+for fd in bf16 int8; do
+    run "$T/hm_$fd" $g6 --steps 4 --frozen_dtype $fd --save_hf "$T/hm_$fd.hf"
+    rc=$?
+    check '[ $rc -eq 0 ]' "$fd in memory runs: $(tail -2 "$T/hm_$fd.out")"
+    ob=$([ $fd = bf16 ] && echo 360000 || echo 320000) # the head resident, fewer slots than blocks
+    for ab in recompute:300000 offload:$ob keep:600000; do
+        act=${ab%:*} h="$T/hs_${fd}_${ab%:*}"
+        run "$h" $g6 --steps 4 --frozen_dtype $fd --device_budget ${ab#*:} --act $act --save_hf "$h.hf"
+        rc=$?
+        d=$(depth_of "$h.out")
+        check '[ $rc -eq 0 ] && grep -q "layer streaming: device budget" "$h.out" && [ -n "$d" ] && [ $((d + 1)) -lt 6 ] &&
+               grep -q "vocab_chunk 0" "$h.out"' \
+          "$fd streamed $act runs with fewer weight slots than blocks, the head resident (rc $rc, prefetch depth '$d'): $(tail -2 "$h.out")"
+        same_run "$fd $act" "$T/hm_$fd" "$h"
+        check 'cmp -s "$T/hm_$fd.hf/model.safetensors" "$h.hf/model.safetensors"' \
+          "$fd $act: the merged model (--save_hf) is byte-identical to the in-memory run's"
+    done
+    run "$T/hma_$fd" $g6 --steps 4 --frozen_dtype $fd --grad_accum 2 --eval_every 2
+    run "$T/hsa_$fd" $g6 --steps 4 --frozen_dtype $fd --grad_accum 2 --eval_every 2 --device_budget 300000 --act recompute
+    check '[ "$(vl "$T/hsa_$fd")" = "$(vl "$T/hma_$fd")" ] && [ "$(jq -r .val_loss "$T/hsa_$fd/metrics.jsonl" | grep -vc null)" = 2 ]' \
+      "$fd grad_accum 2, eval_every 2: losses and validation losses ($(vl "$T/hsa_$fd")) equal the in-memory run's ($(vl "$T/hma_$fd"))"
+    same_run "$fd grad_accum 2, eval_every 2" "$T/hma_$fd" "$T/hsa_$fd"
+done
+# llama-tiny int8, every projection (the held slab packs the norms; q|k|v and gate|up held apart)
+run "$T/hlm" $l4 --steps 4 --frozen_dtype int8
+run "$T/hls" $l4 --steps 4 --frozen_dtype int8 --device_budget 240000 --act recompute
+rc=$?
+d=$(depth_of "$T/hls.out")
+check '[ $rc -eq 0 ] && [ -n "$d" ] && [ $((d + 1)) -lt 4 ] && grep -q "vocab_chunk 0" "$T/hls.out"' \
+  "llama-tiny int8 streamed runs, prefetch depth '$d', the head resident: $(tail -2 "$T/hls.out")"
+same_run "llama-tiny int8 recompute" "$T/hlm" "$T/hls"
+# a streamed int8 run stopped at 4 and resumed streamed equals 8 steps in memory
+run "$T/hr8" $g6 --steps 8 --frozen_dtype int8
+"$S" train $g6 --steps 8 --ckpt_every 4 --stop_at 4 --frozen_dtype int8 --device_budget 320000 --act offload \
+  --run_dir "$T/hr44" >"$T/hr44a.out" 2>&1
+"$S" train --resume "$T/hr44" --stop_at 0 --save_adapter "$T/hr44.ad" >"$T/hr44b.out" 2>&1
+rc=$?
+check '[ $rc -eq 0 ] && grep -q "layer streaming: device budget" "$T/hr44b.out"' "int8 streamed resume runs streamed (rc $rc): $(tail -2 "$T/hr44b.out")"
+same_run "int8 streamed 4 + 4 against 8 in memory" "$T/hr8" "$T/hr44"
+# strata plan: at its default plan (prefetch depth 1: 2 weight slots) the account's device bytes are
+# fp32's less 2 x (the fp32 slab of 12 C^2 + 13 C floats less a held slot: the 13 C floats of the
+# norms and biases rounded to 64 bytes, 1664, and the held weights: bf16 2 x 12 C^2 bytes; int8
+# 12 C^2 codes and per weight (4 of them) a 64-byte run of scales and one of zeros), at C 32
+for fd in bf16 int8; do
+    "$S" plan --model gpt2-tiny --n_layer 6 $tiny $lora --lora_targets c_attn,c_proj,c_fc --frozen_dtype $fd \
+      --device_budget 300000 --act recompute --json >"$T/pj_$fd.json" 2>"$T/pj_$fd.err"
+done
+slab=$((4 * (12 * 32 * 32 + 13 * 32)))
+ah=$(jq -r .memory.classes.activations.bytes "$T/pj_bf16.json"); ai=$(jq -r .memory.classes.activations.bytes "$T/pj_int8.json")
+check '[ "$((al - ah))" = $((2 * (slab - 1664 - 2 * 12 * 32 * 32))) ] && [ "$((al - ai))" = $((2 * (slab - 1664 - 12 * 32 * 32 - 4 * 2 * 64))) ]' \
+  "strata plan: the device bytes of bf16 ($ah) and int8 ($ai) are fp32's ($al) less 2 x a slab's fp32 matmul weights, plus their held bytes"
+check '[ "$al" -gt 300000 ] && jq -e ".memory.tiers.device.fits and .device_bytes <= 300000" "$T/pj_bf16.json" >/dev/null' \
+  "strata plan: bf16's plan fits 300000 bytes, under fp32's smallest ($al): $(jq -c "[.prefetch_depth, .device_bytes]" "$T/pj_bf16.json")"
+
 # --- refusals naming the key, before a run directory exists
-refused bf16 "$g6 --steps 2 --device_budget $budget --frozen_dtype bf16" "key 'frozen_dtype'" "device_budget"
-refused int8 "$g6 --steps 2 --device_budget $budget --frozen_dtype int8" "key 'frozen_dtype'" "device_budget"
 refused cuda "$g6 --steps 2 --device_budget $budget --device cuda" "key 'device'" "method lora"
 refused state "$g6 --steps 2 --device_budget $budget --state_paths $T/st" "key 'state_paths'" "device_budget"
 

@@ -9,8 +9,8 @@
 #  - a resume with another method or poetx_block is refused, its config.json untouched;
 #  - the Llama family trains too (llama-tiny);
 #  - bad input refused before a run directory exists, naming the key (and the tensor): a block
-#    size that divides no dimension of a weight, layer streaming with frozen_dtype int8 (streamed
-#    POET-X: test_poetx_stream.sh; the disk state: test_poetx_disk.sh; 8-bit optimizer state:
+#    size that divides no dimension of a weight (streamed POET-X, W0 fp32 and held:
+#    test_poetx_stream.sh; the disk state: test_poetx_disk.sh; 8-bit optimizer state:
 #    test_poetx_lr.sh);
 #  - strata bench poet --json prints the state bytes per matmul-weight parameter by class.
 set -u
@@ -76,7 +76,6 @@ check '[ $rc -eq 0 ]' "llama-tiny poetx run: $(tail -2 "$T/l.out")"
 # --- bad input: refused before a run directory exists
 refused block "--model gpt2-tiny $tiny --steps 2 $poet --poetx_block 12" "poetx_block" "transformer.h.0.attn.c_attn.weight"
 refused llama_block "--model llama-tiny $tiny --steps 2 $poet --poetx_block 32" "poetx_block" "model.layers.0.self_attn.k_proj.weight"
-refused stream "--model gpt2-tiny $tiny --steps 2 $poet --device_budget 1000000 --frozen_dtype int8" "frozen_dtype" "device_budget"
 
 # --- strata bench poet --json: one object; gpt2-tiny (C 32), b 8: Q is (32+96 + 32+32 + 32+128 + 128+32)(7/2)
 # = 1792 per layer, 3584 in all, over 2 x 12288 matmul-weight parameters

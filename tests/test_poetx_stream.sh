@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_poetx_stream.sh - strata train --method poetx under layer streaming (device_budget on the
-# cpu device): the base's fp32 blocks (W0 in them) stream through the budget, POET-X's hook runs
+# cpu device): the base's blocks (W0 in them: fp32, or as held in bf16/int8) stream through the budget, POET-X's hook runs
 # R W0 P on them and takes the gradients of Q and of the base's embeddings, norms and biases to
 # the POET-X vector, and the in-memory step's optimizer updates it (a merge every 3 steps).
 #  - gpt2-tiny (6 blocks, fewer weight slots than blocks: they stream) with every block
@@ -14,9 +14,16 @@
 #  - strata plan's memory account counts the executor's tables (no gradient slots, the
 #    embedding's and head's gradients);
 #  - a plan file with vocabulary chunks is refused naming vocab_chunk;
-#  - refused before a run directory exists, naming the key: frozen_dtype bf16 and int8 with
-#    device_budget, device cuda with device_budget, state_paths with device_budget, plan_state
-#    auto; under mpirun (where there is one) device_budget.
+#  - frozen_dtype bf16 and int8: W0 streams as held (codes, int8's scales and zeros) beside the
+#    block's norms and biases, the merges round the new W0 into the host store and the blocks are
+#    sent again; recomputed, offloaded and kept, poetx_recompute 1 with grad_accum 2 and validation
+#    between the steps, each equals the same held run in memory bit for bit over 6 steps with two
+#    merges (losses, val_loss, checkpoint with W0 as held, merged model), llama-tiny bf16 too, and an int8 streamed run
+#    resumed (4 + 4, the merge at 6 after the resume) equals 8 steps in memory; strata plan's
+#    device bytes count a held slot in place of the fp32 slab;
+#  - refused before a run directory exists, naming the key: device cuda with device_budget,
+#    state_paths with device_budget, plan_state auto; under mpirun (where there is one)
+#    device_budget.
 set -u
 . "$(dirname "$0")/lib_method_cli.sh"
 method_begin poetx_stream
@@ -125,9 +132,68 @@ rc=$?
 check '[ $rc -ne 0 ] && grep -q "vocab_chunk 64 is not taken" "$T/s_vc.out"' \
   "a plan file with vocab_chunk 64 refused naming it (rc $rc): $(tail -1 "$T/s_vc.out")"
 
+# --- frozen_dtype bf16 and int8: W0 streams as held (the slots are held slabs; these budgets still
+# leave fewer slots than blocks), two merges in 6 steps
+for fd in bf16 int8; do
+    run "$T/hm_$fd" $g6 --steps 6 --frozen_dtype $fd --save_hf "$T/hm_$fd.hf"
+    rc=$?
+    check '[ $rc -eq 0 ]' "$fd in memory runs: $(tail -2 "$T/hm_$fd.out")"
+    ob=$([ $fd = bf16 ] && echo 380000 || echo 360000) # fewer weight slots than blocks
+    for ab in recompute:320000 offload:$ob keep:650000; do
+        act=${ab%:*} h="$T/hs_${fd}_${ab%:*}"
+        run "$h" $g6 --steps 6 --frozen_dtype $fd --device_budget ${ab#*:} --act $act --save_hf "$h.hf"
+        rc=$?
+        d=$(depth_of "$h.out")
+        check '[ $rc -eq 0 ] && grep -q "layer streaming: device budget" "$h.out" && [ -n "$d" ] && [ $((d + 1)) -lt 6 ]' \
+          "$fd streamed $act runs with fewer weight slots than blocks (rc $rc, prefetch depth '$d'): $(tail -2 "$h.out")"
+        same_run "$fd $act" "$T/hm_$fd" "$h" 6
+        check 'cmp -s "$T/hm_$fd.hf/model.safetensors" "$h.hf/model.safetensors"' \
+          "$fd $act: the merged model (--save_hf) is byte-identical to the in-memory run's"
+    done
+    run "$T/hma_$fd" $g6 --steps 6 --frozen_dtype $fd --poetx_recompute 1 --grad_accum 2 --eval_every 2
+    run "$T/hsa_$fd" $g6 --steps 6 --frozen_dtype $fd --poetx_recompute 1 --grad_accum 2 --eval_every 2 \
+      --device_budget 320000 --act recompute
+    check '[ "$(vl "$T/hsa_$fd")" = "$(vl "$T/hma_$fd")" ] && [ "$(jq -r .val_loss "$T/hsa_$fd/metrics.jsonl" | grep -vc null)" = 3 ]' \
+      "$fd poetx_recompute 1, grad_accum 2, eval_every 2: losses and validation losses ($(vl "$T/hsa_$fd")) equal the in-memory run's ($(vl "$T/hma_$fd"))"
+    same_run "$fd poetx_recompute 1, grad_accum 2, eval_every 2" "$T/hma_$fd" "$T/hsa_$fd" 6
+done
+# held W0 under matmul bf16 (where there is one): the executor's bf16 copy holds only the ends (the
+# blocks' matmul weights are held by the hook), the same steps as in memory
+if run "$T/hm_bf" $g6 --steps 6 --frozen_dtype int8 --matmul bf16; then
+    run "$T/hs_bf" $g6 --steps 6 --frozen_dtype int8 --matmul bf16 --device_budget 320000 --act recompute
+    rc=$?
+    check '[ $rc -eq 0 ]' "int8 streamed under matmul bf16 runs: $(tail -2 "$T/hs_bf.out")"
+    same_run "int8, matmul bf16" "$T/hm_bf" "$T/hs_bf" 6
+fi
+# llama-tiny bf16 (the held slab packs the norms; q|k|v and gate|up held apart)
+run "$T/hlm" $l4 --steps 6 --frozen_dtype bf16
+run "$T/hls" $l4 --steps 6 --frozen_dtype bf16 --device_budget 330000 --act recompute
+rc=$?
+d=$(depth_of "$T/hls.out")
+check '[ $rc -eq 0 ] && [ -n "$d" ] && [ $((d + 1)) -lt 4 ]' "llama-tiny bf16 streamed runs, prefetch depth '$d': $(tail -2 "$T/hls.out")"
+same_run "llama-tiny bf16 recompute" "$T/hlm" "$T/hls" 6
+# a streamed int8 run stopped at 4 and resumed streamed (the merge at 6 after it) equals 8 in memory
+run "$T/hr8" $g6 --steps 8 --ckpt_every 4 --frozen_dtype int8
+run "$T/hr44" $g6 --steps 8 --ckpt_every 4 --stop_at 4 --frozen_dtype int8 --device_budget 360000 --act offload
+"$S" train --resume "$T/hr44" --stop_at 0 >"$T/hr44b.out" 2>&1
+rc=$?
+check '[ $rc -eq 0 ] && grep -q "layer streaming: device budget" "$T/hr44b.out"' "int8 streamed resume runs streamed (rc $rc): $(tail -2 "$T/hr44b.out")"
+same_run "int8 streamed 4 + 4 against 8 in memory" "$T/hr8" "$T/hr44" 8
+# strata plan: at its default plan (2 weight slots) the account's device bytes are fp32's less 2 x
+# (the fp32 slab of 12 C^2 + 13 C floats less a held slot: the 13 C floats of the norms and biases
+# rounded to 64 bytes, 1664, and W0 held: bf16 2 x 12 C^2 bytes; int8 12 C^2 codes and per weight
+# (4 of them) a 64-byte run of scales and one of zeros), at C 32
+for fd in bf16 int8; do
+    "$S" plan $g6 --frozen_dtype $fd --device_budget 320000 --act recompute --json >"$T/pj_$fd.json" 2>"$T/pj_$fd.err"
+done
+slab=$((4 * (12 * 32 * 32 + 13 * 32)))
+ah=$(jq -r .memory.classes.activations.bytes "$T/pj_bf16.json"); ai=$(jq -r .memory.classes.activations.bytes "$T/pj_int8.json")
+check '[ "$((ap - ah))" = $((2 * (slab - 1664 - 2 * 12 * 32 * 32))) ] && [ "$((ap - ai))" = $((2 * (slab - 1664 - 12 * 32 * 32 - 4 * 2 * 64))) ]' \
+  "strata plan: the device bytes of bf16 ($ah) and int8 ($ai) are fp32's ($ap) less 2 x a slab's fp32 matmul weights, plus W0's held bytes"
+check '[ "$ap" -gt 320000 ] && jq -e ".memory.tiers.device.fits and .device_bytes <= 320000" "$T/pj_bf16.json" >/dev/null' \
+  "strata plan: bf16's plan fits 320000 bytes, under fp32's smallest ($ap): $(jq -c "[.prefetch_depth, .device_bytes]" "$T/pj_bf16.json")"
+
 # --- refusals naming the key, before a run directory exists
-refused bf16 "$g6 --steps 2 --device_budget $budget --frozen_dtype bf16" "key 'frozen_dtype'" "device_budget"
-refused int8 "$g6 --steps 2 --device_budget $budget --frozen_dtype int8" "key 'frozen_dtype'" "device_budget"
 refused cuda "$g6 --steps 2 --device_budget $budget --device cuda" "key 'device'" "method poetx"
 refused state "$g6 --steps 2 --device_budget $budget --state_paths $T/st" "key 'state_paths'" "device_budget"
 refused place "$g6 --steps 2 --device_budget $budget --plan_state auto" "key 'plan_state'" "poetx"

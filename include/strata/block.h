@@ -114,6 +114,10 @@ typedef struct st_arch_ops {
     /* One block over its weight slab w (block_numel floats): out = block(in), keeping its
      * activations in acts (block_act_floats). out and in are (N, C) and do not overlap. */
     void (*block_forward)(st_blocks *b, const float *w, const float *in, float *acts, float *out);
+    /* A held slab (the hook's held set, model.h's st_linear_hook: a streamed base whose matmul
+     * weights the hook holds in another precision): w holds only the block's 1-D tensors (norms,
+     * biases), in the table's order, packed; the 2-D tensors (the matmul weights) take no room and
+     * are the hook's. Gradient offsets handed to grad_at stay the whole slab's. */
     /* g += d/dw; dres: in, d(block output); out, d(block input). acts as its forward left them. */
     void (*block_backward)(st_blocks *b, const float *w, float *g, const float *in, const float *acts, float *dres);
     /* The final norm: xn (N, C) and stats (N * norm_stat_floats) from x; nw its parameters. */

@@ -10,8 +10,9 @@
  * ("base_model.model.transformer.h.0.attn.c_attn.lora_A.weight"); forward and backward run
  * the base's blocks with a st_linear_hook (model.h) that adds the low-rank term after each
  * adapted matmul and, in backward, takes its gradient to A, B and the input. Under layer
- * streaming (strata/stream.h) the executor runs the base's fp32 blocks with the same hook
- * (st_lora_hook_bind) and the in-memory step's optimizer updates the adapters (strata/step.h).
+ * streaming (strata/stream.h) the executor runs the base's blocks with the same hook
+ * (st_lora_hook_bind; their matmul weights as held with frozen_dtype bf16 or int8) and the
+ * in-memory step's optimizer updates the adapters (strata/step.h).
  *
  * Example:
  *
@@ -88,8 +89,9 @@ void st_lora_held_bytes(const st_param_info *tensors, int n_tensors, const char 
 /* Layer streaming (strata/stream.h): the hook an executor's blocks call over m's base (its
  * st_stream_config.hook, frozen), with its scratch for B x T rows and none of the base's own
  * activations. Its forward reads m->params, its backward adds to m->grads: host memory (the
- * CPU backend's). frozen_dtype fp32 only (the executor moves the base's fp32 blocks): bf16 and
- * int8 refused naming 'frozen_dtype'. Until the next alloc_acts or st_lora_hook_bind. */
+ * CPU backend's). frozen_dtype bf16 or int8: the hook holds the blocks' matmul weights
+ * (held_block_bytes, held_host: model.h) and the executor carries them as held. Until the next
+ * alloc_acts or st_lora_hook_bind. */
 st_status st_lora_hook_bind(st_model *m, int B, int T, st_linear_hook **hook, st_err *err);
 /* 1 when m is a LoRA model. */
 int st_model_is_lora(const st_model *m);

@@ -121,6 +121,15 @@ struct st_linear_hook {
      * offset inside that block's slab; layer < 0: offset in the base's vector. Read by the
      * backwards when the base's gradient vector is NULL and frozen is 0. */
     float *(*grad_at)(st_linear_hook *h, int layer, size_t offset);
+    /* Optional (held_block_bytes 0: none): the base's block matmul weights held in another
+     * precision (frozen_dtype bf16 or int8), read by linear_forward and linear_backward, never
+     * through w. Block l's are one run of held_block_bytes on the host at held_host(h, l). A
+     * layer-streaming executor carries that run in place of the weights' fp32: it sets held to its
+     * copy of the layer's run with layer, and the block's slab it passes is then a held slab
+     * (block.h: the 1-D tensors only, packed). NULL: the hook reads its own, the slab is whole. */
+    size_t held_block_bytes;
+    const void *(*held_host)(st_linear_hook *h, int layer);
+    const void *held;
 };
 
 

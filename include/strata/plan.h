@@ -154,6 +154,9 @@ typedef struct st_plan_options {
                           its plans' device bytes without the gradient slots and the embedding's and
                           head's gradients it does not allocate; 2: a base whose ends a hook trains
                           (POET-X's, hook frozen 0): without the gradient slots only */
+    size_t held_block_bytes; /* frozen_base with frozen_dtype bf16 or int8: one block's matmul weights
+                          as held (st_frozen_held_block_bytes; the hook's held_block_bytes): the
+                          weight slots are held slabs, these bytes beside the 1-D tensors (0: fp32) */
 } st_plan_options;
 
 #define ST_PLAN_ACT_FREE 0xff
@@ -416,6 +419,9 @@ typedef struct st_mem_request {
                                   host gradient vector, with the embedding's and head's gradients */
     double frozen_hook_bytes;  /* > 0, streamed over a frozen base (LoRA): the hook's own host bytes
                                   (the adapters' scratch) beside the executor's tables */
+    size_t held_block_bytes;   /* streamed LoRA or POET-X over frozen_dtype bf16 or int8: one block's
+                                  matmul weights as held (st_frozen_held_block_bytes), what each
+                                  weight slot holds beside the block's 1-D tensors (0: fp32 slabs) */
 } st_mem_request;
 
 /* Bytes per class of training state and the peak each tier must hold. */

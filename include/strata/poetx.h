@@ -78,6 +78,10 @@ size_t st_frozen_bytes(st_frozen_dtype d, size_t numel);
 /* The panel buffer of the dequantising matmuls for weights of at most max_numel values:
  * ST_FROZEN_PANEL_BYTES, or the largest weight's fp32 bytes where smaller. */
 size_t st_frozen_panel_bytes(size_t max_numel);
+/* The bytes one block's matmul weights take held in d, as LoRA and POET-X hold them for layer
+ * streaming (each in one run: codes, then int8's scales and zeros, each part 64-byte aligned; the
+ * largest block's), over a GPT-2 ("gpt2") or Llama ("llama") tensor table; 0 for fp32. */
+size_t st_frozen_held_block_bytes(const st_param_info *tensors, int n_tensors, const char *arch, st_frozen_dtype d);
 
 typedef struct st_poetx_config {
     int block; /* b >= 2: divides both dimensions of every matmul weight of the blocks */
@@ -110,9 +114,9 @@ st_status st_poetx_model_create(st_model **out, st_model *base, const st_poetx_c
  * the base's embeddings, norms, biases and untied head and hands them to the hook's grad_at, in
  * m->grads), with its scratch and kept h for B x T rows and none of the base's own activations.
  * W0 is the block's weight as the executor passes it (its device copy of the base's fp32 vector,
- * which holds W0 pre-permuted);
- * Q, the permutations and the gradients are m's, host memory (the CPU backend's). frozen_dtype
- * fp32 only: bf16 and int8 refused naming 'frozen_dtype'. Until the next alloc_acts or bind. */
+ * which holds W0 pre-permuted), or with frozen_dtype bf16 or int8 the executor's copy of the
+ * layer's held run (held_block_bytes, held_host: model.h); Q, the permutations and the gradients
+ * are m's, host memory (the CPU backend's). Until the next alloc_acts or bind. */
 st_status st_poetx_hook_bind(st_model *m, int B, int T, st_linear_hook **hook, st_err *err);
 /* The trainable tensors of m (embeddings, norms, biases, an untied head) copied into the base's
  * vector, bit for bit as m's own forward reads them: what an executor streaming the base reads

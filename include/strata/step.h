@@ -5,7 +5,7 @@
  * blocks through a device's budget, and under ranks it hands each block's gradient to dist's
  * reduction as it lands. A model without blocks (LoRA's adapters, POET-X) trains through its
  * own forward and backward in memory (st_step_in_blocks); streamed, through the executor over
- * its base with the method's hook (st_stream_frozen_grads, below). strata train, strata bench step and strata bench
+ * its base with the method's hook (st_stream_hook_grads, below). strata train, strata bench step and strata bench
  * stream all run their steps through st_step_run, so what is benchmarked is what trains.
  *
  * The rules every placement follows (so that they agree bit for bit):
@@ -82,7 +82,7 @@ typedef struct st_step st_step;
  * ends, so it is also bit-identical to one process at grad_accum N x max_micro.
  * Streamed LoRA (one process): m the LoRA model, opt its optimizer over the adapters, sx a
  * frozen executor over its base (st_stream_config.hook, st_lora_hook_bind): each micro-batch's
- * forward and backward are the executor's (st_stream_frozen_grads), the rest is the in-memory
+ * forward and backward are the executor's (st_stream_hook_grads), the rest is the in-memory
  * step's (the adapters' gradient summed, its norm, clip and update by opt): the same steps as
  * in memory, bit for bit where the executor's arithmetic is the model's (no vocabulary chunks).
  * Streamed POET-X likewise (st_poetx_hook_bind; opt over the POET-X vector): before each step and

@@ -119,17 +119,22 @@
  * hook runs on the device's blocks, its layer set before each block's forward, recompute and
  * backward; nothing of the arch's is trained, so there are no gradient slots, no embedding or
  * head gradients (the head's backward forms the residual gradient only), no host gradient
- * vector, no optimizer or moments, and nothing is drained. st_stream_frozen_grads runs one
+ * vector, no optimizer or moments, and nothing is drained. st_stream_hook_grads runs one
  * micro-batch; the caller's optimizer updates the hook's parameters (strata/step.h). The base
  * never changes: blocks 0..depth stay in their slots for the next call. The hook's memory is
- * the host's, so the device must be one whose memory is (the CPU backend).
+ * the host's, so the device must be one whose memory is (the CPU backend). A hook that holds the
+ * base's matmul weights in another precision (held_block_bytes > 0, model.h) makes every weight
+ * slot a held slab (block.h: the 1-D tensors packed) with the layer's held run beside it: the
+ * fp32 matmul weights are neither copied nor counted, and hook->held points at the slot's copy
+ * while the executor runs that layer (NULL again after each call).
  *
  * A base whose ends a hook trains (hook with frozen 0: POET-X, strata/poetx.h): the same, except
- * that the hook replaces the block matmuls (W0 read from the device's block) and the embedding's
- * and head's gradients are formed on the device as a trained base's (its d_pre_g, d_post_g: no
- * block gradient slots, no host gradient vector). The block functions send the norms' and
- * biases' gradients to the hook's grad_at; after each backward the executor copies the
- * embedding's, final norm's and an untied head's gradients to it, tensor by tensor. The head
+ * that the hook replaces the block matmuls (W0 read from the device's block, or held: the slot's
+ * held run) and the embedding's and head's gradients are formed on the device as a trained
+ * base's (its d_pre_g, d_post_g: no block gradient slots, no host gradient vector). The block
+ * functions send the norms' and biases' gradients to the hook's grad_at; after each backward the
+ * executor copies the embedding's, final norm's and an untied head's gradients to it, tensor by
+ * tensor. The head
  * stays resident (a plan with vocabulary chunks is refused). The caller copies the updated
  * trainables into the host vector and calls st_stream_params_changed before the next call
  * (strata/step.h does), and the blocks are fetched again.
@@ -221,7 +226,7 @@ typedef struct st_stream_config {
                                  base, strata/lora.h) the executor trains nothing of the arch's:
                                  no gradient slots, no embedding, head or block gradients, no
                                  host gradient vector (host_grads ignored), no optimizer or
-                                 moments; the step is st_stream_frozen_grads, the hook's own
+                                 moments; the step is st_stream_hook_grads, the hook's own
                                  gradients are the caller's (its optimizer updates them). The
                                  hook's memory is the caller's: a device whose memory is the
                                  host's (the CPU backend) where it is host memory. With
@@ -356,10 +361,11 @@ int st_stream_can_hand_grads(const st_stream_exec *x);
  * nothing is sent again: the base does not change). The same bits as the model's own forward
  * and backward with the hook (the blocks, the head and its dres in the same order), except
  * with a chunked vocabulary (float rounding, as st_stream_step's). ST_ERR_INVALID from an
- * executor that is not frozen; st_stream_step on a frozen one is refused the same way. */
-st_status st_stream_frozen_grads(st_stream_exec *x, const int32_t *inputs, const int32_t *targets, float dloss,
-                                 float *loss, st_stream_step_stats *stats, st_err *err);
-int st_stream_frozen(const st_stream_exec *x);
+ * executor without a hook; st_stream_step on a hook's one is refused the same way. */
+st_status st_stream_hook_grads(st_stream_exec *x, const int32_t *inputs, const int32_t *targets, float dloss,
+                               float *loss, st_stream_step_stats *stats, st_err *err);
+/* 1 when x runs a hook's base (st_stream_config.hook: its step is st_stream_hook_grads). */
+int st_stream_hook_base(const st_stream_exec *x);
 st_status st_stream_micro_grads(st_stream_exec *x, const int32_t *inputs, const int32_t *targets, float dloss,
                              void (*grad_hook)(void *ctx, size_t offset, size_t n), void *grad_ctx,
                              void (*weight_hook)(void *ctx, size_t offset, size_t n), void *weight_ctx, float *loss,

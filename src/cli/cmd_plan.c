@@ -14,6 +14,7 @@
 #include "cli/cli_prof.h"
 #include "strata/block.h"
 #include "strata/plan.h"
+#include "strata/poetx.h" /* st_frozen_held_block_bytes */
 #include "strata/prof.h"
 #include "strata/store.h"
 #include "strata/train.h"
@@ -163,6 +164,10 @@ static int plan_device(const st_arch *a, const st_train_config *cfg, double devi
                        .allow_vocab_chunk = method != ST_TRAIN_METHOD_POETX,
                        .prefer_resident_head = st_train_config_plan_head(cfg),
                        .frozen_base = method == ST_TRAIN_METHOD_LORA ? 1 : method == ST_TRAIN_METHOD_POETX ? 2 : 0};
+    /* LoRA, POET-X over frozen_dtype bf16 or int8: the weight slots carry the held weights */
+    if (po.frozen_base && st_train_config_frozen_dtype(cfg) > 0)
+        po.held_block_bytes = st_frozen_held_block_bytes(a->lay.tensors, a->lay.n_tensors, a->ops->name,
+                                                         (st_frozen_dtype)st_train_config_frozen_dtype(cfg));
     /* key 'act': choices the plan must make, as strata train takes them */
     unsigned char fixed[ST_STREAM_MAX_LAYERS];
     int n_fixed = 0, L = a->lay.n_blocks;

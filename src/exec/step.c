@@ -31,7 +31,7 @@ struct st_step {
     st_optim *opt;             /* in memory with the state in RAM */
     st_store *store;           /* in memory with the disk state (opt unused) */
     st_stream_exec *sx;        /* streamed: the executor holds the rest; resident: the step's own */
-    int frozen;                /* streamed LoRA: sx runs m's frozen base, the step updates m (opt) */
+    int hook_base;             /* streamed LoRA or POET-X: sx runs the hook's base, the step updates m (opt) */
     int resident;              /* in memory through the block executor, every block resident in
                                   the model's vectors (made at the first step, for its B x T) */
     st_arch *arch;             /* resident: the model as blocks */
@@ -59,8 +59,8 @@ st_status st_step_create(st_step **out, const st_step_setup *su, st_err *err) {
     if (zero < 0 || zero > 2) return st_errf(err, ST_ERR_INVALID, "key 'zero': %d; give 0, 1 or 2", zero);
     if (!su->sx && !su->comm && !su->opt && !su->store)
         return st_errf(err, ST_ERR_INVALID, "step: in memory, neither an optimizer nor a state store");
-    int frozen = su->sx && st_stream_frozen(su->sx);
-    if (frozen && (!su->m || !su->opt || su->store || su->comm))
+    int hook_base = su->sx && st_stream_hook_base(su->sx);
+    if (hook_base && (!su->m || !su->opt || su->store || su->comm))
         return st_errf(err, ST_ERR_UNSUPPORTED, "step: a hook's executor over a base (LoRA or POET-X streamed) needs the "
                        "model and its optimizer in RAM, in one process (no state store, no ranks)");
     if (su->act_dtype != ST_F32 && su->act_dtype != ST_BF16)
@@ -73,7 +73,7 @@ st_status st_step_create(st_step **out, const st_step_setup *su, st_err *err) {
     s->opt = su->opt;
     s->store = su->store;
     s->sx = su->sx;
-    s->frozen = frozen;
+    s->hook_base = hook_base;
     s->comm = su->comm;
     s->max_micro = su->max_micro < 1 ? 1 : su->max_micro;
     /* the executor updates tensor by tensor: the optimizer's segments must be the model's */
@@ -93,7 +93,7 @@ st_status st_step_create(st_step **out, const st_step_setup *su, st_err *err) {
     }
     /* the running sum of the micro-batches: under ranks unless ZeRO 2 keeps only its shard's,
      * and in memory through the model's own forward (the executor keeps its own) */
-    int in_memory = s->comm || (!s->sx && !s->resident) || s->frozen;
+    int in_memory = s->comm || (!s->sx && !s->resident) || s->hook_base;
     if (in_memory && s->max_micro > 1 && !(s->comm && zero == 2) &&
         !(s->grad_sum = st_alloc(s->m->n_params * sizeof(float)))) {
         size_t bytes = s->m->n_params * sizeof(float);
@@ -125,7 +125,7 @@ void st_step_set_row_hook(st_step *s, st_row_loss_hook hook, void *ctx) {
     s->row_hook = hook;
     s->row_hook_ctx = ctx;
     /* the executor runs the micro-batches (streamed LoRA: one a call, the step calls the hook) */
-    if (s->sx && !s->comm && !s->frozen) st_stream_set_row_hook(s->sx, hook, ctx);
+    if (s->sx && !s->comm && !s->hook_base) st_stream_set_row_hook(s->sx, hook, ctx);
 }
 
 int st_step_in_blocks(const st_model *m) { return m && m->ops->get_arch && st_backend_host_memory(m->be); }
@@ -234,11 +234,11 @@ static st_status dist_micro(st_step *s, const int32_t *in, const int32_t *tg, fl
     return st;
 }
 
-/* Streamed LoRA's micro-batch: the frozen base's executor, the hook's gradients into m's. */
-static st_status frozen_micro(st_step *s, const int32_t *in, const int32_t *tg, float dloss, float *mean,
-                              st_step_result *r, st_err *err) {
+/* Streamed LoRA's or POET-X's micro-batch: the hook's base's executor, the hook's gradients into m's. */
+static st_status hook_micro(st_step *s, const int32_t *in, const int32_t *tg, float dloss, float *mean,
+                            st_step_result *r, st_err *err) {
     st_stream_step_stats ss;
-    st_status st = st_stream_frozen_grads(s->sx, in, tg, dloss, mean, &ss, err);
+    st_status st = st_stream_hook_grads(s->sx, in, tg, dloss, mean, &ss, err);
     add_stream_stats(r, &ss);
     return st;
 }
@@ -306,7 +306,7 @@ st_status st_step_eval(st_step *s, int B, int T, const int32_t *inputs, const in
     st_status st;
     if (s->resident && (st = step_resident(s, B, T, err))) return st;
     if (s->sx) {
-        if (s->frozen) base_follows(s);
+        if (s->hook_base) base_follows(s);
         if (doc_start) st_stream_set_docs(s->sx, positions, doc_start); /* as in training */
         return st_stream_eval(s->sx, inputs, targets, loss, err);
     }
@@ -409,7 +409,7 @@ st_status st_step_run(st_step *s, int n_micro, int B, int T, const int32_t *inpu
         (st = st_stream_attach_store(s->sx, s->store, hp->blob, hp->blob_bytes, err)))
         return st;
     if (s->comm) return step_run_dist(s, n_micro, N, inputs, targets, hp, r, err);
-    if (s->sx && !s->frozen) {
+    if (s->sx && !s->hook_base) {
         if ((st = step_docs(s, 0, N, err))) return st; /* every micro-batch's, from the first */
         st_stream_step_stats *ss = &r->stream;
         st_adamw_params a = hp->adam;
@@ -426,18 +426,18 @@ st_status st_step_run(st_step *s, int n_micro, int B, int T, const int32_t *inpu
     st_model *m = s->m;
     float dloss = st_step_dloss(targets, N * (size_t)n_micro, &r->n_targets);
     double loss = 0;
-    if (s->frozen) base_follows(s); /* POET-X: the base's trainables as the last update left them */
+    if (s->hook_base) base_follows(s); /* POET-X: the base's trainables as the last update left them */
     for (int k = 0; k < n_micro; k++) {
         const int32_t *in = inputs + (size_t)k * N, *tg = targets + (size_t)k * N;
         if ((st = step_docs(s, k, N, err))) return st;
         float mean;
-        if (s->frozen) { /* streamed LoRA or POET-X: the executor's forward and backward into m's gradient */
+        if (s->hook_base) { /* streamed LoRA or POET-X: the executor's forward and backward into m's gradient */
             st_model_zero_grad(m);
-            if ((st = frozen_micro(s, in, tg, dloss, &mean, r, err))) return st;
+            if ((st = hook_micro(s, in, tg, dloss, &mean, r, err))) return st;
         } else {
             mean = micro_step(m, in, tg, dloss, r);
         }
-        if (s->row_hook) s->row_hook(s->row_hook_ctx, k, s->frozen ? st_stream_row_losses(s->sx) : m->row_losses, tg, N);
+        if (s->row_hook) s->row_hook(s->row_hook_ctx, k, s->hook_base ? st_stream_row_losses(s->sx) : m->row_losses, tg, N);
         if (n_micro > 1) {
             st_prof_span pa = st_prof_begin(ST_PROF_CAT_OPTIM, "accumulate", k);
             accumulate(s->grad_sum, m->grads, m->n_params, k == 0 ? 0 : k < n_micro - 1 ? 1 : 2);

@@ -17,7 +17,7 @@ static float *head_w(st_stream_exec *x) {
     return x->ly->tied ? x->d_pre_w + x->ly->head_offset : x->d_post_w + (x->ly->head_offset - x->post_offset);
 }
 static float *head_g(st_stream_exec *x) {
-    if (x->frozen && !x->ends) return NULL; /* a frozen head forms no gradient (dxn only) */
+    if (x->hook_base && !x->ends) return NULL; /* a frozen head forms no gradient (dxn only) */
     return x->ly->tied ? x->d_pre_g + x->ly->head_offset : x->d_post_g + (x->ly->head_offset - x->post_offset);
 }
 
@@ -125,7 +125,7 @@ void stream_chunked_head_backward(st_stream_exec *x, const float *xin, float dlo
         wait_ticket(x, x->vocab_g_ticket[c % 2], "wait head grad slot", c);
         int nr = vchunk_rows(x, c);
         float *w = x->d_vocab_w + (size_t)(c % 2) * vcC;
-        float *g = x->frozen ? NULL : x->d_vocab_g + (size_t)(c % 2) * vcC; /* frozen: dxn only */
+        float *g = x->hook_base ? NULL : x->d_vocab_g + (size_t)(c % 2) * vcC; /* frozen: dxn only */
         /* the forward's logits: the last two chunks never left their slots; the one after
          * this one comes back into the other slot while this one computes */
         if (c - 1 >= 0 && c - 1 + 2 < x->n_vocab_chunks) {

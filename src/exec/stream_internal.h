@@ -133,14 +133,23 @@ struct st_stream_exec {
     st_status worker_status;
     st_err worker_err;
 
-    /* a frozen base (cfg.hook->frozen, st_stream_frozen_grads): the hook's gradients only, no
-     * gradient of the arch's, no optimizer; dist_dloss is the micro-batch's dloss */
-    int frozen;
+    /* a hook's base (cfg.hook: LoRA's frozen one, or POET-X's, st_stream_hook_grads): the hook's
+     * gradients only, no gradient slot or host gradient of the arch's, no optimizer; dist_dloss
+     * is the micro-batch's dloss */
+    int hook_base;
     /* cfg.hook with frozen 0 (POET-X, strata/poetx.h): besides, the embedding's and head's gradients
      * formed on the device and handed to the hook's grad_at after each backward, the blocks' norms
      * and biases to grad_at by the block functions (no gradient slots) */
     int ends;
     int slots_warm; /* frozen: the last backward left blocks 0..depth (and head chunks 0, 1) in their slots */
+    /* a hook holding the base's matmul weights (hook->held_block_bytes > 0: LoRA's or POET-X's
+     * frozen_dtype bf16, int8): each weight slot (slot_bytes) is a held slab (block.h: the block's
+     * 1-D tensors packed, held_runs copying them from the host slab) and, from held_at, the block's
+     * held run, which the hook reads through hook->held */
+    int held;
+    size_t slot_bytes, held_at;
+    struct held_run { size_t src, dst, n; } *held_runs; /* floats: from the host slab, into the slot */
+    int n_held_runs;
     /* data parallel (st_stream_micro_grads): one micro-batch's gradient, no norm, no update */
     int dist_mode;
     float dist_dloss;
@@ -186,9 +195,16 @@ static inline void wait_ticket(st_stream_exec *x, uint64_t t, const char *what, 
     x->wait_s += st_now() - t0;
 }
 
-/* The hook's layer (cfg.hook) before block l's forward, recompute or backward. */
-static inline void stream_hook_layer(st_stream_exec *x, int l) {
-    if (x->cfg.hook) x->cfg.hook->layer = l;
+/* The hook's layer (cfg.hook) before block l's forward, recompute or backward (slot: its weight
+ * slot), and where the hook reads the layer's held weights (their copy in the slot). */
+static inline void stream_hook_layer(st_stream_exec *x, int l, const float *slot) {
+    if (!x->cfg.hook) return;
+    x->cfg.hook->layer = l;
+    if (x->held) x->cfg.hook->held = (const unsigned char *)slot + x->held_at;
+}
+/* After the blocks ran: the hook reads its own held weights again (the model's forward in memory). */
+static inline void stream_hook_done(st_stream_exec *x) {
+    if (x->cfg.hook) x->cfg.hook->held = NULL;
 }
 
 /* Where this micro-batch's gradients land (host_grads, or host_grads_micro for a later

@@ -91,10 +91,31 @@ static void host_buf_free(st_stream_exec *x, void *p) {
 /* A hook's base (st_stream_config.hook): the caller's optimizer, no gradient slots, host gradient
  * vector or moments. Frozen (LoRA): no gradient of the arch's anywhere; else (POET-X) the hook
  * trains the ends: the embedding's and head's gradients formed on the device (ends_cfg). */
-static int frozen_cfg(const st_stream_config *c) { return c->hook != NULL; }
+static int hook_base_cfg(const st_stream_config *c) { return c->hook != NULL; }
 static int ends_cfg(const st_stream_config *c) { return c->hook && !c->hook->frozen; }
 
 static size_t rnd(size_t bytes) { return (bytes + ST_ARENA_ALIGN - 1) / ST_ARENA_ALIGN * ST_ARENA_ALIGN; }
+
+/* A hook holding the base's matmul weights (held_block_bytes > 0): the slots are held slabs. */
+static int held_cfg(const st_stream_config *c) { return c->hook && c->hook->held_block_bytes > 0; }
+
+/* The floats of a block's 1-D tensors (norms, biases): a held slab's fp32 part (block.h). */
+static size_t held_slab_floats(const st_arch_layout *y) {
+    size_t n = 0;
+    for (int i = 0; i < y->tensors_per_block; i++) {
+        const st_param_info *t = &y->tensors[y->n_pre_tensors + i];
+        if (t->ndim == 1) n += t->numel;
+    }
+    return n;
+}
+
+/* Where a held slab's held run starts, in bytes (its fp32 part rounded up to 64 bytes). */
+static size_t held_run_at(const st_stream_config *c) { return (held_slab_floats(&c->arch->lay) * 4 + 63) / 64 * 64; }
+
+/* One weight slot's bytes: a block's fp32 slab, or a held slab with the block's held run. */
+static size_t slot_bytes(const st_stream_config *c) {
+    return held_cfg(c) ? held_run_at(c) + c->hook->held_block_bytes : c->arch->lay.block_numel * 4;
+}
 
 /* Every device allocation of a plan, in one table: st_stream_device_bytes sums it (with
  * the arch's bound state) and st_stream_exec_create allocates it, so the two cannot differ.
@@ -110,8 +131,8 @@ static int alloc_table(const st_stream_config *c, const st_stream_plan *p, st_st
     size_t N = (size_t)c->B * c->T, C = (size_t)y->n_embd, L = (size_t)y->n_blocks, V = (size_t)y->vocab_size;
     size_t NC = N * C, bn = y->block_numel, setf = st_block_act_floats(c->arch, c->B, c->T);
     size_t n_keep = 0, n_off = 0, rc = 0;
-    int fz = frozen_cfg(c) && !ends_cfg(c); /* the final norm's gradient still formed (the op always does), dropped */
-    int no_slots = frozen_cfg(c); /* the blocks' gradients: none, or the hook's (grad_at) */
+    int fz = hook_base_cfg(c) && !ends_cfg(c); /* the final norm's gradient still formed (the op always does), dropped */
+    int no_slots = hook_base_cfg(c); /* the blocks' gradients: none, or the hook's (grad_at) */
     for (size_t l = 0; l < L; l++) {
         if (p->act[l] == ST_STREAM_ACT_KEEP) n_keep++;
         else if (p->act[l] == ST_STREAM_ACT_OFFLOAD) n_off++;
@@ -144,7 +165,7 @@ static int alloc_table(const st_stream_config *c, const st_stream_plan *p, st_st
         if (!p->resident) A(d_post_g, (fz ? y->norm_numel : y->n_params - y->norm_offset) * 4);
     }
     A(d_outs, L * NC * 4);                                  /* block outputs (checkpoints) */
-    if (!p->resident) A(d_w, (size_t)(p->prefetch_depth + 1) * bn * 4); /* weight slots */
+    if (!p->resident) A(d_w, (size_t)(p->prefetch_depth + 1) * slot_bytes(c)); /* weight slots */
     if (!p->resident && !no_slots) A(d_g, 2 * bn * 4);      /* gradient slots */
     if (p->grad_dtype == ST_BF16 && !no_slots) A(d_g16, 2 * bn * 2); /* their bf16 staging */
     size_t esz = p->act_dtype == ST_BF16 ? 2 : 4;            /* a stored activation */
@@ -187,7 +208,7 @@ static int host_table(const st_stream_config *c, const st_stream_plan *p, st_str
     size_t N = (size_t)c->B * c->T, C = (size_t)y->n_embd, V = (size_t)y->vocab_size, n = y->n_params;
     size_t n_off = 0;
     for (int l = 0; l < p->n_layer; l++) n_off += p->act[l] == ST_STREAM_ACT_OFFLOAD;
-    int k = 0, fz = frozen_cfg(c);
+    int k = 0, fz = hook_base_cfg(c);
 #define H(field, nbytes, kind, what) t[k++] = (host_alloc){x ? (void **)&x->field : NULL, (nbytes), kind, what}
     H(h_losses, N * 4, HOST_MALLOC, "the per-row losses");
     H(h_rmax, N * 4, HOST_MALLOC, "the rows' running max");
@@ -231,7 +252,7 @@ static size_t moment_bytes(const st_stream_config *c) {
 size_t st_stream_host_bytes(const st_stream_config *c, const st_stream_plan *p) {
     host_alloc t[MAX_ALLOCS];
     int k = host_table(c, p, NULL, t);
-    int fz = frozen_cfg(c);
+    int fz = hook_base_cfg(c);
     /* the host vectors: parameters, gradients (fp32); a frozen base: its parameters only */
     size_t b = c->arch->lay.n_params * 4 * (fz ? 1 : 2);
     for (int i = 0; i < k; i++) b += t[i].bytes;
@@ -279,8 +300,11 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
         return st_errf(err, ST_ERR_UNSUPPORTED, "stream: a hook that trains the base's embedding and head (POET-X) "
                        "takes the head resident: vocab_chunk %d is not taken; give a plan without vocabulary chunks "
                        "(a larger device_budget)", p->vocab_chunk);
-    if (frozen_cfg(c) && (p->resident || !st_backend_host_memory(dev) || c->external_optimizer || c->optim))
-        return st_errf(err, ST_ERR_UNSUPPORTED, "stream: a frozen base's hook (st_stream_config.hook) keeps its "
+    if (held_cfg(c) && !c->hook->held_host)
+        return st_errf(err, ST_ERR_INVALID, "stream: a hook that holds the base's matmul weights (held_block_bytes) "
+                       "says where each block's are (st_linear_hook.held_host); this one does not");
+    if (hook_base_cfg(c) && (p->resident || !st_backend_host_memory(dev) || c->external_optimizer || c->optim))
+        return st_errf(err, ST_ERR_UNSUPPORTED, "stream: a hook's base (st_stream_config.hook: LoRA's, POET-X's) keeps its "
                        "parameters and gradients in host memory: it streams to a device whose memory is the host's "
                        "(the CPU backend; this one: %s), not resident, with no optimizer of the executor's (the "
                        "caller's updates the hook's parameters)", dev->ops->name ? dev->ops->name : "?");
@@ -300,14 +324,17 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
     x->cfg = *c;
     x->plan = *p;
     x->dev = dev;
-    x->frozen = frozen_cfg(c);
+    x->hook_base = hook_base_cfg(c);
     x->ends = ends_cfg(c);
-    if (x->frozen) { /* nothing of the arch's is updated: no optimizer thread, no accumulation */
+    if (x->hook_base) { /* nothing of the arch's is updated: no optimizer thread, no accumulation */
         x->plan.overlap_optim = 0;
         x->cfg.host_grads = NULL;
         x->cfg.grad_accum = 1;
     }
     x->n_blocks = L;
+    x->held = held_cfg(c);
+    x->slot_bytes = slot_bytes(c);
+    x->held_at = x->held ? held_run_at(c) : 0;
     x->depth = p->prefetch_depth;
     x->n_slots = x->depth + 1;
     pthread_mutex_init(&x->mu, NULL);
@@ -345,6 +372,21 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
         if ((s = st_blocks_bind(&x->host_blocks, c->arch, x->host_be, c->B, c->T, err))) goto fail;
     }
 
+    if (x->held) { /* the 1-D tensors' runs of the host slab, packed into the slot */
+        const st_arch_layout *ly = &c->arch->lay;
+        x->held_runs = calloc((size_t)ly->tensors_per_block + 1, sizeof *x->held_runs);
+        if (!x->held_runs) FAIL(ST_ERR_NOMEM, "stream: out of memory");
+        size_t dst = 0;
+        for (int i = 0; i < ly->tensors_per_block; i++) {
+            const st_param_info *t = &ly->tensors[ly->n_pre_tensors + i];
+            if (t->ndim != 1) continue;
+            size_t src = t->offset - ly->block_offset0;
+            struct held_run *r = x->n_held_runs ? &x->held_runs[x->n_held_runs - 1] : NULL;
+            if (r && r->src + r->n == src) r->n += t->numel; /* adjacent in the host slab too: one copy */
+            else x->held_runs[x->n_held_runs++] = (struct held_run){src, dst, t->numel};
+            dst += t->numel;
+        }
+    }
     x->act_slot = calloc((size_t)L, sizeof *x->act_slot);
     x->w_ticket = calloc((size_t)L, sizeof *x->w_ticket);
     x->act_ticket = calloc((size_t)L, sizeof *x->act_ticket);
@@ -364,7 +406,7 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
         if (!*tab[i].ptr) FAIL(ST_ERR_NOMEM, "stream: device allocation %d (%zu bytes) of the plan's %zu failed", i,
                                tab[i].bytes, need);
     }
-    x->bf16 = p->grad_dtype == ST_BF16 && !x->frozen;
+    x->bf16 = p->grad_dtype == ST_BF16 && !x->hook_base;
     if (x->vocab_chunk) {
         x->vocab_w_ticket = calloc((size_t)x->n_vocab_chunks, sizeof *x->vocab_w_ticket);
         if (!x->vocab_w_ticket) FAIL(ST_ERR_NOMEM, "stream: out of memory");
@@ -390,7 +432,7 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
      * nothing and runs slower than the pinned bandwidth the planner measured. Refused, they
      * stay pageable: correct, slower, and said. */
     x->host_params = c->host_params ? c->host_params : host_buf(x, x->n_params * 4);
-    x->host_grads = x->frozen ? NULL : c->host_grads ? c->host_grads : host_buf(x, x->n_params * 4);
+    x->host_grads = x->hook_base ? NULL : c->host_grads ? c->host_grads : host_buf(x, x->n_params * 4);
     if (dev->ops->host_register && dev->ops->host_unregister) {
         if (c->host_params && x->host_params) x->host_params_registered = dev->ops->host_register(dev, x->host_params, x->n_params * 4) == 0;
         if (x->cfg.host_grads && x->host_grads) x->host_grads_registered = dev->ops->host_register(dev, x->host_grads, x->n_params * 4) == 0;
@@ -401,7 +443,7 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
                    c->host_params && !x->host_params_registered ? (x->cfg.host_grads && !x->host_grads_registered ? "parameters and "
                    "gradients" : "parameters") : "gradients", x->n_params * 4);
     }
-    if (!x->host_params || (!x->host_grads && !x->frozen)) FAIL(ST_ERR_NOMEM, "stream: cannot allocate %zu host bytes of parameters and gradients",
+    if (!x->host_params || (!x->host_grads && !x->hook_base)) FAIL(ST_ERR_NOMEM, "stream: cannot allocate %zu host bytes of parameters and gradients",
                                x->n_params * 8);
     if (p->resident) { /* the device's weights are the host's (the gradients: stream_bind_grads) */
         x->d_pre_w = x->host_params;
@@ -413,7 +455,7 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
     if (!x->segs) FAIL(ST_ERR_NOMEM, "stream: out of memory");
     st_params_decay_segments(y->tensors, y->n_tensors, c->weight_decay, x->segs);
     x->external = c->external_optimizer;
-    if (x->frozen) {
+    if (x->hook_base) {
         /* no optimizer: the hook's parameters are the caller's to update */
     } else if (!x->external && c->optim) {
         if (st_optim_format(c->optim) != c->state_format)
@@ -489,6 +531,7 @@ void st_stream_exec_free(st_stream_exec *x) {
     free(x->gspans);
     if (x->opt != x->cfg.optim) st_optim_free(x->opt);
     free(x->segs);
+    free(x->held_runs);
     free(x->act_slot);
     free(x->w_ticket);
     free(x->act_ticket);

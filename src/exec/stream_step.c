@@ -187,7 +187,8 @@ static st_store_step_args store_args(st_stream_exec *x, double ss) {
 }
 
 static float *wslot(st_stream_exec *x, int l) {
-    return x->d_w + (size_t)(x->plan.resident ? l : l % x->n_slots) * x->block_numel;
+    if (x->plan.resident) return x->d_w + (size_t)l * x->block_numel;
+    return (float *)(void *)((unsigned char *)x->d_w + (size_t)(l % x->n_slots) * x->slot_bytes);
 }
 /* Block l's gradient buffer: a device slot (two, alternating), or resident its place in
  * this micro-batch's host gradient. */
@@ -212,7 +213,15 @@ static float *block_out(st_stream_exec *x, int l) { return x->d_outs + (size_t)l
 static uint64_t fetch_block(st_stream_exec *x, int l) {
     stream_weights_at(x, x->block_offset0 + (size_t)l * x->block_numel, x->block_numel);
     if (x->plan.resident) return 0;
-    return h2d(x, wslot(x, l), x->host_params + x->block_offset0 + (size_t)l * x->block_numel, x->block_numel * 4);
+    const float *host = x->host_params + x->block_offset0 + (size_t)l * x->block_numel;
+    if (!x->held) return h2d(x, wslot(x, l), host, x->block_numel * 4);
+    /* a held slab: the 1-D tensors (not the matmul weights' fp32, given back), then the held run;
+     * the copies complete in order, so the last one's ticket is the block's */
+    float *slot = wslot(x, l);
+    st_linear_hook *hk = x->cfg.hook;
+    for (int i = 0; i < x->n_held_runs; i++)
+        h2d(x, slot + x->held_runs[i].dst, host + x->held_runs[i].src, x->held_runs[i].n * 4);
+    return h2d(x, (unsigned char *)slot + x->held_at, hk->held_host(hk, l), hk->held_block_bytes);
 }
 
 /* Where block l's activations are stored for its backward (offloaded: slot ord % 2), fp32
@@ -335,7 +344,7 @@ static st_status step_begin(step_run *r, const int32_t *targets_all, const st_ad
     stream_w16_begin(x); /* the weights' bf16 copy, where the matmuls read one */
     /* the step's loss is the mean over all its targets >= 0 (strata/step.h) */
     r->dloss = st_step_dloss(targets_all, (size_t)r->N * n_micro, &r->n_targets);
-    if (x->dist_mode || x->frozen) r->dloss = x->dist_dloss; /* the step's, over every rank's targets, or
+    if (x->dist_mode || x->hook_base) r->dloss = x->dist_dloss; /* the step's, over every rank's targets, or
                                                                  over the caller's micro-batches */
     return ST_OK;
 }
@@ -362,7 +371,7 @@ static float micro_forward(step_run *r, int mb, const int32_t *inputs, const int
     /* after a micro-batch's backward, blocks 0..depth (and head chunks 0, 1) are still in
      * their slots, and the weights do not change until the update (a frozen base's never: its
      * next call finds them there, unless an eval or new weights came between) */
-    int first = mb == 0 && !(x->frozen && x->slots_warm);
+    int first = mb == 0 && !(x->hook_base && x->slots_warm);
     x->slots_warm = 0;
     if (first) {
         for (int l = 0; l <= D && l < L; l++) x->w_ticket[l] = fetch_block(x, l);
@@ -371,9 +380,9 @@ static float micro_forward(step_run *r, int mb, const int32_t *inputs, const int
         }
     }
     COMPUTE_(ST_PROF_CAT_COMPUTE, "zero grads", -1, {
-        if (!x->vocab_chunk && (!x->frozen || x->ends)) dev->ops->memset0(dev, x->d_pre_g, x->emb_numel * 4);
+        if (!x->vocab_chunk && (!x->hook_base || x->ends)) dev->ops->memset0(dev, x->d_pre_g, x->emb_numel * 4);
         /* frozen: the final norm's dropped gradient only */
-        dev->ops->memset0(dev, x->d_post_g, (x->frozen && !x->ends ? x->ly->norm_numel : x->post_numel) * 4);
+        dev->ops->memset0(dev, x->d_post_g, (x->hook_base && !x->ends ? x->ly->norm_numel : x->post_numel) * 4);
     });
     wait_ticket(x, x->embed_w_ticket, "wait embed weights", -1);
     if (x->vocab_chunk) wait_ticket(x, enc_ticket, "wait embedding", -1);
@@ -386,7 +395,7 @@ static float micro_forward(step_run *r, int mb, const int32_t *inputs, const int
         if (off) wait_ticket(x, x->off_slot_ticket[k % 2], "wait act slot", l);
         float *a = block_set(x, l);
         stream_w16_block(x, wslot(x, l), l);
-        stream_hook_layer(x, l);
+        stream_hook_layer(x, l, wslot(x, l));
         COMPUTE_(ST_PROF_CAT_COMPUTE, "forward block", l, ao->block_forward(x->dev_blocks, wslot(x, l), block_in(x, l), a, block_out(x, l)));
         if (x->act16) /* stored rounded: what every kind of block's backward reads */
             COMPUTE_(ST_PROF_CAT_COMPUTE, "acts to bf16", l, dev->ops->to_bf16(dev, block_acts(x, l), a, x->act_set_floats));
@@ -452,7 +461,7 @@ static void micro_backward(step_run *r, int add, int final) {
         float *a = block_set(x, l);
         /* the last recomputed block's forward is still in the set: nothing to redo */
         stream_w16_block(x, wslot(x, l), l);
-        stream_hook_layer(x, l);
+        stream_hook_layer(x, l, wslot(x, l));
         if (act == ST_STREAM_ACT_RECOMPUTE && r->rc_holds != l) {
             COMPUTE_(ST_PROF_CAT_RECOMPUTE, "recompute block", l, {
                 ao->block_forward(x->dev_blocks, wslot(x, l), block_in(x, l), a, block_out(x, l));
@@ -463,7 +472,7 @@ static void micro_backward(step_run *r, int add, int final) {
         if (act == ST_STREAM_ACT_OFFLOAD && k < x->n_off - 2) wait_ticket(x, x->act_ticket[k], "wait acts", l);
         if (x->act16) /* the backward reads the stored bits, whichever way they were kept */
             COMPUTE_(ST_PROF_CAT_COMPUTE, "acts from bf16", l, dev->ops->from_bf16(dev, a, block_acts(x, l), x->act_set_floats));
-        if (x->frozen) { /* the hook's gradients only (its own vector: grad_at), dres through the block */
+        if (x->hook_base) { /* the hook's gradients only (its own vector: grad_at), dres through the block */
             COMPUTE_(ST_PROF_CAT_COMPUTE, "backward block", l,
                      ao->block_backward(x->dev_blocks, wslot(x, l), NULL, block_in(x, l), a, dres));
         } else {
@@ -491,7 +500,7 @@ static void micro_backward(step_run *r, int add, int final) {
                                        x->host_acts + (size_t)(k - 2) * x->act_set_bytes, x->act_set_bytes);
         }
     }
-    if (x->frozen) {
+    if (x->hook_base) {
         r->last = 0; /* a frozen embedding: nothing formed, nothing drained */
         if (x->ends) { /* the hook's: the embedding's, the final norm's and the head's into its grad_at */
             COMPUTE_(ST_PROF_CAT_COMPUTE, "embedding backward", -1, ao->embed_backward(x->dev_blocks, x->d_pre_g, dres));
@@ -511,7 +520,7 @@ static void micro_backward(step_run *r, int add, int final) {
         COMPUTE_(ST_PROF_CAT_COMPUTE, "embedding backward", -1, ao->embed_backward(x->dev_blocks, x->d_pre_g, dres));
         drain(x, x->grad_dest, x->d_pre_g, x->emb_numel);
     }
-    if (!x->frozen) r->last = drain(x, x->grad_dest + x->post_offset, x->d_post_g, x->post_numel);
+    if (!x->hook_base) r->last = drain(x, x->grad_dest + x->post_offset, x->d_post_g, x->post_numel);
     else x->slots_warm = 1; /* blocks 0..depth and head chunks 0, 1 in their slots for the next call */
     st_prof_end(&bw);
 }
@@ -662,7 +671,7 @@ static st_status update_ram(step_run *r, const st_adamw_params *hp, float max_no
 static st_status step_update(step_run *r, const st_adamw_params *hp, float max_norm, st_stream_step_stats *stats,
                              st_err *err) {
     st_stream_exec *x = r->x;
-    if (x->frozen) return ST_OK; /* the caller updates the hook's parameters */
+    if (x->hook_base) return ST_OK; /* the caller updates the hook's parameters */
     if (x->dist_mode) return update_dist(r, err);
     double ss;
     if (r->overlap) {
@@ -697,9 +706,9 @@ static st_status step_accum(st_stream_exec *x, int n_micro, const int32_t *input
 
 st_status st_stream_step_accum(st_stream_exec *x, int n_micro, const int32_t *inputs_all, const int32_t *targets_all,
                             const st_adamw_params *hp, float max_norm, st_stream_step_stats *stats, st_err *err) {
-    if (x->frozen)
-        return st_errf(err, ST_ERR_INVALID, "stream: this executor runs a frozen base (st_stream_config.hook); its "
-                       "step is st_stream_frozen_grads, and the caller's optimizer updates the hook's parameters");
+    if (x->hook_base)
+        return st_errf(err, ST_ERR_INVALID, "stream: this executor runs a hook's base (st_stream_config.hook); its "
+                       "step is st_stream_hook_grads, and the caller's optimizer updates the hook's parameters");
     return step_accum(x, n_micro, inputs_all, targets_all, hp, max_norm, stats, err);
 }
 
@@ -760,15 +769,15 @@ void st_stream_params_changed(st_stream_exec *x) {
     x->w16_valid = 0;
 }
 
-int st_stream_can_hand_grads(const st_stream_exec *x) { return !x->bf16 && !x->host_grads_micro && !x->frozen; }
+int st_stream_can_hand_grads(const st_stream_exec *x) { return !x->bf16 && !x->host_grads_micro && !x->hook_base; }
 
-int st_stream_frozen(const st_stream_exec *x) { return x && x->frozen; }
+int st_stream_hook_base(const st_stream_exec *x) { return x && x->hook_base; }
 
-st_status st_stream_frozen_grads(st_stream_exec *x, const int32_t *inputs, const int32_t *targets, float dloss,
-                                 float *loss, st_stream_step_stats *stats, st_err *err) {
-    if (!x->frozen)
-        return st_errf(err, ST_ERR_INVALID, "stream: st_stream_frozen_grads needs a frozen base's hook "
-                       "(st_stream_config.hook with frozen 1); this executor trains the arch (st_stream_step)");
+st_status st_stream_hook_grads(st_stream_exec *x, const int32_t *inputs, const int32_t *targets, float dloss,
+                               float *loss, st_stream_step_stats *stats, st_err *err) {
+    if (!x->hook_base)
+        return st_errf(err, ST_ERR_INVALID, "stream: st_stream_hook_grads needs a hook's base "
+                       "(st_stream_config.hook); this executor trains the arch (st_stream_step)");
     static const st_adamw_params none = {0};
     x->dist_dloss = dloss;
     st_status s = step_accum(x, 1, inputs, targets, &none, 0.0f, stats, err);
@@ -776,6 +785,7 @@ st_status st_stream_frozen_grads(st_stream_exec *x, const int32_t *inputs, const
     /* a hook that trains the ends: the caller changes the host weights next (its update), which
      * the copies of the next call's first blocks must not be reading */
     for (int l = 0; x->ends && l <= x->depth && l < x->n_blocks; l++) wait_ticket(x, x->w_ticket[l], "wait weights", l);
+    stream_hook_done(x);
     *loss = stats->loss;
     return s;
 }
@@ -834,7 +844,7 @@ st_status st_stream_eval(st_stream_exec *x, const int32_t *inputs, const int32_t
     for (int l = 0; l < L; l++) {
         wait_ticket(x, x->w_ticket[l], "wait weights", l);
         stream_w16_block(x, wslot(x, l), l);
-        stream_hook_layer(x, l);
+        stream_hook_layer(x, l, wslot(x, l));
         ao->block_forward(x->dev_blocks, wslot(x, l), block_in(x, l), block_set(x, l), block_out(x, l));
         if (l + D + 1 < L) {
             x->w_ticket[l + D + 1] = fetch_block(x, l + D + 1);
@@ -846,6 +856,7 @@ st_status st_stream_eval(st_stream_exec *x, const int32_t *inputs, const int32_t
     else *loss = stream_head_forward(x, block_out(x, L - 1), targets, 0.0f);
     stream_compute_flush(x, &compute_s); /* the head's spans, drawn on the trace */
     stream_w16_end(x);
+    stream_hook_done(x);
     /* copies still queued (the logits' drain, head chunks) complete before anything the
      * next step waits on: the copy engine completes in order */
     st_prof_end(&span);

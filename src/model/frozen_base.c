@@ -115,6 +115,67 @@ int frozen_base_vectors(st_model *m, const frozen_base *fb, size_t np) {
     return m->params && m->grads ? 0 : -1;
 }
 
+static const void *held_host(st_linear_hook *h, int layer) {
+    const frozen_base *fb = (const frozen_base *)h;
+    return fb->held_mem + (size_t)layer * fb->held_stride;
+}
+
+/* Each layer's placed bytes (layer[i] of w[i], n of them); the longest. */
+static size_t held_layer_bytes(st_frozen_dtype d, const size_t *numel, const int *layer, int n) {
+    size_t mx = 0, run = 0;
+    for (int i = 0; i < n; i++) {
+        if (i && layer[i] != layer[i - 1]) run = 0;
+        run += frozen_weight_placed_bytes(d, numel[i]);
+        if (run > mx) mx = run;
+    }
+    return mx;
+}
+
+int frozen_base_hold(frozen_base *fb, st_frozen_dtype d, frozen_weight *const *w, const int *layer, int n) {
+    size_t *numel = malloc(sizeof *numel * (size_t)(n ? n : 1));
+    if (!numel) return -1;
+    for (int i = 0; i < n; i++) numel[i] = (size_t)w[i]->rows * w[i]->cols;
+    fb->held_stride = held_layer_bytes(d, numel, layer, n);
+    free(numel);
+    fb->held_mem = st_alloc(fb->held_stride * (size_t)(fb->n_layer ? fb->n_layer : 1));
+    if (!fb->held_mem) return -1;
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        if (!i || layer[i] != layer[i - 1]) at = (size_t)layer[i] * fb->held_stride;
+        frozen_weight_place(w[i], d, w[i]->rows, w[i]->cols, w[i]->layout, fb->held_mem + at);
+        at += frozen_weight_placed_bytes(d, (size_t)w[i]->rows * w[i]->cols);
+    }
+    fb->hook.held_block_bytes = fb->held_stride;
+    fb->hook.held_host = held_host;
+    return 0;
+}
+
+frozen_weight frozen_base_held_view(const frozen_base *fb, const frozen_weight *w) {
+    if (!fb->hook.held || w->dtype == ST_FROZEN_F32) return *w;
+    return frozen_weight_moved(w, fb->held_mem + (size_t)fb->hook.layer * fb->held_stride, fb->hook.held);
+}
+
+size_t st_frozen_held_block_bytes(const st_param_info *tensors, int n_tensors, const char *arch, st_frozen_dtype d) {
+    if (d == ST_FROZEN_F32) return 0;
+    int gpt2 = !strcmp(arch, "gpt2"), n = 0;
+    frozen_site site;
+    for (int cur = 0; frozen_base_next_site(tensors, n_tensors, gpt2, &cur, &site);) n++;
+    size_t *numel = malloc(sizeof *numel * (size_t)(n ? n : 1));
+    int *layer = malloc(sizeof *layer * (size_t)(n ? n : 1));
+    size_t b = 0;
+    if (numel && layer) {
+        int i = 0;
+        for (int cur = 0; frozen_base_next_site(tensors, n_tensors, gpt2, &cur, &site); i++) {
+            numel[i] = site.t->numel;
+            layer[i] = site.key / ST_MM_COUNT;
+        }
+        b = held_layer_bytes(d, numel, layer, n);
+    }
+    free(numel);
+    free(layer);
+    return b;
+}
+
 void frozen_base_drop_grads(frozen_base *fb) {
     st_model *base = fb->base;
     if (base->grads) base->be->ops->dealloc(base->be, base->grads);
@@ -140,6 +201,8 @@ void frozen_base_free(st_model *m, frozen_base *fb) {
         st_model_free(fb->base);
     }
     free(fb->first);
+    st_free(fb->held_mem);
+    fb->held_mem = NULL;
 }
 
 st_status frozen_base_alloc_acts(st_model *m, int B, int T, st_err *err) {

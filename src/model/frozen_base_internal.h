@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 
+#include "model/frozen_store.h"
 #include "strata/model.h"
 
 /* A projection of a family: the suffix of its weight's name, PEFT's module name, strata's
@@ -54,6 +55,10 @@ typedef struct frozen_base {
     int gpt2;            /* 1: GPT-2; 0: the Llama family */
     int n_layer;
     int *first;          /* [n_layer * ST_MM_COUNT + 1] (frozen_base_index) */
+    /* frozen_dtype bf16, int8 (frozen_base_hold): every held weight's codes in one allocation,
+     * layer l's in the run [l * held_stride, + held_stride) (hook.held_block_bytes) */
+    unsigned char *held_mem;
+    size_t held_stride;
 } frozen_base;
 
 /* fb over base for the model self: its family, its layers, first allocated. Returns 0, or -1
@@ -63,6 +68,15 @@ int frozen_base_init(frozen_base *fb, st_model *self, st_model *base);
 /* m's backend, sizes (its n_params = np) and its parameter and gradient vectors of np floats
  * from the base's backend. Returns 0, or -1 when either vector could not be allocated. */
 int frozen_base_vectors(st_model *m, const frozen_base *fb, size_t np);
+
+/* bf16, int8: the n weights w[i] of layer[i] (in layer order) placed in one allocation, layer by
+ * layer, each layer's run as long as the longest (st_frozen_held_block_bytes), and the hook's
+ * held_block_bytes and held_host set: what a layer-streaming executor carries. Returns 0, or -1
+ * out of memory. The codes are the caller's to fill (frozen_weight_set). */
+int frozen_base_hold(frozen_base *fb, st_frozen_dtype d, frozen_weight *const *w, const int *layer, int n);
+/* Held weight w of the layer the hook runs as the hook reads it: over the executor's copy of the
+ * layer's run where it set one (hook.held), else w itself. */
+frozen_weight frozen_base_held_view(const frozen_base *fb, const frozen_weight *w);
 
 /* The base is frozen: its gradient vector is freed, the family's pointers into it cleared. */
 void frozen_base_drop_grads(frozen_base *fb);

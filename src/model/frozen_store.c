@@ -53,7 +53,46 @@ int frozen_weight_alloc(frozen_weight *w, st_frozen_dtype d, int rows, int cols,
     return 0;
 }
 
+static size_t r64(size_t b) { return (b + 63) / 64 * 64; }
+
+size_t frozen_weight_placed_bytes(st_frozen_dtype d, size_t numel) {
+    return d == ST_FROZEN_BF16   ? r64(2 * numel)
+           : d == ST_FROZEN_INT8 ? r64(numel) + 2 * r64(sizeof(float) * st_frozen_groups(numel))
+                                 : 0;
+}
+
+void frozen_weight_place(frozen_weight *w, st_frozen_dtype d, int rows, int cols, st_wlayout layout, unsigned char *mem) {
+    size_t n = (size_t)rows * cols, g = st_frozen_groups(n);
+    *w = (frozen_weight){.dtype = d, .rows = rows, .cols = cols, .layout = layout, .placed = 1};
+    if (d == ST_FROZEN_BF16) {
+        w->bf16 = (uint16_t *)(void *)mem;
+    } else if (d == ST_FROZEN_INT8) {
+        w->q = mem;
+        w->scale = (float *)(void *)(mem + r64(n));
+        w->zero = (float *)(void *)(mem + r64(n) + r64(sizeof(float) * g));
+    }
+}
+
+frozen_weight frozen_weight_moved(const frozen_weight *w, const void *from, const void *to) {
+    frozen_weight v = *w;
+    const unsigned char *f = from;
+    unsigned char *t = (unsigned char *)to;
+#define MOVE(p, T) if (v.p) v.p = (T *)(void *)(t + ((const unsigned char *)(const void *)w->p - f))
+    MOVE(bf16, uint16_t);
+    MOVE(q, uint8_t);
+    MOVE(scale, float);
+    MOVE(zero, float);
+#undef MOVE
+    return v;
+}
+
 void frozen_weight_free(frozen_weight *w) {
+    if (w->placed) {
+        w->bf16 = NULL;
+        w->q = NULL;
+        w->scale = w->zero = NULL;
+        return;
+    }
     free(w->bf16);
     free(w->q);
     free(w->scale);

@@ -23,12 +23,22 @@ typedef struct frozen_weight {
     uint16_t *bf16;     /* bf16: rows x cols bit patterns (owned) */
     uint8_t *q;         /* int8: rows x cols codes (owned) */
     float *scale, *zero;/* int8: one per group of ST_FROZEN_GROUP elements (owned) */
+    int placed;         /* 1: the codes are in the caller's memory (frozen_weight_place), not owned */
 } frozen_weight;
 
 /* w for a weight of rows x cols in layout, dtype d: the codes allocated (fp32: nothing; f32 is set
  * by the caller). Returns 0, or -1 out of memory (w freed). */
 int frozen_weight_alloc(frozen_weight *w, st_frozen_dtype d, int rows, int cols, st_wlayout layout);
 void frozen_weight_free(frozen_weight *w);
+/* The bytes a weight of numel values in d takes placed in one run (frozen_weight_place): its codes,
+ * then (int8) its scales and zeros, each part from a multiple of 64 bytes. 0 for fp32. */
+size_t frozen_weight_placed_bytes(st_frozen_dtype d, size_t numel);
+/* w for a weight of rows x cols in layout, dtype d (bf16 or int8), its codes at mem
+ * (frozen_weight_placed_bytes of them, 64-byte aligned; the caller's: frozen_weight_free leaves it). */
+void frozen_weight_place(frozen_weight *w, st_frozen_dtype d, int rows, int cols, st_wlayout layout, unsigned char *mem);
+/* The placed weight w read from another copy of its run's bytes: its codes' pointers moved from
+ * inside `from` to the same places inside `to`. */
+frozen_weight frozen_weight_moved(const frozen_weight *w, const void *from, const void *to);
 /* The weight's numel values (src, fp32, as stored) rounded into w (fp32: copied into w->f32 unless
  * src is w->f32). */
 void frozen_weight_set(frozen_weight *w, const float *src);

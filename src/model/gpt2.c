@@ -82,20 +82,27 @@ typedef struct block_ptrs {
     float *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcpw, *fcpb;
 } block_ptrs;
 
-/* Pointers into one block's slab (weights or gradients share the layout). */
-static block_ptrs slab_ptrs(const st_gpt2_model *m, float *slab) {
-    size_t C = (size_t)m->cfg.n_embd;
+/* Pointers into one block's slab (weights or gradients share the layout); held (block.h's held
+ * slab): the 1-D tensors packed, the matmul weights NULL. off: each tensor's offset in the whole
+ * slab (NULL: not wanted). */
+static block_ptrs slab_ptrs_(const st_gpt2_model *m, float *slab, int held, size_t *off) {
+    size_t C = (size_t)m->cfg.n_embd, o = 0;
     float *p = slab;
     block_ptrs b;
     float **slots[BLK_COUNT] = {&b.ln1w, &b.ln1b, &b.qkvw, &b.qkvb, &b.projw, &b.projb,
                                 &b.ln2w, &b.ln2b, &b.fcw,  &b.fcb,  &b.fcpw, &b.fcpb};
     for (int i = 0; i < BLK_COUNT; i++) {
-        *slots[i] = p;
-        size_t rows = blk_layout[i].rows_c ? blk_layout[i].rows_c * C : 1;
-        p += rows * blk_layout[i].cols_c * C;
+        size_t rows = blk_layout[i].rows_c ? blk_layout[i].rows_c * C : 1, n = rows * blk_layout[i].cols_c * C;
+        int skip = held && blk_layout[i].rows_c; /* a matmul weight: the hook's */
+        *slots[i] = skip ? NULL : p;
+        if (!skip) p += n;
+        if (off) off[i] = o;
+        o += n;
     }
     return b;
 }
+static block_ptrs slab_ptrs(const st_gpt2_model *m, float *slab) { return slab_ptrs_(m, slab, 0, NULL); }
+static int held_slab(const st_gpt2_model *m) { return m->hook && m->hook->held; }
 
 
 static void add_tensor(st_gpt2_model *m, const char *name, size_t *off, int ndim, int d0, int d1) {
@@ -398,7 +405,7 @@ void st_gpt2_block_forward(st_gpt2_model *m, const float *wslab, const float *in
     int B = m->B, T = m->T, C = m->cfg.n_embd, NH = m->cfg.n_head, N = B * T;
     size_t NC = (size_t)N * C;
     float *scratch = m->acts->scratch;
-    block_ptrs w = slab_ptrs(m, (float *)wslab);
+    block_ptrs w = slab_ptrs_(m, (float *)wslab, held_slab(m), NULL);
     OPS->layernorm_forward(be, a->ln1, a->ln1_mean, a->ln1_rstd, in, w.ln1w, w.ln1b, N, C);
     mm_forward(m, ST_MM_QKV, a->qkv, a->ln1, w.qkvw, w.qkvb, N, C, 3 * C);
     if (m->ds_dev) OPS->attention_doc_forward(be, a->atty, a->lse, a->qkv, m->ds_dev, B, T, C, NH);
@@ -418,17 +425,17 @@ void st_gpt2_block_backward(st_gpt2_model *m, const float *wslab, float *gslab, 
     st_backend *be = m->be;
     int B = m->B, T = m->T, C = m->cfg.n_embd, NH = m->cfg.n_head, N = B * T;
     size_t NC = (size_t)N * C;
-    block_ptrs w = slab_ptrs(m, (float *)wslab), g;
+    size_t off[BLK_COUNT];
+    block_ptrs w = slab_ptrs_(m, (float *)wslab, held_slab(m), off), g;
     st_linear_hook *hk = m->hook;
     if (hk && hk->frozen) { /* no gradient of the base: the matmuls form none, the norms' go to scratch */
         memset(&g, 0, sizeof g);
         g.ln1w = g.ln2w = hk->norm_scratch;
         g.ln1b = g.ln2b = hk->norm_scratch + C;
     } else if (!gslab && hk && hk->grad_at) { /* the hook keeps the gradients (POET-X) */
-        g = w;
         float **gs[BLK_COUNT] = {&g.ln1w, &g.ln1b, &g.qkvw, &g.qkvb, &g.projw, &g.projb,
                                  &g.ln2w, &g.ln2b, &g.fcw,  &g.fcb,  &g.fcpw, &g.fcpb};
-        for (int i = 0; i < BLK_COUNT; i++) *gs[i] = hk->grad_at(hk, hk->layer, (size_t)(*gs[i] - wslab));
+        for (int i = 0; i < BLK_COUNT; i++) *gs[i] = hk->grad_at(hk, hk->layer, off[i]);
     } else {
         g = slab_ptrs(m, gslab);
     }

@@ -79,17 +79,26 @@ typedef struct blk_ptrs {
     float *t[BLK_COUNT];
 } blk_ptrs;
 
-static blk_ptrs blk_at(const st_llama_config *c, const float *slab) {
+/* held (block.h's held slab): the 1-D tensors packed, the matmul weights NULL. off: each tensor's
+ * offset in the whole slab (NULL: not wanted). */
+static blk_ptrs blk_at_(const st_llama_config *c, const float *slab, int held, size_t *off) {
     blk_ptrs b;
     float *p = (float *)slab;
+    size_t o = 0;
     for (int i = 0; i < BLK_COUNT; i++) {
         int r, k;
         blk_shape(c, i, &r, &k);
-        b.t[i] = r ? p : NULL;
-        p += (size_t)r * (k ? k : 1);
+        size_t n = (size_t)r * (k ? k : 1);
+        int skip = held && k; /* a matmul weight: the hook's */
+        b.t[i] = r && !skip ? p : NULL;
+        if (!skip) p += n;
+        if (off) off[i] = o;
+        o += n;
     }
     return b;
 }
+static blk_ptrs blk_at(const st_llama_config *c, const float *slab) { return blk_at_(c, slab, 0, NULL); }
+static int held_slab(const st_blocks *b) { return b->hook && b->hook->held; }
 
 static void put_tensor(st_param_info *tab, int *n, const char *name, size_t *off, int d0, int d1) {
     st_param_info *t = &tab[(*n)++];
@@ -396,7 +405,7 @@ static void a_block_forward(st_blocks *b, const float *wslab, const float *in, f
     size_t NC = (size_t)N * C;
     float eps = (float)c->rms_norm_eps;
     float *scratch = BD(b, BD_SCRATCH);
-    blk_ptrs w = blk_at(c, wslab);
+    blk_ptrs w = blk_at_(c, wslab, held_slab(b), NULL);
     llama_set a;
     set_layout(c, B, T, acts, &a);
     OPS->rmsnorm_forward(be, a.ln1, a.rstd1, in, w.t[BLK_LN1], N, 1, C, C, eps);
@@ -434,14 +443,15 @@ static void a_block_backward(st_blocks *b, const float *wslab, float *gslab, con
     size_t NC = (size_t)N * C;
     float *dC = BD(b, BD_DC), *dA = BD(b, BD_DA), *dF = BD(b, BD_DF), *dGU = BD(b, BD_DGU);
     float *dQKV = BD(b, BD_DQKV);
-    blk_ptrs w = blk_at(c, wslab), g;
+    size_t off[BLK_COUNT];
+    blk_ptrs w = blk_at_(c, wslab, held_slab(b), off), g;
     st_linear_hook *hk = b->hook;
     if (hk && hk->frozen) { /* no gradient of the base: the matmuls form none, the norms' go to scratch */
         memset(&g, 0, sizeof g);
         g.t[BLK_LN1] = g.t[BLK_LN2] = g.t[BLK_QN] = g.t[BLK_KN] = hk->norm_scratch;
     } else if (!gslab && hk && hk->grad_at) { /* the hook keeps the gradients (POET-X) */
         for (int i = 0; i < BLK_COUNT; i++)
-            g.t[i] = w.t[i] ? hk->grad_at(hk, hk->layer, (size_t)(w.t[i] - wslab)) : NULL;
+            g.t[i] = w.t[i] ? hk->grad_at(hk, hk->layer, off[i]) : NULL;
     } else {
         g = blk_at(c, gslab);
     }

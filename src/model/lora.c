@@ -204,7 +204,8 @@ static void hook_backward(st_linear_hook *h, int mm, float *dx, const float *dou
 
 /* frozen_dtype bf16, int8: the block's matmul through the held weights, in place of the base's.
  * out (N, ld) = x W0^T (+ bias); w, the block's own fp32 weight, is not read (its pages given
- * back). */
+ * back; a layer-streaming executor's held slab has none: the weights are read from its copy of
+ * the layer's held run, frozen_base_held_view). */
 static void hook_linear_forward(st_linear_hook *h, int mm, float *out, const float *x, const float *w,
                                 const float *bias, int N) {
     lora_impl *li = (lora_impl *)h;
@@ -215,12 +216,14 @@ static void hook_linear_forward(st_linear_hook *h, int mm, float *out, const flo
     int ld = li->held[i0].ld;
     (void)w;
     if (i1 - i0 == 1) {
-        frozen_matmul_forward(be, &li->held[i0].fw, out, x, N, li->panel, pf, li->mm_tmp);
+        frozen_weight fw = frozen_base_held_view(&li->fb, &li->held[i0].fw);
+        frozen_matmul_forward(be, &fw, out, x, N, li->panel, pf, li->mm_tmp);
     } else { /* q|k|v, gate|up: each projection into its columns */
         o->memset0(be, out, (size_t)N * ld * sizeof(float));
         for (int i = i0; i < i1; i++) {
             const lora_held *a = &li->held[i];
-            frozen_matmul_forward(be, &a->fw, li->mm_y, x, N, li->panel, pf, li->mm_tmp);
+            frozen_weight fw = frozen_base_held_view(&li->fb, &a->fw);
+            frozen_matmul_forward(be, &fw, li->mm_y, x, N, li->panel, pf, li->mm_tmp);
             o->axpy_rows(be, out + a->col, ld, li->mm_y, a->out, 1.0f, N, a->out);
         }
     }
@@ -248,7 +251,8 @@ static void hook_linear_backward(st_linear_hook *h, int mm, float *dx, float *db
             o->axpy_rows(be, li->mm_y, a->out, dout + a->col, ld, 1.0f, N, a->out);
             d = li->mm_y;
         }
-        frozen_matmul_backward_dx(be, &a->fw, dx, d, N, li->panel, pf, li->mm_tmp);
+        frozen_weight fw = frozen_base_held_view(&li->fb, &a->fw);
+        frozen_matmul_backward_dx(be, &fw, dx, d, N, li->panel, pf, li->mm_tmp);
     }
 }
 
@@ -299,10 +303,6 @@ st_status st_lora_hook_bind(st_model *m, int B, int T, st_linear_hook **hook, st
     *hook = NULL;
     if (!st_model_is_lora(m)) return st_errf(err, ST_ERR_INVALID, "lora: the model has no adapters");
     lora_impl *li = impl_of(m);
-    if (li->cfg.frozen_dtype != ST_FROZEN_F32)
-        return st_errf(err, ST_ERR_UNSUPPORTED, "key 'frozen_dtype': %s base weights are held by the model, and layer "
-                       "streaming (device_budget) moves the base's fp32 blocks; give frozen_dtype fp32 with "
-                       "device_budget, or leave device_budget out", st_frozen_dtype_name(li->cfg.frozen_dtype));
     if (B < 1 || T < 1) return st_errf(err, ST_ERR_INVALID, "lora: batch %d x seq %d", B, T);
     st_status s = alloc_scratch(m, B, T, err);
     if (!s) *hook = &li->fb.hook;
@@ -508,14 +508,26 @@ static st_status hold_weights(lora_impl *li, st_err *err) {
     for (int cur = 0; frozen_base_next_site(b->tensors, b->n_tensors, li->fb.gpt2, &cur, &site);) {
         lora_held *a = &li->held[li->n_held];
         *a = (lora_held){.key = site.key, .out = site.out, .col = site.col, .ld = site.ld, .base_t = site.t};
-        if (frozen_weight_alloc(&a->fw, li->cfg.frozen_dtype, site.t->shape[0], site.t->shape[1],
-                                li->fb.gpt2 ? ST_W_IN_OUT : ST_W_OUT_IN))
-            return st_errf(err, ST_ERR_NOMEM, "lora: cannot allocate the base's %s in frozen_dtype %s", site.t->name,
-                           st_frozen_dtype_name(li->cfg.frozen_dtype));
+        a->fw = (frozen_weight){.dtype = li->cfg.frozen_dtype, .rows = site.t->shape[0], .cols = site.t->shape[1],
+                                .layout = li->fb.gpt2 ? ST_W_IN_OUT : ST_W_OUT_IN};
         li->n_held++;
-        a->fw.f32 = b->params + site.t->offset;
         if (site.t->numel > max_numel) max_numel = site.t->numel;
     }
+    /* one allocation, layer by layer: what a layer-streaming executor carries (frozen_base_hold) */
+    frozen_weight **ws = malloc(sizeof *ws * (size_t)(n ? n : 1));
+    int *layer = malloc(sizeof *layer * (size_t)(n ? n : 1));
+    int bad = !ws || !layer;
+    for (int i = 0; !bad && i < li->n_held; i++) {
+        ws[i] = &li->held[i].fw;
+        layer[i] = li->held[i].key / ST_MM_COUNT;
+    }
+    bad = bad || frozen_base_hold(&li->fb, li->cfg.frozen_dtype, ws, layer, li->n_held);
+    free(ws);
+    free(layer);
+    if (bad)
+        return st_errf(err, ST_ERR_NOMEM, "lora: cannot allocate the base's block matmul weights in frozen_dtype %s",
+                       st_frozen_dtype_name(li->cfg.frozen_dtype));
+    for (int i = 0; i < li->n_held; i++) li->held[i].fw.f32 = b->params + li->held[i].base_t->offset;
     frozen_base_index(li->held_first, nk, li->held, sizeof *li->held, li->n_held);
     li->panel_bytes = st_frozen_panel_bytes(max_numel);
     for (int i = 0; i < li->n_held; i++) {

@@ -82,6 +82,7 @@ enum {
 };
 static st_status w0_pass(st_model *m, int flags, const int32_t *newp, int only, float *dense, st_err *err);
 static void draw_perms_host(const poet_impl *pi, uint64_t seed, int64_t step, int32_t *h);
+static st_status redraw(st_model *m, uint64_t seed, int64_t step, int flags, st_err *err);
 static void w0_permute(const poet_weight *a, int gpt2, float *dst, const float *src, const int32_t *pin,
                        const int32_t *pout, int to);
 
@@ -138,9 +139,10 @@ st_status st_poetx_check(const st_param_info *tensors, int n_tensors, const char
 
 /* Weight i's W0 as the matmuls read it: fp32, the block's weight w as the caller passes it (the
  * base's own vector in memory, a layer-streaming executor's device copy of it: the same bits);
- * bf16 and int8, the store's (the block's weight is not read). */
+ * bf16 and int8, the store's (the block's weight is not read), or a layer-streaming executor's
+ * copy of the layer's held run (frozen_base_held_view: the same bits). */
 static frozen_weight w0_of(const poet_impl *pi, int i, const float *w) {
-    frozen_weight fw = pi->fw[i];
+    frozen_weight fw = frozen_base_held_view(&pi->fb, &pi->fw[i]); /* streamed: the executor's copy */
     if (w && fw.dtype == ST_FROZEN_F32) fw.f32 = (float *)w + pi->w[i].w_rel;
     return fw;
 }
@@ -255,10 +257,6 @@ st_status st_poetx_hook_bind(st_model *m, int B, int T, st_linear_hook **hook, s
     *hook = NULL;
     if (!st_model_is_poetx(m)) return st_errf(err, ST_ERR_INVALID, "poetx: the model is not a POET-X model");
     poet_impl *pi = impl_of(m);
-    if (pi->cfg.frozen_dtype != ST_FROZEN_F32)
-        return st_errf(err, ST_ERR_UNSUPPORTED, "key 'frozen_dtype': %s W0 is held by the model, and layer streaming "
-                       "(device_budget) moves W0 in the base's fp32 blocks; give frozen_dtype fp32 with device_budget, "
-                       "or leave device_budget out", st_frozen_dtype_name(pi->cfg.frozen_dtype));
     if (!st_backend_host_memory(m->be))
         return st_errf(err, ST_ERR_UNSUPPORTED, "poetx: layer streaming runs the hook in host memory; backend '%s' "
                        "keeps its memory elsewhere", m->be->ops->name ? m->be->ops->name : "?");
@@ -313,12 +311,7 @@ static st_status init_state(st_model *m, uint64_t seed, st_err *err) {
     be->ops->memset0(be, m->params, m->n_params * sizeof(float));
     for (int i = 0; i < pi->n_train; i++)
         dev_copy(be, m->params + pi->train[i].off, pi->fb.base->params + pi->train[i].base_off, pi->train[i].numel);
-    int32_t *np = malloc((pi->n_perm ? pi->n_perm : 1) * sizeof(int32_t));
-    if (!np) return st_errf(err, ST_ERR_NOMEM, "poetx: out of memory for the permutations");
-    draw_perms_host(pi, seed, 0, np);
-    st_status s = w0_pass(m, W0_FROM_BASE, np, -1, NULL, err);
-    free(np);
-    return s;
+    return redraw(m, seed, 0, W0_FROM_BASE, err);
 }
 
 /* the vtable's (void): a failure said; a run calls st_poetx_init_state, which returns it */
@@ -780,15 +773,21 @@ static void draw_perms_host(const poet_impl *pi, uint64_t seed, int64_t step, in
     }
 }
 
-st_status st_poetx_draw_perms(st_model *m, uint64_t seed, int64_t step, st_err *err) {
-    if (!st_model_is_poetx(m)) return st_errf(err, ST_ERR_INVALID, "poetx: the model is not a POET-X model");
+/* The permutations of (seed, step) drawn and W0 moved into their frame by w0_pass(flags): W0 as
+ * held (0), folded first (W0_FOLD), or taken from the base's vector (W0_FROM_BASE). */
+static st_status redraw(st_model *m, uint64_t seed, int64_t step, int flags, st_err *err) {
     poet_impl *pi = impl_of(m);
     int32_t *np = malloc((pi->n_perm ? pi->n_perm : 1) * sizeof(int32_t));
     if (!np) return st_errf(err, ST_ERR_NOMEM, "poetx: out of memory for the permutations");
     draw_perms_host(pi, seed, step, np);
-    st_status s = w0_pass(m, 0, np, -1, NULL, err); /* W0 into the new frame */
+    st_status s = w0_pass(m, flags, np, -1, NULL, err);
     free(np);
     return s;
+}
+
+st_status st_poetx_draw_perms(st_model *m, uint64_t seed, int64_t step, st_err *err) {
+    if (!st_model_is_poetx(m)) return st_errf(err, ST_ERR_INVALID, "poetx: the model is not a POET-X model");
+    return redraw(m, seed, step, 0, err); /* W0 into the new frame */
 }
 
 static int is_perm_(const int32_t *p, int d) {
@@ -936,11 +935,7 @@ static st_status w0_pass(st_model *m, int flags, const int32_t *newp, int only, 
 st_status st_poetx_merge(st_model *m, uint64_t seed, int64_t step, st_err *err) {
     if (!st_model_is_poetx(m)) return st_errf(err, ST_ERR_INVALID, "poetx: the model is not a POET-X model");
     poet_impl *pi = impl_of(m);
-    int32_t *np = malloc((pi->n_perm ? pi->n_perm : 1) * sizeof(int32_t));
-    if (!np) return st_errf(err, ST_ERR_NOMEM, "poetx: out of memory for the permutations");
-    draw_perms_host(pi, seed, step, np);
-    st_status s = w0_pass(m, W0_FOLD, np, -1, NULL, err); /* W0 <- R W0 P, in the frame of the new permutations */
-    free(np);
+    st_status s = redraw(m, seed, step, W0_FOLD, err); /* W0 <- R W0 P, in the frame of the new permutations */
     if (s) return s;
     m->be->ops->memset0(m->be, m->params + pi->q_off, (m->n_params - pi->q_off) * sizeof(float));
     return ST_OK;
@@ -1048,10 +1043,23 @@ st_status st_poetx_model_create(st_model **out, st_model *base, const st_poetx_c
     int store_ok = (pi->fw = calloc((size_t)(pi->n_w ? pi->n_w : 1), sizeof *pi->fw)) != NULL;
     for (int i = 0; store_ok && i < pi->n_w; i++) {
         const st_param_info *t = pi->w[i].base_t;
-        store_ok = !frozen_weight_alloc(&pi->fw[i], cfg->frozen_dtype, t->shape[0], t->shape[1],
-                                        gpt2 ? ST_W_IN_OUT : ST_W_OUT_IN);
-        pi->fw[i].f32 = base->params + t->offset;
+        pi->fw[i] = (frozen_weight){.dtype = cfg->frozen_dtype, .rows = t->shape[0], .cols = t->shape[1],
+                                    .layout = gpt2 ? ST_W_IN_OUT : ST_W_OUT_IN};
     }
+    if (store_ok && cfg->frozen_dtype != ST_FROZEN_F32) { /* one allocation, layer by layer: what a
+                                                          * layer-streaming executor carries */
+        frozen_weight **ws = malloc(sizeof *ws * (size_t)(pi->n_w ? pi->n_w : 1));
+        int *layer = malloc(sizeof *layer * (size_t)(pi->n_w ? pi->n_w : 1));
+        store_ok = ws && layer;
+        for (int i = 0; store_ok && i < pi->n_w; i++) {
+            ws[i] = &pi->fw[i];
+            layer[i] = pi->w[i].key / ST_MM_COUNT;
+        }
+        store_ok = store_ok && !frozen_base_hold(&pi->fb, cfg->frozen_dtype, ws, layer, pi->n_w);
+        free(ws);
+        free(layer);
+    }
+    for (int i = 0; store_ok && i < pi->n_w; i++) pi->fw[i].f32 = base->params + pi->w[i].base_t->offset;
     size_t max_numel = 0;
     for (int i = 0; i < pi->n_w; i++)
         if (pi->w[i].base_t->numel > max_numel) max_numel = pi->w[i].base_t->numel;
@@ -1109,8 +1117,10 @@ st_status st_poetx_model_create(st_model **out, st_model *base, const st_poetx_c
         pi->blk0 = l->block_offset0;
         pi->blk_numel = l->block_numel;
     }
-    pi->fb.hook = (st_linear_hook){.linear_forward = hook_linear_forward, .linear_backward = hook_linear_backward,
-                                   .grad_at = hook_grad_at};
+    /* (the held run's size and host address, frozen_base_hold's, kept) */
+    pi->fb.hook.linear_forward = hook_linear_forward;
+    pi->fb.hook.linear_backward = hook_linear_backward;
+    pi->fb.hook.grad_at = hook_grad_at;
     frozen_base_set_hook(&pi->fb, &pi->fb.hook);
     if ((s = init_state(m, seed, err))) {
         po_destroy(m);

@@ -56,7 +56,8 @@ st_status st_plan_memory(const st_mem_request *rq, st_mem_plan *e, st_err *err) 
      * activations): a frozen base's executor, no gradient slots or host gradient vector */
     /* POET-X streamed (hook_bytes): a hook that trains the ends, the same tables with the
      * embedding's and head's gradients, and the hook's own host bytes besides */
-    static st_linear_hook frozen_hook = {.frozen = 1}, ends_hook = {.frozen = 0};
+    st_linear_hook frozen_hook = {.frozen = 1, .held_block_bytes = rq->held_block_bytes},
+                   ends_hook = {.frozen = 0, .held_block_bytes = rq->held_block_bytes};
     int ends = rq->hook_bytes > 0 && (rq->streamed || rq->plan) && rq->model_act_bytes <= 0;
     int fz = rq->trainable_params > 0 && (rq->streamed || rq->plan) && rq->model_act_bytes <= 0;
     st_stream_config sc = {.arch = rq->arch, .B = rq->B, .T = rq->T, .grad_accum = rq->grad_accum > 1 ? rq->grad_accum : 1,

@@ -198,13 +198,11 @@ static void fill_cols(const cols *cl, const plan_cost *c, const st_stream_plan *
  * so it never returns a plan slower than these rules, the executor's fixed rule among
  * them. Returns the pair index, -1 when none fits. */
 /* A frozen base's executor (st_plan_options.frozen_base): no gradient slots; only the hook's
- * frozen flag is read. */
-static st_linear_hook plan_frozen_hook = {.frozen = 1};
-/* frozen_base 2 (POET-X's hook, which trains the base's ends): no gradient slots, the embedding's
- * and head's gradients */
-static st_linear_hook plan_ends_hook = {.frozen = 0};
-static st_linear_hook *plan_hook(int frozen_base) {
-    return frozen_base == 2 ? &plan_ends_hook : frozen_base ? &plan_frozen_hook : NULL;
+ * frozen flag and its held bytes a block are read. frozen_base 2 (POET-X's hook, which trains the
+ * base's ends): no gradient slots, the embedding's and head's gradients. h: the caller's. */
+static st_linear_hook *plan_hook(const st_plan_options *o, st_linear_hook *h) {
+    *h = (st_linear_hook){.frozen = o->frozen_base == 1, .held_block_bytes = o->held_block_bytes};
+    return o->frozen_base ? h : NULL;
 }
 
 static int best_simple(const st_arch *a, int B, int T, const st_plan_profile *hw, size_t budget, const int *vcs, int np,
@@ -327,7 +325,8 @@ st_status st_plan_stream_ex(const st_arch *a, int B, int T, size_t device_budget
     }
     st_status s = solve_program(a, B, T, device_budget, hw, o, t0, out, pred, err);
     if (!s && o.frozen_base) { /* the prediction's bytes are a trained base's (st_plan_predict) */
-        st_stream_config sc = {.arch = a, .B = B, .T = T, .hook = plan_hook(o.frozen_base)};
+        st_linear_hook ph;
+        st_stream_config sc = {.arch = a, .B = B, .T = T, .hook = plan_hook(&o, &ph)};
         pred->device_bytes = st_stream_device_bytes(&sc, out);
     }
     return s;
@@ -498,7 +497,8 @@ static st_status solve_program(const st_arch *a, int B, int T, size_t device_bud
     int fk = nfix[ST_STREAM_ACT_KEEP], fo = nfix[ST_STREAM_ACT_OFFLOAD], fr = nfix[ST_STREAM_ACT_RECOMPUTE];
     int vcs[ST_PLAN_MAX_VCHUNKS], nv = st_plan_vocab_chunks(a, &o, vcs);
     int nd = o.max_depth < L ? o.max_depth : L, np = nv * nd;
-    st_stream_config sc = {.arch = a, .B = B, .T = T, .hook = plan_hook(o.frozen_base)};
+    st_linear_hook ph;
+    st_stream_config sc = {.arch = a, .B = B, .T = T, .hook = plan_hook(&o, &ph)};
     st_stream_plan *work = malloc(sizeof *work);
     double *base = malloc(sizeof(double) * (size_t)np);
     device_model m = {0};

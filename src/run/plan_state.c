@@ -18,6 +18,7 @@
 #include "strata/model.h"
 #include "strata/optim.h"
 #include "strata/plan.h"
+#include "strata/poetx.h" /* st_frozen_held_block_bytes */
 #include "strata/prof.h"
 #include "strata/store.h"
 #include "strata/train.h"
@@ -91,6 +92,9 @@ st_status st_train_mem_plan(const st_train_config *c, const st_stream_plan *plan
     if (own_forward && exec_acts && method == ST_TRAIN_METHOD_POETX) rq.hook_bytes = pb.kept_h + pb.scratch;
     else if (exec_acts && method == ST_TRAIN_METHOD_LORA) rq.frozen_hook_bytes = run_lora_hook_bytes(c, a, shape.arch);
     else if (own_forward) rq.model_act_bytes += pb.kept_h + pb.scratch;
+    if (exec_acts && st_train_config_frozen_dtype(c) > 0) /* the weight slots carry the held weights */
+        rq.held_block_bytes = st_frozen_held_block_bytes(a->lay.tensors, a->lay.n_tensors, a->ops->name,
+                                                         (st_frozen_dtype)st_train_config_frozen_dtype(c));
     st_train_config_act_dtype(c, &rq.act_dtype, NULL); /* checked by st_train_config_resolve; else f32 */
     s = st_plan_memory(&rq, out, err);
     st_arch_free(a);

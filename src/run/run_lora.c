@@ -6,8 +6,8 @@
  * adapter directory (init_adapter, or an init_from that is one). The base's block matmul weights
  * held in frozen_dtype (fp32, bf16 or int8: st_lora_config), rounded again from the same base on
  * resume. In memory or with the disk state, under mpirun too; or with layer streaming
- * (device_budget, one process, the CPU device): the frozen fp32 base's blocks stream through
- * the budget, the adapters' hook runs on them and the optimizer over the adapters is the one
+ * (device_budget, one process, the CPU device): the frozen base's blocks (their matmul weights
+ * as held with bf16 or int8) stream through the budget, the adapters' hook runs on them and the optimizer over the adapters is the one
  * in memory (strata/step.h). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,17 +115,13 @@ st_status run_lora_check(const st_train_config *c, st_err *err) {
                        "device %s keeps the weights elsewhere: train on device cpu, or give frozen_dtype fp32",
                        c->frozen_dtype, c->device);
     /* the disk state and ranks hold the adapters' vector as any run's (test_lora_dist.sh); layer
-     * streaming (device_budget) moves the frozen base's fp32 blocks through the budget on the CPU
+     * streaming (device_budget) moves the frozen base's blocks (held weights as held) through the budget on the CPU
      * device, the adapters' hook on its blocks in host memory, their state in RAM, one process */
     if (c->device_budget > 0) {
         if (!st_backend_device_parse(c->device, &cuda_index, NULL) && cuda_index >= 0)
             return st_errf(err, ST_ERR_UNSUPPORTED, "key 'device': method lora with device_budget streams the base "
                            "to the cpu device (the adapters' hook and its memory are the host's); device %s is not "
                            "taken: give device cpu, or leave device_budget out", c->device);
-        if (st_train_config_frozen_dtype(c) > 0)
-            return st_errf(err, ST_ERR_UNSUPPORTED, "key 'frozen_dtype': %s base weights are held by the model, and "
-                           "layer streaming (device_budget) moves the base's fp32 blocks; give frozen_dtype fp32 with "
-                           "device_budget, or leave device_budget out", c->frozen_dtype);
         if (c->state_paths[0])
             return st_errf(err, ST_ERR_UNSUPPORTED, "key 'state_paths': method lora with device_budget keeps the "
                            "adapters' state in RAM (it is small); leave state_paths out, or device_budget");

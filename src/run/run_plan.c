@@ -187,7 +187,8 @@ st_status run_open_streamed(const st_train_config *c, st_model *m, const st_arch
      * head resident (its gradient handed to the hook whole) */
     st_plan_options po = {.mip_gap = -1, .allow_vocab_chunk = !st_model_is_poetx(m),
                           .prefer_resident_head = st_train_config_plan_head(c),
-                          .frozen_base = !sc.hook ? 0 : sc.hook->frozen ? 1 : 2};
+                          .frozen_base = !sc.hook ? 0 : sc.hook->frozen ? 1 : 2,
+                          .held_block_bytes = sc.hook ? sc.hook->held_block_bytes : 0};
     st_err perr = {0};
     int found = 0, has_pred = 0, n_fixed = 0, L = arch->lay.n_blocks;
     /* key 'act': choices every plan must make (the program's constraints, the rule's too) */

@@ -8,7 +8,7 @@
  * optimizer state) or with the trained vector's state on disk (state_paths): W0 in its own files
  * beside the store, one per merge (run_poetx_open_disk); in one process or under ranks (each rank's
  * store with its own W0 files, the same bits on every rank). Or with layer streaming
- * (device_budget, one process, the cpu device, fp32 W0): the base's blocks, W0 in them, stream
+ * (device_budget, one process, the cpu device): the base's blocks, W0 in them (as held), stream
  * through the budget, the hook runs R W0 P on them and the optimizer over the POET-X vector is
  * the one in memory (strata/step.h). */
 #include <dirent.h>
@@ -161,7 +161,7 @@ st_status run_poetx_check(const st_train_config *c, st_err *err) {
     st_status s = check_keys(c, err);
     if (s || (s = check_resume(c, err))) return s;
     /* the disk state holds the trained vector as any run's, W0 beside it (run_poetx_open_disk);
-     * layer streaming (device_budget) moves the base's fp32 blocks (W0 in them) through the budget
+     * layer streaming (device_budget) moves the base's blocks (W0 in them, as held) through the budget
      * on the CPU device, the hook on its blocks in host memory, the trained vector's state in RAM,
      * one process (mpirun: run_check) */
     int cuda_index = -1;
@@ -170,10 +170,6 @@ st_status run_poetx_check(const st_train_config *c, st_err *err) {
             return st_errf(err, ST_ERR_UNSUPPORTED, "key 'device': method poetx with device_budget streams the base "
                            "to the cpu device (the hook, its Q and its gradients are in host memory); device %s is "
                            "not taken: give device cpu, or leave device_budget out", c->device);
-        if (st_train_config_frozen_dtype(c) > 0)
-            return st_errf(err, ST_ERR_UNSUPPORTED, "key 'frozen_dtype': %s W0 is held by the model, and layer "
-                           "streaming (device_budget) moves W0 in the base's fp32 blocks; give frozen_dtype fp32 with "
-                           "device_budget, or leave device_budget out", c->frozen_dtype);
         if (c->state_paths[0])
             return st_errf(err, ST_ERR_UNSUPPORTED, "key 'state_paths': method poetx with device_budget keeps the "
                            "trained vector's state in RAM; leave state_paths out, or device_budget");

@@ -268,7 +268,7 @@ static st_status open_optimizer(train_run *r, st_err *err) {
             r->n_opt_segs = st_zero_clip_segments(r->segs, m->n_tensors, d->lo, d->hi, r->opt_segs);
         }
     }
-    if ((!r->sx || d->world > 1 || st_stream_frozen(r->sx)) && !r->c.state_paths[0])
+    if ((!r->sx || d->world > 1 || st_stream_hook_base(r->sx)) && !r->c.state_paths[0])
         return st_optim_create(&r->opt, r->opt_segs, r->n_opt_segs, st_train_config_state_format(&r->c), err);
     return ST_OK;
 }
