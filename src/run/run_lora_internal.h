@@ -31,7 +31,7 @@ double run_lora_frozen_bytes(const st_train_config *c, const st_arch *a, const c
 /* The run's start in bytes for n_tr adapter parameters (the plan's method_start): the base built
  * without gradients, a preset drawn in place or init_from's loader staging it whole, then the
  * adapters wrapped over it (their vectors, their initialisation's staging, a bf16 or int8 store
- * filled a weight at a time as the base's fp32 pages are given back). */
+ * allocated whole before the base's fp32 pages of its weights are given back). */
 double run_lora_start_bytes(const st_train_config *c, const st_arch *a, const char *family, size_t n_tr);
 st_status run_lora_open(const st_train_config *c, st_model **m, st_err *err);
 /* The end of a run: save_adapter's PEFT directory, said unless quiet. */
