@@ -18,8 +18,9 @@
 #    block's norms and biases, the merges round the new W0 into the host store and the blocks are
 #    sent again; recomputed, offloaded and kept, poetx_recompute 1 with grad_accum 2 and validation
 #    between the steps, each equals the same held run in memory bit for bit over 6 steps with two
-#    merges (losses, val_loss, checkpoint with W0 as held, merged model), llama-tiny bf16 too, and an int8 streamed run
-#    resumed (4 + 4, the merge at 6 after the resume) equals 8 steps in memory; strata plan's
+#    merges (losses, val_loss, checkpoint with W0 as held, merged model), llama-tiny, qwen2-tiny
+#    (q, k, v biases) and qwen3-tiny (q, k norms) bf16 too, int8 under matmul bf16, and an int8
+#    streamed run resumed (4 + 4, the merge at 6 after the resume) equals 8 steps in memory; strata plan's
 #    device bytes count a held slot in place of the fp32 slab;
 #  - refused before a run directory exists, naming the key: device cuda with device_budget,
 #    state_paths with device_budget, plan_state auto; under mpirun (where there is one)
@@ -165,6 +166,17 @@ if run "$T/hm_bf" $g6 --steps 6 --frozen_dtype int8 --matmul bf16; then
     check '[ $rc -eq 0 ]' "int8 streamed under matmul bf16 runs: $(tail -2 "$T/hs_bf.out")"
     same_run "int8, matmul bf16" "$T/hm_bf" "$T/hs_bf" 6
 fi
+# qwen2-tiny (q, k, v biases packed in the held slab) and qwen3-tiny (q and k norms) bf16, streamed
+for q in qwen2-tiny:280000 qwen3-tiny:380000; do
+    m="$T/hqm_${q%:*}" h="$T/hqs_${q%:*}"
+    run "$m" --model ${q%:*} --n_layer 4 $tiny $px --steps 6 --frozen_dtype bf16
+    run "$h" --model ${q%:*} --n_layer 4 $tiny $px --steps 6 --frozen_dtype bf16 --device_budget ${q#*:} --act recompute
+    rc=$?
+    d=$(depth_of "$h.out")
+    check '[ $rc -eq 0 ] && [ -n "$d" ] && [ $((d + 1)) -lt 4 ]' \
+      "${q%:*} bf16 streamed with fewer weight slots than blocks (rc $rc, prefetch depth '$d'): $(tail -2 "$h.out")"
+    same_run "${q%:*} bf16" "$m" "$h" 6
+done
 # llama-tiny bf16 (the held slab packs the norms; q|k|v and gate|up held apart)
 run "$T/hlm" $l4 --steps 6 --frozen_dtype bf16
 run "$T/hls" $l4 --steps 6 --frozen_dtype bf16 --device_budget 330000 --act recompute
