@@ -2,7 +2,8 @@
 # test_prof_mem.sh - the memory estimate against the measured peak: `strata plan` predicts
 # the host bytes of a run before anything is allocated; `strata train` then measures its
 # own VmHWM each step (metrics.jsonl host_peak_bytes). They must agree within 10% for an
-# activation-heavy run, a weight-heavy run, and the same with 8-bit optimizer state. With
+# activation-heavy run, a weight-heavy run, the same with 8-bit optimizer state, and LoRA over
+# an int8 base, whose start (the base built, no gradient vector) is its peak. With
 # checkpoints every step, the last step's peak includes the checkpoint's staging buffer,
 # which the estimate counts. Then the refusal: a run whose plan does not fit its host
 # budget is refused before anything is written, naming the tier and the bytes missing.
@@ -29,6 +30,9 @@ run_case() { # name, then train keys
 run_case acts  --model gpt2-mini --batch 32 --seq 256
 run_case weights --model gpt2-mini --n_embd 512 --n_head 8 --batch 2 --seq 64
 run_case weights8 --model gpt2-mini --n_embd 512 --n_head 8 --batch 2 --seq 64 --optim_state 8bit
+# a method over frozen weights whose start is its peak: LoRA over an int8 base, the base built
+# without a gradient vector and its weights drawn in place (4 bytes a base parameter, not 12)
+run_case lora_int8 --model gpt2-mini --n_embd 1024 --n_head 16 --batch 2 --seq 64 --method lora --frozen_dtype int8
 
 # the plan's table has every class
 "$S" plan --model gpt2-124m --batch 8 --seq 1024 >"$T/plan.txt"

@@ -191,7 +191,8 @@ int main(void) {
         return 1;
     }
     st_model *m = NULL;
-    st_model_overrides tiny = {64, 16, 2, 4, 32}; /* the gpt2_tiny fixture's shape */
+    /* the gpt2_tiny fixture's shape */
+    st_model_overrides tiny = {.vocab_size = 64, .max_seq = 16, .n_layer = 2, .n_head = 4, .n_embd = 32};
     if (st_model_create(&m, "gpt2-tiny", &tiny, be, &err) || load_fixture(m, "gpt2_tiny.safetensors", &err))
         CHECK(0, "gpt2_tiny: %s", err.msg);
     else

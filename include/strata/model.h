@@ -381,6 +381,9 @@ st_status st_model_set_docs(st_model *m, const int32_t *positions, const int32_t
 /* Shape overrides for a preset; 0 keeps the preset's value. */
 typedef struct st_model_overrides {
     int vocab_size, max_seq, n_layer, n_head, n_embd;
+    /* not a shape: 1 makes the base of a method over frozen weights (LoRA, POET-X), which
+     * st_model_create_from builds without a gradient vector (grads NULL), preset or directory */
+    int no_grads;
 } st_model_overrides;
 
 /* A GPT-2 model of shape cfg on be (weights uninitialised: init_random or load). */
@@ -397,7 +400,7 @@ void st_model_zero_grad(st_model *m);
 st_status st_model_check_finite(const st_model *m, const char *from, st_err *err);
 /* A model from a Hugging Face directory when hf_dir is non-empty (GPT-2 or the Llama
  * family, told apart by its config.json, never guessed; its weights loaded when
- * with_weights, else uninitialised; ov ignored: the directory fixes the shape), else from
+ * with_weights, else uninitialised; ov's shape ignored: the directory fixes it), else from
  * a preset name with overrides (as st_model_create). */
 st_status st_model_create_from(st_model **out, const char *preset, const char *hf_dir, const st_model_overrides *ov,
                                int with_weights, st_backend *be, st_err *err);

@@ -404,7 +404,7 @@ typedef struct st_mem_request {
                                   (st_step_setup.act_dtype); a plan given carries its own */
     int bf16_weights;          /* matmul bf16 on the CPU: the executor's bf16 copy of the weights
                                   (st_stream_bf16_weight_bytes) in host memory */
-    double method_start;       /* > 0: the method's own start-up peak besides the runtime (POET-X),
+    double method_start;       /* > 0: the method's own start-up peak besides the runtime (LoRA, POET-X),
                                   in place of 12 bytes a base parameter */
     double method_staging;     /* > 0: the method's checkpoint staging (POET-X: its W0 too), in
                                   place of 4 bytes a trained parameter */

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/model_internal.h"
 #include "strata/model.h"
 #include "strata/prof.h"
 
@@ -246,21 +247,28 @@ taken:
 /* ------------------------------------------------------------------ lifetime */
 
 st_status st_gpt2_create(st_gpt2_model *m, const st_gpt2_config *cfg, st_backend *be, st_err *err) {
+    return model_gpt2_create(m, cfg, 1, be, err);
+}
+
+st_status model_gpt2_create(st_gpt2_model *m, const st_gpt2_config *cfg, int with_grads, st_backend *be,
+                            st_err *err) {
     st_status s = st_gpt2_create_shell(m, cfg, be, err);
     if (s) return s;
     size_t off = m->n_params;
     m->params = be->ops->alloc(be, off * sizeof(float));
-    m->grads = be->ops->alloc(be, off * sizeof(float));
-    if (!m->params || !m->grads) {
+    if (with_grads) m->grads = be->ops->alloc(be, off * sizeof(float));
+    if (!m->params || (with_grads && !m->grads)) {
         st_gpt2_free(m);
-        return st_errf(err, ST_ERR_NOMEM, "cannot allocate %.1f MiB for parameters and gradients",
-                       2.0 * off * sizeof(float) / 1048576.0);
+        return st_errf(err, ST_ERR_NOMEM, "cannot allocate %.1f MiB for parameters%s",
+                       (with_grads ? 2.0 : 1.0) * off * sizeof(float) / 1048576.0, with_grads ? " and gradients" : "");
     }
     size_t lnf_off = off - 2 * (size_t)cfg->n_embd;
     m->emb_w = m->params;
-    m->emb_g = m->grads;
     m->lnf_w = m->params + lnf_off;
-    m->lnf_g = m->grads + lnf_off;
+    if (m->grads) {
+        m->emb_g = m->grads;
+        m->lnf_g = m->grads + lnf_off;
+    }
     return ST_OK;
 }
 
@@ -311,9 +319,12 @@ const st_param_info *st_gpt2_find_tensor(const st_gpt2_model *m, const char *nam
 }
 
 void st_gpt2_init_random(st_gpt2_model *m, uint64_t seed) {
-    float *host = malloc(m->n_params * sizeof(float));
+    /* memory that is the host's takes the draws in place; a device's through one staging buffer */
+    int direct = st_backend_host_memory(m->be);
+    float *host = direct ? m->params : malloc(m->n_params * sizeof(float));
     if (!host) return;
     st_params_init_by_role(m->tensors, m->n_tensors, host, seed, "c_proj.weight", 1.0f / sqrtf(2.0f * m->cfg.n_layer));
+    if (direct) return;
     m->be->ops->copy_to_device(m->be, m->params, host, m->n_params * sizeof(float));
     free(host);
 }

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "core/fileutil.h"
+#include "model/model_internal.h"
 #include "strata/model.h"
 #include "strata/safetensors.h"
 
@@ -194,6 +195,10 @@ int st_gpt2_hf_is_dir(const char *dir) {
 }
 
 st_status st_gpt2_model_create_hf(st_model **out, const char *dir, st_backend *be, st_err *err) {
+    return model_create_gpt2_hf(out, dir, 1, be, err);
+}
+
+st_status model_create_gpt2_hf(st_model **out, const char *dir, int with_grads, st_backend *be, st_err *err) {
     *out = NULL;
     st_gpt2_config cfg;
     st_status s = st_gpt2_hf_config_read(dir, &cfg, err);
@@ -204,7 +209,7 @@ st_status st_gpt2_model_create_hf(st_model **out, const char *dir, st_backend *b
         return st_errf(err, ST_ERR_IO, "%s: cannot read: %s (a GPT-2 directory holds one model.safetensors)", path,
                        strerror(errno));
     st_model *m;
-    if ((s = st_model_create_gpt2(&m, &cfg, be, err))) return s;
+    if ((s = model_create_gpt2(&m, &cfg, with_grads, be, err))) return s;
     if ((s = st_gpt2_load_safetensors((st_gpt2_model *)m->impl, path, err))) {
         st_model_free(m);
         return s;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/model_internal.h"
 #include "strata/llama.h"
 
 /* ------------------------------------------------------------------ configs */
@@ -198,6 +199,11 @@ st_status st_llama_set_docs(st_llama_model *m, const int32_t *positions, const i
 /* ------------------------------------------------------------------ lifetime */
 
 st_status st_llama_create(st_llama_model *m, const st_llama_config *cfg, st_backend *be, st_err *err) {
+    return model_llama_create(m, cfg, 1, be, err);
+}
+
+st_status model_llama_create(st_llama_model *m, const st_llama_config *cfg, int with_grads, st_backend *be,
+                             st_err *err) {
     memset(m, 0, sizeof *m);
     st_status s = st_llama_config_validate(cfg, err);
     if (s) return s;
@@ -214,12 +220,12 @@ st_status st_llama_create(st_llama_model *m, const st_llama_config *cfg, st_back
     m->block_numel = ly->block_numel;
     m->n_params = ly->n_params;
     m->params = be->ops->alloc(be, m->n_params * sizeof(float));
-    m->grads = be->ops->alloc(be, m->n_params * sizeof(float));
-    if (!m->params || !m->grads) {
+    if (with_grads) m->grads = be->ops->alloc(be, m->n_params * sizeof(float));
+    if (!m->params || (with_grads && !m->grads)) {
         size_t n = m->n_params;
         st_llama_free(m);
-        return st_errf(err, ST_ERR_NOMEM, "cannot allocate %.1f MiB for parameters and gradients",
-                       2.0 * n * sizeof(float) / 1048576.0);
+        return st_errf(err, ST_ERR_NOMEM, "cannot allocate %.1f MiB for parameters%s",
+                       (with_grads ? 2.0 : 1.0) * n * sizeof(float) / 1048576.0, with_grads ? " and gradients" : "");
     }
     return ST_OK;
 }
@@ -238,9 +244,12 @@ const st_param_info *st_llama_find_tensor(const st_llama_model *m, const char *n
 }
 
 void st_llama_init_random(st_llama_model *m, uint64_t seed) {
-    float *host = malloc(m->n_params * sizeof(float));
+    /* memory that is the host's takes the draws in place; a device's through one staging buffer */
+    int direct = st_backend_host_memory(m->be);
+    float *host = direct ? m->params : malloc(m->n_params * sizeof(float));
     if (!host) return;
     m->arch->ops->init(m->arch, host, seed);
+    if (direct) return;
     m->be->ops->copy_to_device(m->be, m->params, host, m->n_params * sizeof(float));
     free(host);
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/model_internal.h"
 #include "strata/llama.h"
 
 static st_llama_model *as_llama(const st_model *m) { return (st_llama_model *)m->impl; }
@@ -85,6 +86,11 @@ static const st_model_ops llama_ops = {"llama", l_alloc_acts, l_forward, l_backw
 st_llama_model *st_model_llama(const st_model *m) { return m && m->ops == &llama_ops ? as_llama(m) : NULL; }
 
 st_status st_model_create_llama(st_model **out, const st_llama_config *cfg, st_backend *be, st_err *err) {
+    return model_create_llama(out, cfg, 1, be, err);
+}
+
+st_status model_create_llama(st_model **out, const st_llama_config *cfg, int with_grads, st_backend *be,
+                             st_err *err) {
     *out = NULL;
     st_llama_model *l = calloc(1, sizeof *l);
     st_model *m = calloc(1, sizeof *m);
@@ -93,7 +99,7 @@ st_status st_model_create_llama(st_model **out, const st_llama_config *cfg, st_b
         free(m);
         return st_errf(err, ST_ERR_NOMEM, "out of memory");
     }
-    st_status s = st_llama_create(l, cfg, be, err);
+    st_status s = model_llama_create(l, cfg, with_grads, be, err);
     if (s) {
         free(l);
         free(m);
@@ -114,12 +120,16 @@ st_status st_model_create_llama(st_model **out, const st_llama_config *cfg, st_b
 }
 
 st_status st_model_create_hf(st_model **out, const char *dir, st_backend *be, st_err *err) {
+    return model_create_llama_hf(out, dir, 1, be, err);
+}
+
+st_status model_create_llama_hf(st_model **out, const char *dir, int with_grads, st_backend *be, st_err *err) {
     *out = NULL;
     st_llama_config cfg;
     st_status s = st_hf_config_read(dir, &cfg, err);
     if (s) return s;
     st_model *m;
-    if ((s = st_model_create_llama(&m, &cfg, be, err))) return s;
+    if ((s = model_create_llama(&m, &cfg, with_grads, be, err))) return s;
     if ((s = st_llama_load_hf(as_llama(m), dir, err))) {
         st_model_free(m);
         return s;

@@ -155,6 +155,10 @@ st_status st_model_create(st_model **out, const char *preset, const st_model_ove
 }
 
 st_status st_model_create_gpt2(st_model **out, const st_gpt2_config *cfg, st_backend *be, st_err *err) {
+    return model_create_gpt2(out, cfg, 1, be, err);
+}
+
+st_status model_create_gpt2(st_model **out, const st_gpt2_config *cfg, int with_grads, st_backend *be, st_err *err) {
     *out = NULL;
     st_gpt2_model *g = calloc(1, sizeof *g);
     st_model *m = calloc(1, sizeof *m);
@@ -163,7 +167,7 @@ st_status st_model_create_gpt2(st_model **out, const st_gpt2_config *cfg, st_bac
         free(m);
         return st_errf(err, ST_ERR_NOMEM, "out of memory");
     }
-    st_status s = st_gpt2_create(g, cfg, be, err);
+    st_status s = model_gpt2_create(g, cfg, with_grads, be, err);
     if (s) {
         free(g);
         free(m);
@@ -177,15 +181,16 @@ st_status st_model_create_gpt2(st_model **out, const st_gpt2_config *cfg, st_bac
 st_status st_model_create_from(st_model **out, const char *preset, const char *hf_dir, const st_model_overrides *ov,
                                int with_weights, st_backend *be, st_err *err) {
     *out = NULL;
+    int grads = !(ov && ov->no_grads);
     if (hf_dir && hf_dir[0] && with_weights) /* shape and weights */
-        return st_gpt2_hf_is_dir(hf_dir) ? st_gpt2_model_create_hf(out, hf_dir, be, err)
-                                      : st_model_create_hf(out, hf_dir, be, err);
+        return st_gpt2_hf_is_dir(hf_dir) ? model_create_gpt2_hf(out, hf_dir, grads, be, err)
+                                      : model_create_llama_hf(out, hf_dir, grads, be, err);
     st_gpt2_config g;
     st_llama_config l;
     int llama;
     st_status s = model_family_resolve(preset, hf_dir, ov, &llama, &g, &l, err);
     if (s) return s;
-    return llama ? st_model_create_llama(out, &l, be, err) : st_model_create_gpt2(out, &g, be, err);
+    return llama ? model_create_llama(out, &l, grads, be, err) : model_create_gpt2(out, &g, grads, be, err);
 }
 
 void st_model_free(st_model *m) {

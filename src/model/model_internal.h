@@ -13,4 +13,18 @@
 st_status model_family_resolve(const char *preset, const char *hf_dir, const st_model_overrides *ov, int *is_llama,
                                   st_gpt2_config *g, st_llama_config *l, st_err *err);
 
+/* st_gpt2_create, st_llama_create, st_model_create_gpt2, st_model_create_llama and the two
+ * Hugging Face directories' creators, the gradient vector allocated only where with_grads: 0
+ * makes the base of a method over frozen weights (LoRA, POET-X), grads NULL (GPT-2's emb_g and
+ * lnf_g too), 4 bytes a parameter at its start instead of 8. */
+st_status model_gpt2_create(st_gpt2_model *m, const st_gpt2_config *cfg, int with_grads, st_backend *be,
+                            st_err *err);
+st_status model_llama_create(st_llama_model *m, const st_llama_config *cfg, int with_grads, st_backend *be,
+                             st_err *err);
+st_status model_create_gpt2(st_model **out, const st_gpt2_config *cfg, int with_grads, st_backend *be, st_err *err);
+st_status model_create_llama(st_model **out, const st_llama_config *cfg, int with_grads, st_backend *be,
+                             st_err *err);
+st_status model_create_gpt2_hf(st_model **out, const char *dir, int with_grads, st_backend *be, st_err *err);
+st_status model_create_llama_hf(st_model **out, const char *dir, int with_grads, st_backend *be, st_err *err);
+
 #endif

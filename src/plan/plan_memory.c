@@ -121,9 +121,9 @@ st_status st_plan_memory(const st_mem_request *rq, st_mem_plan *e, st_err *err) 
      * allocated: that is the peak. */
     e->tier_need[ST_MEM_TIER_HOST] = e->runtime + e->frozen + e->weights + e->grads + e->master + moments + e->exec_host +
                                      acts_host + e->init_scratch;
-    /* A method over frozen weights builds the whole model first, its weights, its gradients (freed
-     * once the method wraps it) and the initialisation's staging buffer: that start can be the
-     * peak (measured: gpt2-mini at width 512, B2 T64, LoRA 169 MB against 182 here, POET-X 201) */
+    /* A method over frozen weights builds the whole base first (its weights, no gradients), then
+     * wraps it: that start can be the peak (the methods' own figure, method_start; without it the
+     * base's weights, gradients and a staging buffer, 12 bytes a parameter, an upper bound) */
     double start = e->runtime + (rq->method_start > 0 ? rq->method_start : 12.0 * n);
     if (rq->trainable_params > 0 && start > e->tier_need[ST_MEM_TIER_HOST]) e->tier_need[ST_MEM_TIER_HOST] = start;
     return ST_OK;

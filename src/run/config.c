@@ -640,7 +640,8 @@ st_status st_train_config_act(const st_train_config *c, int n_blocks, unsigned c
 }
 
 st_model_overrides st_train_config_overrides(const st_train_config *c) {
-    st_model_overrides ov = {c->vocab_size, c->max_seq, c->n_layer, c->n_head, c->n_embd};
+    st_model_overrides ov = {.vocab_size = c->vocab_size, .max_seq = c->max_seq, .n_layer = c->n_layer,
+                             .n_head = c->n_head, .n_embd = c->n_embd};
     return ov;
 }
 

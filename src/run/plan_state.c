@@ -66,8 +66,10 @@ st_status st_train_mem_plan(const st_train_config *c, const st_stream_plan *plan
     int exec_acts = (method == ST_TRAIN_METHOD_LORA || method == ST_TRAIN_METHOD_POETX) && c->device_budget > 0;
     size_t trainable = 0;
     run_poetx_bytes pb = {0}; /* LoRA: its frozen base as held only */
-    if (method == ST_TRAIN_METHOD_LORA && !(s = run_lora_trainable(c, a, shape.arch, &trainable, err)))
+    if (method == ST_TRAIN_METHOD_LORA && !(s = run_lora_trainable(c, a, shape.arch, &trainable, err))) {
         pb.frozen = run_lora_frozen_bytes(c, a, shape.arch); /* 0 for fp32: 4 bytes a base parameter */
+        pb.start = run_lora_start_bytes(c, a, shape.arch, trainable);
+    }
     if (method == ST_TRAIN_METHOD_POETX && !(s = run_poetx_trainable(c, a, shape.arch, &trainable, err)))
         s = run_poetx_bytes_of(c, a, shape.arch, c->batch, c->seq, &pb, err);
     if (s) {

@@ -166,6 +166,22 @@ double run_lora_frozen_bytes(const st_train_config *c, const st_arch *a, const c
            4.0 * (double)c->batch * (double)c->seq * (double)row;
 }
 
+double run_lora_start_bytes(const st_train_config *c, const st_arch *a, const char *family, size_t n_tr) {
+    st_lora_config lc;
+    lora_config(c, family, &lc);
+    double n = (double)a->lay.n_params;
+    double wrapped = 4.0 * n + 12.0 * (double)n_tr; /* the adapters' weights, gradients and staging */
+    /* bf16, int8: the store's one allocation, zeroed whole (frozen_base_hold), and the panel beside
+     * the base's whole vector, whose fp32 pages go back as the weights are rounded into it */
+    if (lc.frozen_dtype != ST_FROZEN_F32) {
+        size_t numel = 0, held = 0, panel = 0, row = 0;
+        st_lora_held_bytes(a->lay.tensors, a->lay.n_tensors, family, lc.frozen_dtype, &numel, &held, &panel, &row);
+        wrapped += (double)held + (double)panel;
+    }
+    double built = c->init_from[0] ? 8.0 * n : 4.0 * n;
+    return wrapped > built ? wrapped : built;
+}
+
 st_status run_lora_open(const st_train_config *c, st_model **m, st_err *err) {
     int lora = 0;
     st_status s = st_train_config_method(c, &lora, err);

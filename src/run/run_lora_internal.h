@@ -28,6 +28,11 @@ double run_lora_hook_bytes(const st_train_config *c, const st_arch *a, const cha
  * panel buffer and the held matmuls' scratch for c's batch x seq, the rest fp32), in bytes; 0 for
  * fp32 (the account's 4 bytes a parameter). */
 double run_lora_frozen_bytes(const st_train_config *c, const st_arch *a, const char *family);
+/* The run's start in bytes for n_tr adapter parameters (the plan's method_start): the base built
+ * without gradients, a preset drawn in place or init_from's loader staging it whole, then the
+ * adapters wrapped over it (their vectors, their initialisation's staging, a bf16 or int8 store
+ * allocated whole before the base's fp32 pages of its weights are given back). */
+double run_lora_start_bytes(const st_train_config *c, const st_arch *a, const char *family, size_t n_tr);
 st_status run_lora_open(const st_train_config *c, st_model **m, st_err *err);
 /* The end of a run: save_adapter's PEFT directory, said unless quiet. */
 st_status run_lora_finish(const st_train_config *c, const st_model *m, int quiet, st_err *err);

@@ -254,13 +254,15 @@ st_status run_poetx_bytes_of(const st_train_config *c, const st_arch *a, const c
     /* bf16, int8: the store's codes and its panel buffer; the base's fp32 pages of W0 given back */
     double panel = pc.frozen_dtype == ST_FROZEN_F32 ? 0 : (double)st_frozen_panel_bytes((size_t)max_numel);
     out->frozen = pc.frozen_dtype == ST_FROZEN_F32 ? 4.0 * n : 4.0 * (n - n_w0) + w0_held + panel;
-    out->start = 8.0 * n + 8.0 * (double)n_tr + 4.0 * (gmax + nperm);
-    /* ... or, where the QRs of an orthogonal W0 outgrow the initialisation's staging (many threads,
-     * few large weights), the base's weights with them */
-    if (4.0 * n + qr_bytes > 8.0 * n) out->start += qr_bytes - 4.0 * n;
-    /* ... and the store, filled at the wrap, stays while a preset's initialisation writes the
-     * base's whole vector again (then W0 rounded anew and its pages given back) */
+    /* The start, once wrapped: the base's weights (built without a gradient vector, it is frozen;
+     * in host memory, a device only streams), the trained vector with its gradients, the blocks' G
+     * and the permutations, the QRs of an orthogonal W0 (many threads, few large weights); with
+     * bf16 or int8 the store, filled at the wrap, stays while a preset's initialisation writes the
+     * base's whole vector again (in place; then W0 rounded anew and its pages given back) */
+    out->start = 4.0 * n + 8.0 * (double)n_tr + 4.0 * (gmax + nperm) + qr_bytes;
     if (pc.frozen_dtype != ST_FROZEN_F32) out->start += w0_held + panel;
+    /* ... or, before the wrap, init_from's loader staging the weights whole beside them */
+    if (c->init_from[0] && 8.0 * n > out->start) out->start = 8.0 * n;
     return ST_OK;
 }
 

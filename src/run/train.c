@@ -206,6 +206,8 @@ static st_status open_model(train_run *r, st_err *err) {
     if ((s = st_backend_cpu_create(&r->be, r->threads, err))) return s;
     if ((s = st_backend_set_matmul(r->be, c->matmul, err))) return s; /* key 'matmul' on the host's cores (named) */
     st_model_overrides ov = st_train_config_overrides(c);
+    /* lora, poetx: the base is frozen, its gradient never allocated (the method trains its own) */
+    ov.no_grads = st_train_config_method_of(c) != ST_TRAIN_METHOD_FULL;
     if ((s = st_model_create_from(&r->m, c->model, c->init_from, &ov, 1, r->be, err))) return s;
     if (!c->init_from[0] && !run_poetx_initialises(c)) r->m->ops->init_random(r->m, c->seed); /* poetx: once wrapped */
     else if ((s = st_model_check_finite(r->m, c->init_from, err))) return s;
