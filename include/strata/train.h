@@ -254,7 +254,8 @@ void st_train_state_describe(const st_plan_state_choice *ch, int i, char *buf, s
 /* A model and its weights from `from`: a run directory (its newest checkpoint, or the
  * final model.safetensors of a disk-state run), a checkpoint directory
  * (checkpoints/step_N), or a Hugging Face model directory (GPT2LMHeadModel or a Llama
- * family architecture). desc (may be NULL) gets one line saying which weights. */
+ * family architecture). desc (may be NULL) gets one line saying which weights. The model is for
+ * forwards (sampling, scoring): it has no gradient vector. */
 st_status st_train_open_model(st_model **out, const char *from, st_backend *be, char *desc, size_t desc_cap,
                             st_err *err);
 

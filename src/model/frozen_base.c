@@ -137,7 +137,9 @@ int frozen_base_hold(frozen_base *fb, st_frozen_dtype d, frozen_weight *const *w
     for (int i = 0; i < n; i++) numel[i] = (size_t)w[i]->rows * w[i]->cols;
     fb->held_stride = held_layer_bytes(d, numel, layer, n);
     free(numel);
-    fb->held_mem = st_alloc(fb->held_stride * (size_t)(fb->n_layer ? fb->n_layer : 1));
+    /* zeroed (the runs' padding too) without touching its pages: a page is taken when a weight is
+     * rounded into it, as that weight's fp32 pages go back (st_alloc would fill it all at once) */
+    fb->held_mem = calloc(fb->held_stride * (size_t)(fb->n_layer ? fb->n_layer : 1), 1);
     if (!fb->held_mem) return -1;
     size_t at = 0;
     for (int i = 0; i < n; i++) {
@@ -201,7 +203,7 @@ void frozen_base_free(st_model *m, frozen_base *fb) {
         st_model_free(fb->base);
     }
     free(fb->first);
-    st_free(fb->held_mem);
+    free(fb->held_mem);
     fb->held_mem = NULL;
 }
 

@@ -38,6 +38,7 @@ static st_status open_run(st_model **out, const char *dir, const char *cfg_path,
                        weights);
     if ((s = st_train_config_check(&c, err))) return st_err_prefix(err, "%s", cfg_path);
     st_model_overrides ov = st_train_config_overrides(&c); /* an init_from directory fixes the shape itself */
+    ov.no_grads = 1; /* forwards only */
     s = st_model_create_from(out, c.model, c.init_from, &ov, 0, be, err); /* the run's weights are loaded below */
     if (s) return st_err_prefix(err, "%s", cfg_path);
     /* a POET-X run's checkpoint holds W0 in its permutations' frame and R, P apart: merged */
@@ -65,7 +66,8 @@ st_status st_train_open_model(st_model **out, const char *from, st_backend *be, 
     st_status s;
     if (is_hf) {
         /* GPT2LMHeadModel (config.json, model.safetensors) or the Llama family (config.json, then the weights) */
-        s = st_model_create_from(out, NULL, from, NULL, 1, be, err);
+        st_model_overrides ov = {.no_grads = 1}; /* forwards only; the directory fixes the shape */
+        s = st_model_create_from(out, NULL, from, &ov, 1, be, err);
         if (!s && !strcmp((*out)->ops->arch, "gpt2")) snprintf(weights, sizeof weights, "%s/model.safetensors", from);
         else snprintf(weights, sizeof weights, "%s (Hugging Face directory)", from);
     } else {

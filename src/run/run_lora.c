@@ -166,17 +166,29 @@ double run_lora_frozen_bytes(const st_train_config *c, const st_arch *a, const c
            4.0 * (double)c->batch * (double)c->seq * (double)row;
 }
 
+/* The most elements of one block matmul weight (the store holds every one of them). */
+static size_t largest_matmul(const st_arch *a) {
+    size_t mx = 0;
+    for (int i = 0; i < a->lay.n_tensors; i++) {
+        const st_param_info *t = &a->lay.tensors[i];
+        if (t->ndim == 2 && t->offset >= a->lay.block_offset0 && t->offset < a->lay.norm_offset && t->numel > mx)
+            mx = t->numel;
+    }
+    return mx;
+}
+
 double run_lora_start_bytes(const st_train_config *c, const st_arch *a, const char *family, size_t n_tr) {
     st_lora_config lc;
     lora_config(c, family, &lc);
     double n = (double)a->lay.n_params;
     double wrapped = 4.0 * n + 12.0 * (double)n_tr; /* the adapters' weights, gradients and staging */
-    /* bf16, int8: the store's one allocation, zeroed whole (frozen_base_hold), and the panel beside
-     * the base's whole vector, whose fp32 pages go back as the weights are rounded into it */
+    /* bf16, int8: the panel beside the base's whole vector; the store's pages (frozen_base_hold:
+     * untouched until written) are taken as the weights are rounded into them and their fp32
+     * pages go back, so at most one weight's held bytes over the base's vector */
     if (lc.frozen_dtype != ST_FROZEN_F32) {
         size_t numel = 0, held = 0, panel = 0, row = 0;
         st_lora_held_bytes(a->lay.tensors, a->lay.n_tensors, family, lc.frozen_dtype, &numel, &held, &panel, &row);
-        wrapped += (double)held + (double)panel;
+        wrapped += (double)panel + (double)st_frozen_bytes(lc.frozen_dtype, largest_matmul(a));
     }
     double built = c->init_from[0] ? 8.0 * n : 4.0 * n;
     return wrapped > built ? wrapped : built;
