@@ -119,6 +119,44 @@ static int machine(const st_arch *a, const st_train_config *cfg, const char *pro
     return 0;
 }
 
+/* The plan strata train asks for under device_budget, from profile hw, with no fallback to the
+ * rule (strata plan says what the program finds): *s the planner's status (err its message, p
+ * and pr the plan and its prediction where ST_OK), fixed[n_fixed] the blocks key 'act' fixes.
+ * 2 where key 'act' is refused (said on stderr), else 0. */
+static int solve(const st_arch *a, const st_train_config *cfg, double device_budget, const st_plan_profile *hw,
+                 int time_limit_ms, st_stream_plan *p, st_plan_prediction *pr, unsigned char *fixed, int *n_fixed,
+                 st_status *s, st_err *err) {
+    /* as strata train: LoRA no base gradient; POET-X the ends' gradients, the head resident */
+    st_train_method method = st_train_config_method_of(cfg);
+    st_plan_options po = {.time_limit_ms = time_limit_ms, .mip_gap = -1,
+                       .allow_vocab_chunk = method != ST_TRAIN_METHOD_POETX,
+                       .prefer_resident_head = st_train_config_plan_head(cfg),
+                       .frozen_base = method == ST_TRAIN_METHOD_LORA ? 1 : method == ST_TRAIN_METHOD_POETX ? 2 : 0};
+    /* LoRA, POET-X over frozen_dtype bf16 or int8: the weight slots carry the held weights */
+    if (po.frozen_base && st_train_config_frozen_dtype(cfg) > 0)
+        po.held_block_bytes = st_frozen_held_block_bytes(a->lay.tensors, a->lay.n_tensors, a->ops->name,
+                                                         (st_frozen_dtype)st_train_config_frozen_dtype(cfg));
+    /* key 'act': choices the plan must make, as strata train takes them */
+    *n_fixed = 0;
+    if (st_train_config_act(cfg, a->lay.n_blocks, fixed, n_fixed, err)) {
+        fprintf(stderr, "strata plan: %s\n", err->msg);
+        return 2;
+    }
+    if (*n_fixed) po.fixed_act = fixed;
+    st_train_config_act_dtype(cfg, &po.act_dtype, NULL); /* key 'act_dtype' (checked by the resolve) */
+    st_plan_request rq = {.arch = a, .B = cfg->batch, .T = cfg->seq, .budget = (size_t)device_budget,
+                          .profile = hw, .solve = 1, .options = po};
+    st_plan_result *res = malloc(sizeof *res);
+    *s = res ? st_plan_for_run(&rq, res, err) : st_errf(err, ST_ERR_NOMEM, "out of memory");
+    if (res) {
+        *p = res->plan;
+        *pr = res->pred;
+        free(res);
+    }
+    if (*s && *n_fixed && *s != ST_ERR_NOMEM) st_err_prefix(err, "key 'act'"); /* ST_ERR_NOMEM: named already */
+    return 0;
+}
+
 /* The planner's section: the profile (machine()), the plan for the device budget, printed
  * as text or JSON, and written to out (a plan file, plan.h) when out is not NULL. 0 fits, 3
  * no plan fits, 2 bad input. */
@@ -158,38 +196,14 @@ static int plan_device(const st_arch *a, const st_train_config *cfg, double devi
         return 2;
     }
     st_plan_prediction pr;
-    /* as strata train: LoRA no base gradient; POET-X the ends' gradients, the head resident */
-    st_train_method method = st_train_config_method_of(cfg);
-    st_plan_options po = {.time_limit_ms = time_limit_ms, .mip_gap = -1,
-                       .allow_vocab_chunk = method != ST_TRAIN_METHOD_POETX,
-                       .prefer_resident_head = st_train_config_plan_head(cfg),
-                       .frozen_base = method == ST_TRAIN_METHOD_LORA ? 1 : method == ST_TRAIN_METHOD_POETX ? 2 : 0};
-    /* LoRA, POET-X over frozen_dtype bf16 or int8: the weight slots carry the held weights */
-    if (po.frozen_base && st_train_config_frozen_dtype(cfg) > 0)
-        po.held_block_bytes = st_frozen_held_block_bytes(a->lay.tensors, a->lay.n_tensors, a->ops->name,
-                                                         (st_frozen_dtype)st_train_config_frozen_dtype(cfg));
-    /* key 'act': choices the plan must make, as strata train takes them */
     unsigned char fixed[ST_STREAM_MAX_LAYERS];
     int n_fixed = 0, L = a->lay.n_blocks;
-    if (st_train_config_act(cfg, L, fixed, &n_fixed, &err)) {
-        fprintf(stderr, "strata plan: %s\n", err.msg);
+    st_status s;
+    if (solve(a, cfg, device_budget, &hw, time_limit_ms, p, &pr, fixed, &n_fixed, &s, &err)) {
         free(p);
+        json_object_put(memory);
         return 2;
     }
-    if (n_fixed) po.fixed_act = fixed;
-    st_train_config_act_dtype(cfg, &po.act_dtype, NULL); /* key 'act_dtype' (checked by the resolve) */
-    /* the plan request strata train makes, from this profile, with no fallback to the rule:
-     * strata plan says what the program finds */
-    st_plan_request rq = {.arch = a, .B = cfg->batch, .T = cfg->seq, .budget = (size_t)device_budget,
-                          .profile = &hw, .solve = 1, .options = po};
-    st_plan_result *res = malloc(sizeof *res);
-    st_status s = res ? st_plan_for_run(&rq, res, &err) : st_errf(&err, ST_ERR_NOMEM, "out of memory");
-    if (res) {
-        *p = res->plan;
-        pr = res->pred;
-        free(res);
-    }
-    if (s && n_fixed && s != ST_ERR_NOMEM) st_err_prefix(&err, "key 'act'"); /* ST_ERR_NOMEM: named already */
     /* the prediction strata train logs and saves for this configuration (the state on disk:
      * the store's time, from state_profile only: strata plan writes nothing to probe a path) */
     st_plan_config_disk cd;
@@ -445,8 +459,8 @@ int cmd_plan(int argc, char **argv) {
         return 2;
     }
     if (why[0]) fprintf(json ? stderr : stdout, "%s\n", why);
-    /* the run's memory account (the executor's tables; streamed: the smallest plan's, the
-     * planner's section below gives the plan's device bytes) */
+    /* the run's memory account (the executor's tables; streamed: the smallest plan's, every block
+     * recomputed and the head resident) */
     if (st_train_mem_plan(&cfg, NULL, &e, &err)) {
         fprintf(stderr, "strata plan: %s\n", err.msg);
         return 2;
@@ -456,6 +470,28 @@ int cmd_plan(int argc, char **argv) {
         if (st_model_resolve(cfg.model, cfg.init_from, &ov, cfg.batch, cfg.seq, &shape, &arch, &err)) {
             fprintf(stderr, "strata plan: %s\n", err.msg);
             return 2;
+        }
+        if (budget[ST_MEM_TIER_DEVICE] > 0) {
+            /* streamed: the device tier's need is the plan chosen's device bytes (it may chunk the
+             * vocabulary where the smallest plan's tables keep the head); where no plan fits, the
+             * smallest plan's. The rest of the account stays the smallest plan's: what strata
+             * train checks before it starts (run_check) */
+            st_stream_plan *p = malloc(sizeof *p);
+            st_plan_prediction pr;
+            unsigned char fixed[ST_STREAM_MAX_LAYERS];
+            int n_fixed = 0, bad = !p || machine(arch, &cfg, profile, 1, &hw, &have_hw);
+            st_status ps = ST_ERR_NOMEM;
+            if (!bad) bad = solve(arch, &cfg, budget[ST_MEM_TIER_DEVICE], &hw, time_limit_ms, p, &pr, fixed, &n_fixed,
+                                  &ps, &err);
+            if (!bad && ps == ST_OK) {
+                e.tier_need[ST_MEM_TIER_DEVICE] = (double)pr.device_bytes;
+                e.device_of_plan = 1;
+            }
+            free(p);
+            if (bad) {
+                st_arch_free(arch);
+                return 2;
+            }
         }
         if (json) { /* one document: the device plan (with --device_budget) and the memory account */
             int short_ = st_mem_plan_check(&e, budget, &err) != ST_OK;
