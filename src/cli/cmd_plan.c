@@ -120,12 +120,25 @@ static int machine(const st_arch *a, const st_train_config *cfg, const char *pro
 }
 
 /* The plan strata train asks for under device_budget, from profile hw, with no fallback to the
- * rule (strata plan says what the program finds): *s the planner's status (err its message, p
- * and pr the plan and its prediction where ST_OK), fixed[n_fixed] the blocks key 'act' fixes.
- * 2 where key 'act' is refused (said on stderr), else 0. */
+ * rule (strata plan says what the program finds), into v. 2 where key 'act' is refused (said on
+ * stderr), else 0. */
+typedef struct {
+    st_status s;          /* the planner's status; err its message */
+    st_err err;
+    st_stream_plan p;     /* the plan and its prediction, where s is ST_OK */
+    st_plan_prediction pr;
+    unsigned char fixed[ST_STREAM_MAX_LAYERS]; /* the blocks key 'act' fixes */
+    int n_fixed;
+} solved_plan;
+
 static int solve(const st_arch *a, const st_train_config *cfg, double device_budget, const st_plan_profile *hw,
-                 int time_limit_ms, st_stream_plan *p, st_plan_prediction *pr, unsigned char *fixed, int *n_fixed,
-                 st_status *s, st_err *err) {
+                 int time_limit_ms, solved_plan *v) {
+    st_stream_plan *p = &v->p;
+    st_plan_prediction *pr = &v->pr;
+    unsigned char *fixed = v->fixed;
+    int *n_fixed = &v->n_fixed;
+    st_status *s = &v->s;
+    st_err *err = &v->err;
     /* as strata train: LoRA no base gradient; POET-X the ends' gradients, the head resident */
     st_train_method method = st_train_config_method_of(cfg);
     st_plan_options po = {.time_limit_ms = time_limit_ms, .mip_gap = -1,
@@ -157,12 +170,12 @@ static int solve(const st_arch *a, const st_train_config *cfg, double device_bud
     return 0;
 }
 
-/* The planner's section: the profile (machine()), the plan for the device budget, printed
- * as text or JSON, and written to out (a plan file, plan.h) when out is not NULL. 0 fits, 3
- * no plan fits, 2 bad input. */
+/* The planner's section: the profile (machine()), the plan for the device budget (v, solved
+ * by the caller), printed as text or JSON, and written to out (a plan file, plan.h) when out
+ * is not NULL. 0 fits, 3 no plan fits, 2 bad input. */
 static int plan_device(const st_arch *a, const st_train_config *cfg, double device_budget, const char *profile,
-                       st_plan_profile *hw_in, int *have_hw, const char *save_profile, int time_limit_ms, int json,
-                       const char *out, json_object *memory) {
+                       st_plan_profile *hw_in, int *have_hw, const char *save_profile, int json, const char *out,
+                       json_object *memory, const solved_plan *v) {
     st_err err = {0};
     if ((device_budget > 0 || save_profile) && machine(a, cfg, profile, device_budget > 0, hw_in, have_hw)) {
         json_object_put(memory);
@@ -189,21 +202,12 @@ static int plan_device(const st_arch *a, const st_train_config *cfg, double devi
         json_object_put(memory);
         return 0;
     }
-    st_stream_plan *p = malloc(sizeof *p);
-    if (!p) {
-        fprintf(stderr, "strata plan: out of memory\n");
-        json_object_put(memory);
-        return 2;
-    }
-    st_plan_prediction pr;
-    unsigned char fixed[ST_STREAM_MAX_LAYERS];
-    int n_fixed = 0, L = a->lay.n_blocks;
-    st_status s;
-    if (solve(a, cfg, device_budget, &hw, time_limit_ms, p, &pr, fixed, &n_fixed, &s, &err)) {
-        free(p);
-        json_object_put(memory);
-        return 2;
-    }
+    const st_stream_plan *p = &v->p; /* solved by the caller, whose account it judged */
+    st_plan_prediction pr = v->pr;
+    const unsigned char *fixed = v->fixed;
+    int n_fixed = v->n_fixed, L = a->lay.n_blocks;
+    st_status s = v->s;
+    err = v->err;
     /* the prediction strata train logs and saves for this configuration (the state on disk:
      * the store's time, from state_profile only: strata plan writes nothing to probe a path) */
     st_plan_config_disk cd;
@@ -228,7 +232,6 @@ static int plan_device(const st_arch *a, const st_train_config *cfg, double devi
                 fprintf(stderr, "strata plan: out of memory\n");
                 json_object_put(prof);
                 json_object_put(memory);
-                free(p);
                 return 2;
             }
             st_plan_file_init(pf, a, model, cfg->batch, cfg->seq, (size_t)device_budget, p, &pr);
@@ -276,7 +279,6 @@ static int plan_device(const st_arch *a, const st_train_config *cfg, double devi
     if (json) {
         printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE));
         json_object_put(o);
-        free(p);
         return rc;
     }
     if (o) json_object_put(o);
@@ -291,7 +293,6 @@ static int plan_device(const st_arch *a, const st_train_config *cfg, double devi
                                                             : "from the reference rates (not timed at this shape)");
     if (s) {
         printf("  %s\n", err.msg);
-        free(p);
         return rc;
     }
     for (int l = 0; l < L;) { /* runs of one choice */
@@ -340,7 +341,6 @@ static int plan_device(const st_arch *a, const st_train_config *cfg, double devi
            pr.block_fwd_s * 1e3, pr.block_bwd_s * 1e3, pr.n_keep, pr.n_offload, pr.n_recompute);
     printf("  solved in %.3f s (%s)\n", pr.solve_s, pr.optimal ? "optimal" : "time limit: the best plan found");
     if (out && rc == 0) printf("  plan written to %s (strata train --plan %s runs it)\n", out, out);
-    free(p);
     return rc;
 }
 
@@ -416,6 +416,7 @@ int cmd_plan(int argc, char **argv) {
     }
     st_model_shape shape;
     st_arch *planned_arch = NULL;
+    solved_plan *sv = NULL; /* with --device_budget: the plan chosen, which the account's device tier is */
     st_mem_plan e;
     if (st_train_config_resolve(&cfg, &shape, &err)) {
         fprintf(stderr, "strata plan: %s\n", err.msg);
@@ -476,28 +477,26 @@ int cmd_plan(int argc, char **argv) {
              * vocabulary where the smallest plan's tables keep the head); where no plan fits, the
              * smallest plan's. The rest of the account stays the smallest plan's: what strata
              * train checks before it starts (run_check) */
-            st_stream_plan *p = malloc(sizeof *p);
-            st_plan_prediction pr;
-            unsigned char fixed[ST_STREAM_MAX_LAYERS];
-            int n_fixed = 0, bad = !p || machine(arch, &cfg, profile, 1, &hw, &have_hw);
-            st_status ps = ST_ERR_NOMEM;
-            if (!bad) bad = solve(arch, &cfg, budget[ST_MEM_TIER_DEVICE], &hw, time_limit_ms, p, &pr, fixed, &n_fixed,
-                                  &ps, &err);
-            if (!bad && ps == ST_OK) {
-                e.tier_need[ST_MEM_TIER_DEVICE] = (double)pr.device_bytes;
-                e.device_of_plan = 1;
-            }
-            free(p);
+            sv = calloc(1, sizeof *sv); /* a few KiB: the plan's act table */
+            int bad = !sv || machine(arch, &cfg, profile, 1, &hw, &have_hw);
+            if (!sv) fprintf(stderr, "strata plan: out of memory\n");
+            if (!bad) bad = solve(arch, &cfg, budget[ST_MEM_TIER_DEVICE], &hw, time_limit_ms, sv);
             if (bad) {
+                free(sv);
                 st_arch_free(arch);
                 return 2;
+            }
+            if (sv->s == ST_OK) {
+                e.tier_need[ST_MEM_TIER_DEVICE] = (double)sv->pr.device_bytes;
+                e.device_of_plan = 1;
             }
         }
         if (json) { /* one document: the device plan (with --device_budget) and the memory account */
             int short_ = st_mem_plan_check(&e, budget, &err) != ST_OK;
-            int prc = plan_device(arch, &cfg, budget[ST_MEM_TIER_DEVICE], profile, &hw, &have_hw, save_profile,
-                                  time_limit_ms, 1, out, st_mem_plan_to_json(&e, budget));
+            int prc = plan_device(arch, &cfg, budget[ST_MEM_TIER_DEVICE], profile, &hw, &have_hw, save_profile, 1,
+                                  out, st_mem_plan_to_json(&e, budget), sv);
             st_arch_free(arch);
+            free(sv);
             return prc == 0 && short_ ? 3 : prc;
         }
         planned_arch = arch; /* its section is printed after the estimate */
@@ -513,11 +512,12 @@ int cmd_plan(int argc, char **argv) {
     }
     if (cfg.state_paths[0] && plan_disk(&cfg, e.n_params) && !rc) rc = 3;
     if (planned_arch) {
-        int prc = plan_device(planned_arch, &cfg, budget[ST_MEM_TIER_DEVICE], profile, &hw, &have_hw, save_profile,
-                              time_limit_ms, 0, out, out ? st_mem_plan_to_json(&e, budget) : NULL);
+        int prc = plan_device(planned_arch, &cfg, budget[ST_MEM_TIER_DEVICE], profile, &hw, &have_hw, save_profile, 0,
+                              out, out ? st_mem_plan_to_json(&e, budget) : NULL, sv);
         st_arch_free(planned_arch);
-        if (prc == 2) return 2;
-        if (prc == 3) rc = 3; /* the executor's device bytes: no plan fits */
+        if (prc == 2) rc = 2;
+        else if (prc == 3) rc = 3; /* the executor's device bytes: no plan fits */
     }
+    free(sv);
     return rc;
 }
