@@ -61,6 +61,24 @@ st_status plan_cost_init(plan_cost *c, const st_arch *a, int B, int T, const st_
     return ST_OK;
 }
 
+void plan_cost_frozen(plan_cost *c, int frozen_base, size_t held_block_bytes) {
+    if (!frozen_base) return;
+    const st_arch_layout *y = &c->a->lay;
+    double mm = 0, flat = 0; /* one block's matmul weights and 1-D tensors, in elements */
+    for (int i = 0; i < y->tensors_per_block; i++) {
+        const st_param_info *t = &y->tensors[y->n_pre_tensors + i];
+        *(t->ndim == 2 ? &mm : &flat) += (double)t->numel;
+    }
+    double N = (double)c->B * c->T;
+    double bwd_flops = c->a->ops->block_flops_per_token(c->a, c->T) * N * 2.0 / 3.0, dw = 2.0 * N * mm;
+    double share = bwd_flops > 0 ? dw / bwd_flops : 0;
+    if (share > 0.5) share = 0.5; /* dW is one of the backward's two matmuls a weight */
+    c->bwd *= 1.0 - share;
+    if (held_block_bytes > 0) c->tw = ((double)held_block_bytes + 4.0 * flat) / c->h2d;
+    c->tg = 0;
+    c->opt_block = 0;
+}
+
 void plan_cost_act(plan_cost *c, st_dtype dt) {
     if (dt != ST_BF16) return;
     double conv = 6.0 * (double)st_block_act_floats(c->a, c->B, c->T) / c->mem_bps;
@@ -203,9 +221,16 @@ static st_status predict(const plan_cost *cp, const st_arch *a, int B, int T, co
 
 st_status st_plan_predict(const st_arch *a, int B, int T, const st_plan_profile *hw, const st_stream_plan *p,
                        st_plan_prediction *pred, st_err *err) {
+    return st_plan_predict_frozen(a, B, T, hw, p, 0, 0, pred, err);
+}
+
+st_status st_plan_predict_frozen(const st_arch *a, int B, int T, const st_plan_profile *hw, const st_stream_plan *p,
+                                 int frozen_base, size_t held_block_bytes, st_plan_prediction *pred, st_err *err) {
     plan_cost c;
     st_status s = plan_cost_init(&c, a, B, T, hw, err);
-    return s ? s : predict(&c, a, B, T, p, NULL, 0, 0, pred, err);
+    if (s) return s;
+    plan_cost_frozen(&c, frozen_base, held_block_bytes);
+    return predict(&c, a, B, T, p, NULL, 0, 0, pred, err);
 }
 
 /* The executor's order of the store's subgroups beside the backward (stream_step.c's

@@ -207,7 +207,7 @@ static st_linear_hook *plan_hook(const st_plan_options *o, st_linear_hook *h) {
 
 static int best_simple(const st_arch *a, int B, int T, const st_plan_profile *hw, size_t budget, const int *vcs, int np,
                        int nd, const unsigned char *fx, st_dtype act_dtype, st_stream_plan *best, st_stream_plan *work,
-                       double *best_s, const st_stream_config *scp) {
+                       double *best_s, const st_stream_config *scp, const st_plan_options *o) {
     int L = a->lay.n_blocks, bi = -1;
     st_stream_config sc = *scp;
     *best_s = INFINITY;
@@ -223,7 +223,8 @@ static int best_simple(const st_arch *a, int B, int T, const st_plan_profile *hw
                 if (st_stream_device_bytes(&sc, work) > budget) continue;
                 st_plan_prediction pr;
                 st_err e = {0};
-                if (st_plan_predict(a, B, T, hw, work, &pr, &e) == ST_OK && pr.step_s < *best_s) {
+                if (st_plan_predict_frozen(a, B, T, hw, work, o->frozen_base, o->held_block_bytes, &pr, &e) == ST_OK &&
+                    pr.step_s < *best_s) {
                     *best_s = pr.step_s;
                     *best = *work;
                     bi = p;
@@ -259,9 +260,10 @@ static void glpk_error_hook(void *info) { longjmp(*(jmp_buf *)info, 1); }
 /* The plan is the best simple one (GLPK failed or found none of its own): its prediction,
  * not optimal, no program objective. */
 static st_status take_simple(const st_arch *a, int B, int T, const st_plan_profile *hw, const st_stream_plan *simple,
-                             size_t device_budget, double t0, st_stream_plan *out, st_plan_prediction *pred, st_err *err) {
+                             const st_plan_options *o, size_t device_budget, double t0, st_stream_plan *out,
+                             st_plan_prediction *pred, st_err *err) {
     *out = *simple;
-    st_status s = st_plan_predict(a, B, T, hw, out, pred, err);
+    st_status s = st_plan_predict_frozen(a, B, T, hw, out, o->frozen_base, o->held_block_bytes, pred, err);
     if (s) return s;
     pred->program_s = NAN;
     pred->device_budget = device_budget;
@@ -482,6 +484,7 @@ static st_status solve_program(const st_arch *a, int B, int T, size_t device_bud
     if (o.act_dtype != ST_F32 && o.act_dtype != ST_BF16)
         return st_errf(err, ST_ERR_INVALID, "plan: activation dtype %s (f32 or bf16)", st_dtype_name(o.act_dtype));
     plan_cost_act(&c, o.act_dtype); /* the program's terms are its plans' predictions */
+    plan_cost_frozen(&c, o.frozen_base, o.held_block_bytes); /* a frozen base's blocks (LoRA, POET-X) */
     int L = c.L;
     if (L < 1 || L > ST_STREAM_MAX_LAYERS) return st_errf(err, ST_ERR_INVALID, "plan: %d blocks", L);
     /* explicit choices: fixed columns of the program, and fewer plans to fit */
@@ -571,7 +574,8 @@ static st_status solve_program(const st_arch *a, int B, int T, size_t device_bud
     program pg = {.cl = &cl, .c = &c, .cm = &cm, .m = &m, .fx = fx, .base = base, .vcs = vcs, .L = L, .np = np, .nd = nd,
                   .bunit = bunit};
     for (int attempt = 0; attempt < 4; attempt++) {
-        volatile int si = best_simple(a, B, T, hw, (size_t)budget, vcs, np, nd, fx, o.act_dtype, simple, work, &simple_s, &sc);
+        volatile int si = best_simple(a, B, T, hw, (size_t)budget, vcs, np, nd, fx, o.act_dtype, simple, work, &simple_s, &sc,
+                                      &o);
         if (si >= 0) fill_cols(&cl, &cm, simple, si, nd, x0);
         heur_ctx hx = {x0, si < 0 || o.no_incumbent};
         glp_term_hook(glpk_quiet_hook, NULL);
@@ -606,7 +610,7 @@ static st_status solve_program(const st_arch *a, int B, int T, size_t device_bud
                             "plan fits the budget of %zu bytes", device_budget);
                 break;
             }
-            if ((s = take_simple(a, B, T, hw, simple, device_budget, t0, out, pred, err))) break;
+            if ((s = take_simple(a, B, T, hw, simple, &o, device_budget, t0, out, pred, err))) break;
             solved = 1;
             break;
         }
@@ -616,7 +620,7 @@ static st_status solve_program(const st_arch *a, int B, int T, size_t device_bud
         int st = glp_mip_status(lp);
         if (st != GLP_OPT && st != GLP_FEAS && si >= 0) { /* no solution of its own: the simple plan */
             glp_delete_prob(lp);
-            if ((s = take_simple(a, B, T, hw, simple, device_budget, t0, out, pred, err))) break;
+            if ((s = take_simple(a, B, T, hw, simple, &o, device_budget, t0, out, pred, err))) break;
             solved = 1;
             break;
         }
@@ -654,11 +658,11 @@ static st_status solve_program(const st_arch *a, int B, int T, size_t device_bud
             budget -= (double)(got - device_budget) + ST_ARENA_ALIGN;
             continue;
         }
-        if ((s = st_plan_predict(a, B, T, hw, out, pred, err))) break;
+        if ((s = st_plan_predict_frozen(a, B, T, hw, out, o.frozen_base, o.held_block_bytes, pred, err))) break;
         pred->program_s = obj * 1e-3;
         if (si >= 0 && !o.no_incumbent && simple_s < pred->step_s) { /* GLPK stopped before reaching its incumbent */
             *out = *simple;
-            if ((s = st_plan_predict(a, B, T, hw, out, pred, err))) break;
+            if ((s = st_plan_predict_frozen(a, B, T, hw, out, o.frozen_base, o.held_block_bytes, pred, err))) break;
             optimal = 0;
         }
         pred->device_budget = device_budget;

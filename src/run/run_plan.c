@@ -237,7 +237,8 @@ st_status run_open_streamed(const st_train_config *c, st_model *m, const st_arch
         if ((s = st_plan_profile_cached(*dev ? *dev : be, arch, c->batch, c->seq, &hw, &perr)) == ST_OK) {
             have_hw = 1;
             if (external && ranks <= 1) sc.store_beside = st_plan_store_beside(&hw);
-            s = st_plan_predict(arch, c->batch, c->seq, &hw, &plan, &pred, &perr);
+            s = st_plan_predict_frozen(arch, c->batch, c->seq, &hw, &plan, po.frozen_base, po.held_block_bytes, &pred,
+                                       &perr);
         }
         if (s) {
             st_log(2, "plan: %s is not predicted on this machine (%s)\n", plan_path, perr.msg);
