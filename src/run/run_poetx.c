@@ -249,7 +249,12 @@ st_status run_poetx_bytes_of(const st_train_config *c, const st_arch *a, const c
     free(qr);
     out->kept_h = pc.recompute ? 0 : 4.0 * N * h_total;
     out->scratch = 4.0 * (5.0 * N * max_d + 2.0 * (max_d / b) * b * b + gmax + nperm);
-    if (c->state_paths[0]) out->disk = 2.0 * (w0_held + 4.0 * nperm);
+    /* the disk state: W0's file of the last merge stays until the next one's is in place (two);
+     * under ranks the merge before it stays too, as a rank's store may return to the step before
+     * (run_poetx_after_disk: three a rank while a merge's file is written). The ranks: the
+     * launcher's, as strata train under mpirun (or strata plan under it) is started */
+    int ranks = st_comm_launched_size();
+    if (c->state_paths[0]) out->disk = (ranks == 1 ? 2.0 : 3.0) * (w0_held + 4.0 * nperm);
     out->save_staging = 4.0 * ((double)n_tr + nperm); /* W0 written from the base's vector (host memory) */
     /* --save_hf: the merged dense weights, every W0 at once in fp32 (with fp32 W0 a copy kept to
      * restore the run's; with bf16 or int8 the base's pages touched again, given back after) */

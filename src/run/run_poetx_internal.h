@@ -31,8 +31,11 @@ typedef struct run_poetx_bytes {
     double frozen;       /* the base's weights as held: fp32 4 bytes a parameter; with frozen_dtype
                             bf16 or int8, W0 in it (st_frozen_bytes) and the panel buffer, the rest
                             of the base fp32 */
-    double disk;         /* with state_paths: W0 as held and the permutations, twice (the file of
-                            the last merge stays until the next one's is in place) */
+    double disk;         /* with state_paths, a process's: W0 as held and the permutations, twice
+                            (the file of the last merge stays until the next one's is in place),
+                            three times under ranks (the merge before kept too: a rank's store may
+                            return to the step before); the ranks the launcher's
+                            (st_comm_launched_size) */
     double start;        /* the start (run_poetx_open): the base's weights and gradient vector
                             allocated (8 bytes a parameter), then, wrapped (the gradients freed), its
                             weights, the initialisation's staging, the trained vector and its
