@@ -13,7 +13,9 @@
 #  - killed with SIGKILL at random moments of a 1500-step run and resumed each time: every resume
 #    at the last logged step or the one after, the final weights bit for bit the in-memory run's;
 #  - a resume with another method, poetx_block or frozen_dtype refused naming the key; W0's file
-#    missing refused naming it;
+#    missing refused naming it; another run's W0 file (its metadata poetx_run) refused naming the
+#    file and the key, nothing changed; the run's own file without the key (as written before it)
+#    loaded;
 #  - strata plan counts W0's files on disk besides the store.
 set -u
 . "$(dirname "$0")/lib_method_cli.sh"
@@ -88,6 +90,49 @@ rm -f "$d.st"/strata-state.poetx-w0-*
 rc=$?
 check '[ $rc -ne 0 ] && grep -q "strata-state.poetx-w0-000000006.safetensors: missing" "$d.2.out"' \
   "W0's file removed: refused naming it (rc $rc): $(tail -1 "$d.2.out")"
+
+# --- another run's W0 file (another seed: its own id and W0) put in place of this run's file of the
+# merge at 6 (a leftover under a reused path): the resume is refused naming the file and the key
+# poetx_run, and changes nothing (the store, the files beside it, metrics.jsonl and the weights
+# as they were); the run's own file put back without the key (as written before it), the resume
+# loads it unchecked (and says so) and ends on the in-memory run bit for bit
+d="$T/other"
+mkdir -p "$d.st" "$T/seed7.st"
+"$S" train $poet --steps 10 --stop_at 7 --run_dir "$d" --state_paths "$d.st" >"$d.1.out" 2>&1
+"$S" train $poet --seed 7 --steps 10 --stop_at 7 --run_dir "$T/seed7" --state_paths "$T/seed7.st" >"$T/seed7.out" 2>&1
+w6=strata-state.poetx-w0-000000006.safetensors
+check '[ -f "$d.st/$w6" ] && [ -f "$T/seed7.st/$w6" ] && ! cmp -s "$d.st/$w6" "$T/seed7.st/$w6"' \
+  "two runs' W0 files of the merge at 6: $(ls "$d.st" "$T/seed7.st" | tr '\n' ' ')"
+mv "$d.st/$w6" "$d.own6"
+cp "$T/seed7.st/$w6" "$d.st/$w6"
+sums() { (cd "$1" && md5sum $(ls | grep -v '\.lock$'); cd "$2" && md5sum metrics.jsonl model.safetensors); }
+before=$(sums "$d.st" "$d")
+"$S" train $poet --steps 10 --resume "$d" --run_dir "$d" --state_paths "$d.st" >"$d.2.out" 2>&1
+rc=$?
+check '[ $rc -ne 0 ] && grep -q "$d.st/$w6: metadata poetx_run is .*, this run'"'"'s is " "$d.2.out" && [ "$(sums "$d.st" "$d")" = "$before" ]' \
+  "another run's W0 file: refused naming the file and poetx_run, nothing changed (rc $rc): $(tail -1 "$d.2.out")"
+if command -v python3 >/dev/null; then
+  python3 - "$d.own6" "$d.st/$w6" <<'PY'
+import json, struct, sys
+src, dst = sys.argv[1], sys.argv[2]
+with open(src, "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    h = json.loads(f.read(n))
+    data = f.read()
+if "poetx_run" not in h.get("__metadata__", {}): sys.exit("%s: no poetx_run" % src)
+del h["__metadata__"]["poetx_run"]
+hb = json.dumps(h).encode()
+hb += b" " * (-len(hb) % 8)
+with open(dst, "wb") as f: f.write(struct.pack("<Q", len(hb)) + hb + data)
+PY
+  "$S" train $poet --steps 10 --resume "$d" --run_dir "$d" --state_paths "$d.st" --save_hf "$d.hf" >"$d.3.out" 2>&1
+  rc=$?
+  check '[ $rc -eq 0 ] && grep -q "$w6 carries no poetx_run" "$d.3.out"' \
+    "the run's W0 file without poetx_run (written before the key): loaded unchecked (rc $rc): $(tail -1 "$d.3.out")"
+  same_run "$M" "$d" "$d.hf" "a W0 file without poetx_run, resumed"
+else
+  echo "poetx-disk: no python3, the W0 file without poetx_run not checked"
+fi
 
 # --- strata plan: the disk tier holds the store and two merges' W0 files (fp32: 4 bytes a
 # weight parameter each; gpt2-tiny's matmul weights: 2 layers x 12 C^2 = 24576)

@@ -12,7 +12,9 @@
 # rank draws the same flat W0 as one process. With the disk state (state_paths): 2 ranks against
 # one process, stopped and resumed at 2 ranks and in one process (the re-shard finds W0's file in
 # the ranks' directories), the stores one step apart across a merge, one rank's W0 file of the
-# start missing (every rank draws it again).
+# start missing (every rank draws it again); another run's W0 file met by the re-shard refused,
+# or passed over for this run's; strata plan's disk tier under 2 ranks against the W0 files on
+# disk at their peak (three merges' files a rank).
 set -u
 . "$(dirname "$0")/lib_corpus.sh"
 corpus_begin poetxdist
@@ -121,6 +123,52 @@ for gone in 1 01; do
   check '[ $rc -eq 0 ] && grep -q "$said" "$d.2.out" && [ "$(losses "$d")" = "$(losses "$T/o_one")" ] && cmp -s "$d.hf/model.safetensors" "$T/hf_o_one/model.safetensors" && cmp -s "$d.st/rank0-of-2/strata-state.poetx-w0-000000006.safetensors" "$d.st/rank1-of-2/strata-state.poetx-w0-000000006.safetensors"' \
     "2 ranks, W0 files of the start missing ($gone), resumed (rc $rc): $(losses "$d") against $(losses "$T/o_one"): $(grep -h "W0 \|strata train:" "$d.2.out" | head -3)"
 done
+# another run's W0 file (another seed) of the merge at 3 in place of this run's beside a store of one
+# process, resumed at 2 ranks (the re-shard looks for the merge's file there): refused naming the
+# file and poetx_run; this run's file then beside a store of another layout (rank0-of-3), the other
+# run's left where it was: the resume passes over the other run's (met first) and ends on one
+# process's run bit for bit
+d="$T/dother"
+mkdir -p "$d.st" "$T/dseed.st"
+"$S" train $P --grad_accum 2 --stop_at 4 --state_paths "$d.st" --run_dir "$d" >"$d.1.out" 2>&1
+"$S" train $P --grad_accum 2 --seed 7 --stop_at 4 --state_paths "$T/dseed.st" --run_dir "$T/dseed" >"$T/dseed.out" 2>&1
+w3=strata-state.poetx-w0-000000003.safetensors
+mv "$d.st/$w3" "$d.own3"
+cp "$T/dseed.st/$w3" "$d.st/$w3"
+$MPI -np 2 "$S" train $P --zero 1 --grad_accum 1 --state_paths "$d.st" --resume "$d" --run_dir "$d" >"$d.2.out" 2>&1
+rc=$?
+check '[ $rc -ne 0 ] && grep -q "$d.st/$w3: metadata poetx_run is .*, this run" "$d.2.out"' \
+  "state_paths, another run's W0 file met by the re-shard: refused naming it and poetx_run (rc $rc): $(grep -h "strata train:" "$d.2.out" | head -1)"
+mkdir -p "$d.st/rank0-of-3"
+mv "$d.own3" "$d.st/rank0-of-3/$w3"
+$MPI -np 2 "$S" train $P --zero 1 --grad_accum 1 --state_paths "$d.st" --resume "$d" --run_dir "$d" --save_hf "$d.hf" \
+  >"$d.3.out" 2>&1
+rc=$?
+check '[ $rc -eq 0 ] && grep -q "taken from .*rank0-of-3" "$d.3.out" && [ "$(losses "$d")" = "$(losses "$T/one")" ] && cmp -s "$d.hf/model.safetensors" "$T/hf_one/model.safetensors"' \
+  "state_paths, the re-shard past another run's W0 file to this run's (rc $rc): $(losses "$d") against $(losses "$T/one"): $(grep -h "taken from\|strata train:" "$d.3.out" | head -2)"
+# strata plan's disk tier under ranks against the W0 files at their peak: 2 ranks killed right after
+# the file of the merge at 9 is written, before the older ones are removed (three merges' files,
+# 3, 6 and 9, beside the rank's store: the merge before the last kept, a store may return to the
+# step before); the plan's disk tier less the store's two regions (3 x the fp32 moments: master
+# and moments, twice) is those three files' W0 and permutations, byte for byte the files' data
+d="$T/peak"
+mkdir -p "$d.st"
+$MPI -np 2 env STRATA_FAILPOINT=poetx_w0_written:3 "$S" train $P --zero 1 --steps 10 --state_paths "$d.st" \
+  --run_dir "$d" >"$d.out" 2>&1
+most=0 at=""
+for r in "$d.st"/rank*-of-2; do
+  n=$(ls "$r" | grep -c "poetx-w0-.*safetensors$")
+  [ "$n" -gt "$most" ] && most=$n at=$r
+done
+data=0 # each file's data section: its size less the 8-byte length and the JSON header
+for f in "$at"/strata-state.poetx-w0-*.safetensors; do
+  [ -f "$f" ] && data=$((data + $(stat -c %s "$f") - 8 - $(od -An -t u8 -N8 "$f" | tr -d ' ')))
+done
+row() { awk -v k="$1" '$1 == k && $2 ~ /^[0-9]+$/ {print $2; exit} $1 == "moments," && $2 == "fp32" && k == "m" {print $5; exit}'; }
+plan2=$($MPI -np 2 "$S" plan $P --zero 1 --steps 10 --state_paths "$d.st" 2>/dev/null)
+pdisk=$(echo "$plan2" | row disk) pmom=$(echo "$plan2" | row m)
+check '[ "$most" -eq 3 ] && [ -n "$pdisk" ] && [ -n "$pmom" ] && [ $((pdisk - 3 * pmom)) -eq "$data" ]' \
+  "strata plan under 2 ranks: disk $pdisk less the store (3 x $pmom) is not the $data bytes of the $most W0 files at the peak in $at: $(ls "$at" | tr '\n' ' ')"
 echo "poetx_dist: $(losses "$T/one")"
 [ $fail -eq 0 ] && rm -rf "$T"
 exit $fail

@@ -64,6 +64,11 @@ void st_comm_close(st_comm *c);
 /* After an error on this rank: end every rank of the job now (MPI_Abort), code as exit
  * status; with a world of one it only closes. */
 void st_comm_abort(st_comm *c, int code);
+/* The ranks a launcher started this process among, read from its environment (OpenMPI's
+ * OMPI_COMM_WORLD_SIZE, PMI's PMI_SIZE) without joining the job: for an account made before or
+ * without st_comm_open (strata plan under mpirun counts as the run would). 1: no launcher; 0: a
+ * launcher that does not say how many. */
+int st_comm_launched_size(void);
 int st_comm_rank(const st_comm *c);
 int st_comm_size(const st_comm *c);
 int st_comm_local_size(const st_comm *c);   /* ranks on this machine */

@@ -420,7 +420,8 @@ typedef struct st_mem_request {
                                   place of 4 bytes a base parameter */
     int frozen_dtype;          /* ...W0's precision, strata/poetx.h's st_frozen_dtype (0: fp32) */
     double method_disk;        /* state_on_disk: what the method keeps on state_paths besides the
-                                  store (POET-X: W0 and the permutations of two merges' files) */
+                                  store (POET-X: W0 and the permutations of two merges' files,
+                                  three under ranks) */
     double hook_bytes;         /* > 0, streamed: the executor runs a hook that trains the base's
                                   ends (POET-X, st_stream_config.hook frozen 0), these the hook's own
                                   host bytes (kept h, scratch); its tables without gradient slots or

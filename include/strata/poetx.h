@@ -157,14 +157,20 @@ st_status st_poetx_merged_base(st_model *m, st_model **out, st_err *err);
  * unchanged up to fp32 rounding (and frozen_dtype's). */
 st_status st_poetx_merge(st_model *m, uint64_t seed, int64_t step, st_err *err);
 /* W0 alone, as held (frozen_dtype's bytes), and the permutations, to path atomically (temporary,
- * fsync, rename), tagged with the step of the merge that made it (metadata poetx_merge_step):
- * what a run with its trained vector on disk keeps besides it. The trained vector is not
- * written. */
-st_status st_poetx_save_w0(const st_model *m, const char *path, int64_t merge_step, st_err *err);
+ * fsync, rename), tagged with the step of the merge that made it (metadata poetx_merge_step)
+ * and, where run is not NULL, with the run's fingerprint (metadata poetx_run: a line the caller
+ * makes, the same for every file of one run): what a run with its trained vector on disk keeps
+ * besides it. The trained vector is not written. */
+st_status st_poetx_save_w0(const st_model *m, const char *path, int64_t merge_step, const char *run, st_err *err);
 /* W0 and the permutations from a file st_poetx_save_w0 wrote for the merge at merge_step, byte
  * for byte; the trained vector untouched. Another poetx_block, frozen_dtype or merge step is
- * refused naming it, and nothing is changed. */
-st_status st_poetx_load_w0(st_model *m, const char *path, int64_t merge_step, st_err *err);
+ * refused naming it, and so is (run not NULL) another run's poetx_run; nothing is changed. A
+ * file without poetx_run (written before the key) loads, logged as unchecked. */
+st_status st_poetx_load_w0(st_model *m, const char *path, int64_t merge_step, const char *run, st_err *err);
+/* The W0 file at path against run (st_poetx_load_w0's check alone, nothing loaded): ST_OK where
+ * its poetx_run is run or it has none (logged); ST_ERR_INVALID naming the file, the key and both
+ * values; the file unreadable: its error. */
+st_status st_poetx_w0_check_run(const char *path, const char *run, st_err *err);
 
 /* For a run from scratch (key poetx_init orthogonal): w (rows x cols, row-major, as initialised)
  * replaced by s times a random matrix with orthonormal rows or columns (Haar: the Q of a QR of a

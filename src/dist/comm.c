@@ -107,6 +107,13 @@ static int launched(void) {
     return env_set("OMPI_COMM_WORLD_SIZE") || env_set("PMIX_RANK") || env_set("PMI_RANK") || env_set("PMI_SIZE");
 }
 
+int st_comm_launched_size(void) {
+    const char *v = getenv("OMPI_COMM_WORLD_SIZE");
+    if (!v || !*v) v = getenv("PMI_SIZE");
+    if (v && *v) return atoi(v) > 0 ? atoi(v) : 0;
+    return launched() ? 0 : 1;
+}
+
 int st_comm_rank(const st_comm *c) { return c ? c->rank : 0; }
 int st_comm_size(const st_comm *c) { return c ? c->size : 1; }
 int st_comm_local_size(const st_comm *c) { return c ? c->local_size : 1; }

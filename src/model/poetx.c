@@ -332,7 +332,7 @@ st_status st_poetx_init_state(st_model *m, uint64_t seed, st_err *err) {
  * permutations ("<w>.perm_in", ".perm_out", I32), so that a checkpoint resumes bit for bit
  * across a merge. */
 static st_status save_file(const st_model *m, const char *path, int with_trainables, const char *merge_step,
-                           st_err *err) {
+                           const char *run, st_err *err) {
     poet_impl *pi = impl_of(m);
     st_backend *be = m->be;
     size_t nw0 = 0, np = 0;
@@ -402,8 +402,8 @@ static st_status save_file(const st_model *m, const char *path, int with_trainab
     snprintf(kk, sizeof kk, "%d", pi->cfg.terms);
     const char *meta[] = {"format", "strata-poetx", "poetx_block", b, "poetx_terms", kk,
                           "frozen_dtype", st_frozen_dtype_name(fd), "poetx_w0_layout", "permuted",
-                          "poetx_merge_step", merge_step};
-    s = st_safetensors_write(path, to, nt, meta, merge_step ? 6 : 5, err);
+                          "poetx_merge_step", merge_step, "poetx_run", run};
+    s = st_safetensors_write(path, to, nt, meta, !merge_step ? 5 : !run ? 6 : 7, err);
 done:
     free(host);
     free(w0);
@@ -414,7 +414,23 @@ done:
 }
 
 static st_status po_save(const st_model *m, const char *path, st_err *err) {
-    return save_file(m, path, 1, NULL, err);
+    return save_file(m, path, 1, NULL, NULL, err);
+}
+
+/* The run a W0 file was written for (metadata poetx_run) against this run's: ST_OK where they
+ * are the same or the file carries none (written before the key: logged, unchecked). */
+static st_status check_run(const st_safetensors *st, const char *path, const char *run, st_err *err) {
+    const char *was = st_safetensors_meta(st, "poetx_run");
+    if (!was) {
+        st_log(1, "poetx: %s carries no poetx_run (written before W0 files were marked with their run): whose run "
+               "it is could not be checked\n", path);
+        return ST_OK;
+    }
+    if (!strcmp(was, run)) return ST_OK;
+    return st_errf(err, ST_ERR_INVALID, "%s: metadata poetx_run is '%s', this run's is '%s': the file is another "
+                   "run's W0 (left under the same state path, or a directory reused); nothing was loaded or changed: "
+                   "move that file away and resume again, or start this run afresh in an empty directory", path, was,
+                   run);
 }
 
 /* W0 of tensor t in the file in precision fd (bf16: BF16; int8: U8 codes and the F32 scales and
@@ -459,7 +475,8 @@ static void load_stored_w0(const st_safetensors *st, const st_param_info *t, fro
 
 /* A file po_save wrote: every tensor of the table; W0 and the permutations where present (a
  * checkpoint has them; without them the base's W0 and the drawn permutations stay). */
-static st_status load_file(st_model *m, const char *path, int with_trainables, int64_t merge_step, st_err *err) {
+static st_status load_file(st_model *m, const char *path, int with_trainables, int64_t merge_step, const char *run,
+                           st_err *err) {
     poet_impl *pi = impl_of(m);
     st_backend *be = m->be;
     st_safetensors *st;
@@ -499,6 +516,10 @@ static st_status load_file(st_model *m, const char *path, int with_trainables, i
                             !st_safetensors_find(st, pi->w[0].base_t->name))) {
         s = st_errf(err, ST_ERR_FORMAT, "%s: no W0 of the merge at step %lld (the file says merge step %s); the "
                     "run's W0 files are not this state's", path, (long long)merge_step, ms ? ms : "none");
+        st_safetensors_close(st);
+        return s;
+    }
+    if (merge_step >= 0 && run && (s = check_run(st, path, run, err))) {
         st_safetensors_close(st);
         return s;
     }
@@ -584,7 +605,7 @@ static st_status load_file(st_model *m, const char *path, int with_trainables, i
     return s;
 }
 
-static st_status po_load(st_model *m, const char *path, st_err *err) { return load_file(m, path, 1, -1, err); }
+static st_status po_load(st_model *m, const char *path, st_err *err) { return load_file(m, path, 1, -1, NULL, err); }
 
 static double po_flops(const st_model *m, int T) {
     const st_model *b = impl_of(m)->fb.base;
@@ -680,15 +701,23 @@ void st_poetx_frozen_bytes(const st_model *m, size_t *w0, size_t *panel) {
     if (w0) *w0 = n;
     if (panel) *panel = pi ? pi->panel_bytes : 0;
 }
-st_status st_poetx_save_w0(const st_model *m, const char *path, int64_t merge_step, st_err *err) {
+st_status st_poetx_save_w0(const st_model *m, const char *path, int64_t merge_step, const char *run, st_err *err) {
     if (!st_model_is_poetx(m)) return st_errf(err, ST_ERR_INVALID, "poetx: the model is not a POET-X model");
     char ms[24];
     snprintf(ms, sizeof ms, "%lld", (long long)merge_step);
-    return save_file(m, path, 0, ms, err);
+    return save_file(m, path, 0, ms, run, err);
 }
-st_status st_poetx_load_w0(st_model *m, const char *path, int64_t merge_step, st_err *err) {
+st_status st_poetx_load_w0(st_model *m, const char *path, int64_t merge_step, const char *run, st_err *err) {
     if (!st_model_is_poetx(m)) return st_errf(err, ST_ERR_INVALID, "poetx: the model is not a POET-X model");
-    return load_file(m, path, 0, merge_step < 0 ? 0 : merge_step, err);
+    return load_file(m, path, 0, merge_step < 0 ? 0 : merge_step, run, err);
+}
+st_status st_poetx_w0_check_run(const char *path, const char *run, st_err *err) {
+    st_safetensors *st;
+    st_status s = st_safetensors_open(&st, path, err);
+    if (s) return s;
+    s = check_run(st, path, run, err);
+    st_safetensors_close(st);
+    return s;
 }
 size_t st_poetx_q_offset(const st_model *m) { return st_model_is_poetx(m) ? impl_of(m)->q_off : 0; }
 

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "run/run_internal.h"
@@ -130,6 +131,9 @@ static st_status check_keys(const st_train_config *c, st_err *err) {
         return st_errf(err, ST_ERR_INVALID, "key 'poetx_init': orthogonal replaces the initialisation of a run from "
                        "scratch, and init_from %s gives W0 itself; leave poetx_init out (or init_from, to train from "
                        "scratch)", c->init_from);
+    if (c->state_paths[0] && c->steps > 0xffffffffL) /* run_poetx_disk's blob: the merge step in 32 bits */
+        return st_errf(err, ST_ERR_INVALID, "key 'steps': %ld; method poetx with state_paths trains at most %lu "
+                       "steps", c->steps, 0xfffffffful);
     if (c->poetx_clip_ramp > c->poetx_merge_every)
         return st_errf(err, ST_ERR_INVALID, "key 'poetx_clip_ramp': %d steps is longer than the %d between merges "
                        "(poetx_merge_every); give at most %d", c->poetx_clip_ramp, c->poetx_merge_every,
@@ -245,7 +249,12 @@ st_status run_poetx_bytes_of(const st_train_config *c, const st_arch *a, const c
     free(qr);
     out->kept_h = pc.recompute ? 0 : 4.0 * N * h_total;
     out->scratch = 4.0 * (5.0 * N * max_d + 2.0 * (max_d / b) * b * b + gmax + nperm);
-    if (c->state_paths[0]) out->disk = 2.0 * (w0_held + 4.0 * nperm);
+    /* the disk state: W0's file of the last merge stays until the next one's is in place (two);
+     * under ranks the merge before it stays too, as a rank's store may return to the step before
+     * (run_poetx_after_disk: three a rank while a merge's file is written). The ranks: the
+     * launcher's, as strata train under mpirun (or strata plan under it) is started */
+    int ranks = st_comm_launched_size();
+    if (c->state_paths[0]) out->disk = (ranks == 1 ? 2.0 : 3.0) * (w0_held + 4.0 * nperm);
     out->save_staging = 4.0 * ((double)n_tr + nperm); /* W0 written from the base's vector (host memory) */
     /* --save_hf: the merged dense weights, every W0 at once in fp32 (with fp32 W0 a copy kept to
      * restore the run's; with bf16 or int8 the base's pages touched again, given back after) */
@@ -381,11 +390,30 @@ st_status run_poetx_after_step(const st_train_config *c, st_model *m, st_optim *
 
 size_t run_poetx_blob_bytes(const st_train_config *c) { return is_poetx(c) && c->state_paths[0] ? sizeof(uint64_t) : 0; }
 
+/* The blob's 8 bytes: the merge step in the low 32 bits, the run's id in the high 32 (0: none, a
+ * store written before the id, whose high bits were the step's and zero). */
+static void set_w0_step(run_poetx_disk *x, uint64_t v) {
+    uint64_t b = (uint64_t)x->run_id << 32 | (v & 0xffffffffu);
+    memcpy(x->region, &b, sizeof b);
+}
+
 void run_poetx_bind(run_poetx_disk *x, const st_train_config *c, void *region, st_comm *comm) {
     memset(x, 0, sizeof *x);
     x->on = run_poetx_blob_bytes(c) > 0;
     x->region = region;
     x->comm = comm && st_comm_size(comm) > 1 ? comm : NULL;
+    if (!x->on || c->resume[0]) return; /* a resume: the id the store committed (run_poetx_open_disk) */
+    /* a new run: its id drawn here, so that the store's first commit (step 0) carries it; under
+     * ranks rank 0's, every rank's blob the same */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    st_rng r;
+    st_rng_seed(&r, (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^ ((uint64_t)getpid() << 16));
+    uint32_t id = 0;
+    while (!id) id = (uint32_t)(st_rng_u64(&r) >> 32);
+    if (x->comm) x->bind_status = st_comm_bcast(x->comm, &id, sizeof id, 0, "poetx run id", &x->bind_err);
+    x->run_id = id;
+    set_w0_step(x, 0);
 }
 
 static void w0_path(const run_poetx_disk *x, long step, char *out, size_t cap) {
@@ -427,19 +455,32 @@ static int has_w0(const run_poetx_disk *x) {
     return any;
 }
 
-static void set_w0_step(run_poetx_disk *x, uint64_t v) { memcpy(x->region, &v, sizeof v); }
 
 static void zero_q(st_model *m) {
     size_t q0 = st_poetx_q_offset(m);
     m->be->ops->memset0(m->be, m->params + q0, (m->n_params - q0) * sizeof(float));
 }
 
-/* W0's file of the merge at step: this store's (1), else (a resume at another number of ranks,
- * whose stores the re-shard made anew) the same merge's file beside a store of the other layout
- * under the first state path, the plain store's or some rank's (every rank writes the same W0):
- * its path in out (2); 0 where none is. */
-static int w0_locate(const run_poetx_disk *x, long step, char *out, size_t cap) {
+/* A file of another layout (w0_locate) that is this run's: it exists and its poetx_run is this
+ * run's (or it has none: written before the key). The first other run's file met is kept in
+ * *other (its error naming the file and the key) for the caller that finds no file. */
+static int this_runs(const run_poetx_disk *x, const char *path, st_err *other) {
     struct stat sb;
+    if (stat(path, &sb)) return 0;
+    st_err e = {0};
+    if (!st_poetx_w0_check_run(path, x->run, &e)) return 1;
+    if (other && !other->code) *other = e;
+    return 0;
+}
+
+/* W0's file of the merge at step: this store's (1), else (a resume at another number of ranks,
+ * whose stores the re-shard made anew) the same merge's file of this run beside a store of the
+ * other layout under the first state path, the plain store's or some rank's (every rank writes
+ * the same W0): its path in out (2); 0 where none is (other: another run's file of that merge
+ * met there, passed over). */
+static int w0_locate(const run_poetx_disk *x, long step, char *out, size_t cap, st_err *other) {
+    struct stat sb;
+    if (other) memset(other, 0, sizeof *other);
     w0_path(x, step, out, cap);
     if (!stat(out, &sb)) return 1;
     char base[2048], name[64];
@@ -455,7 +496,7 @@ static int w0_locate(const run_poetx_disk *x, long step, char *out, size_t cap) 
     }
     snprintf(name, sizeof name, W0_PREFIX "%09ld.safetensors", step);
     snprintf(out, cap, "%s/%s", base, name);
-    if (strcmp(base, x->dir) && !stat(out, &sb)) return 2;
+    if (strcmp(base, x->dir) && this_runs(x, out, other)) return 2;
     DIR *d = opendir(base);
     struct dirent *e;
     int found = 0;
@@ -464,7 +505,7 @@ static int w0_locate(const run_poetx_disk *x, long step, char *out, size_t cap) 
         char dir[2320];
         snprintf(dir, sizeof dir, "%s/%s", base, e->d_name);
         snprintf(out, cap, "%s/%s", dir, name);
-        found = strcmp(dir, x->dir) && !stat(out, &sb);
+        found = strcmp(dir, x->dir) && this_runs(x, out, other);
     }
     if (d) closedir(d);
     if (!found) w0_path(x, step, out, cap);
@@ -473,37 +514,63 @@ static int w0_locate(const run_poetx_disk *x, long step, char *out, size_t cap) 
 
 static st_status load_w0(const run_poetx_disk *x, st_model *m, long step, st_err *err) {
     char path[2400];
-    int where = w0_locate(x, step, path, sizeof path);
-    st_status s = st_poetx_load_w0(m, path, step, err);
+    st_err other;
+    int where = w0_locate(x, step, path, sizeof path, &other);
+    if (!where && other.code) { /* only another run's file of that merge */
+        *err = other;
+        return st_err_prefix(err, "method poetx with state_paths: W0 of the merge at step %ld", step);
+    }
+    /* another layout's file: its run checked by w0_locate */
+    st_status s = st_poetx_load_w0(m, path, step, where == 2 ? NULL : x->run, err);
     if (!s && where == 2) { /* this store's own copy, for its later resumes and its pruning */
         char own[2400];
         w0_path(x, step, own, sizeof own);
         st_log(1, "method poetx: W0 of the merge at step %ld taken from %s (another rank's, or written at another "
                "number of ranks)\n", step, path);
-        s = st_poetx_save_w0(m, own, step, err);
+        s = st_poetx_save_w0(m, own, step, x->run, err);
     }
     return s ? st_err_prefix(err, "method poetx with state_paths: W0 of the merge at step %ld", step) : ST_OK;
+}
+
+/* The fingerprint each W0 file of this run carries (metadata poetx_run): the run's id (drawn at
+ * its start, committed in the store's blob and carried through a re-shard: the same on every rank
+ * and at every number of ranks), W0's initialisation and the trained vector's size, which a
+ * resume cannot change. */
+static void set_run(run_poetx_disk *x, const st_train_config *c, const st_model *m) {
+    char id[32] = "none"; /* a store written before the id */
+    if (x->run_id) snprintf(id, sizeof id, "%08x", (unsigned)x->run_id);
+    char gain[40] = "";
+    if (!strcmp(c->poetx_init, "orthogonal")) snprintf(gain, sizeof gain, " gain %.9g", c->poetx_init_gain);
+    snprintf(x->run, sizeof x->run, "run %s, poetx_init %s%s, %zu trained parameters", id, c->poetx_init, gain,
+             m->n_params);
 }
 
 st_status run_poetx_open_disk(run_poetx_disk *x, const st_train_config *c, st_model *m, const char *manifest,
                               long hs_step, int fresh, st_err *err) {
     if (!x->on) return ST_OK;
+    if (x->bind_status) { /* the run's id not broadcast (run_poetx_bind) */
+        *err = x->bind_err;
+        return st_err_prefix(err, "method poetx with state_paths: the run's id");
+    }
     snprintf(x->dir, sizeof x->dir, "%s", manifest);
     char *sl = strrchr(x->dir, '/');
     if (sl) *sl = 0;
     else snprintf(x->dir, sizeof x->dir, ".");
     const int flat = !strcmp(c->poetx_init, "orthogonal"); /* W0 drawn by LAPACK: kept in a file, step 0 */
+    uint64_t w;
+    memcpy(&w, x->region, sizeof w);
+    x->run_id = (uint32_t)(w >> 32); /* a new run's: run_poetx_bind's */
+    w &= 0xffffffffu;
+    set_run(x, c, m);
     if (fresh) { /* a new store: W0 files beside it are another run's */
         prune(x, LONG_MAX);
         set_w0_step(x, 0);
         if (!flat) return ST_OK; /* the model's initialisation: drawn again alike from the seed */
         char path0[2400];
         w0_path(x, 0, path0, sizeof path0);
-        st_status s = st_poetx_save_w0(m, path0, 0, err);
+        st_status s = st_poetx_save_w0(m, path0, 0, x->run, err);
         return s ? st_err_prefix(err, "method poetx with state_paths: W0 of the start (poetx_init orthogonal)") : ST_OK;
     }
-    uint64_t w;
-    memcpy(&w, x->region, sizeof w);
     long every = c->poetx_merge_every, j = hs_step, ml = every > 0 ? j / every * every : 0;
     if ((long)w > ml || (every > 0 && (long)w % every))
         return st_errf(err, ST_ERR_FORMAT, "key 'poetx_merge_every': the state store %s at step %ld has taken the "
@@ -513,7 +580,8 @@ st_status run_poetx_open_disk(run_poetx_disk *x, const st_train_config *c, st_mo
     x->merged = ml;
     prune_range(x, LONG_MIN, j); /* merges after the store's step: a timeline it returned from */
     char path[2400];
-    int have = w0_locate(x, ml, path, sizeof path);
+    st_err other;
+    int have = w0_locate(x, ml, path, sizeof path, &other);
     if (!ml && flat && j == 0 && w == 0 && run_poetx_initialises(c)) {
         /* killed after the store was created and before W0's file of the start was in place: the
          * store never stepped, so its trained vector is the start's; W0 drawn again from the seed
@@ -525,7 +593,7 @@ st_status run_poetx_open_disk(run_poetx_disk *x, const st_train_config *c, st_mo
         st_log(1, "method poetx: the state store never stepped and its start's W0 file was not written; W0 "
                "drawn again from the seed (poetx_init orthogonal)\n");
         w0_path(x, 0, path, sizeof path);
-        if (!(s = draw_start(c, x->comm, m, 1, err)) && (s = st_poetx_save_w0(m, path, 0, err)))
+        if (!(s = draw_start(c, x->comm, m, 1, err)) && (s = st_poetx_save_w0(m, path, 0, x->run, err)))
             st_err_prefix(err, "method poetx with state_paths: W0 of the start (poetx_init orthogonal)");
         return s;
     }
@@ -536,6 +604,10 @@ st_status run_poetx_open_disk(run_poetx_disk *x, const st_train_config *c, st_mo
         return s;
     }
     w0_path(x, ml, path, sizeof path);
+    if ((j != ml || w == (uint64_t)ml) && other.code) { /* another run's file of that merge, none of this run's */
+        *err = other;
+        return st_err_prefix(err, "method poetx with state_paths: W0 of the merge at step %ld", ml);
+    }
     if (j != ml || w == (uint64_t)ml)
         return st_errf(err, ST_ERR_FORMAT, "%s: missing; the state store %s is at step %ld, past the merge of step %ld "
                        "whose W0 that file holds: the disk state is incomplete; start the run again", path, manifest,
@@ -550,7 +622,7 @@ st_status run_poetx_open_disk(run_poetx_disk *x, const st_train_config *c, st_mo
     st_log(1, "method poetx: the state store has step %ld; the merge of that step is made again (its W0 file was "
            "not written)\n", j);
     if ((s = st_poetx_merge(m, c->seed, ml, err))) return s;
-    if ((s = st_poetx_save_w0(m, path, ml, err))) return st_err_prefix(err, "method poetx with state_paths");
+    if ((s = st_poetx_save_w0(m, path, ml, x->run, err))) return st_err_prefix(err, "method poetx with state_paths");
     prune(x, x->comm ? prev : ml); /* under ranks the merge before kept (run_poetx_after_disk) */
     return ST_OK;
 }
@@ -573,7 +645,7 @@ st_status run_poetx_after_disk(run_poetx_disk *x, const st_train_config *c, cons
     if (c->poetx_merge_every <= 0 || step % c->poetx_merge_every) return ST_OK;
     char path[2400];
     w0_path(x, step, path, sizeof path);
-    st_status s = st_poetx_save_w0(m, path, step, err);
+    st_status s = st_poetx_save_w0(m, path, step, x->run, err);
     if (s) return st_err_prefix(err, "method poetx with state_paths: the merge at step %ld", step);
     st_failpoint("poetx_w0_written"); /* tests: W0's file in place, the older ones not yet removed */
     x->merged = step;

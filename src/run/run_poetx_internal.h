@@ -31,8 +31,11 @@ typedef struct run_poetx_bytes {
     double frozen;       /* the base's weights as held: fp32 4 bytes a parameter; with frozen_dtype
                             bf16 or int8, W0 in it (st_frozen_bytes) and the panel buffer, the rest
                             of the base fp32 */
-    double disk;         /* with state_paths: W0 as held and the permutations, twice (the file of
-                            the last merge stays until the next one's is in place) */
+    double disk;         /* with state_paths, a process's: W0 as held and the permutations, twice
+                            (the file of the last merge stays until the next one's is in place),
+                            three times under ranks (the merge before kept too: a rank's store may
+                            return to the step before); the ranks the launcher's
+                            (st_comm_launched_size) */
     double start;        /* the start (run_poetx_open): the base's weights and gradient vector
                             allocated (8 bytes a parameter), then, wrapped (the gradients freed), its
                             weights, the initialisation's staging, the trained vector and its
@@ -79,14 +82,22 @@ st_status run_poetx_after_step(const st_train_config *c, st_model *m, st_optim *
  * merge before the last one kept too: a rank's store may return to the step before). Q's reset (its
  * master weights zero, with poetx_adam_restart its moments) goes into the store with the next
  * update, committed with it (st_step_hp.reset_*); the blob each commit carries holds, after the
- * loop's state and the mixture's, the merge whose reset the store has taken (w0_step). A resume at
+ * loop's state and the mixture's, the merge whose reset the store has taken (w0_step) and the
+ * run's id, which every W0 file carries in its fingerprint (metadata poetx_run). A resume at
  * store step j with m the last merge at or before j loads W0@m; where a kill came between the
  * store's commit of m and W0@m's rename (j == m, no file), the merge is made again, bit for bit,
  * from W0 of the merge before and the store's Q. */
 typedef struct run_poetx_disk {
     int on;
     char dir[2048];          /* the store's first path */
-    unsigned char *region;   /* w0_step (uint64_t) in the blob: the merge the store's Q is relative to */
+    unsigned char *region;   /* w0_step (uint64_t) in the blob: the merge the store's Q is relative to
+                                (the low 32 bits), the run's id (the high 32; 0: none) */
+    uint32_t run_id;         /* drawn at the run's start (rank 0's), committed with every step */
+    char run[160];           /* the fingerprint each W0 file carries (metadata poetx_run): the run's
+                                id, poetx_init and the trained vector's size; a file of another
+                                run's is refused, one without the key (older) loads unchecked */
+    st_status bind_status;   /* the id's broadcast under ranks (run_poetx_bind), said by open_disk */
+    st_err bind_err;
     uint64_t committed;      /* w0_step of the last commit */
     long merged;             /* the merge W0 in memory is (0: the base); > committed: Q's reset pending */
     st_comm *comm;           /* under ranks (NULL: one process): each rank's store in its own directory
@@ -94,13 +105,15 @@ typedef struct run_poetx_disk {
 } run_poetx_disk;
 /* The blob bytes method poetx with the disk state adds (8; else 0). */
 size_t run_poetx_blob_bytes(const st_train_config *c);
-/* x on (method poetx with the disk state) with its w0_step at region (zero); else off. */
+/* x on (method poetx with the disk state) with its w0_step at region (zero; a new run: its id
+ * drawn, under ranks rank 0's broadcast, collective then); else off. */
 void run_poetx_bind(run_poetx_disk *x, const st_train_config *c, void *region, st_comm *comm);
 /* After the store is opened (created: fresh 1, its leftover W0 files removed) and its master
  * weights read into m and its blob into the region: W0 and the permutations of the store's step
  * (hs_step) in m, Q zero where the store's reset is pending; W0 files of merges after hs_step (a
  * timeline the store returned from) removed; a store the re-shard made takes the merge's file
- * from beside a store of the old layout (copied beside its own). Under ranks collective where a
+ * of this run from beside a store of the old layout (copied beside its own), passing over another
+ * run's. A W0 file whose poetx_run is another run's is refused naming it. Under ranks collective where a
  * store never stepped (every rank draws the start's W0 again if any rank lacks its file). */
 st_status run_poetx_open_disk(run_poetx_disk *x, const st_train_config *c, st_model *m, const char *manifest,
                               long hs_step, int fresh, st_err *err);
