@@ -223,9 +223,9 @@ int st_plan_vocab_chunks(const st_arch *a, const st_plan_options *opt, int *out)
 st_status st_plan_predict(const st_arch *a, int B, int T, const st_plan_profile *hw, const st_stream_plan *p,
                        st_plan_prediction *pred, st_err *err);
 /* The same over a frozen base (st_plan_options' frozen_base and held_block_bytes: LoRA's or
- * POET-X's run): no gradient of the blocks' matmul weights formed (the backward less their
- * share of its FLOPs), no gradient drained and no optimizer over the blocks, a held base
- * fetched as held; the hook's own work not timed (plan_cost.h). frozen_base 0: st_plan_predict.
+ * POET-X's run): no gradient drained and no optimizer over the blocks, a held base fetched as
+ * held, LoRA's backward less the matmul weights' gradients (their share of its FLOPs); the
+ * hook's own work not timed (plan_cost.h). frozen_base 0: st_plan_predict.
  * The device bytes are the plain tables' (st_stream_device_bytes without the hook), as
  * st_plan_predict's. */
 st_status st_plan_predict_frozen(const st_arch *a, int B, int T, const st_plan_profile *hw, const st_stream_plan *p,

@@ -31,13 +31,13 @@ st_status plan_cost_init(plan_cost *c, const st_arch *a, int B, int T, const st_
 void plan_cost_act(plan_cost *c, st_dtype dt);
 
 /* A frozen base's block (st_plan_options.frozen_base: LoRA 1, POET-X 2; the run's hook over
- * it): no gradient of the block's matmul weights is formed, so its backward is the measured
- * (or rated) one less those gradients' share of the block's backward FLOPs (2 N FLOPs a
- * matmul weight); no gradient slab is drained and no optimizer runs over the block (what the
- * method trains is small and updated beside); a held base (held_block_bytes > 0: frozen_dtype
- * bf16 or int8) fetches its held run and the block's 1-D tensors, not the fp32 slab. The
- * hook's own work (LoRA's adapters, POET-X's rotations) and the held panels' dequantising are
- * not timed. frozen_base 0: unchanged. */
+ * it): no gradient slab is drained and no optimizer runs over the block (what the method
+ * trains is small and updated beside); a held base (held_block_bytes > 0: frozen_dtype bf16 or
+ * int8) fetches its held run and the block's 1-D tensors, not the fp32 slab. LoRA forms no
+ * gradient of the block's matmul weights: its backward is the measured (or rated) one less
+ * those gradients' share of the block's backward FLOPs (2 N FLOPs a matmul weight); POET-X's
+ * rotations cost about what they save, its backward is the measured one. The hooks' own work
+ * and the held panels' dequantising are not timed. frozen_base 0: unchanged. */
 void plan_cost_frozen(plan_cost *c, int frozen_base, size_t held_block_bytes);
 
 /* The exposed and compute time that depend only on the vocabulary chunk (the head, the
