@@ -210,8 +210,8 @@ const char *st_safetensors_meta(const st_safetensors *st, const char *key) {
     return json_object_get_string(v);
 }
 
-st_status st_safetensors_read_f32(const st_safetensors *st, const char *name, float *dst, size_t numel,
-                               const int64_t *shape, int ndim, st_err *err) {
+st_status st_safetensors_check_f32(const st_safetensors *st, const char *name, size_t numel, const int64_t *shape,
+                                   int ndim, st_err *err) {
     const st_tensor_entry *e = st_safetensors_find(st, name);
     if (!e) return st_errf(err, ST_ERR_SHAPE, "%s: tensor '%s' is missing", st->path, name);
     if (e->numel != numel || (shape && (e->ndim != ndim || memcmp(e->shape, shape, sizeof(int64_t) * (size_t)ndim)))) {
@@ -228,6 +228,14 @@ st_status st_safetensors_read_f32(const st_safetensors *st, const char *name, fl
     if (e->dtype != ST_F32 && e->dtype != ST_BF16 && e->dtype != ST_F16 && e->dtype != ST_F64)
         return st_errf(err, ST_ERR_FORMAT, "%s: tensor '%s' has dtype %s; a float type is needed", st->path, name,
                        st_dtype_name(e->dtype));
+    return ST_OK;
+}
+
+st_status st_safetensors_read_f32(const st_safetensors *st, const char *name, float *dst, size_t numel,
+                               const int64_t *shape, int ndim, st_err *err) {
+    st_status s = st_safetensors_check_f32(st, name, numel, shape, ndim, err);
+    if (s) return s;
+    const st_tensor_entry *e = st_safetensors_find(st, name);
     const uint8_t *src = st->data + e->begin;
     size_t es = st_dtype_size(e->dtype);
     if ((uintptr_t)src % es == 0) {
