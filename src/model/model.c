@@ -205,6 +205,13 @@ const st_param_info *st_params_find(const st_param_info *t, int n, const char *n
     return NULL;
 }
 
+size_t st_params_load_extra_bytes(const st_param_info *t, int n, int host_memory) {
+    size_t largest = 0;
+    for (int i = 0; i < n; i++)
+        if (t[i].numel > largest) largest = t[i].numel;
+    return (host_memory ? 1 : 2) * largest * sizeof(float);
+}
+
 st_status model_params_load(st_backend *be, float *params, const st_param_info *t, int n, st_safetensors *const *src,
                             const char *const *names, st_err *err) {
     size_t largest = 0;
