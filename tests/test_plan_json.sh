@@ -5,7 +5,8 @@
 # arithmetic (in memory, the classes held in host memory add up to the host tier's need),
 # for a method over frozen weights (bytes per base parameter, as the text says), for a
 # host budget too small (exit 3, "fits": false, the tier named), beside the device plan
-# with --device_budget (one document, which -o writes and strata train --plan reads).
+# with --device_budget (one document, which -o writes and strata train --plan reads), whose
+# device tier is then the plan's device bytes (a plan may fit under the smallest plan's tables).
 set -u
 S=${STRATA_BIN:?STRATA_BIN not set}
 command -v jq >/dev/null || { echo "jq not installed: skipped"; exit 77; }
@@ -60,6 +61,17 @@ if "$S" plan $A --device_budget 6e6 --json -o "$T/plan.json" >"$T/d.json" 2>"$T/
   "$S" train $A --steps 2 --eval_every 0 --sample_every 0 --quiet 1 --plan "$T/plan.json" --run_dir "$T/run" >"$T/t.out" 2>&1
   rc=$?
   check '[ $rc -eq 0 ]' "train --plan with the account in the file: rc $rc $(tail -2 "$T/t.out")"
+  # a device budget under the smallest plan's tables (every block recomputed, the head resident:
+  # 69 MB at vocabulary 50257) that a plan chunking the vocabulary fits: the device tier is the
+  # plan's, it fits, exit 0 (the tables' figure once judged it and strata plan said "does not fit")
+  V="$A --vocab_size 50257 --device_budget 2e7"
+  "$S" plan $V --json >"$T/v.json" 2>"$T/v.err"; rc=$?
+  check '[ $rc -eq 0 ] && jq -e ".fits and .vocab_chunk > 0 and .memory.fits and .memory.tiers.device.fits and .memory.tiers.device.of_plan and
+         .memory.tiers.device.need == .device_bytes and .memory.classes.activations.bytes > 2e7" "$T/v.json" >/dev/null' \
+    "a plan under the tables' bytes: rc $rc $(jq -c "[.fits, .device_bytes, .vocab_chunk, .memory.tiers.device, .memory.classes.activations.bytes]" "$T/v.json")"
+  "$S" plan $V >"$T/v.txt" 2>&1; rc=$?
+  check '[ $rc -eq 0 ] && grep -qE "^  device .*: fits \(the device plan below\)$" "$T/v.txt" && ! grep -q "does not fit" "$T/v.txt"' \
+    "the text: rc $rc $(grep -E "^  device|fit" "$T/v.txt")"
 elif grep -q GLPK "$T/d.json" "$T/d.err"; then
   echo "built without GLPK: the device plan part skipped"
 else

@@ -447,6 +447,8 @@ typedef struct st_mem_plan {
     int moments_8bit_used;
     int state_format;      /* st_optim_state_format of the moments (either 8-bit map, or f32) */
     int streamed;          /* the activations are the device tier's */
+    int device_of_plan;    /* streamed: the device tier's need is a plan's device bytes (strata
+                              plan's, the plan it chose), not these tables' */
     int moments_on_disk;   /* state_paths: master copy and moments in the disk state store */
     double state_buffers;  /* ...and its host buffers; the disk tier's need is the store's two
                               regions of master and moments (st_store_bytes_per_param) */

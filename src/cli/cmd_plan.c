@@ -119,12 +119,63 @@ static int machine(const st_arch *a, const st_train_config *cfg, const char *pro
     return 0;
 }
 
-/* The planner's section: the profile (machine()), the plan for the device budget, printed
- * as text or JSON, and written to out (a plan file, plan.h) when out is not NULL. 0 fits, 3
- * no plan fits, 2 bad input. */
+/* The plan strata train asks for under device_budget, from profile hw, with no fallback to the
+ * rule (strata plan says what the program finds), into v. 2 where key 'act' is refused (said on
+ * stderr), else 0. */
+typedef struct {
+    st_status s;          /* the planner's status; err its message */
+    st_err err;
+    st_stream_plan p;     /* the plan and its prediction, where s is ST_OK */
+    st_plan_prediction pr;
+    unsigned char fixed[ST_STREAM_MAX_LAYERS]; /* the blocks key 'act' fixes */
+    int n_fixed;
+} solved_plan;
+
+static int solve(const st_arch *a, const st_train_config *cfg, double device_budget, const st_plan_profile *hw,
+                 int time_limit_ms, solved_plan *v) {
+    st_stream_plan *p = &v->p;
+    st_plan_prediction *pr = &v->pr;
+    unsigned char *fixed = v->fixed;
+    int *n_fixed = &v->n_fixed;
+    st_status *s = &v->s;
+    st_err *err = &v->err;
+    /* as strata train: LoRA no base gradient; POET-X the ends' gradients, the head resident */
+    st_train_method method = st_train_config_method_of(cfg);
+    st_plan_options po = {.time_limit_ms = time_limit_ms, .mip_gap = -1,
+                       .allow_vocab_chunk = method != ST_TRAIN_METHOD_POETX,
+                       .prefer_resident_head = st_train_config_plan_head(cfg),
+                       .frozen_base = method == ST_TRAIN_METHOD_LORA ? 1 : method == ST_TRAIN_METHOD_POETX ? 2 : 0};
+    /* LoRA, POET-X over frozen_dtype bf16 or int8: the weight slots carry the held weights */
+    if (po.frozen_base && st_train_config_frozen_dtype(cfg) > 0)
+        po.held_block_bytes = st_frozen_held_block_bytes(a->lay.tensors, a->lay.n_tensors, a->ops->name,
+                                                         (st_frozen_dtype)st_train_config_frozen_dtype(cfg));
+    /* key 'act': choices the plan must make, as strata train takes them */
+    *n_fixed = 0;
+    if (st_train_config_act(cfg, a->lay.n_blocks, fixed, n_fixed, err)) {
+        fprintf(stderr, "strata plan: %s\n", err->msg);
+        return 2;
+    }
+    if (*n_fixed) po.fixed_act = fixed;
+    st_train_config_act_dtype(cfg, &po.act_dtype, NULL); /* key 'act_dtype' (checked by the resolve) */
+    st_plan_request rq = {.arch = a, .B = cfg->batch, .T = cfg->seq, .budget = (size_t)device_budget,
+                          .profile = hw, .solve = 1, .options = po};
+    st_plan_result *res = malloc(sizeof *res);
+    *s = res ? st_plan_for_run(&rq, res, err) : st_errf(err, ST_ERR_NOMEM, "out of memory");
+    if (res) {
+        *p = res->plan;
+        *pr = res->pred;
+        free(res);
+    }
+    if (*s && *n_fixed && *s != ST_ERR_NOMEM) st_err_prefix(err, "key 'act'"); /* ST_ERR_NOMEM: named already */
+    return 0;
+}
+
+/* The planner's section: the profile (machine()), the plan for the device budget (v, solved
+ * by the caller), printed as text or JSON, and written to out (a plan file, plan.h) when out
+ * is not NULL. 0 fits, 3 no plan fits, 2 bad input. */
 static int plan_device(const st_arch *a, const st_train_config *cfg, double device_budget, const char *profile,
-                       st_plan_profile *hw_in, int *have_hw, const char *save_profile, int time_limit_ms, int json,
-                       const char *out, json_object *memory) {
+                       st_plan_profile *hw_in, int *have_hw, const char *save_profile, int json, const char *out,
+                       json_object *memory, const solved_plan *v) {
     st_err err = {0};
     if ((device_budget > 0 || save_profile) && machine(a, cfg, profile, device_budget > 0, hw_in, have_hw)) {
         json_object_put(memory);
@@ -151,45 +202,12 @@ static int plan_device(const st_arch *a, const st_train_config *cfg, double devi
         json_object_put(memory);
         return 0;
     }
-    st_stream_plan *p = malloc(sizeof *p);
-    if (!p) {
-        fprintf(stderr, "strata plan: out of memory\n");
-        json_object_put(memory);
-        return 2;
-    }
-    st_plan_prediction pr;
-    /* as strata train: LoRA no base gradient; POET-X the ends' gradients, the head resident */
-    st_train_method method = st_train_config_method_of(cfg);
-    st_plan_options po = {.time_limit_ms = time_limit_ms, .mip_gap = -1,
-                       .allow_vocab_chunk = method != ST_TRAIN_METHOD_POETX,
-                       .prefer_resident_head = st_train_config_plan_head(cfg),
-                       .frozen_base = method == ST_TRAIN_METHOD_LORA ? 1 : method == ST_TRAIN_METHOD_POETX ? 2 : 0};
-    /* LoRA, POET-X over frozen_dtype bf16 or int8: the weight slots carry the held weights */
-    if (po.frozen_base && st_train_config_frozen_dtype(cfg) > 0)
-        po.held_block_bytes = st_frozen_held_block_bytes(a->lay.tensors, a->lay.n_tensors, a->ops->name,
-                                                         (st_frozen_dtype)st_train_config_frozen_dtype(cfg));
-    /* key 'act': choices the plan must make, as strata train takes them */
-    unsigned char fixed[ST_STREAM_MAX_LAYERS];
-    int n_fixed = 0, L = a->lay.n_blocks;
-    if (st_train_config_act(cfg, L, fixed, &n_fixed, &err)) {
-        fprintf(stderr, "strata plan: %s\n", err.msg);
-        free(p);
-        return 2;
-    }
-    if (n_fixed) po.fixed_act = fixed;
-    st_train_config_act_dtype(cfg, &po.act_dtype, NULL); /* key 'act_dtype' (checked by the resolve) */
-    /* the plan request strata train makes, from this profile, with no fallback to the rule:
-     * strata plan says what the program finds */
-    st_plan_request rq = {.arch = a, .B = cfg->batch, .T = cfg->seq, .budget = (size_t)device_budget,
-                          .profile = &hw, .solve = 1, .options = po};
-    st_plan_result *res = malloc(sizeof *res);
-    st_status s = res ? st_plan_for_run(&rq, res, &err) : st_errf(&err, ST_ERR_NOMEM, "out of memory");
-    if (res) {
-        *p = res->plan;
-        pr = res->pred;
-        free(res);
-    }
-    if (s && n_fixed && s != ST_ERR_NOMEM) st_err_prefix(&err, "key 'act'"); /* ST_ERR_NOMEM: named already */
+    const st_stream_plan *p = &v->p; /* solved by the caller, whose account it judged */
+    st_plan_prediction pr = v->pr;
+    const unsigned char *fixed = v->fixed;
+    int n_fixed = v->n_fixed, L = a->lay.n_blocks;
+    st_status s = v->s;
+    err = v->err;
     /* the prediction strata train logs and saves for this configuration (the state on disk:
      * the store's time, from state_profile only: strata plan writes nothing to probe a path) */
     st_plan_config_disk cd;
@@ -214,7 +232,6 @@ static int plan_device(const st_arch *a, const st_train_config *cfg, double devi
                 fprintf(stderr, "strata plan: out of memory\n");
                 json_object_put(prof);
                 json_object_put(memory);
-                free(p);
                 return 2;
             }
             st_plan_file_init(pf, a, model, cfg->batch, cfg->seq, (size_t)device_budget, p, &pr);
@@ -262,7 +279,6 @@ static int plan_device(const st_arch *a, const st_train_config *cfg, double devi
     if (json) {
         printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE));
         json_object_put(o);
-        free(p);
         return rc;
     }
     if (o) json_object_put(o);
@@ -277,7 +293,6 @@ static int plan_device(const st_arch *a, const st_train_config *cfg, double devi
                                                             : "from the reference rates (not timed at this shape)");
     if (s) {
         printf("  %s\n", err.msg);
-        free(p);
         return rc;
     }
     for (int l = 0; l < L;) { /* runs of one choice */
@@ -326,7 +341,6 @@ static int plan_device(const st_arch *a, const st_train_config *cfg, double devi
            pr.block_fwd_s * 1e3, pr.block_bwd_s * 1e3, pr.n_keep, pr.n_offload, pr.n_recompute);
     printf("  solved in %.3f s (%s)\n", pr.solve_s, pr.optimal ? "optimal" : "time limit: the best plan found");
     if (out && rc == 0) printf("  plan written to %s (strata train --plan %s runs it)\n", out, out);
-    free(p);
     return rc;
 }
 
@@ -402,6 +416,7 @@ int cmd_plan(int argc, char **argv) {
     }
     st_model_shape shape;
     st_arch *planned_arch = NULL;
+    solved_plan *sv = NULL; /* with --device_budget: the plan chosen, which the account's device tier is */
     st_mem_plan e;
     if (st_train_config_resolve(&cfg, &shape, &err)) {
         fprintf(stderr, "strata plan: %s\n", err.msg);
@@ -445,8 +460,8 @@ int cmd_plan(int argc, char **argv) {
         return 2;
     }
     if (why[0]) fprintf(json ? stderr : stdout, "%s\n", why);
-    /* the run's memory account (the executor's tables; streamed: the smallest plan's, the
-     * planner's section below gives the plan's device bytes) */
+    /* the run's memory account (the executor's tables; streamed: the smallest plan's, every block
+     * recomputed and the head resident) */
     if (st_train_mem_plan(&cfg, NULL, &e, &err)) {
         fprintf(stderr, "strata plan: %s\n", err.msg);
         return 2;
@@ -457,11 +472,31 @@ int cmd_plan(int argc, char **argv) {
             fprintf(stderr, "strata plan: %s\n", err.msg);
             return 2;
         }
+        if (budget[ST_MEM_TIER_DEVICE] > 0) {
+            /* streamed: the device tier's need is the plan chosen's device bytes (it may chunk the
+             * vocabulary where the smallest plan's tables keep the head); where no plan fits, the
+             * smallest plan's. The rest of the account stays the smallest plan's: what strata
+             * train checks before it starts (run_check) */
+            sv = calloc(1, sizeof *sv); /* a few KiB: the plan's act table */
+            int bad = !sv || machine(arch, &cfg, profile, 1, &hw, &have_hw);
+            if (!sv) fprintf(stderr, "strata plan: out of memory\n");
+            if (!bad) bad = solve(arch, &cfg, budget[ST_MEM_TIER_DEVICE], &hw, time_limit_ms, sv);
+            if (bad) {
+                free(sv);
+                st_arch_free(arch);
+                return 2;
+            }
+            if (sv->s == ST_OK) {
+                e.tier_need[ST_MEM_TIER_DEVICE] = (double)sv->pr.device_bytes;
+                e.device_of_plan = 1;
+            }
+        }
         if (json) { /* one document: the device plan (with --device_budget) and the memory account */
             int short_ = st_mem_plan_check(&e, budget, &err) != ST_OK;
-            int prc = plan_device(arch, &cfg, budget[ST_MEM_TIER_DEVICE], profile, &hw, &have_hw, save_profile,
-                                  time_limit_ms, 1, out, st_mem_plan_to_json(&e, budget));
+            int prc = plan_device(arch, &cfg, budget[ST_MEM_TIER_DEVICE], profile, &hw, &have_hw, save_profile, 1,
+                                  out, st_mem_plan_to_json(&e, budget), sv);
             st_arch_free(arch);
+            free(sv);
             return prc == 0 && short_ ? 3 : prc;
         }
         planned_arch = arch; /* its section is printed after the estimate */
@@ -477,11 +512,12 @@ int cmd_plan(int argc, char **argv) {
     }
     if (cfg.state_paths[0] && plan_disk(&cfg, e.n_params) && !rc) rc = 3;
     if (planned_arch) {
-        int prc = plan_device(planned_arch, &cfg, budget[ST_MEM_TIER_DEVICE], profile, &hw, &have_hw, save_profile,
-                              time_limit_ms, 0, out, out ? st_mem_plan_to_json(&e, budget) : NULL);
+        int prc = plan_device(planned_arch, &cfg, budget[ST_MEM_TIER_DEVICE], profile, &hw, &have_hw, save_profile, 0,
+                              out, out ? st_mem_plan_to_json(&e, budget) : NULL, sv);
         st_arch_free(planned_arch);
-        if (prc == 2) return 2;
-        if (prc == 3) rc = 3; /* the executor's device bytes: no plan fits */
+        if (prc == 2) rc = 2;
+        else if (prc == 3) rc = 3; /* the executor's device bytes: no plan fits */
     }
+    free(sv);
     return rc;
 }

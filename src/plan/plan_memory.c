@@ -209,7 +209,7 @@ void st_mem_plan_print(FILE *f, const st_mem_plan *e, const double budget[ST_MEM
         ROW("disk state's host buffers", e->state_buffers, h, "state_budget (see the disk state below)");
     ROW("activations, all stored", e->acts_stored, at,
         e->n_trainable > 0 && !e->streamed ? "the model's own forward (its activation count)"
-        : e->streamed      ? "the executor's device tables (the plan below; at least every block recomputed)"
+        : e->streamed      ? "the executor's device tables, every block recomputed, the head resident"
                            : "the executor's tables, every block kept");
     ROW("activations, checkpointed", e->acts_ckpt, "-", "(every block recomputed: a streamed plan's choice)");
     if (e->exec_host > 0) ROW("executor's host buffers", e->exec_host, h, "per-row buffers, grad_accum, offloads, bf16 copy");
@@ -226,8 +226,9 @@ void st_mem_plan_print(FILE *f, const st_mem_plan *e, const double budget[ST_MEM
         if (e->tier_need[t] > 0 && have <= 0)
             verdict = t == ST_MEM_TIER_HOST ? "unknown budget"
                     : t == ST_MEM_TIER_DISK ? "see the disk state below" : "DOES NOT FIT";
-        fprintf(f, "  %-34s %16.0f  %11s  %s%s%s%s\n", st_mem_tier_name(t), e->tier_need[t], b, hb,
-                t == ST_MEM_TIER_HOST && budget[t] <= 0 ? " (MemAvailable)" : "", verdict[0] ? ": " : "", verdict);
+        fprintf(f, "  %-34s %16.0f  %11s  %s%s%s%s%s\n", st_mem_tier_name(t), e->tier_need[t], b, hb,
+                t == ST_MEM_TIER_HOST && budget[t] <= 0 ? " (MemAvailable)" : "", verdict[0] ? ": " : "", verdict,
+                t == ST_MEM_TIER_DEVICE && e->device_of_plan ? " (the device plan below)" : "");
     }
 #undef ROW
 }
@@ -277,6 +278,8 @@ json_object *st_mem_plan_to_json(const st_mem_plan *e, const double budget[ST_ME
         int ok = !judged || e->tier_need[t] <= have;
         fits &= ok;
         json_object_object_add(ti, "fits", judged ? json_object_new_boolean(ok) : NULL);
+        if (t == ST_MEM_TIER_DEVICE && e->device_of_plan) /* the need: the device plan's bytes */
+            json_object_object_add(ti, "of_plan", json_object_new_boolean(1));
         json_object_object_add(tiers, st_mem_tier_name(t), ti);
     }
     json_object_object_add(o, "tiers", tiers);
