@@ -1,7 +1,8 @@
 /* test_hf_io.c - Hugging Face model directories: config.json parsing (every supported
  * architecture, and a clear error naming the field for each unsupported option), weights
  * written and read back bit-identically (one file and sharded, F32; BF16 and F16 equal to
- * the rounded values), broken directories rejected with a message, and, where the system
+ * the rounded values), broken directories rejected with a message (a failed load leaving the
+ * weights as they were, read in place or staged), and, where the system
  * Python has torch, strata's directory loaded by tools/gen_fixtures.py --check-hf (its
  * own reader and model) with logits compared to strata's (1e-4 relative + 1e-4 absolute).
  */
@@ -334,6 +335,77 @@ static void test_broken_dirs(void) {
     st_llama_free(&mq);
 }
 
+/* A load that fails at the last tensor in the layout (a shape the configuration does not
+ * have) leaves the model's weights as they were, bit for bit, on the host backend (whose
+ * loads read in place) and on a backend whose memory counts as a device's (the same ops under
+ * another name: staged a tensor at a time); the good directory loads the same bits on both,
+ * and init_random draws the same bits in place and staged. */
+static void test_failed_load_keeps_weights(void) {
+    st_err err = {0};
+    st_llama_config cfg;
+    st_llama_model src;
+    st_backend_ops staged_ops = *be->ops;
+    staged_ops.name = "staged"; /* st_backend_host_memory: 0 */
+    st_backend staged = {&staged_ops, be->ctx};
+    CHECK(!st_backend_host_memory(&staged) && st_backend_host_memory(be), "the staged backend is no host memory");
+    if (st_llama_config_preset("llama-tiny", &cfg, &err) || st_llama_create(&src, &cfg, be, &err)) {
+        CHECK(0, "setup: %s", err.msg);
+        return;
+    }
+    st_llama_init_random(&src, 7);
+    char good[4096], bad[4096], p[4200];
+    snprintf(good, sizeof good, "%s/load_good", test_tmpdir());
+    snprintf(bad, sizeof bad, "%s/load_bad_last", test_tmpdir());
+    CHECK(st_llama_save_hf(&src, good, ST_F32, 0, &err) == ST_OK, "save: %s", err.msg);
+    CHECK(st_llama_save_hf(&src, bad, ST_F32, 0, &err) == ST_OK, "save: %s", err.msg);
+    float *want = params_host(&src);
+    /* the bad directory: every tensor as saved but the last in the layout one row short */
+    st_tensor_out *outs = calloc((size_t)src.n_tensors, sizeof *outs);
+    int last = 0;
+    for (int i = 0; i < src.n_tensors; i++) {
+        const st_param_info *t = &src.tensors[i];
+        outs[i] = (st_tensor_out){.name = t->name, .dtype = ST_F32, .ndim = t->ndim, .data = want + t->offset};
+        outs[i].shape[0] = t->shape[0];
+        outs[i].shape[1] = t->shape[1];
+        if (t->offset > src.tensors[last].offset) last = i;
+    }
+    outs[last].shape[0]--;
+    snprintf(p, sizeof p, "%s/model.safetensors", bad);
+    CHECK(st_safetensors_write(p, outs, src.n_tensors, NULL, 0, &err) == ST_OK, "write: %s", err.msg);
+    st_backend *bes[2] = {be, &staged};
+    float *drawn[2] = {NULL, NULL};
+    for (int k = 0; k < 2; k++) {
+        st_llama_model m;
+        if (st_llama_create(&m, &cfg, bes[k], &err)) {
+            CHECK(0, "create: %s", err.msg);
+            break;
+        }
+        st_llama_init_random(&m, 8);
+        drawn[k] = params_host(&m);
+        st_status s = st_llama_load_hf(&m, bad, &err);
+        CHECK(s != ST_OK && strstr(err.msg, src.tensors[last].name), "%s backend: the last tensor's shape refused: %s",
+              bes[k]->ops->name, s ? err.msg : "success");
+        float *after = params_host(&m);
+        CHECK(memcmp(after, drawn[k], m.n_params * sizeof(float)) == 0,
+              "%s backend: a failed load changed the weights", bes[k]->ops->name);
+        free(after);
+        CHECK(st_llama_load_hf(&m, good, &err) == ST_OK, "%s backend: load: %s", bes[k]->ops->name, err.msg);
+        after = params_host(&m);
+        CHECK(memcmp(after, want, m.n_params * sizeof(float)) == 0, "%s backend: loaded weights differ from saved",
+              bes[k]->ops->name);
+        free(after);
+        if (k == 1 && drawn[0])
+            CHECK(memcmp(drawn[0], drawn[1], m.n_params * sizeof(float)) == 0,
+                  "init_random staged differs from init_random in place");
+        st_llama_free(&m);
+    }
+    free(drawn[0]);
+    free(drawn[1]);
+    free(outs);
+    free(want);
+    st_llama_free(&src);
+}
+
 /* ---------------------------------------------------------------- st_model interface */
 
 /* A Llama-family model behind st_model: created from an HF directory, one forward and
@@ -482,6 +554,7 @@ int main(void) {
     test_overrides();
     test_round_trips();
     test_broken_dirs();
+    test_failed_load_keeps_weights();
     test_inspect();
     test_st_model();
     if (system("/usr/bin/python3 -c 'import torch, numpy' >/dev/null 2>&1") == 0) {

@@ -325,6 +325,29 @@ void st_backend_free(st_backend *be);
  * write in place (the CPU and reference backends); 0 for a GPU. */
 int st_backend_host_memory(const st_backend *be);
 
+/* Writing values from the host into a backend's memory without a second copy of them where
+ * that memory is the host's: the host writes in place there (no buffer), and through one
+ * staging buffer of `cap` floats on a device, copied to the device piece by piece.
+ *
+ *     st_host_stage hs;
+ *     if (st_host_stage_open(&hs, be, largest, err)) return ...;  // nothing written yet
+ *     for each piece (dst, n <= largest):
+ *         fill(st_host_stage_at(&hs, dst), n);                   // dst itself, or the buffer
+ *         st_host_stage_put(&hs, dst, n);                        // the buffer copied to dst
+ *     st_host_stage_close(&hs);
+ *
+ * A piece is in the backend's memory once put (copy_to_device is synchronous): a caller
+ * that must not leave half-written values behind checks everything before the first fill. */
+typedef struct st_host_stage {
+    st_backend *be;
+    float *buf; /* NULL where the backend's memory is the host's */
+    size_t cap; /* floats */
+} st_host_stage;
+st_status st_host_stage_open(st_host_stage *hs, st_backend *be, size_t cap, st_err *err);
+float *st_host_stage_at(const st_host_stage *hs, float *dst);
+void st_host_stage_put(const st_host_stage *hs, float *dst, size_t n);
+void st_host_stage_close(st_host_stage *hs);
+
 /* A GPU by name ("cuda", "cuda:N": the CUDA backend on device N, one cudaMalloc of `budget`
  * bytes): ST_ERR_UNSUPPORTED in a strata built without the CUDA backend (cmake
  * -DSTRATA_CUDA=ON builds it) or without such a device, ST_ERR_INVALID for "cpu" or another

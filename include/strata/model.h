@@ -77,6 +77,11 @@ typedef struct st_param_info {
 
 /* The tensor called name in a table of n, or NULL. */
 const st_param_info *st_params_find(const st_param_info *t, int n, const char *name);
+/* The bytes a loader of safetensors (a Hugging Face directory, a checkpoint) holds beside the
+ * model's vector while it reads: the largest tensor at 4 bytes a value (its file's pages, given
+ * back after each tensor), twice where the backend's memory is a device's (its staging buffer).
+ * The start account of a run with init_from: 4 bytes a parameter plus this. */
+size_t st_params_load_extra_bytes(const st_param_info *t, int n, int host_memory);
 /* The optimizer's segments of a tensor table, weight decay by role (which comes from each
  * tensor's name): matmul weights and embeddings decay, norms and biases do not. out[n]. */
 void st_params_decay_segments(const st_param_info *t, int n, float weight_decay, st_optim_segment *out);

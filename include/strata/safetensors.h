@@ -47,6 +47,11 @@ const char *st_safetensors_meta(const st_safetensors *st, const char *key);
  * (and, if shape != NULL, exactly that shape). Converts from F32, BF16, F16, F64. */
 st_status st_safetensors_read_f32(const st_safetensors *st, const char *name, float *dst, size_t numel,
                                const int64_t *shape, int ndim, st_err *err);
+/* What st_safetensors_read_f32 refuses, checked without reading: after ST_OK the read of the
+ * same tensor cannot fail, so a loader that checks every tensor first never leaves a model
+ * half overwritten. */
+st_status st_safetensors_check_f32(const st_safetensors *st, const char *name, size_t numel, const int64_t *shape,
+                                   int ndim, st_err *err);
 
 typedef struct st_tensor_out {
     const char *name;

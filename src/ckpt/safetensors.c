@@ -1,4 +1,5 @@
-/* safetensors.c - validated reader (mmap) and atomic writer for safetensors files. */
+/* safetensors.c - validated reader (mmap; the pages of what it has checked or read given back
+ * to the page cache) and atomic writer for safetensors files. */
 #include "strata/safetensors.h"
 
 #include <errno.h>
@@ -76,6 +77,16 @@ static st_status parse_entry(st_safetensors *st, const char *name, json_object *
                        numel * st_dtype_size(e->dtype), e->end - e->begin);
     e->name = strdup(name);
     return e->name ? ST_OK : st_errf(err, ST_ERR_NOMEM, "out of memory");
+}
+
+/* The whole pages of [p, p + len) of the read-only mapping given back: a reader's pages would
+ * otherwise stay in the process (resident, counted in its RSS) until the close, a second copy of
+ * every weight loaded beside the model's own. The file's pages stay in the page cache, and a later
+ * read of them maps them again. */
+static void give_back_pages(const void *p, size_t len) {
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = ((uintptr_t)p + page - 1) / page * page,
+              b = ((uintptr_t)p + len) / page * page;
+    if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
 }
 
 st_status st_safetensors_open(st_safetensors **out, const char *path, st_err *err) {
@@ -163,7 +174,12 @@ st_status st_safetensors_open(st_safetensors **out, const char *path, st_err *er
     root = NULL;
     const char *want = st_safetensors_meta(st, ST_SAFETENSORS_CRC_KEY);
     if (want) {
-        uint32_t got = st_crc32c(0, st->data, st->data_len);
+        uint32_t got = 0;
+        for (size_t at = 0, piece = (size_t)8 << 20; at < st->data_len; at += piece) { /* 8 MiB mapped at a time */
+            size_t k = st->data_len - at < piece ? st->data_len - at : piece;
+            got = st_crc32c(got, st->data + at, k);
+            give_back_pages(st->data + at, k);
+        }
         char got_hex[16];
         snprintf(got_hex, sizeof got_hex, "%08x", got);
         if (strcmp(got_hex, want)) {
@@ -210,8 +226,8 @@ const char *st_safetensors_meta(const st_safetensors *st, const char *key) {
     return json_object_get_string(v);
 }
 
-st_status st_safetensors_read_f32(const st_safetensors *st, const char *name, float *dst, size_t numel,
-                               const int64_t *shape, int ndim, st_err *err) {
+st_status st_safetensors_check_f32(const st_safetensors *st, const char *name, size_t numel, const int64_t *shape,
+                                   int ndim, st_err *err) {
     const st_tensor_entry *e = st_safetensors_find(st, name);
     if (!e) return st_errf(err, ST_ERR_SHAPE, "%s: tensor '%s' is missing", st->path, name);
     if (e->numel != numel || (shape && (e->ndim != ndim || memcmp(e->shape, shape, sizeof(int64_t) * (size_t)ndim)))) {
@@ -228,10 +244,19 @@ st_status st_safetensors_read_f32(const st_safetensors *st, const char *name, fl
     if (e->dtype != ST_F32 && e->dtype != ST_BF16 && e->dtype != ST_F16 && e->dtype != ST_F64)
         return st_errf(err, ST_ERR_FORMAT, "%s: tensor '%s' has dtype %s; a float type is needed", st->path, name,
                        st_dtype_name(e->dtype));
+    return ST_OK;
+}
+
+st_status st_safetensors_read_f32(const st_safetensors *st, const char *name, float *dst, size_t numel,
+                               const int64_t *shape, int ndim, st_err *err) {
+    st_status s = st_safetensors_check_f32(st, name, numel, shape, ndim, err);
+    if (s) return s;
+    const st_tensor_entry *e = st_safetensors_find(st, name);
     const uint8_t *src = st->data + e->begin;
     size_t es = st_dtype_size(e->dtype);
     if ((uintptr_t)src % es == 0) {
         st_convert(dst, ST_F32, src, e->dtype, numel);
+        give_back_pages(src, numel * es);
         return ST_OK;
     }
     /* The format packs tensors back to back and lets the header have any length: an F64
@@ -244,6 +269,7 @@ st_status st_safetensors_read_f32(const st_safetensors *st, const char *name, fl
         st_convert(dst + i, ST_F32, bounce, e->dtype, k);
         i += k;
     }
+    give_back_pages(src, numel * es);
     return ST_OK;
 }
 

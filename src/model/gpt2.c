@@ -320,13 +320,12 @@ const st_param_info *st_gpt2_find_tensor(const st_gpt2_model *m, const char *nam
 
 void st_gpt2_init_random(st_gpt2_model *m, uint64_t seed) {
     /* memory that is the host's takes the draws in place; a device's through one staging buffer */
-    int direct = st_backend_host_memory(m->be);
-    float *host = direct ? m->params : malloc(m->n_params * sizeof(float));
-    if (!host) return;
+    st_host_stage hs;
+    if (st_host_stage_open(&hs, m->be, m->n_params, NULL)) return;
+    float *host = st_host_stage_at(&hs, m->params);
     st_params_init_by_role(m->tensors, m->n_tensors, host, seed, "c_proj.weight", 1.0f / sqrtf(2.0f * m->cfg.n_layer));
-    if (direct) return;
-    m->be->ops->copy_to_device(m->be, m->params, host, m->n_params * sizeof(float));
-    free(host);
+    st_host_stage_put(&hs, m->params, m->n_params);
+    st_host_stage_close(&hs);
 }
 
 /* ------------------------------------------------------------------ forward / backward */

@@ -49,22 +49,20 @@ st_status st_gpt2_load_safetensors(st_gpt2_model *m, const char *path, st_err *e
     st_safetensors *st;
     st_status s = st_safetensors_open(&st, path, err);
     if (s) return s;
-    float *host = malloc(m->n_params * sizeof(float));
-    if (!host) {
-        st_safetensors_close(st);
-        return st_errf(err, ST_ERR_NOMEM, "out of memory loading %s", path);
-    }
+    st_safetensors **src = malloc((size_t)m->n_tensors * sizeof *src);
+    const char **names = malloc((size_t)m->n_tensors * sizeof *names);
+    if (!src || !names) s = st_errf(err, ST_ERR_NOMEM, "out of memory loading %s", path);
     for (int i = 0; i < m->n_tensors && !s; i++) {
-        const st_param_info *t = &m->tensors[i];
-        const char *name = t->name;
+        const char *name = m->tensors[i].name;
         /* GPT2Model files (the original hub checkpoint) have no "transformer." prefix */
         if (!st_safetensors_find(st, name) && !strncmp(name, "transformer.", 12) && st_safetensors_find(st, name + 12))
             name += 12;
-        int64_t shape[2] = {t->shape[0], t->shape[1]};
-        s = st_safetensors_read_f32(st, name, host + t->offset, t->numel, shape, t->ndim, err);
+        src[i] = st;
+        names[i] = name;
     }
-    if (!s) m->be->ops->copy_to_device(m->be, m->params, host, m->n_params * sizeof(float));
-    free(host);
+    if (!s) s = model_params_load(m->be, m->params, m->tensors, m->n_tensors, src, names, err);
+    free(src);
+    free(names);
     st_safetensors_close(st);
     return s;
 }

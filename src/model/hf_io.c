@@ -5,7 +5,9 @@
  * Every tensor the configuration defines must be present with its exact shape, and every
  * tensor in the files must be one the configuration defines (a bias the config does not
  * mention means the config and weights disagree), except a tied lm_head.weight and the
- * rotary inv_freq buffers old checkpoints carry.
+ * rotary inv_freq buffers old checkpoints carry. Every tensor is checked before the first
+ * weight is written (a failed load leaves the model's weights as they were), then read straight
+ * into the model's vector where the backend's memory is the host's (model_params_load).
  * Writing: config.json and either one model.safetensors or shards plus the index, under
  * the same names, each file written atomically (temporary + fsync + rename).
  */
@@ -17,6 +19,7 @@
 
 #include "core/fileutil.h"
 #include "model/hf_internal.h"
+#include "model/model_internal.h"
 #include "strata/llama.h"
 #include "strata/safetensors.h"
 
@@ -118,8 +121,9 @@ st_status st_llama_load_hf(st_llama_model *m, const char *dir, st_err *err) {
                             "the weights disagree)", path, name);
         }
     }
-    float *host = s ? NULL : malloc(m->n_params * sizeof(float));
-    if (!s && !host) s = st_errf(err, ST_ERR_NOMEM, "out of memory loading %s", dir);
+    st_safetensors **src = s ? NULL : malloc((size_t)m->n_tensors * sizeof *src);
+    if (!s && !src) s = st_errf(err, ST_ERR_NOMEM, "out of memory loading %s", dir);
+    /* every shard opened and every tensor found before the first weight is written */
     for (int i = 0; i < m->n_tensors && !s; i++) {
         const st_param_info *t = &m->tensors[i];
         const char *file = SINGLE_NAME;
@@ -139,11 +143,10 @@ st_status st_llama_load_hf(st_llama_model *m, const char *dir, st_err *err) {
                         st_safetensors_path(st), t->name, t->shape[0], t->shape[1]);
             break;
         }
-        int64_t shape[2] = {t->shape[0], t->shape[1]};
-        s = st_safetensors_read_f32(st, t->name, host + t->offset, t->numel, shape, t->ndim, err);
+        src[i] = st;
     }
-    if (!s) m->be->ops->copy_to_device(m->be, m->params, host, m->n_params * sizeof(float));
-    free(host);
+    if (!s) s = model_params_load(m->be, m->params, m->tensors, m->n_tensors, src, NULL, err);
+    free(src);
     shards_free(&shards);
     if (index) json_object_put(index);
     return s;
@@ -295,19 +298,18 @@ st_status st_llama_load_safetensors(st_llama_model *m, const char *path, st_err 
         if (!st_llama_find_tensor(m, name) && !ignorable(m, name))
             s = st_errf(err, ST_ERR_SHAPE, "%s: tensor '%s' is not part of this configuration", path, name);
     }
-    float *host = s ? NULL : malloc(m->n_params * sizeof(float));
-    if (!s && !host) s = st_errf(err, ST_ERR_NOMEM, "out of memory loading %s", path);
+    st_safetensors **src = s ? NULL : malloc((size_t)m->n_tensors * sizeof *src);
+    if (!s && !src) s = st_errf(err, ST_ERR_NOMEM, "out of memory loading %s", path);
     for (int i = 0; i < m->n_tensors && !s; i++) {
         const st_param_info *t = &m->tensors[i];
         if (!st_safetensors_find(st, t->name)) {
             s = st_errf(err, ST_ERR_SHAPE, "%s: tensor '%s' is missing (the configuration needs it)", path, t->name);
             break;
         }
-        int64_t shape[2] = {t->shape[0], t->shape[1]};
-        s = st_safetensors_read_f32(st, t->name, host + t->offset, t->numel, shape, t->ndim, err);
+        src[i] = st;
     }
-    if (!s) m->be->ops->copy_to_device(m->be, m->params, host, m->n_params * sizeof(float));
-    free(host);
+    if (!s) s = model_params_load(m->be, m->params, m->tensors, m->n_tensors, src, NULL, err);
+    free(src);
     st_safetensors_close(st);
     return s;
 }

@@ -245,13 +245,12 @@ const st_param_info *st_llama_find_tensor(const st_llama_model *m, const char *n
 
 void st_llama_init_random(st_llama_model *m, uint64_t seed) {
     /* memory that is the host's takes the draws in place; a device's through one staging buffer */
-    int direct = st_backend_host_memory(m->be);
-    float *host = direct ? m->params : malloc(m->n_params * sizeof(float));
-    if (!host) return;
+    st_host_stage hs;
+    if (st_host_stage_open(&hs, m->be, m->n_params, NULL)) return;
+    float *host = st_host_stage_at(&hs, m->params);
     m->arch->ops->init(m->arch, host, seed);
-    if (direct) return;
-    m->be->ops->copy_to_device(m->be, m->params, host, m->n_params * sizeof(float));
-    free(host);
+    st_host_stage_put(&hs, m->params, m->n_params);
+    st_host_stage_close(&hs);
 }
 
 /* ------------------------------------------------------------------ forward / backward */

@@ -29,6 +29,7 @@
 #include "strata/safetensors.h"
 #include "model/frozen_base_internal.h"
 #include "model/frozen_store.h"
+#include "model/model_internal.h"
 
 typedef struct lora_adapter {
     int key;              /* first (frozen_base_index): layer * ST_MM_COUNT + the block matmul */
@@ -369,21 +370,17 @@ static st_status lo_load(st_model *m, const char *path, st_err *err) {
     st_safetensors *st;
     st_status s = st_safetensors_open(&st, path, err);
     if (s) return s;
-    float *host = malloc(m->n_params * sizeof(float));
-    if (!host) {
-        st_safetensors_close(st);
-        return st_errf(err, ST_ERR_NOMEM, "out of memory");
-    }
+    st_safetensors **src = malloc((size_t)(m->n_tensors ? m->n_tensors : 1) * sizeof *src);
+    if (!src) s = st_errf(err, ST_ERR_NOMEM, "out of memory");
     for (int i = 0; !s && i < m->n_tensors; i++) {
         const st_param_info *t = &li->tensors[i];
-        int64_t shape[2] = {t->shape[0], t->shape[1]};
         if (!st_safetensors_find(st, t->name))
             s = st_errf(err, ST_ERR_FORMAT, "%s: no adapter '%s'; the file holds adapters of another rank, targets or "
                         "model (this run: r %d, lora_targets %s)", path, t->name, li->cfg.rank, li->canon_targets);
-        else s = st_safetensors_read_f32(st, t->name, host + t->offset, t->numel, shape, 2, err);
+        src[i] = st;
     }
-    if (!s) m->be->ops->copy_to_device(m->be, m->params, host, m->n_params * sizeof(float));
-    free(host);
+    if (!s) s = model_params_load(m->be, m->params, li->tensors, m->n_tensors, src, NULL, err);
+    free(src);
     st_safetensors_close(st);
     return s;
 }

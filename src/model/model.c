@@ -205,6 +205,35 @@ const st_param_info *st_params_find(const st_param_info *t, int n, const char *n
     return NULL;
 }
 
+size_t st_params_load_extra_bytes(const st_param_info *t, int n, int host_memory) {
+    size_t largest = 0;
+    for (int i = 0; i < n; i++)
+        if (t[i].numel > largest) largest = t[i].numel;
+    return (host_memory ? 1 : 2) * largest * sizeof(float);
+}
+
+st_status model_params_load(st_backend *be, float *params, const st_param_info *t, int n, st_safetensors *const *src,
+                            const char *const *names, st_err *err) {
+    size_t largest = 0;
+    st_status s = ST_OK;
+    for (int i = 0; i < n && !s; i++) {
+        int64_t shape[2] = {t[i].shape[0], t[i].shape[1]};
+        s = st_safetensors_check_f32(src[i], names ? names[i] : t[i].name, t[i].numel, shape, t[i].ndim, err);
+        if (t[i].numel > largest) largest = t[i].numel;
+    }
+    st_host_stage hs;
+    if (s || (s = st_host_stage_open(&hs, be, largest, err))) return s;
+    for (int i = 0; i < n && !s; i++) {
+        int64_t shape[2] = {t[i].shape[0], t[i].shape[1]};
+        float *dst = params + t[i].offset;
+        s = st_safetensors_read_f32(src[i], names ? names[i] : t[i].name, st_host_stage_at(&hs, dst), t[i].numel, shape,
+                                    t[i].ndim, err); /* checked above: cannot fail */
+        if (!s) st_host_stage_put(&hs, dst, t[i].numel);
+    }
+    st_host_stage_close(&hs);
+    return s;
+}
+
 /* The weights' draws in pieces of at most this many values: each piece starts from the one
  * sequence's state at its first value (st_rng_skip), so the pieces run in parallel and give
  * the values of one sequential pass (7e9 values take minutes on one core). */

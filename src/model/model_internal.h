@@ -5,6 +5,7 @@
 
 #include "strata/llama.h"
 #include "strata/model.h"
+#include "strata/safetensors.h"
 
 /* A preset with overrides ov (may be NULL), or the Hugging Face directory hf_dir when it is
  * non-empty (an override may only repeat its value), resolved to its family (*is_llama) and
@@ -26,5 +27,13 @@ st_status model_create_llama(st_model **out, const st_llama_config *cfg, int wit
                              st_err *err);
 st_status model_create_gpt2_hf(st_model **out, const char *dir, int with_grads, st_backend *be, st_err *err);
 st_status model_create_llama_hf(st_model **out, const char *dir, int with_grads, st_backend *be, st_err *err);
+
+/* Tensors t[0..n) from their files src[i], under names[i] (t[i].name where names is NULL), into
+ * params (the backend's memory): every tensor checked first (st_safetensors_check_f32: present,
+ * its shape, a float dtype) and nothing written unless all pass, so a failed load leaves params
+ * as they were. In place where the backend's memory is the host's (no second copy of the
+ * weights), else through one staging buffer of the largest tensor (model.c). */
+st_status model_params_load(st_backend *be, float *params, const st_param_info *t, int n, st_safetensors *const *src,
+                            const char *const *names, st_err *err);
 
 #endif

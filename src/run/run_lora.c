@@ -190,7 +190,10 @@ double run_lora_start_bytes(const st_train_config *c, const st_arch *a, const ch
         st_lora_held_bytes(a->lay.tensors, a->lay.n_tensors, family, lc.frozen_dtype, &numel, &held, &panel, &row);
         wrapped += (double)panel + (double)st_frozen_bytes(lc.frozen_dtype, largest_matmul(a));
     }
-    double built = c->init_from[0] ? 8.0 * n : 4.0 * n;
+    /* before the wrap, init_from's loader reads into the base's vector in place (host memory),
+     * one tensor's file pages at a time beside it */
+    double built = 4.0 * n + (c->init_from[0] ? (double)st_params_load_extra_bytes(a->lay.tensors, a->lay.n_tensors, 1)
+                                               : 0.0);
     return wrapped > built ? wrapped : built;
 }
 
