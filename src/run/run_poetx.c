@@ -270,8 +270,10 @@ st_status run_poetx_bytes_of(const st_train_config *c, const st_arch *a, const c
      * base's whole vector again (in place; then W0 rounded anew and its pages given back) */
     out->start = 4.0 * n + 8.0 * (double)n_tr + 4.0 * (gmax + nperm) + qr_bytes;
     if (pc.frozen_dtype != ST_FROZEN_F32) out->start += w0_held + panel;
-    /* ... or, before the wrap, init_from's loader staging the weights whole beside them */
-    if (c->init_from[0] && 8.0 * n > out->start) out->start = 8.0 * n;
+    /* ... or, before the wrap, init_from's loader: the weights read in place, one tensor's
+     * conversion beside them (a device: one tensor's staging) */
+    double loading = 4.0 * n + (double)st_params_load_extra_bytes(a->lay.tensors, a->lay.n_tensors, 1);
+    if (c->init_from[0] && loading > out->start) out->start = loading;
     return ST_OK;
 }
 
