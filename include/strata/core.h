@@ -67,6 +67,13 @@ const char *st_status_name(st_status s);
 /* 64-byte aligned allocation (cache line, AVX-512 register); zeroed. NULL on failure. */
 void *st_alloc(size_t bytes);
 void st_free(void *p);
+/* Zeroed memory whose pages are taken only as they are first written (an anonymous mapping;
+ * st_alloc fills its pages at once): a vector that is written a piece at a time, and pieces of
+ * which are given back (madvise) before the next is written, never holds all its pages. 64-byte
+ * aligned (2 MiB and huge pages advised from 4 MiB, as st_alloc). NULL on failure. Given back
+ * with st_free_untouched and the same bytes. */
+void *st_alloc_untouched(size_t bytes);
+void st_free_untouched(void *p, size_t bytes);
 
 /* Monotonic seconds. */
 double st_now(void);

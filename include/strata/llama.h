@@ -115,6 +115,7 @@ typedef struct st_llama_model {
     size_t n_params;
     float *params; /* backend memory, n_params */
     float *grads;  /* backend memory, n_params, same layout */
+    int params_untouched; /* 1: params from st_alloc_untouched (a frozen base's, host memory) */
     int n_tensors;
     const st_param_info *tensors; /* the arch's table */
     size_t block_offset0; /* element offset of block 0 */

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 st_status st_errf(st_err *err, st_status code, const char *fmt, ...) {
     if (err) {
@@ -71,6 +72,33 @@ void *st_alloc(size_t bytes) {
 }
 
 void st_free(void *p) { free(p); }
+
+/* The mapping's length: whole pages, at least one. */
+static size_t untouched_len(size_t bytes) {
+    long pg = sysconf(_SC_PAGESIZE);
+    size_t p = pg > 0 ? (size_t)pg : 4096;
+    return bytes ? (bytes + p - 1) / p * p : p;
+}
+
+void *st_alloc_untouched(size_t bytes) {
+    size_t len = untouched_len(bytes), align = len >= ST_HUGE_MIN ? ST_HUGE_ALIGN : 0;
+    unsigned char *m = mmap(NULL, len + align, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return NULL;
+    if (!align) return m; /* page aligned */
+    /* the mapping cut to a 2 MiB boundary and its length: what st_free_untouched unmaps */
+    uintptr_t a = ((uintptr_t)m + align - 1) & ~(uintptr_t)(align - 1);
+    unsigned char *p = (unsigned char *)a;
+    if (p > m) munmap(m, (size_t)(p - m));
+    if (m + len + align > p + len) munmap(p + len, (size_t)(m + len + align - (p + len)));
+#ifdef MADV_HUGEPAGE
+    madvise(p, len, MADV_HUGEPAGE); /* advice only, as st_alloc's */
+#endif
+    return p;
+}
+
+void st_free_untouched(void *p, size_t bytes) {
+    if (p) munmap(p, untouched_len(bytes));
+}
 
 double st_now(void) {
     struct timespec ts;

@@ -255,7 +255,7 @@ st_status model_gpt2_create(st_gpt2_model *m, const st_gpt2_config *cfg, int wit
     st_status s = st_gpt2_create_shell(m, cfg, be, err);
     if (s) return s;
     size_t off = m->n_params;
-    m->params = be->ops->alloc(be, off * sizeof(float));
+    m->params = model_params_alloc(be, off, with_grads, &m->params_untouched);
     if (with_grads) m->grads = be->ops->alloc(be, off * sizeof(float));
     if (!m->params || (with_grads && !m->grads)) {
         st_gpt2_free(m);
@@ -307,7 +307,7 @@ void st_gpt2_free(st_gpt2_model *m) {
         free(m->acts->losses_host);
         free(m->acts);
     }
-    if (m->params) m->be->ops->dealloc(m->be, m->params);
+    model_params_free(m->be, m->params, m->n_params, m->params_untouched);
     if (m->grads) m->be->ops->dealloc(m->be, m->grads);
     if (m->docs) m->be->ops->dealloc(m->be, m->docs);
     free(m->tensors);

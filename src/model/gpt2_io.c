@@ -46,6 +46,10 @@ st_status st_gpt2_save_safetensors(const st_gpt2_model *m, const char *path, st_
 }
 
 st_status st_gpt2_load_safetensors(st_gpt2_model *m, const char *path, st_err *err) {
+    return model_gpt2_load_safetensors(m, path, NULL, err);
+}
+
+st_status model_gpt2_load_safetensors(st_gpt2_model *m, const char *path, const model_load_each *each, st_err *err) {
     st_safetensors *st;
     st_status s = st_safetensors_open(&st, path, err);
     if (s) return s;
@@ -60,7 +64,7 @@ st_status st_gpt2_load_safetensors(st_gpt2_model *m, const char *path, st_err *e
         src[i] = st;
         names[i] = name;
     }
-    if (!s) s = model_params_load(m->be, m->params, m->tensors, m->n_tensors, src, names, err);
+    if (!s) s = model_params_load_each(m->be, m->params, m->tensors, m->n_tensors, src, names, each, err);
     free(src);
     free(names);
     st_safetensors_close(st);
@@ -208,7 +212,7 @@ st_status model_create_gpt2_hf(st_model **out, const char *dir, int with_grads, 
                        strerror(errno));
     st_model *m;
     if ((s = model_create_gpt2(&m, &cfg, with_grads, be, err))) return s;
-    if ((s = st_gpt2_load_safetensors((st_gpt2_model *)m->impl, path, err))) {
+    if ((s = model_load_hf(m, dir, NULL, err))) {
         st_model_free(m);
         return s;
     }

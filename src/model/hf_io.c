@@ -11,6 +11,7 @@
  * Writing: config.json and either one model.safetensors or shards plus the index, under
  * the same names, each file written atomically (temporary + fsync + rename).
  */
+#include <errno.h>
 #include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,7 +80,23 @@ static int ignorable(const st_llama_model *m, const char *name) {
     return n >= k && !strcmp(name + n - k, "rotary_emb.inv_freq");
 }
 
+static st_status llama_load_hf_each(st_llama_model *m, const char *dir, const model_load_each *each, st_err *err);
+
 st_status st_llama_load_hf(st_llama_model *m, const char *dir, st_err *err) {
+    return llama_load_hf_each(m, dir, NULL, err);
+}
+
+st_status model_load_hf(st_model *m, const char *dir, const model_load_each *each, st_err *err) {
+    if (strcmp(m->ops->arch, "gpt2")) return llama_load_hf_each(m->impl, dir, each, err);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (access(path, R_OK) != 0)
+        return st_errf(err, ST_ERR_IO, "%s: cannot read: %s (a GPT-2 directory holds one model.safetensors)", path,
+                       strerror(errno));
+    return model_gpt2_load_safetensors(m->impl, path, each, err);
+}
+
+static st_status llama_load_hf_each(st_llama_model *m, const char *dir, const model_load_each *each, st_err *err) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, INDEX_NAME);
     json_object *index = NULL, *wmap = NULL;
@@ -145,7 +162,7 @@ st_status st_llama_load_hf(st_llama_model *m, const char *dir, st_err *err) {
         }
         src[i] = st;
     }
-    if (!s) s = model_params_load(m->be, m->params, m->tensors, m->n_tensors, src, NULL, err);
+    if (!s) s = model_params_load_each(m->be, m->params, m->tensors, m->n_tensors, src, NULL, each, err);
     free(src);
     shards_free(&shards);
     if (index) json_object_put(index);

@@ -219,7 +219,7 @@ st_status model_llama_create(st_llama_model *m, const st_llama_config *cfg, int 
     m->block_offset0 = ly->block_offset0;
     m->block_numel = ly->block_numel;
     m->n_params = ly->n_params;
-    m->params = be->ops->alloc(be, m->n_params * sizeof(float));
+    m->params = model_params_alloc(be, m->n_params, with_grads, &m->params_untouched);
     if (with_grads) m->grads = be->ops->alloc(be, m->n_params * sizeof(float));
     if (!m->params || (with_grads && !m->grads)) {
         size_t n = m->n_params;
@@ -233,7 +233,7 @@ st_status model_llama_create(st_llama_model *m, const st_llama_config *cfg, int 
 void st_llama_free(st_llama_model *m) {
     if (!m->be) return;
     acts_free(m);
-    if (m->params) m->be->ops->dealloc(m->be, m->params);
+    model_params_free(m->be, m->params, m->n_params, m->params_untouched);
     if (m->grads) m->be->ops->dealloc(m->be, m->grads);
     st_arch_free(m->arch);
     memset(m, 0, sizeof *m);

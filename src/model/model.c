@@ -212,8 +212,25 @@ size_t st_params_load_extra_bytes(const st_param_info *t, int n, int host_memory
     return (host_memory ? 1 : 2) * largest * sizeof(float);
 }
 
+float *model_params_alloc(st_backend *be, size_t n, int with_grads, int *untouched) {
+    *untouched = !with_grads && st_backend_host_memory(be);
+    return *untouched ? st_alloc_untouched(n * sizeof(float)) : be->ops->alloc(be, n * sizeof(float));
+}
+
+void model_params_free(st_backend *be, float *params, size_t n, int untouched) {
+    if (!params) return;
+    if (untouched) st_free_untouched(params, n * sizeof(float));
+    else be->ops->dealloc(be, params);
+}
+
 st_status model_params_load(st_backend *be, float *params, const st_param_info *t, int n, st_safetensors *const *src,
                             const char *const *names, st_err *err) {
+    return model_params_load_each(be, params, t, n, src, names, NULL, err);
+}
+
+st_status model_params_load_each(st_backend *be, float *params, const st_param_info *t, int n,
+                                 st_safetensors *const *src, const char *const *names, const model_load_each *each,
+                                 st_err *err) {
     size_t largest = 0;
     st_status s = ST_OK;
     for (int i = 0; i < n && !s; i++) {
@@ -229,6 +246,7 @@ st_status model_params_load(st_backend *be, float *params, const st_param_info *
         s = st_safetensors_read_f32(src[i], names ? names[i] : t[i].name, st_host_stage_at(&hs, dst), t[i].numel, shape,
                                     t[i].ndim, err); /* checked above: cannot fail */
         if (!s) st_host_stage_put(&hs, dst, t[i].numel);
+        if (!s && each) s = each->fn(each->ctx, &t[i], dst, err);
     }
     st_host_stage_close(&hs);
     return s;
@@ -292,17 +310,20 @@ void st_params_init_by_role(const st_param_info *t, int n, float *host, uint64_t
     free(pc);
 }
 
+st_status model_tensor_check_finite(const st_param_info *ti, const float *p, const char *from, st_err *err) {
+    for (size_t i = 0; i < ti->numel; i++)
+        if (!isfinite(p[i]))
+            return st_errf(err, ST_ERR_NONFINITE,
+                           "%s: tensor '%s' element %zu is %s: the weights are damaged; load another "
+                           "checkpoint", from, ti->name, i, isnan(p[i]) ? "NaN" : "infinite");
+    return ST_OK;
+}
+
 st_status st_model_check_finite(const st_model *m, const char *from, st_err *err) {
     const float *p = m->params; /* host memory on the CPU backend, where weights are loaded */
-    for (int t = 0; t < m->n_tensors; t++) {
-        const st_param_info *ti = &m->tensors[t];
-        for (size_t i = 0; i < ti->numel; i++)
-            if (!isfinite(p[ti->offset + i]))
-                return st_errf(err, ST_ERR_NONFINITE,
-                               "%s: tensor '%s' element %zu is %s: the weights are damaged; load another "
-                               "checkpoint", from, ti->name, i, isnan(p[ti->offset + i]) ? "NaN" : "infinite");
-    }
-    return ST_OK;
+    st_status s = ST_OK;
+    for (int t = 0; t < m->n_tensors && !s; t++) s = model_tensor_check_finite(&m->tensors[t], p + m->tensors[t].offset, from, err);
+    return s;
 }
 
 void st_params_decay_segments(const st_param_info *t, int n, float weight_decay, st_optim_segment *out) {

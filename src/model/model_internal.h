@@ -36,4 +36,38 @@ st_status model_create_llama_hf(st_model **out, const char *dir, int with_grads,
 st_status model_params_load(st_backend *be, float *params, const st_param_info *t, int n, st_safetensors *const *src,
                             const char *const *names, st_err *err);
 
+/* What the loader calls after each tensor is in place: fn(ctx, t, at, err) with t the tensor's
+ * row of the table and at its values (params + t->offset, the backend's memory), before the next
+ * tensor is read; a status other than ST_OK stops the load with it. The caller of a load that
+ * can stop so discards the half-loaded model (its tensors were all checked before the first
+ * was written, so only fn stops it). */
+typedef struct model_load_each {
+    st_status (*fn)(void *ctx, const st_param_info *t, float *at, st_err *err);
+    void *ctx;
+} model_load_each;
+
+/* model_params_load with each (NULL: none) called after each tensor. */
+st_status model_params_load_each(st_backend *be, float *params, const st_param_info *t, int n,
+                                 st_safetensors *const *src, const char *const *names, const model_load_each *each,
+                                 st_err *err);
+
+/* st_gpt2_load_safetensors with each (NULL: none) after each tensor (gpt2_io.c). */
+st_status model_gpt2_load_safetensors(st_gpt2_model *m, const char *path, const model_load_each *each, st_err *err);
+
+/* Weights from the Hugging Face directory dir into m (a GPT-2 or Llama-family model of the
+ * directory's shape, st_model_create_from without weights), each (NULL: none) after each
+ * tensor: what st_model_create_from does with weights after building the model (hf_io.c). */
+st_status model_load_hf(st_model *m, const char *dir, const model_load_each *each, st_err *err);
+
+/* ti's values p all finite? ST_ERR_NONFINITE naming FROM, the tensor and the element (the
+ * rule of st_model_check_finite, a tensor at a time). */
+st_status model_tensor_check_finite(const st_param_info *ti, const float *p, const char *from, st_err *err);
+
+/* The model's parameter vector of n values on be, zeroed: a base without gradients (a method
+ * over frozen weights) on host memory gets its pages as they are written (st_alloc_untouched,
+ * *untouched 1), so a loader that rounds and gives back each block weight as it reads it never
+ * holds the base whole; else be's alloc (*untouched 0). model_params_free gives it back. */
+float *model_params_alloc(st_backend *be, size_t n, int with_grads, int *untouched);
+void model_params_free(st_backend *be, float *params, size_t n, int untouched);
+
 #endif
