@@ -3,7 +3,7 @@
 # - a flipped byte in a checkpoint's model.safetensors data is refused at resume, naming
 #   the file and the checksum (strata records a CRC-32C of the data in the header);
 # - a NaN weight (in a file without strata's checksum, as from elsewhere) is refused,
-#   naming the tensor;
+#   naming the tensor, LoRA's int8 base from a Hugging Face directory too (checked as read);
 # - weights that make every gradient non-finite (a huge but finite value) stop the run
 #   after max_skipped_steps consecutive skipped steps with an error, not exit 0;
 # - metrics.jsonl stays JSON (a non-finite loss or norm is null, never a bare nan).
@@ -54,6 +54,16 @@ edit "$T/nan/$CK" transformer.h.0.attn.c_attn.weight nan strip
 rc=$?
 check '[ $rc -ne 0 ] && grep -q "tensor .*h.0.attn.c_attn.weight.* element 0 is NaN" "$T/nan.out"' \
   "a NaN weight was not refused naming its tensor (rc $rc): $(tail -2 "$T/nan.out")"
+
+# LoRA over an int8 base from a Hugging Face directory: each tensor is checked as it is read,
+# before a block weight is rounded into the store (a NaN would round to codes silently)
+"$S" train $A --steps 1 --run_dir "$T/mkhf" --save_hf "$T/hf" >"$T/mkhf.out" 2>&1
+edit "$T/hf/model.safetensors" transformer.h.1.mlp.c_fc.weight nan strip
+"$S" train $A --steps 1 --method lora --frozen_dtype int8 --init_from "$T/hf" --model "" --run_dir "$T/lnan" \
+  >"$T/lnan.out" 2>&1
+rc=$?
+check '[ $rc -ne 0 ] && grep -q "tensor .*h.1.mlp.c_fc.weight.* element 0 is NaN" "$T/lnan.out"' \
+  "LoRA int8 over a NaN weight was not refused naming its tensor (rc $rc): $(tail -2 "$T/lnan.out")"
 
 cp -r "$T/base" "$T/huge"
 edit "$T/huge/$CK" transformer.wte.weight 3e38 strip

@@ -70,6 +70,16 @@ typedef struct st_lora_config {
  * a backend whose memory is not the host's ('frozen_dtype'). */
 st_status st_lora_model_create(st_model **out, st_model *base, const st_lora_config *cfg, uint64_t seed,
                                st_err *err);
+/* st_lora_model_create over the weights of the Hugging Face directory hf_dir, read into base (a
+ * model of hf_dir's shape built without its weights: st_model_create_from with with_weights 0
+ * and no_grads) after the adapters are made: each tensor checked finite as it is read (as
+ * st_model_check_finite would after a load, FROM hf_dir), and with frozen_dtype bf16 or int8
+ * each block matmul weight rounded into the held store and its fp32 pages given back before the
+ * next tensor is read, so the base is never whole in fp32 (its vector's pages are taken as they
+ * are written). The same model, bit for bit, as st_model_create_from with weights, then
+ * st_lora_model_create. Takes base (freed on failure, with the model made). */
+st_status st_lora_model_create_from(st_model **out, st_model *base, const char *hf_dir, const st_lora_config *cfg,
+                                    uint64_t seed, st_err *err);
 /* The configuration checked against a model's tensor table (the same refusals), allocating
  * nothing: how many adapter parameters it would train (*n_params, may be NULL). */
 st_status st_lora_check(const st_param_info *tensors, int n_tensors, const char *arch, const st_lora_config *cfg,
@@ -86,6 +96,11 @@ size_t st_lora_hook_scratch_bytes(const st_param_info *tensors, int n_tensors, c
  * with fp32). */
 void st_lora_held_bytes(const st_param_info *tensors, int n_tensors, const char *arch, st_frozen_dtype d, size_t *numel,
                         size_t *held, size_t *panel, size_t *row_floats);
+/* The most bytes st_lora_model_create_from's load holds in the base's vector and the held store
+ * of frozen_dtype d while it reads a table of family arch (host memory), tensor by tensor in
+ * the table's order: the tensors read so far (fp32, or as held where d rounds them), the tensor
+ * being read in fp32 and its file's pages (4 bytes a value, st_params_load_extra_bytes' rule). */
+size_t st_lora_load_peak_bytes(const st_param_info *tensors, int n_tensors, const char *arch, st_frozen_dtype d);
 /* Layer streaming (strata/stream.h): the hook an executor's blocks call over m's base (its
  * st_stream_config.hook, frozen), with its scratch for B x T rows and none of the base's own
  * activations. Its forward reads m->params, its backward adds to m->grads: host memory (the

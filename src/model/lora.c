@@ -490,10 +490,26 @@ void st_lora_held_bytes(const st_param_info *tensors, int n_tensors, const char 
     *row_floats = (size_t)y + (size_t)tmp;
 }
 
+size_t st_lora_load_peak_bytes(const st_param_info *tensors, int n_tensors, const char *arch, st_frozen_dtype d) {
+    int gpt2 = !strcmp(arch, "gpt2"), cur = 0;
+    frozen_site site;
+    int more = d != ST_FROZEN_F32 && frozen_base_next_site(tensors, n_tensors, gpt2, &cur, &site);
+    size_t kept = 0, peak = 0;
+    for (int i = 0; i < n_tensors; i++) { /* the loader's order (model_params_load) */
+        const st_param_info *t = &tensors[i];
+        if (kept + 8 * t->numel > peak) peak = kept + 8 * t->numel;
+        int held = more && site.t == t;
+        kept += held ? st_frozen_bytes(d, t->numel) : 4 * t->numel;
+        if (held) more = frozen_base_next_site(tensors, n_tensors, gpt2, &cur, &site);
+    }
+    return kept > peak ? kept : peak;
+}
+
 /* frozen_dtype bf16, int8: every matmul weight of the base's blocks into the store, rounded from
- * the base's vector as it is now, and the fp32 pages of them given back; the hook takes the
- * blocks' matmuls. Returns ST_OK, or a refusal (the caller frees m). */
-static st_status hold_weights(lora_impl *li, st_err *err) {
+ * the base's vector as it is now and the fp32 pages of them given back (round_now; 0: each as
+ * the loader reads it, hold_each); the hook takes the blocks' matmuls. Returns ST_OK, or a
+ * refusal (the caller frees m). */
+static st_status hold_weights(lora_impl *li, int round_now, st_err *err) {
     st_model *b = li->fb.base;
     int nk = li->fb.n_layer * ST_MM_COUNT, n = 0;
     frozen_site site;
@@ -538,7 +554,7 @@ static st_status hold_weights(lora_impl *li, st_err *err) {
     held_scratch(b->tensors, b->n_tensors, li->fb.gpt2, li->panel_bytes, &li->y_cols, &li->tmp_cols);
     if (!(li->panel = malloc(li->panel_bytes)))
         return st_errf(err, ST_ERR_NOMEM, "lora: cannot allocate the %zu-byte dequantising panel", li->panel_bytes);
-    for (int i = 0; i < li->n_held; i++) {
+    for (int i = 0; round_now && i < li->n_held; i++) {
         lora_held *a = &li->held[i];
         frozen_weight_set(&a->fw, b->params + a->base_t->offset);
         frozen_release(b->params + a->base_t->offset, a->base_t->numel * sizeof(float));
@@ -550,8 +566,10 @@ static st_status hold_weights(lora_impl *li, st_err *err) {
 st_model *st_lora_base(const st_model *m) { return st_model_is_lora(m) ? impl_of(m)->fb.base : NULL; }
 const st_lora_config *st_lora_config_of(const st_model *m) { return st_model_is_lora(m) ? &impl_of(m)->cfg : NULL; }
 
-st_status st_lora_model_create(st_model **out, st_model *base, const st_lora_config *cfg, uint64_t seed,
-                               st_err *err) {
+/* st_lora_model_create; round_now 0: the held weights' store made, each rounded into it as the
+ * loader reads it (st_lora_model_create_from). */
+static st_status lora_create(st_model **out, st_model *base, const st_lora_config *cfg, uint64_t seed, int round_now,
+                             st_err *err) {
     *out = NULL;
     int gpt2 = !strcmp(base->ops->arch, "gpt2");
     if (!gpt2 && strcmp(base->ops->arch, "llama")) {
@@ -631,7 +649,7 @@ st_status st_lora_model_create(st_model **out, st_model *base, const st_lora_con
     }
     frozen_base_drop_grads(&li->fb); /* the base is frozen: its gradient vector goes */
     li->fb.hook = (st_linear_hook){.forward = hook_forward, .backward = hook_backward, .frozen = 1};
-    if (cfg->frozen_dtype != ST_FROZEN_F32 && (s = hold_weights(li, err))) {
+    if (cfg->frozen_dtype != ST_FROZEN_F32 && (s = hold_weights(li, round_now, err))) {
         lo_destroy(m);
         return s;
     }
@@ -639,6 +657,45 @@ st_status st_lora_model_create(st_model **out, st_model *base, const st_lora_con
     lo_init_random(m, seed);
     *out = m;
     return ST_OK;
+}
+
+st_status st_lora_model_create(st_model **out, st_model *base, const st_lora_config *cfg, uint64_t seed,
+                               st_err *err) {
+    return lora_create(out, base, cfg, seed, 1, err);
+}
+
+typedef struct hold_load {
+    lora_impl *li;
+    const char *from;
+} hold_load;
+
+/* The loader's step after tensor t is in the base's vector at `at` (model_load_each): its values
+ * checked finite (st_model_check_finite's rule, as the whole base's was after a load), and a held
+ * weight rounded into the store and its fp32 pages given back before the next tensor is read. */
+static st_status hold_each(void *ctx, const st_param_info *t, float *at, st_err *err) {
+    const hold_load *h = ctx;
+    st_status s = model_tensor_check_finite(t, at, h->from, err);
+    for (int i = 0; !s && i < h->li->n_held; i++) {
+        lora_held *a = &h->li->held[i];
+        if (a->base_t != t) continue;
+        frozen_weight_set(&a->fw, at);
+        frozen_release(at, t->numel * sizeof(float));
+        break;
+    }
+    return s;
+}
+
+st_status st_lora_model_create_from(st_model **out, st_model *base, const char *hf_dir, const st_lora_config *cfg,
+                                    uint64_t seed, st_err *err) {
+    st_status s = lora_create(out, base, cfg, seed, 0, err);
+    if (s) return s;
+    hold_load h = {impl_of(*out), hf_dir};
+    model_load_each each = {hold_each, &h};
+    if ((s = model_load_hf(base, hf_dir, &each, err))) {
+        st_model_free(*out); /* the base half read, some of it rounded: discarded */
+        *out = NULL;
+    }
+    return s;
 }
 
 /* ------------------------------------------------------------------ PEFT adapter, merged model */

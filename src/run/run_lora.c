@@ -180,21 +180,28 @@ static size_t largest_matmul(const st_arch *a) {
 double run_lora_start_bytes(const st_train_config *c, const st_arch *a, const char *family, size_t n_tr) {
     st_lora_config lc;
     lora_config(c, family, &lc);
-    double n = (double)a->lay.n_params;
-    double wrapped = 4.0 * n + 12.0 * (double)n_tr; /* the adapters' weights, gradients and staging */
-    /* bf16, int8: the panel beside the base's whole vector; the store's pages (frozen_base_hold:
-     * untouched until written) are taken as the weights are rounded into them and their fp32
-     * pages go back, so at most one weight's held bytes over the base's vector */
-    if (lc.frozen_dtype != ST_FROZEN_F32) {
-        size_t numel = 0, held = 0, panel = 0, row = 0;
+    double n = (double)a->lay.n_params, adapters = 12.0 * (double)n_tr; /* their weights, gradients, staging */
+    size_t numel = 0, held = 0, panel = 0, row = 0;
+    if (lc.frozen_dtype != ST_FROZEN_F32)
         st_lora_held_bytes(a->lay.tensors, a->lay.n_tensors, family, lc.frozen_dtype, &numel, &held, &panel, &row);
+    /* init_from: the adapters (and a store's panel) made first, then the loader reads into the base's
+     * vector in place (pages taken as written), one tensor's file pages beside it; bf16, int8: each
+     * block matmul weight rounded into the store and its fp32 pages given back as it is read */
+    if (c->init_from[0])
+        return adapters + (double)panel +
+               (double)st_lora_load_peak_bytes(a->lay.tensors, a->lay.n_tensors, family, lc.frozen_dtype);
+    /* a preset: the base drawn whole in place, then wrapped; bf16, int8: the panel beside the
+     * base's whole vector, the store's pages (frozen_base_hold: untouched until written) taken as
+     * the weights are rounded into them and their fp32 pages go back, so at most one weight's held
+     * bytes over the base's vector */
+    double wrapped = 4.0 * n + adapters;
+    if (lc.frozen_dtype != ST_FROZEN_F32)
         wrapped += (double)panel + (double)st_frozen_bytes(lc.frozen_dtype, largest_matmul(a));
-    }
-    /* before the wrap, init_from's loader reads into the base's vector in place (host memory),
-     * one tensor's file pages at a time beside it */
-    double built = 4.0 * n + (c->init_from[0] ? (double)st_params_load_extra_bytes(a->lay.tensors, a->lay.n_tensors, 1)
-                                               : 0.0);
-    return wrapped > built ? wrapped : built;
+    return wrapped;
+}
+
+int run_lora_loads_base(const st_train_config *c) {
+    return st_train_config_method_of(c) == ST_TRAIN_METHOD_LORA && c->init_from[0];
 }
 
 st_status run_lora_open(const st_train_config *c, st_model **m, st_err *err) {
@@ -204,7 +211,10 @@ st_status run_lora_open(const st_train_config *c, st_model **m, st_err *err) {
     st_lora_config lc;
     lora_config(c, (*m)->ops->arch, &lc);
     st_model *lm = NULL;
-    s = st_lora_model_create(&lm, *m, &lc, c->seed, err); /* takes the base, frees it on failure */
+    /* both take the base, and free it on failure; init_from's weights read into it here, each block
+     * weight rounded into the held store as it is read (the base is never whole in fp32) */
+    s = run_lora_loads_base(c) ? st_lora_model_create_from(&lm, *m, c->init_from, &lc, c->seed, err)
+                               : st_lora_model_create(&lm, *m, &lc, c->seed, err);
     if (!s && c->init_adapter[0] && !c->resume[0]) s = st_lora_load_adapter(lm, c->init_adapter, err);
     *m = lm; /* its activations: the run's, as for any model the step trains through its own forward */
     return s;
