@@ -3,7 +3,8 @@
 # - a flipped byte in a checkpoint's model.safetensors data is refused at resume, naming
 #   the file and the checksum (strata records a CRC-32C of the data in the header);
 # - a NaN weight (in a file without strata's checksum, as from elsewhere) is refused,
-#   naming the tensor, LoRA's int8 base from a Hugging Face directory too (checked as read);
+#   naming the tensor, LoRA's and POET-X's int8 base from a Hugging Face directory too (checked as
+#   read);
 # - weights that make every gradient non-finite (a huge but finite value) stop the run
 #   after max_skipped_steps consecutive skipped steps with an error, not exit 0;
 # - metrics.jsonl stays JSON (a non-finite loss or norm is null, never a bare nan).
@@ -64,6 +65,12 @@ edit "$T/hf/model.safetensors" transformer.h.1.mlp.c_fc.weight nan strip
 rc=$?
 check '[ $rc -ne 0 ] && grep -q "tensor .*h.1.mlp.c_fc.weight.* element 0 is NaN" "$T/lnan.out"' \
   "LoRA int8 over a NaN weight was not refused naming its tensor (rc $rc): $(tail -2 "$T/lnan.out")"
+# POET-X's W0 from the same directory, checked as it is read too, before it goes into the store
+"$S" train $A --steps 1 --method poetx --frozen_dtype int8 --init_from "$T/hf" --model "" --run_dir "$T/pnan" \
+  >"$T/pnan.out" 2>&1
+rc=$?
+check '[ $rc -ne 0 ] && grep -q "tensor .*h.1.mlp.c_fc.weight.* element 0 is NaN" "$T/pnan.out"' \
+  "POET-X int8 over a NaN weight was not refused naming its tensor (rc $rc): $(tail -2 "$T/pnan.out")"
 
 cp -r "$T/base" "$T/huge"
 edit "$T/huge/$CK" transformer.wte.weight 3e38 strip

@@ -109,6 +109,15 @@ void st_poetx_frozen_bytes(const st_model *m, size_t *w0, size_t *panel);
  * by init_random, which takes the base's weights anew), the base's fp32 pages of it given back. */
 st_status st_poetx_model_create(st_model **out, st_model *base, const st_poetx_config *cfg, uint64_t seed,
                                 st_err *err);
+/* st_poetx_model_create over the weights of the Hugging Face directory hf_dir, read into base (a
+ * model of hf_dir's shape built without its weights: st_model_create_from with with_weights 0
+ * and no_grads) after the model and its W0 store are made: each tensor checked finite as it is
+ * read (st_model_check_finite's rule, FROM hf_dir) and each W0 put into the frame of the
+ * permutations and the store before the next tensor is read (with bf16 or int8 rounded and its
+ * fp32 pages given back: the base's W0 is never whole in fp32). The same model, bit for bit, as
+ * st_model_create_from with weights, then st_poetx_model_create. Takes base (freed on failure). */
+st_status st_poetx_model_create_from(st_model **out, st_model *base, const char *hf_dir, const st_poetx_config *cfg,
+                                     uint64_t seed, st_err *err);
 /* Layer streaming (strata/stream.h): the hook an executor's blocks call over m's base in place
  * of each block matmul (its st_stream_config.hook, frozen 0: the executor forms the gradients of
  * the base's embeddings, norms, biases and untied head and hands them to the hook's grad_at, in

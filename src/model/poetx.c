@@ -34,6 +34,7 @@
 #include "strata/safetensors.h"
 #include "model/frozen_base_internal.h"
 #include "model/frozen_store.h"
+#include "model/model_internal.h"
 
 typedef struct poet_weight {
     int key;               /* first (frozen_base_index): layer * ST_MM_COUNT + the block matmul */
@@ -305,12 +306,16 @@ static float *base_w0(const poet_impl *pi, int i) { return pi->fb.base->params +
 /* The base's trainables and W0 as they are, Q = 0 (G = I: the model is the base), permutations of
  * (seed, step 0), W0 into their frame and the store (w0_pass, from the base's vector: the bf16
  * and int8 codes rounded after the permutation, so their groups are the held layout's). */
-static st_status init_state(st_model *m, uint64_t seed, st_err *err) {
+static void init_trainables(st_model *m) {
     poet_impl *pi = impl_of(m);
     st_backend *be = m->be;
     be->ops->memset0(be, m->params, m->n_params * sizeof(float));
     for (int i = 0; i < pi->n_train; i++)
         dev_copy(be, m->params + pi->train[i].off, pi->fb.base->params + pi->train[i].base_off, pi->train[i].numel);
+}
+
+static st_status init_state(st_model *m, uint64_t seed, st_err *err) {
+    init_trainables(m);
     return redraw(m, seed, 0, W0_FROM_BASE, err);
 }
 
@@ -972,8 +977,9 @@ st_status st_poetx_merge(st_model *m, uint64_t seed, int64_t step, st_err *err) 
 
 /* ------------------------------------------------------------------ creation */
 
-st_status st_poetx_model_create(st_model **out, st_model *base, const st_poetx_config *cfg, uint64_t seed,
-                                st_err *err) {
+/* st_poetx_model_create; init 0: the state left for st_poetx_model_create_from's load. */
+static st_status poetx_create(st_model **out, st_model *base, const st_poetx_config *cfg, uint64_t seed, int init,
+                              st_err *err) {
     *out = NULL;
     const st_backend_ops *bo = base->be->ops;
     if (!bo->poet_cayley_forward || !bo->poet_cayley_backward || !bo->poet_apply_forward ||
@@ -1151,10 +1157,55 @@ st_status st_poetx_model_create(st_model **out, st_model *base, const st_poetx_c
     pi->fb.hook.linear_backward = hook_linear_backward;
     pi->fb.hook.grad_at = hook_grad_at;
     frozen_base_set_hook(&pi->fb, &pi->fb.hook);
-    if ((s = init_state(m, seed, err))) {
+    if (init && (s = init_state(m, seed, err))) {
         po_destroy(m);
         return s;
     }
     *out = m;
     return ST_OK;
+}
+
+st_status st_poetx_model_create(st_model **out, st_model *base, const st_poetx_config *cfg, uint64_t seed,
+                                st_err *err) {
+    return poetx_create(out, base, cfg, seed, 1, err);
+}
+
+typedef struct w0_load {
+    st_model *m;
+    const int32_t *perms; /* the permutations of (seed, step 0), host */
+    const char *from;
+} w0_load;
+
+/* The loader's step after tensor t is in the base's vector at `at` (model_load_each): checked
+ * finite, and a W0 taken into the frame of the permutations and into the store (w0_pass of that
+ * weight alone: with bf16 or int8 rounded and its fp32 pages given back) before the next is read. */
+static st_status w0_each(void *ctx, const st_param_info *t, float *at, st_err *err) {
+    const w0_load *h = ctx;
+    poet_impl *pi = impl_of(h->m);
+    st_status s = model_tensor_check_finite(t, at, h->from, err);
+    for (int i = 0; !s && i < pi->n_w; i++)
+        if (pi->w[i].base_t == t) return w0_pass(h->m, W0_FROM_BASE, h->perms, i, NULL, err);
+    return s;
+}
+
+st_status st_poetx_model_create_from(st_model **out, st_model *base, const char *hf_dir, const st_poetx_config *cfg,
+                                     uint64_t seed, st_err *err) {
+    st_status s = poetx_create(out, base, cfg, seed, 0, err);
+    if (s) return s;
+    poet_impl *pi = impl_of(*out);
+    int32_t *np = malloc((pi->n_perm ? pi->n_perm : 1) * sizeof(int32_t));
+    if (!np) s = st_errf(err, ST_ERR_NOMEM, "poetx: out of memory for the permutations");
+    if (!s) {
+        draw_perms_host(pi, seed, 0, np); /* init_state's redraw, a weight at a time */
+        w0_load h = {*out, np, hf_dir};
+        model_load_each each = {w0_each, &h};
+        s = model_load_hf(base, hf_dir, &each, err);
+    }
+    free(np);
+    if (!s) init_trainables(*out); /* the base's other tensors, read whole now */
+    if (s) {
+        st_model_free(*out); /* the base half read, some of W0 rounded: discarded */
+        *out = NULL;
+    }
+    return s;
 }

@@ -205,6 +205,8 @@ st_status run_poetx_trainable(const st_train_config *c, const st_arch *a, const 
 
 int run_poetx_initialises(const st_train_config *c) { return is_poetx(c) && !c->init_from[0]; }
 
+int run_poetx_loads_base(const st_train_config *c) { return is_poetx(c) && c->init_from[0]; }
+
 st_status run_poetx_bytes_of(const st_train_config *c, const st_arch *a, const char *family, int B, int T,
                              run_poetx_bytes *out, st_err *err) {
     memset(out, 0, sizeof *out);
@@ -347,7 +349,10 @@ st_status run_poetx_open(const st_train_config *c, st_comm *comm, st_model **m, 
     if (!is_poetx(c)) return ST_OK;
     st_poetx_config pc = poetx_config(c);
     st_model *pm = NULL;
-    st_status s = st_poetx_model_create(&pm, *m, &pc, c->seed, err); /* takes the base, frees it on failure */
+    /* both take the base, and free it on failure; init_from's weights read into it here, each W0
+     * into the store as it is read */
+    st_status s = run_poetx_loads_base(c) ? st_poetx_model_create_from(&pm, *m, c->init_from, &pc, c->seed, err)
+                                          : st_poetx_model_create(&pm, *m, &pc, c->seed, err);
     *m = pm; /* its activations: the run's, as for any model the step trains through its own forward */
     if (s || !run_poetx_initialises(c)) return s;
     /* a resume takes W0 from its checkpoint or, with the disk state, from the store's W0 file of

@@ -55,6 +55,10 @@ st_status run_poetx_open(const st_train_config *c, st_comm *comm, st_model **m, 
  * the caller leaves the base uninitialised, so the base's gradient vector is freed by the wrap
  * before the initialisation's staging buffer is allocated. */
 int run_poetx_initialises(const st_train_config *c);
+/* 1 when c is method poetx over init_from: its base is built without weights, which run_poetx_open
+ * reads (st_poetx_model_create_from: each W0 into the store as it is read, each tensor checked
+ * finite); 0: the base comes with its weights, or a preset's are drawn. */
+int run_poetx_loads_base(const st_train_config *c);
 /* Q's peak learning rate: poetx_lr, or lr where it is -1 (any method: only method poetx's
  * optimizer has segments of the second class). */
 double run_poetx_lr(const st_train_config *c);

@@ -208,12 +208,12 @@ static st_status open_model(train_run *r, st_err *err) {
     st_model_overrides ov = st_train_config_overrides(c);
     /* lora, poetx: the base is frozen, its gradient never allocated (the method trains its own) */
     ov.no_grads = st_train_config_method_of(c) != ST_TRAIN_METHOD_FULL;
-    /* lora over init_from: the base built empty, its weights read once the adapters' held store
-     * is made (run_lora_open), each block weight rounded into it as it is read */
-    int lora_loads = run_lora_loads_base(c);
-    if ((s = st_model_create_from(&r->m, c->model, c->init_from, &ov, !lora_loads, r->be, err))) return s;
+    /* lora, poetx over init_from: the base built empty, its weights read once the method's held
+     * store is made (run_lora_open, run_poetx_open), each block weight rounded into it as it is read */
+    int loads = run_lora_loads_base(c) || run_poetx_loads_base(c);
+    if ((s = st_model_create_from(&r->m, c->model, c->init_from, &ov, !loads, r->be, err))) return s;
     if (!c->init_from[0] && !run_poetx_initialises(c)) r->m->ops->init_random(r->m, c->seed); /* poetx: once wrapped */
-    else if (!lora_loads && (s = st_model_check_finite(r->m, c->init_from, err))) return s;
+    else if (!loads && (s = st_model_check_finite(r->m, c->init_from, err))) return s;
     if ((s = run_lora_open(c, &r->m, err))) return s;  /* method lora: the adapters over the base */
     if ((s = run_poetx_open(c, r->dist.comm, &r->m, err))) return s; /* method poetx: R W0 P over the base */
     /* in memory the step trains a model with blocks through the executor (its own
