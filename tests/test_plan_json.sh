@@ -82,6 +82,9 @@ if "$S" plan $A --device_budget 6e6 --json -o "$T/plan.json" >"$T/d.json" 2>"$T/
   check 'jq -e --argjson b "$fb" --argjson f "$ff" ".predicted.block_forward_s == \$f and .predicted.block_backward_s < \$b and
          .predicted.block_backward_s >= 0.5 * \$b" "$T/fl.json" >/dev/null' \
     "lora: the block backward is full's ($fb s) less its weight gradients: $(jq -c .predicted "$T/fl.json")"
+  # LoRA updates only its adapters: no optimizer over the blocks or the ends exposed
+  check 'jq -e ".predicted.optim_exposed_s == 0" "$T/fl.json" >/dev/null && jq -e ".predicted.optim_exposed_s > 0" "$T/f.json" >/dev/null' \
+    "lora: no optimizer exposed (full's $(jq .predicted.optim_exposed_s "$T/f.json")): $(jq -c .predicted "$T/fl.json")"
   check 'jq -e --argjson b "$fb" --argjson f "$ff" ".predicted.block_forward_s == \$f and .predicted.block_backward_s == \$b" \
          "$T/fp.json" >/dev/null' "poetx: the block backward is full's ($fb s): $(jq -c .predicted "$T/fp.json")"
 elif grep -q GLPK "$T/d.json" "$T/d.err"; then

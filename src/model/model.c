@@ -239,7 +239,9 @@ st_status model_params_load_each(st_backend *be, float *params, const st_param_i
         if (t[i].numel > largest) largest = t[i].numel;
     }
     st_host_stage hs;
-    if (s || (s = st_host_stage_open(&hs, be, largest, err))) return s;
+    if (s) return s;
+    if ((s = st_host_stage_open(&hs, be, largest, err))) /* a device's staging buffer */
+        return n ? st_err_prefix(err, "loading %s", st_safetensors_path(src[0])) : s;
     for (int i = 0; i < n && !s; i++) {
         int64_t shape[2] = {t[i].shape[0], t[i].shape[1]};
         float *dst = params + t[i].offset;

@@ -80,6 +80,10 @@ void plan_cost_frozen(plan_cost *c, int frozen_base, size_t held_block_bytes) {
     if (held_block_bytes > 0) c->tw = ((double)held_block_bytes + 4.0 * flat) / c->h2d;
     c->tg = 0;
     c->opt_block = 0;
+    if (frozen_base == 1) { /* LoRA: the ends frozen too, no gradient of them, no optimizer over them */
+        c->frozen_ends = 1;
+        c->opt_nonblock = 0;
+    }
 }
 
 void plan_cost_act(plan_cost *c, st_dtype dt) {
@@ -97,23 +101,25 @@ void plan_cost_const(const plan_cost *c, int vchunk, double *compute_s, double *
     double post = (double)(y->n_params - y->norm_offset) * 4.0, norm = (double)y->norm_numel * 4.0;
     double exposed = c->tw + c->tg; /* block 0: its first fetch, its last drain */
     if (vchunk <= 0) {
-        /* the embedding and head live on the device: sent after each update, gradients drained at the end */
+        /* the embedding and head live on the device: sent after each update, gradients drained at the
+         * end (frozen ends: sent once, none drained) */
         double nb = (double)y->emb_numel * 4.0 + post;
-        exposed += nb / c->h2d + nb / c->d2h;
+        if (!c->frozen_ends) exposed += nb / c->h2d + nb / c->d2h;
         *compute_s = c->head_compute;
     } else {
         double vc = vchunk < V ? vchunk : V, nvc = ceil(V / vc);
         double head = c->head_compute + (nvc - 1) * c->head_chunk;
         /* two passes over the chunks: weights in each (the last two stay), logits out and
-         * back, each chunk's head gradient drained */
+         * back, each chunk's head gradient drained (frozen ends: none) */
         double h2d = ((2 * nvc - (nvc < 2 ? nvc : 2)) * vc * C * 4.0 + (nvc > 2 ? nvc - 2 : 0) * N * vc * 4.0) / c->h2d;
-        double d2h = (nvc * N * vc * 4.0 + nvc * vc * C * 4.0) / c->d2h;
+        double d2h = (nvc * N * vc * 4.0 + (c->frozen_ends ? 0 : nvc * vc * C * 4.0)) / c->d2h;
         double over = h2d + d2h - head;
         exposed += over > 0 ? over : 0;
         /* the embedding on the host: its output crosses, the residual gradient returns;
-         * the norm's weights and gradient cross */
-        exposed += N * C * 4.0 / c->h2d + N * C * 4.0 / c->d2h + norm / c->h2d + norm / c->d2h;
-        exposed += 2.0 * N * C * 4.0 / c->mem_bps; /* the gather and the scatter-add on the host */
+         * the norm's weights and gradient cross (frozen ends: no gradient returns) */
+        exposed += N * C * 4.0 / c->h2d + norm / c->h2d + (c->frozen_ends ? 0 : N * C * 4.0 / c->d2h + norm / c->d2h);
+        /* the gather and the scatter-add on the host (frozen ends: the gather) */
+        exposed += (c->frozen_ends ? 1.0 : 2.0) * N * C * 4.0 / c->mem_bps;
         *compute_s = head;
     }
     *exposed_s = exposed;
@@ -131,12 +137,12 @@ double plan_cost_host_work(const plan_cost *c, int vchunk, int d) {
     double t = fetches * c->tw + L * c->tg + L * c->opt_block + c->opt_nonblock;
     if (vchunk <= 0) {
         double nb = (double)y->emb_numel * 4.0 + post;
-        t += nb / c->h2d + nb / c->d2h;
+        if (!c->frozen_ends) t += nb / c->h2d + nb / c->d2h;
     } else {
         double vc = vchunk < V ? vchunk : V, nvc = ceil(V / vc);
         t += ((2 * nvc - (nvc < 2 ? nvc : 2)) * vc * C * 4.0 + (nvc > 2 ? nvc - 2 : 0) * N * vc * 4.0) / c->h2d;
-        t += (nvc * N * vc * 4.0 + nvc * vc * C * 4.0) / c->d2h;
-        t += N * C * 4.0 / c->h2d + N * C * 4.0 / c->d2h + norm / c->h2d + norm / c->d2h;
+        t += (nvc * N * vc * 4.0 + (c->frozen_ends ? 0 : nvc * vc * C * 4.0)) / c->d2h;
+        t += N * C * 4.0 / c->h2d + norm / c->h2d + (c->frozen_ends ? 0 : N * C * 4.0 / c->d2h + norm / c->d2h);
     }
     return c->slow * t;
 }

@@ -18,6 +18,8 @@ typedef struct plan_cost {
     double mem_bps, h2d, d2h;
     int measured_shape;     /* 1: fwd, bwd, head_compute are the profile's times at this shape */
     double slow;            /* the profile's host_work_slowdown */
+    int frozen_ends;        /* LoRA (plan_cost_frozen): the embedding, norm and head frozen too:
+                               sent once, no gradient drained, no optimizer over them */
     const st_arch *a;
 } plan_cost;
 
@@ -36,7 +38,9 @@ void plan_cost_act(plan_cost *c, st_dtype dt);
  * int8) fetches its held run and the block's 1-D tensors, not the fp32 slab. LoRA forms no
  * gradient of the block's matmul weights: its backward is the measured (or rated) one less
  * those gradients' share of the block's backward FLOPs (2 N FLOPs a matmul weight); POET-X's
- * rotations cost about what they save, its backward is the measured one. The hooks' own work
+ * rotations cost about what they save, its backward is the measured one. LoRA's ends are
+ * frozen too (frozen_ends: no optimizer, no gradient of them drained, sent once); POET-X trains
+ * them. The hooks' own work
  * and the held panels' dequantising are not timed. frozen_base 0: unchanged. */
 void plan_cost_frozen(plan_cost *c, int frozen_base, size_t held_block_bytes);
 

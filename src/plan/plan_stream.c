@@ -483,8 +483,9 @@ static st_status solve_program(const st_arch *a, int B, int T, size_t device_bud
     if (s) return s;
     if (o.act_dtype != ST_F32 && o.act_dtype != ST_BF16)
         return st_errf(err, ST_ERR_INVALID, "plan: activation dtype %s (f32 or bf16)", st_dtype_name(o.act_dtype));
-    plan_cost_act(&c, o.act_dtype); /* the program's terms are its plans' predictions */
+    /* the program's terms are its plans' predictions (st_plan_predict_frozen: frozen, then act) */
     plan_cost_frozen(&c, o.frozen_base, o.held_block_bytes); /* a frozen base's blocks (LoRA, POET-X) */
+    plan_cost_act(&c, o.act_dtype);
     int L = c.L;
     if (L < 1 || L > ST_STREAM_MAX_LAYERS) return st_errf(err, ST_ERR_INVALID, "plan: %d blocks", L);
     /* explicit choices: fixed columns of the program, and fewer plans to fit */
