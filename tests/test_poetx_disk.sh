@@ -12,6 +12,7 @@
 #    file and before the older file is removed, after the step's commit and before its log line;
 #  - killed with SIGKILL at random moments of a 1500-step run and resumed each time: every resume
 #    at the last logged step or the one after, the final weights bit for bit the in-memory run's;
+#  - steps over 2^32 - 1 with state_paths refused naming the key, no run directory or store;
 #  - a resume with another method, poetx_block or frozen_dtype refused naming the key; W0's file
 #    missing refused naming it; another run's W0 file (its metadata poetx_run) refused naming the
 #    file and the key, nothing changed; the run's own file without the key (as written before it)
@@ -77,6 +78,12 @@ for fp in train_update_committed:6 poetx_w0_written:2 train_step_committed:6; do
 done
 check 'grep -q "merge of that step is made again" "$T/fp-train_update_committed.2.out"' \
   "killed before the merge's W0 file: the resume says it merges again"
+
+# --- more steps than the store's 32-bit merge step holds: refused naming the key, before any file
+"$S" train $poet --steps 4294967296 --run_dir "$T/big" --state_paths "$T/big.st" >"$T/big.out" 2>&1
+rc=$?
+check '[ $rc -ne 0 ] && grep -q "key .steps.: 4294967296; method poetx with state_paths trains at most 4294967295 steps" "$T/big.out" &&
+       [ ! -e "$T/big" ] && [ ! -e "$T/big.st" ]' "steps over 2^32 - 1 with state_paths (rc $rc): $(tail -1 "$T/big.out")"
 
 # --- a resume with another method, block size or W0 precision is refused; W0's file missing too
 resume_refused "$T/stop5" method --method full --state_paths "$T/stop5.st"
