@@ -212,7 +212,7 @@ st_status model_create_gpt2_hf(st_model **out, const char *dir, int with_grads, 
                        strerror(errno));
     st_model *m;
     if ((s = model_create_gpt2(&m, &cfg, with_grads, be, err))) return s;
-    if ((s = model_load_hf(m, dir, NULL, err))) {
+    if ((s = model_gpt2_load_safetensors(m->impl, path, NULL, err))) { /* path checked above */
         st_model_free(m);
         return s;
     }
