@@ -23,6 +23,7 @@
 #    after the executor's backward): fp32 and int8 equal the streamed runs with the state in RAM
 #    bit for bit (losses, adapter file, merged model); an int8 run stopped at 4 and resumed with its
 #    store equals the straight streamed run with the store and 8 steps in memory bit for bit;
+#    strata plan's account counts the store's buffers as its layout of the adapters takes them;
 #  - refused before a run directory exists, naming the key: device cuda with device_budget (with
 #    state_paths too).
 set -u
@@ -229,6 +230,13 @@ check '[ $rc -eq 0 ] && grep -q "resumed from the state store .* at step 4" "$T/
 same_run "int8 streamed, state_paths, 4 + 4" "$T/sd8" "$T/sds"
 check 'cmp -s "$T/sd8/model.safetensors" "$T/sds/model.safetensors"' \
   "int8 streamed, state_paths, 4 + 4: the final weights are byte-identical to the straight run's"
+# strata plan: the store's buffers are its layout of the adapters (fp32 state: 12 bytes an element,
+# one region a few KiB over it), not state_budget's 256 MiB
+"$S" plan $g6 --frozen_dtype int8 --device_budget 300000 --act recompute --state_paths "$T/sd.st" --json \
+  >"$T/pj_sd.json" 2>"$T/pj_sd.err"
+tw=$(jq -r .memory.classes.weights.bytes "$T/pj_sd.json"); sb=$(jq -r .memory.classes.state_buffers.bytes "$T/pj_sd.json")
+check '[ -n "$tw" ] && [ "$sb" -ge $((3 * tw)) ] && [ "$sb" -le $((3 * tw + 16384)) ]' \
+  "strata plan: the store's buffers ($sb bytes) are 12 bytes an adapter element ($((tw / 4))) and a few KiB"
 
 # --- refusals naming the key, before a run directory exists
 refused cuda "$g6 --steps 2 --device_budget $budget --device cuda" "key 'device'" "method lora"

@@ -28,7 +28,9 @@
 #    model); an int8 run stopped right after a merge (3) and before one (4) and resumed with its
 #    store, and one killed after the store committed a merge's step and before W0's file (the merge
 #    made again on resume, into the streamed base), equal the straight streamed run with the store
-#    and 8 steps in memory bit for bit;
+#    and 8 steps in memory bit for bit; strata plan's account counts the store's buffers as its
+#    layout of the trained vector takes them (not state_budget) and its disk section the trained
+#    elements only;
 #  - refused before a run directory exists, naming the key: device cuda with device_budget,
 #    plan_state auto; under mpirun (where there is one) device_budget.
 set -u
@@ -260,6 +262,16 @@ check '[ $rc -eq 0 ] && grep -q "merge of that step is made again" "$T/sdk.2.out
 check '[ "$(jq -r .loss "$T/sdk/metrics.jsonl" | tail -2 | tr "\n" " ")" = "$(jq -r .loss "$T/sd8/metrics.jsonl" | tail -2 | tr "\n" " ")" ] &&
        cmp -s "$T/sd8/model.safetensors" "$T/sdk/model.safetensors"' \
   "killed at step 6 and resumed: the last losses and the final weights equal the straight run's"
+# strata plan: the store's buffers are its layout of the trained vector (fp32 state: 12 bytes an
+# element, one region a few KiB over it), not state_budget's 256 MiB; the disk section counts the
+# trained elements
+"$S" plan $g6 --device_budget $budget --act recompute --state_paths "$T/sd.st" --json >"$T/pj_sd.json" 2>"$T/pj_sd.err"
+"$S" plan $g6 --device_budget $budget --act recompute --state_paths "$T/sd.st" >"$T/pt_sd.out" 2>&1
+tw=$(jq -r .memory.classes.weights.bytes "$T/pj_sd.json"); sb=$(jq -r .memory.classes.state_buffers.bytes "$T/pj_sd.json")
+check '[ -n "$tw" ] && [ "$sb" -ge $((3 * tw)) ] && [ "$sb" -le $((3 * tw + 16384)) ]' \
+  "strata plan: the store's buffers ($sb bytes) are 12 bytes a trained element ($((tw / 4))) and a few KiB"
+check 'grep -q "needs      0.000 GB\|needs      0.001 GB" "$T/pt_sd.out"' \
+  "strata plan: the disk section counts the trained vector's state: $(grep -A1 "^disk state" "$T/pt_sd.out" | tail -1)"
 
 # --- refusals naming the key, before a run directory exists
 refused cuda "$g6 --steps 2 --device_budget $budget --device cuda" "key 'device'" "method poetx"
