@@ -13,6 +13,10 @@
 #    value, the permutations equal. GPT-2's attention key bias is left out of the weights' bound:
 #    its gradient is zero but for rounding (softmax ignores a shift of every key), so AdamW moves
 #    it by the sign of noise, the same size either way (its difference printed);
+#  - the planner chunks the vocabulary for POET-X where the resident head's smallest plan does
+#    not fit (gpt2-tiny, vocabulary 2048, 900000 bytes): strata plan's plan chunks it and fits,
+#    strata train logs "vocabulary chunked" and trains, and a plan with the head resident (every
+#    block recomputed, prefetch depth 1: the smallest) is refused there as too large.
 set -u
 . "$(dirname "$0")/lib_method_cli.sh"
 method_begin poetx_stream_vocab
@@ -100,5 +104,23 @@ pair gpt2 "$g6" 400000 attn.c_attn.bias 32 64
 pair gpt2_accum "$g6 --grad_accum 2" 400000 attn.c_attn.bias 32 64
 # --- llama-tiny (an untied head: its gradient is a tensor of its own after the final norm)
 pair llama "--model llama-tiny --n_layer 4 $tiny $px" 380000
+
+# --- the planner: vocabulary 2048, where the resident head's smallest plan does not fit
+pv="--model gpt2-tiny --n_layer 6 --vocab_size 2048 --batch 2 --seq 16 --sample_every 0 --eval_every 0 --quiet 1 $px"
+pb=900000
+"$S" plan $pv --device_budget $pb --json >"$T/pv.json" 2>"$T/pv.err"
+rc=$?
+check '[ $rc -eq 0 ] && jq -e ".vocab_chunk > 0 and .vocab_chunk < 2048 and .device_bytes <= '$pb' and .memory.tiers.device.fits" "$T/pv.json" >/dev/null' \
+  "strata plan chunks POET-X's vocabulary at $pb bytes (rc $rc): $(jq -c '[.vocab_chunk, .device_bytes]' "$T/pv.json" 2>&1) $(tail -1 "$T/pv.err")"
+run "$T/pv" $pv --steps 2 --device_budget $pb
+rc=$?
+check '[ $rc -eq 0 ] && grep -q "vocabulary chunked" "$T/pv.out" && [ "$(jq -r .step "$T/pv/metrics.jsonl" | wc -l)" = 2 ]' \
+  "strata train chunks POET-X's vocabulary at $pb bytes and trains (rc $rc): $(grep -h "layer streaming" "$T/pv.out") $(tail -1 "$T/pv.out")"
+"$S" plan $pv --device_budget 4000000 --act recompute -o "$T/pv_plan.json" >"$T/pv_plan.out" 2>&1
+jq '.vocab_chunk = 0 | .prefetch_depth = 1 | .device_budget = '$pb "$T/pv_plan.json" >"$T/pv_res.json"
+run "$T/pv_res" $pv --steps 2 --device_budget $pb --plan "$T/pv_res.json"
+rc=$?
+check '[ $rc -ne 0 ] && grep -q "bytes missing" "$T/pv_res.out" && [ ! -e "$T/pv_res/metrics.jsonl" ]' \
+  "the head resident, every block recomputed at prefetch depth 1, does not fit $pb bytes (rc $rc): $(tail -1 "$T/pv_res.out")"
 
 method_end poetx_stream_vocab
