@@ -13,7 +13,7 @@
 #  - a streamed run resumed (4 + 4 steps, a merge at 6) equals the straight streamed run bit for bit;
 #  - strata plan's memory account counts the executor's tables (no gradient slots, the
 #    embedding's and head's gradients);
-#  - a plan file with vocabulary chunks is refused naming vocab_chunk;
+#  - (a chunked vocabulary: tests/test_poetx_stream_vocab.sh);
 #  - frozen_dtype bf16 and int8: W0 streams as held (codes, int8's scales and zeros) beside the
 #    block's norms and biases, the merges round the new W0 into the host store and the blocks are
 #    sent again; recomputed, offloaded and kept, poetx_recompute 1 with grad_accum 2 and validation
@@ -131,15 +131,6 @@ check '[ "$((af - ap))" = $((2 * 4 * (12 * 32 * 32 + 13 * 32))) ]' \
   "strata plan: poetx's device bytes ($ap) are full's ($af) less the gradient slots only"
 check 'jq -e ".memory.tiers.device.fits" "$T/pj_poetx.json" >/dev/null' \
   "strata plan: the streamed POET-X plan fits $budget: $(head -c 300 "$T/pj_poetx.json") $(tail -1 "$T/pj_poetx.err")"
-
-# --- a plan file with vocabulary chunks: refused naming vocab_chunk (the head's gradient is handed
-# to the hook whole)
-"$S" plan $g6 --device_budget $budget --act recompute -o "$T/plan0.json" >"$T/plan0.out" 2>&1
-jq '.vocab_chunk = 64' "$T/plan0.json" >"$T/plan_vc.json"
-run "$T/s_vc" $g6 --steps 2 --device_budget $budget --plan "$T/plan_vc.json"
-rc=$?
-check '[ $rc -ne 0 ] && grep -q "vocab_chunk 64 is not taken" "$T/s_vc.out"' \
-  "a plan file with vocab_chunk 64 refused naming it (rc $rc): $(tail -1 "$T/s_vc.out")"
 
 # --- frozen_dtype bf16 and int8: W0 streams as held (the slots are held slabs; these budgets still
 # leave fewer slots than blocks), two merges in 6 steps

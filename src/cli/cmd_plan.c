@@ -141,10 +141,9 @@ static int solve(const st_arch *a, const st_train_config *cfg, double device_bud
     int *n_fixed = &v->n_fixed;
     st_status *s = &v->s;
     st_err *err = &v->err;
-    /* as strata train: LoRA no base gradient; POET-X the ends' gradients, the head resident */
+    /* as strata train: LoRA no base gradient; POET-X the ends' gradients */
     st_train_method method = st_train_config_method_of(cfg);
-    st_plan_options po = {.time_limit_ms = time_limit_ms, .mip_gap = -1,
-                       .allow_vocab_chunk = method != ST_TRAIN_METHOD_POETX,
+    st_plan_options po = {.time_limit_ms = time_limit_ms, .mip_gap = -1, .allow_vocab_chunk = 1,
                        .prefer_resident_head = st_train_config_plan_head(cfg),
                        .frozen_base = method == ST_TRAIN_METHOD_LORA ? 1 : method == ST_TRAIN_METHOD_POETX ? 2 : 0};
     /* LoRA, POET-X over frozen_dtype bf16 or int8: the weight slots carry the held weights */
