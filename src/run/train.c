@@ -229,8 +229,9 @@ static st_status open_model(train_run *r, st_err *err) {
     /* with state_paths the store holds what the method trains (the step updates it through the
      * store after the executor's backward, open_state): the executor over the base is the one of
      * the state in RAM, never a store's, and its plan is chosen as that one's */
-    st_train_config *sc = host_m != r->m && c->state_paths[0] ? malloc(sizeof *sc) : NULL; /* large: not on the stack */
-    if (host_m != r->m && c->state_paths[0] && !sc) return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    int method_store = host_m != r->m && c->state_paths[0];
+    st_train_config *sc = method_store ? malloc(sizeof *sc) : NULL; /* large: not on the stack */
+    if (method_store && !sc) return st_errf(err, ST_ERR_NOMEM, "out of memory");
     if (sc) {
         *sc = *c;
         sc->state_paths[0] = 0;
