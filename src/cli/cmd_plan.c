@@ -77,7 +77,9 @@ static int plan_disk(const st_train_config *c, double n_params) {
     printf("\ndisk state (state_paths, two regions per subgroup for crash safety; host buffers %.1f MiB%s):\n",
            (double)host / 1048576.0,
            c->state_budget > 0 ? ""
-           : !st_train_config_plan_file(c) && c->device_budget > 0 ? " at the default state_budget; the planner's choice "
+           : !st_train_config_plan_file(c) && c->device_budget > 0 &&
+                   st_train_config_method_of(c) == ST_TRAIN_METHOD_FULL /* a method's store: no choice */
+               ? " at the default state_budget; the planner's choice "
                                                                 "of it below"
                                                               : " at the default state_budget");
     int short_ = 0;
@@ -509,7 +511,8 @@ int cmd_plan(int argc, char **argv) {
         printf("\n%s\n", err.msg);
         rc = 3;
     }
-    if (cfg.state_paths[0] && plan_disk(&cfg, e.n_params) && !rc) rc = 3;
+    /* a method's store (LoRA, POET-X) holds what it trains */
+    if (cfg.state_paths[0] && plan_disk(&cfg, e.n_trainable > 0 ? e.n_trainable : e.n_params) && !rc) rc = 3;
     if (planned_arch) {
         int prc = plan_device(planned_arch, &cfg, budget[ST_MEM_TIER_DEVICE], profile, &hw, &have_hw, save_profile, 0,
                               out, out ? st_mem_plan_to_json(&e, budget) : NULL, sv);
