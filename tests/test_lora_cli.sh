@@ -63,7 +63,7 @@ refused rank "--init_from $T/base_hf $tiny --method lora --lora_rank 33" "lora_r
 refused target "--init_from $T/base_hf $tiny --method lora --lora_targets c_attn,q_proj" "lora_targets" "'q_proj'"
 refused llama_target "--model llama-tiny $tiny --method lora --lora_targets c_fc" "lora_targets" "'c_fc'"
 refused method "--model gpt2-tiny $tiny --method poet" "key 'method'" "'poet'"
-refused stream "--model gpt2-tiny $tiny --method lora --device_budget 1e9 --state_paths $T/st" "key 'state_paths'" "device_budget"
+refused stream "--model gpt2-tiny $tiny --method lora --device_budget 1e9 --device cuda" "key 'device'" "method lora"
 refused adapter "--model gpt2-tiny $tiny --save_adapter $T/x" "key 'save_adapter'" "method lora"
 
 # --- strata bench lora --json: one object, the state per parameter by class

@@ -19,8 +19,13 @@
 #    val_loss, adapter file, merged model), llama-tiny int8 too, and an int8 streamed run resumed
 #    (4 + 4) equals 8 steps in memory; strata plan's device bytes count a held slot (the 1-D tensors and the held bytes)
 #    in place of the fp32 slab, and a budget under fp32's smallest plan fits bf16's;
-#  - refused before a run directory exists, naming the key: device cuda with device_budget,
-#    state_paths with device_budget.
+#  - with the disk state (state_paths: the store holds the adapters' vector, the step updates it
+#    after the executor's backward): fp32 and int8 equal the streamed runs with the state in RAM
+#    bit for bit (losses, adapter file, merged model); an int8 run stopped at 4 and resumed with its
+#    store equals the straight streamed run with the store and 8 steps in memory bit for bit;
+#    strata plan's account counts the store's buffers as its layout of the adapters takes them;
+#  - refused before a run directory exists, naming the key: device cuda with device_budget (with
+#    state_paths too).
 set -u
 . "$(dirname "$0")/lib_method_cli.sh"
 method_begin lora_stream
@@ -196,8 +201,45 @@ check '[ "$((al - ah))" = $((2 * (slab - 1664 - 2 * 12 * 32 * 32))) ] && [ "$((a
 check '[ "$al" -gt 300000 ] && jq -e ".memory.tiers.device.fits and .device_bytes <= 300000" "$T/pj_bf16.json" >/dev/null' \
   "strata plan: bf16's plan fits 300000 bytes, under fp32's smallest ($al): $(jq -c "[.prefetch_depth, .device_bytes]" "$T/pj_bf16.json")"
 
+# --- the disk state under streaming: the store holds the adapters' vector
+disk_run() { # DIR STATE ARGS...: a streamed run with its store in STATE (made), its adapter in DIR.ad
+    local d=$1 st=$2
+    shift 2
+    mkdir -p "$st"
+    "$S" train "$@" --run_dir "$d" --state_paths "$st" --save_adapter "$d.ad" >"$d.out" 2>&1
+}
+disk_run "$T/sd" "$T/sd.st" $g6 --steps 4 --device_budget 400000 --act recompute --save_hf "$T/sd.hf"
+rc=$?
+check '[ $rc -eq 0 ] && grep -q "layer streaming: device budget" "$T/sd.out" && grep -q "state store:" "$T/sd.out" &&
+       [ ! -e "$T/sd/checkpoints" ]' "streamed with state_paths runs (rc $rc): $(tail -2 "$T/sd.out")"
+same_run "streamed, state_paths against the state in RAM" "$T/s_recompute" "$T/sd"
+check 'cmp -s "$T/s_recompute.hf/model.safetensors" "$T/sd.hf/model.safetensors"' \
+  "streamed, state_paths: the merged model (--save_hf) is byte-identical to the state in RAM's"
+disk_run "$T/sdi" "$T/sdi.st" $g6 --steps 4 --frozen_dtype int8 --device_budget 300000 --act recompute
+same_run "int8 streamed, state_paths against the state in RAM" "$T/hs_int8_recompute" "$T/sdi"
+# int8, 8 steps: straight and stopped at 4, resumed from the store, against 8 in memory
+hd="$g6 --steps 8 --frozen_dtype int8 --device_budget 320000 --act offload"
+disk_run "$T/sd8" "$T/sd8.st" $hd
+same_run "int8 streamed with state_paths, 8 steps, against 8 in memory" "$T/hr8" "$T/sd8"
+disk_run "$T/sds" "$T/sds.st" $hd --stop_at 4
+"$S" train --resume "$T/sds" --stop_at 0 --state_paths "$T/sds.st" --save_adapter "$T/sds.ad" >"$T/sds.2.out" 2>&1
+rc=$?
+check '[ $rc -eq 0 ] && grep -q "resumed from the state store .* at step 4" "$T/sds.2.out" &&
+       grep -q "layer streaming: device budget" "$T/sds.2.out"' \
+  "streamed with state_paths, stopped at 4, resumed streamed from the store (rc $rc): $(tail -2 "$T/sds.2.out")"
+same_run "int8 streamed, state_paths, 4 + 4" "$T/sd8" "$T/sds"
+check 'cmp -s "$T/sd8/model.safetensors" "$T/sds/model.safetensors"' \
+  "int8 streamed, state_paths, 4 + 4: the final weights are byte-identical to the straight run's"
+# strata plan: the store's buffers are its layout of the adapters (fp32 state: 12 bytes an element,
+# one region a few KiB over it), not state_budget's 256 MiB
+"$S" plan $g6 --frozen_dtype int8 --device_budget 300000 --act recompute --state_paths "$T/sd.st" --json \
+  >"$T/pj_sd.json" 2>"$T/pj_sd.err"
+tw=$(jq -r .memory.classes.weights.bytes "$T/pj_sd.json"); sb=$(jq -r .memory.classes.state_buffers.bytes "$T/pj_sd.json")
+check '[ -n "$tw" ] && [ "$sb" -ge $((3 * tw)) ] && [ "$sb" -le $((3 * tw + 16384)) ]' \
+  "strata plan: the store's buffers ($sb bytes) are 12 bytes an adapter element ($((tw / 4))) and a few KiB"
+
 # --- refusals naming the key, before a run directory exists
 refused cuda "$g6 --steps 2 --device_budget $budget --device cuda" "key 'device'" "method lora"
-refused state "$g6 --steps 2 --device_budget $budget --state_paths $T/st" "key 'state_paths'" "device_budget"
+refused state_cuda "$g6 --steps 2 --device_budget $budget --device cuda --state_paths $T/st" "key 'device'" "method lora"
 
 method_end lora_stream

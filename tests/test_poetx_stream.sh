@@ -13,7 +13,7 @@
 #  - a streamed run resumed (4 + 4 steps, a merge at 6) equals the straight streamed run bit for bit;
 #  - strata plan's memory account counts the executor's tables (no gradient slots, the
 #    embedding's and head's gradients);
-#  - a plan file with vocabulary chunks is refused naming vocab_chunk;
+#  - (a chunked vocabulary: tests/test_poetx_stream_vocab.sh);
 #  - frozen_dtype bf16 and int8: W0 streams as held (codes, int8's scales and zeros) beside the
 #    block's norms and biases, the merges round the new W0 into the host store and the blocks are
 #    sent again; recomputed, offloaded and kept, poetx_recompute 1 with grad_accum 2 and validation
@@ -22,9 +22,17 @@
 #    (q, k, v biases) and qwen3-tiny (q, k norms) bf16 too, int8 under matmul bf16, and an int8
 #    streamed run resumed (4 + 4, the merge at 6 after the resume) equals 8 steps in memory; strata plan's
 #    device bytes count a held slot in place of the fp32 slab;
+#  - with the disk state (state_paths; the store holds the POET-X vector, W0 of each merge in a
+#    file beside it, written from the streamed base): fp32 and int8 W0 equal the streamed runs with
+#    the state in RAM bit for bit over 6 steps with two merges (losses, final weights, merged
+#    model); an int8 run stopped right after a merge (3) and before one (4) and resumed with its
+#    store, and one killed after the store committed a merge's step and before W0's file (the merge
+#    made again on resume, into the streamed base), equal the straight streamed run with the store
+#    and 8 steps in memory bit for bit; strata plan's account counts the store's buffers as its
+#    layout of the trained vector takes them (not state_budget) and its disk section the trained
+#    elements only;
 #  - refused before a run directory exists, naming the key: device cuda with device_budget,
-#    state_paths with device_budget, plan_state auto; under mpirun (where there is one)
-#    device_budget.
+#    plan_state auto; under mpirun (where there is one) device_budget.
 set -u
 . "$(dirname "$0")/lib_method_cli.sh"
 method_begin poetx_stream
@@ -124,15 +132,6 @@ check '[ "$((af - ap))" = $((2 * 4 * (12 * 32 * 32 + 13 * 32))) ]' \
 check 'jq -e ".memory.tiers.device.fits" "$T/pj_poetx.json" >/dev/null' \
   "strata plan: the streamed POET-X plan fits $budget: $(head -c 300 "$T/pj_poetx.json") $(tail -1 "$T/pj_poetx.err")"
 
-# --- a plan file with vocabulary chunks: refused naming vocab_chunk (the head's gradient is handed
-# to the hook whole)
-"$S" plan $g6 --device_budget $budget --act recompute -o "$T/plan0.json" >"$T/plan0.out" 2>&1
-jq '.vocab_chunk = 64' "$T/plan0.json" >"$T/plan_vc.json"
-run "$T/s_vc" $g6 --steps 2 --device_budget $budget --plan "$T/plan_vc.json"
-rc=$?
-check '[ $rc -ne 0 ] && grep -q "vocab_chunk 64 is not taken" "$T/s_vc.out"' \
-  "a plan file with vocab_chunk 64 refused naming it (rc $rc): $(tail -1 "$T/s_vc.out")"
-
 # --- frozen_dtype bf16 and int8: W0 streams as held (the slots are held slabs; these budgets still
 # leave fewer slots than blocks), two merges in 6 steps
 for fd in bf16 int8; do
@@ -205,9 +204,69 @@ check '[ "$((ap - ah))" = $((2 * (slab - 1664 - 2 * 12 * 32 * 32))) ] && [ "$((a
 check '[ "$ap" -gt 320000 ] && jq -e ".memory.tiers.device.fits and .device_bytes <= 320000" "$T/pj_bf16.json" >/dev/null' \
   "strata plan: bf16's plan fits 320000 bytes, under fp32's smallest ($ap): $(jq -c "[.prefetch_depth, .device_bytes]" "$T/pj_bf16.json")"
 
+# --- the disk state under streaming: the store holds the POET-X vector, W0's files beside it
+disk_run() { # DIR STATE ARGS...: a streamed run with its store in STATE (made); its status
+    local d=$1 st=$2
+    shift 2
+    mkdir -p "$st"
+    "$S" train "$@" --run_dir "$d" --state_paths "$st" >"$d.out" 2>&1
+}
+same_disk() { # NAME REF REF_CK DIR: DIR's losses are REF's, its final weights REF's checkpoint REF_CK's
+    local name=$1 a=$2 w=$3 b=$4
+    check '[ "$(losses "$b")" = "$(losses "$a")" ] && [ -n "$(losses "$a")" ] && cmp -s "$w" "$b/model.safetensors"' \
+      "$name: losses ($(losses "$b")) equal ($(losses "$a")) and the final weights are byte-identical"
+}
+disk_run "$T/sd" "$T/sd.st" $g6 --steps 6 --device_budget $budget --act recompute --save_hf "$T/sd.hf"
+rc=$?
+check '[ $rc -eq 0 ] && grep -q "layer streaming: device budget" "$T/sd.out" && grep -q "state store:" "$T/sd.out" &&
+       [ -f "$T/sd.st/strata-state.poetx-w0-000000006.safetensors" ] && [ ! -e "$T/sd/checkpoints" ]' \
+  "streamed with state_paths runs, W0 of the merge at 6 beside the store (rc $rc): $(tail -2 "$T/sd.out")"
+same_disk "streamed, state_paths against the state in RAM" "$T/s_recompute" "$(ck "$T/s_recompute" 6)/model.safetensors" "$T/sd"
+check 'cmp -s "$T/s_recompute.hf/model.safetensors" "$T/sd.hf/model.safetensors"' \
+  "streamed, state_paths: the merged model (--save_hf) is byte-identical to the state in RAM's"
+disk_run "$T/sdi" "$T/sdi.st" $g6 --steps 6 --frozen_dtype int8 --device_budget 320000 --act recompute
+same_disk "int8 streamed, state_paths against the state in RAM" "$T/hs_int8_recompute" \
+  "$(ck "$T/hs_int8_recompute" 6)/model.safetensors" "$T/sdi"
+# int8, 8 steps (merges at 3 and 6): straight, stopped at 3 (W0 of that merge read from its file on
+# resume) and at 4, and killed after the store committed step 6 and before W0's file
+hd="$g6 --steps 8 --frozen_dtype int8 --device_budget 360000 --act offload"
+disk_run "$T/sd8" "$T/sd8.st" $hd
+same_disk "int8 streamed with state_paths, 8 steps, against 8 in memory" "$T/hr8" "$(ck "$T/hr8" 8)/model.safetensors" "$T/sd8"
+for at in 3 4; do
+    disk_run "$T/sds$at" "$T/sds$at.st" $hd --stop_at $at
+    "$S" train --resume "$T/sds$at" --stop_at 0 --state_paths "$T/sds$at.st" >"$T/sds$at.2.out" 2>&1
+    rc=$?
+    check '[ $rc -eq 0 ] && grep -q "resumed from the state store .* at step $at" "$T/sds$at.2.out" &&
+           grep -q "layer streaming: device budget" "$T/sds$at.2.out"' \
+      "streamed with state_paths, stopped at $at, resumed streamed from the store (rc $rc): $(tail -2 "$T/sds$at.2.out")"
+    same_disk "int8 streamed, state_paths, $at + $((8 - at))" "$T/sd8" "$T/sd8/model.safetensors" "$T/sds$at"
+done
+mkdir -p "$T/sdk.st"
+{ STRATA_FAILPOINT=train_update_committed:6 "$S" train $hd --run_dir "$T/sdk" --state_paths "$T/sdk.st" \
+    >"$T/sdk.out" 2>&1; } 2>/dev/null
+rc=$?
+check '[ $rc -eq 137 ]' "failpoint train_update_committed:6: the process was not killed (rc $rc): $(tail -2 "$T/sdk.out")"
+"$S" train --resume "$T/sdk" --stop_at 0 --state_paths "$T/sdk.st" >"$T/sdk.2.out" 2>&1
+rc=$?
+check '[ $rc -eq 0 ] && grep -q "merge of that step is made again" "$T/sdk.2.out"' \
+  "killed before the merge's W0 file, resumed streamed: the merge made again (rc $rc): $(tail -2 "$T/sdk.2.out")"
+check '[ "$(jq -r .loss "$T/sdk/metrics.jsonl" | tail -2 | tr "\n" " ")" = "$(jq -r .loss "$T/sd8/metrics.jsonl" | tail -2 | tr "\n" " ")" ] &&
+       cmp -s "$T/sd8/model.safetensors" "$T/sdk/model.safetensors"' \
+  "killed at step 6 and resumed: the last losses and the final weights equal the straight run's"
+# strata plan: the store's buffers are its layout of the trained vector (fp32 state: 12 bytes an
+# element, one region a few KiB over it), not state_budget's 256 MiB; the disk section counts the
+# trained elements
+"$S" plan $g6 --device_budget $budget --act recompute --state_paths "$T/sd.st" --json >"$T/pj_sd.json" 2>"$T/pj_sd.err"
+"$S" plan $g6 --device_budget $budget --act recompute --state_paths "$T/sd.st" >"$T/pt_sd.out" 2>&1
+tw=$(jq -r .memory.classes.weights.bytes "$T/pj_sd.json"); sb=$(jq -r .memory.classes.state_buffers.bytes "$T/pj_sd.json")
+check '[ -n "$tw" ] && [ "$sb" -ge $((3 * tw)) ] && [ "$sb" -le $((3 * tw + 16384)) ]' \
+  "strata plan: the store's buffers ($sb bytes) are 12 bytes a trained element ($((tw / 4))) and a few KiB"
+check 'grep -q "needs      0.000 GB\|needs      0.001 GB" "$T/pt_sd.out"' \
+  "strata plan: the disk section counts the trained vector's state: $(grep -A1 "^disk state" "$T/pt_sd.out" | tail -1)"
+
 # --- refusals naming the key, before a run directory exists
 refused cuda "$g6 --steps 2 --device_budget $budget --device cuda" "key 'device'" "method poetx"
-refused state "$g6 --steps 2 --device_budget $budget --state_paths $T/st" "key 'state_paths'" "device_budget"
+refused state_cuda "$g6 --steps 2 --device_budget $budget --device cuda --state_paths $T/st" "key 'device'" "method poetx"
 refused place "$g6 --steps 2 --device_budget $budget --plan_state auto" "key 'plan_state'" "poetx"
 if command -v mpirun >/dev/null; then
     mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 "$S" train $g6 --steps 2 --device_budget $budget \

@@ -80,12 +80,13 @@ typedef struct st_step st_step;
  * updated weights gathered after the update (overlap_gather: during the next forward);
  * zero 2 keeps only the shard of the running gradient sum, reducing each micro-batch as it
  * ends, so it is also bit-identical to one process at grad_accum N x max_micro.
- * Streamed LoRA (one process): m the LoRA model, opt its optimizer over the adapters, sx a
- * frozen executor over its base (st_stream_config.hook, st_lora_hook_bind): each micro-batch's
- * forward and backward are the executor's (st_stream_hook_grads), the rest is the in-memory
- * step's (the adapters' gradient summed, its norm, clip and update by opt): the same steps as
+ * Streamed LoRA (one process): m the LoRA model, opt its optimizer over the adapters (or store,
+ * the disk state of the adapters' vector, never attached to the executor), sx a frozen executor
+ * over its base (st_stream_config.hook, st_lora_hook_bind): each micro-batch's forward and
+ * backward are the executor's (st_stream_hook_grads), the rest is the in-memory step's (the
+ * adapters' gradient summed, its norm, clip and update by opt or the store): the same steps as
  * in memory, bit for bit where the executor's arithmetic is the model's (no vocabulary chunks).
- * Streamed POET-X likewise (st_poetx_hook_bind; opt over the POET-X vector): before each step and
+ * Streamed POET-X likewise (st_poetx_hook_bind; opt or store over the POET-X vector): before each step and
  * each eval the base's trainables are copied from m into the executor's host vector
  * (st_poetx_to_base) and the device copies sent again, so the update and a merge's W0 are
  * what the executor reads; the same steps as in memory bit for bit (the head resident). */

@@ -134,8 +134,10 @@
  * base's (its d_pre_g, d_post_g: no block gradient slots, no host gradient vector). The block
  * functions send the norms' and biases' gradients to the hook's grad_at; after each backward the
  * executor copies the embedding's, final norm's and an untied head's gradients to it, tensor by
- * tensor. The head
- * stays resident (a plan with vocabulary chunks is refused). The caller copies the updated
+ * tensor. With vocabulary chunks each chunk's head gradient goes to grad_at at the head's offset
+ * plus the chunk's rows, and the embedding's backward runs on the host into grad_at's embedding
+ * gradients (which must be laid out as the arch's; a tied head's rows hold the head's gradient
+ * first, the scatter adds to them), as the arch's own chunked path. The caller copies the updated
  * trainables into the host vector and calls st_stream_params_changed before the next call
  * (strata/step.h does), and the blocks are fetched again.
  *
@@ -232,7 +234,8 @@ typedef struct st_stream_config {
                                  host's (the CPU backend) where it is host memory. With
                                  frozen 0 (POET-X, strata/poetx.h) likewise, except that the
                                  embedding's, norms', biases' and head's gradients are formed
-                                 and go to the hook's grad_at (above); no vocabulary chunks. */
+                                 and go to the hook's grad_at (above), the head whole or in
+                                 vocabulary chunks. */
 } st_stream_config;
 
 typedef struct st_stream_exec st_stream_exec;

@@ -77,7 +77,9 @@ static int plan_disk(const st_train_config *c, double n_params) {
     printf("\ndisk state (state_paths, two regions per subgroup for crash safety; host buffers %.1f MiB%s):\n",
            (double)host / 1048576.0,
            c->state_budget > 0 ? ""
-           : !st_train_config_plan_file(c) && c->device_budget > 0 ? " at the default state_budget; the planner's choice "
+           : !st_train_config_plan_file(c) && c->device_budget > 0 &&
+                   st_train_config_method_of(c) == ST_TRAIN_METHOD_FULL /* a method's store: no choice */
+               ? " at the default state_budget; the planner's choice "
                                                                 "of it below"
                                                               : " at the default state_budget");
     int short_ = 0;
@@ -139,10 +141,9 @@ static int solve(const st_arch *a, const st_train_config *cfg, double device_bud
     int *n_fixed = &v->n_fixed;
     st_status *s = &v->s;
     st_err *err = &v->err;
-    /* as strata train: LoRA no base gradient; POET-X the ends' gradients, the head resident */
+    /* as strata train: LoRA no base gradient; POET-X the ends' gradients */
     st_train_method method = st_train_config_method_of(cfg);
-    st_plan_options po = {.time_limit_ms = time_limit_ms, .mip_gap = -1,
-                       .allow_vocab_chunk = method != ST_TRAIN_METHOD_POETX,
+    st_plan_options po = {.time_limit_ms = time_limit_ms, .mip_gap = -1, .allow_vocab_chunk = 1,
                        .prefer_resident_head = st_train_config_plan_head(cfg),
                        .frozen_base = method == ST_TRAIN_METHOD_LORA ? 1 : method == ST_TRAIN_METHOD_POETX ? 2 : 0};
     /* LoRA, POET-X over frozen_dtype bf16 or int8: the weight slots carry the held weights */
@@ -510,7 +511,8 @@ int cmd_plan(int argc, char **argv) {
         printf("\n%s\n", err.msg);
         rc = 3;
     }
-    if (cfg.state_paths[0] && plan_disk(&cfg, e.n_params) && !rc) rc = 3;
+    /* a method's store (LoRA, POET-X) holds what it trains */
+    if (cfg.state_paths[0] && plan_disk(&cfg, e.n_trainable > 0 ? e.n_trainable : e.n_params) && !rc) rc = 3;
     if (planned_arch) {
         int prc = plan_device(planned_arch, &cfg, budget[ST_MEM_TIER_DEVICE], profile, &hw, &have_hw, save_profile, 0,
                               out, out ? st_mem_plan_to_json(&e, budget) : NULL, sv);

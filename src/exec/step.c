@@ -31,7 +31,8 @@ struct st_step {
     st_optim *opt;             /* in memory with the state in RAM */
     st_store *store;           /* in memory with the disk state (opt unused) */
     st_stream_exec *sx;        /* streamed: the executor holds the rest; resident: the step's own */
-    int hook_base;             /* streamed LoRA or POET-X: sx runs the hook's base, the step updates m (opt) */
+    int hook_base;             /* streamed LoRA or POET-X: sx runs the hook's base, the step updates m (opt
+                                  or store) */
     int resident;              /* in memory through the block executor, every block resident in
                                   the model's vectors (made at the first step, for its B x T) */
     st_arch *arch;             /* resident: the model as blocks */
@@ -60,9 +61,12 @@ st_status st_step_create(st_step **out, const st_step_setup *su, st_err *err) {
     if (!su->sx && !su->comm && !su->opt && !su->store)
         return st_errf(err, ST_ERR_INVALID, "step: in memory, neither an optimizer nor a state store");
     int hook_base = su->sx && st_stream_hook_base(su->sx);
-    if (hook_base && (!su->m || !su->opt || su->store || su->comm))
+    /* the executor forms the method's gradient (hook_micro); the step updates the method's vector,
+     * m->n_params, with its optimizer or through the store, which is never the executor's (its
+     * vector is the base's) */
+    if (hook_base && (!su->m || !su->opt == !su->store || su->comm))
         return st_errf(err, ST_ERR_UNSUPPORTED, "step: a hook's executor over a base (LoRA or POET-X streamed) needs the "
-                       "model and its optimizer in RAM, in one process (no state store, no ranks)");
+                       "model and one of its optimizer in RAM or its state store, in one process (no ranks)");
     if (su->act_dtype != ST_F32 && su->act_dtype != ST_BF16)
         return st_errf(err, ST_ERR_INVALID, "key 'act_dtype': activation dtype %s (f32 or bf16)",
                        st_dtype_name(su->act_dtype));

@@ -116,6 +116,13 @@ void stream_chunked_head_backward(st_stream_exec *x, const float *xin, float dlo
     st_backend *dev = x->dev;
     int N = x->cfg.B * x->cfg.T, C = x->ly->n_embd;
     size_t vcC = (size_t)x->vocab_chunk * C;
+    /* where each chunk's head gradient lands, rows r0.. at head_dst + r0 C: the arch's gradient
+     * vector, or a hook that trains the ends (POET-X) the head's gradient it keeps (grad_at, the
+     * tensor whole from its first element, as hand_ends copies it); a frozen head forms none.
+     * A tied head's rows are the embedding's: the embedding's backward adds to them after. */
+    float *head_dst = !x->hook_base ? x->grad_dest + x->ly->head_offset
+                    : x->ends       ? x->cfg.hook->grad_at(x->cfg.hook, -1, x->ly->head_offset)
+                                    : NULL;
     dev->ops->memset0(dev, x->d_dxn, x->resid_numel * 4);
     x->vocab_g_ticket[0] = x->vocab_g_ticket[1] = 0;
     uint64_t lgt[2] = {0, 0};
@@ -125,7 +132,7 @@ void stream_chunked_head_backward(st_stream_exec *x, const float *xin, float dlo
         wait_ticket(x, x->vocab_g_ticket[c % 2], "wait head grad slot", c);
         int nr = vchunk_rows(x, c);
         float *w = x->d_vocab_w + (size_t)(c % 2) * vcC;
-        float *g = x->hook_base ? NULL : x->d_vocab_g + (size_t)(c % 2) * vcC; /* frozen: dxn only */
+        float *g = head_dst ? x->d_vocab_g + (size_t)(c % 2) * vcC : NULL; /* frozen: dxn only */
         /* the forward's logits: the last two chunks never left their slots; the one after
          * this one comes back into the other slot while this one computes */
         if (c - 1 >= 0 && c - 1 + 2 < x->n_vocab_chunks) {
@@ -141,7 +148,7 @@ void stream_chunked_head_backward(st_stream_exec *x, const float *xin, float dlo
         if (g) dev->ops->memset0(dev, g, (size_t)nr * C * 4);
         dev->ops->matmul_backward(dev, x->d_dxn, g, NULL, lo, x->d_xn, w, N, C, nr, ST_W_OUT_IN);
         stream_compute_end(x, &ts, compute_s);
-        if (g) x->vocab_g_ticket[c % 2] = d2h(x, x->grad_dest + x->ly->head_offset + (size_t)c * vcC, g, (size_t)nr * C * 4);
+        if (g) x->vocab_g_ticket[c % 2] = d2h(x, head_dst + (size_t)c * vcC, g, (size_t)nr * C * 4);
         if (c - 2 >= 0) stream_fetch_vchunk(x, c - 2);
     }
     stream_tspan ts;

@@ -296,10 +296,19 @@ st_status st_stream_exec_create(st_stream_exec **out, const st_stream_config *c,
     if (ends_cfg(c) && !c->hook->grad_at)
         return st_errf(err, ST_ERR_INVALID, "stream: a hook that trains the base (frozen 0) says where its gradients go "
                        "(st_linear_hook.grad_at); this one does not");
-    if (ends_cfg(c) && p->vocab_chunk > 0)
-        return st_errf(err, ST_ERR_UNSUPPORTED, "stream: a hook that trains the base's embedding and head (POET-X) "
-                       "takes the head resident: vocab_chunk %d is not taken; give a plan without vocabulary chunks "
-                       "(a larger device_budget)", p->vocab_chunk);
+    if (ends_cfg(c) && p->vocab_chunk > 0 && c->hook->grad_at) {
+        /* a chunked vocabulary's embedding backward runs on the host, into the hook's gradients
+         * laid out as the arch's (its tensors before the blocks at their offsets from the first) */
+        const st_arch_layout *y = &c->arch->lay;
+        float *e0 = c->hook->grad_at(c->hook, -1, 0);
+        for (int i = 0; e0 && i < y->n_pre_tensors; i++)
+            if (c->hook->grad_at(c->hook, -1, y->tensors[i].offset) != e0 + y->tensors[i].offset)
+                return st_errf(err, ST_ERR_UNSUPPORTED, "stream: vocab_chunk %d: the hook keeps the gradient of "
+                               "tensor '%s' apart from the embedding's first (st_linear_hook.grad_at); a chunked "
+                               "vocabulary forms the embedding's gradients on the host in the model's layout: give "
+                               "a plan without vocabulary chunks (vocab_chunk 0)", p->vocab_chunk,
+                               y->tensors[i].name);
+    }
     if (held_cfg(c) && !c->hook->held_host)
         return st_errf(err, ST_ERR_INVALID, "stream: a hook that holds the base's matmul weights (held_block_bytes) "
                        "says where each block's are (st_linear_hook.held_host); this one does not");

@@ -426,18 +426,37 @@ static float micro_forward(step_run *r, int mb, const int32_t *inputs, const int
 }
 
 /* A hook that trains the ends (x->ends): the gradients of the tensors outside the blocks (the
- * embedding's and the head's device buffers) copied where its grad_at says, tensor by tensor. */
+ * embedding's and the head's device buffers) copied where its grad_at says, tensor by tensor.
+ * A chunked vocabulary's device holds the final norm's only: the embedding's were formed on the
+ * host and the head's handed chunk by chunk, both into grad_at already. */
 static void hand_ends(st_stream_exec *x) {
     st_linear_hook *hk = x->cfg.hook;
     const st_arch_layout *y = x->ly;
     for (int i = 0; i < y->n_tensors; i++) {
         const st_param_info *t = &y->tensors[i];
         if (t->offset >= x->block_offset0 && t->offset < x->post_offset) continue; /* a block's: grad_at already */
+        if (x->vocab_chunk && (t->offset < x->block_offset0 || t->offset >= x->post_offset + x->post_numel)) continue;
         float *dst = hk->grad_at(hk, -1, t->offset);
         if (!dst) continue;
         const float *src = t->offset < x->block_offset0 ? x->d_pre_g + t->offset : x->d_post_g + (t->offset - x->post_offset);
         x->dev->ops->copy_to_host(x->dev, dst, src, t->numel * 4);
     }
+}
+
+/* A chunked vocabulary's embedding backward: the residual gradient goes to the host, which
+ * scatters it into eg, the embedding's gradient in the arch's layout (the arch's vector, or the
+ * hook's: st_stream_exec_create checked that grad_at keeps them so). A tied head's gradient
+ * (its chunks landed first: waited for) is already in eg's first V rows, the rest starts from
+ * zero: the head's gradient, then the scatter added, as the resident head's order. */
+static void embed_backward_host(st_stream_exec *x, float *eg, const float *dres) {
+    size_t V = (size_t)x->ly->vocab_size, C = (size_t)x->ly->n_embd;
+    wait_ticket(x, d2h(x, x->h_dres, dres, x->resid_numel * 4), "wait residual grad", -1);
+    for (int i = 0; i < 2; i++) wait_ticket(x, x->vocab_g_ticket[i], "wait head grads", -1);
+    st_prof_span e = st_prof_begin(ST_PROF_CAT_OTHER, "backward embed (host)", -1);
+    size_t z0 = x->ly->tied ? V * C : 0;
+    memset(eg + z0, 0, (x->emb_numel - z0) * 4);
+    x->arch->ops->embed_backward(x->host_blocks, eg, x->h_dres);
+    st_prof_end(&e);
 }
 
 /* Micro-batch mb's backward: every block from the last (recomputed where the plan says, its
@@ -449,7 +468,6 @@ static void micro_backward(step_run *r, int add, int final) {
     st_backend *dev = x->dev;
     int L = x->n_blocks, D = x->depth;
     float *dres = x->d_dres;
-    size_t V = (size_t)x->ly->vocab_size, C = (size_t)x->ly->n_embd;
     st_prof_span bw = st_prof_begin(ST_PROF_CAT_COMPUTE, "backward", -1);
     /* the head's backward (the forward left dlogits) */
     if (x->vocab_chunk) stream_chunked_head_backward(x, block_out(x, L - 1), r->dloss, &r->compute_s);
@@ -502,20 +520,17 @@ static void micro_backward(step_run *r, int add, int final) {
     }
     if (x->hook_base) {
         r->last = 0; /* a frozen embedding: nothing formed, nothing drained */
-        if (x->ends) { /* the hook's: the embedding's, the final norm's and the head's into its grad_at */
+        if (x->ends && x->vocab_chunk) { /* the embedding's on the host, the head's landed: both the hook's */
+            float *eg = x->cfg.hook->grad_at(x->cfg.hook, -1, 0);
+            if (eg) embed_backward_host(x, eg, dres);
+            for (int i = 0; i < 2; i++) wait_ticket(x, x->vocab_g_ticket[i], "wait head grads", -1);
+            hand_ends(x); /* the final norm's */
+        } else if (x->ends) { /* the hook's: the embedding's, the final norm's and the head's into its grad_at */
             COMPUTE_(ST_PROF_CAT_COMPUTE, "embedding backward", -1, ao->embed_backward(x->dev_blocks, x->d_pre_g, dres));
             hand_ends(x);
         }
     } else if (x->vocab_chunk) {
-        /* the residual gradient goes to the host, which scatters it into the embedding; a
-         * tied head's gradient (landed chunk by chunk, earlier in order) is already in its
-         * first V rows, the rest starts from zero */
-        wait_ticket(x, d2h(x, x->h_dres, dres, x->resid_numel * 4), "wait residual grad", -1);
-        st_prof_span e = st_prof_begin(ST_PROF_CAT_OTHER, "backward embed (host)", -1);
-        size_t z0 = x->ly->tied ? V * C : 0;
-        memset(x->grad_dest + z0, 0, (x->emb_numel - z0) * 4);
-        ao->embed_backward(x->host_blocks, x->grad_dest, x->h_dres);
-        st_prof_end(&e);
+        embed_backward_host(x, x->grad_dest, dres);
     } else {
         COMPUTE_(ST_PROF_CAT_COMPUTE, "embedding backward", -1, ao->embed_backward(x->dev_blocks, x->d_pre_g, dres));
         drain(x, x->grad_dest, x->d_pre_g, x->emb_numel);

@@ -43,6 +43,19 @@ static int reuse_figures(const char *path, const char *state_paths, int n, doubl
     return ok;
 }
 
+/* *bytes: the host buffers the store of a method's n trained elements takes (st_store_plan:
+ * its regions and buffers do not depend on the paths, which need not exist yet: laid out on
+ * one, "/"); left as given where it cannot be laid out. */
+static void method_store_buffers(const st_train_config *c, size_t n, double *bytes) {
+    const char *root[1] = {"/"};
+    uint64_t need[1], host = 0;
+    st_optim_segment seg = {.offset = 0, .n = n, .weight_decay = (float)c->weight_decay};
+    st_store_config sc = {.paths = root, .n_paths = 1, .segs = &seg, .n_segs = 1, .fmt = st_train_config_state_format(c),
+                          .host_budget = c->state_budget > 0 ? (uint64_t)c->state_budget : ST_STORE_HOST_BUDGET_DEFAULT};
+    st_err e = {0};
+    if (n && !st_store_plan(&sc, need, &host, &e) && host > 0) *bytes = (double)host;
+}
+
 st_status st_train_mem_plan(const st_train_config *c, const st_stream_plan *plan, st_mem_plan *out, st_err *err) {
     int lora = 0;
     st_status ms = st_train_config_method(c, &lora, err); /* method and frozen_dtype, as strata train refuses them */
@@ -76,13 +89,17 @@ st_status st_train_mem_plan(const st_train_config *c, const st_stream_plan *plan
         st_arch_free(a);
         return s;
     }
+    /* the disk state of what a method trains: the store's buffers are what its layout of that
+     * vector takes (one region where the vector is small), not the whole state_budget */
+    double state_buffers = c->state_budget;
+    if (own_forward && c->state_paths[0]) method_store_buffers(c, trainable, &state_buffers);
     st_matmul_mode mm = ST_MATMUL_FP32; /* matmul auto is resolved before the run's account */
     st_backend_matmul_parse(c->matmul, &mm, NULL);
     st_mem_request rq = {.trainable_params = own_forward ? (double)trainable : 0,
                          .bf16_weights = mm == ST_MATMUL_BF16 && cuda_index < 0,.arch = a, .B = c->batch, .T = c->seq, .grad_accum = (int)c->grad_accum,
                          .state_format = st_train_config_state_format(c), .streamed = c->device_budget > 0,
                          .plan = plan, .device_is_host = cuda_index < 0, .state_on_disk = c->state_paths[0] != 0,
-                         .state_budget = c->state_budget, .model_act_bytes = own_forward && !exec_acts ? shape.act_bytes : 0,
+                         .state_budget = state_buffers, .model_act_bytes = own_forward && !exec_acts ? shape.act_bytes : 0,
                          /* POET-X: its kept h (poetx_recompute 0) and scratch are activations too */
                          .method_start = pb.start, .method_staging = pb.save_staging, .frozen_bytes = pb.frozen,
                          .method_disk = pb.disk,
@@ -143,6 +160,51 @@ static st_status store_host_cap(const st_train_config *c, const st_arch *a, cons
     return ST_OK;
 }
 
+/* A method's (LoRA, POET-X) streamed step with the state on disk: the store holds what the method
+ * trains, n elements, and the step updates it after the executor's backward (st_step_run), so
+ * its time adds to the step unhidden: its reads and writes at each path's bandwidth, or its
+ * update and CRC, whichever is longer (st_plan_predict_disk's rule), laid out as the run's store
+ * at the key's state_budget (the vector is small: no budget is chosen). */
+static st_status method_predict_disk(const st_train_config *c, const st_arch *a, const st_plan_profile *hw,
+                                     const st_plan_disk *dk, st_plan_prediction *pred, st_plan_config_disk *cd,
+                                     st_err *err) {
+    size_t n = 0;
+    st_status s = st_train_config_method_of(c) == ST_TRAIN_METHOD_LORA ? run_lora_trainable(c, a, a->ops->name, &n, err)
+                                                                       : run_poetx_trainable(c, a, a->ops->name, &n, err);
+    if (s) return s;
+    st_optim_segment seg = {.offset = 0, .n = n, .weight_decay = dk->weight_decay};
+    st_store_config sc = {.paths = dk->paths, .n_paths = dk->n_paths, .path_weight = dk->path_weight, .segs = &seg,
+                          .n_segs = 1, .fmt = (st_optim_state_format)dk->fmt, .host_budget = dk->host_budget};
+    st_store_layout lay;
+    if ((s = st_store_plan_step(&sc, NULL, &lay, err))) return st_err_prefix(err, "key 'state_paths'");
+    st_plan_disk_cost *k = &cd->dc;
+    memset(k, 0, sizeof *k);
+    for (int i = 0; i < dk->n_paths; i++) {
+        uint64_t rd = (lay.read_bytes[0][i] + lay.read_bytes[1][i]) / 2; /* the cache's hits are not read */
+        double t = (double)(rd + lay.write_bytes[i]) / dk->mixed_bytes_per_s[i];
+        k->io_s = t > k->io_s ? t : k->io_s;
+        k->disk_bytes += lay.path_bytes[i];
+        k->read_bytes += rd;
+        k->write_bytes += lay.write_bytes[i];
+    }
+    double mem = hw->mem_bytes_per_s > 0 ? hw->mem_bytes_per_s : 1e10;
+    double crc = dk->crc_bytes_per_s > 0 ? dk->crc_bytes_per_s : mem;
+    k->cpu_s = (double)n * dk->optim_ns_per_param * 1e-9 + ((double)k->read_bytes + (double)k->write_bytes) / crc +
+               4.0 * (double)n / mem;
+    k->store_s = k->io_s > k->cpu_s ? k->io_s : k->cpu_s;
+    k->state_budget = dk->host_budget;
+    k->n_subgroups = lay.n_subgroups;
+    k->n_buffers = lay.n_buffers;
+    k->cache_hits = (lay.hits[0] + lay.hits[1]) / 2.0;
+    k->region_bytes = lay.region_bytes;
+    k->store_host_bytes = lay.host_bytes;
+    k->host_bytes = (size_t)lay.host_bytes; /* the executor's tables are the state in RAM's (the account's) */
+    cd->beside = 0;
+    pred->optim_exposed_s += k->store_s;
+    pred->step_s += k->store_s;
+    return ST_OK;
+}
+
 st_status st_train_plan_predict(const st_train_config *c, const st_arch *a, const st_plan_profile *hw,
                                  const st_stream_plan *p, unsigned long long probe_bytes, st_plan_prediction *pred,
                                  st_plan_config_disk *cd, st_err *err) {
@@ -193,6 +255,8 @@ st_status st_train_plan_predict_ex(const st_train_config *c, const st_arch *a, c
                        .beside = cd->beside, .weight_decay = (float)c->weight_decay,
                        .crc_bytes_per_s = cd->crc_bytes_per_s, .cpu_slowdown = 1.0};
     st_plan_prediction solved = *pred, dp;
+    if (st_train_config_method_of(c) != ST_TRAIN_METHOD_FULL)
+        return method_predict_disk(c, a, hw, &dk, pred, cd, err);
     if (!(c->state_budget > 0) && !st_train_config_plan_file(c)) { /* the store's cache: the planner's choice */
         double cap = 0;
         if (!(s = store_host_cap(c, a, p, &cap, err))) s = st_plan_state_budget(a, c->batch, c->seq, hw, p, &dk, cap, &dp, cd, err);

@@ -116,16 +116,12 @@ st_status run_lora_check(const st_train_config *c, st_err *err) {
                        c->frozen_dtype, c->device);
     /* the disk state and ranks hold the adapters' vector as any run's (test_lora_dist.sh); layer
      * streaming (device_budget) moves the frozen base's blocks (held weights as held) through the budget on the CPU
-     * device, the adapters' hook on its blocks in host memory, their state in RAM, one process */
-    if (c->device_budget > 0) {
-        if (!st_backend_device_parse(c->device, &cuda_index, NULL) && cuda_index >= 0)
-            return st_errf(err, ST_ERR_UNSUPPORTED, "key 'device': method lora with device_budget streams the base "
-                           "to the cpu device (the adapters' hook and its memory are the host's); device %s is not "
-                           "taken: give device cpu, or leave device_budget out", c->device);
-        if (c->state_paths[0])
-            return st_errf(err, ST_ERR_UNSUPPORTED, "key 'state_paths': method lora with device_budget keeps the "
-                           "adapters' state in RAM (it is small); leave state_paths out, or device_budget");
-    }
+     * device, the adapters' hook on its blocks in host memory, their state in RAM or on state_paths (the step
+     * updates the adapters' vector through the store after the executor's backward), one process */
+    if (c->device_budget > 0 && !st_backend_device_parse(c->device, &cuda_index, NULL) && cuda_index >= 0)
+        return st_errf(err, ST_ERR_UNSUPPORTED, "key 'device': method lora with device_budget streams the base "
+                       "to the cpu device (the adapters' hook and its memory are the host's); device %s is not "
+                       "taken: give device cpu, or leave device_budget out", c->device);
     if (st_train_config_places_state(c))
         return st_errf(err, ST_ERR_UNSUPPORTED, "key 'plan_state': method lora trains its adapters with their state "
                        "as given (the adapters' state is small; state_paths and mpirun are taken); leave plan_state "

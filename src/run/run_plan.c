@@ -184,8 +184,8 @@ st_status run_open_streamed(const st_train_config *c, st_model *m, const st_arch
     memset(&cdisk, 0, sizeof cdisk);
     int have_hw = 0;
     /* LoRA: a frozen base's tables; POET-X: a hook's that trains the ends (frozen_base 2), the
-     * head resident (its gradient handed to the hook whole) */
-    st_plan_options po = {.mip_gap = -1, .allow_vocab_chunk = !st_model_is_poetx(m),
+     * head resident or in chunks (each chunk's gradient handed to the hook) */
+    st_plan_options po = {.mip_gap = -1, .allow_vocab_chunk = 1,
                           .prefer_resident_head = st_train_config_plan_head(c),
                           .frozen_base = !sc.hook ? 0 : sc.hook->frozen ? 1 : 2,
                           .held_block_bytes = sc.hook ? sc.hook->held_block_bytes : 0};

@@ -166,18 +166,14 @@ st_status run_poetx_check(const st_train_config *c, st_err *err) {
     if (s || (s = check_resume(c, err))) return s;
     /* the disk state holds the trained vector as any run's, W0 beside it (run_poetx_open_disk);
      * layer streaming (device_budget) moves the base's blocks (W0 in them, as held) through the budget
-     * on the CPU device, the hook on its blocks in host memory, the trained vector's state in RAM,
-     * one process (mpirun: run_check) */
+     * on the CPU device, the hook on its blocks in host memory, the trained vector's state in RAM or
+     * on state_paths (W0's files beside the store written from the streamed base), one process
+     * (mpirun: run_check) */
     int cuda_index = -1;
-    if (c->device_budget > 0) {
-        if (!st_backend_device_parse(c->device, &cuda_index, NULL) && cuda_index >= 0)
-            return st_errf(err, ST_ERR_UNSUPPORTED, "key 'device': method poetx with device_budget streams the base "
-                           "to the cpu device (the hook, its Q and its gradients are in host memory); device %s is "
-                           "not taken: give device cpu, or leave device_budget out", c->device);
-        if (c->state_paths[0])
-            return st_errf(err, ST_ERR_UNSUPPORTED, "key 'state_paths': method poetx with device_budget keeps the "
-                           "trained vector's state in RAM; leave state_paths out, or device_budget");
-    }
+    if (c->device_budget > 0 && !st_backend_device_parse(c->device, &cuda_index, NULL) && cuda_index >= 0)
+        return st_errf(err, ST_ERR_UNSUPPORTED, "key 'device': method poetx with device_budget streams the base "
+                       "to the cpu device (the hook, its Q and its gradients are in host memory); device %s is "
+                       "not taken: give device cpu, or leave device_budget out", c->device);
     if (st_train_config_places_state(c))
         return st_errf(err, ST_ERR_UNSUPPORTED, "key 'plan_state': method poetx trains with its state as given (its "
                        "trained vector's state on disk is taken: give state_paths); leave plan_state out");

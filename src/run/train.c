@@ -226,9 +226,21 @@ static st_status open_model(train_run *r, st_err *err) {
     /* method lora: the executor streams the frozen base, its hook the adapters; method poetx: the
      * base (W0 in its blocks), its hook R and P and the base's ends (run_plan.c) */
     st_model *host_m = st_model_is_lora(r->m) ? st_lora_base(r->m) : st_model_is_poetx(r->m) ? st_poetx_base(r->m) : r->m;
-    if ((s = st_arch_of_model(&r->arch, host_m, err)) ||
-        (s = run_open_streamed(c, r->m, r->arch, r->be, r->dist.world, &r->dev, &r->sx, &chosen_budget, &plan, err)))
-        return s;
+    /* with state_paths the store holds what the method trains (the step updates it through the
+     * store after the executor's backward, open_state): the executor over the base is the one of
+     * the state in RAM, never a store's, and its plan is chosen as that one's */
+    int method_store = host_m != r->m && c->state_paths[0];
+    st_train_config *sc = method_store ? malloc(sizeof *sc) : NULL; /* large: not on the stack */
+    if (method_store && !sc) return st_errf(err, ST_ERR_NOMEM, "out of memory");
+    if (sc) {
+        *sc = *c;
+        sc->state_paths[0] = 0;
+    }
+    if (!(s = st_arch_of_model(&r->arch, host_m, err)))
+        s = run_open_streamed(sc ? sc : c, r->m, r->arch, r->be, r->dist.world, &r->dev, &r->sx, &chosen_budget, &plan,
+                              err);
+    free(sc);
+    if (s) return s;
     if (chosen_budget > 0 && !(c->state_budget > 0)) c->state_budget = chosen_budget; /* run, recorded, resumed */
     /* the memory account again under the plan chosen (run_check's, which refuses, was the smallest
      * plan's): the run's record of it; the planner chose from the machine's measured speed, so a
@@ -311,8 +323,13 @@ static st_status open_state(train_run *r, st_err *err) {
         /* one rank's failure (a W0 file it cannot read) stops every rank now, not at the step's
          * first collective after the ranks' timeout */
         if ((s = run_agree(&r->dist, s, "opening the files beside the state store", err))) return s;
-        if (r->sx && r->dist.world == 1) { /* the executor updates through the store; its device copies follow the host */
-            if ((s = st_stream_attach_store(r->sx, r->store, r->hs, r->blob_bytes, err))) return s;
+        /* the executor updates through the store; its device copies follow the host. A hook's
+         * base (LoRA, POET-X) does not: the store holds the method's vector, which the step
+         * updates (st_step_run), and POET-X's trainables and W0 reach the executor's copies
+         * before the first step (its base_follows) */
+        if (r->sx && r->dist.world == 1) {
+            if (!st_stream_hook_base(r->sx) && (s = st_stream_attach_store(r->sx, r->store, r->hs, r->blob_bytes, err)))
+                return s;
             st_stream_set_params(r->sx, st_stream_params(r->sx));
         }
     } else if (c->resume[0]) {
