@@ -9,7 +9,7 @@
 # step 4 and resumed continues bit for bit. Q at its own learning rate (the optimizer's second
 # class, which each shard's clipped segments keep) and a clip ramp after each merge. Skips (77)
 # where mpirun is missing or strata was built without MPI. With poetx_init orthogonal too: every
-# rank draws the same flat W0 as one process. With the disk state (state_paths): 2 ranks against
+# rank draws the same flat W0 as one process, over an int8 W0 too. With the disk state (state_paths): 2 ranks against
 # one process, stopped and resumed at 2 ranks and in one process (the re-shard finds W0's file in
 # the ranks' directories), the stores one step apart across a merge, one rank's W0 file of the
 # start missing (every rank draws it again); another run's W0 file met by the re-shard refused,
@@ -42,6 +42,13 @@ O="--poetx_init orthogonal --poetx_init_gain 3"
 $MPI -np 2 "$S" train $P $O --zero 1 --run_dir "$T/o_z1" --save_hf "$T/hf_o_z1" >"$T/o_z1.out" 2>&1
 check '[ -n "$(losses "$T/o_one")" ] && [ "$(losses "$T/o_z1")" = "$(losses "$T/o_one")" ] && [ "$(losses "$T/o_one")" != "$(losses "$T/one")" ] && cmp -s "$T/hf_o_z1/model.safetensors" "$T/hf_o_one/model.safetensors"' \
   "poetx_init orthogonal, 2 ranks zero 1: $(losses "$T/o_z1") against one process's $(losses "$T/o_one") (and not the model init's), or the merged weights differ: $(tail -1 "$T/o_z1.out")"
+# the same over an int8 W0 drawn a tensor at a time: the ranks make each batch of W0 orthogonal
+# together (a weight drawn by one rank and broadcast; a batch of both ranks' threads, 2 against one
+# process's 1), rounding each into the store as the batch is done
+"$S" train $P $O --frozen_dtype int8 --grad_accum 2 --run_dir "$T/o8_one" --save_hf "$T/hf_o8_one" >"$T/o8_one.out" 2>&1
+$MPI -np 2 "$S" train $P $O --frozen_dtype int8 --zero 1 --run_dir "$T/o8_z1" --save_hf "$T/hf_o8_z1" >"$T/o8_z1.out" 2>&1
+check '[ -n "$(losses "$T/o8_one")" ] && [ "$(losses "$T/o8_z1")" = "$(losses "$T/o8_one")" ] && cmp -s "$T/hf_o8_z1/model.safetensors" "$T/hf_o8_one/model.safetensors"' \
+  "poetx_init orthogonal over int8, 2 ranks zero 1: $(losses "$T/o8_z1") against one process's $(losses "$T/o8_one"), or the merged weights differ: $(tail -1 "$T/o8_z1.out")"
 # --- the disk state (state_paths) under ranks: each rank's store in its own directory with its own
 # W0 files; bit for bit one process in memory
 mkdir -p "$T/st_z1"

@@ -4,7 +4,8 @@
 # own VmHWM each step (metrics.jsonl host_peak_bytes). They must agree within 10% for an
 # activation-heavy run, a weight-heavy run, the same with 8-bit optimizer state, and LoRA over
 # an int8 base, whose start (the base built, no gradient vector) is its peak, drawn from the seed
-# and loaded from a Hugging Face directory (init_from, each block weight held as it is read). With
+# and loaded from a Hugging Face directory (init_from), each block weight held as it is drawn or
+# read, and POET-X over an int8 base drawn from the seed. With
 # checkpoints every step, the last step's peak includes the checkpoint's staging buffer,
 # which the estimate counts. Then the refusal: a run whose plan does not fit its host
 # budget is refused before anything is written, naming the tier and the bytes missing.
@@ -32,8 +33,17 @@ run_case acts  --model gpt2-mini --batch 32 --seq 256
 run_case weights --model gpt2-mini --n_embd 512 --n_head 8 --batch 2 --seq 64
 run_case weights8 --model gpt2-mini --n_embd 512 --n_head 8 --batch 2 --seq 64 --optim_state 8bit
 # a method over frozen weights whose start is its peak: LoRA over an int8 base, the base built
-# without a gradient vector and its weights drawn in place (4 bytes a base parameter, not 12)
+# without a gradient vector, the adapters and the int8 store made first, then the base drawn a
+# tensor at a time into its vector (pages taken as written), each block matmul weight rounded into
+# the store and its fp32 pages given back before the next is drawn: the base is never whole in
+# fp32. Drawing the base whole first (4 bytes a base parameter) measured 221 MB against this
+# estimate's 126 MB and failed the ratio (0.57).
 run_case lora_int8 --model gpt2-mini --n_embd 1024 --n_head 16 --batch 2 --seq 64 --method lora --frozen_dtype int8
+# the same for POET-X over an int8 base from the seed (batch 1 x seq 16: its start is its peak), each
+# W0 drawn and made orthogonal a batch (a QR for each of the 2 threads) at a time, then rounded
+# into the store and its fp32 pages given back; drawn whole first it measured 301 MB against this
+# estimate's 200 MB and failed the ratio (0.66)
+run_case poetx_int8 --model gpt2-mini --n_embd 1024 --n_head 16 --batch 1 --seq 16 --threads 2 --method poetx --frozen_dtype int8
 # the same base from a Hugging Face directory (init_from): the adapters and the int8 store made
 # first, then the loader reads each tensor straight into the base's vector (its pages taken as
 # written), gives its file's pages back, and rounds each block matmul weight into the store and

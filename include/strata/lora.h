@@ -80,6 +80,14 @@ st_status st_lora_model_create(st_model **out, st_model *base, const st_lora_con
  * st_lora_model_create. Takes base (freed on failure, with the model made). */
 st_status st_lora_model_create_from(st_model **out, st_model *base, const char *hf_dir, const st_lora_config *cfg,
                                     uint64_t seed, st_err *err);
+/* st_lora_model_create over a preset's base drawn from seed (its init_random's values, bit for
+ * bit) after the adapters are made: base built without its weights and without gradients
+ * (st_model_create_from with no_grads), and with frozen_dtype bf16 or int8 each block matmul
+ * weight rounded into the held store and its fp32 pages given back before the next tensor is
+ * drawn, so the base is never whole in fp32. The same model, bit for bit, as init_random, then
+ * st_lora_model_create. Takes base (freed on failure, with the model made). */
+st_status st_lora_model_create_drawn(st_model **out, st_model *base, const st_lora_config *cfg, uint64_t seed,
+                                     st_err *err);
 /* The configuration checked against a model's tensor table (the same refusals), allocating
  * nothing: how many adapter parameters it would train (*n_params, may be NULL). */
 st_status st_lora_check(const st_param_info *tensors, int n_tensors, const char *arch, const st_lora_config *cfg,
@@ -101,6 +109,9 @@ void st_lora_held_bytes(const st_param_info *tensors, int n_tensors, const char 
  * the table's order: the tensors read so far (fp32, or as held where d rounds them), the tensor
  * being read in fp32 and its file's pages (4 bytes a value, st_params_load_extra_bytes' rule). */
 size_t st_lora_load_peak_bytes(const st_param_info *tensors, int n_tensors, const char *arch, st_frozen_dtype d);
+/* The same for st_lora_model_create_drawn's draw: the tensor being drawn in fp32 alone beside those
+ * drawn so far (4 bytes a value: no file). */
+size_t st_lora_draw_peak_bytes(const st_param_info *tensors, int n_tensors, const char *arch, st_frozen_dtype d);
 /* Layer streaming (strata/stream.h): the hook an executor's blocks call over m's base (its
  * st_stream_config.hook, frozen), with its scratch for B x T rows and none of the base's own
  * activations. Its forward reads m->params, its backward adds to m->grads: host memory (the

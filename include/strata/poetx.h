@@ -118,6 +118,27 @@ st_status st_poetx_model_create(st_model **out, st_model *base, const st_poetx_c
  * st_model_create_from with weights, then st_poetx_model_create. Takes base (freed on failure). */
 st_status st_poetx_model_create_from(st_model **out, st_model *base, const char *hf_dir, const st_poetx_config *cfg,
                                      uint64_t seed, st_err *err);
+/* What st_poetx_model_create_drawn calls to make W0 orthogonal (poetx_init orthogonal) as it is
+ * drawn: fn(ctx, base, ks, n, err) replaces weights ks[0..n) of poetx_init's walk
+ * (st_poetx_init_weights' order), drawn in base's vector, by st_poetx_orthogonal_w0's of each
+ * weight's stream (the bits st_poetx_orthogonal_base gives them: st_poetx_orthogonal_some, or
+ * under ranks each weight drawn by one rank and broadcast); batch (>= 1): how many weights it
+ * takes at once (its threads' QRs), so that many are held in fp32 together. */
+typedef struct st_poetx_orth {
+    st_status (*fn)(void *ctx, st_model *base, const int *ks, int n, st_err *err);
+    void *ctx;
+    int batch;
+} st_poetx_orth;
+/* st_poetx_model_create over a preset's base drawn from seed (its init_random's values, bit for
+ * bit), made orthogonal by orth where not NULL, after the model and its W0 store are made: base
+ * built without its weights and without gradients (st_model_create_from with no_grads), and each
+ * W0 put into the frame of the permutations and the store before the next tensor is drawn (with
+ * orth, each batch of them once drawn), with bf16 or int8 rounded and its fp32 pages given back:
+ * the base's W0 is never whole in fp32. The same model, bit for bit, as init_random, then
+ * st_poetx_orthogonal_base where orthogonal, then st_poetx_model_create. Takes base (freed on
+ * failure). */
+st_status st_poetx_model_create_drawn(st_model **out, st_model *base, const st_poetx_config *cfg, uint64_t seed,
+                                      const st_poetx_orth *orth, st_err *err);
 /* Layer streaming (strata/stream.h): the hook an executor's blocks call over m's base in place
  * of each block matmul (its st_stream_config.hook, frozen 0: the executor forms the gradients of
  * the base's embeddings, norms, biases and untied head and hands them to the hook's grad_at, in
@@ -200,6 +221,10 @@ st_status st_poetx_orthogonal_base(st_model *base, float gain, uint64_t seed, st
  * weight from the rank that drew it), so every rank holds the same W0 whatever its CPU's LAPACK
  * kernels, each rank drawing 1 / parts of them. */
 st_status st_poetx_orthogonal_base_part(st_model *base, float gain, uint64_t seed, int part, int parts, st_err *err);
+/* The same for the weights ks[0..n) of the walk (from 0) with ks[j] % parts == part, the rest
+ * unchanged: st_poetx_model_create_drawn's batches (parts 1), or a rank's share of them. */
+st_status st_poetx_orthogonal_some(st_model *base, float gain, uint64_t seed, const int *ks, int n, int part,
+                                   int parts, st_err *err);
 /* The matmul weights poetx_init walks, in its order: their count, and (out not NULL, room for
  * the count) their entries of base's tensor table. */
 int st_poetx_init_weights(const st_model *base, const st_param_info **out);

@@ -323,7 +323,10 @@ void st_gpt2_init_random(st_gpt2_model *m, uint64_t seed) {
     st_host_stage hs;
     if (st_host_stage_open(&hs, m->be, m->n_params, NULL)) return;
     float *host = st_host_stage_at(&hs, m->params);
-    st_params_init_by_role(m->tensors, m->n_tensors, host, seed, "c_proj.weight", 1.0f / sqrtf(2.0f * m->cfg.n_layer));
+    const char *suffix;
+    float scale;
+    model_gpt2_init_rule(m->cfg.n_layer, &suffix, &scale);
+    st_params_init_by_role(m->tensors, m->n_tensors, host, seed, suffix, scale);
     st_host_stage_put(&hs, m->params, m->n_params);
     st_host_stage_close(&hs);
 }

@@ -490,19 +490,33 @@ void st_lora_held_bytes(const st_param_info *tensors, int n_tensors, const char 
     *row_floats = (size_t)y + (size_t)tmp;
 }
 
-size_t st_lora_load_peak_bytes(const st_param_info *tensors, int n_tensors, const char *arch, st_frozen_dtype d) {
+/* st_lora_load_peak_bytes and st_lora_draw_peak_bytes: `each` bytes a value of the tensor in
+ * flight beside those kept (8: its fp32 and its file's pages; 4: its fp32 as drawn), or its fp32
+ * and its held codes as it is rounded, the more */
+static size_t start_peak_bytes(const st_param_info *tensors, int n_tensors, const char *arch, st_frozen_dtype d,
+                               size_t each) {
     int gpt2 = !strcmp(arch, "gpt2"), cur = 0;
     frozen_site site;
     int more = d != ST_FROZEN_F32 && frozen_base_next_site(tensors, n_tensors, gpt2, &cur, &site);
     size_t kept = 0, peak = 0;
-    for (int i = 0; i < n_tensors; i++) { /* the loader's order (model_params_load) */
+    for (int i = 0; i < n_tensors; i++) { /* the loader's and the draw's order (the table's) */
         const st_param_info *t = &tensors[i];
-        if (kept + 8 * t->numel > peak) peak = kept + 8 * t->numel;
         int held = more && site.t == t;
-        kept += held ? st_frozen_bytes(d, t->numel) : 4 * t->numel;
+        size_t hb = held ? st_frozen_bytes(d, t->numel) : 0, fly = each * t->numel;
+        if (held && 4 * t->numel + hb > fly) fly = 4 * t->numel + hb; /* its fp32 beside its codes */
+        if (kept + fly > peak) peak = kept + fly;
+        kept += held ? hb : 4 * t->numel;
         if (held) more = frozen_base_next_site(tensors, n_tensors, gpt2, &cur, &site);
     }
     return kept > peak ? kept : peak;
+}
+
+size_t st_lora_load_peak_bytes(const st_param_info *tensors, int n_tensors, const char *arch, st_frozen_dtype d) {
+    return start_peak_bytes(tensors, n_tensors, arch, d, 8);
+}
+
+size_t st_lora_draw_peak_bytes(const st_param_info *tensors, int n_tensors, const char *arch, st_frozen_dtype d) {
+    return start_peak_bytes(tensors, n_tensors, arch, d, 4);
 }
 
 /* frozen_dtype bf16, int8: every matmul weight of the base's blocks into the store, rounded from
@@ -674,7 +688,7 @@ typedef struct hold_load {
  * weight rounded into the store and its fp32 pages given back before the next tensor is read. */
 static st_status hold_each(void *ctx, const st_param_info *t, float *at, st_err *err) {
     const hold_load *h = ctx;
-    st_status s = model_tensor_check_finite(t, at, h->from, err);
+    st_status s = h->from ? model_tensor_check_finite(t, at, h->from, err) : ST_OK; /* drawn: finite */
     for (int i = 0; !s && i < h->li->n_held; i++) {
         lora_held *a = &h->li->held[i];
         if (a->base_t != t) continue;
@@ -693,6 +707,19 @@ st_status st_lora_model_create_from(st_model **out, st_model *base, const char *
     model_load_each each = {hold_each, &h};
     if ((s = model_load_hf(base, hf_dir, &each, err))) {
         st_model_free(*out); /* the base half read, some of it rounded: discarded */
+        *out = NULL;
+    }
+    return s;
+}
+
+st_status st_lora_model_create_drawn(st_model **out, st_model *base, const st_lora_config *cfg, uint64_t seed,
+                                     st_err *err) {
+    st_status s = lora_create(out, base, cfg, seed, 0, err);
+    if (s) return s;
+    hold_load h = {impl_of(*out), NULL};
+    model_load_each each = {hold_each, &h};
+    if ((s = model_init_each(base, seed, &each, err))) {
+        st_model_free(*out); /* the base half drawn, some of it rounded: discarded */
         *out = NULL;
     }
     return s;

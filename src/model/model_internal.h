@@ -59,6 +59,24 @@ st_status model_gpt2_load_safetensors(st_gpt2_model *m, const char *path, const 
  * tensor: what st_model_create_from does with weights after building the model (hf_io.c). */
 st_status model_load_hf(st_model *m, const char *dir, const model_load_each *each, st_err *err);
 
+/* st_params_init_by_role's values, bit for bit, drawn into params (the backend's memory) a tensor
+ * at a time in the table's order, each (NULL: none) called after each tensor is in place and
+ * before the next is drawn: a frozen base whose pages are taken as they are written
+ * (model_params_alloc) rounds and gives back each block weight as it is drawn, never holding the
+ * base whole in fp32. Each tensor's draws run in pieces on the threads; a device's memory takes
+ * them through one staging buffer of the largest tensor. A status other than ST_OK from each
+ * stops the draw with it (the caller discards the model). */
+st_status model_params_init_each(st_backend *be, float *params, const st_param_info *t, int n, uint64_t seed,
+                                 const char *resid_suffix, float resid_scale, const model_load_each *each,
+                                 st_err *err);
+/* m's init_random (GPT-2 or the Llama family: the same values for the same seed) through
+ * model_params_init_each, each after each tensor. */
+st_status model_init_each(st_model *m, uint64_t seed, const model_load_each *each, st_err *err);
+/* The rules of the families' initialisations (st_params_init_by_role's resid_suffix and
+ * resid_scale): GPT-2's projections into the residual stream scaled by 1 / sqrt(2 n_layer), and
+ * none in the Llama family (llama_arch.c's init, Hugging Face's initializer_range alone). */
+void model_gpt2_init_rule(int n_layer, const char **resid_suffix, float *resid_scale);
+
 /* ti's values p all finite? ST_ERR_NONFINITE naming FROM, the tensor and the element (the
  * rule of st_model_check_finite, a tensor at a time). */
 st_status model_tensor_check_finite(const st_param_info *ti, const float *p, const char *from, st_err *err);

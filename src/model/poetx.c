@@ -1209,3 +1209,66 @@ st_status st_poetx_model_create_from(st_model **out, st_model *base, const char 
     }
     return s;
 }
+
+typedef struct w0_draw {
+    st_model *m;
+    const int32_t *perms;      /* the permutations of (seed, step 0), host */
+    const st_poetx_orth *orth; /* NULL: W0 as drawn */
+    int *pending, n_pending;   /* drawn W0 (their index in pi->w, poetx_init's walk) awaiting orth */
+} w0_draw;
+
+/* The pending W0 made orthogonal together (orth's threads), then each into the frame of the
+ * permutations and into the store (with bf16 or int8 its fp32 pages given back). */
+static st_status w0_flush(w0_draw *h, st_err *err) {
+    st_status s = ST_OK;
+    if (h->n_pending) s = h->orth->fn(h->orth->ctx, impl_of(h->m)->fb.base, h->pending, h->n_pending, err);
+    for (int j = 0; !s && j < h->n_pending; j++) s = w0_pass(h->m, W0_FROM_BASE, h->perms, h->pending[j], NULL, err);
+    h->n_pending = 0;
+    return s;
+}
+
+/* The draw's step after tensor t is in the base's vector (model_init_each): a W0 into the store
+ * (w0_pass of that weight alone) before the next is drawn, or with orth once orth->batch of them
+ * are drawn. */
+static st_status w0_drawn(void *ctx, const st_param_info *t, float *at, st_err *err) {
+    w0_draw *h = ctx;
+    const poet_impl *pi = impl_of(h->m);
+    (void)at;
+    for (int i = 0; i < pi->n_w; i++) {
+        if (pi->w[i].base_t != t) continue;
+        if (!h->orth) return w0_pass(h->m, W0_FROM_BASE, h->perms, i, NULL, err);
+        h->pending[h->n_pending++] = i;
+        return h->n_pending >= h->orth->batch ? w0_flush(h, err) : ST_OK;
+    }
+    return ST_OK;
+}
+
+st_status st_poetx_model_create_drawn(st_model **out, st_model *base, const st_poetx_config *cfg, uint64_t seed,
+                                      const st_poetx_orth *orth, st_err *err) {
+    if (orth && (!orth->fn || orth->batch < 1)) {
+        st_model_free(base);
+        return st_errf(err, ST_ERR_INVALID, "poetx: an orthogonal W0's batch of %d weights (give at least 1)",
+                       orth ? orth->batch : 0);
+    }
+    st_status s = poetx_create(out, base, cfg, seed, 0, err);
+    if (s) return s;
+    poet_impl *pi = impl_of(*out);
+    int32_t *np = malloc((pi->n_perm ? pi->n_perm : 1) * sizeof(int32_t));
+    int *pending = orth ? malloc((size_t)orth->batch * sizeof(int)) : NULL;
+    if (!np || (orth && !pending)) s = st_errf(err, ST_ERR_NOMEM, "poetx: out of memory for the permutations");
+    if (!s) {
+        draw_perms_host(pi, seed, 0, np); /* init_state's redraw, a weight at a time */
+        w0_draw h = {*out, np, orth, pending, 0};
+        model_load_each each = {w0_drawn, &h};
+        s = model_init_each(base, seed, &each, err);
+        if (!s) s = w0_flush(&h, err); /* the last W0 drawn, fewer than a batch */
+    }
+    free(np);
+    free(pending);
+    if (!s) init_trainables(*out); /* the base's other tensors, drawn whole now */
+    if (s) {
+        st_model_free(*out); /* the base half drawn, some of W0 rounded: discarded */
+        *out = NULL;
+    }
+    return s;
+}

@@ -108,17 +108,40 @@ st_status st_poetx_orthogonal_base(st_model *base, float gain, uint64_t seed, st
 }
 
 st_status st_poetx_orthogonal_base_part(st_model *base, float gain, uint64_t seed, int part, int parts, st_err *err) {
+    int n = st_poetx_init_weights(base, NULL);
+    int *ks = malloc((size_t)(n ? n : 1) * sizeof *ks);
+    if (!ks) return st_errf(err, ST_ERR_NOMEM, "poetx_init orthogonal: out of memory");
+    for (int k = 0; k < n; k++) ks[k] = k;
+    st_status s = st_poetx_orthogonal_some(base, gain, seed, ks, n, part, parts, err);
+    free(ks);
+    return s;
+}
+
+st_status st_poetx_orthogonal_some(st_model *base, float gain, uint64_t seed, const int *ks, int n_ks, int part,
+                                   int parts, st_err *err) {
     if (parts < 1 || part < 0 || part >= parts)
         return st_errf(err, ST_ERR_INVALID, "poetx_init orthogonal: part %d of %d does not exist", part, parts);
     st_backend *be = base->be;
     int n = st_poetx_init_weights(base, NULL);
-    const st_param_info **t = malloc((size_t)(n ? n : 1) * sizeof *t);
-    if (!t) return st_errf(err, ST_ERR_NOMEM, "poetx_init orthogonal: out of memory");
-    st_poetx_init_weights(base, t);
+    const st_param_info **all = malloc((size_t)(n ? n : 1) * sizeof *all),
+                        **t = malloc((size_t)(n_ks ? n_ks : 1) * sizeof *t);
+    int *kt = malloc((size_t)(n_ks ? n_ks : 1) * sizeof *kt);
+    if (!all || !t || !kt) {
+        free(all), free(t), free(kt);
+        return st_errf(err, ST_ERR_NOMEM, "poetx_init orthogonal: out of memory");
+    }
+    st_poetx_init_weights(base, all);
     /* this part's weights: the k-th (from 0) of the walk where k % parts == part, each from stream
      * k + 1 of the seed whatever the parts */
     int m = 0;
-    for (int k = part; k < n; k += parts) t[m++] = t[k];
+    for (int j = 0; j < n_ks; j++) {
+        if (ks[j] < 0 || ks[j] >= n) {
+            free(all), free(t), free(kt);
+            return st_errf(err, ST_ERR_INVALID, "poetx_init orthogonal: weight %d of %d does not exist", ks[j], n);
+        }
+        if (ks[j] % parts == part) t[m] = all[ks[j]], kt[m++] = ks[j];
+    }
+    free(all);
     st_status s = ST_OK;
     if (st_backend_host_memory(be)) {
         /* the weights in place, one weight a thread (each QR on its thread alone: the same bits
@@ -126,19 +149,19 @@ st_status st_poetx_orthogonal_base_part(st_model *base, float gain, uint64_t see
         st_status *st = calloc((size_t)(m ? m : 1), sizeof *st);
         st_err *errs = calloc((size_t)(m ? m : 1), sizeof *errs);
         if (!st || !errs) {
-            free(t), free(st), free(errs);
+            free(t), free(kt), free(st), free(errs);
             return st_errf(err, ST_ERR_NOMEM, "poetx_init orthogonal: out of memory");
         }
 #pragma omp parallel for schedule(dynamic, 1)
         for (int i = 0; i < m; i++)
             st[i] = st_poetx_orthogonal_w0(base->params + t[i]->offset, t[i]->shape[0], t[i]->shape[1], gain,
-                                           weight_seed(seed, part + i * parts + 1), t[i]->name, &errs[i]);
+                                           weight_seed(seed, kt[i] + 1), t[i]->name, &errs[i]);
         for (int i = 0; i < m && !s; i++)
             if (st[i]) {
                 s = st[i];
                 *err = errs[i];
             }
-        free(t), free(st), free(errs);
+        free(t), free(kt), free(st), free(errs);
         return s;
     }
     float *host = NULL;
@@ -155,11 +178,11 @@ st_status st_poetx_orthogonal_base_part(st_model *base, float gain, uint64_t see
             }
         }
         be->ops->copy_to_host(be, host, base->params + tw->offset, tw->numel * sizeof *host);
-        s = st_poetx_orthogonal_w0(host, tw->shape[0], tw->shape[1], gain, weight_seed(seed, part + i * parts + 1),
-                                   tw->name, err);
+        s = st_poetx_orthogonal_w0(host, tw->shape[0], tw->shape[1], gain, weight_seed(seed, kt[i] + 1), tw->name,
+                                   err);
         if (!s) be->ops->copy_to_device(be, base->params + tw->offset, host, tw->numel * sizeof *host);
     }
     free(host);
-    free(t);
+    free(t), free(kt);
     return s;
 }

@@ -162,17 +162,6 @@ double run_lora_frozen_bytes(const st_train_config *c, const st_arch *a, const c
            4.0 * (double)c->batch * (double)c->seq * (double)row;
 }
 
-/* The most elements of one block matmul weight (the store holds every one of them). */
-static size_t largest_matmul(const st_arch *a) {
-    size_t mx = 0;
-    for (int i = 0; i < a->lay.n_tensors; i++) {
-        const st_param_info *t = &a->lay.tensors[i];
-        if (t->ndim == 2 && t->offset >= a->lay.block_offset0 && t->offset < a->lay.norm_offset && t->numel > mx)
-            mx = t->numel;
-    }
-    return mx;
-}
-
 double run_lora_start_bytes(const st_train_config *c, const st_arch *a, const char *family, size_t n_tr) {
     st_lora_config lc;
     lora_config(c, family, &lc);
@@ -186,14 +175,20 @@ double run_lora_start_bytes(const st_train_config *c, const st_arch *a, const ch
     if (c->init_from[0])
         return adapters + (double)panel +
                (double)st_lora_load_peak_bytes(a->lay.tensors, a->lay.n_tensors, family, lc.frozen_dtype);
-    /* a preset: the base drawn whole in place, then wrapped; bf16, int8: the panel beside the
-     * base's whole vector, the store's pages (frozen_base_hold: untouched until written) taken as
-     * the weights are rounded into them and their fp32 pages go back, so at most one weight's held
-     * bytes over the base's vector */
-    double wrapped = 4.0 * n + adapters;
+    /* a preset with bf16, int8: the adapters and the store first, then the base drawn a tensor at
+     * a time into its vector (pages taken as written), each block matmul weight rounded into the
+     * store and its fp32 pages given back before the next is drawn */
     if (lc.frozen_dtype != ST_FROZEN_F32)
-        wrapped += (double)panel + (double)st_frozen_bytes(lc.frozen_dtype, largest_matmul(a));
-    return wrapped;
+        return adapters + (double)panel +
+               (double)st_lora_draw_peak_bytes(a->lay.tensors, a->lay.n_tensors, family, lc.frozen_dtype);
+    return 4.0 * n + adapters; /* fp32: the base drawn whole in place, then wrapped */
+}
+
+int run_lora_draws_base(const st_train_config *c) {
+    st_lora_config lc;
+    lora_config(c, "gpt2", &lc); /* its frozen_dtype alone */
+    return st_train_config_method_of(c) == ST_TRAIN_METHOD_LORA && !c->init_from[0] &&
+           lc.frozen_dtype != ST_FROZEN_F32;
 }
 
 int run_lora_loads_base(const st_train_config *c) {
@@ -207,10 +202,12 @@ st_status run_lora_open(const st_train_config *c, st_model **m, st_err *err) {
     st_lora_config lc;
     lora_config(c, (*m)->ops->arch, &lc);
     st_model *lm = NULL;
-    /* both take the base, and free it on failure; init_from's weights read into it here, each block
-     * weight rounded into the held store as it is read (the base is never whole in fp32) */
-    s = run_lora_loads_base(c) ? st_lora_model_create_from(&lm, *m, c->init_from, &lc, c->seed, err)
-                               : st_lora_model_create(&lm, *m, &lc, c->seed, err);
+    /* each takes the base, and frees it on failure; init_from's weights read into it here, or a
+     * preset's drawn with bf16 or int8, each block weight rounded into the held store as it is read
+     * or drawn (the base is never whole in fp32) */
+    s = run_lora_loads_base(c)   ? st_lora_model_create_from(&lm, *m, c->init_from, &lc, c->seed, err)
+        : run_lora_draws_base(c) ? st_lora_model_create_drawn(&lm, *m, &lc, c->seed, err)
+                                 : st_lora_model_create(&lm, *m, &lc, c->seed, err);
     if (!s && c->init_adapter[0] && !c->resume[0]) s = st_lora_load_adapter(lm, c->init_adapter, err);
     *m = lm; /* its activations: the run's, as for any model the step trains through its own forward */
     return s;

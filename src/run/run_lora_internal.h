@@ -28,18 +28,21 @@ double run_lora_hook_bytes(const st_train_config *c, const st_arch *a, const cha
  * panel buffer and the held matmuls' scratch for c's batch x seq, the rest fp32), in bytes; 0 for
  * fp32 (the account's 4 bytes a parameter). */
 double run_lora_frozen_bytes(const st_train_config *c, const st_arch *a, const char *family);
-/* The run's start in bytes for n_tr adapter parameters (the plan's method_start): a preset's base
- * built without gradients and drawn whole in place, then the adapters wrapped over it (their
- * vectors, their initialisation's staging, a bf16 or int8 store whose pages are taken as the base's
- * fp32 pages of its weights are given back); init_from's the adapters first, then the loader
- * reading into the base (with bf16 or int8 each block matmul weight rounded into the store as it
- * is read: the base is never whole in fp32). */
+/* The run's start in bytes for n_tr adapter parameters (the plan's method_start): the adapters
+ * (their vectors, their initialisation's staging) and a bf16 or int8 store made first, then the
+ * base built without gradients read from init_from or drawn from the seed a tensor at a time, each
+ * block matmul weight rounded into the store as it is read or drawn (the base is never whole in
+ * fp32); with fp32 a preset's base drawn whole in place, then the adapters wrapped over it. */
 double run_lora_start_bytes(const st_train_config *c, const st_arch *a, const char *family, size_t n_tr);
 st_status run_lora_open(const st_train_config *c, st_model **m, st_err *err);
 /* 1 when c is method lora over init_from: its base is built without weights, which run_lora_open
  * reads (st_lora_model_create_from: each block weight held as it is read, each tensor checked
  * finite); 0: the base comes with its weights. */
 int run_lora_loads_base(const st_train_config *c);
+/* 1 when c is method lora over a preset with frozen_dtype bf16 or int8: its base is built without
+ * weights, which run_lora_open draws (st_lora_model_create_drawn: each block weight held as it is
+ * drawn); 0: the base comes with its weights, or fp32's are drawn whole before the wrap. */
+int run_lora_draws_base(const st_train_config *c);
 /* The end of a run: save_adapter's PEFT directory, said unless quiet. */
 st_status run_lora_finish(const st_train_config *c, const st_model *m, int quiet, st_err *err);
 

@@ -203,6 +203,19 @@ int run_poetx_initialises(const st_train_config *c) { return is_poetx(c) && !c->
 
 int run_poetx_loads_base(const st_train_config *c) { return is_poetx(c) && c->init_from[0]; }
 
+/* A process's threads for poetx_init orthogonal's QRs: threads, or the cores online
+ * (the start account counts as many). */
+static long orth_threads(const st_train_config *c) {
+    long threads = c->threads > 0 ? c->threads : sysconf(_SC_NPROCESSORS_ONLN);
+    return threads < 1 ? 1 : threads;
+}
+
+/* One tensor of the table one of the matmul weights POET-X wraps (a W0)? */
+static int is_w0(const st_param_info *t, const char *family, const st_poetx_config *pc) {
+    size_t nq = 0;
+    return t->ndim == 2 && !st_poetx_check(t, 1, family, pc, NULL, &nq, NULL) && nq;
+}
+
 st_status run_poetx_bytes_of(const st_train_config *c, const st_arch *a, const char *family, int B, int T,
                              run_poetx_bytes *out, st_err *err) {
     memset(out, 0, sizeof *out);
@@ -215,15 +228,13 @@ st_status run_poetx_bytes_of(const st_train_config *c, const st_arch *a, const c
     /* poetx_init orthogonal: each thread's QR at once (src/model/poetx_init.c: the weight in fp64,
      * tau, the signs and LAPACK's workspace, about 64 blocks of the smaller side); the threads'
      * largest weights together bound it */
-    long threads = c->threads > 0 ? c->threads : sysconf(_SC_NPROCESSORS_ONLN);
-    if (threads < 1) threads = 1;
+    long threads = orth_threads(c);
     double *qr = run_poetx_initialises(c) && !strcmp(init_of(c, 0), "orthogonal") ? calloc((size_t)threads, sizeof *qr)
                                                                                   : NULL;
     for (int i = 0; i < a->lay.n_tensors; i++) {
         const st_param_info *t = &a->lay.tensors[i];
-        size_t nq = 0;
         /* one tensor alone: Q's counted only where it is one of the matmul weights POET-X wraps */
-        if (t->ndim != 2 || st_poetx_check(t, 1, family, &pc, NULL, &nq, NULL) || !nq) continue;
+        if (!is_w0(t, family, &pc)) continue;
         double d_out = gpt2 ? t->shape[1] : t->shape[0], d_in = gpt2 ? t->shape[0] : t->shape[1];
         h_total += d_out; /* Hugging Face layouts: GPT-2's Conv1D (in, out), the Llama family's (out, in) */
         n_w0 += (double)t->numel;
@@ -261,28 +272,62 @@ st_status run_poetx_bytes_of(const st_train_config *c, const st_arch *a, const c
     /* bf16, int8: the store's codes and its panel buffer; the base's fp32 pages of W0 given back */
     double panel = pc.frozen_dtype == ST_FROZEN_F32 ? 0 : (double)st_frozen_panel_bytes((size_t)max_numel);
     out->frozen = pc.frozen_dtype == ST_FROZEN_F32 ? 4.0 * n : 4.0 * (n - n_w0) + w0_held + panel;
-    /* The start, once wrapped: the base's weights (built without a gradient vector, it is frozen;
-     * in host memory, a device only streams), the trained vector with its gradients, the blocks' G
-     * and the permutations, the QRs of an orthogonal W0 (many threads, few large weights); with
-     * bf16 or int8 the store, filled at the wrap, stays while a preset's initialisation writes the
-     * base's whole vector again (in place; then W0 rounded anew and its pages given back) */
-    out->start = 4.0 * n + 8.0 * (double)n_tr + 4.0 * (gmax + nperm) + qr_bytes;
-    if (pc.frozen_dtype != ST_FROZEN_F32) out->start += w0_held + panel;
-    /* ... or, before the wrap, init_from's loader: the weights read in place, one tensor's
-     * conversion beside them (a device: one tensor's staging) */
-    double loading = 4.0 * n + (double)st_params_load_extra_bytes(a->lay.tensors, a->lay.n_tensors, 1);
-    if (c->init_from[0] && loading > out->start) out->start = loading;
+    /* The start with fp32, once wrapped: the base's weights (built without a gradient vector, it is
+     * frozen; in host memory, a device only streams), the trained vector with its gradients, the
+     * blocks' G and the permutations, the QRs of an orthogonal W0 (many threads, few large weights) */
+    if (pc.frozen_dtype == ST_FROZEN_F32) {
+        out->start = 4.0 * n + 8.0 * (double)n_tr + 4.0 * (gmax + nperm) + qr_bytes;
+        /* ... or, before the wrap, init_from's loader: the weights read in place, one tensor's
+         * conversion beside them (a device: one tensor's staging) */
+        double loading = 4.0 * n + (double)st_params_load_extra_bytes(a->lay.tensors, a->lay.n_tensors, 1);
+        if (c->init_from[0] && loading > out->start) out->start = loading;
+        return ST_OK;
+    }
+    /* bf16, int8: the model, its store and the permutations (a host copy beside them) first, then
+     * the base read from init_from or drawn from the seed a tensor at a time in the table's order
+     * into its vector (pages taken as written): the tensor in flight (read: its fp32 and its
+     * file's pages; drawn: its fp32), the fp32 of the base's other tensors so far, each W0 as held
+     * once w0_pass (its two fp32 buffers of the largest W0) has rounded it and given its fp32
+     * pages back; poetx_init orthogonal: a batch of W0 in fp32 (a QR for each thread of every
+     * rank) made orthogonal together first, the threads' QRs beside them */
+    int orth = run_poetx_draws_base(c) && qr_bytes > 0;
+    double batch = orth ? (double)threads * (ranks > 1 ? ranks : 1) : 1, fly_each = c->init_from[0] ? 8.0 : 4.0;
+    double kept = 0, peak = 0, pend = 0, pend_held = 0, npend = 0, pass = 8.0 * max_numel;
+    for (int i = 0; i <= a->lay.n_tensors; i++) {
+        const st_param_info *t = i < a->lay.n_tensors ? &a->lay.tensors[i] : NULL;
+        if (t && kept + pend + fly_each * (double)t->numel > peak) peak = kept + pend + fly_each * (double)t->numel;
+        if (t && !is_w0(t, family, &pc)) {
+            kept += 4.0 * (double)t->numel;
+            continue;
+        }
+        if (t) { /* a W0 */
+            pend += 4.0 * (double)t->numel;
+            pend_held += (double)st_frozen_bytes(pc.frozen_dtype, t->numel);
+            npend++;
+        }
+        if (npend && (npend >= batch || !t)) { /* the batch (the last: what remains) into the store */
+            double work = orth && qr_bytes > pass ? qr_bytes : pass;
+            if (kept + pend + work > peak) peak = kept + pend + work;
+            kept += pend_held;
+            pend = pend_held = npend = 0;
+        }
+    }
+    out->start = 8.0 * (double)n_tr + 4.0 * (gmax + 2.0 * nperm) + panel + (kept > peak ? kept : peak);
     return ST_OK;
 }
 
-/* poetx_init orthogonal under ranks: rank r draws the weights k with k % world == r (the bits one
+/* poetx_init orthogonal under ranks over the weights ks[0..n_ks) of the walk (ks NULL: every one):
+ * rank r draws the weights k with k % world == r (the bits one
  * process gives them), then each weight is broadcast from the rank that drew it: every rank holds
  * the same W0 even where the ranks' CPUs run LAPACK with other kernels (other bits), each drawing 1 / world
  * of the QRs. Collective: every rank calls it, a failure is agreed on first. */
-static st_status orthogonal_ranks(st_model *base, const st_train_config *c, st_comm *comm, st_err *err) {
+static st_status orthogonal_ranks(st_model *base, const st_train_config *c, st_comm *comm, const int *ks, int n_ks,
+                                  st_err *err) {
     int world = st_comm_size(comm), rank = st_comm_rank(comm);
-    st_status s = st_poetx_orthogonal_base_part(base, (float)c->poetx_init_gain, c->seed, rank, world, err);
+    st_status s = ks ? st_poetx_orthogonal_some(base, (float)c->poetx_init_gain, c->seed, ks, n_ks, rank, world, err)
+                     : st_poetx_orthogonal_base_part(base, (float)c->poetx_init_gain, c->seed, rank, world, err);
     int n = st_poetx_init_weights(base, NULL);
+    if (!ks) n_ks = n;
     const st_param_info **t = malloc((size_t)(n ? n : 1) * sizeof *t);
     if (!s && !t) s = st_errf(err, ST_ERR_NOMEM, "poetx_init orthogonal: out of memory");
     st_err aerr = {0};
@@ -299,7 +344,8 @@ static st_status orthogonal_ranks(st_model *base, const st_train_config *c, st_c
     st_backend *be = base->be;
     float *host = NULL; /* a device's weights cross through host memory */
     size_t cap = 0;
-    for (int k = 0; k < n && !s; k++) {
+    for (int j = 0; j < n_ks && !s; j++) {
+        int k = ks ? ks[j] : j; /* st_poetx_orthogonal_some checked it */
         const st_param_info *w = t[k];
         float *buf = base->params + w->offset;
         if (!st_backend_host_memory(be)) {
@@ -334,17 +380,66 @@ static st_status draw_start(const st_train_config *c, st_comm *comm, st_model *p
     if (orthogonal) {
         st_log(1, "poetx_init orthogonal: every block matmul weight's W0 a random orthogonal matrix with "
                "one singular value, %g x its initialisation's RMS one (poetx_init_gain)\n", c->poetx_init_gain);
-        if (comm && st_comm_size(comm) > 1) s = orthogonal_ranks(base, c, comm, err);
+        if (comm && st_comm_size(comm) > 1) s = orthogonal_ranks(base, c, comm, NULL, 0, err);
         else s = st_poetx_orthogonal_base(base, (float)c->poetx_init_gain, c->seed, err);
         if (s) return s;
     }
     return st_poetx_init_state(pm, c->seed, err);
 }
 
+/* The orthogonal W0 of a batch of drawn weights (st_poetx_orth): one process's threads, or under
+ * ranks each weight drawn by one rank and broadcast (orthogonal_ranks). */
+typedef struct orth_ctx {
+    const st_train_config *c;
+    st_comm *comm; /* NULL: one process */
+} orth_ctx;
+
+static st_status orthogonal_batch(void *ctx, st_model *base, const int *ks, int n, st_err *err) {
+    const orth_ctx *o = ctx;
+    if (o->comm) return orthogonal_ranks(base, o->c, o->comm, ks, n, err);
+    return st_poetx_orthogonal_some(base, (float)o->c->poetx_init_gain, o->c->seed, ks, n, 0, 1, err);
+}
+
+/* How many weights an orthogonal W0's batch takes (st_poetx_orth.batch): a QR for each thread of
+ * every rank; the ranks' threads summed, so that every rank makes the same batches (collective). */
+static st_status orth_batch(const st_train_config *c, st_comm *comm, int *batch, st_err *err) {
+    double t = (double)orth_threads(c);
+    st_err aerr = {0};
+    if (comm && st_comm_allreduce_f64(comm, &t, 1, "poetx_init orthogonal's batch", &aerr))
+        return st_errf(err, ST_ERR_IO, "%s", aerr.msg);
+    *batch = t > 1e6 ? 1000000 : (int)t;
+    return ST_OK;
+}
+
+int run_poetx_draws_base(const st_train_config *c) {
+    return run_poetx_initialises(c) && poetx_config(c).frozen_dtype != ST_FROZEN_F32;
+}
+
 st_status run_poetx_open(const st_train_config *c, st_comm *comm, st_model **m, st_err *err) {
     if (!is_poetx(c)) return ST_OK;
     st_poetx_config pc = poetx_config(c);
     st_model *pm = NULL;
+    int orthogonal = !c->resume[0] && !strcmp(init_of(c, 0), "orthogonal");
+    if (run_poetx_draws_base(c)) {
+        /* a preset with bf16 or int8: the model and its W0 store made first, then the base drawn a
+         * tensor at a time, each W0 (with orthogonal a batch of them, the threads' QRs) into the
+         * store and its fp32 pages given back before the next is drawn: the base is never whole in
+         * fp32. A resume's W0 comes from its checkpoint after, as from draw_start's. */
+        orth_ctx oc = {c, comm && st_comm_size(comm) > 1 ? comm : NULL};
+        st_poetx_orth orth = {orthogonal_batch, &oc, 1};
+        st_status s = orthogonal ? orth_batch(c, oc.comm, &orth.batch, err) : ST_OK;
+        if (s) {
+            st_model_free(*m);
+            *m = NULL;
+            return s;
+        }
+        if (orthogonal)
+            st_log(1, "poetx_init orthogonal: every block matmul weight's W0 a random orthogonal matrix with "
+                   "one singular value, %g x its initialisation's RMS one (poetx_init_gain)\n", c->poetx_init_gain);
+        s = st_poetx_model_create_drawn(&pm, *m, &pc, c->seed, orthogonal ? &orth : NULL, err);
+        *m = pm; /* takes the base, and frees it on failure */
+        return s;
+    }
     /* both take the base, and free it on failure; init_from's weights read into it here, each W0
      * into the store as it is read */
     st_status s = run_poetx_loads_base(c) ? st_poetx_model_create_from(&pm, *m, c->init_from, &pc, c->seed, err)
@@ -354,7 +449,7 @@ st_status run_poetx_open(const st_train_config *c, st_comm *comm, st_model **m, 
     /* a resume takes W0 from its checkpoint or, with the disk state, from the store's W0 file of
      * the last merge or of the start (written for this W0: LAPACK's bits may differ elsewhere;
      * run_poetx_open_disk draws it again only for a store that never stepped and lacks it) */
-    return draw_start(c, comm, pm, !c->resume[0] && !strcmp(init_of(c, 0), "orthogonal"), err);
+    return draw_start(c, comm, pm, orthogonal, err);
 }
 
 double run_poetx_lr(const st_train_config *c) { return c->poetx_lr >= 0 ? c->poetx_lr : c->lr; }

@@ -59,6 +59,11 @@ int run_poetx_initialises(const st_train_config *c);
  * reads (st_poetx_model_create_from: each W0 into the store as it is read, each tensor checked
  * finite); 0: the base comes with its weights, or a preset's are drawn. */
 int run_poetx_loads_base(const st_train_config *c);
+/* 1 when c is method poetx over a preset with frozen_dtype bf16 or int8: its base is built without
+ * weights, which run_poetx_open draws (st_poetx_model_create_drawn: each W0 into the store as it is
+ * drawn, with poetx_init orthogonal a batch of them at a time); 0: init_from's are read, or fp32's
+ * drawn whole once wrapped (draw_start). */
+int run_poetx_draws_base(const st_train_config *c);
 /* Q's peak learning rate: poetx_lr, or lr where it is -1 (any method: only method poetx's
  * optimizer has segments of the second class). */
 double run_poetx_lr(const st_train_config *c);
