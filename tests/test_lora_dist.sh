@@ -6,6 +6,11 @@
 #    4 and resumed from its store continues bit for bit;
 #  - 2 ranks (mpirun): the same losses and adapter as one process with grad_accum 2, with ZeRO
 #    0, 1 and 2, and with ZeRO 1 over the disk state;
+#  - 2 ranks under layer streaming (device_budget, each rank streaming its own base): the same
+#    losses and adapter as one process streamed with grad_accum 2, with ZeRO 0 and 2, and with
+#    ZeRO 1 over the disk state stopped at step 4 and resumed from the ranks' stores; 2 micro-batches
+#    a rank: ZeRO 2 as one process streamed at grad_accum 4, ZeRO 1 as the 2-rank run in memory
+#    (each rank sums its own micro-batches first, so not one process's order);
 #  - strata plan's disk tier holds the adapters' state only: two regions of 12 bytes (fp32 master,
 #    m, v) per trained parameter.
 # The 2-rank part skips where mpirun is missing or strata was built without MPI.
@@ -60,11 +65,36 @@ mkdir -p "$T/st3"
 $MPI -np 2 "$S" train $B --zero 1 --state_paths "$T/st3" --run_dir "$T/zd" --save_adapter "$T/ad_zd" >"$T/zd.out" 2>&1
 check '[ "$(losses "$T/zd")" = "$(losses "$T/ga")" ] && same_adapter "$T/ad_zd" "$T/ad_ga"' \
   "2 ranks, zero 1, the disk state: $(losses "$T/zd") against $(losses "$T/ga"): $(tail -2 "$T/zd.out")"
-# layer streaming is one process's: refused under ranks naming the key, before a run directory
-$MPI -np 2 "$S" train $B --device_budget 400000 --run_dir "$T/two_stream" >"$T/two_stream.out" 2>&1
-rc=$?
-check '[ $rc -ne 0 ] && grep -q "key .device_budget.: method lora" "$T/two_stream.out" && [ ! -e "$T/two_stream" ]' \
-  "2 ranks with device_budget refused naming the key, no run directory: $(tail -2 "$T/two_stream.out")"
+# layer streaming under ranks: each rank streams its own copy of the base (every block recomputed,
+# prefetch depth 1 of 2 blocks), the hook's gradient of the adapters reduced as in memory; the same
+# losses and adapter as one process streamed at grad_accum 2 (and so as the runs in memory)
+D="--device_budget 400000 --act recompute"
+"$S" train $B $D --grad_accum 2 --run_dir "$T/s_ga" --save_adapter "$T/ad_s_ga" >"$T/s_ga.out" 2>&1
+check '[ $? -eq 0 ] && grep -q "prefetch depth 1" "$T/s_ga.out" && [ "$(losses "$T/s_ga")" = "$(losses "$T/ga")" ] && same_adapter "$T/ad_s_ga" "$T/ad_ga"' \
+  "one process streamed, grad_accum 2: $(losses "$T/s_ga") against in memory $(losses "$T/ga"): $(tail -2 "$T/s_ga.out")"
+for z in 0 2; do
+  $MPI -np 2 "$S" train $B $D --zero $z --run_dir "$T/s_z$z" --save_adapter "$T/ad_s_z$z" >"$T/s_z$z.out" 2>&1
+  check '[ $? -eq 0 ] && grep -q "layer streaming: device budget" "$T/s_z$z.out" && [ "$(losses "$T/s_z$z")" = "$(losses "$T/s_ga")" ] && same_adapter "$T/ad_s_z$z" "$T/ad_s_ga"' \
+    "2 ranks streamed, zero $z: $(losses "$T/s_z$z") against one process streamed $(losses "$T/s_ga"): $(tail -2 "$T/s_z$z.out")"
+done
+# 2 micro-batches a rank: ZeRO 2 (each reduced onto the shard's running sum in the global order)
+# equals one process streamed at grad_accum 4; ZeRO 1 sums each rank's own first, an order one
+# process does not have, and equals the 2-rank run in memory
+"$S" train $B $D --grad_accum 4 --run_dir "$T/s_ga4" --save_adapter "$T/ad_s_ga4" >"$T/s_ga4.out" 2>&1
+$MPI -np 2 "$S" train $B $D --grad_accum 2 --zero 2 --run_dir "$T/s_a2z2" --save_adapter "$T/ad_s_a2z2" >"$T/s_a2z2.out" 2>&1
+check '[ -n "$(losses "$T/s_ga4")" ] && [ "$(losses "$T/s_a2z2")" = "$(losses "$T/s_ga4")" ] && same_adapter "$T/ad_s_a2z2" "$T/ad_s_ga4"' \
+  "2 ranks streamed, grad_accum 2, zero 2: $(losses "$T/s_a2z2") against one process streamed at grad_accum 4 $(losses "$T/s_ga4"): $(tail -2 "$T/s_a2z2.out")"
+$MPI -np 2 "$S" train $B --grad_accum 2 --zero 1 --run_dir "$T/m_a2z1" --save_adapter "$T/ad_m_a2z1" >"$T/m_a2z1.out" 2>&1
+$MPI -np 2 "$S" train $B $D --grad_accum 2 --zero 1 --run_dir "$T/s_a2z1" --save_adapter "$T/ad_s_a2z1" >"$T/s_a2z1.out" 2>&1
+check '[ -n "$(losses "$T/m_a2z1")" ] && [ "$(losses "$T/s_a2z1")" = "$(losses "$T/m_a2z1")" ] && same_adapter "$T/ad_s_a2z1" "$T/ad_m_a2z1"' \
+  "2 ranks streamed, grad_accum 2, zero 1: $(losses "$T/s_a2z1") against 2 ranks in memory $(losses "$T/m_a2z1"): $(tail -2 "$T/s_a2z1.out")"
+# with the disk state (zero 1), stopped at 4 and resumed from the ranks' stores
+mkdir -p "$T/st4"
+$MPI -np 2 "$S" train $B $D --zero 1 --stop_at 4 --state_paths "$T/st4" --run_dir "$T/s_zd" >"$T/s_zd.1.out" 2>&1
+$MPI -np 2 "$S" train $B $D --zero 1 --state_paths "$T/st4" --resume "$T/s_zd" --run_dir "$T/s_zd" \
+  --save_adapter "$T/ad_s_zd" >"$T/s_zd.2.out" 2>&1
+check '[ $? -eq 0 ] && grep -q "resumed from the state store .* at step 4" "$T/s_zd.2.out" && [ "$(losses "$T/s_zd")" = "$(losses "$T/s_ga")" ] && same_adapter "$T/ad_s_zd" "$T/ad_s_ga"' \
+  "2 ranks streamed, zero 1, state_paths, stopped at 4 and resumed: $(losses "$T/s_zd") against $(losses "$T/s_ga"): $(tail -2 "$T/s_zd.2.out")"
 echo "lora_dist: losses $(losses "$T/mem")"
 [ $fail -eq 0 ] && rm -rf "$T"
 exit $fail

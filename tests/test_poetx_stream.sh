@@ -32,7 +32,7 @@
 #    layout of the trained vector takes them (not state_budget) and its disk section the trained
 #    elements only;
 #  - refused before a run directory exists, naming the key: device cuda with device_budget,
-#    plan_state auto; under mpirun (where there is one) device_budget.
+#    plan_state auto (2 ranks streamed: tests/test_poetx_stream_dist.sh).
 set -u
 . "$(dirname "$0")/lib_method_cli.sh"
 method_begin poetx_stream
@@ -268,16 +268,4 @@ check 'grep -q "needs      0.000 GB\|needs      0.001 GB" "$T/pt_sd.out"' \
 refused cuda "$g6 --steps 2 --device_budget $budget --device cuda" "key 'device'" "method poetx"
 refused state_cuda "$g6 --steps 2 --device_budget $budget --device cuda --state_paths $T/st" "key 'device'" "method poetx"
 refused place "$g6 --steps 2 --device_budget $budget --plan_state auto" "key 'plan_state'" "poetx"
-if command -v mpirun >/dev/null; then
-    mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 "$S" train $g6 --steps 2 --device_budget $budget \
-      --run_dir "$T/two_stream" >"$T/two_stream.out" 2>&1
-    rc=$?
-    if grep -q "built without MPI" "$T/two_stream.out"; then
-        echo "mpirun: this strata was built without MPI (that refusal not checked)"
-    else
-        check '[ $rc -ne 0 ] && grep -q "key .device_budget.: method poetx" "$T/two_stream.out" && [ ! -e "$T/two_stream" ]' \
-          "2 ranks with device_budget refused naming the key, no run directory: $(tail -2 "$T/two_stream.out")"
-    fi
-fi
-
 method_end poetx_stream

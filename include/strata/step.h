@@ -80,7 +80,7 @@ typedef struct st_step st_step;
  * updated weights gathered after the update (overlap_gather: during the next forward);
  * zero 2 keeps only the shard of the running gradient sum, reducing each micro-batch as it
  * ends, so it is also bit-identical to one process at grad_accum N x max_micro.
- * Streamed LoRA (one process): m the LoRA model, opt its optimizer over the adapters (or store,
+ * Streamed LoRA: m the LoRA model, opt its optimizer over the adapters (or store,
  * the disk state of the adapters' vector, never attached to the executor), sx a frozen executor
  * over its base (st_stream_config.hook, st_lora_hook_bind): each micro-batch's forward and
  * backward are the executor's (st_stream_hook_grads), the rest is the in-memory step's (the
@@ -89,7 +89,12 @@ typedef struct st_step st_step;
  * Streamed POET-X likewise (st_poetx_hook_bind; opt or store over the POET-X vector): before each step and
  * each eval the base's trainables are copied from m into the executor's host vector
  * (st_poetx_to_base) and the device copies sent again, so the update and a merge's W0 are
- * what the executor reads; the same steps as in memory bit for bit (the head resident). */
+ * what the executor reads; the same steps as in memory bit for bit (the head resident).
+ * Under ranks (comm) either method likewise, each rank's sx over its own copy of the base: each
+ * micro-batch's hook gradient (m's, zeroed first) is reduced whole after its backward (no block
+ * ranges to overlap), summed and reduced as the in-memory ranks' step sums and reduces, and the
+ * weights gathered after the update before the next step reads them: 2 ranks are one process
+ * streamed at grad_accum 2 bit for bit. */
 typedef struct st_step_setup {
     st_model *m;
     st_optim *opt;

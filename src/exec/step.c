@@ -54,19 +54,20 @@ st_status st_step_create(st_step **out, const st_step_setup *su, st_err *err) {
         return st_errf(err, ST_ERR_INVALID, "data parallel: the step has no model (the model's host vectors are what "
                        "the ranks reduce and gather, streamed or not)");
     if (!su->sx && !su->m) return st_errf(err, ST_ERR_INVALID, "step: neither a model nor an executor");
-    if (su->comm && su->sx && !st_stream_can_hand_grads(su->sx))
+    int hook_base = su->sx && st_stream_hook_base(su->sx);
+    /* a hook's base hands no gradient of its own: the hook's land in m->grads (hook_micro) */
+    if (su->comm && su->sx && !hook_base && !st_stream_can_hand_grads(su->sx))
         return st_errf(err, ST_ERR_UNSUPPORTED, "data parallel with layer streaming: the executor must drain fp32 "
                        "gradients and take one micro-batch at a time (st_stream_config.grad_accum 1)");
     if (zero < 0 || zero > 2) return st_errf(err, ST_ERR_INVALID, "key 'zero': %d; give 0, 1 or 2", zero);
     if (!su->sx && !su->comm && !su->opt && !su->store)
         return st_errf(err, ST_ERR_INVALID, "step: in memory, neither an optimizer nor a state store");
-    int hook_base = su->sx && st_stream_hook_base(su->sx);
     /* the executor forms the method's gradient (hook_micro); the step updates the method's vector,
      * m->n_params, with its optimizer or through the store, which is never the executor's (its
-     * vector is the base's) */
-    if (hook_base && (!su->m || !su->opt == !su->store || su->comm))
+     * vector is the base's); under ranks the same, each rank over its own copy of the base */
+    if (hook_base && (!su->m || !su->opt == !su->store))
         return st_errf(err, ST_ERR_UNSUPPORTED, "step: a hook's executor over a base (LoRA or POET-X streamed) needs the "
-                       "model and one of its optimizer in RAM or its state store, in one process (no ranks)");
+                       "model and one of its optimizer in RAM (a rank's: its shard's) or its state store");
     if (su->act_dtype != ST_F32 && su->act_dtype != ST_BF16)
         return st_errf(err, ST_ERR_INVALID, "key 'act_dtype': activation dtype %s (f32 or bf16)",
                        st_dtype_name(su->act_dtype));
@@ -222,6 +223,9 @@ static void add_stream_stats(st_step_result *r, const st_stream_step_stats *ss) 
     r->stream.device_budget_bytes = ss->device_budget_bytes;
 }
 
+static st_status hook_micro(st_step *s, const int32_t *in, const int32_t *tg, float dloss, float *mean,
+                            st_step_result *r, st_err *err);
+
 /* The ranks' micro-batch, in memory or streamed (the model's vectors are the executor's host
  * tier): the hooks are the model's (in memory) or handed to the executor. */
 static st_status dist_micro(st_step *s, const int32_t *in, const int32_t *tg, float dloss, float *mean,
@@ -232,6 +236,10 @@ static st_status dist_micro(st_step *s, const int32_t *in, const int32_t *tg, fl
         return ST_OK;
     }
     st_stream_step_stats ss;
+    if (s->hook_base) { /* the hook's gradient into m's, whole: st_zero_pass_end reduces it */
+        st_model_zero_grad(m);
+        return hook_micro(s, in, tg, dloss, mean, r, err);
+    }
     st_status st = st_stream_micro_grads(s->sx, in, tg, dloss, m->grad_hook, m->grad_hook_ctx, m->weight_hook,
                                       m->weight_hook_ctx, mean, &ss, err);
     add_stream_stats(r, &ss);
@@ -324,7 +332,8 @@ st_status st_step_eval(st_step *s, int B, int T, const int32_t *inputs, const in
  * size micro-batches (rank r's k-th micro-batch is that process's (k size + r)-th, as the
  * loader's global order gives them). Each micro-batch's gradient is reduced as backward
  * completes each block (ZeRO 2: every micro-batch, onto the shard's running sum; 0 and 1:
- * the last, with the sum of the others added first). */
+ * the last, with the sum of the others added first); a hook's base (LoRA, POET-X streamed)
+ * hands no block ranges: its gradient is reduced whole after its backward. */
 static st_status step_run_dist(st_step *s, int n_micro, size_t N, const int32_t *inputs, const int32_t *targets,
                                const st_step_hp *hp, st_step_result *r, st_err *err) {
     st_model *m = s->m;
@@ -344,6 +353,14 @@ static st_status step_run_dist(st_step *s, int n_micro, size_t N, const int32_t 
     double loss[1] = {0};
     int waiting = st_zero_gathering(z); /* the last update's weights still arriving */
     st_zero_step_begin(z);
+    if (s->hook_base) {
+        /* streamed LoRA or POET-X: the hook reads m's weights with no weight hook, so the gather
+         * ends first (it is not overlapped: without a gradient hook there are no parts to wait
+         * for one by one); then POET-X's trainables into the base, as in one process */
+        if (waiting && (st = st_zero_weights_done(z, &r->comm_wait_s, err))) return st;
+        waiting = 0;
+        base_follows(s);
+    }
     for (int k = 0; k < n_micro; k++) {
         const int32_t *in = inputs + (size_t)k * N, *tg = targets + (size_t)k * N;
         if (waiting) {
@@ -354,7 +371,7 @@ static st_status step_run_dist(st_step *s, int n_micro, size_t N, const int32_t 
         st_zero_pass pass;
         st_zero_pass_begin(&pass, z, m->grads, stage != 2 && n_micro > 1 ? s->grad_sum : NULL, stage == 2 && k > 0,
                            err);
-        if (reduce_now) {
+        if (reduce_now && !s->hook_base) { /* a hook's gradient: reduced whole by st_zero_pass_end */
             m->grad_hook = st_zero_grad_ready;
             m->grad_hook_ctx = &pass;
         }
@@ -390,7 +407,8 @@ static st_status step_run_dist(st_step *s, int n_micro, size_t N, const int32_t 
         return st;
     st_failpoint("dist_before_update"); /* tests: a rank lost before its update (its store not committed) */
     if ((st = step_update(s, g, sumsq, hp, r, err))) return st;
-    if (s->sx && !r->skipped) st_stream_params_changed(s->sx); /* its device copies of the embedding and head */
+    /* its device copies of the embedding and head (a hook's base: base_follows, before the next use) */
+    if (s->sx && !s->hook_base && !r->skipped) st_stream_params_changed(s->sx);
     if (!r->skipped && (st = st_zero_share_weights(z, m->params, &r->comm_wait_s, err))) return st;
     r->optimizer_s = st_now() - t3;
     uint64_t sent1, recv1;

@@ -160,13 +160,15 @@ st_status run_open_streamed(const st_train_config *c, st_model *m, const st_arch
         /* LoRA: the frozen base streams, the adapters are the hook's; POET-X: W0 streams in the base's
          * blocks, the hook trains Q and the base's ends; the step's optimizer updates the method's
          * vector */
-        const char *meth = lora ? "lora" : "poetx", *what = lora ? "the adapters'" : "the trained vector's";
         /* state_paths: the step updates the method's vector through its store, this executor is the
-         * one of the state in RAM (train.c's open_model gives it the configuration without them) */
-        if (ranks > 1 || c->state_paths[0])
-            return st_errf(err, ST_ERR_UNSUPPORTED, "key 'device_budget': method %s streams its base in one process, "
-                           "%s state in RAM or on state_paths; under mpirun leave device_budget out (the ranks "
-                           "train %s in memory)", meth, what, lora ? "LoRA" : "POET-X");
+         * one of the state in RAM (train.c's open_model gives it the configuration without them).
+         * Under ranks each rank streams its own copy of the base; the step reduces the hook's
+         * gradient (step.c's step_run_dist) */
+        if (c->state_paths[0])
+            return st_errf(err, ST_ERR_INVALID, "key 'state_paths': method %s streams its base with the executor of "
+                           "the state in RAM; the step updates %s vector through the store (give the configuration "
+                           "without state_paths here)", lora ? "lora" : "poetx",
+                           lora ? "the adapters'" : "the trained");
         sc.host_params = (lora ? st_lora_base(m) : st_poetx_base(m))->params;
         sc.host_grads = NULL;
         sc.external_optimizer = 0;

@@ -114,13 +114,6 @@ static st_status run_check(train_run *r, const st_train_config *given, const st_
     if (!s) s = st_train_config_check(c, err);
     if (!s) s = run_lora_check(c, err); /* method and its keys (run_lora.c) */
     if (!s) s = run_poetx_check(c, err); /* method poetx's keys (run_poetx.c) */
-    if (!s && r->dist.world > 1 && c->device_budget > 0 && st_train_config_method_of(c) == ST_TRAIN_METHOD_LORA)
-        s = st_errf(err, ST_ERR_UNSUPPORTED, "key 'device_budget': method lora streams its base in one process (the "
-                    "adapters' state in RAM); under mpirun leave device_budget out: the ranks train LoRA in memory");
-    if (!s && r->dist.world > 1 && c->device_budget > 0 && st_train_config_method_of(c) == ST_TRAIN_METHOD_POETX)
-        s = st_errf(err, ST_ERR_UNSUPPORTED, "key 'device_budget': method poetx streams its base in one process (the "
-                    "trained vector's state in RAM); under mpirun leave device_budget out: the ranks train POET-X in "
-                    "memory");
     if (s) return s;
     if ((s = run_poetx_resolve_init(c, err))) return s; /* poetx_init auto: what the run does, recorded as if given */
     /* a device this build lacks (cuda without the CUDA backend) is refused before anything
