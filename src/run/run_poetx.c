@@ -307,7 +307,8 @@ st_status run_poetx_bytes_of(const st_train_config *c, const st_arch *a, const c
         }
         if (npend && (npend >= batch || !t)) { /* the batch (the last: what remains) into the store */
             double work = orth && qr_bytes > pass ? qr_bytes : pass;
-            if (kept + pend + work > peak) peak = kept + pend + work;
+            /* the batch's held codes are written while its fp32 pages are still mapped */
+            if (kept + pend + pend_held + work > peak) peak = kept + pend + pend_held + work;
             kept += pend_held;
             pend = pend_held = npend = 0;
         }
