@@ -206,7 +206,8 @@ static st_status open_model(train_run *r, st_err *err) {
     int loads = run_lora_loads_base(c) || run_poetx_loads_base(c);
     if ((s = st_model_create_from(&r->m, c->model, c->init_from, &ov, !loads, r->be, err))) return s;
     if (!c->init_from[0] && !run_poetx_initialises(c) && !run_lora_draws_base(c)) r->m->ops->init_random(r->m, c->seed); /* poetx, lora bf16/int8: once wrapped */
-    else if (!loads && (s = st_model_check_finite(r->m, c->init_from, err))) return s;
+    else if (c->init_from[0] && !loads && (s = st_model_check_finite(r->m, c->init_from, err))) /* read whole */
+        return s;
     if ((s = run_lora_open(c, &r->m, err))) return s;  /* method lora: the adapters over the base */
     if ((s = run_poetx_open(c, r->dist.comm, &r->m, err))) return s; /* method poetx: R W0 P over the base */
     /* in memory the step trains a model with blocks through the executor (its own
